@@ -1,0 +1,50 @@
+"""fslab: a few-shot-learning lab on the command line.
+
+Public Python API::
+
+    import fslab
+    fslab.available("loss")                 # ['nca', 'protonet', ...]
+    loss = fslab.create("loss", "nca", temperature=0.9)
+    out = loss(z, labels)                   # LossOutput(loss, positives, negatives, extra)
+
+Importing fslab does not import torch; building a component may.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fslab.hookspecs import hookimpl
+from fslab.types import Batch, LossOutput, Split
+
+__version__ = "0.1.0"
+__all__ = ["available", "create", "describe", "hookimpl", "registry", "Batch", "LossOutput", "Split"]
+
+_registry = None
+
+
+def registry():
+    """The process-wide registry: entry-point plugins plus the plugin folders
+    named in ./fslab.toml, loaded on first use."""
+    global _registry
+    if _registry is None:
+        from fslab.registry import load_registry
+        from fslab.settings import load_settings
+
+        _registry = load_registry(load_settings().plugin_dirs)
+    return _registry
+
+
+def available(kind: str, pattern: str = "*") -> list[str]:
+    """Names of registered components of ``kind`` matching a glob ``pattern``."""
+    return registry().names(kind, pattern)
+
+
+def create(kind: str, name: str, **params: Any) -> Any:
+    """Build a registered component; ``params`` are checked against what it accepts."""
+    return registry().create(kind, name, **params)
+
+
+def describe(kind: str, name: str) -> dict:
+    """Name, description, paper, parameters and provider of one component."""
+    return registry().get(kind, name).describe()

@@ -1,0 +1,47 @@
+"""One exception family for everything a user can get wrong.
+
+The CLI prints an ``FslabError`` as a single line and exits with its ``exit_code``;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class FslabError(Exception):
+    """A problem the user can fix; printed as one line, exit code 1."""
+
+    exit_code = 1
+
+
+class UsageError(FslabError):
+    """Bad input on the command line or in a config file; exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A configuration value, key or file that cannot be used."""
+
+
+class PluginError(FslabError):
+    """A plugin that cannot be loaded, registered or created."""
+
+
+class RunNotFound(UsageError):
+    """A run id or prefix that matches no run (or more than one)."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """Return ' Did you mean 'x'?' for the closest choice, or ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def unknown(what: str, word: str, choices: Iterable[str]) -> str:
+    """The standard message for a name that is not one of ``choices``."""
+    choices = sorted(choices)
+    allowed = ", ".join(choices) if choices else "(none)"
+    return f"Unknown {what} '{word}'.{did_you_mean(word, choices)} Allowed: {allowed}."
