@@ -1,0 +1,3 @@
+from fslab.cli import main
+
+main()

@@ -1,0 +1,282 @@
+"""The ``fslab`` command line. Heavy modules (torch) are never imported here."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from fslab import __version__
+from fslab.errors import FslabError, UsageError
+
+app = typer.Typer(
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="fslab: few-shot learning runs from the command line. Start with [bold]fslab run nca[/bold].",
+)
+console = Console()
+err_console = Console(stderr=True)
+
+RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _settings():
+    from fslab.settings import load_settings
+
+    return load_settings()
+
+
+def _registry(settings=None):
+    import fslab
+    from fslab.registry import load_registry
+
+    if fslab._registry is None:
+        fslab._registry = load_registry((settings or _settings()).plugin_dirs)
+        for failure in fslab._registry.failures:
+            err_console.print(f"fslab: plugin '{escape(failure.plugin)}' failed to load: {escape(failure.error)}",
+                              highlight=False)
+    return fslab._registry
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"fslab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
+) -> None:
+    """fslab: few-shot learning runs from the command line."""
+
+
+@app.command()
+def run(
+    method: Annotated[str, typer.Argument(help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method).")],
+    backbone: Annotated[Optional[str], typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="Dataset plugin (default: synthetic, built in).")] = None,
+    data_root: Annotated[Optional[str], typer.Option(help="Folder the dataset reads from.")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Training epochs.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Images per training batch.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Initial learning rate.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed.")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the run and return at once, printing its id.")] = False,
+) -> None:
+    """Start a training run in a new worker process and follow it."""
+    from fslab.config import nest, parse_assignment, resolve
+    from fslab.launcher import start_worker, stop_run
+    from fslab.runstore import create_run
+
+    settings = _settings()
+    registry = _registry(settings)
+    options = {
+        ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,
+        ("train", "epochs"): epochs, ("train", "batch_size"): batch_size, ("train", "lr"): lr,
+        ("seed",): seed, ("device",): device,
+    }
+    overrides = [nest(list(path), value) for path, value in options.items() if value is not None]
+    overrides += [nest(*parse_assignment(text)) for text in set_ or []]
+    config = resolve(method, registry=registry, settings=settings, overrides=overrides)
+    run_ = create_run(settings.runs_dir, method, config)
+    process = start_worker(run_)
+    if detach:
+        console.print(run_.id, highlight=False)
+        return
+    from fslab.follow import accuracy_text, follow
+
+    console.print(f"run [bold]{run_.id}[/bold] in {run_.path}", highlight=False)
+    try:
+        state = follow(run_, console, process=process)
+    except KeyboardInterrupt:
+        console.print("stopping ...")
+        state = stop_run(run_)
+        process.wait()
+        console.print(f"{run_.id}: {state}; last checkpoint kept in {run_.checkpoint_path}", highlight=False)
+        raise typer.Exit(130)
+    process.wait()
+    results = run_.results()
+    if state == "completed" and results:
+        for shots, value in results["test"].items():
+            console.print(f"test {results['ways']}-way {shots}: {accuracy_text(value)} "
+                          f"({results['episodes']} episodes)", highlight=False)
+        return
+    status = run_.status()
+    err_console.print(f"{run_.id}: {state}: {escape(str(status.get('error') or 'no error recorded'))}. "
+                      f"See: fslab logs {run_.id} --stderr", highlight=False)
+    raise typer.Exit(1)
+
+
+def _summary(run_) -> dict:
+    status = run_.status()
+    config = run_.config()
+    last = run_.last_event("train")
+    results = run_.results() or {}
+    evals = [e for e in run_.events_of("eval") if e.get("split") == "val"] if status else []
+    best = max(evals, key=lambda e: e["accuracy"], default=None)
+    return {
+        "id": run_.id,
+        "state": run_.state(status),
+        "method": config.get("method"),
+        "backbone": config.get("backbone", {}).get("name"),
+        "dataset": config.get("dataset", {}).get("name"),
+        "seed": config.get("seed"),
+        "epoch": last and last.get("epoch"),
+        "epochs": config.get("train", {}).get("epochs"),
+        "step": last and last.get("step"),
+        "loss": last and last.get("loss"),
+        "positives": last and last.get("positives"),
+        "negatives": last and last.get("negatives"),
+        "best_val": best and {"accuracy": best["accuracy"], "ci95": best["ci95"]},
+        "test": results.get("test"),
+        "created": status.get("created"),
+        "error": status.get("error"),
+    }
+
+
+def _pct(value: Optional[dict]) -> str:
+    return f"{100 * value['accuracy']:.2f}±{100 * value['ci95']:.2f}" if value else "-"
+
+
+@app.command()
+def runs(as_json: JsonFlag = False) -> None:
+    """List the runs in the run store."""
+    from fslab.runstore import list_runs
+
+    summaries = [_summary(r) for r in list_runs(_settings().runs_dir)]
+    if as_json:
+        for s in summaries:
+            print(json.dumps(s))
+        return
+    table = Table("id", "method", "backbone", "dataset", "seed", "state", "epoch", "loss", "pairs +/-",
+                  "best val", "test 1-shot", "test 5-shot")
+    for s in summaries:
+        test = s["test"] or {}
+        table.add_row(
+            escape(s["id"]), escape(str(s["method"])), escape(str(s["backbone"])), escape(str(s["dataset"])),
+            str(s["seed"]), s["state"], f"{s['epoch'] or 0}/{s['epochs']}",
+            f"{s['loss']:.4f}" if s["loss"] is not None else "-",
+            f"{s['positives']}/{s['negatives']}" if s["positives"] is not None else "-",
+            _pct(s["best_val"]), _pct(test.get("1-shot")), _pct(test.get("5-shot")),
+        )
+    console.print(table if summaries else "no runs yet; start one with: fslab run nca")
+
+
+@app.command()
+def show(ref: RunRef, as_json: JsonFlag = False) -> None:
+    """Show one run: state, configuration, progress and every evaluation."""
+    from fslab.runstore import find_run
+
+    run_ = find_run(_settings().runs_dir, ref)
+    summary = _summary(run_)
+    detail = {**summary, "path": str(run_.path), "status": run_.status(), "config": run_.config(),
+              "evaluations": run_.events_of("eval"), "results": run_.results()}
+    if as_json:
+        print(json.dumps(detail, indent=2))
+        return
+    status = detail["status"]
+    console.print(f"[bold]{escape(run_.id)}[/bold]  {summary['state']}  ({escape(str(run_.path))})")
+    if summary["error"]:
+        console.print(f"error: {escape(summary['error'])}")
+    console.print(f"method {escape(str(summary['method']))}, backbone {escape(str(summary['backbone']))}, "
+                  f"dataset {escape(str(summary['dataset']))}, seed {summary['seed']}, pid {status.get('pid')}")
+    if summary["step"]:
+        console.print(f"epoch {summary['epoch']}/{summary['epochs']}, step {summary['step']}, loss {summary['loss']:.4f}, "
+                      f"pairs +{summary['positives']}/-{summary['negatives']}")
+    table = Table("split", "ways", "shots", "queries", "episodes", "epoch", "accuracy (%)")
+    for e in detail["evaluations"]:
+        table.add_row(e["split"], str(e["ways"]), str(e["shots"]), str(e["queries"]), str(e["episodes"]),
+                      str(e.get("epoch", "-")), _pct(e))
+    if detail["evaluations"]:
+        console.print(table)
+
+
+@app.command()
+def logs(
+    ref: RunRef,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Show the worker's stderr instead of stdout.")] = False,
+) -> None:
+    """Print a run's output log."""
+    from fslab.runstore import ENDED, find_run
+
+    run_ = find_run(_settings().runs_dir, ref)
+    path = run_.path / ("stderr.log" if stderr else "stdout.log")
+    offset = 0
+    while True:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            chunk = b""
+        if chunk:
+            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+            offset += len(chunk)
+        if not follow_ or run_.state() in (*ENDED, "lost"):
+            if not follow_ or not chunk:
+                return
+        time.sleep(0.25)
+
+
+@app.command()
+def stop(ref: RunRef) -> None:
+    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint)."""
+    from fslab.launcher import stop_run
+    from fslab.runstore import find_run
+
+    run_ = find_run(_settings().runs_dir, ref)
+    before = run_.state()
+    if before not in ("queued", "running"):
+        raise UsageError(f"run {run_.id} is {before}, not running; nothing to stop")
+    console.print(f"{run_.id}: {stop_run(run_)}", highlight=False)
+
+
+@app.command()
+def plugins(
+    kind: Annotated[Optional[str], typer.Option(help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List every registered plugin component, grouped by kind, with its origin."""
+    from fslab.registry import KINDS, check_kind
+
+    registry = _registry()
+    kinds = KINDS
+    if kind is not None:
+        check_kind(kind)
+        kinds = (kind,)
+    components = [registry.get(k, n) for k in kinds for n in registry.names(k)]
+    if as_json:
+        for c in components:
+            print(json.dumps(c.describe(), default=str))
+        return
+    for k in kinds:
+        table = Table("name", "description", "paper", "parameters", "plugin", title=f"{k}", title_justify="left")
+        for c in components:
+            if c.kind == k:
+                params = ", ".join(f"{p}={v!r}" for p, v in c.params.items())
+                table.add_row(escape(c.name), escape(c.description), escape(c.paper), escape(params),
+                              escape(c.version or c.plugin))
+        console.print(table)
+    for failure in registry.failures:
+        console.print(f"[red]failed[/red] {escape(failure.plugin)}: {escape(failure.error)}")
+
+
+def main() -> None:
+    """Console entry point: an FslabError is one line on stderr and an exit code."""
+    try:
+        app()
+    except FslabError as exc:
+        err_console.print(f"error: {escape(str(exc))}", highlight=False)
+        sys.exit(exc.exit_code)

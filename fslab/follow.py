@@ -1,0 +1,67 @@
+"""Following a run in the terminal: a rich progress bar fed by ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from fslab.runstore import ENDED, Run, read_new_lines
+
+
+def accuracy_text(event: dict) -> str:
+    return f"{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
+
+
+def eval_line(event: dict) -> str:
+    where = f" after epoch {event['epoch']}" if "epoch" in event else ""
+    return (f"{event['split']} {event['ways']}-way {event['shots']}-shot, {event['episodes']} episodes"
+            f"{where}: {accuracy_text(event)}")
+
+
+def follow(run: Run, console: Console, poll: float = 0.25, process=None) -> str:
+    """Show progress until the run ends; returns its final state."""
+    progress = Progress(
+        TextColumn("[bold]{task.fields[epoch]}"),
+        BarColumn(),
+        TextColumn("step {task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("pairs {task.fields[pairs]}"),
+        TextColumn("{task.fields[speed]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    offset = 0
+    epochs = "?"
+    with progress:
+        task = progress.add_task("train", total=None, epoch="starting", loss="-", pairs="-", speed="")
+        while True:
+            events, offset, _ = read_new_lines(run.metrics_path, offset)
+            for event in events:
+                kind = event.get("event")
+                if kind == "start":
+                    progress.update(task, total=event["total_steps"], epoch=f"epoch 1/{event['epochs']}")
+                    epochs = event["epochs"]
+                elif kind == "train":
+                    progress.update(
+                        task,
+                        completed=event["step"],
+                        epoch=f"epoch {event['epoch']}/{epochs}",
+                        loss=f"{event['loss']:.4f}",
+                        pairs=f"+{event['positives']}/-{event['negatives']}",
+                        speed=f"{event['images_per_s']:.0f} img/s",
+                    )
+                elif kind == "eval":
+                    progress.console.print(eval_line(event))
+            if process is not None and process.poll() is not None:
+                if not read_new_lines(run.metrics_path, offset)[0]:
+                    break
+            elif run.state() in ENDED or run.state() == "lost":
+                if not read_new_lines(run.metrics_path, offset)[0]:
+                    break
+            time.sleep(poll)
+    return run.state()

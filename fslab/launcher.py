@@ -1,0 +1,66 @@
+"""Starting, following and stopping training workers (real subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from fslab.runstore import ENDED, Run, pid_alive
+
+
+def start_worker(run: Run) -> subprocess.Popen:
+    """Start ``python -m fslab.worker RUN_DIR`` in its own session, output to
+    the run's log files, so closing the terminal does not stop it."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(run.path / "stdout.log", "ab") as out, open(run.path / "stderr.log", "ab") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fslab.worker", str(run.path)],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+
+
+def wait_for_pid(run: Run, timeout: float = 10.0) -> int | None:
+    """The worker's pid once it has marked the run running (or ended)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = run.status()
+        if status.get("pid") or status.get("state") in ENDED:
+            return status.get("pid")
+        time.sleep(0.02)
+    return None
+
+
+def stop_run(run: Run, grace: float = 30.0) -> str:
+    """Ask the worker to stop (SIGTERM), wait for it to record ``killed``;
+    after ``grace`` seconds, SIGKILL it and record ``killed`` ourselves."""
+    state = run.state()
+    if state in ENDED or state == "lost":
+        return state
+    pid = run.status().get("pid") or wait_for_pid(run)
+    if not pid:
+        run.write_status(state="killed", ended=time.time(), error="stopped before the worker started")
+        return "killed"
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return run.state()
+    deadline = time.time() + grace
+    while time.time() < deadline:
+        if run.status().get("state") in ENDED:
+            return run.status()["state"]
+        if not pid_alive(pid):
+            break
+        time.sleep(0.05)
+    if run.status().get("state") not in ENDED:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        run.write_status(state="killed", ended=time.time(), exit_code=-signal.SIGKILL,
+                         error="did not stop within the grace period; killed")
+    return run.status()["state"]

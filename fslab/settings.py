@@ -1,0 +1,103 @@
+"""Project settings from ``fslab.toml`` (found in the working directory, or at
+the path in ``FSLAB_CONFIG``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fslab.errors import ConfigError, did_you_mean
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SETTINGS_FILE = "fslab.toml"
+PROJECT_KEYS = {"runs_dir": str, "plugin_dirs": list}
+TOP_LEVEL = ("project", "data_roots", "run")
+
+
+@dataclass
+class Settings:
+    """What ``fslab.toml`` says, with paths resolved against its folder."""
+
+    path: Path | None = None
+    runs_dir: Path = field(default_factory=lambda: Path("runs"))
+    plugin_dirs: list[Path] = field(default_factory=list)
+    data_roots: dict[str, str] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+
+
+def read_toml(path: Path) -> dict:
+    """Parse a TOML file; a syntax error names the file, line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        if where:
+            reason = message[: where.start()].strip()
+            raise ConfigError(
+                f"{path}:{where[1]}:{where[2]}: TOML syntax error: {reason} "
+                f"(line {where[1]}, column {where[2]})"
+            ) from None
+        raise ConfigError(f"{path}: TOML syntax error: {message}") from None
+
+
+def settings_path() -> Path:
+    return Path(os.environ.get("FSLAB_CONFIG", SETTINGS_FILE))
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read ``fslab.toml``; a missing file gives the built-in settings."""
+    path = path or settings_path()
+    if not path.exists():
+        if "FSLAB_CONFIG" in os.environ:
+            raise ConfigError(f"FSLAB_CONFIG names {path}, which does not exist")
+        return Settings()
+    data = read_toml(path)
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise ConfigError(
+                f"{path}: unknown section [{key}].{did_you_mean(key, TOP_LEVEL)} "
+                f"Allowed: {', '.join(f'[{k}]' for k in TOP_LEVEL)}."
+            )
+    project = _table(data, "project", path)
+    for key, value in project.items():
+        expected = PROJECT_KEYS.get(key)
+        if expected is None:
+            raise ConfigError(
+                f"{path}: unknown key 'project.{key}'.{did_you_mean(key, PROJECT_KEYS)} "
+                f"Allowed: {', '.join(sorted(PROJECT_KEYS))}."
+            )
+        if not isinstance(value, expected):
+            kind = "a string" if expected is str else "a list of folder names"
+            raise ConfigError(f"{path}: 'project.{key}' must be {kind}, got {value!r}")
+    base = path.parent
+    roots = _table(data, "data_roots", path)
+    for name, root in roots.items():
+        if not isinstance(root, str):
+            raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {root!r}")
+    return Settings(
+        path=path,
+        runs_dir=base / project.get("runs_dir", "runs"),
+        plugin_dirs=[base / str(d) for d in project.get("plugin_dirs", [])],
+        data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
+        run=_table(data, "run", path),
+    )
+
+
+def _table(data: dict, key: str, path: Path) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: '{key}' must be a table ([{key}]), got {value!r}")
+    return value

@@ -1,0 +1,188 @@
+"""The training loop: build everything from the registry, train, evaluate, save.
+
+Reads top to bottom: setup, the epoch loop (one logged event per interval, a
+validation evaluation and a checkpoint per epoch), the final test evaluation,
+``results.json``. Started by :mod:`fslab.worker` inside a run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+
+import torch
+
+from fslab import evaluation
+from fslab.registry import load_registry
+from fslab.runstore import Run, atomic_write_json
+from fslab.settings import load_settings
+
+
+def plugin_kwargs(section: dict, *skip: str) -> dict:
+    return {k: v for k, v in section.items() if k not in ("name", *skip)}
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device '{name}' was asked for but CUDA is not available here; use --device cpu")
+    return torch.device(name)
+
+
+def to_input(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [B, C, H, W] on the device -> float in [-1, 1]."""
+    return images.float().div_(127.5).sub_(1.0)
+
+
+def augment(x: torch.Tensor, padding: int, flip: bool, generator: torch.Generator) -> torch.Tensor:
+    """Random crop after zero padding and random horizontal flip, on tensors."""
+    b, _, h, w = x.shape
+    if padding > 0:
+        padded = torch.nn.functional.pad(x, (padding,) * 4)
+        dy = torch.randint(0, 2 * padding + 1, (b, 1), generator=generator).to(x.device)
+        dx = torch.randint(0, 2 * padding + 1, (b, 1), generator=generator).to(x.device)
+        rows = (dy + torch.arange(h, device=x.device))[:, None, :, None]
+        cols = (dx + torch.arange(w, device=x.device))[:, None, None, :]
+        batch = torch.arange(b, device=x.device)[:, None, None, None]
+        chans = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+        x = padded[batch, chans, rows, cols]
+    if flip:
+        mirror = (torch.rand(b, generator=generator) < 0.5).to(x.device)[:, None, None, None]
+        x = torch.where(mirror, x.flip(3), x)
+    return x
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once."""
+
+    def __init__(self, run: Run) -> None:
+        self.file = open(run.metrics_path, "a", encoding="utf-8")
+
+    def write(self, event: str, **fields) -> None:
+        self.file.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+        self.file.flush()
+
+
+def save_checkpoint(path, state: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def train(run: Run) -> dict:
+    # -- setup -------------------------------------------------------------
+    cfg = run.config()
+    tcfg, ecfg = cfg["train"], cfg["eval"]
+    registry = load_registry(load_settings().plugin_dirs)
+    random.seed(cfg["seed"])
+    torch.manual_seed(cfg["seed"])
+    device = pick_device(cfg["device"])
+    log = MetricsLog(run)
+
+    dataset = registry.create("dataset", cfg["dataset"]["name"], root=cfg["dataset"]["root"],
+                              **plugin_kwargs(cfg["dataset"], "root"))
+    train_split, val_split = dataset.load("train"), dataset.load("val")
+    model = registry.create("backbone", cfg["backbone"]["name"], in_channels=dataset.channels,
+                            **plugin_kwargs(cfg["backbone"])).to(device)
+    loss_fn = registry.create("loss", cfg["loss"]["name"], **plugin_kwargs(cfg["loss"]))
+    trainable = list(model.parameters())
+    if isinstance(loss_fn, torch.nn.Module):  # e.g. a loss with learnable parameters
+        loss_fn.to(device)
+        trainable += list(loss_fn.parameters())
+    sampler = registry.create("sampler", cfg["sampler"]["name"], labels=train_split.labels.tolist(),
+                              batch_size=tcfg["batch_size"], seed=cfg["seed"], **plugin_kwargs(cfg["sampler"]))
+    classify = registry.create("evaluator", cfg["evaluator"]["name"], **plugin_kwargs(cfg["evaluator"]))
+    optimizer = torch.optim.SGD(trainable, lr=tcfg["lr"], momentum=tcfg["momentum"],
+                                nesterov=tcfg["nesterov"], weight_decay=tcfg["weight_decay"])
+    steps_per_epoch = len(sampler)
+    total_steps = tcfg["epochs"] * steps_per_epoch
+    milestones = sorted({max(1, round(f * total_steps)) for f in tcfg["milestones"]})
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=tcfg["gamma"])
+    augment_rng = torch.Generator().manual_seed(cfg["seed"])
+    images, labels = train_split.images, train_split.labels
+    if images.numel() < 2**31:  # small enough to keep the whole split on the device
+        images, labels = images.to(device), labels.to(device)
+
+    def features_of(split_images):
+        return evaluation.extract_features(model, split_images, ecfg["batch_size"], device, to_input)
+
+    def training_mean():
+        if not ecfg["center"]:
+            return None
+        count = len(train_split) if ecfg["center_images"] <= 0 else min(ecfg["center_images"], len(train_split))
+        pick = torch.randperm(len(train_split), generator=torch.Generator().manual_seed(ecfg["seed"]))[:count]
+        return features_of(images[pick]).mean(0)
+
+    def evaluate(split, split_name, shots, episodes, center, **where):
+        feats = features_of(split.images)
+        for n in shots:
+            accs = evaluation.episode_accuracies(feats, split.labels.to(device), classify, ecfg["ways"], n,
+                                                 ecfg["queries"], episodes, ecfg["seed"], center=center,
+                                                 normalize=ecfg["normalize"])
+            mean, ci = evaluation.ci95(accs)
+            log.write("eval", split=split_name, ways=ecfg["ways"], shots=n, queries=ecfg["queries"],
+                      episodes=episodes, accuracy=mean, ci95=ci, **where)
+            yield n, mean, ci
+
+    log.write("start", device=str(device), epochs=tcfg["epochs"], steps_per_epoch=steps_per_epoch,
+              total_steps=total_steps, train_images=len(train_split), backbone_params=sum(p.numel() for p in model.parameters()),
+              out_dim=getattr(model, "out_dim", None))
+
+    # -- training ----------------------------------------------------------
+    step, best_val = 0, None
+    for epoch in range(tcfg["epochs"]):
+        model.train()
+        window_start, window_images = time.perf_counter(), 0
+        for batch in sampler.batches(epoch):
+            index = torch.as_tensor(batch.indices, device=images.device)
+            x = to_input(images[index].to(device, non_blocking=True))
+            x = augment(x, tcfg["crop_padding"], tcfg["flip"], augment_rng)
+            y = labels[index].to(device, non_blocking=True)
+            support = None if batch.support is None else torch.as_tensor(batch.support, device=device)
+            out = loss_fn(model(x), y, support)
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            window_images += len(index)
+            if step % tcfg["log_every"] == 0 or step % steps_per_epoch == 0:
+                loss_value = out.loss.item()  # the one device sync per interval
+                if not math.isfinite(loss_value):
+                    raise FloatingPointError(f"loss became {loss_value} at step {step} (epoch {epoch + 1}); try a lower --lr")
+                elapsed = time.perf_counter() - window_start
+                extra = {k: float(v) for k, v in (out.extra or {}).items()}
+                log.write("train", step=step, epoch=epoch + 1, loss=loss_value, positives=int(out.positives),
+                          negatives=int(out.negatives), lr=optimizer.param_groups[0]["lr"],
+                          images_per_s=window_images / max(elapsed, 1e-9), **extra)
+                window_start, window_images = time.perf_counter(), 0
+
+        # -- validation and checkpoint, once per epoch ---------------------
+        center = training_mean()
+        for _, accuracy, ci in evaluate(val_split, "val", [ecfg["val_shots"]], ecfg["val_episodes"], center,
+                                        epoch=epoch + 1, step=step):
+            best_val = accuracy if best_val is None else max(best_val, accuracy)
+        save_checkpoint(run.checkpoint_path, {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "step": step, "config": cfg,
+            "train_mean": center, "rng": {"torch": torch.get_rng_state(), "augment": augment_rng.get_state(),
+                                          "python": random.getstate()},
+        })
+        log.write("checkpoint", epoch=epoch + 1, step=step, path=str(run.checkpoint_path.relative_to(run.path)))
+
+    # -- final test evaluation ---------------------------------------------
+    test_split = dataset.load("test")
+    center = training_mean()
+    test = {f"{n}-shot": {"accuracy": acc, "ci95": ci} for n, acc, ci in
+            evaluate(test_split, "test", ecfg["shots"], ecfg["test_episodes"], center, step=step)}
+    results = {"run": run.id, "method": cfg["method"], "dataset": cfg["dataset"]["name"],
+               "backbone": cfg["backbone"]["name"], "ways": ecfg["ways"], "queries": ecfg["queries"],
+               "episodes": ecfg["test_episodes"], "test": test, "best_val_accuracy": best_val,
+               "epochs": tcfg["epochs"], "steps": step}
+    atomic_write_json(run.path / "results.json", results)
+    log.write("end", results=test)
+    return results

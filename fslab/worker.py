@@ -1,0 +1,96 @@
+"""The training worker process: ``python -m fslab.worker RUN_DIR``.
+
+It marks the run ``running`` before importing anything heavy (so a launcher
+sees its pid within milliseconds), keeps a heartbeat in ``status.json``, runs
+:func:`fslab.train.train`, and always leaves an end state: ``completed``,
+``failed`` (with a one-line error summary; the traceback goes to stderr) or
+``killed`` (SIGTERM/SIGINT; the last checkpoint is kept).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from fslab.runstore import Run
+
+
+class Stopped(Exception):
+    """Raised in the main thread when the worker is asked to stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StatusKeeper:
+    """Owns ``status.json`` while the worker lives: one lock for the main
+    thread's state changes and the heartbeat thread's rewrites."""
+
+    def __init__(self, run: Run, interval: float) -> None:
+        self.run = run
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def update(self, **fields) -> None:
+        with self.lock:
+            self.run.write_status(**fields)
+
+    def start(self) -> None:
+        now = time.time()
+        self.update(state="running", pid=os.getpid(), host=socket.gethostname(), started=now, heartbeat=now)
+        self.thread.start()
+
+    def finish(self, state: str, exit_code: int, error: str | None = None) -> None:
+        self.done.set()
+        self.update(state=state, exit_code=exit_code, ended=time.time(), heartbeat=time.time(), error=error)
+
+    def _beat(self) -> None:
+        while not self.done.wait(self.interval):
+            self.update(heartbeat=time.time())
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m fslab.worker RUN_DIR", file=sys.stderr)
+        return 2
+    run = Run(Path(argv[0]))
+    interval = float(run.config().get("train", {}).get("heartbeat", 5.0))
+    keeper = StatusKeeper(run, interval)
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+    keeper.start()
+    try:
+        from fslab.train import train
+
+        train(run)
+    except Stopped as stop:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(f"fslab: stopped by {stop}", file=sys.stderr, flush=True)
+        keeper.finish("killed", 128 + stop.signum, f"stopped by {stop}")
+        return 128 + stop.signum
+    except BaseException as exc:  # the run must record why it ended, whatever it was
+        traceback.print_exc()
+        sys.stderr.flush()
+        summary = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+        keeper.finish("failed", 1, summary)
+        return 1
+    keeper.finish("completed", 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""Configuration layering, --set parsing and the errors users see."""
+
+import pytest
+
+from fslab.config import DEFAULTS, merge, parse_assignment, nest, resolve
+from fslab.errors import ConfigError, UsageError
+from fslab.registry import load_registry
+from fslab.settings import Settings, load_settings
+
+
+@pytest.fixture
+def registry(builtin_plugins):
+    return load_registry()
+
+
+def settings_from(tmp_path, text):
+    path = tmp_path / "fslab.toml"
+    path.write_text(text)
+    return load_settings(path)
+
+
+def cli(*assignments):
+    return [nest(*parse_assignment(a)) for a in assignments]
+
+
+def test_precedence_builtin_method_dataset_toml_cli(registry, tmp_path):
+    dataset_defaults = registry.get("dataset", "synthetic").info["defaults"]
+    config = resolve("protonet", registry=registry, settings=Settings())
+    assert config["train"]["lr"] == DEFAULTS["train"]["lr"]  # built-in
+    assert config["sampler"]["name"] == "episodic"  # method recipe
+    assert config["train"]["epochs"] == dataset_defaults["train"]["epochs"]  # dataset over built-in
+
+    settings = settings_from(tmp_path, "[run.train]\nepochs = 3\nlr = 0.05\n")
+    config = resolve("protonet", registry=registry, settings=settings)
+    assert (config["train"]["epochs"], config["train"]["lr"]) == (3, 0.05)  # toml over dataset
+
+    config = resolve("protonet", registry=registry, settings=settings, overrides=cli("train.epochs=2"))
+    assert (config["train"]["epochs"], config["train"]["lr"]) == (2, 0.05)  # cli over toml
+    assert config["method"] == "protonet"
+
+
+def test_plugin_params_are_filled_and_validated(registry):
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("loss.temperature=0.9"))
+    assert config["loss"] == {"name": "nca", "temperature": 0.9}
+    assert config["backbone"]["name"] == "resnet12" and config["backbone"]["widths"] == [64, 160, 320, 640]
+    with pytest.raises(ConfigError, match=r"unknown parameter 'loss.temprature' for loss 'nca'\. Did you mean 'temperature'\?"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("loss.temprature=0.9"))
+
+
+def test_changing_a_plugin_drops_the_params_given_to_the_old_one(registry):
+    recipe_sampler = registry.create("method", "protonet")["sampler"]
+    assert "ways" in recipe_sampler
+    config = resolve("protonet", registry=registry, settings=Settings(),
+                     overrides=cli("loss.name=nca", "sampler.name=iid"))
+    assert config["sampler"] == {"name": "iid", **registry.get("sampler", "iid").params}
+
+
+def test_set_values_are_toml_with_string_fallback():
+    assert parse_assignment("train.milestones=[0.5, 0.75]") == (["train", "milestones"], [0.5, 0.75])
+    assert parse_assignment("loss.name=nca") == (["loss", "name"], "nca")
+    assert parse_assignment("train.flip=false") == (["train", "flip"], False)
+    with pytest.raises(ConfigError, match="--set expects key=value"):
+        parse_assignment("train.lr")
+
+
+def test_unknown_key_suggests_the_closest(registry):
+    with pytest.raises(ConfigError, match=r"unknown config key 'train.epoch'\. Did you mean 'epochs'\?"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.epoch=3"))
+    with pytest.raises(ConfigError, match=r"unknown config key 'trian'\. Did you mean 'train'\?"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("trian.epochs=3"))
+
+
+def test_wrong_type_names_key_and_expected_type(registry):
+    with pytest.raises(ConfigError, match=r"config key 'train.epochs' must be an integer, got 'ten'"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.epochs=ten"))
+    with pytest.raises(ConfigError, match=r"'train.flip' must be true or false"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.flip=1"))
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.lr=1"))
+    assert config["train"]["lr"] == 1.0 and isinstance(config["train"]["lr"], float)
+
+
+def test_unknown_method_or_plugin_suggests(registry):
+    with pytest.raises(UsageError, match=r"Unknown method 'ncaa'\. Did you mean 'nca'\?"):
+        resolve("ncaa", registry=registry, settings=Settings())
+    with pytest.raises(UsageError, match=r"Unknown backbone 'resnet21'\. Did you mean 'resnet12'\?"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("backbone.name=resnet21"))
+
+
+def test_episodic_loss_needs_an_episodic_sampler(registry):
+    with pytest.raises(ConfigError, match=r"loss 'protonet' needs episodes .* sampler 'iid'.*episodic"):
+        resolve("protonet", registry=registry, settings=Settings(), overrides=cli("sampler.name=iid"))
+
+
+def test_toml_syntax_error_names_file_line_and_column(tmp_path):
+    path = tmp_path / "fslab.toml"
+    path.write_text("[project]\nruns_dir = 'r'\nplugin_dirs = [\n\n[run\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert str(path) in message and "line 5" in message and "column" in message
+
+
+def test_settings_unknown_section_and_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown section \[projet\]\. Did you mean 'project'\?"):
+        settings_from(tmp_path, "[projet]\nruns_dir='x'\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'project.run_dir'\. Did you mean 'runs_dir'\?"):
+        settings_from(tmp_path, "[project]\nrun_dir='x'\n")
+    with pytest.raises(ConfigError, match=r"'project.plugin_dirs' must be a list"):
+        settings_from(tmp_path, "[project]\nplugin_dirs='x'\n")
+
+
+def test_settings_paths_resolve_against_the_file(tmp_path):
+    settings = settings_from(tmp_path, "[project]\nruns_dir='store'\nplugin_dirs=['p']\n[data_roots]\nsynthetic='d'\n")
+    assert settings.runs_dir == tmp_path / "store"
+    assert settings.plugin_dirs == [tmp_path / "p"]
+    assert settings.data_roots == {"synthetic": str(tmp_path / "d")}
+
+
+def test_merge_does_not_modify_its_inputs():
+    base = {"train": {"epochs": 1}, "loss": {"name": "nca", "temperature": 1.0}}
+    layer = {"loss": {"name": "protonet"}, "train": {"lr": 0.1}}
+    merged = merge(base, layer)
+    assert merged == {"train": {"epochs": 1, "lr": 0.1}, "loss": {"name": "protonet"}}
+    assert base["loss"] == {"name": "nca", "temperature": 1.0}

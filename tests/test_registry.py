@@ -1,0 +1,140 @@
+"""The plugin registry: discovery, failures, duplicates, parameters."""
+
+import textwrap
+
+import pytest
+
+from fslab.errors import PluginError, UsageError
+from fslab.registry import KINDS, load_registry
+
+LOCAL_LOSS = """
+    from fslab import hookimpl, LossOutput
+
+    def scaled(z, labels, support=None, *, scale: float = 2.0):
+        return LossOutput(z.sum() * scale, 0, 0)
+
+    @hookimpl
+    def register_losses(register):
+        register(scaled, name="scaled", description="sum times a scale", paper="none")
+"""
+
+
+def write_plugin(folder, name, source):
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    return folder
+
+
+def test_builtins_register_every_kind_with_metadata(builtin_plugins):
+    registry = load_registry()
+    for kind in KINDS:
+        assert registry.names(kind), f"no built-in {kind}"
+    nca = registry.get("loss", "nca")
+    assert nca.params == {"temperature": 1.0}
+    assert "Eq. 3" in nca.description or "NCA" in nca.description or nca.paper
+    assert nca.plugin == "nca" and nca.version.startswith("fslab ")
+    assert nca.describe()["origin"] == "entry point fslab_plugins.nca"
+
+
+def test_local_plugin_folder_is_loaded_and_params_come_from_the_signature(builtin_plugins, tmp_path):
+    folder = write_plugin(tmp_path / "local", "scaled", LOCAL_LOSS)
+    registry = load_registry([folder])
+    component = registry.get("loss", "scaled")
+    assert component.params == {"scale": 2.0}
+    assert component.plugin == "local:scaled" and component.origin.endswith("scaled.py")
+    loss = registry.create("loss", "scaled", scale=3.0)
+
+    class Z:  # stands in for a tensor: only .sum() is used
+        def sum(self):
+            return 5.0
+
+    assert loss(Z(), None).loss == 15.0
+
+
+def test_unknown_parameter_and_name_suggest_the_closest(builtin_plugins):
+    registry = load_registry()
+    with pytest.raises(UsageError, match=r"has no parameter 'temprature'.*Did you mean 'temperature'"):
+        registry.create("loss", "nca", temprature=0.5)
+    with pytest.raises(UsageError, match=r"Unknown loss 'protonett'\. Did you mean 'protonet'\? Allowed: .*nca"):
+        registry.get("loss", "protonett")
+    with pytest.raises(UsageError, match=r"Unknown plugin kind 'losses'.*Did you mean 'loss'"):
+        registry.names("losses")
+
+
+def test_available_filters_by_glob(builtin_plugins):
+    import fslab
+
+    assert fslab.available("loss", "proto*") == ["protonet"]
+    assert "nca" in fslab.available("loss")
+
+
+def test_broken_plugin_is_reported_and_the_rest_keeps_working(builtin_plugins, tmp_path, monkeypatch):
+    folder = write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")
+    write_plugin(folder, "scaled", LOCAL_LOSS)
+    registry = load_registry([folder])
+    assert [f.plugin for f in registry.failures] == ["local:broken"]
+    assert "ModuleNotFoundError" in registry.failures[0].error
+    assert "scaled" in registry.names("loss") and "nca" in registry.names("loss")
+    monkeypatch.setenv("FSLAB_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match="plugin 'local:broken' failed to load"):
+        load_registry([folder])
+
+
+def test_duplicate_names_name_both_providers(builtin_plugins, tmp_path):
+    folder = write_plugin(tmp_path / "local", "again", LOCAL_LOSS.replace('name="scaled"', 'name="nca"'))
+    with pytest.raises(PluginError, match=r"loss 'nca' is registered twice: by plugin 'nca' fslab .* and by plugin 'local:again'"):
+        load_registry([folder])
+
+
+def test_misspelled_hook_is_an_error(builtin_plugins, tmp_path):
+    source = LOCAL_LOSS.replace("def register_losses", "def register_loses")
+    folder = write_plugin(tmp_path / "local", "typo", source)
+    with pytest.raises(PluginError, match="register_loses"):
+        load_registry([folder])
+
+
+def test_lazy_reference_must_declare_params(builtin_plugins, tmp_path):
+    source = """
+        from fslab import hookimpl
+
+        @hookimpl
+        def register_backbones(register):
+            register("somewhere:Net", name="lazy", description="d")
+    """
+    folder = write_plugin(tmp_path / "local", "lazy", source)
+    registry = load_registry([folder])
+    assert "declare its params" in registry.failures[0].error
+
+
+def test_lazy_reference_that_cannot_import_names_the_target(builtin_plugins, tmp_path):
+    source = """
+        from fslab import hookimpl
+
+        @hookimpl
+        def register_backbones(register):
+            register("no_such_module_x:Net", name="lazy", description="d", params={})
+    """
+    registry = load_registry([write_plugin(tmp_path / "local", "lazy", source)])
+    assert registry.get("backbone", "lazy").params == {}
+    with pytest.raises(PluginError, match="points at 'no_such_module_x:Net'"):
+        registry.create("backbone", "lazy", in_channels=1)
+
+
+def test_method_recipes_are_dicts_naming_registered_plugins(builtin_plugins):
+    registry = load_registry()
+    for name in registry.names("method"):
+        recipe = registry.create("method", name)
+        for section in ("loss", "sampler", "evaluator"):
+            assert recipe[section]["name"] in registry.names(section), (name, section)
+
+
+def test_declared_params_of_lazy_targets_match_their_signatures(builtin_plugins):
+    """A lazy reference declares its params by hand; they must agree with the code."""
+    from fslab.registry import keyword_params
+
+    registry = load_registry()
+    for kind in KINDS:
+        for name in registry.names(kind):
+            component = registry.get(kind, name)
+            if isinstance(component.target, str):
+                assert keyword_params(component.resolve()) == component.params, (kind, name)

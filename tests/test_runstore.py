@@ -1,0 +1,106 @@
+"""The run store: ids, atomic files, torn lines, lost runs, lookups."""
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fslab.errors import RunNotFound
+from fslab.runstore import (LOST_AFTER_S, Run, atomic_write_json, create_run, find_run, list_runs,
+                            read_new_lines)
+
+
+def _create(args):
+    runs_dir, barrier_time = args
+    while time.time() < barrier_time:  # start every process at the same instant
+        pass
+    return create_run(runs_dir, "nca", {"method": "nca"}).id
+
+
+def test_simultaneous_creates_never_share_a_folder(tmp_path):
+    start = time.time() + 0.5
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        ids = pool.map(_create, [(tmp_path, start)] * 32)
+    assert len(set(ids)) == 32
+    assert sorted(r.id for r in list_runs(tmp_path)) == sorted(ids)
+    for run_id in ids:
+        stamp, method = run_id.split("-")[:2], run_id.split("-")[2]
+        assert method == "nca" and len(stamp[0]) == 8
+
+
+def test_create_writes_config_and_queued_status(tmp_path):
+    run = create_run(tmp_path, "protonet", {"method": "protonet", "seed": 3})
+    assert run.config() == {"method": "protonet", "seed": 3}
+    status = run.status()
+    assert status["state"] == "queued" and status["host"] == socket.gethostname()
+    assert (run.path / "checkpoints").is_dir()
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    path = tmp_path / "status.json"
+    for i in range(5):
+        atomic_write_json(path, {"i": i})
+    assert json.loads(path.read_text()) == {"i": 4}
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
+def test_torn_last_line_waits_and_corrupt_lines_are_counted(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\nnot json\n[1, 2]\n{"step": 2}\n{"step": 3, "lo')
+    events, offset, corrupt = read_new_lines(path, 0)
+    assert [e["step"] for e in events] == [1, 2] and corrupt == 2
+    with open(path, "ab") as fh:
+        fh.write(b'ss": 0.5}\n')
+    events, offset2, corrupt = read_new_lines(path, offset)
+    assert events == [{"step": 3, "loss": 0.5}] and corrupt == 0
+    assert offset2 == path.stat().st_size
+    assert read_new_lines(path, offset2) == ([], offset2, 0)
+
+
+def test_a_dead_pid_makes_a_running_run_lost(tmp_path):
+    run = create_run(tmp_path, "nca", {})
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    now = time.time()
+    run.write_status(state="running", pid=child.pid, heartbeat=now)
+    assert run.state() == "lost"
+    run.write_status(pid=os.getpid())
+    assert run.state() == "running"
+
+
+def test_a_stale_heartbeat_makes_a_run_lost(tmp_path):
+    run = create_run(tmp_path, "nca", {})
+    now = time.time()
+    run.write_status(state="running", pid=os.getpid(), host="another-host", heartbeat=now)
+    assert run.state(now=now + LOST_AFTER_S - 1) == "running"
+    assert run.state(now=now + LOST_AFTER_S + 1) == "lost"
+    run.write_status(state="completed")
+    assert run.state(now=now + 10 * LOST_AFTER_S) == "completed"
+
+
+def test_find_run_by_id_prefix_substring_and_last(tmp_path):
+    a = create_run(tmp_path, "nca", {})
+    b = create_run(tmp_path, "protonet", {})
+    assert find_run(tmp_path, a.id) == a
+    assert find_run(tmp_path, "protonet") == b
+    assert find_run(tmp_path, "last") == b
+    with pytest.raises(RunNotFound, match="matches 2 runs"):
+        find_run(tmp_path, a.id[:8])
+    with pytest.raises(RunNotFound, match="no run 'zzz'.*fslab runs"):
+        find_run(tmp_path, "zzz")
+
+
+def test_last_event_reads_the_tail(tmp_path):
+    run = create_run(tmp_path, "nca", {})
+    with open(run.metrics_path, "w") as fh:
+        fh.write(json.dumps({"event": "eval", "accuracy": 0.5}) + "\n")
+        for step in range(3000):
+            fh.write(json.dumps({"event": "train", "step": step, "pad": "x" * 40}) + "\n")
+    assert run.last_event("train")["step"] == 2999
+    assert run.last_event("eval") == {"event": "eval", "accuracy": 0.5}  # beyond the tail
+    assert run.last_event("end") is None
