@@ -18,12 +18,12 @@ from fslab.hookspecs import hookimpl
 from fslab.types import Batch, LossOutput, Split
 
 __version__ = "0.1.0"
-__all__ = ["available", "create", "describe", "hookimpl", "registry", "Batch", "LossOutput", "Split"]
+__all__ = ["available", "create", "describe", "get_registry", "hookimpl", "Batch", "LossOutput", "Split"]
 
 _registry = None
 
 
-def registry():
+def get_registry():
     """The process-wide registry: entry-point plugins plus the plugin folders
     named in ./fslab.toml, loaded on first use."""
     global _registry
@@ -37,14 +37,14 @@ def registry():
 
 def available(kind: str, pattern: str = "*") -> list[str]:
     """Names of registered components of ``kind`` matching a glob ``pattern``."""
-    return registry().names(kind, pattern)
+    return get_registry().names(kind, pattern)
 
 
 def create(kind: str, name: str, **params: Any) -> Any:
     """Build a registered component; ``params`` are checked against what it accepts."""
-    return registry().create(kind, name, **params)
+    return get_registry().create(kind, name, **params)
 
 
 def describe(kind: str, name: str) -> dict:
     """Name, description, paper, parameters and provider of one component."""
-    return registry().get(kind, name).describe()
+    return get_registry().get(kind, name).describe()

@@ -21,8 +21,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="fslab: few-shot learning runs from the command line. Start with [bold]fslab run nca[/bold].",
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped output is not cut to 80 columns: tables stay whole for grep and files.
+console = Console(width=None if sys.stdout.isatty() else 250)
+err_console = Console(stderr=True, soft_wrap=True)
 
 RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -278,5 +279,5 @@ def main() -> None:
     try:
         app()
     except FslabError as exc:
-        err_console.print(f"error: {escape(str(exc))}", highlight=False)
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

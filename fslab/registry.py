@@ -249,7 +249,7 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
     def register(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
         if params is None:
             if isinstance(target, str):
-                raise PluginError(
+                raise TypeError(
                     f"{kind} '{name}' from plugin '{plugin}' is a lazy reference "
                     f"'{target}': declare its params={{...}} in register()"
                 )

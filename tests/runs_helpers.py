@@ -1,0 +1,46 @@
+"""Helpers for tests that drive the real CLI and real worker processes."""
+
+import json
+import subprocess
+import sys
+import time
+
+TINY = [
+    "--backbone", "conv4", "--set", "backbone.hidden=8",
+    "--set", "dataset.classes=24", "--set", "dataset.val_classes=6", "--set", "dataset.test_classes=6",
+    "--set", "dataset.images_per_class=20", "--set", "dataset.image_size=16",
+    "--batch-size", "32", "--set", "train.log_every=1", "--set", "train.heartbeat=0.2",
+    "--set", "eval.val_episodes=20", "--set", "eval.test_episodes=40", "--set", "eval.queries=5",
+    "--set", "eval.center_images=64",
+]
+
+
+def fslab(*args, cwd, timeout=300, env=None):
+    """Run the real CLI in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "fslab", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def wait_for(predicate, timeout=120.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def events(run_dir, kind=None):
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if kind is None or event.get("event") == kind:
+            out.append(event)
+    return out

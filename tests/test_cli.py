@@ -1,0 +1,111 @@
+"""The CLI as a user meets it: listings, one-line errors, import hygiene."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fslab.runstore import create_run
+
+from .runs_helpers import fslab
+
+
+def test_help_and_version(project):
+    result = fslab("--help", cwd=project)
+    assert result.returncode == 0
+    for command in ("run", "runs", "show", "logs", "stop", "plugins"):
+        assert command in result.stdout
+    assert fslab("--version", cwd=project).stdout.strip() == "fslab 0.1.0"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["runs"], ["plugins"], ["runs", "--json"]])
+def test_listing_commands_do_not_import_torch(project, argv):
+    code = textwrap.dedent(f"""
+        import sys
+        from fslab.cli import app
+        try:
+            app({argv!r})
+        except SystemExit as exit:
+            assert not exit.code, exit.code
+        heavy = [m for m in ("torch", "numpy", "textual") if m in sys.modules]
+        print("HEAVY", heavy)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout
+
+
+def test_plugins_lists_every_kind_with_origin(project):
+    result = fslab("plugins", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    by_kind = {}
+    for row in rows:
+        by_kind.setdefault(row["kind"], set()).add(row["name"])
+        assert row["plugin"] and row["version"].startswith("fslab ")
+    assert {"nca", "protonet"} <= by_kind["loss"]
+    assert {"conv4", "resnet12"} <= by_kind["backbone"]
+    assert {"iid", "episodic"} <= by_kind["sampler"]
+    assert by_kind["evaluator"] >= {"centroid"} and by_kind["dataset"] >= {"synthetic"}
+    assert {"nca", "protonet"} <= by_kind["method"]
+    table = fslab("plugins", "--kind", "loss", cwd=project).stdout
+    assert "nca" in table and "resnet12" not in table
+
+
+@pytest.mark.parametrize(
+    "argv, fslab_toml, expected",
+    [
+        (["run", "ncaa"], "", "Unknown method 'ncaa'. Did you mean 'nca'?"),
+        (["run", "nca", "--backbone", "resnet21"], "", "Unknown backbone 'resnet21'. Did you mean 'resnet12'?"),
+        (["run", "nca", "--set", "train.epoch=2"], "", "unknown config key 'train.epoch'. Did you mean 'epochs'?"),
+        (["run", "nca", "--set", "train.epochs=two"], "", "config key 'train.epochs' must be an integer, got 'two'"),
+        (["run", "nca", "--set", "loss.temprature=2"], "", "Did you mean 'temperature'?"),
+        (["run", "nca"], "[run.train\nepochs = 2\n", "fslab.toml:1:"),
+        (["run", "nca"], "[run]\ndevice = 3\n", "config key 'device' must be a string, got 3"),
+        (["run", "nca", "--device", "tpu"], "", "config key 'device' must be auto, cpu, cuda or cuda:N"),
+        (["plugins", "--kind", "losses"], "", "Unknown plugin kind 'losses'. Did you mean 'loss'?"),
+        (["show", "nothing-like-this"], "", "no run 'nothing-like-this'"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_writes_nothing(project, argv, fslab_toml, expected):
+    if fslab_toml:
+        (project / "fslab.toml").write_text(fslab_toml)
+    before = create_run(project / "runs", "nca", {"method": "nca"})  # must survive untouched
+    result = fslab(*argv, cwd=project)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr
+    assert [p.name for p in (project / "runs").iterdir()] == [before.id]
+    assert before.config() == {"method": "nca"}
+
+
+def test_runs_and_show_read_the_store(project):
+    run = create_run(project / "runs", "nca", {"method": "nca", "backbone": {"name": "conv4"},
+                                               "dataset": {"name": "synthetic"}, "seed": 1, "train": {"epochs": 4}})
+    run.write_status(state="completed", exit_code=0)
+    with open(run.metrics_path, "w") as fh:
+        fh.write(json.dumps({"event": "train", "step": 10, "epoch": 2, "loss": 1.25, "positives": 18, "negatives": 48}) + "\n")
+        fh.write(json.dumps({"event": "eval", "split": "val", "ways": 5, "shots": 5, "queries": 15,
+                             "episodes": 100, "epoch": 2, "accuracy": 0.61, "ci95": 0.02}) + "\n")
+    rows = [json.loads(line) for line in fslab("runs", "--json", cwd=project).stdout.splitlines()]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["id"], row["state"], row["method"], row["backbone"], row["seed"]) == (run.id, "completed", "nca", "conv4", 1)
+    assert (row["epoch"], row["loss"], row["positives"], row["negatives"]) == (2, 1.25, 18, 48)
+    assert row["best_val"] == {"accuracy": 0.61, "ci95": 0.02}
+    table = fslab("runs", cwd=project).stdout
+    assert "61.00±2.00" in table and "18/48" in table
+    detail = json.loads(fslab("show", run.id[-4:], "--json", cwd=project).stdout)
+    assert detail["evaluations"][0]["accuracy"] == 0.61 and detail["config"]["seed"] == 1
+
+
+def test_run_names_from_files_are_not_markup(project):
+    run = create_run(project / "runs", "nca", {"method": "[bold red]x[/]", "backbone": {"name": "[link=y]b"}})
+    run.write_status(state="failed", error="[red]boom[/red]")
+    shown = fslab("show", run.id, cwd=project)
+    assert "[red]boom[/red]" in shown.stdout
+    assert "[bold red]x[/]" in fslab("runs", cwd=project).stdout

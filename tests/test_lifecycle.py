@@ -1,0 +1,135 @@
+"""Real runs in real worker processes: completed, failed, killed, lost."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from .runs_helpers import TINY, events, fslab, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def only_run(project):
+    runs = [p for p in (project / "runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def status(run_dir):
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def test_completed_run_leaves_every_file(project):
+    result = fslab("run", "nca", *TINY, "--epochs", "2", cwd=project)
+    assert result.returncode == 0, result.stderr + result.stdout
+    run_dir = only_run(project)
+    st = status(run_dir)
+    assert st["state"] == "completed" and st["exit_code"] == 0 and st["ended"] >= st["started"]
+    assert st["pid"] != os.getpid()
+
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["backbone"] == {"name": "conv4", "hidden": 8} and config["train"]["epochs"] == 2
+
+    train = events(run_dir, "train")
+    start = events(run_dir, "start")[0]
+    assert [e["step"] for e in train] == list(range(1, start["total_steps"] + 1))  # log_every=1
+    for e in train:
+        assert e["loss"] > 0 and e["lr"] > 0 and e["images_per_s"] > 0
+        # 32 images from 18 classes: every positive pair is also counted once
+        assert 0 < e["positives"] and e["positives"] + e["negatives"] <= 32 * 31 // 2
+
+    val = events(run_dir, "eval")
+    assert [(e["split"], e["shots"]) for e in val] == [("val", 5), ("val", 5), ("test", 1), ("test", 5)]
+    for e in val:
+        assert 0 <= e["accuracy"] <= 1 and e["ci95"] > 0 and e["ways"] == 5 and e["queries"] == 5
+
+    results = json.loads((run_dir / "results.json").read_text())
+    assert set(results["test"]) == {"1-shot", "5-shot"}
+    assert results["test"]["5-shot"]["accuracy"] == val[-1]["accuracy"]
+    assert f"{100 * results['test']['5-shot']['accuracy']:.2f}" in result.stdout
+
+    import torch
+
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert {"model", "optimizer", "scheduler", "epoch", "step", "config", "rng", "train_mean"} <= set(checkpoint)
+    assert checkpoint["epoch"] == 2 and checkpoint["step"] == start["total_steps"]
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["last.pt"]
+    shown = json.loads(fslab("show", run_dir.name, "--json", cwd=project).stdout)
+    assert shown["state"] == "completed" and len(shown["evaluations"]) == 4
+
+
+def test_failing_loss_gives_failed_with_the_error(project):
+    plugins = project / "local_plugins"
+    plugins.mkdir()
+    (plugins / "boom.py").write_text(textwrap.dedent("""
+        from fslab import hookimpl
+
+        def boom(z, labels, support=None):
+            raise RuntimeError("the loss exploded on purpose")
+
+        @hookimpl
+        def register_losses(register):
+            register(boom, name="boom", description="always raises")
+    """))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
+    result = fslab("run", "nca", *TINY, "--set", "loss.name=boom", cwd=project)
+    assert result.returncode == 1
+    assert "failed: RuntimeError: the loss exploded on purpose" in result.stderr
+    run_dir = only_run(project)
+    st = status(run_dir)
+    assert st["state"] == "failed" and st["exit_code"] == 1
+    assert st["error"] == "RuntimeError: the loss exploded on purpose"
+    assert "Traceback" in (run_dir / "stderr.log").read_text()
+    assert "exploded" in fslab("logs", run_dir.name, "--stderr", cwd=project).stdout
+
+
+def test_stop_kills_cleanly_and_keeps_the_checkpoint(project):
+    result = fslab("run", "nca", *TINY, "--epochs", "200", "--detach", cwd=project)
+    assert result.returncode == 0, result.stderr
+    run_id = result.stdout.strip()
+    run_dir = project / "runs" / run_id
+    wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
+    stopped = fslab("stop", run_id, cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.strip() == f"{run_id}: killed"
+    st = status(run_dir)
+    assert st["state"] == "killed" and st["exit_code"] == 128 + signal.SIGTERM
+    assert (run_dir / "checkpoints" / "last.pt").exists()
+    assert fslab("stop", run_id, cwd=project).returncode == 2  # nothing left to stop
+
+
+def test_ctrl_c_while_following_stops_the_worker(project):
+    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", "200"],
+                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = wait_for(lambda: next((p for p in (project / "runs").iterdir() if p.is_dir()), None)
+                       if (project / "runs").exists() else None, what="the run folder")
+    wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 130, err
+    assert "killed; last checkpoint kept" in out
+    st = status(run_dir)
+    assert st["state"] == "killed" and not _alive(st["pid"])
+
+
+def test_worker_killed_by_sigkill_shows_as_lost(project):
+    run_id = fslab("run", "nca", *TINY, "--epochs", "200", "--detach", cwd=project).stdout.strip()
+    run_dir = project / "runs" / run_id
+    wait_for(lambda: events(run_dir, "train"), what="training to start")
+    pid = status(run_dir)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not _alive(pid), what="the worker to die")
+    rows = [json.loads(line) for line in fslab("runs", "--json", cwd=project).stdout.splitlines()]
+    assert [(r["id"], r["state"]) for r in rows] == [(run_id, "lost")]
+    assert status(run_dir)["state"] == "running"  # nothing rewrote the file; lost is detected
+
+
+def _alive(pid):
+    from fslab.runstore import pid_alive
+
+    return pid_alive(pid)
