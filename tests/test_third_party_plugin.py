@@ -1,0 +1,85 @@
+"""A plugin published as its own pip package is found and trains like a built-in."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from .runs_helpers import TINY, events, fslab
+
+pytestmark = pytest.mark.slow
+
+PYPROJECT = """
+    [build-system]
+    requires = ["setuptools>=70.1"]
+    build-backend = "setuptools.build_meta"
+
+    [project]
+    name = "fslab-margin"
+    version = "0.3.0"
+    dependencies = ["fslab"]
+
+    [project.entry-points.fslab]
+    margin = "fslab_margin"
+"""
+
+PLUGIN = '''
+    """A contrastive margin loss, as a third party would publish it."""
+    import torch
+
+    from fslab import LossOutput, hookimpl
+
+
+    def margin_loss(z, labels, support=None, *, margin: float = 1.0):
+        """Pull same-class pairs together, push other pairs beyond ``margin``."""
+        d = torch.cdist(z, z)
+        same = labels[:, None] == labels[None, :]
+        upper = torch.ones_like(same).triu(1)
+        pos, neg = same & upper, ~same & upper
+        loss = (d[pos].pow(2).sum() + (margin - d[neg]).clamp(min=0).pow(2).sum()) / upper.sum()
+        return LossOutput(loss, pos.sum(), neg.sum())
+
+
+    @hookimpl
+    def register_losses(register):
+        register(margin_loss, name="margin", description="contrastive margin loss", paper="Hadsell et al. 2006")
+
+
+    @hookimpl
+    def register_methods(register):
+        register({"loss": {"name": "margin", "margin": 2.0}, "sampler": {"name": "iid"},
+                  "evaluator": {"name": "centroid"}}, name="margin", description="margin loss, iid batches")
+'''
+
+
+def test_pip_installed_plugin_is_listed_and_trains(project, tmp_path, monkeypatch):
+    dist = tmp_path / "fslab-margin"
+    (dist / "fslab_margin").mkdir(parents=True)
+    (dist / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    (dist / "fslab_margin" / "__init__.py").write_text(textwrap.dedent(PLUGIN))
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(site), str(dist)],
+        capture_output=True, text=True,
+    )
+    assert install.returncode == 0, install.stderr
+    monkeypatch.setenv("PYTHONPATH", str(site) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("FSLAB_PLUGINS", os.environ["FSLAB_PLUGINS"] + ",margin")
+
+    listed = [json.loads(line) for line in fslab("plugins", "--json", cwd=project).stdout.splitlines()]
+    margin = next(c for c in listed if c["kind"] == "loss" and c["name"] == "margin")
+    assert margin["version"] == "fslab-margin 0.3.0" and margin["params"] == {"margin": 1.0}
+    assert margin["origin"] == "entry point fslab_margin"
+
+    result = fslab("run", "margin", *TINY, "--epochs", "1", cwd=project)
+    assert result.returncode == 0, result.stderr
+    run_dir = next((project / "runs").iterdir())
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["loss"] == {"name": "margin", "margin": 2.0}
+    for event in events(run_dir, "train"):  # all pairs of a 32-image batch are used
+        assert event["positives"] + event["negatives"] == 32 * 31 // 2
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "completed"
