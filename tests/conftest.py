@@ -1,0 +1,90 @@
+"""Shared fixtures: a registry of the built-in plugins only, and seeded data."""
+
+from __future__ import annotations
+
+import pytest
+
+BUILTIN_PLUGINS = "nca,protonet,resnet12,synthetic"
+
+
+@pytest.fixture
+def builtin_plugins(monkeypatch):
+    """Load only the built-in entry points, so whatever else is installed in
+    the environment cannot change a test; failures are reported, not raised
+    (the default), and fslab's process-wide registry is rebuilt."""
+    import fslab
+
+    monkeypatch.setenv("FSLAB_PLUGINS", BUILTIN_PLUGINS)
+    monkeypatch.delenv("FSLAB_STRICT_PLUGINS", raising=False)
+    monkeypatch.setattr(fslab, "_registry", None)
+    return BUILTIN_PLUGINS.split(",")
+
+
+@pytest.fixture
+def registry(builtin_plugins, monkeypatch):
+    """A registry of the built-in plugins, loaded strictly: a built-in that
+    fails to import is a test failure, not a warning."""
+    from fslab.registry import load_registry
+
+    monkeypatch.setenv("FSLAB_STRICT_PLUGINS", "1")
+    return load_registry()
+
+
+@pytest.fixture
+def torch_seed():
+    """Seed torch's global generator so a test's random data is fixed."""
+    import torch
+
+    torch.manual_seed(1234)
+    return 1234
+
+
+@pytest.fixture
+def make_episode(torch_seed):
+    """Factory for an episode laid out class by class (support then query rows)
+    with non-contiguous label values: returns z, labels, support mask."""
+    return episode_batch
+
+
+@pytest.fixture
+def make_class_batch(torch_seed):
+    """Factory for ``classes`` × ``per_class`` rows in shuffled order."""
+    return class_batch
+
+
+def episode_batch(ways: int, shots: int, queries: int, dim: int = 8, label_offset: int = 0):
+    import torch
+
+    labels = torch.tensor([label_offset + 7 * c for c in range(ways) for _ in range(shots + queries)])
+    support = torch.tensor(([True] * shots + [False] * queries) * ways)
+    z = torch.randn(len(labels), dim, dtype=torch.float64, requires_grad=True)
+    return z, labels, support
+
+
+def class_batch(classes: int, per_class: int, dim: int = 8):
+    import torch
+
+    labels = torch.arange(classes).repeat_interleave(per_class)
+    labels = labels[torch.randperm(len(labels))]
+    z = torch.randn(len(labels), dim, dtype=torch.float64, requires_grad=True)
+    return z, labels
+
+
+@pytest.fixture
+def builtin_plugins(monkeypatch):
+    """Load only the built-in plugins, and forget any registry built earlier."""
+    import fslab
+
+    monkeypatch.setenv("FSLAB_PLUGINS", BUILTIN_PLUGINS)
+    monkeypatch.delenv("FSLAB_STRICT_PLUGINS", raising=False)
+    monkeypatch.setattr(fslab, "_registry", None)
+
+
+@pytest.fixture
+def project(tmp_path, builtin_plugins, monkeypatch):
+    """An empty project folder to run the real CLI in (subprocesses inherit the env)."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("FSLAB_CONFIG", raising=False)
+    return folder

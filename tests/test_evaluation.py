@@ -1,0 +1,130 @@
+"""Episode sampling, per-episode accuracy and the confidence interval."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fslab.errors import UsageError
+from fslab.evaluation import EPISODE_BLOCK, ci95, episode_accuracies, extract_features, sample_episodes
+from fslab_plugins.nca import centroid
+
+
+def uneven_labels():
+    """12 classes of 8 to 30 images, shuffled; classes 0 and 1 have only 8."""
+    sizes = [8, 8] + [12 + 2 * c for c in range(10)]
+    labels = torch.cat([torch.full((size,), c) for c, size in enumerate(sizes)])
+    return labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))]
+
+
+def test_ci95_on_known_values():
+    mean, ci = ci95([0.0, 1.0, 0.0, 1.0])
+    assert mean == pytest.approx(0.5)
+    assert ci == pytest.approx(1.96 * 0.5 / 2)  # population std of 0/1 halves is 0.5
+    assert ci95(torch.full((10,), 0.8)) == pytest.approx((0.8, 0.0))
+    with pytest.raises(UsageError):
+        ci95([])
+
+
+def test_sampled_episodes_have_distinct_classes_and_images():
+    labels = uneven_labels()
+    episodes = EPISODE_BLOCK + 200  # more than one block
+    support, query = sample_episodes(labels, ways=5, shots=3, queries=6, episodes=episodes, seed=1)
+    assert support.shape == (episodes, 5, 3) and query.shape == (episodes, 5, 6)
+    both = torch.cat([support, query], dim=2)  # [E, w, n+q]
+    for episode in both:
+        assert episode.unique().numel() == episode.numel()  # no image twice
+        classes = labels[episode]
+        assert (classes == classes[:, :1]).all()  # one class per way
+        assert classes[:, 0].unique().numel() == 5  # distinct ways
+    drawn = labels[both].unique().tolist()
+    assert 0 not in drawn and 1 not in drawn  # 8 images < shots + queries
+    assert len(drawn) == 10
+
+
+def test_same_seed_same_episodes():
+    labels = uneven_labels()
+    first = sample_episodes(labels, 5, 1, 4, 300, seed=7)
+    again = sample_episodes(labels.tolist(), 5, 1, 4, 300, seed=7)
+    other = sample_episodes(labels, 5, 1, 4, 300, seed=8)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[0], other[0])
+
+
+def test_too_few_large_enough_classes_is_a_usage_error():
+    with pytest.raises(UsageError, match="need 11 classes"):
+        sample_episodes(uneven_labels(), ways=11, shots=1, queries=9, episodes=5, seed=0)
+    with pytest.raises(UsageError):
+        sample_episodes(uneven_labels(), ways=1, shots=1, queries=1, episodes=5, seed=0)
+
+
+def brute_force_accuracies(features, labels, ways, shots, queries, episodes, seed, center):
+    """Nearest centroid, one episode and one query at a time."""
+    features = F.normalize(features - center, dim=1)
+    support_idx, query_idx = sample_episodes(labels, ways, shots, queries, episodes, seed)
+    accuracies = []
+    for support_rows, query_rows in zip(support_idx, query_idx):
+        centroids = [features[rows].mean(dim=0) for rows in support_rows]
+        correct = 0
+        for true_way, rows in enumerate(query_rows):
+            for row in rows:
+                distances = [float(((features[row] - c) ** 2).sum()) for c in centroids]
+                correct += distances.index(min(distances)) == true_way
+        accuracies.append(correct / (ways * queries))
+    return torch.tensor(accuracies)
+
+
+@pytest.mark.parametrize("shots", [1, 5])
+def test_centroid_accuracy_matches_a_brute_force_loop(torch_seed, shots):
+    labels = uneven_labels()
+    # Class-dependent means so accuracies are neither 0 nor 1.
+    features = torch.randn(len(labels), 16) + 0.7 * torch.randn(12, 16)[labels]
+    center = features[:40].mean(dim=0)
+    fast = episode_accuracies(features, labels, centroid, 5, shots, 5, 60, seed=3, center=center, chunk=7)
+    slow = brute_force_accuracies(features, labels, 5, shots, 5, 60, 3, center)
+    assert fast.shape == (60,)
+    assert torch.allclose(fast, slow)
+    assert 0.2 < float(fast.mean()) < 0.95
+
+
+def test_separable_features_are_always_right():
+    labels = uneven_labels()
+    features = F.one_hot(labels, 12).float() * 10 + 0.01 * torch.randn(len(labels), 12)
+    accuracies = episode_accuracies(features, labels, centroid, 5, 1, 5, 200, seed=0)
+    assert torch.equal(accuracies, torch.ones(200))
+
+
+def test_accuracy_is_measured_against_the_way_order():
+    # A classifier that always answers way 0 is right on exactly 1/w of the queries.
+    labels = uneven_labels()
+    always_first = lambda support, query: torch.zeros(query.shape[:2], dtype=torch.long)
+    accuracies = episode_accuracies(torch.randn(len(labels), 4), labels, always_first, 4, 2, 3, 20, seed=0)
+    assert torch.allclose(accuracies, torch.full((20,), 0.25))
+
+
+def test_extract_features_runs_in_eval_mode_and_restores_training(torch_seed):
+    from fslab_plugins.networks import Conv4
+
+    model = Conv4(1, hidden=8)
+    model.train()
+    images = torch.randint(0, 256, (10, 1, 12, 12), dtype=torch.uint8)
+    normalize = lambda x: (x.float() / 255 - 0.5) / 0.5
+    features = extract_features(model, images, 4, "cpu", normalize)
+    assert features.shape == (10, 8) and not features.requires_grad
+    assert model.training
+    model.eval()
+    with torch.no_grad():
+        expected = model(normalize(images))
+    assert torch.allclose(features, expected, atol=1e-6)
+    assert torch.allclose(extract_features(model, images, 10, "cpu", normalize), features, atol=1e-6)
+
+
+def test_evaluator_is_registered(registry):
+    classify = registry.create("evaluator", "centroid")
+    support = torch.tensor([[[[0.0, 0.0]], [[5.0, 5.0]]]])  # one episode, 2 ways, 1 shot
+    query = torch.tensor([[[4.0, 4.5], [0.5, -1.0]]])
+    assert classify(support, query).tolist() == [[1, 0]]
+    assert math.isclose(ci95([1.0])[0], 1.0)

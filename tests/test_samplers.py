@@ -1,0 +1,155 @@
+"""The iid and episodic samplers yield what they promise."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import random
+from collections import Counter
+
+import pytest
+
+from fslab.errors import UsageError
+from fslab_plugins.nca import IIDSampler
+from fslab_plugins.protonet import EpisodicSampler
+
+
+def uneven_labels(classes=40):
+    """Classes of 10 to 30 images, labels in a shuffled order."""
+    labels = [c for c in range(classes) for _ in range(10 + (c * 7) % 21)]
+    random.Random(0).shuffle(labels)
+    return labels
+
+
+def all_indices(sampler, epoch):
+    return [i for batch in sampler.batches(epoch) for i in batch.indices]
+
+
+# -- iid -------------------------------------------------------------------------
+
+
+def test_iid_visits_each_image_once_per_epoch():
+    sampler = IIDSampler(list(range(103)), 10, seed=0, drop_last=False)
+    batches = list(sampler.batches(0))
+    assert len(batches) == len(sampler) == 11
+    assert sorted(all_indices(sampler, 0)) == list(range(103))
+    assert all(batch.support is None for batch in batches)
+
+
+def test_iid_drop_last_keeps_full_batches_without_repeats():
+    sampler = IIDSampler(list(range(103)), 10, seed=0)
+    batches = list(sampler.batches(3))
+    assert len(batches) == len(sampler) == 10
+    assert all(len(batch.indices) == 10 for batch in batches)
+    assert len(set(all_indices(sampler, 3))) == 100
+
+
+def test_iid_order_depends_only_on_seed_and_epoch():
+    labels = list(range(50))
+    first, again = IIDSampler(labels, 8, seed=5), IIDSampler(labels, 8, seed=5)
+    assert all_indices(first, 2) == all_indices(again, 2)
+    assert all_indices(first, 2) != all_indices(first, 3)
+    assert all_indices(first, 2) != all_indices(IIDSampler(labels, 8, seed=6), 2)
+
+
+def test_iid_survives_pickling():
+    sampler = IIDSampler(list(range(40)), 8, seed=1)
+    assert all_indices(pickle.loads(pickle.dumps(sampler)), 4) == all_indices(sampler, 4)
+
+
+def test_iid_rejects_a_batch_larger_than_the_dataset():
+    with pytest.raises(UsageError, match="drop_last"):
+        IIDSampler(list(range(10)), 16, seed=0)
+    assert len(IIDSampler(list(range(10)), 16, seed=0, drop_last=False)) == 1
+
+
+# -- episodic --------------------------------------------------------------------
+
+
+def check_episode(batch, labels, ways, shots, queries):
+    """Distinct classes, distinct images, n + m rows per class, class by class."""
+    rows = shots + queries
+    assert len(batch.indices) == ways * rows == len(batch.support)
+    assert len(set(batch.indices)) == len(batch.indices)
+    episode_labels = [labels[i] for i in batch.indices]
+    blocks = [episode_labels[c * rows : (c + 1) * rows] for c in range(ways)]
+    assert all(len(set(block)) == 1 for block in blocks)
+    assert len({block[0] for block in blocks}) == ways
+    assert list(batch.support) == ([True] * shots + [False] * queries) * ways
+
+
+def test_episodes_have_distinct_classes_and_images():
+    labels = uneven_labels()
+    sampler = EpisodicSampler(labels, 128, seed=0, ways=5, shots=2, queries=3)
+    assert (sampler.ways, sampler.shots, sampler.queries) == (5, 2, 3)
+    episodes = list(sampler.batches(0))
+    assert len(episodes) == len(sampler) == math.ceil(len(labels) / 25)
+    for batch in episodes:
+        check_episode(batch, labels, 5, 2, 3)
+        assert sum(batch.support) == 10
+
+
+@pytest.mark.parametrize(
+    "shots, per_class, ways, queries",
+    [(5, 16, 32, 11), (5, 8, 64, 3), (5, 32, 16, 27), (1, 8, 64, 7)],
+)
+def test_episode_shape_from_the_nca_paper_parameterisation(shots, per_class, ways, queries):
+    labels = [c for c in range(70) for _ in range(32)]
+    sampler = EpisodicSampler(labels, 512, seed=0, shots=shots, per_class=per_class)
+    assert (sampler.ways, sampler.shots, sampler.queries) == (ways, shots, queries)
+    batch = next(iter(sampler.batches(0)))
+    check_episode(batch, labels, ways, shots, queries)
+    assert sum(batch.support) == ways * shots
+
+
+def test_classes_too_small_for_an_episode_are_never_drawn():
+    labels = [c for c in range(6) for _ in range(10)] + [100 + c for c in range(4) for _ in range(3)]
+    sampler = EpisodicSampler(labels, 0, seed=2, ways=3, shots=2, queries=2)
+    drawn = {labels[i] for epoch in range(5) for i in all_indices(sampler, epoch)}
+    assert drawn <= set(range(6)) and len(drawn) == 6
+
+
+def test_episodes_depend_only_on_seed_and_epoch_and_survive_pickling():
+    labels = uneven_labels()
+    sampler = EpisodicSampler(labels, 0, seed=9, ways=4, shots=1, queries=5)
+    clone = pickle.loads(pickle.dumps(sampler))
+    assert all_indices(clone, 1) == all_indices(sampler, 1)
+    assert all_indices(EpisodicSampler(labels, 0, seed=9, ways=4, shots=1, queries=5), 1) == all_indices(sampler, 1)
+    assert all_indices(sampler, 1) != all_indices(sampler, 2)
+    assert all_indices(sampler, 1) != all_indices(EpisodicSampler(labels, 0, seed=10, ways=4, shots=1, queries=5), 1)
+
+
+def test_episodes_spread_over_the_classes():
+    labels = [c for c in range(10) for _ in range(20)]
+    sampler = EpisodicSampler(labels, 0, seed=0, ways=2, shots=1, queries=1)
+    counts = Counter(labels[i] for epoch in range(20) for i in all_indices(sampler, epoch))
+    assert len(counts) == 10 and min(counts.values()) > 0.5 * max(counts.values())
+
+
+@pytest.mark.parametrize(
+    "batch_size, params, message",
+    [
+        (500, {"shots": 5, "per_class": 16}, "not divisible"),
+        (512, {"shots": 5, "per_class": 5}, "must exceed shots"),
+        (512, {"shots": 5, "per_class": 16, "ways": 32}, "not both"),
+        (128, {"shots": 5}, "set ways and queries"),
+        (128, {"ways": 5, "shots": 5, "queries": 0}, "set ways and queries"),
+        (128, {"ways": 1, "shots": 5, "queries": 5}, "at least 2 ways"),
+        (128, {"ways": 5, "shots": 0, "queries": 5}, "shots must be"),
+        (128, {"ways": 50, "shots": 5, "queries": 5}, "50 classes"),
+        (1024, {"shots": 5, "per_class": 16}, "64 classes"),
+    ],
+)
+def test_bad_episode_shapes_are_usage_errors(batch_size, params, message):
+    labels = [c for c in range(40) for _ in range(20)]
+    with pytest.raises(UsageError, match=message):
+        EpisodicSampler(labels, batch_size, seed=0, **params)
+
+
+def test_samplers_are_registered_with_their_kind(registry):
+    assert registry.get("sampler", "iid").info["episodic"] is False
+    assert registry.get("sampler", "episodic").info["episodic"] is True
+    assert registry.get("sampler", "episodic").params == {"ways": 0, "shots": 5, "queries": 0, "per_class": 0}
+    sampler = registry.create("sampler", "episodic", labels=[c for c in range(4) for _ in range(4)],
+                              batch_size=8, seed=0, shots=1, per_class=4)
+    assert (sampler.ways, sampler.shots, sampler.queries) == (2, 1, 3)

@@ -1,0 +1,97 @@
+"""The synthetic glyph dataset: reproducible, well split, varied, learnable."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fslab.errors import UsageError
+from fslab.evaluation import episode_accuracies
+from fslab_plugins.nca import centroid
+from fslab_plugins.synthetic import SyntheticDataset
+
+SMALL = {"classes": 30, "images_per_class": 12, "val_classes": 5, "test_classes": 5}
+
+
+def test_same_seed_gives_identical_bytes_and_another_seed_differs():
+    first = SyntheticDataset(None, seed=3, **SMALL).load("val")
+    again = SyntheticDataset("ignored/path", seed=3, **SMALL).load("val")
+    other = SyntheticDataset(None, seed=4, **SMALL).load("val")
+    assert first.images.numpy().tobytes() == again.images.numpy().tobytes()
+    assert torch.equal(first.labels, again.labels)
+    assert not torch.equal(first.images, other.images)
+
+
+def test_splits_do_not_depend_on_generation_order():
+    test_first = SyntheticDataset(None, seed=1, **SMALL)
+    test_first.load("test")
+    train_first = SyntheticDataset(None, seed=1, **SMALL)
+    train_first.load("train")
+    assert torch.equal(test_first.load("test").images, train_first.load("test").images)
+
+
+def test_split_sizes_types_and_disjoint_classes():
+    dataset = SyntheticDataset(None, seed=0, **SMALL)
+    splits = {name: dataset.load(name) for name in ("train", "val", "test")}
+    expected_classes = {"train": 20, "val": 5, "test": 5}
+    for name, split in splits.items():
+        classes = expected_classes[name]
+        assert split.images.shape == (classes * 12, 1, 16, 16) and split.images.dtype == torch.uint8
+        assert split.labels.dtype == torch.int64
+        assert torch.equal(torch.bincount(split.labels), torch.full((classes,), 12))
+        assert len(split) == classes * 12 and len(split.classes) == classes
+    names = [set(split.classes) for split in splits.values()]
+    assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
+    assert splits["train"].classes[0] == "glyph-000" and splits["test"].classes[-1] == "glyph-029"
+    assert dataset.channels == 1 and dataset.image_size == 16
+    assert dataset.load("train") is splits["train"]  # cached
+
+
+def test_images_of_a_class_vary_and_contain_ink():
+    split = SyntheticDataset(None, seed=0, **SMALL).load("train")
+    images = split.images.float() / 255
+    first, second = images[split.labels == 0][:2]
+    assert (first - second).abs().mean() > 0.05  # two drawings of one glyph differ
+    ink = (images > 0.5).flatten(1).float().mean(dim=1)
+    assert (ink > 0.03).all() and (ink < 0.6).all()  # every image shows strokes, none is filled
+
+
+def test_raw_pixels_separate_test_classes_somewhat_but_not_perfectly():
+    dataset = SyntheticDataset(None, seed=0)
+    test = dataset.load("test")
+    pixels = test.images.flatten(1).float() / 255
+    accuracy = episode_accuracies(pixels, test.labels, centroid, 5, 5, 15, 300, seed=0, center=pixels.mean(0))
+    assert 0.35 < float(accuracy.mean()) < 0.9
+
+
+def test_other_image_sizes():
+    dataset = SyntheticDataset(None, seed=0, image_size=28, **SMALL)
+    assert dataset.load("val").images.shape == (60, 1, 28, 28)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"classes": 10, "val_classes": 5, "test_classes": 5}, "at least 2 classes"),
+        ({"images_per_class": 1}, "images_per_class"),
+        ({"image_size": 4}, "image_size"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_bad_parameters_are_usage_errors(params, message):
+    with pytest.raises(UsageError, match=message):
+        SyntheticDataset(None, **params)
+
+
+def test_unknown_split_is_a_usage_error():
+    with pytest.raises(UsageError, match="train, val, test"):
+        SyntheticDataset(None, **SMALL).load("validation")
+
+
+def test_registered_with_its_own_training_recipe(registry):
+    component = registry.get("dataset", "synthetic")
+    defaults = component.info["defaults"]
+    assert defaults["train"]["batch_size"] == 128 and defaults["train"]["epochs"] >= 1
+    assert component.params["image_size"] == 16
+    dataset = registry.create("dataset", "synthetic", root=None, **SMALL)
+    assert len(dataset.load("test")) == 60
