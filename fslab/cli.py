@@ -94,7 +94,8 @@ def run(
     if detach:
         console.print(run_.id, highlight=False)
         return
-    from fslab.follow import accuracy_text, follow
+    from fslab.events import accuracy_text
+    from fslab.follow import follow
 
     console.print(f"run [bold]{run_.id}[/bold] in {run_.path}", highlight=False)
     try:

@@ -7,17 +7,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from fslab.events import eval_line
 from fslab.runstore import ENDED, Run, read_new_lines
-
-
-def accuracy_text(event: dict) -> str:
-    return f"{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
-
-
-def eval_line(event: dict) -> str:
-    where = f" after epoch {event['epoch']}" if "epoch" in event else ""
-    return (f"{event['split']} {event['ways']}-way {event['shots']}-shot, {event['episodes']} episodes"
-            f"{where}: {accuracy_text(event)}")
 
 
 def follow(run: Run, console: Console, poll: float = 0.25, process=None) -> str:

@@ -16,6 +16,7 @@ import time
 import torch
 
 from fslab import evaluation
+from fslab.events import describe_event
 from fslab.registry import load_registry
 from fslab.runstore import Run, atomic_write_json
 from fslab.settings import load_settings
@@ -57,14 +58,17 @@ def augment(x: torch.Tensor, padding: int, flip: bool, generator: torch.Generato
 
 
 class MetricsLog:
-    """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once."""
+    """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once.
+    Each event is also printed as a readable line (``fslab logs`` shows them)."""
 
     def __init__(self, run: Run) -> None:
         self.file = open(run.metrics_path, "a", encoding="utf-8")
 
     def write(self, event: str, **fields) -> None:
-        self.file.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+        record = {"event": event, "time": time.time(), **fields}
+        self.file.write(json.dumps(record) + "\n")
         self.file.flush()
+        print(describe_event(record), flush=True)
 
 
 def save_checkpoint(path, state: dict) -> None:
@@ -120,7 +124,7 @@ def train(run: Run) -> dict:
     def evaluate(split, split_name, shots, episodes, center, **where):
         feats = features_of(split.images)
         for n in shots:
-            accs = evaluation.episode_accuracies(feats, split.labels.to(device), classify, ecfg["ways"], n,
+            accs = evaluation.episode_accuracies(feats, split.labels, classify, ecfg["ways"], n,
                                                  ecfg["queries"], episodes, ecfg["seed"], center=center,
                                                  normalize=ecfg["normalize"])
             mean, ci = evaluation.ci95(accs)

@@ -61,6 +61,10 @@ def test_completed_run_leaves_every_file(project):
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["last.pt"]
     shown = json.loads(fslab("show", run_dir.name, "--json", cwd=project).stdout)
     assert shown["state"] == "completed" and len(shown["evaluations"]) == 4
+    log = fslab("logs", run_dir.name, cwd=project).stdout.splitlines()
+    first = train[0]
+    assert f"epoch 1 step 1: loss {first['loss']:.4f}, pairs +{first['positives']}/-{first['negatives']}" in log[1]
+    assert log[-1].startswith("done: test 1-shot ")
 
 
 def test_failing_loss_gives_failed_with_the_error(project):

@@ -1,0 +1,119 @@
+"""fslab core benchmarks, one command: ``python benchmarks/run.py``.
+
+Prints, measured in this one run on this machine:
+
+1. CLI start-up: wall time of ``fslab --help``, ``fslab runs`` and ``fslab plugins``
+   against a bare ``python -c pass`` (the interpreter's own start-up).
+2. Training throughput: images/s of a real ``fslab run`` (worker process, run
+   store, logging) against a bare PyTorch loop with the same backbone, batch,
+   loss, optimiser and data, as the ratio fslab / bare (1.00 = no overhead).
+
+Options: ``--backbone resnet12|conv4`` (default resnet12), ``--steps N`` (default 12),
+``--batch-size B`` (default 128).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BUILTINS = "nca,protonet,resnet12,synthetic"
+# The synthetic dataset has 120 training classes (default split 120/40/40).
+TRAIN_CLASSES = 120
+
+
+def wall_time(argv: list[str], cwd: Path, repeats: int = 5) -> float:
+    """Median seconds for a command to start and exit."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def startup(project: Path) -> None:
+    python = [sys.executable, "-c", "pass"]
+    base = wall_time(python, project)
+    print(f"{'command':<20}{'seconds':>9}{'vs python -c pass':>20}")
+    print(f"{'python -c pass':<20}{base:9.3f}{1.0:19.2f}x")
+    for args in (["--help"], ["runs"], ["plugins"]):
+        seconds = wall_time([sys.executable, "-m", "fslab", *args], project)
+        print(f"{'fslab ' + args[0]:<20}{seconds:9.3f}{seconds / base:19.2f}x")
+
+
+def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> float:
+    """Run a real ``fslab run`` of one epoch of ``steps`` batches; average the
+    logged throughput, skipping the first (warm-up) interval."""
+    per_class = -(-steps * batch // TRAIN_CLASSES)
+    args = ["run", "nca", "--backbone", backbone, "--epochs", "1", "--batch-size", str(batch),
+            "--set", f"dataset.images_per_class={per_class}", "--set", "train.log_every=2",
+            "--set", "train.crop_padding=0", "--set", "train.flip=false",
+            "--set", "eval.val_episodes=10", "--set", "eval.test_episodes=10", "--set", "eval.center_images=16",
+            "--device", "cpu", "--detach"]
+    run_id = subprocess.run([sys.executable, "-m", "fslab", *args], cwd=project, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    run_dir = project / "runs" / run_id
+    while json.loads((run_dir / "status.json").read_text()).get("state") in ("queued", "running"):
+        time.sleep(0.5)
+    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [e for e in events if e["event"] == "train"][1:]
+    return statistics.mean(e["images_per_s"] for e in train)
+
+
+def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
+    """The same work written as a plain PyTorch loop, no fslab training code."""
+    import torch
+
+    import fslab
+    from fslab_plugins.nca import nca
+
+    torch.manual_seed(0)
+    data = fslab.create("dataset", "synthetic", root=None).load("train")
+    model = fslab.create("backbone", backbone, in_channels=1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    order = torch.randperm(len(data))
+    model.train()
+    timed = 0.0
+    for step in range(steps + 1):
+        index = order[(step * batch) % (len(data) - batch):][:batch]
+        start = time.perf_counter()
+        x = data.images[index].float() / 127.5 - 1.0
+        loss = nca(model(x), data.labels[index]).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        if step > 0:  # the first step warms up
+            timed += time.perf_counter() - start
+    return steps * batch / timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backbone", default="resnet12")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=128)
+    options = parser.parse_args()
+    os.environ.setdefault("FSLAB_PLUGINS", BUILTINS)
+    with tempfile.TemporaryDirectory() as folder:
+        project = Path(folder)
+        print("## CLI start-up (median of 5)")
+        startup(project)
+        print(f"\n## Training throughput: {options.backbone}, batch {options.batch_size}, NCA loss, SGD, CPU")
+        bare = bare_images_per_s(options.backbone, options.steps, options.batch_size)
+        run = fslab_images_per_s(project, options.backbone, options.steps, options.batch_size)
+        print(f"{'bare PyTorch loop':<20}{bare:9.1f} images/s")
+        print(f"{'fslab run':<20}{run:9.1f} images/s")
+        print(f"{'ratio fslab / bare':<20}{run / bare:9.3f}  (overhead {100 * (1 - run / bare):+.1f}%)")
+
+
+if __name__ == "__main__":
+    main()

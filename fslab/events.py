@@ -1,0 +1,32 @@
+"""Readable one-line forms of the events in ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+
+def accuracy_text(event: dict) -> str:
+    return f"{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
+
+
+def eval_line(event: dict) -> str:
+    where = f" after epoch {event['epoch']}" if "epoch" in event else ""
+    return (f"{event['split']} {event['ways']}-way {event['shots']}-shot, {event['episodes']} episodes"
+            f"{where}: {accuracy_text(event)}")
+
+
+def describe_event(event: dict) -> str:
+    """One readable line for a metrics event (what the worker prints to stdout)."""
+    kind = event.get("event")
+    if kind == "train":
+        return (f"epoch {event['epoch']} step {event['step']}: loss {event['loss']:.4f}, "
+                f"pairs +{event['positives']}/-{event['negatives']}, lr {event['lr']:.4g}, "
+                f"{event['images_per_s']:.0f} img/s")
+    if kind == "eval":
+        return eval_line(event)
+    if kind == "start":
+        return (f"training on {event['device']}: {event['epochs']} epochs of {event['steps_per_epoch']} steps, "
+                f"{event['train_images']} training images")
+    if kind == "checkpoint":
+        return f"checkpoint after epoch {event['epoch']}: {event['path']}"
+    if kind == "end":
+        return "done: " + ", ".join(f"test {shots} {accuracy_text(v)}" for shots, v in event["results"].items())
+    return str(event)
