@@ -12,6 +12,7 @@ Importing fslab does not import torch; building a component may.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from fslab.hookspecs import hookimpl
@@ -23,15 +24,22 @@ __all__ = ["available", "create", "describe", "get_registry", "hookimpl", "Batch
 _registry = None
 
 
-def get_registry():
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def get_registry(settings=None, report=_warn):
     """The process-wide registry: entry-point plugins plus the plugin folders
-    named in ./fslab.toml, loaded on first use."""
+    named in ``fslab.toml``, loaded on first use. Each plugin that failed to
+    load is passed to ``report`` as one line (a warning by default)."""
     global _registry
     if _registry is None:
         from fslab.registry import load_registry
         from fslab.settings import load_settings
 
-        _registry = load_registry(load_settings().plugin_dirs)
+        _registry = load_registry((settings or load_settings()).plugin_dirs)
+        for failure in _registry.failures:
+            report(f"fslab plugin '{failure.plugin}' failed to load: {failure.error}")
     return _registry
 
 

@@ -37,14 +37,8 @@ def _settings():
 
 def _registry(settings=None):
     import fslab
-    from fslab.registry import load_registry
 
-    if fslab._registry is None:
-        fslab._registry = load_registry((settings or _settings()).plugin_dirs)
-        for failure in fslab._registry.failures:
-            err_console.print(f"fslab: plugin '{escape(failure.plugin)}' failed to load: {escape(failure.error)}",
-                              highlight=False)
-    return fslab._registry
+    return fslab.get_registry(settings, report=lambda line: err_console.print(escape(line), highlight=False))
 
 
 def _version(value: bool) -> None:

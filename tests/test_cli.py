@@ -109,3 +109,13 @@ def test_run_names_from_files_are_not_markup(project):
     shown = fslab("show", run.id, cwd=project)
     assert "[red]boom[/red]" in shown.stdout
     assert "[bold red]x[/]" in fslab("runs", cwd=project).stdout
+
+
+def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
+    (project / "mine").mkdir()
+    (project / "mine" / "broken.py").write_text("raise RuntimeError('half-written plugin')\n")
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    result = fslab("plugins", "--kind", "loss", cwd=project)
+    assert result.returncode == 0
+    assert result.stderr.strip() == "fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin"
+    assert "nca" in result.stdout and "protonet" in result.stdout
