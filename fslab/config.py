@@ -164,23 +164,29 @@ def _check_shape(layer: dict, source: str) -> None:
             raise ConfigError(f"{source}: '{key}' is a section; choose the plugin with {key}.name=...")
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_value(key: str, value: Any, default: Any) -> Any:
-    """``value`` converted to the type of ``default``, or a ConfigError naming the key."""
+    """``value`` converted to the type of ``default``, or a ConfigError naming
+    the key and the type expected. An int is a valid float; a single number is
+    a valid one-element list (``--set eval.shots=5``)."""
     if default is None:
         return value
     expected = type(default)
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+    if expected is list:
+        if _is_number(value):
+            value = [value]
+        if isinstance(value, list):
+            if default and _is_number(default[0]):
+                return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)]
+            return value
+    elif expected is float and _is_number(value):
         return float(value)
-    if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
-        if expected is list and default and value:
-            item_type = type(default[0])
-            return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)] if item_type in (int, float) else value
+    elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
         return value
-    if expected is list and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return check_value(key, [value], default)
-    raise ConfigError(
-        f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}"
-    )
+    raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}")
 
 
 def _check_types(config: dict, defaults: dict, prefix: str) -> None:

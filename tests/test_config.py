@@ -122,3 +122,15 @@ def test_merge_does_not_modify_its_inputs():
     merged = merge(base, layer)
     assert merged == {"train": {"epochs": 1, "lr": 0.1}, "loss": {"name": "protonet"}}
     assert base["loss"] == {"name": "nca", "temperature": 1.0}
+
+
+def test_check_value_types():
+    from fslab.config import check_value
+
+    assert check_value("k", 3, 1.0) == 3.0
+    assert check_value("k", 5, [1, 5]) == [5]
+    assert check_value("k", [0.5, 1], [0.7]) == [0.5, 1.0]
+    assert check_value("k", True, False) is True
+    for value, default in [(True, 1), (1, True), ("a", 1), (["a"], [1]), (1.5, 2), ({"a": 1}, [1])]:
+        with pytest.raises(ConfigError, match="config key 'k"):
+            check_value("k", value, default)
