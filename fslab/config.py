@@ -59,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
         "queries": 15,
         "val_shots": 5,
         "val_episodes": 500,  # per epoch, on the validation classes
+        "before_training": False,  # also evaluate the untrained network (logged as epoch 0)
         "test_episodes": 10000,
         "seed": 0,  # fixed, so every run is evaluated on the same episodes
         "center": True,  # subtract the mean training feature (SimpleShot)

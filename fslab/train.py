@@ -138,6 +138,8 @@ def train(run: Run) -> dict:
 
     # -- training ----------------------------------------------------------
     step, best_val = 0, None
+    if ecfg["before_training"]:  # the untrained network's accuracy, as epoch 0
+        list(evaluate(val_split, "val", [ecfg["val_shots"]], ecfg["val_episodes"], training_mean(), epoch=0, step=0))
     for epoch in range(tcfg["epochs"]):
         model.train()
         window_start, window_images = time.perf_counter(), 0
