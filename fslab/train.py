@@ -121,8 +121,10 @@ def train(run: Run) -> dict:
         pick = torch.randperm(len(train_split), generator=torch.Generator().manual_seed(ecfg["seed"]))[:count]
         return features_of(images[pick]).mean(0)
 
-    def evaluate(split, split_name, shots, episodes, center, **where):
+    def evaluate(split, split_name, shots, episodes, center, **where) -> list[tuple[int, float, float]]:
+        """Log and return (shots, accuracy, ci95) for each number of shots."""
         feats = features_of(split.images)
+        outcomes = []
         for n in shots:
             accs = evaluation.episode_accuracies(feats, split.labels, classify, ecfg["ways"], n,
                                                  ecfg["queries"], episodes, ecfg["seed"], center=center,
@@ -130,7 +132,8 @@ def train(run: Run) -> dict:
             mean, ci = evaluation.ci95(accs)
             log.write("eval", split=split_name, ways=ecfg["ways"], shots=n, queries=ecfg["queries"],
                       episodes=episodes, accuracy=mean, ci95=ci, **where)
-            yield n, mean, ci
+            outcomes.append((n, mean, ci))
+        return outcomes
 
     log.write("start", device=str(device), epochs=tcfg["epochs"], steps_per_epoch=steps_per_epoch,
               total_steps=total_steps, train_images=len(train_split), backbone_params=sum(p.numel() for p in model.parameters()),
@@ -139,7 +142,7 @@ def train(run: Run) -> dict:
     # -- training ----------------------------------------------------------
     step, best_val = 0, None
     if ecfg["before_training"]:  # the untrained network's accuracy, as epoch 0
-        list(evaluate(val_split, "val", [ecfg["val_shots"]], ecfg["val_episodes"], training_mean(), epoch=0, step=0))
+        evaluate(val_split, "val", [ecfg["val_shots"]], ecfg["val_episodes"], training_mean(), epoch=0, step=0)
     for epoch in range(tcfg["epochs"]):
         model.train()
         window_start, window_images = time.perf_counter(), 0
@@ -176,13 +179,13 @@ def train(run: Run) -> dict:
             "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "step": step, "config": cfg,
             "train_mean": center, "rng": {"torch": torch.get_rng_state(), "augment": augment_rng.get_state(),
-                                          "python": random.getstate()},
+                                          "python": random.getstate(),
+                                          "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []},
         })
         log.write("checkpoint", epoch=epoch + 1, step=step, path=str(run.checkpoint_path.relative_to(run.path)))
 
     # -- final test evaluation ---------------------------------------------
-    test_split = dataset.load("test")
-    center = training_mean()
+    test_split = dataset.load("test")  # `center` is still the final network's training mean
     test = {f"{n}-shot": {"accuracy": acc, "ci95": ci} for n, acc, ci in
             evaluate(test_split, "test", ecfg["shots"], ecfg["test_episodes"], center, step=step)}
     results = {"run": run.id, "method": cfg["method"], "dataset": cfg["dataset"]["name"],
