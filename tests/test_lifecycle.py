@@ -167,3 +167,14 @@ def test_training_beats_the_untrained_network(project):
     assert [e["epoch"] for e in val] == [0, 1, 2, 3, 4]
     untrained, trained = val[0]["accuracy"], max(e["accuracy"] for e in val[1:])
     assert trained > untrained + 0.05 and trained > 0.5, (untrained, trained)
+
+
+def test_logs_follow_prints_until_the_run_ends(project):
+    run_id = fslab("run", "nca", *TINY, "--epochs", "2", "--detach", cwd=project).stdout.strip()
+    followed = fslab("logs", run_id, "--follow", cwd=project)
+    assert followed.returncode == 0
+    lines = followed.stdout.splitlines()
+    assert lines[0].startswith("training on cpu: 2 epochs")
+    assert lines[-1].startswith("done: test 1-shot ")
+    assert status(project / "runs" / run_id)["state"] == "completed"
+    assert followed.stdout == (project / "runs" / run_id / "stdout.log").read_text()
