@@ -26,9 +26,10 @@ def cli(*assignments):
 def test_precedence_builtin_method_dataset_toml_cli(registry, tmp_path):
     dataset_defaults = registry.get("dataset", "synthetic").info["defaults"]
     config = resolve("protonet", registry=registry, settings=Settings())
-    assert config["train"]["lr"] == DEFAULTS["train"]["lr"]  # built-in
+    assert config["train"]["weight_decay"] == DEFAULTS["train"]["weight_decay"]  # built-in
     assert config["sampler"]["name"] == "episodic"  # method recipe
     assert config["train"]["epochs"] == dataset_defaults["train"]["epochs"]  # dataset over built-in
+    assert config["train"]["lr"] == dataset_defaults["train"]["lr"] != DEFAULTS["train"]["lr"]
 
     settings = settings_from(tmp_path, "[run.train]\nepochs = 3\nlr = 0.05\n")
     config = resolve("protonet", registry=registry, settings=settings)
