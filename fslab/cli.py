@@ -91,7 +91,7 @@ def run(
     from fslab.events import accuracy_text
     from fslab.follow import follow
 
-    console.print(f"run [bold]{run_.id}[/bold] in {run_.path}", highlight=False)
+    console.print(f"run [bold]{run_.id}[/bold] in {escape(str(run_.path))}", highlight=False)
     try:
         state = follow(run_, console, process=process)
     except KeyboardInterrupt:
@@ -113,33 +113,6 @@ def run(
     raise typer.Exit(1)
 
 
-def _summary(run_) -> dict:
-    status = run_.status()
-    config = run_.config()
-    last = run_.last_event("train")
-    results = run_.results() or {}
-    evals = [e for e in run_.events_of("eval") if e.get("split") == "val"] if status else []
-    best = max(evals, key=lambda e: e["accuracy"], default=None)
-    return {
-        "id": run_.id,
-        "state": run_.state(status),
-        "method": config.get("method"),
-        "backbone": config.get("backbone", {}).get("name"),
-        "dataset": config.get("dataset", {}).get("name"),
-        "seed": config.get("seed"),
-        "epoch": last and last.get("epoch"),
-        "epochs": config.get("train", {}).get("epochs"),
-        "step": last and last.get("step"),
-        "loss": last and last.get("loss"),
-        "positives": last and last.get("positives"),
-        "negatives": last and last.get("negatives"),
-        "best_val": best and {"accuracy": best["accuracy"], "ci95": best["ci95"]},
-        "test": results.get("test"),
-        "created": status.get("created"),
-        "error": status.get("error"),
-    }
-
-
 def _pct(value: Optional[dict]) -> str:
     return f"{100 * value['accuracy']:.2f}±{100 * value['ci95']:.2f}" if value else "-"
 
@@ -149,7 +122,7 @@ def runs(as_json: JsonFlag = False) -> None:
     """List the runs in the run store."""
     from fslab.runstore import list_runs
 
-    summaries = [_summary(r) for r in list_runs(_settings().runs_dir)]
+    summaries = [r.summary() for r in list_runs(_settings().runs_dir)]
     if as_json:
         for s in summaries:
             print(json.dumps(s))
@@ -174,7 +147,7 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
     from fslab.runstore import find_run
 
     run_ = find_run(_settings().runs_dir, ref)
-    summary = _summary(run_)
+    summary = run_.summary()
     detail = {**summary, "path": str(run_.path), "status": run_.status(), "config": run_.config(),
               "evaluations": run_.events_of("eval"), "results": run_.results()}
     if as_json:

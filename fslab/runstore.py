@@ -164,6 +164,31 @@ class Run:
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]
 
+    def summary(self) -> dict:
+        """What a listing shows of a run: identity, state, progress, accuracies."""
+        status, config = self.status(), self.config()
+        last = self.last_event("train") or {}
+        val = [e for e in self.events_of("eval") if e.get("split") == "val"]
+        best = max(val, key=lambda e: e["accuracy"], default=None)
+        return {
+            "id": self.id,
+            "state": self.state(status),
+            "method": config.get("method"),
+            "backbone": config.get("backbone", {}).get("name"),
+            "dataset": config.get("dataset", {}).get("name"),
+            "seed": config.get("seed"),
+            "epoch": last.get("epoch"),
+            "epochs": config.get("train", {}).get("epochs"),
+            "step": last.get("step"),
+            "loss": last.get("loss"),
+            "positives": last.get("positives"),
+            "negatives": last.get("negatives"),
+            "best_val": best and {"accuracy": best["accuracy"], "ci95": best["ci95"]},
+            "test": (self.results() or {}).get("test"),
+            "created": status.get("created"),
+            "error": status.get("error"),
+        }
+
 
 def new_run_id(method: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
