@@ -24,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-BUILTINS = "nca,protonet,resnet12,synthetic"
 # The synthetic dataset has 120 training classes (default split 120/40/40).
 TRAIN_CLASSES = 120
 
@@ -102,7 +101,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=128)
     options = parser.parse_args()
-    os.environ.setdefault("FSLAB_PLUGINS", BUILTINS)
     with tempfile.TemporaryDirectory() as folder:
         project = Path(folder)
         print("## CLI start-up (median of 5)")

@@ -50,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
         "gamma": 0.1,
         "crop_padding": 4,  # random crop after padding by this many pixels; 0 = off
         "flip": True,  # random horizontal flip
+        "projection_dim": 0,  # >0: a linear head of this size used only in training (NCA paper App. A.4)
         "log_every": 10,  # training steps between two logged events
         "heartbeat": 5.0,  # seconds between two status.json heartbeats
     },

@@ -134,9 +134,13 @@ class Registry:
         check_kind(kind)
         return sorted(n for n in self.components[kind] if fnmatch.fnmatchcase(n, pattern))
 
-    def create(self, kind: str, name: str, **kwargs: Any) -> Any:
+    def create(self, kind: str, name: str, context: dict | None = None, **kwargs: Any) -> Any:
         """Build component ``name`` of ``kind``; keyword arguments are checked
-        against what the target accepts before anything runs."""
+        against what the target accepts before anything runs.
+
+        ``context`` holds values the trainer can offer (e.g. ``out_dim`` and
+        ``num_classes`` for a loss with a classifier); each is passed only if
+        the target's signature names it."""
         component = self.get(kind, name)
         target = component.resolve()
         if kind == "method":
@@ -144,6 +148,9 @@ class Registry:
                 raise UsageError(f"method '{name}' is a recipe and takes no parameters")
             return dict(target)
         accepted = _accepted_names(target)
+        if context:
+            wanted = set(context) if accepted is None else accepted
+            kwargs = {**{k: v for k, v in context.items() if k in wanted and k not in kwargs}, **kwargs}
         if accepted is not None:
             bad = [k for k in kwargs if k not in accepted]
             if bad:

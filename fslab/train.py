@@ -92,8 +92,14 @@ def train(run: Run) -> dict:
     train_split, val_split = dataset.load("train"), dataset.load("val")
     model = registry.create("backbone", cfg["backbone"]["name"], in_channels=dataset.channels,
                             **plugin_kwargs(cfg["backbone"])).to(device)
-    loss_fn = registry.create("loss", cfg["loss"]["name"], **plugin_kwargs(cfg["loss"]))
-    trainable = list(model.parameters())
+    # A training-only linear projection on top of the backbone (NCA paper App. A.4).
+    head = torch.nn.Identity()
+    if tcfg["projection_dim"] > 0:
+        head = torch.nn.Linear(model.out_dim, tcfg["projection_dim"]).to(device)
+    embed_dim = tcfg["projection_dim"] or model.out_dim
+    loss_fn = registry.create("loss", cfg["loss"]["name"], **plugin_kwargs(cfg["loss"]),
+                              context={"out_dim": embed_dim, "num_classes": len(train_split.classes)})
+    trainable = list(model.parameters()) + list(head.parameters())
     if isinstance(loss_fn, torch.nn.Module):  # e.g. a loss with learnable parameters
         loss_fn.to(device)
         trainable += list(loss_fn.parameters())
@@ -152,7 +158,7 @@ def train(run: Run) -> dict:
             x = augment(x, tcfg["crop_padding"], tcfg["flip"], augment_rng)
             y = labels[index].to(device, non_blocking=True)
             support = None if batch.support is None else torch.as_tensor(batch.support, device=device)
-            out = loss_fn(model(x), y, support)
+            out = loss_fn(head(model(x)), y, support)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             optimizer.step()
@@ -176,7 +182,8 @@ def train(run: Run) -> dict:
                                         epoch=epoch + 1, step=step):
             best_val = accuracy if best_val is None else max(best_val, accuracy)
         save_checkpoint(run.checkpoint_path, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
+            "loss": loss_fn.state_dict() if isinstance(loss_fn, torch.nn.Module) else {},
             "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "step": step, "config": cfg,
             "train_mean": center, "rng": {"torch": torch.get_rng_state(), "augment": augment_rng.get_state(),
                                           "python": random.getstate(),

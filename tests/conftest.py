@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-BUILTIN_PLUGINS = "nca,protonet,resnet12,synthetic"
+def _builtin_plugin_names() -> str:
+    """fslab's own entry points, as installed (so a new built-in needs no edit here)."""
+    from importlib.metadata import distribution
+
+    return ",".join(sorted(ep.name for ep in distribution("fslab").entry_points if ep.group == "fslab"))
+
+
+BUILTIN_PLUGINS = _builtin_plugin_names()
 
 
 @pytest.fixture

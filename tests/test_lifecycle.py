@@ -178,3 +178,18 @@ def test_logs_follow_prints_until_the_run_ends(project):
     assert lines[-1].startswith("done: test 1-shot ")
     assert status(project / "runs" / run_id)["state"] == "completed"
     assert followed.stdout == (project / "runs" / run_id / "stdout.log").read_text()
+
+
+def test_simpleshot_with_a_training_only_projection_head(project):
+    result = fslab("run", "simpleshot", *TINY, "--epochs", "1", "--set", "train.projection_dim=16", cwd=project)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run(project)
+    for event in events(run_dir, "train"):  # a classifier compares no embedding pairs
+        assert (event["positives"], event["negatives"]) == (0, 0)
+    import torch
+
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert tuple(checkpoint["head"]["weight"].shape) == (16, 8)  # conv4 hidden=8 -> 16
+    assert tuple(checkpoint["loss"]["classifier.weight"].shape) == (12, 16)  # 12 training classes
+    # evaluation uses the backbone's 8-d features, not the head
+    assert tuple(checkpoint["train_mean"].shape) == (8,)

@@ -138,3 +138,11 @@ def test_declared_params_of_lazy_targets_match_their_signatures(builtin_plugins)
             component = registry.get(kind, name)
             if isinstance(component.target, str):
                 assert keyword_params(component.resolve()) == component.params, (kind, name)
+
+
+def test_context_is_passed_only_to_targets_that_name_it(builtin_plugins):
+    registry = load_registry()
+    loss = registry.create("loss", "simpleshot", context={"out_dim": 8, "num_classes": 3, "other": 1})
+    assert tuple(loss.classifier.weight.shape) == (3, 8)
+    nca = registry.create("loss", "nca", temperature=0.5, context={"out_dim": 8, "num_classes": 3})
+    assert nca.keywords == {"temperature": 0.5}
