@@ -69,9 +69,8 @@ def run(
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the run and return at once, printing its id.")] = False,
 ) -> None:
     """Start a training run in a new worker process and follow it."""
-    from fslab.config import nest, parse_assignment, resolve
-    from fslab.launcher import start_worker, stop_run
-    from fslab.runstore import create_run
+    from fslab.config import nest, parse_assignment
+    from fslab.launcher import launch
 
     settings = _settings()
     registry = _registry(settings)
@@ -82,18 +81,22 @@ def run(
     }
     overrides = [nest(list(path), value) for path, value in options.items() if value is not None]
     overrides += [nest(*parse_assignment(text)) for text in set_ or []]
-    config = resolve(method, registry=registry, settings=settings, overrides=overrides)
-    run_ = create_run(settings.runs_dir, method, config)
-    process = start_worker(run_)
+    run_, process = launch(method, overrides, settings=settings, registry=registry)
     if detach:
         console.print(run_.id, highlight=False)
         return
+    _follow_to_end(run_, process)
+
+
+def _follow_to_end(run_, process) -> None:
+    """Follow a started worker; print the test accuracies, or why it ended."""
     from fslab.events import accuracy_text
     from fslab.follow import follow
+    from fslab.launcher import stop_run
 
     console.print(f"run [bold]{run_.id}[/bold] in {escape(str(run_.path))}", highlight=False)
     try:
-        state = follow(run_, console, process=process)
+        state = follow(run_, console, process)
     except KeyboardInterrupt:
         console.print("stopping ...")
         state = stop_run(run_)
@@ -111,6 +114,34 @@ def run(
     err_console.print(f"{run_.id}: {state}: {escape(str(status.get('error') or 'no error recorded'))}. "
                       f"See: fslab logs {run_.id} --stderr", highlight=False)
     raise typer.Exit(1)
+
+
+@app.command()
+def resume(
+    ref: RunRef,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume and return at once.")] = False,
+) -> None:
+    """Continue a killed, lost or failed run from its last checkpoint, in the same folder."""
+    from fslab.launcher import check_resumable, start_worker
+    from fslab.runstore import find_run
+
+    run_ = find_run(_settings().runs_dir, ref)
+    check_resumable(run_)
+    process = start_worker(run_, resume=True)
+    if detach:
+        console.print(run_.id, highlight=False)
+        return
+    _follow_to_end(run_, process)
+
+
+@app.command()
+def tui(
+    tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store.")] = 1.0,
+) -> None:
+    """Open the live dashboard: every run, its charts and logs; stop and launch runs."""
+    from fslab.tui import make_app
+
+    make_app(_settings().runs_dir, settings=_settings(), tick=tick).run()
 
 
 def _pct(value: Optional[dict]) -> str:

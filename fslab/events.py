@@ -27,6 +27,8 @@ def describe_event(event: dict) -> str:
                 f"{event['train_images']} training images")
     if kind == "checkpoint":
         return f"checkpoint after epoch {event['epoch']}: {event['path']}"
+    if kind == "resume":
+        return f"resumed from the checkpoint of epoch {event['epoch']} (step {event['step']})"
     if kind == "end":
         return "done: " + ", ".join(f"test {shots} {accuracy_text(v)}" for shots, v in event["results"].items())
     return str(event)

@@ -8,11 +8,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fslab.events import eval_line
-from fslab.runstore import ENDED, Run, read_new_lines
+from fslab.runstore import Run, read_new_lines
 
 
-def follow(run: Run, console: Console, poll: float = 0.25, process=None) -> str:
-    """Show progress until the run ends; returns its final state."""
+def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
+    """Show progress until the worker ``process`` (a Popen) exits; returns the
+    run's final state. The exit, not ``status.json``, decides: a resumed run's
+    status still holds its old end state until the worker rewrites it."""
     progress = Progress(
         TextColumn("[bold]{task.fields[epoch]}"),
         BarColumn(),
@@ -48,11 +50,7 @@ def follow(run: Run, console: Console, poll: float = 0.25, process=None) -> str:
                     )
                 elif kind == "eval":
                     progress.console.print(eval_line(event))
-            if process is not None and process.poll() is not None:
-                if not read_new_lines(run.metrics_path, offset)[0]:
-                    break
-            elif run.state() in ENDED or run.state() == "lost":
-                if not read_new_lines(run.metrics_path, offset)[0]:
-                    break
+            if process.poll() is not None and not read_new_lines(run.metrics_path, offset)[0]:
+                break
             time.sleep(poll)
     return run.state()

@@ -8,22 +8,47 @@ import subprocess
 import sys
 import time
 
-from fslab.runstore import ENDED, Run, pid_alive
+from fslab.errors import UsageError
+from fslab.runstore import ENDED, Run, create_run, pid_alive
 
 
-def start_worker(run: Run) -> subprocess.Popen:
+def start_worker(run: Run, resume: bool = False) -> subprocess.Popen:
     """Start ``python -m fslab.worker RUN_DIR`` in its own session, output to
-    the run's log files, so closing the terminal does not stop it."""
+    the run's log files, so closing the terminal does not stop it. With
+    ``resume``, the worker continues from the run's last checkpoint."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(run.path / "stdout.log", "ab") as out, open(run.path / "stderr.log", "ab") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "fslab.worker", str(run.path)],
+            [sys.executable, "-m", "fslab.worker", str(run.path), *(["--resume"] if resume else [])],
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
         )
+
+
+def check_resumable(run: Run) -> None:
+    """A run can resume if it stopped (killed, lost or failed) after at least
+    one checkpoint; otherwise say why not."""
+    state = run.state()
+    if state not in ("killed", "lost", "failed"):
+        raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume")
+    if not run.checkpoint_path.exists():
+        raise UsageError(
+            f"run {run.id} has no checkpoint (it stopped before its first epoch ended); "
+            f"start it again with: fslab run {run.config().get('method', 'METHOD')}"
+        )
+
+
+def launch(method: str, overrides: list[dict], *, settings, registry) -> tuple[Run, subprocess.Popen]:
+    """Resolve the configuration, create the run folder and start its worker:
+    what ``fslab run`` and the dashboard's launch form both do."""
+    from fslab.config import resolve
+
+    config = resolve(method, registry=registry, settings=settings, overrides=overrides)
+    run = create_run(settings.runs_dir, method, config)
+    return run, start_worker(run)
 
 
 def wait_for_pid(run: Run, timeout: float = 10.0) -> int | None:

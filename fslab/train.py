@@ -18,7 +18,7 @@ import torch
 from fslab import evaluation
 from fslab.events import describe_event
 from fslab.registry import load_registry
-from fslab.runstore import Run, atomic_write_json
+from fslab.runstore import Run, atomic_write_json, atomic_write_text
 from fslab.settings import load_settings
 
 
@@ -71,13 +71,43 @@ class MetricsLog:
         print(describe_event(record), flush=True)
 
 
+def truncate_after_checkpoint(run: Run, epoch: int) -> None:
+    """Cut ``metrics.jsonl`` back to the checkpoint event of ``epoch``, so a
+    resumed run continues the file without repeating or skipping a step."""
+    kept = []
+    with open(run.metrics_path, "rb") as fh:
+        lines = fh.readlines()
+    for number, line in enumerate(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == "checkpoint" and event.get("epoch") == epoch:
+            kept = lines[: number + 1]
+    if not kept:
+        raise RuntimeError(f"metrics.jsonl has no checkpoint event for epoch {epoch}; cannot resume cleanly")
+    atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))
+
+
 def save_checkpoint(path, state: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
 
 
-def train(run: Run) -> dict:
+def restore_rng(saved: dict, augment_rng: torch.Generator) -> None:
+    torch.set_rng_state(saved["torch"])
+    augment_rng.set_state(saved["augment"])
+    random.setstate(saved["python"])
+    if saved["cuda"]:
+        torch.cuda.set_rng_state_all(saved["cuda"])
+
+
+def train(run: Run, resume: bool = False) -> dict:
+    """Train the run's configuration; with ``resume``, continue from its last
+    checkpoint: the metrics file is cut back to that checkpoint and every state
+    (weights, optimiser, schedule, RNG streams) is restored, so the result is
+    the one an uninterrupted run would have reached."""
     # -- setup -------------------------------------------------------------
     cfg = run.config()
     tcfg, ecfg = cfg["train"], cfg["eval"]
@@ -85,6 +115,10 @@ def train(run: Run) -> dict:
     random.seed(cfg["seed"])
     torch.manual_seed(cfg["seed"])
     device = pick_device(cfg["device"])
+    checkpoint = None
+    if resume:
+        checkpoint = torch.load(run.checkpoint_path, map_location=device, weights_only=True)
+        truncate_after_checkpoint(run, checkpoint["epoch"])
     log = MetricsLog(run)
 
     dataset = registry.create("dataset", cfg["dataset"]["name"], root=cfg["dataset"]["root"],
@@ -146,10 +180,21 @@ def train(run: Run) -> dict:
               out_dim=getattr(model, "out_dim", None))
 
     # -- training ----------------------------------------------------------
-    step, best_val = 0, None
-    if ecfg["before_training"]:  # the untrained network's accuracy, as epoch 0
+    first_epoch, step, best_val, center = 0, 0, None, None
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        head.load_state_dict(checkpoint["head"])
+        if isinstance(loss_fn, torch.nn.Module):
+            loss_fn.load_state_dict(checkpoint["loss"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        restore_rng(checkpoint["rng"], augment_rng)
+        first_epoch, step, best_val = checkpoint["epoch"], checkpoint["step"], checkpoint["best_val"]
+        center = checkpoint["train_mean"]
+        log.write("resume", epoch=first_epoch, step=step)
+    elif ecfg["before_training"]:  # the untrained network's accuracy, as epoch 0
         evaluate(val_split, "val", [ecfg["val_shots"]], ecfg["val_episodes"], training_mean(), epoch=0, step=0)
-    for epoch in range(tcfg["epochs"]):
+    for epoch in range(first_epoch, tcfg["epochs"]):
         model.train()
         window_start, window_images = time.perf_counter(), 0
         for batch in sampler.batches(epoch):
@@ -185,6 +230,7 @@ def train(run: Run) -> dict:
             "model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
             "loss": loss_fn.state_dict() if isinstance(loss_fn, torch.nn.Module) else {},
             "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "step": step, "config": cfg,
+            "best_val": best_val,
             "train_mean": center, "rng": {"torch": torch.get_rng_state(), "augment": augment_rng.get_state(),
                                           "python": random.getstate(),
                                           "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []},

@@ -1,4 +1,4 @@
-"""The training worker process: ``python -m fslab.worker RUN_DIR``.
+"""The training worker process: ``python -m fslab.worker RUN_DIR [--resume]``.
 
 It marks the run ``running`` before importing anything heavy (so a launcher
 sees its pid within milliseconds), keeps a heartbeat in ``status.json``, runs
@@ -44,9 +44,11 @@ class StatusKeeper:
         with self.lock:
             self.run.write_status(**fields)
 
-    def start(self) -> None:
+    def start(self, resume: bool) -> None:
         now = time.time()
-        self.update(state="running", pid=os.getpid(), host=socket.gethostname(), started=now, heartbeat=now)
+        times = {"resumed": now} if resume else {"started": now}
+        self.update(state="running", pid=os.getpid(), host=socket.gethostname(), heartbeat=now,
+                    ended=None, exit_code=None, error=None, **times)
         self.thread.start()
 
     def finish(self, state: str, exit_code: int, error: str | None = None) -> None:
@@ -63,19 +65,21 @@ def _raise_stopped(signum, frame):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m fslab.worker RUN_DIR", file=sys.stderr)
+    resume = "--resume" in argv
+    paths = [a for a in argv if a != "--resume"]
+    if len(paths) != 1:
+        print("usage: python -m fslab.worker RUN_DIR [--resume]", file=sys.stderr)
         return 2
-    run = Run(Path(argv[0]))
+    run = Run(Path(paths[0]))
     interval = float(run.config().get("train", {}).get("heartbeat", 5.0))
     keeper = StatusKeeper(run, interval)
     signal.signal(signal.SIGTERM, _raise_stopped)
     signal.signal(signal.SIGINT, _raise_stopped)
-    keeper.start()
+    keeper.start(resume)
     try:
         from fslab.train import train
 
-        train(run)
+        train(run, resume=resume)
     except Stopped as stop:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)

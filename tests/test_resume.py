@@ -1,0 +1,86 @@
+"""Resume: an interrupted and resumed run ends exactly where an uninterrupted one does."""
+
+import json
+import os
+import signal
+import textwrap
+
+import pytest
+
+from .runs_helpers import TINY, events, fslab, wait_for
+
+pytestmark = pytest.mark.slow
+
+# The same NCA loss, slowed down so the test can stop the run mid-training.
+SLOW_NCA = """
+    import time
+
+    from fslab import hookimpl
+    from fslab_plugins.nca import nca
+
+
+    def slow_nca(z, labels, support=None, *, temperature: float = 1.0):
+        time.sleep(0.1)
+        return nca(z, labels, support, temperature=temperature)
+
+
+    @hookimpl
+    def register_losses(register):
+        register(slow_nca, name="slow-nca", description="NCA with a pause per step")
+"""
+ARGS = [*TINY, "--epochs", "5", "--seed", "5", "--set", "loss.name=slow-nca"]
+
+
+def trajectory(run_dir):
+    """Everything that must match: each logged step and every evaluation."""
+    train = [(e["step"], e["epoch"], e["loss"], e["positives"], e["negatives"], e["lr"]) for e in events(run_dir, "train")]
+    evals = [(e["split"], e.get("epoch"), e["shots"], e["accuracy"], e["ci95"]) for e in events(run_dir, "eval")]
+    return train, evals
+
+
+@pytest.fixture
+def slow_project(project):
+    (project / "mine").mkdir()
+    (project / "mine" / "slow.py").write_text(textwrap.dedent(SLOW_NCA))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    return project
+
+
+@pytest.mark.parametrize("interrupt", ["stop", "sigkill"])
+def test_interrupted_and_resumed_equals_uninterrupted(slow_project, interrupt):
+    assert fslab("run", "nca", *ARGS, cwd=slow_project).returncode == 0
+    (reference,) = [p for p in (slow_project / "runs").iterdir()]
+
+    run_id = fslab("run", "nca", *ARGS, "--detach", cwd=slow_project).stdout.strip()
+    run_dir = slow_project / "runs" / run_id
+    wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
+    if interrupt == "stop":
+        assert fslab("stop", run_id, cwd=slow_project).returncode == 0
+        expected_state = "killed"
+    else:
+        os.kill(json.loads((run_dir / "status.json").read_text())["pid"], signal.SIGKILL)
+        expected_state = "lost"
+    rows = [json.loads(line) for line in fslab("runs", "--json", cwd=slow_project).stdout.splitlines()]
+    assert {r["id"]: r["state"] for r in rows}[run_id] == expected_state
+    assert 1 <= len(events(run_dir, "checkpoint")) < 5
+
+    resumed = fslab("resume", run_id, cwd=slow_project)
+    assert resumed.returncode == 0, resumed.stderr
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "completed" and status["exit_code"] == 0 and status["error"] is None
+
+    train, evals = trajectory(run_dir)
+    assert [t[0] for t in train] == list(range(1, len(train) + 1))  # no step repeated or missing
+    assert (train, evals) == trajectory(reference)
+    assert json.loads((run_dir / "results.json").read_text())["test"] == \
+        json.loads((reference / "results.json").read_text())["test"]
+    assert len(events(run_dir, "resume")) == 1
+
+
+def test_resume_refuses_what_cannot_resume(project):
+    result = fslab("run", "nca", *TINY, "--epochs", "1", cwd=project)
+    assert result.returncode == 0, result.stderr
+    run_id = next((project / "runs").iterdir()).name
+    refused = fslab("resume", run_id, cwd=project)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == f"error: run {run_id} is completed; only killed, lost or failed runs can resume"
