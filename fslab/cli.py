@@ -141,7 +141,8 @@ def tui(
     """Open the live dashboard: every run, its charts and logs; stop and launch runs."""
     from fslab.tui import make_app
 
-    make_app(_settings().runs_dir, settings=_settings(), tick=tick).run()
+    settings = _settings()
+    make_app(settings.runs_dir, settings=settings, tick=tick).run()
 
 
 def _pct(value: Optional[dict]) -> str:
@@ -271,6 +272,46 @@ def plugins(
         console.print(table)
     for failure in registry.failures:
         console.print(f"[red]failed[/red] {escape(failure.plugin)}: {escape(failure.error)}")
+
+
+@app.command("eval")
+def eval_(
+    ref: RunRef,
+    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    ways: Annotated[int, typer.Option(help="Classes per episode.")] = 5,
+    shots: Annotated[str, typer.Option(help="Comma-separated shots, e.g. 1,5.")] = "1,5",
+    queries: Annotated[int, typer.Option(help="Queries per class.")] = 15,
+    episodes: Annotated[int, typer.Option(help="Episodes per number of shots.")] = 10000,
+    evaluator: Annotated[Optional[str], typer.Option(help="Evaluator plugin (default: the run's).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached)."""
+    from fslab.runstore import find_run
+
+    if split not in ("test", "val"):
+        raise UsageError(f"--split must be test or val, got '{split}'")
+    try:
+        shot_list = [int(s) for s in shots.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--shots takes whole numbers separated by commas (e.g. 1,5), got '{shots}'") from None
+    if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or episodes < 1:
+        raise UsageError("episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes >= 1")
+    run_ = find_run(_settings().runs_dir, ref)
+    if evaluator is not None:
+        _registry().get("evaluator", evaluator)  # an unknown name fails before torch loads
+    from fslab.events import accuracy_text
+    from fslab.run_eval import evaluate_run
+
+    results = evaluate_run(run_, split=split, ways=ways, shots=shot_list, queries=queries, episodes=episodes,
+                           evaluator=evaluator, device=device)
+    for result in results:
+        if as_json:
+            print(json.dumps({"run": run_.id, **result}))
+        else:
+            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {episodes} episodes "
+                          f"({result['evaluator']}, checkpoint of epoch {result['epoch']}): {accuracy_text(result)}",
+                          highlight=False)
 
 
 def main() -> None:

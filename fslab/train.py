@@ -61,14 +61,16 @@ class MetricsLog:
     """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once.
     Each event is also printed as a readable line (``fslab logs`` shows them)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, echo: bool = True) -> None:
         self.file = open(run.metrics_path, "a", encoding="utf-8")
+        self.echo = echo
 
     def write(self, event: str, **fields) -> None:
         record = {"event": event, "time": time.time(), **fields}
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(json.dumps(record) + "\n")  # one write: appends from two processes never interleave
         self.file.flush()
-        print(describe_event(record), flush=True)
+        if self.echo:
+            print(describe_event(record), flush=True)
 
 
 def truncate_after_checkpoint(run: Run, epoch: int) -> None:

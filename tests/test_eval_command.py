@@ -1,0 +1,55 @@
+"""``fslab eval``: cached features, fixed episodes, the worker's own numbers reproduced."""
+
+import json
+
+import pytest
+
+from fslab.runstore import create_run
+
+from .runs_helpers import TINY, events, fslab
+
+pytestmark = pytest.mark.slow
+
+
+def test_eval_reproduces_the_final_test_and_caches_features(project):
+    assert fslab("run", "nca", *TINY, "--epochs", "2", cwd=project).returncode == 0
+    run_dir = next((project / "runs").iterdir())
+    final = json.loads((run_dir / "results.json").read_text())["test"]
+    config = json.loads((run_dir / "config.json").read_text())
+    episodes, queries = config["eval"]["test_episodes"], config["eval"]["queries"]
+
+    args = ["eval", run_dir.name, "--shots", "1,5", "--queries", str(queries), "--episodes", str(episodes), "--json"]
+    first = fslab(*args, cwd=project)
+    assert first.returncode == 0, first.stderr
+    results = [json.loads(line) for line in first.stdout.splitlines()]
+    assert [(r["shots"], r["features_cached"]) for r in results] == [(1, False), (5, True)]
+    for r in results:  # same checkpoint, training mean, seed and episodes as the worker's test
+        assert r["accuracy"] == final[f"{r['shots']}-shot"]["accuracy"]
+        assert r["ci95"] == final[f"{r['shots']}-shot"]["ci95"]
+    assert [p.name for p in (run_dir / "features").iterdir()] == ["test-epoch2.pt"]
+
+    again = [json.loads(line) for line in fslab(*args, cwd=project).stdout.splitlines()]
+    assert [r["features_cached"] for r in again] == [True, True]
+    assert [r["accuracy"] for r in again] == [r["accuracy"] for r in results]
+
+    saved = json.loads(next((run_dir / "evaluations").glob("test-centroid-5way-5shot-*.json")).read_text())
+    assert len(saved["accuracies"]) == episodes
+    assert abs(sum(saved["accuracies"]) / episodes - saved["accuracy"]) < 1e-5
+    logged = [e for e in events(run_dir, "eval") if e.get("source") == "fslab eval"]
+    assert len(logged) == 4 and {e["shots"] for e in logged} == {1, 5}
+
+    val = [json.loads(line) for line in fslab("eval", run_dir.name, "--split", "val", "--shots", "5",
+                                               "--queries", "5", "--episodes", "50", "--json", cwd=project).stdout.splitlines()]
+    assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shots", "one"], "--shots takes whole numbers separated by commas"),
+    (["--split", "train"], "--split must be test or val"),
+    (["--evaluator", "centriod"], "Unknown evaluator 'centriod'. Did you mean 'centroid'?"),
+    ([], "has no checkpoint yet"),
+])
+def test_eval_bad_input(project, argv, message):
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    result = fslab("eval", run.id, *argv, cwd=project)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
