@@ -89,13 +89,14 @@ def sample_episodes(
     support_blocks, query_blocks = [], []
     for first in range(0, episodes, EPISODE_BLOCK):
         block = min(EPISODE_BLOCK, episodes - first)
-        # A random permutation of the classes per episode, cut to `ways`.
-        chosen = torch.rand(block, eligible.numel(), generator=generator).argsort(dim=1)[:, :ways]
-        # Random keys per image; padding sorts last, so the first `per_class`
-        # keys of each row are distinct real images.
+        # The `ways` smallest of one random key per class: distinct random classes.
+        chosen = torch.rand(block, eligible.numel(), generator=generator).topk(ways, dim=1, largest=False).indices
+        # Random keys per image; padding gets a key above any real one, so the
+        # `per_class` smallest keys of each row are distinct real images
+        # (topk, unlike a full sort, costs little for 600-image classes).
         keys = torch.rand(block, ways, width, generator=generator)
         keys = keys.masked_fill(padding[chosen], 2.0)
-        picked = keys.argsort(dim=2)[:, :, :per_class]
+        picked = keys.topk(per_class, dim=2, largest=False, sorted=True).indices
         indices = table[chosen[:, :, None], picked]  # [block, ways, per_class]
         support_blocks.append(indices[:, :, :shots])
         query_blocks.append(indices[:, :, shots:])
