@@ -314,6 +314,48 @@ def eval_(
                           highlight=False)
 
 
+@app.command("compare")
+def compare_(
+    refs: Annotated[list[str], typer.Argument(help="Runs (ids, unique parts of ids) to compare; 'all' for every run.")],
+    group_by: Annotated[Optional[str], typer.Option(help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
+    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
+    ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
+    queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
+) -> None:
+    """Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first group."""
+    from fslab.compare import FORMATS, compare, render
+    from fslab.runstore import find_run, list_runs
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    runs_dir = _settings().runs_dir
+    runs = list_runs(runs_dir) if refs == ["all"] else [find_run(runs_dir, ref) for ref in refs]
+    try:
+        shot_list = [int(s) for s in shots.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--shots takes whole numbers separated by commas (e.g. 1,5), got '{shots}'") from None
+    report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
+                     group_by=[k.strip() for k in group_by.split(",")] if group_by else None)
+    if not any(row["results"] for row in report["groups"]):
+        raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
+                         f"{queries} queries; finish them or run: fslab eval RUN")
+    if fmt != "table":
+        sys.stdout.write(render(report, fmt))
+        return
+    columns = [f"{n}-shot" for n in shot_list]
+    table = Table("group", "seeds", *columns, title=f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes")
+    for row in report["groups"]:
+        table.add_row(escape(row["group"]), str(row["seeds"]),
+                      *[f"{_pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns])
+    console.print(table)
+    for p in report["paired"]:
+        console.print(f"{escape(p['group'])} − {escape(p['baseline'])}, {p['shots']}-shot: "
+                      f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)",
+                      highlight=False)
+
+
 def main() -> None:
     """Console entry point: an FslabError is one line on stderr and an exit code."""
     try:

@@ -12,14 +12,12 @@ in ``runs/<id>/evaluations/`` for paired comparisons.
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
 import torch
 
 from fslab import evaluation
 from fslab.errors import UsageError
 from fslab.registry import load_registry
-from fslab.runstore import Run, atomic_write_json
+from fslab.runstore import Run
 from fslab.settings import load_settings
 from fslab.train import MetricsLog, pick_device, plugin_kwargs, to_input
 
@@ -70,18 +68,7 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
                   "evaluator": evaluator, "seed": seed, "epoch": checkpoint["epoch"], "accuracy": mean,
                   "ci95": ci, "features_cached": cached}
         log.write("eval", source="fslab eval", **{k: v for k, v in result.items() if k != "features_cached"})
-        save_accuracies(run, result, accuracies)
+        run.save_accuracies(result, accuracies)
         results.append(result)
         cached = True
     return results
-
-
-def save_accuracies(run: Run, result: dict, accuracies: torch.Tensor) -> Path:
-    """Per-episode accuracies, named by everything that fixes the episodes."""
-    folder = run.path / "evaluations"
-    folder.mkdir(exist_ok=True)
-    key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
-           f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
-    path = folder / f"{key}.json"
-    atomic_write_json(path, {**result, "accuracies": [round(float(a), 6) for a in accuracies]})
-    return path

@@ -164,6 +164,24 @@ class Run:
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]
 
+    def save_accuracies(self, result: dict, accuracies) -> Path:
+        """Per-episode accuracies of one evaluation, in ``evaluations/``, named
+        by everything that fixes its episodes (split, evaluator, shape, episode
+        count, seed, checkpoint epoch), so runs can be compared episode by episode."""
+        folder = self.path / "evaluations"
+        folder.mkdir(exist_ok=True)
+        key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
+               f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
+        path = folder / f"{key}.json"
+        atomic_write_json(path, {**result, "accuracies": [round(float(a), 6) for a in accuracies]})
+        return path
+
+    def saved_accuracies(self) -> list[dict]:
+        """Every evaluation saved by :meth:`save_accuracies`."""
+        folder = self.path / "evaluations"
+        found = [read_json(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+        return [f for f in found if f is not None]
+
     def summary(self) -> dict:
         """What a listing shows of a run: identity, state, progress, accuracies."""
         status, config = self.status(), self.config()
@@ -214,11 +232,13 @@ def create_run(runs_dir: Path, method: str, config: dict) -> Run:
 
 
 def list_runs(runs_dir: Path) -> list[Run]:
-    """Every run folder, oldest first; folders without a config are skipped."""
+    """Every run folder, oldest first (by creation time, then id: ids made in
+    the same second differ only by their random suffix); folders without a
+    config are skipped."""
     if not runs_dir.is_dir():
         return []
     runs = [Run(p) for p in runs_dir.iterdir() if p.is_dir() and (p / "config.json").exists()]
-    return sorted(runs, key=lambda r: r.id)
+    return sorted(runs, key=lambda r: (r.status().get("created", 0), r.id))
 
 
 def find_run(runs_dir: Path, ref: str) -> Run:

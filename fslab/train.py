@@ -164,7 +164,8 @@ def train(run: Run, resume: bool = False) -> dict:
         return features_of(images[pick]).mean(0)
 
     def evaluate(split, split_name, shots, episodes, center, **where) -> list[tuple[int, float, float]]:
-        """Log and return (shots, accuracy, ci95) for each number of shots."""
+        """Log and return (shots, accuracy, ci95) for each number of shots; the
+        test's per-episode accuracies are saved for paired comparisons."""
         feats = features_of(split.images)
         outcomes = []
         for n in shots:
@@ -174,6 +175,11 @@ def train(run: Run, resume: bool = False) -> dict:
             mean, ci = evaluation.ci95(accs)
             log.write("eval", split=split_name, ways=ecfg["ways"], shots=n, queries=ecfg["queries"],
                       episodes=episodes, accuracy=mean, ci95=ci, **where)
+            if split_name == "test":
+                run.save_accuracies({"split": "test", "ways": ecfg["ways"], "shots": n, "queries": ecfg["queries"],
+                                     "episodes": episodes, "evaluator": cfg["evaluator"]["name"],
+                                     "seed": ecfg["seed"], "epoch": tcfg["epochs"], "accuracy": mean, "ci95": ci},
+                                    accs.tolist())
             outcomes.append((n, mean, ci))
         return outcomes
 

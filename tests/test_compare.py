@@ -1,0 +1,94 @@
+"""Pooled and paired comparisons, checked against direct computation."""
+
+import csv
+import io
+import json
+import math
+import random
+
+import pytest
+
+from fslab.compare import compare, mean_ci, render
+from fslab.runstore import create_run
+
+from .runs_helpers import fslab
+
+
+def direct_ci(values):
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return mean, 1.96 * std / math.sqrt(len(values))
+
+
+def make_run(runs_dir, lr, seed, accuracies_by_shots):
+    run = create_run(runs_dir, "nca", {"method": "nca", "seed": seed, "device": "cpu",
+                                       "train": {"lr": lr, "epochs": 2}, "loss": {"name": "nca"}})
+    for shots, accuracies in accuracies_by_shots.items():
+        run.save_accuracies({"split": "test", "ways": 5, "shots": shots, "queries": 15, "episodes": len(accuracies),
+                             "evaluator": "centroid", "seed": 0, "epoch": 2,
+                             "accuracy": sum(accuracies) / len(accuracies), "ci95": 0.0}, accuracies)
+    return run
+
+
+@pytest.fixture
+def store(tmp_path):
+    rng = random.Random(0)
+    data = {}
+    for lr in (0.1, 0.05):
+        for seed in (0, 1, 2):
+            accs = {n: [rng.choice([0.6, 0.8, 1.0]) - (0.1 if lr == 0.05 else 0) for _ in range(40)] for n in (1, 5)}
+            data[(lr, seed)] = (make_run(tmp_path / "runs", lr, seed, accs), accs)
+    return tmp_path, data
+
+
+def test_groups_pool_seeds_and_pair_by_seed(store):
+    _, data = store
+    report = compare([r for r, _ in data.values()], shots=[1, 5])
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("train.lr=0.1", 3), ("train.lr=0.05", 3)]
+    for g, lr in zip(report["groups"], (0.1, 0.05)):
+        for n in (1, 5):
+            pooled = [a for seed in (0, 1, 2) for a in data[(lr, seed)][1][n]]
+            mean, ci = direct_ci(pooled)
+            got = g["results"][f"{n}-shot"]
+            assert got["episodes"] == 120 and math.isclose(got["accuracy"], mean) and math.isclose(got["ci95"], ci)
+    (five,) = [p for p in report["paired"] if p["shots"] == 5]
+    diffs = [b - a for seed in (0, 1, 2) for a, b in zip(data[(0.1, seed)][1][5], data[(0.05, seed)][1][5])]
+    mean, ci = direct_ci(diffs)
+    assert five["episodes"] == 120 and math.isclose(five["difference"], mean) and math.isclose(five["ci95"], ci)
+
+
+def test_group_by_a_key_merges_the_rest(store):
+    _, data = store
+    report = compare([r for r, _ in data.values()], shots=[5], group_by=["loss.name"])
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("loss.name=nca", 6)]
+    assert report["paired"] == []
+
+
+def test_csv_and_json_parse_back(store):
+    _, data = store
+    report = compare([r for r, _ in data.values()], shots=[1, 5])
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+    assert [r["group"] for r in rows] == ["train.lr=0.1", "train.lr=0.05"]
+    assert float(rows[0]["5-shot accuracy"]) == report["groups"][0]["results"]["5-shot"]["accuracy"]
+    assert json.loads(render(report, "json")) == json.loads(json.dumps(report))
+    md = render(report, "md").splitlines()
+    assert md[0] == "| group | seeds | 1-shot | 5-shot |" and len(md) == 4
+    latex = render(report, "latex")
+    assert latex.startswith("\\begin{tabular}{lrrr}") and "$\\pm$" in latex
+
+
+def test_cli_compare(store, builtin_plugins, monkeypatch):
+    folder, data = store
+    monkeypatch.chdir(folder)
+    out = fslab("compare", "all", "--format", "json", cwd=folder)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["groups"]) == 2
+    table = fslab("compare", "all", cwd=folder).stdout
+    assert "train.lr=0.05 − train.lr=0.1, 5-shot:" in table
+    bad = fslab("compare", "all", "--format", "xls", cwd=folder)
+    assert bad.returncode == 2 and "unknown format 'xls'" in bad.stderr
+
+
+def test_mean_ci_matches_the_formula():
+    values = [0.0, 1.0, 0.0, 1.0]
+    assert mean_ci(values) == (0.5, 1.96 * 0.5 / 2)
