@@ -42,7 +42,7 @@ def test_precedence_builtin_method_dataset_toml_cli(registry, tmp_path):
 
 def test_plugin_params_are_filled_and_validated(registry):
     config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("loss.temperature=0.9"))
-    assert config["loss"] == {"name": "nca", "temperature": 0.9}
+    assert config["loss"] == {"name": "nca", **registry.get("loss", "nca").params, "temperature": 0.9}
     assert config["backbone"]["name"] == "resnet12" and config["backbone"]["widths"] == [64, 160, 320, 640]
     with pytest.raises(ConfigError, match=r"unknown parameter 'loss.temprature' for loss 'nca'\. Did you mean 'temperature'\?"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("loss.temprature=0.9"))

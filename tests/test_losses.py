@@ -246,4 +246,32 @@ def test_losses_are_built_through_the_registry(registry, make_episode):
     loss = registry.create("loss", "nca", temperature=0.5)
     assert torch.allclose(loss(z, labels, support).loss, nca(z, labels, temperature=0.5).loss)
     assert registry.get("loss", "protonet").info["episodic"] is True
-    assert registry.get("loss", "nca").params == {"temperature": 1.0}
+    assert registry.get("loss", "nca").params == {"temperature": 1.0, "pair_fraction": 1.0}
+
+
+# -- SPEC §2 pair counts for the paper plugins' losses ---------------------------
+
+SPEC_EPISODES = [  # (w, n, m) -> ProtoNet-family positives, negatives
+    ((3, 3, 1), 9, 18), ((32, 5, 3), 480, 14_880), ((32, 5, 11), 1_760, 54_560),
+    ((64, 5, 3), 960, 60_480), ((16, 5, 27), 2_160, 32_400), ((64, 1, 7), 448, 28_224),
+]
+SPEC_BATCHES = [((3, 4), 18, 48), ((32, 8), 896, 31_744), ((64, 8), 1_792, 129_024)]  # (classes, per class)
+
+
+@pytest.mark.parametrize("name", ["protonet-noproto", "matchingnet", "sen", "ring"])
+@pytest.mark.parametrize("shape, positives, negatives", SPEC_EPISODES)
+def test_protonet_family_pair_counts_match_spec(registry, make_episode, name, shape, positives, negatives):
+    z, labels, support = make_episode(*shape, dim=3)
+    loss = registry.create("loss", name)
+    if isinstance(loss, torch.nn.Module):
+        loss = loss.double()
+    out = loss(z, labels, support)
+    assert (int(out.positives), int(out.negatives)) == (positives, negatives)
+
+
+@pytest.mark.parametrize("name", ["supcon", "map-ssvm", "map-dlm", "nca"])
+@pytest.mark.parametrize("shape, positives, negatives", SPEC_BATCHES)
+def test_all_pairs_family_pair_counts_match_spec(registry, make_class_batch, name, shape, positives, negatives):
+    z, labels = make_class_batch(*shape, dim=3)
+    out = registry.create("loss", name)(z, labels, None)
+    assert (int(out.positives), int(out.negatives)) == (positives, negatives)

@@ -30,8 +30,8 @@ def test_builtins_register_every_kind_with_metadata(builtin_plugins):
     for kind in KINDS:
         assert registry.names(kind), f"no built-in {kind}"
     nca = registry.get("loss", "nca")
-    assert nca.params == {"temperature": 1.0}
-    assert "Eq. 3" in nca.description or "NCA" in nca.description or nca.paper
+    assert nca.params == {"temperature": 1.0, "pair_fraction": 1.0}
+    assert "Eq. 3" in nca.description and "arXiv:2012.09831" in nca.paper
     assert nca.plugin == "nca" and nca.version.startswith("fslab ")
     assert nca.describe()["origin"] == "entry point fslab_plugins.nca"
 
@@ -64,7 +64,8 @@ def test_unknown_parameter_and_name_suggest_the_closest(builtin_plugins):
 def test_available_filters_by_glob(builtin_plugins):
     import fslab
 
-    assert fslab.available("loss", "proto*") == ["protonet"]
+    assert fslab.available("loss", "proto*") == ["protonet", "protonet-noproto", "protonet-nosq"]
+    assert fslab.available("loss", "map-*") == ["map-dlm", "map-ssvm"]
     assert "nca" in fslab.available("loss")
 
 

@@ -153,3 +153,79 @@ def test_samplers_are_registered_with_their_kind(registry):
     sampler = registry.create("sampler", "episodic", labels=[c for c in range(4) for _ in range(4)],
                               batch_size=8, seed=0, shots=1, per_class=4)
     assert (sampler.ways, sampler.shots, sampler.queries) == (2, 1, 3)
+
+
+# -- iid with replacement and fixed composition (NCA paper Fig. 4) ---------------
+
+from fslab_plugins.nca import FixedCompositionSampler, IIDReplacementSampler  # noqa: E402
+
+
+def test_iid_replacement_batches_are_distinct_inside_but_repeat_across_the_epoch():
+    sampler = IIDReplacementSampler(list(range(200)), 20, seed=3)
+    batches = list(sampler.batches(0))
+    assert len(batches) == len(sampler) == 10
+    assert all(len(set(b.indices)) == len(b.indices) == 20 and b.support is None for b in batches)
+    seen = Counter(all_indices(sampler, 0))
+    # with replacement: about e^-1 of the images are missed, some appear twice
+    assert max(seen.values()) > 1 and 40 < 200 - len(seen) < 110
+
+
+def test_iid_replacement_depends_only_on_seed_and_epoch_and_pickles():
+    sampler = IIDReplacementSampler(list(range(90)), 16, seed=4)
+    assert all_indices(pickle.loads(pickle.dumps(sampler)), 2) == all_indices(sampler, 2)
+    assert all_indices(IIDReplacementSampler(list(range(90)), 16, seed=4), 2) == all_indices(sampler, 2)
+    assert all_indices(sampler, 2) != all_indices(sampler, 3)
+    with pytest.raises(UsageError, match="batch_size"):
+        IIDReplacementSampler(list(range(10)), 11, seed=0)
+
+
+def check_fixed_batch(batch, labels, ways, per_class):
+    assert len(batch.indices) == ways * per_class and batch.support is None
+    assert len(set(batch.indices)) == len(batch.indices)
+    batch_labels = [labels[i] for i in batch.indices]
+    blocks = [batch_labels[c * per_class : (c + 1) * per_class] for c in range(ways)]
+    assert all(len(set(block)) == 1 for block in blocks)
+    assert len({block[0] for block in blocks}) == ways
+
+
+@pytest.mark.parametrize("batch_size, params, ways, per_class", [
+    (256, {"per_class": 8}, 32, 8),
+    (128, {"ways": 16, "per_class": 8}, 16, 8),  # the mAP paper's 16 classes x 8 (batch_size ignored)
+    (0, {"ways": 5, "per_class": 3}, 5, 3),
+])
+def test_fixed_composition_batches(batch_size, params, ways, per_class):
+    labels = uneven_labels()
+    sampler = FixedCompositionSampler(labels, batch_size, seed=0, **params)
+    assert (sampler.ways, sampler.per_class) == (ways, per_class)
+    batches = list(sampler.batches(1))
+    assert len(batches) == len(sampler) == math.ceil(len(labels) / (ways * per_class))
+    for batch in batches:
+        check_fixed_batch(batch, labels, ways, per_class)
+
+
+def test_fixed_composition_is_deterministic_picklable_and_skips_small_classes():
+    labels = [c for c in range(8) for _ in range(10)] + [50 + c for c in range(5) for _ in range(3)]
+    sampler = FixedCompositionSampler(labels, 0, seed=5, ways=4, per_class=4)
+    assert all_indices(pickle.loads(pickle.dumps(sampler)), 0) == all_indices(sampler, 0)
+    assert all_indices(FixedCompositionSampler(labels, 0, seed=5, ways=4, per_class=4), 0) == all_indices(sampler, 0)
+    assert all_indices(sampler, 0) != all_indices(sampler, 1)
+    drawn = {labels[i] for epoch in range(6) for i in all_indices(sampler, epoch)}
+    assert drawn == set(range(8))
+
+
+@pytest.mark.parametrize("batch_size, params, message", [
+    (100, {"per_class": 8}, "not divisible"),
+    (128, {"per_class": 1}, "per_class must be >= 2"),
+    (8, {"per_class": 8}, "at least 2 classes"),
+    (0, {"ways": 50, "per_class": 8}, "50 classes"),
+])
+def test_bad_fixed_compositions_are_usage_errors(batch_size, params, message):
+    labels = [c for c in range(40) for _ in range(20)]
+    with pytest.raises(UsageError, match=message):
+        FixedCompositionSampler(labels, batch_size, seed=0, **params)
+
+
+def test_new_samplers_are_registered_as_plain_batches(registry):
+    for name in ("iid-replacement", "fixed"):
+        assert registry.get("sampler", name).info["episodic"] is False
+    assert registry.get("sampler", "fixed").params == {"ways": 0, "per_class": 8}
