@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -26,6 +27,16 @@ console = Console(width=None if sys.stdout.isatty() else 250)
 err_console = Console(stderr=True, soft_wrap=True)
 
 RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
+# The options of `fslab run`, shared with `fslab sweep`.
+BackboneOpt = Annotated[Optional[str], typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
+DatasetOpt = Annotated[Optional[str], typer.Option(help="Dataset plugin (default: synthetic, built in).")]
+DataRootOpt = Annotated[Optional[str], typer.Option(help="Folder the dataset reads from.")]
+EpochsOpt = Annotated[Optional[int], typer.Option(help="Training epochs.")]
+BatchSizeOpt = Annotated[Optional[int], typer.Option(help="Images per training batch.")]
+LrOpt = Annotated[Optional[float], typer.Option(help="Initial learning rate.")]
+SeedOpt = Annotated[Optional[int], typer.Option(help="Random seed.")]
+DeviceOpt = Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -57,35 +68,41 @@ def root(
 @app.command()
 def run(
     method: Annotated[str, typer.Argument(help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method).")],
-    backbone: Annotated[Optional[str], typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")] = None,
-    dataset: Annotated[Optional[str], typer.Option(help="Dataset plugin (default: synthetic, built in).")] = None,
-    data_root: Annotated[Optional[str], typer.Option(help="Folder the dataset reads from.")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Training epochs.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Images per training batch.")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Initial learning rate.")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed.")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")] = None,
+    backbone: BackboneOpt = None,
+    dataset: DatasetOpt = None,
+    data_root: DataRootOpt = None,
+    epochs: EpochsOpt = None,
+    batch_size: BatchSizeOpt = None,
+    lr: LrOpt = None,
+    seed: SeedOpt = None,
+    device: DeviceOpt = None,
+    set_: SetOpt = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the run and return at once, printing its id.")] = False,
 ) -> None:
     """Start a training run in a new worker process and follow it."""
-    from fslab.config import nest, parse_assignment
     from fslab.launcher import launch
 
     settings = _settings()
     registry = _registry(settings)
+    overrides = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_)
+    run_, process = launch(method, overrides, settings=settings, registry=registry)
+    if detach:
+        console.print(run_.id, highlight=False)
+        return
+    _follow_to_end(run_, process)
+
+
+def _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_) -> list[dict]:
+    """Config layers from the options of `fslab run` (then --set, in order)."""
+    from fslab.config import nest, parse_assignment
+
     options = {
         ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,
         ("train", "epochs"): epochs, ("train", "batch_size"): batch_size, ("train", "lr"): lr,
         ("seed",): seed, ("device",): device,
     }
     overrides = [nest(list(path), value) for path, value in options.items() if value is not None]
-    overrides += [nest(*parse_assignment(text)) for text in set_ or []]
-    run_, process = launch(method, overrides, settings=settings, registry=registry)
-    if detach:
-        console.print(run_.id, highlight=False)
-        return
-    _follow_to_end(run_, process)
+    return overrides + [nest(*parse_assignment(text)) for text in set_ or []]
 
 
 def _follow_to_end(run_, process) -> None:
@@ -138,7 +155,7 @@ def resume(
 def tui(
     tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store.")] = 1.0,
 ) -> None:
-    """Open the live dashboard: every run, its charts and logs; stop and launch runs."""
+    """Open the live dashboard: every run, its charts and logs; stop, resume and launch runs."""
     from fslab.tui import make_app
 
     settings = _settings()
@@ -354,6 +371,89 @@ def compare_(
         console.print(f"{escape(p['group'])} − {escape(p['baseline'])}, {p['shots']}-shot: "
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)",
                       highlight=False)
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def sweep(
+    targets: Annotated[Optional[list[str]], typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
+    grid: Annotated[Optional[list[str]], typer.Option("--grid", help="key=v1,v2,... (repeatable); keys as in --set, or backbone/dataset/epochs/batch_size/lr.")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", help="A sweep file in TOML: method, seeds, fail_fast, a grid table and a set table.")] = None,
+    backbone: BackboneOpt = None,
+    dataset: DatasetOpt = None,
+    data_root: DataRootOpt = None,
+    epochs: EpochsOpt = None,
+    batch_size: BatchSizeOpt = None,
+    lr: LrOpt = None,
+    seed: Annotated[Optional[int], typer.Option(help="First seed.")] = None,
+    device: DeviceOpt = None,
+    set_: SetOpt = None,
+    fail_fast: Annotated[bool, typer.Option("--fail-fast", help="At the first failed run, cancel the runs still queued.")] = False,
+) -> None:
+    """Queue one run per grid combination and seed, and start them as slots free up.
+
+    [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold];
+    [bold]fslab sweep resume SWEEP[/bold] queues again what failed or was lost.
+    """
+    from fslab.scheduler import start_scheduler
+    from fslab.sweep import create_sweep, load_sweep, parse_grid, read_sweep_file, requeue
+
+    settings = _settings()
+    targets = targets or []
+    if targets[:1] == ["resume"]:
+        if len(targets) != 2:
+            raise UsageError("usage: fslab sweep resume SWEEP")
+        record = load_sweep(settings.runs_dir, targets[1])
+        again = requeue(settings.runs_dir, record)
+        if again:
+            start_scheduler(settings.runs_dir)
+        console.print(f"{record['id']}: {len(again)} runs queued again", highlight=False)
+        return
+    fixed = []
+    if file is not None:
+        spec = read_sweep_file(file)
+        method, seeds = spec["method"], spec.get("seeds", seeds)
+        fail_fast = spec.get("fail_fast", fail_fast)
+        grid_values = {k: list(v) for k, v in spec.get("grid", {}).items()}
+        fixed = [f"{k}={json.dumps(v)}" for k, v in spec.get("set", {}).items()]
+    elif len(targets) == 1:
+        method, grid_values = targets[0], {}
+    else:
+        raise UsageError("usage: fslab sweep METHOD [--seeds N] [--grid key=v1,v2] ..., or fslab sweep --file SWEEP.toml")
+    grid_values.update(parse_grid(grid or []))
+    base = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])])
+    sweep_id, runs = create_sweep(method, grid_values, seeds, base=base, settings=settings,
+                                  registry=_registry(settings), fail_fast=fail_fast)
+    start_scheduler(settings.runs_dir)
+    console.print(f"{sweep_id}: {len(runs)} runs queued; follow them with: fslab queue", highlight=False)
+
+
+@app.command()
+def queue(as_json: JsonFlag = False) -> None:
+    """Runs waiting for a slot, and where each running run went."""
+    from fslab.runstore import list_runs
+    from fslab.scheduler import configured_slots, slot_in_use
+
+    settings = _settings()
+    rows = []
+    for run_ in list_runs(settings.runs_dir):
+        status = run_.status()
+        state = run_.state(status)
+        if state in ("queued", "running"):
+            rows.append({"id": run_.id, "state": state, "sweep": status.get("sweep"), "slot": status.get("slot"),
+                         "gpus": status.get("gpus"), "pid": status.get("pid")})
+    folder = settings.runs_dir / ".slots"
+    slots = [{"slot": s.name, "gpu": s.gpu, "busy": folder.is_dir() and slot_in_use(folder, s)}
+             for s in configured_slots(settings.scheduler)]
+    if as_json:
+        print(json.dumps({"runs": rows, "slots": slots}))
+        return
+    table = Table("id", "state", "sweep", "slot", "GPU", "pid")
+    for r in rows:
+        table.add_row(escape(r["id"]), r["state"], escape(str(r["sweep"] or "-")), escape(str(r["slot"] or "-")),
+                      escape(str(r["gpus"] or "-")), str(r["pid"] or "-"))
+    console.print(table)
+    console.print("slots: " + ", ".join(f"{s['slot']} {'busy' if s['busy'] else 'free'}" for s in slots))
 
 
 def main() -> None:

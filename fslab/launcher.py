@@ -12,11 +12,12 @@ from fslab.errors import UsageError
 from fslab.runstore import ENDED, Run, create_run, pid_alive
 
 
-def start_worker(run: Run, resume: bool = False) -> subprocess.Popen:
+def start_worker(run: Run, resume: bool = False, env: dict | None = None, pass_fds=()) -> subprocess.Popen:
     """Start ``python -m fslab.worker RUN_DIR`` in its own session, output to
     the run's log files, so closing the terminal does not stop it. With
-    ``resume``, the worker continues from the run's last checkpoint."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    ``resume``, the worker continues from the run's last checkpoint; ``env``
+    adds variables, ``pass_fds`` hands it open files (a scheduler's slot lock)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(run.path / "stdout.log", "ab") as out, open(run.path / "stderr.log", "ab") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "fslab.worker", str(run.path), *(["--resume"] if resume else [])],
@@ -25,6 +26,7 @@ def start_worker(run: Run, resume: bool = False) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
+            pass_fds=tuple(pass_fds),
         )
 
 
@@ -48,6 +50,7 @@ def launch(method: str, overrides: list[dict], *, settings, registry) -> tuple[R
 
     config = resolve(method, registry=registry, settings=settings, overrides=overrides)
     run = create_run(settings.runs_dir, method, config)
+    run.claim()  # started here, so no scheduler may start it too
     return run, start_worker(run)
 
 

@@ -136,6 +136,8 @@ class Run:
             return state
         now = time.time() if now is None else now
         pid = status.get("pid")
+        if state == "queued" and not pid:
+            return state  # waiting for a scheduler slot, however long that takes
         if pid and status.get("host") == socket.gethostname() and not pid_alive(int(pid)):
             return "lost"
         last_sign = status.get("heartbeat") or status.get("created") or 0
@@ -163,6 +165,20 @@ class Run:
 
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]
+
+    def claim(self) -> bool:
+        """Take this queued run for starting. Exactly one caller ever wins
+        (``O_EXCL``), so two schedulers never start the same run."""
+        try:
+            fd = os.open(self.path / ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with open(fd, "w") as fh:
+            fh.write(f"{os.getpid()} {time.time()}\n")
+        return True
+
+    def claimed(self) -> bool:
+        return (self.path / ".claimed").exists()
 
     def save_accuracies(self, result: dict, accuracies) -> Path:
         """Per-episode accuracies of one evaluation, in ``evaluations/``, named

@@ -19,7 +19,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 SETTINGS_FILE = "fslab.toml"
 PROJECT_KEYS = {"runs_dir": str, "plugin_dirs": list}
-TOP_LEVEL = ("project", "data_roots", "run")
+TOP_LEVEL = ("project", "data_roots", "run", "scheduler")
+SCHEDULER_KEYS = {"gpus": (str, list), "runs_per_gpu": int, "cpu_slots": int}
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Settings:
     plugin_dirs: list[Path] = field(default_factory=list)
     data_roots: dict[str, str] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
+    scheduler: dict[str, Any] = field(default_factory=lambda: {"gpus": "auto", "runs_per_gpu": 1, "cpu_slots": 1})
 
 
 def read_toml(path: Path) -> dict:
@@ -87,8 +89,21 @@ def load_settings(path: Path | None = None) -> Settings:
     for name, root in roots.items():
         if not isinstance(root, str):
             raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {root!r}")
+    scheduler = {**Settings().scheduler, **_table(data, "scheduler", path)}
+    for key, value in scheduler.items():
+        expected = SCHEDULER_KEYS.get(key)
+        if expected is None:
+            raise ConfigError(
+                f"{path}: unknown key 'scheduler.{key}'.{did_you_mean(key, SCHEDULER_KEYS)} "
+                f"Allowed: {', '.join(sorted(SCHEDULER_KEYS))}."
+            )
+        if not isinstance(value, expected) or isinstance(value, bool) or (
+                key == "gpus" and value != "auto" and not (isinstance(value, list) and all(isinstance(g, int) for g in value))):
+            allowed = '"auto" or a list of GPU indices' if key == "gpus" else "a whole number"
+            raise ConfigError(f"{path}: 'scheduler.{key}' must be {allowed}, got {value!r}")
     return Settings(
         path=path,
+        scheduler=scheduler,
         runs_dir=base / project.get("runs_dir", "runs"),
         plugin_dirs=[base / str(d) for d in project.get("plugin_dirs", [])],
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},

@@ -47,8 +47,9 @@ class StatusKeeper:
     def start(self, resume: bool) -> None:
         now = time.time()
         times = {"resumed": now} if resume else {"started": now}
+        where = {"slot": os.environ.get("FSLAB_SLOT"), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
         self.update(state="running", pid=os.getpid(), host=socket.gethostname(), heartbeat=now,
-                    ended=None, exit_code=None, error=None, **times)
+                    ended=None, exit_code=None, error=None, **where, **times)
         self.thread.start()
 
     def finish(self, state: str, exit_code: int, error: str | None = None) -> None:

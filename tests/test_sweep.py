@@ -1,0 +1,156 @@
+"""Sweeps and the slot scheduler, with real scheduler and worker processes."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from fslab.errors import ConfigError, UsageError
+from fslab.sweep import expand, parse_grid
+
+from .runs_helpers import TINY, fslab, wait_for
+
+
+def test_grid_parsing_and_expansion():
+    grid = parse_grid(["batch_size=128,256,512", "loss.temperature=0.9,1", "backbone=conv4,resnet12"])
+    assert grid == {"train.batch_size": [128, 256, 512], "loss.temperature": [0.9, 1],
+                    "backbone.name": ["conv4", "resnet12"]}
+    combos = expand(grid, seeds=5, first_seed=10)
+    assert len(combos) == 3 * 2 * 2 * 5
+    assert combos[0] == [{"train": {"batch_size": 128}}, {"loss": {"temperature": 0.9}},
+                         {"backbone": {"name": "conv4"}}, {"seed": 10}]
+    assert [c[-1]["seed"] for c in combos[:6]] == [10, 11, 12, 13, 14, 10]
+    with pytest.raises(ConfigError, match="--grid expects key=v1,v2"):
+        parse_grid(["train.lr"])
+    with pytest.raises(UsageError, match="--seeds must be at least 1"):
+        expand(grid, seeds=0)
+
+
+def tiny_sweep_args(*extra):
+    # TINY without the options a sweep sets itself
+    return [a for a in TINY] + list(extra)
+
+
+def states(project):
+    out = {}
+    if not (project / "runs").exists():
+        return out
+    for run_dir in (project / "runs").iterdir():
+        if (run_dir / "status.json").exists() and (run_dir / "config.json").exists():
+            out[run_dir.name] = json.loads((run_dir / "status.json").read_text())
+    return out
+
+
+class ConcurrencyProbe:
+    """Samples how many runs are running at once, and on which slots."""
+
+    def __init__(self, project):
+        self.project, self.peak, self.slot_clash, self.stop = project, 0, False, threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self):
+        while not self.stop.is_set():
+            running = [s for s in states(self.project).values() if s.get("state") == "running"]
+            self.peak = max(self.peak, len(running))
+            slots = [s.get("slot") for s in running]
+            self.slot_clash |= len(slots) != len(set(slots))
+            time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sweep_runs_every_combination_within_the_slots_even_with_rival_schedulers(project):
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 2\n")
+    probe = ConcurrencyProbe(project)
+    probe.thread.start()
+    result = fslab("sweep", "nca", "--seeds", "2", "--grid", "lr=0.1,0.05", *TINY, cwd=project)
+    assert result.returncode == 0, result.stderr
+    sweep_id = result.stdout.split(":")[0]
+    # two more schedulers race the first one for the same queue and slots
+    rivals = [subprocess.Popen([sys.executable, "-m", "fslab.scheduler", str(project / "runs")], cwd=project)
+              for _ in range(2)]
+    wait_for(lambda: len(states(project)) == 4 and all(s["state"] == "completed" for s in states(project).values()),
+             timeout=240, what="the sweep to complete")
+    probe.stop.set()
+    for rival in rivals:
+        rival.wait(timeout=30)
+    assert probe.peak == 2 and not probe.slot_clash
+    record = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())
+    assert len(record["runs"]) == 4 and record["grid"] == {"train.lr": [0.1, 0.05]}
+    configs = [json.loads((project / "runs" / r / "config.json").read_text()) for r in record["runs"]]
+    assert sorted((c["train"]["lr"], c["seed"]) for c in configs) == [(0.05, 0), (0.05, 1), (0.1, 0), (0.1, 1)]
+    for run_id in record["runs"]:
+        status = json.loads((project / "runs" / run_id / "status.json").read_text())
+        assert status["sweep"] == sweep_id and status["slot"] in ("cpu-0", "cpu-1")
+        log = (project / "runs" / run_id / "stdout.log").read_text()
+        assert log.count("training on cpu") == 1  # started exactly once
+
+
+FLAKY = """
+    from pathlib import Path
+
+    from fslab import hookimpl
+    from fslab_plugins.nca import nca
+
+
+    def flaky(z, labels, support=None, *, fail_seed: int = -1):
+        if Path("fail.flag").exists() and Path("fail.flag").read_text() == str(fail_seed):
+            raise RuntimeError("flaky loss failed on purpose")
+        return nca(z, labels, support)
+
+
+    @hookimpl
+    def register_losses(register):
+        register(flaky, name="flaky", description="fails while fail.flag names its fail_seed")
+"""
+
+
+@pytest.mark.slow
+def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(project):
+    (project / "mine").mkdir()
+    (project / "mine" / "flaky.py").write_text(textwrap.dedent(FLAKY))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    (project / "fail.flag").write_text("7")
+    sweep_file = project / "sweep.toml"
+    sweep_file.write_text(textwrap.dedent("""
+        method = "nca"
+        seeds = 1
+        fail_fast = true
+        [grid]
+        "loss.fail_seed" = [0, 7, 1, 2]
+        [set]
+        "loss.name" = "flaky"
+    """))
+    result = fslab("sweep", "--file", str(sweep_file), *TINY, cwd=project)
+    assert result.returncode == 0, result.stderr
+    sweep_id = result.stdout.split(":")[0]
+    record = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())
+    order = record["runs"]  # fail_seed 0, 7, 1, 2 in this order; one slot runs them one by one
+
+    def final():
+        found = [json.loads((project / "runs" / r / "status.json").read_text())["state"] for r in order]
+        return found if all(s in ("completed", "failed", "killed") for s in found) else None
+
+    assert wait_for(final, timeout=180, what="the sweep to stop") == ["completed", "failed", "killed", "killed"]
+    cancelled = json.loads((project / "runs" / order[2] / "status.json").read_text())
+    assert cancelled["error"] == f"sweep stopped: run {order[1]} failed (fail-fast)"
+    first_end = json.loads((project / "runs" / order[0] / "status.json").read_text())["ended"]
+
+    (project / "fail.flag").unlink()
+    again = fslab("sweep", "resume", sweep_id, cwd=project)
+    assert again.stdout.strip() == f"{sweep_id}: 3 runs queued again"
+    assert wait_for(lambda: final() == ["completed"] * 4 and final(), timeout=180, what="the resumed sweep")
+    assert json.loads((project / "runs" / order[0] / "status.json").read_text())["ended"] == first_end
+    # the slot frees when the last worker process has exited, a moment after its status says completed
+    queue = wait_for(lambda: (q := json.loads(fslab("queue", "--json", cwd=project).stdout))["slots"][0]["busy"] is False
+                     and q, timeout=30, what="the slot to free")
+    assert queue["runs"] == [] and queue["slots"] == [{"slot": "cpu-0", "gpu": None, "busy": False}]
+
+
+def test_sweep_with_a_bad_value_writes_nothing(project):
+    result = fslab("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
+    assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got 'two'" in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
