@@ -30,11 +30,6 @@ def test_grid_parsing_and_expansion():
         expand(grid, seeds=0)
 
 
-def tiny_sweep_args(*extra):
-    # TINY without the options a sweep sets itself
-    return [a for a in TINY] + list(extra)
-
-
 def states(project):
     out = {}
     if not (project / "runs").exists():
@@ -66,7 +61,7 @@ def test_sweep_runs_every_combination_within_the_slots_even_with_rival_scheduler
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 2\n")
     probe = ConcurrencyProbe(project)
     probe.thread.start()
-    result = fslab("sweep", "nca", "--seeds", "2", "--grid", "lr=0.1,0.05", *TINY, cwd=project)
+    result = fslab("sweep", "nca", "--seeds", "2", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1", cwd=project)
     assert result.returncode == 0, result.stderr
     sweep_id = result.stdout.split(":")[0]
     # two more schedulers race the first one for the same queue and slots
@@ -124,7 +119,7 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
         [set]
         "loss.name" = "flaky"
     """))
-    result = fslab("sweep", "--file", str(sweep_file), *TINY, cwd=project)
+    result = fslab("sweep", "--file", str(sweep_file), *TINY, "--epochs", "1", cwd=project)
     assert result.returncode == 0, result.stderr
     sweep_id = result.stdout.split(":")[0]
     record = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())

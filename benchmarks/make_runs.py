@@ -1,0 +1,122 @@
+"""Make N fake run folders, shaped like real ones, for the dashboard benchmark.
+
+    python benchmarks/make_runs.py DIR [--runs 1000] [--live 20] [--steps 60]
+
+Each run has config.json, status.json, metrics.jsonl (start, train every step,
+val eval per epoch, test evals), stdout.log, stderr.log and, when completed,
+results.json. States are mixed: mostly completed, some failed, killed and
+lost, and ``--live`` running runs whose status has this host and the pid of
+the calling process (so they count as alive) and a fresh heartbeat; the
+benchmark then appends metrics to them. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import socket
+import time
+from pathlib import Path
+
+METHODS = (("nca", "nca", "iid"), ("protonet", "protonet", "episodic"))
+BACKBONES = ("resnet12", "conv4")
+
+
+def config_for(method: str, loss: str, sampler: str, backbone: str, seed: int, epochs: int) -> dict:
+    return {
+        "method": method, "seed": seed, "device": "auto",
+        "dataset": {"name": "synthetic", "root": "data/synthetic", "classes": 200, "image_size": 16},
+        "backbone": {"name": backbone}, "loss": {"name": loss}, "sampler": {"name": sampler},
+        "evaluator": {"name": "centroid"},
+        "train": {"epochs": epochs, "batch_size": 128, "lr": 0.025, "log_every": 1},
+        "eval": {"ways": 5, "shots": [1, 5], "queries": 15, "test_episodes": 2000},
+    }
+
+
+def train_event(t: float, step: int, epoch: int, rng: random.Random) -> dict:
+    loss = 5.0 * math.exp(-step / 80) + 0.5 + rng.random() * 0.2
+    return {"event": "train", "time": t, "step": step, "epoch": epoch, "loss": loss,
+            "positives": 60 + rng.randrange(20), "negatives": 6800 + rng.randrange(400),
+            "lr": 0.025, "images_per_s": 50 + rng.random() * 5, "rows_without_positive": 50.0}
+
+
+def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs: int, now: float,
+              rng: random.Random) -> None:
+    method, loss, sampler = METHODS[index % 2]
+    backbone = BACKBONES[(index // 2) % 2]
+    folder.mkdir(parents=True)
+    (folder / "checkpoints").mkdir()
+    (folder / "config.json").write_text(json.dumps(config_for(method, loss, sampler, backbone, index % 5, epochs),
+                                                   indent=2))
+    done_epochs = epochs if state == "completed" else max(1, epochs // 2)
+    created = now - 3600 - index
+    t = created + 5
+    lines = [{"event": "start", "time": t, "device": "cpu", "epochs": epochs, "steps_per_epoch": steps_per_epoch,
+              "total_steps": epochs * steps_per_epoch, "train_images": 3600}]
+    step = 0
+    for epoch in range(1, done_epochs + 1):
+        for _ in range(steps_per_epoch):
+            step += 1
+            t += 1
+            lines.append(train_event(t, step, epoch, rng))
+        acc = 0.5 + 0.2 * epoch / epochs + rng.random() * 0.02
+        lines.append({"event": "eval", "time": t, "split": "val", "ways": 5, "shots": 5, "queries": 15,
+                      "episodes": 300, "accuracy": acc, "ci95": 0.01, "epoch": epoch, "step": step})
+        lines.append({"event": "checkpoint", "time": t, "epoch": epoch, "step": step, "path": "checkpoints/last.pt"})
+    results = None
+    if state == "completed":
+        results = {}
+        for shots, base in ((1, 0.55), (5, 0.72)):
+            acc = base + rng.random() * 0.02
+            results[f"{shots}-shot"] = {"accuracy": acc, "ci95": 0.004}
+            lines.append({"event": "eval", "time": t, "split": "test", "ways": 5, "shots": shots, "queries": 15,
+                          "episodes": 2000, "accuracy": acc, "ci95": 0.004, "step": step})
+        lines.append({"event": "end", "time": t, "results": results})
+    with open(folder / "metrics.jsonl", "w") as fh:
+        fh.writelines(json.dumps(e) + "\n" for e in lines)
+    (folder / "stdout.log").write_text("".join(f"line {i}\n" for i in range(len(lines))))
+    (folder / "stderr.log").write_text("Traceback (most recent call last):\nRuntimeError: boom\n" if state == "failed" else "")
+    live = state == "running"
+    status = {"state": "running" if state in ("running", "lost") else state, "created": created, "started": created + 1,
+              "host": socket.gethostname() if live else "elsewhere", "pid": os.getpid() if live else 1,
+              "heartbeat": now if live else created + 100}
+    if state in ("completed", "failed", "killed"):
+        status.update(ended=t, exit_code=0 if state == "completed" else 1,
+                      error="RuntimeError: boom" if state == "failed" else None)
+    (folder / "status.json").write_text(json.dumps(status))
+    if results:
+        (folder / "results.json").write_text(json.dumps({"test": results, "episodes": 2000, "ways": 5}))
+
+
+def make_runs(root: Path, runs: int = 1000, live: int = 20, steps_per_epoch: int = 12, epochs: int = 5,
+              seed: int = 0) -> list[Path]:
+    """Write ``runs`` run folders under ``root``; the first ``live`` are running.
+    Returns the live runs' folders."""
+    rng = random.Random(seed)
+    now = time.time()
+    live_dirs = []
+    for index in range(runs):
+        state = "running" if index < live else ("completed", "completed", "completed", "failed", "killed", "lost")[index % 6]
+        folder = Path(root) / f"20260101-{index:06d}-{METHODS[index % 2][0]}-{index % 65536:04x}"
+        write_run(folder, index, state, steps_per_epoch, epochs, now, rng)
+        if state == "running":
+            live_dirs.append(folder)
+    return live_dirs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--live", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=12, help="training steps per epoch (5 epochs)")
+    args = parser.parse_args()
+    make_runs(args.root, args.runs, args.live, args.steps)
+    print(f"{args.runs} runs in {args.root}")
+
+
+if __name__ == "__main__":
+    main()

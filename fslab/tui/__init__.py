@@ -1,0 +1,28 @@
+"""``fslab tui``: a live, keyboard-first dashboard over the run store.
+
+Screens (one per module): the runs table (``runs_screen``), a run's detail
+(``detail_screen``), the comparison of marked runs (``compare_screen``), the
+launch form (``launch_screen``) and a confirmation dialog (``confirm_screen``).
+Reading the run store is incremental and happens in worker threads
+(``tailing``); what is shown is computed in ``model`` and drawn by
+``runs_table`` and ``charts``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def make_app(runs_dir: str | Path, *, settings=None, clock: Callable[[], float] = time.time,
+             tick: float = 1.0, cursor_blink: bool = True):
+    """The dashboard over ``runs_dir``, as the CLI and the tests build it.
+
+    ``settings`` (fslab.toml) are used by the launch form and loaded when first
+    needed if not given; ``clock`` gives "now" for elapsed times, ETAs and lost
+    detection (tests freeze it); ``tick`` is the seconds between two reads of the
+    run store."""
+    from fslab.tui.app import FslabApp
+
+    return FslabApp(Path(runs_dir), settings=settings, clock=clock, tick=tick, cursor_blink=cursor_blink)

@@ -1,0 +1,230 @@
+"""The ``fslab tui`` application: owns the run-store watcher and the actions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+
+from fslab.runstore import Run
+from fslab.tui.messages import RunLaunched, RunResumed, RunStopped, StoreUpdated
+from fslab.tui.tailing import RunRow, StoreWatcher
+
+
+class FslabApp(App):
+    """Every run in ``runs_dir``, live. Reading happens in a worker thread;
+    the UI thread only applies what the worker posts."""
+
+    CSS_PATH = "fslab.tcss"
+    TITLE = "fslab"
+    BINDINGS = [("q", "quit", "quit")]
+
+    def __init__(self, runs_dir: Path, *, settings=None, clock: Callable[[], float] = time.time,
+                 tick: float = 1.0, cursor_blink: bool = True) -> None:
+        super().__init__()
+        self.runs_dir = Path(runs_dir)
+        self._settings = settings
+        self.clock = clock
+        self.tick = tick
+        self.cursor_blink = cursor_blink
+        self.watcher = StoreWatcher(self.runs_dir, clock)
+        self.rows: dict[str, RunRow] = {}
+        self.skipped: list[str] = []
+        self.last_poll_s = 0.0
+        self.processes: list = []  # workers this dashboard launched, reaped as they end
+        self._poll_lock = threading.Lock()
+        self.sub_title = str(self.runs_dir)
+
+    # -- settings and plugins, loaded only when an action needs them -----------
+    @property
+    def settings(self):
+        import dataclasses
+
+        from fslab.settings import load_settings
+
+        if self._settings is None:
+            self._settings = load_settings()
+        return dataclasses.replace(self._settings, runs_dir=self.runs_dir)
+
+    def registry(self):
+        import fslab
+
+        failures: list[str] = []
+        registry = fslab.get_registry(self.settings, report=failures.append)
+        for line in failures:
+            self.notify(line, title="plugin failed to load", severity="warning", markup=False)
+        return registry
+
+    # -- life cycle --------------------------------------------------------------
+    def get_default_screen(self) -> Screen:
+        from fslab.tui.runs_screen import RunsScreen
+
+        return RunsScreen()
+
+    def on_mount(self) -> None:
+        self.poll_store()
+        self.set_interval(self.tick, self.poll_store)
+
+    @work(thread=True, group="store", exit_on_error=False)
+    def poll_store(self) -> None:
+        """One tick: read what is new in the run store (skipped if the last
+        tick is still reading, so two threads never share the watcher)."""
+        if not self._poll_lock.acquire(blocking=False):
+            return
+        try:
+            post = lambda changes: self.post_message(StoreUpdated(changes))
+            changes = self.watcher.poll(on_batch=post if not self.rows else None)
+        finally:
+            self._poll_lock.release()
+        self.post_message(StoreUpdated(changes))
+
+    def on_store_updated(self, message: StoreUpdated) -> None:
+        changes = message.changes
+        for row in changes.rows:
+            self.rows[row.id] = row
+        for run_id in changes.removed:
+            self.rows.pop(run_id, None)
+        self.skipped = sorted(self.watcher.skipped)
+        self.last_poll_s = changes.seconds
+        for run_id in changes.removed:
+            self.notify(f"run {run_id} was deleted", markup=False)
+        self.processes = [p for p in self.processes if p.poll() is None]
+        for screen in self.screen_stack:
+            apply = getattr(screen, "apply_store_changes", None)
+            if apply is not None:
+                apply(changes)
+
+    # -- actions shared by the screens ------------------------------------------
+    def request_stop(self, run_id: str) -> None:
+        """Stop a queued or running run, after a confirmation."""
+        from fslab.tui.confirm_screen import ConfirmScreen
+
+        row = self.rows.get(run_id)
+        if row is None:
+            return
+        if row.state not in ("queued", "running"):
+            self.notify(f"{run_id} is {row.state}; only queued or running runs can be stopped", markup=False)
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"stopping {run_id} ...", markup=False)
+                self.stop_in_background(run_id)
+
+        self.push_screen(ConfirmScreen(f"Stop run {run_id}? It ends 'killed' and keeps its last checkpoint."),
+                         confirmed)
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def stop_in_background(self, run_id: str) -> None:
+        from fslab import launcher
+
+        try:
+            state = launcher.stop_run(Run(self.runs_dir / run_id))
+        except Exception as exc:  # a failed stop is reported, the dashboard goes on
+            self.post_message(RunStopped(run_id, None, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(RunStopped(run_id, state))
+
+    def on_run_stopped(self, message: RunStopped) -> None:
+        if message.error:
+            self.notify(f"could not stop {message.run_id}: {message.error}", severity="error", markup=False)
+        else:
+            self.notify(f"{message.run_id}: {message.state}", markup=False)
+        self.poll_store()
+
+    def request_resume(self, run_id: str) -> None:
+        """Continue a killed, lost or failed run from its last checkpoint (as
+        ``fslab resume --detach``), after a confirmation."""
+        from fslab.tui.confirm_screen import ConfirmScreen
+
+        row = self.rows.get(run_id)
+        if row is None:
+            return
+        if row.state not in ("killed", "lost", "failed"):
+            self.notify(f"{run_id} is {row.state}; only killed, lost or failed runs can resume", markup=False)
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.resume_in_background(run_id)
+
+        self.push_screen(ConfirmScreen(f"Resume run {run_id} from its last checkpoint? Its metrics after that "
+                                       "checkpoint are cut back."), confirmed)
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def resume_in_background(self, run_id: str) -> None:
+        from fslab import launcher
+
+        run = Run(self.runs_dir / run_id)
+        try:
+            launcher.check_resumable(run)
+            process = launcher.start_worker(run, resume=True)
+        except Exception as exc:  # FslabError: not resumable (e.g. no checkpoint); OSError: cannot start
+            self.post_message(RunResumed(run_id, str(exc)))
+            return
+        self.post_message(RunResumed(run_id, process=process))
+
+    def on_run_resumed(self, message: RunResumed) -> None:
+        if message.error:
+            self.notify(message.error, title="not resumed", severity="error", markup=False)
+            return
+        self.processes.append(message.process)
+        self.notify(f"resuming {message.run_id}", markup=False)
+        self.poll_store()
+
+    def request_launch(self) -> None:
+        from fslab.tui.launch_screen import LaunchScreen
+
+        try:
+            registry = self.registry()
+        except Exception as exc:
+            self.notify(f"cannot load plugins: {exc}", severity="error", markup=False)
+            return
+        self.push_screen(LaunchScreen(registry))
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def launch(self, method: str, overrides: list[dict], registry) -> None:
+        """Start a run exactly as ``fslab run --detach`` does (in a worker thread:
+        resolving the configuration and starting a process take a moment)."""
+        from fslab import launcher
+
+        try:
+            run, process = launcher.launch(method, overrides, settings=self.settings, registry=registry)
+        except Exception as exc:  # FslabError: bad configuration; OSError: cannot start
+            self.post_message(RunLaunched(None, str(exc)))
+            return
+        self.post_message(RunLaunched(run.id, process=process))
+
+    def on_run_launched(self, message: RunLaunched) -> None:
+        if message.error:
+            self.notify(message.error, title="run not started", severity="error", markup=False)
+            return
+        self.processes.append(message.process)
+        self.notify(f"started {message.run_id}", markup=False)
+        self.poll_store()
+
+    # -- command palette: every binding of the screen and the app -----------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        seen = set()
+        for namespace, bindings in ((screen, getattr(screen, "BINDINGS", [])), (self, self.BINDINGS)):
+            for binding in bindings:
+                key, action, description = _binding_parts(binding)
+                if action in seen or not description:
+                    continue
+                seen.add(action)
+                yield SystemCommand(description[:1].upper() + description[1:], f"key: {key}",
+                                    partial(self.run_action, action, namespace))
+        yield from super().get_system_commands(screen)
+
+
+def _binding_parts(binding) -> tuple[str, str, str]:
+    if isinstance(binding, tuple):
+        key, action, description = (*binding, "")[:3]
+        return key, action, description
+    return binding.key_display or binding.key, binding.action, binding.description

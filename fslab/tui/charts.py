@@ -1,0 +1,192 @@
+"""Line charts drawn with braille dots, fed by bounded min/max series.
+
+``MinMaxSeries`` keeps at most ``capacity`` buckets: when full, neighbours are
+merged (each keeps its min and max), so a run with 100,000 logged steps costs
+what one with 1,000 does, and spikes survive downsampling. ``LineChart`` draws
+one or more series (plus an optional band, e.g. a 95% CI) and shows a
+placeholder when it has nothing it can draw.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rich.text import Text
+from textual.widget import Widget
+
+# Braille dot bits by (column, row) inside a 2×4 cell.
+DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+PALETTE = ("cyan", "magenta", "yellow", "green", "red", "blue", "bright_white", "bright_cyan")
+AXIS_WIDTH = 9
+
+
+class MinMaxSeries:
+    """An append-only series stored as ≤ ``capacity`` (x0, x1, ymin, ymax) buckets."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self.buckets: list[list[float]] = []
+        self.per_bucket = 1  # points per bucket (doubles at each merge)
+        self._fill = 0  # points in the last bucket
+        self.count = 0
+
+    def clear(self) -> None:
+        self.buckets, self.per_bucket, self._fill, self.count = [], 1, 0, 0
+
+    def append(self, x: float, y: float) -> None:
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return
+        self.count += 1
+        if self.buckets and self._fill < self.per_bucket:
+            b = self.buckets[-1]
+            b[1], b[2], b[3] = x, min(b[2], y), max(b[3], y)
+            self._fill += 1
+            return
+        if len(self.buckets) >= self.capacity:
+            merged = []
+            for i in range(0, len(self.buckets) - 1, 2):
+                a, b = self.buckets[i], self.buckets[i + 1]
+                merged.append([a[0], b[1], min(a[2], b[2]), max(a[3], b[3])])
+            if len(self.buckets) % 2:
+                merged.append(self.buckets[-1])
+            self.buckets = merged
+            self.per_bucket *= 2
+        self.buckets.append([x, x, y, y])
+        self._fill = 1
+
+    def extend(self, points) -> None:
+        for x, y in points:
+            self.append(x, y)
+
+
+def downsample(buckets: list[list[float]], columns: int, x_lo: float, x_hi: float) -> list[tuple[float, float] | None]:
+    """Per column of the plot: (ymin, ymax) of the buckets that fall in it."""
+    out: list[tuple[float, float] | None] = [None] * columns
+    span = (x_hi - x_lo) or 1.0
+    for x0, x1, lo, hi in buckets:
+        mid = (x0 + x1) / 2
+        col = min(columns - 1, max(0, int((mid - x_lo) / span * (columns - 1) + 0.5)))
+        cur = out[col]
+        out[col] = (lo, hi) if cur is None else (min(cur[0], lo), max(cur[1], hi))
+    return out
+
+
+def fill_gaps(spans: list[tuple[float, float] | None]) -> list[tuple[float, float] | None]:
+    """Columns between two drawn ones get linearly interpolated spans, so a
+    sparse series (one point per epoch) still draws as a line."""
+    out = list(spans)
+    filled = [i for i, span in enumerate(spans) if span is not None]
+    for a, b in zip(filled, filled[1:]):
+        (lo_a, hi_a), (lo_b, hi_b) = spans[a], spans[b]
+        mid_a, mid_b = (lo_a + hi_a) / 2, (lo_b + hi_b) / 2
+        for k in range(a + 1, b):
+            t = (k - a) / (b - a)
+            if lo_a == hi_a and lo_b == hi_b:
+                value = mid_a + (mid_b - mid_a) * t
+                out[k] = (value, value)
+            else:
+                out[k] = (lo_a + (lo_b - lo_a) * t, hi_a + (hi_b - hi_a) * t)
+    return out
+
+
+def _fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000 or abs(value) < 0.01:
+        return f"{value:.2e}"
+    return f"{value:.4g}"
+
+
+@dataclass
+class Plot:
+    """What one chart draws: named series and an optional band (low, high series)."""
+
+    series: list[tuple[str, MinMaxSeries]] = field(default_factory=list)
+    band: tuple[MinMaxSeries, MinMaxSeries] | None = None
+
+
+def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text | None:
+    """The chart as Text of ``height`` lines, or None when it cannot be drawn."""
+    plot_w, plot_h = width - AXIS_WIDTH, height - 2  # title line and x-axis line
+    drawn = [(name, s) for name, s in plot.series if s.buckets]
+    if plot_w < 4 or plot_h < 1 or not drawn:
+        return None
+    every = [s for _, s in drawn] + (list(plot.band) if plot.band and plot.band[0].buckets else [])
+    x_lo = min(s.buckets[0][0] for s in every)
+    x_hi = max(s.buckets[-1][1] for s in every)
+    y_lo = min(min(b[2] for b in s.buckets) for s in every)
+    y_hi = max(max(b[3] for b in s.buckets) for s in every)
+    if y_hi == y_lo:
+        y_lo, y_hi = y_lo - 0.5, y_hi + 0.5
+    cols, rows = plot_w * 2, plot_h * 4
+    grid = [[0] * plot_w for _ in range(plot_h)]
+    owner: list[list[str | None]] = [[None] * plot_w for _ in range(plot_h)]
+
+    def dot_row(y: float) -> int:
+        return min(rows - 1, max(0, int((y_hi - y) / (y_hi - y_lo) * (rows - 1) + 0.5)))
+
+    def paint(col: int, r0: int, r1: int, style: str) -> None:
+        for r in range(min(r0, r1), max(r0, r1) + 1):
+            cell_r, cell_c = r // 4, col // 2
+            grid[cell_r][cell_c] |= DOTS[col % 2][r % 4]
+            owner[cell_r][cell_c] = style
+
+    if plot.band and plot.band[0].buckets:
+        lows = fill_gaps(downsample(plot.band[0].buckets, cols, x_lo, x_hi))
+        highs = fill_gaps(downsample(plot.band[1].buckets, cols, x_lo, x_hi))
+        for col, (lo, hi) in enumerate(zip(lows, highs)):
+            if lo is not None and hi is not None:
+                paint(col, dot_row(lo[0]), dot_row(hi[1]), "grey50")
+    for index, (_, series) in enumerate(drawn):
+        style = PALETTE[index % len(PALETTE)]
+        previous = None
+        for col, span in enumerate(fill_gaps(downsample(series.buckets, cols, x_lo, x_hi))):
+            if span is None:
+                continue
+            r_top, r_bottom = dot_row(span[1]), dot_row(span[0])
+            current = (r_top, r_bottom)
+            if previous is not None:  # overlap the previous column so the line is unbroken
+                r_bottom = max(r_bottom, previous[0])
+                r_top = min(r_top, previous[1])
+            paint(col, r_top, r_bottom, style)
+            previous = current
+
+    out = Text(title[:width], style="bold")
+    for r in range(plot_h):
+        label = _fmt(y_hi) if r == 0 else _fmt(y_lo) if r == plot_h - 1 else ""
+        line = Text("\n" + label.rjust(AXIS_WIDTH - 1)[: AXIS_WIDTH - 1] + "│", style="dim")
+        for c in range(plot_w):
+            bits = grid[r][c]
+            line.append(chr(0x2800 + bits) if bits else " ", style=owner[r][c] or "")
+        out.append_text(line)
+    x_axis = f"{_fmt(x_lo)}".ljust(plot_w - len(_fmt(x_hi))) + _fmt(x_hi)
+    out.append_text(Text("\n" + " " * (AXIS_WIDTH - 1) + "└" + x_axis[:plot_w], style="dim"))
+    return out
+
+
+class LineChart(Widget):
+    """A titled braille line chart; set ``plot`` and call ``refresh()``."""
+
+    DEFAULT_CSS = "LineChart { height: 10; }"
+
+    def __init__(self, title: str, plot: Plot | None = None, placeholder: str = "no data yet", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.title = title
+        self.plot = plot or Plot()
+        self.placeholder = placeholder
+
+    def render(self) -> Text:
+        legend = [name for name, s in self.plot.series if name and s.buckets]
+        height = self.size.height - (len(legend) > 1)
+        try:
+            chart = render_chart(self.plot, self.size.width, height, self.title)
+        except (ValueError, ZeroDivisionError, OverflowError) as exc:
+            chart, self.placeholder = None, f"cannot draw: {exc}"
+        if chart is None:
+            return Text(self.title, style="bold") + Text(f"\n({self.placeholder})", style="dim italic")
+        if len(legend) > 1:
+            chart.append_text(Text("\n"))
+            for i, name in enumerate(legend):
+                chart.append_text(Text(f" ■ {name}", style=PALETTE[i % len(PALETTE)]))
+        return chart

@@ -1,0 +1,185 @@
+"""One run in depth: live charts, every evaluation, configuration and logs."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
+
+from fslab.runstore import LOST_AFTER_S
+from fslab.tui import model
+from fslab.tui.charts import LineChart, MinMaxSeries, Plot
+from fslab.tui.messages import RunsFollowed
+from fslab.tui.tailing import RunDelta, RunFollower, StoreChanges
+
+TABS = ("charts", "evaluations", "config", "stdout", "stderr")
+BANNER_STDERR_LINES = 8
+
+
+class DetailScreen(Screen):
+    BINDINGS = [
+        Binding("escape,backspace", "app.pop_screen", "back", key_display="esc"),
+        Binding("s", "stop", "stop"),
+        Binding("r", "resume", "resume"),
+        *(Binding(str(i), f"tab('{tab}')", tab) for i, tab in enumerate(TABS, 1)),
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.follower: RunFollower | None = None
+        self._lock = threading.Lock()
+        self.series = {name: MinMaxSeries() for name in ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")}
+        self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
+        self.status: dict = {}
+        self.corrupt = 0
+        self.missing = False
+
+    def compose(self) -> ComposeResult:
+        s = self.series
+        yield Header()
+        yield Static(id="banner")
+        yield Static(id="summary")
+        with TabbedContent(*TABS, id="tabs"):
+            with TabPane("charts", id="charts"):
+                with VerticalScroll():
+                    with Grid(id="chart-grid"):
+                        yield LineChart("training loss", Plot([("loss", s["loss"])]), id="chart-loss")
+                        yield LineChart("learning rate", Plot([("lr", s["lr"])]), id="chart-lr")
+                        yield LineChart("positive pairs per batch", Plot([("positives", s["positives"])]), id="chart-pos")
+                        yield LineChart("negative pairs per batch", Plot([("negatives", s["negatives"])]), id="chart-neg")
+                        yield LineChart("validation accuracy by epoch (band: 95% CI)",
+                                        Plot([("val", s["val"])], (s["val_lo"], s["val_hi"])), id="chart-val")
+            with TabPane("evaluations", id="evaluations"):
+                yield DataTable(id="evals", cursor_type="row")
+            with TabPane("config", id="config"):
+                with VerticalScroll():
+                    yield Static(id="config-text")
+            with TabPane("stdout", id="stdout"):
+                yield Log(id="stdout-log", max_lines=2000)
+            with TabPane("stderr", id="stderr"):
+                yield Log(id="stderr-log", max_lines=2000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#evals", DataTable).add_columns("split", "ways", "shots", "queries", "episodes", "epoch",
+                                                        "accuracy ± 95% CI (%)")
+        self.follower = RunFollower(self.app.runs_dir / self.run_id)
+        self.update_header()
+        self.follow()
+        self.set_interval(self.app.tick, self.follow)
+
+    @work(thread=True, group="follow", exit_on_error=False)
+    def follow(self) -> None:
+        if self.missing or not self._lock.acquire(blocking=False):
+            return
+        try:
+            delta = self.follower.read()
+        finally:
+            self._lock.release()
+        self.post_message(RunsFollowed([delta]))
+
+    def on_runs_followed(self, message: RunsFollowed) -> None:
+        for delta in message.deltas:
+            self.apply(delta)
+        self.update_header()
+
+    def apply(self, delta: RunDelta) -> None:
+        if delta.missing:
+            self.missing = True
+            return
+        s, evals = self.series, self.query_one("#evals", DataTable)
+        if delta.reset:  # resumed: the file was cut back to a checkpoint and is read again
+            for series in s.values():
+                series.clear()
+            evals.clear()
+            self.corrupt = 0
+        for event in delta.events:
+            try:
+                if event.get("event") == "train":
+                    step = event["step"]
+                    for name in ("loss", "lr", "positives", "negatives"):
+                        if event.get(name) is not None:
+                            s[name].append(step, float(event[name]))
+                elif event.get("event") == "eval":
+                    if event["split"] == "val" and "epoch" in event:
+                        acc, ci = float(event["accuracy"]), float(event["ci95"])
+                        s["val"].append(event["epoch"], acc)
+                        s["val_lo"].append(event["epoch"], acc - ci)
+                        s["val_hi"].append(event["epoch"], acc + ci)
+                    evals.add_row(*(Text(str(event.get(k, "-"))) for k in
+                                    ("split", "ways", "shots", "queries", "episodes", "epoch")),
+                                  Text(model.pct(event)))
+            except (KeyError, TypeError, ValueError):
+                self.corrupt += 1
+        self.corrupt += delta.corrupt
+        if delta.events or delta.reset:
+            for chart in self.query(LineChart):
+                chart.refresh()
+        if delta.config is not None:
+            self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
+        if delta.stdout:
+            self.query_one("#stdout-log", Log).write_lines(delta.stdout)
+        if delta.stderr:
+            self.query_one("#stderr-log", Log).write_lines(delta.stderr)
+            self.stderr_tail.extend(delta.stderr)
+        if delta.status is not None:
+            self.status = delta.status
+
+    def apply_store_changes(self, changes: StoreChanges) -> None:
+        if any(r.id == self.run_id for r in changes.rows) or self.run_id in changes.removed:
+            self.update_header()
+
+    def update_header(self) -> None:
+        row = self.app.rows.get(self.run_id)
+        banner = self.query_one("#banner", Static)
+        if row is None or self.missing:
+            banner.update(Text(f"run {self.run_id}: its folder is gone (deleted while open)", style="bold red"))
+            banner.display = True
+            return
+        summary = Text.assemble(
+            (row.id, "bold"), "  ", model.state_text(row), "  ",
+            f"method {row.method} · loss {row.loss_name} · backbone {row.backbone} · dataset {row.dataset} · "
+            f"seed {row.seed} · epoch {row.epoch or 0}/{row.epochs} · step {row.step or 0}"
+            f"{'/' + str(row.total_steps) if row.total_steps else ''} · "
+            f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · ETA {model.duration(model.eta(row, self.app.clock()))}",
+        )
+        if self.corrupt:
+            summary.append(f" · {self.corrupt} corrupt metrics lines skipped", style="yellow")
+        if row.note:
+            summary.append(f" · {row.note}", style="yellow")
+        self.query_one("#summary", Static).update(summary)
+        banner.display = row.state in ("failed", "lost")
+        if banner.display:
+            banner.update(self.why_it_stopped(row))
+
+    def why_it_stopped(self, row) -> Text:
+        if row.state == "failed":
+            why = Text(f"FAILED: {row.error or 'no error recorded'}", style="bold red")
+        else:
+            why = Text("LOST: the worker died without writing an end state "
+                       f"(its pid is gone, or no heartbeat for {LOST_AFTER_S:.0f} s)", style="bold red")
+            if row.error:
+                why.append(f": {row.error}")
+        lines = list(self.stderr_tail)
+        why.append("\nlast lines of stderr:" if lines else "\nstderr is empty", style="bold")
+        for line in lines:
+            why.append("\n  " + line)
+        return why
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+
+    def action_stop(self) -> None:
+        self.app.request_stop(self.run_id)
+
+    def action_resume(self) -> None:
+        self.app.request_resume(self.run_id)

@@ -1,0 +1,89 @@
+"""The form that starts a new run; its choices come from the plugin registry."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Footer, Input, Label, Select, Static
+
+from fslab.config import nest, parse_assignment, resolve
+from fslab.errors import FslabError
+
+
+class LaunchScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("ctrl+s", "launch", "launch", priority=True),
+        Binding("escape", "cancel", "cancel", key_display="esc"),
+    ]
+
+    def __init__(self, registry) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def compose(self) -> ComposeResult:
+        names = self.registry.names
+        methods = names("method")
+        with Vertical(id="launch"):
+            yield Static("New run (same as fslab run METHOD --detach)", id="launch-title", markup=False)
+            with Grid(id="launch-grid"):
+                yield Label("method")
+                yield Select([(n, n) for n in methods], value="nca" if "nca" in methods else methods[0],
+                             allow_blank=False, compact=True, id="method")
+                yield Label("backbone")
+                yield Select([(n, n) for n in names("backbone")], prompt="(recipe default)", compact=True,
+                             id="backbone")
+                yield Label("dataset")
+                yield Select([(n, n) for n in names("dataset")], prompt="(default)", compact=True, id="dataset")
+                yield Label("seed")
+                yield Input(placeholder="0", type="integer", compact=True, id="seed")
+                yield Label("epochs")
+                yield Input(placeholder="(dataset default)", type="integer", compact=True, id="epochs")
+                yield Label("--set")
+                yield Input(placeholder="key=value ... e.g. train.batch_size=32 loss.temperature=0.9", compact=True,
+                            id="settings")
+            yield Static(id="launch-error")
+            with Horizontal(id="launch-buttons"):
+                yield Button("Launch (ctrl+s)", variant="primary", id="launch-button")
+                yield Button("Cancel (esc)", id="cancel-button")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for field in self.query(Input):
+            field.cursor_blink = self.app.cursor_blink
+
+    def choice(self, widget_id: str) -> str | None:
+        value = self.query_one(f"#{widget_id}", Select).value
+        return None if value is Select.NULL else str(value)
+
+    def overrides(self) -> list[dict]:
+        """The form's values as configuration layers, like fslab run's options."""
+        options = {("backbone", "name"): self.choice("backbone"), ("dataset", "name"): self.choice("dataset")}
+        for key, path in (("seed", ("seed",)), ("epochs", ("train", "epochs"))):
+            text = self.query_one(f"#{key}", Input).value.strip()
+            options[path] = int(text) if text else None
+        layers = [nest(list(path), value) for path, value in options.items() if value is not None]
+        return layers + [nest(*parse_assignment(t)) for t in self.query_one("#settings", Input).value.split()]
+
+    def action_launch(self) -> None:
+        method = self.choice("method")
+        try:
+            overrides = self.overrides()
+            # Checked here so a mistake is shown in the form; the app resolves again when it launches.
+            resolve(method, registry=self.registry, settings=self.app.settings, overrides=overrides)
+        except (FslabError, ValueError) as exc:
+            self.query_one("#launch-error", Static).update(Text(str(exc), style="bold red"))
+            return
+        self.app.launch(method, overrides, self.registry)
+        self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "launch-button":
+            self.action_launch()
+        else:
+            self.action_cancel()

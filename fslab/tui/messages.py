@@ -1,0 +1,51 @@
+"""Messages the dashboard's worker threads post to the UI thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from fslab.tui.tailing import RunDelta, StoreChanges
+
+
+@dataclass
+class StoreUpdated(Message):
+    """A tick of the run-store watcher: new, changed and removed runs."""
+
+    changes: StoreChanges
+
+
+@dataclass
+class RunsFollowed(Message):
+    """New events and log lines of the runs a detail or compare screen follows."""
+
+    deltas: list[RunDelta]
+
+
+@dataclass
+class RunStopped(Message):
+    """The core's ``stop_run`` returned (or failed) for a run."""
+
+    run_id: str
+    state: str | None
+    error: str | None = None
+
+
+@dataclass
+class RunLaunched(Message):
+    """The launch form started a run (or could not)."""
+
+    run_id: str | None
+    error: str | None = None
+    process: Any = None  # the worker's Popen, reaped by the app when it ends
+
+
+@dataclass
+class RunResumed(Message):
+    """A stopped run's worker was started again from its checkpoint (or not)."""
+
+    run_id: str
+    error: str | None = None
+    process: Any = None

@@ -1,0 +1,165 @@
+"""The main screen: every run in one live table, filterable and sortable."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from fslab.tui import model
+from fslab.tui.runs_table import RunsTable
+from fslab.tui.tailing import StoreChanges
+
+WIDTHS = (1, 30, 9, 14, 8, 9, 8, 9, 9, 4, 11, 11, 11, 11, 7, 7)
+SORT_ORDER = tuple(model.SORTS)
+
+
+class RunsScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "open"),
+        Binding("space", "mark", "mark"),
+        Binding("c", "compare", "compare"),
+        Binding("s", "stop", "stop"),
+        Binding("r", "resume", "resume"),
+        Binding("n", "launch", "new run"),
+        Binding("slash", "filter", "filter", key_display="/"),
+        Binding("o", "sort", "sort"),
+        Binding("O", "reverse", "reverse", key_display="O"),
+        Binding("escape", "clear_filter", "clear filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_text = ""
+        self.sort_by = "id"
+        self.reverse = True  # newest runs first
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="/ filter: words, or method:nca state:running dataset:… (esc clears)", id="filter")
+        yield RunsTable(model.COLUMNS, WIDTHS, self.cells, id="runs")
+        yield Static(id="status", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).cursor_blink = self.app.cursor_blink
+        self.query_one(RunsTable).focus()
+        self.rebuild()
+
+    @property
+    def table(self) -> RunsTable:
+        return self.query_one(RunsTable)
+
+    def cells(self, run_id: str) -> list[Text]:
+        return model.row_cells(self.app.rows[run_id], self.app.clock(), run_id in self.table.marked)
+
+    # -- keeping the table in step with the store --------------------------------
+    def visible_ids(self) -> list[str]:
+        rows = [r for r in self.app.rows.values() if model.matches(r, self.query_text)]
+        return [r.id for r in model.sort_rows(rows, self.sort_by, self.reverse, self.app.clock())]
+
+    def rebuild(self) -> None:
+        table = self.table
+        table.marked &= set(self.app.rows)
+        ids = self.visible_ids()
+        if ids != table.ids:
+            table.set_ids(ids)
+        table.invalidate_all()
+        self.update_status()
+
+    def apply_store_changes(self, changes: StoreChanges) -> None:
+        table = self.table
+        ids = self.visible_ids()
+        if ids != table.ids:
+            table.set_ids(ids)
+        # Changed rows, and live rows whose elapsed time and ETA move with the clock.
+        live = [r.id for r in self.app.rows.values() if r.state in ("queued", "running")]
+        table.invalidate([r.id for r in changes.rows] + live)
+        self.update_status()
+
+    def update_status(self) -> None:
+        rows = self.app.rows.values()
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.state] = counts.get(r.state, 0) + 1
+        states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        parts = [f"{len(self.table.ids)} of {len(self.app.rows)} runs" + (f" ({states})" if states else ""),
+                 f"sort: {self.sort_by} {'desc' if self.reverse else 'asc'}"]
+        if self.query_text:
+            parts.append(f"filter: {self.query_text}")
+        if self.table.marked:
+            parts.append(f"{len(self.table.marked)} marked")
+        noted = sum(1 for r in rows if r.note)
+        corrupt = sum(r.corrupt for r in rows)
+        if noted:
+            parts.append(f"{noted} runs with unreadable files (!)")
+        if corrupt:
+            parts.append(f"{corrupt} corrupt metrics lines skipped (!)")
+        if self.app.skipped:
+            parts.append(f"{len(self.app.skipped)} folders without config.json skipped")
+        if not self.app.rows:
+            parts.append(f"no runs in {self.app.runs_dir} yet: press n to start one")
+        self.query_one("#status", Static).update(Text(" · ".join(parts)))
+
+    # -- filter --------------------------------------------------------------------
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.query_text = event.value
+        self.rebuild()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.table.focus()
+
+    def action_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_clear_filter(self) -> None:
+        self.query_one("#filter", Input).value = ""
+        self.table.focus()
+
+    # -- sort ------------------------------------------------------------------------
+    def action_sort(self) -> None:
+        self.sort_by = SORT_ORDER[(SORT_ORDER.index(self.sort_by) + 1) % len(SORT_ORDER)]
+        self.rebuild()
+
+    def action_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self.rebuild()
+
+    # -- actions on runs ------------------------------------------------------------
+    def action_open(self) -> None:
+        from fslab.tui.detail_screen import DetailScreen
+
+        run_id = self.table.cursor_id
+        if run_id is not None:
+            self.app.push_screen(DetailScreen(run_id))
+
+    def action_mark(self) -> None:
+        run_id = self.table.cursor_id
+        if run_id is None:
+            return
+        self.table.marked ^= {run_id}
+        self.table.invalidate([run_id])
+        self.table.action_move(1)
+        self.update_status()
+
+    def action_compare(self) -> None:
+        from fslab.tui.compare_screen import CompareScreen
+
+        chosen = [i for i in self.table.ids if i in self.table.marked] or [i for i in self.app.rows if i in self.table.marked]
+        if len(chosen) < 1:
+            self.notify("mark runs with space first, then press c", markup=False)
+            return
+        self.app.push_screen(CompareScreen(chosen))
+
+    def action_stop(self) -> None:
+        if self.table.cursor_id is not None:
+            self.app.request_stop(self.table.cursor_id)
+
+    def action_resume(self) -> None:
+        if self.table.cursor_id is not None:
+            self.app.request_resume(self.table.cursor_id)
+
+    def action_launch(self) -> None:
+        self.app.request_launch()

@@ -1,0 +1,524 @@
+"""The dashboard driven headless with Textual's Pilot, over tiny run stores
+written by the tests (times frozen), plus its pure parts (tailing, pooling,
+charts). One test starts a real tiny run from the launch form."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fslab.tui import make_app
+from fslab.tui.charts import LineChart, MinMaxSeries, Plot, downsample, render_chart
+from fslab.tui.model import group_runs, matches, pooled
+from fslab.tui.tailing import RunTail, StoreWatcher, read_appended
+
+from .runs_helpers import TINY, wait_for
+from .test_tui_helpers import FROZEN, append, config, history, standard_store, train, write_run
+
+
+def drive(app, body, size=(120, 36)):
+    """Run ``body(app, pilot)`` inside the headless app."""
+
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            await body(app, pilot)
+
+    asyncio.run(main())
+
+
+async def settle(app, pilot):
+    """Let the store worker finish a tick and the UI apply it."""
+    for _ in range(3):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+
+
+async def tick(app, pilot):
+    app.poll_store()
+    await settle(app, pilot)
+
+
+def row_text(app, run_id):
+    return " ".join(cell.plain for cell in app.screen.cells(run_id))
+
+
+def screen_text(widget):
+    return "\n".join(widget.render_line(y).text for y in range(widget.size.height))
+
+
+@pytest.fixture
+def store(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    return runs, standard_store(runs)
+
+
+def frozen_app(runs, **kwargs):
+    return make_app(runs, clock=lambda: FROZEN, tick=3600, cursor_blink=False, **kwargs)
+
+
+# -- the runs table --------------------------------------------------------------
+
+
+def test_table_lists_every_run_with_its_numbers(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        ids = [f.name for f in folders.values()]
+        assert table.ids == sorted(ids, reverse=True)  # newest first
+        done = row_text(app, folders["done0"].name)
+        # method, loss plugin, backbone, dataset, seed, state, progress, loss, pairs, best val, tests, elapsed
+        for text in ("nca", "conv4", "synthetic", "completed", "3/3", "0.7722", "60/6000", "65.00±1.00",
+                     "54.22±0.44", "71.07±0.39", "8:25"):
+            assert text in done, (text, done)
+        running = row_text(app, folders["running"].name)
+        assert "running" in running and "1/3" in running and "10:05" in running  # elapsed from the frozen clock
+        assert "failed" in row_text(app, folders["failed"].name)
+        drawn = screen_text(table)
+        assert folders["failed"].name in drawn and "protonet" in drawn and "failed" in drawn
+
+    drive(frozen_app(runs), body)
+
+
+def test_new_metrics_line_appears_after_a_tick_and_bad_lines_do_not(store):
+    runs, folders = store
+    live = folders["running"]
+
+    async def body(app, pilot):
+        assert "0.1234" not in row_text(app, live.name)
+        append(live, json.dumps(train(5, 2, 0.1234)) + "\n")
+        await tick(app, pilot)
+        assert "0.1234" in row_text(app, live.name)
+        assert "0.1234" in screen_text(app.screen.table)
+        # A torn line is left for the next tick; a corrupt one is skipped and counted.
+        torn = json.dumps(train(6, 2, 0.0777))
+        append(live, "{not json}\n" + torn[:20])
+        await tick(app, pilot)
+        assert "0.0777" not in row_text(app, live.name) and app.rows[live.name].corrupt == 1
+        append(live, torn[20:] + "\n")
+        await tick(app, pilot)
+        assert "0.0777" in row_text(app, live.name)
+        assert "1 corrupt metrics lines skipped" in str(app.screen.query_one("#status").render())
+
+    drive(frozen_app(runs), body)
+
+
+def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        new = write_run(runs, "20260102-000000-nca-eeee", state="queued", events=[])
+        (runs / "20260102-000001-nca-half").mkdir()  # half-created: no config.json yet
+        status = json.loads((folders["running"] / "status.json").read_text())
+        status.update(state="completed", ended=FROZEN)
+        (folders["running"] / "status.json").write_text(json.dumps(status))
+        shutil.rmtree(folders["done1"])
+        await tick(app, pilot)
+        ids = app.screen.table.ids
+        assert ids[0] == new.name and "queued" in row_text(app, new.name)
+        assert folders["done1"].name not in ids and len(ids) == 4
+        assert "completed" in row_text(app, folders["running"].name)
+        assert "1 folders without config.json skipped" in str(app.screen.query_one("#status").render())
+        (folders["done0"] / "status.json").write_text("{half a stat")  # unreadable: noted, not fatal
+        (folders["done0"] / "metrics.jsonl").unlink()
+        await tick(app, pilot)
+        assert app.rows[folders["done0"].name].note == "status.json unreadable"
+        assert "!" in row_text(app, folders["done0"].name)
+
+    drive(frozen_app(runs), body)
+
+
+def test_filter_by_typing_and_sort(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        await pilot.press("slash", *"state:failed")
+        await pilot.pause()
+        assert table.ids == [folders["failed"].name]
+        await pilot.press("escape")
+        await pilot.press("slash", *"resnet12")
+        await pilot.pause()
+        assert table.ids == [folders["failed"].name]
+        await pilot.press("escape")
+        await pilot.press("slash", *"nca running")
+        await pilot.pause()
+        assert table.ids == [folders["running"].name]
+        await pilot.press("escape")
+        assert len(table.ids) == 4 and app.focused is table
+        await pilot.press("o", "o", "o", "o", "o")  # id -> state -> method -> loss -> best val -> test 5-shot
+        await pilot.pause()
+        assert app.screen.sort_by == "test 5-shot"
+        assert table.ids[:2] == [folders["done1"].name, folders["done0"].name]  # 73.07 before 71.07
+        await pilot.press("O")
+        await pilot.pause()
+        assert table.ids[0] == folders["done0"].name  # ascending; runs without a test stay last
+        assert set(table.ids[2:]) == {folders["failed"].name, folders["running"].name}
+
+    drive(frozen_app(runs), body)
+
+
+def test_filter_terms():
+    from fslab.tui.tailing import RunRow
+
+    row = RunRow(id="x", path=None, state="failed", method="nca", dataset="synthetic", error="CUDA out of memory")
+    assert matches(row, "") and matches(row, "NCA synth") and matches(row, "state:fail") and matches(row, "cuda")
+    assert not matches(row, "state:running") and not matches(row, "protonet") and not matches(row, "method:synthetic")
+
+
+def test_text_from_run_files_is_never_markup(tmp_path):
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-000000-x-[b]ad", state="failed", cfg=config(method="[b]m[/b]"),
+                       events=history()[:3], error="[bold]boom[/bold] [link=x]", stderr="[i]trace[/i]\n")
+
+    async def body(app, pilot):
+        assert "[b]m[/b]" in row_text(app, folder.name)
+        assert "[b]m[/b]" in screen_text(app.screen.table)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        banner = str(app.screen.query_one("#banner").render())
+        assert "FAILED: [bold]boom[/bold] [link=x]" in banner and "[i]trace[/i]" in banner
+
+    drive(frozen_app(runs), body)
+
+
+# -- detail and compare -------------------------------------------------------------
+
+
+def test_detail_shows_charts_evaluations_config_and_follows_logs(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        app.screen.table.cursor = app.screen.table.ids.index(folders["done0"].name)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        detail = app.screen
+        assert type(detail).__name__ == "DetailScreen" and detail.run_id == folders["done0"].name
+        assert detail.query_one("#evals").row_count == 5  # 3 val + 2 test
+        assert detail.series["loss"].count == 12 and detail.series["val"].count == 3
+        assert "no data" not in str(detail.query_one("#chart-loss").render())
+        assert '"backbone"' in str(detail.query_one("#config-text").render())
+        assert detail.query_one("#banner").display is False
+        log = detail.query_one("#stdout-log")
+        assert log.line_count == 2
+        with open(folders["done0"] / "stdout.log", "a") as fh:
+            fh.write("a new line\n")
+        detail.follow()
+        await settle(app, pilot)
+        assert log.line_count == 3 and log.lines[-1] == "a new line"
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "RunsScreen"
+
+    drive(frozen_app(runs), body)
+
+
+def test_detail_of_a_failed_run_says_why_at_the_top(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        app.screen.table.cursor = app.screen.table.ids.index(folders["failed"].name)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        banner = app.screen.query_one("#banner")
+        assert banner.display is True
+        text = str(banner.render())
+        assert "FAILED: RuntimeError: CUDA out of memory" in text and 'File "train.py"' in text
+        assert "no data" in str(app.screen.query_one("#chart-loss").render()) or app.screen.series["loss"].count
+
+    drive(frozen_app(runs), body)
+
+
+def test_compare_groups_by_all_but_seed_and_pools_episodes(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for key in ("done0", "done1", "failed"):
+            table.cursor = table.ids.index(folders[key].name)
+            await pilot.press("space")
+        await pilot.press("c")
+        await settle(app, pilot)
+        compare = app.screen
+        assert type(compare).__name__ == "CompareScreen"
+        groups = compare.query_one("#groups")
+        assert groups.row_count == 2
+        cells = [[c.plain for c in groups.get_row_at(i)] for i in range(2)]
+        nca = next(r for r in cells if "method=nca" in r[0])
+        assert nca[1] == "0, 1" and nca[2] == "2"
+        expected = pooled([{"accuracy": 0.5422, "ci95": 0.0044, "episodes": 2000},
+                           {"accuracy": 0.5622, "ci95": 0.0040, "episodes": 2000}])
+        assert nca[3] == f"{100 * expected['accuracy']:.2f}±{100 * expected['ci95']:.2f}" == "55.22±0.30"
+        assert nca[5] == "1-shot: 4000, 5-shot: 4000"
+        failed = next(r for r in cells if "method=protonet" in r[0])
+        assert "1 without test yet" in failed[2] and failed[3] == "-"
+        assert len(compare.query_one("#chart-compare").plot.series) == 3
+
+    drive(frozen_app(runs), body)
+
+
+def test_pooled_ci_equals_ci_of_all_episodes():
+    groups = [[0.2, 0.4, 0.9, 0.6], [0.5, 0.55, 0.7], [1.0, 0.0]]
+
+    def ci(values):
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        return {"accuracy": mean, "ci95": 1.96 * std / math.sqrt(len(values)), "episodes": len(values)}
+
+    result = pooled([ci(g) for g in groups])
+    direct = ci([v for g in groups for v in g])
+    assert result["episodes"] == 9
+    assert result["accuracy"] == pytest.approx(direct["accuracy"]) and result["ci95"] == pytest.approx(direct["ci95"])
+    assert pooled([None, {}]) is None
+
+
+def test_group_runs_labels_what_differs():
+    configs = {"a": config(seed=0), "b": config(seed=1), "c": config(backbone="resnet12", seed=0)}
+    groups = group_runs(configs, {})
+    assert [g.label for g in groups] == ["backbone.name=conv4", "backbone.name=resnet12"]
+    assert groups[0].run_ids == ["a", "b"] and groups[0].without_test == 2
+
+
+# -- actions ----------------------------------------------------------------------------
+
+
+def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
+    from fslab import launcher
+
+    runs = tmp_path / "runs"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folder = write_run(runs, "20260101-000000-nca-live", state="running", events=history()[:4])
+        status = json.loads((folder / "status.json").read_text())
+        status.update(host=socket.gethostname(), pid=sleeper.pid, heartbeat=time.time())
+        (folder / "status.json").write_text(json.dumps(status))
+        calls = []
+        real_stop = launcher.stop_run
+        monkeypatch.setattr(launcher, "stop_run", lambda run, **kw: calls.append(run.id) or real_stop(run, grace=5))
+
+        async def body(app, pilot):
+            await pilot.press("s")
+            assert type(app.screen).__name__ == "ConfirmScreen"
+            await pilot.press("n")  # no: nothing happens
+            await settle(app, pilot)
+            assert calls == [] and sleeper.poll() is None
+            await pilot.press("s", "y")
+            await settle(app, pilot)
+            assert calls == [folder.name]
+            assert json.loads((folder / "status.json").read_text())["state"] == "killed"
+            await tick(app, pilot)
+            assert app.rows[folder.name].state == "killed"
+            await pilot.press("s")  # a killed run cannot be stopped again: no dialog
+            assert type(app.screen).__name__ == "RunsScreen"
+
+        drive(make_app(runs, tick=3600, cursor_blink=False), body)
+        assert sleeper.wait(5) is not None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
+    from fslab import launcher
+
+    runs = tmp_path / "runs"
+    killed = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:7])
+    write_run(runs, "20260101-000001-nca-done", events=history())
+    started = []
+    monkeypatch.setattr(launcher, "start_worker", lambda run, resume=False: started.append((run.id, resume)) or
+                        subprocess.Popen([sys.executable, "-c", "pass"]))
+
+    async def body(app, pilot):
+        notes = []
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r")  # the newest run is completed: nothing to resume, no dialog
+        assert type(app.screen).__name__ == "RunsScreen" and "only killed, lost or failed" in notes[-1]
+        await pilot.press("down", "r", "y")
+        await settle(app, pilot)
+        assert started == [] and "has no checkpoint" in notes[-1]  # the core's check, shown as is
+        (killed / "checkpoints" / "last.pt").write_bytes(b"checkpoint")
+        await pilot.press("r", "y")
+        await settle(app, pilot)
+        assert started == [(killed.name, True)] and notes[-1] == f"resuming {killed.name}"
+
+    drive(frozen_app(runs), body)
+
+
+def test_a_rewritten_metrics_file_is_read_again(tmp_path):
+    from fslab.runstore import atomic_write_text
+    from fslab.tui.tailing import RunFollower
+
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "r", state="killed", events=history())
+    tail, follower = RunTail(folder), RunFollower(folder)
+    tail.update(FROZEN)
+    assert tail.row.step == 12 and tail.row.best_val["accuracy"] == pytest.approx(0.65) and tail.row.test
+    assert len(follower.read().events) == len(history())
+    # fslab resume cuts metrics.jsonl back to a checkpoint (write-then-rename), then appends again
+    kept = history()[:7]  # start, 4 steps, val of epoch 1, its checkpoint
+    atomic_write_text(folder / "metrics.jsonl", "".join(json.dumps(e) + "\n" for e in kept))
+    tail.update(FROZEN)
+    assert tail.row.step == 4 and tail.row.best_val["accuracy"] == pytest.approx(0.55) and tail.row.test == {}
+    delta = follower.read()
+    assert delta.reset and len(delta.events) == 7
+    append(folder, json.dumps(train(5, 2, 0.5)) + "\n")
+    tail.update(FROZEN)
+    assert tail.row.step == 5 and not follower.read().reset
+
+
+def test_command_palette_lists_every_action(store):
+    runs, _ = store
+
+    async def body(app, pilot):
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Open", "Mark", "Compare", "Stop", "Resume", "New run", "Filter", "Sort", "Reverse", "Quit"} <= titles
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "CommandPalette"
+
+    drive(frozen_app(runs), body)
+
+
+@pytest.mark.slow
+def test_launch_form_starts_a_real_tiny_run(project):
+    runs = project / "runs"
+    tiny_sets = [v for flag, v in zip(TINY, TINY[1:]) if flag == "--set"] + ["train.batch_size=32"]
+
+    async def body(app, pilot):
+        from textual.widgets import Input, Select
+
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        assert type(form).__name__ == "LaunchScreen"
+        assert form.query_one("#method", Select).value == "nca"
+        form.query_one("#backbone", Select).value = "conv4"
+        form.query_one("#epochs", Input).value = "1"
+        form.query_one("#seed", Input).value = "3"
+        form.query_one("#settings", Input).value = "train.epoch=1"  # a typo is shown in the form
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert "Did you mean 'epochs'?" in str(form.query_one("#launch-error").render())
+        form.query_one("#settings", Input).value = " ".join(tiny_sets)
+        notes = []
+        notify = app.notify
+        app.notify = lambda message, **kw: notes.append(message) or notify(message, **kw)
+        await pilot.press("ctrl+s")
+        deadline = time.time() + 90
+        while not app.rows and time.time() < deadline:
+            await tick(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen"
+        [run_id] = app.rows
+        assert notes == [f"started {run_id}"]
+        while app.rows[run_id].state != "completed" and time.time() < deadline:
+            await asyncio.sleep(0.3)
+            await tick(app, pilot)
+        row = app.rows[run_id]
+        assert row.state == "completed", row
+        assert row.backbone == "conv4" and row.seed == 3 and row.epochs == 1 and "1-shot" in row.test
+        saved = json.loads((runs / run_id / "config.json").read_text())
+        assert saved["backbone"]["hidden"] == 8 and saved["train"]["batch_size"] == 32
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)
+
+
+def test_fslab_tui_does_not_import_torch(project, store):
+    runs, _ = store
+    shutil.copytree(runs, project / "runs")
+    code = textwrap.dedent("""
+        import asyncio, sys
+        import fslab.tui.app as tui_app
+
+        def headless_run(self):
+            async def go():
+                async with self.run_test(size=(80, 24)) as pilot:
+                    for _ in range(20):
+                        await pilot.pause(0.05)
+                        if self.rows:
+                            break
+                    await pilot.press("enter")
+                    await pilot.pause(0.3)
+                    await pilot.press("escape", "n")
+                    await pilot.pause(0.3)
+                    print("SCREEN", type(self.screen).__name__, "ROWS", len(self.rows))
+            asyncio.run(go())
+
+        tui_app.FslabApp.run = headless_run
+        from fslab.cli import app
+        try:
+            app(["tui"])
+        except SystemExit as exit:
+            assert not exit.code, exit.code
+        print("TORCH", "torch" in sys.modules)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "SCREEN LaunchScreen ROWS 4" in result.stdout, result.stdout
+    assert "TORCH False" in result.stdout
+
+
+# -- the parts underneath --------------------------------------------------------------
+
+
+def test_tailing_reads_only_what_is_new(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b"')
+    chunk, offset = read_appended(path, 0)
+    assert chunk == b'{"a": 1}\n' and offset == 9
+    assert read_appended(path, offset) == (b"", 9)
+    with open(path, "ab") as fh:
+        fh.write(b": 2}\n")
+    assert read_appended(path, offset) == (b'{"b": 2}\n', 18)
+    assert read_appended(tmp_path / "missing", 5) == (b"", 5)
+
+
+def test_watcher_batches_and_skips_unchanged_ended_runs(tmp_path):
+    runs = tmp_path / "runs"
+    for i in range(5):
+        write_run(runs, f"2026-{i}", events=history())
+    batches = []
+    watcher = StoreWatcher(runs, clock=lambda: FROZEN)
+    last = watcher.poll(on_batch=batches.append, batch=2)
+    assert [len(b.rows) for b in batches] == [2, 2] and len(last.rows) == 1
+    assert [r.id for b in batches for r in b.rows] == ["2026-4", "2026-3", "2026-2", "2026-1"]
+    assert watcher.poll().rows == []  # nothing changed, nothing re-read
+    tail = RunTail(runs / "2026-0")
+    tail.update(FROZEN)
+    assert tail.row.loss == pytest.approx(3.0 * math.exp(-12 / 5) + 0.5) and tail.row.first_train[1] == 1
+
+
+def test_minmax_series_stays_bounded_and_keeps_spikes():
+    series = MinMaxSeries(capacity=256)
+    for i in range(100_000):
+        series.append(i, 1000.0 if i == 77_777 else math.sin(i / 1000))
+    series.append(1, float("nan"))  # not finite: ignored
+    assert series.count == 100_000 and len(series.buckets) <= 256
+    assert max(b[3] for b in series.buckets) == 1000.0 and min(b[2] for b in series.buckets) == pytest.approx(-1, abs=1e-3)
+    columns = downsample(series.buckets, 50, 0, 99_999)
+    assert max(c[1] for c in columns if c) == 1000.0
+    text = render_chart(Plot([("loss", series)]), 60, 10, "loss")
+    assert len(text.plain.splitlines()) == 10 and "1.00e+03" in text.plain
+
+
+def test_chart_placeholder_when_it_cannot_draw():
+    assert render_chart(Plot([("loss", MinMaxSeries())]), 60, 10) is None  # no data
+    one = MinMaxSeries()
+    one.append(1, 2.0)
+    assert render_chart(Plot([("x", one)]), 5, 10) is None  # too narrow
+    assert render_chart(Plot([("x", one)]), 60, 4) is not None  # a single point draws
+
+    class Sized(LineChart):
+        size = type("S", (), {"width": 60, "height": 10})()
+
+    assert "(no data yet)" in Sized("loss").render().plain

@@ -1,0 +1,85 @@
+"""Tiny run stores written by the dashboard tests: fixed times, no training (no tests here)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+FROZEN = 1_800_000_000.0  # "now" for every dashboard test with a frozen clock
+
+
+def config(method="nca", backbone="conv4", dataset="synthetic", seed=0, epochs=3, loss=None):
+    return {"method": method, "seed": seed, "device": "cpu", "dataset": {"name": dataset, "root": "data"},
+            "backbone": {"name": backbone}, "loss": {"name": loss or method}, "sampler": {"name": "iid"},
+            "evaluator": {"name": "centroid"}, "train": {"epochs": epochs, "batch_size": 32, "lr": 0.1}}
+
+
+def train(step, epoch, loss, t=None, positives=60, negatives=6000, lr=0.1):
+    return {"event": "train", "time": t if t is not None else FROZEN - 600 + step, "step": step, "epoch": epoch,
+            "loss": loss, "positives": positives, "negatives": negatives, "lr": lr, "images_per_s": 50.0}
+
+
+def evaluation(split, shots, accuracy, ci95, episodes, epoch=None):
+    event = {"event": "eval", "time": FROZEN - 300, "split": split, "ways": 5, "shots": shots, "queries": 15,
+             "episodes": episodes, "accuracy": accuracy, "ci95": ci95}
+    if epoch is not None:
+        event["epoch"] = epoch
+    return event
+
+
+def history(epochs=3, steps_per_epoch=4, tests=((1, 0.5422, 0.0044), (5, 0.7107, 0.0039))):
+    """The events of a run: start, train steps, a val eval per epoch, test evals."""
+    events = [{"event": "start", "time": FROZEN - 601, "device": "cpu", "epochs": epochs,
+               "steps_per_epoch": steps_per_epoch, "total_steps": epochs * steps_per_epoch, "train_images": 128}]
+    step = 0
+    for epoch in range(1, epochs + 1):
+        for _ in range(steps_per_epoch):
+            step += 1
+            events.append(train(step, epoch, 3.0 * math.exp(-step / 5) + 0.5, lr=0.1 if epoch < epochs else 0.01))
+        events.append(evaluation("val", 5, 0.5 + 0.05 * epoch, 0.01, 300, epoch=epoch))
+        events.append({"event": "checkpoint", "time": FROZEN - 300, "epoch": epoch, "step": step,
+                       "path": "checkpoints/last.pt"})
+    for shots, accuracy, ci in tests:
+        events.append(evaluation("test", shots, accuracy, ci, 2000))
+    return events
+
+
+def write_run(runs: Path, run_id: str, *, state="completed", cfg=None, events=(), error=None, stdout="",
+              stderr="", started=FROZEN - 605.0, ended=FROZEN - 100.0) -> Path:
+    folder = runs / run_id
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(cfg or config()))
+    status = {"state": state, "host": "fixture-host", "pid": 1, "created": started - 1, "started": started,
+              "heartbeat": FROZEN - 1 if state in ("queued", "running") else started + 10}
+    if state in ("completed", "failed", "killed"):
+        status.update(ended=ended, exit_code=0 if state == "completed" else 1, error=error)
+    elif error:
+        status["error"] = error
+    (folder / "status.json").write_text(json.dumps(status))
+    with open(folder / "metrics.jsonl", "w") as fh:
+        fh.writelines(json.dumps(e) + "\n" for e in events)
+    (folder / "stdout.log").write_text(stdout)
+    (folder / "stderr.log").write_text(stderr)
+    return folder
+
+
+def append(folder: Path, text: str) -> None:
+    with open(folder / "metrics.jsonl", "a") as fh:
+        fh.write(text)
+
+
+def standard_store(runs: Path) -> dict[str, Path]:
+    """Four runs in four states, two of them seeds of one configuration."""
+    return {
+        "done0": write_run(runs, "20260101-100000-nca-aaaa", cfg=config(seed=0), events=history(),
+                           stdout="epoch 1 step 1: loss 3.0\ndone\n"),
+        "done1": write_run(runs, "20260101-110000-nca-bbbb", cfg=config(seed=1),
+                           events=history(tests=((1, 0.5622, 0.0040), (5, 0.7307, 0.0035)))),
+        "failed": write_run(runs, "20260101-120000-protonet-cccc", state="failed",
+                            cfg=config(method="protonet", backbone="resnet12"), events=history(epochs=3)[:6],
+                            error="RuntimeError: CUDA out of memory",
+                            stderr="Traceback (most recent call last):\n  File \"train.py\"\nRuntimeError: CUDA out of memory\n"),
+        "running": write_run(runs, "20260101-130000-nca-dddd", state="running", cfg=config(epochs=3),
+                             events=history(epochs=3)[:6]),
+    }
