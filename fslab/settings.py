@@ -18,9 +18,24 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 SETTINGS_FILE = "fslab.toml"
-PROJECT_KEYS = {"runs_dir": str, "plugin_dirs": list}
 TOP_LEVEL = ("project", "data_roots", "run", "scheduler")
-SCHEDULER_KEYS = {"gpus": (str, list), "runs_per_gpu": int, "cpu_slots": int}
+
+
+def _whole(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+# key -> (check, what the value must be)
+PROJECT_KEYS = {
+    "runs_dir": (lambda v: isinstance(v, str), "a string"),
+    "plugin_dirs": (lambda v: isinstance(v, list) and all(isinstance(d, str) for d in v), "a list of folder names"),
+}
+SCHEDULER_KEYS = {
+    "gpus": (lambda v: v == "auto" or (isinstance(v, list) and all(type(g) is int for g in v)),
+             '"auto" or a list of GPU indices'),
+    "runs_per_gpu": (_whole, "a whole number >= 1"),
+    "cpu_slots": (_whole, "a whole number >= 1"),
+}
 
 
 @dataclass
@@ -73,34 +88,13 @@ def load_settings(path: Path | None = None) -> Settings:
                 f"{path}: unknown section [{key}].{did_you_mean(key, TOP_LEVEL)} "
                 f"Allowed: {', '.join(f'[{k}]' for k in TOP_LEVEL)}."
             )
-    project = _table(data, "project", path)
-    for key, value in project.items():
-        expected = PROJECT_KEYS.get(key)
-        if expected is None:
-            raise ConfigError(
-                f"{path}: unknown key 'project.{key}'.{did_you_mean(key, PROJECT_KEYS)} "
-                f"Allowed: {', '.join(sorted(PROJECT_KEYS))}."
-            )
-        if not isinstance(value, expected):
-            kind = "a string" if expected is str else "a list of folder names"
-            raise ConfigError(f"{path}: 'project.{key}' must be {kind}, got {value!r}")
+    project = _checked_table(data, "project", PROJECT_KEYS, path)
     base = path.parent
     roots = _table(data, "data_roots", path)
     for name, root in roots.items():
         if not isinstance(root, str):
             raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {root!r}")
-    scheduler = {**Settings().scheduler, **_table(data, "scheduler", path)}
-    for key, value in scheduler.items():
-        expected = SCHEDULER_KEYS.get(key)
-        if expected is None:
-            raise ConfigError(
-                f"{path}: unknown key 'scheduler.{key}'.{did_you_mean(key, SCHEDULER_KEYS)} "
-                f"Allowed: {', '.join(sorted(SCHEDULER_KEYS))}."
-            )
-        if not isinstance(value, expected) or isinstance(value, bool) or (
-                key == "gpus" and value != "auto" and not (isinstance(value, list) and all(isinstance(g, int) for g in value))):
-            allowed = '"auto" or a list of GPU indices' if key == "gpus" else "a whole number"
-            raise ConfigError(f"{path}: 'scheduler.{key}' must be {allowed}, got {value!r}")
+    scheduler = {**Settings().scheduler, **_checked_table(data, "scheduler", SCHEDULER_KEYS, path)}
     return Settings(
         path=path,
         scheduler=scheduler,
@@ -109,6 +103,21 @@ def load_settings(path: Path | None = None) -> Settings:
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
         run=_table(data, "run", path),
     )
+
+
+def _checked_table(data: dict, section: str, schema: dict, path: Path) -> dict:
+    """A table whose keys are all in ``schema`` and whose values pass its checks."""
+    table = _table(data, section, path)
+    for key, value in table.items():
+        if key not in schema:
+            raise ConfigError(
+                f"{path}: unknown key '{section}.{key}'.{did_you_mean(key, schema)} "
+                f"Allowed: {', '.join(sorted(schema))}."
+            )
+        check, what = schema[key]
+        if not check(value):
+            raise ConfigError(f"{path}: '{section}.{key}' must be {what}, got {value!r}")
+    return table
 
 
 def _table(data: dict, key: str, path: Path) -> dict:

@@ -135,3 +135,13 @@ def test_check_value_types():
     for value, default in [(True, 1), (1, True), ("a", 1), (["a"], [1]), (1.5, 2), ({"a": 1}, [1])]:
         with pytest.raises(ConfigError, match="config key 'k"):
             check_value("k", value, default)
+
+
+def test_scheduler_settings_are_checked(tmp_path):
+    assert settings_from(tmp_path, "[scheduler]\ngpus = [0, 2]\n").scheduler == {"gpus": [0, 2], "runs_per_gpu": 1, "cpu_slots": 1}
+    with pytest.raises(ConfigError, match=r"'scheduler.gpus' must be \"auto\" or a list of GPU indices, got 'all'"):
+        settings_from(tmp_path, "[scheduler]\ngpus = 'all'\n")
+    with pytest.raises(ConfigError, match=r"'scheduler.cpu_slots' must be a whole number >= 1, got 0"):
+        settings_from(tmp_path, "[scheduler]\ncpu_slots = 0\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'scheduler.cpu_slot'\. Did you mean 'cpu_slots'\?"):
+        settings_from(tmp_path, "[scheduler]\ncpu_slot = 2\n")
