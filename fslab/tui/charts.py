@@ -117,8 +117,9 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
     x_hi = max(s.buckets[-1][1] for s in every)
     y_lo = min(min(b[2] for b in s.buckets) for s in every)
     y_hi = max(max(b[3] for b in s.buckets) for s in every)
-    if y_hi == y_lo:
-        y_lo, y_hi = y_lo - 0.5, y_hi + 0.5
+    if y_hi == y_lo:  # a flat series: a band of ±10% around it (a 0.05 lr must not get a negative axis)
+        pad = abs(y_lo) * 0.1 or 0.5
+        y_lo, y_hi = y_lo - pad, y_hi + pad
     cols, rows = plot_w * 2, plot_h * 4
     grid = [[0] * plot_w for _ in range(plot_h)]
     owner: list[list[str | None]] = [[None] * plot_w for _ in range(plot_h)]
