@@ -333,7 +333,7 @@ def eval_(
 
 @app.command("compare")
 def compare_(
-    refs: Annotated[list[str], typer.Argument(help="Runs (ids, unique parts of ids) to compare; 'all' for every run.")],
+    refs: Annotated[list[str], typer.Argument(help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
     group_by: Annotated[Optional[str], typer.Option(help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
@@ -343,12 +343,22 @@ def compare_(
 ) -> None:
     """Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first group."""
     from fslab.compare import FORMATS, compare, render
-    from fslab.runstore import find_run, list_runs
+    from fslab.runstore import Run, find_run, list_runs
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    from fslab.sweep import load_sweep
+
     runs_dir = _settings().runs_dir
-    runs = list_runs(runs_dir) if refs == ["all"] else [find_run(runs_dir, ref) for ref in refs]
+    if refs == ["all"]:
+        runs = list_runs(runs_dir)
+    else:
+        runs = []
+        for ref in refs:
+            if ref.startswith("sweep-"):
+                runs += [Run(runs_dir / run_id) for run_id in load_sweep(runs_dir, ref)["runs"]]
+            else:
+                runs.append(find_run(runs_dir, ref))
     try:
         shot_list = [int(s) for s in shots.split(",") if s.strip()]
     except ValueError:

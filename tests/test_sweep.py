@@ -82,6 +82,9 @@ def test_sweep_runs_every_combination_within_the_slots_even_with_rival_scheduler
         assert status["sweep"] == sweep_id and status["slot"] in ("cpu-0", "cpu-1")
         log = (project / "runs" / run_id / "stdout.log").read_text()
         assert log.count("training on cpu") == 1  # started exactly once
+    report = json.loads(fslab("compare", sweep_id, "--format", "json", "--queries", "5", cwd=project).stdout)
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("train.lr=0.1", 2), ("train.lr=0.05", 2)]
+    assert report["groups"][0]["results"]["5-shot"]["episodes"] == 2 * 40  # two seeds of TINY's 40 test episodes
 
 
 FLAKY = """
