@@ -242,9 +242,8 @@ def logs(
             sys.stdout.write(chunk.decode("utf-8", errors="replace"))
             sys.stdout.flush()
             offset += len(chunk)
-        if not follow_ or run_.state() in (*ENDED, "lost"):
-            if not follow_ or not chunk:
-                return
+        if not follow_ or (not chunk and run_.state() in (*ENDED, "lost")):
+            return
         time.sleep(0.25)
 
 
@@ -291,6 +290,13 @@ def plugins(
         console.print(f"[red]failed[/red] {escape(failure.plugin)}: {escape(failure.error)}")
 
 
+def _parse_shots(shots: str) -> list[int]:
+    try:
+        return [int(s) for s in shots.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--shots takes whole numbers separated by commas (e.g. 1,5), got '{shots}'") from None
+
+
 @app.command("eval")
 def eval_(
     ref: RunRef,
@@ -308,10 +314,7 @@ def eval_(
 
     if split not in ("test", "val"):
         raise UsageError(f"--split must be test or val, got '{split}'")
-    try:
-        shot_list = [int(s) for s in shots.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--shots takes whole numbers separated by commas (e.g. 1,5), got '{shots}'") from None
+    shot_list = _parse_shots(shots)
     if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or episodes < 1:
         raise UsageError("episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes >= 1")
     run_ = find_run(_settings().runs_dir, ref)
@@ -359,10 +362,7 @@ def compare_(
                 runs += [Run(runs_dir / run_id) for run_id in load_sweep(runs_dir, ref)["runs"]]
             else:
                 runs.append(find_run(runs_dir, ref))
-    try:
-        shot_list = [int(s) for s in shots.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--shots takes whole numbers separated by commas (e.g. 1,5), got '{shots}'") from None
+    shot_list = _parse_shots(shots)
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None)
     if not any(row["results"] for row in report["groups"]):

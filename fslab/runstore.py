@@ -148,21 +148,6 @@ class Run:
     def events(self) -> list[dict]:
         return read_new_lines(self.metrics_path, 0)[0]
 
-    def last_event(self, kind: str, tail_bytes: int = 65536) -> dict | None:
-        """The newest event of ``kind``, reading only the end of the file."""
-        try:
-            size = self.metrics_path.stat().st_size
-        except OSError:
-            return None
-        start = max(0, size - tail_bytes)
-        events = read_new_lines(self.metrics_path, start)[0]
-        if start > 0 and events:
-            events = events[1:]  # the first line read may be cut
-        found = [e for e in events if e.get("event") == kind]
-        if not found and start > 0:  # rare: none in the tail, look through it all
-            found = self.events_of(kind)
-        return found[-1] if found else None
-
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]
 
@@ -201,8 +186,9 @@ class Run:
     def summary(self) -> dict:
         """What a listing shows of a run: identity, state, progress, accuracies."""
         status, config = self.status(), self.config()
-        last = self.last_event("train") or {}
-        val = [e for e in self.events_of("eval") if e.get("split") == "val"]
+        events = self.events()  # one read serves the last step and the best validation
+        last = next((e for e in reversed(events) if e.get("event") == "train"), {})
+        val = [e for e in events if e.get("event") == "eval" and e.get("split") == "val"]
         best = max(val, key=lambda e: e["accuracy"], default=None)
         return {
             "id": self.id,

@@ -95,12 +95,14 @@ def test_find_run_by_id_prefix_substring_and_last(tmp_path):
         find_run(tmp_path, "zzz")
 
 
-def test_last_event_reads_the_tail(tmp_path):
+def test_summary_takes_the_last_step_and_the_best_validation_from_a_long_file(tmp_path):
     run = create_run(tmp_path, "nca", {})
     with open(run.metrics_path, "w") as fh:
-        fh.write(json.dumps({"event": "eval", "accuracy": 0.5}) + "\n")
+        fh.write(json.dumps({"event": "eval", "split": "val", "accuracy": 0.5, "ci95": 0.01}) + "\n")
         for step in range(3000):
             fh.write(json.dumps({"event": "train", "step": step, "pad": "x" * 40}) + "\n")
-    assert run.last_event("train")["step"] == 2999
-    assert run.last_event("eval") == {"event": "eval", "accuracy": 0.5}  # beyond the tail
-    assert run.last_event("end") is None
+        fh.write(json.dumps({"event": "eval", "split": "val", "accuracy": 0.4, "ci95": 0.02}) + "\n")
+    summary = run.summary()
+    assert summary["step"] == 2999
+    assert summary["best_val"] == {"accuracy": 0.5, "ci95": 0.01}  # the first evaluation, far from the end
+    assert create_run(tmp_path, "nca", {}).summary()["step"] is None
