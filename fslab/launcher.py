@@ -71,6 +71,10 @@ def stop_run(run: Run, grace: float = 30.0) -> str:
     state = run.state()
     if state in ENDED or state == "lost":
         return state
+    if not run.status().get("pid") and run.claim():
+        # still waiting in the queue: claiming it means no scheduler will start it
+        run.write_status(state="killed", ended=time.time(), error="stopped while queued")
+        return "killed"
     pid = run.status().get("pid") or wait_for_pid(run)
     if not pid:
         run.write_status(state="killed", ended=time.time(), error="stopped before the worker started")

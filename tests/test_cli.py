@@ -119,3 +119,11 @@ def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
     assert result.returncode == 0
     assert result.stderr.strip() == "fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin"
     assert "nca" in result.stdout and "protonet" in result.stdout
+
+
+def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
+    run = create_run(project / "runs", "nca", {"method": "nca"})  # queued, waiting for a scheduler slot
+    result = fslab("stop", run.id, cwd=project)
+    assert result.returncode == 0 and result.stdout.strip() == f"{run.id}: killed"
+    assert run.status()["error"] == "stopped while queued"
+    assert not run.claim()  # no scheduler can start it any more
