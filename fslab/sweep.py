@@ -68,6 +68,10 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     """Resolve all combinations, then create their queued runs and the sweep record."""
     configs = [resolve(method, registry=registry, settings=settings, overrides=[*base, *combo])
                for combo in expand(grid, seeds, first_seed=_first_seed(base))]
+    from fslab.launcher import check_dataset
+
+    for config in {(c["dataset"]["name"], str(sorted(c["dataset"].items()))): c for c in configs}.values():
+        check_dataset(config, registry)  # a wrong data root fails the sweep before any run is queued
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     runs = []
     for config in configs:

@@ -1,0 +1,472 @@
+"""The on-disk dataset plugins on tiny fake copies of every layout.
+
+Each test writes a few small images (PIL, pickle) in the layout a researcher
+has, loads the splits through the registry and compares every pixel and label
+with an expectation computed directly with PIL/numpy from what was written.
+The uint8 cache is checked for creation, reuse without decoding (PIL is made
+unusable), reading from the file itself, and invalidation.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from fslab.errors import UsageError
+from fslab_plugins import image_cache
+
+from .runs_helpers import fslab
+
+SPLITS = Path(image_cache.__file__).with_name("splits")
+BILINEAR = Image.Resampling.BILINEAR
+
+
+def listed(dataset, split):
+    return (SPLITS / dataset / f"{split}.txt").read_text().split()
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def random_image(r, h, w, channels=3):
+    shape = (h, w, channels) if channels > 1 else (h, w)
+    return r.integers(0, 256, shape, dtype=np.uint8)
+
+
+def write_png(path: Path, array) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path, format="PNG")
+    return path
+
+
+def expected_pixels(source, size, mode="RGB", box=None):
+    """What a cached image must hold: PIL's own decode, crop and bilinear resize, as CHW."""
+    image = source if isinstance(source, Image.Image) else Image.open(source)
+    image = image.convert(mode)
+    if box is not None:
+        image = image.crop(box)
+    if image.size != (size, size):
+        image = image.resize((size, size), BILINEAR)
+    array = np.asarray(image)
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def create(registry, name, root, **params):
+    return registry.create("dataset", name, root=str(root), **params)
+
+
+def assert_split(split, images, labels, classes):
+    assert split.images.dtype == torch.uint8 and split.labels.dtype == torch.int64
+    assert split.classes == classes
+    assert split.labels.tolist() == labels
+    np.testing.assert_array_equal(split.images.numpy(), np.stack(images))
+
+
+# -- folder -------------------------------------------------------------------------------
+
+
+def make_folder_tree(root: Path, classes=3, per_class=3, seed=0, size=(10, 12)) -> dict:
+    """ROOT/{train,val,test}/<class>/<image>.png with random pixels; returns split -> [(class, path)]."""
+    r = rng(seed)
+    written = {}
+    for split in ("train", "val", "test"):
+        written[split] = []
+        for c in range(classes):
+            for i in range(per_class):
+                path = write_png(root / split / f"class{c}" / f"{i:02d}.png", random_image(r, *size))
+                written[split].append((f"class{c}", path))
+    return written
+
+
+def test_folder_reads_every_split_with_labels_in_sorted_class_order(registry, tmp_path):
+    written = make_folder_tree(tmp_path / "data")
+    (tmp_path / "data" / "train" / "class0" / "notes.txt").write_text("not an image")
+    dataset = create(registry, "folder", tmp_path / "data", image_size=8)
+    assert dataset.channels == 3
+    for split, items in written.items():
+        s = dataset.load(split)
+        assert_split(s, [expected_pixels(p, 8) for _, p in items], [int(c[-1]) for c, _ in items],
+                     ["class0", "class1", "class2"])
+    (tmp_path / "data" / "val" / "class1" / "99.png").write_bytes(b"not a png")
+    with pytest.raises(UsageError, match="cannot decode image .*99.png"):
+        create(registry, "folder", tmp_path / "data", image_size=6).load("val")
+    (tmp_path / "data" / "val" / "class1" / "99.png").unlink()
+    gray = create(registry, "folder", tmp_path / "data", image_size=5, grayscale=True)
+    assert gray.channels == 1
+    s = gray.load("val")
+    assert_split(s, [expected_pixels(p, 5, "L") for _, p in written["val"]], [int(c[-1]) for c, _ in written["val"]],
+                 ["class0", "class1", "class2"])
+
+
+def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    written = make_folder_tree(root, classes=2, per_class=2)
+    original = int(create(registry, "folder", root, image_size=6).load("train").images[0, 0, 0, 0])
+    cache = root / ".fslab-cache"
+    header = json.loads((cache / "folder-train-6.json").read_text())
+    assert header["shape"] == [4, 3, 6, 6] and header["classes"] == ["class0", "class1"]
+    data_file = cache / header["images"]
+    assert data_file.stat().st_size == 4 * 3 * 6 * 6
+
+    # Reused: no image is opened, and the pixels come from the cache file itself.
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("an image was decoded although the cache is valid")
+
+    monkeypatch.setattr(Image, "open", no_decoding)
+    raw = bytearray(data_file.read_bytes())
+    raw[0] = (raw[0] + 1) % 256
+    data_file.write_bytes(bytes(raw))
+    again = create(registry, "folder", root, image_size=6).load("train")
+    assert int(again.images[0, 0, 0, 0]) == raw[0] != original
+    again.images[0, 0, 0, 0] = 0  # copy-on-write: a writable tensor that never writes to the file
+    assert data_file.read_bytes()[0] == raw[0]
+    monkeypatch.undo()
+
+    # A parameter change is another cache file; a changed source rebuilds and drops the stale file.
+    create(registry, "folder", root, image_size=4).load("train")
+    assert (cache / "folder-train-4.json").exists()
+    source = written["train"][0][1]
+    write_png(source, random_image(rng(7), 10, 12))
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+    rebuilt = create(registry, "folder", root, image_size=6).load("train")
+    np.testing.assert_array_equal(rebuilt.images[0].numpy(), expected_pixels(source, 6))
+    assert not data_file.exists()
+    assert len(list(cache.glob("folder-train-6.*.u8"))) == 1
+
+
+def test_cache_goes_to_cache_dir_or_the_user_cache_when_root_is_not_writable(registry, tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    written = make_folder_tree(root, classes=2, per_class=2)
+    create(registry, "folder", root, image_size=6, cache_dir=str(tmp_path / "mine")).load("test")
+    assert list((tmp_path / "mine").glob("*/folder-test-6.json")) and not (root / ".fslab-cache").exists()
+    (root / ".fslab-cache").write_text("a file where the cache folder would go: not usable")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    s = create(registry, "folder", root, image_size=6).load("test")
+    assert list((tmp_path / "xdg" / "fslab").glob("*/folder-test-6.json"))
+    np.testing.assert_array_equal(s.images[0].numpy(), expected_pixels(written["test"][0][1], 6))
+
+
+# -- miniImageNet ---------------------------------------------------------------------------
+
+
+def make_mini_csv(root: Path, per_class=3, classes_per_split=(3, 2, 2)) -> dict:
+    r = rng(1)
+    written = {}
+    for split, count in zip(("train", "val", "test"), classes_per_split):
+        rows, written[split] = ["filename,label"], []
+        for wnid in listed("miniimagenet", split)[:count]:
+            for i in range(per_class):
+                name = f"{wnid}{i:08d}.jpg"
+                path = root / "images" / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(random_image(r, 12, 9)).save(path, format="JPEG", quality=90)
+                rows.append(f"{name},{wnid}")
+                written[split].append((wnid, path))
+        (root / f"{split}.csv").write_text("\n".join(rows) + "\n")
+    return written
+
+
+def test_miniimagenet_csv_layout(registry, tmp_path):
+    written = make_mini_csv(tmp_path)
+    dataset = create(registry, "miniimagenet", tmp_path, image_size=7, check_counts=False)
+    for split, items in written.items():
+        classes = list(dict.fromkeys(w for w, _ in items))
+        assert_split(dataset.load(split), [expected_pixels(p, 7) for _, p in items],
+                     [classes.index(w) for w, _ in items], classes)
+
+
+def test_miniimagenet_pickle_layout_orders_rows_by_class(registry, tmp_path):
+    r = rng(2)
+    expected = {}
+    for split in ("train", "val", "test"):
+        wnids = listed("miniimagenet", split)[:2]
+        data = r.integers(0, 256, (6, 10, 10, 3), dtype=np.uint8)
+        class_dict = {wnids[1]: [0, 2, 4], wnids[0]: [5, 1, 3]}  # interleaved, second class first
+        with open(tmp_path / f"mini-imagenet-cache-{split}.pkl", "wb") as fh:
+            pickle.dump({"image_data": data, "class_dict": class_dict}, fh)
+        expected[split] = (data, wnids, [5, 1, 3, 0, 2, 4])
+    dataset = create(registry, "miniimagenet", tmp_path, image_size=10, check_counts=False)
+    assert dataset.source == "pickle"
+    for split, (data, wnids, order) in expected.items():
+        assert_split(dataset.load(split), [data[i].transpose(2, 0, 1) for i in order], [0, 0, 0, 1, 1, 1], wnids)
+    smaller = create(registry, "miniimagenet", tmp_path, image_size=4, check_counts=False).load("val")
+    data, _, order = expected["val"]
+    np.testing.assert_array_equal(smaller.images.numpy(),
+                                  np.stack([expected_pixels(Image.fromarray(data[i]), 4) for i in order]))
+
+
+def test_a_short_split_file_is_one_line_naming_file_expected_and_found(registry, tmp_path):
+    make_mini_csv(tmp_path, per_class=1)
+    with pytest.raises(UsageError) as missing:
+        create(registry, "miniimagenet", tmp_path).load("train")
+    message = str(missing.value)
+    assert "train.csv is short" in message and "expected 64 train classes" in message and "found 3" in message
+    assert "check_counts=false" in message and "\n" not in message
+
+    # Every class present but one row missing: 38,399 rows instead of 38,400.
+    wnids = listed("miniimagenet", "train")
+    rows = ["filename,label"] + [f"{w}{i:08d}.jpg,{w}" for w in wnids for i in range(600)]
+    (tmp_path / "train.csv").write_text("\n".join(rows[:-1]) + "\n")
+    with pytest.raises(UsageError) as short:
+        create(registry, "miniimagenet", tmp_path).load("train")
+    assert f"expected 600 images of class '{wnids[-1]}', found 599" in str(short.value)
+
+    # A class of another split is named, whatever check_counts says.
+    (tmp_path / "val.csv").write_text(f"filename,label\nx.jpg,{wnids[0]}\n")
+    with pytest.raises(UsageError, match=f"not in the val list .*'{wnids[0]}'"):
+        create(registry, "miniimagenet", tmp_path, check_counts=False).load("val")
+
+
+# -- tieredImageNet -------------------------------------------------------------------------
+
+
+def png_bytes(array) -> np.ndarray:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return np.frombuffer(buffer.getvalue(), dtype=np.uint8)
+
+
+def test_tieredimagenet_pickles_keep_file_order_and_renumber_classes(registry, tmp_path):
+    r = rng(3)
+    expected = {}
+    for split in ("train", "val", "test"):
+        names = listed("tieredimagenet", split)
+        arrays = [random_image(r, 9, 9) for _ in range(5)]
+        raw = np.array([4, 2, 4, 2, 4])  # label ids as in the file: classes 2 and 4 of the list
+        with open(tmp_path / f"{split}_images_png.pkl", "wb") as fh:
+            pickle.dump([png_bytes(a) for a in arrays], fh)
+        with open(tmp_path / f"{split}_labels.pkl", "wb") as fh:
+            pickle.dump({"label_specific": raw, "label_general": np.zeros(5, np.int64),
+                         "label_specific_str": names}, fh)
+        expected[split] = (arrays, [names[2], names[4]], [1, 0, 1, 0, 1])
+    dataset = create(registry, "tieredimagenet", tmp_path, image_size=9, check_counts=False)
+    for split, (arrays, classes, labels) in expected.items():
+        assert_split(dataset.load(split), [a.transpose(2, 0, 1) for a in arrays], labels, classes)
+    with pytest.raises(UsageError, match=r"expected 351 train classes .*found 2"):
+        create(registry, "tieredimagenet", tmp_path, image_size=9).load("train")
+
+
+def test_tieredimagenet_split_folders(registry, tmp_path):
+    r = rng(4)
+    items = {}
+    for split in ("train", "val", "test"):
+        items[split] = []
+        for wnid in listed("tieredimagenet", split)[:2]:
+            for i in range(2):
+                items[split].append((wnid, write_png(tmp_path / split / wnid / f"{wnid}_{i}.JPEG", random_image(r, 8, 8))))
+    dataset = create(registry, "tieredimagenet", tmp_path, image_size=8, check_counts=False)
+    assert dataset.source == "folders"
+    for split, written in items.items():
+        classes = [w for w in listed("tieredimagenet", split) if w in {c for c, _ in written}]
+        assert_split(dataset.load(split), [expected_pixels(p, 8) for _, p in written],
+                     [classes.index(c) for c, _ in written], classes)
+
+
+# -- CIFAR-FS and FC100 -----------------------------------------------------------------------
+
+
+def make_cifar(root: Path, per_class_train=2, per_class_test=1):
+    """cifar-100-python/ with real class names, a made-up superclass mapping
+    (superclass k holds 5 fine classes) and random 32×32 images."""
+    fine_names = sorted(sum((listed("cifar-fs", s) for s in ("train", "val", "test")), []))
+    coarse_names = sorted(sum((listed("fc100", s) for s in ("train", "val", "test")), []))
+    coarse_of = {f: i % 20 for i, f in enumerate(fine_names)}
+    r = rng(5)
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True)
+    parts = {}
+    for part, count in (("train", per_class_train), ("test", per_class_test)):
+        fine = [f for f in range(100) for _ in range(count)]
+        order = r.permutation(len(fine))
+        fine = [fine[i] for i in order]
+        data = r.integers(0, 256, (len(fine), 3072), dtype=np.uint8)
+        parts[part] = (data, fine)
+        with open(folder / part, "wb") as fh:
+            pickle.dump({"data": data, "fine_labels": fine, "coarse_labels": [coarse_of[fine_names[f]] for f in fine],
+                         "filenames": [f"img{i}.png" for i in range(len(fine))]}, fh)
+    with open(folder / "meta", "wb") as fh:
+        pickle.dump({"fine_label_names": fine_names, "coarse_label_names": coarse_names}, fh)
+    return fine_names, coarse_names, coarse_of, parts
+
+
+def cifar_expected(classes, fine_names, parts, size):
+    images, labels = [], []
+    for k, c in enumerate(classes):
+        for part in ("train", "test"):
+            data, fine = parts[part]
+            for row, f in zip(data, fine):
+                if fine_names[f] == c:
+                    hwc = row.reshape(3, 32, 32).transpose(1, 2, 0)
+                    images.append(hwc.transpose(2, 0, 1) if size == 32 else expected_pixels(Image.fromarray(hwc), size))
+                    labels.append(k)
+    return images, labels
+
+
+def test_cifar_fs_and_fc100(registry, tmp_path):
+    fine_names, coarse_names, coarse_of, parts = make_cifar(tmp_path)
+    cifar_fs = create(registry, "cifar-fs", tmp_path, check_counts=False)
+    for split in ("train", "val", "test"):
+        classes = sorted(listed("cifar-fs", split))
+        assert_split(cifar_fs.load(split), *cifar_expected(classes, fine_names, parts, 32), classes)
+    fc100 = create(registry, "fc100", tmp_path / "cifar-100-python", image_size=12, check_counts=False)
+    for split in ("train", "val", "test"):
+        supers = {coarse_names.index(s) for s in listed("fc100", split)}
+        classes = sorted(f for f in fine_names if coarse_of[f] in supers)
+        assert len(classes) == 5 * len(supers)
+        assert_split(fc100.load(split), *cifar_expected(classes, fine_names, parts, 12), classes)
+    with pytest.raises(UsageError, match="expected 600 images of class 'apple', found 3"):
+        create(registry, "cifar-fs", tmp_path).load("train")
+
+
+# -- Omniglot --------------------------------------------------------------------------------
+
+
+def test_omniglot_rotations_are_classes_and_equal_rot90_of_the_drawing(registry, tmp_path):
+    r = rng(6)
+    (tmp_path / "omniglot-py" / "images_evaluation").mkdir(parents=True)
+    characters = listed("omniglot", "val")[:2]
+    drawings = {c: [write_png(tmp_path / "omniglot-py" / c / f"{k:04d}_{i:02d}.png",
+                              (r.random((11, 11)) < 0.3).astype(np.uint8) * 255) for i in range(3)]
+                for k, c in enumerate(characters)}
+    dataset = create(registry, "omniglot", tmp_path, image_size=7, check_counts=False)
+    assert dataset.channels == 1
+    s = dataset.load("val")
+    assert s.classes == [f"{c}/rot{d:03d}" for c in characters for d in (0, 90, 180, 270)]
+    images, labels = [], []
+    for i, c in enumerate(characters):
+        base = [torch.from_numpy(expected_pixels(p, 7, "L").copy()) for p in drawings[c]]
+        for k in range(4):
+            images += [torch.rot90(b, k, dims=(1, 2)).numpy() for b in base]
+            labels += [4 * i + k] * len(base)
+    assert_split(s, images, labels, s.classes)
+    plain = create(registry, "omniglot", tmp_path, image_size=7, rotations=False, check_counts=False).load("val")
+    assert plain.classes == [f"{c}/rot000" for c in characters] and len(plain) == 6
+    with pytest.raises(UsageError, match=r"expected 172 val classes .*found 2"):
+        create(registry, "omniglot", tmp_path, image_size=7).load("val")
+
+
+# -- CUB ---------------------------------------------------------------------------------------
+
+
+def test_cub_with_and_without_bounding_box_crops(registry, tmp_path):
+    folder = tmp_path / "CUB_200_2011"
+    names = sorted(sum((listed("cub", s) for s in ("train", "val", "test")), []))
+    (folder / "images").mkdir(parents=True)
+    (folder / "classes.txt").write_text("".join(f"{i} {n}\n" for i, n in enumerate(names, 1)))
+    r = rng(8)
+    rows, labels_rows, boxes, items = [], [], [], []
+    image_id = 0
+    for split in ("train", "val", "test"):
+        for name in listed("cub", split)[:2]:
+            for i in range(2):
+                image_id += 1
+                array = random_image(r, 20, 16)
+                path = write_png(folder / "images" / name / f"{name}_{i}.jpg", array)
+                box = (float(r.integers(0, 6)) + 0.5, float(r.integers(0, 8)), 9.0, 10.7)
+                rows.append(f"{image_id} {name}/{path.name}")
+                labels_rows.append(f"{image_id} {names.index(name) + 1}")
+                boxes.append(f"{image_id} {' '.join(map(str, box))}")
+                items.append((split, name, array, box))
+    for file, lines in (("images.txt", rows), ("image_class_labels.txt", labels_rows), ("bounding_box.txt", boxes)):
+        (folder / file).write_text("\n".join(lines) + "\n")
+    for bbox in (False, True):
+        dataset = create(registry, "cub", tmp_path, image_size=6, bbox=bbox, check_counts=False)
+        for split in ("train", "val", "test"):
+            mine = [it for it in items if it[0] == split]
+            classes = listed("cub", split)[:2]
+            expected = []
+            for _, _, array, (x, y, w, h) in mine:
+                if bbox:  # a manual crop, whole pixels
+                    array = np.ascontiguousarray(array[int(y):int(y + h), int(x):int(x + w)])
+                expected.append(expected_pixels(Image.fromarray(array), 6))
+            assert_split(dataset.load(split), expected, [classes.index(n) for _, n, _, _ in mine], classes)
+    assert (tmp_path / ".fslab-cache" / "cub-train-6-bbox.json").exists()
+    with pytest.raises(UsageError, match="images.txt is short: expected 11,788 rows, found 12"):
+        create(registry, "cub", tmp_path, image_size=6).load("train")
+
+
+# -- missing files --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, needed", [
+    ("miniimagenet", "train.csv"), ("tieredimagenet", "train_images_png.pkl"), ("cifar-fs", "cifar-100-python"),
+    ("fc100", "cifar-100-python"), ("omniglot", "images_background"), ("cub", "images.txt"), ("folder", "train"),
+])
+def test_a_missing_layout_is_one_line_naming_the_file_and_the_layout(registry, tmp_path, name, needed):
+    with pytest.raises(UsageError) as empty:
+        create(registry, name, tmp_path)
+    message = str(empty.value)
+    assert needed in message and "Expected layout" in message and "\n" not in message
+    with pytest.raises(UsageError, match="is not a folder"):
+        create(registry, name, tmp_path / "nowhere")
+
+
+def test_the_cli_refuses_a_missing_data_root_before_creating_a_run(tmp_path):
+    result = fslab("run", "nca", "--dataset", "miniimagenet", "--data-root", str(tmp_path / "nonexistent"),
+                   "--epochs", "1", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "miniimagenet" in lines[0] and "nonexistent" in lines[0]
+    assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/*/config.json"))
+
+
+def test_data_roots_in_fslab_toml_are_used_and_checked_before_a_run_exists(registry, tmp_path, monkeypatch):
+    from fslab.config import resolve
+    from fslab.launcher import check_dataset
+    from fslab.settings import load_settings
+
+    make_folder_tree(tmp_path / "tree", classes=2, per_class=1)
+    (tmp_path / "fslab.toml").write_text('[data_roots]\nfolder = "tree"\ncub = "no-such-folder"\n')
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings()
+    config = resolve("nca", registry=registry, settings=settings, overrides=[{"dataset": {"name": "folder"}}])
+    assert config["dataset"]["root"] == str(tmp_path / "tree")
+    check_dataset(config, registry)  # the tree is complete: no error
+    cub = resolve("nca", registry=registry, settings=settings, overrides=[{"dataset": {"name": "cub"}}])
+    with pytest.raises(UsageError, match="no-such-folder is not a folder"):
+        check_dataset(cub, registry)
+
+
+def test_dataset_defaults_resolve_into_a_run_configuration(registry):
+    from fslab.config import resolve
+    from fslab.settings import Settings
+
+    for name in ("miniimagenet", "tieredimagenet", "cifar-fs", "fc100", "omniglot", "cub", "folder"):
+        config = resolve("nca", registry=registry, settings=Settings(), overrides=[{"dataset": {"name": name}}])
+        assert os.path.isabs(config["dataset"]["root"]) and "cache_dir" in config["dataset"]
+    tiered = resolve("nca", registry=registry, settings=Settings(), overrides=[{"dataset": {"name": "tieredimagenet"}}])
+    assert tiered["train"]["batch_size"] == 1024 and tiered["train"]["milestones"] == [0.5, 0.75]
+
+
+def test_listing_dataset_plugins_imports_no_torch_numpy_or_pil():
+    code = ("import sys; from fslab.registry import load_registry; load_registry(strict=True); "
+            "print([m for m in ('torch', 'numpy', 'PIL') if m in sys.modules])")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
+    make_folder_tree(tmp_path / "tree", classes=6, per_class=12, size=(20, 20))
+    result = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
+                   "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=16",
+                   "--batch-size", "24", "--set", "train.log_every=1", "--set", "eval.val_episodes=10",
+                   "--set", "eval.test_episodes=20", "--set", "eval.queries=5", "--set", "eval.center_images=32",
+                   cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["dataset"] == "folder" and set(results["test"]) == {"1-shot", "5-shot"}
+    assert (tmp_path / "tree" / ".fslab-cache" / "folder-train-16.json").exists()
