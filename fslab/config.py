@@ -3,10 +3,16 @@
 A run's configuration is a nested dict. Layers, lowest first:
 
 1. ``DEFAULTS`` below (the NCA paper's recipe, SPEC §5);
-2. the method recipe (``fslab run METHOD``);
-3. the dataset's own defaults (image size, epochs, batch size it is meant for);
+2. the dataset's own defaults (epochs, batch size, learning rate it is meant for);
+3. the method recipe (``fslab run METHOD``);
 4. ``[run]`` in ``fslab.toml``;
 5. command-line options and ``--set key=value``.
+
+A recipe sits above the dataset because what it states is part of the method:
+``protonet-best`` *is* 5-shot episodes of 512 images, the mAP recipes train with
+Adam at lr 0.001. The dataset's defaults still size everything a recipe leaves
+unsaid (``fslab run nca`` states no training keys, so it trains with the
+dataset's epochs, batch size and learning rate).
 
 Plugin sections (``dataset``, ``backbone``, ``loss``, ``sampler``, ``evaluator``)
 hold ``name`` plus that plugin's parameters. A layer that changes a section's
@@ -16,6 +22,7 @@ hold ``name`` plus that plugin's parameters. A layer that changes a section's
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from typing import Any, Iterable
 
@@ -42,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "train": {
         "epochs": 120,
         "batch_size": 512,
+        "optimizer": "sgd",  # sgd (with momentum and nesterov below) or adam (default betas)
         "lr": 0.1,
         "momentum": 0.9,
         "nesterov": True,
@@ -53,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
         "projection_dim": 0,  # >0: a linear head of this size used only in training (NCA paper App. A.4)
         "log_every": 10,  # training steps between two logged events
         "heartbeat": 5.0,  # seconds between two status.json heartbeats
+        "processes": 1,  # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
     },
     "eval": {
         "ways": 5,
@@ -67,8 +76,11 @@ DEFAULTS: dict[str, Any] = {
         "normalize": True,  # then L2-normalise
         "center_images": 4096,  # training images used for that mean; 0 = all
         "batch_size": 256,  # images per forward pass when extracting features
+        "feature_stages": 1,  # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
     },
 }
+
+OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.train builds them
 
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
@@ -134,11 +146,13 @@ def resolve(
     dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
 
     config = copy.deepcopy(DEFAULTS)
-    for layer in [recipe, dataset_defaults, toml_layer, *overrides]:
+    for layer in [dataset_defaults, recipe, toml_layer, *overrides]:  # lowest first (module docstring)
         config = merge(config, layer)
     config["method"] = method
     if not config["dataset"].get("root"):
         config["dataset"]["root"] = settings.data_roots.get(dataset_name, f"data/{dataset_name}")
+    if isinstance(config["dataset"]["root"], str):  # absolute: a worker or a resume may start elsewhere
+        config["dataset"]["root"] = os.path.abspath(os.path.expanduser(config["dataset"]["root"]))
     _check_types(config, DEFAULTS, "")
     _fill_plugin_params(config, registry)
     _check_compatible(config, registry)
@@ -236,8 +250,20 @@ def _check_compatible(config: dict, registry) -> None:
         )
     if config["train"]["epochs"] < 1:
         raise ConfigError(f"config key 'train.epochs' must be at least 1, got {config['train']['epochs']}")
+    if config["train"]["optimizer"] not in OPTIMIZERS:
+        raise ConfigError(
+            f"config key 'train.optimizer' must be one of {', '.join(OPTIMIZERS)}, got '{config['train']['optimizer']}'."
+            f"{did_you_mean(config['train']['optimizer'], OPTIMIZERS)}"
+        )
+    if config["eval"]["feature_stages"] < 1:
+        raise ConfigError(
+            f"config key 'eval.feature_stages' must be at least 1 (1 = the backbone's output), "
+            f"got {config['eval']['feature_stages']}"
+        )
     if config["train"]["batch_size"] < 2:
         raise ConfigError(f"config key 'train.batch_size' must be at least 2, got {config['train']['batch_size']}")
+    if config["train"]["processes"] < 1:
+        raise ConfigError(f"config key 'train.processes' (--gpus) must be at least 1, got {config['train']['processes']}")
     if config["device"] not in ("auto", "cpu") and not config["device"].startswith("cuda"):
         raise ConfigError(
             f"config key 'device' must be auto, cpu, cuda or cuda:N, got '{config['device']}'"

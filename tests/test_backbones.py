@@ -1,8 +1,10 @@
-"""Backbones map a batch to (B, out_dim) features and train end to end;
-plugin listing stays free of torch."""
+"""Backbones map a batch to (B, out_dim) features and train end to end; each
+can also return the pooled outputs of its last k stages (NCA paper App. A.1);
+parameter counts match the papers; plugin listing stays free of torch."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -10,10 +12,23 @@ import textwrap
 import pytest
 import torch
 
-from fslab.errors import UsageError
+from fslab.errors import ConfigError, UsageError
 from fslab.registry import keyword_params
 
-TINY = {"conv4": {"hidden": 8}, "resnet12": {"widths": [8, 16, 16, 32]}}
+from .runs_helpers import TINY as TINY_RUN, fslab
+
+BACKBONES = ["conv4", "resnet12", "resnet12-nca", "wrn28-10"]
+TINY = {
+    "conv4": {"hidden": 8},
+    "resnet12": {"widths": [8, 16, 16, 32]},
+    "resnet12-nca": {"widths": [8, 16, 16, 32]},
+    "wrn28-10": {"depth": 10, "widen_factor": 1},  # WRN-10-1: one block per group, widths 16-32-64
+}
+STAGE_DIMS = {"conv4": [8] * 4, "resnet12": [8, 16, 16, 32], "resnet12-nca": [8, 16, 16, 32], "wrn28-10": [16, 32, 64]}
+
+
+def tiny(registry, name, channels=1):
+    return registry.create("backbone", name, in_channels=channels, **TINY[name])
 
 
 @pytest.mark.parametrize(
@@ -24,17 +39,22 @@ TINY = {"conv4": {"hidden": 8}, "resnet12": {"widths": [8, 16, 16, 32]}}
         ("conv4", {"hidden": 8}, 3, 5, 8),  # smaller than 2**4: pooling rounds up
         ("resnet12", TINY["resnet12"], 1, 16, 32),
         ("resnet12", TINY["resnet12"], 3, 21, 32),
+        ("resnet12-nca", TINY["resnet12-nca"], 1, 16, 32),
+        ("resnet12-nca", TINY["resnet12-nca"], 3, 32, 32),
+        ("resnet12-nca", TINY["resnet12-nca"], 3, 5, 32),  # stride-2 convolutions pad: 5 -> 3 -> 2 -> 1
+        ("wrn28-10", TINY["wrn28-10"], 1, 16, 64),
+        ("wrn28-10", TINY["wrn28-10"], 3, 32, 64),
     ],
 )
 def test_backbone_output_shape(registry, torch_seed, name, params, channels, size, out_dim):
     model = registry.create("backbone", name, in_channels=channels, **params)
-    assert model.out_dim == out_dim
+    assert model.out_dim == out_dim == model.stage_dims[-1]
     assert model(torch.randn(3, channels, size, size)).shape == (3, out_dim)
 
 
-@pytest.mark.parametrize("name", ["conv4", "resnet12"])
+@pytest.mark.parametrize("name", BACKBONES)
 def test_every_parameter_gets_a_gradient(registry, torch_seed, name):
-    model = registry.create("backbone", name, in_channels=1, **TINY[name])
+    model = tiny(registry, name)
     features = model(torch.randn(4, 1, 16, 16))
     (features**2).sum().backward()
     for param_name, param in model.named_parameters():
@@ -43,18 +63,196 @@ def test_every_parameter_gets_a_gradient(registry, torch_seed, name):
         assert param.grad.abs().sum() > 0, param_name
 
 
-@pytest.mark.parametrize("name", ["conv4", "resnet12"])
+@pytest.mark.parametrize("name", BACKBONES)
 def test_lazy_registration_declares_the_real_parameters(registry, name):
     component = registry.get("backbone", name)
     assert isinstance(component.target, str)
     assert component.params == keyword_params(component.resolve())
 
 
+# -- multi-stage features ------------------------------------------------------
+
+def stage_modules(model, name):
+    """The modules whose outputs are the stages' feature maps, found by hand
+    for each architecture (a second implementation of ``stage_maps``)."""
+    if name == "conv4":
+        return [model.blocks[i] for i in (3, 7, 11, 15)]  # each block's max-pool
+    if name == "wrn28-10":
+        return [model.groups[0], model.groups[1], model.final]  # the last group after its BN + ReLU
+    return list(model.stages)
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_multi_stage_features_are_the_pooled_stage_outputs(registry, torch_seed, name):
+    model = tiny(registry, name, channels=3).eval()
+    assert model.stage_dims == STAGE_DIMS[name]
+    maps = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: maps.append(out.clone())) for m in stage_modules(model, name)]
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        output = model(x)
+    for hook in hooks:
+        hook.remove()
+    pooled = [m.mean(dim=(2, 3)) for m in maps]
+    assert len(pooled) == len(model.stage_dims)
+    assert [p.shape[1] for p in pooled] == model.stage_dims
+    assert torch.allclose(output, pooled[-1], atol=1e-6)
+    with torch.no_grad():
+        for k in range(1, len(pooled) + 1):
+            features = model.features(x, k)
+            assert features.shape == (2, model.feature_dim(k)) == (2, sum(model.stage_dims[-k:]))
+            assert torch.allclose(features, torch.cat(pooled[-k:], dim=1), atol=1e-6), k
+
+
+@pytest.mark.parametrize("stages", [0, 5])
+def test_asking_for_more_stages_than_exist_is_a_clear_error(registry, stages):
+    model = tiny(registry, "resnet12")
+    with pytest.raises(UsageError, match="between 1 and 4"):
+        model.features(torch.randn(1, 1, 8, 8), stages)
+
+
+def test_feature_network_is_the_backbone_for_one_stage_and_a_wrapper_otherwise(registry, torch_seed):
+    from fslab import evaluation
+    from fslab.features import feature_network
+    from fslab.train import to_input
+
+    model = tiny(registry, "conv4")
+    assert feature_network(model, 1) is model
+    images = torch.randint(0, 256, (10, 1, 16, 16), dtype=torch.uint8)
+    wrapped = feature_network(model, 3)
+    features = evaluation.extract_features(wrapped, images, 4, "cpu", to_input)
+    model.eval()
+    with torch.no_grad():
+        expected = model.features(to_input(images.clone()), 3)
+    assert features.shape == (10, 24) and torch.allclose(features, expected, atol=1e-6)
+    with pytest.raises(ConfigError, match="between 1 and 4"):
+        feature_network(model, 5)
+    plain = torch.nn.Sequential(torch.nn.Flatten())
+    with pytest.raises(ConfigError, match="multi-stage features"):
+        feature_network(plain, 2)
+
+
+# -- the NCA paper code's ResNet-12 -----------------------------------------------
+
+def conv(cin, cout, k):
+    return cin * cout * k * k
+
+
+def bn(c):
+    return 2 * c  # weight and bias
+
+
+def basic_block(cin, cout):
+    """Two 3×3 conv + BN, and a 1×1 conv + BN shortcut when the shape changes."""
+    shortcut = conv(cin, cout, 1) + bn(cout) if cin != cout else 0
+    return conv(cin, cout, 3) + bn(cout) + conv(cout, cout, 3) + bn(cout) + shortcut
+
+
+def test_resnet12_nca_parameter_count_by_hand(registry):
+    model = registry.create("backbone", "resnet12-nca", in_channels=3)
+    stem = conv(3, 64, 3) + bn(64)
+    # layer1 64 -> 64 (identity shortcut, stride 1), layer2 -> 160, layer3 -> 320 twice, layer4 -> 640.
+    expected = (stem + basic_block(64, 64) + basic_block(64, 160) + basic_block(160, 320)
+                + basic_block(320, 320) + basic_block(320, 640))
+    assert expected == 9_427_840
+    assert sum(p.numel() for p in model.parameters()) == expected
+    assert model.out_dim == 640 and model.stage_dims == [64, 160, 320, 640]
+    # App. A.1's multi-layer features (last three stages) on an 84×84 image.
+    assert model.feature_dim(3) == 1120
+
+
+def test_resnet12_nca_layout_follows_the_released_code(registry):
+    from fslab_plugins.networks import BasicBlock
+
+    model = registry.create("backbone", "resnet12-nca", in_channels=3, **TINY["resnet12-nca"])
+    assert [len(stage) for stage in model.stages] == [1, 1, 2, 1]
+    assert all(isinstance(block, BasicBlock) for stage in model.stages for block in stage)
+    stem_conv = model.stem[0]
+    assert stem_conv.kernel_size == (3, 3) and stem_conv.stride == (1, 1)
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in model.modules())
+    assert [stage[0].conv1.stride for stage in model.stages] == [(1, 1), (2, 2), (2, 2), (2, 2)]
+    # the first stage keeps width and resolution: identity shortcut; the later ones downsample
+    assert model.stages[0][0].downsample is None and model.stages[2][1].downsample is None
+    for stage in list(model.stages)[1:]:
+        shortcut = stage[0].downsample[0]
+        assert shortcut.kernel_size == (1, 1) and shortcut.stride == (2, 2)
+    assert not any(isinstance(m, torch.nn.LeakyReLU) for m in model.modules())
+
+
+def test_resnet12_nca_rejects_wrong_layers(registry):
+    with pytest.raises(UsageError, match="four positive block counts"):
+        registry.create("backbone", "resnet12-nca", in_channels=1, layers=[1, 1, 2])
+
+
+# -- WRN-28-10 -----------------------------------------------------------------
+
+def wide_block(cin, cout):
+    """BN, conv 3×3, BN, conv 3×3, and a 1×1 conv shortcut (no BN) when the shape changes."""
+    shortcut = conv(cin, cout, 1) if cin != cout else 0
+    return bn(cin) + conv(cin, cout, 3) + bn(cout) + conv(cout, cout, 3) + shortcut
+
+
+def test_wrn28_10_size_layout_and_one_forward(registry, torch_seed):
+    model = registry.create("backbone", "wrn28-10", in_channels=3).eval()
+    expected = conv(3, 16, 3) + bn(640)  # stem, final BN
+    for cin, cout in ((16, 160), (160, 320), (320, 640)):
+        expected += wide_block(cin, cout) + 3 * wide_block(cout, cout)
+    count = sum(p.numel() for p in model.parameters())
+    assert count == expected
+    # Zagoruyko & Komodakis report 36.5M parameters with the 10-class CIFAR classifier.
+    assert round((count + 640 * 10 + 10) / 1e6, 1) == 36.5
+    assert [len(group) for group in model.groups] == [4, 4, 4]
+    assert model.stage_dims == [160, 320, 640] and model.out_dim == 640
+    assert [group[0].conv1.stride for group in model.groups] == [(1, 1), (2, 2), (2, 2)]
+    assert not any(isinstance(m, torch.nn.Dropout) for m in model.modules())  # dropout off by default
+    with torch.no_grad():
+        out = model(torch.randn(1, 3, 8, 8))
+    assert out.shape == (1, 640) and torch.isfinite(out).all()
+
+
+def test_wrn_block_is_pre_activation(registry, torch_seed):
+    """Zagoruyko & Komodakis's block: the residual branch is
+    conv(dropout(relu(bn(conv(relu(bn(x))))))), added to x (same width)."""
+    from fslab_plugins.networks import WideBlock
+
+    block = WideBlock(4, 4, 1, 0.0).eval()
+    x = torch.randn(2, 4, 6, 6)
+    with torch.no_grad():
+        branch = block(x) - x  # identity shortcut
+        activated = torch.relu(block.bn1(x))
+        by_hand = block.conv2(torch.relu(block.bn2(block.conv1(activated))))
+    assert torch.allclose(branch, by_hand, atol=1e-6)
+
+
+def test_wrn_dropout_is_stochastic_only_in_training(registry, torch_seed):
+    model = registry.create("backbone", "wrn28-10", in_channels=1, depth=10, widen_factor=1, dropout=0.3)
+    x = torch.randn(2, 1, 8, 8)
+    model.train()
+    assert not torch.equal(model(x), model(x))
+    model.eval()
+    assert torch.equal(model(x), model(x))
+
+
+@pytest.mark.parametrize("params, message", [({"depth": 27}, "6n \\+ 4"), ({"widen_factor": 0}, "widen_factor"),
+                                             ({"dropout": 1.0}, "dropout")])
+def test_wrn_rejects_impossible_shapes(registry, params, message):
+    with pytest.raises(UsageError, match=message):
+        registry.create("backbone", "wrn28-10", in_channels=1, **params)
+
+
+# -- Lee et al.'s ResNet-12 --------------------------------------------------------
+
 def test_full_resnet12_has_the_paper_widths(registry):
     model = registry.create("backbone", "resnet12", in_channels=3)
     widths = [stage.shortcut[0].out_channels for stage in model.stages]
     assert widths == [64, 160, 320, 640] and model.out_dim == 640
     assert not any(type(m).__name__ == "DropBlock" for m in model.modules())  # off by default
+    # three 3×3 conv + BN per stage, 1×1 conv + BN shortcut
+    expected, cin = 0, 3
+    for width in (64, 160, 320, 640):
+        expected += conv(cin, width, 3) + 2 * conv(width, width, 3) + 3 * bn(width) + conv(cin, width, 1) + bn(width)
+        cin = width
+    assert sum(p.numel() for p in model.parameters()) == expected
 
 
 def test_resnet12_stage_layout_follows_lee_et_al(registry):
@@ -99,12 +297,12 @@ def test_listing_plugins_imports_neither_torch_nor_numpy():
     code = textwrap.dedent(
         """
         import os, sys
-        os.environ["FSLAB_PLUGINS"] = "nca,protonet,resnet12,synthetic"
+        os.environ["FSLAB_PLUGINS"] = "nca,protonet,resnet12,synthetic,wrn"
         os.environ["FSLAB_STRICT_PLUGINS"] = "1"
         from fslab.registry import load_registry
         registry = load_registry()
         names = {kind: registry.names(kind) for kind in ("loss", "backbone", "sampler", "evaluator", "dataset", "method")}
-        assert names["backbone"] == ["conv4", "resnet12"], names
+        assert names["backbone"] == ["conv4", "resnet12", "resnet12-nca", "wrn28-10"], names
         assert names["method"] == ["nca", "protonet"], names
         heavy = [m for m in ("torch", "numpy") if m in sys.modules]
         assert not heavy, heavy
@@ -112,3 +310,31 @@ def test_listing_plugins_imports_neither_torch_nor_numpy():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow
+def test_a_run_evaluates_and_caches_multi_stage_features(project):
+    """eval.feature_stages=2 end to end: the worker's training mean, its test and
+    `fslab eval` all use the 16 values of the last two Conv4 stages, cached apart."""
+    result = fslab("run", "nca", *TINY_RUN, "--epochs", "1", "--set", "eval.feature_stages=2", cwd=project)
+    assert result.returncode == 0, result.stderr
+    run_dir = next((project / "runs").iterdir())
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["train_mean"].shape == (16,)  # 2 stages × hidden 8
+    final = json.loads((run_dir / "results.json").read_text())["test"]
+    config = json.loads((run_dir / "config.json").read_text())
+    args = ["eval", run_dir.name, "--shots", "5", "--queries", str(config["eval"]["queries"]),
+            "--episodes", str(config["eval"]["test_episodes"]), "--json"]
+    evaluated = fslab(*args, cwd=project)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout.splitlines()[0])["accuracy"] == final["5-shot"]["accuracy"]
+    cache = run_dir / "features" / "test-epoch1-stages2.pt"
+    assert [p.name for p in (run_dir / "features").iterdir()] == [cache.name]
+    assert torch.load(cache, weights_only=True)["features"].shape[1] == 16
+
+
+@pytest.mark.slow
+def test_a_backbone_without_that_many_stages_fails_at_start(project):
+    result = fslab("run", "nca", *TINY_RUN, "--epochs", "1", "--set", "eval.feature_stages=5", cwd=project)
+    assert result.returncode != 0
+    assert "eval.feature_stages must be between 1 and 4" in result.stdout + result.stderr

@@ -23,7 +23,7 @@ def cli(*assignments):
     return [nest(*parse_assignment(a)) for a in assignments]
 
 
-def test_precedence_builtin_method_dataset_toml_cli(registry, tmp_path):
+def test_precedence_builtin_dataset_method_toml_cli(registry, tmp_path):
     dataset_defaults = registry.get("dataset", "synthetic").info["defaults"]
     config = resolve("protonet", registry=registry, settings=Settings())
     assert config["train"]["weight_decay"] == DEFAULTS["train"]["weight_decay"]  # built-in
@@ -31,13 +31,63 @@ def test_precedence_builtin_method_dataset_toml_cli(registry, tmp_path):
     assert config["train"]["epochs"] == dataset_defaults["train"]["epochs"]  # dataset over built-in
     assert config["train"]["lr"] == dataset_defaults["train"]["lr"] != DEFAULTS["train"]["lr"]
 
-    settings = settings_from(tmp_path, "[run.train]\nepochs = 3\nlr = 0.05\n")
+    # What a recipe states beats the dataset's defaults: the episode shape, the optimiser.
+    assert registry.create("method", "protonet-best")["train"]["batch_size"] == 512
+    assert dataset_defaults["train"]["batch_size"] == 128
+    config = resolve("protonet-best", registry=registry, settings=Settings())
+    assert config["train"]["batch_size"] == 512
+    assert config["train"]["epochs"] == dataset_defaults["train"]["epochs"]  # left unsaid by the recipe
+    config = resolve("map-ssvm", registry=registry, settings=Settings())
+    assert (config["train"]["optimizer"], config["train"]["lr"], config["train"]["batch_size"]) == ("adam", 0.001, 128)
+
+    settings = settings_from(tmp_path, "[run.train]\nepochs = 3\nlr = 0.05\nbatch_size = 64\n")
     config = resolve("protonet", registry=registry, settings=settings)
     assert (config["train"]["epochs"], config["train"]["lr"]) == (3, 0.05)  # toml over dataset
+    assert resolve("protonet-best", registry=registry, settings=settings)["train"]["batch_size"] == 64  # toml over method
 
     config = resolve("protonet", registry=registry, settings=settings, overrides=cli("train.epochs=2"))
     assert (config["train"]["epochs"], config["train"]["lr"]) == (2, 0.05)  # cli over toml
     assert config["method"] == "protonet"
+    config = resolve("protonet-best", registry=registry, settings=Settings(), overrides=cli("train.batch_size=256"))
+    assert config["train"]["batch_size"] == 256  # cli over method
+
+
+def test_nca_recipe_trains_with_the_dataset_defaults_exactly(registry):
+    """The README's published `fslab run nca` numbers: the recipe states no
+    training or evaluation key, so those sections are the built-in defaults
+    with the dataset's on top, whatever the layer order between the two."""
+    assert set(registry.create("method", "nca")) == {"loss", "sampler", "evaluator"}
+    dataset_defaults = registry.get("dataset", "synthetic").info["defaults"]
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("backbone.name=resnet12"))
+    for section in ("train", "eval"):
+        assert config[section] == {**DEFAULTS[section], **dataset_defaults[section]}
+    assert config["train"]["optimizer"] == "sgd" and config["eval"]["feature_stages"] == 1
+
+
+def test_optimizer_and_feature_stages_are_checked(registry):
+    with pytest.raises(ConfigError, match=r"'train.optimizer' must be one of sgd, adam, got 'adm'\. Did you mean 'adam'\?"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.optimizer=adm"))
+    with pytest.raises(ConfigError, match=r"'eval.feature_stages' must be at least 1"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.feature_stages=0"))
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.optimizer=adam", "eval.feature_stages=3"))
+    assert (config["train"]["optimizer"], config["eval"]["feature_stages"]) == ("adam", 3)
+
+
+def test_make_optimizer_builds_what_the_config_names():
+    import torch
+
+    from fslab.train import make_optimizer
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    train = {**DEFAULTS["train"], "lr": 0.01, "weight_decay": 1e-4}
+    sgd = make_optimizer(params, train)
+    assert type(sgd) is torch.optim.SGD
+    assert sgd.defaults["nesterov"] is True and sgd.defaults["momentum"] == 0.9 and sgd.defaults["lr"] == 0.01
+    adam = make_optimizer(params, {**train, "optimizer": "adam"})
+    assert type(adam) is torch.optim.Adam
+    assert (adam.defaults["lr"], adam.defaults["weight_decay"], adam.defaults["betas"]) == (0.01, 1e-4, (0.9, 0.999))
+    legacy = {k: v for k, v in train.items() if k != "optimizer"}  # a config saved before the key existed
+    assert type(make_optimizer(params, legacy)) is torch.optim.SGD
 
 
 def test_plugin_params_are_filled_and_validated(registry):
