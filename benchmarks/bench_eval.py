@@ -1,37 +1,122 @@
 """Few-shot evaluation speed, one command: ``python benchmarks/bench_eval.py``.
 
 1. 10,000 episodes (5-way 5-shot, 15 queries) on cached 640-d features of
-   12,000 images (20 classes × 600, miniImageNet's test split size).
-2. fslab's way (embed every image once, then gather episodes) against the way
+   12,000 images (20 classes × 600, miniImageNet's test split size), against
+   the previous implementation measured in the same run (random keys + topk
+   sampling, 1,000-episode chunks, full distance matrices). The new code is
+   also run on the previous implementation's episodes, to show that only the
+   episode stream changed, not the scores.
+2. Every other feature evaluator on the same 10,000 episodes.
+3. fslab's way (embed every image once, then gather episodes) against the way
    common few-shot libraries evaluate (run the backbone on every episode's
    100 images), same backbone and images; the per-episode loop is timed on a
    few episodes and extrapolated, and both accuracies are printed with their CI.
+
+Timings are the best of ``--repeats``; the machine's load average is printed
+(other processes slow everything down).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from unittest import mock
 
 import torch
 
 from fslab import evaluation
 from fslab.train import to_input
-from fslab_plugins.nca import centroid
+from fslab_plugins.nca import centroid, squared_distances
 
 
-def cached_features(episodes: int) -> None:
+def best_of(repeats: int, fn):
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), out
+
+
+def legacy_sample_episodes(labels, ways, shots, queries, episodes, seed):
+    """The episode sampler before stream 2: one random key per image of each
+    chosen class (padded to the largest class) and topk."""
+    labels = torch.as_tensor(labels, dtype=torch.long).flatten()
+    per_class = shots + queries
+    classes, counts = torch.unique(labels, return_counts=True)
+    eligible = classes[counts >= per_class]
+    order = torch.argsort(labels, stable=True)
+    class_counts = counts[counts >= per_class]
+    starts = torch.searchsorted(labels[order], eligible)
+    width = int(class_counts.max())
+    positions = torch.arange(width)
+    table = order[(starts[:, None] + positions).clamp(max=labels.numel() - 1)]
+    padding = positions[None, :] >= class_counts[:, None]
+    generator = torch.Generator().manual_seed(int(seed))
+    support, query = [], []
+    for first in range(0, episodes, 500):
+        block = min(500, episodes - first)
+        chosen = torch.rand(block, eligible.numel(), generator=generator).topk(ways, dim=1, largest=False).indices
+        keys = torch.rand(block, ways, width, generator=generator).masked_fill(padding[chosen], 2.0)
+        picked = keys.topk(per_class, dim=2, largest=False, sorted=True).indices
+        indices = table[chosen[:, :, None], picked]
+        support.append(indices[:, :, :shots])
+        query.append(indices[:, :, shots:])
+    return torch.cat(support), torch.cat(query)
+
+
+def legacy_scores(features, labels, ways, shots, queries, episodes, seed, center):
+    """The previous core: gather with advanced indexing in 1,000-episode chunks,
+    full squared-distance matrix, argmin."""
+    features = torch.nn.functional.normalize(features - center, dim=1)
+    support_idx, query_idx = legacy_sample_episodes(labels, ways, shots, queries, episodes, seed)
+    truth = torch.arange(ways).repeat_interleave(queries)
+    out = []
+    for first in range(0, episodes, 1000):
+        support = features[support_idx[first : first + 1000]]
+        query = features[query_idx[first : first + 1000]].flatten(1, 2)
+        out.append((squared_distances(query, support.mean(dim=2)).argmin(-1) == truth).float().mean(1))
+    return torch.cat(out)
+
+
+def cached_features(episodes: int, repeats: int) -> None:
     torch.manual_seed(0)
     labels = torch.arange(20).repeat_interleave(600)
     features = torch.randn(12000, 640) + 0.3 * torch.randn(20, 640)[labels]
     center = features.mean(0)
-    evaluation.episode_accuracies(features, labels, centroid, 5, 5, 15, 100, 0, center=center)  # warm-up
-    start = time.perf_counter()
-    accuracies = evaluation.episode_accuracies(features, labels, centroid, 5, 5, 15, episodes, 0, center=center)
-    seconds = time.perf_counter() - start
-    mean, ci = evaluation.ci95(accuracies)
-    print(f"{episodes} episodes on cached 12,000 x 640 features: {seconds:.2f} s "
-          f"({1e6 * seconds / episodes:.0f} us/episode; accuracy {100 * mean:.2f} ± {100 * ci:.2f}%)")
+    evaluation.episode_scores(features, labels, centroid, 5, 5, 15, 100, 0, center=center)  # warm-up
+    new_s, new = best_of(repeats, lambda: evaluation.episode_scores(features, labels, centroid, 5, 5, 15, episodes, 0,
+                                                                    center=center))
+    old_s, old = best_of(repeats, lambda: legacy_scores(features, labels, 5, 5, 15, episodes, 0, center))
+    sample_s, _ = best_of(repeats, lambda: evaluation.sample_episodes(labels, 5, 5, 15, episodes, 0))
+    old_sample_s, _ = best_of(repeats, lambda: legacy_sample_episodes(labels, 5, 5, 15, episodes, 0))
+    with mock.patch.object(evaluation, "sample_episodes", legacy_sample_episodes):
+        on_old_episodes = evaluation.episode_scores(features, labels, centroid, 5, 5, 15, episodes, 0, center=center)
+    differing = int((on_old_episodes != old).sum())
+    (new_mean, new_ci), (old_mean, old_ci) = evaluation.ci95(new), evaluation.ci95(old)
+    print(f"{episodes} episodes, 5-way 5-shot 15 queries, on cached 12,000 x 640 features (best of {repeats}):")
+    print(f"  fslab now:       {new_s:6.3f} s ({1e6 * new_s / episodes:5.0f} us/episode; sampling {sample_s:.3f} s)  "
+          f"accuracy {100 * new_mean:.2f} ± {100 * new_ci:.2f}%")
+    print(f"  before (same run): {old_s:6.3f} s ({1e6 * old_s / episodes:5.0f} us/episode; sampling {old_sample_s:.3f} s)  "
+          f"accuracy {100 * old_mean:.2f} ± {100 * old_ci:.2f}%")
+    print(f"  speed-up {old_s / new_s:.1f}x; new code on the old episodes: {differing} of {episodes} episode "
+          f"accuracies differ from before")
+    for name, evaluator, shape in evaluators():
+        seconds, scores = best_of(repeats, lambda: evaluation.episode_scores(features, labels, evaluator, 5, *shape,
+                                                                             episodes, 0, center=center))
+        mean, ci = evaluation.ci95(scores)
+        print(f"  {name:<14} {seconds:6.3f} s  {evaluation.traits(evaluator).metric} {100 * mean:.2f} ± {100 * ci:.2f}%"
+              f"  ({shape[0]}-shot, {shape[1]} queries)")
+
+
+def evaluators():
+    from fslab_plugins.map import RetrievalMAP, ap_classify
+    from fslab_plugins.nca_evaluators import knn, soft
+    from fslab_plugins.sen import sen_nearest
+
+    return [("knn", knn, (5, 15)), ("soft", soft, (5, 15)), ("ap", ap_classify, (5, 15)),
+            ("sen", sen_nearest, (5, 15)), ("retrieval-map", RetrievalMAP(), (1, 9))]
 
 
 def per_episode_vs_cached(backbone: str, episodes: int, loop_episodes: int) -> None:
@@ -46,7 +131,7 @@ def per_episode_vs_cached(backbone: str, episodes: int, loop_episodes: int) -> N
     start = time.perf_counter()
     features = evaluation.extract_features(model, data.images, 256, "cpu", to_input)
     center = features.mean(0)
-    fast = evaluation.episode_accuracies(features, data.labels, centroid, ways, shots, queries, episodes, 0, center=center)
+    fast = evaluation.episode_scores(features, data.labels, centroid, ways, shots, queries, episodes, 0, center=center)
     fast_seconds = time.perf_counter() - start
 
     truth = torch.arange(ways).repeat_interleave(queries)
@@ -62,10 +147,11 @@ def per_episode_vs_cached(backbone: str, episodes: int, loop_episodes: int) -> N
     loop_seconds = (time.perf_counter() - start) / loop_episodes * episodes
     fast_mean, fast_ci = evaluation.ci95(fast)
     slow_mean, slow_ci = evaluation.ci95(torch.stack(slow))
+    same = torch.equal(fast[:loop_episodes], torch.stack(slow))
     print(f"{backbone}, {len(data)} test images, {episodes} episodes:")
     print(f"  embed once + cached episodes: {fast_seconds:8.2f} s   accuracy {100 * fast_mean:.2f} ± {100 * fast_ci:.2f}%")
     print(f"  backbone per episode (est.):  {loop_seconds:8.2f} s   accuracy {100 * slow_mean:.2f} ± {100 * slow_ci:.2f}% "
-          f"(first {loop_episodes} episodes)")
+          f"(first {loop_episodes} episodes; per-episode accuracies {'identical' if same else 'NOT identical'} to fslab's)")
     print(f"  speed-up: {loop_seconds / fast_seconds:.0f}x")
 
 
@@ -74,8 +160,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10000)
     parser.add_argument("--backbone", default="resnet12")
     parser.add_argument("--loop-episodes", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args()
-    cached_features(options.episodes)
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads")
+    cached_features(options.episodes, options.repeats)
     per_episode_vs_cached(options.backbone, options.episodes, options.loop_episodes)
 
 

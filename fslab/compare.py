@@ -18,6 +18,7 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fslab.errors import UsageError
 from fslab.runstore import Run
@@ -73,33 +74,74 @@ def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group
     return result
 
 
-def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int) -> dict | None:
-    """The run's saved evaluation for this episode shape: latest checkpoint,
-    then most episodes."""
+def evaluator_label(section: dict) -> str:
+    """The name an evaluator's results are saved and compared under: its name,
+    plus its parameters when any are set (``knn[k=3]``), so evaluations by
+    different evaluators or settings are never pooled or paired."""
+    params = {k: v for k, v in section.items() if k != "name"}
+    if not params:
+        return section["name"]
+    return section["name"] + "[" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "]"
+
+
+def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int,
+                       evaluator: str | None = None) -> dict | None:
+    """The run's saved evaluation for this episode shape by ``evaluator`` (a
+    label as :func:`evaluator_label` makes; default: the run's own evaluator):
+    latest checkpoint, then most episodes."""
+    if evaluator is None:
+        evaluator = evaluator_label(run.config().get("evaluator", {"name": "centroid"}))
     found = [e for e in run.saved_accuracies()
-             if (e["split"], e["shots"], e["ways"], e["queries"]) == (split, shots, ways, queries)]
+             if (e["split"], e["shots"], e["ways"], e["queries"]) == (split, shots, ways, queries)
+             and e.get("evaluator", "centroid") == evaluator]
     return max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
 
 
+def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
+           evaluator: str | None = None) -> dict | None:
+    """One group's accuracy: the per-episode accuracies of all its runs pooled
+    into mean ± 95% CI (None if no run has this evaluation saved)."""
+    evals = [episode_accuracies(r, split, shots, ways, queries, evaluator) for r in runs]
+    values = [a for e in evals if e for a in e["accuracies"]]
+    if not values:
+        return None
+    mean, ci = mean_ci(values)
+    return {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": sum(1 for e in evals if e)}
+
+
+def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
+    """The runs named on a command line: run ids (or unique parts of them),
+    sweep ids (every run of the sweep) or ``all``."""
+    from fslab.runstore import find_run, list_runs
+    from fslab.sweep import load_sweep
+
+    if refs == ["all"]:
+        return list_runs(runs_dir)
+    runs = []
+    for ref in refs:
+        if ref.startswith("sweep-"):
+            runs += [Run(runs_dir / run_id) for run_id in load_sweep(runs_dir, ref)["runs"]]
+        else:
+            runs.append(find_run(runs_dir, ref))
+    return runs
+
+
 def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), ways: int = 5, queries: int = 15,
-            group_by: list[str] | None = None) -> dict:
-    """Pooled accuracy per group and shots, and paired differences to the first group."""
+            group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
+    """Pooled accuracy per group and shots, and paired differences to the first
+    group; ``evaluator`` picks whose saved scores (default: each run's own)."""
     groups = group_runs(runs, group_by)
     rows, paired = [], []
     for g in groups:
         row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": len(g.runs), "results": {}}
         for n in shots:
-            evals = [episode_accuracies(r, split, n, ways, queries) for r in g.runs]
-            values = [a for e in evals if e for a in e["accuracies"]]
-            if values:
-                mean, ci = mean_ci(values)
-                row["results"][f"{n}-shot"] = {"accuracy": mean, "ci95": ci, "episodes": len(values),
-                                               "runs": sum(1 for e in evals if e)}
+            if result := pooled(g.runs, split, n, ways, queries, evaluator):
+                row["results"][f"{n}-shot"] = result
         rows.append(row)
     baseline = groups[0] if groups else None
     for g in groups[1:]:
         for n in shots:
-            differences = paired_differences(baseline, g, split, n, ways, queries)
+            differences = paired_differences(baseline, g, split, n, ways, queries, evaluator)
             if differences:
                 mean, ci = mean_ci(differences)
                 paired.append({"group": g.label, "baseline": baseline.label, "shots": n,
@@ -107,17 +149,18 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired}
 
 
-def paired_differences(a: Group, b: Group, split, shots, ways, queries) -> list[float]:
+def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None) -> list[float]:
     """Episode-by-episode differences b − a over runs paired by seed, where
-    both runs were scored on the same episodes."""
+    both runs were scored on the same episodes (same count, seed and episode
+    stream version; files saved before the version was recorded are stream 1)."""
     by_seed = {r.config().get("seed"): r for r in a.runs}
     out = []
     for run in b.runs:
         other = by_seed.get(run.config().get("seed"))
         if other is None:
             continue
-        mine, theirs = (episode_accuracies(r, split, shots, ways, queries) for r in (run, other))
-        if mine and theirs and (mine["episodes"], mine["seed"]) == (theirs["episodes"], theirs["seed"]):
+        mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator) for r in (run, other))
+        if mine and theirs and all(mine.get(k, 1) == theirs.get(k, 1) for k in ("episodes", "seed", "stream")):
             out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
     return out
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 
 def accuracy_text(event: dict) -> str:
-    return f"{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
+    """Mean ± CI in percent. An evaluation whose ``metric`` is not accuracy
+    (retrieval mAP) keeps its score under ``accuracy`` too; it is labelled."""
+    label = "" if event.get("metric", "accuracy") == "accuracy" else f"{event['metric'].replace('map', 'mAP')} "
+    return f"{label}{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
 
 
 def eval_line(event: dict) -> str:

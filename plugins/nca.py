@@ -20,7 +20,9 @@ the supervised contrastive baseline (App. A.3), the samplers of the study
 (i.i.d. with and without replacement, fixed batch composition), the
 nearest-centroid evaluator and the ``nca`` recipe. The ProtoNet ablations of
 App. A.2, Matching Networks (App. A.7) and the recipes of the paper's other
-experiments are in :mod:`fslab_plugins.nca_ablations`.
+experiments are in :mod:`fslab_plugins.nca_ablations`; the paper's other
+test-time classifiers (k-NN, soft assignment, fine-tuning on the support set)
+in :mod:`fslab_plugins.nca_evaluators`.
 torch is imported inside the functions that need it, so listing plugins
 stays light.
 """
@@ -280,8 +282,13 @@ def centroid(support, query):
     the way index of the centroid closest to each query in squared Euclidean
     distance. Centring and normalisation are done by the evaluation core.
     """
+    import torch
+
     centroids = support.mean(dim=2)  # [E, w, d]
-    return squared_distances(query, centroids).argmin(dim=-1)
+    # argmin |q - c|² = argmax (q·c - |c|²/2): |q|² is the same for every way,
+    # so one batched product scores all queries without a distance matrix.
+    half_norms = 0.5 * (centroids * centroids).sum(-1)
+    return torch.baddbmm(half_norms[:, None, :], query, centroids.transpose(1, 2), beta=-1.0).argmax(dim=-1)
 
 
 @hookimpl

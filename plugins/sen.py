@@ -23,9 +23,11 @@ and c, since ||z − c|| ≥ | ||z|| − ||c|| |.
 Registered: the ``sen`` loss, the ``ring`` loss (ProtoNet + Ring loss, the
 paper's "Ring PN" baseline of Table 2; a torch module with the learnable
 radius, in :mod:`fslab_plugins.ring_loss`, registered lazily), and recipes.
-The test-time rule (SEN with ε_p for every prototype) is
-:func:`sen_distances`; the evaluators are a separate plugin kind, so the
-recipes keep fslab's default nearest-centroid evaluation.
+The test-time rule (SEN with ε_p for every prototype) is the ``sen``
+evaluator (:func:`sen_nearest`), which the ``sen`` recipe uses; as for every
+method, features are first centred and L2-normalised (SPEC §4; after that
+the query norms are 1 but the prototypes' are not, so the norm term still
+counts).
 """
 
 from __future__ import annotations
@@ -45,14 +47,15 @@ SQRT_GUARD = 1e-12
 
 
 def sen_distances(query, prototypes, eps):
-    """``d_s [Q, C]`` between queries ``[Q, d]`` and prototypes ``[C, d]``;
-    ``eps`` is a number or a ``[Q, C]`` tensor of ε_ik."""
+    """``d_s [..., Q, C]`` between queries ``[..., Q, d]`` and prototypes
+    ``[..., C, d]`` (leading batch dimensions allowed); ``eps`` is a number
+    or a tensor of ε_ik broadcastable to ``[..., Q, C]``."""
     import torch
 
     from fslab_plugins.nca import squared_distances
 
     euclidean = squared_distances(query, prototypes)
-    norm_gap = (query.norm(dim=1)[:, None] - prototypes.norm(dim=1)[None, :]) ** 2
+    norm_gap = (query.norm(dim=-1)[..., :, None] - prototypes.norm(dim=-1)[..., None, :]) ** 2
     return torch.sqrt((euclidean + eps * norm_gap).clamp(min=SQRT_GUARD))
 
 
@@ -92,6 +95,24 @@ def sen(z, labels, support, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> L
     return LossOutput(loss, positives, query_class.numel() * counts.sum() - positives, None)
 
 
+def sen_nearest(support, query, *, eps_pos: float = 1.0):
+    """The SEN paper's test-time rule: the nearest prototype (class mean of
+    the support points) in the SEN dissimilarity with ε = ε_p for every
+    prototype ("At test time, a positive epsilon is used for computing all
+    dissimilarity measures", Sec. 3). ``eps_pos`` should be the loss's ε_p.
+    ``support [E, w, n, d]``, ``query [E, Q, d]`` -> ``long [E, Q]``; ties go
+    to the lower way index."""
+    if eps_pos <= 0:
+        raise UsageError(f"sen evaluator: eps_pos must be > 0, got {eps_pos}")
+    return sen_distances(query, support.mean(dim=2), eps_pos).argmin(dim=-1)
+
+
+@hookimpl
+def register_evaluators(register):
+    register(sen_nearest, name="sen", paper=PAPER + ", Sec. 3 (test time)",
+             description="Nearest prototype in the SEN dissimilarity with eps_pos for every prototype.")
+
+
 @hookimpl
 def register_losses(register):
     register(sen, name="sen", paper=PAPER + ", Eq. 2-4", episodic=True,
@@ -110,10 +131,13 @@ def register_losses(register):
 def register_methods(register):
     # The SEN paper trains as the original PN: Snell's 5-shot episodes.
     episodes = {"name": "episodic", "ways": 20, "shots": 5, "queries": 15}
-    for name, what in (("sen", "SEN PN"), ("ring", "Ring PN")):
+    # SEN PN is tested with the SEN dissimilarity (ε_p for all prototypes);
+    # Ring PN is a ProtoNet, tested with the Euclidean nearest prototype.
+    for name, what, evaluator, test in (("sen", "SEN PN", "sen", "SEN nearest-prototype test (eps_pos)"),
+                                        ("ring", "Ring PN", "centroid", "nearest-centroid test")):
         register(
-            {"loss": {"name": name}, "sampler": dict(episodes), "evaluator": {"name": "centroid"}},
+            {"loss": {"name": name}, "sampler": dict(episodes), "evaluator": {"name": evaluator}},
             name=name,
-            description=f"{what} on Snell's 5-shot episodes (20 ways, 5 shots, 15 queries); nearest-centroid test.",
+            description=f"{what} on Snell's 5-shot episodes (20 ways, 5 shots, 15 queries); {test}.",
             paper=f"{PAPER}, Table 2 ({what})",
         )

@@ -128,3 +128,39 @@ def test_every_recipe_resolves_and_names_its_paper(registry, name):
     assert component.paper and component.description
     recipe = registry.create("method", name)
     assert {"loss", "sampler"} <= set(recipe)
+
+
+@pytest.mark.parametrize("name", _names("evaluator"))
+def test_evaluator_contract(registry, name):
+    """Every evaluator scores episodes in [0, 1], the same twice, and knows its paper;
+    a model-aware one leaves the caller's network unchanged."""
+    from fslab import evaluation
+
+    component = registry.get("evaluator", name)
+    assert component.paper and component.description
+    evaluator = registry.create("evaluator", name)
+    traits = evaluation.traits(evaluator)
+    labels = torch.arange(6).repeat_interleave(12)
+    generator = torch.Generator().manual_seed(0)
+    (shots, queries), = evaluation.episode_shapes(evaluator, [3], 4)
+    if traits.needs_model:
+        from fslab_plugins.networks import Conv4
+
+        torch.manual_seed(0)
+        model = Conv4(1, hidden=4)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        images = torch.randint(0, 256, (len(labels), 1, 12, 12), generator=generator, dtype=torch.uint8)
+        def run():
+            return evaluation.run_episodes(evaluator, labels, 3, shots, queries, 2, seed=0, model=model,
+                                           images=images, to_input=lambda x: x.float() / 255, device="cpu")
+
+        scores = run()
+        assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items()), f"{name}: changed the network"
+    else:
+        features = torch.randn(len(labels), DIM, generator=generator) + torch.randn(6, DIM, generator=generator)[labels]
+        def run():
+            return evaluation.episode_scores(features, labels, evaluator, 3, shots, queries, 20, seed=0)
+
+        scores = run()
+    assert scores.dim() == 1 and torch.isfinite(scores).all() and bool(((scores >= 0) & (scores <= 1)).all())
+    assert torch.equal(scores, run()), f"{name}: not deterministic"

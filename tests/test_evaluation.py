@@ -54,6 +54,38 @@ def test_same_seed_same_episodes():
     assert not torch.equal(first[0], other[0])
 
 
+def test_the_first_episodes_do_not_depend_on_how_many_are_drawn():
+    labels = uneven_labels()
+    few = sample_episodes(labels, 5, 2, 3, 40, seed=4)
+    many = sample_episodes(labels, 5, 2, 3, EPISODE_BLOCK + 40, seed=4)
+    assert all(torch.equal(a, b[:40]) for a, b in zip(few, many))
+
+
+def test_floyd_subsets_are_distinct_and_uniform():
+    from fslab.evaluation import floyd_subsets
+
+    g = torch.Generator().manual_seed(0)
+    sizes = torch.tensor([7, 20, 5] * 4000)
+    picked = floyd_subsets(sizes, torch.rand(len(sizes), 5, generator=g, dtype=torch.float64))
+    assert bool((picked >= 0).all()) and bool((picked < sizes[:, None]).all())
+    assert all(len(set(row)) == 5 for row in picked.tolist())
+    assert bool((picked[2::3].sort(dim=1).values == torch.arange(5)).all())  # size 5: all of them
+    # each of the 7 items is in a 5-subset with probability 5/7: 4000 rows, std ~ 29
+    counts = torch.bincount(picked[0::3].flatten(), minlength=7).float()
+    assert bool(((counts - 4000 * 5 / 7).abs() < 120).all())
+    counts = torch.bincount(picked[1::3].flatten(), minlength=20).float()  # 5/20 each, std ~ 27
+    assert bool(((counts - 1000).abs() < 110).all())
+
+
+def test_support_and_query_split_is_uniform():
+    # One class of 6 images, 1 shot + 5 queries: every image is the shot 1/6 of the time.
+    labels = torch.arange(2).repeat_interleave(6)
+    support, _ = sample_episodes(labels, 2, 1, 5, 6000, seed=0)
+    first_class = torch.where(labels[support[:, 0, 0]] == 0, support[:, 0, 0], support[:, 1, 0])
+    counts = torch.bincount(first_class, minlength=6).float()
+    assert bool(((counts - 1000).abs() < 120).all())  # std ~ 29
+
+
 def test_too_few_large_enough_classes_is_a_usage_error():
     with pytest.raises(UsageError, match="need 11 classes"):
         sample_episodes(uneven_labels(), ways=11, shots=1, queries=9, episodes=5, seed=0)
