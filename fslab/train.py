@@ -15,8 +15,10 @@ import time
 
 import torch
 
-from fslab import evaluation
+from fslab import distributed, evaluation
+from fslab.compare import evaluator_label
 from fslab.events import describe_event
+from fslab.features import feature_network
 from fslab.registry import load_registry
 from fslab.runstore import Run, atomic_write_json, atomic_write_text
 from fslab.settings import load_settings
@@ -24,6 +26,19 @@ from fslab.settings import load_settings
 
 def plugin_kwargs(section: dict, *skip: str) -> dict:
     return {k: v for k, v in section.items() if k not in ("name", *skip)}
+
+
+def make_optimizer(params, tcfg: dict) -> torch.optim.Optimizer:
+    """``train.optimizer``: SGD with (Nesterov) momentum, or Adam with its
+    default betas; both with ``train.lr`` and ``train.weight_decay`` (L2).
+    Configurations saved before the key existed trained with SGD."""
+    name = tcfg.get("optimizer", "sgd")
+    if name == "adam":
+        return torch.optim.Adam(params, lr=tcfg["lr"], weight_decay=tcfg["weight_decay"])
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=tcfg["lr"], momentum=tcfg["momentum"],
+                               nesterov=tcfg["nesterov"], weight_decay=tcfg["weight_decay"])
+    raise ValueError(f"train.optimizer must be sgd or adam, got '{name}'")  # config.resolve rejects it first
 
 
 def pick_device(name: str) -> torch.device:
@@ -39,33 +54,44 @@ def to_input(images: torch.Tensor) -> torch.Tensor:
     return images.float().div_(127.5).sub_(1.0)
 
 
-def augment(x: torch.Tensor, padding: int, flip: bool, generator: torch.Generator) -> torch.Tensor:
-    """Random crop after zero padding and random horizontal flip, on tensors."""
+def augment(x: torch.Tensor, padding: int, flip: bool, generator: torch.Generator,
+            part: slice | None = None, total: int | None = None) -> torch.Tensor:
+    """Random crop after zero padding and random horizontal flip, on tensors.
+
+    ``x`` may be the rows ``part`` of a batch of ``total`` rows (one rank's share):
+    the random offsets and flips are drawn for the whole batch and this
+    slice's are applied, so each row is augmented as in a single process."""
     b, _, h, w = x.shape
+    total = b if total is None else total
+    part = slice(0, b) if part is None else part
     if padding > 0:
         padded = torch.nn.functional.pad(x, (padding,) * 4)
-        dy = torch.randint(0, 2 * padding + 1, (b, 1), generator=generator).to(x.device)
-        dx = torch.randint(0, 2 * padding + 1, (b, 1), generator=generator).to(x.device)
+        dy = torch.randint(0, 2 * padding + 1, (total, 1), generator=generator)[part].to(x.device)
+        dx = torch.randint(0, 2 * padding + 1, (total, 1), generator=generator)[part].to(x.device)
         rows = (dy + torch.arange(h, device=x.device))[:, None, :, None]
         cols = (dx + torch.arange(w, device=x.device))[:, None, None, :]
         batch = torch.arange(b, device=x.device)[:, None, None, None]
         chans = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
         x = padded[batch, chans, rows, cols]
     if flip:
-        mirror = (torch.rand(b, generator=generator) < 0.5).to(x.device)[:, None, None, None]
+        mirror = (torch.rand(total, generator=generator)[part] < 0.5).to(x.device)[:, None, None, None]
         x = torch.where(mirror, x.flip(3), x)
     return x
 
 
 class MetricsLog:
     """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once.
-    Each event is also printed as a readable line (``fslab logs`` shows them)."""
+    Each event is also printed as a readable line (``fslab logs`` shows them).
+    A log that is not ``enabled`` (ranks other than 0) writes nothing."""
 
-    def __init__(self, run: Run, echo: bool = True) -> None:
-        self.file = open(run.metrics_path, "a", encoding="utf-8")
+    def __init__(self, run: Run, echo: bool = True, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.file = open(run.metrics_path, "a", encoding="utf-8") if enabled else None
         self.echo = echo
 
     def write(self, event: str, **fields) -> None:
+        if not self.enabled:
+            return
         record = {"event": event, "time": time.time(), **fields}
         self.file.write(json.dumps(record) + "\n")  # one write: appends from two processes never interleave
         self.file.flush()
@@ -116,12 +142,19 @@ def train(run: Run, resume: bool = False) -> dict:
     registry = load_registry(load_settings().plugin_dirs)
     random.seed(cfg["seed"])
     torch.manual_seed(cfg["seed"])
-    device = pick_device(cfg["device"])
+    # Under torchrun (--gpus N) each rank trains on its slice of every batch;
+    # rank 0 alone writes the run store and evaluates (fslab.distributed).
+    world = distributed.World.from_env()
+    if world.size != tcfg.get("processes", 1):
+        raise RuntimeError(f"the run is configured for train.processes={tcfg.get('processes', 1)} "
+                           f"but runs in {world.size} processes; start it with fslab run/resume")
+    device = pick_device(cfg["device"]) if world.size == 1 else distributed.start(cfg["device"], world)[1]
     checkpoint = None
     if resume:
         checkpoint = torch.load(run.checkpoint_path, map_location=device, weights_only=True)
-        truncate_after_checkpoint(run, checkpoint["epoch"])
-    log = MetricsLog(run)
+        if world.main:
+            truncate_after_checkpoint(run, checkpoint["epoch"])
+    log = MetricsLog(run, enabled=world.main)
 
     dataset = registry.create("dataset", cfg["dataset"]["name"], root=cfg["dataset"]["root"],
                               **plugin_kwargs(cfg["dataset"], "root"))
@@ -132,6 +165,7 @@ def train(run: Run, resume: bool = False) -> dict:
     head = torch.nn.Identity()
     if tcfg["projection_dim"] > 0:
         head = torch.nn.Linear(model.out_dim, tcfg["projection_dim"]).to(device)
+    model = distributed.synchronise_batch_norm(model, world, device)  # global-batch statistics when N > 1
     embed_dim = tcfg["projection_dim"] or model.out_dim
     loss_fn = registry.create("loss", cfg["loss"]["name"], **plugin_kwargs(cfg["loss"]),
                               context={"out_dim": embed_dim, "num_classes": len(train_split.classes)})
@@ -142,8 +176,7 @@ def train(run: Run, resume: bool = False) -> dict:
     sampler = registry.create("sampler", cfg["sampler"]["name"], labels=train_split.labels.tolist(),
                               batch_size=tcfg["batch_size"], seed=cfg["seed"], **plugin_kwargs(cfg["sampler"]))
     classify = registry.create("evaluator", cfg["evaluator"]["name"], **plugin_kwargs(cfg["evaluator"]))
-    optimizer = torch.optim.SGD(trainable, lr=tcfg["lr"], momentum=tcfg["momentum"],
-                                nesterov=tcfg["nesterov"], weight_decay=tcfg["weight_decay"])
+    optimizer = make_optimizer(trainable, tcfg)
     steps_per_epoch = len(sampler)
     total_steps = tcfg["epochs"] * steps_per_epoch
     milestones = sorted({max(1, round(f * total_steps)) for f in tcfg["milestones"]})
@@ -153,8 +186,13 @@ def train(run: Run, resume: bool = False) -> dict:
     if images.numel() < 2**31:  # small enough to keep the whole split on the device
         images, labels = images.to(device), labels.to(device)
 
+    feature_stages = ecfg.get("feature_stages", 1)  # configs saved before the key existed: 1
+    feature_network(model, feature_stages)  # a backbone without that many stages fails now, not after epoch 1
+
     def features_of(split_images):
-        return evaluation.extract_features(model, split_images, ecfg["batch_size"], device, to_input)
+        """Evaluation features (``eval.feature_stages``); the training mean goes through here too."""
+        network = feature_network(model, feature_stages)
+        return evaluation.extract_features(network, split_images, ecfg["batch_size"], device, to_input)
 
     def training_mean():
         if not ecfg["center"]:
@@ -164,28 +202,33 @@ def train(run: Run, resume: bool = False) -> dict:
         return features_of(images[pick]).mean(0)
 
     def evaluate(split, split_name, shots, episodes, center, **where) -> list[tuple[int, float, float]]:
-        """Log and return (shots, accuracy, ci95) for each number of shots; the
-        test's per-episode accuracies are saved for paired comparisons."""
-        feats = features_of(split.images)
+        """Log and return (shots, score, ci95) for each episode shape (score: the
+        evaluator's metric, accuracy by default); the test's per-episode scores
+        are saved for paired comparisons. A model-aware evaluator (fine-tuning)
+        runs at most its own default number of episodes."""
+        traits = evaluation.traits(classify)
+        if traits.needs_model:
+            episodes = min(episodes, traits.default_episodes)
+        feats = None if traits.needs_model else features_of(split.images)
         outcomes = []
-        for n in shots:
-            accs = evaluation.episode_accuracies(feats, split.labels, classify, ecfg["ways"], n,
-                                                 ecfg["queries"], episodes, ecfg["seed"], center=center,
-                                                 normalize=ecfg["normalize"])
-            mean, ci = evaluation.ci95(accs)
-            log.write("eval", split=split_name, ways=ecfg["ways"], shots=n, queries=ecfg["queries"],
-                      episodes=episodes, accuracy=mean, ci95=ci, **where)
+        for n, q in evaluation.episode_shapes(classify, shots, ecfg["queries"]):
+            scores = evaluation.run_episodes(classify, split.labels, ecfg["ways"], n, q, episodes, ecfg["seed"],
+                                             features=feats, model=feature_network(model, feature_stages),
+                                             images=split.images, to_input=to_input, device=device, center=center,
+                                             normalize=ecfg["normalize"])
+            mean, ci = evaluation.ci95(scores)
+            record = {"ways": ecfg["ways"], "shots": n, "queries": q, "episodes": episodes,
+                      "evaluator": evaluator_label(cfg["evaluator"]), "metric": traits.metric, "accuracy": mean, "ci95": ci}
+            log.write("eval", split=split_name, **record, **where)
             if split_name == "test":
-                run.save_accuracies({"split": "test", "ways": ecfg["ways"], "shots": n, "queries": ecfg["queries"],
-                                     "episodes": episodes, "evaluator": cfg["evaluator"]["name"],
-                                     "seed": ecfg["seed"], "epoch": tcfg["epochs"], "accuracy": mean, "ci95": ci},
-                                    accs.tolist())
+                run.save_accuracies({"split": "test", **record, "seed": ecfg["seed"], "stream": evaluation.EPISODE_STREAM,
+                                     "epoch": tcfg["epochs"]}, scores.tolist())
             outcomes.append((n, mean, ci))
         return outcomes
 
     log.write("start", device=str(device), epochs=tcfg["epochs"], steps_per_epoch=steps_per_epoch,
               total_steps=total_steps, train_images=len(train_split), backbone_params=sum(p.numel() for p in model.parameters()),
-              out_dim=getattr(model, "out_dim", None))
+              out_dim=getattr(model, "out_dim", None), processes=world.size)
 
     # -- training ----------------------------------------------------------
     first_epoch, step, best_val, center = 0, 0, None, None
@@ -200,18 +243,21 @@ def train(run: Run, resume: bool = False) -> dict:
         first_epoch, step, best_val = checkpoint["epoch"], checkpoint["step"], checkpoint["best_val"]
         center = checkpoint["train_mean"]
         log.write("resume", epoch=first_epoch, step=step)
-    elif ecfg["before_training"]:  # the untrained network's accuracy, as epoch 0
+    elif ecfg["before_training"] and world.main:  # the untrained network's accuracy, as epoch 0
         evaluate(val_split, "val", [ecfg["val_shots"]], ecfg["val_episodes"], training_mean(), epoch=0, step=0)
+    # loss(head(model(x))) over the global batch; under DDP when there are several ranks
+    train_step = distributed.training_step(model, head, loss_fn, world, device)
     for epoch in range(first_epoch, tcfg["epochs"]):
         model.train()
         window_start, window_images = time.perf_counter(), 0
         for batch in sampler.batches(epoch):
             index = torch.as_tensor(batch.indices, device=images.device)
-            x = to_input(images[index].to(device, non_blocking=True))
-            x = augment(x, tcfg["crop_padding"], tcfg["flip"], augment_rng)
+            own = world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
+            x = to_input(images[index[own]].to(device, non_blocking=True))
+            x = augment(x, tcfg["crop_padding"], tcfg["flip"], augment_rng, part=own, total=len(index))
             y = labels[index].to(device, non_blocking=True)
             support = None if batch.support is None else torch.as_tensor(batch.support, device=device)
-            out = loss_fn(head(model(x)), y, support)
+            out = train_step(x, y, support)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             optimizer.step()
@@ -229,7 +275,10 @@ def train(run: Run, resume: bool = False) -> dict:
                           images_per_s=window_images / max(elapsed, 1e-9), **extra)
                 window_start, window_images = time.perf_counter(), 0
 
-        # -- validation and checkpoint, once per epoch ---------------------
+        # -- validation and checkpoint, once per epoch (rank 0; the others wait)
+        if not world.main:
+            world.barrier()
+            continue
         center = training_mean()
         for _, accuracy, ci in evaluate(val_split, "val", [ecfg["val_shots"]], ecfg["val_episodes"], center,
                                         epoch=epoch + 1, step=step):
@@ -244,8 +293,11 @@ def train(run: Run, resume: bool = False) -> dict:
                                           "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []},
         })
         log.write("checkpoint", epoch=epoch + 1, step=step, path=str(run.checkpoint_path.relative_to(run.path)))
+        world.barrier()
 
-    # -- final test evaluation ---------------------------------------------
+    # -- final test evaluation (rank 0) --------------------------------------
+    if not world.main:
+        return {}
     test_split = dataset.load("test")  # `center` is still the final network's training mean
     test = {f"{n}-shot": {"accuracy": acc, "ci95": ci} for n, acc, ci in
             evaluate(test_split, "test", ecfg["shots"], ecfg["test_episodes"], center, step=step)}

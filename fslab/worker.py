@@ -5,6 +5,12 @@ sees its pid within milliseconds), keeps a heartbeat in ``status.json``, runs
 :func:`fslab.train.train`, and always leaves an end state: ``completed``,
 ``failed`` (with a one-line error summary; the traceback goes to stderr) or
 ``killed`` (SIGTERM/SIGINT; the last checkpoint is kept).
+
+Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 keeps the
+status, recording torchrun's pid (``fslab stop`` signals torchrun, which
+forwards SIGTERM to every rank; a rank whose torchrun is gone, even by
+SIGKILL, stops itself); the other ranks only train and print their errors to
+the shared stderr.log.
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ class StatusKeeper:
         now = time.time()
         times = {"resumed": now} if resume else {"started": now}
         where = {"slot": os.environ.get("FSLAB_SLOT"), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
-        self.update(state="running", pid=os.getpid(), host=socket.gethostname(), heartbeat=now,
+        under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+        self.update(state="running", pid=os.getppid() if under_torchrun else os.getpid(),
+                    processes=int(os.environ.get("WORLD_SIZE", 1)), host=socket.gethostname(), heartbeat=now,
                     ended=None, exit_code=None, error=None, **where, **times)
         self.thread.start()
 
@@ -65,6 +73,48 @@ def _raise_stopped(signum, frame):
     raise Stopped(signum)
 
 
+def watch_torchrun() -> None:
+    """Under torchrun, stop this rank (SIGTERM to itself) once torchrun is
+    gone: torchrun forwards SIGTERM to the ranks but cannot forward a SIGKILL."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="torchrun-watch", daemon=True).start()
+
+
+def _leave_process_group() -> None:
+    """After a finished run only: a stopped or failed rank just exits (leaving
+    the group could wait on ranks that are already gone)."""
+    if "fslab.distributed" in sys.modules:  # only a torchrun rank imported it
+        sys.modules["fslab.distributed"].stop()
+
+
+def follow_rank(run: Run, resume: bool, rank: int) -> int:
+    """A rank other than 0: train its share, write nothing to the run store."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+    watch_torchrun()
+    try:
+        from fslab.train import train
+
+        train(run, resume=resume)
+        _leave_process_group()
+    except Stopped as stop:
+        return 128 + stop.signum
+    except BaseException:
+        print(f"fslab: rank {rank} failed:", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     resume = "--resume" in argv
     paths = [a for a in argv if a != "--resume"]
@@ -72,15 +122,20 @@ def main(argv: list[str]) -> int:
         print("usage: python -m fslab.worker RUN_DIR [--resume]", file=sys.stderr)
         return 2
     run = Run(Path(paths[0]))
+    rank = int(os.environ.get("RANK", 0))
+    if rank != 0:
+        return follow_rank(run, resume, rank)
     interval = float(run.config().get("train", {}).get("heartbeat", 5.0))
     keeper = StatusKeeper(run, interval)
     signal.signal(signal.SIGTERM, _raise_stopped)
     signal.signal(signal.SIGINT, _raise_stopped)
     keeper.start(resume)
+    watch_torchrun()
     try:
         from fslab.train import train
 
         train(run, resume=resume)
+        _leave_process_group()
     except Stopped as stop:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,0 +1,222 @@
+"""--gpus N: N processes train exactly as one process on the whole batch.
+
+Two gloo processes on the CPU each embed half of a global batch (the real
+training step: augmentation drawn for the global batch, GlobalBatchNorm,
+gather_with_grad, DistributedDataParallel); their loss, pair counts, every
+parameter gradient and the batch-norm running statistics after one backward
+pass must equal one process on the full batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+
+from .runs_helpers import TINY, events, fslab, wait_for
+
+# (name, episodic): every case runs one step of its loss on a batch of 15 or 16 rows.
+CASES = [("nca", False), ("map-ssvm", False), ("supcon", False), ("classifier", False),
+         ("protonet", True), ("lpn", True)]
+CLASSES = 4
+
+
+def make_loss(name):
+    from fslab_plugins.classifier import LinearClassifierLoss
+    from fslab_plugins.map import map_ssvm
+    from fslab_plugins.nca import nca, supcon
+    from fslab_plugins.protonet import protonet
+    from fslab_plugins.triplet_loss import LargeMarginProtoNet
+
+    return {"nca": nca, "map-ssvm": map_ssvm, "supcon": supcon, "protonet": protonet,
+            "classifier": LinearClassifierLoss(6, CLASSES), "lpn": LargeMarginProtoNet(positives=3, negatives=3)}[name]
+
+
+def make_batch(episodic: bool):
+    """uint8 images, labels and support mask of one global batch. The episode
+    (3 ways × (2 shots + 3 queries) = 15 rows) splits 8/7, across a class."""
+    import torch
+
+    g = torch.Generator().manual_seed(7)
+    if episodic:
+        labels = torch.tensor([c for c in (2, 0, 3) for _ in range(5)])
+        support = torch.tensor([True, True, False, False, False] * 3)
+    else:
+        labels = torch.arange(16) % CLASSES
+        labels = labels[torch.randperm(16, generator=g)]
+        support = None
+    images = torch.randint(0, 256, (labels.numel(), 3, 8, 8), generator=g, dtype=torch.uint8)
+    return images, labels, support
+
+
+def one_step(world, name, episodic):
+    """Loss, pair counts, gradients and running statistics after one backward
+    pass of the training step, as ``fslab.train`` runs it on this rank."""
+    import torch
+
+    from fslab import distributed
+    from fslab.train import augment, to_input
+
+    torch.manual_seed(3)
+    backbone = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(1), torch.nn.Linear(4, 6))
+    loss_fn = make_loss(name)
+    device = torch.device("cpu")
+    backbone = distributed.synchronise_batch_norm(backbone, world, device)
+    step = distributed.training_step(backbone, torch.nn.Identity(), loss_fn, world, device)
+    images, labels, support = make_batch(episodic)
+    own = world.rows(labels.numel())
+    x = augment(to_input(images[own]), 1, True, torch.Generator().manual_seed(5), part=own, total=labels.numel())
+    torch.manual_seed(11)  # the triplet sampler draws from the global generator: the same on every rank
+    out = step(x, labels, support)
+    out.loss.backward()
+    params = list(backbone.named_parameters())
+    if isinstance(loss_fn, torch.nn.Module):
+        params += [(f"loss.{n}", p) for n, p in loss_fn.named_parameters()]
+    bn = backbone[1]
+    return {"loss": out.loss.item(), "positives": int(out.positives), "negatives": int(out.negatives),
+            "grads": {n: p.grad.clone() for n, p in params},
+            "running": torch.cat([bn.running_mean, bn.running_var]).clone(), "bn": type(bn).__name__}
+
+
+def rank_main(rank, size, port, folder):
+    """One of the spawned processes: join the gloo group, run every case."""
+    import torch
+
+    from fslab import distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    world, _ = distributed.start("cpu", distributed.World(rank, rank, size))
+    results = {name: one_step(world, name, episodic) for name, episodic in CASES}
+    torch.save(results, os.path.join(folder, f"rank{rank}.pt"))
+    distributed.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_world_splits_a_batch_into_contiguous_rows():
+    from fslab.distributed import World
+
+    assert [World(r, r, 2).rows(15) for r in range(2)] == [slice(0, 8), slice(8, 15)]
+    assert World(0, 0, 3).counts(16) == [6, 5, 5]
+    with pytest.raises(RuntimeError, match="cannot be split over 4 processes"):
+        World(0, 0, 4).rows(3)
+
+
+def test_augment_of_a_slice_equals_that_slice_of_the_whole_batch():
+    import torch
+
+    from fslab.train import augment
+
+    x = torch.randn(10, 3, 6, 6)
+    whole = augment(x, 2, True, torch.Generator().manual_seed(1))
+    part = augment(x[4:9], 2, True, torch.Generator().manual_seed(1), part=slice(4, 9), total=10)
+    assert torch.equal(part, whole[4:9])
+
+
+def test_two_gloo_processes_match_one_process_on_the_full_batch(tmp_path):
+    import torch
+    import torch.multiprocessing as mp
+
+    from fslab.distributed import World
+
+    mp.spawn(rank_main, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    for name, episodic in CASES:
+        single = one_step(World(), name, episodic)
+        assert single["bn"] == "BatchNorm2d"
+        for result in ranks:
+            got = result[name]
+            assert got["bn"] == "GlobalBatchNorm"
+            assert got["loss"] == pytest.approx(single["loss"], rel=1e-5), name
+            assert (got["positives"], got["negatives"]) == (single["positives"], single["negatives"]), name
+            assert got["grads"].keys() == single["grads"].keys()
+            for param, grad in single["grads"].items():
+                assert torch.allclose(got["grads"][param], grad, rtol=1e-4, atol=1e-6), (name, param)
+            assert torch.allclose(got["running"], single["running"], rtol=1e-5, atol=1e-6), name
+    # the counts are the global batch's, not a half's: 4 classes x 4 rows -> 4 * C(4, 2) positive pairs
+    assert ranks[0]["nca"]["positives"] == 24 and ranks[0]["nca"]["negatives"] == 96
+
+
+def test_gpus_beyond_the_visible_ones_is_one_clear_line(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = fslab("run", "nca", "--gpus", "2", "--epochs", "1", cwd=tmp_path, env=env, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --gpus 2 needs 2 GPUs but 0 are visible here; use --gpus 1, or --device cpu --gpus 2 "
+        "for 2 gloo processes on the CPU (slow; for testing)"
+    ]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def train_losses(run_dir):
+    return [(e["step"], e["loss"], e["positives"], e["negatives"]) for e in events(run_dir, "train")]
+
+
+def only_run(folder):
+    runs = [p for p in (folder / "runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1
+    return runs[0]
+
+
+@pytest.mark.slow
+def test_cli_run_on_two_gloo_processes_trains_like_one(tmp_path):
+    """conv4 has batch norm: GlobalBatchNorm makes the two runs agree to float rounding.
+    The first two losses (the forward pass, then one update with the gathered
+    gradients) agree to 1e-5; rounding differences then grow with training."""
+    losses = {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as torchrun sets it for its ranks: the same kernels
+    for processes in (1, 2):
+        folder = tmp_path / f"p{processes}"
+        folder.mkdir()
+        done = fslab("run", "nca", "--device", "cpu", "--gpus", str(processes), "--epochs", "2", *TINY,
+                     cwd=folder, env=env)
+        assert done.returncode == 0, done.stderr
+        run_dir = only_run(folder)
+        status = json.loads((run_dir / "status.json").read_text())
+        assert status["state"] == "completed" and status["processes"] == processes
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        assert len(lines) == len(set(lines))  # rank 1 wrote nothing
+        kinds = [json.loads(line)["event"] for line in lines]
+        assert kinds.count("start") == 1 and kinds.count("end") == 1 and kinds.count("checkpoint") == 2
+        losses[processes] = train_losses(run_dir)
+    one, two = losses[1], losses[2]
+    assert [s for s, *_ in two] == list(range(1, len(two) + 1)) and len(two) == len(one) > 2
+    for number, ((step1, loss1, pos1, neg1), (step2, loss2, pos2, neg2)) in enumerate(zip(one, two)):
+        assert (step1, pos1, neg1) == (step2, pos2, neg2)
+        assert loss2 == pytest.approx(loss1, rel=1e-5 if number < 2 else 1e-3), f"step {step1}"
+
+
+@pytest.mark.slow
+def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
+    from fslab.launcher import child_pids
+    from fslab.runstore import pid_alive
+
+    started = fslab("run", "nca", "--device", "cpu", "--gpus", "2", "--epochs", "500", "-d", *TINY, cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    run_dir = only_run(tmp_path)
+    wait_for(lambda: events(run_dir, "checkpoint"), timeout=120, what="the first checkpoint")
+    status = json.loads((run_dir / "status.json").read_text())
+    launcher, ranks = status["pid"], child_pids(status["pid"])
+    assert status["processes"] == 2 and len(ranks) == 2  # the pid is torchrun's; its children are the ranks
+    stopped = fslab("stop", run_dir.name, cwd=tmp_path, timeout=120)
+    assert stopped.returncode == 0 and stopped.stdout.strip().endswith("killed"), stopped.stderr
+    wait_for(lambda: not any(pid_alive(p) for p in [launcher, *ranks]), timeout=30, what="every rank to exit")
+    last = events(run_dir, "train")[-1]["step"]
+
+    resumed = fslab("resume", run_dir.name, "-d", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    wait_for(lambda: len(events(run_dir, "train")) > last + 3 and events(run_dir, "resume"), timeout=120,
+             what="training to go on after the resume")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["processes"] == 2 and status["pid"] != launcher and len(child_pids(status["pid"])) == 2
+    fslab("stop", run_dir.name, cwd=tmp_path, timeout=120)
+    steps = [e["step"] for e in events(run_dir, "train")]
+    assert steps == list(range(1, len(steps) + 1))  # cut back to the checkpoint, continued without a gap
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "killed"
