@@ -30,7 +30,8 @@ RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'la
 # The options of `fslab run`, shared with `fslab sweep`.
 BackboneOpt = Annotated[Optional[str], typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
 DatasetOpt = Annotated[Optional[str], typer.Option(help="Dataset plugin (default: synthetic, built in).")]
-DataRootOpt = Annotated[Optional[str], typer.Option(help="Folder the dataset reads from.")]
+DataRootOpt = Annotated[Optional[str], typer.Option(
+    help="Folder the dataset reads from (each dataset's layout: README, Datasets); its first run caches the decoded images in ROOT/.fslab-cache.")]
 EpochsOpt = Annotated[Optional[int], typer.Option(help="Training epochs.")]
 BatchSizeOpt = Annotated[Optional[int], typer.Option(help="Images per training batch.")]
 LrOpt = Annotated[Optional[float], typer.Option(help="Initial learning rate.")]
@@ -38,6 +39,8 @@ SeedOpt = Annotated[Optional[int], typer.Option(help="Random seed.")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N.")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ExecutorOpt = Annotated[str, typer.Option(help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
+SlurmOpt = Annotated[Optional[list[str]], typer.Option("--slurm", help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]
 
 
 def _settings():
@@ -77,19 +80,44 @@ def run(
     seed: SeedOpt = None,
     device: DeviceOpt = None,
     set_: SetOpt = None,
+    gpus: Annotated[Optional[int], typer.Option(
+        "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
+                       "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the run and return at once, printing its id.")] = False,
+    executor: ExecutorOpt = "local",
+    slurm: SlurmOpt = None,
 ) -> None:
-    """Start a training run in a new worker process and follow it."""
+    """Start a training run in a new worker process and follow it (or submit it as a SLURM job)."""
+    from fslab.config import nest
     from fslab.launcher import launch
 
     settings = _settings()
     registry = _registry(settings)
     overrides = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_)
+    if gpus is not None:  # before the --set layers, like the other options
+        overrides.insert(0, nest(["train", "processes"], gpus))
+    if _check_executor(executor, slurm):
+        from fslab import slurm as slurm_
+
+        run_, job_id = slurm_.launch(method, overrides, settings=settings, registry=registry,
+                                     options=slurm_.job_options(settings, slurm))
+        console.print(run_.id if detach else f"run {run_.id}: submitted as SLURM job {job_id}; "
+                      f"follow it with: fslab logs {run_.id} --follow", highlight=False)
+        return
     run_, process = launch(method, overrides, settings=settings, registry=registry)
     if detach:
         console.print(run_.id, highlight=False)
         return
     _follow_to_end(run_, process)
+
+
+def _check_executor(executor: str, slurm: Optional[list[str]]) -> bool:
+    """True for --executor slurm; --slurm settings without it are a mistake."""
+    from fslab.slurm import check_executor
+
+    if not check_executor(executor) and slurm:
+        raise UsageError("--slurm settings apply only with --executor slurm")
+    return executor == "slurm"
 
 
 def _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_) -> list[dict]:
@@ -137,13 +165,24 @@ def _follow_to_end(run_, process) -> None:
 def resume(
     ref: RunRef,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume and return at once.")] = False,
+    executor: ExecutorOpt = "local",
+    slurm: SlurmOpt = None,
 ) -> None:
-    """Continue a killed, lost or failed run from its last checkpoint, in the same folder."""
-    from fslab.launcher import check_resumable, start_worker
+    """Continue a killed, lost or failed run from its last checkpoint, in the same folder
+    (a --gpus N run resumes with N processes again)."""
+    from fslab.launcher import check_processes, check_resumable, start_worker
     from fslab.runstore import find_run
 
     run_ = find_run(_settings().runs_dir, ref)
     check_resumable(run_)
+    check_processes(run_.config())
+    if _check_executor(executor, slurm):
+        from fslab import slurm as slurm_
+
+        options = slurm_.job_options(_settings(), slurm)
+        slurm_.requeue_for_job(run_)
+        console.print(f"run {run_.id}: resuming as SLURM job {slurm_.submit(run_, options)}", highlight=False)
+        return
     process = start_worker(run_, resume=True)
     if detach:
         console.print(run_.id, highlight=False)
@@ -211,10 +250,12 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
     if summary["step"]:
         console.print(f"epoch {summary['epoch']}/{summary['epochs']}, step {summary['step']}, loss {summary['loss']:.4f}, "
                       f"pairs +{summary['positives']}/-{summary['negatives']}")
-    table = Table("split", "ways", "shots", "queries", "episodes", "epoch", "accuracy (%)")
+    table = Table("split", "ways", "shots", "queries", "episodes", "epoch", "evaluator", "accuracy (%)")
     for e in detail["evaluations"]:
+        metric = e.get("metric", "accuracy")  # retrieval mAP is labelled as such
         table.add_row(e["split"], str(e["ways"]), str(e["shots"]), str(e["queries"]), str(e["episodes"]),
-                      str(e.get("epoch", "-")), _pct(e))
+                      str(e.get("epoch", "-")), escape(e.get("evaluator", "-")),
+                      _pct(e) if metric == "accuracy" else f"{metric.replace('map', 'mAP')} {_pct(e)}")
     if detail["evaluations"]:
         console.print(table)
 
@@ -304,34 +345,66 @@ def eval_(
     ways: Annotated[int, typer.Option(help="Classes per episode.")] = 5,
     shots: Annotated[str, typer.Option(help="Comma-separated shots, e.g. 1,5.")] = "1,5",
     queries: Annotated[int, typer.Option(help="Queries per class.")] = 15,
-    episodes: Annotated[int, typer.Option(help="Episodes per number of shots.")] = 10000,
-    evaluator: Annotated[Optional[str], typer.Option(help="Evaluator plugin (default: the run's).")] = None,
+    episodes: Annotated[Optional[int], typer.Option(help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
+    evaluator: Annotated[Optional[str], typer.Option(help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... (default: the run's).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached)."""
+    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
+
+    retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say)."""
     from fslab.runstore import find_run
 
     if split not in ("test", "val"):
         raise UsageError(f"--split must be test or val, got '{split}'")
     shot_list = _parse_shots(shots)
-    if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or episodes < 1:
+    if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or (episodes is not None and episodes < 1):
         raise UsageError("episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes >= 1")
     run_ = find_run(_settings().runs_dir, ref)
-    if evaluator is not None:
-        _registry().get("evaluator", evaluator)  # an unknown name fails before torch loads
+    # an unknown evaluator or parameter fails before torch loads
+    component = _registry().get("evaluator", evaluator or run_.config().get("evaluator", {}).get("name", "centroid"))
+    params = _evaluator_params(set_ or [], component)
     from fslab.events import accuracy_text
     from fslab.run_eval import evaluate_run
 
     results = evaluate_run(run_, split=split, ways=ways, shots=shot_list, queries=queries, episodes=episodes,
-                           evaluator=evaluator, device=device)
+                           evaluator=evaluator, params=params, device=device)
     for result in results:
         if as_json:
-            print(json.dumps({"run": run_.id, **result}))
+            shown = dict(result)
+            if result["metric"] != "accuracy":  # e.g. "map": the score under its own name
+                shown[result["metric"]] = shown.pop("accuracy")
+            print(json.dumps({"run": run_.id, **shown}))
         else:
-            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {episodes} episodes "
-                          f"({result['evaluator']}, checkpoint of epoch {result['epoch']}): {accuracy_text(result)}",
+            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['episodes']} episodes "
+                          f"({escape(result['evaluator'])}, checkpoint of epoch {result['epoch']}): {accuracy_text(result)}",
                           highlight=False)
+
+
+def _evaluator_params(assignments: list[str], component) -> dict:
+    """``--set evaluator.k=3`` -> ``{"k": 3}``, checked against the evaluator's
+    parameters and the types of their defaults."""
+    from fslab.config import parse_assignment
+    from fslab.errors import did_you_mean
+
+    params = {}
+    for text in assignments:
+        path, value = parse_assignment(text)
+        if len(path) != 2 or path[0] != "evaluator":
+            raise UsageError(f"fslab eval --set takes evaluator parameters (evaluator.NAME=VALUE), got '{text}'")
+        key = path[1]
+        if key not in component.params:
+            allowed = ", ".join(sorted(component.params)) or "(none)"
+            raise UsageError(f"evaluator '{component.name}' has no parameter '{key}'.{did_you_mean(key, component.params)} "
+                             f"Allowed: {allowed}.")
+        default = component.params[key]
+        numbers = (int, float) if isinstance(default, float) else (int,)
+        if isinstance(default, bool) != isinstance(value, bool) or (
+                isinstance(default, (int, float)) and not isinstance(value, numbers)):
+            raise UsageError(f"evaluator.{key} must be like its default {default!r}, got {value!r}")
+        params[key] = float(value) if isinstance(default, float) else value
+    return params
 
 
 @app.command("compare")
@@ -343,28 +416,17 @@ def compare_(
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
     queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
+    evaluator: Annotated[Optional[str], typer.Option(help="Scores saved by this evaluator, e.g. knn or knn[k=3] (default: each run's own).")] = None,
 ) -> None:
     """Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first group."""
-    from fslab.compare import FORMATS, compare, render
-    from fslab.runstore import Run, find_run, list_runs
+    from fslab.compare import FORMATS, compare, render, select_runs
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
-    from fslab.sweep import load_sweep
-
-    runs_dir = _settings().runs_dir
-    if refs == ["all"]:
-        runs = list_runs(runs_dir)
-    else:
-        runs = []
-        for ref in refs:
-            if ref.startswith("sweep-"):
-                runs += [Run(runs_dir / run_id) for run_id in load_sweep(runs_dir, ref)["runs"]]
-            else:
-                runs.append(find_run(runs_dir, ref))
+    runs = select_runs(_settings().runs_dir, refs)
     shot_list = _parse_shots(shots)
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
-                     group_by=[k.strip() for k in group_by.split(",")] if group_by else None)
+                     group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
     if not any(row["results"] for row in report["groups"]):
         raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
                          f"{queries} queries; finish them or run: fslab eval RUN")
@@ -383,6 +445,39 @@ def compare_(
                       highlight=False)
 
 
+@app.command("plot")
+def plot_(
+    x: Annotated[str, typer.Argument(help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
+    refs: Annotated[list[str], typer.Argument(help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
+    series: Annotated[Optional[str], typer.Option(help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="PNG file to write (default: X.png).")] = None,
+    size: Annotated[Optional[str], typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
+    title: Annotated[Optional[str], typer.Option(help="Title above the panels.")] = None,
+    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
+    ways: Annotated[int, typer.Option(help="Ways of the evaluations to plot.")] = 5,
+    queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to plot.")] = 15,
+    as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted numbers as JSON.")] = False,
+) -> None:
+    """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars."""
+    from fslab.compare import select_runs
+    from fslab.plot import draw, parse_size, series_data
+
+    pixels = parse_size(size) if size else None
+    runs = select_runs(_settings().runs_dir, refs)
+    data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
+                       shots=_parse_shots(shots), ways=ways, queries=queries)
+    out = out or Path(f"{x}.png")
+    width, height = draw(data, out, pixels, title)
+    if as_json:
+        print(json.dumps({"out": str(out), "width": width, "height": height, **data}))
+        return
+    points = sum(len(s["points"]) for panel in data["panels"] for s in panel["series"])
+    panels = len(data["panels"])
+    console.print(f"wrote {escape(str(out))} ({width}x{height} px, {panels} panel{'s' * (panels != 1)}, "
+                  f"{points} points)", highlight=False)
+
+
 @app.command(context_settings={"allow_interspersed_args": True})
 def sweep(
     targets: Annotated[Optional[list[str]], typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
@@ -399,8 +494,10 @@ def sweep(
     device: DeviceOpt = None,
     set_: SetOpt = None,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="At the first failed run, cancel the runs still queued.")] = False,
+    executor: ExecutorOpt = "local",
+    slurm: SlurmOpt = None,
 ) -> None:
-    """Queue one run per grid combination and seed, and start them as slots free up.
+    """Queue one run per grid combination and seed, and start them as slots free up (or submit each as a SLURM job).
 
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold];
     [bold]fslab sweep resume SWEEP[/bold] queues again what failed or was lost.
@@ -410,11 +507,21 @@ def sweep(
 
     settings = _settings()
     targets = targets or []
+    on_slurm = _check_executor(executor, slurm)
+    if on_slurm:
+        from fslab import slurm as slurm_
+
+        options = slurm_.job_options(settings, slurm)
+        slurm_.require_submitit()  # say how to install submitit before anything is queued
     if targets[:1] == ["resume"]:
         if len(targets) != 2:
             raise UsageError("usage: fslab sweep resume SWEEP")
         record = load_sweep(settings.runs_dir, targets[1])
         again = requeue(settings.runs_dir, record)
+        if again and on_slurm:
+            submitted = slurm_.submit_queued(again, options)
+            console.print(f"{record['id']}: {len(submitted)} runs submitted again as SLURM jobs", highlight=False)
+            return
         if again:
             start_scheduler(settings.runs_dir)
         console.print(f"{record['id']}: {len(again)} runs queued again", highlight=False)
@@ -434,6 +541,11 @@ def sweep(
     base = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])])
     sweep_id, runs = create_sweep(method, grid_values, seeds, base=base, settings=settings,
                                   registry=_registry(settings), fail_fast=fail_fast)
+    if on_slurm:
+        submitted = slurm_.submit_queued(runs, options)
+        console.print(f"{sweep_id}: {len(submitted)} runs submitted as SLURM jobs; follow them with: fslab runs",
+                      highlight=False)
+        return
     start_scheduler(settings.runs_dir)
     console.print(f"{sweep_id}: {len(runs)} runs queued; follow them with: fslab queue", highlight=False)
 

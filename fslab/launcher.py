@@ -12,15 +12,65 @@ from fslab.errors import UsageError
 from fslab.runstore import ENDED, Run, create_run, pid_alive
 
 
+def worker_command(run: Run, resume: bool = False) -> list[str]:
+    """``python -m fslab.worker RUN_DIR``; for a run with ``train.processes``
+    N > 1, the same worker under torchrun (the venv's, as ``python -m
+    torch.distributed.run``), standalone on a free port, one process per GPU
+    (or per gloo CPU process with device cpu)."""
+    worker = ["-m", "fslab.worker", str(run.path), *(["--resume"] if resume else [])]
+    processes = run.config().get("train", {}).get("processes", 1)
+    if processes > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={processes}", *worker]
+    return [sys.executable, *worker]
+
+
+def check_dataset(config: dict, registry) -> None:
+    """Build the run's dataset once here when it registered ``check_files=True``:
+    its constructor only looks for its files (the on-disk datasets), so a wrong
+    root or a missing file is one line now, not a failed run. Lazy targets are
+    left to the worker (importing them could pull in torch)."""
+    section = config["dataset"]
+    component = registry.get("dataset", section["name"])
+    if component.info.get("check_files") and not isinstance(component.target, str):
+        params = {k: v for k, v in section.items() if k not in ("name", "root")}
+        registry.create("dataset", section["name"], root=section["root"], **params)
+
+
+def check_processes(config: dict) -> None:
+    """A UsageError unless this machine can run ``train.processes`` (--gpus):
+    as many visible GPUs, or any number of CPU processes with device cpu."""
+    processes, device = config["train"].get("processes", 1), config["device"]
+    if processes == 1 or device == "cpu":
+        return
+    if device not in ("auto", "cuda"):
+        raise UsageError(
+            f"--gpus {processes} trains on the first {processes} visible GPUs, but device is '{device}'; "
+            f"use --device cuda (or auto) and choose GPUs with CUDA_VISIBLE_DEVICES"
+        )
+    from fslab.scheduler import visible_gpus
+
+    have = len(visible_gpus())
+    if have < processes:
+        raise UsageError(
+            f"--gpus {processes} needs {processes} GPUs but {have} {'is' if have == 1 else 'are'} visible here; "
+            f"use --gpus {max(have, 1)}, or --device cpu --gpus {processes} for {processes} gloo processes "
+            f"on the CPU (slow; for testing)"
+        )
+
+
 def start_worker(run: Run, resume: bool = False, env: dict | None = None, pass_fds=()) -> subprocess.Popen:
-    """Start ``python -m fslab.worker RUN_DIR`` in its own session, output to
-    the run's log files, so closing the terminal does not stop it. With
-    ``resume``, the worker continues from the run's last checkpoint; ``env``
-    adds variables, ``pass_fds`` hands it open files (a scheduler's slot lock)."""
+    """Start the run's worker (:func:`worker_command`) in its own session,
+    output to the run's log files, so closing the terminal does not stop it.
+    With ``resume``, the worker continues from the run's last checkpoint;
+    ``env`` adds variables, ``pass_fds`` hands it open files (a scheduler's
+    slot lock)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    if run.status().get("slurm_job_id"):  # once a SLURM job, now resumed here: stop must not scancel
+        run.write_status(executor="local", slurm_job_id=None)
     with open(run.path / "stdout.log", "ab") as out, open(run.path / "stderr.log", "ab") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "fslab.worker", str(run.path), *(["--resume"] if resume else [])],
+            worker_command(run, resume),
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,
@@ -49,6 +99,8 @@ def launch(method: str, overrides: list[dict], *, settings, registry) -> tuple[R
     from fslab.config import resolve
 
     config = resolve(method, registry=registry, settings=settings, overrides=overrides)
+    check_processes(config)
+    check_dataset(config, registry)
     run = create_run(settings.runs_dir, method, config)
     run.claim()  # started here, so no scheduler may start it too
     return run, start_worker(run)
@@ -65,17 +117,39 @@ def wait_for_pid(run: Run, timeout: float = 10.0) -> int | None:
     return None
 
 
+def child_pids(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from ``/proc``; none elsewhere)."""
+    children = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        children.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return children
+
+
 def stop_run(run: Run, grace: float = 30.0) -> str:
     """Ask the worker to stop (SIGTERM), wait for it to record ``killed``;
-    after ``grace`` seconds, SIGKILL it and record ``killed`` ourselves."""
+    after ``grace`` seconds, SIGKILL it and record ``killed`` ourselves.
+    For a run of several processes the pid is torchrun's, which forwards
+    SIGTERM to every rank; SIGKILL, which it cannot forward, goes to the
+    ranks (its children, in sessions of their own) too."""
     state = run.state()
     if state in ENDED or state == "lost":
         return state
+    if run.status().get("slurm_job_id"):  # submitted with --executor slurm: cancel its job
+        from fslab.slurm import cancel
+
+        return cancel(run, grace)
     if not run.status().get("pid") and run.claim():
         # still waiting in the queue: claiming it means no scheduler will start it
         run.write_status(state="killed", ended=time.time(), error="stopped while queued")
         return "killed"
-    pid = run.status().get("pid") or wait_for_pid(run)
+    processes = run.config().get("train", {}).get("processes", 1)
+    pid = run.status().get("pid") or wait_for_pid(run, 30.0 if processes > 1 else 10.0)  # torchrun starts slower
     if not pid:
         run.write_status(state="killed", ended=time.time(), error="stopped before the worker started")
         return "killed"
@@ -91,8 +165,9 @@ def stop_run(run: Run, grace: float = 30.0) -> str:
             break
         time.sleep(0.05)
     if run.status().get("state") not in ENDED:
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        for victim in [pid, *child_pids(pid)]:
+            if pid_alive(victim):
+                os.kill(victim, signal.SIGKILL)
         run.write_status(state="killed", ended=time.time(), exit_code=-signal.SIGKILL,
                          error="did not stop within the grace period; killed")
     return run.status()["state"]

@@ -10,12 +10,16 @@ are ``runs_per_gpu`` slots per GPU, and each run sees only its GPU
 
 The scheduler runs in its own session (closing the terminal does not stop the
 sweep) and exits when no queued run is waiting; started workers go on alone.
+While every slot is busy it only waits: it wakes as soon as one of its workers
+exits (a pidfd per worker), or after ``poll`` seconds for a slot another
+scheduler's worker freed (``benchmarks/bench_scheduler.py`` times the hand-over).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import select
 import subprocess
 import sys
 import time
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.launcher import start_worker
-from fslab.runstore import Run, list_runs
+from fslab.runstore import Run
 from fslab.settings import load_settings
 from fslab.sweep import stop_failed_sweeps
 
@@ -73,8 +77,19 @@ def slot_in_use(folder: Path, slot: Slot) -> bool:
 
 
 def waiting_runs(runs_dir: Path) -> list[Run]:
-    """Queued runs that nobody has taken yet, oldest first."""
-    return [r for r in list_runs(runs_dir) if r.status().get("state") == "queued" and not r.claimed()]
+    """Queued runs that nobody has taken yet, oldest first (creation time,
+    then id). Every run that was ever started is claimed, so in a store of
+    finished runs this costs one ``stat`` per run; only unclaimed runs have
+    their status read, once."""
+    found = []
+    for path in runs_dir.iterdir() if runs_dir.is_dir() else []:
+        run = Run(path)
+        if run.claimed() or not (path / "config.json").exists():
+            continue
+        status = run.status()
+        if status.get("state") == "queued":
+            found.append((status.get("created", 0), run.id, run))
+    return [run for _, _, run in sorted(found, key=lambda f: f[:2])]
 
 
 def start_in_slot(run: Run, slot: Slot, fd: int) -> subprocess.Popen:
@@ -88,27 +103,69 @@ def start_in_slot(run: Run, slot: Slot, fd: int) -> subprocess.Popen:
 
 
 def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
-    """Start waiting runs until none is left; returns how many were started."""
+    """Start waiting runs until none is left; returns how many were started.
+
+    The store is listed only when a slot is free, so a scheduler waiting on
+    busy slots costs next to nothing however many runs the store holds; it
+    wakes the moment one of its own workers exits (``pidfd``), and every
+    ``poll`` seconds for slots freed by other schedulers' workers."""
     folder = runs_dir / ".slots"
     folder.mkdir(parents=True, exist_ok=True)
     started, children = 0, []
     while True:
-        stop_failed_sweeps(runs_dir)
-        waiting = waiting_runs(runs_dir)
-        if not waiting:
-            return started
-        for run in waiting:
-            free = next(((s, fd) for s in slots if (fd := lock_slot(folder, s)) is not None), None)
-            if free is None:
-                break
-            slot, fd = free
-            if not run.claim():  # another scheduler took it first
+        free = [(s, fd) for s in slots if (fd := lock_slot(folder, s)) is not None]
+        if free:
+            stop_failed_sweeps(runs_dir)
+            waiting = waiting_runs(runs_dir)
+            for run in waiting:
+                if not free:
+                    break
+                if not run.claim():  # another scheduler took it first
+                    continue
+                slot, fd = free.pop(0)
+                children.append(Child(start_in_slot(run, slot, fd)))
+                started += 1
+            for _, fd in free:  # slots this round left unused
                 os.close(fd)
-                continue
-            children.append(start_in_slot(run, slot, fd))
-            started += 1
-        children = [c for c in children if c.poll() is None]  # reap finished workers
-        time.sleep(poll)
+            if not waiting:
+                for child in children:
+                    child.close()
+                return started
+        children = wait_for_exit(children, poll)
+
+
+class Child:
+    """A started worker and, where the OS offers one, a descriptor that
+    becomes readable when it exits."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        try:
+            self.fd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3
+            self.fd = None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def wait_for_exit(children: list[Child], timeout: float) -> list[Child]:
+    """Sleep until one of ``children`` exits or ``timeout`` passes; return
+    those still running (finished ones are reaped)."""
+    fds = [c.fd for c in children if c.fd is not None]
+    if fds:
+        select.select(fds, [], [], timeout)
+    else:
+        time.sleep(timeout)
+    running = []
+    for child in children:
+        if child.process.poll() is None:
+            running.append(child)
+        else:
+            child.close()
+    return running
 
 
 def start_scheduler(runs_dir: Path) -> subprocess.Popen:

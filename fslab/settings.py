@@ -18,7 +18,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 SETTINGS_FILE = "fslab.toml"
-TOP_LEVEL = ("project", "data_roots", "run", "scheduler")
+TOP_LEVEL = ("project", "data_roots", "run", "scheduler", "slurm")
 
 
 def _whole(value: Any) -> bool:
@@ -36,6 +36,20 @@ SCHEDULER_KEYS = {
     "runs_per_gpu": (_whole, "a whole number >= 1"),
     "cpu_slots": (_whole, "a whole number >= 1"),
 }
+SLURM_KEYS = {
+    "cluster": (lambda v: v in ("slurm", "local"), '"slurm" or "local"'),
+    "partition": (lambda v: isinstance(v, str), "a string"),
+    "timeout_min": (_whole, "a whole number of minutes >= 1"),
+    "gpus_per_job": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
+    "cpus_per_task": (_whole, "a whole number >= 1"),
+    "mem_gb": (lambda v: type(v) in (int, float) and v >= 0, "a number of GB >= 0 (0: the partition's default)"),
+    "max_requeues": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
+    "signal_delay_s": (_whole, "a whole number of seconds >= 1"),
+    "sbatch": (lambda v: isinstance(v, dict), "a table of sbatch options, e.g. { account = \"lab\", qos = \"high\" }"),
+    "setup": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of shell lines"),
+}
+SLURM_DEFAULTS = {"cluster": "slurm", "partition": "", "timeout_min": 240, "gpus_per_job": 1, "cpus_per_task": 8,
+                  "mem_gb": 0, "max_requeues": 3, "signal_delay_s": 120, "sbatch": {}, "setup": []}
 
 
 @dataclass
@@ -48,6 +62,7 @@ class Settings:
     data_roots: dict[str, str] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
     scheduler: dict[str, Any] = field(default_factory=lambda: {"gpus": "auto", "runs_per_gpu": 1, "cpu_slots": 1})
+    slurm: dict[str, Any] = field(default_factory=lambda: dict(SLURM_DEFAULTS))
 
 
 def read_toml(path: Path) -> dict:
@@ -95,9 +110,11 @@ def load_settings(path: Path | None = None) -> Settings:
         if not isinstance(root, str):
             raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {root!r}")
     scheduler = {**Settings().scheduler, **_checked_table(data, "scheduler", SCHEDULER_KEYS, path)}
+    slurm = {**SLURM_DEFAULTS, **_checked_table(data, "slurm", SLURM_KEYS, path)}
     return Settings(
         path=path,
         scheduler=scheduler,
+        slurm=slurm,
         runs_dir=base / project.get("runs_dir", "runs"),
         plugin_dirs=[base / str(d) for d in project.get("plugin_dirs", [])],
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},

@@ -1,0 +1,137 @@
+"""`fslab plot`: the PNG it writes and the numbers it draws, checked against a direct computation."""
+
+import json
+import math
+import random
+import struct
+
+import pytest
+
+from fslab.runstore import create_run
+
+from .runs_helpers import fslab
+
+
+def direct_ci(values):
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return mean, 1.96 * std / math.sqrt(len(values))
+
+
+def png_size(path):
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    return struct.unpack(">II", header[16:24])
+
+
+def make_run(runs_dir, seed, accuracies_by_shots, *, loss, batch_size=128, sampler=None, pair_counts=()):
+    config = {"method": "study", "seed": seed, "device": "cpu", "loss": loss,
+              "sampler": sampler or {"name": "iid"}, "train": {"batch_size": batch_size, "epochs": 2}}
+    run = create_run(runs_dir, loss["name"], config)
+    for shots, accuracies in accuracies_by_shots.items():
+        run.save_accuracies({"split": "test", "ways": 5, "shots": shots, "queries": 15, "episodes": len(accuracies),
+                             "evaluator": "centroid", "seed": 0, "epoch": 2,
+                             "accuracy": sum(accuracies) / len(accuracies), "ci95": 0.0}, accuracies)
+    with open(run.metrics_path, "a") as fh:
+        for step, (positives, negatives) in enumerate(pair_counts, 1):
+            fh.write(json.dumps({"event": "train", "step": step, "positives": positives, "negatives": negatives}) + "\n")
+    return run
+
+
+def accuracies(rng, base):
+    return {n: [min(1.0, rng.choice([0.4, 0.6, 0.8, 1.0]) + base + 0.1 * (n == 5)) for _ in range(30)] for n in (1, 5)}
+
+
+@pytest.fixture
+def batch_store(tmp_path, builtin_plugins, monkeypatch):
+    """NCA and ProtoNet runs at batch sizes 128 and 256, two seeds each."""
+    rng = random.Random(0)
+    data = {}
+    for name, base in (("nca", 0.1), ("protonet", 0.0)):
+        for batch in (128, 256):
+            for seed in (0, 1):
+                accs = accuracies(rng, base + batch / 2560)
+                make_run(tmp_path / "runs", seed, accs, loss={"name": name}, batch_size=batch)
+                data[(name, batch, seed)] = accs
+    monkeypatch.chdir(tmp_path)
+    return tmp_path, data
+
+
+def test_batch_size_figure_draws_the_pooled_means_and_cis(batch_store):
+    folder, data = batch_store
+    result = fslab("plot", "batch-size", "all", "--out", "figs/fig2.png", "--json", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert png_size(folder / "figs" / "fig2.png") == (1000, 420) == (report["width"], report["height"])
+    assert report["x"] == "train.batch_size" and [p["shots"] for p in report["panels"]] == [1, 5]
+    for panel in report["panels"]:
+        n = panel["shots"]
+        assert [s["label"] for s in panel["series"]] == ["loss.name=nca", "loss.name=protonet"]
+        for line, name in zip(panel["series"], ("nca", "protonet")):
+            assert [p["x"] for p in line["points"]] == [128, 256]
+            for point in line["points"]:
+                mean, ci = direct_ci(data[(name, point["x"], 0)][n] + data[(name, point["x"], 1)][n])
+                assert point["episodes"] == 60 and point["runs"] == 2
+                assert math.isclose(point["accuracy"], mean) and math.isclose(point["ci95"], ci)
+
+
+def test_size_shots_and_series_options(batch_store):
+    folder, data = batch_store
+    result = fslab("plot", "batch-size", "all", "--shots", "5", "--size", "640x480", "--series", "method",
+                   "--out", "one.png", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "wrote one.png (640x480 px, 1 panel, 2 points)"
+    assert png_size(folder / "one.png") == (640, 480)
+    # one line (every run has method=study): each batch size pools both losses' four runs
+    report = json.loads(fslab("plot", "batch-size", "all", "--shots", "5", "--series", "method", "--json",
+                              cwd=folder).stdout)
+    (line,) = report["panels"][0]["series"]
+    assert line["label"] == "method=study" and [p["runs"] for p in line["points"]] == [4, 4]
+    pooled = [a for name in ("nca", "protonet") for seed in (0, 1) for a in data[(name, 256, seed)][5]]
+    assert math.isclose(line["points"][1]["accuracy"], direct_ci(pooled)[0])
+
+
+def test_pairs_figure_places_protonets_by_the_pairs_they_used(tmp_path, builtin_plugins, monkeypatch):
+    rng = random.Random(1)
+    data = {}
+    for fraction in (0.25, 0.5, 1.0):
+        for seed in (0, 1):
+            data[(fraction, seed)] = accuracies(rng, fraction / 10)
+            make_run(tmp_path / "runs", seed, data[(fraction, seed)], batch_size=64,
+                     loss={"name": "nca", "pair_fraction": fraction})
+    # a 4-way episode of 2 support + 6 queries: 32 rows; logged query-support pairs per batch
+    episodic = {"name": "episodic", "ways": 4, "shots": 2, "queries": 6}
+    proto = accuracies(rng, 0.0)
+    make_run(tmp_path / "runs", 0, proto, batch_size=64, loss={"name": "protonet"}, sampler=episodic,
+             pair_counts=[(48, 144), (48, 144), (50, 150)])
+    monkeypatch.chdir(tmp_path)
+    result = fslab("plot", "pairs", "all", "--shots", "1", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert png_size(tmp_path / "pairs.png") == (500, 420)
+    (panel,) = report["panels"]
+    nca, protonet = panel["series"]
+    assert [p["x"] for p in nca["points"]] == [0.25, 0.5, 1.0]
+    mean, ci = direct_ci(data[(0.5, 0)][1] + data[(0.5, 1)][1])
+    assert math.isclose(nca["points"][1]["accuracy"], mean) and math.isclose(nca["points"][1]["ci95"], ci)
+    (point,) = protonet["points"]
+    assert math.isclose(point["x"], (192 + 192 + 200) / 3 / (32 * 31 / 2))
+    assert math.isclose(point["accuracy"], direct_ci(proto[1])[0])
+
+
+def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
+    folder, _ = batch_store
+    for args, message in [
+        (["train.momentum", "all"], "has no configuration key 'train.momentum'"),
+        (["batch-size", "all", "--size", "big"], "--size takes WIDTHxHEIGHT in pixels"),
+        (["batch-size", "all", "--queries", "5"], "none of these runs has saved test accuracies for 5-way 1,5-shot, 5 queries"),
+        (["batch-size", "nosuchrun"], "no run 'nosuchrun'"),
+    ]:
+        result = fslab("plot", *args, cwd=folder)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = fslab("plot", "batch-size", "all", cwd=empty)
+    assert result.returncode == 2 and result.stderr.startswith("error: no runs to plot")
+    assert not (folder / "batch-size.png").exists()

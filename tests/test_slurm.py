@@ -1,0 +1,193 @@
+"""`--executor slurm`: runs as submitit jobs, checked with submitit's local executor
+(``[slurm] cluster = "local"``) and, for the sbatch file and scancel, with stand-in
+SLURM commands on PATH."""
+
+import json
+import os
+import signal
+import stat
+import textwrap
+
+import pytest
+
+from fslab.errors import ConfigError, UsageError
+from fslab.settings import load_settings
+
+from .runs_helpers import TINY, events, fslab, wait_for
+from .test_resume import SLOW_NCA, trajectory
+
+
+def status(run_dir):
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def test_slurm_settings_are_checked(tmp_path):
+    path = tmp_path / "fslab.toml"
+    path.write_text("[slurm]\npartition = 'gpu'\ntimeout_min = 90\nsbatch = { account = 'lab' }\n")
+    settings = load_settings(path)
+    assert settings.slurm["partition"] == "gpu" and settings.slurm["timeout_min"] == 90
+    assert settings.slurm["cluster"] == "slurm" and settings.slurm["sbatch"] == {"account": "lab"}
+    path.write_text("[slurm]\npartion = 'gpu'\n")
+    with pytest.raises(ConfigError, match="unknown key 'slurm.partion'. Did you mean 'partition'?"):
+        load_settings(path)
+    path.write_text("[slurm]\ncluster = 'pbs'\n")
+    with pytest.raises(ConfigError, match="'slurm.cluster' must be \"slurm\" or \"local\", got 'pbs'"):
+        load_settings(path)
+
+    from fslab.slurm import job_options
+
+    settings = load_settings(tmp_path / "missing.toml")
+    assert job_options(settings, ["partition=debug", "timeout_min=30"])["partition"] == "debug"
+    with pytest.raises(ConfigError, match="--slurm timeout_min must be a whole number of minutes >= 1, got 'soon'"):
+        job_options(settings, ["timeout_min=soon"])
+    with pytest.raises(ConfigError, match="unknown --slurm key 'gpu_per_job'. Did you mean 'gpus_per_job'?"):
+        job_options(settings, ["gpu_per_job=2"])
+
+
+def test_without_submitit_the_error_says_how_to_install_it(project, monkeypatch):
+    (project / "nosubmitit" / "submitit").mkdir(parents=True)
+    (project / "nosubmitit" / "submitit" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = {**os.environ, "PYTHONPATH": str(project / "nosubmitit")}
+    result = fslab("run", "nca", "--executor", "slurm", cwd=project, env=env)
+    assert result.returncode == 2
+    assert result.stderr == "error: --executor slurm needs submitit; install it with: pip install 'fslab[slurm]' " \
+                            "(or: pip install submitit)\n"
+    assert not (project / "runs").exists()
+    bad = fslab("run", "nca", "--executor", "slrum", cwd=project)
+    assert bad.returncode == 2 and bad.stderr.strip() == \
+        "error: unknown executor 'slrum'. Did you mean 'slurm'? Allowed: local, slurm."
+    stray = fslab("sweep", "nca", "--slurm", "partition=gpu", cwd=project)
+    assert stray.returncode == 2 and "--slurm settings apply only with --executor slurm" in stray.stderr
+
+
+FAKE_SBATCH = """#!/bin/sh
+cp "$1" "{folder}/sbatch-script.sh"
+echo "Submitted batch job 4242"
+"""
+FAKE_SCANCEL = """#!/bin/sh
+echo "$@" >> "{folder}/scancel.calls"
+"""
+
+
+def test_sbatch_file_follows_the_settings_and_stop_cancels_the_job(project, monkeypatch):
+    """Stand-in sbatch/srun/scancel: submitit writes the real sbatch file and runs the real commands."""
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", FAKE_SBATCH), ("scancel", FAKE_SCANCEL), ("srun", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text.format(folder=project))
+        (bin_dir / name).chmod(0o755 | stat.S_IEXEC)
+    (project / "fslab.toml").write_text(textwrap.dedent("""
+        [slurm]
+        partition = "gpu"
+        timeout_min = 90
+        gpus_per_job = 2
+        cpus_per_task = 6
+        mem_gb = 32
+        signal_delay_s = 150
+        sbatch = { account = "lab", qos = "high" }
+        setup = ["module load cuda"]
+    """))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = fslab("run", "nca", *TINY, "--executor", "slurm", "--slurm", "partition=debug", cwd=project, env=env)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (project / "runs").iterdir()
+    assert result.stdout.strip() == f"run {run_dir.name}: submitted as SLURM job 4242; " \
+                                    f"follow it with: fslab logs {run_dir.name} --follow"
+    got = status(run_dir)
+    assert (got["state"], got["slurm_job_id"], got["slurm_cluster"], got["executor"]) == ("queued", "4242", "slurm", "slurm")
+    script = (project / "sbatch-script.sh").read_text()
+    for line in ("#SBATCH --partition=debug", "#SBATCH --time=90", "#SBATCH --gpus-per-node=2",
+                 "#SBATCH --cpus-per-task=6", "#SBATCH --mem=32GB", "#SBATCH --account=lab", "#SBATCH --qos=high",
+                 "#SBATCH --signal=USR2@150", f"#SBATCH --job-name=fslab-{run_dir.name}", "module load cuda"):
+        assert line in script.splitlines(), line
+    assert str(run_dir / "slurm") in script
+
+    stopped = fslab("stop", run_dir.name, cwd=project, env=env)
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f"{run_dir.name}: killed"
+    assert (project / "scancel.calls").read_text().split() == ["4242"]
+    assert status(run_dir)["error"] == "job 4242 cancelled"
+
+
+ARGS = [*TINY, "--epochs", "3", "--seed", "5", "--set", "loss.name=slow-nca"]
+
+
+@pytest.fixture
+def local_cluster(project):
+    (project / "mine").mkdir()
+    (project / "mine" / "slow.py").write_text(textwrap.dedent(SLOW_NCA))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n[slurm]\ncluster = 'local'\n")
+    return project
+
+
+def ended(run_dir):
+    return status(run_dir)["state"] in ("completed", "failed", "killed")
+
+
+@pytest.mark.slow
+def test_jobs_match_a_local_run_and_a_preempted_job_resumes_from_its_checkpoint(local_cluster):
+    project = local_cluster
+    plain = fslab("run", "nca", *ARGS, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
+    preempted = fslab("run", "nca", *ARGS, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
+    assert fslab("run", "nca", *ARGS, cwd=project).returncode == 0
+    (reference,) = [p for p in (project / "runs").iterdir() if p.name not in (plain, preempted)]
+    run_dir = project / "runs" / preempted
+
+    # what SLURM does to a preempted job: USR2 to the job's process, then a requeue
+    wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
+    first = status(run_dir)
+    os.kill(first["pid"], signal.SIGUSR2)
+    wait_for(lambda: status(run_dir).get("requeues") == 1, what="the job to be requeued")
+    wait_for(lambda: ended(run_dir) and ended(project / "runs" / plain), timeout=180, what="both jobs to end")
+
+    for run_id in (plain, preempted):
+        got = status(project / "runs" / run_id)
+        assert got["state"] == "completed" and got["exit_code"] == 0 and got["error"] is None, got
+        assert got["executor"] == "slurm" and got["slurm_cluster"] == "local"
+        assert (project / "runs" / run_id / "slurm" / f"{got['slurm_job_id']}_0_result.pkl").exists()
+        assert trajectory(project / "runs" / run_id) == trajectory(reference)
+        assert json.loads((project / "runs" / run_id / "results.json").read_text())["test"] == \
+            json.loads((reference / "results.json").read_text())["test"]
+    got = status(run_dir)
+    assert got["requeues"] == 1 and got["attempts"] == 2 and got["slurm_job_id"] == first["slurm_job_id"]
+    assert got["pid"] != first["pid"]  # a new process, the same job
+    (resumed,) = events(run_dir, "resume")
+    assert 1 <= resumed["epoch"] < 3  # from a checkpoint taken before the signal, not from scratch
+    assert [e["step"] for e in events(run_dir, "train")] == list(range(1, len(events(run_dir, "train")) + 1))
+    assert "preempted or out of time; requeued" in (run_dir / "stderr.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_sweep_of_jobs_stops_and_resumes(local_cluster):
+    project = local_cluster
+    result = fslab("sweep", "nca", *ARGS, "--executor", "slurm", cwd=project)
+    assert result.returncode == 0, result.stderr
+    sweep_id = result.stdout.split(":")[0]
+    assert result.stdout.strip() == f"{sweep_id}: 1 runs submitted as SLURM jobs; follow them with: fslab runs"
+    (run_id,) = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())["runs"]
+    run_dir = project / "runs" / run_id
+    wait_for(lambda: events(run_dir, "train"), what="training to start")
+    assert status(run_dir)["sweep"] == sweep_id
+    controller = int(status(run_dir)["slurm_job_id"])
+    result = fslab("stop", run_id, cwd=project)
+    assert result.returncode == 0 and result.stdout.strip() == f"{run_id}: killed"
+    got = status(run_dir)
+    assert got["state"] == "killed" and got["error"] == "stopped by SIGTERM"
+
+    def gone():
+        try:
+            os.kill(controller, 0)
+        except ProcessLookupError:
+            return True
+        return open(f"/proc/{controller}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+    wait_for(gone, timeout=30, what="the job's controller to exit")
+
+    again = fslab("sweep", "resume", sweep_id, "--executor", "slurm", cwd=project)
+    assert again.stdout.strip() == f"{sweep_id}: 1 runs submitted again as SLURM jobs", again.stderr
+    wait_for(lambda: ended(run_dir), timeout=180, what="the resubmitted job to end")
+    got = status(run_dir)
+    assert got["state"] == "completed" and int(got["slurm_job_id"]) != controller
+    # from its checkpoint, or from scratch if it was stopped in epoch 1: either way no step twice
+    steps = [e["step"] for e in events(run_dir, "train")]
+    assert steps == list(range(1, len(steps) + 1))
+    assert len(events(run_dir, "start")) == 1 + len(events(run_dir, "resume"))
