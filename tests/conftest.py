@@ -78,16 +78,6 @@ def class_batch(classes: int, per_class: int, dim: int = 8):
 
 
 @pytest.fixture
-def builtin_plugins(monkeypatch):
-    """Load only the built-in plugins, and forget any registry built earlier."""
-    import fslab
-
-    monkeypatch.setenv("FSLAB_PLUGINS", BUILTIN_PLUGINS)
-    monkeypatch.delenv("FSLAB_STRICT_PLUGINS", raising=False)
-    monkeypatch.setattr(fslab, "_registry", None)
-
-
-@pytest.fixture
 def project(tmp_path, builtin_plugins, monkeypatch):
     """An empty project folder to run the real CLI in (subprocesses inherit the env)."""
     folder = tmp_path / "project"

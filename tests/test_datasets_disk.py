@@ -395,6 +395,85 @@ def test_cub_with_and_without_bounding_box_crops(registry, tmp_path):
         create(registry, "cub", tmp_path, image_size=6).load("train")
 
 
+# -- the contract every registered dataset keeps ------------------------------------------------
+
+
+def fake_tiered_folders(root: Path):
+    r = rng(4)
+    for split in ("train", "val", "test"):
+        for wnid in listed("tieredimagenet", split)[:2]:
+            for i in range(2):
+                write_png(root / split / wnid / f"{wnid}_{i}.JPEG", random_image(r, 8, 8))
+
+
+def fake_omniglot(root: Path):
+    r = rng(6)
+    for folder, split in (("images_background", "train"), ("images_evaluation", "test")):
+        (root / "omniglot-py" / folder).mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val", "test"):
+        for k, character in enumerate(listed("omniglot", split)[:2]):
+            for i in range(2):
+                write_png(root / "omniglot-py" / character / f"{k:04d}_{i:02d}.png",
+                          (r.random((11, 11)) < 0.3).astype(np.uint8) * 255)
+
+
+def fake_cub(root: Path):
+    folder = root / "CUB_200_2011"
+    names = sorted(sum((listed("cub", s) for s in ("train", "val", "test")), []))
+    (folder / "images").mkdir(parents=True)
+    (folder / "classes.txt").write_text("".join(f"{i} {n}\n" for i, n in enumerate(names, 1)))
+    r, rows, labels_rows, boxes = rng(8), [], [], []
+    for split in ("train", "val", "test"):
+        for name in listed("cub", split)[:2]:
+            for i in range(2):
+                path = write_png(folder / "images" / name / f"{name}_{i}.jpg", random_image(r, 12, 12))
+                rows.append(f"{len(rows) + 1} {name}/{path.name}")
+                labels_rows.append(f"{len(rows)} {names.index(name) + 1}")
+                boxes.append(f"{len(rows)} 1.0 1.0 8.0 8.0")
+    for file, lines in (("images.txt", rows), ("image_class_labels.txt", labels_rows), ("bounding_box.txt", boxes)):
+        (folder / file).write_text("\n".join(lines) + "\n")
+
+
+# A tiny copy of each registered dataset's layout; a new dataset plugin needs an entry here.
+FAKES = {
+    "synthetic": (lambda root: None, {"classes": 12, "val_classes": 3, "test_classes": 3, "images_per_class": 4}),
+    "folder": (lambda root: [write_png(root / split / f"{split}-class{c}" / f"{i}.png", random_image(rng(c), 9, 9))
+                             for split in ("train", "val", "test") for c in range(2) for i in range(2)], {}),
+    "miniimagenet": (lambda root: make_mini_csv(root, per_class=2, classes_per_split=(2, 2, 2)), {}),
+    "tieredimagenet": (fake_tiered_folders, {}),
+    "cifar-fs": (lambda root: make_cifar(root, per_class_train=1, per_class_test=1), {}),
+    "fc100": (lambda root: make_cifar(root, per_class_train=1, per_class_test=1), {}),
+    "omniglot": (fake_omniglot, {}),
+    "cub": (fake_cub, {}),
+}
+
+
+def test_every_registered_dataset_has_a_fake_layout_here(registry):
+    assert sorted(registry.names("dataset")) == sorted(FAKES)
+
+
+@pytest.mark.parametrize("name", sorted(FAKES))
+def test_dataset_contract(registry, tmp_path, name):
+    """uint8 [N, C, H, W] images with C = channels, int64 labels numbered 0..C-1
+    in step with ``classes``, and no class shared by two splits."""
+    build, params = FAKES[name]
+    build(tmp_path)
+    if name != "synthetic":
+        params = {**params, "image_size": 8}
+    if "check_counts" in registry.get("dataset", name).params:
+        params = {**params, "check_counts": False}
+    dataset = create(registry, name, tmp_path, **params)
+    seen = {}
+    for split in ("train", "val", "test"):
+        s = dataset.load(split)
+        assert s.images.dtype == torch.uint8 and s.images.dim() == 4
+        assert s.images.shape[0] == len(s) and s.images.shape[1] == dataset.channels
+        assert s.labels.dtype == torch.int64
+        assert sorted(set(s.labels.tolist())) == list(range(len(s.classes)))
+        seen[split] = set(s.classes)
+    assert not (seen["train"] & seen["val"] or seen["train"] & seen["test"] or seen["val"] & seen["test"])
+
+
 # -- missing files --------------------------------------------------------------------------------
 
 
