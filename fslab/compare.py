@@ -52,18 +52,23 @@ class Group:
     label: str = ""
 
 
+def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leave_out: tuple = ()) -> dict:
+    """The settings that tell ``run``'s group: only ``keys`` (each must be in
+    its configuration, else a UsageError naming ``option``), or every flat
+    setting except the seed, bookkeeping keys and ``leave_out``."""
+    if keys:
+        missing = [k for k in keys if k not in flat]
+        if missing:
+            raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}")
+        return {k: flat[k] for k in keys}
+    return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out}
+
+
 def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group]:
     """Groups of runs with equal settings (all but the seed, or only ``group_by``)."""
     groups: dict[tuple, Group] = {}
     for run in runs:
-        flat = flatten(run.config())
-        if group_by:
-            missing = [k for k in group_by if k not in flat]
-            if missing:
-                raise UsageError(f"--group-by key '{missing[0]}' is not in the configuration of run {run.id}")
-            settings = {k: flat[k] for k in group_by}
-        else:
-            settings = {k: v for k, v in flat.items() if k not in NOT_SETTINGS}
+        settings = run_settings(run, flatten(run.config()), group_by, "--group-by")
         key = tuple(sorted(settings.items()))
         groups.setdefault(key, Group(settings)).runs.append(run)
     result = list(groups.values())

@@ -24,7 +24,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from fslab.compare import NOT_SETTINGS, flatten, pooled
+from fslab.compare import flatten, pooled, run_settings
 from fslab.errors import UsageError
 from fslab.runstore import Run
 
@@ -77,13 +77,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     for run in runs:
         flat = flatten(run.config())
         value, measured = x_value(run, flat, key)
-        if series:
-            missing = [k for k in series if k not in flat]
-            if missing:
-                raise UsageError(f"--series key '{missing[0]}' is not in the configuration of run {run.id}")
-            settings = {k: flat[k] for k in series}
-        else:
-            settings = {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k != key}
+        settings = run_settings(run, flat, series, "--series", leave_out=(key,))
         line = lines.setdefault(tuple(sorted(settings.items())), {"settings": settings, "points": {}})
         # a measured x is one point per configuration, at the mean over its seeds
         point = line["points"].setdefault("measured" if measured else json.dumps(value), {"x": [], "runs": []})
