@@ -60,23 +60,26 @@ def augment(x: torch.Tensor, padding: int, flip: bool, generator: torch.Generato
 
     ``x`` may be the rows ``part`` of a batch of ``total`` rows (one rank's share):
     the random offsets and flips are drawn for the whole batch and this
-    slice's are applied, so each row is augmented as in a single process."""
-    b, _, h, w = x.shape
+    slice's are applied, so each row is augmented as in a single process.
+    The crop is two ``gather`` calls (rows, then columns); a flip only reverses
+    the columns gathered."""
+    b, c, h, w = x.shape
     total = b if total is None else total
     part = slice(0, b) if part is None else part
-    if padding > 0:
-        padded = torch.nn.functional.pad(x, (padding,) * 4)
+    if padding <= 0 and not flip:
+        return x
+    cols = torch.arange(w, device=x.device).expand(b, w)
+    if padding > 0:  # drawn first: offsets down, offsets across, then the flips
         dy = torch.randint(0, 2 * padding + 1, (total, 1), generator=generator)[part].to(x.device)
         dx = torch.randint(0, 2 * padding + 1, (total, 1), generator=generator)[part].to(x.device)
-        rows = (dy + torch.arange(h, device=x.device))[:, None, :, None]
-        cols = (dx + torch.arange(w, device=x.device))[:, None, None, :]
-        batch = torch.arange(b, device=x.device)[:, None, None, None]
-        chans = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
-        x = padded[batch, chans, rows, cols]
+        x = torch.nn.functional.pad(x, (padding,) * 4)
+        rows = dy + torch.arange(h, device=x.device)  # [b, h]
+        x = x.gather(2, rows[:, None, :, None].expand(b, c, h, x.shape[3]))
+        cols = dx + cols
     if flip:
-        mirror = (torch.rand(total, generator=generator)[part] < 0.5).to(x.device)[:, None, None, None]
-        x = torch.where(mirror, x.flip(3), x)
-    return x
+        mirror = (torch.rand(total, generator=generator)[part] < 0.5).to(x.device)[:, None]
+        cols = torch.where(mirror, cols.flip(1), cols)
+    return x.gather(3, cols[:, None, None, :].expand(b, c, h, w))
 
 
 class MetricsLog:
