@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from rich.text import Text
 
+from fslab.compare import NOT_SETTINGS
 from fslab.tui.tailing import RunRow
 
 STATE_STYLES = {
@@ -182,8 +183,10 @@ class Group:
 
 
 def group_runs(configs: dict[str, dict], tests: dict[str, dict]) -> list[Group]:
-    """Runs grouped by every configuration key except ``seed``."""
-    flat = {run_id: {k: v for k, v in flatten(c).items() if k != "seed"} for run_id, c in configs.items()}
+    """Runs grouped by every configuration key except the seed and the keys
+    that do not change results (the same as ``fslab compare``: device, data
+    root, logging intervals)."""
+    flat = {run_id: {k: v for k, v in flatten(c).items() if k not in NOT_SETTINGS} for run_id, c in configs.items()}
     keys = sorted({k for f in flat.values() for k in f})
     varying = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat.values()}) > 1]
     groups: dict[str, list[str]] = {}
