@@ -522,3 +522,21 @@ def test_chart_placeholder_when_it_cannot_draw():
         size = type("S", (), {"width": 60, "height": 10})()
 
     assert "(no data yet)" in Sized("loss").render().plain
+
+
+def test_the_dashboard_groups_runs_as_fslab_compare_does():
+    """Runs that differ only in device or logging interval are one group in
+    both; a real setting (the loss) splits them in both."""
+    from fslab.compare import NOT_SETTINGS, flatten as compare_flatten
+    from fslab.tui.model import group_runs
+
+    base = {"seed": 0, "device": "cpu", "loss": {"name": "nca"}, "train": {"log_every": 10, "lr": 0.1}}
+    configs = {
+        "a": base,
+        "b": {**base, "seed": 1, "device": "cuda", "train": {"log_every": 5, "lr": 0.1}},
+        "c": {**base, "loss": {"name": "protonet"}},
+    }
+    groups = group_runs(configs, {})
+    assert sorted(sorted(g.run_ids) for g in groups) == [["a", "b"], ["c"]]
+    compare_keys = {run: {k: v for k, v in compare_flatten(c).items() if k not in NOT_SETTINGS} for run, c in configs.items()}
+    assert compare_keys["a"] == compare_keys["b"] != compare_keys["c"]
