@@ -30,11 +30,11 @@ def check_dataset(config: dict, registry) -> None:
     its constructor only looks for its files (the on-disk datasets), so a wrong
     root or a missing file is one line now, not a failed run. Lazy targets are
     left to the worker (importing them could pull in torch)."""
-    section = config["dataset"]
-    component = registry.get("dataset", section["name"])
+    from fslab.registry import create_dataset
+
+    component = registry.get("dataset", config["dataset"]["name"])
     if component.info.get("check_files") and not isinstance(component.target, str):
-        params = {k: v for k, v in section.items() if k not in ("name", "root")}
-        registry.create("dataset", section["name"], root=section["root"], **params)
+        create_dataset(registry, config)
 
 
 def check_processes(config: dict) -> None:

@@ -165,6 +165,14 @@ class Registry:
         return target(**kwargs)
 
 
+def create_dataset(registry: "Registry", config: dict) -> Any:
+    """The dataset a run configuration names: ``dataset.root`` as the root,
+    every other key of the section but ``name`` as a plugin parameter."""
+    section = config["dataset"]
+    params = {k: v for k, v in section.items() if k not in ("name", "root")}
+    return registry.create("dataset", section["name"], root=section["root"], **params)
+
+
 def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise UsageError(unknown("plugin kind", kind, KINDS))

@@ -25,7 +25,7 @@ from fslab import evaluation
 from fslab.compare import evaluator_label
 from fslab.errors import UsageError
 from fslab.features import feature_network
-from fslab.registry import load_registry
+from fslab.registry import create_dataset, load_registry
 from fslab.runstore import Run
 from fslab.settings import load_settings
 from fslab.train import MetricsLog, pick_device, plugin_kwargs, to_input
@@ -45,9 +45,7 @@ class Checkpoint:
 
     def dataset(self):
         if self._dataset is None:
-            cfg = self.cfg
-            self._dataset = self.registry.create("dataset", cfg["dataset"]["name"], root=cfg["dataset"]["root"],
-                                                 **plugin_kwargs(cfg["dataset"], "root"))
+            self._dataset = create_dataset(self.registry, self.cfg)
         return self._dataset
 
     def network(self) -> torch.nn.Module:

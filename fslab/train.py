@@ -19,13 +19,14 @@ from fslab import distributed, evaluation
 from fslab.compare import evaluator_label
 from fslab.events import describe_event
 from fslab.features import feature_network
-from fslab.registry import load_registry
+from fslab.registry import create_dataset, load_registry
 from fslab.runstore import Run, atomic_write_json, atomic_write_text
 from fslab.settings import load_settings
 
 
-def plugin_kwargs(section: dict, *skip: str) -> dict:
-    return {k: v for k, v in section.items() if k not in ("name", *skip)}
+def plugin_kwargs(section: dict) -> dict:
+    """A plugin section's parameters: every key but ``name``."""
+    return {k: v for k, v in section.items() if k != "name"}
 
 
 def make_optimizer(params, tcfg: dict) -> torch.optim.Optimizer:
@@ -159,8 +160,7 @@ def train(run: Run, resume: bool = False) -> dict:
             truncate_after_checkpoint(run, checkpoint["epoch"])
     log = MetricsLog(run, enabled=world.main)
 
-    dataset = registry.create("dataset", cfg["dataset"]["name"], root=cfg["dataset"]["root"],
-                              **plugin_kwargs(cfg["dataset"], "root"))
+    dataset = create_dataset(registry, cfg)
     train_split, val_split = dataset.load("train"), dataset.load("val")
     model = registry.create("backbone", cfg["backbone"]["name"], in_channels=dataset.channels,
                             **plugin_kwargs(cfg["backbone"])).to(device)
