@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from fslab.errors import ConfigError, FslabError, UsageError, did_you_mean
@@ -222,7 +221,7 @@ def _log_to_run(run: Run) -> None:
 def run_job(job: TrainingJob) -> str:
     """The job's body: the local worker's life cycle (status, heartbeat, end
     state), plus the preemption case, where the run goes back to ``queued``."""
-    from fslab.worker import StatusKeeper, Stopped, _raise_stopped
+    from fslab.worker import StatusKeeper, Stopped, record_failure, record_stop, stop_on_signals
 
     run = Run(Path(job.run_dir))
     state = run.status().get("state")
@@ -233,8 +232,7 @@ def run_job(job: TrainingJob) -> str:
     if not resume and run.metrics_path.exists():
         atomic_write_text(run.metrics_path, "")  # an earlier attempt stopped before its first checkpoint
     keeper = StatusKeeper(run, float(run.config().get("train", {}).get("heartbeat", 5.0)))
-    signal.signal(signal.SIGTERM, _raise_stopped)
-    signal.signal(signal.SIGINT, _raise_stopped)
+    stop_on_signals()
     job_id = require_submitit().JobEnvironment().job_id
     keeper.start(resume)
     keeper.update(slurm_job_id=job_id, attempts=int(run.status().get("attempts") or 0) + 1)
@@ -243,10 +241,7 @@ def run_job(job: TrainingJob) -> str:
 
         train(run, resume=resume)
     except Stopped as stop:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print(f"fslab: stopped by {stop}", file=sys.stderr, flush=True)
-        keeper.finish("killed", 128 + stop.signum, f"stopped by {stop}")
+        record_stop(keeper, stop)
         return "killed"
     except SystemExit:
         if not job.preempted:
@@ -259,9 +254,7 @@ def run_job(job: TrainingJob) -> str:
               file=sys.stderr, flush=True)
         raise
     except BaseException as exc:  # the run must record why it ended, whatever it was
-        traceback.print_exc()
-        sys.stderr.flush()
-        keeper.finish("failed", 1, f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500])
+        record_failure(keeper, exc)
         raise
     keeper.finish("completed", 0)
     return "completed"

@@ -115,6 +115,29 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
     return 0
 
 
+def stop_on_signals() -> None:
+    """SIGTERM (``fslab stop``) and SIGINT raise :class:`Stopped` in training."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+
+
+def record_stop(keeper: "StatusKeeper", stop: "Stopped") -> int:
+    """The run ends ``killed``; further signals are ignored while that is
+    written. Returns the exit code, 128 + the signal's number."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(f"fslab: stopped by {stop}", file=sys.stderr, flush=True)
+    keeper.finish("killed", 128 + stop.signum, f"stopped by {stop}")
+    return 128 + stop.signum
+
+
+def record_failure(keeper: "StatusKeeper", exc: BaseException) -> None:
+    """The traceback to stderr.log, and the run ends ``failed`` with its one-line summary."""
+    traceback.print_exc()
+    sys.stderr.flush()
+    keeper.finish("failed", 1, f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500])
+
+
 def main(argv: list[str]) -> int:
     resume = "--resume" in argv
     paths = [a for a in argv if a != "--resume"]
@@ -127,8 +150,7 @@ def main(argv: list[str]) -> int:
         return follow_rank(run, resume, rank)
     interval = float(run.config().get("train", {}).get("heartbeat", 5.0))
     keeper = StatusKeeper(run, interval)
-    signal.signal(signal.SIGTERM, _raise_stopped)
-    signal.signal(signal.SIGINT, _raise_stopped)
+    stop_on_signals()
     keeper.start(resume)
     watch_torchrun()
     try:
@@ -137,16 +159,9 @@ def main(argv: list[str]) -> int:
         train(run, resume=resume)
         _leave_process_group()
     except Stopped as stop:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print(f"fslab: stopped by {stop}", file=sys.stderr, flush=True)
-        keeper.finish("killed", 128 + stop.signum, f"stopped by {stop}")
-        return 128 + stop.signum
+        return record_stop(keeper, stop)
     except BaseException as exc:  # the run must record why it ended, whatever it was
-        traceback.print_exc()
-        sys.stderr.flush()
-        summary = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
-        keeper.finish("failed", 1, summary)
+        record_failure(keeper, exc)
         return 1
     keeper.finish("completed", 0)
     return 0
