@@ -126,17 +126,20 @@ def ended(run_dir):
 @pytest.mark.slow
 def test_jobs_match_a_local_run_and_a_preempted_job_resumes_from_its_checkpoint(local_cluster):
     project = local_cluster
-    plain = fslab("run", "nca", *ARGS, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
     preempted = fslab("run", "nca", *ARGS, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
-    assert fslab("run", "nca", *ARGS, cwd=project).returncode == 0
-    (reference,) = [p for p in (project / "runs").iterdir() if p.name not in (plain, preempted)]
     run_dir = project / "runs" / preempted
 
-    # what SLURM does to a preempted job: USR2 to the job's process, then a requeue
+    # what SLURM does to a preempted job: USR2 to the job's process, then a requeue. The signal
+    # goes first, while nothing else runs, so the job cannot finish before it is sent.
     wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
     first = status(run_dir)
+    assert first["state"] == "running", first
     os.kill(first["pid"], signal.SIGUSR2)
     wait_for(lambda: status(run_dir).get("requeues") == 1, what="the job to be requeued")
+
+    plain = fslab("run", "nca", *ARGS, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
+    assert fslab("run", "nca", *ARGS, cwd=project).returncode == 0
+    (reference,) = [p for p in (project / "runs").iterdir() if p.name not in (plain, preempted)]
     wait_for(lambda: ended(run_dir) and ended(project / "runs" / plain), timeout=180, what="both jobs to end")
 
     for run_id in (plain, preempted):
