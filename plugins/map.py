@@ -50,45 +50,47 @@ def loss_augmented_ranking(pos, pos_count, neg, neg_count, ap_weight):
     to F; placing positive i after j negatives adds ``i / (i + j) / P`` to AP.
     Along a row the recursion is a running maximum, so each row is one
     ``cummax`` over all queries at once; its indices are the backpointers.
+    Everything that does not depend on the previous row is computed for all
+    rows up front, so a row costs two operations forward and one back: on a
+    GPU the programme is bound by how many kernels it launches, not by
+    arithmetic.
     """
     import torch
 
     queries, most_pos = pos.shape
     most_neg = neg.shape[1]
-    P = pos_count.to(pos.dtype)[:, None]
-    N = neg_count.to(pos.dtype)[:, None]
-    scale = 1.0 / (P * N)
-    ap_weight = torch.as_tensor(ap_weight, dtype=pos.dtype, device=pos.device).reshape(-1, 1)
-    pos = torch.where(torch.arange(most_pos, device=pos.device) < pos_count[:, None], pos, torch.zeros_like(pos))
-    neg = torch.where(torch.arange(most_neg, device=neg.device) < neg_count[:, None], neg, torch.zeros_like(neg))
-    zero = torch.zeros(queries, 1, dtype=pos.dtype, device=pos.device)
+    device, dtype = pos.device, pos.dtype
+    P = pos_count.to(dtype)[:, None]
+    N = neg_count.to(dtype)[:, None]
+    ap_weight = torch.as_tensor(ap_weight, dtype=dtype, device=device).reshape(-1, 1)
+    pos = torch.where(torch.arange(most_pos, device=device) < pos_count[:, None], pos, torch.zeros_like(pos))
+    neg = torch.where(torch.arange(most_neg, device=device) < neg_count[:, None], neg, torch.zeros_like(neg))
+    zero = torch.zeros(queries, 1, dtype=dtype, device=device)
     prefix_pos = torch.cat([zero, pos.cumsum(1)], dim=1)  # S_i, i = 0..Pm
     total_pos = prefix_pos.gather(1, pos_count[:, None])  # S_P
     prefix_neg = torch.cat([zero, neg.cumsum(1)], dim=1)  # sum of the first j negatives, j = 0..Nm
-    j = torch.arange(most_neg + 1, device=pos.device, dtype=pos.dtype)[None, :]
+    i = torch.arange(most_pos + 1, device=device, dtype=dtype)[:, None, None]  # [Pm+1, 1, 1]
+    j = torch.arange(most_neg + 1, device=device, dtype=dtype)[None, None, :]  # [1, 1, Nm+1]
+    # runs[i, q, j] = C_i(j): what placing negatives 1..j after i positives adds to F
+    runs = (j * (2 * prefix_pos.T[:, :, None] - total_pos[None]) - (2 * i - P[None]) * prefix_neg[None]) / (P * N)[None]
+    # V[i] = C_i + cummax(V[i-1] + A_i - C_i), A_i(j) = what placing positive i after j negatives
+    # adds; with best_i = cummax(...), best_i = cummax(best_{i-1} + C_{i-1} + A_i - C_i), best_0 = 0.
+    # Only the argmaxes are needed.
+    shifted = (ap_weight[None] * i[1:] / (i[1:] + j) / P[None]) + runs[:-1] - runs[1:]  # [Pm, Q, Nm+1]
+    backpointers = torch.empty(most_pos, queries, most_neg + 1, dtype=torch.long, device=device)
+    best = torch.zeros(queries, most_neg + 1, dtype=dtype, device=device)
+    for row in range(most_pos):
+        torch.cummax(best + shifted[row], dim=1, out=(best, backpointers[row]))
 
-    def negatives_run(i: int):
-        """C_i(j): what placing negatives 1..j after i positives adds, [Q, Nm+1]."""
-        return scale * (j * (2 * prefix_pos[:, i : i + 1] - total_pos) - (2 * i - P) * prefix_neg)
-
-    value = negatives_run(0)
-    backpointers = []
-    for i in range(1, most_pos + 1):
-        run = negatives_run(i)
-        after_positive = value + ap_weight * i / (i + j) / P  # positive i placed after j' negatives
-        best, argbest = torch.cummax(after_positive - run, dim=1)
-        value = run + best
-        backpointers.append(argbest)
-
-    rows = torch.arange(queries, device=pos.device)
-    column = neg_count.clone()
-    negatives_above = torch.zeros(queries, most_pos, dtype=torch.long, device=pos.device)
-    for i in range(most_pos, 0, -1):
-        active = pos_count >= i
-        previous = backpointers[i - 1][rows, column]
-        negatives_above[:, i - 1] = torch.where(active, previous, torch.zeros_like(previous))
-        column = torch.where(active, previous, column)
-    return negatives_above
+    # Rows past a query's last positive keep the column, so one gather per row walks every query back.
+    columns = torch.arange(most_neg + 1, device=device)
+    past_end = torch.arange(1, most_pos + 1, device=device)[:, None] > pos_count[None, :]  # [Pm, Q]
+    backpointers = torch.where(past_end[:, :, None], columns, backpointers)
+    column = neg_count[:, None].clone()
+    negatives_above = torch.empty(most_pos, queries, 1, dtype=torch.long, device=device)
+    for row in range(most_pos - 1, -1, -1):
+        column = torch.gather(backpointers[row], 1, column, out=negatives_above[row])
+    return negatives_above[:, :, 0].T.masked_fill(past_end.T, 0)
 
 
 def ranking_coefficients(negatives_above, pos_count, neg_count, most_neg, dtype):
