@@ -493,7 +493,7 @@ def sweep(
     seed: Annotated[Optional[int], typer.Option(help="First seed.")] = None,
     device: DeviceOpt = None,
     set_: SetOpt = None,
-    fail_fast: Annotated[bool, typer.Option("--fail-fast", help="At the first failed run, cancel the runs still queued.")] = False,
+    fail_fast: Annotated[bool, typer.Option("--fail-fast", help="At the first failed run, cancel the runs still queued (with --executor slurm: the jobs not yet started).")] = False,
     executor: ExecutorOpt = "local",
     slurm: SlurmOpt = None,
 ) -> None:

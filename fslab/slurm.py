@@ -162,11 +162,9 @@ def requeue_for_job(run: Run) -> None:
     run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None)
 
 
-def cancel(run: Run, grace: float = 30.0) -> str:
-    """``fslab stop`` for a submitted run: cancel its job (``scancel``; for the
-    local executor, SIGTERM to the job's controller, which passes it on); the
-    job records ``killed``. A job that never started is marked killed here."""
-    status = run.status()
+def _cancel_job(run: Run, status: dict) -> None:
+    """``scancel`` the run's job; for the local executor, SIGTERM to the job's
+    controller, which passes it on."""
     job_id = status.get("slurm_job_id")
     if status.get("slurm_cluster") == "local":
         try:
@@ -174,8 +172,15 @@ def cancel(run: Run, grace: float = 30.0) -> str:
         except (ProcessLookupError, TypeError, ValueError):
             pass
     else:
-        submitit = require_submitit()
-        submitit.SlurmJob(run.path / "slurm", str(job_id)).cancel(check=False)
+        require_submitit().SlurmJob(run.path / "slurm", str(job_id)).cancel(check=False)
+
+
+def cancel(run: Run, grace: float = 30.0) -> str:
+    """``fslab stop`` for a submitted run: cancel its job; the job records
+    ``killed``. A job that never started is marked killed here."""
+    status = run.status()
+    job_id = status.get("slurm_job_id")
+    _cancel_job(run, status)
     deadline = time.time() + grace
     while time.time() < deadline:
         status = run.status()
@@ -188,6 +193,43 @@ def cancel(run: Run, grace: float = 30.0) -> str:
     if run.status().get("state") not in ENDED:
         run.write_status(state="killed", ended=time.time(), pid=None, error=f"job {job_id} cancelled")
     return run.status()["state"]
+
+
+def stop_sweep_after_failure(run: Run) -> list[Run]:
+    """Fail-fast for a sweep of jobs, called by the job of a run that failed:
+    if the run's sweep is ``fail_fast``, its runs whose jobs have not started
+    end ``killed`` and their jobs are cancelled; running jobs go on, as with
+    the local scheduler. Marked first, then cancelled: a job that starts in
+    between finds its run ended and exits at once."""
+    from fslab.sweep import SWEEP_STOPPED, load_sweep
+
+    sweep_id = run.status().get("sweep")
+    if not sweep_id:
+        return []
+    sweep = load_sweep(run.path.parent, sweep_id)
+    if not sweep.get("fail_fast"):
+        return []
+    stopped = []
+    for other in (Run(run.path.parent / run_id) for run_id in sweep["runs"]):
+        status = other.status()
+        if other.id == run.id or status.get("state") != "queued" or status.get("executor") != "slurm":
+            continue
+        other.write_status(state="killed", ended=time.time(), error=SWEEP_STOPPED.format(run=run.id))
+        _cancel_job(other, status)
+        stopped.append(other)
+    return stopped
+
+
+def _fail_fast(run: Run) -> None:
+    """stop_sweep_after_failure, never hiding the job's own failure."""
+    try:
+        stopped = stop_sweep_after_failure(run)
+    except (FslabError, OSError) as exc:
+        print(f"fslab: fail-fast could not stop the sweep: {exc}", file=sys.stderr, flush=True)
+        return
+    if stopped:
+        print(f"fslab: fail-fast: cancelled {len(stopped)} queued runs of the sweep: "
+              f"{', '.join(r.id for r in stopped)}", file=sys.stderr, flush=True)
 
 
 class TrainingJob:
@@ -246,6 +288,7 @@ def run_job(job: TrainingJob) -> str:
     except SystemExit:
         if not job.preempted:
             keeper.finish("failed", 1, "the job exited before training ended")
+            _fail_fast(run)
             raise
         keeper.done.set()
         keeper.update(state="queued", pid=None, heartbeat=None, requeued=time.time(),
@@ -255,6 +298,7 @@ def run_job(job: TrainingJob) -> str:
         raise
     except BaseException as exc:  # the run must record why it ended, whatever it was
         record_failure(keeper, exc)
+        _fail_fast(run)
         raise
     keeper.finish("completed", 0)
     return "completed"

@@ -118,6 +118,9 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
     return again
 
 
+SWEEP_STOPPED = "sweep stopped: run {run} failed (fail-fast)"
+
+
 def stop_failed_sweeps(runs_dir: Path) -> list[Run]:
     """Fail-fast: once a run of a ``fail_fast`` sweep has failed, its queued runs end ``killed``."""
     folder = runs_dir / "sweeps"
@@ -132,7 +135,6 @@ def stop_failed_sweeps(runs_dir: Path) -> list[Run]:
             continue
         for run in runs:
             if run.status().get("state") == "queued" and run.claim():
-                run.write_status(state="killed", ended=time.time(),
-                                 error=f"sweep stopped: run {failed[0].id} failed (fail-fast)")
+                run.write_status(state="killed", ended=time.time(), error=SWEEP_STOPPED.format(run=failed[0].id))
                 stopped.append(run)
     return stopped

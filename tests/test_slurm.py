@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -194,3 +196,64 @@ def test_a_sweep_of_jobs_stops_and_resumes(local_cluster):
     steps = [e["step"] for e in events(run_dir, "train")]
     assert steps == list(range(1, len(steps) + 1))
     assert len(events(run_dir, "start")) == 1 + len(events(run_dir, "resume"))
+
+
+COUNTING_SBATCH = """#!/bin/sh
+n=$(cat "{folder}/next-job" 2>/dev/null || echo 100)
+echo $((n + 1)) > "{folder}/next-job"
+echo "Submitted batch job $n"
+"""
+BOOM = """
+    from fslab import hookimpl
+
+
+    def boom(z, labels, support=None):
+        raise RuntimeError("boom")
+
+
+    @hookimpl
+    def register_losses(register):
+        register(boom, name="boom", description="fails at its first step")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_fast", [True, False])
+def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project, fail_fast):
+    """Stand-in sbatch/scancel: the jobs stay pending; the first one is then run the way
+    SLURM would run it (its job body, with SLURM's environment) and fails."""
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", COUNTING_SBATCH), ("scancel", FAKE_SCANCEL), ("srun", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text.format(folder=project))
+        (bin_dir / name).chmod(0o755)
+    (project / "mine").mkdir()
+    (project / "mine" / "boom.py").write_text(textwrap.dedent(BOOM))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    flag = ["--fail-fast"] if fail_fast else []
+    result = fslab("sweep", "nca", *TINY, "--set", "loss.name=boom", "--seeds", "3", *flag,
+                   "--executor", "slurm", cwd=project, env=env)
+    assert result.returncode == 0, result.stderr
+    sweep_id = result.stdout.split(":")[0]
+    runs = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())["runs"]
+    jobs = {run_id: status(project / "runs" / run_id)["slurm_job_id"] for run_id in runs}
+    assert sorted(jobs.values()) == ["100", "101", "102"]
+
+    first, *others = runs
+    job_env = {**env, "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": jobs[first]}
+    job = subprocess.run([sys.executable, "-c", "import sys; from fslab.slurm import TrainingJob; "
+                          "TrainingJob(sys.argv[1])()", str(project / "runs" / first)],
+                         cwd=project, env=job_env, capture_output=True, text=True, timeout=120)
+    assert job.returncode != 0
+    got = status(project / "runs" / first)
+    assert (got["state"], got["error"]) == ("failed", "RuntimeError: boom")
+    calls = (project / "scancel.calls").read_text().split() if (project / "scancel.calls").exists() else []
+    if fail_fast:
+        assert sorted(calls) == sorted(jobs[r] for r in others)
+        for run_id in others:
+            got = status(project / "runs" / run_id)
+            assert (got["state"], got["error"]) == ("killed", f"sweep stopped: run {first} failed (fail-fast)")
+        assert "fail-fast: cancelled 2 queued runs" in (project / "runs" / first / "stderr.log").read_text()
+    else:
+        assert calls == [] and [status(project / "runs" / r)["state"] for r in others] == ["queued", "queued"]
