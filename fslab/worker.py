@@ -10,7 +10,10 @@ Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 keeps the
 status, recording torchrun's pid (``fslab stop`` signals torchrun, which
 forwards SIGTERM to every rank; a rank whose torchrun is gone, even by
 SIGKILL, stops itself); the other ranks only train and print their errors to
-the shared stderr.log.
+the shared stderr.log. A rank that fails leaves its one-line error in
+``.rank-failed`` before it exits; torchrun then stops rank 0 (or rank 0's
+next collective fails), and rank 0 records the run ``failed`` with that line
+rather than ``killed`` or a lost connection.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import traceback
 from pathlib import Path
 
 from fslab.runstore import Run
+
+
+RANK_FAILED = ".rank-failed"
 
 
 class Stopped(Exception):
@@ -107,12 +113,25 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
         _leave_process_group()
     except Stopped as stop:
         return 128 + stop.signum
-    except BaseException:
+    except BaseException as exc:
         print(f"fslab: rank {rank} failed:", file=sys.stderr)
         traceback.print_exc()
         sys.stderr.flush()
+        (run.path / RANK_FAILED).write_text(f"rank {rank} failed: {_one_line(exc)}\n")
         return 1
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+
+
+def other_rank_failure(run: Run) -> str | None:
+    """The error line a failed rank left, if one did."""
+    try:
+        return (run.path / RANK_FAILED).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def stop_on_signals() -> None:
@@ -121,11 +140,17 @@ def stop_on_signals() -> None:
     signal.signal(signal.SIGINT, _raise_stopped)
 
 
+def ignore_stop_signals() -> None:
+    """While the end state is written: under torchrun a failing rank is soon
+    followed by torchrun's SIGTERM, which must not cut the writing short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def record_stop(keeper: "StatusKeeper", stop: "Stopped") -> int:
     """The run ends ``killed``; further signals are ignored while that is
     written. Returns the exit code, 128 + the signal's number."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_stop_signals()
     print(f"fslab: stopped by {stop}", file=sys.stderr, flush=True)
     keeper.finish("killed", 128 + stop.signum, f"stopped by {stop}")
     return 128 + stop.signum
@@ -133,9 +158,10 @@ def record_stop(keeper: "StatusKeeper", stop: "Stopped") -> int:
 
 def record_failure(keeper: "StatusKeeper", exc: BaseException) -> None:
     """The traceback to stderr.log, and the run ends ``failed`` with its one-line summary."""
+    ignore_stop_signals()
     traceback.print_exc()
     sys.stderr.flush()
-    keeper.finish("failed", 1, f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500])
+    keeper.finish("failed", 1, _one_line(exc))
 
 
 def main(argv: list[str]) -> int:
@@ -151,6 +177,7 @@ def main(argv: list[str]) -> int:
     interval = float(run.config().get("train", {}).get("heartbeat", 5.0))
     keeper = StatusKeeper(run, interval)
     stop_on_signals()
+    (run.path / RANK_FAILED).unlink(missing_ok=True)  # before any rank can have trained
     keeper.start(resume)
     watch_torchrun()
     try:
@@ -159,8 +186,17 @@ def main(argv: list[str]) -> int:
         train(run, resume=resume)
         _leave_process_group()
     except Stopped as stop:
+        ignore_stop_signals()
+        if other_rank_failure(run):  # torchrun stopped this rank because another one failed
+            keeper.finish("failed", 1, other_rank_failure(run))
+            return 1
         return record_stop(keeper, stop)
     except BaseException as exc:  # the run must record why it ended, whatever it was
+        ignore_stop_signals()
+        if other_rank_failure(run):  # e.g. a collective broken by the failed rank's exit
+            traceback.print_exc()
+            keeper.finish("failed", 1, other_rank_failure(run))
+            return 1
         record_failure(keeper, exc)
         return 1
     keeper.finish("completed", 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import textwrap
 
 import pytest
 
@@ -220,3 +221,37 @@ def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
     steps = [e["step"] for e in events(run_dir, "train")]
     assert steps == list(range(1, len(steps) + 1))  # cut back to the checkpoint, continued without a gap
     assert json.loads((run_dir / "status.json").read_text())["state"] == "killed"
+
+
+RANK_ONE_FAILS = """
+    import os
+
+    from fslab import hookimpl
+    from fslab_plugins.nca import nca
+
+
+    def rank_one_fails(z, labels, support=None):
+        if os.environ.get("RANK") == "1":
+            raise RuntimeError("boom on rank 1")
+        return nca(z, labels, support)
+
+
+    @hookimpl
+    def register_losses(register):
+        register(rank_one_fails, name="rank-one-fails", description="fails on rank 1 only")
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_fails_the_run_with_its_error(tmp_path):
+    """Not `killed` (torchrun's SIGTERM to rank 0) nor rank 0's broken collective: the failed rank's line."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "boom.py").write_text(textwrap.dedent(RANK_ONE_FAILS))
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    done = fslab("run", "nca", "--device", "cpu", "--gpus", "2", *TINY, "--set", "loss.name=rank-one-fails",
+                 cwd=tmp_path, timeout=180)
+    assert done.returncode == 1
+    status = json.loads((only_run(tmp_path) / "status.json").read_text())
+    assert (status["state"], status["exit_code"]) == ("failed", 1)
+    assert status["error"] == "rank 1 failed: RuntimeError: boom on rank 1"
+    assert "boom on rank 1" in done.stderr
