@@ -37,6 +37,9 @@ BatchSizeOpt = Annotated[Optional[int], typer.Option(help="Images per training b
 LrOpt = Annotated[Optional[float], typer.Option(help="Initial learning rate.")]
 SeedOpt = Annotated[Optional[int], typer.Option(help="Random seed.")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N.")]
+GpusOpt = Annotated[Optional[int], typer.Option(
+    "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
+                   "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ExecutorOpt = Annotated[str, typer.Option(help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
@@ -80,22 +83,17 @@ def run(
     seed: SeedOpt = None,
     device: DeviceOpt = None,
     set_: SetOpt = None,
-    gpus: Annotated[Optional[int], typer.Option(
-        "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
-                       "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")] = None,
+    gpus: GpusOpt = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the run and return at once, printing its id.")] = False,
     executor: ExecutorOpt = "local",
     slurm: SlurmOpt = None,
 ) -> None:
     """Start a training run in a new worker process and follow it (or submit it as a SLURM job)."""
-    from fslab.config import nest
     from fslab.launcher import launch
 
     settings = _settings()
     registry = _registry(settings)
-    overrides = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_)
-    if gpus is not None:  # before the --set layers, like the other options
-        overrides.insert(0, nest(["train", "processes"], gpus))
+    overrides = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus)
     if _check_executor(executor, slurm):
         from fslab import slurm as slurm_
 
@@ -120,14 +118,14 @@ def _check_executor(executor: str, slurm: Optional[list[str]]) -> bool:
     return executor == "slurm"
 
 
-def _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_) -> list[dict]:
+def _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None) -> list[dict]:
     """Config layers from the options of `fslab run` (then --set, in order)."""
     from fslab.config import nest, parse_assignment
 
     options = {
         ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,
         ("train", "epochs"): epochs, ("train", "batch_size"): batch_size, ("train", "lr"): lr,
-        ("seed",): seed, ("device",): device,
+        ("seed",): seed, ("device",): device, ("train", "processes"): gpus,
     }
     overrides = [nest(list(path), value) for path, value in options.items() if value is not None]
     return overrides + [nest(*parse_assignment(text)) for text in set_ or []]
@@ -493,6 +491,7 @@ def sweep(
     seed: Annotated[Optional[int], typer.Option(help="First seed.")] = None,
     device: DeviceOpt = None,
     set_: SetOpt = None,
+    gpus: GpusOpt = None,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="At the first failed run, cancel the runs still queued (with --executor slurm: the jobs not yet started).")] = False,
     executor: ExecutorOpt = "local",
     slurm: SlurmOpt = None,
@@ -538,9 +537,10 @@ def sweep(
     else:
         raise UsageError("usage: fslab sweep METHOD [--seeds N] [--grid key=v1,v2] ..., or fslab sweep --file SWEEP.toml")
     grid_values.update(parse_grid(grid or []))
-    base = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])])
+    base = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
+                      gpus)
     sweep_id, runs = create_sweep(method, grid_values, seeds, base=base, settings=settings,
-                                  registry=_registry(settings), fail_fast=fail_fast)
+                                  registry=_registry(settings), fail_fast=fail_fast, on_slurm=on_slurm)
     if on_slurm:
         submitted = slurm_.submit_queued(runs, options)
         console.print(f"{sweep_id}: {len(submitted)} runs submitted as SLURM jobs; follow them with: fslab runs",

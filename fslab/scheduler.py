@@ -7,6 +7,9 @@ that worker exits, however it exits (even ``kill -9``), so a slot is never
 leaked and two schedulers never start runs on one slot. On a GPU machine there
 are ``runs_per_gpu`` slots per GPU, and each run sees only its GPU
 (``CUDA_VISIBLE_DEVICES``, PCI bus order); without GPUs, ``cpu_slots`` slots.
+A run of N processes (``--gpus N``) takes N slots at once, each on a
+different GPU; runs start in queue order, so a large run is not passed over
+indefinitely by smaller ones behind it.
 
 The scheduler runs in its own session (closing the terminal does not stop the
 sweep) and exits when no queued run is waiting; started workers go on alone.
@@ -26,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fslab.errors import UsageError
 from fslab.launcher import start_worker
 from fslab.runstore import Run
 from fslab.settings import load_settings
@@ -55,6 +59,39 @@ def configured_slots(scheduler: dict) -> list[Slot]:
     if gpus:
         return [Slot(f"gpu{g}-{k}", g) for g in gpus for k in range(scheduler["runs_per_gpu"])]
     return [Slot(f"cpu-{k}") for k in range(scheduler["cpu_slots"])]
+
+
+def slots_needed(run: Run) -> int:
+    return int(run.config().get("train", {}).get("processes") or 1)
+
+
+def capacity(slots: list[Slot]) -> int:
+    """The most slots one run can hold together: one per GPU, or every CPU slot."""
+    gpus = {s.gpu for s in slots if s.gpu is not None}
+    return len(gpus) if gpus else len(slots)
+
+
+def pick_slots(free: list, need: int) -> list | None:
+    """``need`` of the ``(slot, fd)`` pairs in ``free``, on distinct GPUs, or
+    None if they are not there."""
+    picked, gpus = [], set()
+    for slot, fd in free:
+        if slot.gpu is None or slot.gpu not in gpus:
+            picked.append((slot, fd))
+            gpus.add(slot.gpu)
+            if len(picked) == need:
+                return picked
+    return None
+
+
+def check_fits(processes: int, slots: list[Slot]) -> None:
+    """A UsageError (at sweep creation) for runs no slot set here can hold."""
+    most = capacity(slots)
+    if processes > most:
+        what = f"{most} GPU{'s' * (most != 1)}" if any(s.gpu is not None for s in slots) \
+            else f"{most} CPU slot{'s' * (most != 1)} (scheduler.cpu_slots in fslab.toml)"
+        raise UsageError(f"--gpus {processes} needs {processes} slots on different GPUs (or CPU slots), "
+                         f"but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
 
 
 def lock_slot(folder: Path, slot: Slot) -> int | None:
@@ -92,14 +129,18 @@ def waiting_runs(runs_dir: Path) -> list[Run]:
     return [run for _, _, run in sorted(found, key=lambda f: f[:2])]
 
 
-def start_in_slot(run: Run, slot: Slot, fd: int) -> subprocess.Popen:
-    env = {"FSLAB_SLOT": slot.name}
-    if slot.gpu is not None:
-        env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(slot.gpu))
+def start_in_slots(run: Run, taken: list) -> subprocess.Popen:
+    """Start the run's worker (torchrun for several processes) holding the
+    ``(slot, fd)`` locks in ``taken``, seeing only their GPUs."""
+    slots, fds = [slot for slot, _ in taken], [fd for _, fd in taken]
+    env = {"FSLAB_SLOT": ",".join(slot.name for slot in slots)}
+    if slots[0].gpu is not None:
+        env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(str(slot.gpu) for slot in slots))
     try:
-        return start_worker(run, resume=run.checkpoint_path.exists(), env=env, pass_fds=(fd,))
+        return start_worker(run, resume=run.checkpoint_path.exists(), env=env, pass_fds=tuple(fds))
     finally:
-        os.close(fd)  # the worker's inherited copy now holds the lock
+        for fd in fds:
+            os.close(fd)  # the worker's inherited copies now hold the locks
 
 
 def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
@@ -118,12 +159,20 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
             stop_failed_sweeps(runs_dir)
             waiting = waiting_runs(runs_dir)
             for run in waiting:
-                if not free:
-                    break
+                need = slots_needed(run)
+                if need > capacity(slots):  # e.g. fslab.toml changed since the sweep was queued
+                    if run.claim():
+                        run.write_status(state="failed", ended=time.time(), exit_code=None,
+                                         error=f"needs {need} slots on different GPUs; this scheduler has "
+                                               f"{capacity(slots)}")
+                    continue
+                taken = pick_slots(free, need)
+                if taken is None:
+                    break  # it waits for more slots, and the runs behind it wait for it
                 if not run.claim():  # another scheduler took it first
                     continue
-                slot, fd = free.pop(0)
-                children.append(Child(start_in_slot(run, slot, fd)))
+                free = [pair for pair in free if pair not in taken]
+                children.append(Child(start_in_slots(run, taken)))
                 started += 1
             for _, fd in free:  # slots this round left unused
                 os.close(fd)

@@ -136,11 +136,12 @@ def launch(method: str, overrides: list[dict], *, settings, registry, options: d
     """``fslab run --executor slurm``: resolve, create the run, claim it (no
     local scheduler may start it) and submit it."""
     from fslab.config import resolve
+    from fslab.sweep import SLURM_ONE_PROCESS
 
     require_submitit()  # say how to install submitit before creating anything
     config = resolve(method, registry=registry, settings=settings, overrides=overrides)
     if int(config.get("train", {}).get("processes") or 1) > 1:
-        raise UsageError("--executor slurm trains one process per job; --gpus N (torchrun) runs locally only for now")
+        raise UsageError(SLURM_ONE_PROCESS)
     run = create_run(settings.runs_dir, method, config)
     run.claim()
     return run, submit(run, options)

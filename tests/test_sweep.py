@@ -152,3 +152,47 @@ def test_sweep_with_a_bad_value_writes_nothing(project):
     result = fslab("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
     assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got 'two'" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_a_run_of_n_processes_takes_n_slots_on_different_gpus():
+    from fslab.scheduler import Slot, capacity, check_fits, pick_slots
+
+    gpu_slots = [Slot(f"gpu{g}-{k}", g) for g in (0, 1, 2) for k in range(2)]  # runs_per_gpu = 2
+    free = [(s, i) for i, s in enumerate(gpu_slots) if s.name != "gpu1-0"]
+    assert [s.name for s, _ in pick_slots(free, 1)] == ["gpu0-0"]
+    assert [s.name for s, _ in pick_slots(free, 3)] == ["gpu0-0", "gpu1-1", "gpu2-0"]
+    assert pick_slots([(s, i) for i, s in enumerate(gpu_slots) if s.gpu == 0], 2) is None  # one GPU, twice
+    assert capacity(gpu_slots) == 3 and capacity([Slot(f"cpu-{k}") for k in range(4)]) == 4
+    cpu_slots = [(Slot(f"cpu-{k}"), k) for k in range(3)]
+    assert [s.name for s, _ in pick_slots(cpu_slots, 3)] == ["cpu-0", "cpu-1", "cpu-2"]
+    assert pick_slots(cpu_slots, 4) is None
+    with pytest.raises(UsageError, match=r"--gpus 4 needs 4 slots .* but the scheduler has 3 GPUs; use --gpus 3"):
+        check_fits(4, gpu_slots)
+
+
+def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 2\n")
+    result = fslab("sweep", "nca", "--device", "cpu", "--gpus", "3", *TINY, cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: --gpus 3 needs 3 slots on different GPUs (or CPU slots), but the " \
+                                    "scheduler has 2 CPU slots (scheduler.cpu_slots in fslab.toml); use --gpus 2 or fewer"
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+    slurm = fslab("sweep", "nca", "--device", "cpu", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project)
+    assert slurm.returncode == 2 and "--executor slurm trains one process per job" in slurm.stderr
+
+
+@pytest.mark.slow
+def test_a_sweep_of_two_process_runs_gives_each_run_two_slots(project):
+    """3 CPU slots and runs of 2 gloo processes: one run at a time, each holding two slots."""
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 3\n")
+    result = fslab("sweep", "nca", "--seeds", "2", "--device", "cpu", "--gpus", "2", *TINY, "--epochs", "1",
+                   cwd=project)
+    assert result.returncode == 0, result.stderr
+    sweep_id = result.stdout.split(":")[0]
+    record = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())
+    wait_for(lambda: all(s["state"] in ("completed", "failed") for s in states(project).values()),
+             timeout=240, what="the sweep to end")
+    got = [json.loads((project / "runs" / r / "status.json").read_text()) for r in record["runs"]]
+    assert [(s["state"], s["processes"]) for s in got] == [("completed", 2), ("completed", 2)], got
+    assert [s["slot"] for s in got] == ["cpu-0,cpu-1", "cpu-0,cpu-1"]  # the third slot was never enough
+    assert got[1]["started"] > got[0]["ended"]  # the second waited for the first run's slots
