@@ -26,14 +26,15 @@ def worker_command(run: Run, resume: bool = False) -> list[str]:
 
 
 def check_dataset(config: dict, registry) -> None:
-    """Build the run's dataset once here when it registered ``check_files=True``:
-    its constructor only looks for its files (the on-disk datasets), so a wrong
-    root or a missing file is one line now, not a failed run. Lazy targets are
-    left to the worker (importing them could pull in torch)."""
+    """Build the run's dataset once here when it registered ``check_early=True``:
+    its constructor only checks its parameters and looks for its files, so a
+    wrong root, a missing file or impossible sizes are one line now, not a
+    failed run. Lazy targets are left to the worker (importing them could pull
+    in torch)."""
     from fslab.registry import create_dataset
 
     component = registry.get("dataset", config["dataset"]["name"])
-    if component.info.get("check_files") and not isinstance(component.target, str):
+    if component.info.get("check_early") and not isinstance(component.target, str):
         create_dataset(registry, config)
 
 

@@ -113,7 +113,7 @@ def register_datasets(register):
         description="CIFAR-FS from cifar-100-python/: Bertinetto et al. split, 64/16/20 classes × 600, 32×32",
         paper="Bertinetto et al. 2019",
         # NCA paper (SPEC §5): flip and crop; 240 epochs for its final CIFAR-FS table.
-        check_files=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"epochs": 240, "crop_padding": 4, "flip": True}},
     )
     register(
@@ -121,6 +121,6 @@ def register_datasets(register):
         name="fc100",
         description="FC100 from cifar-100-python/: Oreshkin et al. superclass split, 60/20/20 classes × 600, 32×32",
         paper="Oreshkin et al. 2018",
-        check_files=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"crop_padding": 4, "flip": True}},
     )

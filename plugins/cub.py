@@ -124,6 +124,6 @@ def register_datasets(register):
         name="cub",
         description="CUB-200-2011 birds, Chen et al. 2019 split (100/50/50 classes), bounding-box crops optional",
         paper="Wah et al. 2011; split of Chen et al. 2019",
-        check_files=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"crop_padding": 8, "flip": True}},
     )

@@ -74,6 +74,6 @@ def register_datasets(register):
         name="folder",
         description="Any ROOT/{train,val,test}/<class>/<image> tree, resized to image_size (default 84)",
         paper="",
-        check_files=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"crop_padding": 8, "flip": True}},
     )

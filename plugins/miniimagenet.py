@@ -156,6 +156,6 @@ def register_datasets(register):
         paper="Vinyals et al. 2016; Ravi & Larochelle 2017",
         # NCA paper recipe (SPEC §5): 84×84 images, flip and random crop, the
         # core defaults otherwise (120 epochs, batch 512, lr ÷10 at 70%).
-        check_files=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"crop_padding": 8, "flip": True}},
     )

@@ -83,6 +83,6 @@ def register_datasets(register):
         description="Omniglot, Vinyals split (1,028/172/423 characters, 20 drawings), 28×28, rotations as classes",
         paper="Lake et al. 2015; Vinyals et al. 2016",
         # A mirrored or shifted character is another character: no flip, no crop.
-        check_files=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"crop_padding": 0, "flip": False}},
     )

@@ -59,7 +59,8 @@ class SyntheticDataset:
         if val_classes < 2 or test_classes < 2 or classes - val_classes - test_classes < 2:
             raise UsageError(
                 f"synthetic: need at least 2 classes in each split, got classes={classes}, "
-                f"val_classes={val_classes}, test_classes={test_classes}"
+                f"val_classes={val_classes}, test_classes={test_classes}; classes counts all three splits, so "
+                f"use classes >= {max(val_classes, 2) + max(test_classes, 2) + 2}"
             )
         if images_per_class < 2:
             raise UsageError(f"synthetic: images_per_class must be >= 2, got {images_per_class}")
@@ -184,6 +185,7 @@ def register_datasets(register):
         name="synthetic",
         description="Procedural stroke-drawn glyphs: 16×16 grayscale, 120/40/40 classes × 30 images; no download.",
         paper="built in",
+        check_early=True,  # cheap to construct (images are drawn on load): bad sizes fail in the CLI
         # The dataset's own recipe, sized for 2 CPU cores: full ResNet-12 runs
         # ~55 images/s at 16×16, so 5 epochs of 3,600 images (140 steps) take
         # about 6 minutes with validation. The learning rate is the NCA paper's

@@ -121,6 +121,6 @@ def register_datasets(register):
                     "or split folders",
         paper="Ren et al. 2018",
         # NCA paper App. A.4 / SPEC §5: batch 1024, lr ÷10 after 50% and 75% of training.
-        check_files=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"batch_size": 1024, "milestones": [0.5, 0.75], "crop_padding": 8, "flip": True}},
     )

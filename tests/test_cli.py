@@ -65,6 +65,9 @@ def test_plugins_lists_every_kind_with_origin(project):
         (["run", "nca"], "[run.train\nepochs = 2\n", "fslab.toml:1:"),
         (["run", "nca"], "[run]\ndevice = 3\n", "config key 'device' must be a string, got 3"),
         (["run", "nca", "--device", "tpu"], "", "config key 'device' must be auto, cpu, cuda or cuda:N"),
+        (["run", "nca", "--set", "dataset.classes=24"], "",
+         "synthetic: need at least 2 classes in each split, got classes=24, val_classes=40, test_classes=40; "
+         "classes counts all three splits, so use classes >= 82"),
         (["plugins", "--kind", "losses"], "", "Unknown plugin kind 'losses'. Did you mean 'loss'?"),
         (["show", "nothing-like-this"], "", "no run 'nothing-like-this'"),
     ],
