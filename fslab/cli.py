@@ -173,14 +173,15 @@ def resume(
 
     run_ = find_run(_settings().runs_dir, ref)
     check_resumable(run_)
-    check_processes(run_.config())
     if _check_executor(executor, slurm):
         from fslab import slurm as slurm_
 
         options = slurm_.job_options(_settings(), slurm)
+        slurm_.check_job_processes(run_.config(), options)
         slurm_.requeue_for_job(run_)
         console.print(f"run {run_.id}: resuming as SLURM job {slurm_.submit(run_, options)}", highlight=False)
         return
+    check_processes(run_.config())
     process = start_worker(run_, resume=True)
     if detach:
         console.print(run_.id, highlight=False)
@@ -540,7 +541,8 @@ def sweep(
     base = _overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
                       gpus)
     sweep_id, runs = create_sweep(method, grid_values, seeds, base=base, settings=settings,
-                                  registry=_registry(settings), fail_fast=fail_fast, on_slurm=on_slurm)
+                                  registry=_registry(settings), fail_fast=fail_fast,
+                                  slurm_options=options if on_slurm else None)
     if on_slurm:
         submitted = slurm_.submit_queued(runs, options)
         console.print(f"{sweep_id}: {len(submitted)} runs submitted as SLURM jobs; follow them with: fslab runs",

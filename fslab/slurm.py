@@ -14,6 +14,10 @@ back to ``queued`` meanwhile, and the requeued job resumes from the run's last
 checkpoint (``train(run, resume=True)``), so it ends exactly where an
 uninterrupted run would. ``fslab stop`` cancels the job (``scancel``).
 
+A ``--gpus N`` run's job starts torchrun on its node (:func:`run_ranks`),
+exactly as a local ``--gpus N`` run does, and stops it on ``fslab stop`` or
+before a requeue.
+
 ``[slurm] cluster = "local"`` sends the same jobs to submitit's local executor
 on this machine instead: the whole path, preemption included, can be tried
 (and is tested) without a cluster.
@@ -136,15 +140,30 @@ def launch(method: str, overrides: list[dict], *, settings, registry, options: d
     """``fslab run --executor slurm``: resolve, create the run, claim it (no
     local scheduler may start it) and submit it."""
     from fslab.config import resolve
-    from fslab.sweep import SLURM_ONE_PROCESS
 
     require_submitit()  # say how to install submitit before creating anything
     config = resolve(method, registry=registry, settings=settings, overrides=overrides)
-    if int(config.get("train", {}).get("processes") or 1) > 1:
-        raise UsageError(SLURM_ONE_PROCESS)
+    check_job_processes(config, options)
     run = create_run(settings.runs_dir, method, config)
     run.claim()
     return run, submit(run, options)
+
+
+def check_job_processes(config: dict, options: dict) -> None:
+    """``--gpus N`` in a job runs torchrun on the job's node, so SLURM must
+    give the job N GPUs (``gpus_per_job``); with the local executor, this
+    machine must have them. CPU (gloo) processes need no GPU."""
+    processes = int(config["train"].get("processes") or 1)
+    if processes == 1 or config["device"] == "cpu":
+        return
+    if options["cluster"] == "local":
+        from fslab.launcher import check_processes
+
+        check_processes(config)
+    elif options["gpus_per_job"] < processes:
+        raise UsageError(f"--gpus {processes} in a SLURM job needs gpus_per_job >= {processes}, got "
+                         f"{options['gpus_per_job']}; pass --slurm gpus_per_job={processes} or set it in [slurm] "
+                         f"of fslab.toml")
 
 
 def submit_queued(runs: list[Run], options: dict) -> list[tuple[Run, str]]:
@@ -246,9 +265,19 @@ class TrainingJob:
 
     def checkpoint(self, *args, **kwargs):
         """Called by submitit on preemption or near the time limit: the job is
-        about to be requeued; the new submission resumes the same run."""
+        about to be requeued; the new submission resumes the same run. A
+        torchrun the job started is stopped first (its rank 0 records the
+        stop; the last end-of-epoch checkpoint is what the requeued job resumes)."""
         self.preempted = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a requeue is not `fslab stop`
+        ranks = getattr(self, "ranks", None)
+        if ranks is not None and ranks.returncode is None:
+            ranks.send_signal(signal.SIGTERM)
+            try:  # not ranks.wait(): this runs in a signal handler that may have interrupted a poll()
+                _, code = os.waitpid(ranks.pid, 0)
+                ranks.returncode = os.waitstatus_to_exitcode(code)
+            except ChildProcessError:  # reaped already
+                pass
         return require_submitit().helpers.DelayedSubmission(TrainingJob(self.run_dir))
 
 
@@ -274,6 +303,8 @@ def run_job(job: TrainingJob) -> str:
     resume = run.checkpoint_path.exists()
     if not resume and run.metrics_path.exists():
         atomic_write_text(run.metrics_path, "")  # an earlier attempt stopped before its first checkpoint
+    if int(run.config().get("train", {}).get("processes") or 1) > 1:
+        return run_ranks(job, run, resume)
     keeper = StatusKeeper(run, float(run.config().get("train", {}).get("heartbeat", 5.0)))
     stop_on_signals()
     job_id = require_submitit().JobEnvironment().job_id
@@ -303,3 +334,42 @@ def run_job(job: TrainingJob) -> str:
         raise
     keeper.finish("completed", 0)
     return "completed"
+
+
+def run_ranks(job: TrainingJob, run: Run, resume: bool) -> str:
+    """The job's body for ``--gpus N``: torchrun on this node, exactly as a
+    local ``--gpus N`` run starts it, whose rank 0 keeps the run's status.
+    The job waits for it, passes ``fslab stop`` (SIGTERM) on, and on
+    preemption stops it before the requeue (:meth:`TrainingJob.checkpoint`).
+    The ranks ignore SIGUSR2, which SLURM sends to every process of a job
+    it preempts: the job alone decides how they stop."""
+    import subprocess
+
+    from fslab.launcher import worker_command
+
+    job_id = require_submitit().JobEnvironment().job_id
+    run.write_status(slurm_job_id=job_id, attempts=int(run.status().get("attempts") or 0) + 1)
+    job.ranks = subprocess.Popen(worker_command(run, resume), stdin=subprocess.DEVNULL,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                 preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
+    signal.signal(signal.SIGTERM, lambda signum, frame: job.ranks.send_signal(signal.SIGTERM))
+    try:
+        while job.ranks.poll() is None:  # a sleep loop, so a signal handler may reap the ranks itself
+            time.sleep(0.2)
+    except SystemExit:  # submitit's preemption handler, after checkpoint() stopped the ranks
+        if not job.preempted:
+            raise
+        run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None,
+                         requeued=time.time(), requeues=int(run.status().get("requeues") or 0) + 1)
+        print(f"fslab: job {job_id} preempted or out of time; requeued to resume from the last checkpoint",
+              file=sys.stderr, flush=True)
+        raise
+    status = run.status()
+    if status.get("state") not in ENDED:  # the ranks died without a word (e.g. killed)
+        status = run.write_status(state="failed", ended=time.time(), exit_code=job.ranks.returncode,
+                                  error=f"torchrun exited with code {job.ranks.returncode}")
+    if status["state"] == "failed":
+        _fail_fast(run)
+        raise FslabError(f"run {run.id} failed: {status.get('error')}")
+    return status["state"]
+

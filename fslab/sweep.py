@@ -64,20 +64,23 @@ def expand(grid: dict[str, list], seeds: int, first_seed: int = 0) -> list[list[
 
 
 def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settings, registry,
-                 fail_fast: bool = False, on_slurm: bool = False) -> tuple[str, list[Run]]:
-    """Resolve all combinations, then create their queued runs and the sweep record."""
+                 fail_fast: bool = False, slurm_options: dict | None = None) -> tuple[str, list[Run]]:
+    """Resolve all combinations, then create their queued runs and the sweep
+    record. ``slurm_options``: the runs become SLURM jobs with these settings."""
     configs = [resolve(method, registry=registry, settings=settings, overrides=[*base, *combo])
                for combo in expand(grid, seeds, first_seed=_first_seed(base))]
     from fslab.launcher import check_dataset, check_processes
     from fslab.scheduler import check_fits, configured_slots
 
-    most = max(config["train"]["processes"] for config in configs)
-    if on_slurm and most > 1:
-        raise UsageError(SLURM_ONE_PROCESS)
-    for config in configs:
-        check_processes(config)  # as fslab run --gpus N does
-    if not on_slurm:
-        check_fits(most, configured_slots(settings.scheduler))
+    for config in configs:  # as fslab run --gpus N does, here or in a job
+        if slurm_options is None:
+            check_processes(config)
+        else:
+            from fslab.slurm import check_job_processes
+
+            check_job_processes(config, slurm_options)
+    if slurm_options is None:
+        check_fits(max(config["train"]["processes"] for config in configs), configured_slots(settings.scheduler))
     for config in {(c["dataset"]["name"], str(sorted(c["dataset"].items()))): c for c in configs}.values():
         check_dataset(config, registry)  # a wrong data root fails the sweep before any run is queued
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
@@ -126,7 +129,6 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
     return again
 
 
-SLURM_ONE_PROCESS = "--executor slurm trains one process per job; --gpus N (torchrun) runs locally only for now"
 SWEEP_STOPPED = "sweep stopped: run {run} failed (fail-fast)"
 
 

@@ -257,3 +257,48 @@ def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project
         assert "fail-fast: cancelled 2 queued runs" in (project / "runs" / first / "stderr.log").read_text()
     else:
         assert calls == [] and [status(project / "runs" / r)["state"] for r in others] == ["queued", "queued"]
+
+
+@pytest.mark.slow
+def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(local_cluster):
+    """--device cpu --gpus 2 as a job: the same steps as the same run started locally; USR2 to
+    the job stops its ranks, and the requeued job resumes them from the checkpoint."""
+    from fslab.launcher import child_pids
+    from fslab.runstore import pid_alive
+
+    project = local_cluster
+    two = [*ARGS, "--device", "cpu", "--gpus", "2"]
+    preempted = fslab("run", "nca", *two, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
+    run_dir = project / "runs" / preempted
+    wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], timeout=180, what="epoch 2 to start")
+    first = status(run_dir)
+    assert first["state"] == "running" and first["processes"] == 2, first
+    (job_process,) = child_pids(int(first["slurm_job_id"]))  # the local executor's controller runs the job
+    os.kill(job_process, signal.SIGUSR2)
+    wait_for(lambda: status(run_dir).get("requeues") == 1, what="the job to be requeued")
+    assert fslab("run", "nca", *two, cwd=project, timeout=300).returncode == 0
+    (reference,) = [p for p in (project / "runs").iterdir() if p.name != preempted]
+    wait_for(lambda: ended(run_dir), timeout=180, what="the requeued job to end")
+
+    got = status(run_dir)
+    assert (got["state"], got["processes"], got["requeues"], got["attempts"]) == ("completed", 2, 1, 2), got
+    assert got["slurm_job_id"] == first["slurm_job_id"] and got["pid"] != first["pid"]
+    assert trajectory(run_dir) == trajectory(reference)
+    (resumed,) = events(run_dir, "resume")
+    assert 1 <= resumed["epoch"] < 3
+    assert [e["step"] for e in events(run_dir, "train")] == list(range(1, len(events(run_dir, "train")) + 1))
+
+    # fslab stop: the job passes SIGTERM on to torchrun, whose rank 0 records the stop
+    stopped = fslab("run", "nca", *two, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
+    wait_for(lambda: events(project / "runs" / stopped, "train"), timeout=180, what="training to start")
+    torchrun = status(project / "runs" / stopped)["pid"]
+    result = fslab("stop", stopped, cwd=project, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == f"{stopped}: killed", result.stderr
+    assert status(project / "runs" / stopped)["error"] == "stopped by SIGTERM"
+    wait_for(lambda: not pid_alive(torchrun), timeout=30, what="torchrun to exit")
+
+    no_gpus = fslab("run", "nca", *TINY, "--gpus", "2", "--device", "cuda", "--executor", "slurm", "--slurm",
+                    "cluster='slurm'", "--slurm", "gpus_per_job=1", cwd=project)
+    assert no_gpus.returncode == 2 and no_gpus.stderr.strip() == \
+        "error: --gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1; pass --slurm gpus_per_job=2 or set it " \
+        "in [slurm] of fslab.toml"

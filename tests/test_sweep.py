@@ -177,8 +177,9 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     assert result.stderr.strip() == "error: --gpus 3 needs 3 slots on different GPUs (or CPU slots), but the " \
                                     "scheduler has 2 CPU slots (scheduler.cpu_slots in fslab.toml); use --gpus 2 or fewer"
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
-    slurm = fslab("sweep", "nca", "--device", "cpu", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project)
-    assert slurm.returncode == 2 and "--executor slurm trains one process per job" in slurm.stderr
+    slurm = fslab("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project)
+    assert slurm.returncode == 2 and "--gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
 @pytest.mark.slow
