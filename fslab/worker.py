@@ -187,15 +187,15 @@ def main(argv: list[str]) -> int:
         _leave_process_group()
     except Stopped as stop:
         ignore_stop_signals()
-        if other_rank_failure(run):  # torchrun stopped this rank because another one failed
-            keeper.finish("failed", 1, other_rank_failure(run))
+        if failure := other_rank_failure(run):  # torchrun stopped this rank because another one failed
+            keeper.finish("failed", 1, failure)
             return 1
         return record_stop(keeper, stop)
     except BaseException as exc:  # the run must record why it ended, whatever it was
         ignore_stop_signals()
-        if other_rank_failure(run):  # e.g. a collective broken by the failed rank's exit
+        if failure := other_rank_failure(run):  # e.g. a collective broken by the failed rank's exit
             traceback.print_exc()
-            keeper.finish("failed", 1, other_rank_failure(run))
+            keeper.finish("failed", 1, failure)
             return 1
         record_failure(keeper, exc)
         return 1
