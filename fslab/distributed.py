@@ -26,16 +26,18 @@ on the CPU (gloo, for testing) they become :class:`GlobalBatchNorm`, which
 sums per-channel moments over the ranks itself. Both give the full batch's
 statistics, equal to one process up to float rounding.
 
-What is not exact: random numbers drawn *inside* the backbone (DropBlock) come
-from each rank's own generator on its own slice, so they differ from a single
-process (and a loss that draws random numbers, such as NCA's pair dropping or
-the triplet sampler, draws them identically on every rank only while the
-ranks' generators stay in step, which DropBlock breaks when slices differ in
-size).
+Random numbers. Every rank seeds its generators alike. A layer that draws
+noise per row (DropBlock) calls :func:`rand_rows`: during a training forward
+it draws the noise for the whole global batch, the same on every rank, and
+keeps this rank's rows, so each row gets the noise one process would give it
+and the ranks' generators stay in step for what is drawn later (NCA's pair
+dropping, the triplet sampler). Sums and counts that a layer takes over the
+batch go through :func:`sum_rows` and :func:`global_rows`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from dataclasses import dataclass
@@ -250,6 +252,45 @@ def synchronise_batch_norm(model: nn.Module, world: World, device: torch.device)
     return to_global_batch_norm(model)
 
 
+_share: tuple[slice, int] | None = None  # (this rank's rows, global batch size) inside a training forward
+
+
+@contextlib.contextmanager
+def global_batch(world: World, total: int):
+    """Within: this rank embeds ``world.rows(total)`` of a global batch of ``total`` rows."""
+    global _share
+    saved, _share = _share, ((world.rows(total), total) if world.size > 1 else None)
+    try:
+        yield
+    finally:
+        _share = saved
+
+
+def rand_rows(x: torch.Tensor) -> torch.Tensor:
+    """``torch.rand_like(x)`` for a batch ``x`` of rows: inside a
+    multi-process training forward, the global batch's noise (drawn alike on
+    every rank) at this rank's rows, so it equals what one process draws."""
+    if _share is None:
+        return torch.rand_like(x)
+    rows, total = _share
+    return torch.rand((total, *x.shape[1:]), dtype=x.dtype, device=x.device)[rows]
+
+
+def global_rows(rows: int) -> int:
+    """The global batch's row count inside a multi-process training forward; else ``rows``."""
+    return rows if _share is None else _share[1]
+
+
+def sum_rows(t: torch.Tensor) -> torch.Tensor:
+    """A sum a layer took over its rows, summed over the ranks inside a
+    multi-process training forward (no gradient flows through it)."""
+    if _share is None:
+        return t
+    t = t.detach().clone()
+    dist.all_reduce(t)
+    return t
+
+
 class GlobalBatchLoss(nn.Module):
     """One training forward: embed this rank's rows, gather the global batch,
     apply the loss to all of it. ``labels`` and ``support`` are the global
@@ -262,7 +303,9 @@ class GlobalBatchLoss(nn.Module):
         self.loss = loss  # a loss module's parameters train (and synchronise) with the network's
 
     def forward(self, x, labels, support=None):
-        z = gather_with_grad(self.head(self.backbone(x)), self.world, total=labels.shape[0])
+        with global_batch(self.world, labels.shape[0]):
+            local = self.head(self.backbone(x))
+        z = gather_with_grad(local, self.world, total=labels.shape[0])
         return self.loss(z, labels, support)
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fslab.distributed import global_rows, rand_rows, sum_rows
 from fslab.errors import UsageError
 
 
@@ -119,13 +120,15 @@ class DropBlock(nn.Module):
         block = min(self.block_size, height, width)
         valid = (height - block + 1) * (width - block + 1)
         gamma = self.drop_rate / block**2 * (height * width) / valid
-        seeds = (torch.rand_like(x) < gamma).to(x.dtype)
+        seeds = (rand_rows(x) < gamma).to(x.dtype)  # under --gpus N: as one process would draw them
         # Grow each seed into the block around it (blocks are clipped at the
         # border); an even block size yields one extra row and column, cut here.
         dropped = F.max_pool2d(seeds, kernel_size=block, stride=1, padding=block // 2)
         dropped = dropped[..., :height, :width]
         keep = 1.0 - dropped
-        return x * keep * (keep.numel() / keep.sum().clamp(min=1.0))
+        # the rescale counts over the whole batch (the global one under --gpus N)
+        units = keep.numel() // keep.shape[0] * global_rows(keep.shape[0])
+        return x * keep * (units / sum_rows(keep.sum()).clamp(min=1.0))
 
 
 class ResidualStage(nn.Module):

@@ -4,7 +4,7 @@ Two gloo processes on the CPU each embed half of a global batch (the real
 training step: augmentation drawn for the global batch, GlobalBatchNorm,
 gather_with_grad, DistributedDataParallel); their loss, pair counts, every
 parameter gradient and the batch-norm running statistics after one backward
-pass must equal one process on the full batch.
+pass must equal one process on the full batch, DropBlock's random blocks included.
 """
 
 from __future__ import annotations
@@ -59,10 +59,13 @@ def one_step(world, name, episodic):
 
     from fslab import distributed
     from fslab.train import augment, to_input
+    from fslab_plugins.networks import DropBlock
 
     torch.manual_seed(3)
+    # DropBlock draws noise per row and rescales by a count over the batch: both must be the global batch's
     backbone = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(1), torch.nn.Linear(4, 6))
+                                   DropBlock(0.3, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(1),
+                                   torch.nn.Linear(4, 6))
     loss_fn = make_loss(name)
     device = torch.device("cpu")
     backbone = distributed.synchronise_batch_norm(backbone, world, device)
