@@ -25,9 +25,9 @@ from unittest import mock
 
 import torch
 
-from fslab import evaluation
-from fslab.train import to_input
-from fslab_plugins.nca import centroid, squared_distances
+from fslab.training import evaluation
+from fslab.training.train import to_input
+from fslab_plugins.methods.nca import centroid, squared_distances
 
 
 def best_of(repeats: int, fn):
@@ -111,9 +111,9 @@ def cached_features(episodes: int, repeats: int) -> None:
 
 
 def evaluators():
-    from fslab_plugins.map import RetrievalMAP, ap_classify
-    from fslab_plugins.nca_evaluators import knn, soft
-    from fslab_plugins.sen import sen_nearest
+    from fslab_plugins.methods.map import RetrievalMAP, ap_classify
+    from fslab_plugins.methods.nca_evaluators import knn, soft
+    from fslab_plugins.methods.sen import sen_nearest
 
     return [("knn", knn, (5, 15)), ("soft", soft, (5, 15)), ("ap", ap_classify, (5, 15)),
             ("sen", sen_nearest, (5, 15)), ("retrieval-map", RetrievalMAP(), (1, 9))]

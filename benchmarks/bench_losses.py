@@ -29,8 +29,8 @@ import time
 
 import torch
 
-from fslab.registry import load_registry
-from fslab.settings import load_settings
+from fslab.core.registry import load_registry
+from fslab.core.settings import load_settings
 
 CLASSES, SHOTS, TRAIN_CLASSES = 8, 5, 64
 

@@ -86,7 +86,7 @@ def scheduler_pids(runs_dir: Path) -> list[int]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"fslab.scheduler" in argv and str(runs_dir).encode() in argv:
+            if b"fslab.execution.scheduler" in argv and str(runs_dir).encode() in argv:
                 pids.append(int(entry.name))
     return pids
 
@@ -138,16 +138,16 @@ def watch(run_dirs: list[Path], timeout: float, cpu: dict) -> list[tuple[float, 
 
 
 def worker_startup(project: Path, env: dict, repeats: int) -> list[float]:
-    """Baseline: spawn ``python -m fslab.worker`` on a fresh run directly and
+    """Baseline: spawn ``python -m fslab.execution.worker`` on a fresh run directly and
     time until its status says running (the worker then trains; it is stopped)."""
-    from fslab.runstore import create_run
+    from fslab.core.runstore import create_run
 
     out = []
     config = json.loads(next((project / "runs").glob("*/config.json")).read_text())
     for _ in range(repeats):
         run = create_run(project / "baseline", "nca", config)
         t0 = time.time()
-        process = subprocess.Popen([sys.executable, "-m", "fslab.worker", str(run.path)], cwd=project, env=env,
+        process = subprocess.Popen([sys.executable, "-m", "fslab.execution.worker", str(run.path)], cwd=project, env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while not read_status(run.path).get("started"):
             time.sleep(0.001)

@@ -72,7 +72,7 @@ def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
     import torch
 
     import fslab
-    from fslab_plugins.nca import nca
+    from fslab_plugins.methods.nca import nca
 
     torch.manual_seed(0)
     data = fslab.create("dataset", "synthetic", root=None).load("train")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from fslab.hookspecs import hookimpl
-from fslab.types import Batch, LossOutput, Split
+from fslab.core.hookspecs import hookimpl
+from fslab.core.types import Batch, LossOutput, Split
 
 __version__ = "0.1.0"
 __all__ = ["available", "create", "describe", "get_registry", "hookimpl", "Batch", "LossOutput", "Split"]
@@ -34,8 +34,8 @@ def get_registry(settings=None, report=_warn):
     load is passed to ``report`` as one line (a warning by default)."""
     global _registry
     if _registry is None:
-        from fslab.registry import load_registry
-        from fslab.settings import load_settings
+        from fslab.core.registry import load_registry
+        from fslab.core.settings import load_settings
 
         _registry = load_registry((settings or load_settings()).plugin_dirs)
         for failure in _registry.failures:

@@ -31,7 +31,7 @@ def builtin_plugins(monkeypatch):
 def registry(builtin_plugins, monkeypatch):
     """A registry of the built-in plugins, loaded strictly: a built-in that
     fails to import is a test failure, not a warning."""
-    from fslab.registry import load_registry
+    from fslab.core.registry import load_registry
 
     monkeypatch.setenv("FSLAB_STRICT_PLUGINS", "1")
     return load_registry()

@@ -12,8 +12,8 @@ import textwrap
 import pytest
 import torch
 
-from fslab.errors import ConfigError, UsageError
-from fslab.registry import keyword_params
+from fslab.core.errors import ConfigError, UsageError
+from fslab.core.registry import keyword_params
 
 from .runs_helpers import TINY as TINY_RUN, fslab
 
@@ -112,9 +112,9 @@ def test_asking_for_more_stages_than_exist_is_a_clear_error(registry, stages):
 
 
 def test_feature_network_is_the_backbone_for_one_stage_and_a_wrapper_otherwise(registry, torch_seed):
-    from fslab import evaluation
-    from fslab.features import feature_network
-    from fslab.train import to_input
+    from fslab.training import evaluation
+    from fslab.training.features import feature_network
+    from fslab.training.train import to_input
 
     model = tiny(registry, "conv4")
     assert feature_network(model, 1) is model
@@ -162,7 +162,7 @@ def test_resnet12_nca_parameter_count_by_hand(registry):
 
 
 def test_resnet12_nca_layout_follows_the_released_code(registry):
-    from fslab_plugins.networks import BasicBlock
+    from fslab_plugins.backbones.networks import BasicBlock
 
     model = registry.create("backbone", "resnet12-nca", in_channels=3, **TINY["resnet12-nca"])
     assert [len(stage) for stage in model.stages] == [1, 1, 2, 1]
@@ -213,7 +213,7 @@ def test_wrn28_10_size_layout_and_one_forward(registry, torch_seed):
 def test_wrn_block_is_pre_activation(registry, torch_seed):
     """Zagoruyko & Komodakis's block: the residual branch is
     conv(dropout(relu(bn(conv(relu(bn(x))))))), added to x (same width)."""
-    from fslab_plugins.networks import WideBlock
+    from fslab_plugins.backbones.networks import WideBlock
 
     block = WideBlock(4, 4, 1, 0.0).eval()
     x = torch.randn(2, 4, 6, 6)
@@ -273,7 +273,7 @@ def test_resnet12_rejects_wrong_widths(registry):
 
 
 def test_dropblock_drops_blocks_in_training_only(torch_seed):
-    from fslab_plugins.networks import DropBlock
+    from fslab_plugins.backbones.networks import DropBlock
 
     drop = DropBlock(drop_rate=0.2, block_size=3)
     x = torch.ones(16, 4, 12, 12)
@@ -299,7 +299,7 @@ def test_listing_plugins_imports_neither_torch_nor_numpy():
         import os, sys
         os.environ["FSLAB_PLUGINS"] = "nca,protonet,resnet12,synthetic,wrn"
         os.environ["FSLAB_STRICT_PLUGINS"] = "1"
-        from fslab.registry import load_registry
+        from fslab.core.registry import load_registry
         registry = load_registry()
         names = {kind: registry.names(kind) for kind in ("loss", "backbone", "sampler", "evaluator", "dataset", "method")}
         assert names["backbone"] == ["conv4", "resnet12", "resnet12-nca", "wrn28-10"], names

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from fslab.runstore import create_run
+from fslab.core.runstore import create_run
 
 from .runs_helpers import fslab
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from fslab.config import DEFAULTS, merge, parse_assignment, nest, resolve
-from fslab.errors import ConfigError, UsageError
-from fslab.registry import load_registry
-from fslab.settings import Settings, load_settings
+from fslab.core.config import DEFAULTS, merge, parse_assignment, nest, resolve
+from fslab.core.errors import ConfigError, UsageError
+from fslab.core.registry import load_registry
+from fslab.core.settings import Settings, load_settings
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_optimizer_and_feature_stages_are_checked(registry):
 def test_make_optimizer_builds_what_the_config_names():
     import torch
 
-    from fslab.train import make_optimizer
+    from fslab.training.train import make_optimizer
 
     params = [torch.nn.Parameter(torch.zeros(2))]
     train = {**DEFAULTS["train"], "lr": 0.01, "weight_decay": 1e-4}
@@ -176,7 +176,7 @@ def test_merge_does_not_modify_its_inputs():
 
 
 def test_check_value_types():
-    from fslab.config import check_value
+    from fslab.core.config import check_value
 
     assert check_value("k", 3, 1.0) == 3.0
     assert check_value("k", 5, [1, 5]) == [5]

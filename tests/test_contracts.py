@@ -9,10 +9,10 @@ import pickle
 import pytest
 import torch
 
-from fslab.config import resolve
-from fslab.errors import UsageError
-from fslab.registry import load_registry
-from fslab.settings import Settings
+from fslab.core.config import resolve
+from fslab.core.errors import UsageError
+from fslab.core.registry import load_registry
+from fslab.core.settings import Settings
 
 from .conftest import BUILTIN_PLUGINS
 
@@ -134,7 +134,7 @@ def test_every_recipe_resolves_and_names_its_paper(registry, name):
 def test_evaluator_contract(registry, name):
     """Every evaluator scores episodes in [0, 1], the same twice, and knows its paper;
     a model-aware one leaves the caller's network unchanged."""
-    from fslab import evaluation
+    from fslab.training import evaluation
 
     component = registry.get("evaluator", name)
     assert component.paper and component.description
@@ -144,7 +144,7 @@ def test_evaluator_contract(registry, name):
     generator = torch.Generator().manual_seed(0)
     (shots, queries), = evaluation.episode_shapes(evaluator, [3], 4)
     if traits.needs_model:
-        from fslab_plugins.networks import Conv4
+        from fslab_plugins.backbones.networks import Conv4
 
         torch.manual_seed(0)
         model = Conv4(1, hidden=4)

@@ -21,8 +21,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fslab.errors import UsageError
-from fslab_plugins import image_cache
+from fslab.core.errors import UsageError
+from fslab_plugins.datasets import image_cache
 
 from .runs_helpers import fslab
 
@@ -500,9 +500,9 @@ def test_the_cli_refuses_a_missing_data_root_before_creating_a_run(tmp_path):
 
 
 def test_data_roots_in_fslab_toml_are_used_and_checked_before_a_run_exists(registry, tmp_path, monkeypatch):
-    from fslab.config import resolve
-    from fslab.launcher import check_dataset
-    from fslab.settings import load_settings
+    from fslab.core.config import resolve
+    from fslab.execution.launcher import check_dataset
+    from fslab.core.settings import load_settings
 
     make_folder_tree(tmp_path / "tree", classes=2, per_class=1)
     (tmp_path / "fslab.toml").write_text('[data_roots]\nfolder = "tree"\ncub = "no-such-folder"\n')
@@ -517,8 +517,8 @@ def test_data_roots_in_fslab_toml_are_used_and_checked_before_a_run_exists(regis
 
 
 def test_dataset_defaults_resolve_into_a_run_configuration(registry):
-    from fslab.config import resolve
-    from fslab.settings import Settings
+    from fslab.core.config import resolve
+    from fslab.core.settings import Settings
 
     for name in ("miniimagenet", "tieredimagenet", "cifar-fs", "fc100", "omniglot", "cub", "folder"):
         config = resolve("nca", registry=registry, settings=Settings(), overrides=[{"dataset": {"name": name}}])
@@ -528,7 +528,7 @@ def test_dataset_defaults_resolve_into_a_run_configuration(registry):
 
 
 def test_listing_dataset_plugins_imports_no_torch_numpy_or_pil():
-    code = ("import sys; from fslab.registry import load_registry; load_registry(strict=True); "
+    code = ("import sys; from fslab.core.registry import load_registry; load_registry(strict=True); "
             "print([m for m in ('torch', 'numpy', 'PIL') if m in sys.modules])")
     import subprocess
 

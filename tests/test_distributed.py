@@ -25,11 +25,11 @@ CLASSES = 4
 
 
 def make_loss(name):
-    from fslab_plugins.classifier import LinearClassifierLoss
-    from fslab_plugins.map import map_ssvm
-    from fslab_plugins.nca import nca, supcon
-    from fslab_plugins.protonet import protonet
-    from fslab_plugins.triplet_loss import LargeMarginProtoNet
+    from fslab_plugins.methods.classifier import LinearClassifierLoss
+    from fslab_plugins.methods.map import map_ssvm
+    from fslab_plugins.methods.nca import nca, supcon
+    from fslab_plugins.methods.protonet import protonet
+    from fslab_plugins.methods.triplet_loss import LargeMarginProtoNet
 
     return {"nca": nca, "map-ssvm": map_ssvm, "supcon": supcon, "protonet": protonet,
             "classifier": LinearClassifierLoss(6, CLASSES), "lpn": LargeMarginProtoNet(positives=3, negatives=3)}[name]
@@ -54,12 +54,12 @@ def make_batch(episodic: bool):
 
 def one_step(world, name, episodic):
     """Loss, pair counts, gradients and running statistics after one backward
-    pass of the training step, as ``fslab.train`` runs it on this rank."""
+    pass of the training step, as ``fslab.training.train`` runs it on this rank."""
     import torch
 
-    from fslab import distributed
-    from fslab.train import augment, to_input
-    from fslab_plugins.networks import DropBlock
+    from fslab.training import distributed
+    from fslab.training.train import augment, to_input
+    from fslab_plugins.backbones.networks import DropBlock
 
     torch.manual_seed(3)
     # DropBlock draws noise per row and rescales by a count over the batch: both must be the global batch's
@@ -89,7 +89,7 @@ def rank_main(rank, size, port, folder):
     """One of the spawned processes: join the gloo group, run every case."""
     import torch
 
-    from fslab import distributed
+    from fslab.training import distributed
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     world, _ = distributed.start("cpu", distributed.World(rank, rank, size))
@@ -105,7 +105,7 @@ def free_port() -> int:
 
 
 def test_world_splits_a_batch_into_contiguous_rows():
-    from fslab.distributed import World
+    from fslab.training.distributed import World
 
     assert [World(r, r, 2).rows(15) for r in range(2)] == [slice(0, 8), slice(8, 15)]
     assert World(0, 0, 3).counts(16) == [6, 5, 5]
@@ -116,7 +116,7 @@ def test_world_splits_a_batch_into_contiguous_rows():
 def test_augment_of_a_slice_equals_that_slice_of_the_whole_batch():
     import torch
 
-    from fslab.train import augment
+    from fslab.training.train import augment
 
     x = torch.randn(10, 3, 6, 6)
     whole = augment(x, 2, True, torch.Generator().manual_seed(1))
@@ -128,7 +128,7 @@ def test_two_gloo_processes_match_one_process_on_the_full_batch(tmp_path):
     import torch
     import torch.multiprocessing as mp
 
-    from fslab.distributed import World
+    from fslab.training.distributed import World
 
     mp.spawn(rank_main, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
@@ -199,8 +199,8 @@ def test_cli_run_on_two_gloo_processes_trains_like_one(tmp_path):
 
 @pytest.mark.slow
 def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
-    from fslab.launcher import child_pids
-    from fslab.runstore import pid_alive
+    from fslab.execution.launcher import child_pids
+    from fslab.core.runstore import pid_alive
 
     started = fslab("run", "nca", "--device", "cpu", "--gpus", "2", "--epochs", "500", "-d", *TINY, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
@@ -230,7 +230,7 @@ RANK_ONE_FAILS = """
     import os
 
     from fslab import hookimpl
-    from fslab_plugins.nca import nca
+    from fslab_plugins.methods.nca import nca
 
 
     def rank_one_fails(z, labels, support=None):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fslab.runstore import create_run
+from fslab.core.runstore import create_run
 
 from .runs_helpers import TINY, events, fslab
 

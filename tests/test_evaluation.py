@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fslab.errors import UsageError
-from fslab.evaluation import EPISODE_BLOCK, ci95, episode_accuracies, extract_features, sample_episodes
-from fslab_plugins.nca import centroid
+from fslab.core.errors import UsageError
+from fslab.training.evaluation import EPISODE_BLOCK, ci95, episode_accuracies, extract_features, sample_episodes
+from fslab_plugins.methods.nca import centroid
 
 
 def uneven_labels():
@@ -62,7 +62,7 @@ def test_the_first_episodes_do_not_depend_on_how_many_are_drawn():
 
 
 def test_floyd_subsets_are_distinct_and_uniform():
-    from fslab.evaluation import floyd_subsets
+    from fslab.training.evaluation import floyd_subsets
 
     g = torch.Generator().manual_seed(0)
     sizes = torch.tensor([7, 20, 5] * 4000)
@@ -138,7 +138,7 @@ def test_accuracy_is_measured_against_the_way_order():
 
 
 def test_extract_features_runs_in_eval_mode_and_restores_training(torch_seed):
-    from fslab_plugins.networks import Conv4
+    from fslab_plugins.backbones.networks import Conv4
 
     model = Conv4(1, hidden=8)
     model.train()

@@ -11,12 +11,12 @@ import os
 import pytest
 import torch
 
-from fslab import evaluation
-from fslab.errors import UsageError
-from fslab_plugins.map import RetrievalMAP, ap_classify
-from fslab_plugins.nca import centroid
-from fslab_plugins.nca_evaluators import FineTune, knn, soft
-from fslab_plugins.sen import sen_nearest
+from fslab.training import evaluation
+from fslab.core.errors import UsageError
+from fslab_plugins.methods.map import RetrievalMAP, ap_classify
+from fslab_plugins.methods.nca import centroid
+from fslab_plugins.methods.nca_evaluators import FineTune, knn, soft
+from fslab_plugins.methods.sen import sen_nearest
 
 from .conftest import BUILTIN_PLUGINS
 from .runs_helpers import TINY, fslab
@@ -251,7 +251,7 @@ def test_the_sen_recipe_tests_with_the_sen_evaluator(registry):
 
 
 def tiny_network():
-    from fslab_plugins.networks import Conv4
+    from fslab_plugins.backbones.networks import Conv4
 
     torch.manual_seed(0)
     return Conv4(1, hidden=8)
@@ -262,7 +262,7 @@ def to_input(images):
 
 
 def test_fine_tuning_lowers_the_nca_loss_on_the_support_set():
-    from fslab_plugins.nca import nca
+    from fslab_plugins.methods.nca import nca
 
     model = tiny_network()
     g = torch.Generator().manual_seed(1)
@@ -413,8 +413,8 @@ def test_fslab_eval_fine_tunes_on_few_episodes(trained_run, builtin_plugins, mon
 
 
 def test_compare_uses_each_runs_own_evaluator_and_pairs_one_stream_only(tmp_path):
-    from fslab.compare import compare, evaluator_label
-    from fslab.runstore import create_run
+    from fslab.reports.compare import compare, evaluator_label
+    from fslab.core.runstore import create_run
 
     assert evaluator_label({"name": "knn"}) == "knn"
     assert evaluator_label({"name": "knn", "k": 3}) == "knn[k=3]"

@@ -8,9 +8,9 @@ from itertools import combinations
 import pytest
 import torch
 
-from fslab.errors import UsageError
-from fslab_plugins.nca import nca
-from fslab_plugins.protonet import protonet, resolve_episode_shape
+from fslab.core.errors import UsageError
+from fslab_plugins.methods.nca import nca
+from fslab_plugins.methods.protonet import protonet, resolve_episode_shape
 
 
 # -- slow references: one Python loop per row, straight from the equations ------

@@ -11,8 +11,8 @@ import random
 import pytest
 import torch
 
-from fslab.errors import UsageError
-from fslab_plugins.map import loss_augmented_ranking, map_dlm, map_ssvm
+from fslab.core.errors import UsageError
+from fslab_plugins.methods.map import loss_augmented_ranking, map_dlm, map_ssvm
 
 
 # -- brute force: rankings as sequences of ('p', k) / ('n', j) ------------------------

@@ -2,7 +2,7 @@
 a tiny Conv4 trained for a short budget with the recipe's loss and sampler beats
 both chance (20%) and the untrained network on 5-way 5-shot test episodes.
 
-Runs in-process with the plugin objects and fslab.evaluation (no worker), one
+Runs in-process with the plugin objects and fslab.training.evaluation (no worker), one
 thread (two threads are slower than one for these tiny convolutions on a 2-core
 machine), about 40 s in all.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fslab import evaluation
-from fslab.config import resolve
-from fslab.settings import Settings
-from fslab.train import to_input
+from fslab.training import evaluation
+from fslab.core.config import resolve
+from fslab.core.settings import Settings
+from fslab.training.train import to_input
 
 from .test_contracts import builtin_registry
 

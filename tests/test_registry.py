@@ -4,8 +4,8 @@ import textwrap
 
 import pytest
 
-from fslab.errors import PluginError, UsageError
-from fslab.registry import KINDS, load_registry
+from fslab.core.errors import PluginError, UsageError
+from fslab.core.registry import KINDS, load_registry
 
 LOCAL_LOSS = """
     from fslab import hookimpl, LossOutput
@@ -33,7 +33,7 @@ def test_builtins_register_every_kind_with_metadata(builtin_plugins):
     assert nca.params == {"temperature": 1.0, "pair_fraction": 1.0}
     assert "Eq. 3" in nca.description and "arXiv:2012.09831" in nca.paper
     assert nca.plugin == "nca" and nca.version.startswith("fslab ")
-    assert nca.describe()["origin"] == "entry point fslab_plugins.nca"
+    assert nca.describe()["origin"] == "entry point fslab_plugins.methods.nca"
 
 
 def test_local_plugin_folder_is_loaded_and_params_come_from_the_signature(builtin_plugins, tmp_path):
@@ -131,7 +131,7 @@ def test_method_recipes_are_dicts_naming_registered_plugins(builtin_plugins):
 
 def test_declared_params_of_lazy_targets_match_their_signatures(builtin_plugins):
     """A lazy reference declares its params by hand; they must agree with the code."""
-    from fslab.registry import keyword_params
+    from fslab.core.registry import keyword_params
 
     registry = load_registry()
     for kind in KINDS:

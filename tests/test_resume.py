@@ -16,7 +16,7 @@ SLOW_NCA = """
     import time
 
     from fslab import hookimpl
-    from fslab_plugins.nca import nca
+    from fslab_plugins.methods.nca import nca
 
 
     def slow_nca(z, labels, support=None, *, temperature: float = 1.0):

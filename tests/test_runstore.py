@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from fslab.errors import RunNotFound
-from fslab.runstore import (LOST_AFTER_S, Run, atomic_write_json, create_run, find_run, list_runs,
+from fslab.core.errors import RunNotFound
+from fslab.core.runstore import (LOST_AFTER_S, Run, atomic_write_json, create_run, find_run, list_runs,
                             read_new_lines)
 
 

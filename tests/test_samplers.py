@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from fslab.errors import UsageError
-from fslab_plugins.nca import IIDSampler
-from fslab_plugins.protonet import EpisodicSampler
+from fslab.core.errors import UsageError
+from fslab_plugins.methods.nca import IIDSampler
+from fslab_plugins.methods.protonet import EpisodicSampler
 
 
 def uneven_labels(classes=40):
@@ -157,7 +157,7 @@ def test_samplers_are_registered_with_their_kind(registry):
 
 # -- iid with replacement and fixed composition (NCA paper Fig. 4) ---------------
 
-from fslab_plugins.nca import FixedCompositionSampler, IIDReplacementSampler  # noqa: E402
+from fslab_plugins.methods.nca import FixedCompositionSampler, IIDReplacementSampler  # noqa: E402
 
 
 def test_iid_replacement_batches_are_distinct_inside_but_repeat_across_the_epoch():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fslab.errors import UsageError
-from fslab_plugins.protonet import protonet
-from fslab_plugins.ring_loss import RingProtoNet
-from fslab_plugins.sen import sen, sen_distances
+from fslab.core.errors import UsageError
+from fslab_plugins.methods.protonet import protonet
+from fslab_plugins.methods.ring_loss import RingProtoNet
+from fslab_plugins.methods.sen import sen, sen_distances
 
 
 def prototypes_of(z, labels, support):

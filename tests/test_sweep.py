@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from fslab.errors import ConfigError, UsageError
-from fslab.sweep import expand, parse_grid
+from fslab.core.errors import ConfigError, UsageError
+from fslab.execution.sweep import expand, parse_grid
 
 from .runs_helpers import TINY, fslab, wait_for
 
@@ -65,7 +65,7 @@ def test_sweep_runs_every_combination_within_the_slots_even_with_rival_scheduler
     assert result.returncode == 0, result.stderr
     sweep_id = result.stdout.split(":")[0]
     # two more schedulers race the first one for the same queue and slots
-    rivals = [subprocess.Popen([sys.executable, "-m", "fslab.scheduler", str(project / "runs")], cwd=project)
+    rivals = [subprocess.Popen([sys.executable, "-m", "fslab.execution.scheduler", str(project / "runs")], cwd=project)
               for _ in range(2)]
     wait_for(lambda: len(states(project)) == 4 and all(s["state"] == "completed" for s in states(project).values()),
              timeout=240, what="the sweep to complete")
@@ -91,7 +91,7 @@ FLAKY = """
     from pathlib import Path
 
     from fslab import hookimpl
-    from fslab_plugins.nca import nca
+    from fslab_plugins.methods.nca import nca
 
 
     def flaky(z, labels, support=None, *, fail_seed: int = -1):
@@ -155,7 +155,7 @@ def test_sweep_with_a_bad_value_writes_nothing(project):
 
 
 def test_a_run_of_n_processes_takes_n_slots_on_different_gpus():
-    from fslab.scheduler import Slot, capacity, check_fits, pick_slots
+    from fslab.execution.scheduler import Slot, capacity, check_fits, pick_slots
 
     gpu_slots = [Slot(f"gpu{g}-{k}", g) for g in (0, 1, 2) for k in range(2)]  # runs_per_gpu = 2
     free = [(s, i) for i, s in enumerate(gpu_slots) if s.name != "gpu1-0"]

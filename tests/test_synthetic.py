@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fslab.errors import UsageError
-from fslab.evaluation import episode_accuracies
-from fslab_plugins.nca import centroid
-from fslab_plugins.synthetic import SyntheticDataset
+from fslab.core.errors import UsageError
+from fslab.training.evaluation import episode_accuracies
+from fslab_plugins.methods.nca import centroid
+from fslab_plugins.datasets.synthetic import SyntheticDataset
 
 SMALL = {"classes": 30, "images_per_class": 12, "val_classes": 5, "test_classes": 5}
 

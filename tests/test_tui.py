@@ -294,7 +294,7 @@ def test_group_runs_labels_what_differs():
 
 
 def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
-    from fslab import launcher
+    from fslab.execution import launcher
 
     runs = tmp_path / "runs"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -330,7 +330,7 @@ def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
 
 
 def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
-    from fslab import launcher
+    from fslab.execution import launcher
 
     runs = tmp_path / "runs"
     killed = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:7])
@@ -356,7 +356,7 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
 
 
 def test_a_rewritten_metrics_file_is_read_again(tmp_path):
-    from fslab.runstore import atomic_write_text
+    from fslab.core.runstore import atomic_write_text
     from fslab.tui.tailing import RunFollower
 
     runs = tmp_path / "runs"
@@ -527,7 +527,7 @@ def test_chart_placeholder_when_it_cannot_draw():
 def test_the_dashboard_groups_runs_as_fslab_compare_does():
     """Runs that differ only in device or logging interval are one group in
     both; a real setting (the loss) splits them in both."""
-    from fslab.compare import NOT_SETTINGS, flatten as compare_flatten
+    from fslab.reports.compare import NOT_SETTINGS, flatten as compare_flatten
     from fslab.tui.model import group_runs
 
     base = {"seed": 0, "device": "cpu", "loss": {"name": "nca"}, "train": {"log_every": 10, "lr": 0.1}}

@@ -12,7 +12,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from fslab.runstore import Run
+from fslab.core.runstore import Run
 from fslab.tui.messages import RunLaunched, RunResumed, RunStopped, StoreUpdated
 from fslab.tui.tailing import RunRow, StoreWatcher
 
@@ -46,7 +46,7 @@ class FslabApp(App):
     def settings(self):
         import dataclasses
 
-        from fslab.settings import load_settings
+        from fslab.core.settings import load_settings
 
         if self._settings is None:
             self._settings = load_settings()
@@ -122,7 +122,7 @@ class FslabApp(App):
 
     @work(thread=True, group="actions", exit_on_error=False)
     def stop_in_background(self, run_id: str) -> None:
-        from fslab import launcher
+        from fslab.execution import launcher
 
         try:
             state = launcher.stop_run(Run(self.runs_dir / run_id))
@@ -159,7 +159,7 @@ class FslabApp(App):
 
     @work(thread=True, group="actions", exit_on_error=False)
     def resume_in_background(self, run_id: str) -> None:
-        from fslab import launcher
+        from fslab.execution import launcher
 
         run = Run(self.runs_dir / run_id)
         try:
@@ -192,7 +192,7 @@ class FslabApp(App):
     def launch(self, method: str, overrides: list[dict], registry) -> None:
         """Start a run exactly as ``fslab run --detach`` does (in a worker thread:
         resolving the configuration and starting a process take a moment)."""
-        from fslab import launcher
+        from fslab.execution import launcher
 
         try:
             run, process = launcher.launch(method, overrides, settings=self.settings, registry=registry)

@@ -9,8 +9,8 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
-from fslab.config import nest, parse_assignment, resolve
-from fslab.errors import FslabError
+from fslab.core.config import nest, parse_assignment, resolve
+from fslab.core.errors import FslabError
 
 
 class LaunchScreen(ModalScreen[None]):

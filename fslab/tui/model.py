@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from rich.text import Text
 
-from fslab.compare import NOT_SETTINGS
+from fslab.reports.compare import NOT_SETTINGS
 from fslab.tui.tailing import RunRow
 
 STATE_STYLES = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from fslab.runstore import ENDED, Run
+from fslab.core.runstore import ENDED, Run
 
 # The worker writes events with json.dumps' default separators; a train line
 # is recognised by this without parsing it (parsing costs ~10 µs a line).

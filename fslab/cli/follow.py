@@ -1,0 +1,56 @@
+"""Following a run in the terminal: a rich progress bar fed by ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from fslab.core.events import eval_line
+from fslab.core.runstore import Run, read_new_lines
+
+
+def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
+    """Show progress until the worker ``process`` (a Popen) exits; returns the
+    run's final state. The exit, not ``status.json``, decides: a resumed run's
+    status still holds its old end state until the worker rewrites it."""
+    progress = Progress(
+        TextColumn("[bold]{task.fields[epoch]}"),
+        BarColumn(),
+        TextColumn("step {task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("pairs {task.fields[pairs]}"),
+        TextColumn("{task.fields[speed]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    offset = 0
+    epochs = "?"
+    with progress:
+        task = progress.add_task("train", total=None, epoch="starting", loss="-", pairs="-", speed="")
+        while True:
+            events, offset, _ = read_new_lines(run.metrics_path, offset)
+            for event in events:
+                kind = event.get("event")
+                if kind == "start":
+                    progress.update(task, total=event["total_steps"], epoch=f"epoch 1/{event['epochs']}")
+                    epochs = event["epochs"]
+                elif kind == "train":
+                    progress.update(
+                        task,
+                        completed=event["step"],
+                        epoch=f"epoch {event['epoch']}/{epochs}",
+                        loss=f"{event['loss']:.4f}",
+                        pairs=f"+{event['positives']}/-{event['negatives']}",
+                        speed=f"{event['images_per_s']:.0f} img/s",
+                    )
+                elif kind == "eval":
+                    progress.console.print(eval_line(event))
+            if process.poll() is not None and not read_new_lines(run.metrics_path, offset)[0]:
+                break
+            time.sleep(poll)
+    return run.state()

@@ -1,0 +1,270 @@
+"""The run configuration: defaults, layering, ``--set`` parsing and validation.
+
+A run's configuration is a nested dict. Layers, lowest first:
+
+1. ``DEFAULTS`` below (the NCA paper's recipe, SPEC §5);
+2. the dataset's own defaults (epochs, batch size, learning rate it is meant for);
+3. the method recipe (``fslab run METHOD``);
+4. ``[run]`` in ``fslab.toml``;
+5. command-line options and ``--set key=value``.
+
+A recipe sits above the dataset because what it states is part of the method:
+``protonet-best`` *is* 5-shot episodes of 512 images, the mAP recipes train with
+Adam at lr 0.001. The dataset's defaults still size everything a recipe leaves
+unsaid (``fslab run nca`` states no training keys, so it trains with the
+dataset's epochs, batch size and learning rate).
+
+Plugin sections (``dataset``, ``backbone``, ``loss``, ``sampler``, ``evaluator``)
+hold ``name`` plus that plugin's parameters. A layer that changes a section's
+``name`` drops the parameters lower layers gave the previous plugin.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from typing import Any, Iterable
+
+from fslab.core.errors import ConfigError, did_you_mean
+from fslab.core.settings import Settings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PLUGIN_SECTIONS = ("dataset", "backbone", "loss", "sampler", "evaluator")
+SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugin params
+
+DEFAULTS: dict[str, Any] = {
+    "method": "",
+    "seed": 0,
+    "device": "auto",
+    "dataset": {"name": "synthetic", "root": ""},
+    "backbone": {"name": "resnet12"},
+    "loss": {"name": "nca"},
+    "sampler": {"name": "iid"},
+    "evaluator": {"name": "centroid"},
+    "train": {
+        "epochs": 120,
+        "batch_size": 512,
+        "optimizer": "sgd",  # sgd (with momentum and nesterov below) or adam (default betas)
+        "lr": 0.1,
+        "momentum": 0.9,
+        "nesterov": True,
+        "weight_decay": 5e-4,
+        "milestones": [0.7],  # fractions of training after which lr is multiplied by gamma
+        "gamma": 0.1,
+        "crop_padding": 4,  # random crop after padding by this many pixels; 0 = off
+        "flip": True,  # random horizontal flip
+        "projection_dim": 0,  # >0: a linear head of this size used only in training (NCA paper App. A.4)
+        "log_every": 10,  # training steps between two logged events
+        "heartbeat": 5.0,  # seconds between two status.json heartbeats
+        "processes": 1,  # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
+    },
+    "eval": {
+        "ways": 5,
+        "shots": [1, 5],
+        "queries": 15,
+        "val_shots": 5,
+        "val_episodes": 500,  # per epoch, on the validation classes
+        "before_training": False,  # also evaluate the untrained network (logged as epoch 0)
+        "test_episodes": 10000,
+        "seed": 0,  # fixed, so every run is evaluated on the same episodes
+        "center": True,  # subtract the mean training feature (SimpleShot)
+        "normalize": True,  # then L2-normalise
+        "center_images": 4096,  # training images used for that mean; 0 = all
+        "batch_size": 256,  # images per forward pass when extracting features
+        "feature_stages": 1,  # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
+    },
+}
+
+OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.train builds them
+
+TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
+
+
+def parse_assignment(text: str) -> tuple[list[str], Any]:
+    """``'train.lr=0.05'`` -> (['train', 'lr'], 0.05). Values are TOML values;
+    anything that is not valid TOML is taken as a string (``loss.name=nca``)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set expects key=value (e.g. train.lr=0.05), got '{text}'")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.split("."), value
+
+
+def nest(path: list[str], value: Any) -> dict:
+    out: Any = value
+    for part in reversed(path):
+        out = {part: out}
+    return out
+
+
+def merge(base: dict, layer: dict) -> dict:
+    """Deep-merge ``layer`` over ``base`` (neither is modified)."""
+    out = copy.deepcopy(base)
+    for key, value in layer.items():
+        current = out.get(key)
+        if key in PLUGIN_SECTIONS and isinstance(value, dict) and isinstance(current, dict):
+            if "name" in value and value["name"] != current.get("name"):
+                keep = SECTION_KEYS.get(key, ("name",))
+                current = {k: v for k, v in current.items() if k in keep}
+            out[key] = {**current, **copy.deepcopy(value)}
+        elif isinstance(value, dict) and isinstance(current, dict):
+            out[key] = merge(current, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve(
+    method: str,
+    *,
+    registry,
+    settings: Settings,
+    overrides: Iterable[dict] = (),
+) -> dict:
+    """The full configuration of a run of ``method``, validated."""
+    recipe = registry.create("method", method)
+    overrides = list(overrides)
+    toml_layer = settings.run
+    _check_shape(toml_layer, f"{settings.path}: [run]")
+    for layer in overrides:
+        _check_shape(layer, "option")
+
+    # The dataset must be known before its defaults can be layered in.
+    dataset_name = DEFAULTS["dataset"]["name"]
+    for layer in [recipe, toml_layer, *overrides]:
+        dataset_name = layer.get("dataset", {}).get("name", dataset_name)
+    dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
+
+    config = copy.deepcopy(DEFAULTS)
+    for layer in [dataset_defaults, recipe, toml_layer, *overrides]:  # lowest first (module docstring)
+        config = merge(config, layer)
+    config["method"] = method
+    if not config["dataset"].get("root"):
+        config["dataset"]["root"] = settings.data_roots.get(dataset_name, f"data/{dataset_name}")
+    if isinstance(config["dataset"]["root"], str):  # absolute: a worker or a resume may start elsewhere
+        config["dataset"]["root"] = os.path.abspath(os.path.expanduser(config["dataset"]["root"]))
+    _check_types(config, DEFAULTS, "")
+    _fill_plugin_params(config, registry)
+    _check_compatible(config, registry)
+    return config
+
+
+def _check_shape(layer: dict, source: str) -> None:
+    """Unknown keys in the core sections, with the closest match."""
+    for key, value in layer.items():
+        if key not in DEFAULTS:
+            raise ConfigError(
+                f"{source}: unknown config key '{key}'.{did_you_mean(key, DEFAULTS)} "
+                f"Allowed: {', '.join(DEFAULTS)}."
+            )
+        if isinstance(DEFAULTS[key], dict) and key not in PLUGIN_SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: '{key}' is a section; set its keys, e.g. {key}.{next(iter(DEFAULTS[key]))}=...")
+            for sub in value:
+                if sub not in DEFAULTS[key]:
+                    raise ConfigError(
+                        f"{source}: unknown config key '{key}.{sub}'.{did_you_mean(sub, DEFAULTS[key])} "
+                        f"Allowed: {', '.join(f'{key}.{k}' for k in DEFAULTS[key])}."
+                    )
+        if key in PLUGIN_SECTIONS and not isinstance(value, dict):
+            raise ConfigError(f"{source}: '{key}' is a section; choose the plugin with {key}.name=...")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_value(key: str, value: Any, default: Any) -> Any:
+    """``value`` converted to the type of ``default``, or a ConfigError naming
+    the key and the type expected. An int is a valid float; a single number is
+    a valid one-element list (``--set eval.shots=5``)."""
+    if default is None:
+        return value
+    expected = type(default)
+    if expected is list:
+        if _is_number(value):
+            value = [value]
+        if isinstance(value, list):
+            if default and _is_number(default[0]):
+                return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)]
+            return value
+    elif expected is float and _is_number(value):
+        return float(value)
+    elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
+        return value
+    raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}")
+
+
+def _check_types(config: dict, defaults: dict, prefix: str) -> None:
+    for key, default in defaults.items():
+        if key in PLUGIN_SECTIONS:
+            if not isinstance(config[key].get("name"), str) or not config[key]["name"]:
+                raise ConfigError(f"config key '{key}.name' must be a plugin name (a string)")
+            continue
+        if isinstance(default, dict):
+            _check_types(config[key], default, f"{prefix}{key}.")
+        else:
+            config[key] = check_value(f"{prefix}{key}", config[key], default)
+
+
+def _fill_plugin_params(config: dict, registry) -> None:
+    """Check each plugin section against the plugin's declared parameters and
+    write the defaults of the ones not given, so the saved config is complete."""
+    for section in PLUGIN_SECTIONS:
+        values = config[section]
+        component = registry.get(section, values["name"])
+        fixed = SECTION_KEYS.get(section, ("name",))
+        for key in values:
+            if key not in fixed and key not in component.params:
+                allowed = ", ".join(sorted(component.params)) or "(none)"
+                raise ConfigError(
+                    f"unknown parameter '{section}.{key}' for {section} '{values['name']}'."
+                    f"{did_you_mean(key, component.params)} Allowed: {allowed}."
+                )
+        for key, default in component.params.items():
+            if key in values:
+                values[key] = check_value(f"{section}.{key}", values[key], default)
+            else:
+                values[key] = copy.deepcopy(default)
+
+
+def _check_compatible(config: dict, registry) -> None:
+    loss = registry.get("loss", config["loss"]["name"])
+    sampler = registry.get("sampler", config["sampler"]["name"])
+    if loss.info.get("episodic") and not sampler.info.get("episodic"):
+        episodic = [n for n in registry.names("sampler") if registry.get("sampler", n).info.get("episodic")]
+        raise ConfigError(
+            f"loss '{loss.name}' needs episodes (support and query rows) but sampler "
+            f"'{sampler.name}' draws plain batches. Use an episodic sampler: "
+            f"{', '.join(episodic) or '(none installed)'} (e.g. --set sampler.name={episodic[0] if episodic else 'episodic'})."
+        )
+    if config["train"]["epochs"] < 1:
+        raise ConfigError(f"config key 'train.epochs' must be at least 1, got {config['train']['epochs']}")
+    if config["train"]["optimizer"] not in OPTIMIZERS:
+        raise ConfigError(
+            f"config key 'train.optimizer' must be one of {', '.join(OPTIMIZERS)}, got '{config['train']['optimizer']}'."
+            f"{did_you_mean(config['train']['optimizer'], OPTIMIZERS)}"
+        )
+    if config["eval"]["feature_stages"] < 1:
+        raise ConfigError(
+            f"config key 'eval.feature_stages' must be at least 1 (1 = the backbone's output), "
+            f"got {config['eval']['feature_stages']}"
+        )
+    if config["train"]["batch_size"] < 2:
+        raise ConfigError(f"config key 'train.batch_size' must be at least 2, got {config['train']['batch_size']}")
+    if config["train"]["processes"] < 1:
+        raise ConfigError(f"config key 'train.processes' (--gpus) must be at least 1, got {config['train']['processes']}")
+    if config["device"] not in ("auto", "cpu") and not config["device"].startswith("cuda"):
+        raise ConfigError(
+            f"config key 'device' must be auto, cpu, cuda or cuda:N, got '{config['device']}'"
+        )

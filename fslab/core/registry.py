@@ -1,0 +1,287 @@
+"""Plugin discovery and the component registry.
+
+Plugins are modules that implement the hooks in :mod:`fslab.core.hookspecs`. They are
+found through the ``fslab`` entry-point group (built-ins included, no private
+path) and in project-local plugin folders named in ``fslab.toml``.
+
+Environment:
+  FSLAB_PLUGINS=a,b     load only these entry points (by entry-point name)
+  FSLAB_STRICT_PLUGINS=1  a plugin that fails to load is an error, not a warning
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pluggy
+
+from fslab.core import hookspecs
+from fslab.core.errors import PluginError, UsageError, did_you_mean, unknown
+
+ENTRY_POINT_GROUP = "fslab"
+KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method")
+HOOKS = {
+    "loss": "register_losses",
+    "backbone": "register_backbones",
+    "sampler": "register_samplers",
+    "evaluator": "register_evaluators",
+    "dataset": "register_datasets",
+    "method": "register_methods",
+}
+# Losses and evaluators are called once per batch/episode block: a function
+# target is bound to its parameters; every other target is built with them.
+BOUND_KINDS = ("loss", "evaluator")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered loss, backbone, sampler, evaluator, dataset or method."""
+
+    kind: str
+    name: str
+    target: Any
+    description: str
+    paper: str
+    params: dict
+    plugin: str
+    version: str | None
+    origin: str
+    info: dict = field(default_factory=dict)
+
+    def resolve(self) -> Any:
+        """The target itself, importing a lazy ``"module:attr"`` reference."""
+        if not isinstance(self.target, str):
+            return self.target
+        module_name, _, attr = self.target.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise PluginError(
+                f"{self.kind} '{self.name}' from plugin '{self.plugin}' points at "
+                f"'{self.target}', which cannot be imported: {exc}"
+            ) from exc
+
+    def describe(self) -> dict:
+        """A JSON-ready description, as ``fslab plugins --json`` prints it."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "description": self.description,
+            "paper": self.paper,
+            "params": self.params,
+            "plugin": self.plugin,
+            "version": self.version,
+            "origin": self.origin,
+            **({"recipe": self.target} if self.kind == "method" else {}),
+            **{k: v for k, v in self.info.items() if _jsonable(v)},
+        }
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    plugin: str
+    error: str
+
+
+def keyword_params(target: Any) -> dict:
+    """The keyword-only parameters of a function or class, with their defaults."""
+    func = target.__init__ if inspect.isclass(target) else target
+    params = {}
+    for p in inspect.signature(func).parameters.values():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+            params[p.name] = None if p.default is inspect.Parameter.empty else p.default
+    return params
+
+
+class Registry:
+    """Components by kind and name, plus the plugins that failed to load."""
+
+    def __init__(self) -> None:
+        self.components: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
+        self.failures: list[LoadFailure] = []
+        self.plugins: dict[str, tuple[str | None, str]] = {}  # name -> (version, origin)
+
+    # -- building ---------------------------------------------------------
+    def add(self, component: Component) -> None:
+        existing = self.components[component.kind].get(component.name)
+        if existing is not None:
+            raise PluginError(
+                f"{component.kind} '{component.name}' is registered twice: by "
+                f"{_provider(existing)} and by {_provider(component)}. Uninstall one "
+                f"of them or restrict loading with FSLAB_PLUGINS."
+            )
+        self.components[component.kind][component.name] = component
+
+    # -- queries -----------------------------------------------------------
+    def get(self, kind: str, name: str) -> Component:
+        check_kind(kind)
+        try:
+            return self.components[kind][name]
+        except KeyError:
+            raise UsageError(unknown(kind, name, self.components[kind])) from None
+
+    def names(self, kind: str, pattern: str = "*") -> list[str]:
+        check_kind(kind)
+        return sorted(n for n in self.components[kind] if fnmatch.fnmatchcase(n, pattern))
+
+    def create(self, kind: str, name: str, context: dict | None = None, **kwargs: Any) -> Any:
+        """Build component ``name`` of ``kind``; keyword arguments are checked
+        against what the target accepts before anything runs.
+
+        ``context`` holds values the trainer can offer (e.g. ``out_dim`` and
+        ``num_classes`` for a loss with a classifier); each is passed only if
+        the target's signature names it."""
+        component = self.get(kind, name)
+        target = component.resolve()
+        if kind == "method":
+            if kwargs:
+                raise UsageError(f"method '{name}' is a recipe and takes no parameters")
+            return dict(target)
+        accepted = _accepted_names(target)
+        if context:
+            wanted = set(context) if accepted is None else accepted
+            kwargs = {**{k: v for k, v in context.items() if k in wanted and k not in kwargs}, **kwargs}
+        if accepted is not None:
+            bad = [k for k in kwargs if k not in accepted]
+            if bad:
+                raise UsageError(
+                    f"{kind} '{name}' has no parameter '{bad[0]}'."
+                    f"{did_you_mean(bad[0], accepted)} Allowed: {', '.join(sorted(accepted)) or '(none)'}."
+                )
+        if kind in BOUND_KINDS and not inspect.isclass(target):
+            bound = functools.partial(target, **kwargs)
+            functools.update_wrapper(bound, target)
+            return bound
+        return target(**kwargs)
+
+
+def create_dataset(registry: "Registry", config: dict) -> Any:
+    """The dataset a run configuration names: ``dataset.root`` as the root,
+    every other key of the section but ``name`` as a plugin parameter."""
+    section = config["dataset"]
+    params = {k: v for k, v in section.items() if k not in ("name", "root")}
+    return registry.create("dataset", section["name"], root=section["root"], **params)
+
+
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise UsageError(unknown("plugin kind", kind, KINDS))
+
+
+def _accepted_names(target: Any) -> set[str] | None:
+    func = target.__init__ if inspect.isclass(target) else target
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL}
+
+
+def _provider(c: Component) -> str:
+    return f"plugin '{c.plugin}'" + (f" {c.version}" if c.version else "") + f" ({c.origin})"
+
+
+def _jsonable(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, list, dict, type(None)))
+
+
+# -- loading -----------------------------------------------------------------
+
+
+def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool | None = None) -> Registry:
+    """Discover every plugin and collect what it registers."""
+    if strict is None:
+        strict = os.environ.get("FSLAB_STRICT_PLUGINS", "") not in ("", "0")
+    only = os.environ.get("FSLAB_PLUGINS")
+    allowed = None if only is None else {s.strip() for s in only.split(",") if s.strip()}
+
+    pm = pluggy.PluginManager("fslab")
+    pm.add_hookspecs(hookspecs)
+    registry = Registry()
+
+    def fail(plugin: str, exc: BaseException) -> None:
+        if strict:
+            raise PluginError(f"plugin '{plugin}' failed to load: {type(exc).__name__}: {exc}") from exc
+        registry.failures.append(LoadFailure(plugin, f"{type(exc).__name__}: {exc}"))
+
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if allowed is not None and ep.name not in allowed:
+            continue
+        if pm.has_plugin(ep.name):
+            continue  # the same distribution seen twice on sys.path
+        try:
+            module = ep.load()
+            pm.register(module, name=ep.name)
+        except Exception as exc:  # a broken plugin must not take fslab down
+            fail(ep.name, exc)
+            continue
+        dist = getattr(ep, "dist", None)
+        version = f"{dist.metadata['Name']} {dist.version}" if dist is not None else None
+        registry.plugins[ep.name] = (version, f"entry point {ep.value}")
+
+    for folder in plugin_dirs:
+        for path in sorted(Path(folder).glob("*.py")):
+            name = f"local:{path.stem}"
+            try:
+                module = _import_file(path)
+                pm.register(module, name=name)
+            except Exception as exc:
+                fail(name, exc)
+                continue
+            registry.plugins[name] = (None, str(path))
+
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"a plugin implements a hook fslab does not define: {exc}") from exc
+
+    for kind, hook_name in HOOKS.items():
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            version, origin = registry.plugins[impl.plugin_name]
+            register = _register_callback(registry, kind, impl.plugin_name, version, origin)
+            try:
+                impl.function(register=register)
+            except PluginError:
+                raise
+            except Exception as exc:
+                fail(impl.plugin_name, exc)
+    return registry
+
+
+def _register_callback(registry: Registry, kind: str, plugin: str, version, origin) -> Callable:
+    def register(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
+        if params is None:
+            if isinstance(target, str):
+                raise TypeError(
+                    f"{kind} '{name}' from plugin '{plugin}' is a lazy reference "
+                    f"'{target}': declare its params={{...}} in register()"
+                )
+            params = {} if kind == "method" else keyword_params(target)
+        registry.add(
+            Component(kind, name, target, description, paper, dict(params), plugin, version, origin, info)
+        )
+
+    return register
+
+
+def _import_file(path: Path):
+    module_name = f"fslab_local_plugins.{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,144 @@
+"""Project settings from ``fslab.toml`` (found in the working directory, or at
+the path in ``FSLAB_CONFIG``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fslab.core.errors import ConfigError, did_you_mean
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SETTINGS_FILE = "fslab.toml"
+TOP_LEVEL = ("project", "data_roots", "run", "scheduler", "slurm")
+
+
+def _whole(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+# key -> (check, what the value must be)
+PROJECT_KEYS = {
+    "runs_dir": (lambda v: isinstance(v, str), "a string"),
+    "plugin_dirs": (lambda v: isinstance(v, list) and all(isinstance(d, str) for d in v), "a list of folder names"),
+}
+SCHEDULER_KEYS = {
+    "gpus": (lambda v: v == "auto" or (isinstance(v, list) and all(type(g) is int for g in v)),
+             '"auto" or a list of GPU indices'),
+    "runs_per_gpu": (_whole, "a whole number >= 1"),
+    "cpu_slots": (_whole, "a whole number >= 1"),
+}
+SLURM_KEYS = {
+    "cluster": (lambda v: v in ("slurm", "local"), '"slurm" or "local"'),
+    "partition": (lambda v: isinstance(v, str), "a string"),
+    "timeout_min": (_whole, "a whole number of minutes >= 1"),
+    "gpus_per_job": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
+    "cpus_per_task": (_whole, "a whole number >= 1"),
+    "mem_gb": (lambda v: type(v) in (int, float) and v >= 0, "a number of GB >= 0 (0: the partition's default)"),
+    "max_requeues": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
+    "signal_delay_s": (_whole, "a whole number of seconds >= 1"),
+    "sbatch": (lambda v: isinstance(v, dict), "a table of sbatch options, e.g. { account = \"lab\", qos = \"high\" }"),
+    "setup": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of shell lines"),
+}
+SLURM_DEFAULTS = {"cluster": "slurm", "partition": "", "timeout_min": 240, "gpus_per_job": 1, "cpus_per_task": 8,
+                  "mem_gb": 0, "max_requeues": 3, "signal_delay_s": 120, "sbatch": {}, "setup": []}
+
+
+@dataclass
+class Settings:
+    """What ``fslab.toml`` says, with paths resolved against its folder."""
+
+    path: Path | None = None
+    runs_dir: Path = field(default_factory=lambda: Path("runs"))
+    plugin_dirs: list[Path] = field(default_factory=list)
+    data_roots: dict[str, str] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    scheduler: dict[str, Any] = field(default_factory=lambda: {"gpus": "auto", "runs_per_gpu": 1, "cpu_slots": 1})
+    slurm: dict[str, Any] = field(default_factory=lambda: dict(SLURM_DEFAULTS))
+
+
+def read_toml(path: Path) -> dict:
+    """Parse a TOML file; a syntax error names the file, line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        if where:
+            reason = message[: where.start()].strip()
+            raise ConfigError(
+                f"{path}:{where[1]}:{where[2]}: TOML syntax error: {reason} "
+                f"(line {where[1]}, column {where[2]})"
+            ) from None
+        raise ConfigError(f"{path}: TOML syntax error: {message}") from None
+
+
+def settings_path() -> Path:
+    return Path(os.environ.get("FSLAB_CONFIG", SETTINGS_FILE))
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read ``fslab.toml``; a missing file gives the built-in settings."""
+    path = path or settings_path()
+    if not path.exists():
+        if "FSLAB_CONFIG" in os.environ:
+            raise ConfigError(f"FSLAB_CONFIG names {path}, which does not exist")
+        return Settings()
+    data = read_toml(path)
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise ConfigError(
+                f"{path}: unknown section [{key}].{did_you_mean(key, TOP_LEVEL)} "
+                f"Allowed: {', '.join(f'[{k}]' for k in TOP_LEVEL)}."
+            )
+    project = _checked_table(data, "project", PROJECT_KEYS, path)
+    base = path.parent
+    roots = _table(data, "data_roots", path)
+    for name, root in roots.items():
+        if not isinstance(root, str):
+            raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {root!r}")
+    scheduler = {**Settings().scheduler, **_checked_table(data, "scheduler", SCHEDULER_KEYS, path)}
+    slurm = {**SLURM_DEFAULTS, **_checked_table(data, "slurm", SLURM_KEYS, path)}
+    return Settings(
+        path=path,
+        scheduler=scheduler,
+        slurm=slurm,
+        runs_dir=base / project.get("runs_dir", "runs"),
+        plugin_dirs=[base / str(d) for d in project.get("plugin_dirs", [])],
+        data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
+        run=_table(data, "run", path),
+    )
+
+
+def _checked_table(data: dict, section: str, schema: dict, path: Path) -> dict:
+    """A table whose keys are all in ``schema`` and whose values pass its checks."""
+    table = _table(data, section, path)
+    for key, value in table.items():
+        if key not in schema:
+            raise ConfigError(
+                f"{path}: unknown key '{section}.{key}'.{did_you_mean(key, schema)} "
+                f"Allowed: {', '.join(sorted(schema))}."
+            )
+        check, what = schema[key]
+        if not check(value):
+            raise ConfigError(f"{path}: '{section}.{key}' must be {what}, got {value!r}")
+    return table
+
+
+def _table(data: dict, key: str, path: Path) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: '{key}' must be a table ([{key}]), got {value!r}")
+    return value

@@ -1,0 +1,242 @@
+"""Starting queued runs as slots free up: ``python -m fslab.execution.scheduler RUNS_DIR``.
+
+A slot is a lock file, ``runs/.slots/<slot>.lock``, held with ``flock`` by the
+worker that uses it: the scheduler locks the file, hands the open file to the
+worker it starts, and closes its own copy. The kernel releases the lock when
+that worker exits, however it exits (even ``kill -9``), so a slot is never
+leaked and two schedulers never start runs on one slot. On a GPU machine there
+are ``runs_per_gpu`` slots per GPU, and each run sees only its GPU
+(``CUDA_VISIBLE_DEVICES``, PCI bus order); without GPUs, ``cpu_slots`` slots.
+A run of N processes (``--gpus N``) takes N slots at once, each on a
+different GPU; runs start in queue order, so a large run is not passed over
+indefinitely by smaller ones behind it.
+
+The scheduler runs in its own session (closing the terminal does not stop the
+sweep) and exits when no queued run is waiting; started workers go on alone.
+While every slot is busy it only waits: it wakes as soon as one of its workers
+exits (a pidfd per worker), or after ``poll`` seconds for a slot another
+scheduler's worker freed (``benchmarks/bench_scheduler.py`` times the hand-over).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fslab.core.errors import UsageError
+from fslab.execution.launcher import start_worker
+from fslab.core.runstore import Run
+from fslab.core.settings import load_settings
+from fslab.execution.sweep import stop_failed_sweeps
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    gpu: int | None = None
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices this machine offers, without importing torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [int(g) for g in visible.split(",") if g.strip().isdigit()]
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [i for i, line in enumerate(l for l in listing.splitlines() if l.startswith("GPU "))]
+
+
+def configured_slots(scheduler: dict) -> list[Slot]:
+    gpus = visible_gpus() if scheduler["gpus"] == "auto" else list(scheduler["gpus"])
+    if gpus:
+        return [Slot(f"gpu{g}-{k}", g) for g in gpus for k in range(scheduler["runs_per_gpu"])]
+    return [Slot(f"cpu-{k}") for k in range(scheduler["cpu_slots"])]
+
+
+def slots_needed(run: Run) -> int:
+    return int(run.config().get("train", {}).get("processes") or 1)
+
+
+def capacity(slots: list[Slot]) -> int:
+    """The most slots one run can hold together: one per GPU, or every CPU slot."""
+    gpus = {s.gpu for s in slots if s.gpu is not None}
+    return len(gpus) if gpus else len(slots)
+
+
+def pick_slots(free: list, need: int) -> list | None:
+    """``need`` of the ``(slot, fd)`` pairs in ``free``, on distinct GPUs, or
+    None if they are not there."""
+    picked, gpus = [], set()
+    for slot, fd in free:
+        if slot.gpu is None or slot.gpu not in gpus:
+            picked.append((slot, fd))
+            gpus.add(slot.gpu)
+            if len(picked) == need:
+                return picked
+    return None
+
+
+def check_fits(processes: int, slots: list[Slot]) -> None:
+    """A UsageError (at sweep creation) for runs no slot set here can hold."""
+    most = capacity(slots)
+    if processes > most:
+        what = f"{most} GPU{'s' * (most != 1)}" if any(s.gpu is not None for s in slots) \
+            else f"{most} CPU slot{'s' * (most != 1)} (scheduler.cpu_slots in fslab.toml)"
+        raise UsageError(f"--gpus {processes} needs {processes} slots on different GPUs (or CPU slots), "
+                         f"but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
+
+
+def lock_slot(folder: Path, slot: Slot) -> int | None:
+    """An open, locked descriptor of the slot's lock file, or None if taken."""
+    fd = os.open(folder / f"{slot.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def slot_in_use(folder: Path, slot: Slot) -> bool:
+    fd = lock_slot(folder, slot)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def waiting_runs(runs_dir: Path) -> list[Run]:
+    """Queued runs that nobody has taken yet, oldest first (creation time,
+    then id). Every run that was ever started is claimed, so in a store of
+    finished runs this costs one ``stat`` per run; only unclaimed runs have
+    their status read, once."""
+    found = []
+    for path in runs_dir.iterdir() if runs_dir.is_dir() else []:
+        run = Run(path)
+        if run.claimed() or not (path / "config.json").exists():
+            continue
+        status = run.status()
+        if status.get("state") == "queued":
+            found.append((status.get("created", 0), run.id, run))
+    return [run for _, _, run in sorted(found, key=lambda f: f[:2])]
+
+
+def start_in_slots(run: Run, taken: list) -> subprocess.Popen:
+    """Start the run's worker (torchrun for several processes) holding the
+    ``(slot, fd)`` locks in ``taken``, seeing only their GPUs."""
+    slots, fds = [slot for slot, _ in taken], [fd for _, fd in taken]
+    env = {"FSLAB_SLOT": ",".join(slot.name for slot in slots)}
+    if slots[0].gpu is not None:
+        env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(str(slot.gpu) for slot in slots))
+    try:
+        return start_worker(run, resume=run.checkpoint_path.exists(), env=env, pass_fds=tuple(fds))
+    finally:
+        for fd in fds:
+            os.close(fd)  # the worker's inherited copies now hold the locks
+
+
+def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
+    """Start waiting runs until none is left; returns how many were started.
+
+    The store is listed only when a slot is free, so a scheduler waiting on
+    busy slots costs next to nothing however many runs the store holds; it
+    wakes the moment one of its own workers exits (``pidfd``), and every
+    ``poll`` seconds for slots freed by other schedulers' workers."""
+    folder = runs_dir / ".slots"
+    folder.mkdir(parents=True, exist_ok=True)
+    started, children = 0, []
+    while True:
+        free = [(s, fd) for s in slots if (fd := lock_slot(folder, s)) is not None]
+        if free:
+            stop_failed_sweeps(runs_dir)
+            waiting = waiting_runs(runs_dir)
+            for run in waiting:
+                need = slots_needed(run)
+                if need > capacity(slots):  # e.g. fslab.toml changed since the sweep was queued
+                    if run.claim():
+                        run.write_status(state="failed", ended=time.time(), exit_code=None,
+                                         error=f"needs {need} slots on different GPUs; this scheduler has "
+                                               f"{capacity(slots)}")
+                    continue
+                taken = pick_slots(free, need)
+                if taken is None:
+                    break  # it waits for more slots, and the runs behind it wait for it
+                if not run.claim():  # another scheduler took it first
+                    continue
+                free = [pair for pair in free if pair not in taken]
+                children.append(Child(start_in_slots(run, taken)))
+                started += 1
+            for _, fd in free:  # slots this round left unused
+                os.close(fd)
+            if not waiting:
+                for child in children:
+                    child.close()
+                return started
+        children = wait_for_exit(children, poll)
+
+
+class Child:
+    """A started worker and, where the OS offers one, a descriptor that
+    becomes readable when it exits."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        try:
+            self.fd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3
+            self.fd = None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def wait_for_exit(children: list[Child], timeout: float) -> list[Child]:
+    """Sleep until one of ``children`` exits or ``timeout`` passes; return
+    those still running (finished ones are reaped)."""
+    fds = [c.fd for c in children if c.fd is not None]
+    if fds:
+        select.select(fds, [], [], timeout)
+    else:
+        time.sleep(timeout)
+    running = []
+    for child in children:
+        if child.process.poll() is None:
+            running.append(child)
+        else:
+            child.close()
+    return running
+
+
+def start_scheduler(runs_dir: Path) -> subprocess.Popen:
+    """A scheduler in its own session, logging to ``runs/sweeps/scheduler.log``."""
+    log_dir = runs_dir / "sweeps"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "scheduler.log", "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "fslab.execution.scheduler", str(runs_dir)], stdout=log,
+                                stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m fslab.execution.scheduler RUNS_DIR", file=sys.stderr)
+        return 2
+    runs_dir = Path(argv[0])
+    slots = configured_slots(load_settings().scheduler)
+    started = schedule(runs_dir, slots)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} scheduler {os.getpid()}: started {started} runs; none waiting",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

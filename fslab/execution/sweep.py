@@ -1,0 +1,151 @@
+"""Sweeps: one queued run per combination of a grid and a number of seeds.
+
+``fslab sweep nca --seeds 5 --grid train.batch_size=128,256,512`` resolves every
+combination first (a bad value anywhere writes nothing), then creates the runs
+``queued`` and tagged with the sweep id; a scheduler starts them as slots free
+up. The sweep itself is recorded in ``runs/sweeps/<id>.json``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from pathlib import Path
+
+from fslab.core.config import nest, parse_assignment, resolve
+from fslab.core.errors import ConfigError, UsageError
+from fslab.core.runstore import Run, atomic_write_json, create_run, read_json
+from fslab.core.settings import read_toml
+
+# The `fslab run` options, usable as grid keys by their short names.
+ALIASES = {"backbone": "backbone.name", "dataset": "dataset.name", "epochs": "train.epochs",
+           "batch_size": "train.batch_size", "lr": "train.lr"}
+
+
+def parse_grid(texts: list[str]) -> dict[str, list]:
+    """``["train.lr=0.1,0.05", "backbone=conv4,resnet12"]`` -> {key: [values]}."""
+    grid: dict[str, list] = {}
+    for text in texts:
+        key, sep, raw = text.partition("=")
+        if not sep or not raw.strip():
+            raise ConfigError(f"--grid expects key=v1,v2,... (e.g. train.lr=0.1,0.05), got '{text}'")
+        key = ALIASES.get(key.strip(), key.strip())
+        grid[key] = [parse_assignment(f"{key}={value}")[1] for value in raw.split(",")]
+    return grid
+
+
+def read_sweep_file(path: Path) -> dict:
+    """A sweep file: ``method``, ``seeds``, ``fail_fast``, ``[grid]`` of lists, ``[set]`` of fixed keys."""
+    data = read_toml(path)
+    allowed = {"method", "seeds", "fail_fast", "grid", "set"}
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(f"{path}: unknown key '{key}'. Allowed: {', '.join(sorted(allowed))}.")
+    if not isinstance(data.get("method"), str):
+        raise ConfigError(f"{path}: 'method' must name a method recipe, e.g. method = \"nca\"")
+    grid = data.get("grid", {})
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{path}: grid.{key} must be a non-empty list of values")
+    return data
+
+
+def expand(grid: dict[str, list], seeds: int, first_seed: int = 0) -> list[list[dict]]:
+    """Every combination × seed, as lists of config layers (grid order, seeds innermost)."""
+    if seeds < 1:
+        raise UsageError(f"--seeds must be at least 1, got {seeds}")
+    keys = list(grid)
+    combos = []
+    for values in itertools.product(*(grid[k] for k in keys)):
+        for seed in range(first_seed, first_seed + seeds):
+            combos.append([nest(k.split("."), v) for k, v in zip(keys, values)] + [{"seed": seed}])
+    return combos
+
+
+def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settings, registry,
+                 fail_fast: bool = False, slurm_options: dict | None = None) -> tuple[str, list[Run]]:
+    """Resolve all combinations, then create their queued runs and the sweep
+    record. ``slurm_options``: the runs become SLURM jobs with these settings."""
+    configs = [resolve(method, registry=registry, settings=settings, overrides=[*base, *combo])
+               for combo in expand(grid, seeds, first_seed=_first_seed(base))]
+    from fslab.execution.launcher import check_dataset, check_processes
+    from fslab.execution.scheduler import check_fits, configured_slots
+
+    for config in configs:  # as fslab run --gpus N does, here or in a job
+        if slurm_options is None:
+            check_processes(config)
+        else:
+            from fslab.execution.slurm import check_job_processes
+
+            check_job_processes(config, slurm_options)
+    if slurm_options is None:
+        check_fits(max(config["train"]["processes"] for config in configs), configured_slots(settings.scheduler))
+    for config in {(c["dataset"]["name"], str(sorted(c["dataset"].items()))): c for c in configs}.values():
+        check_dataset(config, registry)  # a wrong data root fails the sweep before any run is queued
+    sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    runs = []
+    for config in configs:
+        run = create_run(settings.runs_dir, method, config)
+        run.write_status(sweep=sweep_id)
+        runs.append(run)
+    folder = settings.runs_dir / "sweeps"
+    folder.mkdir(exist_ok=True)
+    atomic_write_json(folder / f"{sweep_id}.json", {
+        "id": sweep_id, "method": method, "grid": grid, "seeds": seeds, "fail_fast": fail_fast,
+        "runs": [r.id for r in runs], "created": time.time(),
+    })
+    return sweep_id, runs
+
+
+def _first_seed(base: list[dict]) -> int:
+    seed = 0
+    for layer in base:
+        seed = layer.get("seed", seed)
+    return seed
+
+
+def load_sweep(runs_dir: Path, ref: str) -> dict:
+    folder = runs_dir / "sweeps"
+    names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
+    found = [n for n in names if n == ref] or [n for n in names if ref in n]
+    if len(found) != 1:
+        what = "matches several sweeps" if found else "matches no sweep"
+        raise UsageError(f"'{ref}' {what}. Sweeps: {', '.join(names) or '(none yet)'}")
+    return read_json(folder / f"{found[0]}.json")
+
+
+def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
+    """Queue again the runs of a sweep that failed, were killed or were lost;
+    completed, queued and running runs are left alone. A run with a
+    checkpoint will resume from it."""
+    again = []
+    for run in (Run(runs_dir / run_id) for run_id in sweep["runs"]):
+        if run.state() in ("failed", "killed", "lost"):
+            (run.path / ".claimed").unlink(missing_ok=True)
+            run.write_status(state="queued", pid=None, heartbeat=None, created=time.time(),
+                             ended=None, exit_code=None, error=None)
+            again.append(run)
+    return again
+
+
+SWEEP_STOPPED = "sweep stopped: run {run} failed (fail-fast)"
+
+
+def stop_failed_sweeps(runs_dir: Path) -> list[Run]:
+    """Fail-fast: once a run of a ``fail_fast`` sweep has failed, its queued runs end ``killed``."""
+    folder = runs_dir / "sweeps"
+    stopped = []
+    for path in sorted(folder.glob("sweep-*.json")) if folder.is_dir() else []:
+        sweep = read_json(path) or {}
+        if not sweep.get("fail_fast"):
+            continue
+        runs = [Run(runs_dir / run_id) for run_id in sweep.get("runs", [])]
+        failed = [r for r in runs if r.status().get("state") == "failed"]
+        if not failed:
+            continue
+        for run in runs:
+            if run.status().get("state") == "queued" and run.claim():
+                run.write_status(state="killed", ended=time.time(), error=SWEEP_STOPPED.format(run=failed[0].id))
+                stopped.append(run)
+    return stopped

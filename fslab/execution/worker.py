@@ -1,0 +1,207 @@
+"""The training worker process: ``python -m fslab.execution.worker RUN_DIR [--resume]``.
+
+It marks the run ``running`` before importing anything heavy (so a launcher
+sees its pid within milliseconds), keeps a heartbeat in ``status.json``, runs
+:func:`fslab.training.train.train`, and always leaves an end state: ``completed``,
+``failed`` (with a one-line error summary; the traceback goes to stderr) or
+``killed`` (SIGTERM/SIGINT; the last checkpoint is kept).
+
+Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 keeps the
+status, recording torchrun's pid (``fslab stop`` signals torchrun, which
+forwards SIGTERM to every rank; a rank whose torchrun is gone, even by
+SIGKILL, stops itself); the other ranks only train and print their errors to
+the shared stderr.log. A rank that fails leaves its one-line error in
+``.rank-failed`` before it exits; torchrun then stops rank 0 (or rank 0's
+next collective fails), and rank 0 records the run ``failed`` with that line
+rather than ``killed`` or a lost connection.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from fslab.core.runstore import Run
+
+
+RANK_FAILED = ".rank-failed"
+
+
+class Stopped(Exception):
+    """Raised in the main thread when the worker is asked to stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StatusKeeper:
+    """Owns ``status.json`` while the worker lives: one lock for the main
+    thread's state changes and the heartbeat thread's rewrites."""
+
+    def __init__(self, run: Run, interval: float) -> None:
+        self.run = run
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def update(self, **fields) -> None:
+        with self.lock:
+            self.run.write_status(**fields)
+
+    def start(self, resume: bool) -> None:
+        now = time.time()
+        times = {"resumed": now} if resume else {"started": now}
+        where = {"slot": os.environ.get("FSLAB_SLOT"), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+        self.update(state="running", pid=os.getppid() if under_torchrun else os.getpid(),
+                    processes=int(os.environ.get("WORLD_SIZE", 1)), host=socket.gethostname(), heartbeat=now,
+                    ended=None, exit_code=None, error=None, **where, **times)
+        self.thread.start()
+
+    def finish(self, state: str, exit_code: int, error: str | None = None) -> None:
+        self.done.set()
+        self.update(state=state, exit_code=exit_code, ended=time.time(), heartbeat=time.time(), error=error)
+
+    def _beat(self) -> None:
+        while not self.done.wait(self.interval):
+            self.update(heartbeat=time.time())
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def watch_torchrun() -> None:
+    """Under torchrun, stop this rank (SIGTERM to itself) once torchrun is
+    gone: torchrun forwards SIGTERM to the ranks but cannot forward a SIGKILL."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="torchrun-watch", daemon=True).start()
+
+
+def _leave_process_group() -> None:
+    """After a finished run only: a stopped or failed rank just exits (leaving
+    the group could wait on ranks that are already gone)."""
+    if "fslab.training.distributed" in sys.modules:  # only a torchrun rank imported it
+        sys.modules["fslab.training.distributed"].stop()
+
+
+def follow_rank(run: Run, resume: bool, rank: int) -> int:
+    """A rank other than 0: train its share, write nothing to the run store."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+    watch_torchrun()
+    try:
+        from fslab.training.train import train
+
+        train(run, resume=resume)
+        _leave_process_group()
+    except Stopped as stop:
+        return 128 + stop.signum
+    except BaseException as exc:
+        print(f"fslab: rank {rank} failed:", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        (run.path / RANK_FAILED).write_text(f"rank {rank} failed: {_one_line(exc)}\n")
+        return 1
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+
+
+def other_rank_failure(run: Run) -> str | None:
+    """The error line a failed rank left, if one did."""
+    try:
+        return (run.path / RANK_FAILED).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def stop_on_signals() -> None:
+    """SIGTERM (``fslab stop``) and SIGINT raise :class:`Stopped` in training."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+
+
+def ignore_stop_signals() -> None:
+    """While the end state is written: under torchrun a failing rank is soon
+    followed by torchrun's SIGTERM, which must not cut the writing short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def record_stop(keeper: "StatusKeeper", stop: "Stopped") -> int:
+    """The run ends ``killed``; further signals are ignored while that is
+    written. Returns the exit code, 128 + the signal's number."""
+    ignore_stop_signals()
+    print(f"fslab: stopped by {stop}", file=sys.stderr, flush=True)
+    keeper.finish("killed", 128 + stop.signum, f"stopped by {stop}")
+    return 128 + stop.signum
+
+
+def record_failure(keeper: "StatusKeeper", exc: BaseException) -> None:
+    """The traceback to stderr.log, and the run ends ``failed`` with its one-line summary."""
+    ignore_stop_signals()
+    traceback.print_exc()
+    sys.stderr.flush()
+    keeper.finish("failed", 1, _one_line(exc))
+
+
+def main(argv: list[str]) -> int:
+    resume = "--resume" in argv
+    paths = [a for a in argv if a != "--resume"]
+    if len(paths) != 1:
+        print("usage: python -m fslab.execution.worker RUN_DIR [--resume]", file=sys.stderr)
+        return 2
+    run = Run(Path(paths[0]))
+    rank = int(os.environ.get("RANK", 0))
+    if rank != 0:
+        return follow_rank(run, resume, rank)
+    interval = float(run.config().get("train", {}).get("heartbeat", 5.0))
+    keeper = StatusKeeper(run, interval)
+    stop_on_signals()
+    (run.path / RANK_FAILED).unlink(missing_ok=True)  # before any rank can have trained
+    keeper.start(resume)
+    watch_torchrun()
+    try:
+        from fslab.training.train import train
+
+        train(run, resume=resume)
+        _leave_process_group()
+    except Stopped as stop:
+        ignore_stop_signals()
+        if failure := other_rank_failure(run):  # torchrun stopped this rank because another one failed
+            keeper.finish("failed", 1, failure)
+            return 1
+        return record_stop(keeper, stop)
+    except BaseException as exc:  # the run must record why it ended, whatever it was
+        ignore_stop_signals()
+        if failure := other_rank_failure(run):  # e.g. a collective broken by the failed rank's exit
+            traceback.print_exc()
+            keeper.finish("failed", 1, failure)
+            return 1
+        record_failure(keeper, exc)
+        return 1
+    keeper.finish("completed", 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

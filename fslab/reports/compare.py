@@ -1,0 +1,205 @@
+"""Comparing runs the way the NCA paper's tables do.
+
+Runs whose configurations differ only by seed form a group; a group's accuracy
+pools the per-episode accuracies of all its runs (5 seeds × 10,000 episodes ->
+50,000) into one mean ± 1.96·std/√N. Because every run is evaluated on the
+episodes of the same fixed evaluation seed, two groups can also be compared
+episode by episode: runs are paired by seed, and the paired differences give a
+much tighter interval than two independent ones.
+
+Pure Python (no torch): it reads ``runs/<id>/evaluations/*.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fslab.core.errors import UsageError
+from fslab.core.runstore import Run
+
+# Keys that do not change what a run learns or how it is scored.
+NOT_SETTINGS = {"seed", "device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size"}
+FORMATS = ("table", "md", "latex", "csv", "json")
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and 95% half-width 1.96·std/√N (population std, as in evaluation)."""
+    if not values:
+        raise UsageError("no episode accuracies to summarise")
+    return statistics.fmean(values), 1.96 * statistics.pstdev(values) / math.sqrt(len(values))
+
+
+def flatten(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(value, sort_keys=True)
+    return out
+
+
+@dataclass
+class Group:
+    settings: dict
+    runs: list = field(default_factory=list)
+    label: str = ""
+
+
+def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leave_out: tuple = ()) -> dict:
+    """The settings that tell ``run``'s group: only ``keys`` (each must be in
+    its configuration, else a UsageError naming ``option``), or every flat
+    setting except the seed, bookkeeping keys and ``leave_out``."""
+    if keys:
+        missing = [k for k in keys if k not in flat]
+        if missing:
+            raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}")
+        return {k: flat[k] for k in keys}
+    return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out}
+
+
+def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group]:
+    """Groups of runs with equal settings (all but the seed, or only ``group_by``)."""
+    groups: dict[tuple, Group] = {}
+    for run in runs:
+        settings = run_settings(run, flatten(run.config()), group_by, "--group-by")
+        key = tuple(sorted(settings.items()))
+        groups.setdefault(key, Group(settings)).runs.append(run)
+    result = list(groups.values())
+    varying = sorted({k for g in result for k in g.settings if len({h.settings.get(k) for h in result}) > 1})
+    for g in result:
+        shown = varying or group_by or ["method"]
+        g.label = ", ".join(f"{k}={json.loads(g.settings[k])}" for k in shown if k in g.settings) or "all"
+    return result
+
+
+def evaluator_label(section: dict) -> str:
+    """The name an evaluator's results are saved and compared under: its name,
+    plus its parameters when any are set (``knn[k=3]``), so evaluations by
+    different evaluators or settings are never pooled or paired."""
+    params = {k: v for k, v in section.items() if k != "name"}
+    if not params:
+        return section["name"]
+    return section["name"] + "[" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "]"
+
+
+def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int,
+                       evaluator: str | None = None) -> dict | None:
+    """The run's saved evaluation for this episode shape by ``evaluator`` (a
+    label as :func:`evaluator_label` makes; default: the run's own evaluator):
+    latest checkpoint, then most episodes."""
+    if evaluator is None:
+        evaluator = evaluator_label(run.config().get("evaluator", {"name": "centroid"}))
+    found = [e for e in run.saved_accuracies()
+             if (e["split"], e["shots"], e["ways"], e["queries"]) == (split, shots, ways, queries)
+             and e.get("evaluator", "centroid") == evaluator]
+    return max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
+
+
+def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
+           evaluator: str | None = None) -> dict | None:
+    """One group's accuracy: the per-episode accuracies of all its runs pooled
+    into mean ± 95% CI (None if no run has this evaluation saved)."""
+    evals = [episode_accuracies(r, split, shots, ways, queries, evaluator) for r in runs]
+    values = [a for e in evals if e for a in e["accuracies"]]
+    if not values:
+        return None
+    mean, ci = mean_ci(values)
+    return {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": sum(1 for e in evals if e)}
+
+
+def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
+    """The runs named on a command line: run ids (or unique parts of them),
+    sweep ids (every run of the sweep) or ``all``."""
+    from fslab.core.runstore import find_run, list_runs
+    from fslab.execution.sweep import load_sweep
+
+    if refs == ["all"]:
+        return list_runs(runs_dir)
+    runs = []
+    for ref in refs:
+        if ref.startswith("sweep-"):
+            runs += [Run(runs_dir / run_id) for run_id in load_sweep(runs_dir, ref)["runs"]]
+        else:
+            runs.append(find_run(runs_dir, ref))
+    return runs
+
+
+def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), ways: int = 5, queries: int = 15,
+            group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
+    """Pooled accuracy per group and shots, and paired differences to the first
+    group; ``evaluator`` picks whose saved scores (default: each run's own)."""
+    groups = group_runs(runs, group_by)
+    rows, paired = [], []
+    for g in groups:
+        row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": len(g.runs), "results": {}}
+        for n in shots:
+            if result := pooled(g.runs, split, n, ways, queries, evaluator):
+                row["results"][f"{n}-shot"] = result
+        rows.append(row)
+    baseline = groups[0] if groups else None
+    for g in groups[1:]:
+        for n in shots:
+            differences = paired_differences(baseline, g, split, n, ways, queries, evaluator)
+            if differences:
+                mean, ci = mean_ci(differences)
+                paired.append({"group": g.label, "baseline": baseline.label, "shots": n,
+                               "difference": mean, "ci95": ci, "episodes": len(differences)})
+    return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired}
+
+
+def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None) -> list[float]:
+    """Episode-by-episode differences b − a over runs paired by seed, where
+    both runs were scored on the same episodes (same count, seed and episode
+    stream version; files saved before the version was recorded are stream 1)."""
+    by_seed = {r.config().get("seed"): r for r in a.runs}
+    out = []
+    for run in b.runs:
+        other = by_seed.get(run.config().get("seed"))
+        if other is None:
+            continue
+        mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator) for r in (run, other))
+        if mine and theirs and all(mine.get(k, 1) == theirs.get(k, 1) for k in ("episodes", "seed", "stream")):
+            out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
+    return out
+
+
+def render(report: dict, fmt: str) -> str:
+    """The report as a Markdown, LaTeX, CSV or JSON text (``table`` is drawn by the CLI)."""
+    shots = sorted({k for row in report["groups"] for k in row["results"]}, key=lambda k: int(k.split("-")[0]))
+    if fmt == "json":
+        return json.dumps(report, indent=2)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["group", "seeds", *[f"{s} {c}" for s in shots for c in ("accuracy", "ci95", "episodes")]])
+        for row in report["groups"]:
+            cells = []
+            for s in shots:
+                r = row["results"].get(s)
+                cells += [r["accuracy"], r["ci95"], r["episodes"]] if r else ["", "", ""]
+            writer.writerow([row["group"], row["seeds"], *cells])
+        return buffer.getvalue()
+    if fmt not in ("md", "latex"):
+        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    pm = " $\\pm$ " if fmt == "latex" else " ± "
+    header = ["group", "seeds", *shots]
+    lines = []
+    for row in report["groups"]:
+        cells = [f"{100 * r['accuracy']:.2f}{pm}{100 * r['ci95']:.2f}" if (r := row["results"].get(s)) else "-"
+                 for s in shots]
+        lines.append([row["group"], str(row["seeds"]), *cells])
+    if fmt == "md":
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(cells) + " |" for cells in lines]
+    else:
+        out = ["\\begin{tabular}{l" + "r" * (len(header) - 1) + "}", " & ".join(header) + " \\\\", "\\hline"]
+        out += [" & ".join(c.replace("_", "\\_") for c in cells) + " \\\\" for cells in lines]
+        out.append("\\end{tabular}")
+    return "\n".join(out) + "\n"

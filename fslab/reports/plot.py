@@ -1,0 +1,170 @@
+"""Figures in the style of the NCA paper: accuracy against one setting, one
+line per configuration, one panel per number of shots, 95% CI error bars.
+
+- ``batch-size`` (Fig. 2): x is ``train.batch_size``; each line is one
+  configuration (a loss, an episode shape ...), so NCA and ProtoNets trained on
+  batches of equal size can be compared point by point.
+- ``pairs`` (Fig. 3): x is the fraction of a batch's pairs the loss uses. For
+  a loss with ``pair_fraction`` (NCA) it is that setting; for any other loss
+  (ProtoNets) it is measured as the paper places its ProtoNet points: the pairs
+  the loss used per batch (mean of the logged positives + negatives) over the
+  B(B−1)/2 pairs an NCA loss sees in a batch of the same size.
+- any other configuration key (``train.lr``, ``sampler.shots`` ...).
+
+Every point pools the per-episode accuracies of the runs that differ only by
+seed, exactly as ``fslab compare`` does (:func:`fslab.reports.compare.pooled`), and the
+numbers drawn are returned as plain data (``fslab plot --json`` prints them).
+matplotlib is imported only when a figure is drawn, with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import textwrap
+from pathlib import Path
+
+from fslab.reports.compare import flatten, pooled, run_settings
+from fslab.core.errors import UsageError
+from fslab.core.runstore import Run
+
+PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
+AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
+PANEL_SIZE = (500, 420)  # pixels of one panel when no --size is given
+
+
+def measured_pair_fraction(run: Run) -> float | None:
+    """Mean pairs used per logged batch over the B(B−1)/2 pairs of the batch."""
+    cfg = run.config()
+    sampler = cfg.get("sampler", {})
+    if sampler.get("ways", 0) > 0:  # an explicit episode shape fixes the batch
+        batch = sampler["ways"] * (sampler.get("shots", 0) + sampler.get("queries", 0))
+    else:
+        batch = cfg.get("train", {}).get("batch_size", 0)
+    used = [e["positives"] + e["negatives"] for e in run.events_of("train")
+            if e.get("positives") is not None and e.get("negatives") is not None]
+    if batch < 2 or not used:
+        return None
+    return statistics.fmean(used) / (batch * (batch - 1) / 2)
+
+
+def x_value(run: Run, flat: dict, key: str) -> tuple[object, bool]:
+    """The run's value on the x axis, and whether it was measured (not configured)."""
+    if key in flat:
+        return json.loads(flat[key]), False
+    if key == "loss.pair_fraction":
+        measured = measured_pair_fraction(run)
+        if measured is not None:
+            return measured, True
+        raise UsageError(f"run {run.id} has no loss.pair_fraction and no logged pair counts to measure it from; "
+                         f"leave it out or let it train first")
+    close = sorted(k for k in flat if k.split(".")[-1] == key.split(".")[-1])
+    hint = f" Did you mean {', '.join(close[:3])}?" if close else " See its keys with: fslab show RUN"
+    raise UsageError(f"run {run.id} has no configuration key '{key}'.{hint}")
+
+
+def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, split: str = "test",
+                shots: list[int] = (1, 5), ways: int = 5, queries: int = 15) -> dict:
+    """What a figure shows, as data: for each number of shots, each line's
+    points (x, pooled accuracy, ci95, episodes, run ids), x ascending.
+
+    ``x`` is a preset name or a configuration key; lines are the runs' settings
+    except the seed and x, or only the ``series`` keys when given."""
+    key = PRESETS.get(x, x)
+    if not runs:
+        raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
+    lines: dict[tuple, dict] = {}
+    for run in runs:
+        flat = flatten(run.config())
+        value, measured = x_value(run, flat, key)
+        settings = run_settings(run, flat, series, "--series", leave_out=(key,))
+        line = lines.setdefault(tuple(sorted(settings.items())), {"settings": settings, "points": {}})
+        # a measured x is one point per configuration, at the mean over its seeds
+        point = line["points"].setdefault("measured" if measured else json.dumps(value), {"x": [], "runs": []})
+        point["x"].append(value)
+        point["runs"].append(run)
+    varying = sorted({k for line in lines.values() for k in line["settings"]
+                      if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
+    shown = varying or series or ["method"]
+    panels = []
+    for n in shots:
+        drawn = []
+        for line in lines.values():
+            label = ", ".join(f"{k}={json.loads(line['settings'][k])}" for k in shown if k in line["settings"])
+            points = []
+            for point in line["points"].values():
+                result = pooled(point["runs"], split, n, ways, queries)
+                if result is None:
+                    continue
+                xs = point["x"]
+                numbers = all(isinstance(v, (int, float)) for v in xs) and len(set(xs)) > 1
+                where = statistics.fmean(xs) if numbers else xs[0]
+                points.append({"x": where, **result, "run_ids": [r.id for r in point["runs"]]})
+            if points:
+                drawn.append({"label": label or "all", "points": sorted(points, key=lambda p: _order(p["x"]))})
+        panels.append({"shots": n, "series": drawn})
+    if not any(panel["series"] for panel in panels):
+        raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way "
+                         f"{','.join(map(str, shots))}-shot, {queries} queries; finish them or run: fslab eval RUN")
+    return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels}
+
+
+def _order(value) -> tuple:
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"1000x420"`` -> (1000, 420) pixels."""
+    width, sep, height = text.lower().partition("x")
+    try:
+        size = (int(width), int(height))
+    except ValueError:
+        size = (0, 0)
+    if not sep or min(size) < 100 or max(size) > 10000:
+        raise UsageError(f"--size takes WIDTHxHEIGHT in pixels, each 100 to 10000 (e.g. 1000x420), got '{text}'")
+    return size
+
+
+def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str | None = None) -> tuple[int, int]:
+    """Write the figure as a PNG of exactly ``size`` pixels (default: 500×420 per panel)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = data["panels"]
+    width, height = size or (PANEL_SIZE[0] * len(panels), PANEL_SIZE[1])
+    dpi = 100
+    fig, axes = plt.subplots(1, len(panels), figsize=(width / dpi, height / dpi), dpi=dpi, squeeze=False,
+                             layout="constrained")
+    # one colour per line in every panel, and one legend under the panels
+    labels = list(dict.fromkeys(s["label"] for panel in panels for s in panel["series"]))
+    handles = {}
+    numeric = all(isinstance(p["x"], (int, float)) for panel in panels for s in panel["series"] for p in s["points"])
+    categories = sorted({str(p["x"]) for panel in panels for s in panel["series"] for p in s["points"]})
+    xs_all = sorted({p["x"] for panel in panels for s in panel["series"] for p in s["points"]}, key=_order)
+    for ax, panel in zip(axes[0], panels):
+        for line in panel["series"]:
+            xs = [p["x"] if numeric else categories.index(str(p["x"])) for p in line["points"]]
+            handles[line["label"]] = ax.errorbar(
+                xs, [100 * p["accuracy"] for p in line["points"]], yerr=[100 * p["ci95"] for p in line["points"]],
+                marker="o", markersize=4, capsize=3, linewidth=1.2, color=f"C{labels.index(line['label']) % 10}")
+        if numeric and data["x"] == "train.batch_size" and all(v > 0 for v in xs_all):
+            ax.set_xscale("log", base=2)  # batch sizes double from point to point
+            ax.set_xticks(xs_all, [str(v) for v in xs_all])
+            ax.minorticks_off()
+        elif not numeric:
+            ax.set_xticks(range(len(categories)), categories)
+        ax.set_title(f"{data['ways']}-way {panel['shots']}-shot ({data['split']})")
+        ax.set_xlabel(AXIS_LABELS.get(data["x"], data["x"]))
+        ax.set_ylabel("accuracy (%), mean ± 95% CI")
+        ax.grid(True, alpha=0.3)
+    wrap = max(20, width // 7)  # characters of small text that fit across the figure
+    fig.legend([handles[label] for label in labels], [textwrap.fill(label, wrap) for label in labels],
+               loc="outside lower center", fontsize="small", frameon=False)
+    if title:
+        fig.suptitle(title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi, format="png")
+    plt.close(fig)
+    return width, height

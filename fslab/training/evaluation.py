@@ -1,0 +1,356 @@
+"""Few-shot evaluation: features once per split, many episodes, mean ± 95% CI.
+
+The protocol is the NCA paper's (Sec. 3.4 and 4.1, SPEC §4): w-way n-shot
+episodes with q queries per class drawn from held-out classes, features centred
+by the training mean and L2-normalised, one score per episode (its accuracy,
+or for a retrieval evaluator its mAP), reported as mean ± 1.96·std/√N.
+
+Two things make this fast and comparable. With batch norm in eval mode and a
+non-transductive classifier, an image's features do not depend on the episode,
+so a split's features are extracted once and episodes only gather rows. And
+episodes are drawn in bulk from a seeded ``torch.Generator``, so a fixed
+evaluation seed gives the same episodes in every run: two methods are compared
+on identical episodes.
+
+The evaluator interface. An evaluator is a callable from the registry:
+
+- by default ``evaluator(support [e, w, n, d], query [e, w*q, d]) -> long [e, w*q]``,
+  each query's predicted way on already centred and normalised features (queries
+  come way by way, so the truth is ``[0]*q + [1]*q + ...``); the score of an
+  episode is its accuracy;
+- ``metric = "map"`` (any name but ``"accuracy"``): it returns each episode's
+  score directly, ``float [e]`` in [0, 1] (retrieval mAP);
+- ``episode_shape = (shots, queries)``: the episode shape it needs, replacing
+  the shots and queries asked for (retrieval: 10 images per class as 1 + 9);
+- ``needs_model = True``: it adapts the network, so it sees images, not
+  features. It is called once per episode as ``evaluator(model, support_images
+  [w, n, C, H, W], query_images [w*q, C, H, W], *, to_input, device, center,
+  normalize) -> long [w*q]`` with a working copy of the network whose weights
+  the core restores after every episode (the caller's network is never
+  touched); ``default_episodes`` says how many episodes to run when none are
+  asked for, since such evaluators are slow.
+
+Only the training worker and ``fslab eval`` import this module, so importing
+torch here is fine.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from fslab.core.errors import UsageError
+
+# Episodes are drawn in blocks of this many; it is a constant (not a parameter)
+# because the random stream, and therefore the episodes, depend on it. Whole
+# blocks are always drawn, so the first N episodes are the same whatever the
+# number asked for.
+EPISODE_BLOCK = 500
+# The version of the episode stream a seed gives; saved with every evaluation
+# so that evaluations drawn from different streams are never paired.
+# Stream 1 (before): random keys per image and topk; stream 2: Floyd's algorithm.
+EPISODE_STREAM = 2
+# Episodes per chunk of the feature path: small enough that a chunk's gathered
+# features (100 × 100 × 640 floats, 26 MB) stay in cache, large enough that
+# Python overhead is negligible (benchmarks/bench_eval.py).
+EPISODE_CHUNK = 100
+DEFAULT_EPISODES = 10000
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What the core needs to know about an evaluator (see the module docstring)."""
+
+    metric: str = "accuracy"
+    needs_model: bool = False
+    episode_shape: tuple[int, int] | None = None
+    default_episodes: int = DEFAULT_EPISODES
+
+
+def traits(evaluator) -> Traits:
+    shape = getattr(evaluator, "episode_shape", None)
+    return Traits(
+        metric=getattr(evaluator, "metric", "accuracy"),
+        needs_model=bool(getattr(evaluator, "needs_model", False)),
+        episode_shape=None if shape is None else (int(shape[0]), int(shape[1])),
+        default_episodes=int(getattr(evaluator, "default_episodes", DEFAULT_EPISODES)),
+    )
+
+
+def episode_shapes(evaluator, shots: Sequence[int], queries: int) -> list[tuple[int, int]]:
+    """The (shots, queries) pairs to evaluate: one per number of shots asked
+    for, or the evaluator's own fixed shape once."""
+    fixed = traits(evaluator).episode_shape
+    if fixed is not None:
+        return [fixed]
+    return [(int(n), int(queries)) for n in dict.fromkeys(shots)]
+
+
+def ci95(accuracies: Sequence[float] | torch.Tensor) -> tuple[float, float]:
+    """Mean and 95% confidence half-width ``1.96 * std / sqrt(N)``.
+
+    ``std`` is the population standard deviation (ddof=0, numpy's default), as
+    in the SimpleShot and NCA evaluation code; with thousands of episodes the
+    difference from ddof=1 is far below the reported precision.
+    """
+    values = torch.as_tensor(accuracies, dtype=torch.float64).flatten()
+    if values.numel() == 0:
+        raise UsageError("ci95: no accuracies to summarise")
+    mean = values.mean()
+    std = values.std(correction=0)
+    return float(mean), float(1.96 * std / math.sqrt(values.numel()))
+
+
+def floyd_subsets(sizes: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """``k`` distinct positions in ``range(sizes[r])`` for each row r, ``long [R, k]``,
+    from ``k`` uniform numbers per row (``uniforms [R, k]`` in [0, 1); every
+    ``sizes[r] >= k``).
+
+    Robert Floyd's algorithm, vectorised over rows: for t = size-k .. size-1,
+    draw j uniformly in [0, t] and take j, or t if j is already taken. The
+    *set* is a uniform k-subset (the order is not uniform: use the set, or
+    split it with a second subset). It needs k random numbers per row against
+    one per image for random keys, and never retries.
+    """
+    rows, k = uniforms.shape
+    sizes = sizes.to(torch.long)
+    picked = torch.empty(rows, k, dtype=torch.long)
+    for step in range(k):
+        top = sizes - k + step  # draw from 0..top
+        candidate = torch.minimum((uniforms[:, step] * (top + 1)).long(), top)
+        taken = (picked[:, :step] == candidate[:, None]).any(dim=1)
+        picked[:, step] = torch.where(taken, top, candidate)
+    return picked
+
+
+def sample_episodes(
+    labels: Sequence[int] | torch.Tensor,
+    ways: int,
+    shots: int,
+    queries: int,
+    episodes: int,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw ``episodes`` few-shot episodes as dataset indices.
+
+    Returns ``support_idx [E, ways, shots]`` and ``query_idx [E, ways, queries]``.
+    Each episode has ``ways`` distinct classes and ``shots + queries`` distinct
+    images per class, split into support and queries uniformly at random;
+    classes with fewer images than that are never drawn. The same arguments
+    always give the same episodes, on every machine (the generator is a CPU
+    one), and episode i does not depend on ``episodes``.
+    """
+    labels = torch.as_tensor(labels, dtype=torch.long).flatten().cpu()
+    per_class = shots + queries
+    if ways < 2 or shots < 1 or queries < 1 or episodes < 1:
+        raise UsageError(
+            f"episodes need ways >= 2, shots >= 1, queries >= 1 and at least one episode; "
+            f"got ways={ways}, shots={shots}, queries={queries}, episodes={episodes}"
+        )
+    classes, counts = torch.unique(labels, return_counts=True)
+    eligible = classes[counts >= per_class]
+    if eligible.numel() < ways:
+        raise UsageError(
+            f"{ways}-way episodes with {shots} shots and {queries} queries need {ways} classes "
+            f"with at least {per_class} images; this split has {eligible.numel()}"
+        )
+    # Each eligible class's dataset indices are a run of `order`, from `starts`.
+    order = torch.argsort(labels, stable=True)
+    class_counts = counts[counts >= per_class]
+    starts = torch.searchsorted(labels[order], eligible)
+
+    # The random numbers are drawn block by block (so episode i does not depend
+    # on how many are asked for); the arithmetic then runs on all rows at once.
+    generator = torch.Generator().manual_seed(int(seed))
+    chosen, image_uniforms, split_uniforms = [], [], []
+    for _ in range(-(-episodes // EPISODE_BLOCK)):
+        # The `ways` smallest of one random key per class: distinct random classes.
+        keys = torch.rand(EPISODE_BLOCK, eligible.numel(), generator=generator)
+        chosen.append(keys.topk(ways, dim=1, largest=False).indices)
+        image_uniforms.append(torch.rand(EPISODE_BLOCK * ways, per_class, generator=generator, dtype=torch.float64))
+        split_uniforms.append(torch.rand(EPISODE_BLOCK * ways, shots, generator=generator, dtype=torch.float64))
+    chosen = torch.cat(chosen)[:episodes].flatten()  # [E * ways]
+    rows = chosen.numel()
+    images = floyd_subsets(class_counts[chosen], torch.cat(image_uniforms)[:rows])  # [E * ways, per_class]
+    in_support = torch.zeros(rows, per_class, dtype=torch.bool)
+    in_support.scatter_(1, floyd_subsets(torch.full((rows,), per_class), torch.cat(split_uniforms)[:rows]), True)
+    indices = order[starts[chosen][:, None] + images]
+    support = indices[in_support].view(episodes, ways, shots)
+    query = indices[~in_support].view(episodes, ways, queries)
+    return support, query
+
+
+def prepare_features(features: torch.Tensor, center: torch.Tensor | None, normalize: bool) -> torch.Tensor:
+    """Centre by the training mean (if given), then L2-normalise (if asked):
+    SimpleShot's normalisation, applied once per split."""
+    features = features.float()
+    if center is not None:
+        features = features - center.to(features)
+    if normalize:
+        features = F.normalize(features, dim=1)
+    return features
+
+
+def episode_scores(
+    features: torch.Tensor,
+    labels: Sequence[int] | torch.Tensor,
+    evaluator: Callable,
+    ways: int,
+    shots: int,
+    queries: int,
+    episodes: int,
+    seed: int,
+    *,
+    center: torch.Tensor | None = None,
+    normalize: bool = True,
+    chunk: int = EPISODE_CHUNK,
+) -> torch.Tensor:
+    """The score of ``evaluator`` on each of ``episodes`` episodes, ``float [E]``.
+
+    ``features [N, d]`` are one split's features, extracted once. ``center``
+    (the mean training feature) is subtracted and rows are L2-normalised before
+    any episode is drawn. The score is the episode's accuracy for an evaluator
+    that predicts ways, or whatever a scoring evaluator returns (module docstring).
+    """
+    info = traits(evaluator)
+    if info.needs_model:
+        raise UsageError("this evaluator adapts the network: evaluate it with model_episode_scores")
+    chunk = max(1, chunk)
+    features = prepare_features(features, center, normalize)
+    support_idx, query_idx = sample_episodes(labels, ways, shots, queries, episodes, seed)
+    device = features.device
+    truth = torch.arange(ways, device=device).repeat_interleave(queries)
+    support_idx, query_idx = support_idx.to(device), query_idx.to(device)
+    scores = []
+    for first in range(0, episodes, chunk):
+        # index_select on flat indices is the fastest gather; chunks stay in cache
+        rows = support_idx[first : first + chunk]
+        support = features.index_select(0, rows.flatten()).view(*rows.shape, -1)  # [e, w, n, d]
+        rows = query_idx[first : first + chunk]
+        query = features.index_select(0, rows.flatten()).view(rows.shape[0], -1, features.shape[1])  # [e, w*q, d]
+        out = evaluator(support, query)
+        if info.metric == "accuracy":
+            if out.shape != query.shape[:2]:
+                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, expected predictions {tuple(query.shape[:2])}")
+            scores.append((out == truth).sum(dim=1))  # counts: divided on the CPU, below
+        else:
+            if out.shape != (query.shape[0],):
+                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, expected one score per episode ({query.shape[0]},)")
+            scores.append(out.float())
+    scores = torch.cat(scores).cpu()
+    # CUDA divides by a scalar through its reciprocal: dividing on the CPU
+    # gives the same accuracies, to the last bit, whatever the device.
+    return scores.float() / truth.numel() if info.metric == "accuracy" else scores
+
+
+# Classification evaluators score episodes by accuracy; the older name stays.
+episode_accuracies = episode_scores
+
+
+def model_episode_scores(
+    model: torch.nn.Module,
+    images: torch.Tensor,
+    labels: Sequence[int] | torch.Tensor,
+    evaluator: Callable,
+    ways: int,
+    shots: int,
+    queries: int,
+    episodes: int,
+    seed: int,
+    *,
+    to_input: Callable[[torch.Tensor], torch.Tensor],
+    device: torch.device | str,
+    center: torch.Tensor | None = None,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """Accuracy of a model-aware evaluator (``needs_model``) on each episode.
+
+    ``images`` are the split's uint8 images ``[N, C, H, W]``. The episodes are
+    the first ``episodes`` of the same seeded stream as :func:`episode_scores`.
+    The evaluator works on a copy of ``model``, reset to the original weights
+    (and buffers) before every episode; ``model`` itself is left unchanged.
+    """
+    support_idx, query_idx = sample_episodes(labels, ways, shots, queries, episodes, seed)
+    original = getattr(model, "module", model)  # a DDP-wrapped network: its module
+    working = copy.deepcopy(original).to(device)
+    weights = {k: v.detach().clone() for k, v in working.state_dict().items()}
+    truth = torch.arange(ways).repeat_interleave(queries)
+    scores = []
+    try:
+        for e in range(episodes):
+            support_images = images[support_idx[e].flatten()].view(ways, shots, *images.shape[1:])
+            query_images = images[query_idx[e].flatten()]
+            predictions = evaluator(working, support_images, query_images, to_input=to_input, device=device,
+                                    center=center, normalize=normalize)
+            if predictions.shape != truth.shape:
+                raise ValueError(f"evaluator returned shape {tuple(predictions.shape)}, expected ({truth.numel()},)")
+            scores.append((predictions.cpu() == truth).sum().float() / truth.numel())
+            working.load_state_dict(weights)
+    finally:
+        del working
+    return torch.stack(scores)
+
+
+def run_episodes(
+    evaluator: Callable,
+    labels: Sequence[int] | torch.Tensor,
+    ways: int,
+    shots: int,
+    queries: int,
+    episodes: int,
+    seed: int,
+    *,
+    features: Callable[[], torch.Tensor] | torch.Tensor | None = None,
+    model: torch.nn.Module | None = None,
+    images: torch.Tensor | None = None,
+    to_input: Callable | None = None,
+    device: torch.device | str = "cpu",
+    center: torch.Tensor | None = None,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """Per-episode scores of any evaluator: through the cached ``features``
+    (a tensor, or a function that returns them), or through ``model`` and
+    ``images`` for a model-aware one."""
+    if traits(evaluator).needs_model:
+        if model is None or images is None or to_input is None:
+            raise ValueError("a model-aware evaluator needs the model, the split's images and the input transform")
+        return model_episode_scores(model, images, labels, evaluator, ways, shots, queries, episodes, seed,
+                                    to_input=to_input, device=device, center=center, normalize=normalize)
+    if callable(features):
+        features = features()
+    return episode_scores(features, labels, evaluator, ways, shots, queries, episodes, seed,
+                          center=center, normalize=normalize)
+
+
+def extract_features(
+    model: torch.nn.Module,
+    images_uint8: torch.Tensor,
+    batch_size: int,
+    device: torch.device | str,
+    normalize_fn: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """Embed every image once: ``uint8 [N, C, H, W]`` -> ``float [N, d]`` on the CPU.
+
+    Runs in eval mode (batch norm uses its running statistics, so features do
+    not depend on what else is in the batch) and restores the model's mode
+    afterwards. ``normalize_fn`` turns a uint8 batch already on ``device`` into
+    the network's float input.
+    """
+    was_training = model.training
+    model.eval()
+    outputs = []
+    try:
+        with torch.no_grad():
+            for first in range(0, images_uint8.shape[0], batch_size):
+                batch = images_uint8[first : first + batch_size].to(device, non_blocking=True)
+                outputs.append(model(normalize_fn(batch)).float().cpu())
+    finally:
+        model.train(was_training)
+    if not outputs:
+        raise UsageError("extract_features: no images to embed")
+    return torch.cat(outputs)

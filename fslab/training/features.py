@@ -1,0 +1,48 @@
+"""Which features evaluation embeds: the backbone's output, or the pooled
+outputs of its last k stages concatenated (``eval.feature_stages``; the NCA
+paper's multi-layer features, App. A.1).
+
+:func:`feature_network` gives the module to hand to
+:func:`fslab.training.evaluation.extract_features`; the training-feature mean used for
+centring is computed through the same module, so it always matches.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fslab.core.errors import ConfigError
+
+
+class StageFeatures(nn.Module):
+    """``backbone.features(x, stages)`` as a module, so code that calls
+    ``module(x)`` (and switches train/eval mode) works unchanged."""
+
+    def __init__(self, backbone: nn.Module, stages: int):
+        super().__init__()
+        self.backbone = backbone
+        self.stages = stages
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone.features(x, self.stages)
+
+
+def feature_network(backbone: nn.Module, stages: int = 1) -> nn.Module:
+    """The backbone itself for ``stages == 1``; otherwise a :class:`StageFeatures`
+    wrapper, after checking that the backbone has that many stages."""
+    if stages == 1:
+        return backbone
+    dims = getattr(backbone, "stage_dims", None)
+    if not callable(getattr(backbone, "features", None)) or not dims:
+        raise ConfigError(
+            f"eval.feature_stages={stages} needs a backbone with multi-stage features "
+            f"(a features(x, stages) method and stage_dims); {type(backbone).__name__} has none. "
+            "Use eval.feature_stages=1."
+        )
+    if not 1 <= stages <= len(dims):
+        raise ConfigError(
+            f"eval.feature_stages must be between 1 and {len(dims)} for {type(backbone).__name__} "
+            f"(stage widths {list(dims)}), got {stages}"
+        )
+    return StageFeatures(backbone, stages)

@@ -1,0 +1,1 @@
+"""Datasets: the built-in procedural one, and the on-disk benchmarks decoded into uint8 caches."""

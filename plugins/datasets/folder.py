@@ -1,0 +1,79 @@
+"""``folder``: any image tree laid out as ``ROOT/{train,val,test}/<class>/<image>``.
+
+The layout most people convert their data to (and the one torchvision's
+``ImageFolder`` reads). Each class is a sub-folder; classes are numbered in
+sorted order of their folder names, images are read in sorted order of their
+file names (``.jpg .jpeg .png .bmp .gif .webp .tif .tiff``, any case), converted
+to RGB (or grayscale with ``grayscale=true``) and resized to
+``image_size``×``image_size``. Each split is decoded once into the uint8 cache of
+:mod:`image_cache`. There is no standard split to check against: every class
+folder found is used, and a class folder without images is an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fslab.core.errors import UsageError
+from fslab.core.hookspecs import hookimpl
+from fslab_plugins.datasets.image_cache import CachedDataset, decode_all, decode_file, list_images, require
+
+LAYOUT = "ROOT/{train,val,test}/<class>/<image files>"
+
+
+def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
+    """Class folder name -> its image files (sorted), for every sub-folder of ``split_dir``."""
+    classes = sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise UsageError(f"{dataset}: {split_dir} has no class folders. Expected layout: {LAYOUT}.")
+    tree = {c: list_images(split_dir / c) for c in classes}
+    empty = [c for c, files in tree.items() if not files]
+    if empty:
+        raise UsageError(f"{dataset}: {split_dir / empty[0]} has no image files "
+                         f"({len(empty)} empty class folder(s)); remove them or add images")
+    return tree
+
+
+def tree_plan(tree: dict[str, list[Path]], classes: list[str], size: int, mode: str):
+    """Source files, labels and a build function for the classes of ``tree``, in ``classes`` order."""
+    files = [path for c in classes for path in tree[c]]
+    labels = [i for i, c in enumerate(classes) for _ in tree[c]]
+
+    def build():
+        return labels, classes, decode_all(files, lambda path: decode_file(path, size, mode))
+
+    return files, build
+
+
+class FolderDataset(CachedDataset):
+    """Images in class folders, one tree per split."""
+
+    name = "folder"
+    layout = LAYOUT
+
+    def __init__(self, root, *, image_size: int = 84, grayscale: bool = False, cache_dir: str = ""):
+        super().__init__(root, image_size=image_size, cache_dir=cache_dir, check_counts=False)
+        self.grayscale = grayscale
+        self.channels = 1 if grayscale else 3
+        for split in ("train", "val", "test"):
+            require(self.root / split, self.name, LAYOUT)
+
+    def plan(self, split):
+        tree = scan_tree(self.root / split, self.name)
+        classes = sorted(tree)
+        files, build = tree_plan(tree, classes, self.image_size, "L" if self.grayscale else "RGB")
+        stem = f"folder-{split}-{self.image_size}{'-gray' if self.grayscale else ''}"
+        params = {"image_size": self.image_size, "grayscale": self.grayscale, "classes": classes}
+        return stem, params, files, build
+
+
+@hookimpl
+def register_datasets(register):
+    register(
+        FolderDataset,
+        name="folder",
+        description="Any ROOT/{train,val,test}/<class>/<image> tree, resized to image_size (default 84)",
+        paper="",
+        check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        defaults={"train": {"crop_padding": 8, "flip": True}},
+    )

@@ -1,0 +1,347 @@
+"""Decode a split once into a uint8 file, memory-map it on every later load.
+
+Shared by every on-disk dataset (``miniimagenet``, ``tieredimagenet``,
+``cifar-fs``, ``fc100``, ``omniglot``, ``cub``, ``folder``). Decoding JPEG or
+PNG files each epoch costs more than a training step on a GPU, so a split is
+decoded and resized exactly once into
+
+    ROOT/.fslab-cache/<stem>.<key>.u8       images, uint8 [N, C, H, W], row-major
+    ROOT/.fslab-cache/<stem>.<key>.labels   labels, int64 [N]
+    ROOT/.fslab-cache/<stem>.json           header: shape, classes, key, files
+
+where ``<stem>`` is e.g. ``miniimagenet-train-84`` and ``<key>`` a hash of
+everything the pixels depend on: the dataset's parameters, the cache format
+version and, for every source file, its path, size and modification time.
+Editing, adding or removing a source file, or changing a parameter such as
+``image_size``, changes the key and the split is decoded again; the stale files
+of that stem are then deleted. Files are written under a temporary name and
+renamed, the header last, so a crash never leaves a cache that looks valid.
+
+Later loads map the file (``np.memmap`` in copy-on-write mode, so the tensor is
+writable and the file is never modified) and wrap it with ``torch.from_numpy``:
+no copy, and the operating system's page cache is shared by every run.
+
+Where the cache goes: ``cache_dir`` when the dataset is given one; otherwise
+``ROOT/.fslab-cache`` when ROOT is writable; otherwise
+``$XDG_CACHE_HOME/fslab`` (default ``~/.cache/fslab``). Outside ROOT, each root
+gets its own sub-folder (a hash of its absolute path).
+
+numpy, torch and PIL are imported inside functions: the registry imports the
+dataset modules, and ``fslab plugins`` must stay light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+from fslab.core.errors import UsageError
+from fslab.core.types import Split
+
+FORMAT_VERSION = 1
+CACHE_FOLDER = ".fslab-cache"
+DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
+CHUNK = 512  # images decoded per block written to the cache file
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+# -- checking what is on disk ---------------------------------------------------------
+
+
+def require(path: Path, dataset: str, layout: str) -> Path:
+    """``path`` if it exists, otherwise the one-line error naming it and the layout."""
+    if not path.exists():
+        raise UsageError(f"{dataset}: {path} not found. Expected layout: {layout}. "
+                         f"Point --data-root (or [data_roots] {dataset} in fslab.toml) at the folder holding it.")
+    return path
+
+
+def check_classes(dataset: str, source: str, split: str, found: dict[str, int], expected: Sequence[str],
+                  *, list_name: str, per_class: int | None, total: int | None, check_counts: bool) -> list[str]:
+    """Compare the classes (and image counts) found for a split with the shipped list.
+
+    ``found`` maps each class name seen in ``source`` to its number of images.
+    A class outside the list is always an error (the files belong to another
+    split). With ``check_counts`` every listed class must be present, with
+    ``per_class`` images each and ``total`` in all (when given); without it the
+    files may hold any subset of the listed classes (tiny test copies, quick
+    experiments). Returns the classes found, in the list's order.
+    """
+    listed = set(expected)
+    extra = [c for c in found if c not in listed]
+    if extra:
+        raise UsageError(f"{dataset}: {source} has {len(extra)} class(es) that are not in the {split} list "
+                         f"{list_name} (e.g. '{extra[0]}'); are these files from another split?")
+    present = [c for c in expected if found.get(c)]
+    if not present:
+        raise UsageError(f"{dataset}: {source} has no images of any {split} class listed in {list_name}")
+    if check_counts:
+        hint = "re-create or re-download it, or set dataset.check_counts=false to use the files as a subset"
+        missing = [c for c in expected if not found.get(c)]
+        if missing:
+            raise UsageError(f"{dataset}: {source} is short: expected {len(expected)} {split} classes "
+                             f"({list_name}), found {len(present)}; missing e.g. '{missing[0]}'; {hint}")
+        if per_class is not None:
+            wrong = [c for c in expected if found[c] != per_class]
+            if wrong:
+                raise UsageError(f"{dataset}: {source} is short: expected {per_class} images of class "
+                                 f"'{wrong[0]}', found {found[wrong[0]]} ({len(wrong)} class(es) differ); {hint}")
+        count = sum(found.values())
+        if total is not None and count != total:
+            raise UsageError(f"{dataset}: {source} is short: expected {total:,} {split} images, "
+                             f"found {count:,}; {hint}")
+    return present
+
+
+def read_list(path: Path) -> list[str]:
+    """A shipped split list: one name per line, blank lines ignored."""
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+SPLITS_DIR = Path(__file__).with_name("splits")
+
+
+def shipped_list(dataset: str, split: str) -> tuple[list[str], str]:
+    """The class list fslab ships for ``dataset``'s ``split`` and a short name for messages."""
+    path = SPLITS_DIR / dataset / f"{split}.txt"
+    return read_list(path), f"splits/{dataset}/{split}.txt"
+
+
+def check_split_name(dataset: str, split: str) -> None:
+    if split not in ("train", "val", "test"):
+        raise UsageError(f"{dataset}: unknown split '{split}'. Allowed: train, val, test.")
+
+
+def list_images(folder: Path) -> list[Path]:
+    """Image files directly in ``folder``, sorted by name (the order is part of the cache)."""
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+
+
+# -- decoding --------------------------------------------------------------------------
+
+
+def to_array(image, size: int, mode: str, box: tuple[int, int, int, int] | None = None):
+    """A PIL image -> uint8 ``[C, size, size]``: convert to ``mode`` ("RGB" or
+    "L"), crop to ``box`` (left, top, right, bottom) if given, resize to
+    ``size``×``size`` with PIL's bilinear filter (antialiased when shrinking)."""
+    import numpy as np
+    from PIL import Image
+
+    image = image.convert(mode)
+    if box is not None:
+        image = image.crop(box)
+    if image.size != (size, size):
+        image = image.resize((size, size), Image.Resampling.BILINEAR)
+    array = np.asarray(image, dtype=np.uint8)
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def decode_file(path, size: int, mode: str, box=None):
+    """Open one image file and return ``to_array`` of it."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return to_array(image, size, mode, box)
+    except OSError as exc:  # PIL's UnidentifiedImageError included
+        raise UsageError(f"cannot decode image {path}: {exc}; replace or remove the file") from None
+
+
+def decode_bytes(data, size: int, mode: str):
+    """One PNG/JPEG held in memory (bytes or a uint8 array) -> uint8 ``[C, size, size]``."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as image:
+            return to_array(image, size, mode)
+    except OSError as exc:
+        raise UsageError(f"cannot decode an image held in a pickle: {exc}") from None
+
+
+def decode_all(jobs: Sequence, decode: Callable) -> Iterator:
+    """``decode(job)`` for every job, in order, as stacked blocks of up to
+    ``CHUNK`` images; a few threads decode at once (PIL releases the GIL while
+    it decodes and resizes), and the order never depends on which finishes first."""
+    import numpy as np
+
+    with ThreadPoolExecutor(DECODE_THREADS) as pool:
+        for start in range(0, len(jobs), CHUNK):
+            yield np.stack(list(pool.map(decode, jobs[start:start + CHUNK])))
+
+
+# -- the cache -------------------------------------------------------------------------
+
+
+def cache_folder(root: Path, cache_dir: str = "") -> Path:
+    """Where this root's cache files live (see the module docstring)."""
+    root = Path(root).resolve()
+    tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    if cache_dir:
+        return Path(os.path.expanduser(cache_dir)) / tag
+    inside = root / CACHE_FOLDER
+    try:
+        inside.mkdir(exist_ok=True)
+        if os.access(inside, os.W_OK):
+            return inside
+    except OSError:
+        pass
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "fslab" / tag
+
+
+def source_key(stem: str, params: dict, sources: Iterable[Path]) -> str:
+    """A hash of the cache format, the parameters and every source file's
+    path, size and modification time."""
+    digest = hashlib.sha256(json.dumps({"version": FORMAT_VERSION, "stem": stem, "params": params},
+                                       sort_keys=True).encode())
+    for path in sources:
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            raise UsageError(f"{path} is listed in the dataset's index files but does not exist") from None
+        digest.update(f"\n{path}\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
+                 build: Callable[[], tuple]) -> Split:
+    """The split cached under ``folder/stem``, decoded by ``build`` first if
+    there is no valid cache for these ``sources`` and ``params``.
+
+    ``build()`` returns ``(labels, classes, blocks)``: int64 labels ``[N]``,
+    the class names, and an iterable of uint8 image blocks ``[k, C, H, W]``
+    whose lengths add up to N. Blocks are written to disk as they come, so a
+    split larger than memory can be cached.
+    """
+    key = source_key(stem, params, sources)
+    split = open_cache(folder, stem, key)
+    if split is None:
+        write_cache(folder, stem, key, params, build)
+        split = open_cache(folder, stem, key)
+        if split is None:  # pragma: no cover - written and renamed just above
+            raise RuntimeError(f"the cache {folder / stem} could not be read back after writing it")
+    return split
+
+
+def open_cache(folder: Path, stem: str, key: str) -> Split | None:
+    """The memory-mapped split if ``folder/stem.json`` is valid for ``key``, else None."""
+    import numpy as np
+    import torch
+
+    try:
+        header = json.loads((folder / f"{stem}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if header.get("key") != key or header.get("version") != FORMAT_VERSION:
+        return None
+    shape = tuple(header["shape"])
+    images_path, labels_path = folder / header["images"], folder / header["labels"]
+    try:
+        if images_path.stat().st_size != int(np.prod(shape)) or labels_path.stat().st_size != 8 * shape[0]:
+            return None
+    except OSError:
+        return None
+    images = np.memmap(images_path, dtype=np.uint8, mode="c", shape=shape) if shape[0] else np.zeros(shape, np.uint8)
+    labels = np.fromfile(labels_path, dtype=np.int64)
+    return Split(images=torch.from_numpy(images), labels=torch.from_numpy(labels), classes=list(header["classes"]))
+
+
+def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable[[], tuple]) -> None:
+    """Decode with ``build`` into ``folder`` (temporary names, then renamed;
+    the header last), and delete stale files of the same stem."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    print(f"fslab: decoding {stem} once into {folder} ...", file=sys.stderr, flush=True)
+    labels, classes, blocks = build()
+    labels = np.asarray(labels, dtype=np.int64)
+    count = len(labels)
+    images_name, labels_name = f"{stem}.{key}.u8", f"{stem}.{key}.labels"
+    tmp = f".{os.getpid()}.tmp"
+    written, shape = 0, None
+    try:
+        with open(folder / (images_name + tmp), "wb") as fh:
+            for block in blocks:
+                block = np.ascontiguousarray(block, dtype=np.uint8)
+                if shape is None:
+                    shape = (count, *block.shape[1:])
+                elif block.shape[1:] != shape[1:]:
+                    raise RuntimeError(f"{stem}: image blocks of different shapes {block.shape[1:]} and {shape[1:]}")
+                fh.write(block.tobytes())
+                written += len(block)
+        if written != count:
+            raise RuntimeError(f"{stem}: decoded {written} images for {count} labels")
+        if shape is None:
+            raise UsageError(f"{stem}: there are no images to cache")
+        labels.tofile(folder / (labels_name + tmp))
+        os.replace(folder / (images_name + tmp), folder / images_name)
+        os.replace(folder / (labels_name + tmp), folder / labels_name)
+        header = {"version": FORMAT_VERSION, "key": key, "stem": stem, "shape": list(shape), "dtype": "uint8",
+                  "layout": "NCHW", "images": images_name, "labels": labels_name, "classes": list(classes),
+                  "params": params, "created": time.time()}
+        (folder / (f"{stem}.json" + tmp)).write_text(json.dumps(header), encoding="utf-8")
+        os.replace(folder / (f"{stem}.json" + tmp), folder / f"{stem}.json")
+    finally:
+        for leftover in (images_name + tmp, labels_name + tmp, f"{stem}.json" + tmp):
+            try:
+                (folder / leftover).unlink()
+            except FileNotFoundError:
+                pass
+    for stale in folder.glob(f"{stem}.*"):
+        if stale.name not in (images_name, labels_name, f"{stem}.json") and not stale.name.endswith(".tmp"):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
+    print(f"fslab: cached {count:,} images of {stem} ({np.prod(shape) / 2**20:.0f} MiB) "
+          f"in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+
+
+class CachedDataset:
+    """Base of the on-disk datasets: parameters every one of them has, the
+    split memo, and ``load`` through the cache. A subclass sets ``name``,
+    ``channels`` and ``layout``, checks its files in ``__init__`` (cheaply:
+    fslab constructs the dataset in the CLI, before a worker starts, so a wrong
+    root is one line at once) and implements ``plan(split)``."""
+
+    name = ""
+    channels = 3
+    layout = ""
+
+    def __init__(self, root, *, image_size: int, cache_dir: str = "", check_counts: bool = True):
+        if not root:
+            raise UsageError(f"{self.name}: no data root; give --data-root or [data_roots] {self.name} in fslab.toml")
+        if image_size < 4:
+            raise UsageError(f"{self.name}: image_size must be at least 4 pixels, got {image_size}")
+        self.root = Path(os.path.expanduser(str(root))).absolute()
+        self.image_size = image_size
+        self.cache_dir = cache_dir
+        self.check_counts = check_counts
+        self._splits: dict = {}
+        if not self.root.is_dir():
+            raise UsageError(f"{self.name}: the data root {self.root} is not a folder. Expected layout: {self.layout}. "
+                             f"Give it with --data-root or [data_roots] {self.name} in fslab.toml.")
+
+    def load(self, split: str) -> Split:
+        """uint8 images ``[N, C, H, W]`` memory-mapped from the cache, labels, class names."""
+        check_split_name(self.name, split)
+        if split not in self._splits:
+            stem, params, sources, build = self.plan(split)
+            folder = cache_folder(self.root, self.cache_dir)
+            self._splits[split] = cached_split(folder, stem, params, sources, build)
+        return self._splits[split]
+
+    def plan(self, split: str) -> tuple[str, dict, Sequence[Path], Callable[[], tuple]]:
+        """(cache stem, parameters the pixels depend on, source files, build):
+        everything ``cached_split`` needs; checks the split's class list and
+        counts before anything is decoded."""
+        raise NotImplementedError

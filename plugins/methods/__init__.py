@@ -1,0 +1,1 @@
+"""One module per paper method: its losses, samplers, evaluators and recipes."""

@@ -1,0 +1,214 @@
+"""Prototypical Networks.
+
+Snell, Swersky & Zemel, "Prototypical Networks for Few-shot Learning",
+NeurIPS 2017, arXiv:1703.05175.
+
+Training imitates testing: each batch is an episode of w classes with n
+labelled "support" images and m "query" images per class. A class is
+represented by its prototype, the mean embedding of its support images, and a
+query is classified by a softmax over negative squared Euclidean distances to
+all prototypes (Eq. 2); the loss is the queries' mean negative log-likelihood.
+The same nearest-prototype rule classifies test episodes. The embedding of the
+paper is Conv4, four blocks of 3×3 convolution, batch norm, ReLU and max-pool.
+
+This module registers the prototypical loss, the episodic sampler, the Conv4
+backbone (lazily: the network lives in :mod:`fslab_plugins.backbones.networks`, which
+imports torch) and the ``protonet`` recipe with Snell's 5-shot training episodes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from typing import Iterator, Sequence
+
+from fslab.core.errors import UsageError
+from fslab.core.hookspecs import hookimpl
+from fslab.core.types import Batch, LossOutput
+
+PAPER = "Snell, Swersky & Zemel, Prototypical Networks for Few-shot Learning, NeurIPS 2017 (arXiv:1703.05175)"
+DISTANCES = ("euclidean", "cosine")
+
+
+def protonet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
+    """Prototypical loss (Snell Eq. 2; NCA paper Eq. 2).
+
+    ``support`` marks the support rows (bool, one per row); the others are
+    queries. Prototypes are the mean support embedding of each class present in
+    the support set, whatever the label values. With ``distance="euclidean"``
+    the logits are negative squared distances; with ``"cosine"`` they are
+    cosine similarities (bounded, so they learn slowly without a scale).
+
+    Pair counts follow SPEC §2: gradients reach every support point through its
+    prototype, so a query has as many positives as its class has support points
+    and as many negatives as the other classes have.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if distance not in DISTANCES:
+        raise UsageError(f"protonet: unknown distance '{distance}'. Allowed: {', '.join(DISTANCES)}.")
+    if support is None:
+        raise UsageError(
+            "protonet needs an episodic sampler (one that marks support and query rows), "
+            "e.g. sampler 'episodic'"
+        )
+    support = torch.as_tensor(support, dtype=torch.bool, device=z.device)
+    labels = labels.to(z.device)
+    support_labels, query_labels = labels[support], labels[~support]
+    classes, support_class = torch.unique(support_labels, return_inverse=True)
+    if query_labels.numel() == 0:
+        raise UsageError("protonet: the episode has no query rows")
+    query_class = torch.searchsorted(classes, query_labels).clamp(max=classes.numel() - 1)
+    if not bool((classes[query_class] == query_labels).all()):
+        raise UsageError("protonet: a query's class has no support image in the episode")
+
+    support_count = torch.bincount(support_class, minlength=classes.numel())  # [C]
+    prototypes = torch.zeros(classes.numel(), z.shape[1], dtype=z.dtype, device=z.device)
+    prototypes = prototypes.index_add(0, support_class, z[support]) / support_count[:, None].to(z.dtype)
+
+    queries = z[~support]
+    if distance == "euclidean":
+        from fslab_plugins.methods.nca import squared_distances
+
+        logits = -squared_distances(queries, prototypes)
+    else:
+        logits = F.normalize(queries, dim=1) @ F.normalize(prototypes, dim=1).T
+    loss = F.cross_entropy(logits, query_class)
+
+    positives = support_count[query_class].sum()
+    negatives = query_class.numel() * support_count.sum() - positives
+    return LossOutput(loss, positives, negatives, None)
+
+
+class EpisodicSampler:
+    """Episodes of ``ways`` classes × (``shots`` support + ``queries`` query) images.
+
+    The shape is given either as (ways, shots, queries), in which case the
+    framework's ``batch_size`` is ignored and the batch is ``ways·(shots+queries)``
+    rows, or as the NCA paper's (shots n, per_class a, batch_size b): m = a − n
+    queries and w = b / a ways.
+
+    Rows come class by class: the n support rows of the first class, its m query
+    rows, then the next class. No image repeats within an episode; an image can
+    appear in several episodes of an epoch and some images in none (episodes
+    sample with replacement across the epoch, as in Snell et al.). An epoch has
+    ``ceil(N / episode_size)`` episodes, about as many images as an i.i.d. epoch.
+    The episodes depend only on ``(seed, epoch)``.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int],
+        batch_size: int,
+        seed: int,
+        *,
+        ways: int = 0,
+        shots: int = 5,
+        queries: int = 0,
+        per_class: int = 0,
+    ):
+        self.ways, self.shots, self.queries = resolve_episode_shape(batch_size, ways, shots, queries, per_class)
+        self.seed = seed
+        self.size = len(labels)
+        by_class: dict[int, list[int]] = defaultdict(list)
+        for index, label in enumerate(labels.tolist() if hasattr(labels, "tolist") else labels):
+            by_class[int(label)].append(index)
+        needed = self.shots + self.queries
+        self.images_by_class = {c: rows for c, rows in sorted(by_class.items()) if len(rows) >= needed}
+        if len(self.images_by_class) < self.ways:
+            raise UsageError(
+                f"episodic sampler: {self.ways} ways need {self.ways} classes with at least "
+                f"{needed} images (shots + queries); the training set has {len(self.images_by_class)}"
+            )
+        self.batch_size = self.ways * needed
+
+    def __len__(self) -> int:
+        return math.ceil(self.size / self.batch_size)
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        rng = random.Random(f"fslab-episodic:{self.seed}:{epoch}")
+        classes = list(self.images_by_class)
+        support_pattern = [True] * self.shots + [False] * self.queries
+        for _ in range(len(self)):
+            indices: list[int] = []
+            for label in rng.sample(classes, self.ways):
+                indices += rng.sample(self.images_by_class[label], self.shots + self.queries)
+            yield Batch(indices, support_pattern * self.ways)
+
+
+def resolve_episode_shape(batch_size: int, ways: int, shots: int, queries: int, per_class: int) -> tuple[int, int, int]:
+    """(ways, shots, queries) from either parameterisation, or a UsageError
+    that says what was wrong and what would be accepted."""
+    if shots < 1:
+        raise UsageError(f"episodic sampler: shots must be >= 1, got {shots}")
+    if per_class:
+        if ways or queries:
+            raise UsageError(
+                "episodic sampler: give either ways and queries, or per_class (with batch_size), not both"
+            )
+        if per_class <= shots:
+            raise UsageError(
+                f"episodic sampler: per_class ({per_class}) must exceed shots ({shots}) to leave queries"
+            )
+        if batch_size % per_class:
+            raise UsageError(
+                f"episodic sampler: batch_size {batch_size} is not divisible by per_class {per_class}"
+            )
+        ways, queries = batch_size // per_class, per_class - shots
+    elif ways < 1 or queries < 1:
+        raise UsageError(
+            "episodic sampler: set ways and queries (e.g. ways=20, shots=5, queries=15), "
+            "or per_class to derive them from batch_size"
+        )
+    if ways < 2:
+        raise UsageError(f"episodic sampler: an episode needs at least 2 ways, got {ways}")
+    return ways, shots, queries
+
+
+@hookimpl
+def register_losses(register):
+    register(
+        protonet,
+        name="protonet",
+        description="Prototypical loss: softmax over distances from queries to support-class means.",
+        paper=PAPER,
+        episodic=True,
+    )
+
+
+@hookimpl
+def register_samplers(register):
+    register(
+        EpisodicSampler,
+        name="episodic",
+        description="Episodes of w ways × (n shots + m queries), support rows marked.",
+        paper=PAPER,
+        episodic=True,
+    )
+
+
+@hookimpl
+def register_backbones(register):
+    register(
+        "fslab_plugins.backbones.networks:Conv4",
+        name="conv4",
+        description="Four blocks of 3×3 conv (64), batch norm, ReLU, 2×2 max-pool; global average pool.",
+        paper=PAPER,
+        params={"hidden": 64},
+    )
+
+
+@hookimpl
+def register_methods(register):
+    register(
+        {
+            "loss": {"name": "protonet"},
+            "sampler": {"name": "episodic", "ways": 20, "shots": 5, "queries": 15},
+            "evaluator": {"name": "centroid"},
+        },
+        name="protonet",
+        description="Prototypical Networks with Snell's 5-shot episodes (20 ways, 5 shots, 15 queries).",
+        paper="Laenen & Bertinetto, NeurIPS 2021, Table 3, 'ProtoNet (Snell setup)'; " + PAPER,
+    )
