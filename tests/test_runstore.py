@@ -11,8 +11,8 @@ import time
 import pytest
 
 from fslab.core.errors import RunNotFound
-from fslab.core.runstore import (LOST_AFTER_S, Run, atomic_write_json, create_run, find_run, list_runs,
-                            read_new_lines)
+from fslab.core.files import atomic_write_json, read_events
+from fslab.core.runstore import LOST_AFTER_S, Run, create_run, find_run, list_runs
 
 
 def _create(args):
@@ -52,14 +52,14 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path):
 def test_torn_last_line_waits_and_corrupt_lines_are_counted(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\nnot json\n[1, 2]\n{"step": 2}\n{"step": 3, "lo')
-    events, offset, corrupt = read_new_lines(path, 0)
+    events, offset, corrupt = read_events(path, 0)
     assert [e["step"] for e in events] == [1, 2] and corrupt == 2
     with open(path, "ab") as fh:
         fh.write(b'ss": 0.5}\n')
-    events, offset2, corrupt = read_new_lines(path, offset)
+    events, offset2, corrupt = read_events(path, offset)
     assert events == [{"step": 3, "loss": 0.5}] and corrupt == 0
     assert offset2 == path.stat().st_size
-    assert read_new_lines(path, offset2) == ([], offset2, 0)
+    assert read_events(path, offset2) == ([], offset2, 0)
 
 
 def test_a_dead_pid_makes_a_running_run_lost(tmp_path):

@@ -356,7 +356,7 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
 
 
 def test_a_rewritten_metrics_file_is_read_again(tmp_path):
-    from fslab.core.runstore import atomic_write_text
+    from fslab.core.files import atomic_write_text
     from fslab.tui.tailing import RunFollower
 
     runs = tmp_path / "runs"

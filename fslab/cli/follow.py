@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fslab.core.events import eval_line
-from fslab.core.runstore import Run, read_new_lines
+from fslab.core.files import Tail
+from fslab.core.runstore import Run
 
 
 def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
@@ -28,12 +29,13 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
         console=console,
         transient=False,
     )
-    offset = 0
+    tail = Tail(run.metrics_path)
     epochs = "?"
     with progress:
         task = progress.add_task("train", total=None, epoch="starting", loss="-", pairs="-", speed="")
         while True:
-            events, offset, _ = read_new_lines(run.metrics_path, offset)
+            exited = process.poll() is not None  # before the read: what it wrote last is read below
+            events, _, _ = tail.events()
             for event in events:
                 kind = event.get("event")
                 if kind == "start":
@@ -50,7 +52,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                     )
                 elif kind == "eval":
                     progress.console.print(eval_line(event))
-            if process.poll() is not None and not read_new_lines(run.metrics_path, offset)[0]:
+            if exited and not events:
                 break
             time.sleep(poll)
     return run.state()

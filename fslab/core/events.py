@@ -1,4 +1,5 @@
-"""Readable one-line forms of the events in ``metrics.jsonl``."""
+"""The events in ``metrics.jsonl``: readable one-line forms, and the label an
+evaluation is saved and compared under."""
 
 from __future__ import annotations
 
@@ -35,3 +36,13 @@ def describe_event(event: dict) -> str:
     if kind == "end":
         return "done: " + ", ".join(f"test {shots} {accuracy_text(v)}" for shots, v in event["results"].items())
     return str(event)
+
+
+def evaluator_label(section: dict) -> str:
+    """The name an evaluator's results are saved and compared under: its name,
+    plus its parameters when any are set (``knn[k=3]``), so evaluations by
+    different evaluators or settings are never pooled or paired."""
+    params = {k: v for k, v in section.items() if k != "name"}
+    if not params:
+        return section["name"]
+    return section["name"] + "[" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "]"

@@ -14,7 +14,6 @@ and skip lines that do not parse.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
@@ -24,62 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from fslab.core.errors import FslabError, RunNotFound
+from fslab.core.files import atomic_write_json, read_events, read_json
 
 STATES = ("queued", "running", "completed", "failed", "killed", "lost")
 ENDED = ("completed", "failed", "killed")
 # A live run rewrites its heartbeat every few seconds; this long without one is lost.
 LOST_AFTER_S = 120.0
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write-then-rename, so readers see the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def read_new_lines(path: Path, offset: int) -> tuple[list[dict], int, int]:
-    """Events appended to a JSONL file since byte ``offset``.
-
-    Returns (events, new_offset, corrupt_lines). A torn last line is left for
-    the next call; a complete line that is not a JSON object is skipped."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-    except OSError:
-        return [], offset, 0
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return [], offset, 0
-    events, corrupt = [], 0
-    for line in chunk[: end + 1].splitlines():
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            corrupt += 1
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-        else:
-            corrupt += 1
-    return events, offset + end + 1, corrupt
 
 
 def pid_alive(pid: int) -> bool:
@@ -146,7 +95,7 @@ class Run:
         return state if state in STATES else "lost"
 
     def events(self) -> list[dict]:
-        return read_new_lines(self.metrics_path, 0)[0]
+        return read_events(self.metrics_path)[0]
 
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]

@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
-from fslab.core.runstore import ENDED, Run, atomic_write_text, create_run, pid_alive
+from fslab.core.files import atomic_write_text
+from fslab.core.runstore import ENDED, Run, create_run, pid_alive
 
 EXECUTORS = ("local", "slurm")
 INSTALL = "--executor slurm needs submitit; install it with: pip install 'fslab[slurm]' (or: pip install submitit)"

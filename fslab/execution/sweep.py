@@ -15,7 +15,8 @@ from pathlib import Path
 
 from fslab.core.config import nest, parse_assignment, resolve
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.runstore import Run, atomic_write_json, create_run, read_json
+from fslab.core.files import atomic_write_json, read_json
+from fslab.core.runstore import Run, create_run
 from fslab.core.settings import read_toml
 
 # The `fslab run` options, usable as grid keys by their short names.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fslab.core.errors import UsageError
+from fslab.core.events import evaluator_label
 from fslab.core.runstore import Run
 
 # Keys that do not change what a run learns or how it is scored.
@@ -77,16 +78,6 @@ def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group
         shown = varying or group_by or ["method"]
         g.label = ", ".join(f"{k}={json.loads(g.settings[k])}" for k in shown if k in g.settings) or "all"
     return result
-
-
-def evaluator_label(section: dict) -> str:
-    """The name an evaluator's results are saved and compared under: its name,
-    plus its parameters when any are set (``knn[k=3]``), so evaluations by
-    different evaluators or settings are never pooled or paired."""
-    params = {k: v for k, v in section.items() if k != "name"}
-    if not params:
-        return section["name"]
-    return section["name"] + "[" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "]"
 
 
 def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int,

@@ -22,13 +22,14 @@ import os
 import torch
 
 from fslab.training import evaluation
-from fslab.reports.compare import evaluator_label
 from fslab.core.errors import UsageError
+from fslab.core.eventlog import EventLog
+from fslab.core.events import evaluator_label
 from fslab.training.features import feature_network
 from fslab.core.registry import create_dataset, load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
-from fslab.training.train import MetricsLog, pick_device, plugin_kwargs, to_input
+from fslab.training.train import pick_device, plugin_kwargs, to_input
 
 
 class Checkpoint:
@@ -104,7 +105,7 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     else:
         model = images = None
         features, labels, cached = load_features(run, split, checkpoint)
-    log = MetricsLog(run, echo=False)
+    log = EventLog(run, echo=False)
     results = []
     for n, q in evaluation.episode_shapes(classify, shots, queries):
         scores = evaluation.run_episodes(classify, labels, ways, n, q, episodes, seed, features=features, model=model,

@@ -7,7 +7,6 @@ validation evaluation and a checkpoint per epoch), the final test evaluation,
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -18,11 +17,12 @@ import torch
 from fslab.training import distributed
 
 from fslab.training import evaluation
-from fslab.reports.compare import evaluator_label
-from fslab.core.events import describe_event
+from fslab.core.eventlog import EventLog, truncate_to_checkpoint
+from fslab.core.events import evaluator_label
 from fslab.training.features import feature_network
 from fslab.core.registry import create_dataset, load_registry
-from fslab.core.runstore import Run, atomic_write_json, atomic_write_text
+from fslab.core.files import atomic_write_json
+from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 
 
@@ -85,44 +85,6 @@ def augment(x: torch.Tensor, padding: int, flip: bool, generator: torch.Generato
     return x.gather(3, cols[:, None, None, :].expand(b, c, h, w))
 
 
-class MetricsLog:
-    """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once.
-    Each event is also printed as a readable line (``fslab logs`` shows them).
-    A log that is not ``enabled`` (ranks other than 0) writes nothing."""
-
-    def __init__(self, run: Run, echo: bool = True, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.file = open(run.metrics_path, "a", encoding="utf-8") if enabled else None
-        self.echo = echo
-
-    def write(self, event: str, **fields) -> None:
-        if not self.enabled:
-            return
-        record = {"event": event, "time": time.time(), **fields}
-        self.file.write(json.dumps(record) + "\n")  # one write: appends from two processes never interleave
-        self.file.flush()
-        if self.echo:
-            print(describe_event(record), flush=True)
-
-
-def truncate_after_checkpoint(run: Run, epoch: int) -> None:
-    """Cut ``metrics.jsonl`` back to the checkpoint event of ``epoch``, so a
-    resumed run continues the file without repeating or skipping a step."""
-    kept = []
-    with open(run.metrics_path, "rb") as fh:
-        lines = fh.readlines()
-    for number, line in enumerate(lines):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("event") == "checkpoint" and event.get("epoch") == epoch:
-            kept = lines[: number + 1]
-    if not kept:
-        raise RuntimeError(f"metrics.jsonl has no checkpoint event for epoch {epoch}; cannot resume cleanly")
-    atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))
-
-
 def save_checkpoint(path, state: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(state, tmp)
@@ -159,8 +121,8 @@ def train(run: Run, resume: bool = False) -> dict:
     if resume:
         checkpoint = torch.load(run.checkpoint_path, map_location=device, weights_only=True)
         if world.main:
-            truncate_after_checkpoint(run, checkpoint["epoch"])
-    log = MetricsLog(run, enabled=world.main)
+            truncate_to_checkpoint(run, checkpoint["epoch"])
+    log = EventLog(run, enabled=world.main)
 
     dataset = create_dataset(registry, cfg)
     train_split, val_split = dataset.load("train"), dataset.load("val")

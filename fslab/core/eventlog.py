@@ -1,0 +1,59 @@
+"""Writing a run's events: ``metrics.jsonl``, one JSON object per line.
+
+The training worker and ``fslab eval`` append through :class:`EventLog`;
+:func:`truncate_to_checkpoint` cuts the file back when a run resumes. Every
+reader goes through :mod:`fslab.core.files` and :mod:`fslab.core.summary`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from fslab.core.events import describe_event
+from fslab.core.files import atomic_write_text
+from fslab.core.runstore import Run
+
+
+class EventLog:
+    """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once,
+    and echoed as a readable line (what ``fslab logs`` shows) when ``echo``.
+    A log that is not ``enabled`` (ranks other than 0) writes nothing."""
+
+    def __init__(self, run: Run, *, echo: bool = True, enabled: bool = True) -> None:
+        self.run, self.echo, self.enabled = run, echo, enabled
+        self.file = open(run.metrics_path, "a", encoding="utf-8") if enabled else None
+
+    def write(self, event: str, **fields) -> dict:
+        """Append one event (``time`` is added) and return it as written."""
+        record = {"event": event, "time": time.time(), **fields}
+        if not self.enabled:
+            return record
+        self.file.write(json.dumps(record) + "\n")  # one write: appends from two processes never interleave
+        self.file.flush()
+        if self.echo:
+            print(describe_event(record), flush=True)
+        return record
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def truncate_to_checkpoint(run: Run, epoch: int) -> None:
+    """Cut ``metrics.jsonl`` back to the checkpoint event of ``epoch``, so a
+    resumed run continues the file without repeating or skipping a step."""
+    kept = []
+    with open(run.metrics_path, "rb") as fh:
+        lines = fh.readlines()
+    for number, line in enumerate(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "checkpoint" and event.get("epoch") == epoch:
+            kept = lines[: number + 1]
+    if not kept:
+        raise RuntimeError(f"metrics.jsonl has no checkpoint event for epoch {epoch}; cannot resume cleanly")
+    atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))

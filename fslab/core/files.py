@@ -1,0 +1,119 @@
+"""Plain-file primitives of the run store.
+
+Writers replace a file whole (write a temporary file, then rename it) or append
+one complete line at a time; readers therefore see an old file or a new one,
+never half of one, and never trust a last line without its newline (it may
+still be being written). :class:`Tail` is the one reader of appended bytes:
+the worker's progress bar, ``fslab logs --follow``, the run summaries and the
+dashboard all read new lines through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write-then-rename, so readers see the old file or the new one, never half.
+    ``durable`` also flushes the data to disk before the rename (a crash then
+    leaves the old file or the new one, never an empty one); caches that are
+    rebuilt when lost skip it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable=durable)
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``; None if it is missing, unreadable, not JSON,
+    or JSON of another shape (a list, a string)."""
+    try:
+        with open(path, "rb") as fh:
+            value = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_lines(chunk: bytes) -> tuple[list[dict], int]:
+    """The JSON objects in complete lines of JSONL, and how many non-blank
+    lines were not JSON objects."""
+    events, corrupt = [], 0
+    for line in chunk.splitlines():
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            corrupt += 1
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            corrupt += 1
+    return events, corrupt
+
+
+class Tail:
+    """Follows one append-only file by byte offset.
+
+    :meth:`read` returns the complete lines appended since the last read. A
+    file that was replaced (another inode) or cut back (smaller than what was
+    read) is read again from the top, and the read says so: ``fslab resume``
+    rewrites ``metrics.jsonl`` back to its last checkpoint."""
+
+    def __init__(self, path: Path, offset: int = 0, inode: int | None = None) -> None:
+        self.path, self.offset, self.inode = Path(path), offset, inode
+
+    def read(self, *, partial: bool = False) -> tuple[bytes, bool]:
+        """(new bytes, whether the file was rewritten since the last read).
+        Only whole lines, unless ``partial``: then everything there is."""
+        try:
+            with open(self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                reset = (self.inode is not None and st.st_ino != self.inode) or st.st_size < self.offset
+                if reset:
+                    self.offset = 0
+                self.inode = st.st_ino
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:
+            return b"", False
+        end = len(chunk) if partial else chunk.rfind(b"\n") + 1
+        self.offset += end
+        return chunk[:end], reset
+
+    def events(self) -> tuple[list[dict], int, bool]:
+        """(events, corrupt lines, rewritten) appended to a JSONL file."""
+        chunk, reset = self.read()
+        events, corrupt = parse_lines(chunk)
+        return events, corrupt, reset
+
+
+def read_appended(path: Path, offset: int) -> tuple[bytes, int]:
+    """Complete lines appended to ``path`` since ``offset`` and the offset after them."""
+    tail = Tail(path, offset)
+    chunk, _ = tail.read()
+    return chunk, tail.offset
+
+
+def read_events(path: Path, offset: int = 0) -> tuple[list[dict], int, int]:
+    """Events appended to a JSONL file since byte ``offset``: (events,
+    new_offset, corrupt_lines). A torn last line is left for the next call."""
+    chunk, end = read_appended(path, offset)
+    events, corrupt = parse_lines(chunk)
+    return events, end, corrupt
