@@ -99,7 +99,7 @@ def test_runs_and_show_read_the_store(project):
     row = rows[0]
     assert (row["id"], row["state"], row["method"], row["backbone"], row["seed"]) == (run.id, "completed", "nca", "conv4", 1)
     assert (row["epoch"], row["loss"], row["positives"], row["negatives"]) == (2, 1.25, 18, 48)
-    assert row["best_val"] == {"accuracy": 0.61, "ci95": 0.02}
+    assert row["best_val"] == {"accuracy": 0.61, "ci95": 0.02, "episodes": 100, "epoch": 2}
     table = fslab("runs", cwd=project).stdout
     assert "61.00±2.00" in table and "18/48" in table
     detail = json.loads(fslab("show", run.id[-4:], "--json", cwd=project).stdout)

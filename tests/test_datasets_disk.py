@@ -501,7 +501,7 @@ def test_the_cli_refuses_a_missing_data_root_before_creating_a_run(tmp_path):
 
 def test_data_roots_in_fslab_toml_are_used_and_checked_before_a_run_exists(registry, tmp_path, monkeypatch):
     from fslab.core.config import resolve
-    from fslab.execution.launcher import check_dataset
+    from fslab.execution.checks import check_dataset
     from fslab.core.settings import load_settings
 
     make_folder_tree(tmp_path / "tree", classes=2, per_class=1)

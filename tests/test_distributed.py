@@ -199,8 +199,8 @@ def test_cli_run_on_two_gloo_processes_trains_like_one(tmp_path):
 
 @pytest.mark.slow
 def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
-    from fslab.execution.launcher import child_pids
-    from fslab.core.runstore import pid_alive
+    from fslab.execution.local import child_pids
+    from fslab.core.states import pid_alive
 
     started = fslab("run", "nca", "--device", "cpu", "--gpus", "2", "--epochs", "500", "-d", *TINY, cwd=tmp_path)
     assert started.returncode == 0, started.stderr

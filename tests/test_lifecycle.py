@@ -134,7 +134,7 @@ def test_worker_killed_by_sigkill_shows_as_lost(project):
 
 
 def _alive(pid):
-    from fslab.core.runstore import pid_alive
+    from fslab.core.states import pid_alive
 
     return pid_alive(pid)
 

@@ -13,7 +13,9 @@ import pytest
 from fslab.core.config import CONFIG_VERSION
 from fslab.core.errors import RunNotFound
 from fslab.core.files import atomic_write_json, read_events
-from fslab.core.runstore import LOST_AFTER_S, Run, create_run, find_run, list_runs
+from fslab.core.runstore import Run, create_run, find_run, list_runs
+from fslab.core.states import LOST_AFTER_S
+from fslab.core.summary import read_summary
 
 
 def _create(args):
@@ -98,13 +100,17 @@ def test_find_run_by_id_prefix_substring_and_last(tmp_path):
 
 
 def test_summary_takes_the_last_step_and_the_best_validation_from_a_long_file(tmp_path):
-    run = create_run(tmp_path, "nca", {})
+    run = create_run(tmp_path, "nca", {"method": "nca", "evaluator": {"name": "centroid"}})
+    val = {"event": "eval", "split": "val", "ways": 5, "shots": 5, "queries": 15, "episodes": 100,
+           "evaluator": "centroid", "epoch": 1}
     with open(run.metrics_path, "w") as fh:
-        fh.write(json.dumps({"event": "eval", "split": "val", "accuracy": 0.5, "ci95": 0.01}) + "\n")
+        fh.write(json.dumps({**val, "accuracy": 0.5, "ci95": 0.01}) + "\n")
         for step in range(3000):
-            fh.write(json.dumps({"event": "train", "step": step, "pad": "x" * 40}) + "\n")
-        fh.write(json.dumps({"event": "eval", "split": "val", "accuracy": 0.4, "ci95": 0.02}) + "\n")
-    summary = run.summary()
-    assert summary["step"] == 2999
-    assert summary["best_val"] == {"accuracy": 0.5, "ci95": 0.01}  # the first evaluation, far from the end
-    assert create_run(tmp_path, "nca", {}).summary()["step"] is None
+            fh.write(json.dumps({"event": "train", "step": step, "epoch": 1, "loss": 1.0 / (step + 1),
+                                 "pad": "x" * 40}) + "\n")
+        fh.write(json.dumps({**val, "epoch": 2, "accuracy": 0.4, "ci95": 0.02}) + "\n")
+    summary = read_summary(run.path)
+    assert summary.step == 2999 and summary.loss == 1 / 3000
+    # the first evaluation, far from the end
+    assert summary.best_val == {"accuracy": 0.5, "ci95": 0.01, "episodes": 100, "epoch": 1}
+    assert read_summary(create_run(tmp_path, "nca", {}).path).step is None

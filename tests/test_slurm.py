@@ -240,7 +240,7 @@ def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project
 
     first, *others = runs
     job_env = {**env, "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": jobs[first]}
-    job = subprocess.run([sys.executable, "-c", "import sys; from fslab.execution.slurm import TrainingJob; "
+    job = subprocess.run([sys.executable, "-c", "import sys; from fslab.execution.slurm_job import TrainingJob; "
                           "TrainingJob(sys.argv[1])()", str(project / "runs" / first)],
                          cwd=project, env=job_env, capture_output=True, text=True, timeout=120)
     assert job.returncode != 0
@@ -261,8 +261,8 @@ def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project
 def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(local_cluster):
     """--device cpu --gpus 2 as a job: the same steps as the same run started locally; USR2 to
     the job stops its ranks, and the requeued job resumes them from the checkpoint."""
-    from fslab.execution.launcher import child_pids
-    from fslab.core.runstore import pid_alive
+    from fslab.execution.local import child_pids
+    from fslab.core.states import pid_alive
 
     project = local_cluster
     two = [*ARGS, "--device", "cpu", "--gpus", "2"]

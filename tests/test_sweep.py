@@ -155,7 +155,7 @@ def test_sweep_with_a_bad_value_writes_nothing(project):
 
 
 def test_a_run_of_n_processes_takes_n_slots_on_different_gpus():
-    from fslab.execution.scheduler import Slot, capacity, check_fits, pick_slots
+    from fslab.execution.slots import Slot, capacity, check_fits, pick_slots
 
     gpu_slots = [Slot(f"gpu{g}-{k}", g) for g in (0, 1, 2) for k in range(2)]  # runs_per_gpu = 2
     free = [(s, i) for i, s in enumerate(gpu_slots) if s.name != "gpu1-0"]

@@ -19,11 +19,14 @@ import pytest
 
 from fslab.tui import make_app
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot, downsample, render_chart
-from fslab.tui.model import group_runs, matches, pooled
-from fslab.tui.tailing import RunTail, StoreWatcher, read_appended
+from fslab.core.files import read_appended
+from fslab.core.summary import RunSummary, SummaryFile
+from fslab.tui.model import matches
+from fslab.tui.tailing import StoreWatcher
 
 from .runs_helpers import TINY, wait_for
-from .test_tui_helpers import FROZEN, append, config, history, standard_store, train, write_run
+from .test_tui_helpers import (FROZEN, append, config, history, save_episode_scores, standard_store, train,
+                               write_run)
 
 
 def drive(app, body, size=(120, 36)):
@@ -171,9 +174,7 @@ def test_filter_by_typing_and_sort(store):
 
 
 def test_filter_terms():
-    from fslab.tui.tailing import RunRow
-
-    row = RunRow(id="x", path=None, state="failed", method="nca", dataset="synthetic", error="CUDA out of memory")
+    row = RunSummary(id="x", state="failed", method="nca", dataset="synthetic", error="CUDA out of memory")
     assert matches(row, "") and matches(row, "NCA synth") and matches(row, "state:fail") and matches(row, "cuda")
     assert not matches(row, "state:running") and not matches(row, "protonet") and not matches(row, "method:synthetic")
 
@@ -240,8 +241,16 @@ def test_detail_of_a_failed_run_says_why_at_the_top(store):
     drive(frozen_app(runs), body)
 
 
-def test_compare_groups_by_all_but_seed_and_pools_episodes(store):
+def test_compare_screen_shows_what_fslab_compare_computes(store):
+    """The compare screen calls fslab compare's grouping and pooling: its cells
+    are the report's, and the report's numbers are those of all episodes pooled."""
+    import statistics
+
+    from fslab.core.runstore import Run
+    from fslab.reports.compare import compare
+
     runs, folders = store
+    scores = {key: save_episode_scores(folders[key], seed=i) for i, key in enumerate(("done0", "done1"))}
 
     async def body(app, pilot):
         table = app.screen.table
@@ -250,51 +259,32 @@ def test_compare_groups_by_all_but_seed_and_pools_episodes(store):
             await pilot.press("space")
         await pilot.press("c")
         await settle(app, pilot)
-        compare = app.screen
-        assert type(compare).__name__ == "CompareScreen"
-        groups = compare.query_one("#groups")
+        screen = app.screen
+        assert type(screen).__name__ == "CompareScreen"
+        groups = screen.query_one("#groups")
         assert groups.row_count == 2
         cells = [[c.plain for c in groups.get_row_at(i)] for i in range(2)]
         nca = next(r for r in cells if "method=nca" in r[0])
         assert nca[1] == "0, 1" and nca[2] == "2"
-        expected = pooled([{"accuracy": 0.5422, "ci95": 0.0044, "episodes": 2000},
-                           {"accuracy": 0.5622, "ci95": 0.0040, "episodes": 2000}])
-        assert nca[3] == f"{100 * expected['accuracy']:.2f}±{100 * expected['ci95']:.2f}" == "55.22±0.30"
+        pooled = scores["done0"][5] + scores["done1"][5]  # brute force over every episode
+        mean, ci = statistics.fmean(pooled), 1.96 * statistics.pstdev(pooled) / len(pooled) ** 0.5
+        assert nca[4] == f"{100 * mean:.2f}±{100 * ci:.2f}"
         assert nca[5] == "1-shot: 4000, 5-shot: 4000"
+        report = compare([Run(folders[k]) for k in ("done0", "done1", "failed")])
+        row = next(r for r in report["groups"] if "method=nca" in r["group"])
+        assert row["results"]["5-shot"]["accuracy"] == pytest.approx(mean, abs=1e-12)
         failed = next(r for r in cells if "method=protonet" in r[0])
         assert "1 without test yet" in failed[2] and failed[3] == "-"
-        assert len(compare.query_one("#chart-compare").plot.series) == 3
+        assert len(screen.query_one("#chart-compare").plot.series) == 3
 
     drive(frozen_app(runs), body)
-
-
-def test_pooled_ci_equals_ci_of_all_episodes():
-    groups = [[0.2, 0.4, 0.9, 0.6], [0.5, 0.55, 0.7], [1.0, 0.0]]
-
-    def ci(values):
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-        return {"accuracy": mean, "ci95": 1.96 * std / math.sqrt(len(values)), "episodes": len(values)}
-
-    result = pooled([ci(g) for g in groups])
-    direct = ci([v for g in groups for v in g])
-    assert result["episodes"] == 9
-    assert result["accuracy"] == pytest.approx(direct["accuracy"]) and result["ci95"] == pytest.approx(direct["ci95"])
-    assert pooled([None, {}]) is None
-
-
-def test_group_runs_labels_what_differs():
-    configs = {"a": config(seed=0), "b": config(seed=1), "c": config(backbone="resnet12", seed=0)}
-    groups = group_runs(configs, {})
-    assert [g.label for g in groups] == ["backbone.name=conv4", "backbone.name=resnet12"]
-    assert groups[0].run_ids == ["a", "b"] and groups[0].without_test == 2
 
 
 # -- actions ----------------------------------------------------------------------------
 
 
 def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
-    from fslab.execution import launcher
+    from fslab.execution import executor
 
     runs = tmp_path / "runs"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -304,8 +294,8 @@ def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
         status.update(host=socket.gethostname(), pid=sleeper.pid, heartbeat=time.time())
         (folder / "status.json").write_text(json.dumps(status))
         calls = []
-        real_stop = launcher.stop_run
-        monkeypatch.setattr(launcher, "stop_run", lambda run, **kw: calls.append(run.id) or real_stop(run, grace=5))
+        real_stop = executor.stop
+        monkeypatch.setattr(executor, "stop", lambda run, **kw: calls.append(run.id) or real_stop(run, grace=5))
 
         async def body(app, pilot):
             await pilot.press("s")
@@ -330,13 +320,13 @@ def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
 
 
 def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
-    from fslab.execution import launcher
+    from fslab.execution import executor
 
     runs = tmp_path / "runs"
     killed = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:7])
     write_run(runs, "20260101-000001-nca-done", events=history())
     started = []
-    monkeypatch.setattr(launcher, "start_worker", lambda run, resume=False: started.append((run.id, resume)) or
+    monkeypatch.setattr(executor, "start_worker", lambda run, resume=False: started.append((run.id, resume)) or
                         subprocess.Popen([sys.executable, "-c", "pass"]))
 
     async def body(app, pilot):
@@ -361,20 +351,21 @@ def test_a_rewritten_metrics_file_is_read_again(tmp_path):
 
     runs = tmp_path / "runs"
     folder = write_run(runs, "r", state="killed", events=history())
-    tail, follower = RunTail(folder), RunFollower(folder)
-    tail.update(FROZEN)
-    assert tail.row.step == 12 and tail.row.best_val["accuracy"] == pytest.approx(0.65) and tail.row.test
+    keeper, follower = SummaryFile(folder), RunFollower(folder)
+    keeper.refresh(FROZEN)
+    summary = keeper.summary
+    assert summary.step == 12 and summary.best_val["accuracy"] == pytest.approx(0.65) and summary.test
     assert len(follower.read().events) == len(history())
     # fslab resume cuts metrics.jsonl back to a checkpoint (write-then-rename), then appends again
     kept = history()[:7]  # start, 4 steps, val of epoch 1, its checkpoint
     atomic_write_text(folder / "metrics.jsonl", "".join(json.dumps(e) + "\n" for e in kept))
-    tail.update(FROZEN)
-    assert tail.row.step == 4 and tail.row.best_val["accuracy"] == pytest.approx(0.55) and tail.row.test == {}
+    keeper.refresh(FROZEN)
+    assert summary.step == 4 and summary.best_val["accuracy"] == pytest.approx(0.55) and summary.test == {}
     delta = follower.read()
     assert delta.reset and len(delta.events) == 7
     append(folder, json.dumps(train(5, 2, 0.5)) + "\n")
-    tail.update(FROZEN)
-    assert tail.row.step == 5 and not follower.read().reset
+    keeper.refresh(FROZEN)
+    assert summary.step == 5 and not follower.read().reset
 
 
 def test_command_palette_lists_every_action(store):
@@ -493,9 +484,10 @@ def test_watcher_batches_and_skips_unchanged_ended_runs(tmp_path):
     assert [len(b.rows) for b in batches] == [2, 2] and len(last.rows) == 1
     assert [r.id for b in batches for r in b.rows] == ["2026-4", "2026-3", "2026-2", "2026-1"]
     assert watcher.poll().rows == []  # nothing changed, nothing re-read
-    tail = RunTail(runs / "2026-0")
-    tail.update(FROZEN)
-    assert tail.row.loss == pytest.approx(3.0 * math.exp(-12 / 5) + 0.5) and tail.row.first_train[1] == 1
+    keeper = SummaryFile(runs / "2026-0")
+    keeper.refresh(FROZEN)
+    assert keeper.summary.loss == pytest.approx(3.0 * math.exp(-12 / 5) + 0.5)
+    assert keeper.summary.first_train[1] == 1
 
 
 def test_minmax_series_stays_bounded_and_keeps_spikes():
@@ -522,21 +514,3 @@ def test_chart_placeholder_when_it_cannot_draw():
         size = type("S", (), {"width": 60, "height": 10})()
 
     assert "(no data yet)" in Sized("loss").render().plain
-
-
-def test_the_dashboard_groups_runs_as_fslab_compare_does():
-    """Runs that differ only in device or logging interval are one group in
-    both; a real setting (the loss) splits them in both."""
-    from fslab.reports.compare import NOT_SETTINGS, flatten as compare_flatten
-    from fslab.tui.model import group_runs
-
-    base = {"seed": 0, "device": "cpu", "loss": {"name": "nca"}, "train": {"log_every": 10, "lr": 0.1}}
-    configs = {
-        "a": base,
-        "b": {**base, "seed": 1, "device": "cuda", "train": {"log_every": 5, "lr": 0.1}},
-        "c": {**base, "loss": {"name": "protonet"}},
-    }
-    groups = group_runs(configs, {})
-    assert sorted(sorted(g.run_ids) for g in groups) == [["a", "b"], ["c"]]
-    compare_keys = {run: {k: v for k, v in compare_flatten(c).items() if k not in NOT_SETTINGS} for run, c in configs.items()}
-    assert compare_keys["a"] == compare_keys["b"] != compare_keys["c"]

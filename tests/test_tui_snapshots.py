@@ -11,7 +11,7 @@ import pytest
 
 from fslab.tui import make_app
 
-from .test_tui_helpers import FROZEN, standard_store
+from .test_tui_helpers import FROZEN, save_episode_scores, standard_store
 
 pytest.importorskip("pytest_textual_snapshot")
 
@@ -20,7 +20,9 @@ pytest.importorskip("pytest_textual_snapshot")
 def app(tmp_path, monkeypatch, builtin_plugins):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
-    standard_store(tmp_path / "runs")
+    folders = standard_store(tmp_path / "runs")
+    for seed, key in enumerate(("done0", "done1")):  # what training saves for fslab compare
+        save_episode_scores(folders[key], seed)
     return make_app(Path("runs"), clock=lambda: FROZEN, tick=3600, cursor_blink=False)
 
 

@@ -1,8 +1,10 @@
 """Writing a run's events: ``metrics.jsonl``, one JSON object per line.
 
-The training worker and ``fslab eval`` append through :class:`EventLog`;
-:func:`truncate_to_checkpoint` cuts the file back when a run resumes. Every
-reader goes through :mod:`fslab.core.files` and :mod:`fslab.core.summary`.
+The training worker and ``fslab eval`` append through :class:`EventLog`, which
+also keeps the run's ``summary.json`` in step as each event lands, so listings
+never have to read the events themselves; :func:`truncate_to_checkpoint` cuts
+the file back when a run resumes. Every reader goes through
+:mod:`fslab.core.files` and :mod:`fslab.core.summary`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from fslab.core.events import describe_event
 from fslab.core.files import atomic_write_text
 from fslab.core.runstore import Run
+from fslab.core.summary import SummaryFile
 
 
 class EventLog:
@@ -23,6 +26,9 @@ class EventLog:
     def __init__(self, run: Run, *, echo: bool = True, enabled: bool = True) -> None:
         self.run, self.echo, self.enabled = run, echo, enabled
         self.file = open(run.metrics_path, "a", encoding="utf-8") if enabled else None
+        self.summary = SummaryFile(run.path)
+        if enabled:
+            self.summary.load()
 
     def write(self, event: str, **fields) -> dict:
         """Append one event (``time`` is added) and return it as written."""
@@ -31,6 +37,8 @@ class EventLog:
             return record
         self.file.write(json.dumps(record) + "\n")  # one write: appends from two processes never interleave
         self.file.flush()
+        self.summary.refresh()  # folds this line (and any another process appended)
+        self.summary.save()
         if self.echo:
             print(describe_event(record), flush=True)
         return record

@@ -7,16 +7,18 @@
   stdout.log, stderr.log   the worker's output
   checkpoints/last.pt      the latest end-of-epoch checkpoint (atomic)
   results.json    final test accuracies (atomic)
+  evaluations/    per-episode scores of each test evaluation (for paired comparisons)
+  summary.json    what listings show, kept in step with the files above (fslab.core.summary)
+``runs/sweeps/<sweep>.json``  the runs of each sweep (fslab.core.sweeps)
 
 Readers never trust a last line without its newline (it may still be written)
-and skip lines that do not parse.
+and skip lines that do not parse (fslab.core.files).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,26 +27,7 @@ from typing import Any
 from fslab.core.config import migrate
 from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, read_events, read_json
-
-STATES = ("queued", "running", "completed", "failed", "killed", "lost")
-ENDED = ("completed", "failed", "killed")
-# A live run rewrites its heartbeat every few seconds; this long without one is lost.
-LOST_AFTER_S = 120.0
-
-
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs here and is not a zombie waiting to be reaped."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+from fslab.core.states import HOST, run_state
 
 
 @dataclass(frozen=True)
@@ -87,22 +70,8 @@ class Run:
         return status
 
     def state(self, status: dict | None = None, now: float | None = None) -> str:
-        """The run's state; a queued or running run whose process is gone, or
-        whose heartbeat stopped, is ``lost``."""
-        status = self.status() if status is None else status
-        state = status.get("state", "lost")
-        if state in ENDED:
-            return state
-        now = time.time() if now is None else now
-        pid = status.get("pid")
-        if state == "queued" and not pid:
-            return state  # waiting for a scheduler slot, however long that takes
-        if pid and status.get("host") == socket.gethostname() and not pid_alive(int(pid)):
-            return "lost"
-        last_sign = status.get("heartbeat") or status.get("created") or 0
-        if now - last_sign > LOST_AFTER_S:
-            return "lost"
-        return state if state in STATES else "lost"
+        """The run's state (:func:`fslab.core.states.run_state`)."""
+        return run_state(self.status() if status is None else status, now)
 
     def events(self) -> list[dict]:
         return read_events(self.metrics_path)[0]
@@ -137,36 +106,12 @@ class Run:
         return path
 
     def saved_accuracies(self) -> list[dict]:
-        """Every evaluation saved by :meth:`save_accuracies`."""
+        """Every evaluation saved by :meth:`save_accuracies`. Files saved before
+        the evaluator and the episode stream were recorded were the centroid
+        evaluator's, on stream 1."""
         folder = self.path / "evaluations"
         found = [read_json(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
-        return [f for f in found if f is not None]
-
-    def summary(self) -> dict:
-        """What a listing shows of a run: identity, state, progress, accuracies."""
-        status, config = self.status(), self.config()
-        events = self.events()  # one read serves the last step and the best validation
-        last = next((e for e in reversed(events) if e.get("event") == "train"), {})
-        val = [e for e in events if e.get("event") == "eval" and e.get("split") == "val"]
-        best = max(val, key=lambda e: e["accuracy"], default=None)
-        return {
-            "id": self.id,
-            "state": self.state(status),
-            "method": config.get("method"),
-            "backbone": config.get("backbone", {}).get("name"),
-            "dataset": config.get("dataset", {}).get("name"),
-            "seed": config.get("seed"),
-            "epoch": last.get("epoch"),
-            "epochs": config.get("train", {}).get("epochs"),
-            "step": last.get("step"),
-            "loss": last.get("loss"),
-            "positives": last.get("positives"),
-            "negatives": last.get("negatives"),
-            "best_val": best and {"accuracy": best["accuracy"], "ci95": best["ci95"]},
-            "test": (self.results() or {}).get("test"),
-            "created": status.get("created"),
-            "error": status.get("error"),
-        }
+        return [{"evaluator": "centroid", "stream": 1, **f} for f in found if f is not None]
 
 
 def new_run_id(method: str) -> str:
@@ -187,33 +132,57 @@ def create_run(runs_dir: Path, method: str, config: dict) -> Run:
         (path / "checkpoints").mkdir()
         run = Run(path)
         atomic_write_json(path / "config.json", config)
-        run.write_status(state="queued", host=socket.gethostname(), created=time.time())
+        run.write_status(state="queued", host=HOST, created=time.time())
         return run
     raise FslabError(f"could not create a new run folder in {runs_dir}")
 
 
-def list_runs(runs_dir: Path) -> list[Run]:
-    """Every run folder, oldest first (by creation time, then id: ids made in
-    the same second differ only by their random suffix); folders without a
-    config are skipped."""
-    if not runs_dir.is_dir():
+def run_paths(runs_dir: Path) -> list[Path]:
+    """Every run folder (one with a ``config.json``), oldest first. Run ids
+    begin with their creation time, so this orders by name and reads no file."""
+    try:
+        entries = list(os.scandir(runs_dir))
+    except OSError:
         return []
-    runs = [Run(p) for p in runs_dir.iterdir() if p.is_dir() and (p / "config.json").exists()]
-    return sorted(runs, key=lambda r: (r.status().get("created", 0), r.id))
+    names = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
+    return [Path(runs_dir) / name for name in names if os.path.exists(os.path.join(runs_dir, name, "config.json"))]
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def list_runs(runs_dir: Path) -> list[Run]:
+    """Every run, oldest first: by creation time, then id (ids made in the same
+    second differ only by their random suffix)."""
+    return sorted((Run(path) for path in run_paths(runs_dir)), key=lambda r: (_created(r), r.id))
 
 
 def find_run(runs_dir: Path, ref: str) -> Run:
-    """A run by id, unique id prefix, unique substring, or ``last``."""
-    runs = list_runs(runs_dir)
+    """A run by id, unique id prefix, unique substring, or ``last`` (the newest).
+    Only folder names are compared, so a store of any size answers at once."""
+    paths = run_paths(runs_dir)
     if ref == "last":
-        if not runs:
+        if not paths:
             raise RunNotFound(f"no runs in {runs_dir} yet; start one with: fslab run nca")
-        return max(runs, key=lambda r: (r.status().get("created", 0), r.id))
-    for matcher in (lambda r: r.id == ref, lambda r: r.id.startswith(ref), lambda r: ref in r.id):
-        found = [r for r in runs if matcher(r)]
+        newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
+        return max((Run(p) for p in paths if p.name[:15] == newest),
+                   key=lambda r: (_created(r), r.id))
+    names = [p.name for p in paths]
+    for matcher in (lambda n: n == ref, lambda n: n.startswith(ref), lambda n: ref in n):
+        found = [n for n in names if matcher(n)]
         if len(found) == 1:
-            return found[0]
+            return Run(Path(runs_dir) / found[0])
         if len(found) > 1:
-            names = ", ".join(r.id for r in found[:5])
-            raise RunNotFound(f"'{ref}' matches {len(found)} runs ({names}{', ...' if len(found) > 5 else ''}); give more of the id")
+            shown = ", ".join(found[:5])
+            raise RunNotFound(f"'{ref}' matches {len(found)} runs ({shown}{', ...' if len(found) > 5 else ''}); "
+                              f"give more of the id")
     raise RunNotFound(f"no run '{ref}' in {runs_dir}. List them with: fslab runs")
+
+
+def _created(run: Run) -> float:
+    created = run.status().get("created")
+    return float(created) if isinstance(created, (int, float)) else 0.0

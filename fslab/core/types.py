@@ -40,3 +40,41 @@ class Split:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
+
+
+# Episodes an evaluation runs when none are asked for.
+DEFAULT_EPISODES = 10000
+
+
+@dataclass(frozen=True)
+class EvaluatorTraits:
+    """What the evaluation core needs to know about an evaluator. An evaluator
+    declares a trait as an attribute of the same name (a class attribute, or
+    one set on the function); anything left out keeps the default below.
+
+    - ``metric``: ``"accuracy"`` (the evaluator predicts each query's way), or
+      another name (``"map"``) for an evaluator that returns one score per
+      episode itself;
+    - ``needs_model``: it adapts the network, so it is called once per episode
+      with a copy of the network and the episode's images (see
+      :mod:`fslab.training.evaluation`);
+    - ``episode_shape``: ``(shots, queries)`` it always needs, whatever was asked;
+    - ``default_episodes``: episodes to run when none are asked for (a slow
+      model-aware evaluator runs fewer).
+    """
+
+    metric: str = "accuracy"
+    needs_model: bool = False
+    episode_shape: tuple[int, int] | None = None
+    default_episodes: int = DEFAULT_EPISODES
+
+
+def evaluator_traits(evaluator: Any) -> EvaluatorTraits:
+    """The traits ``evaluator`` declares, as the core reads them."""
+    shape = getattr(evaluator, "episode_shape", None)
+    return EvaluatorTraits(
+        metric=getattr(evaluator, "metric", "accuracy"),
+        needs_model=bool(getattr(evaluator, "needs_model", False)),
+        episode_shape=None if shape is None else (int(shape[0]), int(shape[1])),
+        default_episodes=int(getattr(evaluator, "default_episodes", DEFAULT_EPISODES)),
+    )

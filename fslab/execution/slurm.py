@@ -1,4 +1,6 @@
 """Runs on a SLURM cluster, submitted with submitit: ``--executor slurm``.
+This module submits and cancels jobs; :mod:`fslab.execution.slurm_job` is
+what a job runs.
 
 Each run becomes one SLURM job that trains in the run's own folder on the
 shared filesystem, exactly as a local worker does (the same status keeper and
@@ -31,9 +33,11 @@ import sys
 import time
 from pathlib import Path
 
+from fslab.core.config import parse_assignment
 from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
-from fslab.core.files import atomic_write_text
-from fslab.core.runstore import ENDED, Run, create_run, pid_alive
+from fslab.core.runstore import Run
+from fslab.core.settings import SLURM_KEYS
+from fslab.core.states import ENDED, pid_alive
 
 EXECUTORS = ("local", "slurm")
 INSTALL = "--executor slurm needs submitit; install it with: pip install 'fslab[slurm]' (or: pip install submitit)"
@@ -57,9 +61,6 @@ def require_submitit():
 
 def job_options(settings, overrides: list[str] | None = None) -> dict:
     """``[slurm]`` from fslab.toml with ``--slurm key=value`` overrides (TOML values), checked."""
-    from fslab.core.config import parse_assignment
-    from fslab.core.settings import SLURM_KEYS
-
     options = dict(settings.slurm)
     for text in overrides or []:
         path, value = parse_assignment(text)
@@ -98,11 +99,12 @@ def make_executor(folder: Path, options: dict, name: str):
     return executor
 
 
-def submit(run: Run, options: dict) -> str:
-    """Submit a claimed run as one job; record the job in its status; return the job id."""
+def submit(run: Run, options: dict, job_call) -> str:
+    """Submit a claimed run as one job running ``job_call`` (a picklable
+    callable: :class:`fslab.execution.slurm_job.TrainingJob`); record the job in
+    the run's status; return the job id."""
     folder = run.path / "slurm"
     executor = make_executor(folder, options, name=f"fslab-{run.id}")
-    job_call = TrainingJob(str(run.path.resolve()))
     run.write_status(executor="slurm", slurm_cluster=options["cluster"])
     try:
         if options["cluster"] == "local":
@@ -137,53 +139,12 @@ def _submit_detached(executor, job_call, folder: Path):
             os.close(fd)
 
 
-def launch(method: str, overrides: list[dict], *, settings, registry, options: dict) -> tuple[Run, str]:
-    """``fslab run --executor slurm``: resolve, create the run, claim it (no
-    local scheduler may start it) and submit it."""
-    from fslab.core.config import resolve
-
-    require_submitit()  # say how to install submitit before creating anything
-    config = resolve(method, registry=registry, settings=settings, overrides=overrides)
-    check_job_processes(config, options)
-    run = create_run(settings.runs_dir, method, config)
-    run.claim()
-    return run, submit(run, options)
-
-
-def check_job_processes(config: dict, options: dict) -> None:
-    """``--gpus N`` in a job runs torchrun on the job's node, so SLURM must
-    give the job N GPUs (``gpus_per_job``); with the local executor, this
-    machine must have them. CPU (gloo) processes need no GPU."""
-    processes = int(config["train"].get("processes") or 1)
-    if processes == 1 or config["device"] == "cpu":
-        return
-    if options["cluster"] == "local":
-        from fslab.execution.launcher import check_processes
-
-        check_processes(config)
-    elif options["gpus_per_job"] < processes:
-        raise UsageError(f"--gpus {processes} in a SLURM job needs gpus_per_job >= {processes}, got "
-                         f"{options['gpus_per_job']}; pass --slurm gpus_per_job={processes} or set it in [slurm] "
-                         f"of fslab.toml")
-
-
-def submit_queued(runs: list[Run], options: dict) -> list[tuple[Run, str]]:
-    """Submit queued runs (a sweep's): each one a local scheduler has not
-    already claimed."""
-    require_submitit()
-    submitted = []
-    for run in runs:
-        if run.claim():
-            submitted.append((run, submit(run, options)))
-    return submitted
-
-
 def requeue_for_job(run: Run) -> None:
     """Mark a stopped run queued again before it is resubmitted to resume."""
     run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None)
 
 
-def _cancel_job(run: Run, status: dict) -> None:
+def cancel_job(run: Run, status: dict) -> None:
     """``scancel`` the run's job; for the local executor, SIGTERM to the job's
     controller, which passes it on."""
     job_id = status.get("slurm_job_id")
@@ -201,7 +162,7 @@ def cancel(run: Run, grace: float = 30.0) -> str:
     ``killed``. A job that never started is marked killed here."""
     status = run.status()
     job_id = status.get("slurm_job_id")
-    _cancel_job(run, status)
+    cancel_job(run, status)
     deadline = time.time() + grace
     while time.time() < deadline:
         status = run.status()
@@ -214,163 +175,3 @@ def cancel(run: Run, grace: float = 30.0) -> str:
     if run.status().get("state") not in ENDED:
         run.write_status(state="killed", ended=time.time(), pid=None, error=f"job {job_id} cancelled")
     return run.status()["state"]
-
-
-def stop_sweep_after_failure(run: Run) -> list[Run]:
-    """Fail-fast for a sweep of jobs, called by the job of a run that failed:
-    if the run's sweep is ``fail_fast``, its runs whose jobs have not started
-    end ``killed`` and their jobs are cancelled; running jobs go on, as with
-    the local scheduler. Marked first, then cancelled: a job that starts in
-    between finds its run ended and exits at once."""
-    from fslab.execution.sweep import SWEEP_STOPPED, load_sweep
-
-    sweep_id = run.status().get("sweep")
-    if not sweep_id:
-        return []
-    sweep = load_sweep(run.path.parent, sweep_id)
-    if not sweep.get("fail_fast"):
-        return []
-    stopped = []
-    for other in (Run(run.path.parent / run_id) for run_id in sweep["runs"]):
-        status = other.status()
-        if other.id == run.id or status.get("state") != "queued" or status.get("executor") != "slurm":
-            continue
-        other.write_status(state="killed", ended=time.time(), error=SWEEP_STOPPED.format(run=run.id))
-        _cancel_job(other, status)
-        stopped.append(other)
-    return stopped
-
-
-def _fail_fast(run: Run) -> None:
-    """stop_sweep_after_failure, never hiding the job's own failure."""
-    try:
-        stopped = stop_sweep_after_failure(run)
-    except (FslabError, OSError) as exc:
-        print(f"fslab: fail-fast could not stop the sweep: {exc}", file=sys.stderr, flush=True)
-        return
-    if stopped:
-        print(f"fslab: fail-fast: cancelled {len(stopped)} queued runs of the sweep: "
-              f"{', '.join(r.id for r in stopped)}", file=sys.stderr, flush=True)
-
-
-class TrainingJob:
-    """What a SLURM job runs: train the run in ``run_dir``, resuming from its
-    last checkpoint if it has one. Picklable (just the folder's path)."""
-
-    def __init__(self, run_dir: str) -> None:
-        self.run_dir = run_dir
-        self.preempted = False
-
-    def __call__(self) -> str:
-        return run_job(self)
-
-    def checkpoint(self, *args, **kwargs):
-        """Called by submitit on preemption or near the time limit: the job is
-        about to be requeued; the new submission resumes the same run. A
-        torchrun the job started is stopped first (its rank 0 records the
-        stop; the last end-of-epoch checkpoint is what the requeued job resumes)."""
-        self.preempted = True
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a requeue is not `fslab stop`
-        ranks = getattr(self, "ranks", None)
-        if ranks is not None and ranks.returncode is None:
-            ranks.send_signal(signal.SIGTERM)
-            try:  # not ranks.wait(): this runs in a signal handler that may have interrupted a poll()
-                _, code = os.waitpid(ranks.pid, 0)
-                ranks.returncode = os.waitstatus_to_exitcode(code)
-            except ChildProcessError:  # reaped already
-                pass
-        return require_submitit().helpers.DelayedSubmission(TrainingJob(self.run_dir))
-
-
-def _log_to_run(run: Run) -> None:
-    """The job's stdout and stderr go to the run's own log files, as a local worker's do."""
-    for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
-        (sys.stdout if fd == 1 else sys.stderr).flush()
-        log = os.open(run.path / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(log, fd)
-        os.close(log)
-
-
-def run_job(job: TrainingJob) -> str:
-    """The job's body: the local worker's life cycle (status, heartbeat, end
-    state), plus the preemption case, where the run goes back to ``queued``."""
-    from fslab.execution.worker import StatusKeeper, Stopped, record_failure, record_stop, stop_on_signals
-
-    run = Run(Path(job.run_dir))
-    state = run.status().get("state")
-    if state in ENDED:  # stopped or finished while the job waited
-        return state
-    _log_to_run(run)
-    resume = run.checkpoint_path.exists()
-    if not resume and run.metrics_path.exists():
-        atomic_write_text(run.metrics_path, "")  # an earlier attempt stopped before its first checkpoint
-    if int(run.config().get("train", {}).get("processes") or 1) > 1:
-        return run_ranks(job, run, resume)
-    keeper = StatusKeeper(run, float(run.config().get("train", {}).get("heartbeat", 5.0)))
-    stop_on_signals()
-    job_id = require_submitit().JobEnvironment().job_id
-    keeper.start(resume)
-    keeper.update(slurm_job_id=job_id, attempts=int(run.status().get("attempts") or 0) + 1)
-    try:
-        from fslab.training.train import train
-
-        train(run, resume=resume)
-    except Stopped as stop:
-        record_stop(keeper, stop)
-        return "killed"
-    except SystemExit:
-        if not job.preempted:
-            keeper.finish("failed", 1, "the job exited before training ended")
-            _fail_fast(run)
-            raise
-        keeper.done.set()
-        keeper.update(state="queued", pid=None, heartbeat=None, requeued=time.time(),
-                      requeues=int(run.status().get("requeues") or 0) + 1)
-        print(f"fslab: job {job_id} preempted or out of time; requeued to resume from the last checkpoint",
-              file=sys.stderr, flush=True)
-        raise
-    except BaseException as exc:  # the run must record why it ended, whatever it was
-        record_failure(keeper, exc)
-        _fail_fast(run)
-        raise
-    keeper.finish("completed", 0)
-    return "completed"
-
-
-def run_ranks(job: TrainingJob, run: Run, resume: bool) -> str:
-    """The job's body for ``--gpus N``: torchrun on this node, exactly as a
-    local ``--gpus N`` run starts it, whose rank 0 keeps the run's status.
-    The job waits for it, passes ``fslab stop`` (SIGTERM) on, and on
-    preemption stops it before the requeue (:meth:`TrainingJob.checkpoint`).
-    The ranks ignore SIGUSR2, which SLURM sends to every process of a job
-    it preempts: the job alone decides how they stop."""
-    import subprocess
-
-    from fslab.execution.launcher import worker_command
-
-    job_id = require_submitit().JobEnvironment().job_id
-    run.write_status(slurm_job_id=job_id, attempts=int(run.status().get("attempts") or 0) + 1)
-    job.ranks = subprocess.Popen(worker_command(run, resume), stdin=subprocess.DEVNULL,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                 preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
-    signal.signal(signal.SIGTERM, lambda signum, frame: job.ranks.send_signal(signal.SIGTERM))
-    try:
-        while job.ranks.poll() is None:  # a sleep loop, so a signal handler may reap the ranks itself
-            time.sleep(0.2)
-    except SystemExit:  # submitit's preemption handler, after checkpoint() stopped the ranks
-        if not job.preempted:
-            raise
-        run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None,
-                         requeued=time.time(), requeues=int(run.status().get("requeues") or 0) + 1)
-        print(f"fslab: job {job_id} preempted or out of time; requeued to resume from the last checkpoint",
-              file=sys.stderr, flush=True)
-        raise
-    status = run.status()
-    if status.get("state") not in ENDED:  # the ranks died without a word (e.g. killed)
-        status = run.write_status(state="failed", ended=time.time(), exit_code=job.ranks.returncode,
-                                  error=f"torchrun exited with code {job.ranks.returncode}")
-    if status["state"] == "failed":
-        _fail_fast(run)
-        raise FslabError(f"run {run.id} failed: {status.get('error')}")
-    return status["state"]
-

@@ -15,9 +15,12 @@ from pathlib import Path
 
 from fslab.core.config import nest, parse_assignment, resolve
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.files import atomic_write_json, read_json
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import read_toml
+from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
+from fslab.execution.checks import check_dataset, check_job_processes, check_processes
+from fslab.execution.slots import check_fits, configured_slots
+from fslab.execution.slurm import cancel_job
 
 # The `fslab run` options, usable as grid keys by their short names.
 ALIASES = {"backbone": "backbone.name", "dataset": "dataset.name", "epochs": "train.epochs",
@@ -70,15 +73,10 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     record. ``slurm_options``: the runs become SLURM jobs with these settings."""
     configs = [resolve(method, registry=registry, settings=settings, overrides=[*base, *combo])
                for combo in expand(grid, seeds, first_seed=_first_seed(base))]
-    from fslab.execution.launcher import check_dataset, check_processes
-    from fslab.execution.scheduler import check_fits, configured_slots
-
     for config in configs:  # as fslab run --gpus N does, here or in a job
         if slurm_options is None:
             check_processes(config)
         else:
-            from fslab.execution.slurm import check_job_processes
-
             check_job_processes(config, slurm_options)
     if slurm_options is None:
         check_fits(max(config["train"]["processes"] for config in configs), configured_slots(settings.scheduler))
@@ -90,12 +88,8 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
         run = create_run(settings.runs_dir, method, config)
         run.write_status(sweep=sweep_id)
         runs.append(run)
-    folder = settings.runs_dir / "sweeps"
-    folder.mkdir(exist_ok=True)
-    atomic_write_json(folder / f"{sweep_id}.json", {
-        "id": sweep_id, "method": method, "grid": grid, "seeds": seeds, "fail_fast": fail_fast,
-        "runs": [r.id for r in runs], "created": time.time(),
-    })
+    save_sweep(settings.runs_dir, sweep_id, method=method, grid=grid, seeds=seeds, fail_fast=fail_fast,
+               runs=[r.id for r in runs])
     return sweep_id, runs
 
 
@@ -106,22 +100,12 @@ def _first_seed(base: list[dict]) -> int:
     return seed
 
 
-def load_sweep(runs_dir: Path, ref: str) -> dict:
-    folder = runs_dir / "sweeps"
-    names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
-    found = [n for n in names if n == ref] or [n for n in names if ref in n]
-    if len(found) != 1:
-        what = "matches several sweeps" if found else "matches no sweep"
-        raise UsageError(f"'{ref}' {what}. Sweeps: {', '.join(names) or '(none yet)'}")
-    return read_json(folder / f"{found[0]}.json")
-
-
 def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
     """Queue again the runs of a sweep that failed, were killed or were lost;
     completed, queued and running runs are left alone. A run with a
     checkpoint will resume from it."""
     again = []
-    for run in (Run(runs_dir / run_id) for run_id in sweep["runs"]):
+    for run in sweep_runs(runs_dir, sweep):
         if run.state() in ("failed", "killed", "lost"):
             (run.path / ".claimed").unlink(missing_ok=True)
             run.write_status(state="queued", pid=None, heartbeat=None, created=time.time(),
@@ -133,20 +117,44 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
 SWEEP_STOPPED = "sweep stopped: run {run} failed (fail-fast)"
 
 
-def stop_failed_sweeps(runs_dir: Path) -> list[Run]:
-    """Fail-fast: once a run of a ``fail_fast`` sweep has failed, its queued runs end ``killed``."""
-    folder = runs_dir / "sweeps"
+def stop_sweep(runs_dir: Path, sweep: dict, failed: str) -> list[Run]:
+    """Fail-fast, for runs of either executor: the sweep's runs that have not
+    started end ``killed``, naming the run that ``failed``; runs already
+    running go on. A local queued run is claimed first, so no scheduler can
+    start it afterwards; a SLURM run is marked first and its job cancelled
+    after, so a job that starts in between finds its run ended and exits."""
     stopped = []
-    for path in sorted(folder.glob("sweep-*.json")) if folder.is_dir() else []:
-        sweep = read_json(path) or {}
+    for run in sweep_runs(runs_dir, sweep):
+        status = run.status()
+        if run.id == failed or status.get("state") != "queued":
+            continue
+        on_slurm = status.get("executor") == "slurm"
+        if not on_slurm and not run.claim():
+            continue  # a scheduler took it a moment ago
+        run.write_status(state="killed", ended=time.time(), error=SWEEP_STOPPED.format(run=failed))
+        if on_slurm:
+            cancel_job(run, status)
+        stopped.append(run)
+    return stopped
+
+
+def stop_failed_sweeps(runs_dir: Path) -> list[Run]:
+    """Fail-fast as the local scheduler applies it before starting runs: every
+    ``fail_fast`` sweep with a failed run is stopped."""
+    stopped = []
+    for sweep in sweep_records(runs_dir):
         if not sweep.get("fail_fast"):
             continue
-        runs = [Run(runs_dir / run_id) for run_id in sweep.get("runs", [])]
-        failed = [r for r in runs if r.status().get("state") == "failed"]
-        if not failed:
-            continue
-        for run in runs:
-            if run.status().get("state") == "queued" and run.claim():
-                run.write_status(state="killed", ended=time.time(), error=SWEEP_STOPPED.format(run=failed[0].id))
-                stopped.append(run)
+        failed = next((r for r in sweep_runs(runs_dir, sweep) if r.status().get("state") == "failed"), None)
+        if failed is not None:
+            stopped += stop_sweep(runs_dir, sweep, failed.id)
     return stopped
+
+
+def stop_sweep_of(run: Run) -> list[Run]:
+    """Fail-fast as a SLURM job applies it when its own run failed."""
+    sweep_id = run.status().get("sweep")
+    if not sweep_id:
+        return []
+    sweep = load_sweep(run.path.parent, sweep_id)
+    return stop_sweep(run.path.parent, sweep, run.id) if sweep.get("fail_fast") else []

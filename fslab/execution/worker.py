@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 
 from fslab.core.runstore import Run
+from fslab.core.summary import read_summary
 
 
 RANK_FAILED = ".rank-failed"
@@ -67,8 +68,11 @@ class StatusKeeper:
         self.thread.start()
 
     def finish(self, state: str, exit_code: int, error: str | None = None) -> None:
+        """Record the end state; the run's summary is brought up to date with
+        it, so listings of finished runs read nothing but summary.json."""
         self.done.set()
         self.update(state=state, exit_code=exit_code, ended=time.time(), heartbeat=time.time(), error=error)
+        read_summary(self.run.path)
 
     def _beat(self) -> None:
         while not self.done.wait(self.interval):
@@ -174,7 +178,7 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", 0))
     if rank != 0:
         return follow_rank(run, resume, rank)
-    interval = float(run.config().get("train", {}).get("heartbeat", 5.0))
+    interval = float(run.config()["train"]["heartbeat"])
     keeper = StatusKeeper(run, interval)
     stop_on_signals()
     (run.path / RANK_FAILED).unlink(missing_ok=True)  # before any rank can have trained

@@ -86,10 +86,10 @@ def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int
     label as :func:`evaluator_label` makes; default: the run's own evaluator):
     latest checkpoint, then most episodes."""
     if evaluator is None:
-        evaluator = evaluator_label(run.config().get("evaluator", {"name": "centroid"}))
+        evaluator = evaluator_label(run.config()["evaluator"])
     found = [e for e in run.saved_accuracies()
-             if (e["split"], e["shots"], e["ways"], e["queries"]) == (split, shots, ways, queries)
-             and e.get("evaluator", "centroid") == evaluator]
+             if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
+                                                                                    evaluator)]
     return max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
 
 
@@ -105,23 +105,6 @@ def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
     return {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": sum(1 for e in evals if e)}
 
 
-def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
-    """The runs named on a command line: run ids (or unique parts of them),
-    sweep ids (every run of the sweep) or ``all``."""
-    from fslab.core.runstore import find_run, list_runs
-    from fslab.execution.sweep import load_sweep
-
-    if refs == ["all"]:
-        return list_runs(runs_dir)
-    runs = []
-    for ref in refs:
-        if ref.startswith("sweep-"):
-            runs += [Run(runs_dir / run_id) for run_id in load_sweep(runs_dir, ref)["runs"]]
-        else:
-            runs.append(find_run(runs_dir, ref))
-    return runs
-
-
 def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), ways: int = 5, queries: int = 15,
             group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
     """Pooled accuracy per group and shots, and paired differences to the first
@@ -129,7 +112,8 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     groups = group_runs(runs, group_by)
     rows, paired = [], []
     for g in groups:
-        row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": len(g.runs), "results": {}}
+        row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": len(g.runs),
+               "seed_values": sorted((r.config().get("seed") for r in g.runs), key=str), "results": {}}
         for n in shots:
             if result := pooled(g.runs, split, n, ways, queries, evaluator):
                 row["results"][f"{n}-shot"] = result
@@ -148,7 +132,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
 def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None) -> list[float]:
     """Episode-by-episode differences b − a over runs paired by seed, where
     both runs were scored on the same episodes (same count, seed and episode
-    stream version; files saved before the version was recorded are stream 1)."""
+    stream version)."""
     by_seed = {r.config().get("seed"): r for r in a.runs}
     out = []
     for run in b.runs:
@@ -156,7 +140,7 @@ def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluato
         if other is None:
             continue
         mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator) for r in (run, other))
-        if mine and theirs and all(mine.get(k, 1) == theirs.get(k, 1) for k in ("episodes", "seed", "stream")):
+        if mine and theirs and all(mine[k] == theirs[k] for k in ("episodes", "seed", "stream")):
             out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
     return out
 

@@ -40,7 +40,7 @@ def measured_pair_fraction(run: Run) -> float | None:
     if sampler.get("ways", 0) > 0:  # an explicit episode shape fixes the batch
         batch = sampler["ways"] * (sampler.get("shots", 0) + sampler.get("queries", 0))
     else:
-        batch = cfg.get("train", {}).get("batch_size", 0)
+        batch = cfg["train"]["batch_size"]
     used = [e["positives"] + e["negatives"] for e in run.events_of("train")
             if e.get("positives") is not None and e.get("negatives") is not None]
     if batch < 2 or not used:

@@ -13,8 +13,9 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from fslab.core.runstore import Run
+from fslab.core.summary import RunSummary
 from fslab.tui.messages import RunLaunched, RunResumed, RunStopped, StoreUpdated
-from fslab.tui.tailing import RunRow, StoreWatcher
+from fslab.tui.tailing import StoreWatcher
 
 
 class FslabApp(App):
@@ -34,7 +35,7 @@ class FslabApp(App):
         self.tick = tick
         self.cursor_blink = cursor_blink
         self.watcher = StoreWatcher(self.runs_dir, clock)
-        self.rows: dict[str, RunRow] = {}
+        self.rows: dict[str, RunSummary] = {}
         self.skipped: list[str] = []
         self.last_poll_s = 0.0
         self.processes: list = []  # workers this dashboard launched, reaped as they end
@@ -122,10 +123,10 @@ class FslabApp(App):
 
     @work(thread=True, group="actions", exit_on_error=False)
     def stop_in_background(self, run_id: str) -> None:
-        from fslab.execution import launcher
+        from fslab.execution import executor
 
         try:
-            state = launcher.stop_run(Run(self.runs_dir / run_id))
+            state = executor.stop(Run(self.runs_dir / run_id))
         except Exception as exc:  # a failed stop is reported, the dashboard goes on
             self.post_message(RunStopped(run_id, None, f"{type(exc).__name__}: {exc}"))
             return
@@ -136,6 +137,7 @@ class FslabApp(App):
             self.notify(f"could not stop {message.run_id}: {message.error}", severity="error", markup=False)
         else:
             self.notify(f"{message.run_id}: {message.state}", markup=False)
+        self.watcher.refresh_now(message.run_id)
         self.poll_store()
 
     def request_resume(self, run_id: str) -> None:
@@ -159,23 +161,25 @@ class FslabApp(App):
 
     @work(thread=True, group="actions", exit_on_error=False)
     def resume_in_background(self, run_id: str) -> None:
-        from fslab.execution import launcher
+        """Resume as ``fslab resume RUN --detach`` does: the same checks, and a
+        run that was a SLURM job is submitted again with ``[slurm]`` of fslab.toml."""
+        from fslab.execution import executor
 
-        run = Run(self.runs_dir / run_id)
         try:
-            launcher.check_resumable(run)
-            process = launcher.start_worker(run, resume=True)
+            started = executor.resume(Run(self.runs_dir / run_id), settings=self.settings)
         except Exception as exc:  # FslabError: not resumable (e.g. no checkpoint); OSError: cannot start
             self.post_message(RunResumed(run_id, str(exc)))
             return
-        self.post_message(RunResumed(run_id, process=process))
+        self.post_message(RunResumed(run_id, process=started.process))
 
     def on_run_resumed(self, message: RunResumed) -> None:
         if message.error:
             self.notify(message.error, title="not resumed", severity="error", markup=False)
             return
-        self.processes.append(message.process)
+        if message.process is not None:  # a local worker (a SLURM job needs no reaping)
+            self.processes.append(message.process)
         self.notify(f"resuming {message.run_id}", markup=False)
+        self.watcher.refresh_now(message.run_id)
         self.poll_store()
 
     def request_launch(self) -> None:
@@ -192,14 +196,14 @@ class FslabApp(App):
     def launch(self, method: str, overrides: list[dict], registry) -> None:
         """Start a run exactly as ``fslab run --detach`` does (in a worker thread:
         resolving the configuration and starting a process take a moment)."""
-        from fslab.execution import launcher
+        from fslab.execution import executor
 
         try:
-            run, process = launcher.launch(method, overrides, settings=self.settings, registry=registry)
+            started = executor.launch(method, overrides, settings=self.settings, registry=registry)
         except Exception as exc:  # FslabError: bad configuration; OSError: cannot start
             self.post_message(RunLaunched(None, str(exc)))
             return
-        self.post_message(RunLaunched(run.id, process=process))
+        self.post_message(RunLaunched(started.run.id, process=started.process))
 
     def on_run_launched(self, message: RunLaunched) -> None:
         if message.error:

@@ -1,5 +1,6 @@
-"""Marked runs side by side: grouped by everything but the seed, test accuracy
-pooled over each group's episodes, loss curves overlaid."""
+"""Marked runs side by side, as ``fslab compare`` shows them: grouped by
+everything but the seed, test accuracy pooled over every episode of a group's
+runs, paired differences to the first group; their loss curves overlaid."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from fslab.core.runstore import Run
+from fslab.reports.compare import compare
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
+
+SHOTS = (1, 5)
 
 
 class CompareScreen(Screen):
@@ -26,16 +31,17 @@ class CompareScreen(Screen):
         super().__init__()
         self.run_ids = run_ids
         self.followers: list[RunFollower] = []
-        self.configs: dict[str, dict] = {}
         self.losses = {run_id: MinMaxSeries() for run_id in run_ids}
         self._lock = threading.Lock()
+        self._stale = True  # the report must be computed again
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="compare"):
-            yield Static(Text(f"{len(self.run_ids)} runs, grouped by every setting except the seed; "
-                              "test accuracy pooled over all episodes of a group's runs"), id="compare-note")
+            yield Static(Text(f"{len(self.run_ids)} runs, grouped as fslab compare groups them (every setting but "
+                              "the seed); test accuracy pooled over all episodes of a group's runs"), id="compare-note")
             yield DataTable(id="groups", cursor_type="row")
+            yield Static(id="paired")
             yield LineChart("training loss", Plot([(run_id, self.losses[run_id]) for run_id in self.run_ids]),
                             id="chart-compare")
         yield Footer()
@@ -49,13 +55,22 @@ class CompareScreen(Screen):
 
     @work(thread=True, group="follow", exit_on_error=False)
     def follow(self) -> None:
+        """Read the runs' new events; when an evaluation arrived (or at first),
+        compute the comparison again, in this worker thread."""
         if not self._lock.acquire(blocking=False):
             return
         try:
             deltas = [f.read(logs=False) for f in self.followers]
+            stale = self._stale or any(d.reset or any(e.get("event") == "eval" for e in d.events) for d in deltas)
+            present = [Run(f.path) for f in self.followers if f.path.is_dir()]
+            report = None
+            if stale and present:  # episodes of the shape the first run was evaluated on
+                shape = present[0].config().get("eval", {})
+                report = compare(present, shots=SHOTS, ways=shape.get("ways", 5), queries=shape.get("queries", 15))
+            self._stale = stale and not present
         finally:
             self._lock.release()
-        self.post_message(RunsFollowed(deltas))
+        self.post_message(RunsFollowed(deltas, report))
 
     def on_runs_followed(self, message: RunsFollowed) -> None:
         changed = False
@@ -63,32 +78,34 @@ class CompareScreen(Screen):
             if delta.reset:
                 self.losses[delta.run_id].clear()
                 changed = True
-            if delta.config is not None:
-                self.configs[delta.run_id] = delta.config
-                changed = True
             for event in delta.events:
                 if event.get("event") == "train" and isinstance(event.get("loss"), (int, float)):
                     self.losses[delta.run_id].append(event.get("step", 0), float(event["loss"]))
                     changed = True
-                changed |= event.get("event") == "eval"
         if changed:
             self.query_one("#chart-compare", LineChart).refresh()
-            self.update_groups()
+        if message.report is not None:
+            self.show_report(message.report)
 
     def apply_store_changes(self, changes: StoreChanges) -> None:
         if any(r.id in self.losses for r in changes.rows):
-            self.update_groups()
+            self._stale = True  # a run ended, or resumed: its saved evaluations may have changed
 
-    def update_groups(self) -> None:
-        rows = self.app.rows
-        configs = {r: self.configs[r] for r in self.run_ids if r in self.configs}
-        tests = {r: rows[r].test for r in configs if r in rows}
+    def show_report(self, report: dict) -> None:
+        self.query_one("#compare-note", Static).update(Text(
+            f"{len(self.run_ids)} runs, grouped as fslab compare groups them (every setting but the seed); test "
+            f"accuracy on {report['ways']}-way episodes with {report['queries']} queries, pooled over all episodes "
+            f"of a group's runs"))
         table = self.query_one("#groups", DataTable)
         table.clear()
-        for group in model.group_runs(configs, tests):
-            one, five = group.test.get("1-shot"), group.test.get("5-shot")
-            episodes = ", ".join(f"{s}: {v['episodes']}" for s, v in sorted(group.test.items()) if v)
-            missing = f" ({group.without_test} without test yet)" if group.without_test else ""
-            table.add_row(Text(group.label), Text(", ".join(str(s) for s in group.seeds)),
-                          Text(f"{len(group.run_ids)}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
+        for row in report["groups"]:
+            one, five = row["results"].get("1-shot"), row["results"].get("5-shot")
+            evaluated = max((r["runs"] for r in row["results"].values()), default=0)
+            missing = f" ({row['seeds'] - evaluated} without test yet)" if evaluated < row["seeds"] else ""
+            episodes = ", ".join(f"{s}: {v['episodes']}" for s, v in sorted(row["results"].items()))
+            table.add_row(Text(row["group"]), Text(", ".join(str(s) for s in row["seed_values"])),
+                          Text(f"{row['seeds']}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
                           Text(episodes or "-"))
+        lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {100 * p['difference']:+.2f} ± "
+                 f"{100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
+        self.query_one("#paired", Static).update(Text("\n".join(lines)))

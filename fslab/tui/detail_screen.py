@@ -14,7 +14,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
-from fslab.core.runstore import LOST_AFTER_S
+from fslab.core.states import LOST_AFTER_S
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
@@ -147,7 +147,7 @@ class DetailScreen(Screen):
             return
         summary = Text.assemble(
             (row.id, "bold"), "  ", model.state_text(row), "  ",
-            f"method {row.method} · loss {row.loss_name} · backbone {row.backbone} · dataset {row.dataset} · "
+            f"method {row.method} · loss {row.loss_fn} · backbone {row.backbone} · dataset {row.dataset} · "
             f"seed {row.seed} · epoch {row.epoch or 0}/{row.epochs} · step {row.step or 0}"
             f"{'/' + str(row.total_steps) if row.total_steps else ''} · "
             f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · ETA {model.duration(model.eta(row, self.app.clock()))}",

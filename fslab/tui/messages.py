@@ -19,14 +19,16 @@ class StoreUpdated(Message):
 
 @dataclass
 class RunsFollowed(Message):
-    """New events and log lines of the runs a detail or compare screen follows."""
+    """New events and log lines of the runs a detail or compare screen follows,
+    and for the compare screen, ``fslab compare``'s report of them."""
 
     deltas: list[RunDelta]
+    report: dict | None = None
 
 
 @dataclass
 class RunStopped(Message):
-    """The core's ``stop_run`` returned (or failed) for a run."""
+    """The executor's ``stop`` returned (or failed) for a run."""
 
     run_id: str
     state: str | None

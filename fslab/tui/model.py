@@ -1,18 +1,15 @@
-"""What the dashboard shows, as plain functions of ``RunRow`` (no Textual here):
-cell text, filtering, sorting, elapsed/ETA, and the compare screen's grouping
-with test accuracy pooled over every episode of a group's seeds."""
+"""What the dashboard shows of a run, as plain functions of its
+:class:`~fslab.core.summary.RunSummary` (no Textual here): cell text,
+filtering, sorting, elapsed time and ETA."""
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from rich.text import Text
 
-from fslab.reports.compare import NOT_SETTINGS
-from fslab.tui.tailing import RunRow
+from fslab.core.summary import RunSummary
 
 STATE_STYLES = {
     "queued": "yellow", "running": "bold cyan", "completed": "green",
@@ -34,13 +31,13 @@ def duration(seconds: float | None) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-def elapsed(row: RunRow, now: float) -> float | None:
+def elapsed(row: RunSummary, now: float) -> float | None:
     if row.started is None:
         return None
     return (row.ended if row.ended is not None else now) - row.started
 
 
-def eta(row: RunRow, now: float) -> float | None:
+def eta(row: RunSummary, now: float) -> float | None:
     """Seconds left at the rate of the steps logged so far (running runs only)."""
     if row.state != "running" or not row.first_train or not row.total_steps or row.step is None:
         return None
@@ -51,7 +48,7 @@ def eta(row: RunRow, now: float) -> float | None:
     return max(0.0, (row.total_steps - row.step) / rate - (now - row.last_train_time))
 
 
-def fraction_done(row: RunRow) -> float | None:
+def fraction_done(row: RunSummary) -> float | None:
     if row.state == "completed":
         return 1.0
     if row.step is not None and row.total_steps:
@@ -61,7 +58,7 @@ def fraction_done(row: RunRow) -> float | None:
     return None
 
 
-def progress_text(row: RunRow) -> Text:
+def progress_text(row: RunSummary) -> Text:
     done = fraction_done(row)
     epoch = row.epochs if row.state == "completed" and row.epochs else (row.epoch or 0)
     label = f"{epoch}/{row.epochs if row.epochs is not None else '?'} "
@@ -73,7 +70,7 @@ def progress_text(row: RunRow) -> Text:
     return Text(label) + Text(bar.ljust(BAR_WIDTH), style="cyan")
 
 
-def state_text(row: RunRow) -> Text:
+def state_text(row: RunSummary) -> Text:
     return Text(row.state, style=STATE_STYLES.get(row.state, ""))
 
 
@@ -83,7 +80,7 @@ COLUMNS = ("", "id", "state", "progress", "loss", "method", "loss fn", "backbone
            "pairs +/-", "best val", "test 1-shot", "test 5-shot", "elapsed", "ETA")
 
 
-def row_cells(row: RunRow, now: float, marked: bool) -> list[Text]:
+def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
     """The table cells of one run; every value from run files is plain Text."""
     plain = lambda value: Text("-" if value is None else str(value))
     pairs = "-" if row.positives is None else f"{row.positives}/{row.negatives}"
@@ -91,20 +88,20 @@ def row_cells(row: RunRow, now: float, marked: bool) -> list[Text]:
         Text("*" if marked else " ", style="bold"),
         Text(row.id) + (Text(" !", style="bold red") if row.note or row.corrupt else Text("")),
         state_text(row), progress_text(row), Text("-" if row.loss is None else f"{row.loss:.4f}"),
-        plain(row.method), plain(row.loss_name), plain(row.backbone), plain(row.dataset), plain(row.seed),
+        plain(row.method), plain(row.loss_fn), plain(row.backbone), plain(row.dataset), plain(row.seed),
         Text(pairs), Text(pct(row.best_val)), Text(pct(row.test.get("1-shot"))), Text(pct(row.test.get("5-shot"))),
         Text(duration(elapsed(row, now))), Text(duration(eta(row, now))),
     ]
 
 
-FIELDS: dict[str, Callable[[RunRow], Any]] = {
-    "id": lambda r: r.id, "method": lambda r: r.method, "loss": lambda r: r.loss_name,
+FIELDS: dict[str, Callable[[RunSummary], Any]] = {
+    "id": lambda r: r.id, "method": lambda r: r.method, "loss": lambda r: r.loss_fn,
     "backbone": lambda r: r.backbone, "dataset": lambda r: r.dataset, "seed": lambda r: r.seed,
     "state": lambda r: r.state,
 }
 
 
-def matches(row: RunRow, query: str) -> bool:
+def matches(row: RunSummary, query: str) -> bool:
     """Every space-separated term must match: ``field:text`` (method, loss,
     backbone, dataset, seed, state, id) looks in that field, a bare term in any
     of them and in the error; case-insensitive substrings."""
@@ -124,7 +121,7 @@ def _missing_last(value, reverse: bool):
     return (missing != reverse, value if not missing else 0)
 
 
-SORTS: dict[str, Callable[[RunRow, float], Any]] = {
+SORTS: dict[str, Callable[[RunSummary, float], Any]] = {
     "id": lambda r, now: r.id,
     "state": lambda r, now: r.state,
     "method": lambda r, now: (r.method or "", r.id),
@@ -135,71 +132,8 @@ SORTS: dict[str, Callable[[RunRow, float], Any]] = {
 }
 
 
-def sort_rows(rows: list[RunRow], by: str, reverse: bool, now: float) -> list[RunRow]:
+def sort_rows(rows: list[RunSummary], by: str, reverse: bool, now: float) -> list[RunSummary]:
     key = SORTS[by]
     if by in ("id", "state", "method"):
         return sorted(rows, key=lambda r: key(r, now), reverse=reverse)
     return sorted(rows, key=lambda r: _missing_last(key(r, now), reverse), reverse=reverse)
-
-
-# -- compare -----------------------------------------------------------------
-
-
-def pooled(results: list[dict]) -> dict | None:
-    """Mean ± 95% CI over the union of several runs' episodes.
-
-    Each run reports mean ``a``, half-width ``c = 1.96·s/√n`` (population std
-    ``s``) over ``n`` episodes; from (a, s, n) the pooled mean and population
-    variance of all episodes are exact, so this equals ``ci95`` applied to the
-    concatenated per-episode accuracies."""
-    parts = [(r["accuracy"], r["ci95"] * math.sqrt(r["episodes"]) / 1.96, r["episodes"])
-             for r in results if r and r.get("episodes")]
-    total = sum(n for _, _, n in parts)
-    if not total:
-        return None
-    mean = sum(a * n for a, _, n in parts) / total
-    second_moment = sum(n * (s * s + a * a) for a, s, n in parts) / total
-    variance = max(0.0, second_moment - mean * mean)
-    return {"accuracy": mean, "ci95": 1.96 * math.sqrt(variance / total), "episodes": total}
-
-
-def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-@dataclass
-class Group:
-    label: str  # the settings that tell this group apart from the others
-    run_ids: list[str]
-    seeds: list
-    test: dict[str, dict | None]  # "1-shot" -> pooled result
-    without_test: int  # runs of the group with no test result yet
-
-
-def group_runs(configs: dict[str, dict], tests: dict[str, dict]) -> list[Group]:
-    """Runs grouped by every configuration key except the seed and the keys
-    that do not change results (the same as ``fslab compare``: device, data
-    root, logging intervals)."""
-    flat = {run_id: {k: v for k, v in flatten(c).items() if k not in NOT_SETTINGS} for run_id, c in configs.items()}
-    keys = sorted({k for f in flat.values() for k in f})
-    varying = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat.values()}) > 1]
-    groups: dict[str, list[str]] = {}
-    for run_id, f in flat.items():
-        groups.setdefault(json.dumps(f, sort_keys=True, default=str), []).append(run_id)
-    out = []
-    for run_ids in groups.values():
-        first = flat[run_ids[0]]
-        label = ", ".join(f"{k}={first.get(k)}" for k in varying) or "same configuration"
-        shots = sorted({s for r in run_ids for s in tests.get(r, {})})
-        out.append(Group(
-            label=label, run_ids=run_ids, seeds=sorted((configs[r].get("seed") for r in run_ids), key=str),
-            test={s: pooled([tests.get(r, {}).get(s) for r in run_ids]) for s in shots},
-            without_test=sum(1 for r in run_ids if not tests.get(r)),
-        ))
-    return sorted(out, key=lambda g: g.label)

@@ -1,248 +1,44 @@
-"""Incremental reading of the run store, by byte offsets (no Textual here).
+"""Keeping the dashboard in step with the run store (no Textual here).
 
-The dashboard never re-reads what it has read: each file has an offset, and a
-tick reads only the bytes appended since. ``StoreWatcher`` keeps what the runs
-table needs for every run; ``RunFollower`` keeps the full history of one run
-(charts, evaluations, logs) for the detail and compare screens. Both are
-driven from a worker thread and hand out plain data (``RunRow``, ``RunDelta``)
-that the UI thread owns from then on.
+:class:`StoreWatcher` keeps every run's :class:`~fslab.core.summary.RunSummary`,
+the same summary ``fslab runs`` prints, through the run store's own
+:class:`~fslab.core.summary.SummaryFile`. A tick costs what changed, not the
+size of the store: the runs folder is listed again only when it changed, live
+runs are brought up to date (a ``stat`` per file, then only the new bytes),
+and finished runs are checked a slice per tick, so a store of 10,000 runs
+ticks as fast as one of 100. :class:`RunFollower` keeps one run's full history
+(charts, evaluations, logs) for the detail and compare screens. Both run in a
+worker thread and hand out plain data that the UI thread owns from then on.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from fslab.core.runstore import ENDED, Run
+from fslab.core.files import Tail, parse_lines, read_json
+from fslab.core.states import LIVE
+from fslab.core.summary import RunSummary, SummaryFile
+from fslab.core.sweeps import SWEEPS
 
-# The worker writes events with json.dumps' default separators; a train line
-# is recognised by this without parsing it (parsing costs ~10 µs a line).
-TRAIN_MARK = b'"event": "train"'
-# Events the table does not need, skipped unparsed (``end`` repeats the test evals).
-CHECKPOINT_MARK, END_MARK = b'"event": "checkpoint"', b'"event": "end"'
 LOG_TAIL_LINES = 400
-
-
-def read_appended(path: Path, offset: int) -> tuple[bytes, int]:
-    """Complete lines appended to ``path`` since ``offset`` and the offset after
-    them. A torn last line (no newline yet) is left for the next read."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-    except OSError:
-        return b"", offset
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return b"", offset
-    return chunk[: end + 1], offset + end + 1
-
-
-def file_identity(path: Path) -> tuple[int, int] | None:
-    """(inode, size) of a file, or None if it cannot be read."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size
-
-
-def was_rewritten(identity: tuple[int, int] | None, inode: int | None, offset: int) -> bool:
-    """True if a file read up to ``offset`` was replaced or cut back since
-    (``fslab resume`` rewrites metrics.jsonl back to its last checkpoint)."""
-    return identity is not None and ((inode is not None and identity[0] != inode) or identity[1] < offset)
-
-
-def load_json(path: Path) -> dict | None:
-    """A JSON object from a file, or None if missing, unreadable or not JSON."""
-    try:
-        with open(path, "rb") as fh:
-            value = json.loads(fh.read())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def parse_event(line: bytes) -> dict | None:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def looks_whole(line: bytes) -> bool:
-    """A cheap check for a line that is skipped without being parsed."""
-    line = line.strip()
-    return line[:1] == b"{" and line[-1:] == b"}"
-
-
-@dataclass
-class RunRow:
-    """What the runs table shows of one run: a snapshot, never mutated after
-    it is handed to the UI."""
-
-    id: str
-    path: Path
-    state: str = "lost"
-    method: str | None = None
-    loss_name: str | None = None
-    backbone: str | None = None
-    dataset: str | None = None
-    seed: int | None = None
-    epoch: int | None = None
-    epochs: int | None = None
-    step: int | None = None
-    total_steps: int | None = None
-    loss: float | None = None
-    positives: int | None = None
-    negatives: int | None = None
-    best_val: dict | None = None
-    test: dict = field(default_factory=dict)  # "1-shot" -> {accuracy, ci95, episodes}
-    started: float | None = None
-    ended: float | None = None
-    first_train: tuple[float, int] | None = None  # (time, step) of the first train event
-    last_train_time: float | None = None
-    error: str | None = None
-    corrupt: int = 0
-    note: str | None = None  # why this run is shown with missing data
-
-
-# RunRow fields that come from metrics.jsonl (reset when the file is rewritten).
-METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "first_train",
-                 "last_train_time", "corrupt")
-
-
-class RunTail:
-    """One run's summary state, updated from the bytes appended since last time."""
-
-    def __init__(self, path: Path) -> None:
-        self.run = Run(path)
-        self.row = RunRow(id=path.name, path=path)
-        self.offset = 0
-        self.inode: int | None = None
-        self.status_stamp: tuple[int, int] | None = None
-        self.status: dict = {}
-        self.have_config = False
-
-    def update(self, now: float) -> bool:
-        """Read what is new; True if the row changed."""
-        changed = False
-        if not self.have_config:
-            changed |= self._read_config()
-        changed |= self._read_status()
-        changed |= self._read_metrics()
-        state = self.run.state(self.status, now=now)
-        if state != self.row.state:
-            self.row.state = state
-            changed = True
-        return changed
-
-    def _read_config(self) -> bool:
-        config = load_json(self.run.path / "config.json")
-        if not isinstance(config, dict):
-            self.row.note = "config.json unreadable"
-            return True
-        row, section = self.row, lambda name: config.get(name) if isinstance(config.get(name), dict) else {}
-        row.method, row.seed = config.get("method"), config.get("seed")
-        row.loss_name, row.backbone = section("loss").get("name"), section("backbone").get("name")
-        row.dataset, row.epochs = section("dataset").get("name"), section("train").get("epochs")
-        row.note = None
-        self.have_config = True
-        return True
-
-    def _read_status(self) -> bool:
-        path = self.run.path / "status.json"
-        try:
-            st = os.stat(path)
-        except OSError:
-            if self.status_stamp is not None or self.row.note is None:
-                self.status_stamp, self.status = None, {}
-                self.row.note = self.row.note or "status.json missing"
-                return True
-            return False
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self.status_stamp:
-            return False
-        status = load_json(path)
-        if status is None:
-            self.row.note = "status.json unreadable"
-            return True
-        self.status_stamp, self.status = stamp, status
-        row = self.row
-        row.started, row.ended, row.error = status.get("started"), status.get("ended"), status.get("error")
-        if row.note and row.note.startswith("status.json"):
-            row.note = None
-        return True
-
-    def _read_metrics(self) -> bool:
-        identity = file_identity(self.run.metrics_path)
-        rewritten = was_rewritten(identity, self.inode, self.offset)
-        if rewritten:  # start again from the top, forgetting what came from the old file
-            self.offset = 0
-            for name in METRIC_FIELDS:
-                setattr(self.row, name, RunRow.__dataclass_fields__[name].default)
-            self.row.test = {}
-        self.inode = identity[0] if identity else None
-        chunk, self.offset = read_appended(self.run.metrics_path, self.offset)
-        if not chunk:
-            return rewritten
-        row = self.row
-        # Whole-list passes, not a Python loop per line: a store of 1,000 runs
-        # holds ~100,000 lines and the table needs only a few of them per run.
-        lines = [line for line in chunk.split(b"\n") if line.strip()]
-        row.corrupt += sum(1 for line in lines if not looks_whole(line))
-        trains = [line for line in lines if TRAIN_MARK in line]
-        wanted = [line for line in lines if TRAIN_MARK not in line and CHECKPOINT_MARK not in line
-                  and END_MARK not in line]
-        if trains:
-            wanted = ([trains[0]] if row.first_train is None else []) + wanted + [trains[-1]]
-        for line in wanted:
-            event = parse_event(line)
-            if event is None:
-                row.corrupt += looks_whole(line)  # a badly shaped line is counted already
-                continue
-            try:
-                self._apply(event)
-            except (KeyError, TypeError, ValueError):
-                row.corrupt += 1
-        return True
-
-    def _apply(self, event: dict) -> None:
-        row, kind = self.row, event.get("event")
-        if kind == "train":
-            if row.first_train is None:
-                row.first_train = (float(event["time"]), int(event["step"]))
-            row.step, row.epoch, row.loss = event["step"], event["epoch"], event["loss"]
-            row.positives, row.negatives = event.get("positives"), event.get("negatives")
-            row.last_train_time = event.get("time")
-        elif kind == "start":
-            row.total_steps = event.get("total_steps")
-            row.epochs = event.get("epochs", row.epochs)
-        elif kind == "eval":
-            value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]),
-                     "episodes": int(event["episodes"])}
-            if event["split"] == "val":
-                if row.best_val is None or value["accuracy"] > row.best_val["accuracy"]:
-                    row.best_val = value
-            elif event["split"] == "test":
-                row.test = {**row.test, f"{event['shots']}-shot": value}
-
-    def snapshot(self) -> RunRow:
-        row = self.row
-        return RunRow(**{**row.__dict__, "test": dict(row.test)})
+# Finished runs whose files are checked per tick: all of them every few seconds
+# in a store of 10,000 (a resumed or re-evaluated run shows up that soon).
+ENDED_CHECKS_PER_TICK = 2000
+# Every this many ticks the runs folder is listed again even if its
+# modification time did not change (a coarse clock on a network filesystem).
+RESCAN_EVERY = 30
 
 
 @dataclass
 class StoreChanges:
     """One tick's news about the run store."""
 
-    rows: list[RunRow]  # new or changed runs
+    rows: list[RunSummary]  # new or changed runs
     removed: list[str]  # run ids whose folder went away
     skipped: list[str]  # folders that are not (yet) runs: no config.json
     seconds: float = 0.0
@@ -251,75 +47,102 @@ class StoreChanges:
 
 class StoreWatcher:
     """Every run in ``runs_dir``, read incrementally. Only one thread may call
-    ``poll`` (the dashboard's exclusive worker)."""
+    :meth:`poll` (the dashboard's exclusive worker)."""
 
     def __init__(self, runs_dir: Path, clock: Callable[[], float] = time.time) -> None:
         self.runs_dir = Path(runs_dir)
         self.clock = clock
-        self.tails: dict[str, RunTail] = {}
+        self.keepers: dict[str, SummaryFile] = {}
         self.skipped: set[str] = set()
+        self.folder_stamp: int | None = None
+        self.ticks = 0
+        self.cursor = 0  # where the next slice of finished runs begins
+        self.urgent: set[str] = set()  # runs to check at the next poll whatever their state
 
     def poll(self, on_batch: Callable[[StoreChanges], None] | None = None, batch: int = 60) -> StoreChanges:
-        """Read what changed since the last poll, newest runs first. With
-        ``on_batch``, the changed rows are handed over every ``batch`` runs
-        read, so the first screenful of a big store shows at once; the
-        returned changes hold the rest."""
+        """Read what changed since the last poll. New runs are read newest
+        first and, with ``on_batch``, handed over every ``batch`` runs, so the
+        first screenful of a big store shows at once; the returned changes
+        hold the rest."""
         started = time.perf_counter()
         now = self.clock()
-        found, skipped = self._scan()
-        removed = [run_id for run_id in self.tails if run_id not in found]
-        for run_id in removed:
-            del self.tails[run_id]
-        rows: list[RunRow] = []
-        for count, run_id in enumerate(sorted(found, reverse=True), 1):
-            tail = self.tails.get(run_id)
-            if tail is None:
-                tail = self.tails[run_id] = RunTail(found[run_id])
-            elif tail.row.state in ENDED and tail.status_stamp is not None and not tail.row.note:
-                # An ended run changes only if someone rewrites it; stat it, don't re-read it.
-                if not self._touched(tail):
-                    continue
-            try:
-                if tail.update(now):
-                    rows.append(tail.snapshot())
-            except OSError as exc:  # unreadable folder: show it with a note, keep going
-                tail.row.note = f"unreadable: {exc.strerror or exc}"
-                rows.append(tail.snapshot())
+        added, removed, skipped = self._scan()
+        rows: list[RunSummary] = []
+        for count, run_id in enumerate(added, 1):
+            keeper = self.keepers[run_id] = SummaryFile(self.runs_dir / run_id)
+            keeper.load()
+            self._refresh(keeper, now, rows, always=True)
             if on_batch is not None and count % batch == 0 and rows:
                 on_batch(StoreChanges(rows, [], [], time.perf_counter() - started, partial=True))
                 rows = []
                 time.sleep(0.005)  # let the UI thread take the GIL and draw what it has
+        fresh, urgent = set(added), self.urgent
+        self.urgent = set()
+        ended = []
+        for run_id, keeper in self.keepers.items():
+            if run_id in fresh:
+                continue
+            if keeper.summary.state in LIVE or keeper.summary.note or run_id in urgent:
+                self._refresh(keeper, now, rows)
+            else:
+                ended.append(keeper)
+        for keeper in self._slice(ended):
+            self._refresh(keeper, now, rows)
         new_skips = sorted(skipped - self.skipped)
         self.skipped = skipped
+        self.ticks += 1
         return StoreChanges(rows, removed, new_skips, time.perf_counter() - started)
 
-    def _scan(self) -> tuple[dict[str, Path], set[str]]:
-        found: dict[str, Path] = {}
-        skipped: set[str] = set()
-        try:
-            entries = list(os.scandir(self.runs_dir))
-        except OSError:
-            return found, skipped
-        for entry in entries:
-            try:
-                if not entry.is_dir():
-                    continue
-            except OSError:
-                continue
-            if entry.name in self.tails or os.path.exists(os.path.join(entry.path, "config.json")):
-                found[entry.name] = Path(entry.path)
-            elif not entry.name.startswith("."):
-                skipped.add(entry.name)
-        return found, skipped
+    def refresh_now(self, run_id: str) -> None:
+        """Check one run at the next poll whatever its state (the dashboard
+        just stopped, resumed or started it)."""
+        self.urgent = self.urgent | {run_id}
 
-    @staticmethod
-    def _touched(tail: RunTail) -> bool:
+    def _refresh(self, keeper: SummaryFile, now: float, rows: list, always: bool = False) -> None:
+        if keeper.refresh(now) or always:
+            keeper.save()
+            rows.append(keeper.summary.copy())
+
+    def _slice(self, ended: list[SummaryFile]) -> list[SummaryFile]:
+        if len(ended) <= ENDED_CHECKS_PER_TICK:
+            return ended
+        start = self.cursor % len(ended)
+        self.cursor = start + ENDED_CHECKS_PER_TICK
+        return (ended + ended)[start : start + ENDED_CHECKS_PER_TICK]
+
+    def _scan(self) -> tuple[list[str], list[str], set[str]]:
+        """(new run ids newest first, removed run ids, folders without config.json).
+        The folder is listed again only when it changed (or every
+        ``RESCAN_EVERY`` ticks); folders seen without a config.json are looked
+        at every tick, since the config is written just after the folder."""
         try:
-            st = os.stat(tail.run.path / "status.json")
-            size = os.stat(tail.run.metrics_path).st_size
+            stamp = os.stat(self.runs_dir).st_mtime_ns
         except OSError:
-            return True
-        return (st.st_mtime_ns, st.st_size) != tail.status_stamp or size != tail.offset
+            stamp = None
+        if stamp == self.folder_stamp and self.ticks % RESCAN_EVERY:
+            candidates = set(self.skipped)
+            removed = []
+        else:
+            self.folder_stamp = stamp
+            try:
+                entries = list(os.scandir(self.runs_dir))
+            except OSError:
+                entries = []
+            names = {e.name for e in entries if not e.name.startswith(".") and e.name != SWEEPS and _is_dir(e)}
+            removed = [run_id for run_id in self.keepers if run_id not in names]
+            for run_id in removed:
+                del self.keepers[run_id]
+            candidates = {n for n in names if n not in self.keepers}
+        added = sorted((n for n in candidates if os.path.exists(os.path.join(self.runs_dir, n, "config.json"))),
+                       reverse=True)
+        return added, removed, candidates - set(added)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 @dataclass
@@ -338,13 +161,13 @@ class RunDelta:
 
 
 class TextTail:
-    """New complete lines of a text log, decoded leniently."""
+    """New complete lines of a text log, decoded leniently, the last ``max_lines`` of them."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset = path, 0
+        self.tail = Tail(path)
 
     def read(self, max_lines: int = LOG_TAIL_LINES) -> list[str]:
-        chunk, self.offset = read_appended(self.path, self.offset)
+        chunk, _ = self.tail.read()
         if not chunk:
             return []
         lines = chunk.decode("utf-8", errors="replace").split("\n")[:-1]
@@ -355,47 +178,33 @@ class RunFollower:
     """One run's full event history and logs, read incrementally."""
 
     def __init__(self, path: Path) -> None:
-        self.run = Run(Path(path))
-        self.offset = 0
-        self.inode: int | None = None
-        self.stdout = TextTail(self.run.path / "stdout.log")
-        self.stderr = TextTail(self.run.path / "stderr.log")
+        self.path = Path(path)
+        self.metrics = Tail(self.path / "metrics.jsonl")
+        self.stdout = TextTail(self.path / "stdout.log")
+        self.stderr = TextTail(self.path / "stderr.log")
         self.status_stamp: tuple[int, int] | None = None
         self.config_read = False
 
     def read(self, logs: bool = True) -> RunDelta:
-        run = self.run
-        if not run.path.is_dir():
-            return RunDelta(run.id, [], [], [], 0, None, None, missing=True)
-        identity = file_identity(run.metrics_path)
-        reset = was_rewritten(identity, self.inode, self.offset)
-        if reset:
-            self.offset = 0
-        self.inode = identity[0] if identity else None
-        chunk, self.offset = read_appended(run.metrics_path, self.offset)
-        events, corrupt = [], 0
-        for line in chunk.split(b"\n"):
-            if not line.strip():
-                continue
-            event = parse_event(line)
-            if event is None:
-                corrupt += 1
-            else:
-                events.append(event)
+        run_id = self.path.name
+        if not self.path.is_dir():
+            return RunDelta(run_id, [], [], [], 0, None, None, missing=True)
+        chunk, reset = self.metrics.read()
+        events, corrupt = parse_lines(chunk)
         config = None
         if not self.config_read:
-            config = load_json(run.path / "config.json")
+            config = read_json(self.path / "config.json")
             self.config_read = config is not None
-        return RunDelta(run.id, events, self.stdout.read() if logs else [], self.stderr.read() if logs else [],
+        return RunDelta(run_id, events, self.stdout.read() if logs else [], self.stderr.read() if logs else [],
                         corrupt, self._status(), config, reset=reset)
 
     def _status(self) -> dict | None:
         try:
-            st = os.stat(self.run.path / "status.json")
+            st = os.stat(self.path / "status.json")
         except OSError:
             return None
         stamp = (st.st_mtime_ns, st.st_size)
         if stamp == self.status_stamp:
             return None
         self.status_stamp = stamp
-        return load_json(self.run.path / "status.json")
+        return read_json(self.path / "status.json")

@@ -1,0 +1,91 @@
+"""What every command module shares: the typer app, the consoles, the options
+``fslab run`` and ``fslab sweep`` have in common, and small formatting helpers.
+Heavy modules (torch) are never imported here."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from fslab import __version__
+from fslab.core.errors import UsageError
+
+app = typer.Typer(
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="fslab: few-shot learning runs from the command line. Start with [bold]fslab run nca[/bold].",
+)
+# Piped output is not cut to 80 columns: tables stay whole for grep and files.
+console = Console(width=None if sys.stdout.isatty() else 250)
+err_console = Console(stderr=True, soft_wrap=True)
+
+RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
+BackboneOpt = Annotated[Optional[str], typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
+DatasetOpt = Annotated[Optional[str], typer.Option(help="Dataset plugin (default: synthetic, built in).")]
+DataRootOpt = Annotated[Optional[str], typer.Option(
+    help="Folder the dataset reads from (each dataset's layout: README, Datasets); its first run caches the "
+         "decoded images in ROOT/.fslab-cache.")]
+EpochsOpt = Annotated[Optional[int], typer.Option(help="Training epochs.")]
+BatchSizeOpt = Annotated[Optional[int], typer.Option(help="Images per training batch.")]
+LrOpt = Annotated[Optional[float], typer.Option(help="Initial learning rate.")]
+SeedOpt = Annotated[Optional[int], typer.Option(help="Random seed.")]
+DeviceOpt = Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N.")]
+GpusOpt = Annotated[Optional[int], typer.Option(
+    "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
+                   "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ExecutorOpt = Annotated[str, typer.Option(
+    help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
+SlurmOpt = Annotated[Optional[list[str]], typer.Option(
+    "--slurm", help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]
+
+
+def settings():
+    from fslab.core.settings import load_settings
+
+    return load_settings()
+
+
+def registry(project_settings=None):
+    import fslab
+
+    return fslab.get_registry(project_settings,
+                              report=lambda line: err_console.print(escape(line), highlight=False))
+
+
+def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None) -> list[dict]:
+    """Config layers from the options of `fslab run` (then --set, in order)."""
+    from fslab.core.config import nest, parse_assignment
+
+    options = {
+        ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,
+        ("train", "epochs"): epochs, ("train", "batch_size"): batch_size, ("train", "lr"): lr,
+        ("seed",): seed, ("device",): device, ("train", "processes"): gpus,
+    }
+    layers = [nest(list(path), value) for path, value in options.items() if value is not None]
+    return layers + [nest(*parse_assignment(text)) for text in set_ or []]
+
+
+def pct(value: Optional[dict]) -> str:
+    """An accuracy ± CI in percent, as the tables show it."""
+    return f"{100 * value['accuracy']:.2f}±{100 * value['ci95']:.2f}" if value else "-"
+
+
+def parse_shots(shots: str) -> list[int]:
+    try:
+        return [int(s) for s in shots.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--shots takes whole numbers separated by commas (e.g. 1,5), got '{shots}'") from None
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        console.print(f"fslab {__version__}")
+        raise typer.Exit()

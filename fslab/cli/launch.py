@@ -1,0 +1,206 @@
+"""Commands that start and stop work: ``run``, ``resume``, ``stop``, ``sweep``, ``queue``.
+Each is a thin front to :mod:`fslab.execution.executor`, which the dashboard calls too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from fslab.cli.common import (BackboneOpt, BatchSizeOpt, DataRootOpt, DatasetOpt, DeviceOpt, EpochsOpt, ExecutorOpt,
+                              GpusOpt, JsonFlag, LrOpt, RunRef, SeedOpt, SetOpt, SlurmOpt, app, console, err_console,
+                              overrides, registry, settings)
+from fslab.core.errors import UsageError
+
+
+@app.command()
+def run(
+    method: Annotated[str, typer.Argument(help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method).")],
+    backbone: BackboneOpt = None,
+    dataset: DatasetOpt = None,
+    data_root: DataRootOpt = None,
+    epochs: EpochsOpt = None,
+    batch_size: BatchSizeOpt = None,
+    lr: LrOpt = None,
+    seed: SeedOpt = None,
+    device: DeviceOpt = None,
+    set_: SetOpt = None,
+    gpus: GpusOpt = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d",
+                                         help="Start the run and return at once, printing its id.")] = False,
+    executor: ExecutorOpt = "local",
+    slurm: SlurmOpt = None,
+) -> None:
+    """Start a training run in a new worker process and follow it (or submit it as a SLURM job)."""
+    from fslab.execution import executor as executors
+
+    project = settings()
+    options = executors.job_options(project, executor, slurm)
+    layers = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus)
+    started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options)
+    if detach:
+        console.print(started.run.id, highlight=False)
+    elif started.job_id is not None:
+        console.print(f"run {started.run.id}: submitted as SLURM job {started.job_id}; "
+                      f"follow it with: fslab logs {started.run.id} --follow", highlight=False)
+    else:
+        _follow_to_end(started.run, started.process)
+
+
+def _follow_to_end(run_, process) -> None:
+    """Follow a started worker; print the test accuracies, or why it ended."""
+    from fslab.cli.follow import follow
+    from fslab.core.events import accuracy_text
+    from fslab.execution.executor import stop as stop_run
+
+    console.print(f"run [bold]{run_.id}[/bold] in {escape(str(run_.path))}", highlight=False)
+    try:
+        state = follow(run_, console, process)
+    except KeyboardInterrupt:
+        console.print("stopping ...")
+        try:
+            state = stop_run(run_)
+        except UsageError:  # it ended on its own meanwhile
+            state = run_.state()
+        process.wait()
+        console.print(f"{run_.id}: {state}; last checkpoint kept in {run_.checkpoint_path}", highlight=False)
+        raise typer.Exit(130) from None
+    process.wait()
+    results = run_.results()
+    if state == "completed" and results:
+        for shots, value in results["test"].items():
+            console.print(f"test {results['ways']}-way {shots}: {accuracy_text(value)} "
+                          f"({results['episodes']} episodes)", highlight=False)
+        return
+    status = run_.status()
+    err_console.print(f"{run_.id}: {state}: {escape(str(status.get('error') or 'no error recorded'))}. "
+                      f"See: fslab logs {run_.id} --stderr", highlight=False)
+    raise typer.Exit(1)
+
+
+@app.command()
+def resume(
+    ref: RunRef,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume and return at once.")] = False,
+    executor: Annotated[Optional[str], typer.Option(
+        help="local or slurm (default: where the run last ran).")] = None,
+    slurm: SlurmOpt = None,
+) -> None:
+    """Continue a killed, lost or failed run from its last checkpoint, in the same folder
+    (a --gpus N run resumes with N processes again)."""
+    from fslab.core.runstore import find_run
+    from fslab.execution import executor as executors
+
+    project = settings()
+    started = executors.resume(find_run(project.runs_dir, ref), settings=project, executor=executor, overrides=slurm)
+    if started.job_id is not None:
+        console.print(f"run {started.run.id}: resuming as SLURM job {started.job_id}", highlight=False)
+    elif detach:
+        console.print(started.run.id, highlight=False)
+    else:
+        _follow_to_end(started.run, started.process)
+
+
+@app.command()
+def stop(ref: RunRef) -> None:
+    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint)."""
+    from fslab.core.runstore import find_run
+    from fslab.execution.executor import stop as stop_run
+
+    run_ = find_run(settings().runs_dir, ref)
+    console.print(f"{run_.id}: {stop_run(run_)}", highlight=False)
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def sweep(
+    targets: Annotated[Optional[list[str]], typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
+    grid: Annotated[Optional[list[str]], typer.Option(
+        "--grid", help="key=v1,v2,... (repeatable); keys as in --set, or backbone/dataset/epochs/batch_size/lr.")] = None,
+    file: Annotated[Optional[Path], typer.Option(
+        "--file", help="A sweep file in TOML: method, seeds, fail_fast, a grid table and a set table.")] = None,
+    backbone: BackboneOpt = None,
+    dataset: DatasetOpt = None,
+    data_root: DataRootOpt = None,
+    epochs: EpochsOpt = None,
+    batch_size: BatchSizeOpt = None,
+    lr: LrOpt = None,
+    seed: Annotated[Optional[int], typer.Option(help="First seed.")] = None,
+    device: DeviceOpt = None,
+    set_: SetOpt = None,
+    gpus: GpusOpt = None,
+    fail_fast: Annotated[bool, typer.Option(
+        "--fail-fast", help="At the first failed run, cancel the runs still queued "
+                            "(with --executor slurm: the jobs not yet started).")] = False,
+    executor: ExecutorOpt = "local",
+    slurm: SlurmOpt = None,
+) -> None:
+    """Queue one run per grid combination and seed, and start them as slots free up (or submit each as a SLURM job).
+
+    [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold];
+    [bold]fslab sweep resume SWEEP[/bold] queues again what failed or was lost.
+    """
+    from fslab.execution import executor as executors
+    from fslab.execution.sweep import parse_grid, read_sweep_file
+
+    project = settings()
+    targets = targets or []
+    options = executors.job_options(project, executor, slurm)
+    where = "submitted as SLURM jobs" if options is not None else "queued"
+    if targets[:1] == ["resume"]:
+        if len(targets) != 2:
+            raise UsageError("usage: fslab sweep resume SWEEP")
+        record, again = executors.resume_sweep(targets[1], settings=project, slurm=options)
+        where = "submitted again as SLURM jobs" if options is not None else "queued again"
+        console.print(f"{record['id']}: {len(again)} runs {where}", highlight=False)
+        return
+    fixed = []
+    if file is not None:
+        spec = read_sweep_file(file)
+        method, seeds = spec["method"], spec.get("seeds", seeds)
+        fail_fast = spec.get("fail_fast", fail_fast)
+        grid_values = {k: list(v) for k, v in spec.get("grid", {}).items()}
+        fixed = [f"{k}={json.dumps(v)}" for k, v in spec.get("set", {}).items()]
+    elif len(targets) == 1:
+        method, grid_values = targets[0], {}
+    else:
+        raise UsageError("usage: fslab sweep METHOD [--seeds N] [--grid key=v1,v2] ..., "
+                         "or fslab sweep --file SWEEP.toml")
+    grid_values.update(parse_grid(grid or []))
+    base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
+                     gpus)
+    sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
+                                           registry=registry(project), fail_fast=fail_fast, slurm=options)
+    follow = "fslab runs" if options is not None else "fslab queue"
+    console.print(f"{sweep_id}: {len(runs)} runs {where}; follow them with: {follow}", highlight=False)
+
+
+@app.command()
+def queue(as_json: JsonFlag = False) -> None:
+    """Runs waiting for a slot, and where each running run went."""
+    from fslab.core.runstore import Run
+    from fslab.core.summary import list_summaries
+    from fslab.execution.slots import configured_slots, slot_in_use
+
+    project = settings()
+    rows = []
+    for summary in reversed(list_summaries(project.runs_dir, limit=None, states=("queued", "running"))):
+        status = Run(project.runs_dir / summary.id).status()
+        rows.append({"id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
+                     "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid")})
+    folder = project.runs_dir / ".slots"
+    slots = [{"slot": s.name, "gpu": s.gpu, "busy": folder.is_dir() and slot_in_use(folder, s)}
+             for s in configured_slots(project.scheduler)]
+    if as_json:
+        print(json.dumps({"runs": rows, "slots": slots}))
+        return
+    table = Table("id", "state", "sweep", "slot", "GPU", "pid")
+    for r in rows:
+        table.add_row(escape(r["id"]), r["state"], escape(str(r["sweep"] or "-")), escape(str(r["slot"] or "-")),
+                      escape(str(r["gpus"] or "-")), str(r["pid"] or "-"))
+    console.print(table)
+    console.print("slots: " + ", ".join(f"{s['slot']} {'busy' if s['busy'] else 'free'}" for s in slots))

@@ -1,0 +1,53 @@
+"""``fslab plugins`` and ``fslab tui``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from fslab.cli.common import JsonFlag, app, console, registry, settings
+
+
+@app.command()
+def plugins(
+    kind: Annotated[Optional[str], typer.Option(help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List every registered plugin component, grouped by kind, with its origin."""
+    from fslab.core.registry import KINDS, check_kind
+
+    found = registry()
+    kinds = KINDS
+    if kind is not None:
+        check_kind(kind)
+        kinds = (kind,)
+    components = [found.get(k, n) for k in kinds for n in found.names(k)]
+    if as_json:
+        for c in components:
+            print(json.dumps(c.describe(), default=str))
+        return
+    for k in kinds:
+        table = Table("name", "description", "paper", "parameters", "plugin", title=f"{k}", title_justify="left")
+        for c in components:
+            if c.kind == k:
+                params = ", ".join(f"{p}={v!r}" for p, v in c.params.items())
+                table.add_row(escape(c.name), escape(c.description), escape(c.paper), escape(params),
+                              escape(c.version or c.plugin))
+        console.print(table)
+    for failure in found.failures:
+        console.print(f"[red]failed[/red] {escape(failure.plugin)}: {escape(failure.error)}")
+
+
+@app.command()
+def tui(
+    tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store.")] = 1.0,
+) -> None:
+    """Open the live dashboard: every run, its charts and logs; stop, resume and launch runs."""
+    from fslab.tui import make_app
+
+    project = settings()
+    make_app(project.runs_dir, settings=project, tick=tick).run()

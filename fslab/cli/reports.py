@@ -1,0 +1,156 @@
+"""Commands that evaluate and compare finished runs: ``eval``, ``compare``, ``plot``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from fslab.cli.common import JsonFlag, RunRef, app, console, parse_shots, pct, registry, settings
+from fslab.core.errors import UsageError
+
+
+@app.command("eval")
+def eval_(
+    ref: RunRef,
+    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    ways: Annotated[int, typer.Option(help="Classes per episode.")] = 5,
+    shots: Annotated[str, typer.Option(help="Comma-separated shots, e.g. 1,5.")] = "1,5",
+    queries: Annotated[int, typer.Option(help="Queries per class.")] = 15,
+    episodes: Annotated[Optional[int], typer.Option(help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
+    evaluator: Annotated[Optional[str], typer.Option(help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... (default: the run's).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
+
+    retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say)."""
+    from fslab.core.runstore import find_run
+
+    if split not in ("test", "val"):
+        raise UsageError(f"--split must be test or val, got '{split}'")
+    shot_list = parse_shots(shots)
+    if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or (episodes is not None and episodes < 1):
+        raise UsageError("episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes >= 1")
+    run_ = find_run(settings().runs_dir, ref)
+    # an unknown evaluator or parameter fails before torch loads
+    component = registry().get("evaluator", evaluator or run_.config()["evaluator"]["name"])
+    params = _evaluator_params(set_ or [], component)
+    from fslab.core.events import accuracy_text
+    from fslab.training.run_eval import evaluate_run
+
+    results = evaluate_run(run_, split=split, ways=ways, shots=shot_list, queries=queries, episodes=episodes,
+                           evaluator=evaluator, params=params, device=device)
+    for result in results:
+        if as_json:
+            shown = dict(result)
+            if result["metric"] != "accuracy":  # e.g. "map": the score under its own name
+                shown[result["metric"]] = shown.pop("accuracy")
+            print(json.dumps({"run": run_.id, **shown}))
+        else:
+            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['episodes']} episodes "
+                          f"({escape(result['evaluator'])}, checkpoint of epoch {result['epoch']}): {accuracy_text(result)}",
+                          highlight=False)
+
+
+def _evaluator_params(assignments: list[str], component) -> dict:
+    """``--set evaluator.k=3`` -> ``{"k": 3}``, checked against the evaluator's
+    parameters and the types of their defaults."""
+    from fslab.core.config import parse_assignment
+    from fslab.core.errors import did_you_mean
+
+    params = {}
+    for text in assignments:
+        path, value = parse_assignment(text)
+        if len(path) != 2 or path[0] != "evaluator":
+            raise UsageError(f"fslab eval --set takes evaluator parameters (evaluator.NAME=VALUE), got '{text}'")
+        key = path[1]
+        if key not in component.params:
+            allowed = ", ".join(sorted(component.params)) or "(none)"
+            raise UsageError(f"evaluator '{component.name}' has no parameter '{key}'.{did_you_mean(key, component.params)} "
+                             f"Allowed: {allowed}.")
+        default = component.params[key]
+        numbers = (int, float) if isinstance(default, float) else (int,)
+        if isinstance(default, bool) != isinstance(value, bool) or (
+                isinstance(default, (int, float)) and not isinstance(value, numbers)):
+            raise UsageError(f"evaluator.{key} must be like its default {default!r}, got {value!r}")
+        params[key] = float(value) if isinstance(default, float) else value
+    return params
+
+
+@app.command("compare")
+def compare_(
+    refs: Annotated[list[str], typer.Argument(help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
+    group_by: Annotated[Optional[str], typer.Option(help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
+    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
+    ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
+    queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
+    evaluator: Annotated[Optional[str], typer.Option(help="Scores saved by this evaluator, e.g. knn or knn[k=3] (default: each run's own).")] = None,
+) -> None:
+    """Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first group."""
+    from fslab.core.sweeps import select_runs
+    from fslab.reports.compare import FORMATS, compare, render
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    runs = select_runs(settings().runs_dir, refs)
+    shot_list = parse_shots(shots)
+    report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
+                     group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
+    if not any(row["results"] for row in report["groups"]):
+        raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
+                         f"{queries} queries; finish them or run: fslab eval RUN")
+    if fmt != "table":
+        sys.stdout.write(render(report, fmt))
+        return
+    columns = [f"{n}-shot" for n in shot_list]
+    table = Table("group", "seeds", *columns, title=f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes")
+    for row in report["groups"]:
+        table.add_row(escape(row["group"]), str(row["seeds"]),
+                      *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns])
+    console.print(table)
+    for p in report["paired"]:
+        console.print(f"{escape(p['group'])} − {escape(p['baseline'])}, {p['shots']}-shot: "
+                      f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)",
+                      highlight=False)
+
+
+@app.command("plot")
+def plot_(
+    x: Annotated[str, typer.Argument(help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
+    refs: Annotated[list[str], typer.Argument(help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
+    series: Annotated[Optional[str], typer.Option(help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="PNG file to write (default: X.png).")] = None,
+    size: Annotated[Optional[str], typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
+    title: Annotated[Optional[str], typer.Option(help="Title above the panels.")] = None,
+    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
+    ways: Annotated[int, typer.Option(help="Ways of the evaluations to plot.")] = 5,
+    queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to plot.")] = 15,
+    as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted numbers as JSON.")] = False,
+) -> None:
+    """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars."""
+    from fslab.core.sweeps import select_runs
+    from fslab.reports.plot import draw, parse_size, series_data
+
+    pixels = parse_size(size) if size else None
+    runs = select_runs(settings().runs_dir, refs)
+    data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
+                       shots=parse_shots(shots), ways=ways, queries=queries)
+    out = out or Path(f"{x}.png")
+    width, height = draw(data, out, pixels, title)
+    if as_json:
+        print(json.dumps({"out": str(out), "width": width, "height": height, **data}))
+        return
+    points = sum(len(s["points"]) for panel in data["panels"] for s in panel["series"])
+    panels = len(data["panels"])
+    console.print(f"wrote {escape(str(out))} ({width}x{height} px, {panels} panel{'s' * (panels != 1)}, "
+                  f"{points} points)", highlight=False)

@@ -1,0 +1,129 @@
+"""Commands that read the run store: ``runs``, ``show``, ``logs``. What they
+show of a run comes from :mod:`fslab.core.summary`, as the dashboard's does."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from fslab.cli.common import JsonFlag, RunRef, app, console, pct, settings
+from fslab.core.errors import UsageError
+
+DEFAULT_LIMIT = 50
+
+
+def _states(text: Optional[str]) -> tuple[str, ...]:
+    from fslab.core.errors import unknown
+    from fslab.core.states import STATES
+
+    states = tuple(s.strip() for s in (text or "").split(",") if s.strip())
+    for state in states:
+        if state not in STATES:
+            raise UsageError(unknown("state", state, STATES))
+    return states
+
+
+@app.command()
+def runs(
+    as_json: JsonFlag = False,
+    all_: Annotated[bool, typer.Option("--all", help="Every run, not only the newest 50.")] = False,
+    limit: Annotated[int, typer.Option(help="How many of the newest runs to list.")] = DEFAULT_LIMIT,
+    state: Annotated[Optional[str], typer.Option(
+        help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost.")] = None,
+    method: Annotated[Optional[str], typer.Option(help="Only runs of this method recipe, e.g. nca.")] = None,
+    sweep: Annotated[Optional[str], typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
+    evaluator: Annotated[Optional[str], typer.Option(
+        help="Test accuracies saved under this evaluator label, e.g. knn[k=3] (default: each run's own).")] = None,
+) -> None:
+    """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy."""
+    from fslab.core.summary import list_summaries
+
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}; use --all for every run")
+    runs_dir = settings().runs_dir
+    summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
+                               sweep=sweep)
+    if as_json:
+        for s in summaries:
+            print(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}))
+        return
+    if not summaries:
+        console.print("no runs match" if state or method or sweep else "no runs yet; start one with: fslab run nca")
+        return
+    table = Table("id", "method", "backbone", "dataset", "seed", "state", "epoch", "loss", "pairs +/-",
+                  "best val", "test 1-shot", "test 5-shot", title=f"test: {evaluator}" if evaluator else None)
+    for s in summaries:
+        test = s.test_of(evaluator)
+        table.add_row(
+            escape(s.id), escape(str(s.method)), escape(str(s.backbone)), escape(str(s.dataset)),
+            str(s.seed), s.state, f"{s.epoch or 0}/{s.epochs}",
+            f"{s.loss:.4f}" if s.loss is not None else "-",
+            f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
+            pct(s.best_val), pct(test.get("1-shot")), pct(test.get("5-shot")),
+        )
+    console.print(table)
+    if not all_ and len(summaries) == limit:
+        console.print(f"the newest {limit} shown; --all or --limit N for more", highlight=False)
+
+
+@app.command()
+def show(ref: RunRef, as_json: JsonFlag = False) -> None:
+    """Show one run: state, configuration, progress and every evaluation."""
+    from fslab.core.runstore import find_run
+    from fslab.core.summary import read_summary
+
+    run_ = find_run(settings().runs_dir, ref)
+    summary = read_summary(run_.path)
+    status = run_.status()
+    evaluations = run_.events_of("eval")
+    if as_json:
+        print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
+                          "evaluations": evaluations, "results": run_.results()}, indent=2))
+        return
+    console.print(f"[bold]{escape(run_.id)}[/bold]  {summary.state}  ({escape(str(run_.path))})")
+    if summary.error:
+        console.print(f"error: {escape(summary.error)}")
+    console.print(f"method {escape(str(summary.method))}, backbone {escape(str(summary.backbone))}, "
+                  f"dataset {escape(str(summary.dataset))}, seed {summary.seed}, pid {status.get('pid')}")
+    if summary.step:
+        console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
+                      f"pairs +{summary.positives}/-{summary.negatives}")
+    table = Table("split", "ways", "shots", "queries", "episodes", "epoch", "evaluator", "accuracy (%)")
+    for e in evaluations:
+        metric = e.get("metric", "accuracy")  # retrieval mAP is labelled as such
+        table.add_row(escape(str(e.get("split"))), *(str(e.get(k, "-")) for k in ("ways", "shots", "queries",
+                                                                               "episodes", "epoch")),
+                      escape(str(e.get("evaluator", "centroid"))),
+                      pct(e) if metric == "accuracy" else f"{metric.replace('map', 'mAP')} {pct(e)}")
+    if evaluations:
+        console.print(table)
+
+
+@app.command()
+def logs(
+    ref: RunRef,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Show the worker's stderr instead of stdout.")] = False,
+) -> None:
+    """Print a run's output log."""
+    from fslab.core.files import Tail
+    from fslab.core.runstore import find_run
+    from fslab.core.states import LIVE
+
+    run_ = find_run(settings().runs_dir, ref)
+    tail = Tail(run_.path / ("stderr.log" if stderr else "stdout.log"))
+    while True:
+        live = run_.state() in LIVE  # before the read, so the last lines a run writes are read below
+        chunk, _ = tail.read(partial=True)
+        if chunk:
+            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+        if not follow_ or (not chunk and not live):
+            return
+        time.sleep(0.25)

@@ -1,0 +1,346 @@
+"""A run's summary: what every listing shows of it, in one place.
+
+:class:`RunSummary` is folded from the run's files, event by event: identity
+from ``config.json``, times and error from ``status.json``, progress, loss,
+pairs and accuracies from ``metrics.jsonl``. ``fslab runs``, ``fslab show``,
+the dashboard and the worker all fold through :class:`SummaryFile`, so they
+agree on every number:
+
+- the **test** accuracy is the one the training's own evaluator logged; test
+  evaluations made later with ``fslab eval`` (another evaluator, or more
+  episodes) are listed apart under ``test_by_evaluator``, by their label
+  (``knn[k=3]``), latest first;
+- the **best validation** accuracy is the best of the training's per-epoch
+  validations.
+
+The summary is kept in ``summary.json`` beside the files it summarises, with
+what it has read of each (inode, size, modification time; the byte offset
+reached in ``metrics.jsonl``). The worker rewrites it as it logs; a reader
+checks it against the files (a ``stat`` each) and folds only what is new, or
+starts over when a file was replaced or cut back. The files are the truth:
+a ``summary.json`` that is missing, damaged, from another fslab version or
+stale is rebuilt from them, and one that cannot be written (a read-only
+store) just costs the next reader the same fold again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from fslab.core.events import evaluator_label
+from fslab.core.files import Tail, atomic_write_json, read_json
+from fslab.core.runstore import run_paths
+from fslab.core.states import run_state
+
+SUMMARY_FILE = "summary.json"
+# Bumped whenever the fold changes: summary files of another format are rebuilt.
+SUMMARY_FORMAT = 1
+# The worker writes events with json.dumps' default separators, so a train
+# line is recognised without parsing it; only the first and last of a batch
+# of lines matter, and parsing the rest would cost ~10 µs a line.
+TRAIN_MARK = b'"event": "train"'
+UNUSED_MARKS = (b'"event": "checkpoint"', b'"event": "end"', b'"event": "resume"')
+STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "ended", "error", "sweep")
+
+
+@dataclass
+class RunSummary:
+    """One run as a listing shows it."""
+
+    id: str
+    state: str = "lost"
+    # config.json
+    method: str | None = None
+    loss_fn: str | None = None
+    backbone: str | None = None
+    dataset: str | None = None
+    seed: int | None = None
+    epochs: int | None = None
+    evaluator: str = "centroid"  # the label of the run's own evaluator
+    # status.json
+    created: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    error: str | None = None
+    sweep: str | None = None
+    # metrics.jsonl
+    epoch: int | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    positives: int | None = None
+    negatives: int | None = None
+    best_val: dict | None = None  # {accuracy, ci95, episodes, epoch}
+    test: dict = field(default_factory=dict)  # "5-shot" -> {accuracy, ci95, episodes}, the run's own evaluator
+    test_by_evaluator: dict = field(default_factory=dict)  # label -> "5-shot" -> {...}: later evaluations
+    first_train: tuple | None = None  # (time, step) of the first logged training step, for the ETA
+    last_train_time: float | None = None
+    corrupt: int = 0  # metrics lines skipped because they are not events of the expected shape
+    note: str | None = None  # why some of the run's files could not be read
+
+    def to_dict(self) -> dict:
+        """The JSON form ``fslab runs --json`` prints."""
+        out = asdict(self)
+        out.pop("first_train")
+        out.pop("last_train_time")
+        return out
+
+    def test_of(self, label: str | None = None) -> dict:
+        """Test results by ``label``: the run's own evaluator's by default."""
+        if label is None or label == self.evaluator:
+            return self.test
+        return self.test_by_evaluator.get(label, {})
+
+    def copy(self) -> RunSummary:
+        return RunSummary(**{**self.__dict__, "test": dict(self.test), "test_by_evaluator": dict(self.test_by_evaluator)})
+
+
+METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
+                 "test_by_evaluator", "first_train", "last_train_time", "corrupt")
+
+
+def _name(section) -> str | None:
+    return section.get("name") if isinstance(section, dict) and isinstance(section.get("name"), str) else None
+
+
+def _whole(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _real(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def apply_config(summary: RunSummary, config: dict) -> None:
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    summary.method, summary.seed = _text(config.get("method")), _whole(config.get("seed"))
+    summary.loss_fn, summary.backbone = _name(config.get("loss")), _name(config.get("backbone"))
+    summary.dataset, summary.epochs = _name(config.get("dataset")), _whole(train.get("epochs"))
+    evaluator = config.get("evaluator")
+    summary.evaluator = evaluator_label(evaluator) if _name(evaluator) else "centroid"
+
+
+def apply_status(summary: RunSummary, status: dict) -> None:
+    summary.created, summary.started = _real(status.get("created")), _real(status.get("started"))
+    summary.ended, summary.error = _real(status.get("ended")), _text(status.get("error"))
+    summary.sweep = _text(status.get("sweep"))
+
+
+def _score(event: dict) -> dict:
+    accuracy, ci95, episodes = _real(event["accuracy"]), _real(event["ci95"]), _whole(event["episodes"])
+    if accuracy is None or ci95 is None or episodes is None or not isinstance(event["shots"], int):
+        raise ValueError("an eval event without numbers")
+    return {"accuracy": accuracy, "ci95": ci95, "episodes": episodes}
+
+
+def add_event(summary: RunSummary, event: dict) -> None:
+    """Fold one event into the summary; an event of the wrong shape raises
+    KeyError, TypeError or ValueError (the caller counts it as corrupt)."""
+    kind = event.get("event")
+    if kind == "train":
+        step, epoch, loss = _whole(event["step"]), _whole(event["epoch"]), _real(event["loss"])
+        if step is None or epoch is None or loss is None:
+            raise ValueError("a train event without numbers")
+        if summary.first_train is None:
+            summary.first_train = (_real(event.get("time")), step)
+        summary.step, summary.epoch, summary.loss = step, epoch, loss
+        summary.positives, summary.negatives = _whole(event.get("positives")), _whole(event.get("negatives"))
+        summary.last_train_time = _real(event.get("time"))
+    elif kind == "start":
+        summary.total_steps = _whole(event.get("total_steps"))
+        summary.epochs = _whole(event.get("epochs")) or summary.epochs
+    elif kind == "eval":
+        value, split, shots = _score(event), event["split"], f"{event['shots']}-shot"
+        label = event.get("evaluator", "centroid")
+        if "source" not in event and label == summary.evaluator:  # logged by the training itself
+            if split == "val" and (summary.best_val is None or value["accuracy"] > summary.best_val["accuracy"]):
+                summary.best_val = {**value, "epoch": _whole(event.get("epoch"))}
+            elif split == "test":
+                summary.test = {**summary.test, shots: value}
+        elif split == "test":
+            summary.test_by_evaluator = {**summary.test_by_evaluator, label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
+
+
+def _looks_whole(line: bytes) -> bool:
+    line = line.strip()
+    return line[:1] == b"{" and line[-1:] == b"}"
+
+
+def add_lines(summary: RunSummary, chunk: bytes) -> None:
+    """Fold complete JSONL lines. Of a batch of train lines only the first
+    (for the ETA, if none was seen yet) and the last are parsed: the others
+    would be overwritten at once. Lines that are not JSON objects count as corrupt."""
+    lines = [line for line in chunk.split(b"\n") if line.strip()]
+    summary.corrupt += sum(1 for line in lines if not _looks_whole(line))
+    trains = [line for line in lines if TRAIN_MARK in line]
+    wanted = [line for line in lines if TRAIN_MARK not in line and not any(m in line for m in UNUSED_MARKS)]
+    if trains:
+        wanted = ([trains[0]] if summary.first_train is None else []) + wanted + [trains[-1]]
+    for line in wanted:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            summary.corrupt += _looks_whole(line)  # a line that does not even look whole is counted above
+            continue
+        if not isinstance(event, dict):
+            continue  # a list or a number: counted above, it does not look like an object
+        try:
+            add_event(summary, event)
+        except (KeyError, TypeError, ValueError):
+            summary.corrupt += 1
+
+
+def _identity(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+class SummaryFile:
+    """One run's summary, kept in step with its files and saved beside them.
+
+    :meth:`load` takes what ``summary.json`` holds, :meth:`refresh` folds
+    whatever changed since (a ``stat`` per file when nothing did), and
+    :meth:`save` writes it back when it changed."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir)
+        self.summary = RunSummary(id=self.dir.name)
+        self.status: dict = {}
+        self.config_seen: list | None = None
+        self.status_seen: list | None = None
+        self.metrics = Tail(self.dir / "metrics.jsonl")
+        self.dirty = False
+
+    # -- summary.json ----------------------------------------------------------
+    def load(self) -> bool:
+        """Start from ``summary.json`` if it is of this format; False if not."""
+        saved = read_json(self.dir / SUMMARY_FILE)
+        if not saved or saved.get("format") != SUMMARY_FORMAT:
+            return False
+        try:
+            values = {f.name: saved["summary"][f.name] for f in fields(RunSummary) if f.name in saved["summary"]}
+            summary = RunSummary(**{**values, "id": self.dir.name})
+            if summary.first_train is not None:
+                summary.first_train = tuple(summary.first_train)
+            seen = saved["seen"]
+            inode, offset = seen["metrics"] if seen["metrics"] else (None, 0)
+            self.config_seen, self.status_seen = seen["config"], seen["status"]
+            self.status = dict(saved["status"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        self.summary, self.metrics = summary, Tail(self.dir / "metrics.jsonl", int(offset), inode)
+        return True
+
+    def save(self) -> None:
+        """Write ``summary.json`` if the summary changed; a store this process
+        cannot write to is left as it is (the next reader folds again)."""
+        if not self.dirty:
+            return
+        kept = {k: v for k, v in self.summary.to_dict().items() if k not in ("id", "state")}
+        kept.update(first_train=self.summary.first_train, last_train_time=self.summary.last_train_time)
+        record = {"format": SUMMARY_FORMAT, "summary": kept,
+                  "status": {k: self.status[k] for k in STATUS_KEYS if k in self.status},
+                  "seen": {"config": self.config_seen, "status": self.status_seen,
+                           "metrics": [self.metrics.inode, self.metrics.offset] if self.metrics.inode else None}}
+        try:
+            atomic_write_json(self.dir / SUMMARY_FILE, record, durable=False)
+        except OSError:
+            return
+        self.dirty = False
+
+    # -- folding what changed ------------------------------------------------------
+    def refresh(self, now: float | None = None) -> bool:
+        """Fold whatever changed in the run's files; True if the summary changed."""
+        changed = self._refresh_json("config.json") | self._refresh_json("status.json") | self._refresh_metrics()
+        self.dirty |= changed
+        state = run_state(self.status, now)
+        if state != self.summary.state:
+            self.summary.state = state
+            changed = True
+        return changed
+
+    def _refresh_json(self, name: str) -> bool:
+        attr = "config_seen" if name == "config.json" else "status_seen"
+        path = self.dir / name
+        try:
+            seen = _identity(os.stat(path))
+        except FileNotFoundError:
+            seen = None
+        except OSError as exc:
+            return self._note(f"{name} unreadable: {exc.strerror or exc}")
+        if seen == getattr(self, attr) and seen is not None:
+            return False
+        value = read_json(path) if seen is not None else None
+        if value is None:
+            setattr(self, attr, None)
+            return self._note(f"{name} {'missing' if seen is None else 'unreadable'}")
+        setattr(self, attr, seen)
+        if name == "config.json":
+            apply_config(self.summary, value)
+        else:
+            self.status = {k: value[k] for k in STATUS_KEYS if k in value}
+            apply_status(self.summary, self.status)
+        if self.summary.note and self.summary.note.startswith(name):
+            self.summary.note = None
+        return True
+
+    def _note(self, note: str) -> bool:
+        if self.summary.note == note:
+            return False
+        self.summary.note = note
+        return True
+
+    def _refresh_metrics(self) -> bool:
+        tail = self.metrics
+        try:
+            st = os.stat(tail.path)
+        except OSError:
+            return False  # not written yet (or gone: what was read stays until the file is back)
+        if st.st_ino == tail.inode and st.st_size == tail.offset:
+            return False
+        chunk, rewritten = tail.read()
+        if rewritten:  # cut back (a resume) or replaced: fold it again from the top
+            fresh = RunSummary(id=self.dir.name)
+            for name in METRIC_FIELDS:
+                setattr(self.summary, name, getattr(fresh, name))
+        if chunk:
+            add_lines(self.summary, chunk)
+        return bool(chunk) or rewritten
+
+
+def read_summary(run_dir: Path, now: float | None = None, *, save: bool = True) -> RunSummary:
+    """The run's summary, from ``summary.json`` brought up to date with the
+    run's files (and saved again if it had to be)."""
+    keeper = SummaryFile(run_dir)
+    keeper.load()
+    keeper.refresh(now)
+    if save:
+        keeper.save()
+    return keeper.summary
+
+
+def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str, ...] = (),
+                   method: str | None = None, sweep: str | None = None, now: float | None = None) -> list[RunSummary]:
+    """Summaries of the newest runs first: at most ``limit`` of them (None:
+    all) among those in one of ``states``, of ``method`` and of a sweep whose id
+    contains ``sweep``. Runs are visited newest first and the visit stops once
+    ``limit`` match, so the newest 50 of 10,000 runs cost 50 summaries."""
+    found = []
+    for path in reversed(run_paths(runs_dir)):
+        summary = read_summary(path, now)
+        if states and summary.state not in states:
+            continue
+        if method is not None and summary.method != method:
+            continue
+        if sweep is not None and sweep not in (summary.sweep or ""):
+            continue
+        found.append(summary)
+        if limit is not None and len(found) >= limit:
+            break
+    return found

@@ -1,0 +1,64 @@
+"""Sweep records in the run store, and choosing runs by id, sweep or ``all``.
+
+A sweep is recorded in ``runs/sweeps/<sweep-id>.json`` (its method, grid,
+seeds, ``fail_fast`` and run ids); its runs carry the sweep id in their status.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fslab.core.errors import UsageError
+from fslab.core.files import atomic_write_json, read_json
+from fslab.core.runstore import Run, find_run, list_runs
+
+SWEEPS = "sweeps"
+
+
+def save_sweep(runs_dir: Path, sweep_id: str, **record) -> dict:
+    """Write the record of a new sweep."""
+    folder = Path(runs_dir) / SWEEPS
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"id": sweep_id, **record, "created": time.time()}
+    atomic_write_json(folder / f"{sweep_id}.json", record)
+    return record
+
+
+def sweep_records(runs_dir: Path) -> list[dict]:
+    """Every sweep's record, oldest first."""
+    folder = Path(runs_dir) / SWEEPS
+    paths = sorted(folder.glob("sweep-*.json")) if folder.is_dir() else []
+    return [record for record in map(read_json, paths) if record and isinstance(record.get("runs"), list)]
+
+
+def load_sweep(runs_dir: Path, ref: str) -> dict:
+    """A sweep's record by id or unique part of it."""
+    folder = Path(runs_dir) / SWEEPS
+    names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
+    found = [n for n in names if n == ref] or [n for n in names if ref in n]
+    if len(found) != 1:
+        what = "matches several sweeps" if found else "matches no sweep"
+        raise UsageError(f"'{ref}' {what}. Sweeps: {', '.join(names) or '(none yet)'}")
+    record = read_json(folder / f"{found[0]}.json")
+    if not record or not isinstance(record.get("runs"), list):
+        raise UsageError(f"sweep record {folder / found[0]}.json cannot be read")
+    return record
+
+
+def sweep_runs(runs_dir: Path, record: dict) -> list[Run]:
+    return [Run(Path(runs_dir) / run_id) for run_id in record["runs"]]
+
+
+def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
+    """The runs named on a command line: run ids (or unique parts of them),
+    sweep ids (every run of the sweep) or ``all``."""
+    if refs == ["all"]:
+        return list_runs(runs_dir)
+    runs = []
+    for ref in refs:
+        if ref.startswith("sweep-"):
+            runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
+        else:
+            runs.append(find_run(runs_dir, ref))
+    return runs

@@ -1,0 +1,134 @@
+"""Starting, resuming and stopping runs and sweeps, on this machine or on SLURM.
+
+This is the one entry to the execution layer: ``fslab run``, ``resume``,
+``stop``, ``sweep`` and the dashboard's launch form, resume and stop keys all
+call these functions, so a run is checked the same way (configuration, GPUs,
+data files, state, checkpoint) whichever surface starts it. ``slurm`` is
+``None`` for a local worker process, or the job options of
+:func:`job_options` for a SLURM job.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fslab.core.config import resolve
+from fslab.core.errors import UsageError
+from fslab.core.runstore import Run, create_run
+from fslab.core.states import LIVE
+from fslab.core.sweeps import load_sweep
+from fslab.execution import slurm as slurm_jobs
+from fslab.execution.checks import check_dataset, check_job_processes, check_processes, check_resumable
+from fslab.execution.local import start_worker, stop_worker
+from fslab.execution.scheduler import start_scheduler
+from fslab.execution.slurm_job import TrainingJob
+from fslab.execution.sweep import create_sweep, requeue
+
+EXECUTORS = slurm_jobs.EXECUTORS
+
+
+@dataclass
+class Started:
+    """A run that was started: its local worker process, or its SLURM job."""
+
+    run: Run
+    process: subprocess.Popen | None = None
+    job_id: str | None = None
+
+
+def job_options(settings, executor: str | None, overrides: list[str] | None = None) -> dict | None:
+    """None for ``local``; for ``slurm``, ``[slurm]`` of fslab.toml with the
+    ``--slurm key=value`` overrides, checked (and submitit importable)."""
+    if executor is not None and executor not in EXECUTORS:
+        slurm_jobs.check_executor(executor)  # one line naming what is allowed
+    if executor != "slurm":
+        if overrides:
+            raise UsageError("--slurm settings apply only with --executor slurm")
+        return None
+    slurm_jobs.require_submitit()  # say how to install submitit before anything is created
+    return slurm_jobs.job_options(settings, overrides)
+
+
+def launch(method: str, overrides: list[dict], *, settings, registry, slurm: dict | None = None) -> Started:
+    """Resolve the configuration, check it can run here (or in a job), create
+    the run folder and start it."""
+    config = resolve(method, registry=registry, settings=settings, overrides=overrides)
+    if slurm is None:
+        check_processes(config)
+    else:
+        check_job_processes(config, slurm)
+    check_dataset(config, registry)
+    run = create_run(settings.runs_dir, method, config)
+    run.claim()  # started here, so no scheduler may start it too
+    return _start(run, resume=False, slurm=slurm)
+
+
+def _start(run: Run, *, resume: bool, slurm: dict | None) -> Started:
+    if slurm is None:
+        return Started(run, process=start_worker(run, resume=resume))
+    job_id = slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())))
+    return Started(run, job_id=job_id)
+
+
+def resume(run: Run, *, settings, executor: str | None = None, overrides: list[str] | None = None) -> Started:
+    """Continue a killed, lost or failed run from its last checkpoint, as a
+    local worker or a SLURM job: ``executor``, or where the run last ran."""
+    check_resumable(run)
+    executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
+    slurm = job_options(settings, executor, overrides)
+    if slurm is None:
+        check_processes(run.config())
+        return _start(run, resume=True, slurm=None)
+    check_job_processes(run.config(), slurm)
+    slurm_jobs.requeue_for_job(run)
+    return _start(run, resume=True, slurm=slurm)
+
+
+def stop(run: Run, grace: float = 30.0) -> str:
+    """Stop a queued or running run; it ends ``killed`` and keeps its last
+    checkpoint. Returns the state it ended in."""
+    state = run.state()
+    if state not in LIVE:
+        raise UsageError(f"run {run.id} is {state}, not running; nothing to stop")
+    status = run.status()
+    if status.get("slurm_job_id"):  # a SLURM job: cancel it; the job records the end
+        return slurm_jobs.cancel(run, grace)
+    if not status.get("pid") and run.claim():
+        # still waiting in the queue: claiming it means no scheduler will start it
+        run.write_status(state="killed", ended=time.time(), error="stopped while queued")
+        return "killed"
+    return stop_worker(run, grace)
+
+
+def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settings, registry,
+                fail_fast: bool = False, slurm: dict | None = None) -> tuple[str, list[Run]]:
+    """Queue one run per grid combination and seed, then start them: a local
+    scheduler takes them as slots free up, or each becomes a SLURM job."""
+    sweep_id, runs = create_sweep(method, grid, seeds, base=base, settings=settings, registry=registry,
+                                  fail_fast=fail_fast, slurm_options=slurm)
+    return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
+
+
+def resume_sweep(ref: str, *, settings, slurm: dict | None = None) -> tuple[dict, list[Run]]:
+    """Queue again the sweep's failed, killed and lost runs (each resumes from
+    its checkpoint) and start them as :func:`start_sweep` does."""
+    record = load_sweep(settings.runs_dir, ref)
+    again = requeue(settings.runs_dir, record)
+    return record, _start_queued(settings.runs_dir, again, slurm)
+
+
+def _start_queued(runs_dir: Path, runs: list[Run], slurm: dict | None) -> list[Run]:
+    if not runs:
+        return []
+    if slurm is None:
+        start_scheduler(runs_dir)
+        return runs
+    submitted = []
+    for run in runs:
+        if run.claim():  # not already taken by a local scheduler
+            slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())))
+            submitted.append(run)
+    return submitted

@@ -1,0 +1,90 @@
+"""Scheduler slots: where queued runs may run, one run per slot at a time.
+
+A slot is a lock file, ``runs/.slots/<slot>.lock``, held with ``flock`` by the
+worker that uses it: the kernel releases it when that worker exits, however it
+exits, so a slot is never leaked and two schedulers never share one. On a GPU
+machine there are ``runs_per_gpu`` slots per GPU; without GPUs, ``cpu_slots``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from fslab.core.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    gpu: int | None = None
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices this machine offers, without importing torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [int(g) for g in visible.split(",") if g.strip().isdigit()]
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [i for i, _ in enumerate(line for line in listing.splitlines() if line.startswith("GPU "))]
+
+
+def configured_slots(scheduler: dict) -> list[Slot]:
+    gpus = visible_gpus() if scheduler["gpus"] == "auto" else list(scheduler["gpus"])
+    if gpus:
+        return [Slot(f"gpu{g}-{k}", g) for g in gpus for k in range(scheduler["runs_per_gpu"])]
+    return [Slot(f"cpu-{k}") for k in range(scheduler["cpu_slots"])]
+
+
+def capacity(slots: list[Slot]) -> int:
+    """The most slots one run can hold together: one per GPU, or every CPU slot."""
+    gpus = {s.gpu for s in slots if s.gpu is not None}
+    return len(gpus) if gpus else len(slots)
+
+
+def pick_slots(free: list, need: int) -> list | None:
+    """``need`` of the ``(slot, fd)`` pairs in ``free``, on distinct GPUs, or
+    None if they are not there."""
+    picked, gpus = [], set()
+    for slot, fd in free:
+        if slot.gpu is None or slot.gpu not in gpus:
+            picked.append((slot, fd))
+            gpus.add(slot.gpu)
+            if len(picked) == need:
+                return picked
+    return None
+
+
+def check_fits(processes: int, slots: list[Slot]) -> None:
+    """A UsageError (at sweep creation) for runs no slot set here can hold."""
+    most = capacity(slots)
+    if processes > most:
+        what = f"{most} GPU{'s' * (most != 1)}" if any(s.gpu is not None for s in slots) \
+            else f"{most} CPU slot{'s' * (most != 1)} (scheduler.cpu_slots in fslab.toml)"
+        raise UsageError(f"--gpus {processes} needs {processes} slots on different GPUs (or CPU slots), "
+                         f"but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
+
+
+def lock_slot(folder: Path, slot: Slot) -> int | None:
+    """An open, locked descriptor of the slot's lock file, or None if taken."""
+    fd = os.open(folder / f"{slot.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def slot_in_use(folder: Path, slot: Slot) -> bool:
+    fd = lock_slot(folder, slot)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False

@@ -1,0 +1,132 @@
+"""The plugin API: everything a plugin may use from fslab, in one module.
+
+fslab's own plugins (``plugins/``) import from fslab only what is here, and a
+contract checked in CI keeps it so; a third-party plugin that follows any
+built-in plugin file therefore uses exactly what the built-ins use.
+:data:`API_VERSION` is ``MAJOR.MINOR``: the minor number grows when something
+is added here, the major one when something a plugin may rely on changes.
+
+A plugin module implements one or more hooks, each receiving a ``register``
+callback (:class:`Register`)::
+
+    from fslab.plugin import LossOutput, hookimpl
+
+    def margin_loss(z, labels, support=None, *, margin: float = 1.0) -> LossOutput: ...
+
+    @hookimpl
+    def register_losses(register):
+        register(margin_loss, name="margin", description="...", paper="...")
+
+The keyword-only parameters of a target (after ``*``) are the component's
+parameters (``--set loss.margin=0.5``); fslab fills in those before ``*``.
+What fslab calls, per kind, is written out by the protocols below; the
+``info`` keywords ``register`` accepts are listed in :data:`INFO_KEYS`, and
+evaluator traits in :class:`EvaluatorTraits`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol, runtime_checkable
+
+from fslab.core.errors import ConfigError, UsageError
+from fslab.core.global_batch import global_rows, rand_rows, sum_rows
+from fslab.core.hookspecs import hookimpl
+from fslab.core.types import Batch, EvaluatorTraits, LossOutput, Split
+
+API_VERSION = "1.0"
+
+__all__ = [
+    "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
+    "LossOutput", "Batch", "Split", "EvaluatorTraits",
+    "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset",
+    "UsageError", "ConfigError",
+    "rand_rows", "global_rows", "sum_rows",
+]
+
+# The extra keywords of register(), by the kinds that use them.
+INFO_KEYS = {
+    "episodic": "loss or sampler, bool: the loss needs support and query rows (Batch.support); "
+                "a sampler that provides them says so too. A run pairing an episodic loss with a "
+                "sampler that is not episodic is refused before it starts.",
+    "defaults": "dataset, dict: configuration layered under the method recipe for runs on this "
+                "dataset, e.g. {'train': {'epochs': 5}, 'eval': {'test_episodes': 2000}}.",
+    "check_early": "dataset, bool: the constructor only checks its parameters and looks for its "
+                   "files (no decoding), so fslab run and fslab sweep build it before creating a run "
+                   "folder and a wrong root is one line at the prompt.",
+}
+
+
+class Register(Protocol):
+    """The callback each hook receives. ``target`` is a function or class, a
+    lazy ``"module:attr"`` string imported only when the component is built
+    (then ``params={name: default}`` must be given), or for a method recipe
+    a dict (a partial configuration)."""
+
+    def __call__(self, target: Any, *, name: str, description: str, paper: str = "",
+                 params: dict | None = None, **info: Any) -> None: ...
+
+
+@runtime_checkable
+class Loss(Protocol):
+    """``register_losses``: embeddings ``z [B, d]``, ``labels [B]`` and, for an
+    episodic loss, ``support [B]`` (True for support rows). A class loss may
+    be an ``nn.Module`` with learnable parameters; if its ``__init__`` names
+    ``out_dim`` or ``num_classes``, fslab passes the embedding size and the
+    number of training classes."""
+
+    def __call__(self, z: Any, labels: Any, support: Any = None) -> LossOutput: ...
+
+
+@runtime_checkable
+class Backbone(Protocol):
+    """``register_backbones``: built as ``Backbone(in_channels, **params)``, an
+    ``nn.Module`` mapping images ``[B, C, H, W]`` to features ``[B, out_dim]``.
+    For ``eval.feature_stages`` > 1 it also has ``stage_dims`` and
+    ``features(x, stages)``. A layer that draws noise per row uses
+    :func:`rand_rows` (and :func:`sum_rows`, :func:`global_rows` for sums over
+    the batch), so ``--gpus N`` trains exactly as one process."""
+
+    out_dim: int
+
+    def __call__(self, x: Any) -> Any: ...
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """``register_samplers``: built as ``Sampler(labels, batch_size, seed, **params)``;
+    ``len()`` batches per epoch, each a :class:`Batch` of dataset indices."""
+
+    def __len__(self) -> int: ...
+
+    def batches(self, epoch: int) -> Iterator[Batch]: ...
+
+
+@runtime_checkable
+class Classifier(Protocol):
+    """``register_evaluators``, the usual kind: ``support [E, ways, shots, d]``
+    and ``query [E, ways*queries, d]`` features (centred and L2-normalised
+    already) -> each query's predicted way ``[E, ways*queries]``; or, with the
+    trait ``metric`` other than ``"accuracy"``, one score per episode ``[E]``."""
+
+    def __call__(self, support: Any, query: Any) -> Any: ...
+
+
+@runtime_checkable
+class ModelEvaluator(Protocol):
+    """``register_evaluators``, with the trait ``needs_model = True``: called
+    once per episode with a working copy of the network (its weights restored
+    after every episode), the episode's uint8 images and the input transform
+    -> each query's predicted way ``[ways*queries]``."""
+
+    def __call__(self, model: Any, support_images: Any, query_images: Any, *, to_input: Any, device: Any,
+                 center: Any, normalize: bool) -> Any: ...
+
+
+@runtime_checkable
+class Dataset(Protocol):
+    """``register_datasets``: built as ``Dataset(root, **params)``; ``channels``
+    of its images, and ``load(split)`` for ``"train"``, ``"val"`` and ``"test"``."""
+
+    channels: int
+
+    def load(self, split: str) -> Split: ...

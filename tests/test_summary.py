@@ -1,0 +1,172 @@
+"""The run summary (fslab.core.summary): folded event by event, kept in
+summary.json, checked against the files it summarises, listed newest first.
+
+The fold is compared with a brute-force second implementation that parses
+every line of metrics.jsonl at once."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from fslab.core.runstore import create_run
+from fslab.core.summary import SUMMARY_FILE, SummaryFile, list_summaries, read_summary
+
+
+def own_config(**extra) -> dict:
+    return {"method": "nca", "seed": 0, "evaluator": {"name": "centroid"}, "train": {"epochs": 3}, **extra}
+
+
+def random_events(rng: random.Random, count: int) -> list[dict]:
+    """A plausible stream: training steps, validations, test evaluations by the
+    training and by fslab eval (another evaluator), checkpoints."""
+    events, step, epoch = [{"event": "start", "epochs": 3, "total_steps": 999}], 0, 1
+    for _ in range(count):
+        kind = rng.random()
+        if kind < 0.7:
+            step += 1
+            events.append({"event": "train", "time": 1000.0 + step, "step": step, "epoch": epoch,
+                           "loss": rng.random(), "positives": rng.randrange(100), "negatives": rng.randrange(9000)})
+        elif kind < 0.8:
+            events.append({"event": "eval", "split": "val", "ways": 5, "shots": 5, "queries": 15, "episodes": 100,
+                           "evaluator": "centroid", "epoch": epoch, "accuracy": rng.random(), "ci95": 0.01})
+            events.append({"event": "checkpoint", "epoch": epoch, "step": step, "path": "checkpoints/last.pt"})
+            epoch += 1
+        else:
+            source = {"source": "fslab eval"} if rng.random() < 0.5 else {}
+            label = rng.choice(["centroid", "knn[k=3]"]) if source else "centroid"
+            events.append({"event": "eval", "split": "test", "ways": 5, "shots": rng.choice([1, 5]), "queries": 15,
+                           "episodes": rng.choice([100, 2000]), "evaluator": label, "accuracy": rng.random(),
+                           "ci95": 0.02, **source})
+    return events
+
+
+def brute_force(events: list[dict]) -> dict:
+    """The summary's metrics part, computed the slow, obvious way."""
+    trains = [e for e in events if e["event"] == "train"]
+    last = trains[-1] if trains else {}
+    own_val = [e for e in events if e["event"] == "eval" and e["split"] == "val" and "source" not in e]
+    best = max(own_val, key=lambda e: e["accuracy"], default=None)  # the first of equal maxima
+    test, others = {}, {}
+    for e in events:
+        if e["event"] == "eval" and e["split"] == "test":
+            value = {"accuracy": e["accuracy"], "ci95": e["ci95"], "episodes": e["episodes"]}
+            if "source" in e:
+                others.setdefault(e["evaluator"], {})[f"{e['shots']}-shot"] = value
+            else:
+                test[f"{e['shots']}-shot"] = value
+    return {"step": last.get("step"), "epoch": last.get("epoch"), "loss": last.get("loss"),
+            "positives": last.get("positives"), "negatives": last.get("negatives"),
+            "best_val": best and {"accuracy": best["accuracy"], "ci95": best["ci95"], "episodes": 100,
+                                  "epoch": best["epoch"]},
+            "test": test, "test_by_evaluator": others,
+            "first_train": (trains[0]["time"], trains[0]["step"]) if trains else None}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_folding_in_any_pieces_equals_the_brute_force(tmp_path, seed):
+    rng = random.Random(seed)
+    events = random_events(rng, 300)
+    run = create_run(tmp_path, "nca", own_config())
+    keeper = SummaryFile(run.path)
+    data = "".join(json.dumps(e) + "\n" for e in events).encode()
+    written = 0
+    while written < len(data):  # appended in random pieces, torn lines included, folded as they come
+        piece = rng.randint(1, 4000)
+        with open(run.metrics_path, "ab") as fh:
+            fh.write(data[written : written + piece])
+        written += piece
+        keeper.refresh()
+        if rng.random() < 0.3:  # saved and loaded again: the file carries everything the fold needs
+            keeper.dirty = True
+            keeper.save()
+            keeper = SummaryFile(run.path)
+            assert keeper.load()
+    keeper.refresh()
+    got = {k: getattr(keeper.summary, k) for k in brute_force(events)}
+    assert got == brute_force(events)
+    assert keeper.summary.corrupt == 0 and keeper.summary.total_steps == 999
+
+
+def test_the_test_accuracy_is_the_trainings_own_and_later_evaluations_are_listed_by_label(tmp_path):
+    run = create_run(tmp_path, "nca", own_config())
+    events = [{"event": "eval", "split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2000,
+               "evaluator": "centroid", "accuracy": 0.7, "ci95": 0.01},
+              {"event": "eval", "split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 10000,
+               "evaluator": "knn[k=3]", "accuracy": 0.6, "ci95": 0.005, "source": "fslab eval"}]
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    summary = read_summary(run.path)
+    assert summary.test == {"5-shot": {"accuracy": 0.7, "ci95": 0.01, "episodes": 2000}}
+    assert summary.test_by_evaluator == {"knn[k=3]": {"5-shot": {"accuracy": 0.6, "ci95": 0.005, "episodes": 10000}}}
+    assert summary.test_of("knn[k=3]") == summary.test_by_evaluator["knn[k=3]"]
+    assert summary.test_of("centroid") == summary.test_of() == summary.test
+
+
+def test_the_saved_summary_is_used_only_while_it_matches_the_files(tmp_path):
+    run = create_run(tmp_path, "nca", own_config())
+    train = {"event": "train", "time": 1.0, "step": 1, "epoch": 1, "loss": 0.5, "positives": 1, "negatives": 2}
+    run.metrics_path.write_text(json.dumps(train) + "\n")
+    assert read_summary(run.path).loss == 0.5
+    saved = json.loads((run.path / SUMMARY_FILE).read_text())
+    # A summary that matches its files is taken as it is (the files are not read again) ...
+    saved["summary"]["loss"] = 0.25
+    (run.path / SUMMARY_FILE).write_text(json.dumps(saved))
+    assert read_summary(run.path, save=False).loss == 0.25
+    # ... but once a file it summarises changes, only what is new is folded on top,
+    with open(run.metrics_path, "a") as fh:
+        fh.write(json.dumps({**train, "step": 2, "loss": 0.125}) + "\n")
+    assert read_summary(run.path).step == 2
+    # and a rewritten file (a resume cuts it back) is folded again from the top.
+    run.metrics_path.unlink()
+    run.metrics_path.write_text(json.dumps({**train, "loss": 0.75}) + "\n")
+    assert read_summary(run.path).loss == 0.75
+    # The status and the configuration are checked the same way.
+    run.write_status(state="failed", error="boom")
+    summary = read_summary(run.path)
+    assert (summary.state, summary.error) == ("failed", "boom")
+    (run.path / "config.json").write_text(json.dumps(own_config(method="protonet")))
+    assert read_summary(run.path).method == "protonet"
+    for damaged in ("not json", json.dumps({"format": 999}), json.dumps([1, 2])):
+        (run.path / SUMMARY_FILE).write_text(damaged)
+        assert read_summary(run.path).loss == 0.75  # rebuilt from the files
+
+
+def test_a_summary_that_cannot_be_written_is_still_right(tmp_path):
+    """Where summary.json cannot be written (here a folder stands in its place,
+    which stops root too) every reader folds the files again and is right."""
+    run = create_run(tmp_path, "nca", own_config())
+    run.metrics_path.write_text(json.dumps({"event": "train", "step": 7, "epoch": 1, "loss": 0.5}) + "\n")
+    (run.path / SUMMARY_FILE).mkdir()
+    assert read_summary(run.path).step == 7
+    with open(run.metrics_path, "a") as fh:
+        fh.write(json.dumps({"event": "train", "step": 8, "epoch": 1, "loss": 0.25}) + "\n")
+    assert read_summary(run.path).step == 8
+    assert (run.path / SUMMARY_FILE).is_dir() and not list(run.path.glob(".summary.json.*"))
+
+
+def test_corrupt_and_badly_shaped_lines_are_counted_not_fatal(tmp_path):
+    run = create_run(tmp_path, "nca", own_config())
+    lines = ['{"event": "train", "step": 1, "epoch": 1, "loss": 0.5}', "not json", "[1, 2]",
+             '{"event": "eval", "split": "val"}', '{"event": "train", "step": "x", "epoch": 1, "loss": 1}',
+             '{"event": "eval", "split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 9, '
+             '"accuracy": "high", "ci95": 0.1}']
+    run.metrics_path.write_text("\n".join(lines) + "\n")
+    summary = read_summary(run.path)
+    assert summary.step == 1 and summary.best_val is None and summary.test == {}
+    assert summary.corrupt == 5
+
+
+def test_listing_is_newest_first_with_a_limit_and_filters(tmp_path):
+    methods = ["nca" if i % 2 else "protonet" for i in range(7)]
+    runs = [create_run(tmp_path, m, own_config(method=m)) for m in methods]
+    for i, run in enumerate(runs):
+        run.write_status(state="completed" if i < 5 else "failed", sweep="sweep-x" if i % 3 == 0 else None)
+    ids = [r.id for r in sorted(runs, key=lambda r: r.id, reverse=True)]
+    assert [s.id for s in list_summaries(tmp_path, limit=None)] == ids
+    assert [s.id for s in list_summaries(tmp_path, limit=3)] == ids[:3]
+    assert {s.id for s in list_summaries(tmp_path, states=("failed",))} == {runs[5].id, runs[6].id}
+    assert {s.id for s in list_summaries(tmp_path, sweep="x")} == {runs[0].id, runs[3].id, runs[6].id}
+    assert all(s.method == "nca" for s in list_summaries(tmp_path, method="nca"))
+    assert len(list_summaries(tmp_path, method="nca", limit=None)) == 3
