@@ -7,7 +7,8 @@ Public Python API::
     loss = fslab.create("loss", "nca", temperature=0.9)
     out = loss(z, labels)                   # LossOutput(loss, positives, negatives, extra)
 
-Importing fslab does not import torch; building a component may.
+Importing fslab does not import torch; building a component may. What a
+plugin may use is :mod:`fslab.plugin`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from fslab.core.hookspecs import hookimpl
-from fslab.core.types import Batch, LossOutput, Split
-
 __version__ = "0.1.0"
-__all__ = ["available", "create", "describe", "get_registry", "hookimpl", "Batch", "LossOutput", "Split"]
+__all__ = ["available", "create", "describe", "get_registry"]
 
 _registry = None
 

@@ -229,7 +229,7 @@ def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
 RANK_ONE_FAILS = """
     import os
 
-    from fslab import hookimpl
+    from fslab.plugin import hookimpl
     from fslab_plugins.methods.nca import nca
 
 

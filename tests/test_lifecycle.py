@@ -71,7 +71,7 @@ def test_failing_loss_gives_failed_with_the_error(project):
     plugins = project / "local_plugins"
     plugins.mkdir()
     (plugins / "boom.py").write_text(textwrap.dedent("""
-        from fslab import hookimpl
+        from fslab.plugin import hookimpl
 
         def boom(z, labels, support=None):
             raise RuntimeError("the loss exploded on purpose")

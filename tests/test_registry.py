@@ -8,7 +8,7 @@ from fslab.core.errors import PluginError, UsageError
 from fslab.core.registry import KINDS, load_registry
 
 LOCAL_LOSS = """
-    from fslab import hookimpl, LossOutput
+    from fslab.plugin import LossOutput, hookimpl
 
     def scaled(z, labels, support=None, *, scale: float = 2.0):
         return LossOutput(z.sum() * scale, 0, 0)
@@ -96,7 +96,7 @@ def test_misspelled_hook_is_an_error(builtin_plugins, tmp_path):
 
 def test_lazy_reference_must_declare_params(builtin_plugins, tmp_path):
     source = """
-        from fslab import hookimpl
+        from fslab.plugin import hookimpl
 
         @hookimpl
         def register_backbones(register):
@@ -109,7 +109,7 @@ def test_lazy_reference_must_declare_params(builtin_plugins, tmp_path):
 
 def test_lazy_reference_that_cannot_import_names_the_target(builtin_plugins, tmp_path):
     source = """
-        from fslab import hookimpl
+        from fslab.plugin import hookimpl
 
         @hookimpl
         def register_backbones(register):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 SLOW_NCA = """
     import time
 
-    from fslab import hookimpl
+    from fslab.plugin import hookimpl
     from fslab_plugins.methods.nca import nca
 
 

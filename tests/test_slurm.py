@@ -202,7 +202,7 @@ echo $((n + 1)) > "{folder}/next-job"
 echo "Submitted batch job $n"
 """
 BOOM = """
-    from fslab import hookimpl
+    from fslab.plugin import hookimpl
 
 
     def boom(z, labels, support=None):

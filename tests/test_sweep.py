@@ -90,7 +90,7 @@ def test_sweep_runs_every_combination_within_the_slots_even_with_rival_scheduler
 FLAKY = """
     from pathlib import Path
 
-    from fslab import hookimpl
+    from fslab.plugin import hookimpl
     from fslab_plugins.methods.nca import nca
 
 

@@ -30,7 +30,7 @@ PLUGIN = '''
     """A contrastive margin loss, as a third party would publish it."""
     import torch
 
-    from fslab import LossOutput, hookimpl
+    from fslab.plugin import LossOutput, hookimpl
 
 
     def margin_loss(z, labels, support=None, *, margin: float = 1.0):

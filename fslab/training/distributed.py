@@ -27,17 +27,18 @@ sums per-channel moments over the ranks itself. Both give the full batch's
 statistics, equal to one process up to float rounding.
 
 Random numbers. Every rank seeds its generators alike. A layer that draws
-noise per row (DropBlock) calls :func:`rand_rows`: during a training forward
-it draws the noise for the whole global batch, the same on every rank, and
-keeps this rank's rows, so each row gets the noise one process would give it
-and the ranks' generators stay in step for what is drawn later (NCA's pair
-dropping, the triplet sampler). Sums and counts that a layer takes over the
-batch go through :func:`sum_rows` and :func:`global_rows`.
+noise per row (DropBlock) calls ``rand_rows`` of the plugin API
+(:mod:`fslab.core.global_batch`): during a training forward it draws the
+noise for the whole global batch, the same on every rank, and keeps this
+rank's rows, so each row gets the noise one process would give it and the
+ranks' generators stay in step for what is drawn later (NCA's pair dropping,
+the triplet sampler). Sums and counts that a layer takes over the batch go
+through ``sum_rows`` and ``global_rows``. :class:`GlobalBatchLoss` tells them
+this rank's share.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from fslab.core.global_batch import BatchShare, sharing
 
 # Rank 0 evaluates alone while the others wait at a barrier; a test evaluation
 # of many episodes must not trip the collective timeout.
@@ -252,45 +255,6 @@ def synchronise_batch_norm(model: nn.Module, world: World, device: torch.device)
     return to_global_batch_norm(model)
 
 
-_share: tuple[slice, int] | None = None  # (this rank's rows, global batch size) inside a training forward
-
-
-@contextlib.contextmanager
-def global_batch(world: World, total: int):
-    """Within: this rank embeds ``world.rows(total)`` of a global batch of ``total`` rows."""
-    global _share
-    saved, _share = _share, ((world.rows(total), total) if world.size > 1 else None)
-    try:
-        yield
-    finally:
-        _share = saved
-
-
-def rand_rows(x: torch.Tensor) -> torch.Tensor:
-    """``torch.rand_like(x)`` for a batch ``x`` of rows: inside a
-    multi-process training forward, the global batch's noise (drawn alike on
-    every rank) at this rank's rows, so it equals what one process draws."""
-    if _share is None:
-        return torch.rand_like(x)
-    rows, total = _share
-    return torch.rand((total, *x.shape[1:]), dtype=x.dtype, device=x.device)[rows]
-
-
-def global_rows(rows: int) -> int:
-    """The global batch's row count inside a multi-process training forward; else ``rows``."""
-    return rows if _share is None else _share[1]
-
-
-def sum_rows(t: torch.Tensor) -> torch.Tensor:
-    """A sum a layer took over its rows, summed over the ranks inside a
-    multi-process training forward (no gradient flows through it)."""
-    if _share is None:
-        return t
-    t = t.detach().clone()
-    dist.all_reduce(t)
-    return t
-
-
 class GlobalBatchLoss(nn.Module):
     """One training forward: embed this rank's rows, gather the global batch,
     apply the loss to all of it. ``labels`` and ``support`` are the global
@@ -303,7 +267,9 @@ class GlobalBatchLoss(nn.Module):
         self.loss = loss  # a loss module's parameters train (and synchronise) with the network's
 
     def forward(self, x, labels, support=None):
-        with global_batch(self.world, labels.shape[0]):
+        total = labels.shape[0]
+        share = BatchShare(self.world.rows(total), total, dist.all_reduce) if self.world.size > 1 else None
+        with sharing(share):  # layers that draw noise per row draw it for the global batch
             local = self.head(self.backbone(x))
         z = gather_with_grad(local, self.world, total=labels.shape[0])
         return self.loss(z, labels, support)

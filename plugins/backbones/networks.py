@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fslab.training.distributed import global_rows, rand_rows, sum_rows
-from fslab.core.errors import UsageError
+from fslab.plugin import UsageError, global_rows, rand_rows, sum_rows
 
 
 class StagedBackbone(nn.Module):

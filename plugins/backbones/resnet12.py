@@ -24,7 +24,7 @@ registered lazily by name, so listing plugins does not import torch.
 
 from __future__ import annotations
 
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import hookimpl
 
 PAPER = "Lee et al., Meta-Learning with Differentiable Convex Optimization, CVPR 2019 (arXiv:1904.03758)"
 NCA_CODE = ("Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "

@@ -18,7 +18,7 @@ name, so listing plugins does not import torch.
 
 from __future__ import annotations
 
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import hookimpl
 
 PAPER = "Zagoruyko & Komodakis, Wide Residual Networks, BMVC 2016 (arXiv:1605.07146); used by the SEN paper (Nguyen et al., ECCV 2020)"
 

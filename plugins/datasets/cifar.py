@@ -19,8 +19,7 @@ Classes are numbered in alphabetical order of their names. Images are 32×32;
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, shipped_list
 from fslab_plugins.datasets.miniimagenet import load_pickle, resized_blocks
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_file, shipped_list
 
 IMAGES = 11_788

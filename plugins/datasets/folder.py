@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.image_cache import CachedDataset, decode_all, decode_file, list_images, require
 
 LAYOUT = "ROOT/{train,val,test}/<class>/<image files>"

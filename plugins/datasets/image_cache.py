@@ -41,8 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from fslab.core.errors import UsageError
-from fslab.core.types import Split
+from fslab.plugin import Split, UsageError
 
 FORMAT_VERSION = 1
 CACHE_FOLDER = ".fslab-cache"

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import UsageError, hookimpl
 
 from fslab_plugins.datasets import image_cache
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_file, require, shipped_list

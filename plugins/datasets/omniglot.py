@@ -19,8 +19,7 @@ without it, listed characters that are absent are skipped.
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_file, list_images, shipped_list
 
 DRAWINGS = 20

@@ -19,9 +19,7 @@ numpy is imported inside functions so listing plugins does not load it.
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
-from fslab.core.types import Split
+from fslab.plugin import Split, UsageError, hookimpl
 
 SPLITS = ("train", "val", "test")
 MAX_STROKES = 4

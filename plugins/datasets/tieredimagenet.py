@@ -21,8 +21,7 @@ pickles hold 84×84 images), into the uint8 cache of :mod:`image_cache`.
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.folder import scan_tree, tree_plan
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_bytes, require, shipped_list
 from fslab_plugins.datasets.miniimagenet import load_pickle

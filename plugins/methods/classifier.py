@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fslab.core.types import LossOutput
+from fslab.plugin import LossOutput
 
 
 class LinearClassifierLoss(nn.Module):

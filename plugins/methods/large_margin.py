@@ -24,7 +24,7 @@ are ``nn.Module``s so that the measured margin, a buffer, is checkpointed.
 
 from __future__ import annotations
 
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import hookimpl
 
 PAPER = "Wang et al., Large Margin Meta-Learning for Few-Shot Classification, 2018 (arXiv:1807.02872)"
 

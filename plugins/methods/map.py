@@ -26,9 +26,7 @@ decisions (which need not lie on the optimal path).
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
-from fslab.core.types import LossOutput
+from fslab.plugin import LossOutput, UsageError, hookimpl
 
 PAPER = "Triantafillou, Zemel & Urtasun, Few-Shot Learning Through an Information Retrieval Lens, NeurIPS 2017 (arXiv:1707.02610)"
 UPDATES = ("positive", "negative")

@@ -32,9 +32,7 @@ from __future__ import annotations
 import random
 from typing import Iterator, Sequence
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
-from fslab.core.types import Batch, LossOutput
+from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
 
 PAPER = "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 (arXiv:2012.09831)"
 

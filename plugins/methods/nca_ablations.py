@@ -36,9 +36,7 @@ does; the queries and prototypes for Eq. 5), so the losses are on the scale of
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
-from fslab.core.types import LossOutput
+from fslab.plugin import LossOutput, UsageError, hookimpl
 
 PAPER = "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 (arXiv:2012.09831)"
 VINYALS = "Vinyals et al., Matching Networks for One Shot Learning, NeurIPS 2016 (arXiv:1606.04080)"

@@ -24,8 +24,7 @@ episode (see :mod:`fslab.training.evaluation`). torch is imported inside functio
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import UsageError, hookimpl
 
 PAPER = "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 (arXiv:2012.09831)"
 

@@ -23,9 +23,7 @@ import random
 from collections import defaultdict
 from typing import Iterator, Sequence
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
-from fslab.core.types import Batch, LossOutput
+from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
 
 PAPER = "Snell, Swersky & Zemel, Prototypical Networks for Few-shot Learning, NeurIPS 2017 (arXiv:1703.05175)"
 DISTANCES = ("euclidean", "cosine")

@@ -21,8 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fslab.core.errors import UsageError
-from fslab.core.types import LossOutput
+from fslab.plugin import LossOutput, UsageError
 
 
 def _radius_loaded(module, incompatible_keys):

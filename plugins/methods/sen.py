@@ -32,9 +32,7 @@ counts).
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
-from fslab.core.hookspecs import hookimpl
-from fslab.core.types import LossOutput
+from fslab.plugin import LossOutput, UsageError, hookimpl
 
 PAPER = (
     "Nguyen, Løkse, Wickstrøm, Kampffmeyer, Roverso & Jenssen, SEN: A Novel Feature Normalization "

@@ -18,7 +18,7 @@ embedding size and the number of training classes.
 
 from __future__ import annotations
 
-from fslab.core.hookspecs import hookimpl
+from fslab.plugin import hookimpl
 
 PAPER = "Wang, Chao, Weinberger & van der Maaten, SimpleShot, 2019 (arXiv:1911.04623)"
 
