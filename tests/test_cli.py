@@ -83,7 +83,7 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(project, argv, fslab_tom
     assert expected in lines[0]
     assert "Traceback" not in result.stderr
     assert [p.name for p in (project / "runs").iterdir()] == [before.id]
-    assert before.config() == {"method": "nca"}
+    assert json.loads((before.path / "config.json").read_text()) == {"method": "nca"}
 
 
 def test_runs_and_show_read_the_store(project):

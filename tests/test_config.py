@@ -1,8 +1,11 @@
 """Configuration layering, --set parsing and the errors users see."""
 
+import dataclasses
+
 import pytest
 
-from fslab.core.config import DEFAULTS, merge, parse_assignment, nest, resolve
+from fslab.core.config import (CONFIG_VERSION, DEFAULTS, EvalConfig, RunConfig, TrainConfig, merge, nest,
+                               parse_assignment, resolve, run_config)
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.registry import load_registry
 from fslab.core.settings import Settings, load_settings
@@ -195,3 +198,66 @@ def test_scheduler_settings_are_checked(tmp_path):
         settings_from(tmp_path, "[scheduler]\ncpu_slots = 0\n")
     with pytest.raises(ConfigError, match=r"unknown key 'scheduler.cpu_slot'\. Did you mean 'cpu_slots'\?"):
         settings_from(tmp_path, "[scheduler]\ncpu_slot = 2\n")
+
+
+def test_defaults_are_the_dataclass_defaults():
+    """One source of truth: every field of the typed sections, in order, with
+    its default in the saved form (tuples as lists), and nothing else."""
+    for name, kind in (("train", TrainConfig), ("eval", EvalConfig)):
+        fields = dataclasses.fields(kind)
+        assert list(DEFAULTS[name]) == [f.name for f in fields]
+        for f in fields:
+            default = list(f.default) if isinstance(f.default, tuple) else f.default
+            assert DEFAULTS[name][f.name] == default and type(DEFAULTS[name][f.name]) is type(default), f.name
+    top = RunConfig()
+    assert list(DEFAULTS) == [f.name for f in dataclasses.fields(RunConfig) if f.name != "config_version"]
+    for key in ("method", "seed", "device", "dataset", "backbone", "loss", "sampler", "evaluator"):
+        assert DEFAULTS[key] == getattr(top, key)
+    assert (DEFAULTS["train"]["lr"], DEFAULTS["train"]["milestones"], DEFAULTS["eval"]["shots"]) == (0.1, [0.7], [1, 5])
+
+
+@pytest.mark.parametrize("section, kind", [("train", TrainConfig), ("eval", EvalConfig)])
+def test_every_dataclass_field_is_a_type_checked_set_key(registry, section, kind):
+    wrong = {bool: 1, int: "many", float: "fast", str: 3, tuple: "x"}
+    for f in dataclasses.fields(kind):
+        default = DEFAULTS[section][f.name]
+        config = resolve("nca", registry=registry, settings=Settings(), overrides=[{section: {f.name: default}}])
+        assert config[section][f.name] == default
+        bad = [{section: {f.name: wrong[type(f.default)]}}]
+        with pytest.raises(ConfigError, match=rf"config key '{section}\.{f.name}(\[0\])?' must be"):
+            resolve("nca", registry=registry, settings=Settings(), overrides=bad)
+
+
+def test_resolve_stamps_the_version_and_config_version_is_not_a_setting(registry):
+    assert resolve("nca", registry=registry, settings=Settings())["config_version"] == CONFIG_VERSION == 1
+    with pytest.raises(ConfigError, match=r"unknown config key 'config_version'"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=[{"config_version": 2}])
+
+
+@pytest.mark.parametrize("settings", [[], ["train.optimizer=adam", "eval.feature_stages=2", "eval.shots=5",
+                                           "train.milestones=[0.5, 0.75]", "train.lr=1", "train.projection_dim=16"]])
+def test_run_config_reads_every_resolved_configuration(registry, settings):
+    """run_config rejects nothing resolve() accepts, and its view holds the same values."""
+    for method in registry.names("method"):
+        config = resolve(method, registry=registry, settings=Settings(), overrides=cli(*settings))
+        typed = run_config(config)
+        assert typed.as_dict() == config, method
+        assert typed.train.lr == config["train"]["lr"] and typed.eval.shots == tuple(config["eval"]["shots"])
+        assert typed.loss == config["loss"] and typed.config_version == CONFIG_VERSION
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            typed.train.lr = 0.5
+
+
+def test_run_config_names_a_missing_unknown_or_mistyped_key(registry):
+    config = resolve("nca", registry=registry, settings=Settings())
+    del config["eval"]["queries"]
+    with pytest.raises(ConfigError, match=r"the configuration has no 'eval.queries'"):
+        run_config(config)
+    config = resolve("nca", registry=registry, settings=Settings())
+    config["train"]["epoch"] = 3
+    with pytest.raises(ConfigError, match=r"unknown config key 'train.epoch'\. Did you mean 'epochs'\?"):
+        run_config(config)
+    config = resolve("nca", registry=registry, settings=Settings())
+    config["train"]["flip"] = "yes"
+    with pytest.raises(ConfigError, match=r"config key 'train.flip' must be true or false"):
+        run_config(config)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from fslab.core.config import CONFIG_VERSION
 from fslab.core.errors import RunNotFound
 from fslab.core.files import atomic_write_json, read_events
 from fslab.core.runstore import LOST_AFTER_S, Run, create_run, find_run, list_runs
@@ -34,8 +35,9 @@ def test_simultaneous_creates_never_share_a_folder(tmp_path):
 
 
 def test_create_writes_config_and_queued_status(tmp_path):
-    run = create_run(tmp_path, "protonet", {"method": "protonet", "seed": 3})
-    assert run.config() == {"method": "protonet", "seed": 3}
+    config = {"method": "protonet", "seed": 3, "config_version": CONFIG_VERSION}
+    run = create_run(tmp_path, "protonet", config)
+    assert run.config() == config
     status = run.status()
     assert status["state"] == "queued" and status["host"] == socket.gethostname()
     assert (run.path / "checkpoints").is_dir()

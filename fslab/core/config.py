@@ -17,13 +17,20 @@ dataset's epochs, batch size and learning rate).
 Plugin sections (``dataset``, ``backbone``, ``loss``, ``sampler``, ``evaluator``)
 hold ``name`` plus that plugin's parameters. A layer that changes a section's
 ``name`` drops the parameters lower layers gave the previous plugin.
+
+The resolved configuration is a plain nested dict, saved as ``config.json`` with
+its ``config_version``. :func:`migrate` brings a configuration saved by an
+older fslab to the current version, and :func:`run_config` gives the typed,
+read-only view (:class:`RunConfig`) the training code reads.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import sys
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from fslab.core.errors import ConfigError, did_you_mean
@@ -37,50 +44,92 @@ else:  # pragma: no cover
 PLUGIN_SECTIONS = ("dataset", "backbone", "loss", "sampler", "evaluator")
 SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugin params
 
-DEFAULTS: dict[str, Any] = {
-    "method": "",
-    "seed": 0,
-    "device": "auto",
-    "dataset": {"name": "synthetic", "root": ""},
-    "backbone": {"name": "resnet12"},
-    "loss": {"name": "nca"},
-    "sampler": {"name": "iid"},
-    "evaluator": {"name": "centroid"},
-    "train": {
-        "epochs": 120,
-        "batch_size": 512,
-        "optimizer": "sgd",  # sgd (with momentum and nesterov below) or adam (default betas)
-        "lr": 0.1,
-        "momentum": 0.9,
-        "nesterov": True,
-        "weight_decay": 5e-4,
-        "milestones": [0.7],  # fractions of training after which lr is multiplied by gamma
-        "gamma": 0.1,
-        "crop_padding": 4,  # random crop after padding by this many pixels; 0 = off
-        "flip": True,  # random horizontal flip
-        "projection_dim": 0,  # >0: a linear head of this size used only in training (NCA paper App. A.4)
-        "log_every": 10,  # training steps between two logged events
-        "heartbeat": 5.0,  # seconds between two status.json heartbeats
-        "processes": 1,  # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
-    },
-    "eval": {
-        "ways": 5,
-        "shots": [1, 5],
-        "queries": 15,
-        "val_shots": 5,
-        "val_episodes": 500,  # per epoch, on the validation classes
-        "before_training": False,  # also evaluate the untrained network (logged as epoch 0)
-        "test_episodes": 10000,
-        "seed": 0,  # fixed, so every run is evaluated on the same episodes
-        "center": True,  # subtract the mean training feature (SimpleShot)
-        "normalize": True,  # then L2-normalise
-        "center_images": 4096,  # training images used for that mean; 0 = all
-        "batch_size": 256,  # images per forward pass when extracting features
-        "feature_stages": 1,  # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
-    },
-}
+# The version of the saved configuration's layout. A configuration saved by an
+# older fslab is brought to this one by migrate(); bump it, and add a step there,
+# whenever a key is added, renamed or changes meaning.
+CONFIG_VERSION = 1
 
-OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.train builds them
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The ``train`` section: optimisation, schedule, augmentation, logging."""
+
+    epochs: int = 120
+    batch_size: int = 512
+    optimizer: str = "sgd"  # sgd (with momentum and nesterov below) or adam (default betas)
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 5e-4
+    milestones: tuple[float, ...] = (0.7,)  # fractions of training after which lr is multiplied by gamma
+    gamma: float = 0.1
+    crop_padding: int = 4  # random crop after padding by this many pixels; 0 = off
+    flip: bool = True  # random horizontal flip
+    projection_dim: int = 0  # >0: a linear head of this size used only in training (NCA paper App. A.4)
+    log_every: int = 10  # training steps between two logged events
+    heartbeat: float = 5.0  # seconds between two status.json heartbeats
+    processes: int = 1  # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The ``eval`` section: the few-shot protocol (SPEC §4) and feature extraction."""
+
+    ways: int = 5
+    shots: tuple[int, ...] = (1, 5)
+    queries: int = 15
+    val_shots: int = 5
+    val_episodes: int = 500  # per epoch, on the validation classes
+    before_training: bool = False  # also evaluate the untrained network (logged as epoch 0)
+    test_episodes: int = 10000
+    seed: int = 0  # fixed, so every run is evaluated on the same episodes
+    center: bool = True  # subtract the mean training feature (SimpleShot)
+    normalize: bool = True  # then L2-normalise
+    center_images: int = 4096  # training images used for that mean; 0 = all
+    batch_size: int = 256  # images per forward pass when extracting features
+    feature_stages: int = 1  # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A run's whole configuration, typed: what the training code reads.
+
+    The plugin sections stay plain dicts (``name`` plus the plugin's parameters):
+    their schema is the plugin's signature, checked by :func:`resolve`. Lists
+    of the saved form are tuples here, so the view is immutable.
+    """
+
+    method: str = ""
+    seed: int = 0
+    device: str = "auto"
+    dataset: dict = field(default_factory=lambda: {"name": "synthetic", "root": ""})
+    backbone: dict = field(default_factory=lambda: {"name": "resnet12"})
+    loss: dict = field(default_factory=lambda: {"name": "nca"})
+    sampler: dict = field(default_factory=lambda: {"name": "iid"})
+    evaluator: dict = field(default_factory=lambda: {"name": "centroid"})
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    config_version: int = CONFIG_VERSION
+
+    def as_dict(self) -> dict:
+        """The saved form (``config.json``): nested dicts, lists for tuples."""
+        return _saved_form(dataclasses.asdict(self))
+
+
+def _saved_form(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _saved_form(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_saved_form(v) for v in value]
+    return value
+
+
+# Every key a user may set, with its default; derived from the dataclasses, so
+# a field added there is a valid, type-checked ``--set`` key. The version is
+# not a setting: resolve() stamps it.
+DEFAULTS: dict[str, Any] = {k: v for k, v in RunConfig().as_dict().items() if k != "config_version"}
+
+OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.build makes them
 
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
@@ -156,7 +205,98 @@ def resolve(
     _check_types(config, DEFAULTS, "")
     _fill_plugin_params(config, registry)
     _check_compatible(config, registry)
+    config["config_version"] = CONFIG_VERSION
     return config
+
+
+# Keys a configuration saved before config_version existed (version 0: fslab 0.1
+# and its development versions) may lack, each with what such a run trained
+# with: the code's behaviour before the key existed, which is not always what
+# today's default would be. heartbeat and the evaluator section were there from
+# the first version, but readers took them as optional.
+ADDED_BEFORE_VERSION_1: dict[str, Any] = {
+    "evaluator": {"name": "centroid"},  # the nearest-centroid classifier
+    "train": {
+        "optimizer": "sgd",  # the only optimiser before train.optimizer
+        "projection_dim": 0,  # no projection head
+        "heartbeat": 5.0,  # the worker's interval when the key was missing
+        "processes": 1,  # training in one process, before --gpus
+    },
+    "eval": {
+        "before_training": False,  # no evaluation of the untrained network
+        "feature_stages": 1,  # the backbone's output
+    },
+}
+
+
+def migrate(config: dict) -> dict:
+    """``config`` as the current version would have saved it (``config_version``
+    == :data:`CONFIG_VERSION`). Every key added since the version it was saved
+    with is filled with the value its run actually used. A current configuration
+    is returned as it is; an older one as a migrated copy (``config`` is never
+    modified). A configuration from a newer fslab is a ConfigError."""
+    version = config.get("config_version", 0)  # version 0 predates the key
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ConfigError(f"config_version must be a whole number >= 0, got {version!r}")
+    if version > CONFIG_VERSION:
+        raise ConfigError(f"configuration version {version} was written by a newer fslab "
+                          f"(this one reads versions up to {CONFIG_VERSION}); upgrade fslab")
+    if version == CONFIG_VERSION:
+        return config
+    migrated = copy.deepcopy(config)
+    _fill_missing(migrated, ADDED_BEFORE_VERSION_1)  # version 0 -> 1
+    migrated["config_version"] = CONFIG_VERSION
+    return migrated
+
+
+def _fill_missing(config: dict, added: dict) -> None:
+    for key, value in added.items():
+        if key not in config:
+            config[key] = copy.deepcopy(value)
+        elif key not in PLUGIN_SECTIONS and isinstance(value, dict) and isinstance(config[key], dict):
+            _fill_missing(config[key], value)
+
+
+def run_config(config: dict) -> RunConfig:
+    """The typed view of a saved or resolved configuration, after :func:`migrate`.
+    Every core key must be there with a value of its type (ints are accepted
+    as floats, lists become tuples); a missing or unknown key is a ConfigError."""
+    config = migrate(config)
+    _check_keys(config, [f.name for f in dataclasses.fields(RunConfig)], "")
+    values = {}
+    for name, default in DEFAULTS.items():
+        if name in PLUGIN_SECTIONS:
+            if not isinstance(config[name], dict) or not isinstance(config[name].get("name"), str):
+                raise ConfigError(f"config section '{name}' must hold a plugin name, got {config[name]!r}")
+            values[name] = copy.deepcopy(config[name])
+        elif isinstance(default, dict):
+            values[name] = _typed_section(name, config[name])
+        else:
+            values[name] = check_value(name, config[name], default)
+    return RunConfig(**values, config_version=config["config_version"])
+
+
+def _typed_section(name: str, section: Any) -> TrainConfig | EvalConfig:
+    kind = {"train": TrainConfig, "eval": EvalConfig}[name]
+    if not isinstance(section, dict):
+        raise ConfigError(f"config section '{name}' must be a table of keys, got {section!r}")
+    _check_keys(section, [f.name for f in dataclasses.fields(kind)], f"{name}.")
+    values = {}
+    for key, default in DEFAULTS[name].items():
+        value = check_value(f"{name}.{key}", section[key], default)
+        values[key] = tuple(value) if isinstance(value, list) else value
+    return kind(**values)
+
+
+def _check_keys(values: dict, expected: list[str], prefix: str) -> None:
+    missing = [k for k in expected if k not in values]
+    unknown_keys = [k for k in values if k not in expected]
+    if missing:
+        raise ConfigError(f"the configuration has no '{prefix}{missing[0]}'" +
+                          (f" (nor {', '.join(prefix + k for k in missing[1:])})" if missing[1:] else ""))
+    if unknown_keys:
+        raise ConfigError(f"unknown config key '{prefix}{unknown_keys[0]}'.{did_you_mean(unknown_keys[0], expected)} "
+                          f"Allowed: {', '.join(prefix + k for k in expected)}.")
 
 
 def _check_shape(layer: dict, source: str) -> None:

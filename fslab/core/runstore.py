@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fslab.core.errors import FslabError, RunNotFound
+from fslab.core.config import migrate
+from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, read_events, read_json
 
 STATES = ("queued", "running", "completed", "failed", "killed", "lost")
@@ -63,7 +64,16 @@ class Run:
         return self.path / "checkpoints" / "last.pt"
 
     def config(self) -> dict:
-        return read_json(self.path / "config.json") or {}
+        """The run's configuration, migrated to the current version (so readers
+        never need fallbacks for keys older fslabs did not write); ``{}`` while
+        ``config.json`` is missing or unreadable."""
+        saved = read_json(self.path / "config.json")
+        if not saved:
+            return {}
+        try:
+            return migrate(saved)
+        except ConfigError as error:
+            raise ConfigError(f"run {self.id}: {error}") from None
 
     def status(self) -> dict:
         return read_json(self.path / "status.json") or {}

@@ -1,0 +1,116 @@
+"""Configurations saved by older fslabs: migrated to the current version, on read."""
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fslab.core.config import CONFIG_VERSION, migrate, resolve, run_config
+from fslab.core.errors import ConfigError
+from fslab.core.runstore import Run, create_run
+from fslab.core.settings import Settings
+
+from .runs_helpers import fslab
+
+FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs-0.1"
+FIXTURE_CONFIGS = sorted(FIXTURE_RUNS.glob("*/config.json"))
+# Keys added while fslab 0.1 was developed; configurations saved before each one lack it.
+ADDED_DURING_0_1 = [("train", "optimizer"), ("train", "projection_dim"), ("train", "processes"),
+                    ("eval", "before_training"), ("eval", "feature_stages")]
+
+
+def saved_config(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def without(config: dict, keys) -> dict:
+    config = copy.deepcopy(config)
+    for section, key in keys:
+        del config[section][key]
+    return config
+
+
+def resolved_for(registry, saved: dict) -> dict:
+    """What resolve() gives for the settings a saved configuration names."""
+    settings = {k: v for k, v in saved.items() if k != "method"}
+    return resolve(saved["method"], registry=registry, settings=Settings(), overrides=[settings])
+
+
+def test_fixture_configs_are_version_0():
+    assert len(FIXTURE_CONFIGS) == 4
+    assert all("config_version" not in saved_config(p) for p in FIXTURE_CONFIGS)
+
+
+@pytest.mark.parametrize("path", FIXTURE_CONFIGS, ids=lambda p: p.parent.name[-4:])
+def test_a_version_0_config_migrates_to_what_resolve_gives(registry, path):
+    saved = saved_config(path)
+    expected = resolved_for(registry, saved)
+    assert migrate(saved) == expected
+    assert saved == saved_config(path)  # the argument is left alone
+    # An older 0.1 configuration, written before these keys existed, trained as the fixture did.
+    assert migrate(without(saved, ADDED_DURING_0_1)) == expected
+    assert run_config(without(saved, ADDED_DURING_0_1)).as_dict() == expected
+
+
+def test_missing_keys_get_what_older_code_did_not_todays_default(registry, monkeypatch):
+    """The filled values are fixed by the past: a changed default must not move them."""
+    import fslab.core.config as config_module
+
+    monkeypatch.setitem(config_module.DEFAULTS["train"], "optimizer", "adam")
+    monkeypatch.setitem(config_module.DEFAULTS["eval"], "feature_stages", 3)
+    old = without(saved_config(FIXTURE_CONFIGS[0]), ADDED_DURING_0_1 + [("train", "heartbeat")])
+    del old["evaluator"]
+    migrated = migrate(old)
+    assert (migrated["train"]["optimizer"], migrated["train"]["processes"], migrated["train"]["projection_dim"],
+            migrated["train"]["heartbeat"]) == ("sgd", 1, 0, 5.0)
+    assert (migrated["eval"]["feature_stages"], migrated["eval"]["before_training"]) == (1, False)
+    assert migrated["evaluator"] == {"name": "centroid"}
+
+
+def test_migration_keeps_what_was_saved_and_is_idempotent():
+    saved = without(saved_config(FIXTURE_CONFIGS[0]), ADDED_DURING_0_1)
+    saved["train"]["optimizer"] = "adam"  # saved values are never replaced
+    saved["evaluator"] = {"name": "knn", "k": 3}
+    migrated = migrate(saved)
+    assert migrated["train"]["optimizer"] == "adam" and migrated["evaluator"] == {"name": "knn", "k": 3}
+    assert migrated["config_version"] == CONFIG_VERSION
+    assert migrate(migrated) is migrated  # current: returned as it is
+
+
+def test_a_config_from_a_newer_fslab_is_one_clear_error(tmp_path):
+    newer = {**saved_config(FIXTURE_CONFIGS[0]), "config_version": CONFIG_VERSION + 1}
+    with pytest.raises(ConfigError, match=r"^configuration version 2 was written by a newer fslab .*; upgrade fslab$"):
+        migrate(newer)
+    run = create_run(tmp_path / "runs", "nca", newer)
+    with pytest.raises(ConfigError, match=rf"^run {run.id}: configuration version 2 .*upgrade fslab$"):
+        run.config()
+    with pytest.raises(ConfigError, match=r"config_version must be a whole number"):
+        migrate({"config_version": "1"})
+
+
+def test_run_config_returns_current_version_configs(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURE_RUNS, runs)
+    for folder in sorted(runs.iterdir()):
+        run = Run(folder)
+        assert run.config() == migrate(saved_config(folder / "config.json"))
+        assert run.config()["config_version"] == CONFIG_VERSION
+    assert Run(tmp_path / "nothing-here").config() == {}
+
+
+@pytest.mark.slow
+def test_a_stopped_0_1_run_resumes_to_its_uninterrupted_twin(project):
+    """018e was stopped after epoch 2 by fslab 0.1 and 53db is the same run
+    left to finish; the resumed run must end on 53db's numbers, also when its
+    configuration predates the keys added during 0.1."""
+    shutil.copytree(FIXTURE_RUNS, project / "runs")
+    stopped = next((project / "runs").glob("*-018e"))
+    config = saved_config(stopped / "config.json")
+    (stopped / "config.json").write_text(json.dumps(without(config, ADDED_DURING_0_1)))
+    result = fslab("resume", "018e", cwd=project)
+    assert result.returncode == 0, result.stderr
+    twin = next((project / "runs").glob("*-53db"))
+    assert (json.loads((stopped / "results.json").read_text())["test"]
+            == json.loads((twin / "results.json").read_text())["test"])
