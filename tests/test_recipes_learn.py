@@ -15,7 +15,7 @@ import torch
 from fslab.training import evaluation
 from fslab.core.config import resolve
 from fslab.core.settings import Settings
-from fslab.training.train import to_input
+from fslab.training.build import to_input
 
 from .test_contracts import builtin_registry
 
