@@ -250,10 +250,6 @@ def episode_scores(
     return scores.float() / truth.numel() if info.metric == "accuracy" else scores
 
 
-# Classification evaluators score episodes by accuracy; the older name stays.
-episode_accuracies = episode_scores
-
-
 def model_episode_scores(
     model: torch.nn.Module,
     images: torch.Tensor,
