@@ -26,7 +26,7 @@ from unittest import mock
 import torch
 
 from fslab.training import evaluation
-from fslab.training.train import to_input
+from fslab.training.build import to_input
 from fslab_plugins.methods.nca import centroid, squared_distances
 
 

@@ -7,7 +7,7 @@ ready for the network, by
 
 1. fslab: the ``folder`` dataset's uint8 cache, memory-mapped, the split moved
    to the device once, then per batch: index 128 rows, ``to_input`` and
-   ``augment`` (random crop after 8-pixel padding, flip) from ``fslab.training.train``
+   ``augment`` (random crop after 8-pixel padding, flip) from ``fslab.training.augment``
    on the device — what the training loop does;
 2. the usual torchvision pipeline: ``ImageFolder`` + PIL decoding +
    ``RandomCrop(84, padding=8)``, ``RandomHorizontalFlip``, ``ToTensor``,
@@ -55,7 +55,8 @@ def sync(device: torch.device) -> None:
 
 def fslab_pipeline(root: Path, size: int, batch: int, epochs: int, device: torch.device) -> tuple[float, float]:
     """(cache build seconds, images/s) for fslab's cached, on-device pipeline."""
-    from fslab.training.train import augment, to_input
+    from fslab.training.augment import augment
+    from fslab.training.build import to_input
     from fslab_plugins.datasets.folder import FolderDataset
 
     start = time.perf_counter()

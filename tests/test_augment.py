@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fslab.training.train import augment
+from fslab.training.augment import augment
 
 
 def reference(x, padding, flip, seed):

@@ -114,7 +114,7 @@ def test_asking_for_more_stages_than_exist_is_a_clear_error(registry, stages):
 def test_feature_network_is_the_backbone_for_one_stage_and_a_wrapper_otherwise(registry, torch_seed):
     from fslab.training import evaluation
     from fslab.training.features import feature_network
-    from fslab.training.train import to_input
+    from fslab.training.build import to_input
 
     model = tiny(registry, "conv4")
     assert feature_network(model, 1) is model

@@ -79,18 +79,32 @@ def test_optimizer_and_feature_stages_are_checked(registry):
 def test_make_optimizer_builds_what_the_config_names():
     import torch
 
-    from fslab.training.train import make_optimizer
+    from fslab.training.build import make_optimizer
 
     params = [torch.nn.Parameter(torch.zeros(2))]
-    train = {**DEFAULTS["train"], "lr": 0.01, "weight_decay": 1e-4}
+    train = dataclasses.replace(TrainConfig(), lr=0.01, weight_decay=1e-4)
     sgd = make_optimizer(params, train)
     assert type(sgd) is torch.optim.SGD
     assert sgd.defaults["nesterov"] is True and sgd.defaults["momentum"] == 0.9 and sgd.defaults["lr"] == 0.01
-    adam = make_optimizer(params, {**train, "optimizer": "adam"})
+    adam = make_optimizer(params, dataclasses.replace(train, optimizer="adam"))
     assert type(adam) is torch.optim.Adam
     assert (adam.defaults["lr"], adam.defaults["weight_decay"], adam.defaults["betas"]) == (0.01, 1e-4, (0.9, 0.999))
-    legacy = {k: v for k, v in train.items() if k != "optimizer"}  # a config saved before the key existed
-    assert type(make_optimizer(params, legacy)) is torch.optim.SGD
+
+
+def test_make_scheduler_multiplies_the_rate_by_gamma_after_each_milestone():
+    import torch
+
+    from fslab.training.build import make_optimizer, make_scheduler
+
+    train = dataclasses.replace(TrainConfig(), epochs=4, lr=1.0, gamma=0.5, milestones=(0.5, 0.75, 0.01))
+    optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(1))], train)
+    scheduler = make_scheduler(optimizer, train, steps_per_epoch=10)  # 40 steps: milestones at 20, 30 and 1
+    rates = []
+    for _ in range(40):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == [1.0] + [0.5] * 19 + [0.25] * 10 + [0.125] * 10
 
 
 def test_plugin_params_are_filled_and_validated(registry):

@@ -58,7 +58,8 @@ def one_step(world, name, episodic):
     import torch
 
     from fslab.training import distributed
-    from fslab.training.train import augment, to_input
+    from fslab.training.augment import augment
+    from fslab.training.build import to_input
     from fslab_plugins.backbones.networks import DropBlock
 
     torch.manual_seed(3)
@@ -116,7 +117,7 @@ def test_world_splits_a_batch_into_contiguous_rows():
 def test_augment_of_a_slice_equals_that_slice_of_the_whole_batch():
     import torch
 
-    from fslab.training.train import augment
+    from fslab.training.augment import augment
 
     x = torch.randn(10, 3, 6, 6)
     whole = augment(x, 2, True, torch.Generator().manual_seed(1))

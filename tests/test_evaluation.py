@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fslab.core.errors import UsageError
-from fslab.training.evaluation import EPISODE_BLOCK, ci95, episode_accuracies, extract_features, sample_episodes
+from fslab.training.evaluation import EPISODE_BLOCK, ci95, episode_scores, extract_features, sample_episodes
 from fslab_plugins.methods.nca import centroid
 
 
@@ -115,7 +115,7 @@ def test_centroid_accuracy_matches_a_brute_force_loop(torch_seed, shots):
     # Class-dependent means so accuracies are neither 0 nor 1.
     features = torch.randn(len(labels), 16) + 0.7 * torch.randn(12, 16)[labels]
     center = features[:40].mean(dim=0)
-    fast = episode_accuracies(features, labels, centroid, 5, shots, 5, 60, seed=3, center=center, chunk=7)
+    fast = episode_scores(features, labels, centroid, 5, shots, 5, 60, seed=3, center=center, chunk=7)
     slow = brute_force_accuracies(features, labels, 5, shots, 5, 60, 3, center)
     assert fast.shape == (60,)
     assert torch.allclose(fast, slow)
@@ -125,7 +125,7 @@ def test_centroid_accuracy_matches_a_brute_force_loop(torch_seed, shots):
 def test_separable_features_are_always_right():
     labels = uneven_labels()
     features = F.one_hot(labels, 12).float() * 10 + 0.01 * torch.randn(len(labels), 12)
-    accuracies = episode_accuracies(features, labels, centroid, 5, 1, 5, 200, seed=0)
+    accuracies = episode_scores(features, labels, centroid, 5, 1, 5, 200, seed=0)
     assert torch.equal(accuracies, torch.ones(200))
 
 
@@ -133,7 +133,7 @@ def test_accuracy_is_measured_against_the_way_order():
     # A classifier that always answers way 0 is right on exactly 1/w of the queries.
     labels = uneven_labels()
     always_first = lambda support, query: torch.zeros(query.shape[:2], dtype=torch.long)
-    accuracies = episode_accuracies(torch.randn(len(labels), 4), labels, always_first, 4, 2, 3, 20, seed=0)
+    accuracies = episode_scores(torch.randn(len(labels), 4), labels, always_first, 4, 2, 3, 20, seed=0)
     assert torch.allclose(accuracies, torch.full((20,), 0.25))
 
 

@@ -15,7 +15,7 @@ import torch
 from fslab.training import evaluation
 from fslab.core.config import resolve
 from fslab.core.settings import Settings
-from fslab.training.train import to_input
+from fslab.training.build import to_input
 
 from .test_contracts import builtin_registry
 
@@ -53,8 +53,8 @@ def fresh_network(registry):
 def accuracy(network, train, test, classify):
     features = evaluation.extract_features(network, test.images, 512, "cpu", to_input)
     center = evaluation.extract_features(network, train.images[:1024], 512, "cpu", to_input).mean(0)
-    accuracies = evaluation.episode_accuracies(features, test.labels, classify, 5, 5, 15, EPISODES, seed=0,
-                                               center=center)
+    accuracies = evaluation.episode_scores(features, test.labels, classify, 5, 5, 15, EPISODES, seed=0,
+                                           center=center)
     return float(accuracies.mean())
 
 

@@ -146,7 +146,9 @@ def test_jobs_match_a_local_run_and_a_preempted_job_resumes_from_its_checkpoint(
         got = status(project / "runs" / run_id)
         assert got["state"] == "completed" and got["exit_code"] == 0 and got["error"] is None, got
         assert got["executor"] == "slurm" and got["slurm_cluster"] == "local"
-        assert (project / "runs" / run_id / "slurm" / f"{got['slurm_job_id']}_0_result.pkl").exists()
+        # submitit pickles the job's result after the job function (which wrote status.json) returns
+        result_file = project / "runs" / run_id / "slurm" / f"{got['slurm_job_id']}_0_result.pkl"
+        wait_for(result_file.exists, timeout=30, what="submitit's result file")
         assert trajectory(project / "runs" / run_id) == trajectory(reference)
         assert json.loads((project / "runs" / run_id / "results.json").read_text())["test"] == \
             json.loads((reference / "results.json").read_text())["test"]

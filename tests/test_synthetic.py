@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fslab.core.errors import UsageError
-from fslab.training.evaluation import episode_accuracies
+from fslab.training.evaluation import episode_scores
 from fslab_plugins.methods.nca import centroid
 from fslab_plugins.datasets.synthetic import SyntheticDataset
 
@@ -60,7 +60,7 @@ def test_raw_pixels_separate_test_classes_somewhat_but_not_perfectly():
     dataset = SyntheticDataset(None, seed=0)
     test = dataset.load("test")
     pixels = test.images.flatten(1).float() / 255
-    accuracy = episode_accuracies(pixels, test.labels, centroid, 5, 5, 15, 300, seed=0, center=pixels.mean(0))
+    accuracy = episode_scores(pixels, test.labels, centroid, 5, 5, 15, 300, seed=0, center=pixels.mean(0))
     assert 0.35 < float(accuracy.mean()) < 0.9
 
 

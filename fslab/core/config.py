@@ -309,7 +309,8 @@ def _check_shape(layer: dict, source: str) -> None:
             )
         if isinstance(DEFAULTS[key], dict) and key not in PLUGIN_SECTIONS:
             if not isinstance(value, dict):
-                raise ConfigError(f"{source}: '{key}' is a section; set its keys, e.g. {key}.{next(iter(DEFAULTS[key]))}=...")
+                raise ConfigError(f"{source}: '{key}' is a section; set its keys, "
+                                  f"e.g. {key}.{next(iter(DEFAULTS[key]))}=...")
             for sub in value:
                 if sub not in DEFAULTS[key]:
                     raise ConfigError(
@@ -386,13 +387,15 @@ def _check_compatible(config: dict, registry) -> None:
         raise ConfigError(
             f"loss '{loss.name}' needs episodes (support and query rows) but sampler "
             f"'{sampler.name}' draws plain batches. Use an episodic sampler: "
-            f"{', '.join(episodic) or '(none installed)'} (e.g. --set sampler.name={episodic[0] if episodic else 'episodic'})."
+            f"{', '.join(episodic) or '(none installed)'} "
+            f"(e.g. --set sampler.name={episodic[0] if episodic else 'episodic'})."
         )
     if config["train"]["epochs"] < 1:
         raise ConfigError(f"config key 'train.epochs' must be at least 1, got {config['train']['epochs']}")
     if config["train"]["optimizer"] not in OPTIMIZERS:
         raise ConfigError(
-            f"config key 'train.optimizer' must be one of {', '.join(OPTIMIZERS)}, got '{config['train']['optimizer']}'."
+            f"config key 'train.optimizer' must be one of {', '.join(OPTIMIZERS)}, "
+            f"got '{config['train']['optimizer']}'."
             f"{did_you_mean(config['train']['optimizer'], OPTIMIZERS)}"
         )
     if config["eval"]["feature_stages"] < 1:
@@ -403,7 +406,8 @@ def _check_compatible(config: dict, registry) -> None:
     if config["train"]["batch_size"] < 2:
         raise ConfigError(f"config key 'train.batch_size' must be at least 2, got {config['train']['batch_size']}")
     if config["train"]["processes"] < 1:
-        raise ConfigError(f"config key 'train.processes' (--gpus) must be at least 1, got {config['train']['processes']}")
+        raise ConfigError(f"config key 'train.processes' (--gpus) must be at least 1, "
+                          f"got {config['train']['processes']}")
     if config["device"] not in ("auto", "cpu") and not config["device"].startswith("cuda"):
         raise ConfigError(
             f"config key 'device' must be auto, cpu, cuda or cuda:N, got '{config['device']}'"

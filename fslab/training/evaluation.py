@@ -236,20 +236,18 @@ def episode_scores(
         out = evaluator(support, query)
         if info.metric == "accuracy":
             if out.shape != query.shape[:2]:
-                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, expected predictions {tuple(query.shape[:2])}")
+                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, "
+                                 f"expected predictions {tuple(query.shape[:2])}")
             scores.append((out == truth).sum(dim=1))  # counts: divided on the CPU, below
         else:
             if out.shape != (query.shape[0],):
-                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, expected one score per episode ({query.shape[0]},)")
+                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, "
+                                 f"expected one score per episode ({query.shape[0]},)")
             scores.append(out.float())
     scores = torch.cat(scores).cpu()
     # CUDA divides by a scalar through its reciprocal: dividing on the CPU
     # gives the same accuracies, to the last bit, whatever the device.
     return scores.float() / truth.numel() if info.metric == "accuracy" else scores
-
-
-# Classification evaluators score episodes by accuracy; the older name stays.
-episode_accuracies = episode_scores
 
 
 def model_episode_scores(

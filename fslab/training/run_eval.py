@@ -21,39 +21,51 @@ import os
 
 import torch
 
-from fslab.training import evaluation
+from fslab.core.config import RunConfig, run_config
 from fslab.core.errors import UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import evaluator_label
-from fslab.training.features import feature_network
-from fslab.core.registry import create_dataset, load_registry
+from fslab.core.registry import Registry, load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
-from fslab.training.train import pick_device, plugin_kwargs, to_input
+from fslab.training import evaluation
+from fslab.training.build import (
+    build_backbone,
+    build_dataset,
+    build_evaluator,
+    pick_device,
+    plugin_kwargs,
+    to_input,
+)
+from fslab.training.checkpoint import load_checkpoint
+from fslab.training.features import feature_network
+from fslab.training.record import (
+    Episodes,
+    EvaluationInputs,
+    episode_count,
+    evaluate_and_record,
+)
 
 
 class Checkpoint:
     """The run's last checkpoint, and the network and split images built from
     it on demand (embedding a split needs both; a cached split needs neither)."""
 
-    def __init__(self, run: Run, device: torch.device, registry) -> None:
-        self.run, self.device, self.registry = run, device, registry
-        self.cfg = run.config()
-        self.state = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True)
+    def __init__(self, run: Run, cfg: RunConfig, device: torch.device, registry: Registry) -> None:
+        self.run, self.cfg, self.device, self.registry = run, cfg, device, registry
+        self.state = load_checkpoint(run.checkpoint_path, "cpu")
         self.epoch = self.state["epoch"]
-        self.stages = self.cfg["eval"].get("feature_stages", 1)
+        self.stages = cfg.eval.feature_stages
         self._dataset = None
 
     def dataset(self):
         if self._dataset is None:
-            self._dataset = create_dataset(self.registry, self.cfg)
+            self._dataset = build_dataset(self.registry, self.cfg)
         return self._dataset
 
     def network(self) -> torch.nn.Module:
         """The evaluation network (the backbone, or its multi-stage features) on the device."""
-        cfg = self.cfg
-        model = self.registry.create("backbone", cfg["backbone"]["name"], in_channels=self.dataset().channels,
-                                     **plugin_kwargs(cfg["backbone"])).to(self.device)
+        model = build_backbone(self.registry, self.cfg, self.dataset().channels, self.device)
         model.load_state_dict(self.state["model"])
         return feature_network(model, self.stages)
 
@@ -61,18 +73,33 @@ class Checkpoint:
 def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     """The split's features from the cache, or embedded now and cached."""
     stages = checkpoint.stages  # multi-stage features are cached apart
-    cache = run.path / "features" / (f"{split}-epoch{checkpoint.epoch}" + (f"-stages{stages}" if stages > 1 else "") + ".pt")
+    name = f"{split}-epoch{checkpoint.epoch}" + (f"-stages{stages}" if stages > 1 else "")
+    cache = run.path / "features" / f"{name}.pt"
     if cache.exists():
         saved = torch.load(cache, weights_only=True)
         return saved["features"], saved["labels"], True
     data = checkpoint.dataset().load(split)
-    features = evaluation.extract_features(checkpoint.network(), data.images, checkpoint.cfg["eval"]["batch_size"],
+    features = evaluation.extract_features(checkpoint.network(), data.images, checkpoint.cfg.eval.batch_size,
                                            checkpoint.device, to_input)
     cache.parent.mkdir(exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
     torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch}, tmp)
     os.replace(tmp, cache)
     return features, data.labels, False
+
+
+def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -> EvaluationInputs:
+    """The split's cached (or now cached) features, or for a model-aware
+    evaluator the checkpoint's network and the split's images."""
+    cfg = checkpoint.cfg
+    center = checkpoint.state["train_mean"] if cfg.eval.center else None
+    common = {"center": center, "normalize": cfg.eval.normalize, "device": checkpoint.device}
+    if evaluation.traits(evaluator).needs_model:
+        data = checkpoint.dataset().load(split)
+        return EvaluationInputs(labels=data.labels, network=checkpoint.network(), images=data.images,
+                                features_cached=False, **common)
+    features, labels, cached = load_features(run, split, checkpoint)
+    return EvaluationInputs(labels=labels, features=features, features_cached=cached, **common)
 
 
 def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: int, episodes: int | None = None,
@@ -86,37 +113,15 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     """
     if not run.checkpoint_path.exists():
         raise UsageError(f"run {run.id} has no checkpoint yet (one is written after each epoch)")
-    cfg = run.config()
+    cfg = run_config(run.config())
     registry = load_registry(load_settings().plugin_dirs)
-    torch_device = pick_device(device or cfg["device"])
-    checkpoint = Checkpoint(run, torch_device, registry)
-    name = evaluator or cfg["evaluator"]["name"]
-    section = {**(plugin_kwargs(cfg["evaluator"]) if name == cfg["evaluator"]["name"] else {}), **(params or {})}
-    classify = registry.create("evaluator", name, **section)
-    label = evaluator_label({"name": name, **section})
-    traits = evaluation.traits(classify)
-    episodes = episodes or traits.default_episodes
-    center = checkpoint.state["train_mean"] if cfg["eval"]["center"] else None
-    seed = cfg["eval"]["seed"]
-
-    if traits.needs_model:
-        data = checkpoint.dataset().load(split)
-        model, images, labels, features, cached = checkpoint.network(), data.images, data.labels, None, False
-    else:
-        model = images = None
-        features, labels, cached = load_features(run, split, checkpoint)
-    log = EventLog(run, echo=False)
-    results = []
-    for n, q in evaluation.episode_shapes(classify, shots, queries):
-        scores = evaluation.run_episodes(classify, labels, ways, n, q, episodes, seed, features=features, model=model,
-                                         images=images, to_input=to_input, device=torch_device, center=center,
-                                         normalize=cfg["eval"]["normalize"])
-        mean, ci = evaluation.ci95(scores)
-        result = {"split": split, "ways": ways, "shots": n, "queries": q, "episodes": episodes,
-                  "evaluator": label, "metric": traits.metric, "seed": seed, "stream": evaluation.EPISODE_STREAM,
-                  "epoch": checkpoint.epoch, "accuracy": mean, "ci95": ci, "features_cached": cached}
-        log.write("eval", source="fslab eval", **{k: v for k, v in result.items() if k != "features_cached"})
-        run.save_accuracies(result, scores)
-        results.append(result)
-        cached = features is not None
-    return results
+    checkpoint = Checkpoint(run, cfg, pick_device(device or cfg.device), registry)
+    name = evaluator or cfg.evaluator["name"]
+    own_params = plugin_kwargs(cfg.evaluator) if name == cfg.evaluator["name"] else {}
+    section = {"name": name, **own_params, **(params or {})}
+    classify = build_evaluator(registry, section)
+    chosen = Episodes(split=split, ways=ways, shots=shots, queries=queries, count=episode_count(classify, episodes),
+                      seed=cfg.eval.seed, epoch=checkpoint.epoch)
+    inputs = evaluation_inputs(run, split, checkpoint, classify)
+    return evaluate_and_record(EventLog(run, echo=False), classify, evaluator_label(section), inputs, chosen,
+                               save=True, source="fslab eval")

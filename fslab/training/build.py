@@ -1,0 +1,121 @@
+"""What a run is made of, built from its configuration and the plugin registry.
+
+Training (:mod:`fslab.training.train`) and ``fslab eval``
+(:mod:`fslab.training.run_eval`) build through here, so both make the same
+backbone from the same configuration, choose the device and turn images into
+network input the same way. :func:`build_training` creates the components in
+the order the seeded global generator must see them (the backbone's and the
+head's initial weights, then a loss's own parameters), which a resumed or
+repeated run relies on to be bitwise identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from fslab.core.config import RunConfig, TrainConfig
+from fslab.core.registry import Registry, create_dataset
+from fslab.core.types import Split
+from fslab.training import distributed
+
+
+def plugin_kwargs(section: dict) -> dict:
+    """A plugin section's parameters: every key but ``name``."""
+    return {k: v for k, v in section.items() if k != "name"}
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` is CUDA when there is a GPU here; a CUDA device asked for on a
+    machine without one is an error, not a silent fall back to the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device '{name}' was asked for but CUDA is not available here; use --device cpu")
+    return torch.device(name)
+
+
+def to_input(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [B, C, H, W] on the device -> float in [-1, 1]."""
+    return images.float().div_(127.5).sub_(1.0)
+
+
+def make_optimizer(params, train: TrainConfig) -> torch.optim.Optimizer:
+    """``train.optimizer``: SGD with (Nesterov) momentum, or Adam with its
+    default betas; both with ``train.lr`` and ``train.weight_decay`` (L2)."""
+    if train.optimizer == "adam":
+        return torch.optim.Adam(params, lr=train.lr, weight_decay=train.weight_decay)
+    if train.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=train.lr, momentum=train.momentum, nesterov=train.nesterov,
+                               weight_decay=train.weight_decay)
+    raise ValueError(f"train.optimizer must be sgd or adam, got '{train.optimizer}'")  # resolve() rejects it first
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainConfig,
+                   steps_per_epoch: int) -> torch.optim.lr_scheduler.MultiStepLR:
+    """The learning rate times ``train.gamma`` after each ``train.milestones``
+    fraction of all steps; stepped once per training step."""
+    total_steps = train.epochs * steps_per_epoch
+    milestones = sorted({max(1, round(f * total_steps)) for f in train.milestones})
+    return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=train.gamma)
+
+
+def build_dataset(registry: Registry, cfg: RunConfig) -> Any:
+    return create_dataset(registry, cfg.as_dict())
+
+
+def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device: torch.device) -> nn.Module:
+    section = cfg.backbone
+    return registry.create("backbone", section["name"], in_channels=in_channels,
+                           **plugin_kwargs(section)).to(device)
+
+
+def build_evaluator(registry: Registry, section: dict) -> Callable:
+    """The evaluator a section names (``name`` and its parameters)."""
+    return registry.create("evaluator", section["name"], **plugin_kwargs(section))
+
+
+@dataclass
+class TrainingParts:
+    """Everything training builds from the configuration."""
+
+    dataset: Any
+    train_split: Split
+    val_split: Split
+    model: nn.Module  # the backbone, with global batch norm under several processes
+    head: nn.Module  # the training-only projection, or an identity
+    loss_fn: Callable  # an nn.Module when the loss has parameters of its own
+    sampler: Any
+    evaluator: Callable
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.MultiStepLR
+
+
+def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device) -> TrainingParts:
+    """The run's components, created in a fixed order (module docstring)."""
+    dataset = build_dataset(registry, cfg)
+    train_split, val_split = dataset.load("train"), dataset.load("val")
+    model = build_backbone(registry, cfg, dataset.channels, device)
+    # A training-only linear projection on top of the backbone (NCA paper App. A.4).
+    head = torch.nn.Identity()
+    if cfg.train.projection_dim > 0:
+        head = torch.nn.Linear(model.out_dim, cfg.train.projection_dim).to(device)
+    model = distributed.synchronise_batch_norm(model, world, device)  # global-batch statistics when N > 1
+    loss_fn = registry.create("loss", cfg.loss["name"], **plugin_kwargs(cfg.loss),
+                              context={"out_dim": cfg.train.projection_dim or model.out_dim,
+                                       "num_classes": len(train_split.classes)})
+    trainable = list(model.parameters()) + list(head.parameters())
+    if isinstance(loss_fn, nn.Module):  # e.g. a loss with learnable parameters
+        loss_fn.to(device)
+        trainable += list(loss_fn.parameters())
+    sampler = registry.create("sampler", cfg.sampler["name"], labels=train_split.labels.tolist(),
+                              batch_size=cfg.train.batch_size, seed=cfg.seed, **plugin_kwargs(cfg.sampler))
+    evaluator = build_evaluator(registry, cfg.evaluator)
+    optimizer = make_optimizer(trainable, cfg.train)
+    scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
+    return TrainingParts(dataset, train_split, val_split, model, head, loss_fn, sampler, evaluator, optimizer,
+                         scheduler)

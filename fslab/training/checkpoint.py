@@ -1,0 +1,71 @@
+"""A run's checkpoint: one dict in ``checkpoints/last.pt``, rewritten after every epoch.
+
+Its keys are ``model, head, optimizer, loss, scheduler, epoch, step, config,
+best_val, train_mean, rng``: every state a resumed run needs to continue
+exactly where the interrupted one stopped (the RNG streams included), and what
+``fslab eval`` needs (the weights, the training mean used for centring).
+Checkpoints written by earlier fslab versions have the same keys.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def rng_state(augment_rng: torch.Generator, device: torch.device) -> dict:
+    """Every random stream training draws from: torch's global one (weights,
+    samplers, dropout), the augmentation generator, Python's, and CUDA's."""
+    return {"torch": torch.get_rng_state(), "augment": augment_rng.get_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []}
+
+
+def restore_rng(saved: dict, augment_rng: torch.Generator) -> None:
+    torch.set_rng_state(saved["torch"])
+    augment_rng.set_state(saved["augment"])
+    random.setstate(saved["python"])
+    if saved["cuda"]:
+        torch.cuda.set_rng_state_all(saved["cuda"])
+
+
+def training_checkpoint(*, model: nn.Module, head: nn.Module, loss_fn, optimizer: torch.optim.Optimizer,
+                        scheduler, epoch: int, step: int, config: dict, best_val: float | None,
+                        train_mean: torch.Tensor | None, augment_rng: torch.Generator, device: torch.device) -> dict:
+    """The checkpoint of a run at the end of ``epoch`` (after ``step`` steps).
+    ``loss`` holds the loss's own parameters (a learned classifier), if any."""
+    return {
+        "model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
+        "loss": loss_fn.state_dict() if isinstance(loss_fn, nn.Module) else {},
+        "scheduler": scheduler.state_dict(), "epoch": epoch, "step": step, "config": config, "best_val": best_val,
+        "train_mean": train_mean, "rng": rng_state(augment_rng, device),
+    }
+
+
+def restore_training(checkpoint: dict, *, model: nn.Module, head: nn.Module, loss_fn,
+                     optimizer: torch.optim.Optimizer, scheduler, augment_rng: torch.Generator) -> None:
+    """Put every state of :func:`training_checkpoint` back, RNG streams last."""
+    model.load_state_dict(checkpoint["model"])
+    head.load_state_dict(checkpoint["head"])
+    if isinstance(loss_fn, nn.Module):
+        loss_fn.load_state_dict(checkpoint["loss"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    restore_rng(checkpoint["rng"], augment_rng)
+
+
+def save_checkpoint(path: Path, checkpoint: dict) -> None:
+    """Write ``checkpoint`` atomically: a reader (``fslab eval``, a resume after a
+    crash) sees the previous complete file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(checkpoint, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, device: torch.device | str) -> dict:
+    """The checkpoint's tensors on ``device``. ``weights_only``: a checkpoint
+    file is data, and loading it must not run code."""
+    return torch.load(path, map_location=device, weights_only=True)

@@ -1,0 +1,112 @@
+"""Evaluate and record: from an evaluator and a split to the ``eval`` events in
+``metrics.jsonl`` and the per-episode scores in ``evaluations/``.
+
+The training loop (validation after every epoch, the test at the end) and
+``fslab eval`` both evaluate through :func:`evaluate_and_record`, so a number
+in a run's log means the same whoever wrote it. What differs is said by the
+caller: training places its events by epoch and step, ``fslab eval`` (which
+evaluates a checkpoint after the fact) names itself and the episodes' seed,
+stream and checkpoint epoch; the training's test and ``fslab eval`` keep their
+per-episode scores, for paired comparisons (:meth:`Run.save_accuracies`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from fslab.core.eventlog import EventLog
+from fslab.training import evaluation
+from fslab.training.build import to_input
+
+# What fixes an evaluation's episodes and network besides its shape: the
+# evaluation seed, the episode stream's version and the checkpoint's epoch.
+IDENTITY = ("seed", "stream", "epoch")
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """The episodes an evaluation runs: a split, their shape(s) and count, and
+    what fixes them (the seed, and the epoch of the checkpoint evaluated)."""
+
+    split: str
+    ways: int
+    shots: Sequence[int]
+    queries: int
+    count: int
+    seed: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class EvaluationInputs:
+    """What the evaluator sees of the split. An evaluator on features gets
+    ``features`` (or a function that embeds them, called once); a model-aware
+    one (``needs_model``) gets the ``network`` and the split's uint8 ``images``."""
+
+    labels: torch.Tensor
+    features: torch.Tensor | Callable[[], torch.Tensor] | None = None
+    network: nn.Module | None = None
+    images: torch.Tensor | None = None
+    center: torch.Tensor | None = None  # the training mean, subtracted before normalising
+    normalize: bool = True
+    device: torch.device | str = "cpu"
+    # fslab eval: whether the features came from its cache (reported and saved); None where there is no cache
+    features_cached: bool | None = None
+
+
+def episode_count(evaluator, asked: int | None, *, during_training: bool = False) -> int:
+    """How many episodes to run: as many as asked, else the evaluator's
+    ``default_episodes``. A model-aware evaluator adapts the network on every
+    episode, which is slow, so during training it runs at most its default."""
+    traits = evaluation.traits(evaluator)
+    count = asked or traits.default_episodes
+    if during_training and traits.needs_model:
+        count = min(count, traits.default_episodes)
+    return count
+
+
+def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: EvaluationInputs, episodes: Episodes, *,
+                        save: bool, at: dict | None = None, source: str | None = None) -> list[dict]:
+    """Run ``episodes`` for each episode shape (each number of shots, or the
+    evaluator's own fixed shape), and for each: mean ± 95% CI of the episode
+    scores, an ``eval`` event, and with ``save`` the per-episode scores.
+
+    ``label`` is the evaluator's label (:func:`fslab.core.events.evaluator_label`).
+    An evaluation during training is placed in the log by ``at`` (its epoch
+    and step); one made afterwards names its ``source`` and, since its place
+    in the log says nothing, the episodes' identity (:data:`IDENTITY`).
+    Returns one result per shape: split, ways, shots, queries, episodes,
+    evaluator, metric, seed, stream, epoch, accuracy (the score, whatever the
+    metric), ci95, and ``features_cached`` where the inputs say.
+    """
+    traits = evaluation.traits(evaluator)
+    features = inputs.features
+    if callable(features) and not traits.needs_model:
+        features = features()  # embedded once for every shape
+    cached = inputs.features_cached
+    results = []
+    for shots, queries in evaluation.episode_shapes(evaluator, episodes.shots, episodes.queries):
+        scores = evaluation.run_episodes(evaluator, inputs.labels, episodes.ways, shots, queries, episodes.count,
+                                         episodes.seed, features=features, model=inputs.network,
+                                         images=inputs.images, to_input=to_input, device=inputs.device,
+                                         center=inputs.center, normalize=inputs.normalize)
+        mean, ci = evaluation.ci95(scores)
+        result = {"split": episodes.split, "ways": episodes.ways, "shots": shots, "queries": queries,
+                  "episodes": episodes.count, "evaluator": label, "metric": traits.metric, "seed": episodes.seed,
+                  "stream": evaluation.EPISODE_STREAM, "epoch": episodes.epoch, "accuracy": mean, "ci95": ci}
+        if source is None:
+            log.write("eval", **{k: v for k, v in result.items() if k not in IDENTITY}, **(at or {}))
+        else:
+            log.write("eval", source=source, **result)
+        if cached is not None:
+            result["features_cached"] = cached
+            cached = features is not None  # the next shape reuses the features already in memory
+        if save:
+            log.run.save_accuracies(result, scores.tolist())
+        results.append(result)
+    return results
+

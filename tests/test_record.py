@@ -1,0 +1,150 @@
+"""Evaluate-and-record (the one path to eval events and saved scores) and the checkpoint dict."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+from fslab_plugins.methods.nca import centroid
+
+from fslab.core.eventlog import EventLog
+from fslab.core.runstore import create_run
+from fslab.training import evaluation
+from fslab.training.checkpoint import (
+    load_checkpoint,
+    restore_training,
+    save_checkpoint,
+    training_checkpoint,
+)
+from fslab.training.record import (
+    Episodes,
+    EvaluationInputs,
+    episode_count,
+    evaluate_and_record,
+)
+
+CLASSES, PER_CLASS = 6, 10
+
+
+@pytest.fixture
+def split():
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.arange(CLASSES).repeat_interleave(PER_CLASS)
+    features = torch.randn(len(labels), 4, generator=generator) + labels[:, None].float()  # learnable classes
+    return features, labels
+
+
+def logged_evals(run):
+    return [json.loads(line) for line in run.metrics_path.read_text().splitlines()]
+
+
+def episodes(split_name="test", shots=(1, 3), count=30, epoch=4):
+    return Episodes(split=split_name, ways=3, shots=shots, queries=2, count=count, seed=5, epoch=epoch)
+
+
+def test_fslab_eval_records_the_scores_the_episodes_give(tmp_path, split):
+    features, labels = split
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    center = features.mean(0)
+    inputs = EvaluationInputs(labels=labels, features=features, center=center, features_cached=False)
+    results = evaluate_and_record(EventLog(run, echo=False), centroid, "centroid", inputs, episodes(), save=True,
+                                  source="fslab eval")
+
+    assert [(r["shots"], r["features_cached"]) for r in results] == [(1, False), (3, True)]
+    events = logged_evals(run)
+    saved = sorted(run.saved_accuracies(), key=lambda s: s["shots"])
+    for result, event, kept in zip(results, events, saved):
+        scores = evaluation.episode_scores(features, labels, centroid, 3, result["shots"], 2, 30, 5, center=center)
+        mean = float(scores.double().mean())
+        std = math.sqrt(sum((float(s) - mean) ** 2 for s in scores) / len(scores))  # population std
+        assert result["accuracy"] == pytest.approx(mean, abs=1e-12)
+        assert result["ci95"] == pytest.approx(1.96 * std / math.sqrt(30), abs=1e-12)
+        identity = {"split": "test", "ways": 3, "queries": 2, "episodes": 30, "evaluator": "centroid",
+                    "metric": "accuracy", "seed": 5, "stream": evaluation.EPISODE_STREAM, "epoch": 4}
+        assert {k: result[k] for k in identity} == identity
+        assert set(event) == {"event", "time", "source", *identity, "shots", "accuracy", "ci95"}
+        assert event["source"] == "fslab eval" and event["accuracy"] == result["accuracy"]
+        assert kept == {**result, "accuracies": [round(float(s), 6) for s in scores]}
+
+
+def test_training_records_by_epoch_and_step_and_saves_only_when_asked(tmp_path, split):
+    features, labels = split
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    log = EventLog(run, echo=False)
+    embedded = []
+    inputs = EvaluationInputs(labels=labels, features=lambda: embedded.append(1) or features)
+    evaluate_and_record(log, centroid, "centroid", inputs, episodes("val", shots=[3], epoch=2), save=False,
+                        at={"epoch": 2, "step": 14})
+    results = evaluate_and_record(log, centroid, "centroid", inputs, episodes(), save=True, at={"step": 20})
+
+    assert len(embedded) == 2  # once per evaluation, not once per shape
+    val, *test = logged_evals(run)
+    shape = {"event", "time", "split", "ways", "shots", "queries", "episodes", "evaluator", "metric", "accuracy",
+             "ci95"}
+    assert set(val) == shape | {"epoch", "step"} and (val["epoch"], val["step"]) == (2, 14)
+    assert [set(e) for e in test] == [shape | {"step"}] * 2
+    assert all("features_cached" not in r for r in results)
+    assert [s["split"] for s in run.saved_accuracies()] == ["test", "test"]  # the validation is not kept
+
+
+class SlowAdapter:
+    """A model-aware evaluator as the core sees it (no call needed here)."""
+
+    needs_model = True
+    default_episodes = 100
+
+
+def test_episode_counts_of_fast_and_model_aware_evaluators():
+    assert episode_count(centroid, None) == evaluation.DEFAULT_EPISODES
+    assert episode_count(centroid, 500, during_training=True) == 500
+    assert episode_count(SlowAdapter(), None) == 100
+    assert episode_count(SlowAdapter(), 300) == 300  # fslab eval runs what is asked for
+    assert episode_count(SlowAdapter(), 500, during_training=True) == 100
+    assert episode_count(SlowAdapter(), 20, during_training=True) == 20
+
+
+def tiny_training():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    head = torch.nn.Linear(4, 2)
+    loss = torch.nn.Linear(2, 3)  # a loss with parameters of its own
+    params = [*model.parameters(), *head.parameters(), *loss.parameters()]
+    optimizer = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [2], gamma=0.1)
+    return model, head, loss, optimizer, scheduler
+
+
+def draws(augment_rng):
+    return torch.rand(3).tolist(), torch.rand(2, generator=augment_rng).tolist(), random.random()
+
+
+def test_a_checkpoint_restores_weights_optimiser_schedule_and_random_streams(tmp_path):
+    torch.manual_seed(0)
+    model, head, loss, optimizer, scheduler = tiny_training()
+    augment_rng = torch.Generator().manual_seed(1)
+    loss(head(model(torch.randn(5, 3)))).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, training_checkpoint(
+        model=model, head=head, loss_fn=loss, optimizer=optimizer, scheduler=scheduler, epoch=3, step=7,
+        config={"method": "nca"}, best_val=0.5, train_mean=torch.ones(4), augment_rng=augment_rng,
+        device=torch.device("cpu")))
+    expected = draws(augment_rng)
+
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left
+    checkpoint = load_checkpoint(path, "cpu")
+    assert set(checkpoint) == {"model", "head", "optimizer", "loss", "scheduler", "epoch", "step", "config",
+                               "best_val", "train_mean", "rng"}
+    torch.manual_seed(99)  # fresh weights and streams, all to be replaced
+    fresh = tiny_training()
+    fresh_rng = torch.Generator().manual_seed(2)
+    restore_training(checkpoint, model=fresh[0], head=fresh[1], loss_fn=fresh[2], optimizer=fresh[3],
+                     scheduler=fresh[4], augment_rng=fresh_rng)
+    assert draws(fresh_rng) == expected
+    for before, after in zip((model, head, loss), fresh[:3]):
+        for (name, a), b in zip(before.state_dict().items(), after.state_dict().values()):
+            assert torch.equal(a, b), name
+    momentum = [o.state_dict()["state"][0]["momentum_buffer"] for o in (optimizer, fresh[3])]
+    assert torch.equal(*momentum) and momentum[0].abs().sum() > 0
+    assert fresh[4].state_dict() == scheduler.state_dict()
