@@ -98,8 +98,8 @@ def cached_features(episodes: int, repeats: int) -> None:
     print(f"{episodes} episodes, 5-way 5-shot 15 queries, on cached 12,000 x 640 features (best of {repeats}):")
     print(f"  fslab now:       {new_s:6.3f} s ({1e6 * new_s / episodes:5.0f} us/episode; sampling {sample_s:.3f} s)  "
           f"accuracy {100 * new_mean:.2f} ± {100 * new_ci:.2f}%")
-    print(f"  before (same run): {old_s:6.3f} s ({1e6 * old_s / episodes:5.0f} us/episode; sampling {old_sample_s:.3f} s)  "
-          f"accuracy {100 * old_mean:.2f} ± {100 * old_ci:.2f}%")
+    print(f"  before (same run): {old_s:6.3f} s ({1e6 * old_s / episodes:5.0f} us/episode; "
+          f"sampling {old_sample_s:.3f} s)  accuracy {100 * old_mean:.2f} ± {100 * old_ci:.2f}%")
     print(f"  speed-up {old_s / new_s:.1f}x; new code on the old episodes: {differing} of {episodes} episode "
           f"accuracies differ from before")
     for name, evaluator, shape in evaluators():
@@ -149,9 +149,11 @@ def per_episode_vs_cached(backbone: str, episodes: int, loop_episodes: int) -> N
     slow_mean, slow_ci = evaluation.ci95(torch.stack(slow))
     same = torch.equal(fast[:loop_episodes], torch.stack(slow))
     print(f"{backbone}, {len(data)} test images, {episodes} episodes:")
-    print(f"  embed once + cached episodes: {fast_seconds:8.2f} s   accuracy {100 * fast_mean:.2f} ± {100 * fast_ci:.2f}%")
-    print(f"  backbone per episode (est.):  {loop_seconds:8.2f} s   accuracy {100 * slow_mean:.2f} ± {100 * slow_ci:.2f}% "
-          f"(first {loop_episodes} episodes; per-episode accuracies {'identical' if same else 'NOT identical'} to fslab's)")
+    print(f"  embed once + cached episodes: {fast_seconds:8.2f} s   "
+          f"accuracy {100 * fast_mean:.2f} ± {100 * fast_ci:.2f}%")
+    print(f"  backbone per episode (est.):  {loop_seconds:8.2f} s   "
+          f"accuracy {100 * slow_mean:.2f} ± {100 * slow_ci:.2f}% (first {loop_episodes} episodes; "
+          f"per-episode accuracies {'identical' if same else 'NOT identical'} to fslab's)")
     print(f"  speed-up: {loop_seconds / fast_seconds:.0f}x")
 
 

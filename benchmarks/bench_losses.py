@@ -134,8 +134,9 @@ def main() -> None:
     baseline = rows[0]["step"]
 
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"\nConv4, batch {args.batch_size} of 3×{args.image_size}×{args.image_size} ({CLASSES} classes × {per_class}; "
-          f"episodic: {SHOTS} shots + {per_class - SHOTS} queries), {where}, median of {args.steps} steps\n")
+    print(f"\nConv4, batch {args.batch_size} of 3×{args.image_size}×{args.image_size} "
+          f"({CLASSES} classes × {per_class}; episodic: {SHOTS} shots + {per_class - SHOTS} queries), "
+          f"{where}, median of {args.steps} steps\n")
     print("| loss | episodic | pairs +/− | step (ms) | × nca step | loss alone (ms) | loss share of step |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

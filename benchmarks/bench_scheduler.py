@@ -147,8 +147,8 @@ def worker_startup(project: Path, env: dict, repeats: int) -> list[float]:
     for _ in range(repeats):
         run = create_run(project / "baseline", "nca", config)
         t0 = time.time()
-        process = subprocess.Popen([sys.executable, "-m", "fslab.execution.worker", str(run.path)], cwd=project, env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, "-m", "fslab.execution.worker", str(run.path)], cwd=project,
+                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while not read_status(run.path).get("started"):
             time.sleep(0.001)
         out.append(read_status(run.path)["started"] - t0)

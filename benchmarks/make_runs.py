@@ -78,7 +78,8 @@ def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs
     with open(folder / "metrics.jsonl", "w") as fh:
         fh.writelines(json.dumps(e) + "\n" for e in lines)
     (folder / "stdout.log").write_text("".join(f"line {i}\n" for i in range(len(lines))))
-    (folder / "stderr.log").write_text("Traceback (most recent call last):\nRuntimeError: boom\n" if state == "failed" else "")
+    (folder / "stderr.log").write_text("Traceback (most recent call last):\nRuntimeError: boom\n"
+                                       if state == "failed" else "")
     live = state == "running"
     status = {"state": "running" if state in ("running", "lost") else state, "created": created, "started": created + 1,
               "host": socket.gethostname() if live else "elsewhere", "pid": os.getpid() if live else 1,
@@ -99,7 +100,8 @@ def make_runs(root: Path, runs: int = 1000, live: int = 20, steps_per_epoch: int
     now = time.time()
     live_dirs = []
     for index in range(runs):
-        state = "running" if index < live else ("completed", "completed", "completed", "failed", "killed", "lost")[index % 6]
+        state = ("running" if index < live
+                 else ("completed", "completed", "completed", "failed", "killed", "lost")[index % 6])
         folder = Path(root) / f"20260101-{index:06d}-{METHODS[index % 2][0]}-{index % 65536:04x}"
         write_run(folder, index, state, steps_per_epoch, epochs, now, rng)
         if state == "running":

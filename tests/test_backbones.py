@@ -301,7 +301,8 @@ def test_listing_plugins_imports_neither_torch_nor_numpy():
         os.environ["FSLAB_STRICT_PLUGINS"] = "1"
         from fslab.core.registry import load_registry
         registry = load_registry()
-        names = {kind: registry.names(kind) for kind in ("loss", "backbone", "sampler", "evaluator", "dataset", "method")}
+        names = {kind: registry.names(kind)
+                 for kind in ("loss", "backbone", "sampler", "evaluator", "dataset", "method")}
         assert names["backbone"] == ["conv4", "resnet12", "resnet12-nca", "wrn28-10"], names
         assert names["method"] == ["nca", "protonet"], names
         heavy = [m for m in ("torch", "numpy") if m in sys.modules]

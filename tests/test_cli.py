@@ -91,13 +91,15 @@ def test_runs_and_show_read_the_store(project):
                                                "dataset": {"name": "synthetic"}, "seed": 1, "train": {"epochs": 4}})
     run.write_status(state="completed", exit_code=0)
     with open(run.metrics_path, "w") as fh:
-        fh.write(json.dumps({"event": "train", "step": 10, "epoch": 2, "loss": 1.25, "positives": 18, "negatives": 48}) + "\n")
+        fh.write(json.dumps({"event": "train", "step": 10, "epoch": 2, "loss": 1.25,
+                             "positives": 18, "negatives": 48}) + "\n")
         fh.write(json.dumps({"event": "eval", "split": "val", "ways": 5, "shots": 5, "queries": 15,
                              "episodes": 100, "epoch": 2, "accuracy": 0.61, "ci95": 0.02}) + "\n")
     rows = [json.loads(line) for line in fslab("runs", "--json", cwd=project).stdout.splitlines()]
     assert len(rows) == 1
     row = rows[0]
-    assert (row["id"], row["state"], row["method"], row["backbone"], row["seed"]) == (run.id, "completed", "nca", "conv4", 1)
+    assert ((row["id"], row["state"], row["method"], row["backbone"], row["seed"])
+            == (run.id, "completed", "nca", "conv4", 1))
     assert (row["epoch"], row["loss"], row["positives"], row["negatives"]) == (2, 1.25, 18, 48)
     assert row["best_val"] == {"accuracy": 0.61, "ci95": 0.02, "episodes": 100, "epoch": 2}
     table = fslab("runs", cwd=project).stdout

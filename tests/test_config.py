@@ -46,7 +46,8 @@ def test_precedence_builtin_dataset_method_toml_cli(registry, tmp_path):
     settings = settings_from(tmp_path, "[run.train]\nepochs = 3\nlr = 0.05\nbatch_size = 64\n")
     config = resolve("protonet", registry=registry, settings=settings)
     assert (config["train"]["epochs"], config["train"]["lr"]) == (3, 0.05)  # toml over dataset
-    assert resolve("protonet-best", registry=registry, settings=settings)["train"]["batch_size"] == 64  # toml over method
+    config = resolve("protonet-best", registry=registry, settings=settings)
+    assert config["train"]["batch_size"] == 64  # toml over method
 
     config = resolve("protonet", registry=registry, settings=settings, overrides=cli("train.epochs=2"))
     assert (config["train"]["epochs"], config["train"]["lr"]) == (2, 0.05)  # cli over toml
@@ -68,11 +69,13 @@ def test_nca_recipe_trains_with_the_dataset_defaults_exactly(registry):
 
 
 def test_optimizer_and_feature_stages_are_checked(registry):
-    with pytest.raises(ConfigError, match=r"'train.optimizer' must be one of sgd, adam, got 'adm'\. Did you mean 'adam'\?"):
+    with pytest.raises(ConfigError,
+                       match=r"'train.optimizer' must be one of sgd, adam, got 'adm'\. Did you mean 'adam'\?"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.optimizer=adm"))
     with pytest.raises(ConfigError, match=r"'eval.feature_stages' must be at least 1"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.feature_stages=0"))
-    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.optimizer=adam", "eval.feature_stages=3"))
+    config = resolve("nca", registry=registry, settings=Settings(),
+                     overrides=cli("train.optimizer=adam", "eval.feature_stages=3"))
     assert (config["train"]["optimizer"], config["eval"]["feature_stages"]) == ("adam", 3)
 
 
@@ -111,7 +114,8 @@ def test_plugin_params_are_filled_and_validated(registry):
     config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("loss.temperature=0.9"))
     assert config["loss"] == {"name": "nca", **registry.get("loss", "nca").params, "temperature": 0.9}
     assert config["backbone"]["name"] == "resnet12" and config["backbone"]["widths"] == [64, 160, 320, 640]
-    with pytest.raises(ConfigError, match=r"unknown parameter 'loss.temprature' for loss 'nca'\. Did you mean 'temperature'\?"):
+    with pytest.raises(ConfigError,
+                       match=r"unknown parameter 'loss.temprature' for loss 'nca'\. Did you mean 'temperature'\?"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("loss.temprature=0.9"))
 
 
@@ -205,7 +209,8 @@ def test_check_value_types():
 
 
 def test_scheduler_settings_are_checked(tmp_path):
-    assert settings_from(tmp_path, "[scheduler]\ngpus = [0, 2]\n").scheduler == {"gpus": [0, 2], "runs_per_gpu": 1, "cpu_slots": 1}
+    assert (settings_from(tmp_path, "[scheduler]\ngpus = [0, 2]\n").scheduler
+            == {"gpus": [0, 2], "runs_per_gpu": 1, "cpu_slots": 1})
     with pytest.raises(ConfigError, match=r"'scheduler.gpus' must be \"auto\" or a list of GPU indices, got 'all'"):
         settings_from(tmp_path, "[scheduler]\ngpus = 'all'\n")
     with pytest.raises(ConfigError, match=r"'scheduler.cpu_slots' must be a whole number >= 1, got 0"):

@@ -263,7 +263,8 @@ def test_tieredimagenet_split_folders(registry, tmp_path):
         items[split] = []
         for wnid in listed("tieredimagenet", split)[:2]:
             for i in range(2):
-                items[split].append((wnid, write_png(tmp_path / split / wnid / f"{wnid}_{i}.JPEG", random_image(r, 8, 8))))
+                items[split].append((wnid, write_png(tmp_path / split / wnid / f"{wnid}_{i}.JPEG",
+                                                     random_image(r, 8, 8))))
     dataset = create(registry, "tieredimagenet", tmp_path, image_size=8, check_counts=False)
     assert dataset.source == "folders"
     for split, written in items.items():

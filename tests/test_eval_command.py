@@ -39,7 +39,8 @@ def test_eval_reproduces_the_final_test_and_caches_features(project):
     assert len(logged) == 4 and {e["shots"] for e in logged} == {1, 5}
 
     val = [json.loads(line) for line in fslab("eval", run_dir.name, "--split", "val", "--shots", "5",
-                                               "--queries", "5", "--episodes", "50", "--json", cwd=project).stdout.splitlines()]
+                                               "--queries", "5", "--episodes", "50", "--json",
+                                               cwd=project).stdout.splitlines()]
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
 
 

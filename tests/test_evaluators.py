@@ -292,7 +292,8 @@ def test_model_aware_core_restores_the_weights_after_every_episode():
             return super().__call__(model, support_images, query_images, **kwargs)
 
     labels = torch.arange(4).repeat_interleave(8)
-    images = torch.randint(0, 256, (len(labels), 1, 12, 12), generator=torch.Generator().manual_seed(2), dtype=torch.uint8)
+    images = torch.randint(0, 256, (len(labels), 1, 12, 12), generator=torch.Generator().manual_seed(2),
+                           dtype=torch.uint8)
     evaluator = Recording(epochs=2, lr=1e-2)
     scores = evaluation.run_episodes(evaluator, labels, 3, 2, 3, 4, seed=0, model=model, images=images,
                                      to_input=to_input, device="cpu", center=torch.zeros(8))
@@ -307,7 +308,8 @@ def test_model_aware_accuracy_is_centroid_accuracy_when_nothing_is_learned():
     # the cached-feature path on the same episodes (same stream, same centring).
     model = tiny_network()
     labels = torch.arange(5).repeat_interleave(9)
-    images = torch.randint(0, 256, (len(labels), 1, 12, 12), generator=torch.Generator().manual_seed(3), dtype=torch.uint8)
+    images = torch.randint(0, 256, (len(labels), 1, 12, 12), generator=torch.Generator().manual_seed(3),
+                           dtype=torch.uint8)
     center = torch.randn(8) * 0.1
     tuned = evaluation.run_episodes(FineTune(epochs=1, lr=1e-12, weight_decay=0.0), labels, 3, 2, 4, 6, seed=1,
                                     model=model, images=images, to_input=to_input, device="cpu", center=center)
@@ -359,7 +361,8 @@ def test_fslab_eval_with_every_feature_evaluator(trained_run, builtin_plugins, m
 
     for name in ("knn", "soft", "ap", "sen"):
         results = evaluate("--evaluator", name)
-        assert [(r["shots"], r["evaluator"], r["metric"]) for r in results] == [(1, name, "accuracy"), (5, name, "accuracy")]
+        assert ([(r["shots"], r["evaluator"], r["metric"]) for r in results]
+                == [(1, name, "accuracy"), (5, name, "accuracy")])
         assert all(0.2 < r["accuracy"] <= 1.0 for r in results)
     k3 = evaluate("--evaluator", "knn", "--shots", "5", "--set", "evaluator.k=3")
     assert k3[0]["evaluator"] == "knn[k=3]"
@@ -367,7 +370,8 @@ def test_fslab_eval_with_every_feature_evaluator(trained_run, builtin_plugins, m
                                "--queries", "5", "--episodes", "30"]).stdout
     assert "(knn[k=3], checkpoint" in text  # the label is not eaten as console markup
     # at 1 shot, k-NN, AP classification and the centroid are the same rule
-    one_shot = {name: evaluate("--evaluator", name, "--shots", "1")[0]["accuracy"] for name in ("centroid", "knn", "ap")}
+    one_shot = {name: evaluate("--evaluator", name, "--shots", "1")[0]["accuracy"]
+                for name in ("centroid", "knn", "ap")}
     assert len(set(one_shot.values())) == 1
 
     (retrieval,) = evaluate("--evaluator", "retrieval-map")

@@ -34,7 +34,8 @@ def make_run(runs_dir, seed, accuracies_by_shots, *, loss, batch_size=128, sampl
                              "accuracy": sum(accuracies) / len(accuracies), "ci95": 0.0}, accuracies)
     with open(run.metrics_path, "a") as fh:
         for step, (positives, negatives) in enumerate(pair_counts, 1):
-            fh.write(json.dumps({"event": "train", "step": step, "positives": positives, "negatives": negatives}) + "\n")
+            fh.write(json.dumps({"event": "train", "step": step, "positives": positives,
+                                 "negatives": negatives}) + "\n")
     return run
 
 
@@ -124,7 +125,8 @@ def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
     for args, message in [
         (["train.momentum", "all"], "has no configuration key 'train.momentum'"),
         (["batch-size", "all", "--size", "big"], "--size takes WIDTHxHEIGHT in pixels"),
-        (["batch-size", "all", "--queries", "5"], "none of these runs has saved test accuracies for 5-way 1,5-shot, 5 queries"),
+        (["batch-size", "all", "--queries", "5"],
+         "none of these runs has saved test accuracies for 5-way 1,5-shot, 5 queries"),
         (["batch-size", "nosuchrun"], "no run 'nosuchrun'"),
     ]:
         result = fslab("plot", *args, cwd=folder)

@@ -83,7 +83,8 @@ def test_broken_plugin_is_reported_and_the_rest_keeps_working(builtin_plugins, t
 
 def test_duplicate_names_name_both_providers(builtin_plugins, tmp_path):
     folder = write_plugin(tmp_path / "local", "again", LOCAL_LOSS.replace('name="scaled"', 'name="nca"'))
-    with pytest.raises(PluginError, match=r"loss 'nca' is registered twice: by plugin 'nca' fslab .* and by plugin 'local:again'"):
+    with pytest.raises(PluginError,
+                       match=r"loss 'nca' is registered twice: by plugin 'nca' fslab .* and by plugin 'local:again'"):
         load_registry([folder])
 
 

@@ -33,7 +33,8 @@ ARGS = [*TINY, "--epochs", "5", "--seed", "5", "--set", "loss.name=slow-nca"]
 
 def trajectory(run_dir):
     """Everything that must match: each logged step and every evaluation."""
-    train = [(e["step"], e["epoch"], e["loss"], e["positives"], e["negatives"], e["lr"]) for e in events(run_dir, "train")]
+    train = [(e["step"], e["epoch"], e["loss"], e["positives"], e["negatives"], e["lr"])
+             for e in events(run_dir, "train")]
     evals = [(e["split"], e.get("epoch"), e["shots"], e["accuracy"], e["ci95"]) for e in events(run_dir, "eval")]
     return train, evals
 

@@ -96,7 +96,8 @@ def test_sbatch_file_follows_the_settings_and_stop_cancels_the_job(project, monk
     assert result.stdout.strip() == f"run {run_dir.name}: submitted as SLURM job 4242; " \
                                     f"follow it with: fslab logs {run_dir.name} --follow"
     got = status(run_dir)
-    assert (got["state"], got["slurm_job_id"], got["slurm_cluster"], got["executor"]) == ("queued", "4242", "slurm", "slurm")
+    assert ((got["state"], got["slurm_job_id"], got["slurm_cluster"], got["executor"])
+            == ("queued", "4242", "slurm", "slurm"))
     script = (project / "sbatch-script.sh").read_text()
     for line in ("#SBATCH --partition=debug", "#SBATCH --time=90", "#SBATCH --gpus-per-node=2",
                  "#SBATCH --cpus-per-task=6", "#SBATCH --mem=32GB", "#SBATCH --account=lab", "#SBATCH --qos=high",

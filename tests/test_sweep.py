@@ -143,8 +143,8 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
     assert wait_for(lambda: final() == ["completed"] * 4 and final(), timeout=180, what="the resumed sweep")
     assert json.loads((project / "runs" / order[0] / "status.json").read_text())["ended"] == first_end
     # the slot frees when the last worker process has exited, a moment after its status says completed
-    queue = wait_for(lambda: (q := json.loads(fslab("queue", "--json", cwd=project).stdout))["slots"][0]["busy"] is False
-                     and q, timeout=30, what="the slot to free")
+    queue = wait_for(lambda: (q := json.loads(fslab("queue", "--json", cwd=project).stdout))["slots"][0]["busy"]
+                     is False and q, timeout=30, what="the slot to free")
     assert queue["runs"] == [] and queue["slots"] == [{"slot": "cpu-0", "gpu": None, "busy": False}]
 
 
@@ -175,7 +175,8 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     result = fslab("sweep", "nca", "--device", "cpu", "--gpus", "3", *TINY, cwd=project)
     assert result.returncode == 2
     assert result.stderr.strip() == "error: --gpus 3 needs 3 slots on different GPUs (or CPU slots), but the " \
-                                    "scheduler has 2 CPU slots (scheduler.cpu_slots in fslab.toml); use --gpus 2 or fewer"
+                                    "scheduler has 2 CPU slots (scheduler.cpu_slots in fslab.toml); " \
+                                    "use --gpus 2 or fewer"
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
     slurm = fslab("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project)
     assert slurm.returncode == 2 and "--gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr

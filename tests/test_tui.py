@@ -496,7 +496,8 @@ def test_minmax_series_stays_bounded_and_keeps_spikes():
         series.append(i, 1000.0 if i == 77_777 else math.sin(i / 1000))
     series.append(1, float("nan"))  # not finite: ignored
     assert series.count == 100_000 and len(series.buckets) <= 256
-    assert max(b[3] for b in series.buckets) == 1000.0 and min(b[2] for b in series.buckets) == pytest.approx(-1, abs=1e-3)
+    assert (max(b[3] for b in series.buckets) == 1000.0
+            and min(b[2] for b in series.buckets) == pytest.approx(-1, abs=1e-3))
     columns = downsample(series.buckets, 50, 0, 99_999)
     assert max(c[1] for c in columns if c) == 1000.0
     text = render_chart(Plot([("loss", series)]), 60, 10, "loss")

@@ -79,7 +79,8 @@ def standard_store(runs: Path) -> dict[str, Path]:
         "failed": write_run(runs, "20260101-120000-protonet-cccc", state="failed",
                             cfg=config(method="protonet", backbone="resnet12"), events=history(epochs=3)[:6],
                             error="RuntimeError: CUDA out of memory",
-                            stderr="Traceback (most recent call last):\n  File \"train.py\"\nRuntimeError: CUDA out of memory\n"),
+                            stderr="Traceback (most recent call last):\n  File \"train.py\"\n"
+                                   "RuntimeError: CUDA out of memory\n"),
         "running": write_run(runs, "20260101-130000-nca-dddd", state="running", cfg=config(epochs=3),
                              events=history(epochs=3)[:6]),
     }

@@ -19,7 +19,8 @@ from fslab.core.errors import UsageError
 
 @app.command()
 def run(
-    method: Annotated[str, typer.Argument(help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method).")],
+    method: Annotated[str, typer.Argument(
+        help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method).")],
     backbone: BackboneOpt = None,
     dataset: DatasetOpt = None,
     data_root: DataRootOpt = None,
@@ -120,7 +121,8 @@ def sweep(
     targets: Annotated[Optional[list[str]], typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
     grid: Annotated[Optional[list[str]], typer.Option(
-        "--grid", help="key=v1,v2,... (repeatable); keys as in --set, or backbone/dataset/epochs/batch_size/lr.")] = None,
+        "--grid", help="key=v1,v2,... (repeatable); keys as in --set, "
+                       "or backbone/dataset/epochs/batch_size/lr.")] = None,
     file: Annotated[Optional[Path], typer.Option(
         "--file", help="A sweep file in TOML: method, seeds, fail_fast, a grid table and a set table.")] = None,
     backbone: BackboneOpt = None,

@@ -14,7 +14,8 @@ from fslab.cli.common import JsonFlag, app, console, registry, settings
 
 @app.command()
 def plugins(
-    kind: Annotated[Optional[str], typer.Option(help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
+    kind: Annotated[Optional[str], typer.Option(
+        help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List every registered plugin component, grouped by kind, with its origin."""

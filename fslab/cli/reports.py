@@ -22,9 +22,13 @@ def eval_(
     ways: Annotated[int, typer.Option(help="Classes per episode.")] = 5,
     shots: Annotated[str, typer.Option(help="Comma-separated shots, e.g. 1,5.")] = "1,5",
     queries: Annotated[int, typer.Option(help="Queries per class.")] = 15,
-    episodes: Annotated[Optional[int], typer.Option(help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
-    evaluator: Annotated[Optional[str], typer.Option(help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... (default: the run's).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
+    episodes: Annotated[Optional[int], typer.Option(
+        help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
+    evaluator: Annotated[Optional[str], typer.Option(
+        help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
+             "(default: the run's).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -55,7 +59,8 @@ def eval_(
             print(json.dumps({"run": run_.id, **shown}))
         else:
             console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['episodes']} episodes "
-                          f"({escape(result['evaluator'])}, checkpoint of epoch {result['epoch']}): {accuracy_text(result)}",
+                          f"({escape(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
+                          f"{accuracy_text(result)}",
                           highlight=False)
 
 
@@ -73,8 +78,8 @@ def _evaluator_params(assignments: list[str], component) -> dict:
         key = path[1]
         if key not in component.params:
             allowed = ", ".join(sorted(component.params)) or "(none)"
-            raise UsageError(f"evaluator '{component.name}' has no parameter '{key}'.{did_you_mean(key, component.params)} "
-                             f"Allowed: {allowed}.")
+            raise UsageError(f"evaluator '{component.name}' has no parameter '{key}'."
+                             f"{did_you_mean(key, component.params)} Allowed: {allowed}.")
         default = component.params[key]
         numbers = (int, float) if isinstance(default, float) else (int,)
         if isinstance(default, bool) != isinstance(value, bool) or (
@@ -86,16 +91,20 @@ def _evaluator_params(assignments: list[str], component) -> dict:
 
 @app.command("compare")
 def compare_(
-    refs: Annotated[list[str], typer.Argument(help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
-    group_by: Annotated[Optional[str], typer.Option(help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
+    refs: Annotated[list[str], typer.Argument(
+        help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
+    group_by: Annotated[Optional[str], typer.Option(
+        help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
     queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
-    evaluator: Annotated[Optional[str], typer.Option(help="Scores saved by this evaluator, e.g. knn or knn[k=3] (default: each run's own).")] = None,
+    evaluator: Annotated[Optional[str], typer.Option(
+        help="Scores saved by this evaluator, e.g. knn or knn[k=3] (default: each run's own).")] = None,
 ) -> None:
-    """Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first group."""
+    ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
+     "and paired differences to the first group.")
     from fslab.core.sweeps import select_runs
     from fslab.reports.compare import FORMATS, compare, render
 
@@ -112,22 +121,27 @@ def compare_(
         sys.stdout.write(render(report, fmt))
         return
     columns = [f"{n}-shot" for n in shot_list]
-    table = Table("group", "seeds", *columns, title=f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes")
+    table = Table("group", "seeds", *columns,
+                  title=f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes")
     for row in report["groups"]:
         table.add_row(escape(row["group"]), str(row["seeds"]),
                       *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns])
     console.print(table)
     for p in report["paired"]:
         console.print(f"{escape(p['group'])} − {escape(p['baseline'])}, {p['shots']}-shot: "
-                      f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)",
+                      f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
+                      f"(paired over {p['episodes']} episodes)",
                       highlight=False)
 
 
 @app.command("plot")
 def plot_(
-    x: Annotated[str, typer.Argument(help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
-    refs: Annotated[list[str], typer.Argument(help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
-    series: Annotated[Optional[str], typer.Option(help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
+    x: Annotated[str, typer.Argument(
+        help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
+    refs: Annotated[list[str], typer.Argument(
+        help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
+    series: Annotated[Optional[str], typer.Option(
+        help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="PNG file to write (default: X.png).")] = None,
     size: Annotated[Optional[str], typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
     title: Annotated[Optional[str], typer.Option(help="Title above the panels.")] = None,

@@ -108,7 +108,8 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
 @app.command()
 def logs(
     ref: RunRef,
-    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
+    follow_: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
     stderr: Annotated[bool, typer.Option("--stderr", help="Show the worker's stderr instead of stdout.")] = False,
 ) -> None:
     """Print a run's output log."""

@@ -95,7 +95,8 @@ class RunSummary:
         return self.test_by_evaluator.get(label, {})
 
     def copy(self) -> RunSummary:
-        return RunSummary(**{**self.__dict__, "test": dict(self.test), "test_by_evaluator": dict(self.test_by_evaluator)})
+        return RunSummary(**{**self.__dict__, "test": dict(self.test),
+                             "test_by_evaluator": dict(self.test_by_evaluator)})
 
 
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
@@ -165,7 +166,8 @@ def add_event(summary: RunSummary, event: dict) -> None:
             elif split == "test":
                 summary.test = {**summary.test, shots: value}
         elif split == "test":
-            summary.test_by_evaluator = {**summary.test_by_evaluator, label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
+            summary.test_by_evaluator = {**summary.test_by_evaluator,
+                                         label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
 
 
 def _looks_whole(line: bytes) -> bool:

@@ -37,7 +37,8 @@ class DetailScreen(Screen):
         self.run_id = run_id
         self.follower: RunFollower | None = None
         self._lock = threading.Lock()
-        self.series = {name: MinMaxSeries() for name in ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")}
+        self.series = {name: MinMaxSeries()
+                       for name in ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")}
         self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
         self.status: dict = {}
         self.corrupt = 0
@@ -54,8 +55,10 @@ class DetailScreen(Screen):
                     with Grid(id="chart-grid"):
                         yield LineChart("training loss", Plot([("loss", s["loss"])]), id="chart-loss")
                         yield LineChart("learning rate", Plot([("lr", s["lr"])]), id="chart-lr")
-                        yield LineChart("positive pairs per batch", Plot([("positives", s["positives"])]), id="chart-pos")
-                        yield LineChart("negative pairs per batch", Plot([("negatives", s["negatives"])]), id="chart-neg")
+                        yield LineChart("positive pairs per batch", Plot([("positives", s["positives"])]),
+                                        id="chart-pos")
+                        yield LineChart("negative pairs per batch", Plot([("negatives", s["negatives"])]),
+                                        id="chart-neg")
                         yield LineChart("validation accuracy by epoch (band: 95% CI)",
                                         Plot([("val", s["val"])], (s["val_lo"], s["val_hi"])), id="chart-val")
             with TabPane("evaluations", id="evaluations"):
@@ -150,7 +153,8 @@ class DetailScreen(Screen):
             f"method {row.method} · loss {row.loss_fn} · backbone {row.backbone} · dataset {row.dataset} · "
             f"seed {row.seed} · epoch {row.epoch or 0}/{row.epochs} · step {row.step or 0}"
             f"{'/' + str(row.total_steps) if row.total_steps else ''} · "
-            f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · ETA {model.duration(model.eta(row, self.app.clock()))}",
+            f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · "
+            f"ETA {model.duration(model.eta(row, self.app.clock()))}",
         )
         if self.corrupt:
             summary.append(f" · {self.corrupt} corrupt metrics lines skipped", style="yellow")

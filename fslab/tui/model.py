@@ -110,7 +110,8 @@ def matches(row: RunSummary, query: str) -> bool:
         if sep and name in FIELDS:
             if text not in str(FIELDS[name](row)).lower():
                 return False
-        elif not any(term in str(get(row)).lower() for get in FIELDS.values()) and term not in (row.error or "").lower():
+        elif (not any(term in str(get(row)).lower() for get in FIELDS.values())
+              and term not in (row.error or "").lower()):
             return False
     return True
 

@@ -147,7 +147,8 @@ class RunsScreen(Screen):
     def action_compare(self) -> None:
         from fslab.tui.compare_screen import CompareScreen
 
-        chosen = [i for i in self.table.ids if i in self.table.marked] or [i for i in self.app.rows if i in self.table.marked]
+        chosen = ([i for i in self.table.ids if i in self.table.marked]
+                  or [i for i in self.app.rows if i in self.table.marked])
         if len(chosen) < 1:
             self.notify("mark runs with space first, then press c", markup=False)
             return

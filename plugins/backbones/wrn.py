@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from fslab.plugin import hookimpl
 
-PAPER = "Zagoruyko & Komodakis, Wide Residual Networks, BMVC 2016 (arXiv:1605.07146); used by the SEN paper (Nguyen et al., ECCV 2020)"
+PAPER = (
+    "Zagoruyko & Komodakis, Wide Residual Networks, BMVC 2016 (arXiv:1605.07146); "
+    "used by the SEN paper (Nguyen et al., ECCV 2020)"
+)
 
 
 @hookimpl
@@ -28,7 +31,8 @@ def register_backbones(register):
     register(
         "fslab_plugins.backbones.networks:WideResNet",
         name="wrn28-10",
-        description="Wide ResNet 28-10: 3 groups of 4 pre-activation blocks, widths 160-320-640; dropout off by default.",
+        description="Wide ResNet 28-10: 3 groups of 4 pre-activation blocks, widths 160-320-640; "
+                    "dropout off by default.",
         paper=PAPER,
         params={"depth": 28, "widen_factor": 10, "dropout": 0.0},
     )

@@ -37,8 +37,10 @@ def _params():
 def register_losses(register):
     register("fslab_plugins.methods.triplet_loss:TripletLoss", name="triplet", paper=PAPER + ", Eq. 2", episodic=False,
              params=_params(),
-             description="Triplet hinge over 10 positives × 10 negatives per anchor; margin measured at initialisation.")
-    register("fslab_plugins.methods.triplet_loss:LargeMarginProtoNet", name="lpn", paper=PAPER + ", Eq. 1", episodic=True,
+             description="Triplet hinge over 10 positives × 10 negatives per anchor; "
+                         "margin measured at initialisation.")
+    register("fslab_plugins.methods.triplet_loss:LargeMarginProtoNet", name="lpn", paper=PAPER + ", Eq. 1",
+             episodic=True,
              params={"triplet_weight": 1.0, **_params(), "distance": "euclidean"},
              description="L-PN: prototypical loss + λ·triplet term (λ = 1).")
 

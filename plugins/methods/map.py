@@ -28,7 +28,10 @@ from __future__ import annotations
 
 from fslab.plugin import LossOutput, UsageError, hookimpl
 
-PAPER = "Triantafillou, Zemel & Urtasun, Few-Shot Learning Through an Information Retrieval Lens, NeurIPS 2017 (arXiv:1707.02610)"
+PAPER = (
+    "Triantafillou, Zemel & Urtasun, Few-Shot Learning Through an Information Retrieval Lens, NeurIPS 2017 "
+    "(arXiv:1707.02610)"
+)
 UPDATES = ("positive", "negative")
 
 
@@ -246,7 +249,8 @@ class RetrievalMAP:
 
     def __init__(self, *, images_per_class: int = 10):
         if images_per_class < 2:
-            raise UsageError(f"retrieval-map: images_per_class must be >= 2 (a query needs a relevant image), got {images_per_class}")
+            raise UsageError(f"retrieval-map: images_per_class must be >= 2 (a query needs a relevant image), "
+                             f"got {images_per_class}")
         self.images_per_class = images_per_class
         self.episode_shape = (1, images_per_class - 1)
 

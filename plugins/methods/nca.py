@@ -34,7 +34,10 @@ from typing import Iterator, Sequence
 
 from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
 
-PAPER = "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 (arXiv:2012.09831)"
+PAPER = (
+    "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
+    "(arXiv:2012.09831)"
+)
 
 
 def squared_distances(a, b):
@@ -302,7 +305,8 @@ def register_losses(register):
         supcon,
         name="supcon",
         description="Supervised contrastive loss (L_out): mean log-likelihood of each positive, cosine / temperature.",
-        paper="Khosla et al., Supervised Contrastive Learning, NeurIPS 2020 (arXiv:2004.11362); " + PAPER + ", App. A.3",
+        paper="Khosla et al., Supervised Contrastive Learning, NeurIPS 2020 (arXiv:2004.11362); "
+              + PAPER + ", App. A.3",
         episodic=False,
     )
 

@@ -38,7 +38,10 @@ from __future__ import annotations
 
 from fslab.plugin import LossOutput, UsageError, hookimpl
 
-PAPER = "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 (arXiv:2012.09831)"
+PAPER = (
+    "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
+    "(arXiv:2012.09831)"
+)
 VINYALS = "Vinyals et al., Matching Networks for One Shot Learning, NeurIPS 2016 (arXiv:1606.04080)"
 DISTANCES = ("euclidean", "cosine")
 
@@ -217,7 +220,8 @@ def register_methods(register):
         {"loss": {"name": "nca", "pair_fraction": 0.5}, "sampler": {"name": "iid"},
          "evaluator": {"name": "centroid"}, "train": {"batch_size": 256}},
         name="nca-half-pairs",
-        description="NCA on batches of 256 keeping a random half of the pairs (set loss.pair_fraction for other points).",
+        description="NCA on batches of 256 keeping a random half of the pairs "
+                    "(set loss.pair_fraction for other points).",
         paper=f"{PAPER}, Fig. 3",
     )
     register(

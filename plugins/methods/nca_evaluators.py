@@ -26,7 +26,10 @@ from __future__ import annotations
 
 from fslab.plugin import UsageError, hookimpl
 
-PAPER = "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 (arXiv:2012.09831)"
+PAPER = (
+    "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
+    "(arXiv:2012.09831)"
+)
 
 
 def knn(support, query, *, k: int = 0):
@@ -54,7 +57,8 @@ def knn(support, query, *, k: int = 0):
     if bool(tied.any()):
         points = torch.arange(ways * shots, device=query.device)
         rows = d[tied]
-        before = (rows[:, None, :] < rows[:, :, None]) | ((rows[:, None, :] == rows[:, :, None]) & (points < points[:, None]))
+        before = ((rows[:, None, :] < rows[:, :, None])
+                  | ((rows[:, None, :] == rows[:, :, None]) & (points < points[:, None])))
         nearest = nearest.clone()
         nearest[tied] = before.sum(dim=-1).argsort(dim=-1)[:, : nearest.shape[-1]]  # ranks are distinct
     nearest = nearest[..., :k]

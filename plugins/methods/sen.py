@@ -38,7 +38,10 @@ PAPER = (
     "Nguyen, Løkse, Wickstrøm, Kampffmeyer, Roverso & Jenssen, SEN: A Novel Feature Normalization "
     "Dissimilarity Measure for Prototypical Few-Shot Learning Networks, ECCV 2020"
 )
-RING = "Zheng, Pal & Savvides, Ring loss: Convex Feature Normalization for Face Recognition, CVPR 2018 (arXiv:1803.00130)"
+RING = (
+    "Zheng, Pal & Savvides, Ring loss: Convex Feature Normalization for Face Recognition, CVPR 2018 "
+    "(arXiv:1803.00130)"
+)
 # The radicand is clamped here before the square root: sqrt has an infinite
 # derivative at 0, which would turn a query sitting on its prototype into NaNs.
 SQRT_GUARD = 1e-12
@@ -72,7 +75,8 @@ def sen(z, labels, support, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> L
     if not -1.0 <= eps_neg <= 0.0:
         raise UsageError(f"sen: eps_neg must be in [-1, 0] (so the square root stays real), got {eps_neg}")
     if support is None:
-        raise UsageError("sen needs an episodic sampler (one that marks support and query rows), e.g. sampler 'episodic'")
+        raise UsageError("sen needs an episodic sampler (one that marks support and query rows), "
+                         "e.g. sampler 'episodic'")
     support = torch.as_tensor(support, dtype=torch.bool, device=z.device)
     labels = labels.to(z.device)
     classes, support_class = torch.unique(labels[support], return_inverse=True)
