@@ -24,10 +24,11 @@ import time
 from unittest import mock
 
 import torch
+from fslab_plugins.methods.nca import centroid, squared_distances
 
+from fslab.core.types import evaluator_traits
 from fslab.training import evaluation
 from fslab.training.build import to_input
-from fslab_plugins.methods.nca import centroid, squared_distances
 
 
 def best_of(repeats: int, fn):
@@ -103,10 +104,10 @@ def cached_features(episodes: int, repeats: int) -> None:
     print(f"  speed-up {old_s / new_s:.1f}x; new code on the old episodes: {differing} of {episodes} episode "
           f"accuracies differ from before")
     for name, evaluator, shape in evaluators():
-        seconds, scores = best_of(repeats, lambda: evaluation.episode_scores(features, labels, evaluator, 5, *shape,
-                                                                             episodes, 0, center=center))
+        seconds, scores = best_of(repeats, lambda evaluator=evaluator, shape=shape: evaluation.episode_scores(
+            features, labels, evaluator, 5, *shape, episodes, 0, center=center))
         mean, ci = evaluation.ci95(scores)
-        print(f"  {name:<14} {seconds:6.3f} s  {evaluation.traits(evaluator).metric} {100 * mean:.2f} ± {100 * ci:.2f}%"
+        print(f"  {name:<14} {seconds:6.3f} s  {evaluator_traits(evaluator).metric} {100 * mean:.2f} ± {100 * ci:.2f}%"
               f"  ({shape[0]}-shot, {shape[1]} queries)")
 
 

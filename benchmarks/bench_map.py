@@ -17,10 +17,9 @@ import statistics
 import time
 
 import torch
-
+from fslab_plugins.backbones.networks import Conv4
 from fslab_plugins.methods.map import map_dlm, map_ssvm
 from fslab_plugins.methods.nca import nca
-from fslab_plugins.backbones.networks import Conv4
 
 
 def timed(fn, repeats: int, device: torch.device) -> float:

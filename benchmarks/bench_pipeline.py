@@ -55,9 +55,10 @@ def sync(device: torch.device) -> None:
 
 def fslab_pipeline(root: Path, size: int, batch: int, epochs: int, device: torch.device) -> tuple[float, float]:
     """(cache build seconds, images/s) for fslab's cached, on-device pipeline."""
+    from fslab_plugins.datasets.folder import FolderDataset
+
     from fslab.training.augment import augment
     from fslab.training.build import to_input
-    from fslab_plugins.datasets.folder import FolderDataset
 
     start = time.perf_counter()
     FolderDataset(root, image_size=size).load("train")  # decodes and writes the cache

@@ -36,7 +36,6 @@ def ms(seconds: float) -> str:
 
 async def measure(runs_dir: Path, live: list[Path], ticks: int, total: int) -> dict:
     from fslab.tui import make_app
-
     from fslab.tui.runs_table import RunsTable
 
     # First paint = the moment the table draws its first screenful of run rows:
@@ -67,7 +66,7 @@ async def measure(runs_dir: Path, live: list[Path], ticks: int, total: int) -> d
 
         rng = random.Random(1)
         for tick in range(ticks):
-            for index, folder in enumerate(live):
+            for folder in live:
                 event = train_event(time.time(), 1000 + tick, 3, rng)
                 with open(folder / "metrics.jsonl", "a") as fh:
                     fh.write(json.dumps(event) + "\n")

@@ -1,6 +1,6 @@
 """Make N fake run folders, shaped like real ones, for the dashboard benchmark.
 
-    python benchmarks/make_runs.py DIR [--runs 1000] [--live 20] [--steps 60]
+    python benchmarks/make_runs.py DIR [--runs 1000] [--live 20] [--steps 60] [--scores]
 
 Each run has config.json, status.json, metrics.jsonl (start, train every step,
 val eval per epoch, test evals), stdout.log, stderr.log and, when completed,
@@ -18,6 +18,7 @@ import math
 import os
 import random
 import socket
+import statistics
 import time
 from pathlib import Path
 
@@ -43,8 +44,8 @@ def train_event(t: float, step: int, epoch: int, rng: random.Random) -> dict:
             "lr": 0.025, "images_per_s": 50 + rng.random() * 5, "rows_without_positive": 50.0}
 
 
-def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs: int, now: float,
-              rng: random.Random) -> None:
+def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs: int, created: float,
+              now: float, rng: random.Random, scores: bool = False) -> None:
     method, loss, sampler = METHODS[index % 2]
     backbone = BACKBONES[(index // 2) % 2]
     folder.mkdir(parents=True)
@@ -52,7 +53,6 @@ def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs
     (folder / "config.json").write_text(json.dumps(config_for(method, loss, sampler, backbone, index % 5, epochs),
                                                    indent=2))
     done_epochs = epochs if state == "completed" else max(1, epochs // 2)
-    created = now - 3600 - index
     t = created + 5
     lines = [{"event": "start", "time": t, "device": "cpu", "epochs": epochs, "steps_per_epoch": steps_per_epoch,
               "total_steps": epochs * steps_per_epoch, "train_images": 3600}]
@@ -70,10 +70,12 @@ def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs
     if state == "completed":
         results = {}
         for shots, base in ((1, 0.55), (5, 0.72)):
-            acc = base + rng.random() * 0.02
-            results[f"{shots}-shot"] = {"accuracy": acc, "ci95": 0.004}
+            acc, ci, episodes = base + rng.random() * 0.02, 0.004, 2000
+            if scores:  # per-episode accuracies as training saves them, for fslab compare
+                acc, ci, episodes = save_scores(folder, rng, shots, base, index % 5, epochs)
+            results[f"{shots}-shot"] = {"accuracy": acc, "ci95": ci}
             lines.append({"event": "eval", "time": t, "split": "test", "ways": 5, "shots": shots, "queries": 15,
-                          "episodes": 2000, "accuracy": acc, "ci95": 0.004, "step": step})
+                          "episodes": episodes, "accuracy": acc, "ci95": ci, "step": step})
         lines.append({"event": "end", "time": t, "results": results})
     with open(folder / "metrics.jsonl", "w") as fh:
         fh.writelines(json.dumps(e) + "\n" for e in lines)
@@ -89,21 +91,39 @@ def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs
                       error="RuntimeError: boom" if state == "failed" else None)
     (folder / "status.json").write_text(json.dumps(status))
     if results:
-        (folder / "results.json").write_text(json.dumps({"test": results, "episodes": 2000, "ways": 5}))
+        (folder / "results.json").write_text(json.dumps({"test": results, "episodes": episodes, "ways": 5}))
+
+
+def save_scores(folder: Path, rng: random.Random, shots: int, base: float, seed: int, epochs: int,
+                episodes: int = 100) -> tuple[float, float, int]:
+    """Per-episode accuracies of a test evaluation in ``evaluations/`` (5-way, 15
+    queries: k/75), as training saves them; returns their mean, CI and count."""
+    accuracies = [min(75, max(0, round(rng.gauss(75 * base, 6)))) / 75 for _ in range(episodes)]
+    mean = statistics.fmean(accuracies)
+    ci = 1.96 * statistics.pstdev(accuracies) / math.sqrt(episodes)
+    record = {"split": "test", "ways": 5, "shots": shots, "queries": 15, "episodes": episodes,
+              "evaluator": "centroid", "metric": "accuracy", "seed": 0, "stream": 2, "epoch": epochs,
+              "accuracy": mean, "ci95": ci, "accuracies": accuracies}
+    (folder / "evaluations").mkdir(exist_ok=True)
+    name = f"test-centroid-5way-{shots}shot-15q-{episodes}ep-seed0-epoch{epochs}.json"
+    (folder / "evaluations" / name).write_text(json.dumps(record))
+    return mean, ci, episodes
 
 
 def make_runs(root: Path, runs: int = 1000, live: int = 20, steps_per_epoch: int = 12, epochs: int = 5,
-              seed: int = 0) -> list[Path]:
-    """Write ``runs`` run folders under ``root``; the first ``live`` are running.
-    Returns the live runs' folders."""
+              seed: int = 0, scores: bool = False) -> list[Path]:
+    """Write ``runs`` run folders under ``root``, one created per second; the
+    newest ``live`` are running. With ``scores``, completed runs also keep
+    per-episode test accuracies for ``fslab compare``. Returns the live runs' folders."""
     rng = random.Random(seed)
     now = time.time()
     live_dirs = []
     for index in range(runs):
-        state = ("running" if index < live
+        state = ("running" if index >= runs - live
                  else ("completed", "completed", "completed", "failed", "killed", "lost")[index % 6])
         folder = Path(root) / f"20260101-{index:06d}-{METHODS[index % 2][0]}-{index % 65536:04x}"
-        write_run(folder, index, state, steps_per_epoch, epochs, now, rng)
+        created = now - 3600 - (runs - index)
+        write_run(folder, index, state, steps_per_epoch, epochs, created, now, rng, scores)
         if state == "running":
             live_dirs.append(folder)
     return live_dirs
@@ -115,8 +135,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--live", type=int, default=20)
     parser.add_argument("--steps", type=int, default=12, help="training steps per epoch (5 epochs)")
+    parser.add_argument("--scores", action="store_true", help="per-episode test accuracies for fslab compare")
     args = parser.parse_args()
-    make_runs(args.root, args.runs, args.live, args.steps)
+    make_runs(args.root, args.runs, args.live, args.steps, scores=args.scores)
     print(f"{args.runs} runs in {args.root}")
 
 

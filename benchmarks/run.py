@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -70,9 +69,9 @@ def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> 
 def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
     """The same work written as a plain PyTorch loop, no fslab training code."""
     import torch
+    from fslab_plugins.methods.nca import nca
 
     import fslab
-    from fslab_plugins.methods.nca import nca
 
     torch.manual_seed(0)
     data = fslab.create("dataset", "synthetic", root=None).load("train")

@@ -26,7 +26,8 @@ evaluator traits in :class:`EvaluatorTraits`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
 
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+
 def _builtin_plugin_names() -> str:
     """fslab's own entry points, as installed (so a new built-in needs no edit here)."""
     from importlib.metadata import distribution

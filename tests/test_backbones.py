@@ -15,7 +15,8 @@ import torch
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.registry import keyword_params
 
-from .runs_helpers import TINY as TINY_RUN, fslab
+from .runs_helpers import TINY as TINY_RUN
+from .runs_helpers import fslab
 
 BACKBONES = ["conv4", "resnet12", "resnet12-nca", "wrn28-10"]
 TINY = {
@@ -113,8 +114,8 @@ def test_asking_for_more_stages_than_exist_is_a_clear_error(registry, stages):
 
 def test_feature_network_is_the_backbone_for_one_stage_and_a_wrapper_otherwise(registry, torch_seed):
     from fslab.training import evaluation
-    from fslab.training.features import feature_network
     from fslab.training.build import to_input
+    from fslab.training.features import feature_network
 
     model = tiny(registry, "conv4")
     assert feature_network(model, 1) is model

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from fslab.reports.compare import compare, mean_ci, render
 from fslab.core.runstore import create_run
+from fslab.reports.compare import compare, mean_ci, render
 
 from .runs_helpers import fslab
 

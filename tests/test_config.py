@@ -4,8 +4,18 @@ import dataclasses
 
 import pytest
 
-from fslab.core.config import (CONFIG_VERSION, DEFAULTS, EvalConfig, RunConfig, TrainConfig, merge, nest,
-                               parse_assignment, resolve, run_config)
+from fslab.core.config import (
+    CONFIG_VERSION,
+    DEFAULTS,
+    EvalConfig,
+    RunConfig,
+    TrainConfig,
+    merge,
+    nest,
+    parse_assignment,
+    resolve,
+    run_config,
+)
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.registry import load_registry
 from fslab.core.settings import Settings, load_settings

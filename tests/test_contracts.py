@@ -134,12 +134,13 @@ def test_every_recipe_resolves_and_names_its_paper(registry, name):
 def test_evaluator_contract(registry, name):
     """Every evaluator scores episodes in [0, 1], the same twice, and knows its paper;
     a model-aware one leaves the caller's network unchanged."""
+    from fslab.core.types import evaluator_traits
     from fslab.training import evaluation
 
     component = registry.get("evaluator", name)
     assert component.paper and component.description
     evaluator = registry.create("evaluator", name)
-    traits = evaluation.traits(evaluator)
+    traits = evaluator_traits(evaluator)
     labels = torch.arange(6).repeat_interleave(12)
     generator = torch.Generator().manual_seed(0)
     (shots, queries), = evaluation.episode_shapes(evaluator, [3], 4)

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fslab_plugins.datasets import image_cache
 from PIL import Image
 
 from fslab.core.errors import UsageError
-from fslab_plugins.datasets import image_cache
 
 from .runs_helpers import fslab
 
@@ -409,7 +409,7 @@ def fake_tiered_folders(root: Path):
 
 def fake_omniglot(root: Path):
     r = rng(6)
-    for folder, split in (("images_background", "train"), ("images_evaluation", "test")):
+    for folder in ("images_background", "images_evaluation"):
         (root / "omniglot-py" / folder).mkdir(parents=True, exist_ok=True)
     for split in ("train", "val", "test"):
         for k, character in enumerate(listed("omniglot", split)[:2]):
@@ -502,8 +502,8 @@ def test_the_cli_refuses_a_missing_data_root_before_creating_a_run(tmp_path):
 
 def test_data_roots_in_fslab_toml_are_used_and_checked_before_a_run_exists(registry, tmp_path, monkeypatch):
     from fslab.core.config import resolve
-    from fslab.execution.checks import check_dataset
     from fslab.core.settings import load_settings
+    from fslab.execution.checks import check_dataset
 
     make_folder_tree(tmp_path / "tree", classes=2, per_class=1)
     (tmp_path / "fslab.toml").write_text('[data_roots]\nfolder = "tree"\ncub = "no-such-folder"\n')

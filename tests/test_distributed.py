@@ -56,11 +56,11 @@ def one_step(world, name, episodic):
     """Loss, pair counts, gradients and running statistics after one backward
     pass of the training step, as ``fslab.training.train`` runs it on this rank."""
     import torch
+    from fslab_plugins.backbones.networks import DropBlock
 
     from fslab.training import distributed
     from fslab.training.augment import augment
     from fslab.training.build import to_input
-    from fslab_plugins.backbones.networks import DropBlock
 
     torch.manual_seed(3)
     # DropBlock draws noise per row and rescales by a count over the batch: both must be the global batch's
@@ -200,8 +200,8 @@ def test_cli_run_on_two_gloo_processes_trains_like_one(tmp_path):
 
 @pytest.mark.slow
 def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
-    from fslab.execution.local import child_pids
     from fslab.core.states import pid_alive
+    from fslab.execution.local import child_pids
 
     started = fslab("run", "nca", "--device", "cpu", "--gpus", "2", "--epochs", "500", "-d", *TINY, cwd=tmp_path)
     assert started.returncode == 0, started.stderr

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from fslab_plugins.methods.nca import centroid
 
 from fslab.core.errors import UsageError
 from fslab.training.evaluation import EPISODE_BLOCK, ci95, episode_scores, extract_features, sample_episodes
-from fslab_plugins.methods.nca import centroid
 
 
 def uneven_labels():

@@ -10,13 +10,13 @@ import os
 
 import pytest
 import torch
-
-from fslab.training import evaluation
-from fslab.core.errors import UsageError
 from fslab_plugins.methods.map import RetrievalMAP, ap_classify
 from fslab_plugins.methods.nca import centroid
 from fslab_plugins.methods.nca_evaluators import FineTune, knn, soft
 from fslab_plugins.methods.sen import sen_nearest
+
+from fslab.core.errors import UsageError
+from fslab.training import evaluation
 
 from .conftest import BUILTIN_PLUGINS
 from .runs_helpers import TINY, fslab
@@ -417,8 +417,8 @@ def test_fslab_eval_fine_tunes_on_few_episodes(trained_run, builtin_plugins, mon
 
 
 def test_compare_uses_each_runs_own_evaluator_and_pairs_one_stream_only(tmp_path):
-    from fslab.reports.compare import compare, evaluator_label
     from fslab.core.runstore import create_run
+    from fslab.reports.compare import compare, evaluator_label
 
     assert evaluator_label({"name": "knn"}) == "knn"
     assert evaluator_label({"name": "knn", "k": 3}) == "knn[k=3]"

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 import torch
-
-from fslab.core.errors import UsageError
 from fslab_plugins.methods.protonet import protonet
 from fslab_plugins.methods.triplet_loss import LargeMarginProtoNet, TripletLoss, sample_triplets
+
+from fslab.core.errors import UsageError
 
 
 def draw(labels, positives=10, negatives=10, seed=0):

@@ -7,11 +7,10 @@ from itertools import combinations
 
 import pytest
 import torch
-
-from fslab.core.errors import UsageError
 from fslab_plugins.methods.nca import nca
 from fslab_plugins.methods.protonet import protonet, resolve_episode_shape
 
+from fslab.core.errors import UsageError
 
 # -- slow references: one Python loop per row, straight from the equations ------
 

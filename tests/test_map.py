@@ -10,10 +10,9 @@ import random
 
 import pytest
 import torch
-
-from fslab.core.errors import UsageError
 from fslab_plugins.methods.map import loss_augmented_ranking, map_dlm, map_ssvm
 
+from fslab.core.errors import UsageError
 
 # -- brute force: rankings as sequences of ('p', k) / ('n', j) ------------------------
 

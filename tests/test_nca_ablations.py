@@ -9,13 +9,13 @@ from itertools import combinations
 
 import pytest
 import torch
-
-from fslab.core.errors import UsageError
 from fslab_plugins.methods.nca import nca, pair_mask, supcon
 from fslab_plugins.methods.nca_ablations import matchingnet, protonet_noproto, protonet_nosq
 from fslab_plugins.methods.protonet import protonet, resolve_episode_shape
 
-from .test_losses import no_prototype_reference, nca_reference
+from fslab.core.errors import UsageError
+
+from .test_losses import nca_reference, no_prototype_reference
 
 
 def sq(a, b):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fslab.training import evaluation
 from fslab.core.config import resolve
 from fslab.core.settings import Settings
+from fslab.training import evaluation
 from fslab.training.build import to_input
 
 from .test_contracts import builtin_registry

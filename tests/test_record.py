@@ -10,6 +10,7 @@ from fslab_plugins.methods.nca import centroid
 
 from fslab.core.eventlog import EventLog
 from fslab.core.runstore import create_run
+from fslab.core.types import DEFAULT_EPISODES
 from fslab.training import evaluation
 from fslab.training.checkpoint import (
     load_checkpoint,
@@ -96,7 +97,7 @@ class SlowAdapter:
 
 
 def test_episode_counts_of_fast_and_model_aware_evaluators():
-    assert episode_count(centroid, None) == evaluation.DEFAULT_EPISODES
+    assert episode_count(centroid, None) == DEFAULT_EPISODES
     assert episode_count(centroid, 500, during_training=True) == 500
     assert episode_count(SlowAdapter(), None) == 100
     assert episode_count(SlowAdapter(), 300) == 300  # fslab eval runs what is asked for

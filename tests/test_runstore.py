@@ -13,7 +13,7 @@ import pytest
 from fslab.core.config import CONFIG_VERSION
 from fslab.core.errors import RunNotFound
 from fslab.core.files import atomic_write_json, read_events
-from fslab.core.runstore import Run, create_run, find_run, list_runs
+from fslab.core.runstore import create_run, find_run, list_runs
 from fslab.core.states import LOST_AFTER_S
 from fslab.core.summary import read_summary
 

@@ -8,10 +8,10 @@ import random
 from collections import Counter
 
 import pytest
-
-from fslab.core.errors import UsageError
 from fslab_plugins.methods.nca import IIDSampler
 from fslab_plugins.methods.protonet import EpisodicSampler
+
+from fslab.core.errors import UsageError
 
 
 def uneven_labels(classes=40):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from fslab.core.errors import UsageError
 from fslab_plugins.methods.protonet import protonet
 from fslab_plugins.methods.ring_loss import RingProtoNet
 from fslab_plugins.methods.sen import sen, sen_distances
+
+from fslab.core.errors import UsageError
 
 
 def prototypes_of(z, labels, support):

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError
 from fslab.core.settings import load_settings
 
 from .runs_helpers import TINY, events, fslab, wait_for
@@ -264,8 +264,8 @@ def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project
 def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(local_cluster):
     """--device cpu --gpus 2 as a job: the same steps as the same run started locally; USR2 to
     the job stops its ranks, and the requeued job resumes them from the checkpoint."""
-    from fslab.execution.local import child_pids
     from fslab.core.states import pid_alive
+    from fslab.execution.local import child_pids
 
     project = local_cluster
     two = [*ARGS, "--device", "cpu", "--gpus", "2"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fslab_plugins.datasets.synthetic import SyntheticDataset
+from fslab_plugins.methods.nca import centroid
 
 from fslab.core.errors import UsageError
 from fslab.training.evaluation import episode_scores
-from fslab_plugins.methods.nca import centroid
-from fslab_plugins.datasets.synthetic import SyntheticDataset
 
 SMALL = {"classes": 30, "images_per_class": 12, "val_classes": 5, "test_classes": 5}
 

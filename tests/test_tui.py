@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import shutil
 import socket
 import subprocess
@@ -17,16 +16,15 @@ import time
 
 import pytest
 
-from fslab.tui import make_app
-from fslab.tui.charts import LineChart, MinMaxSeries, Plot, downsample, render_chart
 from fslab.core.files import read_appended
 from fslab.core.summary import RunSummary, SummaryFile
+from fslab.tui import make_app
+from fslab.tui.charts import LineChart, MinMaxSeries, Plot, downsample, render_chart
 from fslab.tui.model import matches
 from fslab.tui.tailing import StoreWatcher
 
-from .runs_helpers import TINY, wait_for
-from .test_tui_helpers import (FROZEN, append, config, history, save_episode_scores, standard_store, train,
-                               write_run)
+from .runs_helpers import TINY
+from .test_tui_helpers import FROZEN, append, config, history, save_episode_scores, standard_store, train, write_run
 
 
 def drive(app, body, size=(120, 36)):

@@ -19,10 +19,13 @@ import typer
 
 # Each module registers its commands; `fslab --help` lists them in this order.
 from fslab.cli import launch  # noqa: F401
+
 # isort: split
 from fslab.cli import runs  # noqa: F401
+
 # isort: split
 from fslab.cli import reports  # noqa: F401
+
 # isort: split
 from fslab.cli import plugins  # noqa: F401
 from fslab.cli.common import app, version_callback

@@ -5,7 +5,7 @@ Heavy modules (torch) are never imported here."""
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -25,25 +25,25 @@ console = Console(width=None if sys.stdout.isatty() else 250)
 err_console = Console(stderr=True, soft_wrap=True)
 
 RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
-BackboneOpt = Annotated[Optional[str], typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
-DatasetOpt = Annotated[Optional[str], typer.Option(help="Dataset plugin (default: synthetic, built in).")]
-DataRootOpt = Annotated[Optional[str], typer.Option(
+BackboneOpt = Annotated[str | None, typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
+DatasetOpt = Annotated[str | None, typer.Option(help="Dataset plugin (default: synthetic, built in).")]
+DataRootOpt = Annotated[str | None, typer.Option(
     help="Folder the dataset reads from (each dataset's layout: README, Datasets); its first run caches the "
          "decoded images in ROOT/.fslab-cache.")]
-EpochsOpt = Annotated[Optional[int], typer.Option(help="Training epochs.")]
-BatchSizeOpt = Annotated[Optional[int], typer.Option(help="Images per training batch.")]
-LrOpt = Annotated[Optional[float], typer.Option(help="Initial learning rate.")]
-SeedOpt = Annotated[Optional[int], typer.Option(help="Random seed.")]
-DeviceOpt = Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N.")]
-GpusOpt = Annotated[Optional[int], typer.Option(
+EpochsOpt = Annotated[int | None, typer.Option(help="Training epochs.")]
+BatchSizeOpt = Annotated[int | None, typer.Option(help="Images per training batch.")]
+LrOpt = Annotated[float | None, typer.Option(help="Initial learning rate.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Random seed.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+GpusOpt = Annotated[int | None, typer.Option(
     "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
                    "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
+SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ExecutorOpt = Annotated[str, typer.Option(
     help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
-SlurmOpt = Annotated[Optional[list[str]], typer.Option(
+SlurmOpt = Annotated[list[str] | None, typer.Option(
     "--slurm", help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]
 
 
@@ -73,7 +73,7 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
     return layers + [nest(*parse_assignment(text)) for text in set_ or []]
 
 
-def pct(value: Optional[dict]) -> str:
+def pct(value: dict | None) -> str:
     """An accuracy ± CI in percent, as the tables show it."""
     return f"{100 * value['accuracy']:.2f}±{100 * value['ci95']:.2f}" if value else "-"
 

@@ -5,15 +5,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fslab.cli.common import (BackboneOpt, BatchSizeOpt, DataRootOpt, DatasetOpt, DeviceOpt, EpochsOpt, ExecutorOpt,
-                              GpusOpt, JsonFlag, LrOpt, RunRef, SeedOpt, SetOpt, SlurmOpt, app, console, err_console,
-                              overrides, registry, settings)
+from fslab.cli.common import (
+    BackboneOpt,
+    BatchSizeOpt,
+    DataRootOpt,
+    DatasetOpt,
+    DeviceOpt,
+    EpochsOpt,
+    ExecutorOpt,
+    GpusOpt,
+    JsonFlag,
+    LrOpt,
+    RunRef,
+    SeedOpt,
+    SetOpt,
+    SlurmOpt,
+    app,
+    console,
+    err_console,
+    overrides,
+    registry,
+    settings,
+)
 from fslab.core.errors import UsageError
 
 
@@ -87,7 +106,7 @@ def _follow_to_end(run_, process) -> None:
 def resume(
     ref: RunRef,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume and return at once.")] = False,
-    executor: Annotated[Optional[str], typer.Option(
+    executor: Annotated[str | None, typer.Option(
         help="local or slurm (default: where the run last ran).")] = None,
     slurm: SlurmOpt = None,
 ) -> None:
@@ -118,12 +137,12 @@ def stop(ref: RunRef) -> None:
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def sweep(
-    targets: Annotated[Optional[list[str]], typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
-    grid: Annotated[Optional[list[str]], typer.Option(
+    grid: Annotated[list[str] | None, typer.Option(
         "--grid", help="key=v1,v2,... (repeatable); keys as in --set, "
                        "or backbone/dataset/epochs/batch_size/lr.")] = None,
-    file: Annotated[Optional[Path], typer.Option(
+    file: Annotated[Path | None, typer.Option(
         "--file", help="A sweep file in TOML: method, seeds, fail_fast, a grid table and a set table.")] = None,
     backbone: BackboneOpt = None,
     dataset: DatasetOpt = None,
@@ -131,7 +150,7 @@ def sweep(
     epochs: EpochsOpt = None,
     batch_size: BatchSizeOpt = None,
     lr: LrOpt = None,
-    seed: Annotated[Optional[int], typer.Option(help="First seed.")] = None,
+    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
     device: DeviceOpt = None,
     set_: SetOpt = None,
     gpus: GpusOpt = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -14,7 +14,7 @@ from fslab.cli.common import JsonFlag, app, console, registry, settings
 
 @app.command()
 def plugins(
-    kind: Annotated[Optional[str], typer.Option(
+    kind: Annotated[str | None, typer.Option(
         help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -22,14 +22,14 @@ def eval_(
     ways: Annotated[int, typer.Option(help="Classes per episode.")] = 5,
     shots: Annotated[str, typer.Option(help="Comma-separated shots, e.g. 1,5.")] = "1,5",
     queries: Annotated[int, typer.Option(help="Queries per class.")] = 15,
-    episodes: Annotated[Optional[int], typer.Option(
+    episodes: Annotated[int | None, typer.Option(
         help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
-    evaluator: Annotated[Optional[str], typer.Option(
+    evaluator: Annotated[str | None, typer.Option(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
              "(default: the run's).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option(
+    set_: Annotated[list[str] | None, typer.Option(
         "--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
@@ -93,14 +93,14 @@ def _evaluator_params(assignments: list[str], component) -> dict:
 def compare_(
     refs: Annotated[list[str], typer.Argument(
         help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
-    group_by: Annotated[Optional[str], typer.Option(
+    group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
     queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
-    evaluator: Annotated[Optional[str], typer.Option(
+    evaluator: Annotated[str | None, typer.Option(
         help="Scores saved by this evaluator, e.g. knn or knn[k=3] (default: each run's own).")] = None,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
@@ -140,11 +140,11 @@ def plot_(
         help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
     refs: Annotated[list[str], typer.Argument(
         help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
-    series: Annotated[Optional[str], typer.Option(
+    series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="PNG file to write (default: X.png).")] = None,
-    size: Annotated[Optional[str], typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
-    title: Annotated[Optional[str], typer.Option(help="Title above the panels.")] = None,
+    out: Annotated[Path | None, typer.Option(help="PNG file to write (default: X.png).")] = None,
+    size: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
+    title: Annotated[str | None, typer.Option(help="Title above the panels.")] = None,
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to plot.")] = 5,

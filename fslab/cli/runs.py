@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -18,7 +18,7 @@ from fslab.core.errors import UsageError
 DEFAULT_LIMIT = 50
 
 
-def _states(text: Optional[str]) -> tuple[str, ...]:
+def _states(text: str | None) -> tuple[str, ...]:
     from fslab.core.errors import unknown
     from fslab.core.states import STATES
 
@@ -34,11 +34,11 @@ def runs(
     as_json: JsonFlag = False,
     all_: Annotated[bool, typer.Option("--all", help="Every run, not only the newest 50.")] = False,
     limit: Annotated[int, typer.Option(help="How many of the newest runs to list.")] = DEFAULT_LIMIT,
-    state: Annotated[Optional[str], typer.Option(
+    state: Annotated[str | None, typer.Option(
         help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost.")] = None,
-    method: Annotated[Optional[str], typer.Option(help="Only runs of this method recipe, e.g. nca.")] = None,
-    sweep: Annotated[Optional[str], typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
-    evaluator: Annotated[Optional[str], typer.Option(
+    method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.")] = None,
+    sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
+    evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn[k=3] (default: each run's own).")] = None,
 ) -> None:
     """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy."""

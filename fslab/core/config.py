@@ -30,8 +30,9 @@ import copy
 import dataclasses
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from fslab.core.errors import ConfigError, did_you_mean
 from fslab.core.settings import Settings

@@ -19,9 +19,10 @@ training loop hands over the collective sum it uses.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 
 @dataclass(frozen=True)

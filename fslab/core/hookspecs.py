@@ -8,6 +8,11 @@
 - keyword-only parameters of ``target`` (the ones after ``*``) are the plugin's
   parameters; those before ``*`` are filled in by fslab. A lazy target declares
   ``params={name: default}`` explicitly.
+- ``info``: extra keywords, listed under each hook that reads them below (and
+  in :data:`fslab.plugin.INFO_KEYS`); any other keyword is kept and shown by
+  ``fslab plugins --json``.
+
+Plugins import these markers, and everything else they use, from :mod:`fslab.plugin`.
 """
 
 import pluggy
@@ -18,7 +23,8 @@ hookimpl = pluggy.HookimplMarker("fslab")
 
 @hookspec
 def register_losses(register):
-    """Register losses: ``loss(z, labels, support=None) -> LossOutput``."""
+    """Register losses: ``loss(z, labels, support=None) -> LossOutput``.
+    ``episodic=True``: the loss needs support and query rows (``support``)."""
 
 
 @hookspec
@@ -28,17 +34,22 @@ def register_backbones(register):
 
 @hookspec
 def register_samplers(register):
-    """Register training samplers: ``Sampler(labels, batch_size, seed, *, ...)``."""
+    """Register training samplers: ``Sampler(labels, batch_size, seed, *, ...)``.
+    ``episodic=True``: its batches mark support and query rows (``Batch.support``)."""
 
 
 @hookspec
 def register_evaluators(register):
-    """Register few-shot classifiers: ``classify(support, query, *, ...) -> predictions``."""
+    """Register few-shot classifiers: ``classify(support, query, *, ...) -> predictions``,
+    with the traits of :class:`fslab.plugin.EvaluatorTraits` as attributes where they differ."""
 
 
 @hookspec
 def register_datasets(register):
-    """Register datasets: ``Dataset(root, *, ...)`` with ``load(split) -> Split``."""
+    """Register datasets: ``Dataset(root, *, ...)`` with ``load(split) -> Split``.
+    ``defaults={...}``: configuration for runs on the dataset, under the method recipe;
+    ``check_early=True``: the constructor only checks parameters and files, so it is
+    built before a run folder is created."""
 
 
 @hookspec

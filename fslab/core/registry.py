@@ -18,10 +18,11 @@ import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pluggy
 
@@ -165,7 +166,7 @@ class Registry:
         return target(**kwargs)
 
 
-def create_dataset(registry: "Registry", config: dict) -> Any:
+def create_dataset(registry: Registry, config: dict) -> Any:
     """The dataset a run configuration names: ``dataset.root`` as the root,
     every other key of the section but ``name`` as a plugin parameter."""
     section = config["dataset"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple
 
 
 class LossOutput(NamedTuple):
@@ -18,7 +19,7 @@ class LossOutput(NamedTuple):
     loss: Any
     positives: Any
     negatives: Any
-    extra: Optional[dict] = None
+    extra: dict | None = None
 
 
 class Batch(NamedTuple):
@@ -26,7 +27,7 @@ class Batch(NamedTuple):
     samplers which rows are support (True) and which are query (False)."""
 
     indices: Sequence[int]
-    support: Optional[Sequence[bool]] = None
+    support: Sequence[bool] | None = None
 
 
 @dataclass

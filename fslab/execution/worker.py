@@ -30,7 +30,6 @@ from pathlib import Path
 from fslab.core.runstore import Run
 from fslab.core.summary import read_summary
 
-
 RANK_FAILED = ".rank-failed"
 
 
@@ -151,7 +150,7 @@ def ignore_stop_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def record_stop(keeper: "StatusKeeper", stop: "Stopped") -> int:
+def record_stop(keeper: StatusKeeper, stop: Stopped) -> int:
     """The run ends ``killed``; further signals are ignored while that is
     written. Returns the exit code, 128 + the signal's number."""
     ignore_stop_signals()
@@ -160,7 +159,7 @@ def record_stop(keeper: "StatusKeeper", stop: "Stopped") -> int:
     return 128 + stop.signum
 
 
-def record_failure(keeper: "StatusKeeper", exc: BaseException) -> None:
+def record_failure(keeper: StatusKeeper, exc: BaseException) -> None:
     """The traceback to stderr.log, and the run ends ``failed`` with its one-line summary."""
     ignore_stop_signals()
     traceback.print_exc()

@@ -18,7 +18,6 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fslab.core.errors import UsageError
 from fslab.core.events import evaluator_label

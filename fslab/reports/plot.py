@@ -24,9 +24,9 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from fslab.reports.compare import flatten, pooled, run_settings
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
+from fslab.reports.compare import flatten, pooled, run_settings
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}

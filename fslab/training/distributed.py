@@ -68,7 +68,7 @@ class World:
         return self.rank == 0
 
     @classmethod
-    def from_env(cls) -> "World":
+    def from_env(cls) -> World:
         """Rank and size as torchrun sets them (one process when unset)."""
         env = os.environ
         return cls(int(env.get("RANK", 0)), int(env.get("LOCAL_RANK", 0)), int(env.get("WORLD_SIZE", 1)))

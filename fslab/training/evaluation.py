@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from fslab.core.errors import UsageError
+from fslab.core.types import evaluator_traits
 
 # Episodes are drawn in blocks of this many; it is a constant (not a parameter)
 # because the random stream, and therefore the episodes, depend on it. Whole
@@ -59,33 +59,10 @@ EPISODE_STREAM = 2
 # features (100 × 100 × 640 floats, 26 MB) stay in cache, large enough that
 # Python overhead is negligible (benchmarks/bench_eval.py).
 EPISODE_CHUNK = 100
-DEFAULT_EPISODES = 10000
-
-
-@dataclass(frozen=True)
-class Traits:
-    """What the core needs to know about an evaluator (see the module docstring)."""
-
-    metric: str = "accuracy"
-    needs_model: bool = False
-    episode_shape: tuple[int, int] | None = None
-    default_episodes: int = DEFAULT_EPISODES
-
-
-def traits(evaluator) -> Traits:
-    shape = getattr(evaluator, "episode_shape", None)
-    return Traits(
-        metric=getattr(evaluator, "metric", "accuracy"),
-        needs_model=bool(getattr(evaluator, "needs_model", False)),
-        episode_shape=None if shape is None else (int(shape[0]), int(shape[1])),
-        default_episodes=int(getattr(evaluator, "default_episodes", DEFAULT_EPISODES)),
-    )
-
-
 def episode_shapes(evaluator, shots: Sequence[int], queries: int) -> list[tuple[int, int]]:
     """The (shots, queries) pairs to evaluate: one per number of shots asked
     for, or the evaluator's own fixed shape once."""
-    fixed = traits(evaluator).episode_shape
+    fixed = evaluator_traits(evaluator).episode_shape
     if fixed is not None:
         return [fixed]
     return [(int(n), int(queries)) for n in dict.fromkeys(shots)]
@@ -217,7 +194,7 @@ def episode_scores(
     any episode is drawn. The score is the episode's accuracy for an evaluator
     that predicts ways, or whatever a scoring evaluator returns (module docstring).
     """
-    info = traits(evaluator)
+    info = evaluator_traits(evaluator)
     if info.needs_model:
         raise UsageError("this evaluator adapts the network: evaluate it with model_episode_scores")
     chunk = max(1, chunk)
@@ -314,7 +291,7 @@ def run_episodes(
     """Per-episode scores of any evaluator: through the cached ``features``
     (a tensor, or a function that returns them), or through ``model`` and
     ``images`` for a model-aware one."""
-    if traits(evaluator).needs_model:
+    if evaluator_traits(evaluator).needs_model:
         if model is None or images is None or to_input is None:
             raise ValueError("a model-aware evaluator needs the model, the split's images and the input transform")
         return model_episode_scores(model, images, labels, evaluator, ways, shots, queries, episodes, seed,

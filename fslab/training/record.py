@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from fslab.core.eventlog import EventLog
+from fslab.core.types import evaluator_traits
 from fslab.training import evaluation
 from fslab.training.build import to_input
 
@@ -62,7 +63,7 @@ def episode_count(evaluator, asked: int | None, *, during_training: bool = False
     """How many episodes to run: as many as asked, else the evaluator's
     ``default_episodes``. A model-aware evaluator adapts the network on every
     episode, which is slow, so during training it runs at most its default."""
-    traits = evaluation.traits(evaluator)
+    traits = evaluator_traits(evaluator)
     count = asked or traits.default_episodes
     if during_training and traits.needs_model:
         count = min(count, traits.default_episodes)
@@ -83,7 +84,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     evaluator, metric, seed, stream, epoch, accuracy (the score, whatever the
     metric), ci95, and ``features_cached`` where the inputs say.
     """
-    traits = evaluation.traits(evaluator)
+    traits = evaluator_traits(evaluator)
     features = inputs.features
     if callable(features) and not traits.needs_model:
         features = features()  # embedded once for every shape

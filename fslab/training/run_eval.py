@@ -28,6 +28,7 @@ from fslab.core.events import evaluator_label
 from fslab.core.registry import Registry, load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
+from fslab.core.types import evaluator_traits
 from fslab.training import evaluation
 from fslab.training.build import (
     build_backbone,
@@ -94,7 +95,7 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
     cfg = checkpoint.cfg
     center = checkpoint.state["train_mean"] if cfg.eval.center else None
     common = {"center": center, "normalize": cfg.eval.normalize, "device": checkpoint.device}
-    if evaluation.traits(evaluator).needs_model:
+    if evaluator_traits(evaluator).needs_model:
         data = checkpoint.dataset().load(split)
         return EvaluationInputs(labels=data.labels, network=checkpoint.network(), images=data.images,
                                 features_cached=False, **common)

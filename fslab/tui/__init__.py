@@ -11,8 +11,8 @@ Reading the run store is incremental and happens in worker threads
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def make_app(runs_dir: str | Path, *, settings=None, clock: Callable[[], float] = time.time,

@@ -5,7 +5,8 @@ filtering, sorting, elapsed time and ETA."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 
@@ -66,7 +67,7 @@ def progress_text(row: RunSummary) -> Text:
         return Text(label + " " * BAR_WIDTH)
     eighths = round(done * BAR_WIDTH * 8)
     full, part = divmod(eighths, 8)
-    bar = "█" * full + (BAR_CHARS[part] if part else "") 
+    bar = "█" * full + (BAR_CHARS[part] if part else "")
     return Text(label) + Text(bar.ljust(BAR_WIDTH), style="cyan")
 
 

@@ -8,7 +8,7 @@ that row is on screen, so first paint and ticks cost the same for 10 runs or
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rich.segment import Segment
 from rich.style import Style

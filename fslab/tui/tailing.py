@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from fslab.core.files import Tail, parse_lines, read_json
 from fslab.core.states import LIVE

@@ -15,7 +15,7 @@ evaluation features, App. A.1); ``stage_dims`` lists each stage's width.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -19,9 +19,10 @@ Classes are numbered in alphabetical order of their names. Images are 32×32;
 
 from __future__ import annotations
 
-from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, shipped_list
 from fslab_plugins.datasets.miniimagenet import load_pickle, resized_blocks
+
+from fslab.plugin import UsageError, hookimpl
 
 PER_CLASS = 600
 LAYOUT = "ROOT/cifar-100-python/{train,test,meta} (the CIFAR-100 python version, as torchvision downloads it)"

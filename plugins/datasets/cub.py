@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_file, shipped_list
+
+from fslab.plugin import UsageError, hookimpl
 
 IMAGES = 11_788
 INDEX_FILES = ("images.txt", "classes.txt", "image_class_labels.txt", "bounding_box.txt")

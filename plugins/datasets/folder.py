@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.image_cache import CachedDataset, decode_all, decode_file, list_images, require
+
+from fslab.plugin import UsageError, hookimpl
 
 LAYOUT = "ROOT/{train,val,test}/<class>/<image files>"
 

@@ -37,9 +37,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 from fslab.plugin import Split, UsageError
 

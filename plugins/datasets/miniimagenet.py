@@ -21,10 +21,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fslab.plugin import UsageError, hookimpl
-
 from fslab_plugins.datasets import image_cache
-from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_file, require, shipped_list
+from fslab_plugins.datasets.image_cache import (
+    CachedDataset,
+    check_classes,
+    decode_all,
+    decode_file,
+    require,
+    shipped_list,
+)
+
+from fslab.plugin import UsageError, hookimpl
 
 PER_CLASS = 600
 CSV_LAYOUT = "ROOT/images/*.jpg with ROOT/{train,val,test}.csv ('filename,label' rows)"

@@ -19,8 +19,16 @@ without it, listed characters that are absent are skipped.
 
 from __future__ import annotations
 
+from fslab_plugins.datasets.image_cache import (
+    CachedDataset,
+    check_classes,
+    decode_all,
+    decode_file,
+    list_images,
+    shipped_list,
+)
+
 from fslab.plugin import UsageError, hookimpl
-from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_file, list_images, shipped_list
 
 DRAWINGS = 20
 LAYOUT = "ROOT/images_background/<Alphabet>/characterNN/*.png and ROOT/images_evaluation/... (torchvision's layout)"

@@ -21,10 +21,18 @@ pickles hold 84×84 images), into the uint8 cache of :mod:`image_cache`.
 
 from __future__ import annotations
 
-from fslab.plugin import UsageError, hookimpl
 from fslab_plugins.datasets.folder import scan_tree, tree_plan
-from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_bytes, require, shipped_list
+from fslab_plugins.datasets.image_cache import (
+    CachedDataset,
+    check_classes,
+    decode_all,
+    decode_bytes,
+    require,
+    shipped_list,
+)
 from fslab_plugins.datasets.miniimagenet import load_pickle
+
+from fslab.plugin import UsageError, hookimpl
 
 TOTALS = {"train": 448_695, "val": 124_261, "test": 206_209}
 PICKLE_LAYOUT = "ROOT/{train,val,test}_images_png.pkl with ROOT/{train,val,test}_labels.pkl"

@@ -30,7 +30,7 @@ stays light.
 from __future__ import annotations
 
 import random
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
 

@@ -66,7 +66,6 @@ def _query_support_loss(z, labels, support, distance: str, name: str) -> LossOut
     negatives (query, other-class support) pairs."""
     import torch
     import torch.nn.functional as F
-
     from fslab_plugins.methods.nca import squared_distances
 
     if distance not in DISTANCES:
@@ -126,7 +125,6 @@ def protonet_nosq(z, labels, support) -> LossOutput:
     batch (see tests/test_nca_ablations.py for the paper's 20,170).
     """
     import torch
-
     from fslab_plugins.methods.nca import squared_distances
 
     support = _support_mask(z, support, "protonet-nosq")

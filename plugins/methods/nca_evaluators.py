@@ -41,7 +41,6 @@ def knn(support, query, *, k: int = 0):
     equally many votes, the one whose nearest voter ranks first wins.
     """
     import torch
-
     from fslab_plugins.methods.nca import squared_distances
 
     episodes, ways, shots, _ = support.shape
@@ -123,7 +122,6 @@ class FineTune:
         """Minimise the NCA loss of the support set in place; returns the loss
         before each step."""
         import torch
-
         from fslab_plugins.methods.nca import nca
 
         ways, shots = support_images.shape[:2]
@@ -153,7 +151,6 @@ class FineTune:
     def __call__(self, model, support_images, query_images, *, to_input, device, center=None, normalize=True):
         import torch
         import torch.nn.functional as F
-
         from fslab_plugins.methods.nca import centroid
 
         ways, shots = support_images.shape[:2]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
 

@@ -52,7 +52,6 @@ def sen_distances(query, prototypes, eps):
     ``[..., C, d]`` (leading batch dimensions allowed); ``eps`` is a number
     or a tensor of ε_ik broadcastable to ``[..., Q, C]``."""
     import torch
-
     from fslab_plugins.methods.nca import squared_distances
 
     euclidean = squared_distances(query, prototypes)

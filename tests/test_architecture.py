@@ -1,0 +1,117 @@
+"""The architecture rules hold, and they catch what they are meant to catch.
+
+The rules live in pyproject.toml: import-linter contracts (layers, no cycles,
+no torch/textual/matplotlib in the core, the dashboard without torch, plugins
+through fslab.plugin only) and ruff. CI runs both; these tests run them too,
+check the module graph for cycles with a second implementation (Tarjan's
+strongly connected components over grimp's graph, imports inside functions
+included), and plant a breach in a copy of the sources to see it named."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def run(*argv: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_import_contracts_are_kept():
+    done = run(str(BIN / "lint-imports"), "--no-cache")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_ruff_finds_nothing():
+    done = run(str(BIN / "ruff"), "check", "fslab", "plugins", "tests", "benchmarks")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm (iterative): the components with more than one module."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+
+    def visit(root: str) -> None:
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_module_graph_has_no_cycle():
+    import grimp
+
+    graph = grimp.build_graph("fslab", "fslab_plugins", cache_dir=None)
+    modules = {m for m in graph.modules if m.split(".")[0] in ("fslab", "fslab_plugins")}
+    edges = {m: graph.find_modules_directly_imported_by(m) & modules for m in modules}
+    assert strongly_connected(edges) == []
+    # the check itself: a cycle is found
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_a_planted_breach_is_named(tmp_path):
+    """In a copy of the sources, an import inside a function from the core up
+    into the execution layer breaks the layer and cycle contracts, and the
+    report names the module and line."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "fslab", src / "fslab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "plugins", src / "fslab_plugins", ignore=shutil.ignore_patterns("__pycache__", "splits"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with open(src / "fslab" / "core" / "errors.py", "a") as fh:
+        fh.write("\n\ndef _planted():\n    from fslab.execution.executor import stop\n    return stop\n")
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = run(str(BIN / "lint-imports"), "--no-cache", cwd=tmp_path, env=env)
+    assert done.returncode != 0
+    assert "fslab.core.errors -> fslab.execution.executor" in done.stdout
+    assert "Layers: cli > tui > reports | execution > training > core BROKEN" in done.stdout
+    assert "No import cycle between modules or packages BROKEN" in done.stdout
+
+
+def test_functions_fit_on_a_screen():
+    """No function in fslab is over 65 lines (training's loop included)."""
+    long = []
+    for path in (ROOT / "fslab").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 65:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert long == []
