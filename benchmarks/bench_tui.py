@@ -11,7 +11,9 @@ measured in this one run on this machine:
    + redraw) as the UI sees it; median and max over ``--ticks`` ticks;
 4. chart drawing for a run with 100 and with 100,000 logged steps.
 
-Options: ``--runs N`` (1000), ``--live N`` (20), ``--ticks N`` (20).
+Options: ``--runs N`` (1000), ``--live N`` (20), ``--ticks N`` (20), ``--cold`` (no
+``summary.json`` yet, as in a store written by fslab 0.1: every run is folded
+from its metrics as it loads).
 """
 
 from __future__ import annotations
@@ -100,16 +102,23 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--live", type=int, default=20)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--cold", action="store_true",
+                        help="start without summary.json files (a store written by fslab 0.1)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         runs_dir = Path(tmp) / "runs"
         live = make_runs(runs_dir, args.runs, args.live)  # live runs carry this process's pid
+        if not args.cold:  # the summaries in place, as the workers leave them
+            from fslab.core.summary import list_summaries
+
+            list_summaries(runs_dir, limit=None)
         t0 = time.perf_counter()
         import fslab.tui.app  # noqa: F401
         import_s = time.perf_counter() - t0
         result = asyncio.run(measure(runs_dir, live, args.ticks, args.runs))
     charts = chart_times()
-    print(f"runs: {args.runs} ({args.live} live, each appending one metrics line per tick)")
+    print(f"runs: {args.runs} ({args.live} live, each appending one metrics line per tick); "
+          f"{'no summary.json yet' if args.cold else 'summaries in place'}")
     print(f"import fslab.tui (Textual included): {ms(import_s)}; torch imported: {'torch' in sys.modules}")
     print(f"first paint (app start -> first screenful of runs drawn): {ms(result['first_paint'])}")
     print(f"all {args.runs} runs loaded: {ms(result['all_loaded'])}")

@@ -194,7 +194,7 @@ def test_settings_unknown_section_and_key(tmp_path):
 def test_settings_paths_resolve_against_the_file(tmp_path):
     settings = settings_from(tmp_path, "[project]\nruns_dir='store'\nplugin_dirs=['p']\n[data_roots]\nsynthetic='d'\n")
     assert settings.runs_dir == tmp_path / "store"
-    assert settings.plugin_dirs == [tmp_path / "p"]
+    assert settings.plugin_dirs == (tmp_path / "p",)
     assert settings.data_roots == {"synthetic": str(tmp_path / "d")}
 
 
@@ -219,8 +219,10 @@ def test_check_value_types():
 
 
 def test_scheduler_settings_are_checked(tmp_path):
+    from fslab.core.settings import SchedulerSettings
+
     assert (settings_from(tmp_path, "[scheduler]\ngpus = [0, 2]\n").scheduler
-            == {"gpus": [0, 2], "runs_per_gpu": 1, "cpu_slots": 1})
+            == SchedulerSettings(gpus=(0, 2), runs_per_gpu=1, cpu_slots=1))
     with pytest.raises(ConfigError, match=r"'scheduler.gpus' must be \"auto\" or a list of GPU indices, got 'all'"):
         settings_from(tmp_path, "[scheduler]\ngpus = 'all'\n")
     with pytest.raises(ConfigError, match=r"'scheduler.cpu_slots' must be a whole number >= 1, got 0"):

@@ -27,8 +27,8 @@ def test_slurm_settings_are_checked(tmp_path):
     path = tmp_path / "fslab.toml"
     path.write_text("[slurm]\npartition = 'gpu'\ntimeout_min = 90\nsbatch = { account = 'lab' }\n")
     settings = load_settings(path)
-    assert settings.slurm["partition"] == "gpu" and settings.slurm["timeout_min"] == 90
-    assert settings.slurm["cluster"] == "slurm" and settings.slurm["sbatch"] == {"account": "lab"}
+    assert settings.slurm.partition == "gpu" and settings.slurm.timeout_min == 90
+    assert settings.slurm.cluster == "slurm" and settings.slurm.sbatch == {"account": "lab"}
     path.write_text("[slurm]\npartion = 'gpu'\n")
     with pytest.raises(ConfigError, match="unknown key 'slurm.partion'. Did you mean 'partition'?"):
         load_settings(path)
@@ -39,7 +39,7 @@ def test_slurm_settings_are_checked(tmp_path):
     from fslab.execution.slurm import job_options
 
     settings = load_settings(tmp_path / "missing.toml")
-    assert job_options(settings, ["partition=debug", "timeout_min=30"])["partition"] == "debug"
+    assert job_options(settings, ["partition=debug", "timeout_min=30"]).partition == "debug"
     with pytest.raises(ConfigError, match="--slurm timeout_min must be a whole number of minutes >= 1, got 'soon'"):
         job_options(settings, ["timeout_min=soon"])
     with pytest.raises(ConfigError, match="unknown --slurm key 'gpu_per_job'. Did you mean 'gpus_per_job'?"):

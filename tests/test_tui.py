@@ -474,13 +474,13 @@ def test_tailing_reads_only_what_is_new(tmp_path):
 
 def test_watcher_batches_and_skips_unchanged_ended_runs(tmp_path):
     runs = tmp_path / "runs"
-    for i in range(5):
+    for i in range(9):
         write_run(runs, f"2026-{i}", events=history())
     batches = []
     watcher = StoreWatcher(runs, clock=lambda: FROZEN)
     last = watcher.poll(on_batch=batches.append, batch=2)
-    assert [len(b.rows) for b in batches] == [2, 2] and len(last.rows) == 1
-    assert [r.id for b in batches for r in b.rows] == ["2026-4", "2026-3", "2026-2", "2026-1"]
+    assert [len(b.rows) for b in batches] == [2, 4] and len(last.rows) == 3  # each batch twice the last
+    assert [r.id for b in [*batches, last] for r in b.rows] == [f"2026-{i}" for i in range(8, -1, -1)]
     assert watcher.poll().rows == []  # nothing changed, nothing re-read
     keeper = SummaryFile(runs / "2026-0")
     keeper.refresh(FROZEN)

@@ -50,8 +50,7 @@ def runs(
     summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
                                sweep=sweep)
     if as_json:
-        for s in summaries:
-            print(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}))
+        sys.stdout.write("".join(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}) + "\n" for s in summaries))
         return
     if not summaries:
         console.print("no runs match" if state or method or sweep else "no runs yet; start one with: fslab run nca")

@@ -38,7 +38,7 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable=durable)
 
 
-def read_json(path: Path) -> dict | None:
+def read_json(path: str | Path) -> dict | None:
     """The JSON object in ``path``; None if it is missing, unreadable, not JSON,
     or JSON of another shape (a list, a string)."""
     try:
@@ -76,8 +76,8 @@ class Tail:
     read) is read again from the top, and the read says so: ``fslab resume``
     rewrites ``metrics.jsonl`` back to its last checkpoint."""
 
-    def __init__(self, path: Path, offset: int = 0, inode: int | None = None) -> None:
-        self.path, self.offset, self.inode = Path(path), offset, inode
+    def __init__(self, path: str | Path, offset: int = 0, inode: int | None = None) -> None:
+        self.path, self.offset, self.inode = path, offset, inode
 
     def read(self, *, partial: bool = False) -> tuple[bytes, bool]:
         """(new bytes, whether the file was rewritten since the last read).

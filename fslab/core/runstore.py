@@ -29,6 +29,8 @@ from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, read_events, read_json
 from fslab.core.states import HOST, run_state
 
+SWEEPS = "sweeps"  # runs/sweeps/: the sweep records (fslab.core.sweeps), not a run
+
 
 @dataclass(frozen=True)
 class Run:
@@ -137,15 +139,21 @@ def create_run(runs_dir: Path, method: str, config: dict) -> Run:
     raise FslabError(f"could not create a new run folder in {runs_dir}")
 
 
-def run_paths(runs_dir: Path) -> list[Path]:
-    """Every run folder (one with a ``config.json``), oldest first. Run ids
-    begin with their creation time, so this orders by name and reads no file."""
+def run_names(runs_dir: Path) -> list[str]:
+    """The names of the folders in ``runs_dir`` that may be runs (not hidden,
+    not the sweep records), oldest first: run ids begin with their creation
+    time, so this orders by name and reads no file."""
     try:
         entries = list(os.scandir(runs_dir))
     except OSError:
         return []
-    names = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
-    return [Path(runs_dir) / name for name in names if os.path.exists(os.path.join(runs_dir, name, "config.json"))]
+    return sorted(e.name for e in entries if not e.name.startswith(".") and e.name != SWEEPS and _is_dir(e))
+
+
+def run_paths(runs_dir: Path) -> list[Path]:
+    """Every run folder (one with a ``config.json``), oldest first."""
+    return [Path(runs_dir) / name for name in run_names(runs_dir)
+            if os.path.exists(os.path.join(runs_dir, name, "config.json"))]
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -156,9 +164,14 @@ def _is_dir(entry: os.DirEntry) -> bool:
 
 
 def list_runs(runs_dir: Path) -> list[Run]:
-    """Every run, oldest first: by creation time, then id (ids made in the same
-    second differ only by their random suffix)."""
-    return sorted((Run(path) for path in run_paths(runs_dir)), key=lambda r: (_created(r), r.id))
+    """Every run, oldest first. Ids begin with the second the run was created
+    in; runs of the same second are ordered by their recorded creation time,
+    so only their status is read."""
+    runs = [Run(path) for path in run_paths(runs_dir)]
+    seconds: dict[str, int] = {}
+    for run in runs:
+        seconds[run.id[:15]] = seconds.get(run.id[:15], 0) + 1
+    return sorted(runs, key=lambda r: (r.id[:15], _created(r) if seconds[r.id[:15]] > 1 else 0.0, r.id))
 
 
 def find_run(runs_dir: Path, ref: str) -> Run:

@@ -3,6 +3,7 @@ the path in ``FSLAB_CONFIG``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -48,21 +49,49 @@ SLURM_KEYS = {
     "sbatch": (lambda v: isinstance(v, dict), "a table of sbatch options, e.g. { account = \"lab\", qos = \"high\" }"),
     "setup": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of shell lines"),
 }
-SLURM_DEFAULTS = {"cluster": "slurm", "partition": "", "timeout_min": 240, "gpus_per_job": 1, "cpus_per_task": 8,
-                  "mem_gb": 0, "max_requeues": 3, "signal_delay_s": 120, "sbatch": {}, "setup": []}
 
 
-@dataclass
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """``[scheduler]``: the slots queued runs (``fslab sweep``) start in."""
+
+    gpus: str | tuple[int, ...] = "auto"  # "auto": every visible GPU; or these GPU indices
+    runs_per_gpu: int = 1  # runs sharing one GPU
+    cpu_slots: int = 1  # concurrent runs on a machine without GPUs
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """``[slurm]``: the jobs of ``--executor slurm`` (fslab.toml explains every key)."""
+
+    cluster: str = "slurm"  # or "local": submitit's local executor on this machine
+    partition: str = ""  # "": the cluster's default partition
+    timeout_min: int = 240
+    gpus_per_job: int = 1
+    cpus_per_task: int = 8
+    mem_gb: float = 0  # 0: the partition's default memory
+    max_requeues: int = 3
+    signal_delay_s: int = 120
+    sbatch: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
+    setup: tuple[str, ...] = ()  # shell lines run before the job
+
+    def with_overrides(self, values: dict[str, Any]) -> SlurmSettings:
+        """A copy with ``values`` (checked already) in place."""
+        values = {k: tuple(v) if k == "setup" else v for k, v in values.items()}
+        return dataclasses.replace(self, **values)
+
+
+@dataclass(frozen=True)
 class Settings:
     """What ``fslab.toml`` says, with paths resolved against its folder."""
 
     path: Path | None = None
     runs_dir: Path = field(default_factory=lambda: Path("runs"))
-    plugin_dirs: list[Path] = field(default_factory=list)
+    plugin_dirs: tuple[Path, ...] = ()
     data_roots: dict[str, str] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
-    scheduler: dict[str, Any] = field(default_factory=lambda: {"gpus": "auto", "runs_per_gpu": 1, "cpu_slots": 1})
-    slurm: dict[str, Any] = field(default_factory=lambda: dict(SLURM_DEFAULTS))
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
 
 
 def read_toml(path: Path) -> dict:
@@ -109,14 +138,15 @@ def load_settings(path: Path | None = None) -> Settings:
     for name, root in roots.items():
         if not isinstance(root, str):
             raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {root!r}")
-    scheduler = {**Settings().scheduler, **_checked_table(data, "scheduler", SCHEDULER_KEYS, path)}
-    slurm = {**SLURM_DEFAULTS, **_checked_table(data, "slurm", SLURM_KEYS, path)}
+    scheduler = _checked_table(data, "scheduler", SCHEDULER_KEYS, path)
+    if isinstance(scheduler.get("gpus"), list):
+        scheduler["gpus"] = tuple(scheduler["gpus"])
     return Settings(
         path=path,
-        scheduler=scheduler,
-        slurm=slurm,
+        scheduler=SchedulerSettings(**scheduler),
+        slurm=SlurmSettings().with_overrides(_checked_table(data, "slurm", SLURM_KEYS, path)),
         runs_dir=base / project.get("runs_dir", "runs"),
-        plugin_dirs=[base / str(d) for d in project.get("plugin_dirs", [])],
+        plugin_dirs=tuple(base / str(d) for d in project.get("plugin_dirs", [])),
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
         run=_table(data, "run", path),
     )

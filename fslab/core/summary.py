@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core.events import evaluator_label
-from fslab.core.files import Tail, atomic_write_json, read_json
-from fslab.core.runstore import run_paths
+from fslab.core.files import Tail, atomic_write_text, read_json
+from fslab.core.runstore import run_names
 from fslab.core.states import run_state
 
 SUMMARY_FILE = "summary.json"
@@ -46,7 +46,7 @@ UNUSED_MARKS = (b'"event": "checkpoint"', b'"event": "end"', b'"event": "resume"
 STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "ended", "error", "sweep")
 
 
-@dataclass
+@dataclass(slots=True)
 class RunSummary:
     """One run as a listing shows it."""
 
@@ -82,11 +82,8 @@ class RunSummary:
     note: str | None = None  # why some of the run's files could not be read
 
     def to_dict(self) -> dict:
-        """The JSON form ``fslab runs --json`` prints."""
-        out = asdict(self)
-        out.pop("first_train")
-        out.pop("last_train_time")
-        return out
+        """The JSON form ``fslab runs --json`` prints (shallow: read, don't modify)."""
+        return {name: getattr(self, name) for name in SHOWN_FIELDS}
 
     def test_of(self, label: str | None = None) -> dict:
         """Test results by ``label``: the run's own evaluator's by default."""
@@ -95,10 +92,17 @@ class RunSummary:
         return self.test_by_evaluator.get(label, {})
 
     def copy(self) -> RunSummary:
-        return RunSummary(**{**self.__dict__, "test": dict(self.test),
-                             "test_by_evaluator": dict(self.test_by_evaluator)})
+        """A snapshot another thread may keep while this one goes on folding."""
+        twin = RunSummary.__new__(RunSummary)
+        for name in FIELD_NAMES:
+            setattr(twin, name, getattr(self, name))
+        twin.test, twin.test_by_evaluator = dict(self.test), dict(self.test_by_evaluator)
+        return twin
 
 
+FIELD_NAMES = tuple(f.name for f in fields(RunSummary))
+DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
+SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "first_train", "last_train_time", "corrupt")
 
@@ -210,24 +214,32 @@ class SummaryFile:
     whatever changed since (a ``stat`` per file when nothing did), and
     :meth:`save` writes it back when it changed."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.dir = Path(run_dir)
-        self.summary = RunSummary(id=self.dir.name)
+    def __init__(self, run_dir: str | Path) -> None:
+        # Plain strings, not Paths: a listing of 10,000 runs would make 60,000 of them.
+        self.dir = os.fspath(run_dir)
+        self.paths = {name: f"{self.dir}/{name}" for name in ("config.json", "status.json", SUMMARY_FILE)}
+        self.id = os.path.basename(self.dir)
+        self._summary: RunSummary | None = None  # built on first use: load() usually brings one
         self.status: dict = {}
         self.config_seen: list | None = None
         self.status_seen: list | None = None
-        self.metrics = Tail(self.dir / "metrics.jsonl")
+        self.metrics = Tail(f"{self.dir}/metrics.jsonl")
         self.dirty = False
+
+    @property
+    def summary(self) -> RunSummary:
+        if self._summary is None:
+            self._summary = RunSummary(id=self.id)
+        return self._summary
 
     # -- summary.json ----------------------------------------------------------
     def load(self) -> bool:
         """Start from ``summary.json`` if it is of this format; False if not."""
-        saved = read_json(self.dir / SUMMARY_FILE)
+        saved = read_json(self.paths[SUMMARY_FILE])
         if not saved or saved.get("format") != SUMMARY_FORMAT:
             return False
-        try:
-            values = {f.name: saved["summary"][f.name] for f in fields(RunSummary) if f.name in saved["summary"]}
-            summary = RunSummary(**{**values, "id": self.dir.name})
+        try:  # the fields as saved (those left out were at their defaults)
+            summary = RunSummary(**saved["summary"], id=self.id)
             if summary.first_train is not None:
                 summary.first_train = tuple(summary.first_train)
             seen = saved["seen"]
@@ -236,7 +248,7 @@ class SummaryFile:
             self.status = dict(saved["status"])
         except (KeyError, TypeError, ValueError):
             return False
-        self.summary, self.metrics = summary, Tail(self.dir / "metrics.jsonl", int(offset), inode)
+        self._summary, self.metrics = summary, Tail(self.metrics.path, int(offset), inode)
         return True
 
     def save(self) -> None:
@@ -244,22 +256,26 @@ class SummaryFile:
         cannot write to is left as it is (the next reader folds again)."""
         if not self.dirty:
             return
-        kept = {k: v for k, v in self.summary.to_dict().items() if k not in ("id", "state")}
-        kept.update(first_train=self.summary.first_train, last_train_time=self.summary.last_train_time)
+        kept = {name: value for name in FIELD_NAMES if name not in ("id", "state")
+                and (value := getattr(self.summary, name)) != DEFAULTS[name]}
         record = {"format": SUMMARY_FORMAT, "summary": kept,
                   "status": {k: self.status[k] for k in STATUS_KEYS if k in self.status},
                   "seen": {"config": self.config_seen, "status": self.status_seen,
                            "metrics": [self.metrics.inode, self.metrics.offset] if self.metrics.inode else None}}
-        try:
-            atomic_write_json(self.dir / SUMMARY_FILE, record, durable=False)
+        try:  # compact: it is read far more often than looked at
+            atomic_write_text(Path(self.paths[SUMMARY_FILE]), json.dumps(record, separators=(",", ":")),
+                              durable=False)
         except OSError:
             return
         self.dirty = False
 
     # -- folding what changed ------------------------------------------------------
-    def refresh(self, now: float | None = None) -> bool:
-        """Fold whatever changed in the run's files; True if the summary changed."""
-        changed = self._refresh_json("config.json") | self._refresh_json("status.json") | self._refresh_metrics()
+    def refresh(self, now: float | None = None, *, config: bool = True) -> bool:
+        """Fold whatever changed in the run's files; True if the summary changed.
+        ``config=False`` leaves ``config.json`` unchecked (it is written once,
+        when the run is created)."""
+        changed = config and self._refresh_json("config.json")
+        changed = self._refresh_json("status.json") | self._refresh_metrics() | changed
         self.dirty |= changed
         state = run_state(self.status, now)
         if state != self.summary.state:
@@ -269,7 +285,7 @@ class SummaryFile:
 
     def _refresh_json(self, name: str) -> bool:
         attr = "config_seen" if name == "config.json" else "status_seen"
-        path = self.dir / name
+        path = self.paths[name]
         try:
             seen = _identity(os.stat(path))
         except FileNotFoundError:
@@ -308,7 +324,7 @@ class SummaryFile:
             return False
         chunk, rewritten = tail.read()
         if rewritten:  # cut back (a resume) or replaced: fold it again from the top
-            fresh = RunSummary(id=self.dir.name)
+            fresh = RunSummary(id=self.id)
             for name in METRIC_FIELDS:
                 setattr(self.summary, name, getattr(fresh, name))
         if chunk:
@@ -334,8 +350,14 @@ def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str,
     contains ``sweep``. Runs are visited newest first and the visit stops once
     ``limit`` match, so the newest 50 of 10,000 runs cost 50 summaries."""
     found = []
-    for path in reversed(run_paths(runs_dir)):
-        summary = read_summary(path, now)
+    for name in reversed(run_names(runs_dir)):
+        keeper = SummaryFile(f"{runs_dir}/{name}")
+        keeper.load()
+        keeper.refresh(now)
+        keeper.save()
+        summary = keeper.summary
+        if keeper.config_seen is None:
+            continue  # not a run (yet): no config.json
         if states and summary.state not in states:
             continue
         if method is not None and summary.method != method:

@@ -11,9 +11,7 @@ from pathlib import Path
 
 from fslab.core.errors import UsageError
 from fslab.core.files import atomic_write_json, read_json
-from fslab.core.runstore import Run, find_run, list_runs
-
-SWEEPS = "sweeps"
+from fslab.core.runstore import SWEEPS, Run, find_run, list_runs
 
 
 def save_sweep(runs_dir: Path, sweep_id: str, **record) -> dict:

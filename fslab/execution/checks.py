@@ -10,6 +10,7 @@ from __future__ import annotations
 from fslab.core.errors import UsageError
 from fslab.core.registry import create_dataset
 from fslab.core.runstore import Run
+from fslab.core.settings import SlurmSettings
 from fslab.execution.slots import visible_gpus
 
 RESUMABLE = ("killed", "lost", "failed")
@@ -46,18 +47,18 @@ def check_processes(config: dict) -> None:
         )
 
 
-def check_job_processes(config: dict, options: dict) -> None:
+def check_job_processes(config: dict, options: SlurmSettings) -> None:
     """``--gpus N`` in a job runs torchrun on the job's node, so SLURM must
     give the job N GPUs (``gpus_per_job``); with the local executor, this
     machine must have them. CPU (gloo) processes need no GPU."""
     processes = config["train"]["processes"]
     if processes == 1 or config["device"] == "cpu":
         return
-    if options["cluster"] == "local":
+    if options.cluster == "local":
         check_processes(config)
-    elif options["gpus_per_job"] < processes:
+    elif options.gpus_per_job < processes:
         raise UsageError(f"--gpus {processes} in a SLURM job needs gpus_per_job >= {processes}, got "
-                         f"{options['gpus_per_job']}; pass --slurm gpus_per_job={processes} or set it in [slurm] "
+                         f"{options.gpus_per_job}; pass --slurm gpus_per_job={processes} or set it in [slurm] "
                          f"of fslab.toml")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from fslab.core.config import resolve
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run, create_run
+from fslab.core.settings import SlurmSettings
 from fslab.core.states import LIVE
 from fslab.core.sweeps import load_sweep
 from fslab.execution import slurm as slurm_jobs
@@ -39,7 +40,7 @@ class Started:
     job_id: str | None = None
 
 
-def job_options(settings, executor: str | None, overrides: list[str] | None = None) -> dict | None:
+def job_options(settings, executor: str | None, overrides: list[str] | None = None) -> SlurmSettings | None:
     """None for ``local``; for ``slurm``, ``[slurm]`` of fslab.toml with the
     ``--slurm key=value`` overrides, checked (and submitit importable)."""
     if executor is not None and executor not in EXECUTORS:
@@ -52,7 +53,7 @@ def job_options(settings, executor: str | None, overrides: list[str] | None = No
     return slurm_jobs.job_options(settings, overrides)
 
 
-def launch(method: str, overrides: list[dict], *, settings, registry, slurm: dict | None = None) -> Started:
+def launch(method: str, overrides: list[dict], *, settings, registry, slurm: SlurmSettings | None = None) -> Started:
     """Resolve the configuration, check it can run here (or in a job), create
     the run folder and start it."""
     config = resolve(method, registry=registry, settings=settings, overrides=overrides)
@@ -66,7 +67,7 @@ def launch(method: str, overrides: list[dict], *, settings, registry, slurm: dic
     return _start(run, resume=False, slurm=slurm)
 
 
-def _start(run: Run, *, resume: bool, slurm: dict | None) -> Started:
+def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
     if slurm is None:
         return Started(run, process=start_worker(run, resume=resume))
     job_id = slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())))
@@ -104,7 +105,7 @@ def stop(run: Run, grace: float = 30.0) -> str:
 
 
 def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settings, registry,
-                fail_fast: bool = False, slurm: dict | None = None) -> tuple[str, list[Run]]:
+                fail_fast: bool = False, slurm: SlurmSettings | None = None) -> tuple[str, list[Run]]:
     """Queue one run per grid combination and seed, then start them: a local
     scheduler takes them as slots free up, or each becomes a SLURM job."""
     sweep_id, runs = create_sweep(method, grid, seeds, base=base, settings=settings, registry=registry,
@@ -112,7 +113,7 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
     return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
 
 
-def resume_sweep(ref: str, *, settings, slurm: dict | None = None) -> tuple[dict, list[Run]]:
+def resume_sweep(ref: str, *, settings, slurm: SlurmSettings | None = None) -> tuple[dict, list[Run]]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
     its checkpoint) and start them as :func:`start_sweep` does."""
     record = load_sweep(settings.runs_dir, ref)
@@ -120,7 +121,7 @@ def resume_sweep(ref: str, *, settings, slurm: dict | None = None) -> tuple[dict
     return record, _start_queued(settings.runs_dir, again, slurm)
 
 
-def _start_queued(runs_dir: Path, runs: list[Run], slurm: dict | None) -> list[Run]:
+def _start_queued(runs_dir: Path, runs: list[Run], slurm: SlurmSettings | None) -> list[Run]:
     if not runs:
         return []
     if slurm is None:

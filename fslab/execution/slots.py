@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.errors import UsageError
+from fslab.core.settings import SchedulerSettings
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,11 @@ def visible_gpus() -> list[int]:
     return [i for i, _ in enumerate(line for line in listing.splitlines() if line.startswith("GPU "))]
 
 
-def configured_slots(scheduler: dict) -> list[Slot]:
-    gpus = visible_gpus() if scheduler["gpus"] == "auto" else list(scheduler["gpus"])
+def configured_slots(scheduler: SchedulerSettings) -> list[Slot]:
+    gpus = visible_gpus() if scheduler.gpus == "auto" else list(scheduler.gpus)
     if gpus:
-        return [Slot(f"gpu{g}-{k}", g) for g in gpus for k in range(scheduler["runs_per_gpu"])]
-    return [Slot(f"cpu-{k}") for k in range(scheduler["cpu_slots"])]
+        return [Slot(f"gpu{g}-{k}", g) for g in gpus for k in range(scheduler.runs_per_gpu)]
+    return [Slot(f"cpu-{k}") for k in range(scheduler.cpu_slots)]
 
 
 def capacity(slots: list[Slot]) -> int:

@@ -36,7 +36,7 @@ from pathlib import Path
 from fslab.core.config import parse_assignment
 from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
 from fslab.core.runstore import Run
-from fslab.core.settings import SLURM_KEYS
+from fslab.core.settings import SLURM_KEYS, SlurmSettings
 from fslab.core.states import ENDED, pid_alive
 
 EXECUTORS = ("local", "slurm")
@@ -59,9 +59,9 @@ def require_submitit():
     return submitit
 
 
-def job_options(settings, overrides: list[str] | None = None) -> dict:
+def job_options(settings, overrides: list[str] | None = None) -> SlurmSettings:
     """``[slurm]`` from fslab.toml with ``--slurm key=value`` overrides (TOML values), checked."""
-    options = dict(settings.slurm)
+    options = {}
     for text in overrides or []:
         path, value = parse_assignment(text)
         key = ".".join(path)
@@ -72,42 +72,42 @@ def job_options(settings, overrides: list[str] | None = None) -> dict:
         if not check(value):
             raise ConfigError(f"--slurm {key} must be {what}, got {value!r}")
         options[key] = value
-    return options
+    return settings.slurm.with_overrides(options)
 
 
-def make_executor(folder: Path, options: dict, name: str):
+def make_executor(folder: Path, options: SlurmSettings, name: str):
     """A submitit executor for one run: SLURM, or the local debug executor."""
     submitit = require_submitit()
-    if options["cluster"] == "local":
-        executor = submitit.LocalExecutor(folder, max_num_timeout=options["max_requeues"])
-        executor.update_parameters(timeout_min=options["timeout_min"], gpus_per_node=options["gpus_per_job"],
-                                   signal_delay_s=options["signal_delay_s"], setup=list(options["setup"]))
+    if options.cluster == "local":
+        executor = submitit.LocalExecutor(folder, max_num_timeout=options.max_requeues)
+        executor.update_parameters(timeout_min=options.timeout_min, gpus_per_node=options.gpus_per_job,
+                                   signal_delay_s=options.signal_delay_s, setup=list(options.setup))
         return executor
     try:
-        executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=options["max_requeues"])
+        executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=options.max_requeues)
     except RuntimeError as exc:  # no srun on this machine
         raise FslabError(f"SLURM is not available here ({exc}); to try --executor slurm on this machine, "
                          f"set [slurm] cluster = \"local\" in fslab.toml") from None
-    params = {"name": name, "timeout_min": options["timeout_min"], "gpus_per_node": options["gpus_per_job"],
-              "cpus_per_task": options["cpus_per_task"], "slurm_signal_delay_s": options["signal_delay_s"],
-              "slurm_setup": list(options["setup"]), "slurm_additional_parameters": dict(options["sbatch"])}
-    if options["partition"]:
-        params["slurm_partition"] = options["partition"]
-    if options["mem_gb"]:
-        params["mem_gb"] = options["mem_gb"]
+    params = {"name": name, "timeout_min": options.timeout_min, "gpus_per_node": options.gpus_per_job,
+              "cpus_per_task": options.cpus_per_task, "slurm_signal_delay_s": options.signal_delay_s,
+              "slurm_setup": list(options.setup), "slurm_additional_parameters": dict(options.sbatch)}
+    if options.partition:
+        params["slurm_partition"] = options.partition
+    if options.mem_gb:
+        params["mem_gb"] = options.mem_gb
     executor.update_parameters(**params)
     return executor
 
 
-def submit(run: Run, options: dict, job_call) -> str:
+def submit(run: Run, options: SlurmSettings, job_call) -> str:
     """Submit a claimed run as one job running ``job_call`` (a picklable
     callable: :class:`fslab.execution.slurm_job.TrainingJob`); record the job in
     the run's status; return the job id."""
     folder = run.path / "slurm"
     executor = make_executor(folder, options, name=f"fslab-{run.id}")
-    run.write_status(executor="slurm", slurm_cluster=options["cluster"])
+    run.write_status(executor="slurm", slurm_cluster=options.cluster)
     try:
-        if options["cluster"] == "local":
+        if options.cluster == "local":
             job = _submit_detached(executor, job_call, folder)
         else:
             job = executor.submit(job_call)

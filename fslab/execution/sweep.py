@@ -16,7 +16,7 @@ from pathlib import Path
 from fslab.core.config import nest, parse_assignment, resolve
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run, create_run
-from fslab.core.settings import read_toml
+from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
 from fslab.execution.checks import check_dataset, check_job_processes, check_processes
 from fslab.execution.slots import check_fits, configured_slots
@@ -68,7 +68,7 @@ def expand(grid: dict[str, list], seeds: int, first_seed: int = 0) -> list[list[
 
 
 def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settings, registry,
-                 fail_fast: bool = False, slurm_options: dict | None = None) -> tuple[str, list[Run]]:
+                 fail_fast: bool = False, slurm_options: SlurmSettings | None = None) -> tuple[str, list[Run]]:
     """Resolve all combinations, then create their queued runs and the sweep
     record. ``slurm_options``: the runs become SLURM jobs with these settings."""
     configs = [resolve(method, registry=registry, settings=settings, overrides=[*base, *combo])

@@ -35,14 +35,39 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), 1.96 * statistics.pstdev(values) / math.sqrt(len(values))
 
 
+_encode = json.JSONEncoder(sort_keys=True).encode  # json.dumps(sort_keys=True) builds an encoder per call
+
+
 def flatten(config: dict, prefix: str = "") -> dict:
+    """``{"train": {"lr": 0.1}}`` -> ``{"train.lr": "0.1"}``: every setting as
+    a dotted key and its value as JSON text (hashable, comparable)."""
     out = {}
     for key, value in config.items():
         if isinstance(value, dict):
             out.update(flatten(value, f"{prefix}{key}."))
         else:
-            out[f"{prefix}{key}"] = json.dumps(value, sort_keys=True)
+            out[f"{prefix}{key}"] = _encode(value)
     return out
+
+
+class RunFiles:
+    """What a comparison reads of each run, its configuration and its saved
+    evaluations, each read once however often it is asked for (a comparison of
+    10,000 runs asks for each run's configuration about ten times)."""
+
+    def __init__(self) -> None:
+        self._configs: dict[Run, dict] = {}
+        self._saved: dict[Run, list[dict]] = {}
+
+    def config(self, run: Run) -> dict:
+        if run not in self._configs:
+            self._configs[run] = run.config()
+        return self._configs[run]
+
+    def saved(self, run: Run) -> list[dict]:
+        if run not in self._saved:
+            self._saved[run] = run.saved_accuracies()
+        return self._saved[run]
 
 
 @dataclass
@@ -64,11 +89,12 @@ def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leav
     return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out}
 
 
-def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group]:
+def group_runs(runs: list[Run], group_by: list[str] | None = None, files: RunFiles | None = None) -> list[Group]:
     """Groups of runs with equal settings (all but the seed, or only ``group_by``)."""
+    files = files or RunFiles()
     groups: dict[tuple, Group] = {}
     for run in runs:
-        settings = run_settings(run, flatten(run.config()), group_by, "--group-by")
+        settings = run_settings(run, flatten(files.config(run)), group_by, "--group-by")
         key = tuple(sorted(settings.items()))
         groups.setdefault(key, Group(settings)).runs.append(run)
     result = list(groups.values())
@@ -80,23 +106,24 @@ def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group
 
 
 def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int,
-                       evaluator: str | None = None) -> dict | None:
+                       evaluator: str | None = None, files: RunFiles | None = None) -> dict | None:
     """The run's saved evaluation for this episode shape by ``evaluator`` (a
     label as :func:`evaluator_label` makes; default: the run's own evaluator):
     latest checkpoint, then most episodes."""
+    files = files or RunFiles()
     if evaluator is None:
-        evaluator = evaluator_label(run.config()["evaluator"])
-    found = [e for e in run.saved_accuracies()
+        evaluator = evaluator_label(files.config(run)["evaluator"])
+    found = [e for e in files.saved(run)
              if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
                                                                                     evaluator)]
     return max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
 
 
 def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
-           evaluator: str | None = None) -> dict | None:
+           evaluator: str | None = None, files: RunFiles | None = None) -> dict | None:
     """One group's accuracy: the per-episode accuracies of all its runs pooled
     into mean ± 95% CI (None if no run has this evaluation saved)."""
-    evals = [episode_accuracies(r, split, shots, ways, queries, evaluator) for r in runs]
+    evals = [episode_accuracies(r, split, shots, ways, queries, evaluator, files) for r in runs]
     values = [a for e in evals if e for a in e["accuracies"]]
     if not values:
         return None
@@ -108,19 +135,20 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
     """Pooled accuracy per group and shots, and paired differences to the first
     group; ``evaluator`` picks whose saved scores (default: each run's own)."""
-    groups = group_runs(runs, group_by)
+    files = RunFiles()
+    groups = group_runs(runs, group_by, files)
     rows, paired = [], []
     for g in groups:
         row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": len(g.runs),
-               "seed_values": sorted((r.config().get("seed") for r in g.runs), key=str), "results": {}}
+               "seed_values": sorted((files.config(r).get("seed") for r in g.runs), key=str), "results": {}}
         for n in shots:
-            if result := pooled(g.runs, split, n, ways, queries, evaluator):
+            if result := pooled(g.runs, split, n, ways, queries, evaluator, files):
                 row["results"][f"{n}-shot"] = result
         rows.append(row)
     baseline = groups[0] if groups else None
     for g in groups[1:]:
         for n in shots:
-            differences = paired_differences(baseline, g, split, n, ways, queries, evaluator)
+            differences = paired_differences(baseline, g, split, n, ways, queries, evaluator, files)
             if differences:
                 mean, ci = mean_ci(differences)
                 paired.append({"group": g.label, "baseline": baseline.label, "shots": n,
@@ -128,17 +156,19 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired}
 
 
-def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None) -> list[float]:
+def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None,
+                       files: RunFiles | None = None) -> list[float]:
     """Episode-by-episode differences b − a over runs paired by seed, where
     both runs were scored on the same episodes (same count, seed and episode
     stream version)."""
-    by_seed = {r.config().get("seed"): r for r in a.runs}
+    files = files or RunFiles()
+    by_seed = {files.config(r).get("seed"): r for r in a.runs}
     out = []
     for run in b.runs:
-        other = by_seed.get(run.config().get("seed"))
+        other = by_seed.get(files.config(run).get("seed"))
         if other is None:
             continue
-        mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator) for r in (run, other))
+        mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator, files) for r in (run, other))
         if mine and theirs and all(mine[k] == theirs[k] for k in ("episodes", "seed", "stream")):
             out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
     return out

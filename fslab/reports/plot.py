@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
-from fslab.reports.compare import flatten, pooled, run_settings
+from fslab.reports.compare import RunFiles, flatten, pooled, run_settings
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
@@ -73,9 +73,10 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     key = PRESETS.get(x, x)
     if not runs:
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
+    files = RunFiles()
     lines: dict[tuple, dict] = {}
     for run in runs:
-        flat = flatten(run.config())
+        flat = flatten(files.config(run))
         value, measured = x_value(run, flat, key)
         settings = run_settings(run, flat, series, "--series", leave_out=(key,))
         line = lines.setdefault(tuple(sorted(settings.items())), {"settings": settings, "points": {}})
@@ -93,7 +94,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
             label = ", ".join(f"{k}={json.loads(line['settings'][k])}" for k in shown if k in line["settings"])
             points = []
             for point in line["points"].values():
-                result = pooled(point["runs"], split, n, ways, queries)
+                result = pooled(point["runs"], split, n, ways, queries, files=files)
                 if result is None:
                     continue
                 xs = point["x"]

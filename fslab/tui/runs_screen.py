@@ -71,9 +71,13 @@ class RunsScreen(Screen):
 
     def apply_store_changes(self, changes: StoreChanges) -> None:
         table = self.table
-        ids = self.visible_ids()
-        if ids != table.ids:
-            table.set_ids(ids)
+        # Sorted by id and unfiltered (the default), the order changes only when
+        # runs come or go; then a tick costs the changed rows, not a sort of all.
+        arrived = any(row.id not in table.shown for row in changes.rows)
+        if changes.removed or arrived or self.query_text or self.sort_by != "id":
+            ids = self.visible_ids()
+            if ids != table.ids:
+                table.set_ids(ids)
         # Changed rows, and live rows whose elapsed time and ETA move with the clock.
         live = [r.id for r in self.app.rows.values() if r.state in ("queued", "running")]
         table.invalidate([r.id for r in changes.rows] + live)

@@ -47,6 +47,7 @@ class RunsTable(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.columns, self.widths, self.cells, self.frozen = columns, widths, cells, frozen
         self.ids: list[str] = []
+        self.shown: set[str] = set()  # the same ids, to look up
         self.marked: set[str] = set()
         self._cache: dict[str, list[Segment]] = {}
         self._frozen_width = sum(widths[:frozen]) + frozen
@@ -61,6 +62,7 @@ class RunsTable(ScrollView, can_focus=True):
         """Show these runs in this order, keeping the cursor on the same run."""
         current = self.cursor_id
         self.ids = ids
+        self.shown = set(ids)
         self.virtual_size = Size(self._frozen_width + self._scroll_width, len(ids) + 1)
         if current in ids:
             self.cursor = ids.index(current)

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.files import Tail, parse_lines, read_json
+from fslab.core.runstore import SWEEPS
 from fslab.core.states import LIVE
 from fslab.core.summary import RunSummary, SummaryFile
-from fslab.core.sweeps import SWEEPS
 
 LOG_TAIL_LINES = 400
-# Finished runs whose files are checked per tick: all of them every few seconds
-# in a store of 10,000 (a resumed or re-evaluated run shows up that soon).
+# Finished runs whose status and metrics are checked per tick (two ``stat``s
+# each): all of them every five ticks in a store of 10,000, so a run resumed
+# or re-evaluated from another terminal shows up within seconds.
 ENDED_CHECKS_PER_TICK = 2000
 # Every this many ticks the runs folder is listed again even if its
 # modification time did not change (a coarse clock on a network filesystem).
@@ -47,47 +48,62 @@ class StoreChanges:
 
 class StoreWatcher:
     """Every run in ``runs_dir``, read incrementally. Only one thread may call
-    :meth:`poll` (the dashboard's exclusive worker)."""
+    :meth:`poll` (the dashboard's exclusive worker).
+
+    Runs are kept in two groups: live ones (queued, running, or with a file
+    that could not be read), checked every tick, and finished ones, checked a
+    slice at a time (their status and metrics only: a configuration is
+    written once)."""
 
     def __init__(self, runs_dir: Path, clock: Callable[[], float] = time.time) -> None:
         self.runs_dir = Path(runs_dir)
         self.clock = clock
         self.keepers: dict[str, SummaryFile] = {}
+        self.live: set[str] = set()
+        self.ended: dict[str, None] = {}  # an ordered set: checked in this order, a slice per tick
+        self.cursor = 0  # where the next slice of finished runs begins
         self.skipped: set[str] = set()
         self.folder_stamp: int | None = None
         self.ticks = 0
-        self.cursor = 0  # where the next slice of finished runs begins
         self.urgent: set[str] = set()  # runs to check at the next poll whatever their state
 
     def poll(self, on_batch: Callable[[StoreChanges], None] | None = None, batch: int = 60) -> StoreChanges:
         """Read what changed since the last poll. New runs are read newest
-        first and, with ``on_batch``, handed over every ``batch`` runs, so the
-        first screenful of a big store shows at once; the returned changes
-        hold the rest."""
+        first and, with ``on_batch``, handed over in batches (the first of
+        ``batch`` runs, each next one twice as large), so the first screenful
+        of a big store shows at once; the returned changes hold the rest."""
         started = time.perf_counter()
         now = self.clock()
-        added, removed, skipped = self._scan()
+        candidates, removed = self._scan()
+        for run_id in removed:
+            self._forget(run_id)
         rows: list[RunSummary] = []
-        for count, run_id in enumerate(added, 1):
-            keeper = self.keepers[run_id] = SummaryFile(self.runs_dir / run_id)
-            keeper.load()
-            self._refresh(keeper, now, rows, always=True)
-            if on_batch is not None and count % batch == 0 and rows:
-                on_batch(StoreChanges(rows, [], [], time.perf_counter() - started, partial=True))
-                rows = []
-                time.sleep(0.005)  # let the UI thread take the GIL and draw what it has
-        fresh, urgent = set(added), self.urgent
-        self.urgent = set()
-        ended = []
-        for run_id, keeper in self.keepers.items():
-            if run_id in fresh:
+        added, skipped = [], set()
+        handed = 0
+        for run_id in candidates:  # newest first, so the first screenful is read first
+            folder = os.path.join(self.runs_dir, run_id)
+            if not os.path.exists(os.path.join(folder, "config.json")):
+                skipped.add(run_id)
                 continue
-            if keeper.summary.state in LIVE or keeper.summary.note or run_id in urgent:
-                self._refresh(keeper, now, rows)
-            else:
-                ended.append(keeper)
-        for keeper in self._slice(ended):
-            self._refresh(keeper, now, rows)
+            added.append(run_id)
+            count = len(added)
+            keeper = self.keepers[run_id] = SummaryFile(folder)
+            keeper.load()
+            keeper.refresh(now)
+            keeper.save()  # a summary the worker did not leave (a store from fslab 0.1) is kept for next time
+            self._file(run_id)
+            rows.append(keeper.summary.copy())
+            if on_batch is not None and count - handed >= batch:
+                on_batch(StoreChanges(rows, [], [], time.perf_counter() - started, partial=True))
+                # Let the UI thread take the GIL and draw what it has: the first
+                # screenful gets long enough to be drawn before the rest loads.
+                time.sleep(0.05 if handed == 0 else 0.005)
+                rows, handed, batch = [], count, 2 * batch
+        urgent, self.urgent = self.urgent, set()
+        for run_id in sorted((self.live | urgent) & set(self.keepers) - set(added)):
+            self._check(run_id, now, rows, everything=True)
+        for run_id in self._slice():
+            self._check(run_id, now, rows, everything=False)
         new_skips = sorted(skipped - self.skipped)
         self.skipped = skipped
         self.ticks += 1
@@ -98,20 +114,38 @@ class StoreWatcher:
         just stopped, resumed or started it)."""
         self.urgent = self.urgent | {run_id}
 
-    def _refresh(self, keeper: SummaryFile, now: float, rows: list, always: bool = False) -> None:
-        if keeper.refresh(now) or always:
-            keeper.save()
+    def _check(self, run_id: str, now: float, rows: list, everything: bool) -> None:
+        keeper = self.keepers[run_id]
+        if keeper.refresh(now, config=everything):
             rows.append(keeper.summary.copy())
+            self._file(run_id)
 
-    def _slice(self, ended: list[SummaryFile]) -> list[SummaryFile]:
+    def _file(self, run_id: str) -> None:
+        """Put the run in the live or the finished group, by its state now."""
+        summary = self.keepers[run_id].summary
+        live = summary.state in LIVE or summary.note is not None
+        if live:
+            self.live.add(run_id)
+            self.ended.pop(run_id, None)
+        else:
+            self.live.discard(run_id)
+            self.ended[run_id] = None
+
+    def _forget(self, run_id: str) -> None:
+        del self.keepers[run_id]
+        self.live.discard(run_id)
+        self.ended.pop(run_id, None)
+
+    def _slice(self) -> list[str]:
+        ended = list(self.ended)
         if len(ended) <= ENDED_CHECKS_PER_TICK:
             return ended
         start = self.cursor % len(ended)
         self.cursor = start + ENDED_CHECKS_PER_TICK
-        return (ended + ended)[start : start + ENDED_CHECKS_PER_TICK]
+        return (ended[start:] + ended[:start])[:ENDED_CHECKS_PER_TICK]
 
-    def _scan(self) -> tuple[list[str], list[str], set[str]]:
-        """(new run ids newest first, removed run ids, folders without config.json).
+    def _scan(self) -> tuple[list[str], list[str]]:
+        """(folders that may be new runs, newest first; run ids whose folder is gone).
         The folder is listed again only when it changed (or every
         ``RESCAN_EVERY`` ticks); folders seen without a config.json are looked
         at every tick, since the config is written just after the folder."""
@@ -120,22 +154,15 @@ class StoreWatcher:
         except OSError:
             stamp = None
         if stamp == self.folder_stamp and self.ticks % RESCAN_EVERY:
-            candidates = set(self.skipped)
-            removed = []
-        else:
-            self.folder_stamp = stamp
-            try:
-                entries = list(os.scandir(self.runs_dir))
-            except OSError:
-                entries = []
-            names = {e.name for e in entries if not e.name.startswith(".") and e.name != SWEEPS and _is_dir(e)}
-            removed = [run_id for run_id in self.keepers if run_id not in names]
-            for run_id in removed:
-                del self.keepers[run_id]
-            candidates = {n for n in names if n not in self.keepers}
-        added = sorted((n for n in candidates if os.path.exists(os.path.join(self.runs_dir, n, "config.json"))),
-                       reverse=True)
-        return added, removed, candidates - set(added)
+            return sorted(self.skipped, reverse=True), []
+        self.folder_stamp = stamp
+        try:
+            entries = list(os.scandir(self.runs_dir))
+        except OSError:
+            entries = []
+        names = {e.name for e in entries if not e.name.startswith(".") and e.name != SWEEPS and _is_dir(e)}
+        removed = [run_id for run_id in self.keepers if run_id not in names]
+        return sorted((n for n in names if n not in self.keepers), reverse=True), removed
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
