@@ -513,3 +513,40 @@ def test_chart_placeholder_when_it_cannot_draw():
         size = type("S", (), {"width": 60, "height": 10})()
 
     assert "(no data yet)" in Sized("loss").render().plain
+
+
+def test_the_dashboard_resumes_through_the_checks_of_fslab_resume(project, monkeypatch):
+    """The dashboard and ``fslab resume`` take one path (the executor): a
+    killed ``--gpus 2`` run on a machine without GPUs is refused by both with
+    the same line, and a run that was a SLURM job is sent back to SLURM by both
+    (here, where SLURM is missing, both say so)."""
+    from .runs_helpers import fslab
+
+    runs = project / "runs"
+    gpus = write_run(runs, "20260101-000000-nca-gpus", state="killed", events=history()[:7],
+                     cfg={**config(), "device": "auto", "train": {"epochs": 3, "processes": 2}})
+    job = write_run(runs, "20260101-000001-nca-slrm", state="killed", events=history()[:7])
+    status = json.loads((job / "status.json").read_text())
+    (job / "status.json").write_text(json.dumps({**status, "executor": "slurm", "slurm_job_id": "7"}))
+    for folder in (gpus, job):
+        (folder / "checkpoints" / "last.pt").write_bytes(b"checkpoint")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, here and in the CLI's process
+    monkeypatch.setenv("PATH", str(project))  # no srun: the SLURM executor cannot start
+    said = {}
+    for folder in (gpus, job):
+        out = fslab("resume", folder.name, cwd=project)
+        assert out.returncode != 0 and out.stderr.startswith("error: "), out.stderr
+        said[folder.name] = out.stderr.strip().removeprefix("error: ")
+    assert "--gpus 2 needs 2 GPUs but 0 are visible here" in said[gpus.name]
+    assert "SLURM is not available here" in said[job.name]
+
+    async def body(app, pilot):
+        notes = []
+        app.notify = lambda message, **kw: notes.append(message)
+        for folder in (job, gpus):  # newest first
+            app.screen.table.cursor = app.screen.table.ids.index(folder.name)
+            await pilot.press("r", "y")
+            await settle(app, pilot)
+            assert notes[-1] == said[folder.name]
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)

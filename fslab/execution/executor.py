@@ -70,7 +70,7 @@ def launch(method: str, overrides: list[dict], *, settings, registry, slurm: Slu
 def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
     if slurm is None:
         return Started(run, process=start_worker(run, resume=resume))
-    job_id = slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())))
+    job_id = slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())), requeue=resume)
     return Started(run, job_id=job_id)
 
 
@@ -84,7 +84,6 @@ def resume(run: Run, *, settings, executor: str | None = None, overrides: list[s
         check_processes(run.config())
         return _start(run, resume=True, slurm=None)
     check_job_processes(run.config(), slurm)
-    slurm_jobs.requeue_for_job(run)
     return _start(run, resume=True, slurm=slurm)
 
 

@@ -99,12 +99,16 @@ def make_executor(folder: Path, options: SlurmSettings, name: str):
     return executor
 
 
-def submit(run: Run, options: SlurmSettings, job_call) -> str:
+def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False) -> str:
     """Submit a claimed run as one job running ``job_call`` (a picklable
     callable: :class:`fslab.execution.slurm_job.TrainingJob`); record the job in
-    the run's status; return the job id."""
+    the run's status; return the job id. With ``requeue`` (a resume), the run
+    is marked queued again once SLURM is known to be there, just before the
+    job goes in (a job that finds its run ended exits at once)."""
     folder = run.path / "slurm"
-    executor = make_executor(folder, options, name=f"fslab-{run.id}")
+    executor = make_executor(folder, options, name=f"fslab-{run.id}")  # no SLURM here: nothing changed yet
+    if requeue:
+        run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None)
     run.write_status(executor="slurm", slurm_cluster=options.cluster)
     try:
         if options.cluster == "local":
@@ -137,11 +141,6 @@ def _submit_detached(executor, job_call, folder: Path):
         os.dup2(saved[1], 2)
         for fd in (*saved, log):
             os.close(fd)
-
-
-def requeue_for_job(run: Run) -> None:
-    """Mark a stopped run queued again before it is resubmitted to resume."""
-    run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None)
 
 
 def cancel_job(run: Run, status: dict) -> None:
