@@ -42,9 +42,9 @@ def read_json(path: str | Path) -> dict | None:
     """The JSON object in ``path``; None if it is missing, unreadable, not JSON,
     or JSON of another shape (a list, a string)."""
     try:
-        with open(path, "rb") as fh:
+        with open(path, encoding="utf-8") as fh:
             value = json.loads(fh.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
     return value if isinstance(value, dict) else None
 

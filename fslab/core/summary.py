@@ -102,6 +102,9 @@ class RunSummary:
 
 FIELD_NAMES = tuple(f.name for f in fields(RunSummary))
 DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
+# Not saved in summary.json's summary: the id is the folder's name, the state
+# is told anew at each read, and the status fields are saved with the status.
+NOT_KEPT = ("id", "state", "created", "started", "ended", "error", "sweep")
 SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "first_train", "last_train_time", "corrupt")
@@ -240,6 +243,7 @@ class SummaryFile:
             return False
         try:  # the fields as saved (those left out were at their defaults)
             summary = RunSummary(**saved["summary"], id=self.id)
+            apply_status(summary, saved["status"])
             if summary.first_train is not None:
                 summary.first_train = tuple(summary.first_train)
             seen = saved["seen"]
@@ -256,7 +260,7 @@ class SummaryFile:
         cannot write to is left as it is (the next reader folds again)."""
         if not self.dirty:
             return
-        kept = {name: value for name in FIELD_NAMES if name not in ("id", "state")
+        kept = {name: value for name in FIELD_NAMES if name not in NOT_KEPT
                 and (value := getattr(self.summary, name)) != DEFAULTS[name]}
         record = {"format": SUMMARY_FORMAT, "summary": kept,
                   "status": {k: self.status[k] for k in STATUS_KEYS if k in self.status},

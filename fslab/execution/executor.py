@@ -28,8 +28,6 @@ from fslab.execution.scheduler import start_scheduler
 from fslab.execution.slurm_job import TrainingJob
 from fslab.execution.sweep import create_sweep, requeue
 
-EXECUTORS = slurm_jobs.EXECUTORS
-
 
 @dataclass
 class Started:
@@ -43,7 +41,7 @@ class Started:
 def job_options(settings, executor: str | None, overrides: list[str] | None = None) -> SlurmSettings | None:
     """None for ``local``; for ``slurm``, ``[slurm]`` of fslab.toml with the
     ``--slurm key=value`` overrides, checked (and submitit importable)."""
-    if executor is not None and executor not in EXECUTORS:
+    if executor is not None:
         slurm_jobs.check_executor(executor)  # one line naming what is allowed
     if executor != "slurm":
         if overrides:
