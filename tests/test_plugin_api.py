@@ -1,0 +1,87 @@
+"""The declared plugin API (fslab.plugin): what it exports, that built-in
+plugins use nothing else from fslab (read from their sources, a second check
+beside the import-linter contract), and that built-in components are what its
+protocols say fslab calls."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import fslab.plugin as api
+
+PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+
+
+def test_the_api_exports_what_it_declares():
+    assert re.fullmatch(r"\d+\.\d+", api.API_VERSION)
+    assert all(hasattr(api, name) for name in api.__all__)
+    assert {"hookimpl", "LossOutput", "Batch", "Split", "UsageError", "EvaluatorTraits",
+            "rand_rows", "global_rows", "sum_rows", "Register"} <= set(api.__all__)
+    assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early"}
+
+
+@pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda p: str(p.relative_to(PLUGINS)))
+def test_built_in_plugins_import_fslab_only_through_the_plugin_api(path):
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+    from_fslab = {m for m in imported if m == "fslab" or m.startswith("fslab.")}
+    assert from_fslab <= {"fslab.plugin"}, from_fslab
+
+
+def test_the_global_batch_helpers_outside_a_training_forward(torch_seed):
+    import torch
+
+    x = torch.randn(6, 3, 4, 4)
+    torch.manual_seed(5)
+    noise = api.rand_rows(x)
+    torch.manual_seed(5)
+    assert torch.equal(noise, torch.rand_like(x))  # one process: exactly torch.rand_like
+    assert api.global_rows(6) == 6 and torch.equal(api.sum_rows(x.sum()), x.sum())
+
+
+def test_the_global_batch_helpers_inside_a_share_draw_for_the_whole_batch(torch_seed):
+    """Rows 2..5 of an 8-row global batch get the noise one process draws for
+    those rows, and sums go through the collective the training step hands over."""
+    import torch
+
+    from fslab.core.global_batch import BatchShare, sharing
+
+    torch.manual_seed(5)
+    whole = torch.rand(8, 3, 4, 4)
+    summed = []
+    with sharing(BatchShare(slice(2, 6), 8, lambda t: summed.append(t.clone()) or t.mul_(2))):
+        torch.manual_seed(5)
+        part = api.rand_rows(torch.zeros(4, 3, 4, 4))
+        total = api.sum_rows(torch.tensor(3.0))
+        rows = api.global_rows(4)
+    assert torch.equal(part, whole[2:6]) and rows == 8
+    assert summed == [torch.tensor(3.0)] and total == 6.0
+    assert api.global_rows(4) == 4  # the share ends with the block
+
+
+def test_built_in_components_are_what_the_protocols_say(registry):
+    import torch
+
+    for name in registry.names("backbone"):
+        params = {"hidden": 8} if name == "conv4" else {}
+        if name in ("wrn28-10",):
+            params = {"depth": 10, "widen_factor": 1}
+        assert isinstance(registry.create("backbone", name, in_channels=3, **params), api.Backbone), name
+    labels = torch.arange(8).repeat_interleave(16).tolist()
+    for name in registry.names("sampler"):
+        params = {"shots": 2, "per_class": 4} if name == "episodic" else {}
+        assert isinstance(registry.create("sampler", name, labels=labels, batch_size=16, seed=0, **params),
+                          api.Sampler), name
+    for name in registry.names("loss"):
+        assert callable(registry.create("loss", name, context={"out_dim": 8, "num_classes": 8})), name
+    dataset = registry.create("dataset", "synthetic", root=None, classes=24, val_classes=6, test_classes=6,
+                              images_per_class=4, image_size=8)
+    assert isinstance(dataset, api.Dataset) and isinstance(dataset.load("val"), api.Split)
