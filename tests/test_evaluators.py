@@ -417,8 +417,9 @@ def test_fslab_eval_fine_tunes_on_few_episodes(trained_run, builtin_plugins, mon
 
 
 def test_compare_uses_each_runs_own_evaluator_and_pairs_one_stream_only(tmp_path):
+    from fslab.core.events import evaluator_label
     from fslab.core.runstore import create_run
-    from fslab.reports.compare import compare, evaluator_label
+    from fslab.reports.compare import compare
 
     assert evaluator_label({"name": "knn"}) == "knn"
     assert evaluator_label({"name": "knn", "k": 3}) == "knn[k=3]"

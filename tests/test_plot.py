@@ -34,7 +34,7 @@ def make_run(runs_dir, seed, accuracies_by_shots, *, loss, batch_size=128, sampl
                              "accuracy": sum(accuracies) / len(accuracies), "ci95": 0.0}, accuracies)
     with open(run.metrics_path, "a") as fh:
         for step, (positives, negatives) in enumerate(pair_counts, 1):
-            fh.write(json.dumps({"event": "train", "step": step, "positives": positives,
+            fh.write(json.dumps({"event": "train", "step": step, "epoch": 1, "loss": 1.0, "positives": positives,
                                  "negatives": negatives}) + "\n")
     return run
 

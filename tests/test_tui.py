@@ -65,6 +65,14 @@ def store(tmp_path):
     return runs, standard_store(runs)
 
 
+def fake_checkpoint(path):
+    """A file shaped like a checkpoint (a zip archive) for tests that never load it."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("last/data.pkl", b"not loaded")
+
+
 def frozen_app(runs, **kwargs):
     return make_app(runs, clock=lambda: FROZEN, tick=3600, cursor_blink=False, **kwargs)
 
@@ -135,7 +143,8 @@ def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
         (folders["done0"] / "status.json").write_text("{half a stat")  # unreadable: noted, not fatal
         (folders["done0"] / "metrics.jsonl").unlink()
         await tick(app, pilot)
-        assert app.rows[folders["done0"].name].note == "status.json unreadable"
+        assert app.rows[folders["done0"].name].note == "status.json is not a JSON object"
+        assert app.rows[folders["done0"].name].state == "unreadable"
         assert "!" in row_text(app, folders["done0"].name)
 
     drive(frozen_app(runs), body)
@@ -335,7 +344,7 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
         await pilot.press("down", "r", "y")
         await settle(app, pilot)
         assert started == [] and "has no checkpoint" in notes[-1]  # the core's check, shown as is
-        (killed / "checkpoints" / "last.pt").write_bytes(b"checkpoint")
+        fake_checkpoint(killed / "checkpoints" / "last.pt")
         await pilot.press("r", "y")
         await settle(app, pilot)
         assert started == [(killed.name, True)] and notes[-1] == f"resuming {killed.name}"
@@ -529,7 +538,7 @@ def test_the_dashboard_resumes_through_the_checks_of_fslab_resume(project, monke
     status = json.loads((job / "status.json").read_text())
     (job / "status.json").write_text(json.dumps({**status, "executor": "slurm", "slurm_job_id": "7"}))
     for folder in (gpus, job):
-        (folder / "checkpoints" / "last.pt").write_bytes(b"checkpoint")
+        fake_checkpoint(folder / "checkpoints" / "last.pt")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, here and in the CLI's process
     monkeypatch.setenv("PATH", str(project))  # no srun: the SLURM executor cannot start
     said = {}

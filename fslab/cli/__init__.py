@@ -30,6 +30,7 @@ from fslab.cli import reports  # noqa: F401
 from fslab.cli import plugins  # noqa: F401
 from fslab.cli.common import app, version_callback
 from fslab.core.errors import FslabError
+from fslab.core.text import clip, printable
 
 
 @app.callback()
@@ -41,9 +42,19 @@ def root(
 
 
 def main() -> None:
-    """Console entry point: an FslabError is one line on stderr and an exit code."""
+    """Console entry point: an FslabError is one line on stderr and an exit
+    code; so is a file the system refused (a full disk, a read-only store,
+    another user's folder), naming the file."""
     try:
         app()
     except FslabError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        fail(f"{exc.strerror or exc}{where}", 1)
+
+
+def fail(message: str, code: int) -> None:
+    """One line on stderr, with nothing in it that could drive the terminal, and the exit code."""
+    print(f"error: {clip(printable(message))}", file=sys.stderr)
+    sys.exit(code)

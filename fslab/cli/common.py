@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from fslab import __version__
 from fslab.core.errors import UsageError
+from fslab.core.text import printable
 
 app = typer.Typer(
     rich_markup_mode="rich",
@@ -47,6 +48,12 @@ SlurmOpt = Annotated[list[str] | None, typer.Option(
     "--slurm", help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]
 
 
+def shown(value: object) -> str:
+    """Text from a run file, a plugin or the user, ready for a Rich console:
+    control characters written out (:func:`fslab.core.text.printable`), markup escaped."""
+    return escape(printable(value))
+
+
 def settings():
     from fslab.core.settings import load_settings
 
@@ -57,7 +64,7 @@ def registry(project_settings=None):
     import fslab
 
     return fslab.get_registry(project_settings,
-                              report=lambda line: err_console.print(escape(line), highlight=False))
+                              report=lambda line: err_console.print(shown(line), highlight=False))
 
 
 def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None) -> list[dict]:

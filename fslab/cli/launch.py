@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from fslab.cli.common import (
@@ -32,6 +31,7 @@ from fslab.cli.common import (
     overrides,
     registry,
     settings,
+    shown,
 )
 from fslab.core.errors import UsageError
 
@@ -77,7 +77,7 @@ def _follow_to_end(run_, process) -> None:
     from fslab.core.events import accuracy_text
     from fslab.execution.executor import stop as stop_run
 
-    console.print(f"run [bold]{run_.id}[/bold] in {escape(str(run_.path))}", highlight=False)
+    console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
     try:
         state = follow(run_, console, process)
     except KeyboardInterrupt:
@@ -97,7 +97,7 @@ def _follow_to_end(run_, process) -> None:
                           f"({results['episodes']} episodes)", highlight=False)
         return
     status = run_.status()
-    err_console.print(f"{run_.id}: {state}: {escape(str(status.get('error') or 'no error recorded'))}. "
+    err_console.print(f"{run_.id}: {state}: {shown(str(status.get('error') or 'no error recorded'))}. "
                       f"See: fslab logs {run_.id} --stderr", highlight=False)
     raise typer.Exit(1)
 
@@ -221,7 +221,7 @@ def queue(as_json: JsonFlag = False) -> None:
         return
     table = Table("id", "state", "sweep", "slot", "GPU", "pid")
     for r in rows:
-        table.add_row(escape(r["id"]), r["state"], escape(str(r["sweep"] or "-")), escape(str(r["slot"] or "-")),
-                      escape(str(r["gpus"] or "-")), str(r["pid"] or "-"))
+        table.add_row(shown(r["id"]), r["state"], shown(str(r["sweep"] or "-")), shown(str(r["slot"] or "-")),
+                      shown(str(r["gpus"] or "-")), str(r["pid"] or "-"))
     console.print(table)
     console.print("slots: " + ", ".join(f"{s['slot']} {'busy' if s['busy'] else 'free'}" for s in slots))

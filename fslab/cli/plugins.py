@@ -6,10 +6,9 @@ import json
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from fslab.cli.common import JsonFlag, app, console, registry, settings
+from fslab.cli.common import JsonFlag, app, console, registry, settings, shown
 
 
 @app.command()
@@ -36,11 +35,11 @@ def plugins(
         for c in components:
             if c.kind == k:
                 params = ", ".join(f"{p}={v!r}" for p, v in c.params.items())
-                table.add_row(escape(c.name), escape(c.description), escape(c.paper), escape(params),
-                              escape(c.version or c.plugin))
+                table.add_row(shown(c.name), shown(c.description), shown(c.paper), shown(params),
+                              shown(c.version or c.plugin))
         console.print(table)
     for failure in found.failures:
-        console.print(f"[red]failed[/red] {escape(failure.plugin)}: {escape(failure.error)}")
+        console.print(f"[red]failed[/red] {shown(failure.plugin)}: {shown(failure.error)}")
 
 
 @app.command()

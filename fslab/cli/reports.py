@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from fslab.cli.common import JsonFlag, RunRef, app, console, parse_shots, pct, registry, settings
+from fslab.cli.common import JsonFlag, RunRef, app, console, err_console, parse_shots, pct, registry, settings, shown
 from fslab.core.errors import UsageError
 
 
@@ -53,13 +52,13 @@ def eval_(
                            evaluator=evaluator, params=params, device=device)
     for result in results:
         if as_json:
-            shown = dict(result)
+            record = dict(result)
             if result["metric"] != "accuracy":  # e.g. "map": the score under its own name
-                shown[result["metric"]] = shown.pop("accuracy")
-            print(json.dumps({"run": run_.id, **shown}))
+                record[result["metric"]] = record.pop("accuracy")
+            print(json.dumps({"run": run_.id, **record}))
         else:
             console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['episodes']} episodes "
-                          f"({escape(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
+                          f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
                           f"{accuracy_text(result)}",
                           highlight=False)
 
@@ -114,6 +113,10 @@ def compare_(
     shot_list = parse_shots(shots)
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
+    if report["unreadable"]:  # left out, said once on stderr so the report itself stays clean
+        left = report["unreadable"]
+        err_console.print(f"{len(left)} run{'s' * (len(left) != 1)} left out, their configuration cannot be read: "
+                          f"{shown(', '.join(left[:5]))}{', ...' if len(left) > 5 else ''}", highlight=False)
     if not any(row["results"] for row in report["groups"]):
         raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
                          f"{queries} queries; finish them or run: fslab eval RUN")
@@ -124,11 +127,11 @@ def compare_(
     table = Table("group", "seeds", *columns,
                   title=f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes")
     for row in report["groups"]:
-        table.add_row(escape(row["group"]), str(row["seeds"]),
+        table.add_row(shown(row["group"]), str(row["seeds"]),
                       *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns])
     console.print(table)
     for p in report["paired"]:
-        console.print(f"{escape(p['group'])} − {escape(p['baseline'])}, {p['shots']}-shot: "
+        console.print(f"{shown(p['group'])} − {shown(p['baseline'])}, {p['shots']}-shot: "
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
                       f"(paired over {p['episodes']} episodes)",
                       highlight=False)
@@ -166,5 +169,5 @@ def plot_(
         return
     points = sum(len(s["points"]) for panel in data["panels"] for s in panel["series"])
     panels = len(data["panels"])
-    console.print(f"wrote {escape(str(out))} ({width}x{height} px, {panels} panel{'s' * (panels != 1)}, "
+    console.print(f"wrote {shown(str(out))} ({width}x{height} px, {panels} panel{'s' * (panels != 1)}, "
                   f"{points} points)", highlight=False)

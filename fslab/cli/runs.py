@@ -9,10 +9,9 @@ import time
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from fslab.cli.common import JsonFlag, RunRef, app, console, pct, settings
+from fslab.cli.common import JsonFlag, RunRef, app, console, pct, settings, shown
 from fslab.core.errors import UsageError
 
 DEFAULT_LIMIT = 50
@@ -20,12 +19,12 @@ DEFAULT_LIMIT = 50
 
 def _states(text: str | None) -> tuple[str, ...]:
     from fslab.core.errors import unknown
-    from fslab.core.states import STATES
+    from fslab.core.states import STATES, UNREADABLE
 
     states = tuple(s.strip() for s in (text or "").split(",") if s.strip())
     for state in states:
-        if state not in STATES:
-            raise UsageError(unknown("state", state, STATES))
+        if state not in (*STATES, UNREADABLE):
+            raise UsageError(unknown("state", state, (*STATES, UNREADABLE)))
     return states
 
 
@@ -35,7 +34,8 @@ def runs(
     all_: Annotated[bool, typer.Option("--all", help="Every run, not only the newest 50.")] = False,
     limit: Annotated[int, typer.Option(help="How many of the newest runs to list.")] = DEFAULT_LIMIT,
     state: Annotated[str | None, typer.Option(
-        help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost.")] = None,
+        help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost, "
+             "unreadable.")] = None,
     method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.")] = None,
     sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
     evaluator: Annotated[str | None, typer.Option(
@@ -60,13 +60,15 @@ def runs(
     for s in summaries:
         test = s.test_of(evaluator)
         table.add_row(
-            escape(s.id), escape(str(s.method)), escape(str(s.backbone)), escape(str(s.dataset)),
+            shown(s.id), shown(str(s.method)), shown(str(s.backbone)), shown(str(s.dataset)),
             str(s.seed), s.state, f"{s.epoch or 0}/{s.epochs}",
             f"{s.loss:.4f}" if s.loss is not None else "-",
             f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
             pct(s.best_val), pct(test.get("1-shot")), pct(test.get("5-shot")),
         )
     console.print(table)
+    for s in [s for s in summaries if s.state == "unreadable"][:5]:
+        console.print(f"{shown(s.id)} cannot be read: {shown(s.error)}", highlight=False)
     if not all_ and len(summaries) == limit:
         console.print(f"the newest {limit} shown; --all or --limit N for more", highlight=False)
 
@@ -85,20 +87,20 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
         print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
                           "evaluations": evaluations, "results": run_.results()}, indent=2))
         return
-    console.print(f"[bold]{escape(run_.id)}[/bold]  {summary.state}  ({escape(str(run_.path))})")
+    console.print(f"[bold]{shown(run_.id)}[/bold]  {summary.state}  ({shown(str(run_.path))})")
     if summary.error:
-        console.print(f"error: {escape(summary.error)}")
-    console.print(f"method {escape(str(summary.method))}, backbone {escape(str(summary.backbone))}, "
-                  f"dataset {escape(str(summary.dataset))}, seed {summary.seed}, pid {status.get('pid')}")
+        console.print(f"error: {shown(summary.error)}")
+    console.print(f"method {shown(str(summary.method))}, backbone {shown(str(summary.backbone))}, "
+                  f"dataset {shown(str(summary.dataset))}, seed {summary.seed}, pid {status.get('pid')}")
     if summary.step:
         console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
                       f"pairs +{summary.positives}/-{summary.negatives}")
     table = Table("split", "ways", "shots", "queries", "episodes", "epoch", "evaluator", "accuracy (%)")
     for e in evaluations:
         metric = e.get("metric", "accuracy")  # retrieval mAP is labelled as such
-        table.add_row(escape(str(e.get("split"))), *(str(e.get(k, "-")) for k in ("ways", "shots", "queries",
-                                                                               "episodes", "epoch")),
-                      escape(str(e.get("evaluator", "centroid"))),
+        table.add_row(shown(e.get("split")), *(shown(e.get(k, "-")) for k in ("ways", "shots", "queries",
+                                                                            "episodes", "epoch")),
+                      shown(str(e.get("evaluator", "centroid"))),
                       pct(e) if metric == "accuracy" else f"{metric.replace('map', 'mAP')} {pct(e)}")
     if evaluations:
         console.print(table)
@@ -115,6 +117,7 @@ def logs(
     from fslab.core.files import Tail
     from fslab.core.runstore import find_run
     from fslab.core.states import LIVE
+    from fslab.core.text import printable
 
     run_ = find_run(settings().runs_dir, ref)
     tail = Tail(run_.path / ("stderr.log" if stderr else "stdout.log"))
@@ -122,7 +125,7 @@ def logs(
         live = run_.state() in LIVE  # before the read, so the last lines a run writes are read below
         chunk, _ = tail.read(partial=True)
         if chunk:
-            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.write(printable(chunk.decode("utf-8", errors="replace"), lines=True))
             sys.stdout.flush()
         if not follow_ or (not chunk and not live):
             return

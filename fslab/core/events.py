@@ -46,3 +46,12 @@ def evaluator_label(section: dict) -> str:
     if not params:
         return section["name"]
     return section["name"] + "[" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "]"
+
+
+def own_evaluator(config: dict) -> str:
+    """The label of the evaluator a run's configuration names, the one its
+    training tested with (``centroid`` where none is named, as in fslab 0.1)."""
+    section = config.get("evaluator")
+    if isinstance(section, dict) and isinstance(section.get("name"), str):
+        return evaluator_label(section)
+    return "centroid"

@@ -225,7 +225,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         try:
             module = ep.load()
             pm.register(module, name=ep.name)
-        except Exception as exc:  # a broken plugin must not take fslab down
+        except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
             fail(ep.name, exc)
             continue
         dist = getattr(ep, "dist", None)
@@ -238,7 +238,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             try:
                 module = _import_file(path)
                 pm.register(module, name=name)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 fail(name, exc)
                 continue
             registry.plugins[name] = (None, str(path))
@@ -256,7 +256,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
                 impl.function(register=register)
             except PluginError:
                 raise
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 fail(impl.plugin_name, exc)
     return registry
 

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fslab.core.config import migrate
+from fslab.core.config import RunConfig, migrate, run_config
 from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, read_events, read_json
+from fslab.core.schemas import STATUS, conform, evaluation, event, results
 from fslab.core.states import HOST, run_state
 
 SWEEPS = "sweeps"  # runs/sweeps/: the sweep records (fslab.core.sweeps), not a run
@@ -60,11 +62,23 @@ class Run:
         except ConfigError as error:
             raise ConfigError(f"run {self.id}: {error}") from None
 
+    def run_config(self) -> RunConfig:
+        """The typed configuration, for code that starts or stops the run; a
+        configuration that is missing or of the wrong shape is one line."""
+        if read_json(self.path / "config.json") is None:
+            raise ConfigError(f"run {self.id}: config.json is missing or not a JSON object")
+        try:
+            return run_config(self.config())
+        except ConfigError as error:
+            raise ConfigError(f"run {self.id}: config.json: {error}") from None
+
     def status(self) -> dict:
-        return read_json(self.path / "status.json") or {}
+        """``status.json``, the values of the wrong type left out (:mod:`fslab.core.schemas`)."""
+        return conform(read_json(self.path / "status.json"), STATUS)
 
     def results(self) -> dict | None:
-        return read_json(self.path / "results.json")
+        """``results.json`` when it holds test scores (:func:`fslab.core.schemas.results`)."""
+        return results(read_json(self.path / "results.json"))
 
     def write_status(self, **fields: Any) -> dict:
         status = {**self.status(), **fields}
@@ -76,7 +90,8 @@ class Run:
         return run_state(self.status() if status is None else status, now)
 
     def events(self) -> list[dict]:
-        return read_events(self.metrics_path)[0]
+        """The events of ``metrics.jsonl`` that have the fields of their kind."""
+        return [e for e in read_events(self.metrics_path)[0] if event(e) is not None]
 
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]
@@ -86,14 +101,21 @@ class Run:
         (``O_EXCL``), so two schedulers never start the same run."""
         try:
             fd = os.open(self.path / ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+        except OSError:  # taken already, or a folder this process cannot write to
             return False
         with open(fd, "w") as fh:
             fh.write(f"{os.getpid()} {time.time()}\n")
         return True
 
     def claimed(self) -> bool:
-        return (self.path / ".claimed").exists()
+        """Whether the run was ever taken for starting (an unreadable folder counts as taken)."""
+        try:
+            os.stat(self.path / ".claimed")
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        return True
 
     def save_accuracies(self, result: dict, accuracies) -> Path:
         """Per-episode accuracies of one evaluation, in ``evaluations/``, named
@@ -103,39 +125,59 @@ class Run:
         folder.mkdir(exist_ok=True)
         key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
                f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
-        path = folder / f"{key}.json"
+        path = folder / f"{safe_name(key)}.json"
         atomic_write_json(path, {**result, "accuracies": [round(float(a), 6) for a in accuracies]})
         return path
 
     def saved_accuracies(self) -> list[dict]:
-        """Every evaluation saved by :meth:`save_accuracies`. Files saved before
-        the evaluator and the episode stream were recorded were the centroid
-        evaluator's, on stream 1."""
-        folder = self.path / "evaluations"
-        found = [read_json(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
-        return [{"evaluator": "centroid", "stream": 1, **f} for f in found if f is not None]
+        """Every evaluation saved by :meth:`save_accuracies` that can be used
+        (:func:`fslab.core.schemas.evaluation`: files saved before the evaluator
+        and the episode stream were recorded were the centroid evaluator's, on
+        stream 1)."""
+        try:
+            names = sorted(e.name for e in os.scandir(self.path / "evaluations") if e.name.endswith(".json"))
+        except OSError:
+            return []
+        found = (evaluation(read_json(self.path / "evaluations" / name)) for name in names)
+        return [record for record in found if record is not None]
+
+
+def safe_name(text: str) -> str:
+    """``text`` as a file name that stays in its folder: characters other than
+    letters, digits and ``._-=,[]`` become ``_`` (an evaluator parameter such as
+    ``../x`` or ``a/b`` cannot name a path elsewhere), and it never starts with a dot."""
+    name = "".join(c if c.isalnum() or c in "._-=,[]" else "_" for c in text)
+    return "_" + name if name.startswith(".") else name
 
 
 def new_run_id(method: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{method}-{secrets.token_hex(2)}"
+    return f"{stamp}-{safe_name(method)}-{secrets.token_hex(2)}"
 
 
 def create_run(runs_dir: Path, method: str, config: dict) -> Run:
     """A new run folder with its config and a ``queued`` status. ``mkdir`` is
     atomic, so two runs started in the same second never share a folder."""
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FslabError(f"cannot create the runs folder {runs_dir}: {exc.strerror or exc}") from None
     for _ in range(100):
         path = runs_dir / new_run_id(method)
         try:
             path.mkdir()
         except FileExistsError:
             continue
-        (path / "checkpoints").mkdir()
-        run = Run(path)
-        atomic_write_json(path / "config.json", config)
-        run.write_status(state="queued", host=HOST, created=time.time())
-        return run
+        except OSError as exc:
+            raise FslabError(f"cannot create a run folder in {runs_dir}: {exc.strerror or exc}") from None
+        try:
+            (path / "checkpoints").mkdir()
+            atomic_write_json(path / "config.json", config)
+            Run(path).write_status(state="queued", host=HOST, created=time.time())
+        except OSError as exc:  # a full disk: no half-made run is left behind
+            shutil.rmtree(path, ignore_errors=True)
+            raise FslabError(f"cannot write the new run folder {path}: {exc.strerror or exc}") from None
+        return Run(path)
     raise FslabError(f"could not create a new run folder in {runs_dir}")
 
 
@@ -151,9 +193,20 @@ def run_names(runs_dir: Path) -> list[str]:
 
 
 def run_paths(runs_dir: Path) -> list[Path]:
-    """Every run folder (one with a ``config.json``), oldest first."""
-    return [Path(runs_dir) / name for name in run_names(runs_dir)
-            if os.path.exists(os.path.join(runs_dir, name, "config.json"))]
+    """Every run folder whose ``config.json`` can be read, oldest first."""
+    return [Path(runs_dir) / name for name in run_names(runs_dir) if _config_of(runs_dir, name) is True]
+
+
+def _config_of(runs_dir: Path, name: str) -> bool | None:
+    """True if the folder has a config.json, False if it has none, None if it
+    cannot be told (a folder this user may not read: still a run, unreadable)."""
+    try:
+        os.stat(os.path.join(runs_dir, name, "config.json"))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    return True
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -176,15 +229,18 @@ def list_runs(runs_dir: Path) -> list[Run]:
 
 def find_run(runs_dir: Path, ref: str) -> Run:
     """A run by id, unique id prefix, unique substring, or ``last`` (the newest).
-    Only folder names are compared, so a store of any size answers at once."""
+    Folder names are compared, and no file is read, so a store of any size answers at once."""
+    if ref != "last":  # unreadable runs can be named too: fslab show says why they cannot be read
+        names = [name for name in run_names(runs_dir) if _config_of(runs_dir, name) is not False]
+        return _match(runs_dir, ref, names)
     paths = run_paths(runs_dir)
-    if ref == "last":
-        if not paths:
-            raise RunNotFound(f"no runs in {runs_dir} yet; start one with: fslab run nca")
-        newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
-        return max((Run(p) for p in paths if p.name[:15] == newest),
-                   key=lambda r: (_created(r), r.id))
-    names = [p.name for p in paths]
+    if not paths:
+        raise RunNotFound(f"no runs in {runs_dir} yet; start one with: fslab run nca")
+    newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
+    return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: (_created(r), r.id))
+
+
+def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
     for matcher in (lambda n: n == ref, lambda n: n.startswith(ref), lambda n: ref in n):
         found = [n for n in names if matcher(n)]
         if len(found) == 1:

@@ -16,6 +16,9 @@ from pathlib import Path
 STATES = ("queued", "running", "completed", "failed", "killed", "lost")
 ENDED = ("completed", "failed", "killed")
 LIVE = ("queued", "running")
+# What a listing shows for a run whose configuration or status cannot be read
+# (another user's folder, a damaged file); never written to a status.
+UNREADABLE = "unreadable"
 # A live run rewrites its heartbeat every few seconds; this long without one is lost.
 LOST_AFTER_S = 120.0
 HOST = socket.gethostname()

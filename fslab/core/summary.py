@@ -30,10 +30,11 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from fslab.core.events import evaluator_label
+from fslab.core import schemas
+from fslab.core.events import own_evaluator
 from fslab.core.files import Tail, atomic_write_text, read_json
 from fslab.core.runstore import run_names
-from fslab.core.states import run_state
+from fslab.core.states import UNREADABLE, run_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
@@ -44,6 +45,7 @@ SUMMARY_FORMAT = 1
 TRAIN_MARK = b'"event": "train"'
 UNUSED_MARKS = (b'"event": "checkpoint"', b'"event": "end"', b'"event": "resume"')
 STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "ended", "error", "sweep")
+MISSING = "missing"
 
 
 @dataclass(slots=True)
@@ -131,8 +133,7 @@ def apply_config(summary: RunSummary, config: dict) -> None:
     summary.method, summary.seed = _text(config.get("method")), _whole(config.get("seed"))
     summary.loss_fn, summary.backbone = _name(config.get("loss")), _name(config.get("backbone"))
     summary.dataset, summary.epochs = _name(config.get("dataset")), _whole(train.get("epochs"))
-    evaluator = config.get("evaluator")
-    summary.evaluator = evaluator_label(evaluator) if _name(evaluator) else "centroid"
+    summary.evaluator = own_evaluator(config)
 
 
 def apply_status(summary: RunSummary, status: dict) -> None:
@@ -141,38 +142,32 @@ def apply_status(summary: RunSummary, status: dict) -> None:
     summary.sweep = _text(status.get("sweep"))
 
 
-def _score(event: dict) -> dict:
-    accuracy, ci95, episodes = _real(event["accuracy"]), _real(event["ci95"]), _whole(event["episodes"])
-    if accuracy is None or ci95 is None or episodes is None or not isinstance(event["shots"], int):
-        raise ValueError("an eval event without numbers")
-    return {"accuracy": accuracy, "ci95": ci95, "episodes": episodes}
-
-
-def add_event(summary: RunSummary, event: dict) -> None:
-    """Fold one event into the summary; an event of the wrong shape raises
-    KeyError, TypeError or ValueError (the caller counts it as corrupt)."""
-    kind = event.get("event")
+def add_event(summary: RunSummary, record: dict) -> None:
+    """Fold one event into the summary; an event without the fields of its
+    kind (:data:`fslab.core.schemas.EVENTS`) raises ValueError, which the
+    caller counts as corrupt."""
+    event = schemas.event(record)
+    if event is None:
+        raise ValueError("an event without the fields of its kind")
+    kind = event["event"]
     if kind == "train":
-        step, epoch, loss = _whole(event["step"]), _whole(event["epoch"]), _real(event["loss"])
-        if step is None or epoch is None or loss is None:
-            raise ValueError("a train event without numbers")
         if summary.first_train is None:
-            summary.first_train = (_real(event.get("time")), step)
-        summary.step, summary.epoch, summary.loss = step, epoch, loss
+            summary.first_train = (_real(event.get("time")), event["step"])
+        summary.step, summary.epoch, summary.loss = event["step"], event["epoch"], float(event["loss"])
         summary.positives, summary.negatives = _whole(event.get("positives")), _whole(event.get("negatives"))
         summary.last_train_time = _real(event.get("time"))
     elif kind == "start":
         summary.total_steps = _whole(event.get("total_steps"))
-        summary.epochs = _whole(event.get("epochs")) or summary.epochs
+        summary.epochs = event["epochs"]
     elif kind == "eval":
-        value, split, shots = _score(event), event["split"], f"{event['shots']}-shot"
-        label = event.get("evaluator", "centroid")
+        value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]), "episodes": event["episodes"]}
+        split, shots, label = event["split"], f"{event['shots']}-shot", event.get("evaluator", "centroid")
         if "source" not in event and label == summary.evaluator:  # logged by the training itself
             if split == "val" and (summary.best_val is None or value["accuracy"] > summary.best_val["accuracy"]):
                 summary.best_val = {**value, "epoch": _whole(event.get("epoch"))}
             elif split == "test":
                 summary.test = {**summary.test, shots: value}
-        elif split == "test":
+        elif split == "test" and isinstance(label, str):
             summary.test_by_evaluator = {**summary.test_by_evaluator,
                                          label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
 
@@ -202,7 +197,7 @@ def add_lines(summary: RunSummary, chunk: bytes) -> None:
             continue  # a list or a number: counted above, it does not look like an object
         try:
             add_event(summary, event)
-        except (KeyError, TypeError, ValueError):
+        except ValueError:
             summary.corrupt += 1
 
 
@@ -228,6 +223,7 @@ class SummaryFile:
         self.status_seen: list | None = None
         self.metrics = Tail(f"{self.dir}/metrics.jsonl")
         self.dirty = False
+        self.problems: dict[str, str] = {}  # file -> why it cannot be read; told anew at each refresh
 
     @property
     def summary(self) -> RunSummary:
@@ -277,15 +273,26 @@ class SummaryFile:
     def refresh(self, now: float | None = None, *, config: bool = True) -> bool:
         """Fold whatever changed in the run's files; True if the summary changed.
         ``config=False`` leaves ``config.json`` unchecked (it is written once,
-        when the run is created)."""
+        when the run is created). A run whose configuration or status cannot be
+        read is ``unreadable``, with the reason as its error."""
         changed = config and self._refresh_json("config.json")
         changed = self._refresh_json("status.json") | self._refresh_metrics() | changed
         self.dirty |= changed
-        state = run_state(self.status, now)
-        if state != self.summary.state:
-            self.summary.state = state
+        summary = self.summary
+        note = "; ".join(f"{name} {why}" for name, why in sorted(self.problems.items())) or None
+        unreadable = "config.json" in self.problems or "status.json" in self.problems
+        state = UNREADABLE if unreadable else run_state(self.status, now)
+        if (state, note) != (summary.state, summary.note):
+            summary.state, summary.note = state, note
+            summary.error = note if note else schemas.conform(self.status, schemas.STATUS).get("error")
             changed = True
         return changed
+
+    @property
+    def is_run(self) -> bool:
+        """False for a folder that holds neither a config.json nor a status.json
+        (not a run, or one being created): listings leave it out."""
+        return not (self.problems.get("config.json") == MISSING and self.problems.get("status.json") == MISSING)
 
     def _refresh_json(self, name: str) -> bool:
         attr = "config_seen" if name == "config.json" else "status_seen"
@@ -293,37 +300,40 @@ class SummaryFile:
         try:
             seen = _identity(os.stat(path))
         except FileNotFoundError:
-            seen = None
+            return self._problem(name, MISSING, attr)
         except OSError as exc:
-            return self._note(f"{name} unreadable: {exc.strerror or exc}")
-        if seen == getattr(self, attr) and seen is not None:
+            return self._problem(name, f"cannot be read: {exc.strerror or exc}", attr)
+        if seen == getattr(self, attr) and name not in self.problems:
             return False
-        value = read_json(path) if seen is not None else None
+        value = read_json(path)
         if value is None:
-            setattr(self, attr, None)
-            return self._note(f"{name} {'missing' if seen is None else 'unreadable'}")
+            return self._problem(name, "is not a JSON object", attr)
         setattr(self, attr, seen)
+        self.problems.pop(name, None)
         if name == "config.json":
             apply_config(self.summary, value)
         else:
-            self.status = {k: value[k] for k in STATUS_KEYS if k in value}
+            self.status = {k: v for k, v in schemas.conform(value, schemas.STATUS).items() if k in STATUS_KEYS}
             apply_status(self.summary, self.status)
-        if self.summary.note and self.summary.note.startswith(name):
-            self.summary.note = None
         return True
 
-    def _note(self, note: str) -> bool:
-        if self.summary.note == note:
+    def _problem(self, name: str, why: str, seen_attr: str | None = None) -> bool:
+        if seen_attr is not None:
+            setattr(self, seen_attr, None)
+        if self.problems.get(name) == why:
             return False
-        self.summary.note = note
+        self.problems[name] = why
         return True
 
     def _refresh_metrics(self) -> bool:
         tail = self.metrics
         try:
             st = os.stat(tail.path)
-        except OSError:
+        except FileNotFoundError:
             return False  # not written yet (or gone: what was read stays until the file is back)
+        except OSError as exc:
+            return self._problem("metrics.jsonl", f"cannot be read: {exc.strerror or exc}")
+        self.problems.pop("metrics.jsonl", None)
         if st.st_ino == tail.inode and st.st_size == tail.offset:
             return False
         chunk, rewritten = tail.read()
@@ -360,8 +370,8 @@ def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str,
         keeper.refresh(now)
         keeper.save()
         summary = keeper.summary
-        if keeper.config_seen is None:
-            continue  # not a run (yet): no config.json
+        if not keeper.is_run:
+            continue
         if states and summary.state not in states:
             continue
         if method is not None and summary.method != method:

@@ -7,6 +7,8 @@ dashboard (all through :mod:`fslab.execution.executor`).
 
 from __future__ import annotations
 
+import zipfile
+
 from fslab.core.errors import UsageError
 from fslab.core.registry import create_dataset
 from fslab.core.runstore import Run
@@ -73,3 +75,6 @@ def check_resumable(run: Run) -> None:
             f"run {run.id} has no checkpoint (it stopped before its first epoch ended); "
             f"start it again with: fslab run {run.config().get('method') or 'METHOD'}"
         )
+    if not zipfile.is_zipfile(run.checkpoint_path):  # torch's format is a zip archive; its end is read only
+        raise UsageError(f"the checkpoint of run {run.id} is damaged ({run.checkpoint_path} is not a complete "
+                         f"checkpoint file); it cannot resume")

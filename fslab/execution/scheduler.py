@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from fslab.core.runstore import Run
+from fslab.core.runstore import Run, run_names
 from fslab.core.settings import load_settings
 from fslab.execution.local import start_worker
 from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots
@@ -40,9 +40,9 @@ def waiting_runs(runs_dir: Path) -> list[Run]:
     finished runs this costs one ``stat`` per run; only unclaimed runs have
     their status read, once."""
     found = []
-    for path in runs_dir.iterdir() if runs_dir.is_dir() else []:
-        run = Run(path)
-        if run.claimed() or not (path / "config.json").exists():
+    for name in run_names(runs_dir):  # an unreadable folder is skipped, never fatal
+        run = Run(runs_dir / name)
+        if run.claimed() or not os.path.exists(run.path / "config.json"):
             continue
         status = run.status()
         if status.get("state") == "queued":

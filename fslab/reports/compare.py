@@ -19,8 +19,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from fslab.core.errors import UsageError
-from fslab.core.events import evaluator_label
+from fslab.core.errors import ConfigError, UsageError
+from fslab.core.events import own_evaluator
 from fslab.core.runstore import Run
 
 # Keys that do not change what a run learns or how it is scored.
@@ -60,8 +60,12 @@ class RunFiles:
         self._saved: dict[Run, list[dict]] = {}
 
     def config(self, run: Run) -> dict:
+        """The run's configuration; ``{}`` if it cannot be read (the run is left out)."""
         if run not in self._configs:
-            self._configs[run] = run.config()
+            try:
+                self._configs[run] = run.config()
+            except ConfigError:  # from a newer fslab, or damaged
+                self._configs[run] = {}
         return self._configs[run]
 
     def saved(self, run: Run) -> list[dict]:
@@ -112,7 +116,7 @@ def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int
     latest checkpoint, then most episodes."""
     files = files or RunFiles()
     if evaluator is None:
-        evaluator = evaluator_label(files.config(run)["evaluator"])
+        evaluator = own_evaluator(files.config(run))
     found = [e for e in files.saved(run)
              if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
                                                                                     evaluator)]
@@ -136,7 +140,8 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     """Pooled accuracy per group and shots, and paired differences to the first
     group; ``evaluator`` picks whose saved scores (default: each run's own)."""
     files = RunFiles()
-    groups = group_runs(runs, group_by, files)
+    unreadable = [r.id for r in runs if not files.config(r)]
+    groups = group_runs([r for r in runs if files.config(r)], group_by, files)
     rows, paired = [], []
     for g in groups:
         row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": len(g.runs),
@@ -153,7 +158,8 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
                 mean, ci = mean_ci(differences)
                 paired.append({"group": g.label, "baseline": baseline.label, "shots": n,
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
-    return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired}
+    return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired,
+            "unreadable": unreadable}
 
 
 def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None,

@@ -10,11 +10,14 @@ Checkpoints written by earlier fslab versions have the same keys.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from fslab.core.errors import FslabError
 
 
 def rng_state(augment_rng: torch.Generator, device: torch.device) -> dict:
@@ -59,13 +62,29 @@ def restore_training(checkpoint: dict, *, model: nn.Module, head: nn.Module, los
 
 def save_checkpoint(path: Path, checkpoint: dict) -> None:
     """Write ``checkpoint`` atomically: a reader (``fslab eval``, a resume after a
-    crash) sees the previous complete file or the new one, never half of one."""
+    crash) sees the previous complete file or the new one, never half of one.
+    A write that fails (a full disk) leaves the previous checkpoint and no
+    temporary file, and says so in one line."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(checkpoint, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(checkpoint, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
+        tmp.unlink(missing_ok=True)
+        raise FslabError(f"cannot write the checkpoint {path}: {_first_line(exc)}; "
+                         f"the previous checkpoint is kept") from exc
 
 
 def load_checkpoint(path: Path, device: torch.device | str) -> dict:
     """The checkpoint's tensors on ``device``. ``weights_only``: a checkpoint
-    file is data, and loading it must not run code."""
-    return torch.load(path, map_location=device, weights_only=True)
+    file is data, and loading it must not run code (a file that would is
+    refused, as is a damaged one, in one line)."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as exc:
+        raise FslabError(f"the checkpoint {path} cannot be loaded: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from fslab.core.runstore import Run
+from fslab.core.text import printable
 from fslab.reports.compare import compare
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
@@ -103,9 +104,9 @@ class CompareScreen(Screen):
             evaluated = max((r["runs"] for r in row["results"].values()), default=0)
             missing = f" ({row['seeds'] - evaluated} without test yet)" if evaluated < row["seeds"] else ""
             episodes = ", ".join(f"{s}: {v['episodes']}" for s, v in sorted(row["results"].items()))
-            table.add_row(Text(row["group"]), Text(", ".join(str(s) for s in row["seed_values"])),
+            table.add_row(Text(printable(row["group"])), Text(printable(", ".join(str(s) for s in row["seed_values"]))),
                           Text(f"{row['seeds']}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
                           Text(episodes or "-"))
         lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {100 * p['difference']:+.2f} ± "
                  f"{100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
-        self.query_one("#paired", Static).update(Text("\n".join(lines)))
+        self.query_one("#paired", Static).update(Text(printable("\n".join(lines), lines=True)))

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
 from fslab.core.states import LOST_AFTER_S
+from fslab.core.text import printable
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
@@ -118,7 +119,7 @@ class DetailScreen(Screen):
                         s["val"].append(event["epoch"], acc)
                         s["val_lo"].append(event["epoch"], acc - ci)
                         s["val_hi"].append(event["epoch"], acc + ci)
-                    evals.add_row(*(Text(str(event.get(k, "-"))) for k in
+                    evals.add_row(*(Text(printable(event.get(k, "-"))) for k in
                                     ("split", "ways", "shots", "queries", "episodes", "epoch")),
                                   Text(model.pct(event)))
             except (KeyError, TypeError, ValueError):
@@ -149,8 +150,9 @@ class DetailScreen(Screen):
             banner.display = True
             return
         summary = Text.assemble(
-            (row.id, "bold"), "  ", model.state_text(row), "  ",
-            f"method {row.method} · loss {row.loss_fn} · backbone {row.backbone} · dataset {row.dataset} · "
+            (printable(row.id), "bold"), "  ", model.state_text(row), "  ",
+            printable(f"method {row.method} · loss {row.loss_fn} · backbone {row.backbone} · dataset {row.dataset}") +
+            " · "
             f"seed {row.seed} · epoch {row.epoch or 0}/{row.epochs} · step {row.step or 0}"
             f"{'/' + str(row.total_steps) if row.total_steps else ''} · "
             f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · "
@@ -159,7 +161,7 @@ class DetailScreen(Screen):
         if self.corrupt:
             summary.append(f" · {self.corrupt} corrupt metrics lines skipped", style="yellow")
         if row.note:
-            summary.append(f" · {row.note}", style="yellow")
+            summary.append(f" · {printable(row.note)}", style="yellow")
         self.query_one("#summary", Static).update(summary)
         banner.display = row.state in ("failed", "lost")
         if banner.display:
@@ -167,12 +169,12 @@ class DetailScreen(Screen):
 
     def why_it_stopped(self, row) -> Text:
         if row.state == "failed":
-            why = Text(f"FAILED: {row.error or 'no error recorded'}", style="bold red")
+            why = Text(f"FAILED: {printable(row.error or 'no error recorded')}", style="bold red")
         else:
             why = Text("LOST: the worker died without writing an end state "
                        f"(its pid is gone, or no heartbeat for {LOST_AFTER_S:.0f} s)", style="bold red")
             if row.error:
-                why.append(f": {row.error}")
+                why.append(f": {printable(row.error)}")
         lines = list(self.stderr_tail)
         why.append("\nlast lines of stderr:" if lines else "\nstderr is empty", style="bold")
         for line in lines:

@@ -11,10 +11,11 @@ from typing import Any
 from rich.text import Text
 
 from fslab.core.summary import RunSummary
+from fslab.core.text import printable
 
 STATE_STYLES = {
     "queued": "yellow", "running": "bold cyan", "completed": "green",
-    "failed": "bold red", "killed": "magenta", "lost": "bold red",
+    "failed": "bold red", "killed": "magenta", "lost": "bold red", "unreadable": "bold yellow",
 }
 BAR_WIDTH = 6
 BAR_CHARS = " ▏▎▍▌▋▊▉█"
@@ -83,11 +84,11 @@ COLUMNS = ("", "id", "state", "progress", "loss", "method", "loss fn", "backbone
 
 def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
     """The table cells of one run; every value from run files is plain Text."""
-    plain = lambda value: Text("-" if value is None else str(value))
+    plain = lambda value: Text("-" if value is None else printable(value))
     pairs = "-" if row.positives is None else f"{row.positives}/{row.negatives}"
     return [
         Text("*" if marked else " ", style="bold"),
-        Text(row.id) + (Text(" !", style="bold red") if row.note or row.corrupt else Text("")),
+        Text(printable(row.id)) + (Text(" !", style="bold red") if row.note or row.corrupt else Text("")),
         state_text(row), progress_text(row), Text("-" if row.loss is None else f"{row.loss:.4f}"),
         plain(row.method), plain(row.loss_fn), plain(row.backbone), plain(row.dataset), plain(row.seed),
         Text(pairs), Text(pct(row.best_val)), Text(pct(row.test.get("1-shot"))), Text(pct(row.test.get("5-shot"))),

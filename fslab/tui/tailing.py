@@ -24,6 +24,7 @@ from fslab.core.files import Tail, parse_lines, read_json
 from fslab.core.runstore import SWEEPS
 from fslab.core.states import LIVE
 from fslab.core.summary import RunSummary, SummaryFile
+from fslab.core.text import printable
 
 LOG_TAIL_LINES = 400
 # Finished runs whose status and metrics are checked per tick (two ``stat``s
@@ -198,7 +199,7 @@ class TextTail:
         if not chunk:
             return []
         lines = chunk.decode("utf-8", errors="replace").split("\n")[:-1]
-        return list(deque(lines, maxlen=max_lines))
+        return [printable(line, lines=True) for line in deque(lines, maxlen=max_lines)]
 
 
 class RunFollower:

@@ -1,0 +1,126 @@
+"""The shapes of the run store's files, one schema per file, and the readers'
+one way of holding what they read to them.
+
+A run folder may be written by another fslab version, half-edited by hand,
+damaged, or valid JSON of the wrong shape (``[1, 2]`` in results.json, a
+string where a time belongs). Readers keep what matches the shape the writers
+produce and drop the rest, so every consumer can trust the types it gets and
+no listing, comparison or dashboard ever stops on one bad file. The schemas
+say, per key, which JSON types a value may have; nested records (an
+evaluation's per-episode scores, the test results by shots) say so too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# JSON value kinds. bool is not a number here, although Python says it is an int.
+NUMBER, WHOLE, TEXT, FLAG, TABLE, ARRAY, NULL = "number", "whole", "text", "flag", "table", "array", "null"
+
+
+def is_kind(value: Any, kind: str) -> bool:
+    if kind == NUMBER:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if kind == WHOLE:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == TEXT:
+        return isinstance(value, str)
+    if kind == FLAG:
+        return isinstance(value, bool)
+    if kind == TABLE:
+        return isinstance(value, dict)
+    if kind == ARRAY:
+        return isinstance(value, list)
+    return value is None  # NULL
+
+
+# status.json: written by the launcher, the worker, the scheduler and the executors.
+STATUS = {
+    "state": (TEXT,), "pid": (WHOLE, NULL), "host": (TEXT, NULL), "processes": (WHOLE, NULL),
+    "created": (NUMBER,), "started": (NUMBER, NULL), "resumed": (NUMBER, NULL), "ended": (NUMBER, NULL),
+    "heartbeat": (NUMBER, NULL), "exit_code": (WHOLE, NULL), "error": (TEXT, NULL), "sweep": (TEXT, NULL),
+    "slot": (TEXT, NULL), "gpus": (TEXT, NULL), "executor": (TEXT, NULL), "slurm_job_id": (TEXT, NULL),
+    "slurm_cluster": (TEXT, NULL), "attempts": (WHOLE, NULL), "requeues": (WHOLE, NULL),
+    "requeued": (NUMBER, NULL),
+}
+# One score of results.json's "test" (by shots) and of the summaries.
+SCORE = {"accuracy": (NUMBER,), "ci95": (NUMBER,)}
+# results.json: written once by the training at its end.
+RESULTS = {
+    "run": (TEXT,), "method": (TEXT,), "dataset": (TEXT,), "backbone": (TEXT,), "ways": (WHOLE,),
+    "queries": (WHOLE,), "episodes": (WHOLE,), "test": (TABLE,), "best_val_accuracy": (NUMBER, NULL),
+    "epochs": (WHOLE,), "steps": (WHOLE,),
+}
+# evaluations/*.json: one evaluation's per-episode scores. Every key is needed
+# to pair it with another run's (evaluator and stream default for old files).
+EVALUATION = {
+    "split": (TEXT,), "ways": (WHOLE,), "shots": (WHOLE,), "queries": (WHOLE,), "episodes": (WHOLE,),
+    "seed": (WHOLE,), "epoch": (WHOLE,), "evaluator": (TEXT,), "stream": (WHOLE,), "accuracies": (ARRAY,),
+}
+EVALUATION_DEFAULTS = {"evaluator": "centroid", "stream": 1}  # saved before these were recorded
+# metrics.jsonl: the fields each event must have (others may be there too).
+EVENTS = {
+    "train": {"step": (WHOLE,), "epoch": (WHOLE,), "loss": (NUMBER,)},
+    "eval": {"split": (TEXT,), "ways": (WHOLE,), "shots": (WHOLE,), "queries": (WHOLE,), "episodes": (WHOLE,),
+             "accuracy": (NUMBER,), "ci95": (NUMBER,)},
+    "start": {"epochs": (WHOLE,)},
+    "checkpoint": {"epoch": (WHOLE,)},
+}
+# runs/sweeps/<id>.json
+SWEEP = {"id": (TEXT,), "method": (TEXT,), "runs": (ARRAY,), "fail_fast": (FLAG,), "created": (NUMBER,)}
+
+
+def matches(value: Any, kinds: tuple[str, ...]) -> bool:
+    return any(is_kind(value, kind) for kind in kinds)
+
+
+def conform(record: Any, schema: dict) -> dict:
+    """The keys of ``record`` whose values have a kind their schema allows
+    (keys the schema does not name are kept: a newer writer may add some);
+    ``{}`` for anything that is not a JSON object."""
+    if not isinstance(record, dict):
+        return {}
+    return {key: value for key, value in record.items() if key not in schema or matches(value, schema[key])}
+
+
+def complete(record: Any, schema: dict) -> dict | None:
+    """``record`` if it has every key of ``schema`` with an allowed kind, else None."""
+    if not isinstance(record, dict):
+        return None
+    if all(key in record and matches(record[key], kinds) for key, kinds in schema.items()):
+        return record
+    return None
+
+
+def results(record: Any) -> dict | None:
+    """results.json held to its shape: None unless its ``test`` scores are numbers."""
+    record = conform(record, RESULTS)
+    test = record.get("test")
+    if not isinstance(test, dict) or not test:
+        return None
+    scores = {shots: score for shots, score in test.items() if complete(score, SCORE)}
+    return {**record, "test": scores} if scores else None
+
+
+def evaluation(record: Any) -> dict | None:
+    """One saved evaluation, or None if it cannot be used for a comparison
+    (a missing key, a wrong type, per-episode scores that are not numbers or
+    not as many as its episodes)."""
+    if not isinstance(record, dict):
+        return None
+    record = complete({**EVALUATION_DEFAULTS, **record}, EVALUATION)
+    if record is None:
+        return None
+    scores = record["accuracies"]
+    if len(scores) != record["episodes"] or not all(is_kind(a, NUMBER) for a in scores):
+        return None
+    return record
+
+
+def event(record: Any) -> dict | None:
+    """A metrics event with the fields its kind needs (events of other kinds
+    pass as they are), or None."""
+    if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+        return None
+    needed = EVENTS.get(record["event"])
+    return record if needed is None or complete(record, needed) else None

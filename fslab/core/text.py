@@ -1,0 +1,30 @@
+"""Text from run files, plugins and users, made safe to show in a terminal.
+
+Everything the CLI and the dashboard show that they did not write themselves
+(an error from a status file, a log line, a method name, a value typed on the
+command line) goes through :func:`printable` (the CLI also escapes Rich markup
+on top), so no file can clear the screen, move the cursor or retitle the
+terminal, and through :func:`clip` where it could be long.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # keeps tab and newline
+
+
+def printable(text: object, *, lines: bool = False) -> str:
+    """``text`` with its control characters (escape sequences, carriage
+    returns, bells) written out as ``\\x1b``-style escapes. ``lines=True``
+    keeps newlines and tabs, for log files shown line by line."""
+    pattern = _CONTROL_BUT_LINES if lines else _CONTROL
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def clip(text: str, most: int = 400) -> str:
+    """At most ``most`` characters of ``text``, saying how many were left out."""
+    if len(text) <= most:
+        return text
+    return f"{text[:most]}… ({len(text) - most} more characters)"

@@ -1,0 +1,233 @@
+"""No run file, however damaged, stops a reader: arbitrary bytes, truncations
+of real files and valid JSON of the wrong shape are fed to every reader of the
+run store (hypothesis, derandomised), and real commands over a store of broken
+runs list, show and compare the others in one piece."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fslab.core.files import Tail, read_json
+from fslab.core.runstore import Run, find_run, list_runs
+from fslab.core.summary import SummaryFile, list_summaries, read_summary
+from fslab.core.sweeps import sweep_records
+from fslab.reports.compare import compare
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181250-nca-910d"
+FILES = ("config.json", "status.json", "metrics.jsonl", "results.json", "summary.json",
+         "evaluations/test-centroid-5way-5shot-5q-40ep-seed0-epoch2.json")
+CHECKS = settings(max_examples=60, derandomize=True, deadline=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["state", "pid", "created", "heartbeat", "error", "event", "step", "epoch", "loss",
+                         "split", "shots", "ways", "queries", "episodes", "accuracy", "ci95", "test", "runs",
+                         "accuracies", "evaluator", "seed", "train", "method", "format", "summary", "seen",
+                         "status", "1-shot", "x"]), inner, max_size=6),
+    max_leaves=12)
+
+
+def read_everything(folder: Path) -> None:
+    """Every reader a listing, a comparison or the dashboard uses on one run."""
+    run = Run(folder)
+    run.status(), run.results(), run.saved_accuracies(), run.events(), run.claimed()
+    summary = read_summary(folder)
+    assert summary.state in ("queued", "running", "completed", "failed", "killed", "lost", "unreadable")
+    keeper = SummaryFile(folder)
+    keeper.load()
+    keeper.refresh()
+    keeper.save()
+    list_summaries(folder.parent, limit=None)
+    list_runs(folder.parent)
+    find_run(folder.parent, folder.name)
+    compare([run])
+    Tail(folder / "metrics.jsonl").events()
+
+
+@pytest.fixture
+def run_folder(tmp_path):
+    def fresh() -> Path:
+        folder = tmp_path / "runs" / FIXTURE.name
+        shutil.rmtree(tmp_path / "runs", ignore_errors=True)
+        shutil.copytree(FIXTURE, folder)
+        read_summary(folder)  # a summary.json to damage too
+        return folder
+    return fresh
+
+
+@CHECKS
+@given(name=st.sampled_from(FILES), data=st.binary(max_size=300))
+def test_arbitrary_bytes_in_any_run_file_are_never_fatal(run_folder, name, data):
+    folder = run_folder()
+    (folder / name).write_bytes(data)
+    read_everything(folder)
+
+
+@CHECKS
+@given(name=st.sampled_from(FILES), cut=st.floats(0, 1))
+def test_a_run_file_cut_anywhere_is_never_fatal(run_folder, name, cut):
+    folder = run_folder()
+    whole = (folder / name).read_bytes()
+    (folder / name).write_bytes(whole[: int(cut * len(whole))])
+    read_everything(folder)
+
+
+@CHECKS
+@given(name=st.sampled_from(FILES), value=json_values)
+def test_valid_json_of_the_wrong_shape_is_never_fatal(run_folder, name, value):
+    folder = run_folder()
+    text = json.dumps(value)
+    if name == "metrics.jsonl":  # a few lines of it, after the real ones
+        text = (folder / name).read_text() + "\n".join(json.dumps(v) for v in [value, {"event": "eval", **(
+            value if isinstance(value, dict) else {})}]) + "\n"
+    (folder / name).write_text(text)
+    read_everything(folder)
+
+
+@CHECKS
+@given(value=json_values)
+def test_a_damaged_sweep_record_is_left_out(tmp_path, value):
+    folder = tmp_path / "runs" / "sweeps"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sweep-1.json").write_text(json.dumps(value))
+    for record in sweep_records(tmp_path / "runs"):
+        assert isinstance(record["runs"], list)
+
+
+def test_read_json_takes_objects_only(tmp_path):
+    path = tmp_path / "x.json"
+    for text, expected in (("[1, 2]", None), ('"hello"', None), ("{bad", None), ('{"a": 1}', {"a": 1})):
+        path.write_text(text)
+        assert read_json(path) == expected
+    path.write_bytes(b"\xff\xfe{}")
+    assert read_json(path) is None
+    assert read_json(tmp_path) is None  # a folder
+
+
+def test_wrong_shapes_are_dropped_value_by_value(tmp_path):
+    folder = tmp_path / "runs" / FIXTURE.name
+    shutil.copytree(FIXTURE, folder)
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "created": "yesterday", "pid": "12", "error": 3}))
+    run = Run(folder)
+    assert "created" not in run.status() and "pid" not in run.status() and run.status()["state"] == "completed"
+    (folder / "results.json").write_text("[1, 2]")
+    assert run.results() is None
+    summary = read_summary(folder)
+    assert summary.state == "completed" and summary.created is None and summary.test  # from the events
+
+
+def fslab(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "fslab", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+def test_commands_over_a_store_of_broken_runs(tmp_path):
+    """One run of each kind of damage beside a good one: every command lists,
+    shows or compares the good one and says in one line what it cannot read."""
+    project = tmp_path / "project"
+    runs = project / "runs"
+    good = runs / FIXTURE.name
+    shutil.copytree(FIXTURE, good)
+    damage = {"cfgstr": ("config.json", '"hello"'), "resl": ("results.json", "[1,2]"),
+              "halfstatus": ("status.json", '{"state": "compl'), "badevents": ("metrics.jsonl",
+              '{"event":"eval","split":"val"}\n{"event":"train","step":1,"epoch":1,"loss":"x"}\n'),
+              "noconfig": ("config.json", None)}
+    for name, (file, text) in damage.items():
+        folder = runs / f"20261123-1900{len(name):02d}-nca-{name}"
+        shutil.copytree(FIXTURE, folder)
+        if text is None:
+            (folder / file).unlink()
+        else:
+            (folder / file).write_text(text)
+    listed = fslab("runs", "--json", "--all", cwd=project)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    states = {row["id"].rsplit("-", 1)[-1]: row for row in map(json.loads, listed.stdout.splitlines())}
+    assert states["910d"]["state"] == "completed" and states["resl"]["state"] == "completed"
+    assert states["halfstatus"]["state"] == "unreadable" and "status.json" in states["halfstatus"]["error"]
+    assert states["noconfig"]["state"] == "unreadable" and "config.json missing" in states["noconfig"]["error"]
+    assert states["badevents"]["corrupt"] == 2
+    for name in damage:
+        shown = fslab("show", name, cwd=project)
+        assert "Traceback" not in shown.stderr and shown.returncode in (0, 1, 2), shown.stderr
+    for argv in (["runs"], ["compare", "all", "--queries", "5"], ["queue"], ["logs", "halfstatus"]):
+        done = fslab(*argv, cwd=project)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (argv, done.stderr)
+
+
+# For root, who reads every folder: the commands' Python is made to refuse one
+# folder as the kernel refuses another user's (EACCES on listing it, and on
+# stat and open of what is inside), at the calls fslab and pathlib make.
+DENY = """
+import builtins, errno, os
+
+HIDDEN = os.environ["FSLAB_TEST_DENY"]
+
+
+def _denied(path, folder_too=False):
+    try:
+        path = os.fsdecode(os.fspath(path))
+    except TypeError:
+        return False
+    path = os.path.abspath(path)
+    return path.startswith(HIDDEN + os.sep) or (folder_too and path == HIDDEN)
+
+
+def _guard(call, folder_too=False):
+    def guarded(path=".", *args, **kwargs):
+        if _denied(path, folder_too):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(os.fspath(path)))
+        return call(path, *args, **kwargs)
+    return guarded
+
+
+builtins.open = _guard(builtins.open)
+os.open, os.stat, os.lstat = _guard(os.open), _guard(os.stat), _guard(os.lstat)
+os.scandir, os.listdir = _guard(os.scandir, True), _guard(os.listdir, True)
+"""
+
+
+def run_as_another_user(tmp_path: Path, hidden: Path) -> dict:
+    """What the commands need to find ``hidden`` unreadable: mode 0 for a
+    user, and for root the refusal above (tests run as root in CI)."""
+    if os.geteuid() != 0:
+        hidden.chmod(0)
+        return {}
+    (tmp_path / "deny").mkdir()
+    (tmp_path / "deny" / "sitecustomize.py").write_text(DENY)
+    return {"PYTHONPATH": str(tmp_path / "deny"), "FSLAB_TEST_DENY": str(hidden.resolve())}
+
+
+@pytest.mark.slow
+def test_a_folder_another_user_cannot_read_is_listed_as_unreadable(tmp_path):
+    """Another user's umask 077 on a shared store: the folder is listed as
+    unreadable with the reason, and everything else goes on."""
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURE.parent, project / "runs")
+    hidden = project / "runs" / "20261123-181256-nca-f8c6"
+    env = run_as_another_user(tmp_path, hidden)
+    try:
+        listed = fslab("runs", "--json", "--all", cwd=project, env=env)
+        assert listed.returncode == 0, listed.stderr
+        rows = {row["id"]: row for row in map(json.loads, listed.stdout.splitlines())}
+        assert rows[hidden.name]["state"] == "unreadable" and "Permission denied" in rows[hidden.name]["error"]
+        assert rows["20261123-181250-nca-910d"]["state"] == "completed"
+        for argv in (["runs"], ["show", "181250"], ["compare", "all", "--queries", "5"], ["queue"]):
+            done = fslab(*argv, cwd=project, env=env)
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (argv, done.stderr)
+        shown = fslab("show", hidden.name, cwd=project, env=env)
+        assert "unreadable" in shown.stdout and "Traceback" not in shown.stderr, shown.stderr
+    finally:
+        hidden.chmod(0o755)

@@ -1,0 +1,116 @@
+"""Storage faults are one line and lose nothing: a full disk while a run folder
+is made or a checkpoint written, a damaged or refused checkpoint, a plugin
+that exits at import, terminal escapes in run files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fslab.core.errors import FslabError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs-0.1"
+RUN = "20261123-181250-nca-910d"
+
+
+def fslab(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "fslab", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def one_error_line(done) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode in (1, 2) and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return lines[0]
+
+
+def test_a_full_disk_while_making_a_run_leaves_no_half_made_folder(tmp_path, monkeypatch):
+    from fslab.core import runstore
+
+    def full(path, obj, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(runstore, "atomic_write_json", full)
+    with pytest.raises(FslabError, match="cannot write the new run folder .*No space left on device"):
+        runstore.create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    assert list((tmp_path / "runs").iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FslabError, match="cannot create the runs folder"):
+        runstore.create_run(tmp_path / "file" / "runs", "nca", {})
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    import torch
+
+    from fslab.training import checkpoint
+
+    path = tmp_path / "last.pt"
+    checkpoint.save_checkpoint(path, {"epoch": 1})
+
+    def full(obj, target):
+        Path(target).write_bytes(b"half")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(FslabError, match="cannot write the checkpoint .*file write failed; the previous"):
+        checkpoint.save_checkpoint(path, {"epoch": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left
+    monkeypatch.undo()
+    assert checkpoint.load_checkpoint(path, "cpu") == {"epoch": 1}
+
+
+class NotWeights:
+    """Pickled into a checkpoint, it would run code on load; weights-only loading refuses it."""
+
+
+@pytest.mark.slow
+def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
+    import torch
+
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURE, project / "runs")
+    stopped = project / "runs" / "20261123-181312-nca-018e"
+    last = stopped / "checkpoints" / "last.pt"
+    last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a crash of a non-atomic copy
+    assert "is damaged" in one_error_line(fslab("resume", stopped.name, cwd=project))
+    assert json.loads((stopped / "status.json").read_text())["state"] == "killed"  # nothing changed
+    done = project / "runs" / RUN
+    (done / "checkpoints" / "last.pt").write_bytes(last.read_bytes())
+    assert "cannot be loaded" in one_error_line(fslab("eval", RUN, "--episodes", "5", "--queries", "5",
+                                                      cwd=project))
+    torch.save({"epoch": 2, "model": NotWeights()}, done / "checkpoints" / "last.pt")
+    line = one_error_line(fslab("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project))
+    assert "cannot be loaded" in line and "Weights only load failed" in line
+
+
+def test_a_plugin_that_exits_at_import_is_reported_not_obeyed(project):
+    (project / "mine").mkdir()
+    (project / "mine" / "quitter.py").write_text("import sys\nsys.exit(3)\n")
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    done = fslab("plugins", "--kind", "method", cwd=project)
+    assert done.returncode == 0 and "nca" in done.stdout
+    assert "'local:quitter' failed to load: SystemExit: 3" in done.stderr
+
+
+def test_escapes_in_run_files_never_reach_the_terminal(project):
+    shutil.copytree(FIXTURE, project / "runs")
+    folder = project / "runs" / RUN
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "state": "failed", "error": "boom\x1b[2J\x07"}))
+    (folder / "stderr.log").write_text("line\x1b]0;title\x07\n")
+    for argv in (["show", RUN], ["runs"], ["logs", RUN, "--stderr"], ["runs", "--json"]):
+        done = fslab(*argv, cwd=project)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stdout and "\x07" not in done.stdout, argv
+    assert "boom\\x1b[2J\\x07" in fslab("show", RUN, cwd=project).stdout
+
+
+def test_a_long_value_is_clipped_in_the_error(project):
+    line = one_error_line(fslab("run", "nca", "--set", "loss.temperature=" + "x" * 20000, cwd=project))
+    assert len(line) < 600 and "more characters" in line
