@@ -111,7 +111,10 @@ def resume(
     slurm: SlurmOpt = None,
 ) -> None:
     """Continue a killed, lost or failed run from its last checkpoint, in the same folder
-    (a --gpus N run resumes with N processes again)."""
+    (a --gpus N run resumes with N processes again).
+
+    A run whose worker still lives, even paused, is refused: one worker per run.
+    """
     from fslab.core.runstore import find_run
     from fslab.execution import executor as executors
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from fslab.core.events import evaluator_label
 from fslab.core.files import Tail, atomic_write_text, read_json
 from fslab.core.runstore import run_names
-from fslab.core.states import run_state
+from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
@@ -281,7 +281,7 @@ class SummaryFile:
         changed = config and self._refresh_json("config.json")
         changed = self._refresh_json("status.json") | self._refresh_metrics() | changed
         self.dirty |= changed
-        state = run_state(self.status, now)
+        state = observed_state(self.dir, self.status, now)  # probes a lock only for live runs
         if state != self.summary.state:
             self.summary.state = state
             changed = True

@@ -14,7 +14,7 @@ import sys
 import time
 
 from fslab.core.runstore import Run
-from fslab.core.states import ENDED, pid_alive
+from fslab.core.states import ENDED, HOST, pid_alive
 
 
 def worker_command(run: Run, resume: bool = False) -> list[str]:
@@ -32,14 +32,19 @@ def worker_command(run: Run, resume: bool = False) -> list[str]:
 
 def start_worker(run: Run, resume: bool = False, env: dict | None = None, pass_fds=()) -> subprocess.Popen:
     """Start the run's worker (:func:`worker_command`) in its own session,
-    output to the run's log files. With ``resume``, the worker continues from
-    the run's last checkpoint; ``env`` adds variables, ``pass_fds`` hands it
-    open files (a scheduler's slot locks)."""
+    output to the run's log files, and record it: ``queued`` with its pid,
+    this host and a first heartbeat. Call it holding the run's lock
+    (:func:`fslab.execution.handover.launch_lock`), which makes that record
+    the proof that a worker is on its way; and a worker that dies before it
+    writes its own status shows as ``lost`` (its pid is gone) rather than
+    queued for ever. With ``resume``, the worker continues from the run's
+    last checkpoint; ``env`` adds variables, ``pass_fds`` hands it open files
+    (a scheduler's slot locks)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if run.status().get("slurm_job_id"):  # once a SLURM job, now resumed here: stop must not scancel
         run.write_status(executor="local", slurm_job_id=None)
     with open(run.path / "stdout.log", "ab") as out, open(run.path / "stderr.log", "ab") as err:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             worker_command(run, resume),
             stdout=out,
             stderr=err,
@@ -48,6 +53,9 @@ def start_worker(run: Run, resume: bool = False, env: dict | None = None, pass_f
             env=env,
             pass_fds=tuple(pass_fds),
         )
+    run.write_status(state="queued", pid=process.pid, host=HOST, heartbeat=time.time(), ended=None,
+                     exit_code=None, error=None)
+    return process
 
 
 def wait_for_pid(run: Run, timeout: float = 10.0) -> int | None:

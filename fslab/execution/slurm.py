@@ -104,7 +104,9 @@ def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False)
     callable: :class:`fslab.execution.slurm_job.TrainingJob`); record the job in
     the run's status; return the job id. With ``requeue`` (a resume), the run
     is marked queued again once SLURM is known to be there, just before the
-    job goes in (a job that finds its run ended exits at once)."""
+    job goes in (a job that finds its run ended exits at once). Called
+    holding the run's lock (:func:`fslab.execution.handover.launch_lock`);
+    the job takes it when it starts."""
     folder = run.path / "slurm"
     executor = make_executor(folder, options, name=f"fslab-{run.id}")  # no SLURM here: nothing changed yet
     if requeue:

@@ -1,13 +1,14 @@
 """The training worker process: ``python -m fslab.execution.worker RUN_DIR [--resume]``.
 
-It marks the run ``running`` before importing anything heavy (so a launcher
-sees its pid within milliseconds), keeps a heartbeat in ``status.json``, runs
-:func:`fslab.training.train.train`, and always leaves an end state: ``completed``,
-``failed`` (with a one-line error summary; the traceback goes to stderr) or
-``killed`` (SIGTERM/SIGINT; the last checkpoint is kept).
+It takes the run's worker lock (:mod:`fslab.execution.handover`: a run has
+one worker at a time) and holds it until it exits, marks the run ``running``
+before importing anything heavy, keeps a heartbeat in ``status.json``, runs
+:func:`fslab.training.train.train`, and always leaves an end state:
+``completed``, ``failed`` (with a one-line error summary; the traceback goes
+to stderr) or ``killed`` (SIGTERM/SIGINT; the last checkpoint is kept).
 
-Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 keeps the
-status, recording torchrun's pid (``fslab stop`` signals torchrun, which
+Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 holds the lock
+and keeps the status, recording torchrun's pid (``fslab stop`` signals torchrun, which
 forwards SIGTERM to every rank; a rank whose torchrun is gone, even by
 SIGKILL, stops itself); the other ranks only train and print their errors to
 the shared stderr.log. A rank that fails leaves its one-line error in
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from fslab.core.runstore import Run
 from fslab.core.summary import read_summary
+from fslab.execution.handover import take_worker_lock
 
 RANK_FAILED = ".rank-failed"
 
@@ -177,6 +179,8 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", 0))
     if rank != 0:
         return follow_rank(run, resume, rank)
+    if take_worker_lock(run) is None:  # held until this process exits, however it exits
+        return 1
     interval = float(run.config()["train"]["heartbeat"])
     keeper = StatusKeeper(run, interval)
     stop_on_signals()
