@@ -12,7 +12,7 @@ import time
 import pytest
 
 from fslab.core.runstore import create_run
-from fslab.core.states import LOST_AFTER_S, run_state
+from fslab.core.states import LOST_AFTER_S, heartbeat_stale, run_state
 from fslab.core.summary import list_summaries
 from fslab.core.worklock import is_held, name_holder, take
 
@@ -54,6 +54,7 @@ def test_run_state_is_a_function_of_what_the_caller_read():
     assert run_state(running, now, locked=None) == "lost"
     assert run_state({"state": "queued"}, now + 10**6, locked=False) == "queued"  # waits for a slot
     assert run_state({**running, "state": "completed"}, now, locked=True) == "completed"
+    assert heartbeat_stale(running, 0.2, now) and not heartbeat_stale({**running, "heartbeat": now}, 0.2, now)
 
 
 def test_a_listing_probes_the_lock_of_live_runs_only(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shutil
 import socket
 import subprocess
@@ -237,6 +238,35 @@ def test_detail_of_a_failed_run_says_why_at_the_top(store):
         assert "no data" in str(app.screen.query_one("#chart-loss").render()) or app.screen.series["loss"].count
 
     drive(frozen_app(runs), body)
+
+
+def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartbeat(tmp_path):
+    from fslab.core.worklock import take
+
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-000000-nca-paus", state="running", events=history()[:4])
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "heartbeat": FROZEN - 1000}))
+    fd = take(folder)  # its worker holds the lock: alive, though paused for 16 minutes
+
+    async def body(app, pilot):
+        assert app.rows[folder.name].state == "running"
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert "heartbeat stale (16:40 ago)" in str(app.screen.query_one("#summary").render())
+        assert app.screen.query_one("#banner").display is False
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        os.close(fd)
+    states = {}
+
+    async def without_lock(app, pilot):  # another host's run, no lock held: the heartbeat decides
+        states[folder.name] = app.rows[folder.name].state
+
+    drive(frozen_app(runs), without_lock)
+    assert states == {folder.name: "lost"}
 
 
 def test_compare_screen_shows_what_fslab_compare_computes(store):

@@ -83,3 +83,16 @@ def run_state(status: dict, now: float | None = None, locked: bool | None = None
         return "lost"
     return state if state in STATES else "lost"
 
+
+def heartbeat_age(status: dict, now: float | None = None) -> float | None:
+    """Seconds since the run's last heartbeat, or None if it has none."""
+    beat = _number(status.get("heartbeat"))
+    return None if not beat else (time.time() if now is None else now) - beat
+
+
+def heartbeat_stale(status: dict, interval: float, now: float | None = None) -> bool:
+    """A running run whose worker missed three heartbeats of ``interval``
+    seconds (``train.heartbeat``): paused (SIGSTOP) or stuck, while it still
+    holds its lock, or about to be lost."""
+    age = heartbeat_age(status, now)
+    return status.get("state") == "running" and age is not None and age > max(3 * interval, 1.0)
