@@ -5,8 +5,9 @@ Every path that starts a worker or a job for a run (``fslab run`` and
 sweep resume``'s requeue do so inside :func:`launch_lock`:
 
 1. take the run's worker lock (:mod:`fslab.core.worklock`), waiting out
-   readers' momentary probes; if it stays held, a worker lives: refuse in one
-   line (:class:`LiveWorker`);
+   readers' momentary probes (and the exit of a worker that has recorded
+   its end state); if it stays held, a worker lives: refuse in one line
+   (:class:`LiveWorker`);
 2. under the lock, read the run's state (passing ``locked=False``: the lock
    is ours, so no worker holds it) and check it may start;
 3. start the worker, then record it in ``status.json`` before letting go:
@@ -37,12 +38,16 @@ from contextlib import contextmanager
 
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.runstore import Run
+from fslab.core.states import ENDED
 from fslab.core.worklock import describe_holder, name_holder, take
 
 # Readers' probes hold the lock for microseconds, a launcher for the few
 # milliseconds of a start and a status write: waiting this long tells a live
 # worker apart from both.
 LAUNCH_WAIT_S = 0.5
+# A worker that has recorded its end state still holds the lock while its
+# interpreter shuts down (a second or two); a launcher waits that out.
+EXIT_WAIT_S = 15.0
 # How long a new worker waits for its launcher to let go (a SLURM submission
 # can take seconds).
 WORKER_WAIT_S = 30.0
@@ -63,6 +68,8 @@ def launch_lock(run: Run) -> Iterator[None]:
     if a worker holds it."""
     try:
         fd = take(run.path, wait=LAUNCH_WAIT_S)
+        if fd is None and run.status().get("state") in ENDED:
+            fd = take(run.path, wait=EXIT_WAIT_S)  # its worker recorded its end and is exiting
     except OSError as exc:  # e.g. someone else's read-only store
         raise FslabError(f"cannot start run {run.id}: its lock file: {exc.strerror or exc}") from None
     if fd is None:
