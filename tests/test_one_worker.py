@@ -1,9 +1,10 @@
-"""One worker per run: the worker lock, lost runs decided by it, and workers
-that die before their first status write. The end-to-end tests drive real
-worker processes."""
+"""One worker per run: the worker lock, lost runs decided by it, stops that
+signal only the run's own worker, and workers that die before their first
+status write. The end-to-end tests drive real worker processes."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -11,10 +12,11 @@ import time
 
 import pytest
 
-from fslab.core.runstore import create_run
-from fslab.core.states import LOST_AFTER_S, heartbeat_stale, run_state
+from fslab.core.files import atomic_write_json
+from fslab.core.runstore import Run, create_run
+from fslab.core.states import LOST_AFTER_S, heartbeat_stale, pid_alive, run_state
 from fslab.core.summary import list_summaries
-from fslab.core.worklock import is_held, name_holder, take
+from fslab.core.worklock import STOP_REQUEST, is_held, name_holder, take
 
 from .runs_helpers import TINY, events, fslab, wait_for
 from .test_resume import ARGS as SLOW_ARGS
@@ -25,6 +27,17 @@ HOST = socket.gethostname()
 
 def status(run_dir):
     return json.loads((run_dir / "status.json").read_text())
+
+
+def sleeper(*argv):
+    """A live process of this host that is not a worker (unless argv says it runs one)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", *argv])
+
+
+def finish(process):
+    if process.poll() is None:
+        process.kill()
+    process.wait()
 
 
 # -- the lock and the state --------------------------------------------------------------
@@ -88,6 +101,23 @@ def test_the_scheduler_does_not_start_a_run_whose_lock_is_held(tmp_path, capsys)
     assert run.status()["state"] == "queued" and not run.status().get("pid")
 
 
+def test_a_stop_signals_only_this_runs_worker(tmp_path):
+    from fslab.execution.local import is_worker_of
+
+    run = create_run(tmp_path, "nca", {})
+    other = create_run(tmp_path, "nca", {})
+    plain, stand_in = sleeper(), sleeper("-m", "fslab.execution.worker", str(run.path))
+    try:
+        wait_for(lambda: os.path.exists(f"/proc/{stand_in.pid}/cmdline")
+                 and b"fslab.execution.worker" in open(f"/proc/{stand_in.pid}/cmdline", "rb").read(),
+                 timeout=10, what="the stand-in to start")
+        assert is_worker_of(stand_in.pid, run) and not is_worker_of(stand_in.pid, other)
+        assert not is_worker_of(plain.pid, run)
+    finally:
+        finish(plain)
+        finish(stand_in)
+
+
 # -- real workers --------------------------------------------------------------------------
 
 
@@ -118,6 +148,73 @@ def test_two_simultaneous_resumes_start_exactly_one_worker(slow_project):
     train, evals = trajectory(run_dir)
     assert [t[0] for t in train] == list(range(1, len(train) + 1))
     assert (train, evals) == trajectory(reference)
+    assert not (run_dir / STOP_REQUEST).exists()
+
+
+@pytest.mark.slow
+def test_a_paused_worker_is_running_cannot_be_resumed_and_stops(project):
+    run_dir = start_detached(project, "--epochs", "200")
+    wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
+    pid = status(run_dir)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        refused = fslab("resume", run_dir.name, cwd=project)
+        assert refused.returncode == 2
+        assert refused.stderr == (f"error: run {run_dir.name} still has a live worker (pid {pid} on host {HOST} "
+                                  f"holds its lock); stop it with: fslab stop {run_dir.name}\n")
+        # paused for ever, as far as the heartbeat goes: still running, since it holds its lock
+        assert Run(run_dir).state(now=time.time() + 10 * LOST_AFTER_S) == "running"
+        shown = wait_for(lambda: (out := fslab("show", run_dir.name, cwd=project).stdout)
+                         and "heartbeat stale" in out and out, timeout=30, what="a stale heartbeat")
+        assert f"{run_dir.name}  running" in shown and "still holds the run's lock" in shown
+
+        started = time.time()
+        stopped = fslab("stop", run_dir.name, cwd=project)
+        assert stopped.returncode == 0 and stopped.stdout.strip() == f"{run_dir.name}: killed", stopped.stderr
+        assert time.time() - started < 20
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    final = status(run_dir)
+    assert final["state"] == "killed" and final["exit_code"] == 128 + signal.SIGTERM
+    assert final["error"] == "stopped by SIGTERM" and (run_dir / "checkpoints" / "last.pt").exists()
+
+
+def _pretend_another_host(run_dir, pid):
+    """Rewrite the status as if the run were another host's, with ``pid``; the
+    worker's heartbeat rewrites merge into the file, so the edit stays once it
+    has landed after the worker's last read."""
+    def edit():
+        current = status(run_dir)
+        if current.get("host") == "another-host" and current.get("pid") == pid:
+            time.sleep(0.5)  # a few heartbeats (0.2 s): an overwritten edit would show by now
+            current = status(run_dir)
+            return current.get("host") == "another-host" and current.get("pid") == pid
+        atomic_write_json(run_dir / "status.json", {**current, "host": "another-host", "pid": pid})
+        return False
+
+    wait_for(edit, timeout=30, what="the edited status to stay")
+
+
+@pytest.mark.slow
+def test_a_run_of_another_host_is_stopped_by_request_never_by_signal(project):
+    run_dir = start_detached(project, "--epochs", "200")
+    wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
+    worker_pid = status(run_dir)["pid"]
+    bystander = subprocess.Popen(["sleep", "120"])  # an unrelated local process with the status's pid
+    try:
+        _pretend_another_host(run_dir, bystander.pid)
+        rows = [json.loads(line) for line in fslab("runs", "--json", cwd=project).stdout.splitlines()]
+        assert [r["state"] for r in rows] == ["running"]  # its worker holds the lock
+        stopped = fslab("stop", run_dir.name, cwd=project)
+        assert stopped.returncode == 0 and stopped.stdout.strip() == f"{run_dir.name}: killed", stopped.stderr
+        assert bystander.poll() is None  # not signalled
+        wait_for(lambda: not pid_alive(worker_pid), timeout=30, what="the worker to exit")
+    finally:
+        finish(bystander)
+    final = status(run_dir)
+    assert final["state"] == "killed" and final["exit_code"] == 128 + signal.SIGTERM
+    assert final["error"] == f"stopped by a stop request from host {HOST}"
+    assert (run_dir / "checkpoints" / "last.pt").exists() and not (run_dir / STOP_REQUEST).exists()
 
 
 @pytest.mark.slow

@@ -315,9 +315,12 @@ def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
     from fslab.execution import executor
 
     runs = tmp_path / "runs"
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = runs / "20260101-000000-nca-live"
+    # a stand-in worker: stop signals only a process whose command line runs the worker on the run's folder
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "fslab.execution.worker",
+                                str(folder)])
     try:
-        folder = write_run(runs, "20260101-000000-nca-live", state="running", events=history()[:4])
+        write_run(runs, folder.name, state="running", events=history()[:4])
         status = json.loads((folder / "status.json").read_text())
         status.update(host=socket.gethostname(), pid=sleeper.pid, heartbeat=time.time())
         (folder / "status.json").write_text(json.dumps(status))

@@ -130,7 +130,10 @@ def resume(
 
 @app.command()
 def stop(ref: RunRef) -> None:
-    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint)."""
+    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint).
+
+    Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
+    """
     from fslab.core.runstore import find_run
     from fslab.execution.executor import stop as stop_run
 

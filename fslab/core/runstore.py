@@ -4,6 +4,7 @@
   config.json     the resolved configuration (written once, atomically)
   status.json     state, pid, host, times, heartbeat, exit code, error (atomic rewrites)
   .worker.lock    flock'ed by the run's worker for its whole life (fslab.core.worklock)
+  .stop-request   asks the worker to stop at its next heartbeat (fslab stop, for another host)
   metrics.jsonl   one JSON event per line, append-only
   stdout.log, stderr.log   the worker's output
   checkpoints/last.pt      the latest end-of-epoch checkpoint (atomic)

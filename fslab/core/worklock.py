@@ -1,4 +1,4 @@
-"""One worker per run: the run's worker lock.
+"""One worker per run: the run's worker lock and its stop request.
 
 ``runs/<id>/.worker.lock`` is held with an exclusive ``flock`` by the run's
 worker (rank 0 under torchrun, the job under SLURM) from before it writes
@@ -7,6 +7,10 @@ SIGKILL included, so a held lock means a live worker and a free one (on the
 worker's own host) means none. The file's one line names the holder (pid and
 host), for messages. Launchers hold the same lock while they start a worker
 (:mod:`fslab.execution.handover` says why that makes starting race-free).
+
+``runs/<id>/.stop-request`` asks the worker to stop when no signal can reach
+it (it runs on another host, or its pid cannot be verified): the worker looks
+for it at each heartbeat and then stops exactly as on SIGTERM.
 
 Readers probe the lock with a shared ``flock`` held for microseconds; a
 worker or launcher that meets such a probe retries (:func:`take`).
@@ -19,9 +23,11 @@ import os
 import time
 from pathlib import Path
 
+from fslab.core.files import atomic_write_json, read_json
 from fslab.core.states import HOST, lock_matters, run_state
 
 LOCK_FILE = ".worker.lock"
+STOP_REQUEST = ".stop-request"
 
 
 def _lock_file(run_dir: str | Path) -> str:
@@ -87,6 +93,26 @@ def observed_state(run_dir: str | Path, status: dict, now: float | None = None) 
     whose status says running, or queued with a pid (so listings of finished
     runs never touch a lock file)."""
     return run_state(status, now, is_held(run_dir) if lock_matters(status) else None)
+
+
+def request_stop(run_dir: str | Path) -> None:
+    """Ask the run's worker, wherever it runs, to stop at its next heartbeat."""
+    atomic_write_json(Path(run_dir) / STOP_REQUEST, {"host": HOST, "pid": os.getpid(), "time": time.time()})
+
+
+def stop_requested(run_dir: str | Path) -> dict | None:
+    """The stop request left in the run folder, if there is one."""
+    path = os.path.join(os.fspath(run_dir), STOP_REQUEST)
+    if not os.path.exists(path):
+        return None
+    return read_json(path) or {}
+
+
+def clear_stop_request(run_dir: str | Path) -> None:
+    try:
+        os.unlink(os.path.join(os.fspath(run_dir), STOP_REQUEST))
+    except FileNotFoundError:
+        pass
 
 
 def describe_holder(run_dir: str | Path, status: dict | None = None) -> str:

@@ -93,7 +93,10 @@ def resume(run: Run, *, settings, executor: str | None = None, overrides: list[s
 
 def stop(run: Run, grace: float = 30.0) -> str:
     """Stop a queued or running run; it ends ``killed`` and keeps its last
-    checkpoint. Returns the state it ended in."""
+    checkpoint. Returns the state it ended in. A SLURM job is cancelled; a
+    worker of this host that is surely the run's own is signalled; any other
+    (another host's, or a pid that cannot be verified) is sent a stop request
+    through the run folder (:func:`fslab.execution.local.stop_worker`)."""
     state = run.state()
     if state not in LIVE:
         raise UsageError(f"run {run.id} is {state}, not running; nothing to stop")

@@ -38,6 +38,7 @@ from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
 from fslab.core.runstore import Run
 from fslab.core.settings import SLURM_KEYS, SlurmSettings
 from fslab.core.states import ENDED, pid_alive
+from fslab.core.worklock import clear_stop_request
 
 EXECUTORS = ("local", "slurm")
 INSTALL = "--executor slurm needs submitit; install it with: pip install 'fslab[slurm]' (or: pip install submitit)"
@@ -112,6 +113,7 @@ def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False)
     if requeue:
         run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None)
     run.write_status(executor="slurm", slurm_cluster=options.cluster)
+    clear_stop_request(run.path)  # one left from an earlier life of the run must not stop the job
     try:
         if options.cluster == "local":
             job = _submit_detached(executor, job_call, folder)
