@@ -8,14 +8,15 @@ and always leaves an end state: ``completed``, ``failed`` (with a one-line
 error summary; the traceback goes to stderr) or ``killed`` (SIGTERM/SIGINT or
 a stop request; the last checkpoint is kept).
 
-Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 holds the lock
-and keeps the status, recording torchrun's pid (``fslab stop`` signals torchrun, which
-forwards SIGTERM to every rank; a rank whose torchrun is gone, even by
-SIGKILL, stops itself); the other ranks only train and print their errors to
-the shared stderr.log. A rank that fails leaves its one-line error in
-``.rank-failed`` before it exits; torchrun then stops rank 0 (or rank 0's
-next collective fails), and rank 0 records the run ``failed`` with that line
-rather than ``killed`` or a lost connection.
+Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 holds the
+lock and keeps the status, recording torchrun's pid (``fslab stop`` signals
+torchrun, and rank 0 does on a stop request; torchrun forwards SIGTERM to
+every rank; a rank whose torchrun is gone, even by SIGKILL, stops itself);
+the other ranks only train and print their errors to the shared stderr.log.
+A rank that fails leaves its one-line error in ``.rank-failed`` before it
+exits; torchrun then stops rank 0 (or rank 0's next collective fails), and
+rank 0 records the run ``failed`` with that line rather than ``killed`` or a
+lost connection.
 """
 
 from __future__ import annotations
