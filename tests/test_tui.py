@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shutil
 import socket
 import subprocess
@@ -248,6 +249,35 @@ def test_detail_of_a_failed_run_says_why_at_the_top(store):
     drive(frozen_app(runs), body)
 
 
+def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartbeat(tmp_path):
+    from fslab.core.worklock import take
+
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-000000-nca-paus", state="running", events=history()[:4])
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "heartbeat": FROZEN - 1000}))
+    fd = take(folder)  # its worker holds the lock: alive, though paused for 16 minutes
+
+    async def body(app, pilot):
+        assert app.rows[folder.name].state == "running"
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert "heartbeat stale (16:40 ago)" in str(app.screen.query_one("#summary").render())
+        assert app.screen.query_one("#banner").display is False
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        os.close(fd)
+    states = {}
+
+    async def without_lock(app, pilot):  # another host's run, no lock held: the heartbeat decides
+        states[folder.name] = app.rows[folder.name].state
+
+    drive(frozen_app(runs), without_lock)
+    assert states == {folder.name: "lost"}
+
+
 def test_compare_screen_shows_what_fslab_compare_computes(store):
     """The compare screen calls fslab compare's grouping and pooling: its cells
     are the report's, and the report's numbers are those of all episodes pooled."""
@@ -294,9 +324,12 @@ def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
     from fslab.execution import executor
 
     runs = tmp_path / "runs"
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = runs / "20260101-000000-nca-live"
+    # a stand-in worker: stop signals only a process whose command line runs the worker on the run's folder
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "fslab.execution.worker",
+                                str(folder)])
     try:
-        folder = write_run(runs, "20260101-000000-nca-live", state="running", events=history()[:4])
+        write_run(runs, folder.name, state="running", events=history()[:4])
         status = json.loads((folder / "status.json").read_text())
         status.update(host=socket.gethostname(), pid=sleeper.pid, heartbeat=time.time())
         (folder / "status.json").write_text(json.dumps(status))

@@ -111,7 +111,10 @@ def resume(
     slurm: SlurmOpt = None,
 ) -> None:
     """Continue a killed, lost or failed run from its last checkpoint, in the same folder
-    (a --gpus N run resumes with N processes again)."""
+    (a --gpus N run resumes with N processes again).
+
+    A run whose worker still lives, even paused, is refused: one worker per run.
+    """
     from fslab.core.runstore import find_run
     from fslab.execution import executor as executors
 
@@ -127,7 +130,10 @@ def resume(
 
 @app.command()
 def stop(ref: RunRef) -> None:
-    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint)."""
+    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint).
+
+    Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
+    """
     from fslab.core.runstore import find_run
     from fslab.execution.executor import stop as stop_run
 

@@ -83,11 +83,15 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
     summary = read_summary(run_.path)
     status = run_.status()
     evaluations = run_.events_of("eval")
+    stale = _stale_heartbeat(run_, summary.state, status)
     if as_json:
         print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
-                          "evaluations": evaluations, "results": run_.results()}, indent=2))
+                          "heartbeat_stale": stale is not None, "evaluations": evaluations,
+                          "results": run_.results()}, indent=2))
         return
     console.print(f"[bold]{shown(run_.id)}[/bold]  {summary.state}  ({shown(str(run_.path))})")
+    if stale:
+        console.print(stale, highlight=False)
     if summary.error:
         console.print(f"error: {shown(summary.error)}")
     console.print(f"method {shown(str(summary.method))}, backbone {shown(str(summary.backbone))}, "
@@ -104,6 +108,19 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
                       pct(e) if metric == "accuracy" else f"{metric.replace('map', 'mAP')} {pct(e)}")
     if evaluations:
         console.print(table)
+
+
+def _stale_heartbeat(run_, state: str, status: dict) -> str | None:
+    """A line for a running run whose worker missed three heartbeats, else None."""
+    from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
+    from fslab.core.worklock import is_held
+
+    train = run_.config().get("train") or {}
+    if state != "running" or not heartbeat_stale(status, float(train.get("heartbeat", 5.0))):
+        return None
+    why = ("its worker still holds the run's lock: paused or stuck" if is_held(run_.path)
+           else f"the run is lost after {LOST_AFTER_S:.0f} s without one")
+    return f"heartbeat stale: the last one was {heartbeat_age(status):.0f} s ago ({why})"
 
 
 @app.command()

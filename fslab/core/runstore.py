@@ -3,6 +3,8 @@
 ``runs/<id>/``
   config.json     the resolved configuration (written once, atomically)
   status.json     state, pid, host, times, heartbeat, exit code, error (atomic rewrites)
+  .worker.lock    flock'ed by the run's worker for its whole life (fslab.core.worklock)
+  .stop-request   asks the worker to stop at its next heartbeat (fslab stop, for another host)
   metrics.jsonl   one JSON event per line, append-only
   stdout.log, stderr.log   the worker's output
   checkpoints/last.pt      the latest end-of-epoch checkpoint (atomic)
@@ -30,6 +32,7 @@ from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, read_events, read_json
 from fslab.core.schemas import STATUS, conform, evaluation, event, results
 from fslab.core.states import HOST, run_state
+from fslab.core.worklock import observed_state
 
 SWEEPS = "sweeps"  # runs/sweeps/: the sweep records (fslab.core.sweeps), not a run
 
@@ -85,9 +88,12 @@ class Run:
         atomic_write_json(self.path / "status.json", status)
         return status
 
-    def state(self, status: dict | None = None, now: float | None = None) -> str:
-        """The run's state (:func:`fslab.core.states.run_state`)."""
-        return run_state(self.status() if status is None else status, now)
+    def state(self, status: dict | None = None, now: float | None = None, *, locked: bool | None = None) -> str:
+        """The run's state (:func:`fslab.core.states.run_state`), its worker
+        lock probed when that matters; a caller that holds the lock itself
+        passes ``locked=False`` (no worker holds it)."""
+        status = self.status() if status is None else status
+        return observed_state(self.path, status, now) if locked is None else run_state(status, now, locked)
 
     def events(self) -> list[dict]:
         """The events of ``metrics.jsonl`` that have the fields of their kind."""

@@ -1,9 +1,15 @@
-"""A run's state, told from its ``status.json``.
+"""A run's state, told from its ``status.json`` and its worker lock.
 
 The worker writes ``queued``, ``running`` and one end state; ``lost`` is what a
-reader concludes when a queued or running run's process is gone or its
-heartbeat stopped. Every surface (listings, the dashboard, resume and stop)
-asks :func:`run_state`, so they never disagree about a run.
+reader concludes when a queued or running run's worker is gone. The worker
+holds the run's lock (:mod:`fslab.core.worklock`) for its whole life, so the
+lock decides first: held, the run is live whatever its heartbeat says (a
+paused worker is ``running``, its heartbeat merely stale); free on this host
+while the status says ``running``, the worker is gone at once. Without that
+knowledge (another host's run on a filesystem whose locks do not cross
+machines, or a run from before the lock) the pid and the heartbeat decide.
+Every surface (listings, the dashboard, resume and stop) asks
+:func:`run_state`, so they never disagree about a run.
 """
 
 from __future__ import annotations
@@ -43,19 +49,53 @@ def _number(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def run_state(status: dict, now: float | None = None) -> str:
+def lock_matters(status: dict) -> bool:
+    """Whether the worker lock can change what :func:`run_state` says: only for
+    a run whose status says running, or queued with a worker's pid. Finished
+    runs and runs waiting for a slot (most of a listing) are never probed."""
+    state = status.get("state")
+    return state == "running" or (state == "queued" and bool(status.get("pid")))
+
+
+def run_state(status: dict, now: float | None = None, locked: bool | None = None) -> str:
     """The state of a run whose status is ``status``: its recorded end state,
-    or ``queued``/``running`` while its process lives and beats, else ``lost``."""
+    or ``queued``/``running`` while its worker lives, else ``lost``.
+
+    ``locked`` is what a probe of the run's worker lock found (True: held,
+    False: free, None: not probed or no lock file). It is passed in, so this
+    stays a pure function of what the caller read."""
     state = status.get("state", "lost")
     if state in ENDED:
         return state
-    now = time.time() if now is None else now
     pid = status.get("pid")
     if state == "queued" and not pid:
         return state  # waiting for a scheduler slot, however long that takes
-    if isinstance(pid, int) and pid > 0 and status.get("host") == HOST and not pid_alive(pid):
+    if locked:  # a live worker holds the lock, even if paused and no longer beating
+        return state if state in LIVE else "running"
+    here = status.get("host") == HOST
+    if isinstance(pid, int) and pid > 0 and here and not pid_alive(pid):
         return "lost"
+    # A worker takes the lock before it writes running; the lock of a run of
+    # this host is free only once that worker is gone (another host's lock
+    # may not be visible from here, so there the heartbeat decides).
+    if state == "running" and here and locked is False:
+        return "lost"
+    now = time.time() if now is None else now
     last_sign = _number(status.get("heartbeat")) or _number(status.get("created"))
     if now - last_sign > LOST_AFTER_S:
         return "lost"
     return state if state in STATES else "lost"
+
+
+def heartbeat_age(status: dict, now: float | None = None) -> float | None:
+    """Seconds since the run's last heartbeat, or None if it has none."""
+    beat = _number(status.get("heartbeat"))
+    return None if not beat else (time.time() if now is None else now) - beat
+
+
+def heartbeat_stale(status: dict, interval: float, now: float | None = None) -> bool:
+    """A running run whose worker missed three heartbeats of ``interval``
+    seconds (``train.heartbeat``): paused (SIGSTOP) or stuck, while it still
+    holds its lock, or about to be lost."""
+    age = heartbeat_age(status, now)
+    return status.get("state") == "running" and age is not None and age > max(3 * interval, 1.0)

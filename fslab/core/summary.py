@@ -34,7 +34,8 @@ from fslab.core import schemas
 from fslab.core.events import own_evaluator
 from fslab.core.files import Tail, atomic_write_text, read_json
 from fslab.core.runstore import run_names
-from fslab.core.states import UNREADABLE, run_state
+from fslab.core.states import UNREADABLE
+from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
@@ -281,7 +282,8 @@ class SummaryFile:
         summary = self.summary
         note = "; ".join(f"{name} {why}" for name, why in sorted(self.problems.items())) or None
         unreadable = "config.json" in self.problems or "status.json" in self.problems
-        state = UNREADABLE if unreadable else run_state(self.status, now)
+        # a lock is probed only for live runs (fslab.core.worklock)
+        state = UNREADABLE if unreadable else observed_state(self.dir, self.status, now)
         if (state, note) != (summary.state, summary.note):
             summary.state, summary.note = state, note
             summary.error = note if note else schemas.conform(self.status, schemas.STATUS).get("error")

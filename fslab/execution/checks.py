@@ -13,6 +13,7 @@ from fslab.core.errors import UsageError
 from fslab.core.registry import create_dataset
 from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
+from fslab.execution.handover import refuse_if_live
 from fslab.execution.slots import visible_gpus
 
 RESUMABLE = ("killed", "lost", "failed")
@@ -66,8 +67,11 @@ def check_job_processes(config: dict, options: SlurmSettings) -> None:
 
 def check_resumable(run: Run) -> None:
     """A run can resume if it stopped (killed, lost or failed) after at least
-    one checkpoint; otherwise say why not."""
-    state = run.state()
+    one checkpoint; otherwise say why not. Called holding the run's lock
+    (:func:`fslab.execution.handover.launch_lock`), so no worker holds it."""
+    status = run.status()
+    state = run.state(status, locked=False)
+    refuse_if_live(run, state, status)
     if state not in RESUMABLE:
         raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume")
     if not run.checkpoint_path.exists():

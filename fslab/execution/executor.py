@@ -23,6 +23,7 @@ from fslab.core.states import LIVE
 from fslab.core.sweeps import load_sweep
 from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_dataset, check_job_processes, check_processes, check_resumable
+from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
 from fslab.execution.scheduler import start_scheduler
 from fslab.execution.slurm_job import TrainingJob
@@ -62,7 +63,8 @@ def launch(method: str, overrides: list[dict], *, settings, registry, slurm: Slu
     check_dataset(config, registry)
     run = create_run(settings.runs_dir, method, config)
     run.claim()  # started here, so no scheduler may start it too
-    return _start(run, resume=False, slurm=slurm)
+    with launch_lock(run):
+        return _start(run, resume=False, slurm=slurm)
 
 
 def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
@@ -74,20 +76,27 @@ def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
 
 def resume(run: Run, *, settings, executor: str | None = None, overrides: list[str] | None = None) -> Started:
     """Continue a killed, lost or failed run from its last checkpoint, as a
-    local worker or a SLURM job: ``executor``, or where the run last ran."""
-    check_resumable(run)
-    executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
-    slurm = job_options(settings, executor, overrides)
-    if slurm is None:
-        check_processes(run.config())
-        return _start(run, resume=True, slurm=None)
-    check_job_processes(run.config(), slurm)
-    return _start(run, resume=True, slurm=slurm)
+    local worker or a SLURM job: ``executor``, or where the run last ran.
+    The check and the start happen under the run's lock, so of two
+    simultaneous resumes exactly one starts a worker; a run whose worker
+    lives (even paused) is refused (:mod:`fslab.execution.handover`)."""
+    with launch_lock(run):
+        check_resumable(run)
+        executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
+        slurm = job_options(settings, executor, overrides)
+        if slurm is None:
+            check_processes(run.config())
+            return _start(run, resume=True, slurm=None)
+        check_job_processes(run.config(), slurm)
+        return _start(run, resume=True, slurm=slurm)
 
 
 def stop(run: Run, grace: float = 30.0) -> str:
     """Stop a queued or running run; it ends ``killed`` and keeps its last
-    checkpoint. Returns the state it ended in."""
+    checkpoint. Returns the state it ended in. A SLURM job is cancelled; a
+    worker of this host that is surely the run's own is signalled; any other
+    (another host's, or a pid that cannot be verified) is sent a stop request
+    through the run folder (:func:`fslab.execution.local.stop_worker`)."""
     state = run.state()
     if state not in LIVE:
         raise UsageError(f"run {run.id} is {state}, not running; nothing to stop")
@@ -127,6 +136,10 @@ def _start_queued(runs_dir: Path, runs: list[Run], slurm: SlurmSettings | None) 
     submitted = []
     for run in runs:
         if run.claim():  # not already taken by a local scheduler
-            slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())))
+            try:
+                with launch_lock(run):
+                    slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())))
+            except LiveWorker:
+                continue  # requeued while a worker of it lived: that worker goes on
             submitted.append(run)
     return submitted

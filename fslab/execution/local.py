@@ -3,6 +3,12 @@
 A run's worker is ``python -m fslab.execution.worker RUN_DIR``, or for a run of
 N processes the same worker under torchrun. It runs in a session of its own,
 writing to the run's log files, so closing the terminal does not stop it.
+
+A stop signals a pid only when it is surely this run's worker: the status
+names this host and ``/proc/<pid>/cmdline`` runs the worker on this run's
+folder. Otherwise (another host, a pid that may have been reused) it leaves
+a stop request in the run folder, which the worker reads at its next
+heartbeat and obeys as it would SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,9 +18,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+from fslab.core.errors import FslabError
 from fslab.core.runstore import Run
-from fslab.core.states import ENDED, pid_alive
+from fslab.core.states import ENDED, HOST, LIVE, pid_alive
+from fslab.core.worklock import clear_stop_request, describe_holder, request_stop
+
+WORKER_MODULE = "fslab.execution.worker"
 
 
 def worker_command(run: Run, resume: bool = False) -> list[str]:
@@ -22,7 +33,8 @@ def worker_command(run: Run, resume: bool = False) -> list[str]:
     ``train.processes`` N > 1, the same worker under torchrun (the venv's, as
     ``python -m torch.distributed.run``), standalone on a free port, one
     process per GPU (or per gloo CPU process with device cpu)."""
-    worker = ["-m", "fslab.execution.worker", str(run.path), *(["--resume"] if resume else [])]
+    # The absolute folder, so that a stop can tell this run's worker by its command line.
+    worker = ["-m", WORKER_MODULE, os.path.abspath(run.path), *(["--resume"] if resume else [])]
     processes = run.config()["train"]["processes"]
     if processes > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -32,14 +44,20 @@ def worker_command(run: Run, resume: bool = False) -> list[str]:
 
 def start_worker(run: Run, resume: bool = False, env: dict | None = None, pass_fds=()) -> subprocess.Popen:
     """Start the run's worker (:func:`worker_command`) in its own session,
-    output to the run's log files. With ``resume``, the worker continues from
-    the run's last checkpoint; ``env`` adds variables, ``pass_fds`` hands it
-    open files (a scheduler's slot locks)."""
+    output to the run's log files, and record it: ``queued`` with its pid,
+    this host and a first heartbeat. Call it holding the run's lock
+    (:func:`fslab.execution.handover.launch_lock`), which makes that record
+    the proof that a worker is on its way; and a worker that dies before it
+    writes its own status shows as ``lost`` (its pid is gone) rather than
+    queued for ever. With ``resume``, the worker continues from the run's
+    last checkpoint; ``env`` adds variables, ``pass_fds`` hands it open files
+    (a scheduler's slot locks)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if run.status().get("slurm_job_id"):  # once a SLURM job, now resumed here: stop must not scancel
         run.write_status(executor="local", slurm_job_id=None)
+    clear_stop_request(run.path)  # one left from an earlier life of the run must not stop this worker
     with open(run.path / "stdout.log", "ab") as out, open(run.path / "stderr.log", "ab") as err:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             worker_command(run, resume),
             stdout=out,
             stderr=err,
@@ -48,6 +66,9 @@ def start_worker(run: Run, resume: bool = False, env: dict | None = None, pass_f
             env=env,
             pass_fds=tuple(pass_fds),
         )
+    run.write_status(state="queued", pid=process.pid, host=HOST, heartbeat=time.time(), ended=None,
+                     exit_code=None, error=None)
+    return process
 
 
 def wait_for_pid(run: Run, timeout: float = 10.0) -> int | None:
@@ -75,32 +96,84 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
+def is_worker_of(pid: int, run: Run) -> bool:
+    """Whether process ``pid`` (of this host) is this run's worker, or the
+    torchrun that runs it: its command line runs :data:`WORKER_MODULE` on the
+    run's folder. False where ``/proc`` cannot tell (another user's process,
+    no ``/proc``): the caller then asks rather than signals."""
+    try:
+        words = [w.decode(errors="replace") for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if w]
+        cwd = os.readlink(f"/proc/{pid}/cwd")  # for a folder given relative to it
+    except OSError:
+        return False
+    target = os.path.realpath(run.path)
+    return WORKER_MODULE in words and any(os.path.realpath(os.path.join(cwd, w)) == target for w in words)
+
+
 def stop_worker(run: Run, grace: float = 30.0) -> str:
-    """Stop a run whose worker runs (or is starting) here: SIGTERM, then wait
-    for it to record ``killed``; after ``grace`` seconds, SIGKILL it and
-    record ``killed`` here. For a run of several processes the pid is
-    torchrun's, which forwards SIGTERM to every rank; SIGKILL, which it
-    cannot forward, goes to the ranks (its children) too."""
+    """Stop a run whose worker runs, or is starting, on this host or another
+    one: signal it if it is surely this run's worker here
+    (:func:`signal_worker`), else leave it a stop request (:func:`ask_worker`).
+    Returns the state the run ended in."""
     processes = run.config()["train"]["processes"]
     pid = run.status().get("pid") or wait_for_pid(run, 30.0 if processes > 1 else 10.0)  # torchrun starts slower
+    status = run.status()
+    if status.get("state") in ENDED:
+        return status["state"]
     if not pid:
         run.write_status(state="killed", ended=time.time(), error="stopped before the worker started")
         return "killed"
+    if status.get("host") != HOST or not is_worker_of(pid, run):
+        return ask_worker(run, grace)
+    return signal_worker(run, pid, grace)
+
+
+def signal_worker(run: Run, pid: int, grace: float = 30.0) -> str:
+    """SIGTERM, then wait for the worker to record ``killed``; after ``grace``
+    seconds, SIGKILL it and record ``killed`` here. SIGCONT follows the
+    SIGTERM, since a paused (SIGSTOP) worker cannot act on it. For a run of
+    several processes the pid is torchrun's, which forwards SIGTERM to every
+    rank; SIGCONT and SIGKILL, which it does not forward, go to the ranks (its
+    children) too."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return run.state()
+    _signal_all([pid, *child_pids(pid)], signal.SIGCONT)
     deadline = time.time() + grace
-    while time.time() < deadline:
-        if run.status().get("state") in ENDED:
-            return run.status()["state"]
-        if not pid_alive(pid):
-            break
+    while time.time() < deadline and pid_alive(pid):  # until it exits: a resume may follow at once
         time.sleep(0.05)
     if run.status().get("state") not in ENDED:
-        for victim in [pid, *child_pids(pid)]:
-            if pid_alive(victim):
-                os.kill(victim, signal.SIGKILL)
-        run.write_status(state="killed", ended=time.time(), exit_code=-signal.SIGKILL,
-                         error="did not stop within the grace period; killed")
+        if pid_alive(pid):
+            _signal_all([pid, *child_pids(pid)], signal.SIGKILL)
+            run.write_status(state="killed", ended=time.time(), exit_code=-signal.SIGKILL,
+                             error="did not stop within the grace period; killed")
+        else:  # e.g. SIGTERM arrived before the worker could handle it
+            run.write_status(state="killed", ended=time.time(), exit_code=-signal.SIGTERM,
+                             error="stopped before the worker could record it")
     return run.status()["state"]
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def ask_worker(run: Run, grace: float = 30.0) -> str:
+    """Stop through the run folder: leave a stop request, which the worker
+    reads at its next heartbeat (it then stops as on SIGTERM), and wait up to
+    ``grace`` seconds for the run to end. Nothing is signalled here."""
+    request_stop(run.path)
+    deadline = time.time() + grace
+    while time.time() < deadline:
+        state = run.state()
+        if state not in LIVE:
+            return state
+        time.sleep(0.05)
+    status = run.status()
+    raise FslabError(f"run {run.id}: its worker ({describe_holder(run.path, status)}) was asked to stop but has "
+                     f"not within {grace:.0f} s; if it is alive it stops at its next heartbeat "
+                     f"(check: fslab show {run.id})")

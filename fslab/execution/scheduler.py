@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fslab.core.runstore import Run, run_names
 from fslab.core.settings import load_settings
+from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker
 from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots
 from fslab.execution.sweep import stop_failed_sweeps
@@ -50,18 +51,33 @@ def waiting_runs(runs_dir: Path) -> list[Run]:
     return [run for _, _, run in sorted(found, key=lambda f: f[:2])]
 
 
-def start_in_slots(run: Run, taken: list) -> subprocess.Popen:
+def start_in_slots(run: Run, taken: list) -> subprocess.Popen | None:
     """Start the run's worker (torchrun for several processes) holding the
-    ``(slot, fd)`` locks in ``taken``, seeing only their GPUs."""
+    ``(slot, fd)`` locks in ``taken``, seeing only their GPUs; under the run's
+    lock, and only if it still waits (see :mod:`fslab.execution.handover`).
+    None, with a line in the scheduler's log, if it does not: the slots are
+    freed again."""
     slots, fds = [slot for slot, _ in taken], [fd for _, fd in taken]
     env = {"FSLAB_SLOT": ",".join(slot.name for slot in slots)}
     if slots[0].gpu is not None:
         env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(str(slot.gpu) for slot in slots))
     try:
-        return start_worker(run, resume=run.checkpoint_path.exists(), env=env, pass_fds=tuple(fds))
+        with launch_lock(run):
+            status = run.status()
+            if status.get("state") != "queued" or status.get("pid"):
+                _log(f"not started: run {run.id} is {run.state(status, locked=False)}, no longer waiting")
+                return None
+            return start_worker(run, resume=run.checkpoint_path.exists(), env=env, pass_fds=tuple(fds))
+    except LiveWorker as refused:
+        _log(f"not started: {refused}")
+        return None
     finally:
         for fd in fds:
             os.close(fd)  # the worker's inherited copies now hold the locks
+
+
+def _log(line: str) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} scheduler {os.getpid()}: {line}", flush=True)
 
 
 def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
@@ -93,8 +109,10 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
                 if not run.claim():  # another scheduler took it first
                     continue
                 free = [pair for pair in free if pair not in taken]
-                children.append(Child(start_in_slots(run, taken)))
-                started += 1
+                process = start_in_slots(run, taken)
+                if process is not None:
+                    children.append(Child(process))
+                    started += 1
             for _, fd in free:  # slots this round left unused
                 os.close(fd)
             if not waiting:
@@ -154,8 +172,7 @@ def main(argv: list[str]) -> int:
     runs_dir = Path(argv[0])
     slots = configured_slots(load_settings().scheduler)
     started = schedule(runs_dir, slots)
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} scheduler {os.getpid()}: started {started} runs; none waiting",
-          flush=True)
+    _log(f"started {started} runs; none waiting")
     return 0
 
 

@@ -38,6 +38,7 @@ from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
 from fslab.core.runstore import Run
 from fslab.core.settings import SLURM_KEYS, SlurmSettings
 from fslab.core.states import ENDED, pid_alive
+from fslab.core.worklock import clear_stop_request
 
 EXECUTORS = ("local", "slurm")
 INSTALL = "--executor slurm needs submitit; install it with: pip install 'fslab[slurm]' (or: pip install submitit)"
@@ -104,12 +105,15 @@ def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False)
     callable: :class:`fslab.execution.slurm_job.TrainingJob`); record the job in
     the run's status; return the job id. With ``requeue`` (a resume), the run
     is marked queued again once SLURM is known to be there, just before the
-    job goes in (a job that finds its run ended exits at once)."""
+    job goes in (a job that finds its run ended exits at once). Called
+    holding the run's lock (:func:`fslab.execution.handover.launch_lock`);
+    the job takes it when it starts."""
     folder = run.path / "slurm"
     executor = make_executor(folder, options, name=f"fslab-{run.id}")  # no SLURM here: nothing changed yet
     if requeue:
         run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None)
     run.write_status(executor="slurm", slurm_cluster=options.cluster)
+    clear_stop_request(run.path)  # one left from an earlier life of the run must not stop the job
     try:
         if options.cluster == "local":
             job = _submit_detached(executor, job_call, folder)

@@ -22,6 +22,7 @@ from fslab.core.errors import FslabError
 from fslab.core.files import atomic_write_text
 from fslab.core.runstore import Run
 from fslab.core.states import ENDED
+from fslab.execution.handover import take_worker_lock
 from fslab.execution.local import worker_command
 from fslab.execution.slurm import require_submitit
 from fslab.execution.sweep import stop_sweep_of
@@ -79,18 +80,32 @@ def _log_to_run(run: Run) -> None:
 
 
 def run_job(job: TrainingJob) -> str:
-    """The job's body: the local worker's life cycle (status, heartbeat, end
-    state), plus the preemption case, where the run goes back to ``queued``."""
+    """The job's body: the local worker's life cycle (the run's lock, status,
+    heartbeat, end state), plus the preemption case, where the run goes back
+    to ``queued``."""
     run = Run(Path(job.run_dir))
     state = run.status().get("state")
     if state in ENDED:  # stopped or finished while the job waited
         return state
     _log_to_run(run)
-    resume = run.checkpoint_path.exists()
-    if not resume and run.metrics_path.exists():
-        atomic_write_text(run.metrics_path, "")  # an earlier attempt stopped before its first checkpoint
-    if run.config()["train"]["processes"] > 1:
-        return run_ranks(job, run, resume)
+    ranks = run.config()["train"]["processes"] > 1  # then rank 0 takes the lock, as under a local torchrun
+    lock = None if ranks else take_worker_lock(run)
+    if lock is None and not ranks:  # another worker of the run lives: leave the run to it
+        return "refused"
+    try:
+        if run.status().get("state") in ENDED:  # stopped while the job waited for the lock
+            return run.status()["state"]
+        resume = run.checkpoint_path.exists()
+        if not resume and run.metrics_path.exists():
+            atomic_write_text(run.metrics_path, "")  # an earlier attempt stopped before its first checkpoint
+        return run_ranks(job, run, resume) if ranks else train_in_job(job, run, resume)
+    finally:
+        if lock is not None:
+            os.close(lock)  # after the end state (or queued, for a requeue) is written
+
+
+def train_in_job(job: TrainingJob, run: Run, resume: bool) -> str:
+    """The local worker's life cycle inside the job, holding the run's lock."""
     keeper = StatusKeeper(run, float(run.config()["train"]["heartbeat"]))
     stop_on_signals()
     job_id = require_submitit().JobEnvironment().job_id

@@ -18,7 +18,8 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
-from fslab.execution.checks import check_dataset, check_job_processes, check_processes
+from fslab.execution.checks import RESUMABLE, check_dataset, check_job_processes, check_processes
+from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.slots import check_fits, configured_slots
 from fslab.execution.slurm import cancel_job
 
@@ -106,11 +107,18 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
     checkpoint will resume from it."""
     again = []
     for run in sweep_runs(runs_dir, sweep):
-        if run.state() in ("failed", "killed", "lost"):
-            (run.path / ".claimed").unlink(missing_ok=True)
-            run.write_status(state="queued", pid=None, heartbeat=None, created=time.time(),
-                             ended=None, exit_code=None, error=None)
-            again.append(run)
+        if run.status().get("state") == "completed":
+            continue  # most of a finished sweep: no lock to take
+        try:
+            with launch_lock(run):  # so a resume of the same run at the same moment cannot start it too
+                if run.state(locked=False) not in RESUMABLE:
+                    continue
+                (run.path / ".claimed").unlink(missing_ok=True)
+                run.write_status(state="queued", pid=None, heartbeat=None, created=time.time(),
+                                 ended=None, exit_code=None, error=None)
+        except LiveWorker:
+            continue  # its worker lives (paused, or its heartbeat is late): it is not lost
+        again.append(run)
     return again
 
 

@@ -1,19 +1,22 @@
 """The training worker process: ``python -m fslab.execution.worker RUN_DIR [--resume]``.
 
-It marks the run ``running`` before importing anything heavy (so a launcher
-sees its pid within milliseconds), keeps a heartbeat in ``status.json``, runs
-:func:`fslab.training.train.train`, and always leaves an end state: ``completed``,
-``failed`` (with a one-line error summary; the traceback goes to stderr) or
-``killed`` (SIGTERM/SIGINT; the last checkpoint is kept).
+It takes the run's worker lock (:mod:`fslab.execution.handover`: a run has
+one worker at a time) and holds it until it exits, marks the run ``running``
+before importing anything heavy, keeps a heartbeat in ``status.json`` (and
+looks for a stop request at each beat), runs :func:`fslab.training.train.train`,
+and always leaves an end state: ``completed``, ``failed`` (with a one-line
+error summary; the traceback goes to stderr) or ``killed`` (SIGTERM/SIGINT or
+a stop request; the last checkpoint is kept).
 
-Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 keeps the
-status, recording torchrun's pid (``fslab stop`` signals torchrun, which
-forwards SIGTERM to every rank; a rank whose torchrun is gone, even by
-SIGKILL, stops itself); the other ranks only train and print their errors to
-the shared stderr.log. A rank that fails leaves its one-line error in
-``.rank-failed`` before it exits; torchrun then stops rank 0 (or rank 0's
-next collective fails), and rank 0 records the run ``failed`` with that line
-rather than ``killed`` or a lost connection.
+Under torchrun (``--gpus N``) one worker runs per rank. Rank 0 holds the
+lock and keeps the status, recording torchrun's pid (``fslab stop`` signals
+torchrun, and rank 0 does on a stop request; torchrun forwards SIGTERM to
+every rank; a rank whose torchrun is gone, even by SIGKILL, stops itself);
+the other ranks only train and print their errors to the shared stderr.log.
+A rank that fails leaves its one-line error in ``.rank-failed`` before it
+exits; torchrun then stops rank 0 (or rank 0's next collective fails), and
+rank 0 records the run ``failed`` with that line rather than ``killed`` or a
+lost connection.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pathlib import Path
 
 from fslab.core.runstore import Run
 from fslab.core.summary import read_summary
+from fslab.core.worklock import clear_stop_request, stop_requested
+from fslab.execution.handover import take_worker_lock
 
 RANK_FAILED = ".rank-failed"
 
@@ -43,13 +48,16 @@ class Stopped(Exception):
 
 class StatusKeeper:
     """Owns ``status.json`` while the worker lives: one lock for the main
-    thread's state changes and the heartbeat thread's rewrites."""
+    thread's state changes and the heartbeat thread's rewrites. The heartbeat
+    thread also looks for a stop request (``fslab stop`` from a process that
+    cannot signal this one) and turns it into the SIGTERM a stop would send."""
 
     def __init__(self, run: Run, interval: float) -> None:
         self.run = run
         self.interval = interval
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self.stop_request: dict | None = None
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     def update(self, **fields) -> None:
@@ -71,11 +79,17 @@ class StatusKeeper:
         it, so listings of finished runs read nothing but summary.json."""
         self.done.set()
         self.update(state=state, exit_code=exit_code, ended=time.time(), heartbeat=time.time(), error=error)
+        clear_stop_request(self.run.path)  # answered, or moot now that the run ended
         read_summary(self.run.path)
 
     def _beat(self) -> None:
         while not self.done.wait(self.interval):
             self.update(heartbeat=time.time())
+            if self.stop_request is None and (request := stop_requested(self.run.path)) is not None:
+                self.stop_request = request
+                # torchrun passes SIGTERM on to every rank, this one included
+                under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+                os.kill(os.getppid() if under_torchrun else os.getpid(), signal.SIGTERM)
 
 
 def _raise_stopped(signum, frame):
@@ -154,8 +168,11 @@ def record_stop(keeper: StatusKeeper, stop: Stopped) -> int:
     """The run ends ``killed``; further signals are ignored while that is
     written. Returns the exit code, 128 + the signal's number."""
     ignore_stop_signals()
-    print(f"fslab: stopped by {stop}", file=sys.stderr, flush=True)
-    keeper.finish("killed", 128 + stop.signum, f"stopped by {stop}")
+    request = keeper.stop_request
+    why = f"stopped by a stop request from host {request.get('host', '?')}" if request is not None \
+        else f"stopped by {stop}"
+    print(f"fslab: {why}", file=sys.stderr, flush=True)
+    keeper.finish("killed", 128 + stop.signum, why)
     return 128 + stop.signum
 
 
@@ -177,6 +194,8 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", 0))
     if rank != 0:
         return follow_rank(run, resume, rank)
+    if take_worker_lock(run) is None:  # held until this process exits, however it exits
+        return 1
     interval = float(run.config()["train"]["heartbeat"])
     keeper = StatusKeeper(run, interval)
     stop_on_signals()
@@ -188,6 +207,7 @@ def main(argv: list[str]) -> int:
 
         train(run, resume=resume)
         _leave_process_group()
+        ignore_stop_signals()  # trained and tested: a stop arriving now must not cut the end short
     except Stopped as stop:
         ignore_stop_signals()
         if failure := other_rank_failure(run):  # torchrun stopped this rank because another one failed

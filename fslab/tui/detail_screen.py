@@ -14,7 +14,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
-from fslab.core.states import LOST_AFTER_S
+from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import printable
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
@@ -42,6 +42,7 @@ class DetailScreen(Screen):
                        for name in ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")}
         self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
         self.status: dict = {}
+        self.heartbeat_every = 5.0  # train.heartbeat, once the configuration is read
         self.corrupt = 0
         self.missing = False
 
@@ -129,6 +130,9 @@ class DetailScreen(Screen):
             for chart in self.query(LineChart):
                 chart.refresh()
         if delta.config is not None:
+            train = delta.config.get("train")
+            if isinstance(train, dict) and isinstance(train.get("heartbeat"), (int, float)):
+                self.heartbeat_every = float(train["heartbeat"])
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
         if delta.stdout:
             self.query_one("#stdout-log", Log).write_lines(delta.stdout)
@@ -158,6 +162,11 @@ class DetailScreen(Screen):
             f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · "
             f"ETA {model.duration(model.eta(row, self.app.clock()))}",
         )
+        now = self.app.clock()
+        if row.state == "running" and heartbeat_stale(self.status, self.heartbeat_every, now):
+            # still running: its worker holds the run's lock, though paused or stuck
+            summary.append(f" · heartbeat stale ({model.duration(heartbeat_age(self.status, now))} ago)",
+                           style="yellow")
         if self.corrupt:
             summary.append(f" · {self.corrupt} corrupt metrics lines skipped", style="yellow")
         if row.note:
@@ -171,8 +180,8 @@ class DetailScreen(Screen):
         if row.state == "failed":
             why = Text(f"FAILED: {printable(row.error or 'no error recorded')}", style="bold red")
         else:
-            why = Text("LOST: the worker died without writing an end state "
-                       f"(its pid is gone, or no heartbeat for {LOST_AFTER_S:.0f} s)", style="bold red")
+            why = Text("LOST: the worker died without writing an end state (its process is gone and the run's "
+                       f"lock free, or, on another host, no heartbeat for {LOST_AFTER_S:.0f} s)", style="bold red")
             if row.error:
                 why.append(f": {printable(row.error)}")
         lines = list(self.stderr_tail)

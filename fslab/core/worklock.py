@@ -1,0 +1,123 @@
+"""One worker per run: the run's worker lock and its stop request.
+
+``runs/<id>/.worker.lock`` is held with an exclusive ``flock`` by the run's
+worker (rank 0 under torchrun, the job under SLURM) from before it writes
+``running`` until it exits; the kernel releases it however the worker ends,
+SIGKILL included, so a held lock means a live worker and a free one (on the
+worker's own host) means none. The file's one line names the holder (pid and
+host), for messages. Launchers hold the same lock while they start a worker
+(:mod:`fslab.execution.handover` says why that makes starting race-free).
+
+``runs/<id>/.stop-request`` asks the worker to stop when no signal can reach
+it (it runs on another host, or its pid cannot be verified): the worker looks
+for it at each heartbeat and then stops exactly as on SIGTERM.
+
+Readers probe the lock with a shared ``flock`` held for microseconds; a
+worker or launcher that meets such a probe retries (:func:`take`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from fslab.core.files import atomic_write_json, read_json
+from fslab.core.states import HOST, lock_matters, run_state
+
+LOCK_FILE = ".worker.lock"
+STOP_REQUEST = ".stop-request"
+
+
+def _lock_file(run_dir: str | Path) -> str:
+    return os.path.join(os.fspath(run_dir), LOCK_FILE)
+
+
+def take(run_dir: str | Path, wait: float = 0.0) -> int | None:
+    """An open descriptor holding the run's lock exclusively, or None if
+    someone else still holds it after ``wait`` seconds of retrying. Readers'
+    probes hold it for microseconds, so a short wait tells them apart from a
+    holder that stays."""
+    fd = os.open(_lock_file(run_dir), os.O_CREAT | os.O_RDWR, 0o644)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.005)
+
+
+def name_holder(fd: int, pid: int | None = None) -> None:
+    """Write who holds the lock (this process, or ``pid``) into the lock file."""
+    line = f"{pid or os.getpid()} {HOST}\n".encode()
+    os.pwrite(fd, line, 0)
+    os.ftruncate(fd, len(line))  # after the write: a reader never sees the file empty
+
+
+def holder(run_dir: str | Path) -> tuple[int | None, str | None]:
+    """(pid, host) the lock file names, as far as it can be read."""
+    try:
+        with open(_lock_file(run_dir), encoding="utf-8", errors="replace") as fh:
+            words = fh.readline().split()
+    except OSError:
+        return None, None
+    pid = int(words[0]) if words and words[0].isdigit() else None
+    return pid, (words[1] if len(words) > 1 else None)
+
+
+def is_held(run_dir: str | Path) -> bool | None:
+    """True if a process holds the run's lock, False if none does, None if
+    there is no lock file (a run that never started, or from before the lock)."""
+    try:
+        fd = os.open(_lock_file(run_dir), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None  # a filesystem without flock: the pid and the heartbeat decide
+    finally:
+        os.close(fd)  # closing releases the shared lock, if it was taken
+    return False
+
+
+def observed_state(run_dir: str | Path, status: dict, now: float | None = None) -> str:
+    """:func:`fslab.core.states.run_state`, with the lock probed only for runs
+    whose status says running, or queued with a pid (so listings of finished
+    runs never touch a lock file)."""
+    return run_state(status, now, is_held(run_dir) if lock_matters(status) else None)
+
+
+def request_stop(run_dir: str | Path) -> None:
+    """Ask the run's worker, wherever it runs, to stop at its next heartbeat."""
+    atomic_write_json(Path(run_dir) / STOP_REQUEST, {"host": HOST, "pid": os.getpid(), "time": time.time()})
+
+
+def stop_requested(run_dir: str | Path) -> dict | None:
+    """The stop request left in the run folder, if there is one."""
+    path = os.path.join(os.fspath(run_dir), STOP_REQUEST)
+    if not os.path.exists(path):
+        return None
+    return read_json(path) or {}
+
+
+def clear_stop_request(run_dir: str | Path) -> None:
+    try:
+        os.unlink(os.path.join(os.fspath(run_dir), STOP_REQUEST))
+    except FileNotFoundError:
+        pass
+
+
+def describe_holder(run_dir: str | Path, status: dict | None = None) -> str:
+    """``pid P on host H`` for messages: the lock's holder, else the status's pid."""
+    pid, host = holder(run_dir)
+    if pid is None and status:
+        pid, host = status.get("pid"), status.get("host")
+    return f"pid {pid if pid is not None else '?'} on host {host or '?'}"

@@ -1,0 +1,252 @@
+"""One worker per run: the worker lock, lost runs decided by it, stops that
+signal only the run's own worker, and workers that die before their first
+status write. The end-to-end tests drive real worker processes."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fslab.core.files import atomic_write_json
+from fslab.core.runstore import Run, create_run
+from fslab.core.states import LOST_AFTER_S, heartbeat_stale, pid_alive, run_state
+from fslab.core.summary import list_summaries
+from fslab.core.worklock import STOP_REQUEST, is_held, name_holder, take
+
+from .runs_helpers import TINY, events, fslab, wait_for
+from .test_resume import ARGS as SLOW_ARGS
+from .test_resume import trajectory
+
+HOST = socket.gethostname()
+
+
+def status(run_dir):
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def sleeper(*argv):
+    """A live process of this host that is not a worker (unless argv says it runs one)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", *argv])
+
+
+def finish(process):
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
+# -- the lock and the state --------------------------------------------------------------
+
+
+def test_a_held_lock_keeps_a_run_running_and_a_free_one_makes_it_lost_at_once(tmp_path):
+    run = create_run(tmp_path, "nca", {})
+    now = time.time()
+    run.write_status(state="running", pid=os.getpid(), host=HOST, heartbeat=now)
+    assert is_held(run.path) is None and run.state() == "running"  # no lock file: pid and heartbeat decide
+    fd = take(run.path)
+    try:
+        assert is_held(run.path) is True
+        assert run.state(now=now + 10 * LOST_AFTER_S) == "running"  # paused: no heartbeat, but alive
+    finally:
+        os.close(fd)
+    # the lock is free on this host while the status says running: the worker is gone, whatever its pid
+    assert is_held(run.path) is False and run.state() == "lost"
+    run.write_status(host="another-host")  # another host's lock may be invisible here: the heartbeat decides
+    assert run.state(now=now + 1) == "running" and run.state(now=now + LOST_AFTER_S + 1) == "lost"
+
+
+def test_run_state_is_a_function_of_what_the_caller_read():
+    now = time.time()
+    running = {"state": "running", "pid": 2**22 + 7, "host": "elsewhere", "heartbeat": now - 10 * LOST_AFTER_S}
+    assert run_state(running, now, locked=True) == "running"
+    assert run_state(running, now, locked=None) == "lost"
+    assert run_state({"state": "queued"}, now + 10**6, locked=False) == "queued"  # waits for a slot
+    assert run_state({**running, "state": "completed"}, now, locked=True) == "completed"
+    assert heartbeat_stale(running, 0.2, now) and not heartbeat_stale({**running, "heartbeat": now}, 0.2, now)
+
+
+def test_a_listing_probes_the_lock_of_live_runs_only(tmp_path, monkeypatch):
+    import fslab.core.worklock as worklock
+
+    for _ in range(40):
+        create_run(tmp_path, "nca", {"method": "nca"}).write_status(state="completed", ended=time.time())
+    live = create_run(tmp_path, "nca", {"method": "nca"})
+    live.write_status(state="running", pid=os.getpid(), host=HOST, heartbeat=time.time())
+    probed = []
+    real = worklock.is_held
+    monkeypatch.setattr(worklock, "is_held", lambda run_dir: probed.append(os.path.basename(run_dir)) or real(run_dir))
+    summaries = list_summaries(tmp_path, limit=None)
+    assert len(summaries) == 41 and probed == [live.id]
+
+
+def test_the_scheduler_does_not_start_a_run_whose_lock_is_held(tmp_path, capsys):
+    from fslab.execution.scheduler import schedule
+    from fslab.execution.slots import Slot
+
+    run = create_run(tmp_path, "nca", {"method": "nca", "train": {"processes": 1}})
+    fd = take(run.path)  # a live worker of this run, as far as anyone can tell
+    name_holder(fd, 4242)
+    try:
+        assert schedule(tmp_path, [Slot("cpu-0")], poll=0.01) == 0
+    finally:
+        os.close(fd)
+    line = capsys.readouterr().out.strip()
+    assert line.endswith(f": not started: run {run.id} still has a live worker (pid 4242 on host {HOST} holds its "
+                         f"lock); stop it with: fslab stop {run.id}"), line
+    assert run.status()["state"] == "queued" and not run.status().get("pid")
+
+
+def test_a_stop_signals_only_this_runs_worker(tmp_path):
+    from fslab.execution.local import is_worker_of
+
+    run = create_run(tmp_path, "nca", {})
+    other = create_run(tmp_path, "nca", {})
+    plain, stand_in = sleeper(), sleeper("-m", "fslab.execution.worker", str(run.path))
+    try:
+        wait_for(lambda: os.path.exists(f"/proc/{stand_in.pid}/cmdline")
+                 and b"fslab.execution.worker" in open(f"/proc/{stand_in.pid}/cmdline", "rb").read(),
+                 timeout=10, what="the stand-in to start")
+        assert is_worker_of(stand_in.pid, run) and not is_worker_of(stand_in.pid, other)
+        assert not is_worker_of(plain.pid, run)
+    finally:
+        finish(plain)
+        finish(stand_in)
+
+
+# -- real workers --------------------------------------------------------------------------
+
+
+def start_detached(project, *args):
+    result = fslab("run", "nca", *TINY, *args, "--detach", cwd=project)
+    assert result.returncode == 0, result.stderr
+    return project / "runs" / result.stdout.strip()
+
+
+@pytest.mark.slow
+def test_two_simultaneous_resumes_start_exactly_one_worker(slow_project):
+    reference = start_detached(slow_project, *SLOW_ARGS[len(TINY):])
+    run_dir = start_detached(slow_project, *SLOW_ARGS[len(TINY):])
+    wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
+    assert fslab("stop", run_dir.name, cwd=slow_project).returncode == 0
+    resumes = [subprocess.Popen([sys.executable, "-m", "fslab", "resume", run_dir.name, "--detach"], cwd=slow_project,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = sorted((p.wait(60), *p.communicate()) for p in resumes)
+    (ok, out, _), (refused, _, err) = outcomes
+    assert ok == 0 and out.strip() == run_dir.name
+    assert refused == 2 and err.count("\n") == 1, err  # one line, no traceback
+    assert err.startswith(f"error: run {run_dir.name} still has a live worker (pid "), err
+    assert err.rstrip().endswith(f"; stop it with: fslab stop {run_dir.name}"), err
+
+    for folder in (run_dir, reference):
+        wait_for(lambda folder=folder: status(folder)["state"] == "completed", what="both runs to complete")
+    assert len(events(run_dir, "resume")) == 1  # one worker resumed the run
+    train, evals = trajectory(run_dir)
+    assert [t[0] for t in train] == list(range(1, len(train) + 1))
+    assert (train, evals) == trajectory(reference)
+    assert not (run_dir / STOP_REQUEST).exists()
+
+
+@pytest.mark.slow
+def test_a_paused_worker_is_running_cannot_be_resumed_and_stops(project):
+    run_dir = start_detached(project, "--epochs", "200")
+    wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
+    pid = status(run_dir)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        refused = fslab("resume", run_dir.name, cwd=project)
+        assert refused.returncode == 2
+        assert refused.stderr == (f"error: run {run_dir.name} still has a live worker (pid {pid} on host {HOST} "
+                                  f"holds its lock); stop it with: fslab stop {run_dir.name}\n")
+        # paused for ever, as far as the heartbeat goes: still running, since it holds its lock
+        assert Run(run_dir).state(now=time.time() + 10 * LOST_AFTER_S) == "running"
+        shown = wait_for(lambda: (out := fslab("show", run_dir.name, cwd=project).stdout)
+                         and "heartbeat stale" in out and out, timeout=30, what="a stale heartbeat")
+        assert f"{run_dir.name}  running" in shown and "still holds the run's lock" in shown
+
+        started = time.time()
+        stopped = fslab("stop", run_dir.name, cwd=project)
+        assert stopped.returncode == 0 and stopped.stdout.strip() == f"{run_dir.name}: killed", stopped.stderr
+        assert time.time() - started < 20
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    final = status(run_dir)
+    assert final["state"] == "killed" and final["exit_code"] == 128 + signal.SIGTERM
+    assert final["error"] == "stopped by SIGTERM" and (run_dir / "checkpoints" / "last.pt").exists()
+
+
+def _pretend_another_host(run_dir, pid):
+    """Rewrite the status as if the run were another host's, with ``pid``; the
+    worker's heartbeat rewrites merge into the file, so the edit stays once it
+    has landed after the worker's last read."""
+    def edit():
+        current = status(run_dir)
+        if current.get("host") == "another-host" and current.get("pid") == pid:
+            time.sleep(0.5)  # a few heartbeats (0.2 s): an overwritten edit would show by now
+            current = status(run_dir)
+            return current.get("host") == "another-host" and current.get("pid") == pid
+        atomic_write_json(run_dir / "status.json", {**current, "host": "another-host", "pid": pid})
+        return False
+
+    wait_for(edit, timeout=30, what="the edited status to stay")
+
+
+@pytest.mark.slow
+def test_a_run_of_another_host_is_stopped_by_request_never_by_signal(project):
+    run_dir = start_detached(project, "--epochs", "200")
+    wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
+    worker_pid = status(run_dir)["pid"]
+    bystander = subprocess.Popen(["sleep", "120"])  # an unrelated local process with the status's pid
+    try:
+        _pretend_another_host(run_dir, bystander.pid)
+        rows = [json.loads(line) for line in fslab("runs", "--json", cwd=project).stdout.splitlines()]
+        assert [r["state"] for r in rows] == ["running"]  # its worker holds the lock
+        stopped = fslab("stop", run_dir.name, cwd=project)
+        assert stopped.returncode == 0 and stopped.stdout.strip() == f"{run_dir.name}: killed", stopped.stderr
+        assert bystander.poll() is None  # not signalled
+        wait_for(lambda: not pid_alive(worker_pid), timeout=30, what="the worker to exit")
+    finally:
+        finish(bystander)
+    final = status(run_dir)
+    assert final["state"] == "killed" and final["exit_code"] == 128 + signal.SIGTERM
+    assert final["error"] == f"stopped by a stop request from host {HOST}"
+    assert (run_dir / "checkpoints" / "last.pt").exists() and not (run_dir / STOP_REQUEST).exists()
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_before_its_first_status_write_is_lost(project, monkeypatch):
+    from fslab.execution import local
+    from fslab.execution.handover import launch_lock
+
+    run = create_run(project / "runs", "nca", {"method": "nca", "train": {"processes": 1}})
+    run.claim()
+    monkeypatch.setattr(local, "worker_command", lambda run, resume=False: [sys.executable, "-c", "exit(3)"])
+    with launch_lock(run):
+        process = local.start_worker(run)
+    assert process.wait(10) == 3 and run.status()["pid"] == process.pid
+    wait_for(lambda: run.state() == "lost", timeout=2, what="the run to be lost")
+
+    refused = fslab("resume", run.id, cwd=project)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: run {run.id} has no checkpoint (it stopped before its first epoch ended); "
+        f"start it again with: fslab run nca\n")
+    started = time.time()
+    stop = fslab("stop", run.id, cwd=project)
+    assert stop.returncode == 2 and stop.stderr == f"error: run {run.id} is lost, not running; nothing to stop\n"
+    assert time.time() - started < 5
+
+
+@pytest.fixture
+def slow_project(project):
+    import textwrap
+
+    from .test_resume import SLOW_NCA
+
+    (project / "mine").mkdir()
+    (project / "mine" / "slow.py").write_text(textwrap.dedent(SLOW_NCA))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    return project
