@@ -34,6 +34,17 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
         raise
 
 
+def overwrite(path: Path, text: str) -> None:
+    """Rewrite an existing file in place: the last resort on a full disk, where
+    the new file of a write-then-rename cannot be made but the file's own
+    blocks can be written again (a small file keeps its block)."""
+    with open(path, "r+", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable=durable)
 

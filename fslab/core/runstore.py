@@ -19,6 +19,8 @@ and skip lines that do not parse (fslab.core.files).
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import secrets
 import shutil
@@ -29,7 +31,7 @@ from typing import Any
 
 from fslab.core.config import RunConfig, migrate, run_config
 from fslab.core.errors import ConfigError, FslabError, RunNotFound
-from fslab.core.files import atomic_write_json, read_events, read_json
+from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
 from fslab.core.schemas import STATUS, conform, evaluation, event, results
 from fslab.core.states import HOST, run_state
 from fslab.core.worklock import observed_state
@@ -84,8 +86,17 @@ class Run:
         return results(read_json(self.path / "results.json"))
 
     def write_status(self, **fields: Any) -> dict:
+        """Update ``status.json`` (write-then-rename). On a full disk, where no
+        new file can be made, it is rewritten in place instead: an end state
+        recorded is worth more than the rename's guarantee."""
         status = {**self.status(), **fields}
-        atomic_write_json(self.path / "status.json", status)
+        path = self.path / "status.json"
+        try:
+            atomic_write_json(path, status)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.exists():
+                raise
+            overwrite(path, json.dumps(status, indent=2, sort_keys=True) + "\n")
         return status
 
     def state(self, status: dict | None = None, now: float | None = None, *, locked: bool | None = None) -> str:

@@ -30,6 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
+from fslab.core.errors import FslabError
 from fslab.core.runstore import Run
 from fslab.core.summary import read_summary
 from fslab.core.worklock import clear_stop_request, stop_requested
@@ -84,7 +85,10 @@ class StatusKeeper:
 
     def _beat(self) -> None:
         while not self.done.wait(self.interval):
-            self.update(heartbeat=time.time())
+            try:
+                self.update(heartbeat=time.time())
+            except OSError:  # a full or vanished disk: beat again next time; the lock still says alive
+                pass
             if self.stop_request is None and (request := stop_requested(self.run.path)) is not None:
                 self.stop_request = request
                 # torchrun passes SIGTERM on to every rank, this one included
@@ -140,7 +144,9 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    """The error as one line: fslab's own errors say it all, others are named."""
+    text = str(exc) if isinstance(exc, FslabError) else f"{type(exc).__name__}: {exc}"
+    return (text.strip().splitlines() or [type(exc).__name__])[0][:500]
 
 
 def other_rank_failure(run: Run) -> str | None:
@@ -177,10 +183,14 @@ def record_stop(keeper: StatusKeeper, stop: Stopped) -> int:
 
 
 def record_failure(keeper: StatusKeeper, exc: BaseException) -> None:
-    """The traceback to stderr.log, and the run ends ``failed`` with its one-line summary."""
+    """The traceback to stderr.log, and the run ends ``failed`` with its one-line
+    summary (recorded even when stderr.log cannot be written: a full disk)."""
     ignore_stop_signals()
-    traceback.print_exc()
-    sys.stderr.flush()
+    try:
+        traceback.print_exc()
+        sys.stderr.flush()
+    except OSError:
+        pass
     keeper.finish("failed", 1, _one_line(exc))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import shutil
 from pathlib import Path
 
 import torch
@@ -71,8 +72,21 @@ def save_checkpoint(path: Path, checkpoint: dict) -> None:
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
         tmp.unlink(missing_ok=True)
-        raise FslabError(f"cannot write the checkpoint {path}: {_first_line(exc)}; "
+        raise FslabError(f"cannot write the checkpoint {path}: {_write_failure(exc, path)}; "
                          f"the previous checkpoint is kept") from exc
+
+
+def _write_failure(exc: BaseException, path: Path) -> str:
+    """Why a write failed. torch's own message for a full disk names no cause
+    ("unexpected pos 64 vs 0"), so the free space is looked at."""
+    try:
+        free = shutil.disk_usage(path.parent).free
+        needed = max(path.stat().st_size if path.exists() else 0, 1 << 20)
+    except OSError:
+        return _first_line(exc)
+    if free < needed:
+        return f"No space left on device ({free} bytes free)"
+    return _first_line(exc)
 
 
 def load_checkpoint(path: Path, device: torch.device | str) -> dict:
