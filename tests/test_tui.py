@@ -592,3 +592,19 @@ def test_the_dashboard_resumes_through_the_checks_of_fslab_resume(project, monke
             assert notes[-1] == said[folder.name]
 
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
+
+
+def test_fslab_tui_exits_non_zero_when_the_dashboard_stopped_on_an_error(project, monkeypatch):
+    """Textual prints the error and returns; the shell must still see that it failed."""
+    from typer.testing import CliRunner
+
+    import fslab.tui.app as tui_app
+    from fslab.cli import app
+
+    def crash(self):
+        self._return_code = 1  # what Textual records when a handler raised
+
+    monkeypatch.setattr(tui_app.FslabApp, "run", crash)
+    assert CliRunner().invoke(app, ["tui"]).exit_code == 1
+    monkeypatch.setattr(tui_app.FslabApp, "run", lambda self: None)
+    assert CliRunner().invoke(app, ["tui"]).exit_code == 0

@@ -50,4 +50,7 @@ def tui(
     from fslab.tui import make_app
 
     project = settings()
-    make_app(project.runs_dir, settings=project, tick=tick).run()
+    app = make_app(project.runs_dir, settings=project, tick=tick)
+    app.run()
+    if app.return_code:  # the dashboard stopped on an error (Textual printed it): say so to the shell
+        raise typer.Exit(app.return_code)
