@@ -203,6 +203,25 @@ def test_text_from_run_files_is_never_markup(tmp_path):
     drive(frozen_app(runs), body)
 
 
+def test_control_characters_from_run_files_are_shown_not_obeyed(tmp_path):
+    """A raw escape in a log, an error or a name would clear or retitle the
+    terminal; the dashboard writes such characters out."""
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-000000-nca-esc", state="failed", cfg=config(method="m\x1b[31m"),
+                       events=history()[:3], error="boom\x1b[2J", stderr="trace\x1b]0;title\x07\n")
+
+    async def body(app, pilot):
+        assert "m\\x1b[31m" in row_text(app, folder.name)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        banner = str(app.screen.query_one("#banner").render())
+        assert "\x1b" not in banner and "boom\\x1b[2J" in banner and "trace\\x1b]0;title\\x07" in banner
+        log = app.screen.query_one("#stderr-log")
+        assert list(log.lines) == ["trace\\x1b]0;title\\x07"]
+
+    drive(frozen_app(runs), body)
+
+
 # -- detail and compare -------------------------------------------------------------
 
 
