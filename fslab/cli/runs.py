@@ -4,6 +4,7 @@ show of a run comes from :mod:`fslab.core.summary`, as the dashboard's does."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Annotated
@@ -12,7 +13,7 @@ import typer
 from rich.table import Table
 
 from fslab.cli.common import JsonFlag, RunRef, app, console, pct, settings, shown
-from fslab.core.errors import UsageError
+from fslab.core.errors import FslabError, UsageError
 
 DEFAULT_LIMIT = 50
 
@@ -137,7 +138,14 @@ def logs(
     from fslab.core.text import printable
 
     run_ = find_run(settings().runs_dir, ref)
-    tail = Tail(run_.path / ("stderr.log" if stderr else "stdout.log"))
+    path = run_.path / ("stderr.log" if stderr else "stdout.log")
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass  # not written yet: followed until it is
+    except OSError as exc:
+        raise FslabError(f"cannot read {path}: {exc.strerror or exc}") from None
+    tail = Tail(path)
     while True:
         live = run_.state() in LIVE  # before the read, so the last lines a run writes are read below
         chunk, _ = tail.read(partial=True)

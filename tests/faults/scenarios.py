@@ -161,6 +161,7 @@ def unreadable_folder(lab: Lab) -> str:
         for argv in (["runs"], ["compare", "all", "--queries", "5"], ["queue"], ["show", hidden.name]):
             done = lab.fslab(*argv, env=env)
             check(done.returncode == 0 and "Traceback" not in done.stderr, f"{argv}: {done.stderr.strip()[-200:]}")
+        check("Permission denied" in lab.one_line(lab.fslab("logs", hidden.name, env=env), 1), "logs did not say why")
     finally:
         hidden.chmod(0o755)
     return "listed as unreadable with the reason; every command went on"
