@@ -32,14 +32,15 @@ from typing import Any, Protocol, runtime_checkable
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
-from fslab.core.types import Batch, EvaluatorTraits, LossOutput, Split
+from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, Split, SplitSizes
 
-API_VERSION = "1.0"
+# 1.1: register(..., check=f) and CheckContext; Dataset.split_sizes() and SplitSizes.
+API_VERSION = "1.1"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
-    "LossOutput", "Batch", "Split", "EvaluatorTraits",
-    "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset",
+    "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
+    "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
     "UsageError", "ConfigError",
     "rand_rows", "global_rows", "sum_rows",
 ]
@@ -52,8 +53,15 @@ INFO_KEYS = {
     "defaults": "dataset, dict: configuration layered under the method recipe for runs on this "
                 "dataset, e.g. {'train': {'epochs': 5}, 'eval': {'test_episodes': 2000}}.",
     "check_early": "dataset, bool: the constructor only checks its parameters and looks for its "
-                   "files (no decoding), so fslab run and fslab sweep build it before creating a run "
-                   "folder and a wrong root is one line at the prompt.",
+                   "files (no decoding), so fslab run, sweep and resume build it before creating a run "
+                   "folder and a wrong root is one line at the prompt; its split_sizes() (SizedDataset), "
+                   "if it has one, is then read there too.",
+    "check": "any kind, a function check(params, context) -> None: raises UsageError (one line naming the "
+             "key, e.g. 'loss.temperature must be > 0, got 0') for parameter values the component cannot "
+             "use. params holds the section's parameters; context is a CheckContext (the whole "
+             "configuration, and the split sizes once known). It runs when a configuration is resolved "
+             "(sizes None) and again before a run is created or resumed, with the sizes the dataset "
+             "tells; it must be cheap and import nothing heavy (no torch).",
 }
 
 
@@ -126,8 +134,25 @@ class ModelEvaluator(Protocol):
 @runtime_checkable
 class Dataset(Protocol):
     """``register_datasets``: built as ``Dataset(root, **params)``; ``channels``
-    of its images, and ``load(split)`` for ``"train"``, ``"val"`` and ``"test"``."""
+    of its images, and ``load(split)`` for ``"train"``, ``"val"`` and ``"test"``.
+    It may also have ``split_sizes()`` (:class:`SizedDataset`)."""
 
     channels: int
 
     def load(self, split: str) -> Split: ...
+
+
+@runtime_checkable
+class SizedDataset(Dataset, Protocol):
+    """A :class:`Dataset` that can tell its splits' sizes without decoding an
+    image (from its parameters, index files or a directory listing).
+    ``split_sizes()`` maps each split it can tell (``"train"``, ``"val"``,
+    ``"test"``) to the number of images of each of its classes, e.g.
+    ``{"train": [600] * 64, ...}``; a split it cannot tell cheaply is left
+    out. For a ``check_early`` dataset fslab calls it before a run exists and
+    refuses episodes and batches the splits cannot give (``eval.ways`` more
+    than a split's classes, ``eval.shots`` + ``eval.queries`` more than its
+    classes hold), in one line. It may raise UsageError for a split it finds
+    unusable (an empty class folder)."""
+
+    def split_sizes(self) -> dict[str, list[int]]: ...

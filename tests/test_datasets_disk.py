@@ -464,6 +464,7 @@ def test_dataset_contract(registry, tmp_path, name):
     if "check_counts" in registry.get("dataset", name).params:
         params = {**params, "check_counts": False}
     dataset = create(registry, name, tmp_path, **params)
+    told = split_sizes_without_decoding(dataset)
     seen = {}
     for split in ("train", "val", "test"):
         s = dataset.load(split)
@@ -472,7 +473,45 @@ def test_dataset_contract(registry, tmp_path, name):
         assert s.labels.dtype == torch.int64
         assert sorted(set(s.labels.tolist())) == list(range(len(s.classes)))
         seen[split] = set(s.classes)
+        if split in told:  # what it told before decoding is what it loads
+            assert sorted(told[split]) == sorted(torch.bincount(s.labels).tolist()), split
     assert not (seen["train"] & seen["val"] or seen["train"] & seen["test"] or seen["val"] & seen["test"])
+    # Counted from parameters, index files or listings; CIFAR's pickles would have to be read (check_counts off here)
+    assert set(told) == (set() if name in ("cifar-fs", "fc100") else {"train", "val", "test"})
+
+
+def split_sizes_without_decoding(dataset) -> dict:
+    """``dataset.split_sizes()``, failing if it opens an image or a pickle on the way."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("split_sizes() must not decode images or read pickles")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Image, "open", refuse)
+        patch.setattr(pickle, "load", refuse)
+        return dataset.split_sizes()
+
+
+def test_split_sizes_of_the_standard_files_follow_their_lists_with_check_counts(registry, tmp_path):
+    """Where only reading the images would count them, the standard counts are told when
+    check_counts promises them (the worker checks that promise as it reads the files)."""
+    make_cifar(tmp_path)
+    cifar = split_sizes_without_decoding(create(registry, "cifar-fs", tmp_path))
+    fc100 = split_sizes_without_decoding(create(registry, "fc100", tmp_path))
+    assert cifar == {split: [600] * n for split, n in (("train", 64), ("val", 16), ("test", 20))}
+    assert fc100 == {split: [600] * n for split, n in (("train", 60), ("val", 20), ("test", 20))}
+    for split in ("train", "val", "test"):
+        (tmp_path / f"mini-imagenet-cache-{split}.pkl").write_bytes(b"never read here")
+    mini = split_sizes_without_decoding(create(registry, "miniimagenet", tmp_path, source="pickle"))
+    assert mini == {split: [600] * n for split, n in (("train", 64), ("val", 16), ("test", 20))}
+    assert split_sizes_without_decoding(create(registry, "miniimagenet", tmp_path, source="pickle",
+                                               check_counts=False)) == {}
+
+
+def test_split_sizes_find_an_empty_class_folder(registry, tmp_path):
+    make_folder_tree(tmp_path, classes=2, per_class=2)
+    (tmp_path / "val" / "empty").mkdir()
+    with pytest.raises(UsageError, match=r"empty has no image files \(1 empty class folder"):
+        create(registry, "folder", tmp_path).split_sizes()
 
 
 # -- missing files --------------------------------------------------------------------------------

@@ -20,8 +20,10 @@ def test_the_api_exports_what_it_declares():
     assert re.fullmatch(r"\d+\.\d+", api.API_VERSION)
     assert all(hasattr(api, name) for name in api.__all__)
     assert {"hookimpl", "LossOutput", "Batch", "Split", "UsageError", "EvaluatorTraits",
-            "rand_rows", "global_rows", "sum_rows", "Register"} <= set(api.__all__)
-    assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early"}
+            "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
+            "SizedDataset"} <= set(api.__all__)
+    assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check"}
+    assert api.API_VERSION == "1.1"  # 1.1 added check=, CheckContext, split_sizes() and SplitSizes
 
 
 @pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda p: str(p.relative_to(PLUGINS)))
@@ -85,3 +87,5 @@ def test_built_in_components_are_what_the_protocols_say(registry):
     dataset = registry.create("dataset", "synthetic", root=None, classes=24, val_classes=6, test_classes=6,
                               images_per_class=4, image_size=8)
     assert isinstance(dataset, api.Dataset) and isinstance(dataset.load("val"), api.Split)
+    assert isinstance(dataset, api.SizedDataset)
+    assert dataset.split_sizes() == {"train": [4] * 12, "val": [4] * 6, "test": [4] * 6}

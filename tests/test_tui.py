@@ -25,7 +25,17 @@ from fslab.tui.model import matches
 from fslab.tui.tailing import StoreWatcher
 
 from .runs_helpers import TINY
-from .test_tui_helpers import FROZEN, append, config, history, save_episode_scores, standard_store, train, write_run
+from .test_tui_helpers import (
+    FROZEN,
+    append,
+    complete_config,
+    config,
+    history,
+    save_episode_scores,
+    standard_store,
+    train,
+    write_run,
+)
 
 
 def drive(app, body, size=(120, 36)):
@@ -382,7 +392,7 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
     from fslab.execution import executor
 
     runs = tmp_path / "runs"
-    killed = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:7])
+    killed = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:7], cfg=complete_config())
     write_run(runs, "20260101-000001-nca-done", events=history())
     started = []
     monkeypatch.setattr(executor, "start_worker", lambda run, resume=False: started.append((run.id, resume)) or
@@ -438,6 +448,27 @@ def test_command_palette_lists_every_action(store):
         assert type(app.screen).__name__ == "CommandPalette"
 
     drive(frozen_app(runs), body)
+
+
+def test_launch_form_shows_what_fslab_run_would_refuse_and_creates_nothing(project):
+    """The form checks as the launch does (executor.prepare): an episode the
+    dataset's splits cannot give is shown in the form, before any run exists."""
+    runs = project / "runs"
+
+    async def body(app, pilot):
+        from textual.widgets import Input
+
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        form.query_one("#settings", Input).value = "eval.ways=100"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "LaunchScreen"
+        assert "'eval.ways' must be at most 40" in str(form.query_one("#launch-error").render())
+        assert not runs.exists() or not any(runs.iterdir())
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
 @pytest.mark.slow
@@ -585,8 +616,8 @@ def test_the_dashboard_resumes_through_the_checks_of_fslab_resume(project, monke
 
     runs = project / "runs"
     gpus = write_run(runs, "20260101-000000-nca-gpus", state="killed", events=history()[:7],
-                     cfg={**config(), "device": "auto", "train": {"epochs": 3, "processes": 2}})
-    job = write_run(runs, "20260101-000001-nca-slrm", state="killed", events=history()[:7])
+                     cfg=complete_config(device="auto", train={"epochs": 3, "processes": 2}))
+    job = write_run(runs, "20260101-000001-nca-slrm", state="killed", events=history()[:7], cfg=complete_config())
     status = json.loads((job / "status.json").read_text())
     (job / "status.json").write_text(json.dumps({**status, "executor": "slurm", "slurm_job_id": "7"}))
     for folder in (gpus, job):

@@ -15,6 +15,13 @@ def config(method="nca", backbone="conv4", dataset="synthetic", seed=0, epochs=3
             "evaluator": {"name": "centroid"}, "train": {"epochs": epochs, "batch_size": 32, "lr": 0.1}}
 
 
+def complete_config(**changes) -> dict:
+    """A run's whole configuration, as fslab saves it (what fslab resume checks before it starts a run)."""
+    from fslab.core.config import CONFIG_VERSION, DEFAULTS, merge
+
+    return merge({**DEFAULTS, "config_version": CONFIG_VERSION}, merge(config(), changes))
+
+
 def train(step, epoch, loss, t=None, positives=60, negatives=6000, lr=0.1):
     return {"event": "train", "time": t if t is not None else FROZEN - 600 + step, "step": step, "epoch": epoch,
             "loss": loss, "positives": positives, "negatives": negatives, "lr": lr, "images_per_s": 50.0}

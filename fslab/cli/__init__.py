@@ -43,18 +43,55 @@ def root(
 
 def main() -> None:
     """Console entry point: an FslabError is one line on stderr and an exit
-    code; so is a file the system refused (a full disk, a read-only store,
-    another user's folder), naming the file."""
+    code; so is a command line typer cannot parse (``--epochs abc``), and a
+    file the system refused (a full disk, a read-only store, another user's
+    folder), naming the file."""
+    click = _click_exceptions()
     try:
-        app()
+        code = app(standalone_mode=False)  # parse errors come back here instead of typer's box
+    except click.NoArgsIsHelpError as exc:  # `fslab` alone: the help, as typer shows it
+        from typer.rich_utils import rich_format_error
+
+        rich_format_error(exc)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        fail(parse_error_line(exc, sys.argv[1:]), exc.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(1)
     except FslabError as exc:
         fail(str(exc), exc.exit_code)
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         fail(f"{exc.strerror or exc}{where}", 1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def fail(message: str, code: int) -> None:
     """One line on stderr, with nothing in it that could drive the terminal, and the exit code."""
     print(f"error: {clip(printable(message))}", file=sys.stderr)
     sys.exit(code)
+
+
+def _click_exceptions():
+    """The exception classes typer raises: those of the click it vendors
+    (typer._click) in recent versions, click's own before."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - an older typer
+        from click import exceptions
+    return exceptions
+
+
+def parse_error_line(exc, argv: list[str]) -> str:
+    """typer's message on one line, with the value it refused (its message
+    does not always say it) and where the help is."""
+    message = " ".join(exc.format_message().split())
+    param = getattr(exc, "param", None)
+    if isinstance(exc, typer.BadParameter) and getattr(param, "param_type_name", "") == "option":
+        given = [arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+                 for i, arg in enumerate(argv) if arg.partition("=")[0] in param.opts]
+        if given and given[-1] is not None:
+            message = f"{message.rstrip('.')}, got {given[-1]!r}"
+    ctx = getattr(exc, "ctx", None)
+    return f"{message} (see {ctx.command_path} --help)" if ctx is not None else message

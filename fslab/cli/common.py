@@ -35,12 +35,14 @@ EpochsOpt = Annotated[int | None, typer.Option(help="Training epochs.")]
 BatchSizeOpt = Annotated[int | None, typer.Option(help="Images per training batch.")]
 LrOpt = Annotated[float | None, typer.Option(help="Initial learning rate.")]
 SeedOpt = Annotated[int | None, typer.Option(help="Random seed.")]
-DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+DeviceOpt = Annotated[str | None, typer.Option(
+    help="auto, cpu, cuda or cuda:N (cuda:N needs N+1 visible GPUs; checked before the run is created).")]
 GpusOpt = Annotated[int | None, typer.Option(
     "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
                    "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]
 SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable).")]
+    "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against "
+                  "what each key allows before a run is created.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ExecutorOpt = Annotated[str, typer.Option(
     help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]

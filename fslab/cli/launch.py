@@ -55,7 +55,12 @@ def run(
     executor: ExecutorOpt = "local",
     slurm: SlurmOpt = None,
 ) -> None:
-    """Start a training run in a new worker process and follow it (or submit it as a SLURM job)."""
+    """Start a training run in a new worker process and follow it (or submit it as a SLURM job).
+
+    The whole configuration is checked first (ranges, device, episodes against the data, plugin parameters).
+
+    A mistake is one line and exit code 2, and no run folder is created.
+    """
     from fslab.execution import executor as executors
 
     project = settings()
@@ -114,12 +119,15 @@ def resume(
     (a --gpus N run resumes with N processes again).
 
     A run whose worker still lives, even paused, is refused: one worker per run.
+
+    Its configuration is checked again first, as fslab run checks one.
     """
     from fslab.core.runstore import find_run
     from fslab.execution import executor as executors
 
     project = settings()
-    started = executors.resume(find_run(project.runs_dir, ref), settings=project, executor=executor, overrides=slurm)
+    started = executors.resume(find_run(project.runs_dir, ref), settings=project, registry=registry(project),
+                               executor=executor, overrides=slurm)
     if started.job_id is not None:
         console.print(f"run {started.run.id}: resuming as SLURM job {started.job_id}", highlight=False)
     elif detach:
@@ -168,6 +176,8 @@ def sweep(
 ) -> None:
     """Queue one run per grid combination and seed, and start them as slots free up (or submit each as a SLURM job).
 
+    Every combination is checked as fslab run checks one before anything is queued.
+
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold];
     [bold]fslab sweep resume SWEEP[/bold] queues again what failed or was lost.
     """
@@ -181,7 +191,8 @@ def sweep(
     if targets[:1] == ["resume"]:
         if len(targets) != 2:
             raise UsageError("usage: fslab sweep resume SWEEP")
-        record, again = executors.resume_sweep(targets[1], settings=project, slurm=options)
+        record, again = executors.resume_sweep(targets[1], settings=project, registry=registry(project),
+                                               slurm=options)
         where = "submitted again as SLURM jobs" if options is not None else "queued again"
         console.print(f"{record['id']}: {len(again)} runs {where}", highlight=False)
         return

@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fslab.core.errors import ConfigError, did_you_mean
+from fslab.core.errors import ConfigError, FslabError, PluginError, did_you_mean
+from fslab.core.limits import at_least, between, check_fields, listing, matching, one_of, positive
 from fslab.core.settings import Settings
+from fslab.core.types import CheckContext, SplitSizes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,44 +54,54 @@ SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugi
 CONFIG_VERSION = 1
 
 
+OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.build makes them
+SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch.manual_seed takes
+
+
+# Each field's metadata says which values it allows (fslab.core.limits), checked by resolve().
 @dataclass(frozen=True)
 class TrainConfig:
     """The ``train`` section: optimisation, schedule, augmentation, logging."""
 
-    epochs: int = 120
-    batch_size: int = 512
-    optimizer: str = "sgd"  # sgd (with momentum and nesterov below) or adam (default betas)
-    lr: float = 0.1
-    momentum: float = 0.9
+    epochs: int = field(default=120, metadata=at_least(1))
+    batch_size: int = field(default=512, metadata=at_least(2))
+    # sgd (with momentum and nesterov below) or adam (default betas)
+    optimizer: str = field(default="sgd", metadata=one_of(*OPTIMIZERS))
+    lr: float = field(default=0.1, metadata=positive())
+    momentum: float = field(default=0.9, metadata=between(0, 1))
     nesterov: bool = True
-    weight_decay: float = 5e-4
-    milestones: tuple[float, ...] = (0.7,)  # fractions of training after which lr is multiplied by gamma
-    gamma: float = 0.1
-    crop_padding: int = 4  # random crop after padding by this many pixels; 0 = off
+    weight_decay: float = field(default=5e-4, metadata=at_least(0))
+    # fractions of training after which lr is multiplied by gamma
+    milestones: tuple[float, ...] = field(default=(0.7,), metadata=listing(between(0, 1)))
+    gamma: float = field(default=0.1, metadata=positive())
+    crop_padding: int = field(default=4, metadata=at_least(0))  # random crop after padding by this many pixels; 0 = off
     flip: bool = True  # random horizontal flip
-    projection_dim: int = 0  # >0: a linear head of this size used only in training (NCA paper App. A.4)
-    log_every: int = 10  # training steps between two logged events
-    heartbeat: float = 5.0  # seconds between two status.json heartbeats
-    processes: int = 1  # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
+    # >0: a linear head of this size used only in training (NCA paper App. A.4)
+    projection_dim: int = field(default=0, metadata=at_least(0))
+    log_every: int = field(default=10, metadata=at_least(1))  # training steps between two logged events
+    heartbeat: float = field(default=5.0, metadata=positive())  # seconds between two status.json heartbeats
+    # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
+    processes: int = field(default=1, metadata=at_least(1))
 
 
 @dataclass(frozen=True)
 class EvalConfig:
     """The ``eval`` section: the few-shot protocol (SPEC §4) and feature extraction."""
 
-    ways: int = 5
-    shots: tuple[int, ...] = (1, 5)
-    queries: int = 15
-    val_shots: int = 5
-    val_episodes: int = 500  # per epoch, on the validation classes
+    ways: int = field(default=5, metadata=at_least(2))
+    shots: tuple[int, ...] = field(default=(1, 5), metadata=listing(at_least(1), nonempty=True))
+    queries: int = field(default=15, metadata=at_least(1))
+    val_shots: int = field(default=5, metadata=at_least(1))
+    val_episodes: int = field(default=500, metadata=at_least(1))  # per epoch, on the validation classes
     before_training: bool = False  # also evaluate the untrained network (logged as epoch 0)
-    test_episodes: int = 10000
-    seed: int = 0  # fixed, so every run is evaluated on the same episodes
+    test_episodes: int = field(default=10000, metadata=at_least(1))
+    seed: int = field(default=0, metadata=SEED)  # fixed, so every run is evaluated on the same episodes
     center: bool = True  # subtract the mean training feature (SimpleShot)
     normalize: bool = True  # then L2-normalise
-    center_images: int = 4096  # training images used for that mean; 0 = all
-    batch_size: int = 256  # images per forward pass when extracting features
-    feature_stages: int = 1  # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
+    center_images: int = field(default=4096, metadata=at_least(0))  # training images used for that mean; 0 = all
+    batch_size: int = field(default=256, metadata=at_least(1))  # images per forward pass when extracting features
+    # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
+    feature_stages: int = field(default=1, metadata=at_least(1))
 
 
 @dataclass(frozen=True)
@@ -101,8 +114,8 @@ class RunConfig:
     """
 
     method: str = ""
-    seed: int = 0
-    device: str = "auto"
+    seed: int = field(default=0, metadata=SEED)
+    device: str = field(default="auto", metadata=matching(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N"))
     dataset: dict = field(default_factory=lambda: {"name": "synthetic", "root": ""})
     backbone: dict = field(default_factory=lambda: {"name": "resnet12"})
     loss: dict = field(default_factory=lambda: {"name": "nca"})
@@ -129,8 +142,6 @@ def _saved_form(value: Any) -> Any:
 # a field added there is a valid, type-checked ``--set`` key. The version is
 # not a setting: resolve() stamps it.
 DEFAULTS: dict[str, Any] = {k: v for k, v in RunConfig().as_dict().items() if k != "config_version"}
-
-OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.build makes them
 
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
@@ -204,8 +215,10 @@ def resolve(
     if isinstance(config["dataset"]["root"], str):  # absolute: a worker or a resume may start elsewhere
         config["dataset"]["root"] = os.path.abspath(os.path.expanduser(config["dataset"]["root"]))
     _check_types(config, DEFAULTS, "")
+    _check_ranges(config)
     _fill_plugin_params(config, registry)
     _check_compatible(config, registry)
+    check_plugins(config, registry)
     config["config_version"] = CONFIG_VERSION
     return config
 
@@ -345,6 +358,8 @@ def check_value(key: str, value: Any, default: Any) -> Any:
                 return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)]
             return value
     elif expected is float and _is_number(value):
+        if not math.isfinite(value):  # TOML and --lr take nan and inf; no setting means them
+            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
         return float(value)
     elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
         return value
@@ -384,6 +399,18 @@ def _fill_plugin_params(config: dict, registry) -> None:
                 values[key] = copy.deepcopy(default)
 
 
+def _check_ranges(config: dict) -> None:
+    """Every typed key against the rule its field declares (fslab.core.limits),
+    then the rules that tie two keys together."""
+    check_fields(RunConfig, config)
+    check_fields(TrainConfig, config["train"], "train.")
+    check_fields(EvalConfig, config["eval"], "eval.")
+    train = config["train"]
+    if train["optimizer"] == "sgd" and train["nesterov"] and train["momentum"] == 0:
+        raise ConfigError("config key 'train.momentum' must be > 0 with train.nesterov=true (Nesterov needs "
+                          "momentum), got 0.0; set train.nesterov=false for plain SGD")
+
+
 def _check_compatible(config: dict, registry) -> None:
     loss = registry.get("loss", config["loss"]["name"])
     sampler = registry.get("sampler", config["sampler"]["name"])
@@ -395,25 +422,37 @@ def _check_compatible(config: dict, registry) -> None:
             f"{', '.join(episodic) or '(none installed)'} "
             f"(e.g. --set sampler.name={episodic[0] if episodic else 'episodic'})."
         )
-    if config["train"]["epochs"] < 1:
-        raise ConfigError(f"config key 'train.epochs' must be at least 1, got {config['train']['epochs']}")
-    if config["train"]["optimizer"] not in OPTIMIZERS:
-        raise ConfigError(
-            f"config key 'train.optimizer' must be one of {', '.join(OPTIMIZERS)}, "
-            f"got '{config['train']['optimizer']}'."
-            f"{did_you_mean(config['train']['optimizer'], OPTIMIZERS)}"
-        )
-    if config["eval"]["feature_stages"] < 1:
-        raise ConfigError(
-            f"config key 'eval.feature_stages' must be at least 1 (1 = the backbone's output), "
-            f"got {config['eval']['feature_stages']}"
-        )
-    if config["train"]["batch_size"] < 2:
-        raise ConfigError(f"config key 'train.batch_size' must be at least 2, got {config['train']['batch_size']}")
-    if config["train"]["processes"] < 1:
-        raise ConfigError(f"config key 'train.processes' (--gpus) must be at least 1, "
-                          f"got {config['train']['processes']}")
-    if config["device"] not in ("auto", "cpu") and not config["device"].startswith("cuda"):
-        raise ConfigError(
-            f"config key 'device' must be auto, cpu, cuda or cuda:N, got '{config['device']}'"
-        )
+
+
+def check_saved(config: dict, registry) -> dict:
+    """A saved configuration (a run about to resume) checked as :func:`resolve`
+    checks a new one, after :func:`migrate`; returns the migrated configuration."""
+    config = migrate(config)
+    run_config(config)  # every key there, with a value of its type
+    _check_ranges(config)
+    _check_compatible(config, registry)
+    check_plugins(config, registry)
+    return config
+
+
+def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = None) -> None:
+    """Each plugin's own check of its parameters (``register(..., check=f)``):
+    ``f(params, CheckContext(config, sizes))`` raises a UsageError for values
+    the plugin cannot use. :func:`resolve` runs them without split sizes; the
+    executor runs them again with the sizes the dataset tells, before a run exists."""
+    for section in PLUGIN_SECTIONS:
+        values = config[section]
+        component = registry.get(section, values["name"])
+        check = component.info.get("check")
+        if check is None:
+            continue
+        fixed = SECTION_KEYS.get(section, ("name",))
+        # A run saved before a parameter existed lacks it, and the plugin gets its default.
+        params = copy.deepcopy({**component.params, **{k: v for k, v in values.items() if k not in fixed}})
+        try:
+            check(params, CheckContext(copy.deepcopy(config), sizes))
+        except FslabError:
+            raise
+        except Exception as exc:  # a bug in the plugin's check, not in the configuration
+            raise PluginError(f"the check of {section} '{values['name']}' from plugin '{component.plugin}' "
+                              f"failed: {type(exc).__name__}: {exc}") from exc

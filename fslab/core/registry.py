@@ -270,6 +270,9 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
                     f"'{target}': declare its params={{...}} in register()"
                 )
             params = {} if kind == "method" else keyword_params(target)
+        if "check" in info and not callable(info["check"]):
+            raise TypeError(f"{kind} '{name}' from plugin '{plugin}': check= must be a function "
+                            f"check(params, context), got {info['check']!r}")
         registry.add(
             Component(kind, name, target, description, paper, dict(params), plugin, version, origin, info)
         )

@@ -79,3 +79,51 @@ def evaluator_traits(evaluator: Any) -> EvaluatorTraits:
         episode_shape=None if shape is None else (int(shape[0]), int(shape[1])),
         default_episodes=int(getattr(evaluator, "default_episodes", DEFAULT_EPISODES)),
     )
+
+
+@dataclass(frozen=True)
+class SplitSizes:
+    """A split's size as a dataset tells it without decoding an image: the
+    number of images of each class (in any order)."""
+
+    images_per_class: tuple[int, ...]
+
+    @property
+    def classes(self) -> int:
+        return len(self.images_per_class)
+
+    @property
+    def smallest(self) -> int:
+        return min(self.images_per_class, default=0)
+
+    @property
+    def images(self) -> int:
+        return sum(self.images_per_class)
+
+    def classes_with(self, images: int) -> int:
+        """How many classes have at least ``images`` images."""
+        return sum(1 for n in self.images_per_class if n >= images)
+
+    def images_in(self, ways: int) -> int:
+        """The most images per class that ``ways`` classes all have (0 when
+        the split has fewer classes): the largest episode ``ways`` wide."""
+        ranked = sorted(self.images_per_class, reverse=True)
+        return ranked[ways - 1] if 1 <= ways <= len(ranked) else 0
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a plugin's ``check`` (``register(..., check=...)``) sees besides
+    its own parameters: the whole resolved configuration (``config["train"]
+    ["batch_size"]``, ``config["eval"]["ways"]``; read it, do not change it),
+    and the sizes of the dataset's splits by name (``"train"``, ``"val"``,
+    ``"test"``) once the dataset has told them; ``sizes`` is None before that
+    (when the configuration is resolved) and holds only the splits the
+    dataset could tell."""
+
+    config: dict
+    sizes: dict[str, SplitSizes] | None = None
+
+    def split(self, name: str) -> SplitSizes | None:
+        """The sizes of split ``name``, or None while they are not known."""
+        return None if self.sizes is None else self.sizes.get(name)

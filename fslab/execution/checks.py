@@ -2,32 +2,96 @@
 mistake is one line at the prompt rather than a run that fails later.
 
 The same checks serve ``fslab run``, ``fslab sweep``, ``fslab resume`` and the
-dashboard (all through :mod:`fslab.execution.executor`).
+dashboard (all through :mod:`fslab.execution.executor`): :func:`check_run`
+takes a resolved configuration through all of them. None imports torch or
+decodes an image.
 """
 
 from __future__ import annotations
 
 import zipfile
 
+from fslab.core.config import check_plugins
 from fslab.core.errors import UsageError
 from fslab.core.registry import create_dataset
 from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
+from fslab.core.split_sizes import check_evaluation, read_split_sizes
+from fslab.core.types import SplitSizes, evaluator_traits
 from fslab.execution.handover import refuse_if_live
 from fslab.execution.slots import visible_gpus
 
 RESUMABLE = ("killed", "lost", "failed")
 
 
-def check_dataset(config: dict, registry) -> None:
+def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
+              sizes_seen: dict | None = None) -> None:
+    """Everything about a resolved configuration that can be known before
+    its run exists: the device and GPUs it asks for (here, or in a SLURM
+    job), the dataset's files, and the episodes and batches against the
+    dataset's split sizes (each plugin's ``check`` again, now with the sizes).
+    ``sizes_seen`` keeps the sizes of datasets already looked at (a sweep)."""
+    if slurm is None:
+        check_device(config)
+        check_processes(config)
+    else:
+        if slurm.cluster == "local":
+            check_device(config)
+        check_job_processes(config, slurm)
+    sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
+    if sizes:
+        check_evaluation(config, sizes, evaluator_shape(config, registry))
+        check_plugins(config, registry, sizes)
+
+
+def check_dataset(config: dict, registry):
     """Build the run's dataset once here when it registered ``check_early=True``:
     its constructor only checks its parameters and looks for its files, so a
     wrong root, a missing file or impossible sizes are one line now, not a
     failed run. Lazy targets are left to the worker (importing them could pull
-    in torch)."""
+    in torch). Returns the dataset built, or None."""
     component = registry.get("dataset", config["dataset"]["name"])
     if component.info.get("check_early") and not isinstance(component.target, str):
-        create_dataset(registry, config)
+        return create_dataset(registry, config)
+    return None
+
+
+def dataset_sizes(config: dict, registry, seen: dict) -> dict[str, SplitSizes] | None:
+    """The split sizes the run's dataset tells (None if it tells none), built
+    once per dataset section in ``seen``."""
+    key = repr(sorted(config["dataset"].items()))
+    if key not in seen:
+        dataset = check_dataset(config, registry)
+        seen[key] = None if dataset is None else read_split_sizes(dataset, config["dataset"]["name"])
+    return seen[key]
+
+
+def evaluator_shape(config: dict, registry) -> tuple[int, int] | None:
+    """The episode shape the run's evaluator imposes (``episode_shape``), read
+    from the evaluator itself when building it is cheap (not a lazy target)."""
+    section = config["evaluator"]
+    if isinstance(registry.get("evaluator", section["name"]).target, str):
+        return None
+    evaluator = registry.create("evaluator", section["name"], **{k: v for k, v in section.items() if k != "name"})
+    return evaluator_traits(evaluator).episode_shape
+
+
+def check_device(config: dict) -> None:
+    """A UsageError for a CUDA device this machine does not have (``cuda:N``
+    needs N + 1 visible GPUs), without importing torch. ``--gpus N`` runs
+    are checked by :func:`check_processes`."""
+    device = config["device"]
+    if not device.startswith("cuda") or config["train"]["processes"] > 1:
+        return
+    have = len(visible_gpus())
+    index = int(device.partition(":")[2] or 0)
+    if have == 0:
+        raise UsageError(f"device '{device}' needs a CUDA GPU, but none is visible here "
+                         f"(CUDA_VISIBLE_DEVICES, nvidia-smi); use --device cpu, or --device auto")
+    if index >= have:
+        raise UsageError(f"device '{device}' needs {index + 1} visible GPUs, but {have} {'is' if have == 1 else 'are'} "
+                         f"visible here; use --device cuda:0{f' to cuda:{have - 1}' if have > 1 else ''}, "
+                         f"or choose GPUs with CUDA_VISIBLE_DEVICES")
 
 
 def check_processes(config: dict) -> None:

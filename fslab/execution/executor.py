@@ -15,14 +15,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.config import resolve
+from fslab.core.config import check_saved, resolve
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings
 from fslab.core.states import LIVE
-from fslab.core.sweeps import load_sweep
+from fslab.core.sweeps import load_sweep, sweep_runs
 from fslab.execution import slurm as slurm_jobs
-from fslab.execution.checks import check_dataset, check_job_processes, check_processes, check_resumable
+from fslab.execution.checks import RESUMABLE, check_resumable, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
 from fslab.execution.scheduler import start_scheduler
@@ -52,15 +52,18 @@ def job_options(settings, executor: str | None, overrides: list[str] | None = No
     return slurm_jobs.job_options(settings, overrides)
 
 
-def launch(method: str, overrides: list[dict], *, settings, registry, slurm: SlurmSettings | None = None) -> Started:
-    """Resolve the configuration, check it can run here (or in a job), create
-    the run folder and start it."""
+def prepare(method: str, overrides: list[dict], *, settings, registry, slurm: SlurmSettings | None = None) -> dict:
+    """The resolved configuration of a run, checked as far as it can be before
+    the run exists (:func:`fslab.execution.checks.check_run`); nothing is created."""
     config = resolve(method, registry=registry, settings=settings, overrides=overrides)
-    if slurm is None:
-        check_processes(config)
-    else:
-        check_job_processes(config, slurm)
-    check_dataset(config, registry)
+    check_run(config, registry, slurm)
+    return config
+
+
+def launch(method: str, overrides: list[dict], *, settings, registry, slurm: SlurmSettings | None = None) -> Started:
+    """Resolve and check the configuration (:func:`prepare`), create the run
+    folder and start the run here (or as a job)."""
+    config = prepare(method, overrides, settings=settings, registry=registry, slurm=slurm)
     run = create_run(settings.runs_dir, method, config)
     run.claim()  # started here, so no scheduler may start it too
     with launch_lock(run):
@@ -74,20 +77,20 @@ def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
     return Started(run, job_id=job_id)
 
 
-def resume(run: Run, *, settings, executor: str | None = None, overrides: list[str] | None = None) -> Started:
+def resume(run: Run, *, settings, registry, executor: str | None = None,
+           overrides: list[str] | None = None) -> Started:
     """Continue a killed, lost or failed run from its last checkpoint, as a
-    local worker or a SLURM job: ``executor``, or where the run last ran.
-    The check and the start happen under the run's lock, so of two
-    simultaneous resumes exactly one starts a worker; a run whose worker
-    lives (even paused) is refused (:mod:`fslab.execution.handover`)."""
+    local worker or a SLURM job: ``executor``, or where the run last ran. Its
+    saved configuration is checked again as a new run's is (the data, GPUs or
+    plugins here may not be those it was created with). The checks and the
+    start happen under the run's lock, so of two simultaneous resumes exactly
+    one starts a worker; a run whose worker lives (even paused) is refused
+    (:mod:`fslab.execution.handover`)."""
     with launch_lock(run):
         check_resumable(run)
         executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
         slurm = job_options(settings, executor, overrides)
-        if slurm is None:
-            check_processes(run.config())
-            return _start(run, resume=True, slurm=None)
-        check_job_processes(run.config(), slurm)
+        check_run(check_saved(run.config(), registry), registry, slurm)
         return _start(run, resume=True, slurm=slurm)
 
 
@@ -119,10 +122,15 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
     return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
 
 
-def resume_sweep(ref: str, *, settings, slurm: SlurmSettings | None = None) -> tuple[dict, list[Run]]:
+def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = None) -> tuple[dict, list[Run]]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
-    its checkpoint) and start them as :func:`start_sweep` does."""
+    its checkpoint) and start them as :func:`start_sweep` does; their
+    configurations are checked first, as :func:`resume` checks one."""
     record = load_sweep(settings.runs_dir, ref)
+    sizes_seen: dict = {}
+    for run in sweep_runs(settings.runs_dir, record):
+        if run.state() in RESUMABLE:
+            check_run(check_saved(run.config(), registry), registry, slurm, sizes_seen=sizes_seen)
     again = requeue(settings.runs_dir, record)
     return record, _start_queued(settings.runs_dir, again, slurm)
 

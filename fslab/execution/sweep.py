@@ -18,7 +18,7 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
-from fslab.execution.checks import RESUMABLE, check_dataset, check_job_processes, check_processes
+from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.slots import check_fits, configured_slots
 from fslab.execution.slurm import cancel_job
@@ -74,15 +74,11 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     record. ``slurm_options``: the runs become SLURM jobs with these settings."""
     configs = [resolve(method, registry=registry, settings=settings, overrides=[*base, *combo])
                for combo in expand(grid, seeds, first_seed=_first_seed(base))]
-    for config in configs:  # as fslab run --gpus N does, here or in a job
-        if slurm_options is None:
-            check_processes(config)
-        else:
-            check_job_processes(config, slurm_options)
+    sizes_seen: dict = {}  # each dataset is looked at once
+    for config in configs:  # as fslab run checks one: any bad combination queues nothing
+        check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
         check_fits(max(config["train"]["processes"] for config in configs), configured_slots(settings.scheduler))
-    for config in {(c["dataset"]["name"], str(sorted(c["dataset"].items()))): c for c in configs}.values():
-        check_dataset(config, registry)  # a wrong data root fails the sweep before any run is queued
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     runs = []
     for config in configs:

@@ -86,6 +86,7 @@ class TrainingParts:
     dataset: Any
     train_split: Split
     val_split: Split
+    test_split: Split | None  # read at the start on rank 0, which alone tests
     model: nn.Module  # the backbone, with global batch norm under several processes
     head: nn.Module  # the training-only projection, or an identity
     loss_fn: Callable  # an nn.Module when the loss has parameters of its own
@@ -99,6 +100,9 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     """The run's components, created in a fixed order (module docstring)."""
     dataset = build_dataset(registry, cfg)
     train_split, val_split = dataset.load("train"), dataset.load("val")
+    # Read (and on a first run decoded) before training, not after it: an image that cannot be decoded
+    # fails the run at its start, naming the file. Reading draws no random number.
+    test_split = dataset.load("test") if world.main else None
     model = build_backbone(registry, cfg, dataset.channels, device)
     # A training-only linear projection on top of the backbone (NCA paper App. A.4).
     head = torch.nn.Identity()
@@ -117,5 +121,5 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     evaluator = build_evaluator(registry, cfg.evaluator)
     optimizer = make_optimizer(trainable, cfg.train)
     scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
-    return TrainingParts(dataset, train_split, val_split, model, head, loss_fn, sampler, evaluator, optimizer,
-                         scheduler)
+    return TrainingParts(dataset, train_split, val_split, test_split, model, head, loss_fn, sampler, evaluator,
+                         optimizer, scheduler)

@@ -228,8 +228,8 @@ class Trainer:
         if not self.world.main:
             return {}
         cfg, ecfg = self.cfg, self.cfg.eval
-        test_split = self.parts.dataset.load("test")  # `center` is still the final network's training mean
-        outcomes = self.evaluate(test_split, "test", ecfg.shots, ecfg.test_episodes, self.center,
+        # `center` is still the final network's training mean
+        outcomes = self.evaluate(self.parts.test_split, "test", ecfg.shots, ecfg.test_episodes, self.center,
                                  epoch=cfg.train.epochs, at={"step": self.step}, save=True)
         test = {f"{r['shots']}-shot": {"accuracy": r["accuracy"], "ci95": r["ci95"]} for r in outcomes}
         results = {"run": self.run.id, "method": cfg.method, "dataset": cfg.dataset["name"],

@@ -163,10 +163,13 @@ class FslabApp(App):
     def resume_in_background(self, run_id: str) -> None:
         """Resume as ``fslab resume RUN --detach`` does: the same checks, and a
         run that was a SLURM job is submitted again with ``[slurm]`` of fslab.toml."""
+        import fslab
         from fslab.execution import executor
 
         try:
-            started = executor.resume(Run(self.runs_dir / run_id), settings=self.settings)
+            # Off the UI thread: a plugin that fails to load is told by the launch form, not here.
+            registry = fslab.get_registry(self.settings, report=lambda line: None)
+            started = executor.resume(Run(self.runs_dir / run_id), settings=self.settings, registry=registry)
         except Exception as exc:  # FslabError: not resumable (e.g. no checkpoint); OSError: cannot start
             self.post_message(RunResumed(run_id, str(exc)))
             return

@@ -9,8 +9,9 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
-from fslab.core.config import nest, parse_assignment, resolve
+from fslab.core.config import nest, parse_assignment
 from fslab.core.errors import FslabError
+from fslab.execution.executor import prepare
 
 
 class LaunchScreen(ModalScreen[None]):
@@ -71,8 +72,9 @@ class LaunchScreen(ModalScreen[None]):
         method = self.choice("method")
         try:
             overrides = self.overrides()
-            # Checked here so a mistake is shown in the form; the app resolves again when it launches.
-            resolve(method, registry=self.registry, settings=self.app.settings, overrides=overrides)
+            # Checked here as the launch checks it (configuration, GPUs, data), so a mistake is shown in
+            # the form; the app checks again when it launches.
+            prepare(method, overrides, settings=self.app.settings, registry=self.registry)
         except (FslabError, ValueError) as exc:
             self.query_one("#launch-error", Static).update(Text(str(exc), style="bold red"))
             return

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from fslab_plugins.backbones.shapes import check_conv4, check_resnet12, check_resnet12_nca, check_wrn
 from torch import nn
 
 from fslab.plugin import UsageError, global_rows, rand_rows, sum_rows
@@ -71,8 +72,7 @@ class Conv4(StagedBackbone):
 
     def __init__(self, in_channels: int, *, hidden: int = 64):
         super().__init__()
-        if hidden < 1:
-            raise UsageError(f"conv4: hidden must be a positive number of filters, got {hidden}")
+        check_conv4({"hidden": hidden})
         blocks = []
         channels = in_channels
         for _ in range(4):
@@ -178,12 +178,7 @@ class ResNet12(StagedBackbone):
     ):
         super().__init__()
         widths = [int(w) for w in widths]
-        if len(widths) != 4 or min(widths) < 1:
-            raise UsageError(f"resnet12: widths must be four positive channel counts, got {widths}")
-        if not 0.0 <= drop_rate < 1.0:
-            raise UsageError(f"resnet12: drop_rate must be in [0, 1), got {drop_rate}")
-        if dropblock_size < 1:
-            raise UsageError(f"resnet12: dropblock_size must be >= 1, got {dropblock_size}")
+        check_resnet12({"widths": widths, "drop_rate": drop_rate, "dropblock_size": dropblock_size})
         stages = []
         channels = in_channels
         for index, width in enumerate(widths):
@@ -269,10 +264,7 @@ class ResNet12NCA(StagedBackbone):
     ):
         super().__init__()
         widths, layers = [int(w) for w in widths], [int(n) for n in layers]
-        if len(widths) != 4 or min(widths) < 1:
-            raise UsageError(f"resnet12-nca: widths must be four positive channel counts, got {widths}")
-        if len(layers) != 4 or min(layers) < 1:
-            raise UsageError(f"resnet12-nca: layers must be four positive block counts, got {layers}")
+        check_resnet12_nca({"widths": widths, "layers": layers})
         self.stem = nn.Sequential(
             nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False),
             nn.BatchNorm2d(widths[0]),
@@ -344,12 +336,7 @@ class WideResNet(StagedBackbone):
 
     def __init__(self, in_channels: int, *, depth: int = 28, widen_factor: int = 10, dropout: float = 0.0):
         super().__init__()
-        if depth < 10 or (depth - 4) % 6:
-            raise UsageError(f"wrn: depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got {depth}")
-        if widen_factor < 1:
-            raise UsageError(f"wrn: widen_factor must be a positive integer, got {widen_factor}")
-        if not 0.0 <= dropout < 1.0:
-            raise UsageError(f"wrn: dropout must be in [0, 1), got {dropout}")
+        check_wrn({"depth": depth, "widen_factor": widen_factor, "dropout": dropout})
         blocks = (depth - 4) // 6
         widths = [16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
         self.stem = nn.Conv2d(in_channels, 16, 3, padding=1, bias=False)

@@ -24,6 +24,8 @@ registered lazily by name, so listing plugins does not import torch.
 
 from __future__ import annotations
 
+from fslab_plugins.backbones.shapes import check_resnet12, check_resnet12_nca
+
 from fslab.plugin import hookimpl
 
 PAPER = "Lee et al., Meta-Learning with Differentiable Convex Optimization, CVPR 2019 (arXiv:1904.03758)"
@@ -39,6 +41,7 @@ def register_backbones(register):
         description="ResNet-12, widths 64-160-320-640, leaky ReLU, global average pool; DropBlock off by default.",
         paper=PAPER,
         params={"widths": [64, 160, 320, 640], "drop_rate": 0.0, "dropblock_size": 5},
+        check=check_resnet12,
     )
     register(
         "fslab_plugins.backbones.networks:ResNet12NCA",
@@ -46,4 +49,5 @@ def register_backbones(register):
         description="The NCA paper code's ResNet-12: BasicBlock ResNet, blocks [1, 1, 2, 1], widths 64-160-320-640.",
         paper=NCA_CODE,
         params={"widths": [64, 160, 320, 640], "layers": [1, 1, 2, 1]},
+        check=check_resnet12_nca,
     )

@@ -18,6 +18,8 @@ name, so listing plugins does not import torch.
 
 from __future__ import annotations
 
+from fslab_plugins.backbones.shapes import check_wrn
+
 from fslab.plugin import hookimpl
 
 PAPER = (
@@ -35,4 +37,5 @@ def register_backbones(register):
                     "dropout off by default.",
         paper=PAPER,
         params={"depth": 28, "widen_factor": 10, "dropout": 0.0},
+        check=check_wrn,
     )

@@ -50,7 +50,30 @@ class CUB(CachedDataset):
                                  f"Point --data-root at the folder holding CUB_200_2011.")
         self.bbox = bbox
 
+    def class_counts(self, split):
+        _, classes, in_split = self._members(split)
+        return [len(in_split[c]) for c in classes]
+
     def plan(self, split):
+        tables, classes, in_split = self._members(split)
+        ids = [i for c in classes for i in in_split[c]]
+        paths = {i: fields[0] for i, fields in tables["images.txt"].items()}
+        boxes = [box_of(tables["bounding_box.txt"], i, self.folder) for i in ids] if self.bbox else [None] * len(ids)
+        files = [self.folder / "images" / paths[i] for i in ids]
+        labels = [k for k, c in enumerate(classes) for _ in in_split[c]]
+        size = self.image_size
+
+        def build():
+            jobs = list(zip(files, boxes))
+            return labels, classes, decode_all(jobs, lambda job: decode_file(job[0], size, "RGB", crop_box(job)))
+
+        stem = f"cub-{split}-{self.image_size}{'-bbox' if self.bbox else ''}"
+        params = {"image_size": self.image_size, "bbox": self.bbox, "classes": classes}
+        sources = [self.folder / name for name in INDEX_FILES] + files
+        return stem, params, sources, build
+
+    def _members(self, split):
+        """The index tables, the split's classes (checked against the shipped list) and their image ids."""
         listed, list_name = shipped_list("cub", split)
         tables = {name: read_table(self.folder / name) for name in INDEX_FILES}
         if self.check_counts:
@@ -71,20 +94,7 @@ class CUB(CachedDataset):
         classes = check_classes(self.name, str(self.folder / "images.txt"), split,
                                 {c: len(v) for c, v in in_split.items()}, listed, list_name=list_name,
                                 per_class=None, total=None, check_counts=self.check_counts)
-        ids = [i for c in classes for i in in_split[c]]
-        boxes = [box_of(tables["bounding_box.txt"], i, self.folder) for i in ids] if self.bbox else [None] * len(ids)
-        files = [self.folder / "images" / paths[i] for i in ids]
-        labels = [k for k, c in enumerate(classes) for _ in in_split[c]]
-        size = self.image_size
-
-        def build():
-            jobs = list(zip(files, boxes))
-            return labels, classes, decode_all(jobs, lambda job: decode_file(job[0], size, "RGB", crop_box(job)))
-
-        stem = f"cub-{split}-{self.image_size}{'-bbox' if self.bbox else ''}"
-        params = {"image_size": self.image_size, "bbox": self.bbox, "classes": classes}
-        sources = [self.folder / name for name in INDEX_FILES] + files
-        return stem, params, sources, build
+        return tables, classes, in_split
 
 
 def read_table(path: Path) -> dict[str, list[str]]:

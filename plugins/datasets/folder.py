@@ -58,6 +58,9 @@ class FolderDataset(CachedDataset):
         for split in ("train", "val", "test"):
             require(self.root / split, self.name, LAYOUT)
 
+    def class_counts(self, split):
+        return [len(files) for _, files in sorted(scan_tree(self.root / split, self.name).items())]
+
     def plan(self, split):
         tree = scan_tree(self.root / split, self.name)
         classes = sorted(tree)

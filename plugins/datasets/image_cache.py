@@ -339,6 +339,22 @@ class CachedDataset:
             self._splits[split] = cached_split(folder, stem, params, sources, build)
         return self._splits[split]
 
+    def split_sizes(self) -> dict[str, list[int]]:
+        """Images per class of each split that :meth:`class_counts` can tell
+        without decoding (fslab checks episodes against them before a run)."""
+        sizes = {}
+        for split in ("train", "val", "test"):
+            counts = self.class_counts(split)
+            if counts is not None:
+                sizes[split] = counts
+        return sizes
+
+    def class_counts(self, split: str) -> list[int] | None:
+        """The number of images of each class of ``split``, read from index
+        files or folder listings (never by decoding), or None when that would
+        mean reading the images themselves."""
+        return None
+
     def plan(self, split: str) -> tuple[str, dict, Sequence[Path], Callable[[], tuple]]:
         """(cache stem, parameters the pixels depend on, source files, build):
         everything ``cached_split`` needs; checks the split's class list and

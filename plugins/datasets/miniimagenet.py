@@ -74,14 +74,7 @@ class MiniImageNet(CachedDataset):
             path = self.root / f"mini-imagenet-cache-{split}.pkl"
             return stem, params, [path], lambda: self._build_from_pickle(path, split, expected, list_name)
 
-        csv_path = self.root / f"{split}.csv"
-        rows = read_csv(csv_path)
-        found: dict[str, list[str]] = {}
-        for filename, label in rows:
-            found.setdefault(label, []).append(filename)
-        classes = check_classes(self.name, str(csv_path), split, {c: len(v) for c, v in found.items()}, expected,
-                                list_name=list_name, per_class=PER_CLASS, total=PER_CLASS * len(expected),
-                                check_counts=self.check_counts)
+        csv_path, found, classes = self._csv_classes(split)
         files = [self.root / "images" / name for c in classes for name in found[c]]
         labels = [i for i, c in enumerate(classes) for _ in found[c]]
         size = self.image_size
@@ -90,6 +83,28 @@ class MiniImageNet(CachedDataset):
             return labels, classes, decode_all(files, lambda path: decode_file(path, size, "RGB"))
 
         return stem, {**params, "classes": classes}, [csv_path, *files], build
+
+    def class_counts(self, split):
+        """Counted in the csv file; a pickle holds exactly its listed classes × 600 when
+        ``check_counts`` is on (the worker checks it as it reads the file), and is not read here."""
+        if self.source == "csv":
+            _, found, classes = self._csv_classes(split)
+            return [len(found[c]) for c in classes]
+        if self.check_counts:
+            return [PER_CLASS] * len(shipped_list("miniimagenet", split)[0])
+        return None
+
+    def _csv_classes(self, split: str) -> tuple[Path, dict[str, list[str]], list[str]]:
+        """The split's csv file, its file names by class, and its classes checked against the shipped list."""
+        expected, list_name = shipped_list("miniimagenet", split)
+        csv_path = self.root / f"{split}.csv"
+        found: dict[str, list[str]] = {}
+        for filename, label in read_csv(csv_path):
+            found.setdefault(label, []).append(filename)
+        classes = check_classes(self.name, str(csv_path), split, {c: len(v) for c, v in found.items()}, expected,
+                                list_name=list_name, per_class=PER_CLASS, total=PER_CLASS * len(expected),
+                                check_counts=self.check_counts)
+        return csv_path, found, classes
 
     def _build_from_pickle(self, path: Path, split: str, expected: list[str], list_name: str):
         import numpy as np

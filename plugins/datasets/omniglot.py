@@ -52,7 +52,12 @@ class Omniglot(CachedDataset):
                                  f"Point --data-root at the folder holding it.")
         self.rotations = rotations
 
-    def plan(self, split):
+    def class_counts(self, split):
+        found, present = self._characters(split)
+        return [len(found[c]) for c in present for _ in range(4 if self.rotations else 1)]
+
+    def _characters(self, split):
+        """The drawings of each listed character found on disk, and the characters present."""
         characters, list_name = shipped_list("omniglot", split)
         found = {}
         for character in characters:
@@ -62,6 +67,10 @@ class Omniglot(CachedDataset):
         present = check_classes(self.name, str(self.root), split, {c: len(v) for c, v in found.items()},
                                 characters, list_name=list_name, per_class=DRAWINGS,
                                 total=DRAWINGS * len(characters), check_counts=self.check_counts)
+        return found, present
+
+    def plan(self, split):
+        found, present = self._characters(split)
         files = [path for c in present for path in found[c]]
         turns = range(4) if self.rotations else range(1)
         classes = [f"{c}/rot{90 * k:03d}" for c in present for k in turns]

@@ -76,6 +76,10 @@ class SyntheticDataset:
         }
         self._cache: dict[str, Split] = {}
 
+    def split_sizes(self) -> dict[str, list[int]]:
+        """Images per class of each split, from the parameters alone (nothing is drawn)."""
+        return {split: [self.images_per_class] * len(classes) for split, classes in self.class_ranges.items()}
+
     def load(self, split: str) -> Split:
         """Images ``uint8 [N, 1, H, W]``, labels ``0..C-1`` and names ``glyph-007``."""
         if split not in SPLITS:

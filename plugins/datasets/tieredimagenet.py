@@ -76,12 +76,25 @@ class TieredImageNet(CachedDataset):
             images_path, labels_path = self.root / f"{split}_images_png.pkl", self.root / f"{split}_labels.pkl"
             return stem, params, [images_path, labels_path], lambda: self._build_from_pickles(
                 images_path, labels_path, split, expected, list_name)
+        tree, classes = self._folder_classes(split)
+        files, build = tree_plan(tree, classes, self.image_size, "RGB")
+        return stem, {**params, "classes": classes}, files, build
+
+    def class_counts(self, split):
+        """Counted in the split folders; the pickles say it only once read whole, so not for them."""
+        if self.source == "pickle":
+            return None
+        tree, classes = self._folder_classes(split)
+        return [len(tree[c]) for c in classes]
+
+    def _folder_classes(self, split):
+        """The split folder's class tree and its classes, checked against the shipped list."""
+        expected, list_name = shipped_list("tieredimagenet", split)
         tree = scan_tree(self.root / split, self.name)
         classes = check_classes(self.name, str(self.root / split), split, {c: len(v) for c, v in tree.items()},
                                 expected, list_name=list_name, per_class=None, total=TOTALS[split],
                                 check_counts=self.check_counts)
-        files, build = tree_plan(tree, classes, self.image_size, "RGB")
-        return stem, {**params, "classes": classes}, files, build
+        return tree, classes
 
     def _build_from_pickles(self, images_path, labels_path, split, expected, list_name):
         import numpy as np

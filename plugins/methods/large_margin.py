@@ -24,7 +24,9 @@ are ``nn.Module``s so that the measured margin, a buffer, is checkpointed.
 
 from __future__ import annotations
 
-from fslab.plugin import hookimpl
+from fslab_plugins.methods.protonet import check_distance
+
+from fslab.plugin import UsageError, hookimpl
 
 PAPER = "Wang et al., Large Margin Meta-Learning for Few-Shot Classification, 2018 (arXiv:1807.02872)"
 
@@ -33,15 +35,32 @@ def _params():
     return {"margin": None, "positives": 10, "negatives": 10}
 
 
+def check_triplet(params: dict, context=None, name: str = "triplet") -> None:
+    """The triplet term's parameters (checked here: the loss module imports torch)."""
+    margin, positives, negatives = params["margin"], params["positives"], params["negatives"]
+    if margin is not None and not margin > 0:
+        raise UsageError(f"{name}: margin must be > 0 (or unset to measure it; loss.margin), got {margin}")
+    if positives < 1 or negatives < 1:
+        raise UsageError(f"{name}: positives and negatives must be >= 1 (loss.positives, loss.negatives), "
+                         f"got {positives} and {negatives}")
+
+
+def check_lpn(params: dict, context=None) -> None:
+    if not params["triplet_weight"] >= 0:
+        raise UsageError(f"lpn: triplet_weight must be >= 0 (loss.triplet_weight), got {params['triplet_weight']}")
+    check_triplet(params, context, "lpn")
+    check_distance("lpn", params["distance"])
+
+
 @hookimpl
 def register_losses(register):
     register("fslab_plugins.methods.triplet_loss:TripletLoss", name="triplet", paper=PAPER + ", Eq. 2", episodic=False,
-             params=_params(),
+             params=_params(), check=check_triplet,
              description="Triplet hinge over 10 positives × 10 negatives per anchor; "
                          "margin measured at initialisation.")
     register("fslab_plugins.methods.triplet_loss:LargeMarginProtoNet", name="lpn", paper=PAPER + ", Eq. 1",
              episodic=True,
-             params={"triplet_weight": 1.0, **_params(), "distance": "euclidean"},
+             params={"triplet_weight": 1.0, **_params(), "distance": "euclidean"}, check=check_lpn,
              description="L-PN: prototypical loss + λ·triplet term (λ = 1).")
 
 

@@ -135,10 +135,7 @@ def map_loss(z, labels, *, method: str, alpha: float, eps: float, update: str) -
     import torch
     import torch.nn.functional as F
 
-    if eps <= 0:
-        raise UsageError(f"map-{method}: eps must be > 0, got {eps}")
-    if update not in UPDATES:
-        raise UsageError(f"map-{method}: unknown update '{update}'. Allowed: {', '.join(UPDATES)}.")
+    check_dlm_values(f"map-{method}", eps, update)
     rows = z.shape[0]
     labels = labels.to(z.device)
     unit = F.normalize(z, dim=1)
@@ -198,6 +195,17 @@ def map_loss(z, labels, *, method: str, alpha: float, eps: float, update: str) -
     return LossOutput(loss, positives, negatives, extra)
 
 
+def check_dlm_values(name: str, eps: float, update: str) -> None:
+    if not eps > 0:
+        raise UsageError(f"{name}: eps must be > 0 (loss.eps), got {eps}")
+    if update not in UPDATES:
+        raise UsageError(f"{name}: unknown update '{update}' (loss.update). Allowed: {', '.join(UPDATES)}.")
+
+
+def check_dlm(params: dict, context=None) -> None:
+    check_dlm_values("map-dlm", params["eps"], params["update"])
+
+
 def map_ssvm(z, labels, support=None, *, alpha: float = 10.0) -> LossOutput:
     """mAP-SSVM: structural SVM on every query's ranking (Algorithm 1, App. B);
     ``support`` is ignored (every row is a query)."""
@@ -248,9 +256,7 @@ class RetrievalMAP:
     metric = "map"
 
     def __init__(self, *, images_per_class: int = 10):
-        if images_per_class < 2:
-            raise UsageError(f"retrieval-map: images_per_class must be >= 2 (a query needs a relevant image), "
-                             f"got {images_per_class}")
+        check_retrieval({"images_per_class": images_per_class})
         self.images_per_class = images_per_class
         self.episode_shape = (1, images_per_class - 1)
 
@@ -272,12 +278,18 @@ class RetrievalMAP:
         return ap.mean(dim=-1)
 
 
+def check_retrieval(params: dict, context=None) -> None:
+    if params["images_per_class"] < 2:
+        raise UsageError(f"retrieval-map: images_per_class must be >= 2 (a query needs a relevant image; "
+                         f"evaluator.images_per_class), got {params['images_per_class']}")
+
+
 @hookimpl
 def register_evaluators(register):
     register(ap_classify, name="ap", paper=f"{PAPER}, Sec. 5",
              description="AP-based classification: the way whose support points the query's cosine ranking "
              "retrieves with the highest average precision.")
-    register(RetrievalMAP, name="retrieval-map", paper=f"{PAPER}, Sec. 5 (Tables 1, 2)",
+    register(RetrievalMAP, name="retrieval-map", paper=f"{PAPER}, Sec. 5 (Tables 1, 2)", check=check_retrieval,
              description="N-way one-shot retrieval: mAP over 10 images per class, each ranking the rest "
              "(scores mAP, not accuracy; ignores --shots/--queries).")
 
@@ -286,7 +298,7 @@ def register_evaluators(register):
 def register_losses(register):
     register(map_ssvm, name="map-ssvm", paper=PAPER, episodic=False,
              description="mAP-SSVM: every row ranks the batch by cosine similarity; loss-augmented DP inference.")
-    register(map_dlm, name="map-dlm", paper=PAPER, episodic=False,
+    register(map_dlm, name="map-dlm", paper=PAPER, episodic=False, check=check_dlm,
              description="mAP-DLM: direct loss minimisation of mean AP, positive or negative update.")
 
 

@@ -71,10 +71,7 @@ def nca(z, labels, support=None, *, temperature: float = 1.0, pair_fraction: flo
     """
     import torch
 
-    if temperature <= 0:
-        raise UsageError(f"nca: temperature must be > 0, got {temperature}")
-    if not 0.0 < pair_fraction <= 1.0:
-        raise UsageError(f"nca: pair_fraction must be in (0, 1], got {pair_fraction}")
+    check_nca({"temperature": temperature, "pair_fraction": pair_fraction})
     rows = z.shape[0]
     labels = labels.to(z.device)
     eye = torch.eye(rows, dtype=torch.bool, device=z.device)
@@ -101,6 +98,23 @@ def nca(z, labels, support=None, *, temperature: float = 1.0, pair_fraction: flo
     per_row = (log_denominator - log_numerator) * has_positive
     loss = per_row.sum() / has_positive.sum().clamp(min=1)
     return LossOutput(loss, positives, negatives, extra)
+
+
+def check_temperature(name: str, temperature: float, key: str = "loss.temperature") -> None:
+    """A softmax temperature must be > 0 (``not >`` so that NaN is refused too)."""
+    if not temperature > 0:
+        raise UsageError(f"{name}: {key} must be > 0, got {temperature}")
+
+
+def check_nca(params: dict, context=None) -> None:
+    """The NCA loss's parameters: ``temperature`` > 0, ``pair_fraction`` in (0, 1]."""
+    check_temperature("nca", params["temperature"])
+    if not 0.0 < params["pair_fraction"] <= 1.0:
+        raise UsageError(f"nca: loss.pair_fraction must be in (0, 1], got {params['pair_fraction']}")
+
+
+def check_supcon(params: dict, context=None) -> None:
+    check_temperature("supcon", params["temperature"])
 
 
 def pair_mask(rows: int, fraction: float, device=None):
@@ -134,8 +148,7 @@ def supcon(z, labels, support=None, *, temperature: float = 0.1) -> LossOutput:
     import torch
     import torch.nn.functional as F
 
-    if temperature <= 0:
-        raise UsageError(f"supcon: temperature must be > 0, got {temperature}")
+    check_supcon({"temperature": temperature})
     rows = z.shape[0]
     labels = labels.to(z.device)
     eye = torch.eye(rows, dtype=torch.bool, device=z.device)
@@ -171,13 +184,7 @@ class IIDSampler:
 
     def __init__(self, labels: Sequence[int], batch_size: int, seed: int, *, drop_last: bool = True):
         self.size = len(labels)
-        if batch_size < 1:
-            raise UsageError(f"iid sampler: batch_size must be >= 1, got {batch_size}")
-        if drop_last and self.size < batch_size:
-            raise UsageError(
-                f"iid sampler: batch_size {batch_size} is larger than the {self.size} training "
-                f"images, so drop_last would leave no batch; lower batch_size or set drop_last=false"
-            )
+        check_iid_batch(batch_size, self.size, drop_last)
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = drop_last
@@ -208,11 +215,7 @@ class IIDReplacementSampler:
 
     def __init__(self, labels: Sequence[int], batch_size: int, seed: int):
         self.size = len(labels)
-        if not 1 <= batch_size <= self.size:
-            raise UsageError(
-                f"iid-replacement sampler: batch_size must be between 1 and the {self.size} "
-                f"training images, got {batch_size}"
-            )
+        check_replacement_batch(batch_size, self.size)
         self.batch_size = batch_size
         self.seed = seed
 
@@ -239,28 +242,14 @@ class FixedCompositionSampler:
     """
 
     def __init__(self, labels: Sequence[int], batch_size: int, seed: int, *, ways: int = 0, per_class: int = 8):
-        if per_class < 2:
-            raise UsageError(f"fixed sampler: per_class must be >= 2 (a class needs a positive pair), got {per_class}")
-        if not ways:
-            if batch_size % per_class:
-                raise UsageError(
-                    f"fixed sampler: batch_size {batch_size} is not divisible by per_class {per_class}; "
-                    f"change one, or set ways explicitly"
-                )
-            ways = batch_size // per_class
-        if ways < 2:
-            raise UsageError(f"fixed sampler: a batch needs at least 2 classes, got ways={ways}")
+        ways, per_class = fixed_shape(batch_size, ways, per_class)
         self.ways, self.per_class, self.seed = ways, per_class, seed
         self.size = len(labels)
         by_class: dict[int, list[int]] = {}
         for index, label in enumerate(labels.tolist() if hasattr(labels, "tolist") else labels):
             by_class.setdefault(int(label), []).append(index)
         self.images_by_class = {c: rows for c, rows in sorted(by_class.items()) if len(rows) >= per_class}
-        if len(self.images_by_class) < ways:
-            raise UsageError(
-                f"fixed sampler: {ways} classes with at least {per_class} images each are needed; "
-                f"the training set has {len(self.images_by_class)}"
-            )
+        check_classes_for("fixed sampler", ways, per_class, len(self.images_by_class))
         self.batch_size = ways * per_class
 
     def __len__(self) -> int:
@@ -274,6 +263,75 @@ class FixedCompositionSampler:
             for label in rng.sample(classes, self.ways):
                 indices += rng.sample(self.images_by_class[label], self.per_class)
             yield Batch(indices, None)
+
+
+# -- the samplers' checks: run by their constructors, and by fslab before a run exists
+# (register(check=...)), with the training split's sizes once the dataset has told them.
+
+
+def check_iid_batch(batch_size: int, images: int, drop_last: bool) -> None:
+    if batch_size < 1:
+        raise UsageError(f"iid sampler: train.batch_size must be >= 1, got {batch_size}")
+    if drop_last and images < batch_size:
+        raise UsageError(
+            f"iid sampler: train.batch_size {batch_size} is larger than the {images} training "
+            f"images, so drop_last would leave no batch; lower train.batch_size or set sampler.drop_last=false"
+        )
+
+
+def check_replacement_batch(batch_size: int, images: int) -> None:
+    if not 1 <= batch_size <= images:
+        raise UsageError(f"iid-replacement sampler: train.batch_size must be between 1 and the {images} "
+                         f"training images, got {batch_size}")
+
+
+def fixed_shape(batch_size: int, ways: int, per_class: int) -> tuple[int, int]:
+    """(ways, per_class) of a fixed-composition batch, or a UsageError naming the key at fault."""
+    if per_class < 2:
+        raise UsageError(f"fixed sampler: sampler.per_class must be >= 2 (a class needs a positive pair), "
+                         f"got {per_class}")
+    if not ways:
+        if batch_size % per_class:
+            raise UsageError(
+                f"fixed sampler: train.batch_size {batch_size} is not divisible by sampler.per_class {per_class}; "
+                f"change one, or set sampler.ways explicitly"
+            )
+        ways = batch_size // per_class
+    if ways < 2:
+        raise UsageError(f"fixed sampler: a batch needs at least 2 classes, got ways={ways} (sampler.ways, or "
+                         f"train.batch_size / sampler.per_class)")
+    return ways, per_class
+
+
+def check_classes_for(sampler: str, ways: int, images: int, have: int) -> None:
+    """``ways`` classes with ``images`` images each, of which the training split has ``have``."""
+    if have < ways:
+        raise UsageError(f"{sampler}: {ways} ways (sampler.ways, or train.batch_size / sampler.per_class) need "
+                         f"{ways} classes with at least {images} images each; the training set has {have}, "
+                         f"so at most {have} ways")
+
+
+def batch_size_of(context) -> int:
+    return context.config["train"]["batch_size"]
+
+
+def check_iid(params: dict, context) -> None:
+    train = context.split("train")
+    if train is not None:
+        check_iid_batch(batch_size_of(context), train.images, params["drop_last"])
+
+
+def check_replacement(params: dict, context) -> None:
+    train = context.split("train")
+    if train is not None:
+        check_replacement_batch(batch_size_of(context), train.images)
+
+
+def check_fixed(params: dict, context) -> None:
+    ways, per_class = fixed_shape(batch_size_of(context), params["ways"], params["per_class"])
+    train = context.split("train")
+    if train is not None:
+        check_classes_for("fixed sampler", ways, per_class, train.classes_with(per_class))
 
 
 def centroid(support, query):
@@ -300,6 +358,7 @@ def register_losses(register):
         description="NCA loss over all pairs of a batch (Eq. 3): softmax over negative squared distances.",
         paper=PAPER,
         episodic=False,
+        check=check_nca,
     )
     register(
         supcon,
@@ -308,6 +367,7 @@ def register_losses(register):
         paper="Khosla et al., Supervised Contrastive Learning, NeurIPS 2020 (arXiv:2004.11362); "
               + PAPER + ", App. A.3",
         episodic=False,
+        check=check_supcon,
     )
 
 
@@ -319,6 +379,7 @@ def register_samplers(register):
         description="Mini-batches without replacement: every image once per epoch.",
         paper=PAPER,
         episodic=False,
+        check=check_iid,
     )
     register(
         IIDReplacementSampler,
@@ -326,6 +387,7 @@ def register_samplers(register):
         description="Mini-batches of distinct images drawn independently (with replacement across the epoch).",
         paper=PAPER + ", Fig. 4 row 2",
         episodic=False,
+        check=check_replacement,
     )
     register(
         FixedCompositionSampler,
@@ -333,6 +395,7 @@ def register_samplers(register):
         description="Fixed batch composition: ways classes × per_class images, no support/query split.",
         paper=PAPER + ", Sec. 4.3 and App. A.7",
         episodic=False,
+        check=check_fixed,
     )
 
 

@@ -36,6 +36,8 @@ does; the queries and prototypes for Eq. 5), so the losses are on the scale of
 
 from __future__ import annotations
 
+from fslab_plugins.methods.protonet import check_distance
+
 from fslab.plugin import LossOutput, UsageError, hookimpl
 
 PAPER = (
@@ -43,7 +45,6 @@ PAPER = (
     "(arXiv:2012.09831)"
 )
 VINYALS = "Vinyals et al., Matching Networks for One Shot Learning, NeurIPS 2016 (arXiv:1606.04080)"
-DISTANCES = ("euclidean", "cosine")
 
 
 def _support_mask(z, support, name: str):
@@ -68,8 +69,7 @@ def _query_support_loss(z, labels, support, distance: str, name: str) -> LossOut
     import torch.nn.functional as F
     from fslab_plugins.methods.nca import squared_distances
 
-    if distance not in DISTANCES:
-        raise UsageError(f"{name}: unknown distance '{distance}'. Allowed: {', '.join(DISTANCES)}.")
+    check_distance(name, distance)
     support = _support_mask(z, support, name)
     labels = labels.to(z.device)
     queries, shots = z[~support], z[support]
@@ -84,6 +84,10 @@ def _query_support_loss(z, labels, support, distance: str, name: str) -> LossOut
     loss = (torch.logsumexp(logits, dim=1) - log_numerator).mean()
     positives = same.sum()
     return LossOutput(loss, positives, same.numel() - positives, None)
+
+
+def check_matchingnet(params: dict, context=None) -> None:
+    check_distance("matchingnet", params["distance"])
 
 
 def protonet_noproto(z, labels, support) -> LossOutput:
@@ -177,6 +181,7 @@ def register_losses(register):
         description="Matching Networks, softmax attention, no full-context embedding (Euclidean or cosine).",
         paper=f"{VINYALS}; {PAPER}, App. A.7",
         episodic=True,
+        check=check_matchingnet,
     )
 
 

@@ -24,6 +24,8 @@ episode (see :mod:`fslab.training.evaluation`). torch is imported inside functio
 
 from __future__ import annotations
 
+from fslab_plugins.methods.nca import check_temperature
+
 from fslab.plugin import UsageError, hookimpl
 
 PAPER = (
@@ -80,8 +82,7 @@ def soft(support, query, *, temperature: float = 1.0):
     """
     from fslab_plugins.methods.nca import squared_distances
 
-    if temperature <= 0:
-        raise UsageError(f"soft: temperature must be > 0, got {temperature}")
+    check_soft({"temperature": temperature})
     episodes, ways, shots, _ = support.shape
     logits = -squared_distances(query, support.flatten(1, 2)) / temperature  # [E, Q, w*n]
     return logits.view(episodes, query.shape[1], ways, shots).logsumexp(dim=-1).argmax(dim=-1)
@@ -111,11 +112,7 @@ class FineTune:
     default_episodes = 100
 
     def __init__(self, *, epochs: int = 5, lr: float = 1e-4, weight_decay: float = 5e-4, temperature: float = 1.0):
-        if epochs < 1 or lr <= 0 or weight_decay < 0 or temperature <= 0:
-            raise UsageError(
-                f"finetune: needs epochs >= 1, lr > 0, weight_decay >= 0 and temperature > 0; "
-                f"got epochs={epochs}, lr={lr}, weight_decay={weight_decay}, temperature={temperature}"
-            )
+        check_finetune({"epochs": epochs, "lr": lr, "weight_decay": weight_decay, "temperature": temperature})
         self.epochs, self.lr, self.weight_decay, self.temperature = epochs, lr, weight_decay, temperature
 
     def adapt(self, model, support_images, *, to_input, device) -> list[float]:
@@ -166,12 +163,51 @@ class FineTune:
         return centroid(support, query)[0]
 
 
+# -- parameter checks, run by the evaluators and by fslab before a run exists (register(check=...)),
+# where they also see the episodes a training run evaluates with.
+
+
+def evaluated_shots(context) -> list[int]:
+    """The shots a training run evaluates with: eval.val_shots after each epoch, eval.shots at the end."""
+    return [context.config["eval"]["val_shots"], *context.config["eval"]["shots"]]
+
+
+def check_knn(params: dict, context=None) -> None:
+    k = params["k"]
+    if k < 0:
+        raise UsageError(f"knn: evaluator.k must be 0 (k = shots) or a number of neighbours >= 1, got {k}")
+    if context is not None and k > 0:
+        points = context.config["eval"]["ways"] * min(evaluated_shots(context))
+        if k > points:
+            raise UsageError(f"knn: evaluator.k must be between 1 and the {points} support points of the run's "
+                             f"smallest episodes (eval.ways × the fewest of eval.shots and eval.val_shots), "
+                             f"or 0 (k = shots), got {k}")
+
+
+def check_soft(params: dict, context=None) -> None:
+    check_temperature("soft", params["temperature"], "evaluator.temperature")
+
+
+def check_finetune(params: dict, context=None) -> None:
+    epochs, lr, weight_decay, temperature = (params[k] for k in ("epochs", "lr", "weight_decay", "temperature"))
+    if epochs < 1 or not lr > 0 or weight_decay < 0 or not temperature > 0:
+        raise UsageError(
+            f"finetune: needs evaluator.epochs >= 1, evaluator.lr > 0, evaluator.weight_decay >= 0 and "
+            f"evaluator.temperature > 0; got epochs={epochs}, lr={lr}, weight_decay={weight_decay}, "
+            f"temperature={temperature}"
+        )
+    if context is not None and min(evaluated_shots(context)) < 2:
+        raise UsageError(f"finetune needs at least 2 shots (the NCA loss of a 1-shot support set has no positive "
+                         f"pair); eval.shots and eval.val_shots must all be >= 2, got eval.shots="
+                         f"{context.config['eval']['shots']}, eval.val_shots={context.config['eval']['val_shots']}")
+
+
 @hookimpl
 def register_evaluators(register):
-    register(knn, name="knn", paper=f"{PAPER}, Sec. 3.4",
+    register(knn, name="knn", paper=f"{PAPER}, Sec. 3.4", check=check_knn,
              description="Majority vote of the k nearest support points (k = 0: k = shots); ties to the nearer voter.")
-    register(soft, name="soft", paper=f"{PAPER}, Sec. 3.4",
+    register(soft, name="soft", paper=f"{PAPER}, Sec. 3.4", check=check_soft,
              description="NCA soft assignment: class with the largest sum of softmax(-d²/T) over its support points.")
-    register(FineTune, name="finetune", paper=f"{PAPER}, App. A.1 (Table 5)",
+    register(FineTune, name="finetune", paper=f"{PAPER}, App. A.1 (Table 5)", check=check_finetune,
              description="Fine-tune the whole network on each support set (NCA loss, Adam, 5 epochs), then "
              "nearest centroid. Slow: 100 episodes unless --episodes says otherwise; shots >= 2.")

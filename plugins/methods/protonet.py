@@ -23,10 +23,21 @@ import random
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
+from fslab_plugins.backbones.shapes import check_conv4
+
 from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
 
 PAPER = "Snell, Swersky & Zemel, Prototypical Networks for Few-shot Learning, NeurIPS 2017 (arXiv:1703.05175)"
 DISTANCES = ("euclidean", "cosine")
+
+
+def check_distance(name: str, distance: str) -> None:
+    if distance not in DISTANCES:
+        raise UsageError(f"{name}: unknown distance '{distance}' (loss.distance). Allowed: {', '.join(DISTANCES)}.")
+
+
+def check_protonet(params: dict, context=None) -> None:
+    check_distance("protonet", params["distance"])
 
 
 def protonet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
@@ -45,8 +56,7 @@ def protonet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
     import torch
     import torch.nn.functional as F
 
-    if distance not in DISTANCES:
-        raise UsageError(f"protonet: unknown distance '{distance}'. Allowed: {', '.join(DISTANCES)}.")
+    check_distance("protonet", distance)
     if support is None:
         raise UsageError(
             "protonet needs an episodic sampler (one that marks support and query rows), "
@@ -115,11 +125,7 @@ class EpisodicSampler:
             by_class[int(label)].append(index)
         needed = self.shots + self.queries
         self.images_by_class = {c: rows for c, rows in sorted(by_class.items()) if len(rows) >= needed}
-        if len(self.images_by_class) < self.ways:
-            raise UsageError(
-                f"episodic sampler: {self.ways} ways need {self.ways} classes with at least "
-                f"{needed} images (shots + queries); the training set has {len(self.images_by_class)}"
-            )
+        check_episode_classes(self.ways, needed, len(self.images_by_class))
         self.batch_size = self.ways * needed
 
     def __len__(self) -> int:
@@ -138,31 +144,55 @@ class EpisodicSampler:
 
 def resolve_episode_shape(batch_size: int, ways: int, shots: int, queries: int, per_class: int) -> tuple[int, int, int]:
     """(ways, shots, queries) from either parameterisation, or a UsageError
-    that says what was wrong and what would be accepted."""
+    that names the keys at fault and says what would be accepted."""
     if shots < 1:
-        raise UsageError(f"episodic sampler: shots must be >= 1, got {shots}")
+        raise UsageError(f"episodic sampler: shots must be >= 1 (sampler.shots), got {shots}")
     if per_class:
         if ways or queries:
             raise UsageError(
-                "episodic sampler: give either ways and queries, or per_class (with batch_size), not both"
+                f"episodic sampler: sampler.per_class={per_class} cannot be given with sampler.ways={ways} and "
+                f"sampler.queries={queries}: give either ways and queries, or per_class (with train.batch_size), "
+                f"not both (set sampler.ways=0 and sampler.queries=0 to use per_class)"
             )
         if per_class <= shots:
             raise UsageError(
-                f"episodic sampler: per_class ({per_class}) must exceed shots ({shots}) to leave queries"
+                f"episodic sampler: per_class ({per_class}) must exceed shots ({shots}) to leave queries "
+                f"(sampler.per_class > sampler.shots)"
             )
         if batch_size % per_class:
             raise UsageError(
-                f"episodic sampler: batch_size {batch_size} is not divisible by per_class {per_class}"
+                f"episodic sampler: train.batch_size {batch_size} is not divisible by sampler.per_class {per_class}"
             )
         ways, queries = batch_size // per_class, per_class - shots
     elif ways < 1 or queries < 1:
         raise UsageError(
-            "episodic sampler: set ways and queries (e.g. ways=20, shots=5, queries=15), "
-            "or per_class to derive them from batch_size"
+            f"episodic sampler: set ways and queries (e.g. ways=20, shots=5, queries=15), "
+            f"or per_class to derive them from batch_size; got sampler.ways={ways}, sampler.queries={queries}"
         )
     if ways < 2:
-        raise UsageError(f"episodic sampler: an episode needs at least 2 ways, got {ways}")
+        raise UsageError(f"episodic sampler: an episode needs at least 2 ways (sampler.ways, or "
+                         f"train.batch_size / sampler.per_class), got {ways}")
     return ways, shots, queries
+
+
+def check_episode_classes(ways: int, needed: int, have: int) -> None:
+    """``ways`` classes of ``needed`` images (shots + queries), of which the training split has ``have``."""
+    if have < ways:
+        raise UsageError(
+            f"episodic sampler: {ways} ways need {ways} classes with at least {needed} images (shots + queries); "
+            f"the training set has {have}, so sampler.ways (or train.batch_size / sampler.per_class) must be at "
+            f"most {have}"
+        )
+
+
+def check_episodic(params: dict, context) -> None:
+    """The sampler's shape from its parameters and ``train.batch_size``, and,
+    once the training split's sizes are known, enough classes for it."""
+    ways, shots, queries = resolve_episode_shape(context.config["train"]["batch_size"], params["ways"],
+                                                 params["shots"], params["queries"], params["per_class"])
+    train = context.split("train")
+    if train is not None:
+        check_episode_classes(ways, shots + queries, train.classes_with(shots + queries))
 
 
 @hookimpl
@@ -173,6 +203,7 @@ def register_losses(register):
         description="Prototypical loss: softmax over distances from queries to support-class means.",
         paper=PAPER,
         episodic=True,
+        check=check_protonet,
     )
 
 
@@ -184,6 +215,7 @@ def register_samplers(register):
         description="Episodes of w ways × (n shots + m queries), support rows marked.",
         paper=PAPER,
         episodic=True,
+        check=check_episodic,
     )
 
 
@@ -195,6 +227,7 @@ def register_backbones(register):
         description="Four blocks of 3×3 conv (64), batch norm, ReLU, 2×2 max-pool; global average pool.",
         paper=PAPER,
         params={"hidden": 64},
+        check=check_conv4,
     )
 
 

@@ -19,9 +19,10 @@ is an ``nn.Module`` (here R) to the optimiser.
 from __future__ import annotations
 
 import torch
+from fslab_plugins.methods.sen import check_ring
 from torch import nn
 
-from fslab.plugin import LossOutput, UsageError
+from fslab.plugin import LossOutput
 
 
 def _radius_loaded(module, incompatible_keys):
@@ -40,10 +41,7 @@ class RingProtoNet(nn.Module):
 
     def __init__(self, *, weight: float = 0.01, radius: float | None = None):
         super().__init__()
-        if weight < 0:
-            raise UsageError(f"ring: weight must be >= 0, got {weight}")
-        if radius is not None and radius <= 0:
-            raise UsageError(f"ring: radius must be > 0 (or unset to measure it), got {radius}")
+        check_ring({"weight": weight, "radius": radius})
         self.weight = weight
         self.radius = nn.Parameter(torch.tensor(float(radius if radius is not None else 1.0)))
         self.radius_measured = radius is not None

@@ -59,6 +59,27 @@ def sen_distances(query, prototypes, eps):
     return torch.sqrt((euclidean + eps * norm_gap).clamp(min=SQRT_GUARD))
 
 
+def check_sen(params: dict, context=None) -> None:
+    if not params["eps_pos"] > 0:
+        raise UsageError(f"sen: eps_pos must be > 0 (loss.eps_pos), got {params['eps_pos']}")
+    if not -1.0 <= params["eps_neg"] <= 0.0:
+        raise UsageError(f"sen: eps_neg must be in [-1, 0] (so the square root stays real; loss.eps_neg), "
+                         f"got {params['eps_neg']}")
+
+
+def check_sen_evaluator(params: dict, context=None) -> None:
+    if not params["eps_pos"] > 0:
+        raise UsageError(f"sen evaluator: eps_pos must be > 0 (evaluator.eps_pos), got {params['eps_pos']}")
+
+
+def check_ring(params: dict, context=None) -> None:
+    """The Ring loss's parameters (checked here: the loss module imports torch)."""
+    if not params["weight"] >= 0:
+        raise UsageError(f"ring: weight must be >= 0 (loss.weight), got {params['weight']}")
+    if params["radius"] is not None and not params["radius"] > 0:
+        raise UsageError(f"ring: radius must be > 0 (or unset to measure it; loss.radius), got {params['radius']}")
+
+
 def sen(z, labels, support, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> LossOutput:
     """SEN ProtoNet loss: Eq. 1 with ``d = d_s`` (Eq. 2), ε_ik from Eq. 4.
 
@@ -69,10 +90,7 @@ def sen(z, labels, support, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> L
     import torch
     import torch.nn.functional as F
 
-    if eps_pos <= 0:
-        raise UsageError(f"sen: eps_pos must be > 0, got {eps_pos}")
-    if not -1.0 <= eps_neg <= 0.0:
-        raise UsageError(f"sen: eps_neg must be in [-1, 0] (so the square root stays real), got {eps_neg}")
+    check_sen({"eps_pos": eps_pos, "eps_neg": eps_neg})
     if support is None:
         raise UsageError("sen needs an episodic sampler (one that marks support and query rows), "
                          "e.g. sampler 'episodic'")
@@ -103,20 +121,19 @@ def sen_nearest(support, query, *, eps_pos: float = 1.0):
     dissimilarity measures", Sec. 3). ``eps_pos`` should be the loss's ε_p.
     ``support [E, w, n, d]``, ``query [E, Q, d]`` -> ``long [E, Q]``; ties go
     to the lower way index."""
-    if eps_pos <= 0:
-        raise UsageError(f"sen evaluator: eps_pos must be > 0, got {eps_pos}")
+    check_sen_evaluator({"eps_pos": eps_pos})
     return sen_distances(query, support.mean(dim=2), eps_pos).argmin(dim=-1)
 
 
 @hookimpl
 def register_evaluators(register):
-    register(sen_nearest, name="sen", paper=PAPER + ", Sec. 3 (test time)",
+    register(sen_nearest, name="sen", paper=PAPER + ", Sec. 3 (test time)", check=check_sen_evaluator,
              description="Nearest prototype in the SEN dissimilarity with eps_pos for every prototype.")
 
 
 @hookimpl
 def register_losses(register):
-    register(sen, name="sen", paper=PAPER + ", Eq. 2-4", episodic=True,
+    register(sen, name="sen", paper=PAPER + ", Eq. 2-4", episodic=True, check=check_sen,
              description="ProtoNet with the SEN dissimilarity (eps_pos > 0 own prototype, eps_neg < 0 others).")
     register(
         "fslab_plugins.methods.ring_loss:RingProtoNet",
@@ -124,6 +141,7 @@ def register_losses(register):
         paper=f"{RING}; {PAPER}, Table 2 (Ring PN)",
         episodic=True,
         params={"weight": 0.01, "radius": None},
+        check=check_ring,
         description="ProtoNet + weight × Ring loss (mean (||z|| - R)²/2, R learned), the SEN paper's baseline.",
     )
 

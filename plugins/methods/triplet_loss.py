@@ -13,6 +13,7 @@ resumed run keeps it instead of measuring the trained network.
 from __future__ import annotations
 
 import torch
+from fslab_plugins.methods.large_margin import check_triplet
 from torch import nn
 
 from fslab.plugin import LossOutput, UsageError
@@ -66,10 +67,7 @@ class TripletLoss(nn.Module):
     """
 
     def __init__(self, *, margin: float | None = None, positives: int = 10, negatives: int = 10):
-        if margin is not None and margin <= 0:
-            raise UsageError(f"triplet: margin must be > 0 (or unset to measure it), got {margin}")
-        if positives < 1 or negatives < 1:
-            raise UsageError(f"triplet: positives and negatives must be >= 1, got {positives} and {negatives}")
+        check_triplet({"margin": margin, "positives": positives, "negatives": negatives})
         super().__init__()
         self.register_buffer("margin", torch.tensor(float(margin) if margin is not None else 0.0))
         self.margin_measured = margin is not None
@@ -132,8 +130,8 @@ class LargeMarginProtoNet(nn.Module):
         distance: str = "euclidean",
     ):
         super().__init__()
-        if triplet_weight < 0:
-            raise UsageError(f"lpn: triplet_weight must be >= 0, got {triplet_weight}")
+        if not triplet_weight >= 0:
+            raise UsageError(f"lpn: triplet_weight must be >= 0 (loss.triplet_weight), got {triplet_weight}")
         self.triplet = TripletLoss(margin=margin, positives=positives, negatives=negatives)
         self.triplet_weight = triplet_weight
         self.distance = distance

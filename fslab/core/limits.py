@@ -1,0 +1,95 @@
+"""The values a typed configuration key allows, declared next to its field.
+
+A field of :class:`fslab.core.config.TrainConfig` (or ``EvalConfig``,
+``RunConfig``) states its range in its metadata::
+
+    epochs: int = field(default=120, metadata=at_least(1))
+
+and :func:`check_fields` applies every such rule when a configuration is
+resolved, so a key added to a section gets its check where it is defined.
+The type of a value is checked before (:func:`fslab.core.config.check_value`);
+a rule only says which values of that type are allowed. A list key's rule
+applies to each of its values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fslab.core.errors import ConfigError, did_you_mean
+
+RULE = "allowed"  # the metadata key of a field's rule
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What a number, string or list key may hold; ``text`` says it in a message."""
+
+    text: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # value > low rather than >= low
+    pattern: str | None = None  # a string must match it whole
+    choices: tuple[str, ...] = ()
+    nonempty: bool = False  # a list needs at least one value
+
+    def admits(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        if self.pattern is not None:
+            return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+
+def at_least(low: int | float) -> dict:
+    return {RULE: Allowed(f"at least {low}", low=low)}
+
+
+def positive() -> dict:
+    return {RULE: Allowed("> 0", low=0, low_open=True)}
+
+
+def between(low: int | float, high: int | float, text: str = "") -> dict:
+    return {RULE: Allowed(text or f"between {low} and {high}", low=low, high=high)}
+
+
+def one_of(*choices: str) -> dict:
+    return {RULE: Allowed(f"one of {', '.join(choices)}", choices=choices)}
+
+
+def matching(pattern: str, text: str) -> dict:
+    return {RULE: Allowed(text, pattern=pattern)}
+
+
+def listing(rule: dict, *, nonempty: bool = False) -> dict:
+    """A list key: ``rule`` for each value, and at least one value if ``nonempty``."""
+    return {RULE: dataclasses.replace(rule[RULE], nonempty=nonempty)}
+
+
+def check_fields(kind: type, values: dict, prefix: str = "") -> None:
+    """A ConfigError for the first value of ``values`` (a section, by field
+    name) that the rule of its field in dataclass ``kind`` does not allow."""
+    for f in dataclasses.fields(kind):
+        rule = f.metadata.get(RULE)
+        if rule is None or f.name not in values:
+            continue
+        key, value = f"{prefix}{f.name}", values[f.name]
+        if isinstance(value, list):
+            if rule.nonempty and not value:
+                raise ConfigError(f"config key '{key}' needs at least one value, each {rule.text}, got []")
+            for value_ in value:
+                _check(key, value_, rule)
+        else:
+            _check(key, value, rule)
+
+
+def _check(key: str, value: Any, rule: Allowed) -> None:
+    if rule.admits(value):
+        return
+    hint = did_you_mean(value, rule.choices) if rule.choices and isinstance(value, str) else ""
+    raise ConfigError(f"config key '{key}' must be {rule.text}, got {value!r}" + (f".{hint}" if hint else ""))

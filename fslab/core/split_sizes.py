@@ -1,0 +1,82 @@
+"""What a run's evaluation episodes need from the dataset's splits, checked
+against the sizes the dataset tells (``split_sizes()``, no image decoded).
+
+An episode of w ways, n shots and q queries needs w classes with at least
+n + q images each; validation draws ``eval.val_shots`` shots after every epoch,
+the test ``eval.shots`` at the end. Checked here, a shape a split cannot give
+is one line before the run exists instead of a failure after hours of training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fslab.core.errors import ConfigError, PluginError
+from fslab.core.types import SplitSizes
+
+SPLITS = ("train", "val", "test")
+
+
+def read_split_sizes(dataset: Any, name: str) -> dict[str, SplitSizes] | None:
+    """``dataset.split_sizes()`` as :class:`SplitSizes` by split, or None when
+    the dataset cannot tell them; a malformed answer is the plugin's error."""
+    method = getattr(dataset, "split_sizes", None)
+    if not callable(method):
+        return None
+    told = method()
+    if not isinstance(told, Mapping) or any(split not in SPLITS for split in told):
+        raise PluginError(f"dataset '{name}': split_sizes() must map train, val and/or test to lists of "
+                          f"image counts per class, got {told!r:.200}")
+    sizes = {}
+    for split, counts in told.items():
+        counts = list(counts)
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts):
+            raise PluginError(f"dataset '{name}': split_sizes()['{split}'] must list whole numbers of images, "
+                              f"one per class, got {counts!r:.200}")
+        sizes[split] = SplitSizes(tuple(counts))
+    return sizes
+
+
+def describe(size: SplitSizes) -> str:
+    """``40 classes of 30 images`` or ``6 classes of 2 to 40 images``."""
+    largest = max(size.images_per_class, default=0)
+    images = f"{size.smallest}" if size.smallest == largest else f"{size.smallest} to {largest}"
+    return f"{size.classes} classes of {images} images"
+
+
+def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
+                     fixed_shape: tuple[int, int] | None = None) -> None:
+    """A ConfigError when the validation or test split cannot give the
+    configuration's episodes. ``fixed_shape``: the evaluator's own
+    ``(shots, queries)``, which replaces the configured ones."""
+    ecfg = config["eval"]
+    for split, shots_key in (("val", "eval.val_shots"), ("test", "eval.shots")):
+        if split not in sizes:
+            continue
+        size = sizes[split]
+        where = f"{config['dataset']['name']}'s {split} split ({describe(size)})"
+        if ecfg["ways"] > size.classes:
+            raise ConfigError(f"config key 'eval.ways' must be at most {size.classes} for {where}, "
+                              f"got {ecfg['ways']}")
+        shots = ecfg["val_shots"] if split == "val" else ecfg["shots"]
+        for n in ([shots] if isinstance(shots, int) else shots):
+            shape = fixed_shape or (n, ecfg["queries"])
+            _check_shape(config, split, shape, shots_key, where, size, fixed=fixed_shape is not None)
+
+
+def _check_shape(config: dict, split: str, shape: tuple[int, int], shots_key: str, where: str,
+                 size: SplitSizes, *, fixed: bool) -> None:
+    shots, queries = shape
+    ways, need = config["eval"]["ways"], shots + queries
+    room = size.images_in(ways)  # the most images per class that `ways` classes all have
+    if need <= room:
+        return
+    episodes = (f"{ways}-way {split} episodes of {shots} + {queries} images per class (shots + queries) need "
+                f"{ways} classes of {need} images (eval.ways={ways}), but {where} has {size.classes_with(need)}")
+    if fixed:
+        raise ConfigError(f"evaluator '{config['evaluator']['name']}' draws its own episode shape: {episodes}; "
+                          f"use a smaller eval.ways, other evaluator parameters, or another evaluator")
+    key, value = ("eval.queries", queries) if queries >= room else (shots_key, shots)
+    raise ConfigError(f"config key '{key}' is too large here, got {value}: {episodes}; "
+                      f"shots + eval.queries must be at most {room}")

@@ -1,0 +1,258 @@
+"""Nothing a late error can break: every configuration mistake is refused by
+the real CLI before a run folder exists, in one line naming the key and what
+is allowed, with exit code 2; and what only the worker can find (an image
+that cannot be decoded) fails the run at its start, not after training."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from .runs_helpers import events, fslab
+from .test_datasets_disk import make_folder_tree
+
+# Small and fast for what does get past the checks; each case below is refused before any training.
+SMALL = ["--backbone", "conv4", "--set", "backbone.hidden=8", "--device", "cpu"]
+
+
+def refused(project, *argv, env=None, expect=(), runs_before=()):
+    """Run the CLI; it must exit 2 with one ``error:`` line holding every ``expect``
+    fragment, no traceback, and no run folder beyond ``runs_before``."""
+    result = fslab(*argv, cwd=project, env=env, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in expect:
+        assert fragment in lines[0], (fragment, lines[0])
+    runs = project / "runs"
+    made = sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
+    assert made == sorted(runs_before), made
+    return lines[0]
+
+
+# (--set or option arguments, fragments the one line must hold: the key, the value, what is allowed)
+CONFIG_CASES = {
+    "test-episodes-0": (["--set", "eval.test_episodes=0"], ["'eval.test_episodes'", "at least 1", "got 0"]),
+    "shots-1000": (["--set", "eval.shots=[1000]"],
+                   ["'eval.shots'", "got 1000", "test split (40 classes of 30 images)", "at most 30"]),
+    "ways-0": (["--set", "eval.ways=0"], ["'eval.ways'", "at least 2", "got 0"]),
+    "ways-100": (["--set", "eval.ways=100"], ["'eval.ways'", "at most 40", "val split", "got 100"]),
+    "queries-too-many": (["--set", "eval.queries=40"], ["'eval.queries'", "got 40", "at most 30"]),
+    "lr-negative": (["--lr", "-0.1"], ["'train.lr'", "> 0", "got -0.1"]),
+    "lr-zero": (["--lr", "0"], ["'train.lr'", "> 0", "got 0.0"]),
+    "lr-inf": (["--lr", "inf"], ["'train.lr'", "finite number", "got inf"]),
+    "lr-nan": (["--lr", "nan"], ["'train.lr'", "finite number", "got nan"]),
+    "temperature-0": (["--set", "loss.temperature=0"], ["loss.temperature", "> 0", "got 0.0"]),
+    "temperature-negative": (["--set", "loss.name=supcon", "--set", "loss.temperature=-1"],
+                             ["supcon", "loss.temperature", "> 0", "got -1.0"]),
+    "temperature-nan": (["--set", "loss.temperature=nan"], ["'loss.temperature'", "finite number", "got nan"]),
+    "pair-fraction": (["--set", "loss.pair_fraction=1.5"], ["loss.pair_fraction", "(0, 1]", "got 1.5"]),
+    "batch-larger-than-data": (["--batch-size", "5000"],
+                               ["train.batch_size 5000", "3600 training images", "sampler.drop_last=false"]),
+    "knn-k": (["--set", "evaluator.name=knn", "--set", "evaluator.k=6"],
+              ["evaluator.k", "between 1 and the 5 support points", "got 6"]),
+    "finetune-1-shot": (["--set", "evaluator.name=finetune"], ["finetune", "eval.shots", ">= 2", "[1, 5]"]),
+    "feature-stages": (["--set", "eval.feature_stages=5"], ["eval.feature_stages", "between 1 and 4", "got 5"]),
+    "device-word": (["--device", "tpu"], ["'device'", "auto, cpu, cuda or cuda:N", "'tpu'"]),
+}
+
+# Every range declared on the typed sections: a value just outside it.
+RANGE_CASES = {
+    "train.epochs=0": "at least 1", "train.batch_size=1": "at least 2", "train.optimizer=adm": "one of sgd, adam",
+    "train.momentum=1.5": "between 0 and 1", "train.weight_decay=-0.1": "at least 0",
+    "train.weight_decay=nan": "finite number", "train.milestones=[1.5]": "between 0 and 1",
+    "train.milestones=[-0.5]": "between 0 and 1", "train.gamma=0": "> 0", "train.crop_padding=-1": "at least 0",
+    "train.projection_dim=-1": "at least 0", "train.log_every=0": "at least 1", "train.heartbeat=0": "> 0",
+    "train.processes=0": "at least 1", "eval.shots=[0]": "at least 1", "eval.shots=[]": "at least one value",
+    "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1", "eval.val_episodes=0": "at least 1",
+    "eval.seed=-1": "from 0 to", "eval.center_images=-1": "at least 0", "eval.batch_size=0": "at least 1",
+    "eval.feature_stages=0": "at least 1", "seed=-1": "from 0 to",
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_CASES))
+def test_a_bad_value_is_refused_before_a_run_exists(project, case):
+    argv, expect = CONFIG_CASES[case]
+    refused(project, "run", "nca", *SMALL, *argv, expect=expect)
+
+
+@pytest.mark.parametrize("assignment", list(RANGE_CASES))
+def test_every_declared_range_is_refused_in_one_line(project, assignment):
+    key, _, value = assignment.partition("=")
+    refused(project, "run", "nca", *SMALL, "--set", assignment,
+            expect=[f"'{key}", RANGE_CASES[assignment], value.strip("[]") or "[]"])
+
+
+def test_nesterov_without_momentum_is_refused(project):
+    refused(project, "run", "nca", *SMALL, "--set", "train.momentum=0",
+            expect=["'train.momentum'", "train.nesterov=true", "train.nesterov=false"])
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["protonet", "--set", "sampler.ways=500"], ["500 ways", "at least 20 images", "has 120", "at most 120"]),
+    (["protonet", "--set", "sampler.per_class=16"],
+     ["sampler.per_class=16", "sampler.ways=20", "sampler.queries=15", "not both"]),
+    (["protonet-best", "--set", "sampler.ways=20"], ["sampler.per_class=16", "sampler.ways=20", "not both"]),
+    (["nca", "--set", "sampler.name=fixed", "--set", "sampler.ways=500"], ["500 ways", "at most 120 ways"]),
+    (["protonet", "--set", "sampler.shots=0"], ["sampler.shots", ">= 1", "got 0"]),
+])
+def test_sampler_shapes_are_refused_against_the_training_split(project, argv, expect):
+    refused(project, "run", *argv, *SMALL, expect=expect)
+
+
+@pytest.mark.parametrize("visible, expect", [
+    ("", ["device 'cuda:7'", "none is visible", "--device cpu"]),
+    ("0,1", ["device 'cuda:7'", "needs 8 visible GPUs", "2 are visible", "cuda:0 to cuda:1"]),
+])
+def test_a_device_this_machine_lacks_is_refused(project, visible, expect):
+    refused(project, "run", "nca", *SMALL[:4], "--device", "cuda:7",
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": visible}, expect=expect)
+
+
+def test_cuda_without_a_gpu_suggests_the_cpu(project):
+    refused(project, "run", "nca", *SMALL[:4], "--device", "cuda", env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+            expect=["device 'cuda'", "--device cpu"])
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["run", "nca", "--epochs", "abc"], ["'--epochs'", "integer", "got 'abc'", "fslab run --help"]),
+    (["run", "nca", "--epochs=abc"], ["'--epochs'", "got 'abc'"]),
+    (["run", "nca", "--epoch", "3"], ["No such option: --epoch", "--epochs"]),
+    (["run"], ["Missing argument 'method'"]),
+    (["runs", "--limit", "x"], ["'--limit'", "got 'x'"]),
+])
+def test_a_command_line_typer_cannot_parse_is_one_line(project, argv, expect):
+    refused(project, *argv, expect=expect)
+
+
+def test_help_still_works(project):
+    result = fslab("run", "--help", cwd=project)
+    assert result.returncode == 0 and "--epochs" in result.stdout and not result.stderr
+
+
+# -- folder datasets: what the CLI can count without decoding a thing ----------------------------
+
+
+def folder_run(root, *extra):
+    return ["run", "nca", *SMALL, "--dataset", "folder", "--data-root", str(root), "--set", "dataset.image_size=8",
+            "--batch-size", "8", "--set", "eval.queries=2", *extra]
+
+
+def test_a_folder_split_with_fewer_classes_than_ways_is_refused(project):
+    make_folder_tree(project / "tree", classes=3, per_class=4)
+    refused(project, *folder_run(project / "tree"),
+            expect=["'eval.ways' must be at most 3", "folder's val split (3 classes of 4 images)", "got 5"])
+
+
+def test_a_folder_split_without_enough_images_for_the_shots_is_refused(project):
+    make_folder_tree(project / "tree", classes=5, per_class=4)
+    refused(project, *folder_run(project / "tree"),
+            expect=["'eval.val_shots'", "got 5", "5 + 2 images per class", "at most 4"])
+
+
+def test_an_empty_class_folder_is_refused(project):
+    make_folder_tree(project / "tree", classes=5, per_class=8)
+    (project / "tree" / "test" / "class9").mkdir()
+    refused(project, *folder_run(project / "tree"), expect=["class9 has no image files", "empty class folder"])
+
+
+@pytest.mark.slow
+def test_an_unreadable_image_fails_the_run_at_its_start_naming_the_file(project):
+    make_folder_tree(project / "tree", classes=5, per_class=8)
+    (project / "tree" / "test" / "class2" / "99.png").write_bytes(b"not a png")  # the split tested last
+    result = fslab(*folder_run(project / "tree", "--epochs", "3"), cwd=project, timeout=300)
+    assert result.returncode == 1, result.stderr
+    (run_dir,) = (project / "runs").iterdir()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "cannot decode image" in status["error"]
+    assert str(project / "tree" / "test" / "class2" / "99.png") in status["error"] and "\n" not in status["error"]
+    assert not events(run_dir, "train") and not events(run_dir, "checkpoint")  # at its start, not after training
+
+
+# -- every way a run starts: sweeps, resume ---------------------------------------------------------
+
+
+def test_a_sweep_with_one_bad_combination_queues_nothing(project):
+    refused(project, "sweep", "nca", *SMALL, "--grid", "eval.ways=5,100", "--seeds", "2",
+            expect=["'eval.ways' must be at most 40", "got 100"])
+    refused(project, "sweep", "nca", *SMALL, "--grid", "loss.temperature=1,0", expect=["loss.temperature", "> 0"])
+
+
+def test_resume_checks_the_saved_configuration_again(project):
+    from fslab.core.config import resolve
+    from fslab.core.registry import load_registry
+    from fslab.core.runstore import create_run
+    from fslab.core.settings import Settings
+
+    config = resolve("nca", registry=load_registry(), settings=Settings(),
+                     overrides=[{"device": "cuda:3", "backbone": {"name": "conv4"}}])
+    run = create_run(project / "runs", "nca", config)
+    run.write_status(state="killed", ended=1.0)
+    (run.checkpoint_path).parent.mkdir(exist_ok=True)
+    run.checkpoint_path.write_bytes(b"checkpoint")
+    before = (run.path / "status.json").read_text()
+    refused(project, "resume", run.id, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+            expect=["device 'cuda:3'", "needs 4 visible GPUs", "1 is visible"], runs_before=[run.id])
+    assert (run.path / "status.json").read_text() == before  # not queued, not touched
+
+
+# -- a plugin's own check (register(..., check=f)) -------------------------------------------------------
+
+LOCAL_PLUGIN = '''
+from fslab.plugin import UsageError, hookimpl
+
+
+def margin_loss(z, labels, support=None, *, margin: float = 1.0, classes_needed: int = 0):
+    raise AssertionError("never trained here")
+
+
+def check_margin(params, context):
+    if not params["margin"] > 0:
+        raise UsageError(f"margin: loss.margin must be > 0, got {params['margin']}")
+    train = context.split("train")  # None at resolve time, the split's sizes before a run is created
+    if train is not None and train.classes < params["classes_needed"]:
+        raise UsageError(f"margin: loss.classes_needed={params['classes_needed']} but the training split has "
+                         f"{train.classes} classes of at least {train.smallest} images "
+                         f"(batch {context.config['train']['batch_size']})")
+
+
+@hookimpl
+def register_losses(register):
+    register(margin_loss, name="margin", description="a margin loss", check=check_margin)
+'''
+
+
+@pytest.fixture
+def local_plugin(project):
+    (project / "mine").mkdir()
+    (project / "mine" / "margin.py").write_text(LOCAL_PLUGIN)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    return project
+
+
+def test_a_plugin_check_runs_at_resolve_time_and_again_with_the_split_sizes(local_plugin):
+    refused(local_plugin, "run", "nca", *SMALL, "--set", "loss.name=margin", "--set", "loss.margin=-1",
+            expect=["margin: loss.margin must be > 0, got -1.0"])
+    refused(local_plugin, "run", "nca", *SMALL, "--set", "loss.name=margin", "--set", "loss.classes_needed=500",
+            expect=["loss.classes_needed=500 but the training split has 120 classes of at least 30 images (batch 128)"])
+
+
+def test_a_check_that_is_no_function_fails_its_plugin_and_a_broken_check_is_one_line(project, monkeypatch):
+    from fslab.core.config import resolve
+    from fslab.core.errors import PluginError
+    from fslab.core.registry import load_registry
+    from fslab.core.settings import Settings
+
+    (project / "mine").mkdir()
+    (project / "mine" / "notcallable.py").write_text(LOCAL_PLUGIN.replace("check=check_margin", "check=True"))
+    registry = load_registry([project / "mine"])
+    assert "margin" not in registry.names("loss")
+    assert "check= must be a function" in registry.failures[0].error
+    (project / "mine" / "notcallable.py").write_text(LOCAL_PLUGIN.replace('params["margin"]', 'params["nope"]'))
+    registry = load_registry([project / "mine"])
+    with pytest.raises(PluginError, match=r"the check of loss 'margin' from plugin 'local:notcallable' failed: "
+                                          r"KeyError: 'nope'"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=[{"loss": {"name": "margin"}}])
