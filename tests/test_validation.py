@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 
 import pytest
 
@@ -192,7 +193,8 @@ def test_resume_checks_the_saved_configuration_again(project):
     run = create_run(project / "runs", "nca", config)
     run.write_status(state="killed", ended=1.0)
     (run.checkpoint_path).parent.mkdir(exist_ok=True)
-    run.checkpoint_path.write_bytes(b"checkpoint")
+    with zipfile.ZipFile(run.checkpoint_path, "w") as archive:  # complete as far as the check reads it
+        archive.writestr("checkpoint/data.pkl", b"weights")
     before = (run.path / "status.json").read_text()
     refused(project, "resume", run.id, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
             expect=["device 'cuda:3'", "needs 4 visible GPUs", "1 is visible"], runs_before=[run.id])
@@ -256,3 +258,20 @@ def test_a_check_that_is_no_function_fails_its_plugin_and_a_broken_check_is_one_
     with pytest.raises(PluginError, match=r"the check of loss 'margin' from plugin 'local:notcallable' failed: "
                                           r"KeyError: 'nope'"):
         resolve("nca", registry=registry, settings=Settings(), overrides=[{"loss": {"name": "margin"}}])
+
+
+@pytest.mark.parametrize("toml, expect", [
+    ("train = {lr = -1.0}", ["'train.lr' must be > 0, got -1.0", "(set by train.lr in [run] of fslab.toml)"]),
+    ("eval = {ways = 100}", ["'eval.ways' must be at most 40", "(set by eval.ways in [run] of fslab.toml)"]),
+    ("loss = {temperature = 0}", ["loss.temperature must be > 0", "(set by loss.temperature in [run] of fslab.toml)"]),
+])
+def test_a_bad_value_from_the_project_file_names_the_file(project, toml, expect):
+    (project / "fslab.toml").write_text(f"[run]\n{toml}\n")
+    refused(project, "run", "nca", *SMALL, expect=expect)
+    refused(project, "sweep", "nca", *SMALL, "--seeds", "2", expect=expect)
+
+
+def test_an_option_that_replaces_the_file_value_is_not_blamed_on_the_file(project):
+    (project / "fslab.toml").write_text("[run]\neval = {ways = 100}\n")
+    line = refused(project, "run", "nca", *SMALL, "--set", "eval.ways=50", expect=["got 50"])
+    assert "fslab.toml" not in line

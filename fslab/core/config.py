@@ -30,12 +30,14 @@ import copy
 import dataclasses
 import math
 import os
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fslab.core.errors import ConfigError, FslabError, PluginError, did_you_mean
+from fslab.core.errors import ConfigError, FslabError, PluginError, UsageError, did_you_mean
 from fslab.core.limits import at_least, between, check_fields, listing, matching, one_of, positive
 from fslab.core.settings import Settings
 from fslab.core.types import CheckContext, SplitSizes
@@ -214,13 +216,40 @@ def resolve(
         config["dataset"]["root"] = settings.data_roots.get(dataset_name, f"data/{dataset_name}")
     if isinstance(config["dataset"]["root"], str):  # absolute: a worker or a resume may start elsewhere
         config["dataset"]["root"] = os.path.abspath(os.path.expanduser(config["dataset"]["root"]))
-    _check_types(config, DEFAULTS, "")
-    _check_ranges(config)
-    _fill_plugin_params(config, registry)
-    _check_compatible(config, registry)
-    check_plugins(config, registry)
+    with naming_the_file(settings, overrides):
+        _check_types(config, DEFAULTS, "")
+        _check_ranges(config)
+        _fill_plugin_params(config, registry)
+        _check_compatible(config, registry)
+        check_plugins(config, registry)
     config["config_version"] = CONFIG_VERSION
     return config
+
+
+@contextmanager
+def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Iterator[None]:
+    """A UsageError about a key whose value came from ``[run]`` of fslab.toml
+    (and no option replaced it) says so and names the file, so the user knows
+    where to fix it: the checks see only the merged configuration."""
+    try:
+        yield
+    except UsageError as exc:
+        from_options = {key for layer in overrides for key in _flat_keys(layer)}
+        message = str(exc)
+        for key in _flat_keys(settings.run):
+            if key not in from_options and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message):
+                exc.args = (f"{message} (set by {key} in [run] of {settings.path})",)
+                break
+        raise
+
+
+def _flat_keys(layer: dict, prefix: str = "") -> Iterator[str]:
+    """The dotted keys a configuration layer sets: ``{"train": {"lr": 1}}`` -> ``train.lr``."""
+    for key, value in layer.items():
+        if isinstance(value, dict):
+            yield from _flat_keys(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
 
 
 # Keys a configuration saved before config_version existed (version 0: fslab 0.1

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.config import check_saved, resolve
+from fslab.core.config import check_saved, naming_the_file, resolve
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings
@@ -56,7 +56,8 @@ def prepare(method: str, overrides: list[dict], *, settings, registry, slurm: Sl
     """The resolved configuration of a run, checked as far as it can be before
     the run exists (:func:`fslab.execution.checks.check_run`); nothing is created."""
     config = resolve(method, registry=registry, settings=settings, overrides=overrides)
-    check_run(config, registry, slurm)
+    with naming_the_file(settings, overrides):
+        check_run(config, registry, slurm)
     return config
 
 

@@ -13,7 +13,7 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.config import nest, parse_assignment, resolve
+from fslab.core.config import naming_the_file, nest, parse_assignment, resolve
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
@@ -72,11 +72,12 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
                  fail_fast: bool = False, slurm_options: SlurmSettings | None = None) -> tuple[str, list[Run]]:
     """Resolve all combinations, then create their queued runs and the sweep
     record. ``slurm_options``: the runs become SLURM jobs with these settings."""
-    configs = [resolve(method, registry=registry, settings=settings, overrides=[*base, *combo])
-               for combo in expand(grid, seeds, first_seed=_first_seed(base))]
+    layers = [[*base, *combo] for combo in expand(grid, seeds, first_seed=_first_seed(base))]
+    configs = [resolve(method, registry=registry, settings=settings, overrides=overrides) for overrides in layers]
     sizes_seen: dict = {}  # each dataset is looked at once
-    for config in configs:  # as fslab run checks one: any bad combination queues nothing
-        check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
+    for config, overrides in zip(configs, layers):  # as fslab run checks one: any bad combination queues nothing
+        with naming_the_file(settings, overrides):
+            check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
         check_fits(max(config["train"]["processes"] for config in configs), configured_slots(settings.scheduler))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"

@@ -249,6 +249,17 @@ FAULTS = {
 }
 
 # Bad input: exit code 2, one line, no run folder. (argv, fslab.toml or None)
+def folder_tree(classes: int, per_class: int = 20, empty: str | None = None) -> dict[str, bytes | None]:
+    """A folder dataset's files by path (None: an empty folder). The checks
+    count files without decoding them, so the bytes need not be an image."""
+    files: dict[str, bytes | None] = {f"{split}/class{c}/{i:02d}.png": b"not decoded before the run exists"
+                                      for split in ("train", "val", "test") for c in range(classes)
+                                      for i in range(per_class)}
+    if empty is not None:
+        files[empty] = None
+    return files
+
+
 BAD_INPUTS = {
     "unknown method": (["run", "ncaa"], None),
     "unknown config key": (["run", "nca", "--set", "train.epoch=3"], None),
@@ -275,11 +286,42 @@ BAD_INPUTS = {
     "plot of an unknown size": (["plot", "batch-size", "all", "--size", "tiny"], None),
     "runs with an unknown state": (["runs", "--state", "finished"], None),
     "a 20,000-character value": (["run", "nca", "--set", "loss.temperature=" + "x" * 20000], None),
+    # Each of these once failed in the worker, after the run folder existed (some after training).
+    "zero test episodes": (["run", "nca", "--set", "eval.test_episodes=0"], None),
+    "test shots no split can give": (["run", "nca", "--set", "eval.shots=[1000]"], None),
+    "zero ways": (["run", "nca", "--set", "eval.ways=0"], None),
+    "more ways than validation classes": (["run", "nca", "--set", "eval.ways=100"], None),
+    "a negative learning rate": (["run", "nca", "--lr", "-0.1"], None),
+    "an infinite learning rate": (["run", "nca", "--lr", "inf"], None),
+    "a NaN learning rate": (["run", "nca", "--lr", "nan"], None),
+    "a GPU this machine lacks": (["run", "nca", "--device", "cuda:7"], None),
+    "a zero temperature": (["run", "nca", "--set", "loss.temperature=0"], None),
+    "a negative SupCon temperature": (["run", "nca", "--set", "loss.name=supcon", "--set", "loss.temperature=-1"],
+                                      None),
+    "more sampler ways than training classes": (["run", "protonet", "--set", "sampler.ways=500"], None),
+    "per_class with ways and queries": (["run", "protonet", "--set", "sampler.per_class=16"], None),
+    "a folder split with fewer classes than ways": (
+        ["run", "nca", "--dataset", "folder", "--data-root", "tree"], {"tree": folder_tree(classes=3)}),
+    "an empty class folder": (["run", "nca", "--dataset", "folder", "--data-root", "tree"],
+                              {"tree": folder_tree(classes=5, empty="test/class9")}),
+    "a number typer cannot parse": (["run", "nca", "--epochs", "abc"], None),
+    "a bad [run] value in fslab.toml": (["run", "nca"], "[run]\ntrain = {lr = -1.0}\n"),
 }
 
 
-def bad_input(lab: Lab, argv: list[str], files: str | None) -> str:
-    if files is not None:
+def bad_input(lab: Lab, argv: list[str], files: str | dict | None) -> str:
+    """``files``: text for fslab.toml (or ``sweep.toml:`` and its text), or
+    ``{folder: {path: bytes, or None for an empty folder}}`` made in the project."""
+    if isinstance(files, dict):
+        for folder, tree in files.items():
+            for relative, data in tree.items():
+                path = lab.folder / folder / relative
+                if data is None:
+                    path.mkdir(parents=True)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(data)
+    elif files is not None:
         name, _, text = files.partition(":") if files.startswith("sweep.toml:") else ("fslab.toml", "", files)
         target = lab.folder / name
         if name == "fslab.toml":  # keep the lab's own settings, broken the way the input says
