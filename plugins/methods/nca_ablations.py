@@ -228,10 +228,19 @@ def register_methods(register):
         paper=f"{PAPER}, Fig. 3",
     )
     register(
-        {"loss": {"name": "supcon"}, "sampler": {"name": "iid"}, "evaluator": {"name": "centroid"}},
+        {"loss": {"name": "supcon", "form": "nca-code"}, "sampler": {"name": "iid"},
+         "evaluator": {"name": "centroid"}},
         name="supcon",
-        description="Supervised contrastive loss (temperature 0.1) on i.i.d. mini-batches.",
+        description="The NCA authors' supervised contrastive loss (negatives-only denominator, their code's "
+                    "form) on i.i.d. mini-batches; the paper gives no temperature, 0.1 is Khosla et al.'s.",
         paper=f"{PAPER}, App. A.3 (51.05 / 63.36 on miniImageNet)",
+    )
+    register(
+        {"loss": {"name": "supcon", "form": "khosla"}, "sampler": {"name": "iid"},
+         "evaluator": {"name": "centroid"}},
+        name="supcon-khosla",
+        description="Khosla et al.'s supervised contrastive loss L_out (temperature 0.1) on i.i.d. mini-batches.",
+        paper="Khosla et al., Supervised Contrastive Learning, NeurIPS 2020 (arXiv:2004.11362), Eq. 2",
     )
     register(
         {"loss": {"name": "protonet"}, "sampler": {"name": "episodic", "ways": 20, "shots": 5, "queries": 15},
