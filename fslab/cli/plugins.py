@@ -34,12 +34,30 @@ def plugins(
         table = Table("name", "description", "paper", "parameters", "plugin", title=f"{k}", title_justify="left")
         for c in components:
             if c.kind == k:
-                params = ", ".join(f"{p}={v!r}" for p, v in c.params.items())
+                params = recipe_text(c.target) if k == "method" and isinstance(c.target, dict) else \
+                    ", ".join(f"{p}={v!r}" for p, v in c.params.items())
                 table.add_row(shown(c.name), shown(c.description), shown(c.paper), shown(params),
                               shown(c.version or c.plugin))
         console.print(table)
     for failure in found.failures:
         console.print(f"[red]failed[/red] {shown(failure.plugin)}: {shown(failure.error)}")
+
+
+def recipe_text(recipe: dict) -> str:
+    """A recipe's settings as ``key=value`` pairs, then what it states per
+    dataset: ``..., on omniglot: sampler.ways=16, train.milestones=[]``."""
+    def pairs(layer: dict, prefix: str = "") -> list[str]:
+        out = []
+        for key, value in layer.items():
+            if isinstance(value, dict):
+                out += pairs(value, f"{prefix}{key}.")
+            else:
+                out.append(f"{prefix}{key}={value!r}")
+        return out
+
+    per_dataset = recipe.get("per_dataset", {})
+    text = ", ".join(pairs({k: v for k, v in recipe.items() if k != "per_dataset"}))
+    return "".join([text, *(f"; on {name}: {', '.join(pairs(layer))}" for name, layer in per_dataset.items())])
 
 
 @app.command()

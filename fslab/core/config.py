@@ -4,7 +4,9 @@ A run's configuration is a nested dict. Layers, lowest first:
 
 1. ``DEFAULTS`` below (the NCA paper's recipe, SPEC §5);
 2. the dataset's own defaults (epochs, batch size, learning rate it is meant for);
-3. the method recipe (``fslab run METHOD``);
+3. the method recipe (``fslab run METHOD``), then what it states for the
+   run's dataset (its ``per_dataset`` entry, e.g. the mAP paper's batch
+   composition differs between Omniglot and miniImageNet);
 4. ``[run]`` in ``fslab.toml``;
 5. command-line options and ``--set key=value``.
 
@@ -54,6 +56,7 @@ SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugi
 # older fslab is brought to this one by migrate(); bump it, and add a step there,
 # whenever a key is added, renamed or changes meaning.
 CONFIG_VERSION = 1
+PER_DATASET = "per_dataset"  # a recipe's layers for runs on one dataset: {"omniglot": {...}, ...}
 
 
 OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.build makes them
@@ -196,6 +199,7 @@ def resolve(
 ) -> dict:
     """The full configuration of a run of ``method``, validated."""
     recipe = registry.create("method", method)
+    per_dataset = recipe.pop(PER_DATASET, {})
     overrides = list(overrides)
     toml_layer = settings.run
     _check_shape(toml_layer, f"{settings.path}: [run]")
@@ -207,9 +211,10 @@ def resolve(
     for layer in [recipe, toml_layer, *overrides]:
         dataset_name = layer.get("dataset", {}).get("name", dataset_name)
     dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
+    for_dataset = recipe_for_dataset(method, per_dataset, dataset_name)
 
     config = copy.deepcopy(DEFAULTS)
-    for layer in [dataset_defaults, recipe, toml_layer, *overrides]:  # lowest first (module docstring)
+    for layer in [dataset_defaults, recipe, for_dataset, toml_layer, *overrides]:  # lowest first (module docstring)
         config = merge(config, layer)
     config["method"] = method
     if not config["dataset"].get("root"):
@@ -224,6 +229,19 @@ def resolve(
         check_plugins(config, registry)
     config["config_version"] = CONFIG_VERSION
     return config
+
+
+def recipe_for_dataset(method: str, per_dataset: Any, dataset: str) -> dict:
+    """The layer a recipe states for runs on ``dataset`` (its ``per_dataset``
+    entry, or nothing), checked like any layer; it cannot change the dataset."""
+    if not isinstance(per_dataset, dict) or not all(isinstance(v, dict) for v in per_dataset.values()):
+        raise ConfigError(f"method '{method}': per_dataset must map dataset names to configuration layers, "
+                          f"got {per_dataset!r:.200}")
+    layer = per_dataset.get(dataset, {})
+    _check_shape(layer, f"method '{method}', per_dataset.{dataset}")
+    if "name" in layer.get("dataset", {}):
+        raise ConfigError(f"method '{method}', per_dataset.{dataset}: a per-dataset layer cannot choose the dataset")
+    return layer
 
 
 @contextmanager
