@@ -55,11 +55,13 @@ SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugi
 # The version of the saved configuration's layout. A configuration saved by an
 # older fslab is brought to this one by migrate(); bump it, and add a step there,
 # whenever a key is added, renamed or changes meaning.
-CONFIG_VERSION = 1
+CONFIG_VERSION = 2
 PER_DATASET = "per_dataset"  # a recipe's layers for runs on one dataset: {"omniglot": {...}, ...}
 
 
 OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.build makes them
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # train.precision, eval.precision
+COMPILE_MODES = ("off", "default", "max-autotune")  # train.compile: torch.compile's mode, or none
 SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch.manual_seed takes
 
 
@@ -87,6 +89,15 @@ class TrainConfig:
     heartbeat: float = field(default=5.0, metadata=positive())  # seconds between two status.json heartbeats
     # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
     processes: int = field(default=1, metadata=at_least(1))
+    # How the step computes (fslab.training.numerics): autocast precision (auto: bf16 on a CUDA GPU
+    # that has it, else fp16 there; fp32 on the CPU), channels-last memory format (auto: on for
+    # CUDA), torch.compile of the training forward, TF32 for fp32 matrix products on CUDA, and
+    # deterministic algorithms (slower on CUDA; cudnn autotuning is on when this is off).
+    precision: str = field(default="auto", metadata=one_of(*PRECISIONS))
+    channels_last: str = field(default="auto", metadata=one_of("auto", "on", "off"))
+    compile: str = field(default="off", metadata=one_of(*COMPILE_MODES))
+    tf32: bool = True
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,6 +118,9 @@ class EvalConfig:
     batch_size: int = field(default=256, metadata=at_least(1))  # images per forward pass when extracting features
     # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
     feature_stages: int = field(default=1, metadata=at_least(1))
+    # autocast precision of feature extraction (auto: train.precision's); features are then
+    # centred and normalised in float32
+    precision: str = field(default="auto", metadata=one_of(*PRECISIONS))
 
 
 @dataclass(frozen=True)
@@ -290,6 +304,17 @@ ADDED_BEFORE_VERSION_1: dict[str, Any] = {
 }
 
 
+# Keys added in version 2, each with what a version-1 run computed with: fp32
+# without autocast, the default memory format, no compilation, PyTorch's
+# default of no TF32 for matrix products, and no deterministic algorithms.
+ADDED_IN_VERSION_2: dict[str, Any] = {
+    "train": {"precision": "fp32", "channels_last": "off", "compile": "off", "tf32": False, "deterministic": False},
+    "eval": {"precision": "fp32"},
+}
+
+MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2}  # version -> what the next version added
+
+
 def migrate(config: dict) -> dict:
     """``config`` as the current version would have saved it (``config_version``
     == :data:`CONFIG_VERSION`). Every key added since the version it was saved
@@ -304,7 +329,10 @@ def migrate(config: dict) -> dict:
                           f"(this one reads versions up to {CONFIG_VERSION}); upgrade fslab")
     if version == CONFIG_VERSION:
         return config
-    migrated = _with_missing(config, ADDED_BEFORE_VERSION_1)  # version 0 -> 1
+    migrated = config
+    for step in range(version, CONFIG_VERSION):  # 0 -> 1 -> 2 ...
+        migrated = _with_missing(migrated, MIGRATIONS[step])
+    migrated = dict(migrated)
     migrated["config_version"] = CONFIG_VERSION
     return migrated
 

@@ -96,14 +96,18 @@ class TrainingParts:
     scheduler: torch.optim.lr_scheduler.MultiStepLR
 
 
-def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device) -> TrainingParts:
-    """The run's components, created in a fixed order (module docstring)."""
+def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device, *,
+                   channels_last: bool = False) -> TrainingParts:
+    """The run's components, created in a fixed order (module docstring);
+    ``channels_last``: the backbone's weights in that memory format."""
     dataset = build_dataset(registry, cfg)
     train_split, val_split = dataset.load("train"), dataset.load("val")
     # Read (and on a first run decoded) before training, not after it: an image that cannot be decoded
     # fails the run at its start, naming the file. Reading draws no random number.
     test_split = dataset.load("test") if world.main else None
     model = build_backbone(registry, cfg, dataset.channels, device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     # A training-only linear projection on top of the backbone (NCA paper App. A.4).
     head = torch.nn.Identity()
     if cfg.train.projection_dim > 0:
