@@ -438,6 +438,8 @@ def fake_cub(root: Path):
 # A tiny copy of each registered dataset's layout; a new dataset plugin needs an entry here.
 FAKES = {
     "synthetic": (lambda root: None, {"classes": 12, "val_classes": 3, "test_classes": 3, "images_per_class": 4}),
+    "synthetic-mini": (lambda root: None, {"classes": 12, "val_classes": 3, "test_classes": 3, "images_per_class": 4,
+                                           "image_size": 12}),
     "folder": (lambda root: [write_png(root / split / f"{split}-class{c}" / f"{i}.png", random_image(rng(c), 9, 9))
                              for split in ("train", "val", "test") for c in range(2) for i in range(2)], {}),
     "miniimagenet": (lambda root: make_mini_csv(root, per_class=2, classes_per_split=(2, 2, 2)), {}),
