@@ -126,3 +126,44 @@ def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
                             text=True, env=env, cwd=tmp_path / "fslab_every")
     assert tested.returncode == 0, tested.stdout[-3000:]
     assert "17 passed" in tested.stdout and "skipped" not in tested.stdout, tested.stdout[-2000:]
+
+
+LOCAL_PLUGIN = '''
+from fslab.plugin import LossOutput, hookimpl
+
+def sloppy(z, labels, support=None, *, margin: float = 1.0):
+    return LossOutput(z.pow(2).sum(), -1, 0)  # a negative pair count
+
+def tidy(z, labels, support=None):
+    return LossOutput(z.pow(2).mean(), 0, 0)  # compares no two embeddings
+
+@hookimpl
+def register_losses(register):
+    register(sloppy, name="sloppy", description="breaks the pair counts")
+    register(tidy, name="tidy", description="keeps the contract")
+'''
+
+
+def test_contract_tests_read_the_ini_option_and_fail_a_broken_component(tmp_path):
+    """The pytest route an author takes: the plugin named in the ini option
+    fslab_plugins, the tests one ContractTests subclass."""
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "mine.py").write_text(LOCAL_PLUGIN)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfslab_plugins = local:mine\n")
+    (tmp_path / "test_mine.py").write_text(
+        "from fslab.testing import ContractTests\n\n\n"
+        "class TestMine(ContractTests):\n    plugin_dirs = ('local',)\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "fslab.testing", "-p", "no:cacheprovider",
+                             "-q", "-rfs"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "FAILED test_mine.py::TestMine::test_loss[sloppy]" in result.stdout
+    assert "sloppy: positives = -1, outside 0..60" in result.stdout
+    # the other loss, both parameter checks and the loading pass; the kinds the plugin lacks are skipped, saying so
+    assert "1 failed, 4 passed, 5 skipped" in result.stdout and "the plugins register no sampler" in result.stdout
+    assert "test_loss[tidy] PASSED" in subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "fslab.testing", "-p", "no:cacheprovider", "-v"], cwd=tmp_path,
+        capture_output=True, text=True).stdout
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    unnamed = subprocess.run([sys.executable, "-m", "pytest", "-p", "fslab.testing", "-p", "no:cacheprovider"],
+                             cwd=tmp_path, capture_output=True, text=True)
+    assert unnamed.returncode != 0 and "name the fslab plugins to check" in unnamed.stdout + unnamed.stderr

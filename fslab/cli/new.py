@@ -16,14 +16,15 @@ app.add_typer(new_app, name="new")
 
 @new_app.command()
 def plugin(
-    name: Annotated[str, typer.Argument(help="Package name (lowercase, digits and _), also the folder ./NAME.")],
+    name: Annotated[str, typer.Argument(metavar="NAME",
+                                        help="Package name (lowercase, digits and _), also the folder ./NAME.")],
     kind: Annotated[list[str] | None, typer.Option(
         "--kind", help="A component to include: loss, backbone, sampler, evaluator, dataset or method "
                        "(repeatable; default: loss).")] = None,
 ) -> None:
     """Write a pip-installable fslab plugin package into ./NAME: pyproject.toml with the fslab entry points,
     one working example module per --kind, a README and tests that run fslab's contracts (fslab.testing).
-    Then: pip install -e ./NAME && pytest ./NAME."""
+    Then: pip install -e ./NAME && (cd NAME && pytest)."""
     from fslab.core.errors import UsageError, unknown
     from fslab.kit import KINDS, check_name, write_plugin
 
