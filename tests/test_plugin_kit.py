@@ -167,3 +167,18 @@ def test_contract_tests_read_the_ini_option_and_fail_a_broken_component(tmp_path
     unnamed = subprocess.run([sys.executable, "-m", "pytest", "-p", "fslab.testing", "-p", "no:cacheprovider"],
                              cwd=tmp_path, capture_output=True, text=True)
     assert unnamed.returncode != 0 and "name the fslab plugins to check" in unnamed.stdout + unnamed.stderr
+
+
+def test_declared_values_are_refused_at_launch_and_listed(tmp_path):
+    def fslab(*argv):
+        return subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)
+
+    refused = fslab("run", "nca", "--set", "evaluator.name=knn", "--set", "evaluator.k=-3")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip() == "error: config key 'evaluator.k' must be at least 0, got -3"
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    listed = {c["name"]: c for c in map(json.loads, fslab("plugins", "--kind", "loss", "--json").stdout.splitlines())}
+    assert listed["protonet"]["allowed"] == {"distance": "one of euclidean, cosine"}
+    assert "allowed" not in listed["nca"]  # its ranges are cross-checked by its own check=
+    table = fslab("plugins", "--kind", "backbone").stdout
+    assert "hidden=64 (at least 1)" in table
