@@ -182,3 +182,14 @@ def test_declared_values_are_refused_at_launch_and_listed(tmp_path):
     assert "allowed" not in listed["nca"]  # its ranges are cross-checked by its own check=
     table = fslab("plugins", "--kind", "backbone").stdout
     assert "hidden=64 (at least 1)" in table
+
+
+def test_new_plugin_imports_no_torch(tmp_path):
+    code = ("import sys\nfrom fslab.cli import app\ntry:\n"
+            "    app(['new', 'plugin', 'fslab_light', '--kind', 'backbone', '--kind', 'method'])\n"
+            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "print('torch loaded:', 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "torch loaded: False" in result.stdout
+    assert (tmp_path / "fslab_light" / "fslab_light" / "method.py").exists()
