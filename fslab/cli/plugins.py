@@ -17,7 +17,8 @@ def plugins(
         help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List every registered plugin component, grouped by kind, with its origin."""
+    """List every registered plugin component, grouped by kind, with its origin; each parameter with
+    its default and, where the plugin declares them, the values it allows."""
     from fslab.core.registry import KINDS, check_kind
 
     found = registry()
@@ -34,8 +35,9 @@ def plugins(
         table = Table("name", "description", "paper", "parameters", "plugin", title=f"{k}", title_justify="left")
         for c in components:
             if c.kind == k:
-                params = recipe_text(c.target) if k == "method" and isinstance(c.target, dict) else \
-                    ", ".join(f"{p}={v!r}" for p, v in c.params.items())
+                rules = c.allowed_text()
+                params = recipe_text(c.target) if k == "method" and isinstance(c.target, dict) else ", ".join(
+                    f"{p}={v!r}" + (f" ({rules[p]})" if p in rules else "") for p, v in c.params.items())
                 table.add_row(shown(c.name), shown(c.description), shown(c.paper), shown(params),
                               shown(c.version or c.plugin))
         console.print(table)

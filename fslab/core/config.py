@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fslab.core.errors import ConfigError, FslabError, PluginError, UsageError, did_you_mean
-from fslab.core.limits import at_least, between, check_fields, listing, matching, one_of, positive
+from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive
 from fslab.core.settings import Settings
 from fslab.core.types import CheckContext, SplitSizes
 
@@ -511,19 +511,22 @@ def check_saved(config: dict, registry) -> dict:
 
 
 def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = None) -> None:
-    """Each plugin's own check of its parameters (``register(..., check=f)``):
+    """The rules each plugin declares for its parameters (``register(...,
+    allowed={...})``), then its own check of them (``register(..., check=f)``):
     ``f(params, CheckContext(config, sizes))`` raises a UsageError for values
     the plugin cannot use. :func:`resolve` runs them without split sizes; the
     executor runs them again with the sizes the dataset tells, before a run exists."""
     for section in PLUGIN_SECTIONS:
         values = config[section]
         component = registry.get(section, values["name"])
-        check = component.info.get("check")
-        if check is None:
-            continue
         fixed = SECTION_KEYS.get(section, ("name",))
         # A run saved before a parameter existed lacks it, and the plugin gets its default.
         params = copy.deepcopy({**component.params, **{k: v for k, v in values.items() if k not in fixed}})
+        for param, rule in component.info.get("allowed", {}).items():  # register(..., allowed={...})
+            check_rule(f"{section}.{param}", params.get(param), rule)
+        check = component.info.get("check")
+        if check is None:
+            continue
         try:
             check(params, CheckContext(copy.deepcopy(config), sizes))
         except FslabError:

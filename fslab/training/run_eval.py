@@ -35,6 +35,7 @@ from fslab.training.build import (
     build_backbone,
     build_dataset,
     build_evaluator,
+    image_size_of,
     pick_device,
     plugin_kwargs,
     to_input,
@@ -69,7 +70,11 @@ class Checkpoint:
 
     def network(self) -> torch.nn.Module:
         """The evaluation network (the backbone, or its multi-stage features) on the device."""
-        model = build_backbone(self.registry, self.cfg, self.dataset().channels, self.device)
+        image_size = None
+        if self.registry.accepts("backbone", self.cfg.backbone["name"], "image_size"):
+            # every split of a dataset has one image size; the test split is the one evaluated most
+            image_size = image_size_of(self.dataset().load("test"))
+        model = build_backbone(self.registry, self.cfg, self.dataset().channels, self.device, image_size)
         model.load_state_dict(self.state["model"])
         if self.numerics.channels_last:
             model = model.to(memory_format=torch.channels_last)

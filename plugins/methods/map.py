@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 
-from fslab.plugin import LossOutput, UsageError, hookimpl
+from fslab.plugin import LossOutput, UsageError, at_least, hookimpl, one_of
 
 PAPER = (
     "Triantafillou, Zemel & Urtasun, Few-Shot Learning Through an Information Retrieval Lens, NeurIPS 2017 "
@@ -292,6 +292,7 @@ def register_evaluators(register):
              description="AP-based classification: the way whose support points the query's cosine ranking "
              "retrieves with the highest average precision.")
     register(RetrievalMAP, name="retrieval-map", paper=f"{PAPER}, Sec. 5 (Tables 1, 2)", check=check_retrieval,
+             allowed={"images_per_class": at_least(2)},
              description="N-way one-shot retrieval: mAP over 10 images per class, each ranking the rest "
              "(scores mAP, not accuracy; ignores --shots/--queries).")
 
@@ -301,6 +302,7 @@ def register_losses(register):
     register(map_ssvm, name="map-ssvm", paper=PAPER, episodic=False,
              description="mAP-SSVM: every row ranks the batch by cosine similarity; loss-augmented DP inference.")
     register(map_dlm, name="map-dlm", paper=PAPER, episodic=False, check=check_dlm,
+             allowed={"update": one_of(*UPDATES)},
              description="mAP-DLM: direct loss minimisation of mean AP, positive or negative update.")
 
 

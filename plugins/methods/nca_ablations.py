@@ -36,9 +36,9 @@ does; the queries and prototypes for Eq. 5), so the losses are on the scale of
 
 from __future__ import annotations
 
-from fslab_plugins.methods.protonet import check_distance
+from fslab_plugins.methods.protonet import DISTANCES, check_distance
 
-from fslab.plugin import LossOutput, UsageError, hookimpl
+from fslab.plugin import LossOutput, UsageError, hookimpl, one_of
 
 PAPER = (
     "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
@@ -181,6 +181,7 @@ def register_losses(register):
         description="Matching Networks, softmax attention, no full-context embedding (Euclidean or cosine).",
         paper=f"{VINYALS}; {PAPER}, App. A.7",
         episodic=True,
+        allowed={"distance": one_of(*DISTANCES)},
         check=check_matchingnet,
     )
 

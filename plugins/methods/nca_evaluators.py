@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from fslab_plugins.methods.nca import check_temperature
 
-from fslab.plugin import UsageError, hookimpl
+from fslab.plugin import UsageError, at_least, hookimpl, one_of, positive
 
 PAPER = (
     "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
@@ -219,10 +219,12 @@ def check_finetune(params: dict, context=None) -> None:
 @hookimpl
 def register_evaluators(register):
     register(knn, name="knn", paper=f"{PAPER}, Sec. 3.4", check=check_knn,
+             allowed={"k": at_least(0), "ties": one_of(*KNN_TIES)},
              description="Majority vote of the k nearest support points (k = 0: k = shots); tied votes go to the "
                          "nearer voter (ties=nearest) or the smallest label (ties=smallest, the NCA code's rule).")
     register(soft, name="soft", paper=f"{PAPER}, Sec. 3.4", check=check_soft,
              description="NCA soft assignment: class with the largest sum of softmax(-d²/T) over its support points.")
     register(FineTune, name="finetune", paper=f"{PAPER}, App. A.1 (Table 5)", check=check_finetune,
+             allowed={"epochs": at_least(1), "lr": positive(), "weight_decay": at_least(0)},
              description="Fine-tune the whole network on each support set (NCA loss, Adam, 5 epochs), then "
              "nearest centroid. Slow: 100 episodes unless --episodes says otherwise; shots >= 2.")
