@@ -23,7 +23,7 @@ def test_the_api_exports_what_it_declares():
             "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
             "SizedDataset"} <= set(api.__all__)
     assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check"}
-    assert api.API_VERSION == "1.1"  # 1.1 added check=, CheckContext, split_sizes() and SplitSizes
+    assert api.API_VERSION == "1.2"  # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 studies
 
 
 @pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda p: str(p.relative_to(PLUGINS)))

@@ -55,3 +55,9 @@ def register_datasets(register):
 @hookspec
 def register_methods(register):
     """Register method recipes: a dict naming loss, sampler, evaluator and settings."""
+
+
+@hookspec
+def register_studies(register):
+    """Register studies: ``register(path, name=..., description=..., paper=...)`` for a study
+    TOML file (:func:`fslab.plugin.register_study_files` registers every file of a folder)."""
