@@ -67,7 +67,7 @@ def tiny(**changes) -> dict:
     return data
 
 
-def project(tmp_path: Path) -> Settings:
+def store(tmp_path: Path) -> Settings:
     return Settings(runs_dir=tmp_path / "runs")
 
 
@@ -84,7 +84,7 @@ def test_every_built_in_study_is_registered(registry):
 @pytest.mark.parametrize("scale", ["paper", "quick"])
 def test_every_built_in_study_parses_and_all_its_runs_resolve(registry, tmp_path, name, scale):
     study = find_study(registry, name)
-    resolved = resolve_study(study, scale, settings=project(tmp_path), registry=registry)
+    resolved = resolve_study(study, scale, settings=store(tmp_path), registry=registry)
     assert len(resolved) == study.run_count(scale) > 0
     for planned, config in resolved:
         assert config["method"] == study.sweep(planned.sweep).method and config["seed"] == planned.seed
@@ -211,7 +211,7 @@ def runs_of(outcome, runs_dir: Path, sweep_method: str) -> list[Run]:
 
 def test_report_on_hand_made_runs_pools_seeds_and_gives_each_verdict(registry, tmp_path):
     study = parse_study(tiny(), "tiny.toml")
-    config = project(tmp_path)
+    config = store(tmp_path)
     outcome = queue_study(study, "paper", settings=config, registry=registry)
     assert len(outcome.created) == study.run_count() == 6
     nca = runs_of(outcome, config.runs_dir, "nca")
@@ -236,7 +236,7 @@ def test_report_on_hand_made_runs_pools_seeds_and_gives_each_verdict(registry, t
 
 def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     study = parse_study(tiny(), "tiny.toml")
-    config = project(tmp_path)
+    config = store(tmp_path)
     outcome = queue_study(study, "paper", settings=config, registry=registry)
     nca = runs_of(outcome, config.runs_dir, "nca")
     finish(nca[0], {1: [0.6] * 5, 5: [0.8] * 5})
@@ -263,7 +263,7 @@ def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
     data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[])
     del data["table"]
     study = parse_study(data, "fig.toml")
-    config = project(tmp_path)
+    config = store(tmp_path)
     outcome = queue_study(study, "paper", settings=config, registry=registry)
     for run in runs_of(outcome, config.runs_dir, "protonet"):
         lr = run.config()["train"]["lr"]
@@ -277,12 +277,34 @@ def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
     assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_settings_changed_on_the_command_line_make_the_report_not_comparable(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry,
+                          extra=({"train": {"weight_decay": 0.0}}, {"device": "cpu"}))
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.6] * 5, 5: [0.8] * 5})
+    report = study_report(study, config.runs_dir)
+    assert report["changed"] == {"train.weight_decay": 0.0} and not report["comparable"]
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [NOT_COMPARABLE, NOT_COMPARABLE]
+    assert "with train.weight_decay=0.0 from the command line" in render(report, "md")
+
+
+def test_a_figure_never_run_lists_its_points_as_pending(registry, tmp_path):
+    data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[])
+    del data["table"]
+    report = study_report(parse_study(data, "fig.toml"), tmp_path / "runs")
+    assert [(r["sweep"], r["at"], r["shots"], r["verdict"]) for r in report["rows"]] == [
+        ("nca", {}, None, PENDING), ("pn", {"train.lr": 0.1}, None, PENDING), ("pn", {"train.lr": 0.05}, None, PENDING)]
+    assert "| ProtoNet | synthetic | train.lr=0.05 | - | - | - | - | pending |" in render(report, "md")
+
+
 # -- running: reuse --------------------------------------------------------------
 
 
 def test_runs_done_with_the_same_settings_are_reused_not_repeated(registry, tmp_path):
     study = parse_study(tiny(), "tiny.toml")
-    config = project(tmp_path)
+    config = store(tmp_path)
     first = queue_study(study, "paper", settings=config, registry=registry)
     runs = [Run(config.runs_dir / i) for i in first.created]
     finish(runs[0], {1: [0.5], 5: [0.5]})
@@ -302,7 +324,7 @@ def test_runs_done_with_the_same_settings_are_reused_not_repeated(registry, tmp_
 def test_identical_configurations_within_a_study_share_one_run(registry, tmp_path):
     """At quick scale the Table 3 datasets both become synthetic: one run serves both places."""
     study = find_study(registry, "nca-table3")
-    outcome = queue_study(study, "quick", settings=project(tmp_path), registry=registry)
+    outcome = queue_study(study, "quick", settings=store(tmp_path), registry=registry)
     assert len(outcome.created) == study.run_count("quick") // 2 == 5
     record = json.loads(next((tmp_path / "runs" / "sweeps").glob("sweep-*.json")).read_text())
     assert record["study"] == "nca-table3" and record["scale"] == "quick"
@@ -314,7 +336,7 @@ def test_a_published_cell_its_runs_do_not_evaluate_is_refused(registry, tmp_path
     data = tiny()
     data["published"][0]["ways"] = 20
     with pytest.raises(ConfigError, match="its runs evaluate 5-way 1, 5-shot; set eval.ways or eval.shots"):
-        resolve_study(parse_study(data, "tiny.toml"), "paper", settings=project(tmp_path), registry=registry)
+        resolve_study(parse_study(data, "tiny.toml"), "paper", settings=store(tmp_path), registry=registry)
 
 
 def test_a_bad_setting_names_the_study_and_sweep_and_queues_nothing(registry, tmp_path):
@@ -323,7 +345,7 @@ def test_a_bad_setting_names_the_study_and_sweep_and_queues_nothing(registry, tm
     del data["sweep"][1]["grid"]
     data["published"] = data["published"][:2]
     with pytest.raises(UsageError, match="^study tiny, sweep 'pn' on synthetic: .*train.lr"):
-        queue_study(parse_study(data, "tiny.toml"), "paper", settings=project(tmp_path), registry=registry)
+        queue_study(parse_study(data, "tiny.toml"), "paper", settings=store(tmp_path), registry=registry)
     assert not (tmp_path / "runs").exists()
 
 
@@ -338,45 +360,39 @@ def test_quick_dataset_keys_apply_only_on_the_quick_dataset():
 # -- the CLI -----------------------------------------------------------------------
 
 
-def test_study_commands_from_the_cli(project_dir):
-    listed = fslab("study", "list", "--json", cwd=project_dir)
+def test_study_commands_from_the_cli(project):
+    listed = fslab("study", "list", "--json", cwd=project)
     assert listed.returncode == 0, listed.stderr
     assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == BUILT_IN
-    shown = fslab("study", "show", "nca-table3", "--json", cwd=project_dir)
+    shown = fslab("study", "show", "nca-table3", "--json", cwd=project)
     info = json.loads(shown.stdout)
     assert info["runs"] == 50 and info["gpu_hours"] is None and "not estimated" in info["gpu_hours_note"]
-    report = fslab("study", "report", "map-table2", "--format", "json", cwd=project_dir)
+    report = fslab("study", "report", "map-table2", "--format", "json", cwd=project)
     assert {r["verdict"] for r in json.loads(report.stdout)["rows"]} == {PENDING}
     for argv, expected in [(["study", "show", "nca-tabel3"], "Unknown study 'nca-tabel3'. Did you mean 'nca-table3'?"),
                            (["study", "report", "nca-table3", "--format", "xls"], "unknown format 'xls'"),
                            (["study", "run", "nca-table3", "--scale", "huge"], "--scale must be one of paper, quick"),
                            (["study", "run", "missing.toml"], "no study file 'missing.toml'")]:
-        result = fslab(*argv, cwd=project_dir)
+        result = fslab(*argv, cwd=project)
         assert result.returncode == 2 and expected in result.stderr and len(result.stderr.splitlines()) == 1
 
 
-@pytest.fixture
-def project_dir(tmp_path, builtin_plugins):
-    (tmp_path / "fslab.toml").write_text("")
-    return tmp_path
-
-
-def test_study_list_does_not_import_torch(project_dir):
+def test_study_list_does_not_import_torch(project):
     import subprocess
     import sys
 
     code = ("import sys\nfrom fslab.cli import app\ntry:\n    app(['study', 'list'])\nexcept SystemExit as e:\n"
             "    assert not e.code\nprint('HEAVY', [m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules])")
-    result = subprocess.run([sys.executable, "-c", code], cwd=project_dir, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
                             env={**os.environ})
     assert result.returncode == 0, result.stderr
     assert "HEAVY []" in result.stdout
 
 
 @pytest.mark.slow
-def test_a_built_in_study_at_quick_scale_end_to_end(project_dir):
+def test_a_built_in_study_at_quick_scale_end_to_end(project):
     """Queue Table 3 at quick scale, train with real worker processes, report; then run it again: all reused."""
-    started = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project_dir)
+    started = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
     assert started.returncode == 0, started.stderr
     assert "5 new" in started.stdout
 
@@ -385,16 +401,87 @@ def test_a_built_in_study_at_quick_scale_end_to_end(project_dir):
     study = find_study(load_registry(), "nca-table3")
 
     def finished():  # read in this process: a CLI call per poll would compete with the workers for the CPU
-        rows = study_report(study, project_dir / "runs")["rows"]
+        rows = study_report(study, project / "runs")["rows"]
         return rows if all(r["verdict"] != PENDING for r in rows) else None
 
     rows = wait_for(finished, timeout=300, what="the study's runs")
     assert len(rows) == 16
     assert {r["verdict"] for r in rows} == {NOT_COMPARABLE}
     assert all(0.2 < r["measured"]["accuracy"] <= 1.0 and r["measured"]["episodes"] == 50 for r in rows)
-    out = fslab("study", "report", "nca-table3", "--out", "report", cwd=project_dir)
+    out = fslab("study", "report", "nca-table3", "--out", "report", cwd=project)
     assert out.returncode == 0, out.stderr
-    text = (project_dir / "report" / "nca-table3.md").read_text()
+    text = (project / "report" / "nca-table3.md").read_text()
     assert "Scale: quick" in text and "miniimagenet -> synthetic" in text
-    again = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project_dir)
+    again = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
     assert "5 done already" in again.stdout and "0 new" in again.stdout
+
+
+LOCAL_STUDY_PLUGIN = """
+from pathlib import Path
+
+from fslab.plugin import hookimpl, register_study_files
+
+
+@hookimpl
+def register_studies(register):
+    register_study_files(register, Path(__file__).parent / "studies")
+"""
+LOCAL_STUDY = """
+name = "my-paper"
+title = "My method on synthetic glyphs"
+table = "Table 1"
+published = [{ sweep = "nca", dataset = "synthetic", shots = 5, accuracy = 90.0, ci95 = 0.3 }]
+
+[paper]
+authors = "Someone"
+title = "My paper"
+year = 2024
+
+[[sweep]]
+name = "nca"
+method = "nca"
+datasets = ["synthetic"]
+seeds = 3
+"""
+
+
+def test_a_plugin_ships_its_own_study_and_a_broken_one_is_reported(project):
+    (project / "mine" / "studies").mkdir(parents=True)
+    (project / "mine" / "paper.py").write_text(LOCAL_STUDY_PLUGIN)
+    (project / "mine" / "studies" / "my-paper.toml").write_text(LOCAL_STUDY)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    listed = fslab("study", "list", "--json", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    rows = {json.loads(line)["name"]: json.loads(line) for line in listed.stdout.splitlines()}
+    assert set(rows) == {*BUILT_IN, "my-paper"} and rows["my-paper"]["runs"] == 3
+    assert rows["my-paper"]["plugin"] == "local:paper"
+    kinds = fslab("plugins", "--kind", "study", "--json", cwd=project)
+    mine = [json.loads(line) for line in kinds.stdout.splitlines() if "my-paper" in line]
+    assert mine[0]["file"].endswith("my-paper.toml") and mine[0]["paper"] == "Someone, My paper (2024)"
+    (project / "mine" / "studies" / "my-paper.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 0"))
+    broken = fslab("study", "list", "--json", cwd=project)
+    assert broken.returncode == 0
+    assert {json.loads(line)["name"] for line in broken.stdout.splitlines()} == set(BUILT_IN)
+    assert "my-paper.toml: sweep 'nca'.seeds: must be a whole number at least 1, got 0" in broken.stderr
+
+
+def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(project):
+    from .test_slurm import COUNTING_SBATCH, FAKE_SCANCEL
+
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", COUNTING_SBATCH), ("scancel", FAKE_SCANCEL), ("srun", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text.format(folder=project))
+        (bin_dir / name).chmod(0o755)
+    (project / "study.toml").write_text(LOCAL_STUDY)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    argv = ["study", "run", "study.toml", "--set", "train.epochs=1", "--executor", "slurm"]
+    first = fslab(*argv, cwd=project, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "3 runs: 0 done already, 0 queued or running, 0 queued again, 3 new" in first.stdout
+    jobs = sorted(json.loads((d / "status.json").read_text())["slurm_job_id"]
+                  for d in (project / "runs").iterdir() if d.name != "sweeps")
+    assert jobs == ["100", "101", "102"]
+    again = fslab(*argv, cwd=project, env=env)
+    assert "0 done already, 3 queued or running, 0 queued again, 0 new" in again.stdout
+    assert (project / "next-job").read_text().strip() == "103"  # nothing submitted the second time

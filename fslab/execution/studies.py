@@ -8,7 +8,8 @@ root and logging intervals). A run found completed is reused; one queued or
 running is left to finish; one that failed, was killed or was lost is queued
 again (it resumes from its checkpoint); only the rest are created. All of them
 are recorded as one sweep (``runs/sweeps/<id>.json``) that also names the study,
-the scale and each run's place in the study, which is what the report reads;
+the scale, the settings changed on the command line and each run's place in the
+study, which is what the report reads;
 so running the same command again after an interruption picks up where it was.
 """
 
@@ -22,7 +23,7 @@ from fslab.core.config import naming_the_file, resolve
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import LIVE
-from fslab.core.studies import PlannedRun, Study, plan_runs, run_dataset, settings_key
+from fslab.core.studies import IGNORED, PlannedRun, Study, dotted, plan_runs, run_dataset, settings_key
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.slots import check_fits, configured_slots
@@ -124,10 +125,12 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
         run = create_run(settings.runs_dir, planned.method, config)
         run.write_status(sweep=sweep_id)
         done[key] = (run, "new")
-    return _record(study, scale, dataset, sweep_id, settings.runs_dir, resolved, done)
+    changed = {k: v for layer in extra for k, v in dotted(layer).items() if k not in IGNORED}
+    return _record(study, scale, dataset, changed, sweep_id, settings.runs_dir, resolved, done)
 
 
-def _record(study: Study, scale: str, dataset: str | None, sweep_id: str, runs_dir, resolved, done) -> StudyRuns:
+def _record(study: Study, scale: str, dataset: str | None, changed: dict, sweep_id: str, runs_dir, resolved,
+            done) -> StudyRuns:
     outcome = StudyRuns(sweep_id)
     places, seen = {}, set()
     for planned, config in resolved:
@@ -146,5 +149,5 @@ def _record(study: Study, scale: str, dataset: str | None, sweep_id: str, runs_d
     datasets = {name: run_dataset(study, scale, name, dataset) for s in study.sweeps for name in s.datasets}
     save_sweep(runs_dir, sweep_id, method=f"study {study.name}", grid={}, seeds=max(study.seeds(scale).values()),
                fail_fast=False, runs=list(places), study=study.name, scale=scale, datasets=datasets,
-               places=places)
+               changed=changed, places=places)
     return outcome

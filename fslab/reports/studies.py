@@ -54,7 +54,8 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     places = record["places"] if record else {}
     used_scale = record["scale"] if record else scale
     datasets = record.get("datasets", {}) if record else {}
-    comparable = used_scale == "paper" and all(k == v for k, v in datasets.items())
+    changed = record.get("changed", {}) if record else {}
+    comparable = used_scale == "paper" and all(k == v for k, v in datasets.items()) and not changed
     files = RunFiles()
     rows = []
     for sweep in study.sweeps:
@@ -65,7 +66,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 runs = [Run(Path(runs_dir) / run_id) for run_id, where in places.items() if place in where]
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
-            "scale": used_scale, "datasets": datasets, "comparable": comparable,
+            "scale": used_scale, "datasets": datasets, "changed": changed, "comparable": comparable,
             "sweep": record["id"] if record else None, "rows": rows}
 
 
@@ -80,10 +81,12 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
         evaluated = config.get("eval", {})
         shapes += [(evaluated["ways"], s) for s in evaluated["shots"] if (evaluated["ways"], s) not in cells]
     rows = []
+    if not shapes and study.kind == "figure":
+        shapes = [(None, None)]  # a figure's point without runs yet: one pending row
     for ways, shots in shapes:
         cell = cells.get((ways, shots))
         queries = config.get("eval", {}).get("queries", 15)
-        measured = pooled(completed, "test", shots, ways, queries, None, files) if completed else None
+        measured = pooled(completed, "test", shots, ways, queries, None, files) if completed and shots else None
         complete = len(runs) >= seeds and len(completed) == len(runs)
         published = cell.accuracy if cell else None
         rows.append({
@@ -107,6 +110,8 @@ def scale_line(report: dict) -> str:
     text = f"Scale: {report['scale']}; sweep {report['sweep']}"
     if swaps:
         text += f"; trained and tested on other data ({', '.join(swaps)})"
+    if report.get("changed"):
+        text += f"; with {', '.join(f'{k}={v}' for k, v in report['changed'].items())} from the command line"
     if not report["comparable"]:
         text += ". These numbers are not comparable to the paper's (verdict: not comparable)"
     return text + "."
@@ -121,7 +126,8 @@ def _cells(row: dict, pm: str) -> list[str]:
         measured += f" ({row['completed']}/{max(row['expected'], row['runs'])} runs)"
     difference = "-" if row["difference"] is None else f"{row['difference']:+.2f}"
     at = ", ".join(f"{k}={v}" for k, v in row["at"].items()) or "-"
-    return [row["label"], row["dataset"], at, f"{row['ways']}-way {row['shots']}-shot", published, measured,
+    episodes = f"{row['ways']}-way {row['shots']}-shot" if row["shots"] else "-"
+    return [row["label"], row["dataset"], at, episodes, published, measured,
             difference, row["verdict"]]
 
 
