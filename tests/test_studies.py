@@ -349,6 +349,15 @@ def test_a_bad_setting_names_the_study_and_sweep_and_queues_nothing(registry, tm
     assert not (tmp_path / "runs").exists()
 
 
+def test_one_data_root_for_a_study_on_several_datasets_is_refused(registry):
+    study = find_study(registry, "nca-table3")
+    with pytest.raises(UsageError, match="--data-root names one folder, but study nca-table3 trains on cifar-fs, "
+                                         "miniimagenet: give each dataset its folder in \\[data_roots\\]"):
+        plan_runs(study, "paper", data_root="/data/mini")
+    layers = plan_runs(study, "paper", dataset="miniimagenet", data_root="/data/mini")[0].layers
+    assert layers[0] == {"dataset": {"name": "miniimagenet", "root": "/data/mini"}}
+
+
 def test_quick_dataset_keys_apply_only_on_the_quick_dataset():
     data = tiny(quick={"seeds": 1, "set": {"dataset.classes": 60, "train.epochs": 1}})
     study = parse_study(data, "tiny.toml")

@@ -15,8 +15,6 @@ import typer
 from rich.table import Table
 
 from fslab.cli.common import (
-    DataRootOpt,
-    DatasetOpt,
     ExecutorOpt,
     JsonFlag,
     SetOpt,
@@ -33,7 +31,14 @@ study_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                         help="Reproduce a paper's table or figure: list, show, run and report studies.")
 app.add_typer(study_app, name="study")
 
-StudyRef = Annotated[str, typer.Argument(help="Study name (see fslab study list), or the path of a study .toml file.")]
+StudyRef = Annotated[str, typer.Argument(
+    metavar="STUDY", help="Study name (see fslab study list), or the path of a study .toml file.")]
+StudyDatasetOpt = Annotated[str | None, typer.Option(
+    "--dataset", help="Train and test every sweep on this dataset instead of the study's own "
+                      "(the report then marks the numbers not comparable).")]
+StudyDataRootOpt = Annotated[str | None, typer.Option(
+    "--data-root", help="The folder of the study's one dataset; a study on several datasets takes each "
+                        "one's root from \\[data_roots] in fslab.toml.")]
 ScaleOpt = Annotated[str, typer.Option(
     help="paper (the paper's seeds, datasets and budgets) or quick (the study's small CPU override: "
          "1 seed, 1 epoch, a narrow network on the synthetic dataset; minutes, for trying the path).")]
@@ -113,8 +118,8 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False) ->
 def run(
     ref: StudyRef,
     scale: ScaleOpt = "paper",
-    dataset: DatasetOpt = None,
-    data_root: DataRootOpt = None,
+    dataset: StudyDatasetOpt = None,
+    data_root: StudyDataRootOpt = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = "local",
     slurm: SlurmOpt = None,

@@ -347,6 +347,10 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
     keys apply only to runs on the quick scale's own dataset."""
     if scale not in SCALES:
         raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    used = sorted({run_dataset(study, scale, d, dataset) for s in study.sweeps for d in s.datasets})
+    if data_root and len(used) > 1:
+        raise UsageError(f"--data-root names one folder, but study {study.name} trains on {', '.join(used)}: "
+                         f"give each dataset its folder in [data_roots] of fslab.toml")
     planned = []
     for sweep in study.sweeps:
         seeds = study.seeds(scale)[sweep.name]
