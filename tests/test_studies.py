@@ -30,6 +30,7 @@ from fslab.reports.studies import (
     NOT_REPRODUCED,
     PENDING,
     REPRODUCED,
+    figure_data,
     render,
     study_report,
     verdict,
@@ -272,7 +273,7 @@ def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
     points = [(r["at"], r["shots"], r["verdict"]) for r in report["rows"] if r["sweep"] == "pn"]
     assert points == [({"train.lr": 0.1}, 1, NOT_PUBLISHED), ({"train.lr": 0.1}, 5, NOT_PUBLISHED),
                       ({"train.lr": 0.05}, 1, NOT_PUBLISHED), ({"train.lr": 0.05}, 5, NOT_PUBLISHED)]
-    written = write_report(report, study, "md", tmp_path / "out")
+    written = write_report(report, study, "md", tmp_path / "out", config.runs_dir)
     assert [p.name for p in written] == ["tiny.md", "tiny-synthetic.png"]
     assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -297,6 +298,27 @@ def test_a_figure_never_run_lists_its_points_as_pending(registry, tmp_path):
     assert [(r["sweep"], r["at"], r["shots"], r["verdict"]) for r in report["rows"]] == [
         ("nca", {}, None, PENDING), ("pn", {"train.lr": 0.1}, None, PENDING), ("pn", {"train.lr": 0.05}, None, PENDING)]
     assert "| ProtoNet | synthetic | train.lr=0.05 | - | - | - | - | pending |" in render(report, "md")
+
+
+def test_a_pair_fraction_figure_places_protonets_by_the_pairs_they_used(registry, tmp_path):
+    """Fig. 3: NCA by its configured loss.pair_fraction, ProtoNets by the measured fraction."""
+    data = tiny(figure="Fig. 3", plot={"x": "loss.pair_fraction"}, published=[])
+    del data["table"]
+    data["sweep"][0]["grid"] = {"loss.pair_fraction": [0.5, 1.0]}
+    data["sweep"][1].pop("grid")
+    study = parse_study(data, "fig3.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    for run in (Run(config.runs_dir / i) for i in outcome.created):
+        finish(run, {5: [0.5] * 4})
+        # 20 ways × (5 + 15) images = 400 rows, 79,800 pairs: 7,980 used is a tenth
+        with open(run.metrics_path, "a") as log:
+            log.write(json.dumps({"event": "train", "step": 1, "epoch": 1, "loss": 1.0, "positives": 1500,
+                                  "negatives": 6480}) + "\n")
+    report = study_report(study, config.runs_dir)
+    figure = figure_data(report, study, config.runs_dir)["synthetic"]
+    lines = {line["label"]: [p["x"] for p in line["points"]] for line in figure["panels"][-1]["series"]}
+    assert lines == {"NCA": [0.5, 1.0], "ProtoNet": [pytest.approx(0.1)]}
 
 
 # -- running: reuse --------------------------------------------------------------

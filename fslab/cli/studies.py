@@ -172,9 +172,10 @@ def report(
     if scale is not None and scale not in SCALES:
         raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
     study = _load(ref)
-    result = study_report(study, settings().runs_dir, scale)
+    runs_dir = settings().runs_dir
+    result = study_report(study, runs_dir, scale)
     if out is None:
         print(render(result, fmt), end="")
         return
-    for path in write_report(result, study, fmt, out):
+    for path in write_report(result, study, fmt, out, runs_dir):
         console.print(f"wrote {shown(str(path))}", highlight=False)

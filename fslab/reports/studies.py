@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import statistics
 from pathlib import Path
 
 from fslab.core.errors import UsageError
@@ -20,6 +21,7 @@ from fslab.core.runstore import Run
 from fslab.core.studies import Study
 from fslab.core.sweeps import sweep_records
 from fslab.reports.compare import RunFiles, pooled
+from fslab.reports.plot import measured_pair_fraction
 
 FORMATS = ("md", "latex", "csv", "json")
 REPRODUCED, NOT_REPRODUCED, PENDING = "reproduced", "not reproduced", "pending"
@@ -93,6 +95,7 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
             "label": sweep.label, "sweep": sweep.name, "dataset": place["dataset"], "at": place["at"],
             "ways": ways, "shots": shots, "published": published, "published_ci95": cell.ci95 if cell else None,
             "measured": measured, "runs": len(runs), "completed": len(completed), "expected": seeds,
+            "run_ids": [r.id for r in runs],
             "difference": (100 * measured["accuracy"] - published) if measured and published is not None else None,
             "verdict": verdict(published, cell.ci95 if cell else None, measured, complete, comparable),
         })
@@ -183,29 +186,43 @@ def _latex(text: str) -> str:
     return text.replace("_", "\\_").replace("%", "\\%").replace("->", "$\\to$").replace("±", "$\\pm$")
 
 
-def figure_data(report: dict, study: Study) -> dict[str, dict]:
+def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
     """For a figure study with ``plot.x``: one figure per dataset (panels by
-    shots, a line per sweep) in the shape :func:`fslab.reports.plot.draw` takes."""
+    shots, a line per sweep) in the shape :func:`fslab.reports.plot.draw` takes.
+    A sweep without that grid key is placed on a ``loss.pair_fraction`` axis by
+    the fraction of pairs its runs' losses used (Fig. 3's ProtoNet points)."""
     if study.plot_x is None:
         return {}
     figures = {}
     for dataset in dict.fromkeys(row["dataset"] for row in report["rows"]):
-        rows = [r for r in report["rows"] if r["dataset"] == dataset and study.plot_x in r["at"] and r["measured"]]
+        placed = [(r, _x_of(r, study.plot_x, runs_dir)) for r in report["rows"]
+                  if r["dataset"] == dataset and r["measured"]]
+        placed = [(r, x) for r, x in placed if x is not None]
         panels = []
-        for shots in sorted({r["shots"] for r in rows}):
-            series = {}
-            for r in rows:
+        for shots in sorted({r["shots"] for r, _ in placed}):
+            series: dict[str, list] = {}
+            for r, x in placed:
                 if r["shots"] == shots:
-                    series.setdefault(r["label"], []).append({"x": r["at"][study.plot_x], **r["measured"]})
+                    series.setdefault(r["label"], []).append({"x": x, **r["measured"]})
             panels.append({"shots": shots, "series": [{"label": k, "points": sorted(v, key=lambda p: p["x"])}
                                                       for k, v in series.items()]})
         if panels:
-            ways = rows[0]["ways"]
-            figures[dataset] = {"x": study.plot_x, "split": "test", "ways": ways, "queries": None, "panels": panels}
+            figures[dataset] = {"x": study.plot_x, "split": "test", "ways": placed[0][0]["ways"], "queries": None,
+                                "panels": panels}
     return figures
 
 
-def write_report(report: dict, study: Study, fmt: str, out: Path) -> list[Path]:
+def _x_of(row: dict, key: str, runs_dir: Path):
+    if key in row["at"]:
+        return row["at"][key]
+    if key == "loss.pair_fraction":
+        fractions = [f for run_id in row["run_ids"] if (f := measured_pair_fraction(Run(Path(runs_dir) / run_id)))
+                     is not None]
+        return statistics.fmean(fractions) if fractions else None
+    return None
+
+
+def write_report(report: dict, study: Study, fmt: str, out: Path, runs_dir: Path) -> list[Path]:
     """The report file and, for a figure study, one PNG per dataset, in ``out``."""
     from fslab.reports.plot import draw
 
@@ -213,7 +230,7 @@ def write_report(report: dict, study: Study, fmt: str, out: Path) -> list[Path]:
     suffix = {"md": "md", "latex": "tex", "csv": "csv", "json": "json"}[fmt]
     written = [out / f"{study.name}.{suffix}"]
     written[0].write_text(render(report, fmt), encoding="utf-8")
-    for dataset, data in figure_data(report, study).items():
+    for dataset, data in figure_data(report, study, runs_dir).items():
         path = out / f"{study.name}-{dataset}.png"
         draw(data, path, title=f"{study.what} ({dataset}, scale {report['scale']})")
         written.append(path)
