@@ -23,7 +23,7 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.settings import Settings
 from fslab.core.studies import find_study, parse_study, plan_runs
-from fslab.execution.studies import queue_study, resolve_study
+from fslab.execution.studies import gpu_hours, queue_study, resolve_study
 from fslab.reports.studies import (
     NOT_COMPARABLE,
     NOT_PUBLISHED,
@@ -321,6 +321,28 @@ def test_a_pair_fraction_figure_places_protonets_by_the_pairs_they_used(registry
     assert lines == {"NCA": [0.5, 1.0], "ProtoNet": [pytest.approx(0.1)]}
 
 
+def test_gpu_hours_come_only_from_completed_gpu_runs_with_the_same_settings(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    for run, device in zip(nca, ("cuda:0", "cpu")):
+        finish(run, {1: [0.5], 5: [0.5]})
+        run.write_status(started=1000.0, ended=1000.0 + 1800.0)  # 1 epoch in 30 minutes
+        with open(run.metrics_path, "a") as log:
+            log.write(json.dumps({"event": "start", "device": device, "epochs": 1}) + "\n")
+    twice = parse_study(tiny(sweep=[{**TINY["sweep"][0], "set": {**TINY["sweep"][0]["set"], "train.epochs": 4}}],
+                             published=[]), "tiny.toml")
+    estimate = gpu_hours(resolve_study(twice, "paper", settings=config, registry=registry), config.runs_dir)
+    # both seeds match the GPU run (seed and epochs aside): 2 runs × 4 epochs × 0.5 h; the CPU run is no measure
+    assert estimate == {"hours": pytest.approx(4.0), "estimated_runs": 2, "runs": 2, "measured_runs": [nca[0].id]}
+    estimate = gpu_hours(resolve_study(study, "paper", settings=config, registry=registry), config.runs_dir)
+    assert estimate["estimated_runs"] == 2 and estimate["runs"] == 6  # the ProtoNet runs have no measure
+    nca[0].write_status(resumed=2000.0)
+    again = gpu_hours(resolve_study(study, "paper", settings=config, registry=registry), config.runs_dir)
+    assert again["hours"] is None  # a resumed run's wall time is no measure
+
+
 # -- running: reuse --------------------------------------------------------------
 
 
@@ -397,7 +419,7 @@ def test_study_commands_from_the_cli(project):
     assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == BUILT_IN
     shown = fslab("study", "show", "nca-table3", "--json", cwd=project)
     info = json.loads(shown.stdout)
-    assert info["runs"] == 50 and info["gpu_hours"] is None and "not estimated" in info["gpu_hours_note"]
+    assert info["runs"] == 50 and info["gpu_hours"]["hours"] is None and "not estimated" in info["gpu_hours_note"]
     report = fslab("study", "report", "map-table2", "--format", "json", cwd=project)
     assert {r["verdict"] for r in json.loads(report.stdout)["rows"]} == {PENDING}
     for argv, expected in [(["study", "show", "nca-tabel3"], "Unknown study 'nca-tabel3'. Did you mean 'nca-table3'?"),

@@ -43,8 +43,17 @@ ScaleOpt = Annotated[str, typer.Option(
     help="paper (the paper's seeds, datasets and budgets) or quick (the study's small CPU override: "
          "1 seed, 1 epoch, a narrow network on the synthetic dataset; minutes, for trying the path).")]
 
-GPU_HOURS = ("GPU-hours: not estimated. fslab has no measured training speed of these recipes on a GPU "
-             "(none was measured yet), and it does not guess one.")
+GPU_HOURS = ("GPU-hours: not estimated. No completed GPU run in this store has the settings of these runs "
+             "(seed and epochs aside), and fslab has no measured speed of the recipes to guess from.")
+
+
+def gpu_hours_note(estimate: dict) -> str:
+    if estimate["hours"] is None:
+        return GPU_HOURS
+    return (f"GPU-hours: about {estimate['hours']:.1f} for {estimate['estimated_runs']} of the {estimate['runs']} "
+            f"runs, from the wall time per epoch of {len(estimate['measured_runs'])} completed GPU runs in this "
+            f"store with the same settings (seed and epochs aside); the other "
+            f"{estimate['runs'] - estimate['estimated_runs']} runs have no such run to measure them by.")
 
 
 def _load(ref: str):
@@ -79,14 +88,18 @@ def list_(as_json: JsonFlag = False) -> None:
 
 @study_app.command()
 def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False) -> None:
-    """What a study runs: each sweep's method, datasets, grid, settings and seeds, and the run count."""
-    from fslab.core.studies import SCALES, run_dataset
+    """What a study runs: each sweep's method, datasets, grid, settings and seeds, and the run count.
+
+    GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
+    epochs aside); without any, the estimate is left out, never guessed.
+    """
+    from fslab.core.studies import run_dataset
+    from fslab.execution.studies import gpu_hours, resolve_study
 
     study = _load(ref)
-    if scale not in SCALES:
-        from fslab.core.errors import UsageError
-
-        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    project = settings()
+    estimate = gpu_hours(resolve_study(study, scale, settings=project, registry=registry(project)),
+                         project.runs_dir)
     seeds = study.seeds(scale)
     sweeps = [{"name": s.name, "label": s.label, "method": s.method, "seeds": seeds[s.name],
                "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets}, "grid": s.grid,
@@ -94,7 +107,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False) ->
                "runs": len(s.datasets) * len(s.points()) * seeds[s.name]} for s in study.sweeps]
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
             "description": study.description, "scale": scale, "runs": study.run_count(scale), "sweeps": sweeps,
-            "published": len(study.published), "gpu_hours": None, "gpu_hours_note": GPU_HOURS}
+            "published": len(study.published), "gpu_hours": estimate, "gpu_hours_note": gpu_hours_note(estimate)}
     if as_json:
         print(json.dumps(info, indent=2))
         return
@@ -111,7 +124,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False) ->
         table.add_row(shown(s["name"]), shown(s["method"]), shown(datasets), shown(grid), shown(fixed),
                       str(s["seeds"]), str(s["runs"]))
     console.print(table)
-    console.print(f"{info['published']} published cells. {GPU_HOURS}", highlight=False)
+    console.print(f"{info['published']} published cells. {info['gpu_hours_note']}", highlight=False)
 
 
 @study_app.command()

@@ -32,6 +32,7 @@ from typing import Any
 from fslab.core.config import nest
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.settings import read_toml
+from fslab.core.text import printable
 
 SCALES = ("paper", "quick")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -133,7 +134,7 @@ class _Checker:
         self.source = source
 
     def fail(self, key: str, what: str) -> None:
-        raise ConfigError(f"{self.source}: {key}: {what}")
+        raise ConfigError(printable(f"{self.source}: {key}: {what}"))  # a key may hold a newline
 
     def keys(self, table: Any, allowed: tuple, where: str) -> dict:
         if not isinstance(table, dict):

@@ -73,8 +73,8 @@ def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]]) -> None:
             break
 
 
-def existing_runs(runs_dir) -> dict[str, list[Run]]:
-    """The store's runs by :func:`settings_key` of their configuration."""
+def existing_runs(runs_dir, key=settings_key) -> dict[str, list[Run]]:
+    """The store's runs by ``key`` of their configuration (:func:`settings_key`)."""
     found: dict[str, list[Run]] = {}
     for run in list_runs(runs_dir):
         try:
@@ -82,7 +82,7 @@ def existing_runs(runs_dir) -> dict[str, list[Run]]:
         except ConfigError:
             continue  # from a newer fslab, or damaged: never reused
         if config:
-            found.setdefault(settings_key(config), []).append(run)
+            found.setdefault(key(config), []).append(run)
     return found
 
 
@@ -151,3 +151,43 @@ def _record(study: Study, scale: str, dataset: str | None, changed: dict, sweep_
                fail_fast=False, runs=list(places), study=study.name, scale=scale, datasets=datasets,
                changed=changed, places=places)
     return outcome
+
+
+def gpu_hours(resolved: list[tuple[PlannedRun, dict]], runs_dir) -> dict:
+    """An estimate of the GPU-hours of the study's runs, only from what was
+    measured here: completed runs in the store that trained on a GPU with the
+    same settings but for the seed and the number of epochs, never resumed. Each planned run
+    with such a match costs the matches' mean wall time per epoch × its epochs
+    × its GPUs; runs without one are counted, not guessed."""
+    per_epoch: dict[str, list[float]] = {}
+    sources = set()
+    for key, runs in existing_runs(runs_dir, timing_key).items():
+        for run in runs:
+            if (seconds := _gpu_seconds_per_epoch(run)) is not None:
+                per_epoch.setdefault(key, []).append(seconds)
+                sources.add(run.id)
+    hours, estimated = 0.0, 0
+    for _, config in resolved:
+        measured = per_epoch.get(timing_key(config))
+        if measured:
+            estimated += 1
+            hours += sum(measured) / len(measured) * config["train"]["epochs"] * config["train"]["processes"] / 3600
+    return {"hours": hours if estimated else None, "estimated_runs": estimated, "runs": len(resolved),
+            "measured_runs": sorted(sources)}
+
+
+def timing_key(config: dict) -> str:
+    """The settings that fix how long an epoch takes: all but the seed and the number of epochs."""
+    return settings_key({**config, "seed": None, "train": {**config["train"], "epochs": None}})
+
+
+def _gpu_seconds_per_epoch(run: Run) -> float | None:
+    status = run.status()
+    if status.get("state") != "completed" or not status.get("started") or not status.get("ended") \
+            or status.get("resumed"):  # a resumed run's span includes the time it lay stopped
+        return None
+    starts = run.events_of("start")
+    if not starts or not str(starts[-1].get("device", "")).startswith("cuda"):
+        return None
+    epochs = run.config()["train"]["epochs"]
+    return (status["ended"] - status["started"]) / epochs
