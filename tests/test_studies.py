@@ -23,6 +23,7 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.settings import Settings
 from fslab.core.studies import find_study, parse_study, plan_runs
+from fslab.execution.checks import check_run
 from fslab.execution.studies import gpu_hours, queue_study, resolve_study
 from fslab.reports.studies import (
     NOT_COMPARABLE,
@@ -90,8 +91,11 @@ def test_every_built_in_study_parses_and_all_its_runs_resolve(registry, tmp_path
     for planned, config in resolved:
         assert config["method"] == study.sweep(planned.sweep).method and config["seed"] == planned.seed
         assert config["dataset"]["name"] == (planned.dataset if scale == "paper" else "synthetic")
-    if scale == "quick":
+    if scale == "quick":  # and the synthetic data can give every batch and episode (no files to look for)
         assert all(c["train"]["epochs"] == 1 and c["eval"]["test_episodes"] <= 50 for _, c in resolved)
+        sizes: dict = {}
+        for _, config in resolved:
+            check_run({**config, "device": "cpu"}, registry, None, sizes_seen=sizes)
     for cell in study.published:  # every published cell has runs (check_cells ran inside resolve_study)
         assert any(p.place() == {"sweep": cell.sweep, "dataset": cell.dataset, "at": cell.at} for p, _ in resolved)
 

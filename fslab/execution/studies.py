@@ -116,8 +116,12 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
             done[key] = (None, "new")
     sizes_seen: dict = {}
     for planned, config, _ in new:  # as fslab run checks one: any bad run queues nothing
-        with naming_the_file(settings, planned.layers):
-            check_run(config, registry, slurm, sizes_seen=sizes_seen)
+        try:
+            with naming_the_file(settings, planned.layers):
+                check_run(config, registry, slurm, sizes_seen=sizes_seen)
+        except UsageError as exc:
+            exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
+            raise
     if new and slurm is None:
         check_fits(max(config["train"]["processes"] for _, config, _ in new), configured_slots(settings.scheduler))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}-{study.name}"
