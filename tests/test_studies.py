@@ -41,7 +41,7 @@ from fslab.reports.studies import (
 from .runs_helpers import fslab, wait_for
 
 BUILT_IN = ["lpn-table1", "map-table1", "map-table2", "nca-fig2", "nca-fig3", "nca-fig4", "nca-supcon",
-            "nca-table3", "sen-table2"]
+            "nca-table3", "nca-table4", "sen-table2"]
 
 # A small study on the synthetic dataset: two sweeps, one with a grid, and published cells.
 TINY = {
@@ -108,6 +108,8 @@ def test_published_numbers_are_the_papers(registry):
     assert table3[("simpleshot", "cifar-fs", 5)] == (84.50, 0.11)
     map2 = {(c.sweep, c.shots): (c.accuracy, c.ci95) for c in find_study(registry, "map-table2").published}
     assert map2[("map-ssvm", 1)] == (50.32, 0.80)
+    table4 = {(c.sweep, c.shots): (c.accuracy, c.ci95) for c in find_study(registry, "nca-table4").published}
+    assert table4[("nca", 5)] == (83.20, 0.18) and table4[("protonet-snell-1shot", 1)] == (65.45, 0.23)
     supcon = find_study(registry, "nca-supcon").published
     assert [(c.shots, c.accuracy, c.ci95) for c in supcon] == [(1, 51.05, None), (5, 63.36, None)]
 
