@@ -4,7 +4,8 @@
 
 - ``target``: the function or class that builds the component, or a lazy
   ``"module:attr"`` string imported only when the component is first created
-  (keeps ``fslab plugins`` from importing torch). Method recipes pass a dict.
+  (keeps ``fslab plugins`` from importing torch). Method recipes pass a dict,
+  studies the ``pathlib.Path`` of their TOML file.
 - keyword-only parameters of ``target`` (the ones after ``*``) are the plugin's
   parameters; those before ``*`` are filled in by fslab. A lazy target declares
   ``params={name: default}`` explicitly.
