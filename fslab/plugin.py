@@ -22,6 +22,10 @@ parameters (``--set loss.margin=0.5``); fslab fills in those before ``*``.
 What fslab calls, per kind, is written out by the protocols below; the
 ``info`` keywords ``register`` accepts are listed in :data:`INFO_KEYS`, and
 evaluator traits in :class:`EvaluatorTraits`.
+
+A package can also ship the study of its paper (``fslab study run NAME``): a
+TOML file naming the paper, the sweeps and the published numbers, registered
+by ``register_studies`` with :func:`register_study_files`.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.limits import at_least, between, listing, matching, one_of, positive
+from fslab.core.studies import study_entry
 from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, Split, SplitSizes
 
 # 1.1: register(..., check=f) and CheckContext; Dataset.split_sizes() and SplitSizes.
 # 1.2: register(..., allowed={param: rule}) with the rules at_least, positive, between, one_of,
-#      matching, listing; a backbone whose __init__ names image_size is told the images' (height, width).
+#      matching, listing; a backbone whose __init__ names image_size is told the images' (height, width);
+#      the register_studies hook (study TOML files) and register_study_files.
 API_VERSION = "1.2"
 
 __all__ = [
@@ -45,7 +51,7 @@ __all__ = [
     "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
     "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
     "UsageError", "ConfigError",
-    "rand_rows", "global_rows", "sum_rows",
+    "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing",
 ]
 
@@ -167,3 +173,20 @@ class SizedDataset(Dataset, Protocol):
     unusable (an empty class folder)."""
 
     def split_sizes(self) -> dict[str, list[int]]: ...
+
+
+def register_study_files(register: Register, folder: Any) -> None:
+    """``register_studies``: register every ``*.toml`` study file in ``folder``
+    (a :class:`pathlib.Path`) under the name the file gives. Each file is read
+    and checked here, so a broken one fails its plugin's loading, naming the
+    file and the key. The schema: README, "Reproducing the papers"::
+
+        @hookimpl
+        def register_studies(register):
+            register_study_files(register, Path(__file__).parent)
+
+    Ship the files as package data (``[tool.setuptools.package-data]``)."""
+    from pathlib import Path
+
+    for path in sorted(Path(folder).glob("*.toml")):
+        register(path, **study_entry(path))

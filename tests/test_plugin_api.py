@@ -23,7 +23,7 @@ def test_the_api_exports_what_it_declares():
             "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
             "SizedDataset", "at_least", "positive", "between", "one_of", "matching", "listing"} <= set(api.__all__)
     assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed"}
-    # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed= and the backbone's image_size
+    # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies
     assert api.API_VERSION == "1.2"
 
 

@@ -14,7 +14,7 @@ from fslab.cli.common import JsonFlag, app, console, registry, settings, shown
 @app.command()
 def plugins(
     kind: Annotated[str | None, typer.Option(
-        help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
+        help="Only this kind: loss, backbone, sampler, evaluator, dataset, method or study.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List every registered plugin component, grouped by kind, with its origin; each parameter with

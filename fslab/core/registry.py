@@ -31,7 +31,7 @@ from fslab.core.errors import PluginError, UsageError, did_you_mean, unknown
 from fslab.core.limits import check_rule, rule_of
 
 ENTRY_POINT_GROUP = "fslab"
-KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method")
+KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "study")
 HOOKS = {
     "loss": "register_losses",
     "backbone": "register_backbones",
@@ -39,6 +39,7 @@ HOOKS = {
     "evaluator": "register_evaluators",
     "dataset": "register_datasets",
     "method": "register_methods",
+    "study": "register_studies",
 }
 # Losses and evaluators are called once per batch/episode block: a function
 # target is bound to its parameters; every other target is built with them.
@@ -55,7 +56,8 @@ FILLED_IN = {
 
 @dataclass(frozen=True)
 class Component:
-    """One registered loss, backbone, sampler, evaluator, dataset or method."""
+    """One registered loss, backbone, sampler, evaluator, dataset, method or study
+    (whose target is the path of its TOML file)."""
 
     kind: str
     name: str
@@ -93,6 +95,7 @@ class Component:
             "version": self.version,
             "origin": self.origin,
             **({"recipe": self.target} if self.kind == "method" else {}),
+            **({"file": str(self.target)} if self.kind == "study" else {}),
             **{k: v for k, v in self.info.items() if _jsonable(v) and k != "allowed"},
             **({"allowed": self.allowed_text()} if self.info.get("allowed") else {}),
         }
@@ -283,13 +286,16 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
 
 def _register_callback(registry: Registry, kind: str, plugin: str, version, origin) -> Callable:
     def register(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
+        if kind == "study" and not isinstance(target, os.PathLike):
+            raise TypeError(f"study '{name}' from plugin '{plugin}': the target must be the pathlib.Path of its "
+                            f"TOML file, got {target!r:.100}")
         if params is None:
             if isinstance(target, str):
                 raise TypeError(
                     f"{kind} '{name}' from plugin '{plugin}' is a lazy reference "
                     f"'{target}': declare its params={{...}} in register()"
                 )
-            params = {} if kind == "method" else keyword_params(target, kind)
+            params = {} if kind in ("method", "study") else keyword_params(target, kind)
         if "check" in info and not callable(info["check"]):
             raise TypeError(f"{kind} '{name}' from plugin '{plugin}': check= must be a function "
                             f"check(params, context), got {info['check']!r}")
