@@ -68,7 +68,7 @@ def test_every_parameter_gets_a_gradient(registry, torch_seed, name):
 def test_lazy_registration_declares_the_real_parameters(registry, name):
     component = registry.get("backbone", name)
     assert isinstance(component.target, str)
-    assert component.params == keyword_params(component.resolve())
+    assert component.params == keyword_params(component.resolve(), "backbone")  # image_size is fslab's to fill in
 
 
 # -- multi-stage features ------------------------------------------------------
@@ -340,3 +340,55 @@ def test_a_backbone_without_that_many_stages_fails_at_start(project):
     result = fslab("run", "nca", *TINY_RUN, "--epochs", "1", "--set", "eval.feature_stages=5", cwd=project)
     assert result.returncode != 0
     assert "eval.feature_stages must be between 1 and 4" in result.stdout + result.stderr
+
+
+# -- Conv-4 as the papers build it (head=flatten) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("size, cells", [(84, 25), (28, 1), (32, 4), (16, 1)])
+def test_conv4_flatten_head_flattens_the_floor_pooled_map(registry, torch_seed, size, cells):
+    """Snell et al.'s Conv-4: 84×84 -> a 5×5 map of 64 channels = 1,600 values; 28×28 -> 1×1 (64)."""
+    model = registry.create("backbone", "conv4", in_channels=3, head="flatten", image_size=(size, size))
+    assert model.out_dim == 64 * cells and model.stage_dims == [64, 64, 64, 64 * cells]
+    x = torch.randn(2, 3, size, size)
+    assert model(x).shape == (2, 64 * cells)
+    assert model.features(x, 1).shape == (2, 64 * cells)
+    assert model.features(x, 2).shape == (2, 64 + 64 * cells)  # earlier stages averaged, the last flattened
+
+
+def test_conv4_flatten_at_28_keeps_the_top_left_two_by_two_of_a_three_by_three_map(registry, torch_seed):
+    model = registry.create("backbone", "conv4", in_channels=1, hidden=8, head="flatten", image_size=(28, 28)).eval()
+    x = torch.randn(3, 1, 28, 28)
+    third = model.blocks[:12](x)  # three blocks: 28 -> 14 -> 7 -> 3
+    assert third.shape[-2:] == (3, 3)
+    before_pool = model.blocks[12:15](third)  # the fourth block's convolution, batch norm and ReLU
+    expected = before_pool[..., :2, :2].amax(dim=(2, 3))
+    assert torch.equal(model(x), expected)
+
+
+def test_conv4_average_head_is_unchanged_and_loads_the_same_weights(registry, torch_seed):
+    average = registry.create("backbone", "conv4", in_channels=3, hidden=8)
+    flatten = registry.create("backbone", "conv4", in_channels=3, hidden=8, head="flatten", image_size=(84, 84))
+    assert average.out_dim == 8 and average.blocks[3].ceil_mode and not flatten.blocks[3].ceil_mode
+    assert list(average.state_dict()) == list(flatten.state_dict())  # the same parameters, another head
+    flatten.load_state_dict(average.state_dict())
+
+
+def test_conv4_flatten_needs_an_image_size_it_can_pool(registry):
+    with pytest.raises(UsageError, match="head=flatten needs the image size"):
+        registry.create("backbone", "conv4", in_channels=3, head="flatten")
+    with pytest.raises(UsageError, match="at least 16×16"):
+        registry.create("backbone", "conv4", in_channels=3, head="flatten", image_size=(12, 12))
+
+
+@pytest.mark.slow
+def test_a_run_with_the_flatten_head_trains_and_evaluates(project):
+    """fslab tells the backbone the images' size in training and in fslab eval (32×32: a 2×2 map)."""
+    result = fslab("run", "nca", *TINY_RUN, "--set", "dataset.image_size=32", "--set", "backbone.head=flatten",
+                   "--epochs", "1", "--device", "cpu", cwd=project)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run,) = (project / "runs").glob("2*")
+    start = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "start" and start["out_dim"] == 8 * 4  # hidden 8 × a 2×2 map
+    evaluated = fslab("eval", run.name, "--episodes", "20", "--json", cwd=project)
+    assert evaluated.returncode == 0, evaluated.stderr

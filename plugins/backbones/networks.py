@@ -63,16 +63,27 @@ class Conv4(StagedBackbone):
     """Snell et al. (2017)'s four-block embedding: each block is a 3×3
     convolution, batch norm, ReLU and 2×2 max-pool.
 
-    Snell et al. flatten the last feature map (1,600 values on 84×84 images);
-    we average it over space instead, so the feature size is ``hidden`` for any
-    input size and a 16×16 glyph works as well as an 84×84 photo. Max-pooling
-    rounds up (``ceil_mode``) so images smaller than 16×16 do not shrink to
-    nothing. Each block is a stage, so ``stage_dims`` is ``[hidden] * 4``.
+    Two heads on the last feature map:
+
+    - ``head="average"`` (fslab's default) averages it over space, so the
+      feature size is ``hidden`` for any input size and a 16×16 glyph works as
+      well as an 84×84 photo; max-pooling rounds up (``ceil_mode``) so images
+      smaller than 16×16 do not shrink to nothing;
+    - ``head="flatten"`` is the papers' Conv-4 (Snell et al.; the mAP, SEN and
+      L-PN papers train it): pooling rounds down and the last map is
+      flattened: 1,600 values on 84×84 images (a 5×5 map), 64 on 28×28 (the
+      last pool keeps the top-left 2×2 of a 3×3 map). Its size depends on the
+      images, which fslab tells the backbone (``image_size``, (height, width)).
+
+    Each block is a stage; ``stage_dims`` is ``[hidden] * 4``, the last one
+    the flattened size with ``head="flatten"`` (earlier stages are averaged).
     """
 
-    def __init__(self, in_channels: int, *, hidden: int = 64):
+    def __init__(self, in_channels: int, *, hidden: int = 64, head: str = "average",
+                 image_size: tuple[int, int] | None = None):
         super().__init__()
-        check_conv4({"hidden": hidden})
+        check_conv4({"hidden": hidden, "head": head})
+        self.flatten = head == "flatten"
         blocks = []
         channels = in_channels
         for _ in range(4):
@@ -80,15 +91,24 @@ class Conv4(StagedBackbone):
                 nn.Conv2d(channels, hidden, kernel_size=3, padding=1, bias=False),
                 nn.BatchNorm2d(hidden),
                 nn.ReLU(inplace=True),
-                nn.MaxPool2d(2, ceil_mode=True),
+                nn.MaxPool2d(2, ceil_mode=not self.flatten),
             ]
             channels = hidden
         self.blocks = nn.Sequential(*blocks)  # flat, as checkpoints name it; a stage is 4 layers
-        self.out_dim = hidden
-        self.stage_dims = [hidden] * 4
+        self.out_dim = hidden * flattened_cells(image_size) if self.flatten else hidden
+        self.stage_dims = [hidden] * 3 + [self.out_dim]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.blocks(x).mean(dim=(2, 3))
+        last = self.blocks(x)
+        return last.flatten(1) if self.flatten else last.mean(dim=(2, 3))
+
+    def features(self, x: torch.Tensor, stages: int = 1) -> torch.Tensor:
+        if not self.flatten:
+            return super().features(x, stages)
+        if not 1 <= stages <= 4:
+            raise UsageError(f"Conv4 has 4 stages; feature stages must be between 1 and 4, got {stages}")
+        maps = self.stage_maps(x)[-stages:]
+        return torch.cat([m.mean(dim=(2, 3)) for m in maps[:-1]] + [maps[-1].flatten(1)], dim=1)
 
     def stage_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         maps = []
@@ -96,6 +116,18 @@ class Conv4(StagedBackbone):
             x = self.blocks[first : first + 4](x)
             maps.append(x)
         return maps
+
+
+def flattened_cells(image_size: tuple[int, int] | None) -> int:
+    """Cells of the last map after four 2×2 poolings that round down."""
+    if image_size is None:
+        raise UsageError("conv4: head=flatten needs the image size, which fslab gives when it builds the backbone "
+                         "(pass image_size=(height, width) when building it yourself)")
+    height, width = (int(side) // 16 for side in image_size)
+    if height < 1 or width < 1:
+        raise UsageError(f"conv4: head=flatten needs images of at least 16×16 (four 2×2 poolings), got "
+                         f"{image_size[0]}×{image_size[1]}; use backbone.head=average")
+    return height * width
 
 
 class DropBlock(nn.Module):

@@ -22,6 +22,12 @@ def check_stages(name: str, stages: int, context) -> None:
 def check_conv4(params: dict, context=None) -> None:
     if params["hidden"] < 1:
         raise UsageError(f"conv4: backbone.hidden must be a positive number of filters, got {params['hidden']}")
+    if params.get("head", "average") not in ("average", "flatten"):
+        raise UsageError(f"conv4: backbone.head must be average or flatten, got {params['head']!r}")
+    size = None if context is None else context.config["dataset"].get("image_size")
+    if params.get("head") == "flatten" and isinstance(size, int) and size < 16:
+        raise UsageError(f"conv4: backbone.head=flatten needs images of at least 16×16 (four 2×2 poolings), "
+                         f"got dataset.image_size={size}; use backbone.head=average")
     check_stages("conv4", 4, context)
 
 

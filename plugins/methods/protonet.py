@@ -226,10 +226,11 @@ def register_backbones(register):
     register(
         "fslab_plugins.backbones.networks:Conv4",
         name="conv4",
-        description="Four blocks of 3×3 conv (64), batch norm, ReLU, 2×2 max-pool; global average pool.",
+        description="Four blocks of 3×3 conv (64), batch norm, ReLU, 2×2 max-pool; the last map averaged "
+                    "(head=average) or flattened as Snell et al. do (head=flatten: 1,600 values at 84×84).",
         paper=PAPER,
-        params={"hidden": 64},
-        allowed={"hidden": at_least(1)},
+        params={"hidden": 64, "head": "average"},
+        allowed={"hidden": at_least(1), "head": one_of("average", "flatten")},
         check=check_conv4,
     )
 
