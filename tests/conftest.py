@@ -15,6 +15,24 @@ def _builtin_plugin_names() -> str:
 BUILTIN_PLUGINS = _builtin_plugin_names()
 
 
+def builtin_registry():
+    """fslab's own entry points, loaded strictly, outside any fixture (for parametrising at collection time)."""
+    import os
+
+    from fslab.core.registry import load_registry
+
+    saved = {k: os.environ.get(k) for k in ("FSLAB_PLUGINS", "FSLAB_STRICT_PLUGINS")}
+    os.environ["FSLAB_PLUGINS"], os.environ["FSLAB_STRICT_PLUGINS"] = BUILTIN_PLUGINS, "1"
+    try:
+        return load_registry()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @pytest.fixture
 def builtin_plugins(monkeypatch):
     """Load only the built-in entry points, so whatever else is installed in

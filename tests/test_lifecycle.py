@@ -33,7 +33,7 @@ def test_completed_run_leaves_every_file(project):
     assert st["pid"] != os.getpid()
 
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["backbone"] == {"name": "conv4", "hidden": 8} and config["train"]["epochs"] == 2
+    assert config["backbone"] == {"name": "conv4", "hidden": 8, "head": "average"} and config["train"]["epochs"] == 2
 
     train = events(run_dir, "train")
     start = events(run_dir, "start")[0]

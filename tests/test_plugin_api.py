@@ -178,7 +178,7 @@ def test_a_backbone_that_names_image_size_is_told_the_images_size(builtin_plugin
     config = resolve("nca", registry=registry, settings=Settings(), overrides=[{"backbone": {"name": "flat"}}])
     assert config["backbone"] == {"name": "flat", "scale": 1}
     assert build_backbone(registry, run_config(config), 3, "cpu", (12, 10)).out_dim == 3 * 12 * 10
-    assert registry.accepts("backbone", "flat", "image_size") and not registry.accepts("backbone", "conv4",
+    assert registry.accepts("backbone", "flat", "image_size") and not registry.accepts("backbone", "resnet12",
                                                                                          "image_size")
     # a backbone that does not name it is built as before
     conv = build_backbone(registry, run_config(resolve("nca", registry=registry, settings=Settings(), overrides=[

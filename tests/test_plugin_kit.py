@@ -110,8 +110,10 @@ def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
     python = venv / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    # a venv made from a venv sees the base interpreter only: add this one's packages (fslab's dependencies, pip)
-    (Path(site) / "parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # A venv made from a venv sees the base interpreter only: add this one's packages (fslab's dependencies,
+    # pip) as a site directory, so that its own .pth files (fslab's editable install among them) are read too.
+    parent = sysconfig.get_paths()["purelib"]
+    (Path(site) / "parent.pth").write_text(f"import site; site.addsitedir({parent!r})\n")
     env = {**os.environ, "FSLAB_STRICT_PLUGINS": "1"}
     env.pop("FSLAB_PLUGINS", None)
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e",

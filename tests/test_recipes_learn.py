@@ -17,7 +17,7 @@ from fslab.core.settings import Settings
 from fslab.training import evaluation
 from fslab.training.build import to_input
 
-from .test_contracts import builtin_registry
+from .conftest import builtin_registry
 
 pytestmark = pytest.mark.slow
 

@@ -139,7 +139,7 @@ def test_declared_params_of_lazy_targets_match_their_signatures(builtin_plugins)
         for name in registry.names(kind):
             component = registry.get(kind, name)
             if isinstance(component.target, str):
-                assert keyword_params(component.resolve()) == component.params, (kind, name)
+                assert keyword_params(component.resolve(), kind) == component.params, (kind, name)
 
 
 def test_context_is_passed_only_to_targets_that_name_it(builtin_plugins):
