@@ -38,8 +38,12 @@ from fslab.core.errors import UsageError
 
 @app.command()
 def run(
-    method: Annotated[str, typer.Argument(
-        help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method).")],
+    method: Annotated[str | None, typer.Argument(
+        metavar="[METHOD]", help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method); "
+                                 "not with --like.")] = None,
+    like: Annotated[str | None, typer.Option(
+        "--like", metavar="RUN", help="Start a new run with RUN's saved configuration, every key of it; the other "
+                                      "options given go on top (e.g. --like RUN --seed 1).")] = None,
     backbone: BackboneOpt = None,
     dataset: DatasetOpt = None,
     data_root: DataRootOpt = None,
@@ -66,6 +70,7 @@ def run(
     project = settings()
     options = executors.job_options(project, executor, slurm)
     layers = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus)
+    method, layers = _method_and_layers(method, like, layers, project)
     started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options)
     if detach:
         console.print(started.run.id, highlight=False)
@@ -76,10 +81,26 @@ def run(
         _follow_to_end(started.run, started.process)
 
 
+def _method_and_layers(method: str | None, like: str | None, layers: list[dict], project) -> tuple[str, list[dict]]:
+    """METHOD and the options' layers, or with ``--like RUN`` that run's
+    method and saved configuration with the options on top (:func:`fslab.core.rerun.like`)."""
+    if like is None:
+        if method is None:
+            raise UsageError("fslab run needs a METHOD (e.g. fslab run nca) or --like RUN")
+        return method, layers
+    if method is not None:
+        raise UsageError(f"give either METHOD or --like RUN, not both (got {method!r} and --like {like!r})")
+    from fslab.core.rerun import like as like_run
+    from fslab.core.runstore import find_run
+
+    return like_run(find_run(project.runs_dir, like), layers)
+
+
 def _follow_to_end(run_, process) -> None:
     """Follow a started worker; print the test accuracies, or why it ended."""
     from fslab.cli.follow import follow
     from fslab.core.events import accuracy_text
+    from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
 
     console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
@@ -92,7 +113,7 @@ def _follow_to_end(run_, process) -> None:
         except UsageError:  # it ended on its own meanwhile
             state = run_.state()
         process.wait()
-        console.print(f"{run_.id}: {state}; last checkpoint kept in {run_.checkpoint_path}", highlight=False)
+        console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
         raise typer.Exit(130) from None
     process.wait()
     results = run_.results()
@@ -138,15 +159,19 @@ def resume(
 
 @app.command()
 def stop(ref: RunRef) -> None:
-    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint).
+    """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
     """
+    from fslab.core.rerun import after_stop
     from fslab.core.runstore import find_run
     from fslab.execution.executor import stop as stop_run
 
     run_ = find_run(settings().runs_dir, ref)
-    console.print(f"{run_.id}: {stop_run(run_)}", highlight=False)
+    state = stop_run(run_)
+    console.print(f"{run_.id}: {state}", highlight=False)
+    if state == "killed":  # a hint, on stderr: stdout stays the one line scripts read
+        err_console.print(shown(after_stop(run_)), highlight=False)
 
 
 @app.command(context_settings={"allow_interspersed_args": True})
