@@ -102,7 +102,7 @@ def test_runs_and_show_read_the_store(project):
             == (run.id, "completed", "nca", "conv4", 1))
     assert (row["epoch"], row["loss"], row["positives"], row["negatives"]) == (2, 1.25, 18, 48)
     assert row["best_val"] == {"accuracy": 0.61, "ci95": 0.02, "episodes": 100, "epoch": 2}
-    table = fslab("runs", cwd=project).stdout
+    table = fslab("runs", "--wide", cwd=project).stdout
     assert "61.00±2.00" in table and "18/48" in table
     detail = json.loads(fslab("show", run.id[-4:], "--json", cwd=project).stdout)
     assert detail["evaluations"][0]["accuracy"] == 0.61 and detail["config"]["seed"] == 1

@@ -118,7 +118,7 @@ def test_ctrl_c_before_the_first_checkpoint_claims_none(project):
     first = follower.stdout.readline()
     assert first.startswith("run "), first + follower.stderr.read()
     run = Run(project / "runs" / first.split()[1])
-    wait_for(lambda: run.status().get("pid"), what="the worker to be recorded")
+    wait_for(lambda: run.status().get("state") == "running", what="the worker to start")
     follower.send_signal(signal.SIGINT)
     out, err = follower.communicate(timeout=60)
     assert follower.returncode == 130, err

@@ -4,7 +4,6 @@ Heavy modules (torch) are never imported here."""
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
@@ -21,8 +20,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="fslab: few-shot learning runs from the command line. Start with [bold]fslab run nca[/bold].",
 )
-# Piped output is not cut to 80 columns: tables stay whole for grep and files.
-console = Console(width=None if sys.stdout.isatty() else 250)
+# Tables fit the terminal, or COLUMNS (else 80) when the output is not one; --wide
+# prints them whole (fslab.cli.tables). Lines of text are never wrapped.
+console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
@@ -43,7 +43,9 @@ GpusOpt = Annotated[int | None, typer.Option(
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against "
                   "what each key allows before a run is created.")]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON lines, one object per item, instead of a table.")]
+WideFlag = Annotated[bool, typer.Option(
+    "--wide", help="Print tables at their full width, whatever the terminal's (or COLUMNS) is.")]
 ExecutorOpt = Annotated[str, typer.Option(
     help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
 SlurmOpt = Annotated[list[str] | None, typer.Option(

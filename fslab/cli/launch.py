@@ -4,11 +4,11 @@ Each is a thin front to :mod:`fslab.execution.executor`, which the dashboard cal
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from fslab.cli.common import (
     BackboneOpt,
@@ -25,6 +25,7 @@ from fslab.cli.common import (
     SeedOpt,
     SetOpt,
     SlurmOpt,
+    WideFlag,
     app,
     console,
     err_console,
@@ -33,6 +34,7 @@ from fslab.cli.common import (
     settings,
     shown,
 )
+from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import UsageError
 
 
@@ -242,10 +244,18 @@ def sweep(
     console.print(f"{sweep_id}: {len(runs)} runs {where}; follow them with: {follow}", highlight=False)
 
 
+# The queue table gives way in this order when the width is short (fslab.cli.tables).
+QUEUE_COLUMNS = [Col("id", is_id=True), Col("state"), Col("sweep"), Col("slot"), Col("GPU"), Col("pid", "right")]
+QUEUE_STEPS = ["pid", SHORT_IDS, "GPU", "slot"]
+
+
 @app.command()
-def queue(as_json: JsonFlag = False) -> None:
-    """Runs waiting for a slot, and where each running run went."""
-    from fslab.core.runstore import Run
+def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
+    """Runs waiting for a slot (in the order they start), where each running run went, and the slots.
+
+    With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
+    "slot" (slot, gpu, busy)."""
+    from fslab.core.runstore import Run, short_ids
     from fslab.core.summary import list_summaries
     from fslab.execution.slots import configured_slots, slot_in_use
 
@@ -253,17 +263,18 @@ def queue(as_json: JsonFlag = False) -> None:
     rows = []
     for summary in reversed(list_summaries(project.runs_dir, limit=None, states=("queued", "running"))):
         status = Run(project.runs_dir / summary.id).status()
-        rows.append({"id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
+        rows.append({"type": "run", "id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
                      "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid")})
     folder = project.runs_dir / ".slots"
-    slots = [{"slot": s.name, "gpu": s.gpu, "busy": folder.is_dir() and slot_in_use(folder, s)}
+    slots = [{"type": "slot", "slot": s.name, "gpu": s.gpu, "busy": folder.is_dir() and slot_in_use(folder, s)}
              for s in configured_slots(project.scheduler)]
     if as_json:
-        print(json.dumps({"runs": rows, "slots": slots}))
+        sys.stdout.write("".join(json.dumps(item) + "\n" for item in [*rows, *slots]))
         return
-    table = Table("id", "state", "sweep", "slot", "GPU", "pid")
-    for r in rows:
-        table.add_row(shown(r["id"]), r["state"], shown(str(r["sweep"] or "-")), shown(str(r["slot"] or "-")),
-                      shown(str(r["gpus"] or "-")), str(r["pid"] or "-"))
-    console.print(table)
+    cells = [[r["id"], r["state"], *(str(r[k] or "-") for k in ("sweep", "slot", "gpus", "pid"))] for r in rows]
+    if cells:
+        print_table(console, lambda width: fit(QUEUE_COLUMNS, cells, width, QUEUE_STEPS,
+                                               lambda ids: short_ids(project.runs_dir, ids)), wide)
+    else:
+        console.print("no runs queued or running", highlight=False)
     console.print("slots: " + ", ".join(f"{s['slot']} {'busy' if s['busy'] else 'free'}" for s in slots))

@@ -6,9 +6,15 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from fslab.cli.common import JsonFlag, app, console, registry, settings, shown
+from fslab.cli.common import JsonFlag, WideFlag, app, console, registry, settings, shown
+from fslab.cli.tables import Col, fit, print_table
+
+# The plugins tables give way in this order when the width is short (fslab.cli.tables);
+# descriptions and parameters wrap rather than being cut.
+PLUGIN_COLUMNS = [Col("name", is_id=True), Col("description", wrap=True), Col("paper", wrap=True),
+                  Col("parameters", wrap=True), Col("plugin")]
+PLUGIN_STEPS = ["plugin", "paper"]
 
 
 @app.command()
@@ -16,6 +22,7 @@ def plugins(
     kind: Annotated[str | None, typer.Option(
         help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
     as_json: JsonFlag = False,
+    wide: WideFlag = False,
 ) -> None:
     """List every registered plugin component, grouped by kind, with its origin."""
     from fslab.core.registry import KINDS, check_kind
@@ -31,13 +38,10 @@ def plugins(
             print(json.dumps(c.describe(), default=str))
         return
     for k in kinds:
-        table = Table("name", "description", "paper", "parameters", "plugin", title=f"{k}", title_justify="left")
-        for c in components:
-            if c.kind == k:
-                params = ", ".join(f"{p}={v!r}" for p, v in c.params.items())
-                table.add_row(shown(c.name), shown(c.description), shown(c.paper), shown(params),
-                              shown(c.version or c.plugin))
-        console.print(table)
+        rows = [[c.name, c.description, c.paper, ", ".join(f"{p}={v!r}" for p, v in c.params.items()),
+                 c.version or c.plugin] for c in components if c.kind == k]
+        print_table(console, lambda width, rows=rows, k=k: fit(PLUGIN_COLUMNS, rows, width, PLUGIN_STEPS, title=k),
+                    wide)
     for failure in found.failures:
         console.print(f"[red]failed[/red] {shown(failure.plugin)}: {shown(failure.error)}")
 

@@ -8,9 +8,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from fslab.cli.common import JsonFlag, RunRef, app, console, err_console, parse_shots, pct, registry, settings, shown
+from fslab.cli.common import (
+    JsonFlag,
+    RunRef,
+    WideFlag,
+    app,
+    console,
+    err_console,
+    parse_shots,
+    pct,
+    registry,
+    settings,
+    shown,
+)
+from fslab.cli.tables import Col, fit, print_table
 from fslab.core.errors import UsageError
 
 
@@ -100,7 +112,10 @@ def compare_(
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
     queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
     evaluator: Annotated[str | None, typer.Option(
-        help="Scores saved by this evaluator, e.g. knn or knn[k=3] (default: each run's own).")] = None,
+        help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines: one object per group (\"type\": \"group\") "
+                                                         "and per paired difference (\"type\": \"paired\").")] = False,
+    wide: WideFlag = False,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
      "and paired differences to the first group.")
@@ -120,21 +135,32 @@ def compare_(
     if not any(row["results"] for row in report["groups"]):
         raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
                          f"{queries} queries; finish them or run: fslab eval RUN")
+    if as_json:
+        sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
+        return
     if fmt != "table":
         sys.stdout.write(render(report, fmt))
         return
     columns = [f"{n}-shot" for n in shot_list]
-    table = Table("group", "seeds", *columns,
-                  title=f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes")
-    for row in report["groups"]:
-        table.add_row(shown(row["group"]), str(row["seeds"]),
-                      *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns])
-    console.print(table)
+    rows = [[row["group"], str(row["seeds"]),
+             *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
+            for row in report["groups"]]
+    title = f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes"
+    print_table(console, lambda width: fit([Col("group", wrap=True), Col("seeds", "right"),
+                                            *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:
         console.print(f"{shown(p['group'])} − {shown(p['baseline'])}, {p['shots']}-shot: "
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
                       f"(paired over {p['episodes']} episodes)",
                       highlight=False)
+
+
+def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
+    """``fslab compare --json``: one object per group, then one per paired difference."""
+    where = {"split": report["split"], "ways": report["ways"], "queries": report["queries"], "evaluator": evaluator}
+    groups = [{"type": "group", **where, **{k: row[k] for k in ("group", "runs", "seeds", "seed_values", "results")}}
+              for row in report["groups"]]
+    return groups + [{"type": "paired", **where, **p} for p in report["paired"]]
 
 
 @app.command("plot")

@@ -83,8 +83,10 @@ class Component:
             "plugin": self.plugin,
             "version": self.version,
             "origin": self.origin,
-            **({"recipe": self.target} if self.kind == "method" else {}),
             **{k: v for k, v in self.info.items() if _jsonable(v)},
+            # the same keys on every line: a component that did not say is not episodic
+            "episodic": bool(self.info.get("episodic", False)),
+            "recipe": self.target if self.kind == "method" else None,
         }
 
 
