@@ -1,6 +1,7 @@
 """The CLI as a user meets it: listings, one-line errors, import hygiene."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -132,3 +133,29 @@ def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
     assert result.returncode == 0 and result.stdout.strip() == f"{run.id}: killed"
     assert run.status()["error"] == "stopped while queued"
     assert not run.claim()  # no scheduler can start it any more
+
+
+def _commands() -> list[str]:
+    from typer.main import get_command
+
+    from fslab.cli import app
+
+    return sorted(get_command(app).commands)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_command_takes_h_and_its_help_reads_as_the_readme(project, command):
+    result = fslab(command, "-h", cwd=project, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
+    assert "{" not in usage and "<bool>" not in result.stdout and "SPEC" not in result.stdout
+    if command in ("show", "logs", "stop", "resume", "eval"):
+        assert usage.split()[-1] == "RUN"
+    if command == "compare":
+        assert "knn[k=3]" in result.stdout
+
+
+def test_the_readme_cites_papers_not_a_missing_spec():
+    from pathlib import Path
+
+    assert "SPEC" not in (Path(__file__).resolve().parent.parent / "README.md").read_text()

@@ -18,14 +18,36 @@ app = typer.Typer(
     rich_markup_mode="rich",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits them
     help="fslab: few-shot learning runs from the command line. Start with [bold]fslab run nca[/bold].",
 )
+
+
+def _plain_help_labels() -> None:
+    """Recent typer labels every flag ``<bool>`` and writes a required argument
+    ``{RUN}`` in usage lines; fslab's help shows ``--all`` and ``RUN``, as its
+    README does. Older typers, without these methods, are left as they are."""
+    from typer import core
+
+    if hasattr(core.TyperOption, "display_type_rich"):
+        typed = core.TyperOption.display_type_rich
+        core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else typed(self, ctx)
+    if hasattr(core.TyperArgument, "display_type_rich"):  # fslab's arguments are names: RUN, not RUN <str>
+        core.TyperArgument.display_type_rich = lambda self, ctx: None
+    if hasattr(core.TyperArgument, "_usage_display_name"):
+        usage = core.TyperArgument._usage_display_name
+        core.TyperArgument._usage_display_name = (
+            lambda self: usage(self).replace("{", "").replace("}", "") if self.required else usage(self))
+
+
+_plain_help_labels()
 # Tables fit the terminal, or COLUMNS (else 80) when the output is not one; --wide
 # prints them whole (fslab.cli.tables). Lines of text are never wrapped.
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
-RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
+RunRef = Annotated[str, typer.Argument(
+    metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.")]
 BackboneOpt = Annotated[str | None, typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
 DatasetOpt = Annotated[str | None, typer.Option(help="Dataset plugin (default: synthetic, built in).")]
 DataRootOpt = Annotated[str | None, typer.Option(

@@ -41,7 +41,7 @@ from fslab.core.errors import UsageError
 @app.command()
 def run(
     method: Annotated[str | None, typer.Argument(
-        metavar="[METHOD]", help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method); "
+        metavar="METHOD", help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method); "
                                  "not with --like.")] = None,
     like: Annotated[str | None, typer.Option(
         "--like", metavar="RUN", help="Start a new run with RUN's saved configuration, every key of it; the other "
@@ -178,7 +178,8 @@ def stop(ref: RunRef) -> None:
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def sweep(
-    targets: Annotated[list[str] | None, typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(metavar="METHOD | resume SWEEP",
+                                                        help="METHOD, or: resume SWEEP.")] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
     grid: Annotated[list[str] | None, typer.Option(
         "--grid", help="key=v1,v2,... (repeatable); keys as in --set, "

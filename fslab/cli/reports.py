@@ -103,7 +103,7 @@ def _evaluator_params(assignments: list[str], component) -> dict:
 @app.command("compare")
 def compare_(
     refs: Annotated[list[str], typer.Argument(
-        help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
     group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
@@ -166,9 +166,9 @@ def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
 @app.command("plot")
 def plot_(
     x: Annotated[str, typer.Argument(
-        help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
+        metavar="X", help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
     refs: Annotated[list[str], typer.Argument(
-        help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
     series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG file to write (default: X.png).")] = None,
