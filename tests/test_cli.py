@@ -159,3 +159,28 @@ def test_the_readme_cites_papers_not_a_missing_spec():
     from pathlib import Path
 
     assert "SPEC" not in (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def test_following_a_run_shows_no_unknown_total_and_leaves_the_test_results_to_the_end(project):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import follow
+
+    from .test_tui_helpers import history
+
+    class Ended:  # the worker process, already gone
+        def poll(self):
+            return 0
+
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    out = StringIO()
+    follow(run, Console(file=out, width=200), Ended(), poll=0)  # no start event yet
+    assert "None" not in out.getvalue() and "step" not in out.getvalue()
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in history()))
+    out = StringIO()
+    follow(run, Console(file=out, width=200), Ended(), poll=0)
+    text = out.getvalue()
+    assert "step 12/12" in text and "val 5-way 5-shot" in text
+    assert "test 5-way" not in text  # printed once, by fslab run, from results.json

@@ -46,10 +46,57 @@ _plain_help_labels()
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
+# -- shell completion: names from the registry and ids from the run store ----------
+# The shell runs fslab on every TAB, so these import no torch and print nothing
+# on failure: a broken plugin or an unreadable store just completes less.
+
+
+def _matching(words: list[str], incomplete: str) -> list[str]:
+    """The words that start with what was typed (typer keeps no others)."""
+    return [w for w in words if w.startswith(incomplete)]
+
+
+def names_of(kind: str):
+    """A completion function for names of registered ``kind`` components."""
+    def complete(incomplete: str) -> list[str]:
+        try:
+            import fslab
+            from fslab.core.settings import load_settings
+
+            return _matching(fslab.get_registry(load_settings(), report=lambda line: None).names(kind), incomplete)
+        except Exception:
+            return []
+    return complete
+
+
+def run_ids(incomplete: str) -> list[str]:
+    """Completion of RUN: the store's run ids, newest first, and ``last``."""
+    try:
+        from fslab.core.runstore import run_names
+
+        return _matching(["last", *reversed(run_names(settings().runs_dir))], incomplete)
+    except Exception:
+        return []
+
+
+def runs_or_sweeps(incomplete: str) -> list[str]:
+    """Completion of RUN|SWEEP: ``all``, sweep ids, then run ids."""
+    try:
+        from fslab.core.sweeps import sweep_records
+
+        sweeps = [str(r.get("id")) for r in reversed(sweep_records(settings().runs_dir))]
+    except Exception:
+        sweeps = []
+    return _matching(["all", *sweeps], incomplete) + [i for i in run_ids(incomplete) if i != "last"]
+
+
 RunRef = Annotated[str, typer.Argument(
-    metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.")]
-BackboneOpt = Annotated[str | None, typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
-DatasetOpt = Annotated[str | None, typer.Option(help="Dataset plugin (default: synthetic, built in).")]
+    metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.",
+    autocompletion=run_ids)]
+BackboneOpt = Annotated[str | None, typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.",
+                                                 autocompletion=names_of("backbone"))]
+DatasetOpt = Annotated[str | None, typer.Option(help="Dataset plugin (default: synthetic, built in).",
+                                                autocompletion=names_of("dataset"))]
 DataRootOpt = Annotated[str | None, typer.Option(
     help="Folder the dataset reads from (each dataset's layout: README, Datasets); its first run caches the "
          "decoded images in ROOT/.fslab-cache.")]

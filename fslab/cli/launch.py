@@ -29,8 +29,10 @@ from fslab.cli.common import (
     app,
     console,
     err_console,
+    names_of,
     overrides,
     registry,
+    run_ids,
     settings,
     shown,
 )
@@ -42,10 +44,11 @@ from fslab.core.errors import UsageError
 def run(
     method: Annotated[str | None, typer.Argument(
         metavar="METHOD", help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method); "
-                                 "not with --like.")] = None,
+                                 "not with --like.", autocompletion=names_of("method"))] = None,
     like: Annotated[str | None, typer.Option(
-        "--like", metavar="RUN", help="Start a new run with RUN's saved configuration, every key of it; the other "
-                                      "options given go on top (e.g. --like RUN --seed 1).")] = None,
+        "--like", metavar="RUN", autocompletion=run_ids,
+        help="Start a new run with RUN's saved configuration, every key of it; the other options given go on top "
+             "(e.g. --like RUN --seed 1).")] = None,
     backbone: BackboneOpt = None,
     dataset: DatasetOpt = None,
     data_root: DataRootOpt = None,
@@ -178,8 +181,8 @@ def stop(ref: RunRef) -> None:
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def sweep(
-    targets: Annotated[list[str] | None, typer.Argument(metavar="METHOD | resume SWEEP",
-                                                        help="METHOD, or: resume SWEEP.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(
+        metavar="METHOD | resume SWEEP", help="METHOD, or: resume SWEEP.", autocompletion=names_of("method"))] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
     grid: Annotated[list[str] | None, typer.Option(
         "--grid", help="key=v1,v2,... (repeatable); keys as in --set, "

@@ -17,10 +17,17 @@ PLUGIN_COLUMNS = [Col("name", is_id=True), Col("description", wrap=True), Col("p
 PLUGIN_STEPS = ["plugin", "paper"]
 
 
+def _kinds(incomplete: str) -> list[str]:
+    from fslab.core.registry import KINDS
+
+    return [k for k in KINDS if k.startswith(incomplete)]
+
+
 @app.command()
 def plugins(
     kind: Annotated[str | None, typer.Option(
-        help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.")] = None,
+        help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.",
+        autocompletion=lambda incomplete: _kinds(incomplete))] = None,
     as_json: JsonFlag = False,
     wide: WideFlag = False,
 ) -> None:

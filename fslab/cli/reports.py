@@ -16,9 +16,11 @@ from fslab.cli.common import (
     app,
     console,
     err_console,
+    names_of,
     parse_shots,
     pct,
     registry,
+    runs_or_sweeps,
     settings,
     shown,
 )
@@ -37,7 +39,7 @@ def eval_(
         help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
-             "(default: the run's).")] = None,
+             "(default: the run's).", autocompletion=names_of("evaluator"))] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
@@ -103,7 +105,8 @@ def _evaluator_params(assignments: list[str], component) -> dict:
 @app.command("compare")
 def compare_(
     refs: Annotated[list[str], typer.Argument(
-        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.",
+        autocompletion=runs_or_sweeps)],
     group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
@@ -112,7 +115,8 @@ def compare_(
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
     queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
     evaluator: Annotated[str | None, typer.Option(
-        help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).")] = None,
+        help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
+        autocompletion=names_of("evaluator"))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines: one object per group (\"type\": \"group\") "
                                                          "and per paired difference (\"type\": \"paired\").")] = False,
     wide: WideFlag = False,
@@ -168,7 +172,8 @@ def plot_(
     x: Annotated[str, typer.Argument(
         metavar="X", help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
     refs: Annotated[list[str], typer.Argument(
-        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.",
+        autocompletion=runs_or_sweeps)],
     series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG file to write (default: X.png).")] = None,

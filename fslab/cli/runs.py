@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from fslab.cli.common import JsonFlag, RunRef, WideFlag, app, console, pct, settings, shown
+from fslab.cli.common import JsonFlag, RunRef, WideFlag, app, console, names_of, pct, settings, shown
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
 
@@ -37,10 +37,12 @@ def runs(
     state: Annotated[str | None, typer.Option(
         help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost, "
              "unreadable.")] = None,
-    method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.")] = None,
+    method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.",
+                                               autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
     evaluator: Annotated[str | None, typer.Option(
-        help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own).")] = None,
+        help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own).",
+        autocompletion=names_of("evaluator"))] = None,
     wide: WideFlag = False,
 ) -> None:
     """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy."""
