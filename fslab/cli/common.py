@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fslab import __version__
+from fslab.cli.typer_compat import adjust_typer
 from fslab.core.errors import UsageError
 from fslab.core.text import printable
 
@@ -23,24 +24,7 @@ app = typer.Typer(
 )
 
 
-def _plain_help_labels() -> None:
-    """Recent typer labels every flag ``<bool>`` and writes a required argument
-    ``{RUN}`` in usage lines; fslab's help shows ``--all`` and ``RUN``, as its
-    README does. Older typers, without these methods, are left as they are."""
-    from typer import core
-
-    if hasattr(core.TyperOption, "display_type_rich"):
-        typed = core.TyperOption.display_type_rich
-        core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else typed(self, ctx)
-    if hasattr(core.TyperArgument, "display_type_rich"):  # fslab's arguments are names: RUN, not RUN <str>
-        core.TyperArgument.display_type_rich = lambda self, ctx: None
-    if hasattr(core.TyperArgument, "_usage_display_name"):
-        usage = core.TyperArgument._usage_display_name
-        core.TyperArgument._usage_display_name = (
-            lambda self: usage(self).replace("{", "").replace("}", "") if self.required else usage(self))
-
-
-_plain_help_labels()
+adjust_typer()  # help labels as the README writes them; plain values converted without pydantic
 # Tables fit the terminal, or COLUMNS (else 80) when the output is not one; --wide
 # prints them whole (fslab.cli.tables). Lines of text are never wrapped.
 console = Console(soft_wrap=True)

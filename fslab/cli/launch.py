@@ -220,12 +220,7 @@ def sweep(
     options = executors.job_options(project, executor, slurm)
     where = "submitted as SLURM jobs" if options is not None else "queued"
     if targets[:1] == ["resume"]:
-        if len(targets) != 2:
-            raise UsageError("usage: fslab sweep resume SWEEP")
-        record, again = executors.resume_sweep(targets[1], settings=project, registry=registry(project),
-                                               slurm=options)
-        where = "submitted again as SLURM jobs" if options is not None else "queued again"
-        console.print(f"{record['id']}: {len(again)} runs {where}", highlight=False)
+        _resume_sweep(targets, project, options)
         return
     fixed = []
     if file is not None:
@@ -246,6 +241,17 @@ def sweep(
                                            registry=registry(project), fail_fast=fail_fast, slurm=options)
     follow = "fslab runs" if options is not None else "fslab queue"
     console.print(f"{sweep_id}: {len(runs)} runs {where}; follow them with: {follow}", highlight=False)
+
+
+def _resume_sweep(targets: list[str], project, options) -> None:
+    """``fslab sweep resume SWEEP``."""
+    from fslab.execution import executor as executors
+
+    if len(targets) != 2:
+        raise UsageError("usage: fslab sweep resume SWEEP")
+    record, again = executors.resume_sweep(targets[1], settings=project, registry=registry(project), slurm=options)
+    where = "submitted again as SLURM jobs" if options is not None else "queued again"
+    console.print(f"{record['id']}: {len(again)} runs {where}", highlight=False)
 
 
 # The queue table gives way in this order when the width is short (fslab.cli.tables).
