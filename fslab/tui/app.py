@@ -118,8 +118,8 @@ class FslabApp(App):
                 self.notify(f"stopping {run_id} ...", markup=False)
                 self.stop_in_background(run_id)
 
-        self.push_screen(ConfirmScreen(f"Stop run {run_id}? It ends 'killed' and keeps its last checkpoint."),
-                         confirmed)
+        self.push_screen(ConfirmScreen(f"Stop run {run_id}? It ends 'killed' and keeps its last checkpoint, "
+                                       "if it wrote one."), confirmed)
 
     @work(thread=True, group="actions", exit_on_error=False)
     def stop_in_background(self, run_id: str) -> None:
