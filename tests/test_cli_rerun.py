@@ -120,11 +120,11 @@ def test_ctrl_c_before_the_first_checkpoint_claims_none(project):
     first = follower.stdout.readline()
     assert first.startswith("run "), first + follower.stderr.read()
     run = Run(project / "runs" / first.split()[1])
-    wait_for(lambda: run.status().get("state") == "running", what="the worker to start")
+    wait_for(lambda: run.status().get("pid"), what="the worker to be recorded")  # Ctrl-C at once: stops it too
     follower.send_signal(signal.SIGINT)
     out, err = follower.communicate(timeout=60)
     assert follower.returncode == 130, err
-    assert not run.checkpoint_path.exists()
+    assert not run.checkpoint_path.exists() and run.state() == "killed"
     assert f"{run.id}: killed; no checkpoint yet" in out and f"fslab run --like {run.id}" in out
     assert "checkpoint kept" not in out
 

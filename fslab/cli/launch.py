@@ -108,8 +108,8 @@ def _follow_to_end(run_, process) -> None:
     from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
 
-    console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
-    try:
+    try:  # from the first line on, Ctrl-C stops the worker it started
+        console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
         state = follow(run_, console, process)
     except KeyboardInterrupt:
         console.print("stopping ...")
