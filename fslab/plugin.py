@@ -22,6 +22,10 @@ parameters (``--set loss.margin=0.5``); fslab fills in those before ``*``.
 What fslab calls, per kind, is written out by the protocols below; the
 ``info`` keywords ``register`` accepts are listed in :data:`INFO_KEYS`, and
 evaluator traits in :class:`EvaluatorTraits`.
+
+A package can also ship the study of its paper (``fslab study run NAME``): a
+TOML file naming the paper, the sweeps and the published numbers, registered
+by ``register_studies`` with :func:`register_study_files`.
 """
 
 from __future__ import annotations
@@ -32,17 +36,23 @@ from typing import Any, Protocol, runtime_checkable
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
+from fslab.core.limits import at_least, between, listing, matching, one_of, positive
+from fslab.core.studies import study_entry
 from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, Split, SplitSizes
 
 # 1.1: register(..., check=f) and CheckContext; Dataset.split_sizes() and SplitSizes.
-API_VERSION = "1.1"
+# 1.2: register(..., allowed={param: rule}) with the rules at_least, positive, between, one_of,
+#      matching, listing; a backbone whose __init__ names image_size is told the images' (height, width);
+#      the register_studies hook (study TOML files) and register_study_files.
+API_VERSION = "1.2"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
     "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
     "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
     "UsageError", "ConfigError",
-    "rand_rows", "global_rows", "sum_rows",
+    "rand_rows", "global_rows", "sum_rows", "register_study_files",
+    "at_least", "positive", "between", "one_of", "matching", "listing",
 ]
 
 # The extra keywords of register(), by the kinds that use them.
@@ -62,6 +72,11 @@ INFO_KEYS = {
              "configuration, and the split sizes once known). It runs when a configuration is resolved "
              "(sizes None) and again before a run is created or resumed, with the sizes the dataset "
              "tells; it must be cheap and import nothing heavy (no torch).",
+    "allowed": "any kind but method, a dict {parameter: rule}: the values each parameter allows, with the rules "
+               "at_least(1), positive(), between(0, 1), one_of('euclidean', 'cosine'), matching(regex, text) and "
+               "listing(rule) for a list. Checked when a configuration is resolved, before check=, as "
+               "'config key 'evaluator.k' must be at least 1, got -3'; None (an unset optional parameter) passes. "
+               "fslab plugins shows each rule next to its parameter.",
 }
 
 
@@ -72,7 +87,7 @@ class Register(Protocol):
     a dict (a partial configuration)."""
 
     def __call__(self, target: Any, *, name: str, description: str, paper: str = "",
-                 params: dict | None = None, **info: Any) -> None: ...
+                 params: dict | None = None, allowed: dict | None = None, **info: Any) -> None: ...
 
 
 @runtime_checkable
@@ -90,6 +105,8 @@ class Loss(Protocol):
 class Backbone(Protocol):
     """``register_backbones``: built as ``Backbone(in_channels, **params)``, an
     ``nn.Module`` mapping images ``[B, C, H, W]`` to features ``[B, out_dim]``.
+    If its ``__init__`` names ``image_size`` (before or after ``*``), fslab also
+    passes the images' ``(height, width)``; it is then not a parameter.
     For ``eval.feature_stages`` > 1 it also has ``stage_dims`` and
     ``features(x, stages)``. A layer that draws noise per row uses
     :func:`rand_rows` (and :func:`sum_rows`, :func:`global_rows` for sums over
@@ -156,3 +173,20 @@ class SizedDataset(Dataset, Protocol):
     unusable (an empty class folder)."""
 
     def split_sizes(self) -> dict[str, list[int]]: ...
+
+
+def register_study_files(register: Register, folder: Any) -> None:
+    """``register_studies``: register every ``*.toml`` study file in ``folder``
+    (a :class:`pathlib.Path`) under the name the file gives. Each file is read
+    and checked here, so a broken one fails its plugin's loading, naming the
+    file and the key. The schema: README, "Reproducing the papers"::
+
+        @hookimpl
+        def register_studies(register):
+            register_study_files(register, Path(__file__).parent)
+
+    Ship the files as package data (``[tool.setuptools.package-data]``)."""
+    from pathlib import Path
+
+    for path in sorted(Path(folder).glob("*.toml")):
+        register(path, **study_entry(path))

@@ -103,7 +103,7 @@ def test_a_planted_breach_is_named(tmp_path):
     done = run(str(BIN / "lint-imports"), "--no-cache", cwd=tmp_path, env=env)
     assert done.returncode != 0
     assert "fslab.core.errors -> fslab.execution.executor" in done.stdout
-    assert "Layers: cli > tui > reports | execution > training > core BROKEN" in done.stdout
+    assert "Layers: cli > tui > reports | execution | testing | kit > training > core BROKEN" in done.stdout
     assert "No import cycle between modules or packages BROKEN" in done.stdout
 
 

@@ -1,6 +1,7 @@
 """Configuration layering, --set parsing and the errors users see."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -260,9 +261,9 @@ def test_every_dataclass_field_is_a_type_checked_set_key(registry, section, kind
 
 
 def test_resolve_stamps_the_version_and_config_version_is_not_a_setting(registry):
-    assert resolve("nca", registry=registry, settings=Settings())["config_version"] == CONFIG_VERSION == 1
+    assert resolve("nca", registry=registry, settings=Settings())["config_version"] == CONFIG_VERSION == 2
     with pytest.raises(ConfigError, match=r"unknown config key 'config_version'"):
-        resolve("nca", registry=registry, settings=Settings(), overrides=[{"config_version": 2}])
+        resolve("nca", registry=registry, settings=Settings(), overrides=[{"config_version": 3}])
 
 
 @pytest.mark.parametrize("settings", [[], ["train.optimizer=adam", "eval.feature_stages=2", "eval.shots=5",
@@ -292,3 +293,47 @@ def test_run_config_names_a_missing_unknown_or_mistyped_key(registry):
     config["train"]["flip"] = "yes"
     with pytest.raises(ConfigError, match=r"config key 'train.flip' must be true or false"):
         run_config(config)
+
+
+# -- recipes per dataset --------------------------------------------------------------------------
+
+
+def test_the_map_recipes_take_the_papers_batches_per_dataset(registry):
+    """mAP paper Sec. 5: |B| = 128 from N = 8 classes on miniImageNet (the base) and N = 16 on
+    Omniglot, where the learning rate is not decayed; an option still wins over the recipe."""
+    def resolved(dataset, *overrides):
+        return resolve("map-dlm", registry=registry, settings=Settings(),
+                       overrides=[{"dataset": {"name": dataset}}, *overrides])
+
+    for dataset in ("miniimagenet", "synthetic"):
+        config = resolved(dataset)
+        assert (config["sampler"]["ways"], config["sampler"]["per_class"]) == (8, 16)
+        assert len(config["train"]["milestones"]) == 10 and config["train"]["gamma"] == 0.75
+    omniglot = resolved("omniglot")
+    sampler = omniglot["sampler"]
+    assert (sampler["ways"], sampler["per_class"], omniglot["train"]["milestones"]) == (16, 8, [])
+    assert omniglot["loss"]["update"] == "positive"
+    assert resolved("omniglot", {"sampler": {"ways": 4, "per_class": 32}})["sampler"]["ways"] == 4
+    assert "per_dataset" not in omniglot
+
+
+RECIPE_PLUGIN = '''
+from fslab.plugin import hookimpl
+
+
+@hookimpl
+def register_methods(register):
+    register({"loss": {"name": "nca"}, "per_dataset": PER_DATASET}, name="mine", description="a recipe")
+'''
+
+
+@pytest.mark.parametrize("per_dataset, message", [
+    ({"synthetic": {"train": {"epoch": 3}}}, "method 'mine', per_dataset.synthetic: unknown config key 'train.epoch'"),
+    ({"synthetic": {"dataset": {"name": "folder"}}}, "a per-dataset layer cannot choose the dataset"),
+    ({"synthetic": 3}, "per_dataset must map dataset names to configuration layers"),
+])
+def test_a_bad_per_dataset_layer_names_the_recipe(tmp_path, per_dataset, message):
+    (tmp_path / "mine.py").write_text(RECIPE_PLUGIN.replace("PER_DATASET", repr(per_dataset)))
+    registry = load_registry([tmp_path])
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve("mine", registry=registry, settings=Settings(), overrides=[])

@@ -83,6 +83,39 @@ def test_knn_ties_are_broken_by_the_nearest_voter():
     assert knn(support, query, k=1).tolist() == [[0]]
 
 
+def test_knn_ties_smallest_takes_the_smallest_tied_way():
+    # 3 ways × 2 shots on a line, k = 3: the query at 0 sees way 2 at 1, way 1 at 2 and way 0 at 3.
+    support = torch.tensor([[[[3.0], [9.0]], [[2.0], [8.0]], [[1.0], [7.0]]]])
+    query = torch.tensor([[[0.0]]])
+    assert knn(support, query, k=3).tolist() == [[2]]  # one vote each: the nearest voter's way
+    assert knn(support, query, k=3, ties="smallest").tolist() == [[0]]  # one vote each: the smallest way
+    assert knn(support, query, k=4, ties="smallest").tolist() == [[2]]  # way 2 has 2 votes (1 and 7)
+    assert knn(support, query, k=1, ties="smallest").tolist() == [[2]]  # no tie: the nearest point
+
+
+def test_knn_ties_smallest_matches_a_mode_reference():
+    """The smallest of the most frequent ways among the k nearest, as scipy.stats.mode counts."""
+    support, query = random_episodes(episodes=8, ways=5, shots=4, seed=11, spread=0.2)
+    for k in (2, 4, 6):
+        episodes, ways, shots, _ = support.shape
+        expected = []
+        for e in range(episodes):
+            points = [(w, support[e, w, s]) for w in range(ways) for s in range(shots)]
+            row = []
+            for q in query[e]:
+                ranked = sorted(range(len(points)), key=lambda j: (sq(q, points[j][1]), j))[:k]
+                votes = [sum(points[j][0] == w for j in ranked) for w in range(ways)]
+                row.append(votes.index(max(votes)))
+            expected.append(row)
+        assert knn(support, query, k=k, ties="smallest").tolist() == expected
+
+
+def test_knn_refuses_an_unknown_tie_rule():
+    support, query = random_episodes(ways=2, shots=2)
+    with pytest.raises(UsageError, match="evaluator.ties must be one of nearest, smallest, got 'random'"):
+        knn(support, query, k=1, ties="random")
+
+
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_knn_with_duplicated_support_points_matches_brute_force(k):
     # exact distance ties between ways, in some rows of a batch only

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fslab.core.config import CONFIG_VERSION, migrate, resolve, run_config
+from fslab.core.config import ADDED_IN_VERSION_2, CONFIG_VERSION, merge, migrate, resolve, run_config
 from fslab.core.errors import ConfigError
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import Settings
@@ -35,7 +35,15 @@ def without(config: dict, keys) -> dict:
 def resolved_for(registry, saved: dict) -> dict:
     """What resolve() gives for the settings a saved configuration names."""
     settings = {k: v for k, v in saved.items() if k != "method"}
-    return resolve(saved["method"], registry=registry, settings=Settings(), overrides=[settings])
+    # The runs computed in fp32 without compilation: the values migration gives the keys of version 2.
+    resolved = resolve(saved["method"], registry=registry, settings=Settings(),
+                       overrides=[merge(ADDED_IN_VERSION_2, settings)])
+    # A plugin parameter added since (synthetic's channels) is not written into a saved configuration:
+    # the plugin gets its default when the run is built (fslab.core.config.check_plugins, the trainer).
+    for section in ("dataset", "backbone", "loss", "sampler", "evaluator"):
+        if section in saved:
+            resolved[section] = {k: v for k, v in resolved[section].items() if k in saved[section]}
+    return resolved
 
 
 def test_fixture_configs_are_version_0():
@@ -81,10 +89,12 @@ def test_migration_keeps_what_was_saved_and_is_idempotent():
 
 def test_a_config_from_a_newer_fslab_is_one_clear_error(tmp_path):
     newer = {**saved_config(FIXTURE_CONFIGS[0]), "config_version": CONFIG_VERSION + 1}
-    with pytest.raises(ConfigError, match=r"^configuration version 2 was written by a newer fslab .*; upgrade fslab$"):
+    newest = CONFIG_VERSION + 1
+    with pytest.raises(ConfigError, match=rf"^configuration version {newest} was written by a newer fslab .*; "
+                                          r"upgrade fslab$"):
         migrate(newer)
     run = create_run(tmp_path / "runs", "nca", newer)
-    with pytest.raises(ConfigError, match=rf"^run {run.id}: configuration version 2 .*upgrade fslab$"):
+    with pytest.raises(ConfigError, match=rf"^run {run.id}: configuration version {newest} .*upgrade fslab$"):
         run.config()
     with pytest.raises(ConfigError, match=r"config_version must be a whole number"):
         migrate({"config_version": "1"})
@@ -114,3 +124,23 @@ def test_a_stopped_0_1_run_resumes_to_its_uninterrupted_twin(project):
     twin = next((project / "runs").glob("*-53db"))
     assert (json.loads((stopped / "results.json").read_text())["test"]
             == json.loads((twin / "results.json").read_text())["test"])
+
+
+def test_a_version_1_config_computed_in_fp32_without_compilation(registry):
+    """Version 2 added how the step computes; a version-1 run resumes as it trained (no autocast,
+    no channels-last, no compile, no TF32 matrix products, no deterministic algorithms)."""
+    current = resolve("nca", registry=registry, settings=Settings())
+    assert (current["train"]["precision"], current["train"]["channels_last"], current["eval"]["precision"]) == \
+        ("auto", "auto", "auto")
+    version_1 = copy.deepcopy(current)
+    version_1["config_version"] = 1
+    for key in ("precision", "channels_last", "compile", "tf32", "deterministic"):
+        del version_1["train"][key]
+    del version_1["eval"]["precision"]
+    migrated = migrate(version_1)
+    assert migrated["config_version"] == CONFIG_VERSION == 2
+    assert {k: migrated["train"][k] for k in ("precision", "channels_last", "compile", "tf32", "deterministic")} == \
+        {"precision": "fp32", "channels_last": "off", "compile": "off", "tf32": False, "deterministic": False}
+    assert migrated["eval"]["precision"] == "fp32"
+    typed = run_config(version_1)
+    assert (typed.train.precision, typed.train.tf32, typed.eval.precision) == ("fp32", False, "fp32")

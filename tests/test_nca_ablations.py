@@ -250,6 +250,52 @@ def test_supcon_skips_rows_without_positive(torch_seed):
     assert torch.isfinite(z.grad).all()
 
 
+def cosine(a, b) -> float:
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def supcon_nca_code_reference(z, labels, temperature):
+    """The NCA authors' SupCon (App. A.3), term by term in plain floats: each ordered positive
+    pair (i, j), max(cos, 1e-10) / T, only j's negatives in the denominator, the sum over rows."""
+    rows, labels = len(labels), labels.tolist()
+    cos = [[max(cosine(z[i], z[j]), 1e-10) for j in range(rows)] for i in range(rows)]
+    total = 0.0
+    for j in range(rows):
+        denominator = max(sum(math.exp(cos[k][j] / temperature) for k in range(rows) if labels[k] != labels[j]),
+                          1e-10)
+        for i in range(rows):
+            if i != j and labels[i] == labels[j]:
+                ratio = math.exp(cos[i][j] / temperature) / denominator
+                if ratio >= 1e-10:
+                    total -= math.log(ratio)
+    return total / rows
+
+
+def test_supcon_nca_code_form_by_hand():
+    # (1, 0) and (0, 1) of class 0, (1, 1) of class 1, T = 1: cos(0, 1) = 0 is raised to 1e-10 and each
+    # negative cosine is 1/sqrt(2); each of the 2 ordered positive pairs gives
+    # -log(e^1e-10 / e^(1/sqrt 2)) = 1/sqrt(2) - 1e-10, summed and divided by 3 rows.
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    labels = torch.tensor([0, 0, 1])
+    out = supcon(z, labels, temperature=1.0, form="nca-code")
+    assert math.isclose(float(out.loss), 2 * (1 / math.sqrt(2) - 1e-10) / 3, rel_tol=1e-12)
+    # Khosla's L_out on the same input: each anchor's one positive against both other rows.
+    assert math.isclose(float(supcon(z, labels, temperature=1.0).loss), math.log(1 + math.exp(1 / math.sqrt(2))),
+                        rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("classes, per_class, temperature", [(3, 4, 0.1), (5, 2, 0.5), (2, 6, 1.0)])
+def test_supcon_nca_code_form_matches_the_reference(make_class_batch, classes, per_class, temperature):
+    z, labels = make_class_batch(classes, per_class)
+    z = z.detach().requires_grad_(True)
+    out = supcon(z, labels, temperature=temperature, form="nca-code")
+    assert math.isclose(out.loss.item(), supcon_nca_code_reference(z.detach(), labels, temperature), rel_tol=1e-9)
+    assert (int(out.positives), int(out.negatives)) == (int(nca(z, labels).positives), int(nca(z, labels).negatives))
+    out.loss.backward()
+    assert torch.isfinite(z.grad).all()
+
+
 def test_supcon_differs_from_nca_by_the_sum_outside_the_log(make_class_batch):
     z, labels = make_class_batch(3, 4)
     unit = torch.nn.functional.normalize(z, dim=1)

@@ -21,9 +21,10 @@ def test_the_api_exports_what_it_declares():
     assert all(hasattr(api, name) for name in api.__all__)
     assert {"hookimpl", "LossOutput", "Batch", "Split", "UsageError", "EvaluatorTraits",
             "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
-            "SizedDataset"} <= set(api.__all__)
-    assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check"}
-    assert api.API_VERSION == "1.1"  # 1.1 added check=, CheckContext, split_sizes() and SplitSizes
+            "SizedDataset", "at_least", "positive", "between", "one_of", "matching", "listing"} <= set(api.__all__)
+    assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed"}
+    # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies
+    assert api.API_VERSION == "1.2"
 
 
 @pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda p: str(p.relative_to(PLUGINS)))
@@ -89,3 +90,97 @@ def test_built_in_components_are_what_the_protocols_say(registry):
     assert isinstance(dataset, api.Dataset) and isinstance(dataset.load("val"), api.Split)
     assert isinstance(dataset, api.SizedDataset)
     assert dataset.split_sizes() == {"train": [4] * 12, "val": [4] * 6, "test": [4] * 6}
+
+
+def _registry_of(module_source: str, tmp_path, monkeypatch):
+    """A registry of the built-ins plus one local plugin file."""
+    from fslab.core.registry import load_registry
+
+    folder = tmp_path / "local"
+    folder.mkdir()
+    (folder / "extra.py").write_text(module_source)
+    monkeypatch.setenv("FSLAB_STRICT_PLUGINS", "1")
+    return load_registry([folder])
+
+
+ALLOWED_PLUGIN = '''
+from fslab.plugin import at_least, hookimpl, one_of
+
+def vote(support, query, *, k: int = 1, distance: str = "euclidean", radius: float | None = None):
+    return query[..., 0].long() * 0
+
+@hookimpl
+def register_evaluators(register):
+    register(vote, name="vote", description="test", allowed={"k": at_least(1),
+             "distance": one_of("euclidean", "cosine"), "radius": at_least(0)})
+'''
+
+
+def test_declared_values_are_checked_when_a_configuration_is_resolved(builtin_plugins, tmp_path, monkeypatch):
+    from fslab.core.config import resolve
+    from fslab.core.errors import ConfigError
+    from fslab.core.settings import Settings
+
+    registry = _registry_of(ALLOWED_PLUGIN, tmp_path, monkeypatch)
+    assert registry.get("evaluator", "vote").describe()["allowed"] == {
+        "k": "at least 1", "distance": "one of euclidean, cosine", "radius": "at least 0"}
+    def run_with(**params):
+        layers = [{"evaluator": {"name": "vote", **params}}]
+        return resolve("nca", registry=registry, settings=Settings(), overrides=layers)
+
+    assert run_with(k=3, distance="cosine")["evaluator"]["radius"] is None  # an unset optional value passes
+    with pytest.raises(ConfigError, match=r"'evaluator.k' must be at least 1, got -3"):
+        run_with(k=-3)
+    with pytest.raises(ConfigError, match=r"'evaluator.distance' must be one of euclidean, cosine, got 'cosin'"):
+        run_with(distance="cosin")
+    with pytest.raises(ConfigError, match=r"'evaluator.radius' must be at least 0, got 'far'"):
+        run_with(radius="far")  # a parameter without a typed default still meets its rule
+
+
+@pytest.mark.parametrize("rules, message", [
+    ('{"kk": at_least(1)}', "names 'kk', which is not one of its parameters"),
+    ('{"k": "at least 1"}', "expected a rule such as at_least"),
+    ('{"k": at_least(5)}', "the default of 'k' breaks its own rule"),
+])
+def test_a_wrong_declaration_is_refused_when_the_plugin_registers(builtin_plugins, tmp_path, monkeypatch,
+                                                                  rules, message):
+    from fslab.core.errors import PluginError
+
+    declared = '''allowed={"k": at_least(1),
+             "distance": one_of("euclidean", "cosine"), "radius": at_least(0)}'''
+    with pytest.raises(PluginError, match=message):
+        _registry_of(ALLOWED_PLUGIN.replace(declared, f"allowed={rules}"), tmp_path, monkeypatch)
+
+
+BACKBONE_PLUGIN = '''
+from fslab.plugin import hookimpl
+
+class Flat:
+    def __init__(self, in_channels, *, image_size=(1, 1), scale: int = 1):
+        self.out_dim = in_channels * image_size[0] * image_size[1] * scale
+
+    def to(self, device):
+        return self
+
+@hookimpl
+def register_backbones(register):
+    register(Flat, name="flat", description="test")
+'''
+
+
+def test_a_backbone_that_names_image_size_is_told_the_images_size(builtin_plugins, tmp_path, monkeypatch):
+    from fslab.core.config import resolve, run_config
+    from fslab.core.settings import Settings
+    from fslab.training.build import build_backbone
+
+    registry = _registry_of(BACKBONE_PLUGIN, tmp_path, monkeypatch)
+    assert registry.get("backbone", "flat").params == {"scale": 1}  # fslab fills image_size: not a parameter
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=[{"backbone": {"name": "flat"}}])
+    assert config["backbone"] == {"name": "flat", "scale": 1}
+    assert build_backbone(registry, run_config(config), 3, "cpu", (12, 10)).out_dim == 3 * 12 * 10
+    assert registry.accepts("backbone", "flat", "image_size") and not registry.accepts("backbone", "conv4",
+                                                                                         "image_size")
+    # a backbone that does not name it is built as before
+    conv = build_backbone(registry, run_config(resolve("nca", registry=registry, settings=Settings(), overrides=[
+        {"backbone": {"name": "conv4", "hidden": 4}}])), 1, "cpu", (12, 12))
+    assert conv.out_dim == 4

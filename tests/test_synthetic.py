@@ -95,3 +95,37 @@ def test_registered_with_its_own_training_recipe(registry):
     assert component.params["image_size"] == 16
     dataset = registry.create("dataset", "synthetic", root=None, **SMALL)
     assert len(dataset.load("test")) == 60
+
+
+def test_three_channels_tint_the_same_ink_with_one_colour_per_class():
+    grey = SyntheticDataset(**SMALL).load("train")
+    colour = SyntheticDataset(**SMALL, channels=3).load("train")
+    assert colour.images.shape == (grey.images.shape[0], 3, *grey.images.shape[2:])
+    first = colour.images[grey.labels == 0].float()
+    ink = grey.images[grey.labels == 0].float()
+    # Each channel is the grey ink times the class's weight (rounded to whole intensities).
+    weights = [(first[:, c].sum() / ink[:, 0].sum()).item() for c in range(3)]
+    assert all(0.35 - 0.01 <= w <= 1.0 + 0.01 for w in weights)
+    for c in range(3):
+        assert (first[:, c] - ink[:, 0] * weights[c]).abs().max() <= 1.0
+    other = colour.images[grey.labels == 1].float()
+    assert [round((other[:, c].sum() / grey.images[grey.labels == 1, 0].float().sum()).item(), 3) for c in range(3)] \
+        != [round(w, 3) for w in weights]  # another class, another colour
+
+
+def test_threads_draw_the_same_bytes_as_one_class_after_another():
+    from fslab_plugins.datasets.synthetic import render_class
+
+    dataset = SyntheticDataset(**SMALL)
+    split = dataset.load("val")
+    serial = torch.cat([torch.from_numpy(render_class(0, c, SMALL["images_per_class"], 16))
+                        for c in dataset.class_ranges["val"]])
+    assert torch.equal(split.images[:, 0], serial)
+
+
+def test_the_miniimagenet_stand_in_has_its_shape_without_drawing_it(registry):
+    component = registry.get("dataset", "synthetic-mini")
+    dataset = registry.create("dataset", "synthetic-mini", root=None)
+    assert dataset.channels == 3 and dataset.image_size == 84
+    assert dataset.split_sizes() == {"train": [600] * 64, "val": [600] * 16, "test": [600] * 20}
+    assert component.info["defaults"]["train"] == {"crop_padding": 8, "flip": True}  # miniImageNet's

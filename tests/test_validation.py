@@ -71,6 +71,8 @@ RANGE_CASES = {
     "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1", "eval.val_episodes=0": "at least 1",
     "eval.seed=-1": "from 0 to", "eval.center_images=-1": "at least 0", "eval.batch_size=0": "at least 1",
     "eval.feature_stages=0": "at least 1", "seed=-1": "from 0 to",
+    "train.precision=fp8": "one of auto, fp32, bf16, fp16", "eval.precision=half": "one of auto, fp32, bf16, fp16",
+    "train.compile=fast": "one of off, default, max-autotune", "train.channels_last=yes": "one of auto, on, off",
 }
 
 

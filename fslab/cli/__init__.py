@@ -3,7 +3,9 @@
 - :mod:`fslab.cli.launch`: run, resume, stop, sweep, queue (through :mod:`fslab.execution.executor`);
 - :mod:`fslab.cli.runs`: runs, show, logs (through :mod:`fslab.core.summary`);
 - :mod:`fslab.cli.reports`: eval, compare, plot;
-- :mod:`fslab.cli.plugins`: plugins, and tui (the dashboard).
+- :mod:`fslab.cli.plugins`: plugins, and tui (the dashboard);
+- :mod:`fslab.cli.new`: new plugin (a plugin package from the templates of :mod:`fslab.kit`);
+- :mod:`fslab.cli.studies`: study list, show, run, report (a paper's table or figure).
 
 A new command goes in the module of its group (or a new one imported below)
 and registers on :data:`fslab.cli.common.app`. Heavy modules (torch) are
@@ -28,6 +30,14 @@ from fslab.cli import reports  # noqa: F401
 
 # isort: split
 from fslab.cli import plugins  # noqa: F401
+
+# isort: split
+from fslab.cli import new  # noqa: F401
+
+# isort: split
+from fslab.cli import studies  # noqa: F401
+
+# isort: split
 from fslab.cli.common import app, version_callback
 from fslab.core.errors import FslabError
 from fslab.core.text import clip, printable

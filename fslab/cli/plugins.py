@@ -26,12 +26,13 @@ def _kinds(incomplete: str) -> list[str]:
 @app.command()
 def plugins(
     kind: Annotated[str | None, typer.Option(
-        help="Only this kind: loss, backbone, sampler, evaluator, dataset or method.",
+        help="Only this kind: loss, backbone, sampler, evaluator, dataset, method or study.",
         autocompletion=lambda incomplete: _kinds(incomplete))] = None,
     as_json: JsonFlag = False,
     wide: WideFlag = False,
 ) -> None:
-    """List every registered plugin component, grouped by kind, with its origin."""
+    """List every registered plugin component, grouped by kind, with its origin; each parameter with
+    its default and, where the plugin declares them, the values it allows."""
     from fslab.core.registry import KINDS, check_kind
 
     found = registry()
@@ -45,12 +46,37 @@ def plugins(
             print(json.dumps(c.describe(), default=str))
         return
     for k in kinds:
-        rows = [[c.name, c.description, c.paper, ", ".join(f"{p}={v!r}" for p, v in c.params.items()),
-                 c.version or c.plugin] for c in components if c.kind == k]
+        rows = [[c.name, c.description, c.paper, _parameters(c), c.version or c.plugin]
+                 for c in components if c.kind == k]
         print_table(console, lambda width, rows=rows, k=k: fit(PLUGIN_COLUMNS, rows, width, PLUGIN_STEPS, title=k),
                     wide)
     for failure in found.failures:
         console.print(f"[red]failed[/red] {shown(failure.plugin)}: {shown(failure.error)}")
+
+
+def _parameters(component) -> str:
+    """A method's recipe, or each parameter with its default and what it allows."""
+    if component.kind == "method" and isinstance(component.target, dict):
+        return recipe_text(component.target)
+    rules = component.allowed_text()
+    return ", ".join(f"{p}={v!r}" + (f" ({rules[p]})" if p in rules else "") for p, v in component.params.items())
+
+
+def recipe_text(recipe: dict) -> str:
+    """A recipe's settings as ``key=value`` pairs, then what it states per
+    dataset: ``..., on omniglot: sampler.ways=16, train.milestones=[]``."""
+    def pairs(layer: dict, prefix: str = "") -> list[str]:
+        out = []
+        for key, value in layer.items():
+            if isinstance(value, dict):
+                out += pairs(value, f"{prefix}{key}.")
+            else:
+                out.append(f"{prefix}{key}={value!r}")
+        return out
+
+    per_dataset = recipe.get("per_dataset", {})
+    text = ", ".join(pairs({k: v for k, v in recipe.items() if k != "per_dataset"}))
+    return "".join([text, *(f"; on {name}: {', '.join(pairs(layer))}" for name, layer in per_dataset.items())])
 
 
 @app.command()

@@ -4,7 +4,9 @@ A run's configuration is a nested dict. Layers, lowest first:
 
 1. ``DEFAULTS`` below (the NCA paper's training recipe, Sec. 4.1 and App. A);
 2. the dataset's own defaults (epochs, batch size, learning rate it is meant for);
-3. the method recipe (``fslab run METHOD``);
+3. the method recipe (``fslab run METHOD``), then what it states for the
+   run's dataset (its ``per_dataset`` entry, e.g. the mAP paper's batch
+   composition differs between Omniglot and miniImageNet);
 4. ``[run]`` in ``fslab.toml``;
 5. command-line options and ``--set key=value``.
 
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fslab.core.errors import ConfigError, FslabError, PluginError, UsageError, did_you_mean
-from fslab.core.limits import at_least, between, check_fields, listing, matching, one_of, positive
+from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive
 from fslab.core.settings import Settings
 from fslab.core.types import CheckContext, SplitSizes
 
@@ -53,10 +55,13 @@ SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugi
 # The version of the saved configuration's layout. A configuration saved by an
 # older fslab is brought to this one by migrate(); bump it, and add a step there,
 # whenever a key is added, renamed or changes meaning.
-CONFIG_VERSION = 1
+CONFIG_VERSION = 2
+PER_DATASET = "per_dataset"  # a recipe's layers for runs on one dataset: {"omniglot": {...}, ...}
 
 
 OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.build makes them
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # train.precision, eval.precision
+COMPILE_MODES = ("off", "default", "max-autotune")  # train.compile: torch.compile's mode, or none
 SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch.manual_seed takes
 
 
@@ -84,6 +89,15 @@ class TrainConfig:
     heartbeat: float = field(default=5.0, metadata=positive())  # seconds between two status.json heartbeats
     # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
     processes: int = field(default=1, metadata=at_least(1))
+    # How the step computes (fslab.training.numerics): autocast precision (auto: bf16 on a CUDA GPU
+    # that has it, else fp16 there; fp32 on the CPU), channels-last memory format (auto: on for
+    # CUDA), torch.compile of the training forward, TF32 for fp32 matrix products on CUDA, and
+    # deterministic algorithms (slower on CUDA; cudnn autotuning is on when this is off).
+    precision: str = field(default="auto", metadata=one_of(*PRECISIONS))
+    channels_last: str = field(default="auto", metadata=one_of("auto", "on", "off"))
+    compile: str = field(default="off", metadata=one_of(*COMPILE_MODES))
+    tf32: bool = True
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,9 @@ class EvalConfig:
     batch_size: int = field(default=256, metadata=at_least(1))  # images per forward pass when extracting features
     # >1: concatenate the pooled outputs of the backbone's last k stages (NCA paper App. A.1)
     feature_stages: int = field(default=1, metadata=at_least(1))
+    # autocast precision of feature extraction (auto: train.precision's); features are then
+    # centred and normalised in float32
+    precision: str = field(default="auto", metadata=one_of(*PRECISIONS))
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,7 @@ def resolve(
 ) -> dict:
     """The full configuration of a run of ``method``, validated."""
     recipe = registry.create("method", method)
+    per_dataset = recipe.pop(PER_DATASET, {})
     overrides = list(overrides)
     toml_layer = settings.run
     _check_shape(toml_layer, f"{settings.path}: [run]")
@@ -207,9 +225,10 @@ def resolve(
     for layer in [recipe, toml_layer, *overrides]:
         dataset_name = layer.get("dataset", {}).get("name", dataset_name)
     dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
+    for_dataset = recipe_for_dataset(method, per_dataset, dataset_name)
 
     config = copy.deepcopy(DEFAULTS)
-    for layer in [dataset_defaults, recipe, toml_layer, *overrides]:  # lowest first (module docstring)
+    for layer in [dataset_defaults, recipe, for_dataset, toml_layer, *overrides]:  # lowest first (module docstring)
         config = merge(config, layer)
     config["method"] = method
     if not config["dataset"].get("root"):
@@ -224,6 +243,19 @@ def resolve(
         check_plugins(config, registry)
     config["config_version"] = CONFIG_VERSION
     return config
+
+
+def recipe_for_dataset(method: str, per_dataset: Any, dataset: str) -> dict:
+    """The layer a recipe states for runs on ``dataset`` (its ``per_dataset``
+    entry, or nothing), checked like any layer; it cannot change the dataset."""
+    if not isinstance(per_dataset, dict) or not all(isinstance(v, dict) for v in per_dataset.values()):
+        raise ConfigError(f"method '{method}': per_dataset must map dataset names to configuration layers, "
+                          f"got {per_dataset!r:.200}")
+    layer = per_dataset.get(dataset, {})
+    _check_shape(layer, f"method '{method}', per_dataset.{dataset}")
+    if "name" in layer.get("dataset", {}):
+        raise ConfigError(f"method '{method}', per_dataset.{dataset}: a per-dataset layer cannot choose the dataset")
+    return layer
 
 
 @contextmanager
@@ -272,6 +304,17 @@ ADDED_BEFORE_VERSION_1: dict[str, Any] = {
 }
 
 
+# Keys added in version 2, each with what a version-1 run computed with: fp32
+# without autocast, the default memory format, no compilation, PyTorch's
+# default of no TF32 for matrix products, and no deterministic algorithms.
+ADDED_IN_VERSION_2: dict[str, Any] = {
+    "train": {"precision": "fp32", "channels_last": "off", "compile": "off", "tf32": False, "deterministic": False},
+    "eval": {"precision": "fp32"},
+}
+
+MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2}  # version -> what the next version added
+
+
 def migrate(config: dict) -> dict:
     """``config`` as the current version would have saved it (``config_version``
     == :data:`CONFIG_VERSION`). Every key added since the version it was saved
@@ -286,7 +329,10 @@ def migrate(config: dict) -> dict:
                           f"(this one reads versions up to {CONFIG_VERSION}); upgrade fslab")
     if version == CONFIG_VERSION:
         return config
-    migrated = _with_missing(config, ADDED_BEFORE_VERSION_1)  # version 0 -> 1
+    migrated = config
+    for step in range(version, CONFIG_VERSION):  # 0 -> 1 -> 2 ...
+        migrated = _with_missing(migrated, MIGRATIONS[step])
+    migrated = dict(migrated)
     migrated["config_version"] = CONFIG_VERSION
     return migrated
 
@@ -465,19 +511,22 @@ def check_saved(config: dict, registry) -> dict:
 
 
 def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = None) -> None:
-    """Each plugin's own check of its parameters (``register(..., check=f)``):
+    """The rules each plugin declares for its parameters (``register(...,
+    allowed={...})``), then its own check of them (``register(..., check=f)``):
     ``f(params, CheckContext(config, sizes))`` raises a UsageError for values
     the plugin cannot use. :func:`resolve` runs them without split sizes; the
     executor runs them again with the sizes the dataset tells, before a run exists."""
     for section in PLUGIN_SECTIONS:
         values = config[section]
         component = registry.get(section, values["name"])
-        check = component.info.get("check")
-        if check is None:
-            continue
         fixed = SECTION_KEYS.get(section, ("name",))
         # A run saved before a parameter existed lacks it, and the plugin gets its default.
         params = copy.deepcopy({**component.params, **{k: v for k, v in values.items() if k not in fixed}})
+        for param, rule in component.info.get("allowed", {}).items():  # register(..., allowed={...})
+            check_rule(f"{section}.{param}", params.get(param), rule)
+        check = component.info.get("check")
+        if check is None:
+            continue
         try:
             check(params, CheckContext(copy.deepcopy(config), sizes))
         except FslabError:

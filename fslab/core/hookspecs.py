@@ -4,7 +4,8 @@
 
 - ``target``: the function or class that builds the component, or a lazy
   ``"module:attr"`` string imported only when the component is first created
-  (keeps ``fslab plugins`` from importing torch). Method recipes pass a dict.
+  (keeps ``fslab plugins`` from importing torch). Method recipes pass a dict,
+  studies the ``pathlib.Path`` of their TOML file.
 - keyword-only parameters of ``target`` (the ones after ``*``) are the plugin's
   parameters; those before ``*`` are filled in by fslab. A lazy target declares
   ``params={name: default}`` explicitly.
@@ -55,3 +56,9 @@ def register_datasets(register):
 @hookspec
 def register_methods(register):
     """Register method recipes: a dict naming loss, sampler, evaluator and settings."""
+
+
+@hookspec
+def register_studies(register):
+    """Register studies: ``register(path, name=..., description=..., paper=...)`` for a study
+    TOML file (:func:`fslab.plugin.register_study_files` registers every file of a folder)."""

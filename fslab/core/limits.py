@@ -41,6 +41,8 @@ class Allowed:
             return value in self.choices
         if self.pattern is not None:
             return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False  # a range admits numbers only (a plugin parameter without a default is not typed)
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or value <= self.high
@@ -71,21 +73,33 @@ def listing(rule: dict, *, nonempty: bool = False) -> dict:
     return {RULE: dataclasses.replace(rule[RULE], nonempty=nonempty)}
 
 
+def rule_of(declared: Any) -> Allowed:
+    """The rule in what :func:`at_least` and the others return (or an :class:`Allowed` itself)."""
+    rule = declared.get(RULE) if isinstance(declared, dict) else declared
+    if not isinstance(rule, Allowed):
+        raise TypeError(f"expected a rule such as at_least(1) or one_of('a', 'b'), got {declared!r}")
+    return rule
+
+
 def check_fields(kind: type, values: dict, prefix: str = "") -> None:
     """A ConfigError for the first value of ``values`` (a section, by field
     name) that the rule of its field in dataclass ``kind`` does not allow."""
     for f in dataclasses.fields(kind):
         rule = f.metadata.get(RULE)
-        if rule is None or f.name not in values:
-            continue
-        key, value = f"{prefix}{f.name}", values[f.name]
-        if isinstance(value, list):
-            if rule.nonempty and not value:
-                raise ConfigError(f"config key '{key}' needs at least one value, each {rule.text}, got []")
-            for value_ in value:
-                _check(key, value_, rule)
-        else:
-            _check(key, value, rule)
+        if rule is not None and f.name in values:
+            check_rule(f"{prefix}{f.name}", values[f.name], rule)
+
+
+def check_rule(key: str, value: Any, rule: Allowed) -> None:
+    """A ConfigError naming ``key`` if ``rule`` does not allow ``value`` (each
+    value of a list). None, the "not set" of an optional plugin parameter, is allowed."""
+    if isinstance(value, list):
+        if rule.nonempty and not value:
+            raise ConfigError(f"config key '{key}' needs at least one value, each {rule.text}, got []")
+        for value_ in value:
+            _check(key, value_, rule)
+    elif value is not None:
+        _check(key, value, rule)
 
 
 def _check(key: str, value: Any, rule: Allowed) -> None:

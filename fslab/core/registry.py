@@ -28,9 +28,10 @@ import pluggy
 
 from fslab.core import hookspecs
 from fslab.core.errors import PluginError, UsageError, did_you_mean, unknown
+from fslab.core.limits import check_rule, rule_of
 
 ENTRY_POINT_GROUP = "fslab"
-KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method")
+KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "study")
 HOOKS = {
     "loss": "register_losses",
     "backbone": "register_backbones",
@@ -38,15 +39,25 @@ HOOKS = {
     "evaluator": "register_evaluators",
     "dataset": "register_datasets",
     "method": "register_methods",
+    "study": "register_studies",
 }
 # Losses and evaluators are called once per batch/episode block: a function
 # target is bound to its parameters; every other target is built with them.
 BOUND_KINDS = ("loss", "evaluator")
+# Values fslab hands a component when its signature names them (before or after ``*``):
+# they are not configuration parameters. A dataset's own ``image_size`` is a parameter.
+FILLED_IN = {
+    "loss": ("out_dim", "num_classes"),
+    "backbone": ("in_channels", "image_size"),
+    "sampler": ("labels", "batch_size", "seed"),
+    "dataset": ("root",),
+}
 
 
 @dataclass(frozen=True)
 class Component:
-    """One registered loss, backbone, sampler, evaluator, dataset or method."""
+    """One registered loss, backbone, sampler, evaluator, dataset, method or study
+    (whose target is the path of its TOML file)."""
 
     kind: str
     name: str
@@ -83,11 +94,17 @@ class Component:
             "plugin": self.plugin,
             "version": self.version,
             "origin": self.origin,
-            **{k: v for k, v in self.info.items() if _jsonable(v)},
+            **({"file": str(self.target)} if self.kind == "study" else {}),
+            **{k: v for k, v in self.info.items() if _jsonable(v) and k != "allowed"},
+            **({"allowed": self.allowed_text()} if self.info.get("allowed") else {}),
             # the same keys on every line: a component that did not say is not episodic
             "episodic": bool(self.info.get("episodic", False)),
             "recipe": self.target if self.kind == "method" else None,
         }
+
+    def allowed_text(self) -> dict[str, str]:
+        """What each parameter with a declared rule allows, in words: ``{"k": "at least 1"}``."""
+        return {param: rule.text for param, rule in self.info.get("allowed", {}).items()}
 
 
 @dataclass(frozen=True)
@@ -96,12 +113,13 @@ class LoadFailure:
     error: str
 
 
-def keyword_params(target: Any) -> dict:
-    """The keyword-only parameters of a function or class, with their defaults."""
+def keyword_params(target: Any, kind: str = "") -> dict:
+    """The keyword-only parameters of a function or class, with their defaults,
+    but for the values fslab fills in for a component of ``kind`` (FILLED_IN)."""
     func = target.__init__ if inspect.isclass(target) else target
     params = {}
     for p in inspect.signature(func).parameters.values():
-        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in FILLED_IN.get(kind, ()):
             params[p.name] = None if p.default is inspect.Parameter.empty else p.default
     return params
 
@@ -136,6 +154,11 @@ class Registry:
     def names(self, kind: str, pattern: str = "*") -> list[str]:
         check_kind(kind)
         return sorted(n for n in self.components[kind] if fnmatch.fnmatchcase(n, pattern))
+
+    def accepts(self, kind: str, name: str, param: str) -> bool:
+        """Whether building component ``name`` can take ``param`` (a target with ``**kwargs`` takes any)."""
+        accepted = _accepted_names(self.get(kind, name).resolve())
+        return accepted is None or param in accepted
 
     def create(self, kind: str, name: str, context: dict | None = None, **kwargs: Any) -> Any:
         """Build component ``name`` of ``kind``; keyword arguments are checked
@@ -265,21 +288,45 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
 
 def _register_callback(registry: Registry, kind: str, plugin: str, version, origin) -> Callable:
     def register(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
+        if kind == "study" and not isinstance(target, os.PathLike):
+            raise TypeError(f"study '{name}' from plugin '{plugin}': the target must be the pathlib.Path of its "
+                            f"TOML file, got {target!r:.100}")
         if params is None:
             if isinstance(target, str):
                 raise TypeError(
                     f"{kind} '{name}' from plugin '{plugin}' is a lazy reference "
                     f"'{target}': declare its params={{...}} in register()"
                 )
-            params = {} if kind == "method" else keyword_params(target)
+            params = {} if kind in ("method", "study") else keyword_params(target, kind)
         if "check" in info and not callable(info["check"]):
             raise TypeError(f"{kind} '{name}' from plugin '{plugin}': check= must be a function "
                             f"check(params, context), got {info['check']!r}")
+        if "allowed" in info:
+            info["allowed"] = _allowed_rules(info["allowed"], params, f"{kind} '{name}' from plugin '{plugin}'")
         registry.add(
             Component(kind, name, target, description, paper, dict(params), plugin, version, origin, info)
         )
 
     return register
+
+
+def _allowed_rules(allowed: Any, params: dict, who: str) -> dict:
+    """``register(..., allowed={param: rule})`` checked when it is registered:
+    each key a declared parameter, each value a rule of :mod:`fslab.core.limits`
+    that the parameter's default keeps."""
+    if not isinstance(allowed, dict):
+        raise TypeError(f"{who}: allowed= must be a dict {{parameter: rule}}, got {allowed!r}")
+    rules = {}
+    for param, declared in allowed.items():
+        if param not in params:
+            raise TypeError(f"{who}: allowed= names '{param}', which is not one of its parameters "
+                            f"({', '.join(params) or 'none'})")
+        rules[param] = rule_of(declared)
+        try:
+            check_rule(param, params[param], rules[param])
+        except UsageError as exc:
+            raise TypeError(f"{who}: the default of '{param}' breaks its own rule: {exc}") from None
+    return rules
 
 
 def _import_file(path: Path):

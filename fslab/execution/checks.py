@@ -9,6 +9,8 @@ decodes an image.
 
 from __future__ import annotations
 
+import os
+import shutil
 import zipfile
 
 from fslab.core.config import check_plugins
@@ -39,6 +41,7 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
         if slurm.cluster == "local":
             check_device(config)
         check_job_processes(config, slurm)
+    check_compile(config, slurm)
     sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
     if sizes:
         check_evaluation(config, sizes, evaluator_shape(config, registry))
@@ -75,6 +78,17 @@ def evaluator_shape(config: dict, registry) -> tuple[int, int] | None:
         return None
     evaluator = registry.create("evaluator", section["name"], **{k: v for k, v in section.items() if k != "name"})
     return evaluator_traits(evaluator).episode_shape
+
+
+def check_compile(config: dict, slurm: SlurmSettings | None) -> None:
+    """``train.compile`` on the CPU here needs a C++ compiler (torch.compile
+    generates C++ there); a GPU run or a SLURM job is left to its machine."""
+    if config["train"]["compile"] == "off" or slurm is not None:
+        return
+    on_cpu = config["device"] == "cpu" or (config["device"] == "auto" and not visible_gpus())
+    if on_cpu and not any(shutil.which(name) for name in (os.environ.get("CXX") or "c++", "g++", "clang++")):
+        raise UsageError(f"train.compile={config['train']['compile']} on the CPU needs a C++ compiler, and none "
+                         f"is on PATH here (c++, g++, clang++ or $CXX); install one, or --set train.compile=off")
 
 
 def check_device(config: dict) -> None:

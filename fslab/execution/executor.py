@@ -27,6 +27,7 @@ from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
 from fslab.execution.scheduler import start_scheduler
 from fslab.execution.slurm_job import TrainingJob
+from fslab.execution.studies import StudyRuns, queue_study
 from fslab.execution.sweep import create_sweep, requeue
 
 
@@ -134,6 +135,22 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
             check_run(check_saved(run.config(), registry), registry, slurm, sizes_seen=sizes_seen)
     again = requeue(settings.runs_dir, record)
     return record, _start_queued(settings.runs_dir, again, slurm)
+
+
+def start_study(study, scale: str, *, settings, registry, dataset: str | None = None, data_root: str | None = None,
+                extra: tuple[dict, ...] = (), slurm: SlurmSettings | None = None) -> StudyRuns:
+    """Queue a study's runs (:func:`fslab.execution.studies.queue_study`: runs
+    done with the same settings are reused) and start them as :func:`start_sweep`
+    does. Locally, runs of an earlier invocation still queued are started too."""
+    outcome = queue_study(study, scale, settings=settings, registry=registry, dataset=dataset,
+                          data_root=data_root, extra=extra, slurm=slurm)
+    waiting = slurm is None and any(Run(settings.runs_dir / i).state() == "queued" for i in outcome.in_progress)
+    if outcome.to_start or waiting:
+        if slurm is None:
+            start_scheduler(settings.runs_dir)
+        else:
+            outcome.to_start = _start_queued(settings.runs_dir, outcome.to_start, slurm)
+    return outcome
 
 
 def _start_queued(runs_dir: Path, runs: list[Run], slurm: SlurmSettings | None) -> list[Run]:

@@ -68,10 +68,20 @@ def build_dataset(registry: Registry, cfg: RunConfig) -> Any:
     return create_dataset(registry, cfg.as_dict())
 
 
-def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device: torch.device) -> nn.Module:
+def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device: torch.device,
+                   image_size: tuple[int, int] | None = None) -> nn.Module:
+    """The backbone, told ``in_channels`` and, if its signature names it, the
+    images' ``image_size`` as ``(height, width)``."""
     section = cfg.backbone
-    return registry.create("backbone", section["name"], in_channels=in_channels,
+    context = {"image_size": image_size} if image_size is not None else None
+    return registry.create("backbone", section["name"], in_channels=in_channels, context=context,
                            **plugin_kwargs(section)).to(device)
+
+
+def image_size_of(split: Split) -> tuple[int, int]:
+    """The ``(height, width)`` of a split's images."""
+    height, width = split.images.shape[-2:]
+    return int(height), int(width)
 
 
 def build_evaluator(registry: Registry, section: dict) -> Callable:
@@ -96,14 +106,18 @@ class TrainingParts:
     scheduler: torch.optim.lr_scheduler.MultiStepLR
 
 
-def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device) -> TrainingParts:
-    """The run's components, created in a fixed order (module docstring)."""
+def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device, *,
+                   channels_last: bool = False) -> TrainingParts:
+    """The run's components, created in a fixed order (module docstring);
+    ``channels_last``: the backbone's weights in that memory format."""
     dataset = build_dataset(registry, cfg)
     train_split, val_split = dataset.load("train"), dataset.load("val")
     # Read (and on a first run decoded) before training, not after it: an image that cannot be decoded
     # fails the run at its start, naming the file. Reading draws no random number.
     test_split = dataset.load("test") if world.main else None
-    model = build_backbone(registry, cfg, dataset.channels, device)
+    model = build_backbone(registry, cfg, dataset.channels, device, image_size_of(train_split))
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     # A training-only linear projection on top of the backbone (NCA paper App. A.4).
     head = torch.nn.Identity()
     if cfg.train.projection_dim > 0:

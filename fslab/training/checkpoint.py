@@ -1,7 +1,7 @@
 """A run's checkpoint: one dict in ``checkpoints/last.pt``, rewritten after every epoch.
 
 Its keys are ``model, head, optimizer, loss, scheduler, epoch, step, config,
-best_val, train_mean, rng``: every state a resumed run needs to continue
+best_val, train_mean, rng`` (and ``grad_scaler`` for an fp16 run): every state a resumed run needs to continue
 exactly where the interrupted one stopped (the RNG streams included), and what
 ``fslab eval`` needs (the weights, the training mean used for centring).
 Checkpoints written by earlier fslab versions have the same keys.
@@ -38,10 +38,13 @@ def restore_rng(saved: dict, augment_rng: torch.Generator) -> None:
 
 def training_checkpoint(*, model: nn.Module, head: nn.Module, loss_fn, optimizer: torch.optim.Optimizer,
                         scheduler, epoch: int, step: int, config: dict, best_val: float | None,
-                        train_mean: torch.Tensor | None, augment_rng: torch.Generator, device: torch.device) -> dict:
+                        train_mean: torch.Tensor | None, augment_rng: torch.Generator, device: torch.device,
+                        scaler: torch.amp.GradScaler | None = None) -> dict:
     """The checkpoint of a run at the end of ``epoch`` (after ``step`` steps).
-    ``loss`` holds the loss's own parameters (a learned classifier), if any."""
-    return {
+    ``loss`` holds the loss's own parameters (a learned classifier), if any;
+    ``grad_scaler`` fp16's loss scale, when the run trains in fp16."""
+    extra = {} if scaler is None else {"grad_scaler": scaler.state_dict()}
+    return {**extra,
         "model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
         "loss": loss_fn.state_dict() if isinstance(loss_fn, nn.Module) else {},
         "scheduler": scheduler.state_dict(), "epoch": epoch, "step": step, "config": config, "best_val": best_val,
@@ -50,8 +53,11 @@ def training_checkpoint(*, model: nn.Module, head: nn.Module, loss_fn, optimizer
 
 
 def restore_training(checkpoint: dict, *, model: nn.Module, head: nn.Module, loss_fn,
-                     optimizer: torch.optim.Optimizer, scheduler, augment_rng: torch.Generator) -> None:
+                     optimizer: torch.optim.Optimizer, scheduler, augment_rng: torch.Generator,
+                     scaler: torch.amp.GradScaler | None = None) -> None:
     """Put every state of :func:`training_checkpoint` back, RNG streams last."""
+    if scaler is not None and "grad_scaler" in checkpoint:
+        scaler.load_state_dict(checkpoint["grad_scaler"])
     model.load_state_dict(checkpoint["model"])
     head.load_state_dict(checkpoint["head"])
     if isinstance(loss_fn, nn.Module):

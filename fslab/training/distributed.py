@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -261,25 +263,30 @@ class GlobalBatchLoss(nn.Module):
     batch's (every rank drew the same batch). With one process this is just
     ``loss(head(backbone(x)), labels, support)``."""
 
-    def __init__(self, backbone: nn.Module, head: nn.Module, loss, world: World):
+    def __init__(self, backbone: nn.Module, head: nn.Module, loss, world: World,
+                 autocast: Callable[[], AbstractContextManager] = nullcontext):
         super().__init__()
         self.backbone, self.head, self.world = backbone, head, world
         self.loss = loss  # a loss module's parameters train (and synchronise) with the network's
+        self.autocast = autocast
 
     def forward(self, x, labels, support=None):
         total = labels.shape[0]
         share = BatchShare(self.world.rows(total), total, dist.all_reduce) if self.world.size > 1 else None
-        with sharing(share):  # layers that draw noise per row draw it for the global batch
+        with sharing(share), self.autocast():  # layers that draw noise per row draw it for the global batch
             local = self.head(self.backbone(x))
-        z = gather_with_grad(local, self.world, total=labels.shape[0])
+        # The loss computes in float32, whatever the network's precision (fslab.training.numerics);
+        # the embeddings are gathered in that precision too.
+        z = gather_with_grad(local.float(), self.world, total=labels.shape[0])
         return self.loss(z, labels, support)
 
 
-def training_step(backbone: nn.Module, head: nn.Module, loss, world: World, device: torch.device) -> nn.Module:
+def training_step(backbone: nn.Module, head: nn.Module, loss, world: World, device: torch.device,
+                  autocast: Callable[[], AbstractContextManager] = nullcontext) -> nn.Module:
     """The module a training step calls: :class:`GlobalBatchLoss`, wrapped in
     DistributedDataParallel when there are several ranks (its parameters are
     averaged over the ranks after each backward pass)."""
-    step = GlobalBatchLoss(backbone, head, loss, world)
+    step = GlobalBatchLoss(backbone, head, loss, world, autocast)
     if world.size == 1:
         return step
     from torch.nn.parallel import DistributedDataParallel

@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -308,13 +309,16 @@ def extract_features(
     batch_size: int,
     device: torch.device | str,
     normalize_fn: Callable[[torch.Tensor], torch.Tensor],
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
 ) -> torch.Tensor:
-    """Embed every image once: ``uint8 [N, C, H, W]`` -> ``float [N, d]`` on the CPU.
+    """Embed every image once: ``uint8 [N, C, H, W]`` -> ``float32 [N, d]`` on the CPU.
 
     Runs in eval mode (batch norm uses its running statistics, so features do
     not depend on what else is in the batch) and restores the model's mode
     afterwards. ``normalize_fn`` turns a uint8 batch already on ``device`` into
-    the network's float input.
+    the network's float input; the network runs under ``autocast()`` (the
+    run's ``eval.precision``) and its output is float32 before anything else
+    sees it (fslab.training.numerics).
     """
     was_training = model.training
     model.eval()
@@ -323,7 +327,9 @@ def extract_features(
         with torch.no_grad():
             for first in range(0, images_uint8.shape[0], batch_size):
                 batch = images_uint8[first : first + batch_size].to(device, non_blocking=True)
-                outputs.append(model(normalize_fn(batch)).float().cpu())
+                with autocast():
+                    embedded = model(normalize_fn(batch))
+                outputs.append(embedded.float().cpu())
     finally:
         model.train(was_training)
     if not outputs:

@@ -3,7 +3,8 @@
 The backbone embeds each image of a split once; the features are cached in
 ``runs/<id>/features/<split>-epoch<E>.pt`` (keyed by the checkpoint's epoch, so
 a newer checkpoint is embedded again; ``-stages<k>`` is added for multi-stage
-features, ``eval.feature_stages`` > 1). Episodes come from the fixed evaluation
+features, ``eval.feature_stages`` > 1, and ``-bf16`` or ``-fp16`` for features
+embedded in that ``eval.precision``). Episodes come from the fixed evaluation
 seed of the run's configuration, so every run is scored on the same episodes
 and two runs can be compared episode by episode. Each evaluation is appended to
 ``metrics.jsonl`` as an ``eval`` event, and its per-episode scores are kept
@@ -34,12 +35,14 @@ from fslab.training.build import (
     build_backbone,
     build_dataset,
     build_evaluator,
+    image_size_of,
     pick_device,
     plugin_kwargs,
     to_input,
 )
 from fslab.training.checkpoint import load_checkpoint
 from fslab.training.features import feature_network
+from fslab.training.numerics import resolve_numerics
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -57,6 +60,7 @@ class Checkpoint:
         self.state = load_checkpoint(run.checkpoint_path, "cpu")
         self.epoch = self.state["epoch"]
         self.stages = cfg.eval.feature_stages
+        self.numerics = resolve_numerics(cfg, device)  # features in eval.precision and the run's memory format
         self._dataset = None
 
     def dataset(self):
@@ -66,22 +70,35 @@ class Checkpoint:
 
     def network(self) -> torch.nn.Module:
         """The evaluation network (the backbone, or its multi-stage features) on the device."""
-        model = build_backbone(self.registry, self.cfg, self.dataset().channels, self.device)
+        image_size = None
+        if self.registry.accepts("backbone", self.cfg.backbone["name"], "image_size"):
+            # every split of a dataset has one image size; the test split is the one evaluated most
+            image_size = image_size_of(self.dataset().load("test"))
+        model = build_backbone(self.registry, self.cfg, self.dataset().channels, self.device, image_size)
         model.load_state_dict(self.state["model"])
+        if self.numerics.channels_last:
+            model = model.to(memory_format=torch.channels_last)
         return feature_network(model, self.stages)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """float32 features of ``images``, embedded as training embedded them for evaluation."""
+        numerics = self.numerics
+        return evaluation.extract_features(self.network(), images, self.cfg.eval.batch_size, self.device,
+                                           lambda batch: numerics.memory_format(to_input(batch)),
+                                           autocast=lambda: numerics.autocast(numerics.eval_precision))
 
 
 def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     """The split's features from the cache, or embedded now and cached."""
-    stages = checkpoint.stages  # multi-stage features are cached apart
-    name = f"{split}-epoch{checkpoint.epoch}" + (f"-stages{stages}" if stages > 1 else "")
+    stages, precision = checkpoint.stages, checkpoint.numerics.eval_precision  # each cached apart
+    name = (f"{split}-epoch{checkpoint.epoch}" + (f"-stages{stages}" if stages > 1 else "")
+            + (f"-{precision}" if precision != "fp32" else ""))
     cache = run.path / "features" / f"{name}.pt"
     if cache.exists():
         saved = torch.load(cache, weights_only=True)
         return saved["features"], saved["labels"], True
     data = checkpoint.dataset().load(split)
-    features = evaluation.extract_features(checkpoint.network(), data.images, checkpoint.cfg.eval.batch_size,
-                                           checkpoint.device, to_input)
+    features = checkpoint.embed(data.images)
     cache.parent.mkdir(exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
     torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch}, tmp)

@@ -35,6 +35,7 @@ from fslab.training.checkpoint import (
     training_checkpoint,
 )
 from fslab.training.features import feature_network
+from fslab.training.numerics import Numerics, apply_backend_settings, compiled, resolve_numerics
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -49,9 +50,11 @@ def train(run: Run, resume: bool = False) -> dict:
     (weights, optimiser, schedule, RNG streams) is restored, so the result is
     the one an uninterrupted run would have reached."""
     trainer = setup(run, resume)
-    # loss(head(model(x))) over the global batch; under DDP when there are several ranks
-    parts = trainer.parts
-    train_step = distributed.training_step(parts.model, parts.head, parts.loss_fn, trainer.world, trainer.device)
+    # loss(head(model(x))) over the global batch; under DDP when there are several ranks. The backbone
+    # runs in the run's precision (compiled if asked), the loss in float32 (fslab.training.numerics).
+    parts, numerics = trainer.parts, trainer.numerics
+    train_step = distributed.training_step(compiled(parts.model, numerics), parts.head, parts.loss_fn,
+                                           trainer.world, trainer.device, numerics.autocast)
     for epoch in range(trainer.first_epoch, trainer.cfg.train.epochs):
         trainer.train_epoch(epoch, train_step)
         trainer.end_epoch(epoch)
@@ -72,15 +75,18 @@ def setup(run: Run, resume: bool) -> Trainer:
         raise RuntimeError(f"the run is configured for train.processes={cfg.train.processes} "
                            f"but runs in {world.size} processes; start it with fslab run/resume")
     device = pick_device(cfg.device) if world.size == 1 else distributed.start(cfg.device, world)[1]
+    numerics = resolve_numerics(cfg, device)
+    apply_backend_settings(numerics)  # before the first kernel
     checkpoint = None
     if resume:
         checkpoint = load_checkpoint(run.checkpoint_path, device)
         if world.main:
             truncate_to_checkpoint(run, checkpoint["epoch"])
     log = EventLog(run, enabled=world.main)
-    parts = build_training(registry, cfg, world, device)
+    parts = build_training(registry, cfg, world, device, channels_last=numerics.channels_last)
     feature_network(parts.model, cfg.eval.feature_stages)  # a backbone without those stages fails now, not later
-    trainer = Trainer(run, cfg, world, device, log, parts, augment_rng=torch.Generator().manual_seed(cfg.seed))
+    trainer = Trainer(run, cfg, world, device, log, parts, numerics,
+                      augment_rng=torch.Generator().manual_seed(cfg.seed))
     trainer.log_start()
     if checkpoint is not None:
         trainer.restore(checkpoint)
@@ -100,6 +106,7 @@ class Trainer:
     device: torch.device
     log: EventLog
     parts: TrainingParts
+    numerics: Numerics
     augment_rng: torch.Generator
     first_epoch: int = 0
     step: int = 0
@@ -108,8 +115,12 @@ class Trainer:
     images: torch.Tensor = field(init=False)  # the training split, on the device when it fits
     labels: torch.Tensor = field(init=False)
     steps_per_epoch: int = field(init=False)
+    scaler: torch.amp.GradScaler | None = field(init=False)  # fp16's loss scaling
+    compile_pending: bool = field(init=False)  # the next step compiles the training forward
 
     def __post_init__(self) -> None:
+        self.scaler = self.numerics.grad_scaler()
+        self.compile_pending = self.numerics.compile != "off"
         self.images, self.labels = self.parts.train_split.images, self.parts.train_split.labels
         if self.images.numel() < 2**31:  # small enough to keep the whole split on the device
             self.images, self.labels = self.images.to(self.device), self.labels.to(self.device)
@@ -120,12 +131,14 @@ class Trainer:
         self.log.write("start", device=str(self.device), epochs=epochs, steps_per_epoch=self.steps_per_epoch,
                        total_steps=epochs * self.steps_per_epoch, train_images=len(self.parts.train_split),
                        backbone_params=sum(p.numel() for p in model.parameters()),
-                       out_dim=getattr(model, "out_dim", None), processes=self.world.size)
+                       out_dim=getattr(model, "out_dim", None), processes=self.world.size,
+                       **self.numerics.describe())
 
     def restore(self, checkpoint: dict) -> None:
         parts = self.parts
         restore_training(checkpoint, model=parts.model, head=parts.head, loss_fn=parts.loss_fn,
-                         optimizer=parts.optimizer, scheduler=parts.scheduler, augment_rng=self.augment_rng)
+                         optimizer=parts.optimizer, scheduler=parts.scheduler, augment_rng=self.augment_rng,
+                         scaler=self.scaler)
         self.first_epoch, self.step, self.best_val = checkpoint["epoch"], checkpoint["step"], checkpoint["best_val"]
         self.center = checkpoint["train_mean"]
         self.log.write("resume", epoch=self.first_epoch, step=self.step)
@@ -143,18 +156,40 @@ class Trainer:
             own = self.world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
             x = to_input(self.images[index[own]].to(self.device, non_blocking=True))
             x = augment(x, tcfg.crop_padding, tcfg.flip, self.augment_rng, part=own, total=len(index))
+            x = self.numerics.memory_format(x)
             y = self.labels[index].to(self.device, non_blocking=True)
             support = None if batch.support is None else torch.as_tensor(batch.support, device=self.device)
+            started = time.perf_counter()
             out = train_step(x, y, support)
-            parts.optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            parts.optimizer.step()
+            self.optimise(out.loss)
             parts.scheduler.step()
             self.step += 1
             window_images += len(index)
+            if self.compile_pending:  # compiling took this step's time: logged apart, not in images/s
+                self.log_compiled(time.perf_counter() - started)
+                window_start, window_images = time.perf_counter(), 0
             if self.step % tcfg.log_every == 0 or self.step % self.steps_per_epoch == 0:
                 self.log_training(out, epoch, window_start, window_images)
                 window_start, window_images = time.perf_counter(), 0
+
+    def optimise(self, loss: torch.Tensor) -> None:
+        """Backward and one optimiser step; with fp16 through the gradient scaler."""
+        optimizer = self.parts.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        if self.scaler is None:
+            loss.backward()
+            optimizer.step()
+            return
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+    def log_compiled(self, seconds: float) -> None:
+        """The ``compile`` event: the first compiled step's wall time (compilation included)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.compile_pending = False
+        self.log.write("compile", step=self.step, mode=self.numerics.compile, seconds=seconds)
 
     def log_training(self, out, epoch: int, window_start: float, window_images: int) -> None:
         """The ``train`` event of the interval that ends at this step."""
@@ -180,7 +215,8 @@ class Trainer:
         save_checkpoint(self.run.checkpoint_path, training_checkpoint(
             model=parts.model, head=parts.head, loss_fn=parts.loss_fn, optimizer=parts.optimizer,
             scheduler=parts.scheduler, epoch=epoch + 1, step=self.step, config=self.cfg.as_dict(),
-            best_val=self.best_val, train_mean=self.center, augment_rng=self.augment_rng, device=self.device))
+            best_val=self.best_val, train_mean=self.center, augment_rng=self.augment_rng, device=self.device,
+            scaler=self.scaler))
         self.log.write("checkpoint", epoch=epoch + 1, step=self.step,
                        path=str(self.run.checkpoint_path.relative_to(self.run.path)))
         self.world.barrier()
@@ -189,8 +225,10 @@ class Trainer:
 
     def features_of(self, images: torch.Tensor) -> torch.Tensor:
         """Evaluation features (``eval.feature_stages``); the training mean goes through here too."""
-        network = feature_network(self.parts.model, self.cfg.eval.feature_stages)
-        return evaluation.extract_features(network, images, self.cfg.eval.batch_size, self.device, to_input)
+        network, numerics = feature_network(self.parts.model, self.cfg.eval.feature_stages), self.numerics
+        return evaluation.extract_features(network, images, self.cfg.eval.batch_size, self.device,
+                                           lambda batch: numerics.memory_format(to_input(batch)),
+                                           autocast=lambda: numerics.autocast(numerics.eval_precision))
 
     def training_mean(self) -> torch.Tensor | None:
         """The mean feature of ``eval.center_images`` training images (drawn

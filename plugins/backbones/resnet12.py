@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from fslab_plugins.backbones.shapes import check_resnet12, check_resnet12_nca
 
-from fslab.plugin import hookimpl
+from fslab.plugin import at_least, between, hookimpl, listing
 
 PAPER = "Lee et al., Meta-Learning with Differentiable Convex Optimization, CVPR 2019 (arXiv:1904.03758)"
 NCA_CODE = ("Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
@@ -41,6 +41,8 @@ def register_backbones(register):
         description="ResNet-12, widths 64-160-320-640, leaky ReLU, global average pool; DropBlock off by default.",
         paper=PAPER,
         params={"widths": [64, 160, 320, 640], "drop_rate": 0.0, "dropblock_size": 5},
+        allowed={"widths": listing(at_least(1), nonempty=True), "drop_rate": between(0, 1),
+                 "dropblock_size": at_least(1)},
         check=check_resnet12,
     )
     register(
@@ -49,5 +51,6 @@ def register_backbones(register):
         description="The NCA paper code's ResNet-12: BasicBlock ResNet, blocks [1, 1, 2, 1], widths 64-160-320-640.",
         paper=NCA_CODE,
         params={"widths": [64, 160, 320, 640], "layers": [1, 1, 2, 1]},
+        allowed={"widths": listing(at_least(1), nonempty=True), "layers": listing(at_least(1), nonempty=True)},
         check=check_resnet12_nca,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from fslab_plugins.backbones.shapes import check_wrn
 
-from fslab.plugin import hookimpl
+from fslab.plugin import at_least, between, hookimpl
 
 PAPER = (
     "Zagoruyko & Komodakis, Wide Residual Networks, BMVC 2016 (arXiv:1605.07146); "
@@ -37,5 +37,6 @@ def register_backbones(register):
                     "dropout off by default.",
         paper=PAPER,
         params={"depth": 28, "widen_factor": 10, "dropout": 0.0},
+        allowed={"widen_factor": at_least(1), "dropout": between(0, 1)},
         check=check_wrn,
     )

@@ -31,7 +31,7 @@ from fslab_plugins.datasets.image_cache import (
     shipped_list,
 )
 
-from fslab.plugin import UsageError, hookimpl
+from fslab.plugin import UsageError, at_least, hookimpl, one_of
 
 PER_CLASS = 600
 CSV_LAYOUT = "ROOT/images/*.jpg with ROOT/{train,val,test}.csv ('filename,label' rows)"
@@ -178,5 +178,6 @@ def register_datasets(register):
         # NCA paper recipe (Sec. 4.1): 84×84 images, flip and random crop, the
         # core defaults otherwise (120 epochs, batch 512, lr ÷10 at 70%).
         check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        allowed={"source": one_of(*SOURCES), "image_size": at_least(1)},
         defaults={"train": {"crop_padding": 8, "flip": True}},
     )

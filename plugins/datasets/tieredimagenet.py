@@ -32,7 +32,7 @@ from fslab_plugins.datasets.image_cache import (
 )
 from fslab_plugins.datasets.miniimagenet import load_pickle
 
-from fslab.plugin import UsageError, hookimpl
+from fslab.plugin import UsageError, at_least, hookimpl, one_of
 
 TOTALS = {"train": 448_695, "val": 124_261, "test": 206_209}
 PICKLE_LAYOUT = "ROOT/{train,val,test}_images_png.pkl with ROOT/{train,val,test}_labels.pkl"
@@ -142,5 +142,6 @@ def register_datasets(register):
         paper="Ren et al. 2018",
         # NCA paper App. A.4: batch 1024, lr ÷10 after 50% and 75% of training.
         check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
+        allowed={"source": one_of(*SOURCES), "image_size": at_least(1)},
         defaults={"train": {"batch_size": 1024, "milestones": [0.5, 0.75], "crop_padding": 8, "flip": True}},
     )

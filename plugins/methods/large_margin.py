@@ -24,9 +24,9 @@ are ``nn.Module``s so that the measured margin, a buffer, is checkpointed.
 
 from __future__ import annotations
 
-from fslab_plugins.methods.protonet import check_distance
+from fslab_plugins.methods.protonet import DISTANCES, check_distance
 
-from fslab.plugin import UsageError, hookimpl
+from fslab.plugin import UsageError, at_least, hookimpl, one_of
 
 PAPER = "Wang et al., Large Margin Meta-Learning for Few-Shot Classification, 2018 (arXiv:1807.02872)"
 
@@ -52,15 +52,20 @@ def check_lpn(params: dict, context=None) -> None:
     check_distance("lpn", params["distance"])
 
 
+def _allowed() -> dict:
+    return {"positives": at_least(1), "negatives": at_least(1)}
+
+
 @hookimpl
 def register_losses(register):
     register("fslab_plugins.methods.triplet_loss:TripletLoss", name="triplet", paper=PAPER + ", Eq. 2", episodic=False,
-             params=_params(), check=check_triplet,
+             params=_params(), allowed=_allowed(), check=check_triplet,
              description="Triplet hinge over 10 positives × 10 negatives per anchor; "
                          "margin measured at initialisation.")
     register("fslab_plugins.methods.triplet_loss:LargeMarginProtoNet", name="lpn", paper=PAPER + ", Eq. 1",
              episodic=True,
              params={"triplet_weight": 1.0, **_params(), "distance": "euclidean"}, check=check_lpn,
+             allowed={"triplet_weight": at_least(0), **_allowed(), "distance": one_of(*DISTANCES)},
              description="L-PN: prototypical loss + λ·triplet term (λ = 1).")
 
 

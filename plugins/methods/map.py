@@ -26,7 +26,9 @@ decisions (which need not lie on the optimal path).
 
 from __future__ import annotations
 
-from fslab.plugin import LossOutput, UsageError, hookimpl
+import copy
+
+from fslab.plugin import LossOutput, UsageError, at_least, hookimpl, one_of
 
 PAPER = (
     "Triantafillou, Zemel & Urtasun, Few-Shot Learning Through an Information Retrieval Lens, NeurIPS 2017 "
@@ -290,6 +292,7 @@ def register_evaluators(register):
              description="AP-based classification: the way whose support points the query's cosine ranking "
              "retrieves with the highest average precision.")
     register(RetrievalMAP, name="retrieval-map", paper=f"{PAPER}, Sec. 5 (Tables 1, 2)", check=check_retrieval,
+             allowed={"images_per_class": at_least(2)},
              description="N-way one-shot retrieval: mAP over 10 images per class, each ranking the rest "
              "(scores mAP, not accuracy; ignores --shots/--queries).")
 
@@ -299,23 +302,27 @@ def register_losses(register):
     register(map_ssvm, name="map-ssvm", paper=PAPER, episodic=False,
              description="mAP-SSVM: every row ranks the batch by cosine similarity; loss-augmented DP inference.")
     register(map_dlm, name="map-dlm", paper=PAPER, episodic=False, check=check_dlm,
+             allowed={"update": one_of(*UPDATES)},
              description="mAP-DLM: direct loss minimisation of mean AP, positive or negative update.")
 
 
 @hookimpl
 def register_methods(register):
-    # Sec. 5: batches of |B| = 128 drawn from N = 16 classes (8 images each here).
-    batches = {"name": "fixed", "ways": 16, "per_class": 8}
+    # Sec. 5: batches of |B| = 128 drawn from N classes: N = 8 on miniImageNet (16 images each), the
+    # recipe's base; N = 16 on Omniglot (8 images each).
+    batches = {"name": "fixed", "ways": 8, "per_class": 16}
     # Sec. 5 and the supplementary: Adam, lr 0.001; on miniImageNet multiplied by
-    # 0.75 every 2K of 22K updates (Omniglot: no decay, set train.milestones=[]).
-    # Weight decay is not stated: fslab's default stays.
+    # 0.75 every 2K of 22K updates; on Omniglot no decay. Weight decay is not stated: fslab's default stays.
     train = {"batch_size": 128, "optimizer": "adam", "lr": 0.001,
              "milestones": [round(k / 11, 4) for k in range(1, 11)], "gamma": 0.75}
+    omniglot = {"sampler": {"ways": 16, "per_class": 8}, "train": {"milestones": []}}
     for name, loss in (("map-ssvm", {"name": "map-ssvm"}), ("map-dlm", {"name": "map-dlm", "update": "positive"})):
         register(
-            {"loss": loss, "sampler": dict(batches), "evaluator": {"name": "centroid"}, "train": dict(train)},
+            {"loss": loss, "sampler": dict(batches), "evaluator": {"name": "centroid"}, "train": dict(train),
+             "per_dataset": {"omniglot": copy.deepcopy(omniglot)}},
             name=name,
-            description=f"{name} (alpha 10) on batches of 16 classes × 8 images; Adam, lr 0.001 × 0.75 "
-            "every 1/11 of training (the paper's miniImageNet schedule).",
+            description=f"{name} (alpha 10), Adam at lr 0.001, batches of 128: 8 classes × 16 images and lr × 0.75 "
+            "every 1/11 of training (miniImageNet, and any other dataset); on omniglot 16 classes × 8 images, "
+            "no decay.",
             paper=f"{PAPER}, Table 2 (miniImageNet) and Table 1 (Omniglot)",
         )

@@ -113,8 +113,13 @@ def check_nca(params: dict, context=None) -> None:
         raise UsageError(f"nca: loss.pair_fraction must be in (0, 1], got {params['pair_fraction']}")
 
 
+SUPCON_FORMS = ("khosla", "nca-code")
+
+
 def check_supcon(params: dict, context=None) -> None:
     check_temperature("supcon", params["temperature"])
+    if params["form"] not in SUPCON_FORMS:
+        raise UsageError(f"supcon: loss.form must be one of {', '.join(SUPCON_FORMS)}, got {params['form']!r}")
 
 
 def pair_mask(rows: int, fraction: float, device=None):
@@ -128,9 +133,11 @@ def pair_mask(rows: int, fraction: float, device=None):
     return upper | upper.T
 
 
-def supcon(z, labels, support=None, *, temperature: float = 0.1) -> LossOutput:
+def supcon(z, labels, support=None, *, temperature: float = 0.1, form: str = "khosla") -> LossOutput:
     """Supervised contrastive loss, Khosla et al. 2020 (arXiv:2004.11362), the
-    baseline of the NCA paper's App. A.3, in Khosla et al.'s "L_out" form.
+    baseline of the NCA paper's App. A.3: ``form="khosla"`` is Khosla et
+    al.'s "L_out" (below); ``form="nca-code"`` is the variant the NCA authors
+    trained for their App. A.3 figures (:func:`supcon_nca_code`).
 
     Embeddings are L2-normalised and compared by dot product over
     ``temperature`` (Khosla et al. use 0.1). For an anchor i with positives
@@ -148,7 +155,7 @@ def supcon(z, labels, support=None, *, temperature: float = 0.1) -> LossOutput:
     import torch
     import torch.nn.functional as F
 
-    check_supcon({"temperature": temperature})
+    check_supcon({"temperature": temperature, "form": form})
     rows = z.shape[0]
     labels = labels.to(z.device)
     eye = torch.eye(rows, dtype=torch.bool, device=z.device)
@@ -163,6 +170,8 @@ def supcon(z, labels, support=None, *, temperature: float = 0.1) -> LossOutput:
     if rows < 2:
         return LossOutput(z.sum() * 0.0, positives, negatives, extra)
 
+    if form == "nca-code":
+        return LossOutput(supcon_nca_code(z, labels, temperature), positives, negatives, extra)
     unit = F.normalize(z, dim=1)
     logits = (unit @ unit.T / temperature).masked_fill(eye, float("-inf"))
     log_probability = logits - torch.logsumexp(logits, dim=1, keepdim=True)
@@ -170,6 +179,38 @@ def supcon(z, labels, support=None, *, temperature: float = 0.1) -> LossOutput:
     per_row = -log_probability.sum(dim=1) / positive_count.clamp(min=1)
     loss = (per_row * has_positive).sum() / has_positive.sum().clamp(min=1)
     return LossOutput(loss, positives, negatives, extra)
+
+
+def supcon_nca_code(z, labels, temperature: float):
+    """The supervised contrastive loss as the NCA authors' code computes it
+    (``SupervisedContrastiveLoss`` of github.com/fiveai/on-episodes-fsl), which
+    differs from Khosla et al.'s L_out in four ways:
+
+    - cosine similarities below 1e-10 are raised to 1e-10 (so every negative
+      cosine counts as 0, and its gradient is zero);
+    - each ordered positive pair (i, j) is its own term, with only the
+      *negatives* of j in the denominator:
+      ``log( exp(c_ij/T) / sum_{k: y_k != y_j} exp(c_kj/T) )``;
+    - the terms are summed, not averaged over each anchor's positives, and a
+      term whose ratio is below 1e-10 is left out (as the code does);
+    - the sum is divided by the number of rows (the code's batch size).
+
+    A batch of one class has no negatives: the code then divides by 1e-10,
+    which is kept here too.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    rows = z.shape[0]
+    unit = F.normalize(z, dim=1)
+    cosines = (unit @ unit.T).clamp(min=1e-10)
+    similar = torch.exp(cosines / temperature)
+    same = labels[:, None] == labels[None, :]
+    eye = torch.eye(rows, dtype=torch.bool, device=z.device)
+    denominators = (similar * ~same).sum(dim=0).clamp(min=1e-10)  # over the negatives k of each column j
+    ratio = similar * (same & ~eye) / denominators[None, :]
+    counted = ratio >= 1e-10  # the positive pairs, less those the code drops
+    return -torch.log(torch.where(counted, ratio, torch.ones_like(ratio))).sum() / rows
 
 
 class IIDSampler:
@@ -363,7 +404,8 @@ def register_losses(register):
     register(
         supcon,
         name="supcon",
-        description="Supervised contrastive loss (L_out): mean log-likelihood of each positive, cosine / temperature.",
+        description="Supervised contrastive loss: Khosla et al.'s L_out (form=khosla) or the NCA authors' "
+                    "variant behind their App. A.3 figures (form=nca-code); cosine / temperature.",
         paper="Khosla et al., Supervised Contrastive Learning, NeurIPS 2020 (arXiv:2004.11362); "
               + PAPER + ", App. A.3",
         episodic=False,

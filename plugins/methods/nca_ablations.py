@@ -36,9 +36,9 @@ does; the queries and prototypes for Eq. 5), so the losses are on the scale of
 
 from __future__ import annotations
 
-from fslab_plugins.methods.protonet import check_distance
+from fslab_plugins.methods.protonet import DISTANCES, check_distance
 
-from fslab.plugin import LossOutput, UsageError, hookimpl
+from fslab.plugin import LossOutput, UsageError, hookimpl, one_of
 
 PAPER = (
     "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
@@ -181,6 +181,7 @@ def register_losses(register):
         description="Matching Networks, softmax attention, no full-context embedding (Euclidean or cosine).",
         paper=f"{VINYALS}; {PAPER}, App. A.7",
         episodic=True,
+        allowed={"distance": one_of(*DISTANCES)},
         check=check_matchingnet,
     )
 
@@ -228,10 +229,19 @@ def register_methods(register):
         paper=f"{PAPER}, Fig. 3",
     )
     register(
-        {"loss": {"name": "supcon"}, "sampler": {"name": "iid"}, "evaluator": {"name": "centroid"}},
+        {"loss": {"name": "supcon", "form": "nca-code"}, "sampler": {"name": "iid"},
+         "evaluator": {"name": "centroid"}},
         name="supcon",
-        description="Supervised contrastive loss (temperature 0.1) on i.i.d. mini-batches.",
+        description="The NCA authors' supervised contrastive loss (negatives-only denominator, their code's "
+                    "form) on i.i.d. mini-batches; the paper gives no temperature, 0.1 is Khosla et al.'s.",
         paper=f"{PAPER}, App. A.3 (51.05 / 63.36 on miniImageNet)",
+    )
+    register(
+        {"loss": {"name": "supcon", "form": "khosla"}, "sampler": {"name": "iid"},
+         "evaluator": {"name": "centroid"}},
+        name="supcon-khosla",
+        description="Khosla et al.'s supervised contrastive loss L_out (temperature 0.1) on i.i.d. mini-batches.",
+        paper="Khosla et al., Supervised Contrastive Learning, NeurIPS 2020 (arXiv:2004.11362), Eq. 2",
     )
     register(
         {"loss": {"name": "protonet"}, "sampler": {"name": "episodic", "ways": 20, "shots": 5, "queries": 15},

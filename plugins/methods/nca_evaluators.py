@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from fslab_plugins.methods.nca import check_temperature
 
-from fslab.plugin import UsageError, hookimpl
+from fslab.plugin import UsageError, at_least, hookimpl, one_of, positive
 
 PAPER = (
     "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
@@ -34,13 +34,22 @@ PAPER = (
 )
 
 
-def knn(support, query, *, k: int = 0):
+KNN_TIES = ("nearest", "smallest")
+
+
+def knn(support, query, *, k: int = 0, ties: str = "nearest"):
     """Majority vote of the ``k`` nearest support points in squared Euclidean
     distance (Sec. 3.4); ``k = 0`` means k = shots, the paper's choice.
 
     Deterministic ties: support points at equal distance are ordered by
-    their index (way by way, shot by shot; a stable sort); among ways with
-    equally many votes, the one whose nearest voter ranks first wins.
+    their index (way by way, shot by shot; a stable sort). Among ways with
+    equally many votes, ``ties="nearest"`` picks the one whose nearest voter
+    ranks first; ``ties="smallest"`` picks the smallest way index. The NCA
+    authors' code takes the smallest dataset label among the tied classes
+    (``scipy.stats.mode``); fslab draws an episode's ways in random order, so
+    the smallest way index is, like their smallest label, a tied class chosen
+    without regard to which one is right: the same rule in distribution,
+    which is what their k-NN table measured.
     """
     import torch
     from fslab_plugins.methods.nca import squared_distances
@@ -49,6 +58,7 @@ def knn(support, query, *, k: int = 0):
     k = shots if k == 0 else k
     if not 1 <= k <= ways * shots:
         raise UsageError(f"knn: k must be between 1 and the {ways * shots} support points (0 = shots), got {k}")
+    check_knn({"k": k, "ties": ties})
     d = squared_distances(query, support.flatten(1, 2))  # [E, Q, w*n]
     # The k nearest by (distance, index). topk orders equal distances
     # arbitrarily, so rows where equal distances reach the k nearest are
@@ -66,6 +76,8 @@ def knn(support, query, *, k: int = 0):
     voter_way = torch.div(nearest, shots, rounding_mode="floor")  # [E, Q, k]
     votes = torch.zeros(*query.shape[:2], ways, dtype=torch.long, device=query.device)
     votes.scatter_add_(-1, voter_way, torch.ones_like(voter_way))
+    if ties == "smallest":
+        return votes.argmax(dim=-1)  # the first of equal maxima: the smallest way index
     ranks = torch.arange(k, device=query.device).expand_as(voter_way)
     first = torch.full_like(votes, k).scatter_reduce(-1, voter_way, ranks, reduce="amin")  # nearest voter; k: none
     return (votes * (k + 1) + (k - first)).argmax(dim=-1)
@@ -174,6 +186,8 @@ def evaluated_shots(context) -> list[int]:
 
 def check_knn(params: dict, context=None) -> None:
     k = params["k"]
+    if params["ties"] not in KNN_TIES:
+        raise UsageError(f"knn: evaluator.ties must be one of {', '.join(KNN_TIES)}, got {params['ties']!r}")
     if k < 0:
         raise UsageError(f"knn: evaluator.k must be 0 (k = shots) or a number of neighbours >= 1, got {k}")
     if context is not None and k > 0:
@@ -205,9 +219,12 @@ def check_finetune(params: dict, context=None) -> None:
 @hookimpl
 def register_evaluators(register):
     register(knn, name="knn", paper=f"{PAPER}, Sec. 3.4", check=check_knn,
-             description="Majority vote of the k nearest support points (k = 0: k = shots); ties to the nearer voter.")
+             allowed={"k": at_least(0), "ties": one_of(*KNN_TIES)},
+             description="Majority vote of the k nearest support points (k = 0: k = shots); tied votes go to the "
+                         "nearer voter (ties=nearest) or the smallest label (ties=smallest, the NCA code's rule).")
     register(soft, name="soft", paper=f"{PAPER}, Sec. 3.4", check=check_soft,
              description="NCA soft assignment: class with the largest sum of softmax(-d²/T) over its support points.")
     register(FineTune, name="finetune", paper=f"{PAPER}, App. A.1 (Table 5)", check=check_finetune,
+             allowed={"epochs": at_least(1), "lr": positive(), "weight_decay": at_least(0)},
              description="Fine-tune the whole network on each support set (NCA loss, Adam, 5 epochs), then "
              "nearest centroid. Slow: 100 episodes unless --episodes says otherwise; shots >= 2.")

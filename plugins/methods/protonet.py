@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 
 from fslab_plugins.backbones.shapes import check_conv4
 
-from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
+from fslab.plugin import Batch, LossOutput, UsageError, at_least, hookimpl, one_of
 
 PAPER = "Snell, Swersky & Zemel, Prototypical Networks for Few-shot Learning, NeurIPS 2017 (arXiv:1703.05175)"
 DISTANCES = ("euclidean", "cosine")
@@ -203,6 +203,7 @@ def register_losses(register):
         description="Prototypical loss: softmax over distances from queries to support-class means.",
         paper=PAPER,
         episodic=True,
+        allowed={"distance": one_of(*DISTANCES)},
         check=check_protonet,
     )
 
@@ -215,6 +216,7 @@ def register_samplers(register):
         description="Episodes of w ways × (n shots + m queries), support rows marked.",
         paper=PAPER,
         episodic=True,
+        allowed={"ways": at_least(0), "shots": at_least(1), "queries": at_least(0), "per_class": at_least(0)},
         check=check_episodic,
     )
 
@@ -227,6 +229,7 @@ def register_backbones(register):
         description="Four blocks of 3×3 conv (64), batch norm, ReLU, 2×2 max-pool; global average pool.",
         paper=PAPER,
         params={"hidden": 64},
+        allowed={"hidden": at_least(1)},
         check=check_conv4,
     )
 

@@ -1,0 +1,223 @@
+"""fslab's training step at the papers' sizes, one command: ``python benchmarks/bench_gpu.py``.
+
+Prints, measured in this one run on this one device, for each backbone, loss and
+mode (fp32; bf16 with channels-last; bf16 with channels-last and torch.compile):
+images/s, milliseconds per step, FLOPs per image (counted by
+``torch.utils.flop_counter`` over one forward and backward pass of the eager
+model), MFU (those FLOPs per second over the device's dense bf16 peak, taken
+from its name or ``--peak-tflops``), peak GPU memory, and the ratio to fp32.
+A bare PyTorch loop written as a careful user would (bf16 autocast,
+channels-last, the NCA loss by hand) runs on the same data as the baseline
+fslab's step is compared with. ``--recipe`` also times the whole NCA recipe on
+the miniImageNet-sized stand-in with ``fslab run`` end to end.
+
+fslab's step is the one training uses: :func:`fslab.training.distributed.training_step`
+with the run's :class:`fslab.training.numerics.Numerics` (autocast around the
+network, float32 loss), then SGD with Nesterov momentum and weight decay.
+
+On the CPU (``--device cpu``) it runs a few small steps, so that CI keeps it working:
+``python benchmarks/bench_gpu.py --device cpu --backbones conv4 --modes fp32 --steps 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from fslab.core.registry import load_registry
+from fslab.training import distributed
+from fslab.training.numerics import Numerics, compiled
+
+BACKBONES = {"resnet12": {}, "resnet12-nca": {}, "wrn": {"depth": 28, "widen_factor": 10}, "conv4": {}}
+MODES = {  # precision, channels-last, compile
+    "fp32": ("fp32", False, "off"),
+    "bf16": ("bf16", True, "off"),
+    "bf16+compile": ("bf16", True, "default"),
+}
+# Dense bf16 tensor-core peaks in TFLOP/s, by a part of the device's name (first match wins).
+PEAKS = [("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0), ("A100", 312.0),
+         ("L40S", 362.0), ("L4", 121.0), ("A10", 125.0), ("RTX 4090", 165.0), ("V100", 125.0)]
+
+
+def peak_tflops(device: torch.device, override: float | None) -> float | None:
+    if override is not None:
+        return override
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for part, peak in PEAKS if part in name), None)
+
+
+def batch_for(batch: int, size: int, device: torch.device, classes: int = 64):
+    """A fixed random batch: ``batch`` images of ``classes`` labels in turn."""
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(batch, 3, size, size, generator=generator).to(device)
+    labels = (torch.arange(batch) % classes).to(device)
+    return images, labels
+
+
+def step_flops(model: torch.nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor) -> int:
+    """FLOPs of one forward and backward pass (eager, float32), as torch counts them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(x).float(), y).loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def fslab_step(model, loss_fn, numerics: Numerics, device: torch.device):
+    """One optimiser step of fslab's training path, as a function of (x, y)."""
+    step = distributed.training_step(compiled(model, numerics), torch.nn.Identity(), loss_fn, distributed.World(),
+                                     device, numerics.autocast)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    scaler = numerics.grad_scaler()
+
+    def run(x, y):
+        out = step(numerics.memory_format(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is None:
+            out.loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(out.loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+    return run
+
+
+def bare_step(model, device: torch.device, temperature: float = 1.0):
+    """A careful user's loop: bf16 autocast (on CUDA), channels-last, the NCA loss by hand."""
+    cuda = device.type == "cuda"
+    if cuda:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
+
+    def run(x, y):
+        if cuda:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            z = model(x)
+        z = z.float()
+        logits = -torch.cdist(z, z).pow(2) / temperature
+        eye = torch.eye(len(y), dtype=torch.bool, device=device)
+        logits = logits.masked_fill(eye, float("-inf"))
+        same = (y[:, None] == y[None, :]) & ~eye
+        loss = -(logits.masked_fill(~same, float("-inf")).logsumexp(1) - logits.logsumexp(1)).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return run
+
+
+def timed(run, x, y, steps: int, warmup: int, device: torch.device) -> tuple[float, float]:
+    """Seconds per step over ``steps`` after ``warmup`` (compilation included
+    in the warm-up), and the first step's seconds."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    start = time.perf_counter()
+    run(x, y)
+    sync()
+    first = time.perf_counter() - start
+    for _ in range(max(0, warmup - 1)):
+        run(x, y)
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        run(x, y)
+    sync()
+    return (time.perf_counter() - start) / steps, first
+
+
+def measure(args, registry, backbone: str, loss_name: str, mode: str | None, device: torch.device) -> dict:
+    """One row: fslab's step in ``mode``, or the bare loop when ``mode`` is None."""
+    torch.manual_seed(0)
+    model = registry.create("backbone", backbone, in_channels=3, **BACKBONES[backbone]).to(device)
+    loss_fn = registry.create("loss", loss_name, context={"out_dim": model.out_dim, "num_classes": 64})
+    x, y = batch_for(args.batch_size, args.image_size, device)
+    flops = step_flops(model, loss_fn, x, y)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    if mode is None:
+        run = bare_step(model, device)
+    else:
+        precision, channels_last, compile_mode = MODES[mode]
+        numerics = Numerics(device, precision, precision, channels_last and device.type == "cuda", compile_mode,
+                            True, False)
+        if numerics.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        run = fslab_step(model, loss_fn, numerics, device)
+    seconds, first = timed(run, x, y, args.steps, args.warmup, device)
+    peak = peak_tflops(device, args.peak_tflops)
+    bare = "bare bf16+cl" if device.type == "cuda" else "bare fp32"  # autocast and channels-last only on CUDA
+    return {"backbone": backbone, "loss": loss_name if mode else "nca (by hand)", "mode": mode or bare,
+            "images_per_s": args.batch_size / seconds, "ms_per_step": 1000 * seconds, "first_step_s": first,
+            "gflop_per_image": flops / args.batch_size / 1e9,
+            "mfu": None if peak is None else flops / seconds / (peak * 1e12),
+            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
+
+
+def print_rows(rows: list[dict], device: torch.device) -> None:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"device: {name}")
+    print(f"{'backbone':<14}{'loss':<15}{'mode':<14}{'img/s':>9}{'ms/step':>9}{'GFLOP/img':>10}{'MFU':>7}"
+          f"{'mem GiB':>9}{'x fp32':>8}")
+    base = {(r["backbone"], r["loss"]): r["images_per_s"] for r in rows if r["mode"] == "fp32"}
+    for r in rows:
+        ratio = base.get((r["backbone"], "nca" if r["mode"].startswith("bare") else r["loss"]))
+        mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+        memory = "-" if r["peak_memory_gib"] is None else f"{r['peak_memory_gib']:.1f}"
+        versus = "" if ratio is None else f"{r['images_per_s'] / ratio:.2f}x"
+        print(f"{r['backbone']:<14}{r['loss']:<15}{r['mode']:<14}{r['images_per_s']:9.0f}{r['ms_per_step']:9.1f}"
+              f"{r['gflop_per_image']:10.2f}{mfu:>7}{memory:>9}{versus:>8}")
+
+
+def recipe_wall_time(device: str) -> float:
+    """Seconds of ``fslab run nca --dataset synthetic-mini`` end to end (120 epochs, 10,000 test episodes)."""
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "fslab", "run", "nca", "--backbone", "resnet12", "--dataset",
+                        "synthetic-mini", "--device", device], cwd=folder, check=True)
+        return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--backbones", default=",".join(BACKBONES))
+    parser.add_argument("--losses", default="nca,map-ssvm")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--image-size", type=int, default=84)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak, if the name is not known")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare PyTorch loop")
+    parser.add_argument("--recipe", action="store_true", help="also time the whole NCA recipe with fslab run")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here, one JSON object a line")
+    args = parser.parse_args(argv)
+    device, registry = torch.device(args.device), load_registry()
+    rows = []
+    for backbone in args.backbones.split(","):
+        for loss_name in args.losses.split(","):
+            rows += [measure(args, registry, backbone, loss_name, mode, device) for mode in args.modes.split(",")]
+        if not args.no_bare:
+            rows.append(measure(args, registry, backbone, "nca", None, device))
+    print_rows(rows, device)
+    if args.json is not None:
+        args.json.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if args.recipe:
+        print(f"fslab run nca --dataset synthetic-mini (120 epochs, 10,000 test episodes): "
+              f"{recipe_wall_time(args.device):.0f} s")
+
+
+if __name__ == "__main__":
+    main()

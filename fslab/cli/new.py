@@ -1,0 +1,40 @@
+"""``fslab new plugin``: the start of a plugin package (the templates are in :mod:`fslab.kit`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fslab.cli.common import app, console, shown
+
+new_app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich",
+                      help="Start something new from a template: [bold]fslab new plugin NAME[/bold].")
+app.add_typer(new_app, name="new")
+
+
+@new_app.command()
+def plugin(
+    name: Annotated[str, typer.Argument(metavar="NAME",
+                                        help="Package name (lowercase, digits and _), also the folder ./NAME.")],
+    kind: Annotated[list[str] | None, typer.Option(
+        "--kind", help="A component to include: loss, backbone, sampler, evaluator, dataset or method "
+                       "(repeatable; default: loss).")] = None,
+) -> None:
+    """Write a pip-installable fslab plugin package into ./NAME: pyproject.toml with the fslab entry points,
+    one working example module per --kind, a README and tests that run fslab's contracts (fslab.testing).
+    Then: pip install -e ./NAME && (cd NAME && pytest)."""
+    from fslab.core.errors import UsageError, unknown
+    from fslab.kit import KINDS, check_name, write_plugin
+
+    kinds = kind or ["loss"]
+    for k in kinds:
+        if k not in KINDS:
+            raise UsageError(unknown("plugin kind", k, KINDS))
+    folder = Path(name)
+    check_name(name, folder)
+    paths = write_plugin(folder, name, kinds)
+    for path in paths:
+        console.print(f"wrote {shown(path)}", highlight=False)
+    console.print(f"next: pip install -e ./{shown(name)} && (cd {shown(name)} && pytest)", highlight=False)

@@ -1,0 +1,194 @@
+"""``fslab study list | show | run | report``: a paper's table or figure in one command.
+
+The logic lives in :mod:`fslab.core.studies` (files, planning),
+:mod:`fslab.execution.studies` (queueing, reuse) and :mod:`fslab.reports.studies`
+(the side-by-side report); these commands only call them and print.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fslab.cli.common import (
+    ExecutorOpt,
+    JsonFlag,
+    SetOpt,
+    SlurmOpt,
+    app,
+    console,
+    overrides,
+    registry,
+    settings,
+    shown,
+)
+
+study_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
+                        help="Reproduce a paper's table or figure: list, show, run and report studies.")
+app.add_typer(study_app, name="study")
+
+StudyRef = Annotated[str, typer.Argument(
+    metavar="STUDY", help="Study name (see fslab study list), or the path of a study .toml file.")]
+StudyDatasetOpt = Annotated[str | None, typer.Option(
+    "--dataset", help="Train and test every sweep on this dataset instead of the study's own "
+                      "(the report then marks the numbers not comparable).")]
+StudyDataRootOpt = Annotated[str | None, typer.Option(
+    "--data-root", help="The folder of the study's one dataset; a study on several datasets takes each "
+                        "one's root from \\[data_roots] in fslab.toml.")]
+ScaleOpt = Annotated[str, typer.Option(
+    help="paper (the paper's seeds, datasets and budgets) or quick (the study's small CPU override: "
+         "1 seed, 1 epoch, a narrow network on the synthetic dataset; minutes, for trying the path).")]
+
+GPU_HOURS = ("GPU-hours: not estimated. No completed GPU run in this store has the settings of these runs "
+             "(seed and epochs aside), and fslab has no measured speed of the recipes to guess from.")
+
+
+def gpu_hours_note(estimate: dict) -> str:
+    if estimate["hours"] is None:
+        return GPU_HOURS
+    return (f"GPU-hours: about {estimate['hours']:.1f} for {estimate['estimated_runs']} of the {estimate['runs']} "
+            f"runs, from the wall time per epoch of {len(estimate['measured_runs'])} completed GPU runs in this "
+            f"store with the same settings (seed and epochs aside); the other "
+            f"{estimate['runs'] - estimate['estimated_runs']} runs have no such run to measure them by.")
+
+
+def _load(ref: str):
+    from fslab.core.studies import find_study
+
+    return find_study(registry(), ref)
+
+
+@study_app.command("list")
+def list_(as_json: JsonFlag = False) -> None:
+    """Every registered study: its paper, table or figure, and how many runs it takes."""
+    from fslab.core.studies import read_study
+
+    found = registry()
+    rows = []
+    for name in found.names("study"):
+        component = found.get("study", name)
+        study = read_study(component.target)
+        rows.append({"name": name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
+                     "runs": study.run_count("paper"), "quick_runs": study.run_count("quick"),
+                     "published": len(study.published), "plugin": component.version or component.plugin})
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    table = Table("name", "table/figure", "paper", "runs", "quick", "published cells", "plugin")
+    for r in rows:
+        table.add_row(shown(r["name"]), shown(f"{r['what']}: {r['title']}"), shown(r["paper"]), str(r["runs"]),
+                      str(r["quick_runs"]), str(r["published"]), shown(r["plugin"]))
+    console.print(table)
+
+
+@study_app.command()
+def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False) -> None:
+    """What a study runs: each sweep's method, datasets, grid, settings and seeds, and the run count.
+
+    GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
+    epochs aside); without any, the estimate is left out, never guessed.
+    """
+    from fslab.core.studies import run_dataset
+    from fslab.execution.studies import gpu_hours, resolve_study
+
+    study = _load(ref)
+    project = settings()
+    estimate = gpu_hours(resolve_study(study, scale, settings=project, registry=registry(project)),
+                         project.runs_dir)
+    seeds = study.seeds(scale)
+    sweeps = [{"name": s.name, "label": s.label, "method": s.method, "seeds": seeds[s.name],
+               "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets}, "grid": s.grid,
+               "set": {**s.set, **(study.quick.set if scale == "quick" else {})},
+               "runs": len(s.datasets) * len(s.points()) * seeds[s.name]} for s in study.sweeps]
+    info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
+            "description": study.description, "scale": scale, "runs": study.run_count(scale), "sweeps": sweeps,
+            "published": len(study.published), "gpu_hours": estimate, "gpu_hours_note": gpu_hours_note(estimate)}
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    console.print(f"[bold]{shown(study.name)}[/bold]: {shown(study.what)} of {shown(info['paper'])}", highlight=False)
+    console.print(shown(study.title), highlight=False)
+    if study.description:
+        console.print(shown(study.description), highlight=False)
+    table = Table("sweep", "method", "datasets", "grid", "settings", "seeds", "runs",
+                  title=f"scale {scale}: {info['runs']} runs", title_justify="left")
+    for s in sweeps:
+        datasets = ", ".join(d if d == t else f"{d} -> {t}" for d, t in s["datasets"].items())
+        grid = "; ".join(f"{k}={v}" for k, v in s["grid"].items()) or "-"
+        fixed = ", ".join(f"{k}={v}" for k, v in s["set"].items()) or "-"
+        table.add_row(shown(s["name"]), shown(s["method"]), shown(datasets), shown(grid), shown(fixed),
+                      str(s["seeds"]), str(s["runs"]))
+    console.print(table)
+    console.print(f"{info['published']} published cells. {info['gpu_hours_note']}", highlight=False)
+
+
+@study_app.command()
+def run(
+    ref: StudyRef,
+    scale: ScaleOpt = "paper",
+    dataset: StudyDatasetOpt = None,
+    data_root: StudyDataRootOpt = None,
+    set_: SetOpt = None,
+    executor: ExecutorOpt = "local",
+    slurm: SlurmOpt = None,
+) -> None:
+    """Queue every run of a study and start them (a local scheduler, or SLURM jobs).
+
+    Runs already in the store with the same resolved settings are reused: completed ones count as done, queued
+    or running ones are left to finish, failed, killed or lost ones resume from their checkpoints. So the same
+    command again picks up where an interrupted study stopped.
+
+    --dataset trains every sweep on that dataset instead (the report then says the numbers are not comparable).
+    """
+    from fslab.execution import executor as executors
+
+    study = _load(ref)
+    project = settings()
+    options = executors.job_options(project, executor, slurm)
+    extra = tuple(overrides(None, None, None, None, None, None, None, None, set_))
+    outcome = executors.start_study(study, scale, settings=project, registry=registry(project), dataset=dataset,
+                                    data_root=data_root, extra=extra, slurm=options)
+    total = len(outcome.reused) + len(outcome.in_progress) + len(outcome.requeued) + len(outcome.created)
+    console.print(f"study {study.name} (scale {scale}): {total} runs: {len(outcome.reused)} done already, "
+                  f"{len(outcome.in_progress)} queued or running, {len(outcome.requeued)} queued again, "
+                  f"{len(outcome.created)} new; recorded as {outcome.sweep_id}", highlight=False)
+    follow = "fslab runs" if options is not None else "fslab queue"
+    console.print(f"follow them with: {follow}; then: fslab study report {study.name}", highlight=False)
+
+
+@study_app.command()
+def report(
+    ref: StudyRef,
+    fmt: Annotated[str, typer.Option("--format", help="md, latex, csv or json.")] = "md",
+    out: Annotated[Path | None, typer.Option(
+        help="Write STUDY.md/.tex/.csv/.json there (and a PNG per dataset for a figure study) instead of printing.")]
+    = None,
+    scale: Annotated[str | None, typer.Option(
+        help="Report the latest run of the study at this scale (default: the latest at any scale).")] = None,
+) -> None:
+    """The published numbers and fslab's side by side: mean ± 95% CI pooled over seeds, difference, verdict.
+
+    reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
+    pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's.
+    """
+    from fslab.core.errors import UsageError
+    from fslab.core.studies import SCALES
+    from fslab.reports.studies import FORMATS, render, study_report, write_report
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    if scale is not None and scale not in SCALES:
+        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    study = _load(ref)
+    runs_dir = settings().runs_dir
+    result = study_report(study, runs_dir, scale)
+    if out is None:
+        print(render(result, fmt), end="")
+        return
+    for path in write_report(result, study, fmt, out, runs_dir):
+        console.print(f"wrote {shown(str(path))}", highlight=False)

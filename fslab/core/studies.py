@@ -1,0 +1,395 @@
+"""Study files: a paper's table or figure as fslab sweeps, with the published numbers.
+
+A study is a TOML file (the schema is in the README, "Reproducing the papers")::
+
+    name = "nca-table3"                  # letters, digits, . _ -
+    title = "ResNet-12 on miniImageNet and CIFAR-FS"
+    table = "Table 3"                    # or figure = "Fig. 2"
+    description = "..."
+    [paper]                              # authors, title, year, arxiv (and venue)
+    [[sweep]]                            # name, label, method, datasets, seeds, grid, set
+    [quick]                              # seeds, dataset, set: the --scale quick override
+    [plot]                               # figure studies: x = a grid key
+    [[published]]                        # sweep, dataset, shots, ways, accuracy, ci95, at
+
+Every mistake is one line naming the file, the key and what is allowed
+(:class:`ConfigError`). Plugins ship studies through ``register_studies``
+(:func:`study_entry` gives what ``register`` needs from a file). This module
+plans a study's runs as configuration layers (:func:`plan_runs`); resolving,
+queueing and reporting them belong to the execution and reports layers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fslab.core.config import nest
+from fslab.core.errors import ConfigError, UsageError
+from fslab.core.settings import read_toml
+from fslab.core.text import printable
+
+SCALES = ("paper", "quick")
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+ARXIV = re.compile(r"\d{4}\.\d{4,5}")
+TOP_KEYS = ("name", "title", "table", "figure", "description", "paper", "sweep", "quick", "plot", "published")
+PAPER_KEYS = ("authors", "title", "year", "arxiv", "venue")
+SWEEP_KEYS = ("name", "label", "method", "datasets", "seeds", "grid", "set")
+QUICK_KEYS = ("seeds", "dataset", "set")
+CELL_KEYS = ("sweep", "dataset", "shots", "ways", "accuracy", "ci95", "at")
+# Keys a study may not set in grid or set: the seed comes from `seeds`, the dataset from `datasets`.
+RESERVED = ("seed", "dataset.name")
+
+
+@dataclass(frozen=True)
+class Paper:
+    authors: str
+    title: str
+    year: int
+    arxiv: str = ""
+    venue: str = ""
+
+    def cite(self) -> str:
+        tail = f" ({self.venue} {self.year}" if self.venue else f" ({self.year}"
+        return f"{self.authors}, {self.title}{tail}{f', arXiv:{self.arxiv}' if self.arxiv else ''})"
+
+
+@dataclass(frozen=True)
+class StudySweep:
+    """One method's runs: each dataset × grid combination × seed."""
+
+    name: str
+    label: str
+    method: str
+    datasets: tuple[str, ...]
+    seeds: int
+    grid: dict[str, list] = field(default_factory=dict)
+    set: dict[str, Any] = field(default_factory=dict)  # dotted key -> value
+
+    def points(self) -> list[dict]:
+        """Every grid combination as {key: value} (one empty point without a grid)."""
+        keys = list(self.grid)
+        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One published number: the runs of ``sweep`` on ``dataset`` at grid point ``at``."""
+
+    sweep: str
+    dataset: str
+    shots: int
+    ways: int
+    accuracy: float  # percent
+    ci95: float | None  # percent; None where the paper gives none
+    at: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QuickScale:
+    """What ``--scale quick`` changes: fewer seeds, another dataset, smaller settings."""
+
+    seeds: int = 1
+    dataset: str = "synthetic"
+    set: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    title: str
+    what: str  # "Table 3", "Fig. 2"
+    kind: str  # "table" or "figure"
+    description: str
+    paper: Paper
+    sweeps: tuple[StudySweep, ...]
+    published: tuple[Cell, ...]
+    quick: QuickScale
+    plot_x: str | None = None
+    path: Path | None = None
+
+    def sweep(self, name: str) -> StudySweep:
+        return next(s for s in self.sweeps if s.name == name)
+
+    def seeds(self, scale: str) -> dict[str, int]:
+        return {s.name: (self.quick.seeds if scale == "quick" else s.seeds) for s in self.sweeps}
+
+    def run_count(self, scale: str = "paper") -> int:
+        seeds = self.seeds(scale)
+        return sum(len(s.datasets) * len(s.points()) * seeds[s.name] for s in self.sweeps)
+
+
+# -- reading -------------------------------------------------------------------
+
+
+class _Checker:
+    """One-line errors naming the file and the key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, what: str) -> None:
+        raise ConfigError(printable(f"{self.source}: {key}: {what}"))  # a key may hold a newline
+
+    def keys(self, table: Any, allowed: tuple, where: str) -> dict:
+        if not isinstance(table, dict):
+            self.fail(where, "must be a table")
+        for key in table:
+            if key not in allowed:
+                self.fail(f"{where}.{key}" if where else key, f"unknown key. Allowed: {', '.join(allowed)}")
+        return table
+
+    def text(self, table: dict, key: str, where: str, *, required: bool = True, pattern=None, default="") -> str:
+        value = table.get(key, None if required else default)
+        if not isinstance(value, str) or (required and not value.strip()):
+            self.fail(f"{where}{key}", f"must be {'a non-empty ' if required else 'a '}string, got {value!r:.60}")
+        if pattern is not None and value and not pattern.fullmatch(value):
+            self.fail(f"{where}{key}", f"'{value:.60}' must match {pattern.pattern}")
+        return value
+
+    def whole(self, table: dict, key: str, where: str, low: int, default: int | None = None, high=None) -> int:
+        value = table.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low or (high and value > high):
+            span = f"from {low} to {high}" if high else f"at least {low}"
+            self.fail(f"{where}{key}", f"must be a whole number {span}, got {value!r:.60}")
+        return value
+
+    def settings(self, table: Any, where: str) -> dict:
+        """A table of configuration keys, dotted or nested, as {dotted key: value}."""
+        if not isinstance(table, dict):
+            self.fail(where, "must be a table of configuration keys, e.g. { \"train.epochs\" = 1 }")
+        flat = dotted(table)
+        for key in flat:
+            if key in RESERVED:
+                self.fail(f"{where}.{key}", "is set by the study itself (seeds and datasets); leave it out")
+        return flat
+
+
+def dotted(table: dict, prefix: str = "") -> dict:
+    """``{"train": {"epochs": 1}, "eval.ways": 5}`` -> ``{"train.epochs": 1, "eval.ways": 5}``."""
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def read_study(path: Path) -> Study:
+    """The study in a TOML file, checked (:func:`parse_study`)."""
+    path = Path(path)
+    return parse_study(read_toml(path), str(path), path=path)
+
+
+def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
+    """A study from parsed TOML; ``source`` names the file in errors."""
+    check = _Checker(source)
+    check.keys(data, TOP_KEYS, "")
+    name = check.text(data, "name", "", pattern=NAME)
+    if ("table" in data) == ("figure" in data):
+        check.fail("table", "give exactly one of table = \"Table N\" or figure = \"Fig. N\"")
+    kind = "table" if "table" in data else "figure"
+    what = check.text(data, kind, "")
+    paper = _paper(check, data.get("paper"))
+    sweeps = _sweeps(check, data.get("sweep"))
+    quick = _quick(check, data.get("quick", {}))
+    plot_x = None
+    if "plot" in data:
+        plot = check.keys(data["plot"], ("x",), "plot")
+        plot_x = check.text(plot, "x", "plot.")
+        if not any(plot_x in s.grid for s in sweeps):
+            check.fail("plot.x", f"'{plot_x}' is not a grid key of any sweep")
+    published = _published(check, data.get("published", []), {s.name: s for s in sweeps})
+    return Study(name=name, title=check.text(data, "title", ""), what=what, kind=kind,
+                 description=check.text(data, "description", "", required=False), paper=paper,
+                 sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path)
+
+
+def _paper(check: _Checker, table: Any) -> Paper:
+    if table is None:
+        check.fail("paper", "missing: a [paper] table with authors, title, year and arxiv")
+    check.keys(table, PAPER_KEYS, "paper")
+    return Paper(authors=check.text(table, "authors", "paper."), title=check.text(table, "title", "paper."),
+                 year=check.whole(table, "year", "paper.", 1900, high=2100),
+                 arxiv=check.text(table, "arxiv", "paper.", required=False, pattern=ARXIV),
+                 venue=check.text(table, "venue", "paper.", required=False))
+
+
+def _sweeps(check: _Checker, tables: Any) -> tuple[StudySweep, ...]:
+    if not isinstance(tables, list) or not tables:
+        check.fail("sweep", "missing: at least one [[sweep]] table (name, method, datasets, seeds)")
+    sweeps: dict[str, StudySweep] = {}
+    for i, table in enumerate(tables):
+        where = f"sweep[{i}]"
+        check.keys(table, SWEEP_KEYS, where)
+        name = check.text(table, "name", f"{where}.", pattern=NAME)
+        where = f"sweep '{name}'"
+        if name in sweeps:
+            check.fail(where, "is named twice; sweep names must differ")
+        datasets = table.get("datasets")
+        if not isinstance(datasets, list) or not datasets or not all(isinstance(d, str) and d for d in datasets) \
+                or len(set(datasets)) != len(datasets):
+            check.fail(f"{where}.datasets", f"must be a non-empty list of distinct dataset names, got {datasets!r:.60}")
+        grid = check.settings(table.get("grid", {}), f"{where}.grid")
+        for key, values in grid.items():
+            if not isinstance(values, list) or not values:
+                check.fail(f"{where}.grid.{key}", "must be a non-empty list of values")
+        fixed = check.settings(table.get("set", {}), f"{where}.set")
+        both = set(grid) & set(fixed)
+        if both:
+            check.fail(f"{where}.set.{sorted(both)[0]}", "is also a grid key; give it in one place")
+        sweeps[name] = StudySweep(name=name, label=check.text(table, "label", f"{where}.", required=False) or name,
+                                  method=check.text(table, "method", f"{where}."), datasets=tuple(datasets),
+                                  seeds=check.whole(table, "seeds", f"{where}.", 1, default=1), grid=grid, set=fixed)
+    return tuple(sweeps.values())
+
+
+def _quick(check: _Checker, table: Any) -> QuickScale:
+    check.keys(table, QUICK_KEYS, "quick")
+    return QuickScale(seeds=check.whole(table, "seeds", "quick.", 1, default=1),
+                      dataset=check.text(table, "dataset", "quick.", required=False, default="synthetic")
+                      or "synthetic",
+                      set=check.settings(table.get("set", {}), "quick.set"))
+
+
+def _published(check: _Checker, tables: Any, sweeps: dict[str, StudySweep]) -> tuple[Cell, ...]:
+    if not isinstance(tables, list):
+        check.fail("published", "must be an array of [[published]] tables")
+    cells: dict[tuple, Cell] = {}
+    for i, table in enumerate(tables):
+        where = f"published[{i}]"
+        check.keys(table, CELL_KEYS, where)
+        name = check.text(table, "sweep", f"{where}.")
+        if name not in sweeps:
+            check.fail(f"{where}.sweep", f"'{name}' names no sweep. Allowed: {', '.join(sweeps)}")
+        sweep = sweeps[name]
+        dataset = check.text(table, "dataset", f"{where}.")
+        if dataset not in sweep.datasets:
+            check.fail(f"{where}.dataset", f"'{dataset}' is not a dataset of sweep '{name}'. "
+                                           f"Allowed: {', '.join(sweep.datasets)}")
+        at = _grid_point(check, table.get("at", {}), sweep, f"{where}.at")
+        cell = Cell(sweep=name, dataset=dataset, shots=check.whole(table, "shots", f"{where}.", 1),
+                    ways=check.whole(table, "ways", f"{where}.", 2, default=5),
+                    accuracy=_number(check, table.get("accuracy"), f"{where}.accuracy", 100.0),
+                    ci95=None if "ci95" not in table else _number(check, table["ci95"], f"{where}.ci95", 100.0),
+                    at=at)
+        key = (name, dataset, cell.ways, cell.shots, json.dumps(at, sort_keys=True))
+        if key in cells:
+            check.fail(where, f"repeats the cell of sweep '{name}' on {dataset}, {cell.ways}-way {cell.shots}-shot")
+        cells[key] = cell
+    return tuple(cells.values())
+
+
+def _grid_point(check: _Checker, table: Any, sweep: StudySweep, where: str) -> dict:
+    point = check.settings(table, where)
+    for key, value in point.items():
+        if key not in sweep.grid:
+            check.fail(f"{where}.{key}", f"is not a grid key of sweep '{sweep.name}'. "
+                                         f"Allowed: {', '.join(sweep.grid) or '(no grid)'}")
+        if value not in sweep.grid[key]:
+            check.fail(f"{where}.{key}", f"{value!r} is not among the grid's values {sweep.grid[key]!r}")
+    missing = [k for k in sweep.grid if k not in point]
+    if missing:
+        check.fail(f"{where}.{missing[0]}", f"missing: a published cell names one value of each grid key of "
+                                            f"sweep '{sweep.name}'")
+    return point
+
+
+def _number(check: _Checker, value: Any, key: str, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= high:
+        check.fail(key, f"must be a number from 0 to {high:g} (percent), got {value!r:.60}")
+    return float(value)
+
+
+def study_entry(path: Path) -> dict:
+    """What ``register`` needs for the study file at ``path``: its name,
+    description and paper (the file is checked whole, so a broken one fails
+    when its plugin loads, naming the file)."""
+    study = read_study(path)
+    return {"name": study.name, "description": f"{study.what}: {study.title}", "paper": study.paper.cite()}
+
+
+# -- planning -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run a study needs: where it sits in the study, and its configuration layers."""
+
+    sweep: str
+    dataset: str  # the study's dataset (the run may train on another: --dataset, or the quick scale's)
+    at: dict
+    seed: int
+    method: str
+    layers: tuple[dict, ...]
+
+    def place(self) -> dict:
+        return {"sweep": self.sweep, "dataset": self.dataset, "at": self.at}
+
+
+def run_dataset(study: Study, scale: str, dataset: str, override: str | None) -> str:
+    """The dataset a run of the study's ``dataset`` trains on at ``scale``."""
+    return override or (study.quick.dataset if scale == "quick" else dataset)
+
+
+def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None, data_root: str | None = None,
+              extra: tuple[dict, ...] = ()) -> list[PlannedRun]:
+    """Every run of the study at ``scale`` (sweeps, datasets, grid points, seeds
+    innermost), as configuration layers, lowest first: the run's dataset, the
+    sweep's ``set``, its grid point, the quick scale's ``set``, ``extra``
+    (``--set`` of the command line), the seed. The quick scale's ``dataset.*``
+    keys apply only to runs on the quick scale's own dataset."""
+    if scale not in SCALES:
+        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    used = sorted({run_dataset(study, scale, d, dataset) for s in study.sweeps for d in s.datasets})
+    if data_root and len(used) > 1:
+        raise UsageError(f"--data-root names one folder, but study {study.name} trains on {', '.join(used)}: "
+                         f"give each dataset its folder in [data_roots] of fslab.toml")
+    planned = []
+    for sweep in study.sweeps:
+        seeds = study.seeds(scale)[sweep.name]
+        for name in sweep.datasets:
+            trains_on = run_dataset(study, scale, name, dataset)
+            base = [nest(["dataset"], {"name": trains_on, **({"root": data_root} if data_root else {})})]
+            base += [nest(k.split("."), v) for k, v in sweep.set.items()]
+            quick = []
+            if scale == "quick":
+                quick = [nest(k.split("."), v) for k, v in study.quick.set.items()
+                         if not k.startswith("dataset.") or trains_on == study.quick.dataset]
+            for point in sweep.points():
+                at = [nest(k.split("."), v) for k, v in point.items()]
+                for seed in range(seeds):
+                    layers = (*base, *at, *quick, *extra, {"seed": seed})
+                    planned.append(PlannedRun(sweep.name, name, point, seed, sweep.method, layers))
+    return planned
+
+
+# Keys that do not change what a run learns or how it is scored: runs that
+# differ only in these are the same run for a study (compare's NOT_SETTINGS, but the seed).
+IGNORED = ("device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size")
+
+
+def settings_key(config: dict) -> str:
+    """A resolved configuration as comparable text, without :data:`IGNORED` keys:
+    two runs with the same key train and score the same way."""
+    flat = dotted(config)
+    return json.dumps({k: v for k, v in flat.items() if k not in IGNORED}, sort_keys=True)
+
+
+def find_study(registry, ref: str) -> Study:
+    """A registered study by name (``fslab plugins --kind study``), or a study file by its path (``*.toml``)."""
+    if ref.endswith(".toml"):
+        if not Path(ref).is_file():
+            raise UsageError(f"no study file '{ref}'")
+        return read_study(Path(ref))
+    study = read_study(registry.get("study", ref).target)
+    if study.name != ref:
+        raise ConfigError(f"{study.path}: name: the file says '{study.name}', but it is registered as '{ref}'")
+    return study

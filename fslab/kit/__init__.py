@@ -1,0 +1,82 @@
+"""The plugin author kit: ``fslab new plugin NAME`` writes a package that
+installs with pip and passes its own tests (fslab's contracts) at once.
+
+The files are templates in ``templates/`` (package data), filled in by
+:func:`write_plugin`; ``{{key}}`` marks a value. No torch is imported here.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from importlib.resources import files
+from pathlib import Path
+
+from fslab.core.errors import UsageError
+
+KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method")
+# What a recipe uses where the package has no component of that kind.
+BUILT_IN = {"loss": "nca", "sampler": "iid", "evaluator": "centroid"}
+USE = {
+    "loss": "fslab run nca --set loss.name={c}",
+    "backbone": "fslab run nca --backbone {c}",
+    "sampler": "fslab run nca --set sampler.name={c}",
+    "evaluator": "fslab eval last --evaluator {c}",
+    "dataset": "fslab run nca --dataset {c}",
+    "method": "fslab run {c}",
+}
+
+
+def check_name(name: str, folder: Path) -> None:
+    """A UsageError unless ``name`` can be a Python package and ``folder`` is free."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
+        raise UsageError(f"'{name}' is not a valid package name: use lowercase letters, digits and _, "
+                         f"starting with a letter (e.g. fslab_margin)")
+    if folder.exists():
+        raise UsageError(f"{folder} already exists; choose another name or remove it")
+
+
+def write_plugin(folder: Path, name: str, kinds: list[str]) -> list[Path]:
+    """Write the package ``name`` with one module per kind into ``folder``; the paths written."""
+    kinds = [k for k in KINDS if k in kinds]  # fslab's order, each once
+    values = _values(name, kinds)
+    written = {
+        "pyproject.toml": "pyproject.toml",
+        "README.md": "README.md",
+        f"{name}/__init__.py": "init.py",
+        "tests/test_contracts.py": "test_contracts.py",
+        **{f"{name}/{kind}.py": f"{kind}.py" for kind in kinds},
+    }
+    folder.mkdir(parents=True)
+    paths = []
+    for relative, template in written.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_fill(template, values))
+        paths.append(path)
+    return paths
+
+
+def _values(name: str, kinds: list[str]) -> dict[str, str]:
+    component = name.replace("_", "-")
+    plugins = [f"{name}_{kind}" for kind in kinds]
+    recipe = {kind: {"name": component if kind in kinds else BUILT_IN[kind]} for kind in BUILT_IN}
+    for kind in ("backbone", "dataset"):
+        if kind in kinds:
+            recipe[kind] = {"name": component}
+    return {
+        "name": name,
+        "dist": component,
+        "component": component,
+        "kinds": ", ".join(kinds),
+        "entry_points": "\n".join(f'{plugin} = "{name}.{kind}"' for plugin, kind in zip(plugins, kinds)),
+        "plugins": repr(plugins),
+        "recipe": repr(recipe),
+        "module_table": "\n".join(f"| `{name}/{kind}.py` | {kind} `{component}` |" for kind in kinds),
+        "use_lines": "\n".join("    " + USE[kind].format(c=component) for kind in kinds),
+    }
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    text = files("fslab.kit").joinpath("templates", f"{template}.tmpl").read_text()
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], text)

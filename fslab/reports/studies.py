@@ -1,0 +1,237 @@
+"""A study's report: the published table and fslab's, side by side.
+
+Each row is one published cell (and, in a figure study, every other point its
+runs evaluate): the published value, fslab's mean ± 95% CI pooled over the
+seeds' test episodes (:func:`fslab.reports.compare.pooled`, the one place that
+pools), the difference, and a verdict (:func:`verdict`). The runs come from the
+study's latest sweep record (``fslab study run`` writes it, with the scale and
+each run's place in the study). Pure Python: matplotlib only for the figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from pathlib import Path
+
+from fslab.core.errors import UsageError
+from fslab.core.runstore import Run
+from fslab.core.studies import Study
+from fslab.core.sweeps import sweep_records
+from fslab.reports.compare import RunFiles, pooled
+from fslab.reports.plot import measured_pair_fraction
+
+FORMATS = ("md", "latex", "csv", "json")
+REPRODUCED, NOT_REPRODUCED, PENDING = "reproduced", "not reproduced", "pending"
+NOT_PUBLISHED, NOT_COMPARABLE = "not published", "not comparable"
+
+
+def verdict(published: float | None, published_ci: float | None, measured: dict | None, complete: bool,
+            comparable: bool = True) -> str:
+    """``reproduced`` when the published value (percent) lies inside fslab's 95%
+    CI widened by the published CI (none given: not widened); ``pending`` while a
+    run is missing or unfinished; ``not comparable`` for another scale or dataset."""
+    if not complete or measured is None:
+        return PENDING
+    if published is None:
+        return NOT_PUBLISHED
+    if not comparable:
+        return NOT_COMPARABLE
+    reach = 100 * measured["ci95"] + (published_ci or 0.0)
+    return REPRODUCED if abs(100 * measured["accuracy"] - published) <= reach + 1e-9 else NOT_REPRODUCED
+
+
+def latest_record(runs_dir: Path, study: Study, scale: str | None = None) -> dict | None:
+    """The newest sweep record ``fslab study run`` wrote for ``study`` (at ``scale``)."""
+    records = [r for r in sweep_records(runs_dir) if r.get("study") == study.name and isinstance(r.get("places"), dict)
+               and (scale is None or r.get("scale") == scale)]
+    return max(records, key=lambda r: r.get("created") or 0, default=None)
+
+
+def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict:
+    """The report as a JSON-ready dict (``rows`` in the study's order)."""
+    record = latest_record(runs_dir, study, scale)
+    places = record["places"] if record else {}
+    used_scale = record["scale"] if record else scale
+    datasets = record.get("datasets", {}) if record else {}
+    changed = record.get("changed", {}) if record else {}
+    comparable = used_scale == "paper" and all(k == v for k, v in datasets.items()) and not changed
+    files = RunFiles()
+    rows = []
+    for sweep in study.sweeps:
+        seeds = study.seeds(used_scale or "paper")[sweep.name]
+        for dataset in sweep.datasets:
+            for point in sweep.points():
+                place = {"sweep": sweep.name, "dataset": dataset, "at": point}
+                runs = [Run(Path(runs_dir) / run_id) for run_id, where in places.items() if place in where]
+                rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
+    return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
+            "scale": used_scale, "datasets": datasets, "changed": changed, "comparable": comparable,
+            "sweep": record["id"] if record else None, "rows": rows}
+
+
+def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, comparable: bool,
+                files: RunFiles) -> list[dict]:
+    cells = {(c.ways, c.shots): c for c in study.published
+             if (c.sweep, c.dataset, c.at) == (place["sweep"], place["dataset"], place["at"])}
+    shapes = list(cells)
+    completed = [r for r in runs if r.state() == "completed"]
+    config = files.config(runs[0]) if runs else {}
+    if study.kind == "figure" and config:
+        evaluated = config.get("eval", {})
+        shapes += [(evaluated["ways"], s) for s in evaluated["shots"] if (evaluated["ways"], s) not in cells]
+    rows = []
+    if not shapes and study.kind == "figure":
+        shapes = [(None, None)]  # a figure's point without runs yet: one pending row
+    for ways, shots in shapes:
+        cell = cells.get((ways, shots))
+        queries = config.get("eval", {}).get("queries", 15)
+        measured = pooled(completed, "test", shots, ways, queries, None, files) if completed and shots else None
+        complete = len(runs) >= seeds and len(completed) == len(runs)
+        published = cell.accuracy if cell else None
+        rows.append({
+            "label": sweep.label, "sweep": sweep.name, "dataset": place["dataset"], "at": place["at"],
+            "ways": ways, "shots": shots, "published": published, "published_ci95": cell.ci95 if cell else None,
+            "measured": measured, "runs": len(runs), "completed": len(completed), "expected": seeds,
+            "run_ids": [r.id for r in runs],
+            "difference": (100 * measured["accuracy"] - published) if measured and published is not None else None,
+            "verdict": verdict(published, cell.ci95 if cell else None, measured, complete, comparable),
+        })
+    return rows
+
+
+# -- rendering ---------------------------------------------------------------------
+
+
+def scale_line(report: dict) -> str:
+    """Which scale and data produced the report, in one sentence."""
+    if report["scale"] is None:
+        return "No runs yet (fslab study run has not been run for this study): every cell is pending."
+    swaps = [f"{k} -> {v}" for k, v in report["datasets"].items() if k != v]
+    text = f"Scale: {report['scale']}; sweep {report['sweep']}"
+    if swaps:
+        text += f"; trained and tested on other data ({', '.join(swaps)})"
+    if report.get("changed"):
+        text += f"; with {', '.join(f'{k}={v}' for k, v in report['changed'].items())} from the command line"
+    if not report["comparable"]:
+        text += ". These numbers are not comparable to the paper's (verdict: not comparable)"
+    return text + "."
+
+
+def _cells(row: dict, pm: str) -> list[str]:
+    published = "-" if row["published"] is None else f"{row['published']:.2f}" + (
+        f"{pm}{row['published_ci95']:.2f}" if row["published_ci95"] is not None else "")
+    m = row["measured"]
+    measured = "-" if m is None else f"{100 * m['accuracy']:.2f}{pm}{100 * m['ci95']:.2f}"
+    if row["completed"] or row["runs"]:
+        measured += f" ({row['completed']}/{max(row['expected'], row['runs'])} runs)"
+    difference = "-" if row["difference"] is None else f"{row['difference']:+.2f}"
+    at = ", ".join(f"{k}={v}" for k, v in row["at"].items()) or "-"
+    episodes = f"{row['ways']}-way {row['shots']}-shot" if row["shots"] else "-"
+    return [row["label"], row["dataset"], at, episodes, published, measured,
+            difference, row["verdict"]]
+
+
+HEADER = ["method", "dataset", "setting", "episodes", "published", "fslab (mean ± 95% CI)", "difference", "verdict"]
+
+
+def render(report: dict, fmt: str) -> str:
+    """The report as Markdown, LaTeX, CSV or JSON text."""
+    if fmt == "json":
+        return json.dumps(report, indent=2)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["method", "dataset", "setting", "ways", "shots", "published", "published_ci95",
+                         "accuracy", "ci95", "episodes", "completed_runs", "expected_runs", "difference", "verdict",
+                         "scale"])
+        writer.writerows(_csv_row(row, report["scale"]) for row in report["rows"])
+        return buffer.getvalue()
+    if fmt not in ("md", "latex"):
+        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    title = f"{report['what']} of {report['paper']}: {report['title']}"
+    lines = [_cells(row, " $\\pm$ " if fmt == "latex" else " ± ") for row in report["rows"]]
+    if fmt == "md":
+        out = [f"# {report['study']}", "", title, "", scale_line(report), "",
+               "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        out += ["| " + " | ".join(cells) + " |" for cells in lines]
+    else:
+        out = [f"% {report['study']}: {title}", f"% {scale_line(report)}",
+               "\\begin{tabular}{llllrrrl}", " & ".join(_latex(h) for h in HEADER) + " \\\\", "\\hline"]
+        out += [" & ".join(_latex(c) for c in cells) + " \\\\" for cells in lines]
+        out.append("\\end{tabular}")
+    return "\n".join(out) + "\n"
+
+
+def _csv_row(row: dict, scale: str | None) -> list:
+    m = row["measured"] or {}
+    difference = None if row["difference"] is None else round(row["difference"], 4)
+    return [row["label"], row["dataset"], json.dumps(row["at"]) if row["at"] else "", row["ways"], row["shots"],
+            _blank(row["published"]), _blank(row["published_ci95"]), _percent(m.get("accuracy")),
+            _percent(m.get("ci95")), _blank(m.get("episodes")), row["completed"], row["expected"], _blank(difference),
+            row["verdict"], scale or ""]
+
+
+def _blank(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _percent(value) -> str:
+    return "" if value is None else f"{100 * value:.4f}"
+
+
+def _latex(text: str) -> str:
+    return text.replace("_", "\\_").replace("%", "\\%").replace("->", "$\\to$").replace("±", "$\\pm$")
+
+
+def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
+    """For a figure study with ``plot.x``: one figure per dataset (panels by
+    shots, a line per sweep) in the shape :func:`fslab.reports.plot.draw` takes.
+    A sweep without that grid key is placed on a ``loss.pair_fraction`` axis by
+    the fraction of pairs its runs' losses used (Fig. 3's ProtoNet points)."""
+    if study.plot_x is None:
+        return {}
+    figures = {}
+    for dataset in dict.fromkeys(row["dataset"] for row in report["rows"]):
+        placed = [(r, _x_of(r, study.plot_x, runs_dir)) for r in report["rows"]
+                  if r["dataset"] == dataset and r["measured"]]
+        placed = [(r, x) for r, x in placed if x is not None]
+        panels = []
+        for shots in sorted({r["shots"] for r, _ in placed}):
+            series: dict[str, list] = {}
+            for r, x in placed:
+                if r["shots"] == shots:
+                    series.setdefault(r["label"], []).append({"x": x, **r["measured"]})
+            panels.append({"shots": shots, "series": [{"label": k, "points": sorted(v, key=lambda p: p["x"])}
+                                                      for k, v in series.items()]})
+        if panels:
+            figures[dataset] = {"x": study.plot_x, "split": "test", "ways": placed[0][0]["ways"], "queries": None,
+                                "panels": panels}
+    return figures
+
+
+def _x_of(row: dict, key: str, runs_dir: Path):
+    if key in row["at"]:
+        return row["at"][key]
+    if key == "loss.pair_fraction":
+        fractions = [f for run_id in row["run_ids"] if (f := measured_pair_fraction(Run(Path(runs_dir) / run_id)))
+                     is not None]
+        return statistics.fmean(fractions) if fractions else None
+    return None
+
+
+def write_report(report: dict, study: Study, fmt: str, out: Path, runs_dir: Path) -> list[Path]:
+    """The report file and, for a figure study, one PNG per dataset, in ``out``."""
+    from fslab.reports.plot import draw
+
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = {"md": "md", "latex": "tex", "csv": "csv", "json": "json"}[fmt]
+    written = [out / f"{study.name}.{suffix}"]
+    written[0].write_text(render(report, fmt), encoding="utf-8")
+    for dataset, data in figure_data(report, study, runs_dir).items():
+        path = out / f"{study.name}-{dataset}.png"
+        draw(data, path, title=f"{study.what} ({dataset}, scale {report['scale']})")
+        written.append(path)
+    return written

@@ -1,0 +1,160 @@
+"""fslab's contract tests for plugin authors, as a pytest plugin.
+
+fslab registers this module with pytest (the ``pytest11`` entry point), so
+in any environment where fslab is installed a plugin's test suite can say::
+
+    # tests/test_fslab_contracts.py
+    from fslab.testing import ContractTests
+
+    class TestContracts(ContractTests):
+        plugins = ["my_plugin"]     # entry-point names; default: the ini option fslab_plugins
+
+and ``pytest`` runs, for every component those plugins register, the checks
+of :mod:`fslab.testing.checks`: losses, backbones, samplers, evaluators,
+datasets and method recipes, parameters against signatures, determinism.
+A component that needs other inputs than the defaults gets them from the
+class attributes (``backbone_params``, ``sampler_params``, ...), and a
+dataset that reads files from :meth:`ContractTests.dataset_args`.
+
+The plugin also adds the ini option ``fslab_plugins`` (``[tool.pytest.ini_options]``)
+and the fixture ``fslab_registry``. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+__all__ = ["ContractTests", "registry_for"]
+
+KIND_TESTS = {"test_loss": "loss", "test_backbone": "backbone", "test_sampler": "sampler",
+              "test_evaluator": "evaluator", "test_dataset": "dataset", "test_method": "method"}
+
+_registries: dict[tuple[str, ...], Any] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("fslab_plugins", type="args", default=[],
+                  help="fslab plugins (entry-point names) whose components fslab.testing.ContractTests checks")
+
+
+def registry_for(plugin_dirs: tuple[str, ...] = ()) -> Any:
+    """Every installed fslab plugin (FSLAB_PLUGINS still restricts them) and
+    the local plugin folders ``plugin_dirs``, loaded once per test session."""
+    if plugin_dirs not in _registries:
+        from fslab.core.registry import load_registry
+
+        _registries[plugin_dirs] = load_registry(plugin_dirs)
+    return _registries[plugin_dirs]
+
+
+@pytest.fixture(scope="session")
+def fslab_registry() -> Any:
+    """The registry of every installed fslab plugin, for a plugin's own tests."""
+    return registry_for()
+
+
+class ContractTests:
+    """Subclass it as ``Test...`` in a test module: one test per component
+    of the plugins named in :attr:`plugins`, per contract."""
+
+    plugins: list[str] | None = None  # entry-point names, or "local:<file stem>" with plugin_dirs
+    plugin_dirs: tuple[str, ...] = ()  # local plugin folders (as plugin_dirs in fslab.toml)
+    backbone_params: dict[str, dict] = {}  # parameters by backbone name, e.g. {"big": {"width": 8}}
+    backbone_image_size: tuple[int, int] = (16, 16)
+    sampler_params: dict[str, dict] = {}
+    sampler_batch_size: int = 32
+    evaluator_params: dict[str, dict] = {}
+
+    def dataset_args(self, name: str, tmp_path) -> dict | None:
+        """The root and parameters to build dataset ``name`` with; override it
+        to write a tiny layout under ``tmp_path``. The default builds it with
+        an empty folder as root (enough for a generated dataset); None skips it."""
+        return {"root": str(tmp_path)}
+
+    # -- collection --------------------------------------------------------
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        name = metafunc.function.__name__
+        if name == "test_plugin_loads":
+            metafunc.parametrize("plugin", self._plugins(metafunc.config))
+        elif name == "test_parameters":
+            components = self._components(metafunc.config, [k for k in KIND_TESTS.values() if k != "method"])
+            metafunc.parametrize("kind, name", components or [_nothing("component", 2)],
+                                 ids=[f"{k}:{n}" for k, n in components] or None)
+        elif name in KIND_TESTS:
+            kind = KIND_TESTS[name]
+            names = [n for _, n in self._components(metafunc.config, [kind])]
+            metafunc.parametrize("name", names or [_nothing(kind)])
+
+    def _plugins(self, config: pytest.Config) -> list[str]:
+        plugins = self.plugins
+        if plugins is None:
+            try:
+                plugins = config.getini("fslab_plugins")
+            except ValueError:  # fslab's pytest plugin is not loaded (pytest -p no:fslab.testing)
+                plugins = []
+        if not plugins:
+            raise pytest.UsageError(f"{type(self).__name__}: name the fslab plugins to check, as the class attribute "
+                                    "plugins = [...] or the ini option fslab_plugins")
+        return list(plugins)
+
+    def _components(self, config: pytest.Config, kinds: list[str]) -> list[tuple[str, str]]:
+        registry, plugins = registry_for(tuple(self.plugin_dirs)), set(self._plugins(config))
+        return [(kind, name) for kind in kinds for name in registry.names(kind)
+                if registry.get(kind, name).plugin in plugins]
+
+    @property
+    def registry(self) -> Any:
+        return registry_for(tuple(self.plugin_dirs))
+
+    # -- the contracts -------------------------------------------------------
+    def test_plugin_loads(self, plugin: str) -> None:
+        failed = {f.plugin: f.error for f in self.registry.failures}
+        assert plugin not in failed, f"plugin '{plugin}' failed to load: {failed.get(plugin)}"
+        assert plugin in self.registry.plugins, (
+            f"no fslab plugin '{plugin}' is installed (entry points of group 'fslab': "
+            f"{', '.join(sorted(self.registry.plugins)) or 'none'}); pip install -e . first")
+
+    def test_parameters(self, kind: str, name: str) -> None:
+        from fslab.testing.checks import check_parameters
+
+        check_parameters(self.registry, kind, name)
+
+    def test_loss(self, name: str) -> None:
+        from fslab.testing.checks import check_loss
+
+        check_loss(self.registry, name)
+
+    def test_backbone(self, name: str) -> None:
+        from fslab.testing.checks import check_backbone
+
+        check_backbone(self.registry, name, self.backbone_params.get(name), self.backbone_image_size)
+
+    def test_sampler(self, name: str) -> None:
+        from fslab.testing.checks import check_sampler
+
+        check_sampler(self.registry, name, self.sampler_params.get(name), self.sampler_batch_size)
+
+    def test_evaluator(self, name: str) -> None:
+        from fslab.testing.checks import check_evaluator
+
+        check_evaluator(self.registry, name, self.evaluator_params.get(name))
+
+    def test_dataset(self, name: str, tmp_path) -> None:
+        from fslab.testing.checks import check_dataset
+
+        args = self.dataset_args(name, tmp_path)
+        if args is None:
+            pytest.skip(f"dataset '{name}': no layout to read (override dataset_args to write one)")
+        check_dataset(self.registry, name, args)
+
+    def test_method(self, name: str) -> None:
+        from fslab.testing.checks import check_method
+
+        check_method(self.registry, name)
+
+
+def _nothing(what: str, values: int = 1):
+    """The one parameter of a contract with nothing to check: a skip that says so."""
+    return pytest.param(*[None] * values, marks=pytest.mark.skip(reason=f"the plugins register no {what}"), id="none")

@@ -1,0 +1,255 @@
+"""fslab's contracts, one check per kind of component: what the trainer and
+the evaluation core rely on, asserted on a registered component by name.
+
+Each ``check_*`` function builds the component from a registry with small,
+seeded inputs and raises AssertionError (with the component's name) when a
+promise is broken. :class:`fslab.testing.ContractTests` calls them for every
+component of a plugin; they can also be called from a plugin's own tests.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import torch
+from torch import nn
+
+from fslab.core.registry import Registry, keyword_params
+from fslab.core.types import evaluator_traits
+from fslab.plugin import Backbone, Dataset, Sampler, SizedDataset, Split
+
+WAYS, SHOTS, QUERIES, DIM = 4, 3, 3, 16
+
+
+def episode(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Embeddings ``[24, 16]`` of 4 classes × (3 support + 3 query rows), labels and support marks."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.arange(WAYS).repeat_interleave(SHOTS + QUERIES)
+    support = torch.tensor(([True] * SHOTS + [False] * QUERIES) * WAYS)
+    z = (0.5 * torch.randn(len(labels), DIM, generator=generator)).requires_grad_()
+    return z, labels, support
+
+
+def check_count(name: str, what: str, value: Any, most: int) -> int:
+    """A pair count: an int or a 0-d integer tensor, between 0 and ``most``."""
+    if isinstance(value, torch.Tensor):
+        assert value.dim() == 0 and not value.is_floating_point(), \
+            f"{name}: {what} {value!r} is not an int or a 0-d integer tensor"
+    else:
+        assert isinstance(value, int) and not isinstance(value, bool), f"{name}: {what} {value!r} is not an int"
+    assert 0 <= int(value) <= most, f"{name}: {what} = {int(value)}, outside 0..{most} (the batch's unordered pairs)"
+    return int(value)
+
+
+def build_loss(registry: Registry, name: str) -> Any:
+    return registry.create("loss", name, context={"out_dim": DIM, "num_classes": WAYS})
+
+
+def check_loss(registry: Registry, name: str) -> None:
+    """A finite scalar loss that gives every embedding (and every parameter of
+    the loss) a finite gradient; pair counts within the batch's unordered
+    same-class and different-class pairs; the same value twice for a seed."""
+    episodic = registry.get("loss", name).info.get("episodic", False)
+    _, labels, support = episode()
+    same = int((labels[:, None] == labels[None, :]).triu(1).sum())
+    different = len(labels) * (len(labels) - 1) // 2 - same
+    for marks in ([support] if episodic else [support, None]):
+        torch.manual_seed(0)
+        loss = build_loss(registry, name)
+        z = episode()[0]
+        out = loss(z, labels, marks)
+        assert isinstance(out.loss, torch.Tensor) and out.loss.dim() == 0, f"{name}: the loss is not a 0-d tensor"
+        assert torch.isfinite(out.loss), f"{name}: loss {out.loss}"
+        check_count(name, "positives", out.positives, same)
+        check_count(name, "negatives", out.negatives, different)
+        for key, value in (out.extra or {}).items():
+            assert torch.isfinite(torch.as_tensor(value, dtype=torch.float64)).all(), f"{name}: extra {key}"
+        out.loss.backward()
+        assert z.grad is not None and torch.isfinite(z.grad).all(), f"{name}: missing or non-finite gradient"
+        assert (z.grad.abs().sum(dim=1) > 0).all(), f"{name}: some embedding rows get no gradient"
+        if isinstance(loss, nn.Module):
+            for parameter_name, parameter in loss.named_parameters():
+                assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), \
+                    f"{name}: parameter {parameter_name} gets no finite gradient"
+        torch.manual_seed(0)
+        again = build_loss(registry, name)(episode()[0], labels, marks)
+        assert torch.equal(out.loss.detach(), again.loss.detach()), f"{name}: not deterministic for a seed"
+
+
+def build_backbone(registry: Registry, name: str, params: dict, channels: int, image_size: tuple[int, int]):
+    return registry.create("backbone", name, in_channels=channels, context={"image_size": image_size}, **params)
+
+
+def check_backbone(registry: Registry, name: str, params: dict | None = None, image_size: tuple[int, int] = (16, 16),
+                   channels: int = 3) -> None:
+    """Images ``[2, C, H, W]`` to finite features ``[2, out_dim]``; every
+    parameter gets a gradient; ``features(x, k)`` of a multi-stage backbone
+    has the width of its last ``k`` stages; the same weights for a seed."""
+    params = params or {}
+    torch.manual_seed(0)
+    model = build_backbone(registry, name, params, channels, image_size)
+    assert isinstance(model, nn.Module) and isinstance(model, Backbone), f"{name}: not an nn.Module with out_dim"
+    torch.manual_seed(0)
+    twin = build_backbone(registry, name, params, channels, image_size)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values())), \
+        f"{name}: two backbones built after the same seed differ"
+    x = torch.randn(2, channels, *image_size, generator=torch.Generator().manual_seed(0))
+    features = model(x)
+    assert tuple(features.shape) == (2, model.out_dim), \
+        f"{name}: features {tuple(features.shape)}, expected (2, out_dim={model.out_dim})"
+    assert torch.isfinite(features).all(), f"{name}: non-finite features"
+    features.pow(2).sum().backward()
+    for parameter_name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), \
+                f"{name}: parameter {parameter_name} gets no finite gradient"
+    dims = getattr(model, "stage_dims", None)
+    if dims:
+        assert callable(getattr(model, "features", None)), f"{name}: stage_dims without features(x, stages)"
+        for stages in range(1, len(dims) + 1):
+            width = model.features(x, stages).shape
+            assert tuple(width) == (2, sum(dims[-stages:])), \
+                f"{name}: features(x, {stages}) is {tuple(width)}, expected (2, {sum(dims[-stages:])})"
+
+
+def sampler_labels() -> list[int]:
+    """30 classes of 8 to 12 images."""
+    return [c for c in range(30) for _ in range(8 + c % 5)]
+
+
+def _indices(sampler, epoch: int) -> list[list[int]]:
+    return [list(batch.indices) for batch in sampler.batches(epoch)]
+
+
+def check_sampler(registry: Registry, name: str, params: dict | None = None, batch_size: int = 32) -> None:
+    """``len()`` batches of ``batch_size`` distinct, valid indices; an episodic
+    sampler marks support and query rows and gives every query class support;
+    batches depend on the seed and the epoch only (and survive pickling)."""
+    labels, params = sampler_labels(), params or {}
+    def build(seed: int):
+        return registry.create("sampler", name, labels=labels, batch_size=batch_size, seed=seed, **params)
+
+    sampler = build(0)
+    assert isinstance(sampler, Sampler), f"{name}: no len() or batches(epoch)"
+    episodic = registry.get("sampler", name).info.get("episodic", False)
+    batches = list(sampler.batches(0))
+    assert len(batches) == len(sampler) > 0, f"{name}: {len(batches)} batches, len() says {len(sampler)}"
+    for batch in batches:
+        assert len(batch.indices) == batch_size, f"{name}: a batch of {len(batch.indices)}, not {batch_size}"
+        assert len(set(batch.indices)) == len(batch.indices), f"{name}: an image repeats within a batch"
+        assert all(0 <= i < len(labels) for i in batch.indices), f"{name}: an index outside the dataset"
+        if episodic:
+            assert batch.support is not None and len(batch.support) == len(batch.indices), \
+                f"{name}: an episodic sampler must mark each row support or query"
+            assert any(batch.support) and not all(batch.support), f"{name}: an episode needs support and query rows"
+            with_support = {labels[i] for i, s in zip(batch.indices, batch.support) if s}
+            assert {labels[i] for i in batch.indices} <= with_support, f"{name}: a query class has no support"
+        else:
+            assert batch.support is None, f"{name}: a sampler not registered episodic=True marks support rows"
+    assert _indices(build(0), 3) == _indices(sampler, 3), f"{name}: not deterministic for a seed"
+    assert _indices(pickle.loads(pickle.dumps(sampler)), 3) == _indices(sampler, 3), \
+        f"{name}: not deterministic after pickling"
+    assert _indices(sampler, 3) != _indices(sampler, 4), f"{name}: epochs give the same batches"
+
+
+class TinyNet(nn.Module):
+    """A one-layer network for model-aware evaluators."""
+
+    def __init__(self, channels: int, size: int, out_dim: int = 8):
+        super().__init__()
+        self.out_dim = out_dim
+        self.layer = nn.Linear(channels * size * size, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x.flatten(1))
+
+
+def check_evaluator(registry: Registry, name: str, params: dict | None = None) -> None:
+    """Scores in [0, 1] per episode, the same twice for a seed; an accuracy
+    evaluator finds well-separated classes (as nearest centroid does); a
+    model-aware one leaves the caller's network unchanged."""
+    from fslab.training import evaluation
+
+    evaluator = registry.create("evaluator", name, **(params or {}))
+    traits = evaluator_traits(evaluator)
+    labels = torch.arange(6).repeat_interleave(12)
+    generator = torch.Generator().manual_seed(0)
+    (shots, queries), = evaluation.episode_shapes(evaluator, [3], 4)
+    if traits.needs_model:
+        torch.manual_seed(0)
+        model = TinyNet(1, 12)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        images = torch.randint(0, 256, (len(labels), 1, 12, 12), generator=generator, dtype=torch.uint8)
+        def run():
+            return evaluation.run_episodes(evaluator, labels, 3, shots, queries, 2, seed=0, model=model,
+                                           images=images, to_input=lambda x: x.float() / 255, device="cpu")
+
+        scores = run()
+        assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items()), f"{name}: changed the network"
+    else:
+        centres = 4 * torch.randn(6, DIM, generator=generator)
+        features = centres[labels] + 0.1 * torch.randn(len(labels), DIM, generator=generator)
+        def run():
+            return evaluation.episode_scores(features, labels, evaluator, 3, shots, queries, 20, seed=0)
+
+        scores = run()
+        if traits.metric == "accuracy":
+            assert float(scores.mean()) > 0.9, \
+                f"{name}: {float(scores.mean()):.2f} accuracy on well-separated classes (nearest centroid: 1.0)"
+    assert scores.dim() == 1 and torch.isfinite(scores).all(), f"{name}: scores {scores}"
+    assert bool(((scores >= 0) & (scores <= 1)).all()), f"{name}: a score outside [0, 1]"
+    assert torch.equal(scores, run()), f"{name}: not deterministic for a seed"
+
+
+def check_dataset(registry: Registry, name: str, args: dict) -> None:
+    """Built as ``Dataset(root, **params)`` from ``args``: each split uint8
+    images ``[N, channels, H, W]`` and int64 labels numbered 0..classes-1,
+    every class present; the same twice; ``split_sizes()`` as loaded."""
+    args = dict(args)
+    dataset = registry.create("dataset", name, root=args.pop("root", None), **args)
+    assert isinstance(dataset, Dataset), f"{name}: no channels or load(split)"
+    sizes = dataset.split_sizes() if isinstance(dataset, SizedDataset) else {}
+    for split_name in ("train", "val", "test"):
+        split = dataset.load(split_name)
+        assert isinstance(split, Split), f"{name}: load({split_name!r}) is not a Split"
+        images, labels = split.images, split.labels
+        assert images.dtype == torch.uint8 and images.dim() == 4, f"{name}: {split_name} images not uint8 [N, C, H, W]"
+        assert images.shape[1] == dataset.channels, f"{name}: {split_name} images have {images.shape[1]} channels, " \
+                                                    f"the dataset says {dataset.channels}"
+        assert labels.dtype == torch.int64 and tuple(labels.shape) == (images.shape[0],), \
+            f"{name}: {split_name} labels not int64 [N]"
+        counts = torch.bincount(labels, minlength=len(split.classes))
+        assert len(counts) == len(split.classes) and bool((counts > 0).all()), \
+            f"{name}: {split_name} labels must number its {len(split.classes)} classes 0..classes-1, each present"
+        again = dataset.load(split_name)
+        assert torch.equal(again.images, images) and torch.equal(again.labels, labels), \
+            f"{name}: {split_name} differs between two loads"
+        if split_name in sizes:
+            assert sorted(sizes[split_name]) == sorted(counts.tolist()), \
+                f"{name}: split_sizes()[{split_name!r}] does not match the images load() gives"
+
+
+def check_parameters(registry: Registry, kind: str, name: str) -> None:
+    """What ``register()`` declares (``params``) is what the target takes:
+    its keyword-only parameters and their defaults, a lazy ``"module:attr"``
+    target imported to compare; and it has a description."""
+    component = registry.get(kind, name)
+    assert component.description, f"{kind} {name}: register(..., description=...) is empty"
+    signature = keyword_params(component.resolve(), kind)
+    assert component.params == signature, (
+        f"{kind} {name}: register() declares params {component.params}, "
+        f"the keyword-only parameters of {component.target!r} are {signature}")
+
+
+def check_method(registry: Registry, name: str) -> None:
+    """A recipe that resolves to a full configuration naming installed components."""
+    from fslab.core.config import resolve
+    from fslab.core.settings import Settings
+
+    recipe = registry.create("method", name)
+    assert isinstance(recipe, dict), f"method {name}: a recipe is a dict"
+    config = resolve(name, registry=registry, settings=Settings())
+    assert config["method"] == name
+    for kind in ("loss", "sampler", "evaluator", "backbone", "dataset"):
+        registry.get(kind, config[kind]["name"])

@@ -1,0 +1,126 @@
+"""How a run computes (train.precision, channels_last, compile, deterministic):
+the network in the run's precision, the loss and the evaluation in float32,
+recorded in the start event, deterministic for a seed and precision."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from fslab.core.config import resolve, run_config
+from fslab.core.settings import Settings
+from fslab.training import distributed, evaluation
+from fslab.training.build import to_input
+from fslab.training.numerics import resolve_numerics
+
+from .runs_helpers import TINY, events, fslab
+
+
+def numerics_for(registry, *overrides, device="cpu"):
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=[{"device": device}, *overrides])
+    return resolve_numerics(run_config(config), torch.device(device))
+
+
+@pytest.fixture
+def registry(builtin_plugins):
+    from fslab.core.registry import load_registry
+
+    return load_registry()
+
+
+def test_auto_is_float32_in_the_default_format_on_the_cpu(registry):
+    numerics = numerics_for(registry)
+    assert (numerics.precision, numerics.eval_precision, numerics.channels_last) == ("fp32", "fp32", False)
+    assert numerics.describe()["tf32"] is False  # TF32 is a CUDA matter
+    chosen = numerics_for(registry, {"train": {"precision": "bf16", "channels_last": "on"}})
+    assert (chosen.precision, chosen.eval_precision, chosen.channels_last) == ("bf16", "bf16", True)
+    assert numerics_for(registry, {"train": {"precision": "bf16"}, "eval": {"precision": "fp32"}}).eval_precision \
+        == "fp32"
+
+
+def test_the_network_runs_in_bf16_and_the_loss_sees_float32(registry):
+    torch.manual_seed(0)
+    numerics = numerics_for(registry, {"train": {"precision": "bf16"}})
+    backbone = registry.create("backbone", "conv4", in_channels=3, hidden=8)
+    seen = {}
+
+    def loss(z, labels, support=None):
+        seen["dtype"] = z.dtype
+        return z.pow(2).sum()
+
+    inner = []
+    backbone.register_forward_hook(lambda module, args, out: inner.append(out.dtype))
+    step = distributed.training_step(backbone, torch.nn.Identity(), loss, distributed.World(),
+                                     torch.device("cpu"), numerics.autocast)
+    out = step(torch.randn(6, 3, 16, 16), torch.tensor([0, 0, 1, 1, 2, 2]))
+    assert inner == [torch.bfloat16] and seen["dtype"] == torch.float32
+    out.backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in backbone.parameters())
+
+
+def test_features_are_embedded_in_the_eval_precision_and_returned_in_float32(registry):
+    torch.manual_seed(0)
+    backbone = registry.create("backbone", "conv4", in_channels=3, hidden=8)
+    images = torch.randint(0, 256, (10, 3, 16, 16), dtype=torch.uint8)
+    exact = evaluation.extract_features(backbone, images, 4, "cpu", to_input)
+    numerics = numerics_for(registry, {"train": {"precision": "bf16", "channels_last": "on"}})
+    low = evaluation.extract_features(backbone.to(memory_format=torch.channels_last), images, 4, "cpu",
+                                      lambda b: numerics.memory_format(to_input(b)),
+                                      autocast=lambda: numerics.autocast(numerics.eval_precision))
+    assert exact.dtype == low.dtype == torch.float32
+    assert not torch.equal(exact, low)  # bf16 did run
+    assert torch.allclose(exact, low, rtol=0.05, atol=0.05)  # and only rounded
+
+
+RUN = [*TINY, "--epochs", "2", "--device", "cpu"]
+
+
+def run_once(project, *extra):
+    result = fslab("run", "nca", *RUN, *extra, cwd=project, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    folder = max((project / "runs").glob("2*"), key=lambda p: p.stat().st_mtime)
+    return folder, json.loads((folder / "results.json").read_text())["test"]
+
+
+@pytest.mark.slow
+def test_a_bf16_channels_last_run_records_its_numerics_and_repeats_exactly(project):
+    settings = ["--set", "train.precision=bf16", "--set", "train.channels_last=on", "--set", "train.deterministic=true"]
+    first, results = run_once(project, *settings)
+    (start,) = events(first, "start")
+    assert {k: start[k] for k in ("precision", "eval_precision", "channels_last", "compile", "tf32")} == \
+        {"precision": "bf16", "eval_precision": "bf16", "channels_last": True, "compile": "off", "tf32": False}
+    second, again = run_once(project, *settings)
+    assert again == results  # same seed, same precision, same machine: the same numbers
+    assert [e["loss"] for e in events(first, "train")] == [e["loss"] for e in events(second, "train")]
+    fp32, fp32_results = run_once(project)
+    assert [e["loss"] for e in events(fp32, "train")] != [e["loss"] for e in events(first, "train")]
+    assert events(fp32, "start")[0]["precision"] == "fp32"
+
+
+@pytest.mark.slow
+def test_an_fp16_run_scales_its_loss_and_keeps_the_scale_in_the_checkpoint(project):
+    folder, _ = run_once(project, "--set", "train.precision=fp16")
+    checkpoint = torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["grad_scaler"]["scale"] > 0
+    result = fslab("eval", folder.name, "--episodes", "20", "--json", cwd=project, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert (folder / "features" / "test-epoch2-fp16.pt").exists()  # features embedded in fp16 are cached apart
+
+
+@pytest.mark.slow
+def test_a_compiled_run_logs_its_compile_time_apart_and_saves_plain_weights(project):
+    folder, _ = run_once(project, "--epochs", "1", "--set", "train.compile=default")
+    (compiled_event,) = events(folder, "compile")
+    assert compiled_event["mode"] == "default" and compiled_event["seconds"] > 0 and compiled_event["step"] == 1
+    checkpoint = torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
+    assert not any(key.startswith("_orig_mod") for key in checkpoint["model"])  # the uncompiled module's weights
+
+
+def test_compile_on_a_cpu_without_a_compiler_is_refused_before_a_run_exists(project):
+    result = fslab("run", "nca", *RUN, "--set", "train.compile=default", cwd=project,
+                   env={**os.environ, "PATH": "/nonexistent", "CXX": ""})
+    assert result.returncode == 2 and "needs a C++ compiler" in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").glob("2*"))

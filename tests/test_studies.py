@@ -1,0 +1,546 @@
+"""Study files, ``fslab study`` and the report's verdicts.
+
+Fast tests: every built-in study parses and all its runs resolve at both
+scales; the parser's one-line errors (and a property test that it never fails
+otherwise); the verdict rule; a report on hand-made run folders; reuse of runs
+done with the same settings. The slow test runs a built-in study at
+``--scale quick`` end to end through the real CLI and worker processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fslab.core.errors import ConfigError, UsageError
+from fslab.core.runstore import Run
+from fslab.core.settings import Settings
+from fslab.core.studies import find_study, parse_study, plan_runs
+from fslab.execution.checks import check_run
+from fslab.execution.studies import gpu_hours, queue_study, resolve_study
+from fslab.reports.studies import (
+    NOT_COMPARABLE,
+    NOT_PUBLISHED,
+    NOT_REPRODUCED,
+    PENDING,
+    REPRODUCED,
+    figure_data,
+    render,
+    study_report,
+    verdict,
+    write_report,
+)
+
+from .runs_helpers import fslab, wait_for
+
+BUILT_IN = ["lpn-table1", "map-table1", "map-table2", "nca-fig2", "nca-fig3", "nca-fig4", "nca-supcon",
+            "nca-table3", "nca-table4", "sen-table2"]
+
+# A small study on the synthetic dataset: two sweeps, one with a grid, and published cells.
+TINY = {
+    "name": "tiny",
+    "title": "A tiny study",
+    "table": "Table 9",
+    "paper": {"authors": "A & B", "title": "A paper", "year": 2020, "arxiv": "2001.00001"},
+    "sweep": [
+        {"name": "nca", "label": "NCA", "method": "nca", "datasets": ["synthetic"], "seeds": 2,
+         "set": {"backbone.name": "conv4", "backbone.hidden": 8, "train.epochs": 1}},
+        {"name": "pn", "label": "ProtoNet", "method": "protonet", "datasets": ["synthetic"], "seeds": 2,
+         "grid": {"train.lr": [0.1, 0.05]}, "set": {"backbone.name": "conv4", "train.epochs": 1}},
+    ],
+    "published": [
+        {"sweep": "nca", "dataset": "synthetic", "shots": 1, "accuracy": 60.0, "ci95": 0.5},
+        {"sweep": "nca", "dataset": "synthetic", "shots": 5, "accuracy": 80.0, "ci95": 0.5},
+        {"sweep": "pn", "dataset": "synthetic", "shots": 5, "accuracy": 70.0, "at": {"train.lr": 0.1}},
+    ],
+}
+
+
+def tiny(**changes) -> dict:
+    data = copy.deepcopy(TINY)
+    data.update(changes)
+    return data
+
+
+def store(tmp_path: Path) -> Settings:
+    return Settings(runs_dir=tmp_path / "runs")
+
+
+# -- built-in studies ------------------------------------------------------------
+
+
+def test_every_built_in_study_is_registered(registry):
+    assert registry.names("study") == BUILT_IN
+    described = registry.get("study", "nca-table3").describe()
+    assert described["file"].endswith("nca-table3.toml") and "arXiv:2012.09831" in described["paper"]
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize("scale", ["paper", "quick"])
+def test_every_built_in_study_parses_and_all_its_runs_resolve(registry, tmp_path, name, scale):
+    study = find_study(registry, name)
+    resolved = resolve_study(study, scale, settings=store(tmp_path), registry=registry)
+    assert len(resolved) == study.run_count(scale) > 0
+    for planned, config in resolved:
+        assert config["method"] == study.sweep(planned.sweep).method and config["seed"] == planned.seed
+        assert config["dataset"]["name"] == (planned.dataset if scale == "paper" else "synthetic")
+    if scale == "quick":  # and the synthetic data can give every batch and episode (no files to look for)
+        assert all(c["train"]["epochs"] == 1 and c["eval"]["test_episodes"] <= 50 for _, c in resolved)
+        sizes: dict = {}
+        for _, config in resolved:
+            check_run({**config, "device": "cpu"}, registry, None, sizes_seen=sizes)
+    for cell in study.published:  # every published cell has runs (check_cells ran inside resolve_study)
+        assert any(p.place() == {"sweep": cell.sweep, "dataset": cell.dataset, "at": cell.at} for p, _ in resolved)
+
+
+def test_published_numbers_are_the_papers(registry):
+    """A few cells checked against the papers' tables (SPEC §7, the mAP paper's Table 2)."""
+    table3 = {(c.sweep, c.dataset, c.shots): (c.accuracy, c.ci95) for c in find_study(registry, "nca-table3").published}
+    assert table3[("nca", "miniimagenet", 1)] == (62.52, 0.24)
+    assert table3[("protonet-snell", "cifar-fs", 5)] == (83.96, 0.16)
+    assert table3[("simpleshot", "cifar-fs", 5)] == (84.50, 0.11)
+    map2 = {(c.sweep, c.shots): (c.accuracy, c.ci95) for c in find_study(registry, "map-table2").published}
+    assert map2[("map-ssvm", 1)] == (50.32, 0.80)
+    table4 = {(c.sweep, c.shots): (c.accuracy, c.ci95) for c in find_study(registry, "nca-table4").published}
+    assert table4[("nca", 5)] == (83.20, 0.18) and table4[("protonet-snell-1shot", 1)] == (65.45, 0.23)
+    supcon = find_study(registry, "nca-supcon").published
+    assert [(c.shots, c.accuracy, c.ci95) for c in supcon] == [(1, 51.05, None), (5, 63.36, None)]
+
+
+# -- the parser ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"nme": "x"}, "nme: unknown key. Allowed: name, title"),
+    ({"name": "Bad Name"}, "name: 'Bad Name' must match"),
+    ({"figure": "Fig. 1"}, "table: give exactly one of"),
+    ({"paper": {"authors": "A", "title": "T", "year": 20}}, "paper.year: must be a whole number from 1900 to 2100"),
+    ({"paper": {"authors": "A", "title": "T", "year": 2020, "arxiv": "abc"}}, "paper.arxiv: 'abc' must match"),
+    ({"sweep": []}, "sweep: missing: at least one [[sweep]]"),
+    ({"published": [{"sweep": "ncaa", "dataset": "synthetic", "shots": 1, "accuracy": 1}]},
+     "published[0].sweep: 'ncaa' names no sweep. Allowed: nca, pn"),
+    ({"published": [{"sweep": "nca", "dataset": "omniglot", "shots": 1, "accuracy": 1}]},
+     "published[0].dataset: 'omniglot' is not a dataset of sweep 'nca'. Allowed: synthetic"),
+    ({"published": [{"sweep": "nca", "dataset": "synthetic", "shots": 1, "accuracy": 101}]},
+     "published[0].accuracy: must be a number from 0 to 100 (percent)"),
+    ({"published": [{"sweep": "pn", "dataset": "synthetic", "shots": 1, "accuracy": 1}]},
+     "published[0].at.train.lr: missing: a published cell names one value of each grid key"),
+    ({"published": [{"sweep": "pn", "dataset": "synthetic", "shots": 1, "accuracy": 1, "at": {"train.lr": 0.3}}]},
+     "published[0].at.train.lr: 0.3 is not among the grid's values [0.1, 0.05]"),
+    ({"quick": {"seeds": 0}}, "quick.seeds: must be a whole number at least 1, got 0"),
+    ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
+])
+def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse_study(tiny(**change), "studies/tiny.toml")
+    message = str(caught.value)
+    assert message.startswith("studies/tiny.toml: ") and expected in message and "\n" not in message
+
+
+@pytest.mark.parametrize("sweep_change, expected", [
+    ({"seed": 3}, "sweep[0].seed: unknown key. Allowed: name, label, method"),
+    ({"set": {"seed": 3}}, "sweep 'nca'.set.seed: is set by the study itself"),
+    ({"grid": {"dataset.name": ["omniglot"]}}, "sweep 'nca'.grid.dataset.name: is set by the study itself"),
+    ({"grid": {"train.lr": []}}, "sweep 'nca'.grid.train.lr: must be a non-empty list"),
+    ({"datasets": ["synthetic", "synthetic"]}, "sweep 'nca'.datasets: must be a non-empty list of distinct"),
+    ({"grid": {"train.epochs": [1, 2]}}, "sweep 'nca'.set.train.epochs: is also a grid key"),
+])
+def test_a_bad_sweep_is_one_line_naming_it(sweep_change, expected):
+    data = tiny()
+    data["sweep"][0].update(sweep_change)
+    with pytest.raises(ConfigError, match="^studies/tiny.toml: ") as caught:
+        parse_study(data, "studies/tiny.toml")
+    assert expected in str(caught.value)
+
+
+VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 3000) | st.floats(allow_nan=True) |
+                      st.text(max_size=8), lambda inner: st.lists(inner, max_size=3) |
+                      st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+PATHS = st.sampled_from([("name",), ("title",), ("table",), ("paper",), ("paper", "year"), ("paper", "arxiv"),
+                         ("sweep",), ("sweep", 0, "datasets"), ("sweep", 0, "seeds"), ("sweep", 1, "grid"),
+                         ("sweep", 0, "set"), ("quick",), ("published",), ("published", 0, "shots"),
+                         ("published", 2, "at"), ("published", 1, "ci95"), ("plot",)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=PATHS, value=VALUES)
+def test_the_parser_takes_any_value_anywhere_and_fails_only_in_one_line(path, value):
+    data = tiny()
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    try:
+        study = parse_study(data, "any.toml")
+    except ConfigError as error:
+        assert str(error).startswith("any.toml: ") and "\n" not in str(error)
+    else:
+        assert study.run_count("paper") >= 1
+
+
+# -- verdicts and reports ----------------------------------------------------------
+
+
+def test_verdict_widens_fslab_ci_by_the_published_one():
+    measured = {"accuracy": 0.60, "ci95": 0.004}  # 60.0 ± 0.4
+    assert verdict(60.3, 0.2, measured, True) == REPRODUCED
+    assert verdict(60.5, 0.2, measured, True) == REPRODUCED  # 0.5 <= 0.4 + 0.2
+    assert verdict(60.7, 0.2, measured, True) == NOT_REPRODUCED
+    assert verdict(60.5, None, measured, True) == NOT_REPRODUCED  # no published CI: not widened
+    assert verdict(59.6, None, measured, True) == REPRODUCED
+    assert verdict(60.0, 0.2, measured, False) == PENDING  # a run missing or unfinished
+    assert verdict(60.0, 0.2, None, True) == PENDING
+    assert verdict(None, None, measured, True) == NOT_PUBLISHED
+    assert verdict(60.0, 0.2, measured, True, comparable=False) == NOT_COMPARABLE
+
+
+def finish(run: Run, accuracies: dict[int, list[float]], ways: int = 5) -> None:
+    """Make a queued run look finished: completed, with saved test episodes per shots."""
+    config = run.config()
+    for shots, scores in accuracies.items():
+        run.save_accuracies({"split": "test", "evaluator": "centroid", "ways": ways, "shots": shots,
+                             "queries": config["eval"]["queries"], "episodes": len(scores), "seed": 0,
+                             "stream": 2, "epoch": 1, "accuracy": sum(scores) / len(scores), "ci95": 0.0}, scores)
+    run.write_status(state="completed", ended=time.time(), exit_code=0, pid=None)
+
+
+def runs_of(outcome, runs_dir: Path, sweep_method: str) -> list[Run]:
+    found = [Run(runs_dir / i) for i in outcome.created]
+    return [r for r in found if r.config()["method"] == sweep_method]
+
+
+def test_report_on_hand_made_runs_pools_seeds_and_gives_each_verdict(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    assert len(outcome.created) == study.run_count() == 6
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    # seed 0 scores 0.6 and 0.8 on alternate episodes, seed 1 always 0.7: pooled 70.0 ± 1.96·0.0816/√8
+    finish(nca[0], {1: [0.6, 0.8] * 2, 5: [0.8] * 4})
+    finish(nca[1], {1: [0.7] * 4, 5: [0.9] * 4})
+    report = study_report(study, config.runs_dir)
+    assert report["scale"] == "paper" and report["comparable"]
+    rows = {(r["sweep"], r["shots"], json.dumps(r["at"])): r for r in report["rows"]}
+    one = rows[("nca", 1, "{}")]
+    assert one["measured"]["accuracy"] == pytest.approx(0.70) and one["measured"]["episodes"] == 8
+    assert one["measured"]["ci95"] == pytest.approx(1.96 * (0.005 ** 0.5) / 8 ** 0.5)
+    assert one["difference"] == pytest.approx(10.0) and one["verdict"] == NOT_REPRODUCED
+    five = rows[("nca", 5, "{}")]
+    assert five["measured"]["accuracy"] == pytest.approx(0.85) and five["verdict"] == NOT_REPRODUCED
+    assert rows[("pn", 5, '{"train.lr": 0.1}')]["verdict"] == PENDING  # its runs are still queued
+    assert len(report["rows"]) == 3  # a table study shows its published cells only
+    text = render(report, "md")
+    assert "| NCA | synthetic | - | 5-way 1-shot | 60.00 ± 0.50 | 70.00 ± " in text and "(2/2 runs)" in text
+    assert "Scale: paper" in text and "not reproduced" in text and "pending" in text
+
+
+def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    finish(nca[0], {1: [0.6] * 5, 5: [0.8] * 5})
+    report = study_report(study, config.runs_dir)
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [PENDING, PENDING]  # 1 of 2 seeds
+    finish(nca[1], {1: [0.6] * 5, 5: [0.8] * 5})
+    report = study_report(study, config.runs_dir)
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [REPRODUCED, REPRODUCED]
+    assert all(r["difference"] == pytest.approx(0.0) for r in report["rows"] if r["sweep"] == "nca")
+    csv_text = render(report, "csv")
+    assert csv_text.splitlines()[1].startswith("NCA,synthetic,,5,1,60.0,0.5,60.0000,0.0000,10,2,2,0.0,reproduced")
+    latex = render(report, "latex")
+    assert "\\begin{tabular}" in latex and "60.00 $\\pm$ 0.50" in latex
+
+
+def test_a_study_never_run_is_all_pending(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    report = study_report(study, tmp_path / "runs")
+    assert report["scale"] is None and {r["verdict"] for r in report["rows"]} == {PENDING}
+    assert "No runs yet" in render(report, "md")
+
+
+def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
+    data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[])
+    del data["table"]
+    study = parse_study(data, "fig.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    for run in runs_of(outcome, config.runs_dir, "protonet"):
+        lr = run.config()["train"]["lr"]
+        finish(run, {1: [lr * 5] * 4, 5: [lr * 8] * 4})
+    report = study_report(study, config.runs_dir)
+    points = [(r["at"], r["shots"], r["verdict"]) for r in report["rows"] if r["sweep"] == "pn"]
+    assert points == [({"train.lr": 0.1}, 1, NOT_PUBLISHED), ({"train.lr": 0.1}, 5, NOT_PUBLISHED),
+                      ({"train.lr": 0.05}, 1, NOT_PUBLISHED), ({"train.lr": 0.05}, 5, NOT_PUBLISHED)]
+    written = write_report(report, study, "md", tmp_path / "out", config.runs_dir)
+    assert [p.name for p in written] == ["tiny.md", "tiny-synthetic.png"]
+    assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_settings_changed_on_the_command_line_make_the_report_not_comparable(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry,
+                          extra=({"train": {"weight_decay": 0.0}}, {"device": "cpu"}))
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.6] * 5, 5: [0.8] * 5})
+    report = study_report(study, config.runs_dir)
+    assert report["changed"] == {"train.weight_decay": 0.0} and not report["comparable"]
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [NOT_COMPARABLE, NOT_COMPARABLE]
+    assert "with train.weight_decay=0.0 from the command line" in render(report, "md")
+
+
+def test_a_figure_never_run_lists_its_points_as_pending(registry, tmp_path):
+    data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[])
+    del data["table"]
+    report = study_report(parse_study(data, "fig.toml"), tmp_path / "runs")
+    assert [(r["sweep"], r["at"], r["shots"], r["verdict"]) for r in report["rows"]] == [
+        ("nca", {}, None, PENDING), ("pn", {"train.lr": 0.1}, None, PENDING), ("pn", {"train.lr": 0.05}, None, PENDING)]
+    assert "| ProtoNet | synthetic | train.lr=0.05 | - | - | - | - | pending |" in render(report, "md")
+
+
+def test_a_pair_fraction_figure_places_protonets_by_the_pairs_they_used(registry, tmp_path):
+    """Fig. 3: NCA by its configured loss.pair_fraction, ProtoNets by the measured fraction."""
+    data = tiny(figure="Fig. 3", plot={"x": "loss.pair_fraction"}, published=[])
+    del data["table"]
+    data["sweep"][0]["grid"] = {"loss.pair_fraction": [0.5, 1.0]}
+    data["sweep"][1].pop("grid")
+    study = parse_study(data, "fig3.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    for run in (Run(config.runs_dir / i) for i in outcome.created):
+        finish(run, {5: [0.5] * 4})
+        # 20 ways × (5 + 15) images = 400 rows, 79,800 pairs: 7,980 used is a tenth
+        with open(run.metrics_path, "a") as log:
+            log.write(json.dumps({"event": "train", "step": 1, "epoch": 1, "loss": 1.0, "positives": 1500,
+                                  "negatives": 6480}) + "\n")
+    report = study_report(study, config.runs_dir)
+    figure = figure_data(report, study, config.runs_dir)["synthetic"]
+    lines = {line["label"]: [p["x"] for p in line["points"]] for line in figure["panels"][-1]["series"]}
+    assert lines == {"NCA": [0.5, 1.0], "ProtoNet": [pytest.approx(0.1)]}
+
+
+def test_gpu_hours_come_only_from_completed_gpu_runs_with_the_same_settings(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    for run, device in zip(nca, ("cuda:0", "cpu")):
+        finish(run, {1: [0.5], 5: [0.5]})
+        run.write_status(started=1000.0, ended=1000.0 + 1800.0)  # 1 epoch in 30 minutes
+        with open(run.metrics_path, "a") as log:
+            log.write(json.dumps({"event": "start", "device": device, "epochs": 1}) + "\n")
+    twice = parse_study(tiny(sweep=[{**TINY["sweep"][0], "set": {**TINY["sweep"][0]["set"], "train.epochs": 4}}],
+                             published=[]), "tiny.toml")
+    estimate = gpu_hours(resolve_study(twice, "paper", settings=config, registry=registry), config.runs_dir)
+    # both seeds match the GPU run (seed and epochs aside): 2 runs × 4 epochs × 0.5 h; the CPU run is no measure
+    assert estimate == {"hours": pytest.approx(4.0), "estimated_runs": 2, "runs": 2, "measured_runs": [nca[0].id]}
+    estimate = gpu_hours(resolve_study(study, "paper", settings=config, registry=registry), config.runs_dir)
+    assert estimate["estimated_runs"] == 2 and estimate["runs"] == 6  # the ProtoNet runs have no measure
+    nca[0].write_status(resumed=2000.0)
+    again = gpu_hours(resolve_study(study, "paper", settings=config, registry=registry), config.runs_dir)
+    assert again["hours"] is None  # a resumed run's wall time is no measure
+
+
+# -- running: reuse --------------------------------------------------------------
+
+
+def test_runs_done_with_the_same_settings_are_reused_not_repeated(registry, tmp_path):
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    first = queue_study(study, "paper", settings=config, registry=registry)
+    runs = [Run(config.runs_dir / i) for i in first.created]
+    finish(runs[0], {1: [0.5], 5: [0.5]})
+    runs[1].write_status(state="failed", ended=time.time(), exit_code=1, pid=None, error="boom")
+    again = queue_study(study, "paper", settings=config, registry=registry)
+    assert again.created == [] and again.reused == [runs[0].id] and again.requeued == [runs[1].id]
+    assert sorted(again.in_progress) == sorted(r.id for r in runs[2:])
+    assert runs[1].status()["state"] == "queued" and {r.id for r in again.to_start} == {runs[1].id}
+    # another setting is another run; the device is not a setting
+    other = queue_study(study, "paper", settings=config, registry=registry,
+                        extra=({"train": {"weight_decay": 0.0}}, {"device": "cpu"}))
+    assert len(other.created) == 6 and other.reused == []
+    device_only = queue_study(study, "paper", settings=config, registry=registry, extra=({"device": "cpu"},))
+    assert device_only.created == [] and device_only.reused == [runs[0].id]
+
+
+def test_identical_configurations_within_a_study_share_one_run(registry, tmp_path):
+    """At quick scale the Table 3 datasets both become synthetic: one run serves both places."""
+    study = find_study(registry, "nca-table3")
+    outcome = queue_study(study, "quick", settings=store(tmp_path), registry=registry)
+    assert len(outcome.created) == study.run_count("quick") // 2 == 5
+    record = json.loads(next((tmp_path / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    assert record["study"] == "nca-table3" and record["scale"] == "quick"
+    assert all(len(places) == 2 for places in record["places"].values())
+    assert record["datasets"] == {"miniimagenet": "synthetic", "cifar-fs": "synthetic"}
+
+
+def test_a_published_cell_its_runs_do_not_evaluate_is_refused(registry, tmp_path):
+    data = tiny()
+    data["published"][0]["ways"] = 20
+    with pytest.raises(ConfigError, match="its runs evaluate 5-way 1, 5-shot; set eval.ways or eval.shots"):
+        resolve_study(parse_study(data, "tiny.toml"), "paper", settings=store(tmp_path), registry=registry)
+
+
+def test_a_bad_setting_names_the_study_and_sweep_and_queues_nothing(registry, tmp_path):
+    data = tiny()
+    data["sweep"][1]["set"]["train.lr"] = -1.0
+    del data["sweep"][1]["grid"]
+    data["published"] = data["published"][:2]
+    with pytest.raises(UsageError, match="^study tiny, sweep 'pn' on synthetic: .*train.lr"):
+        queue_study(parse_study(data, "tiny.toml"), "paper", settings=store(tmp_path), registry=registry)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_one_data_root_for_a_study_on_several_datasets_is_refused(registry):
+    study = find_study(registry, "nca-table3")
+    with pytest.raises(UsageError, match="--data-root names one folder, but study nca-table3 trains on cifar-fs, "
+                                         "miniimagenet: give each dataset its folder in \\[data_roots\\]"):
+        plan_runs(study, "paper", data_root="/data/mini")
+    layers = plan_runs(study, "paper", dataset="miniimagenet", data_root="/data/mini")[0].layers
+    assert layers[0] == {"dataset": {"name": "miniimagenet", "root": "/data/mini"}}
+
+
+def test_quick_dataset_keys_apply_only_on_the_quick_dataset():
+    data = tiny(quick={"seeds": 1, "set": {"dataset.classes": 60, "train.epochs": 1}})
+    study = parse_study(data, "tiny.toml")
+    layers = plan_runs(study, "quick", dataset="omniglot")[0].layers
+    assert {"dataset": {"classes": 60}} not in layers and {"train": {"epochs": 1}} in layers
+    assert {"dataset": {"classes": 60}} in plan_runs(study, "quick")[0].layers
+
+
+# -- the CLI -----------------------------------------------------------------------
+
+
+def test_study_commands_from_the_cli(project):
+    listed = fslab("study", "list", "--json", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == BUILT_IN
+    shown = fslab("study", "show", "nca-table3", "--json", cwd=project)
+    info = json.loads(shown.stdout)
+    assert info["runs"] == 50 and info["gpu_hours"]["hours"] is None and "not estimated" in info["gpu_hours_note"]
+    report = fslab("study", "report", "map-table2", "--format", "json", cwd=project)
+    assert {r["verdict"] for r in json.loads(report.stdout)["rows"]} == {PENDING}
+    for argv, expected in [(["study", "show", "nca-tabel3"], "Unknown study 'nca-tabel3'. Did you mean 'nca-table3'?"),
+                           (["study", "report", "nca-table3", "--format", "xls"], "unknown format 'xls'"),
+                           (["study", "run", "nca-table3", "--scale", "huge"], "--scale must be one of paper, quick"),
+                           (["study", "run", "missing.toml"], "no study file 'missing.toml'")]:
+        result = fslab(*argv, cwd=project)
+        assert result.returncode == 2 and expected in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_study_list_does_not_import_torch(project):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom fslab.cli import app\ntry:\n    app(['study', 'list'])\nexcept SystemExit as e:\n"
+            "    assert not e.code\nprint('HEAVY', [m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                            env={**os.environ})
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_built_in_study_at_quick_scale_end_to_end(project):
+    """Queue Table 3 at quick scale, train with real worker processes, report; then run it again: all reused."""
+    started = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
+    assert started.returncode == 0, started.stderr
+    assert "5 new" in started.stdout
+
+    from fslab.core.registry import load_registry
+
+    study = find_study(load_registry(), "nca-table3")
+
+    def finished():  # read in this process: a CLI call per poll would compete with the workers for the CPU
+        rows = study_report(study, project / "runs")["rows"]
+        return rows if all(r["verdict"] != PENDING for r in rows) else None
+
+    rows = wait_for(finished, timeout=300, what="the study's runs")
+    assert len(rows) == 16
+    assert {r["verdict"] for r in rows} == {NOT_COMPARABLE}
+    assert all(0.2 < r["measured"]["accuracy"] <= 1.0 and r["measured"]["episodes"] == 50 for r in rows)
+    out = fslab("study", "report", "nca-table3", "--out", "report", cwd=project)
+    assert out.returncode == 0, out.stderr
+    text = (project / "report" / "nca-table3.md").read_text()
+    assert "Scale: quick" in text and "miniimagenet -> synthetic" in text
+    again = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
+    assert "5 done already" in again.stdout and "0 new" in again.stdout
+
+
+LOCAL_STUDY_PLUGIN = """
+from pathlib import Path
+
+from fslab.plugin import hookimpl, register_study_files
+
+
+@hookimpl
+def register_studies(register):
+    register_study_files(register, Path(__file__).parent / "studies")
+"""
+LOCAL_STUDY = """
+name = "my-paper"
+title = "My method on synthetic glyphs"
+table = "Table 1"
+published = [{ sweep = "nca", dataset = "synthetic", shots = 5, accuracy = 90.0, ci95 = 0.3 }]
+
+[paper]
+authors = "Someone"
+title = "My paper"
+year = 2024
+
+[[sweep]]
+name = "nca"
+method = "nca"
+datasets = ["synthetic"]
+seeds = 3
+"""
+
+
+def test_a_plugin_ships_its_own_study_and_a_broken_one_is_reported(project):
+    (project / "mine" / "studies").mkdir(parents=True)
+    (project / "mine" / "paper.py").write_text(LOCAL_STUDY_PLUGIN)
+    (project / "mine" / "studies" / "my-paper.toml").write_text(LOCAL_STUDY)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    listed = fslab("study", "list", "--json", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    rows = {json.loads(line)["name"]: json.loads(line) for line in listed.stdout.splitlines()}
+    assert set(rows) == {*BUILT_IN, "my-paper"} and rows["my-paper"]["runs"] == 3
+    assert rows["my-paper"]["plugin"] == "local:paper"
+    kinds = fslab("plugins", "--kind", "study", "--json", cwd=project)
+    mine = [json.loads(line) for line in kinds.stdout.splitlines() if "my-paper" in line]
+    assert mine[0]["file"].endswith("my-paper.toml") and mine[0]["paper"] == "Someone, My paper (2024)"
+    (project / "mine" / "studies" / "my-paper.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 0"))
+    broken = fslab("study", "list", "--json", cwd=project)
+    assert broken.returncode == 0
+    assert {json.loads(line)["name"] for line in broken.stdout.splitlines()} == set(BUILT_IN)
+    assert "my-paper.toml: sweep 'nca'.seeds: must be a whole number at least 1, got 0" in broken.stderr
+
+
+def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(project):
+    from .test_slurm import COUNTING_SBATCH, FAKE_SCANCEL
+
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", COUNTING_SBATCH), ("scancel", FAKE_SCANCEL), ("srun", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text.format(folder=project))
+        (bin_dir / name).chmod(0o755)
+    (project / "study.toml").write_text(LOCAL_STUDY)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    argv = ["study", "run", "study.toml", "--set", "train.epochs=1", "--executor", "slurm"]
+    first = fslab(*argv, cwd=project, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "3 runs: 0 done already, 0 queued or running, 0 queued again, 3 new" in first.stdout
+    jobs = sorted(json.loads((d / "status.json").read_text())["slurm_job_id"]
+                  for d in (project / "runs").iterdir() if d.name != "sweeps")
+    assert jobs == ["100", "101", "102"]
+    again = fslab(*argv, cwd=project, env=env)
+    assert "0 done already, 3 queued or running, 0 queued again, 0 new" in again.stdout
+    assert (project / "next-job").read_text().strip() == "103"  # nothing submitted the second time
