@@ -98,3 +98,10 @@ def test_plugins_json_says_episodic_for_a_third_party_component(project):
 def test_plot_json_is_one_line_with_the_documented_keys(store):
     [figure] = lines_of("plot", "train.lr", "aaaa", "bbbb", "--out", str(store / "lr.png"), "--json", cwd=store)
     assert set(figure) == documented_keys("plot")[None]
+
+
+def test_study_list_and_show_print_json_lines(project):
+    studies = lines_of("study", "list", "--json", cwd=project)
+    assert studies and all(set(s) == documented_keys("study list")[None] for s in studies)
+    [shown] = lines_of("study", "show", studies[0]["name"], "--json", cwd=project)
+    assert shown["name"] == studies[0]["name"]
