@@ -2,20 +2,21 @@
 
 Prints, measured in this one run on this machine:
 
-1. CLI start-up: wall time of ``fslab --help``, ``fslab runs`` and ``fslab plugins``
-   against a bare ``python -c pass`` (the interpreter's own start-up).
+1. CLI start-up: wall time of ``fslab --help``, ``fslab runs``, ``fslab plugins`` and
+   one shell completion (TAB) against a bare ``python -c pass`` (the interpreter's own start-up).
 2. Training throughput: images/s of a real ``fslab run`` (worker process, run
    store, logging) against a bare PyTorch loop with the same backbone, batch,
    loss, optimiser and data, as the ratio fslab / bare (1.00 = no overhead).
 
 Options: ``--backbone resnet12|conv4`` (default resnet12), ``--steps N`` (default 12),
-``--batch-size B`` (default 128).
+``--batch-size B`` (default 128), ``--repeats N`` (start-up runs, default 5), ``--startup-only``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,24 +28,31 @@ from pathlib import Path
 TRAIN_CLASSES = 120
 
 
-def wall_time(argv: list[str], cwd: Path, repeats: int = 5) -> float:
+def wall_time(argv: list[str], cwd: Path, repeats: int = 5, env: dict | None = None) -> float:
     """Median seconds for a command to start and exit."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        subprocess.run(argv, cwd=cwd, check=True, capture_output=True)
+        subprocess.run(argv, cwd=cwd, check=True, capture_output=True, env=env)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def startup(project: Path) -> None:
+# What the shell runs on TAB after `fslab run --backbone r` (bash completion).
+COMPLETION = {"_FSLAB_COMPLETE": "complete_bash", "COMP_WORDS": "fslab run --backbone r", "COMP_CWORD": "3"}
+
+
+def startup(project: Path, repeats: int = 5) -> None:
     python = [sys.executable, "-c", "pass"]
-    base = wall_time(python, project)
-    print(f"{'command':<20}{'seconds':>9}{'vs python -c pass':>20}")
-    print(f"{'python -c pass':<20}{base:9.3f}{1.0:19.2f}x")
+    base = wall_time(python, project, repeats)
+    print(f"{'command':<24}{'seconds':>9}{'vs python -c pass':>20}")
+    print(f"{'python -c pass':<24}{base:9.3f}{1.0:19.2f}x")
     for args in (["--help"], ["runs"], ["plugins"]):
-        seconds = wall_time([sys.executable, "-m", "fslab", *args], project)
-        print(f"{'fslab ' + args[0]:<20}{seconds:9.3f}{seconds / base:19.2f}x")
+        seconds = wall_time([sys.executable, "-m", "fslab", *args], project, repeats)
+        print(f"{'fslab ' + args[0]:<24}{seconds:9.3f}{seconds / base:19.2f}x")
+    complete = [sys.executable, "-c", "import sys; sys.argv = ['fslab']; from fslab.cli import main; main()"]
+    seconds = wall_time(complete, project, repeats, env={**os.environ, **COMPLETION})
+    print(f"{'TAB: --backbone r':<24}{seconds:9.3f}{seconds / base:19.2f}x")
 
 
 def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> float:
@@ -99,11 +107,15 @@ def main() -> None:
     parser.add_argument("--backbone", default="resnet12")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each start-up command (the median is shown)")
+    parser.add_argument("--startup-only", action="store_true", help="measure the start-up only, not training")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         project = Path(folder)
-        print("## CLI start-up (median of 5)")
-        startup(project)
+        print(f"## CLI start-up (median of {options.repeats})")
+        startup(project, options.repeats)
+        if options.startup_only:
+            return
         print(f"\n## Training throughput: {options.backbone}, batch {options.batch_size}, NCA loss, SGD, CPU")
         bare = bare_images_per_s(options.backbone, options.steps, options.batch_size)
         run = fslab_images_per_s(project, options.backbone, options.steps, options.batch_size)

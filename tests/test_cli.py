@@ -1,6 +1,7 @@
 """The CLI as a user meets it: listings, one-line errors, import hygiene."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -102,7 +103,7 @@ def test_runs_and_show_read_the_store(project):
             == (run.id, "completed", "nca", "conv4", 1))
     assert (row["epoch"], row["loss"], row["positives"], row["negatives"]) == (2, 1.25, 18, 48)
     assert row["best_val"] == {"accuracy": 0.61, "ci95": 0.02, "episodes": 100, "epoch": 2}
-    table = fslab("runs", cwd=project).stdout
+    table = fslab("runs", "--wide", cwd=project).stdout
     assert "61.00±2.00" in table and "18/48" in table
     detail = json.loads(fslab("show", run.id[-4:], "--json", cwd=project).stdout)
     assert detail["evaluations"][0]["accuracy"] == 0.61 and detail["config"]["seed"] == 1
@@ -132,3 +133,54 @@ def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
     assert result.returncode == 0 and result.stdout.strip() == f"{run.id}: killed"
     assert run.status()["error"] == "stopped while queued"
     assert not run.claim()  # no scheduler can start it any more
+
+
+def _commands() -> list[str]:
+    from typer.main import get_command
+
+    from fslab.cli import app
+
+    return sorted(get_command(app).commands)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_command_takes_h_and_its_help_reads_as_the_readme(project, command):
+    result = fslab(command, "-h", cwd=project, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
+    assert "{" not in usage and "<bool>" not in result.stdout and "SPEC" not in result.stdout
+    if command in ("show", "logs", "stop", "resume", "eval"):
+        assert usage.split()[-1] == "RUN"
+    if command == "compare":
+        assert "knn[k=3]" in result.stdout
+
+
+def test_the_readme_cites_papers_not_a_missing_spec():
+    from pathlib import Path
+
+    assert "SPEC" not in (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def test_following_a_run_shows_no_unknown_total_and_leaves_the_test_results_to_the_end(project):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import follow
+
+    from .test_tui_helpers import history
+
+    class Ended:  # the worker process, already gone
+        def poll(self):
+            return 0
+
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    out = StringIO()
+    follow(run, Console(file=out, width=200), Ended(), poll=0)  # no start event yet
+    assert "None" not in out.getvalue() and "step" not in out.getvalue()
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in history()))
+    out = StringIO()
+    follow(run, Console(file=out, width=200), Ended(), poll=0)
+    text = out.getvalue()
+    assert "step 12/12" in text and "val 5-way 5-shot" in text
+    assert "test 5-way" not in text  # printed once, by fslab run, from results.json

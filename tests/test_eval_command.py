@@ -7,6 +7,7 @@ import pytest
 from fslab.core.runstore import create_run
 
 from .runs_helpers import TINY, events, fslab
+from .test_cli_json import documented_keys
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +23,7 @@ def test_eval_reproduces_the_final_test_and_caches_features(project):
     first = fslab(*args, cwd=project)
     assert first.returncode == 0, first.stderr
     results = [json.loads(line) for line in first.stdout.splitlines()]
+    assert all(set(r) == documented_keys("eval")[None] for r in results)  # the README's JSON table
     assert [(r["shots"], r["features_cached"]) for r in results] == [(1, False), (5, True)]
     for r in results:  # same checkpoint, training mean, seed and episodes as the worker's test
         assert r["accuracy"] == final[f"{r['shots']}-shot"]["accuracy"]

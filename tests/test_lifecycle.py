@@ -149,7 +149,7 @@ def test_episodic_protonet_run_counts_prototype_pairs(project):
     train = events(run_dir, "train")
     # 12 training classes × 20 images = 240 images, episodes of 5 × (2 + 3) = 25 rows.
     assert len(train) == events(run_dir, "start")[0]["steps_per_epoch"] == 10
-    for event in train:  # SPEC §2: w·m·n positives, w(w−1)·m·n negatives
+    for event in train:  # NCA paper Sec. 3.3: w·m·n positives, w(w−1)·m·n negatives
         assert (event["positives"], event["negatives"]) == (5 * 3 * 2, 5 * 4 * 3 * 2)
 
 

@@ -1,4 +1,4 @@
-"""NCA and ProtoNet losses against slow loop references, and SPEC §2 pair counts."""
+"""NCA and ProtoNet losses against slow loop references, and the NCA paper's pair counts (Sec. 3.3, Table 1)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_nca_pair_counts_reproduce_spec_table(make_class_batch, ways, per_class,
     z, labels = make_class_batch(ways, per_class, dim=4)
     out = nca(z, labels)
     assert (int(out.positives), int(out.negatives)) == (positives, negatives)
-    # SPEC §2 formula: C(m+n, 2)·w and C(w, 2)·(m+n)².
+    # the NCA paper's formula (Sec. 3.3): C(m+n, 2)·w and C(w, 2)·(m+n)².
     assert positives == math.comb(per_class, 2) * ways
     assert negatives == math.comb(ways, 2) * per_class**2
     assert isinstance(out.positives, torch.Tensor) and out.positives.dim() == 0
@@ -248,7 +248,7 @@ def test_losses_are_built_through_the_registry(registry, make_episode):
     assert registry.get("loss", "nca").params == {"temperature": 1.0, "pair_fraction": 1.0}
 
 
-# -- SPEC §2 pair counts for the paper plugins' losses ---------------------------
+# -- the NCA paper's pair counts (Sec. 3.3, Table 1) for the paper plugins' losses ---------------------------
 
 SPEC_EPISODES = [  # (w, n, m) -> ProtoNet-family positives, negatives
     ((3, 3, 1), 9, 18), ((32, 5, 3), 480, 14_880), ((32, 5, 11), 1_760, 54_560),

@@ -197,7 +197,7 @@ def test_a_perfect_ranking_gives_ssvm_only_the_alpha_term():
 
 @pytest.mark.parametrize("ways, per_class, positives, negatives", [
     (16, 8, 448, 7_680),  # the mAP recipe's batch: C(8,2)·16 and C(16,2)·64
-    (64, 8, 1_792, 129_024),  # SPEC §2, Table 7 batch
+    (64, 8, 1_792, 129_024),  # NCA paper Sec. 3.3, Table 7 batch
     (3, 4, 18, 48),  # Fig. 1 batch seen non-episodically
 ])
 def test_map_pair_counts_are_every_pair_that_enters_f(ways, per_class, positives, negatives):

@@ -1,6 +1,6 @@
 """NCA paper extras: pair sub-sampling (Fig. 3), supervised contrastive (App. A.3),
 the ProtoNet ablations of App. A.2 and Matching Networks (App. A.7), against
-slow references with explicit loops, and their pair counts (SPEC §2)."""
+slow references with explicit loops, and their pair counts (NCA paper Sec. 3.3)."""
 
 from __future__ import annotations
 

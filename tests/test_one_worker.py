@@ -233,7 +233,7 @@ def test_a_worker_that_dies_before_its_first_status_write_is_lost(project, monke
     refused = fslab("resume", run.id, cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: run {run.id} has no checkpoint (it stopped before its first epoch ended); "
-        f"start it again with: fslab run nca\n")
+        f"start it again with the same settings: fslab run --like {run.id}\n")
     started = time.time()
     stop = fslab("stop", run.id, cwd=project)
     assert stop.returncode == 2 and stop.stderr == f"error: run {run.id} is lost, not running; nothing to stop\n"

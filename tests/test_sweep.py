@@ -143,9 +143,12 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
     assert wait_for(lambda: final() == ["completed"] * 4 and final(), timeout=180, what="the resumed sweep")
     assert json.loads((project / "runs" / order[0] / "status.json").read_text())["ended"] == first_end
     # the slot frees when the last worker process has exited, a moment after its status says completed
-    queue = wait_for(lambda: (q := json.loads(fslab("queue", "--json", cwd=project).stdout))["slots"][0]["busy"]
-                     is False and q, timeout=30, what="the slot to free")
-    assert queue["runs"] == [] and queue["slots"] == [{"slot": "cpu-0", "gpu": None, "busy": False}]
+    def queue_items():
+        return [json.loads(line) for line in fslab("queue", "--json", cwd=project).stdout.splitlines()]
+
+    queue = wait_for(lambda: (q := queue_items()) and q[-1]["busy"] is False and q, timeout=30,
+                     what="the slot to free")
+    assert queue == [{"type": "slot", "slot": "cpu-0", "gpu": None, "busy": False}]
 
 
 def test_sweep_with_a_bad_value_writes_nothing(project):

@@ -124,7 +124,7 @@ def test_cuda_without_a_gpu_suggests_the_cpu(project):
     (["run", "nca", "--epochs", "abc"], ["'--epochs'", "integer", "got 'abc'", "fslab run --help"]),
     (["run", "nca", "--epochs=abc"], ["'--epochs'", "got 'abc'"]),
     (["run", "nca", "--epoch", "3"], ["No such option: --epoch", "--epochs"]),
-    (["run"], ["Missing argument 'method'"]),
+    (["run"], ["fslab run needs a METHOD (e.g. fslab run nca) or --like RUN"]),
     (["runs", "--limit", "x"], ["'--limit'", "got 'x'"]),
 ])
 def test_a_command_line_typer_cannot_parse_is_one_line(project, argv, expect):

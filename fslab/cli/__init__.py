@@ -56,6 +56,10 @@ def main() -> None:
     code; so is a command line typer cannot parse (``--epochs abc``), and a
     file the system refused (a full disk, a read-only store, another user's
     folder), naming the file."""
+    if len(sys.argv) == 1 or {"-h", "--help"} & set(sys.argv[1:]):
+        from fslab.cli.typer_compat import help_without_markdown
+
+        help_without_markdown()
     click = _click_exceptions()
     try:
         code = app(standalone_mode=False)  # parse errors come back here instead of typer's box

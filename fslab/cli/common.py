@@ -4,7 +4,6 @@ Heavy modules (torch) are never imported here."""
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
@@ -12,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fslab import __version__
+from fslab.cli.typer_compat import adjust_typer
 from fslab.core.errors import UsageError
 from fslab.core.text import printable
 
@@ -19,15 +19,68 @@ app = typer.Typer(
     rich_markup_mode="rich",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits them
     help="fslab: few-shot learning runs from the command line. Start with [bold]fslab run nca[/bold].",
 )
-# Piped output is not cut to 80 columns: tables stay whole for grep and files.
-console = Console(width=None if sys.stdout.isatty() else 250)
+
+
+adjust_typer()  # help labels as the README writes them; plain values converted without pydantic
+# Tables fit the terminal, or COLUMNS (else 80) when the output is not one; --wide
+# prints them whole (fslab.cli.tables). Lines of text are never wrapped.
+console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
-RunRef = Annotated[str, typer.Argument(help="Run id, a unique part of it, or 'last'.")]
-BackboneOpt = Annotated[str | None, typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.")]
-DatasetOpt = Annotated[str | None, typer.Option(help="Dataset plugin (default: synthetic, built in).")]
+# -- shell completion: names from the registry and ids from the run store ----------
+# The shell runs fslab on every TAB, so these import no torch and print nothing
+# on failure: a broken plugin or an unreadable store just completes less.
+
+
+def _matching(words: list[str], incomplete: str) -> list[str]:
+    """The words that start with what was typed (typer keeps no others)."""
+    return [w for w in words if w.startswith(incomplete)]
+
+
+def names_of(kind: str):
+    """A completion function for names of registered ``kind`` components."""
+    def complete(incomplete: str) -> list[str]:
+        try:
+            import fslab
+            from fslab.core.settings import load_settings
+
+            return _matching(fslab.get_registry(load_settings(), report=lambda line: None).names(kind), incomplete)
+        except Exception:
+            return []
+    return complete
+
+
+def run_ids(incomplete: str) -> list[str]:
+    """Completion of RUN: the store's run ids, newest first, and ``last``."""
+    try:
+        from fslab.core.runstore import run_names
+
+        return _matching(["last", *reversed(run_names(settings().runs_dir))], incomplete)
+    except Exception:
+        return []
+
+
+def runs_or_sweeps(incomplete: str) -> list[str]:
+    """Completion of RUN|SWEEP: ``all``, sweep ids, then run ids."""
+    try:
+        from fslab.core.sweeps import sweep_records
+
+        sweeps = [str(r.get("id")) for r in reversed(sweep_records(settings().runs_dir))]
+    except Exception:
+        sweeps = []
+    return _matching(["all", *sweeps], incomplete) + [i for i in run_ids(incomplete) if i != "last"]
+
+
+RunRef = Annotated[str, typer.Argument(
+    metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.",
+    autocompletion=run_ids)]
+BackboneOpt = Annotated[str | None, typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.",
+                                                 autocompletion=names_of("backbone"))]
+DatasetOpt = Annotated[str | None, typer.Option(help="Dataset plugin (default: synthetic, built in).",
+                                                autocompletion=names_of("dataset"))]
 DataRootOpt = Annotated[str | None, typer.Option(
     help="Folder the dataset reads from (each dataset's layout: README, Datasets); its first run caches the "
          "decoded images in ROOT/.fslab-cache.")]
@@ -43,7 +96,9 @@ GpusOpt = Annotated[int | None, typer.Option(
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against "
                   "what each key allows before a run is created.")]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON lines, one object per item, instead of a table.")]
+WideFlag = Annotated[bool, typer.Option(
+    "--wide", help="Print tables at their full width, whatever the terminal's (or COLUMNS) is.")]
 ExecutorOpt = Annotated[str, typer.Option(
     help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
 SlurmOpt = Annotated[list[str] | None, typer.Option(

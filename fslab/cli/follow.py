@@ -19,7 +19,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
     progress = Progress(
         TextColumn("[bold]{task.fields[epoch]}"),
         BarColumn(),
-        TextColumn("step {task.completed}/{task.total}"),
+        TextColumn("{task.fields[steps]}"),  # empty until the start event tells the total
         TextColumn("loss {task.fields[loss]}"),
         TextColumn("pairs {task.fields[pairs]}"),
         TextColumn("{task.fields[speed]}"),
@@ -32,25 +32,27 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
     tail = Tail(run.metrics_path)
     epochs = "?"
     with progress:
-        task = progress.add_task("train", total=None, epoch="starting", loss="-", pairs="-", speed="")
+        task = progress.add_task("train", total=None, epoch="starting", steps="", loss="-", pairs="-", speed="")
         while True:
             exited = process.poll() is not None  # before the read: what it wrote last is read below
             events, _, _ = tail.events()
             for event in events:
                 kind = event.get("event")
                 if kind == "start":
-                    progress.update(task, total=event["total_steps"], epoch=f"epoch 1/{event['epochs']}")
+                    total = event["total_steps"]
+                    progress.update(task, total=total, epoch=f"epoch 1/{event['epochs']}", steps=f"step 0/{total}")
                     epochs = event["epochs"]
                 elif kind == "train":
                     progress.update(
                         task,
                         completed=event["step"],
+                        steps=f"step {event['step']}/{progress.tasks[0].total or '?'}",
                         epoch=f"epoch {event['epoch']}/{epochs}",
                         loss=f"{event['loss']:.4f}",
                         pairs=f"+{event['positives']}/-{event['negatives']}",
                         speed=f"{event['images_per_s']:.0f} img/s",
                     )
-                elif kind == "eval":
+                elif kind == "eval" and event.get("split") != "test":  # the test results are printed at the end
                     progress.console.print(eval_line(event))
             if exited and not events:
                 break

@@ -4,11 +4,11 @@ Each is a thin front to :mod:`fslab.execution.executor`, which the dashboard cal
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from fslab.cli.common import (
     BackboneOpt,
@@ -25,21 +25,30 @@ from fslab.cli.common import (
     SeedOpt,
     SetOpt,
     SlurmOpt,
+    WideFlag,
     app,
     console,
     err_console,
+    names_of,
     overrides,
     registry,
+    run_ids,
     settings,
     shown,
 )
+from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import UsageError
 
 
 @app.command()
 def run(
-    method: Annotated[str, typer.Argument(
-        help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method).")],
+    method: Annotated[str | None, typer.Argument(
+        metavar="METHOD", help="Method recipe, e.g. nca or protonet (see fslab plugins --kind method); "
+                                 "not with --like.", autocompletion=names_of("method"))] = None,
+    like: Annotated[str | None, typer.Option(
+        "--like", metavar="RUN", autocompletion=run_ids,
+        help="Start a new run with RUN's saved configuration, every key of it; the other options given go on top "
+             "(e.g. --like RUN --seed 1).")] = None,
     backbone: BackboneOpt = None,
     dataset: DatasetOpt = None,
     data_root: DataRootOpt = None,
@@ -66,6 +75,7 @@ def run(
     project = settings()
     options = executors.job_options(project, executor, slurm)
     layers = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus)
+    method, layers = _method_and_layers(method, like, layers, project)
     started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options)
     if detach:
         console.print(started.run.id, highlight=False)
@@ -76,14 +86,30 @@ def run(
         _follow_to_end(started.run, started.process)
 
 
+def _method_and_layers(method: str | None, like: str | None, layers: list[dict], project) -> tuple[str, list[dict]]:
+    """METHOD and the options' layers, or with ``--like RUN`` that run's
+    method and saved configuration with the options on top (:func:`fslab.core.rerun.like`)."""
+    if like is None:
+        if method is None:
+            raise UsageError("fslab run needs a METHOD (e.g. fslab run nca) or --like RUN")
+        return method, layers
+    if method is not None:
+        raise UsageError(f"give either METHOD or --like RUN, not both (got {method!r} and --like {like!r})")
+    from fslab.core.rerun import like as like_run
+    from fslab.core.runstore import find_run
+
+    return like_run(find_run(project.runs_dir, like), layers)
+
+
 def _follow_to_end(run_, process) -> None:
     """Follow a started worker; print the test accuracies, or why it ended."""
     from fslab.cli.follow import follow
     from fslab.core.events import accuracy_text
+    from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
 
-    console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
-    try:
+    try:  # from the first line on, Ctrl-C stops the worker it started
+        console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
         state = follow(run_, console, process)
     except KeyboardInterrupt:
         console.print("stopping ...")
@@ -92,7 +118,7 @@ def _follow_to_end(run_, process) -> None:
         except UsageError:  # it ended on its own meanwhile
             state = run_.state()
         process.wait()
-        console.print(f"{run_.id}: {state}; last checkpoint kept in {run_.checkpoint_path}", highlight=False)
+        console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
         raise typer.Exit(130) from None
     process.wait()
     results = run_.results()
@@ -138,20 +164,25 @@ def resume(
 
 @app.command()
 def stop(ref: RunRef) -> None:
-    """Stop a queued or running run (it ends as 'killed', keeping its last checkpoint).
+    """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
     """
+    from fslab.core.rerun import after_stop
     from fslab.core.runstore import find_run
     from fslab.execution.executor import stop as stop_run
 
     run_ = find_run(settings().runs_dir, ref)
-    console.print(f"{run_.id}: {stop_run(run_)}", highlight=False)
+    state = stop_run(run_)
+    console.print(f"{run_.id}: {state}", highlight=False)
+    if state == "killed":  # a hint, on stderr: stdout stays the one line scripts read
+        err_console.print(shown(after_stop(run_)), highlight=False)
 
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def sweep(
-    targets: Annotated[list[str] | None, typer.Argument(help="METHOD, or: resume SWEEP.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(
+        metavar="METHOD | resume SWEEP", help="METHOD, or: resume SWEEP.", autocompletion=names_of("method"))] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
     grid: Annotated[list[str] | None, typer.Option(
         "--grid", help="key=v1,v2,... (repeatable); keys as in --set, "
@@ -189,12 +220,7 @@ def sweep(
     options = executors.job_options(project, executor, slurm)
     where = "submitted as SLURM jobs" if options is not None else "queued"
     if targets[:1] == ["resume"]:
-        if len(targets) != 2:
-            raise UsageError("usage: fslab sweep resume SWEEP")
-        record, again = executors.resume_sweep(targets[1], settings=project, registry=registry(project),
-                                               slurm=options)
-        where = "submitted again as SLURM jobs" if options is not None else "queued again"
-        console.print(f"{record['id']}: {len(again)} runs {where}", highlight=False)
+        _resume_sweep(targets, project, options)
         return
     fixed = []
     if file is not None:
@@ -217,10 +243,29 @@ def sweep(
     console.print(f"{sweep_id}: {len(runs)} runs {where}; follow them with: {follow}", highlight=False)
 
 
+def _resume_sweep(targets: list[str], project, options) -> None:
+    """``fslab sweep resume SWEEP``."""
+    from fslab.execution import executor as executors
+
+    if len(targets) != 2:
+        raise UsageError("usage: fslab sweep resume SWEEP")
+    record, again = executors.resume_sweep(targets[1], settings=project, registry=registry(project), slurm=options)
+    where = "submitted again as SLURM jobs" if options is not None else "queued again"
+    console.print(f"{record['id']}: {len(again)} runs {where}", highlight=False)
+
+
+# The queue table gives way in this order when the width is short (fslab.cli.tables).
+QUEUE_COLUMNS = [Col("id", is_id=True), Col("state"), Col("sweep"), Col("slot"), Col("GPU"), Col("pid", "right")]
+QUEUE_STEPS = ["pid", SHORT_IDS, "GPU", "slot"]
+
+
 @app.command()
-def queue(as_json: JsonFlag = False) -> None:
-    """Runs waiting for a slot, and where each running run went."""
-    from fslab.core.runstore import Run
+def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
+    """Runs waiting for a slot (in the order they start), where each running run went, and the slots.
+
+    With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
+    "slot" (slot, gpu, busy)."""
+    from fslab.core.runstore import Run, short_ids
     from fslab.core.summary import list_summaries
     from fslab.execution.slots import configured_slots, slot_in_use
 
@@ -228,17 +273,18 @@ def queue(as_json: JsonFlag = False) -> None:
     rows = []
     for summary in reversed(list_summaries(project.runs_dir, limit=None, states=("queued", "running"))):
         status = Run(project.runs_dir / summary.id).status()
-        rows.append({"id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
+        rows.append({"type": "run", "id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
                      "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid")})
     folder = project.runs_dir / ".slots"
-    slots = [{"slot": s.name, "gpu": s.gpu, "busy": folder.is_dir() and slot_in_use(folder, s)}
+    slots = [{"type": "slot", "slot": s.name, "gpu": s.gpu, "busy": folder.is_dir() and slot_in_use(folder, s)}
              for s in configured_slots(project.scheduler)]
     if as_json:
-        print(json.dumps({"runs": rows, "slots": slots}))
+        sys.stdout.write("".join(json.dumps(item) + "\n" for item in [*rows, *slots]))
         return
-    table = Table("id", "state", "sweep", "slot", "GPU", "pid")
-    for r in rows:
-        table.add_row(shown(r["id"]), r["state"], shown(str(r["sweep"] or "-")), shown(str(r["slot"] or "-")),
-                      shown(str(r["gpus"] or "-")), str(r["pid"] or "-"))
-    console.print(table)
+    cells = [[r["id"], r["state"], *(str(r[k] or "-") for k in ("sweep", "slot", "gpus", "pid"))] for r in rows]
+    if cells:
+        print_table(console, lambda width: fit(QUEUE_COLUMNS, cells, width, QUEUE_STEPS,
+                                               lambda ids: short_ids(project.runs_dir, ids)), wide)
+    else:
+        console.print("no runs queued or running", highlight=False)
     console.print("slots: " + ", ".join(f"{s['slot']} {'busy' if s['busy'] else 'free'}" for s in slots))

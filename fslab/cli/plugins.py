@@ -6,16 +6,30 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from fslab.cli.common import JsonFlag, app, console, registry, settings, shown
+from fslab.cli.common import JsonFlag, WideFlag, app, console, registry, settings, shown
+from fslab.cli.tables import Col, fit, print_table
+
+# The plugins tables give way in this order when the width is short (fslab.cli.tables);
+# descriptions and parameters wrap rather than being cut.
+PLUGIN_COLUMNS = [Col("name", is_id=True), Col("description", wrap=True), Col("paper", wrap=True),
+                  Col("parameters", wrap=True), Col("plugin")]
+PLUGIN_STEPS = ["plugin", "paper"]
+
+
+def _kinds(incomplete: str) -> list[str]:
+    from fslab.core.registry import KINDS
+
+    return [k for k in KINDS if k.startswith(incomplete)]
 
 
 @app.command()
 def plugins(
     kind: Annotated[str | None, typer.Option(
-        help="Only this kind: loss, backbone, sampler, evaluator, dataset, method or study.")] = None,
+        help="Only this kind: loss, backbone, sampler, evaluator, dataset, method or study.",
+        autocompletion=lambda incomplete: _kinds(incomplete))] = None,
     as_json: JsonFlag = False,
+    wide: WideFlag = False,
 ) -> None:
     """List every registered plugin component, grouped by kind, with its origin; each parameter with
     its default and, where the plugin declares them, the values it allows."""
@@ -32,17 +46,20 @@ def plugins(
             print(json.dumps(c.describe(), default=str))
         return
     for k in kinds:
-        table = Table("name", "description", "paper", "parameters", "plugin", title=f"{k}", title_justify="left")
-        for c in components:
-            if c.kind == k:
-                rules = c.allowed_text()
-                params = recipe_text(c.target) if k == "method" and isinstance(c.target, dict) else ", ".join(
-                    f"{p}={v!r}" + (f" ({rules[p]})" if p in rules else "") for p, v in c.params.items())
-                table.add_row(shown(c.name), shown(c.description), shown(c.paper), shown(params),
-                              shown(c.version or c.plugin))
-        console.print(table)
+        rows = [[c.name, c.description, c.paper, _parameters(c), c.version or c.plugin]
+                 for c in components if c.kind == k]
+        print_table(console, lambda width, rows=rows, k=k: fit(PLUGIN_COLUMNS, rows, width, PLUGIN_STEPS, title=k),
+                    wide)
     for failure in found.failures:
         console.print(f"[red]failed[/red] {shown(failure.plugin)}: {shown(failure.error)}")
+
+
+def _parameters(component) -> str:
+    """A method's recipe, or each parameter with its default and what it allows."""
+    if component.kind == "method" and isinstance(component.target, dict):
+        return recipe_text(component.target)
+    rules = component.allowed_text()
+    return ", ".join(f"{p}={v!r}" + (f" ({rules[p]})" if p in rules else "") for p, v in component.params.items())
 
 
 def recipe_text(recipe: dict) -> str:

@@ -8,9 +8,23 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from fslab.cli.common import JsonFlag, RunRef, app, console, err_console, parse_shots, pct, registry, settings, shown
+from fslab.cli.common import (
+    JsonFlag,
+    RunRef,
+    WideFlag,
+    app,
+    console,
+    err_console,
+    names_of,
+    parse_shots,
+    pct,
+    registry,
+    runs_or_sweeps,
+    settings,
+    shown,
+)
+from fslab.cli.tables import Col, fit, print_table
 from fslab.core.errors import UsageError
 
 
@@ -25,7 +39,7 @@ def eval_(
         help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
-             "(default: the run's).")] = None,
+             "(default: the run's).", autocompletion=names_of("evaluator"))] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
@@ -91,7 +105,8 @@ def _evaluator_params(assignments: list[str], component) -> dict:
 @app.command("compare")
 def compare_(
     refs: Annotated[list[str], typer.Argument(
-        help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.")],
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.",
+        autocompletion=runs_or_sweeps)],
     group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
@@ -100,7 +115,11 @@ def compare_(
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
     queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
     evaluator: Annotated[str | None, typer.Option(
-        help="Scores saved by this evaluator, e.g. knn or knn[k=3] (default: each run's own).")] = None,
+        help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
+        autocompletion=names_of("evaluator"))] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines: one object per group (\"type\": \"group\") "
+                                                         "and per paired difference (\"type\": \"paired\").")] = False,
+    wide: WideFlag = False,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
      "and paired differences to the first group.")
@@ -120,16 +139,19 @@ def compare_(
     if not any(row["results"] for row in report["groups"]):
         raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
                          f"{queries} queries; finish them or run: fslab eval RUN")
+    if as_json:
+        sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
+        return
     if fmt != "table":
         sys.stdout.write(render(report, fmt))
         return
     columns = [f"{n}-shot" for n in shot_list]
-    table = Table("group", "seeds", *columns,
-                  title=f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes")
-    for row in report["groups"]:
-        table.add_row(shown(row["group"]), str(row["seeds"]),
-                      *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns])
-    console.print(table)
+    rows = [[row["group"], str(row["seeds"]),
+             *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
+            for row in report["groups"]]
+    title = f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes"
+    print_table(console, lambda width: fit([Col("group", wrap=True), Col("seeds", "right"),
+                                            *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:
         console.print(f"{shown(p['group'])} − {shown(p['baseline'])}, {p['shots']}-shot: "
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
@@ -137,12 +159,21 @@ def compare_(
                       highlight=False)
 
 
+def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
+    """``fslab compare --json``: one object per group, then one per paired difference."""
+    where = {"split": report["split"], "ways": report["ways"], "queries": report["queries"], "evaluator": evaluator}
+    groups = [{"type": "group", **where, **{k: row[k] for k in ("group", "runs", "seeds", "seed_values", "results")}}
+              for row in report["groups"]]
+    return groups + [{"type": "paired", **where, **p} for p in report["paired"]]
+
+
 @app.command("plot")
 def plot_(
     x: Annotated[str, typer.Argument(
-        help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
+        metavar="X", help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
     refs: Annotated[list[str], typer.Argument(
-        help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.")],
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.",
+        autocompletion=runs_or_sweeps)],
     series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG file to write (default: X.png).")] = None,

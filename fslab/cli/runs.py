@@ -10,9 +10,9 @@ import time
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from fslab.cli.common import JsonFlag, RunRef, app, console, pct, settings, shown
+from fslab.cli.common import JsonFlag, RunRef, WideFlag, app, console, names_of, pct, settings, shown
+from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
 
 DEFAULT_LIMIT = 50
@@ -37,12 +37,16 @@ def runs(
     state: Annotated[str | None, typer.Option(
         help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost, "
              "unreadable.")] = None,
-    method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.")] = None,
+    method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.",
+                                               autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
     evaluator: Annotated[str | None, typer.Option(
-        help="Test accuracies saved under this evaluator label, e.g. knn[k=3] (default: each run's own).")] = None,
+        help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own).",
+        autocompletion=names_of("evaluator"))] = None,
+    wide: WideFlag = False,
 ) -> None:
     """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy."""
+    from fslab.core.runstore import short_ids
     from fslab.core.summary import list_summaries
 
     if limit < 1:
@@ -56,26 +60,35 @@ def runs(
     if not summaries:
         console.print("no runs match" if state or method or sweep else "no runs yet; start one with: fslab run nca")
         return
-    table = Table("id", "method", "backbone", "dataset", "seed", "state", "epoch", "loss", "pairs +/-",
-                  "best val", "test 1-shot", "test 5-shot", title=f"test: {evaluator}" if evaluator else None)
-    for s in summaries:
-        test = s.test_of(evaluator)
-        table.add_row(
-            shown(s.id), shown(str(s.method)), shown(str(s.backbone)), shown(str(s.dataset)),
-            str(s.seed), s.state, f"{s.epoch or 0}/{s.epochs}",
-            f"{s.loss:.4f}" if s.loss is not None else "-",
-            f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
-            pct(s.best_val), pct(test.get("1-shot")), pct(test.get("5-shot")),
-        )
-    console.print(table)
+    rows = [_row(s, s.test_of(evaluator)) for s in summaries]
+    title = f"test: {evaluator}" if evaluator else None
+    print_table(console, lambda width: fit(RUN_COLUMNS, rows, width, RUN_STEPS,
+                                           lambda ids: short_ids(runs_dir, ids), title), wide)
     for s in [s for s in summaries if s.state == "unreadable"][:5]:
         console.print(f"{shown(s.id)} cannot be read: {shown(s.error)}", highlight=False)
     if not all_ and len(summaries) == limit:
         console.print(f"the newest {limit} shown; --all or --limit N for more", highlight=False)
 
 
+# The runs table, and the order it gives way in when the width is short (fslab.cli.tables):
+# at 80 columns id, method, state, epoch and the test accuracies are left.
+RUN_COLUMNS = [Col("id", is_id=True), Col("method"), Col("loss fn"), Col("backbone"), Col("dataset"),
+               Col("seed", "right"), Col("state"), Col("epoch", "right"), Col("loss", "right"),
+               Col("pairs +/-", "right"), Col("best val", "right"), Col("test 1-shot", "right"),
+               Col("test 5-shot", "right")]
+RUN_STEPS = ["pairs +/-", "loss fn", "seed", "dataset", SHORT_IDS, "backbone", "loss", "best val"]
+
+
+def _row(s, test: dict) -> list[str]:
+    return [s.id, str(s.method), str(s.loss_fn), str(s.backbone), str(s.dataset), str(s.seed), s.state,
+            f"{s.epoch or 0}/{s.epochs if s.epochs is not None else '?'}",
+            f"{s.loss:.4f}" if s.loss is not None else "-",
+            f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
+            pct(s.best_val), pct(test.get("1-shot")), pct(test.get("5-shot"))]
+
+
 @app.command()
-def show(ref: RunRef, as_json: JsonFlag = False) -> None:
+def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """Show one run: state, configuration, progress and every evaluation."""
     from fslab.core.runstore import find_run
     from fslab.core.summary import read_summary
@@ -88,7 +101,7 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
     if as_json:
         print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
                           "heartbeat_stale": stale is not None, "evaluations": evaluations,
-                          "results": run_.results()}, indent=2))
+                          "results": run_.results()}))
         return
     console.print(f"[bold]{shown(run_.id)}[/bold]  {summary.state}  ({shown(str(run_.path))})")
     if stale:
@@ -100,15 +113,21 @@ def show(ref: RunRef, as_json: JsonFlag = False) -> None:
     if summary.step:
         console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
                       f"pairs +{summary.positives}/-{summary.negatives}")
-    table = Table("split", "ways", "shots", "queries", "episodes", "epoch", "evaluator", "accuracy (%)")
-    for e in evaluations:
-        metric = e.get("metric", "accuracy")  # retrieval mAP is labelled as such
-        table.add_row(shown(e.get("split")), *(shown(e.get(k, "-")) for k in ("ways", "shots", "queries",
-                                                                            "episodes", "epoch")),
-                      shown(str(e.get("evaluator", "centroid"))),
-                      pct(e) if metric == "accuracy" else f"{metric.replace('map', 'mAP')} {pct(e)}")
-    if evaluations:
-        console.print(table)
+    rows = [[str(e.get("split")), *(str(e.get(k, "-")) for k in ("ways", "shots", "queries", "episodes", "epoch")),
+             str(e.get("evaluator", "centroid")), _score(e)] for e in evaluations]
+    if rows:
+        print_table(console, lambda width: fit(EVAL_COLUMNS, rows, width, EVAL_STEPS), wide)
+
+
+# fslab show's evaluations table, and the order it gives way in (fslab.cli.tables).
+EVAL_COLUMNS = [Col("split"), *(Col(h, "right") for h in ("ways", "shots", "queries", "episodes", "epoch")),
+                Col("evaluator", wrap=True), Col("accuracy (%)", "right")]
+EVAL_STEPS = ["queries", "episodes", "ways"]
+
+
+def _score(evaluation: dict) -> str:
+    metric = evaluation.get("metric", "accuracy")  # retrieval mAP is labelled as such
+    return pct(evaluation) if metric == "accuracy" else f"{metric.replace('map', 'mAP')} {pct(evaluation)}"
 
 
 def _stale_heartbeat(run_, state: str, status: dict) -> str | None:

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from fslab.cli.common import (
     ExecutorOpt,
     JsonFlag,
     SetOpt,
     SlurmOpt,
+    WideFlag,
     app,
     console,
     overrides,
@@ -26,6 +26,13 @@ from fslab.cli.common import (
     settings,
     shown,
 )
+from fslab.cli.tables import Col, fit, print_table
+
+# The study tables, and what they leave out first when the width is short (fslab.cli.tables).
+LIST_COLUMNS = [Col("name", is_id=True), Col("table/figure", wrap=True), Col("paper", wrap=True),
+                Col("runs", "right"), Col("quick", "right"), Col("published cells", "right"), Col("plugin")]
+SWEEP_COLUMNS = [Col("sweep", is_id=True), Col("method"), Col("datasets", wrap=True), Col("grid", wrap=True),
+                 Col("settings", wrap=True), Col("seeds", "right"), Col("runs", "right")]
 
 study_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                         help="Reproduce a paper's table or figure: list, show, run and report studies.")
@@ -63,7 +70,7 @@ def _load(ref: str):
 
 
 @study_app.command("list")
-def list_(as_json: JsonFlag = False) -> None:
+def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """Every registered study: its paper, table or figure, and how many runs it takes."""
     from fslab.core.studies import read_study
 
@@ -79,15 +86,13 @@ def list_(as_json: JsonFlag = False) -> None:
         for row in rows:
             print(json.dumps(row))
         return
-    table = Table("name", "table/figure", "paper", "runs", "quick", "published cells", "plugin")
-    for r in rows:
-        table.add_row(shown(r["name"]), shown(f"{r['what']}: {r['title']}"), shown(r["paper"]), str(r["runs"]),
-                      str(r["quick_runs"]), str(r["published"]), shown(r["plugin"]))
-    console.print(table)
+    cells = [[r["name"], f"{r['what']}: {r['title']}", r["paper"], str(r["runs"]), str(r["quick_runs"]),
+              str(r["published"]), r["plugin"]] for r in rows]
+    print_table(console, lambda width: fit(LIST_COLUMNS, cells, width, ["plugin", "published cells", "quick"]), wide)
 
 
 @study_app.command()
-def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False) -> None:
+def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """What a study runs: each sweep's method, datasets, grid, settings and seeds, and the run count.
 
     GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
@@ -109,21 +114,18 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False) ->
             "description": study.description, "scale": scale, "runs": study.run_count(scale), "sweeps": sweeps,
             "published": len(study.published), "gpu_hours": estimate, "gpu_hours_note": gpu_hours_note(estimate)}
     if as_json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(info))
         return
     console.print(f"[bold]{shown(study.name)}[/bold]: {shown(study.what)} of {shown(info['paper'])}", highlight=False)
     console.print(shown(study.title), highlight=False)
     if study.description:
         console.print(shown(study.description), highlight=False)
-    table = Table("sweep", "method", "datasets", "grid", "settings", "seeds", "runs",
-                  title=f"scale {scale}: {info['runs']} runs", title_justify="left")
-    for s in sweeps:
-        datasets = ", ".join(d if d == t else f"{d} -> {t}" for d, t in s["datasets"].items())
-        grid = "; ".join(f"{k}={v}" for k, v in s["grid"].items()) or "-"
-        fixed = ", ".join(f"{k}={v}" for k, v in s["set"].items()) or "-"
-        table.add_row(shown(s["name"]), shown(s["method"]), shown(datasets), shown(grid), shown(fixed),
-                      str(s["seeds"]), str(s["runs"]))
-    console.print(table)
+    cells = [[s["name"], s["method"], ", ".join(d if d == t else f"{d} -> {t}" for d, t in s["datasets"].items()),
+              "; ".join(f"{k}={v}" for k, v in s["grid"].items()) or "-",
+              ", ".join(f"{k}={v}" for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]
+             for s in sweeps]
+    title = f"scale {scale}: {info['runs']} runs"
+    print_table(console, lambda width: fit(SWEEP_COLUMNS, cells, width, [], title=title), wide)
     console.print(f"{info['published']} published cells. {info['gpu_hours_note']}", highlight=False)
 
 

@@ -2,7 +2,7 @@
 
 A run's configuration is a nested dict. Layers, lowest first:
 
-1. ``DEFAULTS`` below (the NCA paper's recipe, SPEC §5);
+1. ``DEFAULTS`` below (the NCA paper's training recipe, Sec. 4.1 and App. A);
 2. the dataset's own defaults (epochs, batch size, learning rate it is meant for);
 3. the method recipe (``fslab run METHOD``), then what it states for the
    run's dataset (its ``per_dataset`` entry, e.g. the mAP paper's batch
@@ -102,7 +102,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """The ``eval`` section: the few-shot protocol (SPEC §4) and feature extraction."""
+    """The ``eval`` section: the few-shot protocol (NCA paper Sec. 3.4 and 4.1) and feature extraction."""
 
     ways: int = field(default=5, metadata=at_least(2))
     shots: tuple[int, ...] = field(default=(1, 5), metadata=listing(at_least(1), nonempty=True))

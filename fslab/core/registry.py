@@ -94,10 +94,12 @@ class Component:
             "plugin": self.plugin,
             "version": self.version,
             "origin": self.origin,
-            **({"recipe": self.target} if self.kind == "method" else {}),
             **({"file": str(self.target)} if self.kind == "study" else {}),
             **{k: v for k, v in self.info.items() if _jsonable(v) and k != "allowed"},
             **({"allowed": self.allowed_text()} if self.info.get("allowed") else {}),
+            # the same keys on every line: a component that did not say is not episodic
+            "episodic": bool(self.info.get("episodic", False)),
+            "recipe": self.target if self.kind == "method" else None,
         }
 
     def allowed_text(self) -> dict[str, str]:

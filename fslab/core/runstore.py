@@ -22,19 +22,22 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fslab.core.config import RunConfig, migrate, run_config
 from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
 from fslab.core.schemas import STATUS, conform, evaluation, event, results
 from fslab.core.states import HOST, run_state
 from fslab.core.worklock import observed_state
+
+if TYPE_CHECKING:
+    from fslab.core.config import RunConfig
+
+# The configuration module (and secrets, shutil) are imported where they are
+# used: listing runs reads no configuration, and `fslab runs` starts faster.
 
 SWEEPS = "sweeps"  # runs/sweeps/: the sweep records (fslab.core.sweeps), not a run
 
@@ -59,6 +62,8 @@ class Run:
         """The run's configuration, migrated to the current version (so readers
         never need fallbacks for keys older fslabs did not write); ``{}`` while
         ``config.json`` is missing or unreadable."""
+        from fslab.core.config import migrate
+
         saved = read_json(self.path / "config.json")
         if not saved:
             return {}
@@ -70,6 +75,8 @@ class Run:
     def run_config(self) -> RunConfig:
         """The typed configuration, for code that starts or stops the run; a
         configuration that is missing or of the wrong shape is one line."""
+        from fslab.core.config import run_config
+
         if read_json(self.path / "config.json") is None:
             raise ConfigError(f"run {self.id}: config.json is missing or not a JSON object")
         try:
@@ -168,6 +175,8 @@ def safe_name(text: str) -> str:
 
 
 def new_run_id(method: str) -> str:
+    import secrets
+
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{safe_name(method)}-{secrets.token_hex(2)}"
 
@@ -192,6 +201,8 @@ def create_run(runs_dir: Path, method: str, config: dict) -> Run:
             atomic_write_json(path / "config.json", config)
             Run(path).write_status(state="queued", host=HOST, created=time.time())
         except OSError as exc:  # a full disk: no half-made run is left behind
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
             raise FslabError(f"cannot write the new run folder {path}: {exc.strerror or exc}") from None
         return Run(path)
@@ -258,15 +269,46 @@ def find_run(runs_dir: Path, ref: str) -> Run:
 
 
 def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
+    found = matching_names(ref, names)
+    if len(found) == 1:
+        return Run(Path(runs_dir) / found[0])
+    if len(found) > 1:
+        shown = ", ".join(found[:5])
+        raise RunNotFound(f"'{ref}' matches {len(found)} runs ({shown}{', ...' if len(found) > 5 else ''}); "
+                          f"give more of the id")
+    raise RunNotFound(f"no run '{ref}' in {runs_dir}. List them with: fslab runs")
+
+
+def matching_names(ref: str, names: list[str]) -> list[str]:
+    """The run names ``ref`` names, by the first rule that matches any: the
+    whole id, a prefix of ids, a part of ids (:func:`find_run`)."""
     for matcher in (lambda n: n == ref, lambda n: n.startswith(ref), lambda n: ref in n):
         found = [n for n in names if matcher(n)]
-        if len(found) == 1:
-            return Run(Path(runs_dir) / found[0])
-        if len(found) > 1:
-            shown = ", ".join(found[:5])
-            raise RunNotFound(f"'{ref}' matches {len(found)} runs ({shown}{', ...' if len(found) > 5 else ''}); "
-                              f"give more of the id")
-    raise RunNotFound(f"no run '{ref}' in {runs_dir}. List them with: fslab runs")
+        if found:
+            return found
+    return []
+
+
+def short_ids(runs_dir: Path, ids: list[str], shortest: int = 4) -> dict[str, str]:
+    """For each of ``ids``, the shortest end of it (at least ``shortest``
+    characters: the random suffix, like a short git hash) that
+    :func:`find_run` resolves to that run alone among every run in the store;
+    tables show these where the whole id does not fit. Counting in one joined
+    string keeps a store of 10,000 runs fast."""
+    names = run_names(runs_dir)
+    every, blob = set(names), "\n" + "\n".join(names)
+    short = {}
+    for run_id in ids:
+        short[run_id] = run_id
+        for size in range(shortest, len(run_id)):
+            end = run_id[-size:]
+            if end[0] in "-_" or end in every:
+                continue
+            starts = blob.count("\n" + end)
+            if (starts == 0 and blob.count(end) == 1) or (starts == 1 and run_id.startswith(end)):
+                short[run_id] = end
+                break
+    return short
 
 
 def _created(run: Run) -> float:

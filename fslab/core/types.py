@@ -11,9 +11,9 @@ class LossOutput(NamedTuple):
     """What every loss returns.
 
     ``positives`` / ``negatives`` count the embedding pairs whose distance reaches
-    the loss (SPEC §2); ints or 0-d integer tensors (converted only when logged,
-    so a GPU step does not wait for them). ``extra`` holds further counters, e.g.
-    ``rows_without_positive``.
+    the loss (as the NCA paper counts them, Sec. 3.3 and Table 1); ints or 0-d
+    integer tensors (converted only when logged, so a GPU step does not wait for
+    them). ``extra`` holds further counters, e.g. ``rows_without_positive``.
     """
 
     loss: Any

@@ -1,6 +1,6 @@
 """Few-shot evaluation: features once per split, many episodes, mean ± 95% CI.
 
-The protocol is the NCA paper's (Sec. 3.4 and 4.1, SPEC §4): w-way n-shot
+The protocol is the NCA paper's (Sec. 3.4 and 4.1): w-way n-shot
 episodes with q queries per class drawn from held-out classes, features centred
 by the training mean and L2-normalised, one score per episode (its accuracy,
 or for a retrieval evaluator its mAP), reported as mean ± 1.96·std/√N.

@@ -118,8 +118,8 @@ class FslabApp(App):
                 self.notify(f"stopping {run_id} ...", markup=False)
                 self.stop_in_background(run_id)
 
-        self.push_screen(ConfirmScreen(f"Stop run {run_id}? It ends 'killed' and keeps its last checkpoint."),
-                         confirmed)
+        self.push_screen(ConfirmScreen(f"Stop run {run_id}? It ends 'killed' and keeps its last checkpoint, "
+                                       "if it wrote one."), confirmed)
 
     @work(thread=True, group="actions", exit_on_error=False)
     def stop_in_background(self, run_id: str) -> None:
@@ -136,7 +136,10 @@ class FslabApp(App):
         if message.error:
             self.notify(f"could not stop {message.run_id}: {message.error}", severity="error", markup=False)
         else:
-            self.notify(f"{message.run_id}: {message.state}", markup=False)
+            from fslab.core.rerun import after_stop
+
+            self.notify(f"{message.run_id}: {message.state}; {after_stop(Run(self.runs_dir / message.run_id))}",
+                        markup=False)
         self.watcher.refresh_now(message.run_id)
         self.poll_store()
 
@@ -185,7 +188,8 @@ class FslabApp(App):
         self.watcher.refresh_now(message.run_id)
         self.poll_store()
 
-    def request_launch(self) -> None:
+    def request_launch(self, like: str | None = None) -> None:
+        """The new-run form; ``like``: pre-filled from that run (``fslab run --like``)."""
         from fslab.tui.launch_screen import LaunchScreen
 
         try:
@@ -193,7 +197,7 @@ class FslabApp(App):
         except Exception as exc:
             self.notify(f"cannot load plugins: {exc}", severity="error", markup=False)
             return
-        self.push_screen(LaunchScreen(registry))
+        self.push_screen(LaunchScreen(registry, Run(self.runs_dir / like) if like else None))
 
     @work(thread=True, group="actions", exit_on_error=False)
     def launch(self, method: str, overrides: list[dict], registry) -> None:

@@ -11,6 +11,8 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from fslab.core.config import nest, parse_assignment
 from fslab.core.errors import FslabError
+from fslab.core.rerun import like
+from fslab.core.runstore import Run
 from fslab.execution.executor import prepare
 
 
@@ -20,19 +22,22 @@ class LaunchScreen(ModalScreen[None]):
         Binding("escape", "cancel", "cancel", key_display="esc"),
     ]
 
-    def __init__(self, registry) -> None:
+    def __init__(self, registry, like_run: Run | None = None) -> None:
         super().__init__()
         self.registry = registry
+        self.like_run = like_run  # "new run from this run": its saved configuration under the form's values
+        self.saved = like_run.config() if like_run is not None else {}
 
     def compose(self) -> ComposeResult:
         names = self.registry.names
         methods = names("method")
         with Vertical(id="launch"):
-            yield Static("New run (same as fslab run METHOD --detach)", id="launch-title", markup=False)
+            yield Static(self.title_text(), id="launch-title", markup=False)
             with Grid(id="launch-grid"):
                 yield Label("method")
-                yield Select([(n, n) for n in methods], value="nca" if "nca" in methods else methods[0],
-                             allow_blank=False, compact=True, id="method")
+                method = self.saved.get("method") or ("nca" if "nca" in methods else methods[0])
+                yield Select([(n, n) for n in methods], value=method, allow_blank=False, compact=True, id="method",
+                             disabled=self.like_run is not None)
                 yield Label("backbone")
                 yield Select([(n, n) for n in names("backbone")], prompt="(recipe default)", compact=True,
                              id="backbone")
@@ -51,9 +56,22 @@ class LaunchScreen(ModalScreen[None]):
                 yield Button("Cancel (esc)", id="cancel-button")
         yield Footer()
 
+    def title_text(self) -> str:
+        if self.like_run is None:
+            return "New run (same as fslab run METHOD --detach)"
+        return (f"New run like {self.like_run.id}: every setting as saved, the fields below on top "
+                f"(same as fslab run --like {self.like_run.id} --detach)")
+
     def on_mount(self) -> None:
         for field in self.query(Input):
             field.cursor_blink = self.app.cursor_blink
+        if self.saved:  # pre-filled from the run; launching layers the fields over its saved configuration
+            for widget_id in ("backbone", "dataset"):
+                name = (self.saved.get(widget_id) or {}).get("name")
+                if name in self.registry.names(widget_id):
+                    self.query_one(f"#{widget_id}", Select).value = name
+            self.query_one("#seed", Input).value = str(self.saved.get("seed", ""))
+            self.query_one("#epochs", Input).value = str((self.saved.get("train") or {}).get("epochs", ""))
 
     def choice(self, widget_id: str) -> str | None:
         value = self.query_one(f"#{widget_id}", Select).value
@@ -72,6 +90,8 @@ class LaunchScreen(ModalScreen[None]):
         method = self.choice("method")
         try:
             overrides = self.overrides()
+            if self.like_run is not None:
+                method, overrides = like(self.like_run, overrides)
             # Checked here as the launch checks it (configuration, GPUs, data), so a mistake is shown in
             # the form; the app checks again when it launches.
             prepare(method, overrides, settings=self.app.settings, registry=self.registry)

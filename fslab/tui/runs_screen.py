@@ -24,6 +24,7 @@ class RunsScreen(Screen):
         Binding("s", "stop", "stop"),
         Binding("r", "resume", "resume"),
         Binding("n", "launch", "new run"),
+        Binding("N", "launch_like", "new run like this", key_display="N", show=False),
         Binding("slash", "filter", "filter", key_display="/"),
         Binding("o", "sort", "sort"),
         Binding("O", "reverse", "reverse", key_display="O"),
@@ -168,3 +169,7 @@ class RunsScreen(Screen):
 
     def action_launch(self) -> None:
         self.app.request_launch()
+
+    def action_launch_like(self) -> None:
+        if self.table.cursor_id is not None:
+            self.app.request_launch(like=self.table.cursor_id)

@@ -120,7 +120,7 @@ def register_datasets(register):
         name="cifar-fs",
         description="CIFAR-FS from cifar-100-python/: Bertinetto et al. split, 64/16/20 classes × 600, 32×32",
         paper="Bertinetto et al. 2019",
-        # NCA paper (SPEC §5): flip and crop; 240 epochs for its final CIFAR-FS table.
+        # NCA paper (Sec. 4.1): flip and crop; 240 epochs for its final CIFAR-FS table.
         check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"epochs": 240, "crop_padding": 4, "flip": True}},
     )

@@ -175,7 +175,7 @@ def register_datasets(register):
         description="miniImageNet, Ravi & Larochelle split (64/16/20 classes × 600): images/ + csv files, "
                     "or mini-imagenet-cache-*.pkl",
         paper="Vinyals et al. 2016; Ravi & Larochelle 2017",
-        # NCA paper recipe (SPEC §5): 84×84 images, flip and random crop, the
+        # NCA paper recipe (Sec. 4.1): 84×84 images, flip and random crop, the
         # core defaults otherwise (120 epochs, batch 512, lr ÷10 at 70%).
         check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         allowed={"source": one_of(*SOURCES), "image_size": at_least(1)},

@@ -140,7 +140,7 @@ def register_datasets(register):
         description="tieredImageNet, Ren et al. split (351/97/160 classes): *_images_png.pkl + *_labels.pkl, "
                     "or split folders",
         paper="Ren et al. 2018",
-        # NCA paper App. A.4 / SPEC §5: batch 1024, lr ÷10 after 50% and 75% of training.
+        # NCA paper App. A.4: batch 1024, lr ÷10 after 50% and 75% of training.
         check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         allowed={"source": one_of(*SOURCES), "image_size": at_least(1)},
         defaults={"train": {"batch_size": 1024, "milestones": [0.5, 0.75], "crop_padding": 8, "flip": True}},

@@ -64,7 +64,7 @@ def nca(z, labels, support=None, *, temperature: float = 1.0, pair_fraction: flo
     no positive is then treated like a lone row. At 1.0 no random number is
     drawn, so the default loss is deterministic.
 
-    Pair counts are unordered pairs (SPEC §2), of the pairs kept: positives are
+    Pair counts are unordered pairs (NCA paper Sec. 3.3), of the pairs kept: positives are
     same-class pairs; negatives are different-class pairs with at least one end
     that has a positive (a pair of two rows without positive reaches no loss
     term). ``support`` is ignored: NCA treats every row alike.

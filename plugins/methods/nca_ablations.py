@@ -121,7 +121,7 @@ def protonet_nosq(z, labels, support) -> LossOutput:
     the average (``extra["rows_without_positive"]``) but still serves as a
     negative for the others, like a lone row of NCA.
 
-    Pair counts follow SPEC §2 with each support point counted through its
+    Pair counts follow the NCA paper's Sec. 3.3 counts with each support point counted through its
     prototype (footnote 2): a query–prototype pair counts the class's n
     support points, a prototype–prototype pair n_a·n_b, a query–query pair 1.
     For w ways, n shots, m queries that gives ``w·(C(m, 2) + m·n)`` positives

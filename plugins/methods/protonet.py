@@ -49,7 +49,7 @@ def protonet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
     the logits are negative squared distances; with ``"cosine"`` they are
     cosine similarities (bounded, so they learn slowly without a scale).
 
-    Pair counts follow SPEC §2: gradients reach every support point through its
+    Pair counts follow the NCA paper's Sec. 3.3 counts: gradients reach every support point through its
     prototype, so a query has as many positives as its class has support points
     and as many negatives as the other classes have.
     """

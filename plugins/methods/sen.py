@@ -25,7 +25,7 @@ paper's "Ring PN" baseline of Table 2; a torch module with the learnable
 radius, in :mod:`fslab_plugins.methods.ring_loss`, registered lazily), and recipes.
 The test-time rule (SEN with ε_p for every prototype) is the ``sen``
 evaluator (:func:`sen_nearest`), which the ``sen`` recipe uses; as for every
-method, features are first centred and L2-normalised (SPEC §4; after that
+method, features are first centred and L2-normalised (NCA paper Sec. 3.4; after that
 the query norms are 1 but the prototypes' are not, so the norm term still
 counts).
 """

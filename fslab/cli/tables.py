@@ -1,0 +1,96 @@
+"""Tables that fit the terminal: every wide table of the CLI is printed here.
+
+A table is a list of :class:`Col` and rows of plain text. When the rows do
+not fit the width (the terminal's; for output that is not a terminal,
+``COLUMNS`` or 80; no limit with ``--wide``), the table gives way one step at
+a time, in the order each table states: a column is dropped, or run ids are
+shown by their shortest unique end (:func:`fslab.core.runstore.short_ids`,
+which every command taking RUN accepts). What is left may then shrink: a
+column marked ``wrap`` wraps, others are cut with ``…``; the id column is
+never cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+from rich.table import Table
+from rich.text import Text
+
+from fslab.core.text import printable
+
+SHORT_IDS = "short ids"  # a step: ids shown by their shortest unique end
+
+
+@dataclass(frozen=True)
+class Col:
+    header: str
+    justify: str = "left"
+    wrap: bool = False  # may wrap onto more lines when space is short (else cut with …)
+    is_id: bool = False  # the run id: never cut
+
+
+def needed_width(widths: list[int]) -> int:
+    """The width of a rich table with these column widths: a border and a
+    space each side of every cell."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def fit(columns: list[Col], rows: list[list[str]], width: int | None, steps: list[str],
+        shorten: Callable[[list[str]], dict[str, str]] | None = None, title: str | None = None) -> Table:
+    """A rich Table of ``rows`` for ``width`` columns of text (None: whatever
+    the rows need), after as many of ``steps`` (headers to drop, or
+    :data:`SHORT_IDS`) as it takes to fit."""
+    rows = [[printable(cell) for cell in row] for row in rows]
+    keep, done = list(range(len(columns))), []
+    for step in [None, *steps]:
+        if step == SHORT_IDS and shorten is not None:
+            rows = _shortened(columns, rows, shorten)
+            done.append(step)
+        elif step is not None and step in [columns[i].header for i in keep]:
+            keep = [i for i in keep if columns[i].header != step]
+            done.append(step)
+        widths = [max([cell_len(columns[i].header), *(cell_len(row[i]) for row in rows)]) for i in keep]
+        if width is None or needed_width(widths) <= width:
+            break
+    table = Table(title=title, title_justify="left", caption=_caption(done, width), caption_justify="left")
+    for i, natural in zip(keep, widths):
+        col = columns[i]
+        table.add_column(col.header, justify=col.justify, no_wrap=not col.wrap,
+                         overflow="fold" if col.wrap else "ellipsis", min_width=natural if col.is_id else None)
+    for row in rows:
+        table.add_row(*(Text(row[i]) for i in keep))
+    return table
+
+
+def _caption(done: list[str], width: int | None) -> str | None:
+    """Says what was left out to fit, and how to see it all."""
+    if not done:
+        return None
+    dropped = [step for step in done if step != SHORT_IDS]
+    parts = ([f"left out: {', '.join(dropped)}"] if dropped else []) + (["short ids"] if SHORT_IDS in done else [])
+    return f"fitted to {width} columns ({'; '.join(parts)}); --wide shows all"
+
+
+def _shortened(columns: list[Col], rows: list[list[str]], shorten) -> list[list[str]]:
+    at = [i for i, col in enumerate(columns) if col.is_id]
+    short = shorten([row[i] for row in rows for i in at])
+    return [[short.get(cell, cell) if i in at else cell for i, cell in enumerate(row)] for row in rows]
+
+
+def print_table(console, table_of: Callable[[int | None], Table], wide: bool = False) -> None:
+    """Print the table ``table_of(width)`` makes for the console's width, or
+    at its full width with ``wide``."""
+    if wide:
+        from rich.measure import Measurement
+
+        table = table_of(None)
+        from rich.console import Console
+
+        natural = Measurement.get(console, console.options.update(max_width=100_000), table).maximum
+        # print() cannot go wider than its console: a console as wide as the table
+        Console(width=max(natural, console.width), soft_wrap=True, force_terminal=console.is_terminal).print(table)
+    else:
+        console.print(table_of(console.width))

@@ -1,0 +1,119 @@
+"""Two adjustments to the typer fslab runs on, each a no-op on a typer without
+the internals it changes (so an older or newer typer still works, as it would
+without them):
+
+- help that reads as the README does: flags without a ``<bool>`` label and
+  arguments without ``<str>``, ``RUN`` rather than ``{RUN}`` in usage lines;
+- plain conversion of fslab's parameter types (str, int, float, bool, Path
+  and list[str], with or without None): recent typer converts every value through
+  a pydantic TypeAdapter, and importing pydantic for that alone costs about a
+  third of a command's start-up (0.1 s and more on a 2-core machine). Any other
+  type goes through typer as before;
+- help without Markdown: typer's help module imports rich.markdown (and
+  markdown-it, ~35 ms) to render help written in Markdown, which fslab's (Rich
+  markup) never is; :func:`help_without_markdown` gives it a stand-in that
+  imports the real one only if it is ever used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+    return words[str(value).strip().lower()]  # KeyError: not a boolean
+
+
+PLAIN = {str: (str, "a string"), int: (int, "a valid integer"), float: (float, "a valid number"),
+         Path: (Path, "a path"), bool: (_boolean, "true or false")}
+
+
+def plain_help_labels(core) -> None:
+    if hasattr(core.TyperOption, "display_type_rich"):
+        typed = core.TyperOption.display_type_rich
+        core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else typed(self, ctx)
+    if hasattr(core.TyperArgument, "display_type_rich"):  # fslab's arguments are names: RUN, not RUN <str>
+        core.TyperArgument.display_type_rich = lambda self, ctx: None
+    if hasattr(core.TyperArgument, "_usage_display_name"):
+        usage = core.TyperArgument._usage_display_name
+        core.TyperArgument._usage_display_name = (
+            lambda self: usage(self).replace("{", "").replace("}", "") if self.required else usage(self))
+
+
+def is_plain(descriptor) -> bool:
+    """Whether fslab converts values of this parameter itself."""
+    info, annotation = descriptor.parameter_info, descriptor.annotation
+    if getattr(info, "parser", None) is not None or getattr(descriptor, "file_annotation", None) is not None:
+        return False
+    if any(getattr(info, key, None) for key in ("min", "max", "exists", "resolve_path")):
+        return False
+    if get_origin(annotation) is list:
+        return get_args(annotation) == (str,)
+    return annotation in PLAIN
+
+
+def plain_coercion(core, coercion) -> None:
+    if not (hasattr(core, "build_runtime_param") and hasattr(coercion, "RuntimeParam")):
+        return
+    from typer import BadParameter
+
+    @dataclass(frozen=True)
+    class PlainValue(coercion.RuntimeParam):
+        def _coerce_value(self, value: Any, param, ctx) -> Any:
+            if get_origin(self.annotation) is list:
+                return [str(item) for item in value]
+            convert, what = PLAIN[self.annotation]
+            try:
+                return convert(value)
+            except (TypeError, ValueError, KeyError):
+                raise BadParameter(f"Input should be {what}", ctx=ctx, param=param) from None
+
+    full = core.build_runtime_param
+
+    def build_runtime_param(descriptor):
+        if is_plain(descriptor):
+            return PlainValue(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation)
+        return full(descriptor)
+
+    core.build_runtime_param = build_runtime_param
+
+
+def help_without_markdown() -> None:
+    """Import typer's help module with a stand-in for ``rich.markdown``; the
+    real module stays importable by everyone else."""
+    import sys
+    import types
+
+    if "typer.rich_utils" in sys.modules or "rich.markdown" in sys.modules:
+        return
+
+    class Markdown:  # builds the real thing, should typer ever render Markdown
+        def __new__(cls, *args, **kwargs):
+            from rich.markdown import Markdown as Real
+
+            return Real(*args, **kwargs)
+
+    stand_in = types.ModuleType("rich.markdown")
+    stand_in.Markdown = Markdown
+    sys.modules["rich.markdown"] = stand_in
+    try:
+        import typer.rich_utils  # noqa: F401
+    except ImportError:  # pragma: no cover - a typer without it
+        pass
+    finally:
+        if sys.modules.get("rich.markdown") is stand_in:
+            del sys.modules["rich.markdown"]
+
+
+def adjust_typer() -> None:
+    try:
+        from typer import _coercion, core
+    except ImportError:  # pragma: no cover - a typer without these modules
+        return
+    plain_help_labels(core)
+    plain_coercion(core, _coercion)

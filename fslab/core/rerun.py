@@ -1,0 +1,49 @@
+"""A new run made from an old one: ``fslab run --like RUN``, and the
+dashboard's "new run from this run", both through :func:`like`; and what is
+said about a run's checkpoint after a stop (:func:`after_stop`).
+
+The new run gets the old one's saved configuration, every key of it (method,
+backbone, dataset, training and evaluation keys, plugin parameters), as a
+layer above the recipe and ``[run]`` of fslab.toml, so neither a recipe nor
+fslab.toml changed since can make it differ; the options given now go on top,
+as ``fslab run``'s options go on top of the recipe.
+"""
+
+from __future__ import annotations
+
+from fslab.core.errors import UsageError
+from fslab.core.runstore import Run
+
+NOT_SETTINGS = ("method", "config_version")  # the recipe's name and the layout's version: not layer keys
+
+
+def like(run: Run, options: list[dict]) -> tuple[str, list[dict]]:
+    """The method and the configuration layers of a new run like ``run``,
+    with ``options`` (the layers of ``fslab run``'s options) on top. A new
+    dataset name leaves the old dataset's root behind (the new one's is
+    found as for any run)."""
+    config = run.config()
+    method = config.get("method")
+    if not isinstance(method, str) or not method:
+        raise UsageError(f"run {run.id} has no readable configuration to start a run like it from")
+    saved = {key: value for key, value in config.items() if key not in NOT_SETTINGS}
+    dataset = saved.get("dataset")
+    chosen = [layer["dataset"]["name"] for layer in options
+              if isinstance(layer.get("dataset"), dict) and "name" in layer["dataset"]]
+    if chosen and isinstance(dataset, dict) and chosen[-1] != dataset.get("name"):
+        saved["dataset"] = {"name": chosen[-1]}
+    return method, [saved, *options]
+
+
+def like_command(run_id: str) -> str:
+    """The command that starts a run with ``run_id``'s settings again."""
+    return f"fslab run --like {run_id}"
+
+
+def after_stop(run: Run) -> str:
+    """What a stopped run keeps: its last checkpoint and how to continue from
+    it, or, stopped before its first checkpoint, how to start it again."""
+    if run.checkpoint_path.exists():
+        return f"last checkpoint kept in {run.checkpoint_path}; continue with: fslab resume {run.id}"
+    return (f"no checkpoint yet (it stopped before its first epoch ended); start it again with: "
+            f"{like_command(run.id)}")

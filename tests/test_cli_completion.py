@@ -1,0 +1,56 @@
+"""Shell completion of plugin names and run ids, as bash asks for it: the
+real ``fslab`` entry point with ``_FSLAB_COMPLETE=complete_bash``, and never
+importing torch (the shell runs fslab on every TAB)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .test_tui_helpers import complete_config, write_run
+
+IDS = ["20261123-153000-nca-4f2a", "20261124-090000-protonet-9c01"]
+
+
+def complete(words: str, project) -> list[str]:
+    """What bash would be offered for ``words`` (the last one is being typed)."""
+    code = ("import sys\nfrom fslab.cli import main\nsys.argv = ['fslab']\ntry:\n    main()\nfinally:\n"
+            "    sys.stderr.write('TORCH' if 'torch' in sys.modules else 'NO TORCH')\n")
+    env = {**os.environ, "_FSLAB_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    done = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stderr.endswith("NO TORCH"), done.stderr
+    return done.stdout.split()
+
+
+@pytest.fixture
+def store(project):
+    for run_id in IDS:
+        write_run(project / "runs", run_id, cfg=complete_config())
+    return project
+
+
+@pytest.mark.parametrize("words, expected", [
+    ("fslab run --backbone res", ["resnet12", "resnet12-nca"]),
+    ("fslab run --dataset mini", ["miniimagenet"]),
+    ("fslab run protonet-s", ["protonet-snell", "protonet-snell-1shot"]),
+    ("fslab sweep map", ["map-dlm", "map-ssvm"]),
+    ("fslab eval last --evaluator k", ["knn"]),
+    ("fslab compare all --evaluator ce", ["centroid"]),
+    ("fslab runs --method nca-", ["nca-half-pairs", "nca-replacement"]),
+    ("fslab plugins --kind s", ["sampler", "study"]),
+])
+def test_plugin_names_complete(project, words, expected):
+    assert complete(words, project) == expected
+
+
+def test_run_ids_complete_newest_first(store):
+    assert complete("fslab show ", store) == ["last", *IDS[::-1]]
+    assert complete("fslab resume 20261123", store) == [IDS[0]]
+    assert complete("fslab run --like 2026112", store) == IDS[::-1]
+    assert complete("fslab compare a", store) == ["all"]
+    assert complete("fslab logs nothing", store) == []

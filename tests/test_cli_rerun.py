@@ -1,0 +1,165 @@
+"""A run started again with the same settings: ``fslab run --like RUN``, the
+dashboard's "new run like this", and honest words about checkpoints when a
+run is stopped or cannot resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from fslab.core.errors import UsageError
+from fslab.core.rerun import like
+from fslab.core.runstore import Run, create_run
+
+from .runs_helpers import TINY, fslab, wait_for
+
+
+def resolved_run(project, registry, *options: dict) -> Run:
+    """A run folder with a real resolved configuration (TINY's settings and
+    ``options``), as fslab run makes it, without starting a worker."""
+    from fslab.cli.common import overrides
+    from fslab.core.config import merge
+    from fslab.core.settings import load_settings
+    from fslab.execution.executor import prepare
+
+    sets = [v for flag, v in zip(TINY, TINY[1:]) if flag == "--set"]
+    layers = overrides("conv4", None, None, 1, 32, None, 4, "cpu", sets)
+    for layer in options:
+        layers[-1] = merge(layers[-1], layer)
+    config = prepare("nca", layers, settings=load_settings(), registry=registry)
+    return create_run(project / "runs", "nca", config)
+
+
+def resolve_like(run: Run, registry, options: list[dict]) -> dict:
+    from fslab.core.settings import load_settings
+    from fslab.execution.executor import prepare
+
+    method, layers = like(run, options)
+    return prepare(method, layers, settings=load_settings(), registry=registry)
+
+
+def without(config: dict, *keys: str) -> dict:
+    out = json.loads(json.dumps(config))
+    for key in keys:
+        *path, last = key.split(".")
+        section = out
+        for part in path:
+            section = section[part]
+        section.pop(last)
+    return out
+
+
+def test_like_keeps_every_saved_key_and_layers_the_options_on_top(project, registry):
+    old = resolved_run(project, registry, {"loss": {"temperature": 0.5}, "train": {"lr": 0.07}})
+    (project / "fslab.toml").write_text("[run.train]\nlr = 0.3\nepochs = 9\n")  # changed since: must not leak in
+    same = resolve_like(old, registry, [])
+    assert same == old.config()
+    reseeded = resolve_like(old, registry, [{"seed": 11}])
+    assert reseeded["seed"] == 11 and without(reseeded, "seed") == without(old.config(), "seed")
+
+
+def test_like_with_another_plugin_drops_the_old_plugins_parameters(project, registry):
+    old = resolved_run(project, registry)
+    assert old.config()["backbone"]["hidden"] == 8
+    changed = resolve_like(old, registry, [{"backbone": {"name": "resnet12"}}])
+    assert changed["backbone"]["name"] == "resnet12" and "hidden" not in changed["backbone"]
+    assert changed["train"] == old.config()["train"]
+    method, layers = like(old, [{"dataset": {"name": "folder"}}])
+    assert method == "nca" and layers[0]["dataset"] == {"name": "folder"}  # not the synthetic root
+
+
+def test_like_of_a_run_without_configuration_is_one_line(project):
+    run = create_run(project / "runs", "nca", {"seed": 1})
+    with pytest.raises(UsageError, match="has no readable configuration"):
+        like(run, [])
+    result = fslab("run", "--like", run.id, cwd=project)
+    assert result.returncode == 2 and result.stderr.startswith("error: run ") and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run"], "fslab run needs a METHOD (e.g. fslab run nca) or --like RUN"),
+    (["run", "nca", "--like", "last"], "give either METHOD or --like RUN, not both"),
+    (["run", "--like", "nothing-like-this"], "no run 'nothing-like-this'"),
+])
+def test_run_without_a_method_or_with_both_is_refused(project, argv, expected):
+    result = fslab(*argv, cwd=project)
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_run_like_starts_the_same_configuration_and_stop_says_there_is_no_checkpoint(project, registry):
+    old = resolved_run(project, registry)
+    old.write_status(state="killed")
+    started = fslab("run", "--like", old.id[-4:], "--seed", "7", "--epochs", "200", "--detach", cwd=project)
+    assert started.returncode == 0, started.stderr
+    new = Run(project / "runs" / started.stdout.strip())
+    assert without(new.config(), "seed", "train.epochs") == without(old.config(), "seed", "train.epochs")
+    assert (new.config()["seed"], new.config()["train"]["epochs"]) == (7, 200)
+    stopped = fslab("stop", new.id, cwd=project)
+    assert stopped.stdout.strip() == f"{new.id}: killed", stopped.stderr
+    if new.checkpoint_path.exists():  # a very fast first epoch: resume is the way on
+        assert f"continue with: fslab resume {new.id}" in stopped.stderr
+        return
+    assert ("no checkpoint yet (it stopped before its first epoch ended); "
+            f"start it again with: fslab run --like {new.id}") in stopped.stderr
+    resumed = fslab("resume", new.id, cwd=project)
+    assert resumed.returncode == 2, resumed.stderr
+    assert f"start it again with the same settings: fslab run --like {new.id}" in resumed.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_before_the_first_checkpoint_claims_none(project):
+    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", "200"],
+                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = follower.stdout.readline()
+    assert first.startswith("run "), first + follower.stderr.read()
+    run = Run(project / "runs" / first.split()[1])
+    wait_for(lambda: run.status().get("pid"), what="the worker to be recorded")  # Ctrl-C at once: stops it too
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 130, err
+    assert not run.checkpoint_path.exists() and run.state() == "killed"
+    assert f"{run.id}: killed; no checkpoint yet" in out and f"fslab run --like {run.id}" in out
+    assert "checkpoint kept" not in out
+
+
+def test_dashboard_new_run_like_this_prefills_the_form_and_launches_through_like(project, registry):
+    from textual.widgets import Input, Select
+
+    from fslab.tui import make_app
+
+    old = resolved_run(project, registry, {"loss": {"temperature": 0.5}})
+    old.write_status(state="killed")
+    launched = []
+
+    async def main():
+        app = make_app(project / "runs", tick=3600, cursor_blink=False)
+        app.launch = lambda method, layers, reg: launched.append((method, layers))
+        async with app.run_test(size=(120, 36)) as pilot:
+            for _ in range(3):
+                await app.workers.wait_for_complete()
+                await pilot.pause()
+            await pilot.press("N")
+            await pilot.pause()
+            form = app.screen
+            assert type(form).__name__ == "LaunchScreen" and old.id in str(form.query_one("#launch-title").render())
+            assert form.query_one("#method", Select).disabled
+            assert form.query_one("#backbone", Select).value == "conv4"
+            assert form.query_one("#seed", Input).value == "4" and form.query_one("#epochs", Input).value == "1"
+            form.query_one("#seed", Input).value = "5"
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+
+    asyncio.run(main())
+    [(method, layers)] = launched
+    from fslab.core.settings import load_settings
+    from fslab.execution.executor import prepare
+
+    config = prepare(method, layers, settings=load_settings(), registry=registry)
+    assert config["seed"] == 5 and without(config, "seed") == without(old.config(), "seed")

@@ -1,0 +1,92 @@
+"""Tables that fit: at 80, 120 and 250 columns no run id is cut, columns give
+way in the stated order, short ids are accepted by every command taking RUN,
+and output that is not a terminal follows COLUMNS (or --wide)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from fslab.core.runstore import find_run, short_ids
+
+from .runs_helpers import fslab
+from .test_tui_helpers import complete_config, history, write_run
+
+IDS = [f"20261123-1530{i:02d}-protonet-best-{suffix}" for i, suffix in enumerate(("4f2a", "9c01", "4f2b", "2026"))]
+
+
+@pytest.fixture
+def store(project):
+    for i, run_id in enumerate(IDS):
+        write_run(project / "runs", run_id, cfg=complete_config(method="protonet-best", seed=i), events=history())
+    return project
+
+
+def table(*argv, columns: int | None, cwd, wide=False):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    result = fslab(*argv, *(["--wide"] if wide else []), cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def header(out: str) -> list[str]:
+    line = next(line for line in out.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in line.strip("┃").split("┃")]
+
+
+def test_short_ids_resolve_to_their_run_alone(store):
+    runs = store / "runs"
+    short = short_ids(runs, IDS)
+    assert short[IDS[0]] == "4f2a" and short[IDS[1]] == "9c01"
+    # "2026" begins every id: find_run would take it as a prefix of all of them, so it is made longer
+    assert short[IDS[3]] == "t-2026"
+    for run_id, end in short.items():
+        assert find_run(runs, end).id == run_id
+        assert fslab("show", end, "--json", cwd=store).returncode == 0
+
+
+@pytest.mark.parametrize("columns", [80, 120, 250])
+def test_runs_table_fits_and_never_cuts_an_id(store, columns):
+    out = table("runs", columns=columns, cwd=store)
+    assert max(len(line) for line in out.splitlines() if line.startswith(("┃", "│"))) <= columns
+    assert "…" not in out
+    heads = header(out)
+    assert {"id", "method", "state", "epoch", "test 1-shot", "test 5-shot"} <= set(heads)
+    ids = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
+    assert [find_run(store / "runs", shown).id for shown in ids] == IDS[::-1]  # newest first, as the dashboard
+    if columns == 250:
+        assert ids == IDS[::-1] and "fitted" not in out and "pairs +/-" in heads
+    else:  # the least needed columns left out first, and said so
+        assert "pairs +/-" not in heads
+        assert re.search(rf"fitted to {columns} columns \(left out: pairs \+/-, .*\); --wide shows all", out)
+    if columns == 80:
+        assert ids == ["t-2026", "4f2b", "9c01", "4f2a"] and "short ids" in out
+
+
+def test_wide_prints_every_column_and_a_pipe_follows_columns(store):
+    wide = table("runs", columns=80, cwd=store, wide=True)
+    assert "pairs +/-" in header(wide) and all(run_id in wide for run_id in IDS)
+    piped = table("runs", columns=None, cwd=store)  # not a terminal, no COLUMNS: 80
+    assert max(len(line) for line in piped.splitlines() if line.startswith("│")) <= 80
+
+
+@pytest.mark.parametrize("columns", [80, 120, 250])
+def test_plugins_tables_follow_columns(project, columns):
+    out = table("plugins", "--kind", "backbone", columns=columns, cwd=project)
+    assert max(len(line) for line in out.splitlines()) <= columns
+    names = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
+    assert {"conv4", "resnet12", "resnet12-nca", "wrn28-10"} <= names  # names are never cut
+
+
+def test_queue_and_show_tables_fit_80_columns(store):
+    from fslab.core.runstore import create_run
+
+    queued = create_run(store / "runs", "protonet-best", complete_config())
+    out = table("queue", columns=80, cwd=store)
+    assert queued.id in out and max(len(line) for line in out.splitlines() if line.startswith("│")) <= 80
+    shown = table("show", IDS[0], columns=60, cwd=store)
+    assert "accuracy (%)" in header(shown) and "left out: queries" in shown
