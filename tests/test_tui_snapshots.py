@@ -40,6 +40,14 @@ def test_runs_screen_80x24(app, snap_compare):
     assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
 
 
+def test_runs_screen_160x48(app, snap_compare):
+    assert snap_compare(app, terminal_size=(160, 48), run_before=settle)
+
+
+def test_help_screen_80x24(app, snap_compare):
+    assert snap_compare(app, terminal_size=(80, 24), press=["question_mark"], run_before=settle)
+
+
 def test_detail_screen_charts(app, snap_compare):
     async def open_first_completed(pilot):
         await settle(pilot)

@@ -1,0 +1,159 @@
+"""The dashboard at 80×24, 120×36 and 160×48: what is on screen, read from
+the rendered lines (columns by priority, whole cells, the footer, the sort
+marker, the help screen, unknown filter fields)."""
+
+from __future__ import annotations
+
+import pytest
+from rich.text import Text
+
+from fslab.tui.runs_table import fit
+
+from .test_tui import drive, frozen_app, settle
+from .test_tui_helpers import config, history, standard_store, write_run
+
+SIZES = ((80, 24), (120, 36), (160, 48))
+
+
+@pytest.fixture
+def store(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    return runs, standard_store(runs)
+
+
+def lines_of(app) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def table_lines(app) -> list[str]:
+    table = app.screen.table
+    return [table.render_line(y).text for y in range(min(table.size.height, len(table.ids) + 1))]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_priority_columns_fit_and_the_footer_keeps_its_keys(store, size):
+    runs, folders = store
+
+    async def body(app, pilot):
+        header, *rows = table_lines(app)
+        for column in ("id", "state", "method", "epoch", "test 1-shot", "test 5-shot"):
+            assert column in header, (column, header)
+        assert "73.07±0.35" in rows[2] and "56.22±0.40" in rows[2]  # done1: both test accuracies, whole
+        assert "protonet-cccc" in rows[1]  # an id may give way at its start, never its unique tail
+        footer = lines_of(app)[-1]
+        for key in ("open", "filter", "sort", "help", "quit"):
+            assert key in footer, footer
+        if size[0] >= 120:
+            assert "20260101-120000-protonet-cccc" in rows[1] and "elapsed" in header
+        if size[0] >= 160:
+            assert "best val" in header and "backbone" in header
+
+    drive(frozen_app(runs), body, size=size)
+
+
+def test_sideways_scrolling_moves_by_whole_columns(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        assert "loss" not in table_lines(app)[0].split()
+        await pilot.press("right")
+        header = table_lines(app)[0]
+        assert header.split()[:2] == ["id▼", "method"]  # state scrolled away whole, the id stays
+        for _ in range(30):
+            await pilot.press("right")
+        header = table_lines(app)[0].split()
+        assert header[-1] == "+/-" and table.hidden_columns()[1] == 0
+        assert "←" in lines_of(app)[-2]  # the status line says columns are hidden on the left
+        for _ in range(30):
+            await pilot.press("left")
+        assert table_lines(app)[0].split()[:3] == ["id▼", "state", "method"]
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_a_cell_grows_its_column_instead_of_being_cut(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    events = history(epochs=3)[:6]
+    events[0]["epochs"] = 28500
+    write_run(runs, "20260101-130000-nca-eeee", state="running", cfg=config(epochs=28500), events=events)
+    (runs / "20260101-130000-nca-eeee" / "metrics.jsonl").write_text(
+        "".join(__import__("json").dumps({**e, "epoch": 1500} if e.get("event") == "train" else e) + "\n"
+                for e in events))
+
+    async def body(app, pilot):
+        await pilot.pause()
+        assert "1500/28500" in table_lines(app)[1]
+
+    drive(frozen_app(runs), body, size=(120, 36))
+
+
+def test_fit_never_cuts_a_number():
+    assert fit(Text("1500/28500"), 8).plain == "…       "
+    assert fit(Text("54.22±0.44"), 12).plain == "54.22±0.44  "
+    assert fit(Text("20260101-120000-protonet-cccc"), 20, tail=True).plain == "…20000-protonet-cccc"
+    assert fit(Text("a long text"), 8).plain == "a long… "
+
+
+def test_sort_marker_per_column_sort_and_header_click(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        assert table_lines(app)[0].split()[0] == "id▼"
+        await pilot.press("o")
+        assert "state▼" in table_lines(app)[0] and "id▼" not in table_lines(app)[0]
+        await pilot.press("O")
+        assert "state▲" in table_lines(app)[0]
+        assert [app.rows[i].state for i in table.ids] == ["completed", "completed", "failed", "running"]
+        x = table_lines(app)[0].index("test 5-shot")
+        await pilot.click(table, offset=(x + 1, 0))
+        assert app.screen.sort_by == "test 5-shot" and "test 5-shot▲" in table_lines(app)[0]
+        assert table.ids[:2] == [folders["done0"].name, folders["done1"].name]  # 71.07 before 73.07
+        await pilot.click(table, offset=(x + 1, 0))
+        assert "test 5-shot▼" in table_lines(app)[0] and table.ids[0] == folders["done1"].name
+        assert "sort: test 5-shot▼" in lines_of(app)[-2]
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_an_unknown_filter_field_is_named_with_the_fields_there_are(store):
+    runs, _ = store
+
+    async def body(app, pilot):
+        await pilot.press("slash", *"stat:failed")
+        await pilot.pause()
+        screen = "\n".join(lines_of(app))
+        assert "unknown field stat: use id, method, loss, backbone, dataset, seed, state" in screen
+        await pilot.press("escape")
+        await pilot.pause()
+        assert "unknown field" not in "\n".join(lines_of(app))
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+@pytest.mark.parametrize("where", ["runs", "detail"])
+def test_help_lists_every_key_of_the_screen(store, where):
+    runs, _ = store
+
+    async def body(app, pilot):
+        if where == "detail":
+            await pilot.press("enter")
+            await settle(app, pilot)
+        screen = app.screen
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "HelpScreen"
+        shown = app.screen.lines
+        keys = {k for line, _ in shown for k in line.split(", ")}
+        for binding in screen.BINDINGS:
+            what = binding.tooltip or binding.description
+            assert any(what[:1].upper() + what[1:] == text for _, text in shown), what
+        assert {app.get_key_display(b) for b in screen.BINDINGS} <= keys, keys
+        assert "Quit the dashboard (runs go on)" in {text for _, text in shown}
+        await pilot.press("escape")
+        assert app.screen is screen
+
+    drive(frozen_app(runs), body, size=(80, 24))
