@@ -596,7 +596,7 @@ def test_minmax_series_stays_bounded_and_keeps_spikes():
     columns = downsample(series.buckets, 50, 0, 99_999)
     assert max(c[1] for c in columns if c) == 1000.0
     text = render_chart(Plot([("loss", series)]), 60, 10, "loss")
-    assert len(text.plain.splitlines()) == 10 and "1.00e+03" in text.plain
+    assert len(text.plain.splitlines()) == 10 and "   1,000│" in text.plain and "-1│" in text.plain
 
 
 def test_chart_placeholder_when_it_cannot_draw():

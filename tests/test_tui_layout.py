@@ -4,9 +4,12 @@ marker, the help screen, unknown filter fields)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rich.text import Text
 
+from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart
 from fslab.tui.runs_table import fit
 
 from .test_tui import drive, frozen_app, settle
@@ -156,4 +159,91 @@ def test_help_lists_every_key_of_the_screen(store, where):
         await pilot.press("escape")
         assert app.screen is screen
 
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def chart_of(points_by_name, *, steps=False, band=None, width=60, height=12):
+    series = []
+    for name, points in points_by_name.items():
+        s = MinMaxSeries()
+        s.extend(points)
+        series.append((name, s))
+    return render_chart(Plot(series, band, steps=steps), width, height, "t")
+
+
+def test_chart_lines_are_drawn_in_their_legend_colours_not_dimmed():
+    text = chart_of({"a": [(x, x) for x in range(50)], "b": [(x, 50 - x) for x in range(50)]})
+    dots = [(text.plain[span.start:span.end], span.style) for span in text.spans
+            if any(0x2800 < ord(c) <= 0x28FF for c in text.plain[span.start:span.end])]
+    assert {style for _, style in dots} == {PALETTE[0], PALETTE[1]}  # cyan and magenta, nothing else
+    # No span of the axis (dim) covers a dot: the colours reach the screen as the legend shows them.
+    dim = [span for span in text.spans if "dim" in str(span.style)]
+    for span in dim:
+        assert not any(0x2800 < ord(c) <= 0x28FF for c in text.plain[span.start:span.end])
+
+
+def test_chart_axes_are_labelled_in_one_format():
+    lines = chart_of({"n": [(step, 7050.0 - step * 10) for step in range(0, 601)]}, width=69).plain.splitlines()
+    x_labels = lines[-1].split("└")[1].split()
+    assert x_labels[0] == "0" and x_labels[-1] == "600" and len(x_labels) >= 4
+    assert [int(v) for v in x_labels] == sorted(int(v) for v in x_labels)
+    y_labels = [line.split("│")[0].strip() for line in lines[1:-1] if line.split("│")[0].strip()]
+    assert y_labels[0] == "7,050" and y_labels[-1] == "1,050" and len(y_labels) == 3
+    assert all(re.fullmatch(r"\d,\d{3}", label) for label in y_labels)  # one format top to bottom, no e+03
+    small = chart_of({"lr": [(1, 0.1), (6, 0.05), (12, 0.001)]}).plain.splitlines()
+    labels = [line.split("│")[0].strip() for line in small[1:-1] if line.split("│")[0].strip()]
+    assert len({len(label.split(".")[1]) for label in labels}) == 1, labels
+
+
+def test_a_learning_rate_is_drawn_as_steps():
+    points = [(1, 0.1), (8, 0.1), (9, 0.01), (12, 0.01)]
+    stepped = chart_of({"lr": points[0:1] + points[2:3] + points[3:]}, steps=True, width=29, height=10)
+    ramp = chart_of({"lr": points[0:1] + points[2:3] + points[3:]}, steps=False, width=29, height=10)
+    top = lambda text: text.plain.splitlines()[1].split("│")[1]
+    # Held at 0.1 until step 9: the top row is drawn over most of the width, not just at the start.
+    assert top(stepped).count(" ") < len(top(stepped)) / 3 < top(ramp).count(" ")
+
+
+def test_every_chart_of_the_detail_is_whole_on_an_80x24_screen_in_its_tab(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        app.screen.table.cursor = app.screen.table.ids.index(folders["done0"].name)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        tabs = next(line for line in lines_of(app) if "1 train" in line)
+        assert all(f"{i} {name}" in tabs for i, name in enumerate(
+            ("train", "pairs", "val", "evals", "config", "stdout", "stderr"), 1))  # the number keys, on screen
+        for key, titles in (("1", ("training loss", "learning rate")),
+                            ("2", ("positive pairs per batch", "negative pairs per batch")),
+                            ("3", ("validation accuracy by epoch",))):
+            await pilot.press(key)
+            await pilot.pause()
+            screen = lines_of(app)
+            for title in titles:
+                assert any(title in line for line in screen), (title, screen)
+            assert sum(line.count("└") for line in screen) == len(titles)  # each x axis (the chart's last line) shown
+        assert "esc back" in lines_of(app)[-1] and "? help" in lines_of(app)[-1]
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_the_evaluations_tab_tells_evaluators_apart(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    events = history()
+    test5 = dict(events[-1])
+    events.append({**test5, "evaluator": "knn[k=3]", "accuracy": 0.6543, "source": "fslab eval"})
+    folder = write_run(runs, "20260101-100000-nca-aaaa", events=events)
+
+    async def body(app, pilot):
+        await pilot.press("enter", "4")
+        await settle(app, pilot)
+        table = app.screen.query_one("#evals")
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+        assert rows[-2][:2] == ["test", "centroid"] and rows[-1][:2] == ["test", "knn[k=3]"]
+        assert rows[-1][-1] == "65.43±0.39" and rows[-2][-1] == "71.07±0.39"
+        assert "evaluator" in "\n".join(lines_of(app))
+
+    assert folder.name
     drive(frozen_app(runs), body, size=(80, 24))

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core import schemas
-from fslab.core.events import own_evaluator
+from fslab.core.events import logged_evaluator, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, read_json
 from fslab.core.runstore import run_names
 from fslab.core.states import UNREADABLE
@@ -162,7 +162,7 @@ def add_event(summary: RunSummary, record: dict) -> None:
         summary.epochs = event["epochs"]
     elif kind == "eval":
         value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]), "episodes": event["episodes"]}
-        split, shots, label = event["split"], f"{event['shots']}-shot", event.get("evaluator", "centroid")
+        split, shots, label = event["split"], f"{event['shots']}-shot", logged_evaluator(event)
         if "source" not in event and label == summary.evaluator:  # logged by the training itself
             if split == "val" and (summary.best_val is None or value["accuracy"] > summary.best_val["accuracy"]):
                 summary.best_val = {**value, "epoch": _whole(event.get("epoch"))}

@@ -72,14 +72,19 @@ def downsample(buckets: list[list[float]], columns: int, x_lo: float, x_hi: floa
     return out
 
 
-def fill_gaps(spans: list[tuple[float, float] | None]) -> list[tuple[float, float] | None]:
+def fill_gaps(spans: list[tuple[float, float] | None], steps: bool = False) -> list[tuple[float, float] | None]:
     """Columns between two drawn ones get linearly interpolated spans, so a
-    sparse series (one point per epoch) still draws as a line."""
+    sparse series (one point per epoch) still draws as a line; with ``steps``
+    they hold the last value until the next (a learning rate logged at a few
+    steps is a step function, not a ramp)."""
     out = list(spans)
     filled = [i for i, span in enumerate(spans) if span is not None]
     for a, b in zip(filled, filled[1:]):
         (lo_a, hi_a), (lo_b, hi_b) = spans[a], spans[b]
         mid_a, mid_b = (lo_a + hi_a) / 2, (lo_b + hi_b) / 2
+        if steps:
+            out[a + 1:b] = [(lo_a, lo_a)] * (b - a - 1) if lo_a == hi_a else [(mid_a, mid_a)] * (b - a - 1)
+            continue
         for k in range(a + 1, b):
             t = (k - a) / (b - a)
             if lo_a == hi_a and lo_b == hi_b:
@@ -91,11 +96,42 @@ def fill_gaps(spans: list[tuple[float, float] | None]) -> list[tuple[float, floa
 
 
 def _fmt(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 1000 or abs(value) < 0.01:
-        return f"{value:.2e}"
-    return f"{value:.4g}"
+    """One x value: whole numbers plain (steps, epochs), else 3 significant digits."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e9 else f"{value:.3g}"
+
+
+def axis_format(lo: float, hi: float) -> str:
+    """One format for every y label of an axis, chosen from its range: fixed
+    decimals enough to tell the labels apart, or scientific for very large or
+    very small values (never one label in units and the next in ``e+03``)."""
+    top = max(abs(lo), abs(hi))
+    span = hi - lo
+    if top >= 1e6 or (0 < top < 1e-3):
+        return "{:.2e}"
+    decimals = 0 if span <= 0 else max(0, min(4, 2 - math.floor(math.log10(span))))
+    return f"{{:,.{decimals}f}}"
+
+
+def x_axis(x_lo: float, x_hi: float, width: int) -> str:
+    """``width`` characters with x labels spread along them (one every ~12
+    columns, the first and the last always), none overlapping."""
+    line = [" "] * width
+    count = max(1, width // 12)
+    whole = float(x_lo).is_integer() and float(x_hi).is_integer()  # steps, epochs: whole labels
+    if whole:
+        count = max(1, min(count, int(x_hi - x_lo)))
+    taken = -1
+    for i in range(count + 1):
+        value = x_lo + (x_hi - x_lo) * i / count
+        label = _fmt(round(value) if whole else value)
+        at = min(width - len(label), round((width - 1) * i / count) - (len(label) // 2 if 0 < i < count else 0))
+        if i == count:
+            at = width - len(label)
+        if at <= taken or at < 0:
+            continue
+        line[at:at + len(label)] = label
+        taken = at + len(label)
+    return "".join(line[:width])
 
 
 @dataclass
@@ -104,6 +140,7 @@ class Plot:
 
     series: list[tuple[str, MinMaxSeries]] = field(default_factory=list)
     band: tuple[MinMaxSeries, MinMaxSeries] | None = None
+    steps: bool = False  # hold each value until the next (a schedule), instead of a line between them
 
 
 def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text | None:
@@ -142,7 +179,7 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
     for index, (_, series) in enumerate(drawn):
         style = PALETTE[index % len(PALETTE)]
         previous = None
-        for col, span in enumerate(fill_gaps(downsample(series.buckets, cols, x_lo, x_hi))):
+        for col, span in enumerate(fill_gaps(downsample(series.buckets, cols, x_lo, x_hi), plot.steps)):
             if span is None:
                 continue
             r_top, r_bottom = dot_row(span[1]), dot_row(span[0])
@@ -154,15 +191,18 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
             previous = current
 
     out = Text(title[:width], style="bold")
+    fmt = axis_format(y_lo, y_hi)
+    labelled = {0: y_hi, plot_h - 1: y_lo}
+    if plot_h >= 5:
+        labelled[(plot_h - 1) // 2] = y_hi - (y_hi - y_lo) * ((plot_h - 1) // 2) / (plot_h - 1)
     for r in range(plot_h):
-        label = _fmt(y_hi) if r == 0 else _fmt(y_lo) if r == plot_h - 1 else ""
-        line = Text("\n" + label.rjust(AXIS_WIDTH - 1)[: AXIS_WIDTH - 1] + "│", style="dim")
+        label = fmt.format(labelled[r]) if r in labelled else ""
+        # The axis is dim; the dots are not (a dim row would dull every line's colour).
+        out.append("\n" + label.rjust(AXIS_WIDTH - 1)[: AXIS_WIDTH - 1] + "│", style="dim")
         for c in range(plot_w):
             bits = grid[r][c]
-            line.append(chr(0x2800 + bits) if bits else " ", style=owner[r][c] or "")
-        out.append_text(line)
-    x_axis = f"{_fmt(x_lo)}".ljust(plot_w - len(_fmt(x_hi))) + _fmt(x_hi)
-    out.append_text(Text("\n" + " " * (AXIS_WIDTH - 1) + "└" + x_axis[:plot_w], style="dim"))
+            out.append(chr(0x2800 + bits) if bits else " ", style=owner[r][c] or "")
+    out.append("\n" + " " * (AXIS_WIDTH - 1) + "└" + x_axis(x_lo, x_hi, plot_w), style="dim")
     return out
 
 
