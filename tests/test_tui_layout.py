@@ -13,7 +13,7 @@ from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart
 from fslab.tui.runs_table import fit
 
 from .test_tui import drive, frozen_app, settle
-from .test_tui_helpers import config, history, standard_store, write_run
+from .test_tui_helpers import config, history, save_episode_scores, standard_store, write_run
 
 SIZES = ((80, 24), (120, 36), (160, 48))
 
@@ -247,3 +247,32 @@ def test_the_evaluations_tab_tells_evaluators_apart(tmp_path):
 
     assert folder.name
     drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_compare_draws_each_groups_accuracy_with_its_interval(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    folders = standard_store(runs)
+    for seed, key in enumerate(("done0", "done1")):
+        save_episode_scores(folders[key], seed)
+    folders["other"] = write_run(runs, "20260101-140000-nca-ffff", cfg=config(backbone="resnet12"), events=history())
+    save_episode_scores(folders["other"], 7)
+
+    async def body(app, pilot):
+        await pilot.press("space", "space", "space", "space", "c")
+        await settle(app, pilot)
+        chart = app.screen.query_one("#chart-accuracy")
+        text = chart.render().plain
+        blocks = [block for _, block in chart.blocks]
+        assert [len(rows) for rows in blocks] == [2, 2]  # two groups with a test, for 1-shot and 5-shot
+        assert "test 1-shot accuracy (%) ± 95% CI" in text and "test 5-shot accuracy (%) ± 95% CI" in text
+        for rows in blocks:
+            for _group, mean, ci in rows:
+                assert f"{100 * mean:.2f}±{100 * ci:.2f}" in text
+        assert text.count("●") == 4 and text.count("├") == 4
+        styles = {str(span.style) for span in chart.render().spans}
+        assert {PALETTE[0], PALETTE[1]} <= styles
+        screen = "\n".join(lines_of(app))
+        assert "training loss" in screen and "test 5-shot accuracy" in screen
+
+    drive(frozen_app(runs), body, size=(120, 36))

@@ -231,3 +231,53 @@ class LineChart(Widget):
             for i, name in enumerate(legend):
                 chart.append_text(Text(f" ■ {name}", style=PALETTE[i % len(PALETTE)]))
         return chart
+
+
+def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], width: int) -> Text | None:
+    """Accuracy ± CI per group as horizontal intervals (``├──●──┤``): one
+    block per title (e.g. 1-shot, 5-shot), one line per (group, mean, ci),
+    every line of a block on the block's own axis, in the palette's colours."""
+    label_w = min(24, max((len(g) for _, rows in blocks for g, _, _ in rows), default=0))
+    value_w = 13  # " 56.22±0.40"
+    plot_w = width - label_w - value_w - 2
+    if plot_w < 8 or not any(rows for _, rows in blocks):
+        return None
+    out = Text()
+    for title, rows in blocks:
+        if not rows:
+            continue
+        lo = min(m - c for _, m, c in rows)
+        hi = max(m + c for _, m, c in rows)
+        pad = (hi - lo) * 0.05 or 0.005
+        lo, hi = lo - pad, hi + pad
+        at = lambda v: min(plot_w - 1, max(0, round((v - lo) / (hi - lo) * (plot_w - 1))))  # noqa: B023
+        out.append(("\n" if out else "") + title, style="bold")
+        for index, (group, mean, ci) in enumerate(rows):
+            cells = [" "] * plot_w
+            left, mid, right = at(mean - ci), at(mean), at(mean + ci)
+            for c in range(left, right + 1):
+                cells[c] = "─"
+            cells[left], cells[right], cells[mid] = "├", "┤", "●"
+            name = group if len(group) <= label_w else "…" + group[len(group) - label_w + 1:]
+            out.append("\n" + name.ljust(label_w) + " ")
+            out.append("".join(cells), style=PALETTE[index % len(PALETTE)])
+            out.append(f" {100 * mean:.2f}±{100 * ci:.2f}".ljust(value_w))
+        fmt = "{:.1f}"
+        axis = fmt.format(100 * lo).ljust(plot_w - len(fmt.format(100 * hi))) + fmt.format(100 * hi)
+        out.append("\n" + " " * label_w + " " + axis, style="dim")
+    return out
+
+
+class IntervalChart(Widget):
+    """Accuracy ± 95% CI per group; set ``blocks`` and call ``refresh()``."""
+
+    DEFAULT_CSS = "IntervalChart { height: auto; }"
+
+    def __init__(self, placeholder: str = "no test accuracy yet", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.blocks: list[tuple[str, list[tuple[str, float, float]]]] = []
+        self.placeholder = placeholder
+
+    def render(self) -> Text:
+        chart = render_intervals(self.blocks, self.size.width)
+        return chart if chart is not None else Text(f"({self.placeholder})", style="dim italic")
