@@ -50,7 +50,7 @@ def test_the_priority_columns_fit_and_the_footer_keeps_its_keys(store, size):
         if size[0] >= 120:
             assert "20260101-120000-protonet-cccc" in rows[1] and "elapsed" in header
         if size[0] >= 160:
-            assert "best val" in header and "backbone" in header
+            assert "cpu" in header and "best val" in header
 
     drive(frozen_app(runs), body, size=size)
 

@@ -167,6 +167,8 @@ class DetailScreen(Screen):
             f"ETA {model.duration(model.eta(row, self.app.clock()))}",
         )
         now = self.app.clock()
+        if model.usage_text(row):
+            summary.append(" · " + model.usage_text(row))
         if row.state == "running" and heartbeat_stale(self.status, self.heartbeat_every, now):
             # still running: its worker holds the run's lock, though paused or stuck
             summary.append(f" · heartbeat stale ({model.duration(heartbeat_age(self.status, now))} ago)",

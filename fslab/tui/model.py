@@ -68,8 +68,48 @@ def state_text(row: RunSummary) -> Text:
 # (behind ←/→). At 80 columns the id, state, method, epoch and both test
 # accuracies fit; the mark and the id never scroll away.
 COLUMNS = ("", "id", "state", "method", "epoch", "test 1-shot", "test 5-shot", "loss", "progress", "ETA",
-           "elapsed", "best val", "loss fn", "backbone", "dataset", "seed", "pairs +/-")
-WIDTHS = (1, 24, 9, 6, 5, 10, 10, 6, BAR_WIDTH, 4, 7, 10, 7, 8, 7, 4, 9)
+           "elapsed", "cpu", "mem", "gpu mem", "gpu", "best val", "loss fn", "backbone", "dataset", "seed",
+           "pairs +/-")
+WIDTHS = (1, 24, 9, 6, 5, 10, 10, 6, BAR_WIDTH, 4, 7, 4, 5, 7, 4, 10, 7, 8, 7, 4, 9)
+
+
+def size(n: float | None) -> str:
+    """Bytes in the largest unit that keeps the number under 1,000 (``1.2G``)."""
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if abs(n) < 1000:
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}" if abs(n) < 100 else f"{n:.0f}{unit}"
+        n /= 1024
+    return f"{n:.1f}T"
+
+
+def live_usage(row: RunSummary) -> dict:
+    """The worker's last usage sample, for running runs only (an ended run's is history)."""
+    return (row.usage or {}) if row.state == "running" else {}
+
+
+def usage_cells(row: RunSummary) -> list[Text]:
+    """cpu, mem, gpu mem (allocated/reserved), gpu utilisation; ``-`` where not sampled."""
+    usage = live_usage(row)
+    cpu, gpu = usage.get("cpu_percent"), usage.get("gpu_utilization_percent")
+    allocated, reserved = usage.get("gpu_allocated_bytes"), usage.get("gpu_reserved_bytes")
+    return [Text("-" if cpu is None else f"{cpu:.0f}%"), Text(size(usage.get("rss_bytes"))),
+            Text("-" if reserved is None else f"{size(allocated)}/{size(reserved)}"),
+            Text("-" if gpu is None else f"{gpu:.0f}%")]
+
+
+def usage_text(row: RunSummary) -> str:
+    """The usage of a running run in words, for the detail's summary line ('' if none)."""
+    cpu, mem, gpu_mem, gpu = (cell.plain for cell in usage_cells(row))
+    if not live_usage(row):
+        return ""
+    parts = [f"cpu {cpu}", f"mem {mem}"]
+    if gpu_mem != "-":
+        parts.append(f"gpu mem {gpu_mem} (allocated/reserved)")
+    if gpu != "-":
+        parts.append(f"gpu {gpu}")
+    return " · ".join(parts)
 
 
 def epoch_text(row: RunSummary) -> Text:
@@ -95,7 +135,7 @@ def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
         state_text(row), plain(row.method), epoch_text(row),
         Text(pct(row.test.get("1-shot"))), Text(pct(row.test.get("5-shot"))),
         Text("-" if row.loss is None else f"{row.loss:.4f}"), bar_text(row),
-        Text(duration(eta(row, now))), Text(duration(elapsed(row, now))), Text(pct(row.best_val)),
+        Text(duration(eta(row, now))), Text(duration(elapsed(row, now))), *usage_cells(row), Text(pct(row.best_val)),
         plain(row.loss_fn), plain(row.backbone), plain(row.dataset), plain(row.seed), Text(pairs),
     ]
 
@@ -155,6 +195,10 @@ SORTS: dict[str, Callable[[RunSummary, float], Any]] = {
     "progress": lambda r, now: fraction_done(r),
     "ETA": lambda r, now: eta(r, now),
     "elapsed": lambda r, now: elapsed(r, now),
+    "cpu": lambda r, now: live_usage(r).get("cpu_percent"),
+    "mem": lambda r, now: live_usage(r).get("rss_bytes"),
+    "gpu mem": lambda r, now: live_usage(r).get("gpu_allocated_bytes"),
+    "gpu": lambda r, now: live_usage(r).get("gpu_utilization_percent"),
     "best val": lambda r, now: _accuracy(r.best_val),
     "loss fn": lambda r, now: r.loss_fn,
     "backbone": lambda r, now: r.backbone,

@@ -129,9 +129,12 @@ class RunsTable(ScrollView, can_focus=True):
         cells = self._cache.get(run_id)
         if cells is None:
             cells = self._cache[run_id] = self.cells(run_id)
+            widened = False
             for i, cell in enumerate(cells):  # widen a column to what it must show
-                if cell.cell_len > self.widths[i]:
-                    self.widths[i] = min(WIDTH_CAP, cell.cell_len)
+                if cell.cell_len > self.widths[i] < WIDTH_CAP:
+                    self.widths[i], widened = min(WIDTH_CAP, cell.cell_len), True
+            if widened:  # lines drawn before this one (the header too) are drawn again
+                self.refresh()
         return cells
 
     def column_widths(self) -> list[int]:
