@@ -80,3 +80,25 @@ def test_the_dashboard_shows_the_usage_of_running_runs(tmp_path):
 
 def x_of(app, column: str) -> int:
     return table_lines(app)[0].index(column)
+
+
+def test_gpu_usage_sums_the_visible_gpus_and_survives_a_missing_nvml(monkeypatch):
+    """No GPU on this machine: a stand-in for torch.cuda with two devices, whose
+    utilisation fails as it does without NVML (memory is still reported)."""
+    import sys
+    import types
+
+    def no_nvml(device):
+        raise ModuleNotFoundError("pynvml")
+
+    cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, device_count=lambda: 2,
+                                 memory_allocated=lambda d: (d + 1) * 2**30, memory_reserved=lambda d: 4 * 2**30,
+                                 utilization=no_nvml)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert gpu_usage() == {"gpu_allocated_bytes": 3 * 2**30, "gpu_reserved_bytes": 8 * 2**30}
+    cuda.utilization = lambda d: 50.0 + 40 * d
+    assert gpu_usage()["gpu_utilization_percent"] == 70.0
+    cuda.is_initialized = lambda: False  # a CPU run: CUDA is never set up by sampling
+    assert gpu_usage() == {}
+    cuda.is_initialized = lambda: 1 / 0  # a driver gone wrong
+    assert gpu_usage() == {}
