@@ -249,7 +249,8 @@ def test_the_evaluations_tab_tells_evaluators_apart(tmp_path):
     drive(frozen_app(runs), body, size=(80, 24))
 
 
-def test_compare_draws_each_groups_accuracy_with_its_interval(tmp_path):
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+def test_compare_draws_each_groups_accuracy_with_its_interval(tmp_path, size):
     runs = tmp_path / "runs"
     runs.mkdir()
     folders = standard_store(runs)
@@ -274,5 +275,6 @@ def test_compare_draws_each_groups_accuracy_with_its_interval(tmp_path):
         assert {PALETTE[0], PALETTE[1]} <= styles
         screen = "\n".join(lines_of(app))
         assert "training loss" in screen and "test 5-shot accuracy" in screen
+        assert screen.count("●") == 4  # drawn on screen, labels giving way at 80 columns
 
-    drive(frozen_app(runs), body, size=(120, 36))
+    drive(frozen_app(runs), body, size=size)

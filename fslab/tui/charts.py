@@ -237,9 +237,10 @@ def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], w
     """Accuracy ± CI per group as horizontal intervals (``├──●──┤``): one
     block per title (e.g. 1-shot, 5-shot), one line per (group, mean, ci),
     every line of a block on the block's own axis, in the palette's colours."""
-    label_w = min(24, max((len(g) for _, rows in blocks for g, _, _ in rows), default=0))
-    value_w = 13  # " 56.22±0.40"
-    plot_w = width - label_w - value_w - 2
+    value_w = 12  # " 56.22±0.40 "
+    # Group labels give way (keeping their tail) so the intervals get 16 columns.
+    label_w = max(6, min(24, width - value_w - 17, max((len(g) for _, rows in blocks for g, _, _ in rows), default=0)))
+    plot_w = width - label_w - value_w - 1
     if plot_w < 8 or not any(rows for _, rows in blocks):
         return None
     out = Text()
@@ -280,4 +281,7 @@ class IntervalChart(Widget):
 
     def render(self) -> Text:
         chart = render_intervals(self.blocks, self.size.width)
-        return chart if chart is not None else Text(f"({self.placeholder})", style="dim italic")
+        if chart is None:
+            drawn = any(rows for _, rows in self.blocks)
+            return Text("(too narrow to draw)" if drawn else f"({self.placeholder})", style="dim italic")
+        return chart
