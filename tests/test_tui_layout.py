@@ -9,7 +9,7 @@ import re
 import pytest
 from rich.text import Text
 
-from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart
+from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart, x_axis
 from fslab.tui.runs_table import fit
 
 from .test_tui import drive, frozen_app, settle
@@ -278,3 +278,10 @@ def test_compare_draws_each_groups_accuracy_with_its_interval(tmp_path, size):
         assert screen.count("●") == 4  # drawn on screen, labels giving way at 80 columns
 
     drive(frozen_app(runs), body, size=size)
+
+
+def test_x_axis_labels_are_round_values_between_the_ends():
+    assert x_axis(0, 99999, 51).split() == ["0", "25000", "50000", "75000", "99999"]
+    assert x_axis(1, 3, 70).split() == ["1", "2", "3"]  # epochs: whole numbers only
+    assert x_axis(0, 600, 60).split() == ["0", "200", "400", "600"]
+    assert x_axis(1, 12, 8).split() == ["1", "12"] and len(x_axis(1, 12, 8)) == 8

@@ -112,25 +112,37 @@ def axis_format(lo: float, hi: float) -> str:
     return f"{{:,.{decimals}f}}"
 
 
+def nice_step(span: float, count: int) -> float:
+    """The 1, 2, 2.5 or 5 × 10^k step that cuts ``span`` into at most about ``count`` parts."""
+    raw = span / max(1, count)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * 0.999)
+
+
 def x_axis(x_lo: float, x_hi: float, width: int) -> str:
-    """``width`` characters with x labels spread along them (one every ~12
-    columns, the first and the last always), none overlapping."""
+    """``width`` characters labelling the x axis: the first and last values at
+    the ends and round values (a 1, 2, 2.5 or 5 step) in between, about one every
+    12 columns, none overlapping another."""
     line = [" "] * width
-    count = max(1, width // 12)
+    first, last = _fmt(x_lo), _fmt(x_hi)
+    line[:len(first)] = first[:width]
+    if x_hi != x_lo and len(first) + 1 + len(last) <= width:
+        line[width - len(last):] = last
+    span = x_hi - x_lo
+    if span <= 0 or not math.isfinite(span):
+        return "".join(line[:width])
     whole = float(x_lo).is_integer() and float(x_hi).is_integer()  # steps, epochs: whole labels
-    if whole:
-        count = max(1, min(count, int(x_hi - x_lo)))
-    taken = -1
-    for i in range(count + 1):
-        value = x_lo + (x_hi - x_lo) * i / count
-        label = _fmt(round(value) if whole else value)
-        at = min(width - len(label), round((width - 1) * i / count) - (len(label) // 2 if 0 < i < count else 0))
-        if i == count:
-            at = width - len(label)
-        if at <= taken or at < 0:
-            continue
-        line[at:at + len(label)] = label
-        taken = at + len(label)
+    step = nice_step(span, width // 12)
+    step = max(1, round(step)) if whole else step
+    free_from, free_to = len(first) + 1, width - len(last) - 1  # columns the end labels leave free
+    value = math.ceil(x_lo / step) * step
+    while value < x_hi:
+        label = _fmt(round(value, 10))
+        at = round((value - x_lo) / span * (width - 1)) - len(label) // 2
+        if at >= free_from and at + len(label) <= free_to:
+            line[at:at + len(label)] = label
+            free_from = at + len(label) + 1
+        value += step
     return "".join(line[:width])
 
 
