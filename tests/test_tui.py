@@ -441,8 +441,13 @@ def test_command_palette_lists_every_action(store):
     runs, _ = store
 
     async def body(app, pilot):
-        titles = {c.title for c in app.get_system_commands(app.screen)}
-        assert {"Open", "Mark", "Compare", "Stop", "Resume", "New run", "Filter", "Sort", "Reverse", "Quit"} <= titles
+        commands = list(app.get_system_commands(app.screen))
+        titles = [c.title for c in commands]
+        assert {"Open", "Mark", "Compare", "Stop", "Resume", "New run", "Filter", "Sort", "Reverse", "Quit",
+                "Help"} <= set(titles)
+        assert len(titles) == len(set(titles)), titles  # Quit once, not twice
+        helps = {c.title: c.help for c in commands}
+        assert helps["Compare"] == "Compare the marked runs (c)" and not any("key:" in h for h in helps.values())
         await pilot.press("ctrl+p")
         await pilot.pause()
         assert type(app.screen).__name__ == "CommandPalette"
@@ -591,7 +596,7 @@ def test_minmax_series_stays_bounded_and_keeps_spikes():
     columns = downsample(series.buckets, 50, 0, 99_999)
     assert max(c[1] for c in columns if c) == 1000.0
     text = render_chart(Plot([("loss", series)]), 60, 10, "loss")
-    assert len(text.plain.splitlines()) == 10 and "1.00e+03" in text.plain
+    assert len(text.plain.splitlines()) == 10 and "   1,000│" in text.plain and "-1│" in text.plain
 
 
 def test_chart_placeholder_when_it_cannot_draw():

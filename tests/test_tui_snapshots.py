@@ -40,6 +40,14 @@ def test_runs_screen_80x24(app, snap_compare):
     assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
 
 
+def test_runs_screen_160x48(app, snap_compare):
+    assert snap_compare(app, terminal_size=(160, 48), run_before=settle)
+
+
+def test_help_screen_80x24(app, snap_compare):
+    assert snap_compare(app, terminal_size=(80, 24), press=["question_mark"], run_before=settle)
+
+
 def test_detail_screen_charts(app, snap_compare):
     async def open_first_completed(pilot):
         await settle(pilot)
@@ -58,13 +66,27 @@ def test_detail_screen_of_failed_run(app, snap_compare):
     assert snap_compare(app, terminal_size=(80, 24), run_before=open_failed)
 
 
+async def compare_seeds(pilot):
+    await settle(pilot)
+    await pilot.press("down", "space", "space", "space", "c")  # failed, done1, done0
+    await settle(pilot)
+
+
 def test_compare_screen(app, snap_compare):
-    async def compare_seeds(pilot):
+    assert snap_compare(app, terminal_size=(120, 36), run_before=compare_seeds)
+
+
+def test_compare_screen_80x24(app, snap_compare):
+    assert snap_compare(app, terminal_size=(80, 24), run_before=compare_seeds)
+
+
+def test_detail_screen_80x24(app, snap_compare):
+    async def open_first_completed(pilot):
         await settle(pilot)
-        await pilot.press("down", "space", "space", "space", "c")  # failed, done1, done0
+        await pilot.press("end", "enter")
         await settle(pilot)
 
-    assert snap_compare(app, terminal_size=(120, 36), run_before=compare_seeds)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=open_first_completed)
 
 
 def test_launch_form(app, snap_compare):

@@ -48,6 +48,12 @@ def evaluator_label(section: dict) -> str:
     return section["name"] + "[" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "]"
 
 
+def logged_evaluator(event: dict) -> str:
+    """The evaluator label of a logged evaluation (``centroid`` for events
+    logged before evaluators were recorded, as in fslab 0.1)."""
+    return str(event.get("evaluator", "centroid"))
+
+
 def own_evaluator(config: dict) -> str:
     """The label of the evaluator a run's configuration names, the one its
     training tested with (``centroid`` where none is named, as in fslab 0.1)."""

@@ -41,8 +41,12 @@ STATUS = {
     "heartbeat": (NUMBER, NULL), "exit_code": (WHOLE, NULL), "error": (TEXT, NULL), "sweep": (TEXT, NULL),
     "slot": (TEXT, NULL), "gpus": (TEXT, NULL), "executor": (TEXT, NULL), "slurm_job_id": (TEXT, NULL),
     "slurm_cluster": (TEXT, NULL), "attempts": (WHOLE, NULL), "requeues": (WHOLE, NULL),
-    "requeued": (NUMBER, NULL),
+    "requeued": (NUMBER, NULL), "usage": (TABLE, NULL),
 }
+# status.json's "usage", sampled by the worker at each heartbeat (fslab.execution.usage);
+# every key optional: a CPU run has no gpu_* keys, a status from before fslab 0.3 no usage at all.
+USAGE = {"time": (NUMBER,), "cpu_percent": (NUMBER,), "rss_bytes": (WHOLE,), "gpu_allocated_bytes": (WHOLE,),
+         "gpu_reserved_bytes": (WHOLE,), "gpu_utilization_percent": (NUMBER,)}
 # One score of results.json's "test" (by shots) and of the summaries.
 SCORE = {"accuracy": (NUMBER,), "ci95": (NUMBER,)}
 # results.json: written once by the training at its end.

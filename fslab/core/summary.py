@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core import schemas
-from fslab.core.events import own_evaluator
+from fslab.core.events import logged_evaluator, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, read_json
 from fslab.core.runstore import run_names
 from fslab.core.states import UNREADABLE
@@ -45,7 +45,7 @@ SUMMARY_FORMAT = 1
 # of lines matter, and parsing the rest would cost ~10 µs a line.
 TRAIN_MARK = b'"event": "train"'
 UNUSED_MARKS = (b'"event": "checkpoint"', b'"event": "end"', b'"event": "resume"')
-STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "ended", "error", "sweep")
+STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "ended", "error", "sweep", "usage")
 MISSING = "missing"
 
 
@@ -69,6 +69,7 @@ class RunSummary:
     ended: float | None = None
     error: str | None = None
     sweep: str | None = None
+    usage: dict | None = None  # the worker's last sample: cpu_percent, rss_bytes, gpu_* (schemas.USAGE)
     # metrics.jsonl
     epoch: int | None = None
     step: int | None = None
@@ -107,8 +108,8 @@ FIELD_NAMES = tuple(f.name for f in fields(RunSummary))
 DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
 # Not saved in summary.json's summary: the id is the folder's name, the state
 # is told anew at each read, and the status fields are saved with the status.
-NOT_KEPT = ("id", "state", "created", "started", "ended", "error", "sweep")
-SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time"))
+NOT_KEPT = ("id", "state", "created", "started", "ended", "error", "sweep", "usage")
+SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time", "usage"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "first_train", "last_train_time", "corrupt")
 
@@ -141,6 +142,9 @@ def apply_status(summary: RunSummary, status: dict) -> None:
     summary.created, summary.started = _real(status.get("created")), _real(status.get("started"))
     summary.ended, summary.error = _real(status.get("ended")), _text(status.get("error"))
     summary.sweep = _text(status.get("sweep"))
+    usage = status.get("usage")
+    usage = {k: v for k, v in schemas.conform(usage, schemas.USAGE).items() if k in schemas.USAGE}
+    summary.usage = usage or None
 
 
 def add_event(summary: RunSummary, record: dict) -> None:
@@ -162,7 +166,7 @@ def add_event(summary: RunSummary, record: dict) -> None:
         summary.epochs = event["epochs"]
     elif kind == "eval":
         value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]), "episodes": event["episodes"]}
-        split, shots, label = event["split"], f"{event['shots']}-shot", event.get("evaluator", "centroid")
+        split, shots, label = event["split"], f"{event['shots']}-shot", logged_evaluator(event)
         if "source" not in event and label == summary.evaluator:  # logged by the training itself
             if split == "val" and (summary.best_val is None or value["accuracy"] > summary.best_val["accuracy"]):
                 summary.best_val = {**value, "epoch": _whole(event.get("epoch"))}

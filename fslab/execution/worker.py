@@ -35,6 +35,7 @@ from fslab.core.runstore import Run
 from fslab.core.summary import read_summary
 from fslab.core.worklock import clear_stop_request, stop_requested
 from fslab.execution.handover import take_worker_lock
+from fslab.execution.usage import UsageSampler
 
 RANK_FAILED = ".rank-failed"
 
@@ -60,6 +61,7 @@ class StatusKeeper:
         self.done = threading.Event()
         self.stop_request: dict | None = None
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self.usage = UsageSampler()
 
     def update(self, **fields) -> None:
         with self.lock:
@@ -83,10 +85,16 @@ class StatusKeeper:
         clear_stop_request(self.run.path)  # answered, or moot now that the run ended
         read_summary(self.run.path)
 
+    def sample_usage(self) -> dict | None:
+        try:
+            return self.usage.sample()
+        except Exception:  # /proc or a driver misbehaving must not stop the heartbeat
+            return None
+
     def _beat(self) -> None:
         while not self.done.wait(self.interval):
             try:
-                self.update(heartbeat=time.time())
+                self.update(heartbeat=time.time(), usage=self.sample_usage())
             except OSError:  # a full or vanished disk: beat again next time; the lock still says alive
                 pass
             if self.stop_request is None and (request := stop_requested(self.run.path)) is not None:

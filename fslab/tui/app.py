@@ -10,6 +10,7 @@ from pathlib import Path
 
 from textual import work
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.screen import Screen
 
 from fslab.core.runstore import Run
@@ -24,7 +25,10 @@ class FslabApp(App):
 
     CSS_PATH = "fslab.tcss"
     TITLE = "fslab"
-    BINDINGS = [("q", "quit", "quit")]
+    BINDINGS = [
+        Binding("q", "quit", "quit", tooltip="Quit the dashboard (runs go on)"),
+        Binding("question_mark", "help", "help", key_display="?", tooltip="Show every key of this screen"),
+    ]
 
     def __init__(self, runs_dir: Path, *, settings=None, clock: Callable[[], float] = time.time,
                  tick: float = 1.0, cursor_blink: bool = True) -> None:
@@ -220,22 +224,32 @@ class FslabApp(App):
         self.notify(f"started {message.run_id}", markup=False)
         self.poll_store()
 
-    # -- command palette: every binding of the screen and the app -----------------
+    def action_help(self) -> None:
+        from fslab.tui.help_screen import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    # -- command palette: every binding of the screen and the app, once -----------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        seen = set()
-        for namespace, bindings in ((screen, getattr(screen, "BINDINGS", [])), (self, self.BINDINGS)):
+        """The screen's and the app's bindings, titled by their label and
+        described by what they do (with the key), then Textual's own commands
+        but for those an fslab binding already gives (Quit)."""
+        from fslab.tui.help_screen import what_it_does
+
+        titles = set()
+        for namespace, bindings in ((screen, screen.BINDINGS), (self, self.BINDINGS)):
             for binding in bindings:
-                key, action, description = _binding_parts(binding)
-                if action in seen or not description:
+                binding = binding if isinstance(binding, Binding) else Binding(*binding)
+                if binding.action.startswith("app.") or not binding.description:
                     continue
-                seen.add(action)
-                yield SystemCommand(description[:1].upper() + description[1:], f"key: {key}",
-                                    partial(self.run_action, action, namespace))
-        yield from super().get_system_commands(screen)
-
-
-def _binding_parts(binding) -> tuple[str, str, str]:
-    if isinstance(binding, tuple):
-        key, action, description = (*binding, "")[:3]
-        return key, action, description
-    return binding.key_display or binding.key, binding.action, binding.description
+                title = binding.description[:1].upper() + binding.description[1:]
+                if title in titles:
+                    continue
+                titles.add(title)
+                key = binding.key_display or binding.key
+                yield SystemCommand(title, f"{what_it_does(binding)} ({key})",
+                                    partial(self.run_action, binding.action, namespace))
+        for command in super().get_system_commands(screen):
+            if command.title not in titles:
+                yield command

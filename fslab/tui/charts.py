@@ -72,14 +72,19 @@ def downsample(buckets: list[list[float]], columns: int, x_lo: float, x_hi: floa
     return out
 
 
-def fill_gaps(spans: list[tuple[float, float] | None]) -> list[tuple[float, float] | None]:
+def fill_gaps(spans: list[tuple[float, float] | None], steps: bool = False) -> list[tuple[float, float] | None]:
     """Columns between two drawn ones get linearly interpolated spans, so a
-    sparse series (one point per epoch) still draws as a line."""
+    sparse series (one point per epoch) still draws as a line; with ``steps``
+    they hold the last value until the next (a learning rate logged at a few
+    steps is a step function, not a ramp)."""
     out = list(spans)
     filled = [i for i, span in enumerate(spans) if span is not None]
     for a, b in zip(filled, filled[1:]):
         (lo_a, hi_a), (lo_b, hi_b) = spans[a], spans[b]
         mid_a, mid_b = (lo_a + hi_a) / 2, (lo_b + hi_b) / 2
+        if steps:
+            out[a + 1:b] = [(lo_a, lo_a)] * (b - a - 1) if lo_a == hi_a else [(mid_a, mid_a)] * (b - a - 1)
+            continue
         for k in range(a + 1, b):
             t = (k - a) / (b - a)
             if lo_a == hi_a and lo_b == hi_b:
@@ -91,11 +96,54 @@ def fill_gaps(spans: list[tuple[float, float] | None]) -> list[tuple[float, floa
 
 
 def _fmt(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 1000 or abs(value) < 0.01:
-        return f"{value:.2e}"
-    return f"{value:.4g}"
+    """One x value: whole numbers plain (steps, epochs), else 3 significant digits."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e9 else f"{value:.3g}"
+
+
+def axis_format(lo: float, hi: float) -> str:
+    """One format for every y label of an axis, chosen from its range: fixed
+    decimals enough to tell the labels apart, or scientific for very large or
+    very small values (never one label in units and the next in ``e+03``)."""
+    top = max(abs(lo), abs(hi))
+    span = hi - lo
+    if top >= 1e6 or (0 < top < 1e-3):
+        return "{:.2e}"
+    decimals = 0 if span <= 0 else max(0, min(4, 2 - math.floor(math.log10(span))))
+    return f"{{:,.{decimals}f}}"
+
+
+def nice_step(span: float, count: int) -> float:
+    """The 1, 2, 2.5 or 5 × 10^k step that cuts ``span`` into at most about ``count`` parts."""
+    raw = span / max(1, count)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * 0.999)
+
+
+def x_axis(x_lo: float, x_hi: float, width: int) -> str:
+    """``width`` characters labelling the x axis: the first and last values at
+    the ends and round values (a 1, 2, 2.5 or 5 step) in between, about one every
+    12 columns, none overlapping another."""
+    line = [" "] * width
+    first, last = _fmt(x_lo), _fmt(x_hi)
+    line[:len(first)] = first[:width]
+    if x_hi != x_lo and len(first) + 1 + len(last) <= width:
+        line[width - len(last):] = last
+    span = x_hi - x_lo
+    if span <= 0 or not math.isfinite(span):
+        return "".join(line[:width])
+    whole = float(x_lo).is_integer() and float(x_hi).is_integer()  # steps, epochs: whole labels
+    step = nice_step(span, width // 12)
+    step = max(1, round(step)) if whole else step
+    free_from, free_to = len(first) + 1, width - len(last) - 1  # columns the end labels leave free
+    value = math.ceil(x_lo / step) * step
+    while value < x_hi:
+        label = _fmt(round(value, 10))
+        at = round((value - x_lo) / span * (width - 1)) - len(label) // 2
+        if at >= free_from and at + len(label) <= free_to:
+            line[at:at + len(label)] = label
+            free_from = at + len(label) + 1
+        value += step
+    return "".join(line[:width])
 
 
 @dataclass
@@ -104,6 +152,7 @@ class Plot:
 
     series: list[tuple[str, MinMaxSeries]] = field(default_factory=list)
     band: tuple[MinMaxSeries, MinMaxSeries] | None = None
+    steps: bool = False  # hold each value until the next (a schedule), instead of a line between them
 
 
 def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text | None:
@@ -142,7 +191,7 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
     for index, (_, series) in enumerate(drawn):
         style = PALETTE[index % len(PALETTE)]
         previous = None
-        for col, span in enumerate(fill_gaps(downsample(series.buckets, cols, x_lo, x_hi))):
+        for col, span in enumerate(fill_gaps(downsample(series.buckets, cols, x_lo, x_hi), plot.steps)):
             if span is None:
                 continue
             r_top, r_bottom = dot_row(span[1]), dot_row(span[0])
@@ -154,15 +203,18 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
             previous = current
 
     out = Text(title[:width], style="bold")
+    fmt = axis_format(y_lo, y_hi)
+    labelled = {0: y_hi, plot_h - 1: y_lo}
+    if plot_h >= 5:
+        labelled[(plot_h - 1) // 2] = y_hi - (y_hi - y_lo) * ((plot_h - 1) // 2) / (plot_h - 1)
     for r in range(plot_h):
-        label = _fmt(y_hi) if r == 0 else _fmt(y_lo) if r == plot_h - 1 else ""
-        line = Text("\n" + label.rjust(AXIS_WIDTH - 1)[: AXIS_WIDTH - 1] + "│", style="dim")
+        label = fmt.format(labelled[r]) if r in labelled else ""
+        # The axis is dim; the dots are not (a dim row would dull every line's colour).
+        out.append("\n" + label.rjust(AXIS_WIDTH - 1)[: AXIS_WIDTH - 1] + "│", style="dim")
         for c in range(plot_w):
             bits = grid[r][c]
-            line.append(chr(0x2800 + bits) if bits else " ", style=owner[r][c] or "")
-        out.append_text(line)
-    x_axis = f"{_fmt(x_lo)}".ljust(plot_w - len(_fmt(x_hi))) + _fmt(x_hi)
-    out.append_text(Text("\n" + " " * (AXIS_WIDTH - 1) + "└" + x_axis[:plot_w], style="dim"))
+            out.append(chr(0x2800 + bits) if bits else " ", style=owner[r][c] or "")
+    out.append("\n" + " " * (AXIS_WIDTH - 1) + "└" + x_axis(x_lo, x_hi, plot_w), style="dim")
     return out
 
 
@@ -190,4 +242,58 @@ class LineChart(Widget):
             chart.append_text(Text("\n"))
             for i, name in enumerate(legend):
                 chart.append_text(Text(f" ■ {name}", style=PALETTE[i % len(PALETTE)]))
+        return chart
+
+
+def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], width: int) -> Text | None:
+    """Accuracy ± CI per group as horizontal intervals (``├──●──┤``): one
+    block per title (e.g. 1-shot, 5-shot), one line per (group, mean, ci),
+    every line of a block on the block's own axis, in the palette's colours."""
+    value_w = 12  # " 56.22±0.40 "
+    # Group labels give way (keeping their tail) so the intervals get 16 columns.
+    label_w = max(6, min(24, width - value_w - 17, max((len(g) for _, rows in blocks for g, _, _ in rows), default=0)))
+    plot_w = width - label_w - value_w - 1
+    if plot_w < 8 or not any(rows for _, rows in blocks):
+        return None
+    out = Text()
+    for title, rows in blocks:
+        if not rows:
+            continue
+        lo = min(m - c for _, m, c in rows)
+        hi = max(m + c for _, m, c in rows)
+        pad = (hi - lo) * 0.05 or 0.005
+        lo, hi = lo - pad, hi + pad
+        at = lambda v: min(plot_w - 1, max(0, round((v - lo) / (hi - lo) * (plot_w - 1))))  # noqa: B023
+        out.append(("\n" if out else "") + title, style="bold")
+        for index, (group, mean, ci) in enumerate(rows):
+            cells = [" "] * plot_w
+            left, mid, right = at(mean - ci), at(mean), at(mean + ci)
+            for c in range(left, right + 1):
+                cells[c] = "─"
+            cells[left], cells[right], cells[mid] = "├", "┤", "●"
+            name = group if len(group) <= label_w else "…" + group[len(group) - label_w + 1:]
+            out.append("\n" + name.ljust(label_w) + " ")
+            out.append("".join(cells), style=PALETTE[index % len(PALETTE)])
+            out.append(f" {100 * mean:.2f}±{100 * ci:.2f}".ljust(value_w))
+        fmt = "{:.1f}"
+        axis = fmt.format(100 * lo).ljust(plot_w - len(fmt.format(100 * hi))) + fmt.format(100 * hi)
+        out.append("\n" + " " * label_w + " " + axis, style="dim")
+    return out
+
+
+class IntervalChart(Widget):
+    """Accuracy ± 95% CI per group; set ``blocks`` and call ``refresh()``."""
+
+    DEFAULT_CSS = "IntervalChart { height: auto; }"
+
+    def __init__(self, placeholder: str = "no test accuracy yet", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.blocks: list[tuple[str, list[tuple[str, float, float]]]] = []
+        self.placeholder = placeholder
+
+    def render(self) -> Text:
+        chart = render_intervals(self.blocks, self.size.width)
+        if chart is None:
+            drawn = any(rows for _, rows in self.blocks)
+            return Text("(too narrow to draw)" if drawn else f"({self.placeholder})", style="dim italic")
         return chart

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
@@ -18,7 +18,7 @@ from fslab.core.runstore import Run
 from fslab.core.text import printable
 from fslab.reports.compare import compare
 from fslab.tui import model
-from fslab.tui.charts import LineChart, MinMaxSeries, Plot
+from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
 
@@ -26,7 +26,7 @@ SHOTS = (1, 5)
 
 
 class CompareScreen(Screen):
-    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "back", key_display="esc")]
+    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "back", key_display="esc", tooltip="Back to the runs")]
 
     def __init__(self, run_ids: list[str]) -> None:
         super().__init__()
@@ -43,8 +43,10 @@ class CompareScreen(Screen):
                               "the seed); test accuracy pooled over all episodes of a group's runs"), id="compare-note")
             yield DataTable(id="groups", cursor_type="row")
             yield Static(id="paired")
-            yield LineChart("training loss", Plot([(run_id, self.losses[run_id]) for run_id in self.run_ids]),
-                            id="chart-compare")
+            with Horizontal(id="compare-charts"):
+                yield IntervalChart(id="chart-accuracy")
+                yield LineChart("training loss", Plot([(run_id, self.losses[run_id]) for run_id in self.run_ids]),
+                                id="chart-compare")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -107,6 +109,16 @@ class CompareScreen(Screen):
             table.add_row(Text(printable(row["group"])), Text(printable(", ".join(str(s) for s in row["seed_values"]))),
                           Text(f"{row['seeds']}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
                           Text(episodes or "-"))
+        self.show_intervals(report)
         lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {100 * p['difference']:+.2f} ± "
                  f"{100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
         self.query_one("#paired", Static).update(Text(printable("\n".join(lines), lines=True)))
+
+    def show_intervals(self, report: dict) -> None:
+        """The groups' pooled test accuracy ± 95% CI as intervals, a block per shot count."""
+        chart = self.query_one("#chart-accuracy", IntervalChart)
+        chart.blocks = [(f"test {shots}-shot accuracy (%) ± 95% CI", [
+            (printable(row["group"]), row["results"][f"{shots}-shot"]["accuracy"],
+             row["results"][f"{shots}-shot"]["ci95"])
+            for row in report["groups"] if f"{shots}-shot" in row["results"]]) for shots in SHOTS]
+        chart.refresh(layout=True)

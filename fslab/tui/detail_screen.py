@@ -14,6 +14,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
+from fslab.core.events import logged_evaluator
 from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import printable
 from fslab.tui import model
@@ -21,16 +22,21 @@ from fslab.tui.charts import LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunDelta, RunFollower, StoreChanges
 
-TABS = ("charts", "evaluations", "config", "stdout", "stderr")
+# Tabs short enough that their labels (with their number key) fit 80
+# columns, and the charts split so that each tab's charts fit a 24-line screen.
+TABS = ("train", "pairs", "val", "evals", "config", "stdout", "stderr")
+TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and negative pairs per batch",
+            "val": "Validation accuracy by epoch", "evals": "Every evaluation", "config": "Resolved configuration",
+            "stdout": "Standard output, followed", "stderr": "Standard error, followed"}
 BANNER_STDERR_LINES = 8
 
 
 class DetailScreen(Screen):
     BINDINGS = [
-        Binding("escape,backspace", "app.pop_screen", "back", key_display="esc"),
-        Binding("s", "stop", "stop"),
-        Binding("r", "resume", "resume"),
-        *(Binding(str(i), f"tab('{tab}')", tab) for i, tab in enumerate(TABS, 1)),
+        Binding("escape,backspace", "app.pop_screen", "back", key_display="esc", tooltip="Back to the runs"),
+        Binding("s", "stop", "stop", tooltip="Stop the run (queued or running)"),
+        Binding("r", "resume", "resume", tooltip="Resume the run (killed, lost or failed)"),
+        *(Binding(str(i), f"tab('{tab}')", tab, show=False, tooltip=TAB_HELP[tab]) for i, tab in enumerate(TABS, 1)),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -51,32 +57,29 @@ class DetailScreen(Screen):
         yield Header()
         yield Static(id="banner")
         yield Static(id="summary")
-        with TabbedContent(*TABS, id="tabs"):
-            with TabPane("charts", id="charts"):
-                with VerticalScroll():
-                    with Grid(id="chart-grid"):
-                        yield LineChart("training loss", Plot([("loss", s["loss"])]), id="chart-loss")
-                        yield LineChart("learning rate", Plot([("lr", s["lr"])]), id="chart-lr")
-                        yield LineChart("positive pairs per batch", Plot([("positives", s["positives"])]),
-                                        id="chart-pos")
-                        yield LineChart("negative pairs per batch", Plot([("negatives", s["negatives"])]),
-                                        id="chart-neg")
-                        yield LineChart("validation accuracy by epoch (band: 95% CI)",
-                                        Plot([("val", s["val"])], (s["val_lo"], s["val_hi"])), id="chart-val")
-            with TabPane("evaluations", id="evaluations"):
+        with TabbedContent(id="tabs"):
+            with TabPane("1 train", id="train"), Grid(classes="chart-pair"):
+                yield LineChart("training loss", Plot([("loss", s["loss"])]), id="chart-loss")
+                yield LineChart("learning rate", Plot([("lr", s["lr"])], steps=True), id="chart-lr")
+            with TabPane("2 pairs", id="pairs"), Grid(classes="chart-pair"):
+                yield LineChart("positive pairs per batch", Plot([("positives", s["positives"])]), id="chart-pos")
+                yield LineChart("negative pairs per batch", Plot([("negatives", s["negatives"])]), id="chart-neg")
+            with TabPane("3 val", id="val"):
+                yield LineChart("validation accuracy by epoch (band: 95% CI)",
+                                Plot([("val", s["val"])], (s["val_lo"], s["val_hi"])), id="chart-val")
+            with TabPane("4 evals", id="evals-tab"):
                 yield DataTable(id="evals", cursor_type="row")
-            with TabPane("config", id="config"):
-                with VerticalScroll():
-                    yield Static(id="config-text")
-            with TabPane("stdout", id="stdout"):
+            with TabPane("5 config", id="config"), VerticalScroll():
+                yield Static(id="config-text")
+            with TabPane("6 stdout", id="stdout"):
                 yield Log(id="stdout-log", max_lines=2000)
-            with TabPane("stderr", id="stderr"):
+            with TabPane("7 stderr", id="stderr"):
                 yield Log(id="stderr-log", max_lines=2000)
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#evals", DataTable).add_columns("split", "ways", "shots", "queries", "episodes", "epoch",
-                                                        "accuracy ± 95% CI (%)")
+        self.query_one("#evals", DataTable).add_columns("split", "evaluator", "ways", "shots", "queries", "episodes",
+                                                        "epoch", "accuracy ± 95% CI (%)")
         self.follower = RunFollower(self.app.runs_dir / self.run_id)
         self.update_header()
         self.follow()
@@ -120,8 +123,9 @@ class DetailScreen(Screen):
                         s["val"].append(event["epoch"], acc)
                         s["val_lo"].append(event["epoch"], acc - ci)
                         s["val_hi"].append(event["epoch"], acc + ci)
-                    evals.add_row(*(Text(printable(event.get(k, "-"))) for k in
-                                    ("split", "ways", "shots", "queries", "episodes", "epoch")),
+                    evals.add_row(Text(printable(event["split"])), Text(printable(logged_evaluator(event))),
+                                  *(Text(printable(event.get(k, "-"))) for k in
+                                    ("ways", "shots", "queries", "episodes", "epoch")),
                                   Text(model.pct(event)))
             except (KeyError, TypeError, ValueError):
                 self.corrupt += 1
@@ -163,6 +167,8 @@ class DetailScreen(Screen):
             f"ETA {model.duration(model.eta(row, self.app.clock()))}",
         )
         now = self.app.clock()
+        if model.usage_text(row):
+            summary.append(" · " + model.usage_text(row))
         if row.state == "running" and heartbeat_stale(self.status, self.heartbeat_every, now):
             # still running: its worker holds the run's lock, though paused or stuck
             summary.append(f" · heartbeat stale ({model.duration(heartbeat_age(self.status, now))} ago)",
@@ -191,7 +197,7 @@ class DetailScreen(Screen):
         return why
 
     def action_tab(self, tab: str) -> None:
-        self.query_one("#tabs", TabbedContent).active = tab
+        self.query_one("#tabs", TabbedContent).active = "evals-tab" if tab == "evals" else tab
 
     def action_stop(self) -> None:
         self.app.request_stop(self.run_id)

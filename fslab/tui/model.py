@@ -60,39 +60,83 @@ def fraction_done(row: RunSummary) -> float | None:
     return None
 
 
-def progress_text(row: RunSummary) -> Text:
-    done = fraction_done(row)
-    epoch = row.epochs if row.state == "completed" and row.epochs else (row.epoch or 0)
-    label = f"{epoch}/{row.epochs if row.epochs is not None else '?'} "
-    if done is None:
-        return Text(label + " " * BAR_WIDTH)
-    eighths = round(done * BAR_WIDTH * 8)
-    full, part = divmod(eighths, 8)
-    bar = "█" * full + (BAR_CHARS[part] if part else "")
-    return Text(label) + Text(bar.ljust(BAR_WIDTH), style="cyan")
-
-
 def state_text(row: RunSummary) -> Text:
     return Text(row.state, style=STATE_STYLES.get(row.state, ""))
 
 
-# State, progress and loss come right after the (frozen) id column, so an
-# 80-column terminal shows them without scrolling sideways.
-COLUMNS = ("", "id", "state", "progress", "loss", "method", "loss fn", "backbone", "dataset", "seed",
-           "pairs +/-", "best val", "test 1-shot", "test 5-shot", "elapsed", "ETA")
+# In priority order: as the terminal narrows, columns on the right go first
+# (behind ←/→). At 80 columns the id, state, method, epoch and both test
+# accuracies fit; the mark and the id never scroll away.
+COLUMNS = ("", "id", "state", "method", "epoch", "test 1-shot", "test 5-shot", "loss", "progress", "ETA",
+           "elapsed", "cpu", "mem", "gpu mem", "gpu", "best val", "loss fn", "backbone", "dataset", "seed",
+           "pairs +/-")
+WIDTHS = (1, 24, 9, 6, 5, 10, 10, 6, BAR_WIDTH, 4, 7, 4, 5, 7, 4, 10, 7, 8, 7, 4, 9)
+
+
+def size(n: float | None) -> str:
+    """Bytes in the largest unit that keeps the number under 1,000 (``1.2G``)."""
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if abs(n) < 1000:
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}" if abs(n) < 100 else f"{n:.0f}{unit}"
+        n /= 1024
+    return f"{n:.1f}T"
+
+
+def live_usage(row: RunSummary) -> dict:
+    """The worker's last usage sample, for running runs only (an ended run's is history)."""
+    return (row.usage or {}) if row.state == "running" else {}
+
+
+def usage_cells(row: RunSummary) -> list[Text]:
+    """cpu, mem, gpu mem (allocated/reserved), gpu utilisation; ``-`` where not sampled."""
+    usage = live_usage(row)
+    cpu, gpu = usage.get("cpu_percent"), usage.get("gpu_utilization_percent")
+    allocated, reserved = usage.get("gpu_allocated_bytes"), usage.get("gpu_reserved_bytes")
+    return [Text("-" if cpu is None else f"{cpu:.0f}%"), Text(size(usage.get("rss_bytes"))),
+            Text("-" if reserved is None else f"{size(allocated)}/{size(reserved)}"),
+            Text("-" if gpu is None else f"{gpu:.0f}%")]
+
+
+def usage_text(row: RunSummary) -> str:
+    """The usage of a running run in words, for the detail's summary line ('' if none)."""
+    cpu, mem, gpu_mem, gpu = (cell.plain for cell in usage_cells(row))
+    if not live_usage(row):
+        return ""
+    parts = [f"cpu {cpu}", f"mem {mem}"]
+    if gpu_mem != "-":
+        parts.append(f"gpu mem {gpu_mem} (allocated/reserved)")
+    if gpu != "-":
+        parts.append(f"gpu {gpu}")
+    return " · ".join(parts)
+
+
+def epoch_text(row: RunSummary) -> Text:
+    epoch = row.epochs if row.state == "completed" and row.epochs else (row.epoch or 0)
+    return Text(f"{epoch}/{row.epochs if row.epochs is not None else '?'}")
+
+
+def bar_text(row: RunSummary) -> Text:
+    done = fraction_done(row)
+    if done is None:
+        return Text("")
+    full, part = divmod(round(done * BAR_WIDTH * 8), 8)
+    return Text(("█" * full + (BAR_CHARS[part] if part else "")).ljust(BAR_WIDTH), style="cyan")
 
 
 def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
-    """The table cells of one run; every value from run files is plain Text."""
+    """The table cells of one run, in COLUMNS order; every value from run files is plain Text."""
     plain = lambda value: Text("-" if value is None else printable(value))
     pairs = "-" if row.positives is None else f"{row.positives}/{row.negatives}"
     return [
         Text("*" if marked else " ", style="bold"),
         Text(printable(row.id)) + (Text(" !", style="bold red") if row.note or row.corrupt else Text("")),
-        state_text(row), progress_text(row), Text("-" if row.loss is None else f"{row.loss:.4f}"),
-        plain(row.method), plain(row.loss_fn), plain(row.backbone), plain(row.dataset), plain(row.seed),
-        Text(pairs), Text(pct(row.best_val)), Text(pct(row.test.get("1-shot"))), Text(pct(row.test.get("5-shot"))),
-        Text(duration(elapsed(row, now))), Text(duration(eta(row, now))),
+        state_text(row), plain(row.method), epoch_text(row),
+        Text(pct(row.test.get("1-shot"))), Text(pct(row.test.get("5-shot"))),
+        Text("-" if row.loss is None else f"{row.loss:.4f}"), bar_text(row),
+        Text(duration(eta(row, now))), Text(duration(elapsed(row, now))), *usage_cells(row), Text(pct(row.best_val)),
+        plain(row.loss_fn), plain(row.backbone), plain(row.dataset), plain(row.seed), Text(pairs),
     ]
 
 
@@ -103,10 +147,17 @@ FIELDS: dict[str, Callable[[RunSummary], Any]] = {
 }
 
 
+def unknown_fields(query: str) -> list[str]:
+    """The ``field:`` names of ``query`` that are not filter fields."""
+    names = (term.partition(":") for term in query.lower().split())
+    return sorted({name for name, sep, _ in names if sep and name and name not in FIELDS})
+
+
 def matches(row: RunSummary, query: str) -> bool:
     """Every space-separated term must match: ``field:text`` (method, loss,
     backbone, dataset, seed, state, id) looks in that field, a bare term in any
-    of them and in the error; case-insensitive substrings."""
+    of them and in the error; case-insensitive substrings. (A term with an
+    unknown field matches nothing; the screen names it.)"""
     for term in query.lower().split():
         name, sep, text = term.partition(":")
         if sep and name in FIELDS:
@@ -119,24 +170,46 @@ def matches(row: RunSummary, query: str) -> bool:
 
 
 def _missing_last(value, reverse: bool):
-    """Sort key that keeps runs without a value at the bottom either way."""
+    """Sort key that keeps runs without a value at the bottom either way;
+    numbers sort as numbers, anything else as text."""
     missing = value is None
-    return (missing != reverse, value if not missing else 0)
+    if missing:
+        return (not reverse, 0, 0)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (reverse, 0 if number else 1, value if number else str(value))
 
 
+def _accuracy(value: dict | None):
+    return value.get("accuracy") if value else None
+
+
+# Every column but the mark sorts; "progress" sorts as "epoch" does.
 SORTS: dict[str, Callable[[RunSummary, float], Any]] = {
     "id": lambda r, now: r.id,
     "state": lambda r, now: r.state,
-    "method": lambda r, now: (r.method or "", r.id),
+    "method": lambda r, now: r.method,
+    "epoch": lambda r, now: fraction_done(r),
+    "test 1-shot": lambda r, now: _accuracy(r.test.get("1-shot")),
+    "test 5-shot": lambda r, now: _accuracy(r.test.get("5-shot")),
     "loss": lambda r, now: r.loss,
-    "best val": lambda r, now: r.best_val and r.best_val["accuracy"],
-    "test 5-shot": lambda r, now: (r.test.get("5-shot") or {}).get("accuracy"),
+    "progress": lambda r, now: fraction_done(r),
+    "ETA": lambda r, now: eta(r, now),
     "elapsed": lambda r, now: elapsed(r, now),
+    "cpu": lambda r, now: live_usage(r).get("cpu_percent"),
+    "mem": lambda r, now: live_usage(r).get("rss_bytes"),
+    "gpu mem": lambda r, now: live_usage(r).get("gpu_allocated_bytes"),
+    "gpu": lambda r, now: live_usage(r).get("gpu_utilization_percent"),
+    "best val": lambda r, now: _accuracy(r.best_val),
+    "loss fn": lambda r, now: r.loss_fn,
+    "backbone": lambda r, now: r.backbone,
+    "dataset": lambda r, now: r.dataset,
+    "seed": lambda r, now: r.seed,
+    "pairs +/-": lambda r, now: r.positives,
 }
 
 
 def sort_rows(rows: list[RunSummary], by: str, reverse: bool, now: float) -> list[RunSummary]:
+    """Sorted by the column ``by`` (ties by id, newest first), runs without a value last."""
     key = SORTS[by]
-    if by in ("id", "state", "method"):
-        return sorted(rows, key=lambda r: key(r, now), reverse=reverse)
+    rows = sorted(rows, key=lambda r: r.id, reverse=True)
     return sorted(rows, key=lambda r: _missing_last(key(r, now), reverse), reverse=reverse)

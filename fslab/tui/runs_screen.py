@@ -12,23 +12,25 @@ from fslab.tui import model
 from fslab.tui.runs_table import RunsTable
 from fslab.tui.tailing import StoreChanges
 
-WIDTHS = (1, 30, 9, 14, 8, 9, 8, 9, 9, 4, 11, 11, 11, 11, 7, 7)
 SORT_ORDER = tuple(model.SORTS)
+MARKERS = {False: "▲", True: "▼"}  # ascending, descending
 
 
 class RunsScreen(Screen):
+    # The footer shows what fits at 80 columns; ``?`` lists every key.
     BINDINGS = [
-        Binding("enter", "open", "open"),
-        Binding("space", "mark", "mark"),
-        Binding("c", "compare", "compare"),
-        Binding("s", "stop", "stop"),
-        Binding("r", "resume", "resume"),
-        Binding("n", "launch", "new run"),
-        Binding("N", "launch_like", "new run like this", key_display="N", show=False),
-        Binding("slash", "filter", "filter", key_display="/"),
-        Binding("o", "sort", "sort"),
-        Binding("O", "reverse", "reverse", key_display="O"),
-        Binding("escape", "clear_filter", "clear filter", show=False),
+        Binding("enter", "open", "open", tooltip="Open the run: charts, evaluations, config, logs"),
+        Binding("space", "mark", "mark", show=False, tooltip="Mark or unmark the run (for compare)"),
+        Binding("c", "compare", "compare", show=False, tooltip="Compare the marked runs"),
+        Binding("s", "stop", "stop", show=False, tooltip="Stop the queued or running run"),
+        Binding("r", "resume", "resume", show=False, tooltip="Resume the killed, lost or failed run"),
+        Binding("n", "launch", "new run", tooltip="Start a new run from a form"),
+        Binding("N", "launch_like", "new run like this", key_display="N", show=False,
+                tooltip="Start a new run with this run's settings (the form pre-filled, as fslab run --like)"),
+        Binding("slash", "filter", "filter", key_display="/", tooltip="Filter runs by words or field:text"),
+        Binding("o", "sort", "sort", tooltip="Sort by the next column (click a header to sort by it)"),
+        Binding("O", "reverse", "reverse", key_display="O", show=False, tooltip="Reverse the sort order"),
+        Binding("escape", "clear_filter", "clear filter", show=False, tooltip="Clear the filter"),
     ]
 
     def __init__(self) -> None:
@@ -40,7 +42,7 @@ class RunsScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Input(placeholder="/ filter: words, or method:nca state:running dataset:… (esc clears)", id="filter")
-        yield RunsTable(model.COLUMNS, WIDTHS, self.cells, id="runs")
+        yield RunsTable(model.COLUMNS, model.WIDTHS, self.cells, id="runs")
         yield Static(id="status", markup=False)
         yield Footer()
 
@@ -68,6 +70,8 @@ class RunsScreen(Screen):
         if ids != table.ids:
             table.set_ids(ids)
         table.invalidate_all()
+        marker = MARKERS[self.reverse]
+        table.set_labels([f"{c}{marker}" if c == self.sort_by else c for c in model.COLUMNS])
         self.update_status()
 
     def apply_store_changes(self, changes: StoreChanges) -> None:
@@ -91,9 +95,15 @@ class RunsScreen(Screen):
             counts[r.state] = counts.get(r.state, 0) + 1
         states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         parts = [f"{len(self.table.ids)} of {len(self.app.rows)} runs" + (f" ({states})" if states else ""),
-                 f"sort: {self.sort_by} {'desc' if self.reverse else 'asc'}"]
-        if self.query_text:
+                 f"sort: {self.sort_by}{MARKERS[self.reverse]}"]
+        unknown = model.unknown_fields(self.query_text)
+        if unknown:
+            parts.insert(0, f"unknown filter field {', '.join(unknown)}: use {', '.join(model.FIELDS)}")
+        elif self.query_text:
             parts.append(f"filter: {self.query_text}")
+        left, right = self.table.hidden_columns()
+        if left or right:
+            parts.append(f"←{left} →{right} columns")
         if self.table.marked:
             parts.append(f"{len(self.table.marked)} marked")
         noted = sum(1 for r in rows if r.note)
@@ -111,6 +121,23 @@ class RunsScreen(Screen):
     # -- filter --------------------------------------------------------------------
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_text = event.value
+        unknown = model.unknown_fields(event.value)
+        event.input.set_class(bool(unknown), "-unknown-field")
+        event.input.border_title = (f"unknown field {', '.join(unknown)}: use {', '.join(model.FIELDS)}"
+                                    if unknown else None)
+        self.rebuild()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.update_status)
+
+    def on_runs_table_header_clicked(self, event: RunsTable.HeaderClicked) -> None:
+        """Sort by the clicked column; a second click reverses it."""
+        if event.column not in model.SORTS:
+            return
+        if event.column == self.sort_by:
+            self.reverse = not self.reverse
+        else:
+            self.sort_by = event.column
         self.rebuild()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

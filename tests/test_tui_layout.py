@@ -1,0 +1,287 @@
+"""The dashboard at 80×24, 120×36 and 160×48: what is on screen, read from
+the rendered lines (columns by priority, whole cells, the footer, the sort
+marker, the help screen, unknown filter fields)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from rich.text import Text
+
+from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart, x_axis
+from fslab.tui.runs_table import fit
+
+from .test_tui import drive, frozen_app, settle
+from .test_tui_helpers import config, history, save_episode_scores, standard_store, write_run
+
+SIZES = ((80, 24), (120, 36), (160, 48))
+
+
+@pytest.fixture
+def store(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    return runs, standard_store(runs)
+
+
+def lines_of(app) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def table_lines(app) -> list[str]:
+    table = app.screen.table
+    return [table.render_line(y).text for y in range(min(table.size.height, len(table.ids) + 1))]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_priority_columns_fit_and_the_footer_keeps_its_keys(store, size):
+    runs, folders = store
+
+    async def body(app, pilot):
+        header, *rows = table_lines(app)
+        for column in ("id", "state", "method", "epoch", "test 1-shot", "test 5-shot"):
+            assert column in header, (column, header)
+        assert "73.07±0.35" in rows[2] and "56.22±0.40" in rows[2]  # done1: both test accuracies, whole
+        assert "protonet-cccc" in rows[1]  # an id may give way at its start, never its unique tail
+        footer = lines_of(app)[-1]
+        for key in ("open", "filter", "sort", "help", "quit"):
+            assert key in footer, footer
+        if size[0] >= 120:
+            assert "20260101-120000-protonet-cccc" in rows[1] and "elapsed" in header
+        if size[0] >= 160:
+            assert "cpu" in header and "best val" in header
+
+    drive(frozen_app(runs), body, size=size)
+
+
+def test_sideways_scrolling_moves_by_whole_columns(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        assert "loss" not in table_lines(app)[0].split()
+        await pilot.press("right")
+        header = table_lines(app)[0]
+        assert header.split()[:2] == ["id▼", "method"]  # state scrolled away whole, the id stays
+        for _ in range(30):
+            await pilot.press("right")
+        header = table_lines(app)[0].split()
+        assert header[-1] == "+/-" and table.hidden_columns()[1] == 0
+        assert "←" in lines_of(app)[-2]  # the status line says columns are hidden on the left
+        for _ in range(30):
+            await pilot.press("left")
+        assert table_lines(app)[0].split()[:3] == ["id▼", "state", "method"]
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_a_cell_grows_its_column_instead_of_being_cut(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    events = history(epochs=3)[:6]
+    events[0]["epochs"] = 28500
+    write_run(runs, "20260101-130000-nca-eeee", state="running", cfg=config(epochs=28500), events=events)
+    (runs / "20260101-130000-nca-eeee" / "metrics.jsonl").write_text(
+        "".join(__import__("json").dumps({**e, "epoch": 1500} if e.get("event") == "train" else e) + "\n"
+                for e in events))
+
+    async def body(app, pilot):
+        await pilot.pause()
+        assert "1500/28500" in table_lines(app)[1]
+
+    drive(frozen_app(runs), body, size=(120, 36))
+
+
+def test_fit_never_cuts_a_number():
+    assert fit(Text("1500/28500"), 8).plain == "…       "
+    assert fit(Text("54.22±0.44"), 12).plain == "54.22±0.44  "
+    assert fit(Text("20260101-120000-protonet-cccc"), 20, tail=True).plain == "…20000-protonet-cccc"
+    assert fit(Text("a long text"), 8).plain == "a long… "
+
+
+def test_sort_marker_per_column_sort_and_header_click(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        assert table_lines(app)[0].split()[0] == "id▼"
+        await pilot.press("o")
+        assert "state▼" in table_lines(app)[0] and "id▼" not in table_lines(app)[0]
+        await pilot.press("O")
+        assert "state▲" in table_lines(app)[0]
+        assert [app.rows[i].state for i in table.ids] == ["completed", "completed", "failed", "running"]
+        x = table_lines(app)[0].index("test 5-shot")
+        await pilot.click(table, offset=(x + 1, 0))
+        assert app.screen.sort_by == "test 5-shot" and "test 5-shot▲" in table_lines(app)[0]
+        assert table.ids[:2] == [folders["done0"].name, folders["done1"].name]  # 71.07 before 73.07
+        await pilot.click(table, offset=(x + 1, 0))
+        assert "test 5-shot▼" in table_lines(app)[0] and table.ids[0] == folders["done1"].name
+        assert "sort: test 5-shot▼" in lines_of(app)[-2]
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_an_unknown_filter_field_is_named_with_the_fields_there_are(store):
+    runs, _ = store
+
+    async def body(app, pilot):
+        await pilot.press("slash", *"stat:failed")
+        await pilot.pause()
+        screen = "\n".join(lines_of(app))
+        assert "unknown field stat: use id, method, loss, backbone, dataset, seed, state" in screen
+        await pilot.press("escape")
+        await pilot.pause()
+        assert "unknown field" not in "\n".join(lines_of(app))
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+@pytest.mark.parametrize("where", ["runs", "detail"])
+def test_help_lists_every_key_of_the_screen(store, where):
+    runs, _ = store
+
+    async def body(app, pilot):
+        if where == "detail":
+            await pilot.press("enter")
+            await settle(app, pilot)
+        screen = app.screen
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "HelpScreen"
+        shown = app.screen.lines
+        keys = {k for line, _ in shown for k in line.split(", ")}
+        for binding in screen.BINDINGS:
+            what = binding.tooltip or binding.description
+            assert any(what[:1].upper() + what[1:] == text for _, text in shown), what
+        assert {app.get_key_display(b) for b in screen.BINDINGS} <= keys, keys
+        assert "Quit the dashboard (runs go on)" in {text for _, text in shown}
+        await pilot.press("escape")
+        assert app.screen is screen
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def chart_of(points_by_name, *, steps=False, band=None, width=60, height=12):
+    series = []
+    for name, points in points_by_name.items():
+        s = MinMaxSeries()
+        s.extend(points)
+        series.append((name, s))
+    return render_chart(Plot(series, band, steps=steps), width, height, "t")
+
+
+def test_chart_lines_are_drawn_in_their_legend_colours_not_dimmed():
+    text = chart_of({"a": [(x, x) for x in range(50)], "b": [(x, 50 - x) for x in range(50)]})
+    dots = [(text.plain[span.start:span.end], span.style) for span in text.spans
+            if any(0x2800 < ord(c) <= 0x28FF for c in text.plain[span.start:span.end])]
+    assert {style for _, style in dots} == {PALETTE[0], PALETTE[1]}  # cyan and magenta, nothing else
+    # No span of the axis (dim) covers a dot: the colours reach the screen as the legend shows them.
+    dim = [span for span in text.spans if "dim" in str(span.style)]
+    for span in dim:
+        assert not any(0x2800 < ord(c) <= 0x28FF for c in text.plain[span.start:span.end])
+
+
+def test_chart_axes_are_labelled_in_one_format():
+    lines = chart_of({"n": [(step, 7050.0 - step * 10) for step in range(0, 601)]}, width=69).plain.splitlines()
+    x_labels = lines[-1].split("└")[1].split()
+    assert x_labels[0] == "0" and x_labels[-1] == "600" and len(x_labels) >= 4
+    assert [int(v) for v in x_labels] == sorted(int(v) for v in x_labels)
+    y_labels = [line.split("│")[0].strip() for line in lines[1:-1] if line.split("│")[0].strip()]
+    assert y_labels[0] == "7,050" and y_labels[-1] == "1,050" and len(y_labels) == 3
+    assert all(re.fullmatch(r"\d,\d{3}", label) for label in y_labels)  # one format top to bottom, no e+03
+    small = chart_of({"lr": [(1, 0.1), (6, 0.05), (12, 0.001)]}).plain.splitlines()
+    labels = [line.split("│")[0].strip() for line in small[1:-1] if line.split("│")[0].strip()]
+    assert len({len(label.split(".")[1]) for label in labels}) == 1, labels
+
+
+def test_a_learning_rate_is_drawn_as_steps():
+    points = [(1, 0.1), (8, 0.1), (9, 0.01), (12, 0.01)]
+    stepped = chart_of({"lr": points[0:1] + points[2:3] + points[3:]}, steps=True, width=29, height=10)
+    ramp = chart_of({"lr": points[0:1] + points[2:3] + points[3:]}, steps=False, width=29, height=10)
+    top = lambda text: text.plain.splitlines()[1].split("│")[1]
+    # Held at 0.1 until step 9: the top row is drawn over most of the width, not just at the start.
+    assert top(stepped).count(" ") < len(top(stepped)) / 3 < top(ramp).count(" ")
+
+
+def test_every_chart_of_the_detail_is_whole_on_an_80x24_screen_in_its_tab(store):
+    runs, folders = store
+
+    async def body(app, pilot):
+        app.screen.table.cursor = app.screen.table.ids.index(folders["done0"].name)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        tabs = next(line for line in lines_of(app) if "1 train" in line)
+        assert all(f"{i} {name}" in tabs for i, name in enumerate(
+            ("train", "pairs", "val", "evals", "config", "stdout", "stderr"), 1))  # the number keys, on screen
+        for key, titles in (("1", ("training loss", "learning rate")),
+                            ("2", ("positive pairs per batch", "negative pairs per batch")),
+                            ("3", ("validation accuracy by epoch",))):
+            await pilot.press(key)
+            await pilot.pause()
+            screen = lines_of(app)
+            for title in titles:
+                assert any(title in line for line in screen), (title, screen)
+            assert sum(line.count("└") for line in screen) == len(titles)  # each x axis (the chart's last line) shown
+        assert "esc back" in lines_of(app)[-1] and "? help" in lines_of(app)[-1]
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_the_evaluations_tab_tells_evaluators_apart(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    events = history()
+    test5 = dict(events[-1])
+    events.append({**test5, "evaluator": "knn[k=3]", "accuracy": 0.6543, "source": "fslab eval"})
+    folder = write_run(runs, "20260101-100000-nca-aaaa", events=events)
+
+    async def body(app, pilot):
+        await pilot.press("enter", "4")
+        await settle(app, pilot)
+        table = app.screen.query_one("#evals")
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+        assert rows[-2][:2] == ["test", "centroid"] and rows[-1][:2] == ["test", "knn[k=3]"]
+        assert rows[-1][-1] == "65.43±0.39" and rows[-2][-1] == "71.07±0.39"
+        assert "evaluator" in "\n".join(lines_of(app))
+
+    assert folder.name
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+def test_compare_draws_each_groups_accuracy_with_its_interval(tmp_path, size):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    folders = standard_store(runs)
+    for seed, key in enumerate(("done0", "done1")):
+        save_episode_scores(folders[key], seed)
+    folders["other"] = write_run(runs, "20260101-140000-nca-ffff", cfg=config(backbone="resnet12"), events=history())
+    save_episode_scores(folders["other"], 7)
+
+    async def body(app, pilot):
+        await pilot.press("space", "space", "space", "space", "c")
+        await settle(app, pilot)
+        chart = app.screen.query_one("#chart-accuracy")
+        text = chart.render().plain
+        blocks = [block for _, block in chart.blocks]
+        assert [len(rows) for rows in blocks] == [2, 2]  # two groups with a test, for 1-shot and 5-shot
+        assert "test 1-shot accuracy (%) ± 95% CI" in text and "test 5-shot accuracy (%) ± 95% CI" in text
+        for rows in blocks:
+            for _group, mean, ci in rows:
+                assert f"{100 * mean:.2f}±{100 * ci:.2f}" in text
+        assert text.count("●") == 4 and text.count("├") == 4
+        styles = {str(span.style) for span in chart.render().spans}
+        assert {PALETTE[0], PALETTE[1]} <= styles
+        screen = "\n".join(lines_of(app))
+        assert "training loss" in screen and "test 5-shot accuracy" in screen
+        assert screen.count("●") == 4  # drawn on screen, labels giving way at 80 columns
+
+    drive(frozen_app(runs), body, size=size)
+
+
+def test_x_axis_labels_are_round_values_between_the_ends():
+    assert x_axis(0, 99999, 51).split() == ["0", "25000", "50000", "75000", "99999"]
+    assert x_axis(1, 3, 70).split() == ["1", "2", "3"]  # epochs: whole numbers only
+    assert x_axis(0, 600, 60).split() == ["0", "200", "400", "600"]
+    assert x_axis(1, 12, 8).split() == ["1", "12"] and len(x_axis(1, 12, 8)) == 8
