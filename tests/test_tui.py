@@ -56,6 +56,13 @@ async def settle(app, pilot):
         await pilot.pause()
 
 
+async def open_detail(app, pilot, run_id: str):
+    """Select run ``run_id`` in the runs table and open its detail screen."""
+    app.screen.table.cursor = app.screen.table.ids.index(run_id)
+    await pilot.press("enter")
+    await settle(app, pilot)
+
+
 async def tick(app, pilot):
     app.poll_store()
     await settle(app, pilot)
@@ -239,9 +246,7 @@ def test_detail_shows_charts_evaluations_config_and_follows_logs(store):
     runs, folders = store
 
     async def body(app, pilot):
-        app.screen.table.cursor = app.screen.table.ids.index(folders["done0"].name)
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_detail(app, pilot, folders["done0"].name)
         detail = app.screen
         assert type(detail).__name__ == "DetailScreen" and detail.run_id == folders["done0"].name
         assert detail.query_one("#evals").row_count == 5  # 3 val + 2 test
@@ -266,9 +271,7 @@ def test_detail_of_a_failed_run_says_why_at_the_top(store):
     runs, folders = store
 
     async def body(app, pilot):
-        app.screen.table.cursor = app.screen.table.ids.index(folders["failed"].name)
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_detail(app, pilot, folders["failed"].name)
         banner = app.screen.query_one("#banner")
         assert banner.display is True
         text = str(banner.render())

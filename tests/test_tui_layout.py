@@ -12,7 +12,7 @@ from rich.text import Text
 from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart, x_axis
 from fslab.tui.runs_table import fit
 
-from .test_tui import drive, frozen_app, settle
+from .test_tui import drive, frozen_app, open_detail, settle
 from .test_tui_helpers import config, history, save_episode_scores, standard_store, write_run
 
 SIZES = ((80, 24), (120, 36), (160, 48))
@@ -208,9 +208,7 @@ def test_every_chart_of_the_detail_is_whole_on_an_80x24_screen_in_its_tab(store)
     runs, folders = store
 
     async def body(app, pilot):
-        app.screen.table.cursor = app.screen.table.ids.index(folders["done0"].name)
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_detail(app, pilot, folders["done0"].name)
         tabs = next(line for line in lines_of(app) if "1 train" in line)
         assert all(f"{i} {name}" in tabs for i, name in enumerate(
             ("train", "pairs", "val", "evals", "config", "stdout", "stderr"), 1))  # the number keys, on screen

@@ -12,7 +12,7 @@ from fslab.core.summary import read_summary
 from fslab.execution.usage import UsageSampler, gpu_usage, resident_bytes
 
 from .runs_helpers import TINY, fslab
-from .test_tui import drive, frozen_app, settle
+from .test_tui import drive, frozen_app, open_detail
 from .test_tui_helpers import FROZEN, standard_store
 from .test_tui_layout import lines_of, table_lines
 
@@ -75,9 +75,7 @@ def test_the_dashboard_shows_the_usage_of_running_runs(tmp_path):
         assert "99%" not in text  # an ended run's last sample is not shown as if live
         await pilot.click(app.screen.table, offset=(x_of(app, "cpu") + 1, 0))
         assert app.screen.table.ids[0] == running
-        app.screen.table.cursor = app.screen.table.ids.index(running)
-        await pilot.press("enter")
-        await settle(app, pilot)
+        await open_detail(app, pilot, running)
         summary = str(app.screen.query_one("#summary").render())
         assert "cpu 251% · mem 1.5G · gpu mem 2.0G/3.0G (allocated/reserved) · gpu 87%" in summary
         assert "cpu 251%" in "\n".join(lines_of(app))
