@@ -31,8 +31,10 @@ def plugins(
     as_json: JsonFlag = False,
     wide: WideFlag = False,
 ) -> None:
-    """List every registered plugin component, grouped by kind, with its origin; each parameter with
-    its default and, where the plugin declares them, the values it allows."""
+    """List every registered plugin component, grouped by kind, with its parameters and origin.
+
+    Each parameter is shown with its default and, where the plugin declares them, the values it allows.
+    """
     from fslab.core.registry import KINDS, check_kind
 
     found = registry()
