@@ -37,7 +37,6 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.limits import at_least, between, listing, matching, one_of, positive
-from fslab.core.studies import study_entry
 from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, Split, SplitSizes
 
 # 1.1: register(..., check=f) and CheckContext; Dataset.split_sizes() and SplitSizes.
@@ -187,6 +186,8 @@ def register_study_files(register: Register, folder: Any) -> None:
 
     Ship the files as package data (``[tool.setuptools.package-data]``)."""
     from pathlib import Path
+
+    from fslab.core.studies import study_entry  # here: listing plugins need not load the study schema
 
     for path in sorted(Path(folder).glob("*.toml")):
         register(path, **study_entry(path))

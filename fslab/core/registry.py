@@ -242,6 +242,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             raise PluginError(f"plugin '{plugin}' failed to load: {type(exc).__name__}: {exc}") from exc
         registry.failures.append(LoadFailure(plugin, f"{type(exc).__name__}: {exc}"))
 
+    labels: dict[str, str] = {}  # "name version" by distribution: its METADATA is parsed once, not per entry point
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if allowed is not None and ep.name not in allowed:
             continue
@@ -253,9 +254,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
             fail(ep.name, exc)
             continue
-        dist = getattr(ep, "dist", None)
-        version = f"{dist.metadata['Name']} {dist.version}" if dist is not None else None
-        registry.plugins[ep.name] = (version, f"entry point {ep.value}")
+        registry.plugins[ep.name] = (_distribution_label(ep, labels), f"entry point {ep.value}")
 
     for folder in plugin_dirs:
         for path in sorted(Path(folder).glob("*.py")):
@@ -284,6 +283,18 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             except (Exception, SystemExit) as exc:
                 fail(impl.plugin_name, exc)
     return registry
+
+
+def _distribution_label(ep, labels: dict[str, str]) -> str | None:
+    """``"fslab 0.1.0"``: the name and version of the distribution that ships ``ep``."""
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return None
+    key = str(getattr(dist, "_path", "")) or ep.value
+    if key not in labels:
+        metadata = dist.metadata  # parsing it is most of the cost of listing plugins
+        labels[key] = f"{metadata['Name']} {metadata['Version']}"
+    return labels[key]
 
 
 def _register_callback(registry: Registry, kind: str, plugin: str, version, origin) -> Callable:
