@@ -33,7 +33,7 @@ import torch
 
 from fslab.core.registry import load_registry
 from fslab.training import distributed
-from fslab.training.numerics import Numerics, compiled
+from fslab.training.numerics import Numerics, compiled, optimiser_step
 
 BACKBONES = {"resnet12": {}, "resnet12-nca": {}, "wrn": {"depth": 28, "widen_factor": 10}, "conv4": {}}
 MODES = {  # precision, channels-last, compile
@@ -81,15 +81,7 @@ def fslab_step(model, loss_fn, numerics: Numerics, device: torch.device):
     scaler = numerics.grad_scaler()
 
     def run(x, y):
-        out = step(numerics.memory_format(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is None:
-            out.loss.backward()
-            optimizer.step()
-        else:
-            scaler.scale(out.loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+        optimiser_step(step(numerics.memory_format(x), y).loss, optimizer, scaler)
 
     return run
 

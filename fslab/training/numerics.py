@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import torch
 
 from fslab.core.config import RunConfig
+from fslab.training.build import to_input
+from fslab.training.evaluation import extract_features
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -106,3 +108,24 @@ def compiled(module: torch.nn.Module, numerics: Numerics) -> torch.nn.Module:
     if numerics.compile == "off":
         return module
     return torch.compile(module, mode=numerics.compile, dynamic=False)
+
+
+def optimiser_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                   scaler: torch.amp.GradScaler | None) -> None:
+    """Backward and one optimiser step; with fp16 through the gradient scaler."""
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def embed(network: torch.nn.Module, images: torch.Tensor, batch_size: int, numerics: Numerics) -> torch.Tensor:
+    """float32 features of uint8 ``images``, embedded in ``eval.precision`` and
+    the run's memory format (training's evaluations and ``fslab eval`` alike)."""
+    return extract_features(network, images, batch_size, numerics.device,
+                            lambda batch: numerics.memory_format(to_input(batch)),
+                            autocast=lambda: numerics.autocast(numerics.eval_precision))

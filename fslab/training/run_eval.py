@@ -30,7 +30,6 @@ from fslab.core.registry import Registry, load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.types import evaluator_traits
-from fslab.training import evaluation
 from fslab.training.build import (
     build_backbone,
     build_dataset,
@@ -38,11 +37,10 @@ from fslab.training.build import (
     image_size_of,
     pick_device,
     plugin_kwargs,
-    to_input,
 )
 from fslab.training.checkpoint import load_checkpoint
 from fslab.training.features import feature_network
-from fslab.training.numerics import resolve_numerics
+from fslab.training.numerics import embed, resolve_numerics
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -82,10 +80,7 @@ class Checkpoint:
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """float32 features of ``images``, embedded as training embedded them for evaluation."""
-        numerics = self.numerics
-        return evaluation.extract_features(self.network(), images, self.cfg.eval.batch_size, self.device,
-                                           lambda batch: numerics.memory_format(to_input(batch)),
-                                           autocast=lambda: numerics.autocast(numerics.eval_precision))
+        return embed(self.network(), images, self.cfg.eval.batch_size, self.numerics)
 
 
 def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:

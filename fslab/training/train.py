@@ -25,7 +25,7 @@ from fslab.core.registry import load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.types import Split
-from fslab.training import distributed, evaluation
+from fslab.training import distributed
 from fslab.training.augment import augment
 from fslab.training.build import TrainingParts, build_training, pick_device, to_input
 from fslab.training.checkpoint import (
@@ -35,7 +35,14 @@ from fslab.training.checkpoint import (
     training_checkpoint,
 )
 from fslab.training.features import feature_network
-from fslab.training.numerics import Numerics, apply_backend_settings, compiled, resolve_numerics
+from fslab.training.numerics import (
+    Numerics,
+    apply_backend_settings,
+    compiled,
+    embed,
+    optimiser_step,
+    resolve_numerics,
+)
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -161,7 +168,7 @@ class Trainer:
             support = None if batch.support is None else torch.as_tensor(batch.support, device=self.device)
             started = time.perf_counter()
             out = train_step(x, y, support)
-            self.optimise(out.loss)
+            optimiser_step(out.loss, parts.optimizer, self.scaler)
             parts.scheduler.step()
             self.step += 1
             window_images += len(index)
@@ -171,18 +178,6 @@ class Trainer:
             if self.step % tcfg.log_every == 0 or self.step % self.steps_per_epoch == 0:
                 self.log_training(out, epoch, window_start, window_images)
                 window_start, window_images = time.perf_counter(), 0
-
-    def optimise(self, loss: torch.Tensor) -> None:
-        """Backward and one optimiser step; with fp16 through the gradient scaler."""
-        optimizer = self.parts.optimizer
-        optimizer.zero_grad(set_to_none=True)
-        if self.scaler is None:
-            loss.backward()
-            optimizer.step()
-            return
-        self.scaler.scale(loss).backward()
-        self.scaler.step(optimizer)
-        self.scaler.update()
 
     def log_compiled(self, seconds: float) -> None:
         """The ``compile`` event: the first compiled step's wall time (compilation included)."""
@@ -225,10 +220,8 @@ class Trainer:
 
     def features_of(self, images: torch.Tensor) -> torch.Tensor:
         """Evaluation features (``eval.feature_stages``); the training mean goes through here too."""
-        network, numerics = feature_network(self.parts.model, self.cfg.eval.feature_stages), self.numerics
-        return evaluation.extract_features(network, images, self.cfg.eval.batch_size, self.device,
-                                           lambda batch: numerics.memory_format(to_input(batch)),
-                                           autocast=lambda: numerics.autocast(numerics.eval_precision))
+        network = feature_network(self.parts.model, self.cfg.eval.feature_stages)
+        return embed(network, images, self.cfg.eval.batch_size, self.numerics)
 
     def training_mean(self) -> torch.Tensor | None:
         """The mean feature of ``eval.center_images`` training images (drawn
