@@ -37,18 +37,20 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.limits import at_least, between, listing, matching, one_of, positive
-from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, Split, SplitSizes
+from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, SinkRun, Split, SplitSizes
 
 # 1.1: register(..., check=f) and CheckContext; Dataset.split_sizes() and SplitSizes.
 # 1.2: register(..., allowed={param: rule}) with the rules at_least, positive, between, one_of,
 #      matching, listing; a backbone whose __init__ names image_size is told the images' (height, width);
 #      the register_studies hook (study TOML files) and register_study_files.
-API_VERSION = "1.2"
+# 1.3: the register_sinks hook (Sink, SinkRun): trackers fed every event a run logs.
+API_VERSION = "1.3"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
     "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
     "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
+    "Sink", "SinkRun",
     "UsageError", "ConfigError",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing",
@@ -172,6 +174,23 @@ class SizedDataset(Dataset, Protocol):
     unusable (an empty class folder)."""
 
     def split_sizes(self) -> dict[str, list[int]]: ...
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """``register_sinks``: built as ``Sink(run, **params)`` with ``run`` a
+    :class:`SinkRun`, on rank 0 only. ``write(event)`` gets each event of the
+    run's ``metrics.jsonl`` (``start``, ``train``, ``eval``, ``checkpoint``,
+    ``resume``, ``end``, ...), as written there and after it is written, in
+    order; ``close()`` once at the end. A sink never holds the run up: fslab
+    feeds it from a thread, drops events (with a warning) if it falls behind,
+    and reports what it raises once to ``stderr.log``. ``fslab export`` feeds
+    the same class a finished run's events with ``run.replay`` true; exporting
+    a run again must replace what an earlier export wrote, not add to it."""
+
+    def write(self, event: dict) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def register_study_files(register: Register, folder: Any) -> None:

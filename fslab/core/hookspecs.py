@@ -62,3 +62,10 @@ def register_methods(register):
 def register_studies(register):
     """Register studies: ``register(path, name=..., description=..., paper=...)`` for a study
     TOML file (:func:`fslab.plugin.register_study_files` registers every file of a folder)."""
+
+
+@hookspec
+def register_sinks(register):
+    """Register sinks: ``Sink(run, **params)`` (``run`` a :class:`fslab.plugin.SinkRun`)
+    with ``write(event)`` and ``close()``; it receives every event of ``metrics.jsonl``,
+    after the event is written there, on rank 0 only (:class:`fslab.plugin.Sink`)."""

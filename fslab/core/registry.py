@@ -31,7 +31,7 @@ from fslab.core.errors import PluginError, UsageError, did_you_mean, unknown
 from fslab.core.limits import check_rule, rule_of
 
 ENTRY_POINT_GROUP = "fslab"
-KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "study")
+KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "study", "sink")
 HOOKS = {
     "loss": "register_losses",
     "backbone": "register_backbones",
@@ -40,6 +40,7 @@ HOOKS = {
     "dataset": "register_datasets",
     "method": "register_methods",
     "study": "register_studies",
+    "sink": "register_sinks",
 }
 # Losses and evaluators are called once per batch/episode block: a function
 # target is bound to its parameters; every other target is built with them.
@@ -51,6 +52,7 @@ FILLED_IN = {
     "backbone": ("in_channels", "image_size"),
     "sampler": ("labels", "batch_size", "seed"),
     "dataset": ("root",),
+    "sink": ("run",),
 }
 
 

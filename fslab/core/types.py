@@ -127,3 +127,29 @@ class CheckContext:
     def split(self, name: str) -> SplitSizes | None:
         """The sizes of split ``name``, or None while they are not known."""
         return None if self.sizes is None else self.sizes.get(name)
+
+
+@dataclass(frozen=True)
+class SinkRun:
+    """The run a sink is fed: its id and folder, its resolved configuration
+    (``config.json``), the sweep it belongs to, and whether the events are a
+    replay of a run already on disk (``fslab export``) rather than live."""
+
+    id: str
+    path: Any  # pathlib.Path of runs/<id>/
+    config: dict
+    sweep: str | None = None
+    replay: bool = False
+
+    def tags(self) -> dict[str, str]:
+        """The names a tracker files the run under: method, loss, backbone,
+        dataset, evaluator, seed, and sweep when it has one."""
+        def name(section: str) -> str:
+            value = self.config.get(section)
+            return str(value.get("name", "")) if isinstance(value, dict) else str(value or "")
+        tags = {"run_id": self.id, "method": str(self.config.get("method", "")),
+                **{key: name(key) for key in ("loss", "backbone", "dataset", "evaluator")},
+                "seed": str(self.config.get("seed", ""))}
+        if self.sweep:
+            tags["sweep"] = self.sweep
+        return tags
