@@ -42,7 +42,7 @@ def store(project):
     ("fslab eval last --evaluator k", ["knn"]),
     ("fslab compare all --evaluator ce", ["centroid"]),
     ("fslab runs --method nca-", ["nca-half-pairs", "nca-replacement"]),
-    ("fslab plugins --kind s", ["sampler", "sink", "study"]),
+    ("fslab plugins --kind s", ["sampler", "study", "sink"]),
 ])
 def test_plugin_names_complete(project, words, expected):
     assert complete(words, project) == expected

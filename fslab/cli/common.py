@@ -44,10 +44,10 @@ def names_of(kind: str):
     """A completion function for names of registered ``kind`` components."""
     def complete(incomplete: str) -> list[str]:
         try:
-            import fslab
+            from fslab.core.listing import plugin_listing
             from fslab.core.settings import load_settings
 
-            return _matching(fslab.get_registry(load_settings(), report=lambda line: None).names(kind), incomplete)
+            return _matching(plugin_listing(load_settings().plugin_dirs).names(kind), incomplete)
         except Exception:
             return []
     return complete

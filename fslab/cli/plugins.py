@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fslab.cli.common import JsonFlag, WideFlag, app, console, registry, settings, shown
+from fslab.cli.common import JsonFlag, WideFlag, app, console, err_console, settings, shown
 from fslab.cli.tables import Col, fit, print_table
 
 # The plugins tables give way in this order when the width is short (fslab.cli.tables);
@@ -35,33 +35,37 @@ def plugins(
 
     Each parameter is shown with its default and, where the plugin declares them, the values it allows.
     """
+    from fslab.core.listing import plugin_listing
     from fslab.core.registry import KINDS, check_kind
 
-    found = registry()
+    # the listing, not the registry: read back from the cache while no plugin changed (fslab.core.listing)
+    found = plugin_listing(settings().plugin_dirs)
+    for plugin, error in found.failures:
+        err_console.print(shown(f"fslab plugin '{plugin}' failed to load: {error}"), highlight=False)
     kinds = KINDS
     if kind is not None:
         check_kind(kind)
         kinds = (kind,)
-    components = [found.get(k, n) for k in kinds for n in found.names(k)]
     if as_json:
-        for c in components:
-            print(json.dumps(c.describe(), default=str))
+        for k in kinds:
+            for c in found.of_kind(k):
+                print(json.dumps(c))
         return
     for k in kinds:
-        rows = [[c.name, c.description, c.paper, _parameters(c), c.version or c.plugin]
-                 for c in components if c.kind == k]
+        rows = [[c["name"], c["description"], c["paper"], _parameters(c), c["version"] or c["plugin"]]
+                for c in found.of_kind(k)]
         print_table(console, lambda width, rows=rows, k=k: fit(PLUGIN_COLUMNS, rows, width, PLUGIN_STEPS, title=k),
                     wide)
-    for failure in found.failures:
-        console.print(f"[red]failed[/red] {shown(failure.plugin)}: {shown(failure.error)}")
+    for plugin, error in found.failures:
+        console.print(f"[red]failed[/red] {shown(plugin)}: {shown(error)}")
 
 
-def _parameters(component) -> str:
+def _parameters(component: dict) -> str:
     """A method's recipe, or each parameter with its default and what it allows."""
-    if component.kind == "method" and isinstance(component.target, dict):
-        return recipe_text(component.target)
-    rules = component.allowed_text()
-    return ", ".join(f"{p}={v!r}" + (f" ({rules[p]})" if p in rules else "") for p, v in component.params.items())
+    if component["kind"] == "method" and isinstance(component.get("recipe"), dict):
+        return recipe_text(component["recipe"])
+    rules = component.get("allowed", {})
+    return ", ".join(f"{p}={v!r}" + (f" ({rules[p]})" if p in rules else "") for p, v in component["params"].items())
 
 
 def recipe_text(recipe: dict) -> str:

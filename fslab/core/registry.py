@@ -20,7 +20,6 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +242,8 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         if strict:
             raise PluginError(f"plugin '{plugin}' failed to load: {type(exc).__name__}: {exc}") from exc
         registry.failures.append(LoadFailure(plugin, f"{type(exc).__name__}: {exc}"))
+
+    from importlib.metadata import entry_points  # here: importing the registry module stays cheap
 
     labels: dict[str, str] = {}  # "name version" by distribution: its METADATA is parsed once, not per entry point
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):

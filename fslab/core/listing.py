@@ -1,0 +1,144 @@
+"""What ``fslab plugins`` and shell completion list, without importing every plugin.
+
+Listing the registered components means importing every plugin module and
+reading every distribution's metadata: most of the start-up of ``fslab
+plugins`` and of a TAB. So a full load leaves behind what it found (each
+component as ``fslab plugins --json`` describes it, and the plugins that
+failed) in the user's cache folder, with a fingerprint of what that depended
+on: fslab's version and registry code, the folders on ``sys.path`` (installing
+or removing a distribution changes their modification time), every plugin
+module and local plugin file imported, and every study file read. A listing
+whose fingerprint still matches reads that file; any other loads the plugins
+again and rewrites it. Building a component (``fslab run``, ``fslab.create``)
+always loads the plugins themselves; so does a listing under
+``FSLAB_PLUGINS`` or ``FSLAB_STRICT_PLUGINS``, and any listing when
+``FSLAB_NO_CACHE`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT = 1
+# The environment that changes what a load finds: such a listing is never cached.
+UNCACHED_WHEN = ("FSLAB_PLUGINS", "FSLAB_STRICT_PLUGINS", "FSLAB_NO_CACHE")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every registered component as ``fslab plugins --json`` describes it,
+    and ``(plugin, error)`` for each plugin that failed to load."""
+
+    components: list[dict]
+    failures: list[tuple[str, str]]
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(c["name"] for c in self.components if c["kind"] == kind)
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return sorted((c for c in self.components if c["kind"] == kind), key=lambda c: c["name"])
+
+
+def plugin_listing(plugin_dirs=(), *, load=None) -> Listing:
+    """The registry's listing, from the cache when it is still true, else from
+    ``load()`` (by default :func:`fslab.core.registry.load_registry`)."""
+    dirs = [str(Path(d).resolve()) for d in plugin_dirs]
+    cached = not any(os.environ.get(name) for name in UNCACHED_WHEN)
+    path = _cache_path(dirs)
+    if cached:
+        found = _read(path)
+        if found is not None:
+            return found
+    if load is None:
+        from fslab.core.registry import load_registry
+
+        registry = load_registry(dirs)
+    else:
+        registry = load()
+    # as saved: a listing shows the same whether it was loaded or read back
+    found = json.loads(json.dumps({
+        "components": [registry.get(kind, name).describe() for kind in registry.components
+                       for name in registry.names(kind)],
+        "failures": [[f.plugin, f.error] for f in registry.failures]}, default=str))
+    listing = Listing(found["components"], [tuple(f) for f in found["failures"]])
+    if cached:
+        _write(path, listing, _depends_on(registry, dirs))
+    return listing
+
+
+# -- the fingerprint ------------------------------------------------------------
+
+
+def _stamp(path: str) -> list | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+def _fingerprint(files: list[str]) -> dict:
+    """fslab's version and registry code, the ``sys.path`` folders, and ``files``, each stamped."""
+    import fslab
+    from fslab.core import registry
+
+    here = os.getcwd()
+    folders = [p for p in sys.path if p and p != here and os.path.isdir(p)]
+    return {"format": FORMAT, "fslab": fslab.__version__, "python": sys.executable,
+            "stamps": {p: _stamp(p) for p in [registry.__file__, *folders, *files]}}
+
+
+def _depends_on(registry, dirs: list[str]) -> list[str]:
+    """The files a load read: the modules of each entry-point plugin's package,
+    the local plugin files, and the study files."""
+    packages = set()
+    files = []
+    for _, origin in registry.plugins.values():
+        if origin.startswith("entry point "):
+            packages.add(origin.removeprefix("entry point ").split(":")[0].split(".")[0])
+        else:
+            files.append(origin)
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and name.split(".")[0] in packages:
+            files.append(file)
+    files += [str(c.target) for c in registry.components.get("study", {}).values()]
+    files += dirs  # a file added to a plugin folder
+    return sorted(set(files))
+
+
+# -- the cache file ---------------------------------------------------------------
+
+
+def _cache_path(dirs: list[str]) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fslab"
+    key = zlib.crc32("\0".join([sys.executable, *dirs]).encode())
+    return base / f"plugins-{key:08x}.json"
+
+
+def _read(path: Path) -> Listing | None:
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved["fingerprint"]["format"] != FORMAT or saved["fingerprint"] != _fingerprint(saved["files"]):
+            return None
+        return Listing(saved["components"], [tuple(f) for f in saved["failures"]])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write(path: Path, listing: Listing, files: list[str]) -> None:
+    """Save the listing; a cache folder that cannot be written only costs the next listing its speed."""
+    from fslab.core.files import atomic_write_text
+
+    record = {"fingerprint": _fingerprint(files), "files": files,
+              "components": listing.components, "failures": listing.failures}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(record, default=str), durable=False)
+    except OSError:
+        pass

@@ -1,0 +1,107 @@
+"""The plugin listing that ``fslab plugins`` and completion read: the same as
+a full load, read back while nothing it depends on changed, loaded again as
+soon as something did (fslab.core.listing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fslab.core.listing import plugin_listing
+from fslab.core.registry import load_registry
+
+LOSS = '''from fslab.plugin import LossOutput, hookimpl
+
+
+def {name}(z, labels, support=None, *, scale: float = 1.0):
+    return LossOutput(z.sum() * scale, 0, 0)
+
+
+@hookimpl
+def register_losses(register):
+    register({name}, name="{name}", description="{description}")
+'''
+
+
+@pytest.fixture
+def listing_env(tmp_path, monkeypatch):
+    """The real environment's plugins (no FSLAB_PLUGINS: that bypasses the cache),
+    a cache folder of the test's own, and a local plugin folder."""
+    for name in ("FSLAB_PLUGINS", "FSLAB_STRICT_PLUGINS", "FSLAB_NO_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "margin.py").write_text(LOSS.format(name="margin", description="first"))
+    return folder
+
+
+def _loaded(folder) -> list[dict]:
+    """What a full load describes, as the listing keeps it (through JSON)."""
+    registry = load_registry([folder])
+    return json.loads(json.dumps([registry.get(k, n).describe() for k in registry.components
+                                  for n in registry.names(k)], default=str))
+
+
+def test_the_cached_listing_equals_a_full_load(listing_env):
+    def no_load():
+        raise AssertionError("the listing loaded the plugins although its cache was true")
+
+    first = plugin_listing([listing_env])
+    assert list((listing_env.parent / "cache" / "fslab").glob("plugins-*.json"))
+    again = plugin_listing([listing_env], load=no_load)
+    assert first.components == again.components == _loaded(listing_env)
+    assert "margin" in again.names("loss") and "nca" in again.names("loss")
+    margin = next(c for c in again.of_kind("loss") if c["name"] == "margin")
+    assert margin["description"] == "first" and margin["params"] == {"scale": 1.0}
+
+
+def test_a_changed_plugin_file_or_a_new_one_is_seen_at_once(listing_env):
+    plugin_listing([listing_env])
+    path = listing_env / "margin.py"
+    path.write_text(LOSS.format(name="margin", description="second, edited"))
+    stamp = time.time_ns() + 5_000_000_000  # a clock that ticks coarsely must still show the edit
+    os.utime(path, ns=(stamp, stamp))
+    edited = plugin_listing([listing_env])
+    assert next(c for c in edited.of_kind("loss") if c["name"] == "margin")["description"] == "second, edited"
+
+    (listing_env / "hinge.py").write_text(LOSS.format(name="hinge", description="new"))
+    assert "hinge" in plugin_listing([listing_env]).names("loss")
+
+
+def test_a_damaged_cache_file_is_loaded_again(listing_env):
+    plugin_listing([listing_env])
+    (cache,) = (listing_env.parent / "cache" / "fslab").glob("plugins-*.json")
+    cache.write_text('{"fingerprint": ')
+    assert plugin_listing([listing_env]).components == _loaded(listing_env)
+
+
+@pytest.mark.parametrize("variable", ["FSLAB_PLUGINS", "FSLAB_NO_CACHE"])
+def test_a_restricted_or_uncached_listing_always_loads(listing_env, monkeypatch, variable):
+    plugin_listing([listing_env])
+    monkeypatch.setenv(variable, "margin" if variable == "FSLAB_PLUGINS" else "1")
+    loads = []
+
+    def counted():
+        loads.append(1)
+        return load_registry([listing_env])
+
+    plugin_listing([listing_env], load=counted)
+    assert loads == [1]
+
+
+def test_listing_from_the_cache_imports_no_plugin_module(listing_env):
+    code = ("import sys; from fslab.core.listing import plugin_listing; "
+            f"found = plugin_listing([{str(listing_env)!r}]); "
+            "print(len(found.names('loss')), sorted(m for m in sys.modules if m.startswith('fslab_plugins')))")
+    env = {**os.environ}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    count, imported = first.stdout.split(" ", 1)
+    assert imported.strip() != "[]"  # the first listing loaded the plugins
+    assert second.stdout.strip() == f"{count} []"  # the second read them back, importing none
