@@ -36,16 +36,15 @@ def plugins(
     Each parameter is shown with its default and, where the plugin declares them, the values it allows.
     """
     from fslab.core.listing import plugin_listing
-    from fslab.core.registry import KINDS, check_kind
 
     # the listing, not the registry: read back from the cache while no plugin changed (fslab.core.listing)
     found = plugin_listing(settings().plugin_dirs)
     for plugin, error in found.failures:
         err_console.print(shown(f"fslab plugin '{plugin}' failed to load: {error}"), highlight=False)
-    kinds = KINDS
+    kinds = found.kinds
     if kind is not None:
-        check_kind(kind)
-        kinds = (kind,)
+        found.check_kind(kind)
+        kinds = [kind]
     if as_json:
         for k in kinds:
             for c in found.of_kind(k):

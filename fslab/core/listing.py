@@ -31,14 +31,22 @@ UNCACHED_WHEN = ("FSLAB_PLUGINS", "FSLAB_STRICT_PLUGINS", "FSLAB_NO_CACHE")
 
 @dataclass(frozen=True)
 class Listing:
-    """Every registered component as ``fslab plugins --json`` describes it,
-    and ``(plugin, error)`` for each plugin that failed to load."""
+    """The plugin kinds, every registered component as ``fslab plugins --json``
+    describes it, and ``(plugin, error)`` for each plugin that failed to load."""
 
+    kinds: list[str]
     components: list[dict]
     failures: list[tuple[str, str]]
 
     def names(self, kind: str) -> list[str]:
         return sorted(c["name"] for c in self.components if c["kind"] == kind)
+
+    def check_kind(self, kind: str) -> None:
+        """One line naming the kinds when ``kind`` is none of them."""
+        from fslab.core.errors import UsageError, unknown
+
+        if kind not in self.kinds:
+            raise UsageError(unknown("plugin kind", kind, self.kinds))
 
     def of_kind(self, kind: str) -> list[dict]:
         return sorted((c for c in self.components if c["kind"] == kind), key=lambda c: c["name"])
@@ -61,11 +69,14 @@ def plugin_listing(plugin_dirs=(), *, load=None) -> Listing:
     else:
         registry = load()
     # as saved: a listing shows the same whether it was loaded or read back
+    from fslab.core.registry import KINDS
+
     found = json.loads(json.dumps({
+        "kinds": KINDS,
         "components": [registry.get(kind, name).describe() for kind in registry.components
                        for name in registry.names(kind)],
         "failures": [[f.plugin, f.error] for f in registry.failures]}, default=str))
-    listing = Listing(found["components"], [tuple(f) for f in found["failures"]])
+    listing = Listing(found["kinds"], found["components"], [tuple(f) for f in found["failures"]])
     if cached:
         _write(path, listing, _depends_on(registry, dirs))
     return listing
@@ -85,12 +96,12 @@ def _stamp(path: str) -> list | None:
 def _fingerprint(files: list[str]) -> dict:
     """fslab's version and registry code, the ``sys.path`` folders, and ``files``, each stamped."""
     import fslab
-    from fslab.core import registry
 
+    registry_code = str(Path(__file__).with_name("registry.py"))  # not imported: listing stays cheap
     here = os.getcwd()
     folders = [p for p in sys.path if p and p != here and os.path.isdir(p)]
     return {"format": FORMAT, "fslab": fslab.__version__, "python": sys.executable,
-            "stamps": {p: _stamp(p) for p in [registry.__file__, *folders, *files]}}
+            "stamps": {p: _stamp(p) for p in [registry_code, *folders, *files]}}
 
 
 def _depends_on(registry, dirs: list[str]) -> list[str]:
@@ -126,7 +137,7 @@ def _read(path: Path) -> Listing | None:
         saved = json.loads(path.read_text(encoding="utf-8"))
         if saved["fingerprint"]["format"] != FORMAT or saved["fingerprint"] != _fingerprint(saved["files"]):
             return None
-        return Listing(saved["components"], [tuple(f) for f in saved["failures"]])
+        return Listing(saved["kinds"], saved["components"], [tuple(f) for f in saved["failures"]])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -135,7 +146,7 @@ def _write(path: Path, listing: Listing, files: list[str]) -> None:
     """Save the listing; a cache folder that cannot be written only costs the next listing its speed."""
     from fslab.core.files import atomic_write_text
 
-    record = {"fingerprint": _fingerprint(files), "files": files,
+    record = {"fingerprint": _fingerprint(files), "files": files, "kinds": listing.kinds,
               "components": listing.components, "failures": listing.failures}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
