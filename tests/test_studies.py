@@ -544,3 +544,25 @@ def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(pro
     again = fslab(*argv, cwd=project, env=env)
     assert "0 done already, 3 queued or running, 0 queued again, 0 new" in again.stdout
     assert (project / "next-job").read_text().strip() == "103"  # nothing submitted the second time
+
+
+@pytest.mark.parametrize("name", ["sen-table2", "lpn-table1"])
+def test_protonet_papers_train_as_snells_code(registry, tmp_path, name):
+    """The SEN and L-PN papers build on Snell et al.'s ProtoNet code: Adam at
+    lr 1e-3, no weight decay, the rate halved every 2,000 episodes. On
+    miniImageNet (64 classes x 600 training images) each milestone must fall
+    within half an epoch of a multiple of 2,000 episodes."""
+    import math
+
+    study = find_study(registry, name)
+    resolved = [(p, c) for p, c in resolve_study(study, "paper", settings=store(tmp_path), registry=registry)
+                if c["dataset"]["name"] == "miniimagenet"]
+    assert resolved
+    for _, config in resolved:
+        train, sampler = config["train"], config["sampler"]
+        assert (train["optimizer"], train["lr"], train["weight_decay"], train["gamma"]) == ("adam", 0.001, 0.0, 0.5)
+        per_epoch = math.ceil(64 * 600 / (sampler["ways"] * (sampler["shots"] + sampler["queries"])))
+        total = per_epoch * train["epochs"]
+        halvings = [m * total / 2000 for m in train["milestones"]]
+        assert [round(h) for h in halvings] == list(range(1, total // 2000 + 1))
+        assert all(abs(h - round(h)) * 2000 < per_epoch / 2 for h in halvings)
