@@ -16,7 +16,9 @@ features are centred and L2-normalised and each query takes the class of the
 nearest support centroid (Sec. 3.4).
 
 This module registers the NCA loss (with the pair sub-sampling of Fig. 3),
-the supervised contrastive baseline (App. A.3), the samplers of the study
+the NCA loss with a learned temperature
+(:mod:`fslab_plugins.methods.nca_temperature`), the supervised contrastive
+baseline (App. A.3), the samplers of the study
 (i.i.d. with and without replacement, fixed batch composition), the
 nearest-centroid evaluator and the ``nca`` recipe. The ProtoNet ablations of
 App. A.2, Matching Networks (App. A.7) and the recipes of the paper's other
@@ -398,6 +400,16 @@ def register_losses(register):
         name="nca",
         description="NCA loss over all pairs of a batch (Eq. 3): softmax over negative squared distances.",
         paper=PAPER,
+        episodic=False,
+        check=check_nca,
+    )
+    register(
+        "fslab_plugins.methods.nca_temperature:LearnedTemperatureNCA",
+        name="nca-learned-temperature",
+        description="NCA loss (Eq. 3) whose temperature is trained with the network (the authors' "
+                    "--optimize-temperature), starting from temperature; logged per step.",
+        paper=PAPER,
+        params={"temperature": 1.0, "pair_fraction": 1.0},
         episodic=False,
         check=check_nca,
     )
