@@ -21,10 +21,12 @@ def test_the_api_exports_what_it_declares():
     assert all(hasattr(api, name) for name in api.__all__)
     assert {"hookimpl", "LossOutput", "Batch", "Split", "UsageError", "EvaluatorTraits",
             "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
-            "SizedDataset", "at_least", "positive", "between", "one_of", "matching", "listing"} <= set(api.__all__)
+            "SizedDataset", "at_least", "positive", "between", "one_of", "matching", "listing",
+            "Sink", "SinkRun"} <= set(api.__all__)
     assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed"}
-    # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies
-    assert api.API_VERSION == "1.2"
+    # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies;
+    # 1.3 sinks (register_sinks, Sink, SinkRun)
+    assert api.API_VERSION == "1.3"
 
 
 @pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda p: str(p.relative_to(PLUGINS)))

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 
 import torch
+from fslab_plugins.methods.nca import check_nca, nca
 from torch import nn
 
 from fslab.plugin import LossOutput
-from fslab_plugins.methods.nca import check_nca, nca
 
 
 class LearnedTemperatureNCA(nn.Module):
