@@ -135,6 +135,10 @@ def test_published_numbers_are_the_papers(registry):
     ({"published": [{"sweep": "pn", "dataset": "synthetic", "shots": 1, "accuracy": 1, "at": {"train.lr": 0.3}}]},
      "published[0].at.train.lr: 0.3 is not among the grid's values [0.1, 0.05]"),
     ({"quick": {"seeds": 0}}, "quick.seeds: must be a whole number at least 1, got 0"),
+    ({"quick": {"grid": {"train.epochs": [1]}}}, "quick.grid.train.epochs: is no sweep's grid key (train.lr)"),
+    ({"quick": {"grid": {"train.lr": []}}}, "quick.grid.train.lr: must be a non-empty list"),
+    ({"quick": {"grid": {"train.lr": [0.05]}}},
+     "quick.grid.train.lr: leaves out 0.1, where a published cell of sweep 'pn' is placed"),
     ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
 ])
 def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
@@ -566,3 +570,14 @@ def test_protonet_papers_train_as_snells_code(registry, tmp_path, name):
         halvings = [m * total / 2000 for m in train["milestones"]]
         assert [round(h) for h in halvings] == list(range(1, total // 2000 + 1))
         assert all(abs(h - round(h)) * 2000 < per_epoch / 2 for h in halvings)
+
+
+def test_the_quick_grid_narrows_a_sweep_only_at_quick_scale(registry, tmp_path):
+    data = tiny(quick={"grid": {"train.lr": [0.1]}})
+    study = parse_study(data, "studies/tiny.toml")
+    assert (study.run_count("paper"), study.run_count("quick")) == (2 + 2 * 2, 1 + 1)  # seeds x points
+    lrs = sorted({next(layer["train"]["lr"] for layer in p.layers if "lr" in layer.get("train", {}))
+                  for p in plan_runs(study, "quick") if p.sweep == "pn"})
+    assert lrs == [0.1]
+    paper = [p.at for p in plan_runs(study, "paper") if p.sweep == "pn"]
+    assert paper == [{"train.lr": 0.1}] * 2 + [{"train.lr": 0.05}] * 2

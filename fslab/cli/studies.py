@@ -107,9 +107,10 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
                          project.runs_dir)
     seeds = study.seeds(scale)
     sweeps = [{"name": s.name, "label": s.label, "method": s.method, "seeds": seeds[s.name],
-               "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets}, "grid": s.grid,
+               "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets},
+               "grid": {k: (study.quick.grid if scale == "quick" else {}).get(k, v) for k, v in s.grid.items()},
                "set": {**s.set, **(study.quick.set if scale == "quick" else {})},
-               "runs": len(s.datasets) * len(s.points()) * seeds[s.name]} for s in study.sweeps]
+               "runs": len(s.datasets) * len(study.points(s, scale)) * seeds[s.name]} for s in study.sweeps]
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
             "description": study.description, "scale": scale, "runs": study.run_count(scale), "sweeps": sweeps,
             "published": len(study.published), "gpu_hours": estimate, "gpu_hours_note": gpu_hours_note(estimate)}

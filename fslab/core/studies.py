@@ -8,7 +8,7 @@ A study is a TOML file (the schema is in the README, "Reproducing the papers")::
     description = "..."
     [paper]                              # authors, title, year, arxiv (and venue)
     [[sweep]]                            # name, label, method, datasets, seeds, grid, set
-    [quick]                              # seeds, dataset, set: the --scale quick override
+    [quick]                              # seeds, dataset, set, grid: the --scale quick override
     [plot]                               # figure studies: x = a grid key
     [[published]]                        # sweep, dataset, shots, ways, accuracy, ci95, at
 
@@ -40,7 +40,7 @@ ARXIV = re.compile(r"\d{4}\.\d{4,5}")
 TOP_KEYS = ("name", "title", "table", "figure", "description", "paper", "sweep", "quick", "plot", "published")
 PAPER_KEYS = ("authors", "title", "year", "arxiv", "venue")
 SWEEP_KEYS = ("name", "label", "method", "datasets", "seeds", "grid", "set")
-QUICK_KEYS = ("seeds", "dataset", "set")
+QUICK_KEYS = ("seeds", "dataset", "set", "grid")
 CELL_KEYS = ("sweep", "dataset", "shots", "ways", "accuracy", "ci95", "at")
 # Keys a study may not set in grid or set: the seed comes from `seeds`, the dataset from `datasets`.
 RESERVED = ("seed", "dataset.name")
@@ -71,10 +71,11 @@ class StudySweep:
     grid: dict[str, list] = field(default_factory=dict)
     set: dict[str, Any] = field(default_factory=dict)  # dotted key -> value
 
-    def points(self) -> list[dict]:
-        """Every grid combination as {key: value} (one empty point without a grid)."""
-        keys = list(self.grid)
-        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+    def points(self, narrower: dict | None = None) -> list[dict]:
+        """Every grid combination as {key: value} (one empty point without a grid);
+        ``narrower`` gives other values for some grid keys (the quick scale's)."""
+        grid = {k: (narrower or {}).get(k, values) for k, values in self.grid.items()}
+        return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,13 @@ class Cell:
 
 @dataclass(frozen=True)
 class QuickScale:
-    """What ``--scale quick`` changes: fewer seeds, another dataset, smaller settings."""
+    """What ``--scale quick`` changes: fewer seeds, another dataset, smaller
+    settings, and fewer values of a grid key (a figure's line keeps two points)."""
 
     seeds: int = 1
     dataset: str = "synthetic"
     set: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -119,9 +122,13 @@ class Study:
     def seeds(self, scale: str) -> dict[str, int]:
         return {s.name: (self.quick.seeds if scale == "quick" else s.seeds) for s in self.sweeps}
 
+    def points(self, sweep: StudySweep, scale: str = "paper") -> list[dict]:
+        """The grid points ``sweep`` runs at ``scale``."""
+        return sweep.points(self.quick.grid if scale == "quick" else None)
+
     def run_count(self, scale: str = "paper") -> int:
         seeds = self.seeds(scale)
-        return sum(len(s.datasets) * len(s.points()) * seeds[s.name] for s in self.sweeps)
+        return sum(len(s.datasets) * len(self.points(s, scale)) * seeds[s.name] for s in self.sweeps)
 
 
 # -- reading -------------------------------------------------------------------
@@ -198,7 +205,7 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
     what = check.text(data, kind, "")
     paper = _paper(check, data.get("paper"))
     sweeps = _sweeps(check, data.get("sweep"))
-    quick = _quick(check, data.get("quick", {}))
+    quick = _quick(check, data.get("quick", {}), sweeps)
     plot_x = None
     if "plot" in data:
         plot = check.keys(data["plot"], ("x",), "plot")
@@ -206,6 +213,11 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
         if not any(plot_x in s.grid for s in sweeps):
             check.fail("plot.x", f"'{plot_x}' is not a grid key of any sweep")
     published = _published(check, data.get("published", []), {s.name: s for s in sweeps})
+    for cell in published:  # the quick scale runs every published cell too
+        for key, value in cell.at.items():
+            if key in quick.grid and value not in quick.grid[key]:
+                check.fail(f"quick.grid.{key}", f"leaves out {value!r}, where a published cell of sweep "
+                                                f"'{cell.sweep}' is placed")
     return Study(name=name, title=check.text(data, "title", ""), what=what, kind=kind,
                  description=check.text(data, "description", "", required=False), paper=paper,
                  sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path)
@@ -250,12 +262,19 @@ def _sweeps(check: _Checker, tables: Any) -> tuple[StudySweep, ...]:
     return tuple(sweeps.values())
 
 
-def _quick(check: _Checker, table: Any) -> QuickScale:
+def _quick(check: _Checker, table: Any, sweeps: tuple[StudySweep, ...]) -> QuickScale:
     check.keys(table, QUICK_KEYS, "quick")
+    grid = check.settings(table.get("grid", {}), "quick.grid")
+    grid_keys = {k for s in sweeps for k in s.grid}
+    for key, values in grid.items():
+        if key not in grid_keys:
+            check.fail(f"quick.grid.{key}", f"is no sweep's grid key ({', '.join(sorted(grid_keys)) or 'none'})")
+        if not isinstance(values, list) or not values:
+            check.fail(f"quick.grid.{key}", "must be a non-empty list of values")
     return QuickScale(seeds=check.whole(table, "seeds", "quick.", 1, default=1),
                       dataset=check.text(table, "dataset", "quick.", required=False, default="synthetic")
                       or "synthetic",
-                      set=check.settings(table.get("set", {}), "quick.set"))
+                      set=check.settings(table.get("set", {}), "quick.set"), grid=grid)
 
 
 def _published(check: _Checker, tables: Any, sweeps: dict[str, StudySweep]) -> tuple[Cell, ...]:
@@ -363,7 +382,7 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
             if scale == "quick":
                 quick = [nest(k.split("."), v) for k, v in study.quick.set.items()
                          if not k.startswith("dataset.") or trains_on == study.quick.dataset]
-            for point in sweep.points():
+            for point in study.points(sweep, scale):
                 at = [nest(k.split("."), v) for k, v in point.items()]
                 for seed in range(seeds):
                     layers = (*base, *at, *quick, *extra, {"seed": seed})

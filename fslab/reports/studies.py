@@ -63,7 +63,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     for sweep in study.sweeps:
         seeds = study.seeds(used_scale or "paper")[sweep.name]
         for dataset in sweep.datasets:
-            for point in sweep.points():
+            for point in study.points(sweep, used_scale or "paper"):
                 place = {"sweep": sweep.name, "dataset": dataset, "at": point}
                 runs = [Run(Path(runs_dir) / run_id) for run_id, where in places.items() if place in where]
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
