@@ -3,7 +3,7 @@
 Fast tests: every built-in study parses and all its runs resolve at both
 scales; the parser's one-line errors (and a property test that it never fails
 otherwise); the verdict rule; a report on hand-made run folders; reuse of runs
-done with the same settings. The slow test runs a built-in study at
+done with the same settings. The slow test runs every built-in study at
 ``--scale quick`` end to end through the real CLI and worker processes.
 """
 
@@ -453,28 +453,42 @@ def test_study_list_does_not_import_torch(project):
 
 
 @pytest.mark.slow
-def test_a_built_in_study_at_quick_scale_end_to_end(project):
-    """Queue Table 3 at quick scale, train with real worker processes, report; then run it again: all reused."""
-    started = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
-    assert started.returncode == 0, started.stderr
-    assert "5 new" in started.stdout
-
+def test_every_built_in_study_at_quick_scale_end_to_end(project):
+    """Queue every built-in study at quick scale in one store (runs shared between studies are
+    trained once), train with real worker processes, report each; then run one again: all reused."""
     from fslab.core.registry import load_registry
 
-    study = find_study(load_registry(), "nca-table3")
+    registry = load_registry()
+    # two runs at a time: a quick run is mostly Python and torch starting, one core each
+    (project / "fslab.toml").write_text("[scheduler]\ncpu_slots = 2\n")
+    queued = {}
+    for name in BUILT_IN:
+        started = fslab("study", "run", name, "--scale", "quick", "--set", "device=cpu", cwd=project)
+        assert started.returncode == 0, started.stderr
+        queued[name] = started.stdout
+    assert "5 new" in queued["nca-table3"] and "0 new" in queued["nca-table4"]  # Table 4's quick runs are Table 3's
+    studies = {name: find_study(registry, name) for name in BUILT_IN}
 
     def finished():  # read in this process: a CLI call per poll would compete with the workers for the CPU
-        rows = study_report(study, project / "runs")["rows"]
-        return rows if all(r["verdict"] != PENDING for r in rows) else None
+        reports = {name: study_report(study, project / "runs") for name, study in studies.items()}
+        done = all(r["verdict"] != PENDING for report in reports.values() for r in report["rows"])
+        return reports if done else None
 
-    rows = wait_for(finished, timeout=300, what="the study's runs")
-    assert len(rows) == 16
-    assert {r["verdict"] for r in rows} == {NOT_COMPARABLE}
-    assert all(0.2 < r["measured"]["accuracy"] <= 1.0 and r["measured"]["episodes"] == 50 for r in rows)
-    out = fslab("study", "report", "nca-table3", "--out", "report", cwd=project)
-    assert out.returncode == 0, out.stderr
-    text = (project / "report" / "nca-table3.md").read_text()
-    assert "Scale: quick" in text and "miniimagenet -> synthetic" in text
+    reports = wait_for(finished, timeout=900, what="every study's runs")
+    for name, report in reports.items():
+        rows = report["rows"]
+        assert rows and report["scale"] == "quick", name
+        assert {r["verdict"] for r in rows} <= {NOT_COMPARABLE, NOT_PUBLISHED}, name  # figure points: no number
+        assert all(0.0 < r["measured"]["accuracy"] <= 1.0 and r["measured"]["episodes"] == 50 for r in rows), name
+    table3 = reports["nca-table3"]["rows"]
+    assert len(table3) == 16 and all(r["measured"]["accuracy"] > 0.2 for r in table3)  # 5-way chance: 0.2
+    for name in BUILT_IN:
+        out = fslab("study", "report", name, "--out", "report", cwd=project)
+        assert out.returncode == 0, out.stderr
+        text = (project / "report" / f"{name}.md").read_text()
+        assert "Scale: quick" in text and "-> synthetic" in text, name
+    assert (project / "report" / "nca-fig2-cifar-fs.png").stat().st_size > 1000
+    assert (project / "report" / "nca-fig3-miniimagenet.png").stat().st_size > 1000
     again = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
     assert "5 done already" in again.stdout and "0 new" in again.stdout
 
