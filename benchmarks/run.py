@@ -2,8 +2,9 @@
 
 Prints, measured in this one run on this machine:
 
-1. CLI start-up: wall time of ``fslab --help``, ``fslab runs``, ``fslab plugins`` and
-   one shell completion (TAB) against a bare ``python -c pass`` (the interpreter's own start-up).
+1. CLI start-up: wall time of ``fslab --help``, ``fslab runs``, ``fslab plugins`` (also
+   without its listing cache) and one shell completion (TAB) against a bare ``python -c pass``
+   (the interpreter's own start-up), after one warm-up call (bytecode compiled, listing cached).
 2. Training throughput: images/s of a real ``fslab run`` (worker process, run
    store, logging) against a bare PyTorch loop with the same backbone, batch,
    loss, optimiser and data, as the ratio fslab / bare (1.00 = no overhead).
@@ -42,7 +43,21 @@ def wall_time(argv: list[str], cwd: Path, repeats: int = 5, env: dict | None = N
 COMPLETION = {"_FSLAB_COMPLETE": "complete_bash", "COMP_WORDS": "fslab run --backbone r", "COMP_CWORD": "3"}
 
 
+def warm_up(project: Path) -> None:
+    """What a second invocation finds: fslab's and the plugins' bytecode compiled
+    (also where PYTHONDONTWRITEBYTECODE keeps Python from writing it) and the
+    plugin listing cached (fslab.core.listing)."""
+    import fslab
+    import fslab_plugins
+
+    for package in (fslab, fslab_plugins):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(package.__file__).parent)],
+                       check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "fslab", "plugins"], cwd=project, check=True, capture_output=True)
+
+
 def startup(project: Path, repeats: int = 5) -> None:
+    warm_up(project)
     python = [sys.executable, "-c", "pass"]
     base = wall_time(python, project, repeats)
     print(f"{'command':<24}{'seconds':>9}{'vs python -c pass':>20}")
@@ -50,6 +65,9 @@ def startup(project: Path, repeats: int = 5) -> None:
     for args in (["--help"], ["runs"], ["plugins"]):
         seconds = wall_time([sys.executable, "-m", "fslab", *args], project, repeats)
         print(f"{'fslab ' + args[0]:<24}{seconds:9.3f}{seconds / base:19.2f}x")
+    uncached = wall_time([sys.executable, "-m", "fslab", "plugins"], project, repeats,
+                         env={**os.environ, "FSLAB_NO_CACHE": "1"})
+    print(f"{'  (without the cache)':<24}{uncached:9.3f}{uncached / base:19.2f}x")
     complete = [sys.executable, "-c", "import sys; sys.argv = ['fslab']; from fslab.cli import main; main()"]
     seconds = wall_time(complete, project, repeats, env={**os.environ, **COMPLETION})
     print(f"{'TAB: --backbone r':<24}{seconds:9.3f}{seconds / base:19.2f}x")
