@@ -137,10 +137,21 @@ def test_a_version_1_config_computed_in_fp32_without_compilation(registry):
     for key in ("precision", "channels_last", "compile", "tf32", "deterministic"):
         del version_1["train"][key]
     del version_1["eval"]["precision"]
+    del version_1["sinks"]
     migrated = migrate(version_1)
-    assert migrated["config_version"] == CONFIG_VERSION == 2
+    assert migrated["config_version"] == CONFIG_VERSION == 3
     assert {k: migrated["train"][k] for k in ("precision", "channels_last", "compile", "tf32", "deterministic")} == \
         {"precision": "fp32", "channels_last": "off", "compile": "off", "tf32": False, "deterministic": False}
     assert migrated["eval"]["precision"] == "fp32"
     typed = run_config(version_1)
     assert (typed.train.precision, typed.train.tf32, typed.eval.precision) == ("fp32", False, "fp32")
+
+
+def test_a_version_2_config_had_no_sinks(registry):
+    """Version 3 added the sinks: a run saved before sent its events nowhere else."""
+    version_2 = resolve("nca", registry=registry, settings=Settings())
+    version_2["config_version"] = 2
+    del version_2["sinks"]
+    migrated = migrate(version_2)
+    assert migrated["config_version"] == 3 and migrated["sinks"] == {}
+    assert run_config(version_2).sinks == {}

@@ -96,6 +96,10 @@ GpusOpt = Annotated[int | None, typer.Option(
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against "
                   "what each key allows before a run is created.")]
+SinkOpt = Annotated[list[str] | None, typer.Option(
+    "--sink", metavar="NAME", autocompletion=names_of("sink"),
+    help="Also send the run's events to this sink, e.g. tensorboard, mlflow or wandb (repeatable; see fslab plugins "
+         "--kind sink); its parameters with --set sinks.NAME.KEY=VALUE. Added to the [run] sinks of fslab.toml.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON lines, one object per item, instead of a table.")]
 WideFlag = Annotated[bool, typer.Option(
     "--wide", help="Print tables at their full width, whatever the terminal's (or COLUMNS) is.")]
@@ -124,9 +128,10 @@ def registry(project_settings=None):
                               report=lambda line: err_console.print(shown(line), highlight=False))
 
 
-def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None) -> list[dict]:
+def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None,
+              sinks=None) -> list[dict]:
     """Config layers from the options of `fslab run` (then --set, in order)."""
-    from fslab.core.config import nest, parse_assignment
+    from fslab.core.config import SINKS, nest, parse_assignment
 
     options = {
         ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,
@@ -134,6 +139,7 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
         ("seed",): seed, ("device",): device, ("train", "processes"): gpus,
     }
     layers = [nest(list(path), value) for path, value in options.items() if value is not None]
+    layers += [{SINKS: {name: {}}} for name in sinks or []]
     return layers + [nest(*parse_assignment(text)) for text in set_ or []]
 
 

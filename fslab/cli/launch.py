@@ -24,6 +24,7 @@ from fslab.cli.common import (
     RunRef,
     SeedOpt,
     SetOpt,
+    SinkOpt,
     SlurmOpt,
     WideFlag,
     app,
@@ -59,6 +60,7 @@ def run(
     device: DeviceOpt = None,
     set_: SetOpt = None,
     gpus: GpusOpt = None,
+    sink: SinkOpt = None,
     detach: Annotated[bool, typer.Option("--detach", "-d",
                                          help="Start the run and return at once, printing its id.")] = False,
     executor: ExecutorOpt = "local",
@@ -74,7 +76,7 @@ def run(
 
     project = settings()
     options = executors.job_options(project, executor, slurm)
-    layers = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus)
+    layers = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink)
     method, layers = _method_and_layers(method, like, layers, project)
     started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options)
     if detach:
@@ -199,6 +201,7 @@ def sweep(
     device: DeviceOpt = None,
     set_: SetOpt = None,
     gpus: GpusOpt = None,
+    sink: SinkOpt = None,
     fail_fast: Annotated[bool, typer.Option(
         "--fail-fast", help="At the first failed run, cancel the runs still queued "
                             "(with --executor slurm: the jobs not yet started).")] = False,
@@ -236,7 +239,7 @@ def sweep(
                          "or fslab sweep --file SWEEP.toml")
     grid_values.update(parse_grid(grid or []))
     base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
-                     gpus)
+                     gpus, sink)
     sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
                                            registry=registry(project), fail_fast=fail_fast, slurm=options)
     follow = "fslab runs" if options is not None else "fslab queue"

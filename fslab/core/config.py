@@ -51,11 +51,20 @@ else:  # pragma: no cover
 
 PLUGIN_SECTIONS = ("dataset", "backbone", "loss", "sampler", "evaluator")
 SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugin params
+# Where a run's events are also sent: {sink name: its parameters} (fslab.core.sinks).
+# It never changes what a run computes, so comparisons and studies do not tell runs apart by it.
+SINKS = "sinks"
+
+
+def outside_settings(key: str) -> bool:
+    """Whether a dotted key is bookkeeping of where a run reports, not a setting of what it computes."""
+    return key == SINKS or key.startswith(SINKS + ".")
+
 
 # The version of the saved configuration's layout. A configuration saved by an
 # older fslab is brought to this one by migrate(); bump it, and add a step there,
 # whenever a key is added, renamed or changes meaning.
-CONFIG_VERSION = 2
+CONFIG_VERSION = 3
 PER_DATASET = "per_dataset"  # a recipe's layers for runs on one dataset: {"omniglot": {...}, ...}
 
 
@@ -142,6 +151,7 @@ class RunConfig:
     evaluator: dict = field(default_factory=lambda: {"name": "centroid"})
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sinks: dict = field(default_factory=dict)  # {sink name: parameters}: where the events are also sent
     config_version: int = CONFIG_VERSION
 
     def as_dict(self) -> dict:
@@ -239,6 +249,7 @@ def resolve(
         _check_types(config, DEFAULTS, "")
         _check_ranges(config)
         _fill_plugin_params(config, registry)
+        _fill_sink_params(config, registry)
         _check_compatible(config, registry)
         check_plugins(config, registry)
     config["config_version"] = CONFIG_VERSION
@@ -312,7 +323,10 @@ ADDED_IN_VERSION_2: dict[str, Any] = {
     "eval": {"precision": "fp32"},
 }
 
-MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2}  # version -> what the next version added
+# Version 3 added the sinks; a run saved before had none.
+ADDED_IN_VERSION_3: dict[str, Any] = {SINKS: {}}
+
+MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2, 2: ADDED_IN_VERSION_3}  # version -> what came next
 
 
 def migrate(config: dict) -> dict:
@@ -345,7 +359,7 @@ def _with_missing(config: dict, added: dict) -> dict:
     for key, value in added.items():
         if key not in out:
             out[key] = copy.deepcopy(value)
-        elif key not in PLUGIN_SECTIONS and isinstance(value, dict) and isinstance(out[key], dict):
+        elif key not in PLUGIN_SECTIONS and key != SINKS and isinstance(value, dict) and isinstance(out[key], dict):
             out[key] = _with_missing(out[key], value)
     return out
 
@@ -362,6 +376,8 @@ def run_config(config: dict) -> RunConfig:
             if not isinstance(config[name], dict) or not isinstance(config[name].get("name"), str):
                 raise ConfigError(f"config section '{name}' must hold a plugin name, got {config[name]!r}")
             values[name] = copy.deepcopy(config[name])
+        elif name == SINKS:
+            values[name] = copy.deepcopy(_sinks_shape(config[name], "config"))
         elif isinstance(default, dict):
             values[name] = _typed_section(name, config[name])
         else:
@@ -392,6 +408,17 @@ def _check_keys(values: dict, expected: list[str], prefix: str) -> None:
                           f"Allowed: {', '.join(prefix + k for k in expected)}.")
 
 
+def _sinks_shape(value: Any, source: str) -> dict:
+    """``sinks`` as ``{name: {parameters}}``; a list of names (``[run] sinks =
+    ["tensorboard"]`` in fslab.toml) is the same with no parameters."""
+    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+        return {name: {} for name in value}
+    if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+        return value
+    raise ConfigError(f"{source}: 'sinks' must be a list of sink names (sinks = [\"tensorboard\"]) or a table of "
+                      f"each sink's parameters ([run.sinks.mlflow]), got {value!r:.80}")
+
+
 def _check_shape(layer: dict, source: str) -> None:
     """Unknown keys in the core sections, with the closest match."""
     for key, value in layer.items():
@@ -400,6 +427,9 @@ def _check_shape(layer: dict, source: str) -> None:
                 f"{source}: unknown config key '{key}'.{did_you_mean(key, DEFAULTS)} "
                 f"Allowed: {', '.join(DEFAULTS)}."
             )
+        if key == SINKS:
+            layer[key] = _sinks_shape(value, source)
+            continue
         if isinstance(DEFAULTS[key], dict) and key not in PLUGIN_SECTIONS:
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: '{key}' is a section; set its keys, "
@@ -443,6 +473,8 @@ def check_value(key: str, value: Any, default: Any) -> Any:
 
 def _check_types(config: dict, defaults: dict, prefix: str) -> None:
     for key, default in defaults.items():
+        if key == SINKS and not prefix:
+            continue  # each sink's parameters are checked against the sink (_fill_sink_params)
         if key in PLUGIN_SECTIONS:
             if not isinstance(config[key].get("name"), str) or not config[key]["name"]:
                 raise ConfigError(f"config key '{key}.name' must be a plugin name (a string)")
@@ -472,6 +504,25 @@ def _fill_plugin_params(config: dict, registry) -> None:
                 values[key] = check_value(f"{section}.{key}", values[key], default)
             else:
                 values[key] = copy.deepcopy(default)
+
+
+def _fill_sink_params(config: dict, registry) -> None:
+    """Each sink a registered one, its parameters its own (with the rules it
+    declares), and the defaults of the rest written out, as for plugin sections."""
+    for name, values in config[SINKS].items():
+        component = registry.get("sink", name)
+        for key in values:
+            if key not in component.params:
+                allowed = ", ".join(sorted(component.params)) or "(none)"
+                raise ConfigError(f"unknown parameter '{SINKS}.{name}.{key}' for sink '{name}'."
+                                  f"{did_you_mean(key, component.params)} Allowed: {allowed}.")
+        for key, default in component.params.items():
+            if key in values:
+                values[key] = check_value(f"{SINKS}.{name}.{key}", values[key], default)
+            else:
+                values[key] = copy.deepcopy(default)
+        for param, rule in component.info.get("allowed", {}).items():
+            check_rule(f"{SINKS}.{name}.{param}", values.get(param), rule)
 
 
 def _check_ranges(config: dict) -> None:

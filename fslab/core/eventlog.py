@@ -21,10 +21,13 @@ from fslab.core.summary import SummaryFile
 class EventLog:
     """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once,
     and echoed as a readable line (what ``fslab logs`` shows) when ``echo``.
-    A log that is not ``enabled`` (ranks other than 0) writes nothing."""
+    A log that is not ``enabled`` (ranks other than 0) writes nothing.
+    Each of ``listeners`` (the run's sinks: :class:`fslab.core.sinks.SinkFeed`)
+    is called with every event once it is written; it must not block or raise."""
 
-    def __init__(self, run: Run, *, echo: bool = True, enabled: bool = True) -> None:
+    def __init__(self, run: Run, *, echo: bool = True, enabled: bool = True, listeners=()) -> None:
         self.run, self.echo, self.enabled = run, echo, enabled
+        self.listeners = list(listeners) if enabled else []
         self.file = open(run.metrics_path, "a", encoding="utf-8") if enabled else None
         self.summary = SummaryFile(run.path)
         if enabled:
@@ -41,6 +44,8 @@ class EventLog:
         self.summary.save()
         if self.echo:
             print(describe_event(record), flush=True)
+        for listener in self.listeners:
+            listener(record)
         return record
 
     def close(self) -> None:

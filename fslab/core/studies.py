@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fslab.core.config import nest
+from fslab.core.config import nest, outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
@@ -399,7 +399,7 @@ def settings_key(config: dict) -> str:
     """A resolved configuration as comparable text, without :data:`IGNORED` keys:
     two runs with the same key train and score the same way."""
     flat = dotted(config)
-    return json.dumps({k: v for k, v in flat.items() if k not in IGNORED}, sort_keys=True)
+    return json.dumps({k: v for k, v in flat.items() if k not in IGNORED and not outside_settings(k)}, sort_keys=True)
 
 
 def find_study(registry, ref: str) -> Study:

@@ -129,17 +129,21 @@ class CheckContext:
         return None if self.sizes is None else self.sizes.get(name)
 
 
-@dataclass(frozen=True)
+@dataclass
 class SinkRun:
     """The run a sink is fed: its id and folder, its resolved configuration
-    (``config.json``), the sweep it belongs to, and whether the events are a
-    replay of a run already on disk (``fslab export``) rather than live."""
+    (``config.json``), the sweep it belongs to, whether the events are a
+    replay of a run already on disk (``fslab export``) rather than live, and
+    its ``state``: ``running`` while it trains; by the time the sink's
+    ``close()`` is called, the state it ended in (``completed``, ``failed``,
+    ``killed``)."""
 
     id: str
     path: Any  # pathlib.Path of runs/<id>/
     config: dict
     sweep: str | None = None
     replay: bool = False
+    state: str = "running"
 
     def tags(self) -> dict[str, str]:
         """The names a tracker files the run under: method, loss, backbone,

@@ -220,10 +220,39 @@ def main(argv: list[str]) -> int:
     (run.path / RANK_FAILED).unlink(missing_ok=True)  # before any rank can have trained
     keeper.start(resume)
     watch_torchrun()
+    sinks = open_sinks(run)
+    try:
+        return _train(run, resume, keeper, sinks)
+    finally:  # the run's state is final: each sink may now close (fslab.core.sinks)
+        if sinks is not None:
+            sinks.close(run.status().get("state", "failed"))
+
+
+def open_sinks(run: Run):
+    """The feed of the sinks the run's configuration names, or None without any
+    (or when even the registry cannot be read: the run goes on without them)."""
+    config = run.config()
+    if not config.get("sinks"):
+        return None
+    from fslab.core.registry import load_registry
+    from fslab.core.settings import load_settings
+    from fslab.core.sinks import SinkFeed
+    from fslab.core.types import SinkRun
+
+    try:
+        return SinkFeed(load_registry(load_settings().plugin_dirs),
+                        SinkRun(run.id, run.path, config, sweep=run.status().get("sweep")))
+    except Exception as exc:
+        print(f"fslab: the run's sinks could not be started: {_one_line(exc)}; the run goes on without them",
+              file=sys.stderr, flush=True)
+        return None
+
+
+def _train(run: Run, resume: bool, keeper: StatusKeeper, sinks) -> int:
     try:
         from fslab.training.train import train
 
-        train(run, resume=resume)
+        train(run, resume=resume, listeners=[sinks] if sinks is not None else [])
         _leave_process_group()
         ignore_stop_signals()  # trained and tested: a stop arriving now must not cut the end short
     except Stopped as stop:

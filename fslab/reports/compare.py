@@ -19,6 +19,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from fslab.core.config import outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import own_evaluator
 from fslab.core.runstore import Run
@@ -90,7 +91,7 @@ def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leav
         if missing:
             raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}")
         return {k: flat[k] for k in keys}
-    return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out}
+    return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out and not outside_settings(k)}
 
 
 def group_runs(runs: list[Run], group_by: list[str] | None = None, files: RunFiles | None = None) -> list[Group]:

@@ -51,12 +51,13 @@ from fslab.training.record import (
 )
 
 
-def train(run: Run, resume: bool = False) -> dict:
+def train(run: Run, resume: bool = False, listeners=()) -> dict:
     """Train the run's configuration; with ``resume``, continue from its last
     checkpoint: the metrics file is cut back to that checkpoint and every state
     (weights, optimiser, schedule, RNG streams) is restored, so the result is
-    the one an uninterrupted run would have reached."""
-    trainer = setup(run, resume)
+    the one an uninterrupted run would have reached. Each of ``listeners`` gets
+    every event the run logs (:class:`fslab.core.eventlog.EventLog`)."""
+    trainer = setup(run, resume, listeners)
     # loss(head(model(x))) over the global batch; under DDP when there are several ranks. The backbone
     # runs in the run's precision (compiled if asked), the loss in float32 (fslab.training.numerics).
     parts, numerics = trainer.parts, trainer.numerics
@@ -68,7 +69,7 @@ def train(run: Run, resume: bool = False) -> dict:
     return trainer.finish()
 
 
-def setup(run: Run, resume: bool) -> Trainer:
+def setup(run: Run, resume: bool, listeners=()) -> Trainer:
     """Seed, build, and either restore the last checkpoint (``resume``) or
     evaluate the untrained network when ``eval.before_training`` asks."""
     cfg = run_config(run.config())
@@ -89,7 +90,7 @@ def setup(run: Run, resume: bool) -> Trainer:
         checkpoint = load_checkpoint(run.checkpoint_path, device)
         if world.main:
             truncate_to_checkpoint(run, checkpoint["epoch"])
-    log = EventLog(run, enabled=world.main)
+    log = EventLog(run, enabled=world.main, listeners=listeners)
     parts = build_training(registry, cfg, world, device, channels_last=numerics.channels_last)
     feature_network(parts.model, cfg.eval.feature_stages)  # a backbone without those stages fails now, not later
     trainer = Trainer(run, cfg, world, device, log, parts, numerics,

@@ -1,0 +1,146 @@
+"""Feeding a run's events to its sinks (TensorBoard, MLflow, W&B, a plugin's own).
+
+A run's ``metrics.jsonl`` is its record; a sink is a copy kept somewhere else,
+and it must never cost the record anything. So each sink of a live run gets a
+thread of its own and a bounded queue: :class:`SinkFeed` hands it each event
+after :class:`fslab.core.eventlog.EventLog` has written, flushed and
+summarised it, and never waits. The thread builds the sink (a tracker's import
+can take seconds, or fail), then writes the events in order. Whatever the sink
+does wrong is said once on stderr (the worker's ``stderr.log``), in one line
+naming it, and the run goes on without it:
+
+- it fails to import or to build, or ``write`` raises: it gets no more events;
+- it falls behind by :data:`QUEUE_SIZE` events: later ones are dropped (and
+  counted) until it catches up;
+- it has not finished within :data:`CLOSE_WAIT` seconds when the run ends: the
+  run ends anyway, and its thread is left to the interpreter's exit.
+
+``fslab export`` replays a finished run through the same sinks without a
+thread (:func:`replay`): there nothing is dropped, and an error is the
+command's own.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from fslab.core.types import SinkRun
+
+QUEUE_SIZE = 10_000  # events a sink may fall behind before later ones are dropped
+CLOSE_WAIT = 5.0  # seconds every sink of a run together gets to finish once the run has ended
+_END = object()  # the queue's last item
+
+
+def build_sink(registry, name: str, run: SinkRun, params: dict):
+    """The sink ``name`` for ``run``, built with ``params``."""
+    return registry.create("sink", name, context={"run": run}, **params)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class _Feeder:
+    """One sink's thread and queue."""
+
+    def __init__(self, name: str, build: Callable[[], object], say: Callable[[str], None]) -> None:
+        self.name, self.say = name, say
+        self.events: queue.Queue = queue.Queue(QUEUE_SIZE)
+        self.failed = False
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._work, args=(build,), name=f"fslab-sink-{name}", daemon=True)
+        self.thread.start()
+
+    def put(self, event: dict) -> None:
+        if self.failed:
+            return
+        try:
+            self.events.put_nowait(event)
+        except queue.Full:
+            if not self.dropped:
+                self.say(f"sink '{self.name}' is falling behind: events are dropped for it until it catches up "
+                         f"(the run's own files are complete)")
+            self.dropped += 1
+
+    def _fail(self, doing: str, exc: BaseException) -> None:
+        self.failed = True
+        text = " ".join(str(exc).split())[:300]
+        self.say(f"sink '{self.name}' failed {doing}: {type(exc).__name__}: {text}; the run goes on without it")
+
+    def _work(self, build: Callable[[], object]) -> None:
+        try:
+            sink = build()
+        except BaseException as exc:  # an import that fails or exits, a bad parameter: the sink is out
+            self._fail("to start", exc)
+            return
+        while True:
+            event = self.events.get()
+            if event is _END:
+                break
+            try:
+                sink.write(event)
+            except BaseException as exc:
+                self._fail(f"on a {event.get('event', '?')} event", exc)
+                return
+        try:
+            sink.close()
+        except BaseException as exc:
+            self._fail("to close", exc)
+
+    def finish(self, deadline: float) -> None:
+        """Ask the sink to close, and wait for it until ``deadline`` (time.monotonic)."""
+        while not self.failed and self.thread.is_alive():
+            try:
+                self.events.put(_END, timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+                break
+            except queue.Full:
+                if time.monotonic() >= deadline:
+                    break
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        if self.dropped:
+            self.say(f"sink '{self.name}' missed {self.dropped} events it fell behind on")
+        if self.thread.is_alive():
+            self.say(f"sink '{self.name}' had not finished {CLOSE_WAIT:g} s after the run ended; "
+                     f"what it had not written is missing there (fslab export replays the run)")
+
+
+class SinkFeed:
+    """The sinks a live run's configuration names (``sinks = {name: params}``),
+    each fed from its own thread; call it with each event, :meth:`close` once."""
+
+    def __init__(self, registry, run: SinkRun, say: Callable[[str], None] = _say) -> None:
+        self.run = run
+        self.feeders = [
+            _Feeder(name, lambda name=name, params=params: build_sink(registry, name, run, params), say)
+            for name, params in run.config.get("sinks", {}).items()
+        ]
+
+    def __call__(self, event: dict) -> None:
+        for feeder in self.feeders:
+            feeder.put(event)
+
+    def close(self, state: str) -> None:
+        """The run ended in ``state``: each sink sees it in ``run.state`` and is closed."""
+        self.run.state = state
+        deadline = time.monotonic() + CLOSE_WAIT
+        for feeder in self.feeders:
+            feeder.finish(deadline)
+
+
+def replay(registry, name: str, run: SinkRun, params: dict, events: Iterable[dict]) -> int:
+    """Write ``events`` (a finished run's; ``run.state`` its final state) to a
+    new sink ``name``, in order, and close it; returns how many were written.
+    Errors are the caller's."""
+    sink = build_sink(registry, name, run, params)
+    count = 0
+    try:
+        for event in events:
+            sink.write(event)
+            count += 1
+    finally:
+        sink.close()
+    return count

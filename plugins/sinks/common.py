@@ -1,0 +1,53 @@
+"""What the built-in sinks share: importing a tracker's package with one clear
+line when it is missing, naming an evaluation as the trackers show it, and
+flattening a configuration into dotted keys."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+def need(module: str, sink: str, extra: str) -> Any:
+    """``import module``, or an ImportError saying which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"sink '{sink}' needs the {extra} package ({exc}): pip install 'fslab[{extra}]'") from None
+
+
+def eval_prefix(event: dict, config: dict) -> str:
+    """``val/5way_1shot``: an evaluation's split and episode shape, and its
+    evaluator's label when it is not the run's own (``test/5way_1shot/knn[k=3]``)."""
+    prefix = f"{event['split']}/{event['ways']}way_{event['shots']}shot"
+    own = (config.get("evaluator") or {}).get("name", "centroid")
+    label = str(event.get("evaluator", own))
+    return prefix if label == own else f"{prefix}/{label}"
+
+
+def eval_values(event: dict) -> dict[str, float]:
+    """An evaluation's numbers: its score under its metric's name, and the CI."""
+    metric = str(event.get("metric", "accuracy"))
+    return {metric: float(event["accuracy"]), f"{metric}_ci95": float(event["ci95"])}
+
+
+# The numbers of a train event that are not one of its counters' own fields.
+TRAIN_SKIP = ("event", "time", "step", "epoch")
+
+
+def train_values(event: dict) -> dict[str, float]:
+    """A train event's numbers: loss, pair counts, learning rate, images/s and
+    whatever counters the loss adds (``rows_without_positive``)."""
+    return {k: float(v) for k, v in event.items()
+            if k not in TRAIN_SKIP and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def flat(config: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 0.1}}`` -> ``{"train.lr": 0.1}``; lists stay values."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -1,0 +1,83 @@
+"""The ``tensorboard`` sink: a run's scalars and configuration as TensorBoard
+event files, in ``runs/<id>/tb/`` (or ``LOG_DIR/<id>/`` with ``log_dir``), so
+``tensorboard --logdir runs`` shows every run.
+
+Tags: ``train/loss``, ``train/positives``, ``train/negatives``, ``train/lr``,
+``train/images_per_s`` (and any counter the loss adds), and per evaluation
+``val/5way_1shot/accuracy`` and ``.../accuracy_ci95`` (``test/...`` for the
+test, with the evaluator's label where it is not the run's own), all on the
+training step. The resolved configuration is the text ``config``, and at the
+end the hyperparameters (HPARAMS tab) with the test accuracies as their
+metrics. A resumed run purges what it logged after its checkpoint, as
+TensorBoard's ``purge_step`` does; ``fslab export`` rewrites the folder.
+
+Writing uses ``torch.utils.tensorboard``, which needs the ``tensorboard``
+package (``pip install 'fslab[tensorboard]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from fslab_plugins.sinks.common import eval_prefix, eval_values, flat, need, train_values
+
+from fslab.plugin import hookimpl
+
+
+class TensorBoardSink:
+    """One run's TensorBoard log (see the module)."""
+
+    def __init__(self, run, *, log_dir: str = "") -> None:
+        self.board = need("torch.utils.tensorboard", "tensorboard", "tensorboard")
+        self.run = run
+        self.folder = Path(log_dir).expanduser() / run.id if log_dir else Path(run.path) / "tb"
+        if run.replay:  # an export replaces what an earlier export or the live run wrote
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.writer = self.board.SummaryWriter(str(self.folder))
+        self.step = 0
+
+    def write(self, event: dict) -> None:
+        kind = event.get("event")
+        self.step = int(event.get("step", self.step))
+        if kind == "start":
+            text = json.dumps(self.run.config, indent=2)
+            self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: shown as code
+        elif kind == "resume":  # the events after the checkpoint are logged again: hide the old ones
+            self.writer.close()
+            self.writer = self.board.SummaryWriter(str(self.folder), purge_step=self.step + 1)
+        elif kind == "train":
+            for key, value in train_values(event).items():
+                self.writer.add_scalar(f"train/{key}", value, self.step)
+        elif kind == "eval":
+            prefix = eval_prefix(event, self.run.config)
+            for key, value in eval_values(event).items():
+                self.writer.add_scalar(f"{prefix}/{key}", value, self.step)
+        elif kind == "end":
+            self._hparams(event["results"])
+        if kind in ("checkpoint", "end"):
+            self.writer.flush()
+
+    def _hparams(self, results: dict) -> None:
+        """The configuration as hyperparameters, the test accuracies as their metrics, in this run's folder."""
+        from torch.utils.tensorboard.summary import hparams
+
+        ways = self.run.config.get("eval", {}).get("ways", 5)
+        values = {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v)
+                  for k, v in flat(self.run.config).items()}
+        metrics = {f"test/{ways}way_{shots.removesuffix('-shot')}shot/accuracy": float(r["accuracy"])
+                   for shots, r in results.items()}
+        for summary in hparams(values, metrics):
+            self.writer.file_writer.add_summary(summary)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@hookimpl
+def register_sinks(register):
+    register(TensorBoardSink, name="tensorboard",
+             description="TensorBoard event files in runs/<id>/tb/ (or log_dir/<id>/): training and evaluation "
+                         "scalars on the step axis, the configuration as text and hyperparameters.",
+             paper="TensorBoard (pip install 'fslab[tensorboard]')")
