@@ -202,7 +202,9 @@ def merge(base: dict, layer: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in layer.items():
         current = out.get(key)
-        if key in PLUGIN_SECTIONS and isinstance(value, dict) and isinstance(current, dict):
+        if key == SINKS and not value:  # sinks = [] (or {}): none, whatever a lower layer chose
+            out[key] = {}
+        elif key in PLUGIN_SECTIONS and isinstance(value, dict) and isinstance(current, dict):
             if "name" in value and value["name"] != current.get("name"):
                 keep = SECTION_KEYS.get(key, ("name",))
                 current = {k: v for k, v in current.items() if k in keep}

@@ -1,0 +1,230 @@
+"""Sinks fed by a live run (fslab.core.sinks): every event, in order, after it is
+in metrics.jsonl; a sink that raises, sleeps or cannot be imported never fails,
+slows or blocks the run, and is reported once; the configuration's sinks
+section (--sink, [run] sinks, --set sinks.NAME.KEY) is checked like any other."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from fslab.core import sinks as feeding
+from fslab.core.config import resolve
+from fslab.core.settings import Settings
+from fslab.core.types import SinkRun
+from fslab.reports.compare import flatten, run_settings
+
+from .runs_helpers import TINY, events, fslab
+
+# Sinks of a local plugin folder: one that records, and the three kinds of trouble.
+SINKS_PLUGIN = '''
+import json
+import time
+
+from fslab.plugin import hookimpl
+
+
+class Record:
+    def __init__(self, run, *, path: str = "record.jsonl"):
+        self.file = open(path, "w")
+        self.run = run
+
+    def write(self, event):
+        self.file.write(json.dumps(event) + "\\n")
+        self.file.flush()
+
+    def close(self):
+        self.file.write(json.dumps({"closed": self.run.state}) + "\\n")
+        self.file.close()
+
+
+class Raises:
+    def __init__(self, run):
+        pass
+
+    def write(self, event):
+        if event["event"] == "train":
+            raise RuntimeError("the tracker's server said no")
+
+    def close(self):
+        pass
+
+
+class Sleeps:
+    def __init__(self, run, *, seconds: float = 3600.0):
+        self.seconds = seconds
+
+    def write(self, event):
+        time.sleep(self.seconds)
+
+    def close(self):
+        time.sleep(self.seconds)
+
+
+@hookimpl
+def register_sinks(register):
+    register(Record, name="record", description="every event as a JSON line")
+    register(Raises, name="raises", description="fails on the first train event")
+    register(Sleeps, name="sleeps", description="never returns in time")
+    register("fslab_local_plugins.not_installed:Sink", name="unimportable", description="its package is missing",
+             params={})
+'''
+
+
+class Collect:
+    def __init__(self, run, *, into: list, fail_on: str = "", delay: float = 0.0):
+        self.run, self.into, self.fail_on, self.delay = run, into, fail_on, delay
+
+    def write(self, event):
+        time.sleep(self.delay)
+        if event["event"] == self.fail_on:
+            raise ValueError("boom\nsecond line")
+        self.into.append(event)
+
+    def close(self):
+        self.into.append({"closed": self.run.state})
+
+
+class FakeRegistry:
+    """Builds the sinks of these unit tests; the real registry is exercised by the end-to-end tests."""
+
+    def create(self, kind, name, context=None, **params):
+        assert kind == "sink"
+        if name == "missing":
+            raise ImportError("No module named 'tracker'")
+        return Collect(context["run"], **params)
+
+
+def feed_of(sinks: dict) -> tuple[feeding.SinkFeed, list[str]]:
+    said: list[str] = []
+    run = SinkRun("r1", "/nowhere", {"sinks": sinks})
+    return feeding.SinkFeed(FakeRegistry(), run, say=said.append), said
+
+
+EVENTS = [{"event": "start"}, *({"event": "train", "step": i} for i in range(1, 6)), {"event": "end"}]
+
+
+def test_every_event_reaches_every_sink_in_order_then_the_final_state():
+    first, second = [], []
+    feed, said = feed_of({"a": {"into": first}, "b": {"into": second}})
+    for event in EVENTS:
+        feed(event)
+    feed.close("completed")
+    assert first == second == [*EVENTS, {"closed": "completed"}]
+    assert said == []
+
+
+def test_a_sink_that_raises_is_reported_once_and_fed_no_more_while_the_others_go_on():
+    good, bad = [], []
+    feed, said = feed_of({"good": {"into": good}, "bad": {"into": bad, "fail_on": "train"}})
+    for event in EVENTS:
+        feed(event)
+    feed.close("completed")
+    assert good == [*EVENTS, {"closed": "completed"}] and bad == [{"event": "start"}]
+    assert said == ["sink 'bad' failed on a train event: ValueError: boom second line; the run goes on without it"]
+
+
+def test_a_sink_that_cannot_start_is_reported_once():
+    feed, said = feed_of({"missing": {}})
+    for event in EVENTS:
+        feed(event)
+    feed.close("failed")
+    assert said == ["sink 'missing' failed to start: ImportError: No module named 'tracker'; "
+                    "the run goes on without it"]
+
+
+def test_a_slow_sink_never_blocks_drops_beyond_its_queue_and_is_left_behind(monkeypatch):
+    monkeypatch.setattr(feeding, "QUEUE_SIZE", 3)
+    monkeypatch.setattr(feeding, "CLOSE_WAIT", 0.3)
+    got = []
+    feed, said = feed_of({"slow": {"into": got, "delay": 0.5}})
+    for event in EVENTS:  # 7 events into a queue of 3 while the sink sleeps on the first
+        feed(event)
+    feed.close("completed")
+    dropped = feed.feeders[0].dropped
+    assert dropped >= len(EVENTS) - 3 - 1  # at most the queue and the one in the sink's hands got through
+    assert said[0].startswith("sink 'slow' is falling behind: events are dropped for it until it catches up")
+    assert said[1] == f"sink 'slow' missed {dropped} events it fell behind on"
+    assert said[2].startswith("sink 'slow' had not finished 0.3 s after the run ended")
+    assert len(said) == 3
+
+
+# -- the configuration ------------------------------------------------------------
+
+
+def test_sinks_come_from_the_toml_list_the_options_and_set(registry):
+    settings = Settings(run={"sinks": ["tensorboard"]})
+    config = resolve("nca", registry=registry, settings=settings,
+                     overrides=[{"sinks": {"tensorboard": {"log_dir": "/tmp/tb"}}}])
+    assert config["sinks"] == {"tensorboard": {"log_dir": "/tmp/tb"}}
+    assert resolve("nca", registry=registry, settings=Settings())["sinks"] == {}
+    none = resolve("nca", registry=registry, settings=settings, overrides=[{"sinks": []}])  # --set sinks=[]
+    assert none["sinks"] == {}
+
+
+@pytest.mark.parametrize("layer, expected", [
+    ({"sinks": {"tensorbored": {}}}, "Unknown sink 'tensorbored'"),
+    ({"sinks": {"tensorboard": {"logdir": "x"}}},
+     "unknown parameter 'sinks.tensorboard.logdir' for sink 'tensorboard'. Did you mean 'log_dir'?"),
+    ({"sinks": {"tensorboard": {"log_dir": 3}}}, "config key 'sinks.tensorboard.log_dir' must be a string, got 3"),
+    ({"sinks": "tensorboard"}, "'sinks' must be a list of sink names"),
+])
+def test_a_bad_sink_is_one_line(registry, layer, expected):
+    from fslab.core.errors import FslabError
+
+    with pytest.raises(FslabError) as caught:
+        resolve("nca", registry=registry, settings=Settings(), overrides=[layer])
+    assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_runs_that_differ_only_in_sinks_are_one_group_in_compare(tmp_path):
+    from fslab.core.runstore import Run
+
+    base = {"method": "nca", "seed": 0, "train": {"lr": 0.1}, "sinks": {}}
+    other = {**base, "sinks": {"tensorboard": {"log_dir": ""}}}
+    run = Run(tmp_path / "r")
+    assert run_settings(run, flatten(base), None, "--group-by") == run_settings(run, flatten(other), None, "--group-by")
+
+
+# -- real runs ----------------------------------------------------------------------
+
+
+def _comparable(run_dir) -> list[dict]:
+    """The run's events without what depends on the clock."""
+    return [{k: v for k, v in e.items() if k not in ("time", "images_per_s")} for e in events(run_dir)]
+
+
+@pytest.mark.slow
+def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project):
+    (project / "mine").mkdir()
+    (project / "mine" / "trackers.py").write_text(SINKS_PLUGIN)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n\n[run]\nsinks = ['record']\n")
+    record = project / "record.jsonl"
+    with_sinks = fslab("run", "nca", *TINY, "--epochs", "2", "--seed", "3", "--sink", "raises", "--sink", "sleeps",
+                       "--sink", "unimportable", "--set", f"sinks.record.path={json.dumps(str(record))}",
+                       cwd=project)
+    assert with_sinks.returncode == 0, with_sinks.stderr
+    plain = fslab("run", "nca", *TINY, "--epochs", "2", "--seed", "3", "--set", "sinks=[]", cwd=project)
+    assert plain.returncode == 0, plain.stderr
+    sinked, unsinked = sorted((project / "runs").iterdir(), key=lambda p: json.loads(
+        (p / "config.json").read_text())["sinks"] == {})
+    config = json.loads((sinked / "config.json").read_text())
+    assert set(config["sinks"]) == {"record", "raises", "sleeps", "unimportable"}
+    assert json.loads((unsinked / "config.json").read_text())["sinks"] == {}
+
+    assert json.loads((sinked / "results.json").read_text())["test"] == \
+        json.loads((unsinked / "results.json").read_text())["test"]
+    assert _comparable(sinked) == _comparable(unsinked)
+    recorded = [json.loads(line) for line in record.read_text().splitlines()]
+    assert recorded[:-1] == events(sinked) and recorded[-1] == {"closed": "completed"}
+
+    stderr = (sinked / "stderr.log").read_text()
+    assert stderr.count("sink 'raises' failed on a train event: RuntimeError: the tracker's server said no; "
+                        "the run goes on without it") == 1
+    assert stderr.count("sink 'unimportable' failed to start: PluginError:") == 1
+    assert stderr.count("sink 'sleeps' had not finished 5 s after the run ended") == 1
+    assert "Traceback" not in stderr
+    status = json.loads((sinked / "status.json").read_text())
+    assert status["state"] == "completed" and status["exit_code"] == 0
