@@ -47,8 +47,9 @@ def warm_up(project: Path) -> None:
     """What a second invocation finds: fslab's and the plugins' bytecode compiled
     (also where PYTHONDONTWRITEBYTECODE keeps Python from writing it) and the
     plugin listing cached (fslab.core.listing)."""
-    import fslab
     import fslab_plugins
+
+    import fslab
 
     for package in (fslab, fslab_plugins):
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(package.__file__).parent)],

@@ -5,7 +5,8 @@
 - :mod:`fslab.cli.reports`: eval, compare, plot;
 - :mod:`fslab.cli.plugins`: plugins, and tui (the dashboard);
 - :mod:`fslab.cli.new`: new plugin (a plugin package from the templates of :mod:`fslab.kit`);
-- :mod:`fslab.cli.studies`: study list, show, run, report (a paper's table or figure).
+- :mod:`fslab.cli.studies`: study list, show, run, report (a paper's table or figure);
+- :mod:`fslab.cli.export`: export (finished runs replayed into a sink).
 
 A new command goes in the module of its group (or a new one imported below)
 and registers on :data:`fslab.cli.common.app`. Heavy modules (torch) are
@@ -36,6 +37,9 @@ from fslab.cli import new  # noqa: F401
 
 # isort: split
 from fslab.cli import studies  # noqa: F401
+
+# isort: split
+from fslab.cli import export  # noqa: F401
 
 # isort: split
 from fslab.cli.common import app, version_callback

@@ -1,0 +1,78 @@
+"""``fslab export``: replay finished runs into a sink (TensorBoard, MLflow, W&B, ...)
+through :mod:`fslab.execution.export`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from fslab.cli.common import (
+    JsonFlag,
+    app,
+    console,
+    err_console,
+    names_of,
+    registry,
+    runs_or_sweeps,
+    settings,
+    shown,
+)
+from fslab.core.errors import UsageError
+
+
+@app.command("export")
+def export_(
+    refs: Annotated[list[str], typer.Argument(
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.",
+        autocompletion=runs_or_sweeps)],
+    to: Annotated[str, typer.Option(
+        "--to", metavar="SINK", help="The sink to replay them into: tensorboard, mlflow, wandb or any installed sink "
+                                     "(fslab plugins --kind sink).", autocompletion=names_of("sink"))],
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="A parameter of the sink, e.g. --set tracking_uri=sqlite:///mlflow.db (repeatable); over the "
+                      "run's own and fslab.toml's [run.sinks.SINK].")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Replay finished runs into a sink, so runs made before it was chosen join it.
+
+    Exporting a run again replaces what the earlier export (or the live run) wrote there, never adds a copy.
+    Runs still queued or running are left out, each said in one line.
+    """
+    from fslab.core.config import SINKS, parse_assignment
+    from fslab.core.sweeps import select_runs
+    from fslab.execution.export import export_run, sink_params
+
+    project = settings()
+    found = registry(project)
+    found.get("sink", to)  # an unknown sink: one line naming the installed ones
+    command = {}
+    for text in set_ or []:
+        path, value = parse_assignment(text)
+        if path[:2] == [SINKS, to]:
+            path = path[2:]
+        if len(path) != 1:
+            raise UsageError(f"--set takes KEY=VALUE for a parameter of sink '{to}', got '{text}'")
+        command[path[0]] = value
+    toml = project.run.get(SINKS, {})
+    layers = [toml.get(to, {}) if isinstance(toml, dict) and isinstance(toml.get(to), dict) else {}, command]
+    sink_params(found, to, layers)  # a wrong --set: one line before any run is touched
+    exported, skipped = 0, 0
+    for run in select_runs(project.runs_dir, refs):
+        try:
+            done = export_run(found, run, to, layers)
+        except UsageError as exc:
+            skipped += 1
+            err_console.print(shown(str(exc)), highlight=False)
+            continue
+        exported += 1
+        if as_json:
+            print(json.dumps(done))
+        else:
+            console.print(f"{done['run']} ({done['state']}): {done['events']} events -> {to}", highlight=False)
+    if not as_json:
+        console.print(f"exported {exported} run{'s' * (exported != 1)} to {to}"
+                      + (f"; {skipped} left out" if skipped else ""), highlight=False)
+    if exported == 0:
+        raise typer.Exit(1)

@@ -1,0 +1,109 @@
+"""The ``mlflow`` sink: one MLflow run per fslab run.
+
+The MLflow run is named by the fslab run id and tagged ``fslab.run_id``,
+``fslab.method``, ``fslab.loss``, ``fslab.backbone``, ``fslab.dataset``,
+``fslab.evaluator``, ``fslab.seed`` (and ``fslab.sweep``); its parameters are the
+resolved configuration flattened to dotted keys (``train.lr``); its metrics the
+training numbers (``train/loss``, ``train/positives``, ...) and each evaluation
+(``val/5way_5shot/accuracy`` and ``.../accuracy_ci95``) on the training step,
+stamped with the event's time; its artifacts ``config.json`` and, at the end,
+``results.json``; its status FINISHED, FAILED or KILLED as the run ended.
+
+By default it writes to a file store in ``mlruns/`` beside the runs folder
+(``mlflow ui --backend-store-uri mlruns`` shows it), experiment ``fslab``;
+``tracking_uri`` names any other (``sqlite:///mlflow.db``, a server). MLflow
+keeps its file store in maintenance mode and refuses it unless
+``MLFLOW_ALLOW_FILE_STORE`` is set: the sink sets it for its own process when
+the URI is a file store. ``fslab export`` deletes the MLflow run an earlier
+export or the live run left for the same fslab run and writes a new one.
+Needs ``pip install 'fslab[mlflow]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from fslab_plugins.sinks.common import eval_prefix, eval_values, flat, need, train_values
+
+from fslab.plugin import hookimpl
+
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "FAILED"}
+PARAM_LIMIT = 6000  # characters MLflow keeps of a parameter's value
+BATCH = 200  # metrics sent in one call
+
+
+def metric_key(key: str) -> str:
+    """A key MLflow accepts (letters, digits, ``_ - . / `` and spaces): ``knn[k=3]`` -> ``knn_k_3_``."""
+    return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", key)
+
+
+class MLflowSink:
+    """One fslab run as one MLflow run (see the module)."""
+
+    def __init__(self, run, *, tracking_uri: str = "", experiment: str = "fslab") -> None:
+        uri = tracking_uri or (Path(run.path).resolve().parent.parent / "mlruns").as_uri()
+        if uri.startswith("file:") or "://" not in uri:
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        need("mlflow", "mlflow", "mlflow")
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.run, self.client = run, MlflowClient(tracking_uri=uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment = found.experiment_id if found else self.client.create_experiment(experiment)
+        tags = {f"fslab.{key}": value for key, value in run.tags().items()}
+        earlier = self.client.search_runs([self.experiment], filter_string=f"tags.`fslab.run_id` = '{run.id}'")
+        if earlier and not run.replay:  # a resumed run goes on in its MLflow run
+            self.mlflow_run = earlier[0].info.run_id
+            self.client.update_run(self.mlflow_run, status="RUNNING")
+        else:
+            for stale in earlier:  # an export replaces, never adds a second copy
+                self.client.delete_run(stale.info.run_id)
+            self.mlflow_run = self.client.create_run(self.experiment, run_name=run.id, tags=tags).info.run_id
+            params = [Param(key, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:PARAM_LIMIT])
+                      for key, v in flat(run.config).items()]
+            for i in range(0, len(params), 100):
+                self.client.log_batch(self.mlflow_run, params=params[i:i + 100])
+        self.pending: list = []
+        self.step = 0
+
+    def write(self, event: dict) -> None:
+        from mlflow.entities import Metric
+
+        kind = event.get("event")
+        self.step = int(event.get("step", self.step))
+        stamp = int(float(event.get("time", 0)) * 1000)
+        if kind == "train":
+            values = {f"train/{k}": v for k, v in train_values(event).items()}
+        elif kind == "eval":
+            prefix = eval_prefix(event, self.run.config)
+            values = {f"{prefix}/{k}": v for k, v in eval_values(event).items()}
+        else:
+            values = {}
+        self.pending += [Metric(metric_key(k), v, stamp, self.step) for k, v in values.items()]
+        if len(self.pending) >= BATCH or kind in ("eval", "checkpoint", "end"):
+            self._flush()
+
+    def _flush(self) -> None:
+        for i in range(0, len(self.pending), BATCH):
+            self.client.log_batch(self.mlflow_run, metrics=self.pending[i:i + BATCH])
+        self.pending = []
+
+    def close(self) -> None:
+        self._flush()
+        for name in ("config.json", "results.json"):
+            path = Path(self.run.path) / name
+            if path.is_file():
+                self.client.log_artifact(self.mlflow_run, str(path))
+        self.client.set_terminated(self.mlflow_run, STATUS.get(self.run.state, "FAILED"))
+
+
+@hookimpl
+def register_sinks(register):
+    register(MLflowSink, name="mlflow",
+             description="One MLflow run per fslab run: configuration as params, metrics on the step axis, "
+                         "tags, config.json and results.json; file store mlruns/ beside runs/ unless tracking_uri.",
+             paper="MLflow (pip install 'fslab[mlflow]')")

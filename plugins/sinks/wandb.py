@@ -1,0 +1,73 @@
+"""The ``wandb`` sink: one Weights & Biases run per fslab run, offline by default.
+
+The W&B run takes the fslab run's id as its id and name, the resolved
+configuration as its config, the method as its job type, the sweep as its
+group and method, loss, backbone, dataset and seed as tags. Training numbers
+(``train/loss``, ...) and each evaluation (``val/5way_5shot/accuracy``, ...)
+are logged on the training step; the summary holds the test accuracies.
+
+``mode = "offline"`` (the default) writes the run under ``runs/<id>/wandb/``
+and sends nothing; ``wandb sync runs/<id>/wandb/offline-run-*`` uploads it
+later. ``mode = "online"`` sends it as it goes (to the account of ``wandb
+login``). ``fslab export`` removes the offline record an earlier export or the
+live run left for the run before writing a new one; a resumed run starts a
+second offline record of the same id. Needs ``pip install 'fslab[wandb]'``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from fslab_plugins.sinks.common import eval_prefix, eval_values, need, train_values
+
+from fslab.plugin import hookimpl, one_of
+
+EXIT_CODE = {"completed": 0, "killed": 130}
+
+
+class WandbSink:
+    """One fslab run as one W&B run (see the module)."""
+
+    def __init__(self, run, *, project: str = "fslab", mode: str = "offline", dir: str = "") -> None:
+        wandb = need("wandb", "wandb", "wandb")
+        self.run = run
+        folder = Path(dir).expanduser() if dir else Path(run.path)
+        folder.mkdir(parents=True, exist_ok=True)
+        if run.replay:
+            for earlier in (folder / "wandb").glob(f"offline-run-*-{run.id}"):
+                shutil.rmtree(earlier, ignore_errors=True)
+        tags = run.tags()
+        self.wandb_run = wandb.init(
+            project=project, id=run.id, name=run.id, dir=str(folder), mode=mode, config=run.config,
+            job_type=tags["method"], group=tags.get("sweep"), resume="allow",
+            tags=[tags[k] for k in ("method", "loss", "backbone", "dataset") if tags.get(k)] + [f"seed={tags['seed']}"],
+            settings=wandb.Settings(silent=True, console="off"),
+        )
+        self.step = 0
+
+    def write(self, event: dict) -> None:
+        kind = event.get("event")
+        self.step = int(event.get("step", self.step))
+        if kind == "train":
+            self.wandb_run.log({f"train/{k}": v for k, v in train_values(event).items()}, step=self.step)
+        elif kind == "eval":
+            prefix = eval_prefix(event, self.run.config)
+            self.wandb_run.log({f"{prefix}/{k}": v for k, v in eval_values(event).items()}, step=self.step)
+        elif kind == "end":
+            ways = self.run.config.get("eval", {}).get("ways", 5)
+            for shots, result in event["results"].items():
+                key = f"test/{ways}way_{shots.removesuffix('-shot')}shot"
+                self.wandb_run.summary[f"{key}/accuracy"] = result["accuracy"]
+                self.wandb_run.summary[f"{key}/accuracy_ci95"] = result["ci95"]
+
+    def close(self) -> None:
+        self.wandb_run.finish(exit_code=EXIT_CODE.get(self.run.state, 1))
+
+
+@hookimpl
+def register_sinks(register):
+    register(WandbSink, name="wandb",
+             description="One W&B run per fslab run (config, metrics on the step axis, summary), offline under "
+                         "runs/<id>/wandb/ unless mode='online'.",
+             paper="Weights & Biases (pip install 'fslab[wandb]')", allowed={"mode": one_of("offline", "online")})

@@ -1,0 +1,195 @@
+"""The built-in sinks with the real packages, no mocks: a real run sent live to
+TensorBoard, MLflow and W&B (offline), each read back with the tool's own
+reader and compared with metrics.jsonl; then ``fslab export`` twice, which
+must leave one record per run in each."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import pytest
+
+from .conftest import BUILTIN_PLUGINS
+from .runs_helpers import TINY, events, fslab
+
+pytestmark = pytest.mark.slow
+
+tensorboard = pytest.importorskip("tensorboard")
+mlflow = pytest.importorskip("mlflow")
+wandb = pytest.importorskip("wandb")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A project with one real run sent to the three sinks as it trained."""
+    project = tmp_path_factory.mktemp("sinks")
+    env = {**os.environ, "FSLAB_PLUGINS": BUILTIN_PLUGINS, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+    env.pop("FSLAB_CONFIG", None)
+    result = fslab("run", "nca", *TINY, "--epochs", "2", "--sink", "tensorboard", "--sink", "mlflow",
+                   "--sink", "wandb", cwd=project, env=env)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (project / "runs").iterdir()
+    assert (run_dir / "stderr.log").read_text() == ""  # no sink complained
+    return project, run_dir, env
+
+
+def _train(run_dir) -> list[tuple[int, float]]:
+    return [(e["step"], e["loss"]) for e in events(run_dir, "train")]
+
+
+def _evals(run_dir) -> dict[str, list[tuple[int, float]]]:
+    out: dict = {}
+    for e in events(run_dir, "eval"):
+        out.setdefault(f"{e['split']}/{e['ways']}way_{e['shots']}shot/accuracy", []).append((e["step"], e["accuracy"]))
+    return out
+
+
+# -- TensorBoard --------------------------------------------------------------------
+
+
+def _board(folder):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    board.Reload()
+    return board
+
+
+def test_tensorboard_holds_the_runs_scalars_on_its_steps(exported):
+    _, run_dir, _ = exported
+    board = _board(run_dir / "tb")
+    loss = [(s.step, s.value) for s in board.Scalars("train/loss")]
+    assert [step for step, _ in loss] == [step for step, _ in _train(run_dir)]
+    assert [v for _, v in loss] == pytest.approx([v for _, v in _train(run_dir)], rel=1e-6)  # stored as float32
+    for tag, points in _evals(run_dir).items():
+        got = [(s.step, s.value) for s in board.Scalars(tag)]
+        assert [s for s, _ in got] == [s for s, _ in points] and [v for _, v in got] == pytest.approx(
+            [v for _, v in points], rel=1e-6)
+    assert {"train/positives", "train/negatives", "train/lr", "train/images_per_s",
+            "test/5way_5shot/accuracy_ci95"} <= set(board.Tags()["scalars"])
+    assert "config/text_summary" in board.Tags()["tensors"]
+
+
+# -- MLflow -------------------------------------------------------------------------
+
+
+def _mlflow_runs(project):
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(project / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name("fslab")
+    return client, client.search_runs([experiment.experiment_id])
+
+
+def test_mlflow_holds_params_metric_histories_tags_and_artifacts(exported):
+    project, run_dir, _ = exported
+    client, runs = _mlflow_runs(project)
+    assert len(runs) == 1
+    run = runs[0]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert run.info.run_name == run_dir.name and run.info.status == "FINISHED"
+    assert run.data.params["train.lr"] == str(config["train"]["lr"])
+    assert run.data.params["loss.name"] == "nca" and run.data.params["eval.shots"] == "[1, 5]"
+    assert {k: run.data.tags[f"fslab.{k}"] for k in ("run_id", "method", "backbone", "dataset", "seed")} == {
+        "run_id": run_dir.name, "method": "nca", "backbone": "conv4", "dataset": "synthetic", "seed": "0"}
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert sorted((m.step, m.value) for m in history) == _train(run_dir)
+    for tag, points in _evals(run_dir).items():
+        assert sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, tag)) == points
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config.json", "results.json"}
+
+
+# -- W&B ---------------------------------------------------------------------------
+
+
+def wandb_records(path) -> list:
+    """The records of an offline ``.wandb`` file: W&B's log format (a 7-byte
+    header, then 32 KiB blocks of records, each with a 7-byte header:
+    checksum, length, type full/first/middle/last) holding protobuf Records."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    position, chunks, pending = 7, [], b""
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        if length == 0 and kind == 0:
+            position += left
+            continue
+        chunk = data[position + 7:position + 7 + length]
+        position += 7 + length
+        if kind == 1:
+            chunks.append(chunk)
+        elif kind in (2, 3):
+            pending += chunk
+        elif kind == 4:
+            chunks.append(pending + chunk)
+            pending = b""
+    records = []
+    for raw in chunks:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        records.append(record)
+    return records
+
+
+def _offline(run_dir) -> list:
+    return sorted((run_dir / "wandb").glob(f"offline-run-*-{run_dir.name}"))
+
+
+def test_wandb_offline_holds_the_run_history_and_summary(exported):
+    _, run_dir, _ = exported
+    (folder,) = _offline(run_dir)
+    records = wandb_records(folder / f"run-{run_dir.name}.wandb")
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert run.run_id == run_dir.name and run.display_name == run_dir.name
+    assert {"nca", "conv4", "synthetic", "seed=0"} <= set(run.tags)
+    def key(item) -> str:  # written as key or as nested_key, by wandb's version
+        return item.key or "/".join(item.nested_key)
+
+    history = [{key(item): json.loads(item.value_json) for item in r.history.item}
+               for r in records if r.WhichOneof("record_type") == "history"]
+    losses = [(h["_step"], h["train/loss"]) for h in history if "train/loss" in h]
+    assert losses == _train(run_dir)
+    summary = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "summary":
+            summary.update({key(item): json.loads(item.value_json) for item in r.summary.update})
+    results = json.loads((run_dir / "results.json").read_text())["test"]
+    assert summary["test/5way_5shot/accuracy"] == results["5-shot"]["accuracy"]
+
+
+# -- fslab export -----------------------------------------------------------------------
+
+
+def test_exporting_twice_leaves_one_record_in_each(exported):
+    project, run_dir, env = exported
+    for _ in range(2):
+        for sink in ("tensorboard", "mlflow", "wandb"):
+            out = fslab("export", "all", "--to", sink, "--json", cwd=project, env=env)
+            assert out.returncode == 0, out.stderr
+            assert json.loads(out.stdout) == {"run": run_dir.name, "sink": sink, "state": "completed",
+                                              "events": len(events(run_dir))}
+    assert len(list((run_dir / "tb").iterdir())) == 1
+    assert [(s.step, s.value) for s in _board(run_dir / "tb").Scalars("train/loss")] == pytest.approx(
+        _train(run_dir), rel=1e-6)
+    _, runs = _mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert len(_offline(run_dir)) == 1
+
+
+def test_export_refuses_in_one_line(exported):
+    project, _, env = exported
+    unknown = fslab("export", "all", "--to", "tensorbored", cwd=project, env=env)
+    assert unknown.returncode == 2 and unknown.stderr.strip().splitlines() == [
+        "error: Unknown sink 'tensorbored'. Did you mean 'tensorboard'? Allowed: mlflow, tensorboard, wandb."]
+    bad = fslab("export", "all", "--to", "mlflow", "--set", "trackinguri=x", cwd=project, env=env)
+    assert bad.returncode == 2 and "sink 'mlflow' has no parameter 'trackinguri'. Did you mean 'tracking_uri'?" \
+        in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
