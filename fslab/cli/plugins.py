@@ -87,8 +87,21 @@ def recipe_text(recipe: dict) -> str:
 @app.command()
 def tui(
     tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store.")] = 1.0,
+    web: Annotated[bool, typer.Option(
+        "--web", help="Serve the dashboard to a browser instead (needs pip install 'fslab\\[web]').")] = False,
+    host: Annotated[str, typer.Option(
+        help="With --web: the address to listen on; any but loopback requires a token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="With --web: the port to listen on.")] = 8000,
+    token: Annotated[str | None, typer.Option(
+        help="With --web: require this token (made up when the host is not loopback and none is given).")] = None,
 ) -> None:
-    """Open the live dashboard: every run, its charts and logs; stop, resume and launch runs."""
+    """Open the live dashboard: every run, its charts and logs; stop, resume and launch runs.
+
+    With --web it is served over HTTP instead, at the URL it prints (from another machine: an SSH tunnel).
+    """
+    if web:
+        _serve(host, port, token, tick)
+        return
     from fslab.tui import make_app
 
     project = settings()
@@ -96,3 +109,29 @@ def tui(
     app.run()
     if app.return_code:  # the dashboard stopped on an error (Textual printed it): say so to the shell
         raise typer.Exit(app.return_code)
+
+
+def _serve(host: str, port: int, token: str | None, tick: float) -> None:
+    """``fslab tui --web``: every mistake one line, before anything listens."""
+    import importlib.util
+    import socket
+
+    from fslab.core.errors import UsageError
+
+    if importlib.util.find_spec("textual_serve") is None:
+        raise UsageError("fslab tui --web needs textual-serve: pip install 'fslab[web]'")
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port must be from 1 to 65535, got {port}")
+    if token is not None and (len(token) < 8 or not token.isprintable() or " " in token):
+        raise UsageError("--token must be at least 8 printable characters without spaces")
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
+                         f"choose another --port (or --host)") from None
+    from fslab.tui.web import serve
+
+    serve(host, port, token, tick)
