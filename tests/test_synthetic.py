@@ -129,3 +129,29 @@ def test_the_miniimagenet_stand_in_has_its_shape_without_drawing_it(registry):
     assert dataset.channels == 3 and dataset.image_size == 84
     assert dataset.split_sizes() == {"train": [600] * 64, "val": [600] * 16, "test": [600] * 20}
     assert component.info["defaults"]["train"] == {"crop_padding": 8, "flip": True}  # miniImageNet's
+
+
+def test_distances_match_a_point_by_point_computation():
+    """Every pixel's distance to the nearest drawn segment, against float64
+    arithmetic one pixel and one segment at a time (more images than a block)."""
+    import math
+
+    import numpy as np
+    from fslab_plugins.datasets.synthetic import DISTANCE_BLOCK, distance_to_strokes
+
+    rng = np.random.default_rng(7)
+    size, images = 9, DISTANCE_BLOCK + 3
+    curve = rng.uniform(0, size - 1, (images, 3, 4, 2))
+    present = np.array([True, False, True])
+    got = distance_to_strokes(curve, present, size)
+    assert got.shape == (images, size * size)
+    for k in range(images):
+        segments = [(curve[k, s, p], curve[k, s, p + 1]) for s in range(3) if present[s] for p in range(3)]
+        for row in range(size):
+            for col in range(size):
+                best = math.inf
+                for (ax, ay), (bx, by) in segments:
+                    dx, dy = bx - ax, by - ay
+                    t = min(max(((col - ax) * dx + (row - ay) * dy) / max(dx * dx + dy * dy, 1e-6), 0.0), 1.0)
+                    best = min(best, math.hypot(col - ax - t * dx, row - ay - t * dy))
+                assert abs(got[k, row * size + col] - best) < 1e-4

@@ -185,9 +185,24 @@ def render_class(seed: int, class_index: int, count: int, size: int):
     return np.round(ink * 255).astype(np.uint8)
 
 
+# Images whose distances are computed together: the [images, pixels, segments]
+# temporaries of a block then stay small enough for the CPU's caches (at 84×84,
+# 8 images are 7 MB a temporary, 600 would be 540 MB): 5× faster than drawing
+# a class's images all at once, and the same bytes (each image is its own).
+DISTANCE_BLOCK = 8
+
+
 def distance_to_strokes(curve, present, size: int):
-    """Distance from every pixel centre to the nearest drawn polyline segment,
-    for all images at once: ``curve [K, S, P, 2]`` -> ``[K, size*size]``.
+    """Distance from every pixel centre to the nearest drawn polyline segment:
+    ``curve [K, S, P, 2]`` -> ``[K, size*size]``, :data:`DISTANCE_BLOCK` images at a time."""
+    import numpy as np
+
+    return np.concatenate([_block_distances(curve[i:i + DISTANCE_BLOCK], present, size)
+                           for i in range(0, curve.shape[0], DISTANCE_BLOCK)])
+
+
+def _block_distances(curve, present, size: int):
+    """:func:`distance_to_strokes` for one block of images at once.
 
     x and y are kept as separate arrays: reductions over a trailing axis of
     length 2 are several times slower in numpy than elementwise arithmetic.
@@ -244,7 +259,7 @@ def register_datasets(register):
 class MiniImageNetStandIn(SyntheticDataset):
     """:class:`SyntheticDataset` with miniImageNet's shape: 100 classes split
     64/16/20, 600 images each, 84×84 with three channels. Drawing its 60,000
-    images takes minutes on one core, less on several."""
+    images takes about 4 s a class on one core of a 2-core CPU, a class per core."""
 
     def __init__(self, root=None, *, seed: int = 0, classes: int = 100, images_per_class: int = 600,
                  image_size: int = 84, val_classes: int = 16, test_classes: int = 20, channels: int = 3):
