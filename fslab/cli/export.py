@@ -40,9 +40,9 @@ def export_(
     Exporting a run again replaces what the earlier export (or the live run) wrote there, never adds a copy.
     Runs still queued or running are left out, each said in one line.
     """
-    from fslab.core.config import SINKS, parse_assignment
+    from fslab.core.config import SINKS, parse_assignment, sink_params
     from fslab.core.sweeps import select_runs
-    from fslab.execution.export import export_run, sink_params
+    from fslab.execution.export import export_run, merged
 
     project = settings()
     found = registry(project)
@@ -57,7 +57,7 @@ def export_(
         command[path[0]] = value
     toml = project.run.get(SINKS, {})
     layers = [toml.get(to, {}) if isinstance(toml, dict) and isinstance(toml.get(to), dict) else {}, command]
-    sink_params(found, to, layers)  # a wrong --set: one line before any run is touched
+    sink_params(found, to, merged(*layers))  # a wrong --set: one line before any run is touched
     exported, skipped = 0, 0
     for run in select_runs(project.runs_dir, refs):
         try:

@@ -509,22 +509,25 @@ def _fill_plugin_params(config: dict, registry) -> None:
 
 
 def _fill_sink_params(config: dict, registry) -> None:
-    """Each sink a registered one, its parameters its own (with the rules it
-    declares), and the defaults of the rest written out, as for plugin sections."""
+    """Each sink a registered one, with its parameters complete (:func:`sink_params`)."""
     for name, values in config[SINKS].items():
-        component = registry.get("sink", name)
-        for key in values:
-            if key not in component.params:
-                allowed = ", ".join(sorted(component.params)) or "(none)"
-                raise ConfigError(f"unknown parameter '{SINKS}.{name}.{key}' for sink '{name}'."
-                                  f"{did_you_mean(key, component.params)} Allowed: {allowed}.")
-        for key, default in component.params.items():
-            if key in values:
-                values[key] = check_value(f"{SINKS}.{name}.{key}", values[key], default)
-            else:
-                values[key] = copy.deepcopy(default)
-        for param, rule in component.info.get("allowed", {}).items():
-            check_rule(f"{SINKS}.{name}.{param}", values.get(param), rule)
+        config[SINKS][name] = sink_params(registry, name, values)
+
+
+def sink_params(registry, name: str, given: dict) -> dict:
+    """Sink ``name``'s parameters: ``given`` checked against what it declares
+    (names, types, its ``allowed`` rules), with its defaults for the rest."""
+    component = registry.get("sink", name)
+    for key in given:
+        if key not in component.params:
+            raise ConfigError(f"unknown parameter '{SINKS}.{name}.{key}' for sink '{name}'."
+                              f"{did_you_mean(key, component.params)} "
+                              f"Allowed: {', '.join(sorted(component.params)) or '(none)'}.")
+    params = {key: check_value(f"{SINKS}.{name}.{key}", given[key], default) if key in given
+              else copy.deepcopy(default) for key, default in component.params.items()}
+    for param, rule in component.info.get("allowed", {}).items():
+        check_rule(f"{SINKS}.{name}.{param}", params.get(param), rule)
+    return params
 
 
 def _check_ranges(config: dict) -> None:

@@ -12,9 +12,8 @@ sink, the ``[run.sinks.NAME]`` table of ``fslab.toml``, and the command's
 
 from __future__ import annotations
 
-from fslab.core.config import SINKS, check_value, migrate
-from fslab.core.errors import ConfigError, UsageError, did_you_mean
-from fslab.core.limits import check_rule
+from fslab.core.config import SINKS, migrate, sink_params
+from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.sinks import replay
 from fslab.core.types import SinkRun
@@ -22,22 +21,12 @@ from fslab.core.types import SinkRun
 LIVE = ("queued", "running")
 
 
-def sink_params(registry, sink: str, layers: list[dict]) -> dict:
-    """The sink's parameters from ``layers`` (lowest first), checked against
-    what it declares, with its defaults for the rest."""
-    component = registry.get("sink", sink)
-    given: dict = {}
+def merged(*layers: dict) -> dict:
+    """The layers' keys, a later layer over an earlier one."""
+    out: dict = {}
     for layer in layers:
-        given.update(layer)
-    for key in given:
-        if key not in component.params:
-            raise UsageError(f"sink '{sink}' has no parameter '{key}'.{did_you_mean(key, component.params)} "
-                             f"Allowed: {', '.join(sorted(component.params)) or '(none)'}.")
-    params = {key: check_value(f"{SINKS}.{sink}.{key}", given.get(key, default), default)
-              for key, default in component.params.items()}
-    for param, rule in component.info.get("allowed", {}).items():
-        check_rule(f"{SINKS}.{sink}.{param}", params.get(param), rule)
-    return params
+        out.update(layer)
+    return out
 
 
 def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
@@ -54,7 +43,7 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     if not config:
         raise UsageError(f"{run.id}: it has no configuration to export")
     own = config.get(SINKS, {}).get(sink, {})
-    params = sink_params(registry, sink, [own if isinstance(own, dict) else {}, *layers])
+    params = sink_params(registry, sink, merged(own if isinstance(own, dict) else {}, *layers))
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
     count = replay(registry, sink, target, params, run.events())
     return {"run": run.id, "sink": sink, "state": state, "events": count}
