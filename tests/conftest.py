@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# One thread per process: the suite runs in two test processes on two cores, each
+# starting tiny training runs of its own, and more threads than cores only contend.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _builtin_plugin_names() -> str:
