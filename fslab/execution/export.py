@@ -12,7 +12,7 @@ sink, the ``[run.sinks.NAME]`` table of ``fslab.toml``, and the command's
 
 from __future__ import annotations
 
-from fslab.core.config import SINKS, migrate, sink_params
+from fslab.core.config import SINKS, sink_params
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.sinks import replay
@@ -31,19 +31,23 @@ def merged(*layers: dict) -> dict:
 
 def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     """Replay ``run`` into ``sink``; returns what was exported. A run still
-    queued or running, or one whose configuration cannot be read, is a UsageError."""
+    queued or running, one whose configuration cannot be read and one that
+    logged no event are a UsageError (one line), and the sink is not touched."""
     status = run.status()
     state = run.state(status)
     if state in LIVE:
         raise UsageError(f"{run.id} is {state}: export it once it has ended")
     try:
-        config = migrate(run.config())
+        config = run.config()  # migrated; {} when config.json is missing or not JSON
     except ConfigError as exc:
         raise UsageError(f"{run.id}: its configuration cannot be read ({exc})") from None
     if not config:
-        raise UsageError(f"{run.id}: it has no configuration to export")
+        raise UsageError(f"{run.id}: config.json is missing or unreadable; nothing to export")
+    events = run.events()
+    if not events:
+        raise UsageError(f"{run.id} ({state}) logged no event; nothing to export")
     own = config.get(SINKS, {}).get(sink, {})
     params = sink_params(registry, sink, merged(own if isinstance(own, dict) else {}, *layers))
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
-    count = replay(registry, sink, target, params, run.events())
+    count = replay(registry, sink, target, params, events)
     return {"run": run.id, "sink": sink, "state": state, "events": count}
