@@ -21,7 +21,7 @@ def test_help_and_version(project):
     assert fslab("--version", cwd=project).stdout.strip() == "fslab 0.1.0"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["runs"], ["plugins"], ["runs", "--json"]])
+@pytest.mark.parametrize("argv", [["--help"], ["runs"], ["plugins"], ["runs", "--json"], ["export", "--help"]])
 def test_listing_commands_do_not_import_torch(project, argv):
     code = textwrap.dedent(f"""
         import sys

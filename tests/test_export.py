@@ -1,0 +1,156 @@
+"""``fslab export`` (fslab.execution.export) and the built-in sinks' handling of
+a resumed run, with the real TensorBoard and MLflow packages, no mocks: which
+runs a reference selects, which are left out and why (one line each), where
+the sink's parameters come from, and what the command prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from .conftest import BUILTIN_PLUGINS
+from .runs_helpers import TINY, events, fslab
+
+pytestmark = pytest.mark.slow
+
+pytest.importorskip("tensorboard")
+pytest.importorskip("mlflow")
+
+
+def _board(folder):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    board.Reload()
+    return board
+
+
+def _copy(runs, source, run_id, **status):
+    """A copy of ``source`` as run ``run_id``, its status.json changed by ``status``."""
+    shutil.copytree(runs / source, runs / run_id)
+    saved = json.loads((runs / run_id / "status.json").read_text())
+    (runs / run_id / "status.json").write_text(json.dumps({**saved, **status}))
+    return runs / run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One real finished run, a copy of it in a sweep, a queued one, one whose
+    config.json is damaged and one that never logged an event."""
+    project = tmp_path_factory.mktemp("export")
+    env = {**os.environ, "FSLAB_PLUGINS": BUILTIN_PLUGINS, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+    env.pop("FSLAB_CONFIG", None)
+    result = fslab("run", "nca", *TINY, "--epochs", "1", cwd=project, env=env)
+    assert result.returncode == 0, result.stderr
+    runs = project / "runs"
+    (real,) = runs.iterdir()
+    _copy(runs, real.name, "20200101-000000-nca-swep", sweep="sweep-20200101-000000")
+    (runs / "sweeps").mkdir()
+    (runs / "sweeps" / "sweep-20200101-000000.json").write_text(
+        json.dumps({"id": "sweep-20200101-000000", "runs": ["20200101-000000-nca-swep"]}))
+    _copy(runs, real.name, "20200101-000001-nca-wait", state="queued", started=None, ended=None, pid=None)
+    (_copy(runs, real.name, "20200101-000002-nca-dmgd") / "config.json").write_text("{not json")
+    (_copy(runs, real.name, "20200101-000003-nca-none") / "metrics.jsonl").write_text("")
+    return project, real, env
+
+
+def test_all_exports_the_finished_runs_and_says_why_the_others_are_left_out(store):
+    project, real, env = store
+    out = fslab("export", "all", "--to", "tensorboard", cwd=project, env=env)
+    assert out.returncode == 0, out.stderr
+    count = len(events(real))
+    assert sorted(out.stdout.splitlines()[:-1]) == sorted([
+        f"{real.name} (completed): {count} events -> tensorboard",
+        f"20200101-000000-nca-swep (completed): {count} events -> tensorboard"])
+    assert out.stdout.splitlines()[-1] == "exported 2 runs to tensorboard; 3 left out"
+    assert sorted(out.stderr.splitlines()) == [
+        "20200101-000001-nca-wait is queued: export it once it has ended",
+        "20200101-000002-nca-dmgd: config.json is missing or unreadable; nothing to export",
+        "20200101-000003-nca-none (completed) logged no event; nothing to export"]
+    runs = project / "runs"
+    assert not any((runs / name / "tb").exists() for name in ("20200101-000001-nca-wait", "20200101-000002-nca-dmgd",
+                                                              "20200101-000003-nca-none"))
+    assert [s.step for s in _board(real / "tb").Scalars("train/loss")] == [e["step"] for e in events(real, "train")]
+
+
+def test_a_sweep_exports_its_runs_with_the_sweep_as_tag(store):
+    project, _, env = store
+    uri = f"sqlite:///{project / 'sweep.db'}"
+    out = fslab("export", "sweep-2020", "--to", "mlflow", "--set", f"tracking_uri={uri}", "--json",
+                cwd=project, env=env)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["run"] for line in out.stdout.splitlines()] == ["20200101-000000-nca-swep"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("fslab").experiment_id])
+    assert run.data.tags["fslab.sweep"] == "sweep-20200101-000000"
+    assert run.data.tags["fslab.run_id"] == run.info.run_name == "20200101-000000-nca-swep"
+
+
+def test_parameters_come_from_the_run_then_fslab_toml_then_set(store, tmp_path):
+    project, real, env = store
+    config = json.loads((real / "config.json").read_text())
+    own = _copy(project / "runs", real.name, "20200101-000009-nca-sink")
+    (own / "config.json").write_text(json.dumps({**config, "sinks": {"tensorboard": {"log_dir": str(tmp_path / "a")}}}))
+    try:
+        assert fslab("export", own.name, "--to", "tensorboard", cwd=project, env=env).returncode == 0
+        assert (tmp_path / "a" / own.name).is_dir() and not (own / "tb").exists()
+        (project / "fslab.toml").write_text(f"[run.sinks.tensorboard]\nlog_dir = '{tmp_path / 'b'}'\n")
+        assert fslab("export", own.name, "--to", "tensorboard", cwd=project, env=env).returncode == 0
+        assert (tmp_path / "b" / own.name).is_dir()
+        out = fslab("export", own.name, "--to", "tensorboard", "--set", f"log_dir={tmp_path / 'c'}",
+                    cwd=project, env=env)
+        assert out.returncode == 0, out.stderr
+        assert (tmp_path / "c" / own.name).is_dir()
+    finally:
+        (project / "fslab.toml").unlink(missing_ok=True)
+        shutil.rmtree(own)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["nosuchrun", "--to", "tensorboard"], "error: no run 'nosuchrun' in runs. List them with: fslab runs"),
+    (["sweep-nope", "--to", "tensorboard"], "error: 'sweep-nope' matches no sweep. Sweeps: sweep-20200101-000000"),
+    (["all", "--to", "tensorbored"],
+     "error: Unknown sink 'tensorbored'. Did you mean 'tensorboard'? Allowed: mlflow, tensorboard, wandb."),
+    (["all", "--to", "wandb", "--set", "mode=onlin"], None),
+    (["all", "--to", "tensorboard", "--set", "log_dir"], None),
+])
+def test_a_wrong_command_is_one_line_and_exports_nothing(store, argv, expected):
+    project, real, env = store
+    before = sorted(p.name for p in (project / "runs").iterdir())
+    out = fslab("export", *argv, cwd=project, env=env)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    if expected:
+        assert out.stderr.strip() == expected
+    assert sorted(p.name for p in (project / "runs").iterdir()) == before
+
+
+def test_a_resumed_run_hides_in_tensorboard_what_it_logged_after_its_checkpoint(tmp_path):
+    """A live sink of a resumed run: the events after the checkpoint come again
+    (after the ``resume`` event); TensorBoard shows the second ones only."""
+    from fslab_plugins.sinks.tensorboard import TensorBoardSink
+
+    from fslab.plugin import SinkRun
+
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    config = {"method": "nca", "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    first = TensorBoardSink(SinkRun("r1", str(run_dir), config))
+    first.write({"event": "start", "time": 0})
+    for step in range(1, 7):  # killed during step 6; the checkpoint was at step 3
+        first.write({"event": "train", "time": step, "step": step, "epoch": 1 + (step > 3), "loss": 10.0 + step})
+    first.close()
+    second = TensorBoardSink(SinkRun("r1", str(run_dir), config))  # the resumed worker's
+    second.write({"event": "resume", "time": 7, "epoch": 1, "step": 3})
+    for step in range(4, 9):
+        second.write({"event": "train", "time": 7 + step, "step": step, "epoch": 2, "loss": 20.0 + step})
+    second.run.state = "completed"
+    second.write({"event": "end", "time": 20, "step": 8, "results": {"1-shot": {"accuracy": 0.5, "ci95": 0.1}}})
+    second.close()
+    got = [(s.step, s.value) for s in _board(run_dir / "tb").Scalars("train/loss")]
+    assert got == [(1, 11.0), (2, 12.0), (3, 13.0), (4, 24.0), (5, 25.0), (6, 26.0), (7, 27.0), (8, 28.0)]
