@@ -95,6 +95,7 @@ def test_parameters_come_from_the_run_then_fslab_toml_then_set(store, tmp_path):
     project, real, env = store
     config = json.loads((real / "config.json").read_text())
     own = _copy(project / "runs", real.name, "20200101-000009-nca-sink")
+    shutil.rmtree(own / "tb", ignore_errors=True)  # an earlier test's export
     (own / "config.json").write_text(json.dumps({**config, "sinks": {"tensorboard": {"log_dir": str(tmp_path / "a")}}}))
     try:
         assert fslab("export", own.name, "--to", "tensorboard", cwd=project, env=env).returncode == 0
@@ -154,3 +155,30 @@ def test_a_resumed_run_hides_in_tensorboard_what_it_logged_after_its_checkpoint(
     second.close()
     got = [(s.step, s.value) for s in _board(run_dir / "tb").Scalars("train/loss")]
     assert got == [(1, 11.0), (2, 12.0), (3, 13.0), (4, 24.0), (5, 25.0), (6, 26.0), (7, 27.0), (8, 28.0)]
+
+
+def test_a_sink_whose_package_is_missing_is_one_line_before_any_run(store):
+    """As a Python without wandb sees it: the import fails (``None`` in sys.modules)."""
+    import subprocess
+    import sys
+
+    project, _, env = store
+    code = ("import sys; sys.modules['wandb'] = None\n"
+            "from fslab.cli import main\n"
+            "sys.argv = ['fslab', 'export', 'all', '--to', 'wandb']\n"
+            "main()\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: sink 'wandb' needs the wandb package (")
+    assert out.stderr.strip().endswith("pip install 'fslab[wandb]'") and "Traceback" not in out.stderr
+
+
+def test_a_sink_that_fails_on_a_run_is_that_runs_line(store, tmp_path):
+    project, real, env = store
+    (tmp_path / "file").write_text("")
+    out = fslab("export", real.name, "--to", "mlflow", "--set", f"tracking_uri=sqlite:///{tmp_path / 'file' / 'x.db'}",
+                cwd=project, env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"{real.name}: sink 'mlflow' failed: ")
+    assert out.stdout.strip() == "exported 0 runs to mlflow; 1 left out"

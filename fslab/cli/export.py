@@ -42,7 +42,7 @@ def export_(
     """
     from fslab.core.config import SINKS, parse_assignment, sink_params
     from fslab.core.sweeps import select_runs
-    from fslab.execution.export import export_run, merged
+    from fslab.execution.export import SinkUnavailable, export_run, merged
 
     project = settings()
     found = registry(project)
@@ -62,6 +62,8 @@ def export_(
     for run in select_runs(project.runs_dir, refs):
         try:
             done = export_run(found, run, to, layers)
+        except SinkUnavailable:
+            raise  # its package is missing: one line, and no other run is tried
         except UsageError as exc:
             skipped += 1
             err_console.print(shown(str(exc)), highlight=False)

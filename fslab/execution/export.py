@@ -21,6 +21,10 @@ from fslab.core.types import SinkRun
 LIVE = ("queued", "running")
 
 
+class SinkUnavailable(UsageError):
+    """The sink cannot be built at all (its package is missing): no run can be exported."""
+
+
 def merged(*layers: dict) -> dict:
     """The layers' keys, a later layer over an earlier one."""
     out: dict = {}
@@ -32,7 +36,9 @@ def merged(*layers: dict) -> dict:
 def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     """Replay ``run`` into ``sink``; returns what was exported. A run still
     queued or running, one whose configuration cannot be read and one that
-    logged no event are a UsageError (one line), and the sink is not touched."""
+    logged no event are a UsageError (one line), and the sink is not touched;
+    so is an error of the sink's own. A sink whose package is missing is a
+    :class:`SinkUnavailable`, which no other run would escape either."""
     status = run.status()
     state = run.state(status)
     if state in LIVE:
@@ -49,5 +55,11 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     own = config.get(SINKS, {}).get(sink, {})
     params = sink_params(registry, sink, merged(own if isinstance(own, dict) else {}, *layers))
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
-    count = replay(registry, sink, target, params, events)
+    try:
+        count = replay(registry, sink, target, params, events)
+    except ImportError as exc:
+        raise SinkUnavailable(" ".join(str(exc).split())) from None
+    except Exception as exc:  # the tracker's own error (a server down, a store it refuses): this run's line
+        text = " ".join(str(exc).split())[:300]
+        raise UsageError(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None
     return {"run": run.id, "sink": sink, "state": state, "events": count}
