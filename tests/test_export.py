@@ -78,7 +78,8 @@ def test_all_exports_the_finished_runs_and_says_why_the_others_are_left_out(stor
 
 def test_a_sweep_exports_its_runs_with_the_sweep_as_tag(store):
     project, _, env = store
-    uri = f"sqlite:///{project / 'sweep.db'}"
+    uri = (project / "sweep-mlruns").as_uri()
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 refuses file stores without it
     out = fslab("export", "sweep-2020", "--to", "mlflow", "--set", f"tracking_uri={uri}", "--json",
                 cwd=project, env=env)
     assert out.returncode == 0, out.stderr
@@ -176,8 +177,8 @@ def test_a_sink_whose_package_is_missing_is_one_line_before_any_run(store):
 def test_a_sink_that_fails_on_a_run_is_that_runs_line(store, tmp_path):
     project, real, env = store
     (tmp_path / "file").write_text("")
-    out = fslab("export", real.name, "--to", "mlflow", "--set", f"tracking_uri=sqlite:///{tmp_path / 'file' / 'x.db'}",
-                cwd=project, env=env)
+    inside_a_file = (tmp_path / "file" / "store").as_uri()
+    out = fslab("export", real.name, "--to", "mlflow", "--set", f"tracking_uri={inside_a_file}", cwd=project, env=env)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith(f"{real.name}: sink 'mlflow' failed: ")
