@@ -90,14 +90,16 @@ def tui(
     web: Annotated[bool, typer.Option(
         "--web", help="Serve the dashboard to a browser instead (needs pip install 'fslab\\[web]').")] = False,
     host: Annotated[str, typer.Option(
-        help="With --web: the address to listen on; any but loopback requires a token.")] = "127.0.0.1",
+        help="With --web: the address to listen on; loopback is this machine only (from another one: an SSH "
+             "tunnel), any other requires a token.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="With --web: the port to listen on.")] = 8000,
     token: Annotated[str | None, typer.Option(
         help="With --web: require this token (made up when the host is not loopback and none is given).")] = None,
 ) -> None:
     """Open the live dashboard: every run, its charts and logs; stop, resume and launch runs.
 
-    With --web it is served over HTTP instead, at the URL it prints (from another machine: an SSH tunnel).
+    With --web it is served over HTTP instead, one dashboard per browser tab, at the URL it prints
+    (with the SSH tunnel that reaches it from another machine); Ctrl+C stops it.
     """
     if web:
         _serve(host, port, token, tick)
@@ -113,6 +115,7 @@ def tui(
 
 def _serve(host: str, port: int, token: str | None, tick: float) -> None:
     """``fslab tui --web``: every mistake one line, before anything listens."""
+    import errno
     import importlib.util
     import socket
 
@@ -124,14 +127,16 @@ def _serve(host: str, port: int, token: str | None, tick: float) -> None:
         raise UsageError(f"--port must be from 1 to 65535, got {port}")
     if token is not None and (len(token) < 8 or not token.isprintable() or " " in token):
         raise UsageError("--token must be at least 8 printable characters without spaces")
+    settings()  # a broken fslab.toml is said here once, not in every browser tab
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
     except OSError as exc:
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                         f"choose another --port (or --host)") from None
+        mend = ("give --host an address of this machine" if isinstance(exc, socket.gaierror)
+                or exc.errno == errno.EADDRNOTAVAIL else "choose another --port (or --host)")
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; {mend}") from None
     from fslab.tui.web import serve
 
     serve(host, port, token, tick)
