@@ -110,3 +110,15 @@ def project(tmp_path, builtin_plugins, monkeypatch):
     monkeypatch.chdir(folder)
     monkeypatch.delenv("FSLAB_CONFIG", raising=False)
     return folder
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest tests first: the slow end-to-end ones (real training runs) start
+    while the fast ones fill the gaps, instead of one long test running on alone at
+    the end of the suite; the study test, the longest, leads."""
+    def weight(item) -> int:
+        if "every_built_in_study" in item.name:
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=weight)  # stable: the order within each group stays the files'
