@@ -36,6 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
+from fslab.core.keys import dotted
 from fslab.core.limits import at_least, between, listing, matching, one_of, positive
 from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, SinkRun, Split, SplitSizes
 
@@ -44,13 +45,14 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #      matching, listing; a backbone whose __init__ names image_size is told the images' (height, width);
 #      the register_studies hook (study TOML files) and register_study_files.
 # 1.3: the register_sinks hook (Sink, SinkRun): trackers fed every event a run logs.
-API_VERSION = "1.3"
+# 1.4: dotted(config): a configuration as dotted keys (train.lr), as trackers take parameters.
+API_VERSION = "1.4"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
     "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
     "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
-    "Sink", "SinkRun",
+    "Sink", "SinkRun", "dotted",
     "UsageError", "ConfigError",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing",

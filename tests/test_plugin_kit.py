@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -98,6 +99,155 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     check_parameters(broken, "loss", "detached")
 
 
+BROKEN_SINKS = '''
+import json
+from pathlib import Path
+
+from fslab.plugin import hookimpl
+
+
+class Tidy:
+    def __init__(self, run):
+        self.file = open(Path(run.path) / "tidy.jsonl", "w" if run.replay else "a")
+
+    def write(self, event):
+        self.file.write(json.dumps(event) + "\\n")
+
+    def close(self):
+        self.file.close()
+
+
+class Strips(Tidy):
+    def write(self, event):
+        event.pop("time", None)  # every other sink of the run gets this dict too
+
+
+class Scatters(Tidy):
+    def __init__(self, run):
+        self.file = open("events.jsonl", "a")  # the current directory, wherever the worker runs
+
+
+class Tramples(Tidy):
+    def __init__(self, run):
+        self.file = open(Path(run.path) / "metrics.jsonl", "a")  # the run's own record
+
+
+class Breaks(Tidy):
+    def write(self, event):
+        if event["event"] == "eval":
+            raise ConnectionError("tracker unreachable")
+
+
+class Forgets(Tidy):
+    def __init__(self, run):
+        super().__init__(run)
+        if run.replay:
+            raise RuntimeError("exports were never tried")
+
+
+@hookimpl
+def register_sinks(register):
+    for sink in (Tidy, Strips, Scatters, Tramples, Breaks, Forgets):
+        register(sink, name=sink.__name__.lower(), description="a sink")
+'''
+
+
+@pytest.mark.parametrize("name, message", [
+    ("strips", "sink strips changed the events it was given"),
+    ("scatters", "sink scatters wrote into the current directory: events.jsonl"),
+    ("tramples", "sink tramples changed the run's metrics.jsonl"),
+    ("breaks", "sink breaks, fed a live run: sink 'breaks' failed on an eval event: ConnectionError: tracker "
+               "unreachable; the run goes on without it"),
+    ("forgets", "exports were never tried"),
+])
+def test_the_sink_check_catches_what_breaks_its_contract(tmp_path, builtin_plugins, monkeypatch, name, message):
+    from fslab.core.registry import load_registry
+    from fslab.testing.checks import check_sink
+
+    (tmp_path / "sinks.py").write_text(BROKEN_SINKS)
+    registry = load_registry([tmp_path])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((AssertionError, RuntimeError), match=re.escape(message)):
+        check_sink(registry, name, {}, tmp_path / name)
+    check_sink(registry, "tidy", {}, tmp_path / "tidy")
+    assert os.getcwd() == str(tmp_path)  # the check went back where it was
+
+
+def test_sink_check_feeds_events_shaped_as_a_run_logs_them():
+    from fslab.core import schemas
+    from fslab.testing.checks import sink_events
+
+    events = sink_events(epochs=2, steps=3)
+    assert all(schemas.event(e) is e for e in events)
+    assert [e["event"] for e in events] == ["start", *["train"] * 3, "eval", "checkpoint", *["train"] * 3, "eval",
+                                            "checkpoint", "eval", "eval", "end"]
+    assert [e["step"] for e in events if e["event"] == "train"] == [1, 2, 3, 4, 5, 6]
+    assert events[-1]["results"] == {f"{e['shots']}-shot": {"accuracy": e["accuracy"], "ci95": e["ci95"]}
+                                     for e in events if e["event"] == "eval" and e["split"] == "test"}
+
+
+def _csv_sink(tmp_path):
+    """The sink module `fslab new plugin --kind sink` writes, imported from the generated package."""
+    import importlib.util
+
+    from fslab.kit import write_plugin
+
+    write_plugin(tmp_path / "pkg", "fslab_rows", ["sink"])
+    spec = importlib.util.spec_from_file_location("fslab_rows_sink", tmp_path / "pkg" / "fslab_rows" / "sink.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CsvSink
+
+
+def _rows_expected(events) -> list[list[str]]:
+    """The CSV rows of ``events``, computed apart from the sink."""
+    rows = []
+    for e in events:
+        if e["event"] == "train":
+            rows += [[str(e["step"]), str(e["epoch"]), f"train/{k}", str(e[k])]
+                     for k in ("loss", "positives", "negatives", "lr", "images_per_s", "rows_without_positive")]
+        elif e["event"] == "eval":
+            name = f"{e['split']}/{e['ways']}way_{e['shots']}shot"
+            at = [str(e["step"]), str(e.get("epoch", ""))]  # a test evaluation has no epoch
+            rows += [[*at, f"{name}/accuracy", str(e["accuracy"])], [*at, f"{name}/ci95", str(e["ci95"])]]
+    return rows
+
+
+def test_the_generated_csv_sink_keeps_one_row_per_number_through_resume_and_export(tmp_path):
+    import csv
+
+    from fslab.core.types import SinkRun
+    from fslab.testing.checks import sink_events
+
+    CsvSink = _csv_sink(tmp_path)
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    events = sink_events(epochs=3, steps=2)
+    checkpoint = [i for i, e in enumerate(events) if e["event"] == "checkpoint"][0]  # after epoch 1, step 2
+
+    def feed(run, stream):
+        sink = CsvSink(run)
+        for event in stream:
+            sink.write(event)
+        sink.close()
+
+    def rows():
+        with open(run_path / "fslab-rows.csv", newline="") as file:
+            table = list(csv.reader(file))
+        assert table[0] == ["step", "epoch", "name", "value"]
+        return table[1:]
+
+    # a live run killed during epoch 2 (one step past its checkpoint), then resumed from that checkpoint
+    feed(SinkRun("r", run_path, {}), events[:checkpoint + 2])
+    assert rows() == _rows_expected(events[:checkpoint + 2])
+    resume = {"event": "resume", "time": 0.0, "epoch": 1, "step": events[checkpoint]["step"]}
+    feed(SinkRun("r", run_path, {}), [resume, *events[checkpoint + 1:]])
+    assert rows() == _rows_expected(events)
+    feed(SinkRun("r", run_path, {}, replay=True, state="completed"), events)
+    feed(SinkRun("r", run_path, {}, replay=True, state="completed"), events)
+    assert rows() == _rows_expected(events)
+
+
 @pytest.mark.slow
 def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
     """Every kind, installed editable into a fresh venv that sees this environment's packages."""
@@ -127,7 +277,7 @@ def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
     tested = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], capture_output=True,
                             text=True, env=env, cwd=tmp_path / "fslab_every")
     assert tested.returncode == 0, tested.stdout[-3000:]
-    assert "17 passed" in tested.stdout and "skipped" not in tested.stdout, tested.stdout[-2000:]
+    assert "20 passed" in tested.stdout and "skipped" not in tested.stdout, tested.stdout[-2000:]
 
 
 LOCAL_PLUGIN = '''
@@ -161,7 +311,7 @@ def test_contract_tests_read_the_ini_option_and_fail_a_broken_component(tmp_path
     assert "FAILED test_mine.py::TestMine::test_loss[sloppy]" in result.stdout
     assert "sloppy: positives = -1, outside 0..60" in result.stdout
     # the other loss, both parameter checks and the loading pass; the kinds the plugin lacks are skipped, saying so
-    assert "1 failed, 4 passed, 5 skipped" in result.stdout and "the plugins register no sampler" in result.stdout
+    assert "1 failed, 4 passed, 6 skipped" in result.stdout and "the plugins register no sampler" in result.stdout
     assert "test_loss[tidy] PASSED" in subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "fslab.testing", "-p", "no:cacheprovider", "-v"], cwd=tmp_path,
         capture_output=True, text=True).stdout

@@ -228,3 +228,9 @@ def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project)
     assert "Traceback" not in stderr
     status = json.loads((sinked / "status.json").read_text())
     assert status["state"] == "completed" and status["exit_code"] == 0
+    # what fslab.testing feeds a sink under test is shaped as this real run's events
+    from fslab.testing.checks import sink_events
+
+    def shapes(stream):
+        return {(e["event"], e.get("split")): sorted(e) for e in stream}
+    assert shapes(sink_events()) == shapes(events(unsinked))

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fslab.core.errors import ConfigError, FslabError, PluginError, UsageError, did_you_mean
+from fslab.core.keys import dotted
 from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive
 from fslab.core.settings import Settings
 from fslab.core.types import CheckContext, SplitSizes
@@ -279,22 +280,13 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
     try:
         yield
     except UsageError as exc:
-        from_options = {key for layer in overrides for key in _flat_keys(layer)}
+        from_options = {key for layer in overrides for key in dotted(layer)}
         message = str(exc)
-        for key in _flat_keys(settings.run):
+        for key in dotted(settings.run):
             if key not in from_options and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message):
                 exc.args = (f"{message} (set by {key} in [run] of {settings.path})",)
                 break
         raise
-
-
-def _flat_keys(layer: dict, prefix: str = "") -> Iterator[str]:
-    """The dotted keys a configuration layer sets: ``{"train": {"lr": 1}}`` -> ``train.lr``."""
-    for key, value in layer.items():
-        if isinstance(value, dict):
-            yield from _flat_keys(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}"
 
 
 # Keys a configuration saved before config_version existed (version 0: fslab 0.1

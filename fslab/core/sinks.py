@@ -84,7 +84,8 @@ class _Feeder:
             try:
                 sink.write(event)
             except BaseException as exc:
-                self._fail(f"on a {event.get('event', '?')} event", exc)
+                kind = str(event.get("event", "?"))
+                self._fail(f"on {'an' if kind[:1] in 'aeiou' else 'a'} {kind} event", exc)
                 return
         try:
             sink.close()

@@ -31,6 +31,7 @@ from typing import Any
 
 from fslab.core.config import nest, outside_settings
 from fslab.core.errors import ConfigError, UsageError
+from fslab.core.keys import dotted
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
 
@@ -175,17 +176,6 @@ class _Checker:
             if key in RESERVED:
                 self.fail(f"{where}.{key}", "is set by the study itself (seeds and datasets); leave it out")
         return flat
-
-
-def dotted(table: dict, prefix: str = "") -> dict:
-    """``{"train": {"epochs": 1}, "eval.ways": 5}`` -> ``{"train.epochs": 1, "eval.ways": 5}``."""
-    out = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            out.update(dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def read_study(path: Path) -> Study:

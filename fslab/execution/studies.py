@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from fslab.core.config import naming_the_file, resolve
 from fslab.core.errors import ConfigError, UsageError
+from fslab.core.keys import dotted
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import LIVE
-from fslab.core.studies import IGNORED, PlannedRun, Study, dotted, plan_runs, run_dataset, settings_key
+from fslab.core.studies import IGNORED, PlannedRun, Study, plan_runs, run_dataset, settings_key
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.slots import check_fits, configured_slots

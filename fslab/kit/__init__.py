@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fslab.core.errors import UsageError
 
-KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method")
+KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "sink")
 # What a recipe uses where the package has no component of that kind.
 BUILT_IN = {"loss": "nca", "sampler": "iid", "evaluator": "centroid"}
 USE = {
@@ -24,6 +24,7 @@ USE = {
     "evaluator": "fslab eval last --evaluator {c}",
     "dataset": "fslab run nca --dataset {c}",
     "method": "fslab run {c}",
+    "sink": "fslab run nca --sink {c}",
 }
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fslab.core.config import outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import own_evaluator
+from fslab.core.keys import dotted
 from fslab.core.runstore import Run
 
 # Keys that do not change what a run learns or how it is scored.
@@ -42,13 +43,7 @@ _encode = json.JSONEncoder(sort_keys=True).encode  # json.dumps(sort_keys=True) 
 def flatten(config: dict, prefix: str = "") -> dict:
     """``{"train": {"lr": 0.1}}`` -> ``{"train.lr": "0.1"}``: every setting as
     a dotted key and its value as JSON text (hashable, comparable)."""
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = _encode(value)
-    return out
+    return {key: _encode(value) for key, value in dotted(config, prefix).items()}
 
 
 class RunFiles:

@@ -11,7 +11,7 @@ in any environment where fslab is installed a plugin's test suite can say::
 
 and ``pytest`` runs, for every component those plugins register, the checks
 of :mod:`fslab.testing.checks`: losses, backbones, samplers, evaluators,
-datasets and method recipes, parameters against signatures, determinism.
+datasets, method recipes and sinks, parameters against signatures, determinism.
 A component that needs other inputs than the defaults gets them from the
 class attributes (``backbone_params``, ``sampler_params``, ...), and a
 dataset that reads files from :meth:`ContractTests.dataset_args`.
@@ -29,7 +29,7 @@ import pytest
 __all__ = ["ContractTests", "registry_for"]
 
 KIND_TESTS = {"test_loss": "loss", "test_backbone": "backbone", "test_sampler": "sampler",
-              "test_evaluator": "evaluator", "test_dataset": "dataset", "test_method": "method"}
+              "test_evaluator": "evaluator", "test_dataset": "dataset", "test_method": "method", "test_sink": "sink"}
 
 _registries: dict[tuple[str, ...], Any] = {}
 
@@ -66,6 +66,7 @@ class ContractTests:
     sampler_params: dict[str, dict] = {}
     sampler_batch_size: int = 32
     evaluator_params: dict[str, dict] = {}
+    sink_params: dict[str, dict] = {}  # e.g. {"my-tracker": {"mode": "offline"}}
 
     def dataset_args(self, name: str, tmp_path) -> dict | None:
         """The root and parameters to build dataset ``name`` with; override it
@@ -153,6 +154,11 @@ class ContractTests:
         from fslab.testing.checks import check_method
 
         check_method(self.registry, name)
+
+    def test_sink(self, name: str, tmp_path) -> None:
+        from fslab.testing.checks import check_sink
+
+        check_sink(self.registry, name, self.sink_params.get(name), tmp_path)
 
 
 def _nothing(what: str, values: int = 1):

@@ -253,3 +253,117 @@ def check_method(registry: Registry, name: str) -> None:
     assert config["method"] == name
     for kind in ("loss", "sampler", "evaluator", "backbone", "dataset"):
         registry.get(kind, config[kind]["name"])
+
+
+def sink_config(registry: Registry, name: str, params: dict) -> dict:
+    """A resolved configuration to feed a sink: the ``nca`` recipe with this
+    sink named in ``sinks``, or a small one where ``nca`` is not installed."""
+    from fslab.core.config import resolve
+    from fslab.core.settings import Settings
+
+    sinks = {"sinks": {name: params}}
+    if "nca" in registry.names("method"):
+        return resolve("nca", registry=registry, settings=Settings(), overrides=[sinks])
+    return {"method": "nca", "seed": 0, "loss": {"name": "nca", "temperature": 0.9}, "backbone": {"name": "conv4"},
+            "dataset": {"name": "synthetic"}, "evaluator": {"name": "centroid"},
+            "train": {"epochs": 2, "batch_size": 32, "lr": 0.1, "milestones": [1]},
+            "eval": {"ways": 5, "shots": [1, 5], "queries": 15, "test_episodes": 100}, **sinks}
+
+
+def sink_events(epochs: int = 2, steps: int = 2) -> list[dict]:
+    """What a short run's worker writes to ``metrics.jsonl``, in its order and
+    with its fields: ``start``; per epoch ``train`` events, a validation
+    ``eval`` and a ``checkpoint``; then a test ``eval`` per shot and ``end``."""
+    def evaluation(split: str, shots: int, accuracy: float, **at) -> dict:
+        return {"event": "eval", "time": 1.7e9 + at["step"], "split": split, "ways": 5, "shots": shots,
+                "queries": 15, "episodes": 100, "evaluator": "centroid", "metric": "accuracy", "accuracy": accuracy,
+                "ci95": 0.0123, **at}
+
+    events = [{"event": "start", "time": 1.7e9, "device": "cpu", "epochs": epochs, "steps_per_epoch": steps,
+               "total_steps": epochs * steps, "train_images": 64 * steps, "backbone_params": 29_000, "out_dim": 64,
+               "processes": 1, "precision": "fp32", "eval_precision": "fp32", "channels_last": False,
+               "compile": "off", "tf32": False, "deterministic": False}]
+    step = 0
+    for epoch in range(1, epochs + 1):
+        for _ in range(steps):
+            step += 1
+            events.append({"event": "train", "time": 1.7e9 + step, "step": step, "epoch": epoch,
+                           "loss": 2.0 / step, "positives": 96, "negatives": 1920, "lr": 0.1, "images_per_s": 250.0,
+                           "rows_without_positive": 1.0})  # a counter of the loss's own (LossOutput.extra)
+        events.append(evaluation("val", 5, 0.5 + 0.1 * epoch, epoch=epoch, step=step))
+        events.append({"event": "checkpoint", "time": 1.7e9 + step, "epoch": epoch, "step": step,
+                       "path": "checkpoints/last.pt"})
+    test = {shots: evaluation("test", shots, 0.4 + 0.08 * shots, step=step) for shots in (1, 5)}
+    events += test.values()
+    events.append({"event": "end", "time": 1.7e9 + step, "results": {
+        f"{shots}-shot": {"accuracy": e["accuracy"], "ci95": e["ci95"]} for shots, e in test.items()}})
+    return events
+
+
+def _tree(folder) -> dict[str, bytes]:
+    """Every file under ``folder`` (links not followed) by its relative path, with its bytes."""
+    import os
+    from pathlib import Path
+
+    found = {}
+    for root, _, names in os.walk(folder):
+        for file_name in names:
+            path = Path(root) / file_name
+            if path.is_file() and not path.is_symlink():
+                found[str(path.relative_to(folder))] = path.read_bytes()
+    return found
+
+
+def check_sink(registry: Registry, name: str, params: dict | None, folder) -> None:
+    """In ``folder`` (an empty directory, also the current one): a sink fed a
+    run's events live, from fslab's own thread and queue, starts, writes and
+    closes with nothing reported; it changes neither an event (every sink of a
+    run gets the same dicts) nor the run's own files, and writes nothing into
+    the current directory (only under the run's folder or where its parameters
+    say); an export (``run.replay``) takes every event, and so does a second one."""
+    import copy
+    import json
+    import os
+    from pathlib import Path
+
+    from fslab.core.sinks import SinkFeed, build_sink, replay
+    from fslab.core.types import SinkRun
+    from fslab.plugin import Sink
+
+    params = dict(params or {})
+    project, elsewhere = Path(folder) / "project", Path(folder) / "elsewhere"
+    run_path = project / "runs" / "20260101-000000-nca-c0de"
+    run_path.mkdir(parents=True)
+    elsewhere.mkdir()
+    config, events = sink_config(registry, name, params), sink_events()
+    own = {"config.json": json.dumps(config), "metrics.jsonl": "".join(json.dumps(e) + "\n" for e in events),
+           "results.json": json.dumps({"run": run_path.name, "test": events[-1]["results"]})}
+    for file_name, text in own.items():
+        (run_path / file_name).write_text(text)
+    sent = copy.deepcopy(events)
+    cwd = os.getcwd()
+    os.chdir(elsewhere)
+    try:
+        said: list[str] = []
+        feed = SinkFeed(registry, SinkRun(run_path.name, run_path, config), say=said.append)
+        for event in sent:
+            feed(event)
+        feed.close("completed")
+        assert not said, f"sink {name}, fed a live run: {' / '.join(said)}"
+        assert sent == events, f"sink {name} changed the events it was given (other sinks of the run get the same)"
+        finished = SinkRun(run_path.name, run_path, config, replay=True, state="completed")
+        sink = build_sink(registry, name, finished, params)
+        assert isinstance(sink, Sink), f"sink {name}: no write(event) or close()"
+        for event in sent:
+            sink.write(event)
+        sink.close()
+        again = SinkRun(run_path.name, run_path, config, replay=True, state="completed")
+        assert replay(registry, name, again, params, iter(sent)) == len(events), \
+            f"sink {name}: a second export did not take every event"
+        assert sent == events, f"sink {name} changed the events of an export"
+        stray = sorted(_tree(elsewhere))
+        assert not stray, f"sink {name} wrote into the current directory: {', '.join(stray[:5])}"
+        for file_name, text in own.items():
+            assert (run_path / file_name).read_text() == text, f"sink {name} changed the run's {file_name}"
+    finally:
+        os.chdir(cwd)

@@ -1,6 +1,6 @@
 """What the built-in sinks share: importing a tracker's package with one clear
-line when it is missing, naming an evaluation as the trackers show it, and
-flattening a configuration into dotted keys."""
+line when it is missing, and naming an evaluation and a train event's numbers
+as the trackers show them."""
 
 from __future__ import annotations
 
@@ -42,12 +42,3 @@ def train_values(event: dict) -> dict[str, float]:
             if k not in TRAIN_SKIP and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def flat(config: dict, prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"lr": 0.1}}`` -> ``{"train.lr": 0.1}``; lists stay values."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out

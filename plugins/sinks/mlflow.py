@@ -26,9 +26,9 @@ import os
 import re
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, flat, need, train_values
+from fslab_plugins.sinks.common import eval_prefix, eval_values, need, train_values
 
-from fslab.plugin import hookimpl
+from fslab.plugin import dotted, hookimpl
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "FAILED"}
 PARAM_LIMIT = 6000  # characters MLflow keeps of a parameter's value
@@ -64,7 +64,7 @@ class MLflowSink:
                 self.client.delete_run(stale.info.run_id)
             self.mlflow_run = self.client.create_run(self.experiment, run_name=run.id, tags=tags).info.run_id
             params = [Param(key, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:PARAM_LIMIT])
-                      for key, v in flat(run.config).items()]
+                      for key, v in dotted(run.config).items()]
             for i in range(0, len(params), 100):
                 self.client.log_batch(self.mlflow_run, params=params[i:i + 100])
         self.pending: list = []

@@ -21,9 +21,9 @@ import json
 import shutil
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, flat, need, train_values
+from fslab_plugins.sinks.common import eval_prefix, eval_values, need, train_values
 
-from fslab.plugin import hookimpl
+from fslab.plugin import dotted, hookimpl
 
 
 class TensorBoardSink:
@@ -65,7 +65,7 @@ class TensorBoardSink:
 
         ways = self.run.config.get("eval", {}).get("ways", 5)
         values = {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v)
-                  for k, v in flat(self.run.config).items()}
+                  for k, v in dotted(self.run.config).items()}
         metrics = {f"test/{ways}way_{shots.removesuffix('-shot')}shot/accuracy": float(r["accuracy"])
                    for shots, r in results.items()}
         for summary in hparams(values, metrics):
