@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -153,6 +154,40 @@ def test_every_command_takes_h_and_its_help_reads_as_the_readme(project, command
         assert usage.split()[-1] == "RUN"
     if command == "compare":
         assert "knn[k=3]" in result.stdout
+
+
+def _every_command():
+    """Each command of the CLI with its path, subcommands of groups (study, new) included."""
+    from typer.main import get_command
+
+    from fslab.cli import app
+
+    def walk(command, path):
+        if hasattr(command, "commands"):  # a group (typer's own click classes)
+            for name, sub in sorted(command.commands.items()):
+                yield from walk(sub, [*path, name])
+        else:
+            yield path, command
+    return list(walk(get_command(app), []))
+
+
+STYLES = {"bold", "/bold", "dim", "/dim", "red", "/red", "green", "/green", "yellow", "/yellow", "cyan", "/cyan"}
+
+
+def test_no_bracketed_word_of_a_help_text_is_eaten_as_markup():
+    """`[run]` of fslab.toml or `knn[k=3]` in a help text reaches the screen (rich
+    takes an unescaped `[word]` for a style and drops it)."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+
+    for path, command in _every_command():
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        words = {w for text in texts for w in re.findall(r"\\?\[([^\]\s]+)\]", text) if w not in STYLES}
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"}).output
+        flat = " ".join(shown.replace("│", " ").split())
+        missing = sorted(w for w in words if f"[{w}]" not in flat)
+        assert not missing, f"fslab {' '.join(path)} --help lost {missing}"
 
 
 def test_the_readme_cites_papers_not_a_missing_spec():

@@ -94,19 +94,21 @@ GpusOpt = Annotated[int | None, typer.Option(
     "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
                    "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]
 SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against "
-                  "what each key allows before a run is created.")]
+    "--set", metavar="KEY=VALUE",
+    help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against what each key "
+         "allows before a run is created.")]
 SinkOpt = Annotated[list[str] | None, typer.Option(
     "--sink", metavar="NAME", autocompletion=names_of("sink"),
     help="Also send the run's events to this sink, e.g. tensorboard, mlflow or wandb (repeatable; see fslab plugins "
-         "--kind sink); its parameters with --set sinks.NAME.KEY=VALUE. Added to the [run] sinks of fslab.toml.")]
+         "--kind sink); its parameters with --set sinks.NAME.KEY=VALUE. Added to the \\[run] sinks of fslab.toml.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON lines, one object per item, instead of a table.")]
 WideFlag = Annotated[bool, typer.Option(
     "--wide", help="Print tables at their full width, whatever the terminal's (or COLUMNS) is.")]
 ExecutorOpt = Annotated[str, typer.Option(
     help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
 SlurmOpt = Annotated[list[str] | None, typer.Option(
-    "--slurm", help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]
+    "--slurm", metavar="KEY=VALUE",
+    help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]
 
 
 def shown(value: object) -> str:

@@ -31,8 +31,9 @@ def export_(
         "--to", metavar="SINK", help="The sink to replay them into: tensorboard, mlflow, wandb or any installed sink "
                                      "(fslab plugins --kind sink).", autocompletion=names_of("sink"))],
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="A parameter of the sink, e.g. --set tracking_uri=sqlite:///mlflow.db (repeatable); over the "
-                      "run's own and fslab.toml's [run.sinks.SINK].")] = None,
+        "--set", metavar="KEY=VALUE",
+        help="A parameter of the sink, e.g. --set tracking_uri=sqlite:///mlflow.db (repeatable); over the run's own "
+             "and fslab.toml's \\[run.sinks.SINK].")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay finished runs into a sink, so runs made before it was chosen join it.

@@ -187,7 +187,7 @@ def sweep(
         metavar="METHOD | resume SWEEP", help="METHOD, or: resume SWEEP.", autocompletion=names_of("method"))] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
     grid: Annotated[list[str] | None, typer.Option(
-        "--grid", help="key=v1,v2,... (repeatable); keys as in --set, "
+        "--grid", metavar="KEY=V1,V2", help="key=v1,v2,... (repeatable); keys as in --set, "
                        "or backbone/dataset/epochs/batch_size/lr.")] = None,
     file: Annotated[Path | None, typer.Option(
         "--file", help="A sweep file in TOML: method, seeds, fail_fast, a grid table and a set table.")] = None,

@@ -19,8 +19,9 @@ def plugin(
     name: Annotated[str, typer.Argument(metavar="NAME",
                                         help="Package name (lowercase, digits and _), also the folder ./NAME.")],
     kind: Annotated[list[str] | None, typer.Option(
-        "--kind", help="A component to include: loss, backbone, sampler, evaluator, dataset, method or sink "
-                       "(repeatable; default: loss).")] = None,
+        "--kind", metavar="KIND",
+        help="A component to include: loss, backbone, sampler, evaluator, dataset, method or sink (repeatable; "
+             "default: loss).")] = None,
 ) -> None:
     """Write a pip-installable fslab plugin package into ./NAME: pyproject.toml with the fslab entry points,
     one working example module per --kind, a README and tests that run fslab's contracts (fslab.testing).

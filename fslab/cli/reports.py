@@ -41,7 +41,7 @@ def eval_(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
              "(default: the run's).", autocompletion=names_of("evaluator"))] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
+        "--set", metavar="KEY=VALUE", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
