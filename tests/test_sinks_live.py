@@ -40,6 +40,23 @@ class Record:
         self.file.close()
 
 
+class Imports:
+    """Says whether the worker had imported its training (torch) before building the sinks."""
+
+    def __init__(self, run, *, path: str = "imports.json"):
+        import sys
+
+        training = sys.modules.get("fslab.training.train")
+        with open(path, "w") as file:
+            json.dump({"training_imported": hasattr(training, "train")}, file)
+
+    def write(self, event):
+        pass
+
+    def close(self):
+        pass
+
+
 class Raises:
     def __init__(self, run):
         pass
@@ -66,6 +83,7 @@ class Sleeps:
 @hookimpl
 def register_sinks(register):
     register(Record, name="record", description="every event as a JSON line")
+    register(Imports, name="imports", description="tells what was imported when it was built")
     register(Raises, name="raises", description="fails on the first train event")
     register(Sleeps, name="sleeps", description="never returns in time")
     register("fslab_local_plugins.not_installed:Sink", name="unimportable", description="its package is missing",
@@ -204,6 +222,7 @@ def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project)
     record = project / "record.jsonl"
     with_sinks = fslab("run", "nca", *TINY, "--epochs", "2", "--seed", "3", "--sink", "raises", "--sink", "sleeps",
                        "--sink", "unimportable", "--set", f"sinks.record.path={json.dumps(str(record))}",
+                       "--sink", "imports", "--set", f"sinks.imports.path={json.dumps(str(project / 'imports.json'))}",
                        cwd=project)
     assert with_sinks.returncode == 0, with_sinks.stderr
     plain = fslab("run", "nca", *TINY, "--epochs", "2", "--seed", "3", "--set", "sinks=[]", cwd=project)
@@ -211,7 +230,10 @@ def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project)
     sinked, unsinked = sorted((project / "runs").iterdir(), key=lambda p: json.loads(
         (p / "config.json").read_text())["sinks"] == {})
     config = json.loads((sinked / "config.json").read_text())
-    assert set(config["sinks"]) == {"record", "raises", "sleeps", "unimportable"}
+    assert set(config["sinks"]) == {"record", "raises", "sleeps", "unimportable", "imports"}
+    # sinks start once torch is imported: a sink importing torch's modules while the worker imported torch
+    # left torch half initialised for both, and failed the run
+    assert json.loads((project / "imports.json").read_text()) == {"training_imported": True}
     assert json.loads((unsinked / "config.json").read_text())["sinks"] == {}
 
     assert json.loads((sinked / "results.json").read_text())["test"] == \

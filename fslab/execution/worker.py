@@ -220,11 +220,11 @@ def main(argv: list[str]) -> int:
     (run.path / RANK_FAILED).unlink(missing_ok=True)  # before any rank can have trained
     keeper.start(resume)
     watch_torchrun()
-    sinks = open_sinks(run)
+    opened: list = []  # the run's sink feed, once _train has opened it
     try:
-        return _train(run, resume, keeper, sinks)
+        return _train(run, resume, keeper, opened)
     finally:  # the run's state is final: each sink may now close (fslab.core.sinks)
-        if sinks is not None:
+        for sinks in opened:
             sinks.close(run.status().get("state", "failed"))
 
 
@@ -248,11 +248,15 @@ def open_sinks(run: Run):
         return None
 
 
-def _train(run: Run, resume: bool, keeper: StatusKeeper, sinks) -> int:
+def _train(run: Run, resume: bool, keeper: StatusKeeper, opened: list) -> int:
     try:
         from fslab.training.train import train
 
-        train(run, resume=resume, listeners=[sinks] if sinks is not None else [])
+        # The sinks' threads start only now that torch is imported: a sink importing torch.utils.tensorboard
+        # while this thread imported torch left torch half initialised for both, and failed the run.
+        sinks = open_sinks(run)
+        opened += [sinks] if sinks is not None else []
+        train(run, resume=resume, listeners=opened)
         _leave_process_group()
         ignore_stop_signals()  # trained and tested: a stop arriving now must not cut the end short
     except Stopped as stop:
