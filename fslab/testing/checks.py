@@ -300,18 +300,12 @@ def sink_events(epochs: int = 2, steps: int = 2) -> list[dict]:
     return events
 
 
-def _tree(folder) -> dict[str, bytes]:
-    """Every file under ``folder`` (links not followed) by its relative path, with its bytes."""
+def _files_under(folder) -> list[str]:
+    """Every file and link under ``folder``, by its path relative to it."""
     import os
-    from pathlib import Path
 
-    found = {}
-    for root, _, names in os.walk(folder):
-        for file_name in names:
-            path = Path(root) / file_name
-            if path.is_file() and not path.is_symlink():
-                found[str(path.relative_to(folder))] = path.read_bytes()
-    return found
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
 
 
 def check_sink(registry: Registry, name: str, params: dict | None, folder) -> None:
@@ -361,7 +355,7 @@ def check_sink(registry: Registry, name: str, params: dict | None, folder) -> No
         assert replay(registry, name, again, params, iter(sent)) == len(events), \
             f"sink {name}: a second export did not take every event"
         assert sent == events, f"sink {name} changed the events of an export"
-        stray = sorted(_tree(elsewhere))
+        stray = _files_under(elsewhere)
         assert not stray, f"sink {name} wrote into the current directory: {', '.join(stray[:5])}"
         for file_name, text in own.items():
             assert (run_path / file_name).read_text() == text, f"sink {name} changed the run's {file_name}"
