@@ -39,6 +39,32 @@ def test_listing_commands_do_not_import_torch(project, argv):
     assert "HEAVY []" in result.stdout
 
 
+def test_help_leaves_markdown_and_tracebacks_unimported_yet_usable(project):
+    """fslab --help gives typer's help module stand-ins for rich.markdown and
+    rich.traceback (markdown-it, pygments and rich.pretty cost ~65 ms of start-up);
+    each stand-in still builds the real class if typer ever needs it."""
+    code = textwrap.dedent("""
+        import sys
+        sys.argv = ["fslab", "--help"]
+        from fslab.cli import main
+        try:
+            main()
+        except SystemExit as exit:
+            assert not exit.code, exit.code
+        print("LOADED", [m for m in ("markdown_it", "pygments", "rich.pretty", "rich.traceback") if m in sys.modules])
+        import typer.rich_utils as help_module
+        try:
+            1 / 0
+        except ZeroDivisionError as exc:
+            drawn = help_module.Traceback.from_exception(type(exc), exc, exc.__traceback__)
+        print("BUILT", type(drawn).__module__, type(help_module.Markdown("*x*")).__module__)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "LOADED []" in result.stdout and "Commands" in result.stdout
+    assert "BUILT rich.traceback rich.markdown" in result.stdout
+
+
 def test_plugins_lists_every_kind_with_origin(project):
     result = fslab("plugins", "--json", cwd=project)
     assert result.returncode == 0, result.stderr

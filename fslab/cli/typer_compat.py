@@ -9,10 +9,12 @@ without them):
   a pydantic TypeAdapter, and importing pydantic for that alone costs about a
   third of a command's start-up (0.1 s and more on a 2-core machine). Any other
   type goes through typer as before;
-- help without Markdown: typer's help module imports rich.markdown (and
-  markdown-it, ~35 ms) to render help written in Markdown, which fslab's (Rich
-  markup) never is; :func:`help_without_markdown` gives it a stand-in that
-  imports the real one only if it is ever used.
+- help without Markdown or tracebacks: typer's help module imports
+  rich.markdown (and markdown-it, ~35 ms) to render help written in Markdown,
+  which fslab's (Rich markup) never is, and rich.traceback (with pygments and
+  rich.pretty, ~30 ms) to draw exceptions, which fslab reports in one line;
+  :func:`help_without_markdown` gives it stand-ins that import the real classes
+  only if they are ever used.
 """
 
 from __future__ import annotations
@@ -84,30 +86,39 @@ def plain_coercion(core, coercion) -> None:
 
 
 def help_without_markdown() -> None:
-    """Import typer's help module with a stand-in for ``rich.markdown``; the
-    real module stays importable by everyone else."""
+    """Import typer's help module with stand-ins for ``rich.markdown`` and
+    ``rich.traceback``; the real modules stay importable by everyone else."""
+    import importlib
     import sys
     import types
 
-    if "typer.rich_utils" in sys.modules or "rich.markdown" in sys.modules:
+    modules = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
+    if "typer.rich_utils" in sys.modules or any(name in sys.modules for name in modules):
         return
 
-    class Markdown:  # builds the real thing, should typer ever render Markdown
-        def __new__(cls, *args, **kwargs):
-            from rich.markdown import Markdown as Real
+    def stand_in(module: str, name: str) -> types.ModuleType:
+        def real() -> type:
+            return getattr(importlib.import_module(module), name)
 
-            return Real(*args, **kwargs)
+        class Forward(type):  # the real class's own attributes too (Traceback.from_exception)
+            def __getattr__(cls, attribute: str):
+                return getattr(real(), attribute)
 
-    stand_in = types.ModuleType("rich.markdown")
-    stand_in.Markdown = Markdown
-    sys.modules["rich.markdown"] = stand_in
+        placeholder = types.ModuleType(module)
+        # the real thing, built should typer ever use it
+        setattr(placeholder, name, Forward(name, (), {"__new__": lambda cls, *a, **k: real()(*a, **k)}))
+        return placeholder
+
+    placeholders = {module: stand_in(module, name) for module, name in modules.items()}
+    sys.modules.update(placeholders)
     try:
         import typer.rich_utils  # noqa: F401
     except ImportError:  # pragma: no cover - a typer without it
         pass
     finally:
-        if sys.modules.get("rich.markdown") is stand_in:
-            del sys.modules["rich.markdown"]
+        for module, placeholder in placeholders.items():
+            if sys.modules.get(module) is placeholder:
+                del sys.modules[module]
 
 
 def adjust_typer() -> None:
