@@ -1,6 +1,7 @@
 """Helpers for tests that drive the real CLI and real worker processes."""
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -44,3 +45,11 @@ def events(run_dir, kind=None):
         if kind is None or event.get("event") == kind:
             out.append(event)
     return out
+
+
+def as_in_a_terminal() -> None:
+    """``preexec_fn`` for a process a test sends Ctrl-C (SIGINT): a shell without job
+    control starts background commands with SIGINT ignored, and everything they start
+    inherits that (Python then never raises KeyboardInterrupt), so a suite run in the
+    background would test nothing; this gives the process a terminal's SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

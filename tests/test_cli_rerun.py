@@ -16,7 +16,7 @@ from fslab.core.errors import UsageError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run, create_run
 
-from .runs_helpers import TINY, fslab, wait_for
+from .runs_helpers import TINY, as_in_a_terminal, fslab, wait_for
 
 
 def resolved_run(project, registry, *options: dict) -> Run:
@@ -116,7 +116,8 @@ def test_run_like_starts_the_same_configuration_and_stop_says_there_is_no_checkp
 @pytest.mark.slow
 def test_ctrl_c_before_the_first_checkpoint_claims_none(project):
     follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", "200"],
-                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=as_in_a_terminal)
     first = follower.stdout.readline()
     assert first.startswith("run "), first + follower.stderr.read()
     run = Run(project / "runs" / first.split()[1])

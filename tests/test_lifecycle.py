@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from .runs_helpers import TINY, events, fslab, wait_for
+from .runs_helpers import TINY, as_in_a_terminal, events, fslab, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +109,8 @@ def test_stop_kills_cleanly_and_keeps_the_checkpoint(project):
 
 def test_ctrl_c_while_following_stops_the_worker(project):
     follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", "200"],
-                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=as_in_a_terminal)
     run_dir = wait_for(lambda: next((p for p in (project / "runs").iterdir() if p.is_dir()), None)
                        if (project / "runs").exists() else None, what="the run folder")
     wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
