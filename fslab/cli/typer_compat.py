@@ -92,8 +92,9 @@ def help_without_markdown() -> None:
     import sys
     import types
 
-    modules = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
-    if "typer.rich_utils" in sys.modules or any(name in sys.modules for name in modules):
+    wanted = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
+    modules = {module: name for module, name in wanted.items() if module not in sys.modules}  # those not yet loaded
+    if "typer.rich_utils" in sys.modules or not modules:
         return
 
     def stand_in(module: str, name: str) -> types.ModuleType:
