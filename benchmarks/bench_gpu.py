@@ -33,14 +33,15 @@ import torch
 
 from fslab.core.registry import load_registry
 from fslab.training import distributed
-from fslab.training.numerics import Numerics, compiled, optimiser_step
+from fslab.training.numerics import Numerics, apply_backend_settings, compiled, optimiser_step
 
-BACKBONES = {"resnet12": {}, "resnet12-nca": {}, "wrn": {"depth": 28, "widen_factor": 10}, "conv4": {}}
+BACKBONES = {"resnet12": {}, "resnet12-nca": {}, "wrn28-10": {}, "conv4": {}}
 MODES = {  # precision, channels-last, compile
     "fp32": ("fp32", False, "off"),
     "bf16": ("bf16", True, "off"),
     "bf16+compile": ("bf16", True, "default"),
 }
+FLOP_BATCH = 128
 # Dense bf16 tensor-core peaks in TFLOP/s, by a part of the device's name (first match wins).
 PEAKS = [("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0), ("A100", 312.0),
          ("L40S", 362.0), ("L4", 121.0), ("A10", 125.0), ("RTX 4090", 165.0), ("V100", 125.0)]
@@ -111,9 +112,10 @@ def bare_step(model, device: torch.device, temperature: float = 1.0):
     return run
 
 
-def timed(run, x, y, steps: int, warmup: int, device: torch.device) -> tuple[float, float]:
-    """Seconds per step over ``steps`` after ``warmup`` (compilation included
-    in the warm-up), and the first step's seconds."""
+def timed(run, x, y, steps: int, warmup: int, device: torch.device, seconds: float) -> tuple[float, float, int]:
+    """Seconds per step after ``warmup`` steps (compilation included in the
+    warm-up), the first step's seconds, and how many steps were timed: as many
+    as fit in about ``seconds`` (at least 3), at most ``steps``."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     start = time.perf_counter()
     run(x, y)
@@ -123,19 +125,66 @@ def timed(run, x, y, steps: int, warmup: int, device: torch.device) -> tuple[flo
         run(x, y)
     sync()
     start = time.perf_counter()
-    for _ in range(steps):
+    run(x, y)
+    sync()
+    estimate = time.perf_counter() - start
+    count = max(3, min(steps, int(seconds / max(estimate, 1e-6))))
+    start = time.perf_counter()
+    for _ in range(count):
         run(x, y)
     sync()
-    return (time.perf_counter() - start) / steps, first
+    return (time.perf_counter() - start) / count, first, count
+
+
+def loss_alone(loss_fn, batch: int, dim: int, y: torch.Tensor, device: torch.device, steps: int) -> float:
+    """Seconds of the loss's forward and backward on fixed float32 embeddings
+    (``batch`` × ``dim``), the part of a step no precision setting changes."""
+    generator = torch.Generator().manual_seed(1)
+    z = torch.randn(batch, dim, generator=generator).to(device).requires_grad_(True)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def once():
+        z.grad = None
+        loss_fn(z, y).loss.backward()
+
+    for _ in range(3):
+        once()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        once()
+    sync()
+    return (time.perf_counter() - start) / steps
 
 
 def measure(args, registry, backbone: str, loss_name: str, mode: str | None, device: torch.device) -> dict:
-    """One row: fslab's step in ``mode``, or the bare loop when ``mode`` is None."""
+    """One row: fslab's step in ``mode``, or the bare loop when ``mode`` is None.
+    A step that does not fit in the GPU's memory gives a row that says so."""
+    row = {"backbone": backbone, "loss": loss_name if mode else "nca (by hand)", "batch_size": args.batch_size,
+           "image_size": args.image_size, "device": device_name(device)}
+    bare = "bare bf16+cl" if device.type == "cuda" else "bare fp32"  # autocast and channels-last only on CUDA
+    row["mode"] = mode or bare
+    try:
+        row.update(_measure(args, registry, backbone, loss_name, mode, device))
+    except torch.cuda.OutOfMemoryError:
+        row["error"] = "out of memory"
+    finally:
+        torch._dynamo.reset()  # the next row compiles its own model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def _measure(args, registry, backbone: str, loss_name: str, mode: str | None, device: torch.device) -> dict:
     torch.manual_seed(0)
     model = registry.create("backbone", backbone, in_channels=3, **BACKBONES[backbone]).to(device)
     loss_fn = registry.create("loss", loss_name, context={"out_dim": model.out_dim, "num_classes": 64})
     x, y = batch_for(args.batch_size, args.image_size, device)
-    flops = step_flops(model, loss_fn, x, y)
+    # Counted on at most FLOP_BATCH of the images (an eager float32 step of a large network at batch 512
+    # may not fit in memory) and scaled to the batch: the network's FLOPs grow with the batch, and the
+    # loss's B² terms are a rounding error beside them (NCA at 512 × 640: 0.3 of 10,000 GFLOP).
+    counted = min(args.batch_size, FLOP_BATCH)
+    flops = step_flops(model, loss_fn, x[:counted], y[:counted]) * args.batch_size / counted
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     if mode is None:
@@ -144,32 +193,48 @@ def measure(args, registry, backbone: str, loss_name: str, mode: str | None, dev
         precision, channels_last, compile_mode = MODES[mode]
         numerics = Numerics(device, precision, precision, channels_last and device.type == "cuda", compile_mode,
                             True, False)
+        apply_backend_settings(numerics)
         if numerics.channels_last:
             model = model.to(memory_format=torch.channels_last)
         run = fslab_step(model, loss_fn, numerics, device)
-    seconds, first = timed(run, x, y, args.steps, args.warmup, device)
+    seconds, first, count = timed(run, x, y, args.steps, args.warmup, device, args.seconds)
     peak = peak_tflops(device, args.peak_tflops)
-    bare = "bare bf16+cl" if device.type == "cuda" else "bare fp32"  # autocast and channels-last only on CUDA
-    return {"backbone": backbone, "loss": loss_name if mode else "nca (by hand)", "mode": mode or bare,
-            "images_per_s": args.batch_size / seconds, "ms_per_step": 1000 * seconds, "first_step_s": first,
-            "gflop_per_image": flops / args.batch_size / 1e9,
-            "mfu": None if peak is None else flops / seconds / (peak * 1e12),
-            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
+    row = {"images_per_s": args.batch_size / seconds, "ms_per_step": 1000 * seconds, "first_step_s": first,
+           "timed_steps": count, "gflop_per_image": flops / args.batch_size / 1e9,
+           "mfu": None if peak is None else flops / seconds / (peak * 1e12),
+           "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
+    if mode is not None:
+        row["loss_ms"] = 1000 * loss_alone(loss_fn, args.batch_size, model.out_dim, y, device, max(3, count))
+    return row
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+
+
+HEADER = (f"{'backbone':<14}{'loss':<15}{'mode':<14}{'img/s':>9}{'ms/step':>9}{'loss ms':>9}{'GFLOP/img':>10}"
+          f"{'MFU':>7}{'mem GiB':>9}{'1st step s':>11}{'x fp32':>8}")
+
+
+def row_line(r: dict, fp32: dict) -> str:
+    """One printed row; ``fp32`` maps (backbone, loss) to the fp32 row's images/s."""
+    if "error" in r:
+        return f"{r['backbone']:<14}{r['loss']:<15}{r['mode']:<14}  {r['error']}"
+    ratio = fp32.get((r["backbone"], "nca" if r["mode"].startswith("bare") else r["loss"]))
+    mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+    memory = "-" if r["peak_memory_gib"] is None else f"{r['peak_memory_gib']:.1f}"
+    loss_ms = f"{r['loss_ms']:.2f}" if r.get("loss_ms") is not None else "-"
+    versus = "" if ratio is None else f"{r['images_per_s'] / ratio:.2f}x"
+    return (f"{r['backbone']:<14}{r['loss']:<15}{r['mode']:<14}{r['images_per_s']:9.0f}{r['ms_per_step']:9.1f}"
+            f"{loss_ms:>9}{r['gflop_per_image']:10.2f}{mfu:>7}{memory:>9}{r['first_step_s']:11.1f}{versus:>8}")
 
 
 def print_rows(rows: list[dict], device: torch.device) -> None:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"device: {name}")
-    print(f"{'backbone':<14}{'loss':<15}{'mode':<14}{'img/s':>9}{'ms/step':>9}{'GFLOP/img':>10}{'MFU':>7}"
-          f"{'mem GiB':>9}{'x fp32':>8}")
-    base = {(r["backbone"], r["loss"]): r["images_per_s"] for r in rows if r["mode"] == "fp32"}
+    print(f"device: {device_name(device)}")
+    print(HEADER)
+    fp32 = {(r["backbone"], r["loss"]): r["images_per_s"] for r in rows if r["mode"] == "fp32" and "error" not in r}
     for r in rows:
-        ratio = base.get((r["backbone"], "nca" if r["mode"].startswith("bare") else r["loss"]))
-        mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        memory = "-" if r["peak_memory_gib"] is None else f"{r['peak_memory_gib']:.1f}"
-        versus = "" if ratio is None else f"{r['images_per_s'] / ratio:.2f}x"
-        print(f"{r['backbone']:<14}{r['loss']:<15}{r['mode']:<14}{r['images_per_s']:9.0f}{r['ms_per_step']:9.1f}"
-              f"{r['gflop_per_image']:10.2f}{mfu:>7}{memory:>9}{versus:>8}")
+        print(row_line(r, fp32))
 
 
 def recipe_wall_time(device: str) -> float:
@@ -191,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--image-size", type=int, default=84)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="time about this long per row (--steps at most)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak, if the name is not known")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare PyTorch loop")
     parser.add_argument("--recipe", action="store_true", help="also time the whole NCA recipe with fslab run")
@@ -198,14 +264,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device, registry = torch.device(args.device), load_registry()
     rows = []
-    for backbone in args.backbones.split(","):
-        for loss_name in args.losses.split(","):
-            rows += [measure(args, registry, backbone, loss_name, mode, device) for mode in args.modes.split(",")]
-        if not args.no_bare:
-            rows.append(measure(args, registry, backbone, "nca", None, device))
-    print_rows(rows, device)
     if args.json is not None:
-        args.json.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        args.json.write_text("")
+    for backbone in args.backbones.split(","):
+        plan = [(loss_name, mode) for loss_name in args.losses.split(",") for mode in args.modes.split(",")]
+        if not args.no_bare:
+            plan.append(("nca", None))
+        for loss_name, mode in plan:
+            rows.append(measure(args, registry, backbone, loss_name, mode, device))
+            print(row_line(rows[-1], {}), flush=True)  # as it is measured; the table comes again at the end
+            if args.json is not None:
+                with args.json.open("a") as out:
+                    out.write(json.dumps(rows[-1]) + "\n")
+    print_rows(rows, device)
     if args.recipe:
         print(f"fslab run nca --dataset synthetic-mini (120 epochs, 10,000 test episodes): "
               f"{recipe_wall_time(args.device):.0f} s")

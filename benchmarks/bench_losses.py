@@ -1,10 +1,15 @@
 """Seconds per training step for every registered loss, as a ratio to NCA.
 
-Every loss is timed in the same run, on the same device, with the same Conv4
-backbone (64 filters) and the same batch of 128 random 3×32×32 images: 8
-classes × 16 images, of which the first 5 of each class are the support rows
-that episodic losses need (8 ways, 5 shots, 11 queries; NCA paper's n=5, a=16).
-Non-episodic losses get the same rows without the support mask.
+Every loss is timed in the same run, on the same device, with the same
+backbone (Conv4 with 64 filters unless ``--backbone`` names another) and the
+same batch of random images (by default 128 of 3×32×32: 8 classes × 16
+images, of which the first 5 of each class are the support rows that episodic
+losses need: 8 ways, 5 shots, 11 queries; NCA paper's n=5, a=16). Non-episodic
+losses get the same rows without the support mask. ``--precision bf16`` runs
+the backbone as a run with ``train.precision = "bf16"`` does (autocast, and
+channels-last on CUDA; the loss in float32), so that a loss's share of a step
+can be read at the papers' sizes: ``--backbone resnet12 --batch-size 512
+--classes 32 --image-size 84 --precision bf16``.
 
 The losses are timed in rounds (each loss once per round, a rotating order),
 so load from other processes is shared out. For each loss it reports the
@@ -18,6 +23,7 @@ with the step's ratio to the ``nca`` step and the loss's share of its step,
 plus the positive and negative pairs the loss reports for the batch.
 
     python benchmarks/bench_losses.py [--steps 20] [--device auto] [--threads N] [--only nca,protonet]
+                                      [--backbone conv4] [--batch-size 128] [--classes 8] [--precision fp32]
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ import torch
 
 from fslab.core.registry import load_registry
 from fslab.core.settings import load_settings
+from fslab.training.numerics import Numerics, apply_backend_settings
 
-CLASSES, SHOTS, TRAIN_CLASSES = 8, 5, 64
+SHOTS, TRAIN_CLASSES = 5, 64
 
 
-def prepare(registry, name: str, base_model, x, labels, support, device) -> dict:
+def prepare(registry, name: str, base_model, x, labels, support, device, numerics) -> dict:
     """The two timed callables of one loss, on its own copy of the backbone."""
     component = registry.get("loss", name)
     episodic = bool(component.info.get("episodic"))
@@ -48,14 +55,18 @@ def prepare(registry, name: str, base_model, x, labels, support, device) -> dict
         params += list(loss_fn.parameters())
     optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
 
+    def embed(images):
+        with numerics.autocast():
+            return model(images).float()  # the loss computes in float32 (fslab.training.numerics)
+
     def step():
-        out = loss_fn(model(x), labels, rows)
+        out = loss_fn(embed(x), labels, rows)
         optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         optimizer.step()
 
     with torch.no_grad():
-        z = model(x).detach()
+        z = embed(x).detach()
     z.requires_grad_(True)
 
     def loss_alone():
@@ -99,14 +110,19 @@ def measure(entries: list[dict], steps: int, device: torch.device) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per loss (after 3 warm-up steps)")
-    parser.add_argument("--batch-size", type=int, default=128, help=f"a multiple of {CLASSES}")
+    parser.add_argument("--batch-size", type=int, default=128, help="a multiple of --classes")
+    parser.add_argument("--classes", type=int, default=8, help="classes in the batch, as many images of each")
+    parser.add_argument("--backbone", default="conv4")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                        help="the backbone's precision, as train.precision (on CUDA with channels-last)")
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--only", default="", help="comma-separated losses (nca is always timed)")
     args = parser.parse_args()
-    if args.batch_size % CLASSES or args.batch_size // CLASSES <= SHOTS:
-        parser.error(f"--batch-size must be a multiple of {CLASSES} with more than {SHOTS} images per class")
+    if args.classes < 2 or args.batch_size % args.classes or args.batch_size // args.classes <= SHOTS:
+        parser.error(f"--batch-size must be a multiple of --classes ({args.classes}, at least 2) "
+                     f"with more than {SHOTS} images per class")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -123,19 +139,24 @@ def main() -> None:
     names = ["nca"] + [n for n in names if n != "nca"]  # the baseline first
 
     torch.manual_seed(0)
-    per_class = args.batch_size // CLASSES
-    x = torch.rand(args.batch_size, 3, args.image_size, args.image_size, device=device) * 2 - 1
-    labels = torch.arange(CLASSES, device=device).repeat_interleave(per_class)
+    per_class = args.batch_size // args.classes
+    cuda = device.type == "cuda"
+    numerics = Numerics(device, args.precision, args.precision, cuda, "off", True, False)
+    apply_backend_settings(numerics)
+    x = numerics.memory_format(torch.rand(args.batch_size, 3, args.image_size, args.image_size, device=device) * 2 - 1)
+    labels = torch.arange(args.classes, device=device).repeat_interleave(per_class)
     support = (torch.arange(args.batch_size, device=device) % per_class) < SHOTS
-    base_model = registry.create("backbone", "conv4", in_channels=3).to(device).train()
+    base_model = registry.create("backbone", args.backbone, in_channels=3).to(device).train()
+    if numerics.channels_last:
+        base_model = base_model.to(memory_format=torch.channels_last)
 
-    rows = [prepare(registry, name, base_model, x, labels, support, device) for name in names]
+    rows = [prepare(registry, name, base_model, x, labels, support, device, numerics) for name in names]
     measure(rows, args.steps, device)
     baseline = rows[0]["step"]
 
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"\nConv4, batch {args.batch_size} of 3×{args.image_size}×{args.image_size} "
-          f"({CLASSES} classes × {per_class}; episodic: {SHOTS} shots + {per_class - SHOTS} queries), "
+    print(f"\n{args.backbone} in {args.precision}, batch {args.batch_size} of 3×{args.image_size}×{args.image_size} "
+          f"({args.classes} classes × {per_class}; episodic: {SHOTS} shots + {per_class - SHOTS} queries), "
           f"{where}, median of {args.steps} steps\n")
     print("| loss | episodic | pairs +/− | step (ms) | × nca step | loss alone (ms) | loss share of step |")
     print("|---|---|---|---|---|---|---|")
