@@ -2,10 +2,13 @@
 
 Prints, measured in this one run on this one device, for each backbone, loss and
 mode (fp32; bf16 with channels-last; bf16 with channels-last and torch.compile):
-images/s, milliseconds per step, FLOPs per image (counted by
+images/s, milliseconds per step, the loss alone (its forward and backward on
+fixed float32 embeddings), FLOPs per image (counted by
 ``torch.utils.flop_counter`` over one forward and backward pass of the eager
-model), MFU (those FLOPs per second over the device's dense bf16 peak, taken
-from its name or ``--peak-tflops``), peak GPU memory, and the ratio to fp32.
+model, on at most 128 images), MFU (those FLOPs per second over the device's
+dense bf16 peak, taken from its name or ``--peak-tflops``), peak GPU memory,
+the first step's seconds (compilation included) and the ratio to fp32. A row
+that does not fit in the GPU's memory says so; rows are printed as measured.
 A bare PyTorch loop written as a careful user would (bf16 autocast,
 channels-last, the NCA loss by hand) runs on the same data as the baseline
 fslab's step is compared with. ``--recipe`` also times the whole NCA recipe on
