@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fslab_plugins.datasets.synthetic import SyntheticDataset
+from fslab_plugins.datasets.synthetic import SyntheticDataset, image_colours
 from fslab_plugins.methods.nca import centroid
 
 from fslab.core.errors import UsageError
@@ -155,3 +155,36 @@ def test_distances_match_a_point_by_point_computation():
                     t = min(max(((col - ax) * dx + (row - ay) * dy) / max(dx * dx + dy * dy, 1e-6), 0.0), 1.0)
                     best = min(best, math.hypot(col - ax - t * dx, row - ay - t * dy))
                 assert abs(got[k, row * size + col] - best) < 1e-4
+
+
+def colour_only_accuracy(split, episodes: int = 400) -> float:
+    """5-way 5-shot nearest-centroid accuracy on each image's mean colour alone (the ink's
+    RGB proportions): how far colour, not shape, tells the split's classes apart."""
+    rgb = split.images.float().sum(dim=(2, 3))
+    proportions = rgb / rgb.sum(dim=1, keepdim=True)
+    scores = episode_scores(proportions, split.labels, centroid, 5, 5, 10, episodes, seed=0, center=None,
+                            normalize=False)
+    return scores.mean().item()
+
+
+def test_a_colour_per_image_says_nothing_of_the_class_where_a_colour_per_class_gives_it_away():
+    """With colour="class" the ink's colour alone classifies the test glyphs almost perfectly (the
+    stand-in scored 100% so on an H100); with colour="image" colour alone is near chance (20%)."""
+    shape = {"classes": 30, "val_classes": 5, "test_classes": 10, "images_per_class": 20, "image_size": 16,
+             "channels": 3}
+    by_class = SyntheticDataset(**shape, colour="class").load("test")
+    by_image = SyntheticDataset(**shape, colour="image").load("test")
+    assert colour_only_accuracy(by_class) > 0.95
+    assert colour_only_accuracy(by_image) < 0.35
+    # the same glyphs in both: each channel is the grey ink times the image's weight for it, rounded
+    grey = SyntheticDataset(**{**shape, "channels": 1}).load("test").images.float()
+    weights = torch.cat([torch.from_numpy(image_colours(0, c, 20)) for c in range(20, 30)]).float()
+    assert 0.35 <= weights.min() and weights.max() <= 1.0
+    assert torch.equal(by_image.images.float(), torch.round(grey * weights[:, :, None, None]))
+
+
+def test_the_stand_in_colours_each_image_and_refuses_an_unknown_colour(registry):
+    assert registry.create("dataset", "synthetic-mini", root=None).colour == "image"
+    assert registry.create("dataset", "synthetic", root=None).colour == "class"
+    with pytest.raises(UsageError, match="colour must be one of class, image"):
+        SyntheticDataset(colour="pixel")

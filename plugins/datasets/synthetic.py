@@ -10,7 +10,8 @@ stroke features that transfer to unseen glyphs — a small Omniglot in spirit.
 
 Everything is derived from ``seed``: a class's glyph from ``(seed, class)``, its
 images' jitter from ``(seed, class, 1)`` (drawn for all of the class's images
-at once, so changing ``images_per_class`` redraws them). Generating a split
+at once, so changing ``images_per_class`` redraws them), its colour from
+``(seed, class, 2)`` and its images' colours from ``(seed, class, 3)``. Generating a split
 never depends on which other splits were generated or in which order. Class indices run over
 train, then validation, then test classes, which are therefore disjoint.
 
@@ -22,9 +23,10 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from fslab.plugin import Split, UsageError, hookimpl
+from fslab.plugin import Split, UsageError, hookimpl, one_of
 
 SPLITS = ("train", "val", "test")
+COLOURS = ("class", "image")  # what the ink's colour follows when channels=3
 MAX_STROKES = 4
 POINTS_PER_STROKE = 9  # a Bézier curve is drawn as an 8-segment polyline
 GLYPH_EXTENT = 0.9  # the glyph box [-1, 1]² covers this fraction of half the image
@@ -42,8 +44,12 @@ class SyntheticDataset:
     kept in memory for the life of the instance, class by class on as many
     threads as there are cores (numpy releases the interpreter lock while it
     computes; every class draws from its own seeds, so the images do not depend
-    on the threads). ``channels=3`` tints each class's ink with a colour of
-    its own (drawn from ``(seed, class, 2)``), for networks with an RGB stem.
+    on the threads). ``channels=3`` tints the ink, for networks with an RGB
+    stem: with ``colour="class"`` every image of a class in the class's own
+    colour (drawn from ``(seed, class, 2)``), so colour alone tells classes
+    apart; with ``colour="image"`` every image in a colour of its own (drawn
+    from ``(seed, class, 3)``), so colour says nothing of the class and only
+    the glyph's shape does.
     """
 
     def __init__(
@@ -57,10 +63,14 @@ class SyntheticDataset:
         val_classes: int = 40,
         test_classes: int = 40,
         channels: int = 1,
+        colour: str = "class",
     ):
         if channels not in (1, 3):
-            raise UsageError(f"synthetic: channels must be 1 (grey) or 3 (a colour per class), got {channels}")
-        self.channels = channels
+            raise UsageError(f"synthetic: channels must be 1 (grey) or 3 (coloured ink), got {channels}")
+        if colour not in COLOURS:
+            raise UsageError(f"synthetic: colour must be one of {', '.join(COLOURS)}, got '{colour}'; "
+                             "'class' gives each class its colour, 'image' each image its own")
+        self.channels, self.colour = channels, colour
         if seed < 0:
             raise UsageError(f"synthetic: seed must be >= 0, got {seed}")
         if val_classes < 2 or test_classes < 2 or classes - val_classes - test_classes < 2:
@@ -103,7 +113,11 @@ class SyntheticDataset:
 
         def render(c: int):
             ink = render_class(self.seed, c, self.images_per_class, self.image_size)[:, None]
-            return ink if self.channels == 1 else tint(ink, class_colour(self.seed, c))
+            if self.channels == 1:
+                return ink
+            if self.colour == "class":
+                return tint(ink, class_colour(self.seed, c)[None])
+            return tint(ink, image_colours(self.seed, c, self.images_per_class))
 
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, len(class_indices)))) as pool:
             images = list(pool.map(render, class_indices))  # in class order, whatever thread drew each
@@ -122,11 +136,19 @@ def class_colour(seed: int, class_index: int):
     return np.random.default_rng([seed, class_index, 2]).uniform(0.35, 1.0, 3)
 
 
-def tint(ink, colour):
-    """``uint8 [K, 1, H, W]`` ink -> ``uint8 [K, 3, H, W]``: each channel the ink times its weight."""
+def image_colours(seed: int, class_index: int, count: int):
+    """A colour for each of a class's ``count`` images, ``[count, 3]`` in [0.35, 1], from ``(seed, class, 3)``."""
     import numpy as np
 
-    return np.round(ink.astype(np.float32) * colour.astype(np.float32)[None, :, None, None]).astype(np.uint8)
+    return np.random.default_rng([seed, class_index, 3]).uniform(0.35, 1.0, (count, 3))
+
+
+def tint(ink, colours):
+    """``uint8 [K, 1, H, W]`` ink -> ``uint8 [K, 3, H, W]``: each channel the ink times its weight;
+    ``colours`` is ``[1, 3]`` (one colour for every image) or ``[K, 3]``."""
+    import numpy as np
+
+    return np.round(ink.astype(np.float32) * colours.astype(np.float32)[:, :, None, None]).astype(np.uint8)
 
 
 def glyph_strokes(rng):
@@ -230,6 +252,7 @@ def register_datasets(register):
         name="synthetic",
         description="Procedural stroke-drawn glyphs: 16×16 grayscale, 120/40/40 classes × 30 images; no download.",
         paper="built in",
+        allowed={"colour": one_of(*COLOURS)},
         check_early=True,  # cheap to construct (images are drawn on load): bad sizes fail in the CLI
         # The dataset's own recipe, sized for 2 CPU cores: full ResNet-12 runs
         # ~55 images/s at 16×16, so 5 epochs of 3,600 images (140 steps) take
@@ -248,8 +271,10 @@ def register_datasets(register):
         MiniImageNetStandIn,
         name="synthetic-mini",
         description="The glyphs at miniImageNet's size, for timing the papers' recipes without a download: "
-                    "84×84 RGB, 64/16/20 classes × 600 images.",
+                    "84×84 RGB (a colour per image, which says nothing of the class), 64/16/20 classes × 600 "
+                    "images.",
         paper="built in; sized as miniImageNet (Vinyals et al. 2016; Ravi & Larochelle 2017 splits)",
+        allowed={"colour": one_of(*COLOURS)},
         check_early=True,
         # miniImageNet's own defaults (plugins/datasets/miniimagenet.py), so a recipe runs here as it would there
         defaults={"train": {"crop_padding": 8, "flip": True}},
@@ -259,9 +284,14 @@ def register_datasets(register):
 class MiniImageNetStandIn(SyntheticDataset):
     """:class:`SyntheticDataset` with miniImageNet's shape: 100 classes split
     64/16/20, 600 images each, 84×84 with three channels. Drawing its 60,000
-    images takes about 4 s a class on one core of a 2-core CPU, a class per core."""
+    images takes about 4 s a class on one core of a 2-core CPU, a class per core.
+
+    Each image has a colour of its own: with one colour per class, a ResNet-12
+    scored 100.00% on both test shapes after 3 epochs as after 120 (on an H100,
+    2026-11-25), which made the stand-in useless for comparing accuracies."""
 
     def __init__(self, root=None, *, seed: int = 0, classes: int = 100, images_per_class: int = 600,
-                 image_size: int = 84, val_classes: int = 16, test_classes: int = 20, channels: int = 3):
+                 image_size: int = 84, val_classes: int = 16, test_classes: int = 20, channels: int = 3,
+                 colour: str = "image"):
         super().__init__(root, seed=seed, classes=classes, images_per_class=images_per_class, image_size=image_size,
-                         val_classes=val_classes, test_classes=test_classes, channels=channels)
+                         val_classes=val_classes, test_classes=test_classes, channels=channels, colour=colour)
