@@ -139,7 +139,7 @@ def test_a_version_1_config_computed_in_fp32_without_compilation(registry):
     del version_1["eval"]["precision"]
     del version_1["sinks"]
     migrated = migrate(version_1)
-    assert migrated["config_version"] == CONFIG_VERSION == 3
+    assert migrated["config_version"] == CONFIG_VERSION == 4
     assert {k: migrated["train"][k] for k in ("precision", "channels_last", "compile", "tf32", "deterministic")} == \
         {"precision": "fp32", "channels_last": "off", "compile": "off", "tf32": False, "deterministic": False}
     assert migrated["eval"]["precision"] == "fp32"
@@ -153,5 +153,17 @@ def test_a_version_2_config_had_no_sinks(registry):
     version_2["config_version"] = 2
     del version_2["sinks"]
     migrated = migrate(version_2)
-    assert migrated["config_version"] == 3 and migrated["sinks"] == {}
+    assert migrated["config_version"] == CONFIG_VERSION and migrated["sinks"] == {}
     assert run_config(version_2).sinks == {}
+
+
+def test_a_version_3_config_validated_after_every_epoch(registry):
+    """Version 4 added eval.val_every: a run saved before validated after every epoch, and is read so
+    even where today's default would say otherwise."""
+    version_3 = resolve("nca", registry=registry, settings=Settings(), overrides=[{"eval": {"val_every": 7}}])
+    assert version_3["eval"]["val_every"] == 7
+    version_3["config_version"] = 3
+    del version_3["eval"]["val_every"]
+    migrated = migrate(version_3)
+    assert migrated["config_version"] == CONFIG_VERSION == 4 and migrated["eval"]["val_every"] == 1
+    assert run_config(version_3).eval.val_every == 1

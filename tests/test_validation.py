@@ -69,6 +69,7 @@ RANGE_CASES = {
     "train.projection_dim=-1": "at least 0", "train.log_every=0": "at least 1", "train.heartbeat=0": "> 0",
     "train.processes=0": "at least 1", "eval.shots=[0]": "at least 1", "eval.shots=[]": "at least one value",
     "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1", "eval.val_episodes=0": "at least 1",
+    "eval.val_every=0": "at least 1",
     "eval.seed=-1": "from 0 to", "eval.center_images=-1": "at least 0", "eval.batch_size=0": "at least 1",
     "eval.feature_stages=0": "at least 1", "seed=-1": "from 0 to",
     "train.precision=fp8": "one of auto, fp32, bf16, fp16", "eval.precision=half": "one of auto, fp32, bf16, fp16",

@@ -65,7 +65,7 @@ def outside_settings(key: str) -> bool:
 # The version of the saved configuration's layout. A configuration saved by an
 # older fslab is brought to this one by migrate(); bump it, and add a step there,
 # whenever a key is added, renamed or changes meaning.
-CONFIG_VERSION = 3
+CONFIG_VERSION = 4
 PER_DATASET = "per_dataset"  # a recipe's layers for runs on one dataset: {"omniglot": {...}, ...}
 
 
@@ -118,7 +118,8 @@ class EvalConfig:
     shots: tuple[int, ...] = field(default=(1, 5), metadata=listing(at_least(1), nonempty=True))
     queries: int = field(default=15, metadata=at_least(1))
     val_shots: int = field(default=5, metadata=at_least(1))
-    val_episodes: int = field(default=500, metadata=at_least(1))  # per epoch, on the validation classes
+    val_episodes: int = field(default=500, metadata=at_least(1))  # per validation, on the validation classes
+    val_every: int = field(default=1, metadata=at_least(1))  # epochs between validations; the last is always validated
     before_training: bool = False  # also evaluate the untrained network (logged as epoch 0)
     test_episodes: int = field(default=10000, metadata=at_least(1))
     seed: int = field(default=0, metadata=SEED)  # fixed, so every run is evaluated on the same episodes
@@ -320,7 +321,11 @@ ADDED_IN_VERSION_2: dict[str, Any] = {
 # Version 3 added the sinks; a run saved before had none.
 ADDED_IN_VERSION_3: dict[str, Any] = {SINKS: {}}
 
-MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2, 2: ADDED_IN_VERSION_3}  # version -> what came next
+# Version 4 added eval.val_every; a run saved before validated after every epoch.
+ADDED_IN_VERSION_4: dict[str, Any] = {"eval": {"val_every": 1}}
+
+MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2, 2: ADDED_IN_VERSION_3,
+              3: ADDED_IN_VERSION_4}  # version -> what came next
 
 
 def migrate(config: dict) -> dict:

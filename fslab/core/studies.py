@@ -382,7 +382,7 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
 
 # Keys that do not change what a run learns or how it is scored: runs that
 # differ only in these are the same run for a study (compare's NOT_SETTINGS, but the seed).
-IGNORED = ("device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size")
+IGNORED = ("device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size", "eval.val_every")
 
 
 def settings_key(config: dict) -> str:

@@ -26,7 +26,8 @@ from fslab.core.keys import dotted
 from fslab.core.runstore import Run
 
 # Keys that do not change what a run learns or how it is scored.
-NOT_SETTINGS = {"seed", "device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size"}
+NOT_SETTINGS = {"seed", "device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size",
+                "eval.val_every"}
 FORMATS = ("table", "md", "latex", "csv", "json")
 
 

@@ -46,3 +46,15 @@ def feature_network(backbone: nn.Module, stages: int = 1) -> nn.Module:
             f"(stage widths {list(dims)}), got {stages}"
         )
     return StageFeatures(backbone, stages)
+
+
+def training_mean(images: torch.Tensor, embed, count: int, seed: int) -> torch.Tensor:
+    """The mean feature of ``count`` training ``images`` (all of them when
+    ``count`` is 0 or more than there are), drawn with the evaluation ``seed``;
+    ``embed`` turns uint8 images into float32 features. Training computes it for
+    each validated network and keeps it in the checkpoint; ``fslab eval``
+    computes it the same way for a checkpoint that holds none."""
+    size = len(images)
+    count = size if count <= 0 else min(count, size)
+    pick = torch.randperm(size, generator=torch.Generator().manual_seed(seed))[:count]
+    return embed(images[pick.to(images.device)]).mean(0)

@@ -39,7 +39,7 @@ from fslab.training.build import (
     plugin_kwargs,
 )
 from fslab.training.checkpoint import load_checkpoint
-from fslab.training.features import feature_network
+from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import embed, resolve_numerics
 from fslab.training.record import (
     Episodes,
@@ -105,7 +105,12 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
     """The split's cached (or now cached) features, or for a model-aware
     evaluator the checkpoint's network and the split's images."""
     cfg = checkpoint.cfg
-    center = checkpoint.state["train_mean"] if cfg.eval.center else None
+    center = None
+    if cfg.eval.center:
+        center = checkpoint.state["train_mean"]
+        if center is None:  # saved after an epoch that was not validated (eval.val_every)
+            center = training_mean(checkpoint.dataset().load("train").images, checkpoint.embed,
+                                   cfg.eval.center_images, cfg.eval.seed)
     common = {"center": center, "normalize": cfg.eval.normalize, "device": checkpoint.device}
     if evaluator_traits(evaluator).needs_model:
         data = checkpoint.dataset().load(split)

@@ -34,7 +34,7 @@ from fslab.training.checkpoint import (
     save_checkpoint,
     training_checkpoint,
 )
-from fslab.training.features import feature_network
+from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import (
     Numerics,
     apply_backend_settings,
@@ -200,13 +200,20 @@ class Trainer:
                        images_per_s=window_images / max(elapsed, 1e-9), **extra)
 
     def end_epoch(self, epoch: int) -> None:
-        """Validation and checkpoint, on rank 0; the other ranks wait."""
+        """Validation (after every ``eval.val_every``-th epoch and the last) and
+        checkpoint, on rank 0; the other ranks wait. The checkpoint of an epoch
+        not validated holds no training mean (``fslab eval`` computes it)."""
         if not self.world.main:
             self.world.barrier()
             return
-        self.center = self.training_mean()
-        for result in self.validate(epoch=epoch + 1, center=self.center):
-            self.best_val = result["accuracy"] if self.best_val is None else max(self.best_val, result["accuracy"])
+        done = epoch + 1
+        if done % self.cfg.eval.val_every == 0 or done == self.cfg.train.epochs:
+            self.center = self.training_mean()
+            for result in self.validate(epoch=done, center=self.center):
+                self.best_val = result["accuracy"] if self.best_val is None else max(self.best_val,
+                                                                                     result["accuracy"])
+        else:
+            self.center = None
         parts = self.parts
         save_checkpoint(self.run.checkpoint_path, training_checkpoint(
             model=parts.model, head=parts.head, loss_fn=parts.loss_fn, optimizer=parts.optimizer,
@@ -228,12 +235,10 @@ class Trainer:
         """The mean feature of ``eval.center_images`` training images (drawn
         from the evaluation seed), subtracted before normalising; None when
         ``eval.center`` is off."""
-        ecfg, size = self.cfg.eval, len(self.parts.train_split)
+        ecfg = self.cfg.eval
         if not ecfg.center:
             return None
-        count = size if ecfg.center_images <= 0 else min(ecfg.center_images, size)
-        pick = torch.randperm(size, generator=torch.Generator().manual_seed(ecfg.seed))[:count]
-        return self.features_of(self.images[pick]).mean(0)
+        return training_mean(self.images, self.features_of, ecfg.center_images, ecfg.seed)
 
     def evaluate(self, split: Split, split_name: str, shots, asked_episodes: int, center: torch.Tensor | None, *,
                  epoch: int, at: dict, save: bool) -> list[dict]:
