@@ -188,3 +188,31 @@ def test_the_stand_in_colours_each_image_and_refuses_an_unknown_colour(registry)
     assert registry.create("dataset", "synthetic", root=None).colour == "class"
     with pytest.raises(UsageError, match="colour must be one of class, image"):
         SyntheticDataset(colour="pixel")
+
+
+def test_a_large_split_is_drawn_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    """Splits of at least CACHE_MIN_BYTES are drawn into $XDG_CACHE_HOME/fslab/synthetic once; a later
+    dataset reads the same bytes back without drawing, and other parameters draw (and keep) their own."""
+    import fslab_plugins.datasets.synthetic as synthetic
+
+    shape = {**SMALL, "channels": 3, "colour": "image"}
+    drawn = SyntheticDataset(**shape).load("val")  # under the threshold: drawn in memory, nothing written
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert not (tmp_path / "fslab").exists()
+    monkeypatch.setattr(synthetic, "CACHE_MIN_BYTES", 0)
+    first = SyntheticDataset(**shape).load("val")
+    folder = tmp_path / "fslab" / "synthetic"
+    assert len(list(folder.glob("synthetic-val-*.u8"))) == 1
+    assert torch.equal(first.images, drawn.images) and torch.equal(first.labels, drawn.labels)
+    assert first.classes == drawn.classes
+
+    def no_drawing(*args, **kwargs):
+        raise AssertionError("the cached split was drawn again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(synthetic, "render_class", no_drawing)
+        again = SyntheticDataset(**shape).load("val")
+    assert torch.equal(again.images, drawn.images) and again.classes == drawn.classes
+    other = SyntheticDataset(**{**shape, "seed": 1}).load("val")  # its own files, beside the first
+    assert not torch.equal(other.images, drawn.images)
+    assert len(list(folder.glob("synthetic-val-*.u8"))) == 2

@@ -211,7 +211,7 @@ def source_key(stem: str, params: dict, sources: Iterable[Path]) -> str:
 
 
 def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
-                 build: Callable[[], tuple]) -> Split:
+                 build: Callable[[], tuple], verb: str = "decoding") -> Split:
     """The split cached under ``folder/stem``, decoded by ``build`` first if
     there is no valid cache for these ``sources`` and ``params``.
 
@@ -223,7 +223,7 @@ def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
     key = source_key(stem, params, sources)
     split = open_cache(folder, stem, key)
     if split is None:
-        write_cache(folder, stem, key, params, build)
+        write_cache(folder, stem, key, params, build, verb)
         split = open_cache(folder, stem, key)
         if split is None:  # pragma: no cover - written and renamed just above
             raise RuntimeError(f"the cache {folder / stem} could not be read back after writing it")
@@ -253,14 +253,15 @@ def open_cache(folder: Path, stem: str, key: str) -> Split | None:
     return Split(images=torch.from_numpy(images), labels=torch.from_numpy(labels), classes=list(header["classes"]))
 
 
-def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable[[], tuple]) -> None:
+def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable[[], tuple],
+                verb: str = "decoding") -> None:
     """Decode with ``build`` into ``folder`` (temporary names, then renamed;
     the header last), and delete stale files of the same stem."""
     import numpy as np
 
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    print(f"fslab: decoding {stem} once into {folder} ...", file=sys.stderr, flush=True)
+    print(f"fslab: {verb} {stem} once into {folder} ...", file=sys.stderr, flush=True)
     labels, classes, blocks = build()
     labels = np.asarray(labels, dtype=np.int64)
     count = len(labels)
