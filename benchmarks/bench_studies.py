@@ -1,0 +1,240 @@
+"""What each built-in study costs on this device, one command: ``python benchmarks/bench_studies.py``.
+
+Every study's runs are resolved as ``fslab study run NAME`` resolves them (paper
+scale). Runs that train alike (the same backbone, loss, sampler, batch, image
+size, precision and compile mode: only the seed and the recorded settings
+apart) form one configuration, and each configuration is timed once on random
+images of its dataset's shape, through the components a run builds (the
+run's own backbone, loss, sampler, augmentation, optimiser and numerics):
+
+* a training step, the median of ``--steps`` after ``--warmup`` (the first,
+  compiling, step is reported apart);
+* a validation: the validation split and ``eval.center_images`` training
+  images embedded in ``eval.precision``, then ``eval.val_episodes`` episodes;
+* a checkpoint of the network and optimiser written to a temporary file;
+* the test: the test split embedded, then ``eval.test_episodes`` of each shot.
+
+A run then costs ``epochs × (steps per epoch × step + checkpoint) +
+validations × validation + test + compile``, where the steps per epoch are the
+run's sampler's over the dataset's standard training split, and validations
+are ``eval.val_every``'s. Worker start-up and reading the data are not counted.
+The dataset sizes are the standard splits' (README, Datasets); no data is read.
+
+On a machine without a GPU, ``--device cpu --image-size 16 --batch-size 16
+--steps 1 --warmup 0 --train-images 64 --eval-images 32`` runs every path in
+seconds (a test keeps it working), with numbers that mean nothing for a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from fslab.core.config import run_config
+from fslab.core.keys import dotted
+from fslab.core.registry import load_registry
+from fslab.core.settings import load_settings
+from fslab.core.studies import find_study
+from fslab.execution.studies import resolve_study
+from fslab.training import distributed
+from fslab.training.augment import augment
+from fslab.training.build import build_backbone, build_evaluator, make_optimizer, plugin_kwargs, to_input
+from fslab.training.checkpoint import save_checkpoint
+from fslab.training.evaluation import run_episodes
+from fslab.training.numerics import apply_backend_settings, compiled, embed, optimiser_step, resolve_numerics
+
+# The standard splits (classes and images per split) and image channels of the papers' datasets.
+SPLITS = {
+    "miniimagenet": {"channels": 3, "train": (64, 38400), "val": (16, 9600), "test": (20, 12000)},
+    "tieredimagenet": {"channels": 3, "train": (351, 448695), "val": (97, 124261), "test": (160, 206209)},
+    "cifar-fs": {"channels": 3, "train": (64, 38400), "val": (16, 9600), "test": (20, 12000)},
+    "fc100": {"channels": 3, "train": (60, 36000), "val": (20, 12000), "test": (20, 12000)},
+    "omniglot": {"channels": 1, "train": (4112, 82240), "val": (688, 13760), "test": (1692, 33840)},
+}
+# Keys that do not change how long a run takes (besides the seed and the number of epochs, which scale it).
+UNTIMED = ("seed", "train.epochs", "dataset.root", "train.log_every", "train.heartbeat", "eval.seed",
+           "train.lr", "train.gamma", "train.momentum", "train.weight_decay", "train.milestones", "loss.temperature",
+           "eval.center", "eval.normalize", "config_version", "method", "sinks")
+
+
+def labels_of(classes: int, images: int) -> torch.Tensor:
+    """Labels of a split of ``images`` images over ``classes`` classes, as evenly as they go."""
+    return torch.arange(images) * classes // images
+
+
+def timing_key(config: dict) -> str:
+    flat = dotted(config)
+    return json.dumps({k: v for k, v in flat.items() if k not in UNTIMED and not k.startswith("sinks.")},
+                      sort_keys=True)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds_of(fn, device: torch.device) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def random_images(count: int, channels: int, size: int) -> torch.Tensor:
+    return torch.randint(0, 256, (count, channels, size, size), dtype=torch.uint8,
+                         generator=torch.Generator().manual_seed(count))
+
+
+def measure(config: dict, registry, args, device: torch.device) -> dict:
+    """The costs of one configuration's parts, in seconds (module docstring)."""
+    cfg = run_config(config)
+    shape = SPLITS[cfg.dataset["name"]]
+    size = args.image_size or cfg.dataset["image_size"]
+    channels = shape["channels"]
+    classes, train_images = shape["train"]
+    if args.train_images:  # fewer classes of 32 images: enough for every built-in sampler's shape
+        classes = max(32, min(classes, args.train_images // 32))
+        train_images = classes * 32
+    labels = labels_of(classes, train_images)
+    numerics = resolve_numerics(cfg, device)
+    apply_backend_settings(numerics)
+    torch.manual_seed(0)
+    model = build_backbone(registry, cfg, channels, device, (size, size))
+    if numerics.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    loss_fn = registry.create("loss", cfg.loss["name"], **plugin_kwargs(cfg.loss),
+                              context={"out_dim": model.out_dim, "num_classes": classes})
+    trainable = list(model.parameters())
+    if isinstance(loss_fn, torch.nn.Module):
+        loss_fn.to(device)
+        trainable += list(loss_fn.parameters())
+    batch_size = min(cfg.train.batch_size, args.batch_size) if args.batch_size else cfg.train.batch_size
+    sampler = registry.create("sampler", cfg.sampler["name"], labels=labels.tolist(), batch_size=batch_size,
+                              seed=0, **plugin_kwargs(cfg.sampler))
+    optimizer = make_optimizer(trainable, cfg.train)
+    scaler = numerics.grad_scaler()
+    step = distributed.training_step(compiled(model, numerics), torch.nn.Identity(), loss_fn, distributed.World(),
+                                     device, numerics.autocast)
+    generator = torch.Generator().manual_seed(0)
+    pool = random_images(4 * max(batch_size, 1), channels, size).to(device)  # rotated: not one cached batch
+    offset = [0]
+
+    def train_step(batch):
+        rows = len(batch.indices)
+        x = to_input(pool[(torch.arange(rows, device=device) + offset[0]) % len(pool)])
+        offset[0] += rows
+        x = numerics.memory_format(augment(x, cfg.train.crop_padding, cfg.train.flip, generator))
+        y = labels[torch.as_tensor(batch.indices)].to(device)
+        support = None if batch.support is None else torch.as_tensor(batch.support, device=device)
+        optimiser_step(step(x, y, support).loss, optimizer, scaler)
+
+    batches = iter(sampler.batches(0))
+    first = seconds_of(lambda: train_step(next(batches)), device)
+    for _ in range(args.warmup):
+        train_step(next(batches))
+    times = [seconds_of(lambda: train_step(next(batches)), device) for _ in range(args.steps)]
+    rows = len(next(iter(sampler.batches(1))).indices)
+    steps_per_epoch = -(-shape["train"][1] // rows)  # the sampler's batches over the standard training split
+
+    evaluator = build_evaluator(registry, cfg.evaluator)
+    eval_images = args.eval_images or None
+
+    def evaluation(split: str, shots: list[int], episodes: int, centre: bool) -> float:
+        split_classes, count = shape[split]
+        if eval_images:  # fewer classes, each with just the images an episode needs
+            need = max(shots) + cfg.eval.queries
+            split_classes = max(cfg.eval.ways, min(split_classes, eval_images // need))
+            count = split_classes * need
+        images = random_images(count, channels, size)
+        split_labels = labels_of(split_classes, count)
+
+        def run():
+            if centre and cfg.eval.center:
+                picked = train_images if cfg.eval.center_images <= 0 else min(cfg.eval.center_images, train_images)
+                embed(model, random_images(min(picked, eval_images or picked), channels, size),
+                      cfg.eval.batch_size, numerics)
+            features = embed(model, images, cfg.eval.batch_size, numerics)
+            for shots_ in shots:
+                run_episodes(evaluator, split_labels, cfg.eval.ways, shots_, cfg.eval.queries, episodes, 0,
+                             features=features, device=device)
+
+        return seconds_of(run, device)
+
+    validation = evaluation("val", [cfg.eval.val_shots], cfg.eval.val_episodes, True)
+    test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, True)
+    with tempfile.TemporaryDirectory() as folder:
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}  # what a checkpoint is made of
+        checkpoint = seconds_of(lambda: save_checkpoint(Path(folder) / "last.pt", state), device)
+    return {"step_s": statistics.median(times), "first_step_s": first, "rows": rows,
+            "steps_per_epoch": steps_per_epoch, "validation_s": validation, "test_s": test,
+            "checkpoint_s": checkpoint, "val_every": cfg.eval.val_every}
+
+
+def run_seconds(parts: dict, epochs: int) -> float:
+    validations = len({e for e in range(1, epochs + 1) if e % parts["val_every"] == 0 or e == epochs})
+    compile_extra = max(0.0, parts["first_step_s"] - parts["step_s"])
+    return (epochs * (parts["steps_per_epoch"] * parts["step_s"] + parts["checkpoint_s"])
+            + validations * parts["validation_s"] + parts["test_s"] + compile_extra)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("studies", nargs="*", help="study names (default: every registered study)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for every run, as fslab study run --set (e.g. train.compile=default)")
+    parser.add_argument("--image-size", type=int, default=0, help="shrink every image to this size (CPU checks)")
+    parser.add_argument("--batch-size", type=int, default=0, help="at most this many images a step (CPU checks)")
+    parser.add_argument("--train-images", type=int, default=0, help="at most this many training labels (CPU checks)")
+    parser.add_argument("--eval-images", type=int, default=0, help="at most this many images a split (CPU checks)")
+    parser.add_argument("--json", type=Path, default=None, help="also write one JSON object per study here")
+    args = parser.parse_args(argv)
+    from fslab.core.config import nest, parse_assignment
+
+    extra = tuple(nest(*parse_assignment(text)) for text in args.set)
+    device, registry, settings = torch.device(args.device), load_registry(), load_settings()
+    names = args.studies or registry.names("study")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"device: {where}; every study at paper scale; worker start-up and data reading not counted")
+    measured: dict[str, dict] = {}
+    out = []
+    for name in names:
+        study = find_study(registry, name)
+        resolved = resolve_study(study, "paper", settings=settings, registry=registry, extra=extra)
+        total, missing, used = 0.0, [], {}
+        for planned, config in resolved:
+            dataset = config["dataset"]["name"]
+            if dataset not in SPLITS:
+                missing.append(dataset)
+                continue
+            key = timing_key(config)
+            if key not in measured:
+                measured[key] = measure(config, registry, args, device)
+                parts = measured[key]
+                print(f"  {name} {planned.sweep} on {dataset}: {parts['rows']:.0f} images a step, "
+                      f"{1000 * parts['step_s']:.1f} ms a step ({parts['rows'] / parts['step_s']:,.0f} images/s), "
+                      f"{parts['steps_per_epoch']} steps an epoch, validation {parts['validation_s']:.2f} s, "
+                      f"checkpoint {parts['checkpoint_s']:.2f} s, test {parts['test_s']:.1f} s", flush=True)
+            used[key] = measured[key]
+            total += run_seconds(measured[key], config["train"]["epochs"]) * config["train"]["processes"]
+        line = {"study": name, "runs": len(resolved), "gpu_hours": total / 3600, "not_timed": sorted(set(missing)),
+                "device": where, "configurations": list(used.values())}
+        print(f"{name}: {len(resolved)} runs, {total / 3600:.1f} device-hours"
+              + (f" (not timed: {', '.join(line['not_timed'])})" if missing else ""), flush=True)
+        out.append(line)
+    if args.json is not None:
+        args.json.write_text("".join(json.dumps(r) + "\n" for r in out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

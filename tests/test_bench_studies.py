@@ -1,0 +1,46 @@
+"""benchmarks/bench_studies.py: a study's cost from its configurations' measured parts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_studies.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_studies", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_run_costs_its_epochs_steps_checkpoints_validations_test_and_compile():
+    bench = load_bench()
+    parts = {"step_s": 0.1, "first_step_s": 2.1, "steps_per_epoch": 75, "checkpoint_s": 0.2, "validation_s": 0.6,
+             "test_s": 1.5, "val_every": 3}
+    # 10 epochs of 75 steps and a checkpoint; validations after epochs 3, 6, 9 and the last; the test;
+    # the first step's compile time beyond an ordinary step
+    assert bench.run_seconds(parts, 10) == pytest.approx(10 * (75 * 0.1 + 0.2) + 4 * 0.6 + 1.5 + 2.0)
+    assert bench.run_seconds({**parts, "val_every": 1}, 10) == pytest.approx(77 + 10 * 0.6 + 1.5 + 2.0)
+
+
+def test_the_seeds_of_a_study_share_one_timed_configuration(tmp_path, capsys, registry):
+    bench = load_bench()
+    out = tmp_path / "studies.jsonl"
+    bench.main(["nca-supcon", "--device", "cpu", "--image-size", "16", "--batch-size", "16", "--steps", "1",
+                "--warmup", "0", "--train-images", "256", "--eval-images", "64", "--set", "eval.test_episodes=20",
+                "--set", "eval.val_episodes=10", "--set", "backbone.widths=[8,16,32,64]", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert printed.count("nca-supcon supcon on miniimagenet") == 1  # 5 seeds, one configuration timed
+    (line,) = [json.loads(text) for text in out.read_text().splitlines()]
+    assert line["study"] == "nca-supcon" and line["runs"] == 5 and line["not_timed"] == []
+    # the standard split's 38,400 training images, 16 a step here (--batch-size): 2,400 steps an epoch,
+    # 120 epochs a run, 5 runs, and more besides (validations, checkpoints, tests)
+    (parts,) = line["configurations"]
+    assert (parts["rows"], parts["steps_per_epoch"], parts["val_every"]) == (16, 2400, 1)
+    assert line["gpu_hours"] * 3600 == pytest.approx(5 * bench.run_seconds(parts, 120))
+    assert line["gpu_hours"] * 3600 > 5 * 120 * 2400 * parts["step_s"]
