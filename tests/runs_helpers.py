@@ -22,6 +22,14 @@ def fslab(*args, cwd, timeout=300, env=None):
                           text=True, timeout=timeout, env=env)
 
 
+def train_run(project, *args, timeout=600):
+    """``fslab run ARGS`` in ``project``, to its end: the run's folder and its test results."""
+    result = fslab("run", *args, cwd=project, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-2000:]
+    folder = max((project / "runs").glob("2*"), key=lambda p: p.stat().st_mtime)
+    return folder, json.loads((folder / "results.json").read_text())["test"]
+
+
 def wait_for(predicate, timeout=120.0, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:

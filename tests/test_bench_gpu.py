@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import types
-from pathlib import Path
 
 import torch
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gpu.py"
+from .bench_helpers import load_benchmark
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_gpu")
 
 
 def test_flops_of_a_step_are_the_convolutions_forward_and_backward(registry):

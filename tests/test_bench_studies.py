@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_studies.py"
+from .bench_helpers import load_benchmark
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_studies", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_studies")
 
 
 def test_a_run_costs_its_epochs_steps_checkpoints_validations_test_and_compile():

@@ -4,7 +4,6 @@ recorded in the start event, deterministic for a seed and precision."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -16,7 +15,7 @@ from fslab.training import distributed, evaluation
 from fslab.training.build import to_input
 from fslab.training.numerics import resolve_numerics
 
-from .runs_helpers import TINY, events, fslab
+from .runs_helpers import TINY, events, fslab, train_run
 
 
 def numerics_for(registry, *overrides, device="cpu"):
@@ -79,10 +78,7 @@ RUN = [*TINY, "--epochs", "2", "--device", "cpu"]
 
 
 def run_once(project, *extra):
-    result = fslab("run", "nca", *RUN, *extra, cwd=project, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    folder = max((project / "runs").glob("2*"), key=lambda p: p.stat().st_mtime)
-    return folder, json.loads((folder / "results.json").read_text())["test"]
+    return train_run(project, "nca", *RUN, *extra)
 
 
 @pytest.mark.slow

@@ -8,16 +8,13 @@ import json
 import pytest
 import torch
 
-from .runs_helpers import TINY, events, fslab
+from .runs_helpers import TINY, events, fslab, train_run
 
 RUN = [*TINY, "--epochs", "3", "--device", "cpu"]
 
 
 def run(project, *extra):
-    result = fslab("run", "nca", *RUN, *extra, cwd=project, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    folder = max((project / "runs").glob("2*"), key=lambda p: p.stat().st_mtime)
-    return folder, json.loads((folder / "results.json").read_text())["test"]
+    return train_run(project, "nca", *RUN, *extra)
 
 
 def evaluate(project, folder) -> list[float]:
