@@ -16,6 +16,10 @@ TINY = [
 ]
 
 
+# Epochs for a run a test stops, pauses or kills before its end: TINY trains 200 epochs in about
+# 13 s on an idle 2-core CPU, so a run of 200 could end before a loaded machine got to stop it.
+LONG = "3000"
+
 def fslab(*args, cwd, timeout=300, env=None):
     """Run the real CLI in a subprocess."""
     return subprocess.run([sys.executable, "-m", "fslab", *args], cwd=cwd, capture_output=True,

@@ -16,7 +16,7 @@ from fslab.core.errors import UsageError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run, create_run
 
-from .runs_helpers import TINY, as_in_a_terminal, fslab, wait_for
+from .runs_helpers import LONG, TINY, as_in_a_terminal, fslab, wait_for
 
 
 def resolved_run(project, registry, *options: dict) -> Run:
@@ -96,11 +96,11 @@ def test_run_without_a_method_or_with_both_is_refused(project, argv, expected):
 def test_run_like_starts_the_same_configuration_and_stop_says_there_is_no_checkpoint(project, registry):
     old = resolved_run(project, registry)
     old.write_status(state="killed")
-    started = fslab("run", "--like", old.id[-4:], "--seed", "7", "--epochs", "200", "--detach", cwd=project)
+    started = fslab("run", "--like", old.id[-4:], "--seed", "7", "--epochs", LONG, "--detach", cwd=project)
     assert started.returncode == 0, started.stderr
     new = Run(project / "runs" / started.stdout.strip())
     assert without(new.config(), "seed", "train.epochs") == without(old.config(), "seed", "train.epochs")
-    assert (new.config()["seed"], new.config()["train"]["epochs"]) == (7, 200)
+    assert (new.config()["seed"], new.config()["train"]["epochs"]) == (7, int(LONG))
     stopped = fslab("stop", new.id, cwd=project)
     assert stopped.stdout.strip() == f"{new.id}: killed", stopped.stderr
     if new.checkpoint_path.exists():  # a very fast first epoch: resume is the way on
@@ -115,7 +115,7 @@ def test_run_like_starts_the_same_configuration_and_stop_says_there_is_no_checkp
 
 @pytest.mark.slow
 def test_ctrl_c_before_the_first_checkpoint_claims_none(project):
-    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", "200"],
+    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=as_in_a_terminal)
     first = follower.stdout.readline()

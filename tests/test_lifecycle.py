@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from .runs_helpers import TINY, as_in_a_terminal, events, fslab, wait_for
+from .runs_helpers import LONG, TINY, as_in_a_terminal, events, fslab, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,7 @@ def test_failing_loss_gives_failed_with_the_error(project):
 
 
 def test_stop_kills_cleanly_and_keeps_the_checkpoint(project):
-    result = fslab("run", "nca", *TINY, "--epochs", "200", "--detach", cwd=project)
+    result = fslab("run", "nca", *TINY, "--epochs", LONG, "--detach", cwd=project)
     assert result.returncode == 0, result.stderr
     run_id = result.stdout.strip()
     run_dir = project / "runs" / run_id
@@ -108,7 +108,7 @@ def test_stop_kills_cleanly_and_keeps_the_checkpoint(project):
 
 
 def test_ctrl_c_while_following_stops_the_worker(project):
-    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", "200"],
+    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=as_in_a_terminal)
     run_dir = wait_for(lambda: next((p for p in (project / "runs").iterdir() if p.is_dir()), None)
@@ -123,7 +123,7 @@ def test_ctrl_c_while_following_stops_the_worker(project):
 
 
 def test_worker_killed_by_sigkill_shows_as_lost(project):
-    run_id = fslab("run", "nca", *TINY, "--epochs", "200", "--detach", cwd=project).stdout.strip()
+    run_id = fslab("run", "nca", *TINY, "--epochs", LONG, "--detach", cwd=project).stdout.strip()
     run_dir = project / "runs" / run_id
     wait_for(lambda: events(run_dir, "train"), what="training to start")
     pid = status(run_dir)["pid"]

@@ -18,7 +18,7 @@ from fslab.core.states import LOST_AFTER_S, heartbeat_stale, pid_alive, run_stat
 from fslab.core.summary import list_summaries
 from fslab.core.worklock import STOP_REQUEST, is_held, name_holder, take
 
-from .runs_helpers import TINY, events, fslab, wait_for
+from .runs_helpers import LONG, TINY, events, fslab, wait_for
 from .test_resume import ARGS as SLOW_ARGS
 from .test_resume import trajectory
 
@@ -153,7 +153,7 @@ def test_two_simultaneous_resumes_start_exactly_one_worker(slow_project):
 
 @pytest.mark.slow
 def test_a_paused_worker_is_running_cannot_be_resumed_and_stops(project):
-    run_dir = start_detached(project, "--epochs", "200")
+    run_dir = start_detached(project, "--epochs", LONG)
     wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
     pid = status(run_dir)["pid"]
     os.kill(pid, signal.SIGSTOP)
@@ -197,7 +197,7 @@ def _pretend_another_host(run_dir, pid):
 
 @pytest.mark.slow
 def test_a_run_of_another_host_is_stopped_by_request_never_by_signal(project):
-    run_dir = start_detached(project, "--epochs", "200")
+    run_dir = start_detached(project, "--epochs", LONG)
     wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
     worker_pid = status(run_dir)["pid"]
     bystander = subprocess.Popen(["sleep", "120"])  # an unrelated local process with the status's pid
