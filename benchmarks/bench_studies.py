@@ -45,10 +45,12 @@ from fslab.core.studies import find_study
 from fslab.execution.studies import resolve_study
 from fslab.training import distributed
 from fslab.training.augment import augment
-from fslab.training.build import build_backbone, build_evaluator, make_optimizer, plugin_kwargs, to_input
+from fslab.training.build import build_backbone, build_evaluator, build_loss, make_optimizer, plugin_kwargs, to_input
 from fslab.training.checkpoint import save_checkpoint
 from fslab.training.evaluation import run_episodes
+from fslab.training.features import center_count
 from fslab.training.numerics import apply_backend_settings, compiled, embed, optimiser_step, resolve_numerics
+from fslab.training.train import validates_after
 
 # The standard splits (classes and images per split) and image channels of the papers' datasets.
 SPLITS = {
@@ -110,12 +112,8 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
     model = build_backbone(registry, cfg, channels, device, (size, size))
     if numerics.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    loss_fn = registry.create("loss", cfg.loss["name"], **plugin_kwargs(cfg.loss),
-                              context={"out_dim": model.out_dim, "num_classes": classes})
-    trainable = list(model.parameters())
-    if isinstance(loss_fn, torch.nn.Module):
-        loss_fn.to(device)
-        trainable += list(loss_fn.parameters())
+    loss_fn, loss_params = build_loss(registry, cfg, model.out_dim, classes, device)
+    trainable = list(model.parameters()) + loss_params
     batch_size = min(cfg.train.batch_size, args.batch_size) if args.batch_size else cfg.train.batch_size
     sampler = registry.create("sampler", cfg.sampler["name"], labels=labels.tolist(), batch_size=batch_size,
                               seed=0, **plugin_kwargs(cfg.sampler))
@@ -157,8 +155,8 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
         split_labels = labels_of(split_classes, count)
 
         def run():
-            if centre and cfg.eval.center:
-                picked = train_images if cfg.eval.center_images <= 0 else min(cfg.eval.center_images, train_images)
+            if centre and cfg.eval.center:  # the training mean of the network just trained
+                picked = center_count(cfg.eval.center_images, train_images)
                 embed(model, random_images(min(picked, eval_images or picked), channels, size),
                       cfg.eval.batch_size, numerics)
             features = embed(model, images, cfg.eval.batch_size, numerics)
@@ -169,7 +167,7 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
         return seconds_of(run, device)
 
     validation = evaluation("val", [cfg.eval.val_shots], cfg.eval.val_episodes, True)
-    test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, True)
+    test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, False)  # the last validation's mean
     with tempfile.TemporaryDirectory() as folder:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}  # what a checkpoint is made of
         checkpoint = seconds_of(lambda: save_checkpoint(Path(folder) / "last.pt", state), device)
@@ -179,7 +177,7 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
 
 
 def run_seconds(parts: dict, epochs: int) -> float:
-    validations = len({e for e in range(1, epochs + 1) if e % parts["val_every"] == 0 or e == epochs})
+    validations = sum(validates_after(e, epochs, parts["val_every"]) for e in range(1, epochs + 1))
     compile_extra = max(0.0, parts["first_step_s"] - parts["step_s"])
     return (epochs * (parts["steps_per_epoch"] * parts["step_s"] + parts["checkpoint_s"])
             + validations * parts["validation_s"] + parts["test_s"] + compile_extra)

@@ -78,6 +78,18 @@ def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device:
                            **plugin_kwargs(section)).to(device)
 
 
+def build_loss(registry: Registry, cfg: RunConfig, out_dim: int, num_classes: int,
+               device: torch.device) -> tuple[Callable, list[nn.Parameter]]:
+    """The run's loss for embeddings of ``out_dim`` values and ``num_classes``
+    training classes, on ``device``, with its own parameters (a loss module's,
+    such as a learned temperature; none for a plain function) for the optimiser."""
+    loss_fn = registry.create("loss", cfg.loss["name"], **plugin_kwargs(cfg.loss),
+                              context={"out_dim": out_dim, "num_classes": num_classes})
+    if not isinstance(loss_fn, nn.Module):
+        return loss_fn, []
+    return loss_fn.to(device), list(loss_fn.parameters())
+
+
 def image_size_of(split: Split) -> tuple[int, int]:
     """The ``(height, width)`` of a split's images."""
     height, width = split.images.shape[-2:]
@@ -123,13 +135,9 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     if cfg.train.projection_dim > 0:
         head = torch.nn.Linear(model.out_dim, cfg.train.projection_dim).to(device)
     model = distributed.synchronise_batch_norm(model, world, device)  # global-batch statistics when N > 1
-    loss_fn = registry.create("loss", cfg.loss["name"], **plugin_kwargs(cfg.loss),
-                              context={"out_dim": cfg.train.projection_dim or model.out_dim,
-                                       "num_classes": len(train_split.classes)})
-    trainable = list(model.parameters()) + list(head.parameters())
-    if isinstance(loss_fn, nn.Module):  # e.g. a loss with learnable parameters
-        loss_fn.to(device)
-        trainable += list(loss_fn.parameters())
+    loss_fn, loss_params = build_loss(registry, cfg, cfg.train.projection_dim or model.out_dim,
+                                      len(train_split.classes), device)
+    trainable = list(model.parameters()) + list(head.parameters()) + loss_params
     sampler = registry.create("sampler", cfg.sampler["name"], labels=train_split.labels.tolist(),
                               batch_size=cfg.train.batch_size, seed=cfg.seed, **plugin_kwargs(cfg.sampler))
     evaluator = build_evaluator(registry, cfg.evaluator)

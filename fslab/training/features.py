@@ -55,6 +55,10 @@ def training_mean(images: torch.Tensor, embed, count: int, seed: int) -> torch.T
     each validated network and keeps it in the checkpoint; ``fslab eval``
     computes it the same way for a checkpoint that holds none."""
     size = len(images)
-    count = size if count <= 0 else min(count, size)
-    pick = torch.randperm(size, generator=torch.Generator().manual_seed(seed))[:count]
+    pick = torch.randperm(size, generator=torch.Generator().manual_seed(seed))[:center_count(count, size)]
     return embed(images[pick.to(images.device)]).mean(0)
+
+
+def center_count(asked: int, size: int) -> int:
+    """How many of ``size`` training images the training mean embeds for ``eval.center_images = asked``."""
+    return size if asked <= 0 else min(asked, size)

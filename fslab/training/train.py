@@ -103,6 +103,12 @@ def setup(run: Run, resume: bool, listeners=()) -> Trainer:
     return trainer
 
 
+def validates_after(epoch: int, epochs: int, every: int) -> bool:
+    """Whether a run of ``epochs`` epochs validates after ``epoch`` (counted from 1):
+    after every ``every``-th epoch (``eval.val_every``) and after the last."""
+    return epoch % every == 0 or epoch == epochs
+
+
 @dataclass
 class Trainer:
     """A run being trained: its components and the state that moves on with
@@ -207,7 +213,7 @@ class Trainer:
             self.world.barrier()
             return
         done = epoch + 1
-        if done % self.cfg.eval.val_every == 0 or done == self.cfg.train.epochs:
+        if validates_after(done, self.cfg.train.epochs, self.cfg.eval.val_every):
             self.center = self.training_mean()
             for result in self.validate(epoch=done, center=self.center):
                 self.best_val = result["accuracy"] if self.best_val is None else max(self.best_val,

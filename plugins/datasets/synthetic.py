@@ -127,9 +127,12 @@ class SyntheticDataset:
                 self._cache[split] = cached_split(synthetic_cache_folder(), f"synthetic-{split}-{tag}", params,
                                                   [Path(__file__)], lambda: self._draw(classes), verb="drawing")
             else:
+                import numpy as np
+                import torch
+
                 labels, names, blocks = self._draw(classes)
-                self._cache[split] = Split(images=torch_from(list(blocks)), labels=torch_from([labels]),
-                                           classes=names)
+                self._cache[split] = Split(images=torch.from_numpy(np.concatenate(list(blocks))),
+                                           labels=torch.from_numpy(labels), classes=names)
         return self._cache[split]
 
     def params(self) -> dict:
@@ -164,13 +167,6 @@ def synthetic_cache_folder() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "fslab" / "synthetic"
 
-
-def torch_from(arrays):
-    """One tensor of the concatenated numpy ``arrays``."""
-    import numpy as np
-    import torch
-
-    return torch.from_numpy(np.concatenate(arrays))
 
 
 def class_colour(seed: int, class_index: int):
