@@ -11,11 +11,14 @@ run's own backbone, loss, sampler, augmentation, optimiser and numerics):
   compiling, step is reported apart);
 * a validation: the validation split and ``eval.center_images`` training
   images embedded in ``eval.precision``, then ``eval.val_episodes`` episodes;
-* a checkpoint of the network and optimiser written to a temporary file;
+* a checkpoint of the network and optimiser: its copy to host memory, which
+  training waits for, and its write to a temporary file, which overlaps the
+  next epoch's steps (:class:`fslab.training.checkpoint.CheckpointWriter`);
 * the test: the test split embedded, then ``eval.test_episodes`` of each shot.
 
-A run then costs ``epochs × (steps per epoch × step + checkpoint) +
-validations × validation + test + compile``, where the steps per epoch are the
+A run then costs ``epochs × (steps per epoch × step + checkpoint copy +
+the part of its write that outlasts the steps) + validations × validation +
+test + compile``, where the steps per epoch are the
 run's sampler's over the dataset's standard training split, and validations
 are ``eval.val_every``'s. Worker start-up and reading the data are not counted.
 The dataset sizes are the standard splits' (README, Datasets); no data is read.
@@ -46,7 +49,7 @@ from fslab.execution.studies import resolve_study
 from fslab.training import distributed
 from fslab.training.augment import augment
 from fslab.training.build import build_backbone, build_evaluator, build_loss, make_optimizer, plugin_kwargs, to_input
-from fslab.training.checkpoint import save_checkpoint
+from fslab.training.checkpoint import host_copy, save_checkpoint
 from fslab.training.evaluation import run_episodes
 from fslab.training.features import center_count
 from fslab.training.numerics import apply_backend_settings, compiled, embed, optimiser_step, resolve_numerics
@@ -170,16 +173,20 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
     test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, False)  # the last validation's mean
     with tempfile.TemporaryDirectory() as folder:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}  # what a checkpoint is made of
-        checkpoint = seconds_of(lambda: save_checkpoint(Path(folder) / "last.pt", state), device)
+        copy = seconds_of(lambda: host_copy(state), device)
+        snapshot = host_copy(state)
+        write = seconds_of(lambda: save_checkpoint(Path(folder) / "last.pt", snapshot), device)
     return {"step_s": statistics.median(times), "first_step_s": first, "rows": rows,
             "steps_per_epoch": steps_per_epoch, "validation_s": validation, "test_s": test,
-            "checkpoint_s": checkpoint, "val_every": cfg.eval.val_every}
+            "checkpoint_s": copy, "checkpoint_write_s": write, "val_every": cfg.eval.val_every}
 
 
 def run_seconds(parts: dict, epochs: int) -> float:
     validations = sum(validates_after(e, epochs, parts["val_every"]) for e in range(1, epochs + 1))
     compile_extra = max(0.0, parts["first_step_s"] - parts["step_s"])
-    return (epochs * (parts["steps_per_epoch"] * parts["step_s"] + parts["checkpoint_s"])
+    steps = parts["steps_per_epoch"] * parts["step_s"]
+    waited = max(0.0, parts["checkpoint_write_s"] - steps)  # a write longer than the next epoch's steps
+    return (epochs * (steps + parts["checkpoint_s"] + waited)
             + validations * parts["validation_s"] + parts["test_s"] + compile_extra)
 
 
@@ -222,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {name} {planned.sweep} on {dataset}: {parts['rows']:.0f} images a step, "
                       f"{1000 * parts['step_s']:.1f} ms a step ({parts['rows'] / parts['step_s']:,.0f} images/s), "
                       f"{parts['steps_per_epoch']} steps an epoch, validation {parts['validation_s']:.2f} s, "
-                      f"checkpoint {parts['checkpoint_s']:.2f} s, test {parts['test_s']:.1f} s", flush=True)
+                      f"checkpoint {parts['checkpoint_s']:.2f} s (written in {parts['checkpoint_write_s']:.2f} s), test {parts['test_s']:.1f} s", flush=True)
             used[key] = measured[key]
             total += run_seconds(measured[key], config["train"]["epochs"]) * config["train"]["processes"]
         line = {"study": name, "runs": len(resolved), "gpu_hours": total / 3600, "not_timed": sorted(set(missing)),

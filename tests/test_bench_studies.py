@@ -15,12 +15,14 @@ def load_bench():
 
 def test_a_run_costs_its_epochs_steps_checkpoints_validations_test_and_compile():
     bench = load_bench()
-    parts = {"step_s": 0.1, "first_step_s": 2.1, "steps_per_epoch": 75, "checkpoint_s": 0.2, "validation_s": 0.6,
-             "test_s": 1.5, "val_every": 3}
-    # 10 epochs of 75 steps and a checkpoint; validations after epochs 3, 6, 9 and the last; the test;
-    # the first step's compile time beyond an ordinary step
+    parts = {"step_s": 0.1, "first_step_s": 2.1, "steps_per_epoch": 75, "checkpoint_s": 0.2,
+             "checkpoint_write_s": 3.0, "validation_s": 0.6, "test_s": 1.5, "val_every": 3}
+    # 10 epochs of 75 steps and a checkpoint's copy (its 3 s write hides behind the 7.5 s of steps);
+    # validations after epochs 3, 6, 9 and the last; the test; the first step's compile time beyond a step
     assert bench.run_seconds(parts, 10) == pytest.approx(10 * (75 * 0.1 + 0.2) + 4 * 0.6 + 1.5 + 2.0)
     assert bench.run_seconds({**parts, "val_every": 1}, 10) == pytest.approx(77 + 10 * 0.6 + 1.5 + 2.0)
+    # a write of 9 s outlasts the steps by 1.5 s, which every epoch waits for
+    assert bench.run_seconds({**parts, "checkpoint_write_s": 9.0}, 10) == pytest.approx(92 + 4 * 0.6 + 1.5 + 2.0)
 
 
 def test_the_seeds_of_a_study_share_one_timed_configuration(tmp_path, capsys, registry):

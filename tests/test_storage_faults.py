@@ -65,6 +65,64 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch)
     assert checkpoint.load_checkpoint(path, "cpu") == {"epoch": 1}
 
 
+def test_a_checkpoint_written_in_the_background_is_the_state_when_it_was_submitted(tmp_path, monkeypatch):
+    import threading
+
+    import torch
+
+    from fslab.training import checkpoint
+
+    path = tmp_path / "last.pt"
+    weights = torch.zeros(3)
+    release = threading.Event()
+    real_save = checkpoint.save_checkpoint
+
+    def slow(target, state):  # the write waits until training has changed the weights
+        release.wait(5)
+        real_save(target, state)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", slow)
+    writer = checkpoint.CheckpointWriter(path)
+    writer.submit({"epoch": 1, "model": {"w": weights}, "optimizer": {"state": [weights * 2]}})
+    weights += 7  # the next step, in place, while the file is being written
+    assert not path.exists()
+    release.set()
+    writer.wait()
+    saved = checkpoint.load_checkpoint(path, "cpu")
+    assert saved["epoch"] == 1 and torch.equal(saved["model"]["w"], torch.zeros(3))
+    assert torch.equal(saved["optimizer"]["state"][0], torch.zeros(3))
+    writer.submit({"epoch": 2, "model": {"w": weights}})
+    writer.wait()
+    assert torch.equal(checkpoint.load_checkpoint(path, "cpu")["model"]["w"], torch.full((3,), 7.0))
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_a_failed_background_write_is_raised_by_the_next_call_and_keeps_the_previous(tmp_path, monkeypatch):
+    import torch
+
+    from fslab.training import checkpoint
+
+    path = tmp_path / "last.pt"
+    writer = checkpoint.CheckpointWriter(path)
+    writer.submit({"epoch": 1})
+    writer.wait()
+
+    def full(obj, target):
+        Path(target).write_bytes(b"half")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full)
+    writer.submit({"epoch": 2})  # fails in its thread; nothing is raised yet
+    with pytest.raises(FslabError, match="cannot write the checkpoint .*the previous checkpoint is kept"):
+        writer.submit({"epoch": 3})  # raised before epoch 3's write starts: the run fails here
+    writer.wait()  # a failure is reported once
+    writer.submit({"epoch": 4})  # fails in its thread too
+    writer.close()  # a run ending on another error: no second report
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+    assert checkpoint.load_checkpoint(path, "cpu") == {"epoch": 1}
+
+
 class NotWeights:
     """Pickled into a checkpoint, it would run code on load; weights-only loading refuses it."""
 

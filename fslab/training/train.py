@@ -29,9 +29,9 @@ from fslab.training import distributed
 from fslab.training.augment import augment
 from fslab.training.build import TrainingParts, build_training, pick_device, to_input
 from fslab.training.checkpoint import (
+    CheckpointWriter,
     load_checkpoint,
     restore_training,
-    save_checkpoint,
     training_checkpoint,
 )
 from fslab.training.features import feature_network, training_mean
@@ -63,10 +63,13 @@ def train(run: Run, resume: bool = False, listeners=()) -> dict:
     parts, numerics = trainer.parts, trainer.numerics
     train_step = distributed.training_step(compiled(parts.model, numerics), parts.head, parts.loss_fn,
                                            trainer.world, trainer.device, numerics.autocast)
-    for epoch in range(trainer.first_epoch, trainer.cfg.train.epochs):
-        trainer.train_epoch(epoch, train_step)
-        trainer.end_epoch(epoch)
-    return trainer.finish()
+    try:
+        for epoch in range(trainer.first_epoch, trainer.cfg.train.epochs):
+            trainer.train_epoch(epoch, train_step)
+            trainer.end_epoch(epoch)
+        return trainer.finish()
+    finally:  # a run that stops or fails ends with its last checkpoint whole on disk
+        trainer.checkpoints.close()
 
 
 def setup(run: Run, resume: bool, listeners=()) -> Trainer:
@@ -131,8 +134,10 @@ class Trainer:
     steps_per_epoch: int = field(init=False)
     scaler: torch.amp.GradScaler | None = field(init=False)  # fp16's loss scaling
     compile_pending: bool = field(init=False)  # the next step compiles the training forward
+    checkpoints: CheckpointWriter = field(init=False)  # writes each epoch's checkpoint while the next one trains
 
     def __post_init__(self) -> None:
+        self.checkpoints = CheckpointWriter(self.run.checkpoint_path)
         self.scaler = self.numerics.grad_scaler()
         self.compile_pending = self.numerics.compile != "off"
         self.images, self.labels = self.parts.train_split.images, self.parts.train_split.labels
@@ -208,7 +213,10 @@ class Trainer:
     def end_epoch(self, epoch: int) -> None:
         """Validation (after every ``eval.val_every``-th epoch and the last) and
         checkpoint, on rank 0; the other ranks wait. The checkpoint of an epoch
-        not validated holds no training mean (``fslab eval`` computes it)."""
+        not validated holds no training mean (``fslab eval`` computes it).
+        Its file is written while the next epoch trains; the ``checkpoint``
+        event is logged here, in step order, and a resume goes by the file's
+        epoch, cutting the events back to that epoch's event."""
         if not self.world.main:
             self.world.barrier()
             return
@@ -221,7 +229,7 @@ class Trainer:
         else:
             self.center = None
         parts = self.parts
-        save_checkpoint(self.run.checkpoint_path, training_checkpoint(
+        self.checkpoints.submit(training_checkpoint(
             model=parts.model, head=parts.head, loss_fn=parts.loss_fn, optimizer=parts.optimizer,
             scheduler=parts.scheduler, epoch=epoch + 1, step=self.step, config=self.cfg.as_dict(),
             best_val=self.best_val, train_mean=self.center, augment_rng=self.augment_rng, device=self.device,
@@ -275,6 +283,7 @@ class Trainer:
         outcomes = self.evaluate(self.parts.test_split, "test", ecfg.shots, ecfg.test_episodes, self.center,
                                  epoch=cfg.train.epochs, at={"step": self.step}, save=True)
         test = {f"{r['shots']}-shot": {"accuracy": r["accuracy"], "ci95": r["ci95"]} for r in outcomes}
+        self.checkpoints.wait()  # a completed run has its final checkpoint on disk
         results = {"run": self.run.id, "method": cfg.method, "dataset": cfg.dataset["name"],
                    "backbone": cfg.backbone["name"], "ways": ecfg.ways, "queries": ecfg.queries,
                    "episodes": ecfg.test_episodes, "test": test, "best_val_accuracy": self.best_val,
