@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {name} {planned.sweep} on {dataset}: {parts['rows']:.0f} images a step, "
                       f"{1000 * parts['step_s']:.1f} ms a step ({parts['rows'] / parts['step_s']:,.0f} images/s), "
                       f"{parts['steps_per_epoch']} steps an epoch, validation {parts['validation_s']:.2f} s, "
-                      f"checkpoint {parts['checkpoint_s']:.2f} s (written in {parts['checkpoint_write_s']:.2f} s), test {parts['test_s']:.1f} s", flush=True)
+                      f"checkpoint {parts['checkpoint_s']:.2f} s (written in {parts['checkpoint_write_s']:.2f} s), "
+                      f"test {parts['test_s']:.1f} s", flush=True)
             used[key] = measured[key]
             total += run_seconds(measured[key], config["train"]["epochs"]) * config["train"]["processes"]
         line = {"study": name, "runs": len(resolved), "gpu_hours": total / 3600, "not_timed": sorted(set(missing)),
