@@ -14,6 +14,16 @@ channels-last, the NCA loss by hand) runs on the same data as the baseline
 fslab's step is compared with. ``--recipe`` also times the whole NCA recipe on
 the miniImageNet-sized stand-in with ``fslab run`` end to end.
 
+``--profile`` says what bounds each row: a few more steps run under
+``torch.profiler``, and the GPU's kernel time (the CPU's operator time on the
+CPU) is split into convolutions and matrix products, batch norm, pooling, the
+optimiser, copies and layout changes, and the rest (activations, the loss,
+other elementwise work). It prints those shares, how busy the device was over
+the measured step (kernel time per step over the step's wall time: the rest is
+the device waiting for the host), and the FLOPs over the time of the
+convolutions and products alone as a share of the peak, so that
+MFU = that share × their part of the kernel time × busy.
+
 fslab's step is the one training uses: :func:`fslab.training.distributed.training_step`
 with the run's :class:`fslab.training.numerics.Numerics` (autocast around the
 network, float32 loss), then SGD with Nesterov momentum and weight decay.
@@ -160,6 +170,72 @@ def loss_alone(loss_fn, batch: int, dim: int, y: torch.Tensor, device: torch.dev
     return (time.perf_counter() - start) / steps
 
 
+# Where a step's time goes, by kernel name on CUDA (operator name on the CPU): the first category
+# with a fragment of the lower-cased name wins; anything else is "elementwise & other".
+CATEGORIES = (
+    ("conv & matmul", ("conv", "gemm", "xmma", "cutlass", "wgmma", "matmul", "aten::mm", "aten::addmm",
+                       "aten::bmm", "triton_tem")),
+    ("batch norm", ("batch_norm", "batchnorm", "bn_fw", "bn_bw", "welford")),
+    ("pooling", ("pool",)),
+    ("optimiser", ("multi_tensor_apply", "foreach", "sgd", "adam")),
+    ("copies & layout", ("copy", "memcpy", "memset", "fill", "nchwtonhwc", "nhwctonchw", "aten::cat")),
+)
+OTHER = "elementwise & other"
+
+
+def category(name: str) -> str:
+    lowered = name.lower()
+    return next((label for label, parts in CATEGORIES if any(part in lowered for part in parts)), OTHER)
+
+
+def time_by_category(timings) -> dict[str, float]:
+    """Seconds per category (CATEGORIES) of (name, seconds) pairs, every category listed."""
+    totals = dict.fromkeys([label for label, _ in CATEGORIES] + [OTHER], 0.0)
+    for name, seconds in timings:
+        totals[category(name)] += seconds
+    return totals
+
+
+def profile_step(run, x, y, device: torch.device, steps: int = 3) -> dict[str, float]:
+    """Seconds per step and category of ``steps`` steps under torch.profiler:
+    CUDA kernels' time on a GPU, operators' own (self) time on the CPU."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            run(x, y)
+        if cuda:
+            torch.cuda.synchronize(device)
+    wanted = DeviceType.CUDA if cuda else DeviceType.CPU
+    timings = [(e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e6 / steps)
+               for e in prof.key_averages() if e.device_type == wanted]
+    return time_by_category(timings)
+
+
+def bound(profile: dict[str, float], seconds: float, flops: float, peak: float | None) -> dict:
+    """What a profile says of a step of ``seconds`` and ``flops``: each category's
+    share of the kernel time, how busy the device was, and the convolutions'
+    and products' own throughput as a share of ``peak`` (TFLOP/s)."""
+    kernels = sum(profile.values())
+    gemm = profile["conv & matmul"]
+    return {"shares": {label: t / kernels for label, t in profile.items()} if kernels else {},
+            "busy": min(1.0, kernels / seconds),  # the profiler's own overhead can push it past 1
+            "gemm_of_peak": None if peak is None or gemm <= 0 else flops / gemm / (peak * 1e12)}
+
+
+def bound_line(r: dict) -> str:
+    """The printed line under a profiled row."""
+    b = r["bound"]
+    shares = ", ".join(f"{label} {100 * share:.0f}%" for label, share in
+                       sorted(b["shares"].items(), key=lambda item: -item[1]) if share >= 0.005)
+    gemm = "" if b["gemm_of_peak"] is None else f"; conv & matmul at {100 * b['gemm_of_peak']:.0f}% of peak"
+    unit = "kernel" if r["device"] != "CPU" else "operator"
+    return f"    {unit} time: {shares}; busy {100 * b['busy']:.0f}% of the step{gemm}"
+
+
 def measure(args, registry, backbone: str, loss_name: str, mode: str | None, device: torch.device) -> dict:
     """One row: fslab's step in ``mode``, or the bare loop when ``mode`` is None.
     A step that does not fit in the GPU's memory gives a row that says so."""
@@ -208,6 +284,8 @@ def _measure(args, registry, backbone: str, loss_name: str, mode: str | None, de
            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
     if mode is not None:
         row["loss_ms"] = 1000 * loss_alone(loss_fn, args.batch_size, model.out_dim, y, device, max(3, count))
+    if args.profile:
+        row["bound"] = bound(profile_step(run, x, y, device), seconds, flops, peak)
     return row
 
 
@@ -238,6 +316,8 @@ def print_rows(rows: list[dict], device: torch.device) -> None:
     fp32 = {(r["backbone"], r["loss"]): r["images_per_s"] for r in rows if r["mode"] == "fp32" and "error" not in r}
     for r in rows:
         print(row_line(r, fp32))
+        if "bound" in r:
+            print(bound_line(r))
 
 
 def recipe_wall_time(device: str) -> float:
@@ -263,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak, if the name is not known")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare PyTorch loop")
     parser.add_argument("--recipe", action="store_true", help="also time the whole NCA recipe with fslab run")
+    parser.add_argument("--profile", action="store_true",
+                        help="also split each row's step time by kind of kernel (what bounds its MFU)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here, one JSON object a line")
     args = parser.parse_args(argv)
     device, registry = torch.device(args.device), load_registry()
@@ -276,6 +358,8 @@ def main(argv: list[str] | None = None) -> None:
         for loss_name, mode in plan:
             rows.append(measure(args, registry, backbone, loss_name, mode, device))
             print(row_line(rows[-1], {}), flush=True)  # as it is measured; the table comes again at the end
+            if "bound" in rows[-1]:
+                print(bound_line(rows[-1]), flush=True)
             if args.json is not None:
                 with args.json.open("a") as out:
                     out.write(json.dumps(rows[-1]) + "\n")

@@ -40,3 +40,60 @@ def test_the_benchmark_runs_on_the_cpu_and_writes_its_rows(tmp_path, registry):
         expected = row["gflop_per_image"] * 1e9 * row["images_per_s"] / 1e12
         assert abs(row["mfu"] - expected) <= 1e-9 * max(1.0, expected)
     assert rows[0]["gflop_per_image"] == rows[1]["gflop_per_image"]  # counted on the same eager step
+
+
+def test_kernels_and_operators_fall_in_the_category_their_name_says():
+    bench = load_bench()
+    names = {  # CUDA kernels as cuDNN, cuBLAS, PyTorch and Triton name them, and CPU operators
+        "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64": "conv & matmul",
+        "sm90_xmma_wgrad_implicit_gemm_indexed_wo_smem_bf16bf16_bf16f32_f32_nhwckrsc_nhwc": "conv & matmul",
+        "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn": "conv & matmul",
+        "triton_tem_fused_convolution_0": "conv & matmul",
+        "aten::mkldnn_convolution": "conv & matmul",
+        "aten::addmm": "conv & matmul",
+        "void cudnn::bn_fw_tr_1C11_kernel_NCHW<__nv_bfloat16, float, float, 512, true, 1, true>": "batch norm",
+        "triton_red_fused__native_batch_norm_legit_functional_leaky_relu_0": "batch norm",
+        "aten::native_batch_norm_backward": "batch norm",
+        "void at::native::(anonymous namespace)::max_pool_forward_nhwc<c10::BFloat16>": "pooling",
+        "aten::max_pool2d_with_indices_backward": "pooling",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::TensorListMetadata<3>>":
+            "optimiser",
+        "Optimizer.step#SGD.step": "optimiser",
+        "aten::_foreach_add_": "optimiser",
+        "Memcpy DtoD (Device -> Device)": "copies & layout",
+        "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16>": "copies & layout",
+        "aten::copy_": "copies & layout",
+        "triton_poi_fused_leaky_relu_leaky_relu_backward_3": "elementwise & other",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::leaky_relu_kernel>": "elementwise & other",
+        "aten::logsumexp": "elementwise & other",
+        "aten::scatter_": "elementwise & other",
+    }
+    assert {name: bench.category(name) for name in names} == names
+
+
+def test_a_profile_splits_the_kernel_time_and_says_how_busy_and_how_fast_the_products_were():
+    bench = load_bench()
+    profile = bench.time_by_category([("sm90_xmma_fprop_implicit_gemm", 0.006), ("aten::cudnn_convolution", 0.002),
+                                      ("bn_fw_tr_1C11", 0.001), ("vectorized_elementwise_kernel", 0.001)])
+    assert profile["conv & matmul"] == 0.008 and profile["pooling"] == 0.0 and len(profile) == 6
+    # 10 ms of kernels in a 12.5 ms step; 4 TFLOP of products in 8 ms is 500 TFLOP/s, half of a 1,000 peak
+    b = bench.bound(profile, 0.0125, 4e12, 1000.0)
+    assert abs(b["busy"] - 0.8) < 1e-12 and abs(b["gemm_of_peak"] - 0.5) < 1e-12
+    assert abs(b["shares"]["conv & matmul"] - 0.8) < 1e-12 and abs(sum(b["shares"].values()) - 1) < 1e-12
+    # MFU = the products' share of peak × their share of kernel time × busy: 0.5 × 0.8 × 0.8
+    assert abs(4e12 / 0.0125 / 1e15 - b["gemm_of_peak"] * b["shares"]["conv & matmul"] * b["busy"]) < 1e-12
+
+
+def test_the_profile_of_a_cpu_step_covers_its_operators(tmp_path, capsys, registry):
+    bench = load_bench()
+    out = tmp_path / "rows.jsonl"
+    bench.main(["--device", "cpu", "--backbones", "conv4", "--losses", "nca", "--modes", "fp32", "--no-bare",
+                "--batch-size", "8", "--image-size", "16", "--steps", "1", "--warmup", "1", "--profile",
+                "--json", str(out)])
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    shares = row["bound"]["shares"]
+    assert abs(sum(shares.values()) - 1) < 1e-9
+    # Conv4's own operators: convolutions, batch norm, pooling all take time; no peak is known on the CPU
+    assert min(shares["conv & matmul"], shares["batch norm"], shares["pooling"]) > 0
+    assert row["bound"]["gemm_of_peak"] is None and 0 < row["bound"]["busy"] <= 1
+    assert capsys.readouterr().out.count("operator time: conv & matmul") == 2  # as measured, and in the table
