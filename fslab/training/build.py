@@ -44,6 +44,18 @@ def to_input(images: torch.Tensor) -> torch.Tensor:
     return images.float().div_(127.5).sub_(1.0)
 
 
+def host_to_device(values, device: torch.device) -> torch.Tensor:
+    """Small host values (a batch's indices, augmentation draws) as a tensor on
+    ``device``, without stopping the host: PyTorch copies from ordinary host
+    memory to a GPU and then waits for the GPU to finish all it was given,
+    which would empty its queue several times a step; a copy from pinned
+    memory is queued like a kernel (the pinned block is kept until it is done)."""
+    tensor = torch.as_tensor(values)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def make_optimizer(params, train: TrainConfig) -> torch.optim.Optimizer:
     """``train.optimizer``: SGD with (Nesterov) momentum, or Adam with its
     default betas; both with ``train.lr`` and ``train.weight_decay`` (L2)."""

@@ -27,7 +27,7 @@ from fslab.core.settings import load_settings
 from fslab.core.types import Split
 from fslab.training import distributed
 from fslab.training.augment import augment
-from fslab.training.build import TrainingParts, build_training, pick_device, to_input
+from fslab.training.build import TrainingParts, build_training, host_to_device, pick_device, to_input
 from fslab.training.checkpoint import (
     CheckpointWriter,
     load_checkpoint,
@@ -171,13 +171,13 @@ class Trainer:
         parts.model.train()
         window_start, window_images = time.perf_counter(), 0
         for batch in parts.sampler.batches(epoch):
-            index = torch.as_tensor(batch.indices, device=self.images.device)
+            index = host_to_device(batch.indices, self.images.device)  # no wait for the GPU: its queue stays full
             own = self.world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
             x = to_input(self.images[index[own]].to(self.device, non_blocking=True))
             x = augment(x, tcfg.crop_padding, tcfg.flip, self.augment_rng, part=own, total=len(index))
             x = self.numerics.memory_format(x)
             y = self.labels[index].to(self.device, non_blocking=True)
-            support = None if batch.support is None else torch.as_tensor(batch.support, device=self.device)
+            support = None if batch.support is None else host_to_device(batch.support, self.device)
             started = time.perf_counter()
             out = train_step(x, y, support)
             optimiser_step(out.loss, parts.optimizer, self.scaler)
