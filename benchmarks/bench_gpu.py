@@ -12,7 +12,10 @@ that does not fit in the GPU's memory says so; rows are printed as measured.
 A bare PyTorch loop written as a careful user would (bf16 autocast,
 channels-last, the NCA loss by hand) runs on the same data as the baseline
 fslab's step is compared with. ``--recipe`` also times the whole NCA recipe on
-the miniImageNet-sized stand-in with ``fslab run`` end to end.
+the miniImageNet-sized stand-in with ``fslab run`` end to end (``--recipe-set``
+adds settings) and splits its time, from the run's own events, into the
+worker's start, the first epoch (compiling included), the other epochs'
+training, validations, checkpoints, the test and the finish.
 
 ``--profile`` says what bounds each row: a few more steps run under
 ``torch.profiler``, and the GPU's kernel time (the CPU's operator time on the
@@ -320,13 +323,67 @@ def print_rows(rows: list[dict], device: torch.device) -> None:
             print(bound_line(r))
 
 
-def recipe_wall_time(device: str) -> float:
-    """Seconds of ``fslab run nca --dataset synthetic-mini`` end to end (120 epochs, 10,000 test episodes)."""
+RECIPE = ["run", "nca", "--backbone", "resnet12", "--dataset", "synthetic-mini"]
+PARTS = ("start", "first epoch", "training", "validation", "checkpoints", "test", "finish")
+
+
+def recipe_parts(events: list[dict], created: float | None = None, ended: float | None = None) -> dict:
+    """Where a run's wall time went, from its events: every interval between
+    two events is charged to what the later one closes (a ``train`` event its
+    steps, a validation ``eval`` the validation, a ``checkpoint`` the checkpoint,
+    a test ``eval`` and ``end`` the test); the first epoch (compilation included)
+    is kept apart. ``created`` and ``ended`` (the run's status) add the worker's
+    start and its finish; the parts then sum to the run's time."""
+    seconds = dict.fromkeys(PARTS, 0.0)
+    counts = {"validations": 0, "epochs": 0, "compile_s": 0.0}
+    previous = None
+    for event in events:
+        kind, at = event.get("event"), event.get("time")
+        if kind == "start":
+            if created is not None:
+                seconds["start"] += at - created
+        elif previous is not None:
+            if kind == "train":
+                seconds["first epoch" if event["epoch"] == 1 else "training"] += at - previous
+            elif kind == "eval" and event.get("split") == "val":
+                seconds["validation"] += at - previous
+                counts["validations"] += 1
+            elif kind == "checkpoint":
+                seconds["checkpoints"] += at - previous
+                counts["epochs"] = max(counts["epochs"], event["epoch"])
+            elif kind in ("eval", "end"):
+                seconds["test"] += at - previous
+            elif kind == "compile":
+                counts["compile_s"] = event["seconds"]
+                seconds["first epoch"] += at - previous
+        previous = at
+    if ended is not None and previous is not None:
+        seconds["finish"] += ended - previous
+    return {**{f"{part.replace(' ', '_')}_s": value for part, value in seconds.items()}, **counts}
+
+
+def time_recipe(arguments: list[str]) -> dict:
+    """``fslab`` with ``arguments`` (a run) in a fresh folder, end to end: its
+    wall time and :func:`recipe_parts` of its events."""
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fslab", "run", "nca", "--backbone", "resnet12", "--dataset",
-                        "synthetic-mini", "--device", device], cwd=folder, check=True)
-        return time.perf_counter() - start
+        subprocess.run([sys.executable, "-m", "fslab", *arguments], cwd=folder, check=True)
+        wall = time.perf_counter() - start
+        (run,) = (Path(folder) / "runs").iterdir()
+        status = json.loads((run / "status.json").read_text())
+        events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {"wall_s": wall, "run_s": status["ended"] - status["created"],
+            **recipe_parts(events, status["created"], status["ended"])}
+
+
+def recipe_lines(parts: dict) -> list[str]:
+    """The printed breakdown of :func:`time_recipe`."""
+    notes = {"first epoch": f" (compiling {parts['compile_s']:.0f} s)" if parts["compile_s"] else "",
+             "training": f" ({parts['epochs'] - 1} epochs)", "validation": f" ({parts['validations']})",
+             "checkpoints": f" ({parts['epochs']})"}
+    lines = [f"  {part:<13}{parts[part.replace(' ', '_') + '_s']:8.1f} s{notes.get(part, '')}" for part in PARTS]
+    return lines + [f"  {'run':<13}{parts['run_s']:8.1f} s (created to ended); {parts['wall_s']:.1f} s with fslab's "
+                    "own start"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -343,6 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak, if the name is not known")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare PyTorch loop")
     parser.add_argument("--recipe", action="store_true", help="also time the whole NCA recipe with fslab run")
+    parser.add_argument("--recipe-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for the recipe's run, as fslab run --set (e.g. train.compile=default)")
     parser.add_argument("--profile", action="store_true",
                         help="also split each row's step time by kind of kernel (what bounds its MFU)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here, one JSON object a line")
@@ -365,8 +424,13 @@ def main(argv: list[str] | None = None) -> None:
                     out.write(json.dumps(rows[-1]) + "\n")
     print_rows(rows, device)
     if args.recipe:
-        print(f"fslab run nca --dataset synthetic-mini (120 epochs, 10,000 test episodes): "
-              f"{recipe_wall_time(args.device):.0f} s")
+        arguments = [*RECIPE, "--device", args.device, *(part for text in args.recipe_set for part in ("--set", text))]
+        print(f"fslab {' '.join(arguments)}:")
+        parts = time_recipe(arguments)
+        print("\n".join(recipe_lines(parts)))
+        if args.json is not None:
+            with args.json.open("a") as out:
+                out.write(json.dumps({"recipe": arguments, **parts}) + "\n")
 
 
 if __name__ == "__main__":
