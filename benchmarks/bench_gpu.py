@@ -1,7 +1,8 @@
 """fslab's training step at the papers' sizes, one command: ``python benchmarks/bench_gpu.py``.
 
 Prints, measured in this one run on this one device, for each backbone, loss and
-mode (fp32; bf16 with channels-last; bf16 with channels-last and torch.compile):
+mode (fp32; bf16 with channels-last; bf16 with channels-last and torch.compile;
+and, when ``--modes`` names it, torch.compile's ``max-autotune``):
 images/s, milliseconds per step, the loss alone (its forward and backward on
 fixed float32 embeddings), FLOPs per image (counted by
 ``torch.utils.flop_counter`` over one forward and backward pass of the eager
@@ -56,7 +57,9 @@ MODES = {  # precision, channels-last, compile
     "fp32": ("fp32", False, "off"),
     "bf16": ("bf16", True, "off"),
     "bf16+compile": ("bf16", True, "default"),
+    "bf16+max-autotune": ("bf16", True, "max-autotune"),  # minutes of autotuning: asked for by --modes only
 }
+DEFAULT_MODES = ("fp32", "bf16", "bf16+compile")
 FLOP_BATCH = 128
 # Dense bf16 tensor-core peaks in TFLOP/s, by a part of the device's name (first match wins).
 PEAKS = [("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0), ("A100", 312.0),
@@ -389,9 +392,9 @@ def recipe_lines(parts: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--backbones", default=",".join(BACKBONES))
+    parser.add_argument("--backbones", default=",".join(BACKBONES), help="'' for none (with --recipe: the recipe only)")
     parser.add_argument("--losses", default="nca,map-ssvm")
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"of {', '.join(MODES)}")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--image-size", type=int, default=84)
     parser.add_argument("--steps", type=int, default=20)
@@ -406,11 +409,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="also split each row's step time by kind of kernel (what bounds its MFU)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here, one JSON object a line")
     args = parser.parse_args(argv)
+    unknown = [mode for mode in args.modes.split(",") if mode not in MODES]
+    if unknown:
+        parser.error(f"unknown mode {', '.join(unknown)}; the modes are {', '.join(MODES)}")
     device, registry = torch.device(args.device), load_registry()
     rows = []
     if args.json is not None:
         args.json.write_text("")
-    for backbone in args.backbones.split(","):
+    for backbone in [name for name in args.backbones.split(",") if name]:
         plan = [(loss_name, mode) for loss_name in args.losses.split(",") for mode in args.modes.split(",")]
         if not args.no_bare:
             plan.append(("nca", None))
@@ -422,7 +428,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.json is not None:
                 with args.json.open("a") as out:
                     out.write(json.dumps(rows[-1]) + "\n")
-    print_rows(rows, device)
+    if rows:
+        print_rows(rows, device)
     if args.recipe:
         arguments = [*RECIPE, "--device", args.device, *(part for text in args.recipe_set for part in ("--set", text))]
         print(f"fslab {' '.join(arguments)}:")

@@ -131,3 +131,12 @@ def test_a_timed_run_s_parts_add_up_to_its_time(registry):
     assert (parts["epochs"], parts["validations"], parts["compile_s"]) == (2, 1, 0.0)
     assert min(parts["start_s"], parts["first_epoch_s"], parts["training_s"], parts["test_s"]) > 0
     assert len(bench.recipe_lines(parts)) == len(bench.PARTS) + 1
+
+
+def test_an_unknown_mode_is_one_line_naming_the_modes(capsys):
+    bench = load_bench()
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--device", "cpu", "--modes", "bf16,fp33"])
+    assert stop.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith("unknown mode fp33; the modes are fp32, bf16, bf16+compile, bf16+max-autotune")
