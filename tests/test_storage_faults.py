@@ -172,3 +172,23 @@ def test_escapes_in_run_files_never_reach_the_terminal(project):
 def test_a_long_value_is_clipped_in_the_error(project):
     line = one_error_line(fslab("run", "nca", "--set", "loss.temperature=" + "x" * 20000, cwd=project))
     assert len(line) < 600 and "more characters" in line
+
+
+def test_a_host_copy_keeps_every_container_s_type_and_shares_no_tensor():
+    from collections import Counter, OrderedDict, namedtuple
+
+    import torch
+
+    from fslab.training.checkpoint import host_copy
+
+    weights = OrderedDict(w=torch.ones(2))
+    weights._metadata = {"": {"version": 1}}  # as Module.state_dict() leaves it
+    pair = namedtuple("Pair", "first second")(torch.zeros(1), 3)
+    state = {"model": weights, "milestones": Counter({70: 1, 90: 1}), "rng": (3, [1, 2], None), "pair": pair}
+    copied = host_copy(state)
+    assert type(copied["model"]) is OrderedDict and copied["model"]._metadata == {"": {"version": 1}}
+    assert type(copied["milestones"]) is Counter and copied["milestones"][50] == 0
+    assert copied["rng"] == (3, [1, 2], None) and type(copied["pair"]).__name__ == "Pair"
+    weights["w"] += 1  # training goes on in place
+    pair.first.add_(5)
+    assert torch.equal(copied["model"]["w"], torch.ones(2)) and torch.equal(copied["pair"].first, torch.zeros(1))

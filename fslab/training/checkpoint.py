@@ -14,6 +14,7 @@ about 100 MB, took 0.18 s of every epoch).
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import random
@@ -103,14 +104,23 @@ def _write_failure(exc: BaseException, path: Path) -> str:
 
 def host_copy(state):
     """``state`` with every tensor in it copied to host memory: a snapshot that
-    later training steps, which change the weights in place, cannot touch."""
+    later training steps, which change the weights in place, cannot touch.
+    Containers keep their type and attributes (a state dict's ``OrderedDict``
+    with its ``_metadata``, a schedule's ``Counter`` of milestones), so the
+    file is what writing ``state`` itself would have written."""
     if isinstance(state, torch.Tensor):
         return state.detach().to("cpu", copy=True)
     if isinstance(state, dict):
-        return {key: host_copy(value) for key, value in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(host_copy(value) for value in state)
-    return state
+        copied = copy.copy(state)
+        for key, value in state.items():
+            copied[key] = host_copy(value)
+        return copied
+    if isinstance(state, list):
+        return [host_copy(value) for value in state]
+    if isinstance(state, tuple):
+        values = [host_copy(value) for value in state]
+        return type(state)(*values) if hasattr(state, "_fields") else type(state)(values)  # a named tuple
+    return copy.deepcopy(state)
 
 
 class CheckpointWriter:
