@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -286,6 +287,17 @@ def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
     written = write_report(report, study, "md", tmp_path / "out", config.runs_dir)
     assert [p.name for p in written] == ["tiny.md", "tiny-synthetic.png"]
     assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_figure_trained_on_other_data_says_so_in_its_title():
+    from fslab.reports.studies import figure_title
+
+    study = types.SimpleNamespace(what="Fig. 3")
+    quick = {"scale": "quick", "datasets": {"miniimagenet": "synthetic"}}
+    title = figure_title(quick, study, "miniimagenet")
+    assert title == "Fig. 3 (miniimagenet, trained and tested on synthetic, scale quick)"
+    paper = {"scale": "paper", "datasets": {"miniimagenet": "miniimagenet"}}
+    assert figure_title(paper, study, "miniimagenet") == "Fig. 3 (miniimagenet, scale paper)"
 
 
 def test_settings_changed_on_the_command_line_make_the_report_not_comparable(registry, tmp_path):

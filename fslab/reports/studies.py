@@ -222,6 +222,14 @@ def _x_of(row: dict, key: str, runs_dir: Path):
     return None
 
 
+def figure_title(report: dict, study: Study, dataset: str) -> str:
+    """A figure's title: the study's figure, its dataset and scale, and, where
+    the runs trained on other data, that data, so a PNG seen alone says so."""
+    data = report["datasets"].get(dataset, dataset)
+    where = dataset if data == dataset else f"{dataset}, trained and tested on {data}"
+    return f"{study.what} ({where}, scale {report['scale']})"
+
+
 def write_report(report: dict, study: Study, fmt: str, out: Path, runs_dir: Path) -> list[Path]:
     """The report file and, for a figure study, one PNG per dataset, in ``out``."""
     from fslab.reports.plot import draw
@@ -232,6 +240,6 @@ def write_report(report: dict, study: Study, fmt: str, out: Path, runs_dir: Path
     written[0].write_text(render(report, fmt), encoding="utf-8")
     for dataset, data in figure_data(report, study, runs_dir).items():
         path = out / f"{study.name}-{dataset}.png"
-        draw(data, path, title=f"{study.what} ({dataset}, scale {report['scale']})")
+        draw(data, path, title=figure_title(report, study, dataset))
         written.append(path)
     return written
