@@ -192,3 +192,20 @@ def test_a_host_copy_keeps_every_container_s_type_and_shares_no_tensor():
     weights["w"] += 1  # training goes on in place
     pair.first.add_(5)
     assert torch.equal(copied["model"]["w"], torch.ones(2)) and torch.equal(copied["pair"].first, torch.zeros(1))
+
+
+def test_any_error_of_a_background_write_reaches_the_training_thread(tmp_path, monkeypatch):
+    import torch
+
+    from fslab.training import checkpoint
+
+    def broken(obj, target):
+        Path(target).write_bytes(b"half")
+        raise TypeError("cannot pickle 'generator' object")
+
+    monkeypatch.setattr(torch, "save", broken)
+    writer = checkpoint.CheckpointWriter(tmp_path / "last.pt")
+    writer.submit({"epoch": 1})
+    with pytest.raises(TypeError, match="cannot pickle"):
+        writer.wait()
+    assert list(tmp_path.iterdir()) == []

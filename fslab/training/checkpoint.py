@@ -87,6 +87,9 @@ def save_checkpoint(path: Path, checkpoint: dict) -> None:
         tmp.unlink(missing_ok=True)
         raise FslabError(f"cannot write the checkpoint {path}: {_write_failure(exc, path)}; "
                          f"the previous checkpoint is kept") from exc
+    except BaseException:  # anything else (a state that cannot be pickled) leaves no half file either
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _write_failure(exc: BaseException, path: Path) -> str:
@@ -139,7 +142,7 @@ class CheckpointWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._thread: threading.Thread | None = None
-        self._error: FslabError | None = None
+        self._error: BaseException | None = None
 
     def submit(self, checkpoint: dict) -> None:
         snapshot = host_copy(checkpoint)
@@ -162,13 +165,13 @@ class CheckpointWriter:
         not replace (the previous checkpoint is kept either way)."""
         try:
             self.wait()
-        except FslabError:
+        except Exception:  # noqa: BLE001 - the run already ends on its own error
             pass
 
     def _write(self, snapshot: dict) -> None:
         try:
             save_checkpoint(self.path, snapshot)
-        except FslabError as exc:
+        except BaseException as exc:  # whatever it is, the training thread raises it, as a write there would
             self._error = exc
 
 
