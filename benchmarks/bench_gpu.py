@@ -215,10 +215,14 @@ def profile_step(run, x, y, device: torch.device, steps: int = 3) -> dict[str, f
             run(x, y)
         if cuda:
             torch.cuda.synchronize(device)
-    wanted = DeviceType.CUDA if cuda else DeviceType.CPU
-    timings = [(e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e6 / steps)
-               for e in prof.key_averages() if e.device_type == wanted]
-    return time_by_category(timings)
+    events = prof.key_averages()
+    if not cuda:
+        return time_by_category((e.key, e.self_cpu_time_total / 1e6 / steps)
+                                for e in events if e.device_type == DeviceType.CPU)
+    kernels = [(e.key, e.self_device_time_total / 1e6 / steps) for e in events if e.device_type == DeviceType.CUDA]
+    if not any(t for _, t in kernels):  # kernels not listed apart: the GPU time of the operators that launched them
+        kernels = [(e.key, e.self_device_time_total / 1e6 / steps) for e in events]
+    return time_by_category(kernels)
 
 
 def bound(profile: dict[str, float], seconds: float, flops: float, peak: float | None) -> dict:
