@@ -40,7 +40,8 @@ from fslab.plugin import Split, UsageError, hookimpl, one_of
 SPLITS = ("train", "val", "test")
 COLOURS = ("class", "image")  # what the ink's colour follows when channels=3
 # Splits of at least this many bytes are drawn once and cached on disk: synthetic-mini's take
-# about 25 s to draw on 16 cores and 4 minutes on 2; the default set's 1 MB, 0.4 s.
+# about 25 s to draw on 16 cores (an H100 machine's) and 80 s on 2 (1.6 s a class on one core of
+# the 2-core CPU); the default set's 1 MB, 0.4 s.
 CACHE_MIN_BYTES = 64 * 2**20
 MAX_STROKES = 4
 POINTS_PER_STROKE = 9  # a Bézier curve is drawn as an 8-segment polyline
@@ -324,7 +325,7 @@ def register_datasets(register):
 class MiniImageNetStandIn(SyntheticDataset):
     """:class:`SyntheticDataset` with miniImageNet's shape: 100 classes split
     64/16/20, 600 images each, 84×84 with three channels. Drawing its 60,000
-    images takes about 4 s a class on one core of a 2-core CPU, a class per core.
+    images takes about 1.6 s a class on one core of a 2-core CPU, a class per core: 80 s.
 
     Each image has a colour of its own: with one colour per class, a ResNet-12
     scored 100.00% on both test shapes after 3 epochs as after 120 (on an H100,
