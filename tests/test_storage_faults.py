@@ -209,3 +209,30 @@ def test_any_error_of_a_background_write_reaches_the_training_thread(tmp_path, m
     with pytest.raises(TypeError, match="cannot pickle"):
         writer.wait()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_is_announced_before_its_write_starts_and_a_stop_there_writes_nothing(tmp_path, monkeypatch):
+    from fslab.training import checkpoint
+
+    path = tmp_path / "last.pt"
+    order = []
+    real_save = checkpoint.save_checkpoint
+    monkeypatch.setattr(checkpoint, "save_checkpoint", lambda target, state: (order.append(f"write {state['epoch']}"),
+                                                                               real_save(target, state)))
+    writer = checkpoint.CheckpointWriter(path)
+    writer.submit({"epoch": 1}, announce=lambda: order.append("event 1"))
+    writer.wait()
+    assert order == ["event 1", "write 1"]  # the events name every epoch the file can hold
+
+    class Stopped(BaseException):
+        pass
+
+    def stop_arrives():
+        order.append("event 2")
+        raise Stopped  # the signal lands just after the event is written
+
+    with pytest.raises(Stopped):
+        writer.submit({"epoch": 2}, announce=stop_arrives)
+    writer.close()
+    assert order == ["event 1", "write 1", "event 2"]
+    assert checkpoint.load_checkpoint(path, "cpu") == {"epoch": 1}  # a resume from epoch 1 finds its event

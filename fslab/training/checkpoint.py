@@ -20,6 +20,7 @@ import pickle
 import random
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -131,12 +132,14 @@ class CheckpointWriter:
     background thread so training goes on meanwhile.
 
     :meth:`submit` snapshots the checkpoint (:func:`host_copy`), waits for the
-    previous write and starts this one; :meth:`wait` returns once the last one
-    is on disk. Each write is :func:`save_checkpoint`'s atomic one, so the file
-    always holds a whole checkpoint, of this epoch or an earlier one; a resume
-    after a crash in between continues from the earlier one. A failed write
-    (a full disk) is raised by the next :meth:`submit` or :meth:`wait`.
-    The thread is not a daemon: a process that stops lets its last write finish.
+    previous write, announces this one (training logs its ``checkpoint``
+    event) and only then starts writing it; :meth:`wait` returns once the last
+    one is on disk. Each write is :func:`save_checkpoint`'s atomic one, so the
+    file always holds a whole checkpoint, of the epoch announced last or an
+    earlier one, never of an epoch the events do not name: a resume goes by the
+    file's epoch and cuts the events back to that epoch's event. A failed write
+    (a full disk) is raised by the next :meth:`submit` or :meth:`wait`. The
+    thread is not a daemon: a process that stops lets its last write finish.
     """
 
     def __init__(self, path: Path) -> None:
@@ -144,9 +147,10 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def submit(self, checkpoint: dict) -> None:
+    def submit(self, checkpoint: dict, announce: Callable[[], object] = lambda: None) -> None:
         snapshot = host_copy(checkpoint)
         self.wait()
+        announce()  # a stop that lands here or before leaves the previous file, which the events name too
         self._thread = threading.Thread(target=self._write, args=(snapshot,), name="fslab-checkpoint")
         self._thread.start()
 

@@ -214,9 +214,10 @@ class Trainer:
         """Validation (after every ``eval.val_every``-th epoch and the last) and
         checkpoint, on rank 0; the other ranks wait. The checkpoint of an epoch
         not validated holds no training mean (``fslab eval`` computes it).
-        Its file is written while the next epoch trains; the ``checkpoint``
-        event is logged here, in step order, and a resume goes by the file's
-        epoch, cutting the events back to that epoch's event."""
+        Its ``checkpoint`` event is logged here, in step order, before the
+        file is written while the next epoch trains: the file never holds an
+        epoch whose event is missing, and a resume goes by the file's epoch,
+        cutting the events back to that epoch's event."""
         if not self.world.main:
             self.world.barrier()
             return
@@ -229,13 +230,14 @@ class Trainer:
         else:
             self.center = None
         parts = self.parts
-        self.checkpoints.submit(training_checkpoint(
+        checkpoint = training_checkpoint(
             model=parts.model, head=parts.head, loss_fn=parts.loss_fn, optimizer=parts.optimizer,
             scheduler=parts.scheduler, epoch=epoch + 1, step=self.step, config=self.cfg.as_dict(),
             best_val=self.best_val, train_mean=self.center, augment_rng=self.augment_rng, device=self.device,
-            scaler=self.scaler))
-        self.log.write("checkpoint", epoch=epoch + 1, step=self.step,
-                       path=str(self.run.checkpoint_path.relative_to(self.run.path)))
+            scaler=self.scaler)
+        path = str(self.run.checkpoint_path.relative_to(self.run.path))
+        self.checkpoints.submit(checkpoint, announce=lambda: self.log.write("checkpoint", epoch=epoch + 1,
+                                                                            step=self.step, path=path))
         self.world.barrier()
 
     # -- evaluation --------------------------------------------------------
