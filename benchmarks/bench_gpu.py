@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 
 from fslab.core.registry import load_registry
+from fslab.core.timing import PARTS, key, time_split
 from fslab.training import distributed
 from fslab.training.numerics import Numerics, apply_backend_settings, compiled, optimiser_step
 
@@ -331,47 +332,11 @@ def print_rows(rows: list[dict], device: torch.device) -> None:
 
 
 RECIPE = ["run", "nca", "--backbone", "resnet12", "--dataset", "synthetic-mini"]
-PARTS = ("start", "first epoch", "training", "validation", "checkpoints", "test", "finish")
-
-
-def recipe_parts(events: list[dict], created: float | None = None, ended: float | None = None) -> dict:
-    """Where a run's wall time went, from its events: every interval between
-    two events is charged to what the later one closes (a ``train`` event its
-    steps, a validation ``eval`` the validation, a ``checkpoint`` the checkpoint,
-    a test ``eval`` and ``end`` the test); the first epoch (compilation included)
-    is kept apart. ``created`` and ``ended`` (the run's status) add the worker's
-    start and its finish; the parts then sum to the run's time."""
-    seconds = dict.fromkeys(PARTS, 0.0)
-    counts = {"validations": 0, "epochs": 0, "compile_s": 0.0}
-    previous = None
-    for event in events:
-        kind, at = event.get("event"), event.get("time")
-        if kind == "start":
-            if created is not None:
-                seconds["start"] += at - created
-        elif previous is not None:
-            if kind == "train":
-                seconds["first epoch" if event["epoch"] == 1 else "training"] += at - previous
-            elif kind == "eval" and event.get("split") == "val":
-                seconds["validation"] += at - previous
-                counts["validations"] += 1
-            elif kind == "checkpoint":
-                seconds["checkpoints"] += at - previous
-                counts["epochs"] = max(counts["epochs"], event["epoch"])
-            elif kind in ("eval", "end"):
-                seconds["test"] += at - previous
-            elif kind == "compile":
-                counts["compile_s"] = event["seconds"]
-                seconds["first epoch"] += at - previous
-        previous = at
-    if ended is not None and previous is not None:
-        seconds["finish"] += ended - previous
-    return {**{f"{part.replace(' ', '_')}_s": value for part, value in seconds.items()}, **counts}
 
 
 def time_recipe(arguments: list[str]) -> dict:
     """``fslab`` with ``arguments`` (a run) in a fresh folder, end to end: its
-    wall time and :func:`recipe_parts` of its events."""
+    wall time and where the run's time went (:func:`fslab.core.timing.time_split`)."""
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "fslab", *arguments], cwd=folder, check=True)
@@ -379,8 +344,8 @@ def time_recipe(arguments: list[str]) -> dict:
         (run,) = (Path(folder) / "runs").iterdir()
         status = json.loads((run / "status.json").read_text())
         events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {"wall_s": wall, "run_s": status["ended"] - status["created"],
-            **recipe_parts(events, status["created"], status["ended"])}
+    return {"wall_s": wall, "run_s": status["ended"] - status["started"],
+            **time_split(events, status["started"], status["ended"])}
 
 
 def recipe_lines(parts: dict) -> list[str]:
@@ -388,9 +353,9 @@ def recipe_lines(parts: dict) -> list[str]:
     notes = {"first epoch": f" (compiling {parts['compile_s']:.0f} s)" if parts["compile_s"] else "",
              "training": f" ({parts['epochs'] - 1} epochs)", "validation": f" ({parts['validations']})",
              "checkpoints": f" ({parts['epochs']})"}
-    lines = [f"  {part:<13}{parts[part.replace(' ', '_') + '_s']:8.1f} s{notes.get(part, '')}" for part in PARTS]
-    return lines + [f"  {'run':<13}{parts['run_s']:8.1f} s (created to ended); {parts['wall_s']:.1f} s with fslab's "
-                    "own start"]
+    lines = [f"  {part:<13}{parts[key(part)]:8.1f} s{notes.get(part, '')}" for part in PARTS]
+    return lines + [f"  {'run':<13}{parts['run_s']:8.1f} s (the worker's start to its end); {parts['wall_s']:.1f} s "
+                    "with fslab's own start"]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -89,19 +89,22 @@ def _row(s, test: dict) -> list[str]:
 
 @app.command()
 def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None:
-    """Show one run: state, configuration, progress and every evaluation."""
+    """Show one run: state, configuration, progress, every evaluation and where its time went."""
     from fslab.core.runstore import find_run
     from fslab.core.summary import read_summary
+    from fslab.core.timing import time_line, time_split
 
     run_ = find_run(settings().runs_dir, ref)
     summary = read_summary(run_.path)
     status = run_.status()
-    evaluations = run_.events_of("eval")
+    events = run_.events()
+    evaluations = [e for e in events if e.get("event") == "eval"]
+    spent = time_split(events, status.get("started"), status.get("ended"), status.get("resumed"))
     stale = _stale_heartbeat(run_, summary.state, status)
     if as_json:
         print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
                           "heartbeat_stale": stale is not None, "evaluations": evaluations,
-                          "results": run_.results()}))
+                          "results": run_.results(), "time": spent}))
         return
     console.print(f"[bold]{shown(run_.id)}[/bold]  {summary.state}  ({shown(str(run_.path))})")
     if stale:
@@ -113,6 +116,8 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     if summary.step:
         console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
                       f"pairs +{summary.positives}/-{summary.negatives}")
+    if spent["total_s"] > 0:
+        console.print(time_line(spent), highlight=False)
     rows = [[str(e.get("split")), *(str(e.get(k, "-")) for k in ("ways", "shots", "queries", "episodes", "epoch")),
              str(e.get("evaluator", "centroid")), _score(e)] for e in evaluations]
     if rows:

@@ -1,0 +1,88 @@
+"""Where a run's wall time went, read from its events: one split that
+``fslab show`` prints and ``benchmarks/bench_gpu.py --recipe`` reports.
+
+Each interval between two consecutive events is charged to what the later one
+closes: a ``train`` event the steps since the previous event (those of epoch 1
+apart, as the ``first epoch``, which holds any compiling: ``compile`` events
+close intervals of it too), a validation ``eval`` the validation, a
+``checkpoint`` the checkpoint's copy, a test ``eval`` and ``end`` the test. The
+worker's ``start`` comes from ``status.json``'s ``started`` (or ``resumed``, for
+the ``start`` a resumed worker logs) to the ``start`` event, and the
+``finish`` from the last event to ``ended``. Time between a stop and the next
+resume is no part of any: a resumed run's parts add up to its working time.
+Events from ``fslab eval`` after the run ended (a test ``eval`` logged later)
+are left out, as is anything without a time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+PARTS = ("start", "first epoch", "training", "validation", "checkpoints", "test", "finish")
+
+
+def key(part: str) -> str:
+    """The key of a part in :func:`time_split`'s result: ``first epoch`` -> ``first_epoch_s``."""
+    return part.replace(" ", "_") + "_s"
+
+
+def time_split(events: list[dict], started: float | None = None, ended: float | None = None,
+               resumed: float | None = None) -> dict[str, Any]:
+    """Seconds per part (:data:`PARTS`, keyed by :func:`key`), with the number of
+    ``validations``, the last checkpointed epoch (``epochs``), the compile seconds
+    (``compile_s``), the number of resumes and the sum of the parts (``total_s``)."""
+    seconds = dict.fromkeys(PARTS, 0.0)
+    counts = {"validations": 0, "epochs": 0, "compile_s": 0.0, "resumes": 0}
+    previous = None
+    starts = 0
+    for event in events:
+        kind, at = event.get("event"), event.get("time")
+        if not isinstance(at, (int, float)) or not math.isfinite(at):
+            continue
+        if kind == "start":  # a worker began: from status.json's started (resumed) to its first event
+            began = started if starts == 0 else resumed
+            if isinstance(began, (int, float)) and (previous is None or began >= previous) and began <= at:
+                seconds["start"] += at - began
+            starts += 1
+        elif previous is None:
+            continue
+        elif kind == "resume":  # restoring the checkpoint, just after the resumed worker's start
+            seconds["start"] += at - previous
+            counts["resumes"] += 1
+        elif kind == "train":
+            seconds["first epoch" if event.get("epoch") == 1 else "training"] += at - previous
+        elif kind == "compile":
+            counts["compile_s"] += _number(event.get("seconds"))
+            seconds["first epoch"] += at - previous
+        elif kind == "eval" and event.get("split") == "val":
+            seconds["validation"] += at - previous
+            counts["validations"] += 1
+        elif kind == "checkpoint":
+            seconds["checkpoints"] += at - previous
+            counts["epochs"] = max(counts["epochs"], int(_number(event.get("epoch"))))
+        elif kind in ("eval", "end") and (ended is None or at <= ended):  # not an fslab eval after the end
+            seconds["test"] += at - previous
+        else:
+            continue
+        previous = at
+    if ended is not None and previous is not None and ended >= previous:
+        seconds["finish"] += ended - previous
+    parts = {key(part): value for part, value in seconds.items()}
+    return {**parts, **counts, "total_s": sum(parts.values())}
+
+
+def _number(value: Any) -> float:
+    """A finite number from an event's field, 0 for anything else (a damaged line)."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+
+def time_line(split: dict[str, Any]) -> str:
+    """One line for ``fslab show``: each part that took time, and validation's
+    share of the training time (its cost against ``eval.val_every``)."""
+    shown = [f"{part} {split[key(part)]:.1f} s" for part in PARTS if split[key(part)] >= 0.05]
+    trained = split["first_epoch_s"] + split["training_s"]
+    share = (f"; validation {100 * split['validation_s'] / trained:.0f}% of the training time"
+             if split["validations"] and trained > 0 else "")
+    resumed = f" (resumed {split['resumes']}×; stopped time not counted)" if split["resumes"] else ""
+    return f"time: {', '.join(shown) or '-'}; {split['total_s']:.1f} s in all{resumed}{share}"
