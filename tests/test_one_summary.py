@@ -58,9 +58,20 @@ def test_cli_and_dashboard_show_the_same_test_accuracy_after_a_knn_evaluation(pr
                 await app.workers.wait_for_complete()
                 await pilot.pause()
             groups = app.screen.query_one("#groups")
-            return row, cells, [c.plain for c in groups.get_row_at(0)]
+            group = [c.plain for c in groups.get_row_at(0)]
+            await pilot.press("escape", "enter")  # the run's own screen
+            for _ in range(3):
+                await app.workers.wait_for_complete()
+                await pilot.pause()
+            return row, cells, group, str(app.screen.query_one("#summary").content).splitlines()[-1]
 
-    row, cells, group = asyncio.run(dashboard())
+    row, cells, group, time_line = asyncio.run(dashboard())
+    # where the run's time went: one split, the same line in fslab show and the dashboard, fslab eval's later
+    # evaluations (the k-NN one above) left out of it
+    shown = fslab("show", run_id, cwd=project).stdout
+    assert time_line.startswith("time: start ") and time_line in shown.replace("\n", " ")
+    spent, status = (json.loads(fslab("show", run_id, "--json", cwd=project).stdout)[k] for k in ("time", "status"))
+    assert spent["total_s"] == pytest.approx(status["ended"] - status["started"])
     assert row.test == listed["test"] and row.test_by_evaluator == listed["test_by_evaluator"]
     for shots in ("1-shot", "5-shot"):
         assert f"{100 * results[shots]['accuracy']:.2f}±{100 * results[shots]['ci95']:.2f}" in cells

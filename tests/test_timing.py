@@ -77,3 +77,13 @@ def test_fslab_show_splits_a_real_run_s_time(project):
                split["test_s"]) > 0
     text = fslab("show", "last", cwd=project).stdout
     assert "time: start " in text and "% of the training time" in text
+
+
+def test_an_interval_that_runs_backwards_counts_as_none():
+    events = [{"event": "start", "time": 10.0}, {"event": "train", "time": 12.0, "epoch": 1},
+              {"event": "train", "time": 11.0, "epoch": 2},  # the clock was set back by 1 s
+              {"event": "train", "time": 13.0, "epoch": 2}]
+    split = time_split(events, started=9.0)
+    # the second train event closes nothing; the third counts from the first one's 12.0
+    assert (split["start_s"], split["first_epoch_s"], split["training_s"]) == (1.0, 2.0, 1.0)
+    assert split["total_s"] == 4.0

@@ -11,7 +11,9 @@ the ``start`` a resumed worker logs) to the ``start`` event, and the
 ``finish`` from the last event to ``ended``. Time between a stop and the next
 resume is no part of any: a resumed run's parts add up to its working time.
 Events from ``fslab eval`` after the run ended (a test ``eval`` logged later)
-are left out, as is anything without a time.
+are left out, as is anything without a time; an event whose time runs
+backwards (a clock set back) closes no interval, and time counts again from
+the latest event once the clock has passed it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def time_split(events: list[dict], started: float | None = None, ended: float | 
         kind, at = event.get("event"), event.get("time")
         if not isinstance(at, (int, float)) or not math.isfinite(at):
             continue
+        gap = 0.0 if previous is None else max(0.0, at - previous)  # a clock set back charges nothing
         if kind == "start":  # a worker began: from status.json's started (resumed) to its first event
             began = started if starts == 0 else resumed
             if isinstance(began, (int, float)) and (previous is None or began >= previous) and began <= at:
@@ -48,24 +51,24 @@ def time_split(events: list[dict], started: float | None = None, ended: float | 
         elif previous is None:
             continue
         elif kind == "resume":  # restoring the checkpoint, just after the resumed worker's start
-            seconds["start"] += at - previous
+            seconds["start"] += gap
             counts["resumes"] += 1
         elif kind == "train":
-            seconds["first epoch" if event.get("epoch") == 1 else "training"] += at - previous
+            seconds["first epoch" if event.get("epoch") == 1 else "training"] += gap
         elif kind == "compile":
             counts["compile_s"] += _number(event.get("seconds"))
-            seconds["first epoch"] += at - previous
+            seconds["first epoch"] += gap
         elif kind == "eval" and event.get("split") == "val":
-            seconds["validation"] += at - previous
+            seconds["validation"] += gap
             counts["validations"] += 1
         elif kind == "checkpoint":
-            seconds["checkpoints"] += at - previous
+            seconds["checkpoints"] += gap
             counts["epochs"] = max(counts["epochs"], int(_number(event.get("epoch"))))
         elif kind in ("eval", "end") and (ended is None or at <= ended):  # not an fslab eval after the end
-            seconds["test"] += at - previous
+            seconds["test"] += gap
         else:
             continue
-        previous = at
+        previous = at if previous is None else max(previous, at)
     if ended is not None and previous is not None and ended >= previous:
         seconds["finish"] += ended - previous
     parts = {key(part): value for part, value in seconds.items()}

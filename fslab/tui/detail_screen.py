@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedConten
 from fslab.core.events import logged_evaluator
 from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import printable
+from fslab.core.timing import time_line, time_split
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
@@ -29,6 +30,7 @@ TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and n
             "val": "Validation accuracy by epoch", "evals": "Every evaluation", "config": "Resolved configuration",
             "stdout": "Standard output, followed", "stderr": "Standard error, followed"}
 BANNER_STDERR_LINES = 8
+TIMED_FIELDS = ("event", "time", "epoch", "split", "seconds")  # what fslab.core.timing reads of an event
 
 
 class DetailScreen(Screen):
@@ -48,6 +50,7 @@ class DetailScreen(Screen):
                        for name in ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")}
         self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
         self.status: dict = {}
+        self.timed: list[dict] = []  # the events that say where the run's time went (fslab.core.timing)
         self.heartbeat_every = 5.0  # train.heartbeat, once the configuration is read
         self.corrupt = 0
         self.missing = False
@@ -109,7 +112,9 @@ class DetailScreen(Screen):
             for series in s.values():
                 series.clear()
             evals.clear()
+            self.timed.clear()
             self.corrupt = 0
+        self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events]
         for event in delta.events:
             try:
                 if event.get("event") == "train":
@@ -177,6 +182,10 @@ class DetailScreen(Screen):
             summary.append(f" · {self.corrupt} corrupt metrics lines skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
+        spent = time_split(self.timed, self.status.get("started"), self.status.get("ended"),
+                           self.status.get("resumed"))
+        if spent["total_s"] > 0:
+            summary.append("\n" + time_line(spent), style="dim")
         self.query_one("#summary", Static).update(summary)
         banner.display = row.state in ("failed", "lost")
         if banner.display:
