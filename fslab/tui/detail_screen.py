@@ -114,7 +114,8 @@ class DetailScreen(Screen):
             evals.clear()
             self.timed.clear()
             self.corrupt = 0
-        self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events]
+        self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
+                       if isinstance(event, dict)]
         for event in delta.events:
             try:
                 if event.get("event") == "train":
