@@ -178,10 +178,12 @@ def loss_alone(loss_fn, batch: int, dim: int, y: torch.Tensor, device: torch.dev
 
 
 # Where a step's time goes, by kernel name on CUDA (operator name on the CPU): the first category
-# with a fragment of the lower-cased name wins; anything else is "elementwise & other".
+# with a fragment of the lower-cased name wins; anything else is "elementwise & other". Triton's
+# pointwise and reduction kernels (triton_poi_, triton_red_, triton_per_) are named after the ops
+# they fuse, a convolution's epilogue included, and are never matrix products.
 CATEGORIES = (
-    ("conv & matmul", ("conv", "gemm", "xmma", "cutlass", "wgmma", "matmul", "aten::mm", "aten::addmm",
-                       "aten::bmm", "triton_tem")),
+    ("conv & matmul", ("convolution", "conv2d", "convolve", "gemm", "xmma", "cutlass", "wgmma", "matmul",
+                       "aten::mm", "aten::addmm", "aten::bmm", "triton_tem")),
     ("batch norm", ("batch_norm", "batchnorm", "bn_fw", "bn_bw", "welford")),
     ("pooling", ("pool",)),
     ("optimiser", ("multi_tensor_apply", "foreach", "sgd", "adam")),
@@ -192,7 +194,9 @@ OTHER = "elementwise & other"
 
 def category(name: str) -> str:
     lowered = name.lower()
-    return next((label for label, parts in CATEGORIES if any(part in lowered for part in parts)), OTHER)
+    fused = lowered.startswith(("triton_poi", "triton_red", "triton_per"))
+    return next((label for label, parts in CATEGORIES if not (fused and label == "conv & matmul")
+                 and any(part in lowered for part in parts)), OTHER)
 
 
 def time_by_category(timings) -> dict[str, float]:

@@ -65,6 +65,11 @@ def test_kernels_and_operators_fall_in_the_category_their_name_says():
         "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16>": "copies & layout",
         "aten::copy_": "copies & layout",
         "triton_poi_fused_leaky_relu_leaky_relu_backward_3": "elementwise & other",
+        "triton_poi_fused_convert_element_type_1": "elementwise & other",  # a cast, not a convolution
+        "triton_poi_fused_convolution_leaky_relu_2": "elementwise & other",  # a convolution's epilogue
+        "triton_red_fused__native_batch_norm_legit_functional_convolution_3": "batch norm",
+        "void cudnn::cnn::conv2d_grouped_direct_kernel<float>": "conv & matmul",
+        "aten::convolution_backward": "conv & matmul",
         "void at::native::vectorized_elementwise_kernel<4, at::native::leaky_relu_kernel>": "elementwise & other",
         "aten::logsumexp": "elementwise & other",
         "aten::scatter_": "elementwise & other",
