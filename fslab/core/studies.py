@@ -381,7 +381,8 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
 
 
 # Keys that do not change what a run learns or how it is scored: runs that
-# differ only in these are the same run for a study (compare's NOT_SETTINGS, but the seed).
+# differ only in these are the same run for a study, and fall in one group for
+# fslab compare (fslab.reports.compare.NOT_SETTINGS, which adds the seed).
 IGNORED = ("device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size", "eval.val_every")
 
 

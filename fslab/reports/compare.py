@@ -24,10 +24,11 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import own_evaluator
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run
+from fslab.core.studies import IGNORED
 
-# Keys that do not change what a run learns or how it is scored.
-NOT_SETTINGS = {"seed", "device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size",
-                "eval.val_every"}
+# Keys that make no group: the seed (a group's runs differ in it), and those that
+# change neither what a run learns nor how it is scored, which studies ignore too.
+NOT_SETTINGS = {"seed", *IGNORED}
 FORMATS = ("table", "md", "latex", "csv", "json")
 
 

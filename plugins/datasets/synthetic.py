@@ -169,7 +169,6 @@ def synthetic_cache_folder() -> Path:
     return Path(base) / "fslab" / "synthetic"
 
 
-
 def class_colour(seed: int, class_index: int):
     """A class's ink colour: RGB weights in [0.35, 1], from ``(seed, class, 2)``."""
     import numpy as np
