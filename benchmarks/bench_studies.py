@@ -48,7 +48,15 @@ from fslab.core.studies import find_study
 from fslab.execution.studies import resolve_study
 from fslab.training import distributed
 from fslab.training.augment import augment
-from fslab.training.build import build_backbone, build_evaluator, build_loss, make_optimizer, plugin_kwargs, to_input
+from fslab.training.build import (
+    build_backbone,
+    build_evaluator,
+    build_loss,
+    host_to_device,
+    make_optimizer,
+    plugin_kwargs,
+    to_input,
+)
 from fslab.training.checkpoint import host_copy, save_checkpoint
 from fslab.training.evaluation import run_episodes
 from fslab.training.features import center_count
@@ -133,8 +141,8 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
         x = to_input(pool[(torch.arange(rows, device=device) + offset[0]) % len(pool)])
         offset[0] += rows
         x = numerics.memory_format(augment(x, cfg.train.crop_padding, cfg.train.flip, generator))
-        y = labels[torch.as_tensor(batch.indices)].to(device)
-        support = None if batch.support is None else torch.as_tensor(batch.support, device=device)
+        y = host_to_device(labels[torch.as_tensor(batch.indices)], device)  # as the training loop moves them
+        support = None if batch.support is None else host_to_device(batch.support, device)
         optimiser_step(step(x, y, support).loss, optimizer, scaler)
 
     batches = iter(sampler.batches(0))
