@@ -14,7 +14,8 @@ run's own backbone, loss, sampler, augmentation, optimiser and numerics):
 * a checkpoint of the network and optimiser: its copy to host memory, which
   training waits for, and its write to a temporary file, which overlaps the
   next epoch's steps (:class:`fslab.training.checkpoint.CheckpointWriter`);
-* the test: the test split embedded, then ``eval.test_episodes`` of each shot.
+* the test: the test split embedded, then ``eval.test_episodes`` of each shot
+  (and, with ``eval.final_val``, the same on the validation split).
 
 A run then costs ``epochs × (steps per epoch × step + checkpoint copy +
 the part of its write that outlasts the steps) + validations × validation +
@@ -179,6 +180,8 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
 
     validation = evaluation("val", [cfg.eval.val_shots], cfg.eval.val_episodes, True)
     test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, False)  # the last validation's mean
+    if cfg.eval.final_val:  # the validation classes scored as the test (a figure study measured there)
+        test += evaluation("val", list(cfg.eval.shots), cfg.eval.test_episodes, False)
     with tempfile.TemporaryDirectory() as folder:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}  # what a checkpoint is made of
         copy = seconds_of(lambda: host_copy(state), device)

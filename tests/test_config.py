@@ -261,7 +261,7 @@ def test_every_dataclass_field_is_a_type_checked_set_key(registry, section, kind
 
 
 def test_resolve_stamps_the_version_and_config_version_is_not_a_setting(registry):
-    assert resolve("nca", registry=registry, settings=Settings())["config_version"] == CONFIG_VERSION == 4
+    assert resolve("nca", registry=registry, settings=Settings())["config_version"] == CONFIG_VERSION == 5
     with pytest.raises(ConfigError, match=r"unknown config key 'config_version'"):
         resolve("nca", registry=registry, settings=Settings(), overrides=[{"config_version": 3}])
 

@@ -139,7 +139,7 @@ def test_a_version_1_config_computed_in_fp32_without_compilation(registry):
     del version_1["eval"]["precision"]
     del version_1["sinks"]
     migrated = migrate(version_1)
-    assert migrated["config_version"] == CONFIG_VERSION == 4
+    assert migrated["config_version"] == CONFIG_VERSION == 5
     assert {k: migrated["train"][k] for k in ("precision", "channels_last", "compile", "tf32", "deterministic")} == \
         {"precision": "fp32", "channels_last": "off", "compile": "off", "tf32": False, "deterministic": False}
     assert migrated["eval"]["precision"] == "fp32"
@@ -165,5 +165,16 @@ def test_a_version_3_config_validated_after_every_epoch(registry):
     version_3["config_version"] = 3
     del version_3["eval"]["val_every"]
     migrated = migrate(version_3)
-    assert migrated["config_version"] == CONFIG_VERSION == 4 and migrated["eval"]["val_every"] == 1
+    assert migrated["config_version"] == CONFIG_VERSION == 5 and migrated["eval"]["val_every"] == 1
     assert run_config(version_3).eval.val_every == 1
+
+
+def test_a_version_4_config_tested_the_final_network_on_the_test_split_only(registry):
+    """Version 5 added eval.final_val: a run saved before scored its final network on the test split only."""
+    version_4 = resolve("nca", registry=registry, settings=Settings(), overrides=[{"eval": {"final_val": True}}])
+    assert version_4["eval"]["final_val"] is True
+    version_4["config_version"] = 4
+    del version_4["eval"]["final_val"]
+    migrated = migrate(version_4)
+    assert migrated["config_version"] == CONFIG_VERSION == 5 and migrated["eval"]["final_val"] is False
+    assert run_config(version_4).eval.final_val is False

@@ -141,6 +141,7 @@ def test_published_numbers_are_the_papers(registry):
     ({"quick": {"grid": {"train.lr": [0.05]}}},
      "quick.grid.train.lr: leaves out 0.1, where a published cell of sweep 'pn' is placed"),
     ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
+    ({"split": "train"}, "split: must be one of test, val, got 'train'"),
 ])
 def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
     with pytest.raises(ConfigError) as caught:
@@ -171,7 +172,7 @@ VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 3000) | st.flo
 PATHS = st.sampled_from([("name",), ("title",), ("table",), ("paper",), ("paper", "year"), ("paper", "arxiv"),
                          ("sweep",), ("sweep", 0, "datasets"), ("sweep", 0, "seeds"), ("sweep", 1, "grid"),
                          ("sweep", 0, "set"), ("quick",), ("published",), ("published", 0, "shots"),
-                         ("published", 2, "at"), ("published", 1, "ci95"), ("plot",)])
+                         ("published", 2, "at"), ("published", 1, "ci95"), ("plot",), ("split",)])
 
 
 @settings(max_examples=300, deadline=None)
@@ -206,11 +207,11 @@ def test_verdict_widens_fslab_ci_by_the_published_one():
     assert verdict(60.0, 0.2, measured, True, comparable=False) == NOT_COMPARABLE
 
 
-def finish(run: Run, accuracies: dict[int, list[float]], ways: int = 5) -> None:
-    """Make a queued run look finished: completed, with saved test episodes per shots."""
+def finish(run: Run, accuracies: dict[int, list[float]], ways: int = 5, split: str = "test") -> None:
+    """Make a queued run look finished: completed, with saved episodes of ``split`` per shots."""
     config = run.config()
     for shots, scores in accuracies.items():
-        run.save_accuracies({"split": "test", "evaluator": "centroid", "ways": ways, "shots": shots,
+        run.save_accuracies({"split": split, "evaluator": "centroid", "ways": ways, "shots": shots,
                              "queries": config["eval"]["queries"], "episodes": len(scores), "seed": 0,
                              "stream": 2, "epoch": 1, "accuracy": sum(scores) / len(scores), "ci95": 0.0}, scores)
     run.write_status(state="completed", ended=time.time(), exit_code=0, pid=None)
@@ -262,6 +263,32 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert csv_text.splitlines()[1].startswith("NCA,synthetic,,5,1,60.0,0.5,60.0000,0.0000,10,2,2,0.0,reproduced")
     latex = render(report, "latex")
     assert "\\begin{tabular}" in latex and "60.00 $\\pm$ 0.50" in latex
+
+
+def test_a_study_measured_on_the_validation_classes_scores_every_run_there(registry, tmp_path):
+    """split = "val" (the NCA paper's Fig. 2 and 4): each run also tests its final network on the
+    validation classes (eval.final_val), and the report pools those episodes, not the test's."""
+    study = parse_study(tiny(split="val"), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    runs = [Run(config.runs_dir / i) for i in outcome.created]
+    assert runs and all(r.config()["eval"]["final_val"] is True for r in runs)
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    for run in nca:
+        finish(run, {1: [0.9] * 4, 5: [0.95] * 4})  # the test split: not what this study reports
+        finish(run, {1: [0.6] * 4, 5: [0.8] * 4}, split="val")
+    report = study_report(study, config.runs_dir)
+    rows = {(r["sweep"], r["shots"]): r for r in report["rows"]}
+    assert rows[("nca", 1)]["measured"]["accuracy"] == pytest.approx(0.6)
+    assert rows[("nca", 5)]["measured"]["accuracy"] == pytest.approx(0.8)
+    assert [rows[("nca", n)]["verdict"] for n in (1, 5)] == [REPRODUCED, REPRODUCED]
+    assert "accuracies on the validation classes, as the paper's" in render(report, "md")
+    assert render(report, "csv").splitlines()[1].endswith(",reproduced,paper,val")
+    # a study measured on the test split leaves the setting at its default
+    table = queue_study(parse_study(tiny(), "tiny.toml"), "paper", settings=store(tmp_path / "b"),
+                        registry=registry)
+    assert all(Run(store(tmp_path / "b").runs_dir / i).config()["eval"]["final_val"] is False
+               for i in table.created)
 
 
 def test_a_study_never_run_is_all_pending(registry, tmp_path):
@@ -492,6 +519,7 @@ def test_every_built_in_study_at_quick_scale_end_to_end(project):
         assert rows and report["scale"] == "quick", name
         assert {r["verdict"] for r in rows} <= {NOT_COMPARABLE, NOT_PUBLISHED}, name  # figure points: no number
         assert all(0.0 < r["measured"]["accuracy"] <= 1.0 and r["measured"]["episodes"] == 50 for r in rows), name
+    assert [n for n, r in reports.items() if r["split"] == "val"] == ["nca-fig2", "nca-fig4"]  # scored as the paper
     table3 = reports["nca-table3"]["rows"]
     assert len(table3) == 16 and all(r["measured"]["accuracy"] > 0.2 for r in table3)  # 5-way chance: 0.2
     for name in BUILT_IN:

@@ -19,10 +19,11 @@ def rounded(split: dict) -> dict:
 EVENTS = [{"event": "start", "time": 10.0},
           {"event": "compile", "time": 14.0, "seconds": 3.5},
           {"event": "train", "time": 15.0, "epoch": 1}, {"event": "train", "time": 16.0, "epoch": 1},
-          {"event": "eval", "time": 16.5, "split": "val"}, {"event": "checkpoint", "time": 16.6, "epoch": 1},
+          {"event": "eval", "time": 16.5, "split": "val", "epoch": 1},
+          {"event": "checkpoint", "time": 16.6, "epoch": 1},
           {"event": "train", "time": 18.6, "epoch": 2},  # epoch 2 is not validated
           {"event": "checkpoint", "time": 18.8, "epoch": 2},
-          {"event": "train", "time": 20.8, "epoch": 3}, {"event": "eval", "time": 21.3, "split": "val"},
+          {"event": "train", "time": 20.8, "epoch": 3}, {"event": "eval", "time": 21.3, "split": "val", "epoch": 3},
           {"event": "checkpoint", "time": 21.4, "epoch": 3},
           {"event": "eval", "time": 22.4, "split": "test"}, {"event": "eval", "time": 22.9, "split": "test"},
           {"event": "end", "time": 23.0}]
@@ -60,6 +61,17 @@ def test_damaged_lines_and_later_evaluations_are_left_out():
     split = time_split(events, started=7.0, ended=23.25)
     assert split["total_s"] == pytest.approx(16.25) and split["compile_s"] == 3.5
     assert split["epochs"] == 3 and time_split([], 1.0, 2.0)["total_s"] == 0.0
+
+
+def test_the_final_validation_scoring_is_the_test_s_and_fslab_eval_s_work_is_not_the_run_s():
+    # eval.final_val: the final network scored on the validation classes (no epoch) after the test;
+    # an fslab eval of a checkpoint while the run trains names its source, and its time is another process's
+    events = [*EVENTS[:8], {"event": "eval", "time": 19.9, "split": "val", "epoch": 2, "source": "fslab eval"},
+              *EVENTS[8:-1], {"event": "eval", "time": 23.6, "split": "val"}, {"event": "end", "time": 23.7}]
+    split = time_split(events, started=7.0, ended=24.0)
+    assert rounded(split) == {"start_s": 3.0, "first_epoch_s": 6.0, "training_s": 4.0, "validation_s": 1.0,
+                              "checkpoints_s": 0.4, "test_s": 2.3, "finish_s": 0.3}
+    assert split["validations"] == 2
 
 
 @pytest.mark.slow

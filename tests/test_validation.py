@@ -157,6 +157,16 @@ def test_a_folder_split_without_enough_images_for_the_shots_is_refused(project):
             expect=["'eval.val_shots'", "got 5", "5 + 2 images per class", "at most 4"])
 
 
+def test_final_val_needs_the_validation_split_to_give_the_test_s_episodes(project):
+    make_folder_tree(project / "tree", classes=5, per_class=8)
+    for extra in sorted((project / "tree" / "val").glob("*/0[4-7].png")):
+        extra.unlink()  # 4 validation images a class: enough for 1 + 2, not for the test's 5 + 2
+    shapes = ["--set", "eval.shots=[5]", "--set", "eval.val_shots=1"]
+    refused(project, *folder_run(project / "tree"), *shapes, "--set", "eval.final_val=true",
+            expect=["'eval.shots' is too large here, got 5", "5-way val episodes of 5 + 2 images",
+                    "folder's val split (5 classes of 4 images)"])
+
+
 def test_an_empty_class_folder_is_refused(project):
     make_folder_tree(project / "tree", classes=5, per_class=8)
     (project / "tree" / "test" / "class9").mkdir()

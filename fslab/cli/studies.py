@@ -112,8 +112,9 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
                "set": {**s.set, **(study.quick.set if scale == "quick" else {})},
                "runs": len(s.datasets) * len(study.points(s, scale)) * seeds[s.name]} for s in study.sweeps]
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
-            "description": study.description, "scale": scale, "runs": study.run_count(scale), "sweeps": sweeps,
-            "published": len(study.published), "gpu_hours": estimate, "gpu_hours_note": gpu_hours_note(estimate)}
+            "description": study.description, "split": study.split, "scale": scale, "runs": study.run_count(scale),
+            "sweeps": sweeps, "published": len(study.published), "gpu_hours": estimate,
+            "gpu_hours_note": gpu_hours_note(estimate)}
     if as_json:
         print(json.dumps(info))
         return
@@ -121,6 +122,9 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     console.print(shown(study.title), highlight=False)
     if study.description:
         console.print(shown(study.description), highlight=False)
+    if study.split == "val":
+        console.print("Scored on the validation classes: every run also tests its final network there "
+                      "(eval.final_val=true), as the paper measured.", highlight=False)
     cells = [[s["name"], s["method"], ", ".join(d if d == t else f"{d} -> {t}" for d, t in s["datasets"].items()),
               "; ".join(f"{k}={v}" for k, v in s["grid"].items()) or "-",
               ", ".join(f"{k}={v}" for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]

@@ -65,7 +65,7 @@ def outside_settings(key: str) -> bool:
 # The version of the saved configuration's layout. A configuration saved by an
 # older fslab is brought to this one by migrate(); bump it, and add a step there,
 # whenever a key is added, renamed or changes meaning.
-CONFIG_VERSION = 4
+CONFIG_VERSION = 5
 PER_DATASET = "per_dataset"  # a recipe's layers for runs on one dataset: {"omniglot": {...}, ...}
 
 
@@ -122,6 +122,9 @@ class EvalConfig:
     val_every: int = field(default=1, metadata=at_least(1))  # epochs between validations; the last is always validated
     before_training: bool = False  # also evaluate the untrained network (logged as epoch 0)
     test_episodes: int = field(default=10000, metadata=at_least(1))
+    # also score the final network on the validation classes as it is tested (eval.shots,
+    # eval.test_episodes, per-episode scores kept): the NCA paper's Fig. 2 and 4 report these
+    final_val: bool = False
     seed: int = field(default=0, metadata=SEED)  # fixed, so every run is evaluated on the same episodes
     center: bool = True  # subtract the mean training feature (SimpleShot)
     normalize: bool = True  # then L2-normalise
@@ -324,8 +327,11 @@ ADDED_IN_VERSION_3: dict[str, Any] = {SINKS: {}}
 # Version 4 added eval.val_every; a run saved before validated after every epoch.
 ADDED_IN_VERSION_4: dict[str, Any] = {"eval": {"val_every": 1}}
 
+# Version 5 added eval.final_val; a run saved before tested the final network on the test split only.
+ADDED_IN_VERSION_5: dict[str, Any] = {"eval": {"final_val": False}}
+
 MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2, 2: ADDED_IN_VERSION_3,
-              3: ADDED_IN_VERSION_4}  # version -> what came next
+              3: ADDED_IN_VERSION_4, 4: ADDED_IN_VERSION_5}  # version -> what came next
 
 
 def migrate(config: dict) -> dict:

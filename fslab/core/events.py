@@ -11,6 +11,13 @@ def accuracy_text(event: dict) -> str:
     return f"{label}{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
 
 
+def is_validation(event: dict) -> bool:
+    """Whether an ``eval`` event is one of training's validations (placed by
+    its epoch), not the final network's evaluation on the validation classes
+    (``eval.final_val``) or one ``fslab eval`` made (it names its ``source``)."""
+    return event.get("split") == "val" and "epoch" in event and "source" not in event
+
+
 def eval_line(event: dict) -> str:
     where = f" after epoch {event['epoch']}" if "epoch" in event else ""
     return (f"{event['split']} {event['ways']}-way {event['shots']}-shot, {event['episodes']} episodes"

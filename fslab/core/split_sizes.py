@@ -3,8 +3,9 @@ against the sizes the dataset tells (``split_sizes()``, no image decoded).
 
 An episode of w ways, n shots and q queries needs w classes with at least
 n + q images each; validation draws ``eval.val_shots`` shots after every epoch,
-the test ``eval.shots`` at the end. Checked here, a shape a split cannot give
-is one line before the run exists instead of a failure after hours of training.
+the test ``eval.shots`` at the end (on the validation split too, with
+``eval.final_val``). Checked here, a shape a split cannot give is one line
+before the run exists instead of a failure after hours of training.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
     configuration's episodes. ``fixed_shape``: the evaluator's own
     ``(shots, queries)``, which replaces the configured ones."""
     ecfg = config["eval"]
-    for split, shots_key in (("val", "eval.val_shots"), ("test", "eval.shots")):
+    checked = [("val", "eval.val_shots", [ecfg["val_shots"]]), ("test", "eval.shots", ecfg["shots"])]
+    if ecfg.get("final_val"):  # the validation split is also tested as the test split is
+        checked.append(("val", "eval.shots", ecfg["shots"]))
+    for split, shots_key, shots in checked:
         if split not in sizes:
             continue
         size = sizes[split]
@@ -59,8 +63,7 @@ def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
         if ecfg["ways"] > size.classes:
             raise ConfigError(f"config key 'eval.ways' must be at most {size.classes} for {where}, "
                               f"got {ecfg['ways']}")
-        shots = ecfg["val_shots"] if split == "val" else ecfg["shots"]
-        for n in ([shots] if isinstance(shots, int) else shots):
+        for n in shots:
             shape = fixed_shape or (n, ecfg["queries"])
             _check_shape(config, split, shape, shots_key, where, size, fixed=fixed_shape is not None)
 

@@ -6,6 +6,7 @@ A study is a TOML file (the schema is in the README, "Reproducing the papers")::
     title = "ResNet-12 on miniImageNet and CIFAR-FS"
     table = "Table 3"                    # or figure = "Fig. 2"
     description = "..."
+    split = "test"                       # or "val": the split the paper's numbers were measured on
     [paper]                              # authors, title, year, arxiv (and venue)
     [[sweep]]                            # name, label, method, datasets, seeds, grid, set
     [quick]                              # seeds, dataset, set, grid: the --scale quick override
@@ -38,7 +39,11 @@ from fslab.core.text import printable
 SCALES = ("paper", "quick")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 ARXIV = re.compile(r"\d{4}\.\d{4,5}")
-TOP_KEYS = ("name", "title", "table", "figure", "description", "paper", "sweep", "quick", "plot", "published")
+TOP_KEYS = ("name", "title", "table", "figure", "description", "split", "paper", "sweep", "quick", "plot",
+            "published")
+# The splits a study's numbers may be measured on; "val" scores each run's final network on the
+# validation classes as on the test classes (eval.final_val), as the NCA paper's Fig. 2 and 4 do.
+SPLITS = ("test", "val")
 PAPER_KEYS = ("authors", "title", "year", "arxiv", "venue")
 SWEEP_KEYS = ("name", "label", "method", "datasets", "seeds", "grid", "set")
 QUICK_KEYS = ("seeds", "dataset", "set", "grid")
@@ -116,6 +121,7 @@ class Study:
     quick: QuickScale
     plot_x: str | None = None
     path: Path | None = None
+    split: str = "test"
 
     def sweep(self, name: str) -> StudySweep:
         return next(s for s in self.sweeps if s.name == name)
@@ -208,9 +214,12 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
             if key in quick.grid and value not in quick.grid[key]:
                 check.fail(f"quick.grid.{key}", f"leaves out {value!r}, where a published cell of sweep "
                                                 f"'{cell.sweep}' is placed")
+    split = data.get("split", "test")
+    if split not in SPLITS:
+        check.fail("split", f"must be one of {', '.join(SPLITS)}, got {split!r:.60}")
     return Study(name=name, title=check.text(data, "title", ""), what=what, kind=kind,
                  description=check.text(data, "description", "", required=False), paper=paper,
-                 sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path)
+                 sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path, split=split)
 
 
 def _paper(check: _Checker, table: Any) -> Paper:
@@ -352,7 +361,8 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
               extra: tuple[dict, ...] = ()) -> list[PlannedRun]:
     """Every run of the study at ``scale`` (sweeps, datasets, grid points, seeds
     innermost), as configuration layers, lowest first: the run's dataset, the
-    sweep's ``set``, its grid point, the quick scale's ``set``, ``extra``
+    sweep's ``set`` (and ``eval.final_val`` for a study measured on the
+    validation split), its grid point, the quick scale's ``set``, ``extra``
     (``--set`` of the command line), the seed. The quick scale's ``dataset.*``
     keys apply only to runs on the quick scale's own dataset."""
     if scale not in SCALES:
@@ -368,6 +378,8 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
             trains_on = run_dataset(study, scale, name, dataset)
             base = [nest(["dataset"], {"name": trains_on, **({"root": data_root} if data_root else {})})]
             base += [nest(k.split("."), v) for k, v in sweep.set.items()]
+            if study.split == "val":
+                base.append({"eval": {"final_val": True}})
             quick = []
             if scale == "quick":
                 quick = [nest(k.split("."), v) for k, v in study.quick.set.items()

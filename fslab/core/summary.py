@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core import schemas
-from fslab.core.events import logged_evaluator, own_evaluator
+from fslab.core.events import is_validation, logged_evaluator, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, read_json
 from fslab.core.runstore import run_names
 from fslab.core.states import UNREADABLE
@@ -168,7 +168,8 @@ def add_event(summary: RunSummary, record: dict) -> None:
         value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]), "episodes": event["episodes"]}
         split, shots, label = event["split"], f"{event['shots']}-shot", logged_evaluator(event)
         if "source" not in event and label == summary.evaluator:  # logged by the training itself
-            if split == "val" and (summary.best_val is None or value["accuracy"] > summary.best_val["accuracy"]):
+            if is_validation(event) and (summary.best_val is None
+                                         or value["accuracy"] > summary.best_val["accuracy"]):
                 summary.best_val = {**value, "epoch": _whole(event.get("epoch"))}
             elif split == "test":
                 summary.test = {**summary.test, shots: value}

@@ -5,21 +5,25 @@ Each interval between two consecutive events is charged to what the later one
 closes: a ``train`` event the steps since the previous event (those of epoch 1
 apart, as the ``first epoch``, which holds any compiling: ``compile`` events
 close intervals of it too), a validation ``eval`` the validation, a
-``checkpoint`` the checkpoint's copy, a test ``eval`` and ``end`` the test. The
-worker's ``start`` comes from ``status.json``'s ``started`` (or ``resumed``, for
-the ``start`` a resumed worker logs) to the ``start`` event, and the
-``finish`` from the last event to ``ended``. Time between a stop and the next
-resume is no part of any: a resumed run's parts add up to its working time.
-Events from ``fslab eval`` after the run ended (a test ``eval`` logged later)
-are left out, as is anything without a time; an event whose time runs
-backwards (a clock set back) closes no interval, and time counts again from
-the latest event once the clock has passed it.
+``checkpoint`` the checkpoint's copy, the final network's evaluations (the
+test's, and with ``eval.final_val`` the validation classes') and ``end`` the
+test. The worker's ``start`` comes from ``status.json``'s ``started`` (or
+``resumed``, for the ``start`` a resumed worker logs) to the ``start`` event,
+and the ``finish`` from the last event to ``ended``. Time between a stop and
+the next resume is no part of any: a resumed run's parts add up to its working
+time. Events ``fslab eval`` logs are left out (they name their ``source``:
+another process did that work, during the run or after it; one logged after
+the end without a source is left out too), as is anything without a time; an
+event whose time runs backwards (a clock set back) closes no interval, and
+time counts again from the latest event once the clock has passed it.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from fslab.core.events import is_validation
 
 PARTS = ("start", "first epoch", "training", "validation", "checkpoints", "test", "finish")
 
@@ -40,8 +44,8 @@ def time_split(events: list[dict], started: float | None = None, ended: float | 
     starts = 0
     for event in events:
         kind, at = event.get("event"), event.get("time")
-        if not isinstance(at, (int, float)) or not math.isfinite(at):
-            continue
+        if not isinstance(at, (int, float)) or not math.isfinite(at) or "source" in event:
+            continue  # no time, or fslab eval's work, not the run's
         gap = 0.0 if previous is None else max(0.0, at - previous)  # a clock set back charges nothing
         if kind == "start":  # a worker began: from status.json's started (resumed) to its first event
             began = started if starts == 0 else resumed
@@ -58,13 +62,13 @@ def time_split(events: list[dict], started: float | None = None, ended: float | 
         elif kind == "compile":
             counts["compile_s"] += _number(event.get("seconds"))
             seconds["first epoch"] += gap
-        elif kind == "eval" and event.get("split") == "val":
+        elif kind == "eval" and is_validation(event):
             seconds["validation"] += gap
             counts["validations"] += 1
         elif kind == "checkpoint":
             seconds["checkpoints"] += gap
             counts["epochs"] = max(counts["epochs"], int(_number(event.get("epoch"))))
-        elif kind in ("eval", "end") and (ended is None or at <= ended):  # not an fslab eval after the end
+        elif kind in ("eval", "end") and (ended is None or at <= ended):  # not an old fslab eval after the end
             seconds["test"] += gap
         else:
             continue

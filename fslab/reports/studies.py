@@ -2,7 +2,8 @@
 
 Each row is one published cell (and, in a figure study, every other point its
 runs evaluate): the published value, fslab's mean ± 95% CI pooled over the
-seeds' test episodes (:func:`fslab.reports.compare.pooled`, the one place that
+seeds' episodes of the study's split (the test's, or for a study measured on
+the validation classes the final network's scores there) (:func:`fslab.reports.compare.pooled`, the one place that
 pools), the difference, and a verdict (:func:`verdict`). The runs come from the
 study's latest sweep record (``fslab study run`` writes it, with the scale and
 each run's place in the study). Pure Python: matplotlib only for the figures.
@@ -68,8 +69,8 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 runs = [Run(Path(runs_dir) / run_id) for run_id, where in places.items() if place in where]
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
-            "scale": used_scale, "datasets": datasets, "changed": changed, "comparable": comparable,
-            "sweep": record["id"] if record else None, "rows": rows}
+            "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed,
+            "comparable": comparable, "sweep": record["id"] if record else None, "rows": rows}
 
 
 def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, comparable: bool,
@@ -88,7 +89,7 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
     for ways, shots in shapes:
         cell = cells.get((ways, shots))
         queries = config.get("eval", {}).get("queries", 15)
-        measured = pooled(completed, "test", shots, ways, queries, None, files) if completed and shots else None
+        measured = pooled(completed, study.split, shots, ways, queries, None, files) if completed and shots else None
         complete = len(runs) >= seeds and len(completed) == len(runs)
         published = cell.accuracy if cell else None
         rows.append({
@@ -115,6 +116,8 @@ def scale_line(report: dict) -> str:
         text += f"; trained and tested on other data ({', '.join(swaps)})"
     if report.get("changed"):
         text += f"; with {', '.join(f'{k}={v}' for k, v in report['changed'].items())} from the command line"
+    if report.get("split") == "val":
+        text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
         text += ". These numbers are not comparable to the paper's (verdict: not comparable)"
     return text + "."
@@ -146,8 +149,8 @@ def render(report: dict, fmt: str) -> str:
         writer = csv.writer(buffer)
         writer.writerow(["method", "dataset", "setting", "ways", "shots", "published", "published_ci95",
                          "accuracy", "ci95", "episodes", "completed_runs", "expected_runs", "difference", "verdict",
-                         "scale"])
-        writer.writerows(_csv_row(row, report["scale"]) for row in report["rows"])
+                         "scale", "split"])
+        writer.writerows([*_csv_row(row, report["scale"]), report["split"]] for row in report["rows"])
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
@@ -207,7 +210,7 @@ def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
             panels.append({"shots": shots, "series": [{"label": k, "points": sorted(v, key=lambda p: p["x"])}
                                                       for k, v in series.items()]})
         if panels:
-            figures[dataset] = {"x": study.plot_x, "split": "test", "ways": placed[0][0]["ways"], "queries": None,
+            figures[dataset] = {"x": study.plot_x, "split": study.split, "ways": placed[0][0]["ways"], "queries": None,
                                 "panels": panels}
     return figures
 

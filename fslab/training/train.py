@@ -112,6 +112,11 @@ def validates_after(epoch: int, epochs: int, every: int) -> bool:
     return epoch % every == 0 or epoch == epochs
 
 
+def scores_by_shots(outcomes: list[dict]) -> dict:
+    """``results.json``'s form of an evaluation: ``{"5-shot": {"accuracy", "ci95"}}``."""
+    return {f"{r['shots']}-shot": {"accuracy": r["accuracy"], "ci95": r["ci95"]} for r in outcomes}
+
+
 @dataclass
 class Trainer:
     """A run being trained: its components and the state that moves on with
@@ -277,18 +282,25 @@ class Trainer:
                              epoch=epoch, at={"epoch": epoch, "step": self.step}, save=False)
 
     def finish(self) -> dict:
-        """The test evaluation of the final network (rank 0), ``results.json`` and the ``end`` event."""
+        """The test evaluation of the final network (rank 0), with ``eval.final_val``
+        the same evaluation on the validation split, ``results.json`` and the ``end`` event."""
         if not self.world.main:
             return {}
         cfg, ecfg = self.cfg, self.cfg.eval
         # `center` is still the final network's training mean
         outcomes = self.evaluate(self.parts.test_split, "test", ecfg.shots, ecfg.test_episodes, self.center,
                                  epoch=cfg.train.epochs, at={"step": self.step}, save=True)
-        test = {f"{r['shots']}-shot": {"accuracy": r["accuracy"], "ci95": r["ci95"]} for r in outcomes}
+        test = scores_by_shots(outcomes)
+        final_val = {}
+        if ecfg.final_val:  # the validation classes scored as the test (eval.final_val)
+            final_val["val"] = scores_by_shots(self.evaluate(self.parts.val_split, "val", ecfg.shots,
+                                                             ecfg.test_episodes, self.center,
+                                                             epoch=cfg.train.epochs, at={"step": self.step},
+                                                             save=True))
         self.checkpoints.wait()  # a completed run has its final checkpoint on disk
         results = {"run": self.run.id, "method": cfg.method, "dataset": cfg.dataset["name"],
                    "backbone": cfg.backbone["name"], "ways": ecfg.ways, "queries": ecfg.queries,
-                   "episodes": ecfg.test_episodes, "test": test, "best_val_accuracy": self.best_val,
+                   "episodes": ecfg.test_episodes, "test": test, **final_val, "best_val_accuracy": self.best_val,
                    "epochs": cfg.train.epochs, "steps": self.step}
         atomic_write_json(self.run.path / "results.json", results)
         self.log.write("end", results=test)

@@ -14,7 +14,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
-from fslab.core.events import logged_evaluator
+from fslab.core.events import is_validation, logged_evaluator
 from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import printable
 from fslab.core.timing import time_line, time_split
@@ -124,7 +124,7 @@ class DetailScreen(Screen):
                         if event.get(name) is not None:
                             s[name].append(step, float(event[name]))
                 elif event.get("event") == "eval":
-                    if event["split"] == "val" and "epoch" in event:
+                    if is_validation(event):
                         acc, ci = float(event["accuracy"]), float(event["ci95"])
                         s["val"].append(event["epoch"], acc)
                         s["val_lo"].append(event["epoch"], acc - ci)
