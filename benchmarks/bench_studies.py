@@ -15,7 +15,9 @@ run's own backbone, loss, sampler, augmentation, optimiser and numerics):
   training waits for, and its write to a temporary file, which overlaps the
   next epoch's steps (:class:`fslab.training.checkpoint.CheckpointWriter`);
 * the test: the test split embedded, then ``eval.test_episodes`` of each shot
-  (and, with ``eval.final_val``, the same on the validation split).
+  (and, with ``eval.final_val``, the same on the validation split), counted
+  once for each number of classes tested (``eval.ways``, ``eval.extra_ways``;
+  training embeds a split once, so that slightly overstates the extra ones).
 
 A run then costs ``epochs × (steps per epoch × step + checkpoint copy +
 the part of its write that outlasts the steps) + validations × validation +
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from fslab.core.config import run_config
+from fslab.core.config import run_config, tested_ways
 from fslab.core.keys import dotted
 from fslab.core.registry import load_registry
 from fslab.core.settings import load_settings
@@ -182,6 +184,7 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
     test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, False)  # the last validation's mean
     if cfg.eval.final_val:  # the validation classes scored as the test (a figure study measured there)
         test += evaluation("val", list(cfg.eval.shots), cfg.eval.test_episodes, False)
+    test *= len(tested_ways(cfg.eval.ways, cfg.eval.extra_ways))  # each tested number of classes (as 5-way's)
     with tempfile.TemporaryDirectory() as folder:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}  # what a checkpoint is made of
         copy = seconds_of(lambda: host_copy(state), device)

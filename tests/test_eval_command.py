@@ -46,31 +46,38 @@ def test_eval_reproduces_the_final_test_and_caches_features(project):
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
 
 
-def test_final_val_scores_the_final_network_on_the_validation_classes_as_fslab_eval_does(project):
-    """eval.final_val: the final network tested on the validation classes as on the test ones, its
-    per-episode scores kept; fslab eval --split val of the final checkpoint gives the same numbers, and
-    training's validations (and the best of them) are untouched."""
-    assert fslab("run", "nca", *TINY, "--epochs", "2", "--set", "eval.final_val=true", cwd=project).returncode == 0
+def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(project):
+    """eval.final_val: the final network tested on the validation classes as on the test ones;
+    eval.extra_ways: both also at another number of classes. Each keeps its per-episode scores, and
+    fslab eval of the final checkpoint gives the same numbers; training's validations (and the best of
+    them) and the run's summed-up test (eval.ways's) are untouched."""
+    done = fslab("run", "nca", *TINY, "--epochs", "2", "--set", "eval.final_val=true", "--set",
+                 "eval.extra_ways=[3]", cwd=project)
+    assert done.returncode == 0, done.stderr[-2000:]
     run_dir = next((project / "runs").iterdir())
     results = json.loads((run_dir / "results.json").read_text())
     episodes = json.loads((run_dir / "config.json").read_text())["eval"]["test_episodes"]
-    saved = {n: json.loads(next((run_dir / "evaluations").glob(f"val-centroid-5way-{n}shot-*.json")).read_text())
-             for n in (1, 5)}
-    assert [len(saved[n]["accuracies"]) for n in (1, 5)] == [episodes, episodes]
-    assert set(results["val"]) == {"1-shot", "5-shot"} and results["val"] != results["test"]
-    for n in (1, 5):
-        assert results["val"][f"{n}-shot"]["accuracy"] == saved[n]["accuracy"]
-    again = fslab("eval", run_dir.name, "--split", "val", "--shots", "1,5", "--queries", "5", "--episodes",
-                  str(episodes), "--json", cwd=project)
-    assert again.returncode == 0, again.stderr
-    for r in map(json.loads, again.stdout.splitlines()):  # same checkpoint, training mean, seed and episodes
-        assert (r["accuracy"], r["ci95"]) == (results["val"][f"{r['shots']}-shot"]["accuracy"],
-                                              results["val"][f"{r['shots']}-shot"]["ci95"])
+    assert {k for k in results if k.startswith(("test", "val"))} == {"test", "val", "test_3way", "val_3way"}
+    for key, split, ways in (("val", "val", 5), ("test_3way", "test", 3), ("val_3way", "val", 3)):
+        assert set(results[key]) == {"1-shot", "5-shot"} and results[key] != results["test"]
+        for n in (1, 5):
+            saved = json.loads(next((run_dir / "evaluations").glob(f"{split}-centroid-{ways}way-{n}shot-*.json"))
+                               .read_text())
+            assert len(saved["accuracies"]) == episodes
+            assert results[key][f"{n}-shot"]["accuracy"] == saved["accuracy"]
+        again = fslab("eval", run_dir.name, "--split", split, "--ways", str(ways), "--shots", "1,5", "--queries",
+                      "5", "--episodes", str(episodes), "--json", cwd=project)
+        assert again.returncode == 0, again.stderr
+        for r in map(json.loads, again.stdout.splitlines()):  # same checkpoint, training mean, seed and episodes
+            assert (r["accuracy"], r["ci95"]) == (results[key][f"{r['shots']}-shot"]["accuracy"],
+                                                  results[key][f"{r['shots']}-shot"]["ci95"])
     validations = [e for e in events(run_dir, "eval") if e["split"] == "val" and "epoch" in e and "source" not in e]
     assert [e["epoch"] for e in validations] == [1, 2]
     assert results["best_val_accuracy"] == max(e["accuracy"] for e in validations)
     shown = json.loads(fslab("show", run_dir.name, "--json", cwd=project).stdout)
     assert shown["best_val"]["accuracy"] == results["best_val_accuracy"]
+    assert {k: v["accuracy"] for k, v in shown["test"].items()} == \
+        {k: v["accuracy"] for k, v in results["test"].items()}  # 5-way, whatever else was tested or evaluated
     assert shown["time"]["validations"] == 2
 
 

@@ -170,11 +170,14 @@ def test_a_version_3_config_validated_after_every_epoch(registry):
 
 
 def test_a_version_4_config_tested_the_final_network_on_the_test_split_only(registry):
-    """Version 5 added eval.final_val: a run saved before scored its final network on the test split only."""
-    version_4 = resolve("nca", registry=registry, settings=Settings(), overrides=[{"eval": {"final_val": True}}])
-    assert version_4["eval"]["final_val"] is True
+    """Version 5 added eval.final_val and eval.extra_ways: a run saved before scored its final network on
+    the test split only, at eval.ways only."""
+    version_4 = resolve("nca", registry=registry, settings=Settings(),
+                        overrides=[{"eval": {"final_val": True, "extra_ways": [20]}}])
+    assert version_4["eval"]["final_val"] is True and version_4["eval"]["extra_ways"] == [20]
     version_4["config_version"] = 4
-    del version_4["eval"]["final_val"]
+    del version_4["eval"]["final_val"], version_4["eval"]["extra_ways"]
     migrated = migrate(version_4)
-    assert migrated["config_version"] == CONFIG_VERSION == 5 and migrated["eval"]["final_val"] is False
-    assert run_config(version_4).eval.final_val is False
+    assert migrated["config_version"] == CONFIG_VERSION == 5
+    assert migrated["eval"]["final_val"] is False and migrated["eval"]["extra_ways"] == []
+    assert run_config(version_4).eval.final_val is False and run_config(version_4).eval.extra_ways == ()

@@ -27,8 +27,8 @@ def exported(tmp_path_factory):
     project = tmp_path_factory.mktemp("sinks")
     env = {**os.environ, "FSLAB_PLUGINS": BUILTIN_PLUGINS, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
     env.pop("FSLAB_CONFIG", None)
-    result = fslab("run", "nca", *TINY, "--epochs", "2", "--sink", "tensorboard", "--sink", "mlflow",
-                   "--sink", "wandb", cwd=project, env=env)
+    result = fslab("run", "nca", *TINY, "--epochs", "2", "--set", "eval.final_val=true", "--sink", "tensorboard",
+                   "--sink", "mlflow", "--sink", "wandb", cwd=project, env=env)
     assert result.returncode == 0, result.stderr
     (run_dir,) = (project / "runs").iterdir()
     assert (run_dir / "stderr.log").read_text() == ""  # no sink complained
@@ -40,9 +40,12 @@ def _train(run_dir) -> list[tuple[int, float]]:
 
 
 def _evals(run_dir) -> dict[str, list[tuple[int, float]]]:
+    """Each evaluation's tag and points; the final network's validation scores
+    (eval.final_val: a val evaluation without an epoch) are apart, as val_final."""
     out: dict = {}
     for e in events(run_dir, "eval"):
-        out.setdefault(f"{e['split']}/{e['ways']}way_{e['shots']}shot/accuracy", []).append((e["step"], e["accuracy"]))
+        split = "val_final" if e["split"] == "val" and "epoch" not in e else e["split"]
+        out.setdefault(f"{split}/{e['ways']}way_{e['shots']}shot/accuracy", []).append((e["step"], e["accuracy"]))
     return out
 
 
@@ -68,7 +71,7 @@ def test_tensorboard_holds_the_runs_scalars_on_its_steps(exported):
         assert [s for s, _ in got] == [s for s, _ in points] and [v for _, v in got] == pytest.approx(
             [v for _, v in points], rel=1e-6)
     assert {"train/positives", "train/negatives", "train/lr", "train/images_per_s",
-            "test/5way_5shot/accuracy_ci95"} <= set(board.Tags()["scalars"])
+            "test/5way_5shot/accuracy_ci95", "val_final/5way_5shot/accuracy"} <= set(board.Tags()["scalars"])
     assert "config/text_summary" in board.Tags()["tensors"]
 
 

@@ -428,8 +428,27 @@ def test_identical_configurations_within_a_study_share_one_run(registry, tmp_pat
 def test_a_published_cell_its_runs_do_not_evaluate_is_refused(registry, tmp_path):
     data = tiny()
     data["published"][0]["ways"] = 20
-    with pytest.raises(ConfigError, match="its runs evaluate 5-way 1, 5-shot; set eval.ways or eval.shots"):
+    with pytest.raises(ConfigError, match="its runs evaluate 5-way 1, 5-shot; set eval.extra_ways or eval.shots"):
         resolve_study(parse_study(data, "tiny.toml"), "paper", settings=store(tmp_path), registry=registry)
+
+
+def test_one_model_tested_at_several_ways_serves_each_ways_cell(registry, tmp_path):
+    """eval.extra_ways (the mAP paper's 5- and 20-way columns): the 20-way cells are read from the same
+    runs' 20-way test episodes, so no model is trained twice."""
+    data = tiny()
+    data["sweep"][0]["set"]["eval.extra_ways"] = [20]
+    data["published"].append({"sweep": "nca", "dataset": "synthetic", "ways": 20, "shots": 1, "accuracy": 40.0})
+    study = parse_study(data, "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    assert len(outcome.created) == study.run_count() == 6
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.6] * 4, 5: [0.8] * 4})
+        finish(run, {1: [0.4] * 4, 5: [0.5] * 4}, ways=20)
+    rows = {(r["sweep"], r["ways"], r["shots"]): r for r in study_report(study, config.runs_dir)["rows"]}
+    assert rows[("nca", 5, 1)]["measured"]["accuracy"] == pytest.approx(0.6)
+    assert rows[("nca", 20, 1)]["measured"]["accuracy"] == pytest.approx(0.4)
+    assert rows[("nca", 20, 1)]["measured"]["episodes"] == 8 and rows[("nca", 20, 1)]["verdict"] == REPRODUCED
 
 
 def test_a_bad_setting_names_the_study_and_sweep_and_queues_nothing(registry, tmp_path):

@@ -125,6 +125,9 @@ class EvalConfig:
     # also score the final network on the validation classes as it is tested (eval.shots,
     # eval.test_episodes, per-episode scores kept): the NCA paper's Fig. 2 and 4 report these
     final_val: bool = False
+    # also test the final network on episodes of these numbers of classes (one model tested
+    # 5- and 20-way, as the mAP and large-margin papers report); validation stays eval.ways
+    extra_ways: tuple[int, ...] = field(default=(), metadata=listing(at_least(2)))
     seed: int = field(default=0, metadata=SEED)  # fixed, so every run is evaluated on the same episodes
     center: bool = True  # subtract the mean training feature (SimpleShot)
     normalize: bool = True  # then L2-normalise
@@ -162,6 +165,12 @@ class RunConfig:
     def as_dict(self) -> dict:
         """The saved form (``config.json``): nested dicts, lists for tuples."""
         return _saved_form(dataclasses.asdict(self))
+
+
+def tested_ways(ways: int, extra_ways) -> list[int]:
+    """The numbers of classes a run's final network is tested at: ``eval.ways``
+    first, then each of ``eval.extra_ways`` not already there."""
+    return list(dict.fromkeys([ways, *extra_ways]))
 
 
 def _saved_form(value: Any) -> Any:
@@ -327,8 +336,9 @@ ADDED_IN_VERSION_3: dict[str, Any] = {SINKS: {}}
 # Version 4 added eval.val_every; a run saved before validated after every epoch.
 ADDED_IN_VERSION_4: dict[str, Any] = {"eval": {"val_every": 1}}
 
-# Version 5 added eval.final_val; a run saved before tested the final network on the test split only.
-ADDED_IN_VERSION_5: dict[str, Any] = {"eval": {"final_val": False}}
+# Version 5 added eval.final_val and eval.extra_ways; a run saved before tested the final network
+# on the test split only, at eval.ways only.
+ADDED_IN_VERSION_5: dict[str, Any] = {"eval": {"final_val": False, "extra_ways": []}}
 
 MIGRATIONS = {0: ADDED_BEFORE_VERSION_1, 1: ADDED_IN_VERSION_2, 2: ADDED_IN_VERSION_3,
               3: ADDED_IN_VERSION_4, 4: ADDED_IN_VERSION_5}  # version -> what came next

@@ -3,9 +3,10 @@ against the sizes the dataset tells (``split_sizes()``, no image decoded).
 
 An episode of w ways, n shots and q queries needs w classes with at least
 n + q images each; validation draws ``eval.val_shots`` shots after every epoch,
-the test ``eval.shots`` at the end (on the validation split too, with
-``eval.final_val``). Checked here, a shape a split cannot give is one line
-before the run exists instead of a failure after hours of training.
+the test ``eval.shots`` at the end, at ``eval.ways`` and each of
+``eval.extra_ways`` (on the validation split too, with ``eval.final_val``).
+Checked here, a shape a split cannot give is one line before the run exists
+instead of a failure after hours of training.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fslab.core.config import tested_ways
 from fslab.core.errors import ConfigError, PluginError
 from fslab.core.types import SplitSizes
 
@@ -52,34 +54,38 @@ def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
     configuration's episodes. ``fixed_shape``: the evaluator's own
     ``(shots, queries)``, which replaces the configured ones."""
     ecfg = config["eval"]
-    checked = [("val", "eval.val_shots", [ecfg["val_shots"]]), ("test", "eval.shots", ecfg["shots"])]
-    if ecfg.get("final_val"):  # the validation split is also tested as the test split is
-        checked.append(("val", "eval.shots", ecfg["shots"]))
-    for split, shots_key, shots in checked:
+    checked = [("val", "eval.val_shots", [ecfg["val_shots"]], ecfg["ways"])]
+    for ways in tested_ways(ecfg["ways"], ecfg.get("extra_ways", ())):
+        checked.append(("test", "eval.shots", ecfg["shots"], ways))
+        if ecfg.get("final_val"):  # the validation split is also tested as the test split is
+            checked.append(("val", "eval.shots", ecfg["shots"], ways))
+    for split, shots_key, shots, ways in checked:
         if split not in sizes:
             continue
         size = sizes[split]
         where = f"{config['dataset']['name']}'s {split} split ({describe(size)})"
-        if ecfg["ways"] > size.classes:
-            raise ConfigError(f"config key 'eval.ways' must be at most {size.classes} for {where}, "
-                              f"got {ecfg['ways']}")
+        ways_key = "eval.ways" if ways == ecfg["ways"] else "eval.extra_ways"
+        if ways > size.classes:
+            raise ConfigError(f"config key '{ways_key}' must be at most {size.classes} for {where}, got {ways}")
         for n in shots:
             shape = fixed_shape or (n, ecfg["queries"])
-            _check_shape(config, split, shape, shots_key, where, size, fixed=fixed_shape is not None)
+            _check_shape(config, split, shape, (ways_key, ways), shots_key, where, size,
+                         fixed=fixed_shape is not None)
 
 
-def _check_shape(config: dict, split: str, shape: tuple[int, int], shots_key: str, where: str,
-                 size: SplitSizes, *, fixed: bool) -> None:
+def _check_shape(config: dict, split: str, shape: tuple[int, int], ways_set: tuple[str, int], shots_key: str,
+                 where: str, size: SplitSizes, *, fixed: bool) -> None:
+    ways_key, ways = ways_set
     shots, queries = shape
-    ways, need = config["eval"]["ways"], shots + queries
+    need = shots + queries
     room = size.images_in(ways)  # the most images per class that `ways` classes all have
     if need <= room:
         return
     episodes = (f"{ways}-way {split} episodes of {shots} + {queries} images per class (shots + queries) need "
-                f"{ways} classes of {need} images (eval.ways={ways}), but {where} has {size.classes_with(need)}")
+                f"{ways} classes of {need} images ({ways_key}: {ways}), but {where} has {size.classes_with(need)}")
     if fixed:
         raise ConfigError(f"evaluator '{config['evaluator']['name']}' draws its own episode shape: {episodes}; "
-                          f"use a smaller eval.ways, other evaluator parameters, or another evaluator")
+                          f"use a smaller {ways_key}, other evaluator parameters, or another evaluator")
     key, value = ("eval.queries", queries) if queries >= room else (shots_key, shots)
     raise ConfigError(f"config key '{key}' is too large here, got {value}: {episodes}; "
                       f"shots + eval.queries must be at most {room}")

@@ -39,7 +39,7 @@ from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = 2
 # The worker writes events with json.dumps' default separators, so a train
 # line is recognised without parsing it; only the first and last of a batch
 # of lines matter, and parsing the rest would cost ~10 µs a line.
@@ -63,6 +63,7 @@ class RunSummary:
     seed: int | None = None
     epochs: int | None = None
     evaluator: str = "centroid"  # the label of the run's own evaluator
+    ways: int | None = None  # eval.ways: the evaluations summed up are of this many classes
     # status.json
     created: float | None = None
     started: float | None = None
@@ -109,7 +110,7 @@ DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
 # Not saved in summary.json's summary: the id is the folder's name, the state
 # is told anew at each read, and the status fields are saved with the status.
 NOT_KEPT = ("id", "state", "created", "started", "ended", "error", "sweep", "usage")
-SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time", "usage"))
+SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time", "usage", "ways"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "first_train", "last_train_time", "corrupt")
 
@@ -136,6 +137,8 @@ def apply_config(summary: RunSummary, config: dict) -> None:
     summary.loss_fn, summary.backbone = _name(config.get("loss")), _name(config.get("backbone"))
     summary.dataset, summary.epochs = _name(config.get("dataset")), _whole(train.get("epochs"))
     summary.evaluator = own_evaluator(config)
+    evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
+    summary.ways = _whole(evaluation.get("ways"))
 
 
 def apply_status(summary: RunSummary, status: dict) -> None:
@@ -165,6 +168,8 @@ def add_event(summary: RunSummary, record: dict) -> None:
         summary.total_steps = _whole(event.get("total_steps"))
         summary.epochs = event["epochs"]
     elif kind == "eval":
+        if summary.ways is not None and event["ways"] != summary.ways:
+            return  # episodes of another number of classes (eval.extra_ways, fslab eval --ways)
         value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]), "episodes": event["episodes"]}
         split, shots, label = event["split"], f"{event['shots']}-shot", logged_evaluator(event)
         if "source" not in event and label == summary.evaluator:  # logged by the training itself

@@ -19,7 +19,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from fslab.core.config import naming_the_file, resolve
+from fslab.core.config import naming_the_file, resolve, tested_ways
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, create_run, list_runs
@@ -61,16 +61,19 @@ def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str 
 
 
 def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]]) -> None:
-    """Each published cell must be one its runs evaluate (their eval.ways and eval.shots)."""
+    """Each published cell must be one its runs evaluate (their eval.ways and
+    eval.extra_ways, and eval.shots)."""
     for cell in study.published:
         for planned, config in resolved:
             if (planned.sweep, planned.dataset, planned.at) != (cell.sweep, cell.dataset, cell.at):
                 continue
-            ways, shots = config["eval"]["ways"], config["eval"]["shots"]
-            if ways != cell.ways or cell.shots not in shots:
+            ways = tested_ways(config["eval"]["ways"], config["eval"]["extra_ways"])
+            shots = config["eval"]["shots"]
+            if cell.ways not in ways or cell.shots not in shots:
                 raise ConfigError(f"{study.path or study.name}: the published {cell.ways}-way {cell.shots}-shot cell "
-                                  f"of sweep '{cell.sweep}' on {cell.dataset}: its runs evaluate {ways}-way "
-                                  f"{', '.join(map(str, shots))}-shot; set eval.ways or eval.shots in the sweep")
+                                  f"of sweep '{cell.sweep}' on {cell.dataset}: its runs evaluate "
+                                  f"{', '.join(map(str, ways))}-way {', '.join(map(str, shots))}-shot; "
+                                  f"set eval.extra_ways or eval.shots in the sweep")
             break
 
 

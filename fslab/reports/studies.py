@@ -17,6 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
+from fslab.core.config import tested_ways
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.core.studies import Study
@@ -82,7 +83,8 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
     config = files.config(runs[0]) if runs else {}
     if study.kind == "figure" and config:
         evaluated = config.get("eval", {})
-        shapes += [(evaluated["ways"], s) for s in evaluated["shots"] if (evaluated["ways"], s) not in cells]
+        shapes += [(w, s) for w in tested_ways(evaluated["ways"], evaluated.get("extra_ways", []))
+                   for s in evaluated["shots"] if (w, s) not in cells]
     rows = []
     if not shapes and study.kind == "figure":
         shapes = [(None, None)]  # a figure's point without runs yet: one pending row

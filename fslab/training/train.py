@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fslab.core.config import RunConfig, run_config
+from fslab.core.config import RunConfig, run_config, tested_ways
 from fslab.core.eventlog import EventLog, truncate_to_checkpoint
 from fslab.core.events import evaluator_label
 from fslab.core.files import atomic_write_json
@@ -262,14 +262,17 @@ class Trainer:
         return training_mean(self.images, self.features_of, ecfg.center_images, ecfg.seed)
 
     def evaluate(self, split: Split, split_name: str, shots, asked_episodes: int, center: torch.Tensor | None, *,
-                 epoch: int, at: dict, save: bool) -> list[dict]:
+                 epoch: int, at: dict, save: bool, ways: int | None = None,
+                 features: Callable[[], torch.Tensor] | None = None) -> list[dict]:
         """Evaluate the current network on ``split`` with the run's evaluator
-        (:func:`fslab.training.record.evaluate_and_record`)."""
+        (:func:`fslab.training.record.evaluate_and_record`), on episodes of
+        ``ways`` classes (default ``eval.ways``); ``features`` gives the split's
+        features when they are already embedded."""
         ecfg, evaluator = self.cfg.eval, self.parts.evaluator
-        episodes = Episodes(split=split_name, ways=ecfg.ways, shots=shots, queries=ecfg.queries,
+        episodes = Episodes(split=split_name, ways=ways or ecfg.ways, shots=shots, queries=ecfg.queries,
                             count=episode_count(evaluator, asked_episodes, during_training=True), seed=ecfg.seed,
                             epoch=epoch)
-        inputs = EvaluationInputs(labels=split.labels, features=lambda: self.features_of(split.images),
+        inputs = EvaluationInputs(labels=split.labels, features=features or (lambda: self.features_of(split.images)),
                                   network=feature_network(self.parts.model, ecfg.feature_stages), images=split.images,
                                   center=center, normalize=ecfg.normalize, device=self.device)
         return evaluate_and_record(self.log, evaluator, evaluator_label(self.cfg.evaluator), inputs, episodes,
@@ -282,26 +285,39 @@ class Trainer:
                              epoch=epoch, at={"epoch": epoch, "step": self.step}, save=False)
 
     def finish(self) -> dict:
-        """The test evaluation of the final network (rank 0), with ``eval.final_val``
-        the same evaluation on the validation split, ``results.json`` and the ``end`` event."""
+        """The test evaluation of the final network (rank 0), at ``eval.ways`` and
+        each of ``eval.extra_ways`` (``test_20way`` in ``results.json``), with
+        ``eval.final_val`` the same on the validation split (``val``,
+        ``val_20way``), ``results.json`` and the ``end`` event (``eval.ways``'s test)."""
         if not self.world.main:
             return {}
         cfg, ecfg = self.cfg, self.cfg.eval
-        # `center` is still the final network's training mean
-        outcomes = self.evaluate(self.parts.test_split, "test", ecfg.shots, ecfg.test_episodes, self.center,
-                                 epoch=cfg.train.epochs, at={"step": self.step}, save=True)
-        test = scores_by_shots(outcomes)
-        final_val = {}
-        if ecfg.final_val:  # the validation classes scored as the test (eval.final_val)
-            final_val["val"] = scores_by_shots(self.evaluate(self.parts.val_split, "val", ecfg.shots,
-                                                             ecfg.test_episodes, self.center,
-                                                             epoch=cfg.train.epochs, at={"step": self.step},
-                                                             save=True))
+        splits = {"test": self.parts.test_split}
+        if ecfg.final_val:  # the validation classes scored as the test
+            splits["val"] = self.parts.val_split
+        embedded: dict[str, torch.Tensor] = {}  # each split embedded once, however many ways it is tested at
+
+        def features_of(name: str) -> Callable[[], torch.Tensor]:
+            def features() -> torch.Tensor:
+                if name not in embedded:
+                    embedded[name] = self.features_of(splits[name].images)
+                return embedded[name]
+            return features
+
+        scores = {}
+        for ways in tested_ways(ecfg.ways, ecfg.extra_ways):
+            for name, split in splits.items():
+                # `center` is still the final network's training mean
+                outcomes = self.evaluate(split, name, ecfg.shots, ecfg.test_episodes, self.center, ways=ways,
+                                         epoch=cfg.train.epochs, at={"step": self.step}, save=True,
+                                         features=features_of(name))
+                scores[name if ways == ecfg.ways else f"{name}_{ways}way"] = scores_by_shots(outcomes)
         self.checkpoints.wait()  # a completed run has its final checkpoint on disk
         results = {"run": self.run.id, "method": cfg.method, "dataset": cfg.dataset["name"],
                    "backbone": cfg.backbone["name"], "ways": ecfg.ways, "queries": ecfg.queries,
-                   "episodes": ecfg.test_episodes, "test": test, **final_val, "best_val_accuracy": self.best_val,
+                   "episodes": ecfg.test_episodes, **scores, "best_val_accuracy": self.best_val,
                    "epochs": cfg.train.epochs, "steps": self.step}
+        test = scores["test"]
         atomic_write_json(self.run.path / "results.json", results)
         self.log.write("end", results=test)
         return results

@@ -18,8 +18,12 @@ def need(module: str, sink: str, extra: str) -> Any:
 
 def eval_prefix(event: dict, config: dict) -> str:
     """``val/5way_1shot``: an evaluation's split and episode shape, and its
-    evaluator's label when it is not the run's own (``test/5way_1shot/knn[k=3]``)."""
-    prefix = f"{event['split']}/{event['ways']}way_{event['shots']}shot"
+    evaluator's label when it is not the run's own (``test/5way_1shot/knn[k=3]``).
+    The final network's scores on the validation classes (``eval.final_val``:
+    a val evaluation placed by no epoch) are ``val_final/...``, apart from the
+    epoch-by-epoch validation curve."""
+    split = "val_final" if event["split"] == "val" and "epoch" not in event else event["split"]
+    prefix = f"{split}/{event['ways']}way_{event['shots']}shot"
     own = (config.get("evaluator") or {}).get("name", "centroid")
     label = str(event.get("evaluator", own))
     return prefix if label == own else f"{prefix}/{label}"
