@@ -107,6 +107,39 @@ def test_stop_kills_cleanly_and_keeps_the_checkpoint(project):
     assert fslab("stop", run_id, cwd=project).returncode == 2  # nothing left to stop
 
 
+STOP_INSIDE_NUMPYS_IMPORT = textwrap.dedent("""
+    import importlib.abc, os, signal, sys
+    from fslab.execution.worker import Stopped, import_train, stop_on_signals
+
+    class StopOnNumpy(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "numpy":  # torch's C code imports it, and drops any exception the import raises
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGTERM)  # handled at the next line of Python: inside that import
+            return None
+
+    stop_on_signals()
+    sys.meta_path.insert(0, StopOnNumpy())
+    try:
+        import_train()
+        print("not stopped")
+    except Stopped as stop:
+        print("stopped", stop.signum)
+    import numpy
+    print(numpy.multiply(2, 3))
+""")
+
+
+def test_a_stop_while_torch_imports_numpy_is_not_lost():
+    """A stop that lands while torch imports numpy is held back until the import is over, then
+    raised: raised inside, torch's C code discarded it, and the run went on to fail with an
+    unrelated error (seen as `fslab stop` answering 'failed' for a run stopped as it started)."""
+    done = subprocess.run([sys.executable, "-c", STOP_INSIDE_NUMPYS_IMPORT], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [f"stopped {int(signal.SIGTERM)}", "6"]  # and numpy is whole
+
+
 def test_ctrl_c_while_following_stops_the_worker(project):
     follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

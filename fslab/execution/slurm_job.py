@@ -26,7 +26,7 @@ from fslab.execution.handover import take_worker_lock
 from fslab.execution.local import worker_command
 from fslab.execution.slurm import require_submitit
 from fslab.execution.sweep import stop_sweep_of
-from fslab.execution.worker import StatusKeeper, Stopped, record_failure, record_stop, stop_on_signals
+from fslab.execution.worker import StatusKeeper, Stopped, import_train, record_failure, record_stop, stop_on_signals
 
 
 def _fail_fast(run: Run) -> None:
@@ -112,8 +112,7 @@ def train_in_job(job: TrainingJob, run: Run, resume: bool) -> str:
     keeper.start(resume)
     keeper.update(slurm_job_id=job_id, attempts=int(run.status().get("attempts") or 0) + 1)
     try:
-        from fslab.training.train import train
-
+        train = import_train()
         train(run, resume=resume)
     except Stopped as stop:
         record_stop(keeper, stop)

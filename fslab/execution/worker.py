@@ -40,8 +40,10 @@ from fslab.execution.usage import UsageSampler
 RANK_FAILED = ".rank-failed"
 
 
-class Stopped(Exception):
-    """Raised in the main thread when the worker is asked to stop."""
+class Stopped(BaseException):
+    """Raised in the main thread when the worker is asked to stop. A
+    BaseException, as KeyboardInterrupt is, so that no ``except Exception`` on
+    its way (fslab's or a library's) takes a stop for an error to get over."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -104,8 +106,31 @@ class StatusKeeper:
                 os.kill(os.getppid() if under_torchrun else os.getpid(), signal.SIGTERM)
 
 
+_held_back: list[int] | None = None  # while a list, stop signals are noted here instead of raised
+
+
 def _raise_stopped(signum, frame):
+    if _held_back is not None:
+        _held_back.append(signum)
+        return
     raise Stopped(signum)
+
+
+def import_train():
+    """:func:`fslab.training.train.train`, imported with stop signals held back
+    until the import is over, then raised. Importing torch runs C code that
+    imports numpy and discards any exception that import raises: a stop raised
+    there was lost and left numpy half-imported, and the run failed seconds
+    later with an unrelated error instead of ending ``killed``."""
+    global _held_back
+    _held_back = []
+    try:
+        from fslab.training.train import train
+    finally:
+        held, _held_back = _held_back, None
+    if held:
+        raise Stopped(held[0])
+    return train
 
 
 def watch_torchrun() -> None:
@@ -136,8 +161,7 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
     signal.signal(signal.SIGINT, _raise_stopped)
     watch_torchrun()
     try:
-        from fslab.training.train import train
-
+        train = import_train()
         train(run, resume=resume)
         _leave_process_group()
     except Stopped as stop:
@@ -250,8 +274,7 @@ def open_sinks(run: Run):
 
 def _train(run: Run, resume: bool, keeper: StatusKeeper, opened: list) -> int:
     try:
-        from fslab.training.train import train
-
+        train = import_train()
         # The sinks' threads start only now that torch is imported: a sink importing torch.utils.tensorboard
         # while this thread imported torch left torch half initialised for both, and failed the run.
         sinks = open_sinks(run)
