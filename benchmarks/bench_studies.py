@@ -15,9 +15,9 @@ run's own backbone, loss, sampler, augmentation, optimiser and numerics):
   training waits for, and its write to a temporary file, which overlaps the
   next epoch's steps (:class:`fslab.training.checkpoint.CheckpointWriter`);
 * the test: the test split embedded, then ``eval.test_episodes`` of each shot
-  (and, with ``eval.final_val``, the same on the validation split), counted
-  once for each number of classes tested (``eval.ways``, ``eval.extra_ways``;
-  training embeds a split once, so that slightly overstates the extra ones).
+  (and, with ``eval.final_val``, the same on the validation split), at each
+  number of classes tested (``eval.ways``, ``eval.extra_ways``), the split
+  embedded once for all of them as training does.
 
 A run then costs ``epochs × (steps per epoch × step + checkpoint copy +
 the part of its write that outlasts the steps) + validations × validation +
@@ -159,11 +159,11 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
     evaluator = build_evaluator(registry, cfg.evaluator)
     eval_images = args.eval_images or None
 
-    def evaluation(split: str, shots: list[int], episodes: int, centre: bool) -> float:
+    def evaluation(split: str, shots: list[int], episodes: int, centre: bool, ways: list[int]) -> float:
         split_classes, count = shape[split]
         if eval_images:  # fewer classes, each with just the images an episode needs
             need = max(shots) + cfg.eval.queries
-            split_classes = max(cfg.eval.ways, min(split_classes, eval_images // need))
+            split_classes = max(max(ways), min(split_classes, eval_images // need))
             count = split_classes * need
         images = random_images(count, channels, size)
         split_labels = labels_of(split_classes, count)
@@ -173,18 +173,19 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
                 picked = center_count(cfg.eval.center_images, train_images)
                 embed(model, random_images(min(picked, eval_images or picked), channels, size),
                       cfg.eval.batch_size, numerics)
-            features = embed(model, images, cfg.eval.batch_size, numerics)
-            for shots_ in shots:
-                run_episodes(evaluator, split_labels, cfg.eval.ways, shots_, cfg.eval.queries, episodes, 0,
-                             features=features, device=device)
+            features = embed(model, images, cfg.eval.batch_size, numerics)  # once, for every episode shape
+            for ways_ in ways:
+                for shots_ in shots:
+                    run_episodes(evaluator, split_labels, ways_, shots_, cfg.eval.queries, episodes, 0,
+                                 features=features, device=device)
 
         return seconds_of(run, device)
 
-    validation = evaluation("val", [cfg.eval.val_shots], cfg.eval.val_episodes, True)
-    test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, False)  # the last validation's mean
+    validation = evaluation("val", [cfg.eval.val_shots], cfg.eval.val_episodes, True, [cfg.eval.ways])
+    tested = tested_ways(cfg.eval.ways, cfg.eval.extra_ways)
+    test = evaluation("test", list(cfg.eval.shots), cfg.eval.test_episodes, False, tested)  # the last validation's mean
     if cfg.eval.final_val:  # the validation classes scored as the test (a figure study measured there)
-        test += evaluation("val", list(cfg.eval.shots), cfg.eval.test_episodes, False)
-    test *= len(tested_ways(cfg.eval.ways, cfg.eval.extra_ways))  # each tested number of classes (as 5-way's)
+        test += evaluation("val", list(cfg.eval.shots), cfg.eval.test_episodes, False, tested)
     with tempfile.TemporaryDirectory() as folder:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}  # what a checkpoint is made of
         copy = seconds_of(lambda: host_copy(state), device)

@@ -370,6 +370,27 @@ def test_a_pair_fraction_figure_places_protonets_by_the_pairs_they_used(registry
     assert lines == {"NCA": [0.5, 1.0], "ProtoNet": [pytest.approx(0.1)]}
 
 
+def test_a_figure_of_models_tested_at_several_ways_has_a_panel_per_episode_shape(registry, tmp_path):
+    """eval.extra_ways in a figure study: 5- and 20-way points are never drawn in one panel."""
+    data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[])
+    del data["table"]
+    data["sweep"] = data["sweep"][1:]  # ProtoNet at two learning rates
+    data["sweep"][0]["set"]["eval.extra_ways"] = [20]
+    study = parse_study(data, "fig.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    for run in (Run(config.runs_dir / i) for i in outcome.created):
+        lr = run.config()["train"]["lr"]
+        finish(run, {1: [lr + 0.5] * 4, 5: [lr + 0.7] * 4})
+        finish(run, {1: [lr + 0.2] * 4, 5: [lr + 0.3] * 4}, ways=20)
+    figure = figure_data(study_report(study, config.runs_dir), study, config.runs_dir)["synthetic"]
+    drawn = {(p["ways"], p["shots"]): [(q["x"], q["accuracy"]) for q in p["series"][0]["points"]]
+             for p in figure["panels"]}
+    assert list(drawn) == [(5, 1), (5, 5), (20, 1), (20, 5)]
+    for (ways, shots), offset in {(5, 1): 0.5, (5, 5): 0.7, (20, 1): 0.2, (20, 5): 0.3}.items():
+        assert drawn[(ways, shots)] == [(0.05, pytest.approx(0.05 + offset)), (0.1, pytest.approx(0.1 + offset))]
+
+
 def test_gpu_hours_come_only_from_completed_gpu_runs_with_the_same_settings(registry, tmp_path):
     study = parse_study(tiny(), "tiny.toml")
     config = store(tmp_path)

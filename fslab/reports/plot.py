@@ -156,7 +156,7 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
             ax.minorticks_off()
         elif not numeric:
             ax.set_xticks(range(len(categories)), categories)
-        ax.set_title(f"{data['ways']}-way {panel['shots']}-shot ({data['split']})")
+        ax.set_title(f"{panel.get('ways', data['ways'])}-way {panel['shots']}-shot ({data['split']})")
         ax.set_xlabel(AXIS_LABELS.get(data["x"], data["x"]))
         ax.set_ylabel("accuracy (%), mean ± 95% CI")
         ax.grid(True, alpha=0.3)

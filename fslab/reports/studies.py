@@ -192,8 +192,8 @@ def _latex(text: str) -> str:
 
 
 def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
-    """For a figure study with ``plot.x``: one figure per dataset (panels by
-    shots, a line per sweep) in the shape :func:`fslab.reports.plot.draw` takes.
+    """For a figure study with ``plot.x``: one figure per dataset (a panel per
+    episode shape, ways then shots; a line per sweep) in the shape :func:`fslab.reports.plot.draw` takes.
     A sweep without that grid key is placed on a ``loss.pair_fraction`` axis by
     the fraction of pairs its runs' losses used (Fig. 3's ProtoNet points)."""
     if study.plot_x is None:
@@ -204,15 +204,16 @@ def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
                   if r["dataset"] == dataset and r["measured"]]
         placed = [(r, x) for r, x in placed if x is not None]
         panels = []
-        for shots in sorted({r["shots"] for r, _ in placed}):
+        for ways, shots in sorted({(r["ways"], r["shots"]) for r, _ in placed}):
             series: dict[str, list] = {}
             for r, x in placed:
-                if r["shots"] == shots:
+                if (r["ways"], r["shots"]) == (ways, shots):
                     series.setdefault(r["label"], []).append({"x": x, **r["measured"]})
-            panels.append({"shots": shots, "series": [{"label": k, "points": sorted(v, key=lambda p: p["x"])}
-                                                      for k, v in series.items()]})
+            panels.append({"ways": ways, "shots": shots,
+                           "series": [{"label": k, "points": sorted(v, key=lambda p: p["x"])}
+                                      for k, v in series.items()]})
         if panels:
-            figures[dataset] = {"x": study.plot_x, "split": study.split, "ways": placed[0][0]["ways"], "queries": None,
+            figures[dataset] = {"x": study.plot_x, "split": study.split, "ways": panels[0]["ways"], "queries": None,
                                 "panels": panels}
     return figures
 
