@@ -214,7 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for every run, as fslab study run --set (e.g. train.compile=default)")
     parser.add_argument("--image-size", type=int, default=0, help="shrink every image to this size (CPU checks)")
-    parser.add_argument("--batch-size", type=int, default=0, help="at most this many images a step (CPU checks)")
+    parser.add_argument("--batch-size", type=int, default=0,
+                        help="at most this many images a step where the sampler draws train.batch_size; a recipe's "
+                             "own batch composition (mAP's, explicit episodes) is kept (CPU checks)")
     parser.add_argument("--train-images", type=int, default=0, help="at most this many training labels (CPU checks)")
     parser.add_argument("--eval-images", type=int, default=0, help="at most this many images a split (CPU checks)")
     parser.add_argument("--json", type=Path, default=None, help="also write one JSON object per study here")
