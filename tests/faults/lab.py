@@ -127,7 +127,10 @@ class Lab:
         raise Unhandled(f"timed out waiting for {what}")
 
     def first_checkpoint(self, run_dir: Path) -> None:
-        self.wait(lambda: self.events(run_dir, "checkpoint"), what="the first checkpoint")
+        """Until the first checkpoint is on disk: its event comes first, and the
+        file only once the background write has renamed it into place."""
+        self.wait(lambda: self.events(run_dir, "checkpoint") and (run_dir / "checkpoints" / "last.pt").exists(),
+                  what="the first checkpoint")
 
     def ended(self, run_dir: Path, timeout: float = 180.0) -> str:
         return self.wait(lambda: (s := self.status(run_dir).get("state")) in ("completed", "failed", "killed") and s,
