@@ -9,6 +9,7 @@ checkpoint; :meth:`Trainer.finish` runs the test evaluation and writes
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -295,29 +296,22 @@ class Trainer:
         splits = {"test": self.parts.test_split}
         if ecfg.final_val:  # the validation classes scored as the test
             splits["val"] = self.parts.val_split
-        embedded: dict[str, torch.Tensor] = {}  # each split embedded once, however many ways it is tested at
-
-        def features_of(name: str) -> Callable[[], torch.Tensor]:
-            def features() -> torch.Tensor:
-                if name not in embedded:
-                    embedded[name] = self.features_of(splits[name].images)
-                return embedded[name]
-            return features
-
+        # each split embedded once (when its evaluator first asks), however many numbers of classes it is tested at
+        features = {name: functools.cache(lambda split=split: self.features_of(split.images))
+                    for name, split in splits.items()}
         scores = {}
         for ways in tested_ways(ecfg.ways, ecfg.extra_ways):
             for name, split in splits.items():
                 # `center` is still the final network's training mean
                 outcomes = self.evaluate(split, name, ecfg.shots, ecfg.test_episodes, self.center, ways=ways,
                                          epoch=cfg.train.epochs, at={"step": self.step}, save=True,
-                                         features=features_of(name))
+                                         features=features[name])
                 scores[name if ways == ecfg.ways else f"{name}_{ways}way"] = scores_by_shots(outcomes)
         self.checkpoints.wait()  # a completed run has its final checkpoint on disk
         results = {"run": self.run.id, "method": cfg.method, "dataset": cfg.dataset["name"],
                    "backbone": cfg.backbone["name"], "ways": ecfg.ways, "queries": ecfg.queries,
                    "episodes": ecfg.test_episodes, **scores, "best_val_accuracy": self.best_val,
                    "epochs": cfg.train.epochs, "steps": self.step}
-        test = scores["test"]
         atomic_write_json(self.run.path / "results.json", results)
-        self.log.write("end", results=test)
+        self.log.write("end", results=scores["test"])
         return results
