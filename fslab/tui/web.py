@@ -22,15 +22,19 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import os
 import secrets
 import shlex
 import socket
 import sys
+import time
 from urllib.parse import urlsplit
 
 import aiohttp_jinja2
 from aiohttp import hdrs, web
 from textual_serve.server import Server
+
+from fslab.execution.local import child_pids
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 STOP_WAIT_S = 5.0  # at Ctrl+C, how long the open dashboards get to quit
@@ -133,6 +137,13 @@ class DashboardServer(Server):
             task.cancel()
         if sessions:
             await asyncio.wait(sessions, timeout=STOP_WAIT_S + 1)
+        # textual-serve never waits for a dashboard's process: wait here until they are gone and let the
+        # loop see their pipes close. A process transport still open when the loop closes is closed by the
+        # garbage collector later, which then printed a traceback ("Event loop is closed") on Ctrl+C.
+        deadline = time.monotonic() + STOP_WAIT_S
+        while child_pids(os.getpid()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
 
     def serve(self, debug: bool = False) -> None:
         """Listen until Ctrl+C (or SIGTERM), then stop the dashboards it started."""
