@@ -47,8 +47,19 @@ def available(kind: str, pattern: str = "*") -> list[str]:
 
 
 def create(kind: str, name: str, **params: Any) -> Any:
-    """Build a registered component; ``params`` are checked against what it accepts."""
-    return get_registry().create(kind, name, **params)
+    """Build a registered component. ``params`` are checked as a run's
+    configuration is (the names the component declares, their types, its
+    ``allowed`` rules) before anything is built, and the ones not given take
+    its defaults; the values a run fills in itself (a backbone's
+    ``in_channels``, a sampler's ``labels``) are passed as given."""
+    from fslab.core.config import plugin_params
+    from fslab.core.registry import FILLED_IN
+
+    registry = get_registry()
+    if kind in ("method", "study"):
+        return registry.create(kind, name, **params)
+    filled_in = tuple(p for p in FILLED_IN.get(kind, ()) if registry.accepts(kind, name, p))
+    return registry.create(kind, name, **plugin_params(registry, kind, name, params, filled_in=filled_in))
 
 
 def describe(kind: str, name: str) -> dict:

@@ -148,3 +148,64 @@ def test_context_is_passed_only_to_targets_that_name_it(builtin_plugins):
     assert tuple(loss.classifier.weight.shape) == (3, 8)
     nca = registry.create("loss", "nca", temperature=0.5, context={"out_dim": 8, "num_classes": 3})
     assert nca.keywords == {"temperature": 0.5}
+
+
+def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin_plugins):
+    """fslab.create refuses what `fslab run --set` refuses, with the same line
+    (one check: fslab.core.config.plugin_params), and builds with the rest."""
+    import torch
+
+    import fslab
+    from fslab.core.config import resolve
+    from fslab.core.errors import ConfigError
+    from fslab.core.settings import Settings
+
+    registry = fslab.get_registry()
+    for kind, method, params in [("loss", "lpn", {"distance": "manhattan"}), ("loss", "lpn", {"positives": 0}),
+                                 ("loss", "lpn", {"margin": "wide"}), ("loss", "nca", {"temperature": "hot"}),
+                                 ("loss", "nca", {"temprature": 0.5})]:
+        name = "lpn" if method == "lpn" else "nca"
+        with pytest.raises(ConfigError) as from_create:
+            fslab.create(kind, name, **params)
+        with pytest.raises(ConfigError) as from_run:
+            resolve(method, registry=registry, settings=Settings(), overrides=[{kind: {"name": name, **params}}])
+        assert str(from_create.value) == str(from_run.value), params
+    assert "Did you mean 'temperature'? Allowed: pair_fraction, temperature." in str(from_create.value)
+
+    # a loss or evaluator function is bound to its keyword-only parameters, never to what each call passes
+    with pytest.raises(ConfigError, match=r"unknown parameter 'evaluator.support' for evaluator 'centroid'"):
+        fslab.create("evaluator", "centroid", support=torch.zeros(2, 3))
+    with pytest.raises(UsageError, match=r"has no parameter 'labels'"):
+        registry.create("loss", "nca", labels=None)
+
+    # values a run fills in (a backbone's input channels) pass through; declared ones are converted as in a run
+    net = fslab.create("backbone", "conv4", in_channels=1, hidden=8)
+    assert net(torch.zeros(2, 1, 16, 16)).shape == (2, 8)
+    with pytest.raises(ConfigError, match=r"'backbone.in_chanels'.*Did you mean 'in_channels'"):
+        fslab.create("backbone", "conv4", in_chanels=1)
+    loss = fslab.create("loss", "nca", temperature=2)  # an int where the default is a float
+    assert loss.keywords == {"temperature": 2.0, "pair_fraction": 1.0}
+    assert type(loss.keywords["temperature"]) is float
+
+
+def test_every_built_in_parameter_refuses_a_wrong_value_in_one_line(builtin_plugins):
+    """A string, a list or a negative number for each parameter of each
+    built-in loss, sampler and evaluator is a configuration error, never a
+    plugin check that fails on a value it did not expect."""
+    import fslab
+    from fslab.core.config import resolve
+    from fslab.core.errors import FslabError
+    from fslab.core.settings import Settings
+
+    registry = fslab.get_registry()
+    for kind in ("loss", "sampler", "evaluator"):
+        for name in registry.names(kind):
+            component = registry.get(kind, name)
+            method = "protonet" if component.info.get("episodic") or (kind == "sampler" and name != "iid") else "nca"
+            for param in component.params:
+                for value in ("x", [], -1):
+                    try:
+                        resolve(method, registry=registry, settings=Settings(),
+                                overrides=[{kind: {"name": name, param: value}}])
+                    except FslabError as exc:
+                        assert "the check of" not in str(exc), str(exc)

@@ -501,24 +501,13 @@ def _check_types(config: dict, defaults: dict, prefix: str) -> None:
 
 
 def _fill_plugin_params(config: dict, registry) -> None:
-    """Check each plugin section against the plugin's declared parameters and
-    write the defaults of the ones not given, so the saved config is complete."""
+    """Each plugin section checked against its plugin (:func:`plugin_params`), with the
+    defaults of the parameters not given written in, so the saved config is complete."""
     for section in PLUGIN_SECTIONS:
         values = config[section]
-        component = registry.get(section, values["name"])
         fixed = SECTION_KEYS.get(section, ("name",))
-        for key in values:
-            if key not in fixed and key not in component.params:
-                allowed = ", ".join(sorted(component.params)) or "(none)"
-                raise ConfigError(
-                    f"unknown parameter '{section}.{key}' for {section} '{values['name']}'."
-                    f"{did_you_mean(key, component.params)} Allowed: {allowed}."
-                )
-        for key, default in component.params.items():
-            if key in values:
-                values[key] = check_value(f"{section}.{key}", values[key], default)
-            else:
-                values[key] = copy.deepcopy(default)
+        given = {key: value for key, value in values.items() if key not in fixed}
+        values.update(plugin_params(registry, section, values["name"], given))  # given keys keep their place
 
 
 def _fill_sink_params(config: dict, registry) -> None:
@@ -528,19 +517,31 @@ def _fill_sink_params(config: dict, registry) -> None:
 
 
 def sink_params(registry, name: str, given: dict) -> dict:
-    """Sink ``name``'s parameters: ``given`` checked against what it declares
-    (names, types, its ``allowed`` rules), with its defaults for the rest."""
-    component = registry.get("sink", name)
-    for key in given:
-        if key not in component.params:
-            raise ConfigError(f"unknown parameter '{SINKS}.{name}.{key}' for sink '{name}'."
-                              f"{did_you_mean(key, component.params)} "
-                              f"Allowed: {', '.join(sorted(component.params)) or '(none)'}.")
-    params = {key: check_value(f"{SINKS}.{name}.{key}", given[key], default) if key in given
-              else copy.deepcopy(default) for key, default in component.params.items()}
+    """Sink ``name``'s parameters, checked and complete (:func:`plugin_params`)."""
+    return plugin_params(registry, "sink", name, given, f"{SINKS}.{name}")
+
+
+def plugin_params(registry, kind: str, name: str, given: dict, key: str | None = None,
+                  filled_in: tuple[str, ...] = ()) -> dict:
+    """The parameters of component ``name`` of ``kind``: ``given`` checked against
+    what it declares (the names, the types of their defaults, its ``allowed``
+    rules), with its defaults for the rest. The one check of a plugin's
+    parameters, for a run's sections, its sinks, ``fslab export`` and
+    ``fslab.create``; ``key`` names them in messages (``loss``, ``sinks.mlflow``).
+    The names in ``filled_in`` (values fslab fills in at run time, such as a
+    backbone's ``in_channels``) are accepted too and passed on unchecked."""
+    component = registry.get(kind, name)
+    key = key or kind
+    known = [*component.params, *filled_in]
+    for param in given:
+        if param not in known:
+            raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'."
+                              f"{did_you_mean(param, known)} Allowed: {', '.join(sorted(known)) or '(none)'}.")
+    params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
+              else copy.deepcopy(default) for param, default in component.params.items()}
     for param, rule in component.info.get("allowed", {}).items():
-        check_rule(f"{SINKS}.{name}.{param}", params.get(param), rule)
-    return params
+        check_rule(f"{key}.{param}", params.get(param), rule)
+    return {**params, **{param: given[param] for param in filled_in if param in given}}
 
 
 def _check_ranges(config: dict) -> None:

@@ -158,7 +158,7 @@ class Registry:
 
     def accepts(self, kind: str, name: str, param: str) -> bool:
         """Whether building component ``name`` can take ``param`` (a target with ``**kwargs`` takes any)."""
-        accepted = _accepted_names(self.get(kind, name).resolve())
+        accepted = _accepted_names(self.get(kind, name).resolve(), kind)
         return accepted is None or param in accepted
 
     def create(self, kind: str, name: str, context: dict | None = None, **kwargs: Any) -> Any:
@@ -174,7 +174,7 @@ class Registry:
             if kwargs:
                 raise UsageError(f"method '{name}' is a recipe and takes no parameters")
             return dict(target)
-        accepted = _accepted_names(target)
+        accepted = _accepted_names(target, kind)
         if context:
             wanted = set(context) if accepted is None else accepted
             kwargs = {**{k: v for k, v in context.items() if k in wanted and k not in kwargs}, **kwargs}
@@ -205,7 +205,10 @@ def check_kind(kind: str) -> None:
         raise UsageError(unknown("plugin kind", kind, KINDS))
 
 
-def _accepted_names(target: Any) -> set[str] | None:
+def _accepted_names(target: Any, kind: str = "") -> set[str] | None:
+    """The keywords building ``target`` takes (None: any). A loss or evaluator
+    function is bound to its keyword-only parameters only: the others
+    (``z, labels, support``) are what each call passes."""
     func = target.__init__ if inspect.isclass(target) else target
     try:
         params = inspect.signature(func).parameters.values()
@@ -213,6 +216,8 @@ def _accepted_names(target: Any) -> set[str] | None:
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
+    if kind in BOUND_KINDS and not inspect.isclass(target):
+        return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
     return {p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL}
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from fslab_plugins.methods.protonet import DISTANCES, check_distance
 
-from fslab.plugin import UsageError, at_least, hookimpl, one_of
+from fslab.plugin import UsageError, at_least, hookimpl, one_of, positive
 
 PAPER = "Wang et al., Large Margin Meta-Learning for Few-Shot Classification, 2018 (arXiv:1807.02872)"
 
@@ -38,8 +38,8 @@ def _params():
 def check_triplet(params: dict, context=None, name: str = "triplet") -> None:
     """The triplet term's parameters (checked here: the loss module imports torch)."""
     margin, positives, negatives = params["margin"], params["positives"], params["negatives"]
-    if margin is not None and not margin > 0:
-        raise UsageError(f"{name}: margin must be > 0 (or unset to measure it; loss.margin), got {margin}")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0):
+        raise UsageError(f"{name}: margin must be > 0 (or unset to measure it; loss.margin), got {margin!r}")
     if positives < 1 or negatives < 1:
         raise UsageError(f"{name}: positives and negatives must be >= 1 (loss.positives, loss.negatives), "
                          f"got {positives} and {negatives}")
@@ -53,7 +53,8 @@ def check_lpn(params: dict, context=None) -> None:
 
 
 def _allowed() -> dict:
-    return {"positives": at_least(1), "negatives": at_least(1)}
+    # margin: a number > 0, or unset (None) to measure it at initialisation
+    return {"margin": positive(), "positives": at_least(1), "negatives": at_least(1)}
 
 
 @hookimpl

@@ -32,7 +32,7 @@ counts).
 
 from __future__ import annotations
 
-from fslab.plugin import LossOutput, UsageError, hookimpl
+from fslab.plugin import LossOutput, UsageError, at_least, hookimpl, positive
 
 PAPER = (
     "Nguyen, Løkse, Wickstrøm, Kampffmeyer, Roverso & Jenssen, SEN: A Novel Feature Normalization "
@@ -76,8 +76,9 @@ def check_ring(params: dict, context=None) -> None:
     """The Ring loss's parameters (checked here: the loss module imports torch)."""
     if not params["weight"] >= 0:
         raise UsageError(f"ring: weight must be >= 0 (loss.weight), got {params['weight']}")
-    if params["radius"] is not None and not params["radius"] > 0:
-        raise UsageError(f"ring: radius must be > 0 (or unset to measure it; loss.radius), got {params['radius']}")
+    radius = params["radius"]
+    if radius is not None and (isinstance(radius, bool) or not isinstance(radius, (int, float)) or not radius > 0):
+        raise UsageError(f"ring: radius must be > 0 (or unset to measure it; loss.radius), got {radius!r}")
 
 
 def sen(z, labels, support, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> LossOutput:
@@ -141,6 +142,7 @@ def register_losses(register):
         paper=f"{RING}; {PAPER}, Table 2 (Ring PN)",
         episodic=True,
         params={"weight": 0.01, "radius": None},
+        allowed={"weight": at_least(0), "radius": positive()},  # radius unset (None): measured at the start
         check=check_ring,
         description="ProtoNet + weight × Ring loss (mean (||z|| - R)²/2, R learned), the SEN paper's baseline.",
     )
