@@ -85,9 +85,17 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     (["--shots", "one"], "--shots takes whole numbers separated by commas"),
     (["--split", "train"], "--split must be test or val"),
     (["--evaluator", "centriod"], "Unknown evaluator 'centriod'. Did you mean 'centroid'?"),
+    (["--device", "cuda:x"], "config key 'device' must be auto, cpu, cuda or cuda:N, got 'cuda:x'"),
     ([], "has no checkpoint yet"),
+    (["damaged"], "config.json is missing or not a JSON object"),
 ])
 def test_eval_bad_input(project, argv, message):
-    run = create_run(project / "runs", "nca", {"method": "nca"})
+    from fslab.core.config import CONFIG_VERSION, DEFAULTS
+
+    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": CONFIG_VERSION})
+    if argv == ["damaged"]:
+        (run.path / "config.json").write_text('{"method": "nca", ')  # cut short
+        argv = []
     result = fslab("eval", run.id, *argv, cwd=project)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

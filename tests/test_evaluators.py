@@ -410,12 +410,23 @@ def test_fslab_eval_with_every_feature_evaluator(trained_run, builtin_plugins, m
     assert any(n.startswith("test-retrieval-map-5way-1shot-9q-30ep") for n in saved)
 
     # bad parameters are usage errors (fslab's main turns them into one line and exit code 2)
-    bad = runner.invoke(app, ["eval", run_id, "--evaluator", "knn", "--set", "evaluator.kk=3"])
-    assert isinstance(bad.exception, UsageError) and "has no parameter 'kk'. Did you mean 'k'?" in str(bad.exception)
-    bad = runner.invoke(app, ["eval", run_id, "--set", "eval.center=false"])
-    assert isinstance(bad.exception, UsageError) and "evaluator parameters" in str(bad.exception)
-    bad = runner.invoke(app, ["eval", run_id, "--evaluator", "knn", "--set", "evaluator.k=2.5"])
-    assert isinstance(bad.exception, UsageError) and "must be like its default" in str(bad.exception)
+    # (each checked as `fslab run --set` checks it: the same lines)
+    for argv, message in [
+        (["--evaluator", "knn", "--set", "evaluator.kk=3"],
+         "unknown parameter 'evaluator.kk' for evaluator 'knn'. Did you mean 'k'? Allowed: k, ties."),
+        (["--set", "eval.center=false"], "evaluator parameters"),
+        (["--evaluator", "knn", "--set", "evaluator.k=2.5"], "config key 'evaluator.k' must be an integer, got 2.5"),
+        (["--evaluator", "knn", "--set", "evaluator.k=-1"], "config key 'evaluator.k' must be at least 0, got -1"),
+        (["--evaluator", "knn", "--set", "evaluator.ties=nearst"], "Did you mean 'nearest'?"),
+        (["--device", "tpu"], "config key 'device' must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+    ]:
+        bad = runner.invoke(app, ["eval", run_id, *argv])
+        assert isinstance(bad.exception, UsageError) and message in str(bad.exception), (argv, bad.exception)
+    # a CUDA device this machine lacks: a usage error, as for `fslab run`, not torch's RuntimeError
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    bad = runner.invoke(app, ["eval", run_id, "--device", "cuda"])
+    assert isinstance(bad.exception, UsageError) and "device 'cuda' needs a CUDA GPU" in str(bad.exception)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
 
     # and once as a real subprocess, in text: the score is labelled mAP
     text = fslab("eval", run_id, "--evaluator", "retrieval-map", "--episodes", "30", cwd=folder, env=env)

@@ -56,9 +56,13 @@ def eval_(
     if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or (episodes is not None and episodes < 1):
         raise UsageError("episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes >= 1")
     run_ = find_run(settings().runs_dir, ref)
-    # an unknown evaluator or parameter fails before torch loads
-    component = registry().get("evaluator", evaluator or run_.config()["evaluator"]["name"])
-    params = _evaluator_params(set_ or [], component)
+    # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
+    found = registry()
+    cfg = run_.run_config()  # a missing or damaged config.json: one line
+    name = evaluator or cfg.evaluator["name"]
+    found.get("evaluator", name)
+    params = _evaluator_params(set_ or [], found, name)
+    _check_device(device or cfg.device)
     from fslab.core.events import accuracy_text
     from fslab.training.run_eval import evaluate_run
 
@@ -77,29 +81,29 @@ def eval_(
                           highlight=False)
 
 
-def _evaluator_params(assignments: list[str], component) -> dict:
-    """``--set evaluator.k=3`` -> ``{"k": 3}``, checked against the evaluator's
-    parameters and the types of their defaults."""
-    from fslab.core.config import parse_assignment
-    from fslab.core.errors import did_you_mean
+def _evaluator_params(assignments: list[str], found, name: str) -> dict:
+    """``--set evaluator.k=3`` -> ``{"k": 3}``, checked as a run's evaluator
+    section is (names, types, the evaluator's declared rules)."""
+    from fslab.core.config import parse_assignment, plugin_params
 
-    params = {}
+    given = {}
     for text in assignments:
         path, value = parse_assignment(text)
         if len(path) != 2 or path[0] != "evaluator":
             raise UsageError(f"fslab eval --set takes evaluator parameters (evaluator.NAME=VALUE), got '{text}'")
-        key = path[1]
-        if key not in component.params:
-            allowed = ", ".join(sorted(component.params)) or "(none)"
-            raise UsageError(f"evaluator '{component.name}' has no parameter '{key}'."
-                             f"{did_you_mean(key, component.params)} Allowed: {allowed}.")
-        default = component.params[key]
-        numbers = (int, float) if isinstance(default, float) else (int,)
-        if isinstance(default, bool) != isinstance(value, bool) or (
-                isinstance(default, (int, float)) and not isinstance(value, numbers)):
-            raise UsageError(f"evaluator.{key} must be like its default {default!r}, got {value!r}")
-        params[key] = float(value) if isinstance(default, float) else value
-    return params
+        given[path[1]] = value
+    checked = plugin_params(found, "evaluator", name, given)
+    return {key: checked[key] for key in given}  # the others stay the run's own
+
+
+def _check_device(device: str) -> None:
+    """The device ``fslab eval`` would use, checked as ``fslab run --device`` is."""
+    from fslab.core.config import RunConfig
+    from fslab.core.limits import check_fields
+    from fslab.execution.checks import check_device
+
+    check_fields(RunConfig, {"device": device})
+    check_device({"device": device, "train": {"processes": 1}})
 
 
 @app.command("compare")
