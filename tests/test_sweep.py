@@ -26,6 +26,12 @@ def test_grid_parsing_and_expansion():
     assert [c[-1]["seed"] for c in combos[:6]] == [10, 11, 12, 13, 14, 10]
     with pytest.raises(ConfigError, match="--grid expects key=v1,v2"):
         parse_grid(["train.lr"])
+    # a key given twice (here once through its alias) or a value listed twice would silently drop
+    # values or train the same runs twice
+    with pytest.raises(ConfigError, match=r"--grid names 'train.lr' twice; give all its values in one"):
+        parse_grid(["lr=0.1", "train.lr=0.2"])
+    with pytest.raises(ConfigError, match=r"--grid train.batch_size lists 128.0 twice"):
+        parse_grid(["batch_size=128,256,128.0"])
     with pytest.raises(UsageError, match="--seeds must be at least 1"):
         expand(grid, seeds=0)
 

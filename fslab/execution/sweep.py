@@ -9,6 +9,7 @@ up. The sweep itself is recorded in ``runs/sweeps/<id>.json``.
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 import time
 from pathlib import Path
@@ -36,8 +37,20 @@ def parse_grid(texts: list[str]) -> dict[str, list]:
         if not sep or not raw.strip():
             raise ConfigError(f"--grid expects key=v1,v2,... (e.g. train.lr=0.1,0.05), got '{text}'")
         key = ALIASES.get(key.strip(), key.strip())
+        if key in grid:
+            raise ConfigError(f"--grid names '{key}' twice; give all its values in one: --grid {key}=v1,v2,...")
         grid[key] = [parse_assignment(f"{key}={value}")[1] for value in raw.split(",")]
+        check_distinct(f"--grid {key}", grid[key])
     return grid
+
+
+def check_distinct(where: str, values: list) -> None:
+    """A ConfigError for a grid that lists a value twice (it would train the same runs twice)."""
+    seen = []
+    for value in values:
+        if value in seen:
+            raise ConfigError(f"{where} lists {json.dumps(value)} twice; each value makes its own runs: list it once")
+        seen.append(value)
 
 
 def read_sweep_file(path: Path) -> dict:
@@ -53,6 +66,7 @@ def read_sweep_file(path: Path) -> dict:
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: grid.{key} must be a non-empty list of values")
+        check_distinct(f"{path}: grid.{key}", values)
     return data
 
 

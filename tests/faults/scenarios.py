@@ -280,6 +280,8 @@ BAD_INPUTS = {
     "a sweep with a bad grid value": (["sweep", "nca", "--grid", "train.lr=0.1,fast"], None),
     "a sweep file with an unknown key": (["sweep", "--file", "sweep.toml"],
                                          "sweep.toml:method = 'nca'\nseeds = 2\nbogus = 1\n"),
+    "a sweep file listing a grid value twice": (["sweep", "--file", "sweep.toml"],
+                                                "sweep.toml:method = 'nca'\n[grid]\n'train.lr' = [0.1, 0.1]\n"),
     "resume of a run that does not exist": (["resume", "nosuchrun"], None),
     "eval of a run that does not exist": (["eval", "nosuchrun"], None),
     "compare in an unknown format": (["compare", "all", "--format", "xlsx"], None),
