@@ -491,6 +491,22 @@ def test_one_data_root_for_a_study_on_several_datasets_is_refused(registry):
     assert layers[0] == {"dataset": {"name": "miniimagenet", "root": "/data/mini"}}
 
 
+def test_set_may_not_fix_what_the_study_varies_or_assigns(registry):
+    """A grid key fixed by --set would make every point of the grid the same run
+    (the study's figure collapsing to one batch size); the seed and the dataset
+    are the study's to give each run."""
+    study = find_study(registry, "nca-fig2")
+    with pytest.raises(UsageError, match=r"--set train.batch_size: study nca-fig2 varies it \(sweep 'nca' runs "
+                                         r"128, 256\), so one value would make those runs the same"):
+        plan_runs(study, "quick", extra=({"train": {"batch_size": 64}},))
+    with pytest.raises(UsageError, match=r"--set seed: study nca-fig2 numbers each run's seed itself"):
+        plan_runs(study, "quick", extra=({"seed": 3},))
+    with pytest.raises(UsageError, match=r"--set dataset.name: train study nca-fig2 on another dataset with --dataset"):
+        plan_runs(study, "quick", extra=({"dataset": {"name": "synthetic"}},))
+    fixed = plan_runs(study, "quick", extra=({"train": {"lr": 0.05}},))  # what the study fixes may change
+    assert len(fixed) == study.run_count("quick") and all({"train": {"lr": 0.05}} in p.layers for p in fixed)
+
+
 def test_quick_dataset_keys_apply_only_on_the_quick_dataset():
     data = tiny(quick={"seeds": 1, "set": {"dataset.classes": 60, "train.epochs": 1}})
     study = parse_study(data, "tiny.toml")

@@ -151,6 +151,8 @@ def run(
     command again picks up where an interrupted study stopped.
 
     --dataset trains every sweep on that dataset instead (the report then says the numbers are not comparable).
+    --set changes a setting the study fixes (not comparable either); a key the study varies, the seed and the
+    dataset are the study's own and are refused.
     """
     from fslab.execution import executor as executors
 

@@ -367,6 +367,7 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
     keys apply only to runs on the quick scale's own dataset."""
     if scale not in SCALES:
         raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    check_extra(study, scale, extra)
     used = sorted({run_dataset(study, scale, d, dataset) for s in study.sweeps for d in s.datasets})
     if data_root and len(used) > 1:
         raise UsageError(f"--data-root names one folder, but study {study.name} trains on {', '.join(used)}: "
@@ -390,6 +391,23 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
                     layers = (*base, *at, *quick, *extra, {"seed": seed})
                     planned.append(PlannedRun(sweep.name, name, point, seed, sweep.method, layers))
     return planned
+
+
+def check_extra(study: Study, scale: str, extra: tuple[dict, ...]) -> None:
+    """``--set`` may change what the study fixes, not what it varies (a grid
+    key: every point of that grid would become the same run) nor the seed and
+    dataset it gives each run itself."""
+    for key in (key for layer in extra for key in dotted(layer)):
+        if key == "seed":
+            raise UsageError(f"--set seed: study {study.name} numbers each run's seed itself (its sweeps' seeds); "
+                             f"leave it out")
+        if key == "dataset.name":
+            raise UsageError(f"--set dataset.name: train study {study.name} on another dataset with --dataset NAME")
+        for sweep in study.sweeps:
+            if key in sweep.grid:
+                values = sorted({json.dumps(point[key]) for point in study.points(sweep, scale)})
+                raise UsageError(f"--set {key}: study {study.name} varies it (sweep '{sweep.name}' runs "
+                                 f"{', '.join(values)}), so one value would make those runs the same; leave it out")
 
 
 # Keys that do not change what a run learns or how it is scored: runs that
