@@ -216,6 +216,28 @@ def test_no_bracketed_word_of_a_help_text_is_eaten_as_markup():
         assert not missing, f"fslab {' '.join(path)} --help lost {missing}"
 
 
+def test_help_paragraphs_fill_the_terminal_width():
+    """fslab's main reflows every paragraph of a help text to the terminal (typer
+    keeps the line breaks of all but the first): at 80 columns no prose line
+    ends where the next line's first word would still have fitted, except in a
+    paragraph marked to keep its lines (click's \\b)."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+    from fslab.cli.typer_compat import reflow_help_paragraphs
+
+    reflow_help_paragraphs()
+    for path, command in _every_command():
+        kept = {re.sub(r"\[/?\w+\]", "", line).strip() for paragraph in (command.help or "").split("\n\n")
+                if paragraph.strip().startswith("\b") for line in paragraph.splitlines()}
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}).output
+        prose = shown.split("╭")[0].splitlines()  # the description, above the boxes of options
+        for line, after in zip(prose, prose[1:]):
+            if line.strip() and after.strip() and line.strip() not in kept:
+                assert len(line.rstrip()) + 1 + len(after.split()[0]) > 79, \
+                    f"fslab {' '.join(path)} --help breaks early: {line.strip()!r} / {after.strip()!r}"
+
+
 def test_the_readme_cites_papers_not_a_missing_spec():
     from pathlib import Path
 

@@ -61,15 +61,19 @@ def main() -> None:
     file the system refused (a full disk, a read-only store, another user's
     folder), naming the file."""
     if len(sys.argv) == 1 or {"-h", "--help"} & set(sys.argv[1:]):
-        from fslab.cli.typer_compat import help_without_markdown
+        from fslab.cli.typer_compat import help_without_markdown, reflow_help_paragraphs
 
         help_without_markdown()
+        reflow_help_paragraphs()
     click = _click_exceptions()
     try:
         code = app(standalone_mode=False)  # parse errors come back here instead of typer's box
-    except click.NoArgsIsHelpError as exc:  # `fslab` alone: the help, as typer shows it
+    except click.NoArgsIsHelpError as exc:  # `fslab` or `fslab study` alone: the help, as typer shows it
         from typer.rich_utils import rich_format_error
 
+        from fslab.cli.typer_compat import reflow_help_paragraphs
+
+        reflow_help_paragraphs()
         rich_format_error(exc)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

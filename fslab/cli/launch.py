@@ -212,7 +212,8 @@ def sweep(
 
     Every combination is checked as fslab run checks one before anything is queued.
 
-    [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold];
+    \b
+    [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
     [bold]fslab sweep resume SWEEP[/bold] queues again what failed or was lost.
     """
     from fslab.execution import executor as executors

@@ -1,4 +1,4 @@
-"""Two adjustments to the typer fslab runs on, each a no-op on a typer without
+"""Adjustments to the typer fslab runs on, each a no-op on a typer without
 the internals it changes (so an older or newer typer still works, as it would
 without them):
 
@@ -9,6 +9,7 @@ without them):
   a pydantic TypeAdapter, and importing pydantic for that alone costs about a
   third of a command's start-up (0.1 s and more on a 2-core machine). Any other
   type goes through typer as before;
+- help paragraphs reflowed to the terminal (:func:`reflow_help_paragraphs`);
 - help without Markdown or tracebacks: typer's help module imports
   rich.markdown (and markdown-it, ~35 ms) to render help written in Markdown,
   which fslab's (Rich markup) never is, and rich.traceback (with pygments and
@@ -120,6 +121,28 @@ def help_without_markdown() -> None:
         for module, placeholder in placeholders.items():
             if sys.modules.get(module) is placeholder:
                 del sys.modules[module]
+
+
+def reflow_help_paragraphs() -> None:
+    """Every paragraph of a command's help reflowed to the terminal's width, as
+    typer already does with the first (and click with all): typer keeps the
+    line breaks of the others, so a docstring wrapped at the source's 120
+    columns came out ragged at 80. A paragraph that starts with ``\\b``
+    (click's mark) keeps its lines. Call it before help is printed."""
+    try:
+        from typer import rich_utils
+    except ImportError:  # pragma: no cover - a typer without it
+        return
+    join = getattr(rich_utils, "_fix_linebreaks", None)
+    if join is None or getattr(join, "reflows", False):
+        return
+
+    def reflowed(paragraphs: list[str], markup_mode: Any) -> str:
+        return join([p[1:].lstrip("\n") if p.startswith("\b") else " ".join(p.split()) for p in paragraphs],
+                    markup_mode)
+
+    reflowed.reflows = True
+    rich_utils._fix_linebreaks = reflowed
 
 
 def adjust_typer() -> None:
