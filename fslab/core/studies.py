@@ -405,7 +405,7 @@ def check_extra(study: Study, scale: str, extra: tuple[dict, ...]) -> None:
             raise UsageError(f"--set dataset.name: train study {study.name} on another dataset with --dataset NAME")
         for sweep in study.sweeps:
             if key in sweep.grid:
-                values = sorted({json.dumps(point[key]) for point in study.points(sweep, scale)})
+                values = list(dict.fromkeys(json.dumps(point[key]) for point in study.points(sweep, scale)))
                 raise UsageError(f"--set {key}: study {study.name} varies it (sweep '{sweep.name}' runs "
                                  f"{', '.join(values)}), so one value would make those runs the same; leave it out")
 

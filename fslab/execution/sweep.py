@@ -49,7 +49,8 @@ def check_distinct(where: str, values: list) -> None:
     seen = []
     for value in values:
         if value in seen:
-            raise ConfigError(f"{where} lists {json.dumps(value)} twice; each value makes its own runs: list it once")
+            raise ConfigError(f"{where} lists {json.dumps(value, default=str)} twice; "
+                              f"each value makes its own runs: list it once")
         seen.append(value)
 
 
