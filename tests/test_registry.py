@@ -161,14 +161,12 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
     from fslab.core.settings import Settings
 
     registry = fslab.get_registry()
-    for kind, method, params in [("loss", "lpn", {"distance": "manhattan"}), ("loss", "lpn", {"positives": 0}),
-                                 ("loss", "lpn", {"margin": "wide"}), ("loss", "nca", {"temperature": "hot"}),
-                                 ("loss", "nca", {"temprature": 0.5})]:
-        name = "lpn" if method == "lpn" else "nca"
+    for name, params in [("lpn", {"distance": "manhattan"}), ("lpn", {"positives": 0}), ("lpn", {"margin": "wide"}),
+                         ("nca", {"temperature": "hot"}), ("nca", {"temprature": 0.5})]:  # each method's own loss
         with pytest.raises(ConfigError) as from_create:
-            fslab.create(kind, name, **params)
+            fslab.create("loss", name, **params)
         with pytest.raises(ConfigError) as from_run:
-            resolve(method, registry=registry, settings=Settings(), overrides=[{kind: {"name": name, **params}}])
+            resolve(name, registry=registry, settings=Settings(), overrides=[{"loss": {"name": name, **params}}])
         assert str(from_create.value) == str(from_run.value), params
     assert "Did you mean 'temperature'? Allowed: pair_fraction, temperature." in str(from_create.value)
 

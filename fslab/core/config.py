@@ -539,9 +539,15 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
                               f"{did_you_mean(param, known)} Allowed: {', '.join(sorted(known)) or '(none)'}.")
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
+    _check_declared_rules(component, params, key)
+    return {**params, **{param: given[param] for param in filled_in if param in given}}
+
+
+def _check_declared_rules(component, params: dict, key: str) -> None:
+    """The rules ``component`` declares for its parameters (``register(..., allowed={...})``)
+    against ``params``; ``key`` names them in the message (``loss``, ``sinks.mlflow``)."""
     for param, rule in component.info.get("allowed", {}).items():
         check_rule(f"{key}.{param}", params.get(param), rule)
-    return {**params, **{param: given[param] for param in filled_in if param in given}}
 
 
 def _check_ranges(config: dict) -> None:
@@ -592,8 +598,7 @@ def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = 
         fixed = SECTION_KEYS.get(section, ("name",))
         # A run saved before a parameter existed lacks it, and the plugin gets its default.
         params = copy.deepcopy({**component.params, **{k: v for k, v in values.items() if k not in fixed}})
-        for param, rule in component.info.get("allowed", {}).items():  # register(..., allowed={...})
-            check_rule(f"{section}.{param}", params.get(param), rule)
+        _check_declared_rules(component, params, section)
         check = component.info.get("check")
         if check is None:
             continue
