@@ -1,5 +1,6 @@
 """The plugin registry: discovery, failures, duplicates, parameters."""
 
+import re
 import textwrap
 
 import pytest
@@ -181,6 +182,19 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
     assert net(torch.zeros(2, 1, 16, 16)).shape == (2, 8)
     with pytest.raises(ConfigError, match=r"'backbone.in_chanels'.*Did you mean 'in_channels'"):
         fslab.create("backbone", "conv4", in_chanels=1)
+    # ... and the whole numbers among them are checked as a run's would be, before torch sees them
+    for value, expected in [("3", "must be an integer, got '3'"), (3.0, "must be an integer, got 3.0"),
+                            (0, "must be at least 1, got 0")]:
+        with pytest.raises(ConfigError, match=rf"^config key 'backbone.in_channels' {re.escape(expected)}$"):
+            fslab.create("backbone", "conv4", in_channels=value)
+    with pytest.raises(ConfigError, match=r"^config key 'sampler.seed' must be a whole number from 0"):
+        fslab.create("sampler", "iid", labels=[0, 1, 0, 1], batch_size=2, seed=-1)
+    assert fslab.create("sampler", "iid", labels=[0, 1, 0, 1], batch_size=2, seed=0).batch_size == 2
+    # a kind or name that is not a string is an unknown one, not a TypeError
+    with pytest.raises(UsageError, match=r"^Unknown plugin kind 'None'\. Allowed: backbone,"):
+        fslab.create(None, "nca")
+    with pytest.raises(UsageError, match=r"^Unknown loss '1'\. Allowed: lpn,"):
+        fslab.create("loss", 1)
     loss = fslab.create("loss", "nca", temperature=2)  # an int where the default is a float
     assert loss.keywords == {"temperature": 2.0, "pair_fraction": 1.0}
     assert type(loss.keywords["temperature"]) is float

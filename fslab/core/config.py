@@ -521,6 +521,12 @@ def sink_params(registry, name: str, given: dict) -> dict:
     return plugin_params(registry, "sink", name, given, f"{SINKS}.{name}")
 
 
+# The values fslab fills in (fslab.core.registry.FILLED_IN) that are whole
+# numbers: a caller of fslab.create who passes one gets the check a run's would.
+FILLED_IN_COUNTS = {"out_dim": at_least(1), "num_classes": at_least(1), "in_channels": at_least(1),
+                    "image_size": at_least(1), "batch_size": at_least(1), "seed": SEED}
+
+
 def plugin_params(registry, kind: str, name: str, given: dict, key: str | None = None,
                   filled_in: tuple[str, ...] = ()) -> dict:
     """The parameters of component ``name`` of ``kind``: ``given`` checked against
@@ -529,7 +535,8 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     parameters, for a run's sections, its sinks, ``fslab export`` and
     ``fslab.create``; ``key`` names them in messages (``loss``, ``sinks.mlflow``).
     The names in ``filled_in`` (values fslab fills in at run time, such as a
-    backbone's ``in_channels``) are accepted too and passed on unchecked."""
+    backbone's ``in_channels``) are accepted too and passed on; the whole numbers
+    among them (FILLED_IN_COUNTS) are checked first."""
     component = registry.get(kind, name)
     key = key or kind
     known = [*component.params, *filled_in]
@@ -540,6 +547,10 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
     _check_declared_rules(component, params, key)
+    for param in filled_in:
+        if param in given and param in FILLED_IN_COUNTS:
+            check_rule(f"{key}.{param}", check_value(f"{key}.{param}", given[param], 0),
+                       FILLED_IN_COUNTS[param]["allowed"])
     return {**params, **{param: given[param] for param in filled_in if param in given}}
 
 

@@ -36,6 +36,8 @@ class RunNotFound(UsageError):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean 'x'?' for the closest choice, or ''."""
+    if not isinstance(word, str):
+        return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" Did you mean '{close[0]}'?" if close else ""
 
