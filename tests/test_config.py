@@ -160,6 +160,23 @@ def test_wrong_type_names_key_and_expected_type(registry):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.flip=1"))
     config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.lr=1"))
     assert config["train"]["lr"] == 1.0 and isinstance(config["train"]["lr"], float)
+    # a list key whose default is empty still types its values (from the field's tuple[int, ...])
+    for value in ("[2.5]", "[3.0]", '["3"]'):
+        with pytest.raises(ConfigError, match=r"^config key 'eval.extra_ways\[0\]' must be an integer, got "):
+            resolve("nca", registry=registry, settings=Settings(), overrides=cli(f"eval.extra_ways={value}"))
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.extra_ways=[20]"))
+    assert config["eval"]["extra_ways"] == [20]
+
+
+def test_the_method_is_the_commands_argument_not_a_setting(registry, tmp_path):
+    """Set anywhere else, the method was silently replaced by the argument."""
+    with pytest.raises(ConfigError) as error:
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("method=protonet"))
+    assert str(error.value) == "option: 'method' is not a setting; name the method as the command's argument " \
+                               "instead (fslab run protonet)"
+    settings = settings_from(tmp_path, '[run]\nmethod = "protonet"\n')
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(settings.path))}: \[run\]: 'method' is not a setting"):
+        resolve("nca", registry=registry, settings=settings)
 
 
 def test_unknown_method_or_plugin_suggests(registry):

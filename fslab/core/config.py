@@ -34,6 +34,7 @@ import math
 import os
 import re
 import sys
+import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -186,16 +187,32 @@ def _saved_form(value: Any) -> Any:
 # not a setting: resolve() stamps it.
 DEFAULTS: dict[str, Any] = {k: v for k, v in RunConfig().as_dict().items() if k != "config_version"}
 
+
+def _list_items() -> dict[str, list]:
+    """Each list key with a one-item list of its item type (``eval.extra_ways``:
+    ``[0]``), so values given for a key whose default is empty are typed too."""
+    out = {}
+    for prefix, section in (("train.", TrainConfig), ("eval.", EvalConfig)):
+        for name, hint in typing.get_type_hints(section).items():
+            if typing.get_origin(hint) is tuple:
+                out[prefix + name] = [typing.get_args(hint)[0]()]
+    return out
+
+
+LIST_ITEMS = _list_items()
+
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
 
-def parse_assignment(text: str) -> tuple[list[str], Any]:
+def parse_assignment(text: str, option: str = "--set") -> tuple[list[str], Any]:
     """``'train.lr=0.05'`` -> (['train', 'lr'], 0.05). Values are TOML values;
-    anything that is not valid TOML is taken as a string (``loss.name=nca``)."""
+    anything that is not valid TOML is taken as a string (``loss.name=nca``).
+    ``option`` names the option in the message about a malformed one."""
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set expects key=value (e.g. train.lr=0.05), got '{text}'")
+        example = {"--slurm": "partition=gpu"}.get(option, "train.lr=0.05")
+        raise ConfigError(f"{option} expects key=value (e.g. {example}), got '{text}'")
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
@@ -245,6 +262,10 @@ def resolve(
     _check_shape(toml_layer, f"{settings.path}: [run]")
     for layer in overrides:
         _check_shape(layer, "option")
+    for layer, source in [(toml_layer, f"{settings.path}: [run]"), *((layer, "option") for layer in overrides)]:
+        if "method" in layer:
+            raise ConfigError(f"{source}: 'method' is not a setting; name the method as the command's "
+                              f"argument instead (fslab run {layer['method']})")
 
     # The dataset must be known before its defaults can be layered in.
     dataset_name = DEFAULTS["dataset"]["name"]
@@ -497,7 +518,8 @@ def _check_types(config: dict, defaults: dict, prefix: str) -> None:
         if isinstance(default, dict):
             _check_types(config[key], default, f"{prefix}{key}.")
         else:
-            config[key] = check_value(f"{prefix}{key}", config[key], default)
+            name = f"{prefix}{key}"
+            config[key] = check_value(name, config[key], default or LIST_ITEMS.get(name, default))
 
 
 def _fill_plugin_params(config: dict, registry) -> None:

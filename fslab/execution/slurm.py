@@ -64,7 +64,7 @@ def job_options(settings, overrides: list[str] | None = None) -> SlurmSettings:
     """``[slurm]`` from fslab.toml with ``--slurm key=value`` overrides (TOML values), checked."""
     options = {}
     for text in overrides or []:
-        path, value = parse_assignment(text)
+        path, value = parse_assignment(text, "--slurm")
         key = ".".join(path)
         if key not in SLURM_KEYS:
             raise ConfigError(f"unknown --slurm key '{key}'.{did_you_mean(key, SLURM_KEYS)} "
