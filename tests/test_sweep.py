@@ -34,6 +34,52 @@ def test_grid_parsing_and_expansion():
         parse_grid(["batch_size=128,256,128.0"])
     with pytest.raises(UsageError, match="--seeds must be at least 1"):
         expand(grid, seeds=0)
+    # commas inside a list value do not split it; an empty key is named as a --grid mistake
+    assert parse_grid(["train.milestones=[0.5,0.7],[0.3]", 'dataset="a,b",c']) == {
+        "train.milestones": [[0.5, 0.7], [0.3]], "dataset.name": ["a,b", "c"]}
+    with pytest.raises(ConfigError) as error:
+        parse_grid(["=1,2"])
+    assert str(error.value) == "--grid expects key=v1,v2,... (e.g. train.lr=0.1,0.05), got '=1,2'"
+    # what a sweep sets itself is no grid key: seeds would repeat one seed, a method would be dropped
+    with pytest.raises(ConfigError, match=r"^--grid seed: a sweep's seeds come from --seeds N"):
+        parse_grid(["seed=5,6"])
+    with pytest.raises(ConfigError, match=r"^--grid method: a sweep runs one method"):
+        parse_grid(["method=nca,protonet"])
+    # a typo in --seeds is refused before any combination is built
+    with pytest.raises(UsageError, match=r"^this sweep makes 12,000,000 runs, more than one sweep may queue"):
+        expand(grid, seeds=1_000_000)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('seeds = "5"', "'seeds' must be a whole number of at least 1 (seeds per combination), got '5'"),
+    ("seeds = 2.5", "'seeds' must be a whole number of at least 1 (seeds per combination), got 2.5"),
+    ("seeds = true", "'seeds' must be a whole number of at least 1 (seeds per combination), got True"),
+    ('fail_fast = "yes"', "'fail_fast' must be true or false, got 'yes'"),
+    ("grid = 5", "'grid' must be a table ([grid] followed by key = value lines), got 5"),
+    ("set = [1]", "'set' must be a table ([set] followed by key = value lines), got [1]"),
+    ("seed = 1", "unknown key 'seed'. Did you mean 'seeds'? Allowed: fail_fast, grid, method, seeds, set."),
+    ("[grid]\nseed = [1, 2]", "grid.seed: a sweep's seeds come from --seeds N"),
+    ("[grid.train]\nlr = [0.1, 0.1]", "grid.train.lr lists 0.1 twice"),
+])
+def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path, text, message):
+    from fslab.execution.sweep import read_sweep_file
+
+    path = tmp_path / "s.toml"
+    path.write_text(f'method = "nca"\n{text}\n')
+    with pytest.raises(ConfigError) as error:
+        read_sweep_file(path)
+    assert str(error.value).startswith(f"{path}: {message}")
+
+
+def test_a_sweep_file_takes_dotted_and_nested_keys(tmp_path):
+    from fslab.execution.sweep import read_sweep_file
+
+    path = tmp_path / "s.toml"
+    path.write_text('method = "nca"\n[grid]\n"train.lr" = [0.1, 0.2]\n[grid.loss]\ntemperature = [1.0]\n'
+                    '[set.train]\nepochs = 2\n')
+    spec = read_sweep_file(path)
+    assert spec["grid"] == {"train.lr": [0.1, 0.2], "loss.temperature": [1.0]}
+    assert spec["set"] == {"train.epochs": 2}
 
 
 def states(project):
@@ -160,6 +206,26 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
 def test_sweep_with_a_bad_value_writes_nothing(project):
     result = fslab("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
     assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got 'two'" in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_a_sweep_refuses_a_grid_key_an_option_also_sets_and_a_method_its_file_contradicts(project):
+    """The grid's values would silently replace the option's: nothing is queued."""
+    for args in (["--batch-size", "64", "--grid", "batch_size=128,256"],
+                 ["--set", "train.lr=0.5", "--grid", "train.lr=0.1,0.2"]):
+        result = fslab("sweep", "nca", "--device", "cpu", *args, cwd=project)
+        key = "train.batch_size" if "--batch-size" in args else "train.lr"
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == f"error: '{key}' is both a grid key and set by an option or the sweep " \
+                                        f"file's [set]; the grid's values would replace it: leave out one of the two"
+    (project / "s.toml").write_text('method = "nca"\n[set]\n"train.lr" = 0.3\n[grid]\n"train.lr" = [0.1]\n')
+    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    assert result.returncode == 2 and "'train.lr' is both a grid key" in result.stderr
+    (project / "s.toml").write_text('method = "nca"\n')
+    result = fslab("sweep", "protonet", "--file", "s.toml", "--device", "cpu", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: s.toml sweeps method 'nca', but the command names protonet; " \
+                                    "leave METHOD out with --file"
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 

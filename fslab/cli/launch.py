@@ -229,6 +229,9 @@ def sweep(
     fixed = []
     if file is not None:
         spec = read_sweep_file(file)
+        if targets and targets != [spec["method"]]:
+            raise UsageError(f"{file} sweeps method '{spec['method']}', but the command names "
+                             f"{' '.join(targets)}; leave METHOD out with --file")
         method, seeds = spec["method"], spec.get("seeds", seeds)
         fail_fast = spec.get("fail_fast", fail_fast)
         grid_values = {k: list(v) for k, v in spec.get("grid", {}).items()}
@@ -238,7 +241,10 @@ def sweep(
     else:
         raise UsageError("usage: fslab sweep METHOD [--seeds N] [--grid key=v1,v2] ..., "
                          "or fslab sweep --file SWEEP.toml")
-    grid_values.update(parse_grid(grid or []))
+    for key, values in parse_grid(grid or []).items():
+        if key in grid_values:
+            raise UsageError(f"--grid {key} is also in {file}'s [grid]; give its values in one of the two")
+        grid_values[key] = values
     base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
                      gpus, sink)
     sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,

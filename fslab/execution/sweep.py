@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import secrets
 import time
 from pathlib import Path
 
 from fslab.core.config import naming_the_file, nest, parse_assignment, resolve
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, UsageError, did_you_mean
+from fslab.core.keys import dotted
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
@@ -24,6 +26,9 @@ from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.slots import check_fits, configured_slots
 from fslab.execution.slurm import cancel_job
 
+# A sweep bigger than this is refused before anything is resolved (a typo in --seeds
+# should not fill the memory); split a larger one.
+MAX_RUNS = 10_000
 # The `fslab run` options, usable as grid keys by their short names.
 ALIASES = {"backbone": "backbone.name", "dataset": "dataset.name", "epochs": "train.epochs",
            "batch_size": "train.batch_size", "lr": "train.lr"}
@@ -34,14 +39,43 @@ def parse_grid(texts: list[str]) -> dict[str, list]:
     grid: dict[str, list] = {}
     for text in texts:
         key, sep, raw = text.partition("=")
-        if not sep or not raw.strip():
-            raise ConfigError(f"--grid expects key=v1,v2,... (e.g. train.lr=0.1,0.05), got '{text}'")
         key = ALIASES.get(key.strip(), key.strip())
+        if not sep or not key or not raw.strip():
+            raise ConfigError(f"--grid expects key=v1,v2,... (e.g. train.lr=0.1,0.05), got '{text}'")
+        check_grid_key(f"--grid {key}", key)
         if key in grid:
             raise ConfigError(f"--grid names '{key}' twice; give all its values in one: --grid {key}=v1,v2,...")
-        grid[key] = [parse_assignment(f"{key}={value}")[1] for value in raw.split(",")]
+        grid[key] = [parse_assignment(f"{key}={value}", "--grid")[1] for value in split_values(raw)]
         check_distinct(f"--grid {key}", grid[key])
     return grid
+
+
+def split_values(raw: str) -> list[str]:
+    """A grid's values at its commas, but not at those inside brackets, braces or
+    quotes: ``[0.5,0.7],[0.3]`` is two lists."""
+    values, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(raw):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth <= 0:
+            values.append(raw[start:i])
+            start = i + 1
+    return [*values, raw[start:]]
+
+
+def check_grid_key(where: str, key: str) -> None:
+    """A ConfigError for a grid over what a sweep sets itself: its seeds and its method."""
+    if key == "seed":
+        raise ConfigError(f"{where}: a sweep's seeds come from --seeds N (seeds = N in a sweep file), "
+                          f"the first from --seed; leave seed out of the grid")
+    if key == "method":
+        raise ConfigError(f"{where}: a sweep runs one method; start one sweep per method")
 
 
 def check_distinct(where: str, values: list) -> None:
@@ -55,16 +89,29 @@ def check_distinct(where: str, values: list) -> None:
 
 
 def read_sweep_file(path: Path) -> dict:
-    """A sweep file: ``method``, ``seeds``, ``fail_fast``, ``[grid]`` of lists, ``[set]`` of fixed keys."""
+    """A sweep file: ``method``, ``seeds``, ``fail_fast``, ``[grid]`` of lists, ``[set]`` of fixed keys.
+    Keys of the two tables are dotted (``"train.lr"``) or nested (``[grid.train]``)."""
     data = read_toml(path)
     allowed = {"method", "seeds", "fail_fast", "grid", "set"}
     for key in data:
         if key not in allowed:
-            raise ConfigError(f"{path}: unknown key '{key}'. Allowed: {', '.join(sorted(allowed))}.")
+            raise ConfigError(f"{path}: unknown key '{key}'.{did_you_mean(key, allowed)} "
+                              f"Allowed: {', '.join(sorted(allowed))}.")
     if not isinstance(data.get("method"), str):
         raise ConfigError(f"{path}: 'method' must name a method recipe, e.g. method = \"nca\"")
-    grid = data.get("grid", {})
-    for key, values in grid.items():
+    seeds = data.get("seeds", 1)
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise ConfigError(f"{path}: 'seeds' must be a whole number of at least 1 (seeds per combination), "
+                          f"got {seeds!r}")
+    if not isinstance(data.get("fail_fast", False), bool):
+        raise ConfigError(f"{path}: 'fail_fast' must be true or false, got {data['fail_fast']!r}")
+    for table in ("grid", "set"):
+        if not isinstance(data.get(table, {}), dict):
+            raise ConfigError(f"{path}: '{table}' must be a table ([{table}] followed by key = value lines), "
+                              f"got {data[table]!r}")
+        data[table] = dotted(data.get(table, {}))
+    for key, values in data["grid"].items():
+        check_grid_key(f"{path}: grid.{key}", key)
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: grid.{key} must be a non-empty list of values")
         check_distinct(f"{path}: grid.{key}", values)
@@ -75,6 +122,10 @@ def expand(grid: dict[str, list], seeds: int, first_seed: int = 0) -> list[list[
     """Every combination × seed, as lists of config layers (grid order, seeds innermost)."""
     if seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {seeds}")
+    count = seeds * math.prod(len(values) for values in grid.values())
+    if count > MAX_RUNS:
+        raise UsageError(f"this sweep makes {count:,} runs, more than one sweep may queue ({MAX_RUNS:,}); "
+                         f"split it into smaller sweeps")
     keys = list(grid)
     combos = []
     for values in itertools.product(*(grid[k] for k in keys)):
@@ -87,6 +138,11 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
                  fail_fast: bool = False, slurm_options: SlurmSettings | None = None) -> tuple[str, list[Run]]:
     """Resolve all combinations, then create their queued runs and the sweep
     record. ``slurm_options``: the runs become SLURM jobs with these settings."""
+    fixed = {key for layer in base for key in dotted(layer)}
+    for key in grid:
+        if key in fixed:
+            raise ConfigError(f"'{key}' is both a grid key and set by an option or the sweep file's [set]; "
+                              f"the grid's values would replace it: leave out one of the two")
     layers = [[*base, *combo] for combo in expand(grid, seeds, first_seed=_first_seed(base))]
     configs = [resolve(method, registry=registry, settings=settings, overrides=overrides) for overrides in layers]
     sizes_seen: dict = {}  # each dataset is looked at once
