@@ -142,6 +142,9 @@ def test_run_names_from_files_are_not_markup(project):
     shown = fslab("show", run.id, cwd=project)
     assert "[red]boom[/red]" in shown.stdout
     assert "[bold red]x[/]" in fslab("runs", cwd=project).stdout
+    # nor are emoji codes (a plugin named smile.py was listed as "local😄")
+    run.write_status(state="failed", error="see :smile: and :imp:")
+    assert "see :smile: and :imp:" in fslab("show", run.id, cwd=project).stdout
 
 
 def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
@@ -152,6 +155,7 @@ def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
     assert result.returncode == 0
     assert result.stderr.strip() == "fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin"
     assert "nca" in result.stdout and "protonet" in result.stdout
+    assert "failed local:broken: RuntimeError: half-written plugin" in result.stdout
 
 
 def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):

@@ -209,6 +209,31 @@ def test_settings_unknown_section_and_key(tmp_path):
         settings_from(tmp_path, "[project]\nplugin_dirs='x'\n")
 
 
+def test_settings_mistakes_that_went_unnoticed_are_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "fslab.toml"
+    path.write_bytes(b"[project]\n# caf\xe9\n")  # a Latin-1 comment
+    with pytest.raises(ConfigError) as error:
+        load_settings(path)
+    assert str(error.value) == f"{path}:2: not UTF-8 text (byte 15, 0xe9); TOML files are UTF-8: save it in " \
+                               f"that encoding"
+    with pytest.raises(ConfigError, match=r"'runs_dir' is a key of \[project\]; put it under a \[project\] line$"):
+        settings_from(tmp_path, 'runs_dir = "x"\n')
+    (tmp_path / "afile").write_text("")  # `fslab runs` said "no runs yet" and `fslab run` failed to create it
+    with pytest.raises(ConfigError, match=r"'project.runs_dir' names .*afile, which is a file, not a folder"):
+        settings_from(tmp_path, '[project]\nruns_dir = "afile"\n')
+    path.write_text('[project]\nruns_dir = "elsewhere"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FSLAB_CONFIG", "")  # set but empty: the file in the working directory
+    assert load_settings().runs_dir.resolve() == (tmp_path / "elsewhere").resolve()
+
+
+def test_a_plugin_folder_that_is_missing_is_a_load_failure_not_silence(tmp_path):
+    registry = load_registry([tmp_path / "my_plugin"])
+    assert [(f.plugin, f.error) for f in registry.failures] == [
+        ("local:my_plugin", f"NotADirectoryError: {tmp_path / 'my_plugin'} is not a folder "
+                            f"(plugin_dirs in fslab.toml names it)")]
+
+
 def test_settings_paths_resolve_against_the_file(tmp_path):
     settings = settings_from(tmp_path, "[project]\nruns_dir='store'\nplugin_dirs=['p']\n[data_roots]\nsynthetic='d'\n")
     assert settings.runs_dir == tmp_path / "store"
@@ -241,10 +266,14 @@ def test_scheduler_settings_are_checked(tmp_path):
 
     assert (settings_from(tmp_path, "[scheduler]\ngpus = [0, 2]\n").scheduler
             == SchedulerSettings(gpus=(0, 2), runs_per_gpu=1, cpu_slots=1))
-    with pytest.raises(ConfigError, match=r"'scheduler.gpus' must be \"auto\" or a list of GPU indices, got 'all'"):
-        settings_from(tmp_path, "[scheduler]\ngpus = 'all'\n")
-    with pytest.raises(ConfigError, match=r"'scheduler.cpu_slots' must be a whole number >= 1, got 0"):
-        settings_from(tmp_path, "[scheduler]\ncpu_slots = 0\n")
+    gpus = r"'scheduler.gpus' must be \"auto\" or a list of distinct GPU indices \(0, 1, \.\.\.\), got "
+    for value in ("'all'", "[-1]", "[0, 0]"):  # [0, 0] made two slots of one lock name
+        with pytest.raises(ConfigError, match=gpus + re.escape(value)):
+            settings_from(tmp_path, f"[scheduler]\ngpus = {value}\n")
+    for value in (0, 5_000_000):  # millions of slots: fslab queue looked at each lock file
+        with pytest.raises(ConfigError, match=rf"'scheduler.cpu_slots' must be a whole number from 1 to 1024, "
+                                              rf"got {value}$"):
+            settings_from(tmp_path, f"[scheduler]\ncpu_slots = {value}\n")
     with pytest.raises(ConfigError, match=r"unknown key 'scheduler.cpu_slot'\. Did you mean 'cpu_slots'\?"):
         settings_from(tmp_path, "[scheduler]\ncpu_slot = 2\n")
 

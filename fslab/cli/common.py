@@ -27,8 +27,8 @@ app = typer.Typer(
 adjust_typer()  # help labels as the README writes them; plain values converted without pydantic
 # Tables fit the terminal, or COLUMNS (else 80) when the output is not one; --wide
 # prints them whole (fslab.cli.tables). Lines of text are never wrapped.
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = Console(soft_wrap=True, emoji=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 # -- shell completion: names from the registry and ids from the run store ----------
 # The shell runs fslab on every TAB, so these import no torch and print nothing

@@ -91,6 +91,7 @@ def print_table(console, table_of: Callable[[int | None], Table], wide: bool = F
 
         natural = Measurement.get(console, console.options.update(max_width=100_000), table).maximum
         # print() cannot go wider than its console: a console as wide as the table
-        Console(width=max(natural, console.width), soft_wrap=True, force_terminal=console.is_terminal).print(table)
+        Console(width=max(natural, console.width), soft_wrap=True, emoji=False,
+                force_terminal=console.is_terminal).print(table)
     else:
         console.print(table_of(console.width))

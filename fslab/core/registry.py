@@ -265,6 +265,10 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         registry.plugins[ep.name] = (_distribution_label(ep, labels), f"entry point {ep.value}")
 
     for folder in plugin_dirs:
+        if not Path(folder).is_dir():
+            fail(f"local:{Path(folder).name}", NotADirectoryError(
+                f"{folder} is not a folder (plugin_dirs in fslab.toml names it)"))
+            continue
         for path in sorted(Path(folder).glob("*.py")):
             name = f"local:{path.stem}"
             try:

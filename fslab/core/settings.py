@@ -26,16 +26,21 @@ def _whole(value: Any) -> bool:
     return type(value) is int and value >= 1
 
 
+def _gpu_list(value: Any) -> bool:
+    return value == "auto" or (isinstance(value, list) and all(type(g) is int and g >= 0 for g in value)
+                               and len(set(value)) == len(value))
+
+
 # key -> (check, what the value must be)
 PROJECT_KEYS = {
     "runs_dir": (lambda v: isinstance(v, str), "a string"),
     "plugin_dirs": (lambda v: isinstance(v, list) and all(isinstance(d, str) for d in v), "a list of folder names"),
 }
 SCHEDULER_KEYS = {
-    "gpus": (lambda v: v == "auto" or (isinstance(v, list) and all(type(g) is int for g in v)),
-             '"auto" or a list of GPU indices'),
-    "runs_per_gpu": (_whole, "a whole number >= 1"),
-    "cpu_slots": (_whole, "a whole number >= 1"),
+    "gpus": (_gpu_list, '"auto" or a list of distinct GPU indices (0, 1, ...)'),
+    # a slot is a lock file the scheduler looks at: a few per GPU or core, not millions
+    "runs_per_gpu": (lambda v: _whole(v) and v <= 64, "a whole number from 1 to 64"),
+    "cpu_slots": (lambda v: _whole(v) and v <= 1024, "a whole number from 1 to 1024"),
 }
 SLURM_KEYS = {
     "cluster": (lambda v: v in ("slurm", "local"), '"slurm" or "local"'),
@@ -49,6 +54,7 @@ SLURM_KEYS = {
     "sbatch": (lambda v: isinstance(v, dict), "a table of sbatch options, e.g. { account = \"lab\", qos = \"high\" }"),
     "setup": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of shell lines"),
 }
+SECTION_KEYS = {"project": PROJECT_KEYS, "scheduler": SCHEDULER_KEYS, "slurm": SLURM_KEYS}
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,10 @@ def read_toml(path: Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {exc.start}, 0x{exc.object[exc.start]:02x}); "
+                          f"TOML files are UTF-8: save it in that encoding") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -115,19 +125,22 @@ def read_toml(path: Path) -> dict:
 
 
 def settings_path() -> Path:
-    return Path(os.environ.get("FSLAB_CONFIG", SETTINGS_FILE))
+    return Path(os.environ.get("FSLAB_CONFIG") or SETTINGS_FILE)  # set but empty: as if unset
 
 
 def load_settings(path: Path | None = None) -> Settings:
     """Read ``fslab.toml``; a missing file gives the built-in settings."""
     path = path or settings_path()
     if not path.exists():
-        if "FSLAB_CONFIG" in os.environ:
+        if os.environ.get("FSLAB_CONFIG"):
             raise ConfigError(f"FSLAB_CONFIG names {path}, which does not exist")
         return Settings()
     data = read_toml(path)
     for key in data:
         if key not in TOP_LEVEL:
+            section = next((name for name, keys in SECTION_KEYS.items() if key in keys), None)
+            if section is not None and not isinstance(data[key], dict):
+                raise ConfigError(f"{path}: '{key}' is a key of [{section}]; put it under a [{section}] line")
             raise ConfigError(
                 f"{path}: unknown section [{key}].{did_you_mean(key, TOP_LEVEL)} "
                 f"Allowed: {', '.join(f'[{k}]' for k in TOP_LEVEL)}."
@@ -141,11 +154,15 @@ def load_settings(path: Path | None = None) -> Settings:
     scheduler = _checked_table(data, "scheduler", SCHEDULER_KEYS, path)
     if isinstance(scheduler.get("gpus"), list):
         scheduler["gpus"] = tuple(scheduler["gpus"])
+    runs_dir = base / project.get("runs_dir", "runs")
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise ConfigError(f"{path}: 'project.runs_dir' names {runs_dir}, which is a file, not a folder; "
+                          f"name a folder (it is created if missing)")
     return Settings(
         path=path,
         scheduler=SchedulerSettings(**scheduler),
         slurm=SlurmSettings().with_overrides(_checked_table(data, "slurm", SLURM_KEYS, path)),
-        runs_dir=base / project.get("runs_dir", "runs"),
+        runs_dir=runs_dir,
         plugin_dirs=tuple(base / str(d) for d in project.get("plugin_dirs", [])),
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
         run=_table(data, "run", path),
