@@ -46,7 +46,7 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #      the register_studies hook (study TOML files) and register_study_files.
 # 1.3: the register_sinks hook (Sink, SinkRun): trackers fed every event a run logs.
 # 1.4: dotted(config): a configuration as dotted keys (train.lr), as trackers take parameters.
-API_VERSION = "1.4"
+API_VERSION = "1.5"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
@@ -75,6 +75,9 @@ INFO_KEYS = {
              "configuration, and the split sizes once known). It runs when a configuration is resolved "
              "(sizes None) and again before a run is created or resumed, with the sizes the dataset "
              "tells; it must be cheap and import nothing heavy (no torch).",
+    "batch": "sampler, a function batch(params, batch_size) -> int: the rows one batch holds, for a sampler "
+             "whose own parameters can fix it (an episode's ways × (shots + queries)). fslab saves that "
+             "number as train.batch_size, and refuses a train.batch_size set to another one.",
     "allowed": "any kind but method, a dict {parameter: rule}: the values each parameter allows, with the rules "
                "at_least(1), positive(), between(0, 1), one_of('euclidean', 'cosine'), matching(regex, text) and "
                "listing(rule) for a list. Checked when a configuration is resolved, before check=, as "

@@ -156,6 +156,9 @@ def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
     assert result.stderr.strip() == "fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin"
     assert "nca" in result.stdout and "protonet" in result.stdout
     assert "failed local:broken: RuntimeError: half-written plugin" in result.stdout
+    both = fslab("plugins", "--kind", "sink", "--kind", "evaluator", "--json", cwd=project)  # the last one only, before
+    assert [json.loads(line)["kind"] for line in both.stdout.splitlines()] == ["sink"] * 3 + ["evaluator"] * len(
+        [line for line in fslab("plugins", "--kind", "evaluator", "--json", cwd=project).stdout.splitlines()])
 
 
 def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):

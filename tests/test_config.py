@@ -168,6 +168,64 @@ def test_wrong_type_names_key_and_expected_type(registry):
     assert config["eval"]["extra_ways"] == [20]
 
 
+def test_a_batch_the_sampler_fixes_is_saved_and_a_different_one_given_is_refused(registry, tmp_path):
+    """An explicit episode shape (or a fixed composition) decides the batch; train.batch_size
+    used to keep the default (or the user's value), which nothing read."""
+    def batch(method, *sets, settings=None):
+        return resolve(method, registry=registry, settings=settings or Settings(),
+                       overrides=cli(*sets))["train"]["batch_size"]
+
+    assert batch("protonet") == 20 * (5 + 15)  # Snell's 20-way 5-shot episodes, 15 queries
+    assert batch("map-ssvm") == 8 * 16 and batch("triplet") == 20 * 20
+    assert batch("map-ssvm", "sampler.ways=16", "train.batch_size=256") == 256  # agreeing: fine
+    assert batch("nca", "train.batch_size=32") == 32  # iid: the batch size is the setting
+    # the NCA paper's parameterisation divides the batch size given: it is used, so it stays
+    assert batch("protonet", "sampler.ways=0", "sampler.queries=0", "sampler.per_class=8",
+                 "train.batch_size=256") == 256
+    with pytest.raises(ConfigError) as error:
+        batch("map-ssvm", "train.batch_size=256")
+    assert str(error.value) == "config key 'train.batch_size' is 256, but sampler 'fixed' draws batches of 128 " \
+                               "rows from its own parameters (ways=8, per_class=16); change those instead, or " \
+                               "leave train.batch_size out"
+    # a [run] default is for every method: replaced, not refused
+    assert batch("protonet", settings=settings_from(tmp_path, "[run.train]\nbatch_size = 64\n")) == 400
+
+
+@pytest.mark.parametrize("text, start, key", [
+    ('[run.loss]\nname = "ncaa"\n', "Unknown loss 'ncaa'. Did you mean 'nca'?", "loss.name"),
+    ('[run.dataset]\nname = "cifarfs"\n', "Unknown dataset 'cifarfs'. Did you mean 'cifar-fs'?", "dataset.name"),
+    ('[run]\nsinks = ["nope"]\n', "Unknown sink 'nope'.", "sinks"),
+])
+def test_an_unknown_plugin_chosen_in_run_names_the_file(registry, tmp_path, text, start, key):
+    settings = settings_from(tmp_path, text)
+    with pytest.raises(UsageError) as error:
+        resolve("nca", registry=registry, settings=settings)
+    assert str(error.value).startswith(start)
+    assert str(error.value).endswith(f" (set by {key} in [run] of {settings.path})")
+
+
+def test_a_misspelt_data_root_name_is_pointed_out(registry, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no data/miniimagenet to fall back to
+    settings = settings_from(tmp_path, '[data_roots]\nminimagenet = "/data/mini"\ncub = "/data/cub"\n')
+    with pytest.raises(ConfigError) as error:
+        resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=miniimagenet"))
+    assert str(error.value) == f"{settings.path}: [data_roots] has no root for dataset 'miniimagenet', but one " \
+                               f"for 'minimagenet', which is no dataset's name: rename it to miniimagenet (or give " \
+                               f"--data-root)"
+    config = resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=miniimagenet",
+                                                                                  "dataset.root=/data/m"))
+    assert config["dataset"]["root"] == "/data/m"  # a root given: nothing to point out
+
+
+def test_whole_numbers_stay_within_what_a_run_can_count(registry):
+    with pytest.raises(ConfigError, match=r"^config key 'train.epochs' must be a whole number from 1 to 1,000,000, "
+                                          r"got 1000001$"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.epochs=1000001"))
+    with pytest.raises(ConfigError, match=r"^config key 'train.log_every' must be a whole number below 2\*\*63, "
+                                          r"got 99999999999999999999$"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=[{"train": {"log_every": 10**20 - 1}}])
+
+
 def test_the_method_is_the_commands_argument_not_a_setting(registry, tmp_path):
     """Set anywhere else, the method was silently replaced by the argument."""
     with pytest.raises(ConfigError) as error:

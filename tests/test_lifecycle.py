@@ -174,12 +174,18 @@ def _alive(pid):
 
 
 def test_episodic_protonet_run_counts_prototype_pairs(project):
-    args = [*TINY, "--epochs", "1", "--set", "sampler.ways=5", "--set", "sampler.shots=2", "--set", "sampler.queries=3"]
-    result = fslab("run", "protonet", *args, cwd=project)
+    shape = ["--epochs", "1", "--set", "sampler.ways=5", "--set", "sampler.shots=2", "--set", "sampler.queries=3"]
+    # the episode shape fixes the batch: TINY's --batch-size 32 would be ignored, so it is refused
+    refused = fslab("run", "protonet", *TINY, *shape, cwd=project)
+    assert refused.returncode == 2 and "config key 'train.batch_size' is 32, but sampler 'episodic' draws " \
+                                      "batches of 25 rows" in refused.stderr
+    tiny = [a for i, a in enumerate(TINY) if "--batch-size" not in TINY[max(i - 1, 0):i + 1]]
+    result = fslab("run", "protonet", *tiny, *shape, cwd=project)
     assert result.returncode == 0, result.stderr
     run_dir = only_run(project)
     config = json.loads((run_dir / "config.json").read_text())
     assert config["sampler"] == {"name": "episodic", "ways": 5, "shots": 2, "queries": 3, "per_class": 0}
+    assert config["train"]["batch_size"] == 25  # what trained, not the default
     train = events(run_dir, "train")
     # 12 training classes × 20 images = 240 images, episodes of 5 × (2 + 3) = 25 rows.
     assert len(train) == events(run_dir, "start")[0]["steps_per_epoch"] == 10

@@ -25,10 +25,10 @@ def test_the_api_exports_what_it_declares():
             "Sink", "SinkRun", "dotted"} <= set(api.__all__)
     assert api.dotted({"train": {"lr": 0.1, "milestones": [2]}, "eval.ways": 5, "seed": 0, "sinks": {}}) == \
         {"train.lr": 0.1, "train.milestones": [2], "eval.ways": 5, "seed": 0}
-    assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed"}
+    assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed", "batch"}
     # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies;
-    # 1.3 sinks (register_sinks, Sink, SinkRun); 1.4 dotted
-    assert api.API_VERSION == "1.4"
+    # 1.3 sinks (register_sinks, Sink, SinkRun); 1.4 dotted; 1.5 a sampler's batch=
+    assert api.API_VERSION == "1.5"
 
 
 @pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda p: str(p.relative_to(PLUGINS)))

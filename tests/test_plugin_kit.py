@@ -39,6 +39,10 @@ def test_new_plugin_writes_a_package_with_one_module_per_kind(tmp_path, monkeypa
     (["new", "plugin", "class"], "is not a valid package name"),
     (["new", "plugin", "ok", "--kind", "los"], "Did you mean 'loss'?"),
     (["new", "plugin", "taken"], "already exists"),
+    # a package named after fslab, torch or the standard library's test would hide it once installed
+    (["new", "plugin", "fslab"], "'fslab' is already the name of an importable module"),
+    (["new", "plugin", "torch"], "choose another (e.g. fslab_torch)"),
+    (["new", "plugin", "test"], "'test' is already the name of an importable module"),
 ])
 def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
     (tmp_path / "taken").mkdir()

@@ -217,7 +217,6 @@ def sweep(
     [bold]fslab sweep resume SWEEP[/bold] queues again what failed or was lost.
     """
     from fslab.execution import executor as executors
-    from fslab.execution.sweep import parse_grid, read_sweep_file
 
     project = settings()
     targets = targets or []
@@ -226,6 +225,20 @@ def sweep(
     if targets[:1] == ["resume"]:
         _resume_sweep(targets, project, options)
         return
+    method, seeds, fail_fast, grid_values, fixed = _sweep_spec(targets, file, seeds, fail_fast, grid or [])
+    base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
+                     gpus, sink)
+    sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
+                                           registry=registry(project), fail_fast=fail_fast, slurm=options)
+    follow = "fslab runs" if options is not None else "fslab queue"
+    console.print(f"{sweep_id}: {len(runs)} runs {where}; follow them with: {follow}", highlight=False)
+
+
+def _sweep_spec(targets: list[str], file: Path | None, seeds: int, fail_fast: bool, grid: list[str]):
+    """What `fslab sweep` runs, from METHOD and the options or from a sweep file:
+    (method, seeds, fail_fast, {grid key: values}, the file's [set] as key=value texts)."""
+    from fslab.execution.sweep import parse_grid, read_sweep_file
+
     fixed = []
     if file is not None:
         spec = read_sweep_file(file)
@@ -241,16 +254,11 @@ def sweep(
     else:
         raise UsageError("usage: fslab sweep METHOD [--seeds N] [--grid key=v1,v2] ..., "
                          "or fslab sweep --file SWEEP.toml")
-    for key, values in parse_grid(grid or []).items():
+    for key, values in parse_grid(grid).items():
         if key in grid_values:
             raise UsageError(f"--grid {key} is also in {file}'s [grid]; give its values in one of the two")
         grid_values[key] = values
-    base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
-                     gpus, sink)
-    sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
-                                           registry=registry(project), fail_fast=fail_fast, slurm=options)
-    follow = "fslab runs" if options is not None else "fslab queue"
-    console.print(f"{sweep_id}: {len(runs)} runs {where}; follow them with: {follow}", highlight=False)
+    return method, seeds, fail_fast, grid_values, fixed
 
 
 def _resume_sweep(targets: list[str], project, options) -> None:

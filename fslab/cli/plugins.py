@@ -25,8 +25,9 @@ def _kinds(incomplete: str) -> list[str]:
 
 @app.command()
 def plugins(
-    kind: Annotated[str | None, typer.Option(
-        help="Only this kind: loss, backbone, sampler, evaluator, dataset, method or study.",
+    kind: Annotated[list[str] | None, typer.Option(
+        help="Only this kind: loss, backbone, sampler, evaluator, dataset, method, study or sink "
+             "(repeatable: --kind loss --kind sampler).",
         autocompletion=lambda incomplete: _kinds(incomplete))] = None,
     as_json: JsonFlag = False,
     wide: WideFlag = False,
@@ -42,9 +43,10 @@ def plugins(
     for plugin, error in found.failures:
         err_console.print(shown(f"fslab plugin '{plugin}' failed to load: {error}"), highlight=False)
     kinds = found.kinds
-    if kind is not None:
-        found.check_kind(kind)
-        kinds = [kind]
+    if kind:
+        for k in kind:
+            found.check_kind(k)
+        kinds = list(dict.fromkeys(kind))  # in the order given, each once
     if as_json:
         for k in kinds:
             for c in found.of_kind(k):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -81,7 +82,7 @@ SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch
 class TrainConfig:
     """The ``train`` section: optimisation, schedule, augmentation, logging."""
 
-    epochs: int = field(default=120, metadata=at_least(1))
+    epochs: int = field(default=120, metadata=between(1, 1_000_000, "a whole number from 1 to 1,000,000"))
     batch_size: int = field(default=512, metadata=at_least(2))
     # sgd (with momentum and nesterov below) or adam (default betas)
     optimizer: str = field(default="sgd", metadata=one_of(*OPTIMIZERS))
@@ -271,7 +272,8 @@ def resolve(
     dataset_name = DEFAULTS["dataset"]["name"]
     for layer in [recipe, toml_layer, *overrides]:
         dataset_name = layer.get("dataset", {}).get("name", dataset_name)
-    dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
+    with naming_the_file(settings, overrides):  # an unknown dataset set in [run] names the file
+        dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
     for_dataset = recipe_for_dataset(method, per_dataset, dataset_name)
 
     config = copy.deepcopy(DEFAULTS)
@@ -280,6 +282,7 @@ def resolve(
     config["method"] = method
     if not config["dataset"].get("root"):
         config["dataset"]["root"] = settings.data_roots.get(dataset_name, f"data/{dataset_name}")
+        check_data_root_key(settings, dataset_name, config["dataset"]["root"], registry.names("dataset"))
     if isinstance(config["dataset"]["root"], str):  # absolute: a worker or a resume may start elsewhere
         config["dataset"]["root"] = os.path.abspath(os.path.expanduser(config["dataset"]["root"]))
     with naming_the_file(settings, overrides):
@@ -289,8 +292,45 @@ def resolve(
         _fill_sink_params(config, registry)
         _check_compatible(config, registry)
         check_plugins(config, registry)
+        _batch_of_sampler(config, registry, {key for layer in overrides for key in dotted(layer)})
     config["config_version"] = CONFIG_VERSION
     return config
+
+
+def check_data_root_key(settings: Settings, dataset: str, root: str, datasets: list[str]) -> None:
+    """A ConfigError for a dataset whose root fslab.toml seems to give under a
+    misspelt name ([data_roots] minimagenet = ...), when the default root it
+    falls back to is not there either (``datasets``: the registered names)."""
+    if dataset in settings.data_roots or os.path.isdir(root):
+        return
+    strays = [name for name in settings.data_roots if name not in datasets]
+    close = difflib.get_close_matches(dataset, strays, n=1, cutoff=0.6)
+    if close:
+        raise ConfigError(f"{settings.path}: [data_roots] has no root for dataset '{dataset}', but one for "
+                          f"'{close[0]}', which is no dataset's name: rename it to {dataset} (or give --data-root)")
+
+
+def _batch_of_sampler(config: dict, registry, given: set[str]) -> None:
+    """``train.batch_size`` made the rows a batch holds where the sampler's own
+    parameters fix them (``register(..., batch=f)``: an episode's ways × (shots +
+    queries)), so the saved configuration says what trained. A batch size given
+    for this run (``given``: the dotted keys of the options) that the sampler
+    would ignore is refused; fslab.toml's [run] holds defaults for every method,
+    so a batch size from there is replaced."""
+    sampler = registry.get("sampler", config["sampler"]["name"])
+    batch = sampler.info.get("batch")
+    if batch is None:
+        return
+    params = {k: v for k, v in config["sampler"].items() if k != "name"}
+    rows, batch_size = batch(params, config["train"]["batch_size"]), config["train"]["batch_size"]
+    if rows == batch_size:
+        return
+    if "train.batch_size" in given:
+        shape = ", ".join(f"{k}={v}" for k, v in params.items())
+        raise ConfigError(f"config key 'train.batch_size' is {batch_size}, but sampler '{sampler.name}' draws "
+                          f"batches of {rows} rows from its own parameters ({shape}); change those instead, "
+                          f"or leave train.batch_size out")
+    config["train"]["batch_size"] = rows
 
 
 def recipe_for_dataset(method: str, per_dataset: Any, dataset: str) -> dict:
@@ -316,8 +356,18 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
     except UsageError as exc:
         from_options = {key for layer in overrides for key in dotted(layer)}
         message = str(exc)
-        for key in dotted(settings.run):
-            if key not in from_options and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message):
+        keys = list(dotted(settings.run).items())
+        if isinstance(settings.run.get(SINKS), dict):  # {name: {}} once read: an empty table has no dotted key
+            keys.append((SINKS, list(settings.run[SINKS])))
+        for key, value in keys:
+            if key in from_options:
+                continue
+            # a message about the key by name, or about the plugin a [run] name key chose
+            # ("Unknown loss 'ncaa'", "Unknown sink 'nope'"), which does not name the key
+            chosen = message.startswith("Unknown ") and any(
+                f"'{name}'" in message for name in (value if isinstance(value, list) else [value])
+                if isinstance(name, str) and name)
+            if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message) or chosen:
                 exc.args = (f"{message} (set by {key} in [run] of {settings.path})",)
                 break
         raise
@@ -503,6 +553,8 @@ def check_value(key: str, value: Any, default: Any) -> Any:
             raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
         return float(value)
     elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
+        if expected is int and not -(2**63) <= value < 2**63:  # TOML reads any size; torch and JSON readers do not
+            raise ConfigError(f"config key '{key}' must be a whole number below 2**63, got {value}")
         return value
     raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}")
 

@@ -7,8 +7,10 @@ The files are templates in ``templates/`` (package data), filled in by
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
+import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -29,12 +31,19 @@ USE = {
 
 
 def check_name(name: str, folder: Path) -> None:
-    """A UsageError unless ``name`` can be a Python package and ``folder`` is free."""
+    """A UsageError unless ``name`` can be a Python package that no importable
+    module already has (``fslab``, ``torch``, the standard library's ``test``)
+    and ``folder`` is free."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
         raise UsageError(f"'{name}' is not a valid package name: use lowercase letters, digits and _, "
                          f"starting with a letter (e.g. fslab_margin)")
     if folder.exists():
         raise UsageError(f"{folder} already exists; choose another name or remove it")
+    if name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None:
+        other = f"{name}_plugin" if name.startswith("fslab_") else f"fslab_{name}"
+        raise UsageError(f"'{name}' is already the name of an importable module (the standard library's or an "
+                         f"installed one); a plugin package of that name would hide it or be hidden by it: "
+                         f"choose another (e.g. {other})")
 
 
 def write_plugin(folder: Path, name: str, kinds: list[str]) -> list[Path]:

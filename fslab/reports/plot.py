@@ -37,7 +37,9 @@ def measured_pair_fraction(run: Run) -> float | None:
     """Mean pairs used per logged batch over the B(B−1)/2 pairs of the batch."""
     cfg = run.config()
     sampler = cfg.get("sampler", {})
-    if sampler.get("ways", 0) > 0:  # an explicit episode shape fixes the batch
+    if sampler.get("ways", 0) > 0 and "shots" in sampler:
+        # an explicit episode shape fixes the batch; runs saved before train.batch_size said so
+        # kept the batch size they were given, which their sampler ignored
         batch = sampler["ways"] * (sampler.get("shots", 0) + sampler.get("queries", 0))
     else:
         batch = cfg["train"]["batch_size"]

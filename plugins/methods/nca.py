@@ -346,6 +346,11 @@ def fixed_shape(batch_size: int, ways: int, per_class: int) -> tuple[int, int]:
     return ways, per_class
 
 
+def fixed_batch(params: dict, batch_size: int) -> int:
+    """The rows of a fixed-composition batch: ways × per_class when ways is given."""
+    return params["ways"] * params["per_class"] if params["ways"] else batch_size
+
+
 def check_classes_for(sampler: str, ways: int, images: int, have: int) -> None:
     """``ways`` classes with ``images`` images each, of which the training split has ``have``."""
     if have < ways:
@@ -450,6 +455,7 @@ def register_samplers(register):
         paper=PAPER + ", Sec. 4.3 and App. A.7",
         episodic=False,
         check=check_fixed,
+        batch=fixed_batch,
     )
 
 

@@ -142,6 +142,14 @@ class EpisodicSampler:
             yield Batch(indices, support_pattern * self.ways)
 
 
+def episode_rows(params: dict, batch_size: int) -> int:
+    """The rows of an episode: ways × (shots + queries) when they are given,
+    else train.batch_size (the per_class parameterisation divides it)."""
+    if params["per_class"] or not params["ways"]:
+        return batch_size
+    return params["ways"] * (params["shots"] + params["queries"])
+
+
 def resolve_episode_shape(batch_size: int, ways: int, shots: int, queries: int, per_class: int) -> tuple[int, int, int]:
     """(ways, shots, queries) from either parameterisation, or a UsageError
     that names the keys at fault and says what would be accepted."""
@@ -218,6 +226,7 @@ def register_samplers(register):
         episodic=True,
         allowed={"ways": at_least(0), "shots": at_least(1), "queries": at_least(0), "per_class": at_least(0)},
         check=check_episodic,
+        batch=episode_rows,
     )
 
 
