@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fslab.core.errors import UsageError
 from fslab.core.files import Tail, read_json
 from fslab.core.runstore import Run, find_run, list_runs
 from fslab.core.summary import SummaryFile, list_summaries, read_summary
@@ -113,6 +114,99 @@ def test_read_json_takes_objects_only(tmp_path):
     path.write_bytes(b"\xff\xfe{}")
     assert read_json(path) is None
     assert read_json(tmp_path) is None  # a folder
+
+
+@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, str(10**400), "-" + str(2**63 + 1), "1" * 30],
+                         ids=["deep", "huge", "below-int64", "long"])
+def test_deep_nesting_and_numbers_no_run_writes_are_never_fatal(run_folder, name, value):
+    """A RecursionError and an OverflowError are no ValueError: they went past every reader."""
+    folder = run_folder()
+    text = (f'{{"event": "note", "time": 1.0, "x": {value}}}\n' if name == "metrics.jsonl"
+            else f'{{"state": "running", "pid": {value}, "created": {value}, "started": {value}}}')
+    with open(folder / name, "a" if name == "metrics.jsonl" else "w") as fh:
+        fh.write(text)
+    read_everything(folder)
+    if name == "status.json":
+        assert read_summary(folder).state == "unreadable"
+
+
+def test_loads_refuses_what_no_run_writes():
+    from fslab.core.files import loads
+
+    assert loads('{"a": 18446744073709551615, "b": -9223372036854775808, "c": 1e400}') == {
+        "a": 2**64 - 1, "b": -(2**63), "c": float("inf")}
+    for text in (str(2**64), "[" * 5000 + "]" * 5000, "9" * 21):
+        with pytest.raises(ValueError):
+            loads(text)
+
+
+def test_a_damaged_summary_json_is_folded_again_not_trusted(run_folder):
+    folder = run_folder()
+    truth = read_summary(folder)
+    saved = json.loads((folder / "summary.json").read_text())
+    for field, value in [("test", "x"), ("best_val", [1]), ("test", {"5-shot": {"accuracy": "high"}}),
+                         ("first_train", [1]), ("epoch", 2.5), ("invented", 1)]:
+        (folder / "summary.json").write_text(json.dumps({**saved, "summary": {**saved["summary"], field: value}}))
+        assert read_summary(folder).to_dict() == truth.to_dict(), field
+    (folder / "summary.json").write_text(json.dumps({**saved, "status": {**saved["status"], "state": 5}}))
+    assert read_summary(folder).state == truth.state == "completed"
+
+
+def test_an_event_appended_after_a_torn_line_starts_a_line_of_its_own(run_folder):
+    from fslab.core.eventlog import EventLog
+
+    folder = run_folder()
+    with open(folder / "metrics.jsonl", "a") as fh:
+        fh.write('{"event": "train", "ti')  # a writer killed mid-line
+    log = EventLog(Run(folder), echo=False)
+    log.write("note", text="after")
+    log.write("note", text="again")
+    log.close()
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    assert lines[-3] == '{"event": "train", "ti'
+    assert [json.loads(line)["text"] for line in lines[-2:]] == ["after", "again"]
+
+
+def test_a_sweep_record_naming_runs_outside_the_store_is_not_read(tmp_path):
+    from fslab.core.sweeps import load_sweep
+
+    folder = tmp_path / "runs" / "sweeps"
+    folder.mkdir(parents=True)
+    for name, runs in [("sweep-1-int", [5, None]), ("sweep-1-up", ["../outside"]), ("sweep-1-dot", [".."])]:
+        (folder / f"{name}.json").write_text(json.dumps({"id": name, "method": "nca", "runs": runs}))
+        with pytest.raises(UsageError, match=r"cannot be read \(it must list its runs' ids\)"):
+            load_sweep(tmp_path / "runs", name)
+    assert sweep_records(tmp_path / "runs") == []
+
+
+def test_a_run_with_an_unreadable_status_is_neither_resumed_nor_requeued(run_folder):
+    """A completed run whose status.json broke would otherwise read as lost: resumable."""
+    from fslab.core.states import pid_alive, run_state
+    from fslab.execution.checks import check_resumable
+
+    folder = run_folder()
+    (folder / "status.json").write_text('{"state": "compl')
+    assert Run(folder).state() == "unreadable" and run_state({"pid": 3}) == "unreadable"
+    with pytest.raises(UsageError, match=r"is unreadable; only killed, lost or failed runs can resume"):
+        check_resumable(Run(folder))
+    assert not any(pid_alive(pid) for pid in (0, -1, 2**31, 10**30))  # no process has these: never probed
+
+
+def test_stop_signals_a_local_job_only_if_it_is_this_runs(run_folder):
+    """status.json is a plain file: a slurm_job_id naming any process (or -1, every one) must not be signalled."""
+    from fslab.execution.slurm import cancel_job, is_local_job_of
+
+    folder = run_folder()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for job in (str(bystander.pid), "-1", "0"):
+            assert not is_local_job_of(int(job), Run(folder))
+            cancel_job(Run(folder), {"slurm_cluster": "local", "slurm_job_id": job})
+        assert bystander.poll() is None  # still running
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def test_wrong_shapes_are_dropped_value_by_value(tmp_path):

@@ -10,12 +10,23 @@ the file back when a run resumes. Every reader goes through
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from fslab.core.events import describe_event
-from fslab.core.files import atomic_write_text
+from fslab.core.files import atomic_write_text, loads
 from fslab.core.runstore import Run
 from fslab.core.summary import SummaryFile
+
+
+def ends_mid_line(path) -> bool:
+    """Whether the file at ``path`` ends without a newline (its last line is torn)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:  # missing, or empty (no byte before its end)
+        return False
 
 
 class EventLog:
@@ -29,6 +40,8 @@ class EventLog:
         self.run, self.echo, self.enabled = run, echo, enabled
         self.listeners = list(listeners) if enabled else []
         self.file = open(run.metrics_path, "a", encoding="utf-8") if enabled else None
+        # a line cut short (a killed writer, a full disk) is ended first, so the next event stays whole
+        self.torn = enabled and ends_mid_line(run.metrics_path)
         self.summary = SummaryFile(run.path)
         if enabled:
             self.summary.load()
@@ -38,7 +51,9 @@ class EventLog:
         record = {"event": event, "time": time.time(), **fields}
         if not self.enabled:
             return record
-        self.file.write(json.dumps(record) + "\n")  # one write: appends from two processes never interleave
+        # one write: appends from two processes never interleave
+        self.file.write("\n" * self.torn + json.dumps(record) + "\n")
+        self.torn = False
         self.file.flush()
         self.summary.refresh()  # folds this line (and any another process appended)
         self.summary.save()
@@ -62,7 +77,7 @@ def truncate_to_checkpoint(run: Run, epoch: int) -> None:
         lines = fh.readlines()
     for number, line in enumerate(lines):
         try:
-            event = json.loads(line)
+            event = loads(line)
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("event") == "checkpoint" and event.get("epoch") == epoch:

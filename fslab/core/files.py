@@ -49,12 +49,32 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable=durable)
 
 
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` for a file anyone may have edited: a whole number beyond
+    64 bits (no run writes one; readers would overflow converting it) or
+    nesting deeper than Python's recursion allows is a ValueError, as any other
+    text that is not JSON is."""
+    try:
+        return json.loads(text, parse_int=_int64)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _int64(text: str) -> int:
+    if len(text) > 20:  # int() of a huge digit string is itself slow, and refused beyond 4,300 digits
+        raise ValueError(f"integer of {len(text)} digits")
+    value = int(text)
+    if not -(2**63) <= value < 2**64:
+        raise ValueError(f"integer beyond 64 bits: {value}")
+    return value
+
+
 def read_json(path: str | Path) -> dict | None:
     """The JSON object in ``path``; None if it is missing, unreadable, not JSON,
     or JSON of another shape (a list, a string)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            value = json.loads(fh.read())
+            value = loads(fh.read())
     except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
     return value if isinstance(value, dict) else None
@@ -68,7 +88,7 @@ def parse_lines(chunk: bytes) -> tuple[list[dict], int]:
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            event = loads(line)
         except ValueError:
             corrupt += 1
             continue

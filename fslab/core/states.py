@@ -31,7 +31,10 @@ HOST = socket.gethostname()
 
 
 def pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs here and is not a zombie waiting to be reaped."""
+    """True if ``pid`` runs here and is not a zombie waiting to be reaped. A
+    number no process can have (0 or less, beyond a pid's 32 bits) never runs."""
+    if not 0 < pid < 2**31:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -59,12 +62,16 @@ def lock_matters(status: dict) -> bool:
 
 def run_state(status: dict, now: float | None = None, locked: bool | None = None) -> str:
     """The state of a run whose status is ``status``: its recorded end state,
-    or ``queued``/``running`` while its worker lives, else ``lost``.
+    or ``queued``/``running`` while its worker lives, else ``lost``;
+    ``unreadable`` when the status records no state (a damaged status.json),
+    so no command resumes, requeues or stops a run it cannot read.
 
     ``locked`` is what a probe of the run's worker lock found (True: held,
     False: free, None: not probed or no lock file). It is passed in, so this
     stays a pure function of what the caller read."""
-    state = status.get("state", "lost")
+    state = status.get("state")
+    if not isinstance(state, str):  # status.json missing, damaged, or without a state: nothing to act on
+        return UNREADABLE
     if state in ENDED:
         return state
     pid = status.get("pid")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fslab.core import schemas
 from fslab.core.events import is_validation, logged_evaluator, own_evaluator
-from fslab.core.files import Tail, atomic_write_text, read_json
+from fslab.core.files import Tail, atomic_write_text, loads, read_json
 from fslab.core.runstore import run_names
 from fslab.core.states import UNREADABLE
 from fslab.core.worklock import observed_state
@@ -113,6 +113,35 @@ NOT_KEPT = ("id", "state", "created", "started", "ended", "error", "sweep", "usa
 SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time", "usage", "ways"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "first_train", "last_train_time", "corrupt")
+
+
+# The kinds of the fields summary.json keeps (a float loss may be NaN: a run that diverged).
+S = schemas
+SAVED_KINDS = {
+    **dict.fromkeys(("method", "loss_fn", "backbone", "dataset", "note"), (S.TEXT, S.NULL)),
+    **dict.fromkeys(("seed", "epochs", "ways", "epoch", "step", "total_steps", "positives", "negatives"),
+                    (S.WHOLE, S.NULL)),
+    "evaluator": (S.TEXT,), "loss": (S.NUMBER, S.NULL), "best_val": (S.TABLE, S.NULL), "test": (S.TABLE,),
+    "test_by_evaluator": (S.TABLE,), "first_train": (S.ARRAY, S.NULL), "last_train_time": (S.NUMBER, S.NULL),
+    "corrupt": (S.WHOLE,),
+}
+
+
+def trusted_fields(fields) -> bool:
+    """Whether the fields read from summary.json have the kinds the fold gives
+    them (scores with their numbers), so a listing can use them as they are."""
+    if not isinstance(fields, dict):
+        return False
+    for name, value in fields.items():
+        if name not in SAVED_KINDS or not (schemas.matches(value, SAVED_KINDS[name])
+                                           or (name == "loss" and isinstance(value, float))):
+            return False
+    best, first = fields.get("best_val"), fields.get("first_train")
+    tables = [fields.get("test", {}), *fields.get("test_by_evaluator", {}).values()]
+    return ((best is None or schemas.complete(best, schemas.SCORE) is not None)
+            and (first is None or (len(first) == 2 and all(schemas.is_kind(x, S.NUMBER) for x in first)))
+            and all(isinstance(table, dict) and all(schemas.complete(score, schemas.SCORE) is not None
+                                                    for score in table.values()) for table in tables))
 
 
 def _name(section) -> str | None:
@@ -200,7 +229,7 @@ def add_lines(summary: RunSummary, chunk: bytes) -> None:
         wanted = ([trains[0]] if summary.first_train is None else []) + wanted + [trains[-1]]
     for line in wanted:
         try:
-            event = json.loads(line)
+            event = loads(line)
         except ValueError:
             summary.corrupt += _looks_whole(line)  # a line that does not even look whole is counted above
             continue
@@ -248,6 +277,9 @@ class SummaryFile:
         saved = read_json(self.paths[SUMMARY_FILE])
         if not saved or saved.get("format") != SUMMARY_FORMAT:
             return False
+        if not (trusted_fields(saved.get("summary")) and isinstance(saved.get("status"), dict)
+                and schemas.conform(saved["status"], schemas.STATUS) == saved["status"]):
+            return False  # edited or damaged: folded again from the run's own files
         try:  # the fields as saved (those left out were at their defaults)
             summary = RunSummary(**saved["summary"], id=self.id)
             apply_status(summary, saved["status"])

@@ -27,7 +27,16 @@ def sweep_records(runs_dir: Path) -> list[dict]:
     """Every sweep's record, oldest first."""
     folder = Path(runs_dir) / SWEEPS
     paths = sorted(folder.glob("sweep-*.json")) if folder.is_dir() else []
-    return [record for record in map(read_json, paths) if record and isinstance(record.get("runs"), list)]
+    return [record for record in map(read_json, paths) if readable(record)]
+
+
+def readable(record: dict | None) -> bool:
+    """Whether a sweep record names its runs as a list of run ids: names of
+    folders inside the run store (a ``../`` or a number would reach elsewhere
+    or nowhere)."""
+    runs = record.get("runs") if record else None
+    return isinstance(runs, list) and all(
+        isinstance(r, str) and r not in ("", ".", "..") and "/" not in r and "\0" not in r for r in runs)
 
 
 def load_sweep(runs_dir: Path, ref: str) -> dict:
@@ -39,8 +48,8 @@ def load_sweep(runs_dir: Path, ref: str) -> dict:
         what = "matches several sweeps" if found else "matches no sweep"
         raise UsageError(f"'{ref}' {what}. Sweeps: {', '.join(names) or '(none yet)'}")
     record = read_json(folder / f"{found[0]}.json")
-    if not record or not isinstance(record.get("runs"), list):
-        raise UsageError(f"sweep record {folder / found[0]}.json cannot be read")
+    if not readable(record):
+        raise UsageError(f"sweep record {folder / found[0]}.json cannot be read (it must list its runs' ids)")
     return record
 
 

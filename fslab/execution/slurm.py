@@ -153,11 +153,29 @@ def cancel_job(run: Run, status: dict) -> None:
     job_id = status.get("slurm_job_id")
     if status.get("slurm_cluster") == "local":
         try:
-            os.kill(int(job_id), signal.SIGTERM)
-        except (ProcessLookupError, TypeError, ValueError):
-            pass
+            pid = int(job_id)
+        except (TypeError, ValueError):
+            return
+        if is_local_job_of(pid, run):  # status.json is a plain file: signal only what it truly names
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
     else:
         require_submitit().SlurmJob(run.path / "slurm", str(job_id)).cancel(check=False)
+
+
+def is_local_job_of(pid: int, run: Run) -> bool:
+    """Whether ``pid`` is submitit's local controller of a job of ``run``: its
+    command line runs ``submitit.local._local`` on a folder of this run. A pid
+    of 0 or below (a process group, or every process) never is."""
+    if pid <= 0:
+        return False
+    try:
+        text = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return "submitit.local._local" in text and run.id in text
 
 
 def cancel(run: Run, grace: float = 30.0) -> str:
