@@ -99,3 +99,32 @@ def test_eval_bad_input(project, argv, message):
     result = fslab("eval", run.id, *argv, cwd=project)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_checkpoint_of_another_shape_is_one_line_not_a_key_error(tmp_path):
+    """fslab eval and a resume read the checkpoint through load_checkpoint: a file torch
+    loads but fslab did not write (or a damaged one) is named, without torch's advice
+    to load it with weights_only=False."""
+    import torch
+
+    from fslab.core.errors import FslabError
+    from fslab.training.checkpoint import CHECKPOINT_KEYS, load_checkpoint
+    from fslab.training.run_eval import _first_reason
+
+    path = tmp_path / "last.pt"
+    whole = {key: {} for key in CHECKPOINT_KEYS} | {"epoch": 3}
+    torch.save(whole, path)
+    assert load_checkpoint(path, "cpu")["epoch"] == 3
+    for value, message in [({"a": 1}, "it has no model, head, optimizer"), ([1], "it has no model"),
+                           ({**whole, "train_mean": None} | {"epoch": "3"}, "its epoch or model is of another kind")]:
+        torch.save(value, path)
+        with pytest.raises(FslabError, match=rf"^the checkpoint {path} is not one fslab wrote: {message}"):
+            load_checkpoint(path, "cpu")
+    path.write_bytes(b"\x80\x04junk" * 100)
+    with pytest.raises(FslabError) as error:
+        load_checkpoint(path, "cpu")
+    assert "weights_only" not in str(error.value)
+    try:
+        torch.nn.Linear(2, 2).load_state_dict({"w": torch.zeros(2)})
+    except RuntimeError as exc:
+        assert _first_reason(exc).startswith("Missing key(s) in state_dict: \"weight\"")

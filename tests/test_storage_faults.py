@@ -144,7 +144,8 @@ def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
                                                       cwd=project))
     torch.save({"epoch": 2, "model": NotWeights()}, done / "checkpoints" / "last.pt")
     line = one_error_line(fslab("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project))
-    assert "cannot be loaded" in line and "Weights only load failed" in line
+    assert "cannot be loaded: it holds objects other than tensors" in line and "would run code" in line
+    assert "weights_only=False" not in line  # torch's advice, which would run the file's code
 
 
 def test_a_plugin_that_exits_at_import_is_reported_not_obeyed(project):

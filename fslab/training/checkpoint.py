@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 import random
 import shutil
 import threading
@@ -179,14 +178,31 @@ class CheckpointWriter:
             self._error = exc
 
 
+# What every checkpoint fslab writes holds (training_checkpoint; fslab 0.1's too): a reader
+# checks them first, so a file of another shape is one line, not a KeyError in the middle.
+CHECKPOINT_KEYS = ("model", "head", "optimizer", "loss", "scheduler", "epoch", "step", "config", "best_val",
+                   "train_mean", "rng")
+
+
 def load_checkpoint(path: Path, device: torch.device | str) -> dict:
     """The checkpoint's tensors on ``device``. ``weights_only``: a checkpoint
     file is data, and loading it must not run code (a file that would is
     refused, as is a damaged one, in one line)."""
     try:
-        return torch.load(path, map_location=device, weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as exc:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except (OSError, RuntimeError, EOFError) as exc:  # unreadable, cut short: torch's first line says which
         raise FslabError(f"the checkpoint {path} cannot be loaded: {_first_line(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001 (damaged bytes make the unpickler raise nearly anything)
+        # not torch's own text: it advises weights_only=False, which would run what the file says
+        why = ("it holds objects other than tensors and plain values, and loading them would run code: "
+               "refused" if "Weights only load failed" in str(exc)
+               else f"it is damaged, or not a file fslab wrote ({type(exc).__name__})")
+        raise FslabError(f"the checkpoint {path} cannot be loaded: {why}") from exc
+    missing = [key for key in CHECKPOINT_KEYS if not isinstance(state, dict) or key not in state]
+    if missing or not isinstance(state["epoch"], int) or not isinstance(state["model"], dict):
+        raise FslabError(f"the checkpoint {path} is not one fslab wrote: "
+                         + (f"it has no {', '.join(missing)}" if missing else "its epoch or model is of another kind"))
+    return state
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,7 +23,7 @@ import os
 import torch
 
 from fslab.core.config import RunConfig, run_config
-from fslab.core.errors import UsageError
+from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import evaluator_label
 from fslab.core.registry import Registry, load_registry
@@ -47,6 +47,14 @@ from fslab.training.record import (
     episode_count,
     evaluate_and_record,
 )
+
+
+def _first_reason(exc: RuntimeError) -> str:
+    """The first line of torch's load_state_dict error that says what is wrong
+    (its first line only names the network), shortened."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = lines[1] if len(lines) > 1 else (lines[0] if lines else "RuntimeError")
+    return reason if len(reason) <= 160 else reason[:157] + "..."
 
 
 class Checkpoint:
@@ -73,7 +81,11 @@ class Checkpoint:
             # every split of a dataset has one image size; the test split is the one evaluated most
             image_size = image_size_of(self.dataset().load("test"))
         model = build_backbone(self.registry, self.cfg, self.dataset().channels, self.device, image_size)
-        model.load_state_dict(self.state["model"])
+        try:
+            model.load_state_dict(self.state["model"])
+        except RuntimeError as exc:  # weights of another network: torch lists every key
+            raise FslabError(f"the checkpoint {self.run.checkpoint_path} does not fit the run's backbone "
+                             f"'{self.cfg.backbone['name']}': {_first_reason(exc)}") from None
         if self.numerics.channels_last:
             model = model.to(memory_format=torch.channels_last)
         return feature_network(model, self.stages)
