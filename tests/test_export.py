@@ -181,5 +181,20 @@ def test_a_sink_that_fails_on_a_run_is_that_runs_line(store, tmp_path):
     out = fslab("export", real.name, "--to", "mlflow", "--set", f"tracking_uri={inside_a_file}", cwd=project, env=env)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     (line,) = out.stderr.strip().splitlines()
-    assert line.startswith(f"{real.name}: sink 'mlflow' failed: ")
-    assert out.stdout.strip() == "exported 0 runs to mlflow; 1 left out"
+    assert line.startswith(f"error: {real.name}: sink 'mlflow' failed: ")
+    assert out.stdout.strip() == "exported 0 runs to mlflow; 1 failed in the sink"
+
+
+def test_an_end_event_of_the_wrong_shape_is_left_to_the_files_not_fed_to_a_sink(store, tmp_path):
+    """An edited end event ("results": "n/a") reached TensorBoard's hparams as an AttributeError."""
+    project, real, env = store
+    copy = _copy(project / "runs", real.name, "20200101-000004-nca-edit")
+    try:
+        with open(copy / "metrics.jsonl", "a") as fh:
+            fh.write('{"event": "end", "time": 1.0, "results": "n/a"}\n')
+        out = fslab("export", copy.name, "--to", "tensorboard", "--set", f"log_dir={tmp_path / 'tb'}", cwd=project,
+                    env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().endswith("exported 1 run to tensorboard")
+    finally:
+        shutil.rmtree(copy)

@@ -39,11 +39,12 @@ def export_(
     """Replay finished runs into a sink, so runs made before it was chosen join it.
 
     Exporting a run again replaces what the earlier export (or the live run) wrote there, never adds a copy.
-    Runs still queued or running are left out, each said in one line.
+    Runs still queued or running are left out, each said in one line. The command fails if it exported none,
+    or if the sink failed on a run (that run's error: line; the others are still exported).
     """
     from fslab.core.config import SINKS, parse_assignment, sink_params
     from fslab.core.sweeps import select_runs
-    from fslab.execution.export import SinkUnavailable, export_run, merged
+    from fslab.execution.export import SinkFailed, SinkUnavailable, export_run, merged
 
     project = settings()
     found = registry(project)
@@ -59,12 +60,16 @@ def export_(
     toml = project.run.get(SINKS, {})
     layers = [toml.get(to, {}) if isinstance(toml, dict) and isinstance(toml.get(to), dict) else {}, command]
     sink_params(found, to, merged(*layers))  # a wrong --set: one line before any run is touched
-    exported, skipped = 0, 0
+    exported, skipped, failed = 0, 0, 0
     for run in select_runs(project.runs_dir, refs):
         try:
             done = export_run(found, run, to, layers)
         except SinkUnavailable:
             raise  # its package is missing: one line, and no other run is tried
+        except SinkFailed as exc:  # an error, unlike a run left out: the command fails at its end
+            failed += 1
+            err_console.print(f"error: {shown(str(exc))}", highlight=False)
+            continue
         except UsageError as exc:
             skipped += 1
             err_console.print(shown(str(exc)), highlight=False)
@@ -76,6 +81,7 @@ def export_(
             console.print(f"{done['run']} ({done['state']}): {done['events']} events -> {to}", highlight=False)
     if not as_json:
         console.print(f"exported {exported} run{'s' * (exported != 1)} to {to}"
-                      + (f"; {skipped} left out" if skipped else ""), highlight=False)
-    if exported == 0:
+                      + (f"; {skipped} left out" if skipped else "")
+                      + (f"; {failed} failed in the sink" if failed else ""), highlight=False)
+    if exported == 0 or failed:
         raise typer.Exit(1)

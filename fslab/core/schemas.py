@@ -69,6 +69,7 @@ EVENTS = {
              "accuracy": (NUMBER,), "ci95": (NUMBER,)},
     "start": {"epochs": (WHOLE,)},
     "checkpoint": {"epoch": (WHOLE,)},
+    "end": {"results": (TABLE,)},  # the test scores by shots, each a SCORE (checked in event())
 }
 # runs/sweeps/<id>.json
 SWEEP = {"id": (TEXT,), "method": (TEXT,), "runs": (ARRAY,), "fail_fast": (FLAG,), "created": (NUMBER,)}
@@ -127,4 +128,8 @@ def event(record: Any) -> dict | None:
     if not isinstance(record, dict) or not isinstance(record.get("event"), str):
         return None
     needed = EVENTS.get(record["event"])
-    return record if needed is None or complete(record, needed) else None
+    if needed is not None and not complete(record, needed):
+        return None
+    if record["event"] == "end" and not all(complete(score, SCORE) for score in record["results"].values()):
+        return None
+    return record

@@ -25,6 +25,10 @@ class SinkUnavailable(UsageError):
     """The sink cannot be built at all (its package is missing): no run can be exported."""
 
 
+class SinkFailed(UsageError):
+    """The sink raised while it took one run's events (a server down, a value it refuses)."""
+
+
 def merged(*layers: dict) -> dict:
     """The layers' keys, a later layer over an earlier one."""
     out: dict = {}
@@ -61,5 +65,5 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
     except Exception as exc:  # the tracker's own error (a server down, a store it refuses): this run's line
         text = " ".join(str(exc).split())[:300]
-        raise UsageError(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None
+        raise SinkFailed(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None
     return {"run": run.id, "sink": sink, "state": state, "events": count}
