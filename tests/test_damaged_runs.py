@@ -209,6 +209,40 @@ def test_stop_signals_a_local_job_only_if_it_is_this_runs(run_folder):
         bystander.wait()
 
 
+@pytest.mark.parametrize("name", ["metrics.jsonl", "status.json", "config.json", "summary.json"])
+def test_a_fifo_or_a_device_in_a_run_folder_is_not_read(run_folder, name):
+    """A FIFO blocked every listing at its open; /dev/zero was read until memory ran out."""
+    import signal
+
+    folder = run_folder()
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail(f"a reader blocked on a FIFO {name}"))
+    signal.alarm(20)
+    try:
+        read_everything(folder)
+        (folder / name).unlink()
+        (folder / name).symlink_to("/dev/zero")
+        read_everything(folder)  # (summary.json is written again, in place of the link)
+        zero = folder / "zero"
+        zero.symlink_to("/dev/zero")
+        assert read_json(zero) is None and Tail(zero).read() == (b"", False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_run_without_its_config_is_found_as_listings_show_it(run_folder):
+    """fslab runs listed it as unreadable while fslab show, logs and resume said there was no such run."""
+    folder = run_folder()
+    (folder / "config.json").unlink()
+    assert [s.id for s in list_summaries(folder.parent, limit=None)] == [folder.name]
+    assert find_run(folder.parent, folder.name[-4:]).path == folder
+    (folder / "status.json").unlink()  # neither file: not a run (or one being created)
+    with pytest.raises(UsageError, match=r"^no run "):
+        find_run(folder.parent, folder.name[-4:])
+
+
 def test_wrong_shapes_are_dropped_value_by_value(tmp_path):
     folder = tmp_path / "runs" / FIXTURE.name
     shutil.copytree(FIXTURE, folder)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from typing import Annotated
@@ -164,7 +165,8 @@ def logs(
     run_ = find_run(settings().runs_dir, ref)
     path = run_.path / ("stderr.log" if stderr else "stdout.log")
     try:
-        os.stat(path)
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a folder, a FIFO, a device: nothing a worker wrote
+            raise FslabError(f"cannot read {path}: it is not a regular file")
     except FileNotFoundError:
         pass  # not written yet: followed until it is
     except OSError as exc:

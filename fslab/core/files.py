@@ -10,8 +10,10 @@ dashboard all read new lines through it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +71,28 @@ def _int64(text: str) -> int:
     return value
 
 
+def open_regular(path: str | Path, mode: str = "rb", encoding: str | None = None):
+    """``path`` opened for reading if it is a regular file (a symbolic link to
+    one included); anything else is an OSError. A FIFO put in a run folder
+    would block a reader forever and a device such as /dev/zero never ends,
+    so neither is read: opening does not wait (O_NONBLOCK), and the kind is
+    checked on what was opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, encoding=encoding)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_json(path: str | Path) -> dict | None:
     """The JSON object in ``path``; None if it is missing, unreadable, not JSON,
     or JSON of another shape (a list, a string)."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open_regular(path, "r", encoding="utf-8") as fh:
             value = loads(fh.read())
     except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
@@ -114,7 +133,7 @@ class Tail:
         """(new bytes, whether the file was rewritten since the last read).
         Only whole lines, unless ``partial``: then everything there is."""
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 st = os.fstat(fh.fileno())
                 reset = (self.inode is not None and st.st_ino != self.inode) or st.st_size < self.offset
                 if reset:

@@ -225,11 +225,11 @@ def run_paths(runs_dir: Path) -> list[Path]:
     return [Path(runs_dir) / name for name in run_names(runs_dir) if _config_of(runs_dir, name) is True]
 
 
-def _config_of(runs_dir: Path, name: str) -> bool | None:
-    """True if the folder has a config.json, False if it has none, None if it
-    cannot be told (a folder this user may not read: still a run, unreadable)."""
+def _config_of(runs_dir: Path, name: str, file: str = "config.json") -> bool | None:
+    """True if the folder has a config.json (or ``file``), False if it has none, None
+    if it cannot be told (a folder this user may not read: still a run, unreadable)."""
     try:
-        os.stat(os.path.join(runs_dir, name, "config.json"))
+        os.stat(os.path.join(runs_dir, name, file))
     except FileNotFoundError:
         return False
     except OSError:
@@ -259,7 +259,9 @@ def find_run(runs_dir: Path, ref: str) -> Run:
     """A run by id, unique id prefix, unique substring, or ``last`` (the newest).
     Folder names are compared, and no file is read, so a store of any size answers at once."""
     if ref != "last":  # unreadable runs can be named too: fslab show says why they cannot be read
-        names = [name for name in run_names(runs_dir) if _config_of(runs_dir, name) is not False]
+        # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
+        names = [name for name in run_names(runs_dir)
+                 if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
         return _match(runs_dir, ref, names)
     paths = run_paths(runs_dir)
     if not paths:
