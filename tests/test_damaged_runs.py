@@ -232,6 +232,18 @@ def test_a_fifo_or_a_device_in_a_run_folder_is_not_read(run_folder, name):
         signal.signal(signal.SIGALRM, previous)
 
 
+def test_a_damaged_last_train_line_leaves_the_last_whole_one_shown(run_folder):
+    """The listing showed the run's first step instead (only the first and last train lines are parsed)."""
+    folder = run_folder()
+    (folder / "summary.json").unlink()
+    truth = read_summary(folder)
+    (folder / "summary.json").unlink()
+    with open(folder / "metrics.jsonl", "a") as fh:
+        fh.write('{"event": "train", "time": 1.0, "step": "oops", "epoch": 1, "loss": 1.0}\n')
+    again = read_summary(folder)
+    assert (again.step, again.loss, again.epoch) == (truth.step, truth.loss, truth.epoch)
+
+
 def test_a_run_without_its_config_is_found_as_listings_show_it(run_folder):
     """fslab runs listed it as unreadable while fslab show, logs and resume said there was no such run."""
     folder = run_folder()

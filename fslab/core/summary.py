@@ -217,16 +217,30 @@ def _looks_whole(line: bytes) -> bool:
     return line[:1] == b"{" and line[-1:] == b"}"
 
 
+def _is_event(line: bytes) -> bool:
+    try:
+        return schemas.event(loads(line)) is not None
+    except ValueError:
+        return False
+
+
 def add_lines(summary: RunSummary, chunk: bytes) -> None:
     """Fold complete JSONL lines. Of a batch of train lines only the first
-    (for the ETA, if none was seen yet) and the last are parsed: the others
-    would be overwritten at once. Lines that are not JSON objects count as corrupt."""
+    (for the ETA, if none was seen yet) and the last whole ones are folded: the
+    others would be overwritten at once. Lines that are not JSON objects count as corrupt."""
     lines = [line for line in chunk.split(b"\n") if line.strip()]
     summary.corrupt += sum(1 for line in lines if not _looks_whole(line))
     trains = [line for line in lines if TRAIN_MARK in line]
     wanted = [line for line in lines if TRAIN_MARK not in line and not any(m in line for m in UNUSED_MARKS)]
-    if trains:
-        wanted = ([trains[0]] if summary.first_train is None else []) + wanted + [trains[-1]]
+    if trains:  # the first and last train lines that are whole events (a damaged one is passed over)
+        first = next((line for line in trains if _is_event(line)), None) if summary.first_train is None else None
+        last = None
+        for line in reversed(trains):
+            if _is_event(line):
+                last = line
+                break
+            summary.corrupt += _looks_whole(line)  # one that does not even look whole is counted above
+        wanted = [first] * (first is not None) + wanted + [last] * (last is not None)
     for line in wanted:
         try:
             event = loads(line)
