@@ -62,7 +62,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch)
         checkpoint.save_checkpoint(path, {"epoch": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left
     monkeypatch.undo()
-    assert checkpoint.load_checkpoint(path, "cpu") == {"epoch": 1}
+    assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}
 
 
 def test_a_checkpoint_written_in_the_background_is_the_state_when_it_was_submitted(tmp_path, monkeypatch):
@@ -88,12 +88,12 @@ def test_a_checkpoint_written_in_the_background_is_the_state_when_it_was_submitt
     assert not path.exists()
     release.set()
     writer.wait()
-    saved = checkpoint.load_checkpoint(path, "cpu")
+    saved = checkpoint.read_checkpoint(path, "cpu")
     assert saved["epoch"] == 1 and torch.equal(saved["model"]["w"], torch.zeros(3))
     assert torch.equal(saved["optimizer"]["state"][0], torch.zeros(3))
     writer.submit({"epoch": 2, "model": {"w": weights}})
     writer.wait()
-    assert torch.equal(checkpoint.load_checkpoint(path, "cpu")["model"]["w"], torch.full((3,), 7.0))
+    assert torch.equal(checkpoint.read_checkpoint(path, "cpu")["model"]["w"], torch.full((3,), 7.0))
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
@@ -120,7 +120,7 @@ def test_a_failed_background_write_is_raised_by_the_next_call_and_keeps_the_prev
     writer.close()  # a run ending on another error: no second report
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
-    assert checkpoint.load_checkpoint(path, "cpu") == {"epoch": 1}
+    assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}
 
 
 class NotWeights:
@@ -236,4 +236,4 @@ def test_a_checkpoint_is_announced_before_its_write_starts_and_a_stop_there_writ
         writer.submit({"epoch": 2}, announce=stop_arrives)
     writer.close()
     assert order == ["event 1", "write 1", "event 2"]
-    assert checkpoint.load_checkpoint(path, "cpu") == {"epoch": 1}  # a resume from epoch 1 finds its event
+    assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}  # a resume from epoch 1 finds its event

@@ -64,7 +64,8 @@ CONFIG_CASES = {
 
 # Every range declared on the typed sections: a value just outside it.
 RANGE_CASES = {
-    "train.epochs=0": "at least 1", "train.batch_size=1": "at least 2", "train.optimizer=adm": "one of sgd, adam",
+    "train.epochs=0": "from 1 to 1,000,000", "train.batch_size=1": "at least 2",
+    "train.optimizer=adm": "one of sgd, adam",
     "train.momentum=1.5": "between 0 and 1", "train.weight_decay=-0.1": "at least 0",
     "train.weight_decay=nan": "finite number", "train.milestones=[1.5]": "between 0 and 1",
     "train.milestones=[-0.5]": "between 0 and 1", "train.gamma=0": "> 0", "train.crop_padding=-1": "at least 0",

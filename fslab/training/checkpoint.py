@@ -185,11 +185,23 @@ CHECKPOINT_KEYS = ("model", "head", "optimizer", "loss", "scheduler", "epoch", "
 
 
 def load_checkpoint(path: Path, device: torch.device | str) -> dict:
-    """The checkpoint's tensors on ``device``. ``weights_only``: a checkpoint
-    file is data, and loading it must not run code (a file that would is
-    refused, as is a damaged one, in one line)."""
+    """A run's checkpoint (:func:`training_checkpoint`) on ``device``, read by
+    :func:`read_checkpoint`; one without the keys every checkpoint holds is
+    refused in one line, not met as a KeyError halfway through a resume."""
+    state = read_checkpoint(path, device)
+    missing = [key for key in CHECKPOINT_KEYS if not isinstance(state, dict) or key not in state]
+    if missing or not isinstance(state["epoch"], int) or not isinstance(state["model"], dict):
+        raise FslabError(f"the checkpoint {path} is not one fslab wrote: "
+                         + (f"it has no {', '.join(missing)}" if missing else "its epoch or model is of another kind"))
+    return state
+
+
+def read_checkpoint(path: Path, device: torch.device | str):
+    """What a file written by :func:`save_checkpoint` holds, its tensors on
+    ``device``. ``weights_only``: a checkpoint file is data, and loading it must
+    not run code (a file that would is refused, as is a damaged one, in one line)."""
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        return torch.load(path, map_location=device, weights_only=True)
     except (OSError, RuntimeError, EOFError) as exc:  # unreadable, cut short: torch's first line says which
         raise FslabError(f"the checkpoint {path} cannot be loaded: {_first_line(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 (damaged bytes make the unpickler raise nearly anything)
@@ -198,11 +210,6 @@ def load_checkpoint(path: Path, device: torch.device | str) -> dict:
                "refused" if "Weights only load failed" in str(exc)
                else f"it is damaged, or not a file fslab wrote ({type(exc).__name__})")
         raise FslabError(f"the checkpoint {path} cannot be loaded: {why}") from exc
-    missing = [key for key in CHECKPOINT_KEYS if not isinstance(state, dict) or key not in state]
-    if missing or not isinstance(state["epoch"], int) or not isinstance(state["model"], dict):
-        raise FslabError(f"the checkpoint {path} is not one fslab wrote: "
-                         + (f"it has no {', '.join(missing)}" if missing else "its epoch or model is of another kind"))
-    return state
 
 
 def _first_line(exc: BaseException) -> str:
