@@ -117,7 +117,7 @@ def test_read_json_takes_objects_only(tmp_path):
 
 
 @pytest.mark.parametrize("name", FILES)
-@pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, str(10**400), "-" + str(2**63 + 1), "1" * 30],
+@pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, str(10**400), "-" + "9" * 20, "1" * 30],
                          ids=["deep", "huge", "below-int64", "long"])
 def test_deep_nesting_and_numbers_no_run_writes_are_never_fatal(run_folder, name, value):
     """A RecursionError and an OverflowError are no ValueError: they went past every reader."""

@@ -43,7 +43,7 @@ from typing import Any
 
 from fslab.core.errors import ConfigError, FslabError, PluginError, UsageError, did_you_mean
 from fslab.core.keys import dotted
-from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive
+from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive, rule_of
 from fslab.core.settings import Settings
 from fslab.core.types import CheckContext, SplitSizes
 
@@ -282,7 +282,7 @@ def resolve(
     config["method"] = method
     if not config["dataset"].get("root"):
         config["dataset"]["root"] = settings.data_roots.get(dataset_name, f"data/{dataset_name}")
-        check_data_root_key(settings, dataset_name, config["dataset"]["root"], registry.names("dataset"))
+        _check_data_root_key(settings, dataset_name, config["dataset"]["root"], registry.names("dataset"))
     if isinstance(config["dataset"]["root"], str):  # absolute: a worker or a resume may start elsewhere
         config["dataset"]["root"] = os.path.abspath(os.path.expanduser(config["dataset"]["root"]))
     with naming_the_file(settings, overrides):
@@ -297,7 +297,7 @@ def resolve(
     return config
 
 
-def check_data_root_key(settings: Settings, dataset: str, root: str, datasets: list[str]) -> None:
+def _check_data_root_key(settings: Settings, dataset: str, root: str, datasets: list[str]) -> None:
     """A ConfigError for a dataset whose root fslab.toml seems to give under a
     misspelt name ([data_roots] minimagenet = ...), when the default root it
     falls back to is not there either (``datasets``: the registered names)."""
@@ -624,7 +624,7 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     for param in filled_in:
         if param in given and param in FILLED_IN_COUNTS:
             check_rule(f"{key}.{param}", check_value(f"{key}.{param}", given[param], 0),
-                       FILLED_IN_COUNTS[param]["allowed"])
+                       rule_of(FILLED_IN_COUNTS[param]))
     return {**params, **{param: given[param] for param in filled_in if param in given}}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,16 @@ def loads(text: str | bytes) -> Any:
     nesting deeper than Python's recursion allows is a ValueError, as any other
     text that is not JSON is."""
     try:
-        return json.loads(text, parse_int=_int64)
+        value = json.loads(text)
+        # a run of 20 digits may be such a number: parsed again, each whole number checked
+        # (rare, so the usual parse stays C's; a 20-digit string parses the same either way)
+        long = LONG_DIGITS_BYTES if isinstance(text, (bytes, bytearray)) else LONG_DIGITS
+        return json.loads(text, parse_int=_int64) if long.search(text) else value
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+LONG_DIGITS, LONG_DIGITS_BYTES = re.compile(r"\d{20}"), re.compile(rb"\d{20}")
 
 
 def _int64(text: str) -> int:

@@ -115,33 +115,41 @@ METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives
                  "test_by_evaluator", "first_train", "last_train_time", "corrupt")
 
 
-# The kinds of the fields summary.json keeps (a float loss may be NaN: a run that diverged).
-S = schemas
-SAVED_KINDS = {
-    **dict.fromkeys(("method", "loss_fn", "backbone", "dataset", "note"), (S.TEXT, S.NULL)),
+# The Python types of the fields summary.json keeps (no field is a bool; a float loss may be NaN:
+# a run that diverged). Checked with isinstance, not the schemas' kinds: a listing of 10,000
+# runs checks each run's.
+_NONE = type(None)
+SAVED_TYPES = {
+    **dict.fromkeys(("method", "loss_fn", "backbone", "dataset", "note"), (str, _NONE)),
     **dict.fromkeys(("seed", "epochs", "ways", "epoch", "step", "total_steps", "positives", "negatives"),
-                    (S.WHOLE, S.NULL)),
-    "evaluator": (S.TEXT,), "loss": (S.NUMBER, S.NULL), "best_val": (S.TABLE, S.NULL), "test": (S.TABLE,),
-    "test_by_evaluator": (S.TABLE,), "first_train": (S.ARRAY, S.NULL), "last_train_time": (S.NUMBER, S.NULL),
-    "corrupt": (S.WHOLE,),
+                    (int, _NONE)),
+    "evaluator": (str,), "loss": (int, float, _NONE), "best_val": (dict, _NONE), "test": (dict,),
+    "test_by_evaluator": (dict,), "first_train": (list, _NONE), "last_train_time": (int, float, _NONE),
+    "corrupt": (int,),
 }
 
 
 def trusted_fields(fields) -> bool:
-    """Whether the fields read from summary.json have the kinds the fold gives
+    """Whether the fields read from summary.json have the types the fold gives
     them (scores with their numbers), so a listing can use them as they are."""
-    if not isinstance(fields, dict):
+    if type(fields) is not dict:
         return False
     for name, value in fields.items():
-        if name not in SAVED_KINDS or not (schemas.matches(value, SAVED_KINDS[name])
-                                           or (name == "loss" and isinstance(value, float))):
+        types = SAVED_TYPES.get(name)
+        if types is None or not isinstance(value, types) or value is True or value is False:
             return False
     best, first = fields.get("best_val"), fields.get("first_train")
+    if best is not None and not _score(best):
+        return False
+    if first is not None and (len(first) != 2 or not all(x is None or type(x) in (int, float) for x in first)):
+        return False
     tables = [fields.get("test", {}), *fields.get("test_by_evaluator", {}).values()]
-    return ((best is None or schemas.complete(best, schemas.SCORE) is not None)
-            and (first is None or (len(first) == 2 and all(schemas.is_kind(x, S.NUMBER) for x in first)))
-            and all(isinstance(table, dict) and all(schemas.complete(score, schemas.SCORE) is not None
-                                                    for score in table.values()) for table in tables))
+    return all(type(table) is dict and all(_score(score) for score in table.values()) for table in tables)
+
+
+def _score(score) -> bool:
+    return (type(score) is dict and type(score.get("accuracy")) in (int, float)
+            and type(score.get("ci95")) in (int, float))
 
 
 def _name(section) -> str | None:
