@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -57,20 +56,15 @@ def loads(text: str | bytes) -> Any:
     64 bits (no run writes one; readers would overflow converting it) or
     nesting deeper than Python's recursion allows is a ValueError, as any other
     text that is not JSON is."""
-    try:
-        value = json.loads(text)
-        # a run of 20 digits may be such a number: parsed again, each whole number checked
-        # (rare, so the usual parse stays C's; a 20-digit string parses the same either way)
-        long = LONG_DIGITS_BYTES if isinstance(text, (bytes, bytearray)) else LONG_DIGITS
-        return json.loads(text, parse_int=_int64) if long.search(text) else value
+    try:  # each whole number goes through _int64 (floats, most of an evaluation file, do not)
+        return json.loads(text, parse_int=_int64)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
 
-LONG_DIGITS, LONG_DIGITS_BYTES = re.compile(r"\d{20}"), re.compile(rb"\d{20}")
-
-
 def _int64(text: str) -> int:
+    if len(text) < 19:  # most of them: no 18-digit number is near the limits
+        return int(text)
     if len(text) > 20:  # int() of a huge digit string is itself slow, and refused beyond 4,300 digits
         raise ValueError(f"integer of {len(text)} digits")
     value = int(text)
