@@ -194,6 +194,11 @@ def add_event(summary: RunSummary, record: dict) -> None:
     event = schemas.event(record)
     if event is None:
         raise ValueError("an event without the fields of its kind")
+    _fold(summary, event)
+
+
+def _fold(summary: RunSummary, event: dict) -> None:
+    """Fold an event that :func:`fslab.core.schemas.event` accepted."""
     kind = event["event"]
     if kind == "train":
         if summary.first_train is None:
@@ -225,11 +230,12 @@ def _looks_whole(line: bytes) -> bool:
     return line[:1] == b"{" and line[-1:] == b"}"
 
 
-def _is_event(line: bytes) -> bool:
+def _event_of(line: bytes) -> dict | None:
+    """The line's event if it is a whole one with its kind's fields, else None."""
     try:
-        return schemas.event(loads(line)) is not None
+        return schemas.event(loads(line))
     except ValueError:
-        return False
+        return None
 
 
 def add_lines(summary: RunSummary, chunk: bytes) -> None:
@@ -239,17 +245,18 @@ def add_lines(summary: RunSummary, chunk: bytes) -> None:
     lines = [line for line in chunk.split(b"\n") if line.strip()]
     summary.corrupt += sum(1 for line in lines if not _looks_whole(line))
     trains = [line for line in lines if TRAIN_MARK in line]
-    wanted = [line for line in lines if TRAIN_MARK not in line and not any(m in line for m in UNUSED_MARKS)]
-    if trains:  # the first and last train lines that are whole events (a damaged one is passed over)
-        first = next((line for line in trains if _is_event(line)), None) if summary.first_train is None else None
-        last = None
-        for line in reversed(trains):
-            if _is_event(line):
-                last = line
-                break
-            summary.corrupt += _looks_whole(line)  # one that does not even look whole is counted above
-        wanted = [first] * (first is not None) + wanted + [last] * (last is not None)
-    for line in wanted:
+    first = last = None  # the first and last train lines that are whole events (a damaged one is passed over)
+    if trains and summary.first_train is None:
+        first = next((event for line in trains if (event := _event_of(line)) is not None), None)
+    for line in reversed(trains):
+        if (last := _event_of(line)) is not None:
+            break
+        summary.corrupt += _looks_whole(line)  # one that does not even look whole is counted above
+    if first is not None:
+        _fold(summary, first)
+    for line in lines:
+        if TRAIN_MARK in line or any(mark in line for mark in UNUSED_MARKS):
+            continue
         try:
             event = loads(line)
         except ValueError:
@@ -261,6 +268,8 @@ def add_lines(summary: RunSummary, chunk: bytes) -> None:
             add_event(summary, event)
         except ValueError:
             summary.corrupt += 1
+    if last is not None:
+        _fold(summary, last)
 
 
 def _identity(st: os.stat_result) -> list[int]:
