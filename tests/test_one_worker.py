@@ -84,11 +84,18 @@ def test_a_listing_probes_the_lock_of_live_runs_only(tmp_path, monkeypatch):
     assert len(summaries) == 41 and probed == [live.id]
 
 
-def test_the_scheduler_does_not_start_a_run_whose_lock_is_held(tmp_path, capsys):
+def nca_config(registry) -> dict:
+    from fslab.core.config import resolve
+    from fslab.core.settings import Settings
+
+    return resolve("nca", registry=registry, settings=Settings())
+
+
+def test_the_scheduler_does_not_start_a_run_whose_lock_is_held(tmp_path, capsys, registry):
     from fslab.execution.scheduler import schedule
     from fslab.execution.slots import Slot
 
-    run = create_run(tmp_path, "nca", {"method": "nca", "train": {"processes": 1}})
+    run = create_run(tmp_path, "nca", nca_config(registry))
     fd = take(run.path)  # a live worker of this run, as far as anyone can tell
     name_holder(fd, 4242)
     try:
@@ -99,6 +106,38 @@ def test_the_scheduler_does_not_start_a_run_whose_lock_is_held(tmp_path, capsys)
     assert line.endswith(f": not started: run {run.id} still has a live worker (pid 4242 on host {HOST} holds its "
                          f"lock); stop it with: fslab stop {run.id}"), line
     assert run.status()["state"] == "queued" and not run.status().get("pid")
+
+
+def test_a_queued_run_the_scheduler_cannot_read_fails_and_never_holds_up_the_queue(tmp_path, capsys, registry):
+    """Damaged queued runs ahead in the queue are failed with why (a traceback
+    before, and a scheduler polling for ever on train.processes = 0); a run of
+    a newer fslab stays queued for it; the run behind them is reached."""
+    from fslab.core.config import CONFIG_VERSION
+    from fslab.execution.scheduler import schedule
+    from fslab.execution.slots import Slot
+
+    config = nca_config(registry)
+    not_an_object = create_run(tmp_path, "nca", config)
+    atomic_write_json(not_an_object.path / "config.json", [])
+    no_train = create_run(tmp_path, "nca", {k: v for k, v in config.items() if k != "train"})
+    no_processes = create_run(tmp_path, "nca", {**config, "train": {**config["train"], "processes": 0}})
+    newer = create_run(tmp_path, "nca", {**config, "config_version": CONFIG_VERSION + 1})
+    behind = create_run(tmp_path, "nca", config)
+    fd = take(behind.path)  # held: the scheduler reaches it and says so, without starting a worker
+    name_holder(fd, 4242)
+    try:
+        assert schedule(tmp_path, [Slot("cpu-0")], poll=0.01) == 0
+    finally:
+        os.close(fd)
+    log = capsys.readouterr().out
+    for run, why in [(not_an_object, "config.json is missing or not a JSON object"),
+                     (no_train, "the configuration has no 'train'"),
+                     (no_processes, "train.processes must be at least 1, got 0")]:
+        state = run.status()
+        assert state["state"] == "failed" and state["error"].startswith(f"not started: run {run.id}: "), state
+        assert why in state["error"] and state["error"] in log, (why, state["error"])
+    assert newer.status()["state"] == "queued" and "was written by a newer fslab" in log
+    assert f"run {behind.id} still has a live worker" in log
 
 
 def test_a_stop_signals_only_this_runs_worker(tmp_path):

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fslab.core.errors import ConfigError, FslabError, PluginError, UsageError, did_you_mean
+from fslab.core.errors import ConfigError, FslabError, NewerConfig, PluginError, UsageError, did_you_mean
 from fslab.core.keys import dotted
 from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive, rule_of
 from fslab.core.settings import Settings
@@ -425,7 +425,7 @@ def migrate(config: dict) -> dict:
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ConfigError(f"config_version must be a whole number >= 0, got {version!r}")
     if version > CONFIG_VERSION:
-        raise ConfigError(f"configuration version {version} was written by a newer fslab "
+        raise NewerConfig(f"configuration version {version} was written by a newer fslab "
                           f"(this one reads versions up to {CONFIG_VERSION}); upgrade fslab")
     if version == CONFIG_VERSION:
         return config

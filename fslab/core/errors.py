@@ -26,6 +26,10 @@ class ConfigError(UsageError):
     """A configuration value, key or file that cannot be used."""
 
 
+class NewerConfig(ConfigError):
+    """A configuration saved by a newer fslab than this one: left alone, never rewritten."""
+
+
 class PluginError(FslabError):
     """A plugin that cannot be loaded, registered or created."""
 

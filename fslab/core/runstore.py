@@ -70,7 +70,7 @@ class Run:
         try:
             return migrate(saved)
         except ConfigError as error:
-            raise ConfigError(f"run {self.id}: {error}") from None
+            raise type(error)(f"run {self.id}: {error}") from None  # NewerConfig stays one
 
     def run_config(self) -> RunConfig:
         """The typed configuration, for code that starts or stops the run; a
@@ -82,7 +82,7 @@ class Run:
         try:
             return run_config(self.config())
         except ConfigError as error:
-            raise ConfigError(f"run {self.id}: config.json: {error}") from None
+            raise type(error)(f"run {self.id}: config.json: {error}") from None
 
     def status(self) -> dict:
         """``status.json``, the values of the wrong type left out (:mod:`fslab.core.schemas`)."""

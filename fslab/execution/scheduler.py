@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from fslab.core.errors import ConfigError, NewerConfig
 from fslab.core.runstore import Run, run_names
 from fslab.core.settings import load_settings
 from fslab.execution.handover import LiveWorker, launch_lock
@@ -32,7 +33,12 @@ from fslab.execution.sweep import stop_failed_sweeps
 
 
 def slots_needed(run: Run) -> int:
-    return int(run.config()["train"]["processes"])
+    """How many slots the run takes (``train.processes``); a ConfigError when
+    its ``config.json`` cannot say (a NewerConfig when a newer fslab wrote it)."""
+    processes = run.run_config().train.processes
+    if processes < 1:
+        raise ConfigError(f"run {run.id}: config.json: train.processes must be at least 1, got {processes}")
+    return processes
 
 
 def waiting_runs(runs_dir: Path) -> list[Run]:
@@ -90,13 +96,25 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
     folder = runs_dir / ".slots"
     folder.mkdir(parents=True, exist_ok=True)
     started, children = 0, []
+    newer: set[str] = set()  # queued by a newer fslab: passed over, once told in the log
     while True:
         free = [(s, fd) for s in slots if (fd := lock_slot(folder, s)) is not None]
         if free:
             stop_failed_sweeps(runs_dir)
-            waiting = waiting_runs(runs_dir)
+            waiting = [run for run in waiting_runs(runs_dir) if run.id not in newer]
             for run in waiting:
-                need = slots_needed(run)
+                try:
+                    need = slots_needed(run)
+                except NewerConfig as error:  # a newer fslab's scheduler starts it
+                    newer.add(run.id)
+                    _log(f"not started: {error}")
+                    continue
+                except ConfigError as error:  # damaged: it can never start, and must not hold up the queue
+                    if run.claim():
+                        run.write_status(state="failed", ended=time.time(), exit_code=None,
+                                         error=f"not started: {error}")
+                        _log(f"not started: {error}")
+                    continue
                 if need > capacity(slots):  # e.g. fslab.toml changed since the sweep was queued
                     if run.claim():
                         run.write_status(state="failed", ended=time.time(), exit_code=None,
@@ -115,7 +133,7 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
                     started += 1
             for _, fd in free:  # slots this round left unused
                 os.close(fd)
-            if not waiting:
+            if not [run for run in waiting if run.id not in newer]:
                 for child in children:
                     child.close()
                 return started
