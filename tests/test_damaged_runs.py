@@ -5,6 +5,7 @@ runs list, show and compare the others in one piece."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -266,6 +267,63 @@ def test_wrong_shapes_are_dropped_value_by_value(tmp_path):
     assert run.results() is None
     summary = read_summary(folder)
     assert summary.state == "completed" and summary.created is None and summary.test  # from the events
+
+
+@pytest.mark.parametrize("scores", [[float("inf")] * 40, [1e308] * 40, [1.5] * 40, [-0.25] * 40],
+                         ids=["infinity", "1e308", "above-1", "negative"])
+def test_episode_scores_that_are_not_fractions_leave_their_evaluation_out(run_folder, scores):
+    """Python's JSON reader takes Infinity and 1e308; summed they overflowed the
+    comparison's mean (OverflowError, or AttributeError from statistics)."""
+    folder = run_folder()
+    path = folder / FILES[-1]
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "accuracies": scores}))
+    kept = Run(folder).saved_accuracies()
+    assert len(kept) == 3 and (record["shots"], record["evaluator"]) not in {(r["shots"], r["evaluator"]) for r in kept}
+    rows = compare([Run(folder)])
+    assert rows  # the other three evaluations are still compared
+
+
+def test_an_evaluation_of_no_episodes_never_hides_the_real_one(run_folder):
+    """A later epoch's evaluation is preferred; one without episodes is not an evaluation at all."""
+    folder = run_folder()
+    record = json.loads((folder / FILES[-1]).read_text())
+    empty = {**record, "epoch": 99, "episodes": 0, "accuracies": []}
+    (folder / "evaluations" / "test-centroid-5way-5shot-5q-0ep-seed0-epoch99.json").write_text(json.dumps(empty))
+    assert all(r["episodes"] == 40 for r in Run(folder).saved_accuracies())
+
+
+def test_numbers_beyond_floats_and_scores_beyond_fractions_are_dropped_value_by_value(run_folder):
+    folder = run_folder()
+    status = json.loads((folder / "status.json").read_text())
+    usage = {"cpu_percent": "NaN", "time": [1], "rss_bytes": 5, "gpu_utilization_percent": float("nan"), "x": 1}
+    (folder / "status.json").write_text(json.dumps({**status, "created": float("inf"), "heartbeat": float("-inf"),
+                                                    "usage": usage}))
+    assert "created" not in Run(folder).status() and "heartbeat" not in Run(folder).status()
+    assert Run(folder).status()["usage"] == {"rss_bytes": 5}  # as fslab show --json prints it
+    trained = read_summary(folder).test["5-shot"]
+    with open(folder / "metrics.jsonl", "a") as metrics:  # a training test event that would replace it
+        metrics.write(json.dumps({"event": "eval", "time": 1, "split": "test", "ways": 5, "shots": 5, "queries": 5,
+                                  "episodes": 40, "evaluator": "centroid", "accuracy": 1e308, "ci95": -1e308}) + "\n")
+    shown = read_summary(folder)
+    assert shown.test["5-shot"] == trained and shown.corrupt == 1
+    listed = json.dumps(dataclasses.asdict(shown))
+    assert "Infinity" not in listed and "NaN" not in listed
+
+
+def test_an_event_field_of_the_wrong_kind_leaves_the_event_out(run_folder):
+    """A non-text metric crashed fslab show; string pair counts crashed fslab plot pairs."""
+    folder = run_folder()
+    with open(folder / "metrics.jsonl", "a") as metrics:
+        metrics.write(json.dumps({"event": "eval", "time": 1, "source": "fslab eval", "split": "test", "ways": 5,
+                                  "shots": 1, "queries": 15, "episodes": 30, "metric": 5, "accuracy": 0.5,
+                                  "ci95": 0.01}) + "\n")
+        metrics.write(json.dumps({"event": "train", "step": 99, "epoch": 2, "loss": 1.0, "positives": "49",
+                                  "negatives": 3}) + "\n")
+    events = Run(folder).events()
+    assert not any(e.get("metric") == 5 or e.get("positives") == "49" for e in events)
+    fixture_events = [json.loads(line) for line in (FIXTURE / "metrics.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "train" for e in events) == sum(e["event"] == "train" for e in fixture_events)
 
 
 def fslab(*args, cwd, env=None):

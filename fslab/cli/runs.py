@@ -132,8 +132,9 @@ EVAL_STEPS = ["queries", "episodes", "ways"]
 
 
 def _score(evaluation: dict) -> str:
-    metric = evaluation.get("metric", "accuracy")  # retrieval mAP is labelled as such
-    return pct(evaluation) if metric == "accuracy" else f"{metric.replace('map', 'mAP')} {pct(evaluation)}"
+    from fslab.core.events import metric_label
+
+    return metric_label(evaluation) + pct(evaluation)
 
 
 def _stale_heartbeat(run_, state: str, status: dict) -> str | None:

@@ -4,11 +4,16 @@ evaluation is saved and compared under."""
 from __future__ import annotations
 
 
+def metric_label(event: dict) -> str:
+    """``""`` for an accuracy, ``"mAP "`` for a retrieval evaluation: one whose
+    ``metric`` is not accuracy keeps its score under ``accuracy`` too."""
+    metric = event.get("metric", "accuracy")
+    return "" if metric == "accuracy" or not isinstance(metric, str) else f"{metric.replace('map', 'mAP')} "
+
+
 def accuracy_text(event: dict) -> str:
-    """Mean ± CI in percent. An evaluation whose ``metric`` is not accuracy
-    (retrieval mAP) keeps its score under ``accuracy`` too; it is labelled."""
-    label = "" if event.get("metric", "accuracy") == "accuracy" else f"{event['metric'].replace('map', 'mAP')} "
-    return f"{label}{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
+    """Mean ± CI in percent, labelled with its metric when that is not accuracy."""
+    return f"{metric_label(event)}{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
 
 
 def is_validation(event: dict) -> bool:

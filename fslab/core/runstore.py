@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
-from fslab.core.schemas import STATUS, conform, evaluation, event, results
+from fslab.core.schemas import evaluation, event, results
+from fslab.core.schemas import status as status_of
 from fslab.core.states import HOST, run_state
 from fslab.core.worklock import observed_state
 
@@ -86,7 +87,7 @@ class Run:
 
     def status(self) -> dict:
         """``status.json``, the values of the wrong type left out (:mod:`fslab.core.schemas`)."""
-        return conform(read_json(self.path / "status.json"), STATUS)
+        return status_of(read_json(self.path / "status.json"))
 
     def results(self) -> dict | None:
         """``results.json`` when it holds test scores (:func:`fslab.core.schemas.results`)."""

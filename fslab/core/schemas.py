@@ -14,13 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-# JSON value kinds. bool is not a number here, although Python says it is an int.
-NUMBER, WHOLE, TEXT, FLAG, TABLE, ARRAY, NULL = "number", "whole", "text", "flag", "table", "array", "null"
+# JSON value kinds. bool is not a number here, although Python says it is an int, and a
+# number is finite (Python's reader takes NaN, Infinity and 1e400, which no fslab writes).
+# A fraction is a number from 0 to 1: an accuracy, or its 95% half-width.
+NUMBER, FRACTION, WHOLE, TEXT, FLAG, TABLE, ARRAY, NULL = (
+    "number", "fraction", "whole", "text", "flag", "table", "array", "null")
+_INF = float("inf")
 
 
 def is_kind(value: Any, kind: str) -> bool:
     if kind == NUMBER:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and -_INF < value < _INF
+    if kind == FRACTION:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
     if kind == WHOLE:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == TEXT:
@@ -48,11 +54,11 @@ STATUS = {
 USAGE = {"time": (NUMBER,), "cpu_percent": (NUMBER,), "rss_bytes": (WHOLE,), "gpu_allocated_bytes": (WHOLE,),
          "gpu_reserved_bytes": (WHOLE,), "gpu_utilization_percent": (NUMBER,)}
 # One score of results.json's "test" (by shots) and of the summaries.
-SCORE = {"accuracy": (NUMBER,), "ci95": (NUMBER,)}
+SCORE = {"accuracy": (FRACTION,), "ci95": (FRACTION,)}
 # results.json: written once by the training at its end.
 RESULTS = {
     "run": (TEXT,), "method": (TEXT,), "dataset": (TEXT,), "backbone": (TEXT,), "ways": (WHOLE,),
-    "queries": (WHOLE,), "episodes": (WHOLE,), "test": (TABLE,), "best_val_accuracy": (NUMBER, NULL),
+    "queries": (WHOLE,), "episodes": (WHOLE,), "test": (TABLE,), "best_val_accuracy": (FRACTION, NULL),
     "epochs": (WHOLE,), "steps": (WHOLE,),
 }
 # evaluations/*.json: one evaluation's per-episode scores. Every key is needed
@@ -66,10 +72,15 @@ EVALUATION_DEFAULTS = {"evaluator": "centroid", "stream": 1}  # saved before the
 EVENTS = {
     "train": {"step": (WHOLE,), "epoch": (WHOLE,), "loss": (NUMBER,)},
     "eval": {"split": (TEXT,), "ways": (WHOLE,), "shots": (WHOLE,), "queries": (WHOLE,), "episodes": (WHOLE,),
-             "accuracy": (NUMBER,), "ci95": (NUMBER,)},
+             "accuracy": (FRACTION,), "ci95": (FRACTION,)},
     "start": {"epochs": (WHOLE,)},
     "checkpoint": {"epoch": (WHOLE,)},
     "end": {"results": (TABLE,)},  # the test scores by shots, each a SCORE (checked in event())
+}
+# Fields an event may leave out, but if it has them, of these kinds.
+EVENT_OPTIONS = {
+    "train": {"positives": (WHOLE, NULL), "negatives": (WHOLE, NULL)},
+    "eval": {"metric": (TEXT,)},  # "accuracy", or "map" for a retrieval evaluation
 }
 # runs/sweeps/<id>.json
 SWEEP = {"id": (TEXT,), "method": (TEXT,), "runs": (ARRAY,), "fail_fast": (FLAG,), "created": (NUMBER,)}
@@ -97,6 +108,19 @@ def complete(record: Any, schema: dict) -> dict | None:
     return None
 
 
+def usage(record: Any) -> dict:
+    """A status's ``usage`` block: the keys of USAGE whose values have their kinds."""
+    return {key: value for key, value in conform(record, USAGE).items() if key in USAGE}
+
+
+def status(record: Any) -> dict:
+    """status.json held to its shape, its ``usage`` block too."""
+    record = conform(record, STATUS)
+    if isinstance(record.get("usage"), dict):
+        record["usage"] = usage(record["usage"])
+    return record
+
+
 def results(record: Any) -> dict | None:
     """results.json held to its shape: None unless its ``test`` scores are numbers."""
     record = conform(record, RESULTS)
@@ -109,15 +133,15 @@ def results(record: Any) -> dict | None:
 
 def evaluation(record: Any) -> dict | None:
     """One saved evaluation, or None if it cannot be used for a comparison
-    (a missing key, a wrong type, per-episode scores that are not numbers or
-    not as many as its episodes)."""
+    (a missing key, a wrong type, no episodes, per-episode scores that are not
+    fractions or not as many as its episodes)."""
     if not isinstance(record, dict):
         return None
     record = complete({**EVALUATION_DEFAULTS, **record}, EVALUATION)
     if record is None:
         return None
     scores = record["accuracies"]
-    if len(scores) != record["episodes"] or not all(is_kind(a, NUMBER) for a in scores):
+    if not scores or len(scores) != record["episodes"] or not all(is_kind(a, FRACTION) for a in scores):
         return None
     return record
 
@@ -129,6 +153,10 @@ def event(record: Any) -> dict | None:
         return None
     needed = EVENTS.get(record["event"])
     if needed is not None and not complete(record, needed):
+        return None
+    options = EVENT_OPTIONS.get(record["event"])
+    if options is not None and not all(key not in record or matches(record[key], kinds)
+                                       for key, kinds in options.items()):
         return None
     if record["event"] == "end" and not all(complete(score, SCORE) for score in record["results"].values()):
         return None

@@ -147,9 +147,9 @@ def trusted_fields(fields) -> bool:
     return all(type(table) is dict and all(_score(score) for score in table.values()) for table in tables)
 
 
-def _score(score) -> bool:
-    return (type(score) is dict and type(score.get("accuracy")) in (int, float)
-            and type(score.get("ci95")) in (int, float))
+def _score(score) -> bool:  # schemas.SCORE: two fractions
+    return (type(score) is dict and type(accuracy := score.get("accuracy")) in (int, float)
+            and type(ci95 := score.get("ci95")) in (int, float) and 0 <= accuracy <= 1 and 0 <= ci95 <= 1)
 
 
 def _name(section) -> str | None:
@@ -182,9 +182,7 @@ def apply_status(summary: RunSummary, status: dict) -> None:
     summary.created, summary.started = _real(status.get("created")), _real(status.get("started"))
     summary.ended, summary.error = _real(status.get("ended")), _text(status.get("error"))
     summary.sweep = _text(status.get("sweep"))
-    usage = status.get("usage")
-    usage = {k: v for k, v in schemas.conform(usage, schemas.USAGE).items() if k in schemas.USAGE}
-    summary.usage = usage or None
+    summary.usage = schemas.usage(status.get("usage")) or None
 
 
 def add_event(summary: RunSummary, record: dict) -> None:
