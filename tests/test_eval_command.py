@@ -33,12 +33,17 @@ def test_eval_reproduces_the_final_test_and_caches_features(project):
     again = [json.loads(line) for line in fslab(*args, cwd=project).stdout.splitlines()]
     assert [r["features_cached"] for r in again] == [True, True]
     assert [r["accuracy"] for r in again] == [r["accuracy"] for r in results]
+    cache = run_dir / "features" / "test-epoch2.pt"
+    cache.write_bytes(cache.read_bytes()[:1000])  # cut short: embedded again (it was a traceback), same scores
+    redone = [json.loads(line) for line in fslab(*args, cwd=project).stdout.splitlines()]
+    assert [(r["features_cached"], r["accuracy"]) for r in redone] == [(False, results[0]["accuracy"]),
+                                                                        (True, results[1]["accuracy"])]
 
     saved = json.loads(next((run_dir / "evaluations").glob("test-centroid-5way-5shot-*.json")).read_text())
     assert len(saved["accuracies"]) == episodes
     assert abs(sum(saved["accuracies"]) / episodes - saved["accuracy"]) < 1e-5
     logged = [e for e in events(run_dir, "eval") if e.get("source") == "fslab eval"]
-    assert len(logged) == 4 and {e["shots"] for e in logged} == {1, 5}
+    assert len(logged) == 6 and {e["shots"] for e in logged} == {1, 5}
 
     val = [json.loads(line) for line in fslab("eval", run_dir.name, "--split", "val", "--shots", "5",
                                                "--queries", "5", "--episodes", "50", "--json",

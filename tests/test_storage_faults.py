@@ -237,3 +237,27 @@ def test_a_checkpoint_is_announced_before_its_write_starts_and_a_stop_there_writ
     writer.close()
     assert order == ["event 1", "write 1", "event 2"]
     assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}  # a resume from epoch 1 finds its event
+
+
+def test_a_feature_cache_fslab_did_not_write_whole_is_embedded_again(tmp_path):
+    """A cache cut short, emptied or replaced was a traceback in fslab eval (an empty one: 'aborted')."""
+    import torch
+
+    from fslab.training.run_eval import cached_features
+
+    cache = tmp_path / "test-epoch1.pt"
+    features, labels = torch.randn(6, 4), torch.arange(6) % 3
+    torch.save({"features": features, "labels": labels, "epoch": 1}, cache)
+    kept = cached_features(cache)
+    assert kept is not None and torch.equal(kept[0], features) and torch.equal(kept[1], labels)
+    whole = cache.read_bytes()
+    for damaged in [whole[:200], b"", {"labels": labels}, [1, 2], {"features": features[:4], "labels": labels},
+                    {"features": features, "labels": labels.float()}, {"features": features[0], "labels": labels[:4]}]:
+        if isinstance(damaged, bytes):
+            cache.write_bytes(damaged)
+        else:
+            torch.save(damaged, cache)
+        assert cached_features(cache) is None, damaged
+    cache.unlink()
+    cache.mkdir()
+    assert cached_features(cache) is None and cached_features(tmp_path / "none.pt") is None

@@ -101,9 +101,9 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     name = (f"{split}-epoch{checkpoint.epoch}" + (f"-stages{stages}" if stages > 1 else "")
             + (f"-{precision}" if precision != "fp32" else ""))
     cache = run.path / "features" / f"{name}.pt"
-    if cache.exists():
-        saved = torch.load(cache, weights_only=True)
-        return saved["features"], saved["labels"], True
+    saved = cached_features(cache)
+    if saved is not None:
+        return *saved, True
     data = checkpoint.dataset().load(split)
     features = checkpoint.embed(data.images)
     cache.parent.mkdir(exist_ok=True)
@@ -111,6 +111,23 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch}, tmp)
     os.replace(tmp, cache)
     return features, data.labels, False
+
+
+def cached_features(cache) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The features and labels a cache file holds, or None when there is none
+    or it is not one fslab wrote whole (cut short, emptied, replaced): the
+    split is then embedded again and the file rewritten."""
+    if not cache.is_file():
+        return None
+    try:
+        saved = torch.load(cache, weights_only=True)
+    except Exception:  # torch.load's errors for damaged bytes vary: RuntimeError, EOFError, UnpicklingError, ...
+        return None
+    features, labels = (saved.get("features"), saved.get("labels")) if isinstance(saved, dict) else (None, None)
+    if (not isinstance(features, torch.Tensor) or not isinstance(labels, torch.Tensor) or features.dim() < 2
+            or labels.dim() != 1 or len(features) != len(labels) or labels.is_floating_point()):
+        return None
+    return features, labels
 
 
 def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -> EvaluationInputs:
