@@ -265,6 +265,30 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert "\\begin{tabular}" in latex and "60.00 $\\pm$ 0.50" in latex
 
 
+@pytest.mark.parametrize("change", [
+    {"places": "synthetic"}, {"places": {"RUN": "synthetic"}}, {"places": {"RUN": 5}}, {"places": {"RUN": None}},
+    {"places": {"../../etc": []}}, {"scale": None}, {"scale": "huge"}, {"datasets": [1]}, {"datasets": "x"},
+    {"datasets": {"synthetic": 5}}, {"changed": [1]}, {"created": "yesterday"}, {"created": float("inf")}])
+def test_a_study_record_edited_out_of_shape_is_passed_over_for_the_last_good_one(registry, tmp_path, change):
+    """Each of these was a traceback in fslab study report (a place naming ../../etc was read as a run)."""
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    for run in nca:
+        finish(run, {1: [0.6] * 5, 5: [0.8] * 5})
+    good = study_report(study, config.runs_dir)
+    path = next((config.runs_dir / "sweeps").glob("sweep-*.json"))
+    record = json.loads(path.read_text())
+    places = change.get("places")
+    if isinstance(places, dict) and "RUN" in places:  # the first run's places damaged
+        places = {**record["places"], nca[0].id: places["RUN"]}
+    edited = {**record, **change, **({"places": places} if "places" in change else {}),
+              "id": record["id"] + "-edited", "created": change.get("created", record["created"] + 1)}
+    (path.parent / f"{edited['id'] if isinstance(edited['id'], str) else 'x'}.json").write_text(json.dumps(edited))
+    assert study_report(study, config.runs_dir) == good
+
+
 def test_a_study_measured_on_the_validation_classes_scores_every_run_there(registry, tmp_path):
     """split = "val" (the NCA paper's Fig. 2 and 4): each run also tests its final network on the
     validation classes (eval.final_val), and the report pools those episodes, not the test's."""

@@ -35,8 +35,12 @@ def readable(record: dict | None) -> bool:
     folders inside the run store (a ``../`` or a number would reach elsewhere
     or nowhere)."""
     runs = record.get("runs") if record else None
-    return isinstance(runs, list) and all(
-        isinstance(r, str) and r not in ("", ".", "..") and "/" not in r and "\0" not in r for r in runs)
+    return isinstance(runs, list) and all(map(is_run_id, runs))
+
+
+def is_run_id(name) -> bool:
+    """Whether ``name`` can be a run folder's name inside the store."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
 def load_sweep(runs_dir: Path, ref: str) -> dict:

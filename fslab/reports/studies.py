@@ -20,8 +20,9 @@ from pathlib import Path
 from fslab.core.config import tested_ways
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
-from fslab.core.studies import Study
-from fslab.core.sweeps import sweep_records
+from fslab.core.schemas import NUMBER, is_kind
+from fslab.core.studies import SCALES, Study
+from fslab.core.sweeps import is_run_id, sweep_records
 from fslab.reports.compare import RunFiles, pooled
 from fslab.reports.plot import measured_pair_fraction
 
@@ -46,10 +47,24 @@ def verdict(published: float | None, published_ci: float | None, measured: dict 
 
 
 def latest_record(runs_dir: Path, study: Study, scale: str | None = None) -> dict | None:
-    """The newest sweep record ``fslab study run`` wrote for ``study`` (at ``scale``)."""
-    records = [r for r in sweep_records(runs_dir) if r.get("study") == study.name and isinstance(r.get("places"), dict)
-               and (scale is None or r.get("scale") == scale)]
-    return max(records, key=lambda r: r.get("created") or 0, default=None)
+    """The newest sweep record ``fslab study run`` wrote for ``study`` (at ``scale``);
+    one edited or damaged out of the shape it writes is passed over."""
+    records = [r for r in sweep_records(runs_dir) if r.get("study") == study.name and study_record(r)
+               and (scale is None or r["scale"] == scale)]
+    return max(records, key=lambda r: r["created"], default=None)
+
+
+def study_record(record: dict) -> bool:
+    """Whether a sweep record has the fields ``fslab study run`` writes, of their kinds:
+    its scale, when it was made, each run's places in the study (lists of tables),
+    the datasets trained on in place of the study's and the settings changed."""
+    places, datasets = record.get("places"), record.get("datasets", {})
+    return (record.get("scale") in SCALES and is_kind(record.get("created"), NUMBER)
+            and isinstance(places, dict) and all(is_run_id(run_id) and isinstance(where, list)
+                                                 and all(isinstance(place, dict) for place in where)
+                                                 for run_id, where in places.items())
+            and isinstance(datasets, dict) and all(isinstance(v, str) for v in datasets.values())
+            and isinstance(record.get("changed", {}), dict))
 
 
 def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict:
