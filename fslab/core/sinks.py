@@ -92,8 +92,8 @@ class _Feeder:
         except BaseException as exc:
             self._fail("to close", exc)
 
-    def finish(self, deadline: float) -> None:
-        """Ask the sink to close, and wait for it until ``deadline`` (time.monotonic)."""
+    def finish(self, deadline: float, wait: float) -> None:
+        """Ask the sink to close, and wait for it until ``deadline`` (time.monotonic, ``wait`` s after the end)."""
         while not self.failed and self.thread.is_alive():
             try:
                 self.events.put(_END, timeout=max(0.0, min(0.1, deadline - time.monotonic())))
@@ -105,7 +105,7 @@ class _Feeder:
         if self.dropped:
             self.say(f"sink '{self.name}' missed {self.dropped} events it fell behind on")
         if self.thread.is_alive():
-            self.say(f"sink '{self.name}' had not finished {CLOSE_WAIT:g} s after the run ended; "
+            self.say(f"sink '{self.name}' had not finished {wait:g} s after the run ended; "
                      f"what it had not written is missing there (fslab export replays the run)")
 
 
@@ -124,12 +124,13 @@ class SinkFeed:
         for feeder in self.feeders:
             feeder.put(event)
 
-    def close(self, state: str) -> None:
-        """The run ended in ``state``: each sink sees it in ``run.state`` and is closed."""
+    def close(self, state: str, wait: float = CLOSE_WAIT) -> None:
+        """The run ended in ``state``: each sink sees it in ``run.state`` and is
+        closed; together they get ``wait`` seconds to finish."""
         self.run.state = state
-        deadline = time.monotonic() + CLOSE_WAIT
+        deadline = time.monotonic() + wait
         for feeder in self.feeders:
-            feeder.finish(deadline)
+            feeder.finish(deadline, wait)
 
 
 def replay(registry, name: str, run: SinkRun, params: dict, events: Iterable[dict]) -> int:
