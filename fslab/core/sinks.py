@@ -124,10 +124,11 @@ class SinkFeed:
         for feeder in self.feeders:
             feeder.put(event)
 
-    def close(self, state: str, wait: float = CLOSE_WAIT) -> None:
+    def close(self, state: str, wait: float | None = None) -> None:
         """The run ended in ``state``: each sink sees it in ``run.state`` and is
-        closed; together they get ``wait`` seconds to finish."""
+        closed; together they get ``wait`` seconds (:data:`CLOSE_WAIT`) to finish."""
         self.run.state = state
+        wait = CLOSE_WAIT if wait is None else wait
         deadline = time.monotonic() + wait
         for feeder in self.feeders:
             feeder.finish(deadline, wait)
