@@ -22,6 +22,7 @@ from fslab.core.config import RunConfig, TrainConfig
 from fslab.core.registry import Registry, create_dataset
 from fslab.core.types import Split
 from fslab.training import distributed
+from fslab.training.optimizers import EagerAdam, EagerSGD
 
 
 def plugin_kwargs(section: dict) -> dict:
@@ -58,12 +59,14 @@ def host_to_device(values, device: torch.device) -> torch.Tensor:
 
 def make_optimizer(params, train: TrainConfig) -> torch.optim.Optimizer:
     """``train.optimizer``: SGD with (Nesterov) momentum, or Adam with its
-    default betas; both with ``train.lr`` and ``train.weight_decay`` (L2)."""
+    default betas; both with ``train.lr`` and ``train.weight_decay`` (L2).
+    torch.optim's own, without the import of torch._dynamo its wrappers make
+    (:mod:`fslab.training.optimizers`)."""
     if train.optimizer == "adam":
-        return torch.optim.Adam(params, lr=train.lr, weight_decay=train.weight_decay)
+        return EagerAdam(params, lr=train.lr, weight_decay=train.weight_decay)
     if train.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=train.lr, momentum=train.momentum, nesterov=train.nesterov,
-                               weight_decay=train.weight_decay)
+        return EagerSGD(params, lr=train.lr, momentum=train.momentum, nesterov=train.nesterov,
+                        weight_decay=train.weight_decay)
     raise ValueError(f"train.optimizer must be sgd or adam, got '{train.optimizer}'")  # resolve() rejects it first
 
 
