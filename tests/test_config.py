@@ -94,14 +94,15 @@ def test_make_optimizer_builds_what_the_config_names():
     import torch
 
     from fslab.training.build import make_optimizer
+    from fslab.training.optimizers import EagerAdam, EagerSGD
 
     params = [torch.nn.Parameter(torch.zeros(2))]
     train = dataclasses.replace(TrainConfig(), lr=0.01, weight_decay=1e-4)
     sgd = make_optimizer(params, train)
-    assert type(sgd) is torch.optim.SGD
+    assert type(sgd) is EagerSGD and isinstance(sgd, torch.optim.SGD)  # torch's, without torch._dynamo
     assert sgd.defaults["nesterov"] is True and sgd.defaults["momentum"] == 0.9 and sgd.defaults["lr"] == 0.01
     adam = make_optimizer(params, dataclasses.replace(train, optimizer="adam"))
-    assert type(adam) is torch.optim.Adam
+    assert type(adam) is EagerAdam and isinstance(adam, torch.optim.Adam)
     assert (adam.defaults["lr"], adam.defaults["weight_decay"], adam.defaults["betas"]) == (0.01, 1e-4, (0.9, 0.999))
 
 
