@@ -41,6 +41,14 @@ def slots_needed(run: Run) -> int:
     return processes
 
 
+def fail_unstartable(run: Run, why: str) -> bool:
+    """Fail a queued run that can never start, unless another scheduler took it first."""
+    if not run.claim():
+        return False
+    run.write_status(state="failed", ended=time.time(), exit_code=None, error=why)
+    return True
+
+
 def waiting_runs(runs_dir: Path) -> list[Run]:
     """Queued runs that nobody has taken yet, oldest first (creation time,
     then id). Every run that was ever started is claimed, so in a store of
@@ -110,16 +118,12 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
                     _log(f"not started: {error}")
                     continue
                 except ConfigError as error:  # damaged: it can never start, and must not hold up the queue
-                    if run.claim():
-                        run.write_status(state="failed", ended=time.time(), exit_code=None,
-                                         error=f"not started: {error}")
+                    if fail_unstartable(run, f"not started: {error}"):
                         _log(f"not started: {error}")
                     continue
                 if need > capacity(slots):  # e.g. fslab.toml changed since the sweep was queued
-                    if run.claim():
-                        run.write_status(state="failed", ended=time.time(), exit_code=None,
-                                         error=f"needs {need} slots on different GPUs; this scheduler has "
-                                               f"{capacity(slots)}")
+                    fail_unstartable(run, f"needs {need} slots on different GPUs; this scheduler has "
+                                          f"{capacity(slots)}")
                     continue
                 taken = pick_slots(free, need)
                 if taken is None:
@@ -133,7 +137,7 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
                     started += 1
             for _, fd in free:  # slots this round left unused
                 os.close(fd)
-            if not [run for run in waiting if run.id not in newer]:
+            if all(run.id in newer for run in waiting):
                 for child in children:
                     child.close()
                 return started

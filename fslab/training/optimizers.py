@@ -20,6 +20,7 @@ returns the method itself and nothing changes.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import torch
 from torch.optim import SGD, Adam, Optimizer
@@ -31,7 +32,10 @@ _LOAD_STATE_DICT = inspect.unwrap(Optimizer.load_state_dict)
 
 
 class _Unwrapped:
-    """The methods every optimizer shares, called without their dynamo wrappers."""
+    """The methods every optimizer shares, called without their dynamo wrappers;
+    ``_step`` is the subclass's own unwrapped ``step``."""
+
+    _step: Callable
 
     def add_param_group(self, param_group: dict) -> None:
         _ADD_PARAM_GROUP(self, param_group)
@@ -45,22 +49,18 @@ class _Unwrapped:
     def load_state_dict(self, state_dict: dict) -> None:
         _LOAD_STATE_DICT(self, state_dict)
 
+    def step(self, closure=None):
+        with torch.no_grad():
+            return self._step(closure)
+
 
 class EagerSGD(_Unwrapped, SGD):
     """``torch.optim.SGD`` for code that is never compiled."""
 
     _step = inspect.unwrap(SGD.step)
 
-    def step(self, closure=None):
-        with torch.no_grad():
-            return self._step(closure)
-
 
 class EagerAdam(_Unwrapped, Adam):
     """``torch.optim.Adam`` for code that is never compiled."""
 
     _step = inspect.unwrap(Adam.step)
-
-    def step(self, closure=None):
-        with torch.no_grad():
-            return self._step(closure)
