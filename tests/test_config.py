@@ -337,6 +337,27 @@ def test_scheduler_settings_are_checked(tmp_path):
         settings_from(tmp_path, "[scheduler]\ncpu_slot = 2\n")
 
 
+def test_sinks_close_wait_is_a_setting_and_checked(tmp_path):
+    from fslab.core.settings import SinksSettings
+    from fslab.core.sinks import CLOSE_WAIT
+
+    # 5 s lost a loaded machine's events of sinks still importing their tracker: the default is 30 s
+    assert settings_from(tmp_path, "[project]\n").sinks == SinksSettings(close_wait_s=CLOSE_WAIT) and CLOSE_WAIT == 30
+    assert settings_from(tmp_path, "[sinks]\nclose_wait_s = 120\n").sinks.close_wait_s == 120
+    assert settings_from(tmp_path, "[sinks]\nclose_wait_s = 0.5\n").sinks.close_wait_s == 0.5
+    assert settings_from(tmp_path, "[sinks]\nclose_wait_s = 0\n").sinks.close_wait_s == 0
+    for value, got in (("-1", "-1"), ('"x"', "'x'"), ("3601", "3601"), ("true", "True"), ("inf", "inf"),
+                       ("nan", "nan"), ("[5]", "[5]")):
+        with pytest.raises(ConfigError) as error:
+            settings_from(tmp_path, f"[sinks]\nclose_wait_s = {value}\n")
+        assert str(error.value).endswith(f"'sinks.close_wait_s' must be a number of seconds from 0 to 3600, got {got}")
+        assert "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match=r"unknown key 'sinks.close_wait'\. Did you mean 'close_wait_s'\?"):
+        settings_from(tmp_path, "[sinks]\nclose_wait = 10\n")
+    with pytest.raises(ConfigError, match=r"'close_wait_s' is a key of \[sinks\]; put it under a \[sinks\] line$"):
+        settings_from(tmp_path, "close_wait_s = 10\n")
+
+
 def test_defaults_are_the_dataclass_defaults():
     """One source of truth: every field of the typed sections, in order, with
     its default in the saved form (tuples as lists), and nothing else."""

@@ -115,10 +115,10 @@ class FakeRegistry:
         return Collect(context["run"], **params)
 
 
-def feed_of(sinks: dict) -> tuple[feeding.SinkFeed, list[str]]:
+def feed_of(sinks: dict, wait: float | None = None) -> tuple[feeding.SinkFeed, list[str]]:
     said: list[str] = []
     run = SinkRun("r1", "/nowhere", {"sinks": sinks})
-    return feeding.SinkFeed(FakeRegistry(), run, say=said.append), said
+    return feeding.SinkFeed(FakeRegistry(), run, say=said.append, wait=wait), said
 
 
 EVENTS = [{"event": "start"}, *({"event": "train", "step": i} for i in range(1, 6)), {"event": "end"}]
@@ -167,6 +167,19 @@ def test_a_slow_sink_never_blocks_drops_beyond_its_queue_and_is_left_behind(monk
     assert said[1] == f"sink 'slow' missed {dropped} events it fell behind on"
     assert said[2].startswith("sink 'slow' had not finished 0.3 s after the run ended")
     assert len(said) == 3
+
+
+def test_the_feeds_own_wait_replaces_the_default(monkeypatch):
+    """A worker gives its feed [sinks] close_wait_s of fslab.toml; close() then waits that long, not CLOSE_WAIT."""
+    monkeypatch.setattr(feeding, "CLOSE_WAIT", 60.0)
+    got = []
+    feed, said = feed_of({"slow": {"into": got, "delay": 5.0}}, wait=0.25)
+    feed({"event": "start"})
+    began = time.monotonic()
+    feed.close("completed")
+    assert time.monotonic() - began < 3.0
+    assert said == ["sink 'slow' had not finished 0.25 s after the run ended; what it had not written is missing "
+                    "there (fslab export replays the run)"]
 
 
 # -- the configuration ------------------------------------------------------------
@@ -218,7 +231,9 @@ def _comparable(run_dir) -> list[dict]:
 def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project):
     (project / "mine").mkdir()
     (project / "mine" / "trackers.py").write_text(SINKS_PLUGIN)
-    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n\n[run]\nsinks = ['record']\n")
+    # [sinks] close_wait_s: how long the worker waits for its sinks (the hanging one) once the run has ended
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n\n[run]\nsinks = ['record']\n\n"
+                                        "[sinks]\nclose_wait_s = 2.5\n")
     record = project / "record.jsonl"
     with_sinks = fslab("run", "nca", *TINY, "--epochs", "2", "--seed", "3", "--sink", "raises", "--sink", "sleeps",
                        "--sink", "unimportable", "--set", f"sinks.record.path={json.dumps(str(record))}",
@@ -246,7 +261,7 @@ def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project)
     assert stderr.count("sink 'raises' failed on a train event: RuntimeError: the tracker's server said no; "
                         "the run goes on without it") == 1
     assert stderr.count("sink 'unimportable' failed to start: PluginError:") == 1
-    assert stderr.count("sink 'sleeps' had not finished 5 s after the run ended") == 1
+    assert stderr.count("sink 'sleeps' had not finished 2.5 s after the run ended") == 1
     assert "Traceback" not in stderr
     status = json.loads((sinked / "status.json").read_text())
     assert status["state"] == "completed" and status["exit_code"] == 0

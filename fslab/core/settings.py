@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fslab.core.errors import ConfigError, did_you_mean
+from fslab.core.sinks import CLOSE_WAIT
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -19,7 +20,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 SETTINGS_FILE = "fslab.toml"
-TOP_LEVEL = ("project", "data_roots", "run", "scheduler", "slurm")
+TOP_LEVEL = ("project", "data_roots", "run", "scheduler", "sinks", "slurm")
 
 
 def _whole(value: Any) -> bool:
@@ -42,6 +43,9 @@ SCHEDULER_KEYS = {
     "runs_per_gpu": (lambda v: _whole(v) and v <= 64, "a whole number from 1 to 64"),
     "cpu_slots": (lambda v: _whole(v) and v <= 1024, "a whole number from 1 to 1024"),
 }
+SINKS_KEYS = {
+    "close_wait_s": (lambda v: type(v) in (int, float) and 0 <= v <= 3600, "a number of seconds from 0 to 3600"),
+}
 SLURM_KEYS = {
     "cluster": (lambda v: v in ("slurm", "local"), '"slurm" or "local"'),
     "partition": (lambda v: isinstance(v, str), "a string"),
@@ -54,7 +58,7 @@ SLURM_KEYS = {
     "sbatch": (lambda v: isinstance(v, dict), "a table of sbatch options, e.g. { account = \"lab\", qos = \"high\" }"),
     "setup": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of shell lines"),
 }
-SECTION_KEYS = {"project": PROJECT_KEYS, "scheduler": SCHEDULER_KEYS, "slurm": SLURM_KEYS}
+SECTION_KEYS = {"project": PROJECT_KEYS, "scheduler": SCHEDULER_KEYS, "sinks": SINKS_KEYS, "slurm": SLURM_KEYS}
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,13 @@ class SchedulerSettings:
     gpus: str | tuple[int, ...] = "auto"  # "auto": every visible GPU; or these GPU indices
     runs_per_gpu: int = 1  # runs sharing one GPU
     cpu_slots: int = 1  # concurrent runs on a machine without GPUs
+
+
+@dataclass(frozen=True)
+class SinksSettings:
+    """``[sinks]``: how a run treats the sinks it feeds (fslab.core.sinks)."""
+
+    close_wait_s: float = CLOSE_WAIT  # seconds the sinks together get to finish once the run has ended
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,7 @@ class Settings:
     data_roots: dict[str, str] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    sinks: SinksSettings = field(default_factory=SinksSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
 
 
@@ -161,6 +173,7 @@ def load_settings(path: Path | None = None) -> Settings:
     return Settings(
         path=path,
         scheduler=SchedulerSettings(**scheduler),
+        sinks=SinksSettings(**_checked_table(data, "sinks", SINKS_KEYS, path)),
         slurm=SlurmSettings().with_overrides(_checked_table(data, "slurm", SLURM_KEYS, path)),
         runs_dir=runs_dir,
         plugin_dirs=tuple(base / str(d) for d in project.get("plugin_dirs", [])),

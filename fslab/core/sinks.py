@@ -12,8 +12,10 @@ naming it, and the run goes on without it:
 - it fails to import or to build, or ``write`` raises: it gets no more events;
 - it falls behind by :data:`QUEUE_SIZE` events: later ones are dropped (and
   counted) until it catches up;
-- it has not finished within :data:`CLOSE_WAIT` seconds when the run ends: the
-  run ends anyway, and its thread is left to the interpreter's exit.
+- it has not finished within the wait the feed was given (a worker gives it
+  ``[sinks] close_wait_s`` of fslab.toml; :data:`CLOSE_WAIT` by default) when
+  the run ends: the run ends anyway, and its thread is left to the
+  interpreter's exit.
 
 ``fslab export`` replays a finished run through the same sinks without a
 thread (:func:`replay`): there nothing is dropped, and an error is the
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterable
 from fslab.core.types import SinkRun
 
 QUEUE_SIZE = 10_000  # events a sink may fall behind before later ones are dropped
-CLOSE_WAIT = 5.0  # seconds every sink of a run together gets to finish once the run has ended
+CLOSE_WAIT = 30.0  # seconds every sink of a run together gets to finish once the run has ended (by default)
 _END = object()  # the queue's last item
 
 
@@ -111,10 +113,12 @@ class _Feeder:
 
 class SinkFeed:
     """The sinks a live run's configuration names (``sinks = {name: params}``),
-    each fed from its own thread; call it with each event, :meth:`close` once."""
+    each fed from its own thread; call it with each event, :meth:`close` once.
+    ``wait``: the seconds :meth:`close` gives them (None: :data:`CLOSE_WAIT`)."""
 
-    def __init__(self, registry, run: SinkRun, say: Callable[[str], None] = _say) -> None:
-        self.run = run
+    def __init__(self, registry, run: SinkRun, say: Callable[[str], None] = _say,
+                 wait: float | None = None) -> None:
+        self.run, self.wait = run, wait
         self.feeders = [
             _Feeder(name, lambda name=name, params=params: build_sink(registry, name, run, params), say)
             for name, params in run.config.get("sinks", {}).items()
@@ -126,9 +130,11 @@ class SinkFeed:
 
     def close(self, state: str, wait: float | None = None) -> None:
         """The run ended in ``state``: each sink sees it in ``run.state`` and is
-        closed; together they get ``wait`` seconds (:data:`CLOSE_WAIT`) to finish."""
+        closed; together they get ``wait`` seconds to finish (None: the feed's
+        own wait, else :data:`CLOSE_WAIT`)."""
         self.run.state = state
-        wait = CLOSE_WAIT if wait is None else wait
+        if wait is None:
+            wait = CLOSE_WAIT if self.wait is None else self.wait
         deadline = time.monotonic() + wait
         for feeder in self.feeders:
             feeder.finish(deadline, wait)

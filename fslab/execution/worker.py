@@ -264,8 +264,10 @@ def open_sinks(run: Run):
     from fslab.core.types import SinkRun
 
     try:
-        return SinkFeed(load_registry(load_settings().plugin_dirs),
-                        SinkRun(run.id, run.path, config, sweep=run.status().get("sweep")))
+        settings = load_settings()
+        return SinkFeed(load_registry(settings.plugin_dirs),
+                        SinkRun(run.id, run.path, config, sweep=run.status().get("sweep")),
+                        wait=settings.sinks.close_wait_s)
     except Exception as exc:
         print(f"fslab: the run's sinks could not be started: {_one_line(exc)}; the run goes on without them",
               file=sys.stderr, flush=True)
