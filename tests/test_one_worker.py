@@ -140,6 +140,28 @@ def test_a_queued_run_the_scheduler_cannot_read_fails_and_never_holds_up_the_que
     assert f"run {behind.id} still has a live worker" in log
 
 
+def test_the_scheduler_passes_over_a_slot_it_cannot_open_and_ends_when_none_is_left(tmp_path, capsys, registry):
+    """A slot's lock file replaced by a folder crashed the background scheduler; now the other slots go
+    on, and a scheduler with no usable slot ends instead of polling for ever."""
+    from fslab.execution.scheduler import schedule
+    from fslab.execution.slots import Slot
+
+    (tmp_path / ".slots" / "cpu-0.lock").mkdir(parents=True)
+    run = create_run(tmp_path, "nca", nca_config(registry))
+    fd = take(run.path)  # held: the scheduler reaches it through cpu-1 and says so, without starting a worker
+    name_holder(fd, 4242)
+    try:
+        assert schedule(tmp_path, [Slot("cpu-0"), Slot("cpu-1")], poll=0.01) == 0
+    finally:
+        os.close(fd)
+    log = capsys.readouterr().out
+    assert log.count("slot cpu-0 not used: ") == 1 and "cpu-0.lock cannot be opened" in log
+    assert f"run {run.id} still has a live worker" in log
+    assert schedule(tmp_path, [Slot("cpu-0")], poll=0.01) == 0
+    assert "no slot can be used" in capsys.readouterr().out
+    assert run.status()["state"] == "queued"
+
+
 def test_a_stop_signals_only_this_runs_worker(tmp_path):
     from fslab.execution.local import is_worker_of
 

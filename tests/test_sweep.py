@@ -1,6 +1,7 @@
 """Sweeps and the slot scheduler, with real scheduler and worker processes."""
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -256,6 +257,31 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     slurm = fslab("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project)
     assert slurm.returncode == 2 and "--gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_a_slot_lock_that_cannot_be_opened_is_one_line_and_queues_nothing(project):
+    """A slot's lock file replaced by a folder (or the slots' folder by a file) crashed the background
+    scheduler after the runs were queued, and fslab queue with a traceback."""
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 2\n")
+    slots = project / "runs" / ".slots"
+    (slots / "cpu-1.lock").mkdir(parents=True)
+    result = fslab("sweep", "nca", "--device", "cpu", *TINY, cwd=project)
+    assert result.returncode == 2
+    assert result.stderr == ("error: runs/.slots/cpu-1.lock cannot be opened as a scheduler slot's lock file (Is a "
+                             "directory); remove it (no run keeps anything there): fslab makes it again\n")
+    assert [p.name for p in (project / "runs").iterdir()] == [".slots"]
+    queue = [json.loads(line) for line in fslab("queue", "--json", cwd=project).stdout.splitlines()]
+    assert [(q["slot"], q["busy"]) for q in queue] == [("cpu-0", False), ("cpu-1", None)]
+    assert "cpu-1.lock cannot be opened" in queue[1]["problem"]
+    shown = fslab("queue", cwd=project)
+    assert shown.returncode == 0 and "slots: cpu-0 free, cpu-1 unusable" in shown.stdout
+    shutil.rmtree(slots)
+    slots.write_text("")
+    study = fslab("study", "run", "nca-supcon", "--scale", "quick", "--set", "device=cpu", cwd=project)
+    assert study.returncode == 2 and study.stderr == (
+        "error: runs/.slots is not a folder, where the scheduler keeps its slots' lock files; remove it (no run "
+        "keeps anything there): fslab makes it again\n")
+    assert [p.name for p in (project / "runs").iterdir()] == [".slots"]
 
 
 @pytest.mark.slow

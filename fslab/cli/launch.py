@@ -277,15 +277,18 @@ QUEUE_COLUMNS = [Col("id", is_id=True), Col("state"), Col("sweep"), Col("slot"),
 QUEUE_STEPS = ["pid", SHORT_IDS, "GPU", "slot"]
 
 
+SLOT_WORDS = {True: "busy", False: "free", None: "unusable"}
+
+
 @app.command()
 def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """Runs waiting for a slot (in the order they start), where each running run went, and the slots.
 
     With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
-    "slot" (slot, gpu, busy)."""
+    "slot" (slot, gpu, busy; busy is null, with a "problem", where the slot's lock file cannot be opened)."""
     from fslab.core.runstore import Run, short_ids
     from fslab.core.summary import list_summaries
-    from fslab.execution.slots import configured_slots, slot_in_use
+    from fslab.execution.slots import configured_slots, slot_state
 
     project = settings()
     rows = []
@@ -294,7 +297,7 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
         rows.append({"type": "run", "id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
                      "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid")})
     folder = project.runs_dir / ".slots"
-    slots = [{"type": "slot", "slot": s.name, "gpu": s.gpu, "busy": folder.is_dir() and slot_in_use(folder, s)}
+    slots = [{"type": "slot", "slot": s.name, "gpu": s.gpu, **slot_state(folder, s)}
              for s in configured_slots(project.scheduler)]
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in [*rows, *slots]))
@@ -305,4 +308,6 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
                                                lambda ids: short_ids(project.runs_dir, ids)), wide)
     else:
         console.print("no runs queued or running", highlight=False)
-    console.print("slots: " + ", ".join(f"{s['slot']} {'busy' if s['busy'] else 'free'}" for s in slots))
+    console.print("slots: " + ", ".join(f"{s['slot']} {SLOT_WORDS[s['busy']]}" for s in slots), highlight=False)
+    for problem in dict.fromkeys(s["problem"] for s in slots if "problem" in s):
+        console.print(problem, highlight=False, markup=False)

@@ -28,7 +28,7 @@ from fslab.core.runstore import Run, run_names
 from fslab.core.settings import load_settings
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker
-from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots
+from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots, unusable
 from fslab.execution.sweep import stop_failed_sweeps
 
 
@@ -102,11 +102,14 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
     wakes the moment one of its own workers exits (``pidfd``), and every
     ``poll`` seconds for slots freed by other schedulers' workers."""
     folder = runs_dir / ".slots"
-    folder.mkdir(parents=True, exist_ok=True)
     started, children = 0, []
     newer: set[str] = set()  # queued by a newer fslab: passed over, once told in the log
+    broken: set[str] = set()  # slots whose lock file cannot be opened: passed over, once told in the log
     while True:
-        free = [(s, fd) for s in slots if (fd := lock_slot(folder, s)) is not None]
+        free = _free_slots(folder, slots, broken)
+        if not free and not children and len(broken) == len(slots):
+            _log("no slot can be used; the queued runs wait for a scheduler started once the slots are mended")
+            return started
         if free:
             stop_failed_sweeps(runs_dir)
             waiting = [run for run in waiting_runs(runs_dir) if run.id not in newer]
@@ -142,6 +145,26 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
                     child.close()
                 return started
         children = wait_for_exit(children, poll)
+
+
+def _free_slots(folder: Path, slots: list[Slot], broken: set[str]) -> list[tuple[Slot, int]]:
+    """The slots free now, each with its locked descriptor. A slot whose lock
+    file cannot be opened (replaced by a folder, say) is left out and named in
+    ``broken``, and in the log the first time; the other slots go on."""
+    free = []
+    for slot in slots:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = lock_slot(folder, slot)
+        except OSError as error:
+            if slot.name not in broken:
+                broken.add(slot.name)
+                _log(f"slot {slot.name} not used: {unusable(folder, error)}")
+            continue
+        broken.discard(slot.name)
+        if fd is not None:
+            free.append((slot, fd))
+    return free
 
 
 class Child:

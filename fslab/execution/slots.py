@@ -72,9 +72,34 @@ def check_fits(processes: int, slots: list[Slot]) -> None:
                          f"but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
 
 
+def slot_path(folder: Path, slot: Slot) -> Path:
+    return folder / f"{slot.name}.lock"
+
+
+def unusable(folder: Path, error: OSError) -> str:
+    """What a slot ``error`` (from :func:`lock_slot`, or making ``folder``) means, in one line."""
+    mend = "remove it (no run keeps anything there): fslab makes it again"
+    if isinstance(error, (NotADirectoryError, FileExistsError)):
+        return f"{folder} is not a folder, where the scheduler keeps its slots' lock files; {mend}"
+    return f"{error.filename or folder} cannot be opened as a scheduler slot's lock file ({error.strerror}); {mend}"
+
+
+def check_slot_files(runs_dir: Path, slots: list[Slot]) -> None:
+    """A UsageError, before anything is queued, where a slot's lock file cannot
+    be opened: the folder or a lock replaced by something else, or unwritable."""
+    folder = runs_dir / ".slots"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for slot in slots:
+            os.close(os.open(slot_path(folder, slot), os.O_CREAT | os.O_RDWR, 0o644))
+    except OSError as error:
+        raise UsageError(unusable(folder, error)) from None
+
+
 def lock_slot(folder: Path, slot: Slot) -> int | None:
-    """An open, locked descriptor of the slot's lock file, or None if taken."""
-    fd = os.open(folder / f"{slot.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    """An open, locked descriptor of the slot's lock file, or None if taken.
+    An OSError where the file cannot be opened (:func:`unusable` says why)."""
+    fd = os.open(slot_path(folder, slot), os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -89,3 +114,12 @@ def slot_in_use(folder: Path, slot: Slot) -> bool:
         return True
     os.close(fd)
     return False
+
+
+def slot_state(folder: Path, slot: Slot) -> dict:
+    """``busy``: whether a worker holds the slot; None where its lock file
+    cannot be opened, with the ``problem`` in one line."""
+    try:
+        return {"busy": folder.exists() and slot_in_use(folder, slot)}
+    except OSError as error:
+        return {"busy": None, "problem": unusable(folder, error)}

@@ -27,7 +27,7 @@ from fslab.core.states import LIVE
 from fslab.core.studies import IGNORED, PlannedRun, Study, plan_runs, run_dataset, settings_key
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
-from fslab.execution.slots import check_fits, configured_slots
+from fslab.execution.slots import check_fits, check_slot_files, configured_slots
 from fslab.execution.sweep import requeue
 
 
@@ -128,6 +128,7 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
             raise
     if new and slurm is None:
         check_fits(max(config["train"]["processes"] for _, config, _ in new), configured_slots(settings.scheduler))
+        check_slot_files(settings.runs_dir, configured_slots(settings.scheduler))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}-{study.name}"
     for planned, config, key in new:
         run = create_run(settings.runs_dir, planned.method, config)

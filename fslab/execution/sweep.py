@@ -23,7 +23,7 @@ from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
-from fslab.execution.slots import check_fits, configured_slots
+from fslab.execution.slots import check_fits, check_slot_files, configured_slots
 from fslab.execution.slurm import cancel_job
 
 # A sweep bigger than this is refused before anything is resolved (a typo in --seeds
@@ -151,6 +151,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
             check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
         check_fits(max(config["train"]["processes"] for config in configs), configured_slots(settings.scheduler))
+        check_slot_files(settings.runs_dir, configured_slots(settings.scheduler))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     runs = []
     for config in configs:
