@@ -26,9 +26,13 @@ run's sampler's over the dataset's standard training split, and validations
 are ``eval.val_every``'s. Worker start-up and reading the data are not counted.
 The dataset sizes are the standard splits' (README, Datasets); no data is read.
 
+The images are drawn before each part's clock starts (a run holds its data
+already), the training images a validation centres with too.
+
 On a machine without a GPU, ``--device cpu --image-size 16 --batch-size 16
---steps 1 --warmup 0 --train-images 64 --eval-images 32`` runs every path in
-seconds (a test keeps it working), with numbers that mean nothing for a GPU.
+--steps 1 --warmup 0 --train-images 64 --eval-images 32`` runs every study's
+configurations in a few minutes (a test keeps one study working), with
+numbers that mean nothing for a GPU.
 """
 
 from __future__ import annotations
@@ -109,6 +113,15 @@ def random_images(count: int, channels: int, size: int) -> torch.Tensor:
                          generator=torch.Generator().manual_seed(count))
 
 
+def timed_batch(cfg, cap: int) -> int:
+    """The batch a configuration is timed at: ``train.batch_size``, or at most
+    ``cap`` images (``--batch-size``, 0 for none) where an episode still keeps two
+    classes of ``sampler.per_class`` images."""
+    if not cap:
+        return cfg.train.batch_size
+    return min(cfg.train.batch_size, max(cap, 2 * (cfg.sampler.get("per_class") or 1)))
+
+
 def measure(config: dict, registry, args, device: torch.device) -> dict:
     """The costs of one configuration's parts, in seconds (module docstring)."""
     cfg = run_config(config)
@@ -128,7 +141,7 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
         model = model.to(memory_format=torch.channels_last)
     loss_fn, loss_params = build_loss(registry, cfg, model.out_dim, classes, device)
     trainable = list(model.parameters()) + loss_params
-    batch_size = min(cfg.train.batch_size, args.batch_size) if args.batch_size else cfg.train.batch_size
+    batch_size = timed_batch(cfg, args.batch_size)
     sampler = registry.create("sampler", cfg.sampler["name"], labels=labels.tolist(), batch_size=batch_size,
                               seed=0, **plugin_kwargs(cfg.sampler))
     optimizer = make_optimizer(trainable, cfg.train)
@@ -167,12 +180,14 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
             count = split_classes * need
         images = random_images(count, channels, size)
         split_labels = labels_of(split_classes, count)
+        centring = None  # drawn before the clock starts: a run holds its training images already
+        if centre and cfg.eval.center:  # the training mean of the network just trained
+            picked = center_count(cfg.eval.center_images, train_images)
+            centring = random_images(min(picked, eval_images or picked), channels, size)
 
         def run():
-            if centre and cfg.eval.center:  # the training mean of the network just trained
-                picked = center_count(cfg.eval.center_images, train_images)
-                embed(model, random_images(min(picked, eval_images or picked), channels, size),
-                      cfg.eval.batch_size, numerics)
+            if centring is not None:
+                embed(model, centring, cfg.eval.batch_size, numerics)
             features = embed(model, images, cfg.eval.batch_size, numerics)  # once, for every episode shape
             for ways_ in ways:
                 for shots_ in shots:
@@ -255,8 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: {len(resolved)} runs, {total / 3600:.1f} device-hours"
               + (f" (not timed: {', '.join(line['not_timed'])})" if missing else ""), flush=True)
         out.append(line)
-    if args.json is not None:
-        args.json.write_text("".join(json.dumps(r) + "\n" for r in out))
+        if args.json is not None:  # after each study, so a run cut short keeps the studies it finished
+            args.json.write_text("".join(json.dumps(r) + "\n" for r in out))
 
 
 if __name__ == "__main__":

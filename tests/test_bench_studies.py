@@ -41,3 +41,26 @@ def test_the_seeds_of_a_study_share_one_timed_configuration(tmp_path, capsys, re
     assert (parts["rows"], parts["steps_per_epoch"], parts["val_every"]) == (16, 2400, 1)
     assert line["gpu_hours"] * 3600 == pytest.approx(5 * bench.run_seconds(parts, 120))
     assert line["gpu_hours"] * 3600 > 5 * 120 * 2400 * parts["step_s"]
+
+
+def test_a_shrunk_batch_keeps_two_classes_of_every_sampler_s_per_class(registry):
+    """--batch-size 16 on the CPU: Fig. 2's ProtoNet with 16 or 32 images a class still gets
+    episodes of two classes (16 images left it one class, and the sampler refused it)."""
+    from fslab.core.config import run_config
+    from fslab.core.settings import Settings
+    from fslab.core.studies import find_study
+    from fslab.execution.studies import resolve_study
+
+    bench = load_bench()
+    resolved = resolve_study(find_study(registry, "nca-fig2"), "paper", settings=Settings(), registry=registry)
+    per_class = {}
+    for _, config in resolved:
+        cfg = run_config(config)
+        batch = bench.timed_batch(cfg, 16)
+        labels = [index // 32 for index in range(64 * 32)]
+        sampler = registry.create("sampler", cfg.sampler["name"], labels=labels, batch_size=batch, seed=0,
+                                  **bench.plugin_kwargs(cfg.sampler))
+        assert len(next(iter(sampler.batches(0))).indices) == batch
+        per_class[cfg.sampler.get("per_class")] = batch
+        assert bench.timed_batch(cfg, 0) == cfg.train.batch_size
+    assert per_class == {None: 16, 8: 16, 16: 32, 32: 64}
