@@ -127,8 +127,9 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
             exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
             raise
     if new and slurm is None:
-        check_fits(max(config["train"]["processes"] for _, config, _ in new), configured_slots(settings.scheduler))
-        check_slot_files(settings.runs_dir, configured_slots(settings.scheduler))
+        slots = configured_slots(settings.scheduler)
+        check_fits(max(config["train"]["processes"] for _, config, _ in new), slots)
+        check_slot_files(settings.runs_dir, slots)
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}-{study.name}"
     for planned, config, key in new:
         run = create_run(settings.runs_dir, planned.method, config)

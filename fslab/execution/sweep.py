@@ -150,8 +150,9 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
         with naming_the_file(settings, overrides):
             check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
-        check_fits(max(config["train"]["processes"] for config in configs), configured_slots(settings.scheduler))
-        check_slot_files(settings.runs_dir, configured_slots(settings.scheduler))
+        slots = configured_slots(settings.scheduler)
+        check_fits(max(config["train"]["processes"] for config in configs), slots)
+        check_slot_files(settings.runs_dir, slots)
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     runs = []
     for config in configs:
