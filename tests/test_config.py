@@ -205,6 +205,15 @@ def test_an_unknown_plugin_chosen_in_run_names_the_file(registry, tmp_path, text
     assert str(error.value).endswith(f" (set by {key} in [run] of {settings.path})")
 
 
+def test_an_unknown_plugin_of_another_kind_is_not_blamed_on_run(registry, tmp_path):
+    """[run] chose loss 'nca'; --set evaluator.name=nca is the mistake, and the message's 'nca' is no
+    reason to point at fslab.toml (matching the message's text did)."""
+    settings = settings_from(tmp_path, '[run.loss]\nname = "nca"\n')
+    with pytest.raises(UsageError) as error:
+        resolve("nca", registry=registry, settings=settings, overrides=cli("evaluator.name=nca"))
+    assert str(error.value).startswith("Unknown evaluator 'nca'.") and "[run]" not in str(error.value)
+
+
 def test_a_misspelt_data_root_name_is_pointed_out(registry, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no data/miniimagenet to fall back to
     settings = settings_from(tmp_path, '[data_roots]\nminimagenet = "/data/mini"\ncub = "/data/cub"\n')

@@ -26,13 +26,13 @@ def plugin(
     """Write a pip-installable fslab plugin package into ./NAME: pyproject.toml with the fslab entry points,
     one working example module per --kind, a README and tests that run fslab's contracts (fslab.testing).
     Then: pip install -e ./NAME && (cd NAME && pytest)."""
-    from fslab.core.errors import UsageError, unknown
+    from fslab.core.errors import UnknownName
     from fslab.kit import KINDS, check_name, write_plugin
 
     kinds = kind or ["loss"]
     for k in kinds:
         if k not in KINDS:
-            raise UsageError(unknown("plugin kind", k, KINDS))
+            raise UnknownName("plugin kind", k, KINDS)
     folder = Path(name)
     check_name(name, folder)
     paths = write_plugin(folder, name, kinds)

@@ -20,13 +20,13 @@ DEFAULT_LIMIT = 50
 
 
 def _states(text: str | None) -> tuple[str, ...]:
-    from fslab.core.errors import unknown
+    from fslab.core.errors import UnknownName
     from fslab.core.states import STATES, UNREADABLE
 
     states = tuple(s.strip() for s in (text or "").split(",") if s.strip())
     for state in states:
         if state not in (*STATES, UNREADABLE):
-            raise UsageError(unknown("state", state, (*STATES, UNREADABLE)))
+            raise UnknownName("state", state, (*STATES, UNREADABLE))
     return states
 
 

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fslab.core.errors import ConfigError, FslabError, NewerConfig, PluginError, UsageError, did_you_mean
+from fslab.core.errors import ConfigError, FslabError, NewerConfig, PluginError, UnknownName, UsageError, did_you_mean
 from fslab.core.keys import dotted
 from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive, rule_of
 from fslab.core.settings import Settings
@@ -363,10 +363,9 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
             if key in from_options:
                 continue
             # a message about the key by name, or about the plugin a [run] name key chose
-            # ("Unknown loss 'ncaa'", "Unknown sink 'nope'"), which does not name the key
-            chosen = message.startswith("Unknown ") and any(
-                f"'{name}'" in message for name in (value if isinstance(value, list) else [value])
-                if isinstance(name, str) and name)
+            # (loss.name: "Unknown loss 'ncaa'"; sinks: "Unknown sink 'nope'"), which does not name the key
+            chosen = (isinstance(exc, UnknownName) and key in (f"{exc.what}.name", f"{exc.what}s")
+                      and exc.word in (value if isinstance(value, list) else [value]))
             if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message) or chosen:
                 exc.args = (f"{message} (set by {key} in [run] of {settings.path})",)
                 break

@@ -34,6 +34,16 @@ class PluginError(FslabError):
     """A plugin that cannot be loaded, registered or created."""
 
 
+class UnknownName(UsageError):
+    """A name that is none of the choices (a plugin, a plugin kind, a state):
+    :func:`unknown`'s message, what was asked for in ``what`` (a plugin's kind,
+    say) and the name itself in ``word``."""
+
+    def __init__(self, what: str, word: str, choices: Iterable[str]) -> None:
+        super().__init__(unknown(what, word, choices))
+        self.what, self.word = what, word
+
+
 class RunNotFound(UsageError):
     """A run id or prefix that matches no run (or more than one)."""
 

@@ -43,10 +43,10 @@ class Listing:
 
     def check_kind(self, kind: str) -> None:
         """One line naming the kinds when ``kind`` is none of them."""
-        from fslab.core.errors import UsageError, unknown
+        from fslab.core.errors import UnknownName
 
         if kind not in self.kinds:
-            raise UsageError(unknown("plugin kind", kind, self.kinds))
+            raise UnknownName("plugin kind", kind, self.kinds)
 
     def of_kind(self, kind: str) -> list[dict]:
         return sorted((c for c in self.components if c["kind"] == kind), key=lambda c: c["name"])

@@ -26,7 +26,7 @@ from typing import Any
 import pluggy
 
 from fslab.core import hookspecs
-from fslab.core.errors import PluginError, UsageError, did_you_mean, unknown
+from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean
 from fslab.core.limits import check_rule, rule_of
 
 ENTRY_POINT_GROUP = "fslab"
@@ -150,7 +150,7 @@ class Registry:
         try:
             return self.components[kind][name]
         except KeyError:
-            raise UsageError(unknown(kind, name, self.components[kind])) from None
+            raise UnknownName(kind, name, self.components[kind]) from None
 
     def names(self, kind: str, pattern: str = "*") -> list[str]:
         check_kind(kind)
@@ -202,7 +202,7 @@ def create_dataset(registry: Registry, config: dict) -> Any:
 
 def check_kind(kind: str) -> None:
     if kind not in KINDS:
-        raise UsageError(unknown("plugin kind", kind, KINDS))
+        raise UnknownName("plugin kind", kind, KINDS)
 
 
 def _accepted_names(target: Any, kind: str = "") -> set[str] | None:
