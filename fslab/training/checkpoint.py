@@ -198,18 +198,26 @@ def load_checkpoint(path: Path, device: torch.device | str) -> dict:
 
 def read_checkpoint(path: Path, device: torch.device | str):
     """What a file written by :func:`save_checkpoint` holds, its tensors on
-    ``device``. ``weights_only``: a checkpoint file is data, and loading it must
-    not run code (a file that would is refused, as is a damaged one, in one line)."""
+    ``device`` (:func:`load_saved`)."""
+    return load_saved(path, device, what="the checkpoint")
+
+
+def load_saved(path: Path, device: torch.device | str | None = None, what: str = "the file"):
+    """What a file fslab saved with ``torch.save`` holds (a checkpoint, a
+    feature cache), its tensors on ``device`` (None: where they were saved).
+    ``weights_only``: such a file is data, and loading it must not run code. A
+    file that would, or a damaged one, is a FslabError in one line naming
+    ``what`` and the path."""
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except (OSError, RuntimeError, EOFError) as exc:  # unreadable, cut short: torch's first line says which
-        raise FslabError(f"the checkpoint {path} cannot be loaded: {_first_line(exc)}") from exc
+        raise FslabError(f"{what} {path} cannot be loaded: {_first_line(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 (damaged bytes make the unpickler raise nearly anything)
         # not torch's own text: it advises weights_only=False, which would run what the file says
         why = ("it holds objects other than tensors and plain values, and loading them would run code: "
                "refused" if "Weights only load failed" in str(exc)
                else f"it is damaged, or not a file fslab wrote ({type(exc).__name__})")
-        raise FslabError(f"the checkpoint {path} cannot be loaded: {why}") from exc
+        raise FslabError(f"{what} {path} cannot be loaded: {why}") from exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -38,7 +38,7 @@ from fslab.training.build import (
     pick_device,
     plugin_kwargs,
 )
-from fslab.training.checkpoint import load_checkpoint
+from fslab.training.checkpoint import load_checkpoint, load_saved
 from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import embed, resolve_numerics
 from fslab.training.record import (
@@ -120,8 +120,8 @@ def cached_features(cache) -> tuple[torch.Tensor, torch.Tensor] | None:
     if not cache.is_file():
         return None
     try:
-        saved = torch.load(cache, weights_only=True)
-    except Exception:  # torch.load's errors for damaged bytes vary: RuntimeError, EOFError, UnpicklingError, ...
+        saved = load_saved(cache, what="the feature cache")
+    except FslabError:
         return None
     features, labels = (saved.get("features"), saved.get("labels")) if isinstance(saved, dict) else (None, None)
     if (not isinstance(features, torch.Tensor) or not isinstance(labels, torch.Tensor) or features.dim() < 2
