@@ -58,8 +58,12 @@ def test_interrupted_and_resumed_equals_uninterrupted(slow_project, interrupt):
         assert fslab("stop", run_id, cwd=slow_project).returncode == 0
         expected_state = "killed"
     else:
-        os.kill(json.loads((run_dir / "status.json").read_text())["pid"], signal.SIGKILL)
+        pid = json.loads((run_dir / "status.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
         expected_state = "lost"
+        # killed in mid-write, it would leave its temporary file; one of a live process (this one) is not its
+        (run_dir / f".status.json.{pid}.tmp").write_text('{"state": "runn')
+        (run_dir / f".results.json.{os.getpid()}.tmp").write_text("{")
     rows = [json.loads(line) for line in fslab("runs", "--json", cwd=slow_project).stdout.splitlines()]
     assert {r["id"]: r["state"] for r in rows}[run_id] == expected_state
     assert 1 <= len(events(run_dir, "checkpoint")) < 5
@@ -77,6 +81,8 @@ def test_interrupted_and_resumed_equals_uninterrupted(slow_project, interrupt):
     assert json.loads((run_dir / "results.json").read_text())["test"] == \
         json.loads((reference / "results.json").read_text())["test"]
     assert len(events(run_dir, "resume")) == 1
+    if interrupt == "sigkill":  # the resumed worker removed the dead worker's leftover, and only that
+        assert sorted(p.name for p in run_dir.rglob(".*.tmp")) == [f".results.json.{os.getpid()}.tmp"]
 
 
 def test_resume_refuses_what_cannot_resume(project):
