@@ -18,12 +18,30 @@ from pathlib import Path
 from typing import Any
 
 
+def temporary_path(path: Path) -> Path:
+    """Where this process writes ``path`` before renaming it into place:
+    ``.NAME.PID.tmp`` beside it (:func:`remove_orphaned_temporaries` reads the PID)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def remove_orphaned_temporaries(folder: Path) -> None:
+    """Remove, anywhere under ``folder``, the :func:`temporary_path` files of
+    processes no longer alive here: a writer killed in mid-write (SIGKILL, a lost
+    node) leaves its file behind. A live process's is left alone."""
+    from fslab.core.states import pid_alive
+
+    for path in folder.rglob(".*.tmp"):
+        pid = path.name.rsplit(".", 2)[-2] if path.name.count(".") >= 3 else ""
+        if pid.isdigit() and not pid_alive(int(pid)):
+            path.unlink(missing_ok=True)
+
+
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Write-then-rename, so readers see the old file or the new one, never half.
     ``durable`` also flushes the data to disk before the rename (a crash then
     leaves the old file or the new one, never an empty one); caches that are
     rebuilt when lost skip it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_path(path)
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -151,10 +151,13 @@ def _free_slots(folder: Path, slots: list[Slot], broken: set[str]) -> list[tuple
     """The slots free now, each with its locked descriptor. A slot whose lock
     file cannot be opened (replaced by a folder, say) is left out and named in
     ``broken``, and in the log the first time; the other slots go on."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a file in its place: each slot's open below says so
+        pass
     free = []
     for slot in slots:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
             fd = lock_slot(folder, slot)
         except OSError as error:
             if slot.name not in broken:

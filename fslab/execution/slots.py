@@ -72,8 +72,10 @@ def check_fits(processes: int, slots: list[Slot]) -> None:
                          f"but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
 
 
-def slot_path(folder: Path, slot: Slot) -> Path:
-    return folder / f"{slot.name}.lock"
+def open_slot(folder: Path, slot: Slot) -> int:
+    """A descriptor of the slot's lock file, made if missing; an OSError where it
+    cannot be opened (:func:`unusable` says why)."""
+    return os.open(folder / f"{slot.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
 
 
 def unusable(folder: Path, error: OSError) -> str:
@@ -91,15 +93,15 @@ def check_slot_files(runs_dir: Path, slots: list[Slot]) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for slot in slots:
-            os.close(os.open(slot_path(folder, slot), os.O_CREAT | os.O_RDWR, 0o644))
+            os.close(open_slot(folder, slot))
     except OSError as error:
         raise UsageError(unusable(folder, error)) from None
 
 
 def lock_slot(folder: Path, slot: Slot) -> int | None:
-    """An open, locked descriptor of the slot's lock file, or None if taken.
-    An OSError where the file cannot be opened (:func:`unusable` says why)."""
-    fd = os.open(slot_path(folder, slot), os.O_CREAT | os.O_RDWR, 0o644)
+    """An open, locked descriptor of the slot's lock file, or None if taken
+    (an OSError as :func:`open_slot`'s)."""
+    fd = open_slot(folder, slot)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

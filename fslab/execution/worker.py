@@ -31,8 +31,8 @@ import traceback
 from pathlib import Path
 
 from fslab.core.errors import FslabError
+from fslab.core.files import remove_orphaned_temporaries
 from fslab.core.runstore import Run
-from fslab.core.states import pid_alive
 from fslab.core.summary import read_summary
 from fslab.core.worklock import clear_stop_request, stop_requested
 from fslab.execution.handover import take_worker_lock
@@ -239,7 +239,7 @@ def main(argv: list[str]) -> int:
         return follow_rank(run, resume, rank)
     if take_worker_lock(run) is None:  # held until this process exits, however it exits
         return 1
-    remove_dead_writers_files(run)
+    remove_orphaned_temporaries(run.path)  # a killed worker's half writes: the folder as an uninterrupted run's
     interval = float(run.config()["train"]["heartbeat"])
     keeper = StatusKeeper(run, interval)
     stop_on_signals()
@@ -252,18 +252,6 @@ def main(argv: list[str]) -> int:
     finally:  # the run's state is final: each sink may now close (fslab.core.sinks)
         for sinks in opened:
             sinks.close(run.status().get("state", "failed"))
-
-
-def remove_dead_writers_files(run: Run) -> None:
-    """A write-then-rename (:func:`fslab.core.files.atomic_write_text`, checkpoints)
-    goes through ``.NAME.PID.tmp``; a process killed in mid-write (SIGKILL, a lost
-    node) leaves that file behind. The worker, holding the run's lock, removes
-    those of processes no longer alive here, so a resumed run's folder is as clean
-    as an uninterrupted one's; a live process's (``fslab eval`` writing) is left."""
-    for path in run.path.rglob(".*.tmp"):
-        pid = path.name.rsplit(".", 2)[-2] if path.name.count(".") >= 3 else ""
-        if pid.isdigit() and not pid_alive(int(pid)):
-            path.unlink(missing_ok=True)
 
 
 def open_sinks(run: Run):

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fslab.core.errors import FslabError
+from fslab.core.files import temporary_path
 
 
 def rng_state(augment_rng: torch.Generator, device: torch.device) -> dict:
@@ -79,7 +80,7 @@ def save_checkpoint(path: Path, checkpoint: dict) -> None:
     crash) sees the previous complete file or the new one, never half of one.
     A write that fails (a full disk) leaves the previous checkpoint and no
     temporary file, and says so in one line."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_path(path)
     try:
         torch.save(checkpoint, tmp)
         os.replace(tmp, path)

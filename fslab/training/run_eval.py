@@ -26,6 +26,7 @@ from fslab.core.config import RunConfig, run_config
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import evaluator_label
+from fslab.core.files import temporary_path
 from fslab.core.registry import Registry, load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
@@ -107,7 +108,7 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     data = checkpoint.dataset().load(split)
     features = checkpoint.embed(data.images)
     cache.parent.mkdir(exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    tmp = temporary_path(cache)
     torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch}, tmp)
     os.replace(tmp, cache)
     return features, data.labels, False
