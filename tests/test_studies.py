@@ -559,6 +559,22 @@ def test_study_commands_from_the_cli(project):
         assert result.returncode == 2 and expected in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+def test_study_show_moves_a_sweeps_settings_under_a_table_too_wide_for_them(project):
+    """At 80 columns the sweep table leaves out grid and settings and lists them a line a sweep,
+    whole; --wide keeps them in one table."""
+    narrow = fslab("study", "show", "nca-fig2", cwd=project, env={**os.environ, "COLUMNS": "80"})
+    assert narrow.returncode == 0, narrow.stderr
+    table = [line for line in narrow.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and all(len(line) <= 80 for line in table)
+    assert "┃ sweep" in table[1] and "settings" not in table[1] and "grid" not in table[1]
+    assert ("  pn-5shot-a32: grid train.batch_size=[128, 256, 512]; settings backbone.name=resnet12-nca, "
+            "eval.center_images=0, train.epochs=120, sampler.per_class=32") in narrow.stdout.splitlines()
+    wide = fslab("study", "show", "nca-fig2", "--wide", cwd=project, env={**os.environ, "COLUMNS": "80"})
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("┃ sweep"))
+    assert "grid" in header and "settings" in header
+    assert not [line for line in wide.stdout.splitlines() if line.startswith("  pn-")]
+
+
 def test_study_list_does_not_import_torch(project):
     import subprocess
     import sys
