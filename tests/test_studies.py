@@ -142,6 +142,13 @@ def test_published_numbers_are_the_papers(registry):
      "quick.grid.train.lr: leaves out 0.1, where a published cell of sweep 'pn' is placed"),
     ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
     ({"split": "train"}, "split: must be one of test, val, got 'train'"),
+    ({"cost": {"device": "H100"}}, "cost: must be an array of [[cost]] tables"),
+    ({"cost": [{"device": "H100", "gpu_hours": 0, "date": "2026-11-26"}]},
+     "cost[0].gpu_hours: must be a number of hours above 0, got 0"),
+    ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": "26/11/2026"}]}, "cost[0].date: '26/11/2026' must match"),
+    ({"cost": [{"device": "", "gpu_hours": 1.5, "date": "2026-11-26"}]}, "cost[0].device: must be a non-empty string"),
+    ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": "2026-11-26", "hours": 2}]},
+     "cost[0].hours: unknown key. Allowed: device, gpu_hours, date, how"),
 ])
 def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
     with pytest.raises(ConfigError) as caught:
@@ -172,7 +179,7 @@ VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 3000) | st.flo
 PATHS = st.sampled_from([("name",), ("title",), ("table",), ("paper",), ("paper", "year"), ("paper", "arxiv"),
                          ("sweep",), ("sweep", 0, "datasets"), ("sweep", 0, "seeds"), ("sweep", 1, "grid"),
                          ("sweep", 0, "set"), ("quick",), ("published",), ("published", 0, "shots"),
-                         ("published", 2, "at"), ("published", 1, "ci95"), ("plot",), ("split",)])
+                         ("published", 2, "at"), ("published", 1, "ci95"), ("plot",), ("split",), ("cost",)])
 
 
 @settings(max_examples=300, deadline=None)
@@ -189,6 +196,26 @@ def test_the_parser_takes_any_value_anywhere_and_fails_only_in_one_line(path, va
         assert str(error).startswith("any.toml: ") and "\n" not in str(error)
     else:
         assert study.run_count("paper") >= 1
+
+
+def test_a_recorded_cost_is_shown_beside_the_estimate_from_the_store():
+    import datetime
+
+    from fslab.cli.studies import gpu_hours_note
+
+    cost = {"device": "NVIDIA H200", "gpu_hours": 2.06, "date": datetime.date(2026, 11, 26), "how": "timed steps"}
+    study = parse_study(tiny(cost=[cost]), "tiny.toml")  # a bare TOML date, as tomllib reads it
+    assert [vars(c) for c in study.costs] == [{**cost, "date": "2026-11-26"}]
+    recorded = "about 2.1 on one NVIDIA H200 (2026-11-26; timed steps)"
+    nothing = {"hours": None, "estimated_runs": 0, "runs": 4, "measured_runs": []}
+    assert gpu_hours_note(nothing, study.costs) == (
+        f"GPU-hours: {recorded}, as the study records; not estimated from this store: no completed GPU run in it "
+        "has the settings of these runs (seed and epochs aside).")
+    assert gpu_hours_note(nothing, ()).endswith("and the study records no measured cost.")
+    here = {"hours": 0.75, "estimated_runs": 3, "runs": 4, "measured_runs": ["a", "b"]}
+    assert gpu_hours_note(here, study.costs).startswith("GPU-hours: about 0.8 for 3 of the 4 runs, from the wall "
+                                                        "time per epoch of 2 completed GPU runs")
+    assert gpu_hours_note(here, study.costs).endswith(f"The study records: {recorded}.")
 
 
 # -- verdicts and reports ----------------------------------------------------------

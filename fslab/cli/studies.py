@@ -52,17 +52,23 @@ ScaleOpt = Annotated[str, typer.Option(
     help="paper (the paper's seeds, datasets and budgets) or quick (the study's small CPU override: "
          "1 seed, 1 epoch, a narrow network on the synthetic dataset; minutes, for trying the path).")]
 
-GPU_HOURS = ("GPU-hours: not estimated. No completed GPU run in this store has the settings of these runs "
-             "(seed and epochs aside), and fslab has no measured speed of the recipes to guess from.")
+NOT_HERE = ("not estimated from this store: no completed GPU run in it has the settings of these runs "
+            "(seed and epochs aside)")
 
 
-def gpu_hours_note(estimate: dict) -> str:
+def gpu_hours_note(estimate: dict, costs) -> str:
+    """The GPU-hours line of ``fslab study show``: the estimate from this store's runs
+    (:func:`fslab.execution.studies.gpu_hours`) and the costs the study file records."""
+    recorded = "; ".join(cost.text() for cost in costs)
     if estimate["hours"] is None:
-        return GPU_HOURS
-    return (f"GPU-hours: about {estimate['hours']:.1f} for {estimate['estimated_runs']} of the {estimate['runs']} "
+        if recorded:
+            return f"GPU-hours: {recorded}, as the study records; {NOT_HERE}."
+        return f"GPU-hours: {NOT_HERE}, and the study records no measured cost."
+    here = (f"GPU-hours: about {estimate['hours']:.1f} for {estimate['estimated_runs']} of the {estimate['runs']} "
             f"runs, from the wall time per epoch of {len(estimate['measured_runs'])} completed GPU runs in this "
             f"store with the same settings (seed and epochs aside); the other "
             f"{estimate['runs'] - estimate['estimated_runs']} runs have no such run to measure them by.")
+    return f"{here} The study records: {recorded}." if recorded else here
 
 
 def _load(ref: str):
@@ -98,7 +104,8 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     """What a study runs: each sweep's method, datasets, grid, settings and seeds, and the run count.
 
     GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
-    epochs aside); without any, the estimate is left out, never guessed.
+    epochs aside); without any, the estimate is left out, never guessed. The costs the study file
+    records ([[cost]]: GPU-hours measured on a named GPU) are shown beside it.
     """
     from fslab.core.studies import run_dataset
     from fslab.execution.studies import gpu_hours, resolve_study
@@ -116,7 +123,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
             "description": study.description, "split": study.split, "scale": scale, "runs": study.run_count(scale),
             "sweeps": sweeps, "published": len(study.published), "gpu_hours": estimate,
-            "gpu_hours_note": gpu_hours_note(estimate)}
+            "costs": [vars(cost) for cost in study.costs], "gpu_hours_note": gpu_hours_note(estimate, study.costs)}
     if as_json:
         print(json.dumps(info))
         return

@@ -12,6 +12,7 @@ A study is a TOML file (the schema is in the README, "Reproducing the papers")::
     [quick]                              # seeds, dataset, set, grid: the --scale quick override
     [plot]                               # figure studies: x = a grid key
     [[published]]                        # sweep, dataset, shots, ways, accuracy, ci95, at
+    [[cost]]                             # device, gpu_hours, date, how: what the paper scale cost where measured
 
 Every mistake is one line naming the file, the key and what is allowed
 (:class:`ConfigError`). Plugins ship studies through ``register_studies``
@@ -22,6 +23,7 @@ queueing and reporting them belong to the execution and reports layers.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import math
@@ -40,7 +42,7 @@ SCALES = ("paper", "quick")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 ARXIV = re.compile(r"\d{4}\.\d{4,5}")
 TOP_KEYS = ("name", "title", "table", "figure", "description", "split", "paper", "sweep", "quick", "plot",
-            "published")
+            "published", "cost")
 # The splits a study's numbers may be measured on; "val" scores each run's final network on the
 # validation classes as on the test classes (eval.final_val), as the NCA paper's Fig. 2 and 4 do.
 SPLITS = ("test", "val")
@@ -48,6 +50,8 @@ PAPER_KEYS = ("authors", "title", "year", "arxiv", "venue")
 SWEEP_KEYS = ("name", "label", "method", "datasets", "seeds", "grid", "set")
 QUICK_KEYS = ("seeds", "dataset", "set", "grid")
 CELL_KEYS = ("sweep", "dataset", "shots", "ways", "accuracy", "ci95", "at")
+COST_KEYS = ("device", "gpu_hours", "date", "how")
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Keys a study may not set in grid or set: the seed comes from `seeds`, the dataset from `datasets`.
 RESERVED = ("seed", "dataset.name")
 
@@ -98,6 +102,21 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What the study's paper scale cost where it was measured: ``gpu_hours`` on one ``device``,
+    on ``date`` (YYYY-MM-DD), and ``how`` it was measured. A record, not a promise: another GPU,
+    or the same one with another PyTorch, takes its own time."""
+
+    device: str
+    gpu_hours: float
+    date: str
+    how: str = ""
+
+    def text(self) -> str:
+        return f"about {self.gpu_hours:.1f} on one {self.device} ({self.date}{f'; {self.how}' if self.how else ''})"
+
+
+@dataclass(frozen=True)
 class QuickScale:
     """What ``--scale quick`` changes: fewer seeds, another dataset, smaller
     settings, and fewer values of a grid key (a figure's line keeps two points)."""
@@ -122,6 +141,7 @@ class Study:
     plot_x: str | None = None
     path: Path | None = None
     split: str = "test"
+    costs: tuple[Cost, ...] = ()
 
     def sweep(self, name: str) -> StudySweep:
         return next(s for s in self.sweeps if s.name == name)
@@ -219,7 +239,8 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
         check.fail("split", f"must be one of {', '.join(SPLITS)}, got {split!r:.60}")
     return Study(name=name, title=check.text(data, "title", ""), what=what, kind=kind,
                  description=check.text(data, "description", "", required=False), paper=paper,
-                 sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path, split=split)
+                 sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path, split=split,
+                 costs=_costs(check, data.get("cost", [])))
 
 
 def _paper(check: _Checker, table: Any) -> Paper:
@@ -302,6 +323,25 @@ def _published(check: _Checker, tables: Any, sweeps: dict[str, StudySweep]) -> t
             check.fail(where, f"repeats the cell of sweep '{name}' on {dataset}, {cell.ways}-way {cell.shots}-shot")
         cells[key] = cell
     return tuple(cells.values())
+
+
+def _costs(check: _Checker, tables: Any) -> tuple[Cost, ...]:
+    if not isinstance(tables, list):
+        check.fail("cost", "must be an array of [[cost]] tables (device, gpu_hours, date, how)")
+    costs = []
+    for i, table in enumerate(tables):
+        where = f"cost[{i}]"
+        check.keys(table, COST_KEYS, where)
+        hours = table.get("gpu_hours")
+        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours <= 0:
+            check.fail(f"{where}.gpu_hours", f"must be a number of hours above 0, got {hours!r:.60}")
+        day = table.get("date")
+        if isinstance(day, datetime.date) and not isinstance(day, datetime.datetime):  # TOML's bare date
+            day = day.isoformat()
+        costs.append(Cost(device=check.text(table, "device", f"{where}."), gpu_hours=float(hours),
+                          date=check.text({"date": day}, "date", f"{where}.", pattern=DATE),
+                          how=check.text(table, "how", f"{where}.", required=False)))
+    return tuple(costs)
 
 
 def _grid_point(check: _Checker, table: Any, sweep: StudySweep, where: str) -> dict:
