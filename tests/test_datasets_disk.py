@@ -144,6 +144,53 @@ def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_
     assert len(list(cache.glob("folder-train-6.*.u8"))) == 1
 
 
+CONCURRENT_LOADER = """
+import sys, time
+from pathlib import Path
+
+import numpy as np
+import torch  # imported before the start, so both ask for the split within milliseconds of each other
+from fslab_plugins.datasets.image_cache import cached_split
+
+folder, me = Path(sys.argv[1]), sys.argv[2]
+(folder.parent / f"ready-{me}").touch()
+while not (folder.parent / "go").exists():
+    time.sleep(0.01)
+
+
+def build():
+    with open(folder.parent / "builds", "a") as fh:
+        fh.write(me + "\\n")
+    time.sleep(2)  # the other asks meanwhile
+    images = np.arange(6 * 3 * 4 * 4, dtype=np.uint8).reshape(6, 3, 4, 4)
+    return np.repeat(np.arange(3), 2), ["a", "b", "c"], [images[:4], images[4:]]
+
+
+split = cached_split(folder, "toy-train-4", {"size": 4}, [], build)
+print(int(split.images.sum()), split.labels.tolist())
+"""
+
+
+def test_processes_asking_at_once_for_a_split_not_cached_yet_decode_it_once(tmp_path):
+    """The runs of a sweep start together: one decodes, the other waits for its cache and maps it."""
+    import subprocess
+    import time
+
+    folder = tmp_path / "cache"
+    loaders = [subprocess.Popen([sys.executable, "-c", CONCURRENT_LOADER, str(folder), str(i)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for i in range(2)]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    outputs = [loader.communicate(timeout=120) for loader in loaders]
+    assert all(loader.returncode == 0 for loader in loaders), [err for _, err in outputs]
+    expected = f"{int(np.arange(6 * 3 * 4 * 4, dtype=np.uint8).sum(dtype=np.int64))} [0, 0, 1, 1, 2, 2]"
+    assert [out.strip() for out, _ in outputs] == [expected] * 2
+    assert len((tmp_path / "builds").read_text().split()) == 1  # without the lock: one build each
+    assert sum("waiting for another process decoding toy-train-4" in err for _, err in outputs) == 1
+
+
 def test_cache_goes_to_cache_dir_or_the_user_cache_when_root_is_not_writable(registry, tmp_path, monkeypatch):
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)

@@ -16,6 +16,10 @@ Editing, adding or removing a source file, or changing a parameter such as
 ``image_size``, changes the key and the split is decoded again; the stale files
 of that stem are then deleted. Files are written under a temporary name and
 renamed, the header last, so a crash never leaves a cache that looks valid.
+One process decodes a split at a time (an exclusive ``flock`` on
+``.<stem>.lock`` in the cache folder): the runs of a sweep that start together
+on a split not cached yet wait for the first to decode it, then map its file,
+instead of each decoding it again at once.
 
 Later loads map the file (``np.memmap`` in copy-on-write mode, so the tensor is
 writable and the file is never modified) and wrap it with ``torch.from_numpy``:
@@ -32,6 +36,8 @@ dataset modules, and ``fslab plugins`` must stay light.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -223,11 +229,33 @@ def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
     key = source_key(stem, params, sources)
     split = open_cache(folder, stem, key)
     if split is None:
-        write_cache(folder, stem, key, params, build, verb)
-        split = open_cache(folder, stem, key)
+        with decoding(folder, stem, verb):
+            split = open_cache(folder, stem, key)  # another process may have written it meanwhile
+            if split is None:
+                write_cache(folder, stem, key, params, build, verb)
+                split = open_cache(folder, stem, key)
         if split is None:  # pragma: no cover - written and renamed just above
             raise RuntimeError(f"the cache {folder / stem} could not be read back after writing it")
     return split
+
+
+@contextlib.contextmanager
+def decoding(folder: Path, stem: str, verb: str = "decoding") -> Iterator[None]:
+    """Hold the right to write ``folder/stem``'s cache: an exclusive ``flock`` on
+    ``folder/.stem.lock``, waited for (saying so once) while another process holds
+    it. The kernel releases it however its holder ends, so a killed decoder
+    never blocks the next."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f".{stem}.lock", os.O_CREAT | os.O_RDONLY, 0o644)  # flock needs no write access
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"fslab: waiting for another process {verb} {stem} into {folder} ...", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def open_cache(folder: Path, stem: str, key: str) -> Split | None:
