@@ -72,9 +72,14 @@ def test_csv_and_json_parse_back(store):
     assert float(rows[0]["5-shot accuracy"]) == report["groups"][0]["results"]["5-shot"]["accuracy"]
     assert json.loads(render(report, "json")) == json.loads(json.dumps(report))
     md = render(report, "md").splitlines()
-    assert md[0] == "| group | seeds | 1-shot | 5-shot |" and len(md) == 4
+    assert md[0] == "| group | seeds | 1-shot | 5-shot |" and len(md) == 5
+    one, five = (next(p for p in report["paired"] if p["shots"] == n) for n in (1, 5))
+    assert md[4] == (f"| train.lr=0.05 − train.lr=0.1, paired over the same episodes | - | "
+                     f"{100 * one['difference']:+.2f} ± {100 * one['ci95']:.2f} | "
+                     f"{100 * five['difference']:+.2f} ± {100 * five['ci95']:.2f} |")
     latex = render(report, "latex")
     assert latex.startswith("\\begin{tabular}{lrrr}") and "$\\pm$" in latex
+    assert "train.lr=0.05 $-$ train.lr=0.1, paired over the same episodes & - & " in latex
 
 
 def test_cli_compare(store, builtin_plugins, monkeypatch):

@@ -113,7 +113,9 @@ def compare_(
         autocompletion=runs_or_sweeps)],
     group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, md, latex, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option(
+        "--format", help="table, md, latex, csv or json; md and latex add a row per paired difference, "
+                         "csv holds the groups only.")] = "table",
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,

@@ -203,6 +203,14 @@ def render(report: dict, fmt: str) -> str:
         cells = [f"{100 * r['accuracy']:.2f}{pm}{100 * r['ci95']:.2f}" if (r := row["results"].get(s)) else "-"
                  for s in shots]
         lines.append([row["group"], str(row["seeds"]), *cells])
+    # Each paired difference to the first group as a row of its own, in points with its sign.
+    for group in dict.fromkeys(p["group"] for p in report["paired"]):
+        by_shots = {f"{p['shots']}-shot": p for p in report["paired"] if p["group"] == group}
+        baseline = next(iter(by_shots.values()))["baseline"]
+        cells = [f"{100 * p['difference']:+.2f}{pm}{100 * p['ci95']:.2f}" if (p := by_shots.get(s)) else "-"
+                 for s in shots]
+        minus = " $-$ " if fmt == "latex" else " − "
+        lines.append([f"{group}{minus}{baseline}, paired over the same episodes", "-", *cells])
     if fmt == "md":
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(cells) + " |" for cells in lines]
