@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU measurements fslab still lacks, in one command on a machine with one GPU:
+#
+#     bash benchmarks/gpu_pending.sh OUT [parity|studies|all] [SECONDS]
+#
+# parity   bf16 + compile against fp32 on the miniImageNet-sized stand-in: NCA with a ResNet-12,
+#          3 seeds of each, all six runs at once on the GPU (runs_per_gpu = 6), then `fslab compare`
+#          of the two sweeps, paired over the same test episodes.
+# studies  `python benchmarks/bench_studies.py` for the studies not yet timed on a GPU.
+#
+# Everything it prints also goes to OUT (created): parity.txt (the runs and the comparison),
+# parity.json, bench_studies.txt and .jsonl. SECONDS (default 560) bounds the whole; a stage cut
+# short keeps what it wrote. The runs are made in a project of their own under OUT/project
+# (checkpoints included: leave them out when copying OUT). For a try on a CPU, make it small:
+#     DATASET=synthetic EPOCHS=1 SLOTS="cpu_slots = 2" SEEDS=2 \
+#     STUDIES=map-table2 BENCH_ARGS="--device cpu --image-size 16 --batch-size 16 --steps 1 --warmup 0 \
+#     --train-images 64 --eval-images 32" bash benchmarks/gpu_pending.sh /tmp/pending
+set -uo pipefail
+out=${1:?usage: bash benchmarks/gpu_pending.sh OUT [parity|studies|all] [SECONDS]}
+stage=${2:-all}
+limit=${3:-560}
+case $stage in parity|studies|all) ;; *) echo "error: stage must be parity, studies or all, got '$stage'" >&2; exit 2;; esac
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+start=$(date +%s)
+left() { echo $(( limit - ($(date +%s) - start) )); }
+export PYTHONUNBUFFERED=1
+
+if [ "$stage" != studies ]; then
+    project=$out/project
+    mkdir -p "$project" && cd "$project" || exit 1
+    printf '[scheduler]\n%s\n' "${SLOTS:-runs_per_gpu = 6}" > fslab.toml
+    common=(nca --backbone "${BACKBONE:-resnet12}" --dataset "${DATASET:-synthetic-mini}" --epochs "${EPOCHS:-3}"
+            --seeds "${SEEDS:-3}")
+    bf16=$(fslab sweep "${common[@]}" --set train.precision=bf16 --set train.compile=default | cut -d: -f1)
+    fp32=$(fslab sweep "${common[@]}" --set train.precision=fp32 --set train.compile=off | cut -d: -f1)
+    [ -n "$bf16" ] && [ -n "$fp32" ] || { echo "the parity sweeps could not be queued" >&2; exit 1; }
+    echo "parity: sweeps $bf16 (bf16 + compile) and $fp32 (fp32), waiting at most $(( $(left) - 60 )) s"
+    timeout $(( $(left) - 60 )) python3 - "$bf16" "$fp32" <<'EOF'
+import json, subprocess, sys, time
+while True:  # until no run of the two sweeps is queued or running
+    states = {}
+    for sweep in sys.argv[1:]:
+        listed = subprocess.run(["fslab", "runs", "--all", "--json", "--sweep", sweep], capture_output=True, text=True)
+        for line in listed.stdout.splitlines():
+            state = json.loads(line)["state"]
+            states[state] = states.get(state, 0) + 1
+    print(time.strftime("%H:%M:%S"), states, flush=True)
+    if not states.get("queued") and not states.get("running"):
+        break
+    time.sleep(10)
+EOF
+    { fslab runs --all --wide
+      fslab compare "$bf16" "$fp32"
+      fslab compare "$bf16" "$fp32" --format md; } 2>&1 | tee "$out/parity.txt"
+    fslab compare "$bf16" "$fp32" --format json > "$out/parity.json" 2>&1
+    cd "$repo" || exit 1
+fi
+
+if [ "$stage" != parity ]; then
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+    timeout "$(left)" python3 benchmarks/bench_studies.py ${STUDIES:-nca-fig4 nca-table4 sen-table2 nca-table3 nca-fig2 nca-fig3} \
+        ${BENCH_ARGS:-} --json "$out/bench_studies.jsonl" 2>&1 | tee "$out/bench_studies.txt"
+fi
+echo "done in $(( $(date +%s) - start )) s"
