@@ -8,7 +8,7 @@
 #          of the two sweeps, paired over the same test episodes.
 # studies  `python benchmarks/bench_studies.py` for the studies not yet timed on a GPU.
 #
-# Everything it prints also goes to OUT (created): parity.txt (the runs and the comparison),
+# Its results go to OUT (created): parity.txt (the runs and the comparison),
 # parity.json, bench_studies.txt and .jsonl. SECONDS (default 560) bounds the whole; a stage cut
 # short keeps what it wrote. The runs are made in a project of their own under OUT/project
 # (checkpoints included: leave them out when copying OUT). For a try on a CPU, make it small:
