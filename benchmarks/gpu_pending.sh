@@ -16,9 +16,11 @@
 #     STUDIES=map-table2 BENCH_ARGS="--device cpu --image-size 16 --batch-size 16 --steps 1 --warmup 0 \
 #     --train-images 64 --eval-images 32" bash benchmarks/gpu_pending.sh /tmp/pending
 set -uo pipefail
-out=${1:?usage: bash benchmarks/gpu_pending.sh OUT [parity|studies|all] [SECONDS]}
+[ $# -ge 1 ] || { echo "error: usage: bash benchmarks/gpu_pending.sh OUT [parity|studies|all] [SECONDS]" >&2; exit 2; }
+out=$1
 stage=${2:-all}
 limit=${3:-560}
+[[ $limit =~ ^[0-9]+$ ]] && [ "$limit" -ge 120 ] || { echo "error: SECONDS must be a whole number of at least 120, got '$limit'" >&2; exit 2; }
 case $stage in parity|studies|all) ;; *) echo "error: stage must be parity, studies or all, got '$stage'" >&2; exit 2;; esac
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out" && out=$(cd "$out" && pwd)
