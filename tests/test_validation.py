@@ -150,8 +150,17 @@ def folder_run(root, *extra):
 
 def test_a_folder_split_with_fewer_classes_than_ways_is_refused(project):
     make_folder_tree(project / "tree", classes=3, per_class=4)
-    refused(project, *folder_run(project / "tree"),
-            expect=["'eval.ways' must be at most 3", "folder's val split (3 classes of 4 images)", "got 5"])
+    line = refused(project, *folder_run(project / "tree"),
+                   expect=["'eval.ways' must be at most 3", "folder's val split (3 classes of 4 images)", "got 5"])
+    assert line.endswith("got 5")  # a folder's classes are its folders: no setting gives it more
+
+
+def test_a_drawn_dataset_with_too_few_classes_for_the_ways_says_which_setting_gives_more(project):
+    refused(project, "run", "nca", *SMALL, "--set", "eval.ways=50",
+            expect=["'eval.ways' must be at most 40 for synthetic's val split (40 classes of 30 images), got 50; "
+                    "--set dataset.val_classes=50 gives the split that many"])
+    refused(project, "run", "nca", *SMALL, "--set", "eval.ways=50", "--set", "dataset.val_classes=50",
+            expect=["'eval.ways' must be at most 40 for synthetic's test split", "dataset.test_classes=50"])
 
 
 def test_a_folder_split_without_enough_images_for_the_shots_is_refused(project):

@@ -66,7 +66,10 @@ def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
         where = f"{config['dataset']['name']}'s {split} split ({describe(size)})"
         ways_key = "eval.ways" if ways == ecfg["ways"] else "eval.extra_ways"
         if ways > size.classes:
-            raise ConfigError(f"config key '{ways_key}' must be at most {size.classes} for {where}, got {ways}")
+            # A dataset that draws its classes (the built-in ones) can give the split more of them.
+            more = (f"; --set dataset.{split}_classes={ways} gives the split that many"
+                    if f"{split}_classes" in config["dataset"] else "")
+            raise ConfigError(f"config key '{ways_key}' must be at most {size.classes} for {where}, got {ways}{more}")
         for n in shots:
             shape = fixed_shape or (n, ecfg["queries"])
             _check_shape(config, split, shape, (ways_key, ways), shots_key, where, size,
