@@ -211,6 +211,18 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
             "checkpoint_s": copy, "checkpoint_write_s": write, "val_every": cfg.eval.val_every}
 
 
+HOW = ("python benchmarks/bench_studies.py, PyTorch {torch}: every configuration's steps, validation, checkpoint "
+       "and test timed, worker start and data reading left out")
+
+
+def cost_block(device: str, gpu_hours: float, day: str) -> str:
+    """A study's measured cost as the ``[[cost]]`` table its study file records (README,
+    "Reproducing the papers"), for a study every one of whose runs was timed."""
+    how = HOW.format(torch=".".join(torch.__version__.split("+")[0].split(".")[:2]))
+    return (f"[[cost]]\ndevice = {json.dumps(device)}\ngpu_hours = {gpu_hours:.1f}\ndate = {day}\n"
+            f"how = {json.dumps(how)}\n")
+
+
 def run_seconds(parts: dict, epochs: int) -> float:
     validations = sum(validates_after(e, epochs, parts["val_every"]) for e in range(1, epochs + 1))
     compile_extra = max(0.0, parts["first_step_s"] - parts["step_s"])
@@ -272,6 +284,11 @@ def main(argv: list[str] | None = None) -> None:
         out.append(line)
         if args.json is not None:  # after each study, so a run cut short keeps the studies it finished
             args.json.write_text("".join(json.dumps(r) + "\n" for r in out))
+    if device.type == "cuda":  # what the study files can record, for the studies timed whole
+        for line in out:
+            if not line["not_timed"] and line["gpu_hours"] >= 0.05:
+                print(f"\nfor plugins/studies/{line['study']}.toml:\n"
+                      + cost_block(where, line["gpu_hours"], time.strftime("%Y-%m-%d")), end="")
 
 
 if __name__ == "__main__":

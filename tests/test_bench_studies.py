@@ -64,3 +64,17 @@ def test_a_shrunk_batch_keeps_two_classes_of_every_sampler_s_per_class(registry)
         per_class[cfg.sampler.get("per_class")] = batch
         assert bench.timed_batch(cfg, 0) == cfg.train.batch_size
     assert per_class == {None: 16, 8: 16, 16: 32, 32: 64}
+
+
+def test_the_cost_block_printed_for_a_gpu_is_what_a_study_file_records():
+    from fslab.core.settings import tomllib  # tomli before Python 3.11
+    from fslab.core.studies import parse_study
+
+    from .test_studies import tiny
+
+    bench = load_bench()
+    block = bench.cost_block("NVIDIA H200", 2.06, "2026-11-26")
+    study = parse_study(tiny(**tomllib.loads(block)), "tiny.toml")
+    (cost,) = study.costs
+    assert (cost.device, cost.gpu_hours, cost.date) == ("NVIDIA H200", 2.1, "2026-11-26")
+    assert cost.how.startswith("python benchmarks/bench_studies.py, PyTorch 2.")
