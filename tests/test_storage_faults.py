@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -261,3 +262,28 @@ def test_a_feature_cache_fslab_did_not_write_whole_is_embedded_again(tmp_path):
     cache.unlink()
     cache.mkdir()
     assert cached_features(cache) is None and cached_features(tmp_path / "none.pt") is None
+
+
+def test_a_stop_signal_during_the_event_lands_once_the_write_is_under_way(tmp_path):
+    """SIGTERM sent while the checkpoint's event is logged: the handler runs after the write has
+    started, so the stopping run keeps the checkpoint its events name (the first epoch's included)."""
+    import signal
+
+    from fslab.training import checkpoint
+
+    class Stopped(BaseException):
+        pass
+
+    def handler(signum, frame):
+        raise Stopped
+
+    path = tmp_path / "last.pt"
+    writer = checkpoint.CheckpointWriter(path)
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(Stopped):
+            writer.submit({"epoch": 1}, announce=lambda: os.kill(os.getpid(), signal.SIGTERM))
+        writer.close()  # as the stopping run does
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}

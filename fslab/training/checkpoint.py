@@ -14,12 +14,14 @@ about 100 MB, took 0.18 s of every epoch).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import random
 import shutil
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -127,6 +129,21 @@ def host_copy(state):
     return copy.deepcopy(state)
 
 
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT are held back (blocked, and delivered when the block ends) in
+    the main thread, where Python runs their handlers; elsewhere, or where the
+    platform cannot block signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class CheckpointWriter:
     """Writes one run's checkpoints to ``path``, one at a time, each in a
     background thread so training goes on meanwhile.
@@ -150,9 +167,14 @@ class CheckpointWriter:
     def submit(self, checkpoint: dict, announce: Callable[[], object] = lambda: None) -> None:
         snapshot = host_copy(checkpoint)
         self.wait()
-        announce()  # a stop that lands here or before leaves the previous file, which the events name too
-        self._thread = threading.Thread(target=self._write, args=(snapshot,), name="fslab-checkpoint")
-        self._thread.start()
+        # A stop signal waits while the event is logged and the write starts: it lands before the
+        # event (the previous file stays, which the events name too) or once the write is under way
+        # (which the stopping run lets finish), never between an event and its write. Landing there,
+        # it left the first epoch's event without any file, and the run nothing to resume from.
+        with stop_signals_held():
+            announce()
+            self._thread = threading.Thread(target=self._write, args=(snapshot,), name="fslab-checkpoint")
+            self._thread.start()
 
     def wait(self) -> None:
         """Block until the last submitted checkpoint is written; raise its failure."""
