@@ -105,7 +105,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
 
     GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
     epochs aside); without any, the estimate is left out, never guessed. The costs the study file
-    records ([[cost]]: GPU-hours measured on a named GPU) are shown beside it.
+    records (its cost tables: GPU-hours measured on a named GPU) are shown beside it.
     """
     from fslab.core.studies import run_dataset
     from fslab.execution.studies import gpu_hours, resolve_study
