@@ -107,8 +107,8 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     epochs aside); without any, the estimate is left out, never guessed. The costs the study file
     records (its cost tables: GPU-hours measured on a named GPU) are shown beside it.
     """
-    from fslab.core.studies import run_dataset
-    from fslab.execution.studies import gpu_hours, resolve_study
+    from fslab.core.studies import resolve_study, run_dataset
+    from fslab.execution.studies import gpu_hours
 
     study = _load(ref)
     project = settings()

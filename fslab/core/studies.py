@@ -17,8 +17,10 @@ A study is a TOML file (the schema is in the README, "Reproducing the papers")::
 Every mistake is one line naming the file, the key and what is allowed
 (:class:`ConfigError`). Plugins ship studies through ``register_studies``
 (:func:`study_entry` gives what ``register`` needs from a file). This module
-plans a study's runs as configuration layers (:func:`plan_runs`); resolving,
-queueing and reporting them belong to the execution and reports layers.
+plans a study's runs as configuration layers (:func:`plan_runs`) and resolves
+them as ``fslab run`` would (:func:`resolve_study`: the CLI, the benchmarks and
+the plugin kit's contract all call it); queueing and reporting them belong to
+the execution and reports layers.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fslab.core.config import nest, outside_settings
+from fslab.core.config import naming_the_file, nest, outside_settings, resolve, tested_ways
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.keys import dotted
 from fslab.core.settings import read_toml
@@ -431,6 +433,40 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
                     layers = (*base, *at, *quick, *extra, {"seed": seed})
                     planned.append(PlannedRun(sweep.name, name, point, seed, sweep.method, layers))
     return planned
+
+
+def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str | None = None,
+                  data_root: str | None = None, extra: tuple[dict, ...] = ()) -> list[tuple[PlannedRun, dict]]:
+    """Every planned run of the study with its resolved configuration; a
+    configuration that cannot be resolved is one line naming the study and sweep."""
+    resolved = []
+    for planned in plan_runs(study, scale, dataset=dataset, data_root=data_root, extra=extra):
+        try:
+            with naming_the_file(settings, planned.layers):
+                config = resolve(planned.method, registry=registry, settings=settings, overrides=planned.layers)
+        except UsageError as exc:
+            exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
+            raise
+        resolved.append((planned, config))
+    check_cells(study, resolved)
+    return resolved
+
+
+def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]]) -> None:
+    """Each published cell must be one its runs evaluate (their eval.ways and
+    eval.extra_ways, and eval.shots)."""
+    for cell in study.published:
+        for planned, config in resolved:
+            if (planned.sweep, planned.dataset, planned.at) != (cell.sweep, cell.dataset, cell.at):
+                continue
+            ways = tested_ways(config["eval"]["ways"], config["eval"]["extra_ways"])
+            shots = config["eval"]["shots"]
+            if cell.ways not in ways or cell.shots not in shots:
+                raise ConfigError(f"{study.path or study.name}: the published {cell.ways}-way {cell.shots}-shot cell "
+                                  f"of sweep '{cell.sweep}' on {cell.dataset}: its runs evaluate "
+                                  f"{', '.join(map(str, ways))}-way {', '.join(map(str, shots))}-shot; "
+                                  f"set eval.extra_ways or eval.shots in the sweep")
+            break
 
 
 def check_extra(study: Study, scale: str, extra: tuple[dict, ...]) -> None:

@@ -19,12 +19,12 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from fslab.core.config import naming_the_file, resolve, tested_ways
+from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import LIVE
-from fslab.core.studies import IGNORED, PlannedRun, Study, plan_runs, run_dataset, settings_key
+from fslab.core.studies import IGNORED, PlannedRun, Study, resolve_study, run_dataset, settings_key
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.slots import check_fits, check_slot_files, configured_slots
@@ -41,40 +41,6 @@ class StudyRuns:
     requeued: list[str] = field(default_factory=list)  # failed, killed or lost: queued again
     created: list[str] = field(default_factory=list)  # new
     to_start: list[Run] = field(default_factory=list)  # requeued and created, for the scheduler
-
-
-def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str | None = None,
-                  data_root: str | None = None, extra: tuple[dict, ...] = ()) -> list[tuple[PlannedRun, dict]]:
-    """Every planned run of the study with its resolved configuration; a
-    configuration that cannot be resolved is one line naming the study and sweep."""
-    resolved = []
-    for planned in plan_runs(study, scale, dataset=dataset, data_root=data_root, extra=extra):
-        try:
-            with naming_the_file(settings, planned.layers):
-                config = resolve(planned.method, registry=registry, settings=settings, overrides=planned.layers)
-        except UsageError as exc:
-            exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
-            raise
-        resolved.append((planned, config))
-    check_cells(study, resolved)
-    return resolved
-
-
-def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]]) -> None:
-    """Each published cell must be one its runs evaluate (their eval.ways and
-    eval.extra_ways, and eval.shots)."""
-    for cell in study.published:
-        for planned, config in resolved:
-            if (planned.sweep, planned.dataset, planned.at) != (cell.sweep, cell.dataset, cell.at):
-                continue
-            ways = tested_ways(config["eval"]["ways"], config["eval"]["extra_ways"])
-            shots = config["eval"]["shots"]
-            if cell.ways not in ways or cell.shots not in shots:
-                raise ConfigError(f"{study.path or study.name}: the published {cell.ways}-way {cell.shots}-shot cell "
-                                  f"of sweep '{cell.sweep}' on {cell.dataset}: its runs evaluate "
-                                  f"{', '.join(map(str, ways))}-way {', '.join(map(str, shots))}-shot; "
-                                  f"set eval.extra_ways or eval.shots in the sweep")
-            break
 
 
 def existing_runs(runs_dir, key=settings_key) -> dict[str, list[Run]]:
