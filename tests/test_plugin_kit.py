@@ -281,7 +281,12 @@ def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
     tested = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], capture_output=True,
                             text=True, env=env, cwd=tmp_path / "fslab_every")
     assert tested.returncode == 0, tested.stdout[-3000:]
-    assert "20 passed" in tested.stdout and "skipped" not in tested.stdout, tested.stdout[-2000:]
+    assert "22 passed" in tested.stdout and "skipped" not in tested.stdout, tested.stdout[-2000:]
+    # the study file came with the package: its sweep trains the package's own recipe, by batch size
+    shown = subprocess.run([str(python), "-m", "fslab", "study", "show", "fslab-every", "--json"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+    study = json.loads(shown.stdout)
+    assert study["runs"] == 9 and [s["method"] for s in study["sweeps"]] == ["fslab-every"], shown.stderr
 
 
 LOCAL_PLUGIN = '''
@@ -316,7 +321,7 @@ def test_contract_tests_read_the_ini_option_and_fail_a_broken_component(tmp_path
     assert "sloppy: positives = -1, outside 0..60" in result.stdout
     assert "test_loss[tidy] PASSED" in result.stdout
     # the other loss, both parameter checks and the loading pass; the kinds the plugin lacks are skipped, saying so
-    assert "1 failed, 4 passed, 6 skipped" in result.stdout and "the plugins register no sampler" in result.stdout
+    assert "1 failed, 4 passed, 7 skipped" in result.stdout and "the plugins register no sampler" in result.stdout
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     unnamed = subprocess.run([sys.executable, "-m", "pytest", "-p", "fslab.testing", "-p", "no:cacheprovider"],
                              cwd=tmp_path, capture_output=True, text=True)
@@ -347,3 +352,24 @@ def test_new_plugin_imports_no_torch(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "torch loaded: False" in result.stdout
     assert (tmp_path / "fslab_light" / "fslab_light" / "method.py").exists()
+
+
+def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(tmp_path):
+    """check_study: the study the kit writes passes; the same file naming a recipe no plugin
+    registers fails, naming the study, the sweep and the recipe."""
+    from fslab.core.errors import UsageError
+    from fslab.core.registry import load_registry
+    from fslab.kit import write_plugin
+    from fslab.testing.checks import check_study
+
+    write_plugin(tmp_path / "pkg", "fslab_paper", ["study"])
+    studies = tmp_path / "pkg" / "fslab_paper" / "studies"
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "paper.py").write_text(
+        "from pathlib import Path\n\nfrom fslab.plugin import hookimpl, register_study_files\n\n\n"
+        f"@hookimpl\ndef register_studies(register):\n    register_study_files(register, Path({str(studies)!r}))\n")
+    check_study(load_registry((str(tmp_path / "local"),)), "fslab-paper", tmp_path)  # nca by batch size
+    text = (studies / "fslab-paper.toml").read_text()
+    (studies / "fslab-paper.toml").write_text(text.replace('method = "nca"', 'method = "nca-by-hand"'))
+    with pytest.raises(UsageError, match="study fslab-paper, sweep 'fslab-paper' on synthetic: .*nca-by-hand"):
+        check_study(load_registry((str(tmp_path / "local"),)), "fslab-paper", tmp_path)

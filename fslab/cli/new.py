@@ -20,7 +20,7 @@ def plugin(
                                         help="Package name (lowercase, digits and _), also the folder ./NAME.")],
     kind: Annotated[list[str] | None, typer.Option(
         "--kind", metavar="KIND",
-        help="A component to include: loss, backbone, sampler, evaluator, dataset, method or sink (repeatable; "
+        help="A component to include: loss, backbone, sampler, evaluator, dataset, method, sink or study (repeatable; "
              "default: loss).")] = None,
 ) -> None:
     """Write a pip-installable fslab plugin package into ./NAME: pyproject.toml with the fslab entry points,

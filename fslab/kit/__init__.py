@@ -7,6 +7,7 @@ The files are templates in ``templates/`` (package data), filled in by
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import keyword
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from fslab.core.errors import UsageError
 
-KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "sink")
+KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "sink", "study")
 # What a recipe uses where the package has no component of that kind.
 BUILT_IN = {"loss": "nca", "sampler": "iid", "evaluator": "centroid"}
 USE = {
@@ -27,6 +28,7 @@ USE = {
     "dataset": "fslab run nca --dataset {c}",
     "method": "fslab run {c}",
     "sink": "fslab run nca --sink {c}",
+    "study": "fslab study show {c}",
 }
 
 
@@ -56,6 +58,7 @@ def write_plugin(folder: Path, name: str, kinds: list[str]) -> list[Path]:
         f"{name}/__init__.py": "init.py",
         "tests/test_contracts.py": "test_contracts.py",
         **{f"{name}/{kind}.py": f"{kind}.py" for kind in kinds},
+        **({f"{name}/studies/{values['component']}.toml": "study.toml"} if "study" in kinds else {}),
     }
     folder.mkdir(parents=True)
     paths = []
@@ -84,6 +87,12 @@ def _values(name: str, kinds: list[str]) -> dict[str, str]:
         "recipe": repr(recipe),
         "module_table": "\n".join(f"| `{name}/{kind}.py` | {kind} `{component}` |" for kind in kinds),
         "use_lines": "\n".join("    " + USE[kind].format(c=component) for kind in kinds),
+        # the study's sweep trains the package's own recipe where it has one
+        "study_method": component if "method" in kinds else "nca",
+        "year": str(datetime.date.today().year),
+        # study files are data: a wheel carries them only when the package says so
+        "package_data": (f'\n[tool.setuptools.package-data]\n{name} = ["studies/*.toml"]\n'
+                         if "study" in kinds else ""),
     }
 
 

@@ -11,7 +11,7 @@ in any environment where fslab is installed a plugin's test suite can say::
 
 and ``pytest`` runs, for every component those plugins register, the checks
 of :mod:`fslab.testing.checks`: losses, backbones, samplers, evaluators,
-datasets, method recipes and sinks, parameters against signatures, determinism.
+datasets, method recipes, sinks and studies, parameters against signatures, determinism.
 A component that needs other inputs than the defaults gets them from the
 class attributes (``backbone_params``, ``sampler_params``, ...), and a
 dataset that reads files from :meth:`ContractTests.dataset_args`.
@@ -29,7 +29,8 @@ import pytest
 __all__ = ["ContractTests", "registry_for"]
 
 KIND_TESTS = {"test_loss": "loss", "test_backbone": "backbone", "test_sampler": "sampler",
-              "test_evaluator": "evaluator", "test_dataset": "dataset", "test_method": "method", "test_sink": "sink"}
+              "test_evaluator": "evaluator", "test_dataset": "dataset", "test_method": "method", "test_sink": "sink",
+              "test_study": "study"}
 
 _registries: dict[tuple[str, ...], Any] = {}
 
@@ -80,7 +81,9 @@ class ContractTests:
         if name == "test_plugin_loads":
             metafunc.parametrize("plugin", self._plugins(metafunc.config))
         elif name == "test_parameters":
-            components = self._components(metafunc.config, [k for k in KIND_TESTS.values() if k != "method"])
+            # recipes and studies are data: they have no parameters of their own
+            components = self._components(metafunc.config,
+                                          [k for k in KIND_TESTS.values() if k not in ("method", "study")])
             metafunc.parametrize("kind, name", components or [_nothing("component", 2)],
                                  ids=[f"{k}:{n}" for k, n in components] or None)
         elif name in KIND_TESTS:
@@ -159,6 +162,11 @@ class ContractTests:
         from fslab.testing.checks import check_sink
 
         check_sink(self.registry, name, self.sink_params.get(name), tmp_path)
+
+    def test_study(self, name: str, tmp_path) -> None:
+        from fslab.testing.checks import check_study
+
+        check_study(self.registry, name, tmp_path)
 
 
 def _nothing(what: str, values: int = 1):

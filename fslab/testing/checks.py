@@ -255,6 +255,19 @@ def check_method(registry: Registry, name: str) -> None:
         registry.get(kind, config[kind]["name"])
 
 
+def check_study(registry: Registry, name: str, tmp_path) -> None:
+    """A study whose every run resolves at both scales as ``fslab study run`` resolves it (its
+    methods installed, its settings valid, each published cell one its runs evaluate)."""
+    from fslab.core.settings import Settings
+    from fslab.core.studies import SCALES, find_study, resolve_study
+
+    study = find_study(registry, name)
+    assert study.name == name, f"study {name}: its file names it '{study.name}'"
+    for scale in SCALES:
+        resolved = resolve_study(study, scale, settings=Settings(runs_dir=tmp_path / "runs"), registry=registry)
+        assert len(resolved) == study.run_count(scale) > 0, f"study {name}: no runs at scale {scale}"
+
+
 def sink_config(registry: Registry, name: str, params: dict) -> dict:
     """A resolved configuration to feed a sink: the ``nca`` recipe with this
     sink named in ``sinks``, or a small one where ``nca`` is not installed."""
