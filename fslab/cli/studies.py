@@ -33,8 +33,8 @@ LIST_COLUMNS = [Col("name", is_id=True), Col("table/figure", wrap=True), Col("pa
                 Col("runs", "right"), Col("quick", "right"), Col("published cells", "right"), Col("plugin")]
 SWEEP_COLUMNS = [Col("sweep", is_id=True), Col("method"), Col("datasets", wrap=True), Col("grid", wrap=True),
                  Col("settings", wrap=True), Col("seeds", "right"), Col("runs", "right")]
-# The sweep table's columns that move under it, a line a sweep, when the table is too wide (their index).
-SWEEP_DETAILS = {"grid": 3, "settings": 4}
+# The sweep table's columns that move under it, a line a sweep, when the table is too wide.
+SWEEP_DETAILS = ("grid", "settings")
 
 study_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                         help="Reproduce a paper's table or figure: list, show, run and report studies.")
@@ -139,14 +139,15 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
               ", ".join(f"{k}={v}" for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]
              for s in sweeps]
     title = f"scale {scale}: {info['runs']} runs"
-    table = fit(SWEEP_COLUMNS, cells, None if wide else console.width, list(SWEEP_DETAILS), title=title)
-    print_table(console, lambda width: table, wide)
+    table = print_table(console, lambda width: fit(SWEEP_COLUMNS, cells, width, list(SWEEP_DETAILS), title=title),
+                        wide)
     # What the table left out to fit stands under it, a line a sweep: squeezed into the table, a
     # sweep's settings would wrap a few letters a line.
     kept = {column.header for column in table.columns}
+    moved = [(header, [c.header for c in SWEEP_COLUMNS].index(header)) for header in SWEEP_DETAILS
+             if header not in kept]
     for row in cells:
-        details = [f"{header} {row[at]}" for header, at in SWEEP_DETAILS.items()
-                   if header not in kept and row[at] != "-"]
+        details = [f"{header} {row[at]}" for header, at in moved if row[at] != "-"]
         if details:
             console.print(f"  {row[0]}: {'; '.join(details)}", highlight=False)
     console.print(f"{info['published']} published cells. {info['gpu_hours_note']}", highlight=False)

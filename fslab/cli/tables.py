@@ -80,9 +80,9 @@ def _shortened(columns: list[Col], rows: list[list[str]], shorten) -> list[list[
     return [[short.get(cell, cell) if i in at else cell for i, cell in enumerate(row)] for row in rows]
 
 
-def print_table(console, table_of: Callable[[int | None], Table], wide: bool = False) -> None:
+def print_table(console, table_of: Callable[[int | None], Table], wide: bool = False) -> Table:
     """Print the table ``table_of(width)`` makes for the console's width, or
-    at its full width with ``wide``."""
+    at its full width with ``wide``; the table printed (what it kept)."""
     if wide:
         from rich.measure import Measurement
 
@@ -94,4 +94,6 @@ def print_table(console, table_of: Callable[[int | None], Table], wide: bool = F
         Console(width=max(natural, console.width), soft_wrap=True, emoji=False,
                 force_terminal=console.is_terminal).print(table)
     else:
-        console.print(table_of(console.width))
+        table = table_of(console.width)
+        console.print(table)
+    return table
