@@ -131,17 +131,27 @@ def host_copy(state):
 
 @contextlib.contextmanager
 def stop_signals_held() -> Iterator[None]:
-    """SIGTERM and SIGINT are held back (blocked, and delivered when the block ends) in
-    the main thread, where Python runs their handlers; elsewhere, or where the
-    platform cannot block signals, nothing changes."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    """SIGTERM and SIGINT that arrive meanwhile are held back and raised again at the
+    end, to the handlers the process had. The handlers are swapped, not the signal
+    mask: a process-wide signal may be delivered to any thread (the heartbeat's, a
+    sink's), and Python then runs its handler in the main thread all the same. Only
+    the main thread can swap handlers; elsewhere, and for a signal whose handler was
+    not set from Python, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    caught: list[int] = []
+    held = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    held = {signum: handler for signum, handler in held.items() if handler is not None}
+    for signum in held:
+        signal.signal(signum, lambda number, frame: caught.append(number))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+        for signum in caught:
+            signal.raise_signal(signum)
 
 
 class CheckpointWriter:
