@@ -34,13 +34,13 @@ def train_run(project, *args, timeout=600):
     return folder, json.loads((folder / "results.json").read_text())["test"]
 
 
-def wait_for(predicate, timeout=120.0, what="condition"):
+def wait_for(predicate, timeout=120.0, what="condition", interval=0.05):
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
 
 
