@@ -122,8 +122,9 @@ def pytest_configure(config):
         return
     import compileall
 
-    import fslab
     import fslab_plugins
+
+    import fslab
 
     for package in (fslab, fslab_plugins):
         for folder in package.__path__:
