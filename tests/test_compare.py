@@ -64,6 +64,20 @@ def test_group_by_a_key_merges_the_rest(store):
     assert report["paired"] == []
 
 
+def test_groups_are_labelled_as_set_takes_their_settings(tmp_path):
+    runs = []
+    for seed, (center, widths) in enumerate([(True, [8, 16]), (False, [8, 16]), (False, [16, 32])]):
+        run = make_run(tmp_path / "runs", 0.1, seed, {5: [0.5, 1.0]})
+        config = json.loads((run.path / "config.json").read_text())
+        config["eval"], config["backbone"] = {"center": center}, {"widths": widths}
+        (run.path / "config.json").write_text(json.dumps(config))
+        runs.append(run)
+    report = compare(runs, shots=[5])
+    assert [g["group"] for g in report["groups"]] == [  # not Python's True and False, which --set refuses
+        "backbone.widths=[8, 16], eval.center=true", "backbone.widths=[8, 16], eval.center=false",
+        "backbone.widths=[16, 32], eval.center=false"]
+
+
 def test_csv_and_json_parse_back(store):
     _, data = store
     report = compare([r for r, _ in data.values()], shots=[1, 5])

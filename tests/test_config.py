@@ -3,7 +3,10 @@
 import dataclasses
 import re
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fslab.core.config import (
     CONFIG_VERSION,
@@ -11,6 +14,7 @@ from fslab.core.config import (
     EvalConfig,
     RunConfig,
     TrainConfig,
+    assignment,
     merge,
     nest,
     parse_assignment,
@@ -145,6 +149,31 @@ def test_set_values_are_toml_with_string_fallback():
     assert parse_assignment("train.flip=false") == (["train", "flip"], False)
     with pytest.raises(ConfigError, match="--set expects key=value"):
         parse_assignment("train.lr")
+
+
+def test_a_setting_is_written_as_set_reads_it():
+    assert assignment("eval.center", False) == "eval.center=false"
+    assert assignment("loss.name", "nca") == "loss.name=nca"
+    assert assignment("backbone.widths", [8, 16]) == "backbone.widths=[8, 16]"
+    assert assignment("train.lr", 1e-05) == "train.lr=1e-05"
+    # strings TOML would read as something else are quoted: a number, a boolean, a date, nothing
+    assert [assignment("k", v) for v in ("1", "true", "1979-05-27", "")] == \
+        ['k="1"', 'k="true"', 'k="1979-05-27"', 'k=""']
+    assert assignment("k", '"x"') == 'k="\\"x\\""'  # TOML would read the string x: quoted, escaped
+    assert assignment("loss.distance", None) == "loss.distance=null"  # a JSON null: no --set gives it
+
+
+_TOML_VALUES = st.recursive(
+    st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8)
+
+
+@hypothesis.settings(max_examples=300, derandomize=True, deadline=None)
+@given(_TOML_VALUES)
+def test_every_value_written_as_a_setting_reads_back_the_same(value):
+    """assignment() is parse_assignment()'s inverse, so a label pasted after --set gives the run's value."""
+    assert parse_assignment(assignment("a.b", value)) == (["a", "b"], value)
 
 
 def test_unknown_key_suggests_the_closest(registry):

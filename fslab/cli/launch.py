@@ -237,6 +237,7 @@ def sweep(
 def _sweep_spec(targets: list[str], file: Path | None, seeds: int, fail_fast: bool, grid: list[str]):
     """What `fslab sweep` runs, from METHOD and the options or from a sweep file:
     (method, seeds, fail_fast, {grid key: values}, the file's [set] as key=value texts)."""
+    from fslab.core.config import assignment
     from fslab.execution.sweep import parse_grid, read_sweep_file
 
     fixed = []
@@ -248,7 +249,7 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int, fail_fast: bo
         method, seeds = spec["method"], spec.get("seeds", seeds)
         fail_fast = spec.get("fail_fast", fail_fast)
         grid_values = {k: list(v) for k, v in spec.get("grid", {}).items()}
-        fixed = [f"{k}={json.dumps(v)}" for k, v in spec.get("set", {}).items()]
+        fixed = [assignment(k, v) for k, v in spec.get("set", {}).items()]
     elif len(targets) == 1:
         method, grid_values = targets[0], {}
     else:

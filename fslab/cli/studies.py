@@ -107,6 +107,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     epochs aside); without any, the estimate is left out, never guessed. The costs the study file
     records (its cost tables: GPU-hours measured on a named GPU) are shown beside it.
     """
+    from fslab.core.config import assignment
     from fslab.core.studies import resolve_study, run_dataset
     from fslab.execution.studies import gpu_hours
 
@@ -135,8 +136,8 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
         console.print("Scored on the validation classes: every run also tests its final network there "
                       "(eval.final_val=true), as the paper measured.", highlight=False)
     cells = [[s["name"], s["method"], ", ".join(d if d == t else f"{d} -> {t}" for d, t in s["datasets"].items()),
-              "; ".join(f"{k}={v}" for k, v in s["grid"].items()) or "-",
-              ", ".join(f"{k}={v}" for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]
+              "; ".join(assignment(k, v) for k, v in s["grid"].items()) or "-",
+              ", ".join(assignment(k, v) for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]
              for s in sweeps]
     title = f"scale {scale}: {info['runs']} runs"
     table = print_table(console, lambda width: fit(SWEEP_COLUMNS, cells, width, list(SWEEP_DETAILS), title=title),

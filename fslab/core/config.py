@@ -222,6 +222,60 @@ def parse_assignment(text: str, option: str = "--set") -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def assignment(key: str, value: Any) -> str:
+    """``key=value`` as ``--set`` reads it back, the inverse of :func:`parse_assignment`:
+    ``eval.center=false``, ``backbone.widths=[8, 16]``, ``loss.name=nca``. Every surface that
+    names a setting (study show and report, compare and plot labels) writes it this way, so a
+    label can be pasted after ``--set``. A JSON null, which ``--set`` cannot give, is ``null``."""
+    return f"{key}={toml_value(value)}"
+
+
+def toml_value(value: Any, bare: bool = True) -> str:
+    """``value`` as a TOML value; with ``bare``, a string that TOML would not read as another
+    value is left unquoted, as ``--set`` takes it (``nca``, not ``"nca"``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)  # 0.05, 1e-05, inf, nan: each a TOML number
+    if isinstance(value, str):
+        return value if bare and _reads_as_itself(value) else _quoted(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v, bare=False) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k if _BARE_KEY.fullmatch(k) else _quoted(k)} = {toml_value(v, bare=False)}"
+                               for k, v in value.items()) + "}"
+    raise TypeError(f"not a setting's value: {value!r}")
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _reads_as_itself(text: str) -> bool:
+    """Whether ``--set key=TEXT`` gives the string ``text``: TOML reads no value from it."""
+    if not text or text != text.strip():
+        return False
+    try:
+        tomllib.loads(f"v = {text}")
+    except tomllib.TOMLDecodeError:
+        return True
+    return False
+
+
+def _quoted(text: str) -> str:
+    """A TOML basic string: quotes and backslashes escaped, control characters as \\uXXXX."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def nest(path: list[str], value: Any) -> dict:
     out: Any = value
     for part in reversed(path):

@@ -19,7 +19,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from fslab.core.config import outside_settings
+from fslab.core.config import assignment, outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import own_evaluator
 from fslab.core.keys import dotted
@@ -103,7 +103,7 @@ def group_runs(runs: list[Run], group_by: list[str] | None = None, files: RunFil
     varying = sorted({k for g in result for k in g.settings if len({h.settings.get(k) for h in result}) > 1})
     for g in result:
         shown = varying or group_by or ["method"]
-        g.label = ", ".join(f"{k}={json.loads(g.settings[k])}" for k in shown if k in g.settings) or "all"
+        g.label = ", ".join(assignment(k, json.loads(g.settings[k])) for k in shown if k in g.settings) or "all"
     return result
 
 

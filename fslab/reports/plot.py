@@ -24,6 +24,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
+from fslab.core.config import assignment
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.reports.compare import RunFiles, flatten, pooled, run_settings
@@ -93,7 +94,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     for n in shots:
         drawn = []
         for line in lines.values():
-            label = ", ".join(f"{k}={json.loads(line['settings'][k])}" for k in shown if k in line["settings"])
+            label = ", ".join(assignment(k, json.loads(line["settings"][k])) for k in shown if k in line["settings"])
             points = []
             for point in line["points"].values():
                 result = pooled(point["runs"], split, n, ways, queries, files=files)

@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from fslab.core.config import tested_ways
+from fslab.core.config import assignment, tested_ways
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
@@ -132,7 +132,7 @@ def scale_line(report: dict) -> str:
     if swaps:
         text += f"; trained and tested on other data ({', '.join(swaps)})"
     if report.get("changed"):
-        text += f"; with {', '.join(f'{k}={v}' for k, v in report['changed'].items())} from the command line"
+        text += f"; with {', '.join(assignment(k, v) for k, v in report['changed'].items())} from the command line"
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
@@ -148,7 +148,7 @@ def _cells(row: dict, pm: str) -> list[str]:
     if row["completed"] or row["runs"]:
         measured += f" ({row['completed']}/{max(row['expected'], row['runs'])} runs)"
     difference = "-" if row["difference"] is None else f"{row['difference']:+.2f}"
-    at = ", ".join(f"{k}={v}" for k, v in row["at"].items()) or "-"
+    at = ", ".join(assignment(k, v) for k, v in row["at"].items()) or "-"
     episodes = f"{row['ways']}-way {row['shots']}-shot" if row["shots"] else "-"
     return [row["label"], row["dataset"], at, episodes, published, measured,
             difference, row["verdict"]]
