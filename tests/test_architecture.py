@@ -115,3 +115,35 @@ def test_functions_fit_on_a_screen():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 65:
                 long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert long == []
+
+
+def test_every_source_folder_and_data_file_is_declared_to_ship():
+    """pyproject's packages name every folder under fslab/ and plugins/ that a package name can
+    name, and its package-data globs cover every file that is not Python: a folder left out is
+    left out of the wheel (or warned about at every install), a data file left out is missing."""
+    from fnmatch import fnmatch
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    roots = {"fslab": ROOT / "fslab", "fslab_plugins": ROOT / "plugins"}
+    folders, undeclared_files = {}, []
+    for top, root in roots.items():
+        for folder in [root, *sorted(p for p in root.rglob("*") if p.is_dir())]:
+            parts = folder.relative_to(root).parts
+            if "__pycache__" not in parts and all(part.isidentifier() for part in parts):
+                folders[".".join([top, *parts])] = folder
+    assert sorted(folders) == sorted(setup["packages"])
+    for package, folder in folders.items():  # each file is its nearest package's data
+        for path in folder.rglob("*"):
+            nearest = max((f for f in folders.values() if f in path.parents), key=lambda f: len(f.parts))
+            if (path.is_dir() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts
+                    or nearest != folder):
+                continue
+            relative = path.relative_to(folder).as_posix()
+            if not any(fnmatch(relative, glob) for glob in setup["package-data"].get(package, [])):
+                undeclared_files.append(f"{package}: {relative}")
+    assert undeclared_files == []
