@@ -90,8 +90,10 @@ def _values(name: str, kinds: list[str]) -> dict[str, str]:
         # the study's sweep trains the package's own recipe where it has one
         "study_method": component if "method" in kinds else "nca",
         "year": str(datetime.date.today().year),
-        # study files are data: a wheel carries them only when the package says so
-        "package_data": (f'\n[tool.setuptools.package-data]\n{name} = ["studies/*.toml"]\n'
+        # study files are data: a wheel carries them only when the package says so (their folder
+        # listed as a package too, or setuptools warns about it at every install)
+        "packages": repr([name, f"{name}.studies"] if "study" in kinds else [name]).replace("'", '"'),
+        "package_data": (f'\n[tool.setuptools.package-data]\n"{name}.studies" = ["*.toml"]\n'
                          if "study" in kinds else ""),
     }
 
