@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,14 @@ def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e",
                               str(tmp_path / "fslab_every")], capture_output=True, text=True, env=env)
     assert install.returncode == 0, install.stderr
+    # the wheel a package author publishes carries the study file, and setuptools finds no folder
+    # it was not told about (its warning shows without -q)
+    wheel = subprocess.run([str(python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
+                            str(tmp_path / "wheel"), str(tmp_path / "fslab_every")], capture_output=True, text=True)
+    assert wheel.returncode == 0, wheel.stderr
+    assert "absent from the `packages` configuration" not in wheel.stdout + wheel.stderr
+    (built,) = (tmp_path / "wheel").glob("*.whl")
+    assert "fslab_every/studies/fslab-every.toml" in zipfile.ZipFile(built).namelist()
     listed = subprocess.run([str(python), "-m", "fslab", "plugins", "--json"], capture_output=True, text=True,
                             env=env, cwd=tmp_path)
     ours = {(c["kind"], c["name"]) for c in map(json.loads, listed.stdout.splitlines())
