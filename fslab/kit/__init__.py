@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import json
 import keyword
 import re
 import sys
@@ -92,7 +93,7 @@ def _values(name: str, kinds: list[str]) -> dict[str, str]:
         "year": str(datetime.date.today().year),
         # study files are data: a wheel carries them only when the package says so (their folder
         # listed as a package too, or setuptools warns about it at every install)
-        "packages": repr([name, f"{name}.studies"] if "study" in kinds else [name]).replace("'", '"'),
+        "packages": json.dumps([name, f"{name}.studies"] if "study" in kinds else [name]),
         "package_data": (f'\n[tool.setuptools.package-data]\n"{name}.studies" = ["*.toml"]\n'
                          if "study" in kinds else ""),
     }
