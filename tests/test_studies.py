@@ -634,7 +634,7 @@ def test_every_built_in_study_at_quick_scale_end_to_end(project):
 
     def ended():  # only the runs' states, read in this process: a CLI call or a report per poll
         # would compete with the workers for the CPU (reports of every study took 40 s of it)
-        states = [json.loads(s.read_text())["state"] for s in (project / "runs").glob("2*/status.json")]
+        states = [Run(folder).state() for folder in (project / "runs").glob("2*")]
         return states and all(state in ENDED for state in states)
 
     wait_for(ended, timeout=900, what="every study's runs", interval=0.5)

@@ -103,8 +103,14 @@ def group_runs(runs: list[Run], group_by: list[str] | None = None, files: RunFil
     varying = sorted({k for g in result for k in g.settings if len({h.settings.get(k) for h in result}) > 1})
     for g in result:
         shown = varying or group_by or ["method"]
-        g.label = ", ".join(assignment(k, json.loads(g.settings[k])) for k in shown if k in g.settings) or "all"
+        g.label = settings_label(g.settings, shown) or "all"
     return result
+
+
+def settings_label(settings: dict[str, str], keys: list[str]) -> str:
+    """Those of ``keys`` that ``settings`` (key -> JSON text) has, each as ``--set`` takes it:
+    ``eval.center=false, train.lr=0.1``. A group's label here, a line's in a figure."""
+    return ", ".join(assignment(k, json.loads(settings[k])) for k in keys if k in settings)
 
 
 def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int,

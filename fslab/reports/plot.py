@@ -24,10 +24,9 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from fslab.core.config import assignment
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
-from fslab.reports.compare import RunFiles, flatten, pooled, run_settings
+from fslab.reports.compare import RunFiles, flatten, pooled, run_settings, settings_label
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
@@ -94,7 +93,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     for n in shots:
         drawn = []
         for line in lines.values():
-            label = ", ".join(assignment(k, json.loads(line["settings"][k])) for k in shown if k in line["settings"])
+            label = settings_label(line["settings"], shown)
             points = []
             for point in line["points"].values():
                 result = pooled(point["runs"], split, n, ways, queries, files=files)
