@@ -82,8 +82,19 @@ def test_csv_and_json_parse_back(store):
     _, data = store
     report = compare([r for r, _ in data.values()], shots=[1, 5])
     rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
-    assert [r["group"] for r in rows] == ["train.lr=0.1", "train.lr=0.05"]
-    assert float(rows[0]["5-shot accuracy"]) == report["groups"][0]["results"]["5-shot"]["accuracy"]
+    assert [(r["group"], r["baseline"]) for r in rows] == [
+        ("train.lr=0.1", ""), ("train.lr=0.05", ""), ("train.lr=0.05", "train.lr=0.1")]
+    for row, group in zip(rows, report["groups"]):
+        for n in ("1-shot", "5-shot"):
+            result = group["results"][n]
+            assert [float(row[f"{n} {c}"]) for c in ("accuracy", "ci95")] == [result["accuracy"], result["ci95"]]
+            assert int(row[f"{n} episodes"]) == result["episodes"] and row[f"{n} difference"] == ""
+    for n in (1, 5):  # a difference has columns of its own, never an accuracy's
+        pair = next(p for p in report["paired"] if p["shots"] == n)
+        assert float(rows[2][f"{n}-shot difference"]) == pair["difference"] < 0
+        assert float(rows[2][f"{n}-shot difference ci95"]) == pair["ci95"]
+        assert int(rows[2][f"{n}-shot difference episodes"]) == pair["episodes"] == 120
+        assert rows[2][f"{n}-shot accuracy"] == rows[2]["seeds"] == ""
     assert json.loads(render(report, "json")) == json.loads(json.dumps(report))
     md = render(report, "md").splitlines()
     assert md[0] == "| group | seeds | 1-shot | 5-shot |" and len(md) == 5

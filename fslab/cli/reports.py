@@ -114,8 +114,8 @@ def compare_(
     group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
     fmt: Annotated[str, typer.Option(
-        "--format", help="table, md, latex, csv or json; md and latex add a row per paired difference, "
-                         "csv holds the groups only.")] = "table",
+        "--format", help="table, md, latex, csv or json; md, latex and csv add a row per paired "
+                         "difference (csv: its baseline named, in difference columns of its own).")] = "table",
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
     ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,

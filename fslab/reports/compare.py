@@ -192,13 +192,24 @@ def render(report: dict, fmt: str) -> str:
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(["group", "seeds", *[f"{s} {c}" for s in shots for c in ("accuracy", "ci95", "episodes")]])
+        # A group's row fills the accuracy columns; a paired difference's row (its
+        # baseline named) fills only the difference columns, so no column holds both.
+        columns = ([f"{s} {c}" for s in shots for c in ("accuracy", "ci95", "episodes")]
+                   + [f"{s} {c}" for s in shots for c in ("difference", "difference ci95", "difference episodes")])
+        writer.writerow(["group", "baseline", "seeds", *columns])
         for row in report["groups"]:
-            cells = []
-            for s in shots:
-                r = row["results"].get(s)
-                cells += [r["accuracy"], r["ci95"], r["episodes"]] if r else ["", "", ""]
-            writer.writerow([row["group"], row["seeds"], *cells])
+            cells = {}
+            for s, r in row["results"].items():
+                cells |= {f"{s} accuracy": r["accuracy"], f"{s} ci95": r["ci95"], f"{s} episodes": r["episodes"]}
+            writer.writerow([row["group"], "", row["seeds"], *[cells.get(c, "") for c in columns]])
+        for group in dict.fromkeys(p["group"] for p in report["paired"]):
+            cells = {}
+            for p in report["paired"]:
+                if p["group"] == group:
+                    s, baseline = f"{p['shots']}-shot", p["baseline"]
+                    cells |= {f"{s} difference": p["difference"], f"{s} difference ci95": p["ci95"],
+                              f"{s} difference episodes": p["episodes"]}
+            writer.writerow([group, baseline, "", *[cells.get(c, "") for c in columns]])
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
