@@ -39,6 +39,43 @@ def test_listing_commands_do_not_import_torch(project, argv):
     assert "HEAVY []" in result.stdout
 
 
+def test_every_command_is_listed_with_the_module_that_registers_it():
+    from fslab import cli
+
+    app = cli.app  # every command registered
+    registered = {cli._name(c): c.callback.__module__ for c in app.registered_commands}
+    registered |= {g.name: g.typer_instance.registered_commands[0].callback.__module__ for g in app.registered_groups}
+    assert registered == {name: f"fslab.cli.{module}" for name, module in cli.COMMANDS.items()}
+
+
+@pytest.mark.parametrize("command", ["runs", "show", "study", "compare"])
+def test_a_command_imports_and_builds_only_its_own_module(project, command):
+    """`fslab runs` does not import or build the other commands (~0.1 s of each
+    call); what it prints is what the whole app prints."""
+    code = textwrap.dedent(f"""
+        import sys
+        sys.argv = ["fslab", {command!r}, "--help"]
+        from fslab.cli import main
+        try:
+            main()
+        except SystemExit as exit:
+            assert not exit.code, exit.code
+        print("MODULES", sorted({{m for m in sys.modules if m.startswith("fslab.cli.")}}
+                              - {{"fslab.cli.common", "fslab.cli.tables", "fslab.cli.typer_compat"}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    from fslab.cli import COMMANDS
+
+    assert result.stdout.splitlines()[-1] == f"MODULES ['fslab.cli.{COMMANDS[command]}']"
+    whole = subprocess.run([sys.executable, "-c", code.replace("from fslab.cli import main",
+                                                               "from fslab.cli import app, main\napp")],
+                           cwd=project, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert whole.stdout.splitlines()[:-1] == result.stdout.splitlines()[:-1]
+    assert len(eval(whole.stdout.splitlines()[-1].removeprefix("MODULES "))) == len(set(COMMANDS.values()))
+
+
 def test_help_leaves_markdown_and_tracebacks_unimported_yet_usable(project):
     """fslab --help gives typer's help module stand-ins for rich.markdown and
     rich.traceback (markdown-it, pygments and rich.pretty cost ~65 ms of start-up);

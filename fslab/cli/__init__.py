@@ -8,48 +8,67 @@
 - :mod:`fslab.cli.studies`: study list, show, run, report (a paper's table or figure);
 - :mod:`fslab.cli.export`: export (finished runs replayed into a sink).
 
-A new command goes in the module of its group (or a new one imported below)
-and registers on :data:`fslab.cli.common.app`. Heavy modules (torch) are
-imported inside the commands that need them, never here.
+A new command goes in the module of its group (or a new one), registers on
+:data:`fslab.cli.common.app`, and is named in :data:`COMMANDS`. Heavy modules
+(torch) are imported inside the commands that need them, never here.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib
+import os
 import sys
 from typing import Annotated
 
 import typer
 
-# Each module registers its commands; `fslab --help` lists them in this order.
-from fslab.cli import launch  # noqa: F401
-
-# isort: split
-from fslab.cli import runs  # noqa: F401
-
-# isort: split
-from fslab.cli import reports  # noqa: F401
-
-# isort: split
-from fslab.cli import plugins  # noqa: F401
-
-# isort: split
-from fslab.cli import new  # noqa: F401
-
-# isort: split
-from fslab.cli import studies  # noqa: F401
-
-# isort: split
-from fslab.cli import export  # noqa: F401
-
-# isort: split
-from fslab.cli.common import app, version_callback
+from fslab.cli import common
 from fslab.core.errors import FslabError
 from fslab.core.text import clip, printable
 
+# Each top-level command (or group of commands) and the module that registers it, in the order
+# `fslab --help` lists them. `fslab runs` imports and builds only fslab.cli.runs's command:
+# building every command's options is ~0.1 s of each call. `fslab --help`, shell completion
+# and a mistyped command (typer suggests the nearest name) get them all.
+COMMANDS = {
+    "run": "launch", "resume": "launch", "stop": "launch", "sweep": "launch", "queue": "launch",
+    "runs": "runs", "show": "runs", "logs": "runs",
+    "eval": "reports", "compare": "reports", "plot": "reports",
+    "plugins": "plugins", "tui": "plugins",
+    "new": "new",
+    "study": "studies",
+    "export": "export",
+}
 
-@app.callback()
+
+def __getattr__(name: str):
+    """``fslab.cli.app``: the whole command line, every command registered."""
+    if name == "app":
+        return _load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _load(command: str | None = None) -> typer.Typer:
+    """The app with every command, or with only ``command`` (one of :data:`COMMANDS`)."""
+    if command is None:
+        for module in dict.fromkeys(COMMANDS.values()):
+            importlib.import_module(f"fslab.cli.{module}")
+        return common.app
+    importlib.import_module(f"fslab.cli.{COMMANDS[command]}")
+    only = copy.copy(common.app)  # the shared app keeps every command, for another caller
+    only.registered_commands = [c for c in common.app.registered_commands if _name(c) == command]
+    only.registered_groups = [g for g in common.app.registered_groups if g.name == command]
+    return only
+
+
+def _name(command) -> str:
+    return command.name or command.callback.__name__.lower().replace("_", "-")
+
+
+@common.app.callback()
 def root(
-    version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True,
+    version: Annotated[bool, typer.Option("--version", callback=common.version_callback, is_eager=True,
                                           help="Show the version.")] = False,
 ) -> None:
     """fslab: few-shot learning runs from the command line."""
@@ -66,8 +85,11 @@ def main() -> None:
         help_without_markdown()
         reflow_help_paragraphs()
     click = _click_exceptions()
+    argv = sys.argv[1:]
+    completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
+    cli = _load(argv[0] if argv and argv[0] in COMMANDS and not completing else None)
     try:
-        code = app(standalone_mode=False)  # parse errors come back here instead of typer's box
+        code = cli(standalone_mode=False)  # parse errors come back here instead of typer's box
     except click.NoArgsIsHelpError as exc:  # `fslab` or `fslab study` alone: the help, as typer shows it
         from typer.rich_utils import rich_format_error
 
