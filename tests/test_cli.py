@@ -119,6 +119,24 @@ def test_plugins_lists_every_kind_with_origin(project):
     assert "nca" in table and "resnet12" not in table
 
 
+def test_plugins_write_parameters_and_recipes_as_set_takes_them():
+    from fslab.cli.plugins import _parameters
+    from fslab.core.config import parse_assignment
+
+    shown = _parameters({"kind": "loss", "params": {"distance": "euclidean", "margin": None, "weight": 1.0},
+                         "allowed": {"distance": "one of euclidean, cosine"}})
+    assert shown == "distance=euclidean (one of euclidean, cosine), margin=null, weight=1.0"  # not 'euclidean'
+    recipe = {"loss": {"name": "nca"}, "eval": {"center": False}, "train": {"milestones": [0.5], "lr": 0.1},
+              "per_dataset": {"omniglot": {"sampler": {"ways": 16}, "train": {"milestones": []}}}}
+    text = _parameters({"kind": "method", "recipe": recipe})
+    assert text == ("loss.name=nca, eval.center=false, train.milestones=[0.5], train.lr=0.1; "
+                    "on omniglot: sampler.ways=16, train.milestones=[]")
+    general = text.split("; ")[0].split(", ")
+    assert [parse_assignment(pair) for pair in general] == [
+        (["loss", "name"], "nca"), (["eval", "center"], False), (["train", "milestones"], [0.5]), (["train", "lr"], 0.1)]
+    assert _parameters({"kind": "loss", "params": {"f": print}}) == "f=<built-in function print>"
+
+
 @pytest.mark.parametrize(
     "argv, fslab_toml, expected",
     [

@@ -9,6 +9,7 @@ import typer
 
 from fslab.cli.common import JsonFlag, WideFlag, app, console, err_console, settings, shown
 from fslab.cli.tables import Col, fit, print_table
+from fslab.core.config import assignment
 
 # The plugins tables give way in this order when the width is short (fslab.cli.tables);
 # descriptions and parameters wrap rather than being cut.
@@ -62,23 +63,32 @@ def plugins(
 
 
 def _parameters(component: dict) -> str:
-    """A method's recipe, or each parameter with its default and what it allows."""
+    """A method's recipe, or each parameter with its default and what it allows, each value
+    as ``--set`` takes it (``distance=euclidean``; ``null`` for a default of None)."""
     if component["kind"] == "method" and isinstance(component.get("recipe"), dict):
         return recipe_text(component["recipe"])
     rules = component.get("allowed", {})
-    return ", ".join(f"{p}={v!r}" + (f" ({rules[p]})" if p in rules else "") for p, v in component["params"].items())
+    return ", ".join(_pair(p, v) + (f" ({rules[p]})" if p in rules else "") for p, v in component["params"].items())
+
+
+def _pair(key: str, value) -> str:
+    try:
+        return assignment(key, value)
+    except TypeError:  # a third-party default no setting can hold (an object): as Python shows it
+        return f"{key}={value!r}"
 
 
 def recipe_text(recipe: dict) -> str:
     """A recipe's settings as ``key=value`` pairs, then what it states per
-    dataset: ``..., on omniglot: sampler.ways=16, train.milestones=[]``."""
+    dataset: ``..., on omniglot: sampler.ways=16, train.milestones=[]``, each pair as
+    ``--set`` takes it (``loss.name=nca``)."""
     def pairs(layer: dict, prefix: str = "") -> list[str]:
         out = []
         for key, value in layer.items():
             if isinstance(value, dict):
                 out += pairs(value, f"{prefix}{key}.")
             else:
-                out.append(f"{prefix}{key}={value!r}")
+                out.append(_pair(f"{prefix}{key}", value))
         return out
 
     per_dataset = recipe.get("per_dataset", {})
