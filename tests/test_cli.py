@@ -133,7 +133,8 @@ def test_plugins_write_parameters_and_recipes_as_set_takes_them():
                     "on omniglot: sampler.ways=16, train.milestones=[]")
     general = text.split("; ")[0].split(", ")
     assert [parse_assignment(pair) for pair in general] == [
-        (["loss", "name"], "nca"), (["eval", "center"], False), (["train", "milestones"], [0.5]), (["train", "lr"], 0.1)]
+        (["loss", "name"], "nca"), (["eval", "center"], False), (["train", "milestones"], [0.5]),
+        (["train", "lr"], 0.1)]
     assert _parameters({"kind": "loss", "params": {"f": print}}) == "f=<built-in function print>"
 
 

@@ -122,3 +122,59 @@ def test_cli_compare(store, builtin_plugins, monkeypatch):
 def test_mean_ci_matches_the_formula():
     values = [0.0, 1.0, 0.0, 1.0]
     assert mean_ci(values) == (0.5, 1.96 * 0.5 / 2)
+
+
+def test_a_run_counts_once_named_twice_or_repeated_and_seeds_count_runs_with_results(tmp_path, builtin_plugins):
+    runs_dir = tmp_path / "runs"
+    first = make_run(runs_dir, 0.1, 0, {5: [0.5, 1.0]})
+    second = make_run(runs_dir, 0.1, 1, {5: [0.25, 0.75]})
+    repeat = make_run(runs_dir, 0.1, 0, {5: [1.0, 1.0]})  # the same settings and seed as the first
+    unfinished = make_run(runs_dir, 0.1, 2, {})
+    report = compare([first, second, second, repeat, unfinished], shots=[5])
+    (group,) = report["groups"]
+    assert report["repeated"] == [first.id]  # the newest of the two with results counts
+    assert group["runs"] == [second.id, repeat.id, unfinished.id] and group["seeds"] == 2
+    assert group["seed_values"] == [0, 1, 2]
+    result = group["results"]["5-shot"]
+    mean, ci = direct_ci([0.25, 0.75, 1.0, 1.0])
+    assert result["episodes"] == 4 and result["runs"] == 2
+    assert math.isclose(result["accuracy"], mean) and math.isclose(result["ci95"], ci)
+    shown = fslab("compare", first.id, second.id, second.id, repeat.id, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.strip() == (f"1 run left out, each repeating the settings and seed of another "
+                                    f"(the newest with results counts): {first.id}")
+
+
+def save(run, accuracies, episodes_seed=0):
+    run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": len(accuracies),
+                         "evaluator": "centroid", "seed": episodes_seed, "epoch": 2,
+                         "accuracy": sum(accuracies) / len(accuracies), "ci95": 0.0}, accuracies)
+
+
+def test_every_run_is_read_on_the_episodes_all_of_them_share(tmp_path):
+    """A run evaluated again on more episodes (fslab eval --episodes) weighs as
+    much as the others, and still pairs with its baseline."""
+    runs_dir = tmp_path / "runs"
+    base = [make_run(runs_dir, 0.1, seed, {5: [0.5, 0.5, 1.0, 1.0]}) for seed in (0, 1)]
+    other = [make_run(runs_dir, 0.05, seed, {5: [1.0, 1.0, 1.0, 0.5]}) for seed in (0, 1)]
+    save(other[0], [0.0] * 100)  # the same run scored on 100 episodes too
+    report = compare([*base, *other], shots=[5])
+    assert [g["results"]["5-shot"]["episodes"] for g in report["groups"]] == [8, 8]
+    assert math.isclose(report["groups"][1]["results"]["5-shot"]["accuracy"], 0.875)
+    (pair,) = report["paired"]
+    assert pair["episodes"] == 8 and math.isclose(pair["difference"], 0.125)
+    alone = compare([other[0]], shots=[5])  # by itself, a run is read on its most episodes
+    assert alone["groups"][0]["results"]["5-shot"]["episodes"] == 100
+
+
+def test_runs_on_different_data_are_not_paired(tmp_path):
+    runs = []
+    for dataset in ("synthetic", "omniglot"):
+        run = make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
+        config = json.loads((run.path / "config.json").read_text())
+        config["dataset"] = {"name": dataset, "root": f"/data/{dataset}"}
+        (run.path / "config.json").write_text(json.dumps(config))
+        runs.append(run)
+    report = compare(runs, shots=[5])
+    assert [g["group"] for g in report["groups"]] == ["dataset.name=synthetic", "dataset.name=omniglot"]
+    assert report["paired"] == []  # the same episode seed draws other images from other data

@@ -137,3 +137,39 @@ def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
     result = fslab("plot", "batch-size", "all", cwd=empty)
     assert result.returncode == 2 and result.stderr.startswith("error: no runs to plot")
     assert not (folder / "batch-size.png").exists()
+
+
+def test_runs_without_a_point_are_left_out_and_named_and_a_list_setting_is_a_category(tmp_path, builtin_plugins,
+                                                                                       monkeypatch):
+    rng = random.Random(2)
+    data = {fraction: accuracies(rng, fraction / 10) for fraction in (0.5, 1.0)}
+    older = make_run(tmp_path / "runs", 0, data[0.5], loss={"name": "nca", "pair_fraction": 0.5})
+    whole = make_run(tmp_path / "runs", 0, data[1.0], loss={"name": "nca", "pair_fraction": 1.0})
+    # a repeat of the first run (its settings and seed), a ProtoNet run killed before it logged a
+    # batch, and a run whose configuration was damaged
+    repeat_accuracies = accuracies(rng, 0.3)
+    repeat = make_run(tmp_path / "runs", 0, repeat_accuracies, loss={"name": "nca", "pair_fraction": 0.5})
+    unlogged = make_run(tmp_path / "runs", 0, {}, loss={"name": "protonet"})
+    damaged = make_run(tmp_path / "runs", 1, accuracies(rng, 0.0), loss={"name": "nca"})
+    (damaged.path / "config.json").write_text("{not json")
+    monkeypatch.chdir(tmp_path)
+    result = fslab("plot", "pairs", "all", "--shots", "1", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (line,) = report["panels"][0]["series"]
+    assert [(p["x"], p["run_ids"]) for p in line["points"]] == [(0.5, [repeat.id]), (1.0, [whole.id])]
+    assert line["points"][0]["accuracy"] == pytest.approx(direct_ci(repeat_accuracies[1])[0])  # the newer of the two
+    left = {item["run"]: item["why"] for item in report["left_out"]}
+    assert left == {older.id: "it repeats the settings and seed of another run",
+                    unlogged.id: left[unlogged.id], damaged.id: "its configuration cannot be read"}
+    assert "no loss.pair_fraction and no logged pair counts" in left[unlogged.id]
+    assert sorted(result.stderr.splitlines()) == sorted(f"left out {run}: {why}" for run, why in left.items())
+    # a list-valued setting is a category on the x axis, written as --set takes it
+    for run, milestones in ((older, [0.5]), (repeat, [0.5]), (unlogged, [0.25, 0.75])):
+        config = json.loads((run.path / "config.json").read_text())
+        config["train"]["milestones"] = milestones
+        (run.path / "config.json").write_text(json.dumps(config))
+    result = fslab("plot", "train.milestones", "all", "--shots", "1", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    xs = {p["x"] for panel in json.loads(result.stdout)["panels"] for s in panel["series"] for p in s["points"]}
+    assert xs == {"[0.5]"}  # the other runs have no milestones key, or no test accuracies (the ProtoNet run)

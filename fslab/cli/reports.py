@@ -142,6 +142,11 @@ def compare_(
         left = report["unreadable"]
         err_console.print(f"{len(left)} run{'s' * (len(left) != 1)} left out, their configuration cannot be read: "
                           f"{shown(', '.join(left[:5]))}{', ...' if len(left) > 5 else ''}", highlight=False)
+    if report["repeated"]:
+        left = report["repeated"]
+        err_console.print(f"{len(left)} run{'s' * (len(left) != 1)} left out, each repeating the settings and seed "
+                          f"of another (the newest with results counts): {shown(', '.join(left[:5]))}"
+                          f"{', ...' if len(left) > 5 else ''}", highlight=False)
     if not any(row["results"] for row in report["groups"]):
         raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
                          f"{queries} queries; finish them or run: fslab eval RUN")
@@ -199,6 +204,11 @@ def plot_(
     runs = select_runs(settings().runs_dir, refs)
     data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
                        shots=parse_shots(shots), ways=ways, queries=queries)
+    for item in data["left_out"][:5]:  # on stderr, so --json's output stays one object
+        err_console.print(f"left out {shown(item['run'])}: {shown(item['why'])}", highlight=False)
+    if len(data["left_out"]) > 5:
+        err_console.print(f"left out {len(data['left_out']) - 5} more runs (fslab plot --json lists them all)",
+                          highlight=False)
     out = out or Path(f"{x}.png")
     width, height = draw(data, out, pixels, title)
     if as_json:

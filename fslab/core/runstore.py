@@ -314,6 +314,12 @@ def short_ids(runs_dir: Path, ids: list[str], shortest: int = 4) -> dict[str, st
     return short
 
 
+def creation_order(run: Run) -> tuple:
+    """A key that sorts runs oldest first: the second in their id, then their
+    recorded creation time (runs made in the same second), then the id."""
+    return run.id[:15], _created(run), run.id
+
+
 def _created(run: Run) -> float:
     created = run.status().get("created")
     return float(created) if isinstance(created, (int, float)) else 0.0

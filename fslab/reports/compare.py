@@ -23,7 +23,7 @@ from fslab.core.config import assignment, outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import own_evaluator
 from fslab.core.keys import dotted
-from fslab.core.runstore import Run
+from fslab.core.runstore import Run, creation_order
 from fslab.core.studies import IGNORED
 
 # Keys that make no group: the seed (a group's runs differ in it), and those that
@@ -114,24 +114,44 @@ def settings_label(settings: dict[str, str], keys: list[str]) -> str:
 
 
 def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int,
-                       evaluator: str | None = None, files: RunFiles | None = None) -> dict | None:
+                       evaluator: str | None = None, files: RunFiles | None = None,
+                       episodes: int | None = None) -> dict | None:
     """The run's saved evaluation for this episode shape by ``evaluator`` (a
     label as :func:`evaluator_label` makes; default: the run's own evaluator):
-    latest checkpoint, then most episodes."""
-    files = files or RunFiles()
-    if evaluator is None:
-        evaluator = own_evaluator(files.config(run))
-    found = [e for e in files.saved(run)
-             if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
-                                                                                    evaluator)]
+    latest checkpoint, then most episodes (or only those of ``episodes``)."""
+    found = [e for e in _evaluations(run, split, shots, ways, queries, evaluator, files)
+             if episodes is None or e["episodes"] == episodes]
     return max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
 
 
+def _evaluations(run, split, shots, ways, queries, evaluator, files) -> list[dict]:
+    files = files or RunFiles()
+    if evaluator is None:
+        evaluator = own_evaluator(files.config(run))
+    return [e for e in files.saved(run)
+            if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
+                                                                                   evaluator)]
+
+
+def shared_episodes(runs: list[Run], split: str, shots: int, ways: int, queries: int,
+                    evaluator: str | None = None, files: RunFiles | None = None) -> int | None:
+    """The most episodes that every one of ``runs`` evaluated on (among those
+    with this evaluation), so that a run also scored on more (a later ``fslab
+    eval --episodes 10000``) weighs as much as the others and pairs with them;
+    None if they share no count (each then gives its most)."""
+    counts = [{e["episodes"] for e in _evaluations(r, split, shots, ways, queries, evaluator, files)} for r in runs]
+    common = set.intersection(*[c for c in counts if c] or [set()])
+    return max(common, default=None)
+
+
 def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
-           evaluator: str | None = None, files: RunFiles | None = None) -> dict | None:
+           evaluator: str | None = None, files: RunFiles | None = None, episodes: int | None = None) -> dict | None:
     """One group's accuracy: the per-episode accuracies of all its runs pooled
-    into mean ± 95% CI (None if no run has this evaluation saved)."""
-    evals = [episode_accuracies(r, split, shots, ways, queries, evaluator, files) for r in runs]
+    into mean ± 95% CI (None if no run has this evaluation saved), each run's
+    on ``episodes`` episodes (default: the most that all of them share)."""
+    if episodes is None:
+        episodes = shared_episodes(runs, split, shots, ways, queries, evaluator, files)
+    evals = [episode_accuracies(r, split, shots, ways, queries, evaluator, files, episodes) for r in runs]
     values = [a for e in evals if e for a in e["accuracies"]]
     if not values:
         return None
@@ -139,49 +159,86 @@ def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
     return {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": sum(1 for e in evals if e)}
 
 
+def one_run_per_seed(runs: list[Run], files: RunFiles, scored) -> tuple[list[Run], list[Run]]:
+    """Runs with the same settings and the same seed trained the same network on
+    the same data and were scored on the same episodes: counting each would
+    shrink the CI as if they were independent. Of such repeats the newest with
+    ``scored(run)`` stays; returns (kept, left out), in the given order."""
+    same: dict[tuple, list[Run]] = {}
+    for run in runs:
+        config = files.config(run)
+        key = (_encode(config.get("seed")), tuple(sorted(run_settings(run, flatten(config), None, "").items())))
+        same.setdefault(key, []).append(run)
+    kept = {id(found[0] if len(found) == 1 else max(found, key=lambda r: (scored(r), creation_order(r))))
+            for found in same.values()}
+    return [r for r in runs if id(r) in kept], [r for r in runs if id(r) not in kept]
+
+
 def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), ways: int = 5, queries: int = 15,
             group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
     """Pooled accuracy per group and shots, and paired differences to the first
-    group; ``evaluator`` picks whose saved scores (default: each run's own)."""
+    group; ``evaluator`` picks whose saved scores (default: each run's own).
+    A run named twice counts once; of runs that repeat another's settings and
+    seed, one counts (``repeated`` lists the others); every run is read on the
+    episode count all of them share, where they share one."""
     files = RunFiles()
+    runs = list({run.path: run for run in runs}.values())
     unreadable = [r.id for r in runs if not files.config(r)]
     groups = group_runs([r for r in runs if files.config(r)], group_by, files)
-    rows, paired = [], []
+    rows, paired, repeated = [], [], []
+
+    def scored(run: Run) -> bool:
+        return any(_evaluations(run, split, n, ways, queries, evaluator, files) for n in shots)
+
     for g in groups:
-        row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": len(g.runs),
+        g.runs, left_out = one_run_per_seed(g.runs, files, scored)
+        repeated += [r.id for r in left_out]
+    counted = [r for g in groups for r in g.runs]
+    episodes = {n: shared_episodes(counted, split, n, ways, queries, evaluator, files) for n in shots}
+    for g in groups:
+        # seeds: those with results (a failed or unfinished run adds none); seed_values: every run's
+        row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": sum(1 for r in g.runs if scored(r)),
                "seed_values": sorted((files.config(r).get("seed") for r in g.runs), key=str), "results": {}}
         for n in shots:
-            if result := pooled(g.runs, split, n, ways, queries, evaluator, files):
+            if result := pooled(g.runs, split, n, ways, queries, evaluator, files, episodes[n]):
                 row["results"][f"{n}-shot"] = result
         rows.append(row)
     baseline = groups[0] if groups else None
     for g in groups[1:]:
         for n in shots:
-            differences = paired_differences(baseline, g, split, n, ways, queries, evaluator, files)
+            differences = paired_differences(baseline, g, split, n, ways, queries, evaluator, files, episodes[n])
             if differences:
                 mean, ci = mean_ci(differences)
                 paired.append({"group": g.label, "baseline": baseline.label, "shots": n,
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
     return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired,
-            "unreadable": unreadable}
+            "unreadable": unreadable, "repeated": repeated}
 
 
 def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None,
-                       files: RunFiles | None = None) -> list[float]:
+                       files: RunFiles | None = None, episodes: int | None = None) -> list[float]:
     """Episode-by-episode differences b − a over runs paired by seed, where
-    both runs were scored on the same episodes (same count, seed and episode
-    stream version)."""
+    both runs were scored on the same episodes: the same dataset (its root
+    aside) and the same count, seed and episode stream version (``episodes``
+    episodes, default: the most both share)."""
     files = files or RunFiles()
-    by_seed = {files.config(r).get("seed"): r for r in a.runs}
+    by_seed = {_encode(files.config(r).get("seed")): r for r in a.runs}
     out = []
     for run in b.runs:
-        other = by_seed.get(files.config(run).get("seed"))
-        if other is None:
+        other = by_seed.get(_encode(files.config(run).get("seed")))
+        if other is None or _data(files.config(run)) != _data(files.config(other)):
             continue
-        mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator, files) for r in (run, other))
+        count = episodes or shared_episodes([run, other], split, shots, ways, queries, evaluator, files)
+        mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator, files, count)
+                        for r in (run, other))
         if mine and theirs and all(mine[k] == theirs[k] for k in ("episodes", "seed", "stream")):
             out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
     return out
+
+
+def _data(config: dict) -> dict:
+    """What decides a run's episodes' images: its dataset's settings, where it lies aside."""
+    return {k: v for k, v in (config.get("dataset") or {}).items() if k != "root"}
 
 
 def render(report: dict, fmt: str) -> str:

@@ -24,25 +24,28 @@ import statistics
 import textwrap
 from pathlib import Path
 
+from fslab.core.config import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
-from fslab.reports.compare import RunFiles, flatten, pooled, run_settings, settings_label
+from fslab.reports.compare import RunFiles, flatten, one_run_per_seed, pooled, run_settings, settings_label
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
 PANEL_SIZE = (500, 420)  # pixels of one panel when no --size is given
 
 
-def measured_pair_fraction(run: Run) -> float | None:
-    """Mean pairs used per logged batch over the B(B−1)/2 pairs of the batch."""
-    cfg = run.config()
-    sampler = cfg.get("sampler", {})
+def measured_pair_fraction(run: Run, config: dict | None = None) -> float | None:
+    """Mean pairs used per logged batch over the B(B−1)/2 pairs of the batch
+    (None where neither is known); ``config``: the run's, if already read."""
+    if config is None:
+        config = RunFiles().config(run)
+    sampler = config.get("sampler", {})
     if sampler.get("ways", 0) > 0 and "shots" in sampler:
         # an explicit episode shape fixes the batch; runs saved before train.batch_size said so
         # kept the batch size they were given, which their sampler ignored
         batch = sampler["ways"] * (sampler.get("shots", 0) + sampler.get("queries", 0))
     else:
-        batch = cfg["train"]["batch_size"]
+        batch = config.get("train", {}).get("batch_size", 0)
     used = [e["positives"] + e["negatives"] for e in run.events_of("train")
             if e.get("positives") is not None and e.get("negatives") is not None]
     if batch < 2 or not used:
@@ -50,12 +53,14 @@ def measured_pair_fraction(run: Run) -> float | None:
     return statistics.fmean(used) / (batch * (batch - 1) / 2)
 
 
-def x_value(run: Run, flat: dict, key: str) -> tuple[object, bool]:
-    """The run's value on the x axis, and whether it was measured (not configured)."""
+def x_value(run: Run, flat: dict, key: str, config: dict) -> tuple[object, bool]:
+    """The run's value on the x axis, and whether it was measured (not configured).
+    A list or table value is a category, written as ``--set`` takes it (``[0.5, 0.75]``)."""
     if key in flat:
-        return json.loads(flat[key]), False
+        value = json.loads(flat[key])
+        return (toml_value(value) if isinstance(value, (list, dict)) else value), False
     if key == "loss.pair_fraction":
-        measured = measured_pair_fraction(run)
+        measured = measured_pair_fraction(run, config)
         if measured is not None:
             return measured, True
         raise UsageError(f"run {run.id} has no loss.pair_fraction and no logged pair counts to measure it from; "
@@ -68,7 +73,9 @@ def x_value(run: Run, flat: dict, key: str) -> tuple[object, bool]:
 def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, split: str = "test",
                 shots: list[int] = (1, 5), ways: int = 5, queries: int = 15) -> dict:
     """What a figure shows, as data: for each number of shots, each line's
-    points (x, pooled accuracy, ci95, episodes, run ids), x ascending.
+    points (x, pooled accuracy, ci95, episodes, run ids), x ascending; and
+    ``left_out``: each run that gives no point, with why (its configuration
+    cannot be read, it has no x, or it repeats another run's settings and seed).
 
     ``x`` is a preset name or a configuration key; lines are the runs' settings
     except the seed and x, or only the ``series`` keys when given."""
@@ -77,15 +84,38 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     files = RunFiles()
     lines: dict[tuple, dict] = {}
-    for run in runs:
-        flat = flatten(files.config(run))
-        value, measured = x_value(run, flat, key)
+    left_out: list[dict] = []
+    no_x: list[UsageError] = []
+    for run in {run.path: run for run in runs}.values():  # a run named twice is one point
+        config = files.config(run)
+        if not config:
+            left_out.append({"run": run.id, "why": "its configuration cannot be read"})
+            continue
+        flat = flatten(config)
+        try:
+            value, measured = x_value(run, flat, key, config)
+        except UsageError as exc:
+            no_x.append(exc)
+            left_out.append({"run": run.id, "why": str(exc)})
+            continue
         settings = run_settings(run, flat, series, "--series", leave_out=(key,))
         line = lines.setdefault(tuple(sorted(settings.items())), {"settings": settings, "points": {}})
         # a measured x is one point per configuration, at the mean over its seeds
         point = line["points"].setdefault("measured" if measured else json.dumps(value), {"x": [], "runs": []})
         point["x"].append(value)
         point["runs"].append(run)
+    if not lines:
+        raise no_x[0] if no_x else UsageError("none of these runs has a configuration that can be read")
+
+    def scored(run: Run) -> bool:
+        return any(pooled([run], split, n, ways, queries, files=files) for n in shots)
+
+    for line in lines.values():
+        for point in line["points"].values():
+            runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
+            point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in runs_kept]
+            point["runs"] = runs_kept
+            left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
     varying = sorted({k for line in lines.values() for k in line["settings"]
                       if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
     shown = varying or series or ["method"]
@@ -109,7 +139,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     if not any(panel["series"] for panel in panels):
         raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way "
                          f"{','.join(map(str, shots))}-shot, {queries} queries; finish them or run: fslab eval RUN")
-    return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels}
+    return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
 
 
 def _order(value) -> tuple:

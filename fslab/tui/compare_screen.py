@@ -104,10 +104,10 @@ class CompareScreen(Screen):
         for row in report["groups"]:
             one, five = row["results"].get("1-shot"), row["results"].get("5-shot")
             evaluated = max((r["runs"] for r in row["results"].values()), default=0)
-            missing = f" ({row['seeds'] - evaluated} without test yet)" if evaluated < row["seeds"] else ""
+            missing = f" ({len(row['runs']) - evaluated} without test yet)" if evaluated < len(row["runs"]) else ""
             episodes = ", ".join(f"{s}: {v['episodes']}" for s, v in sorted(row["results"].items()))
             table.add_row(Text(printable(row["group"])), Text(printable(", ".join(str(s) for s in row["seed_values"]))),
-                          Text(f"{row['seeds']}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
+                          Text(f"{len(row['runs'])}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
                           Text(episodes or "-"))
         self.show_intervals(report)
         lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {100 * p['difference']:+.2f} ± "
