@@ -35,6 +35,7 @@ from fslab.reports.studies import (
     REPRODUCED,
     figure_data,
     render,
+    scale_line,
     study_report,
     verdict,
     write_report,
@@ -390,6 +391,31 @@ def test_settings_changed_on_the_command_line_make_the_report_not_comparable(reg
     assert report["changed"] == {"train.weight_decay": 0.0} and not report["comparable"]
     assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [NOT_COMPARABLE, NOT_COMPARABLE]
     assert "with train.weight_decay=0.0 from the command line" in render(report, "md")
+
+
+def test_settings_fslab_toml_changes_make_the_report_not_comparable_and_are_named(registry, tmp_path):
+    """[run] of fslab.toml reaches a study's runs as it reaches fslab run's (below
+    what the study sets); what it changes of them (not where runs go: device) is
+    recorded and reported as --set's changes are."""
+    study = parse_study(tiny(), "tiny.toml")
+    config = Settings(runs_dir=tmp_path / "runs", run={"device": "cpu", "train": {"epochs": 3, "momentum": 0.5},
+                                                        "eval": {"test_episodes": 100}})
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    assert outcome.project == {"eval.test_episodes": 100, "train.momentum": 0.5}  # the study sets train.epochs
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        assert (run.config()["train"]["epochs"], run.config()["train"]["momentum"]) == (1, 0.5)
+        finish(run, {1: [0.6] * 5, 5: [0.8] * 5})
+    report = study_report(study, config.runs_dir)
+    assert report["project"] == {"eval.test_episodes": 100, "train.momentum": 0.5} and not report["comparable"]
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [NOT_COMPARABLE, NOT_COMPARABLE]
+    assert "with eval.test_episodes=100, train.momentum=0.5 from [run] of fslab.toml" in render(report, "md")
+    # a [run] that sets only where runs go, or what the study sets anyway, changes nothing
+    same = Settings(runs_dir=tmp_path / "runs2", run={"device": "cpu", "train": {"epochs": 3}})
+    assert queue_study(study, "paper", settings=same, registry=registry).project == {}
+    report = study_report(study, tmp_path / "runs2", "paper")
+    assert report["comparable"] and "fslab.toml" not in render(report, "md")
+    assert scale_line(study_report(study, tmp_path / "runs2", "quick")) == (
+        "No runs yet (fslab study run has not been run for this study at scale quick): every cell is pending.")
 
 
 def test_a_figure_never_run_lists_its_points_as_pending(registry, tmp_path):

@@ -21,6 +21,7 @@ from fslab.cli.common import (
     WideFlag,
     app,
     console,
+    err_console,
     overrides,
     registry,
     settings,
@@ -186,6 +187,12 @@ def run(
     console.print(f"study {study.name} (scale {scale}): {total} runs: {len(outcome.reused)} done already, "
                   f"{len(outcome.in_progress)} queued or running, {len(outcome.requeued)} queued again, "
                   f"{len(outcome.created)} new; recorded as {outcome.sweep_id}", highlight=False)
+    if outcome.project:
+        from fslab.core.config import assignment
+
+        changes = ", ".join(assignment(k, v) for k, v in outcome.project.items())
+        err_console.print(shown(f"note: [run] of fslab.toml changes what the study fixes: {changes}; its report "
+                                f"calls these numbers not comparable to the paper's"), highlight=False)
     follow = "fslab runs" if options is not None else "fslab queue"
     console.print(f"follow them with: {follow}; then: fslab study report {study.name}", highlight=False)
 
@@ -203,7 +210,8 @@ def report(
     """The published numbers and fslab's side by side: mean ± 95% CI pooled over seeds, difference, verdict.
 
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
-    pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's.
+    pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's, or settings
+    the study fixes changed by --set or by [run] of fslab.toml.
     """
     from fslab.core.errors import UsageError
     from fslab.core.studies import SCALES

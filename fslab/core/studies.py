@@ -25,6 +25,7 @@ the execution and reports layers.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import json
@@ -450,6 +451,29 @@ def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str 
         resolved.append((planned, config))
     check_cells(study, resolved)
     return resolved
+
+
+def project_changes(study: Study, scale: str, resolved: list[tuple[PlannedRun, dict]], *, settings, registry,
+                    dataset: str | None = None, data_root: str | None = None, extra: tuple[dict, ...] = ()) -> dict:
+    """The settings that ``[run]`` of ``fslab.toml`` gives the study's runs in place
+    of the study's own (the keys of :data:`IGNORED`, where runs go and what they
+    run on, aside): key -> the value the runs have. Like ``--set``, they make the
+    study's numbers not comparable to the paper's."""
+    if not settings.run:
+        return {}
+    bare = dataclasses.replace(settings, run={})
+    try:
+        plain = resolve_study(study, scale, settings=bare, registry=registry, dataset=dataset, data_root=data_root,
+                              extra=extra)
+    except UsageError:  # a study that needs the project's [run] to resolve: every key it sets counts
+        return {k: v for k, v in dotted(settings.run).items() if k not in IGNORED and not outside_settings(k)}
+    changes = {}
+    for (_, config), (_, own) in zip(resolved, plain):
+        mine, theirs = dotted(config), dotted(own)
+        for key in mine.keys() | theirs.keys():
+            if key not in IGNORED and not outside_settings(key) and mine.get(key) != theirs.get(key):
+                changes[key] = mine.get(key)
+    return dict(sorted(changes.items()))
 
 
 def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]]) -> None:

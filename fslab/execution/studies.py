@@ -24,7 +24,7 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import LIVE
-from fslab.core.studies import IGNORED, PlannedRun, Study, resolve_study, run_dataset, settings_key
+from fslab.core.studies import IGNORED, PlannedRun, Study, project_changes, resolve_study, run_dataset, settings_key
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.slots import check_fits, check_slot_files, configured_slots
@@ -41,6 +41,7 @@ class StudyRuns:
     requeued: list[str] = field(default_factory=list)  # failed, killed or lost: queued again
     created: list[str] = field(default_factory=list)  # new
     to_start: list[Run] = field(default_factory=list)  # requeued and created, for the scheduler
+    project: dict = field(default_factory=dict)  # what [run] of fslab.toml changed (core.studies.project_changes)
 
 
 def existing_runs(runs_dir, key=settings_key) -> dict[str, list[Run]]:
@@ -102,12 +103,14 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
         run.write_status(sweep=sweep_id)
         done[key] = (run, "new")
     changed = {k: v for layer in extra for k, v in dotted(layer).items() if k not in IGNORED}
-    return _record(study, scale, dataset, changed, sweep_id, settings.runs_dir, resolved, done)
+    project = project_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
+                              data_root=data_root, extra=extra)
+    return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done)
 
 
-def _record(study: Study, scale: str, dataset: str | None, changed: dict, sweep_id: str, runs_dir, resolved,
-            done) -> StudyRuns:
-    outcome = StudyRuns(sweep_id)
+def _record(study: Study, scale: str, dataset: str | None, changed: dict, project: dict, sweep_id: str, runs_dir,
+            resolved, done) -> StudyRuns:
+    outcome = StudyRuns(sweep_id, project=project)
     places, seen = {}, set()
     for planned, config in resolved:
         run, state = done[settings_key(config)]
@@ -125,7 +128,7 @@ def _record(study: Study, scale: str, dataset: str | None, changed: dict, sweep_
     datasets = {name: run_dataset(study, scale, name, dataset) for s in study.sweeps for name in s.datasets}
     save_sweep(runs_dir, sweep_id, method=f"study {study.name}", grid={}, seeds=max(study.seeds(scale).values()),
                fail_fast=False, runs=list(places), study=study.name, scale=scale, datasets=datasets,
-               changed=changed, places=places)
+               changed=changed, project=project, places=places)
     return outcome
 
 

@@ -64,7 +64,7 @@ def study_record(record: dict) -> bool:
                                                  and all(isinstance(place, dict) for place in where)
                                                  for run_id, where in places.items())
             and isinstance(datasets, dict) and all(isinstance(v, str) for v in datasets.values())
-            and isinstance(record.get("changed", {}), dict))
+            and isinstance(record.get("changed", {}), dict) and isinstance(record.get("project", {}), dict))
 
 
 def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict:
@@ -74,7 +74,8 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     used_scale = record["scale"] if record else scale
     datasets = record.get("datasets", {}) if record else {}
     changed = record.get("changed", {}) if record else {}
-    comparable = used_scale == "paper" and all(k == v for k, v in datasets.items()) and not changed
+    project = record.get("project", {}) if record else {}
+    comparable = used_scale == "paper" and all(k == v for k, v in datasets.items()) and not changed and not project
     files = RunFiles()
     rows = []
     for sweep in study.sweeps:
@@ -85,7 +86,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 runs = [Run(Path(runs_dir) / run_id) for run_id, where in places.items() if place in where]
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
-            "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed,
+            "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed, "project": project,
             "comparable": comparable, "sweep": record["id"] if record else None, "rows": rows}
 
 
@@ -125,14 +126,17 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
 
 def scale_line(report: dict) -> str:
     """Which scale and data produced the report, in one sentence."""
-    if report["scale"] is None:
-        return "No runs yet (fslab study run has not been run for this study): every cell is pending."
+    if report["sweep"] is None:
+        at = f" at scale {report['scale']}" if report["scale"] else ""
+        return f"No runs yet (fslab study run has not been run for this study{at}): every cell is pending."
     swaps = [f"{k} -> {v}" for k, v in report["datasets"].items() if k != v]
     text = f"Scale: {report['scale']}; sweep {report['sweep']}"
     if swaps:
         text += f"; trained and tested on other data ({', '.join(swaps)})"
     if report.get("changed"):
         text += f"; with {', '.join(assignment(k, v) for k, v in report['changed'].items())} from the command line"
+    if report.get("project"):
+        text += f"; with {', '.join(assignment(k, v) for k, v in report['project'].items())} from [run] of fslab.toml"
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
