@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +61,19 @@ def test_without_submitit_the_error_says_how_to_install_it(project, monkeypatch)
         "error: unknown executor 'slrum'. Did you mean 'slurm'? Allowed: local, slurm."
     stray = fslab("sweep", "nca", "--slurm", "partition=gpu", cwd=project)
     assert stray.returncode == 2 and "--slurm settings apply only with --executor slurm" in stray.stderr
+
+
+def test_without_slurm_a_job_is_refused_before_any_run_exists(project):
+    """No srun on the PATH: run, sweep and study run say so in one line and leave no
+    queued run behind for a later local scheduler to train."""
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # python and fslab, no srun
+    for argv in (["run", "nca", *TINY], ["sweep", "nca", *TINY, "--seeds", "2"],
+                 ["study", "run", "nca-fig2", "--scale", "quick"]):
+        result = fslab(*argv, "--executor", "slurm", cwd=project, env=env)
+        assert result.returncode == 1 and result.stderr == (
+            'error: SLURM is not available here (no srun on the PATH); to try --executor slurm on this machine, '
+            'set [slurm] cluster = "local" in fslab.toml\n'), argv
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
 FAKE_SBATCH = """#!/bin/sh

@@ -73,7 +73,21 @@ def job_options(settings, overrides: list[str] | None = None) -> SlurmSettings:
         if not check(value):
             raise ConfigError(f"--slurm {key} must be {what}, got {value!r}")
         options[key] = value
-    return settings.slurm.with_overrides(options)
+    options = settings.slurm.with_overrides(options)
+    check_available(options)  # before any run folder exists: a refused command creates nothing
+    return options
+
+
+def check_available(options: SlurmSettings) -> None:
+    """SLURM's ``srun`` must be on this machine (as submitit finds it), unless
+    ``[slurm] cluster = "local"`` runs the jobs here."""
+    if options.cluster == "local":
+        return
+    from submitit.slurm.slurm import SlurmExecutor
+
+    if SlurmExecutor.affinity() < 0:
+        raise FslabError("SLURM is not available here (no srun on the PATH); to try --executor slurm on this "
+                         "machine, set [slurm] cluster = \"local\" in fslab.toml")
 
 
 def make_executor(folder: Path, options: SlurmSettings, name: str):
@@ -84,11 +98,8 @@ def make_executor(folder: Path, options: SlurmSettings, name: str):
         executor.update_parameters(timeout_min=options.timeout_min, gpus_per_node=options.gpus_per_job,
                                    signal_delay_s=options.signal_delay_s, setup=list(options.setup))
         return executor
-    try:
-        executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=options.max_requeues)
-    except RuntimeError as exc:  # no srun on this machine
-        raise FslabError(f"SLURM is not available here ({exc}); to try --executor slurm on this machine, "
-                         f"set [slurm] cluster = \"local\" in fslab.toml") from None
+    check_available(options)
+    executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=options.max_requeues)
     params = {"name": name, "timeout_min": options.timeout_min, "gpus_per_node": options.gpus_per_job,
               "cpus_per_task": options.cpus_per_task, "slurm_signal_delay_s": options.signal_delay_s,
               "slurm_setup": list(options.setup), "slurm_additional_parameters": dict(options.sbatch)}
