@@ -144,6 +144,8 @@ def test_published_numbers_are_the_papers(registry):
      "quick.grid.train.lr: leaves out 0.1, where a published cell of sweep 'pn' is placed"),
     ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
     ({"split": "train"}, "split: must be one of test, val, got 'train'"),
+    ({"quick": {"set": {"train.epochs": 1, "train": {"epochs": 2}}}},
+     "quick.set.train.epochs: is given twice (once dotted, once in a nested table); keep one"),
     ({"cost": {"device": "H100"}}, "cost: must be an array of [[cost]] tables"),
     ({"cost": [{"device": "H100", "gpu_hours": 0, "date": "2026-11-26"}]},
      "cost[0].gpu_hours: must be a number of hours above 0, got 0"),

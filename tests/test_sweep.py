@@ -61,6 +61,10 @@ def test_grid_parsing_and_expansion():
     ("seed = 1", "unknown key 'seed'. Did you mean 'seeds'? Allowed: fail_fast, grid, method, seeds, set."),
     ("[grid]\nseed = [1, 2]", "grid.seed: a sweep's seeds come from --seeds N"),
     ("[grid.train]\nlr = [0.1, 0.1]", "grid.train.lr lists 0.1 twice"),
+    ('[grid.train]\nlr = [0.1, 0.2]\n[grid]\n"train.lr" = [0.3]',  # else one list would be dropped unsaid
+     "grid.train.lr is given twice (once dotted, once in a nested table); keep one"),
+    ('[set]\n"train.epochs" = 1\n[set.train]\nepochs = 2',
+     "set.train.epochs is given twice (once dotted, once in a nested table); keep one"),
 ])
 def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path, text, message):
     from fslab.execution.sweep import read_sweep_file

@@ -7,10 +7,23 @@ from __future__ import annotations
 def dotted(table: dict, prefix: str = "") -> dict:
     """A nested table as dotted keys: ``{"train": {"lr": 0.1}, "eval.ways": 5}``
     -> ``{"train.lr": 0.1, "eval.ways": 5}``; lists and other values stay as they are."""
-    out = {}
+    return dict(_leaves(table, prefix))
+
+
+TWICE = "is given twice (once dotted, once in a nested table); keep one"
+
+
+def repeated_key(table: dict) -> str | None:
+    """A dotted key that a table a person wrote (a sweep or study file) gives twice,
+    dotted and nested (``"train.lr" = [0.3]`` beside ``[grid.train] lr = ...``), of
+    which :func:`dotted` would silently keep one; None if there is none."""
+    keys = [key for key, _ in _leaves(table, "")]
+    return next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+
+
+def _leaves(table: dict, prefix: str):
     for key, value in table.items():
         if isinstance(value, dict):
-            out.update(dotted(value, f"{prefix}{key}."))
+            yield from _leaves(value, f"{prefix}{key}.")
         else:
-            out[f"{prefix}{key}"] = value
-    return out
+            yield f"{prefix}{key}", value

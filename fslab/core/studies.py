@@ -37,7 +37,7 @@ from typing import Any
 
 from fslab.core.config import naming_the_file, nest, outside_settings, resolve, tested_ways
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.keys import dotted
+from fslab.core.keys import TWICE, dotted, repeated_key
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
 
@@ -200,6 +200,8 @@ class _Checker:
         """A table of configuration keys, dotted or nested, as {dotted key: value}."""
         if not isinstance(table, dict):
             self.fail(where, "must be a table of configuration keys, e.g. { \"train.epochs\" = 1 }")
+        if (twice := repeated_key(table)) is not None:
+            self.fail(f"{where}.{twice}", TWICE)
         flat = dotted(table)
         for key in flat:
             if key in RESERVED:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fslab.core.config import naming_the_file, nest, parse_assignment, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
-from fslab.core.keys import dotted
+from fslab.core.keys import TWICE, dotted, repeated_key
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
@@ -109,6 +109,8 @@ def read_sweep_file(path: Path) -> dict:
         if not isinstance(data.get(table, {}), dict):
             raise ConfigError(f"{path}: '{table}' must be a table ([{table}] followed by key = value lines), "
                               f"got {data[table]!r}")
+        if (twice := repeated_key(data.get(table, {}))) is not None:
+            raise ConfigError(f"{path}: {table}.{twice} {TWICE}")
         data[table] = dotted(data.get(table, {}))
     for key, values in data["grid"].items():
         check_grid_key(f"{path}: grid.{key}", key)
