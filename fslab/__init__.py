@@ -56,7 +56,14 @@ def create(kind: str, name: str, **params: Any) -> Any:
     from fslab.core.registry import FILLED_IN
 
     registry = get_registry()
-    if kind in ("method", "study"):
+    if kind == "study":  # a study is a file, not a callable: its parsed, checked contents
+        from fslab.core.errors import UsageError
+        from fslab.core.studies import find_study
+
+        if params:
+            raise UsageError(f"study '{name}' takes no parameters, got {', '.join(sorted(params))}")
+        return find_study(registry, name)
+    if kind == "method":
         return registry.create(kind, name, **params)
     filled_in = tuple(p for p in FILLED_IN.get(kind, ()) if registry.accepts(kind, name, p))
     return registry.create(kind, name, **plugin_params(registry, kind, name, params, filled_in=filled_in))

@@ -198,6 +198,11 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
     loss = fslab.create("loss", "nca", temperature=2)  # an int where the default is a float
     assert loss.keywords == {"temperature": 2.0, "pair_fraction": 1.0}
     assert type(loss.keywords["temperature"]) is float
+    # a study is a file: create gives it parsed and checked, as fslab study show reads it
+    study = fslab.create("study", "nca-supcon")
+    assert (study.name, study.run_count()) == ("nca-supcon", 5) and study.sweeps[0].method == "supcon"
+    with pytest.raises(UsageError, match=r"^study 'nca-supcon' takes no parameters, got seeds$"):
+        fslab.create("study", "nca-supcon", seeds=2)
 
 
 def test_every_built_in_parameter_refuses_a_wrong_value_in_one_line(builtin_plugins):
