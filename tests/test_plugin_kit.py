@@ -296,6 +296,20 @@ def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
                            capture_output=True, text=True, env=env, cwd=tmp_path)
     study = json.loads(shown.stdout)
     assert study["runs"] == 9 and [s["method"] for s in study["sweeps"]] == ["fslab-every"], shown.stderr
+    # the generated README's command for the recipe trains as written: the dataset's defaults size
+    # the run for its 400 images (fslab's own are the papers' batches of 512)
+    trained = subprocess.run([str(python), "-m", "fslab", "run", "fslab-every"], capture_output=True, text=True,
+                             env=env, cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert re.search(r"^test 5-way 5-shot: [\d.]+ ± [\d.]+% \(500 episodes\)$", trained.stdout, re.M), trained.stdout
+    # the sampler's check reads the training split's sizes, so a batch it cannot fill is refused before a run exists
+    runs_before = sorted((tmp_path / "runs").iterdir())
+    refused = subprocess.run([str(python), "-m", "fslab", "run", "fslab-every", "--batch-size", "128"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr == (
+        "error: sampler: train.batch_size 128 needs 32 classes with 4 images each, the training set has 20; "
+        "lower train.batch_size\n"), refused.stderr
+    assert sorted((tmp_path / "runs").iterdir()) == runs_before
 
 
 LOCAL_PLUGIN = '''
