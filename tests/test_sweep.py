@@ -303,3 +303,35 @@ def test_a_sweep_of_two_process_runs_gives_each_run_two_slots(project):
     assert [(s["state"], s["processes"]) for s in got] == [("completed", 2), ("completed", 2)], got
     assert [s["slot"] for s in got] == ["cpu-0,cpu-1", "cpu-0,cpu-1"]  # the third slot was never enough
     assert got[1]["started"] > got[0]["ended"]  # the second waited for the first run's slots
+
+
+@pytest.mark.slow
+def test_stop_sweep_stops_its_queued_runs_first_then_its_running_one(project):
+    from .test_resume import SLOW_NCA
+
+    (project / "mine").mkdir()
+    (project / "mine" / "slow.py").write_text(textwrap.dedent(SLOW_NCA))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    result = fslab("sweep", "nca", "--seeds", "3", *TINY, "--epochs", "20", "--set", "loss.name=slow-nca",
+                   cwd=project)
+    assert result.returncode == 0, result.stderr
+    sweep_id = result.stdout.split(":")[0]
+    order = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())["runs"]
+
+    def states():
+        return [json.loads((project / "runs" / r / "status.json").read_text())["state"] for r in order]
+
+    wait_for(lambda: states().count("running") == 1, what="one run to start in the one slot")
+    running = order[states().index("running")]
+    stopped = fslab("stop", sweep_id, cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    queued = [r for r in order if r != running]
+    assert stopped.stdout.splitlines() == [f"{r}: killed" for r in (*queued, running)]
+    assert stopped.stderr.strip() == (f"3 runs of {sweep_id} stopped; each that had started keeps its last "
+                                      f"checkpoint; go on with: fslab sweep resume {sweep_id}")
+    assert states() == ["killed"] * 3
+    assert [json.loads((project / "runs" / r / "status.json").read_text()).get("error") for r in queued] == [
+        "stopped while queued"] * 2
+    again = fslab("stop", sweep_id, cwd=project)
+    assert again.returncode == 2 and again.stderr == f"error: sweep {sweep_id} has no queued or running run; " \
+                                                      f"nothing to stop\n"

@@ -34,6 +34,7 @@ from fslab.cli.common import (
     overrides,
     registry,
     run_ids,
+    runs_or_sweeps,
     settings,
     shown,
 )
@@ -165,15 +166,31 @@ def resume(
 
 
 @app.command()
-def stop(ref: RunRef) -> None:
+def stop(ref: Annotated[str, typer.Argument(
+        metavar="RUN|SWEEP", help="Run id, a unique part of it (such as the short ids tables show) or 'last'; "
+                                  "or a sweep id (sweep-...): each of its queued and running runs.",
+        autocompletion=runs_or_sweeps)]) -> None:
     """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
+    A sweep id stops every queued and running run of the sweep (or of a study's run), the queued ones first.
     """
     from fslab.core.rerun import after_stop
     from fslab.core.runstore import find_run
     from fslab.execution.executor import stop as stop_run
+    from fslab.execution.executor import stop_sweep
 
+    if ref.startswith("sweep-"):
+        record, stopped = stop_sweep(settings().runs_dir, ref)
+        if not stopped:
+            raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
+        for run_, state in stopped:
+            console.print(f"{run_.id}: {state}", highlight=False)
+        again = (f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
+                 else f"fslab sweep resume {record['id']}")
+        err_console.print(shown(f"{len(stopped)} run{'s' * (len(stopped) != 1)} of {record['id']} stopped; "
+                                f"each that had started keeps its last checkpoint; go on with: {again}"), highlight=False)
+        return
     run_ = find_run(settings().runs_dir, ref)
     state = stop_run(run_)
     console.print(f"{run_.id}: {state}", highlight=False)

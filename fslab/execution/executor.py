@@ -115,6 +115,24 @@ def stop(run: Run, grace: float = 30.0) -> str:
     return stop_worker(run, grace)
 
 
+def stop_sweep(runs_dir: Path, ref: str, grace: float = 30.0) -> tuple[dict, list[tuple[Run, str]]]:
+    """Stop every queued or running run of a sweep (or of a study's run), as
+    :func:`stop` stops one: the queued ones first, so that no scheduler starts
+    them while the running ones stop. Returns the sweep's record and each run
+    stopped with the state it ended in; runs that ended meanwhile are passed over."""
+    record = load_sweep(runs_dir, ref)
+    runs = [(run, run.state()) for run in sweep_runs(runs_dir, record)]
+    order = [run for run, state in runs if state == "queued"] + [run for run, state in runs
+                                                                 if state in LIVE and state != "queued"]
+    stopped = []
+    for run in order:
+        try:
+            stopped.append((run, stop(run, grace)))
+        except UsageError:
+            continue  # it ended between the listing and the stop
+    return record, stopped
+
+
 def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settings, registry,
                 fail_fast: bool = False, slurm: SlurmSettings | None = None) -> tuple[str, list[Run]]:
     """Queue one run per grid combination and seed, then start them: a local
