@@ -330,3 +330,35 @@ def test_following_a_run_shows_no_unknown_total_and_leaves_the_test_results_to_t
     text = out.getvalue()
     assert "step 12/12" in text and "val 5-way 5-shot" in text
     assert "test 5-way" not in text  # printed once, by fslab run, from results.json
+
+
+def test_following_a_resumed_run_prints_each_validation_once_though_its_file_is_rewritten(project):
+    """fslab resume follows a run whose worker cuts metrics.jsonl back to its
+    checkpoint and writes on: the validations read before the cut are not printed again."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import follow
+
+    from .test_tui_helpers import history
+
+    events = history()
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    class Resumed:  # the worker: rewrites the file with the same events on the first poll, then exits
+        polls = 0
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 2:
+                run.metrics_path.unlink()
+                run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+            return 0 if self.polls > 3 else None
+
+    out = StringIO()
+    follow(run, Console(file=out, width=200), Resumed(), poll=0)
+    vals = [line for line in out.getvalue().splitlines() if line.startswith("val ")]
+    assert vals and len(vals) == len(set(vals)) == sum(1 for e in events if e.get("event") == "eval"
+                                                      and e.get("split") == "val")

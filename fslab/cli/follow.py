@@ -31,6 +31,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
     )
     tail = Tail(run.metrics_path)
     epochs = "?"
+    printed: set[str] = set()  # a resumed run's worker cuts the file back and rewrites it: print a line once
     with progress:
         task = progress.add_task("train", total=None, epoch="starting", steps="", loss="-", pairs="-", speed="")
         while True:
@@ -53,7 +54,9 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                         speed=f"{event['images_per_s']:.0f} img/s",
                     )
                 elif kind == "eval" and event.get("split") != "test":  # the test results are printed at the end
-                    progress.console.print(eval_line(event))
+                    if (line := eval_line(event)) not in printed:
+                        printed.add(line)
+                        progress.console.print(line)
             if exited and not events:
                 break
             time.sleep(poll)

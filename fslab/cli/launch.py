@@ -188,8 +188,9 @@ def stop(ref: Annotated[str, typer.Argument(
             console.print(f"{run_.id}: {state}", highlight=False)
         again = (f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
                  else f"fslab sweep resume {record['id']}")
-        err_console.print(shown(f"{len(stopped)} run{'s' * (len(stopped) != 1)} of {record['id']} stopped; "
-                                f"each that had started keeps its last checkpoint; go on with: {again}"), highlight=False)
+        said = (f"{len(stopped)} run{'s' * (len(stopped) != 1)} of {record['id']} stopped; each that had started "
+                f"keeps its last checkpoint; go on with: {again}")
+        err_console.print(shown(said), highlight=False)
         return
     run_ = find_run(settings().runs_dir, ref)
     state = stop_run(run_)
