@@ -347,14 +347,19 @@ def test_following_a_resumed_run_prints_each_validation_once_though_its_file_is_
     run = create_run(project / "runs", "nca", {"method": "nca"})
     run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
 
-    class Resumed:  # the worker: rewrites the file with the same events on the first poll, then exits
+    lines = [json.dumps(e) + "\n" for e in events]
+    cut = max(i for i, e in enumerate(events) if e.get("event") == "eval" and e.get("split") == "val") + 1
+
+    class Resumed:  # the worker: cuts the file back to its checkpoint (after a validation), then writes on
         polls = 0
 
         def poll(self):
             self.polls += 1
             if self.polls == 2:
-                run.metrics_path.unlink()
-                run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+                run.metrics_path.write_text("".join(lines[:cut]))
+            if self.polls == 3:
+                with open(run.metrics_path, "a") as fh:
+                    fh.write("".join(lines[cut:]))
             return 0 if self.polls > 3 else None
 
     out = StringIO()
