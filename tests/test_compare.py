@@ -178,3 +178,18 @@ def test_runs_on_different_data_are_not_paired(tmp_path):
     report = compare(runs, shots=[5])
     assert [g["group"] for g in report["groups"]] == ["dataset.name=synthetic", "dataset.name=omniglot"]
     assert report["paired"] == []  # the same episode seed draws other images from other data
+
+
+def test_latex_escapes_what_a_label_may_hold(tmp_path):
+    runs = []
+    for note in ("a & b", "50% of #1 {x_y}"):
+        run = make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
+        config = json.loads((run.path / "config.json").read_text())
+        config["loss"]["note"] = note
+        (run.path / "config.json").write_text(json.dumps(config))
+        runs.append(run)
+    latex = render(compare(runs, shots=[5]), "latex").splitlines()
+    assert latex[3:6] == ["loss.note=a \\& b & 1 & 75.00 $\\pm$ 34.65 \\\\",
+                          "loss.note=50\\% of \\#1 \\{x\\_y\\} & 1 & 75.00 $\\pm$ 34.65 \\\\",
+                          "loss.note=50\\% of \\#1 \\{x\\_y\\} $-$ loss.note=a \\& b, paired over the same episodes "
+                          "& - & +0.00 $\\pm$ 0.00 \\\\"]

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -241,6 +242,17 @@ def _data(config: dict) -> dict:
     return {k: v for k, v in (config.get("dataset") or {}).items() if k != "root"}
 
 
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "−": r"$-$",
+        "->": r"$\to$"}
+
+
+def tex(text: str) -> str:
+    """Text as LaTeX writes it in a table cell: its special characters escaped
+    (a label may hold any text a setting holds), ± and − as math."""
+    return re.sub(r"->|[\\&%$#_{}~^±−]", lambda m: _TEX[m.group()], text)
+
+
 def render(report: dict, fmt: str) -> str:
     """The report as a Markdown, LaTeX, CSV or JSON text (``table`` is drawn by the CLI)."""
     shots = sorted({k for row in report["groups"] for k in row["results"]}, key=lambda k: int(k.split("-")[0]))
@@ -270,7 +282,7 @@ def render(report: dict, fmt: str) -> str:
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
-    pm = " $\\pm$ " if fmt == "latex" else " ± "
+    pm = " ± "
     header = ["group", "seeds", *shots]
     lines = []
     for row in report["groups"]:
@@ -283,13 +295,12 @@ def render(report: dict, fmt: str) -> str:
         baseline = next(iter(by_shots.values()))["baseline"]
         cells = [f"{100 * p['difference']:+.2f}{pm}{100 * p['ci95']:.2f}" if (p := by_shots.get(s)) else "-"
                  for s in shots]
-        minus = " $-$ " if fmt == "latex" else " − "
-        lines.append([f"{group}{minus}{baseline}, paired over the same episodes", "-", *cells])
+        lines.append([f"{group} − {baseline}, paired over the same episodes", "-", *cells])
     if fmt == "md":
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(cells) + " |" for cells in lines]
     else:
         out = ["\\begin{tabular}{l" + "r" * (len(header) - 1) + "}", " & ".join(header) + " \\\\", "\\hline"]
-        out += [" & ".join(c.replace("_", "\\_") for c in cells) + " \\\\" for cells in lines]
+        out += [" & ".join(tex(c) for c in cells) + " \\\\" for cells in lines]
         out.append("\\end{tabular}")
     return "\n".join(out) + "\n"

@@ -23,7 +23,7 @@ from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
-from fslab.reports.compare import RunFiles, pooled
+from fslab.reports.compare import RunFiles, pooled, tex
 from fslab.reports.plot import measured_pair_fraction
 
 FORMATS = ("md", "latex", "csv", "json")
@@ -176,15 +176,15 @@ def render(report: dict, fmt: str) -> str:
     if fmt not in ("md", "latex"):
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
     title = f"{report['what']} of {report['paper']}: {report['title']}"
-    lines = [_cells(row, " $\\pm$ " if fmt == "latex" else " ± ") for row in report["rows"]]
+    lines = [_cells(row, " ± ") for row in report["rows"]]
     if fmt == "md":
         out = [f"# {report['study']}", "", title, "", scale_line(report), "",
                "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         out += ["| " + " | ".join(cells) + " |" for cells in lines]
     else:
         out = [f"% {report['study']}: {title}", f"% {scale_line(report)}",
-               "\\begin{tabular}{llllrrrl}", " & ".join(_latex(h) for h in HEADER) + " \\\\", "\\hline"]
-        out += [" & ".join(_latex(c) for c in cells) + " \\\\" for cells in lines]
+               "\\begin{tabular}{llllrrrl}", " & ".join(tex(h) for h in HEADER) + " \\\\", "\\hline"]
+        out += [" & ".join(tex(c) for c in cells) + " \\\\" for cells in lines]
         out.append("\\end{tabular}")
     return "\n".join(out) + "\n"
 
@@ -204,10 +204,6 @@ def _blank(value) -> str:
 
 def _percent(value) -> str:
     return "" if value is None else f"{100 * value:.4f}"
-
-
-def _latex(text: str) -> str:
-    return text.replace("_", "\\_").replace("%", "\\%").replace("->", "$\\to$").replace("±", "$\\pm$")
 
 
 def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
