@@ -367,3 +367,15 @@ def test_following_a_resumed_run_prints_each_validation_once_though_its_file_is_
     vals = [line for line in out.getvalue().splitlines() if line.startswith("val ")]
     assert vals and len(vals) == len(set(vals)) == sum(1 for e in events if e.get("event") == "eval"
                                                       and e.get("split") == "val")
+
+
+def test_a_run_stopped_while_queued_says_it_never_started(project):
+    run = create_run(project / "runs", "nca", {"method": "nca", "seed": 0})
+    stopped = fslab("stop", run.id, cwd=project)
+    assert stopped.returncode == 0 and stopped.stdout == f"{run.id}: killed\n"
+    assert stopped.stderr == (f"no checkpoint yet (it stopped before it started); start it again with: "
+                              f"fslab run --like {run.id}\n")
+    shown = fslab("show", run.id, cwd=project).stdout
+    assert "seed 0" in shown and "pid" not in shown  # it never had a worker
+    titled = fslab("runs", "--evaluator", "knn[k=3]", cwd=project, env={**os.environ, "COLUMNS": "200"}).stdout
+    assert titled.splitlines()[0].strip() == "test: knn[k=3]"  # not read as markup

@@ -293,7 +293,7 @@ def test_a_worker_that_dies_before_its_first_status_write_is_lost(project, monke
 
     refused = fslab("resume", run.id, cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
-        f"error: run {run.id} has no checkpoint (it stopped before its first epoch ended); "
+        f"error: run {run.id} has no checkpoint (it stopped before it started); "  # its worker died at once
         f"start it again with the same settings: fslab run --like {run.id}\n")
     started = time.time()
     stop = fslab("stop", run.id, cwd=project)

@@ -62,7 +62,7 @@ def runs(
         console.print("no runs match" if state or method or sweep else "no runs yet; start one with: fslab run nca")
         return
     rows = [_row(s, s.test_of(evaluator)) for s in summaries]
-    title = f"test: {evaluator}" if evaluator else None
+    title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup
     print_table(console, lambda width: fit(RUN_COLUMNS, rows, width, RUN_STEPS,
                                            lambda ids: short_ids(runs_dir, ids), title), wide)
     for s in [s for s in summaries if s.state == "unreadable"][:5]:
@@ -113,7 +113,8 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     if summary.error:
         console.print(f"error: {shown(summary.error)}")
     console.print(f"method {shown(str(summary.method))}, backbone {shown(str(summary.backbone))}, "
-                  f"dataset {shown(str(summary.dataset))}, seed {summary.seed}, pid {status.get('pid')}")
+                  f"dataset {shown(str(summary.dataset))}, seed {summary.seed}"
+                  + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
     if summary.step:
         console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
                       f"pairs +{summary.positives}/-{summary.negatives}")

@@ -45,5 +45,10 @@ def after_stop(run: Run) -> str:
     it, or, stopped before its first checkpoint, how to start it again."""
     if run.checkpoint_path.exists():
         return f"last checkpoint kept in {run.checkpoint_path}; continue with: fslab resume {run.id}"
-    return (f"no checkpoint yet (it stopped before its first epoch ended); start it again with: "
-            f"{like_command(run.id)}")
+    return f"no checkpoint yet (it stopped {stopped_when(run)}); start it again with: {like_command(run.id)}"
+
+
+def stopped_when(run: Run) -> str:
+    """Why a stopped run has no checkpoint: it never started (stopped while
+    queued), or it stopped during its first epoch."""
+    return "before it started" if run.status().get("started") is None else "before its first epoch ended"

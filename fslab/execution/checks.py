@@ -16,7 +16,7 @@ import zipfile
 from fslab.core.config import check_plugins
 from fslab.core.errors import UsageError
 from fslab.core.registry import create_dataset
-from fslab.core.rerun import like_command
+from fslab.core.rerun import like_command, stopped_when
 from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
 from fslab.core.split_sizes import check_evaluation, read_split_sizes
@@ -155,7 +155,7 @@ def check_resumable(run: Run) -> None:
         raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume")
     if not run.checkpoint_path.exists():
         raise UsageError(
-            f"run {run.id} has no checkpoint (it stopped before its first epoch ended); "
+            f"run {run.id} has no checkpoint (it stopped {stopped_when(run)}); "
             f"start it again with the same settings: {like_command(run.id)}"
         )
     if not zipfile.is_zipfile(run.checkpoint_path):  # torch's format is a zip archive; its end is read only
