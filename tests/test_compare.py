@@ -117,6 +117,14 @@ def test_cli_compare(store, builtin_plugins, monkeypatch):
     assert "train.lr=0.05 − train.lr=0.1, 5-shot:" in table
     bad = fslab("compare", "all", "--format", "xls", cwd=folder)
     assert bad.returncode == 2 and "unknown format 'xls'" in bad.stderr
+    for args, message in [(["all", "--split", "train"], "--split must be test or val, got 'train'"),
+                          (["all", next(iter(data.values()))[0].id], "'all' names every run: give it alone, or "
+                                                                      "name the runs and sweeps")]:
+        bad = fslab("compare", *args, cwd=folder)
+        assert bad.returncode == 2 and bad.stderr == f"error: {message}\n", args
+    (folder / "empty").mkdir()
+    none = fslab("compare", "all", cwd=folder / "empty")
+    assert none.returncode == 2 and none.stderr.startswith("error: no runs to compare; name run ids")
 
 
 def test_mean_ci_matches_the_formula():

@@ -182,7 +182,7 @@ def test_a_sweep_of_jobs_stops_and_resumes(local_cluster):
     result = fslab("sweep", "nca", *ARGS, "--executor", "slurm", cwd=project)
     assert result.returncode == 0, result.stderr
     sweep_id = result.stdout.split(":")[0]
-    assert result.stdout.strip() == f"{sweep_id}: 1 runs submitted as SLURM jobs; follow them with: fslab runs"
+    assert result.stdout.strip() == f"{sweep_id}: 1 run submitted as SLURM jobs; follow them with: fslab runs"
     (run_id,) = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())["runs"]
     run_dir = project / "runs" / run_id
     wait_for(lambda: events(run_dir, "train"), what="training to start")
@@ -203,7 +203,7 @@ def test_a_sweep_of_jobs_stops_and_resumes(local_cluster):
     wait_for(gone, timeout=30, what="the job's controller to exit")
 
     again = fslab("sweep", "resume", sweep_id, "--executor", "slurm", cwd=project)
-    assert again.stdout.strip() == f"{sweep_id}: 1 runs submitted again as SLURM jobs", again.stderr
+    assert again.stdout.strip() == f"{sweep_id}: 1 run submitted again as SLURM jobs", again.stderr
     wait_for(lambda: ended(run_dir), timeout=180, what="the resubmitted job to end")
     got = status(run_dir)
     assert got["state"] == "completed" and int(got["slurm_job_id"]) != controller

@@ -40,6 +40,7 @@ from fslab.cli.common import (
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import UsageError
+from fslab.core.text import count
 
 
 @app.command()
@@ -188,7 +189,7 @@ def stop(ref: Annotated[str, typer.Argument(
             console.print(f"{run_.id}: {state}", highlight=False)
         again = (f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
                  else f"fslab sweep resume {record['id']}")
-        said = (f"{len(stopped)} run{'s' * (len(stopped) != 1)} of {record['id']} stopped; each that had started "
+        said = (f"{count(len(stopped), 'run')} of {record['id']} stopped; each that had started "
                 f"keeps its last checkpoint; go on with: {again}")
         err_console.print(shown(said), highlight=False)
         return
@@ -249,7 +250,7 @@ def sweep(
     sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
                                            registry=registry(project), fail_fast=fail_fast, slurm=options)
     follow = "fslab runs" if options is not None else "fslab queue"
-    console.print(f"{sweep_id}: {len(runs)} runs {where}; follow them with: {follow}", highlight=False)
+    console.print(f"{sweep_id}: {count(len(runs), 'run')} {where}; follow them with: {follow}", highlight=False)
 
 
 def _sweep_spec(targets: list[str], file: Path | None, seeds: int, fail_fast: bool, grid: list[str]):
@@ -288,7 +289,7 @@ def _resume_sweep(targets: list[str], project, options) -> None:
         raise UsageError("usage: fslab sweep resume SWEEP")
     record, again = executors.resume_sweep(targets[1], settings=project, registry=registry(project), slurm=options)
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
-    console.print(f"{record['id']}: {len(again)} runs {where}", highlight=False)
+    console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)
 
 
 # The queue table gives way in this order when the width is short (fslab.cli.tables).

@@ -50,8 +50,7 @@ def eval_(
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say)."""
     from fslab.core.runstore import find_run
 
-    if split not in ("test", "val"):
-        raise UsageError(f"--split must be test or val, got '{split}'")
+    check_split(split)
     shot_list = parse_shots(shots)
     if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or (episodes is not None and episodes < 1):
         raise UsageError("episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes >= 1")
@@ -106,6 +105,11 @@ def _check_device(device: str) -> None:
     check_device({"device": device, "train": {"processes": 1}})
 
 
+def check_split(split: str) -> None:
+    if split not in ("test", "val"):
+        raise UsageError(f"--split must be test or val, got '{split}'")
+
+
 @app.command("compare")
 def compare_(
     refs: Annotated[list[str], typer.Argument(
@@ -134,7 +138,10 @@ def compare_(
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    check_split(split)
     runs = select_runs(settings().runs_dir, refs)
+    if not runs:
+        raise UsageError("no runs to compare; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     shot_list = parse_shots(shots)
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
@@ -201,6 +208,7 @@ def plot_(
     from fslab.reports.plot import draw, parse_size, series_data
 
     pixels = parse_size(size) if size else None
+    check_split(split)
     runs = select_runs(settings().runs_dir, refs)
     data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
                        shots=parse_shots(shots), ways=ways, queries=queries)

@@ -28,6 +28,7 @@ from fslab.cli.common import (
     shown,
 )
 from fslab.cli.tables import Col, fit, print_table
+from fslab.core.text import count
 
 # The study tables, and what they leave out first when the width is short (fslab.cli.tables).
 LIST_COLUMNS = [Col("name", is_id=True), Col("table/figure", wrap=True), Col("paper", wrap=True),
@@ -68,7 +69,7 @@ def gpu_hours_note(estimate: dict, costs) -> str:
     here = (f"GPU-hours: about {estimate['hours']:.1f} for {estimate['estimated_runs']} of the {estimate['runs']} "
             f"runs, from the wall time per epoch of {len(estimate['measured_runs'])} completed GPU runs in this "
             f"store with the same settings (seed and epochs aside); the other "
-            f"{estimate['runs'] - estimate['estimated_runs']} runs have no such run to measure them by.")
+            f"{count(estimate['runs'] - estimate['estimated_runs'], 'run')} have no such run to measure them by.")
     return f"{here} The study records: {recorded}." if recorded else here
 
 
@@ -140,7 +141,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
               "; ".join(assignment(k, v) for k, v in s["grid"].items()) or "-",
               ", ".join(assignment(k, v) for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]
              for s in sweeps]
-    title = f"scale {scale}: {info['runs']} runs"
+    title = f"scale {scale}: {count(info['runs'], 'run')}"
     table = print_table(console, lambda width: fit(SWEEP_COLUMNS, cells, width, list(SWEEP_DETAILS), title=title),
                         wide)
     # What the table left out to fit stands under it, a line a sweep: squeezed into the table, a
@@ -184,7 +185,7 @@ def run(
     outcome = executors.start_study(study, scale, settings=project, registry=registry(project), dataset=dataset,
                                     data_root=data_root, extra=extra, slurm=options)
     total = len(outcome.reused) + len(outcome.in_progress) + len(outcome.requeued) + len(outcome.created)
-    console.print(f"study {study.name} (scale {scale}): {total} runs: {len(outcome.reused)} done already, "
+    console.print(f"study {study.name} (scale {scale}): {count(total, 'run')}: {len(outcome.reused)} done already, "
                   f"{len(outcome.in_progress)} queued or running, {len(outcome.requeued)} queued again, "
                   f"{len(outcome.created)} new; recorded as {outcome.sweep_id}", highlight=False)
     if outcome.project:

@@ -66,6 +66,8 @@ def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
     sweep ids (every run of the sweep) or ``all``."""
     if refs == ["all"]:
         return list_runs(runs_dir)
+    if "all" in refs:
+        raise UsageError("'all' names every run: give it alone, or name the runs and sweeps")
     runs = []
     for ref in refs:
         if ref.startswith("sweep-"):

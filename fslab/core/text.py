@@ -28,3 +28,8 @@ def clip(text: str, most: int = 400) -> str:
     if len(text) <= most:
         return text
     return f"{text[:most]}… ({len(text) - most} more characters)"
+
+
+def count(n: int, noun: str) -> str:
+    """``count(1, "run")`` -> ``"1 run"``, ``count(3, "run")`` -> ``"3 runs"``."""
+    return f"{n} {noun}{'s' * (n != 1)}"

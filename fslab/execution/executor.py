@@ -50,7 +50,9 @@ def job_options(settings, executor: str | None, overrides: list[str] | None = No
             raise UsageError("--slurm settings apply only with --executor slurm")
         return None
     slurm_jobs.require_submitit()  # say how to install submitit before anything is created
-    return slurm_jobs.job_options(settings, overrides)
+    options = slurm_jobs.job_options(settings, overrides)
+    slurm_jobs.check_available(options)  # and that SLURM is here: a refused command creates nothing
+    return options
 
 
 def prepare(method: str, overrides: list[dict], *, settings, registry, slurm: SlurmSettings | None = None) -> dict:

@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from fslab.core.runstore import Run
-from fslab.core.text import printable
+from fslab.core.text import count, printable
 from fslab.reports.compare import compare
 from fslab.tui import model
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
@@ -39,8 +39,9 @@ class CompareScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="compare"):
-            yield Static(Text(f"{len(self.run_ids)} runs, grouped as fslab compare groups them (every setting but "
-                              "the seed); test accuracy pooled over all episodes of a group's runs"), id="compare-note")
+            runs = count(len(self.run_ids), "run")
+            yield Static(Text(f"{runs}, grouped as fslab compare groups them (every setting but the seed); test "
+                              f"accuracy pooled over all episodes of a group's runs"), id="compare-note")
             yield DataTable(id="groups", cursor_type="row")
             yield Static(id="paired")
             with Horizontal(id="compare-charts"):
@@ -96,9 +97,9 @@ class CompareScreen(Screen):
 
     def show_report(self, report: dict) -> None:
         self.query_one("#compare-note", Static).update(Text(
-            f"{len(self.run_ids)} runs, grouped as fslab compare groups them (every setting but the seed); test "
-            f"accuracy on {report['ways']}-way episodes with {report['queries']} queries, pooled over all episodes "
-            f"of a group's runs"))
+            f"{count(len(self.run_ids), 'run')}, grouped as fslab compare groups them (every setting but the "
+            f"seed); test accuracy on {report['ways']}-way episodes with {report['queries']} queries, pooled over "
+            f"all episodes of a group's runs"))
         table = self.query_one("#groups", DataTable)
         table.clear()
         for row in report["groups"]:

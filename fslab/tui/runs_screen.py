@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from fslab.core.text import count
 from fslab.tui import model
 from fslab.tui.runs_table import RunsTable
 from fslab.tui.tailing import StoreChanges
@@ -109,7 +110,7 @@ class RunsScreen(Screen):
         noted = sum(1 for r in rows if r.note)
         corrupt = sum(r.corrupt for r in rows)
         if noted:
-            parts.append(f"{noted} runs with unreadable files (!)")
+            parts.append(f"{count(noted, 'run')} with unreadable files (!)")
         if corrupt:
             parts.append(f"{corrupt} corrupt metrics lines skipped (!)")
         if self.app.skipped:
