@@ -379,3 +379,19 @@ def test_a_run_stopped_while_queued_says_it_never_started(project):
     assert "seed 0" in shown and "pid" not in shown  # it never had a worker
     titled = fslab("runs", "--evaluator", "knn[k=3]", cwd=project, env={**os.environ, "COLUMNS": "200"}).stdout
     assert titled.splitlines()[0].strip() == "test: knn[k=3]"  # not read as markup
+
+
+def test_show_names_the_settings_that_are_not_defaults_as_set_takes_them(project, registry):
+    from fslab.core.config import parse_assignment, resolve
+    from fslab.core.settings import Settings
+
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=[
+        {"train": {"epochs": 3}, "loss": {"temperature": 0.5}, "backbone": {"name": "conv4"}}])
+    run = create_run(project / "runs", "nca", config)
+    lines = fslab("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
+    (line,) = [x for x in lines if x.startswith("settings ")]
+    pairs = {".".join(key): value for key, value in map(parse_assignment, line.split(": ", 1)[1].split(", "))}
+    assert pairs["train.epochs"] == 3 and pairs["loss.temperature"] == 0.5 and pairs["backbone.name"] == "conv4"
+    assert pairs["train.batch_size"] == 128  # the built-in dataset's own, not fslab's 512
+    assert "loss.pair_fraction" not in pairs and "backbone.hidden" not in pairs  # the plugins' defaults
+    assert "train.momentum" not in pairs and "seed" not in pairs and "method" not in pairs

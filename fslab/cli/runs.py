@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from fslab.cli.common import JsonFlag, RunRef, WideFlag, app, console, names_of, pct, settings, shown
+from fslab.cli.common import JsonFlag, RunRef, WideFlag, app, console, names_of, pct, registry, settings, shown
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
 
@@ -90,7 +90,8 @@ def _row(s, test: dict) -> list[str]:
 
 @app.command()
 def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None:
-    """Show one run: state, configuration, progress, every evaluation and where its time went."""
+    """Show one run: state, its settings that are not fslab's defaults, progress, every evaluation and where its
+    time went."""
     from fslab.core.runstore import find_run
     from fslab.core.summary import read_summary
     from fslab.core.timing import time_line, time_split
@@ -115,6 +116,8 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     console.print(f"method {shown(str(summary.method))}, backbone {shown(str(summary.backbone))}, "
                   f"dataset {shown(str(summary.dataset))}, seed {summary.seed}"
                   + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
+    if changed := _settings_line(run_):
+        console.print(f"settings (those not fslab's defaults, as --set takes them): {shown(changed)}", highlight=False)
     if summary.step:
         console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
                       f"pairs +{summary.positives}/-{summary.negatives}")
@@ -130,6 +133,30 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
 EVAL_COLUMNS = [Col("split"), *(Col(h, "right") for h in ("ways", "shots", "queries", "episodes", "epoch")),
                 Col("evaluator", wrap=True), Col("accuracy (%)", "right")]
 EVAL_STEPS = ["queries", "episodes", "ways"]
+
+
+def _settings_line(run_) -> str:
+    """The run's settings that differ from fslab's defaults and from its
+    plugins' (what its recipe, dataset, fslab.toml and command line set),
+    method and seed aside."""
+    from fslab.core.config import DEFAULTS, PLUGIN_SECTIONS, assignment, outside_settings
+    from fslab.core.keys import dotted
+
+    try:
+        config = run_.config()
+    except FslabError:
+        return ""  # the error line above says why
+    defaults = dotted(DEFAULTS)
+    plugins = registry(settings())
+    for section in PLUGIN_SECTIONS:
+        try:
+            component = plugins.get(section, config.get(section, {}).get("name"))
+        except FslabError:
+            continue  # a plugin not installed here: its parameters are all shown
+        defaults |= {f"{section}.{k}": v for k, v in component.params.items()}
+    return ", ".join(assignment(k, v) for k, v in dotted(config).items()
+                     if k not in ("method", "seed", "config_version") and not outside_settings(k)
+                     and (k not in defaults or defaults[k] != v))
 
 
 def _score(evaluation: dict) -> str:
