@@ -395,3 +395,17 @@ def test_show_names_the_settings_that_are_not_defaults_as_set_takes_them(project
     assert pairs["train.batch_size"] == 128  # the built-in dataset's own, not fslab's 512
     assert "loss.pair_fraction" not in pairs and "backbone.hidden" not in pairs  # the plugins' defaults
     assert "train.momentum" not in pairs and "seed" not in pairs and "method" not in pairs
+
+
+def test_a_worker_ended_by_a_signal_is_named_and_a_name_in_other_case_is_suggested(project):
+    from fslab.cli.launch import _signal_text
+    from fslab.core.errors import did_you_mean
+
+    assert _signal_text(-9) == "the worker was killed by SIGKILL (out of memory, or another program)"
+    assert _signal_text(-15) == "the worker was ended by SIGTERM"
+    assert _signal_text(1) == _signal_text(None) == ""
+    assert did_you_mean("NCA", ["nca", "protonet"]) == " Did you mean 'nca'?"
+    create_run(project / "runs", "nca", {"method": "nca"})
+    empty = fslab("show", " ", cwd=project)
+    assert empty.returncode != 0 and empty.stderr == (
+        "error: an empty run id names no run; give a run id, a unique part of one, or 'last'\n")

@@ -149,6 +149,11 @@ def test_set_values_are_toml_with_string_fallback():
     assert parse_assignment("train.flip=false") == (["train", "flip"], False)
     with pytest.raises(ConfigError, match="--set expects key=value"):
         parse_assignment("train.lr")
+    # a value opened as a list, table or quoted string but left unfinished is a mistake, not a word
+    for raw, why in [("[0.5,", "Invalid value"), ('"nca', "Unterminated string"), ("{a = 1", "")]:
+        with pytest.raises(ConfigError, match=rf"^--set train.milestones: '{re.escape(raw)}' is not a TOML value "
+                                              rf"\({why}"):
+            parse_assignment(f"train.milestones={raw}")
 
 
 def test_a_setting_is_written_as_set_reads_it():
@@ -160,6 +165,7 @@ def test_a_setting_is_written_as_set_reads_it():
     assert [assignment("k", v) for v in ("1", "true", "1979-05-27", "")] == \
         ['k="1"', 'k="true"', 'k="1979-05-27"', 'k=""']
     assert assignment("k", '"x"') == 'k="\\"x\\""'  # TOML would read the string x: quoted, escaped
+    assert assignment("k", "[x") == 'k="[x"'  # --set refuses an unfinished list: quoted
     assert assignment("loss.distance", None) == "loss.distance=null"  # a JSON null: no --set gives it
 
 

@@ -132,9 +132,24 @@ def _follow_to_end(run_, process) -> None:
                           f"({results['episodes']} episodes)", highlight=False)
         return
     status = run_.status()
-    err_console.print(f"{run_.id}: {state}: {shown(str(status.get('error') or 'no error recorded'))}. "
-                      f"See: fslab logs {run_.id} --stderr", highlight=False)
+    error = status.get("error") or _signal_text(process.returncode) or "no error recorded"
+    err_console.print(f"{run_.id}: {state}: {shown(str(error))}. See: fslab logs {run_.id} --stderr",
+                      highlight=False)
     raise typer.Exit(1)
+
+
+def _signal_text(returncode: int | None) -> str:
+    """``the worker was killed by SIGKILL`` for a worker a signal ended (a negative exit code)."""
+    import signal
+
+    if returncode is None or returncode >= 0:
+        return ""
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"the worker was killed by {name} (out of memory, or another program)" if name == "SIGKILL" \
+        else f"the worker was ended by {name}"
 
 
 @app.command()

@@ -217,7 +217,10 @@ def parse_assignment(text: str, option: str = "--set") -> tuple[list[str], Any]:
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except tomllib.TOMLDecodeError as exc:
+        if raw and raw[0] in "[{\"'":  # meant as a list, table or quoted string: say what TOML found wrong
+            raise ConfigError(f"{option} {key}: {raw!r} is not a TOML value ({str(exc).split(' (at ')[0]}); "
+                              f"e.g. [0.5, 0.75] or \"text\"") from None
         value = raw
     return key.split("."), value
 
@@ -253,8 +256,9 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _reads_as_itself(text: str) -> bool:
-    """Whether ``--set key=TEXT`` gives the string ``text``: TOML reads no value from it."""
-    if not text or text != text.strip():
+    """Whether ``--set key=TEXT`` gives the string ``text``: TOML reads no value from it, and
+    it does not open as a list, table or quoted string (which --set refuses unfinished)."""
+    if not text or text != text.strip() or text[0] in "[{\"'":
         return False
     try:
         tomllib.loads(f"v = {text}")

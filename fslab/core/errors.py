@@ -52,7 +52,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean 'x'?' for the closest choice, or ''."""
     if not isinstance(word, str):
         return ""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    choices = list(choices)
+    same = [c for c in choices if isinstance(c, str) and c.lower() == word.lower()]  # NCA for nca
+    close = same or difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" Did you mean '{close[0]}'?" if close else ""
 
 

@@ -259,6 +259,8 @@ def list_runs(runs_dir: Path) -> list[Run]:
 def find_run(runs_dir: Path, ref: str) -> Run:
     """A run by id, unique id prefix, unique substring, or ``last`` (the newest).
     Folder names are compared, and no file is read, so a store of any size answers at once."""
+    if not ref.strip():
+        raise RunNotFound("an empty run id names no run; give a run id, a unique part of one, or 'last'")
     if ref != "last":  # unreadable runs can be named too: fslab show says why they cannot be read
         # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
         names = [name for name in run_names(runs_dir)
