@@ -335,3 +335,21 @@ def test_stop_sweep_stops_its_queued_runs_first_then_its_running_one(project):
     again = fslab("stop", sweep_id, cwd=project)
     assert again.returncode == 2 and again.stderr == f"error: sweep {sweep_id} has no queued or running run; " \
                                                       f"nothing to stop\n"
+
+
+def test_a_store_that_refuses_writes_is_named_as_such_not_as_a_lock_file_to_remove(tmp_path, monkeypatch):
+    """A read-only (or full) runs folder is the file system's refusal: the OSError goes on to
+    the CLI's one line naming the file (exit 1, as fslab run says it), with no advice to remove
+    a lock file that does not exist."""
+    import errno
+    from pathlib import Path
+
+    from fslab.execution.slots import Slot, check_slot_files
+
+    def refuse(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(OSError) as refused:
+        check_slot_files(tmp_path / "runs", [Slot("cpu-0", None)])
+    assert refused.type is OSError and refused.value.filename == str(tmp_path / "runs" / ".slots")

@@ -8,6 +8,7 @@ machine there are ``runs_per_gpu`` slots per GPU; without GPUs, ``cpu_slots``.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import subprocess
@@ -95,6 +96,8 @@ def check_slot_files(runs_dir: Path, slots: list[Slot]) -> None:
         for slot in slots:
             os.close(open_slot(folder, slot))
     except OSError as error:
+        if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
+            raise  # the store refused, not a lock file: one line naming the file, exit 1, as for a run
         raise UsageError(unusable(folder, error)) from None
 
 
