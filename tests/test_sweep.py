@@ -353,3 +353,14 @@ def test_a_store_that_refuses_writes_is_named_as_such_not_as_a_lock_file_to_remo
     with pytest.raises(OSError) as refused:
         check_slot_files(tmp_path / "runs", [Slot("cpu-0", None)])
     assert refused.type is OSError and refused.value.filename == str(tmp_path / "runs" / ".slots")
+
+
+def test_a_requeued_run_holds_no_slot_until_a_scheduler_gives_it_one(tmp_path):
+    from fslab.core.runstore import create_run
+    from fslab.execution.sweep import requeue
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    run.write_status(state="killed", pid=None, slot="cpu-0", gpus="0", error="stopped")
+    (again,) = requeue(tmp_path / "runs", {"runs": [run.id]})
+    status = again.status()
+    assert (status["state"], status["slot"], status["gpus"], status["error"]) == ("queued", None, None, None)

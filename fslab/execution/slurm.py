@@ -120,7 +120,8 @@ def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False)
     folder = run.path / "slurm"
     executor = make_executor(folder, options, name=f"fslab-{run.id}")  # no SLURM here: nothing changed yet
     if requeue:
-        run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None)
+        run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None,
+                         slot=None, gpus=None)
     run.write_status(executor="slurm", slurm_cluster=options.cluster)
     clear_stop_request(run.path)  # one left from an earlier life of the run must not stop the job
     try:

@@ -187,7 +187,7 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
                     continue
                 (run.path / ".claimed").unlink(missing_ok=True)
                 run.write_status(state="queued", pid=None, heartbeat=None, created=time.time(),
-                                 ended=None, exit_code=None, error=None)
+                                 ended=None, exit_code=None, error=None, slot=None, gpus=None)  # no slot yet
         except LiveWorker:
             continue  # its worker lives (paused, or its heartbeat is late): it is not lost
         again.append(run)
