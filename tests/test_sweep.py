@@ -1,6 +1,7 @@
 """Sweeps and the slot scheduler, with real scheduler and worker processes."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -258,7 +259,12 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
                                     "scheduler has 2 CPU slots (scheduler.cpu_slots in fslab.toml); " \
                                     "use --gpus 2 or fewer"
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
-    slurm = fslab("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project)
+    bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    slurm = fslab("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project,
+                  env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert slurm.returncode == 2 and "--gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 

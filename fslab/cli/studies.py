@@ -212,7 +212,7 @@ def report(
 
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
     pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's, or settings
-    the study fixes changed by --set or by [run] of fslab.toml.
+    the study fixes changed by --set or by \\[run] of fslab.toml.
     """
     from fslab.core.errors import UsageError
     from fslab.core.studies import SCALES

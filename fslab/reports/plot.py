@@ -83,6 +83,30 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     if not runs:
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     files = RunFiles()
+    lines, left_out = _lines(runs, key, series, files)
+
+    def scored(run: Run) -> bool:
+        return any(pooled([run], split, n, ways, queries, files=files) for n in shots)
+
+    for line in lines.values():
+        for point in line["points"].values():
+            runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
+            point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in runs_kept]
+            point["runs"] = runs_kept
+            left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
+    varying = sorted({k for line in lines.values() for k in line["settings"]
+                      if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
+    shown = varying or series or ["method"]
+    panels = [{"shots": n, "series": _series(lines, shown, split, n, ways, queries, files)} for n in shots]
+    if not any(panel["series"] for panel in panels):
+        raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way "
+                         f"{','.join(map(str, shots))}-shot, {queries} queries; finish them or run: fslab eval RUN")
+    return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
+
+
+def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles) -> tuple[dict, list[dict]]:
+    """The runs as lines (their settings but the seed and x, or the ``series`` keys) of
+    points (the runs at one x), and the runs that give no point, with why."""
     lines: dict[tuple, dict] = {}
     left_out: list[dict] = []
     no_x: list[UsageError] = []
@@ -106,40 +130,27 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
         point["runs"].append(run)
     if not lines:
         raise no_x[0] if no_x else UsageError("none of these runs has a configuration that can be read")
+    return lines, left_out
 
-    def scored(run: Run) -> bool:
-        return any(pooled([run], split, n, ways, queries, files=files) for n in shots)
 
+def _series(lines: dict, shown: list[str], split: str, shots: int, ways: int, queries: int,
+            files: RunFiles) -> list[dict]:
+    """One panel's lines: each labelled by the ``shown`` settings, its points pooled as compare pools."""
+    drawn = []
     for line in lines.values():
+        points = []
         for point in line["points"].values():
-            runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
-            point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in runs_kept]
-            point["runs"] = runs_kept
-            left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
-    varying = sorted({k for line in lines.values() for k in line["settings"]
-                      if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
-    shown = varying or series or ["method"]
-    panels = []
-    for n in shots:
-        drawn = []
-        for line in lines.values():
-            label = settings_label(line["settings"], shown)
-            points = []
-            for point in line["points"].values():
-                result = pooled(point["runs"], split, n, ways, queries, files=files)
-                if result is None:
-                    continue
-                xs = point["x"]
-                numbers = all(isinstance(v, (int, float)) for v in xs) and len(set(xs)) > 1
-                where = statistics.fmean(xs) if numbers else xs[0]
-                points.append({"x": where, **result, "run_ids": [r.id for r in point["runs"]]})
-            if points:
-                drawn.append({"label": label or "all", "points": sorted(points, key=lambda p: _order(p["x"]))})
-        panels.append({"shots": n, "series": drawn})
-    if not any(panel["series"] for panel in panels):
-        raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way "
-                         f"{','.join(map(str, shots))}-shot, {queries} queries; finish them or run: fslab eval RUN")
-    return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
+            result = pooled(point["runs"], split, shots, ways, queries, files=files)
+            if result is None:
+                continue
+            xs = point["x"]
+            numbers = all(isinstance(v, (int, float)) for v in xs) and len(set(xs)) > 1
+            where = statistics.fmean(xs) if numbers else xs[0]
+            points.append({"x": where, **result, "run_ids": [r.id for r in point["runs"]]})
+        if points:
+            label = settings_label(line["settings"], shown) or "all"
+            drawn.append({"label": label, "points": sorted(points, key=lambda p: _order(p["x"]))})
+    return drawn
 
 
 def _order(value) -> tuple:
