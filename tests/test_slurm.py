@@ -312,8 +312,13 @@ def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(loca
     assert status(project / "runs" / stopped)["error"] == "stopped by SIGTERM"
     wait_for(lambda: not pid_alive(torchrun), timeout=30, what="torchrun to exit")
 
+    bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
     no_gpus = fslab("run", "nca", *TINY, "--gpus", "2", "--device", "cuda", "--executor", "slurm", "--slurm",
-                    "cluster='slurm'", "--slurm", "gpus_per_job=1", cwd=project)
+                    "cluster='slurm'", "--slurm", "gpus_per_job=1", cwd=project,
+                    env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert no_gpus.returncode == 2 and no_gpus.stderr.strip() == \
         "error: --gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1; pass --slurm gpus_per_job=2 or set it " \
         "in [slurm] of fslab.toml"
