@@ -227,6 +227,25 @@ def make_mini_csv(root: Path, per_class=3, classes_per_split=(3, 2, 2)) -> dict:
     return written
 
 
+def test_folder_scales_16_bit_images_and_reads_ppm_but_no_hidden_file(registry, tmp_path):
+    """A 16-bit grayscale PNG (a microscope's, a scanner's) is scaled to 8 bits, not clipped
+    to white; .ppm files count as images; ._name.png files macOS leaves are not images."""
+    from PIL import Image
+
+    levels = {"dark": 2000, "mid": 30000, "bright": 60000}
+    for split in ("train", "val", "test"):
+        for name, level in levels.items():
+            folder = tmp_path / "data" / split / name
+            folder.mkdir(parents=True)
+            Image.fromarray(np.full((6, 6), level, dtype=np.uint16)).save(folder / "a.png")
+            (folder / "._a.png").write_bytes(b"AppleDouble metadata")
+    Image.fromarray(np.full((6, 6, 3), 40, dtype=np.uint8)).save(tmp_path / "data" / "train" / "dark" / "b.ppm")
+    split = create(registry, "folder", tmp_path / "data", image_size=6, grayscale=True).load("train")
+    means = [float(img.float().mean()) for img in split.images]
+    assert split.classes == ["bright", "dark", "mid"] and split.labels.tolist() == [0, 1, 1, 2]
+    assert means == [round(60000 / 257), round(2000 / 257), 40.0, round(30000 / 257)]  # a.png, then b.ppm
+
+
 def test_miniimagenet_csv_layout(registry, tmp_path):
     written = make_mini_csv(tmp_path)
     dataset = create(registry, "miniimagenet", tmp_path, image_size=7, check_counts=False)

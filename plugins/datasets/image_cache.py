@@ -49,11 +49,11 @@ from pathlib import Path
 
 from fslab.plugin import Split, UsageError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: 16-bit images scaled to 8 bits (1 clipped them to white); a cache of 1 is rebuilt
 CACHE_FOLDER = ".fslab-cache"
 DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 512  # images decoded per block written to the cache file
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 
 
 # -- checking what is on disk ---------------------------------------------------------
@@ -124,8 +124,10 @@ def check_split_name(dataset: str, split: str) -> None:
 
 
 def list_images(folder: Path) -> list[Path]:
-    """Image files directly in ``folder``, sorted by name (the order is part of the cache)."""
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+    """Image files directly in ``folder``, sorted by name (the order is part of the cache);
+    hidden files (``._img0.png``, the metadata macOS leaves beside copies) are not images."""
+    return sorted(p for p in folder.iterdir()
+                  if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith(".") and p.is_file())
 
 
 # -- decoding --------------------------------------------------------------------------
@@ -138,6 +140,8 @@ def to_array(image, size: int, mode: str, box: tuple[int, int, int, int] | None 
     import numpy as np
     from PIL import Image
 
+    if image.mode.startswith("I"):  # 16- or 32-bit integer pixels: convert() would clip each at 255
+        image = Image.fromarray(_eight_bits(np.asarray(image)), mode="L")
     image = image.convert(mode)
     if box is not None:
         image = image.crop(box)
@@ -145,6 +149,16 @@ def to_array(image, size: int, mode: str, box: tuple[int, int, int, int] | None 
         image = image.resize((size, size), Image.Resampling.BILINEAR)
     array = np.asarray(image, dtype=np.uint8)
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def _eight_bits(pixels):
+    """Integer pixels (a 16-bit PNG's 0..65535, or a 32-bit image's) scaled to 0..255:
+    by 257 where they fit 16 bits (65535 -> 255), else by their own maximum."""
+    import numpy as np
+
+    pixels = pixels.astype(np.float64)
+    top = 65535.0 if pixels.max(initial=0) <= 65535 else float(pixels.max())
+    return np.clip(np.rint(pixels * (255.0 / top)), 0, 255).astype(np.uint8)
 
 
 def decode_file(path, size: int, mode: str, box=None):
