@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from fslab.core.errors import ConfigError, UsageError
+from fslab.core.events import evaluator_label, own_evaluator
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.keys import dotted
@@ -46,13 +47,16 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #      the register_studies hook (study TOML files) and register_study_files.
 # 1.3: the register_sinks hook (Sink, SinkRun): trackers fed every event a run logs.
 # 1.4: dotted(config): a configuration as dotted keys (train.lr), as trackers take parameters.
-API_VERSION = "1.5"
+# 1.5: register(..., batch=f): a sampler whose own parameters fix the rows of a batch.
+# 1.6: evaluator_label(section) and own_evaluator(config): the label an evaluation is saved under,
+#      and that of the run's own evaluator, for a sink naming its evaluations.
+API_VERSION = "1.6"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
     "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
     "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
-    "Sink", "SinkRun", "dotted",
+    "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator",
     "UsageError", "ConfigError",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing",

@@ -197,3 +197,20 @@ def test_export_refuses_in_one_line(exported):
     bad = fslab("export", "all", "--to", "mlflow", "--set", "trackinguri=x", cwd=project, env=env)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "unknown parameter 'sinks.mlflow.trackinguri' for sink 'mlflow'. Did you mean 'tracking_uri'?" in bad.stderr
+
+
+def test_an_evaluation_is_tagged_apart_from_the_runs_own_scores_unless_it_is_one_of_them():
+    from fslab_plugins.sinks.common import eval_prefix
+
+    config = {"evaluator": {"name": "knn", "k": 3, "ties": "nearest"}}
+    test = {"split": "test", "ways": 5, "shots": 1, "queries": 15, "episodes": 100, "step": 56}
+    # the run's own evaluator, parameters and all, tests with no label: the tag its summary reads
+    assert eval_prefix({**test, "evaluator": "knn[k=3,ties=nearest]"}, config) == "test/5way_1shot"
+    assert eval_prefix(test, config) == "test/5way_1shot"  # logged before evaluators were named
+    assert eval_prefix({**test, "evaluator": "centroid"}, config) == "test/5way_1shot/centroid"
+    # fslab eval afterwards: its own tag with its episodes, never over the training's test or val curve
+    later = {**test, "evaluator": "knn[k=3,ties=nearest]", "source": "fslab eval", "episodes": 3, "queries": 1}
+    assert eval_prefix(later, config) == "eval/test/5way_1shot/knn[k=3,ties=nearest]/1q_3ep"
+    assert eval_prefix({**later, "split": "val", "epoch": 2}, config) == \
+        "eval/val/5way_1shot/knn[k=3,ties=nearest]/1q_3ep"
+    assert eval_prefix({**test, "split": "val", "evaluator": "centroid"}, {}) == "val_final/5way_1shot"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from fslab.plugin import own_evaluator
+
 
 def need(module: str, sink: str, extra: str) -> Any:
     """``import module``, or an ImportError saying which extra installs it."""
@@ -21,12 +23,17 @@ def eval_prefix(event: dict, config: dict) -> str:
     evaluator's label when it is not the run's own (``test/5way_1shot/knn[k=3]``).
     The final network's scores on the validation classes (``eval.final_val``:
     a val evaluation placed by no epoch) are ``val_final/...``, apart from the
-    epoch-by-epoch validation curve."""
+    epoch-by-epoch validation curve. An evaluation made after training (``fslab
+    eval``, its event names its ``source``) is ``eval/...`` with its episodes and
+    queries (``eval/test/5way_1shot/centroid/15q_10000ep``), so it never takes the
+    place of the training's own test or validation numbers."""
+    own = own_evaluator(config)
+    label = str(event.get("evaluator", own))  # an event logged before evaluators were: the run's own
+    shape = f"{event['ways']}way_{event['shots']}shot"
+    if event.get("source"):
+        return f"eval/{event['split']}/{shape}/{label}/{event['queries']}q_{event['episodes']}ep"
     split = "val_final" if event["split"] == "val" and "epoch" not in event else event["split"]
-    prefix = f"{split}/{event['ways']}way_{event['shots']}shot"
-    own = (config.get("evaluator") or {}).get("name", "centroid")
-    label = str(event.get("evaluator", own))
-    return prefix if label == own else f"{prefix}/{label}"
+    return f"{split}/{shape}" if label == own else f"{split}/{shape}/{label}"
 
 
 def eval_values(event: dict) -> dict[str, float]:
