@@ -115,3 +115,14 @@ def save_episode_scores(folder: Path, seed: int, episodes: int = 2000) -> dict[i
         name = f"test-centroid-5way-{shots}shot-15q-{episodes}ep-seed0-epoch3.json"
         (folder / "evaluations" / name).write_text(json.dumps(record))
     return scores
+
+
+def test_the_launch_forms_set_field_splits_where_the_shell_would_not_break_a_value():
+    from fslab.core.config import parse_assignment
+    from fslab.tui.launch_screen import _assignments
+
+    text = 'train.milestones=[0.5, 0.75]  dataset.root="/tmp/a b" loss.name=nca eval.extra={a = 1, b = [2, 3]}'
+    assert [parse_assignment(t) for t in _assignments(text)] == [
+        (["train", "milestones"], [0.5, 0.75]), (["dataset", "root"], "/tmp/a b"), (["loss", "name"], "nca"),
+        (["eval", "extra"], {"a": 1, "b": [2, 3]})]
+    assert _assignments("") == [] and _assignments("  x=1 ") == ["x=1"]

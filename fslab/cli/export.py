@@ -32,7 +32,7 @@ def export_(
                                      "(fslab plugins --kind sink).", autocompletion=names_of("sink"))],
     set_: Annotated[list[str] | None, typer.Option(
         "--set", metavar="KEY=VALUE",
-        help="A parameter of the sink, e.g. --set tracking_uri=sqlite:///mlflow.db (repeatable); over the run's own "
+        help="A parameter of the sink, e.g. --set tracking_uri=http://mlflow.lab:5000 (repeatable); over the run's own "
              "and fslab.toml's \\[run.sinks.SINK].")] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -84,7 +84,7 @@ class LaunchScreen(ModalScreen[None]):
             text = self.query_one(f"#{key}", Input).value.strip()
             options[path] = int(text) if text else None
         layers = [nest(list(path), value) for path, value in options.items() if value is not None]
-        return layers + [nest(*parse_assignment(t)) for t in self.query_one("#settings", Input).value.split()]
+        return layers + [nest(*parse_assignment(t)) for t in _assignments(self.query_one("#settings", Input).value)]
 
     def action_launch(self) -> None:
         method = self.choice("method")
@@ -109,3 +109,23 @@ class LaunchScreen(ModalScreen[None]):
             self.action_launch()
         else:
             self.action_cancel()
+
+
+def _assignments(text: str) -> list[str]:
+    """The form's --set field as the shell would split it: ``train.milestones=[0.5, 0.75]`` is one
+    assignment only quoted on a command line, so a space inside brackets or quotes does not split."""
+    out, current, depth, quote = [], "", 0, ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch.isspace() and depth == 0:
+            out, current = (out + [current] if current else out), ""
+            continue
+        current += ch
+    return out + [current] if current else out

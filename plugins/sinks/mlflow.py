@@ -11,7 +11,7 @@ stamped with the event's time; its artifacts ``config.json`` and, at the end,
 
 By default it writes to a file store in ``mlruns/`` beside the runs folder
 (``mlflow ui --backend-store-uri mlruns`` shows it), experiment ``fslab``;
-``tracking_uri`` names any other (``sqlite:///mlflow.db``, a server). MLflow
+``tracking_uri`` names any other (a server, ``http://mlflow.lab:5000``; a database needs MLflow's full package). MLflow
 keeps its file store in maintenance mode and refuses it unless
 ``MLFLOW_ALLOW_FILE_STORE`` is set: the sink sets it for its own process when
 the URI is a file store. ``fslab export`` deletes the MLflow run an earlier
