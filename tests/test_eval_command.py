@@ -84,6 +84,13 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     assert {k: v["accuracy"] for k, v in shown["test"].items()} == \
         {k: v["accuracy"] for k, v in results["test"].items()}  # 5-way, whatever else was tested or evaluated
     assert shown["time"]["validations"] == 2
+    # shapes are all checked before any is scored: a refused one leaves the run's files as they were
+    before = (run_dir / "metrics.jsonl").read_bytes(), sorted((run_dir / "evaluations").iterdir())
+    refused = fslab("eval", run_dir.name, "--shots", "1,100", "--episodes", "4", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        "error: 5-way episodes with 100 shots and 15 queries need 5 classes with at least 115 images; this split "
+        "has 0 such classes (of "), refused.stderr
+    assert ((run_dir / "metrics.jsonl").read_bytes(), sorted((run_dir / "evaluations").iterdir())) == before
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -106,6 +106,19 @@ def floyd_subsets(sizes: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return picked
 
 
+def check_classes(labels: Sequence[int] | torch.Tensor, ways: int, shots: int, queries: int) -> None:
+    """A UsageError unless ``ways`` classes of ``labels`` have ``shots + queries`` images each
+    (classes with fewer are never drawn), so a command can check every shape before it scores any."""
+    counts = torch.unique(torch.as_tensor(labels, dtype=torch.long).flatten().cpu(), return_counts=True)[1]
+    enough = int((counts >= shots + queries).sum())
+    if enough < ways:
+        raise UsageError(
+            f"{ways}-way episodes with {shots} shots and {queries} queries need {ways} classes "
+            f"with at least {shots + queries} images; this split has {enough} such "
+            f"class{'es' * (enough != 1)} (of {counts.numel()})"
+        )
+
+
 def sample_episodes(
     labels: Sequence[int] | torch.Tensor,
     ways: int,
@@ -132,11 +145,7 @@ def sample_episodes(
         )
     classes, counts = torch.unique(labels, return_counts=True)
     eligible = classes[counts >= per_class]
-    if eligible.numel() < ways:
-        raise UsageError(
-            f"{ways}-way episodes with {shots} shots and {queries} queries need {ways} classes "
-            f"with at least {per_class} images; this split has {eligible.numel()}"
-        )
+    check_classes(labels, ways, shots, queries)
     # Each eligible class's dataset indices are a run of `order`, from `starts`.
     order = torch.argsort(labels, stable=True)
     class_counts = counts[counts >= per_class]

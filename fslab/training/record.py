@@ -85,12 +85,15 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     metric), ci95, and ``features_cached`` where the inputs say.
     """
     traits = evaluator_traits(evaluator)
+    shapes = evaluation.episode_shapes(evaluator, episodes.shots, episodes.queries)
+    for shots, queries in shapes:  # every shape before any is scored: a refused one records nothing
+        evaluation.check_classes(inputs.labels, episodes.ways, shots, queries)
     features = inputs.features
     if callable(features) and not traits.needs_model:
         features = features()  # embedded once for every shape
     cached = inputs.features_cached
     results = []
-    for shots, queries in evaluation.episode_shapes(evaluator, episodes.shots, episodes.queries):
+    for shots, queries in shapes:
         scores = evaluation.run_episodes(evaluator, inputs.labels, episodes.ways, shots, queries, episodes.count,
                                          episodes.seed, features=features, model=inputs.network,
                                          images=inputs.images, to_input=to_input, device=inputs.device,
