@@ -333,8 +333,8 @@ def test_compare_screen_shows_what_fslab_compare_computes(store):
         groups = screen.query_one("#groups")
         assert groups.row_count == 2
         cells = [[c.plain for c in groups.get_row_at(i)] for i in range(2)]
-        nca = next(r for r in cells if "method=nca" in r[0])
-        assert nca[1] == "0, 1" and nca[2] == "2"
+        nca = next(r for r in cells if "method=nca" in r[6])
+        assert nca[0] in ("#1", "#2") and nca[1] == "0, 1" and nca[2] == "2"
         pooled = scores["done0"][5] + scores["done1"][5]  # brute force over every episode
         mean, ci = statistics.fmean(pooled), 1.96 * statistics.pstdev(pooled) / len(pooled) ** 0.5
         assert nca[4] == f"{100 * mean:.2f}±{100 * ci:.2f}"
@@ -342,7 +342,7 @@ def test_compare_screen_shows_what_fslab_compare_computes(store):
         report = compare([Run(folders[k]) for k in ("done0", "done1", "failed")])
         row = next(r for r in report["groups"] if "method=nca" in r["group"])
         assert row["results"]["5-shot"]["accuracy"] == pytest.approx(mean, abs=1e-12)
-        failed = next(r for r in cells if "method=protonet" in r[0])
+        failed = next(r for r in cells if "method=protonet" in r[6])
         assert "1 without test yet" in failed[2] and failed[3] == "-"
         assert len(screen.query_one("#chart-compare").plot.series) == 3
 

@@ -250,7 +250,7 @@ def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], w
     block per title (e.g. 1-shot, 5-shot), one line per (group, mean, ci),
     every line of a block on the block's own axis, in the palette's colours."""
     value_w = 12  # " 56.22±0.40 "
-    # Group labels give way (keeping their tail) so the intervals get 16 columns.
+    # Group labels give way (keeping their head, "#2 train.lr=...") so the intervals get 16 columns.
     label_w = max(6, min(24, width - value_w - 17, max((len(g) for _, rows in blocks for g, _, _ in rows), default=0)))
     plot_w = width - label_w - value_w - 1
     if plot_w < 8 or not any(rows for _, rows in blocks):
@@ -271,7 +271,7 @@ def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], w
             for c in range(left, right + 1):
                 cells[c] = "─"
             cells[left], cells[right], cells[mid] = "├", "┤", "●"
-            name = group if len(group) <= label_w else "…" + group[len(group) - label_w + 1:]
+            name = group if len(group) <= label_w else group[:label_w - 1] + "…"
             out.append("\n" + name.ljust(label_w) + " ")
             out.append("".join(cells), style=PALETTE[index % len(PALETTE)])
             out.append(f" {100 * mean:.2f}±{100 * ci:.2f}".ljust(value_w))

@@ -51,8 +51,10 @@ class CompareScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#groups", DataTable).add_columns("group", "seeds", "runs", "test 1-shot (%)",
-                                                         "test 5-shot (%)", "episodes")
+        # the numbers first, the group's settings (as long as its differences) last: a wide label never
+        # pushes them off the screen; # names the group in the interval chart
+        self.query_one("#groups", DataTable).add_columns("#", "seed values", "runs", "test 1-shot (%)",
+                                                         "test 5-shot (%)", "episodes", "group")
         self.followers = [RunFollower(self.app.runs_dir / run_id) for run_id in self.run_ids]
         self.follow()
         self.set_interval(self.app.tick, self.follow)
@@ -102,14 +104,14 @@ class CompareScreen(Screen):
             f"all episodes of a group's runs"))
         table = self.query_one("#groups", DataTable)
         table.clear()
-        for row in report["groups"]:
+        for number, row in enumerate(report["groups"], 1):
             one, five = row["results"].get("1-shot"), row["results"].get("5-shot")
             evaluated = max((r["runs"] for r in row["results"].values()), default=0)
             missing = f" ({len(row['runs']) - evaluated} without test yet)" if evaluated < len(row["runs"]) else ""
             episodes = ", ".join(f"{s}: {v['episodes']}" for s, v in sorted(row["results"].items()))
-            table.add_row(Text(printable(row["group"])), Text(printable(", ".join(str(s) for s in row["seed_values"]))),
+            table.add_row(Text(f"#{number}"), Text(printable(", ".join(str(s) for s in row["seed_values"]))),
                           Text(f"{len(row['runs'])}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
-                          Text(episodes or "-"))
+                          Text(episodes or "-"), Text(printable(row["group"])))
         self.show_intervals(report)
         lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {100 * p['difference']:+.2f} ± "
                  f"{100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
@@ -119,7 +121,8 @@ class CompareScreen(Screen):
         """The groups' pooled test accuracy ± 95% CI as intervals, a block per shot count."""
         chart = self.query_one("#chart-accuracy", IntervalChart)
         chart.blocks = [(f"test {shots}-shot accuracy (%) ± 95% CI", [
-            (printable(row["group"]), row["results"][f"{shots}-shot"]["accuracy"],
+            (f"#{number} {printable(row['group'])}", row["results"][f"{shots}-shot"]["accuracy"],
              row["results"][f"{shots}-shot"]["ci95"])
-            for row in report["groups"] if f"{shots}-shot" in row["results"]]) for shots in SHOTS]
+            for number, row in enumerate(report["groups"], 1) if f"{shots}-shot" in row["results"]])
+            for shots in SHOTS]
         chart.refresh(layout=True)
