@@ -137,7 +137,9 @@ def test_new_metrics_line_appears_after_a_tick_and_bad_lines_do_not(store):
         append(live, torn[20:] + "\n")
         await tick(app, pilot)
         assert "0.0777" in row_text(app, live.name)
-        assert "1 corrupt metrics lines skipped" in str(app.screen.query_one("#status").render())
+        status = str(app.screen.query_one("#status").render())
+        assert "1 corrupt metrics lines skipped" in status
+        assert status.index("corrupt metrics lines") < status.index("sort:")  # the note first: it must be read
 
     drive(frozen_app(runs), body)
 

@@ -95,8 +95,17 @@ class RunsScreen(Screen):
         for r in rows:
             counts[r.state] = counts.get(r.state, 0) + 1
         states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        parts = [f"{len(self.table.ids)} of {len(self.app.rows)} runs" + (f" ({states})" if states else ""),
-                 f"sort: {self.sort_by}{MARKERS[self.reverse]}"]
+        parts = [f"{len(self.table.ids)} of {len(self.app.rows)} runs" + (f" ({states})" if states else "")]
+        # what explains the table's (!) markers comes first: the line wraps, but the most needed goes first
+        noted = sum(1 for r in rows if r.note)
+        corrupt = sum(r.corrupt for r in rows)
+        if noted:
+            parts.append(f"{count(noted, 'run')} with unreadable files (!)")
+        if corrupt:
+            parts.append(f"{corrupt} corrupt metrics lines skipped (!)")
+        if self.app.skipped:
+            parts.append(f"{len(self.app.skipped)} folders without config.json skipped")
+        parts.append(f"sort: {self.sort_by}{MARKERS[self.reverse]}")
         unknown = model.unknown_fields(self.query_text)
         if unknown:
             parts.insert(0, f"unknown filter field {', '.join(unknown)}: use {', '.join(model.FIELDS)}")
@@ -107,14 +116,6 @@ class RunsScreen(Screen):
             parts.append(f"←{left} →{right} columns")
         if self.table.marked:
             parts.append(f"{len(self.table.marked)} marked")
-        noted = sum(1 for r in rows if r.note)
-        corrupt = sum(r.corrupt for r in rows)
-        if noted:
-            parts.append(f"{count(noted, 'run')} with unreadable files (!)")
-        if corrupt:
-            parts.append(f"{corrupt} corrupt metrics lines skipped (!)")
-        if self.app.skipped:
-            parts.append(f"{len(self.app.skipped)} folders without config.json skipped")
         if not self.app.rows:
             parts.append(f"no runs in {self.app.runs_dir} yet: press n to start one")
         self.query_one("#status", Static).update(Text(" · ".join(parts)))
