@@ -166,6 +166,20 @@ def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
         assert app.rows[folders["done0"].name].note == "status.json is not a JSON object"
         assert app.rows[folders["done0"].name].state == "unreadable"
         assert "!" in row_text(app, folders["done0"].name)
+        # a deleted run is a note; many deleted at once are one note, not a screen of them
+        notes = []
+        app.notify = lambda message, **kw: notes.append(message)
+        for i in range(5):
+            write_run(runs, f"20260103-00000{i}-nca-gone", state="queued", events=[])
+        await tick(app, pilot)
+        for i in range(5):
+            shutil.rmtree(runs / f"20260103-00000{i}-nca-gone")
+        shutil.rmtree(new)
+        await tick(app, pilot)
+        assert len(notes) == 1 and notes[0].startswith("6 runs were deleted (") and notes[0].endswith(", ...)")
+        shutil.rmtree(folders["done0"])
+        await tick(app, pilot)
+        assert notes[1:] == [f"run {folders['done0'].name} was deleted"]
 
     drive(frozen_app(runs), body)
 

@@ -97,8 +97,12 @@ class FslabApp(App):
             self.rows.pop(run_id, None)
         self.skipped = sorted(self.watcher.skipped)
         self.last_poll_s = changes.seconds
-        for run_id in changes.removed:
-            self.notify(f"run {run_id} was deleted", markup=False)
+        removed = list(changes.removed)
+        if len(removed) <= 3:
+            for run_id in removed:
+                self.notify(f"run {run_id} was deleted", markup=False)
+        else:  # one note for a folder emptied at once, not a screen of them
+            self.notify(f"{len(removed)} runs were deleted ({', '.join(removed[:3])}, ...)", markup=False)
         self.processes = [p for p in self.processes if p.poll() is None]
         for screen in self.screen_stack:
             apply = getattr(screen, "apply_store_changes", None)
