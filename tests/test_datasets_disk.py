@@ -653,3 +653,12 @@ def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
     results = json.loads((run_dir / "results.json").read_text())
     assert results["dataset"] == "folder" and set(results["test"]) == {"1-shot", "5-shot"}
     assert (tmp_path / "tree" / ".fslab-cache" / "folder-train-16.json").exists()
+    # fslab eval's feature cache follows the data: images replaced on disk are embedded again
+    args = ["eval", run_dir.name, "--shots", "1", "--queries", "5", "--episodes", "20", "--json"]
+    first, again = (json.loads(fslab(*args, cwd=tmp_path).stdout) for _ in range(2))
+    assert (first["features_cached"], again["features_cached"]) == (False, True)
+    assert again["accuracy"] == first["accuracy"]
+    for image in sorted((tmp_path / "tree" / "test").glob("class0/*.png"))[:6]:
+        write_png(image, random_image(rng(9), 20, 20))  # a class's look replaced, its files kept
+    changed = json.loads(fslab(*args, cwd=tmp_path).stdout)
+    assert changed["features_cached"] is False
