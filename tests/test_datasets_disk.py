@@ -662,3 +662,11 @@ def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
         write_png(image, random_image(rng(9), 20, 20))  # a class's look replaced, its files kept
     changed = json.loads(fslab(*args, cwd=tmp_path).stdout)
     assert changed["features_cached"] is False
+    # data moved since the run trained: --data-root says where it lies now (the same images: still cached)
+    (tmp_path / "tree").rename(tmp_path / "moved")
+    lost = fslab(*args, cwd=tmp_path)
+    assert lost.returncode != 0 and "is not a folder" in lost.stderr and "--data-root" in lost.stderr
+    moved = fslab(*args, "--data-root", str(tmp_path / "moved"), cwd=tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(moved.stdout)["features_cached"] is True
+    assert json.loads(moved.stdout)["accuracy"] == changed["accuracy"]

@@ -43,6 +43,9 @@ def eval_(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", metavar="KEY=VALUE", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (default: the run's).")] = None,
+    data_root: Annotated[Path | None, typer.Option(
+        help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root).")]
+    = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
@@ -65,8 +68,11 @@ def eval_(
     from fslab.core.events import accuracy_text
     from fslab.training.run_eval import evaluate_run
 
+    if data_root is not None and not data_root.is_dir():
+        raise UsageError(f"--data-root {data_root} is not a folder")
     results = evaluate_run(run_, split=split, ways=ways, shots=shot_list, queries=queries, episodes=episodes,
-                           evaluator=evaluator, params=params, device=device)
+                           evaluator=evaluator, params=params, device=device,
+                           data_root=str(data_root.resolve()) if data_root else None)
     for result in results:
         if as_json:
             record = dict(result)

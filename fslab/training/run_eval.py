@@ -167,17 +167,22 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
 
 
 def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: int, episodes: int | None = None,
-                 evaluator: str | None = None, params: dict | None = None, device: str | None = None) -> list[dict]:
+                 evaluator: str | None = None, params: dict | None = None, device: str | None = None,
+                 data_root: str | None = None) -> list[dict]:
     """Evaluate the run's last checkpoint; returns one result per episode shape
     (per number of shots, or the evaluator's own fixed shape).
 
     ``evaluator`` defaults to the run's, with the run's parameters; ``params``
     override or add parameters. ``episodes`` defaults to 10,000, or to the
-    evaluator's ``default_episodes`` for a slow model-aware one.
+    evaluator's ``default_episodes`` for a slow model-aware one. ``data_root``: where
+    the run's dataset lies now, if it moved since the run trained.
     """
     if not run.checkpoint_path.exists():
         raise UsageError(f"run {run.id} has no checkpoint yet (one is written after each epoch)")
-    cfg = run_config(run.config())
+    config = run.config()
+    if data_root is not None:
+        config["dataset"] = {**config["dataset"], "root": data_root}
+    cfg = run_config(config)
     registry = load_registry(load_settings().plugin_dirs)
     checkpoint = Checkpoint(run, cfg, pick_device(device or cfg.device), registry)
     name = evaluator or cfg.evaluator["name"]
