@@ -411,3 +411,11 @@ def test_a_worker_ended_by_a_signal_is_named_and_a_name_in_other_case_is_suggest
     empty = fslab("show", " ", cwd=project)
     assert empty.returncode != 0 and empty.stderr == (
         "error: an empty run id names no run; give a run id, a unique part of one, or 'last'\n")
+
+
+def test_logs_of_a_run_without_output_says_so(project):
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    result = fslab("logs", run.id, cwd=project)
+    assert result.returncode == 0 and result.stdout == ""
+    assert result.stderr == (f"{run.id} has no stdout.log yet (its worker has not started, or wrote nothing "
+                             f"there)\n")

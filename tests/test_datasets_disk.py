@@ -248,6 +248,8 @@ def test_folder_scales_16_bit_images_and_reads_ppm_but_no_hidden_file(registry, 
 
 def test_miniimagenet_csv_layout(registry, tmp_path):
     written = make_mini_csv(tmp_path)
+    train = tmp_path / "train.csv"  # saved by Excel or pandas' utf-8-sig: a byte-order mark first
+    train.write_bytes(b"\xef\xbb\xbf" + train.read_bytes())
     dataset = create(registry, "miniimagenet", tmp_path, image_size=7, check_counts=False)
     for split, items in written.items():
         classes = list(dict.fromkeys(w for w, _ in items))

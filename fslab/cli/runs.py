@@ -12,7 +12,19 @@ from typing import Annotated
 
 import typer
 
-from fslab.cli.common import JsonFlag, RunRef, WideFlag, app, console, names_of, pct, registry, settings, shown
+from fslab.cli.common import (
+    JsonFlag,
+    RunRef,
+    WideFlag,
+    app,
+    console,
+    err_console,
+    names_of,
+    pct,
+    registry,
+    settings,
+    shown,
+)
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
 
@@ -196,8 +208,11 @@ def logs(
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a folder, a FIFO, a device: nothing a worker wrote
             raise FslabError(f"cannot read {path}: it is not a regular file")
-    except FileNotFoundError:
-        pass  # not written yet: followed until it is
+    except FileNotFoundError:  # not written yet: followed until it is, or said
+        if not follow_:
+            err_console.print(shown(f"{run_.id} has no {path.name} yet (its worker has not started, or wrote "
+                                    f"nothing there)"), highlight=False)
+            return
     except OSError as exc:
         raise FslabError(f"cannot read {path}: {exc.strerror or exc}") from None
     tail = Tail(path)

@@ -178,7 +178,9 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     the run's dataset lies now, if it moved since the run trained.
     """
     if not run.checkpoint_path.exists():
-        raise UsageError(f"run {run.id} has no checkpoint yet (one is written after each epoch)")
+        ended = run.state() in ("failed", "killed", "lost", "completed")
+        raise UsageError(f"run {run.id} has no checkpoint{'' if ended else ' yet'} (one is written after each "
+                         f"epoch{'; it ended before its first' if ended else ''})")
     config = run.config()
     if data_root is not None:
         config["dataset"] = {**config["dataset"], "root": data_root}

@@ -131,7 +131,7 @@ def read_csv(path: Path) -> list[tuple[str, str]]:
     """``(filename, label)`` rows of a Ravi-style csv; the header line is skipped."""
     import csv
 
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a byte-order mark (Excel's) is not text
         rows = [row for row in csv.reader(fh) if row]
     if rows and rows[0][:2] == ["filename", "label"]:
         rows = rows[1:]
