@@ -33,3 +33,23 @@ def clip(text: str, most: int = 400) -> str:
 def count(n: int, noun: str) -> str:
     """``count(1, "run")`` -> ``"1 run"``, ``count(3, "run")`` -> ``"3 runs"``."""
     return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def split_outside(text: str, is_separator) -> list[str]:
+    """``text`` cut at each character ``is_separator`` accepts that lies outside brackets,
+    braces and quotes: ``[0.5,0.7],[0.3]`` at its commas is two lists, ``k=[1, 2] j="a b"`` at
+    its spaces two assignments. Every piece is returned, empty ones included."""
+    pieces, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif depth <= 0 and is_separator(char):
+            pieces.append(text[start:i])
+            start = i + 1
+    return [*pieces, text[start:]]

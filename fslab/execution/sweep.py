@@ -21,6 +21,7 @@ from fslab.core.keys import TWICE, dotted, repeated_key
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
+from fslab.core.text import split_outside
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.slots import check_fits, check_slot_files, configured_slots
@@ -53,20 +54,7 @@ def parse_grid(texts: list[str]) -> dict[str, list]:
 def split_values(raw: str) -> list[str]:
     """A grid's values at its commas, but not at those inside brackets, braces or
     quotes: ``[0.5,0.7],[0.3]`` is two lists."""
-    values, depth, quote, start = [], 0, "", 0
-    for i, char in enumerate(raw):
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "\"'":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-        elif char == "," and depth <= 0:
-            values.append(raw[start:i])
-            start = i + 1
-    return [*values, raw[start:]]
+    return split_outside(raw, lambda char: char == ",")
 
 
 def check_grid_key(where: str, key: str) -> None:

@@ -13,6 +13,7 @@ from fslab.core.config import nest, parse_assignment
 from fslab.core.errors import FslabError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run
+from fslab.core.text import split_outside
 from fslab.execution.executor import prepare
 
 
@@ -114,18 +115,4 @@ class LaunchScreen(ModalScreen[None]):
 def _assignments(text: str) -> list[str]:
     """The form's --set field as the shell would split it: ``train.milestones=[0.5, 0.75]`` is one
     assignment only quoted on a command line, so a space inside brackets or quotes does not split."""
-    out, current, depth, quote = [], "", 0, ""
-    for ch in text:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-        elif ch.isspace() and depth == 0:
-            out, current = (out + [current] if current else out), ""
-            continue
-        current += ch
-    return out + [current] if current else out
+    return [piece for piece in split_outside(text, str.isspace) if piece]
