@@ -20,6 +20,7 @@ from fslab.cli.common import (
     shown,
 )
 from fslab.core.errors import UsageError
+from fslab.core.text import count
 
 
 @app.command("export")
@@ -80,7 +81,7 @@ def export_(
         else:
             console.print(f"{done['run']} ({done['state']}): {done['events']} events -> {to}", highlight=False)
     if not as_json:
-        console.print(f"exported {exported} run{'s' * (exported != 1)} to {to}"
+        console.print(f"exported {count(exported, 'run')} to {to}"
                       + (f"; {skipped} left out" if skipped else "")
                       + (f"; {failed} failed in the sink" if failed else ""), highlight=False)
     if exported == 0 or failed:

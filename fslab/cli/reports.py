@@ -26,6 +26,7 @@ from fslab.cli.common import (
 )
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.errors import UsageError
+from fslab.core.text import count
 
 
 @app.command("eval")
@@ -151,15 +152,12 @@ def compare_(
     shot_list = parse_shots(shots)
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
-    if report["unreadable"]:  # left out, said once on stderr so the report itself stays clean
-        left = report["unreadable"]
-        err_console.print(f"{len(left)} run{'s' * (len(left) != 1)} left out, their configuration cannot be read: "
-                          f"{shown(', '.join(left[:5]))}{', ...' if len(left) > 5 else ''}", highlight=False)
-    if report["repeated"]:
-        left = report["repeated"]
-        err_console.print(f"{len(left)} run{'s' * (len(left) != 1)} left out, each repeating the settings and seed "
-                          f"of another (the newest with results counts): {shown(', '.join(left[:5]))}"
-                          f"{', ...' if len(left) > 5 else ''}", highlight=False)
+    # runs left out, said once on stderr so the report itself stays clean
+    for key, why in (("unreadable", "their configuration cannot be read"),
+                     ("repeated", "each repeating the settings and seed of another (the newest with results counts)")):
+        if left := report[key]:
+            err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
+                              f"{', ...' if len(left) > 5 else ''}", highlight=False)
     if not any(row["results"] for row in report["groups"]):
         raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
                          f"{queries} queries; finish them or run: fslab eval RUN")
@@ -230,5 +228,5 @@ def plot_(
         return
     points = sum(len(s["points"]) for panel in data["panels"] for s in panel["series"])
     panels = len(data["panels"])
-    console.print(f"wrote {shown(str(out))} ({width}x{height} px, {panels} panel{'s' * (panels != 1)}, "
+    console.print(f"wrote {shown(str(out))} ({width}x{height} px, {count(panels, 'panel')}, "
                   f"{points} points)", highlight=False)

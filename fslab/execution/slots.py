@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fslab.core.errors import UsageError
 from fslab.core.settings import SchedulerSettings
+from fslab.core.text import count
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,8 @@ def check_fits(processes: int, slots: list[Slot]) -> None:
     """A UsageError (at sweep creation) for runs no slot set here can hold."""
     most = capacity(slots)
     if processes > most:
-        what = f"{most} GPU{'s' * (most != 1)}" if any(s.gpu is not None for s in slots) \
-            else f"{most} CPU slot{'s' * (most != 1)} (scheduler.cpu_slots in fslab.toml)"
+        what = count(most, "GPU") if any(s.gpu is not None for s in slots) \
+            else f"{count(most, 'CPU slot')} (scheduler.cpu_slots in fslab.toml)"
         raise UsageError(f"--gpus {processes} needs {processes} slots on different GPUs (or CPU slots), "
                          f"but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
 

@@ -56,6 +56,7 @@ class RunFiles:
 
     def __init__(self) -> None:
         self._configs: dict[Run, dict] = {}
+        self._flat: dict[Run, dict] = {}
         self._saved: dict[Run, list[dict]] = {}
 
     def config(self, run: Run) -> dict:
@@ -66,6 +67,12 @@ class RunFiles:
             except ConfigError:  # from a newer fslab, or damaged
                 self._configs[run] = {}
         return self._configs[run]
+
+    def flat(self, run: Run) -> dict:
+        """The run's configuration as :func:`flatten` gives it (grouping and finding repeats both ask)."""
+        if run not in self._flat:
+            self._flat[run] = flatten(self.config(run))
+        return self._flat[run]
 
     def saved(self, run: Run) -> list[dict]:
         if run not in self._saved:
@@ -97,7 +104,7 @@ def group_runs(runs: list[Run], group_by: list[str] | None = None, files: RunFil
     files = files or RunFiles()
     groups: dict[tuple, Group] = {}
     for run in runs:
-        settings = run_settings(run, flatten(files.config(run)), group_by, "--group-by")
+        settings = run_settings(run, files.flat(run), group_by, "--group-by")
         key = tuple(sorted(settings.items()))
         groups.setdefault(key, Group(settings)).runs.append(run)
     result = list(groups.values())
@@ -134,6 +141,12 @@ def _evaluations(run, split, shots, ways, queries, evaluator, files) -> list[dic
                                                                                    evaluator)]
 
 
+def has_results(run: Run, split: str, shots: list[int], ways: int, queries: int, evaluator: str | None = None,
+                files: RunFiles | None = None) -> bool:
+    """Whether the run has a saved evaluation of this shape for any of ``shots``."""
+    return any(_evaluations(run, split, n, ways, queries, evaluator, files) for n in shots)
+
+
 def shared_episodes(runs: list[Run], split: str, shots: int, ways: int, queries: int,
                     evaluator: str | None = None, files: RunFiles | None = None) -> int | None:
     """The most episodes that every one of ``runs`` evaluated on (among those
@@ -167,8 +180,8 @@ def one_run_per_seed(runs: list[Run], files: RunFiles, scored) -> tuple[list[Run
     ``scored(run)`` stays; returns (kept, left out), in the given order."""
     same: dict[tuple, list[Run]] = {}
     for run in runs:
-        config = files.config(run)
-        key = (_encode(config.get("seed")), tuple(sorted(run_settings(run, flatten(config), None, "").items())))
+        settings = run_settings(run, files.flat(run), None, "")
+        key = (_encode(files.config(run).get("seed")), tuple(sorted(settings.items())))
         same.setdefault(key, []).append(run)
     kept = {id(found[0] if len(found) == 1 else max(found, key=lambda r: (scored(r), creation_order(r))))
             for found in same.values()}
@@ -189,7 +202,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     rows, paired, repeated = [], [], []
 
     def scored(run: Run) -> bool:
-        return any(_evaluations(run, split, n, ways, queries, evaluator, files) for n in shots)
+        return has_results(run, split, shots, ways, queries, evaluator, files)
 
     for g in groups:
         g.runs, left_out = one_run_per_seed(g.runs, files, scored)

@@ -27,7 +27,7 @@ from pathlib import Path
 from fslab.core.config import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
-from fslab.reports.compare import RunFiles, flatten, one_run_per_seed, pooled, run_settings, settings_label
+from fslab.reports.compare import RunFiles, has_results, one_run_per_seed, pooled, run_settings, settings_label
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
@@ -86,7 +86,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     lines, left_out = _lines(runs, key, series, files)
 
     def scored(run: Run) -> bool:
-        return any(pooled([run], split, n, ways, queries, files=files) for n in shots)
+        return has_results(run, split, shots, ways, queries, files=files)
 
     for line in lines.values():
         for point in line["points"].values():
@@ -115,7 +115,7 @@ def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles)
         if not config:
             left_out.append({"run": run.id, "why": "its configuration cannot be read"})
             continue
-        flat = flatten(config)
+        flat = files.flat(run)
         try:
             value, measured = x_value(run, flat, key, config)
         except UsageError as exc:

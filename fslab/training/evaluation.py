@@ -110,6 +110,11 @@ def check_classes(labels: Sequence[int] | torch.Tensor, ways: int, shots: int, q
     """A UsageError unless ``ways`` classes of ``labels`` have ``shots + queries`` images each
     (classes with fewer are never drawn), so a command can check every shape before it scores any."""
     counts = torch.unique(torch.as_tensor(labels, dtype=torch.long).flatten().cpu(), return_counts=True)[1]
+    _check_counts(counts, ways, shots, queries)
+
+
+def _check_counts(counts: torch.Tensor, ways: int, shots: int, queries: int) -> None:
+    """:func:`check_classes` on the images per class (``counts``) already counted."""
     enough = int((counts >= shots + queries).sum())
     if enough < ways:
         raise UsageError(
@@ -144,8 +149,8 @@ def sample_episodes(
             f"got ways={ways}, shots={shots}, queries={queries}, episodes={episodes}"
         )
     classes, counts = torch.unique(labels, return_counts=True)
+    _check_counts(counts, ways, shots, queries)
     eligible = classes[counts >= per_class]
-    check_classes(labels, ways, shots, queries)
     # Each eligible class's dataset indices are a run of `order`, from `starts`.
     order = torch.argsort(labels, stable=True)
     class_counts = counts[counts >= per_class]

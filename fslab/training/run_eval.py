@@ -31,6 +31,7 @@ from fslab.core.files import temporary_path
 from fslab.core.registry import Registry, load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
+from fslab.core.states import LIVE
 from fslab.core.types import evaluator_traits
 from fslab.training.build import (
     build_backbone,
@@ -106,14 +107,14 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
             + (f"-{precision}" if precision != "fp32" else ""))
     cache = run.path / "features" / f"{name}.pt"
     data = checkpoint.dataset().load(split)  # from the dataset's own cache: far cheaper than embedding
-    print_ = data_fingerprint(data.images, data.labels)
-    saved = cached_features(cache, print_)
+    digest = data_fingerprint(data.images, data.labels)
+    saved = cached_features(cache, digest)
     if saved is not None:
         return *saved, True
     features = checkpoint.embed(data.images)
     cache.parent.mkdir(exist_ok=True)
     tmp = temporary_path(cache)
-    torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch, "data": print_}, tmp)
+    torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch, "data": digest}, tmp)
     os.replace(tmp, cache)
     return features, data.labels, False
 
@@ -178,7 +179,7 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     the run's dataset lies now, if it moved since the run trained.
     """
     if not run.checkpoint_path.exists():
-        ended = run.state() in ("failed", "killed", "lost", "completed")
+        ended = run.state() not in LIVE
         raise UsageError(f"run {run.id} has no checkpoint{'' if ended else ' yet'} (one is written after each "
                          f"epoch{'; it ended before its first' if ended else ''})")
     config = run.config()
