@@ -21,25 +21,33 @@ def own_config(**extra) -> dict:
 
 def random_events(rng: random.Random, count: int) -> list[dict]:
     """A plausible stream: training steps, validations, test evaluations by the
-    training and by fslab eval (another evaluator), checkpoints."""
-    events, step, epoch = [{"event": "start", "epochs": 3, "total_steps": 999}], 0, 1
+    training and by fslab eval (another evaluator), checkpoints, and now and then a
+    resumed life after a stop (a start long after the last event)."""
+    clock = iter(range(1000, 10**9))
+    events, step, epoch = [{"event": "start", "time": 990.0, "epochs": 3, "total_steps": 999}], 0, 1
     for _ in range(count):
         kind = rng.random()
         if kind < 0.7:
             step += 1
-            events.append({"event": "train", "time": 1000.0 + step, "step": step, "epoch": epoch,
+            events.append({"event": "train", "time": float(next(clock)), "step": step, "epoch": epoch,
                            "loss": rng.random(), "positives": rng.randrange(100), "negatives": rng.randrange(9000)})
         elif kind < 0.8:
             events.append({"event": "eval", "split": "val", "ways": 5, "shots": 5, "queries": 15, "episodes": 100,
-                           "evaluator": "centroid", "epoch": epoch, "accuracy": rng.random(), "ci95": 0.01})
-            events.append({"event": "checkpoint", "epoch": epoch, "step": step, "path": "checkpoints/last.pt"})
+                           "evaluator": "centroid", "epoch": epoch, "accuracy": rng.random(), "ci95": 0.01,
+                           "time": float(next(clock))})
+            events.append({"event": "checkpoint", "epoch": epoch, "step": step, "path": "checkpoints/last.pt",
+                           "time": float(next(clock))})
             epoch += 1
-        else:
+        elif kind < 0.98:
             source = {"source": "fslab eval"} if rng.random() < 0.5 else {}
             label = rng.choice(["centroid", "knn[k=3]"]) if source else "centroid"
             events.append({"event": "eval", "split": "test", "ways": 5, "shots": rng.choice([1, 5]), "queries": 15,
                            "episodes": rng.choice([100, 2000]), "evaluator": label, "accuracy": rng.random(),
-                           "ci95": 0.02, **source})
+                           "ci95": 0.02, "time": float(next(clock) + (10**5 if source else 0)), **source})
+        else:  # stopped, then resumed much later
+            for _ in range(rng.randrange(1, 5000)):
+                next(clock)
+            events.append({"event": "start", "time": float(next(clock)), "epochs": 3, "total_steps": 999})
     return events
 
 
@@ -57,12 +65,17 @@ def brute_force(events: list[dict]) -> dict:
                 others.setdefault(e["evaluator"], {})[f"{e['shots']}-shot"] = value
             else:
                 test[f"{e['shots']}-shot"] = value
+    own = [e for e in events if "source" not in e]  # fslab eval's events are not the training's time
+    starts = [i for i, e in enumerate(own) if e["event"] == "start"]
+    life = [e for e in own[starts[-1]:] if e["event"] == "train"]  # the latest life's steps: the ETA's
     return {"step": last.get("step"), "epoch": last.get("epoch"), "loss": last.get("loss"),
             "positives": last.get("positives"), "negatives": last.get("negatives"),
             "best_val": best and {"accuracy": best["accuracy"], "ci95": best["ci95"], "episodes": 100,
                                   "epoch": best["epoch"]},
             "test": test, "test_by_evaluator": others,
-            "first_train": (trains[0]["time"], trains[0]["step"]) if trains else None}
+            "first_train": (life[0]["time"], life[0]["step"]) if life else None,
+            "last_time": own[-1]["time"],
+            "downtime": sum(own[i]["time"] - own[i - 1]["time"] for i in starts if i)}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -170,3 +183,42 @@ def test_listing_is_newest_first_with_a_limit_and_filters(tmp_path):
     assert {s.id for s in list_summaries(tmp_path, sweep="x")} == {runs[0].id, runs[3].id, runs[6].id}
     assert all(s.method == "nca" for s in list_summaries(tmp_path, method="nca"))
     assert len(list_summaries(tmp_path, method="nca", limit=None)) == 3
+
+
+def test_elapsed_and_eta_leave_out_the_time_a_resumed_run_lay_stopped_and_a_lost_run_after_its_last_beat():
+    from fslab.core.summary import RunSummary, add_lines, apply_status
+    from fslab.tui.model import elapsed, eta
+
+    def lines(*events):
+        return "".join(json.dumps(e) + "\n" for e in events).encode()
+
+    def start(t):
+        return {"event": "start", "time": t, "epochs": 2, "total_steps": 101}
+
+    def train(step, t):
+        return {"event": "train", "time": t, "step": step, "epoch": 1, "loss": 1.0, "positives": 1, "negatives": 2}
+
+    # first life: worker started at 1000, trained steps 1-40 from 1010 to 1100, then stopped
+    first_life = lines(start(1004.0), *(train(s, 1010.0 + (s - 1) * 90 / 39) for s in range(1, 41)))
+    row = RunSummary(id="r", state="running")
+    apply_status(row, {"started": 1000.0, "heartbeat": 1100.0})
+    add_lines(row, first_life)
+    assert elapsed(row, 1100.0) == 100.0
+    row.state = "lost"  # its worker died at 1100 (last heartbeat 1103): the clock no longer counts for it
+    apply_status(row, {"started": 1000.0, "heartbeat": 1103.0})
+    assert elapsed(row, 9999.0) == 103.0
+
+    # resumed at 5000; until its worker logs its start, the 3,900 s stop is already left out
+    row.state = "running"
+    apply_status(row, {"started": 1000.0, "resumed": 5000.0, "heartbeat": 5002.0})
+    assert elapsed(row, 5002.0) == 102.0
+    # its second life logs steps 41-91 from 5010 to 5060: one step a second
+    add_lines(row, lines(start(5004.0), *(train(s, 5010.0 + s - 41) for s in range(41, 92))))
+    assert row.downtime == 3900.0 and row.first_train == (5010.0, 41)
+    assert elapsed(row, 5065.0) == 165.0  # 100 s, then 65 s since 5000
+    assert eta(row, 5065.0) == 101 - 91 - 5  # 10 steps at this life's rate, 5 s of them gone
+    # the same folded from scratch, both lives in one read
+    again = RunSummary(id="r", state="running")
+    apply_status(again, {"started": 1000.0, "resumed": 5000.0, "heartbeat": 5062.0})
+    add_lines(again, first_life + lines(start(5004.0), *(train(s, 5010.0 + s - 41) for s in range(41, 92))))
+    assert (again.downtime, again.first_train, elapsed(again, 5065.0)) == (3900.0, (5010.0, 41), 165.0)

@@ -39,13 +39,15 @@ from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
-SUMMARY_FORMAT = 2
+SUMMARY_FORMAT = 3
 # The worker writes events with json.dumps' default separators, so a train
 # line is recognised without parsing it; only the first and last of a batch
 # of lines matter, and parsing the rest would cost ~10 µs a line.
 TRAIN_MARK = b'"event": "train"'
+START_MARK = b'"event": "start"'
 UNUSED_MARKS = (b'"event": "checkpoint"', b'"event": "end"', b'"event": "resume"')
-STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "ended", "error", "sweep", "usage")
+STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "resumed", "ended", "error", "sweep",
+               "usage")
 MISSING = "missing"
 
 
@@ -67,7 +69,9 @@ class RunSummary:
     # status.json
     created: float | None = None
     started: float | None = None
+    resumed: float | None = None  # when the latest resumed worker started
     ended: float | None = None
+    heartbeat: float | None = None  # the worker's last sign of life
     error: str | None = None
     sweep: str | None = None
     usage: dict | None = None  # the worker's last sample: cpu_percent, rss_bytes, gpu_* (schemas.USAGE)
@@ -83,6 +87,8 @@ class RunSummary:
     test_by_evaluator: dict = field(default_factory=dict)  # label -> "5-shot" -> {...}: later evaluations
     first_train: tuple | None = None  # (time, step) of the first logged training step, for the ETA
     last_train_time: float | None = None
+    last_time: float | None = None  # of the latest event the training logged
+    downtime: float = 0.0  # seconds between a life's last event and the next resumed life's start
     corrupt: int = 0  # metrics lines skipped because they are not events of the expected shape
     note: str | None = None  # why some of the run's files could not be read
 
@@ -109,10 +115,11 @@ FIELD_NAMES = tuple(f.name for f in fields(RunSummary))
 DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
 # Not saved in summary.json's summary: the id is the folder's name, the state
 # is told anew at each read, and the status fields are saved with the status.
-NOT_KEPT = ("id", "state", "created", "started", "ended", "error", "sweep", "usage")
-SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in ("first_train", "last_train_time", "usage", "ways"))
+NOT_KEPT = ("id", "state", "created", "started", "resumed", "ended", "heartbeat", "error", "sweep", "usage")
+SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in (
+    "first_train", "last_train_time", "last_time", "downtime", "resumed", "heartbeat", "usage", "ways"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
-                 "test_by_evaluator", "first_train", "last_train_time", "corrupt")
+                 "test_by_evaluator", "first_train", "last_train_time", "last_time", "downtime", "corrupt")
 
 
 # The Python types of the fields summary.json keeps (no field is a bool; a float loss may be NaN:
@@ -125,7 +132,7 @@ SAVED_TYPES = {
                     (int, _NONE)),
     "evaluator": (str,), "loss": (int, float, _NONE), "best_val": (dict, _NONE), "test": (dict,),
     "test_by_evaluator": (dict,), "first_train": (list, _NONE), "last_train_time": (int, float, _NONE),
-    "corrupt": (int,),
+    "last_time": (int, float, _NONE), "downtime": (int, float), "corrupt": (int,),
 }
 
 
@@ -180,6 +187,7 @@ def apply_config(summary: RunSummary, config: dict) -> None:
 
 def apply_status(summary: RunSummary, status: dict) -> None:
     summary.created, summary.started = _real(status.get("created")), _real(status.get("started"))
+    summary.resumed, summary.heartbeat = _real(status.get("resumed")), _real(status.get("heartbeat"))
     summary.ended, summary.error = _real(status.get("ended")), _text(status.get("error"))
     summary.sweep = _text(status.get("sweep"))
     summary.usage = schemas.usage(status.get("usage")) or None
@@ -205,6 +213,12 @@ def _fold(summary: RunSummary, event: dict) -> None:
         summary.positives, summary.negatives = _whole(event.get("positives")), _whole(event.get("negatives"))
         summary.last_train_time = _real(event.get("time"))
     elif kind == "start":
+        at = _real(event.get("time"))
+        if at is not None and summary.last_time is not None:  # a resumed life: the time the run lay stopped
+            began = summary.resumed if summary.resumed is not None and summary.last_time <= summary.resumed <= at \
+                else at  # when its worker started: known for the latest life only
+            summary.downtime += max(0.0, began - summary.last_time)
+        summary.first_train = None  # the ETA's rate is this life's: a resumed run's would count its stop
         summary.total_steps = _whole(event.get("total_steps"))
         summary.epochs = event["epochs"]
     elif kind == "eval":
@@ -238,21 +252,23 @@ def _event_of(line: bytes) -> dict | None:
 
 def add_lines(summary: RunSummary, chunk: bytes) -> None:
     """Fold complete JSONL lines. Of a batch of train lines only the first
-    (for the ETA, if none was seen yet) and the last whole ones are folded: the
-    others would be overwritten at once. Lines that are not JSON objects count as corrupt."""
+    (for the ETA: the first of the run's latest life, if none was seen yet) and
+    the last whole ones are folded: the others would be overwritten at once. Lines that are not JSON objects count as corrupt."""
     lines = [line for line in chunk.split(b"\n") if line.strip()]
     summary.corrupt += sum(1 for line in lines if not _looks_whole(line))
-    trains = [line for line in lines if TRAIN_MARK in line]
+    trains = [i for i, line in enumerate(lines) if TRAIN_MARK in line]
+    # the ETA's first step is the first of the latest life: after the chunk's last start, if it has one
+    life = max((i for i, line in enumerate(lines) if START_MARK in line), default=-1)
     first = last = None  # the first and last train lines that are whole events (a damaged one is passed over)
-    if trains and summary.first_train is None:
-        first = next((event for line in trains if (event := _event_of(line)) is not None), None)
-    for line in reversed(trains):
-        if (last := _event_of(line)) is not None:
+    if trains and (summary.first_train is None or life >= 0):
+        first = next((event for i in trains if i > life and (event := _event_of(lines[i])) is not None), None)
+    for last_at in reversed(trains):
+        if (last := _event_of(lines[last_at])) is not None:
             break
-        summary.corrupt += _looks_whole(line)  # one that does not even look whole is counted above
-    if first is not None:
-        _fold(summary, first)
-    for line in lines:
+        summary.corrupt += _looks_whole(lines[last_at])  # one that does not even look whole is counted above
+    for i, line in enumerate(lines):
+        if START_MARK in line:  # a life's start: the one before ended with the training's line above, read or not
+            _note_last_time(summary, lines, i)
         if TRAIN_MARK in line or any(mark in line for mark in UNUSED_MARKS):
             continue
         try:
@@ -266,8 +282,28 @@ def add_lines(summary: RunSummary, chunk: bytes) -> None:
             add_event(summary, event)
         except ValueError:
             summary.corrupt += 1
+    if first is not None:  # after the chunk's start events, which begin a life without one
+        _fold(summary, first)
     if last is not None:
+        kept = summary.first_train
         _fold(summary, last)
+        if last_at < life:  # a step of the life before: not the first of the latest one
+            summary.first_train = kept
+    _note_last_time(summary, lines, len(lines))
+
+
+def _note_last_time(summary: RunSummary, lines: list[bytes], end: int) -> None:
+    """Count the time of the training's last line before ``end``, whatever its kind (lines of kinds the
+    summary does not read are not otherwise parsed; fslab eval's lines are not the training's)."""
+    at = next((i for i in range(end - 1, -1, -1) if b'"source"' not in lines[i]), None)
+    if at is None:
+        return
+    try:
+        event = loads(lines[at])
+    except ValueError:
+        return
+    if isinstance(event, dict) and "source" not in event and (time := _real(event.get("time"))) is not None:
+        summary.last_time = time if summary.last_time is None else max(summary.last_time, time)
 
 
 def _identity(st: os.stat_result) -> list[int]:

@@ -34,9 +34,20 @@ def duration(seconds: float | None) -> str:
 
 
 def elapsed(row: RunSummary, now: float) -> float | None:
+    """Seconds the run's workers have lived: from its start to its end, now while it runs, or its last
+    sign of life (lost, or queued to resume), less the time it lay stopped between lives."""
     if row.started is None:
         return None
-    return (row.ended if row.ended is not None else now) - row.started
+    if row.ended is not None:
+        end = row.ended
+    elif row.state == "running":
+        end = now
+    else:
+        end = max((t for t in (row.heartbeat, row.last_time) if t is not None), default=row.started)
+    stopped = row.downtime
+    if row.resumed is not None and row.last_time is not None and row.resumed > row.last_time:
+        stopped += row.resumed - row.last_time  # a resumed worker that has not logged its start yet
+    return max(0.0, end - row.started - stopped)
 
 
 def eta(row: RunSummary, now: float) -> float | None:
