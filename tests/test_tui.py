@@ -138,8 +138,8 @@ def test_new_metrics_line_appears_after_a_tick_and_bad_lines_do_not(store):
         await tick(app, pilot)
         assert "0.0777" in row_text(app, live.name)
         status = str(app.screen.query_one("#status").render())
-        assert "1 corrupt metrics lines skipped" in status
-        assert status.index("corrupt metrics lines") < status.index("sort:")  # the note first: it must be read
+        assert "1 corrupt metrics line skipped" in status
+        assert status.index("corrupt metrics line") < status.index("sort:")  # the note first: it must be read
 
     drive(frozen_app(runs), body)
 
@@ -159,7 +159,12 @@ def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
         assert ids[0] == new.name and "queued" in row_text(app, new.name)
         assert folders["done1"].name not in ids and len(ids) == 4
         assert "completed" in row_text(app, folders["running"].name)
-        assert "1 folders without config.json skipped" in str(app.screen.query_one("#status").render())
+        assert "1 folder without config.json or status.json skipped" in str(app.screen.query_one("#status").render())
+        # a run without its config.json is listed as unreadable, as fslab runs lists it
+        damaged = write_run(runs, "20260102-000002-nca-conf", state="completed", events=[])
+        (damaged / "config.json").unlink()
+        await tick(app, pilot)
+        assert (app.rows[damaged.name].state, app.rows[damaged.name].note) == ("unreadable", "config.json missing")
         (folders["done0"] / "status.json").write_text("{half a stat")  # unreadable: noted, not fatal
         (folders["done0"] / "metrics.jsonl").unlink()
         await tick(app, pilot)

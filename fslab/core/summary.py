@@ -253,7 +253,8 @@ def _event_of(line: bytes) -> dict | None:
 def add_lines(summary: RunSummary, chunk: bytes) -> None:
     """Fold complete JSONL lines. Of a batch of train lines only the first
     (for the ETA: the first of the run's latest life, if none was seen yet) and
-    the last whole ones are folded: the others would be overwritten at once. Lines that are not JSON objects count as corrupt."""
+    the last whole ones are folded: the others would be overwritten at once.
+    Lines that are not JSON objects count as corrupt."""
     lines = [line for line in chunk.split(b"\n") if line.strip()]
     summary.corrupt += sum(1 for line in lines if not _looks_whole(line))
     trains = [i for i, line in enumerate(lines) if TRAIN_MARK in line]

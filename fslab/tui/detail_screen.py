@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedConten
 
 from fslab.core.events import is_validation, logged_evaluator
 from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
-from fslab.core.text import printable
+from fslab.core.text import count, printable
 from fslab.core.timing import time_line, time_split
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
@@ -180,7 +180,7 @@ class DetailScreen(Screen):
             summary.append(f" · heartbeat stale ({model.duration(heartbeat_age(self.status, now))} ago)",
                            style="yellow")
         if self.corrupt:
-            summary.append(f" · {self.corrupt} corrupt metrics lines skipped", style="yellow")
+            summary.append(f" · {count(self.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
         spent = time_split(self.timed, self.status.get("started"), self.status.get("ended"),

@@ -102,9 +102,9 @@ class RunsScreen(Screen):
         if noted:
             parts.append(f"{count(noted, 'run')} with unreadable files (!)")
         if corrupt:
-            parts.append(f"{corrupt} corrupt metrics lines skipped (!)")
-        if self.app.skipped:
-            parts.append(f"{len(self.app.skipped)} folders without config.json skipped")
+            parts.append(f"{count(corrupt, 'corrupt metrics line')} skipped (!)")
+        if self.app.skipped:  # not runs (or runs being created): fslab runs leaves them out too
+            parts.append(f"{count(len(self.app.skipped), 'folder')} without config.json or status.json skipped")
         parts.append(f"sort: {self.sort_by}{MARKERS[self.reverse]}")
         unknown = model.unknown_fields(self.query_text)
         if unknown:

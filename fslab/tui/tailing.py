@@ -83,8 +83,9 @@ class StoreWatcher:
         handed = 0
         for run_id in candidates:  # newest first, so the first screenful is read first
             folder = os.path.join(self.runs_dir, run_id)
-            if not os.path.exists(os.path.join(folder, "config.json")):
-                skipped.add(run_id)
+            if not (os.path.exists(os.path.join(folder, "config.json"))
+                    or os.path.exists(os.path.join(folder, "status.json"))):
+                skipped.add(run_id)  # not a run, or one being created: as SummaryFile.is_run, which fslab runs asks
                 continue
             added.append(run_id)
             count = len(added)
