@@ -36,7 +36,7 @@ def refused(project, *argv, env=None, expect=(), runs_before=()):
 
 # (--set or option arguments, fragments the one line must hold: the key, the value, what is allowed)
 CONFIG_CASES = {
-    "test-episodes-0": (["--set", "eval.test_episodes=0"], ["'eval.test_episodes'", "at least 1", "got 0"]),
+    "test-episodes-0": (["--set", "eval.test_episodes=0"], ["'eval.test_episodes'", "from 1 to 1,000,000", "got 0"]),
     "shots-1000": (["--set", "eval.shots=[1000]"],
                    ["'eval.shots'", "got 1000", "test split (40 classes of 30 images)", "at most 30"]),
     "ways-0": (["--set", "eval.ways=0"], ["'eval.ways'", "at least 2", "got 0"]),
@@ -71,7 +71,8 @@ RANGE_CASES = {
     "train.milestones=[-0.5]": "between 0 and 1", "train.gamma=0": "> 0", "train.crop_padding=-1": "at least 0",
     "train.projection_dim=-1": "at least 0", "train.log_every=0": "at least 1", "train.heartbeat=0": "> 0",
     "train.processes=0": "at least 1", "eval.shots=[0]": "at least 1", "eval.shots=[]": "at least one value",
-    "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1", "eval.val_episodes=0": "at least 1",
+    "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1", "eval.val_episodes=0": "a whole number from 1 to 1,000,000",
+    "eval.test_episodes=99999999999": "a whole number from 1 to 1,000,000",
     "eval.val_every=0": "at least 1", "eval.extra_ways=[1]": "at least 2",
     "eval.seed=-1": "from 0 to", "eval.center_images=-1": "at least 0", "eval.batch_size=0": "at least 1",
     "eval.feature_stages=0": "at least 1", "seed=-1": "from 0 to",

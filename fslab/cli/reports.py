@@ -56,8 +56,12 @@ def eval_(
 
     check_split(split)
     shot_list = parse_shots(shots)
-    if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 or (episodes is not None and episodes < 1):
-        raise UsageError("episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes >= 1")
+    from fslab.core.config import EPISODES_MAX
+
+    if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 \
+            or (episodes is not None and not 1 <= episodes <= EPISODES_MAX):
+        raise UsageError(f"episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes from 1 to "
+                         f"{EPISODES_MAX:,}")
     run_ = find_run(settings().runs_dir, ref)
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()

@@ -78,6 +78,12 @@ SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch
 
 
 # Each field's metadata says which values it allows (fslab.core.limits), checked by resolve().
+# A count of episodes: 100 times the papers' 10,000 at most, whose episodes' indices alone take about 600 MB
+# (a mistyped 10**11 would exhaust the memory as the episodes are drawn).
+EPISODES_MAX = 1_000_000
+EPISODES = between(1, EPISODES_MAX, f"a whole number from 1 to {EPISODES_MAX:,}")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """The ``train`` section: optimisation, schedule, augmentation, logging."""
@@ -120,10 +126,10 @@ class EvalConfig:
     shots: tuple[int, ...] = field(default=(1, 5), metadata=listing(at_least(1), nonempty=True))
     queries: int = field(default=15, metadata=at_least(1))
     val_shots: int = field(default=5, metadata=at_least(1))
-    val_episodes: int = field(default=500, metadata=at_least(1))  # per validation, on the validation classes
+    val_episodes: int = field(default=500, metadata=EPISODES)  # per validation, on the validation classes
     val_every: int = field(default=1, metadata=at_least(1))  # epochs between validations; the last is always validated
     before_training: bool = False  # also evaluate the untrained network (logged as epoch 0)
-    test_episodes: int = field(default=10000, metadata=at_least(1))
+    test_episodes: int = field(default=10000, metadata=EPISODES)
     # also score the final network on the validation classes as it is tested (eval.shots,
     # eval.test_episodes, per-episode scores kept): the NCA paper's Fig. 2 and 4 report these
     final_val: bool = False
