@@ -371,6 +371,41 @@ def test_following_a_resumed_run_prints_each_validation_once_though_its_file_is_
                                                       and e.get("split") == "val")
 
 
+def test_following_a_resumed_run_shows_the_eta_of_its_latest_life(project):
+    """A resumed run's first life is read in one go: its ETA is at the rate of the steps logged
+    since the resume, as the dashboard's is (rich's own estimate took the burst for speed)."""
+    import re
+    import time
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import follow
+
+    class Ended:
+        def poll(self):
+            return 0
+
+    now = time.time()
+
+    def train(step, at):
+        return {"event": "train", "time": at, "step": step, "epoch": 1, "loss": 0.5, "positives": 1,
+                "negatives": 2, "images_per_s": 10.0}
+
+    # 40 steps a day ago, a stop, then 20 steps at one a second: 40 steps left, about 40 s
+    events = [{"event": "start", "time": now - 86400, "epochs": 2, "total_steps": 100},
+              *(train(s, now - 86400 + s) for s in range(1, 41)),
+              {"event": "start", "time": now - 21, "epochs": 2, "total_steps": 100},
+              *(train(s, now - 60 + s) for s in range(41, 61))]
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    out = StringIO()
+    follow(run, Console(file=out, width=200, force_terminal=True), Ended(), poll=0)
+    left = re.findall(r"ETA (\d+):(\d\d)", out.getvalue())[-1]
+    assert 35 <= 60 * int(left[0]) + int(left[1]) <= 40, out.getvalue()
+    assert "step 60/100" in out.getvalue() and "epoch 1/2" in out.getvalue()
+
+
 def test_a_run_stopped_while_queued_says_it_never_started(project):
     run = create_run(project / "runs", "nca", {"method": "nca", "seed": 0})
     stopped = fslab("stop", run.id, cwd=project)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fslab.core.events import eval_line
 from fslab.core.files import Tail
 from fslab.core.runstore import Run
+from fslab.core.summary import RunSummary, add_event, eta
+from fslab.core.text import duration
 
 
 def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
@@ -24,24 +26,34 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
         TextColumn("pairs {task.fields[pairs]}"),
         TextColumn("{task.fields[speed]}"),
         TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
+        # the dashboard's ETA (the rate of the run's latest life), not rich's: a resumed run's steps,
+        # all read at once, would look like a burst of speed
+        TextColumn("ETA {task.fields[eta]}"),
         console=console,
         transient=False,
     )
     tail = Tail(run.metrics_path)
     epochs = "?"
     printed: set[str] = set()  # a resumed run's worker cuts the file back and rewrites it: print a line once
+    summary = RunSummary(id=run.id, state="running")  # for the ETA
     with progress:
-        task = progress.add_task("train", total=None, epoch="starting", steps="", loss="-", pairs="-", speed="")
+        task = progress.add_task("train", total=None, epoch="starting", steps="", loss="-", pairs="-", speed="",
+                                 eta="-")
         while True:
             exited = process.poll() is not None  # before the read: what it wrote last is read below
             events, _, _ = tail.events()
             for event in events:
                 kind = event.get("event")
-                if kind == "start":
+                try:
+                    add_event(summary, event)
+                except ValueError:
+                    pass  # not an event of its kind's shape: the lines below read what they need of it
+                if kind == "start" and summary.step is None:  # a first start (a resumed one keeps its step shown)
                     total = event["total_steps"]
                     progress.update(task, total=total, epoch=f"epoch 1/{event['epochs']}", steps=f"step 0/{total}")
+                    epochs = event["epochs"]
+                elif kind == "start":
+                    progress.update(task, total=event["total_steps"])
                     epochs = event["epochs"]
                 elif kind == "train":
                     progress.update(
@@ -57,6 +69,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                     if (line := eval_line(event)) not in printed:
                         printed.add(line)
                         progress.console.print(line)
+            progress.update(task, eta=duration(eta(summary, time.time())))
             if exited and not events:
                 break
             time.sleep(poll)

@@ -237,6 +237,18 @@ def _fold(summary: RunSummary, event: dict) -> None:
                                          label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
 
 
+def eta(summary: RunSummary, now: float) -> float | None:
+    """Seconds left for a running run, at the rate of the steps its latest life has logged (a
+    resumed run's stop does not slow it); None until two steps of that life are known."""
+    if summary.state != "running" or not summary.first_train or not summary.total_steps or summary.step is None:
+        return None
+    t0, step0 = summary.first_train
+    if summary.last_train_time is None or summary.step <= step0 or summary.last_train_time <= t0:
+        return None
+    rate = (summary.step - step0) / (summary.last_train_time - t0)
+    return max(0.0, (summary.total_steps - summary.step) / rate - (now - summary.last_train_time))
+
+
 def _looks_whole(line: bytes) -> bool:
     line = line.strip()
     return line[:1] == b"{" and line[-1:] == b"}"

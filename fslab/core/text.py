@@ -9,6 +9,7 @@ terminal, and through :func:`clip` where it could be long.
 
 from __future__ import annotations
 
+import math
 import re
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -53,3 +54,12 @@ def split_outside(text: str, is_separator) -> list[str]:
             pieces.append(text[start:i])
             start = i + 1
     return [*pieces, text[start:]]
+
+
+def duration(seconds: float | None) -> str:
+    """``75`` -> ``"1:15"``, ``3675`` -> ``"1:01:15"``; ``"-"`` for an unknown or impossible time."""
+    if seconds is None or seconds < 0 or not math.isfinite(seconds):
+        return "-"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"

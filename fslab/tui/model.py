@@ -1,17 +1,17 @@
 """What the dashboard shows of a run, as plain functions of its
 :class:`~fslab.core.summary.RunSummary` (no Textual here): cell text,
-filtering, sorting, elapsed time and ETA."""
+filtering, sorting and elapsed time (the ETA is :func:`fslab.core.summary.eta`, which
+``fslab run``'s progress bar shows too)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
 
-from fslab.core.summary import RunSummary
-from fslab.core.text import printable
+from fslab.core.summary import RunSummary, eta
+from fslab.core.text import duration, printable
 
 STATE_STYLES = {
     "queued": "yellow", "running": "bold cyan", "completed": "green",
@@ -23,14 +23,6 @@ BAR_CHARS = " ▏▎▍▌▋▊▉█"
 
 def pct(value: dict | None) -> str:
     return f"{100 * value['accuracy']:.2f}±{100 * value['ci95']:.2f}" if value else "-"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None or seconds < 0 or not math.isfinite(seconds):
-        return "-"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 def elapsed(row: RunSummary, now: float) -> float | None:
@@ -48,17 +40,6 @@ def elapsed(row: RunSummary, now: float) -> float | None:
     if row.resumed is not None and row.last_time is not None and row.resumed > row.last_time:
         stopped += row.resumed - row.last_time  # a resumed worker that has not logged its start yet
     return max(0.0, end - row.started - stopped)
-
-
-def eta(row: RunSummary, now: float) -> float | None:
-    """Seconds left at the rate of the steps logged so far (running runs only)."""
-    if row.state != "running" or not row.first_train or not row.total_steps or row.step is None:
-        return None
-    t0, step0 = row.first_train
-    if row.last_train_time is None or row.step <= step0 or row.last_train_time <= t0:
-        return None
-    rate = (row.step - step0) / (row.last_train_time - t0)
-    return max(0.0, (row.total_steps - row.step) / rate - (now - row.last_train_time))
 
 
 def fraction_done(row: RunSummary) -> float | None:
