@@ -85,7 +85,7 @@ class RunSummary:
     best_val: dict | None = None  # {accuracy, ci95, episodes, epoch}
     test: dict = field(default_factory=dict)  # "5-shot" -> {accuracy, ci95, episodes}, the run's own evaluator
     test_by_evaluator: dict = field(default_factory=dict)  # label -> "5-shot" -> {...}: later evaluations
-    first_train: tuple | None = None  # (time, step) of the first logged training step, for the ETA
+    first_train: tuple | None = None  # (time, step) of the latest life's first logged training step: the ETA's
     last_train_time: float | None = None
     last_time: float | None = None  # of the latest event the training logged
     downtime: float = 0.0  # seconds between a life's last event and the next resumed life's start
