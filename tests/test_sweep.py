@@ -370,3 +370,23 @@ def test_a_requeued_run_holds_no_slot_until_a_scheduler_gives_it_one(tmp_path):
     (again,) = requeue(tmp_path / "runs", {"runs": [run.id]})
     status = again.status()
     assert (status["state"], status["slot"], status["gpus"], status["error"]) == ("queued", None, None, None)
+
+
+def test_sweep_options_that_contradict_the_sweep_file_are_refused_not_dropped(tmp_path):
+    """--seeds and --fail-fast used to be overruled without a word by the file's seeds and fail_fast."""
+    from fslab.cli.launch import _sweep_spec
+
+    path = tmp_path / "s.toml"
+    path.write_text('method = "nca"\nseeds = 2\nfail_fast = false\n[grid]\n"train.lr" = [0.1, 0.2]\n')
+    with pytest.raises(UsageError) as error:
+        _sweep_spec([], path, 1, False, [])
+    assert str(error.value) == f"--seeds 1 contradicts seeds = 2 in {path}; give it in one of the two"
+    with pytest.raises(UsageError) as error:
+        _sweep_spec([], path, None, True, [])
+    assert str(error.value) == f"--fail-fast contradicts fail_fast = false in {path}; give it in one of the two"
+    # options that agree with the file, or keys the file leaves out, are taken
+    assert _sweep_spec([], path, 2, False, [])[1:3] == (2, False)
+    path.write_text('method = "nca"\n')
+    assert _sweep_spec([], path, 3, True, [])[1:3] == (3, True)
+    assert _sweep_spec([], path, None, False, [])[1:3] == (1, False)
+    assert _sweep_spec(["nca"], None, None, False, [])[1] == 1

@@ -219,7 +219,8 @@ def stop(ref: Annotated[str, typer.Argument(
 def sweep(
     targets: Annotated[list[str] | None, typer.Argument(
         metavar="METHOD | resume SWEEP", help="METHOD, or: resume SWEEP.", autocompletion=names_of("method"))] = None,
-    seeds: Annotated[int, typer.Option(help="Seeds per combination (0, 1, ... or from --seed).")] = 1,
+    seeds: Annotated[int | None, typer.Option(
+        help="Seeds per combination (0, 1, ... or from --seed); default 1, or seeds of the --file.")] = None,
     grid: Annotated[list[str] | None, typer.Option(
         "--grid", metavar="KEY=V1,V2", help="key=v1,v2,... (repeatable); keys as in --set, "
                        "or backbone/dataset/epochs/batch_size/lr.")] = None,
@@ -268,10 +269,12 @@ def sweep(
     console.print(f"{sweep_id}: {count(len(runs), 'run')} {where}; follow them with: {follow}", highlight=False)
 
 
-def _sweep_spec(targets: list[str], file: Path | None, seeds: int, fail_fast: bool, grid: list[str]):
+def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_fast: bool, grid: list[str]):
     """What `fslab sweep` runs, from METHOD and the options or from a sweep file:
-    (method, seeds, fail_fast, {grid key: values}, the file's [set] as key=value texts)."""
-    from fslab.core.config import assignment
+    (method, seeds, fail_fast, {grid key: values}, the file's [set] as key=value texts).
+    An option that contradicts the file (--seeds 3 against seeds = 5) is refused, not
+    silently overruled by either."""
+    from fslab.core.config import assignment, toml_value
     from fslab.execution.sweep import parse_grid, read_sweep_file
 
     fixed = []
@@ -280,6 +283,11 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int, fail_fast: bo
         if targets and targets != [spec["method"]]:
             raise UsageError(f"{file} sweeps method '{spec['method']}', but the command names "
                              f"{' '.join(targets)}; leave METHOD out with --file")
+        for option, given, key in (("--seeds", seeds, "seeds"), ("--fail-fast", fail_fast or None, "fail_fast")):
+            if given is not None and key in spec and spec[key] != given:
+                shown_given = f"{option} {given}" if option == "--seeds" else option
+                raise UsageError(f"{shown_given} contradicts {key} = {toml_value(spec[key])} in {file}; "
+                                 f"give it in one of the two")
         method, seeds = spec["method"], spec.get("seeds", seeds)
         fail_fast = spec.get("fail_fast", fail_fast)
         grid_values = {k: list(v) for k, v in spec.get("grid", {}).items()}
@@ -293,7 +301,7 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int, fail_fast: bo
         if key in grid_values:
             raise UsageError(f"--grid {key} is also in {file}'s [grid]; give its values in one of the two")
         grid_values[key] = values
-    return method, seeds, fail_fast, grid_values, fixed
+    return method, 1 if seeds is None else seeds, fail_fast, grid_values, fixed
 
 
 def _resume_sweep(targets: list[str], project, options) -> None:
