@@ -45,6 +45,15 @@ def test_slurm_settings_are_checked(tmp_path):
         job_options(settings, ["timeout_min=soon"])
     with pytest.raises(ConfigError, match="unknown --slurm key 'gpu_per_job'. Did you mean 'gpus_per_job'?"):
         job_options(settings, ["gpu_per_job=2"])
+    # an infinite memory request was passed on to sbatch; the file and --slurm say it in one line
+    path.write_text("[slurm]\nmem_gb = inf\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(path)
+    assert str(error.value) == f"{path}: 'slurm.mem_gb' must be a finite number of GB >= 0 (0: the partition's " \
+                               f"default), got inf"
+    with pytest.raises(ConfigError, match=r"^--slurm mem_gb must be a finite number of GB >= 0 .*, got inf$"):
+        job_options(settings, ["mem_gb=inf"])
+    assert job_options(settings, ["mem_gb=0.5"]).mem_gb == 0.5
 
 
 def test_without_submitit_the_error_says_how_to_install_it(project, monkeypatch):

@@ -4,6 +4,7 @@ the path in ``FSLAB_CONFIG``)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -52,7 +53,8 @@ SLURM_KEYS = {
     "timeout_min": (_whole, "a whole number of minutes >= 1"),
     "gpus_per_job": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
     "cpus_per_task": (_whole, "a whole number >= 1"),
-    "mem_gb": (lambda v: type(v) in (int, float) and v >= 0, "a number of GB >= 0 (0: the partition's default)"),
+    "mem_gb": (lambda v: type(v) in (int, float) and 0 <= v < math.inf,  # nan and inf fail
+               "a finite number of GB >= 0 (0: the partition's default)"),
     "max_requeues": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
     "signal_delay_s": (_whole, "a whole number of seconds >= 1"),
     "sbatch": (lambda v: isinstance(v, dict), "a table of sbatch options, e.g. { account = \"lab\", qos = \"high\" }"),
