@@ -344,6 +344,17 @@ def test_settings_paths_resolve_against_the_file(tmp_path):
     assert settings.data_roots == {"synthetic": str(tmp_path / "d")}
 
 
+
+def test_settings_paths_starting_with_a_tilde_are_in_the_home_folder(tmp_path, monkeypatch):
+    """[data_roots] expanded ~ but runs_dir and plugin_dirs made a folder named '~' beside the file."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    settings = settings_from(tmp_path, "[project]\nruns_dir='~/store'\nplugin_dirs=['~/p']\n"
+                                       "[data_roots]\nsynthetic='~/d'\n")
+    assert settings.runs_dir == tmp_path / "home" / "store"
+    assert settings.plugin_dirs == (tmp_path / "home" / "p",)
+    assert settings.data_roots == {"synthetic": str(tmp_path / "home" / "d")}
+
+
 def test_merge_does_not_modify_its_inputs():
     base = {"train": {"epochs": 1}, "loss": {"name": "nca", "temperature": 1.0}}
     layer = {"loss": {"name": "protonet"}, "train": {"lr": 0.1}}

@@ -168,7 +168,7 @@ def load_settings(path: Path | None = None) -> Settings:
     scheduler = _checked_table(data, "scheduler", SCHEDULER_KEYS, path)
     if isinstance(scheduler.get("gpus"), list):
         scheduler["gpus"] = tuple(scheduler["gpus"])
-    runs_dir = base / project.get("runs_dir", "runs")
+    runs_dir = base / os.path.expanduser(project.get("runs_dir", "runs"))  # ~ as in [data_roots]
     if runs_dir.exists() and not runs_dir.is_dir():
         raise ConfigError(f"{path}: 'project.runs_dir' names {runs_dir}, which is a file, not a folder; "
                           f"name a folder (it is created if missing)")
@@ -178,7 +178,7 @@ def load_settings(path: Path | None = None) -> Settings:
         sinks=SinksSettings(**_checked_table(data, "sinks", SINKS_KEYS, path)),
         slurm=SlurmSettings().with_overrides(_checked_table(data, "slurm", SLURM_KEYS, path)),
         runs_dir=runs_dir,
-        plugin_dirs=tuple(base / str(d) for d in project.get("plugin_dirs", [])),
+        plugin_dirs=tuple(base / os.path.expanduser(d) for d in project.get("plugin_dirs", [])),
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
         run=_table(data, "run", path),
     )
