@@ -42,6 +42,14 @@ def test_grid_parsing_and_expansion():
     with pytest.raises(ConfigError) as error:
         parse_grid(["=1,2"])
     assert str(error.value) == "--grid expects key=v1,v2,... (e.g. train.lr=0.1,0.05), got '=1,2'"
+    # a stray comma made an empty value: an odd type error for a number, a run with '' for a string
+    for text, key, raw in (("lr=0.1,,0.2", "train.lr", "0.1,,0.2"), ("lr=0.1,", "train.lr", "0.1,"),
+                           ("dataset.root=/data/a, ", "dataset.root", "/data/a,")):
+        with pytest.raises(ConfigError) as error:
+            parse_grid([text])
+        assert str(error.value) == f"--grid {key} has an empty value in '{raw}' (a comma with no value on one " \
+                                   f'side); remove the stray comma, or write an empty string as ""'
+    assert parse_grid(['dataset.root="",/data/a']) == {"dataset.root": ["", "/data/a"]}
     # what a sweep sets itself is no grid key: seeds would repeat one seed, a method would be dropped
     with pytest.raises(ConfigError, match=r"^--grid seed: a sweep's seeds come from --seeds N"):
         parse_grid(["seed=5,6"])

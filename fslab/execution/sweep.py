@@ -46,7 +46,11 @@ def parse_grid(texts: list[str]) -> dict[str, list]:
         check_grid_key(f"--grid {key}", key)
         if key in grid:
             raise ConfigError(f"--grid names '{key}' twice; give all its values in one: --grid {key}=v1,v2,...")
-        grid[key] = [parse_assignment(f"{key}={value}", "--grid")[1] for value in split_values(raw)]
+        values = split_values(raw)
+        if any(not value.strip() for value in values):  # 0.1,,0.2 or a trailing comma: a typo, not a value
+            raise ConfigError(f"--grid {key} has an empty value in '{raw.strip()}' (a comma with no value on one "
+                              f"side); remove the stray comma, or write an empty string as \"\"")
+        grid[key] = [parse_assignment(f"{key}={value}", "--grid")[1] for value in values]
         check_distinct(f"--grid {key}", grid[key])
     return grid
 
