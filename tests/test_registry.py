@@ -190,6 +190,17 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
     with pytest.raises(ConfigError, match=r"^config key 'sampler.seed' must be a whole number from 0"):
         fslab.create("sampler", "iid", labels=[0, 1, 0, 1], batch_size=2, seed=-1)
     assert fslab.create("sampler", "iid", labels=[0, 1, 0, 1], batch_size=2, seed=0).batch_size == 2
+    # what a run fills in and the caller left out is one line naming it, not the constructor's TypeError
+    with pytest.raises(UsageError) as error:
+        fslab.create("backbone", "conv4")
+    assert str(error.value) == "backbone 'conv4' needs in_channels to be built (a run passes it itself); " \
+                               "give in_channels=..."
+    with pytest.raises(UsageError) as error:
+        fslab.create("sampler", "iid", labels=[0, 1, 0, 1])
+    assert str(error.value) == "sampler 'iid' needs batch_size, seed to be built (a run passes them itself); " \
+                               "give batch_size=..., seed=..."
+    with pytest.raises(UsageError, match=r"^a name pattern is text such as 'resnet\*', got 3$"):
+        fslab.available("backbone", 3)
     # a kind or name that is not a string is an unknown one, not a TypeError
     with pytest.raises(UsageError, match=r"^Unknown plugin kind 'None'\. Allowed: backbone,"):
         fslab.create(None, "nca")

@@ -154,6 +154,8 @@ class Registry:
 
     def names(self, kind: str, pattern: str = "*") -> list[str]:
         check_kind(kind)
+        if not isinstance(pattern, str):
+            raise UsageError(f"a name pattern is text such as 'resnet*', got {pattern!r}")
         return sorted(n for n in self.components[kind] if fnmatch.fnmatchcase(n, pattern))
 
     def accepts(self, kind: str, name: str, param: str) -> bool:
@@ -189,6 +191,11 @@ class Registry:
             bound = functools.partial(target, **kwargs)
             functools.update_wrapper(bound, target)
             return bound
+        missing = _missing_names(target, kwargs)
+        if missing:  # what a run fills in (in_channels, labels, ...): one line, not Python's TypeError
+            raise UsageError(f"{kind} '{name}' needs {', '.join(missing)} to be built (a run passes "
+                             f"{'it' if len(missing) == 1 else 'them'} itself); give "
+                             f"{', '.join(f'{m}=...' for m in missing)}")
         return target(**kwargs)
 
 
@@ -219,6 +226,20 @@ def _accepted_names(target: Any, kind: str = "") -> set[str] | None:
     if kind in BOUND_KINDS and not inspect.isclass(target):
         return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
     return {p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL}
+
+
+def _missing_names(target: Any, given: dict) -> list[str]:
+    """The arguments building ``target`` requires (no default) that ``given`` lacks."""
+    func = target.__init__ if inspect.isclass(target) else target
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if inspect.isclass(target) and params and params[0].kind in named:
+        params = params[1:]  # self
+    return [p.name for p in params if p.kind in named and p.default is inspect.Parameter.empty
+            and p.name not in given]
 
 
 def _provider(c: Component) -> str:
