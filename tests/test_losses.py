@@ -226,6 +226,19 @@ def test_protonet_needs_a_support_mask(make_episode):
         protonet(z, labels, None)
 
 
+@pytest.mark.parametrize("name", ["protonet", "protonet-noproto", "protonet-nosq", "matchingnet", "sen", "ring",
+                                  "lpn"])
+def test_each_episodic_loss_called_without_a_support_mask_names_itself_in_one_line(registry, make_episode, name):
+    """``loss(z, labels)`` as the Python API calls it: some losses raised Python's TypeError for the missing
+    argument, and ring and lpn named protonet, which the user never asked for."""
+    z, labels, _ = make_episode(3, 1, 1)
+    loss = registry.create("loss", name)
+    with pytest.raises(UsageError) as error:
+        loss(z, labels)
+    assert str(error.value) == f"{name} needs an episodic sampler (one that marks support and query rows), " \
+                               f"e.g. sampler 'episodic'"
+
+
 def test_protonet_rejects_unknown_distance_and_lists_allowed(make_episode):
     z, labels, support = make_episode(3, 1, 1)
     with pytest.raises(UsageError, match="euclidean, cosine"):

@@ -90,7 +90,7 @@ def check_matchingnet(params: dict, context=None) -> None:
     check_distance("matchingnet", params["distance"])
 
 
-def protonet_noproto(z, labels, support) -> LossOutput:
+def protonet_noproto(z, labels, support=None) -> LossOutput:
     """ProtoNet without prototypes (NCA paper Eq. 4): each query is classified
     by a softmax over its squared distances to every support point, the
     probability of its class being the sum over that class's support points.
@@ -98,7 +98,7 @@ def protonet_noproto(z, labels, support) -> LossOutput:
     return _query_support_loss(z, labels, support, "euclidean", "protonet-noproto")
 
 
-def matchingnet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
+def matchingnet(z, labels, support=None, *, distance: str = "euclidean") -> LossOutput:
     """Matching Networks without full-context embedding, softmax attention
     (Vinyals et al. 2016, Sec. 2.1.1): ``p(y|q) = sum_{s: y_s = y} softmax_s(-d(q, s))``
     and the loss is the queries' mean ``-log p(y_q|q)``.
@@ -111,7 +111,7 @@ def matchingnet(z, labels, support, *, distance: str = "euclidean") -> LossOutpu
     return _query_support_loss(z, labels, support, distance, "matchingnet")
 
 
-def protonet_nosq(z, labels, support) -> LossOutput:
+def protonet_nosq(z, labels, support=None) -> LossOutput:
     """ProtoNet without the support/query separation (NCA paper Eq. 5): the
     support points of each class are replaced by their prototype, and the NCA
     loss (Eq. 3) is computed over the queries and prototypes together, every

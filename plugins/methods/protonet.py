@@ -40,8 +40,14 @@ def check_protonet(params: dict, context=None) -> None:
     check_distance("protonet", params["distance"])
 
 
-def protonet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
-    """Prototypical loss (Snell Eq. 2; NCA paper Eq. 2).
+def protonet(z, labels, support=None, *, distance: str = "euclidean") -> LossOutput:
+    """Prototypical loss (Snell Eq. 2; NCA paper Eq. 2): :func:`prototypical`."""
+    return prototypical(z, labels, support, distance, "protonet")
+
+
+def prototypical(z, labels, support, distance: str = "euclidean", name: str = "protonet") -> LossOutput:
+    """Prototypical loss (Snell Eq. 2; NCA paper Eq. 2), for ``protonet`` and the
+    losses built on it; ``name`` is the loss that messages name.
 
     ``support`` marks the support rows (bool, one per row); the others are
     queries. Prototypes are the mean support embedding of each class present in
@@ -56,10 +62,10 @@ def protonet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
     import torch
     import torch.nn.functional as F
 
-    check_distance("protonet", distance)
+    check_distance(name, distance)
     if support is None:
         raise UsageError(
-            "protonet needs an episodic sampler (one that marks support and query rows), "
+            f"{name} needs an episodic sampler (one that marks support and query rows), "
             "e.g. sampler 'episodic'"
         )
     support = torch.as_tensor(support, dtype=torch.bool, device=z.device)
@@ -67,10 +73,10 @@ def protonet(z, labels, support, *, distance: str = "euclidean") -> LossOutput:
     support_labels, query_labels = labels[support], labels[~support]
     classes, support_class = torch.unique(support_labels, return_inverse=True)
     if query_labels.numel() == 0:
-        raise UsageError("protonet: the episode has no query rows")
+        raise UsageError(f"{name}: the episode has no query rows")
     query_class = torch.searchsorted(classes, query_labels).clamp(max=classes.numel() - 1)
     if not bool((classes[query_class] == query_labels).all()):
-        raise UsageError("protonet: a query's class has no support image in the episode")
+        raise UsageError(f"{name}: a query's class has no support image in the episode")
 
     support_count = torch.bincount(support_class, minlength=classes.numel())  # [C]
     prototypes = torch.zeros(classes.numel(), z.shape[1], dtype=z.dtype, device=z.device)

@@ -48,9 +48,9 @@ class RingProtoNet(nn.Module):
         self.register_load_state_dict_post_hook(_radius_loaded)
 
     def forward(self, z, labels, support=None) -> LossOutput:
-        from fslab_plugins.methods.protonet import protonet
+        from fslab_plugins.methods.protonet import prototypical as prototypical_loss
 
-        prototypical = protonet(z, labels, support)
+        prototypical = prototypical_loss(z, labels, support, name="ring")
         norms = z.norm(dim=1)
         if not self.radius_measured:
             with torch.no_grad():

@@ -81,7 +81,7 @@ def check_ring(params: dict, context=None) -> None:
         raise UsageError(f"ring: radius must be > 0 (or unset to measure it; loss.radius), got {radius!r}")
 
 
-def sen(z, labels, support, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> LossOutput:
+def sen(z, labels, support=None, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> LossOutput:
     """SEN ProtoNet loss: Eq. 1 with ``d = d_s`` (Eq. 2), ε_ik from Eq. 4.
 
     The queries' mean negative log-likelihood of their class under a softmax

@@ -137,9 +137,9 @@ class LargeMarginProtoNet(nn.Module):
         self.distance = distance
 
     def forward(self, z, labels, support=None) -> LossOutput:
-        from fslab_plugins.methods.protonet import protonet
+        from fslab_plugins.methods.protonet import prototypical as prototypical_loss
 
-        prototypical = protonet(z, labels, support, distance=self.distance)
+        prototypical = prototypical_loss(z, labels, support, self.distance, "lpn")
         support = torch.as_tensor(support, dtype=torch.bool, device=z.device)
         triplet_loss, used, extra = self.triplet.terms(z, labels)
         query_support = (~support)[:, None] & support[None, :]
