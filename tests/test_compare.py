@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from fslab.core.errors import UsageError
 from fslab.core.runstore import create_run
 from fslab.reports.compare import compare, mean_ci, render
 
@@ -118,6 +119,11 @@ def test_cli_compare(store, builtin_plugins, monkeypatch):
     bad = fslab("compare", "all", "--format", "xls", cwd=folder)
     assert bad.returncode == 2 and "unknown format 'xls'" in bad.stderr
     for args, message in [(["all", "--split", "train"], "--split must be test or val, got 'train'"),
+                          # an impossible shape was "none of these runs has saved test accuracies for 0-way ..."
+                          (["all", "--ways", "0"], "--ways must be at least 2, got 0"),
+                          (["all", "--queries", "-1"], "--queries must be at least 1, got -1"),
+                          (["all", "--shots", "1,0"], "--shots takes whole numbers of at least 1 separated by "
+                                                      "commas (e.g. 1,5), got '1,0'"),
                           (["all", next(iter(data.values()))[0].id], "'all' names every run: give it alone, or "
                                                                       "name the runs and sweeps")]:
         bad = fslab("compare", *args, cwd=folder)
@@ -125,6 +131,24 @@ def test_cli_compare(store, builtin_plugins, monkeypatch):
     (folder / "empty").mkdir()
     none = fslab("compare", "all", cwd=folder / "empty")
     assert none.returncode == 2 and none.stderr.startswith("error: no runs to compare; name run ids")
+
+
+def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, monkeypatch):
+    from fslab.cli.reports import episode_options
+
+    assert episode_options("val", "5, 1", 20, 15, 100) == [5, 1]
+    for args, message in [(("test", "1", 1, 15), "--ways must be at least 2, got 1"),
+                          (("test", "1", 5, 0), "--queries must be at least 1, got 0"),
+                          (("test", "1", 5, 15, 0), "--episodes must be at least 1, got 0"),
+                          (("test", "", 5, 15), "--shots takes whole numbers of at least 1 separated by commas "
+                                                "(e.g. 1,5), got ''")]:
+        with pytest.raises(UsageError) as error:
+            episode_options(*args)
+        assert str(error.value) == message
+    folder, _ = store
+    bad = fslab("plot", "batch-size", "all", "--ways", "1", "--out", str(folder / "p.png"), cwd=folder)
+    assert bad.returncode == 2 and bad.stderr == "error: --ways must be at least 2, got 1\n"
+    assert not (folder / "p.png").exists()
 
 
 def test_mean_ci_matches_the_formula():

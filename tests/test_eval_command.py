@@ -95,7 +95,7 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
 
 @pytest.mark.parametrize("argv, message", [
     (["--shots", "one"], "--shots takes whole numbers separated by commas"),
-    (["--episodes", "99999999999"], "--episodes from 1 to 1,000,000"),
+    (["--episodes", "99999999999"], "--episodes must be from 1 to 1,000,000"),
     (["--split", "train"], "--split must be test or val"),
     (["--evaluator", "centriod"], "Unknown evaluator 'centriod'. Did you mean 'centroid'?"),
     (["--device", "cuda:x"], "config key 'device' must be auto, cpu, cuda or cuda:N, got 'cuda:x'"),

@@ -25,6 +25,7 @@ from fslab.cli.common import (
     shown,
 )
 from fslab.cli.tables import Col, fit, print_table
+from fslab.core.config import EPISODES_MAX
 from fslab.core.errors import UsageError
 from fslab.core.text import count
 
@@ -54,14 +55,7 @@ def eval_(
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say)."""
     from fslab.core.runstore import find_run
 
-    check_split(split)
-    shot_list = parse_shots(shots)
-    from fslab.core.config import EPISODES_MAX
-
-    if not shot_list or min(shot_list) < 1 or ways < 2 or queries < 1 \
-            or (episodes is not None and not 1 <= episodes <= EPISODES_MAX):
-        raise UsageError(f"episodes need --ways >= 2, --shots >= 1, --queries >= 1 and --episodes from 1 to "
-                         f"{EPISODES_MAX:,}")
+    shot_list = episode_options(split, shots, ways, queries, episodes)
     run_ = find_run(settings().runs_dir, ref)
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()
@@ -116,9 +110,20 @@ def _check_device(device: str) -> None:
     check_device({"device": device, "train": {"processes": 1}})
 
 
-def check_split(split: str) -> None:
+def episode_options(split: str, shots: str, ways: int, queries: int, episodes: int | None = None) -> list[int]:
+    """The shots of ``--shots``, after ``--split``, ``--ways``, ``--queries`` and ``--episodes`` are
+    checked: the one check of the episode options of eval, compare and plot, each mistake one line."""
     if split not in ("test", "val"):
         raise UsageError(f"--split must be test or val, got '{split}'")
+    shot_list = parse_shots(shots)
+    if not shot_list or min(shot_list) < 1:
+        raise UsageError(f"--shots takes whole numbers of at least 1 separated by commas (e.g. 1,5), got '{shots}'")
+    for option, value, least in (("--ways", ways, 2), ("--queries", queries, 1), ("--episodes", episodes, 1)):
+        if value is not None and value < least:
+            raise UsageError(f"{option} must be at least {least}, got {value}")
+    if episodes is not None and episodes > EPISODES_MAX:  # drawn at once: a mistyped count would fill the memory
+        raise UsageError(f"--episodes must be from 1 to {EPISODES_MAX:,}, got {episodes:,}")
+    return shot_list
 
 
 @app.command("compare")
@@ -149,11 +154,10 @@ def compare_(
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
-    check_split(split)
+    shot_list = episode_options(split, shots, ways, queries)
     runs = select_runs(settings().runs_dir, refs)
     if not runs:
         raise UsageError("no runs to compare; name run ids, sweep ids or 'all' (list them with: fslab runs)")
-    shot_list = parse_shots(shots)
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
     # runs left out, said once on stderr so the report itself stays clean
@@ -216,10 +220,10 @@ def plot_(
     from fslab.reports.plot import draw, parse_size, series_data
 
     pixels = parse_size(size) if size else None
-    check_split(split)
+    shot_list = episode_options(split, shots, ways, queries)
     runs = select_runs(settings().runs_dir, refs)
     data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
-                       shots=parse_shots(shots), ways=ways, queries=queries)
+                       shots=shot_list, ways=ways, queries=queries)
     for item in data["left_out"][:5]:  # on stderr, so --json's output stays one object
         err_console.print(f"left out {shown(item['run'])}: {shown(item['why'])}", highlight=False)
     if len(data["left_out"]) > 5:
