@@ -342,7 +342,11 @@ def test_commands_over_a_store_of_broken_runs(tmp_path):
     damage = {"cfgstr": ("config.json", '"hello"'), "resl": ("results.json", "[1,2]"),
               "halfstatus": ("status.json", '{"state": "compl'), "badevents": ("metrics.jsonl",
               '{"event":"eval","split":"val"}\n{"event":"train","step":1,"epoch":1,"loss":"x"}\n'),
-              "noconfig": ("config.json", None)}
+              "noconfig": ("config.json", None),
+              # sections that are no tables: fslab show raised AttributeError on them
+              "cfgshape": ("config.json", '{"method": "nca", "backbone": "conv4", "train": "x", "seed": "s"}'),
+              # an object without a state: fslab runs said "cannot be read: None"
+              "nostate": ("status.json", '{"state": 5, "pid": "abc"}')}
     for name, (file, text) in damage.items():
         folder = runs / f"20261123-1900{len(name):02d}-nca-{name}"
         shutil.copytree(FIXTURE, folder)
@@ -357,9 +361,14 @@ def test_commands_over_a_store_of_broken_runs(tmp_path):
     assert states["halfstatus"]["state"] == "unreadable" and "status.json" in states["halfstatus"]["error"]
     assert states["noconfig"]["state"] == "unreadable" and "config.json missing" in states["noconfig"]["error"]
     assert states["badevents"]["corrupt"] == 2
+    assert states["nostate"]["state"] == "unreadable"
+    assert states["nostate"]["error"] == states["nostate"]["note"] == 'status.json records no state (a text such ' \
+                                                                      'as "completed")'
     for name in damage:
         shown = fslab("show", name, cwd=project)
         assert "Traceback" not in shown.stderr and shown.returncode in (0, 1, 2), shown.stderr
+        if name == "cfgshape":
+            assert shown.returncode == 0 and "method nca, backbone None" in shown.stdout
     for argv in (["runs"], ["compare", "all", "--queries", "5"], ["queue"], ["logs", "halfstatus"]):
         done = fslab(*argv, cwd=project)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (argv, done.stderr)

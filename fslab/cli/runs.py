@@ -161,8 +161,9 @@ def _settings_line(run_) -> str:
     defaults = dotted(DEFAULTS)
     plugins = registry(settings())
     for section in PLUGIN_SECTIONS:
-        try:
-            component = plugins.get(section, config.get(section, {}).get("name"))
+        chosen = config.get(section)
+        try:  # a section that is not a table (a damaged config.json) names no plugin
+            component = plugins.get(section, chosen.get("name") if isinstance(chosen, dict) else None)
         except FslabError:
             continue  # a plugin not installed here: its parameters are all shown
         defaults |= {f"{section}.{k}": v for k, v in component.params.items()}
@@ -179,11 +180,10 @@ def _score(evaluation: dict) -> str:
 
 def _stale_heartbeat(run_, state: str, status: dict) -> str | None:
     """A line for a running run whose worker missed three heartbeats, else None."""
-    from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
+    from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
     from fslab.core.worklock import is_held
 
-    train = run_.config().get("train") or {}
-    if state != "running" or not heartbeat_stale(status, float(train.get("heartbeat", 5.0))):
+    if state != "running" or not heartbeat_stale(status, heartbeat_interval(run_.config())):
         return None
     why = ("its worker still holds the run's lock: paused or stuck" if is_held(run_.path)
            else f"the run is lost after {LOST_AFTER_S:.0f} s without one")

@@ -100,6 +100,14 @@ def heartbeat_age(status: dict, now: float | None = None) -> float | None:
     return None if not beat else (time.time() if now is None else now) - beat
 
 
+def heartbeat_interval(config: dict) -> float:
+    """``train.heartbeat`` of a run's saved configuration, or its default (5 s) where the
+    file holds none that is a positive number (a damaged or hand-edited config.json)."""
+    train = config.get("train")
+    beat = _number(train.get("heartbeat")) if isinstance(train, dict) else None
+    return float(beat) if beat and beat > 0 else 5.0
+
+
 def heartbeat_stale(status: dict, interval: float, now: float | None = None) -> bool:
     """A running run whose worker missed three heartbeats of ``interval``
     seconds (``train.heartbeat``): paused (SIGSTOP) or stuck, while it still

@@ -404,6 +404,8 @@ class SummaryFile:
         unreadable = "config.json" in self.problems or "status.json" in self.problems
         # a lock is probed only for live runs (fslab.core.worklock)
         state = UNREADABLE if unreadable else observed_state(self.dir, self.status, now)
+        if state == UNREADABLE and note is None:  # a JSON object, but no state a run can be in
+            note = "status.json records no state (a text such as \"completed\")"
         if (state, note) != (summary.state, summary.note):
             summary.state, summary.note = state, note
             summary.error = note if note else schemas.conform(self.status, schemas.STATUS).get("error")

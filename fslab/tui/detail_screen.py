@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
 from fslab.core.events import is_validation, logged_evaluator
-from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_stale
+from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
 from fslab.core.text import count, printable
 from fslab.core.timing import time_line, time_split
 from fslab.tui import model
@@ -140,9 +140,7 @@ class DetailScreen(Screen):
             for chart in self.query(LineChart):
                 chart.refresh()
         if delta.config is not None:
-            train = delta.config.get("train")
-            if isinstance(train, dict) and isinstance(train.get("heartbeat"), (int, float)):
-                self.heartbeat_every = float(train["heartbeat"])
+            self.heartbeat_every = heartbeat_interval(delta.config)
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
         if delta.stdout:
             self.query_one("#stdout-log", Log).write_lines(delta.stdout)
