@@ -151,6 +151,20 @@ def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, m
     assert not (folder / "p.png").exists()
 
 
+def test_a_run_whose_configuration_sections_are_not_tables_is_left_out_not_fatal(tmp_path):
+    """Pairing read dataset settings with .items(): "dataset": ["x"] raised AttributeError."""
+    good = make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
+    other = make_run(tmp_path / "runs", 0.05, 0, {5: [1.0, 1.0]})
+    damaged = make_run(tmp_path / "runs", 0.2, 0, {5: [1.0, 0.5]})
+    config = json.loads((damaged.path / "config.json").read_text())
+    config["dataset"] = ["x"]
+    (damaged.path / "config.json").write_text(json.dumps(config))
+    report = compare([good, other, damaged], shots=[5])
+    assert report["unreadable"] == [damaged.id]
+    assert [g["group"] for g in report["groups"]] == ["train.lr=0.1", "train.lr=0.05"]
+    assert [(p["shots"], p["difference"]) for p in report["paired"]] == [(5, pytest.approx(0.25))]
+
+
 def test_mean_ci_matches_the_formula():
     values = [0.0, 1.0, 0.0, 1.0]
     assert mean_ci(values) == (0.5, 1.96 * 0.5 / 2)

@@ -20,7 +20,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from fslab.core.config import assignment, outside_settings
+from fslab.core.config import PLUGIN_SECTIONS, assignment, outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import own_evaluator
 from fslab.core.keys import dotted
@@ -60,12 +60,16 @@ class RunFiles:
         self._saved: dict[Run, list[dict]] = {}
 
     def config(self, run: Run) -> dict:
-        """The run's configuration; ``{}`` if it cannot be read (the run is left out)."""
+        """The run's configuration; ``{}`` if it cannot be read (the run is left out), which
+        includes one whose sections are not tables (readers look keys up in each)."""
         if run not in self._configs:
             try:
-                self._configs[run] = run.config()
+                config = run.config()
             except ConfigError:  # from a newer fslab, or damaged
-                self._configs[run] = {}
+                config = {}
+            if any(not isinstance(config.get(section, {}), dict) for section in (*PLUGIN_SECTIONS, "train", "eval")):
+                config = {}  # hand-edited or damaged: "dataset": ["x"] would pair on nothing anyone can name
+            self._configs[run] = config
         return self._configs[run]
 
     def flat(self, run: Run) -> dict:
