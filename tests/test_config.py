@@ -345,6 +345,16 @@ def test_settings_paths_resolve_against_the_file(tmp_path):
 
 
 
+def test_a_toml_file_that_starts_with_a_byte_order_mark_is_read(tmp_path):
+    """It was 'fslab.toml:1:1: TOML syntax error: Invalid statement', in a file that looks right in any editor."""
+    from fslab.core.settings import read_toml
+
+    (tmp_path / "fslab.toml").write_bytes(b"\xef\xbb\xbf[scheduler]\r\ncpu_slots = 2\r\n")
+    assert load_settings(tmp_path / "fslab.toml").scheduler.cpu_slots == 2
+    (tmp_path / "s.toml").write_text('\ufeffmethod = "nca"\n', encoding="utf-8")
+    assert read_toml(tmp_path / "s.toml") == {"method": "nca"}
+
+
 def test_settings_paths_starting_with_a_tilde_are_in_the_home_folder(tmp_path, monkeypatch):
     """[data_roots] expanded ~ but runs_dir and plugin_dirs made a folder named '~' beside the file."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -124,8 +124,8 @@ def read_toml(path: Path) -> dict:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {exc.start}, 0x{exc.object[exc.start]:02x}); "
                           f"TOML files are UTF-8: save it in that encoding") from None
-    try:
-        return tomllib.loads(text)
+    try:  # a byte-order mark (Windows editors write one) is no statement: TOML said 1:1 was invalid
+        return tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         where = re.search(r"\(at line (\d+), column (\d+)\)", message)
