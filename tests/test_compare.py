@@ -163,6 +163,9 @@ def test_a_run_whose_configuration_sections_are_not_tables_is_left_out_not_fatal
     assert report["unreadable"] == [damaged.id]
     assert [g["group"] for g in report["groups"]] == ["train.lr=0.1", "train.lr=0.05"]
     assert [(p["shots"], p["difference"]) for p in report["paired"]] == [(5, pytest.approx(0.25))]
+    shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stderr == f"1 run left out, each one whose configuration cannot be " \
+                                                     f"read: {damaged.id}\n"  # not "1 run ..., their configuration"
 
 
 def test_mean_ci_matches_the_formula():

@@ -161,7 +161,7 @@ def compare_(
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
     # runs left out, said once on stderr so the report itself stays clean
-    for key, why in (("unreadable", "their configuration cannot be read"),
+    for key, why in (("unreadable", "each one whose configuration cannot be read"),
                      ("repeated", "each repeating the settings and seed of another (the newest with results counts)")):
         if left := report[key]:
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
@@ -227,7 +227,7 @@ def plot_(
     for item in data["left_out"][:5]:  # on stderr, so --json's output stays one object
         err_console.print(f"left out {shown(item['run'])}: {shown(item['why'])}", highlight=False)
     if len(data["left_out"]) > 5:
-        err_console.print(f"left out {len(data['left_out']) - 5} more runs (fslab plot --json lists them all)",
+        err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
                           highlight=False)
     out = out or Path(f"{x}.png")
     width, height = draw(data, out, pixels, title)

@@ -26,6 +26,7 @@ from pathlib import Path
 from fslab.core.errors import ConfigError, NewerConfig
 from fslab.core.runstore import Run, run_names
 from fslab.core.settings import load_settings
+from fslab.core.text import count
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker
 from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots, unusable
@@ -220,7 +221,7 @@ def main(argv: list[str]) -> int:
     runs_dir = Path(argv[0])
     slots = configured_slots(load_settings().scheduler)
     started = schedule(runs_dir, slots)
-    _log(f"started {started} runs; none waiting")
+    _log(f"started {count(started, 'run')}; none waiting")
     return 0
 
 
