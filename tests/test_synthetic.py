@@ -76,6 +76,9 @@ def test_other_image_sizes():
         ({"images_per_class": 1}, "images_per_class"),
         ({"image_size": 4}, "image_size"),
         ({"seed": -1}, "seed"),
+        # a typo of a class count was checked by listing every class: 10**9 of them filled the memory
+        ({"classes": 10**9}, r"^synthetic: classes must be at most 100,000, got 1,000,000,000; real few-shot "
+                             r"datasets have hundreds to thousands$"),
     ],
 )
 def test_bad_parameters_are_usage_errors(params, message):

@@ -52,6 +52,10 @@ GLYPH_EXTENT = 0.9  # the glyph box [-1, 1]² covers this fraction of half the i
 JITTER = {"wobble": 0.12, "rotation": 0.4, "scale": (0.8, 1.15), "shift": 0.25, "noise": 0.1}
 
 
+# The most classes a synthetic dataset draws (tieredImageNet has 608, Omniglot with rotations 6,492).
+MAX_CLASSES = 100_000
+
+
 class SyntheticDataset:
     """Stroke glyphs, ``classes`` of them with ``images_per_class`` images each.
 
@@ -89,6 +93,9 @@ class SyntheticDataset:
         self.channels, self.colour = channels, colour
         if seed < 0:
             raise UsageError(f"synthetic: seed must be >= 0, got {seed}")
+        if classes > MAX_CLASSES:  # split_sizes() lists every class before a run exists: 10**9 filled the memory
+            raise UsageError(f"synthetic: classes must be at most {MAX_CLASSES:,}, got {classes:,}; "
+                             f"real few-shot datasets have hundreds to thousands")
         if val_classes < 2 or test_classes < 2 or classes - val_classes - test_classes < 2:
             raise UsageError(
                 f"synthetic: need at least 2 classes in each split, got classes={classes}, "
