@@ -34,6 +34,10 @@ def test_grid_parsing_and_expansion():
         parse_grid(["lr=0.1", "train.lr=0.2"])
     with pytest.raises(ConfigError, match=r"--grid train.batch_size lists 128.0 twice"):
         parse_grid(["batch_size=128,256,128.0"])
+    # true and 1 are two values (the error said "lists 1 twice" of true,1); each is checked as a run's value later
+    assert parse_grid(["eval.center=true,1"]) == {"eval.center": [True, 1]}
+    with pytest.raises(ConfigError, match=r"^--grid eval.center lists true twice"):
+        parse_grid(["eval.center=true,false,true"])
     with pytest.raises(UsageError, match="--seeds must be at least 1"):
         expand(grid, seeds=0)
     # commas inside a list value do not split it; an empty key is named as a --grid mistake

@@ -74,10 +74,11 @@ def check_distinct(where: str, values: list) -> None:
     """A ConfigError for a grid that lists a value twice (it would train the same runs twice)."""
     seen = []
     for value in values:
-        if value in seen:
+        same = (isinstance(value, bool), value)  # true is no 1, though Python finds them equal; 1 and 1.0 are one
+        if same in seen:
             raise ConfigError(f"{where} lists {json.dumps(value, default=str)} twice; "
                               f"each value makes its own runs: list it once")
-        seen.append(value)
+        seen.append(same)
 
 
 def read_sweep_file(path: Path) -> dict:
