@@ -229,6 +229,20 @@ def test_runs_on_different_data_are_not_paired(tmp_path):
     assert report["paired"] == []  # the same episode seed draws other images from other data
 
 
+def test_markdown_escapes_a_bar_in_a_label(tmp_path):
+    """A | in a label split its Markdown cell in two, shifting every number a column right."""
+    runs = []
+    for note in ("a|b", "c"):
+        run = make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
+        config = json.loads((run.path / "config.json").read_text())
+        config["loss"]["note"] = note
+        (run.path / "config.json").write_text(json.dumps(config))
+        runs.append(run)
+    md = render(compare(runs, shots=[5]), "md").splitlines()
+    assert md[2:5] == ["| loss.note=a\\|b | 1 | 75.00 ± 34.65 |", "| loss.note=c | 1 | 75.00 ± 34.65 |",
+                       "| loss.note=c − loss.note=a\\|b, paired over the same episodes | - | +0.00 ± 0.00 |"]
+
+
 def test_latex_escapes_what_a_label_may_hold(tmp_path):
     runs = []
     for note in ("a & b", "50% of #1 {x_y}"):

@@ -264,6 +264,11 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
         "->": r"$\to$"}
 
 
+def md(text: str) -> str:
+    """``text`` for a Markdown table's cell: a ``|`` (a plugin's text parameter may hold one) would end it."""
+    return text.replace("|", "\\|")
+
+
 def tex(text: str) -> str:
     """Text as LaTeX writes it in a table cell: its special characters escaped
     (a label may hold any text a setting holds), ± and − as math."""
@@ -315,7 +320,7 @@ def render(report: dict, fmt: str) -> str:
         lines.append([f"{group} − {baseline}, paired over the same episodes", "-", *cells])
     if fmt == "md":
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        out += ["| " + " | ".join(cells) + " |" for cells in lines]
+        out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in lines]
     else:
         out = ["\\begin{tabular}{l" + "r" * (len(header) - 1) + "}", " & ".join(header) + " \\\\", "\\hline"]
         out += [" & ".join(tex(c) for c in cells) + " \\\\" for cells in lines]

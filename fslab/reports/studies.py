@@ -23,7 +23,7 @@ from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
-from fslab.reports.compare import RunFiles, pooled, tex
+from fslab.reports.compare import RunFiles, md, pooled, tex
 from fslab.reports.plot import measured_pair_fraction
 
 FORMATS = ("md", "latex", "csv", "json")
@@ -180,7 +180,7 @@ def render(report: dict, fmt: str) -> str:
     if fmt == "md":
         out = [f"# {report['study']}", "", title, "", scale_line(report), "",
                "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-        out += ["| " + " | ".join(cells) + " |" for cells in lines]
+        out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in lines]
     else:
         out = [f"% {report['study']}: {title}", f"% {scale_line(report)}",
                "\\begin{tabular}{llllrrrl}", " & ".join(tex(h) for h in HEADER) + " \\\\", "\\hline"]
