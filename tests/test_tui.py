@@ -687,3 +687,13 @@ def test_fslab_tui_exits_non_zero_when_the_dashboard_stopped_on_an_error(project
     assert CliRunner().invoke(app, ["tui"]).exit_code == 1
     monkeypatch.setattr(tui_app.FslabApp, "run", lambda self: None)
     assert CliRunner().invoke(app, ["tui"]).exit_code == 0
+
+
+def test_a_tick_that_is_not_a_positive_number_of_seconds_is_one_line(tmp_path):
+    from .runs_helpers import fslab
+
+    for tick in ("0", "-1", "nan"):
+        for web in ([], ["--web"]):  # refused before the dashboard, or textual-serve, is looked for
+            result = fslab("tui", *web, "--tick", tick, cwd=tmp_path, timeout=60)
+            assert (result.returncode, result.stderr) == (
+                2, f"error: --tick must be a number of seconds above 0, got {float(tick)}; e.g. --tick 1\n"), web

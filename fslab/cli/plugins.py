@@ -98,7 +98,7 @@ def recipe_text(recipe: dict) -> str:
 
 @app.command()
 def tui(
-    tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store.")] = 1.0,
+    tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store (above 0).")] = 1.0,
     web: Annotated[bool, typer.Option(
         "--web", help="Serve the dashboard to a browser instead (needs pip install 'fslab\\[web]').")] = False,
     host: Annotated[str, typer.Option(
@@ -113,6 +113,10 @@ def tui(
     With --web it is served over HTTP instead, one dashboard per browser tab, at the URL it prints
     (with the SSH tunnel that reaches it from another machine); Ctrl+C stops it.
     """
+    if not 0 < tick < float("inf"):  # also refuses nan, which compares false
+        from fslab.core.errors import UsageError
+
+        raise UsageError(f"--tick must be a number of seconds above 0, got {tick}; e.g. --tick 1")
     if web:
         _serve(host, port, token, tick)
         return
