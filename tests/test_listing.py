@@ -74,6 +74,20 @@ def test_a_changed_plugin_file_or_a_new_one_is_seen_at_once(listing_env):
     assert "hinge" in plugin_listing([listing_env]).names("loss")
 
 
+def test_a_plugin_file_that_failed_to_import_and_is_mended_in_place_is_seen_at_once(listing_env):
+    path = listing_env / "margin.py"
+    path.write_text(LOSS.format(name="margin", description="mended").replace("from fslab.plugin", "from nowhere"))
+    assert plugin_listing([listing_env]).failures == [("local:margin", "ModuleNotFoundError: No module named "
+                                                                       "'nowhere'")]
+    with path.open("w") as file:  # rewritten in place, as editors save: the folder itself does not change
+        file.write(LOSS.format(name="margin", description="mended"))
+    stamp = time.time_ns() + 5_000_000_000
+    os.utime(path, ns=(stamp, stamp))
+    mended = plugin_listing([listing_env])
+    assert mended.failures == []
+    assert next(c for c in mended.of_kind("loss") if c["name"] == "margin")["description"] == "mended"
+
+
 def test_a_damaged_cache_file_is_loaded_again(listing_env):
     plugin_listing([listing_env])
     (cache,) = (listing_env.parent / "cache" / "fslab").glob("plugins-*.json")

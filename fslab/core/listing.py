@@ -106,12 +106,16 @@ def _fingerprint(files: list[str]) -> dict:
 
 def _depends_on(registry, dirs: list[str]) -> list[str]:
     """The files a load read: the modules of each entry-point plugin's package,
-    the local plugin files, and the study files."""
+    the local plugin files, and the study files; for a plugin that failed to
+    import, its file too, so that mending it is seen at once."""
     packages = set()
     files = []
-    for _, origin in registry.plugins.values():
+    origins = [origin for _, origin in registry.plugins.values()]
+    for origin in [*origins, *registry.failed_origins.values()]:
         if origin.startswith("entry point "):
-            packages.add(origin.removeprefix("entry point ").split(":")[0].split(".")[0])
+            module = origin.removeprefix("entry point ").split(":")[0]
+            packages.add(module.split(".")[0])
+            files.append(_module_file(module))
         else:
             files.append(origin)
     for name, module in list(sys.modules.items()):
@@ -120,7 +124,19 @@ def _depends_on(registry, dirs: list[str]) -> list[str]:
             files.append(file)
     files += [str(c.target) for c in registry.components.get("study", {}).values()]
     files += dirs  # a file added to a plugin folder
-    return sorted(set(files))
+    return sorted(set(files) - {None})
+
+
+def _module_file(module: str) -> str | None:
+    """Where ``module`` would be imported from (a module whose import failed
+    is gone from ``sys.modules``), or None where it cannot be told."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec(module)
+    except (Exception, SystemExit):  # a parent package that fails to import, a name that is no module
+        return None
+    return spec.origin if spec is not None and spec.has_location else None
 
 
 # -- the cache file ---------------------------------------------------------------

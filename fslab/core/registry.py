@@ -132,6 +132,7 @@ class Registry:
         self.components: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
         self.failures: list[LoadFailure] = []
         self.plugins: dict[str, tuple[str | None, str]] = {}  # name -> (version, origin)
+        self.failed_origins: dict[str, str] = {}  # a plugin that failed to import -> its origin, as in plugins
 
     # -- building ---------------------------------------------------------
     def add(self, component: Component) -> None:
@@ -282,6 +283,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             pm.register(module, name=ep.name)
         except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
             fail(ep.name, exc)
+            registry.failed_origins[ep.name] = f"entry point {ep.value}"
             continue
         registry.plugins[ep.name] = (_distribution_label(ep, labels), f"entry point {ep.value}")
 
@@ -297,6 +299,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
                 pm.register(module, name=name)
             except (Exception, SystemExit) as exc:
                 fail(name, exc)
+                registry.failed_origins[name] = str(path)
                 continue
             registry.plugins[name] = (None, str(path))
 
