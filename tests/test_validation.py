@@ -132,6 +132,7 @@ def test_cuda_without_a_gpu_suggests_the_cpu(project):
     (["run", "nca", "--epoch", "3"], ["No such option: --epoch", "--epochs"]),
     (["run"], ["fslab run needs a METHOD (e.g. fslab run nca) or --like RUN"]),
     (["runs", "--limit", "x"], ["'--limit'", "got 'x'"]),
+    (["runs", "--all", "--limit", "3"], ["give --all or --limit N, not both: --all lists every run, --limit 3"]),
 ])
 def test_a_command_line_typer_cannot_parse_is_one_line(project, argv, expect):
     refused(project, *argv, expect=expect)

@@ -46,7 +46,8 @@ def _states(text: str | None) -> tuple[str, ...]:
 def runs(
     as_json: JsonFlag = False,
     all_: Annotated[bool, typer.Option("--all", help="Every run, not only the newest 50.")] = False,
-    limit: Annotated[int, typer.Option(help="How many of the newest runs to list.")] = DEFAULT_LIMIT,
+    limit: Annotated[int | None, typer.Option(
+        help=f"How many of the newest runs to list (default {DEFAULT_LIMIT}; not with --all).")] = None,
     state: Annotated[str | None, typer.Option(
         help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost, "
              "unreadable.")] = None,
@@ -62,6 +63,10 @@ def runs(
     from fslab.core.runstore import short_ids
     from fslab.core.summary import list_summaries
 
+    if all_ and limit is not None:
+        raise UsageError(f"give --all or --limit N, not both: --all lists every run, --limit {limit} the newest "
+                         f"{limit}")
+    limit = DEFAULT_LIMIT if limit is None else limit
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}; use --all for every run")
     runs_dir = settings().runs_dir
