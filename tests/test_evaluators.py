@@ -483,3 +483,17 @@ def test_compare_uses_each_runs_own_evaluator_and_pairs_one_stream_only(tmp_path
     c = make(0, 0.3, [("centroid", None, [0.9, 0.9])])
     report = compare([a, c], shots=[5])
     assert report["groups"][1]["results"]["5-shot"]["accuracy"] == pytest.approx(0.9) and report["paired"] == []
+
+
+def test_one_epoch_step_shot_or_query_is_said_in_the_singular():
+    from fslab.core.events import describe_event
+    from fslab.training.evaluation import check_classes
+
+    start = {"event": "start", "device": "cpu", "epochs": 1, "steps_per_epoch": 1, "train_images": 240}
+    assert describe_event(start) == "training on cpu: 1 epoch of 1 step, 240 training images"
+    assert describe_event({**start, "epochs": 5, "steps_per_epoch": 28}) == \
+        "training on cpu: 5 epochs of 28 steps, 240 training images"
+    with pytest.raises(UsageError) as refused:
+        check_classes([c for c in range(6) for _ in range(4)], 5, 1, 100)
+    assert str(refused.value) == ("5-way episodes with 1 shot and 100 queries need 5 classes with at least 101 "
+                                  "images; this split has 0 such classes (of 6)")

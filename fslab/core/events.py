@@ -3,6 +3,8 @@ evaluation is saved and compared under."""
 
 from __future__ import annotations
 
+from fslab.core.text import count
+
 
 def metric_label(event: dict) -> str:
     """``""`` for an accuracy, ``"mAP "`` for a retrieval evaluation: one whose
@@ -39,8 +41,8 @@ def describe_event(event: dict) -> str:
     if kind == "eval":
         return eval_line(event)
     if kind == "start":
-        return (f"training on {event['device']}: {event['epochs']} epochs of {event['steps_per_epoch']} steps, "
-                f"{event['train_images']} training images")
+        return (f"training on {event['device']}: {count(event['epochs'], 'epoch')} of "
+                f"{count(event['steps_per_epoch'], 'step')}, {count(event['train_images'], 'training image')}")
     if kind == "checkpoint":
         return f"checkpoint after epoch {event['epoch']}: {event['path']}"
     if kind == "resume":
