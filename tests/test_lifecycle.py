@@ -155,6 +155,20 @@ def test_ctrl_c_while_following_stops_the_worker(project):
     assert st["state"] == "killed" and not _alive(st["pid"])
 
 
+def test_a_run_stopped_from_elsewhere_while_followed_exits_as_after_ctrl_c(project):
+    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
+                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = wait_for(lambda: next((p for p in (project / "runs").iterdir() if p.is_dir()), None)
+                       if (project / "runs").exists() else None, what="the run folder")
+    wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
+    assert fslab("stop", run_dir.name, cwd=project).returncode == 0
+    _, err = follower.communicate(timeout=60)
+    assert follower.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (f"{run_dir.name}: killed (stopped by SIGTERM); last checkpoint kept in "
+                                            f"runs/{run_dir.name}/checkpoints/last.pt; continue with: fslab resume "
+                                            f"{run_dir.name}")
+
+
 def test_worker_killed_by_sigkill_shows_as_lost(project):
     run_id = fslab("run", "nca", *TINY, "--epochs", LONG, "--detach", cwd=project).stdout.strip()
     run_dir = project / "runs" / run_id

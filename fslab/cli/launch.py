@@ -133,6 +133,9 @@ def _follow_to_end(run_, process) -> None:
         return
     status = run_.status()
     error = status.get("error") or _signal_text(process.returncode) or "no error recorded"
+    if state == "killed":  # stopped from elsewhere (fslab stop, the dashboard): as after Ctrl-C here
+        err_console.print(f"{run_.id}: killed ({shown(str(error))}); {after_stop(run_)}", highlight=False)
+        raise typer.Exit(130)
     err_console.print(f"{run_.id}: {state}: {shown(str(error))}. See: fslab logs {run_.id} --stderr",
                       highlight=False)
     raise typer.Exit(1)
