@@ -247,3 +247,16 @@ def test_simpleshot_with_a_training_only_projection_head(project):
     assert tuple(checkpoint["loss"]["classifier.weight"].shape) == (12, 16)  # 12 training classes
     # evaluation uses the backbone's 8-d features, not the head
     assert tuple(checkpoint["train_mean"].shape) == (8,)
+
+
+def test_a_train_event_logs_the_learning_rate_its_step_trained_with(project):
+    """TINY at batch 32 is 7 steps an epoch: over 2 epochs the rate falls after step 7 (milestone 0.5),
+    so step 7 trained at the full rate and step 8 at a tenth of it."""
+    result = fslab("run", "nca", *TINY, "--epochs", "2", "--lr", "0.1", "--set", "train.milestones=[0.5]",
+                   cwd=project)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (project / "runs").glob("2*")
+    rates = {e["step"]: e["lr"] for e in events(run_dir, "train")}
+    assert len(rates) == 14
+    assert [rates[s] for s in (1, 7)] == [0.1, 0.1]
+    assert [rates[s] for s in (8, 14)] == pytest.approx([0.01, 0.01])

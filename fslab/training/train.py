@@ -186,6 +186,7 @@ class Trainer:
             support = None if batch.support is None else host_to_device(batch.support, self.device)
             started = time.perf_counter()
             out = train_step(x, y, support)
+            self.step_lr = parts.optimizer.param_groups[0]["lr"]  # this step's rate: the schedule moves on below
             optimiser_step(out.loss, parts.optimizer, self.scaler)
             parts.scheduler.step()
             self.step += 1
@@ -213,7 +214,7 @@ class Trainer:
         elapsed = time.perf_counter() - window_start
         extra = {k: float(v) for k, v in (out.extra or {}).items()}
         self.log.write("train", step=self.step, epoch=epoch + 1, loss=loss_value, positives=int(out.positives),
-                       negatives=int(out.negatives), lr=self.parts.optimizer.param_groups[0]["lr"],
+                       negatives=int(out.negatives), lr=self.step_lr,
                        images_per_s=window_images / max(elapsed, 1e-9), **extra)
 
     def end_epoch(self, epoch: int) -> None:
