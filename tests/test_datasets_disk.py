@@ -596,6 +596,13 @@ def test_a_missing_layout_is_one_line_naming_the_file_and_the_layout(registry, t
         create(registry, name, tmp_path / "nowhere")
 
 
+def test_cub_in_a_folder_without_it_names_both_places_it_looked(registry, tmp_path):
+    with pytest.raises(UsageError) as empty:
+        create(registry, "cub", tmp_path)
+    assert str(empty.value).startswith(f"cub: found neither {tmp_path / 'CUB_200_2011'}/ nor "
+                                       f"{tmp_path / 'images.txt'}. Expected layout: ROOT/CUB_200_2011/")
+
+
 def test_the_cli_refuses_a_missing_data_root_before_creating_a_run(tmp_path):
     result = fslab("run", "nca", "--dataset", "miniimagenet", "--data-root", str(tmp_path / "nonexistent"),
                    "--epochs", "1", cwd=tmp_path, timeout=60)

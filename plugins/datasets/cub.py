@@ -44,6 +44,9 @@ class CUB(CachedDataset):
                  check_counts: bool = True):
         super().__init__(root, image_size=image_size, cache_dir=cache_dir, check_counts=check_counts)
         self.folder = self.root / "CUB_200_2011" if (self.root / "CUB_200_2011").is_dir() else self.root
+        if self.folder == self.root and not (self.root / "images.txt").exists():  # neither the parent nor the folder
+            raise UsageError(f"cub: found neither {self.root / 'CUB_200_2011'}/ nor {self.root / 'images.txt'}. "
+                             f"Expected layout: {LAYOUT}. Point --data-root at the folder holding CUB_200_2011.")
         for name in (*INDEX_FILES, "images"):
             if not (self.folder / name).exists():
                 raise UsageError(f"cub: {self.folder / name} not found. Expected layout: {LAYOUT}. "
