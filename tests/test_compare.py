@@ -168,6 +168,14 @@ def test_a_run_whose_configuration_sections_are_not_tables_is_left_out_not_fatal
                                                      f"read: {damaged.id}\n"  # not "1 run ..., their configuration"
 
 
+def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store, builtin_plugins):
+    folder, _ = store
+    bad = fslab("compare", "all", "--evaluator", "knn", cwd=folder)
+    assert (bad.returncode, bad.stderr) == (2, "error: none of these runs has saved test accuracies by evaluator "
+                                               "'knn' for 5-way 1,5-shot, 15 queries; finish them or run: fslab eval "
+                                               "RUN --evaluator knn\n")
+
+
 def test_mean_ci_matches_the_formula():
     values = [0.0, 1.0, 0.0, 1.0]
     assert mean_ci(values) == (0.5, 1.96 * 0.5 / 2)

@@ -167,8 +167,14 @@ def compare_(
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
     if not any(row["results"] for row in report["groups"]):
-        raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way {shots}-shot, "
-                         f"{queries} queries; finish them or run: fslab eval RUN")
+        by = f" by evaluator '{evaluator}'" if evaluator else ""
+        run_eval = "fslab eval RUN"
+        if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
+            name, bracket, _ = evaluator.partition("[")
+            run_eval += f" --evaluator {name}" + (" --set evaluator.KEY=VALUE for each parameter in its label"
+                                                  if bracket else "")
+        raise UsageError(f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, "
+                         f"{queries} queries; finish them or run: {run_eval}")
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
         return
