@@ -167,14 +167,7 @@ def compare_(
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
     if not any(row["results"] for row in report["groups"]):
-        by = f" by evaluator '{evaluator}'" if evaluator else ""
-        run_eval = "fslab eval RUN"
-        if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
-            name, bracket, _ = evaluator.partition("[")
-            run_eval += f" --evaluator {name}" + (" --set evaluator.KEY=VALUE for each parameter in its label"
-                                                  if bracket else "")
-        raise UsageError(f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, "
-                         f"{queries} queries; finish them or run: {run_eval}")
+        raise UsageError(no_results(split, ways, shots, queries, evaluator))
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
         return
@@ -193,6 +186,18 @@ def compare_(
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
                       f"(paired over {p['episodes']} episodes)",
                       highlight=False)
+
+
+def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None) -> str:
+    """What compare says when no run has the scores asked for, and the fslab eval that makes them."""
+    by = f" by evaluator '{evaluator}'" if evaluator else ""
+    run_eval = "fslab eval RUN"
+    if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
+        name, bracket, _ = evaluator.partition("[")
+        run_eval += f" --evaluator {name}" + (" --set evaluator.KEY=VALUE for each parameter in its label"
+                                              if bracket else "")
+    return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries} queries; "
+            f"finish them or run: {run_eval}")
 
 
 def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
