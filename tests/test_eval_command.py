@@ -101,16 +101,19 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     (["--device", "cuda:x"], "config key 'device' must be auto, cpu, cuda or cuda:N, got 'cuda:x'"),
     ([], "has no checkpoint yet"),
     (["damaged"], "config.json is missing or not a JSON object"),
+    (["version"], ": config_version must be a whole number >= 0, got 'x'"),
 ])
 def test_eval_bad_input(project, argv, message):
     from fslab.core.config import CONFIG_VERSION, DEFAULTS
 
-    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": CONFIG_VERSION})
+    version = "x" if argv == ["version"] else CONFIG_VERSION
+    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": version})
     if argv == ["damaged"]:
         (run.path / "config.json").write_text('{"method": "nca", ')  # cut short
-        argv = []
+    argv = [] if argv in (["damaged"], ["version"]) else argv
     result = fslab("eval", run.id, *argv, cwd=project)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count(f"run {run.id}") <= 1, result.stderr  # the run named once
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 

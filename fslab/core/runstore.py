@@ -80,8 +80,9 @@ class Run:
 
         if read_json(self.path / "config.json") is None:
             raise ConfigError(f"run {self.id}: config.json is missing or not a JSON object")
+        config = self.config()  # what it refuses already names the run
         try:
-            return run_config(self.config())
+            return run_config(config)
         except ConfigError as error:
             raise type(error)(f"run {self.id}: config.json: {error}") from None
 
