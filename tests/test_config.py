@@ -275,7 +275,7 @@ def test_the_method_is_the_commands_argument_not_a_setting(registry, tmp_path):
     """Set anywhere else, the method was silently replaced by the argument."""
     with pytest.raises(ConfigError) as error:
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("method=protonet"))
-    assert str(error.value) == "option: 'method' is not a setting; name the method as the command's argument " \
+    assert str(error.value) == "'method' is not a setting; name the method as the command's argument " \
                                "instead (fslab run protonet)"
     settings = settings_from(tmp_path, '[run]\nmethod = "protonet"\n')
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(settings.path))}: \[run\]: 'method' is not a setting"):

@@ -324,12 +324,14 @@ def resolve(
     per_dataset = recipe.pop(PER_DATASET, {})
     overrides = list(overrides)
     toml_layer = settings.run
-    _check_shape(toml_layer, f"{settings.path}: [run]")
+    # the file's [run] is named; the other layers (--set, --like's saved run, a grid point, a study's
+    # settings) are the command's own, and what the command gave needs no prefix
+    _check_shape(toml_layer, f"{settings.path}: [run]: ")
     for layer in overrides:
-        _check_shape(layer, "option")
-    for layer, source in [(toml_layer, f"{settings.path}: [run]"), *((layer, "option") for layer in overrides)]:
+        _check_shape(layer, "")
+    for layer, source in [(toml_layer, f"{settings.path}: [run]: "), *((layer, "") for layer in overrides)]:
         if "method" in layer:
-            raise ConfigError(f"{source}: 'method' is not a setting; name the method as the command's "
+            raise ConfigError(f"{source}'method' is not a setting; name the method as the command's "
                               f"argument instead (fslab run {layer['method']})")
 
     # The dataset must be known before its defaults can be layered in.
@@ -404,7 +406,7 @@ def recipe_for_dataset(method: str, per_dataset: Any, dataset: str) -> dict:
         raise ConfigError(f"method '{method}': per_dataset must map dataset names to configuration layers, "
                           f"got {per_dataset!r:.200}")
     layer = per_dataset.get(dataset, {})
-    _check_shape(layer, f"method '{method}', per_dataset.{dataset}")
+    _check_shape(layer, f"method '{method}', per_dataset.{dataset}: ")
     if "name" in layer.get("dataset", {}):
         raise ConfigError(f"method '{method}', per_dataset.{dataset}: a per-dataset layer cannot choose the dataset")
     return layer
@@ -526,7 +528,7 @@ def run_config(config: dict) -> RunConfig:
                 raise ConfigError(f"config section '{name}' must hold a plugin name, got {config[name]!r}")
             values[name] = copy.deepcopy(config[name])
         elif name == SINKS:
-            values[name] = copy.deepcopy(_sinks_shape(config[name], "config"))
+            values[name] = copy.deepcopy(_sinks_shape(config[name], "config: "))
         elif isinstance(default, dict):
             values[name] = _typed_section(name, config[name])
         else:
@@ -564,16 +566,16 @@ def _sinks_shape(value: Any, source: str) -> dict:
         return {name: {} for name in value}
     if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
         return value
-    raise ConfigError(f"{source}: 'sinks' must be a list of sink names (sinks = [\"tensorboard\"]) or a table of "
+    raise ConfigError(f"{source}'sinks' must be a list of sink names (sinks = [\"tensorboard\"]) or a table of "
                       f"each sink's parameters ([run.sinks.mlflow]), got {value!r:.80}")
 
 
 def _check_shape(layer: dict, source: str) -> None:
-    """Unknown keys in the core sections, with the closest match."""
+    """Unknown keys in the core sections, with the closest match; ``source`` begins each message."""
     for key, value in layer.items():
         if key not in DEFAULTS:
             raise ConfigError(
-                f"{source}: unknown config key '{key}'.{did_you_mean(key, DEFAULTS)} "
+                f"{source}unknown config key '{key}'.{did_you_mean(key, DEFAULTS)} "
                 f"Allowed: {', '.join(DEFAULTS)}."
             )
         if key == SINKS:
@@ -581,16 +583,16 @@ def _check_shape(layer: dict, source: str) -> None:
             continue
         if isinstance(DEFAULTS[key], dict) and key not in PLUGIN_SECTIONS:
             if not isinstance(value, dict):
-                raise ConfigError(f"{source}: '{key}' is a section; set its keys, "
+                raise ConfigError(f"{source}'{key}' is a section; set its keys, "
                                   f"e.g. {key}.{next(iter(DEFAULTS[key]))}=...")
             for sub in value:
                 if sub not in DEFAULTS[key]:
                     raise ConfigError(
-                        f"{source}: unknown config key '{key}.{sub}'.{did_you_mean(sub, DEFAULTS[key])} "
+                        f"{source}unknown config key '{key}.{sub}'.{did_you_mean(sub, DEFAULTS[key])} "
                         f"Allowed: {', '.join(f'{key}.{k}' for k in DEFAULTS[key])}."
                     )
         if key in PLUGIN_SECTIONS and not isinstance(value, dict):
-            raise ConfigError(f"{source}: '{key}' is a section; choose the plugin with {key}.name=...")
+            raise ConfigError(f"{source}'{key}' is a section; choose the plugin with {key}.name=...")
 
 
 def _is_number(value: Any) -> bool:
