@@ -54,6 +54,9 @@ JITTER = {"wobble": 0.12, "rotation": 0.4, "scale": (0.8, 1.15), "shift": 0.25, 
 
 # The most classes a synthetic dataset draws (tieredImageNet has 608, Omniglot with rotations 6,492).
 MAX_CLASSES = 100_000
+# The most bytes its uint8 images may take together (synthetic-mini's take 1.3 GB): a mistyped image_size
+# or images_per_class is refused before a run exists, not found out of memory by the worker.
+MAX_BYTES = 64 * 2**30
 
 
 class SyntheticDataset:
@@ -106,6 +109,10 @@ class SyntheticDataset:
             raise UsageError(f"synthetic: images_per_class must be >= 2, got {images_per_class}")
         if image_size < 8:
             raise UsageError(f"synthetic: image_size must be >= 8 pixels, got {image_size}")
+        if (size := classes * images_per_class * image_size**2 * channels) > MAX_BYTES:
+            raise UsageError(f"synthetic: {classes:,} classes × {images_per_class:,} images × {image_size}² pixels "
+                             f"× {channels} (channels) is {size / 2**30:,.0f} GiB of images, over the "
+                             f"{MAX_BYTES // 2**30} GiB allowed; lower image_size or images_per_class")
         self.seed = seed
         self.classes = classes
         self.images_per_class = images_per_class
