@@ -237,29 +237,28 @@ def test_runs_on_different_data_are_not_paired(tmp_path):
     assert report["paired"] == []  # the same episode seed draws other images from other data
 
 
-def test_markdown_escapes_a_bar_in_a_label(tmp_path):
-    """A | in a label split its Markdown cell in two, shifting every number a column right."""
+def noted_runs(folder, notes: tuple[str, ...]) -> list:
+    """A run per note, the same scores each, told apart by loss.note: a label holding what a format escapes."""
     runs = []
-    for note in ("a|b", "c"):
-        run = make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
+    for note in notes:
+        run = make_run(folder, 0.1, 0, {5: [0.5, 1.0]})
         config = json.loads((run.path / "config.json").read_text())
         config["loss"]["note"] = note
         (run.path / "config.json").write_text(json.dumps(config))
         runs.append(run)
-    md = render(compare(runs, shots=[5]), "md").splitlines()
+    return runs
+
+
+def test_markdown_escapes_a_bar_in_a_label(tmp_path):
+    """A | in a label split its Markdown cell in two, shifting every number a column right."""
+    md = render(compare(noted_runs(tmp_path / "runs", ("a|b", "c")), shots=[5]), "md").splitlines()
     assert md[2:5] == ["| loss.note=a\\|b | 1 | 75.00 ± 34.65 |", "| loss.note=c | 1 | 75.00 ± 34.65 |",
                        "| loss.note=c − loss.note=a\\|b, paired over the same episodes | - | +0.00 ± 0.00 |"]
 
 
 def test_latex_escapes_what_a_label_may_hold(tmp_path):
-    runs = []
-    for note in ("a & b", "50% of #1 {x_y}"):
-        run = make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
-        config = json.loads((run.path / "config.json").read_text())
-        config["loss"]["note"] = note
-        (run.path / "config.json").write_text(json.dumps(config))
-        runs.append(run)
-    latex = render(compare(runs, shots=[5]), "latex").splitlines()
+    latex = render(compare(noted_runs(tmp_path / "runs", ("a & b", "50% of #1 {x_y}")), shots=[5]),
+                   "latex").splitlines()
     assert latex[3:6] == ["loss.note=a \\& b & 1 & 75.00 $\\pm$ 34.65 \\\\",
                           "loss.note=50\\% of \\#1 \\{x\\_y\\} & 1 & 75.00 $\\pm$ 34.65 \\\\",
                           "loss.note=50\\% of \\#1 \\{x\\_y\\} $-$ loss.note=a \\& b, paired over the same episodes "
