@@ -118,10 +118,10 @@ def episode_options(split: str, shots: str, ways: int, queries: int, episodes: i
     shot_list = parse_shots(shots)
     if not shot_list or min(shot_list) < 1:
         raise UsageError(f"--shots takes whole numbers of at least 1 separated by commas (e.g. 1,5), got '{shots}'")
-    for option, value, least in (("--ways", ways, 2), ("--queries", queries, 1), ("--episodes", episodes, 1)):
-        if value is not None and value < least:
+    for option, value, least in (("--ways", ways, 2), ("--queries", queries, 1)):
+        if value < least:
             raise UsageError(f"{option} must be at least {least}, got {value}")
-    if episodes is not None and episodes > EPISODES_MAX:  # drawn at once: a mistyped count would fill the memory
+    if episodes is not None and not 1 <= episodes <= EPISODES_MAX:  # drawn at once: 10**11 would fill the memory
         raise UsageError(f"--episodes must be from 1 to {EPISODES_MAX:,}, got {episodes:,}")
     return shot_list
 
@@ -150,7 +150,7 @@ def compare_(
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
      "and paired differences to the first group.")
     from fslab.core.sweeps import select_runs
-    from fslab.reports.compare import FORMATS, compare, render
+    from fslab.reports.compare import FORMATS, compare, no_results, render
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
@@ -186,18 +186,6 @@ def compare_(
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
                       f"(paired over {p['episodes']} episodes)",
                       highlight=False)
-
-
-def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None) -> str:
-    """What compare says when no run has the scores asked for, and the fslab eval that makes them."""
-    by = f" by evaluator '{evaluator}'" if evaluator else ""
-    run_eval = "fslab eval RUN"
-    if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
-        name, bracket, _ = evaluator.partition("[")
-        run_eval += f" --evaluator {name}" + (" --set evaluator.KEY=VALUE for each parameter in its label"
-                                              if bracket else "")
-    return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries} queries; "
-            f"finish them or run: {run_eval}")
 
 
 def compare_lines(report: dict, evaluator: str | None) -> list[dict]:

@@ -264,6 +264,19 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
         "->": r"$\to$"}
 
 
+def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None) -> str:
+    """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
+    and the fslab eval that makes them."""
+    by = f" by evaluator '{evaluator}'" if evaluator else ""
+    run_eval = "fslab eval RUN"
+    if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
+        name, bracket, _ = evaluator.partition("[")
+        run_eval += f" --evaluator {name}" + (" --set evaluator.KEY=VALUE for each parameter in its label"
+                                              if bracket else "")
+    return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries} queries; "
+            f"finish them or run: {run_eval}")
+
+
 def md(text: str) -> str:
     """``text`` for a Markdown table's cell: a ``|`` (a plugin's text parameter may hold one) would end it."""
     return text.replace("|", "\\|")

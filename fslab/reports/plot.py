@@ -27,7 +27,15 @@ from pathlib import Path
 from fslab.core.config import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
-from fslab.reports.compare import RunFiles, has_results, one_run_per_seed, pooled, run_settings, settings_label
+from fslab.reports.compare import (
+    RunFiles,
+    has_results,
+    no_results,
+    one_run_per_seed,
+    pooled,
+    run_settings,
+    settings_label,
+)
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
@@ -99,8 +107,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     shown = varying or series or ["method"]
     panels = [{"shots": n, "series": _series(lines, shown, split, n, ways, queries, files)} for n in shots]
     if not any(panel["series"] for panel in panels):
-        raise UsageError(f"none of these runs has saved {split} accuracies for {ways}-way "
-                         f"{','.join(map(str, shots))}-shot, {queries} queries; finish them or run: fslab eval RUN")
+        raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries))
     return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
 
 
