@@ -33,9 +33,8 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
         transient=False,
     )
     tail = Tail(run.metrics_path)
-    epochs = "?"
     printed: set[str] = set()  # a resumed run's worker cuts the file back and rewrites it: print a line once
-    summary = RunSummary(id=run.id, state="running")  # for the ETA
+    summary = RunSummary(id=run.id, state="running")  # the epochs and the ETA, as the dashboard has them
     with progress:
         task = progress.add_task("train", total=None, epoch="starting", steps="", loss="-", pairs="-", speed="",
                                  eta="-")
@@ -48,19 +47,17 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                     add_event(summary, event)
                 except ValueError:
                     pass  # not an event of its kind's shape: the lines below read what they need of it
-                if kind == "start" and summary.step is None:  # a first start (a resumed one keeps its step shown)
+                if kind == "start":  # a resumed run's start keeps the step it reached shown
                     total = event["total_steps"]
-                    progress.update(task, total=total, epoch=f"epoch 1/{event['epochs']}", steps=f"step 0/{total}")
-                    epochs = event["epochs"]
-                elif kind == "start":
-                    progress.update(task, total=event["total_steps"])
-                    epochs = event["epochs"]
+                    begun = {"epoch": f"epoch 1/{event['epochs']}", "steps": f"step 0/{total}"} \
+                        if summary.step is None else {}
+                    progress.update(task, total=total, **begun)
                 elif kind == "train":
                     progress.update(
                         task,
                         completed=event["step"],
                         steps=f"step {event['step']}/{progress.tasks[0].total or '?'}",
-                        epoch=f"epoch {event['epoch']}/{epochs}",
+                        epoch=f"epoch {event['epoch']}/{summary.epochs or '?'}",
                         loss=f"{event['loss']:.4f}",
                         pairs=f"+{event['positives']}/-{event['negatives']}",
                         speed=f"{event['images_per_s']:.0f} img/s",
