@@ -377,6 +377,38 @@ def test_new_plugin_imports_no_torch(tmp_path):
     assert (tmp_path / "fslab_light" / "fslab_light" / "method.py").exists()
 
 
+REGISTER_EVERY_MODULE = """
+import importlib, sys
+from fslab.core.registry import HOOKS
+seen = {}
+for kind in sys.argv[1:]:
+    hook = getattr(importlib.import_module(f"fslab_every.{kind}"), HOOKS[kind])
+    hook(register=lambda target, *, name, description, **info: seen.setdefault(kind, (name, target)))
+print("torch loaded:", "torch" in sys.modules)
+print("backbone target:", seen["backbone"][1])
+"""
+
+
+def test_the_generated_modules_register_without_importing_torch(tmp_path):
+    """fslab imports every plugin module to list the components (`fslab plugins`, shell
+    completion): the generated ones import torch only where a run uses it, the backbone's
+    network through a lazy target, as the built-in plugins do."""
+    kinds = [arg for kind in KINDS for arg in ("--kind", kind)]
+    made = subprocess.run([sys.executable, "-m", "fslab", "new", "plugin", "fslab_every", *kinds], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    package = tmp_path / "fslab_every"
+    result = subprocess.run([sys.executable, "-c", REGISTER_EVERY_MODULE, *KINDS], cwd=package,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "torch loaded: False" in result.stdout
+    assert "backbone target: fslab_every.network:SmallConvNet" in result.stdout
+    # the lazy target names a class that exists, with the parameters backbone.py declares
+    network = (package / "fslab_every" / "network.py").read_text()
+    assert "class SmallConvNet(nn.Module):" in network and "width: int = 32, out_dim: int = 64" in network
+    assert "`fslab_every/network.py` | the backbone's network" in (package / "README.md").read_text()
+
+
 def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(tmp_path):
     """check_study: the study the kit writes passes; the same file naming a recipe no plugin
     registers fails, naming the study, the sweep and the recipe."""

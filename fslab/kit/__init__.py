@@ -59,6 +59,8 @@ def write_plugin(folder: Path, name: str, kinds: list[str]) -> list[Path]:
         f"{name}/__init__.py": "init.py",
         "tests/test_contracts.py": "test_contracts.py",
         **{f"{name}/{kind}.py": f"{kind}.py" for kind in kinds},
+        # the backbone's network, imported only when a run builds it (backbone.py names it lazily)
+        **({f"{name}/network.py": "network.py"} if "backbone" in kinds else {}),
         **({f"{name}/studies/{values['component']}.toml": "study.toml"} if "study" in kinds else {}),
     }
     folder.mkdir(parents=True)
@@ -86,7 +88,9 @@ def _values(name: str, kinds: list[str]) -> dict[str, str]:
         "entry_points": "\n".join(f'{plugin} = "{name}.{kind}"' for plugin, kind in zip(plugins, kinds)),
         "plugins": repr(plugins),
         "recipe": repr(recipe),
-        "module_table": "\n".join(f"| `{name}/{kind}.py` | {kind} `{component}` |" for kind in kinds),
+        "module_table": "\n".join(f"| `{name}/{kind}.py` | {kind} `{component}` |" for kind in kinds)
+        + (f"\n| `{name}/network.py` | the backbone's network, imported only when a run builds it |"
+           if "backbone" in kinds else ""),
         "use_lines": "\n".join("    " + USE[kind].format(c=component) for kind in kinds),
         # the study's sweep trains the package's own recipe where it has one
         "study_method": component if "method" in kinds else "nca",
