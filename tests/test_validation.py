@@ -66,10 +66,15 @@ CONFIG_CASES = {
 RANGE_CASES = {
     "train.epochs=0": "from 1 to 1,000,000", "train.batch_size=1": "at least 2",
     "train.optimizer=adm": "one of sgd, adam",
-    "train.momentum=1.5": "between 0 and 1", "train.weight_decay=-0.1": "at least 0",
+    "train.momentum=1.5": "between 0 and 1", "train.weight_decay=-0.1": "from 0 to 3.4e38",
     "train.weight_decay=nan": "finite number", "train.milestones=[1.5]": "between 0 and 1",
-    "train.milestones=[-0.5]": "between 0 and 1", "train.gamma=0": "> 0", "train.crop_padding=-1": "at least 0",
-    "train.projection_dim=-1": "at least 0", "train.log_every=0": "at least 1", "train.heartbeat=0": "> 0",
+    "train.milestones=[-0.5]": "between 0 and 1", "train.gamma=0": "> 0", "train.crop_padding=-1": "from 0 to 256",
+    "train.projection_dim=-1": "from 0 to 100,000",
+    # absurd values that used to pass and fail in the worker (an overflow, the memory)
+    "train.projection_dim=9223372036854775807": "a whole number from 0 to 100,000",
+    "train.crop_padding=100000": "a whole number from 0 to 256", "train.lr=1e+308": "at most 3.4e38",
+    "train.weight_decay=1e+39": "from 0 to 3.4e38", "train.lr=0": "> 0 and at most 3.4e38",
+    "train.log_every=0": "at least 1", "train.heartbeat=0": "> 0",
     "train.processes=0": "at least 1", "eval.shots=[0]": "at least 1", "eval.shots=[]": "at least one value",
     "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1",
     "eval.val_episodes=0": "a whole number from 1 to 1,000,000",
@@ -289,7 +294,8 @@ def test_a_check_that_is_no_function_fails_its_plugin_and_a_broken_check_is_one_
 
 
 @pytest.mark.parametrize("toml, expect", [
-    ("train = {lr = -1.0}", ["'train.lr' must be > 0, got -1.0", "(set by train.lr in [run] of fslab.toml)"]),
+    ("train = {lr = -1.0}", ["'train.lr' must be > 0 and at most 3.4e38 (float32's largest), got -1.0",
+                             "(set by train.lr in [run] of fslab.toml)"]),
     ("eval = {ways = 100}", ["'eval.ways' must be at most 40", "(set by eval.ways in [run] of fslab.toml)"]),
     ("loss = {temperature = 0}", ["loss.temperature must be > 0", "(set by loss.temperature in [run] of fslab.toml)"]),
 ])

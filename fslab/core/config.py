@@ -43,7 +43,19 @@ from typing import Any
 
 from fslab.core.errors import ConfigError, FslabError, NewerConfig, PluginError, UnknownName, UsageError, did_you_mean
 from fslab.core.keys import dotted
-from fslab.core.limits import at_least, between, check_fields, check_rule, listing, matching, one_of, positive, rule_of
+from fslab.core.limits import (
+    RULE,
+    Allowed,
+    at_least,
+    between,
+    check_fields,
+    check_rule,
+    listing,
+    matching,
+    one_of,
+    positive,
+    rule_of,
+)
 from fslab.core.settings import Settings
 from fslab.core.types import CheckContext, SplitSizes
 
@@ -82,6 +94,11 @@ SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch
 # (a mistyped 10**11 would exhaust the memory as the episodes are drawn).
 EPISODES_MAX = 1_000_000
 EPISODES = between(1, EPISODES_MAX, f"a whole number from 1 to {EPISODES_MAX:,}")
+# A rate or a decay is a Python float until the optimiser applies it to float32 parameters: above
+# float32's largest number (about 3.4e38) it cannot be converted, and the worker failed at its first step.
+FLOAT32_MAX = 3.4028234663852886e38
+RATE = {RULE: Allowed("> 0 and at most 3.4e38 (float32's largest)", low=0, low_open=True, high=FLOAT32_MAX)}
+DECAY = between(0, FLOAT32_MAX, "from 0 to 3.4e38 (float32's largest)")
 
 
 @dataclass(frozen=True)
@@ -92,17 +109,20 @@ class TrainConfig:
     batch_size: int = field(default=512, metadata=at_least(2))
     # sgd (with momentum and nesterov below) or adam (default betas)
     optimizer: str = field(default="sgd", metadata=one_of(*OPTIMIZERS))
-    lr: float = field(default=0.1, metadata=positive())
+    lr: float = field(default=0.1, metadata=RATE)
     momentum: float = field(default=0.9, metadata=between(0, 1))
     nesterov: bool = True
-    weight_decay: float = field(default=5e-4, metadata=at_least(0))
+    weight_decay: float = field(default=5e-4, metadata=DECAY)
     # fractions of training after which lr is multiplied by gamma
     milestones: tuple[float, ...] = field(default=(0.7,), metadata=listing(between(0, 1)))
     gamma: float = field(default=0.1, metadata=positive())
-    crop_padding: int = field(default=4, metadata=at_least(0))  # random crop after padding by this many pixels; 0 = off
+    # random crop after padding by this many pixels (0 = off); the padded batch is held at once, so a
+    # mistyped 10**6 would exhaust the memory (the papers pad 84-pixel images by 4 to 8)
+    crop_padding: int = field(default=4, metadata=between(0, 256, "a whole number from 0 to 256"))
     flip: bool = True  # random horizontal flip
-    # >0: a linear head of this size used only in training (NCA paper App. A.4)
-    projection_dim: int = field(default=0, metadata=at_least(0))
+    # >0: a linear head of this size used only in training (NCA paper App. A.4); a head wider than
+    # 100,000 features (64 million weights after a ResNet-12) is a typo, not a setting
+    projection_dim: int = field(default=0, metadata=between(0, 100_000, "a whole number from 0 to 100,000"))
     log_every: int = field(default=10, metadata=at_least(1))  # training steps between two logged events
     heartbeat: float = field(default=5.0, metadata=positive())  # seconds between two status.json heartbeats
     # >1: data-parallel over this many GPUs (--gpus N), or gloo CPU processes with device cpu
