@@ -192,6 +192,29 @@ def test_runs_and_show_read_the_store(project):
     assert detail["evaluations"][0]["accuracy"] == 0.61 and detail["config"]["seed"] == 1
 
 
+def test_runs_says_which_filter_matches_nothing_and_what_the_runs_have(project):
+    done = create_run(project / "runs", "nca", {"method": "nca"})
+    done.write_status(state="completed", exit_code=0, sweep="20261126-101010-sweep-ab12")
+    create_run(project / "runs", "protonet", {"method": "protonet"}).write_status(state="failed", error="x")
+
+    def listed(*argv):
+        result = fslab("runs", *argv, cwd=project)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    assert listed("--sweep", "nope") == "no runs match --sweep nope (the runs have 20261126-101010-sweep-ab12)"
+    assert listed("--method", "ncaa", "--state", "killed,lost") == (
+        "no runs match --state killed,lost (the runs have completed, failed); "
+        "--method ncaa (the runs have nca, protonet)")
+    # each filter alone matches a run, the two together none
+    assert listed("--method", "protonet", "--state", "completed") == (
+        "no runs match --state and --method together (each matches some runs alone)")
+    assert [json.loads(line)["id"] for line in listed("--sweep", "ab12", "--json").splitlines()] == [done.id]
+    refused = fslab("runs", "--state", "", cwd=project)
+    assert refused.returncode == 2 and refused.stderr == (
+        "error: --state needs a value, got ''; leave the option out to list every run\n")
+
+
 def test_run_names_from_files_are_not_markup(project):
     run = create_run(project / "runs", "nca", {"method": "[bold red]x[/]", "backbone": {"name": "[link=y]b"}})
     run.write_status(state="failed", error="[red]boom[/red]")

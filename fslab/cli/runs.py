@@ -42,6 +42,27 @@ def _states(text: str | None) -> tuple[str, ...]:
     return states
 
 
+def _none_match(runs_dir, filters: dict) -> str:
+    """Why no run is listed: each filter that no run meets even alone, with the
+    values the runs have (a mistyped sweep id or method shows at once), or that
+    only their combination leaves none."""
+    from fslab.core.summary import list_summaries
+
+    every = list_summaries(runs_dir, limit=None)
+    if not every:
+        return "no runs yet; start one with: fslab run nca"
+    have = {"--state": sorted({s.state for s in every}), "--method": sorted({s.method for s in every if s.method}),
+            "--sweep": sorted({s.sweep for s in every if s.sweep})}
+    meets = {"--state": lambda s, v: s.state in v, "--method": lambda s, v: s.method == v,
+             "--sweep": lambda s, v: v in (s.sweep or "")}
+    unmet = [f"{option} {','.join(value) if isinstance(value, tuple) else value} "
+             f"({'the runs have ' + ', '.join(have[option]) if have[option] else 'no run belongs to a sweep'})"
+             for option, value in filters.items() if value and not any(meets[option](s, value) for s in every)]
+    if unmet:
+        return f"no runs match {'; '.join(unmet)}"
+    return f"no runs match {' and '.join(o for o, v in filters.items() if v)} together (each matches some runs alone)"
+
+
 @app.command()
 def runs(
     as_json: JsonFlag = False,
@@ -66,6 +87,9 @@ def runs(
     if all_ and limit is not None:
         raise UsageError(f"give --all or --limit N, not both: --all lists every run, --limit {limit} the newest "
                          f"{limit}")
+    for option, value in (("--state", state), ("--method", method), ("--sweep", sweep)):
+        if value is not None and not value.replace(",", "").strip():
+            raise UsageError(f"{option} needs a value, got {value!r}; leave the option out to list every run")
     limit = DEFAULT_LIMIT if limit is None else limit
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}; use --all for every run")
@@ -76,7 +100,9 @@ def runs(
         sys.stdout.write("".join(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}) + "\n" for s in summaries))
         return
     if not summaries:
-        console.print("no runs match" if state or method or sweep else "no runs yet; start one with: fslab run nca")
+        filters = {"--state": _states(state), "--method": method, "--sweep": sweep}
+        console.print(_none_match(runs_dir, filters) if any(filters.values())
+                      else "no runs yet; start one with: fslab run nca")
         return
     rows = [_row(s, s.test_of(evaluator)) for s in summaries]
     title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup
