@@ -281,6 +281,27 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
+@pytest.mark.parametrize("visible, expect", [
+    ("0,1", "names GPU 3, but this machine shows GPUs 0, 1; list only those, or set gpus = \"auto\""),
+    ("", "names GPUs 0, 3, but no GPU is visible here; set gpus = [] to run on CPU slots"),
+])
+def test_scheduler_gpus_this_machine_does_not_show_are_refused(project, monkeypatch, visible, expect):
+    """A slot on a GPU the machine lacks gave its run no GPU at all: it trained on the CPU, or failed."""
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = [0, 3]\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
+    for argv in (["sweep", "nca", "--device", "cpu", "--seeds", "2", *TINY],
+                 ["study", "run", "nca-fig2", "--scale", "quick"]):
+        result = fslab(*argv, cwd=project, env=env)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error: ") and expect in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+    from fslab.core.settings import SchedulerSettings
+    from fslab.execution.slots import check_gpus_here
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    check_gpus_here(SchedulerSettings(gpus=(1,)))  # a GPU the machine shows passes
+
+
 def test_a_slot_lock_that_cannot_be_opened_is_one_line_and_queues_nothing(project):
     """A slot's lock file replaced by a folder (or the slots' folder by a file) crashed the background
     scheduler after the runs were queued, and fslab queue with a traceback."""

@@ -45,6 +45,25 @@ def configured_slots(scheduler: SchedulerSettings) -> list[Slot]:
     return [Slot(f"cpu-{k}") for k in range(scheduler.cpu_slots)]
 
 
+def check_gpus_here(scheduler: SchedulerSettings) -> None:
+    """A UsageError (before a sweep or study queues anything) for GPU indices in
+    ``[scheduler] gpus`` that this machine does not show: a run started on such
+    a slot saw no GPU and trained on the CPU, or failed there."""
+    if scheduler.gpus == "auto" or not scheduler.gpus:
+        return
+    here = visible_gpus()
+    missing = [g for g in scheduler.gpus if g not in here]
+    if missing:
+        named = f"GPU{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        if here:
+            shown = f"GPU{'s' if len(here) > 1 else ''} {', '.join(map(str, here))}"
+            what = f"this machine shows {shown}; list only those, or set gpus = \"auto\" (every visible GPU)"
+        else:
+            what = "no GPU is visible here; set gpus = [] to run on CPU slots (or \"auto\")"
+        raise UsageError(f"[scheduler] gpus in fslab.toml names {named}, but {what} "
+                         f"(GPUs seen through CUDA_VISIBLE_DEVICES, else nvidia-smi)")
+
+
 def capacity(slots: list[Slot]) -> int:
     """The most slots one run can hold together: one per GPU, or every CPU slot."""
     gpus = {s.gpu for s in slots if s.gpu is not None}

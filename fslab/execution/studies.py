@@ -27,7 +27,7 @@ from fslab.core.states import LIVE
 from fslab.core.studies import IGNORED, PlannedRun, Study, project_changes, resolve_study, run_dataset, settings_key
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
-from fslab.execution.slots import check_fits, check_slot_files, configured_slots
+from fslab.execution.slots import check_fits, check_gpus_here, check_slot_files, configured_slots
 from fslab.execution.sweep import requeue
 
 
@@ -94,6 +94,7 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
             exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
             raise
     if new and slurm is None:
+        check_gpus_here(settings.scheduler)
         slots = configured_slots(settings.scheduler)
         check_fits(max(config["train"]["processes"] for _, config, _ in new), slots)
         check_slot_files(settings.runs_dir, slots)
