@@ -357,6 +357,32 @@ def test_following_a_run_shows_no_unknown_total_and_leaves_the_test_results_to_t
     assert "test 5-way" not in text  # printed once, by fslab run, from results.json
 
 
+def test_following_into_a_file_prints_one_plain_line_per_epoch_before_its_validation(project):
+    """A log file or a SLURM job's output got nothing from the bar until the end, and then a
+    line cut at 80 columns: it gets each epoch's last step, in full, before its validation."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import follow
+
+    from .test_tui_helpers import history
+
+    class Ended:
+        def poll(self):
+            return 0
+
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in history(epochs=3, steps_per_epoch=4)))
+    out = StringIO()
+    follow(run, Console(file=out, width=80), Ended(), poll=0)
+    lines = out.getvalue().splitlines()
+    assert [line.split(" step ")[0] if line.startswith("epoch") else line.split(",")[0] for line in lines] == [
+        "epoch 1/3", "val 5-way 5-shot", "epoch 2/3", "val 5-way 5-shot", "epoch 3/3", "val 5-way 5-shot"]
+    assert lines[0].startswith("epoch 1/3 step 4/12 loss 1.8480 pairs +60/-6000 50 img/s ETA ")
+    assert lines[4].startswith("epoch 3/3 step 12/12 loss ") and "…" not in out.getvalue()
+
+
 def test_following_a_resumed_run_prints_each_validation_once_though_its_file_is_rewritten(project):
     """fslab resume follows a run whose worker cuts metrics.jsonl back to its
     checkpoint and writes on: the validations read before the cut are not printed again."""

@@ -1,4 +1,4 @@
-"""Following a run in the terminal: a rich progress bar fed by ``metrics.jsonl``."""
+"""Following a run: a rich progress bar fed by ``metrics.jsonl`` (plain lines where the output is a file)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,19 @@ from fslab.core.runstore import Run
 from fslab.core.summary import RunSummary, add_event, eta
 from fslab.core.text import duration
 
+PLAIN_EVERY = 60.0  # seconds: at most one progress line a minute within an epoch, where the output is a file
+
 
 def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
     """Show progress until the worker ``process`` (a Popen) exits; returns the
     run's final state. The exit, not ``status.json``, decides: a resumed run's
-    status still holds its old end state until the worker rewrites it."""
+    status still holds its old end state until the worker rewrites it.
+
+    Where the output is not a terminal (a log file, a pipe, a SLURM job's
+    output), a bar redrawn in place shows nothing until the end: the same
+    fields are printed as plain lines instead, one per epoch (before its
+    validation) and one a minute at most within a long epoch."""
+    plain = not console.is_terminal
     progress = Progress(
         TextColumn("[bold]{task.fields[epoch]}"),
         BarColumn(),
@@ -31,10 +39,12 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
         TextColumn("ETA {task.fields[eta]}"),
         console=console,
         transient=False,
+        disable=plain,
     )
     tail = Tail(run.metrics_path)
     printed: set[str] = set()  # a resumed run's worker cuts the file back and rewrites it: print a line once
     summary = RunSummary(id=run.id, state="running")  # the epochs and the ETA, as the dashboard has them
+    lines = PlainLines(console, printed) if plain else None
     with progress:
         task = progress.add_task("train", total=None, epoch="starting", steps="", loss="-", pairs="-", speed="",
                                  eta="-")
@@ -53,21 +63,57 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                         if summary.step is None else {}
                     progress.update(task, total=total, **begun)
                 elif kind == "train":
-                    progress.update(
-                        task,
-                        completed=event["step"],
-                        steps=f"step {event['step']}/{progress.tasks[0].total or '?'}",
-                        epoch=f"epoch {event['epoch']}/{summary.epochs or '?'}",
-                        loss=f"{event['loss']:.4f}",
-                        pairs=f"+{event['positives']}/-{event['negatives']}",
-                        speed=f"{event['images_per_s']:.0f} img/s",
-                    )
+                    fields = {
+                        "epoch": f"epoch {event['epoch']}/{summary.epochs or '?'}",
+                        "steps": f"step {event['step']}/{progress.tasks[0].total or '?'}",
+                        "loss": f"{event['loss']:.4f}",
+                        "pairs": f"+{event['positives']}/-{event['negatives']}",
+                        "speed": f"{event['images_per_s']:.0f} img/s",
+                    }
+                    progress.update(task, completed=event["step"], **fields)
+                    if lines:
+                        lines.step(event["epoch"], f"{fields['epoch']} {fields['steps']} loss {fields['loss']} pairs "
+                                   f"{fields['pairs']} {fields['speed']} ETA {duration(eta(summary, time.time()))}")
                 elif kind == "eval" and event.get("split") != "test":  # the test results are printed at the end
+                    if lines:
+                        lines.flush()
                     if (line := eval_line(event)) not in printed:
                         printed.add(line)
                         progress.console.print(line)
             progress.update(task, eta=duration(eta(summary, time.time())))
+            if lines:
+                lines.tick()
             if exited and not events:
+                if lines:
+                    lines.flush()
                 break
             time.sleep(poll)
     return run.state()
+
+
+class PlainLines:
+    """Progress where the output is a file: the latest step's line is held and
+    printed once its epoch ends, before a validation, a minute after the last
+    line within a long epoch, and at the end; each line once (``printed`` is
+    shared with the validation lines, as a resumed run's file is read again)."""
+
+    def __init__(self, console: Console, printed: set[str]) -> None:
+        self.console, self.printed = console, printed
+        self.pending: tuple[int, str] | None = None  # (epoch, line)
+        self.last = time.monotonic()
+
+    def step(self, epoch: int, line: str) -> None:
+        if self.pending and self.pending[0] != epoch:
+            self.flush()  # the previous epoch's last step
+        self.pending = (epoch, line)
+
+    def tick(self) -> None:
+        if time.monotonic() - self.last >= PLAIN_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending and self.pending[1] not in self.printed:
+            self.printed.add(self.pending[1])
+            self.console.print(self.pending[1], highlight=False, markup=False)
+            self.last = time.monotonic()
+        self.pending = None

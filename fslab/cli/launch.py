@@ -70,6 +70,8 @@ def run(
 ) -> None:
     """Start a training run in a new worker process and follow it (or submit it as a SLURM job).
 
+    Following it shows a progress bar in a terminal; into a file or a pipe, one plain line per epoch.
+
     The whole configuration is checked first (ranges, device, episodes against the data, plugin parameters).
 
     A mistake is one line and exit code 2, and no run folder is created.
