@@ -65,6 +65,19 @@ def test_group_by_a_key_merges_the_rest(store):
     assert report["paired"] == []
 
 
+def test_runs_on_several_gpus_fall_in_the_group_of_their_one_gpu_twins(tmp_path):
+    """--gpus N trains as one process on the whole batch: like the device, the number of
+    processes says where a run trained, not what it learned, so it splits no group."""
+    accs = {5: [0.6, 0.8, 1.0, 0.8]}
+    one = make_run(tmp_path / "runs", 0.1, 0, accs)
+    two = make_run(tmp_path / "runs", 0.1, 1, accs)
+    config = json.loads((two.path / "config.json").read_text())
+    config["train"]["processes"] = 2
+    (two.path / "config.json").write_text(json.dumps(config))
+    report = compare([one, two], shots=[5])
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("method=nca", 2)]
+
+
 def test_groups_are_labelled_as_set_takes_their_settings(tmp_path):
     runs = []
     for seed, (center, widths) in enumerate([(True, [8, 16]), (False, [8, 16]), (False, [16, 32])]):

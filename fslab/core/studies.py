@@ -515,7 +515,11 @@ def check_extra(study: Study, scale: str, extra: tuple[dict, ...]) -> None:
 # Keys that do not change what a run learns or how it is scored: runs that
 # differ only in these are the same run for a study, and fall in one group for
 # fslab compare (fslab.reports.compare.NOT_SETTINGS, which adds the seed).
-IGNORED = ("device", "dataset.root", "train.log_every", "train.heartbeat", "eval.batch_size", "eval.val_every")
+# train.processes is where a run trains, as the device is: N processes train as
+# one on the whole batch (global batch norm, gathered embeddings), equal up to
+# float rounding (fslab.training.distributed).
+IGNORED = ("device", "dataset.root", "train.log_every", "train.heartbeat", "train.processes", "eval.batch_size",
+           "eval.val_every")
 
 
 def settings_key(config: dict) -> str:
