@@ -513,6 +513,18 @@ def test_runs_done_with_the_same_settings_are_reused_not_repeated(registry, tmp_
     assert len(other.created) == 6 and other.reused == []
     device_only = queue_study(study, "paper", settings=config, registry=registry, extra=({"device": "cpu"},))
     assert device_only.created == [] and device_only.reused == [runs[0].id]
+    # nor the number of processes: --gpus N trains as one process would
+    gpus_only = queue_study(study, "paper", settings=config, registry=registry,
+                            extra=({"device": "cpu", "train": {"processes": 2}},))
+    assert gpus_only.created == [] and gpus_only.reused == [runs[0].id]
+    # a failed run reused keeps its own processes when queued again: the slots must hold it
+    saved = json.loads((runs[1].path / "config.json").read_text())
+    saved["train"]["processes"] = 3
+    (runs[1].path / "config.json").write_text(json.dumps(saved))
+    runs[1].write_status(state="failed", ended=time.time(), exit_code=1, pid=None, error="boom")
+    with pytest.raises(UsageError, match=r"--gpus 3 needs 3 slots .* but the scheduler has 1 CPU slot"):
+        queue_study(study, "paper", settings=config, registry=registry)
+    assert runs[1].status()["state"] == "failed"  # refused before anything was queued again
 
 
 def test_identical_configurations_within_a_study_share_one_run(registry, tmp_path):

@@ -93,10 +93,14 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
         except UsageError as exc:
             exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
             raise
-    if new and slurm is None:
+    # the runs this command queues: the new ones, and reused ones queued again to resume, which keep
+    # their own number of processes (a run trained on N GPUs is reused as it is: train.processes is IGNORED)
+    queued = [config for _, config, _ in new] + [
+        run.config() for run, state in done.values() if run is not None and state in RESUMABLE]
+    if queued and slurm is None:
         check_gpus_here(settings.scheduler)
         slots = configured_slots(settings.scheduler)
-        check_fits(max(config["train"]["processes"] for _, config, _ in new), slots)
+        check_fits(max(config.get("train", {}).get("processes", 1) for config in queued), slots)
         check_slot_files(settings.runs_dir, slots)
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}-{study.name}"
     for planned, config, key in new:
