@@ -51,6 +51,56 @@ def test_eval_reproduces_the_final_test_and_caches_features(project):
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
 
 
+RECORDING_SINK = """
+import json
+from pathlib import Path
+
+from fslab.plugin import hookimpl
+
+
+class Recorder:
+    \"\"\"Every event it is given, one JSON line a line; a replay (fslab export) writes the file anew.\"\"\"
+
+    def __init__(self, run):
+        self.file = open(Path(run.path) / "recorded.jsonl", "w" if run.replay else "a")
+
+    def write(self, event):
+        self.file.write(json.dumps(event) + "\\n")
+
+    def close(self):
+        self.file.close()
+
+
+@hookimpl
+def register_sinks(register):
+    register(Recorder, name="recorder", description="records the events it gets")
+"""
+
+
+def test_eval_sends_the_new_scores_to_the_sinks_the_run_trained_with(project):
+    """A run sent to a tracker as it trained: a later fslab eval's scores reach it too (the run
+    exported again, as fslab export does, so nothing is recorded twice); --no-sinks leaves it."""
+    (project / "mine").mkdir()
+    (project / "mine" / "recorder.py").write_text(RECORDING_SINK)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    assert fslab("run", "nca", *TINY, "--epochs", "1", "--sink", "recorder", cwd=project).returncode == 0
+    run_dir = next((project / "runs").iterdir())
+
+    def recorded():
+        return [json.loads(line) for line in (run_dir / "recorded.jsonl").read_text().splitlines()]
+
+    assert recorded() == events(run_dir)  # what the live sink got
+    done = fslab("eval", run_dir.name, "--evaluator", "knn", "--shots", "1", "--episodes", "20", cwd=project)
+    assert done.returncode == 0, done.stderr
+    sent = len(events(run_dir))
+    assert done.stderr == f"{run_dir.name}: sent again to recorder with the new scores ({sent} events)\n"
+    assert recorded() == events(run_dir)  # once each, the new evaluation among them
+    assert [e["evaluator"] for e in recorded() if e.get("source") == "fslab eval"] == ["knn"]
+    quiet = fslab("eval", run_dir.name, "--shots", "5", "--episodes", "20", "--no-sinks", cwd=project)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert len(events(run_dir)) == len(recorded()) + 1  # saved, not sent
+
+
 def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(project):
     """eval.final_val: the final network tested on the validation classes as on the test ones;
     eval.extra_ways: both also at another number of classes. Each keeps its per-episode scores, and

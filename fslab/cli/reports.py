@@ -48,11 +48,17 @@ def eval_(
     data_root: Annotated[Path | None, typer.Option(
         help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root).")]
     = None,
+    sinks: Annotated[bool, typer.Option(
+        "--sinks/--no-sinks", help="Send the run again to the sinks it was sent to as it trained (--sink, \\[run] "
+                                   "sinks), so its trackers show the new scores too.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
 
-    retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say)."""
+    retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
+    A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
+    its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
+    saved."""
     from fslab.core.runstore import find_run
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
@@ -82,6 +88,29 @@ def eval_(
             console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['episodes']} episodes "
                           f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
                           f"{accuracy_text(result)}",
+                          highlight=False)
+    if sinks:
+        _send_to_sinks(found, run_)
+
+
+def _send_to_sinks(found, run_) -> None:
+    """Export ``run_`` again to each sink its configuration names, so a tracker shows what
+    ``fslab eval`` just saved; each outcome is one line on stderr, and a failure is a warning:
+    the evaluation is saved either way, and ``fslab export`` sends it later."""
+    from fslab.core.config import SINKS
+    from fslab.execution.export import export_run
+
+    names = run_.config().get(SINKS) or {}
+    toml = settings().run.get(SINKS, {})
+    for name in names if isinstance(names, dict) else ():
+        layer = toml.get(name) if isinstance(toml, dict) and isinstance(toml.get(name), dict) else {}
+        later = f"send the scores later with: fslab export {run_.id} --to {name}"
+        try:
+            done = export_run(found, run_, name, [layer])
+        except UsageError as exc:  # the sink's package missing, the tracker failing, the run still running
+            err_console.print(f"warning: {shown(str(exc))}; the scores are saved; {later}", highlight=False)
+            continue
+        err_console.print(f"{run_.id}: sent again to {name} with the new scores ({done['events']} events)",
                           highlight=False)
 
 
