@@ -45,7 +45,7 @@ def export_(
     """
     from fslab.core.config import SINKS, parse_assignment, sink_params
     from fslab.core.sweeps import select_runs
-    from fslab.execution.export import SinkFailed, SinkUnavailable, export_run, merged
+    from fslab.execution.export import SinkFailed, SinkUnavailable, export_run, merged, project_layer
 
     project = settings()
     found = registry(project)
@@ -58,8 +58,7 @@ def export_(
         if len(path) != 1:
             raise UsageError(f"--set takes KEY=VALUE for a parameter of sink '{to}', got '{text}'")
         command[path[0]] = value
-    toml = project.run.get(SINKS, {})
-    layers = [toml.get(to, {}) if isinstance(toml, dict) and isinstance(toml.get(to), dict) else {}, command]
+    layers = [project_layer(project, to), command]
     sink_params(found, to, merged(*layers))  # a wrong --set: one line before any run is touched
     exported, skipped, failed = 0, 0, 0
     for run in select_runs(project.runs_dir, refs):

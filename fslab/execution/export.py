@@ -37,6 +37,13 @@ def merged(*layers: dict) -> dict:
     return out
 
 
+def project_layer(settings, sink: str) -> dict:
+    """The parameters ``[run.sinks.SINK]`` of ``fslab.toml`` gives ``sink`` ({} where it gives none)."""
+    tables = settings.run.get(SINKS, {})
+    own = tables.get(sink) if isinstance(tables, dict) else None
+    return own if isinstance(own, dict) else {}
+
+
 def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     """Replay ``run`` into ``sink``; returns what was exported. A run still
     queued or running, one whose configuration cannot be read and one that
