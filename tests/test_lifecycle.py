@@ -140,16 +140,19 @@ def test_a_stop_while_torch_imports_numpy_is_not_lost():
     assert done.stdout.split("\n")[:2] == [f"stopped {int(signal.SIGTERM)}", "6"]  # and numpy is whole
 
 
-def test_ctrl_c_while_following_stops_the_worker(project):
+@pytest.mark.parametrize("sent, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_while_following_stops_the_worker(project, sent, code):
+    """Ctrl-C, and a SIGTERM (kill, timeout, a job's end): the follower used to die at a SIGTERM and
+    leave its worker training with no one to stop it."""
     follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=as_in_a_terminal)
     run_dir = wait_for(lambda: next((p for p in (project / "runs").iterdir() if p.is_dir()), None)
                        if (project / "runs").exists() else None, what="the run folder")
     wait_for(lambda: events(run_dir, "checkpoint"), what="the first checkpoint")
-    follower.send_signal(signal.SIGINT)
+    follower.send_signal(sent)
     out, err = follower.communicate(timeout=60)
-    assert follower.returncode == 130, err
+    assert follower.returncode == code, err
     assert "killed; last checkpoint kept" in out
     st = status(run_dir)
     assert st["state"] == "killed" and not _alive(st["pid"])

@@ -3,6 +3,7 @@ Each is a thin front to :mod:`fslab.execution.executor`, which the dashboard cal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -114,10 +115,11 @@ def _follow_to_end(run_, process) -> None:
     from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
 
-    try:  # from the first line on, Ctrl-C stops the worker it started
-        console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
-        state = follow(run_, console, process)
-    except KeyboardInterrupt:
+    try:  # from the first line on, Ctrl-C (or a SIGTERM: kill, timeout) stops the worker it started
+        with _sigterm_as_interrupt():
+            console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
+            state = follow(run_, console, process)
+    except KeyboardInterrupt as interrupt:
         console.print("stopping ...")
         try:
             state = stop_run(run_)
@@ -125,7 +127,7 @@ def _follow_to_end(run_, process) -> None:
             state = run_.state()
         process.wait()
         console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
     process.wait()
     results = run_.results()
     if state == "completed" and results:
@@ -141,6 +143,30 @@ def _follow_to_end(run_, process) -> None:
     err_console.print(f"{run_.id}: {state}: {shown(str(error))}. See: fslab logs {run_.id} --stderr",
                       highlight=False)
     raise typer.Exit(1)
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM to ``fslab run``/``fslab resume`` while it follows its worker: handled as Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises :class:`Terminated` inside the block. A follower killed (``kill``, ``timeout``,
+    a job's end) used to die at once and leave its worker training on with no one to stop it."""
+    import signal
+
+    def terminated(signum, frame):
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread (an embedding caller): leave SIGTERM as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _signal_text(returncode: int | None) -> str:
