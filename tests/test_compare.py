@@ -154,7 +154,10 @@ def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, m
                           (("test", "1", 5, 0), "--queries must be at least 1, got 0"),
                           (("test", "1", 5, 15, 0), "--episodes must be from 1 to 1,000,000, got 0"),
                           (("test", "", 5, 15), "--shots takes whole numbers of at least 1 separated by commas "
-                                                "(e.g. 1,5), got ''")]:
+                                                "(e.g. 1,5), got ''"),
+                          # an empty item is a typo, as in --grid (it was read as 1,5)
+                          (("test", "1,,5", 5, 15), "--shots takes whole numbers separated by commas (e.g. 1,5), "
+                                                    "got '1,,5'")]:
         with pytest.raises(UsageError) as error:
             episode_options(*args)
         assert str(error.value) == message

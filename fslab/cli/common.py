@@ -151,8 +151,8 @@ def pct(value: dict | None) -> str:
 
 
 def parse_shots(shots: str) -> list[int]:
-    try:
-        return [int(s) for s in shots.split(",") if s.strip()]
+    try:  # an empty item (1,,5) is a typo, as in --grid
+        return [int(s) for s in shots.split(",")] if shots.strip() else []
     except ValueError:
         raise UsageError(f"--shots takes whole numbers separated by commas (e.g. 1,5), got '{shots}'") from None
 
