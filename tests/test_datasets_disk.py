@@ -576,7 +576,10 @@ def test_split_sizes_of_the_standard_files_follow_their_lists_with_check_counts(
 def test_split_sizes_find_an_empty_class_folder(registry, tmp_path):
     make_folder_tree(tmp_path, classes=2, per_class=2)
     (tmp_path / "val" / "empty").mkdir()
-    with pytest.raises(UsageError, match=r"empty has no image files \(1 empty class folder"):
+    with pytest.raises(UsageError, match=r"empty has no image files \(1 empty class folder\); remove it or add"):
+        create(registry, "folder", tmp_path).split_sizes()
+    (tmp_path / "val" / "empty2").mkdir()
+    with pytest.raises(UsageError, match=r"\(2 empty class folders\); remove them or add images$"):
         create(registry, "folder", tmp_path).split_sizes()
 
 

@@ -29,8 +29,9 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     tree = {c: list_images(split_dir / c) for c in classes}
     empty = [c for c, files in tree.items() if not files]
     if empty:
-        raise UsageError(f"{dataset}: {split_dir / empty[0]} has no image files "
-                         f"({len(empty)} empty class folder(s)); remove them or add images")
+        many = len(empty) > 1
+        raise UsageError(f"{dataset}: {split_dir / empty[0]} has no image files ({len(empty)} empty class "
+                         f"folder{'s' if many else ''}); remove {'them' if many else 'it'} or add images")
     return tree
 
 
