@@ -140,6 +140,7 @@ def test_published_numbers_are_the_papers(registry):
     ({"quick": {"seeds": 0}}, "quick.seeds: must be a whole number at least 1, got 0"),
     ({"quick": {"grid": {"train.epochs": [1]}}}, "quick.grid.train.epochs: is no sweep's grid key (train.lr)"),
     ({"quick": {"grid": {"train.lr": []}}}, "quick.grid.train.lr: must be a non-empty list"),
+    ({"quick": {"grid": {"train.lr": [0.1, 0.1]}}}, "quick.grid.train.lr: lists 0.1 twice"),
     ({"quick": {"grid": {"train.lr": [0.05]}}},
      "quick.grid.train.lr: leaves out 0.1, where a published cell of sweep 'pn' is placed"),
     ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
@@ -166,6 +167,9 @@ def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
     ({"set": {"seed": 3}}, "sweep 'nca'.set.seed: is set by the study itself"),
     ({"grid": {"dataset.name": ["omniglot"]}}, "sweep 'nca'.grid.dataset.name: is set by the study itself"),
     ({"grid": {"train.lr": []}}, "sweep 'nca'.grid.train.lr: must be a non-empty list"),
+    # a repeated value would plan one run twice and report its point twice; 1 and 1.0 are one value
+    ({"grid": {"train.lr": [0.1, 0.05, 0.1]}}, "sweep 'nca'.grid.train.lr: lists 0.1 twice"),
+    ({"grid": {"train.batch_size": [64, 64.0]}}, "sweep 'nca'.grid.train.batch_size: lists 64.0 twice"),
     ({"datasets": ["synthetic", "synthetic"]}, "sweep 'nca'.datasets: must be a non-empty list of distinct"),
     ({"grid": {"train.epochs": [1, 2]}}, "sweep 'nca'.set.train.epochs: is also a grid key"),
 ])

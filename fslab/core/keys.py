@@ -21,6 +21,19 @@ def repeated_key(table: dict) -> str | None:
     return next((key for i, key in enumerate(keys) if key in keys[:i]), None)
 
 
+def repeated_value(values: list):
+    """The first value a grid a person wrote lists twice (it would train the same
+    runs twice), as a one-item tuple, or None if each value is there once. ``true``
+    is not 1, though Python finds them equal; 1 and 1.0 are one value."""
+    seen = []
+    for value in values:
+        same = (isinstance(value, bool), value)
+        if same in seen:
+            return (value,)
+        seen.append(same)
+    return None
+
+
 def _leaves(table: dict, prefix: str):
     for key, value in table.items():
         if isinstance(value, dict):

@@ -37,7 +37,7 @@ from typing import Any
 
 from fslab.core.config import naming_the_file, nest, outside_settings, resolve, tested_ways
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.keys import TWICE, dotted, repeated_key
+from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
 
@@ -196,6 +196,15 @@ class _Checker:
             self.fail(f"{where}{key}", f"must be a whole number {span}, got {value!r:.60}")
         return value
 
+    def values(self, values: Any, where: str) -> list:
+        """A grid's values: a non-empty list, each value once (a repeat would plan one run twice)."""
+        if not isinstance(values, list) or not values:
+            self.fail(where, "must be a non-empty list of values")
+        if (twice := repeated_value(values)) is not None:
+            self.fail(where, f"lists {json.dumps(twice[0], default=str)} twice; each value is one point of the "
+                             f"grid: list it once")
+        return values
+
     def settings(self, table: Any, where: str) -> dict:
         """A table of configuration keys, dotted or nested, as {dotted key: value}."""
         if not isinstance(table, dict):
@@ -275,8 +284,7 @@ def _sweeps(check: _Checker, tables: Any) -> tuple[StudySweep, ...]:
             check.fail(f"{where}.datasets", f"must be a non-empty list of distinct dataset names, got {datasets!r:.60}")
         grid = check.settings(table.get("grid", {}), f"{where}.grid")
         for key, values in grid.items():
-            if not isinstance(values, list) or not values:
-                check.fail(f"{where}.grid.{key}", "must be a non-empty list of values")
+            check.values(values, f"{where}.grid.{key}")
         fixed = check.settings(table.get("set", {}), f"{where}.set")
         both = set(grid) & set(fixed)
         if both:
@@ -294,8 +302,7 @@ def _quick(check: _Checker, table: Any, sweeps: tuple[StudySweep, ...]) -> Quick
     for key, values in grid.items():
         if key not in grid_keys:
             check.fail(f"quick.grid.{key}", f"is no sweep's grid key ({', '.join(sorted(grid_keys)) or 'none'})")
-        if not isinstance(values, list) or not values:
-            check.fail(f"quick.grid.{key}", "must be a non-empty list of values")
+        check.values(values, f"quick.grid.{key}")
     return QuickScale(seeds=check.whole(table, "seeds", "quick.", 1, default=1),
                       dataset=check.text(table, "dataset", "quick.", required=False, default="synthetic")
                       or "synthetic",

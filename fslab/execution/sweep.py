@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fslab.core.config import naming_the_file, nest, parse_assignment, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
-from fslab.core.keys import TWICE, dotted, repeated_key
+from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
@@ -72,13 +72,9 @@ def check_grid_key(where: str, key: str) -> None:
 
 def check_distinct(where: str, values: list) -> None:
     """A ConfigError for a grid that lists a value twice (it would train the same runs twice)."""
-    seen = []
-    for value in values:
-        same = (isinstance(value, bool), value)  # true is no 1, though Python finds them equal; 1 and 1.0 are one
-        if same in seen:
-            raise ConfigError(f"{where} lists {json.dumps(value, default=str)} twice; "
-                              f"each value makes its own runs: list it once")
-        seen.append(same)
+    if (twice := repeated_value(values)) is not None:
+        raise ConfigError(f"{where} lists {json.dumps(twice[0], default=str)} twice; "
+                          f"each value makes its own runs: list it once")
 
 
 def read_sweep_file(path: Path) -> dict:
