@@ -805,3 +805,47 @@ def test_the_quick_grid_narrows_a_sweep_only_at_quick_scale(registry, tmp_path):
     assert lrs == [0.1]
     paper = [p.at for p in plan_runs(study, "paper") if p.sweep == "pn"]
     assert paper == [{"train.lr": 0.1}] * 2 + [{"train.lr": 0.05}] * 2
+
+
+STUDY_FILE = """
+name = "by-hand"
+title = "A study file, not registered"
+table = "Table 1"
+published = [{ sweep = "nca", dataset = "synthetic", shots = 1, accuracy = 40.0 }]
+[paper]
+authors = "A & B"
+title = "A paper"
+year = 2020
+[[sweep]]
+name = "nca"
+method = "nca"
+datasets = ["synthetic"]
+seeds = 2
+set = { "backbone.name" = "conv4", "backbone.hidden" = 8, "train.epochs" = 500 }
+"""
+
+
+def test_a_study_file_stopped_half_way_is_named_by_its_path_in_the_command_that_goes_on(project):
+    """A study run from a file is not registered: the hints of fslab study run and fslab stop name
+    its file (they named the study, and 'fslab study run by-hand' is an unknown study) and repeat
+    the options it ran with, which a plain 'study run' would plan other runs without."""
+    (project / "studies").mkdir()
+    (project / "studies" / "mine.toml").write_text(STUDY_FILE)
+    started = fslab("study", "run", "studies/mine.toml", "--set", "train.lr=0.05", "--data-root", ".",
+                    cwd=project)
+    assert started.returncode == 0, started.stderr
+    path = str(project.resolve() / "studies" / "mine.toml")
+    assert started.stdout.splitlines()[-1] == f"follow them with: fslab queue; then: fslab study report {path}"
+    sweep_id = started.stdout.split("recorded as ")[1].split()[0]
+    stopped = fslab("stop", sweep_id, cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    again = f"fslab study run {path} --scale paper --data-root {project.resolve()} --set train.lr=0.05"
+    assert stopped.stderr.strip().endswith(f"go on with: {again}"), stopped.stderr
+    # the line goes on from any folder: the same runs, resumed, and nothing new
+    elsewhere = project.parent / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "fslab.toml").write_text(f"[project]\nruns_dir = '{project.resolve() / 'runs'}'\n")
+    resumed = fslab(*again.split()[1:], cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "0 new" in resumed.stdout and "2 queued again" in resumed.stdout, resumed.stdout
+    fslab("stop", resumed.stdout.split("recorded as ")[1].split()[0], cwd=project)

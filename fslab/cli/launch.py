@@ -233,8 +233,9 @@ def stop(ref: Annotated[str, typer.Argument(
             raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
         for run_, state in stopped:
             console.print(f"{run_.id}: {state}", highlight=False)
-        again = (f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
-                 else f"fslab sweep resume {record['id']}")
+        again = record.get("again") if isinstance(record.get("again"), str) else (  # a study's: as it was run
+            f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
+            else f"fslab sweep resume {record['id']}")
         said = (f"{count(len(stopped), 'run')} of {record['id']} stopped; each that had started "
                 f"keeps its last checkpoint; go on with: {again}")
         err_console.print(shown(said), highlight=False)

@@ -176,14 +176,17 @@ def run(
     --set changes a setting the study fixes (not comparable either); a key the study varies, the seed and the
     dataset are the study's own and are refused.
     """
+    from fslab.core.studies import run_options, study_command
     from fslab.execution import executor as executors
 
     study = _load(ref)
     project = settings()
     options = executors.job_options(project, executor, slurm)
     extra = tuple(overrides(None, None, None, None, None, None, None, None, set_))
+    again = study_command("run", ref, *run_options(scale, dataset=dataset, data_root=data_root, set_=set_,
+                                                    executor=executor, slurm=slurm))
     outcome = executors.start_study(study, scale, settings=project, registry=registry(project), dataset=dataset,
-                                    data_root=data_root, extra=extra, slurm=options)
+                                    data_root=data_root, extra=extra, slurm=options, again=again)
     total = len(outcome.reused) + len(outcome.in_progress) + len(outcome.requeued) + len(outcome.created)
     console.print(f"study {study.name} (scale {scale}): {count(total, 'run')}: {len(outcome.reused)} done already, "
                   f"{len(outcome.in_progress)} queued or running, {len(outcome.requeued)} queued again, "
@@ -195,7 +198,7 @@ def run(
         err_console.print(shown(f"note: [run] of fslab.toml changes what the study fixes: {changes}; its report "
                                 f"calls these numbers not comparable to the paper's"), highlight=False)
     follow = "fslab runs" if options is not None else "fslab queue"
-    console.print(f"follow them with: {follow}; then: fslab study report {study.name}", highlight=False)
+    console.print(shown(f"follow them with: {follow}; then: {study_command('report', ref)}"), highlight=False)
 
 
 @study_app.command()

@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -534,6 +535,34 @@ def settings_key(config: dict) -> str:
     two runs with the same key train and score the same way."""
     flat = dotted(config)
     return json.dumps({k: v for k, v in flat.items() if k not in IGNORED and not outside_settings(k)}, sort_keys=True)
+
+
+def study_command(verb: str, ref: str, *options: str) -> str:
+    """``fslab study VERB REF OPTIONS`` as a shell line, for hints that name a study:
+    the study by the name or path it was given (a study file, which is not registered,
+    by its absolute path, so the line works from any folder), each option quoted."""
+    if ref.endswith(".toml"):
+        ref = str(Path(ref).expanduser().resolve())
+    return shlex.join(["fslab", "study", verb, ref, *options])
+
+
+def run_options(scale: str, *, dataset: str | None = None, data_root: str | None = None,
+                set_: list[str] | None = None, executor: str | None = None,
+                slurm: list[str] | None = None) -> list[str]:
+    """The options of ``fslab study run`` as given, which plan the same runs again
+    (``--set`` as typed; a relative ``--data-root`` made absolute)."""
+    options = ["--scale", scale]
+    if dataset is not None:
+        options += ["--dataset", dataset]
+    if data_root is not None:
+        options += ["--data-root", str(Path(data_root).expanduser().resolve())]
+    for text in set_ or []:
+        options += ["--set", text]
+    if executor not in (None, "local"):
+        options += ["--executor", executor]
+    for text in slurm or []:
+        options += ["--slurm", text]
+    return options
 
 
 def find_study(registry, ref: str) -> Study:

@@ -158,12 +158,13 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
 
 
 def start_study(study, scale: str, *, settings, registry, dataset: str | None = None, data_root: str | None = None,
-                extra: tuple[dict, ...] = (), slurm: SlurmSettings | None = None) -> StudyRuns:
+                extra: tuple[dict, ...] = (), slurm: SlurmSettings | None = None,
+                again: str | None = None) -> StudyRuns:
     """Queue a study's runs (:func:`fslab.execution.studies.queue_study`: runs
     done with the same settings are reused) and start them as :func:`start_sweep`
     does. Locally, runs of an earlier invocation still queued are started too."""
     outcome = queue_study(study, scale, settings=settings, registry=registry, dataset=dataset,
-                          data_root=data_root, extra=extra, slurm=slurm)
+                          data_root=data_root, extra=extra, slurm=slurm, again=again)
     waiting = slurm is None and any(Run(settings.runs_dir / i).state() == "queued" for i in outcome.in_progress)
     if outcome.to_start or waiting:
         if slurm is None:

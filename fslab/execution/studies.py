@@ -69,10 +69,12 @@ def _best(runs: list[Run]) -> tuple[Run, str] | None:
 
 
 def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | None = None,
-                data_root: str | None = None, extra: tuple[dict, ...] = (), slurm=None) -> StudyRuns:
+                data_root: str | None = None, extra: tuple[dict, ...] = (), slurm=None,
+                again: str | None = None) -> StudyRuns:
     """Resolve the study's runs, reuse what the store has, create the rest
     ``queued`` and record them all as one sweep naming the study (not started here:
-    :func:`fslab.execution.executor.start_study` starts them)."""
+    :func:`fslab.execution.executor.start_study` starts them). ``again``: the command
+    that runs the study this way again (what ``fslab stop SWEEP`` says to go on with)."""
     resolved = resolve_study(study, scale, settings=settings, registry=registry, dataset=dataset,
                              data_root=data_root, extra=extra)
     store = existing_runs(settings.runs_dir)
@@ -110,11 +112,11 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
     changed = {k: v for layer in extra for k, v in dotted(layer).items() if k not in IGNORED}
     project = project_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
                               data_root=data_root, extra=extra)
-    return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done)
+    return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done, again)
 
 
 def _record(study: Study, scale: str, dataset: str | None, changed: dict, project: dict, sweep_id: str, runs_dir,
-            resolved, done) -> StudyRuns:
+            resolved, done, again: str | None) -> StudyRuns:
     outcome = StudyRuns(sweep_id, project=project)
     places, seen = {}, set()
     for planned, config in resolved:
@@ -133,7 +135,7 @@ def _record(study: Study, scale: str, dataset: str | None, changed: dict, projec
     datasets = {name: run_dataset(study, scale, name, dataset) for s in study.sweeps for name in s.datasets}
     save_sweep(runs_dir, sweep_id, method=f"study {study.name}", grid={}, seeds=max(study.seeds(scale).values()),
                fail_fast=False, runs=list(places), study=study.name, scale=scale, datasets=datasets,
-               changed=changed, project=project, places=places)
+               changed=changed, project=project, places=places, **({"again": again} if again else {}))
     return outcome
 
 
