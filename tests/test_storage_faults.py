@@ -137,12 +137,21 @@ def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
     stopped = project / "runs" / "20261123-181312-nca-018e"
     last = stopped / "checkpoints" / "last.pt"
     last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a crash of a non-atomic copy
-    assert "is damaged" in one_error_line(fslab("resume", stopped.name, cwd=project))
+    resumed = fslab("resume", stopped.name, cwd=project)
+    assert resumed.returncode == 2 and one_error_line(resumed) == (
+        f"error: the checkpoint of run {stopped.name} is damaged (runs/{stopped.name}/checkpoints/last.pt is not a "
+        f"complete checkpoint file); it cannot resume: copy it again from where the run trained, or train the run "
+        f"again with fslab run --like {stopped.name}")
     assert json.loads((stopped / "status.json").read_text())["state"] == "killed"  # nothing changed
     done = project / "runs" / RUN
-    (done / "checkpoints" / "last.pt").write_bytes(last.read_bytes())
-    assert "cannot be loaded" in one_error_line(fslab("eval", RUN, "--episodes", "5", "--queries", "5",
-                                                      cwd=project))
+    for cut in (last.read_bytes(), b""):  # fslab eval says the same (it said "[Errno 22] Invalid argument", or
+        (done / "checkpoints" / "last.pt").write_bytes(cut)  # "EOFError", with exit code 1), and writes nothing
+        before = (done / "metrics.jsonl").read_bytes(), sorted(p.name for p in done.iterdir())
+        evaluated = fslab("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project)
+        assert evaluated.returncode == 2 and one_error_line(evaluated).startswith(
+            f"error: the checkpoint of run {RUN} is damaged (runs/{RUN}/checkpoints/last.pt is not a complete "
+            f"checkpoint file); it cannot be evaluated: copy it again")
+        assert ((done / "metrics.jsonl").read_bytes(), sorted(p.name for p in done.iterdir())) == before
     torch.save({"epoch": 2, "model": NotWeights()}, done / "checkpoints" / "last.pt")
     line = one_error_line(fslab("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project))
     assert "cannot be loaded: it holds objects other than tensors" in line and "would run code" in line

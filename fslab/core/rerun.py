@@ -17,6 +17,19 @@ from fslab.core.runstore import Run
 NOT_SETTINGS = ("method", "config_version")  # the recipe's name and the layout's version: not layer keys
 
 
+def check_checkpoint_whole(run: Run, doing: str) -> None:
+    """A UsageError, in one line, for a checkpoint cut short (a worker killed in a way
+    write-then-rename cannot help, a copy or an rsync that stopped half-way): torch's
+    format is a zip archive, whose directory is at its end, so only that end is read.
+    ``doing``: what cannot be done with it ("resume", "be evaluated")."""
+    import zipfile
+
+    if run.checkpoint_path.exists() and not zipfile.is_zipfile(run.checkpoint_path):
+        raise UsageError(f"the checkpoint of run {run.id} is damaged ({run.checkpoint_path} is not a complete "
+                         f"checkpoint file); it cannot {doing}: copy it again from where the run trained, or "
+                         f"train the run again with {like_command(run.id)}")
+
+
 def like(run: Run, options: list[dict]) -> tuple[str, list[dict]]:
     """The method and the configuration layers of a new run like ``run``,
     with ``options`` (the layers of ``fslab run``'s options) on top. A new

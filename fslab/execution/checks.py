@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import zipfile
 
 from fslab.core.config import check_plugins
 from fslab.core.errors import UsageError
 from fslab.core.registry import create_dataset
-from fslab.core.rerun import like_command, stopped_when
+from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
 from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
 from fslab.core.split_sizes import check_evaluation, read_split_sizes
@@ -158,6 +157,4 @@ def check_resumable(run: Run) -> None:
             f"run {run.id} has no checkpoint (it stopped {stopped_when(run)}); "
             f"start it again with the same settings: {like_command(run.id)}"
         )
-    if not zipfile.is_zipfile(run.checkpoint_path):  # torch's format is a zip archive; its end is read only
-        raise UsageError(f"the checkpoint of run {run.id} is damaged ({run.checkpoint_path} is not a complete "
-                         f"checkpoint file); it cannot resume")
+    check_checkpoint_whole(run, "resume")

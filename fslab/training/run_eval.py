@@ -29,6 +29,7 @@ from fslab.core.eventlog import EventLog
 from fslab.core.events import evaluator_label
 from fslab.core.files import temporary_path
 from fslab.core.registry import Registry, load_registry
+from fslab.core.rerun import check_checkpoint_whole
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.states import LIVE
@@ -182,6 +183,7 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
         ended = run.state() not in LIVE
         raise UsageError(f"run {run.id} has no checkpoint{'' if ended else ' yet'} (one is written after each "
                          f"epoch{'; it ended before its first' if ended else ''})")
+    check_checkpoint_whole(run, "be evaluated")
     config = run.config()
     if data_root is not None:
         config["dataset"] = {**config["dataset"], "root": data_root}
