@@ -149,3 +149,55 @@ def test_a_checkpoint_restores_weights_optimiser_schedule_and_random_streams(tmp
     momentum = [o.state_dict()["state"][0]["momentum_buffer"] for o in (optimizer, fresh[3])]
     assert torch.equal(*momentum) and momentum[0].abs().sum() > 0
     assert fresh[4].state_dict() == scheduler.state_dict()
+
+
+KNN = {"split": "test", "ways": 5, "shots": 1, "queries": 15, "episodes": 50, "evaluator": "knn",
+       "metric": "accuracy", "seed": 0, "stream": 1, "epoch": 1, "accuracy": 0.4, "ci95": 0.02}
+
+
+def logged_life(run):
+    """A killed run's log: epoch 1 checkpointed, epoch 2 half trained, then fslab eval's score of the
+    epoch-1 checkpoint, and a torn last line."""
+    log = EventLog(run, echo=False)
+    log.write("train", step=1, epoch=1, loss=2.0, positives=1, negatives=2)
+    log.write("checkpoint", epoch=1, step=1)
+    log.write("train", step=2, epoch=2, loss=1.5, positives=1, negatives=2)
+    log.write("eval", source="fslab eval", **KNN)
+    log.close()
+    with open(run.metrics_path, "a") as fh:
+        fh.write('{"event": "train", "st')
+
+
+def test_a_resume_keeps_the_evaluations_fslab_eval_logged_after_its_checkpoint(tmp_path):
+    """The log is cut back to the checkpoint a resume starts from, but fslab eval's scores of a checkpoint
+    (their scores stay in evaluations/) are no training to repeat: fslab show and fslab runs --evaluator
+    lost them at the resume."""
+    from fslab.core.eventlog import truncate_to_checkpoint
+    from fslab.core.summary import read_summary
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    logged_life(run)
+    truncate_to_checkpoint(run, 1)
+    assert [(e["event"], e.get("step"), e.get("source")) for e in logged_evals_and_all(run)] == [
+        ("train", 1, None), ("checkpoint", 1, None), ("eval", None, "fslab eval")]
+    assert read_summary(run.path).test_by_evaluator == {"knn": {"1-shot": {"accuracy": 0.4, "ci95": 0.02,
+                                                                           "episodes": 50}}}
+
+
+def test_fslab_eval_beside_a_resume_logs_into_the_file_the_resume_left(tmp_path):
+    """fslab eval opens the log before it scores; a resume that cuts the log back meanwhile replaces the
+    file, and the evaluation's line went to the replaced one, lost with it."""
+    from fslab.core.eventlog import truncate_to_checkpoint
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    logged_life(run)
+    log = EventLog(run, echo=False)  # fslab eval, scoring
+    truncate_to_checkpoint(run, 1)  # fslab resume's worker starts
+    log.write("eval", source="fslab eval", **{**KNN, "shots": 5})
+    log.close()
+    assert [(e["event"], e.get("shots")) for e in logged_evals_and_all(run)] == [
+        ("train", None), ("checkpoint", None), ("eval", 1), ("eval", 5)]
+
+
+def logged_evals_and_all(run):
+    return [json.loads(line) for line in run.metrics_path.read_text().splitlines()]

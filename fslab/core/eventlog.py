@@ -51,6 +51,7 @@ class EventLog:
         record = {"event": event, "time": time.time(), **fields}
         if not self.enabled:
             return record
+        self._follow_replacement()
         # one write: appends from two processes never interleave
         self.file.write("\n" * self.torn + json.dumps(record) + "\n")
         self.torn = False
@@ -63,6 +64,19 @@ class EventLog:
             listener(record)
         return record
 
+    def _follow_replacement(self) -> None:
+        """Append to the file now at the path: a resume that started while this log was open
+        (``fslab eval`` beside ``fslab resume``) replaced ``metrics.jsonl`` with the file cut
+        back to its checkpoint, and a line written to the old one would be lost with it."""
+        try:
+            replaced = os.stat(self.run.metrics_path).st_ino != os.fstat(self.file.fileno()).st_ino
+        except OSError:  # gone: appending creates it again
+            replaced = True
+        if replaced:
+            self.file.close()
+            self.file = open(self.run.metrics_path, "a", encoding="utf-8")
+            self.torn = ends_mid_line(self.run.metrics_path)
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
@@ -71,8 +85,11 @@ class EventLog:
 
 def truncate_to_checkpoint(run: Run, epoch: int) -> None:
     """Cut ``metrics.jsonl`` back to the checkpoint event of ``epoch``, so a
-    resumed run continues the file without repeating or skipping a step."""
-    kept = []
+    resumed run continues the file without repeating or skipping a step. The
+    evaluations ``fslab eval`` logged after it (they name their ``source``) are
+    kept: they scored a checkpoint that was written, not the training that is
+    repeated, and their scores stay in ``evaluations/``."""
+    kept, cut = [], None
     with open(run.metrics_path, "rb") as fh:
         lines = fh.readlines()
     for number, line in enumerate(lines):
@@ -81,7 +98,14 @@ def truncate_to_checkpoint(run: Run, epoch: int) -> None:
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("event") == "checkpoint" and event.get("epoch") == epoch:
-            kept = lines[: number + 1]
-    if not kept:
+            kept, cut = lines[: number + 1], number + 1
+    if cut is None:
         raise RuntimeError(f"metrics.jsonl has no checkpoint event for epoch {epoch}; cannot resume cleanly")
+    for line in lines[cut:]:
+        try:
+            event = loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "eval" and "source" in event:
+            kept.append(line if line.endswith(b"\n") else line + b"\n")
     atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))
