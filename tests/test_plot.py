@@ -173,3 +173,24 @@ def test_runs_without_a_point_are_left_out_and_named_and_a_list_setting_is_a_cat
     assert result.returncode == 0, result.stderr
     xs = {p["x"] for panel in json.loads(result.stdout)["panels"] for s in panel["series"] for p in s["points"]}
     assert xs == {"[0.5]"}  # the other runs have no milestones key, or no test accuracies (the ProtoNet run)
+
+
+def test_runs_with_no_scores_yet_are_left_out_and_named_not_silently_dropped(batch_store):
+    """A sweep half done: a seed still queued and one that failed add no scores to their point; the figure
+    said nothing of them (its point read as the whole of its seeds), and --json listed them with its runs."""
+    tmp_path, data = batch_store
+    waiting = make_run(tmp_path / "runs", 2, {}, loss={"name": "nca"}, batch_size=128)
+    failed = make_run(tmp_path / "runs", 3, {}, loss={"name": "nca"}, batch_size=128)
+    failed.write_status(state="failed", error="boom")
+    result = fslab("plot", "batch-size", "all", "--shots", "1", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    why = "has no saved test accuracies for 5-way 1-shot, 15 queries"
+    assert report["left_out"] == [{"run": waiting.id, "why": f"it is queued and {why}"},
+                                  {"run": failed.id, "why": f"it is failed and {why}"}]
+    assert sorted(result.stderr.splitlines()) == sorted(f"left out {item['run']}: {item['why']}"
+                                                        for item in report["left_out"])
+    nca = next(s for s in report["panels"][0]["series"] if "nca" in s["label"])
+    point = next(p for p in nca["points"] if p["x"] == 128)
+    assert point["runs"] == 2 and len(point["run_ids"]) == 2 and {waiting.id, failed.id}.isdisjoint(point["run_ids"])
+    assert point["accuracy"] == pytest.approx(direct_ci(data[("nca", 128, 0)][1] + data[("nca", 128, 1)][1])[0])

@@ -241,7 +241,11 @@ def plot_(
     queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to plot.")] = 15,
     as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted numbers as JSON.")] = False,
 ) -> None:
-    """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars."""
+    """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars.
+
+    A run that gives no point (no x, a repeat of another's settings and seed, no saved scores yet) is named on
+    stderr with why.
+    """
     from fslab.core.sweeps import select_runs
     from fslab.reports.plot import draw, parse_size, series_data
 

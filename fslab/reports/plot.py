@@ -83,7 +83,9 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     """What a figure shows, as data: for each number of shots, each line's
     points (x, pooled accuracy, ci95, episodes, run ids), x ascending; and
     ``left_out``: each run that gives no point, with why (its configuration
-    cannot be read, it has no x, or it repeats another run's settings and seed).
+    cannot be read, it has no x, it repeats another run's settings and seed, or
+    it has no saved scores of these episodes: still running, failed, or scored
+    otherwise).
 
     ``x`` is a preset name or a configuration key; lines are the runs' settings
     except the seed and x, or only the ``series`` keys when given."""
@@ -96,12 +98,17 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     def scored(run: Run) -> bool:
         return has_results(run, split, shots, ways, queries, files=files)
 
+    what = f"{split} accuracies for {ways}-way {','.join(map(str, shots))}-shot, {queries} queries"
+
     for line in lines.values():
         for point in line["points"].values():
             runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
+            left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
+            unscored = [r for r in runs_kept if not scored(r)]  # running, failed, or never scored this way
+            left_out += [{"run": r.id, "why": f"it is {r.state()} and has no saved {what}"} for r in unscored]
+            runs_kept = [r for r in runs_kept if r not in unscored]
             point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in runs_kept]
             point["runs"] = runs_kept
-            left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
     varying = sorted({k for line in lines.values() for k in line["settings"]
                       if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
     shown = varying or series or ["method"]
