@@ -397,6 +397,21 @@ def test_settings_changed_on_the_command_line_make_the_report_not_comparable(reg
     assert report["changed"] == {"train.weight_decay": 0.0} and not report["comparable"]
     assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [NOT_COMPARABLE, NOT_COMPARABLE]
     assert "with train.weight_decay=0.0 from the command line" in render(report, "md")
+    # a --set of what the runs have anyway (the study's own epochs, the default weight decay) changes nothing:
+    # the same runs, reused, are comparable (they were 'not comparable' with it, 'reproduced' without it)
+    again = queue_study(study, "paper", settings=config, registry=registry,
+                        extra=({"train": {"weight_decay": 0.0}}, {"train": {"epochs": 1}}))
+    assert again.created == [] and len(again.reused) == 2
+    report = study_report(study, config.runs_dir)
+    assert report["changed"] == {"train.weight_decay": 0.0}  # train.epochs=1 is the study's own
+    plain = queue_study(study, "paper", settings=config, registry=registry, extra=({"train": {"epochs": 1}},))
+    assert plain.created != [] and len(plain.reused) == 0
+    for run in runs_of(plain, config.runs_dir, "nca"):
+        finish(run, {1: [0.6] * 5, 5: [0.8] * 5})
+    report = study_report(study, config.runs_dir)
+    assert report["changed"] == {} and [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [
+        REPRODUCED, REPRODUCED]
+    assert "command line" not in render(report, "md")
 
 
 def test_settings_fslab_toml_changes_make_the_report_not_comparable_and_are_named(registry, tmp_path):

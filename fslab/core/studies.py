@@ -477,6 +477,29 @@ def project_changes(study: Study, scale: str, resolved: list[tuple[PlannedRun, d
                               extra=extra)
     except UsageError:  # a study that needs the project's [run] to resolve: every key it sets counts
         return {k: v for k, v in dotted(settings.run).items() if k not in IGNORED and not outside_settings(k)}
+    return _changes(resolved, plain)
+
+
+def command_line_changes(study: Study, scale: str, resolved: list[tuple[PlannedRun, dict]], *, settings, registry,
+                         dataset: str | None = None, data_root: str | None = None,
+                         extra: tuple[dict, ...] = ()) -> dict:
+    """The settings that ``--set`` (``extra``) gives the study's runs in place of those
+    they would have without it (the keys of :data:`IGNORED` aside): key -> the value
+    the runs have. A ``--set`` of the value a run has anyway changes nothing, so it
+    leaves the runs comparable to the paper's."""
+    if not extra:
+        return {}
+    try:
+        plain = resolve_study(study, scale, settings=settings, registry=registry, dataset=dataset,
+                              data_root=data_root)
+    except UsageError:  # a study that needs --set to resolve: every key it sets counts
+        return {k: v for layer in extra for k, v in dotted(layer).items() if k not in IGNORED}
+    return _changes(resolved, plain)
+
+
+def _changes(resolved: list[tuple[PlannedRun, dict]], plain: list[tuple[PlannedRun, dict]]) -> dict:
+    """The settings in which the ``resolved`` runs differ from the ``plain`` ones (the
+    same runs, resolved without one source of settings): key -> the resolved value."""
     changes = {}
     for (_, config), (_, own) in zip(resolved, plain):
         mine, theirs = dotted(config), dotted(own)

@@ -21,10 +21,17 @@ from dataclasses import dataclass, field
 
 from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.keys import dotted
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import LIVE
-from fslab.core.studies import IGNORED, PlannedRun, Study, project_changes, resolve_study, run_dataset, settings_key
+from fslab.core.studies import (
+    PlannedRun,
+    Study,
+    command_line_changes,
+    project_changes,
+    resolve_study,
+    run_dataset,
+    settings_key,
+)
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.slots import check_fits, check_gpus_here, check_slot_files, configured_slots
@@ -109,7 +116,8 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
         run = create_run(settings.runs_dir, planned.method, config)
         run.write_status(sweep=sweep_id)
         done[key] = (run, "new")
-    changed = {k: v for layer in extra for k, v in dotted(layer).items() if k not in IGNORED}
+    changed = command_line_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
+                                   data_root=data_root, extra=extra)
     project = project_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
                               data_root=data_root, extra=extra)
     return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done, again)
