@@ -864,3 +864,27 @@ def test_a_study_file_stopped_half_way_is_named_by_its_path_in_the_command_that_
     assert resumed.returncode == 0, resumed.stderr
     assert "0 new" in resumed.stdout and "2 queued again" in resumed.stdout, resumed.stdout
     fslab("stop", resumed.stdout.split("recorded as ")[1].split()[0], cwd=project)
+
+
+@pytest.mark.parametrize("mistake, start", [
+    ({"trian.epochs": 1}, "unknown config key 'trian'. Did you mean 'train'? Allowed: method, seed, device,"),
+    ({"eval.quries": 3}, "unknown config key 'eval.quries'. Did you mean 'queries'? Allowed: eval.ways,"),
+    ({"devise": "cpu"}, "unknown config key 'devise'. Did you mean 'device'?"),
+])
+def test_a_misspelt_key_in_a_study_is_not_blamed_on_run_for_the_keys_its_suggestions_name(registry, tmp_path,
+                                                                                          mistake, start):
+    """The message's suggestions list every key, and matching its text said '(set by device in [run] of
+    fslab.toml)' of a mistake the study file made; a value [run] gave is still blamed on it."""
+    data = tiny()
+    data["sweep"][0]["set"].update(mistake)
+    config = Settings(runs_dir=tmp_path / "runs", run={"device": "cpu", "eval": {"queries": 5}},
+                      path=tmp_path / "fslab.toml")
+    with pytest.raises(UsageError) as error:
+        resolve_study(parse_study(data, "tiny.toml"), "paper", settings=config, registry=registry)
+    assert str(error.value).startswith(f"study tiny, sweep 'nca' on synthetic: {start}"), str(error.value)
+    assert "[run]" not in str(error.value), str(error.value)
+    blamed = Settings(runs_dir=tmp_path / "runs", run={"device": "cpu", "eval": {"queries": 0}},
+                      path=tmp_path / "fslab.toml")
+    with pytest.raises(UsageError) as error:
+        resolve_study(parse_study(tiny(), "tiny.toml"), "paper", settings=blamed, registry=registry)
+    assert str(error.value).endswith(f" (set by eval.queries in [run] of {tmp_path / 'fslab.toml'})"), error.value

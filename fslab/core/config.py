@@ -442,6 +442,9 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
     except UsageError as exc:
         from_options = {key for layer in overrides for key in dotted(layer)}
         message = str(exc)
+        # what the message is about, before its suggestions: "Did you mean 'device'? Allowed: method, seed,
+        # device, ..." names keys that [run] may set, and blamed a misspelt study key on [run] device
+        subject = re.split(r" Did you mean | Allowed: ", message, maxsplit=1)[0]
         keys = list(dotted(settings.run).items())
         if isinstance(settings.run.get(SINKS), dict):  # {name: {}} once read: an empty table has no dotted key
             keys.append((SINKS, list(settings.run[SINKS])))
@@ -452,7 +455,7 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
             # (loss.name: "Unknown loss 'ncaa'"; sinks: "Unknown sink 'nope'"), which does not name the key
             chosen = (isinstance(exc, UnknownName) and key in (f"{exc.what}.name", f"{exc.what}s")
                       and exc.word in (value if isinstance(value, list) else [value]))
-            if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message) or chosen:
+            if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject) or chosen:
                 exc.args = (f"{message} (set by {key} in [run] of {settings.path})",)
                 break
         raise
