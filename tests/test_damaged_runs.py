@@ -438,3 +438,22 @@ def test_a_folder_another_user_cannot_read_is_listed_as_unreadable(tmp_path):
         assert "unreadable" in shown.stdout and "Traceback" not in shown.stderr, shown.stderr
     finally:
         hidden.chmod(0o755)
+
+
+@pytest.mark.parametrize("name", ["config.json", "status.json"])
+def test_a_file_that_can_no_longer_be_read_takes_what_it_said_out_of_the_summary(run_folder, name):
+    """The summary kept the method, backbone, seed (or the times) config.json (status.json) gave while it could
+    be read: fslab runs --method nca listed the unreadable run and fslab show named its method, which a fold
+    without summary.json (a read-only store, another reader) does not know. Both folds agree now."""
+    folder = run_folder()
+    assert read_summary(folder).method == "nca"
+    (folder / name).write_text('{"method": ')  # half a file
+    kept = read_summary(folder)
+    (folder / "summary.json").unlink()
+    afresh = read_summary(folder, save=False)
+    assert kept.to_dict() == afresh.to_dict()
+    assert kept.state == "unreadable" and kept.error == f"{name} is not a JSON object"
+    if name == "config.json":
+        assert (kept.method, kept.backbone, kept.seed, kept.dataset) == (None, None, None, None)
+    else:
+        assert (kept.method, kept.created, kept.started) == ("nca", None, None)

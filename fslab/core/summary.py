@@ -447,7 +447,25 @@ class SummaryFile:
         if self.problems.get(name) == why:
             return False
         self.problems[name] = why
+        # what the file said while it could be read is not what it says now: a summary folded afresh
+        # (no summary.json, or a read-only store) knows none of it, and neither may this one; the events
+        # are folded again without it (the run's evaluator decides which test is its own, the status's
+        # resume time the downtime)
+        if name == "config.json":
+            apply_config(self.summary, {})
+            self._fold_metrics_again()
+        elif name == "status.json":
+            self.status = {}
+            apply_status(self.summary, {})
+            self._fold_metrics_again()
         return True
+
+    def _fold_metrics_again(self) -> None:
+        """Read ``metrics.jsonl`` from its top at the next fold, into fresh metric fields."""
+        fresh = RunSummary(id=self.id)
+        for name in METRIC_FIELDS:
+            setattr(self.summary, name, getattr(fresh, name))
+        self.metrics.offset, self.metrics.inode = 0, None
 
     def _refresh_metrics(self) -> bool:
         tail = self.metrics
