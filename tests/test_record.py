@@ -201,3 +201,21 @@ def test_fslab_eval_beside_a_resume_logs_into_the_file_the_resume_left(tmp_path)
 
 def logged_evals_and_all(run):
     return [json.loads(line) for line in run.metrics_path.read_text().splitlines()]
+
+
+def test_a_log_cut_before_the_checkpoints_event_is_one_line_saying_what_to_do(tmp_path):
+    """A resume cuts the log back to the checkpoint's event; a log cut short or edited before it failed the run
+    with 'RuntimeError: metrics.jsonl has no checkpoint event for epoch 1; cannot resume cleanly'."""
+    from fslab.core.errors import FslabError
+    from fslab.core.eventlog import truncate_to_checkpoint
+    from fslab.execution.worker import _one_line
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    logged_life(run)
+    before = run.metrics_path.read_bytes()
+    with pytest.raises(FslabError) as error:
+        truncate_to_checkpoint(run, 2)
+    assert _one_line(error.value) == (
+        f"{run.metrics_path} has no checkpoint event for epoch 2, the epoch of the checkpoint (the file was cut "
+        f"short or edited); the run cannot go on from there: start it again with fslab run --like {run.id}")
+    assert run.metrics_path.read_bytes() == before  # nothing written

@@ -13,8 +13,10 @@ import json
 import os
 import time
 
+from fslab.core.errors import FslabError
 from fslab.core.events import describe_event
 from fslab.core.files import atomic_write_text, loads
+from fslab.core.rerun import like_command
 from fslab.core.runstore import Run
 from fslab.core.summary import SummaryFile
 
@@ -99,8 +101,10 @@ def truncate_to_checkpoint(run: Run, epoch: int) -> None:
             continue
         if isinstance(event, dict) and event.get("event") == "checkpoint" and event.get("epoch") == epoch:
             kept, cut = lines[: number + 1], number + 1
-    if cut is None:
-        raise RuntimeError(f"metrics.jsonl has no checkpoint event for epoch {epoch}; cannot resume cleanly")
+    if cut is None:  # cut short or edited by hand: the steps after it cannot be continued in order
+        raise FslabError(f"{run.metrics_path} has no checkpoint event for epoch {epoch}, the epoch of the "
+                         f"checkpoint (the file was cut short or edited); the run cannot go on from there: "
+                         f"start it again with {like_command(run.id)}")
     for line in lines[cut:]:
         try:
             event = loads(line)
