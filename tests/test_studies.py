@@ -145,6 +145,9 @@ def test_published_numbers_are_the_papers(registry):
      "quick.grid.train.lr: leaves out 0.1, where a published cell of sweep 'pn' is placed"),
     ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
     ({"split": "train"}, "split: must be one of test, val, got 'train'"),
+    # a line break would cut the report's Markdown row or end its LaTeX comment line
+    ({"title": "A tiny\nstudy"}, "title: must be one line without control characters"),
+    ({"paper": {**TINY["paper"], "authors": "A &\tB"}}, "paper.authors: must be one line"),
     ({"quick": {"set": {"train.epochs": 1, "train": {"epochs": 2}}}},
      "quick.set.train.epochs: is given twice (once dotted, once in a nested table); keep one"),
     ({"cost": {"device": "H100"}}, "cost: must be an array of [[cost]] tables"),
@@ -171,6 +174,8 @@ def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
     ({"grid": {"train.lr": [0.1, 0.05, 0.1]}}, "sweep 'nca'.grid.train.lr: lists 0.1 twice"),
     ({"grid": {"train.batch_size": [64, 64.0]}}, "sweep 'nca'.grid.train.batch_size: lists 64.0 twice"),
     ({"datasets": ["synthetic", "synthetic"]}, "sweep 'nca'.datasets: must be a non-empty list of distinct"),
+    ({"label": "NCA\n(ours)"}, "sweep 'nca'.label: must be one line without control characters (it is printed in "
+                                "a table or a heading), got 'NCA\\n(ours)'; write it on one line"),
     ({"grid": {"train.epochs": [1, 2]}}, "sweep 'nca'.set.train.epochs: is also a grid key"),
 ])
 def test_a_bad_sweep_is_one_line_naming_it(sweep_change, expected):

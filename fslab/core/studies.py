@@ -182,10 +182,16 @@ class _Checker:
                 self.fail(f"{where}.{key}" if where else key, f"unknown key. Allowed: {', '.join(allowed)}")
         return table
 
-    def text(self, table: dict, key: str, where: str, *, required: bool = True, pattern=None, default="") -> str:
+    def text(self, table: dict, key: str, where: str, *, required: bool = True, pattern=None, default="",
+             lines: bool = False) -> str:
+        """A string; one line without control characters unless ``lines`` (a title, a label and a name
+        are a table's cell or a heading, where a line break would cut a Markdown row or end a LaTeX comment)."""
         value = table.get(key, None if required else default)
         if not isinstance(value, str) or (required and not value.strip()):
             self.fail(f"{where}{key}", f"must be {'a non-empty ' if required else 'a '}string, got {value!r:.60}")
+        if not lines and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+            self.fail(f"{where}{key}", f"must be one line without control characters (it is printed in a table "
+                                       f"or a heading), got {value!r:.60}; write it on one line")
         if pattern is not None and value and not pattern.fullmatch(value):
             self.fail(f"{where}{key}", f"'{value:.60}' must match {pattern.pattern}")
         return value
@@ -253,7 +259,7 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
     if split not in SPLITS:
         check.fail("split", f"must be one of {', '.join(SPLITS)}, got {split!r:.60}")
     return Study(name=name, title=check.text(data, "title", ""), what=what, kind=kind,
-                 description=check.text(data, "description", "", required=False), paper=paper,
+                 description=check.text(data, "description", "", required=False, lines=True), paper=paper,
                  sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path, split=split,
                  costs=_costs(check, data.get("cost", [])))
 
