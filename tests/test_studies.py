@@ -893,3 +893,26 @@ def test_a_misspelt_key_in_a_study_is_not_blamed_on_run_for_the_keys_its_suggest
     with pytest.raises(UsageError) as error:
         resolve_study(parse_study(tiny(), "tiny.toml"), "paper", settings=blamed, registry=registry)
     assert str(error.value).endswith(f" (set by eval.queries in [run] of {tmp_path / 'fslab.toml'})"), error.value
+
+
+def test_a_copy_of_a_registered_study_run_from_its_file_is_reported_apart(registry, tmp_path):
+    """A study file copied to change a setting keeps the study's name: the registered study's report read the
+    copy's runs (other settings) as its own, with verdicts, and the copy's report read the registered one's."""
+    import tomllib
+
+    path = tmp_path / "mine.toml"
+    path.write_text(STUDY_FILE.replace('"train.epochs" = 500', '"train.epochs" = 1'))
+    registered = parse_study(tomllib.loads(path.read_text()), "by-hand")
+    config = store(tmp_path)
+    queue_study(registered, "paper", settings=config, registry=registry)
+    path.write_text(STUDY_FILE.replace('"train.epochs" = 500', '"train.epochs" = 2'))  # the copy, changed
+    copy_ = find_study(registry, str(path))
+    assert copy_.from_file and copy_.name == registered.name
+    outcome = queue_study(copy_, "paper", settings=config, registry=registry)
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.4] * 5, 5: [0.6] * 5})
+    mine, theirs = study_report(copy_, config.runs_dir), study_report(registered, config.runs_dir)
+    assert mine["sweep"] == outcome.sweep_id and theirs["sweep"] not in (None, outcome.sweep_id)
+    assert [r["verdict"] for r in mine["rows"]] == [REPRODUCED]
+    assert [r["verdict"] for r in theirs["rows"]] == [PENDING] and not set(outcome.created) & {
+        run_id for r in theirs["rows"] for run_id in r["run_ids"]}

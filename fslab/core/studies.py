@@ -146,6 +146,14 @@ class Study:
     path: Path | None = None
     split: str = "test"
     costs: tuple[Cost, ...] = ()
+    # run by the path of its file rather than registered (fslab study run path/to/x.toml): its record names
+    # that file, so a copy of a registered study that keeps the name is reported apart from it
+    from_file: bool = False
+
+    def file_key(self) -> str | None:
+        """What a sweep record of this study holds under ``file``: the study file's absolute path when it
+        was run by its path, None when it is registered."""
+        return str(Path(self.path).resolve()) if self.from_file and self.path is not None else None
 
     def sweep(self, name: str) -> StudySweep:
         return next(s for s in self.sweeps if s.name == name)
@@ -599,7 +607,7 @@ def find_study(registry, ref: str) -> Study:
     if ref.endswith(".toml"):
         if not Path(ref).is_file():
             raise UsageError(f"no study file '{ref}'")
-        return read_study(Path(ref))
+        return dataclasses.replace(read_study(Path(ref)), from_file=True)
     study = read_study(registry.get("study", ref).target)
     if study.name != ref:
         raise ConfigError(f"{study.path}: name: the file says '{study.name}', but it is registered as '{ref}'")

@@ -143,7 +143,8 @@ def _record(study: Study, scale: str, dataset: str | None, changed: dict, projec
     datasets = {name: run_dataset(study, scale, name, dataset) for s in study.sweeps for name in s.datasets}
     save_sweep(runs_dir, sweep_id, method=f"study {study.name}", grid={}, seeds=max(study.seeds(scale).values()),
                fail_fast=False, runs=list(places), study=study.name, scale=scale, datasets=datasets,
-               changed=changed, project=project, places=places, **({"again": again} if again else {}))
+               changed=changed, project=project, places=places, **({"again": again} if again else {}),
+               **({"file": study.file_key()} if study.from_file else {}))
     return outcome
 
 

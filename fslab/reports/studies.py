@@ -48,9 +48,11 @@ def verdict(published: float | None, published_ci: float | None, measured: dict 
 
 def latest_record(runs_dir: Path, study: Study, scale: str | None = None) -> dict | None:
     """The newest sweep record ``fslab study run`` wrote for ``study`` (at ``scale``);
-    one edited or damaged out of the shape it writes is passed over."""
+    one edited or damaged out of the shape it writes is passed over. A study run by the
+    path of its file reads only the records of that file, a registered one only those
+    of no file: a copy of a registered study keeps its name, not its settings."""
     records = [r for r in sweep_records(runs_dir) if r.get("study") == study.name and study_record(r)
-               and (scale is None or r["scale"] == scale)]
+               and r.get("file") == study.file_key() and (scale is None or r["scale"] == scale)]
     return max(records, key=lambda r: r["created"], default=None)
 
 
