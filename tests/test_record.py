@@ -219,3 +219,16 @@ def test_a_log_cut_before_the_checkpoints_event_is_one_line_saying_what_to_do(tm
         f"{run.metrics_path} has no checkpoint event for epoch 2, the epoch of the checkpoint (the file was cut "
         f"short or edited); the run cannot go on from there: start it again with fslab run --like {run.id}")
     assert run.metrics_path.read_bytes() == before  # nothing written
+
+
+def test_a_log_whose_run_folder_is_removed_goes_on_without_failing(tmp_path):
+    """Following a replaced metrics.jsonl must not fail a worker whose run folder was removed under it."""
+    import shutil
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    log = EventLog(run, echo=False)
+    log.write("note", text="before")
+    shutil.rmtree(run.path)
+    assert log.write("note", text="after")["text"] == "after"
+    log.close()
+    assert not run.path.exists()

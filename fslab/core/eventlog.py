@@ -71,13 +71,17 @@ class EventLog:
         (``fslab eval`` beside ``fslab resume``) replaced ``metrics.jsonl`` with the file cut
         back to its checkpoint, and a line written to the old one would be lost with it."""
         try:
-            replaced = os.stat(self.run.metrics_path).st_ino != os.fstat(self.file.fileno()).st_ino
-        except OSError:  # gone: appending creates it again
-            replaced = True
-        if replaced:
-            self.file.close()
-            self.file = open(self.run.metrics_path, "a", encoding="utf-8")
-            self.torn = ends_mid_line(self.run.metrics_path)
+            if os.stat(self.run.metrics_path).st_ino == os.fstat(self.file.fileno()).st_ino:
+                return
+        except OSError:  # gone: appending creates it again, where its folder still is
+            pass
+        try:
+            fresh = open(self.run.metrics_path, "a", encoding="utf-8")
+        except OSError:  # the run's folder is gone too: the old file takes the line, as it did
+            return
+        self.file.close()
+        self.file = fresh
+        self.torn = ends_mid_line(self.run.metrics_path)
 
     def close(self) -> None:
         if self.file is not None:
