@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import time
 import types
 from pathlib import Path
@@ -303,6 +304,14 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert csv_text.splitlines()[1].startswith("NCA,synthetic,,5,1,60.0,0.5,60.0000,0.0000,10,2,2,0.0,reproduced")
     latex = render(report, "latex")
     assert "\\begin{tabular}" in latex and "60.00 $\\pm$ 0.50" in latex
+    # a completed seed whose scores are gone (a copy that left evaluations/ behind) adds nothing to the pool:
+    # the verdict was given on the other seed's episodes, its row saying '(2/2 runs)'
+    shutil.rmtree(nca[1].path / "evaluations")
+    report = study_report(study, config.runs_dir)
+    rows = [r for r in report["rows"] if r["sweep"] == "nca"]
+    assert [(r["verdict"], r["completed"], r["scored"], r["measured"]["episodes"]) for r in rows] == [
+        (PENDING, 2, 1, 5), (PENDING, 2, 1, 5)]
+    assert "| 60.00 ± 0.00 (1/2 runs) | +0.00 | pending |" in render(report, "md")
 
 
 @pytest.mark.parametrize("change", [

@@ -110,12 +110,15 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
         cell = cells.get((ways, shots))
         queries = config.get("eval", {}).get("queries", 15)
         measured = pooled(completed, study.split, shots, ways, queries, None, files) if completed and shots else None
-        complete = len(runs) >= seeds and len(completed) == len(runs)
+        # every run done and scored: a completed run whose scores are missing (evaluations/ left behind by a
+        # copy) adds none to the pool, and a verdict on the others would read as one on every seed
+        scored = measured["runs"] if measured else 0
+        complete = len(runs) >= seeds and len(completed) == len(runs) and scored == len(runs)
         published = cell.accuracy if cell else None
         rows.append({
             "label": sweep.label, "sweep": sweep.name, "dataset": place["dataset"], "at": place["at"],
             "ways": ways, "shots": shots, "published": published, "published_ci95": cell.ci95 if cell else None,
-            "measured": measured, "runs": len(runs), "completed": len(completed), "expected": seeds,
+            "measured": measured, "runs": len(runs), "completed": len(completed), "scored": scored, "expected": seeds,
             "run_ids": [r.id for r in runs],
             "difference": (100 * measured["accuracy"] - published) if measured and published is not None else None,
             "verdict": verdict(published, cell.ci95 if cell else None, measured, complete, comparable),
@@ -151,8 +154,8 @@ def _cells(row: dict, pm: str) -> list[str]:
         f"{pm}{row['published_ci95']:.2f}" if row["published_ci95"] is not None else "")
     m = row["measured"]
     measured = "-" if m is None else f"{100 * m['accuracy']:.2f}{pm}{100 * m['ci95']:.2f}"
-    if row["completed"] or row["runs"]:
-        measured += f" ({row['completed']}/{max(row['expected'], row['runs'])} runs)"
+    if row["completed"] or row["runs"]:  # the runs whose scores are pooled, of those the point needs
+        measured += f" ({row.get('scored', row['completed'])}/{max(row['expected'], row['runs'])} runs)"
     difference = "-" if row["difference"] is None else f"{row['difference']:+.2f}"
     at = ", ".join(assignment(k, v) for k, v in row["at"].items()) or "-"
     episodes = f"{row['ways']}-way {row['shots']}-shot" if row["shots"] else "-"
