@@ -128,6 +128,10 @@ def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
         (["batch-size", "all", "--queries", "5"],
          "none of these runs has saved test accuracies for 5-way 1,5-shot, 5 queries"),
         (["batch-size", "nosuchrun"], "no run 'nosuchrun'"),
+        # a PNG was written under any name asked for: fig.pdf was a PNG, a folder's name a traceback-free error 1
+        (["batch-size", "all", "--out", "fig.pdf"],
+         "--out fig.pdf: fslab plot writes a PNG image; name a .png file, e.g. --out fig.png"),
+        (["batch-size", "all", "--out", "runs"], "name a .png file, e.g. --out runs/batch-size.png"),
     ]:
         result = fslab("plot", *args, cwd=folder)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
@@ -136,7 +140,7 @@ def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
     empty.mkdir()
     result = fslab("plot", "batch-size", "all", cwd=empty)
     assert result.returncode == 2 and result.stderr.startswith("error: no runs to plot")
-    assert not (folder / "batch-size.png").exists()
+    assert not (folder / "batch-size.png").exists() and not (folder / "fig.pdf").exists()
 
 
 def test_runs_without_a_point_are_left_out_and_named_and_a_list_setting_is_a_category(tmp_path, builtin_plugins,

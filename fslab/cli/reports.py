@@ -232,7 +232,8 @@ def plot_(
         autocompletion=runs_or_sweeps)],
     series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
-    out: Annotated[Path | None, typer.Option(help="PNG file to write (default: X.png).")] = None,
+    out: Annotated[Path | None, typer.Option(help="PNG file to write, its name ending in .png (default: X.png).")]
+    = None,
     size: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
     title: Annotated[str | None, typer.Option(help="Title above the panels.")] = None,
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
@@ -247,9 +248,10 @@ def plot_(
     stderr with why.
     """
     from fslab.core.sweeps import select_runs
-    from fslab.reports.plot import draw, parse_size, series_data
+    from fslab.reports.plot import draw, parse_size, png_path, series_data
 
     pixels = parse_size(size) if size else None
+    out = png_path(out, x)
     shot_list = episode_options(split, shots, ways, queries)
     runs = select_runs(settings().runs_dir, refs)
     data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
@@ -259,7 +261,6 @@ def plot_(
     if len(data["left_out"]) > 5:
         err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
                           highlight=False)
-    out = out or Path(f"{x}.png")
     width, height = draw(data, out, pixels, title)
     if as_json:
         print(json.dumps({"out": str(out), "width": width, "height": height, **data}))

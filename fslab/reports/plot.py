@@ -171,6 +171,17 @@ def _order(value) -> tuple:
     return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
 
 
+def png_path(out: Path | None, x: str) -> Path:
+    """Where the figure goes: ``out``, which must name a ``.png`` file (the figure is a PNG
+    whatever the name says, so ``fig.pdf`` would be a PNG by another name), or ``X.png``."""
+    if out is None:
+        return Path(f"{x}.png")
+    if out.suffix.lower() != ".png" or out.is_dir():
+        instead = out / f"{x}.png" if out.is_dir() else out.with_suffix(".png")
+        raise UsageError(f"--out {out}: fslab plot writes a PNG image; name a .png file, e.g. --out {instead}")
+    return out
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """``"1000x420"`` -> (1000, 420) pixels."""
     width, sep, height = text.lower().partition("x")
