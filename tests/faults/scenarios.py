@@ -44,8 +44,8 @@ def worker_sigterm(lab: Lab) -> str:
 
 
 def kill_parent(lab: Lab, signum: int) -> str:
-    """``fslab run`` in the foreground is killed; its worker, in a session of
-    its own, trains on to the end."""
+    """``fslab run`` in the foreground is killed outright (SIGKILL: nothing can be
+    done there); its worker, in a session of its own, trains on to the end."""
     parent = lab.popen("run", "nca", *RUN_ARGS)
     run = lab.wait(lambda: next(iter(sorted(lab.runs_dir.glob("2*"))), None), what="the run folder")
     lab.first_checkpoint(run)
@@ -61,7 +61,17 @@ def parent_sigkill(lab: Lab) -> str:
 
 
 def parent_sigterm(lab: Lab) -> str:
-    return kill_parent(lab, signal.SIGTERM)
+    """``fslab run`` terminated (``kill``, ``timeout``): it stops its worker as Ctrl-C
+    does, rather than leave it training with no one following; the run resumes whole."""
+    parent = lab.popen("run", "nca", *RUN_ARGS)
+    run = lab.wait(lambda: next(iter(sorted(lab.runs_dir.glob("2*"))), None), what="the run folder")
+    lab.first_checkpoint(run)
+    parent.send_signal(signal.SIGTERM)
+    check(parent.wait(60) == 143, f"fslab run exited with {parent.returncode}, not 143")
+    check(lab.ended(run) == "killed", f"the run ended {lab.status(run).get('state')}")
+    check(lab.fslab("resume", run.name).returncode == 0, "resume after the stop failed")
+    lab.intact(run)
+    return "the worker stopped as at Ctrl-C (exit 143), then resumed to the end"
 
 
 def paused_worker(lab: Lab) -> str:
