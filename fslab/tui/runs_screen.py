@@ -142,6 +142,9 @@ class RunsScreen(Screen):
             self.sort_by = event.column
         self.rebuild()
 
+    def on_runs_table_columns_scrolled(self, event: RunsTable.ColumnsScrolled) -> None:
+        self.update_status()  # its ←N →M count of hidden columns
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.table.focus()
 

@@ -60,6 +60,9 @@ class RunsTable(ScrollView, can_focus=True):
             super().__init__()
             self.column = column
 
+    class ColumnsScrolled(Message):
+        """``←``/``→`` showed other columns (the screen's count of hidden ones changed)."""
+
     COMPONENT_CLASSES = {"runs-table--header", "runs-table--cursor", "runs-table--marked"}
     DEFAULT_CSS = """
     RunsTable { height: 1fr; overflow-x: hidden; }
@@ -222,7 +225,10 @@ class RunsTable(ScrollView, can_focus=True):
         """One column right (while some are hidden on the right) or left."""
         if delta > 0 and self.hidden_columns()[1] == 0:
             return
-        self.first = max(self.frozen, min(len(self.columns) - 1, self.first + delta))
+        first = max(self.frozen, min(len(self.columns) - 1, self.first + delta))
+        if first != self.first:
+            self.first = first
+            self.post_message(self.ColumnsScrolled())
         self.refresh()
 
     def on_resize(self) -> None:
