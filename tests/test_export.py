@@ -198,3 +198,31 @@ def test_an_end_event_of_the_wrong_shape_is_left_to_the_files_not_fed_to_a_sink(
         assert out.stdout.strip().endswith("exported 1 run to tensorboard")
     finally:
         shutil.rmtree(copy)
+
+
+def test_a_run_whose_status_cannot_be_read_is_left_out_as_it_may_not_have_ended(store, tmp_path):
+    """A damaged status.json used to be exported, its MLflow status FAILED and W&B exit code 1: a guess."""
+    project, real, env = store
+    copy = _copy(project / "runs", real.name, "20200101-000005-nca-nost")
+    try:
+        (copy / "status.json").write_text("{half a status")
+        out = fslab("export", copy.name, "--to", "tensorboard", "--set", f"log_dir={tmp_path / 'tb'}", cwd=project,
+                    env=env)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert out.stderr.strip() == (f"{copy.name}: status.json is missing or unreadable, so whether and how it "
+                                      f"ended cannot be told; nothing to export (fslab show {copy.name} says why)")
+        assert out.stdout.strip() == "exported 0 runs to tensorboard; 1 left out"
+        assert not (tmp_path / "tb").exists()
+    finally:
+        shutil.rmtree(copy)
+
+
+def test_all_in_a_store_without_runs_is_one_error_line(tmp_path):
+    """It printed 'exported 0 runs to tensorboard' and exit code 1, with no error: line."""
+    env = {**os.environ, "FSLAB_PLUGINS": BUILTIN_PLUGINS}
+    env.pop("FSLAB_CONFIG", None)
+    (tmp_path / "runs").mkdir()
+    out = fslab("export", "all", "--to", "tensorboard", cwd=tmp_path, env=env)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == ("error: no runs to export; name run ids, sweep ids or 'all' "
+                                  "(list them with: fslab runs)")

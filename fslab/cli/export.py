@@ -40,7 +40,8 @@ def export_(
     """Replay finished runs into a sink, so runs made before it was chosen join it.
 
     Exporting a run again replaces what the earlier export (or the live run) wrote there, never adds a copy.
-    Runs still queued or running are left out, each said in one line. The command fails if it exported none,
+    Runs still queued or running, or whose status.json cannot be read (they may not have ended), are left out,
+    each said in one line. The command fails if it exported none,
     or if the sink failed on a run (that run's error: line; the others are still exported).
     """
     from fslab.core.config import SINKS, parse_assignment, sink_params
@@ -61,7 +62,10 @@ def export_(
     layers = [project_layer(project, to), command]
     sink_params(found, to, merged(*layers))  # a wrong --set: one line before any run is touched
     exported, skipped, failed = 0, 0, 0
-    for run in select_runs(project.runs_dir, refs):
+    chosen = select_runs(project.runs_dir, refs)
+    if not chosen:  # 'all' in an empty store, or a sweep without runs
+        raise UsageError("no runs to export; name run ids, sweep ids or 'all' (list them with: fslab runs)")
+    for run in chosen:
         try:
             done = export_run(found, run, to, layers)
         except SinkUnavailable:

@@ -16,6 +16,7 @@ from fslab.core.config import SINKS, sink_params
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.sinks import replay
+from fslab.core.states import UNREADABLE
 from fslab.core.types import SinkRun
 
 LIVE = ("queued", "running")
@@ -46,7 +47,8 @@ def project_layer(settings, sink: str) -> dict:
 
 def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     """Replay ``run`` into ``sink``; returns what was exported. A run still
-    queued or running, one whose configuration cannot be read and one that
+    queued or running, one whose status or configuration cannot be read (an
+    unreadable status cannot tell whether the run ended, nor how) and one that
     logged no event are a UsageError (one line), and the sink is not touched;
     so is an error of the sink's own. A sink whose package is missing is a
     :class:`SinkUnavailable`, which no other run would escape either."""
@@ -54,6 +56,9 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     state = run.state(status)
     if state in LIVE:
         raise UsageError(f"{run.id} is {state}: export it once it has ended")
+    if state == UNREADABLE:  # it may still be running, and how it ended is the tracker's status: unknown
+        raise UsageError(f"{run.id}: status.json is missing or unreadable, so whether and how it ended "
+                         f"cannot be told; nothing to export (fslab show {run.id} says why)")
     try:
         config = run.config()  # migrated; {} when config.json is missing or not JSON
     except ConfigError as exc:
