@@ -370,6 +370,58 @@ def test_compare_screen_shows_what_fslab_compare_computes(store):
     drive(frozen_app(runs), body)
 
 
+
+def test_compare_screen_leaves_out_a_run_from_a_newer_fslab_and_says_so(store):
+    """The first marked run's configuration from a newer fslab stopped the screen's reader:
+    no groups, no loss curves and no word why."""
+    runs, folders = store
+    save_episode_scores(folders["done0"], seed=0)
+    newer = write_run(runs, "20260101-170000-nca-newr", cfg={**complete_config(), "config_version": 99},
+                      events=history())
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for run_id in (newer.name, folders["done0"].name):
+            table.cursor = table.ids.index(run_id)
+            await pilot.press("space")
+        await pilot.press("c")
+        await settle(app, pilot)
+        screen = app.screen
+        groups = screen.query_one("#groups")
+        assert groups.row_count == 1
+        row = [c.plain for c in groups.get_row_at(0)]
+        assert row[1:3] == ["0", "1"] and row[5] == "1-shot: 2000, 5-shot: 2000"
+        note = str(screen.query_one("#compare-note").render())
+        assert f"left out, their configuration unreadable: {newer.name}" in note
+        chart = screen.query_one("#chart-compare").plot
+        assert [series.count for _, series in chart.series] == [12, 12]  # both runs' losses are drawn
+
+    drive(frozen_app(runs), body)
+
+
+def test_new_run_like_a_run_whose_configuration_cannot_be_read_is_a_note_not_a_crash(store):
+    """N on a run saved by a newer fslab raised NewerConfig out of the dashboard (a traceback)."""
+    runs, folders = store
+    newer = write_run(runs, "20260101-170000-nca-newr", cfg={**complete_config(), "config_version": 99},
+                      events=history())
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append((message, kw.get("severity")))
+        app.screen.table.cursor = app.screen.table.ids.index(newer.name)
+        await pilot.press("N")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen"
+        assert notes == [(f"run {newer.name}: configuration version 99 was written by a newer fslab (this one "
+                          f"reads versions up to {CONFIG_VERSION}); upgrade fslab", "error")]
+
+    from fslab.core.config import CONFIG_VERSION
+
+    app = frozen_app(runs)
+    drive(app, body)
+    assert app.return_code in (None, 0)
+
+
 # -- actions ----------------------------------------------------------------------------
 
 

@@ -198,6 +198,7 @@ class FslabApp(App):
 
     def request_launch(self, like: str | None = None) -> None:
         """The new-run form; ``like``: pre-filled from that run (``fslab run --like``)."""
+        from fslab.core.errors import FslabError
         from fslab.tui.launch_screen import LaunchScreen
 
         try:
@@ -205,7 +206,12 @@ class FslabApp(App):
         except Exception as exc:
             self.notify(f"cannot load plugins: {exc}", severity="error", markup=False)
             return
-        self.push_screen(LaunchScreen(registry, Run(self.runs_dir / like) if like else None))
+        try:
+            form = LaunchScreen(registry, Run(self.runs_dir / like) if like else None)
+        except FslabError as exc:  # its configuration is from a newer fslab, or damaged: as fslab run --like says
+            self.notify(str(exc), title="no run like it", severity="error", markup=False)
+            return
+        self.push_screen(form)
 
     @work(thread=True, group="actions", exit_on_error=False)
     def launch(self, method: str, overrides: list[dict], registry) -> None:

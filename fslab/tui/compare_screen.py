@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from fslab.core.runstore import Run
 from fslab.core.text import count, printable
-from fslab.reports.compare import compare
+from fslab.reports.compare import RunFiles, compare
 from fslab.tui import model
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
@@ -70,8 +70,9 @@ class CompareScreen(Screen):
             stale = self._stale or any(d.reset or any(e.get("event") == "eval" for e in d.events) for d in deltas)
             present = [Run(f.path) for f in self.followers if f.path.is_dir()]
             report = None
-            if stale and present:  # episodes of the shape the first run was evaluated on
-                shape = present[0].config().get("eval", {})
+            if stale and present:  # episodes of the shape the first run that can be read was evaluated on
+                files = RunFiles()  # a configuration from a newer fslab, or damaged, is {} (compare leaves it out)
+                shape = next((c.get("eval", {}) for c in map(files.config, present) if c), {})
                 report = compare(present, shots=SHOTS, ways=shape.get("ways", 5), queries=shape.get("queries", 15))
             self._stale = stale and not present
         finally:
@@ -101,7 +102,9 @@ class CompareScreen(Screen):
         self.query_one("#compare-note", Static).update(Text(
             f"{count(len(self.run_ids), 'run')}, grouped as fslab compare groups them (every setting but the "
             f"seed); test accuracy on {report['ways']}-way episodes with {report['queries']} queries, pooled over "
-            f"all episodes of a group's runs"))
+            f"all episodes of a group's runs"
+            + (f"; left out, their configuration unreadable: {printable(', '.join(report['unreadable']))}"
+               if report.get("unreadable") else "")))
         table = self.query_one("#groups", DataTable)
         table.clear()
         for number, row in enumerate(report["groups"], 1):
