@@ -302,6 +302,28 @@ def test_detail_of_a_failed_run_says_why_at_the_top(store):
     drive(frozen_app(runs), body)
 
 
+
+def test_detail_header_says_what_the_table_says_of_a_damaged_run(tmp_path):
+    """The header printed 'method None · loss None ...' for a run whose configuration is unreadable, and
+    'epoch 0/3' for a completed run whose events are gone, where the table says '-' and '3/3'."""
+    runs = tmp_path / "runs"
+    damaged = write_run(runs, "20260101-100000-nca-cfgl", cfg=[1, 2], events=history())
+    emptied = write_run(runs, "20260101-110000-nca-none", events=[])
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, damaged.name)
+        header = str(app.screen.query_one("#summary").render())
+        assert "method - · loss - · backbone - · dataset - · seed - · epoch 3/3 · step 12/12" in header
+        assert "None" not in header
+        await pilot.press("escape")
+        await open_detail(app, pilot, emptied.name)
+        header = str(app.screen.query_one("#summary").render())
+        assert "method nca · loss nca · backbone conv4 · dataset synthetic · seed 0 · epoch 3/3 · step 0" in header
+        await pilot.press("escape")
+        assert app.screen.cells(emptied.name)[4].plain == "3/3"  # the table's epoch cell
+
+    drive(frozen_app(runs), body)
+
 def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartbeat(tmp_path):
     from fslab.core.worklock import take
 

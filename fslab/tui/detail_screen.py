@@ -161,11 +161,13 @@ class DetailScreen(Screen):
             banner.update(Text(f"run {self.run_id}: its folder is gone (deleted while open)", style="bold red"))
             banner.display = True
             return
+        named = " · ".join(f"{what} {'-' if value is None else value}" for what, value in (
+            ("method", row.method), ("loss", row.loss_fn), ("backbone", row.backbone), ("dataset", row.dataset),
+            ("seed", row.seed)))
         summary = Text.assemble(
             (printable(row.id), "bold"), "  ", model.state_text(row), "  ",
-            printable(f"method {row.method} · loss {row.loss_fn} · backbone {row.backbone} · dataset {row.dataset}") +
-            " · "
-            f"seed {row.seed} · epoch {row.epoch or 0}/{row.epochs} · step {row.step or 0}"
+            printable(named) + " · "
+            f"epoch {model.epoch_text(row).plain} · step {row.step or 0}"
             f"{'/' + str(row.total_steps) if row.total_steps else ''} · "
             f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · "
             f"ETA {model.duration(model.eta(row, self.app.clock()))}",
