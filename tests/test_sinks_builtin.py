@@ -214,3 +214,59 @@ def test_an_evaluation_is_tagged_apart_from_the_runs_own_scores_unless_it_is_one
     assert eval_prefix({**later, "split": "val", "epoch": 2}, config) == \
         "eval/val/5way_1shot/knn[k=3,ties=nearest]/1q_3ep"
     assert eval_prefix({**test, "split": "val", "evaluator": "centroid"}, {}) == "val_final/5way_1shot"
+
+
+def test_a_run_scored_in_map_names_its_final_scores_map_in_tensorboard_and_wandb(tmp_path, monkeypatch):
+    """A run tested with retrieval-map: its HPARAMS metric pointed at test/5way_1shot/accuracy, a scalar
+    that does not exist (the test scalar is .../map), and W&B's summary held the mAP as .../accuracy."""
+    from fslab_plugins.sinks.tensorboard import TensorBoardSink
+    from fslab_plugins.sinks.wandb import WandbSink
+    from tensorboard.backend.event_processing import event_file_loader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from fslab.plugin import SinkRun
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-rmap"
+    run_dir.mkdir(parents=True)
+    label = "retrieval-map[images_per_class=10]"
+    config = {"method": "nca", "seed": 0, "loss": {"name": "nca"}, "backbone": {"name": "conv4"},
+              "dataset": {"name": "synthetic"}, "eval": {"ways": 5},
+              "evaluator": {"name": "retrieval-map", "images_per_class": 10}}
+    test = {"event": "eval", "time": 2.0, "split": "test", "ways": 5, "shots": 1, "queries": 9, "episodes": 40,
+            "evaluator": label, "metric": "map", "accuracy": 0.4064, "ci95": 0.0123, "step": 7}
+    stream = [{"event": "start", "time": 0.0},
+              {"event": "train", "time": 1.0, "step": 7, "epoch": 1, "loss": 2.26, "positives": 37, "negatives": 456,
+               "lr": 0.0025, "images_per_s": 1872.0},
+              {**test, "evaluator": "centroid", "metric": "accuracy", "accuracy": 0.5},  # another evaluator's
+              test,
+              {"event": "end", "time": 3.0, "results": {"1-shot": {"accuracy": 0.4064, "ci95": 0.0123}}}]
+    for sink in (TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config)),
+                 WandbSink(SinkRun(run_dir.name, str(run_dir), config))):
+        sink.run.state = "completed"
+        for event in stream:
+            sink.write(event)
+        sink.close()
+    hparam_metrics = []
+    for path in (run_dir / "tb").iterdir():
+        for event in event_file_loader.EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "hparams":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    if data.HasField("experiment"):
+                        hparam_metrics += [m.name.tag for m in data.experiment.metric_infos]
+    assert hparam_metrics == ["test/5way_1shot/map"]
+    assert "test/5way_1shot/map" in _board(run_dir / "tb").Tags()["scalars"]
+
+    def key(item) -> str:
+        return item.key or "/".join(item.nested_key)
+
+    (folder,) = _offline(run_dir)
+    summary = {}
+    for record in wandb_records(folder / f"run-{run_dir.name}.wandb"):
+        if record.WhichOneof("record_type") == "summary":
+            summary.update({key(item): json.loads(item.value_json) for item in record.summary.update})
+    assert summary["test/5way_1shot/map"] == 0.4064 and summary["test/5way_1shot/map_ci95"] == 0.0123
+    assert summary["test/5way_1shot/centroid/accuracy"] == 0.5
+    assert "test/5way_1shot/accuracy" not in summary

@@ -1,6 +1,6 @@
 """What the built-in sinks share: importing a tracker's package with one clear
-line when it is missing, and naming an evaluation and a train event's numbers
-as the trackers show them."""
+line when it is missing, and naming an evaluation, a train event's numbers and
+the run's final test scores as the trackers show them."""
 
 from __future__ import annotations
 
@@ -34,6 +34,26 @@ def eval_prefix(event: dict, config: dict) -> str:
         return f"eval/{event['split']}/{shape}/{label}/{event['queries']}q_{event['episodes']}ep"
     split = "val_final" if event["split"] == "val" and "epoch" not in event else event["split"]
     return f"{split}/{shape}" if label == own else f"{split}/{shape}/{label}"
+
+
+def result_metric(event: dict, config: dict) -> str | None:
+    """The metric of an evaluation whose score the end event's ``results``
+    repeat (the training's own test on ``eval.ways``: ``accuracy``, or ``map``
+    for retrieval); None for any other event. The end event does not name its
+    metric, so a sink notes it here as the test evaluations pass."""
+    if event.get("event") != "eval" or event.get("source") or event.get("split") != "test":
+        return None
+    own = own_evaluator(config)
+    if str(event.get("evaluator", own)) != own or event.get("ways") != config.get("eval", {}).get("ways", 5):
+        return None
+    return str(event.get("metric", "accuracy"))
+
+
+def result_key(config: dict, shots: str, metric: str) -> str:
+    """A final test score's name (``1-shot`` of the end event's results):
+    ``test/5way_1shot/accuracy``, the name of its evaluation's scalar."""
+    ways = config.get("eval", {}).get("ways", 5)
+    return f"test/{ways}way_{shots.removesuffix('-shot')}shot/{metric}"
 
 
 def eval_values(event: dict) -> dict[str, float]:

@@ -7,9 +7,10 @@ Tags: ``train/loss``, ``train/positives``, ``train/negatives``, ``train/lr``,
 ``val/5way_1shot/accuracy`` and ``.../accuracy_ci95`` (``test/...`` for the
 test, with the evaluator's label where it is not the run's own), all on the
 training step. The resolved configuration is the text ``config``, and at the
-end the hyperparameters (HPARAMS tab) with the test accuracies as their
-metrics. A resumed run purges what it logged after its checkpoint, as
-TensorBoard's ``purge_step`` does; ``fslab export`` rewrites the folder.
+end the hyperparameters (HPARAMS tab) with the final test scores as their
+metrics, named as their scalars (``.../map`` for a run tested in mAP). A
+resumed run purges what it logged after its checkpoint, as TensorBoard's
+``purge_step`` does; ``fslab export`` rewrites the folder.
 
 Writing uses ``torch.utils.tensorboard``, which needs the ``tensorboard``
 package (``pip install 'fslab[tensorboard]'``).
@@ -21,7 +22,7 @@ import json
 import shutil
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, need, train_values
+from fslab_plugins.sinks.common import eval_prefix, eval_values, need, result_key, result_metric, train_values
 
 from fslab.plugin import dotted, hookimpl
 
@@ -37,6 +38,7 @@ class TensorBoardSink:
             shutil.rmtree(self.folder, ignore_errors=True)
         self.writer = self.board.SummaryWriter(str(self.folder))
         self.step = 0
+        self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
     def write(self, event: dict) -> None:
         kind = event.get("event")
@@ -54,6 +56,7 @@ class TensorBoardSink:
             prefix = eval_prefix(event, self.run.config)
             for key, value in eval_values(event).items():
                 self.writer.add_scalar(f"{prefix}/{key}", value, self.step)
+            self.metric = result_metric(event, self.run.config) or self.metric
         elif kind == "end":
             self._hparams(event["results"])
         if kind in ("checkpoint", "end"):
@@ -63,10 +66,9 @@ class TensorBoardSink:
         """The configuration as hyperparameters, the test accuracies as their metrics, in this run's folder."""
         from torch.utils.tensorboard.summary import hparams
 
-        ways = self.run.config.get("eval", {}).get("ways", 5)
         values = {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v)
                   for k, v in dotted(self.run.config).items()}
-        metrics = {f"test/{ways}way_{shots.removesuffix('-shot')}shot/accuracy": float(r["accuracy"])
+        metrics = {result_key(self.run.config, shots, self.metric): float(r["accuracy"])
                    for shots, r in results.items()}
         for summary in hparams(values, metrics):
             self.writer.file_writer.add_summary(summary)

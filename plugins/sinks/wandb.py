@@ -4,7 +4,8 @@ The W&B run takes the fslab run's id as its id and name, the resolved
 configuration as its config, the method as its job type, the sweep as its
 group and method, loss, backbone, dataset and seed as tags. Training numbers
 (``train/loss``, ...) and each evaluation (``val/5way_5shot/accuracy``, ...)
-are logged on the training step; the summary holds the test accuracies.
+are logged on the training step; the summary holds the final test scores, named
+as their scalars (``test/5way_1shot/accuracy``, ``.../map``).
 
 ``mode = "offline"`` (the default) writes the run under ``runs/<id>/wandb/``
 and sends nothing; ``wandb sync runs/<id>/wandb/offline-run-*`` uploads it
@@ -19,7 +20,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, need, train_values
+from fslab_plugins.sinks.common import eval_prefix, eval_values, need, result_key, result_metric, train_values
 
 from fslab.plugin import hookimpl, one_of
 
@@ -45,6 +46,7 @@ class WandbSink:
             settings=wandb.Settings(silent=True, console="off"),
         )
         self.step = 0
+        self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
     def write(self, event: dict) -> None:
         kind = event.get("event")
@@ -54,12 +56,12 @@ class WandbSink:
         elif kind == "eval":
             prefix = eval_prefix(event, self.run.config)
             self.wandb_run.log({f"{prefix}/{k}": v for k, v in eval_values(event).items()}, step=self.step)
+            self.metric = result_metric(event, self.run.config) or self.metric
         elif kind == "end":
-            ways = self.run.config.get("eval", {}).get("ways", 5)
             for shots, result in event["results"].items():
-                key = f"test/{ways}way_{shots.removesuffix('-shot')}shot"
-                self.wandb_run.summary[f"{key}/accuracy"] = result["accuracy"]
-                self.wandb_run.summary[f"{key}/accuracy_ci95"] = result["ci95"]
+                key = result_key(self.run.config, shots, self.metric)
+                self.wandb_run.summary[key] = result["accuracy"]
+                self.wandb_run.summary[f"{key}_ci95"] = result["ci95"]
 
     def close(self) -> None:
         self.wandb_run.finish(exit_code=EXIT_CODE.get(self.run.state, 1))
