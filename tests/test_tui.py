@@ -324,6 +324,31 @@ def test_detail_header_says_what_the_table_says_of_a_damaged_run(tmp_path):
 
     drive(frozen_app(runs), body)
 
+
+def test_a_long_traceback_leaves_the_charts_their_lines_and_shows_its_last_line_at_80x24(tmp_path):
+    """The banner took 12 lines, cut at the bottom: the exception line of the traceback was hidden
+    and the training loss chart was one line high."""
+    runs = tmp_path / "runs"
+    error = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity; "
+             "75.01 GiB already allocated; 1.20 GiB free; 77.00 GiB reserved in total by PyTorch)")
+    frames = "".join(f'  File "/a/long/path/to/module_{i}.py", line {10 * i}, in function_{i}\n    call(a, b, c)\n'
+                     for i in range(6))
+    failed = write_run(runs, "20260101-120000-protonet-cccc", state="failed", events=history()[:6], error=error,
+                       stderr="Traceback (most recent call last):\n" + frames + error + "\n")
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, failed.name)
+        banner = app.screen.query_one("#banner")
+        lines = str(banner.render()).splitlines()
+        assert banner.outer_size.height == len(lines) + 2 <= 8  # its border included
+        assert lines[0].startswith("FAILED: RuntimeError: CUDA out of memory.") and lines[3] == "last lines of stderr:"
+        assert lines[-1].startswith("  RuntimeError: CUDA out of memory.") and lines[-1].endswith("…")
+        assert lines[-2] == "      call(a, b, c)"  # the lines shown are the last ones
+        assert all(len(line) <= 76 for line in lines)
+        assert app.screen.query_one("#chart-loss").size.height >= 6
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
 def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartbeat(tmp_path):
     from fslab.core.worklock import take
 

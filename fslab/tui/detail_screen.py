@@ -30,6 +30,8 @@ TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and n
             "val": "Validation accuracy by epoch", "evals": "Every evaluation", "config": "Resolved configuration",
             "stdout": "Standard output, followed", "stderr": "Standard error, followed"}
 BANNER_STDERR_LINES = 8
+BANNER_FRAME = 4  # the banner's border and padding, in columns
+BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
 TIMED_FIELDS = ("event", "time", "epoch", "split", "seconds")  # what fslab.core.timing reads of an event
 
 
@@ -193,6 +195,10 @@ class DetailScreen(Screen):
             banner.update(self.why_it_stopped(row))
 
     def why_it_stopped(self, row) -> Text:
+        """Why the run stopped, then the last lines of stderr, in as many lines
+        as the screen spares (6 at 80x24, so the tab's charts still fit): the
+        reason gets at most 3 of them, the stderr lines are cut at the width,
+        and the lines shown are the last ones, where a traceback's exception is."""
         if row.state == "failed":
             why = Text(f"FAILED: {printable(row.error or 'no error recorded')}", style="bold red")
         else:
@@ -200,11 +206,25 @@ class DetailScreen(Screen):
                        f"lock free, or, on another host, no heartbeat for {LOST_AFTER_S:.0f} s)", style="bold red")
             if row.error:
                 why.append(f": {printable(row.error)}")
-        lines = list(self.stderr_tail)
-        why.append("\nlast lines of stderr:" if lines else "\nstderr is empty", style="bold")
+        width = max(20, self.app.size.width - BANNER_FRAME)
+        budget = max(3, min(BANNER_STDERR_LINES + 2, self.app.size.height - BANNER_SPARE_LINES))
+        reason = list(why.wrap(self.app.console, width))
+        if len(reason) > min(3, budget - 2):
+            reason = reason[:min(3, budget - 2)]
+            reason[-1].truncate(width - 1)
+            reason[-1].append("…")
+        out = Text("\n").join(reason)
+        lines = list(self.stderr_tail)[-(budget - len(reason) - 1):]
+        out.append("\nlast lines of stderr:" if lines else "\nstderr is empty", style="bold")
         for line in lines:
-            why.append("\n  " + line)
-        return why
+            shown = Text("  " + line)
+            shown.truncate(width, overflow="ellipsis")
+            out.append("\n")
+            out.append_text(shown)
+        return out
+
+    def on_resize(self) -> None:
+        self.update_header()  # the banner fits its lines to the screen
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = "evals-tab" if tab == "evals" else tab
