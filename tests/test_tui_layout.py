@@ -287,3 +287,24 @@ def test_x_axis_labels_are_round_values_between_the_ends():
     assert x_axis(1, 3, 70).split() == ["1", "2", "3"]  # epochs: whole numbers only
     assert x_axis(0, 600, 60).split() == ["0", "200", "400", "600"]
     assert x_axis(1, 12, 8).split() == ["1", "12"] and len(x_axis(1, 12, 8)) == 8
+
+
+def test_the_compare_chart_names_every_marked_run_at_80x24(store):
+    """The legend was one line cut at the chart's width: at 80 columns only the first run was named,
+    so the other curves' colours could not be told apart."""
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for key in ("done0", "done1", "failed"):
+            table.cursor = table.ids.index(folders[key].name)
+            await pilot.press("space")
+        await pilot.press("c")
+        await settle(app, pilot)
+        chart = app.screen.query_one("#chart-compare")
+        lines = str(chart.render()).splitlines()
+        assert len(lines) <= chart.size.height
+        named = [line.strip() for line in lines if "■" in line]
+        assert sorted(named) == sorted(f"■ {folders[key].name}" for key in ("done0", "done1", "failed"))
+
+    drive(frozen_app(runs), body, size=(80, 24))

@@ -231,18 +231,31 @@ class LineChart(Widget):
 
     def render(self) -> Text:
         legend = [name for name, s in self.plot.series if name and s.buckets]
-        height = self.size.height - (len(legend) > 1)
+        rows = legend_rows(legend, self.size.width) if len(legend) > 1 else []
         try:
-            chart = render_chart(self.plot, self.size.width, height, self.title)
+            chart = render_chart(self.plot, self.size.width, self.size.height - len(rows), self.title)
         except (ValueError, ZeroDivisionError, OverflowError) as exc:
             chart, self.placeholder = None, f"cannot draw: {exc}"
         if chart is None:
             return Text(self.title, style="bold") + Text(f"\n({self.placeholder})", style="dim italic")
-        if len(legend) > 1:
-            chart.append_text(Text("\n"))
-            for i, name in enumerate(legend):
-                chart.append_text(Text(f" ■ {name}", style=PALETTE[i % len(PALETTE)]))
+        for row in rows:
+            chart.append_text(Text("\n") + row)
         return chart
+
+
+def legend_rows(names: list[str], width: int) -> list[Text]:
+    """The legend (`` ■ name`` in each series' colour) in lines of at most
+    ``width`` cells, a name never split across two: every series stays
+    named however narrow the chart (a name wider than the chart is cut)."""
+    rows: list[Text] = []
+    for i, name in enumerate(names):
+        entry = Text(f" ■ {name}", style=PALETTE[i % len(PALETTE)])
+        if rows and rows[-1].cell_len + entry.cell_len <= width:
+            rows[-1].append_text(entry)
+        else:
+            rows.append(entry)
+        rows[-1].truncate(max(1, width), overflow="ellipsis")
+    return rows
 
 
 def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], width: int) -> Text | None:
