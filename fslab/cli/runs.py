@@ -204,9 +204,9 @@ def _settings_line(run_) -> str:
 
 
 def _score(evaluation: dict) -> str:
-    from fslab.core.events import metric_label
+    from fslab.core.events import score_cell
 
-    return metric_label(evaluation) + pct(evaluation)
+    return score_cell(evaluation)
 
 
 def _stale_heartbeat(run_, state: str, status: dict) -> str | None:

@@ -13,6 +13,12 @@ def metric_label(event: dict) -> str:
     return "" if metric == "accuracy" or not isinstance(metric, str) else f"{metric.replace('map', 'mAP')} "
 
 
+def score_cell(event: dict) -> str:
+    """An evaluation's score ± CI in percent as tables show it (``54.22±0.44``),
+    labelled with its metric when that is not accuracy (``mAP 46.11±1.79``)."""
+    return f"{metric_label(event)}{100 * event['accuracy']:.2f}±{100 * event['ci95']:.2f}"
+
+
 def accuracy_text(event: dict) -> str:
     """Mean ± CI in percent, labelled with its metric when that is not accuracy."""
     return f"{metric_label(event)}{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"

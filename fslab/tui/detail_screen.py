@@ -14,7 +14,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
-from fslab.core.events import is_validation, logged_evaluator
+from fslab.core.events import is_validation, logged_evaluator, score_cell
 from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
 from fslab.core.text import count, printable
 from fslab.core.timing import time_line, time_split
@@ -134,7 +134,7 @@ class DetailScreen(Screen):
                     evals.add_row(Text(printable(event["split"])), Text(printable(logged_evaluator(event))),
                                   *(Text(printable(event.get(k, "-"))) for k in
                                     ("ways", "shots", "queries", "episodes", "epoch")),
-                                  Text(model.pct(event)))
+                                  Text(score_cell(event)))
             except (KeyError, TypeError, ValueError):
                 self.corrupt += 1
         self.corrupt += delta.corrupt
