@@ -226,3 +226,23 @@ def test_all_in_a_store_without_runs_is_one_error_line(tmp_path):
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == ("error: no runs to export; name run ids, sweep ids or 'all' "
                                   "(list them with: fslab runs)")
+
+
+def test_a_run_whose_own_sink_parameters_are_wrong_is_named_in_its_line(store, tmp_path):
+    """The line said "config key 'sinks.wandb.mode' must be one of offline, online, got 'x'" without the
+    run's id: among many runs, which one was left out could not be told."""
+    project, real, env = store
+    copy = _copy(project / "runs", real.name, "20200101-000006-nca-sink")
+    try:
+        config = json.loads((copy / "config.json").read_text())
+        (copy / "config.json").write_text(json.dumps({**config, "sinks": {"tensorboard": {"logdir": "x"}}}))
+        out = fslab("export", copy.name, "--to", "tensorboard", "--set", f"log_dir={tmp_path / 'tb'}", cwd=project,
+                    env=env)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith(f"{copy.name}: the parameters its configuration gives sink 'tensorboard' cannot be "
+                               f"used (unknown parameter 'sinks.tensorboard.logdir' for sink 'tensorboard'.")
+        assert line.endswith("nothing to export (--set KEY=VALUE gives a parameter over the run's)")
+        assert not (tmp_path / "tb").exists()
+    finally:
+        shutil.rmtree(copy)
