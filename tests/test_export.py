@@ -242,7 +242,7 @@ def test_a_run_whose_own_sink_parameters_are_wrong_is_named_in_its_line(store, t
         (line,) = out.stderr.strip().splitlines()
         assert line.startswith(f"{copy.name}: the parameters its configuration gives sink 'tensorboard' cannot be "
                                f"used (unknown parameter 'sinks.tensorboard.logdir' for sink 'tensorboard'.")
-        assert line.endswith("nothing to export (--set KEY=VALUE gives a parameter over the run's)")
+        assert line.endswith("nothing to export (fslab export's --set KEY=VALUE gives a parameter over the run's)")
         assert not (tmp_path / "tb").exists()
     finally:
         shutil.rmtree(copy)

@@ -72,8 +72,9 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     try:  # fslab.toml's and the command's layers were checked before any run: what fails is the run's own
         params = sink_params(registry, sink, merged(own if isinstance(own, dict) else {}, *layers))
     except ConfigError as exc:
-        raise UsageError(f"{run.id}: the parameters its configuration gives sink '{sink}' cannot be used ({exc}); "
-                         f"nothing to export (--set KEY=VALUE gives a parameter over the run's)") from None
+        raise UsageError(f"{run.id}: the parameters its configuration gives sink '{sink}' cannot be used "
+                         f"({exc}); nothing to export (fslab export's --set KEY=VALUE gives a parameter over the "
+                         f"run's)") from None
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
     try:
         count = replay(registry, sink, target, params, events)
