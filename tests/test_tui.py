@@ -528,6 +528,30 @@ def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
         sleeper.wait()
 
 
+
+def test_a_stop_refused_because_the_run_ended_meanwhile_is_its_own_line(store, monkeypatch):
+    """The note read 'could not stop RUN: UsageError: run RUN is completed, ...': a class name, not words."""
+    from fslab.core.errors import UsageError
+    from fslab.execution import executor
+
+    runs, folders = store
+    live = folders["running"].name
+
+    def ended(run, **kw):
+        raise UsageError(f"run {run.id} is completed, not running; nothing to stop")
+
+    monkeypatch.setattr(executor, "stop", ended)
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        app.screen.table.cursor = app.screen.table.ids.index(live)
+        await pilot.press("s", "y")
+        await settle(app, pilot)
+        assert notes[-1] == f"could not stop {live}: run {live} is completed, not running; nothing to stop"
+
+    drive(frozen_app(runs), body)
+
 def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
     from fslab.execution import executor
 

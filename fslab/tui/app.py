@@ -131,10 +131,14 @@ class FslabApp(App):
 
     @work(thread=True, group="actions", exit_on_error=False)
     def stop_in_background(self, run_id: str) -> None:
+        from fslab.core.errors import FslabError
         from fslab.execution import executor
 
         try:
             state = executor.stop(Run(self.runs_dir / run_id))
+        except FslabError as exc:  # its own line (it ended meanwhile), as fslab stop prints it
+            self.post_message(RunStopped(run_id, None, str(exc)))
+            return
         except Exception as exc:  # a failed stop is reported, the dashboard goes on
             self.post_message(RunStopped(run_id, None, f"{type(exc).__name__}: {exc}"))
             return
