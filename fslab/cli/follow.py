@@ -26,21 +26,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
     fields are printed as plain lines instead, one per epoch (before its
     validation) and one a minute at most within a long epoch."""
     plain = not console.is_terminal
-    progress = Progress(
-        TextColumn("[bold]{task.fields[epoch]}"),
-        BarColumn(),
-        TextColumn("{task.fields[steps]}"),  # empty until the start event tells the total
-        TextColumn("loss {task.fields[loss]}"),
-        TextColumn("pairs {task.fields[pairs]}"),
-        TextColumn("{task.fields[speed]}"),
-        TimeElapsedColumn(),
-        # the dashboard's ETA (the rate of the run's latest life), not rich's: a resumed run's steps,
-        # all read at once, would look like a burst of speed
-        TextColumn("ETA {task.fields[eta]}"),
-        console=console,
-        transient=False,
-        disable=plain,
-    )
+    progress = _bar(console, disable=plain)
     tail = Tail(run.metrics_path)
     printed: set[str] = set()  # a resumed run's worker cuts the file back and rewrites it: print a line once
     summary = RunSummary(id=run.id, state="running")  # the epochs and the ETA, as the dashboard has them
@@ -89,6 +75,25 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                 break
             time.sleep(poll)
     return run.state()
+
+
+def _bar(console: Console, disable: bool) -> Progress:
+    """The progress bar: epoch, steps, loss, pairs, speed, elapsed time and ETA."""
+    return Progress(
+        TextColumn("[bold]{task.fields[epoch]}"),
+        BarColumn(),
+        TextColumn("{task.fields[steps]}"),  # empty until the start event tells the total
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("pairs {task.fields[pairs]}"),
+        TextColumn("{task.fields[speed]}"),
+        TimeElapsedColumn(),
+        # the dashboard's ETA (the rate of the run's latest life), not rich's: a resumed run's steps,
+        # all read at once, would look like a burst of speed
+        TextColumn("ETA {task.fields[eta]}"),
+        console=console,
+        transient=False,
+        disable=disable,
+    )
 
 
 class PlainLines:

@@ -226,7 +226,7 @@ def corrupt_checkpoints(lab: Lab) -> str:
     check(lab.status(stopped).get("state") == "killed", "the refused resume changed the run", DataLost)
     done = lab.runs_dir / "20261123-181250-nca-910d"
     shutil.copy(last, done / "checkpoints" / "last.pt")
-    lab.one_line(lab.fslab("eval", done.name, "--episodes", "5", "--queries", "5"), 1)
+    lab.one_line(lab.fslab("eval", done.name, "--episodes", "5", "--queries", "5"), 2)  # as resume: exit 2
     return "resume and eval refused in one line"
 
 
