@@ -56,6 +56,16 @@ async def settle(app, pilot):
         await pilot.pause()
 
 
+async def open_compare(app, pilot, folders, keys=("done0", "done1", "failed")):
+    """Mark the runs of ``keys`` in the runs table and open the compare screen on them."""
+    table = app.screen.table
+    for key in keys:
+        table.cursor = table.ids.index(folders[key].name)
+        await pilot.press("space")
+    await pilot.press("c")
+    await settle(app, pilot)
+
+
 async def open_detail(app, pilot, run_id: str):
     """Select run ``run_id`` in the runs table and open its detail screen."""
     app.screen.table.cursor = app.screen.table.ids.index(run_id)
@@ -407,12 +417,7 @@ def test_compare_screen_shows_what_fslab_compare_computes(store):
     scores = {key: save_episode_scores(folders[key], seed=i) for i, key in enumerate(("done0", "done1"))}
 
     async def body(app, pilot):
-        table = app.screen.table
-        for key in ("done0", "done1", "failed"):
-            table.cursor = table.ids.index(folders[key].name)
-            await pilot.press("space")
-        await pilot.press("c")
-        await settle(app, pilot)
+        await open_compare(app, pilot, folders)
         screen = app.screen
         assert type(screen).__name__ == "CompareScreen"
         groups = screen.query_one("#groups")

@@ -12,7 +12,7 @@ from rich.text import Text
 from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart, x_axis
 from fslab.tui.runs_table import fit
 
-from .test_tui import drive, frozen_app, open_detail, settle
+from .test_tui import drive, frozen_app, open_compare, open_detail, settle
 from .test_tui_helpers import config, history, save_episode_scores, standard_store, write_run
 
 SIZES = ((80, 24), (120, 36), (160, 48))
@@ -295,12 +295,7 @@ def test_the_compare_chart_names_every_marked_run_at_80x24(store):
     runs, folders = store
 
     async def body(app, pilot):
-        table = app.screen.table
-        for key in ("done0", "done1", "failed"):
-            table.cursor = table.ids.index(folders[key].name)
-            await pilot.press("space")
-        await pilot.press("c")
-        await settle(app, pilot)
+        await open_compare(app, pilot, folders)
         chart = app.screen.query_one("#chart-compare")
         lines = str(chart.render()).splitlines()
         assert len(lines) <= chart.size.height
