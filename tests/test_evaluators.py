@@ -497,3 +497,16 @@ def test_one_epoch_step_shot_or_query_is_said_in_the_singular():
         check_classes([c for c in range(6) for _ in range(4)], 5, 1, 100)
     assert str(refused.value) == ("5-way episodes with 1 shot and 100 queries need 5 classes with at least 101 "
                                   "images; this split has 0 such classes (of 6)")
+
+
+def test_results_json_says_when_a_final_score_is_an_map():
+    """fslab run printed a retrieval-map run's final mAP as an accuracy ('test 5-way 1-shot: 40.64 ± 1.23%'):
+    results.json, which it prints, did not say what the number was."""
+    from fslab.core.events import accuracy_text
+    from fslab.training.train import scores_by_shots
+
+    scores = scores_by_shots([{"shots": 1, "metric": "map", "accuracy": 0.4064, "ci95": 0.0123},
+                              {"shots": 5, "metric": "accuracy", "accuracy": 0.7, "ci95": 0.01}])
+    assert scores == {"1-shot": {"accuracy": 0.4064, "ci95": 0.0123, "metric": "map"},
+                      "5-shot": {"accuracy": 0.7, "ci95": 0.01}}
+    assert [accuracy_text(v) for v in scores.values()] == ["mAP 40.64 ± 1.23%", "70.00 ± 1.00%"]

@@ -114,8 +114,12 @@ def validates_after(epoch: int, epochs: int, every: int) -> bool:
 
 
 def scores_by_shots(outcomes: list[dict]) -> dict:
-    """``results.json``'s form of an evaluation: ``{"5-shot": {"accuracy", "ci95"}}``."""
-    return {f"{r['shots']}-shot": {"accuracy": r["accuracy"], "ci95": r["ci95"]} for r in outcomes}
+    """``results.json``'s form of an evaluation: ``{"5-shot": {"accuracy", "ci95"}}``, plus
+    ``"metric"`` where the score is not an accuracy (``map``: retrieval-map's mean average
+    precision), so that what prints it can say so."""
+    return {f"{r['shots']}-shot": {"accuracy": r["accuracy"], "ci95": r["ci95"],
+                                   **({"metric": r["metric"]} if r.get("metric", "accuracy") != "accuracy" else {})}
+            for r in outcomes}
 
 
 @dataclass
