@@ -42,25 +42,26 @@ def _states(text: str | None) -> tuple[str, ...]:
     return states
 
 
-def _none_match(runs_dir, filters: dict) -> str:
+def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: str | None) -> str:
     """Why no run is listed: each filter that no run meets even alone, with the
     values the runs have (a mistyped sweep id or method shows at once), or that
     only their combination leaves none."""
-    from fslab.core.summary import list_summaries
+    from fslab.core.summary import list_summaries, unmet_filters
 
     every = list_summaries(runs_dir, limit=None)
     if not every:
         return "no runs yet; start one with: fslab run nca"
-    have = {"--state": sorted({s.state for s in every}), "--method": sorted({s.method for s in every if s.method}),
-            "--sweep": sorted({s.sweep for s in every if s.sweep})}
-    meets = {"--state": lambda s, v: s.state in v, "--method": lambda s, v: s.method == v,
-             "--sweep": lambda s, v: v in (s.sweep or "")}
-    unmet = [f"{option} {','.join(value) if isinstance(value, tuple) else value} "
-             f"({'the runs have ' + ', '.join(have[option]) if have[option] else 'no run belongs to a sweep'})"
-             for option, value in filters.items() if value and not any(meets[option](s, value) for s in every)]
+    given = {"state": ",".join(states), "method": method, "sweep": sweep}
+    have = {"state": sorted({s.state for s in every}), "method": sorted({s.method for s in every if s.method}),
+            "sweep": sorted({s.sweep for s in every if s.sweep})}
+    failed = [unmet_filters(s, states, method, sweep) for s in every]  # each filter is met or not on its own
+    met_alone = {name for name in given if any(name not in names for names in failed)}
+    unmet = [f"--{name} {given[name]} "
+             f"({'the runs have ' + ', '.join(have[name]) if have[name] else 'no run belongs to a sweep'})"
+             for name in given if given[name] and name not in met_alone]
     if unmet:
         return f"no runs match {'; '.join(unmet)}"
-    return f"no runs match {' and '.join(o for o, v in filters.items() if v)} together (each matches some runs alone)"
+    return f"no runs match {' and '.join(f'--{n}' for n in given if given[n])} together (each matches some runs alone)"
 
 
 @app.command()
@@ -100,8 +101,8 @@ def runs(
         sys.stdout.write("".join(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}) + "\n" for s in summaries))
         return
     if not summaries:
-        filters = {"--state": _states(state), "--method": method, "--sweep": sweep}
-        console.print(_none_match(runs_dir, filters) if any(filters.values())
+        states = _states(state)
+        console.print(_none_match(runs_dir, states, method, sweep) if states or method or sweep
                       else "no runs yet; start one with: fslab run nca")
         return
     rows = [_row(s, s.test_of(evaluator)) for s in summaries]

@@ -499,6 +499,16 @@ def read_summary(run_dir: Path, now: float | None = None, *, save: bool = True) 
     return keeper.summary
 
 
+def unmet_filters(summary: RunSummary, states: tuple[str, ...] = (), method: str | None = None,
+                  sweep: str | None = None) -> list[str]:
+    """The filters of :func:`list_summaries` that ``summary`` fails, by name (``state``,
+    ``method``, ``sweep``); an empty list when it is listed."""
+    return [name for name, given, met in (
+        ("state", states, lambda: summary.state in states),
+        ("method", method is not None, lambda: summary.method == method),
+        ("sweep", sweep is not None, lambda: sweep in (summary.sweep or ""))) if given and not met()]
+
+
 def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str, ...] = (),
                    method: str | None = None, sweep: str | None = None, now: float | None = None) -> list[RunSummary]:
     """Summaries of the newest runs first: at most ``limit`` of them (None:
@@ -512,13 +522,7 @@ def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str,
         keeper.refresh(now)
         keeper.save()
         summary = keeper.summary
-        if not keeper.is_run:
-            continue
-        if states and summary.state not in states:
-            continue
-        if method is not None and summary.method != method:
-            continue
-        if sweep is not None and sweep not in (summary.sweep or ""):
+        if not keeper.is_run or unmet_filters(summary, states, method, sweep):
             continue
         found.append(summary)
         if limit is not None and len(found) >= limit:
