@@ -64,6 +64,16 @@ def check_gpus_here(scheduler: SchedulerSettings) -> None:
                          f"(GPUs seen through CUDA_VISIBLE_DEVICES, else nvidia-smi)")
 
 
+def check_local_queue(settings, processes: int) -> None:
+    """Before a sweep or a study queues runs for the local scheduler: the GPUs
+    ``[scheduler] gpus`` names are here, the slots can hold a run of ``processes``,
+    and their lock files open. Each a UsageError in one line."""
+    check_gpus_here(settings.scheduler)
+    slots = configured_slots(settings.scheduler)
+    check_fits(processes, slots)
+    check_slot_files(settings.runs_dir, slots)
+
+
 def capacity(slots: list[Slot]) -> int:
     """The most slots one run can hold together: one per GPU, or every CPU slot."""
     gpus = {s.gpu for s in slots if s.gpu is not None}

@@ -34,7 +34,7 @@ from fslab.core.studies import (
 )
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import RESUMABLE, check_run
-from fslab.execution.slots import check_fits, check_gpus_here, check_slot_files, configured_slots
+from fslab.execution.slots import check_local_queue
 from fslab.execution.sweep import requeue
 
 
@@ -107,10 +107,7 @@ def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | 
     queued = [config for _, config, _ in new] + [
         run.config() for run, state in done.values() if run is not None and state in RESUMABLE]
     if queued and slurm is None:
-        check_gpus_here(settings.scheduler)
-        slots = configured_slots(settings.scheduler)
-        check_fits(max(config.get("train", {}).get("processes", 1) for config in queued), slots)
-        check_slot_files(settings.runs_dir, slots)
+        check_local_queue(settings, max(config.get("train", {}).get("processes", 1) for config in queued))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}-{study.name}"
     for planned, config, key in new:
         run = create_run(settings.runs_dir, planned.method, config)

@@ -24,7 +24,7 @@ from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
 from fslab.core.text import split_outside
 from fslab.execution.checks import RESUMABLE, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
-from fslab.execution.slots import check_fits, check_gpus_here, check_slot_files, configured_slots
+from fslab.execution.slots import check_local_queue
 from fslab.execution.slurm import cancel_job
 
 # A sweep bigger than this is refused before anything is resolved (a typo in --seeds
@@ -141,10 +141,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
         with naming_the_file(settings, overrides):
             check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
-        check_gpus_here(settings.scheduler)
-        slots = configured_slots(settings.scheduler)
-        check_fits(max(config["train"]["processes"] for config in configs), slots)
-        check_slot_files(settings.runs_dir, slots)
+        check_local_queue(settings, max(config["train"]["processes"] for config in configs))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     runs = []
     for config in configs:
