@@ -30,7 +30,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
     tail = Tail(run.metrics_path)
     printed: set[str] = set()  # a resumed run's worker cuts the file back and rewrites it: print a line once
     summary = RunSummary(id=run.id, state="running")  # the epochs and the ETA, as the dashboard has them
-    lines = PlainLines(console, printed) if plain else None
+    lines = PlainLines(console, printed, enabled=plain)
     with progress:
         task = progress.add_task("train", total=None, epoch="starting", steps="", loss="-", pairs="-", speed="",
                                  eta="-")
@@ -57,21 +57,16 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                         "speed": f"{event['images_per_s']:.0f} img/s",
                     }
                     progress.update(task, completed=event["step"], **fields)
-                    if lines:
-                        lines.step(event["epoch"], f"{fields['epoch']} {fields['steps']} loss {fields['loss']} pairs "
-                                   f"{fields['pairs']} {fields['speed']} ETA {duration(eta(summary, time.time()))}")
+                    lines.step(event["epoch"], fields, lambda: duration(eta(summary, time.time())))
                 elif kind == "eval" and event.get("split") != "test":  # the test results are printed at the end
-                    if lines:
-                        lines.flush()
+                    lines.flush()
                     if (line := eval_line(event)) not in printed:
                         printed.add(line)
                         progress.console.print(line)
             progress.update(task, eta=duration(eta(summary, time.time())))
-            if lines:
-                lines.tick()
+            lines.tick()
             if exited and not events:
-                if lines:
-                    lines.flush()
+                lines.flush()
                 break
             time.sleep(poll)
     return run.state()
@@ -100,17 +95,22 @@ class PlainLines:
     """Progress where the output is a file: the latest step's line is held and
     printed once its epoch ends, before a validation, a minute after the last
     line within a long epoch, and at the end; each line once (``printed`` is
-    shared with the validation lines, as a resumed run's file is read again)."""
+    shared with the validation lines, as a resumed run's file is read again).
+    Not ``enabled`` (a terminal, where the bar shows the same), it prints nothing."""
 
-    def __init__(self, console: Console, printed: set[str]) -> None:
-        self.console, self.printed = console, printed
+    def __init__(self, console: Console, printed: set[str], enabled: bool = True) -> None:
+        self.console, self.printed, self.enabled = console, printed, enabled
         self.pending: tuple[int, str] | None = None  # (epoch, line)
         self.last = time.monotonic()
 
-    def step(self, epoch: int, line: str) -> None:
+    def step(self, epoch: int, fields: dict, eta_text) -> None:
+        """The step of a train event: ``fields`` as the bar shows them, ``eta_text()`` the ETA."""
+        if not self.enabled:
+            return
         if self.pending and self.pending[0] != epoch:
             self.flush()  # the previous epoch's last step
-        self.pending = (epoch, line)
+        self.pending = (epoch, f"{fields['epoch']} {fields['steps']} loss {fields['loss']} pairs {fields['pairs']} "
+                               f"{fields['speed']} ETA {eta_text()}")
 
     def tick(self) -> None:
         if time.monotonic() - self.last >= PLAIN_EVERY:
