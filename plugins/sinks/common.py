@@ -39,8 +39,9 @@ def eval_prefix(event: dict, config: dict) -> str:
 def result_metric(event: dict, config: dict) -> str | None:
     """The metric of an evaluation whose score the end event's ``results``
     repeat (the training's own test on ``eval.ways``: ``accuracy``, or ``map``
-    for retrieval); None for any other event. The end event does not name its
-    metric, so a sink notes it here as the test evaluations pass."""
+    for retrieval); None for any other event. The end event of a run made
+    before results.json named a score's metric does not say it (a replayed
+    old run), so a sink notes it here as the test evaluations pass."""
     if event.get("event") != "eval" or event.get("source") or event.get("split") != "test":
         return None
     own = own_evaluator(config)
