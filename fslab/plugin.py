@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.events import evaluator_label, own_evaluator
+from fslab.core.events import canonical_evaluator, evaluator_label, own_evaluator
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.keys import dotted
@@ -50,13 +50,15 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 # 1.5: register(..., batch=f): a sampler whose own parameters fix the rows of a batch.
 # 1.6: evaluator_label(section) and own_evaluator(config): the label an evaluation is saved under,
 #      and that of the run's own evaluator, for a sink naming its evaluations.
-API_VERSION = "1.6"
+# 1.7: canonical_evaluator(label): a label in its one spelling (parameters at their defaults left out,
+#      the rest sorted), as evaluator_label now gives it; older runs' events may spell labels out.
+API_VERSION = "1.7"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
     "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
     "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
-    "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator",
+    "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator", "canonical_evaluator",
     "UsageError", "ConfigError",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing",

@@ -510,3 +510,49 @@ def test_results_json_says_when_a_final_score_is_an_map():
     assert scores == {"1-shot": {"accuracy": 0.4064, "ci95": 0.0123, "metric": "map"},
                       "5-shot": {"accuracy": 0.7, "ci95": 0.01}}
     assert [accuracy_text(v) for v in scores.values()] == ["mAP 40.64 ± 1.23%", "70.00 ± 1.00%"]
+
+
+def test_one_evaluator_spelt_three_ways_is_one_label_in_runs_and_compare(tmp_path, monkeypatch):
+    """A run trained with knn logged its scores as knn[k=0,ties=nearest] (every parameter spelt
+    out), while fslab eval --evaluator knn saved them as knn: fslab runs --evaluator knn showed no
+    test and fslab compare --evaluator knn left the older run out."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+    from fslab.core.eventlog import EventLog
+    from fslab.core.runstore import create_run
+
+    def make(seed, lr, label, accuracies):
+        config = {"method": "nca", "seed": seed, "train": {"lr": lr, "epochs": 1}, "eval": {"ways": 5},
+                  "evaluator": {"name": "knn", "k": 0, "ties": "nearest"}}
+        run = create_run(tmp_path / "runs", "nca", config)
+        record = {"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": len(accuracies),
+                  "evaluator": label, "seed": 0, "epoch": 1, "stream": 2,
+                  "accuracy": sum(accuracies) / len(accuracies), "ci95": 0.01}
+        run.save_accuracies(record, accuracies)
+        EventLog(run, echo=False).write("eval", **record)
+        return run
+
+    old = make(0, 0.1, "knn[k=0,ties=nearest]", [0.5, 0.7])  # as fslab spelt it before
+    new = make(1, 0.1, "knn", [0.6, 0.9])
+    other = make(2, 0.1, "knn[k=3]", [0.2, 0.2])  # another evaluator: never pooled with knn
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    for asked in ("knn", "knn[k=0]", "knn[ties=nearest,k=0]"):
+        listed = runner.invoke(app, ["runs", "--json", "--evaluator", asked])
+        assert listed.exit_code == 0, listed.output
+        tests = {json.loads(line)["id"]: json.loads(line)["test"] for line in listed.stdout.splitlines()}
+        assert tests[old.id]["5-shot"]["accuracy"] == pytest.approx(0.6)
+        assert tests[new.id]["5-shot"]["accuracy"] == pytest.approx(0.75)
+        assert tests[other.id] == {}
+        compared = runner.invoke(app, ["compare", old.id, new.id, other.id, "--shots", "5", "--queries", "15",
+                                       "--evaluator", asked, "--json"])
+        assert compared.exit_code == 0, compared.output
+        (group,) = [json.loads(line) for line in compared.stdout.splitlines()]
+        assert group["evaluator"] == "knn"
+        assert group["results"]["5-shot"]["accuracy"] == pytest.approx((0.5 + 0.7 + 0.6 + 0.9) / 4)  # both runs
+    # the run's own evaluator is knn however its config and events spell it: the training's own test
+    from fslab.core.summary import read_summary
+    summary = read_summary(old.path, save=False)
+    assert (summary.evaluator, summary.test_by_evaluator) == ("knn", {})
+    assert summary.test["5-shot"]["accuracy"] == pytest.approx(0.6)

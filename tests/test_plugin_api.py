@@ -22,16 +22,19 @@ def test_the_api_exports_what_it_declares():
     assert {"hookimpl", "LossOutput", "Batch", "Split", "UsageError", "EvaluatorTraits",
             "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
             "SizedDataset", "at_least", "positive", "between", "one_of", "matching", "listing",
-            "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator"} <= set(api.__all__)
+            "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator", "canonical_evaluator"} <= set(api.__all__)
     assert api.dotted({"train": {"lr": 0.1, "milestones": [2]}, "eval.ways": 5, "seed": 0, "sinks": {}}) == \
         {"train.lr": 0.1, "train.milestones": [2], "eval.ways": 5, "seed": 0}
     assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed", "batch"}
     # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies;
     # 1.3 sinks (register_sinks, Sink, SinkRun); 1.4 dotted; 1.5 a sampler's batch=; 1.6 evaluator_label and
-    # own_evaluator, the labels evaluations are saved under
-    assert api.API_VERSION == "1.6"
-    assert api.evaluator_label({"name": "knn", "ties": "nearest", "k": 3}) == "knn[k=3,ties=nearest]"
+    # own_evaluator, the labels evaluations are saved under; 1.7 canonical_evaluator, a label in its one spelling
+    assert api.API_VERSION == "1.7"
+    assert api.evaluator_label({"name": "knn", "ties": "nearest", "k": 3}) == "knn[k=3]"  # ties at its default
+    assert api.evaluator_label({"name": "knn", "ties": "smallest", "k": 3}) == "knn[k=3,ties=smallest]"
     assert api.own_evaluator({"evaluator": {"name": "soft", "temperature": 2.0}}) == "soft[temperature=2.0]"
+    assert api.own_evaluator({"evaluator": {"name": "soft", "temperature": 1.0}}) == "soft"
+    assert api.canonical_evaluator("knn[ties=nearest,k=0]") == "knn"
     assert api.own_evaluator({}) == "centroid"
 
 

@@ -210,9 +210,12 @@ def test_an_evaluation_is_tagged_apart_from_the_runs_own_scores_unless_it_is_one
     assert eval_prefix({**test, "evaluator": "centroid"}, config) == "test/5way_1shot/centroid"
     # fslab eval afterwards: its own tag with its episodes, never over the training's test or val curve
     later = {**test, "evaluator": "knn[k=3,ties=nearest]", "source": "fslab eval", "episodes": 3, "queries": 1}
-    assert eval_prefix(later, config) == "eval/test/5way_1shot/knn[k=3,ties=nearest]/1q_3ep"
-    assert eval_prefix({**later, "split": "val", "epoch": 2}, config) == \
-        "eval/val/5way_1shot/knn[k=3,ties=nearest]/1q_3ep"
+    assert eval_prefix(later, config) == "eval/test/5way_1shot/knn[k=3]/1q_3ep"  # ties at its default: left out
+    assert eval_prefix({**later, "split": "val", "epoch": 2}, config) == "eval/val/5way_1shot/knn[k=3]/1q_3ep"
+    # an older run's spelt-out label and today's short one are the same evaluator: the run's own
+    assert eval_prefix({**test, "evaluator": "knn[k=3]"}, config) == "test/5way_1shot"
+    assert eval_prefix({**test, "evaluator": "knn[k=3,ties=smallest]"}, config) == \
+        "test/5way_1shot/knn[k=3,ties=smallest]"
     assert eval_prefix({**test, "split": "val", "evaluator": "centroid"}, {}) == "val_final/5way_1shot"
 
 

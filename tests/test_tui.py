@@ -303,14 +303,14 @@ def test_the_evals_tab_labels_a_score_by_its_metric_as_fslab_show_does(tmp_path)
     """A retrieval evaluation's mAP was shown as a bare number under 'accuracy', where fslab show says mAP."""
     runs = tmp_path / "runs"
     events = history(epochs=1)
-    events[-1].update(evaluator="retrieval-map[images_per_class=10]", metric="map", accuracy=0.4064, ci95=0.0123)
+    events[-1].update(evaluator="retrieval-map[images_per_class=20]", metric="map", accuracy=0.4064, ci95=0.0123)
     done = write_run(runs, "20260101-100000-nca-rmap", events=events)
 
     async def body(app, pilot):
         await open_detail(app, pilot, done.name)
         evals = app.screen.query_one("#evals")
         cells = [[c.plain for c in evals.get_row_at(i)] for i in range(evals.row_count)]
-        assert cells[-1][1] == "retrieval-map[images_per_class=10]" and cells[-1][-1] == "mAP 40.64±1.23"
+        assert cells[-1][1] == "retrieval-map[images_per_class=20]" and cells[-1][-1] == "mAP 40.64±1.23"
         assert cells[-2][-1] == "54.22±0.44"  # an accuracy stays unlabelled
 
     drive(frozen_app(runs), body)

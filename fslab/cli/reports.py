@@ -27,6 +27,7 @@ from fslab.cli.common import (
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX
 from fslab.core.errors import UsageError
+from fslab.core.events import canonical_evaluator
 from fslab.core.text import count
 
 
@@ -217,7 +218,8 @@ def compare_(
 
 def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
     """``fslab compare --json``: one object per group, then one per paired difference."""
-    where = {"split": report["split"], "ways": report["ways"], "queries": report["queries"], "evaluator": evaluator}
+    where = {"split": report["split"], "ways": report["ways"], "queries": report["queries"],
+             "evaluator": evaluator and canonical_evaluator(evaluator)}
     groups = [{"type": "group", **where, **{k: row[k] for k in ("group", "runs", "seeds", "seed_values", "results")}}
               for row in report["groups"]]
     return groups + [{"type": "paired", **where, **p} for p in report["paired"]]

@@ -27,6 +27,7 @@ from fslab.cli.common import (
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
+from fslab.core.events import logged_evaluator
 
 DEFAULT_LIMIT = 50
 
@@ -168,7 +169,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     if spent["total_s"] > 0:
         console.print(time_line(spent), highlight=False)
     rows = [[str(e.get("split")), *(str(e.get(k, "-")) for k in ("ways", "shots", "queries", "episodes", "epoch")),
-             str(e.get("evaluator", "centroid")), _score(e)] for e in evaluations]
+             logged_evaluator(e), _score(e)] for e in evaluations]
     if rows:
         print_table(console, lambda width: fit(EVAL_COLUMNS, rows, width, EVAL_STEPS), wide)
 

@@ -3,6 +3,8 @@ evaluation is saved and compared under."""
 
 from __future__ import annotations
 
+import functools
+
 from fslab.core.text import count
 
 
@@ -60,18 +62,87 @@ def describe_event(event: dict) -> str:
 
 def evaluator_label(section: dict) -> str:
     """The name an evaluator's results are saved and compared under: its name,
-    plus its parameters when any are set (``knn[k=3]``), so evaluations by
-    different evaluators or settings are never pooled or paired."""
+    plus the parameters set to other values than its defaults (``knn[k=3]``),
+    so evaluations by different evaluators or settings are never pooled or
+    paired, and one evaluator has one label however it was spelt (``knn``,
+    ``knn[k=0]`` and ``knn[k=0,ties=nearest]`` are all ``knn``)."""
     params = {k: v for k, v in section.items() if k != "name"}
-    if not params:
-        return section["name"]
-    return section["name"] + "[" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "]"
+    return canonical_evaluator(_spelt(section["name"], [(k, str(params[k])) for k in params]))
+
+
+def _spelt(name: str, params: list[tuple[str, str]]) -> str:
+    return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(params)) + "]" if params else "")
+
+
+def canonical_evaluator(label: str) -> str:
+    """``label`` in the one spelling :func:`evaluator_label` gives: the
+    parameters equal to the evaluator's registered defaults left out, the
+    others sorted. A label of an evaluator no loaded plugin registers (or
+    that does not parse) is kept as it is, only sorted when it parses."""
+    name, bracket, rest = label.partition("[")
+    if not bracket:
+        return label
+    if not rest.endswith("]"):
+        return label
+    params = _split_params(rest[:-1])
+    if params is None:
+        return label
+    defaults = _evaluator_defaults(name)
+    return _spelt(name, [(k, v) for k, v in params if k not in defaults or not _same_value(v, defaults[k])])
+
+
+def _split_params(text: str) -> list[tuple[str, str]] | None:
+    """``"k=3,ties=nearest"`` -> ``[("k", "3"), ("ties", "nearest")]``; a comma
+    inside a value (a list) stays in it: a new parameter starts only at ``,NAME=``."""
+    params: list[tuple[str, str]] = []
+    for piece in text.split(","):
+        key, equals, value = piece.partition("=")
+        if equals and key.isidentifier():
+            params.append((key, value))
+        elif params:
+            params[-1] = (params[-1][0], params[-1][1] + "," + piece)
+        else:
+            return None
+    return params
+
+
+def _same_value(text: str, default) -> bool:
+    if text == str(default):
+        return True
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return False
+    try:
+        return float(text) == float(default)
+    except ValueError:
+        return False
+
+
+def _evaluator_defaults(name: str) -> dict:
+    """The defaults of the evaluator ``name`` as registered by the plugins of
+    this project (``{}`` when none registers it). The registry is loaded the
+    first time a label with parameters is read (about 0.1 s, without torch)."""
+    from fslab.core.settings import load_settings
+
+    try:
+        dirs = tuple(str(d) for d in load_settings().plugin_dirs)
+    except Exception:  # a broken fslab.toml is reported by the command that reads it
+        dirs = ()
+    return _registered_defaults(dirs).get(name, {})
+
+
+@functools.cache
+def _registered_defaults(plugin_dirs: tuple[str, ...]) -> dict[str, dict]:
+    from fslab.core.registry import load_registry
+
+    registry = load_registry(plugin_dirs)
+    return {name: dict(registry.get("evaluator", name).params) for name in registry.names("evaluator")}
 
 
 def logged_evaluator(event: dict) -> str:
-    """The evaluator label of a logged evaluation (``centroid`` for events
-    logged before evaluators were recorded, as in fslab 0.1)."""
-    return str(event.get("evaluator", "centroid"))
+    """The evaluator label of a logged evaluation or saved result, in its one
+    spelling (``centroid`` for events logged before evaluators were recorded,
+    as in fslab 0.1)."""
+    return canonical_evaluator(str(event.get("evaluator", "centroid")))
 
 
 def own_evaluator(config: dict) -> str:

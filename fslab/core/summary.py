@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core import schemas
-from fslab.core.events import is_validation, logged_evaluator, own_evaluator
+from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
 from fslab.core.runstore import run_names
 from fslab.core.states import UNREADABLE
@@ -39,7 +39,7 @@ from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
-SUMMARY_FORMAT = 3
+SUMMARY_FORMAT = 4
 # The worker writes events with json.dumps' default separators, so a train
 # line is recognised without parsing it; only the first and last of a batch
 # of lines matter, and parsing the rest would cost ~10 µs a line.
@@ -97,7 +97,9 @@ class RunSummary:
         return {name: getattr(self, name) for name in SHOWN_FIELDS}
 
     def test_of(self, label: str | None = None) -> dict:
-        """Test results by ``label``: the run's own evaluator's by default."""
+        """Test results by ``label`` (any spelling of it: ``knn[k=0]`` is
+        ``knn``): the run's own evaluator's by default."""
+        label = None if label is None else canonical_evaluator(label)
         if label is None or label == self.evaluator:
             return self.test
         return self.test_by_evaluator.get(label, {})

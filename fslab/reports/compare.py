@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from fslab.core.config import PLUGIN_SECTIONS, assignment, outside_settings
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.events import own_evaluator
+from fslab.core.events import canonical_evaluator, logged_evaluator, own_evaluator
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.studies import IGNORED
@@ -138,11 +138,10 @@ def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int
 
 def _evaluations(run, split, shots, ways, queries, evaluator, files) -> list[dict]:
     files = files or RunFiles()
-    if evaluator is None:
-        evaluator = own_evaluator(files.config(run))
+    evaluator = own_evaluator(files.config(run)) if evaluator is None else canonical_evaluator(evaluator)
     return [e for e in files.saved(run)
-            if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
-                                                                                   evaluator)]
+            if (e["split"], e["shots"], e["ways"], e["queries"], logged_evaluator(e)) == (split, shots, ways, queries,
+                                                                                         evaluator)]
 
 
 def has_results(run: Run, split: str, shots: list[int], ways: int, queries: int, evaluator: str | None = None,

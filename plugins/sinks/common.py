@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from fslab.plugin import own_evaluator
+from fslab.plugin import canonical_evaluator, own_evaluator
 
 
 def need(module: str, sink: str, extra: str) -> Any:
@@ -28,7 +28,7 @@ def eval_prefix(event: dict, config: dict) -> str:
     queries (``eval/test/5way_1shot/centroid/15q_10000ep``), so it never takes the
     place of the training's own test or validation numbers."""
     own = own_evaluator(config)
-    label = str(event.get("evaluator", own))  # an event logged before evaluators were: the run's own
+    label = _evaluator(event, own)
     shape = f"{event['ways']}way_{event['shots']}shot"
     if event.get("source"):
         return f"eval/{event['split']}/{shape}/{label}/{event['queries']}q_{event['episodes']}ep"
@@ -45,9 +45,16 @@ def result_metric(event: dict, config: dict) -> str | None:
     if event.get("event") != "eval" or event.get("source") or event.get("split") != "test":
         return None
     own = own_evaluator(config)
-    if str(event.get("evaluator", own)) != own or event.get("ways") != config.get("eval", {}).get("ways", 5):
+    if _evaluator(event, own) != own or event.get("ways") != config.get("eval", {}).get("ways", 5):
         return None
     return str(event.get("metric", "accuracy"))
+
+
+def _evaluator(event: dict, own: str) -> str:
+    """The label of the evaluator that made ``event``, in its one spelling (a
+    run's older events may spell it out: ``knn[k=0,ties=nearest]`` is ``knn``);
+    an event logged before evaluators were named is the run's own."""
+    return canonical_evaluator(str(event.get("evaluator", own)))
 
 
 def result_key(config: dict, shots: str, metric: str) -> str:
