@@ -117,6 +117,38 @@ def test_the_test_accuracy_is_the_trainings_own_and_later_evaluations_are_listed
     assert summary.test_of("centroid") == summary.test_of() == summary.test
 
 
+def test_a_retrieval_runs_scores_are_listed_as_map_in_fslab_runs_and_the_dashboard(tmp_path, monkeypatch):
+    """A run tested with retrieval-map showed its mAP in fslab runs and the dashboard as a bare number
+    under the test columns, where fslab show and the evals tab say mAP."""
+    from rich.text import Text
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+    from fslab.tui.model import row_cells
+
+    run = create_run(tmp_path / "runs", "map", {"method": "map", "seed": 0, "eval": {"ways": 5},
+                                                "evaluator": {"name": "retrieval-map"}})
+    shape = {"event": "eval", "ways": 5, "queries": 9, "episodes": 40, "evaluator": "retrieval-map", "metric": "map"}
+    events = [{**shape, "split": "val", "shots": 1, "epoch": 1, "accuracy": 0.5, "ci95": 0.02},
+              {**shape, "split": "test", "shots": 1, "accuracy": 0.4064, "ci95": 0.0123},
+              {**shape, "split": "test", "shots": 5, "evaluator": "centroid", "metric": "accuracy", "queries": 15,
+               "accuracy": 0.7, "ci95": 0.01, "source": "fslab eval"}]
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    for _ in range(2):  # folded from the files, then read back from summary.json
+        summary = read_summary(run.path)
+        assert summary.test == {"1-shot": {"accuracy": 0.4064, "ci95": 0.0123, "episodes": 40, "metric": "map"}}
+        assert summary.best_val["metric"] == "map"
+        assert "metric" not in summary.test_of("centroid")["5-shot"]  # an accuracy stays unlabelled
+    cells = [c.plain if isinstance(c, Text) else c for c in row_cells(summary, 0.0, False)]
+    assert "mAP 40.64±1.23" in cells and "mAP 50.00±2.00" in cells
+    monkeypatch.chdir(tmp_path)
+    listed = CliRunner().invoke(app, ["runs", "--wide"], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0, listed.output
+    assert "mAP 40.64±1.23" in listed.stdout and "mAP 50.00±2.00" in listed.stdout
+    by_centroid = CliRunner().invoke(app, ["runs", "--wide", "--evaluator", "centroid"], env={"COLUMNS": "250"})
+    assert "70.00±1.00" in by_centroid.stdout and "mAP 70" not in by_centroid.stdout
+
+
 def test_the_saved_summary_is_used_only_while_it_matches_the_files(tmp_path):
     run = create_run(tmp_path, "nca", own_config())
     train = {"event": "train", "time": 1.0, "step": 1, "epoch": 1, "loss": 0.5, "positives": 1, "negatives": 2}

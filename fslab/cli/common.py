@@ -145,11 +145,6 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
     return layers + [nest(*parse_assignment(text)) for text in set_ or []]
 
 
-def pct(value: dict | None) -> str:
-    """An accuracy ± CI in percent, as the tables show it."""
-    return f"{100 * value['accuracy']:.2f}±{100 * value['ci95']:.2f}" if value else "-"
-
-
 def parse_shots(shots: str) -> list[int]:
     try:  # an empty item (1,,5) is a typo, as in --grid
         return [int(s) for s in shots.split(",")] if shots.strip() else []

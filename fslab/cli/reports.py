@@ -18,7 +18,6 @@ from fslab.cli.common import (
     err_console,
     names_of,
     parse_shots,
-    pct,
     registry,
     runs_or_sweeps,
     settings,
@@ -27,7 +26,7 @@ from fslab.cli.common import (
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX
 from fslab.core.errors import UsageError
-from fslab.core.events import canonical_evaluator
+from fslab.core.events import canonical_evaluator, table_score
 from fslab.core.text import count
 
 
@@ -204,7 +203,7 @@ def compare_(
         return
     columns = [f"{n}-shot" for n in shot_list]
     rows = [[row["group"], str(row["seeds"]),
-             *[f"{pct(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
+             *[f"{table_score(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
             for row in report["groups"]]
     title = f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes"
     print_table(console, lambda width: fit([Col("group", wrap=True), Col("seeds", "right"),

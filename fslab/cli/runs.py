@@ -20,14 +20,13 @@ from fslab.cli.common import (
     console,
     err_console,
     names_of,
-    pct,
     registry,
     settings,
     shown,
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
-from fslab.core.events import logged_evaluator
+from fslab.core.events import logged_evaluator, table_score
 
 DEFAULT_LIMIT = 50
 
@@ -130,7 +129,7 @@ def _row(s, test: dict) -> list[str]:
             f"{s.epoch or 0}/{s.epochs if s.epochs is not None else '?'}",
             f"{s.loss:.4f}" if s.loss is not None else "-",
             f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
-            pct(s.best_val), pct(test.get("1-shot")), pct(test.get("5-shot"))]
+            table_score(s.best_val), table_score(test.get("1-shot")), table_score(test.get("5-shot"))]
 
 
 @app.command()

@@ -21,6 +21,12 @@ def score_cell(event: dict) -> str:
     return f"{metric_label(event)}{100 * event['accuracy']:.2f}±{100 * event['ci95']:.2f}"
 
 
+def table_score(value: dict | None) -> str:
+    """A score cell of the runs tables (``fslab runs``, the dashboard):
+    :func:`score_cell`, or ``-`` where there is no score."""
+    return score_cell(value) if value else "-"
+
+
 def accuracy_text(event: dict) -> str:
     """Mean ± CI in percent, labelled with its metric when that is not accuracy."""
     return f"{metric_label(event)}{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"

@@ -156,9 +156,10 @@ def trusted_fields(fields) -> bool:
     return all(type(table) is dict and all(_score(score) for score in table.values()) for table in tables)
 
 
-def _score(score) -> bool:  # schemas.SCORE: two fractions
+def _score(score) -> bool:  # schemas.SCORE: two fractions, and the metric when it is not accuracy
     return (type(score) is dict and type(accuracy := score.get("accuracy")) in (int, float)
-            and type(ci95 := score.get("ci95")) in (int, float) and 0 <= accuracy <= 1 and 0 <= ci95 <= 1)
+            and type(ci95 := score.get("ci95")) in (int, float) and 0 <= accuracy <= 1 and 0 <= ci95 <= 1
+            and type(score.get("metric", "")) is str)
 
 
 def _name(section) -> str | None:
@@ -227,6 +228,8 @@ def _fold(summary: RunSummary, event: dict) -> None:
         if summary.ways is not None and event["ways"] != summary.ways:
             return  # episodes of another number of classes (eval.extra_ways, fslab eval --ways)
         value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]), "episodes": event["episodes"]}
+        if event.get("metric", "accuracy") != "accuracy":  # a retrieval evaluation's mAP: tables say so
+            value["metric"] = str(event["metric"])
         split, shots, label = event["split"], f"{event['shots']}-shot", logged_evaluator(event)
         if "source" not in event and label == summary.evaluator:  # logged by the training itself
             if is_validation(event) and (summary.best_val is None

@@ -14,10 +14,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from fslab.core.events import table_score
 from fslab.core.runstore import Run
 from fslab.core.text import count, printable
 from fslab.reports.compare import RunFiles, compare
-from fslab.tui import model
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
@@ -113,7 +113,7 @@ class CompareScreen(Screen):
             missing = f" ({len(row['runs']) - evaluated} without test yet)" if evaluated < len(row["runs"]) else ""
             episodes = ", ".join(f"{s}: {v['episodes']}" for s, v in sorted(row["results"].items()))
             table.add_row(Text(f"#{number}"), Text(printable(", ".join(str(s) for s in row["seed_values"]))),
-                          Text(f"{len(row['runs'])}{missing}"), Text(model.pct(one)), Text(model.pct(five)),
+                          Text(f"{len(row['runs'])}{missing}"), Text(table_score(one)), Text(table_score(five)),
                           Text(episodes or "-"), Text(printable(row["group"])))
         self.show_intervals(report)
         lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {100 * p['difference']:+.2f} ± "

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.text import Text
 
+from fslab.core.events import table_score
 from fslab.core.summary import RunSummary, eta
 from fslab.core.text import duration, printable
 
@@ -19,10 +20,6 @@ STATE_STYLES = {
 }
 BAR_WIDTH = 6
 BAR_CHARS = " ▏▎▍▌▋▊▉█"
-
-
-def pct(value: dict | None) -> str:
-    return f"{100 * value['accuracy']:.2f}±{100 * value['ci95']:.2f}" if value else "-"
 
 
 def elapsed(row: RunSummary, now: float) -> float | None:
@@ -125,9 +122,10 @@ def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
         Text("*" if marked else " ", style="bold"),
         Text(printable(row.id)) + (Text(" !", style="bold red") if row.note or row.corrupt else Text("")),
         state_text(row), plain(row.method), epoch_text(row),
-        Text(pct(row.test.get("1-shot"))), Text(pct(row.test.get("5-shot"))),
+        Text(table_score(row.test.get("1-shot"))), Text(table_score(row.test.get("5-shot"))),
         Text("-" if row.loss is None else f"{row.loss:.4f}"), bar_text(row),
-        Text(duration(eta(row, now))), Text(duration(elapsed(row, now))), *usage_cells(row), Text(pct(row.best_val)),
+        Text(duration(eta(row, now))), Text(duration(elapsed(row, now))), *usage_cells(row),
+        Text(table_score(row.best_val)),
         plain(row.loss_fn), plain(row.backbone), plain(row.dataset), plain(row.seed), Text(pairs),
     ]
 
