@@ -551,6 +551,13 @@ def test_one_evaluator_spelt_three_ways_is_one_label_in_runs_and_compare(tmp_pat
         (group,) = [json.loads(line) for line in compared.stdout.splitlines()]
         assert group["evaluator"] == "knn"
         assert group["results"]["5-shot"]["accuracy"] == pytest.approx((0.5 + 0.7 + 0.6 + 0.9) / 4)  # both runs
+    # a misspelt evaluator is refused (fslab runs listed every test as "-"), in either command
+    for argv in (["runs", "--evaluator", "knnn"], ["compare", "all", "--evaluator", "knnn[k=3]"]):
+        refused = runner.invoke(app, argv)  # fslab's main makes a UsageError one error: line, exit code 2
+        assert isinstance(refused.exception, UsageError) and refused.stdout == ""
+        assert str(refused.exception) == "Unknown evaluator 'knnn'. Did you mean 'knn'? Allowed: ap, centroid, " \
+                                         "finetune, knn, retrieval-map, sen, soft."
+    assert runner.invoke(app, ["runs", "--evaluator", "soft"]).exit_code == 0  # known, only not run yet
     # the run's own evaluator is knn however its config and events spell it: the training's own test
     from fslab.core.summary import read_summary
     summary = read_summary(old.path, save=False)

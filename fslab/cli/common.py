@@ -130,6 +130,19 @@ def registry(project_settings=None):
                               report=lambda line: err_console.print(shown(line), highlight=False))
 
 
+def check_evaluator(label: str) -> None:
+    """Refuse an ``--evaluator`` label whose evaluator no plugin registers
+    (``knnn``), in one line with the names there are. Called where no run has
+    scores by the label, so the labels of a plugin since uninstalled still work."""
+    from fslab.core.errors import UnknownName
+    from fslab.core.events import canonical_evaluator
+
+    name = canonical_evaluator(label).partition("[")[0]
+    names = registry().names("evaluator")
+    if name not in names:
+        raise UnknownName("evaluator", name, names)
+
+
 def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None,
               sinks=None) -> list[dict]:
     """Config layers from the options of `fslab run` (then --set, in order)."""

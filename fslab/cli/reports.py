@@ -14,6 +14,7 @@ from fslab.cli.common import (
     RunRef,
     WideFlag,
     app,
+    check_evaluator,
     console,
     err_console,
     names_of,
@@ -194,6 +195,8 @@ def compare_(
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
     if not any(row["results"] for row in report["groups"]):
+        if evaluator is not None:
+            check_evaluator(evaluator)
         raise UsageError(no_results(split, ways, shots, queries, evaluator))
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))

@@ -17,6 +17,7 @@ from fslab.cli.common import (
     RunRef,
     WideFlag,
     app,
+    check_evaluator,
     console,
     err_console,
     names_of,
@@ -97,6 +98,8 @@ def runs(
     runs_dir = settings().runs_dir
     summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
                                sweep=sweep)
+    if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
+        check_evaluator(evaluator)  # a typo, not an evaluator no run was tested with yet
     if as_json:
         sys.stdout.write("".join(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}) + "\n" for s in summaries))
         return
