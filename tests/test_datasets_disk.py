@@ -615,6 +615,34 @@ def test_the_cli_refuses_a_missing_data_root_before_creating_a_run(tmp_path):
     assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/*/config.json"))
 
 
+def test_the_cli_refuses_images_an_index_lists_but_the_disk_lacks_before_creating_a_run(tmp_path):
+    written = make_mini_csv(tmp_path / "mini")
+    written["train"][1][1].unlink()
+    written["test"][0][1].unlink()
+    result = fslab("run", "nca", "--dataset", "miniimagenet", "--data-root", str(tmp_path / "mini"), "--epochs", "1",
+                   "--device", "cpu", "--set", "dataset.check_counts=false", "--set", "eval.ways=2",
+                   "--set", "eval.shots=1", "--set", "eval.val_shots=1", "--set", "eval.queries=1",
+                   "--batch-size", "4", "--backbone", "conv4", "--set", "backbone.hidden=8",
+                   "--set", "dataset.image_size=16", cwd=tmp_path, timeout=60)  # the whole layout trains with these
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: miniimagenet: 2 image files listed in the index files do not exist, e.g. {written['train'][1][1]} "
+        f"(listed in {tmp_path / 'mini' / 'train.csv'}); restore them, or remove their rows"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_split_sizes_name_the_one_image_images_txt_lists_but_the_disk_lacks(registry, tmp_path):
+    fake_cub(tmp_path)
+    folder = tmp_path / "CUB_200_2011"
+    create(registry, "cub", tmp_path, check_counts=False).split_sizes()  # every listed image is there
+    gone = folder / "images" / (folder / "images.txt").read_text().splitlines()[-1].split()[1]
+    gone.unlink()
+    with pytest.raises(UsageError) as missing:
+        create(registry, "cub", tmp_path, check_counts=False).split_sizes()
+    assert str(missing.value) == (f"cub: {gone}, listed in {folder / 'images.txt'}, does not exist; "
+                                  f"restore it, or remove its row")
+
+
 def test_data_roots_in_fslab_toml_are_used_and_checked_before_a_run_exists(registry, tmp_path, monkeypatch):
     from fslab.core.config import resolve
     from fslab.core.settings import load_settings

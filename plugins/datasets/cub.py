@@ -57,12 +57,15 @@ class CUB(CachedDataset):
         _, classes, in_split = self._members(split)
         return [len(in_split[c]) for c in classes]
 
+    def listed_files(self, split):
+        tables, classes, in_split = self._members(split)
+        return self.folder / "images.txt", image_files(tables, classes, in_split, self.folder)
+
     def plan(self, split):
         tables, classes, in_split = self._members(split)
         ids = [i for c in classes for i in in_split[c]]
-        paths = {i: fields[0] for i, fields in tables["images.txt"].items()}
         boxes = [box_of(tables["bounding_box.txt"], i, self.folder) for i in ids] if self.bbox else [None] * len(ids)
-        files = [self.folder / "images" / paths[i] for i in ids]
+        files = image_files(tables, classes, in_split, self.folder)
         labels = [k for k, c in enumerate(classes) for _ in in_split[c]]
         size = self.image_size
 
@@ -111,6 +114,12 @@ def read_table(path: Path) -> dict[str, list[str]]:
             raise UsageError(f"cub: {path} line {number} has no value after the id: {line!r}")
         rows[fields[0]] = fields[1:]
     return rows
+
+
+def image_files(tables: dict, classes: list[str], in_split: dict[str, list[str]], folder: Path) -> list[Path]:
+    """The image files of ``classes`` (their ids in ``in_split``), as images.txt names them."""
+    paths = {i: fields[0] for i, fields in tables["images.txt"].items()}
+    return [folder / "images" / paths[i] for c in classes for i in in_split[c]]
 
 
 def box_of(table: dict, image_id: str, folder: Path) -> tuple[float, float, float, float]:

@@ -104,6 +104,19 @@ def check_classes(dataset: str, source: str, split: str, found: dict[str, int], 
     return present
 
 
+def check_listed(indexes: Sequence[tuple[Path | None, Sequence[Path]]], dataset: str) -> None:
+    """One line naming the first image an index file lists that is not on disk,
+    and how many are missing in all: ``indexes`` holds (index file, files it names)."""
+    missing = [(index, path) for index, files in indexes for path in files if not os.path.exists(path)]
+    if len(missing) == 1:
+        index, path = missing[0]
+        raise UsageError(f"{dataset}: {path}, listed in {index}, does not exist; restore it, or remove its row")
+    if missing:
+        index, path = missing[0]
+        raise UsageError(f"{dataset}: {len(missing):,} image files listed in the index files do not exist, e.g. "
+                         f"{path} (listed in {index}); restore them, or remove their rows")
+
+
 def read_list(path: Path) -> list[str]:
     """A shipped split list: one name per line, blank lines ignored."""
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -384,7 +397,9 @@ class CachedDataset:
 
     def split_sizes(self) -> dict[str, list[int]]:
         """Images per class of each split that :meth:`class_counts` can tell
-        without decoding (fslab checks episodes against them before a run)."""
+        without decoding (fslab checks episodes against them before a run),
+        once every image an index file lists is found on disk (a stat each)."""
+        check_listed([self.listed_files(split) for split in ("train", "val", "test")], self.name)
         sizes = {}
         for split in ("train", "val", "test"):
             counts = self.class_counts(split)
@@ -397,6 +412,12 @@ class CachedDataset:
         files or folder listings (never by decoding), or None when that would
         mean reading the images themselves."""
         return None
+
+    def listed_files(self, split: str) -> tuple[Path | None, list[Path]]:
+        """The index file of ``split`` and the image files it names, for a
+        dataset whose images are named by an index (a csv, ``images.txt``)
+        rather than found by listing folders; ``(None, [])`` otherwise."""
+        return None, []
 
     def plan(self, split: str) -> tuple[str, dict, Sequence[Path], Callable[[], tuple]]:
         """(cache stem, parameters the pixels depend on, source files, build):

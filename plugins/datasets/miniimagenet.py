@@ -84,6 +84,13 @@ class MiniImageNet(CachedDataset):
 
         return stem, {**params, "classes": classes}, [csv_path, *files], build
 
+    def listed_files(self, split):
+        """The csv file and the images it names (the pickles name none)."""
+        if self.source != "csv":
+            return None, []
+        csv_path, found, classes = self._csv_classes(split)
+        return csv_path, [self.root / "images" / name for c in classes for name in found[c]]
+
     def class_counts(self, split):
         """Counted in the csv file; a pickle holds exactly its listed classes × 600 when
         ``check_counts`` is on (the worker checks it as it reads the file), and is not read here."""
