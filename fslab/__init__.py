@@ -13,6 +13,7 @@ plugin may use is :mod:`fslab.plugin`.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -49,10 +50,11 @@ def available(kind: str, pattern: str = "*") -> list[str]:
 def create(kind: str, name: str, **params: Any) -> Any:
     """Build a registered component. ``params`` are checked as a run's
     configuration is (the names the component declares, their types, its
-    ``allowed`` rules) before anything is built, and the ones not given take
-    its defaults; the values a run fills in itself (a backbone's
-    ``in_channels``, a sampler's ``labels``) are passed as given."""
-    from fslab.core.config import plugin_params
+    ``allowed`` rules, then its own ``check=`` with no run to read: context
+    None) before anything is built, and the ones not given take its defaults;
+    the values a run fills in itself (a backbone's ``in_channels``, a
+    sampler's ``labels``) are passed as given."""
+    from fslab.core.config import plugin_params, run_check
     from fslab.core.registry import FILLED_IN
 
     registry = get_registry()
@@ -66,7 +68,10 @@ def create(kind: str, name: str, **params: Any) -> Any:
     if kind == "method":
         return registry.create(kind, name, **params)
     filled_in = tuple(p for p in FILLED_IN.get(kind, ()) if registry.accepts(kind, name, p))
-    return registry.create(kind, name, **plugin_params(registry, kind, name, params, filled_in=filled_in))
+    checked = plugin_params(registry, kind, name, params, filled_in=filled_in)
+    component = registry.get(kind, name)
+    run_check(component, kind, {p: copy.deepcopy(checked[p]) for p in component.params}, None)
+    return registry.create(kind, name, **checked)
 
 
 def describe(kind: str, name: str) -> dict:

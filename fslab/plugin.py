@@ -52,7 +52,8 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #      and that of the run's own evaluator, for a sink naming its evaluations.
 # 1.7: canonical_evaluator(label): a label in its one spelling (parameters at their defaults left out,
 #      the rest sorted), as evaluator_label now gives it; older runs' events may spell labels out.
-API_VERSION = "1.7"
+# 1.8: fslab.create calls a component's check= too, with context None (no run to read).
+API_VERSION = "1.8"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
@@ -80,7 +81,8 @@ INFO_KEYS = {
              "use. params holds the section's parameters; context is a CheckContext (the whole "
              "configuration, and the split sizes once known). It runs when a configuration is resolved "
              "(sizes None) and again before a run is created or resumed, with the sizes the dataset "
-             "tells; it must be cheap and import nothing heavy (no torch).",
+             "tells; fslab.create runs it with context None (no run: check what the parameters alone "
+             "decide). It must be cheap and import nothing heavy (no torch).",
     "batch": "sampler, a function batch(params, batch_size) -> int: the rows one batch holds, for a sampler "
              "whose own parameters can fix it (an episode's ways × (shots + queries)). fslab saves that "
              "number as train.batch_size, and refuses a train.batch_size set to another one.",

@@ -35,6 +35,21 @@ def test_new_plugin_writes_a_package_with_one_module_per_kind(tmp_path, monkeypa
         compile(path.read_text(), str(path), "exec")
 
 
+def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create_cannot_tell(tmp_path, monkeypatch):
+    """fslab.create runs check= with no run (context None): the sampler the kit writes then
+    leaves the batch's shape to its constructor, which checks it against the batch_size it is given."""
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["new", "plugin", "fslab_balanced", "--kind", "sampler"]).exit_code == 0
+    monkeypatch.syspath_prepend(str(tmp_path / "fslab_balanced"))
+    from fslab_balanced import sampler
+
+    from fslab.plugin import UsageError
+
+    sampler.check({"per_class": 3}, None)
+    with pytest.raises(UsageError, match="train.batch_size 8 is not a multiple of sampler.per_class 3"):
+        sampler.check({"per_class": 3}, None, 8)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["new", "plugin", "Bad-Name"], "is not a valid package name"),
     (["new", "plugin", "class"], "is not a valid package name"),

@@ -216,6 +216,28 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
         fslab.create("study", "nca-supcon", seeds=2)
 
 
+def test_the_public_create_runs_the_plugins_own_check_as_fslab_run_set_does(builtin_plugins, tmp_path):
+    """What a component's check= refuses and its allowed= rules do not (a loss's or an
+    evaluator's temperature, nca's pair_fraction) is refused by fslab.create with the
+    line `fslab run --set` gives; the checks that need a run (the samplers') let create build."""
+    import fslab
+
+    from .runs_helpers import fslab as cli
+
+    for kind, name, param, value in [("loss", "nca", "temperature", 0.0), ("loss", "nca", "pair_fraction", 2.0),
+                                     ("evaluator", "soft", "temperature", 0.0)]:
+        run = cli("run", "nca", "--set", f"{kind}.name={name}", "--set", f"{kind}.{param}={value}",
+                  cwd=tmp_path, timeout=60)
+        assert run.returncode == 2 and not (tmp_path / "runs").exists(), run.stderr
+        with pytest.raises(UsageError) as created:
+            fslab.create(kind, name, **{param: value})
+        assert run.stderr.strip().splitlines() == [f"error: {created.value}"]
+    labels = [c for c in range(4) for _ in range(8)]
+    for name, params in [("fixed", {"ways": 2}), ("episodic", {"ways": 2, "shots": 1, "queries": 1}), ("iid", {}),
+                         ("iid-replacement", {})]:
+        assert next(fslab.create("sampler", name, labels=labels, batch_size=8, seed=0, **params).batches(0))
+
+
 def test_every_built_in_parameter_refuses_a_wrong_value_in_one_line(builtin_plugins):
     """A string, a list or a negative number for each parameter of each
     built-in loss, sampler and evaluator is a configuration error, never a

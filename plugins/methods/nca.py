@@ -364,18 +364,20 @@ def batch_size_of(context) -> int:
 
 
 def check_iid(params: dict, context) -> None:
-    train = context.split("train")
+    train = None if context is None else context.split("train")  # None: fslab.create, its constructor checks
     if train is not None:
         check_iid_batch(batch_size_of(context), train.images, params["drop_last"])
 
 
 def check_replacement(params: dict, context) -> None:
-    train = context.split("train")
+    train = None if context is None else context.split("train")
     if train is not None:
         check_replacement_batch(batch_size_of(context), train.images)
 
 
 def check_fixed(params: dict, context) -> None:
+    if context is None:  # fslab.create: the constructor checks the shape against the batch_size it is given
+        return
     ways, per_class = fixed_shape(batch_size_of(context), params["ways"], params["per_class"])
     train = context.split("train")
     if train is not None:

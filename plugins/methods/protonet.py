@@ -201,7 +201,10 @@ def check_episode_classes(ways: int, needed: int, have: int) -> None:
 
 def check_episodic(params: dict, context) -> None:
     """The sampler's shape from its parameters and ``train.batch_size``, and,
-    once the training split's sizes are known, enough classes for it."""
+    once the training split's sizes are known, enough classes for it (with no
+    run, in fslab.create, the constructor checks the shape it is given)."""
+    if context is None:
+        return
     ways, shots, queries = resolve_episode_shape(context.config["train"]["batch_size"], params["ways"],
                                                  params["shots"], params["queries"], params["per_class"])
     train = context.split("train")
