@@ -216,7 +216,8 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
         fslab.create("study", "nca-supcon", seeds=2)
 
 
-def test_the_public_create_runs_the_plugins_own_check_as_fslab_run_set_does(builtin_plugins, tmp_path):
+def test_the_public_create_runs_the_plugins_own_check_as_fslab_run_set_does(builtin_plugins, tmp_path,
+                                                                             monkeypatch):
     """What a component's check= refuses and its allowed= rules do not (a loss's or an
     evaluator's temperature, nca's pair_fraction) is refused by fslab.create with the
     line `fslab run --set` gives; the checks that need a run (the samplers') let create build."""
@@ -236,6 +237,10 @@ def test_the_public_create_runs_the_plugins_own_check_as_fslab_run_set_does(buil
     for name, params in [("fixed", {"ways": 2}), ("episodic", {"ways": 2, "shots": 1, "queries": 1}), ("iid", {}),
                          ("iid-replacement", {})]:
         assert next(fslab.create("sampler", name, labels=labels, batch_size=8, seed=0, **params).batches(0))
+    # a third-party check written when context was always a run's (it reads context.config) is left to the run
+    component = fslab.get_registry().get("loss", "nca")
+    monkeypatch.setitem(component.info, "check", lambda params, context: context.config["train"]["batch_size"])
+    assert fslab.create("loss", "nca", temperature=0.5) is not None
 
 
 def test_every_built_in_parameter_refuses_a_wrong_value_in_one_line(builtin_plugins):
