@@ -82,7 +82,8 @@ INFO_KEYS = {
              "configuration, and the split sizes once known). It runs when a configuration is resolved "
              "(sizes None) and again before a run is created or resumed, with the sizes the dataset "
              "tells; fslab.create runs it with context None (no run: check what the parameters alone "
-             "decide; one that fails there with another exception than UsageError is left to the run). It must be cheap and import nothing heavy (no torch).",
+             "decide; one that fails there with another exception than UsageError is left to the run). "
+             "It must be cheap and import nothing heavy (no torch).",
     "batch": "sampler, a function batch(params, batch_size) -> int: the rows one batch holds, for a sampler "
              "whose own parameters can fix it (an episode's ways × (shots + queries)). fslab saves that "
              "number as train.batch_size, and refuses a train.batch_size set to another one.",
