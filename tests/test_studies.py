@@ -803,6 +803,86 @@ def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(pro
     assert (project / "next-job").read_text().strip() == "103"  # nothing submitted the second time
 
 
+# `fslab study run ARGS` as the real CLI runs it, but holding the moment between reading the store and
+# creating the runs open until a second process has read the store too (3 s at most): two terminals
+# started together, with the race made certain instead of likely.
+RACING_CLI = """
+import sys, time
+from pathlib import Path
+import fslab.execution.studies as studies
+
+read = studies.existing_runs
+def existing_runs(*args, **kwargs):
+    found = read(*args, **kwargs)
+    Path("arrived-" + sys.argv[1]).touch()
+    deadline = time.time() + 3
+    while len(list(Path(".").glob("arrived-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    return found
+studies.existing_runs = existing_runs
+sys.argv = ["fslab", *sys.argv[2:]]
+from fslab.cli import main
+main()
+"""
+
+
+def test_two_study_runs_started_together_create_each_run_once(project):
+    """The second waits for the first to finish queueing and reuses its runs (queued or running),
+    so nothing is created or submitted twice."""
+    import subprocess
+    import sys
+
+    from .test_slurm import COUNTING_SBATCH, FAKE_SCANCEL
+
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", COUNTING_SBATCH), ("scancel", FAKE_SCANCEL), ("srun", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text.format(folder=project))
+        (bin_dir / name).chmod(0o755)
+    (project / "study.toml").write_text(LOCAL_STUDY)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    argv = ["study", "run", "study.toml", "--set", "train.epochs=1", "--executor", "slurm"]
+    both = [subprocess.Popen([sys.executable, "-c", RACING_CLI, tag, *argv], cwd=project, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE) for tag in ("a", "b")]
+    outputs = [process.communicate(timeout=120) for process in both]
+    assert [process.returncode for process in both] == [0, 0], outputs
+    runs = [d for d in (project / "runs").iterdir() if d.name != "sweeps"]
+    assert len(runs) == 3, [out for out, _ in outputs]  # and the queueing lock is gone with its holder
+    said = sorted(out for out, _ in outputs)
+    assert "0 queued or running, 0 queued again, 3 new" in said[0]
+    assert "3 queued or running, 0 queued again, 0 new" in said[1]
+    assert (project / "next-job").read_text().strip() == "103"  # each run submitted once
+
+
+def test_a_study_being_queued_past_the_wait_is_named_and_a_killed_one_blocks_nothing(registry, tmp_path,
+                                                                                        monkeypatch):
+    import signal
+    import subprocess
+    import sys
+
+    from fslab.execution import studies
+
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    holding = ("import sys, time; from pathlib import Path; from fslab.execution.studies import queueing\n"
+               "with queueing(Path(sys.argv[1]), 'nca-table3'):\n    print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", holding, str(config.runs_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        monkeypatch.setattr(studies, "QUEUE_WAIT_S", 0.3)
+        with pytest.raises(UsageError, match=rf"^study nca-table3 is being queued by pid {holder.pid} on host \S+ "
+                                             r"for over 0.3 s; run this study again once it is queued"):
+            queue_study(study, "paper", settings=config, registry=registry)
+        assert [p.name for p in config.runs_dir.iterdir()] == [studies.QUEUE_LOCK]  # nothing queued
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # the killed holder's lock file stays, naming it, but holds nothing: the next study takes and removes it
+    assert "nca-table3" in (config.runs_dir / studies.QUEUE_LOCK).read_text()
+    assert len(queue_study(study, "paper", settings=config, registry=registry).created) == 6
+    assert not (config.runs_dir / studies.QUEUE_LOCK).exists()
+
+
 @pytest.mark.parametrize("name", ["sen-table2", "lpn-table1"])
 def test_protonet_papers_train_as_snells_code(registry, tmp_path, name):
     """The SEN and L-PN papers build on Snell et al.'s ProtoNet code: Adam at

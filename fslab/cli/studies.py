@@ -170,7 +170,8 @@ def run(
 
     Runs already in the store with the same resolved settings are reused: completed ones count as done, queued
     or running ones are left to finish, failed, killed or lost ones resume from their checkpoints. So the same
-    command again picks up where an interrupted study stopped.
+    command again picks up where an interrupted study stopped. Two started at once in one project queue each
+    run once: the second waits for the first to finish queueing (runs/.study-queue.lock), then reuses its runs.
 
     --dataset trains every sweep on that dataset instead (the report then says the numbers are not comparable).
     --set changes a setting the study fixes (not comparable either); a key the study varies, the seed and the

@@ -11,18 +11,31 @@ are recorded as one sweep (``runs/sweeps/<id>.json``) that also names the study,
 the scale, the settings changed on the command line and each run's place in the
 study, which is what the report reads;
 so running the same command again after an interruption picks up where it was.
+
+Two ``fslab study run`` at once in one project (two terminals) would each find
+the other's runs missing and create them twice, so the looking up and creating
+happens holding ``runs/.study-queue.lock`` (:func:`queueing`): the second waits
+for the first to finish queueing, then reuses its runs as queued or running.
+The lock is an ``flock``, which the kernel releases however its holder ends, so
+a killed ``fslab study run`` never leaves it held (only its file, which the next
+one takes and removes).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run, create_run, list_runs
-from fslab.core.states import LIVE
+from fslab.core.states import HOST, LIVE
 from fslab.core.studies import (
     PlannedRun,
     Study,
@@ -75,13 +88,105 @@ def _best(runs: list[Run]) -> tuple[Run, str] | None:
     return None
 
 
+QUEUE_LOCK = ".study-queue.lock"
+QUEUE_WAIT_S = 300.0  # the longest a study waits for another's queueing (seconds: resolving, never training)
+
+
+@contextmanager
+def queueing(runs_dir: Path, study: str, wait: float | None = None) -> Iterator[None]:
+    """Hold ``runs/.study-queue.lock`` (its line names this process and ``study``),
+    waiting up to ``wait`` seconds (:data:`QUEUE_WAIT_S`) while another study is
+    being queued; past that, a UsageError naming that study and its process. The
+    file is removed when queueing ends, and the runs folder too where it was made
+    for the lock and nothing was queued, so a refused study leaves nothing."""
+    runs_dir = Path(runs_dir)
+    made = not runs_dir.exists()
+    fd = _take_queue_lock(runs_dir / QUEUE_LOCK, study, QUEUE_WAIT_S if wait is None else wait)
+    try:
+        yield
+    finally:
+        try:  # under the lock: a process waiting on this file finds it gone and opens the next one
+            os.unlink(runs_dir / QUEUE_LOCK)
+        except OSError:
+            pass
+        os.close(fd)  # releases the lock
+        if made:
+            try:
+                runs_dir.rmdir()  # only if empty
+            except OSError:
+                pass
+
+
+def _take_queue_lock(path: Path, study: str, limit: float) -> int:
+    """A descriptor holding ``path`` locked, the file still the one at ``path``."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        except FileNotFoundError:
+            fd = None  # the folder removed by the holder that made it, just now: make it again
+        except OSError as exc:
+            raise UsageError(f"cannot open {path}, the lock that keeps two studies from queueing the same runs "
+                             f"({exc.strerror or exc})") from None
+        if fd is not None:
+            if _locked(fd) and _is_at(fd, path):
+                line = f"{os.getpid()} {HOST} {study}\n".encode()
+                os.pwrite(fd, line, 0)
+                os.ftruncate(fd, len(line))
+                return fd
+            os.close(fd)
+        if time.monotonic() >= deadline:
+            raise UsageError(f"{_queueing_holder(path)} for over {limit:g} s; run this study "
+                             f"again once it is queued (its runs are then reused, not created twice)")
+        time.sleep(0.05)
+
+
+def _locked(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file is still the one at ``path`` (its holder removes it when done)."""
+    try:
+        here = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _queueing_holder(path: Path) -> str:
+    """``study NAME is being queued by pid P on host H``, from the lock file's line."""
+    try:
+        words = path.read_text(encoding="utf-8", errors="replace").split(maxsplit=2)
+    except OSError:
+        words = []
+    if len(words) < 3:
+        return "another study is being queued in this project"
+    return f"study {words[2].strip()} is being queued by pid {words[0]} on host {words[1]}"
+
+
 def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | None = None,
                 data_root: str | None = None, extra: tuple[dict, ...] = (), slurm=None,
                 again: str | None = None) -> StudyRuns:
     """Resolve the study's runs, reuse what the store has, create the rest
     ``queued`` and record them all as one sweep naming the study (not started here:
     :func:`fslab.execution.executor.start_study` starts them). ``again``: the command
-    that runs the study this way again (what ``fslab stop SWEEP`` says to go on with)."""
+    that runs the study this way again (what ``fslab stop SWEEP`` says to go on with).
+    Done holding :func:`queueing`'s lock, so a study queued at the same time waits and
+    then reuses these runs."""
+    with queueing(settings.runs_dir, study.name):
+        return _queue_study(study, scale, settings=settings, registry=registry, dataset=dataset,
+                            data_root=data_root, extra=extra, slurm=slurm, again=again)
+
+
+def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str | None,
+                 data_root: str | None, extra: tuple[dict, ...], slurm, again: str | None) -> StudyRuns:
     resolved = resolve_study(study, scale, settings=settings, registry=registry, dataset=dataset,
                              data_root=data_root, extra=extra)
     store = existing_runs(settings.runs_dir)
