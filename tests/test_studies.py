@@ -301,7 +301,7 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [REPRODUCED, REPRODUCED]
     assert all(r["difference"] == pytest.approx(0.0) for r in report["rows"] if r["sweep"] == "nca")
     csv_text = render(report, "csv")
-    assert csv_text.splitlines()[1].startswith("NCA,synthetic,,5,1,60.0,0.5,60.0000,0.0000,10,2,2,0.0,reproduced")
+    assert csv_text.splitlines()[1].startswith("NCA,synthetic,,5,1,60.0,0.5,60.0,0.0,10,2,2,0.0,reproduced")
     latex = render(report, "latex")
     assert "\\begin{tabular}" in latex and "60.00 $\\pm$ 0.50" in latex
     # a completed seed whose scores are gone (a copy that left evaluations/ behind) adds nothing to the pool:
@@ -312,6 +312,37 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert [(r["verdict"], r["completed"], r["scored"], r["measured"]["episodes"]) for r in rows] == [
         (PENDING, 2, 1, 5), (PENDING, 2, 1, 5)]
     assert "| 60.00 ± 0.00 (1/2 runs) | +0.00 | pending |" in render(report, "md")
+
+
+def test_report_json_and_csv_give_every_accuracy_ci_and_difference_in_percent_and_say_so(registry, project):
+    """JSON gave the published value, its CI and the difference in percent but fslab's mean and CI as
+    fractions (60.0 beside 0.7); CSV gave all in percent without saying so. Both now name the unit."""
+    import csv
+    import io
+
+    (project / "study.toml").write_text(LOCAL_STUDY)  # 3 seeds; published 5-shot 90.0 ± 0.3
+    queued = queue_study(find_study(registry, "study.toml"), "paper", settings=store(project), registry=registry)
+    runs = [Run(project / "runs" / i) for i in queued.created]
+    finish(runs[0], {5: [0.8, 1.0] * 2})
+    finish(runs[1], {5: [0.9] * 4})
+    finish(runs[2], {5: [0.9] * 4})  # pooled: 90.0 ± 1.96·sd/√12, 4 of the 12 episodes 10 points off
+    ci = 100 * 1.96 * (4 * 0.01 / 12) ** 0.5 / 12 ** 0.5
+    out = fslab("study", "report", "study.toml", "--format", "json", cwd=project)
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)["rows"][0]
+    assert (row["published_pct"], row["published_ci95_pct"], row["difference_pct"]) == (90.0, 0.3, 0.0)
+    assert row["measured"]["accuracy_pct"] == 90.0 and row["measured"]["ci95_pct"] == pytest.approx(ci, abs=1e-4)
+    assert row["measured"]["episodes"] == 12 and row["verdict"] == REPRODUCED
+    assert not {"published", "published_ci95", "difference"} & set(row) and "accuracy" not in row["measured"]
+    out = fslab("study", "report", "study.toml", "--format", "csv", cwd=project)
+    assert out.returncode == 0, out.stderr
+    [line] = csv.DictReader(io.StringIO(out.stdout))
+    assert [line[k] for k in ("published_pct", "published_ci95_pct", "accuracy_pct", "difference_pct")] == [
+        "90.0", "0.3", "90.0", "0.0"]
+    assert float(line["ci95_pct"]) == row["measured"]["ci95_pct"]
+    finish(runs[2], {5: [0.6] * 4})  # pooled 80.0: 10 points below
+    row = json.loads(fslab("study", "report", "study.toml", "--format", "json", cwd=project).stdout)["rows"][0]
+    assert row["difference_pct"] == pytest.approx(-10.0) and row["measured"]["accuracy_pct"] == pytest.approx(80.0)
 
 
 @pytest.mark.parametrize("change", [

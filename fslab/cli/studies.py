@@ -217,6 +217,9 @@ def report(
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
     pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's, or settings
     the study fixes changed by --set or by \\[run] of fslab.toml.
+
+    csv and json give every accuracy, CI and difference in percent (points), in columns and fields
+    named so: published_pct, published_ci95_pct, accuracy_pct, ci95_pct, difference_pct.
     """
     from fslab.core.errors import UsageError
     from fslab.core.studies import SCALES

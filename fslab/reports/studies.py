@@ -169,13 +169,13 @@ HEADER = ["method", "dataset", "setting", "episodes", "published", "fslab (mean 
 def render(report: dict, fmt: str) -> str:
     """The report as Markdown, LaTeX, CSV or JSON text."""
     if fmt == "json":
-        return json.dumps(report, indent=2)
+        return json.dumps({**report, "rows": [_json_row(row) for row in report["rows"]]}, indent=2)
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(["method", "dataset", "setting", "ways", "shots", "published", "published_ci95",
-                         "accuracy", "ci95", "episodes", "completed_runs", "expected_runs", "difference", "verdict",
-                         "scale", "split"])
+        writer.writerow(["method", "dataset", "setting", "ways", "shots", "published_pct", "published_ci95_pct",
+                         "accuracy_pct", "ci95_pct", "episodes", "completed_runs", "expected_runs", "difference_pct",
+                         "verdict", "scale", "split"])
         writer.writerows([*_csv_row(row, report["scale"]), report["split"]] for row in report["rows"])
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
@@ -194,21 +194,41 @@ def render(report: dict, fmt: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _json_row(row: dict) -> dict:
+    """A report row as ``--format json`` writes it: every accuracy, CI and difference in
+    percent (points), each named so (``_pct``), as the papers print them; the report's own
+    rows keep fslab's fractions for the measured ones (the figures read those)."""
+    out = {k: v for k, v in row.items() if k not in ("published", "published_ci95", "measured", "difference")}
+    at = list(out).index("shots") + 1
+    items = list(out.items())
+    m = row["measured"]
+    measured = None if m is None else {"accuracy_pct": _pct(m["accuracy"]), "ci95_pct": _pct(m["ci95"]),
+                                       **{k: v for k, v in m.items() if k not in ("accuracy", "ci95")}}
+    units = {"published_pct": row["published"], "published_ci95_pct": row["published_ci95"], "measured": measured,
+             "difference_pct": _points(row["difference"])}
+    return dict(items[:at] + list(units.items()) + items[at:])
+
+
 def _csv_row(row: dict, scale: str | None) -> list:
     m = row["measured"] or {}
-    difference = None if row["difference"] is None else round(row["difference"], 4)
     return [row["label"], row["dataset"], json.dumps(row["at"]) if row["at"] else "", row["ways"], row["shots"],
-            _blank(row["published"]), _blank(row["published_ci95"]), _percent(m.get("accuracy")),
-            _percent(m.get("ci95")), _blank(m.get("episodes")), row["completed"], row["expected"], _blank(difference),
-            row["verdict"], scale or ""]
+            _blank(row["published"]), _blank(row["published_ci95"]), _blank(_pct(m.get("accuracy"))),
+            _blank(_pct(m.get("ci95"))), _blank(m.get("episodes")), row["completed"], row["expected"],
+            _blank(_points(row["difference"])), row["verdict"], scale or ""]
 
 
 def _blank(value) -> str:
     return "" if value is None else str(value)
 
 
-def _percent(value) -> str:
-    return "" if value is None else f"{100 * value:.4f}"
+def _pct(fraction: float | None) -> float | None:
+    """A measured accuracy or CI (a fraction) in percent, to 4 decimals."""
+    return None if fraction is None else round(100 * fraction, 4)
+
+
+def _points(difference: float | None) -> float | None:
+    """A difference (already in percentage points) to 4 decimals."""
+    return None if difference is None else round(difference, 4)
 
 
 def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
