@@ -812,7 +812,9 @@ def test_a_plugin_ships_its_own_study_and_a_broken_one_is_reported(project):
     assert "my-paper.toml: sweep 'nca'.seeds: must be a whole number at least 1, got 0" in broken.stderr
 
 
-def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(project):
+def fake_slurm_study(project) -> dict:
+    """LOCAL_STUDY in ``project/study.toml`` and an environment whose sbatch, scancel and srun are
+    fakes that count the jobs submitted (``project/next-job``)."""
     from .test_slurm import COUNTING_SBATCH, FAKE_SCANCEL
 
     bin_dir = project / "bin"
@@ -821,7 +823,11 @@ def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(pro
         (bin_dir / name).write_text(text.format(folder=project))
         (bin_dir / name).chmod(0o755)
     (project / "study.toml").write_text(LOCAL_STUDY)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(project):
+    env = fake_slurm_study(project)
     argv = ["study", "run", "study.toml", "--set", "train.epochs=1", "--executor", "slurm"]
     first = fslab(*argv, cwd=project, env=env)
     assert first.returncode == 0, first.stderr
@@ -863,15 +869,7 @@ def test_two_study_runs_started_together_create_each_run_once(project):
     import subprocess
     import sys
 
-    from .test_slurm import COUNTING_SBATCH, FAKE_SCANCEL
-
-    bin_dir = project / "bin"
-    bin_dir.mkdir()
-    for name, text in (("sbatch", COUNTING_SBATCH), ("scancel", FAKE_SCANCEL), ("srun", "#!/bin/sh\nexit 0\n")):
-        (bin_dir / name).write_text(text.format(folder=project))
-        (bin_dir / name).chmod(0o755)
-    (project / "study.toml").write_text(LOCAL_STUDY)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env = fake_slurm_study(project)
     argv = ["study", "run", "study.toml", "--set", "train.epochs=1", "--executor", "slurm"]
     both = [subprocess.Popen([sys.executable, "-c", RACING_CLI, tag, *argv], cwd=project, env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for tag in ("a", "b")]
