@@ -279,3 +279,36 @@ def test_latex_escapes_what_a_label_may_hold(tmp_path):
                           "loss.note=50\\% of \\#1 \\{x\\_y\\} & 1 & 75.00 $\\pm$ 34.65 \\\\",
                           "loss.note=50\\% of \\#1 \\{x\\_y\\} $-$ loss.note=a \\& b, paired over the same episodes "
                           "& - & +0.00 $\\pm$ 0.00 \\\\"]
+
+
+def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_that_read_them(tmp_path, monkeypatch):
+    """compare reads one episode shape (--ways 5 --queries 15): a run evaluated only with 5 queries was
+    left out without a word, and 'no results' did not say which shapes the runs have."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+    from fslab.core.errors import UsageError
+    from fslab.core.runstore import create_run
+
+    def make(seed, queries):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed, "evaluator": {"name": "centroid"}})
+        for shots in (1, 5):
+            run.save_accuracies({"split": "test", "ways": 5, "shots": shots, "queries": queries, "episodes": 2,
+                                 "evaluator": "centroid", "seed": 0, "epoch": 1, "stream": 2, "accuracy": 0.5,
+                                 "ci95": 0.1}, [0.4, 0.6])
+        return run
+
+    fifteen, five = make(0, 15), make(1, 5)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    both = runner.invoke(app, ["compare", fifteen.id, five.id, "--json"])
+    assert both.exit_code == 0, both.output
+    assert both.stderr.strip() == (f"1 run without test scores for 5-way, 15 queries (left out): {five.id}; "
+                                   f"they have them for 5-way, 5 queries (--ways 5 --queries 5)")
+    assert [json.loads(line)["seeds"] for line in both.stdout.splitlines()] == [1]
+    alone = runner.invoke(app, ["compare", five.id])
+    assert isinstance(alone.exception, UsageError)
+    assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
+                                    "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "
+                                    "run: fslab eval RUN")
+    assert runner.invoke(app, ["compare", five.id, "--queries", "5"]).exit_code == 0

@@ -178,7 +178,7 @@ def compare_(
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
      "and paired differences to the first group.")
     from fslab.core.sweeps import select_runs
-    from fslab.reports.compare import FORMATS, compare, no_results, render
+    from fslab.reports.compare import FORMATS, compare, no_results, render, shapes_text
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
@@ -194,10 +194,17 @@ def compare_(
         if left := report[key]:
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
+    elsewhere = report["other_shapes"]
     if not any(row["results"] for row in report["groups"]):
         if evaluator is not None:
             check_evaluator(evaluator)
-        raise UsageError(no_results(split, ways, shots, queries, evaluator))
+        shapes = {shape for found in elsewhere.values() for shape in found}
+        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes))
+    if elsewhere:  # said once on stderr, as the runs left out above
+        shapes = {shape for found in elsewhere.values() for shape in found}
+        err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, {queries} queries "
+                          f"(left out): {shown(', '.join(list(elsewhere)[:5]))}{', ...' if len(elsewhere) > 5 else ''};"
+                          f" they have them for {shapes_text(shapes)}", highlight=False)
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
         return

@@ -228,8 +228,27 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
                 mean, ci = mean_ci(differences)
                 paired.append({"group": g.label, "baseline": baseline.label, "shots": n,
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
+    elsewhere = {r.id: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
+                 if not scored(r)}
     return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired,
-            "unreadable": unreadable, "repeated": repeated}
+            "unreadable": unreadable, "repeated": repeated,
+            "other_shapes": {run: shapes for run, shapes in elsewhere.items() if shapes}}
+
+
+def other_shapes(run: Run, split: str, shots: list[int], ways: int, queries: int, evaluator: str | None,
+                 files: RunFiles) -> list[tuple[int, int]]:
+    """The (ways, queries) of the run's saved ``split`` evaluations of ``shots`` by ``evaluator``
+    (default: its own) other than the one asked for: what ``--ways``/``--queries`` would read."""
+    label = own_evaluator(files.config(run)) if evaluator is None else canonical_evaluator(evaluator)
+    return sorted({(e["ways"], e["queries"]) for e in files.saved(run)
+                   if e["split"] == split and e["shots"] in shots and logged_evaluator(e) == label}
+                  - {(ways, queries)})
+
+
+def shapes_text(shapes) -> str:
+    """``5-way 5 queries (--queries 5)``: episode shapes, each with the options that select it."""
+    return ", ".join(f"{w}-way, {q} {'query' if q == 1 else 'queries'} (--ways {w} --queries {q})"
+                     for w, q in sorted(shapes))
 
 
 def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None,
@@ -263,7 +282,8 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
         "->": r"$\to$"}
 
 
-def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None) -> str:
+def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
+               shapes=()) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them."""
     by = f" by evaluator '{evaluator}'" if evaluator else ""
@@ -272,8 +292,9 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
         name, bracket, _ = evaluator.partition("[")
         run_eval += f" --evaluator {name}" + (" --set evaluator.KEY=VALUE for each parameter in its label"
                                               if bracket else "")
-    return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries} queries; "
-            f"finish them or run: {run_eval}")
+    have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
+    return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries} queries"
+            f"{have}; finish them or run: {run_eval}")
 
 
 def md(text: str) -> str:
