@@ -178,7 +178,7 @@ def compare_(
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
      "and paired differences to the first group.")
     from fslab.core.sweeps import select_runs
-    from fslab.reports.compare import FORMATS, compare, no_results, render, shapes_text
+    from fslab.reports.compare import FORMATS, compare, render
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
@@ -188,23 +188,7 @@ def compare_(
         raise UsageError("no runs to compare; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
-    # runs left out, said once on stderr so the report itself stays clean
-    for key, why in (("unreadable", "each one whose configuration cannot be read"),
-                     ("repeated", "each repeating the settings and seed of another (the newest with results counts)")):
-        if left := report[key]:
-            err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
-                              f"{', ...' if len(left) > 5 else ''}", highlight=False)
-    elsewhere = report["other_shapes"]
-    if not any(row["results"] for row in report["groups"]):
-        if evaluator is not None:
-            check_evaluator(evaluator)
-        shapes = {shape for found in elsewhere.values() for shape in found}
-        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes))
-    if elsewhere:  # said once on stderr, as the runs left out above
-        shapes = {shape for found in elsewhere.values() for shape in found}
-        err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, {queries} queries "
-                          f"(left out): {shown(', '.join(list(elsewhere)[:5]))}{', ...' if len(elsewhere) > 5 else ''};"
-                          f" they have them for {shapes_text(shapes)}", highlight=False)
+    _say_left_out(report, split, shots, evaluator)
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
         return
@@ -223,6 +207,28 @@ def compare_(
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
                       f"(paired over {p['episodes']} episodes)",
                       highlight=False)
+
+
+def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None) -> None:
+    """The runs compare left out, each kind said once on stderr so the report itself stays clean;
+    a UsageError where no run has scores of the shape asked for (naming the shapes they have)."""
+    from fslab.reports.compare import no_results, shapes_text
+
+    for key, why in (("unreadable", "each one whose configuration cannot be read"),
+                     ("repeated", "each repeating the settings and seed of another (the newest with results counts)")):
+        if left := report[key]:
+            err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
+                              f"{', ...' if len(left) > 5 else ''}", highlight=False)
+    elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
+    shapes = {shape for found in elsewhere.values() for shape in found}
+    if not any(row["results"] for row in report["groups"]):
+        if evaluator is not None:
+            check_evaluator(evaluator)
+        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes))
+    if elsewhere:
+        err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, {queries} queries "
+                          f"(left out): {shown(', '.join(list(elsewhere)[:5]))}{', ...' if len(elsewhere) > 5 else ''};"
+                          f" they have them for {shapes_text(shapes)}", highlight=False)
 
 
 def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
