@@ -135,9 +135,8 @@ def check_evaluator(label: str) -> None:
     (``knnn``), in one line with the names there are. Called where no run has
     scores by the label, so the labels of a plugin since uninstalled still work."""
     from fslab.core.errors import UnknownName
-    from fslab.core.events import canonical_evaluator
 
-    name = canonical_evaluator(label).partition("[")[0]
+    name = label.partition("[")[0]
     names = registry().names("evaluator")
     if name not in names:
         raise UnknownName("evaluator", name, names)

@@ -86,9 +86,7 @@ def canonical_evaluator(label: str) -> str:
     others sorted. A label of an evaluator no loaded plugin registers (or
     that does not parse) is kept as it is, only sorted when it parses."""
     name, bracket, rest = label.partition("[")
-    if not bracket:
-        return label
-    if not rest.endswith("]"):
+    if not bracket or not rest.endswith("]"):
         return label
     params = _split_params(rest[:-1])
     if params is None:
@@ -126,14 +124,30 @@ def _same_value(text: str, default) -> bool:
 def _evaluator_defaults(name: str) -> dict:
     """The defaults of the evaluator ``name`` as registered by the plugins of
     this project (``{}`` when none registers it). The registry is loaded the
-    first time a label with parameters is read (about 0.1 s, without torch)."""
+    first time a label with parameters is read (about 0.1 s, without torch),
+    and ``fslab.toml`` read again only when it changed (a summary reads a
+    label for every evaluation it folds)."""
+    from fslab.core.settings import settings_path
+
+    path = settings_path().resolve()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return _registered_defaults(_plugin_dirs(str(path), stamp)).get(name, {})
+
+
+@functools.cache
+def _plugin_dirs(settings_file: str, stamp: int | None) -> tuple[str, ...]:
+    """The plugin folders ``settings_file`` names, as of its modification time ``stamp``."""
+    from pathlib import Path
+
     from fslab.core.settings import load_settings
 
     try:
-        dirs = tuple(str(d) for d in load_settings().plugin_dirs)
+        return tuple(str(d) for d in load_settings(Path(settings_file)).plugin_dirs)
     except Exception:  # a broken fslab.toml is reported by the command that reads it
-        dirs = ()
-    return _registered_defaults(dirs).get(name, {})
+        return ()
 
 
 @functools.cache

@@ -79,9 +79,14 @@ class RunFiles:
         return self._flat[run]
 
     def saved(self, run: Run) -> list[dict]:
+        """The run's saved evaluations, each ``evaluator`` in its one spelling (read once)."""
         if run not in self._saved:
-            self._saved[run] = run.saved_accuracies()
+            self._saved[run] = [{**e, "evaluator": logged_evaluator(e)} for e in run.saved_accuracies()]
         return self._saved[run]
+
+    def label(self, run: Run, evaluator: str | None) -> str:
+        """The label of ``evaluator`` in its one spelling, or of the run's own where it is None."""
+        return own_evaluator(self.config(run)) if evaluator is None else canonical_evaluator(evaluator)
 
 
 @dataclass
@@ -138,10 +143,10 @@ def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int
 
 def _evaluations(run, split, shots, ways, queries, evaluator, files) -> list[dict]:
     files = files or RunFiles()
-    evaluator = own_evaluator(files.config(run)) if evaluator is None else canonical_evaluator(evaluator)
+    label = files.label(run, evaluator)
     return [e for e in files.saved(run)
-            if (e["split"], e["shots"], e["ways"], e["queries"], logged_evaluator(e)) == (split, shots, ways, queries,
-                                                                                         evaluator)]
+            if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
+                                                                                   label)]
 
 
 def has_results(run: Run, split: str, shots: list[int], ways: int, queries: int, evaluator: str | None = None,
@@ -239,9 +244,9 @@ def other_shapes(run: Run, split: str, shots: list[int], ways: int, queries: int
                  files: RunFiles) -> list[tuple[int, int]]:
     """The (ways, queries) of the run's saved ``split`` evaluations of ``shots`` by ``evaluator``
     (default: its own) other than the one asked for: what ``--ways``/``--queries`` would read."""
-    label = own_evaluator(files.config(run)) if evaluator is None else canonical_evaluator(evaluator)
+    label = files.label(run, evaluator)
     return sorted({(e["ways"], e["queries"]) for e in files.saved(run)
-                   if e["split"] == split and e["shots"] in shots and logged_evaluator(e) == label}
+                   if e["split"] == split and e["shots"] in shots and e["evaluator"] == label}
                   - {(ways, queries)})
 
 

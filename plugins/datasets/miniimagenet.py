@@ -75,7 +75,7 @@ class MiniImageNet(CachedDataset):
             return stem, params, [path], lambda: self._build_from_pickle(path, split, expected, list_name)
 
         csv_path, found, classes = self._csv_classes(split)
-        files = [self.root / "images" / name for c in classes for name in found[c]]
+        files = self._images(found, classes)
         labels = [i for i, c in enumerate(classes) for _ in found[c]]
         size = self.image_size
 
@@ -89,7 +89,11 @@ class MiniImageNet(CachedDataset):
         if self.source != "csv":
             return None, []
         csv_path, found, classes = self._csv_classes(split)
-        return csv_path, [self.root / "images" / name for c in classes for name in found[c]]
+        return csv_path, self._images(found, classes)
+
+    def _images(self, found: dict[str, list[str]], classes: list[str]) -> list[Path]:
+        """The image files the csv names for ``classes``, in class order."""
+        return [self.root / "images" / name for c in classes for name in found[c]]
 
     def class_counts(self, split):
         """Counted in the csv file; a pickle holds exactly its listed classes × 600 when
