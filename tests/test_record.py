@@ -181,7 +181,7 @@ def test_a_resume_keeps_the_evaluations_fslab_eval_logged_after_its_checkpoint(t
     assert [(e["event"], e.get("step"), e.get("source")) for e in logged_evals_and_all(run)] == [
         ("train", 1, None), ("checkpoint", 1, None), ("eval", None, "fslab eval")]
     assert read_summary(run.path).test_by_evaluator == {"knn": {"1-shot": {"accuracy": 0.4, "ci95": 0.02,
-                                                                           "episodes": 50}}}
+                                                                           "episodes": 50, "epoch": 1}}}
 
 
 def test_fslab_eval_beside_a_resume_logs_into_the_file_the_resume_left(tmp_path):

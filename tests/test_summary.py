@@ -40,6 +40,8 @@ def random_events(rng: random.Random, count: int) -> list[dict]:
             epoch += 1
         elif kind < 0.98:
             source = {"source": "fslab eval"} if rng.random() < 0.5 else {}
+            if source:  # of the latest checkpoint mostly; of an older one, or of no epoch said, now and then
+                source |= {"epoch": e} if (e := rng.choice([epoch - 1, epoch - 1, epoch - 2, None])) else {}
             label = rng.choice(["centroid", "knn[k=3]"]) if source else "centroid"
             events.append({"event": "eval", "split": "test", "ways": 5, "shots": rng.choice([1, 5]), "queries": 15,
                            "episodes": rng.choice([100, 2000]), "evaluator": label, "accuracy": rng.random(),
@@ -57,14 +59,20 @@ def brute_force(events: list[dict]) -> dict:
     last = trains[-1] if trains else {}
     own_val = [e for e in events if e["event"] == "eval" and e["split"] == "val" and "source" not in e]
     best = max(own_val, key=lambda e: e["accuracy"], default=None)  # the first of equal maxima
-    test, others = {}, {}
+    test, others, checkpoint = {}, {}, 0
     for e in events:
+        if e["event"] == "checkpoint":
+            checkpoint = max(checkpoint, e["epoch"])
         if e["event"] == "eval" and e["split"] == "test":
             value = {"accuracy": e["accuracy"], "ci95": e["ci95"], "episodes": e["episodes"]}
-            if "source" in e:
-                others.setdefault(e["evaluator"], {})[f"{e['shots']}-shot"] = value
-            else:
+            if "source" in e and e.get("epoch", checkpoint) >= checkpoint:  # not of an older checkpoint
+                others.setdefault(e["evaluator"], {})[f"{e['shots']}-shot"] = value | (
+                    {"epoch": e["epoch"]} if "epoch" in e else {})
+            elif "source" not in e:
                 test[f"{e['shots']}-shot"] = value
+    # a later checkpoint takes the scores of the ones before it away
+    others = {label: kept for label, scores in others.items()
+              if (kept := {n: v for n, v in scores.items() if v.get("epoch", checkpoint) >= checkpoint})}
     own = [e for e in events if "source" not in e]  # fslab eval's events are not the training's time
     starts = [i for i, e in enumerate(own) if e["event"] == "start"]
     life = [e for e in own[starts[-1]:] if e["event"] == "train"]  # the latest life's steps: the ETA's
@@ -254,3 +262,41 @@ def test_elapsed_and_eta_leave_out_the_time_a_resumed_run_lay_stopped_and_a_lost
     apply_status(again, {"started": 1000.0, "resumed": 5000.0, "heartbeat": 5062.0})
     add_lines(again, first_life + lines(start(5004.0), *(train(s, 5010.0 + s - 41) for s in range(41, 92))))
     assert (again.downtime, again.first_train, elapsed(again, 5065.0)) == (3900.0, (5010.0, 41), 165.0)
+
+
+def test_a_later_evaluation_of_an_older_checkpoint_no_longer_counts_once_the_run_trains_on(tmp_path):
+    """fslab eval scored a run's checkpoint of epoch 2; the run was then resumed and trained to epoch 3,
+    and fslab runs --evaluator knn still showed the epoch-2 network's score as the run's."""
+    from fslab.core.eventlog import EventLog
+
+    from .runs_helpers import fslab
+
+    run = create_run(tmp_path / "runs", "nca", own_config())
+    log = EventLog(run, echo=False)  # keeps summary.json in step, event by event, as the worker and fslab eval do
+    score = {"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 10000, "evaluator": "knn",
+             "ci95": 0.01, "source": "fslab eval"}
+
+    def knn_test():
+        listed = fslab("runs", "--json", "--evaluator", "knn", cwd=tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        (line,) = listed.stdout.splitlines()
+        return json.loads(line)["test"]
+
+    log.write("start", epochs=3, total_steps=30)
+    log.write("train", step=20, epoch=2, loss=0.5)
+    log.write("checkpoint", epoch=2, step=20)
+    log.write("eval", **score, epoch=2, accuracy=0.6)
+    assert knn_test() == {"5-shot": {"accuracy": 0.6, "ci95": 0.01, "episodes": 10000, "epoch": 2}}
+    log.write("start", epochs=3, total_steps=30)  # resumed: the network changes from here on
+    log.write("train", step=30, epoch=3, loss=0.4)
+    assert knn_test()["5-shot"]["epoch"] == 2  # still the latest checkpoint's score
+    log.write("checkpoint", epoch=3, step=30)
+    assert knn_test() == {}  # the epoch-2 network is gone
+    log.write("eval", **score, epoch=2, accuracy=0.61)  # begun before the checkpoint of epoch 3, logged after it
+    assert knn_test() == {}
+    log.write("eval", **score, epoch=3, accuracy=0.7)
+    assert knn_test() == {"5-shot": {"accuracy": 0.7, "ci95": 0.01, "episodes": 10000, "epoch": 3}}
+    log.close()
+    (run.path / SUMMARY_FILE).unlink()  # folded afresh from the files: the same
+    assert read_summary(run.path).test_of("knn") == {"5-shot": {"accuracy": 0.7, "ci95": 0.01, "episodes": 10000,
+                                                                "epoch": 3}}

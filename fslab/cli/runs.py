@@ -78,7 +78,8 @@ def runs(
                                                autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
     evaluator: Annotated[str | None, typer.Option(
-        help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own).",
+        help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
+             "of the run's latest checkpoint.",
         autocompletion=names_of("evaluator"))] = None,
     wide: WideFlag = False,
 ) -> None:

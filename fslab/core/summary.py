@@ -9,7 +9,9 @@ agree on every number:
 - the **test** accuracy is the one the training's own evaluator logged; test
   evaluations made later with ``fslab eval`` (another evaluator, or more
   episodes) are listed apart under ``test_by_evaluator``, by their label
-  (``knn[k=3]``), latest first;
+  (``knn[k=3]``), each score with the ``epoch`` of the checkpoint it scored;
+  one of a checkpoint older than the run's latest (the run resumed and trained
+  on since) no longer counts: the network it scored is gone;
 - the **best validation** accuracy is the best of the training's per-epoch
   validations.
 
@@ -39,13 +41,13 @@ from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
-SUMMARY_FORMAT = 4
+SUMMARY_FORMAT = 5
 # The worker writes events with json.dumps' default separators, so a train
 # line is recognised without parsing it; only the first and last of a batch
 # of lines matter, and parsing the rest would cost ~10 µs a line.
 TRAIN_MARK = b'"event": "train"'
 START_MARK = b'"event": "start"'
-UNUSED_MARKS = (b'"event": "checkpoint"', b'"event": "end"', b'"event": "resume"')
+UNUSED_MARKS = (b'"event": "end"', b'"event": "resume"')
 STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "resumed", "ended", "error", "sweep",
                "usage")
 MISSING = "missing"
@@ -84,7 +86,9 @@ class RunSummary:
     negatives: int | None = None
     best_val: dict | None = None  # {accuracy, ci95, episodes, epoch}
     test: dict = field(default_factory=dict)  # "5-shot" -> {accuracy, ci95, episodes}, the run's own evaluator
-    test_by_evaluator: dict = field(default_factory=dict)  # label -> "5-shot" -> {...}: later evaluations
+    # label -> "5-shot" -> {accuracy, ci95, episodes, epoch}: later evaluations of the latest checkpoint
+    test_by_evaluator: dict = field(default_factory=dict)
+    checkpoint: int | None = None  # the epoch of the latest checkpoint the training logged
     first_train: tuple | None = None  # (time, step) of the latest life's first logged training step: the ETA's
     last_train_time: float | None = None
     last_time: float | None = None  # of the latest event the training logged
@@ -119,9 +123,11 @@ DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
 # is told anew at each read, and the status fields are saved with the status.
 NOT_KEPT = ("id", "state", "created", "started", "resumed", "ended", "heartbeat", "error", "sweep", "usage")
 SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in (
-    "first_train", "last_train_time", "last_time", "downtime", "resumed", "heartbeat", "usage", "ways"))
+    "first_train", "last_train_time", "last_time", "downtime", "resumed", "heartbeat", "usage", "ways",
+    "checkpoint"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
-                 "test_by_evaluator", "first_train", "last_train_time", "last_time", "downtime", "corrupt")
+                 "test_by_evaluator", "checkpoint", "first_train", "last_train_time", "last_time", "downtime",
+                 "corrupt")
 
 
 # The Python types of the fields summary.json keeps (no field is a bool; a float loss may be NaN:
@@ -130,7 +136,8 @@ METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives
 _NONE = type(None)
 SAVED_TYPES = {
     **dict.fromkeys(("method", "loss_fn", "backbone", "dataset", "note"), (str, _NONE)),
-    **dict.fromkeys(("seed", "epochs", "ways", "epoch", "step", "total_steps", "positives", "negatives"),
+    **dict.fromkeys(("seed", "epochs", "ways", "epoch", "step", "total_steps", "positives", "negatives",
+                     "checkpoint"),
                     (int, _NONE)),
     "evaluator": (str,), "loss": (int, float, _NONE), "best_val": (dict, _NONE), "test": (dict,),
     "test_by_evaluator": (dict,), "first_train": (list, _NONE), "last_train_time": (int, float, _NONE),
@@ -224,6 +231,8 @@ def _fold(summary: RunSummary, event: dict) -> None:
         summary.first_train = None  # the ETA's rate is this life's: a resumed run's would count its stop
         summary.total_steps = _whole(event.get("total_steps"))
         summary.epochs = event["epochs"]
+    elif kind == "checkpoint":
+        _checkpoint(summary, event["epoch"])
     elif kind == "eval":
         if summary.ways is not None and event["ways"] != summary.ways:
             return  # episodes of another number of classes (eval.extra_ways, fslab eval --ways)
@@ -237,9 +246,26 @@ def _fold(summary: RunSummary, event: dict) -> None:
                 summary.best_val = {**value, "epoch": _whole(event.get("epoch"))}
             elif split == "test":
                 summary.test = {**summary.test, shots: value}
-        elif split == "test" and isinstance(label, str):
+        elif split == "test" and isinstance(label, str) and not _older(epoch := _whole(event.get("epoch")), summary):
+            if epoch is not None:  # the checkpoint it scored
+                value["epoch"] = epoch
             summary.test_by_evaluator = {**summary.test_by_evaluator,
                                          label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
+
+
+def _older(epoch: int | None, summary: RunSummary) -> bool:
+    """Whether a score of the checkpoint of ``epoch`` is of one older than the run's latest (one of an
+    unknown epoch, logged before fslab recorded it, is taken as it stands)."""
+    return epoch is not None and summary.checkpoint is not None and epoch < summary.checkpoint
+
+
+def _checkpoint(summary: RunSummary, epoch: int) -> None:
+    """A new latest checkpoint: the later evaluations of older ones no longer score the run's network
+    (it was resumed and trained on), and leave ``test_by_evaluator``."""
+    summary.checkpoint = epoch if summary.checkpoint is None else max(summary.checkpoint, epoch)
+    kept = {label: {shots: score for shots, score in scores.items() if not _older(score.get("epoch"), summary)}
+            for label, scores in summary.test_by_evaluator.items()}
+    summary.test_by_evaluator = {label: scores for label, scores in kept.items() if scores}
 
 
 def eta(summary: RunSummary, now: float) -> float | None:
