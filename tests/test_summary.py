@@ -300,3 +300,32 @@ def test_a_later_evaluation_of_an_older_checkpoint_no_longer_counts_once_the_run
     (run.path / SUMMARY_FILE).unlink()  # folded afresh from the files: the same
     assert read_summary(run.path).test_of("knn") == {"5-shot": {"accuracy": 0.7, "ci95": 0.01, "episodes": 10000,
                                                                 "epoch": 3}}
+
+
+def test_a_later_evaluation_of_another_query_count_gives_way_to_one_of_the_runs_own(tmp_path):
+    """fslab eval --queries 5 after fslab eval at the run's 15 queries took the run's knn column, unsaid."""
+    from fslab.core.eventlog import EventLog
+    from fslab.core.events import table_score
+
+    run = create_run(tmp_path / "runs", "nca", own_config(eval={"ways": 5, "queries": 15}))
+    log = EventLog(run, echo=False)
+    score = {"split": "test", "ways": 5, "shots": 5, "episodes": 1000, "evaluator": "knn", "ci95": 0.01,
+             "source": "fslab eval"}
+    log.write("checkpoint", epoch=2, step=20)
+    log.write("eval", **score, queries=5, epoch=2, accuracy=0.5)  # the only one yet: shown, its count said
+    held = read_summary(run.path).test_of("knn")["5-shot"]
+    assert held == {"accuracy": 0.5, "ci95": 0.01, "episodes": 1000, "epoch": 2, "queries": 5}
+    assert table_score(held) == "50.00±1.00 (5q)"
+    log.write("eval", **score, queries=15, epoch=2, accuracy=0.6)  # the run's own count takes its place
+    log.write("eval", **score, queries=5, epoch=2, accuracy=0.55)  # and keeps it against another count
+    log.write("eval", **score | {"shots": 1}, queries=30, epoch=2, accuracy=0.4)
+    expected = {"5-shot": {"accuracy": 0.6, "ci95": 0.01, "episodes": 1000, "epoch": 2},
+                "1-shot": {"accuracy": 0.4, "ci95": 0.01, "episodes": 1000, "epoch": 2, "queries": 30}}
+    assert read_summary(run.path).test_of("knn") == expected
+    log.write("checkpoint", epoch=3, step=30)
+    log.write("eval", **score, queries=5, epoch=3, accuracy=0.7)  # of a newer network: the only score of it
+    assert read_summary(run.path).test_of("knn") == {
+        "5-shot": {"accuracy": 0.7, "ci95": 0.01, "episodes": 1000, "epoch": 3, "queries": 5}}
+    log.close()
+    (run.path / SUMMARY_FILE).unlink()  # folded afresh from the files: the same
+    assert read_summary(run.path).test_of("knn")["5-shot"]["queries"] == 5

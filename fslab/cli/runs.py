@@ -79,7 +79,7 @@ def runs(
     sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
-             "of the run's latest checkpoint.",
+             "of the run's latest checkpoint (at another query count than the run's, '(5q)' says so).",
         autocompletion=names_of("evaluator"))] = None,
     wide: WideFlag = False,
 ) -> None:

@@ -23,8 +23,11 @@ def score_cell(event: dict) -> str:
 
 def table_score(value: dict | None) -> str:
     """A score cell of the runs tables (``fslab runs``, the dashboard):
-    :func:`score_cell`, or ``-`` where there is no score."""
-    return score_cell(value) if value else "-"
+    :func:`score_cell`, with its query count where that is not the run's
+    (``61.02±0.40 (5q)``), or ``-`` where there is no score."""
+    if not value:
+        return "-"
+    return score_cell(value) + (f" ({value['queries']}q)" if "queries" in value else "")
 
 
 def accuracy_text(event: dict) -> str:

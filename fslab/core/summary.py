@@ -41,7 +41,7 @@ from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
-SUMMARY_FORMAT = 5
+SUMMARY_FORMAT = 6
 # The worker writes events with json.dumps' default separators, so a train
 # line is recognised without parsing it; only the first and last of a batch
 # of lines matter, and parsing the rest would cost ~10 µs a line.
@@ -68,6 +68,7 @@ class RunSummary:
     epochs: int | None = None
     evaluator: str = "centroid"  # the label of the run's own evaluator
     ways: int | None = None  # eval.ways: the evaluations summed up are of this many classes
+    queries: int | None = None  # eval.queries: a later evaluation of another count gives way to one of this
     # status.json
     created: float | None = None
     started: float | None = None
@@ -124,7 +125,7 @@ DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
 NOT_KEPT = ("id", "state", "created", "started", "resumed", "ended", "heartbeat", "error", "sweep", "usage")
 SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in (
     "first_train", "last_train_time", "last_time", "downtime", "resumed", "heartbeat", "usage", "ways",
-    "checkpoint"))
+    "queries", "checkpoint"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "checkpoint", "first_train", "last_train_time", "last_time", "downtime",
                  "corrupt")
@@ -136,7 +137,7 @@ METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives
 _NONE = type(None)
 SAVED_TYPES = {
     **dict.fromkeys(("method", "loss_fn", "backbone", "dataset", "note"), (str, _NONE)),
-    **dict.fromkeys(("seed", "epochs", "ways", "epoch", "step", "total_steps", "positives", "negatives",
+    **dict.fromkeys(("seed", "epochs", "ways", "queries", "epoch", "step", "total_steps", "positives", "negatives",
                      "checkpoint"),
                     (int, _NONE)),
     "evaluator": (str,), "loss": (int, float, _NONE), "best_val": (dict, _NONE), "test": (dict,),
@@ -166,7 +167,7 @@ def trusted_fields(fields) -> bool:
 def _score(score) -> bool:  # schemas.SCORE: two fractions, and the metric when it is not accuracy
     return (type(score) is dict and type(accuracy := score.get("accuracy")) in (int, float)
             and type(ci95 := score.get("ci95")) in (int, float) and 0 <= accuracy <= 1 and 0 <= ci95 <= 1
-            and type(score.get("metric", "")) is str)
+            and type(score.get("metric", "")) is str and type(score.get("queries", 0)) is int)
 
 
 def _name(section) -> str | None:
@@ -192,7 +193,7 @@ def apply_config(summary: RunSummary, config: dict) -> None:
     summary.dataset, summary.epochs = _name(config.get("dataset")), _whole(train.get("epochs"))
     summary.evaluator = own_evaluator(config)
     evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
-    summary.ways = _whole(evaluation.get("ways"))
+    summary.ways, summary.queries = _whole(evaluation.get("ways")), _whole(evaluation.get("queries"))
 
 
 def apply_status(summary: RunSummary, status: dict) -> None:
@@ -247,10 +248,23 @@ def _fold(summary: RunSummary, event: dict) -> None:
             elif split == "test":
                 summary.test = {**summary.test, shots: value}
         elif split == "test" and isinstance(label, str) and not _older(epoch := _whole(event.get("epoch")), summary):
-            if epoch is not None:  # the checkpoint it scored
-                value["epoch"] = epoch
-            summary.test_by_evaluator = {**summary.test_by_evaluator,
-                                         label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
+            _later_test(summary, label, shots, value, epoch, _whole(event.get("queries")))
+
+
+def _later_test(summary: RunSummary, label: str, shots: str, value: dict, epoch: int | None,
+                queries: int | None) -> None:
+    """A later evaluation's score, unless it is of another query count than the run's ``eval.queries``
+    and the same checkpoint already has a score at that count (``fslab eval --queries 5`` after the
+    run's own shape: a table's column is of one shape)."""
+    if epoch is not None:  # the checkpoint it scored
+        value["epoch"] = epoch
+    if queries is not None and summary.queries is not None and queries != summary.queries:
+        value["queries"] = queries  # said, since it is not the run's shape
+        held = summary.test_by_evaluator.get(label, {}).get(shots)
+        if held is not None and "queries" not in held and held.get("epoch") == epoch:
+            return
+    summary.test_by_evaluator = {**summary.test_by_evaluator,
+                                 label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
 
 
 def _older(epoch: int | None, summary: RunSummary) -> bool:
