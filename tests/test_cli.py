@@ -326,6 +326,23 @@ def test_help_paragraphs_fill_the_terminal_width():
                     f"fslab {' '.join(path)} --help breaks early: {line.strip()!r} / {after.strip()!r}"
 
 
+def test_each_command_is_listed_on_one_line_of_its_groups_help():
+    """A group's --help lists each command by the first paragraph of its help, line breaks kept (typer's
+    rich mode): one broken at the source's 120 columns came out as two ragged lines under `fslab --help`."""
+    from typer.main import get_command
+
+    from fslab.cli import app
+
+    def every(command, path):
+        yield path, command
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            yield from every(sub, [*path, name])
+
+    for path, command in every(get_command(app), []):
+        first = (command.short_help or command.help or "").strip().split("\n\n")[0]
+        assert "\n" not in first.strip(), f"fslab {' '.join(path)}: its first help paragraph spans lines"
+
+
 def test_the_readme_cites_papers_not_a_missing_spec():
     from pathlib import Path
 

@@ -191,8 +191,7 @@ def resume(
         help="local or slurm (default: where the run last ran).")] = None,
     slurm: SlurmOpt = None,
 ) -> None:
-    """Continue a killed, lost or failed run from its last checkpoint, in the same folder
-    (a --gpus N run resumes with N processes again).
+    """Continue a killed, lost or failed run from its last checkpoint, in its folder (--gpus N: on N again).
 
     A run whose worker still lives, even paused, is refused: one worker per run.
 

@@ -23,9 +23,10 @@ def plugin(
         help="A component to include: loss, backbone, sampler, evaluator, dataset, method, sink or study (repeatable; "
              "default: loss).")] = None,
 ) -> None:
-    """Write a pip-installable fslab plugin package into ./NAME: pyproject.toml with the fslab entry points,
-    one working example module per --kind, a README and tests that run fslab's contracts (fslab.testing).
-    Then: pip install -e ./NAME && (cd NAME && pytest)."""
+    """Write a pip-installable fslab plugin package into ./NAME, with tests that run fslab's contracts.
+
+    The package has a pyproject.toml with fslab's entry points, one working example module per --kind, a
+    README and tests (fslab.testing). Then: pip install -e ./NAME && (cd NAME && pytest)."""
     from fslab.core.errors import UnknownName
     from fslab.kit import KINDS, check_name, write_plugin
 

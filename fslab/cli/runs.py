@@ -138,8 +138,7 @@ def _row(s, test: dict) -> list[str]:
 
 @app.command()
 def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None:
-    """Show one run: state, its settings that are not fslab's defaults, progress, every evaluation and where its
-    time went."""
+    """Show one run: state, settings other than the defaults, progress, evaluations and where its time went."""
     from fslab.core.runstore import find_run
     from fslab.core.summary import read_summary
     from fslab.core.timing import time_line, time_split
