@@ -92,6 +92,7 @@ def test_eval_sends_the_new_scores_to_the_sinks_the_run_trained_with(project):
     assert recorded() == events(run_dir)  # what the live sink got
     done = fslab("eval", run_dir.name, "--evaluator", "knn", "--shots", "1", "--episodes", "20", cwd=project)
     assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{run_dir.name} test 5-way 1-shot, 15 queries, 20 episodes (knn, checkpoint ")
     sent = len(events(run_dir))
     assert done.stderr == f"{run_dir.name}: sent again to recorder with the new scores ({sent} events)\n"
     assert recorded() == events(run_dir)  # once each, the new evaluation among them

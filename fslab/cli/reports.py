@@ -86,7 +86,8 @@ def eval_(
                 record[result["metric"]] = record.pop("accuracy")
             print(json.dumps({"run": run_.id, **record}))
         else:
-            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['episodes']} episodes "
+            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['queries']} queries, "
+                          f"{result['episodes']} episodes "
                           f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
                           f"{accuracy_text(result)}",
                           highlight=False)
