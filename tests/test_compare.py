@@ -9,7 +9,7 @@ import random
 import pytest
 
 from fslab.core.errors import UsageError
-from fslab.core.runstore import create_run
+from fslab.core.runstore import create_run, list_runs
 from fslab.reports.compare import compare, mean_ci, render
 
 from .runs_helpers import fslab
@@ -312,3 +312,25 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
                                     "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "
                                     "run: fslab eval RUN")
     assert runner.invoke(app, ["compare", five.id, "--queries", "5"]).exit_code == 0
+
+
+def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path):
+    """Runs tested with retrieval-map pool their mAP; compare showed it as a bare number, read as accuracy."""
+    for seed, scores in ((0, [0.4, 0.5]), (1, [0.3, 0.6])):
+        config = {"method": "map", "seed": seed, "evaluator": {"name": "retrieval-map"}, "loss": {"name": "map"}}
+        run = create_run(tmp_path / "runs", "map", config)
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
+                             "evaluator": "retrieval-map", "metric": "map", "seed": 0, "epoch": 2,
+                             "accuracy": sum(scores) / 2, "ci95": 0.0}, scores)
+    report = compare(list_runs(tmp_path / "runs"), shots=[5])
+    (row,) = report["groups"]
+    mean, ci = direct_ci([0.4, 0.5, 0.3, 0.6])
+    got = dict(row["results"]["5-shot"])
+    assert math.isclose(got.pop("accuracy"), mean) and math.isclose(got.pop("ci95"), ci)
+    assert got == {"episodes": 4, "runs": 2, "metric": "map"}
+    assert f"| mAP {100 * mean:.2f} ± {100 * ci:.2f} |" in render(report, "md")
+    assert "mAP 45.00" in render(report, "latex")
+    header, line = list(csv.reader(io.StringIO(render(report, "csv"))))
+    assert header[-1] == "metric" and line[-1] == "map"
+    shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
+    assert shown.returncode == 0 and f"mAP {100 * mean:.2f}±{100 * ci:.2f} (4)" in shown.stdout, shown.stderr

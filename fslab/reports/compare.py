@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from fslab.core.config import PLUGIN_SECTIONS, assignment, outside_settings
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.events import canonical_evaluator, logged_evaluator, own_evaluator
+from fslab.core.events import canonical_evaluator, logged_evaluator, metric_label, own_evaluator
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.studies import IGNORED
@@ -178,7 +178,11 @@ def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
     if not values:
         return None
     mean, ci = mean_ci(values)
-    return {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": sum(1 for e in evals if e)}
+    result = {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": sum(1 for e in evals if e)}
+    metrics = {e.get("metric", "accuracy") for e in evals if e}  # one evaluator's: one metric
+    if metrics != {"accuracy"}:  # a retrieval evaluator's mAP, kept under "accuracy" too: tables say which
+        result["metric"] = "/".join(sorted(metrics))
+    return result
 
 
 def one_run_per_seed(runs: list[Run], files: RunFiles, scored) -> tuple[list[Run], list[Run]]:
@@ -325,12 +329,16 @@ def render(report: dict, fmt: str) -> str:
         # baseline named) fills only the difference columns, so no column holds both.
         columns = ([f"{s} {c}" for s in shots for c in ("accuracy", "ci95", "episodes")]
                    + [f"{s} {c}" for s in shots for c in ("difference", "difference ci95", "difference episodes")])
-        writer.writerow(["group", "baseline", "seeds", *columns])
+        # The last column names what the numbers measure: accuracy, or a retrieval evaluator's map.
+        metrics = {row["group"]: "/".join(sorted({r.get("metric", "accuracy") for r in row["results"].values()}))
+                   for row in report["groups"]}
+        writer.writerow(["group", "baseline", "seeds", *columns, "metric"])
         for row in report["groups"]:
             cells = {}
             for s, r in row["results"].items():
                 cells |= {f"{s} accuracy": r["accuracy"], f"{s} ci95": r["ci95"], f"{s} episodes": r["episodes"]}
-            writer.writerow([row["group"], "", row["seeds"], *[cells.get(c, "") for c in columns]])
+            writer.writerow([row["group"], "", row["seeds"], *[cells.get(c, "") for c in columns],
+                             metrics[row["group"]]])
         for group in dict.fromkeys(p["group"] for p in report["paired"]):
             cells = {}
             for p in report["paired"]:
@@ -338,7 +346,7 @@ def render(report: dict, fmt: str) -> str:
                     s, baseline = f"{p['shots']}-shot", p["baseline"]
                     cells |= {f"{s} difference": p["difference"], f"{s} difference ci95": p["ci95"],
                               f"{s} difference episodes": p["episodes"]}
-            writer.writerow([group, baseline, "", *[cells.get(c, "") for c in columns]])
+            writer.writerow([group, baseline, "", *[cells.get(c, "") for c in columns], metrics.get(group, "")])
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
@@ -346,8 +354,8 @@ def render(report: dict, fmt: str) -> str:
     header = ["group", "seeds", *shots]
     lines = []
     for row in report["groups"]:
-        cells = [f"{100 * r['accuracy']:.2f}{pm}{100 * r['ci95']:.2f}" if (r := row["results"].get(s)) else "-"
-                 for s in shots]
+        cells = [f"{metric_label(r)}{100 * r['accuracy']:.2f}{pm}{100 * r['ci95']:.2f}"
+                 if (r := row["results"].get(s)) else "-" for s in shots]
         lines.append([row["group"], str(row["seeds"]), *cells])
     # Each paired difference to the first group as a row of its own, in points with its sign.
     for group in dict.fromkeys(p["group"] for p in report["paired"]):
