@@ -53,7 +53,9 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 # 1.7: canonical_evaluator(label): a label in its one spelling (parameters at their defaults left out,
 #      the rest sorted), as evaluator_label now gives it; older runs' events may spell labels out.
 # 1.8: fslab.create calls a component's check= too, with context None (no run to read).
-API_VERSION = "1.8"
+# 1.9: a run's events and evaluations/ spell an evaluator's every parameter out (knn[k=0,ties=nearest]):
+#      a sink naming evaluations reads their label through canonical_evaluator.
+API_VERSION = "1.9"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",

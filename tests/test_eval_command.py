@@ -96,7 +96,7 @@ def test_eval_sends_the_new_scores_to_the_sinks_the_run_trained_with(project):
     sent = len(events(run_dir))
     assert done.stderr == f"{run_dir.name}: sent again to recorder with the new scores ({sent} events)\n"
     assert recorded() == events(run_dir)  # once each, the new evaluation among them
-    assert [e["evaluator"] for e in recorded() if e.get("source") == "fslab eval"] == ["knn"]
+    assert [e["evaluator"] for e in recorded() if e.get("source") == "fslab eval"] == ["knn[k=0,ties=nearest]"]
     quiet = fslab("eval", run_dir.name, "--shots", "5", "--episodes", "20", "--no-sinks", cwd=project)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert len(events(run_dir)) == len(recorded()) + 1  # saved, not sent

@@ -406,8 +406,9 @@ def test_fslab_eval_with_every_feature_evaluator(trained_run, builtin_plugins, m
     assert (retrieval["shots"], retrieval["queries"]) == (1, 9)
     assert retrieval["metric"] == "map" and "accuracy" not in retrieval and 0 < retrieval["map"] <= 1
     saved = sorted(p.name for p in (folder / "runs" / run_id / "evaluations").iterdir())
-    assert any(n.startswith("test-knn[k=3]-5way-5shot-5q-30ep") for n in saved)
-    assert any(n.startswith("test-retrieval-map-5way-1shot-9q-30ep") for n in saved)
+    # a record spells every parameter out, defaults included: it reads the same if a default changes
+    assert any(n.startswith("test-knn[k=3,ties=nearest]-5way-5shot-5q-30ep") for n in saved)
+    assert any(n.startswith("test-retrieval-map[images_per_class=10]-5way-1shot-9q-30ep") for n in saved)
 
     # bad parameters are usage errors (fslab's main turns them into one line and exit code 2)
     # (each checked as `fslab run --set` checks it: the same lines)
@@ -453,6 +454,18 @@ def test_fslab_eval_fine_tunes_on_few_episodes(trained_run, builtin_plugins, mon
 
 
 # -- fslab compare keeps evaluators and episode streams apart --------------------
+
+
+def test_a_recorded_label_keeps_its_meaning_when_a_default_changes(monkeypatch):
+    """Records spell every parameter out; a record written as 'knn' (defaults left out) would read as
+    whatever a later version's defaults are, so a knn of ties=nearest would pool with ties=smallest."""
+    from fslab.core import events
+
+    record = events.recorded_evaluator({"name": "knn", "k": 0, "ties": "nearest"})
+    assert record == "knn[k=0,ties=nearest]" and events.canonical_evaluator(record) == "knn"
+    monkeypatch.setattr(events, "_evaluator_defaults", lambda name: {"k": 0, "ties": "smallest"})  # a new default
+    assert events.canonical_evaluator(record) == "knn[ties=nearest]"  # still says what scored it
+    assert events.evaluator_label({"name": "knn", "k": 0, "ties": "smallest"}) == "knn"
 
 
 def test_compare_uses_each_runs_own_evaluator_and_pairs_one_stream_only(tmp_path):

@@ -29,8 +29,8 @@ def test_the_api_exports_what_it_declares():
     # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies;
     # 1.3 sinks (register_sinks, Sink, SinkRun); 1.4 dotted; 1.5 a sampler's batch=; 1.6 evaluator_label and
     # own_evaluator, the labels evaluations are saved under; 1.7 canonical_evaluator, a label in its one spelling;
-    # 1.8 fslab.create runs check= with context None
-    assert api.API_VERSION == "1.8"
+    # 1.8 fslab.create runs check= with context None; 1.9 events spell every evaluator parameter out
+    assert api.API_VERSION == "1.9"
     assert api.evaluator_label({"name": "knn", "ties": "nearest", "k": 3}) == "knn[k=3]"  # ties at its default
     assert api.evaluator_label({"name": "knn", "ties": "smallest", "k": 3}) == "knn[k=3,ties=smallest]"
     assert api.own_evaluator({"evaluator": {"name": "soft", "temperature": 2.0}}) == "soft[temperature=2.0]"

@@ -80,6 +80,7 @@ def eval_(
                            evaluator=evaluator, params=params, device=device,
                            data_root=str(data_root.resolve()) if data_root else None)
     for result in results:
+        result = {**result, "evaluator": canonical_evaluator(result["evaluator"])}  # as fslab runs takes it
         if as_json:
             record = dict(result)
             if result["metric"] != "accuracy":  # e.g. "map": the score under its own name

@@ -70,13 +70,22 @@ def describe_event(event: dict) -> str:
 
 
 def evaluator_label(section: dict) -> str:
-    """The name an evaluator's results are saved and compared under: its name,
+    """The name an evaluator's results are read and compared under: its name,
     plus the parameters set to other values than its defaults (``knn[k=3]``),
     so evaluations by different evaluators or settings are never pooled or
     paired, and one evaluator has one label however it was spelt (``knn``,
     ``knn[k=0]`` and ``knn[k=0,ties=nearest]`` are all ``knn``)."""
+    return canonical_evaluator(recorded_evaluator(section))
+
+
+def recorded_evaluator(section: dict) -> str:
+    """The label an evaluation is written under (its events, its file in
+    ``evaluations/``): every parameter the section gives spelt out
+    (``knn[k=0,ties=nearest]``), so the record says what scored it even if a
+    later version of the plugin changes a default; readers take it in its one
+    spelling through :func:`canonical_evaluator`."""
     params = {k: v for k, v in section.items() if k != "name"}
-    return canonical_evaluator(_spelt(section["name"], [(k, str(params[k])) for k in params]))
+    return _spelt(section["name"], [(k, str(params[k])) for k in params])
 
 
 def _spelt(name: str, params: list[tuple[str, str]]) -> str:

@@ -76,7 +76,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     evaluator's own fixed shape), and for each: mean ± 95% CI of the episode
     scores, an ``eval`` event, and with ``save`` the per-episode scores.
 
-    ``label`` is the evaluator's label (:func:`fslab.core.events.evaluator_label`).
+    ``label`` is the evaluator's label as records spell it (:func:`fslab.core.events.recorded_evaluator`).
     An evaluation during training is placed in the log by ``at`` (its epoch
     and step); one made afterwards names its ``source`` and, since its place
     in the log says nothing, the episodes' identity (:data:`IDENTITY`).

@@ -26,7 +26,7 @@ import torch
 from fslab.core.config import RunConfig, run_config
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
-from fslab.core.events import evaluator_label
+from fslab.core.events import recorded_evaluator
 from fslab.core.files import temporary_path
 from fslab.core.registry import Registry, load_registry
 from fslab.core.rerun import check_checkpoint_whole
@@ -192,10 +192,11 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     checkpoint = Checkpoint(run, cfg, pick_device(device or cfg.device), registry)
     name = evaluator or cfg.evaluator["name"]
     own_params = plugin_kwargs(cfg.evaluator) if name == cfg.evaluator["name"] else {}
-    section = {"name": name, **own_params, **(params or {})}
+    # every parameter written out in the record, the registered defaults included (recorded_evaluator)
+    section = {"name": name, **registry.get("evaluator", name).params, **own_params, **(params or {})}
     classify = build_evaluator(registry, section)
     chosen = Episodes(split=split, ways=ways, shots=shots, queries=queries, count=episode_count(classify, episodes),
                       seed=cfg.eval.seed, epoch=checkpoint.epoch)
     inputs = evaluation_inputs(run, split, checkpoint, classify)
-    return evaluate_and_record(EventLog(run, echo=False), classify, evaluator_label(section), inputs, chosen,
+    return evaluate_and_record(EventLog(run, echo=False), classify, recorded_evaluator(section), inputs, chosen,
                                save=True, source="fslab eval")

@@ -20,7 +20,7 @@ import torch
 
 from fslab.core.config import RunConfig, run_config, tested_ways
 from fslab.core.eventlog import EventLog, truncate_to_checkpoint
-from fslab.core.events import evaluator_label
+from fslab.core.events import recorded_evaluator
 from fslab.core.files import atomic_write_json
 from fslab.core.registry import load_registry
 from fslab.core.runstore import Run
@@ -281,7 +281,7 @@ class Trainer:
         inputs = EvaluationInputs(labels=split.labels, features=features or (lambda: self.features_of(split.images)),
                                   network=feature_network(self.parts.model, ecfg.feature_stages), images=split.images,
                                   center=center, normalize=ecfg.normalize, device=self.device)
-        return evaluate_and_record(self.log, evaluator, evaluator_label(self.cfg.evaluator), inputs, episodes,
+        return evaluate_and_record(self.log, evaluator, recorded_evaluator(self.cfg.evaluator), inputs, episodes,
                                    at=at, save=save)
 
     def validate(self, *, epoch: int, center: torch.Tensor | None) -> list[dict]:
