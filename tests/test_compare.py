@@ -253,6 +253,54 @@ def test_runs_on_different_data_are_not_paired(tmp_path):
     assert report["paired"] == []  # the same episode seed draws other images from other data
 
 
+def scored_on(run, data, accuracies=(0.5, 1.0)):
+    """The run's 5-shot test scores saved again, with the fingerprint of the data they were scored on."""
+    run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": len(accuracies),
+                         "evaluator": "centroid", "seed": 0, "epoch": 2, **({"data": data} if data else {}),
+                         "accuracy": sum(accuracies) / len(accuracies), "ci95": 0.0}, list(accuracies))
+    return run
+
+
+def test_runs_scored_on_other_data_are_not_paired_even_with_the_same_dataset_settings(tmp_path):
+    """A folder dataset's root is its data: two runs of it on other folders share every
+    setting that pairing read, and their "paired difference" was one of unrelated images."""
+    runs_dir = tmp_path / "runs"
+    base = scored_on(make_run(runs_dir, 0.1, 0, {}), "a" * 32, (0.5, 1.0))
+    same = scored_on(make_run(runs_dir, 0.05, 0, {}), "a" * 32, (1.0, 1.0))
+    other = scored_on(make_run(runs_dir, 0.05, 0, {}), "b" * 32, (1.0, 1.0))
+    old = scored_on(make_run(runs_dir, 0.05, 0, {}), None, (1.0, 1.0))  # an fslab that saved no fingerprint
+    (pair,) = compare([base, same], shots=[5])["paired"]
+    assert pair["episodes"] == 2 and math.isclose(pair["difference"], 0.25)
+    report = compare([base, other], shots=[5])
+    assert report["paired"] == [] and report["data_split"] == []
+    assert [g["seeds"] for g in report["groups"]] == [1, 1]
+    (pair,) = compare([base, old], shots=[5])["paired"]  # as before fingerprints were saved
+    assert math.isclose(pair["difference"], 0.25)
+
+
+def test_a_group_of_runs_scored_on_other_data_is_split_by_data_not_pooled(tmp_path, builtin_plugins):
+    """Same settings, other data: its seeds are not seeds of one experiment, and the same seed on
+    other data is no repeat; the group is split, each part labelled by the root that tells them apart."""
+    runs_dir = tmp_path / "runs"
+    runs = []
+    for root, seed, data in (("/data/x", 0, "a" * 32), ("/data/x", 1, "a" * 32), ("/data/y", 0, "b" * 32)):
+        run = scored_on(make_run(runs_dir, 0.1, seed, {}), data)
+        config = json.loads((run.path / "config.json").read_text())
+        config["dataset"] = {"name": "folder", "root": root}
+        (run.path / "config.json").write_text(json.dumps(config))
+        runs.append(run)
+    report = compare(runs, shots=[5])
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [
+        ("method=nca, dataset.root=/data/x", 2), ("method=nca, dataset.root=/data/y", 1)]
+    assert report["repeated"] == [] and report["data_split"] == ["method=nca"]
+    assert report["paired"] == []  # seed 0 on y against seed 0 on x: other data
+    shown = fslab("compare", *(r.id for r in runs), "--shots", "5", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.strip() == ("1 group split by the data its runs were scored on (the fingerprints saved with "
+                                    "their scores differ; runs on different data are neither pooled nor paired): "
+                                    "method=nca")
+
+
 def noted_runs(folder, notes: tuple[str, ...]) -> list:
     """A run per note, the same scores each, told apart by loss.note: a label holding what a format escapes."""
     runs = []

@@ -710,3 +710,46 @@ def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
     assert moved.returncode == 0, moved.stderr
     assert json.loads(moved.stdout)["features_cached"] is True
     assert json.loads(moved.stdout)["accuracy"] == changed["accuracy"]
+
+
+def folder_run(project: Path, root: Path) -> Path:
+    """A tiny run of nca on the folder tree at ``root``, seed 0: its folder."""
+    result = fslab("run", "nca", "--dataset", "folder", "--data-root", str(root), "--backbone", "conv4", "--epochs",
+                   "1", "--device", "cpu", "--seed", "0", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
+                   "--batch-size", "24", "--set", "eval.val_episodes=5", "--set", "eval.test_episodes=10",
+                   "--set", "eval.queries=5", "--set", "eval.center_images=16", "--set", "eval.shots=[5]",
+                   cwd=project, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return max((project / "runs").glob("*-nca-*"), key=lambda p: p.stat().st_mtime)
+
+
+@pytest.mark.slow
+def test_compare_pairs_folder_runs_only_on_the_same_images(project):
+    """Two folder datasets at two roots share every setting but the root, which pairing
+    ignores (a named dataset is the same data wherever it lies): runs on a copy of the
+    images pair, runs on other images are neither paired nor pooled."""
+    import shutil
+
+    make_folder_tree(project / "a", classes=6, per_class=12, size=(12, 12), seed=0)
+    shutil.copytree(project / "a", project / "copy")
+    make_folder_tree(project / "b", classes=6, per_class=12, size=(12, 12), seed=1)
+    runs = [folder_run(project, project / name) for name in ("a", "copy", "b")]
+    saved = [json.loads(next((run / "evaluations").glob("test-*.json")).read_text())["data"] for run in runs]
+    assert saved[0] == saved[1] != saved[2]
+    args = ["--shots", "5", "--queries", "5", "--format", "json"]
+    by_root = fslab("compare", *(r.name for r in runs), "--group-by", "dataset.root", *args, cwd=project)
+    assert by_root.returncode == 0, by_root.stderr
+    paired = json.loads(by_root.stdout)["paired"]
+    assert [p["group"] for p in paired] == [f"dataset.root={project / 'copy'}"]
+    assert paired[0]["difference"] == 0 and paired[0]["episodes"] == 10  # the same network on the same episodes
+    # by every setting but the seed: one group of the three before, its seeds the same seed on other data
+    pooled = fslab("compare", *(r.name for r in runs), *args, cwd=project)
+    assert pooled.returncode == 0, pooled.stderr
+    report = json.loads(pooled.stdout)
+    assert [len(g["runs"]) for g in report["groups"]] == [1, 1] and report["data_split"] == ["method=nca"]
+    assert report["repeated"] == [runs[0].name] and "1 group split by the data" in pooled.stderr
+    # fslab eval saves the fingerprint too: of the data it scored, wherever that lies now
+    again = fslab("eval", runs[2].name, "--shots", "5", "--queries", "5", "--episodes", "12",
+                  "--data-root", str(project / "a"), cwd=project)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(next((runs[2] / "evaluations").glob("*12ep*.json")).read_text())["data"] == saved[0]

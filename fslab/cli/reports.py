@@ -178,7 +178,7 @@ def compare_(
     wide: WideFlag = False,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
-     "and paired differences to the first group.")
+     "and paired differences to the first group (runs scored on different data are neither pooled nor paired).")
     from fslab.core.sweeps import select_runs
     from fslab.reports.compare import FORMATS, compare, render
 
@@ -221,6 +221,10 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None) -
         if left := report[key]:
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
+    if split_groups := report.get("data_split"):
+        err_console.print(f"{count(len(split_groups), 'group')} split by the data its runs were scored on (the "
+                          f"fingerprints saved with their scores differ; runs on different data are neither pooled "
+                          f"nor paired): {shown('; '.join(split_groups))}", highlight=False)
     elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
     shapes = {shape for found in elsewhere.values() for shape in found}
     if not any(row["results"] for row in report["groups"]):

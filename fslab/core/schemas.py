@@ -134,7 +134,8 @@ def results(record: Any) -> dict | None:
 def evaluation(record: Any) -> dict | None:
     """One saved evaluation, or None if it cannot be used for a comparison
     (a missing key, a wrong type, no episodes, per-episode scores that are not
-    fractions or not as many as its episodes)."""
+    fractions or not as many as its episodes). Its ``data``, the fingerprint of the
+    split it was scored on, is optional (older fslab saved none)."""
     if not isinstance(record, dict):
         return None
     record = complete({**EVALUATION_DEFAULTS, **record}, EVALUATION)
@@ -143,6 +144,8 @@ def evaluation(record: Any) -> dict | None:
     scores = record["accuracies"]
     if not scores or len(scores) != record["episodes"] or not all(is_kind(a, FRACTION) for a in scores):
         return None
+    if "data" in record and not isinstance(record["data"], str):  # the data's fingerprint, unreadable: as if unsaved
+        record = {k: v for k, v in record.items() if k != "data"}
     return record
 
 

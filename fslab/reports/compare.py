@@ -5,7 +5,9 @@ pools the per-episode accuracies of all its runs (5 seeds × 10,000 episodes ->
 50,000) into one mean ± 1.96·std/√N. Because every run is evaluated on the
 episodes of the same fixed evaluation seed, two groups can also be compared
 episode by episode: runs are paired by seed, and the paired differences give a
-much tighter interval than two independent ones.
+much tighter interval than two independent ones. Runs are paired, and their
+seeds pooled, only where they were scored on the same data: each saved
+evaluation holds a fingerprint of its split's images and labels.
 
 Pure Python (no torch): it reads ``runs/<id>/evaluations/*.json``.
 """
@@ -204,13 +206,15 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
     """Pooled accuracy per group and shots, and paired differences to the first
     group; ``evaluator`` picks whose saved scores (default: each run's own).
-    A run named twice counts once; of runs that repeat another's settings and
-    seed, one counts (``repeated`` lists the others); every run is read on the
-    episode count all of them share, where they share one."""
+    A run named twice counts once; a group whose runs were scored on different
+    data is split by their data (``data_split`` lists those); of runs that repeat
+    another's settings and seed, one counts (``repeated`` lists the others); every
+    run is read on the episode count all of them share, where they share one."""
     files = RunFiles()
     runs = list({run.path: run for run in runs}.values())
     unreadable = [r.id for r in runs if not files.config(r)]
     groups = group_runs([r for r in runs if files.config(r)], group_by, files)
+    groups, data_split = split_by_data(groups, split, evaluator, files)
     rows, paired, repeated = [], [], []
 
     def scored(run: Run) -> bool:
@@ -240,7 +244,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     elsewhere = {r.id: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
                  if not scored(r)}
     return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired,
-            "unreadable": unreadable, "repeated": repeated,
+            "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
             "other_shapes": {run: shapes for run, shapes in elsewhere.items() if shapes}}
 
 
@@ -264,8 +268,8 @@ def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluato
                        files: RunFiles | None = None, episodes: int | None = None) -> list[float]:
     """Episode-by-episode differences b − a over runs paired by seed, where
     both runs were scored on the same episodes: the same dataset (its root
-    aside) and the same count, seed and episode stream version (``episodes``
-    episodes, default: the most both share)."""
+    aside), the same data (:func:`same_data`) and the same count, seed and
+    episode stream version (``episodes`` episodes, default: the most both share)."""
     files = files or RunFiles()
     by_seed = {_encode(files.config(r).get("seed")): r for r in a.runs}
     out = []
@@ -276,9 +280,54 @@ def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluato
         count = episodes or shared_episodes([run, other], split, shots, ways, queries, evaluator, files)
         mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator, files, count)
                         for r in (run, other))
-        if mine and theirs and all(mine[k] == theirs[k] for k in ("episodes", "seed", "stream")):
+        if (mine and theirs and all(mine[k] == theirs[k] for k in ("episodes", "seed", "stream"))
+                and same_data(mine, theirs)):
             out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
     return out
+
+
+def same_data(a: dict, b: dict) -> bool:
+    """Whether two saved evaluations were scored on the same data as far as they
+    tell: the fingerprints of their split's images and labels are equal, or one
+    has none (saved by an fslab that recorded none). A ``folder`` dataset's root
+    is its data, and any dataset's files may change on disk between two runs."""
+    return a.get("data") is None or b.get("data") is None or a["data"] == b["data"]
+
+
+def data_of(run: Run, split: str, evaluator: str | None, files: RunFiles) -> str | None:
+    """The fingerprint of the data of the run's latest saved ``split`` evaluation by
+    ``evaluator`` (default: its own) that has one; None where none has."""
+    label = files.label(run, evaluator)
+    found = [e for e in files.saved(run) if e["split"] == split and e["evaluator"] == label and "data" in e]
+    latest = max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
+    return latest["data"] if latest else None
+
+
+def split_by_data(groups: list[Group], split: str, evaluator: str | None,
+                  files: RunFiles) -> tuple[list[Group], list[str]]:
+    """Each group whose runs were scored on different data (:func:`data_of` differs:
+    a ``folder`` dataset on other folders, files changed on disk) split into one group
+    per data, so that no seeds of different data are pooled, nor taken for repeats.
+    A part is labelled by its ``dataset.root`` where that tells the parts apart, else by
+    its fingerprint's start; runs with none (older fslab) join the others where those
+    share one data, else make a part of their own. Returns the groups and the labels split."""
+    out, split_labels = [], []
+    for g in groups:
+        by_data: dict[str | None, list[Run]] = {}
+        for run in g.runs:
+            by_data.setdefault(data_of(run, split, evaluator, files), []).append(run)
+        if len([d for d in by_data if d is not None]) <= 1:
+            out.append(g)
+            continue
+        roots = {d: {_encode((files.config(r).get("dataset") or {}).get("root")) for r in runs}
+                 for d, runs in by_data.items()}
+        by_root = all(len(r) == 1 for r in roots.values()) and len(set().union(*roots.values())) == len(roots)
+        for d, runs in by_data.items():
+            tag = (assignment("dataset.root", json.loads(next(iter(roots[d])))) if by_root
+                   else f"data {d[:8]}" if d else "data unrecorded")
+            out.append(Group(g.settings, runs, f"{g.label}, {tag}"))
+        split_labels.append(g.label)
+    return out, split_labels
 
 
 def _data(config: dict) -> dict:

@@ -18,7 +18,6 @@ features, and runs its own small default number of episodes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import torch
@@ -48,6 +47,7 @@ from fslab.training.numerics import embed, resolve_numerics
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
+    data_fingerprint,
     episode_count,
     evaluate_and_record,
 )
@@ -100,9 +100,10 @@ class Checkpoint:
 
 
 def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
-    """The split's features from the cache, or embedded now and cached. The cache holds
-    a fingerprint of the split's images and labels: data changed on disk since (a class
-    added or removed, images replaced) is embedded again, never scored with stale features."""
+    """The split's features and labels from the cache, or embedded now and cached, whether
+    they were cached, and the split's fingerprint. The cache holds the fingerprint of the
+    split's images and labels: data changed on disk since (a class added or removed, images
+    replaced) is embedded again, never scored with stale features."""
     stages, precision = checkpoint.stages, checkpoint.numerics.eval_precision  # each cached apart
     name = (f"{split}-epoch{checkpoint.epoch}" + (f"-stages{stages}" if stages > 1 else "")
             + (f"-{precision}" if precision != "fp32" else ""))
@@ -111,22 +112,13 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     digest = data_fingerprint(data.images, data.labels)
     saved = cached_features(cache, digest)
     if saved is not None:
-        return *saved, True
+        return *saved, True, digest
     features = checkpoint.embed(data.images)
     cache.parent.mkdir(exist_ok=True)
     tmp = temporary_path(cache)
     torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch, "data": digest}, tmp)
     os.replace(tmp, cache)
-    return features, data.labels, False
-
-
-def data_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
-    """A digest of a split's images and labels (BLAKE2b, ~1 GB/s: a quarter second for miniImageNet's test)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for tensor in (labels, images):
-        digest.update(str((tuple(tensor.shape), str(tensor.dtype))).encode())
-        digest.update(tensor.contiguous().cpu().numpy().tobytes())
-    return digest.hexdigest()
+    return features, data.labels, False, digest
 
 
 def cached_features(cache, data: str | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -163,9 +155,9 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
     if evaluator_traits(evaluator).needs_model:
         data = checkpoint.dataset().load(split)
         return EvaluationInputs(labels=data.labels, network=checkpoint.network(), images=data.images,
-                                features_cached=False, **common)
-    features, labels, cached = load_features(run, split, checkpoint)
-    return EvaluationInputs(labels=labels, features=features, features_cached=cached, **common)
+                                features_cached=False, data=data_fingerprint(data.images, data.labels), **common)
+    features, labels, cached, digest = load_features(run, split, checkpoint)
+    return EvaluationInputs(labels=labels, features=features, features_cached=cached, data=digest, **common)
 
 
 def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: int, episodes: int | None = None,

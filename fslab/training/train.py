@@ -47,6 +47,7 @@ from fslab.training.numerics import (
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
+    data_fingerprint,
     episode_count,
     evaluate_and_record,
 )
@@ -269,18 +270,18 @@ class Trainer:
 
     def evaluate(self, split: Split, split_name: str, shots, asked_episodes: int, center: torch.Tensor | None, *,
                  epoch: int, at: dict, save: bool, ways: int | None = None,
-                 features: Callable[[], torch.Tensor] | None = None) -> list[dict]:
+                 features: Callable[[], torch.Tensor] | None = None, data: str | None = None) -> list[dict]:
         """Evaluate the current network on ``split`` with the run's evaluator
         (:func:`fslab.training.record.evaluate_and_record`), on episodes of
         ``ways`` classes (default ``eval.ways``); ``features`` gives the split's
-        features when they are already embedded."""
+        features when they are already embedded, ``data`` its fingerprint."""
         ecfg, evaluator = self.cfg.eval, self.parts.evaluator
         episodes = Episodes(split=split_name, ways=ways or ecfg.ways, shots=shots, queries=ecfg.queries,
                             count=episode_count(evaluator, asked_episodes, during_training=True), seed=ecfg.seed,
                             epoch=epoch)
         inputs = EvaluationInputs(labels=split.labels, features=features or (lambda: self.features_of(split.images)),
                                   network=feature_network(self.parts.model, ecfg.feature_stages), images=split.images,
-                                  center=center, normalize=ecfg.normalize, device=self.device)
+                                  center=center, normalize=ecfg.normalize, device=self.device, data=data)
         return evaluate_and_record(self.log, evaluator, recorded_evaluator(self.cfg.evaluator), inputs, episodes,
                                    at=at, save=save)
 
@@ -304,13 +305,15 @@ class Trainer:
         # each split embedded once (when its evaluator first asks), however many numbers of classes it is tested at
         features = {name: functools.cache(lambda split=split: self.features_of(split.images))
                     for name, split in splits.items()}
+        # saved with the scores: compare pairs runs only where they were scored on the same data
+        data = {name: data_fingerprint(split.images, split.labels) for name, split in splits.items()}
         scores = {}
         for ways in tested_ways(ecfg.ways, ecfg.extra_ways):
             for name, split in splits.items():
                 # `center` is still the final network's training mean
                 outcomes = self.evaluate(split, name, ecfg.shots, ecfg.test_episodes, self.center, ways=ways,
                                          epoch=cfg.train.epochs, at={"step": self.step}, save=True,
-                                         features=features[name])
+                                         features=features[name], data=data[name])
                 scores[name if ways == ecfg.ways else f"{name}_{ways}way"] = scores_by_shots(outcomes)
         self.checkpoints.wait()  # a completed run has its final checkpoint on disk
         results = {"run": self.run.id, "method": cfg.method, "dataset": cfg.dataset["name"],
