@@ -734,14 +734,14 @@ def test_compare_pairs_folder_runs_only_on_the_same_images(project):
     shutil.copytree(project / "a", project / "copy")
     make_folder_tree(project / "b", classes=6, per_class=12, size=(12, 12), seed=1)
     runs = [folder_run(project, project / name) for name in ("a", "copy", "b")]
-    saved = [json.loads(next((run / "evaluations").glob("test-*.json")).read_text())["data"] for run in runs]
-    assert saved[0] == saved[1] != saved[2]
     args = ["--shots", "5", "--queries", "5", "--format", "json"]
     by_root = fslab("compare", *(r.name for r in runs), "--group-by", "dataset.root", *args, cwd=project)
     assert by_root.returncode == 0, by_root.stderr
     paired = json.loads(by_root.stdout)["paired"]
     assert [p["group"] for p in paired] == [f"dataset.root={project / 'copy'}"]
     assert paired[0]["difference"] == 0 and paired[0]["episodes"] == 10  # the same network on the same episodes
+    saved = [json.loads(next((run / "evaluations").glob("test-*.json")).read_text())["data"] for run in runs]
+    assert saved[0] == saved[1] != saved[2]  # the fingerprint of the test split, saved by the training
     # by every setting but the seed: one group of the three before, its seeds the same seed on other data
     pooled = fslab("compare", *(r.name for r in runs), *args, cwd=project)
     assert pooled.returncode == 0, pooled.stderr
