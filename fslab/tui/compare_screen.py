@@ -104,7 +104,9 @@ class CompareScreen(Screen):
             f"seed); test accuracy on {report['ways']}-way episodes with {report['queries']} queries, pooled over "
             f"all episodes of a group's runs"
             + (f"; left out, their configuration unreadable: {printable(', '.join(report['unreadable']))}"
-               if report.get("unreadable") else "")))
+               if report.get("unreadable") else "")
+            + (f"; split by the data their runs were scored on (neither pooled nor paired across it): "
+               f"{printable('; '.join(report['data_split']))}" if report.get("data_split") else "")))
         table = self.query_one("#groups", DataTable)
         table.clear()
         for number, row in enumerate(report["groups"], 1):
