@@ -276,6 +276,10 @@ def test_runs_scored_on_other_data_are_not_paired_even_with_the_same_dataset_set
     assert [g["seeds"] for g in report["groups"]] == [1, 1]
     (pair,) = compare([base, old], shots=[5])["paired"]  # as before fingerprints were saved
     assert math.isclose(pair["difference"], 0.25)
+    (saved,) = (old.path / "evaluations").glob("*.json")
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "data": 5}))  # hand-edited: read as unrecorded
+    (pair,) = compare([base, old], shots=[5])["paired"]
+    assert math.isclose(pair["difference"], 0.25)
 
 
 def test_a_group_of_runs_scored_on_other_data_is_split_by_data_not_pooled(tmp_path, builtin_plugins):
