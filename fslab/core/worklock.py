@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from fslab.core.files import atomic_write_json, read_json
+from fslab.core.flocks import take_lock, write_holder
 from fslab.core.states import HOST, lock_matters, run_state
 
 LOCK_FILE = ".worker.lock"
@@ -39,24 +40,12 @@ def take(run_dir: str | Path, wait: float = 0.0) -> int | None:
     someone else still holds it after ``wait`` seconds of retrying. Readers'
     probes hold it for microseconds, so a short wait tells them apart from a
     holder that stays."""
-    fd = os.open(_lock_file(run_dir), os.O_CREAT | os.O_RDWR, 0o644)
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return None
-            time.sleep(0.005)
+    return take_lock(_lock_file(run_dir), wait)
 
 
 def name_holder(fd: int, pid: int | None = None) -> None:
     """Write who holds the lock (this process, or ``pid``) into the lock file."""
-    line = f"{pid or os.getpid()} {HOST}\n".encode()
-    os.pwrite(fd, line, 0)
-    os.ftruncate(fd, len(line))  # after the write: a reader never sees the file empty
+    write_holder(fd, f"{pid or os.getpid()} {HOST}")
 
 
 def holder(run_dir: str | Path) -> tuple[int | None, str | None]:

@@ -9,13 +9,13 @@ machine there are ``runs_per_gpu`` slots per GPU; without GPUs, ``cpu_slots``.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.errors import UsageError
+from fslab.core.flocks import open_lock, take_lock
 from fslab.core.settings import SchedulerSettings
 from fslab.core.text import count
 
@@ -106,7 +106,7 @@ def check_fits(processes: int, slots: list[Slot]) -> None:
 def open_slot(folder: Path, slot: Slot) -> int:
     """A descriptor of the slot's lock file, made if missing; an OSError where it
     cannot be opened (:func:`unusable` says why)."""
-    return os.open(folder / f"{slot.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    return open_lock(folder / f"{slot.name}.lock")
 
 
 def unusable(folder: Path, error: OSError) -> str:
@@ -134,13 +134,7 @@ def check_slot_files(runs_dir: Path, slots: list[Slot]) -> None:
 def lock_slot(folder: Path, slot: Slot) -> int | None:
     """An open, locked descriptor of the slot's lock file, or None if taken
     (an OSError as :func:`open_slot`'s)."""
-    fd = open_slot(folder, slot)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return take_lock(folder / f"{slot.name}.lock", opener=lambda: open_slot(folder, slot))
 
 
 def slot_in_use(folder: Path, slot: Slot) -> bool:

@@ -23,7 +23,6 @@ one takes and removes).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, UsageError
+from fslab.core.flocks import open_lock, take_lock
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import HOST, LIVE
 from fslab.core.studies import (
@@ -119,45 +119,25 @@ def queueing(runs_dir: Path, study: str, wait: float | None = None) -> Iterator[
 
 def _take_queue_lock(path: Path, study: str, limit: float) -> int:
     """A descriptor holding ``path`` locked, the file still the one at ``path``."""
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-        except FileNotFoundError:
-            fd = None  # the folder removed by the holder that made it, just now: make it again
-        except OSError as exc:
-            raise UsageError(f"cannot open {path}, the lock that keeps two studies from queueing the same runs "
-                             f"({exc.strerror or exc})") from None
-        if fd is not None:
-            if _locked(fd) and _is_at(fd, path):
-                line = f"{os.getpid()} {HOST} {study}\n".encode()
-                os.pwrite(fd, line, 0)
-                os.ftruncate(fd, len(line))
-                return fd
-            os.close(fd)
-        if time.monotonic() >= deadline:
-            raise UsageError(f"{_queueing_holder(path)} for over {limit:g} s; run this study "
-                             f"again once it is queued (its runs are then reused, not created twice)")
-        time.sleep(0.05)
+    fd = take_lock(path, limit, 0.05, holder=f"{os.getpid()} {HOST} {study}", reopen=True,
+                   opener=lambda: _open_queue_lock(path))
+    if fd is None:
+        raise UsageError(f"{_queueing_holder(path)} for over {limit:g} s; run this study "
+                         f"again once it is queued (its runs are then reused, not created twice)")
+    return fd
 
 
-def _locked(fd: int) -> bool:
+def _open_queue_lock(path: Path) -> int | None:
+    """A descriptor of the lock file, made with its folder if missing; None
+    where the folder vanished meanwhile (try again), a UsageError if it cannot be opened."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _is_at(fd: int, path: Path) -> bool:
-    """Whether the open file is still the one at ``path`` (its holder removes it when done)."""
-    try:
-        here = os.stat(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open_lock(path)
     except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+        return None  # the folder removed by the holder that made it, just now: make it again
+    except OSError as exc:
+        raise UsageError(f"cannot open {path}, the lock that keeps two studies from queueing the same runs "
+                         f"({exc.strerror or exc})") from None
 
 
 def _queueing_holder(path: Path) -> str:

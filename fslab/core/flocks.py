@@ -1,0 +1,86 @@
+"""Exclusive ``flock`` locks on lock files, and the line naming their holder.
+
+One helper for the run's worker lock (:mod:`fslab.core.worklock`), the
+scheduler's slots (:mod:`fslab.execution.slots`) and the study queue's lock
+(:mod:`fslab.execution.studies`). The kernel releases an ``flock`` however its
+holder ends, SIGKILL included, so a lock is never left behind by a dead process.
+
+A filesystem without ``flock`` raises an OSError other than BlockingIOError
+from :func:`take_lock` (its descriptor closed): each caller says what that means.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def open_lock(path: str | Path) -> int:
+    """A read-write descriptor of the lock file at ``path``, made if missing."""
+    return os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+
+
+def _try(fd: int) -> bool:
+    """Whether ``fd`` is now locked exclusively (False: another process holds
+    it). Any other OSError (no ``flock`` on this filesystem) closes ``fd``."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        os.close(fd)
+        raise
+    return True
+
+
+def _is_at(fd: int, path: str | Path) -> bool:
+    """Whether the open file is still the one at ``path`` (a holder may remove it when done)."""
+    try:
+        here = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def take_lock(path: str | Path, wait: float = 0.0, poll: float = 0.005, *, holder: str | None = None,
+              reopen: bool = False, opener: Callable[[], int | None] | None = None) -> int | None:
+    """An open descriptor holding ``path`` locked exclusively, or None (nothing
+    left open) if another process still holds it after ``wait`` seconds of
+    retrying every ``poll`` s. Once taken, ``holder`` (if given) becomes the
+    file's line (:func:`write_holder`).
+
+    ``opener`` opens the file (:func:`open_lock` by default); its OSErrors are
+    the caller's. Without ``reopen`` the file is opened once and its lock
+    retried; with it, the file is opened anew at each try (``opener`` may then
+    return None: not there now, try again) and kept only while it is still the
+    file at ``path``: for a lock file that its holder removes when done."""
+    opener = opener or (lambda: open_lock(path))
+    fd = None if reopen else opener()
+    deadline = time.monotonic() + wait
+    while True:
+        if reopen:
+            fd = opener()
+        if fd is not None:
+            if _try(fd) and (not reopen or _is_at(fd, path)):
+                if holder is not None:
+                    write_holder(fd, holder)
+                return fd
+            if reopen:
+                os.close(fd)
+        if time.monotonic() >= deadline:
+            if fd is not None and not reopen:
+                os.close(fd)
+            return None
+        time.sleep(poll)
+
+
+def write_holder(fd: int, line: str) -> None:
+    """Make ``line`` (who holds the lock) the lock file's one line."""
+    data = f"{line}\n".encode()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))  # after the write: a reader never sees the file empty
+

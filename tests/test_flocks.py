@@ -1,0 +1,125 @@
+"""The one flock helper behind the worker lock, the scheduler's slots and the
+study queue's lock: a real second process holds the lock, and dies holding it."""
+
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fslab.core import flocks
+from fslab.core.flocks import take_lock, write_holder
+
+HOLD = ("import sys, time\nfrom fslab.core.flocks import take_lock\n"
+        "fd = take_lock(sys.argv[1], holder=sys.argv[2])\n"
+        "print('held' if fd is not None else 'refused', flush=True)\ntime.sleep(120)\n")
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def holder_process(tmp_path):
+    """A process holding ``tmp_path/x.lock``, started and its line read."""
+    path = tmp_path / "x.lock"
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(path), "123 somehost study-a"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield path, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_held_lock_is_refused_then_taken_once_its_holder_dies(holder_process):
+    path, process = holder_process
+    assert path.read_text() == "123 somehost study-a\n"  # the holder's line, nothing else
+    before = open_fds()
+    started = time.monotonic()
+    assert take_lock(path, wait=0.3) is None
+    assert time.monotonic() - started >= 0.3  # retried for the whole wait
+    assert take_lock(path) is None  # no wait: one try
+    assert open_fds() == before  # a refusal leaves no descriptor open
+    process.send_signal(signal.SIGKILL)  # dies without unlocking: the kernel frees it
+    process.wait()
+    fd = take_lock(path, wait=5, holder="456 here")
+    assert fd is not None
+    try:
+        assert path.read_text() == "456 here\n"  # the shorter line replaced the longer one whole
+        with open(path) as other:  # another descriptor of the same file is refused while held
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+
+
+def test_a_waiter_takes_the_lock_its_holder_releases_within_the_wait(holder_process):
+    path, process = holder_process
+    killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -9 {process.pid}"])
+    try:
+        fd = take_lock(path, wait=10)
+        assert fd is not None and process.wait(timeout=10) == -signal.SIGKILL
+        os.close(fd)
+    finally:
+        killer.wait()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_reopen_takes_only_the_file_still_at_the_path(tmp_path):
+    """A holder that removes its lock file when done: a waiter holding the old,
+    removed file would hold nothing, so it opens the new one."""
+    path = tmp_path / "q.lock"
+    old = take_lock(path, holder="1 a old")
+    stale = os.open(path, os.O_RDWR)  # a waiter that opened it before its removal
+    os.unlink(path)
+    os.close(old)  # released: the stale descriptor can lock the removed file
+    opened = [stale]
+    fd = take_lock(path, wait=5, reopen=True, opener=lambda: opened.pop() if opened else flocks.open_lock(path))
+    assert fd is not None and not opened
+    assert os.fstat(fd).st_nlink == 1 and path.exists()  # the file at the path, not the removed one
+    before = open_fds()
+    assert take_lock(path, wait=0.05, reopen=True) is None  # held by fd, and reopened each try
+    assert open_fds() == before  # each refused try closed what it opened
+    os.close(fd)
+
+
+def test_an_opener_may_say_try_again(tmp_path):
+    path, tries = tmp_path / "late.lock", []
+
+    def opener():
+        tries.append(1)
+        return flocks.open_lock(path) if len(tries) >= 3 else None
+
+    fd = take_lock(path, wait=5, poll=0.001, reopen=True, opener=opener)
+    assert fd is not None and len(tries) == 3
+    os.close(fd)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_filesystem_without_flock_raises_and_closes(tmp_path, monkeypatch):
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(flocks.fcntl, "flock", no_flock)
+    before = open_fds()
+    with pytest.raises(OSError) as raised:
+        take_lock(tmp_path / "n.lock", wait=1)
+    assert raised.value.errno == errno.ENOLCK and open_fds() == before
+
+
+def test_write_holder_replaces_the_line(tmp_path):
+    fd = take_lock(tmp_path / "w.lock")
+    try:
+        write_holder(fd, "99999 a-long-host-name")
+        write_holder(fd, "7 h")
+        assert (tmp_path / "w.lock").read_text() == "7 h\n"
+    finally:
+        os.close(fd)
