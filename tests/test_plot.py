@@ -198,3 +198,44 @@ def test_runs_with_no_scores_yet_are_left_out_and_named_not_silently_dropped(bat
     point = next(p for p in nca["points"] if p["x"] == 128)
     assert point["runs"] == 2 and len(point["run_ids"]) == 2 and {waiting.id, failed.id}.isdisjoint(point["run_ids"])
     assert point["accuracy"] == pytest.approx(direct_ci(data[("nca", 128, 0)][1] + data[("nca", 128, 1)][1])[0])
+
+
+def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_that_read_them(tmp_path, monkeypatch,
+                                                                                             builtin_plugins):
+    """plot reads one episode shape (--ways 5 --queries 15), as compare does: a run evaluated only with
+    5 queries was left out as if it had no scores, and 'no results' did not say which shapes the runs have."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+    from fslab.core.errors import UsageError
+
+    def make(seed, batch, queries):
+        run = make_run(tmp_path / "runs", seed, {}, loss={"name": "nca"}, batch_size=batch)
+        for shots in (1, 5):
+            run.save_accuracies({"split": "test", "ways": 5, "shots": shots, "queries": queries, "episodes": 2,
+                                 "evaluator": "centroid", "seed": 0, "epoch": 1, "stream": 2, "accuracy": 0.5,
+                                 "ci95": 0.1}, [0.4, 0.6])
+        run.write_status(state="completed")
+        return run
+
+    fifteen, five = make(0, 128, 15), make(0, 256, 5)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    both = runner.invoke(app, ["plot", "batch-size", fifteen.id, five.id, "--json"])
+    assert both.exit_code == 0, both.output
+    why = ("it is completed and has no saved test accuracies for 5-way 1,5-shot, 15 queries; "
+           "it has them for 5-way, 5 queries (--ways 5 --queries 5)")
+    assert both.stderr.strip() == f"left out {five.id}: {why}"
+    report = json.loads(both.stdout)
+    assert report["left_out"] == [{"run": five.id, "why": why}]
+    assert [p["run_ids"] for p in report["panels"][0]["series"][0]["points"]] == [[fifteen.id]]
+    alone = runner.invoke(app, ["plot", "batch-size", five.id])
+    assert isinstance(alone.exception, UsageError)
+    assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
+                                    "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "
+                                    "run: fslab eval RUN")
+    read = runner.invoke(app, ["plot", "batch-size", fifteen.id, five.id, "--queries", "5", "--json"])
+    assert read.exit_code == 0, read.output
+    assert read.stderr.strip() == (f"left out {fifteen.id}: it is completed and has no saved test accuracies for "
+                                   f"5-way 1,5-shot, 5 queries; it has them for 5-way, 15 queries "
+                                   f"(--ways 5 --queries 15)")

@@ -268,7 +268,7 @@ def plot_(
     """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars.
 
     A run that gives no point (no x, a repeat of another's settings and seed, no saved scores yet) is named on
-    stderr with why.
+    stderr with why; one scored only at other episode shapes, with the --ways/--queries that read its scores.
     """
     from fslab.core.sweeps import select_runs
     from fslab.reports.plot import draw, parse_size, png_path, series_data

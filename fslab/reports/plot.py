@@ -32,9 +32,11 @@ from fslab.reports.compare import (
     has_results,
     no_results,
     one_run_per_seed,
+    other_shapes,
     pooled,
     run_settings,
     settings_label,
+    shapes_text,
 )
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
@@ -85,7 +87,9 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     ``left_out``: each run that gives no point, with why (its configuration
     cannot be read, it has no x, it repeats another run's settings and seed, or
     it has no saved scores of these episodes: still running, failed, or scored
-    otherwise).
+    otherwise, where the why names the episode shapes it was scored at with the
+    ``--ways``/``--queries`` that read them, as the error does when no run has
+    these scores).
 
     ``x`` is a preset name or a configuration key; lines are the runs' settings
     except the seed and x, or only the ``series`` keys when given."""
@@ -99,13 +103,17 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
         return has_results(run, split, shots, ways, queries, files=files)
 
     what = f"{split} accuracies for {ways}-way {','.join(map(str, shots))}-shot, {queries} queries"
+    shapes: dict[str, list[tuple[int, int]]] = {}  # of each run without these scores: those it has
 
     for line in lines.values():
         for point in line["points"].values():
             runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
             left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
             unscored = [r for r in runs_kept if not scored(r)]  # running, failed, or never scored this way
-            left_out += [{"run": r.id, "why": f"it is {r.state()} and has no saved {what}"} for r in unscored]
+            for r in unscored:
+                shapes[r.id] = other_shapes(r, split, shots, ways, queries, None, files)
+                have = f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else ""
+                left_out.append({"run": r.id, "why": f"it is {r.state()} and has no saved {what}{have}"})
             runs_kept = [r for r in runs_kept if r not in unscored]
             point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in runs_kept]
             point["runs"] = runs_kept
@@ -114,7 +122,8 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     shown = varying or series or ["method"]
     panels = [{"shots": n, "series": _series(lines, shown, split, n, ways, queries, files)} for n in shots]
     if not any(panel["series"] for panel in panels):
-        raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries))
+        raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
+                                    shapes={shape for found in shapes.values() for shape in found}))
     return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
 
 
