@@ -65,6 +65,7 @@ def test_batch_size_figure_draws_the_pooled_means_and_cis(batch_store):
     report = json.loads(result.stdout)
     assert png_size(folder / "figs" / "fig2.png") == (1000, 420) == (report["width"], report["height"])
     assert report["x"] == "train.batch_size" and [p["shots"] for p in report["panels"]] == [1, 5]
+    assert report["y"] == "accuracy (%), mean ± 95% CI"
     for panel in report["panels"]:
         n = panel["shots"]
         assert [s["label"] for s in panel["series"]] == ["loss.name=nca", "loss.name=protonet"]
@@ -239,3 +240,21 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     assert read.stderr.strip() == (f"left out {fifteen.id}: it is completed and has no saved test accuracies for "
                                    f"5-way 1,5-shot, 5 queries; it has them for 5-way, 15 queries "
                                    f"(--ways 5 --queries 15)")
+
+
+def test_runs_tested_with_a_retrieval_evaluator_plot_their_map_on_an_axis_that_says_so(tmp_path, builtin_plugins,
+                                                                                        monkeypatch):
+    """The y axis said accuracy for the pooled mAP of runs tested with retrieval-map."""
+    for batch in (128, 256):
+        run = create_run(tmp_path / "runs", "map", {"method": "map", "seed": 0, "loss": {"name": "nca"},
+                                                    "evaluator": {"name": "retrieval-map"},
+                                                    "train": {"batch_size": batch, "epochs": 2}})
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
+                             "evaluator": "retrieval-map", "metric": "map", "seed": 0, "epoch": 2,
+                             "accuracy": 0.5, "ci95": 0.0}, [0.4, 0.6])
+    monkeypatch.chdir(tmp_path)
+    result = fslab("plot", "batch-size", "all", "--shots", "5", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [p["metric"] for p in report["panels"][0]["series"][0]["points"]] == ["map", "map"]
+    assert report["y"] == "mAP (%), mean ± 95% CI"

@@ -124,7 +124,8 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     if not any(panel["series"] for panel in panels):
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
                                     shapes={shape for found in shapes.values() for shape in found}))
-    return {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
+    data = {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
+    return {**data, "y": y_label(data)}
 
 
 def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles) -> tuple[dict, list[dict]]:
@@ -178,6 +179,13 @@ def _series(lines: dict, shown: list[str], split: str, shots: int, ways: int, qu
 
 def _order(value) -> tuple:
     return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def y_label(data: dict) -> str:
+    """The y axis's name: accuracy, or the mAP that runs tested with a retrieval evaluator pool."""
+    metrics = {p.get("metric", "accuracy") for panel in data["panels"] for s in panel["series"] for p in s["points"]}
+    named = " or ".join(m.replace("map", "mAP") for m in sorted(metrics)) or "accuracy"
+    return f"{named} (%), mean ± 95% CI"
 
 
 def png_path(out: Path | None, x: str) -> Path:
@@ -235,7 +243,7 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
             ax.set_xticks(range(len(categories)), categories)
         ax.set_title(f"{panel.get('ways', data['ways'])}-way {panel['shots']}-shot ({data['split']})")
         ax.set_xlabel(AXIS_LABELS.get(data["x"], data["x"]))
-        ax.set_ylabel("accuracy (%), mean ± 95% CI")
+        ax.set_ylabel(y_label(data))
         ax.grid(True, alpha=0.3)
     wrap = max(20, width // 7)  # characters of small text that fit across the figure
     fig.legend([handles[label] for label in labels], [textwrap.fill(label, wrap) for label in labels],
