@@ -258,3 +258,26 @@ def test_runs_tested_with_a_retrieval_evaluator_plot_their_map_on_an_axis_that_s
     report = json.loads(result.stdout)
     assert [p["metric"] for p in report["panels"][0]["series"][0]["points"]] == ["map", "map"]
     assert report["y"] == "mAP (%), mean ± 95% CI"
+
+
+def test_a_configuration_scored_on_two_data_is_two_lines_not_one_pooled(tmp_path, builtin_plugins, monkeypatch):
+    """Two folder datasets (or files changed on disk) at the same settings and seed: plot pooled them into one
+    point and took the second for a repeat of the first, as compare did before it split groups by data."""
+    for root, data, base in (("/x", "a" * 32, 0.4), ("/y", "b" * 32, 0.8)):
+        for batch in (128, 256):
+            run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "loss": {"name": "nca"},
+                                                        "dataset": {"name": "folder", "root": root},
+                                                        "train": {"batch_size": batch, "epochs": 2}})
+            run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
+                                 "evaluator": "centroid", "seed": 0, "epoch": 2, "data": data,
+                                 "accuracy": base, "ci95": 0.0}, [base, base])
+    monkeypatch.chdir(tmp_path)
+    result = fslab("plot", "batch-size", "all", "--shots", "5", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    lines = {s["label"]: [(p["x"], p["accuracy"], p["runs"]) for p in s["points"]]
+             for s in report["panels"][0]["series"]}
+    assert lines == {"method=nca, dataset.root=/x": [(128, 0.4, 1), (256, 0.4, 1)],
+                     "method=nca, dataset.root=/y": [(128, 0.8, 1), (256, 0.8, 1)]}
+    assert report["left_out"] == [] and report["data_split"] == ["method=nca"]
+    assert "1 line split by the data its runs were scored on" in result.stderr

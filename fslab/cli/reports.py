@@ -211,6 +211,14 @@ def compare_(
                       highlight=False)
 
 
+def _say_data_split(labels: list[str] | None, what: str) -> None:
+    """On stderr: the groups (compare) or lines (plot) split by the data their runs were scored on."""
+    if labels:
+        err_console.print(f"{count(len(labels), what)} split by the data its runs were scored on (the "
+                          f"fingerprints saved with their scores differ; runs on different data are neither pooled "
+                          f"nor paired): {shown('; '.join(labels))}", highlight=False)
+
+
 def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None) -> None:
     """The runs compare left out, each kind said once on stderr so the report itself stays clean;
     a UsageError where no run has scores of the shape asked for (naming the shapes they have)."""
@@ -221,10 +229,7 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None) -
         if left := report[key]:
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
-    if split_groups := report.get("data_split"):
-        err_console.print(f"{count(len(split_groups), 'group')} split by the data its runs were scored on (the "
-                          f"fingerprints saved with their scores differ; runs on different data are neither pooled "
-                          f"nor paired): {shown('; '.join(split_groups))}", highlight=False)
+    _say_data_split(report.get("data_split"), "group")
     elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
     shapes = {shape for found in elsewhere.values() for shape in found}
     if not any(row["results"] for row in report["groups"]):
@@ -284,6 +289,7 @@ def plot_(
     if len(data["left_out"]) > 5:
         err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
                           highlight=False)
+    _say_data_split(data["data_split"], "line")
     width, height = draw(data, out, pixels, title)
     if as_json:
         print(json.dumps({"out": str(out), "width": width, "height": height, **data}))

@@ -28,6 +28,7 @@ from fslab.core.config import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.reports.compare import (
+    Group,
     RunFiles,
     has_results,
     no_results,
@@ -37,6 +38,7 @@ from fslab.reports.compare import (
     run_settings,
     settings_label,
     shapes_text,
+    split_by_data,
 )
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
@@ -98,6 +100,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     files = RunFiles()
     lines, left_out = _lines(runs, key, series, files)
+    lines = _by_data(lines, split, files)
 
     def scored(run: Run) -> bool:
         return has_results(run, split, shots, ways, queries, files=files)
@@ -121,10 +124,13 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
                       if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
     shown = varying or series or ["method"]
     panels = [{"shots": n, "series": _series(lines, shown, split, n, ways, queries, files)} for n in shots]
+    data_split = list(dict.fromkeys(settings_label(line["settings"], shown) or "all" for line in lines.values()
+                                    if line.get("data")))
     if not any(panel["series"] for panel in panels):
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
                                     shapes={shape for found in shapes.values() for shape in found}))
-    data = {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out}
+    data = {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out,
+            "data_split": data_split}
     return {**data, "y": y_label(data)}
 
 
@@ -157,6 +163,24 @@ def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles)
     return lines, left_out
 
 
+def _by_data(lines: dict, split: str, files: RunFiles) -> dict:
+    """Each line whose runs were scored on different data split into one line per data, as
+    compare splits a group (:func:`fslab.reports.compare.split_by_data`), its part named in
+    ``data`` (``dataset.root=/x``)."""
+    out = {}
+    for key, line in lines.items():
+        runs = [r for point in line["points"].values() for r in point["runs"]]
+        parts, split_labels = split_by_data([Group(line["settings"], runs, "")], split, None, files)
+        for part in parts:
+            kept = {id(r) for r in part.runs}
+            points = {at: {"x": [v for v, r in zip(p["x"], p["runs"]) if id(r) in kept],
+                           "runs": [r for r in p["runs"] if id(r) in kept]} for at, p in line["points"].items()}
+            tag = part.label.removeprefix(", ") if split_labels else None  # the part's data, as compare names it
+            out[(*key, ("data", tag))] = {**line, "points": {at: p for at, p in points.items() if p["runs"]},
+                                          **({"data": tag} if tag else {})}
+    return out
+
+
 def _series(lines: dict, shown: list[str], split: str, shots: int, ways: int, queries: int,
             files: RunFiles) -> list[dict]:
     """One panel's lines: each labelled by the ``shown`` settings, its points pooled as compare pools."""
@@ -173,6 +197,8 @@ def _series(lines: dict, shown: list[str], split: str, shots: int, ways: int, qu
             points.append({"x": where, **result, "run_ids": [r.id for r in point["runs"]]})
         if points:
             label = settings_label(line["settings"], shown) or "all"
+            if line.get("data"):  # one of the lines a configuration was split into by its data
+                label += f", {line['data']}"
             drawn.append({"label": label, "points": sorted(points, key=lambda p: _order(p["x"]))})
     return drawn
 
