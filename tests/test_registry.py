@@ -265,3 +265,25 @@ def test_every_built_in_parameter_refuses_a_wrong_value_in_one_line(builtin_plug
                                 overrides=[{kind: {"name": name, param: value}}])
                     except FslabError as exc:
                         assert "the check of" not in str(exc), str(exc)
+
+
+@pytest.mark.parametrize("keywords, message", [
+    # a name that is no text broke every later command (fslab plugins: a TypeError from fnmatch)
+    ('name=5, description="d"', "name= must be text without spaces"),
+    ('name="my loss", description="d"', "got 'my loss'"),
+    ('name="scaled", description=None', "description= must be text, got None"),
+    ('name="scaled", description="d", params=["scale"]', "params= must be a dict"),
+    # a truthy string made the loss episodic; a list of defaults, or a batch= that is no function,
+    # failed fslab run with a traceback
+    ('name="scaled", description="d", episodic="no"', "episodic= must be True or False, got 'no'"),
+    ('name="scaled", description="d", defaults=[{"train": {}}]', "defaults= must be a dict"),
+    ('name="scaled", description="d", batch=4', "batch= must be a function batch(params, batch_size), got 4"),
+])
+def test_register_refuses_keywords_of_the_wrong_type_as_its_plugins_load_failure(builtin_plugins, tmp_path,
+                                                                                  keywords, message):
+    source = LOCAL_LOSS.replace('name="scaled", description="sum times a scale", paper="none"', keywords)
+    assert keywords in source
+    registry = load_registry([write_plugin(tmp_path / "local", "typed", source)])
+    assert [f.plugin for f in registry.failures] == ["local:typed"]
+    assert message in registry.failures[0].error and "from plugin 'local:typed'" in registry.failures[0].error
+    assert all(isinstance(n, str) for n in registry.names("loss"))

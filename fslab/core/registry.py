@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -335,6 +336,7 @@ def _distribution_label(ep, labels: dict[str, str]) -> str | None:
 
 def _register_callback(registry: Registry, kind: str, plugin: str, version, origin) -> Callable:
     def register(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
+        _check_arguments(f"{kind} {name!r} from plugin '{plugin}'", name, description, paper, params, info)
         if kind == "study" and not isinstance(target, os.PathLike):
             raise TypeError(f"study '{name}' from plugin '{plugin}': the target must be the pathlib.Path of its "
                             f"TOML file, got {target!r:.100}")
@@ -345,9 +347,6 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
                     f"'{target}': declare its params={{...}} in register()"
                 )
             params = {} if kind in ("method", "study") else keyword_params(target, kind)
-        if "check" in info and not callable(info["check"]):
-            raise TypeError(f"{kind} '{name}' from plugin '{plugin}': check= must be a function "
-                            f"check(params, context), got {info['check']!r}")
         if "allowed" in info:
             info["allowed"] = _allowed_rules(info["allowed"], params, f"{kind} '{name}' from plugin '{plugin}'")
         registry.add(
@@ -355,6 +354,34 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
         )
 
     return register
+
+
+# What register()'s keywords must be, checked when a component is registered: a wrong type is then the
+# plugin's one load failure, never a traceback from a later command that uses the value.
+INFO_TYPES = {
+    "episodic": (bool, "True or False"),
+    "check_early": (bool, "True or False"),
+    "defaults": (dict, "a dict of configuration sections, e.g. {'train': {'epochs': 5}}"),
+}
+INFO_FUNCTIONS = {"check": "check(params, context)", "batch": "batch(params, batch_size)"}
+
+
+def _check_arguments(who: str, name: Any, description: Any, paper: Any, params: Any, info: dict) -> None:
+    """A TypeError naming the keyword of ``register()`` whose value has the wrong type."""
+    if not isinstance(name, str) or not re.fullmatch(r"[^\s\[\]=,'\"]+", name):
+        raise TypeError(f"{who}: name= must be text without spaces, brackets, '=' or ',' (it is written "
+                        f"as --set loss.name=NAME), e.g. 'margin', got {name!r}")
+    for keyword, value in (("description", description), ("paper", paper)):
+        if not isinstance(value, str):
+            raise TypeError(f"{who}: {keyword}= must be text, got {value!r:.100}")
+    if params is not None and not isinstance(params, dict):
+        raise TypeError(f"{who}: params= must be a dict {{parameter: default}}, got {params!r:.100}")
+    for keyword, (wanted, text) in INFO_TYPES.items():
+        if keyword in info and not isinstance(info[keyword], wanted):
+            raise TypeError(f"{who}: {keyword}= must be {text}, got {info[keyword]!r:.100}")
+    for keyword, signature in INFO_FUNCTIONS.items():
+        if keyword in info and not callable(info[keyword]):
+            raise TypeError(f"{who}: {keyword}= must be a function {signature}, got {info[keyword]!r:.100}")
 
 
 def _allowed_rules(allowed: Any, params: dict, who: str) -> dict:
