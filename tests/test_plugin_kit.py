@@ -83,9 +83,17 @@ class Lazy:
     def __init__(self, in_channels, *, width: int = 8):
         self.out_dim = width
 
+def per_row(z, labels, support=None):
+    return LossOutput(z.pow(2).sum(dim=1), 0, 0)  # one loss per row: never reduced over the batch
+
+def bare(z, labels, support=None):
+    return z.pow(2).sum()  # no LossOutput
+
 @hookimpl
 def register_losses(register):
     register(detached, name="detached", description="broken")
+    register(per_row, name="per-row", description="broken")
+    register(bare, name="bare", description="broken")
 
 @hookimpl
 def register_evaluators(register):
@@ -115,6 +123,11 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
         check_evaluator(broken, "clumsy")
     with pytest.raises(AssertionError, match=r"declares params \{'width': 16\}.*are \{'width': 8\}"):
         check_parameters(broken, "backbone", "lazy")
+    # a loss that returns no LossOutput was an AttributeError from inside the check
+    with pytest.raises(AssertionError, match="bare: returned a Tensor, not LossOutput"):
+        check_loss(broken, "bare")
+    with pytest.raises(AssertionError, match=r"per-row: the loss is not a 0-d tensor \(shape \[24\]; reduce it"):
+        check_loss(broken, "per-row")
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
 
@@ -443,3 +456,21 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
     (studies / "fslab-paper.toml").write_text(text.replace('method = "nca"', 'method = "nca-by-hand"'))
     with pytest.raises(UsageError, match="study fslab-paper, sweep 'fslab-paper' on synthetic: .*nca-by-hand"):
         check_study(load_registry((str(tmp_path / "local"),)), "fslab-paper", tmp_path)
+
+
+@pytest.mark.parametrize("loss, message", [
+    ("per-row", "loss 'per-row' returned a loss of shape [32]; LossOutput's loss must be a 0-d tensor: reduce "
+                "it over the batch (e.g. .mean())"),
+    ("bare", "loss 'bare' returned a Tensor of shape [], not LossOutput(loss, positives, negatives)"),
+])
+def test_a_run_whose_loss_returns_the_wrong_thing_fails_naming_the_loss(project, loss, message):
+    """It failed with PyTorch's own words (grad can be implicitly created only for scalar
+    outputs; 'Tensor' object has no attribute 'loss'), which name no loss."""
+    from tests.runs_helpers import TINY, fslab
+
+    (project / "mine").mkdir()
+    (project / "mine" / "broken.py").write_text(BROKEN)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    result = fslab("run", "nca", *TINY, "--epochs", "1", "--device", "cpu", "--set", f"loss.name={loss}",
+                   cwd=project)
+    assert result.returncode == 1 and f"failed: TypeError: {message}" in result.stderr, result.stderr

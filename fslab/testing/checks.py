@@ -17,7 +17,7 @@ from torch import nn
 
 from fslab.core.registry import Registry, keyword_params
 from fslab.core.types import evaluator_traits
-from fslab.plugin import Backbone, Dataset, Sampler, SizedDataset, Split
+from fslab.plugin import Backbone, Dataset, LossOutput, Sampler, SizedDataset, Split
 
 WAYS, SHOTS, QUERIES, DIM = 4, 3, 3, 16
 
@@ -59,7 +59,11 @@ def check_loss(registry: Registry, name: str) -> None:
         loss = build_loss(registry, name)
         z = episode()[0]
         out = loss(z, labels, marks)
-        assert isinstance(out.loss, torch.Tensor) and out.loss.dim() == 0, f"{name}: the loss is not a 0-d tensor"
+        assert isinstance(out, LossOutput), \
+            f"{name}: returned a {type(out).__name__}, not LossOutput(loss, positives, negatives)"
+        assert isinstance(out.loss, torch.Tensor) and out.loss.dim() == 0, \
+            f"{name}: the loss is not a 0-d tensor" + (f" (shape {list(out.loss.shape)}; reduce it over the "
+                                                       f"batch, e.g. .mean())" if torch.is_tensor(out.loss) else "")
         assert torch.isfinite(out.loss), f"{name}: loss {out.loss}"
         check_count(name, "positives", out.positives, same)
         check_count(name, "negatives", out.negatives, different)

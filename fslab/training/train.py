@@ -123,6 +123,22 @@ def scores_by_shots(outcomes: list[dict]) -> dict:
             for r in outcomes}
 
 
+def checked_loss_output(out, name: str):
+    """``out`` if it is what a loss returns, a ``LossOutput`` whose ``loss`` is a 0-d tensor, else a
+    TypeError naming the loss (rather than PyTorch's message on backward, which names none).
+    Only shapes and types are read: no device sync."""
+    loss = getattr(out, "loss", None)
+    if not (hasattr(out, "positives") and hasattr(out, "negatives")):
+        shape = f" of shape {list(out.shape)}" if hasattr(out, "shape") else ""
+        raise TypeError(f"loss '{name}' returned a {type(out).__name__}{shape}, not "
+                        f"LossOutput(loss, positives, negatives)")
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        got = f"of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else f"of type {type(loss).__name__}"
+        raise TypeError(f"loss '{name}' returned a loss {got}; LossOutput's loss must be a 0-d tensor: "
+                        f"reduce it over the batch (e.g. .mean())")
+    return out
+
+
 @dataclass
 class Trainer:
     """A run being trained: its components and the state that moves on with
@@ -190,7 +206,7 @@ class Trainer:
             y = self.labels[index].to(self.device, non_blocking=True)
             support = None if batch.support is None else host_to_device(batch.support, self.device)
             started = time.perf_counter()
-            out = train_step(x, y, support)
+            out = checked_loss_output(train_step(x, y, support), self.cfg.loss["name"])
             self.step_lr = parts.optimizer.param_groups[0]["lr"]  # this step's rate: the schedule moves on below
             optimiser_step(out.loss, parts.optimizer, self.scaler)
             parts.scheduler.step()
