@@ -99,6 +99,23 @@ def register_losses(register):
 def register_evaluators(register):
     register(clumsy, name="clumsy", description="broken")
 
+class FloatImages:
+    channels = 1
+
+    def __init__(self, root=None):
+        pass
+
+    def load(self, split):
+        from fslab.plugin import Split
+
+        labels = torch.arange(8).repeat_interleave(10)
+        return Split(torch.rand(80, 1, 16, 16), labels, [str(c) for c in range(8)])  # floats in [0, 1]
+
+@hookimpl
+def register_datasets(register):
+    register(FloatImages, name="float-images", description="broken",
+             defaults={"train": {"batch_size": 16, "crop_padding": 0}})
+
 @hookimpl
 def register_backbones(register):
     register("fslab_local_plugins.broken:Lazy", name="lazy", description="declares another default",
@@ -458,19 +475,26 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
         check_study(load_registry((str(tmp_path / "local"),)), "fslab-paper", tmp_path)
 
 
-@pytest.mark.parametrize("loss, message", [
-    ("per-row", "loss 'per-row' returned a loss of shape [32]; LossOutput's loss must be a 0-d tensor: reduce "
-                "it over the batch (e.g. .mean())"),
-    ("bare", "loss 'bare' returned a Tensor of shape [], not LossOutput(loss, positives, negatives)"),
+@pytest.mark.parametrize("options, message", [
+    (["--set", "loss.name=per-row"],
+     "loss 'per-row' returned a loss of shape [32]; LossOutput's loss must be a 0-d tensor: reduce "
+     "it over the batch (e.g. .mean())"),
+    (["--set", "loss.name=bare"], "loss 'bare' returned a Tensor of shape [], not LossOutput(loss, positives, "
+                                  "negatives)"),
+    # it trained on images near black (uint8 is what fslab scales) and the run ended completed
+    (["--dataset", "float-images", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
+     "dataset 'float-images' gave train images of dtype torch.float32 and shape [80, 1, 16, 16]; "
+     "load(split) returns Split(images uint8 [N, C, H, W], labels int64 [N], classes)"),
 ])
-def test_a_run_whose_loss_returns_the_wrong_thing_fails_naming_the_loss(project, loss, message):
+def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, options, message):
     """It failed with PyTorch's own words (grad can be implicitly created only for scalar
-    outputs; 'Tensor' object has no attribute 'loss'), which name no loss."""
+    outputs; 'Tensor' object has no attribute 'loss'), which name no plugin, or did not fail."""
     from tests.runs_helpers import TINY, fslab
 
     (project / "mine").mkdir()
     (project / "mine" / "broken.py").write_text(BROKEN)
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
-    result = fslab("run", "nca", *TINY, "--epochs", "1", "--device", "cpu", "--set", f"loss.name={loss}",
-                   cwd=project)
+    # TINY sizes the synthetic dataset, whose parameters another dataset does not take
+    tiny = ["--backbone", "conv4", "--set", "backbone.hidden=8"] if "--dataset" in options else TINY
+    result = fslab("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
     assert result.returncode == 1 and f"failed: TypeError: {message}" in result.stderr, result.stderr

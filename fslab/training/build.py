@@ -83,6 +83,29 @@ def build_dataset(registry: Registry, cfg: RunConfig) -> Any:
     return create_dataset(registry, cfg.as_dict())
 
 
+def load_split(dataset: Any, split: str, name: str) -> Split:
+    """``dataset.load(split)``, refused in one line naming the dataset unless it holds uint8 images
+    ``[N, channels, H, W]`` and one integer label per image: float images (in [0, 1], say) would
+    otherwise train as images near black, and a run would end with nothing said. Only shapes and
+    types are read."""
+    data = dataset.load(split)
+    images, labels = getattr(data, "images", None), getattr(data, "labels", None)
+    wanted = "load(split) returns Split(images uint8 [N, C, H, W], labels int64 [N], classes)"
+    if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4:
+        got = (f"of dtype {images.dtype} and shape {list(images.shape)}" if isinstance(images, torch.Tensor)
+               else f"of type {type(images).__name__}")
+        raise TypeError(f"dataset '{name}' gave {split} images {got}; {wanted}")
+    if images.shape[1] != dataset.channels:
+        raise TypeError(f"dataset '{name}' gave {split} images of {images.shape[1]} channels but says "
+                        f"channels = {dataset.channels}; {wanted}")
+    if (not isinstance(labels, torch.Tensor) or labels.is_floating_point()
+            or tuple(labels.shape) != (images.shape[0],)):
+        got = (f"of dtype {labels.dtype} and shape {list(labels.shape)}" if isinstance(labels, torch.Tensor)
+               else f"of type {type(labels).__name__}")
+        raise TypeError(f"dataset '{name}' gave {split} labels {got} for {images.shape[0]} images; {wanted}")
+    return data
+
+
 def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device: torch.device,
                    image_size: tuple[int, int] | None = None) -> nn.Module:
     """The backbone, told ``in_channels`` and, if its signature names it, the
@@ -138,10 +161,11 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     """The run's components, created in a fixed order (module docstring);
     ``channels_last``: the backbone's weights in that memory format."""
     dataset = build_dataset(registry, cfg)
-    train_split, val_split = dataset.load("train"), dataset.load("val")
+    name = cfg.dataset["name"]
+    train_split, val_split = load_split(dataset, "train", name), load_split(dataset, "val", name)
     # Read (and on a first run decoded) before training, not after it: an image that cannot be decoded
     # fails the run at its start, naming the file. Reading draws no random number.
-    test_split = dataset.load("test") if world.main else None
+    test_split = load_split(dataset, "test", name) if world.main else None
     model = build_backbone(registry, cfg, dataset.channels, device, image_size_of(train_split))
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
