@@ -92,7 +92,10 @@ def test_duplicate_names_name_both_providers(builtin_plugins, tmp_path):
 def test_misspelled_hook_is_an_error(builtin_plugins, tmp_path):
     source = LOCAL_LOSS.replace("def register_losses", "def register_loses")
     folder = write_plugin(tmp_path / "local", "typo", source)
-    with pytest.raises(PluginError, match="register_loses"):
+    # it named the module by its repr (<module 'fslab_local_plugins.typo' from '...'>) and no hook to use
+    with pytest.raises(PluginError, match=r"^plugin 'local:typo' \(fslab_local_plugins.typo\) implements "
+                                          r"register_loses, which is not a hook of fslab. Did you mean "
+                                          r"'register_losses'\? The hooks: register_losses, "):
         load_registry([folder])
 
 

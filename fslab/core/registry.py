@@ -307,7 +307,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"a plugin implements a hook fslab does not define: {exc}") from exc
+        raise PluginError(_unknown_hook(pm, exc)) from exc
 
     for kind, hook_name in HOOKS.items():
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
@@ -320,6 +320,17 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             except (Exception, SystemExit) as exc:
                 fail(impl.plugin_name, exc)
     return registry
+
+
+def _unknown_hook(pm: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> str:
+    """One line naming the plugin, the hook it misspelt and the closest of fslab's hooks."""
+    found = re.search(r"unknown hook '(\w+)'", str(exc))
+    if found is None:
+        return f"a plugin implements a hook fslab does not define: {exc}"
+    hook = found.group(1)
+    plugin = pm.get_name(exc.plugin) if exc.plugin is not None else None
+    return (f"plugin '{plugin}' ({getattr(exc.plugin, '__name__', '?')}) implements {hook}, which is not a hook "
+            f"of fslab.{did_you_mean(hook, HOOKS.values())} The hooks: {', '.join(HOOKS.values())}.")
 
 
 def _distribution_label(ep, labels: dict[str, str]) -> str | None:
