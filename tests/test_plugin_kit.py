@@ -46,7 +46,9 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
     from fslab.plugin import UsageError
 
     sampler.check({"per_class": 3}, None)
-    with pytest.raises(UsageError, match="train.batch_size 8 is not a multiple of sampler.per_class 3"):
+    # its messages name the sampler, as the built-ins' do (they said "sampler:", whichever sampler it was)
+    with pytest.raises(UsageError,
+                       match="^fslab-balanced: train.batch_size 8 is not a multiple of sampler.per_class 3"):
         sampler.check({"per_class": 3}, None, 8)
 
 
@@ -352,7 +354,7 @@ def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
     refused = subprocess.run([str(python), "-m", "fslab", "run", "fslab-every", "--batch-size", "128"],
                              capture_output=True, text=True, env=env, cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr == (
-        "error: sampler: train.batch_size 128 needs 32 classes with 4 images each, the training set has 20; "
+        "error: fslab-every: train.batch_size 128 needs 32 classes with 4 images each, the training set has 20; "
         "lower train.batch_size\n"), refused.stderr
     assert sorted((tmp_path / "runs").iterdir()) == runs_before
 
