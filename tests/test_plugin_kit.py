@@ -97,9 +97,17 @@ def register_losses(register):
     register(per_row, name="per-row", description="broken")
     register(bare, name="bare", description="broken")
 
+def raising(support, query):
+    raise RuntimeError("a bug in the plugin")
+
+def flat(support, query):
+    return torch.zeros(query.shape[0], dtype=torch.long)  # one way per episode, not per query
+
 @hookimpl
 def register_evaluators(register):
     register(clumsy, name="clumsy", description="broken")
+    register(raising, name="raising", description="broken")
+    register(flat, name="flat", description="broken")
 
 class FloatImages:
     channels = 1
@@ -500,3 +508,19 @@ def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, optio
     tiny = ["--backbone", "conv4", "--set", "backbone.hidden=8"] if "--dataset" in options else TINY
     result = fslab("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
     assert result.returncode == 1 and f"failed: TypeError: {message}" in result.stderr, result.stderr
+
+
+def test_fslab_eval_with_an_evaluator_that_breaks_is_one_line_naming_it(project):
+    """fslab eval printed the evaluator's traceback (RuntimeError, or ValueError: evaluator returned
+    shape ...), naming no evaluator (a run that tests with it now fails naming it too: the same code)."""
+    from tests.runs_helpers import TINY, fslab
+
+    (project / "mine").mkdir()
+    (project / "mine" / "broken.py").write_text(BROKEN)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    assert fslab("run", "nca", *TINY, "--epochs", "1", "--device", "cpu", cwd=project).returncode == 0
+    for evaluator, message in (("raising", "evaluator 'raising' failed: RuntimeError: a bug in the plugin"),
+                               ("flat", "evaluator 'flat' returned shape (20,), expected predictions (20, 25)")):
+        result = fslab("eval", "last", "--evaluator", evaluator, "--episodes", "20", "--queries", "5",
+                       "--shots", "1", cwd=project)
+        assert result.returncode == 1 and result.stderr == f"error: {message}\n", result.stderr

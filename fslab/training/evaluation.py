@@ -44,7 +44,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 import torch.nn.functional as F
 
-from fslab.core.errors import UsageError
+from fslab.core.errors import FslabError, UsageError
 from fslab.core.text import count
 from fslab.core.types import evaluator_traits
 
@@ -190,6 +190,27 @@ def prepare_features(features: torch.Tensor, center: torch.Tensor | None, normal
     return features
 
 
+class EvaluatorError(Exception):
+    """An evaluator raised, or returned predictions or scores of the wrong shape: the message says
+    what it did, after the words "evaluator" (which the caller, knowing its name, names)."""
+
+
+class EvaluatorOutputError(EvaluatorError, ValueError):
+    """An evaluator returned predictions or scores of the wrong shape."""
+
+
+def call_evaluator(evaluator: Callable, *args, **kwargs):
+    """``evaluator(*args, **kwargs)``; an exception of its own (a plugin's bug) as an
+    :class:`EvaluatorError`, so that a command says which evaluator failed in one line. An
+    :class:`FslabError` (a value the evaluator refuses) goes on as it is."""
+    try:
+        return evaluator(*args, **kwargs)
+    except FslabError:
+        raise
+    except Exception as exc:
+        raise EvaluatorError(f"evaluator failed: {type(exc).__name__}: {exc}") from exc
+
+
 def episode_scores(
     features: torch.Tensor,
     labels: Sequence[int] | torch.Tensor,
@@ -227,16 +248,16 @@ def episode_scores(
         support = features.index_select(0, rows.flatten()).view(*rows.shape, -1)  # [e, w, n, d]
         rows = query_idx[first : first + chunk]
         query = features.index_select(0, rows.flatten()).view(rows.shape[0], -1, features.shape[1])  # [e, w*q, d]
-        out = evaluator(support, query)
+        out = call_evaluator(evaluator, support, query)
         if info.metric == "accuracy":
             if out.shape != query.shape[:2]:
-                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, "
-                                 f"expected predictions {tuple(query.shape[:2])}")
+                raise EvaluatorOutputError(f"evaluator returned shape {tuple(out.shape)}, "
+                                           f"expected predictions {tuple(query.shape[:2])}")
             scores.append((out == truth).sum(dim=1))  # counts: divided on the CPU, below
         else:
             if out.shape != (query.shape[0],):
-                raise ValueError(f"evaluator returned shape {tuple(out.shape)}, "
-                                 f"expected one score per episode ({query.shape[0]},)")
+                raise EvaluatorOutputError(f"evaluator returned shape {tuple(out.shape)}, "
+                                           f"expected one score per episode ({query.shape[0]},)")
             scores.append(out.float())
     scores = torch.cat(scores).cpu()
     # CUDA divides by a scalar through its reciprocal: dividing on the CPU
@@ -277,10 +298,11 @@ def model_episode_scores(
         for e in range(episodes):
             support_images = images[support_idx[e].flatten()].view(ways, shots, *images.shape[1:])
             query_images = images[query_idx[e].flatten()]
-            predictions = evaluator(working, support_images, query_images, to_input=to_input, device=device,
-                                    center=center, normalize=normalize)
+            predictions = call_evaluator(evaluator, working, support_images, query_images, to_input=to_input,
+                                         device=device, center=center, normalize=normalize)
             if predictions.shape != truth.shape:
-                raise ValueError(f"evaluator returned shape {tuple(predictions.shape)}, expected ({truth.numel()},)")
+                raise EvaluatorOutputError(f"evaluator returned shape {tuple(predictions.shape)}, "
+                                           f"expected ({truth.numel()},)")
             scores.append((predictions.cpu() == truth).sum().float() / truth.numel())
             working.load_state_dict(weights)
     finally:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fslab.core.errors import PluginError
 from fslab.core.eventlog import EventLog
 from fslab.core.types import evaluator_traits
 from fslab.training import evaluation
@@ -107,10 +108,14 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     cached = inputs.features_cached
     results = []
     for shots, queries in shapes:
-        scores = evaluation.run_episodes(evaluator, inputs.labels, episodes.ways, shots, queries, episodes.count,
-                                         episodes.seed, features=features, model=inputs.network,
-                                         images=inputs.images, to_input=to_input, device=inputs.device,
-                                         center=inputs.center, normalize=inputs.normalize)
+        try:
+            scores = evaluation.run_episodes(evaluator, inputs.labels, episodes.ways, shots, queries, episodes.count,
+                                             episodes.seed, features=features, model=inputs.network,
+                                             images=inputs.images, to_input=to_input, device=inputs.device,
+                                             center=inputs.center, normalize=inputs.normalize)
+        except evaluation.EvaluatorError as exc:  # named here, where its name is known: one line, exit code 1
+            name = label.partition("[")[0]
+            raise PluginError(str(exc).replace("evaluator", f"evaluator '{name}'", 1)) from exc
         mean, ci = evaluation.ci95(scores)
         result = {"split": episodes.split, "ways": episodes.ways, "shots": shots, "queries": queries,
                   "episodes": episodes.count, "evaluator": label, "metric": traits.metric, "seed": episodes.seed,
