@@ -309,3 +309,63 @@ def test_an_option_that_replaces_the_file_value_is_not_blamed_on_the_file(projec
     (project / "fslab.toml").write_text("[run]\neval = {ways = 100}\n")
     line = refused(project, "run", "nca", *SMALL, "--set", "eval.ways=50", expect=["got 50"])
     assert "fslab.toml" not in line
+
+
+RAISING_PLUGIN = '''
+from fslab.plugin import Batch, hookimpl
+
+
+class OpensNothing:
+    channels = 1
+
+    def __init__(self, root=None, *, size: int = 3):
+        raise ValueError("cannot open the index")
+
+
+class CountsNothing:
+    channels = 1
+
+    def __init__(self, root=None, *, size: int = 3):
+        pass
+
+    def split_sizes(self):
+        raise ValueError("bad row 7")
+
+
+class Shapeless:
+    def __init__(self, labels, batch_size, seed, *, ways: int = 5):
+        pass
+
+
+def rows_of(params, batch_size):
+    return params["shots"] * params["ways"]  # a key the sampler does not have
+
+
+@hookimpl
+def register_datasets(register):
+    register(OpensNothing, name="opens-nothing", description="d", check_early=True)
+    register(CountsNothing, name="counts-nothing", description="d", check_early=True)
+
+
+@hookimpl
+def register_samplers(register):
+    register(Shapeless, name="shapeless", description="d", batch=rows_of)
+'''
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--dataset", "opens-nothing"],
+     "dataset 'opens-nothing' from plugin 'local:raising' failed to build: ValueError: cannot open the index"),
+    (["--dataset", "counts-nothing"], "dataset 'counts-nothing': split_sizes() failed: ValueError: bad row 7"),
+    (["--set", "sampler.name=shapeless"],
+     "the batch= function of sampler 'shapeless' from plugin 'local:raising' failed: KeyError: 'shots'"),
+])
+def test_a_plugin_that_raises_before_a_run_exists_is_one_line_naming_it(project, options, message):
+    """A check_early dataset's constructor or split_sizes(), or a sampler's batch= function, that
+    raised printed its traceback from fslab run, as a check= that raises does not."""
+    (project / "mine").mkdir()
+    (project / "mine" / "raising.py").write_text(RAISING_PLUGIN)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    result = fslab("run", "nca", *SMALL, *options, cwd=project, timeout=120)
+    assert result.returncode == 1 and result.stderr == f"error: {message}\n", result.stderr
+    assert not (project / "runs").is_dir() or not any((project / "runs").glob("2*"))

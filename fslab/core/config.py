@@ -408,7 +408,14 @@ def _batch_of_sampler(config: dict, registry, given: set[str]) -> None:
     if batch is None:
         return
     params = {k: v for k, v in config["sampler"].items() if k != "name"}
-    rows, batch_size = batch(params, config["train"]["batch_size"]), config["train"]["batch_size"]
+    batch_size = config["train"]["batch_size"]
+    try:
+        rows = batch(params, batch_size)
+    except FslabError:
+        raise
+    except Exception as exc:  # a bug in the plugin's function, as run_check says of a check
+        raise PluginError(f"the batch= function of sampler '{sampler.name}' from plugin '{sampler.plugin}' "
+                          f"failed: {type(exc).__name__}: {exc}") from exc
     if rows == batch_size:
         return
     if "train.batch_size" in given:

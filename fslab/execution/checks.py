@@ -13,7 +13,7 @@ import os
 import shutil
 
 from fslab.core.config import check_plugins
-from fslab.core.errors import UsageError
+from fslab.core.errors import FslabError, PluginError, UsageError
 from fslab.core.registry import create_dataset
 from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
 from fslab.core.runstore import Run
@@ -55,8 +55,20 @@ def check_dataset(config: dict, registry):
     in torch). Returns the dataset built, or None."""
     component = registry.get("dataset", config["dataset"]["name"])
     if component.info.get("check_early") and not isinstance(component.target, str):
-        return create_dataset(registry, config)
+        return built_early(component, lambda: create_dataset(registry, config))
     return None
+
+
+def built_early(component, build):
+    """``build()``, a component built before a run exists; an exception of the plugin's own (not the
+    UsageError it raises for a value it refuses) is one line naming the component and its plugin."""
+    try:
+        return build()
+    except FslabError:
+        raise
+    except Exception as exc:  # a bug in the plugin, or a file it cannot read: not a traceback
+        raise PluginError(f"{component.kind} '{component.name}' from plugin '{component.plugin}' failed to "
+                          f"build: {type(exc).__name__}: {exc}") from exc
 
 
 def dataset_sizes(config: dict, registry, seen: dict) -> dict[str, SplitSizes] | None:
@@ -73,9 +85,11 @@ def evaluator_shape(config: dict, registry) -> tuple[int, int] | None:
     """The episode shape the run's evaluator imposes (``episode_shape``), read
     from the evaluator itself when building it is cheap (not a lazy target)."""
     section = config["evaluator"]
-    if isinstance(registry.get("evaluator", section["name"]).target, str):
+    component = registry.get("evaluator", section["name"])
+    if isinstance(component.target, str):
         return None
-    evaluator = registry.create("evaluator", section["name"], **{k: v for k, v in section.items() if k != "name"})
+    evaluator = built_early(component, lambda: registry.create(
+        "evaluator", section["name"], **{k: v for k, v in section.items() if k != "name"}))
     return evaluator_traits(evaluator).episode_shape
 
 
