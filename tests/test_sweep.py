@@ -423,3 +423,26 @@ def test_sweep_options_that_contradict_the_sweep_file_are_refused_not_dropped(tm
     assert _sweep_spec([], path, 3, True, [])[1:3] == (3, True)
     assert _sweep_spec([], path, None, False, [])[1:3] == (1, False)
     assert _sweep_spec(["nca"], None, None, False, [])[1] == 1
+
+
+def test_a_run_whose_configuration_cannot_be_read_is_never_resumed_nor_requeued(tmp_path):
+    """fslab resume of a killed run with a broken config.json said only "the configuration has no 'method'",
+    and fslab sweep resume failed as a whole on it, where the README promises such a run is passed over."""
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    good, bad = (create_run(runs, "nca", {"method": "nca", "seed": seed, "device": "cpu"}) for seed in (0, 1))
+    good.write_status(state="completed", pid=None, sweep="sweep-1")  # nothing to requeue: no scheduler starts
+    bad.write_status(state="killed", pid=None, error="stopped", sweep="sweep-1")
+    (bad.path / "config.json").write_text("{bad")
+    save_sweep(runs, "sweep-1", runs=[good.id, bad.id], method="nca")
+    refused = fslab("resume", bad.id, cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: run {bad.id} cannot resume: its config.json is missing or unreadable (fslab runs lists it as "
+        f"unreadable); put the file back from a copy of the run, then resume it\n")
+    resumed = fslab("sweep", "resume", "sweep-1", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 run left as it is, its config.json missing or unreadable" in resumed.stderr and bad.id in resumed.stderr
+    assert "sweep-1: 0 runs queued again" in resumed.stdout
+    assert bad.status()["state"] == "killed"  # nothing written to it

@@ -341,7 +341,12 @@ def _resume_sweep(targets: list[str], project, options) -> None:
 
     if len(targets) != 2:
         raise UsageError("usage: fslab sweep resume SWEEP")
-    record, again = executors.resume_sweep(targets[1], settings=project, registry=registry(project), slurm=options)
+    record, again, unreadable = executors.resume_sweep(targets[1], settings=project, registry=registry(project),
+                                                       slurm=options)
+    if unreadable:
+        err_console.print(f"{count(len(unreadable), 'run')} left as it is, its config.json missing or unreadable "
+                          f"(put it back from a copy, then resume it): {shown(', '.join(r.id for r in unreadable))}",
+                          highlight=False)
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)
 

@@ -164,6 +164,9 @@ def check_resumable(run: Run) -> None:
     status = run.status()
     state = run.state(status, locked=False)
     refuse_if_live(run, state, status)
+    if state in RESUMABLE and not run.config():
+        raise UsageError(f"run {run.id} cannot resume: its config.json is missing or unreadable (fslab runs lists "
+                         f"it as unreadable); put the file back from a copy of the run, then resume it")
     if state not in RESUMABLE:
         raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume")
     if not run.checkpoint_path.exists():

@@ -144,17 +144,24 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
     return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
 
 
-def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = None) -> tuple[dict, list[Run]]:
+def resume_sweep(ref: str, *, settings, registry,
+                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[Run]]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
     its checkpoint) and start them as :func:`start_sweep` does; their
-    configurations are checked first, as :func:`resume` checks one."""
+    configurations are checked first, as :func:`resume` checks one. Returns the
+    sweep's record, the runs started and those passed over as unreadable (their
+    configuration cannot be read: never requeued)."""
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
+    unreadable = []
     for run in sweep_runs(settings.runs_dir, record):
         if run.state() in RESUMABLE:
-            check_run(check_saved(run.config(), registry), registry, slurm, sizes_seen=sizes_seen)
+            if not (config := run.config()):
+                unreadable.append(run)
+                continue
+            check_run(check_saved(config, registry), registry, slurm, sizes_seen=sizes_seen)
     again = requeue(settings.runs_dir, record)
-    return record, _start_queued(settings.runs_dir, again, slurm)
+    return record, _start_queued(settings.runs_dir, again, slurm), unreadable
 
 
 def start_study(study, scale: str, *, settings, registry, dataset: str | None = None, data_root: str | None = None,

@@ -162,12 +162,13 @@ def _first_seed(base: list[dict]) -> int:
 
 def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
     """Queue again the runs of a sweep that failed, were killed or were lost;
-    completed, queued and running runs are left alone. A run with a
+    completed, queued and running runs are left alone, and so are those whose
+    configuration cannot be read. A run with a
     checkpoint will resume from it."""
     again = []
     for run in sweep_runs(runs_dir, sweep):
-        if run.status().get("state") == "completed":
-            continue  # most of a finished sweep: no lock to take
+        if run.status().get("state") == "completed" or not run.config():
+            continue  # most of a finished sweep: no lock to take; an unreadable run is never requeued
         try:
             with launch_lock(run):  # so a resume of the same run at the same moment cannot start it too
                 if run.state(locked=False) not in RESUMABLE:
