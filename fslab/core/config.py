@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fslab.core.errors import ConfigError, FslabError, NewerConfig, PluginError, UnknownName, UsageError, did_you_mean
+from fslab.core.errors import ConfigError, NewerConfig, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.keys import dotted
 from fslab.core.limits import (
     RULE,
@@ -409,13 +409,8 @@ def _batch_of_sampler(config: dict, registry, given: set[str]) -> None:
         return
     params = {k: v for k, v in config["sampler"].items() if k != "name"}
     batch_size = config["train"]["batch_size"]
-    try:
-        rows = batch(params, batch_size)
-    except FslabError:
-        raise
-    except Exception as exc:  # a bug in the plugin's function, as run_check says of a check
-        raise PluginError(f"the batch= function of sampler '{sampler.name}' from plugin '{sampler.plugin}' "
-                          f"failed: {type(exc).__name__}: {exc}") from exc
+    rows = plugin_call(lambda: batch(params, batch_size),
+                       f"the batch= function of sampler '{sampler.name}' from plugin '{sampler.plugin}' failed")
     if rows == batch_size:
         return
     if "train.batch_size" in given:
@@ -790,10 +785,5 @@ def run_check(component, key: str, params: dict, context: CheckContext | None) -
     check = component.info.get("check")
     if check is None:
         return
-    try:
-        check(params, context)
-    except FslabError:
-        raise
-    except Exception as exc:  # a bug in the plugin's check, not in the configuration
-        raise PluginError(f"the check of {key} '{component.name}' from plugin '{component.plugin}' "
-                          f"failed: {type(exc).__name__}: {exc}") from exc
+    plugin_call(lambda: check(params, context),
+                f"the check of {key} '{component.name}' from plugin '{component.plugin}' failed")

@@ -7,7 +7,8 @@ anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
 class FslabError(Exception):
@@ -63,3 +64,15 @@ def unknown(what: str, word: str, choices: Iterable[str]) -> str:
     choices = sorted(choices)
     allowed = ", ".join(choices) if choices else "(none)"
     return f"Unknown {what} '{word}'.{did_you_mean(word, choices)} Allowed: {allowed}."
+
+
+def plugin_call(call: Callable[[], Any], failed: str, passes: tuple[type[BaseException], ...] = ()) -> Any:
+    """``call()``, a plugin's code run by fslab: what fslab raises (a value the plugin refuses)
+    and ``passes`` go on as they are; any other exception, a bug in the plugin, becomes one
+    line, ``{failed}: {Type}: {message}`` (``failed`` names the plugin), not a traceback."""
+    try:
+        return call()
+    except (FslabError, *passes):
+        raise
+    except Exception as exc:
+        raise PluginError(f"{failed}: {type(exc).__name__}: {exc}") from exc

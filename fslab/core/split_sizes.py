@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fslab.core.config import tested_ways
-from fslab.core.errors import ConfigError, FslabError, PluginError
+from fslab.core.errors import ConfigError, PluginError, plugin_call
 from fslab.core.types import SplitSizes
 
 SPLITS = ("train", "val", "test")
@@ -27,12 +27,8 @@ def read_split_sizes(dataset: Any, name: str) -> dict[str, SplitSizes] | None:
     method = getattr(dataset, "split_sizes", None)
     if not callable(method):
         return None
-    try:
-        told = method()
-    except (FslabError, OSError):  # what the dataset refuses, or a file the system refused: as they are
-        raise
-    except Exception as exc:  # a bug in the plugin: one line naming it, not a traceback
-        raise PluginError(f"dataset '{name}': split_sizes() failed: {type(exc).__name__}: {exc}") from exc
+    # a file the system refused goes on as it is, as what the dataset refuses does
+    told = plugin_call(method, f"dataset '{name}': split_sizes() failed", passes=(OSError,))
     if not isinstance(told, Mapping) or any(split not in SPLITS for split in told):
         raise PluginError(f"dataset '{name}': split_sizes() must map train, val and/or test to lists of "
                           f"image counts per class, got {told!r:.200}")

@@ -13,7 +13,7 @@ import os
 import shutil
 
 from fslab.core.config import check_plugins
-from fslab.core.errors import FslabError, PluginError, UsageError
+from fslab.core.errors import UsageError, plugin_call
 from fslab.core.registry import create_dataset
 from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
 from fslab.core.runstore import Run
@@ -62,13 +62,8 @@ def check_dataset(config: dict, registry):
 def built_early(component, build):
     """``build()``, a component built before a run exists; an exception of the plugin's own (not the
     UsageError it raises for a value it refuses) is one line naming the component and its plugin."""
-    try:
-        return build()
-    except FslabError:
-        raise
-    except Exception as exc:  # a bug in the plugin, or a file it cannot read: not a traceback
-        raise PluginError(f"{component.kind} '{component.name}' from plugin '{component.plugin}' failed to "
-                          f"build: {type(exc).__name__}: {exc}") from exc
+    return plugin_call(build, f"{component.kind} '{component.name}' from plugin '{component.plugin}' failed to "
+                              f"build")
 
 
 def dataset_sizes(config: dict, registry, seen: dict) -> dict[str, SplitSizes] | None:
