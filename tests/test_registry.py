@@ -82,6 +82,21 @@ def test_broken_plugin_is_reported_and_the_rest_keeps_working(builtin_plugins, t
         load_registry([folder])
 
 
+def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_path):
+    """The name asked for may be one a broken plugin would have registered: the line says so."""
+    folder = write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")
+    with pytest.raises(UsageError) as caught:
+        load_registry([folder]).get("loss", "brokenloss")
+    assert str(caught.value).endswith("Not among them: what plugin 'local:broken' registers, which failed to load "
+                                      "(ModuleNotFoundError: No module named 'not_a_module_anywhere').")
+    write_plugin(folder, "alsobroken", "raise RuntimeError('no')\n")
+    with pytest.raises(UsageError, match=r"what plugins 'local:alsobroken', 'local:broken' register, which failed"):
+        load_registry([folder]).get("loss", "brokenloss")
+    with pytest.raises(UsageError) as caught:  # nothing failed: the line is as it always was
+        load_registry([]).get("loss", "brokenloss")
+    assert str(caught.value).endswith("Allowed: " + ", ".join(load_registry([]).names("loss")) + ".")
+
+
 def test_duplicate_names_name_both_providers(builtin_plugins, tmp_path):
     folder = write_plugin(tmp_path / "local", "again", LOCAL_LOSS.replace('name="scaled"', 'name="nca"'))
     with pytest.raises(PluginError,

@@ -152,7 +152,13 @@ class Registry:
         try:
             return self.components[kind][name]
         except KeyError:
-            raise UnknownName(kind, name, self.components[kind]) from None
+            error = UnknownName(kind, name, self.components[kind])
+        if self.failures:  # the name may be one a plugin that failed to load would have registered
+            first, *more = self.failures
+            why = (f"plugin '{first.plugin}' registers, which failed to load ({first.error})" if not more else
+                   f"plugins {', '.join(repr(f.plugin) for f in self.failures)} register, which failed to load")
+            error.args = (f"{error.args[0]} Not among them: what {why}.",)
+        raise error
 
     def names(self, kind: str, pattern: str = "*") -> list[str]:
         check_kind(kind)
