@@ -88,6 +88,18 @@ def test_a_plugin_file_that_failed_to_import_and_is_mended_in_place_is_seen_at_o
     assert next(c for c in mended.of_kind("loss") if c["name"] == "margin")["description"] == "mended"
 
 
+def test_the_cache_depends_on_every_core_module_that_loads_and_checks_plugins(listing_env):
+    """An edited rule of fslab.core.limits (an editable install) changes what a load reports."""
+    import fslab.core
+
+    plugin_listing([listing_env])
+    (cache,) = (listing_env.parent / "cache" / "fslab").glob("plugins-*.json")
+    stamped = json.loads(cache.read_text())["fingerprint"]["stamps"]
+    core = os.path.dirname(fslab.core.__file__)
+    for module in ("registry.py", "limits.py", "errors.py", "config.py"):
+        assert stamped[os.path.join(core, module)] is not None
+
+
 def test_a_damaged_cache_file_is_loaded_again(listing_env):
     plugin_listing([listing_env])
     (cache,) = (listing_env.parent / "cache" / "fslab").glob("plugins-*.json")

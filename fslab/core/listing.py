@@ -94,14 +94,15 @@ def _stamp(path: str) -> list | None:
 
 
 def _fingerprint(files: list[str]) -> dict:
-    """fslab's version and registry code, the ``sys.path`` folders, and ``files``, each stamped."""
+    """fslab's version and core code (what loads and checks plugins: an edit of an editable
+    install is seen), the ``sys.path`` folders, and ``files``, each stamped."""
     import fslab
 
-    registry_code = str(Path(__file__).with_name("registry.py"))  # not imported: listing stays cheap
+    core = sorted(str(p) for p in Path(__file__).parent.glob("*.py"))  # not imported: listing stays cheap
     here = os.getcwd()
     folders = [p for p in sys.path if p and p != here and os.path.isdir(p)]
     return {"format": FORMAT, "fslab": fslab.__version__, "python": sys.executable,
-            "stamps": {p: _stamp(p) for p in [registry_code, *folders, *files]}}
+            "stamps": {p: _stamp(p) for p in [*core, *folders, *files]}}
 
 
 def _depends_on(registry, dirs: list[str]) -> list[str]:
