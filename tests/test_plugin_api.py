@@ -151,7 +151,9 @@ def test_declared_values_are_checked_when_a_configuration_is_resolved(builtin_pl
 
 @pytest.mark.parametrize("rules, message", [
     ('{"kk": at_least(1)}', "names 'kk', which is not one of its parameters"),
-    ('{"k": "at least 1"}', "expected a rule such as at_least"),
+    ('{"k": "at least 1"}', r"allowed= for 'k': expected a rule such as at_least.*got 'at least 1'$"),
+    ('{"k": "positive"}', r"allowed= for 'k': .*got 'positive' \(the rule is positive\(\), from fslab.plugin\)"),
+    ('{"k": "at_least"}', r"got 'at_least' \(the rule is at_least\(\.\.\.\), from fslab.plugin\)"),
     ('{"k": at_least(5)}', "the default of 'k' breaks its own rule"),
 ])
 def test_a_wrong_declaration_is_refused_when_the_plugin_registers(builtin_plugins, tmp_path, monkeypatch,
@@ -162,6 +164,27 @@ def test_a_wrong_declaration_is_refused_when_the_plugin_registers(builtin_plugin
              "distance": one_of("euclidean", "cosine"), "radius": at_least(0)}'''
     with pytest.raises(PluginError, match=message):
         _registry_of(ALLOWED_PLUGIN.replace(declared, f"allowed={rules}"), tmp_path, monkeypatch)
+
+
+
+@pytest.mark.parametrize("call, message", [
+    ('register("vote", vote, description="test")', "too many positional arguments"),
+    ('register(vote, name="vote")', "missing a required argument: 'description'"),
+    ('register(vote, name="vote", description="test", paper="x", params={}, allowed={}, sort="k")', None),
+])
+def test_a_wrong_call_of_register_names_the_plugin_and_the_right_call(builtin_plugins, tmp_path, monkeypatch,
+                                                                      call, message):
+    from fslab.core.errors import PluginError
+
+    plugin = ALLOWED_PLUGIN.split("    register(vote")[0] + "    " + call + "\n"
+    if message is None:  # any keyword beyond the named ones is the component's own information
+        assert _registry_of(plugin, tmp_path, monkeypatch).get("evaluator", "vote").info["sort"] == "k"
+        return
+    with pytest.raises(PluginError) as caught:
+        _registry_of(plugin, tmp_path, monkeypatch)
+    assert f"evaluator register() of plugin 'local:extra': {message}; it is called as " \
+           f"register(target, name='...', description='...'" in str(caught.value)
+    assert "_register_callback" not in str(caught.value)
 
 
 BACKBONE_PLUGIN = '''

@@ -77,7 +77,9 @@ def rule_of(declared: Any) -> Allowed:
     """The rule in what :func:`at_least` and the others return (or an :class:`Allowed` itself)."""
     rule = declared.get(RULE) if isinstance(declared, dict) else declared
     if not isinstance(rule, Allowed):
-        raise TypeError(f"expected a rule such as at_least(1) or one_of('a', 'b'), got {declared!r}")
+        hint = (f" (the rule is {declared}({'' if declared == 'positive' else '...'}), from fslab.plugin)"
+                if declared in ("at_least", "positive", "between", "one_of", "matching", "listing") else "")
+        raise TypeError(f"expected a rule such as at_least(1) or one_of('a', 'b'), got {declared!r}{hint}")
     return rule
 
 

@@ -352,7 +352,15 @@ def _distribution_label(ep, labels: dict[str, str]) -> str | None:
 
 
 def _register_callback(registry: Registry, kind: str, plugin: str, version, origin) -> Callable:
-    def register(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
+    def register(*args, **kwargs):
+        try:
+            inspect.signature(add).bind(*args, **kwargs)
+        except TypeError as exc:  # Python's own words name a function the plugin author never saw
+            raise TypeError(f"{kind} register() of plugin '{plugin}': {exc}; it is called as "
+                            f"register(target, name='...', description='...', paper='...', params={{...}})") from None
+        add(*args, **kwargs)
+
+    def add(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
         _check_arguments(f"{kind} {name!r} from plugin '{plugin}'", name, description, paper, params, info)
         if kind == "study" and not isinstance(target, os.PathLike):
             raise TypeError(f"study '{name}' from plugin '{plugin}': the target must be the pathlib.Path of its "
@@ -412,7 +420,10 @@ def _allowed_rules(allowed: Any, params: dict, who: str) -> dict:
         if param not in params:
             raise TypeError(f"{who}: allowed= names '{param}', which is not one of its parameters "
                             f"({', '.join(params) or 'none'})")
-        rules[param] = rule_of(declared)
+        try:
+            rules[param] = rule_of(declared)
+        except TypeError as exc:
+            raise TypeError(f"{who}: allowed= for '{param}': {exc}") from None
         try:
             check_rule(param, params[param], rules[param])
         except UsageError as exc:
