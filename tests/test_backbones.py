@@ -392,3 +392,75 @@ def test_a_run_with_the_flatten_head_trains_and_evaluates(project):
     assert start["event"] == "start" and start["out_dim"] == 8 * 4  # hidden 8 × a 2×2 map
     evaluated = fslab("eval", run.name, "--episodes", "20", "--json", cwd=project)
     assert evaluated.returncode == 0, evaluated.stderr
+
+
+class _Probe(torch.nn.Module):
+    """A backbone whose output and declared out_dim a test chooses; counts its forwards."""
+
+    def __init__(self, out_dim, pooled=True):
+        super().__init__()
+        self.conv, self.out_dim, self.pooled, self.calls = torch.nn.Conv2d(3, 4, 3, padding=1), out_dim, pooled, 0
+        self.norm = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        self.calls += 1
+        features = self.norm(self.conv(x))
+        return features.mean((2, 3)) if self.pooled else features
+
+
+@pytest.mark.parametrize("out_dim, pooled, message", [
+    (4, True, None),
+    (99, True, r"^backbone 'probe' returned features of shape \[2, 4\] for 2 images, not \[2, out_dim\] with "
+                r"its out_dim=99$"),
+    (4, False, r"shape \[2, 4, 6, 6\] .* out_dim=4: pool or flatten it to \[2, 144\]$"),
+    (None, True, r"^backbone 'probe' must set self.out_dim to the number of values it returns per image \(an int\), "
+                 r"got None$"),
+    (4.0, True, r"got 4.0$"),
+])
+def test_a_run_checks_the_backbones_out_dim_before_it_trains(torch_seed, out_dim, pooled, message):
+    """What the loss, its classifier and the projection are sized by is checked by one eval-mode forward
+    that leaves the network as it was (the run's seeded weights and statistics untouched)."""
+    from fslab.training.build import check_out_dim
+
+    model = _Probe(out_dim, pooled).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    if message is None:
+        check_out_dim(model, "probe", (3, 6, 6), torch.device("cpu"))
+        assert model.calls == 1 and model.training
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+        return
+    with pytest.raises(TypeError, match=message):
+        check_out_dim(model, "probe", (3, 6, 6), torch.device("cpu"))
+
+
+WRONG_OUT_DIM = '''
+from torch import nn
+from fslab.plugin import hookimpl
+
+
+class Wrong(nn.Module):
+    def __init__(self, in_channels):
+        super().__init__()
+        self.conv, self.out_dim = nn.Conv2d(in_channels, 8, 3, padding=1), 99
+
+    def forward(self, x):
+        return self.conv(x).mean((2, 3))
+
+
+@hookimpl
+def register_backbones(register):
+    register(Wrong, name="wrong", description="declares 99 values, returns 8")
+'''
+
+
+def test_a_backbone_with_a_wrong_out_dim_fails_its_run_at_the_start_naming_it(project):
+    """A loss with a classifier (simpleshot) failed at its first step with PyTorch's shape error."""
+    (project / "mine").mkdir()
+    (project / "mine" / "wrong.py").write_text(WRONG_OUT_DIM)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    result = fslab("run", "simpleshot", *TINY_RUN[4:], "--backbone", "wrong", cwd=project)
+    assert result.returncode == 1
+    assert ("failed: TypeError: backbone 'wrong' returned features of shape [2, 8] for 2 images, not "
+            "[2, out_dim] with its out_dim=99") in result.stderr
+    (run,) = (project / "runs").iterdir()
+    assert not [e for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "train"]

@@ -11,6 +11,7 @@ repeated run relies on to be bitwise identical.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +117,26 @@ def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device:
                            **plugin_kwargs(section)).to(device)
 
 
+def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int], device: torch.device) -> None:
+    """A TypeError naming the backbone unless its ``out_dim`` is the number of values it returns
+    per image (the loss, its classifier and the projection are sized by it): one forward of two
+    blank images in eval mode, which changes no weight, statistic or random stream of the built-ins."""
+    declared = getattr(model, "out_dim", None)
+    if isinstance(declared, bool) or not isinstance(declared, int) or declared < 1:
+        raise TypeError(f"backbone '{name}' must set self.out_dim to the number of values it returns per "
+                        f"image (an int), got {declared!r}")
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        features = model(torch.zeros(2, *image_shape, device=device))
+    model.train(was_training)
+    shape = list(getattr(features, "shape", ()))
+    if shape != [2, declared]:
+        flat = f": pool or flatten it to [2, {math.prod(shape[1:])}]" if len(shape) > 2 else ""
+        raise TypeError(f"backbone '{name}' returned features of shape {shape} for 2 images, not [2, out_dim] "
+                        f"with its out_dim={declared}{flat}")
+
+
 def build_loss(registry: Registry, cfg: RunConfig, out_dim: int, num_classes: int,
                device: torch.device) -> tuple[Callable, list[nn.Parameter]]:
     """The run's loss for embeddings of ``out_dim`` values and ``num_classes``
@@ -167,6 +188,7 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     # fails the run at its start, naming the file. Reading draws no random number.
     test_split = load_split(dataset, "test", name) if world.main else None
     model = build_backbone(registry, cfg, dataset.channels, device, image_size_of(train_split))
+    check_out_dim(model, cfg.backbone["name"], (dataset.channels, *image_size_of(train_split)), device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     # A training-only linear projection on top of the backbone (NCA paper App. A.4).
