@@ -191,8 +191,16 @@ def prepare_features(features: torch.Tensor, center: torch.Tensor | None, normal
 
 
 class EvaluatorError(Exception):
-    """An evaluator raised, or returned predictions or scores of the wrong shape: the message says
-    what it did, after the words "evaluator" (which the caller, knowing its name, names)."""
+    """An evaluator raised, or returned predictions or scores of the wrong shape. ``did`` says what
+    it did ("failed: ...", "returned shape ..."); :meth:`naming` puts the evaluator's name before
+    it, where the caller knows the name."""
+
+    def __init__(self, did: str) -> None:
+        super().__init__(f"evaluator {did}")
+        self.did = did
+
+    def naming(self, name: str) -> str:
+        return f"evaluator '{name}' {self.did}"
 
 
 class EvaluatorOutputError(EvaluatorError, ValueError):
@@ -208,7 +216,7 @@ def call_evaluator(evaluator: Callable, *args, **kwargs):
     except FslabError:
         raise
     except Exception as exc:
-        raise EvaluatorError(f"evaluator failed: {type(exc).__name__}: {exc}") from exc
+        raise EvaluatorError(f"failed: {type(exc).__name__}: {exc}") from exc
 
 
 def episode_scores(
@@ -251,12 +259,12 @@ def episode_scores(
         out = call_evaluator(evaluator, support, query)
         if info.metric == "accuracy":
             if out.shape != query.shape[:2]:
-                raise EvaluatorOutputError(f"evaluator returned shape {tuple(out.shape)}, "
+                raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
                                            f"expected predictions {tuple(query.shape[:2])}")
             scores.append((out == truth).sum(dim=1))  # counts: divided on the CPU, below
         else:
             if out.shape != (query.shape[0],):
-                raise EvaluatorOutputError(f"evaluator returned shape {tuple(out.shape)}, "
+                raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
                                            f"expected one score per episode ({query.shape[0]},)")
             scores.append(out.float())
     scores = torch.cat(scores).cpu()
@@ -301,7 +309,7 @@ def model_episode_scores(
             predictions = call_evaluator(evaluator, working, support_images, query_images, to_input=to_input,
                                          device=device, center=center, normalize=normalize)
             if predictions.shape != truth.shape:
-                raise EvaluatorOutputError(f"evaluator returned shape {tuple(predictions.shape)}, "
+                raise EvaluatorOutputError(f"returned shape {tuple(predictions.shape)}, "
                                            f"expected ({truth.numel()},)")
             scores.append((predictions.cpu() == truth).sum().float() / truth.numel())
             working.load_state_dict(weights)

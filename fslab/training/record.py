@@ -114,8 +114,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
                                              images=inputs.images, to_input=to_input, device=inputs.device,
                                              center=inputs.center, normalize=inputs.normalize)
         except evaluation.EvaluatorError as exc:  # named here, where its name is known: one line, exit code 1
-            name = label.partition("[")[0]
-            raise PluginError(str(exc).replace("evaluator", f"evaluator '{name}'", 1)) from exc
+            raise PluginError(exc.naming(label.partition("[")[0])) from exc
         mean, ci = evaluation.ci95(scores)
         result = {"split": episodes.split, "ways": episodes.ways, "shots": shots, "queries": queries,
                   "episodes": episodes.count, "evaluator": label, "metric": traits.metric, "seed": episodes.seed,
