@@ -353,17 +353,20 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     fifteen, five = make(0, 15), make(1, 5)
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
-    both = runner.invoke(app, ["compare", fifteen.id, five.id, "--json"])
+    both = runner.invoke(app, ["compare", fifteen.id, five.id, "--json"])  # two shapes: the papers' 15 queries
     assert both.exit_code == 0, both.output
     assert both.stderr.strip() == (f"1 run without test scores for 5-way, 15 queries (left out): {five.id}; "
                                    f"they have them for 5-way, 5 queries (--ways 5 --queries 5)")
     assert [json.loads(line)["seeds"] for line in both.stdout.splitlines()] == [1]
-    alone = runner.invoke(app, ["compare", five.id])
+    alone = runner.invoke(app, ["compare", five.id, "--queries", "15"])
     assert isinstance(alone.exception, UsageError)
     assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
                                     "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "
                                     "run: fslab eval RUN")
     assert runner.invoke(app, ["compare", five.id, "--queries", "5"]).exit_code == 0
+    own = runner.invoke(app, ["compare", five.id, "--json"])  # no --queries: the one shape its scores have
+    assert own.exit_code == 0 and own.stderr == ""
+    assert [(line["ways"], line["queries"]) for line in map(json.loads, own.stdout.splitlines())] == [(5, 5)]
 
 
 def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path):
@@ -386,3 +389,29 @@ def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path)
     assert header[-1] == "metric" and line[-1] == "map"
     shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and f"mAP {100 * mean:.2f}±{100 * ci:.2f} (4)" in shown.stdout, shown.stderr
+
+
+@pytest.mark.parametrize("scored, configured, given, read", [
+    ([(5, 5)], [(5, 15)], (None, None), (5, 5)),  # the one shape the scores have
+    ([(5, 5), (5, 15)], [(5, 5), (5, 5)], (None, None), (5, 5)),  # two scored: the one the runs evaluate
+    ([(5, 5), (5, 15)], [(5, 5), (5, 15)], (None, None), (5, 15)),  # nothing shared: the papers'
+    ([], [(10, 3), (10, 3)], (None, None), (10, 3)),  # nothing scored yet (running): the configured one
+    ([(5, 5), (10, 3)], [(5, 5), (10, 3)], (10, None), (10, 3)),  # --ways 10 leaves one shape
+    ([(5, 5)], [(5, 5)], (20, None), (20, 15)),  # none agrees with --ways 20: its 15 queries
+    ([(5, 5)], [(5, 5)], (5, 15), (5, 15)),  # both given: as given
+])
+def test_the_episode_shape_read_by_default_is_the_runs_own(tmp_path, scored, configured, given, read):
+    """compare, plot and the dashboard's comparison read --ways/--queries the runs were scored at, where
+    left out; before, compare and plot read 5-way 15 queries and the dashboard the first run's configuration."""
+    from fslab.core.runstore import create_run
+    from fslab.reports.compare import RunFiles, scored_shape
+
+    runs = []
+    for seed, (ways, queries) in enumerate(configured):
+        runs.append(create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed, "evaluator": {"name": "knn"},
+                                                          "eval": {"ways": ways, "queries": queries}}))
+    for run, (ways, queries) in zip(runs, scored):
+        run.save_accuracies({"split": "test", "ways": ways, "shots": 1, "queries": queries, "episodes": 2,
+                             "evaluator": "knn", "seed": 0, "epoch": 1, "stream": 2, "accuracy": 0.5,
+                             "ci95": 0.1}, [0.4, 0.6])
+    assert scored_shape(runs, "test", [1, 5], *given, None, RunFiles()) == read

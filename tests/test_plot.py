@@ -230,7 +230,8 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     report = json.loads(both.stdout)
     assert report["left_out"] == [{"run": five.id, "why": why}]
     assert [p["run_ids"] for p in report["panels"][0]["series"][0]["points"]] == [[fifteen.id]]
-    alone = runner.invoke(app, ["plot", "batch-size", five.id])
+    assert runner.invoke(app, ["plot", "batch-size", five.id]).exit_code == 0  # the one shape its scores have
+    alone = runner.invoke(app, ["plot", "batch-size", five.id, "--queries", "15"])
     assert isinstance(alone.exception, UsageError)
     assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
                                     "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "

@@ -140,7 +140,8 @@ def _check_device(device: str) -> None:
     check_device({"device": device, "train": {"processes": 1}})
 
 
-def episode_options(split: str, shots: str, ways: int, queries: int, episodes: int | None = None) -> list[int]:
+def episode_options(split: str, shots: str, ways: int | None, queries: int | None,
+                    episodes: int | None = None) -> list[int]:
     """The shots of ``--shots``, after ``--split``, ``--ways``, ``--queries`` and ``--episodes`` are
     checked: the one check of the episode options of eval, compare and plot, each mistake one line."""
     if split not in ("test", "val"):
@@ -149,7 +150,7 @@ def episode_options(split: str, shots: str, ways: int, queries: int, episodes: i
     if not shot_list or min(shot_list) < 1:
         raise UsageError(f"--shots takes whole numbers of at least 1 separated by commas (e.g. 1,5), got '{shots}'")
     for option, value, least in (("--ways", ways, 2), ("--queries", queries, 1)):
-        if value < least:
+        if value is not None and value < least:
             raise UsageError(f"{option} must be at least {least}, got {value}")
     if episodes is not None and not 1 <= episodes <= EPISODES_MAX:  # drawn at once: 10**11 would fill the memory
         raise UsageError(f"--episodes must be from 1 to {EPISODES_MAX:,}, got {episodes:,}")
@@ -168,8 +169,12 @@ def compare_(
                          "difference (csv: its baseline named, in difference columns of its own).")] = "table",
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
-    ways: Annotated[int, typer.Option(help="Ways of the evaluations to compare.")] = 5,
-    queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to compare.")] = 15,
+    ways: Annotated[int | None, typer.Option(
+        help="Ways of the evaluations to compare (default: the runs' own, where their scores share one "
+             "shape; else 5).", show_default=False)] = None,
+    queries: Annotated[int | None, typer.Option(
+        help="Queries per class of the evaluations to compare (default: the runs' own, where their scores "
+             "share one shape; else 15).", show_default=False)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
         autocompletion=names_of("evaluator"))] = None,
@@ -201,7 +206,7 @@ def compare_(
     rows = [[row["group"], str(row["seeds"]),
              *[f"{table_score(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
             for row in report["groups"]]
-    title = f"{split}, {ways}-way, {queries} queries, mean ± 95% CI over pooled episodes"
+    title = f"{split}, {report['ways']}-way, {report['queries']} queries, mean ± 95% CI over pooled episodes"
     print_table(console, lambda width: fit([Col("group", wrap=True), Col("seeds", "right"),
                                             *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:
@@ -266,8 +271,12 @@ def plot_(
     title: Annotated[str | None, typer.Option(help="Title above the panels.")] = None,
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
-    ways: Annotated[int, typer.Option(help="Ways of the evaluations to plot.")] = 5,
-    queries: Annotated[int, typer.Option(help="Queries per class of the evaluations to plot.")] = 15,
+    ways: Annotated[int | None, typer.Option(
+        help="Ways of the evaluations to plot (default: the runs' own, where their scores share one shape; "
+             "else 5).", show_default=False)] = None,
+    queries: Annotated[int | None, typer.Option(
+        help="Queries per class of the evaluations to plot (default: the runs' own, where their scores share "
+             "one shape; else 15).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted numbers as JSON.")] = False,
 ) -> None:
     """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars.

@@ -202,16 +202,18 @@ def one_run_per_seed(runs: list[Run], files: RunFiles, scored) -> tuple[list[Run
     return [r for r in runs if id(r) in kept], [r for r in runs if id(r) not in kept]
 
 
-def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), ways: int = 5, queries: int = 15,
-            group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
+def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), ways: int | None = 5,
+            queries: int | None = 15, group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
     """Pooled accuracy per group and shots, and paired differences to the first
-    group; ``evaluator`` picks whose saved scores (default: each run's own).
+    group; ``evaluator`` picks whose saved scores (default: each run's own);
+    ``ways`` or ``queries`` None: the runs' own shape (:func:`scored_shape`).
     A run named twice counts once; a group whose runs were scored on different
     data is split by their data (``data_split`` lists those); of runs that repeat
     another's settings and seed, one counts (``repeated`` lists the others); every
     run is read on the episode count all of them share, where they share one."""
     files = RunFiles()
     runs = list({run.path: run for run in runs}.values())
+    ways, queries = scored_shape(runs, split, shots, ways, queries, evaluator, files)
     unreadable = [r.id for r in runs if not files.config(r)]
     groups = group_runs([r for r in runs if files.config(r)], group_by, files)
     groups, data_split = split_by_data(groups, split, evaluator, files)
@@ -246,6 +248,29 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired,
             "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
             "other_shapes": {run: shapes for run, shapes in elsewhere.items() if shapes}}
+
+
+def scored_shape(runs: list[Run], split: str, shots: list[int], ways: int | None, queries: int | None,
+                 evaluator: str | None, files: RunFiles) -> tuple[int, int]:
+    """The (ways, queries) a report reads: as given; where one is left out (None), the runs' own
+    (among those that agree with the one given): the one shape all their saved ``split`` scores of
+    ``shots`` (by ``evaluator``, default each run's own) share, else the one shape their
+    configurations evaluate (``eval.ways``, ``eval.queries``), else 5-way, 15 queries, the papers'."""
+    if ways is not None and queries is not None:
+        return ways, queries
+    readable = [run for run in runs if files.config(run)]
+    scored, configured = set(), set()
+    for run in readable:
+        label = files.label(run, evaluator)
+        scored |= {(e["ways"], e["queries"]) for e in files.saved(run)
+                   if e["split"] == split and e["shots"] in shots and e["evaluator"] == label}
+        section = files.config(run).get("eval") or {}
+        configured.add((section.get("ways", 5), section.get("queries", 15)))
+    for found in (scored, configured):
+        found = {(w, q) for w, q in found if ways in (None, w) and queries in (None, q)}
+        if len(found) == 1:
+            return found.pop()
+    return (5 if ways is None else ways), (15 if queries is None else queries)
 
 
 def other_shapes(run: Run, split: str, shots: list[int], ways: int, queries: int, evaluator: str | None,

@@ -36,6 +36,7 @@ from fslab.reports.compare import (
     other_shapes,
     pooled,
     run_settings,
+    scored_shape,
     settings_label,
     shapes_text,
     split_by_data,
@@ -83,7 +84,7 @@ def x_value(run: Run, flat: dict, key: str, config: dict) -> tuple[object, bool]
 
 
 def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, split: str = "test",
-                shots: list[int] = (1, 5), ways: int = 5, queries: int = 15) -> dict:
+                shots: list[int] = (1, 5), ways: int | None = 5, queries: int | None = 15) -> dict:
     """What a figure shows, as data: for each number of shots, each line's
     points (x, pooled accuracy, ci95, episodes, run ids), x ascending; and
     ``left_out``: each run that gives no point, with why (its configuration
@@ -94,11 +95,13 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     these scores).
 
     ``x`` is a preset name or a configuration key; lines are the runs' settings
-    except the seed and x, or only the ``series`` keys when given."""
+    except the seed and x, or only the ``series`` keys when given; ``ways`` or
+    ``queries`` None: the runs' own shape, as ``compare`` reads it."""
     key = PRESETS.get(x, x)
     if not runs:
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     files = RunFiles()
+    ways, queries = scored_shape(runs, split, shots, ways, queries, None, files)
     lines, left_out = _lines(runs, key, series, files)
     lines = _by_data(lines, split, files)
 

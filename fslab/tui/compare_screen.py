@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from fslab.core.events import table_score
 from fslab.core.runstore import Run
 from fslab.core.text import count, printable
-from fslab.reports.compare import RunFiles, compare
+from fslab.reports.compare import compare
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
@@ -70,10 +70,8 @@ class CompareScreen(Screen):
             stale = self._stale or any(d.reset or any(e.get("event") == "eval" for e in d.events) for d in deltas)
             present = [Run(f.path) for f in self.followers if f.path.is_dir()]
             report = None
-            if stale and present:  # episodes of the shape the first run that can be read was evaluated on
-                files = RunFiles()  # a configuration from a newer fslab, or damaged, is {} (compare leaves it out)
-                shape = next((c.get("eval", {}) for c in map(files.config, present) if c), {})
-                report = compare(present, shots=SHOTS, ways=shape.get("ways", 5), queries=shape.get("queries", 15))
+            if stale and present:  # episodes of the runs' own shape, as fslab compare reads them by default
+                report = compare(present, shots=SHOTS, ways=None, queries=None)
             self._stale = stale and not present
         finally:
             self._lock.release()
