@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import fslab
 from fslab.core.config import (
     CONFIG_VERSION,
     DEFAULTS,
@@ -528,3 +529,15 @@ def test_a_bad_per_dataset_layer_names_the_recipe(tmp_path, per_dataset, message
     registry = load_registry([tmp_path])
     with pytest.raises(ConfigError, match=re.escape(message)):
         resolve("mine", registry=registry, settings=Settings(), overrides=[])
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "[1.0, inf]", "{ a = nan }"])
+def test_an_untyped_plugin_parameter_is_refused_when_not_finite(registry, value):
+    # loss.margin defaults to null (measured at initialisation), so its value had no type to check,
+    # and --set loss.margin=inf created a run although no number may be NaN or infinite
+    with pytest.raises(ConfigError, match=r"^config key 'loss\.margin' must be a finite number, got "):
+        resolve("triplet", registry=registry, settings=Settings(), overrides=cli(f"loss.margin={value}"))
+    with pytest.raises(ConfigError, match=r"'loss\.margin' must be a finite number"):
+        fslab.create("loss", "triplet", margin=float("inf"))
+    assert resolve("triplet", registry=registry, settings=Settings(),
+                   overrides=cli("loss.margin=0.5"))["loss"]["margin"] == 0.5

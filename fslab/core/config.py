@@ -624,11 +624,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _check_finite(key: str, value: Any) -> None:
+    """A ConfigError for a NaN or infinity anywhere in an untyped value (a list or table included)."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, (list, dict)):
+            _check_finite(key, item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
+
+
 def check_value(key: str, value: Any, default: Any) -> Any:
     """``value`` converted to the type of ``default``, or a ConfigError naming
     the key and the type expected. An int is a valid float; a single number is
     a valid one-element list (``--set eval.shots=5``)."""
-    if default is None:
+    if default is None:  # an untyped plugin parameter (loss.margin=null): any value, but a finite one
+        _check_finite(key, value)
         return value
     expected = type(default)
     if expected is list:
@@ -637,6 +648,7 @@ def check_value(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, list):
             if default and _is_number(default[0]):
                 return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)]
+            _check_finite(key, value)
             return value
     elif expected is float and _is_number(value):
         if not math.isfinite(value):  # TOML and --lr take nan and inf; no setting means them
@@ -645,6 +657,8 @@ def check_value(key: str, value: Any, default: Any) -> Any:
     elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
         if expected is int and not -(2**63) <= value < 2**63:  # TOML reads any size; torch and JSON readers do not
             raise ConfigError(f"config key '{key}' must be a whole number below 2**63, got {value}")
+        if expected is dict:
+            _check_finite(key, value)
         return value
     raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}")
 
