@@ -541,3 +541,20 @@ def test_an_untyped_plugin_parameter_is_refused_when_not_finite(registry, value)
         fslab.create("loss", "triplet", margin=float("inf"))
     assert resolve("triplet", registry=registry, settings=Settings(),
                    overrides=cli("loss.margin=0.5"))["loss"]["margin"] == 0.5
+
+
+@pytest.mark.parametrize("method, assigned, expect", [
+    # a whole number too large for a float was a traceback (OverflowError) instead of one line
+    ("nca", f"loss.temperature={10**400}", r"'loss\.temperature' must be a finite number \(below 1\.8e308\), "
+                                           r"got a whole number of 401 digits"),
+    ("nca", f"train.lr=-{10**400}", r"'train\.lr' must be a finite number \(below 1\.8e308\), got a whole number"),
+    ("nca", f"train.milestones=[0.5, {10**309}]", r"'train\.milestones\[1\]' must be a finite number"),
+    # an untyped parameter holds no whole number from 2**63 on either
+    ("triplet", f"loss.margin={2**63}",
+     r"'loss\.margin' must hold whole numbers below 2\*\*63, got 9223372036854775808"),
+], ids=["temperature", "lr", "milestones", "margin"])
+def test_a_number_beyond_range_is_one_line(registry, method, assigned, expect):
+    with pytest.raises(ConfigError, match=expect):
+        resolve(method, registry=registry, settings=Settings(), overrides=cli(assigned))
+    with pytest.raises(ConfigError, match=r"'loss\.temperature' must be a finite number"):
+        fslab.create("loss", "nca", temperature=10**400)

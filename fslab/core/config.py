@@ -625,13 +625,16 @@ def _is_number(value: Any) -> bool:
 
 
 def _check_finite(key: str, value: Any) -> None:
-    """A ConfigError for a NaN or infinity anywhere in an untyped value (a list or table included)."""
+    """A ConfigError for a NaN, an infinity or a whole number from 2**63 on anywhere in an
+    untyped value (a list or table included)."""
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
     for item in items:
         if isinstance(item, (list, dict)):
             _check_finite(key, item)
         elif isinstance(item, float) and not math.isfinite(item):
             raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
+        elif type(item) is int and not -(2**63) <= item < 2**63:
+            raise ConfigError(f"config key '{key}' must hold whole numbers below 2**63, got {value!r}")
 
 
 def check_value(key: str, value: Any, default: Any) -> Any:
@@ -651,9 +654,14 @@ def check_value(key: str, value: Any, default: Any) -> Any:
             _check_finite(key, value)
             return value
     elif expected is float and _is_number(value):
-        if not math.isfinite(value):  # TOML and --lr take nan and inf; no setting means them
+        try:
+            number = float(value)
+        except OverflowError:  # a whole number beyond float's range: TOML reads any size
+            raise ConfigError(f"config key '{key}' must be a finite number (below 1.8e308), got a whole "
+                              f"number of {len(str(abs(value)))} digits") from None
+        if not math.isfinite(number):  # TOML and --lr take nan and inf; no setting means them
             raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
-        return float(value)
+        return number
     elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
         if expected is int and not -(2**63) <= value < 2**63:  # TOML reads any size; torch and JSON readers do not
             raise ConfigError(f"config key '{key}' must be a whole number below 2**63, got {value}")
