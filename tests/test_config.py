@@ -331,6 +331,19 @@ def test_settings_mistakes_that_went_unnoticed_are_one_line(tmp_path, monkeypatc
     assert load_settings().runs_dir.resolve() == (tmp_path / "elsewhere").resolve()
 
 
+def test_a_settings_file_that_links_to_nothing_is_one_line_not_the_defaults(tmp_path, monkeypatch):
+    # a dangling fslab.toml link was read as no file at all: runs went to ./runs, [run] was dropped, silently
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FSLAB_CONFIG", raising=False)
+    (tmp_path / "fslab.toml").symlink_to(tmp_path / "shared" / "fslab.toml")
+    with pytest.raises(ConfigError, match=rf"^fslab\.toml is a link to {re.escape(str(tmp_path))}/shared/fslab\.toml, "
+                                          r"which does not exist; restore that file or remove the link$"):
+        load_settings()
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "fslab.toml").write_text("[scheduler]\ncpu_slots = 3\n")
+    assert load_settings().scheduler.cpu_slots == 3
+
+
 def test_a_plugin_folder_that_is_missing_is_a_load_failure_not_silence(tmp_path):
     registry = load_registry([tmp_path / "my_plugin"])
     assert [(f.plugin, f.error) for f in registry.failures] == [

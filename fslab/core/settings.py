@@ -146,6 +146,9 @@ def load_settings(path: Path | None = None) -> Settings:
     """Read ``fslab.toml``; a missing file gives the built-in settings."""
     path = path or settings_path()
     if not path.exists():
+        if path.is_symlink():  # a link whose target is gone is no missing file: its settings would be lost
+            raise ConfigError(f"{path} is a link to {os.readlink(path)}, which does not exist; "
+                              f"restore that file or remove the link")
         if os.environ.get("FSLAB_CONFIG"):
             raise ConfigError(f"FSLAB_CONFIG names {path}, which does not exist")
         return Settings()
