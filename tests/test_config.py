@@ -571,3 +571,16 @@ def test_a_number_beyond_range_is_one_line(registry, method, assigned, expect):
         resolve(method, registry=registry, settings=Settings(), overrides=cli(assigned))
     with pytest.raises(ConfigError, match=r"'loss\.temperature' must be a finite number"):
         fslab.create("loss", "nca", temperature=10**400)
+
+
+def test_a_list_written_without_brackets_is_refused_with_the_brackets_suggested(registry):
+    # --shots takes 1,5 and so --set eval.shots=1,5 is natural; the line said only "must be a list, got '1,5'"
+    with pytest.raises(ConfigError, match=r"^config key 'eval\.shots' must be a list, got '1,5'; a list is written "
+                                          r"in brackets: \[1,5\]$"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.shots=1,5"))
+    with pytest.raises(ConfigError, match=r"'backbone\.widths' must be a list, got '8, 16, 32, 64'; "
+                                          r".*\[8, 16, 32, 64\]$"):
+        resolve("nca", registry=registry, settings=Settings(),
+                overrides=cli("backbone.name=resnet12", "backbone.widths=8, 16, 32, 64"))
+    with pytest.raises(ConfigError, match=r"must be a list, got 'a,b'$"):  # no list either way: nothing to suggest
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.shots=a,b"))

@@ -668,7 +668,19 @@ def check_value(key: str, value: Any, default: Any) -> Any:
         if expected is dict:
             _check_finite(key, value)
         return value
-    raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}")
+    raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}"
+                      + _as_list_hint(expected, value))
+
+
+def _as_list_hint(expected: type, value: Any) -> str:
+    """A suggestion for a list written without its brackets (``eval.shots=1,5``, as ``--shots`` takes it)."""
+    if expected is not list or not isinstance(value, str) or "," not in value:
+        return ""
+    try:
+        tomllib.loads(f"v = [{value}]")
+    except tomllib.TOMLDecodeError:
+        return ""
+    return f"; a list is written in brackets: [{value}]"
 
 
 def _check_types(config: dict, defaults: dict, prefix: str) -> None:
