@@ -584,3 +584,15 @@ def test_a_list_written_without_brackets_is_refused_with_the_brackets_suggested(
                 overrides=cli("backbone.name=resnet12", "backbone.widths=8, 16, 32, 64"))
     with pytest.raises(ConfigError, match=r"must be a list, got 'a,b'$"):  # no list either way: nothing to suggest
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.shots=a,b"))
+
+
+def test_a_quoted_dotted_key_in_run_says_to_drop_the_quotes(tmp_path, registry):
+    # as in a sweep file's [set], "train.lr" = 0.5 is natural in [run]; TOML reads one key named
+    # 'train.lr', and the line said "unknown config key 'train.lr'. Did you mean 'train'?"
+    settings = settings_from(tmp_path, '[run]\n"train.lr" = 0.5\n')
+    with pytest.raises(ConfigError, match=r"^.*fslab\.toml: \[run\]: 'train\.lr' is one key with a dot in its name "
+                                          r"\(quoted, in TOML\), not lr in train; write it without the quotes "
+                                          r"\(train\.lr = \.\.\.\)$"):
+        resolve("nca", registry=registry, settings=settings)
+    settings = settings_from(tmp_path, '[run]\ntrain.lr = 0.5\n')  # unquoted: a key of [run.train]
+    assert resolve("nca", registry=registry, settings=settings)["train"]["lr"] == 0.5

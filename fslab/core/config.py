@@ -598,6 +598,10 @@ def _sinks_shape(value: Any, source: str) -> dict:
 def _check_shape(layer: dict, source: str) -> None:
     """Unknown keys in the core sections, with the closest match; ``source`` begins each message."""
     for key, value in layer.items():
+        section, _, sub = key.partition(".")
+        if sub and isinstance(DEFAULTS.get(section), dict):  # "train.lr" = 0.5 in fslab.toml's [run]
+            raise ConfigError(f"{source}'{key}' is one key with a dot in its name (quoted, in TOML), not {sub} "
+                              f"in {section}; write it without the quotes ({key} = ...)")
         if key not in DEFAULTS:
             raise ConfigError(
                 f"{source}unknown config key '{key}'.{did_you_mean(key, DEFAULTS)} "
