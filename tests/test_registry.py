@@ -234,6 +234,17 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
         fslab.create("study", "nca-supcon", seeds=2)
 
 
+def test_the_public_create_takes_a_tuple_where_a_list_is_declared(builtin_plugins):
+    """widths=(8, 16, 32, 64) was refused with "must be a list, got (8, 16, 32, 64)"."""
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    net = fslab.create("backbone", "resnet12", in_channels=1, widths=(8, 16, 32, 64))
+    assert net.out_dim == 64 and net.stage_dims == [8, 16, 32, 64]
+    with pytest.raises(ConfigError, match=r"^config key 'backbone\.widths\[2\]' must be an integer, got 'x'$"):
+        fslab.create("backbone", "resnet12", in_channels=1, widths=(8, 16, "x", 64))
+
+
 def test_the_public_create_runs_the_plugins_own_check_as_fslab_run_set_does(builtin_plugins, tmp_path,
                                                                              monkeypatch):
     """What a component's check= refuses and its allowed= rules do not (a loss's or an

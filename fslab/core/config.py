@@ -652,6 +652,8 @@ def check_value(key: str, value: Any, default: Any) -> Any:
     if expected is list:
         if _is_number(value):
             value = [value]
+        elif isinstance(value, tuple):  # fslab.create("backbone", "resnet12", widths=(8, 16, 32, 64))
+            value = list(value)
         if isinstance(value, list):
             if default and _is_number(default[0]):
                 return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)]
