@@ -154,8 +154,21 @@ def test_gpus_beyond_the_visible_ones_is_one_clear_line(tmp_path):
     done = fslab("run", "nca", "--gpus", "2", "--epochs", "1", cwd=tmp_path, env=env, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: --gpus 2 needs 2 GPUs but 0 are visible here; use --gpus 1, or --device cpu --gpus 2 "
-        "for 2 gloo processes on the CPU (slow; for testing)"
+        "error: --gpus 2 (train.processes) needs 2 GPUs but 0 are visible here; use --gpus 1, or --device cpu "
+        "--gpus 2 for 2 gloo processes on the CPU (slow; for testing)"
+    ]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_gpus_from_fslab_toml_name_the_file(tmp_path):
+    # the line named --gpus only, so the file's [run] train.processes was not found in it to be named
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    (tmp_path / "fslab.toml").write_text("[run.train]\nprocesses = 2\n")
+    done = fslab("run", "nca", "--epochs", "1", cwd=tmp_path, env=env, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --gpus 2 (train.processes) needs 2 GPUs but 0 are visible here; use --gpus 1, or --device cpu "
+        "--gpus 2 for 2 gloo processes on the CPU (slow; for testing) (set by train.processes in [run] of fslab.toml)"
     ]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 

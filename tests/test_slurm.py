@@ -329,5 +329,5 @@ def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(loca
                     "cluster='slurm'", "--slurm", "gpus_per_job=1", cwd=project,
                     env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert no_gpus.returncode == 2 and no_gpus.stderr.strip() == \
-        "error: --gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1; pass --slurm gpus_per_job=2 or set it " \
-        "in [slurm] of fslab.toml"
+        "error: --gpus 2 (train.processes) in a SLURM job needs gpus_per_job >= 2, got 1; pass --slurm " \
+        "gpus_per_job=2 or set it in [slurm] of fslab.toml"

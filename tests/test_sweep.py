@@ -277,7 +277,8 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     (bin_dir / "srun").chmod(0o755)
     slurm = fslab("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project,
                   env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
-    assert slurm.returncode == 2 and "--gpus 2 in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr
+    assert slurm.returncode == 2
+    assert "--gpus 2 (train.processes) in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 

@@ -803,7 +803,7 @@ def test_the_dashboard_resumes_through_the_checks_of_fslab_resume(project, monke
         out = fslab("resume", folder.name, cwd=project)
         assert out.returncode != 0 and out.stderr.startswith("error: "), out.stderr
         said[folder.name] = out.stderr.strip().removeprefix("error: ")
-    assert "--gpus 2 needs 2 GPUs but 0 are visible here" in said[gpus.name]
+    assert "--gpus 2 (train.processes) needs 2 GPUs but 0 are visible here" in said[gpus.name]
     assert "SLURM is not available here" in said[job.name]
 
     async def body(app, pilot):

@@ -125,15 +125,15 @@ def check_processes(config: dict) -> None:
         return
     if device not in ("auto", "cuda"):
         raise UsageError(
-            f"--gpus {processes} trains on the first {processes} visible GPUs, but device is '{device}'; "
-            f"use --device cuda (or auto) and choose GPUs with CUDA_VISIBLE_DEVICES"
+            f"--gpus {processes} (train.processes) trains on the first {processes} visible GPUs, but device is "
+            f"'{device}'; use --device cuda (or auto) and choose GPUs with CUDA_VISIBLE_DEVICES"
         )
     have = len(visible_gpus())
     if have < processes:
         raise UsageError(
-            f"--gpus {processes} needs {processes} GPUs but {have} {'is' if have == 1 else 'are'} visible here; "
-            f"use --gpus {max(have, 1)}, or --device cpu --gpus {processes} for {processes} gloo processes "
-            f"on the CPU (slow; for testing)"
+            f"--gpus {processes} (train.processes) needs {processes} GPUs but {have} "
+            f"{'is' if have == 1 else 'are'} visible here; use --gpus {max(have, 1)}, or --device cpu "
+            f"--gpus {processes} for {processes} gloo processes on the CPU (slow; for testing)"
         )
 
 
@@ -147,7 +147,7 @@ def check_job_processes(config: dict, options: SlurmSettings) -> None:
     if options.cluster == "local":
         check_processes(config)
     elif options.gpus_per_job < processes:
-        raise UsageError(f"--gpus {processes} in a SLURM job needs gpus_per_job >= {processes}, got "
+        raise UsageError(f"--gpus {processes} (train.processes) in a SLURM job needs gpus_per_job >= {processes}, got "
                          f"{options.gpus_per_job}; pass --slurm gpus_per_job={processes} or set it in [slurm] "
                          f"of fslab.toml")
 
