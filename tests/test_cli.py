@@ -150,8 +150,12 @@ def test_plugins_write_parameters_and_recipes_as_set_takes_them():
         (["run", "nca"], "[run]\ndevice = 3\n", "config key 'device' must be a string, got 3"),
         (["run", "nca", "--device", "tpu"], "", "config key 'device' must be auto, cpu, cuda or cuda:N"),
         (["run", "nca", "--set", "dataset.classes=24"], "",
-         "synthetic: need at least 2 classes in each split, got classes=24, val_classes=40, test_classes=40; "
-         "classes counts all three splits, so use classes >= 82"),
+         "synthetic: need at least 2 classes in each split, got dataset.classes=24, dataset.val_classes=40, "
+         "dataset.test_classes=40; dataset.classes counts all three splits, so use dataset.classes >= 82"),
+        (["run", "nca"], "[run.dataset]\nclasses = 24\n",  # a plugin's line that names the key names the file too
+         "dataset.classes >= 82 (set by dataset.classes in [run] of fslab.toml)"),
+        (["run", "nca"], "[run.dataset]\nimage_size = 4\n",
+         "synthetic: dataset.image_size must be >= 8 pixels, got 4 (set by dataset.image_size in [run] of fslab.toml)"),
         (["plugins", "--kind", "losses"], "", "Unknown plugin kind 'losses'. Did you mean 'loss'?"),
         (["show", "nothing-like-this"], "", "no run 'nothing-like-this'"),
     ],

@@ -77,12 +77,12 @@ def test_other_image_sizes():
         ({"image_size": 4}, "image_size"),
         ({"seed": -1}, "seed"),
         # a typo of a class count was checked by listing every class: 10**9 of them filled the memory
-        ({"classes": 10**9}, r"^synthetic: classes must be at most 100,000, got 1,000,000,000; real few-shot "
+        ({"classes": 10**9}, r"^synthetic: dataset\.classes must be at most 100,000, got 1,000,000,000; real few-shot "
                              r"datasets have hundreds to thousands$"),
         # a typo of a size was drawn by the worker until the memory ran out
         ({"image_size": 100_000}, r"^synthetic: 200 classes × 30 images × 100000² pixels × 1 \(channels\) is "
-                                  r"55,879 GiB of images, over the 64 GiB allowed; lower image_size or "
-                                  r"images_per_class$"),
+                                  r"55,879 GiB of images, over the 64 GiB allowed; lower dataset\.image_size or "
+                                  r"dataset\.images_per_class$"),
     ],
 )
 def test_bad_parameters_are_usage_errors(params, message):

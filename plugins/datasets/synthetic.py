@@ -89,30 +89,30 @@ class SyntheticDataset:
         colour: str = "class",
     ):
         if channels not in (1, 3):
-            raise UsageError(f"synthetic: channels must be 1 (grey) or 3 (coloured ink), got {channels}")
+            raise UsageError(f"synthetic: dataset.channels must be 1 (grey) or 3 (coloured ink), got {channels}")
         if colour not in COLOURS:
             raise UsageError(f"synthetic: colour must be one of {', '.join(COLOURS)}, got '{colour}'; "
                              "'class' gives each class its colour, 'image' each image its own")
         self.channels, self.colour = channels, colour
         if seed < 0:
-            raise UsageError(f"synthetic: seed must be >= 0, got {seed}")
+            raise UsageError(f"synthetic: dataset.seed must be >= 0, got {seed}")
         if classes > MAX_CLASSES:  # split_sizes() lists every class before a run exists: 10**9 filled the memory
-            raise UsageError(f"synthetic: classes must be at most {MAX_CLASSES:,}, got {classes:,}; "
+            raise UsageError(f"synthetic: dataset.classes must be at most {MAX_CLASSES:,}, got {classes:,}; "
                              f"real few-shot datasets have hundreds to thousands")
         if val_classes < 2 or test_classes < 2 or classes - val_classes - test_classes < 2:
             raise UsageError(
-                f"synthetic: need at least 2 classes in each split, got classes={classes}, "
-                f"val_classes={val_classes}, test_classes={test_classes}; classes counts all three splits, so "
-                f"use classes >= {max(val_classes, 2) + max(test_classes, 2) + 2}"
+                f"synthetic: need at least 2 classes in each split, got dataset.classes={classes}, "
+                f"dataset.val_classes={val_classes}, dataset.test_classes={test_classes}; dataset.classes counts "
+                f"all three splits, so use dataset.classes >= {max(val_classes, 2) + max(test_classes, 2) + 2}"
             )
         if images_per_class < 2:
-            raise UsageError(f"synthetic: images_per_class must be >= 2, got {images_per_class}")
+            raise UsageError(f"synthetic: dataset.images_per_class must be >= 2, got {images_per_class}")
         if image_size < 8:
-            raise UsageError(f"synthetic: image_size must be >= 8 pixels, got {image_size}")
+            raise UsageError(f"synthetic: dataset.image_size must be >= 8 pixels, got {image_size}")
         if (size := classes * images_per_class * image_size**2 * channels) > MAX_BYTES:
             raise UsageError(f"synthetic: {classes:,} classes × {images_per_class:,} images × {image_size}² pixels "
                              f"× {channels} (channels) is {size / 2**30:,.0f} GiB of images, over the "
-                             f"{MAX_BYTES // 2**30} GiB allowed; lower image_size or images_per_class")
+                             f"{MAX_BYTES // 2**30} GiB allowed; lower dataset.image_size or dataset.images_per_class")
         self.seed = seed
         self.classes = classes
         self.images_per_class = images_per_class
