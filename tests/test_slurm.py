@@ -4,6 +4,7 @@ SLURM commands on PATH."""
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -54,6 +55,17 @@ def test_slurm_settings_are_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"^--slurm mem_gb must be a finite number of GB >= 0 .*, got inf$"):
         job_options(settings, ["mem_gb=inf"])
     assert job_options(settings, ["mem_gb=0.5"]).mem_gb == 0.5
+    # a time limit no longer than the signal's delay: SLURM (and the local executor) signalled each job as it
+    # started, which checkpointed and requeued it before a step, until max_requeues ran out
+    with pytest.raises(ConfigError, match=r"^slurm signal_delay_s = 120 must be less than the job's time limit, "
+                                          r"timeout_min = 2 \(120 s; set by --slurm timeout_min\): each job would "
+                                          r"be told to checkpoint and requeue as it starts; raise timeout_min or "
+                                          r"lower signal_delay_s$"):
+        job_options(settings, ["timeout_min=2"])
+    assert job_options(settings, ["timeout_min=2", "signal_delay_s=60"]).timeout_min == 2
+    path.write_text("[slurm]\ntimeout_min = 1\n")
+    with pytest.raises(ConfigError, match=rf"\(60 s; set by \[slurm\] of {re.escape(str(path))}\)"):
+        job_options(load_settings(path))
 
 
 def test_without_submitit_the_error_says_how_to_install_it(project, monkeypatch):

@@ -73,7 +73,15 @@ def job_options(settings, overrides: list[str] | None = None) -> SlurmSettings:
         if not check(value):
             raise ConfigError(f"--slurm {key} must be {what}, got {value!r}")
         options[key] = value
-    return settings.slurm.with_overrides(options)
+    checked = settings.slurm.with_overrides(options)
+    if checked.signal_delay_s >= checked.timeout_min * 60:  # SLURM would signal the job as it starts
+        where = " and ".join(f"--slurm {k}" for k in ("timeout_min", "signal_delay_s") if k in options) \
+            or f"[slurm] of {settings.path}"
+        raise ConfigError(f"slurm signal_delay_s = {checked.signal_delay_s} must be less than the job's time limit, "
+                          f"timeout_min = {checked.timeout_min} ({checked.timeout_min * 60} s; set by {where}): "
+                          f"each job would be told to checkpoint and requeue as it starts; raise timeout_min or "
+                          f"lower signal_delay_s")
+    return checked
 
 
 def check_available(options: SlurmSettings) -> None:
