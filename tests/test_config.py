@@ -1,6 +1,7 @@
 """Configuration layering, --set parsing and the errors users see."""
 
 import dataclasses
+import os
 import re
 
 import hypothesis
@@ -596,3 +597,18 @@ def test_a_quoted_dotted_key_in_run_says_to_drop_the_quotes(tmp_path, registry):
         resolve("nca", registry=registry, settings=settings)
     settings = settings_from(tmp_path, '[run]\ntrain.lr = 0.5\n')  # unquoted: a key of [run.train]
     assert resolve("nca", registry=registry, settings=settings)["train"]["lr"] == 0.5
+
+
+def test_a_root_run_gives_with_its_dataset_stays_with_that_dataset(tmp_path, registry):
+    # [run.dataset] name = "folder" with its root, then --dataset synthetic: the synthetic run was saved with
+    # the folder's root (a miniimagenet root was read as CUB's), though an option that changes a plugin drops
+    # what lower layers gave the one it replaces
+    settings = settings_from(tmp_path, '[run.dataset]\nname = "folder"\nroot = "/data/my-images"\n')
+    config = resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=synthetic"))
+    assert config["dataset"]["root"] == os.path.abspath("data/synthetic")
+    config = resolve("nca", registry=registry, settings=settings,
+                     overrides=cli("dataset.name=synthetic", "dataset.root=/data/glyphs"))
+    assert config["dataset"]["root"] == "/data/glyphs"  # a root given with the option stays
+    settings = settings_from(tmp_path, '[run.dataset]\nroot = "/data/any"\n')  # a root without a name: for any
+    config = resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=synthetic"))
+    assert config["dataset"]["root"] == "/data/any"

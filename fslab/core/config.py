@@ -358,6 +358,10 @@ def resolve(
     dataset_name = DEFAULTS["dataset"]["name"]
     for layer in [recipe, toml_layer, *overrides]:
         dataset_name = layer.get("dataset", {}).get("name", dataset_name)
+    toml_dataset = toml_layer.get("dataset", {})
+    if "root" in toml_dataset and toml_dataset.get("name", dataset_name) != dataset_name:
+        # [run] gives that root with the dataset it names; an option that chose another leaves it behind
+        toml_layer = {**toml_layer, "dataset": {k: v for k, v in toml_dataset.items() if k != "root"}}
     with naming_the_file(settings, overrides):  # an unknown dataset set in [run] names the file
         dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
     for_dataset = recipe_for_dataset(method, per_dataset, dataset_name)
