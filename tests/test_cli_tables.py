@@ -90,3 +90,16 @@ def test_queue_and_show_tables_fit_80_columns(store):
     assert queued.id in out and max(len(line) for line in out.splitlines() if line.startswith("│")) <= 80
     shown = table("show", IDS[0], columns=60, cwd=store)
     assert "accuracy (%)" in header(shown) and "left out: queries" in shown
+
+
+def test_runs_table_marks_what_an_unreadable_run_does_not_say_as_the_dashboard_does(store):
+    """A run whose config.json cannot be read has no method, backbone or seed: the table
+    showed `None` in each of those cells; it shows `-`, as the dashboard does."""
+    (store / "runs" / IDS[0] / "config.json").write_text("[1")
+    out = table("runs", columns=None, cwd=store, wide=True)
+    heads = header(out)
+    row = next(line for line in out.splitlines() if line.startswith("│") and IDS[0] in line)
+    cells = dict(zip(heads, (cell.strip() for cell in row.strip("│").split("│")), strict=True))
+    assert cells["state"] == "unreadable"
+    assert "None" not in row
+    assert [cells[key] for key in ("method", "loss fn", "backbone", "dataset", "seed")] == ["-"] * 5

@@ -129,7 +129,8 @@ RUN_STEPS = ["pairs +/-", "loss fn", "seed", "dataset", SHORT_IDS, "backbone", "
 
 
 def _row(s, test: dict) -> list[str]:
-    return [s.id, str(s.method), str(s.loss_fn), str(s.backbone), str(s.dataset), str(s.seed), s.state,
+    known = lambda value: "-" if value is None else str(value)  # an unreadable run's: "-", as in the dashboard
+    return [s.id, *map(known, (s.method, s.loss_fn, s.backbone, s.dataset, s.seed)), s.state,
             f"{s.epoch or 0}/{s.epochs if s.epochs is not None else '?'}",
             f"{s.loss:.4f}" if s.loss is not None else "-",
             f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
