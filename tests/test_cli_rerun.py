@@ -165,3 +165,16 @@ def test_dashboard_new_run_like_this_prefills_the_form_and_launches_through_like
 
     config = prepare(method, layers, settings=load_settings(), registry=registry)
     assert config["seed"] == 5 and without(config, "seed") == without(old.config(), "seed")
+
+
+def test_eval_of_a_run_that_ended_without_a_checkpoint_says_how_to_train_it_again(project):
+    """fslab eval said only that the run had no checkpoint; a run that ended before its
+    first has none to come, and the line now gives the command that trains it again."""
+    from fslab.core.config import CONFIG_VERSION, DEFAULTS
+
+    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": CONFIG_VERSION})
+    run.write_status(state="killed", ended=1.0)
+    result = fslab("eval", run.id[-4:], cwd=project)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (f"error: run {run.id} has no checkpoint (one is written after each epoch; it "
+                                     f"ended before its first); train it again with: fslab run --like {run.id}")

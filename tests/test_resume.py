@@ -91,4 +91,5 @@ def test_resume_refuses_what_cannot_resume(project):
     run_id = next((project / "runs").iterdir()).name
     refused = fslab("resume", run_id, cwd=project)
     assert refused.returncode == 2
-    assert refused.stderr.strip() == f"error: run {run_id} is completed; only killed, lost or failed runs can resume"
+    assert refused.stderr.strip() == (f"error: run {run_id} is completed; only killed, lost or failed runs can "
+                                      f"resume; to train a run like it from the start: fslab run --like {run_id}")

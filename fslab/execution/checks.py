@@ -163,7 +163,8 @@ def check_resumable(run: Run) -> None:
         raise UsageError(f"run {run.id} cannot resume: its config.json is missing or unreadable (fslab runs lists "
                          f"it as unreadable); put the file back from a copy of the run, then resume it")
     if state not in RESUMABLE:
-        raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume")
+        again = f"; to train a run like it from the start: {like_command(run.id)}" if state == "completed" else ""
+        raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume{again}")
     if not run.checkpoint_path.exists():
         raise UsageError(
             f"run {run.id} has no checkpoint (it stopped {stopped_when(run)}); "

@@ -28,7 +28,7 @@ from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import temporary_path
 from fslab.core.registry import Registry, load_registry
-from fslab.core.rerun import check_checkpoint_whole
+from fslab.core.rerun import check_checkpoint_whole, like_command
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.states import LIVE
@@ -174,7 +174,8 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     if not run.checkpoint_path.exists():
         ended = run.state() not in LIVE
         raise UsageError(f"run {run.id} has no checkpoint{'' if ended else ' yet'} (one is written after each "
-                         f"epoch{'; it ended before its first' if ended else ''})")
+                         f"epoch{'; it ended before its first' if ended else ''})"
+                         + (f"; train it again with: {like_command(run.id)}" if ended else ""))
     check_checkpoint_whole(run, "be evaluated")
     config = run.config()
     if data_root is not None:
