@@ -447,3 +447,32 @@ def test_a_run_whose_configuration_cannot_be_read_is_never_resumed_nor_requeued(
     assert "1 run left as it is, its config.json missing or unreadable" in resumed.stderr and bad.id in resumed.stderr
     assert "sweep-1: 0 runs queued again" in resumed.stdout
     assert bad.status()["state"] == "killed"  # nothing written to it
+
+
+def test_a_requeued_run_keeps_its_creation_time_and_fslab_queue_lists_the_start_order(tmp_path):
+    """fslab sweep resume wrote the time of the requeue over a run's `created` (fslab runs --json
+    then said the run was made today); and fslab queue listed waiting runs by id, where a
+    scheduler starts them by the time they were queued: a sweep's runs, made in one second,
+    were shown in the order of their random suffixes."""
+    from fslab.core.runstore import Run
+    from fslab.execution.scheduler import waiting_runs
+    from fslab.execution.sweep import requeue
+
+    runs = tmp_path / "runs"
+    made = {"20261123-100000-nca-ffff": ("queued", 100.0), "20261123-100000-nca-0000": ("queued", 101.0),
+            "20261123-090000-nca-cccc": ("killed", 50.0)}
+    for run_id, (state, created) in made.items():
+        (runs / run_id).mkdir(parents=True)
+        (runs / run_id / "config.json").write_text('{"method": "nca"}')
+        Run(runs / run_id).write_status(state=state, pid=None, created=created)
+    old = Run(runs / "20261123-090000-nca-cccc")
+    (again,) = requeue(runs, {"runs": [old.id]})
+    status = again.status()
+    assert status["state"] == "queued" and status["created"] == 50.0 and status["requeued"] > 1e9
+    order = ["20261123-100000-nca-ffff", "20261123-100000-nca-0000", old.id]  # queued first, then requeued
+    assert [run.id for run in waiting_runs(runs)] == order
+    listed = fslab("queue", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [row["id"] for row in map(json.loads, listed.stdout.splitlines()) if row["type"] == "run"] == order
+    rows = fslab("runs", "--json", cwd=tmp_path)
+    assert {row["id"]: row["created"] for row in map(json.loads, rows.stdout.splitlines())}[old.id] == 50.0

@@ -365,16 +365,18 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
 
     With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
     "slot" (slot, gpu, busy; busy is null, with a "problem", where the slot's lock file cannot be opened)."""
-    from fslab.core.runstore import Run, short_ids
+    from fslab.core.runstore import Run, short_ids, start_order
     from fslab.core.summary import list_summaries
     from fslab.execution.slots import configured_slots, slot_state
 
     project = settings()
-    rows = []
+    rows, order = [], {}
     for summary in reversed(list_summaries(project.runs_dir, limit=None, states=("queued", "running"))):
         status = Run(project.runs_dir / summary.id).status()
+        order[summary.id] = (summary.state == "queued", start_order(status, summary.id))  # running ones first
         rows.append({"type": "run", "id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
                      "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid")})
+    rows.sort(key=lambda row: order[row["id"]])  # waiting runs in the order a scheduler starts them
     folder = project.runs_dir / ".slots"
     slots = [{"type": "slot", "slot": s.name, "gpu": s.gpu, **slot_state(folder, s)}
              for s in configured_slots(project.scheduler)]

@@ -323,6 +323,14 @@ def creation_order(run: Run) -> tuple:
     return run.id[:15], _created(run), run.id
 
 
+def start_order(status: dict, run_id: str) -> tuple:
+    """A key that sorts queued runs in the order a scheduler starts them: the
+    time each was queued (its creation, or its requeue by ``fslab sweep
+    resume``, which leaves ``created`` as it was), then the id."""
+    queued = status.get("requeued") or status.get("created")
+    return float(queued) if isinstance(queued, (int, float)) else 0.0, run_id
+
+
 def _created(run: Run) -> float:
     created = run.status().get("created")
     return float(created) if isinstance(created, (int, float)) else 0.0

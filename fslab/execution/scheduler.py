@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from fslab.core.errors import ConfigError, NewerConfig
-from fslab.core.runstore import Run, run_names
+from fslab.core.runstore import Run, run_names, start_order
 from fslab.core.settings import load_settings
 from fslab.core.text import count
 from fslab.execution.handover import LiveWorker, launch_lock
@@ -51,10 +51,10 @@ def fail_unstartable(run: Run, why: str) -> bool:
 
 
 def waiting_runs(runs_dir: Path) -> list[Run]:
-    """Queued runs that nobody has taken yet, oldest first (creation time,
-    then id). Every run that was ever started is claimed, so in a store of
-    finished runs this costs one ``stat`` per run; only unclaimed runs have
-    their status read, once."""
+    """Queued runs that nobody has taken yet, oldest first (the time each was
+    queued, then id: :func:`fslab.core.runstore.start_order`). Every run that
+    was ever started is claimed, so in a store of finished runs this costs one
+    ``stat`` per run; only unclaimed runs have their status read, once."""
     found = []
     for name in run_names(runs_dir):  # an unreadable folder is skipped, never fatal
         run = Run(runs_dir / name)
@@ -62,8 +62,8 @@ def waiting_runs(runs_dir: Path) -> list[Run]:
             continue
         status = run.status()
         if status.get("state") == "queued":
-            found.append((status.get("created", 0), run.id, run))
-    return [run for _, _, run in sorted(found, key=lambda f: f[:2])]
+            found.append((start_order(status, run.id), run))
+    return [run for _, run in sorted(found, key=lambda f: f[0])]
 
 
 def start_in_slots(run: Run, taken: list) -> subprocess.Popen | None:

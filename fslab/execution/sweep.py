@@ -174,7 +174,7 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
                 if run.state(locked=False) not in RESUMABLE:
                     continue
                 (run.path / ".claimed").unlink(missing_ok=True)
-                run.write_status(state="queued", pid=None, heartbeat=None, created=time.time(),
+                run.write_status(state="queued", pid=None, heartbeat=None, requeued=time.time(),
                                  ended=None, exit_code=None, error=None, slot=None, gpus=None)  # no slot yet
         except LiveWorker:
             continue  # its worker lives (paused, or its heartbeat is late): it is not lost
