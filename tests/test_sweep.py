@@ -443,9 +443,10 @@ def test_a_run_whose_configuration_cannot_be_read_is_never_resumed_nor_requeued(
         f"error: run {bad.id} cannot resume: its config.json is missing or unreadable (fslab runs lists it as "
         f"unreadable); put the file back from a copy of the run, then resume it\n")
     resumed = fslab("sweep", "resume", "sweep-1", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "1 run left as it is, its config.json missing or unreadable" in resumed.stderr and bad.id in resumed.stderr
-    assert "sweep-1: 0 runs queued again" in resumed.stdout
+    assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
+    assert resumed.stderr == (
+        f"error: sweep sweep-1 has nothing to resume: 1 completed, 1 with its config.json missing or unreadable "
+        f"({bad.id}: put it back from a copy, then resume it); only its failed, killed or lost runs are queued again\n")
     assert bad.status()["state"] == "killed"  # nothing written to it
 
 
@@ -476,3 +477,23 @@ def test_a_requeued_run_keeps_its_creation_time_and_fslab_queue_lists_the_start_
     assert [row["id"] for row in map(json.loads, listed.stdout.splitlines()) if row["type"] == "run"] == order
     rows = fslab("runs", "--json", cwd=tmp_path)
     assert {row["id"]: row["created"] for row in map(json.loads, rows.stdout.splitlines())}[old.id] == 50.0
+
+
+def test_sweep_resume_with_nothing_to_resume_says_so_and_what_the_runs_are(tmp_path):
+    """fslab sweep resume of a sweep whose runs were all completed or still running exited 0
+    with "0 runs queued again"; it is refused in one line (exit 2, as fslab resume of a
+    completed run is) that counts the runs by state, and writes nothing."""
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    made = [create_run(runs, "nca", {"method": "nca", "seed": seed, "device": "cpu"}) for seed in range(3)]
+    for run, state in zip(made, ("completed", "queued", "completed"), strict=True):
+        run.write_status(state=state, pid=None, sweep="sweep-20261123-100000-abcd")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
+    before = [(run.path / "status.json").read_bytes() for run in made]
+    resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
+    assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
+    assert resumed.stderr == ("error: sweep sweep-20261123-100000-abcd has nothing to resume: 2 completed, 1 queued; "
+                              "only its failed, killed or lost runs are queued again\n")
+    assert [(run.path / "status.json").read_bytes() for run in made] == before

@@ -280,7 +280,7 @@ def sweep(
 
     \b
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
-    [bold]fslab sweep resume SWEEP[/bold] queues again what failed or was lost.
+    [bold]fslab sweep resume SWEEP[/bold] queues again what failed, was killed or was lost (nothing such: exit 2).
     """
     from fslab.execution import executor as executors
 
@@ -343,12 +343,31 @@ def _resume_sweep(targets: list[str], project, options) -> None:
         raise UsageError("usage: fslab sweep resume SWEEP")
     record, again, unreadable = executors.resume_sweep(targets[1], settings=project, registry=registry(project),
                                                        slurm=options)
+    if not again:
+        raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
     if unreadable:
         err_console.print(f"{count(len(unreadable), 'run')} left as it is, its config.json missing or unreadable "
                           f"(put it back from a copy, then resume it): {shown(', '.join(r.id for r in unreadable))}",
                           highlight=False)
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)
+
+
+def _nothing_to_resume(runs_dir: Path, record: dict, unreadable: list) -> str:
+    """Why ``fslab sweep resume`` queued nothing: what the sweep's runs are."""
+    from collections import Counter
+
+    from fslab.core.sweeps import sweep_runs
+
+    passed_over = {run.id for run in unreadable}
+    states = Counter(run.state() for run in sweep_runs(runs_dir, record) if run.id not in passed_over)
+    said = [f"{n} {state}" for state, n in sorted(states.items())]
+    if unreadable:
+        ids = ", ".join(run.id for run in unreadable)
+        said.append(f"{len(unreadable)} with its config.json missing or unreadable ({ids}: put it back from a copy, "
+                    f"then resume it)")
+    return (f"sweep {record['id']} has nothing to resume: {', '.join(said) or 'it has no runs'}; only its failed, "
+            f"killed or lost runs are queued again")
 
 
 # The queue table gives way in this order when the width is short (fslab.cli.tables).
