@@ -497,3 +497,32 @@ def test_sweep_resume_with_nothing_to_resume_says_so_and_what_the_runs_are(tmp_p
     assert resumed.stderr == ("error: sweep sweep-20261123-100000-abcd has nothing to resume: 2 completed, 1 queued; "
                               "only its failed, killed or lost runs are queued again\n")
     assert [(run.path / "status.json").read_bytes() for run in made] == before
+
+
+def test_a_part_of_a_sweep_id_names_the_sweep_where_a_sweep_is_taken(tmp_path):
+    """A bare part of a sweep id (its suffix, as a user copies it) said "no run 'abcd'" in
+    fslab stop, compare, plot and export, whose help promises unique parts of sweep ids, and
+    in fslab show, which takes one run, without naming the sweep."""
+    from fslab.core.errors import RunNotFound
+    from fslab.core.runstore import create_run, find_run
+    from fslab.core.sweeps import names_sweep, save_sweep, select_runs
+
+    runs = tmp_path / "runs"
+    made = [create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in range(2)]
+    for run in made:
+        run.write_status(state="completed", pid=None, sweep="sweep-20261123-100000-abcd")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
+    for ref in ("abcd", "100000-abcd", "sweep-20261123-100000-abcd"):
+        assert names_sweep(runs, ref) and [run.id for run in select_runs(runs, [ref])] == [run.id for run in made]
+    suffix = made[0].id[-4:]  # a run's own part comes first
+    assert not names_sweep(runs, suffix) and [run.id for run in select_runs(runs, [suffix])] == [made[0].id]
+    assert not names_sweep(runs, "last") and not names_sweep(runs, "nope")
+    with pytest.raises(RunNotFound) as error:
+        find_run(runs, "abcd")
+    assert str(error.value) == ("'abcd' names no run but sweep sweep-20261123-100000-abcd, and this command takes "
+                                "one run; list the sweep's runs with: fslab runs --sweep sweep-20261123-100000-abcd")
+    stopped = fslab("stop", "abcd", cwd=tmp_path)
+    assert stopped.returncode == 2 and stopped.stderr == (
+        "error: sweep sweep-20261123-100000-abcd has no queued or running run; nothing to stop\n")
+    shown = fslab("show", "abcd", cwd=tmp_path)
+    assert shown.returncode == 2 and "names no run but sweep sweep-20261123-100000-abcd" in shown.stderr

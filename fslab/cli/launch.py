@@ -214,7 +214,8 @@ def resume(
 @app.command()
 def stop(ref: Annotated[str, typer.Argument(
         metavar="RUN|SWEEP", help="Run id, a unique part of it (such as the short ids tables show) or 'last'; "
-                                  "or a sweep id (sweep-...): each of its queued and running runs.",
+                                  "or a sweep id (sweep-...) or a part of one that no run id holds: each of its queued "
+                                  "and running runs.",
         autocompletion=runs_or_sweeps)]) -> None:
     """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
@@ -223,10 +224,11 @@ def stop(ref: Annotated[str, typer.Argument(
     """
     from fslab.core.rerun import after_stop
     from fslab.core.runstore import find_run
+    from fslab.core.sweeps import names_sweep
     from fslab.execution.executor import stop as stop_run
     from fslab.execution.executor import stop_sweep
 
-    if ref.startswith("sweep-"):
+    if names_sweep(settings().runs_dir, ref):
         record, stopped = stop_sweep(settings().runs_dir, ref)
         if not stopped:
             raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")

@@ -282,7 +282,22 @@ def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
         shown = ", ".join(found[:5])
         raise RunNotFound(f"'{ref}' matches {len(found)} runs ({shown}{', ...' if len(found) > 5 else ''}); "
                           f"give more of the id")
+    sweeps = sweeps_named(runs_dir, ref)
+    if len(sweeps) == 1:  # where a SWEEP is taken, it names the sweep (fslab.core.sweeps.names_sweep)
+        raise RunNotFound(f"'{ref}' names no run but sweep {sweeps[0]}, and this command takes one run; "
+                          f"list the sweep's runs with: fslab runs --sweep {sweeps[0]}")
     raise RunNotFound(f"no run '{ref}' in {runs_dir}. List them with: fslab runs")
+
+
+def sweeps_named(runs_dir: Path, ref: str) -> list[str]:
+    """The ids of the sweeps whose id is ``ref`` or holds it (their records'
+    names: no file is read)."""
+    try:
+        names = sorted(name[:-5] for name in os.listdir(Path(runs_dir) / SWEEPS)
+                       if name.startswith("sweep-") and name.endswith(".json"))
+    except OSError:
+        return []
+    return [name for name in names if name == ref] or [name for name in names if ref in name]
 
 
 def matching_names(ref: str, names: list[str]) -> list[str]:

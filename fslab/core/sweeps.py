@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fslab.core.errors import UsageError
 from fslab.core.files import atomic_write_json, read_json
-from fslab.core.runstore import SWEEPS, Run, find_run, list_runs
+from fslab.core.runstore import SWEEPS, Run, find_run, list_runs, matching_names, run_names, sweeps_named
 
 
 def save_sweep(runs_dir: Path, sweep_id: str, **record) -> dict:
@@ -70,8 +70,17 @@ def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
         raise UsageError("'all' names every run: give it alone, or name the runs and sweeps")
     runs = []
     for ref in refs:
-        if ref.startswith("sweep-"):
+        if names_sweep(runs_dir, ref):
             runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
         else:
             runs.append(find_run(runs_dir, ref))
     return runs
+
+
+def names_sweep(runs_dir: Path, ref: str) -> bool:
+    """Whether ``ref``, given where a run or a sweep is taken, names a sweep:
+    a sweep id (``sweep-...``), or a part of sweep ids that is part of no run's
+    id (a run's id comes first: ``4f2a`` is the run that ends so, if one does)."""
+    if ref.startswith("sweep-"):
+        return True
+    return ref != "last" and bool(sweeps_named(runs_dir, ref)) and not matching_names(ref, run_names(runs_dir))
