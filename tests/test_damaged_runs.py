@@ -368,7 +368,7 @@ def test_commands_over_a_store_of_broken_runs(tmp_path):
         shown = fslab("show", name, cwd=project)
         assert "Traceback" not in shown.stderr and shown.returncode in (0, 1, 2), shown.stderr
         if name == "cfgshape":
-            assert shown.returncode == 0 and "method nca, backbone None" in shown.stdout
+            assert shown.returncode == 0 and "method nca, backbone -, dataset -, seed -" in shown.stdout
     for argv in (["runs"], ["compare", "all", "--queries", "5"], ["queue"], ["logs", "halfstatus"]):
         done = fslab(*argv, cwd=project)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (argv, done.stderr)

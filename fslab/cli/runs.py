@@ -161,8 +161,9 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
         console.print(stale, highlight=False)
     if summary.error:
         console.print(f"error: {shown(summary.error)}")
-    console.print(f"method {shown(str(summary.method))}, backbone {shown(str(summary.backbone))}, "
-                  f"dataset {shown(str(summary.dataset))}, seed {summary.seed}"
+    known = lambda value: "-" if value is None else shown(str(value))  # as the runs table shows what is unknown
+    console.print(f"method {known(summary.method)}, backbone {known(summary.backbone)}, "
+                  f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"
                   + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
     if changed := _settings_line(run_):
         console.print(f"settings (those not fslab's defaults, as --set takes them): {shown(changed)}", highlight=False)
