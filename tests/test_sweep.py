@@ -490,6 +490,7 @@ def test_sweep_resume_with_nothing_to_resume_says_so_and_what_the_runs_are(tmp_p
     made = [create_run(runs, "nca", {"method": "nca", "seed": seed, "device": "cpu"}) for seed in range(3)]
     for run, state in zip(made, ("completed", "queued", "completed"), strict=True):
         run.write_status(state=state, pid=None, sweep="sweep-20261123-100000-abcd")
+    assert made[1].claim()  # queued, and taken by a scheduler that is starting it
     save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
     before = [(run.path / "status.json").read_bytes() for run in made]
     resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
@@ -526,3 +527,24 @@ def test_a_part_of_a_sweep_id_names_the_sweep_where_a_sweep_is_taken(tmp_path):
         "error: sweep sweep-20261123-100000-abcd has no queued or running run; nothing to stop\n")
     shown = fslab("show", "abcd", cwd=tmp_path)
     assert shown.returncode == 2 and "names no run but sweep sweep-20261123-100000-abcd" in shown.stderr
+
+
+def test_sweep_resume_starts_a_scheduler_for_queued_runs_whose_scheduler_is_gone(tmp_path):
+    """A sweep's scheduler killed (or its machine rebooted) left its queued runs waiting for
+    good: nothing was failed, killed or lost, so fslab sweep resume queued nothing and started
+    no scheduler. It starts one for them, and says so."""
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    done, waiting = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in (0, 1))
+    done.write_status(state="completed", pid=None, sweep="sweep-20261123-100000-abcd")
+    waiting.write_status(state="queued", pid=None, sweep="sweep-20261123-100000-abcd")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[done.id, waiting.id], method="nca")
+    resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == ("sweep-20261123-100000-abcd: no run to queue again; 1 queued run of it waits for a "
+                              "slot, and a scheduler was started for them; follow them with: fslab queue\n")
+    # the scheduler takes it (its configuration is no whole one: it then fails, with the reason)
+    wait_for(lambda: waiting.claimed(), timeout=60, what="a scheduler to take the waiting run")
+    assert done.status()["state"] == "completed"

@@ -282,7 +282,9 @@ def sweep(
 
     \b
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
-    [bold]fslab sweep resume SWEEP[/bold] queues again what failed, was killed or was lost (nothing such: exit 2).
+    [bold]fslab sweep resume SWEEP[/bold] queues again what failed, was killed or was lost.
+
+    With nothing to queue again, fslab sweep resume starts a scheduler for the sweep's runs still waiting.
     """
     from fslab.execution import executor as executors
 
@@ -343,8 +345,13 @@ def _resume_sweep(targets: list[str], project, options) -> None:
 
     if len(targets) != 2:
         raise UsageError("usage: fslab sweep resume SWEEP")
-    record, again, unreadable = executors.resume_sweep(targets[1], settings=project, registry=registry(project),
-                                                       slurm=options)
+    record, again, unreadable, waiting = executors.resume_sweep(targets[1], settings=project,
+                                                                registry=registry(project), slurm=options)
+    if waiting:
+        console.print(f"{record['id']}: no run to queue again; {count(len(waiting), 'queued run')} of it "
+                      f"{'waits' if len(waiting) == 1 else 'wait'} for a slot, and a scheduler was started for "
+                      f"them; follow them with: fslab queue", highlight=False)
+        return
     if not again:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
     if unreadable:

@@ -145,12 +145,14 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
 
 
 def resume_sweep(ref: str, *, settings, registry,
-                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[Run]]:
+                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[Run], list[Run]]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
     its checkpoint) and start them as :func:`start_sweep` does; their
     configurations are checked first, as :func:`resume` checks one. Returns the
-    sweep's record, the runs started and those passed over as unreadable (their
-    configuration cannot be read: never requeued)."""
+    sweep's record, the runs started, those passed over as unreadable (their
+    configuration cannot be read: never requeued) and, where none was queued
+    again, the runs still waiting for a local scheduler: one is started for
+    them (the one that queued them may be gone, killed or its machine rebooted)."""
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
     unreadable = []
@@ -161,7 +163,11 @@ def resume_sweep(ref: str, *, settings, registry,
                 continue
             check_run(check_saved(config, registry), registry, slurm, sizes_seen=sizes_seen)
     again = requeue(settings.runs_dir, record)
-    return record, _start_queued(settings.runs_dir, again, slurm), unreadable
+    waiting = [] if again or slurm is not None else [
+        run for run in sweep_runs(settings.runs_dir, record) if run.state() == "queued" and not run.claimed()]
+    if waiting:
+        start_scheduler(settings.runs_dir)
+    return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting
 
 
 def start_study(study, scale: str, *, settings, registry, dataset: str | None = None, data_root: str | None = None,
