@@ -263,3 +263,21 @@ def test_a_train_event_logs_the_learning_rate_its_step_trained_with(project):
     assert len(rates) == 14
     assert [rates[s] for s in (1, 7)] == [0.1, 0.1]
     assert [rates[s] for s in (8, 14)] == pytest.approx([0.01, 0.01])
+
+
+def test_a_followed_run_whose_worker_is_killed_says_how_to_go_on(project):
+    """fslab run following a worker killed by SIGKILL (the kernel's out-of-memory killer) said
+    only that the run was lost; it says, as after a stop, that the last checkpoint is kept and
+    continues with fslab resume."""
+    follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
+                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = wait_for(lambda: next((p for p in (project / "runs").iterdir() if p.is_dir()), None)
+                       if (project / "runs").exists() else None, what="the run folder")
+    wait_for(lambda: (run_dir / "checkpoints" / "last.pt").exists(), what="the first checkpoint")
+    os.kill(status(run_dir)["pid"], signal.SIGKILL)
+    _, err = follower.communicate(timeout=60)
+    assert follower.returncode == 1, err
+    assert err.strip().splitlines()[-1] == (
+        f"{run_dir.name}: lost: the worker was killed by SIGKILL (out of memory, or another program). See: fslab "
+        f"logs {run_dir.name} --stderr; last checkpoint kept in runs/{run_dir.name}/checkpoints/last.pt; continue "
+        f"with: fslab resume {run_dir.name}")

@@ -140,7 +140,8 @@ def _follow_to_end(run_, process) -> None:
     if state == "killed":  # stopped from elsewhere (fslab stop, the dashboard): as after Ctrl-C here
         err_console.print(f"{run_.id}: killed ({shown(str(error))}); {after_stop(run_)}", highlight=False)
         raise typer.Exit(130)
-    err_console.print(f"{run_.id}: {state}: {shown(str(error))}. See: fslab logs {run_.id} --stderr",
+    again = f"; {after_stop(run_)}" if state == "lost" else ""  # its worker died: what it kept, how to go on
+    err_console.print(f"{run_.id}: {state}: {shown(str(error))}. See: fslab logs {run_.id} --stderr{again}",
                       highlight=False)
     raise typer.Exit(1)
 
