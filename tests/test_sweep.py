@@ -537,12 +537,16 @@ def test_sweep_resume_starts_a_scheduler_for_queued_runs_whose_scheduler_is_gone
     from fslab.core.sweeps import save_sweep
 
     runs = tmp_path / "runs"
-    done, waiting = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in (0, 1))
+    done, waiting, broken = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in (0, 1, 2))
     done.write_status(state="completed", pid=None, sweep="sweep-20261123-100000-abcd")
     waiting.write_status(state="queued", pid=None, sweep="sweep-20261123-100000-abcd")
-    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[done.id, waiting.id], method="nca")
+    broken.write_status(state="killed", pid=None, sweep="sweep-20261123-100000-abcd")
+    (broken.path / "config.json").write_text("{bad")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[done.id, waiting.id, broken.id], method="nca")
     resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr == (f"1 run left as it is, its config.json missing or unreadable (put it back from a copy, "
+                              f"then resume it): {broken.id}\n")
     assert resumed.stdout == ("sweep-20261123-100000-abcd: no run to queue again; 1 queued run of it waits for a "
                               "slot, and a scheduler was started for them; follow them with: fslab queue\n")
     # the scheduler takes it (its configuration is no whole one: it then fails, with the reason)

@@ -348,17 +348,17 @@ def _resume_sweep(targets: list[str], project, options) -> None:
         raise UsageError("usage: fslab sweep resume SWEEP")
     record, again, unreadable, waiting = executors.resume_sweep(targets[1], settings=project,
                                                                 registry=registry(project), slurm=options)
-    if waiting:
-        console.print(f"{record['id']}: no run to queue again; {count(len(waiting), 'queued run')} of it "
-                      f"{'waits' if len(waiting) == 1 else 'wait'} for a slot, and a scheduler was started for "
-                      f"them; follow them with: fslab queue", highlight=False)
-        return
-    if not again:
+    if not again and not waiting:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
     if unreadable:
         err_console.print(f"{count(len(unreadable), 'run')} left as it is, its config.json missing or unreadable "
                           f"(put it back from a copy, then resume it): {shown(', '.join(r.id for r in unreadable))}",
                           highlight=False)
+    if waiting:
+        console.print(f"{record['id']}: no run to queue again; {count(len(waiting), 'queued run')} of it "
+                      f"{'waits' if len(waiting) == 1 else 'wait'} for a slot, and a scheduler was started for "
+                      f"them; follow them with: fslab queue", highlight=False)
+        return
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)
 
