@@ -552,3 +552,26 @@ def test_sweep_resume_starts_a_scheduler_for_queued_runs_whose_scheduler_is_gone
     # the scheduler takes it (its configuration is no whole one: it then fails, with the reason)
     wait_for(lambda: waiting.claimed(), timeout=60, what="a scheduler to take the waiting run")
     assert done.status()["state"] == "completed"
+
+
+def test_sweep_resume_given_a_part_of_a_run_id_names_the_run_and_its_sweep(tmp_path):
+    """fslab sweep resume 4f2a, the short id of one of the sweep's runs as tables show it, said
+    only that it matched no sweep, listing every sweep; it names the run, its sweep and the
+    commands that resume either."""
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    inside, alone = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in (0, 1))
+    inside.write_status(state="killed", pid=None, sweep="sweep-20261123-100000-abcd")
+    alone.write_status(state="killed", pid=None)
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[inside.id], method="nca")
+    said = fslab("sweep", "resume", inside.id[-4:], cwd=tmp_path)
+    assert said.returncode == 2 and said.stderr == (
+        f"error: '{inside.id[-4:]}' names no sweep but run {inside.id} of sweep sweep-20261123-100000-abcd; resume "
+        f"the sweep with: fslab sweep resume sweep-20261123-100000-abcd, or the run alone with: fslab resume "
+        f"{inside.id}\n")
+    said = fslab("sweep", "resume", alone.id, cwd=tmp_path)
+    assert said.returncode == 2 and said.stderr == (
+        f"error: '{alone.id}' names no sweep but run {alone.id}; resume it with: fslab resume {alone.id}\n")
+    assert inside.status()["state"] == alone.status()["state"] == "killed"  # nothing queued

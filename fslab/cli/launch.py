@@ -346,6 +346,7 @@ def _resume_sweep(targets: list[str], project, options) -> None:
 
     if len(targets) != 2:
         raise UsageError("usage: fslab sweep resume SWEEP")
+    _refuse_a_run_for_a_sweep(project.runs_dir, targets[1])
     record, again, unreadable, waiting = executors.resume_sweep(targets[1], settings=project,
                                                                 registry=registry(project), slurm=options)
     if not again and not waiting:
@@ -361,6 +362,21 @@ def _resume_sweep(targets: list[str], project, options) -> None:
         return
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)
+
+
+def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
+    """A part of one run's id given to ``fslab sweep resume``, and no sweep's: say
+    which run it names and the commands that resume it or its sweep."""
+    from fslab.core.runstore import Run, matching_names, run_names, sweeps_named
+
+    names = [] if sweeps_named(runs_dir, ref) else matching_names(ref, run_names(runs_dir))
+    if len(names) != 1:
+        return
+    sweep = Run(runs_dir / names[0]).status().get("sweep")
+    sweep = sweep if isinstance(sweep, str) else None
+    where = (f" of sweep {sweep}; resume the sweep with: fslab sweep resume {sweep}, or the run alone with: "
+             if sweep else "; resume it with: ")
+    raise UsageError(f"'{ref}' names no sweep but run {names[0]}{where}fslab resume {names[0]}")
 
 
 def _nothing_to_resume(runs_dir: Path, record: dict, unreadable: list) -> str:
