@@ -128,6 +128,9 @@ def test_published_numbers_are_the_papers(registry):
     ({"paper": {"authors": "A", "title": "T", "year": 20}}, "paper.year: must be a whole number from 1900 to 2100"),
     ({"paper": {"authors": "A", "title": "T", "year": 2020, "arxiv": "abc"}}, "paper.arxiv: 'abc' must match"),
     ({"sweep": []}, "sweep: missing: at least one [[sweep]]"),
+    # [sweep] (one table) where [[sweep]] was meant: it is there, not missing
+    ({"sweep": {"name": "nca", "method": "nca", "datasets": ["synthetic"]}},
+     "sweep: must be an array of tables: write [[sweep]] (two brackets) above each sweep, not [sweep]"),
     ({"published": [{"sweep": "ncaa", "dataset": "synthetic", "shots": 1, "accuracy": 1}]},
      "published[0].sweep: 'ncaa' names no sweep. Allowed: nca, pn"),
     ({"published": [{"sweep": "nca", "dataset": "omniglot", "shots": 1, "accuracy": 1}]},

@@ -283,6 +283,9 @@ def _paper(check: _Checker, table: Any) -> Paper:
 
 
 def _sweeps(check: _Checker, tables: Any) -> tuple[StudySweep, ...]:
+    if isinstance(tables, dict):  # [sweep], one table, where each sweep is an array's entry
+        check.fail("sweep", "must be an array of tables: write [[sweep]] (two brackets) above each sweep, "
+                            "not [sweep]")
     if not isinstance(tables, list) or not tables:
         check.fail("sweep", "missing: at least one [[sweep]] table (name, method, datasets, seeds)")
     sweeps: dict[str, StudySweep] = {}
