@@ -1037,3 +1037,27 @@ def test_a_copy_of_a_registered_study_run_from_its_file_is_reported_apart(regist
     assert [r["verdict"] for r in mine["rows"]] == [REPRODUCED]
     assert [r["verdict"] for r in theirs["rows"]] == [PENDING] and not set(outcome.created) & {
         run_id for r in theirs["rows"] for run_id in r["run_ids"]}
+
+
+def test_a_project_copied_with_its_study_file_still_reports_what_the_file_ran(registry, tmp_path):
+    """The record named the study file by its absolute path only: a project copied or moved (from a cluster
+    to a laptop, to another folder) with its file said 'No runs yet' of runs it holds, every cell pending."""
+    import shutil
+
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "mine.toml").write_text(STUDY_FILE.replace('"train.epochs" = 500', '"train.epochs" = 1'))
+    config = Settings(runs_dir=tmp_path / "project" / "runs")
+    outcome = queue_study(find_study(registry, str(tmp_path / "project" / "mine.toml")), "paper", settings=config,
+                          registry=registry)
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.4] * 5})
+    moved = tmp_path / "moved"
+    shutil.move(tmp_path / "project", moved)
+    report = study_report(find_study(registry, str(moved / "mine.toml")), moved / "runs")
+    assert report["sweep"] == outcome.sweep_id and [r["verdict"] for r in report["rows"]] == [REPRODUCED]
+    # a file of the same study elsewhere in the project, or outside it, did not run these
+    (moved / "other").mkdir()
+    shutil.copy(moved / "mine.toml", moved / "other" / "mine.toml")
+    shutil.copy(moved / "mine.toml", tmp_path / "mine.toml")
+    for elsewhere in (moved / "other" / "mine.toml", tmp_path / "mine.toml"):
+        assert study_report(find_study(registry, str(elsewhere)), moved / "runs")["sweep"] is None

@@ -155,6 +155,17 @@ class Study:
         was run by its path, None when it is registered."""
         return str(Path(self.path).resolve()) if self.from_file and self.path is not None else None
 
+    def project_file(self, runs_dir) -> str | None:
+        """What a sweep record of this study also holds under ``project_file``: the study file's path from
+        the folder that holds the run store, where the file lies inside that folder (None otherwise, or when
+        registered), so a project copied or moved with its study file still finds the study's records."""
+        if not self.from_file or self.path is None:
+            return None
+        try:
+            return Path(self.path).resolve().relative_to(Path(runs_dir).resolve().parent).as_posix()
+        except ValueError:
+            return None
+
     def sweep(self, name: str) -> StudySweep:
         return next(s for s in self.sweeps if s.name == name)
 

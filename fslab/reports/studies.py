@@ -50,10 +50,20 @@ def latest_record(runs_dir: Path, study: Study, scale: str | None = None) -> dic
     """The newest sweep record ``fslab study run`` wrote for ``study`` (at ``scale``);
     one edited or damaged out of the shape it writes is passed over. A study run by the
     path of its file reads only the records of that file, a registered one only those
-    of no file: a copy of a registered study keeps its name, not its settings."""
+    of no file: a copy of a registered study keeps its name, not its settings. The file is
+    the one recorded by its absolute path or, in a project copied or moved with it, by its
+    path inside the project."""
     records = [r for r in sweep_records(runs_dir) if r.get("study") == study.name and study_record(r)
-               and r.get("file") == study.file_key() and (scale is None or r["scale"] == scale)]
+               and _same_file(r, study, runs_dir) and (scale is None or r["scale"] == scale)]
     return max(records, key=lambda r: r["created"], default=None)
+
+
+def _same_file(record: dict, study: Study, runs_dir: Path) -> bool:
+    """Whether a sweep record was written for ``study``'s file (for a registered study: for none)."""
+    if record.get("file") == study.file_key():
+        return True
+    inside = study.project_file(runs_dir)
+    return inside is not None and record.get("project_file") == inside
 
 
 def study_record(record: dict) -> bool:
