@@ -1061,3 +1061,17 @@ def test_a_project_copied_with_its_study_file_still_reports_what_the_file_ran(re
     shutil.copy(moved / "mine.toml", tmp_path / "mine.toml")
     for elsewhere in (moved / "other" / "mine.toml", tmp_path / "mine.toml"):
         assert study_report(find_study(registry, str(elsewhere)), moved / "runs")["sweep"] is None
+
+
+def test_report_out_naming_a_file_is_one_line_and_leaves_the_file_alone(project):
+    """--out is a folder: a file there (or above it) was 'error: File exists: report.md', exit 1, as if the
+    system had failed, and the line did not say --out wants a folder."""
+    (project / "study.toml").write_text(LOCAL_STUDY)
+    (project / "report.md").write_text("mine")
+    for out in ("report.md", "report.md/tables"):
+        done = fslab("study", "report", "study.toml", "--out", out, cwd=project)
+        assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+        assert done.stderr == (f"error: --out {out}: report.md is a file, not a folder; give a folder, where the "
+                               f"report is written as my-paper.md, .tex, .csv or .json (and a PNG per dataset for a "
+                               f"figure)\n"), done.stderr
+    assert (project / "report.md").read_text() == "mine"

@@ -207,7 +207,8 @@ def report(
     ref: StudyRef,
     fmt: Annotated[str, typer.Option("--format", help="md, latex, csv or json.")] = "md",
     out: Annotated[Path | None, typer.Option(
-        help="Write STUDY.md/.tex/.csv/.json there (and a PNG per dataset for a figure study) instead of printing.")]
+        help="A folder: write STUDY.md/.tex/.csv/.json there (and a PNG per dataset for a figure study) "
+             "instead of printing.")]
     = None,
     scale: Annotated[str | None, typer.Option(
         help="Report the latest run of the study at this scale (default: the latest at any scale).")] = None,
@@ -230,6 +231,8 @@ def report(
     if scale is not None and scale not in SCALES:
         raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
     study = _load(ref)
+    if out is not None:
+        _check_out(out, study.name)
     runs_dir = settings().runs_dir
     result = study_report(study, runs_dir, scale)
     if out is None:
@@ -237,3 +240,16 @@ def report(
         return
     for path in write_report(result, study, fmt, out, runs_dir):
         console.print(f"wrote {shown(str(path))}", highlight=False)
+
+
+def _check_out(out: Path, name: str) -> None:
+    """--out names a folder, or where one can be made: an existing file at it or above it is refused in
+    one line (the report's files go inside it)."""
+    from fslab.core.errors import UsageError
+
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UsageError(f"--out {out}: {folder} is a file, not a folder; give a folder, where the report "
+                                 f"is written as {name}.md, .tex, .csv or .json (and a PNG per dataset for a figure)")
+            return
