@@ -481,7 +481,8 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
     check_study(load_registry((str(tmp_path / "local"),)), "fslab-paper", tmp_path)  # nca by batch size
     text = (studies / "fslab-paper.toml").read_text()
     (studies / "fslab-paper.toml").write_text(text.replace('method = "nca"', 'method = "nca-by-hand"'))
-    with pytest.raises(UsageError, match="study fslab-paper, sweep 'fslab-paper' on synthetic: .*nca-by-hand"):
+    with pytest.raises(UsageError, match=r"fslab-paper\.toml: sweep 'fslab-paper'\.method \(on synthetic\): "
+                                         r"Unknown method 'nca-by-hand'"):
         check_study(load_registry((str(tmp_path / "local"),)), "fslab-paper", tmp_path)
 
 

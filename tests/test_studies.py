@@ -1075,3 +1075,37 @@ def test_report_out_naming_a_file_is_one_line_and_leaves_the_file_alone(project)
                                f"report is written as my-paper.md, .tex, .csv or .json (and a PNG per dataset for a "
                                f"figure)\n"), done.stderr
     assert (project / "report.md").read_text() == "mine"
+
+
+@pytest.mark.parametrize("scale, change, start", [
+    ("paper", {"method": "ncaa"}, "sweep 'nca'.method (on synthetic): Unknown method 'ncaa'. Did you mean 'nca'?"),
+    ("paper", {"datasets": ["synthetik"]}, "sweep 'nca'.datasets (on synthetik): Unknown dataset 'synthetik'."),
+    ("paper", {"set": {"train.epochz": 1}}, "sweep 'nca'.set.train.epochz (on synthetic): unknown config key"),
+    ("paper", {"set": {"train.epochs": "one"}},
+     "sweep 'nca'.set.train.epochs (on synthetic): config key 'train.epochs' must be an integer, got 'one'"),
+    ("paper", {"set": {"backbone.name": "conv5"}}, "sweep 'nca'.set.backbone.name (on synthetic): Unknown backbone"),
+    ("paper", {"grid": {"train.lr": ["fast"]}}, "sweep 'nca'.grid.train.lr (on synthetic): config key 'train.lr'"),
+    ("quick", {"quick": {"set": {"eval.shotz": [1]}}}, "quick.set.eval.shotz (on synthetic): unknown config key"),
+    ("quick", {"quick": {"dataset": "synthetik"}}, "quick.dataset (on synthetic): Unknown dataset 'synthetik'."),
+])
+def test_a_study_file_that_does_not_resolve_names_the_file_and_key(registry, tmp_path, scale, change, start):
+    """An unknown method, dataset or key, or a value of the wrong type, in a study file said 'study tiny, sweep
+    'nca' on synthetic: Unknown method ...', naming neither the file nor the key to fix (the README promises
+    both), and a long message's list of allowed keys was clipped before anything after it."""
+    data = tiny(published=[])
+    if "quick" in change:
+        data.update(change)
+    else:
+        data["sweep"][0].update(change)
+    study = parse_study(data, "studies/tiny.toml", path=Path("studies/tiny.toml"))
+    with pytest.raises(UsageError) as error:
+        resolve_study(study, scale, settings=store(tmp_path), registry=registry)
+    assert str(error.value).startswith(f"studies/tiny.toml: {start}"), str(error.value)
+
+
+def test_a_set_on_the_command_line_is_not_blamed_on_the_study_file(registry, tmp_path):
+    study = parse_study(tiny(published=[]), "studies/tiny.toml", path=Path("studies/tiny.toml"))
+    with pytest.raises(UsageError) as error:
+        resolve_study(study, "paper", settings=store(tmp_path), registry=registry,
+                      extra=({"train": {"epochs": "one"}},))
+    assert str(error.value).startswith("study tiny, sweep 'nca' on synthetic: config key 'train.epochs'"), error.value

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fslab.core.config import naming_the_file, nest, outside_settings, resolve, tested_ways
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, UnknownName, UsageError
 from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
@@ -484,11 +484,38 @@ def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str 
             with naming_the_file(settings, planned.layers):
                 config = resolve(planned.method, registry=registry, settings=settings, overrides=planned.layers)
         except UsageError as exc:
-            exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
+            # the file and key first where the study file gave what is wrong: a long message is clipped
+            where = study_key(study, scale, planned, exc, extra)
+            exc.args = (f"{study.path}: {where} (on {planned.dataset}): {exc}" if where and study.path else
+                        f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
             raise
         resolved.append((planned, config))
     check_cells(study, resolved)
     return resolved
+
+
+def study_key(study: Study, scale: str, planned: PlannedRun, exc: UsageError, extra: tuple[dict, ...] = ()) -> str:
+    """The key of the study file that gave what a resolving error is about (``sweep 'nca'.set.train.lr``,
+    ``sweep 'nca'.method``), or '' where the file did not give it (``--set``, the defaults): the message
+    names a configuration key, or it is an unknown name the file chose (a method, a dataset, a plugin)."""
+    sweep = study.sweep(planned.sweep)
+    if isinstance(exc, UnknownName):
+        if exc.what == "method" and exc.word == sweep.method:
+            return f"sweep '{sweep.name}'.method"
+        if exc.what == "dataset" and exc.word == planned.dataset:
+            return f"sweep '{sweep.name}'.datasets"
+        if exc.what == "dataset" and scale == "quick" and exc.word == study.quick.dataset:
+            return "quick.dataset"
+    subject = re.split(r" Did you mean | Allowed: ", str(exc), maxsplit=1)[0]
+    layers = [({k: v for layer in extra for k, v in dotted(layer).items()}, ""),  # the highest first
+              (study.quick.set if scale == "quick" else {}, "quick.set."), (planned.at, f"sweep '{sweep.name}'.grid."),
+              (sweep.set, f"sweep '{sweep.name}'.set.")]
+    for values, where in layers:
+        for key, value in values.items():
+            chosen = isinstance(exc, UnknownName) and key == f"{exc.what}.name" and exc.word == value
+            if chosen or re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject):
+                return f"{where}{key}" if where else ""
+    return ""
 
 
 def project_changes(study: Study, scale: str, resolved: list[tuple[PlannedRun, dict]], *, settings, registry,
