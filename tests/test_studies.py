@@ -1087,16 +1087,18 @@ def test_report_out_naming_a_file_is_one_line_and_leaves_the_file_alone(project)
     ("paper", {"grid": {"train.lr": ["fast"]}}, "sweep 'nca'.grid.train.lr (on synthetic): config key 'train.lr'"),
     ("quick", {"quick": {"set": {"eval.shotz": [1]}}}, "quick.set.eval.shotz (on synthetic): unknown config key"),
     ("quick", {"quick": {"dataset": "synthetik"}}, "quick.dataset (on synthetic): Unknown dataset 'synthetik'."),
+    # a grid key's value from the quick scale's narrower grid is that grid's
+    ("quick", {"grid": {"train.lr": [0.1, 0.2]}, "quick": {"grid": {"train.lr": ["fast"]}}},
+     "quick.grid.train.lr (on synthetic): config key 'train.lr'"),
+    ("quick", {"grid": {"train.lr": ["fast"]}}, "sweep 'nca'.grid.train.lr (on synthetic): config key 'train.lr'"),
 ])
 def test_a_study_file_that_does_not_resolve_names_the_file_and_key(registry, tmp_path, scale, change, start):
     """An unknown method, dataset or key, or a value of the wrong type, in a study file said 'study tiny, sweep
     'nca' on synthetic: Unknown method ...', naming neither the file nor the key to fix (the README promises
     both), and a long message's list of allowed keys was clipped before anything after it."""
-    data = tiny(published=[])
-    if "quick" in change:
-        data.update(change)
-    else:
-        data["sweep"][0].update(change)
+    data, change = tiny(published=[]), dict(change)
+    data.update({"quick": change.pop("quick")} if "quick" in change else {})
+    data["sweep"][0].update(change)
     study = parse_study(data, "studies/tiny.toml", path=Path("studies/tiny.toml"))
     with pytest.raises(UsageError) as error:
         resolve_study(study, scale, settings=store(tmp_path), registry=registry)

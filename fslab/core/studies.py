@@ -507,8 +507,11 @@ def study_key(study: Study, scale: str, planned: PlannedRun, exc: UsageError, ex
         if exc.what == "dataset" and scale == "quick" and exc.word == study.quick.dataset:
             return "quick.dataset"
     subject = re.split(r" Did you mean | Allowed: ", str(exc), maxsplit=1)[0]
+    narrower = study.quick.grid if scale == "quick" else {}  # the quick scale's values of a grid key
     layers = [({k: v for layer in extra for k, v in dotted(layer).items()}, ""),  # the highest first
-              (study.quick.set if scale == "quick" else {}, "quick.set."), (planned.at, f"sweep '{sweep.name}'.grid."),
+              (study.quick.set if scale == "quick" else {}, "quick.set."),
+              ({k: v for k, v in planned.at.items() if k in narrower}, "quick.grid."),
+              ({k: v for k, v in planned.at.items() if k not in narrower}, f"sweep '{sweep.name}'.grid."),
               (sweep.set, f"sweep '{sweep.name}'.set.")]
     for values, where in layers:
         for key, value in values.items():
