@@ -1111,3 +1111,16 @@ def test_a_set_on_the_command_line_is_not_blamed_on_the_study_file(registry, tmp
         resolve_study(study, "paper", settings=store(tmp_path), registry=registry,
                       extra=({"train": {"epochs": "one"}},))
     assert str(error.value).startswith("study tiny, sweep 'nca' on synthetic: config key 'train.epochs'"), error.value
+
+
+def test_a_run_the_checks_refuse_names_the_study_file_and_key_and_queues_nothing(registry, tmp_path):
+    """The checks before queueing (here: more ways than the validation split has classes) said 'study tiny,
+    sweep 'nca' on synthetic: ...' of a value the study file gave, as resolving did."""
+    data = tiny(published=[])
+    data["sweep"][0]["set"].update({"eval.ways": 10, "dataset.val_classes": 6})
+    study = parse_study(data, "studies/tiny.toml", path=Path("studies/tiny.toml"))
+    with pytest.raises(UsageError) as error:
+        queue_study(study, "paper", settings=store(tmp_path), registry=registry)
+    assert str(error.value).startswith("studies/tiny.toml: sweep 'nca'.set.eval.ways (on synthetic): config key "
+                                       "'eval.ways' must be at most 6 for synthetic's val split"), str(error.value)
+    assert not (tmp_path / "runs").exists()

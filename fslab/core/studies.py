@@ -484,14 +484,20 @@ def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str 
             with naming_the_file(settings, planned.layers):
                 config = resolve(planned.method, registry=registry, settings=settings, overrides=planned.layers)
         except UsageError as exc:
-            # the file and key first where the study file gave what is wrong: a long message is clipped
-            where = study_key(study, scale, planned, exc, extra)
-            exc.args = (f"{study.path}: {where} (on {planned.dataset}): {exc}" if where and study.path else
-                        f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
+            exc.args = (placed(study, scale, planned, exc, extra),)
             raise
         resolved.append((planned, config))
     check_cells(study, resolved)
     return resolved
+
+
+def placed(study: Study, scale: str, planned: PlannedRun, exc: UsageError, extra: tuple[dict, ...] = ()) -> str:
+    """An error about one of the study's runs, with where it comes from: the file and key first where the
+    study file gave what is wrong (a long message is clipped), else the study, sweep and dataset."""
+    where = study_key(study, scale, planned, exc, extra)
+    if where and study.path:
+        return f"{study.path}: {where} (on {planned.dataset}): {exc}"
+    return f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}"
 
 
 def study_key(study: Study, scale: str, planned: PlannedRun, exc: UsageError, extra: tuple[dict, ...] = ()) -> str:

@@ -40,6 +40,7 @@ from fslab.core.studies import (
     PlannedRun,
     Study,
     command_line_changes,
+    placed,
     project_changes,
     resolve_study,
     run_dataset,
@@ -185,7 +186,7 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
             with naming_the_file(settings, planned.layers):
                 check_run(config, registry, slurm, sizes_seen=sizes_seen)
         except UsageError as exc:
-            exc.args = (f"study {study.name}, sweep '{planned.sweep}' on {planned.dataset}: {exc}",)
+            exc.args = (placed(study, scale, planned, exc, extra),)
             raise
     # the runs this command queues: the new ones, and reused ones queued again to resume, which keep
     # their own number of processes (a run trained on N GPUs is reused as it is: train.processes is IGNORED)
