@@ -1124,3 +1124,17 @@ def test_a_run_the_checks_refuse_names_the_study_file_and_key_and_queues_nothing
     assert str(error.value).startswith("studies/tiny.toml: sweep 'nca'.set.eval.ways (on synthetic): config key "
                                        "'eval.ways' must be at most 6 for synthetic's val split"), str(error.value)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("extra, given, evaluated", [
+    ({"eval": {"ways": 10}}, "--set eval.ways", "10-way 1, 5-shot"),
+    ({"eval": {"shots": [5]}}, "--set eval.shots", "5-way 5-shot"),
+])
+def test_a_set_that_leaves_a_published_cell_without_runs_is_named(registry, tmp_path, extra, given, evaluated):
+    """--set eval.ways=10 was refused as the study file's mistake: '...tiny.toml: the published 5-way 1-shot
+    cell ...; set eval.extra_ways or eval.shots in the sweep', a file the user had not touched."""
+    study = parse_study(tiny(), "studies/tiny.toml", path=Path("studies/tiny.toml"))
+    with pytest.raises(UsageError) as error:
+        resolve_study(study, "paper", settings=store(tmp_path), registry=registry, extra=(extra,))
+    assert str(error.value) == (f"{given}: study tiny's runs of sweep 'nca' on synthetic would evaluate {evaluated}, "
+                                f"not its published 5-way 1-shot cell; leave it out"), str(error.value)

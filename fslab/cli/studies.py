@@ -175,7 +175,7 @@ def run(
 
     --dataset trains every sweep on that dataset instead (the report then says the numbers are not comparable).
     --set changes a setting the study fixes (not comparable either); a key the study varies, the seed and the
-    dataset are the study's own and are refused.
+    dataset are the study's own and are refused, as are eval.ways or eval.shots that score no published cell.
     """
     from fslab.core.studies import run_options, study_command
     from fslab.execution import executor as executors

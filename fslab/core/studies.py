@@ -487,7 +487,7 @@ def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str 
             exc.args = (placed(study, scale, planned, exc, extra),)
             raise
         resolved.append((planned, config))
-    check_cells(study, resolved)
+    check_cells(study, resolved, extra)
     return resolved
 
 
@@ -573,9 +573,12 @@ def _changes(resolved: list[tuple[PlannedRun, dict]], plain: list[tuple[PlannedR
     return dict(sorted(changes.items()))
 
 
-def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]]) -> None:
+EPISODE_KEYS = ("eval.ways", "eval.extra_ways", "eval.shots")  # the episode shapes a run is scored on
+
+
+def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]], extra: tuple[dict, ...] = ()) -> None:
     """Each published cell must be one its runs evaluate (their eval.ways and
-    eval.extra_ways, and eval.shots)."""
+    eval.extra_ways, and eval.shots); where ``--set`` (``extra``) changed those, it is named."""
     for cell in study.published:
         for planned, config in resolved:
             if (planned.sweep, planned.dataset, planned.at) != (cell.sweep, cell.dataset, cell.at):
@@ -583,6 +586,11 @@ def check_cells(study: Study, resolved: list[tuple[PlannedRun, dict]]) -> None:
             ways = tested_ways(config["eval"]["ways"], config["eval"]["extra_ways"])
             shots = config["eval"]["shots"]
             if cell.ways not in ways or cell.shots not in shots:
+                if given := [f"--set {k}" for layer in extra for k in dotted(layer) if k in EPISODE_KEYS]:
+                    raise UsageError(f"{', '.join(given)}: study {study.name}'s runs of sweep '{cell.sweep}' on "
+                                     f"{cell.dataset} would evaluate {', '.join(map(str, ways))}-way "
+                                     f"{', '.join(map(str, shots))}-shot, not its published {cell.ways}-way "
+                                     f"{cell.shots}-shot cell; leave it out")
                 raise ConfigError(f"{study.path or study.name}: the published {cell.ways}-way {cell.shots}-shot cell "
                                   f"of sweep '{cell.sweep}' on {cell.dataset}: its runs evaluate "
                                   f"{', '.join(map(str, ways))}-way {', '.join(map(str, shots))}-shot; "
