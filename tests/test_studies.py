@@ -10,6 +10,7 @@ done with the same settings. The slow test runs every built-in study at
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import os
 import shutil
@@ -158,6 +159,11 @@ def test_published_numbers_are_the_papers(registry):
     ({"cost": [{"device": "H100", "gpu_hours": 0, "date": "2026-11-26"}]},
      "cost[0].gpu_hours: must be a number of hours above 0, got 0"),
     ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": "26/11/2026"}]}, "cost[0].date: '26/11/2026' must match"),
+    # a missing date or a date with a time of day said 'must be a non-empty string, got None'
+    ({"cost": [{"device": "H100", "gpu_hours": 1.5}]},
+     "cost[0].date: missing: the day the cost was measured, e.g. date = 2026-11-26"),
+    ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": datetime.datetime(2026, 11, 26, 10)}]},
+     "cost[0].date: must be a day, e.g. date = 2026-11-26 (a TOML date, or the same as a string), got datetime"),
     ({"cost": [{"device": "", "gpu_hours": 1.5, "date": "2026-11-26"}]}, "cost[0].device: must be a non-empty string"),
     ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": "2026-11-26", "hours": 2}]},
      "cost[0].hours: unknown key. Allowed: device, gpu_hours, date, how"),

@@ -379,6 +379,10 @@ def _costs(check: _Checker, tables: Any) -> tuple[Cost, ...]:
         day = table.get("date")
         if isinstance(day, datetime.date) and not isinstance(day, datetime.datetime):  # TOML's bare date
             day = day.isoformat()
+        if not isinstance(day, str):  # a time of day with it, a number, or none at all
+            check.fail(f"{where}.date", "missing: the day the cost was measured, e.g. date = 2026-11-26" if day is None
+                       else f"must be a day, e.g. date = 2026-11-26 (a TOML date, or the same as a string), "
+                            f"got {day!r:.60}")
         costs.append(Cost(device=check.text(table, "device", f"{where}."), gpu_hours=float(hours),
                           date=check.text({"date": day}, "date", f"{where}.", pattern=DATE),
                           how=check.text(table, "how", f"{where}.", required=False)))
