@@ -159,6 +159,13 @@ def test_published_numbers_are_the_papers(registry):
     ({"cost": [{"device": "H100", "gpu_hours": 0, "date": "2026-11-26"}]},
      "cost[0].gpu_hours: must be a number of hours above 0, got 0"),
     ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": "26/11/2026"}]}, "cost[0].date: '26/11/2026' must match"),
+    # a key left out said 'must be ..., got None', a word TOML does not have
+    ({"title": None}, "title: missing: a non-empty string"),
+    ({"paper": {"authors": "A", "title": "T"}}, "paper.year: missing: a whole number from 1900 to 2100"),
+    ({"published": [{"sweep": "nca", "dataset": "synthetic", "accuracy": 1}]},
+     "published[0].shots: missing: a whole number at least 1"),
+    ({"published": [{"sweep": "nca", "dataset": "synthetic", "shots": 1}]},
+     "published[0].accuracy: missing: a number from 0 to 100 (percent)"),
     # a missing date or a date with a time of day said 'must be a non-empty string, got None'
     ({"cost": [{"device": "H100", "gpu_hours": 1.5}]},
      "cost[0].date: missing: the day the cost was measured, e.g. date = 2026-11-26"),

@@ -206,6 +206,8 @@ class _Checker:
         """A string; one line without control characters unless ``lines`` (a title, a label and a name
         are a table's cell or a heading, where a line break would cut a Markdown row or end a LaTeX comment)."""
         value = table.get(key, None if required else default)
+        if value is None:  # TOML has no null: the key is not there
+            self.fail(f"{where}{key}", "missing: a non-empty string")
         if not isinstance(value, str) or (required and not value.strip()):
             self.fail(f"{where}{key}", f"must be {'a non-empty ' if required else 'a '}string, got {value!r:.60}")
         if not lines and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
@@ -219,7 +221,8 @@ class _Checker:
         value = table.get(key, default)
         if not isinstance(value, int) or isinstance(value, bool) or value < low or (high and value > high):
             span = f"from {low} to {high}" if high else f"at least {low}"
-            self.fail(f"{where}{key}", f"must be a whole number {span}, got {value!r:.60}")
+            self.fail(f"{where}{key}", f"missing: a whole number {span}" if value is None else
+                      f"must be a whole number {span}, got {value!r:.60}")
         return value
 
     def values(self, values: Any, where: str) -> list:
@@ -405,6 +408,8 @@ def _grid_point(check: _Checker, table: Any, sweep: StudySweep, where: str) -> d
 
 
 def _number(check: _Checker, value: Any, key: str, high: float) -> float:
+    if value is None:
+        check.fail(key, f"missing: a number from 0 to {high:g} (percent)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= high:
         check.fail(key, f"must be a number from 0 to {high:g} (percent), got {value!r:.60}")
