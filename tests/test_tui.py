@@ -440,6 +440,24 @@ def test_compare_screen_shows_what_fslab_compare_computes(store):
 
 
 
+def test_a_damaged_metrics_line_does_not_stop_the_compare_screen(store):
+    """A train line whose step is text or null stopped the dashboard with a TypeError from the
+    loss chart when its run was compared; the run screen skips such a line, and so does compare."""
+    runs, folders = store
+    append(folders["running"], json.dumps({"event": "train", "step": "7", "epoch": 2, "loss": 1.0}) + "\n"
+           + json.dumps({"event": "train", "step": None, "epoch": 2, "loss": 1.0}) + "\n"
+           + json.dumps(train(7, 2, 0.9)) + "\n")
+
+    async def body(app, pilot):
+        await open_compare(app, pilot, folders, keys=("running", "done0"))
+        assert type(app.screen).__name__ == "CompareScreen"
+        losses = app.screen.losses
+        assert losses[folders["running"].name].count == 5  # 4 logged steps before, the good line after
+        assert losses[folders["done0"].name].count == 12
+
+    drive(frozen_app(runs), body)
+
+
 def test_compare_screen_leaves_out_a_run_from_a_newer_fslab_and_says_so(store):
     """The first marked run's configuration from a newer fslab stopped the screen's reader:
     no groups, no loss curves and no word why."""

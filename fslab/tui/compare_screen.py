@@ -84,8 +84,10 @@ class CompareScreen(Screen):
                 self.losses[delta.run_id].clear()
                 changed = True
             for event in delta.events:
-                if event.get("event") == "train" and isinstance(event.get("loss"), (int, float)):
-                    self.losses[delta.run_id].append(event.get("step", 0), float(event["loss"]))
+                step, loss = event.get("step", 0), event.get("loss")
+                # a damaged line (a step that is text or null) is passed over, as the run screen passes it
+                if event.get("event") == "train" and _real(step) and _real(loss):
+                    self.losses[delta.run_id].append(float(step), float(loss))
                     changed = True
         if changed:
             self.query_one("#chart-compare", LineChart).refresh()
@@ -129,3 +131,7 @@ class CompareScreen(Screen):
             for number, row in enumerate(report["groups"], 1) if f"{shots}-shot" in row["results"]])
             for shots in SHOTS]
         chart.refresh(layout=True)
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
