@@ -352,6 +352,29 @@ def test_detail_header_says_what_the_table_says_of_a_damaged_run(tmp_path):
     drive(frozen_app(runs), body)
 
 
+def test_a_status_with_values_of_the_wrong_type_opens_as_fslab_show_reads_it(tmp_path):
+    """A status.json whose ended or resumed is not a number (hand-edited, or from another tool)
+    stopped the dashboard with a TypeError when its run was opened; the run screen now reads the
+    status as fslab show does (wrong types left out), and says the same time line."""
+    from fslab.core.runstore import Run
+    from fslab.core.timing import time_line, time_split
+
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-100000-nca-stat", events=history())
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "ended": "soon", "resumed": [1]}))
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folder.name)
+        assert type(app.screen).__name__ == "DetailScreen"
+        run = Run(folder)
+        shown = run.status()
+        expected = time_line(time_split(run.events(), shown.get("started"), shown.get("ended"), shown.get("resumed")))
+        assert expected in str(app.screen.query_one("#summary").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_a_long_traceback_leaves_the_charts_their_lines_and_shows_its_last_line_at_80x24(tmp_path):
     """The banner took 12 lines, cut at the bottom: the exception line of the traceback was hidden
     and the training loss chart was one line high."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fslab.core.files import Tail, parse_lines, read_json
 from fslab.core.runstore import SWEEPS
+from fslab.core.schemas import status as status_of
 from fslab.core.states import LIVE
 from fslab.core.summary import RunSummary, SummaryFile
 from fslab.core.text import printable
@@ -236,4 +237,6 @@ class RunFollower:
         if stamp == self.status_stamp:
             return None
         self.status_stamp = stamp
-        return read_json(self.path / "status.json")
+        status = read_json(self.path / "status.json")
+        # values of the wrong type left out, as Run.status() gives them to fslab show
+        return None if status is None else status_of(status)
