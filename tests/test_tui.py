@@ -532,6 +532,32 @@ def test_new_run_like_a_run_whose_configuration_cannot_be_read_is_a_note_not_a_c
     assert app.return_code in (None, 0)
 
 
+def test_new_run_like_a_run_fslab_run_like_refuses_is_its_note_not_a_form_or_a_crash(store):
+    """N on a run whose method no plugin registers now stopped the dashboard (the form's method
+    list raised InvalidSelectValueError); on one whose config.json is damaged it opened a form
+    that launched nothing like it. Both are now the line fslab run --like prints."""
+    runs, folders = store
+    gone = write_run(runs, "20260101-170000-gone-meth", cfg={**config(), "method": "gone"}, events=history())
+    damaged = write_run(runs, "20260101-180000-nca-dmgd", cfg=config(), events=history())
+    (damaged / "config.json").write_text("{not json")
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        for folder in (gone, damaged):
+            app.screen.table.cursor = app.screen.table.ids.index(folder.name)
+            await pilot.press("N")
+            await settle(app, pilot)
+            assert type(app.screen).__name__ == "RunsScreen"
+        assert notes[0].startswith("Unknown method 'gone'. Allowed: ") and "nca" in notes[0]
+        assert notes[1] == f"run {damaged.name} has no readable configuration to start a run like it from"
+        assert len(notes) == 2
+
+    app = frozen_app(runs)
+    drive(app, body)
+    assert app.return_code in (None, 0)
+
+
 # -- actions ----------------------------------------------------------------------------
 
 

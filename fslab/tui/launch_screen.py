@@ -28,6 +28,9 @@ class LaunchScreen(ModalScreen[None]):
         self.registry = registry
         self.like_run = like_run  # "new run from this run": its saved configuration under the form's values
         self.saved = like_run.config() if like_run is not None else {}
+        if like_run is not None:  # refused as fslab run --like refuses it: no readable configuration, or
+            method, _ = like(like_run, [])  # a method no plugin registers now (the form's choices are those)
+            registry.get("method", method)
 
     def compose(self) -> ComposeResult:
         names = self.registry.names
