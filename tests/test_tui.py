@@ -199,6 +199,24 @@ def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
     drive(frozen_app(runs), body)
 
 
+def test_a_deleted_marked_run_is_no_longer_counted_as_marked(store):
+    """The status line kept counting a marked run after its folder was deleted ('2 marked' with one
+    mark left) until something rebuilt the table."""
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for key in ("done0", "failed"):
+            table.cursor = table.ids.index(folders[key].name)
+            await pilot.press("space")
+        shutil.rmtree(folders["failed"])
+        await tick(app, pilot)
+        assert table.marked == {folders["done0"].name}
+        assert str(app.screen.query_one("#status").render()).endswith(" · 1 marked")
+
+    drive(frozen_app(runs), body)
+
+
 def test_filter_by_typing_and_sort(store):
     runs, folders = store
 

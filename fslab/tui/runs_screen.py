@@ -80,6 +80,7 @@ class RunsScreen(Screen):
         # Sorted by id and unfiltered (the default), the order changes only when
         # runs come or go; then a tick costs the changed rows, not a sort of all.
         arrived = any(row.id not in table.shown for row in changes.rows)
+        table.marked -= set(changes.removed)  # a deleted run is no longer marked (nor counted as marked)
         if changes.removed or arrived or self.query_text or self.sort_by != "id":
             ids = self.visible_ids()
             if ids != table.ids:
