@@ -499,6 +499,27 @@ def test_a_damaged_metrics_line_does_not_stop_the_compare_screen(store):
     drive(frozen_app(runs), body)
 
 
+def test_compare_takes_every_marked_run_also_those_the_filter_hides(store):
+    """With one marked run shown and another hidden by the filter, c compared the shown one alone,
+    while the status line said '2 marked'."""
+    runs, folders = store
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for key in ("done0", "done1"):
+            table.cursor = table.ids.index(folders[key].name)
+            await pilot.press("space")
+        await pilot.press("slash", *"bbbb", "enter")
+        await settle(app, pilot)
+        assert table.ids == [folders["done1"].name]
+        await pilot.press("c")
+        await settle(app, pilot)
+        assert app.screen.run_ids == [folders["done1"].name, folders["done0"].name]
+        assert app.screen.query_one("#groups").get_row_at(0)[2].plain.split()[0] == "2"  # both seeds, one group
+
+    drive(frozen_app(runs), body)
+
+
 def test_compare_screen_leaves_out_a_run_from_a_newer_fslab_and_says_so(store):
     """The first marked run's configuration from a newer fslab stopped the screen's reader:
     no groups, no loss curves and no word why."""

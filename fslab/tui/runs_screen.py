@@ -185,8 +185,9 @@ class RunsScreen(Screen):
     def action_compare(self) -> None:
         from fslab.tui.compare_screen import CompareScreen
 
-        chosen = ([i for i in self.table.ids if i in self.table.marked]
-                  or [i for i in self.app.rows if i in self.table.marked])
+        # every marked run, as the status line counts them: in the table's order, then those the filter hides
+        marked, shown = self.table.marked, self.table.shown
+        chosen = [i for i in self.table.ids if i in marked] + [i for i in self.app.rows if i in marked - shown]
         if len(chosen) < 1:
             self.notify("mark runs with space first, then press c", markup=False)
             return
