@@ -317,6 +317,34 @@ def test_detail_shows_charts_evaluations_config_and_follows_logs(store):
 
 
 
+def test_a_run_whose_folder_comes_back_is_followed_again(store):
+    """A run screen whose folder went away (moved, deleted, to be rsynced in again) said 'its folder
+    is gone' for good, while the runs table listed the run again once it was back."""
+    runs, folders = store
+    folder = folders["failed"]
+
+    async def both_tick(app, pilot, detail):
+        await tick(app, pilot)
+        detail.follow()
+        await settle(app, pilot)
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folder.name)
+        detail = app.screen
+        banner = detail.query_one("#banner")
+        folder.rename(runs / "elsewhere")
+        await both_tick(app, pilot, detail)
+        assert "its folder is gone" in str(banner.render())
+        (runs / "elsewhere").rename(folder)
+        await both_tick(app, pilot, detail)
+        await both_tick(app, pilot, detail)
+        assert str(banner.render()).startswith("FAILED: RuntimeError: CUDA out of memory")
+        assert detail.series["loss"].count == 4 and detail.query_one("#evals").row_count == 1  # read once, not twice
+        assert detail.query_one("#stderr-log").line_count == 3
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_evals_tab_labels_a_score_by_its_metric_as_fslab_show_does(tmp_path):
     """A retrieval evaluation's mAP was shown as a bare number under 'accuracy', where fslab show says mAP."""
     runs = tmp_path / "runs"

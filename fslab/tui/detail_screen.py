@@ -92,9 +92,11 @@ class DetailScreen(Screen):
 
     @work(thread=True, group="follow", exit_on_error=False)
     def follow(self) -> None:
-        if self.missing or not self._lock.acquire(blocking=False):
+        if not self._lock.acquire(blocking=False):
             return
         try:
+            if self.missing and self.follower.path.is_dir():  # back (moved back, rsynced in): read it afresh
+                self.follower = RunFollower(self.follower.path)
             delta = self.follower.read()
         finally:
             self._lock.release()
@@ -110,7 +112,12 @@ class DetailScreen(Screen):
             self.missing = True
             return
         s, evals = self.series, self.query_one("#evals", DataTable)
-        if delta.reset:  # resumed: the file was cut back to a checkpoint and is read again
+        back, self.missing = self.missing, False
+        if back:  # its folder is back: every file is read again from the top
+            for log in self.query(Log):
+                log.clear()
+            self.stderr_tail.clear()
+        if delta.reset or back:  # resumed: the file was cut back to a checkpoint and is read again
             for series in s.values():
                 series.clear()
             evals.clear()
