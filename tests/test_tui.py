@@ -345,6 +345,35 @@ def test_a_run_whose_folder_comes_back_is_followed_again(store):
     drive(frozen_app(runs), body)
 
 
+def test_the_time_line_is_computed_again_only_when_events_or_the_status_changed(store, monkeypatch):
+    """Every header update (each tick, and each store change of the run) folded every event of the run
+    again, on the UI thread: a tenth of a second or more a time for a run with 200,000 logged steps."""
+    from fslab.tui import detail_screen
+
+    runs, folders = store
+    calls = []
+    real = detail_screen.time_split
+    monkeypatch.setattr(detail_screen, "time_split", lambda *args: calls.append(1) or real(*args))
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folders["running"].name)
+        detail = app.screen
+        summary = detail.query_one("#summary")
+        before, line = len(calls), str(summary.render()).split("\n")[1]
+        assert before >= 1 and line.startswith("time: ")
+        for _ in range(3):
+            detail.update_header()
+            await tick(app, pilot)
+        assert len(calls) == before
+        append(folders["running"], json.dumps(train(5, 2, 1.0, t=FROZEN - 30)) + "\n")
+        detail.follow()
+        await settle(app, pilot)
+        assert len(calls) == before + 1
+        assert str(summary.render()).split("\n")[1] != line  # the new step's time is counted
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_evals_tab_labels_a_score_by_its_metric_as_fslab_show_does(tmp_path):
     """A retrieval evaluation's mAP was shown as a bare number under 'accuracy', where fslab show says mAP."""
     runs = tmp_path / "runs"

@@ -53,6 +53,8 @@ class DetailScreen(Screen):
         self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
         self.status: dict = {}
         self.timed: list[dict] = []  # the events that say where the run's time went (fslab.core.timing)
+        self.timed_changes = 0  # counts changes of timed: the time line is computed again only then
+        self._spent: tuple[tuple, str] = ((), "")  # (what it was computed from, the time line)
         self.heartbeat_every = 5.0  # train.heartbeat, once the configuration is read
         self.corrupt = 0
         self.missing = False
@@ -123,6 +125,7 @@ class DetailScreen(Screen):
             evals.clear()
             self.timed.clear()
             self.corrupt = 0
+        self.timed_changes += bool(delta.events or delta.reset or back)
         self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
                        if isinstance(event, dict)]
         for event in delta.events:
@@ -192,14 +195,21 @@ class DetailScreen(Screen):
             summary.append(f" · {count(self.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
-        spent = time_split(self.timed, self.status.get("started"), self.status.get("ended"),
-                           self.status.get("resumed"))
-        if spent["total_s"] > 0:
-            summary.append("\n" + time_line(spent), style="dim")
+        if self.time_text():
+            summary.append("\n" + self.time_text(), style="dim")
         self.query_one("#summary", Static).update(summary)
         banner.display = row.state in ("failed", "lost")
         if banner.display:
             banner.update(self.why_it_stopped(row))
+
+    def time_text(self) -> str:
+        """Where the run's time went, as fslab show prints it ('' before any); computed again only when
+        events or the status changed: a fold over every event, too long for each tick of a long run."""
+        times = tuple(self.status.get(key) for key in ("started", "ended", "resumed"))
+        if self._spent[0] != (self.timed_changes, *times):
+            spent = time_split(self.timed, *times)
+            self._spent = ((self.timed_changes, *times), time_line(spent) if spent["total_s"] > 0 else "")
+        return self._spent[1]
 
     def why_it_stopped(self, row) -> Text:
         """Why the run stopped, then the last lines of stderr, in as many lines
