@@ -577,6 +577,56 @@ def test_compare_takes_every_marked_run_also_those_the_filter_hides(store):
     drive(frozen_app(runs), body)
 
 
+def test_compare_reads_retrieval_runs_on_the_episodes_they_were_scored_on(tmp_path):
+    """retrieval-map sets its own episode shape (10 images per class: 9 queries), not eval.queries:
+    the compare screen read 15-query episodes and said '2 (2 without test yet)' of two tested runs,
+    where fslab compare --queries 9 pools their mAP. Runs scored at two shapes are read as fslab
+    compare reads them, the others named."""
+    import random
+    import statistics
+
+    runs = tmp_path / "runs"
+    cfg = {**config(), "evaluator": {"name": "retrieval-map", "images_per_class": 10}}
+    label = "retrieval-map[images_per_class=10]"
+    pooled = []
+    for seed in (0, 1):
+        folder = write_run(runs, f"2026010{seed + 1}-100000-nca-map{seed}", cfg={**cfg, "seed": seed},
+                           events=history(tests=()))
+        rng = random.Random(seed)
+        scores = [rng.uniform(0.3, 0.7) for _ in range(40)]
+        pooled += scores
+        record = {"split": "test", "ways": 5, "shots": 1, "queries": 9, "episodes": 40, "evaluator": label,
+                  "metric": "map", "seed": 0, "stream": 2, "epoch": 3, "accuracies": scores,
+                  "accuracy": statistics.fmean(scores), "ci95": 0.01}
+        (folder / "evaluations").mkdir()
+        (folder / "evaluations" / f"test-{label}-5way-1shot-9q-40ep-seed0-epoch3.json").write_text(json.dumps(record))
+    accuracy = write_run(runs, "20251231-100000-nca-acc0", events=history())  # the oldest: listed last
+    save_episode_scores(accuracy, seed=2)
+
+    async def body(app, pilot):
+        async def compare(run_ids):
+            for run_id in run_ids:
+                app.screen.table.cursor = app.screen.table.ids.index(run_id)
+                await pilot.press("space")
+            await pilot.press("c")
+            await settle(app, pilot)
+            return ([cell.plain for cell in app.screen.query_one("#groups").get_row_at(0)],
+                    str(app.screen.query_one("#compare-note").render()))
+
+        row, note = await compare([f"2026010{seed + 1}-100000-nca-map{seed}" for seed in (0, 1)])
+        mean, ci = statistics.fmean(pooled), 1.96 * statistics.pstdev(pooled) / len(pooled) ** 0.5
+        assert row[2:5] == ["2", f"mAP {100 * mean:.2f}±{100 * ci:.2f}", "-"]
+        assert "on 5-way episodes with 9 queries" in note
+        await pilot.press("escape")
+        await settle(app, pilot)
+        row, note = await compare([accuracy.name])  # three marked, scored at two shapes: the papers' 15 queries,
+        assert "on 5-way episodes with 15 queries" in note  # the others named, as fslab compare names them
+        assert note.endswith("".join(f"; 2026010{seed + 1}-100000-nca-map{seed} left out, scored on 5-way, 9 queries "
+                                     f"(--ways 5 --queries 9)" for seed in (1, 0)))
+
+    drive(frozen_app(runs), body)
+
+
 def test_compare_screen_leaves_out_a_run_from_a_newer_fslab_and_says_so(store):
     """The first marked run's configuration from a newer fslab stopped the screen's reader:
     no groups, no loss curves and no word why."""

@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from fslab.core.events import table_score
 from fslab.core.runstore import Run
 from fslab.core.text import count, printable
-from fslab.reports.compare import compare
+from fslab.reports.compare import compare, shapes_text
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
@@ -106,7 +106,9 @@ class CompareScreen(Screen):
             + (f"; left out, their configuration unreadable: {printable(', '.join(report['unreadable']))}"
                if report.get("unreadable") else "")
             + (f"; split by the data their runs were scored on (neither pooled nor paired across it): "
-               f"{printable('; '.join(report['data_split']))}" if report.get("data_split") else "")))
+               f"{printable('; '.join(report['data_split']))}" if report.get("data_split") else "")
+            + "".join(f"; {printable(run)} left out, scored on {shapes_text(shapes)}"
+                      for run, shapes in report["other_shapes"].items())))
         table = self.query_one("#groups", DataTable)
         table.clear()
         for number, row in enumerate(report["groups"], 1):
@@ -131,6 +133,7 @@ class CompareScreen(Screen):
             for number, row in enumerate(report["groups"], 1) if f"{shots}-shot" in row["results"]])
             for shots in SHOTS]
         chart.refresh(layout=True)
+
 
 
 def _real(value) -> bool:
