@@ -617,6 +617,9 @@ def test_compare_reads_retrieval_runs_on_the_episodes_they_were_scored_on(tmp_pa
         mean, ci = statistics.fmean(pooled), 1.96 * statistics.pstdev(pooled) / len(pooled) ** 0.5
         assert row[2:5] == ["2", f"mAP {100 * mean:.2f}±{100 * ci:.2f}", "-"]
         assert "on 5-way episodes with 9 queries" in note
+        # the interval chart names what it draws, as fslab plot's axis does (it said 'accuracy' of an mAP)
+        assert [title for title, _ in app.screen.query_one("#chart-accuracy").blocks][0] == \
+            "test 1-shot mAP (%) ± 95% CI"
         await pilot.press("escape")
         await settle(app, pilot)
         row, note = await compare([accuracy.name])  # three marked, scored at two shapes: the papers' 15 queries,

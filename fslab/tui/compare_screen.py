@@ -127,11 +127,15 @@ class CompareScreen(Screen):
     def show_intervals(self, report: dict) -> None:
         """The groups' pooled test accuracy ± 95% CI as intervals, a block per shot count."""
         chart = self.query_one("#chart-accuracy", IntervalChart)
-        chart.blocks = [(f"test {shots}-shot accuracy (%) ± 95% CI", [
-            (f"#{number} {printable(row['group'])}", row["results"][f"{shots}-shot"]["accuracy"],
-             row["results"][f"{shots}-shot"]["ci95"])
-            for number, row in enumerate(report["groups"], 1) if f"{shots}-shot" in row["results"]])
-            for shots in SHOTS]
+        chart.blocks = []
+        for shots in SHOTS:
+            scored = [(number, row, row["results"][f"{shots}-shot"]) for number, row in enumerate(report["groups"], 1)
+                      if f"{shots}-shot" in row["results"]]
+            # named by what was pooled, as fslab plot's y axis: a retrieval evaluator's mAP is no accuracy
+            metrics = sorted({result.get("metric", "accuracy").replace("map", "mAP") for _, _, result in scored})
+            chart.blocks.append((f"test {shots}-shot {' or '.join(metrics) or 'accuracy'} (%) ± 95% CI", [
+                (f"#{number} {printable(row['group'])}", result["accuracy"], result["ci95"])
+                for number, row, result in scored]))
         chart.refresh(layout=True)
 
 
