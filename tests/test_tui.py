@@ -450,6 +450,24 @@ def test_a_status_with_values_of_the_wrong_type_opens_as_fslab_show_reads_it(tmp
     drive(frozen_app(runs), body)
 
 
+def test_the_run_screen_counts_corrupt_lines_as_the_table_and_fslab_show_do(tmp_path):
+    """The run screen counted the lines it could not draw (2 here) where the table's ! and
+    fslab show --json count every line that is no event of the expected shape (3)."""
+    from fslab.core.summary import read_summary
+
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-100000-nca-crpt", events=history())
+    append(folder, '{"event": "train", "step": "x", "epoch": 1, "loss": 1.0}\n'
+                   '{"event": "start", "total_steps": "many", "time": "now"}\nnot json\n')
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folder.name)
+        assert app.rows[folder.name].corrupt == read_summary(folder).corrupt == 3
+        assert " · 3 corrupt metrics lines skipped" in str(app.screen.query_one("#summary").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_a_long_traceback_leaves_the_charts_their_lines_and_shows_its_last_line_at_80x24(tmp_path):
     """The banner took 12 lines, cut at the bottom: the exception line of the traceback was hidden
     and the training loss chart was one line high."""

@@ -56,7 +56,6 @@ class DetailScreen(Screen):
         self.timed_changes = 0  # counts changes of timed: the time line is computed again only then
         self._spent: tuple[tuple, str] = ((), "")  # (what it was computed from, the time line)
         self.heartbeat_every = 5.0  # train.heartbeat, once the configuration is read
-        self.corrupt = 0
         self.missing = False
 
     def compose(self) -> ComposeResult:
@@ -124,7 +123,6 @@ class DetailScreen(Screen):
                 series.clear()
             evals.clear()
             self.timed.clear()
-            self.corrupt = 0
         self.timed_changes += bool(delta.events or delta.reset or back)
         self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
                        if isinstance(event, dict)]
@@ -145,9 +143,8 @@ class DetailScreen(Screen):
                                   *(Text(printable(event.get(k, "-"))) for k in
                                     ("ways", "shots", "queries", "episodes", "epoch")),
                                   Text(score_cell(event)))
-            except (KeyError, TypeError, ValueError):
-                self.corrupt += 1
-        self.corrupt += delta.corrupt
+            except (KeyError, TypeError, ValueError):  # a damaged line: not drawn (the summary counts it)
+                pass
         if delta.events or delta.reset:
             for chart in self.query(LineChart):
                 chart.refresh()
@@ -191,8 +188,8 @@ class DetailScreen(Screen):
             # still running: its worker holds the run's lock, though paused or stuck
             summary.append(f" · heartbeat stale ({model.duration(heartbeat_age(self.status, now))} ago)",
                            style="yellow")
-        if self.corrupt:
-            summary.append(f" · {count(self.corrupt, 'corrupt metrics line')} skipped", style="yellow")
+        if row.corrupt:  # the summary's count, as the table's ! and fslab show --json's corrupt
+            summary.append(f" · {count(row.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
         if self.time_text():
