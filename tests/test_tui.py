@@ -879,6 +879,31 @@ def test_launch_form_shows_what_fslab_run_would_refuse_and_creates_nothing(proje
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
+def test_new_run_like_a_run_whose_sections_are_not_tables_is_refused_in_the_form(project):
+    """N on a run whose config.json holds a section as a text or a list (backbone = "conv4") stopped
+    the dashboard with AttributeError while the form filled itself in; the form now opens and its
+    launch says what fslab run --like says."""
+    runs = project / "runs"
+    folder = write_run(runs, "20260101-100000-nca-sect", events=history(),
+                       cfg={**complete_config(), "backbone": "conv4", "train": [1], "seed": "x"})
+
+    async def body(app, pilot):
+        await pilot.press("N")
+        await settle(app, pilot)
+        form = app.screen
+        assert type(form).__name__ == "LaunchScreen"
+        assert [form.query_one(f"#{key}").value for key in ("seed", "epochs")] == ["", ""]
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "LaunchScreen"
+        assert str(form.query_one("#launch-error").render()).startswith("'backbone' is a section; choose the plugin")
+        assert [p.name for p in runs.iterdir()] == [folder.name]
+
+    app = make_app(runs, tick=3600, cursor_blink=False)
+    drive(app, body)
+    assert app.return_code in (None, 0)
+
+
 @pytest.mark.slow
 def test_launch_form_starts_a_real_tiny_run(project):
     runs = project / "runs"

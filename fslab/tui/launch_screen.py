@@ -70,12 +70,14 @@ class LaunchScreen(ModalScreen[None]):
         for field in self.query(Input):
             field.cursor_blink = self.app.cursor_blink
         if self.saved:  # pre-filled from the run; launching layers the fields over its saved configuration
-            for widget_id in ("backbone", "dataset"):
-                name = (self.saved.get(widget_id) or {}).get("name")
-                if name in self.registry.names(widget_id):
+            section = lambda key: self.saved.get(key) if isinstance(self.saved.get(key), dict) else {}
+            for widget_id in ("backbone", "dataset"):  # a damaged section is left to the launch to name
+                name = section(widget_id).get("name")
+                if isinstance(name, str) and name in self.registry.names(widget_id):
                     self.query_one(f"#{widget_id}", Select).value = name
-            self.query_one("#seed", Input).value = str(self.saved.get("seed", ""))
-            self.query_one("#epochs", Input).value = str((self.saved.get("train") or {}).get("epochs", ""))
+            for widget_id, value in (("seed", self.saved.get("seed")), ("epochs", section("train").get("epochs"))):
+                if isinstance(value, int) and not isinstance(value, bool):  # the fields take whole numbers
+                    self.query_one(f"#{widget_id}", Input).value = str(value)
 
     def choice(self, widget_id: str) -> str | None:
         value = self.query_one(f"#{widget_id}", Select).value
