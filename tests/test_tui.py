@@ -251,6 +251,8 @@ def test_filter_terms():
     row = RunSummary(id="x", state="failed", method="nca", dataset="synthetic", error="CUDA out of memory")
     assert matches(row, "") and matches(row, "NCA synth") and matches(row, "state:fail") and matches(row, "cuda")
     assert not matches(row, "state:running") and not matches(row, "protonet") and not matches(row, "method:synthetic")
+    # a field the run lacks is shown as '-': 'none' (or 'no') found the word None behind it
+    assert not matches(row, "none") and not matches(row, "seed:no") and matches(row, "seed:")
 
 
 def test_text_from_run_files_is_never_markup(tmp_path):

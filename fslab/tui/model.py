@@ -148,13 +148,13 @@ def matches(row: RunSummary, query: str) -> bool:
     backbone, dataset, seed, state, id) looks in that field, a bare term in any
     of them and in the error; case-insensitive substrings. (A term with an
     unknown field matches nothing; the screen names it.)"""
+    shown = lambda get: "" if get(row) is None else str(get(row)).lower()  # a missing value is '-', not 'none'
     for term in query.lower().split():
         name, sep, text = term.partition(":")
         if sep and name in FIELDS:
-            if text not in str(FIELDS[name](row)).lower():
+            if text not in shown(FIELDS[name]):
                 return False
-        elif (not any(term in str(get(row)).lower() for get in FIELDS.values())
-              and term not in (row.error or "").lower()):
+        elif not any(term in shown(get) for get in FIELDS.values()) and term not in (row.error or "").lower():
             return False
     return True
 
