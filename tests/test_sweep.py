@@ -575,3 +575,40 @@ def test_sweep_resume_given_a_part_of_a_run_id_names_the_run_and_its_sweep(tmp_p
     assert said.returncode == 2 and said.stderr == (
         f"error: '{alone.id}' names no sweep but run {alone.id}; resume it with: fslab resume {alone.id}\n")
     assert inside.status()["state"] == alone.status()["state"] == "killed"  # nothing queued
+
+
+def test_fslab_queue_says_when_no_scheduler_is_alive_to_start_the_waiting_runs(tmp_path, monkeypatch):
+    """A sweep's scheduler killed (or its machine rebooted) left its queued runs waiting for good,
+    and fslab queue showed them beside 'slots: cpu-0 free' as if they would start. Every scheduler
+    holds a shared lock while it lives; fslab queue says so when none holds it."""
+    import signal
+
+    from fslab.core.flocks import is_held
+    from fslab.core.runstore import create_run
+    from fslab.execution.scheduler import presence_path, scheduler_running, start_scheduler
+    from fslab.execution.slots import Slot, lock_slot
+
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    run = create_run(runs, "nca", {"method": "nca"})
+    run.write_status(sweep="sweep-20261128-100000-abcd")
+    assert is_held(presence_path(runs)) is False  # no file yet: no scheduler ever ran
+    (runs / ".slots").mkdir()
+    slot = lock_slot(runs / ".slots", Slot("cpu-0"))  # the only slot busy: the scheduler waits, run untouched
+    scheduler = start_scheduler(runs)
+    try:
+        wait_for(lambda: scheduler_running(runs), 60, "the scheduler's lock")
+        alive = fslab("queue", cwd=tmp_path)
+        assert alive.returncode == 0 and "no scheduler" not in alive.stdout, alive.stdout
+        scheduler.send_signal(signal.SIGKILL)
+        scheduler.wait(30)
+        assert scheduler_running(runs) is False  # the kernel let go of a killed holder's lock
+        gone = fslab("queue", cwd=tmp_path)
+        assert gone.stdout.splitlines()[-1] == ("no scheduler is running: 1 waiting run will not start until one "
+                                                "does; start one with: fslab sweep resume sweep-20261128-100000-abcd")
+        assert run.status()["state"] == "queued" and not run.claimed()
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+            scheduler.wait()
+        os.close(slot)

@@ -408,6 +408,9 @@ SLOT_WORDS = {True: "busy", False: "free", None: "unusable"}
 def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """Runs waiting for a slot (in the order they start), where each running run went, and the slots.
 
+    A last line says when runs wait but no scheduler is alive to start them (it was killed, or its
+    machine rebooted), with the command that starts one.
+
     With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
     "slot" (slot, gpu, busy; busy is null, with a "problem", where the slot's lock file cannot be opened)."""
     from fslab.core.runstore import Run, short_ids, start_order
@@ -437,3 +440,19 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     console.print("slots: " + ", ".join(f"{s['slot']} {SLOT_WORDS[s['busy']]}" for s in slots), highlight=False)
     for problem in dict.fromkeys(s["problem"] for s in slots if "problem" in s):
         console.print(problem, highlight=False, markup=False)
+    _say_if_no_scheduler(project.runs_dir)
+
+
+def _say_if_no_scheduler(runs_dir: Path) -> None:
+    """Runs waiting for a local scheduler when none is alive (killed, or its machine rebooted):
+    they would wait for good; the line says so and the command that starts one."""
+    from fslab.execution.scheduler import scheduler_running, waiting_runs
+
+    waiting = [run for run in waiting_runs(runs_dir) if run.status().get("executor") != "slurm"]
+    if not waiting or scheduler_running(runs_dir) is not False:
+        return
+    sweeps = list(dict.fromkeys(s for run in waiting if (s := run.status().get("sweep"))))
+    how = f"; start one with: fslab sweep resume {sweeps[0]}" if len(sweeps) == 1 else (
+        f"; start one with fslab sweep resume and any of their sweeps: {', '.join(sweeps)}" if sweeps else "")
+    console.print(f"no scheduler is running: {count(len(waiting), 'waiting run')} will not start until one "
+                  f"does{how}", highlight=False, markup=False)

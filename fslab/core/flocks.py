@@ -1,4 +1,5 @@
-"""Exclusive ``flock`` locks on lock files, and the line naming their holder.
+"""Exclusive ``flock`` locks on lock files, and the line naming their holder;
+shared ones that say a process is alive (:func:`hold_shared`, :func:`is_held`).
 
 One helper for the run's worker lock (:mod:`fslab.core.worklock`), the
 scheduler's slots (:mod:`fslab.execution.slots`) and the study queue's lock
@@ -84,3 +85,39 @@ def write_holder(fd: int, line: str) -> None:
     os.pwrite(fd, data, 0)
     os.ftruncate(fd, len(data))  # after the write: a reader never sees the file empty
 
+
+
+def hold_shared(path: str | Path) -> int | None:
+    """A descriptor holding a shared lock on ``path`` for as long as it stays open (the
+    process's life): any number of holders at once, each seen by :func:`is_held`. None
+    where the lock cannot be taken (no ``flock`` on this filesystem, no permission)."""
+    try:
+        fd = open_lock(path)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an is_held() probe holds it, a moment
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def is_held(path: str | Path) -> bool | None:
+    """Whether a live process holds a lock on ``path`` (False where the file is missing);
+    None where it cannot be told (no ``flock`` here, no permission)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # the probe's own lock, if taken, goes with it
+    return False

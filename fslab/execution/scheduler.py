@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from fslab.core.errors import ConfigError, NewerConfig
+from fslab.core.flocks import hold_shared, is_held
 from fslab.core.runstore import Run, run_names, start_order
 from fslab.core.settings import load_settings
 from fslab.core.text import count
@@ -205,6 +206,17 @@ def wait_for_exit(children: list[Child], timeout: float) -> list[Child]:
     return running
 
 
+def presence_path(runs_dir: Path) -> Path:
+    """The file every living scheduler of ``runs_dir`` holds a shared lock on."""
+    return runs_dir / ".slots" / "schedulers.lock"
+
+
+def scheduler_running(runs_dir: Path) -> bool | None:
+    """Whether a scheduler of ``runs_dir`` is alive (one started by an fslab that held no such
+    lock is not seen); None where it cannot be told."""
+    return is_held(presence_path(runs_dir))
+
+
 def start_scheduler(runs_dir: Path) -> subprocess.Popen:
     """A scheduler in its own session, logging to ``runs/sweeps/scheduler.log``."""
     log_dir = runs_dir / "sweeps"
@@ -220,7 +232,13 @@ def main(argv: list[str]) -> int:
         return 2
     runs_dir = Path(argv[0])
     slots = configured_slots(load_settings().scheduler)
-    started = schedule(runs_dir, slots)
+    (runs_dir / ".slots").mkdir(parents=True, exist_ok=True)
+    presence = hold_shared(presence_path(runs_dir))  # fslab queue tells from it whether a scheduler lives
+    try:
+        started = schedule(runs_dir, slots)
+    finally:
+        if presence is not None:
+            os.close(presence)
     _log(f"started {count(started, 'run')}; none waiting")
     return 0
 
