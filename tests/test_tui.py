@@ -807,7 +807,9 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
         notes = []
         app.notify = lambda message, **kw: notes.append(message)
         await pilot.press("r")  # the newest run is completed: nothing to resume, no dialog
-        assert type(app.screen).__name__ == "RunsScreen" and "only killed, lost or failed" in notes[-1]
+        assert type(app.screen).__name__ == "RunsScreen"
+        assert notes[-1] == ("20260101-000001-nca-done is completed; only killed, lost or failed runs can resume; "
+                             "N starts a new run like it (fslab run --like)")  # as fslab resume names --like
         await pilot.press("down", "r", "y")
         await settle(app, pilot)
         assert started == [] and "has no checkpoint" in notes[-1]  # the core's check, shown as is

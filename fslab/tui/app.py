@@ -164,7 +164,8 @@ class FslabApp(App):
         if row is None:
             return
         if row.state not in ("killed", "lost", "failed"):
-            self.notify(f"{run_id} is {row.state}; only killed, lost or failed runs can resume", markup=False)
+            again = "; N starts a new run like it (fslab run --like)" if row.state == "completed" else ""
+            self.notify(f"{run_id} is {row.state}; only killed, lost or failed runs can resume{again}", markup=False)
             return
 
         def confirmed(yes: bool | None) -> None:
