@@ -138,6 +138,9 @@ def test_published_numbers_are_the_papers(registry):
      "published[0].dataset: 'omniglot' is not a dataset of sweep 'nca'. Allowed: synthetic"),
     ({"published": [{"sweep": "nca", "dataset": "synthetic", "shots": 1, "accuracy": 101}]},
      "published[0].accuracy: must be a number from 0 to 100 (percent)"),
+    # a fraction where the papers print percent: every verdict would be "not reproduced"
+    ({"published": [{"sweep": "nca", "dataset": "synthetic", "shots": 1, "accuracy": 0.652}]},
+     "published[0].accuracy: is in percent, as the papers print it: 0.652 reads as 0.652%; write 65.2"),
     ({"published": [{"sweep": "pn", "dataset": "synthetic", "shots": 1, "accuracy": 1}]},
      "published[0].at.train.lr: missing: a published cell names one value of each grid key"),
     ({"published": [{"sweep": "pn", "dataset": "synthetic", "shots": 1, "accuracy": 1, "at": {"train.lr": 0.3}}]},

@@ -362,6 +362,9 @@ def _published(check: _Checker, tables: Any, sweeps: dict[str, StudySweep]) -> t
                     accuracy=_number(check, table.get("accuracy"), f"{where}.accuracy", 100.0),
                     ci95=None if "ci95" not in table else _number(check, table["ci95"], f"{where}.ci95", 100.0),
                     at=at)
+        if 0 < cell.accuracy <= 1:  # no paper's few-shot accuracy or mAP is 1% or less: a fraction
+            check.fail(f"{where}.accuracy", f"is in percent, as the papers print it: {cell.accuracy:g} reads as "
+                                            f"{cell.accuracy:g}%; write {100 * cell.accuracy:g}")
         key = (name, dataset, cell.ways, cell.shots, json.dumps(at, sort_keys=True))
         if key in cells:
             check.fail(where, f"repeats the cell of sweep '{name}' on {dataset}, {cell.ways}-way {cell.shots}-shot")
