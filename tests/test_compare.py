@@ -399,6 +399,7 @@ def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path)
     ([(5, 5), (10, 3)], [(5, 5), (10, 3)], (10, None), (10, 3)),  # --ways 10 leaves one shape
     ([(5, 5)], [(5, 5)], (20, None), (20, 15)),  # none agrees with --ways 20: its 15 queries
     ([(5, 5)], [(5, 5)], (5, 15), (5, 15)),  # both given: as given
+    ([], [(10, 3), ("five", None)], (None, None), (10, 3)),  # a damaged eval section says nothing
 ])
 def test_the_episode_shape_read_by_default_is_the_runs_own(tmp_path, scored, configured, given, read):
     """compare, plot and the dashboard's comparison read --ways/--queries the runs were scored at, where

@@ -264,8 +264,11 @@ def scored_shape(runs: list[Run], split: str, shots: list[int], ways: int | None
         label = files.label(run, evaluator)
         scored |= {(e["ways"], e["queries"]) for e in files.saved(run)
                    if e["split"] == split and e["shots"] in shots and e["evaluator"] == label}
-        section = files.config(run).get("eval") or {}
-        configured.add((section.get("ways", 5), section.get("queries", 15)))
+        section = files.config(run).get("eval")
+        section = section if isinstance(section, dict) else {}
+        shape = (section.get("ways", 5), section.get("queries", 15))
+        if all(isinstance(n, int) and not isinstance(n, bool) for n in shape):  # a damaged one says nothing
+            configured.add(shape)
     for found in (scored, configured):
         found = {(w, q) for w, q in found if ways in (None, w) and queries in (None, q)}
         if len(found) == 1:
