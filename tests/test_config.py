@@ -357,6 +357,12 @@ def test_settings_paths_resolve_against_the_file(tmp_path):
     assert settings.runs_dir == tmp_path / "store"
     assert settings.plugin_dirs == (tmp_path / "p",)
     assert settings.data_roots == {"synthetic": str(tmp_path / "d")}
+    # [run]'s dataset.root too: it was taken from the folder fslab ran in (FSLAB_CONFIG=../fslab.toml
+    # from a subfolder read sub/mydata), where the others were taken from the file's
+    settings = settings_from(tmp_path, "[run.dataset]\nname='folder'\nroot='mydata'\n")
+    assert settings.run["dataset"] == {"name": "folder", "root": str(tmp_path / "mydata")}
+    home = settings_from(tmp_path, "[run.dataset]\nroot='~/x'\n").run["dataset"]["root"]
+    assert home == os.path.expanduser("~/x")  # an absolute (or ~) root stays where it points
 
 
 

@@ -183,8 +183,18 @@ def load_settings(path: Path | None = None) -> Settings:
         runs_dir=runs_dir,
         plugin_dirs=tuple(base / os.path.expanduser(d) for d in project.get("plugin_dirs", [])),
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
-        run=_table(data, "run", path),
+        run=_run_table(data, path),
     )
+
+
+def _run_table(data: dict, path: Path) -> dict:
+    """``[run]``, with a relative ``dataset.root`` (``~`` expanded) taken from the file's folder, as
+    ``[data_roots]`` and ``runs_dir`` are: a run started elsewhere (``FSLAB_CONFIG``) reads the same folder."""
+    run = _table(data, "run", path)
+    dataset = run.get("dataset")
+    if isinstance(dataset, dict) and isinstance(dataset.get("root"), str) and dataset["root"]:
+        run = {**run, "dataset": {**dataset, "root": str(path.parent / os.path.expanduser(dataset["root"]))}}
+    return run
 
 
 def _checked_table(data: dict, section: str, schema: dict, path: Path) -> dict:
