@@ -216,8 +216,13 @@ def test_listing_is_newest_first_with_a_limit_and_filters(tmp_path):
     runs = [create_run(tmp_path, m, own_config(method=m)) for m in methods]
     for i, run in enumerate(runs):
         run.write_status(state="completed" if i < 5 else "failed", sweep="sweep-x" if i % 3 == 0 else None)
-    ids = [r.id for r in sorted(runs, key=lambda r: r.id, reverse=True)]
+    # newest first: made in one second (their ids' random suffixes say nothing), as they were created;
+    # the listings went by id, while 'last' named the run created last, often not the top row
+    from fslab.core.runstore import find_run
+
+    ids = [r.id for r in reversed(runs)]
     assert [s.id for s in list_summaries(tmp_path, limit=None)] == ids
+    assert find_run(tmp_path, "last").id == ids[0]
     assert [s.id for s in list_summaries(tmp_path, limit=3)] == ids[:3]
     assert {s.id for s in list_summaries(tmp_path, states=("failed",))} == {runs[5].id, runs[6].id}
     assert {s.id for s in list_summaries(tmp_path, sweep="x")} == {runs[0].id, runs[3].id, runs[6].id}

@@ -126,3 +126,17 @@ def test_the_launch_forms_set_field_splits_where_the_shell_would_not_break_a_val
         (["train", "milestones"], [0.5, 0.75]), (["dataset", "root"], "/tmp/a b"), (["loss", "name"], "nca"),
         (["eval", "extra"], {"a": 1, "b": [2, 3]})]
     assert _assignments("") == [] and _assignments("  x=1 ") == ["x=1"]
+
+
+def test_the_dashboard_lists_runs_of_one_second_as_fslab_runs_does_newest_created_first():
+    """Ids begin with their second; a sweep's runs share one, and their random suffixes said
+    nothing of which came last: the dashboard went by id, fslab runs too, 'last' by creation."""
+    from fslab.core.summary import RunSummary
+    from fslab.tui.model import sort_rows
+
+    rows = [RunSummary(id="20261128-100000-nca-ffff", created=1.0),
+            RunSummary(id="20261128-100000-nca-0000", created=2.0),
+            RunSummary(id="20261128-095959-nca-zzzz", created=3.0)]  # a clock set back: the id's second comes first
+    newest_first = ["20261128-100000-nca-0000", "20261128-100000-nca-ffff", "20261128-095959-nca-zzzz"]
+    assert [r.id for r in sort_rows(rows, "id", True, 0.0)] == newest_first
+    assert [r.id for r in sort_rows(rows, "method", False, 0.0)] == newest_first  # ties: newest first

@@ -247,14 +247,24 @@ def _is_dir(entry: os.DirEntry) -> bool:
 
 
 def list_runs(runs_dir: Path) -> list[Run]:
-    """Every run, oldest first. Ids begin with the second the run was created
-    in; runs of the same second are ordered by their recorded creation time,
-    so only their status is read."""
-    runs = [Run(path) for path in run_paths(runs_dir)]
+    """Every run, oldest first (:func:`in_creation_order`)."""
+    return [Run(Path(runs_dir) / name) for name in in_creation_order(runs_dir, [p.name for p in run_paths(runs_dir)])]
+
+
+def in_creation_order(runs_dir: Path, names: list[str]) -> list[str]:
+    """Run folder names oldest first: ids begin with the second the run was created in, and runs
+    of the same second (a sweep's) follow their recorded creation time (:func:`creation_key`), so
+    only their status is read. The one order of every listing, the dashboard's and ``last``."""
     seconds: dict[str, int] = {}
-    for run in runs:
-        seconds[run.id[:15]] = seconds.get(run.id[:15], 0) + 1
-    return sorted(runs, key=lambda r: (r.id[:15], _created(r) if seconds[r.id[:15]] > 1 else 0.0, r.id))
+    for name in names:
+        seconds[name[:15]] = seconds.get(name[:15], 0) + 1
+    return sorted(names, key=lambda n: creation_key(
+        n, _created(Run(Path(runs_dir) / n)) if seconds[n[:15]] > 1 else 0.0))
+
+
+def creation_key(run_id: str, created: float | None) -> tuple:
+    """The sort key of that order, from a run's id and its recorded creation time."""
+    return run_id[:15], created if isinstance(created, (int, float)) else 0.0, run_id
 
 
 def find_run(runs_dir: Path, ref: str) -> Run:
@@ -271,7 +281,7 @@ def find_run(runs_dir: Path, ref: str) -> Run:
     if not paths:
         raise RunNotFound(f"no runs in {runs_dir} yet; start one with: fslab run nca")
     newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
-    return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: (_created(r), r.id))
+    return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: creation_key(r.id, _created(r)))
 
 
 def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
@@ -335,7 +345,7 @@ def short_ids(runs_dir: Path, ids: list[str], shortest: int = 4) -> dict[str, st
 def creation_order(run: Run) -> tuple:
     """A key that sorts runs oldest first: the second in their id, then their
     recorded creation time (runs made in the same second), then the id."""
-    return run.id[:15], _created(run), run.id
+    return creation_key(run.id, _created(run))
 
 
 def start_order(status: dict, run_id: str) -> tuple:

@@ -11,6 +11,7 @@ from typing import Any
 from rich.text import Text
 
 from fslab.core.events import table_score
+from fslab.core.runstore import creation_key
 from fslab.core.summary import RunSummary, eta
 from fslab.core.text import duration, printable
 
@@ -175,7 +176,7 @@ def _accuracy(value: dict | None):
 
 # Every column but the mark sorts; "progress" sorts as "epoch" does.
 SORTS: dict[str, Callable[[RunSummary, float], Any]] = {
-    "id": lambda r, now: r.id,
+    "id": lambda r, now: creation_key(r.id, r.created),  # ids begin with their second: within it, creation
     "state": lambda r, now: r.state,
     "method": lambda r, now: r.method,
     "epoch": lambda r, now: fraction_done(r),
@@ -199,7 +200,7 @@ SORTS: dict[str, Callable[[RunSummary, float], Any]] = {
 
 
 def sort_rows(rows: list[RunSummary], by: str, reverse: bool, now: float) -> list[RunSummary]:
-    """Sorted by the column ``by`` (ties by id, newest first), runs without a value last."""
+    """Sorted by the column ``by`` (ties newest first, as fslab runs lists them), runs without a value last."""
     key = SORTS[by]
-    rows = sorted(rows, key=lambda r: r.id, reverse=True)
+    rows = sorted(rows, key=lambda r: creation_key(r.id, r.created), reverse=True)
     return sorted(rows, key=lambda r: _missing_last(key(r, now), reverse), reverse=reverse)
