@@ -478,6 +478,30 @@ def test_settings_changed_on_the_command_line_make_the_report_not_comparable(reg
     assert "command line" not in render(report, "md")
 
 
+def test_runs_queued_before_the_study_file_was_edited_are_not_comparable_and_said_so(registry, tmp_path):
+    """The report gave verdicts on the runs of the last fslab study run even after the file's sweeps
+    changed (more epochs, say): runs of settings the file no longer asks for. Each record keeps a digest
+    of what the study trains; an edit of only its words or published numbers leaves it."""
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    for run in runs_of(queue_study(study, "paper", settings=config, registry=registry,
+                                   extra=({"device": "cpu"},)), config.runs_dir, "nca"):
+        finish(run, {1: [0.6] * 5, 5: [0.8] * 5})
+    assert [r["verdict"] for r in study_report(study, config.runs_dir)["rows"] if r["sweep"] == "nca"] == [
+        REPRODUCED, REPRODUCED]
+    worded = tiny(title="Retitled", published=[{**c, "ci95": 0.4} for c in TINY["published"]])
+    worded["sweep"] = [{**TINY["sweep"][0], "label": "NCA (ours)"}, TINY["sweep"][1]]
+    report = study_report(parse_study(worded, "tiny.toml"), config.runs_dir)
+    assert report["comparable"] and not report["edited"]
+    edited = tiny(sweep=[{**TINY["sweep"][0], "set": {**TINY["sweep"][0]["set"], "train.epochs": 2}},
+                         TINY["sweep"][1]])
+    report = study_report(parse_study(edited, "tiny.toml"), config.runs_dir)
+    assert report["edited"] and not report["comparable"]
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [NOT_COMPARABLE, NOT_COMPARABLE]
+    assert ("its runs were queued before the study file's sweeps were last edited (fslab study run queues what "
+            "the file asks now)") in render(report, "md")
+
+
 def test_settings_fslab_toml_changes_make_the_report_not_comparable_and_are_named(registry, tmp_path):
     """[run] of fslab.toml reaches a study's runs as it reaches fslab run's (below
     what the study sets); what it changes of them (not where runs go: device) is

@@ -155,6 +155,16 @@ class Study:
         was run by its path, None when it is registered."""
         return str(Path(self.path).resolve()) if self.from_file and self.path is not None else None
 
+    def settings_digest(self) -> str:
+        """A digest of what the study trains and tests (each sweep's method, datasets, seeds, grid and
+        settings, the quick scale, the split): a sweep record keeps it, so a report can tell runs made
+        under an earlier edit of the file. Titles, labels, descriptions and published numbers leave it."""
+        import hashlib
+
+        sweeps = [{k: v for k, v in dataclasses.asdict(s).items() if k != "label"} for s in self.sweeps]
+        text = json.dumps([sweeps, dataclasses.asdict(self.quick), self.split], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def project_file(self, runs_dir) -> str | None:
         """What a sweep record of this study also holds under ``project_file``: the study file's path from
         the folder that holds the run store, where the file lies inside that folder (None otherwise, or when

@@ -226,7 +226,8 @@ def _record(study: Study, scale: str, dataset: str | None, changed: dict, projec
     datasets = {name: run_dataset(study, scale, name, dataset) for s in study.sweeps for name in s.datasets}
     save_sweep(runs_dir, sweep_id, method=f"study {study.name}", grid={}, seeds=max(study.seeds(scale).values()),
                fail_fast=False, runs=list(places), study=study.name, scale=scale, datasets=datasets,
-               changed=changed, project=project, places=places, **({"again": again} if again else {}),
+               changed=changed, project=project, places=places, settings=study.settings_digest(),
+               **({"again": again} if again else {}),
                **({"file": study.file_key()} if study.from_file else {}),
                **({"project_file": inside} if (inside := study.project_file(runs_dir)) else {}))
     return outcome

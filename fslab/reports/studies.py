@@ -87,7 +87,11 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     datasets = record.get("datasets", {}) if record else {}
     changed = record.get("changed", {}) if record else {}
     project = record.get("project", {}) if record else {}
-    comparable = used_scale == "paper" and all(k == v for k, v in datasets.items()) and not changed and not project
+    # runs queued under an earlier edit of the study's sweeps: not what the file asks now (records of an
+    # fslab that kept no digest are taken as they are)
+    edited = bool(record) and record.get("settings", study.settings_digest()) != study.settings_digest()
+    comparable = (used_scale == "paper" and all(k == v for k, v in datasets.items()) and not changed and not project
+                  and not edited)
     files = RunFiles()
     rows = []
     for sweep in study.sweeps:
@@ -99,7 +103,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed, "project": project,
-            "comparable": comparable, "sweep": record["id"] if record else None, "rows": rows}
+            "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None, "rows": rows}
 
 
 def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, comparable: bool,
@@ -152,6 +156,9 @@ def scale_line(report: dict) -> str:
         text += f"; with {', '.join(assignment(k, v) for k, v in report['changed'].items())} from the command line"
     if report.get("project"):
         text += f"; with {', '.join(assignment(k, v) for k, v in report['project'].items())} from [run] of fslab.toml"
+    if report.get("edited"):
+        text += ("; its runs were queued before the study file's sweeps were last edited (fslab study run "
+                 "queues what the file asks now)")
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
