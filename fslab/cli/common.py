@@ -54,12 +54,11 @@ def names_of(kind: str):
 
 
 def run_ids(incomplete: str) -> list[str]:
-    """Completion of RUN: the store's run ids, newest first as fslab runs lists them, and ``last``."""
+    """Completion of RUN: the store's run ids, newest first (by id: no file is read), and ``last``."""
     try:
-        from fslab.core.runstore import in_creation_order, run_names
+        from fslab.core.runstore import run_names
 
-        runs_dir = settings().runs_dir
-        return _matching(["last", *reversed(in_creation_order(runs_dir, run_names(runs_dir)))], incomplete)
+        return _matching(["last", *reversed(run_names(settings().runs_dir))], incomplete)
     except Exception:
         return []
 

@@ -20,9 +20,11 @@ and skip lines that do not parse (fslab.core.files).
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -260,6 +262,17 @@ def in_creation_order(runs_dir: Path, names: list[str]) -> list[str]:
         seconds[name[:15]] = seconds.get(name[:15], 0) + 1
     return sorted(names, key=lambda n: creation_key(
         n, _created(Run(Path(runs_dir) / n)) if seconds[n[:15]] > 1 else 0.0))
+
+
+def newest_first(runs_dir: Path, names: list[str]) -> Iterator[str]:
+    """``names`` (sorted, as :func:`run_names` gives them) in the reverse of :func:`in_creation_order`,
+    reading the status of a second's runs only once the listing reaches that second: the newest 50
+    of a store of sweeps cost about 50 reads."""
+    for _, second in itertools.groupby(reversed(names), key=lambda n: n[:15]):
+        second = list(second)
+        if len(second) > 1:
+            second.sort(key=lambda n: creation_key(n, _created(Run(Path(runs_dir) / n))), reverse=True)
+        yield from second
 
 
 def creation_key(run_id: str, created: float | None) -> tuple:

@@ -35,7 +35,7 @@ from pathlib import Path
 from fslab.core import schemas
 from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
-from fslab.core.runstore import in_creation_order, run_names
+from fslab.core.runstore import newest_first, run_names
 from fslab.core.states import UNREADABLE
 from fslab.core.worklock import observed_state
 
@@ -561,7 +561,7 @@ def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str,
     contains ``sweep``. Runs are visited newest first and the visit stops once
     ``limit`` match, so the newest 50 of 10,000 runs cost 50 summaries."""
     found = []
-    for name in reversed(in_creation_order(runs_dir, run_names(runs_dir))):
+    for name in newest_first(runs_dir, run_names(runs_dir)):
         keeper = SummaryFile(f"{runs_dir}/{name}")
         keeper.load()
         keeper.refresh(now)
