@@ -103,17 +103,19 @@ def hold_shared(path: str | Path) -> int | None:
     return fd
 
 
-def is_held(path: str | Path) -> bool | None:
-    """Whether a live process holds a lock on ``path`` (False where the file is missing);
-    None where it cannot be told (no ``flock`` here, no permission)."""
+def is_held(path: str | Path, *, exclusive: bool = True, missing: bool | None = False) -> bool | None:
+    """Whether a live process holds a lock on ``path`` (``missing`` where there is no file); None
+    where it cannot be told (no ``flock`` here, no permission). The probe tries a lock of its own and
+    lets it go at once: an exclusive one sees shared holders too; a shared one (``exclusive=False``)
+    sees only an exclusive holder, and never makes one that is trying to take it fail."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return False
+        return missing
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:

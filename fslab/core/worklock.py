@@ -18,12 +18,12 @@ worker or launcher that meets such a probe retries (:func:`take`).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from pathlib import Path
 
 from fslab.core.files import atomic_write_json, read_json
+from fslab.core.flocks import is_held as lock_held
 from fslab.core.flocks import take_lock, write_holder
 from fslab.core.states import HOST, lock_matters, run_state
 
@@ -61,20 +61,9 @@ def holder(run_dir: str | Path) -> tuple[int | None, str | None]:
 
 def is_held(run_dir: str | Path) -> bool | None:
     """True if a process holds the run's lock, False if none does, None if
-    there is no lock file (a run that never started, or from before the lock)."""
-    try:
-        fd = os.open(_lock_file(run_dir), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None  # a filesystem without flock: the pid and the heartbeat decide
-    finally:
-        os.close(fd)  # closing releases the shared lock, if it was taken
-    return False
+    there is no lock file (a run that never started, or from before the lock)
+    or on a filesystem without ``flock`` (the pid and the heartbeat decide)."""
+    return lock_held(_lock_file(run_dir), exclusive=False, missing=None)
 
 
 def observed_state(run_dir: str | Path, status: dict, now: float | None = None) -> str:
