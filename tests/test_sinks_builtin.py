@@ -273,3 +273,29 @@ def test_a_run_scored_in_map_names_its_final_scores_map_in_tensorboard_and_wandb
     assert summary["test/5way_1shot/map"] == 0.4064 and summary["test/5way_1shot/map_ci95"] == 0.0123
     assert summary["test/5way_1shot/centroid/accuracy"] == 0.5
     assert "test/5way_1shot/accuracy" not in summary
+
+
+def test_a_relative_folder_is_taken_from_the_project_not_from_where_the_command_ran(tmp_path, monkeypatch):
+    """log_dir = "tb" in fslab.toml: the live run (started in the project) wrote project/tb/<id>, and
+    fslab export from a subfolder (FSLAB_CONFIG=../fslab.toml) wrote sub/tb/<id>, a second record."""
+    from fslab_plugins.sinks.tensorboard import TensorBoardSink
+    from fslab_plugins.sinks.wandb import WandbSink
+
+    from fslab.plugin import SinkRun
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    project, elsewhere = tmp_path / "project", tmp_path / "project" / "sub"
+    run_dir = project / "runs" / "20260101-000000-nca-rel0"
+    run_dir.mkdir(parents=True)
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    for replay in (False, True):  # the live run, then an export
+        run = SinkRun(run_dir.name, str(run_dir), config, replay=replay, state="completed")
+        for sink in (TensorBoardSink(run, log_dir="tb"), WandbSink(run, dir="wb")):
+            sink.write({"event": "train", "time": 1.0, "step": 3, "epoch": 1, "loss": 2.5})
+            sink.close()
+    assert [(s.step, s.value) for s in _board(project / "tb" / run_dir.name).Scalars("train/loss")] == [(3, 2.5)]
+    assert len(list((project / "wb" / "wandb").glob(f"offline-run-*-{run_dir.name}"))) == 1
+    assert not list(elsewhere.iterdir())

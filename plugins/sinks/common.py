@@ -5,6 +5,7 @@ the run's final test scores as the trackers show them."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 from fslab.plugin import canonical_evaluator, own_evaluator
@@ -16,6 +17,16 @@ def need(module: str, sink: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(f"sink '{sink}' needs the {extra} package ({exc}): pip install 'fslab[{extra}]'") from None
+
+
+def project_path(path: str, run) -> Path:
+    """A folder a sink was given (``log_dir``, ``dir``), ``~`` expanded; a
+    relative one is taken from the folder that holds the runs folder (as the
+    default ``mlruns/`` is), not from where the command ran: the live run, its
+    resume, ``fslab export`` and ``fslab eval`` (from a subfolder, with
+    ``FSLAB_CONFIG``) then all write, and replace, the same record."""
+    folder = Path(path).expanduser()
+    return folder if folder.is_absolute() else Path(run.path).resolve().parent.parent / folder
 
 
 def eval_prefix(event: dict, config: dict) -> str:

@@ -22,7 +22,15 @@ import json
 import shutil
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, need, result_key, result_metric, train_values
+from fslab_plugins.sinks.common import (
+    eval_prefix,
+    eval_values,
+    need,
+    project_path,
+    result_key,
+    result_metric,
+    train_values,
+)
 
 from fslab.plugin import dotted, hookimpl
 
@@ -33,7 +41,7 @@ class TensorBoardSink:
     def __init__(self, run, *, log_dir: str = "") -> None:
         self.board = need("torch.utils.tensorboard", "tensorboard", "tensorboard")
         self.run = run
-        self.folder = Path(log_dir).expanduser() / run.id if log_dir else Path(run.path) / "tb"
+        self.folder = project_path(log_dir, run) / run.id if log_dir else Path(run.path) / "tb"
         if run.replay:  # an export replaces what an earlier export or the live run wrote
             shutil.rmtree(self.folder, ignore_errors=True)
         self.writer = self.board.SummaryWriter(str(self.folder))

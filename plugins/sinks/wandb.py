@@ -20,7 +20,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, need, result_key, result_metric, train_values
+from fslab_plugins.sinks.common import (
+    eval_prefix,
+    eval_values,
+    need,
+    project_path,
+    result_key,
+    result_metric,
+    train_values,
+)
 
 from fslab.plugin import hookimpl, one_of
 
@@ -33,7 +41,7 @@ class WandbSink:
     def __init__(self, run, *, project: str = "fslab", mode: str = "offline", dir: str = "") -> None:
         wandb = need("wandb", "wandb", "wandb")
         self.run = run
-        folder = Path(dir).expanduser() if dir else Path(run.path)
+        folder = project_path(dir, run) if dir else Path(run.path)
         folder.mkdir(parents=True, exist_ok=True)
         if run.replay:
             for earlier in (folder / "wandb").glob(f"offline-run-*-{run.id}"):
