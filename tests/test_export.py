@@ -119,7 +119,10 @@ def test_parameters_come_from_the_run_then_fslab_toml_then_set(store, tmp_path):
     (["all", "--to", "tensorbored"],
      "error: Unknown sink 'tensorbored'. Did you mean 'tensorboard'? Allowed: mlflow, tensorboard, wandb."),
     (["all", "--to", "wandb", "--set", "mode=onlin"], None),
-    (["all", "--to", "tensorboard", "--set", "log_dir"], None),
+    (["all", "--to", "tensorboard", "--set", "log_dir"],  # not --set's example for a run, train.lr=0.05
+     "error: --set takes KEY=VALUE for a parameter of sink 'tensorboard' (log_dir), got 'log_dir'"),
+    (["all", "--to", "mlflow", "--set", "train.lr=0.05"],
+     "error: --set takes KEY=VALUE for a parameter of sink 'mlflow' (experiment, tracking_uri), got 'train.lr=0.05'"),
 ])
 def test_a_wrong_command_is_one_line_and_exports_nothing(store, argv, expected):
     project, real, env = store

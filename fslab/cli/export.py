@@ -44,22 +44,14 @@ def export_(
     each said in one line. The command fails if it exported none,
     or if the sink failed on a run (that run's error: line; the others are still exported).
     """
-    from fslab.core.config import SINKS, parse_assignment, sink_params
+    from fslab.core.config import sink_params
     from fslab.core.sweeps import select_runs
     from fslab.execution.export import SinkFailed, SinkUnavailable, export_run, merged, project_layer
 
     project = settings()
     found = registry(project)
     found.get("sink", to)  # an unknown sink: one line naming the installed ones
-    command = {}
-    for text in set_ or []:
-        path, value = parse_assignment(text)
-        if path[:2] == [SINKS, to]:
-            path = path[2:]
-        if len(path) != 1:
-            raise UsageError(f"--set takes KEY=VALUE for a parameter of sink '{to}', got '{text}'")
-        command[path[0]] = value
-    layers = [project_layer(project, to), command]
+    layers = [project_layer(project, to), _command_layer(found, to, set_ or [])]
     sink_params(found, to, merged(*layers))  # a wrong --set: one line before any run is touched
     exported, skipped, failed = 0, 0, 0
     chosen = select_runs(project.runs_dir, refs)
@@ -89,3 +81,21 @@ def export_(
                       + (f"; {failed} failed in the sink" if failed else ""), highlight=False)
     if exported == 0 or failed:
         raise typer.Exit(1)
+
+
+def _command_layer(found, to: str, assignments: list[str]) -> dict:
+    """``--set log_dir=/shared/tb`` (or ``sinks.tensorboard.log_dir=...``) -> ``{"log_dir": "/shared/tb"}``;
+    anything else is one line naming the sink's parameters (not ``train.lr=0.05``, --set's example for a run)."""
+    from fslab.core.config import SINKS, parse_assignment
+
+    command = {}
+    for text in assignments:
+        key, sep, _ = text.partition("=")
+        path, value = parse_assignment(text) if sep and key.strip() else ([], None)
+        if path[:2] == [SINKS, to]:
+            path = path[2:]
+        if len(path) != 1:
+            allowed = ", ".join(sorted(found.get("sink", to).params)) or "none"
+            raise UsageError(f"--set takes KEY=VALUE for a parameter of sink '{to}' ({allowed}), got '{text}'")
+        command[path[0]] = value
+    return command
