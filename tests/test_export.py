@@ -249,3 +249,27 @@ def test_a_run_whose_own_sink_parameters_are_wrong_is_named_in_its_line(store, t
         assert not (tmp_path / "tb").exists()
     finally:
         shutil.rmtree(copy)
+
+
+def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(store):
+    """[run.sinks.tensorboard] log_dir = 5 in fslab.toml: fslab eval's warning blamed the run ('the parameters
+    its configuration gives sink ...'), whose config.json is fine, and fslab export's line named no file."""
+    project, real, env = store
+    copy = _copy(project / "runs", real.name, "20200101-000007-nca-toml")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "sinks": {"tensorboard": {}}}))
+    (project / "fslab.toml").write_text("[run.sinks.tensorboard]\nlog_dir = 5\n")
+    said = "fslab.toml: [run.sinks.tensorboard]: config key 'sinks.tensorboard.log_dir' must be a string, got 5"
+    try:
+        out = fslab("export", copy.name, "--to", "tensorboard", cwd=project, env=env)
+        assert (out.returncode, out.stderr) == (2, f"error: {said}\n")
+        out = fslab("export", copy.name, "--to", "tensorboard", "--set", "log_dir=", cwd=project, env=env)
+        assert out.returncode == 0, out.stderr  # the command's value over fslab.toml's
+        shutil.rmtree(copy / "tb")
+        out = fslab("eval", copy.name, "--shots", "1", "--episodes", "20", cwd=project, env=env)
+        assert out.returncode == 0 and out.stderr == (f"warning: {said}; the scores are saved; send the scores later "
+                                                      f"with: fslab export {copy.name} --to tensorboard\n")
+        assert not (copy / "tb").exists()
+    finally:
+        (project / "fslab.toml").unlink(missing_ok=True)
+        shutil.rmtree(copy)

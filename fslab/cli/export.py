@@ -44,15 +44,14 @@ def export_(
     each said in one line. The command fails if it exported none,
     or if the sink failed on a run (that run's error: line; the others are still exported).
     """
-    from fslab.core.config import sink_params
     from fslab.core.sweeps import select_runs
-    from fslab.execution.export import SinkFailed, SinkUnavailable, export_run, merged, project_layer
+    from fslab.execution.export import SinkFailed, SinkUnavailable, checked_layers, export_run
 
     project = settings()
     found = registry(project)
     found.get("sink", to)  # an unknown sink: one line naming the installed ones
-    layers = [project_layer(project, to), _command_layer(found, to, set_ or [])]
-    sink_params(found, to, merged(*layers))  # a wrong --set: one line before any run is touched
+    # a wrong --set or [run.sinks.SINK] of fslab.toml: one line before any run is touched
+    layers = checked_layers(found, project, to, _command_layer(found, to, set_ or []))
     exported, skipped, failed = 0, 0, 0
     chosen = select_runs(project.runs_dir, refs)
     if not chosen:  # 'all' in an empty store, or a sweep without runs

@@ -101,13 +101,13 @@ def _send_to_sinks(found, run_) -> None:
     ``fslab eval`` just saved; each outcome is one line on stderr, and a failure is a warning:
     the evaluation is saved either way, and ``fslab export`` sends it later."""
     from fslab.core.config import SINKS
-    from fslab.execution.export import export_run, project_layer
+    from fslab.execution.export import checked_layers, export_run
 
     names = run_.config().get(SINKS) or {}
     for name in names if isinstance(names, dict) else ():
         later = f"send the scores later with: fslab export {run_.id} --to {name}"
         try:
-            done = export_run(found, run_, name, [project_layer(settings(), name)])
+            done = export_run(found, run_, name, checked_layers(found, settings(), name, {}))
         except UsageError as exc:  # the sink's package missing, the tracker failing, the run still running
             err_console.print(f"warning: {shown(str(exc))}; the scores are saved; {later}", highlight=False)
             continue

@@ -45,6 +45,20 @@ def project_layer(settings, sink: str) -> dict:
     return own if isinstance(own, dict) else {}
 
 
+def checked_layers(registry, settings, sink: str, command: dict) -> list[dict]:
+    """The layers over a run's own parameters for ``sink``: ``[run.sinks.SINK]``
+    of ``fslab.toml``, then ``command`` (``--set``), checked together before any
+    run is touched. A value of fslab.toml's that cannot be used is a ConfigError
+    naming the file and its table, not the run's configuration."""
+    layers = [project_layer(settings, sink), command]
+    try:
+        sink_params(registry, sink, merged(*layers))
+    except ConfigError as exc:
+        sink_params(registry, sink, command)  # the command's own fault: its own line
+        raise ConfigError(f"{settings.path or 'fslab.toml'}: [run.{SINKS}.{sink}]: {exc}") from None
+    return layers
+
+
 def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     """Replay ``run`` into ``sink``; returns what was exported. A run still
     queued or running, one whose status or configuration cannot be read (an
