@@ -195,6 +195,22 @@ def test_sinks_come_from_the_toml_list_the_options_and_set(registry):
     assert none["sinks"] == {}
 
 
+def test_sink_named_beside_set_sinks_empty_is_kept(registry):
+    """fslab run --sink mlflow --set sinks=[] with fslab.toml's sinks = ["tensorboard"]: sinks=[] (none of
+    fslab.toml's) also dropped the --sink given beside it, and the run had no sink, silently."""
+    from fslab.cli.common import overrides
+
+    settings = Settings(run={"sinks": ["tensorboard"]})
+
+    def sinks(*set_):
+        layers = overrides(None, None, None, None, None, None, None, None, list(set_), sinks=["mlflow"])
+        return resolve("nca", registry=registry, settings=settings, overrides=layers)["sinks"]
+
+    assert list(sinks("sinks=[]")) == ["mlflow"]
+    assert sinks("sinks.mlflow.experiment=x")["mlflow"]["experiment"] == "x"  # --set still gives its parameters
+    assert sorted(sinks()) == ["mlflow", "tensorboard"]
+
+
 @pytest.mark.parametrize("layer, expected", [
     ({"sinks": {"tensorbored": {}}}, "Unknown sink 'tensorbored'"),
     ({"sinks": {"tensorboard": {"logdir": "x"}}},

@@ -100,7 +100,8 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 SinkOpt = Annotated[list[str] | None, typer.Option(
     "--sink", metavar="NAME", autocompletion=names_of("sink"),
     help="Also send the run's events to this sink, e.g. tensorboard, mlflow or wandb (repeatable; see fslab plugins "
-         "--kind sink); its parameters with --set sinks.NAME.KEY=VALUE. Added to the \\[run] sinks of fslab.toml.")]
+         "--kind sink); its parameters with --set sinks.NAME.KEY=VALUE. Added to the \\[run] sinks of fslab.toml "
+         "(--set sinks=[] drops those, not this).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON lines, one object per item, instead of a table.")]
 WideFlag = Annotated[bool, typer.Option(
     "--wide", help="Print tables at their full width, whatever the terminal's (or COLUMNS) is.")]
@@ -144,7 +145,7 @@ def check_evaluator(label: str) -> None:
 
 def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None,
               sinks=None) -> list[dict]:
-    """Config layers from the options of `fslab run` (then --set, in order)."""
+    """Config layers from the options of `fslab run` (then --set, in order, then --sink)."""
     from fslab.core.config import SINKS, nest, parse_assignment
 
     options = {
@@ -153,8 +154,9 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
         ("seed",): seed, ("device",): device, ("train", "processes"): gpus,
     }
     layers = [nest(list(path), value) for path, value in options.items() if value is not None]
-    layers += [{SINKS: {name: {}}} for name in sinks or []]
-    return layers + [nest(*parse_assignment(text)) for text in set_ or []]
+    layers += [nest(*parse_assignment(text)) for text in set_ or []]
+    # --sink after --set: sinks=[] clears fslab.toml's sinks, not the ones named beside it
+    return layers + [{SINKS: {name: {}}} for name in sinks or []]
 
 
 def parse_shots(shots: str) -> list[int]:
