@@ -211,6 +211,24 @@ def test_sink_named_beside_set_sinks_empty_is_kept(registry):
     assert sorted(sinks()) == ["mlflow", "tensorboard"]
 
 
+@pytest.mark.parametrize("toml_sinks", [["tensorboard"], {"tensorboard": {}}])
+def test_a_bad_sink_option_is_not_blamed_on_fslab_toml_s_list_of_sinks(registry, toml_sinks):
+    """fslab.toml's sinks = ["tensorboard"] names sinks, no parameter: --set sinks.mlflow.bogus=1 was
+    said to be '(set by sinks in [run] of fslab.toml)'. An unknown sink the list names still is."""
+    from pathlib import Path
+
+    from fslab.core.errors import FslabError
+
+    settings = Settings(path=Path("fslab.toml"), run={"sinks": toml_sinks})
+    with pytest.raises(FslabError) as caught:
+        resolve("nca", registry=registry, settings=settings, overrides=[{"sinks": {"mlflow": {"bogus": 1}}}])
+    assert str(caught.value).startswith("unknown parameter 'sinks.mlflow.bogus' for sink 'mlflow'.")
+    assert "fslab.toml" not in str(caught.value)
+    with pytest.raises(FslabError) as caught:
+        resolve("nca", registry=registry, settings=Settings(path=Path("fslab.toml"), run={"sinks": ["tensorbord"]}))
+    assert str(caught.value).endswith("(set by sinks in [run] of fslab.toml)")
+
+
 @pytest.mark.parametrize("layer, expected", [
     ({"sinks": {"tensorbored": {}}}, "Unknown sink 'tensorbored'"),
     ({"sinks": {"tensorboard": {"logdir": "x"}}},

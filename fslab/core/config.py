@@ -461,7 +461,9 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
             # (loss.name: "Unknown loss 'ncaa'"; sinks: "Unknown sink 'nope'"), which does not name the key
             chosen = (isinstance(exc, UnknownName) and key in (f"{exc.what}.name", f"{exc.what}s")
                       and exc.word in (value if isinstance(value, list) else [value]))
-            if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject) or chosen:
+            # [run] sinks = ["tensorboard"] gives names only: what a message says of sinks.mlflow.x is the options'
+            names_only = key == SINKS and isinstance(value, list)
+            if (not names_only and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject)) or chosen:
                 exc.args = (f"{message} (set by {key} in [run] of {settings.path})",)
                 break
         raise
