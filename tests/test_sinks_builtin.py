@@ -299,3 +299,28 @@ def test_a_relative_folder_is_taken_from_the_project_not_from_where_the_command_
     assert [(s.step, s.value) for s in _board(project / "tb" / run_dir.name).Scalars("train/loss")] == [(3, 2.5)]
     assert len(list((project / "wb" / "wandb").glob(f"offline-run-*-{run_dir.name}"))) == 1
     assert not list(elsewhere.iterdir())
+
+
+def test_a_relative_mlflow_store_is_taken_from_the_project_too(tmp_path, monkeypatch):
+    """tracking_uri = "store": the live run wrote project/store, an export from a subfolder sub/store,
+    a second MLflow run of the same fslab run in another store, the first never replaced."""
+    from fslab_plugins.sinks.mlflow import MLflowSink
+    from mlflow.tracking import MlflowClient
+
+    from fslab.plugin import SinkRun
+
+    project, elsewhere = tmp_path / "project", tmp_path / "project" / "sub"
+    run_dir = project / "runs" / "20260101-000000-nca-rel1"
+    run_dir.mkdir(parents=True)
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    for replay in (False, True):  # the live run, then an export
+        sink = MLflowSink(SinkRun(run_dir.name, str(run_dir), config, replay=replay, state="completed"),
+                          tracking_uri="store")
+        sink.write({"event": "train", "time": 1.0, "step": 3, "epoch": 1, "loss": 2.5})
+        sink.close()
+    assert not list(elsewhere.iterdir())
+    client = MlflowClient(tracking_uri=(project / "store").as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("fslab").experiment_id])
+    assert [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, "train/loss")] == [(3, 2.5)]

@@ -11,7 +11,8 @@ stamped with the event's time; its artifacts ``config.json`` and, at the end,
 
 By default it writes to a file store in ``mlruns/`` beside the runs folder
 (``mlflow ui --backend-store-uri mlruns`` shows it), experiment ``fslab``;
-``tracking_uri`` names any other (a server, ``http://mlflow.lab:5000``; a database needs MLflow's full package). MLflow
+``tracking_uri`` names any other (a server, ``http://mlflow.lab:5000``; a database needs MLflow's full package;
+a relative folder is taken from beside the runs folder, as ``mlruns/`` is). MLflow
 keeps its file store in maintenance mode and refuses it unless
 ``MLFLOW_ALLOW_FILE_STORE`` is set: the sink sets it for its own process when
 the URI is a file store. ``fslab export`` deletes the MLflow run an earlier
@@ -26,13 +27,14 @@ import os
 import re
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, need, train_values
+from fslab_plugins.sinks.common import eval_prefix, eval_values, need, project_path, train_values
 
 from fslab.plugin import dotted, hookimpl
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "FAILED"}
 PARAM_LIMIT = 6000  # characters MLflow keeps of a parameter's value
 BATCH = 200  # metrics sent in one call
+NAMED_STORES = ("databricks", "databricks-uc", "uc")  # tracking URIs without ':' that are not folders
 
 
 def metric_key(key: str) -> str:
@@ -45,6 +47,8 @@ class MLflowSink:
 
     def __init__(self, run, *, tracking_uri: str = "", experiment: str = "fslab") -> None:
         uri = tracking_uri or (Path(run.path).resolve().parent.parent / "mlruns").as_uri()
+        if ":" not in uri and uri not in NAMED_STORES:  # a relative folder: from beside runs/, wherever fslab ran
+            uri = project_path(uri, run).as_uri()
         if uri.startswith("file:") or "://" not in uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         need("mlflow", "mlflow", "mlflow")
