@@ -63,7 +63,7 @@ def sweep_runs(runs_dir: Path, record: dict) -> list[Run]:
 
 def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
     """The runs named on a command line: run ids (or unique parts of them),
-    sweep ids (every run of the sweep) or ``all``."""
+    sweep ids (every run of the sweep) or ``all``; each run once, where it is first named."""
     if refs == ["all"]:
         return list_runs(runs_dir)
     if "all" in refs:
@@ -74,7 +74,8 @@ def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
             runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
         else:
             runs.append(find_run(runs_dir, ref))
-    return runs
+    once = {run.id: run for run in reversed(runs)}  # a run named twice (a sweep and one of its runs) counts once
+    return [run for run in runs if once.pop(run.id, None) is not None]
 
 
 def names_sweep(runs_dir: Path, ref: str) -> bool:
