@@ -9,6 +9,7 @@ unusable), reading from the file itself, and invalidation.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -205,6 +206,27 @@ def test_cache_goes_to_cache_dir_or_the_user_cache_when_root_is_not_writable(reg
     s = create(registry, "folder", root, image_size=6).load("test")
     assert list((tmp_path / "xdg" / "fslab").glob("*/folder-test-6.json"))
     np.testing.assert_array_equal(s.images[0].numpy(), expected_pixels(written["test"][0][1], 6))
+
+
+def test_folder_reads_file_and_class_names_that_are_not_utf8(registry, tmp_path):
+    """A name in latin-1 bytes (as old zip and tar archives unpack): the cache key hashed its
+    path with str.encode(), which cannot encode the byte, and the run failed with UnicodeEncodeError."""
+    root = tmp_path / "data"
+    written = make_folder_tree(root, classes=2, per_class=2)
+    odd = os.fsencode(root / "train" / "class1") + b"/caf\xe9.png"
+    Image.fromarray(random_image(rng(3), 10, 12)).save(odd, format="PNG")
+    os.rename(os.fsencode(root / "val" / "class0"), os.fsencode(root / "val") + b"/cl\xe9ss0")
+    dataset = create(registry, "folder", root, image_size=8)
+    train = dataset.load("train")
+    assert train.labels.tolist() == [0, 0, 1, 1, 1]
+    np.testing.assert_array_equal(train.images[4].numpy(), expected_pixels(Image.open(odd), 8))
+    assert dataset.load("val").classes == ["class1", os.fsdecode(b"cl\xe9ss0")]
+    utf8 = image_cache.source_key("s", {}, [written["test"][0][1]])  # a UTF-8 name keeps the key it had
+    stat = os.stat(written["test"][0][1])
+    digest = hashlib.sha256(json.dumps({"version": image_cache.FORMAT_VERSION, "stem": "s", "params": {}},
+                                       sort_keys=True).encode())
+    digest.update(f"\n{written['test'][0][1]}\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
+    assert utf8 == digest.hexdigest()[:16]
 
 
 # -- miniImageNet ---------------------------------------------------------------------------

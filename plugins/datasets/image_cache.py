@@ -239,7 +239,8 @@ def source_key(stem: str, params: dict, sources: Iterable[Path]) -> str:
             stat = os.stat(path)
         except FileNotFoundError:
             raise UsageError(f"{path} is listed in the dataset's index files but does not exist") from None
-        digest.update(f"\n{path}\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
+        # the name's bytes as on disk: a name that is not UTF-8 (latin-1 from an old archive) has no str.encode()
+        digest.update(b"\n" + os.fsencode(path) + f"\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
 
 
