@@ -229,6 +229,33 @@ def test_folder_reads_file_and_class_names_that_are_not_utf8(registry, tmp_path)
     assert utf8 == digest.hexdigest()[:16]
 
 
+def png_claiming(width: int, height: int) -> bytes:
+    """A PNG file whose header claims ``width``×``height`` pixels (its data is a few bytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("name, data", [
+    ("huge.png", png_claiming(20_000, 20_000)),  # PIL's DecompressionBombError
+    ("bad.ppm", b"P6\n8 8\n2\xd35\n" + bytes(192)),  # ValueError from PIL's PPM header parser
+], ids=["decompression-bomb", "damaged-ppm-header"])
+def test_an_image_pil_refuses_other_than_by_oserror_is_one_line_naming_it(registry, tmp_path, name, data):
+    """These escaped decode_file as a traceback that named no file (DecompressionBombError: Image size ...)."""
+    root = tmp_path / "data"
+    make_folder_tree(root, classes=2, per_class=2)
+    (root / "test" / "class1" / name).write_bytes(data)
+    with pytest.raises(UsageError, match=f"^cannot decode image {root / 'test' / 'class1' / name}: .*; replace"):
+        create(registry, "folder", root, image_size=8).load("test")
+    with pytest.raises(UsageError, match="^cannot decode an image held in a pickle: "):
+        image_cache.decode_bytes(data, 8, "RGB")
+
+
 # -- miniImageNet ---------------------------------------------------------------------------
 
 

@@ -181,7 +181,8 @@ def decode_file(path, size: int, mode: str, box=None):
     try:
         with Image.open(path) as image:
             return to_array(image, size, mode, box)
-    except OSError as exc:  # PIL's UnidentifiedImageError included
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:  # PIL's UnidentifiedImageError included;
+        # ValueError: a damaged PPM header; DecompressionBombError: a header claiming over 179 million pixels
         raise UsageError(f"cannot decode image {path}: {exc}; replace or remove the file") from None
 
 
@@ -194,7 +195,7 @@ def decode_bytes(data, size: int, mode: str):
     try:
         with Image.open(io.BytesIO(bytes(data))) as image:
             return to_array(image, size, mode)
-    except OSError as exc:
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise UsageError(f"cannot decode an image held in a pickle: {exc}") from None
 
 
