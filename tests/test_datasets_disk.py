@@ -648,6 +648,20 @@ def test_a_missing_layout_is_one_line_naming_the_file_and_the_layout(registry, t
         create(registry, name, tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize("name", ["folder", "tieredimagenet"])
+def test_a_file_where_a_split_folder_belongs_is_one_line_naming_it(registry, tmp_path, name):
+    """It was 'Not a directory: ROOT/val' and exit code 1, as if the system had failed."""
+    for split in ("train", "test"):
+        for c in (listed("tieredimagenet", split)[:2] if name == "tieredimagenet" else ["a", "b"]):
+            write_png(tmp_path / split / c / "0.png", random_image(rng(), 6, 6))
+    (tmp_path / "val").write_text("not a folder")
+    params = {"check_counts": False} if name == "tieredimagenet" else {}
+    with pytest.raises(UsageError) as wrong:
+        create(registry, name, tmp_path, **params).split_sizes()
+    assert str(wrong.value) == (f"{name}: {tmp_path / 'val'} is not a folder. "
+                                f"Expected layout: ROOT/{{train,val,test}}/<class>/<image files>.")
+
+
 def test_cub_in_a_folder_without_it_names_both_places_it_looked(registry, tmp_path):
     with pytest.raises(UsageError) as empty:
         create(registry, "cub", tmp_path)

@@ -23,6 +23,8 @@ LAYOUT = "ROOT/{train,val,test}/<class>/<image files>"
 
 def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     """Class folder name -> its image files (sorted), for every sub-folder of ``split_dir``."""
+    if not split_dir.is_dir():  # a file where the split's folder belongs
+        raise UsageError(f"{dataset}: {split_dir} is not a folder. Expected layout: {LAYOUT}.")
     classes = sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise UsageError(f"{dataset}: {split_dir} has no class folders. Expected layout: {LAYOUT}.")
