@@ -434,6 +434,28 @@ def cifar_expected(classes, fine_names, parts, size):
     return images, labels
 
 
+@pytest.mark.parametrize("name, damage", [
+    ("cifar-fs", "cut"), ("fc100", "text"), ("miniimagenet", "cut"), ("tieredimagenet", "text")])
+def test_a_truncated_or_damaged_pickle_is_one_line_naming_it(registry, tmp_path, name, damage):
+    """A download cut short raised a bare 'UnpicklingError: pickle data was truncated' (or
+    ValueError, EOFError) in the worker, naming no file."""
+    if name in ("cifar-fs", "fc100"):
+        make_cifar(tmp_path)
+        path = tmp_path / "cifar-100-python" / "train"
+    else:
+        path = tmp_path / ("mini-imagenet-cache-val.pkl" if name == "miniimagenet" else "val_labels.pkl")
+        whole = {"image_data": np.zeros((2, 4, 4, 3), np.uint8), "class_dict": {}, "label_specific": [0, 0]}
+        for split in ("train", "val", "test"):
+            for stem in ((f"mini-imagenet-cache-{split}",) if name == "miniimagenet"
+                         else (f"{split}_images_png", f"{split}_labels")):
+                (tmp_path / f"{stem}.pkl").write_bytes(pickle.dumps(whole))
+    path.write_bytes(path.read_bytes()[:40] if damage == "cut" else b"garbage\n")
+    with pytest.raises(UsageError) as damaged:
+        create(registry, name, tmp_path, check_counts=False).load("val")
+    assert str(damaged.value).startswith(f"{path} cannot be read as a pickle (")
+    assert str(damaged.value).endswith("); it may be truncated or damaged: re-create or re-download it")
+
+
 def test_cifar_fs_and_fc100(registry, tmp_path):
     fine_names, coarse_names, coarse_of, parts = make_cifar(tmp_path)
     cifar_fs = create(registry, "cifar-fs", tmp_path, check_counts=False)

@@ -153,15 +153,22 @@ def read_csv(path: Path) -> list[tuple[str, str]]:
 
 
 def load_pickle(path: Path):
-    """A pickle written by Python 3, or by Python 2 (latin-1 strings)."""
+    """A pickle written by Python 3, or by Python 2 (latin-1 strings); a file that is
+    not one (cut short by a download, overwritten) is one line naming it."""
     import pickle
 
     with open(path, "rb") as fh:
         try:
-            return pickle.load(fh)
-        except UnicodeDecodeError:
-            fh.seek(0)
-            return pickle.load(fh, encoding="latin1")
+            try:
+                return pickle.load(fh)
+            except UnicodeDecodeError:
+                fh.seek(0)
+                return pickle.load(fh, encoding="latin1")
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - unpickling damaged bytes raises almost any exception
+            raise UsageError(f"{path} cannot be read as a pickle ({type(exc).__name__}: {exc}); "
+                             f"it may be truncated or damaged: re-create or re-download it") from None
 
 
 def resized_blocks(images, order, size: int):
