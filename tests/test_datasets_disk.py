@@ -542,6 +542,20 @@ def test_cub_with_and_without_bounding_box_crops(registry, tmp_path):
 # -- the contract every registered dataset keeps ------------------------------------------------
 
 
+@pytest.mark.parametrize("row", ["1.0 1.0 0.0 8.0", "5.0 1.0 -3.0 8.0", "1.2 1.0 0.5 8.0", "1.0 1.0 8.0 nan"])
+def test_cub_a_bounding_box_without_a_whole_pixel_is_one_line_naming_its_row(registry, tmp_path, row):
+    """A zero width was cropped to nothing and cached as a black image, silently; a negative
+    one raised PIL's bare "Coordinate 'right' is less than 'left'" naming no file."""
+    fake_cub(tmp_path)
+    boxes = tmp_path / "CUB_200_2011" / "bounding_box.txt"
+    lines = boxes.read_text().splitlines()
+    boxes.write_text("\n".join([f"1 {row}", *lines[1:]]) + "\n")
+    dataset = create(registry, "cub", tmp_path, image_size=6, bbox=True, check_counts=False)
+    with pytest.raises(UsageError, match=f"^cub: {boxes} has no valid box for image 1: width .* hold no whole pixel"):
+        dataset.load("train")
+    assert create(registry, "cub", tmp_path, image_size=6, check_counts=False).load("train").images.shape[0] == 4
+
+
 def fake_tiered_folders(root: Path):
     r = rng(4)
     for split in ("train", "val", "test"):

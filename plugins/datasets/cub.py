@@ -22,6 +22,7 @@ and every listed class to be present; without it any subset of the classes
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from fslab_plugins.datasets.image_cache import CachedDataset, check_classes, decode_all, decode_file, shipped_list
@@ -127,6 +128,10 @@ def box_of(table: dict, image_id: str, folder: Path) -> tuple[float, float, floa
         x, y, w, h = (float(v) for v in table[image_id][:4])
     except (KeyError, ValueError):
         raise UsageError(f"cub: {folder / 'bounding_box.txt'} has no valid box for image {image_id}") from None
+    finite = all(math.isfinite(v) for v in (x, y, w, h))
+    if not finite or int(x + w) <= int(x) or int(y + h) <= int(y):  # no whole pixel in it: crop_box's truncation
+        raise UsageError(f"cub: {folder / 'bounding_box.txt'} has no valid box for image {image_id}: "
+                         f"width {w:g} and height {h:g} at ({x:g}, {y:g}) hold no whole pixel; fix its row")
     return x, y, w, h
 
 
