@@ -256,6 +256,22 @@ def test_an_image_pil_refuses_other_than_by_oserror_is_one_line_naming_it(regist
         image_cache.decode_bytes(data, 8, "RGB")
 
 
+def test_a_cache_neither_root_nor_user_cache_can_hold_suggests_cache_dir(registry, tmp_path, monkeypatch):
+    """It was a bare "OSError: [Errno 30] Read-only file system: '~/.cache/fslab'" that did not
+    say why fslab wrote there, nor how to choose another folder."""
+    root = tmp_path / "data"
+    make_folder_tree(root, classes=2, per_class=2)
+    (root / ".fslab-cache").write_text("not a folder: the root's cache cannot go here")
+    (tmp_path / "xdg").write_text("not a folder either")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    expected = (rf"^cannot write the decode cache of folder-test-6 in {tmp_path / 'xdg'}/fslab/\w+: .*; "
+                r"point it at a writable folder with --set dataset.cache_dir=DIR$")
+    with pytest.raises(UsageError, match=expected):
+        create(registry, "folder", root, image_size=6).load("test")
+    mine = create(registry, "folder", root, image_size=6, cache_dir=str(tmp_path / "c"))
+    assert mine.load("test").labels.tolist() == [0, 0, 1, 1]
+
+
 # -- miniImageNet ---------------------------------------------------------------------------
 
 

@@ -274,8 +274,12 @@ def decoding(folder: Path, stem: str, verb: str = "decoding") -> Iterator[None]:
     ``folder/.stem.lock``, waited for (saying so once) while another process holds
     it. The kernel releases it however its holder ends, so a killed decoder
     never blocks the next."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / f".{stem}.lock", os.O_CREAT | os.O_RDONLY, 0o644)  # flock needs no write access
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / f".{stem}.lock", os.O_CREAT | os.O_RDONLY, 0o644)  # flock needs no write access
+    except OSError as exc:  # a read-only root and a read-only (or full) user cache
+        raise UsageError(f"cannot write the decode cache of {stem} in {folder}: {exc.strerror or exc}; "
+                         f"point it at a writable folder with --set dataset.cache_dir=DIR") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
