@@ -305,6 +305,21 @@ def test_a_group_of_runs_scored_on_other_data_is_split_by_data_not_pooled(tmp_pa
                                     "method=nca")
 
 
+def test_an_evaluation_of_another_shape_on_other_data_does_not_move_a_run_to_that_data(tmp_path):
+    """fslab eval --data-root B --ways 3 of a run trained and scored 5-way on A: compare --ways 5
+    took the run's data from that 3-way evaluation, split it from its seeds on A and, where another
+    run had its seed on B, left it out as that run's repeat; its 5-way scores are A's."""
+    runs_dir = tmp_path / "runs"
+    first, second = (scored_on(make_run(runs_dir, 0.1, seed, {}), "a" * 32) for seed in (0, 1))
+    second.save_accuracies({"split": "test", "ways": 3, "shots": 5, "queries": 15, "episodes": 4,
+                            "evaluator": "centroid", "seed": 0, "epoch": 2, "data": "b" * 32,
+                            "accuracy": 0.5, "ci95": 0.0}, [0.5] * 4)
+    report = compare([first, second], shots=[5])
+    assert report["data_split"] == [] and report["repeated"] == []
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("method=nca", 2)]
+    assert compare([first, second], shots=[5], ways=3)["groups"][0]["seeds"] == 1  # the 3-way scores: b's alone
+
+
 def noted_runs(folder, notes: tuple[str, ...]) -> list:
     """A run per note, the same scores each, told apart by loss.note: a label holding what a format escapes."""
     runs = []

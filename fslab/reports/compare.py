@@ -216,7 +216,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     ways, queries = scored_shape(runs, split, shots, ways, queries, evaluator, files)
     unreadable = [r.id for r in runs if not files.config(r)]
     groups = group_runs([r for r in runs if files.config(r)], group_by, files)
-    groups, data_split = split_by_data(groups, split, evaluator, files)
+    groups, data_split = split_by_data(groups, split, evaluator, files, (list(shots), ways, queries))
     rows, paired, repeated = [], [], []
 
     def scored(run: Run) -> bool:
@@ -322,17 +322,20 @@ def same_data(a: dict, b: dict) -> bool:
     return a.get("data") is None or b.get("data") is None or a["data"] == b["data"]
 
 
-def data_of(run: Run, split: str, evaluator: str | None, files: RunFiles) -> str | None:
+def data_of(run: Run, split: str, evaluator: str | None, files: RunFiles, shape: tuple | None = None) -> str | None:
     """The fingerprint of the data of the run's latest saved ``split`` evaluation by
-    ``evaluator`` (default: its own) that has one; None where none has."""
+    ``evaluator`` (default: its own) that has one; None where none has. With ``shape``
+    (shots, ways, queries) only evaluations of that shape count: those are the scores
+    compared, and a later ``fslab eval --data-root`` of another shape says nothing of them."""
     label = files.label(run, evaluator)
-    found = [e for e in files.saved(run) if e["split"] == split and e["evaluator"] == label and "data" in e]
+    found = [e for e in files.saved(run) if e["split"] == split and e["evaluator"] == label and "data" in e
+             and (shape is None or (e["shots"] in shape[0] and (e["ways"], e["queries"]) == shape[1:]))]
     latest = max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
     return latest["data"] if latest else None
 
 
 def split_by_data(groups: list[Group], split: str, evaluator: str | None,
-                  files: RunFiles) -> tuple[list[Group], list[str]]:
+                  files: RunFiles, shape: tuple | None = None) -> tuple[list[Group], list[str]]:
     """Each group whose runs were scored on different data (:func:`data_of` differs:
     a ``folder`` dataset on other folders, files changed on disk) split into one group
     per data, so that no seeds of different data are pooled, nor taken for repeats.
@@ -343,7 +346,7 @@ def split_by_data(groups: list[Group], split: str, evaluator: str | None,
     for g in groups:
         by_data: dict[str | None, list[Run]] = {}
         for run in g.runs:
-            by_data.setdefault(data_of(run, split, evaluator, files), []).append(run)
+            by_data.setdefault(data_of(run, split, evaluator, files, shape), []).append(run)
         if len([d for d in by_data if d is not None]) <= 1:
             out.append(g)
             continue
