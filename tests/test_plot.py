@@ -282,3 +282,23 @@ def test_a_configuration_scored_on_two_data_is_two_lines_not_one_pooled(tmp_path
                      "method=nca, dataset.root=/y": [(128, 0.8, 1), (256, 0.8, 1)]}
     assert report["left_out"] == [] and report["data_split"] == ["method=nca"]
     assert "1 line split by the data its runs were scored on" in result.stderr
+
+
+def test_an_evaluation_of_another_shape_on_other_data_leaves_a_line_whole(tmp_path):
+    """A later fslab eval --data-root of another shape (3-way, on b) of one run scored 5-way on a:
+    plot --ways 5 took that run's data from the 3-way scores and split its line in two."""
+    from fslab.reports.plot import series_data
+
+    runs = []
+    for batch in (128, 256):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "loss": {"name": "nca"},
+                                                    "train": {"batch_size": batch, "epochs": 2}})
+        for ways, data, episodes in ((5, "a" * 32, 2), (3, "b" * 32, 4))[:2 if batch == 256 else 1]:
+            run.save_accuracies({"split": "test", "ways": ways, "shots": 5, "queries": 15, "episodes": episodes,
+                                 "evaluator": "centroid", "seed": 0, "epoch": 2, "data": data,
+                                 "accuracy": 0.5, "ci95": 0.0}, [0.5] * episodes)
+        runs.append(run)
+    report = series_data(runs, "batch-size", shots=[5])
+    assert report["data_split"] == []
+    ((line,),) = [[s for s in panel["series"]] for panel in report["panels"]]
+    assert [p["x"] for p in line["points"]] == [128, 256]

@@ -103,7 +103,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     files = RunFiles()
     ways, queries = scored_shape(runs, split, shots, ways, queries, None, files)
     lines, left_out = _lines(runs, key, series, files)
-    lines = _by_data(lines, split, files)
+    lines = _by_data(lines, split, files, (list(shots), ways, queries))
 
     def scored(run: Run) -> bool:
         return has_results(run, split, shots, ways, queries, files=files)
@@ -166,14 +166,14 @@ def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles)
     return lines, left_out
 
 
-def _by_data(lines: dict, split: str, files: RunFiles) -> dict:
+def _by_data(lines: dict, split: str, files: RunFiles, shape: tuple) -> dict:
     """Each line whose runs were scored on different data split into one line per data, as
     compare splits a group (:func:`fslab.reports.compare.split_by_data`), its part named in
-    ``data`` (``dataset.root=/x``)."""
+    ``data`` (``dataset.root=/x``); the data of the scores of ``shape`` (shots, ways, queries)."""
     out = {}
     for key, line in lines.items():
         runs = [r for point in line["points"].values() for r in point["runs"]]
-        parts, split_labels = split_by_data([Group(line["settings"], runs, "")], split, None, files)
+        parts, split_labels = split_by_data([Group(line["settings"], runs, "")], split, None, files, shape)
         for part in parts:
             kept = {id(r) for r in part.runs}
             points = {at: {"x": [v for v, r in zip(p["x"], p["runs"]) if id(r) in kept],
