@@ -819,8 +819,10 @@ def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
     assert changed["features_cached"] is False
     # data moved since the run trained: --data-root says where it lies now (the same images: still cached)
     (tmp_path / "tree").rename(tmp_path / "moved")
-    lost = fslab(*args, cwd=tmp_path)
-    assert lost.returncode != 0 and "is not a folder" in lost.stderr and "--data-root" in lost.stderr
+    lost = fslab(*args, cwd=tmp_path)  # the dataset's own line pointed at [data_roots], which eval does not read
+    assert lost.returncode == 2 and lost.stderr.strip().splitlines() == [
+        f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; "
+        f"if its data moved, give where it lies with --data-root DIR"]
     moved = fslab(*args, "--data-root", str(tmp_path / "moved"), cwd=tmp_path)
     assert moved.returncode == 0, moved.stderr
     assert json.loads(moved.stdout)["features_cached"] is True

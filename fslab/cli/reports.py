@@ -74,11 +74,8 @@ def eval_(
     from fslab.core.events import accuracy_text
     from fslab.training.run_eval import evaluate_run
 
-    if data_root is not None and not data_root.is_dir():
-        raise UsageError(f"--data-root {data_root} is not a folder")
-    results = evaluate_run(run_, split=split, ways=ways, shots=shot_list, queries=queries, episodes=episodes,
-                           evaluator=evaluator, params=params, device=device,
-                           data_root=str(data_root.resolve()) if data_root else None)
+    results = _evaluate(evaluate_run, run_, cfg, data_root, split=split, ways=ways, shots=shot_list, queries=queries,
+                        episodes=episodes, evaluator=evaluator, params=params, device=device)
     for result in results:
         result = {**result, "evaluator": canonical_evaluator(result["evaluator"])}  # as fslab runs takes it
         if as_json:
@@ -94,6 +91,22 @@ def eval_(
                           highlight=False)
     if sinks:
         _send_to_sinks(found, run_)
+
+
+def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> list[dict]:
+    """``evaluate_run`` on --data-root, which must be a folder, or on the run's own root. Where that
+    root is gone the dataset's line pointed at [data_roots] of fslab.toml, which a run made before
+    does not read: the line then says that the data may have moved, and how to name where it lies."""
+    if data_root is not None and not data_root.is_dir():
+        raise UsageError(f"--data-root {data_root} is not a folder")
+    try:
+        return evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None)
+    except UsageError as exc:
+        root = cfg.dataset.get("root")
+        if data_root is None and isinstance(root, str) and root and root in str(exc) and not Path(root).is_dir():
+            raise UsageError(f"run {run_.id} was trained on {root}, which is not a folder now; "
+                             f"if its data moved, give where it lies with --data-root DIR") from None
+        raise
 
 
 def _send_to_sinks(found, run_) -> None:
