@@ -829,6 +829,28 @@ def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
     assert json.loads(moved.stdout)["accuracy"] == changed["accuracy"]
 
 
+@pytest.mark.slow
+def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp_path):
+    """The dataset's line said to give --data-root or [data_roots] of fslab.toml: fslab resume has
+    no --data-root and a resumed run reads neither; its saved root (or a link there) is the way."""
+    from fslab.core.runstore import Run
+
+    make_folder_tree(tmp_path / "tree", classes=3, per_class=4, size=(8, 8))
+    started = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
+                    "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
+                    "--batch-size", "6", "--set", "eval.ways=2", "--set", "eval.queries=1", "--set", "eval.shots=[1]",
+                    "--set", "eval.val_shots=1", "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2",
+                    cwd=tmp_path, timeout=300)
+    assert started.returncode == 0, started.stderr
+    (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
+    Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
+    (tmp_path / "tree").rename(tmp_path / "moved")
+    refused = fslab("resume", run_dir.name, cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; a resumed run "
+        f"reads its data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {tmp_path / 'tree'})"]
+
+
 def folder_run(project: Path, root: Path) -> Path:
     """A tiny run of nca on the folder tree at ``root``, seed 0: its folder."""
     result = fslab("run", "nca", "--dataset", "folder", "--data-root", str(root), "--backbone", "conv4", "--epochs",

@@ -94,8 +94,23 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
         check_resumable(run)
         executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
         slurm = job_options(settings, executor, overrides)
-        check_run(check_saved(run.config(), registry), registry, slurm)
+        config = check_saved(run.config(), registry)
+        try:
+            check_run(config, registry, slurm)
+        except UsageError as exc:
+            raise root_gone(run, config, exc) or exc from None
         return _start(run, resume=True, slurm=slurm)
+
+
+def root_gone(run: Run, config: dict, exc: UsageError) -> UsageError | None:
+    """Where ``exc`` is the dataset's line for a run's data root that is no folder now: one
+    that says where a resumed run reads its data. The dataset's own line said to give
+    --data-root or [data_roots] of fslab.toml, and a resumed run reads neither."""
+    root = (config.get("dataset") or {}).get("root")
+    if not isinstance(root, str) or not root or root not in str(exc) or Path(root).is_dir():
+        return None
+    return UsageError(f"run {run.id} was trained on {root}, which is not a folder now; a resumed run reads its "
+                      f"data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {root})")
 
 
 def stop(run: Run, grace: float = 30.0) -> str:
