@@ -851,6 +851,26 @@ def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp
         f"reads its data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {tmp_path / 'tree'})"]
 
 
+def test_resuming_a_sweep_whose_data_root_is_gone_says_where_its_runs_read_their_data(project, registry):
+    """fslab sweep resume said to give --data-root or [data_roots] of fslab.toml, which it reads neither of."""
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+
+    make_folder_tree(project / "tree", classes=3, per_class=4, size=(8, 8))
+    base = [{"dataset": {"name": "folder", "root": str(project / "tree"), "image_size": 8}, "device": "cpu",
+             "eval": {"ways": 2, "queries": 1, "shots": [1], "val_shots": 1}, "train": {"batch_size": 6}}]
+    sweep_id, runs = create_sweep("nca", {"train.lr": [0.1, 0.2]}, 1, base=base, settings=load_settings(),
+                                  registry=registry)
+    for run in runs:
+        run.write_status(state="failed")  # never started: nothing trains here
+    (project / "tree").rename(project / "moved")
+    refused = fslab("sweep", "resume", sweep_id, cwd=project)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"error: run {runs[0].id} was trained on {project / 'tree'}, which is not a folder now; a resumed run "
+        f"reads its data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {project / 'tree'})"]
+    assert all(run.state() == "failed" for run in runs)  # none queued again
+
+
 def folder_run(project: Path, root: Path) -> Path:
     """A tiny run of nca on the folder tree at ``root``, seed 0: its folder."""
     result = fslab("run", "nca", "--dataset", "folder", "--data-root", str(root), "--backbone", "conv4", "--epochs",

@@ -176,7 +176,11 @@ def resume_sweep(ref: str, *, settings, registry,
             if not (config := run.config()):
                 unreadable.append(run)
                 continue
-            check_run(check_saved(config, registry), registry, slurm, sizes_seen=sizes_seen)
+            config = check_saved(config, registry)
+            try:
+                check_run(config, registry, slurm, sizes_seen=sizes_seen)
+            except UsageError as exc:
+                raise root_gone(run, config, exc) or exc from None
     again = requeue(settings.runs_dir, record)
     waiting = [] if again or slurm is not None else [
         run for run in sweep_runs(settings.runs_dir, record) if run.state() == "queued" and not run.claimed()]
