@@ -69,6 +69,23 @@ def test_fslab_eval_records_the_scores_the_episodes_give(tmp_path, split):
         assert kept == {**result, "accuracies": [round(float(s), 6) for s in scores]}
 
 
+def test_a_shape_the_evaluator_refuses_records_none_of_the_shapes_before_it(tmp_path, split):
+    # fslab eval --evaluator knn --set evaluator.k=4 --shots 3,1: k=4 fits the 3-shot episodes' 9 support
+    # points, not the 1-shot ones' 3; the command exits 2, and must not leave the 3-shot scores behind
+    from fslab_plugins.methods.nca_evaluators import knn
+
+    from fslab.core.errors import UsageError
+
+    features, labels = split
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    inputs = EvaluationInputs(labels=labels, features=features, features_cached=False)
+    with pytest.raises(UsageError, match="k must be between 1 and the 3 support points"):
+        evaluate_and_record(EventLog(run, echo=False), lambda s, q: knn(s, q, k=4), "knn[k=4]", inputs,
+                            episodes(shots=(3, 1)), save=True, source="fslab eval")
+    assert run.saved_accuracies() == []
+    assert not run.metrics_path.exists() or logged_evals(run) == []
+
+
 def test_training_records_by_epoch_and_step_and_saves_only_when_asked(tmp_path, split):
     features, labels = split
     run = create_run(tmp_path / "runs", "nca", {"method": "nca"})

@@ -105,16 +105,18 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     features = inputs.features
     if callable(features) and not traits.needs_model:
         features = features()  # embedded once for every shape
-    cached = inputs.features_cached
-    results = []
-    for shots, queries in shapes:
-        try:
-            scores = evaluation.run_episodes(evaluator, inputs.labels, episodes.ways, shots, queries, episodes.count,
-                                             episodes.seed, features=features, model=inputs.network,
-                                             images=inputs.images, to_input=to_input, device=inputs.device,
-                                             center=inputs.center, normalize=inputs.normalize)
+    all_scores = []
+    for shots, queries in shapes:  # every shape scored before any is recorded: one the evaluator refuses
+        try:                       # (knn's k above a 1-shot episode's support points) records nothing
+            all_scores.append(evaluation.run_episodes(
+                evaluator, inputs.labels, episodes.ways, shots, queries, episodes.count, episodes.seed,
+                features=features, model=inputs.network, images=inputs.images, to_input=to_input,
+                device=inputs.device, center=inputs.center, normalize=inputs.normalize))
         except evaluation.EvaluatorError as exc:  # named here, where its name is known: one line, exit code 1
             raise PluginError(exc.naming(label.partition("[")[0])) from exc
+    cached = inputs.features_cached
+    results = []
+    for (shots, queries), scores in zip(shapes, all_scores, strict=True):
         mean, ci = evaluation.ci95(scores)
         result = {"split": episodes.split, "ways": episodes.ways, "shots": shots, "queries": queries,
                   "episodes": episodes.count, "evaluator": label, "metric": traits.metric, "seed": episodes.seed,
