@@ -138,6 +138,10 @@ def _evaluator_params(assignments: list[str], found, name: str) -> dict:
         path, value = parse_assignment(text)
         if len(path) != 2 or path[0] != "evaluator":
             raise UsageError(f"fslab eval --set takes evaluator parameters (evaluator.NAME=VALUE), got '{text}'")
+        if path[1] == "name":  # the section's name key, not a parameter
+            raise UsageError(f"fslab eval names its evaluator with --evaluator, not --set: "
+                             f"--evaluator {value}" if isinstance(value, str) else
+                             f"fslab eval names its evaluator with --evaluator NAME, not --set (got '{text}')")
         given[path[1]] = value
     checked = plugin_params(found, "evaluator", name, given)
     return {key: checked[key] for key in given}  # the others stay the run's own
