@@ -190,6 +190,10 @@ def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store
     assert (bad.returncode, bad.stderr) == (2, "error: none of these runs has saved test accuracies by evaluator "
                                                "'knn' for 5-way 1,5-shot, 15 queries; finish them or run: fslab eval "
                                                "RUN --evaluator knn\n")
+    # a label with parameters gives the --set of each, ready to paste (it said evaluator.KEY=VALUE)
+    bad = fslab("compare", "all", "--evaluator", "knn[k=3,ties=smallest]", cwd=folder)
+    assert bad.returncode == 2 and bad.stderr.endswith(
+        "run: fslab eval RUN --evaluator knn --set evaluator.k=3 --set evaluator.ties=smallest\n"), bad.stderr
 
 
 def test_mean_ci_matches_the_formula():

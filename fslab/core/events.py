@@ -107,6 +107,15 @@ def canonical_evaluator(label: str) -> str:
     return _spelt(name, [(k, v) for k, v in params if k not in defaults or not _same_value(v, defaults[k])])
 
 
+def label_params(label: str) -> list[tuple[str, str]] | None:
+    """The parameters a label spells out, as text (``knn[k=3]`` -> ``[("k", "3")]``; none for
+    ``knn``), or None where its brackets do not parse."""
+    name, bracket, rest = label.partition("[")
+    if not bracket:
+        return []
+    return _split_params(rest[:-1]) if rest.endswith("]") else None
+
+
 def _split_params(text: str) -> list[tuple[str, str]] | None:
     """``"k=3,ties=nearest"`` -> ``[("k", "3"), ("ties", "nearest")]``; a comma
     inside a value (a list) stays in it: a new parameter starts only at ``,NAME=``."""

@@ -19,12 +19,13 @@ import io
 import json
 import math
 import re
+import shlex
 import statistics
 from dataclasses import dataclass, field
 
 from fslab.core.config import PLUGIN_SECTIONS, assignment, outside_settings
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.events import canonical_evaluator, logged_evaluator, metric_label, own_evaluator
+from fslab.core.events import canonical_evaluator, label_params, logged_evaluator, metric_label, own_evaluator
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.studies import IGNORED
@@ -378,9 +379,12 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     by = f" by evaluator '{evaluator}'" if evaluator else ""
     run_eval = "fslab eval RUN"
     if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
-        name, bracket, _ = evaluator.partition("[")
-        run_eval += f" --evaluator {name}" + (" --set evaluator.KEY=VALUE for each parameter in its label"
-                                              if bracket else "")
+        run_eval += f" --evaluator {evaluator.partition('[')[0]}"
+        params = label_params(evaluator)
+        toml = {"True": "true", "False": "false"}  # a label writes a bool as Python does, --set as TOML
+        run_eval += (" --set evaluator.KEY=VALUE for each parameter in its label" if params is None else
+                     "".join(" --set " + shlex.quote(f"evaluator.{key}={toml.get(value, value)}")
+                             for key, value in params))
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
     return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries} queries"
             f"{have}; finish them or run: {run_eval}")
