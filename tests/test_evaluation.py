@@ -122,6 +122,25 @@ def test_centroid_accuracy_matches_a_brute_force_loop(torch_seed, shots):
     assert 0.2 < float(fast.mean()) < 0.95
 
 
+def test_many_episodes_are_drawn_and_scored_block_by_block_not_all_at_once(monkeypatch):
+    """fslab eval --episodes 1000000 --ways 40 drew every episode's images before scoring any
+    (tens of GB, killed by the kernel); a block's draws at a time give the same scores."""
+    from fslab.training import evaluation
+
+    labels = uneven_labels()
+    features = torch.randn(len(labels), 8, generator=torch.Generator().manual_seed(1)) + labels[:, None]
+    episodes = 2 * EPISODE_BLOCK + 30
+    center = features.mean(dim=0)
+    expected = brute_force_accuracies(features, labels, 5, 2, 3, episodes, 4, center)
+    widest, drawn = [], evaluation.floyd_subsets
+    monkeypatch.setattr(evaluation, "floyd_subsets", lambda sizes, u: widest.append(len(sizes)) or drawn(sizes, u))
+    for chunk in (7, 100, episodes):  # chunks across the blocks' bounds, and one chunk of every block
+        widest.clear()
+        scores = episode_scores(features, labels, centroid, 5, 2, 3, episodes, seed=4, center=center, chunk=chunk)
+        assert torch.allclose(scores, expected)
+        assert max(widest) == EPISODE_BLOCK * 5  # rows of one block, never of all the episodes
+
+
 def test_separable_features_are_always_right():
     labels = uneven_labels()
     features = F.one_hot(labels, 12).float() * 10 + 0.01 * torch.randn(len(labels), 12)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -143,6 +143,21 @@ def sample_episodes(
     always give the same episodes, on every machine (the generator is a CPU
     one), and episode i does not depend on ``episodes``.
     """
+    blocks = list(episode_blocks(labels, ways, shots, queries, episodes, seed))
+    return torch.cat([b[0] for b in blocks]), torch.cat([b[1] for b in blocks])
+
+
+def episode_blocks(
+    labels: Sequence[int] | torch.Tensor,
+    ways: int,
+    shots: int,
+    queries: int,
+    episodes: int,
+    seed: int,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`sample_episodes`' episodes block by block (``EPISODE_BLOCK`` episodes each, the
+    last one cut at ``episodes``), so that scoring many wide episodes holds one block's draws
+    in memory at a time, not all of them (a million 40-way episodes: tens of GB)."""
     labels = torch.as_tensor(labels, dtype=torch.long).flatten().cpu()
     per_class = shots + queries
     if ways < 2 or shots < 1 or queries < 1 or episodes < 1:
@@ -159,24 +174,22 @@ def sample_episodes(
     starts = torch.searchsorted(labels[order], eligible)
 
     # The random numbers are drawn block by block (so episode i does not depend
-    # on how many are asked for); the arithmetic then runs on all rows at once.
+    # on how many are asked for); the arithmetic runs on a block's rows at once.
     generator = torch.Generator().manual_seed(int(seed))
-    chosen, image_uniforms, split_uniforms = [], [], []
-    for _ in range(-(-episodes // EPISODE_BLOCK)):
+    for first in range(0, episodes, EPISODE_BLOCK):
         # The `ways` smallest of one random key per class: distinct random classes.
         keys = torch.rand(EPISODE_BLOCK, eligible.numel(), generator=generator)
-        chosen.append(keys.topk(ways, dim=1, largest=False).indices)
-        image_uniforms.append(torch.rand(EPISODE_BLOCK * ways, per_class, generator=generator, dtype=torch.float64))
-        split_uniforms.append(torch.rand(EPISODE_BLOCK * ways, shots, generator=generator, dtype=torch.float64))
-    chosen = torch.cat(chosen)[:episodes].flatten()  # [E * ways]
-    rows = chosen.numel()
-    images = floyd_subsets(class_counts[chosen], torch.cat(image_uniforms)[:rows])  # [E * ways, per_class]
-    in_support = torch.zeros(rows, per_class, dtype=torch.bool)
-    in_support.scatter_(1, floyd_subsets(torch.full((rows,), per_class), torch.cat(split_uniforms)[:rows]), True)
-    indices = order[starts[chosen][:, None] + images]
-    support = indices[in_support].view(episodes, ways, shots)
-    query = indices[~in_support].view(episodes, ways, queries)
-    return support, query
+        chosen = keys.topk(ways, dim=1, largest=False).indices
+        image_uniforms = torch.rand(EPISODE_BLOCK * ways, per_class, generator=generator, dtype=torch.float64)
+        split_uniforms = torch.rand(EPISODE_BLOCK * ways, shots, generator=generator, dtype=torch.float64)
+        count = min(EPISODE_BLOCK, episodes - first)
+        chosen = chosen[:count].flatten()  # [e * ways]
+        rows = chosen.numel()
+        images = floyd_subsets(class_counts[chosen], image_uniforms[:rows])  # [e * ways, per_class]
+        in_support = torch.zeros(rows, per_class, dtype=torch.bool)
+        in_support.scatter_(1, floyd_subsets(torch.full((rows,), per_class), split_uniforms[:rows]), True)
+        indices = order[starts[chosen][:, None] + images]
+        yield indices[in_support].view(count, ways, shots), indices[~in_support].view(count, ways, queries)
 
 
 def prepare_features(features: torch.Tensor, center: torch.Tensor | None, normalize: bool) -> torch.Tensor:
@@ -245,16 +258,14 @@ def episode_scores(
         raise UsageError("this evaluator adapts the network: evaluate it with model_episode_scores")
     chunk = max(1, chunk)
     features = prepare_features(features, center, normalize)
-    support_idx, query_idx = sample_episodes(labels, ways, shots, queries, episodes, seed)
     device = features.device
     truth = torch.arange(ways, device=device).repeat_interleave(queries)
-    support_idx, query_idx = support_idx.to(device), query_idx.to(device)
     scores = []
-    for first in range(0, episodes, chunk):
+    for support_idx, query_idx in _chunks(episode_blocks(labels, ways, shots, queries, episodes, seed), chunk):
         # index_select on flat indices is the fastest gather; chunks stay in cache
-        rows = support_idx[first : first + chunk]
+        rows = support_idx.to(device)
         support = features.index_select(0, rows.flatten()).view(*rows.shape, -1)  # [e, w, n, d]
-        rows = query_idx[first : first + chunk]
+        rows = query_idx.to(device)
         query = features.index_select(0, rows.flatten()).view(rows.shape[0], -1, features.shape[1])  # [e, w*q, d]
         out = call_evaluator(evaluator, support, query)
         if info.metric == "accuracy":
@@ -271,6 +282,21 @@ def episode_scores(
     # CUDA divides by a scalar through its reciprocal: dividing on the CPU
     # gives the same accuracies, to the last bit, whatever the device.
     return scores.float() / truth.numel() if info.metric == "accuracy" else scores
+
+
+def _chunks(blocks: Iterator[tuple[torch.Tensor, torch.Tensor]], chunk: int
+            ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The episodes of ``blocks`` in runs of ``chunk`` (the last one shorter), across the blocks' bounds."""
+    carry = None
+    for support, query in blocks:
+        if carry is not None:
+            support, query = torch.cat([carry[0], support]), torch.cat([carry[1], query])
+        whole = len(support) - len(support) % chunk
+        for first in range(0, whole, chunk):
+            yield support[first : first + chunk], query[first : first + chunk]
+        carry = (support[whole:], query[whole:]) if whole < len(support) else None
+    if carry is not None:
+        yield carry
 
 
 def model_episode_scores(
