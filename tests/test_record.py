@@ -86,6 +86,23 @@ def test_a_shape_the_evaluator_refuses_records_none_of_the_shapes_before_it(tmp_
     assert not run.metrics_path.exists() or logged_evals(run) == []
 
 
+def test_a_fixed_episode_shape_too_large_for_the_split_says_the_evaluator_draws_it(tmp_path, split):
+    # fslab eval --evaluator retrieval-map --set evaluator.images_per_class=11: the line said "episodes with
+    # 1 shot and 10 queries", which no option asked for
+    from fslab_plugins.methods.map import RetrievalMAP
+
+    from fslab.core.errors import UsageError
+
+    features, labels = split
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    inputs = EvaluationInputs(labels=labels, features=features)
+    with pytest.raises(UsageError, match=r"^evaluator 'retrieval-map' draws its own episode shape, 1 \+ 10 images "
+                                         r"per class \(shots \+ queries\): 3-way episodes with 1 shot and 10 "):
+        evaluate_and_record(EventLog(run, echo=False), RetrievalMAP(images_per_class=11),
+                            "retrieval-map[images_per_class=11]", inputs, episodes(), save=True, source="fslab eval")
+    assert run.saved_accuracies() == []
+
+
 def test_training_records_by_epoch_and_step_and_saves_only_when_asked(tmp_path, split):
     features, labels = split
     run = create_run(tmp_path / "runs", "nca", {"method": "nca"})

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fslab.core.errors import PluginError
+from fslab.core.errors import PluginError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.types import evaluator_traits
 from fslab.training import evaluation
@@ -101,7 +101,13 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     traits = evaluator_traits(evaluator)
     shapes = evaluation.episode_shapes(evaluator, episodes.shots, episodes.queries)
     for shots, queries in shapes:  # every shape before any is scored: a refused one records nothing
-        evaluation.check_classes(inputs.labels, episodes.ways, shots, queries)
+        try:
+            evaluation.check_classes(inputs.labels, episodes.ways, shots, queries)
+        except UsageError as exc:
+            if traits.episode_shape is None:
+                raise
+            raise UsageError(f"evaluator '{label.partition('[')[0]}' draws its own episode shape, {shots} + {queries} "
+                             f"images per class (shots + queries): {exc}") from None
     features = inputs.features
     if callable(features) and not traits.needs_model:
         features = features()  # embedded once for every shape
