@@ -19,6 +19,7 @@ features, and runs its own small default number of episodes.
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
@@ -58,6 +59,7 @@ def _first_reason(exc: RuntimeError) -> str:
     (its first line only names the network), shortened."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     reason = lines[1] if len(lines) > 1 else (lines[0] if lines else "RuntimeError")
+    reason = re.sub(r"torch\.Size\((\[[^\]]*\])\)", r"\1", reason)  # both shapes fit in the line
     return reason if len(reason) <= 160 else reason[:157] + "..."
 
 
