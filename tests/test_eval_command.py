@@ -169,6 +169,18 @@ def test_eval_bad_input(project, argv, message):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_a_run_whose_own_evaluator_is_not_installed_is_told_to_name_one(project):
+    """It said "Unknown evaluator 'gone'. Allowed: ...", as if --evaluator had named it."""
+    from fslab.core.config import DEFAULTS
+
+    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "evaluator": {"name": "gone"}})
+    result = fslab("eval", run.id, cwd=project)
+    assert result.returncode == 2 and result.stderr.startswith(
+        f"error: run {run.id} was tested by evaluator 'gone', which no installed plugin registers; evaluate it with "
+        f"--evaluator NAME, one of ap, centroid, "), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
 def test_a_checkpoint_of_another_shape_is_one_line_not_a_key_error(tmp_path):
     """fslab eval and a resume read the checkpoint through load_checkpoint: a file torch
     loads but fslab did not write (or a damaged one) is named, without torch's advice

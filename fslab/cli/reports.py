@@ -67,7 +67,7 @@ def eval_(
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()
     cfg = run_.run_config()  # a missing or damaged config.json: one line
-    name = evaluator or cfg.evaluator["name"]
+    name = evaluator or _own_evaluator(found, run_.id, cfg.evaluator["name"])
     found.get("evaluator", name)
     params = _evaluator_params(set_ or [], found, name)
     _check_device(device or cfg.device)
@@ -107,6 +107,19 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
             raise UsageError(f"run {run_.id} was trained on {root}, which is not a folder now; "
                              f"if its data moved, give where it lies with --data-root DIR") from None
         raise
+
+
+def _own_evaluator(found, run_id: str, name: str) -> str:
+    """The run's own evaluator ``name``, where a plugin registers it; else a UsageError saying to name one."""
+    try:
+        found.get("evaluator", name)
+    except UsageError as exc:
+        failed = str(exc).partition(" Not among them: ")[2]  # a plugin that failed to load may register it
+        raise UsageError(f"run {run_id} was tested by evaluator '{name}', which no installed plugin registers"
+                         + (f" (not among them: {failed.rstrip('.')})" if failed else "")
+                         + f"; evaluate it with --evaluator NAME, one of {', '.join(found.names('evaluator'))}"
+                         ) from exc
+    return name
 
 
 def _send_to_sinks(found, run_) -> None:
