@@ -261,12 +261,12 @@ def episode_scores(
     device = features.device
     truth = torch.arange(ways, device=device).repeat_interleave(queries)
     scores = []
-    for support_idx, query_idx in _chunks(episode_blocks(labels, ways, shots, queries, episodes, seed), chunk):
+    # a block's indices go to the device at once: one copy (and wait) per block, not per chunk
+    blocks = ((s.to(device), q.to(device)) for s, q in episode_blocks(labels, ways, shots, queries, episodes, seed))
+    for rows_s, rows_q in _chunks(blocks, chunk):
         # index_select on flat indices is the fastest gather; chunks stay in cache
-        rows = support_idx.to(device)
-        support = features.index_select(0, rows.flatten()).view(*rows.shape, -1)  # [e, w, n, d]
-        rows = query_idx.to(device)
-        query = features.index_select(0, rows.flatten()).view(rows.shape[0], -1, features.shape[1])  # [e, w*q, d]
+        support = features.index_select(0, rows_s.flatten()).view(*rows_s.shape, -1)  # [e, w, n, d]
+        query = features.index_select(0, rows_q.flatten()).view(rows_q.shape[0], -1, features.shape[1])  # [e, w*q, d]
         out = call_evaluator(evaluator, support, query)
         if info.metric == "accuracy":
             if out.shape != query.shape[:2]:
