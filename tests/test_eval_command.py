@@ -92,7 +92,8 @@ def test_eval_sends_the_new_scores_to_the_sinks_the_run_trained_with(project):
     assert recorded() == events(run_dir)  # what the live sink got
     done = fslab("eval", run_dir.name, "--evaluator", "knn", "--shots", "1", "--episodes", "20", cwd=project)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"{run_dir.name} test 5-way 1-shot, 15 queries, 20 episodes (knn, checkpoint ")
+    # the run's own episodes (eval.queries=5), as fslab compare and fslab runs --evaluator read them
+    assert done.stdout.startswith(f"{run_dir.name} test 5-way 1-shot, 5 queries, 20 episodes (knn, checkpoint ")
     sent = len(events(run_dir))
     assert done.stderr == f"{run_dir.name}: sent again to recorder with the new scores ({sent} events)\n"
     assert recorded() == events(run_dir)  # once each, the new evaluation among them
@@ -139,7 +140,7 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     before = (run_dir / "metrics.jsonl").read_bytes(), sorted((run_dir / "evaluations").iterdir())
     refused = fslab("eval", run_dir.name, "--shots", "1,100", "--episodes", "4", cwd=project)
     assert refused.returncode == 2 and refused.stderr.startswith(
-        "error: 5-way episodes with 100 shots and 15 queries need 5 classes with at least 115 images; this split "
+        "error: 5-way episodes with 100 shots and 5 queries need 5 classes with at least 105 images; this split "
         "has 0 such classes (of "), refused.stderr
     assert ((run_dir / "metrics.jsonl").read_bytes(), sorted((run_dir / "evaluations").iterdir())) == before
 

@@ -35,9 +35,13 @@ from fslab.core.text import count
 def eval_(
     ref: RunRef,
     split: Annotated[str, typer.Option(help="test or val.")] = "test",
-    ways: Annotated[int, typer.Option(help="Classes per episode.")] = 5,
+    ways: Annotated[int | None, typer.Option(
+        help="Classes per episode (default: the run's eval.ways, 5 unless it set another).",
+        show_default=False)] = None,
     shots: Annotated[str, typer.Option(help="Comma-separated shots, e.g. 1,5.")] = "1,5",
-    queries: Annotated[int, typer.Option(help="Queries per class.")] = 15,
+    queries: Annotated[int | None, typer.Option(
+        help="Queries per class (default: the run's eval.queries, 15 unless it set another).",
+        show_default=False)] = None,
     episodes: Annotated[int | None, typer.Option(
         help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
     evaluator: Annotated[str | None, typer.Option(
@@ -67,6 +71,7 @@ def eval_(
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()
     cfg = run_.run_config()  # a missing or damaged config.json: one line
+    ways, queries = ways or cfg.eval.ways, queries or cfg.eval.queries  # the run's own episodes, as compare reads
     name = evaluator or _own_evaluator(found, run_.id, cfg.evaluator["name"])
     found.get("evaluator", name)
     params = _evaluator_params(set_ or [], found, name)
