@@ -251,6 +251,11 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             "other_shapes": {run: shapes for run, shapes in elsewhere.items() if shapes}}
 
 
+def metrics_name(metrics) -> str:
+    """What pooled scores are named by their metrics: ``accuracy``, ``mAP``, or both (``accuracy or mAP``)."""
+    return " or ".join(m.replace("map", "mAP") for m in sorted(metrics)) or "accuracy"
+
+
 def scored_shape(runs: list[Run], split: str, shots: list[int], ways: int | None, queries: int | None,
                  evaluator: str | None, files: RunFiles) -> tuple[int, int]:
     """The (ways, queries) a report reads: as given; where one is left out (None), the runs' own

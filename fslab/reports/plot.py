@@ -31,6 +31,7 @@ from fslab.reports.compare import (
     Group,
     RunFiles,
     has_results,
+    metrics_name,
     no_results,
     one_run_per_seed,
     other_shapes,
@@ -213,8 +214,7 @@ def _order(value) -> tuple:
 def y_label(data: dict) -> str:
     """The y axis's name: accuracy, or the mAP that runs tested with a retrieval evaluator pool."""
     metrics = {p.get("metric", "accuracy") for panel in data["panels"] for s in panel["series"] for p in s["points"]}
-    named = " or ".join(m.replace("map", "mAP") for m in sorted(metrics)) or "accuracy"
-    return f"{named} (%), mean ± 95% CI"
+    return f"{metrics_name(metrics)} (%), mean ± 95% CI"
 
 
 def png_path(out: Path | None, x: str) -> Path:

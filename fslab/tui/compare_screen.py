@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from fslab.core.events import table_score
 from fslab.core.runstore import Run
 from fslab.core.text import count, printable
-from fslab.reports.compare import compare, shapes_text
+from fslab.reports.compare import compare, metrics_name, shapes_text
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
@@ -132,8 +132,8 @@ class CompareScreen(Screen):
             scored = [(number, row, row["results"][f"{shots}-shot"]) for number, row in enumerate(report["groups"], 1)
                       if f"{shots}-shot" in row["results"]]
             # named by what was pooled, as fslab plot's y axis: a retrieval evaluator's mAP is no accuracy
-            metrics = sorted({result.get("metric", "accuracy").replace("map", "mAP") for _, _, result in scored})
-            chart.blocks.append((f"test {shots}-shot {' or '.join(metrics) or 'accuracy'} (%) ± 95% CI", [
+            metrics = {result.get("metric", "accuracy") for _, _, result in scored}
+            chart.blocks.append((f"test {shots}-shot {metrics_name(metrics)} (%) ± 95% CI", [
                 (f"#{number} {printable(row['group'])}", result["accuracy"], result["ci95"])
                 for number, row, result in scored]))
         chart.refresh(layout=True)
