@@ -107,8 +107,9 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
     try:
         return evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None)
     except UsageError as exc:
-        root = cfg.dataset.get("root")
-        if data_root is None and isinstance(root, str) and root and root in str(exc) and not Path(root).is_dir():
+        from fslab.execution.executor import gone_root
+
+        if data_root is None and (root := gone_root(cfg.dataset, exc)) is not None:
             raise UsageError(f"run {run_.id} was trained on {root}, which is not a folder now; "
                              f"if its data moved, give where it lies with --data-root DIR") from None
         raise

@@ -102,12 +102,20 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
         return _start(run, resume=True, slurm=slurm)
 
 
-def root_gone(run: Run, config: dict, exc: UsageError) -> UsageError | None:
-    """Where ``exc`` is the dataset's line for a run's data root that is no folder now: one
-    that says where a resumed run reads its data. The dataset's own line said to give
-    --data-root or [data_roots] of fslab.toml, and a resumed run reads neither."""
-    root = (config.get("dataset") or {}).get("root")
+def gone_root(dataset: dict, exc: UsageError) -> str | None:
+    """The run's data root (its ``dataset`` section's), where ``exc`` is the dataset's line for
+    that root and it is no folder now; else None. That line points at --data-root and
+    [data_roots] of fslab.toml, which a run made before reads only through fslab eval's option."""
+    root = (dataset or {}).get("root")
     if not isinstance(root, str) or not root or root not in str(exc) or Path(root).is_dir():
+        return None
+    return root
+
+
+def root_gone(run: Run, config: dict, exc: UsageError) -> UsageError | None:
+    """Where ``exc`` is the dataset's line for a run's data root that is gone (:func:`gone_root`):
+    one that says where a resumed run reads its data, which it does from no other place."""
+    if (root := gone_root(config.get("dataset"), exc)) is None:
         return None
     return UsageError(f"run {run.id} was trained on {root}, which is not a folder now; a resumed run reads its "
                       f"data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {root})")
