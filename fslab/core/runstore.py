@@ -257,11 +257,7 @@ def in_creation_order(runs_dir: Path, names: list[str]) -> list[str]:
     """Run folder names oldest first: ids begin with the second the run was created in, and runs
     of the same second (a sweep's) follow their recorded creation time (:func:`creation_key`), so
     only their status is read. The one order of every listing, the dashboard's and ``last``."""
-    seconds: dict[str, int] = {}
-    for name in names:
-        seconds[name[:15]] = seconds.get(name[:15], 0) + 1
-    return sorted(names, key=lambda n: creation_key(
-        n, _created(Run(Path(runs_dir) / n)) if seconds[n[:15]] > 1 else 0.0))
+    return list(reversed(list(newest_first(runs_dir, sorted(names)))))
 
 
 def newest_first(runs_dir: Path, names: list[str]) -> Iterator[str]:
