@@ -120,9 +120,9 @@ def _own_evaluator(found, run_id: str, name: str) -> str:
     try:
         found.get("evaluator", name)
     except UsageError as exc:
-        failed = str(exc).partition(" Not among them: ")[2]  # a plugin that failed to load may register it
+        failed = found.missing_names()  # a plugin that failed to load may register it
         raise UsageError(f"run {run_id} was tested by evaluator '{name}', which no installed plugin registers"
-                         + (f" (not among them: {failed.rstrip('.')})" if failed else "")
+                         + (f" (not among them: {failed})" if failed else "")
                          + f"; evaluate it with --evaluator NAME, one of {', '.join(found.names('evaluator'))}"
                          ) from exc
     return name

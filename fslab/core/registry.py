@@ -153,12 +153,17 @@ class Registry:
             return self.components[kind][name]
         except KeyError:
             error = UnknownName(kind, name, self.components[kind])
-        if self.failures:  # the name may be one a plugin that failed to load would have registered
-            first, *more = self.failures
-            why = (f"plugin '{first.plugin}' registers, which failed to load ({first.error})" if not more else
-                   f"plugins {', '.join(repr(f.plugin) for f in self.failures)} register, which failed to load")
-            error.args = (f"{error.args[0]} Not among them: what {why}.",)
+        if missing := self.missing_names():  # the name may be one a plugin that failed to load would have registered
+            error.args = (f"{error.args[0]} Not among them: {missing}.",)
         raise error
+
+    def missing_names(self) -> str:
+        """What the plugins that failed to load would have registered, in words ('' where none failed)."""
+        if not self.failures:
+            return ""
+        first, *more = self.failures
+        return (f"what plugin '{first.plugin}' registers, which failed to load ({first.error})" if not more else
+                f"what plugins {', '.join(repr(f.plugin) for f in self.failures)} register, which failed to load")
 
     def names(self, kind: str, pattern: str = "*") -> list[str]:
         check_kind(kind)

@@ -99,6 +99,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     scores also hold the split's ``data`` fingerprint where the inputs give it.
     """
     traits = evaluator_traits(evaluator)
+    name = label.partition("[")[0]  # the evaluator's name, without its parameters
     shapes = evaluation.episode_shapes(evaluator, episodes.shots, episodes.queries)
     for shots, queries in shapes:  # every shape before any is scored: a refused one records nothing
         try:
@@ -106,7 +107,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
         except UsageError as exc:
             if traits.episode_shape is None:
                 raise
-            raise UsageError(f"evaluator '{label.partition('[')[0]}' draws its own episode shape, {shots} + {queries} "
+            raise UsageError(f"evaluator '{name}' draws its own episode shape, {shots} + {queries} "
                              f"images per class (shots + queries): {exc}") from None
     features = inputs.features
     if callable(features) and not traits.needs_model:
@@ -119,7 +120,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
                 features=features, model=inputs.network, images=inputs.images, to_input=to_input,
                 device=inputs.device, center=inputs.center, normalize=inputs.normalize))
         except evaluation.EvaluatorError as exc:  # named here, where its name is known: one line, exit code 1
-            raise PluginError(exc.naming(label.partition("[")[0])) from exc
+            raise PluginError(exc.naming(name)) from exc
     cached = inputs.features_cached
     results = []
     for (shots, queries), scores in zip(shapes, all_scores, strict=True):
