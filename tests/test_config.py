@@ -618,3 +618,24 @@ def test_a_root_run_gives_with_its_dataset_stays_with_that_dataset(tmp_path, reg
     settings = settings_from(tmp_path, '[run.dataset]\nroot = "/data/any"\n')  # a root without a name: for any
     config = resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=synthetic"))
     assert config["dataset"]["root"] == "/data/any"
+
+
+def test_a_relative_cache_dir_is_saved_absolute_and_taken_from_the_file(tmp_path, registry, monkeypatch):
+    # dataset.cache_dir was kept as given: a relative one followed the folder each command ran in, so a
+    # resume or a SLURM job started elsewhere decoded the split again into another cache, and [run]'s was
+    # not taken from fslab.toml's folder as its dataset.root is
+    monkeypatch.chdir(tmp_path)
+    config = resolve("nca", registry=registry, settings=settings_from(tmp_path, ""),
+                     overrides=cli("dataset.name=folder", "dataset.root=imgs", "dataset.cache_dir=~/c"))
+    assert config["dataset"]["cache_dir"] == os.path.expanduser("~/c")
+    config = resolve("nca", registry=registry, settings=settings_from(tmp_path, ""),
+                     overrides=cli("dataset.name=folder", "dataset.root=imgs", "dataset.cache_dir=cache"))
+    assert config["dataset"]["cache_dir"] == str(tmp_path / "cache")
+    project = tmp_path / "project"
+    project.mkdir()
+    settings = settings_from(project, '[run.dataset]\nname = "folder"\nroot = "imgs"\ncache_dir = "cache"\n')
+    assert settings.run["dataset"]["cache_dir"] == str(project / "cache")
+    config = resolve("nca", registry=registry, settings=settings)
+    assert config["dataset"]["cache_dir"] == str(project / "cache")
+    assert resolve("nca", registry=registry, settings=settings_from(tmp_path, ""),
+                   overrides=cli("dataset.name=folder", "dataset.root=imgs"))["dataset"]["cache_dir"] == ""

@@ -373,8 +373,9 @@ def resolve(
     if not config["dataset"].get("root"):
         config["dataset"]["root"] = settings.data_roots.get(dataset_name, f"data/{dataset_name}")
         _check_data_root_key(settings, dataset_name, config["dataset"]["root"], registry.names("dataset"))
-    if isinstance(config["dataset"]["root"], str):  # absolute: a worker or a resume may start elsewhere
-        config["dataset"]["root"] = os.path.abspath(os.path.expanduser(config["dataset"]["root"]))
+    for key in ("root", "cache_dir"):  # absolute: a worker or a resume may start elsewhere
+        if isinstance(config["dataset"].get(key), str) and config["dataset"][key]:
+            config["dataset"][key] = os.path.abspath(os.path.expanduser(config["dataset"][key]))
     with naming_the_file(settings, overrides):
         _check_types(config, DEFAULTS, "")
         _check_ranges(config)

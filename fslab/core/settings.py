@@ -188,12 +188,15 @@ def load_settings(path: Path | None = None) -> Settings:
 
 
 def _run_table(data: dict, path: Path) -> dict:
-    """``[run]``, with a relative ``dataset.root`` (``~`` expanded) taken from the file's folder, as
-    ``[data_roots]`` and ``runs_dir`` are: a run started elsewhere (``FSLAB_CONFIG``) reads the same folder."""
+    """``[run]``, with a relative ``dataset.root`` and ``dataset.cache_dir`` (``~`` expanded) taken from the
+    file's folder, as ``[data_roots]`` and ``runs_dir`` are: a run started elsewhere (``FSLAB_CONFIG``) reads
+    and writes the same folders."""
     run = _table(data, "run", path)
     dataset = run.get("dataset")
-    if isinstance(dataset, dict) and isinstance(dataset.get("root"), str) and dataset["root"]:
-        run = {**run, "dataset": {**dataset, "root": str(path.parent / os.path.expanduser(dataset["root"]))}}
+    for key in ("root", "cache_dir"):
+        if isinstance(dataset, dict) and isinstance(dataset.get(key), str) and dataset[key]:
+            dataset = {**dataset, key: str(path.parent / os.path.expanduser(dataset[key]))}
+            run = {**run, "dataset": dataset}
     return run
 
 
