@@ -684,6 +684,24 @@ def test_split_sizes_find_an_empty_class_folder(registry, tmp_path):
         create(registry, "folder", tmp_path).split_sizes()
 
 
+def test_a_broken_link_to_an_image_or_a_class_folder_is_one_line_naming_it(registry, tmp_path):
+    # a link whose target was moved away was skipped: the run trained on fewer images, or classes, than
+    # the folder shows, and said nothing; a good link still counts
+    make_folder_tree(tmp_path, classes=2, per_class=2)
+    train = tmp_path / "train"
+    first = sorted((train / sorted(os.listdir(train))[0]).iterdir())[0]
+    os.symlink(first, train / sorted(os.listdir(train))[1] / "linked.png")
+    assert create(registry, "folder", tmp_path).split_sizes()["train"] == [2, 3]
+    os.symlink(tmp_path / "moved" / "img.png", first.parent / "z.png")
+    with pytest.raises(UsageError, match=rf"^{first.parent / 'z.png'} is a broken link \(to .*moved/img.png\): "
+                                         r"restore what it points at, or remove the link$"):
+        create(registry, "folder", tmp_path).split_sizes()
+    os.remove(first.parent / "z.png")
+    os.symlink(tmp_path / "elsewhere" / "cls", train / "zz")
+    with pytest.raises(UsageError, match=r"zz is a broken link \(to .*elsewhere/cls\)"):
+        create(registry, "folder", tmp_path).load("train")
+
+
 # -- missing files --------------------------------------------------------------------------------
 
 

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fslab_plugins.datasets.image_cache import CachedDataset, decode_all, decode_file, list_images, require
+from fslab_plugins.datasets.image_cache import (
+    CachedDataset,
+    decode_all,
+    decode_file,
+    list_images,
+    refuse_broken_link,
+    require,
+)
 
 from fslab.plugin import UsageError, hookimpl
 
@@ -25,7 +32,10 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     """Class folder name -> its image files (sorted), for every sub-folder of ``split_dir``."""
     if not split_dir.is_dir():  # a file where the split's folder belongs
         raise UsageError(f"{dataset}: {split_dir} is not a folder. Expected layout: {LAYOUT}.")
-    classes = sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    entries = [p for p in split_dir.iterdir() if not p.name.startswith(".")]
+    for path in entries:  # a linked class folder that is gone would leave its class out
+        refuse_broken_link(path)
+    classes = sorted(p.name for p in entries if p.is_dir())
     if not classes:
         raise UsageError(f"{dataset}: {split_dir} has no class folders. Expected layout: {LAYOUT}.")
     tree = {c: list_images(split_dir / c) for c in classes}

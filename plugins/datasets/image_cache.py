@@ -138,9 +138,23 @@ def check_split_name(dataset: str, split: str) -> None:
 
 def list_images(folder: Path) -> list[Path]:
     """Image files directly in ``folder``, sorted by name (the order is part of the cache);
-    hidden files (``._img0.png``, the metadata macOS leaves beside copies) are not images."""
-    return sorted(p for p in folder.iterdir()
-                  if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith(".") and p.is_file())
+    hidden files (``._img0.png``, the metadata macOS leaves beside copies) are not images.
+    A link to an image that is gone is refused (:func:`refuse_broken_link`), not skipped."""
+    images = []
+    for path in folder.iterdir():
+        if path.suffix.lower() in IMAGE_EXTENSIONS and not path.name.startswith("."):
+            refuse_broken_link(path)
+            if path.is_file():
+                images.append(path)
+    return sorted(images)
+
+
+def refuse_broken_link(path: Path) -> None:
+    """A UsageError for a symbolic link whose target is gone: skipping it would
+    train and test on fewer images (or classes) than the folder shows, silently."""
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{path} is a broken link (to {os.readlink(path)}): restore what it points at, "
+                         f"or remove the link")
 
 
 # -- decoding --------------------------------------------------------------------------
