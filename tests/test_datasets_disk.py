@@ -684,6 +684,24 @@ def test_split_sizes_find_an_empty_class_folder(registry, tmp_path):
         create(registry, "folder", tmp_path).split_sizes()
 
 
+def test_float_images_are_scaled_from_0_1_or_read_as_0_255_and_others_named(registry, tmp_path):
+    # a float TIFF's pixels were clipped by PIL's convert: 0..1 data came out almost black (0 or 1)
+    levels = {"unit": (np.float32(0.5), 128), "byte": (np.float32(200.4), 200)}
+    for split in ("train", "val", "test"):
+        for name, (level, _) in levels.items():
+            folder = tmp_path / "data" / split / name
+            folder.mkdir(parents=True)
+            Image.fromarray(np.full((6, 6), level, dtype=np.float32), mode="F").save(folder / "a.tif")
+    split = create(registry, "folder", tmp_path / "data", image_size=6, grayscale=True).load("train")
+    assert split.classes == ["byte", "unit"]
+    assert [int(img.unique()) for img in split.images] == [200, 128]
+    bad = tmp_path / "data" / "val" / "unit" / "a.tif"
+    Image.fromarray(np.full((6, 6), -3.0, dtype=np.float32), mode="F").save(bad)
+    with pytest.raises(UsageError, match=rf"^cannot decode image {bad}: float pixels from -3 to -3 "
+                                         r"\(0\.\.1 or 0\.\.255 are read\); replace or remove the file$"):
+        create(registry, "folder", tmp_path / "data", image_size=6, grayscale=True).load("val")
+
+
 def test_a_broken_link_to_an_image_or_a_class_folder_is_one_line_naming_it(registry, tmp_path):
     # a link whose target was moved away was skipped: the run trained on fewer images, or classes, than
     # the folder shows, and said nothing; a good link still counts

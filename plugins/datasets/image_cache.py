@@ -169,6 +169,8 @@ def to_array(image, size: int, mode: str, box: tuple[int, int, int, int] | None 
 
     if image.mode.startswith("I"):  # 16- or 32-bit integer pixels: convert() would clip each at 255
         image = Image.fromarray(_eight_bits(np.asarray(image)), mode="L")
+    elif image.mode == "F":  # 32-bit float pixels (a TIFF's): convert() would clip each to 0..255 as it is
+        image = Image.fromarray(_float_eight_bits(np.asarray(image)), mode="L")
     image = image.convert(mode)
     if box is not None:
         image = image.crop(box)
@@ -186,6 +188,19 @@ def _eight_bits(pixels):
     pixels = pixels.astype(np.float64)
     top = 65535.0 if pixels.max(initial=0) <= 65535 else float(pixels.max())
     return np.clip(np.rint(pixels * (255.0 / top)), 0, 255).astype(np.uint8)
+
+
+def _float_eight_bits(pixels):
+    """Float pixels scaled to 0..255: from 0..1 where they all lie there, else
+    taken as they are where they lie in 0..255; any other range (or a NaN) is a
+    ValueError, which :func:`decode_file` names with the file."""
+    import numpy as np
+
+    low, high = (float(pixels.min()), float(pixels.max())) if pixels.size else (0.0, 0.0)
+    if not (np.isfinite(pixels).all() and 0.0 <= low and high <= 255.0):
+        raise ValueError(f"float pixels from {low:g} to {high:g} (0..1 or 0..255 are read)")
+    scale = 255.0 if high <= 1.0 else 1.0
+    return np.rint(pixels.astype(np.float64) * scale).astype(np.uint8)
 
 
 def decode_file(path, size: int, mode: str, box=None):
