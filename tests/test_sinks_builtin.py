@@ -199,6 +199,23 @@ def test_export_refuses_in_one_line(exported):
     assert "unknown parameter 'sinks.mlflow.trackinguri' for sink 'mlflow'. Did you mean 'tracking_uri'?" in bad.stderr
 
 
+def test_an_mlflow_server_that_does_not_answer_stops_the_export_at_once(exported):
+    # MLflow's client retried a refused connection for minutes (an export seemed to hang), then each run
+    # of 'all' did the same; a port nothing listens on now fails at once, in one line, and no run is tried
+    import socket
+
+    project, _, env = exported
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = fslab("export", "all", "--to", "mlflow", "--set", f"tracking_uri=http://127.0.0.1:{port}",
+                   cwd=project, env=env, timeout=60)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"error: sink 'mlflow' failed: no MLflow server answers at http://127.0.0.1:{port} ([Errno 111] "
+        f"Connection refused); start it (mlflow server --port ...), or give the sink's tracking_uri"]
+    assert "exported" not in result.stdout
+
+
 def test_an_evaluation_is_tagged_apart_from_the_runs_own_scores_unless_it_is_one_of_them():
     from fslab_plugins.sinks.common import eval_prefix
 

@@ -42,7 +42,8 @@ def export_(
     Exporting a run again replaces what the earlier export (or the live run) wrote there, never adds a copy.
     Runs still queued or running, or whose status.json cannot be read (they may not have ended), are left out,
     each said in one line. The command fails if it exported none,
-    or if the sink failed on a run (that run's error: line; the others are still exported).
+    or if the sink failed on a run (that run's error: line; the others are still exported);
+    a tracking server that does not answer within 10 s stops it at once, in one line.
     """
     from fslab.core.sweeps import select_runs
     from fslab.execution.export import SinkFailed, SinkUnavailable, checked_layers, export_run

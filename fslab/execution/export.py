@@ -13,7 +13,7 @@ sink, the ``[run.sinks.NAME]`` table of ``fslab.toml``, and the command's
 from __future__ import annotations
 
 from fslab.core.config import SINKS, sink_params
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.sinks import replay
 from fslab.core.states import UNREADABLE
@@ -24,6 +24,10 @@ LIVE = ("queued", "running")
 
 class SinkUnavailable(UsageError):
     """The sink cannot be built at all (its package is missing): no run can be exported."""
+
+
+class SinkUnreachable(FslabError):
+    """The sink's server does not answer: no other run would reach it either (exit code 1)."""
 
 
 class SinkFailed(UsageError):
@@ -65,7 +69,8 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     unreadable status cannot tell whether the run ended, nor how) and one that
     logged no event are a UsageError (one line), and the sink is not touched;
     so is an error of the sink's own. A sink whose package is missing is a
-    :class:`SinkUnavailable`, which no other run would escape either."""
+    :class:`SinkUnavailable`, which no other run would escape either; so is a
+    server that does not answer, :class:`SinkUnreachable`."""
     status = run.status()
     state = run.state(status)
     if state in LIVE:
@@ -94,6 +99,8 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
         count = replay(registry, sink, target, params, events)
     except ImportError as exc:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
+    except ConnectionError as exc:  # its server is down or unreachable: so for every run
+        raise SinkUnreachable(f"sink '{sink}' failed: {' '.join(str(exc).split())[:300]}") from None
     except Exception as exc:  # the tracker's own error (a server down, a store it refuses): this run's line
         text = " ".join(str(exc).split())[:300]
         raise SinkFailed(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None

@@ -34,12 +34,37 @@ from fslab.plugin import dotted, hookimpl
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "FAILED"}
 PARAM_LIMIT = 6000  # characters MLflow keeps of a parameter's value
 BATCH = 200  # metrics sent in one call
+PROBE_TIMEOUT = 10.0  # seconds a tracking server gets to answer before the sink gives up on it
 NAMED_STORES = ("databricks", "databricks-uc", "uc")  # tracking URIs without ':' that are not folders
 
 
 def metric_key(key: str) -> str:
     """A key MLflow accepts (letters, digits, ``_ - . / `` and spaces): ``knn[k=3]`` -> ``knn_k_3_``."""
     return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", key)
+
+
+def answering(uri: str) -> None:
+    """A ConnectionError when no server answers at an ``http(s)`` tracking URI
+    within :data:`PROBE_TIMEOUT` s. MLflow's client retries a refused or silent
+    server for minutes before it gives up, so ``fslab export`` seemed to hang.
+    Any answer will do, an error status or a certificate MLflow may be told to
+    accept included: the client then says what is wrong."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT).close()
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, ssl.SSLError):
+            return
+        raise ConnectionError(f"no MLflow server answers at {uri} ({reason}); start it (mlflow server "
+                              f"--port ...), or give the sink's tracking_uri") from None
 
 
 class MLflowSink:
@@ -52,6 +77,7 @@ class MLflowSink:
         if uri.startswith("file:") or "://" not in uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         need("mlflow", "mlflow", "mlflow")
+        answering(uri)
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
