@@ -4,9 +4,11 @@ end to end on one tiny trained run."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import shutil
 
 import pytest
 import torch
@@ -433,6 +435,39 @@ def test_fslab_eval_with_every_feature_evaluator(trained_run, builtin_plugins, m
     text = fslab("eval", run_id, "--evaluator", "retrieval-map", "--episodes", "30", cwd=folder, env=env)
     assert text.returncode == 0 and "retrieval-map" in text.stdout and "mAP " in text.stdout
 
+
+@pytest.mark.slow
+def test_an_evaluator_value_the_episodes_refuse_is_found_before_the_split_is_embedded(trained_run, builtin_plugins,
+                                                                                       monkeypatch):
+    # knn's k above a 1-shot episode's support points was refused only once the test split had been
+    # embedded and cached, which can take minutes at a paper's size; now no feature is computed first
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+
+    folder, run_id, _ = trained_run
+    monkeypatch.chdir(folder)
+    features = folder / "runs" / run_id / "features"
+    shutil.rmtree(features, ignore_errors=True)
+    bad = CliRunner().invoke(app, ["eval", run_id, "--evaluator", "knn", "--set", "evaluator.k=10", "--shots", "5,1",
+                                   "--episodes", "5"])
+    assert isinstance(bad.exception, UsageError)
+    assert str(bad.exception) == "knn: k must be between 1 and the 5 support points (0 = shots), got 10"
+    assert not features.exists()
+
+
+def test_check_refused_finds_what_the_evaluator_refuses_for_a_shape_and_nothing_else():
+    from fslab.training.evaluation import check_refused
+
+    check_refused(knn, 5, [1, 5], 15)  # k = 0: k = shots, fine at any shots
+    check_refused(functools.partial(knn, k=4), 3, [5], 2)
+    with pytest.raises(UsageError, match=r"^knn: k must be between 1 and the 3 support points"):
+        check_refused(functools.partial(knn, k=4), 3, [5, 1], 2)
+
+    def fussy(support, query):  # blank features break it, real ones need not: left to the real episodes
+        raise ZeroDivisionError("blank")
+
+    check_refused(fussy, 5, [1], 15)
 
 @pytest.mark.slow
 def test_fslab_eval_fine_tunes_on_few_episodes(trained_run, builtin_plugins, monkeypatch):

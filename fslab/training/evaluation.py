@@ -114,6 +114,23 @@ def check_classes(labels: Sequence[int] | torch.Tensor, ways: int, shots: int, q
     _check_counts(counts, ways, shots, queries)
 
 
+def check_refused(evaluator: Callable, ways: int, shots: Sequence[int], queries: int) -> None:
+    """The UsageError ``evaluator`` raises for episodes of one of its shapes
+    (:func:`episode_shapes`; knn's ``k`` above a 1-shot episode's support points),
+    found on one episode of blank features before any split is embedded, which
+    can take minutes. Whatever else a blank episode makes it raise is left to
+    the real episodes, where it is named."""
+    if evaluator_traits(evaluator).needs_model:
+        return
+    for n, q in episode_shapes(evaluator, shots, queries):
+        try:
+            evaluator(torch.zeros(1, ways, n, 2), torch.zeros(1, ways * q, 2))
+        except UsageError:
+            raise
+        except Exception:  # blank features are no real episode: the real ones say what fails
+            continue
+
+
 def _check_counts(counts: torch.Tensor, ways: int, shots: int, queries: int) -> None:
     """:func:`check_classes` on the images per class (``counts``) already counted."""
     enough = int((counts >= shots + queries).sum())

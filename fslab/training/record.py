@@ -101,6 +101,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     traits = evaluator_traits(evaluator)
     name = label.partition("[")[0]  # the evaluator's name, without its parameters
     shapes = evaluation.episode_shapes(evaluator, episodes.shots, episodes.queries)
+    evaluation.check_refused(evaluator, episodes.ways, episodes.shots, episodes.queries)
     for shots, queries in shapes:  # every shape before any is scored: a refused one records nothing
         try:
             evaluation.check_classes(inputs.labels, episodes.ways, shots, queries)

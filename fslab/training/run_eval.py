@@ -43,6 +43,7 @@ from fslab.training.build import (
     plugin_kwargs,
 )
 from fslab.training.checkpoint import load_checkpoint, load_saved
+from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import embed, resolve_numerics
 from fslab.training.record import (
@@ -192,6 +193,7 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     classify = build_evaluator(registry, section)
     chosen = Episodes(split=split, ways=ways, shots=shots, queries=queries, count=episode_count(classify, episodes),
                       seed=cfg.eval.seed, epoch=checkpoint.epoch)
+    check_refused(classify, ways, shots, queries)  # before the split is embedded (minutes at a paper's size)
     inputs = evaluation_inputs(run, split, checkpoint, classify)
     return evaluate_and_record(EventLog(run, echo=False), classify, recorded_evaluator(section), inputs, chosen,
                                save=True, source="fslab eval")
