@@ -76,6 +76,21 @@ def test_all_exports_the_finished_runs_and_says_why_the_others_are_left_out(stor
     assert [s.step for s in _board(real / "tb").Scalars("train/loss")] == [e["step"] for e in events(real, "train")]
 
 
+def test_a_run_of_one_event_is_counted_in_the_singular(store):
+    project, real, env = store
+    one = _copy(project / "runs", real.name, "20200101-000008-nca-once")
+    shutil.rmtree(one / "tb", ignore_errors=True)  # an earlier test's export
+    first = (one / "metrics.jsonl").read_text().splitlines(keepends=True)[0]
+    (one / "metrics.jsonl").write_text(first)
+    try:
+        out = fslab("export", one.name, "--to", "tensorboard", cwd=project, env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [f"{one.name} (completed): 1 event -> tensorboard",
+                                           "exported 1 run to tensorboard"]
+    finally:
+        shutil.rmtree(one)
+
+
 def test_a_sweep_exports_its_runs_with_the_sweep_as_tag(store):
     project, _, env = store
     uri = (project / "sweep-mlruns").as_uri()

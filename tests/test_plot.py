@@ -93,6 +93,14 @@ def test_size_shots_and_series_options(batch_store):
     assert math.isclose(line["points"][1]["accuracy"], direct_ci(pooled)[0])
 
 
+def test_one_point_is_counted_in_the_singular(batch_store):
+    folder, _ = batch_store
+    run_id = sorted(p.name for p in (folder / "runs").iterdir() if p.name[0].isdigit())[0]
+    result = fslab("plot", "batch-size", run_id, "--shots", "5", "--out", "single.png", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "wrote single.png (500x420 px, 1 panel, 1 point)"
+
+
 def test_pairs_figure_places_protonets_by_the_pairs_they_used(tmp_path, builtin_plugins, monkeypatch):
     rng = random.Random(1)
     data = {}

@@ -74,7 +74,7 @@ def export_(
         if as_json:
             print(json.dumps(done))
         else:
-            console.print(f"{done['run']} ({done['state']}): {done['events']} events -> {to}", highlight=False)
+            console.print(f"{done['run']} ({done['state']}): {count(done['events'], 'event')} -> {to}", highlight=False)
     if not as_json:
         console.print(f"exported {count(exported, 'run')} to {to}"
                       + (f"; {skipped} left out" if skipped else "")

@@ -342,4 +342,4 @@ def plot_(
     points = sum(len(s["points"]) for panel in data["panels"] for s in panel["series"])
     panels = len(data["panels"])
     console.print(f"wrote {shown(str(out))} ({width}x{height} px, {count(panels, 'panel')}, "
-                  f"{points} points)", highlight=False)
+                  f"{count(points, 'point')})", highlight=False)
