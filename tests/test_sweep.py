@@ -317,6 +317,7 @@ def test_a_slot_lock_that_cannot_be_opened_is_one_line_and_queues_nothing(projec
     queue = [json.loads(line) for line in fslab("queue", "--json", cwd=project).stdout.splitlines()]
     assert [(q["slot"], q["busy"]) for q in queue] == [("cpu-0", False), ("cpu-1", None)]
     assert "cpu-1.lock cannot be opened" in queue[1]["problem"]
+    assert queue[0]["problem"] is None  # every slot line has the key, as every --json line has its keys
     shown = fslab("queue", cwd=project)
     assert shown.returncode == 0 and "slots: cpu-0 free, cpu-1 unusable" in shown.stdout
     shutil.rmtree(slots)

@@ -412,7 +412,8 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     machine rebooted), with the command that starts one.
 
     With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
-    "slot" (slot, gpu, busy; busy is null, with a "problem", where the slot's lock file cannot be opened)."""
+    "slot" (slot, gpu, busy, problem; problem is null unless the slot's lock file cannot be opened, and busy
+    is null then)."""
     from fslab.core.runstore import Run, short_ids, start_order
     from fslab.core.summary import list_summaries
     from fslab.execution.slots import configured_slots, slot_state
@@ -438,7 +439,7 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     else:
         console.print("no runs queued or running", highlight=False)
     console.print("slots: " + ", ".join(f"{s['slot']} {SLOT_WORDS[s['busy']]}" for s in slots), highlight=False)
-    for problem in dict.fromkeys(s["problem"] for s in slots if "problem" in s):
+    for problem in dict.fromkeys(s["problem"] for s in slots if s["problem"]):
         console.print(problem, highlight=False, markup=False)
     _say_if_no_scheduler(project.runs_dir)
 

@@ -147,8 +147,8 @@ def slot_in_use(folder: Path, slot: Slot) -> bool:
 
 def slot_state(folder: Path, slot: Slot) -> dict:
     """``busy``: whether a worker holds the slot; None where its lock file
-    cannot be opened, with the ``problem`` in one line."""
+    cannot be opened, with the ``problem`` in one line (else None: every slot has both keys)."""
     try:
-        return {"busy": folder.exists() and slot_in_use(folder, slot)}
+        return {"busy": folder.exists() and slot_in_use(folder, slot), "problem": None}
     except OSError as error:
         return {"busy": None, "problem": unusable(folder, error)}
