@@ -194,6 +194,23 @@ def test_a_run_with_an_unreadable_status_is_neither_resumed_nor_requeued(run_fol
     assert not any(pid_alive(pid) for pid in (0, -1, 2**31, 10**30))  # no process has these: never probed
 
 
+def test_resuming_a_completed_run_whose_config_broke_names_no_command_that_fails_too(run_folder):
+    """fslab resume of such a run said to start one like it with fslab run --like, which refuses it."""
+    from fslab.execution.checks import check_resumable
+
+    folder = run_folder()
+    assert Run(folder).state() == "completed"
+    with pytest.raises(UsageError, match=r"fslab run --like"):
+        check_resumable(Run(folder))  # with its configuration, --like is the way on
+    (folder / "config.json").write_text('{"method": "nc')
+    with pytest.raises(UsageError) as refused:
+        check_resumable(Run(folder))
+    assert "--like" not in str(refused.value)
+    assert str(refused.value).endswith("is completed; only killed, lost or failed runs can resume; nor can a run "
+                                       "like it start while its config.json is missing or unreadable (fslab runs "
+                                       "lists it as unreadable): put the file back from a copy of the run")
+
+
 def test_stop_signals_a_local_job_only_if_it_is_this_runs(run_folder):
     """status.json is a plain file: a slurm_job_id naming any process (or -1, every one) must not be signalled."""
     from fslab.execution.slurm import cancel_job, is_local_job_of

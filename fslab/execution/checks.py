@@ -163,7 +163,9 @@ def check_resumable(run: Run) -> None:
         raise UsageError(f"run {run.id} cannot resume: its config.json is missing or unreadable (fslab runs lists "
                          f"it as unreadable); put the file back from a copy of the run, then resume it")
     if state not in RESUMABLE:
-        again = f"; to train a run like it from the start: {like_command(run.id)}" if state == "completed" else ""
+        again = ("" if state != "completed" else f"; to train a run like it from the start: {like_command(run.id)}"
+                 if run.config() else "; nor can a run like it start while its config.json is missing or unreadable "
+                 "(fslab runs lists it as unreadable): put the file back from a copy of the run")
         raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume{again}")
     if not run.checkpoint_path.exists():
         raise UsageError(
