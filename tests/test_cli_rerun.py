@@ -81,6 +81,25 @@ def test_like_of_a_run_without_configuration_is_one_line(project):
     assert result.returncode == 2 and result.stderr.startswith("error: run ") and "Traceback" not in result.stderr
 
 
+def test_like_of_a_run_whose_data_root_is_gone_names_the_option_that_moves_it(project, registry, tmp_path):
+    """The dataset's own line said to give the root with --data-root or [data_roots] of fslab.toml; the
+    saved root is a layer above [data_roots], so that changed nothing."""
+    old = resolved_run(project, registry)
+    gone = tmp_path / "moved-away"
+    config = {**old.config(), "dataset": {"name": "folder", "root": str(gone), "cache_dir": "", "grayscale": False,
+                                          "image_size": 16}}
+    (old.path / "config.json").write_text(json.dumps(config))
+    (project / "fslab.toml").write_text(f"[data_roots]\nfolder = '{tmp_path / 'elsewhere'}'\n")
+    result = fslab("run", "--like", old.id, cwd=project)
+    assert result.returncode == 2
+    assert result.stderr == (f"error: --like {old.id}: that run was trained on {gone}, which is not a folder now; "
+                             f"a run like it reads its data there too: if the data moved, give where it lies with "
+                             f"--data-root DIR\n")
+    assert list((project / "runs").iterdir()) == [old.path]  # nothing created
+    elsewhere = fslab("run", "--like", old.id, "--data-root", str(tmp_path / "nor-here"), cwd=project)
+    assert elsewhere.returncode == 2 and "folder: the data root" in elsewhere.stderr  # the dataset's line for that root
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["run"], "fslab run needs a METHOD (e.g. fslab run nca) or --like RUN"),
     (["run", "nca", "--like", "last"], "give either METHOD or --like RUN, not both"),

@@ -83,7 +83,10 @@ def run(
     options = executors.job_options(project, executor, slurm)
     layers = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink)
     method, layers = _method_and_layers(method, like, layers, project)
-    started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options)
+    try:
+        started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options)
+    except UsageError as exc:
+        raise _like_root_gone(like, layers, exc) or exc from None
     if detach:
         console.print(started.run.id, highlight=False)
     elif started.job_id is not None:
@@ -91,6 +94,18 @@ def run(
                       f"follow it with: fslab logs {started.run.id} --follow", highlight=False)
     else:
         _follow_to_end(started.run, started.process)
+
+
+def _like_root_gone(like: str | None, layers: list[dict], exc: UsageError) -> UsageError | None:
+    """With --like RUN, where ``exc`` is the dataset's line for RUN's saved data root and that root is
+    gone: a line that says only --data-root moves it (the saved root is a layer above [data_roots] of
+    fslab.toml, which the dataset's own line also suggests)."""
+    from fslab.execution.executor import gone_root
+
+    if like is None or (root := gone_root(layers[0].get("dataset"), exc)) is None:
+        return None
+    return UsageError(f"--like {like}: that run was trained on {root}, which is not a folder now; a run like it "
+                      f"reads its data there too: if the data moved, give where it lies with --data-root DIR")
 
 
 def _method_and_layers(method: str | None, like: str | None, layers: list[dict], project) -> tuple[str, list[dict]]:
