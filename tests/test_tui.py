@@ -1097,6 +1097,17 @@ def test_fslab_tui_exits_non_zero_when_the_dashboard_stopped_on_an_error(project
     assert CliRunner().invoke(app, ["tui"]).exit_code == 0
 
 
+def test_web_options_without_web_are_one_line_not_a_terminal_dashboard(tmp_path):
+    """fslab tui --port 8080 (--web forgotten) opened the dashboard in the terminal, the option unused."""
+    from .runs_helpers import fslab
+
+    for option, value in (("--port", "8080"), ("--host", "0.0.0.0"), ("--token", "a-long-token")):
+        result = fslab("tui", option, value, cwd=tmp_path, timeout=60)
+        assert (result.returncode, result.stderr) == (
+            2, f"error: {option} applies only with --web (fslab tui --web {option} ...); without --web the "
+               f"dashboard opens in this terminal\n")
+
+
 def test_a_tick_that_is_not_a_positive_number_of_seconds_is_one_line(tmp_path):
     from .runs_helpers import fslab
 

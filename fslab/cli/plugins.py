@@ -101,10 +101,11 @@ def tui(
     tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store (above 0).")] = 1.0,
     web: Annotated[bool, typer.Option(
         "--web", help="Serve the dashboard to a browser instead (needs pip install 'fslab\\[web]').")] = False,
-    host: Annotated[str, typer.Option(
+    host: Annotated[str | None, typer.Option(
         help="With --web: the address to listen on; loopback is this machine only (from another one: an SSH "
-             "tunnel), any other requires a token.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="With --web: the port to listen on.")] = 8000,
+             "tunnel), any other requires a token (default: 127.0.0.1).", show_default=False)] = None,
+    port: Annotated[int | None, typer.Option(help="With --web: the port to listen on (default: 8000).",
+                                             show_default=False)] = None,
     token: Annotated[str | None, typer.Option(
         help="With --web: require this token (made up when the host is not loopback and none is given).")] = None,
 ) -> None:
@@ -118,8 +119,13 @@ def tui(
 
         raise UsageError(f"--tick must be a number of seconds above 0, got {tick}; e.g. --tick 1")
     if web:
-        _serve(host, port, token, tick)
+        _serve("127.0.0.1" if host is None else host, 8000 if port is None else port, token, tick)
         return
+    if given := [name for name, value in (("--host", host), ("--port", port), ("--token", token)) if value is not None]:
+        from fslab.core.errors import UsageError
+
+        raise UsageError(f"{given[0]} applies only with --web (fslab tui --web {given[0]} ...); without --web the "
+                         f"dashboard opens in this terminal")
     from fslab.tui import make_app
 
     project = settings()
