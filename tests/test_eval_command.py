@@ -115,6 +115,10 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     results = json.loads((run_dir / "results.json").read_text())
     episodes = json.loads((run_dir / "config.json").read_text())["eval"]["test_episodes"]
     assert {k for k in results if k.startswith(("test", "val"))} == {"test", "val", "test_3way", "val_3way"}
+    # fslab run prints every test it made, the 3-way one included (it printed the 5-way one alone)
+    printed = [line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("test ")]
+    assert printed == ["test 5-way 1-shot", "test 5-way 5-shot", "test 3-way 1-shot", "test 3-way 5-shot"]
+    assert f"test 3-way 5-shot: {100 * results['test_3way']['5-shot']['accuracy']:.2f} ± " in done.stdout
     for key, split, ways in (("val", "val", 5), ("test_3way", "test", 3), ("val_3way", "val", 3)):
         assert set(results[key]) == {"1-shot", "5-shot"} and results[key] != results["test"]
         for n in (1, 5):

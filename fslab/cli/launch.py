@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -126,7 +127,6 @@ def _method_and_layers(method: str | None, like: str | None, layers: list[dict],
 def _follow_to_end(run_, process) -> None:
     """Follow a started worker; print the test accuracies, or why it ended."""
     from fslab.cli.follow import follow
-    from fslab.core.events import accuracy_text
     from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
 
@@ -146,9 +146,8 @@ def _follow_to_end(run_, process) -> None:
     process.wait()
     results = run_.results()
     if state == "completed" and results:
-        for shots, value in results["test"].items():
-            console.print(f"test {results['ways']}-way {shots}: {accuracy_text(value)} "
-                          f"({results['episodes']} episodes)", highlight=False)
+        for line in _test_lines(results):
+            console.print(line, highlight=False)
         return
     status = run_.status()
     error = status.get("error") or _signal_text(process.returncode) or "no error recorded"
@@ -159,6 +158,19 @@ def _follow_to_end(run_, process) -> None:
     err_console.print(f"{run_.id}: {state}: {shown(str(error))}. See: fslab logs {run_.id} --stderr{again}",
                       highlight=False)
     raise typer.Exit(1)
+
+
+def _test_lines(results: dict) -> list[str]:
+    """The final network's test scores as results.json holds them: at eval.ways (``test``), then at each of
+    eval.extra_ways (``test_20way``), which the lines printed as the run went (validations) do not show."""
+    from fslab.core.events import accuracy_text
+    from fslab.core.schemas import SCORE, complete
+
+    extra = sorted((int(key[5:-3]), key) for key, value in results.items()
+                   if re.fullmatch(r"test_\d+way", key) and isinstance(value, dict))
+    return [f"test {ways}-way {shots}: {accuracy_text(score)} ({results['episodes']} episodes)"
+            for ways, key in [(results["ways"], "test"), *extra] for shots, score in results[key].items()
+            if complete(score, SCORE)]
 
 
 class Terminated(KeyboardInterrupt):
