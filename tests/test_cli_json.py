@@ -105,3 +105,9 @@ def test_study_list_and_show_print_json_lines(project):
     assert studies and all(set(s) == documented_keys("study list")[None] for s in studies)
     [shown] = lines_of("study", "show", studies[0]["name"], "--json", cwd=project)
     assert shown["name"] == studies[0]["name"]
+
+
+def test_study_show_prints_the_documented_keys(project):
+    """The README's JSON table had no row for fslab study show --json."""
+    (study,) = lines_of("study", "show", "nca-supcon", "--json", cwd=project)
+    assert set(study) == documented_keys("study show")[None]
