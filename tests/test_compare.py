@@ -65,6 +65,30 @@ def test_group_by_a_key_merges_the_rest(store):
     assert report["paired"] == []
 
 
+def test_group_by_pairs_each_run_with_its_twin_in_the_other_settings_too(tmp_path):
+    # --group-by loss.name pools both learning rates in each group, so a group holds two runs of each seed:
+    # every run of a seed was paired with the same one of the baseline (the last of that seed), here the
+    # other learning rate's, where a paired difference must hold all but the compared key fixed
+    rng = random.Random(1)
+    accs = {}
+    for loss in ("nca", "protonet"):
+        for lr in (0.1, 0.05):
+            for seed in (0, 1):
+                scores = [rng.choice([0.2, 0.6, 1.0]) for _ in range(30)]
+                run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed, "device": "cpu",
+                                                            "train": {"lr": lr}, "loss": {"name": loss}})
+                run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 30,
+                                     "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0},
+                                    scores)
+                accs[(loss, lr, seed)] = scores
+    report = compare(list_runs(tmp_path / "runs"), shots=[5], group_by=["loss.name"])
+    assert [g["group"] for g in report["groups"]] == ["loss.name=nca", "loss.name=protonet"]
+    (paired,) = report["paired"]
+    diffs = [b - a for lr in (0.1, 0.05) for seed in (0, 1)
+             for a, b in zip(accs[("nca", lr, seed)], accs[("protonet", lr, seed)])]
+    mean, ci = direct_ci(diffs)
+    assert paired["episodes"] == 120 and math.isclose(paired["difference"], mean) and math.isclose(paired["ci95"], ci)
+
 def test_runs_on_several_gpus_fall_in_the_group_of_their_one_gpu_twins(tmp_path):
     """--gpus N trains as one process on the whole batch: like the device, the number of
     processes says where a run trained, not what it learned, so it splits no group."""

@@ -199,7 +199,8 @@ def compare_(
         metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.",
         autocompletion=runs_or_sweeps)],
     group_by: Annotated[str | None, typer.Option(
-        help="Comma-separated config keys to group by (default: every setting but the seed).")] = None,
+        help="Comma-separated config keys to group by (default: every setting but the seed); "
+             "runs pair by seed and the settings not grouped by.")] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="table, md, latex, csv or json; md, latex and csv add a row per paired "
                          "difference (csv: its baseline named, in difference columns of its own).")] = "table",

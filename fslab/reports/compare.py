@@ -300,15 +300,17 @@ def shapes_text(shapes) -> str:
 
 def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluator=None,
                        files: RunFiles | None = None, episodes: int | None = None) -> list[float]:
-    """Episode-by-episode differences b − a over runs paired by seed, where
+    """Episode-by-episode differences b − a over runs paired by seed (and, where
+    ``--group-by`` pools other settings in a group, by those: :func:`_twin`), where
     both runs were scored on the same episodes: the same dataset (its root
     aside), the same data (:func:`same_data`) and the same count, seed and
     episode stream version (``episodes`` episodes, default: the most both share)."""
     files = files or RunFiles()
-    by_seed = {_encode(files.config(r).get("seed")): r for r in a.runs}
+    grouped = tuple({**a.settings, **b.settings})  # what tells the groups apart; the rest pairs twins
+    by_twin = {_twin(r, files, grouped): r for r in a.runs}
     out = []
     for run in b.runs:
-        other = by_seed.get(_encode(files.config(run).get("seed")))
+        other = by_twin.get(_twin(run, files, grouped))
         if other is None or _data(files.config(run)) != _data(files.config(other)):
             continue
         count = episodes or shared_episodes([run, other], split, shots, ways, queries, evaluator, files)
@@ -318,6 +320,14 @@ def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluato
                 and same_data(mine, theirs)):
             out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
     return out
+
+
+def _twin(run: Run, files: RunFiles, grouped: tuple) -> tuple:
+    """What a run is paired on: its seed and its settings outside ``grouped``, the keys
+    groups are told by. Without ``--group-by`` those are all of them, so the seed alone;
+    with it, a group pools runs of other settings too, and each pairs with its twin."""
+    rest = run_settings(run, files.flat(run), None, "", leave_out=grouped)
+    return _encode(files.config(run).get("seed")), tuple(sorted(rest.items()))
 
 
 def same_data(a: dict, b: dict) -> bool:
