@@ -212,13 +212,18 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
     assert again.stdout.strip() == f"{sweep_id}: 3 runs queued again"
     assert wait_for(lambda: final() == ["completed"] * 4 and final(), timeout=180, what="the resumed sweep")
     assert json.loads((project / "runs" / order[0] / "status.json").read_text())["ended"] == first_end
+    # the run that failed before its first checkpoint started again from its beginning, and its metrics hold
+    # that start alone: the failed start's events were kept before it, a step logged twice
+    logged = [json.loads(line) for line in (project / "runs" / order[1] / "metrics.jsonl").read_text().splitlines()]
+    steps = [e["step"] for e in logged if e["event"] == "train"]
+    assert [e["event"] for e in logged].count("start") == 1 and steps == sorted(set(steps)) and steps
     # the slot frees when the last worker process has exited, a moment after its status says completed
     def queue_items():
         return [json.loads(line) for line in fslab("queue", "--json", cwd=project).stdout.splitlines()]
 
     queue = wait_for(lambda: (q := queue_items()) and q[-1]["busy"] is False and q, timeout=30,
                      what="the slot to free")
-    assert queue == [{"type": "slot", "slot": "cpu-0", "gpu": None, "busy": False}]
+    assert queue == [{"type": "slot", "slot": "cpu-0", "gpu": None, "busy": False, "problem": None}]
 
 
 def test_sweep_with_a_bad_value_writes_nothing(project):

@@ -89,6 +89,20 @@ class EventLog:
             self.file = None
 
 
+def start_afresh(run: Run) -> None:
+    """Empty ``metrics.jsonl`` for a run that starts from its beginning again: one
+    queued again (``fslab sweep resume``, a requeued SLURM job) after it ended
+    before its first checkpoint. The events of that earlier start would read as
+    this one's, each step up to where it stopped logged twice. A new run has no
+    file yet, and nothing is done."""
+    try:
+        if run.metrics_path.stat().st_size == 0:
+            return
+    except FileNotFoundError:
+        return
+    atomic_write_text(run.metrics_path, "")
+
+
 def truncate_to_checkpoint(run: Run, epoch: int) -> None:
     """Cut ``metrics.jsonl`` back to the checkpoint event of ``epoch``, so a
     resumed run continues the file without repeating or skipping a step. The

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fslab.core.config import RunConfig, run_config, tested_ways
-from fslab.core.eventlog import EventLog, truncate_to_checkpoint
+from fslab.core.eventlog import EventLog, start_afresh, truncate_to_checkpoint
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import atomic_write_json
 from fslab.core.registry import load_registry
@@ -95,6 +95,8 @@ def setup(run: Run, resume: bool, listeners=()) -> Trainer:
         checkpoint = load_checkpoint(run.checkpoint_path, device)
         if world.main:
             truncate_to_checkpoint(run, checkpoint["epoch"])
+    elif world.main:
+        start_afresh(run)  # queued again before its first checkpoint: that start's events are not this one's
     log = EventLog(run, enabled=world.main, listeners=listeners)
     parts = build_training(registry, cfg, world, device, channels_last=numerics.channels_last)
     feature_network(parts.model, cfg.eval.feature_stages)  # a backbone without those stages fails now, not later
