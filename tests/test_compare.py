@@ -167,7 +167,7 @@ def test_cli_compare(store, builtin_plugins, monkeypatch):
         assert bad.returncode == 2 and bad.stderr == f"error: {message}\n", args
     (folder / "empty").mkdir()
     none = fslab("compare", "all", cwd=folder / "empty")
-    assert none.returncode == 2 and none.stderr.startswith("error: no runs to compare; name run ids")
+    assert none.returncode == 2 and none.stderr.startswith("error: no runs to compare: runs/ holds none yet")
 
 
 def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, monkeypatch):

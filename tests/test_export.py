@@ -242,8 +242,19 @@ def test_all_in_a_store_without_runs_is_one_error_line(tmp_path):
     (tmp_path / "runs").mkdir()
     out = fslab("export", "all", "--to", "tensorboard", cwd=tmp_path, env=env)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.strip() == ("error: no runs to export; name run ids, sweep ids or 'all' "
-                                  "(list them with: fslab runs)")
+    assert out.stderr.strip() == "error: no runs to export: runs/ holds none yet (start one with: fslab run METHOD)"
+    # it said to name run ids, sweep ids or 'all', which it had been given; compare and plot said the same
+    for verb in ("compare", "plot batch-size"):
+        out = fslab(*verb.split(), "all", cwd=tmp_path, env=env)
+        assert out.returncode == 2 and out.stderr.strip() == (
+            f"error: no runs to {verb.split()[0]}: runs/ holds none yet (start one with: fslab run METHOD)")
+    sweeps = tmp_path / "runs" / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "sweep-20260101-000000-abcd.json").write_text(
+        '{"id": "sweep-20260101-000000-abcd", "method": "nca", "runs": [], "fail_fast": false, "created": 1.0}')
+    out = fslab("compare", "sweep-20260101-000000-abcd", cwd=tmp_path, env=env)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "error: no runs to compare: the sweep named holds none (list runs and sweeps with: fslab runs)")
 
 
 def test_a_run_whose_own_sink_parameters_are_wrong_is_named_in_its_line(store, tmp_path):

@@ -520,11 +520,13 @@ def test_a_part_of_a_sweep_id_names_the_sweep_where_a_sweep_is_taken(tmp_path):
         run.write_status(state="completed", pid=None, sweep="sweep-20261123-100000-abcd")
     save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
     for ref in ("abcd", "100000-abcd", "sweep-20261123-100000-abcd"):
-        assert names_sweep(runs, ref) and [run.id for run in select_runs(runs, [ref])] == [run.id for run in made]
+        chosen = select_runs(runs, [ref], "compare")
+        assert names_sweep(runs, ref) and [run.id for run in chosen] == [run.id for run in made]
     suffix = made[0].id[-4:]  # a run's own part comes first
-    assert not names_sweep(runs, suffix) and [run.id for run in select_runs(runs, [suffix])] == [made[0].id]
+    chosen = select_runs(runs, [suffix], "compare")
+    assert not names_sweep(runs, suffix) and [run.id for run in chosen] == [made[0].id]
     # each run once, where first named: fslab export RUN RUN exported it twice and counted 2 runs
-    assert [run.id for run in select_runs(runs, [suffix, "abcd", made[0].id])] == [made[0].id, made[1].id]
+    assert [run.id for run in select_runs(runs, [suffix, "abcd", made[0].id], "compare")] == [made[0].id, made[1].id]
     assert not names_sweep(runs, "last") and not names_sweep(runs, "nope")
     with pytest.raises(RunNotFound) as error:
         find_run(runs, "abcd")

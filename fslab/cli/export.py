@@ -54,9 +54,7 @@ def export_(
     # a wrong --set or [run.sinks.SINK] of fslab.toml: one line before any run is touched
     layers = checked_layers(found, project, to, _command_layer(found, to, set_ or []))
     exported, skipped, failed = 0, 0, 0
-    chosen = select_runs(project.runs_dir, refs)
-    if not chosen:  # 'all' in an empty store, or a sweep without runs
-        raise UsageError("no runs to export; name run ids, sweep ids or 'all' (list them with: fslab runs)")
+    chosen = select_runs(project.runs_dir, refs, "export")
     for run in chosen:
         try:
             done = export_run(found, run, to, layers)

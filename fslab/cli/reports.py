@@ -227,9 +227,7 @@ def compare_(
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
     shot_list = episode_options(split, shots, ways, queries)
-    runs = select_runs(settings().runs_dir, refs)
-    if not runs:
-        raise UsageError("no runs to compare; name run ids, sweep ids or 'all' (list them with: fslab runs)")
+    runs = select_runs(settings().runs_dir, refs, "compare")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
     _say_left_out(report, split, shots, evaluator)
@@ -327,7 +325,7 @@ def plot_(
     pixels = parse_size(size) if size else None
     out = png_path(out, x)
     shot_list = episode_options(split, shots, ways, queries)
-    runs = select_runs(settings().runs_dir, refs)
+    runs = select_runs(settings().runs_dir, refs, "plot")
     data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
                        shots=shot_list, ways=ways, queries=queries)
     for item in data["left_out"][:5]:  # on stderr, so --json's output stays one object

@@ -61,11 +61,16 @@ def sweep_runs(runs_dir: Path, record: dict) -> list[Run]:
     return [Run(Path(runs_dir) / run_id) for run_id in record["runs"]]
 
 
-def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
+def select_runs(runs_dir: Path, refs: list[str], verb: str) -> list[Run]:
     """The runs named on a command line: run ids (or unique parts of them),
-    sweep ids (every run of the sweep) or ``all``; each run once, where it is first named."""
+    sweep ids (every run of the sweep) or ``all``; each run once, where it is first
+    named. None at all (``all`` in an empty store, sweeps without runs) is a
+    UsageError saying which, with what the command would ``verb`` them."""
     if refs == ["all"]:
-        return list_runs(runs_dir)
+        runs = list_runs(runs_dir)
+        if not runs:
+            raise UsageError(f"no runs to {verb}: {runs_dir}/ holds none yet (start one with: fslab run METHOD)")
+        return runs
     if "all" in refs:
         raise UsageError("'all' names every run: give it alone, or name the runs and sweeps")
     runs = []
@@ -74,6 +79,9 @@ def select_runs(runs_dir: Path, refs: list[str]) -> list[Run]:
             runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
         else:
             runs.append(find_run(runs_dir, ref))
+    if not runs:  # only sweeps, each without runs
+        named = "the sweeps named hold" if len(refs) > 1 else "the sweep named holds"
+        raise UsageError(f"no runs to {verb}: {named} none (list runs and sweeps with: fslab runs)")
     once = {run.id: run for run in reversed(runs)}  # a run named twice (a sweep and one of its runs) counts once
     return [run for run in runs if once.pop(run.id, None) is not None]
 
