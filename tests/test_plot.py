@@ -132,6 +132,8 @@ def test_pairs_figure_places_protonets_by_the_pairs_they_used(tmp_path, builtin_
 def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
     folder, _ = batch_store
     for args, message in [
+        # every run lacks it: said of them all (it named the first run alone, as if the others had it)
+        (["train.momentum", "all"], "none of the 8 runs gives 'train.momentum' a value; run "),
         (["train.momentum", "all"], "has no configuration key 'train.momentum'"),
         (["batch-size", "all", "--size", "big"], "--size takes WIDTHxHEIGHT in pixels"),
         (["batch-size", "all", "--queries", "5"],

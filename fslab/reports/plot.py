@@ -162,6 +162,8 @@ def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles)
         point = line["points"].setdefault("measured" if measured else json.dumps(value), {"x": [], "runs": []})
         point["x"].append(value)
         point["runs"].append(run)
+    if not lines and len(no_x) > 1:  # not one run has it: the first one's line, said of them all
+        raise UsageError(f"none of the {len(no_x)} runs gives '{key}' a value; {no_x[0]}")
     if not lines:
         raise no_x[0] if no_x else UsageError("none of these runs has a configuration that can be read")
     return lines, left_out
