@@ -91,11 +91,15 @@ def per_row(z, labels, support=None):
 def bare(z, labels, support=None):
     return z.pow(2).sum()  # no LossOutput
 
+def hard(z, labels, support=None):
+    return LossOutput(z.argmax(dim=1).float().mean(), 0, 0)  # argmax has no gradient
+
 @hookimpl
 def register_losses(register):
     register(detached, name="detached", description="broken")
     register(per_row, name="per-row", description="broken")
     register(bare, name="bare", description="broken")
+    register(hard, name="hard", description="broken")
 
 def raising(support, query):
     raise RuntimeError("a bug in the plugin")
@@ -155,6 +159,9 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
         check_loss(broken, "bare")
     with pytest.raises(AssertionError, match=r"per-row: the loss is not a 0-d tensor \(shape \[24\]; reduce it"):
         check_loss(broken, "per-row")
+    # a loss with no gradient was PyTorch's RuntimeError on backward, naming no loss
+    with pytest.raises(AssertionError, match=r"hard: the loss has no gradient; compute it from z with differentiable"):
+        check_loss(broken, "hard")
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
 
@@ -492,6 +499,8 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
      "it over the batch (e.g. .mean())"),
     (["--set", "loss.name=bare"], "loss 'bare' returned a Tensor of shape [], not LossOutput(loss, positives, "
                                   "negatives)"),
+    (["--set", "loss.name=hard"], "loss 'hard' returned a loss with no gradient; compute it from z with "
+                                  "differentiable operations (not .detach(), .item(), argmax or a constant)"),
     # it trained on images near black (uint8 is what fslab scales) and the run ended completed
     (["--dataset", "float-images", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
      "dataset 'float-images' gave train images of dtype torch.float32 and shape [80, 1, 16, 16]; "

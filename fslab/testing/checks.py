@@ -64,6 +64,8 @@ def check_loss(registry: Registry, name: str) -> None:
         assert isinstance(out.loss, torch.Tensor) and out.loss.dim() == 0, \
             f"{name}: the loss is not a 0-d tensor" + (f" (shape {list(out.loss.shape)}; reduce it over the "
                                                        f"batch, e.g. .mean())" if torch.is_tensor(out.loss) else "")
+        assert out.loss.requires_grad, (f"{name}: the loss has no gradient; compute it from z with differentiable "
+                                        f"operations (not .detach(), .item(), argmax or a constant)")
         assert torch.isfinite(out.loss), f"{name}: loss {out.loss}"
         check_count(name, "positives", out.positives, same)
         check_count(name, "negatives", out.negatives, different)

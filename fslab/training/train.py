@@ -126,8 +126,8 @@ def scores_by_shots(outcomes: list[dict]) -> dict:
 
 
 def checked_loss_output(out, name: str):
-    """``out`` if it is what a loss returns, a ``LossOutput`` whose ``loss`` is a 0-d tensor, else a
-    TypeError naming the loss (rather than PyTorch's message on backward, which names none).
+    """``out`` if it is what a loss returns, a ``LossOutput`` whose ``loss`` is a 0-d tensor with a
+    gradient, else a TypeError naming the loss (rather than PyTorch's message on backward, which names none).
     Only shapes and types are read: no device sync."""
     loss = getattr(out, "loss", None)
     if not (hasattr(out, "positives") and hasattr(out, "negatives")):
@@ -138,6 +138,9 @@ def checked_loss_output(out, name: str):
         got = f"of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else f"of type {type(loss).__name__}"
         raise TypeError(f"loss '{name}' returned a loss {got}; LossOutput's loss must be a 0-d tensor: "
                         f"reduce it over the batch (e.g. .mean())")
+    if not loss.requires_grad:
+        raise TypeError(f"loss '{name}' returned a loss with no gradient; compute it from z with differentiable "
+                        f"operations (not .detach(), .item(), argmax or a constant)")
     return out
 
 
