@@ -130,6 +130,21 @@ def register_datasets(register):
     register(FloatImages, name="float-images", description="broken",
              defaults={"train": {"batch_size": 16, "crop_padding": 0}})
 
+class Lists:
+    def __init__(self, labels, batch_size, seed):
+        self.count, self.batch_size = len(labels), batch_size
+
+    def __len__(self):
+        return 2
+
+    def batches(self, epoch):
+        for start in (0, self.batch_size):
+            yield list(range(start, start + self.batch_size))  # indices, not Batch(indices)
+
+@hookimpl
+def register_samplers(register):
+    register(Lists, name="lists", description="broken")
+
 @hookimpl
 def register_backbones(register):
     register("fslab_local_plugins.broken:Lazy", name="lazy", description="declares another default",
@@ -146,7 +161,7 @@ def broken(tmp_path, builtin_plugins):
 
 
 def test_the_checks_catch_what_breaks_a_contract(broken):
-    from fslab.testing.checks import check_evaluator, check_loss, check_parameters
+    from fslab.testing.checks import check_evaluator, check_loss, check_parameters, check_sampler
 
     with pytest.raises(AssertionError, match="detached: positives = 10000, outside 0..60"):
         check_loss(broken, "detached")
@@ -162,6 +177,9 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     # a loss with no gradient was PyTorch's RuntimeError on backward, naming no loss
     with pytest.raises(AssertionError, match=r"hard: the loss has no gradient; compute it from z with differentiable"):
         check_loss(broken, "hard")
+    # a sampler that yields bare indices was an AttributeError ('list' object has no attribute 'indices')
+    with pytest.raises(AssertionError, match=r"lists: batches\(epoch\) yielded a list, not Batch\(indices, support\)"):
+        check_sampler(broken, "lists")
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
 
@@ -499,6 +517,8 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
      "it over the batch (e.g. .mean())"),
     (["--set", "loss.name=bare"], "loss 'bare' returned a Tensor of shape [], not LossOutput(loss, positives, "
                                   "negatives)"),
+    (["--set", "sampler.name=lists"], "sampler 'lists' yielded a list, not Batch(indices, support): batches(epoch) "
+                                      "yields fslab.plugin.Batch"),
     (["--set", "loss.name=hard"], "loss 'hard' returned a loss with no gradient; compute it from z with "
                                   "differentiable operations (not .detach(), .item(), argmax or a constant)"),
     # it trained on images near black (uint8 is what fslab scales) and the run ended completed

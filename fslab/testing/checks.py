@@ -17,7 +17,7 @@ from torch import nn
 
 from fslab.core.registry import Registry, keyword_params
 from fslab.core.types import evaluator_traits
-from fslab.plugin import Backbone, Dataset, LossOutput, Sampler, SizedDataset, Split
+from fslab.plugin import Backbone, Batch, Dataset, LossOutput, Sampler, SizedDataset, Split
 
 WAYS, SHOTS, QUERIES, DIM = 4, 3, 3, 16
 
@@ -140,6 +140,9 @@ def check_sampler(registry: Registry, name: str, params: dict | None = None, bat
     assert isinstance(sampler, Sampler), f"{name}: no len() or batches(epoch)"
     episodic = registry.get("sampler", name).info.get("episodic", False)
     batches = list(sampler.batches(0))
+    for batch in batches:
+        assert isinstance(batch, Batch), \
+            f"{name}: batches(epoch) yielded a {type(batch).__name__}, not Batch(indices, support)"
     assert len(batches) == len(sampler) > 0, f"{name}: {len(batches)} batches, len() says {len(sampler)}"
     for batch in batches:
         assert len(batch.indices) == batch_size, f"{name}: a batch of {len(batch.indices)}, not {batch_size}"

@@ -144,6 +144,15 @@ def checked_loss_output(out, name: str):
     return out
 
 
+def checked_batch(batch, name: str):
+    """``batch`` if it has what a sampler yields, ``Batch(indices, support)``, else a TypeError naming
+    the sampler (rather than Python's AttributeError on ``.indices``, which names none)."""
+    if not (hasattr(batch, "indices") and hasattr(batch, "support")):
+        raise TypeError(f"sampler '{name}' yielded a {type(batch).__name__}, not Batch(indices, support): "
+                        f"batches(epoch) yields fslab.plugin.Batch")
+    return batch
+
+
 @dataclass
 class Trainer:
     """A run being trained: its components and the state that moves on with
@@ -203,6 +212,7 @@ class Trainer:
         parts.model.train()
         window_start, window_images = time.perf_counter(), 0
         for batch in parts.sampler.batches(epoch):
+            batch = checked_batch(batch, self.cfg.sampler["name"])
             index = host_to_device(batch.indices, self.images.device)  # no wait for the GPU: its queue stays full
             own = self.world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
             x = to_input(self.images[index[own]].to(self.device, non_blocking=True))
