@@ -125,10 +125,19 @@ class FloatImages:
         labels = torch.arange(8).repeat_interleave(10)
         return Split(torch.rand(80, 1, 16, 16), labels, [str(c) for c in range(8)])  # floats in [0, 1]
 
+class TrainOnly(FloatImages):
+    def load(self, split):
+        from fslab.plugin import Split
+
+        labels = torch.arange(8).repeat_interleave(10)
+        train = Split(torch.zeros(80, 1, 16, 16, dtype=torch.uint8), labels, [str(c) for c in range(8)])
+        return {"train": train}[split]
+
 @hookimpl
 def register_datasets(register):
     register(FloatImages, name="float-images", description="broken",
              defaults={"train": {"batch_size": 16, "crop_padding": 0}})
+    register(TrainOnly, name="train-only", description="broken")
 
 class Lists:
     def __init__(self, labels, batch_size, seed):
@@ -161,7 +170,7 @@ def broken(tmp_path, builtin_plugins):
 
 
 def test_the_checks_catch_what_breaks_a_contract(broken):
-    from fslab.testing.checks import check_evaluator, check_loss, check_parameters, check_sampler
+    from fslab.testing.checks import check_dataset, check_evaluator, check_loss, check_parameters, check_sampler
 
     with pytest.raises(AssertionError, match="detached: positives = 10000, outside 0..60"):
         check_loss(broken, "detached")
@@ -180,6 +189,10 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     # a sampler that yields bare indices was an AttributeError ('list' object has no attribute 'indices')
     with pytest.raises(AssertionError, match=r"lists: batches\(epoch\) yielded a list, not Batch\(indices, support\)"):
         check_sampler(broken, "lists")
+    # a dataset without a split was the dataset's own KeyError: 'val', naming neither it nor the split
+    with pytest.raises(AssertionError, match=r"train-only: load\('val'\) raised KeyError: 'val'; a dataset gives "
+                                             r"each of the splits 'train', 'val' and 'test'"):
+        check_dataset(broken, "train-only", {"root": None})
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
 

@@ -220,7 +220,11 @@ def check_dataset(registry: Registry, name: str, args: dict) -> None:
     assert isinstance(dataset, Dataset), f"{name}: no channels or load(split)"
     sizes = dataset.split_sizes() if isinstance(dataset, SizedDataset) else {}
     for split_name in ("train", "val", "test"):
-        split = dataset.load(split_name)
+        try:
+            split = dataset.load(split_name)
+        except Exception as error:  # a split it does not give: say which, rather than a bare KeyError: 'val'
+            raise AssertionError(f"{name}: load({split_name!r}) raised {type(error).__name__}: {error}; a dataset "
+                                 f"gives each of the splits 'train', 'val' and 'test'") from error
         assert isinstance(split, Split), f"{name}: load({split_name!r}) is not a Split"
         images, labels = split.images, split.labels
         assert images.dtype == torch.uint8 and images.dim() == 4, f"{name}: {split_name} images not uint8 [N, C, H, W]"
