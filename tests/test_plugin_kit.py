@@ -54,7 +54,10 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
 
 @pytest.mark.parametrize("argv, message", [
     (["new", "plugin", "Bad-Name"], "is not a valid package name"),
-    (["new", "plugin", "class"], "is not a valid package name"),
+    (["new", "plugin", "class"], "'class' is not a valid package name: it is a Python keyword; choose another "
+                                 "(e.g. fslab_class)"),
+    # a link to nothing: it said 'error: File exists: gone' and exited 1
+    (["new", "plugin", "gone"], "gone already exists; choose another name or remove it"),
     (["new", "plugin", "ok", "--kind", "los"], "Did you mean 'loss'?"),
     (["new", "plugin", "taken"], "already exists"),
     # a package named after fslab, torch or the standard library's test would hide it once installed
@@ -64,10 +67,11 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
 ])
 def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
     (tmp_path / "taken").mkdir()
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
     result = subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert not (tmp_path / "ok").exists()
+    assert not (tmp_path / "ok").exists() and not (tmp_path / "nowhere").exists()
 
 
 BROKEN = '''

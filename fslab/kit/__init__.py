@@ -37,10 +37,13 @@ def check_name(name: str, folder: Path) -> None:
     """A UsageError unless ``name`` can be a Python package that no importable
     module already has (``fslab``, ``torch``, the standard library's ``test``)
     and ``folder`` is free."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UsageError(f"'{name}' is not a valid package name: use lowercase letters, digits and _, "
                          f"starting with a letter (e.g. fslab_margin)")
-    if folder.exists():
+    if keyword.iskeyword(name):
+        raise UsageError(f"'{name}' is not a valid package name: it is a Python keyword; choose another "
+                         f"(e.g. fslab_{name})")
+    if folder.exists() or folder.is_symlink():  # a link to nothing is there too: mkdir would fail on it
         raise UsageError(f"{folder} already exists; choose another name or remove it")
     if name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None:
         other = f"{name}_plugin" if name.startswith("fslab_") else f"fslab_{name}"
