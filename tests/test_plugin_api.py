@@ -39,6 +39,15 @@ def test_the_api_exports_what_it_declares():
     assert api.own_evaluator({}) == "centroid"
 
 
+def test_the_plugin_guide_lists_every_api_version_up_to_the_current_one():
+    """docs/plugins.md's table of versions stopped at 1.6 while fslab.plugin said 1.9: an author
+    reading it could not tell what canonical_evaluator needs, or that create runs check=."""
+    guide = (PLUGINS.parent / "docs" / "plugins.md").read_text()
+    listed = re.findall(r"^\| (\d+)\.(\d+) \|", guide, flags=re.MULTILINE)
+    major, minor = map(int, api.API_VERSION.split("."))
+    assert [(int(a), int(b)) for a, b in listed] == [(major, m) for m in range(minor + 1)]
+
+
 @pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda p: str(p.relative_to(PLUGINS)))
 def test_built_in_plugins_import_fslab_only_through_the_plugin_api(path):
     imported = set()
