@@ -64,14 +64,24 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
     (["new", "plugin", "fslab"], "'fslab' is already the name of an importable module"),
     (["new", "plugin", "torch"], "choose another (e.g. fslab_torch)"),
     (["new", "plugin", "test"], "'test' is already the name of an importable module"),
+    # installed beside the built-in, its loss 'protonet' made every fslab command fail (registered twice)
+    (["new", "plugin", "protonet"], "'protonet' would register the loss 'protonet', which plugin 'protonet' "
+                                    "registers already; installed beside it, every fslab command would fail on the "
+                                    "name: choose another (e.g. fslab_protonet)"),
+    (["new", "plugin", "fslab_knn", "--kind", "loss", "--kind", "evaluator"], "evaluator 'fslab-knn'"),
 ])
 def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
     (tmp_path / "taken").mkdir()
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "mine").mkdir()  # a project's own plugin folder counts too
+    (tmp_path / "mine" / "knn.py").write_text(
+        "from fslab.plugin import hookimpl\n\ndef knn(support, query):\n    return None\n\n@hookimpl\n"
+        "def register_evaluators(register):\n    register(knn, name='fslab-knn', description='local')\n")
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     result = subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert not (tmp_path / "ok").exists() and not (tmp_path / "nowhere").exists()
+    assert not any((tmp_path / name).exists() for name in ("ok", "nowhere", "protonet", "fslab_knn"))
 
 
 BROKEN = '''

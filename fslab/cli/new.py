@@ -17,7 +17,9 @@ app.add_typer(new_app, name="new")
 @new_app.command()
 def plugin(
     name: Annotated[str, typer.Argument(metavar="NAME",
-                                        help="Package name (lowercase, digits and _), also the folder ./NAME.")],
+                                        help="Package name (lowercase, digits and _), also the folder ./NAME; its "
+                                             "components are named NAME with - for _, a name no installed "
+                                             "component of their kind may have.")],
     kind: Annotated[list[str] | None, typer.Option(
         "--kind", metavar="KIND",
         help="A component to include: loss, backbone, sampler, evaluator, dataset, method, sink or study (repeatable; "
@@ -27,8 +29,9 @@ def plugin(
 
     The package has a pyproject.toml with fslab's entry points, one working example module per --kind, a
     README and tests (fslab.testing). Then: pip install -e ./NAME && (cd NAME && pytest)."""
-    from fslab.core.errors import UnknownName
-    from fslab.kit import KINDS, check_name, write_plugin
+    import fslab
+    from fslab.core.errors import FslabError, UnknownName
+    from fslab.kit import KINDS, check_free, check_name, write_plugin
 
     kinds = kind or ["loss"]
     for k in kinds:
@@ -36,6 +39,12 @@ def plugin(
             raise UnknownName("plugin kind", k, KINDS)
     folder = Path(name)
     check_name(name, folder)
+    try:  # the components installed now (a plugin that fails to load, or a broken fslab.toml, is no concern here)
+        installed = fslab.get_registry(report=lambda line: None)
+    except FslabError:
+        installed = None
+    if installed is not None:
+        check_free(name, kinds, installed)
     paths = write_plugin(folder, name, kinds)
     for path in paths:
         console.print(f"wrote {shown(path)}", highlight=False)

@@ -46,10 +46,25 @@ def check_name(name: str, folder: Path) -> None:
     if folder.exists() or folder.is_symlink():  # a link to nothing is there too: mkdir would fail on it
         raise UsageError(f"{folder} already exists; choose another name or remove it")
     if name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None:
-        other = f"{name}_plugin" if name.startswith("fslab_") else f"fslab_{name}"
         raise UsageError(f"'{name}' is already the name of an importable module (the standard library's or an "
                          f"installed one); a plugin package of that name would hide it or be hidden by it: "
-                         f"choose another (e.g. {other})")
+                         f"choose another (e.g. {_another(name)})")
+
+
+def check_free(name: str, kinds: list[str], registry) -> None:
+    """A UsageError if a component the package ``name`` would register (each of ``kinds``, named
+    ``name`` with ``-`` for ``_``) is registered already: once both were installed, every fslab
+    command would fail on the name registered twice."""
+    component = name.replace("_", "-")
+    for kind in kinds:
+        if component in registry.names(kind):
+            raise UsageError(f"'{name}' would register the {kind} '{component}', which plugin "
+                             f"'{registry.get(kind, component).plugin}' registers already; installed beside it, "
+                             f"every fslab command would fail on the name: choose another (e.g. {_another(name)})")
+
+
+def _another(name: str) -> str:
+    return f"{name}_plugin" if name.startswith("fslab_") else f"fslab_{name}"
 
 
 def write_plugin(folder: Path, name: str, kinds: list[str]) -> list[Path]:
