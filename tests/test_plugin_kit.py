@@ -168,10 +168,20 @@ class Lists:
 def register_samplers(register):
     register(Lists, name="lists", description="broken")
 
+class Fixed(torch.nn.Module):
+    def __init__(self, in_channels):
+        super().__init__()
+        self.out_dim = 8
+        self.layer = torch.nn.Linear(in_channels * 84 * 84, 8)  # sized for 84x84 images, whatever the dataset's
+
+    def forward(self, x):
+        return self.layer(x.flatten(1))
+
 @hookimpl
 def register_backbones(register):
     register("fslab_local_plugins.broken:Lazy", name="lazy", description="declares another default",
              params={"width": 16})
+    register(Fixed, name="fixed", description="broken")
 '''
 
 
@@ -546,6 +556,10 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
                                   "negatives)"),
     (["--set", "sampler.name=lists"], "sampler 'lists' yielded a list, not Batch(indices, support): batches(epoch) "
                                       "yields fslab.plugin.Batch"),
+    # PyTorch's words from the check's forward, naming no backbone: mat1 and mat2 shapes cannot be multiplied
+    (["--backbone", "fixed"], "backbone 'fixed' failed on 2 images of shape [2, 1, 16, 16]: RuntimeError: mat1 and "
+                              "mat2 shapes cannot be multiplied (2x256 and 7056x8); a backbone whose layers depend "
+                              "on the image size names image_size in its __init__ to be told it"),
     (["--set", "loss.name=hard"], "loss 'hard' returned a loss with no gradient; compute it from z with "
                                   "differentiable operations (not .detach(), .item(), argmax or a constant)"),
     # it trained on images near black (uint8 is what fslab scales) and the run ended completed
@@ -563,6 +577,8 @@ def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, optio
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     # TINY sizes the synthetic dataset, whose parameters another dataset does not take
     tiny = ["--backbone", "conv4", "--set", "backbone.hidden=8"] if "--dataset" in options else TINY
+    if "--backbone" in options:  # TINY's first four: --backbone conv4 --set backbone.hidden=8, conv4's parameter
+        tiny = TINY[4:]
     result = fslab("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
     assert result.returncode == 1 and f"failed: TypeError: {message}" in result.stderr, result.stderr
 

@@ -127,8 +127,15 @@ def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int]
                         f"image (an int), got {declared!r}")
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        features = model(torch.zeros(2, *image_shape, device=device))
+    try:
+        with torch.no_grad():
+            features = model(torch.zeros(2, *image_shape, device=device))
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as error:  # its own error names no backbone (mat1 and mat2 shapes cannot be multiplied)
+        raise TypeError(f"backbone '{name}' failed on 2 images of shape {[2, *image_shape]}: "
+                        f"{type(error).__name__}: {error}; a backbone whose layers depend on the image size "
+                        f"names image_size in its __init__ to be told it") from error
     model.train(was_training)
     shape = list(getattr(features, "shape", ()))
     if shape != [2, declared]:
