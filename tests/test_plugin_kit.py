@@ -121,9 +121,13 @@ def raising(support, query):
 def flat(support, query):
     return torch.zeros(query.shape[0], dtype=torch.long)  # one way per episode, not per query
 
+def listed(support, query):
+    return torch.zeros(query.shape[:2], dtype=torch.long).tolist()  # the right ways, as a list
+
 @hookimpl
 def register_evaluators(register):
     register(clumsy, name="clumsy", description="broken")
+    register(listed, name="listed", description="broken")
     register(raising, name="raising", description="broken")
     register(flat, name="flat", description="broken")
 
@@ -217,6 +221,11 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     with pytest.raises(AssertionError, match=r"train-only: load\('val'\) raised KeyError: 'val'; a dataset gives "
                                              r"each of the splits 'train', 'val' and 'test'"):
         check_dataset(broken, "train-only", {"root": None})
+    # AttributeError: 'list' object has no attribute 'shape'; and an evaluator's error named no evaluator
+    with pytest.raises(AssertionError, match="^evaluator 'listed' returned a list, not a tensor$"):
+        check_evaluator(broken, "listed")
+    with pytest.raises(AssertionError, match="^evaluator 'raising' failed: RuntimeError: a bug in the plugin$"):
+        check_evaluator(broken, "raising")
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
 
@@ -593,7 +602,8 @@ def test_fslab_eval_with_an_evaluator_that_breaks_is_one_line_naming_it(project)
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     assert fslab("run", "nca", *TINY, "--epochs", "1", "--device", "cpu", cwd=project).returncode == 0
     for evaluator, message in (("raising", "evaluator 'raising' failed: RuntimeError: a bug in the plugin"),
-                               ("flat", "evaluator 'flat' returned shape (20,), expected predictions (20, 25)")):
+                               ("flat", "evaluator 'flat' returned shape (20,), expected predictions (20, 25)"),
+                               ("listed", "evaluator 'listed' returned a list, not a tensor")):
         result = fslab("eval", "last", "--evaluator", evaluator, "--episodes", "20", "--queries", "5",
                        "--shots", "1", cwd=project)
         assert result.returncode == 1 and result.stderr == f"error: {message}\n", result.stderr

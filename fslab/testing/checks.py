@@ -180,6 +180,15 @@ def check_evaluator(registry: Registry, name: str, params: dict | None = None) -
     model-aware one leaves the caller's network unchanged."""
     from fslab.training import evaluation
 
+    try:
+        _check_evaluator(registry, name, params)
+    except evaluation.EvaluatorError as error:  # it raised, or returned the wrong shape: say which evaluator
+        raise AssertionError(error.naming(name)) from error
+
+
+def _check_evaluator(registry: Registry, name: str, params: dict | None) -> None:
+    from fslab.training import evaluation
+
     evaluator = registry.create("evaluator", name, **(params or {}))
     traits = evaluator_traits(evaluator)
     labels = torch.arange(6).repeat_interleave(12)

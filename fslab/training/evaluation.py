@@ -237,6 +237,14 @@ class EvaluatorOutputError(EvaluatorError, ValueError):
     """An evaluator returned predictions or scores of the wrong shape."""
 
 
+def tensor_out(out):
+    """``out`` if the evaluator returned a tensor, else an :class:`EvaluatorOutputError` saying what
+    it returned (a list or an array has no ``shape`` to check, or not the one a tensor has)."""
+    if not isinstance(out, torch.Tensor):
+        raise EvaluatorOutputError(f"returned a {type(out).__name__}, not a tensor")
+    return out
+
+
 def call_evaluator(evaluator: Callable, *args, **kwargs):
     """``evaluator(*args, **kwargs)``; an exception of its own (a plugin's bug) as an
     :class:`EvaluatorError`, so that a command says which evaluator failed in one line. An
@@ -284,7 +292,7 @@ def episode_scores(
         # index_select on flat indices is the fastest gather; chunks stay in cache
         support = features.index_select(0, rows_s.flatten()).view(*rows_s.shape, -1)  # [e, w, n, d]
         query = features.index_select(0, rows_q.flatten()).view(rows_q.shape[0], -1, features.shape[1])  # [e, w*q, d]
-        out = call_evaluator(evaluator, support, query)
+        out = tensor_out(call_evaluator(evaluator, support, query))
         if info.metric == "accuracy":
             if out.shape != query.shape[:2]:
                 raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
@@ -349,8 +357,9 @@ def model_episode_scores(
         for e in range(episodes):
             support_images = images[support_idx[e].flatten()].view(ways, shots, *images.shape[1:])
             query_images = images[query_idx[e].flatten()]
-            predictions = call_evaluator(evaluator, working, support_images, query_images, to_input=to_input,
-                                         device=device, center=center, normalize=normalize)
+            predictions = tensor_out(call_evaluator(evaluator, working, support_images, query_images,
+                                                    to_input=to_input, device=device, center=center,
+                                                    normalize=normalize))
             if predictions.shape != truth.shape:
                 raise EvaluatorOutputError(f"returned shape {tuple(predictions.shape)}, "
                                            f"expected ({truth.numel()},)")
