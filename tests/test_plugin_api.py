@@ -224,6 +224,16 @@ def test_a_backbone_that_names_image_size_is_told_the_images_size(builtin_plugin
     assert build_backbone(registry, run_config(config), 3, "cpu", (12, 10)).out_dim == 3 * 12 * 10
     assert registry.accepts("backbone", "flat", "image_size") and not registry.accepts("backbone", "resnet12",
                                                                                          "image_size")
+    # fslab.create tells it a size too, given as a run gives it: it was refused, "must be an integer, got (12, 10)"
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    monkeypatch.setattr(fslab, "_registry", registry)
+    assert fslab.create("backbone", "flat", in_channels=3, image_size=(12, 10)).out_dim == 3 * 12 * 10
+    for size in (12, (12, 0), (12, 10, 3)):
+        with pytest.raises(ConfigError, match=r"^config key 'backbone.image_size' must be the images' \(height, "
+                                              r"width\), two whole numbers at least 1, got "):
+            fslab.create("backbone", "flat", in_channels=3, image_size=size)
     # a backbone that does not name it is built as before
     conv = build_backbone(registry, run_config(resolve("nca", registry=registry, settings=Settings(), overrides=[
         {"backbone": {"name": "conv4", "hidden": 4}}])), 1, "cpu", (12, 12))

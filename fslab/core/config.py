@@ -735,7 +735,7 @@ def sink_params(registry, name: str, given: dict) -> dict:
 # The values fslab fills in (fslab.core.registry.FILLED_IN) that are whole
 # numbers: a caller of fslab.create who passes one gets the check a run's would.
 FILLED_IN_COUNTS = {"out_dim": at_least(1), "num_classes": at_least(1), "in_channels": at_least(1),
-                    "image_size": at_least(1), "batch_size": at_least(1), "seed": SEED}
+                    "batch_size": at_least(1), "seed": SEED}
 
 
 def plugin_params(registry, kind: str, name: str, given: dict, key: str | None = None,
@@ -762,7 +762,18 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
         if param in given and param in FILLED_IN_COUNTS:
             check_rule(f"{key}.{param}", check_value(f"{key}.{param}", given[param], 0),
                        rule_of(FILLED_IN_COUNTS[param]))
+    if "image_size" in filled_in and "image_size" in given:
+        _check_image_size(f"{key}.image_size", given["image_size"])
     return {**params, **{param: given[param] for param in filled_in if param in given}}
+
+
+def _check_image_size(key: str, value: Any) -> None:
+    """A backbone is told the images' ``(height, width)``, as a run tells it: two whole numbers
+    at least 1 (a single number, as a dataset's own ``image_size`` is, is refused here)."""
+    pair = isinstance(value, (tuple, list)) and len(value) == 2
+    if not pair or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise ConfigError(f"config key '{key}' must be the images' (height, width), two whole numbers at "
+                          f"least 1, got {value!r}")
 
 
 def _check_declared_rules(component, params: dict, key: str) -> None:
