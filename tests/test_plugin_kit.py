@@ -105,6 +105,9 @@ def per_row(z, labels, support=None):
 def bare(z, labels, support=None):
     return z.pow(2).sum()  # no LossOutput
 
+def split(z, labels, support=None):
+    return LossOutput(z[support].pow(2).mean() + z[~support].pow(2).mean(), 0, 0)  # needs support, not episodic
+
 def hard(z, labels, support=None):
     return LossOutput(z.argmax(dim=1).float().mean(), 0, 0)  # argmax has no gradient
 
@@ -114,6 +117,7 @@ def register_losses(register):
     register(per_row, name="per-row", description="broken")
     register(bare, name="bare", description="broken")
     register(hard, name="hard", description="broken")
+    register(split, name="split", description="broken")
 
 def raising(support, query):
     raise RuntimeError("a bug in the plugin")
@@ -214,6 +218,11 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     # a loss with no gradient was PyTorch's RuntimeError on backward, naming no loss
     with pytest.raises(AssertionError, match=r"hard: the loss has no gradient; compute it from z with differentiable"):
         check_loss(broken, "hard")
+    # a loss that needs support marks but does not say so was its own TypeError, naming no loss or cause
+    with pytest.raises(AssertionError, match=r"^split: raised TypeError: .* when called with support=None, as a "
+                                             r"sampler that marks no support rows calls it; a loss that needs the "
+                                             r"marks registers with episodic=True$"):
+        check_loss(broken, "split")
     # a sampler that yields bare indices was an AttributeError ('list' object has no attribute 'indices')
     with pytest.raises(AssertionError, match=r"lists: batches\(epoch\) yielded a list, not Batch\(indices, support\)"):
         check_sampler(broken, "lists")

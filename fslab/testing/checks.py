@@ -58,7 +58,14 @@ def check_loss(registry: Registry, name: str) -> None:
         torch.manual_seed(0)
         loss = build_loss(registry, name)
         z = episode()[0]
-        out = loss(z, labels, marks)
+        try:
+            out = loss(z, labels, marks)
+        except Exception as error:
+            if marks is not None:
+                raise
+            raise AssertionError(f"{name}: raised {type(error).__name__}: {error} when called with support=None, "
+                                 f"as a sampler that marks no support rows calls it; a loss that needs the marks "
+                                 f"registers with episodic=True") from error
         assert isinstance(out, LossOutput), \
             f"{name}: returned a {type(out).__name__}, not LossOutput(loss, positives, negatives)"
         assert isinstance(out.loss, torch.Tensor) and out.loss.dim() == 0, \
