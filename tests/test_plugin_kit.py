@@ -616,3 +616,44 @@ def test_fslab_eval_with_an_evaluator_that_breaks_is_one_line_naming_it(project)
         result = fslab("eval", "last", "--evaluator", evaluator, "--episodes", "20", "--queries", "5",
                        "--shots", "1", cwd=project)
         assert result.returncode == 1 and result.stderr == f"error: {message}\n", result.stderr
+
+
+LOCAL_SAMPLERS = '''
+import random
+
+from fslab.plugin import Batch, hookimpl
+
+
+class Plain:
+    def __init__(self, labels, batch_size, seed):
+        self.count, self.batch_size, self.seed = len(labels), batch_size, seed
+
+    def __len__(self):
+        return 3
+
+    def batches(self, epoch):
+        rng = random.Random(self.seed * 1000 + epoch)
+        for _ in range(3):
+            yield Batch(rng.sample(range(self.count), self.batch_size))
+
+
+@hookimpl
+def register_samplers(register):
+    register(Plain, name="plain", description="a sampler of a project's own plugin folder")
+'''
+
+
+def test_a_sampler_of_a_local_plugin_folder_survives_pickling(tmp_path, builtin_plugins):
+    """The contract asks a sampler to survive pickling; one defined in a plugin_dirs file could not
+    (Can't pickle <class 'fslab_local_plugins.mine.Plain'>: import of module 'fslab_local_plugins.mine'
+    failed), however it was written: its module had no parent package to import it through."""
+    import pickle
+
+    from fslab.core.registry import load_registry
+    from fslab.testing.checks import check_sampler
+
+    (tmp_path / "mine.py").write_text(LOCAL_SAMPLERS)
+    registry = load_registry([tmp_path])
+    check_sampler(registry, "plain")
+    sampler = registry.create("sampler", "plain", labels=[0, 1] * 20, batch_size=4, seed=3)
+    assert list(pickle.loads(pickle.dumps(sampler)).batches(2)) == list(sampler.batches(2))

@@ -442,6 +442,11 @@ def _import_file(path: Path):
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
+    # the package above it too: pickle imports ``fslab_local_plugins.NAME`` to find a class
+    # defined in the file (a sampler must survive pickling), which fails without its parent
+    parent = sys.modules.setdefault("fslab_local_plugins", type(sys)("fslab_local_plugins"))
+    parent.__path__ = getattr(parent, "__path__", [])
     sys.modules[module_name] = module
+    setattr(parent, path.stem, module)
     spec.loader.exec_module(module)
     return module
