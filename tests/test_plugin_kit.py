@@ -637,9 +637,31 @@ class Plain:
             yield Batch(rng.sample(range(self.count), self.batch_size))
 
 
+class Episodes(Plain):
+    def __init__(self, labels, batch_size, seed, *, ways: int = 5, shots: int = 1, queries: int = 3):
+        self.by_class, self.seed = {}, seed
+        for index, label in enumerate(labels):
+            self.by_class.setdefault(label, []).append(index)
+        self.ways, self.shots, self.queries = ways, shots, queries
+
+    def batches(self, epoch):
+        rng = random.Random(self.seed * 1000 + epoch)
+        for _ in range(3):
+            indices, support = [], []
+            for label in rng.sample(sorted(self.by_class), self.ways):
+                indices += rng.sample(self.by_class[label], self.shots + self.queries)
+                support += [True] * self.shots + [False] * self.queries
+            yield Batch(indices, support)
+
+
+def rows(params, batch_size):
+    return params["ways"] * (params["shots"] + params["queries"])
+
+
 @hookimpl
 def register_samplers(register):
     register(Plain, name="plain", description="a sampler of a project's own plugin folder")
+    register(Episodes, name="episodes", description="its parameters fix a batch's rows", episodic=True, batch=rows)
 '''
 
 
@@ -657,3 +679,17 @@ def test_a_sampler_of_a_local_plugin_folder_survives_pickling(tmp_path, builtin_
     check_sampler(registry, "plain")
     sampler = registry.create("sampler", "plain", labels=[0, 1] * 20, batch_size=4, seed=3)
     assert list(pickle.loads(pickle.dumps(sampler)).batches(2)) == list(sampler.batches(2))
+
+
+def test_the_sampler_check_draws_the_batches_a_batch_function_fixes(tmp_path, builtin_plugins):
+    """A sampler whose parameters fix a batch's rows (register(..., batch=f)) trains with that many,
+    saved as train.batch_size; its contract test asked for the 32 rows of sampler_batch_size instead
+    and failed a correct sampler: "episodes: a batch of 20, not 32"."""
+    from fslab.core.registry import load_registry
+    from fslab.testing.checks import check_sampler
+
+    (tmp_path / "mine.py").write_text(LOCAL_SAMPLERS)
+    registry = load_registry([tmp_path])
+    check_sampler(registry, "episodes")  # 5 ways x (1 + 3)
+    check_sampler(registry, "episodes", {"ways": 3, "queries": 5})
+    check_sampler(registry, "plain", batch_size=12)  # without batch=, the size asked for

@@ -140,6 +140,9 @@ def check_sampler(registry: Registry, name: str, params: dict | None = None, bat
     sampler marks support and query rows and gives every query class support;
     batches depend on the seed and the epoch only (and survive pickling)."""
     labels, params = sampler_labels(), params or {}
+    rows_of = registry.get("sampler", name).info.get("batch")
+    if rows_of is not None:  # its own parameters fix a batch's rows (an episode's), as a run's batch size then says
+        batch_size = rows_of({**registry.get("sampler", name).params, **params}, batch_size)
     def build(seed: int):
         return registry.create("sampler", name, labels=labels, batch_size=batch_size, seed=seed, **params)
 
