@@ -316,3 +316,17 @@ def test_register_refuses_keywords_of_the_wrong_type_as_its_plugins_load_failure
     assert [f.plugin for f in registry.failures] == ["local:typed"]
     assert message in registry.failures[0].error and "from plugin 'local:typed'" in registry.failures[0].error
     assert all(isinstance(n, str) for n in registry.names("loss"))
+
+
+@pytest.mark.parametrize("target", ["fslab_local_plugins.typed", "fslab_local_plugins.typed:", "typed.scaled"])
+def test_register_refuses_a_lazy_target_not_written_module_colon_attr(builtin_plugins, tmp_path, target):
+    """It registered, and each use failed later: "points at 'fslab_local_plugins.typed', which cannot be
+    imported: module 'fslab_local_plugins.typed' has no attribute ''"."""
+    source = LOCAL_LOSS.replace("register(scaled,", f"register({target!r}, params={{'scale': 2.0}},")
+    registry = load_registry([write_plugin(tmp_path / "local", "typed", source)])
+    assert [f.plugin for f in registry.failures] == ["local:typed"]
+    assert registry.failures[0].error == (f"TypeError: loss 'scaled' from plugin 'local:typed': a lazy target is "
+                                          f"written 'module:attr' (e.g. 'my_pkg.networks:BigNet'), got {target!r}")
+    good = LOCAL_LOSS.replace("register(scaled,", "register('fslab_local_plugins.typed:scaled', params={'scale': 2.0},")
+    fine = load_registry([write_plugin(tmp_path / "fine", "typed", good)])
+    assert not fine.failures and fine.get("loss", "scaled").params == {"scale": 2.0}

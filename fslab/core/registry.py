@@ -370,6 +370,9 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
         if kind == "study" and not isinstance(target, os.PathLike):
             raise TypeError(f"study '{name}' from plugin '{plugin}': the target must be the pathlib.Path of its "
                             f"TOML file, got {target!r:.100}")
+        if isinstance(target, str) and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", target):
+            raise TypeError(f"{kind} '{name}' from plugin '{plugin}': a lazy target is written 'module:attr' "
+                            f"(e.g. 'my_pkg.networks:BigNet'), got {target!r:.100}")
         if params is None:
             if isinstance(target, str):
                 raise TypeError(
