@@ -155,11 +155,19 @@ class TrainOnly(FloatImages):
         train = Split(torch.zeros(80, 1, 16, 16, dtype=torch.uint8), labels, [str(c) for c in range(8)])
         return {"train": train}[split]
 
+class FromOne(FloatImages):
+    def load(self, split):
+        from fslab.plugin import Split
+
+        labels = torch.arange(-1, 7).repeat_interleave(10)  # numbered from -1
+        return Split(torch.zeros(80, 1, 16, 16, dtype=torch.uint8), labels, [str(c) for c in range(8)])
+
 @hookimpl
 def register_datasets(register):
     register(FloatImages, name="float-images", description="broken",
              defaults={"train": {"batch_size": 16, "crop_padding": 0}})
     register(TrainOnly, name="train-only", description="broken")
+    register(FromOne, name="from-one", description="broken")
 
 class Lists:
     def __init__(self, labels, batch_size, seed):
@@ -230,6 +238,10 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     with pytest.raises(AssertionError, match=r"train-only: load\('val'\) raised KeyError: 'val'; a dataset gives "
                                              r"each of the splits 'train', 'val' and 'test'"):
         check_dataset(broken, "train-only", {"root": None})
+    # torch.bincount's RuntimeError (bincount only supports 1-d non-negative integral inputs), naming no dataset
+    with pytest.raises(AssertionError, match=r"^from-one: train labels include -1; they number its classes "
+                                             r"0..classes-1"):
+        check_dataset(broken, "from-one", {"root": None})
     # AttributeError: 'list' object has no attribute 'shape'; and an evaluator's error named no evaluator
     with pytest.raises(AssertionError, match="^evaluator 'listed' returned a list, not a tensor$"):
         check_evaluator(broken, "listed")

@@ -251,6 +251,8 @@ def check_dataset(registry: Registry, name: str, args: dict) -> None:
                                                     f"the dataset says {dataset.channels}"
         assert labels.dtype == torch.int64 and tuple(labels.shape) == (images.shape[0],), \
             f"{name}: {split_name} labels not int64 [N]"
+        assert len(labels) == 0 or int(labels.min()) >= 0, \
+            f"{name}: {split_name} labels include {int(labels.min())}; they number its classes 0..classes-1"
         counts = torch.bincount(labels, minlength=len(split.classes))
         assert len(counts) == len(split.classes) and bool((counts > 0).all()), \
             f"{name}: {split_name} labels must number its {len(split.classes)} classes 0..classes-1, each present"
