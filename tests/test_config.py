@@ -639,3 +639,23 @@ def test_a_relative_cache_dir_is_saved_absolute_and_taken_from_the_file(tmp_path
     assert config["dataset"]["cache_dir"] == str(project / "cache")
     assert resolve("nca", registry=registry, settings=settings_from(tmp_path, ""),
                    overrides=cli("dataset.name=folder", "dataset.root=imgs"))["dataset"]["cache_dir"] == ""
+
+
+def test_one_commands_set_values_are_one_layer_whatever_their_order(registry, tmp_path, monkeypatch):
+    # --set evaluator.k=3 --set evaluator.name=knn: each --set was a layer of its own, so the name's layer
+    # dropped the k given before it (as a layer that changes a plugin drops what lower layers gave the old
+    # one), and the run tested with knn's default k, saying nothing; in the other order k was kept
+    from fslab.cli.common import overrides
+    from fslab.core.config import assignments_layer
+
+    assert assignments_layer(["evaluator.k=3", "evaluator.name=knn", "train.lr=0.1", "train.lr=0.2"]) == {
+        "evaluator": {"k": 3, "name": "knn"}, "train": {"lr": 0.2}}
+    settings = settings_from(tmp_path, "")
+    for order in (["evaluator.k=3", "evaluator.name=knn"], ["evaluator.name=knn", "evaluator.k=3"]):
+        layers = overrides(None, None, None, None, None, None, None, None, order)
+        assert resolve("nca", registry=registry, settings=settings, overrides=layers)["evaluator"] == {
+            "name": "knn", "k": 3, "ties": "nearest"}
+    # a sweep file's [set] stays a layer below the command's: a name the command gives replaces its plugin
+    layers = overrides(None, None, None, None, None, None, None, None, ["evaluator.name=centroid"],
+                       file_set=["evaluator.name=knn", "evaluator.k=3"])
+    assert resolve("nca", registry=registry, settings=settings, overrides=layers)["evaluator"]["name"] == "centroid"

@@ -144,9 +144,10 @@ def check_evaluator(label: str) -> None:
 
 
 def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None,
-              sinks=None) -> list[dict]:
-    """Config layers from the options of `fslab run` (then --set, in order, then --sink)."""
-    from fslab.core.config import SINKS, nest, parse_assignment
+              sinks=None, file_set=()) -> list[dict]:
+    """Config layers from the options of `fslab run`, then a sweep file's [set] (``file_set``),
+    then the command's --set (one layer: :func:`fslab.core.config.assignments_layer`), then --sink."""
+    from fslab.core.config import SINKS, assignments_layer, nest
 
     options = {
         ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,
@@ -154,7 +155,7 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
         ("seed",): seed, ("device",): device, ("train", "processes"): gpus,
     }
     layers = [nest(list(path), value) for path, value in options.items() if value is not None]
-    layers += [nest(*parse_assignment(text)) for text in set_ or []]
+    layers += [assignments_layer(texts) for texts in (file_set, set_ or []) if texts]
     # --sink after --set: sinks=[] clears fslab.toml's sinks, not the ones named beside it
     return layers + [{SINKS: {name: {}}} for name in sinks or []]
 

@@ -324,8 +324,8 @@ def sweep(
         _resume_sweep(targets, project, options)
         return
     method, seeds, fail_fast, grid_values, fixed = _sweep_spec(targets, file, seeds, fail_fast, grid or [])
-    base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, [*fixed, *(set_ or [])],
-                     gpus, sink)
+    base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink,
+                     file_set=fixed)
     sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
                                            registry=registry(project), fail_fast=fail_fast, slurm=options)
     follow = "fslab runs" if options is not None else "fslab queue"

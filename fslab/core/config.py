@@ -313,6 +313,24 @@ def nest(path: list[str], value: Any) -> dict:
     return out
 
 
+def assignments_layer(texts: Iterable[str], option: str = "--set") -> dict:
+    """Several ``KEY=VALUE`` given together (one command's ``--set``s) as one
+    layer, a later value over an earlier one of the same key. So
+    ``evaluator.k=3`` and ``evaluator.name=knn`` make one section in either
+    order: as layers of their own, the name's would drop the ``k`` given before
+    it, as a layer that changes a plugin drops what lower layers gave the old one."""
+    layer: dict = {}
+    for text in texts:
+        path, value = parse_assignment(text, option)
+        here = layer
+        for part in path[:-1]:
+            if not isinstance(here.get(part), dict):
+                here[part] = {}
+            here = here[part]
+        here[path[-1]] = value
+    return layer
+
+
 def merge(base: dict, layer: dict) -> dict:
     """Deep-merge ``layer`` over ``base`` (neither is modified)."""
     out = copy.deepcopy(base)

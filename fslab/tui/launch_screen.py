@@ -9,7 +9,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
-from fslab.core.config import nest, parse_assignment
+from fslab.core.config import assignments_layer, nest
 from fslab.core.errors import FslabError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run
@@ -90,7 +90,8 @@ class LaunchScreen(ModalScreen[None]):
             text = self.query_one(f"#{key}", Input).value.strip()
             options[path] = int(text) if text else None
         layers = [nest(list(path), value) for path, value in options.items() if value is not None]
-        return layers + [nest(*parse_assignment(t)) for t in _assignments(self.query_one("#settings", Input).value)]
+        settings = _assignments(self.query_one("#settings", Input).value)
+        return layers + ([assignments_layer(settings)] if settings else [])
 
     def action_launch(self) -> None:
         method = self.choice("method")
