@@ -330,3 +330,46 @@ def test_register_refuses_a_lazy_target_not_written_module_colon_attr(builtin_pl
     good = LOCAL_LOSS.replace("register(scaled,", "register('fslab_local_plugins.typed:scaled', params={'scale': 2.0},")
     fine = load_registry([write_plugin(tmp_path / "fine", "typed", good)])
     assert not fine.failures and fine.get("loss", "scaled").params == {"scale": 2.0}
+
+
+POSITIONAL = """
+    from fslab.plugin import LossOutput, hookimpl
+
+
+    def wide(z, labels, support=None, margin: float = 1.0):
+        return LossOutput(margin * z.sum() * 0, None, None)
+
+
+    class Tiny:
+        def __init__(self, in_channels=3, hidden=4):
+            self.out_dim = hidden
+
+
+    @hookimpl
+    def register_losses(register):
+        register(wide, name="wide", description="margin declared before the star")
+
+
+    @hookimpl
+    def register_backbones(register):
+        register(Tiny, name="tiny", description="hidden declared before the star")
+"""
+
+
+def test_a_parameter_declared_before_the_star_is_explained(tmp_path):
+    # def wide(z, labels, support=None, margin=1.0): margin is no parameter fslab sets, and --set loss.margin=2
+    # said only "Allowed: (none)"; the call's own arguments (support) get no such hint
+    from fslab.core.config import plugin_params
+    from fslab.core.errors import ConfigError
+
+    registry = load_registry([write_plugin(tmp_path, "positional", POSITIONAL)])
+    hint = ("('margin' is in its signature but not after a *: fslab sets keyword-only parameters only, "
+            "so the plugin should declare it as def f(..., *, margin=...))")
+    with pytest.raises(ConfigError) as caught:
+        plugin_params(registry, "loss", "wide", {"margin": 2.0})
+    assert str(caught.value) == f"unknown parameter 'loss.margin' for loss 'wide'. Allowed: (none). {hint}"
+    with pytest.raises(ConfigError) as caught:
+        plugin_params(registry, "loss", "wide", {"support": 2.0})
+    assert str(caught.value) == "unknown parameter 'loss.support' for loss 'wide'. Allowed: (none)."
+    with pytest.raises(ConfigError, match=r"\('hidden' is in its signature but not after a \*"):
+        plugin_params(registry, "backbone", "tiny", {"hidden": 8})

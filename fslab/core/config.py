@@ -313,6 +313,30 @@ def nest(path: list[str], value: Any) -> dict:
     return out
 
 
+CALL_ARGUMENTS = {"loss": 3, "evaluator": 2}  # what each call passes a loss (z, labels, support) or an evaluator
+
+
+def _positional_hint(component, param: str) -> str:
+    """Where ``param`` is in the component's signature but not keyword-only (``def f(z, labels,
+    support=None, margin=1.0)``), a sentence saying that fslab sets keyword-only ones; else ''."""
+    import inspect
+
+    target = component.target
+    if isinstance(target, (str, os.PathLike)):
+        return ""
+    try:
+        params = inspect.signature(target.__init__ if inspect.isclass(target) else target).parameters
+    except (TypeError, ValueError):
+        return ""
+    passed = 1 if inspect.isclass(target) else CALL_ARGUMENTS.get(component.kind, 0)  # self, or a call's arguments
+    found = params.get(param)
+    if (found is None or found.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD
+            or found.default is inspect.Parameter.empty or list(params).index(param) < passed):
+        return ""
+    return (f" ('{param}' is in its signature but not after a *: fslab sets keyword-only parameters only, "
+            f"so the plugin should declare it as def f(..., *, {param}=...))")
+
+
 def assignments_layer(texts: Iterable[str], option: str = "--set") -> dict:
     """Several ``KEY=VALUE`` given together (one command's ``--set``s) as one
     layer, a later value over an earlier one of the same key. So
@@ -772,7 +796,8 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     for param in given:
         if param not in known:
             raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'."
-                              f"{did_you_mean(param, known)} Allowed: {', '.join(sorted(known)) or '(none)'}.")
+                              f"{did_you_mean(param, known)} Allowed: {', '.join(sorted(known)) or '(none)'}."
+                              + _positional_hint(component, param))
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
     _check_declared_rules(component, params, key)
