@@ -272,3 +272,56 @@ def test_a_rank_that_fails_fails_the_run_with_its_error(tmp_path):
     assert (status["state"], status["exit_code"]) == ("failed", 1)
     assert status["error"] == "rank 1 failed: RuntimeError: boom on rank 1"
     assert "boom on rank 1" in done.stderr
+
+
+RANK_ONE_IS_KILLED = """
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from fslab.plugin import hookimpl
+    from fslab_plugins.methods.nca import nca
+
+    # Another process, since rank 1 holds the GIL while it waits at the barrier for rank 0's validation.
+    WATCH = "import os, signal, sys, time\\n" \\
+            "while time.time() - os.path.getmtime('rank1.step') < 0.5: time.sleep(0.05)\\n" \\
+            "os.kill(int(sys.argv[1]), signal.SIGKILL)"
+    CALLS = [0]
+
+
+    def rank_one_is_killed(z, labels, support=None):
+        if os.environ.get("RANK") == "1":
+            CALLS[0] += 1
+            if CALLS[0] == 3 and os.environ["KILL_RANK_ONE"] == "step":
+                os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer ends a process: no word
+            with open("rank1.step", "w"):  # once no step came for half a second, rank 1 is killed
+                pass
+            if CALLS[0] == 1 and os.environ["KILL_RANK_ONE"] == "validation":
+                subprocess.Popen([sys.executable, "-c", WATCH, str(os.getpid())])
+        return nca(z, labels, support)
+
+
+    @hookimpl
+    def register_losses(register):
+        register(rank_one_is_killed, name="rank-one-is-killed", description="SIGKILL on rank 1 in a step or validation")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["step", "validation"])
+def test_a_rank_killed_without_a_word_fails_the_run_naming_it(tmp_path, when):
+    """Rank 1 leaves no error of its own: the run is not failed with rank 0's broken collective
+    (killed in a step) nor `killed` (in rank 0's validation, where torchrun's SIGTERM to rank 0
+    comes first and read as a stop), but failed by rank 1's end."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "kill.py").write_text(textwrap.dedent(RANK_ONE_IS_KILLED))
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    done = fslab("run", "nca", "--device", "cpu", "--gpus", "2", *TINY, "--set", "loss.name=rank-one-is-killed",
+                 "--set", "eval.val_episodes=50000", cwd=tmp_path, timeout=180,
+                 env={**os.environ, "KILL_RANK_ONE": when})
+    assert done.returncode == 1
+    status = json.loads((only_run(tmp_path) / "status.json").read_text())
+    assert (status["state"], status["exit_code"]) == ("failed", 1)
+    assert status["error"].startswith("rank 1 ended without a word"), status["error"]
+    assert "rank 1 ended without a word" in done.stderr

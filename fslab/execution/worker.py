@@ -16,7 +16,9 @@ the other ranks only train and print their errors to the shared stderr.log.
 A rank that fails leaves its one-line error in ``.rank-failed`` before it
 exits; torchrun then stops rank 0 (or rank 0's next collective fails), and
 rank 0 records the run ``failed`` with that line rather than ``killed`` or a
-lost connection.
+lost connection. Every rank other than 0 leaves ``.rank-N-ended`` as it exits,
+however it exits on its own; one that is gone without it (a SIGKILL, as the
+out-of-memory killer sends, or a crash) fails the run too, named.
 """
 
 from __future__ import annotations
@@ -33,12 +35,15 @@ from pathlib import Path
 from fslab.core.errors import FslabError
 from fslab.core.files import remove_orphaned_temporaries
 from fslab.core.runstore import Run
+from fslab.core.states import pid_alive
 from fslab.core.summary import read_summary
 from fslab.core.worklock import clear_stop_request, stop_requested
 from fslab.execution.handover import take_worker_lock
+from fslab.execution.local import child_pids
 from fslab.execution.usage import UsageSampler
 
 RANK_FAILED = ".rank-failed"
+RANK_ENDED = ".rank-{}-ended"
 
 
 class Stopped(BaseException):
@@ -157,7 +162,8 @@ def _leave_process_group() -> None:
 
 
 def follow_rank(run: Run, resume: bool, rank: int) -> int:
-    """A rank other than 0: train its share, write nothing to the run store."""
+    """A rank other than 0: train its share, write nothing to the run store
+    but the mark that it ended on its own (:func:`silent_rank_end`)."""
     signal.signal(signal.SIGTERM, _raise_stopped)
     signal.signal(signal.SIGINT, _raise_stopped)
     watch_torchrun()
@@ -173,6 +179,11 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
         sys.stderr.flush()
         (run.path / RANK_FAILED).write_text(f"rank {rank} failed: {_one_line(exc)}\n")
         return 1
+    finally:
+        try:
+            (run.path / RANK_ENDED.format(rank)).touch()
+        except OSError:
+            pass
     return 0
 
 
@@ -182,12 +193,48 @@ def _one_line(exc: BaseException) -> str:
     return (text.strip().splitlines() or [type(exc).__name__])[0][:500]
 
 
-def other_rank_failure(run: Run) -> str | None:
-    """The error line a failed rank left, if one did."""
+def other_rank_failure(run: Run, wait: float = 0.0) -> str | None:
+    """The error line a failed rank left, if one did, or the line for a rank
+    that ended without a word (:func:`silent_rank_end`), looked for up to
+    ``wait`` seconds: a rank killed in a collective breaks it a moment before
+    its process is gone."""
+    deadline = time.monotonic() + (wait if "TORCHELASTIC_RUN_ID" in os.environ else 0.0)
+    while True:
+        try:
+            failure = (run.path / RANK_FAILED).read_text().strip() or silent_rank_end(run)
+        except OSError:
+            failure = silent_rank_end(run)
+        if failure or time.monotonic() >= deadline:
+            return failure
+        time.sleep(0.05)
+
+
+def silent_rank_end(run: Run) -> str | None:
+    """Under torchrun, on rank 0: the line for a rank of this torchrun that is
+    gone without having marked its end (a SIGKILL, or a crash of the process),
+    after which torchrun sends rank 0 a SIGTERM that must not read as a stop.
+    None where every rank lives or marked its end, or where ``/proc`` cannot tell."""
+    size, parent = int(os.environ.get("WORLD_SIZE", 1)), os.getppid()
     try:
-        return (run.path / RANK_FAILED).read_text().strip() or None
+        if size < 2 or b"torch.distributed.run" not in Path(f"/proc/{parent}/cmdline").read_bytes():
+            return None
     except OSError:
         return None
+    alive = set()
+    for pid in child_pids(parent):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except FileNotFoundError:  # gone meanwhile
+            continue
+        except OSError:
+            return None
+        if pid_alive(pid):
+            alive.update(int(v[5:]) for v in environ if v.startswith(b"RANK=") and v[5:].isdigit())
+    for rank in range(1, size):
+        if rank not in alive and not (run.path / RANK_ENDED.format(rank)).exists():
+            return (f"rank {rank} ended without a word (killed by a signal, as the out-of-memory killer kills, "
+                    f"or crashed); torchrun's line on it is in stderr.log")
+    return None
 
 
 def stop_on_signals() -> None:
@@ -243,7 +290,8 @@ def main(argv: list[str]) -> int:
     interval = float(run.config()["train"]["heartbeat"])
     keeper = StatusKeeper(run, interval)
     stop_on_signals()
-    (run.path / RANK_FAILED).unlink(missing_ok=True)  # before any rank can have trained
+    for name in (RANK_FAILED, *(RANK_ENDED.format(r) for r in range(1, int(os.environ.get("WORLD_SIZE", 1))))):
+        (run.path / name).unlink(missing_ok=True)  # before any rank can have trained
     keeper.start(resume)
     watch_torchrun()
     opened: list = []  # the run's sink feed, once _train has opened it
@@ -294,7 +342,7 @@ def _train(run: Run, resume: bool, keeper: StatusKeeper, opened: list) -> int:
         return record_stop(keeper, stop)
     except BaseException as exc:  # the run must record why it ended, whatever it was
         ignore_stop_signals()
-        if failure := other_rank_failure(run):  # e.g. a collective broken by the failed rank's exit
+        if failure := other_rank_failure(run, wait=2.0):  # e.g. a collective broken by the failed rank's exit
             traceback.print_exc()
             keeper.finish("failed", 1, failure)
             return 1
