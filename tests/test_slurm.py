@@ -223,7 +223,7 @@ def test_a_sweep_of_jobs_stops_and_resumes(local_cluster):
 
     wait_for(gone, timeout=30, what="the job's controller to exit")
 
-    again = fslab("sweep", "resume", sweep_id, "--executor", "slurm", cwd=project)
+    again = fslab("sweep", "resume", sweep_id, cwd=project)  # where its runs last ran, as fslab stop's hint says
     assert again.stdout.strip() == f"{sweep_id}: 1 run submitted again as SLURM jobs", again.stderr
     wait_for(lambda: ended(run_dir), timeout=180, what="the resubmitted job to end")
     got = status(run_dir)
@@ -343,3 +343,35 @@ def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(loca
     assert no_gpus.returncode == 2 and no_gpus.stderr.strip() == \
         "error: --gpus 2 (train.processes) in a SLURM job needs gpus_per_job >= 2, got 1; pass --slurm " \
         "gpus_per_job=2 or set it in [slurm] of fslab.toml"
+
+
+def test_sweep_resume_goes_where_the_runs_to_queue_again_last_ran(tmp_path):
+    """As fslab resume goes by a run: a sweep of SLURM jobs, stopped, went on as local workers when
+    resumed as fslab stop's hint says (fslab sweep resume SWEEP), training on the login node."""
+    from fslab.core.errors import UsageError
+    from fslab.core.sweeps import save_sweep
+    from fslab.execution.executor import sweep_executor
+
+    runs, made = tmp_path / "runs", []
+
+    def sweep(*statuses):
+        names = []
+        for status in statuses:
+            made.append(f"20261128-000000-nca-{len(made):04x}")
+            names.append(made[-1])
+            (runs / made[-1]).mkdir(parents=True)
+            (runs / made[-1] / "status.json").write_text(json.dumps(status))
+        return save_sweep(runs, f"sweep-20261128-000000-{len(made):04x}", runs=names)["id"]
+
+    jobs = sweep({"state": "killed", "executor": "slurm"}, {"state": "completed", "executor": "local"})
+    assert sweep_executor(runs, jobs) == "slurm"
+    local = sweep({"state": "failed"}, {"state": "killed", "executor": "local"})
+    assert sweep_executor(runs, local) == "local"
+    assert sweep_executor(runs, sweep({"state": "completed", "executor": "slurm"})) == "local"  # nothing to resume
+    both = sweep({"state": "killed", "executor": "slurm"}, {"state": "killed", "executor": "local"})
+    with pytest.raises(UsageError) as error:
+        sweep_executor(runs, both)
+    assert str(error.value) == (f"runs of {both} last ran both here and as SLURM jobs; say where they go on: "
+                                f"fslab sweep resume {both} --executor local (or --executor slurm)")
+    refused = fslab("sweep", "resume", both, cwd=tmp_path)
+    assert (refused.returncode, refused.stderr.strip()) == (2, f"error: {error.value}")

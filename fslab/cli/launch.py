@@ -301,7 +301,9 @@ def sweep(
     fail_fast: Annotated[bool, typer.Option(
         "--fail-fast", help="At the first failed run, cancel the runs still queued "
                             "(with --executor slurm: the jobs not yet started).")] = False,
-    executor: ExecutorOpt = "local",
+    executor: Annotated[str | None, typer.Option(
+        help="local (worker processes here) or slurm (SLURM jobs through submitit, settings in \\[slurm] of "
+             "fslab.toml); default: local, and for resume where the sweep's runs last ran.")] = None,
     slurm: SlurmOpt = None,
 ) -> None:
     """Queue one run per grid combination and seed, and start them as slots free up (or submit each as a SLURM job).
@@ -318,11 +320,11 @@ def sweep(
 
     project = settings()
     targets = targets or []
+    if targets[:1] == ["resume"]:
+        _resume_sweep(targets, project, executor, slurm)
+        return
     options = executors.job_options(project, executor, slurm)
     where = "submitted as SLURM jobs" if options is not None else "queued"
-    if targets[:1] == ["resume"]:
-        _resume_sweep(targets, project, options)
-        return
     method, seeds, fail_fast, grid_values, fixed = _sweep_spec(targets, file, seeds, fail_fast, grid or [])
     base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink,
                      file_set=fixed)
@@ -367,13 +369,16 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_f
     return method, 1 if seeds is None else seeds, fail_fast, grid_values, fixed
 
 
-def _resume_sweep(targets: list[str], project, options) -> None:
-    """``fslab sweep resume SWEEP``."""
+def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list[str] | None) -> None:
+    """``fslab sweep resume SWEEP``: where ``executor`` says, else where its runs last ran."""
     from fslab.execution import executor as executors
 
+    options = executors.job_options(project, executor, slurm) if executor is not None else None
     if len(targets) != 2:
         raise UsageError("usage: fslab sweep resume SWEEP")
     _refuse_a_run_for_a_sweep(project.runs_dir, targets[1])
+    if executor is None:
+        options = executors.job_options(project, executors.sweep_executor(project.runs_dir, targets[1]), slurm)
     record, again, unreadable, waiting = executors.resume_sweep(targets[1], settings=project,
                                                                 registry=registry(project), slurm=options)
     if not again and not waiting:

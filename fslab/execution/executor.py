@@ -167,6 +167,20 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
     return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
 
 
+def sweep_executor(runs_dir: Path, ref: str) -> str:
+    """Where ``fslab sweep resume`` starts a sweep's runs without ``--executor``:
+    where those it queues again last ran, as :func:`resume` goes by a run's
+    (``local`` where none is to be queued again). Runs of both kinds are one line
+    asking which."""
+    record = load_sweep(runs_dir, ref)
+    kinds = {"slurm" if run.status().get("executor") == "slurm" else "local"
+             for run in sweep_runs(runs_dir, record) if run.state() in RESUMABLE}
+    if len(kinds) > 1:
+        raise UsageError(f"runs of {record['id']} last ran both here and as SLURM jobs; say where they go on: "
+                         f"fslab sweep resume {record['id']} --executor local (or --executor slurm)")
+    return kinds.pop() if kinds else "local"
+
+
 def resume_sweep(ref: str, *, settings, registry,
                  slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[Run], list[Run]]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
