@@ -375,3 +375,25 @@ def test_sweep_resume_goes_where_the_runs_to_queue_again_last_ran(tmp_path):
                                 f"fslab sweep resume {both} --executor local (or --executor slurm)")
     refused = fslab("sweep", "resume", both, cwd=tmp_path)
     assert (refused.returncode, refused.stderr.strip()) == (2, f"error: {error.value}")
+
+
+@pytest.mark.slow
+def test_a_two_process_job_out_of_requeues_fails_as_a_one_process_job_does(local_cluster):
+    """With max_requeues spent, submitit stops the job instead of requeuing it: the run failed
+    with its reason, as a one-process job's does; it ended `killed`, 'stopped by SIGTERM', the
+    stop rank 0 recorded when the job stopped the ranks for a requeue that never came."""
+    from fslab.execution.local import child_pids
+
+    project = local_cluster
+    # submitit takes a signal as the time limit where the job ran past min(80%, all but 10 minutes) of it
+    two = [*ARGS, "--device", "cpu", "--gpus", "2", "--executor", "slurm", "--slurm", "max_requeues=0",
+           "--slurm", "timeout_min=10", "--slurm", "signal_delay_s=30"]
+    run_dir = project / "runs" / fslab("run", "nca", *two, "--detach", cwd=project).stdout.strip()
+    wait_for(lambda: events(run_dir, "checkpoint"), timeout=180, what="the first checkpoint")
+    (job_process,) = child_pids(int(status(run_dir)["slurm_job_id"]))
+    os.kill(job_process, signal.SIGUSR2)  # out of time, with no requeue left
+    wait_for(lambda: ended(run_dir) and status(run_dir)["state"] != "killed", timeout=60, what="the run to fail")
+    got = status(run_dir)
+    assert (got["state"], got["exit_code"]) == ("failed", 1), got
+    assert got["error"] == "UncompletedJobError: Job not requeued because: timed-out too many times."
+    assert (run_dir / "checkpoints" / "last.pt").exists()  # fslab resume goes on from it

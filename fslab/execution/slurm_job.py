@@ -160,6 +160,12 @@ def run_ranks(job: TrainingJob, run: Run, resume: bool) -> str:
         print(f"fslab: job {job_id} preempted or out of time; requeued to resume from the last checkpoint",
               file=sys.stderr, flush=True)
         raise
+    except Exception as exc:  # submitit will not requeue (out of requeues): not the stop rank 0 recorded
+        if not job.preempted:
+            raise
+        run.write_status(state="failed", ended=time.time(), exit_code=1, error=f"{type(exc).__name__}: {exc}")
+        _fail_fast(run)
+        raise
     status = run.status()
     if status.get("state") not in ENDED:  # the ranks died without a word (e.g. killed)
         status = run.write_status(state="failed", ended=time.time(), exit_code=job.ranks.returncode,
