@@ -173,6 +173,21 @@ def test_gpus_from_fslab_toml_name_the_file(tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_more_processes_than_rows_of_a_batch_is_one_clear_line(tmp_path):
+    """Each process embeds a share of every batch: 3 processes and a batch of 2 rows started a run whose
+    ranks failed at their first step; a sweep or a SLURM job is refused the same way, before anything exists."""
+    for executor in ([], ["--executor", "slurm"]):
+        done = fslab("run", "nca", "--device", "cpu", "--gpus", "3", "--set", "train.batch_size=2", *executor,
+                     cwd=tmp_path, timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            "error: --gpus 3 (train.processes) splits each batch of 2 rows (train.batch_size) over 3 processes, "
+            "one row each at least; use a batch of at least 3 rows or --gpus 2 at most"
+        ]
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+        (tmp_path / "fslab.toml").write_text("[slurm]\ncluster = 'local'\n")
+
+
 def train_losses(run_dir):
     return [(e["step"], e["loss"], e["positives"], e["negatives"]) for e in events(run_dir, "train")]
 

@@ -40,6 +40,7 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
         if slurm.cluster == "local":
             check_device(config)
         check_job_processes(config, slurm)
+    check_batch_split(config)
     check_compile(config, slurm)
     sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
     if sizes:
@@ -135,6 +136,15 @@ def check_processes(config: dict) -> None:
             f"{'is' if have == 1 else 'are'} visible here; use --gpus {max(have, 1)}, or --device cpu "
             f"--gpus {processes} for {processes} gloo processes on the CPU (slow; for testing)"
         )
+
+
+def check_batch_split(config: dict) -> None:
+    """``--gpus N`` splits every batch's rows over the N processes: each needs one row at least."""
+    processes, rows = config["train"]["processes"], config["train"]["batch_size"]
+    if processes > rows:
+        raise UsageError(f"--gpus {processes} (train.processes) splits each batch of {rows} rows (train.batch_size) "
+                         f"over {processes} processes, one row each at least; use a batch of at least {processes} "
+                         f"rows or --gpus {rows} at most")
 
 
 def check_job_processes(config: dict, options: SlurmSettings) -> None:
