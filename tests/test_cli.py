@@ -524,3 +524,16 @@ def test_logs_of_a_run_without_output_says_so(project):
     assert result.returncode == 0 and result.stdout == ""
     assert result.stderr == (f"{run.id} has no stdout.log yet (its worker has not started, or wrote nothing "
                              f"there)\n")
+
+
+def test_show_and_logs_of_a_slurm_run_name_its_job_and_where_slurm_logs(project):
+    # a SLURM job that died before its worker started left the run queued with no output: fslab logs said
+    # only that the worker had not started, and fslab show named neither the job nor runs/<id>/slurm/
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    run.write_status(executor="slurm", slurm_job_id="4242", requeues=2)
+    shown = fslab("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout
+    assert f"SLURM job 4242, requeued 2 times; submitit's files and SLURM's logs: runs/{run.id}/slurm/" in shown
+    result = fslab("logs", run.id, cwd=project)
+    assert result.returncode == 0 and result.stderr == (
+        f"{run.id} has no stdout.log yet (its worker has not started, or wrote nothing there; its SLURM job 4242 "
+        f"writes its own logs in runs/{run.id}/slurm/)\n")

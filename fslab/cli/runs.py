@@ -165,6 +165,8 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     console.print(f"method {known(summary.method)}, backbone {known(summary.backbone)}, "
                   f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"
                   + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
+    if status.get("slurm_job_id"):
+        console.print(_slurm_line(run_, status), highlight=False)
     if changed := _settings_line(run_):
         console.print(f"settings (those not fslab's defaults, as --set takes them): {shown(changed)}", highlight=False)
     if summary.step:
@@ -182,6 +184,16 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
 EVAL_COLUMNS = [Col("split"), *(Col(h, "right") for h in ("ways", "shots", "queries", "episodes", "epoch")),
                 Col("evaluator", wrap=True), Col("accuracy (%)", "right")]
 EVAL_STEPS = ["queries", "episodes", "ways"]
+
+
+def _slurm_line(run_, status: dict) -> str:
+    """``SLURM job 1234, requeued 2 times; submitit's files and SLURM's logs: runs/<id>/slurm/``."""
+    from fslab.core.text import count
+
+    requeues = status.get("requeues") or 0
+    return (f"SLURM job {shown(str(status['slurm_job_id']))}" + (f", requeued {count(requeues, 'time')}" if requeues
+                                                                  else "")
+            + f"; submitit's files and SLURM's logs: {shown(str(run_.path / 'slurm'))}/")
 
 
 def _settings_line(run_) -> str:
@@ -247,8 +259,11 @@ def logs(
             raise FslabError(f"cannot read {path}: it is not a regular file")
     except FileNotFoundError:  # not written yet: followed until it is, or said
         if not follow_:
+            job = run_.status().get("slurm_job_id")
             err_console.print(shown(f"{run_.id} has no {path.name} yet (its worker has not started, or wrote "
-                                    f"nothing there)"), highlight=False)
+                                    f"nothing there" + (f"; its SLURM job {job} writes its own logs in "
+                                                        f"{run_.path / 'slurm'}/" if job else "") + ")"),
+                              highlight=False)
             return
     except OSError as exc:
         raise FslabError(f"cannot read {path}: {exc.strerror or exc}") from None
