@@ -9,7 +9,7 @@ Prints, measured in this one run on this machine:
    store, logging) against a bare PyTorch loop with the same backbone, batch,
    loss, optimiser and data, as the ratio fslab / bare (1.00 = no overhead).
 
-Options: ``--backbone resnet12|conv4`` (default resnet12), ``--steps N`` (default 12),
+Options: ``--backbone resnet12|conv4`` (default resnet12), ``--steps N`` (default 12, at least 4),
 ``--batch-size B`` (default 128), ``--repeats N`` (start-up runs, default 5), ``--startup-only``.
 """
 
@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fslab.core.states import LIVE, run_state
 
 # The synthetic dataset has 120 training classes (default split 120/40/40).
 TRAIN_CLASSES = 120
@@ -74,23 +76,37 @@ def startup(project: Path, repeats: int = 5) -> None:
     print(f"{'TAB: --backbone r':<24}{seconds:9.3f}{seconds / base:19.2f}x")
 
 
+# Validation and test episodes need shots (5 at most) + queries (1 here) images of each class.
+EVAL_IMAGES = 5 + 1
+
+
 def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> float:
-    """Run a real ``fslab run`` of one epoch of ``steps`` batches; average the
-    logged throughput, skipping the first (warm-up) interval."""
-    per_class = -(-steps * batch // TRAIN_CLASSES)
+    """Run a real ``fslab run`` of one epoch of ``steps`` batches (more where the
+    episodes need more images a class); the images of its logged intervals over
+    their seconds, skipping the first (warm-up) interval."""
+    per_class = max(-(-steps * batch // TRAIN_CLASSES), EVAL_IMAGES)
     args = ["run", "nca", "--backbone", backbone, "--epochs", "1", "--batch-size", str(batch),
             "--set", f"dataset.images_per_class={per_class}", "--set", "train.log_every=2",
-            "--set", "train.crop_padding=0", "--set", "train.flip=false",
+            "--set", "train.crop_padding=0", "--set", "train.flip=false", "--set", "eval.queries=1",
             "--set", "eval.val_episodes=10", "--set", "eval.test_episodes=10", "--set", "eval.center_images=16",
             "--device", "cpu", "--detach"]
-    run_id = subprocess.run([sys.executable, "-m", "fslab", *args], cwd=project, check=True,
-                            capture_output=True, text=True).stdout.strip()
-    run_dir = project / "runs" / run_id
-    while json.loads((run_dir / "status.json").read_text()).get("state") in ("queued", "running"):
+    started = subprocess.run([sys.executable, "-m", "fslab", *args], cwd=project, capture_output=True, text=True)
+    if started.returncode != 0:
+        raise SystemExit(f"fslab run failed: {started.stderr.strip()}")
+    run_dir = project / "runs" / started.stdout.strip()
+    while (state := run_state(status := json.loads((run_dir / "status.json").read_text()))) in LIVE:
         time.sleep(0.5)
+    if state != "completed":
+        raise SystemExit(f"fslab run {run_dir.name} {state}: {status.get('error') or 'see its log'}")
     events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    train = [e for e in events if e["event"] == "train"][1:]
-    return statistics.mean(e["images_per_s"] for e in train)
+    return logged_images_per_s([e for e in events if e["event"] == "train"], batch)
+
+
+def logged_images_per_s(train: list[dict], batch: int) -> float:
+    """All the images of the ``train`` events' intervals but the first over all their seconds,
+    as the bare loop's rate is counted (an average of the intervals' rates would overstate it)."""
+    images = [batch * (e["step"] - before["step"]) for before, e in zip(train, train[1:])]
+    return sum(images) / sum(n / e["images_per_s"] for n, e in zip(images, train[1:]))
 
 
 def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
@@ -121,14 +137,22 @@ def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
     return steps * batch / timed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backbone", default="resnet12")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5, help="runs of each start-up command (the median is shown)")
     parser.add_argument("--startup-only", action="store_true", help="measure the start-up only, not training")
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
+    if options.steps < 4 or options.batch_size < 2 or options.repeats < 1:
+        parser.error("--steps must be at least 4 (two logged intervals: the first warms up), --batch-size at "
+                     "least 2 (NCA needs pairs) and --repeats at least 1")
+    import fslab
+
+    if options.backbone not in fslab.available("backbone"):
+        parser.error(f"unknown backbone '{options.backbone}'; the backbones are "
+                     f"{', '.join(fslab.available('backbone'))}")
     with tempfile.TemporaryDirectory() as folder:
         project = Path(folder)
         print(f"## CLI start-up (median of {options.repeats})")

@@ -1,0 +1,45 @@
+"""benchmarks/run.py, the one command of the README's Benchmarks: its training part runs a real
+``fslab run`` the configuration check accepts, and its ratio counts images over seconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from .bench_helpers import load_benchmark
+
+
+def load_bench():
+    return load_benchmark("run")
+
+
+def test_the_run_s_rate_is_its_intervals_images_over_their_seconds_after_the_first():
+    bench = load_bench()
+    train = [{"step": 2, "images_per_s": 1000.0},  # the warm-up interval, left out
+             {"step": 4, "images_per_s": 100.0},  # 16 images in 0.16 s
+             {"step": 6, "images_per_s": 50.0}]  # 16 images in 0.32 s
+    # 32 images in 0.48 s, as the bare loop counts its steps; the mean of the two rates would say 75
+    assert bench.logged_images_per_s(train, batch=8) == pytest.approx(32 / 0.48)
+
+
+def test_a_real_fslab_run_of_a_few_steps_is_timed(project):
+    """The run's settings passed fslab's configuration check (its 13 images a class could not
+    hold a validation episode of 5 shots + 15 queries, and the benchmark stopped there)."""
+    bench = load_bench()
+    rate = bench.fslab_images_per_s(project, "conv4", steps=4, batch=8)
+    assert rate > 0
+    (run,) = [path for path in (project / "runs").iterdir() if path.is_dir()]
+    assert (run / "results.json").exists()
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--steps", "3"], "--steps must be at least 4"),
+    (["--batch-size", "1"], "--batch-size at least 2"),
+    (["--backbone", "resnet13"], "unknown backbone 'resnet13'; the backbones are conv4, resnet12"),
+])
+def test_bad_options_are_one_line_and_exit_2_before_anything_is_timed(argv, said, capsys, registry):
+    bench = load_bench()
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(argv)
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    assert said in captured.err and captured.out == ""
