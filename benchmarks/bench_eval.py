@@ -99,7 +99,8 @@ def cached_features(episodes: int, repeats: int) -> None:
     old_s, old = best_of(repeats, lambda: legacy_scores(features, labels, 5, 5, 15, episodes, 0, center))
     sample_s, _ = best_of(repeats, lambda: evaluation.sample_episodes(labels, 5, 5, 15, episodes, 0))
     old_sample_s, _ = best_of(repeats, lambda: legacy_sample_episodes(labels, 5, 5, 15, episodes, 0))
-    with mock.patch.object(evaluation, "sample_episodes", legacy_sample_episodes):
+    # episode_scores draws its episodes block by block: the old stream as one block
+    with mock.patch.object(evaluation, "episode_blocks", lambda *draw: iter([legacy_sample_episodes(*draw)])):
         on_old_episodes = evaluation.episode_scores(features, labels, centroid, 5, 5, 15, episodes, 0, center=center)
     differing = int((on_old_episodes != old).sum())
     (new_mean, new_ci), (old_mean, old_ci) = evaluation.ci95(new), evaluation.ci95(old)
