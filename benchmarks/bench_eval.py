@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 from unittest import mock
 
 import torch
@@ -36,6 +38,9 @@ from fslab_plugins.methods.nca import centroid, squared_distances
 from fslab.core.types import evaluator_traits
 from fslab.training import evaluation
 from fslab.training.build import to_input
+
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 
 
 def best_of(repeats: int, fn):
@@ -222,14 +227,18 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu (the comparisons above) or cuda[:N] (a run's test "
                                                         "evaluation on the GPU)")
     parser.add_argument("--eval-batch-size", type=int, default=256, help="images per forward pass (--device cuda)")
-    options = parser.parse_args()
-    if options.device != "cpu":
-        on_device(torch.device(options.device), options.episodes, options.repeats, options.backbone,
-                  options.eval_batch_size)
+    args = parser.parse_args()
+    import fslab
+
+    options.at_least(parser, args, episodes=1, loop_episodes=1, repeats=1, eval_batch_size=1)
+    device = options.device(parser, args.device)
+    options.known(parser, fslab.get_registry(), "backbone", [args.backbone], "--backbone")
+    if device.type != "cpu":
+        on_device(device, args.episodes, args.repeats, args.backbone, args.eval_batch_size)
         return
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads")
-    cached_features(options.episodes, options.repeats)
-    per_episode_vs_cached(options.backbone, options.episodes, options.loop_episodes)
+    cached_features(args.episodes, args.repeats)
+    per_episode_vs_cached(args.backbone, args.episodes, min(args.loop_episodes, args.episodes))
 
 
 if __name__ == "__main__":

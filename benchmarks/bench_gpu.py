@@ -53,6 +53,9 @@ from fslab.core.timing import PARTS, key, time_split
 from fslab.training import distributed
 from fslab.training.numerics import Numerics, apply_backend_settings, compiled, optimiser_step
 
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
+
 BACKBONES = {"resnet12": {}, "resnet12-nca": {}, "wrn28-10": {}, "conv4": {}}
 MODES = {  # precision, channels-last, compile
     "fp32": ("fp32", False, "off"),
@@ -271,7 +274,7 @@ def measure(args, registry, backbone: str, loss_name: str, mode: str | None, dev
 
 def _measure(args, registry, backbone: str, loss_name: str, mode: str | None, device: torch.device) -> dict:
     torch.manual_seed(0)
-    model = registry.create("backbone", backbone, in_channels=3, **BACKBONES[backbone]).to(device)
+    model = registry.create("backbone", backbone, in_channels=3, **BACKBONES.get(backbone, {})).to(device)
     loss_fn = registry.create("loss", loss_name, context={"out_dim": model.out_dim, "num_classes": 64})
     x, y = batch_for(args.batch_size, args.image_size, device)
     # Counted on at most FLOP_BATCH of the images (an eager float32 step of a large network at batch 512
@@ -343,7 +346,9 @@ def time_recipe(arguments: list[str]) -> dict:
     wall time and where the run's time went (:func:`fslab.core.timing.time_split`)."""
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fslab", *arguments], cwd=folder, check=True)
+        done = subprocess.run([sys.executable, "-m", "fslab", *arguments], cwd=folder)
+        if done.returncode != 0:  # fslab has said why, in its one line
+            raise SystemExit(done.returncode)
         wall = time.perf_counter() - start
         (run,) = (Path(folder) / "runs").iterdir()
         status = json.loads((run / "status.json").read_text())
@@ -360,6 +365,26 @@ def recipe_lines(parts: dict) -> list[str]:
     lines = [f"  {part:<13}{parts[key(part)]:8.1f} s{notes.get(part, '')}" for part in PARTS]
     return lines + [f"  {'run':<13}{parts['run_s']:8.1f} s (the worker's start to its end); {parts['wall_s']:.1f} s "
                     "with fslab's own start"]
+
+
+def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[torch.device, object]:
+    """The device and the registry, once every option is known good (one line and exit 2 if not)."""
+    unknown = [mode for mode in args.modes.split(",") if mode not in MODES]
+    if unknown:
+        parser.error(f"unknown mode {', '.join(unknown)}; the modes are {', '.join(MODES)}")
+    options.at_least(parser, args, batch_size=2, image_size=1, steps=1, warmup=0)
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        parser.error(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
+    device, registry = options.device(parser, args.device), load_registry()
+    options.known(parser, registry, "backbone", [name for name in args.backbones.split(",") if name], "--backbones")
+    options.known(parser, registry, "loss", args.losses.split(","), "--losses")
+    options.output(parser, args.json)
+    with options.usage_errors(parser):
+        from fslab.core.config import parse_assignment
+
+        for text in args.recipe_set:
+            parse_assignment(text, "--recipe-set")
+    return device, registry
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -382,10 +407,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="also split each row's step time by kind of kernel (what bounds its MFU)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here, one JSON object a line")
     args = parser.parse_args(argv)
-    unknown = [mode for mode in args.modes.split(",") if mode not in MODES]
-    if unknown:
-        parser.error(f"unknown mode {', '.join(unknown)}; the modes are {', '.join(MODES)}")
-    device, registry = torch.device(args.device), load_registry()
+    device, registry = check_options(parser, args)
     rows = []
     if args.json is not None:
         args.json.write_text("")

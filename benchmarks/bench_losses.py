@@ -31,13 +31,18 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from fslab.core.registry import load_registry
 from fslab.core.settings import load_settings
 from fslab.training.numerics import Numerics, apply_backend_settings
+
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 
 SHOTS, TRAIN_CLASSES = 5, 64
 
@@ -123,12 +128,14 @@ def main() -> None:
     if args.classes < 2 or args.batch_size % args.classes or args.batch_size // args.classes <= SHOTS:
         parser.error(f"--batch-size must be a multiple of --classes ({args.classes}, at least 2) "
                      f"with more than {SHOTS} images per class")
+    options.at_least(parser, args, steps=1, image_size=1, threads=0)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
+    device = options.device(parser, ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
+                            else args.device)
 
     registry = load_registry(load_settings().plugin_dirs)
+    options.known(parser, registry, "backbone", [args.backbone], "--backbone")
     names = registry.names("loss")
     if args.only:
         wanted = {n.strip() for n in args.only.split(",") if n.strip()}

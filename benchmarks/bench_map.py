@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from fslab_plugins.backbones.networks import Conv4
 from fslab_plugins.methods.map import map_dlm, map_ssvm
 from fslab_plugins.methods.nca import nca
+
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 
 
 def timed(fn, repeats: int, device: torch.device) -> float:
@@ -44,9 +49,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    options.at_least(parser, args, repeats=1, threads=0)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = options.device(parser, args.device)
     torch.manual_seed(0)
 
     labels = torch.arange(16, device=device).repeat_interleave(8)

@@ -21,13 +21,18 @@ one-off cache build (decoding every JPEG once) is timed and printed separately.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 
 
 def write_images(root: Path, classes: int, per_class: int, size: int) -> int:
@@ -129,7 +134,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of the torchvision pipeline")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    options.at_least(parser, args, classes=1, per_class=1, size=1, batch=1, epochs=1, workers=0)
+    if args.batch > args.classes * args.per_class:
+        parser.error(f"--batch must be at most the {args.classes * args.per_class} training images "
+                     f"(--classes × --per-class), got {args.batch}")
+    device = options.device(parser, ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
+                            else args.device)
+    if importlib.util.find_spec("torchvision") is None:  # the baseline, measured after fslab's side
+        raise SystemExit("bench_pipeline.py compares fslab's pipeline with torchvision's, and torchvision is not "
+                         "installed here: pip install torchvision")
 
     root = Path(tempfile.mkdtemp(prefix="fslab-bench-pipeline-"))
     try:

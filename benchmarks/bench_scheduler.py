@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 from make_runs import make_runs  # noqa: E402
 
 TINY = [
@@ -162,6 +163,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=6, help="tiny runs queued on one slot (default 6)")
     parser.add_argument("--history", type=int, default=0, help="finished runs in the store beforehand")
     args = parser.parse_args()
+    options.at_least(parser, args, runs=2, history=0)  # a hand-over is between two runs
     with tempfile.TemporaryDirectory(prefix="fslab-bench-scheduler-") as tmp:
         project = Path(tmp)
         (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")

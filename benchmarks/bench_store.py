@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 from bench_tui import measure, ms  # noqa: E402
 from make_runs import make_runs  # noqa: E402
 
@@ -87,6 +88,9 @@ def main() -> None:
     parser.add_argument("--live", type=int, default=50)
     parser.add_argument("--ticks", type=int, default=20)
     args = parser.parse_args()
+    options.at_least(parser, args, runs=1, live=1, ticks=1)
+    if args.live > args.runs:
+        parser.error(f"--live must be at most --runs ({args.runs}), got {args.live}")
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         runs_dir = project / "runs"

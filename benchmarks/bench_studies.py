@@ -69,6 +69,9 @@ from fslab.training.features import center_count
 from fslab.training.numerics import apply_backend_settings, compiled, embed, optimiser_step, resolve_numerics
 from fslab.training.train import validates_after
 
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
+
 # The standard splits (classes and images per split) and image channels of the papers' datasets.
 SPLITS = {
     "miniimagenet": {"channels": 3, "train": (64, 38400), "val": (16, 9600), "test": (20, 12000)},
@@ -249,16 +252,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from fslab.core.config import nest, parse_assignment
 
-    extra = tuple(nest(*parse_assignment(text)) for text in args.set)
-    device, registry, settings = torch.device(args.device), load_registry(), load_settings()
+    options.at_least(parser, args, steps=1, warmup=0, image_size=0, batch_size=0, train_images=0, eval_images=0)
+    options.output(parser, args.json)
+    device, registry, settings = options.device(parser, args.device), load_registry(), load_settings()
     names = args.studies or registry.names("study")
+    with options.usage_errors(parser):  # a study that is not there, a --set that is no setting: before any timing
+        extra = tuple(nest(*parse_assignment(text)) for text in args.set)
+        studies = {name: resolve_study(find_study(registry, name), "paper", settings=settings, registry=registry,
+                                       extra=extra) for name in names}
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device: {where}; every study at paper scale; worker start-up and data reading not counted")
     measured: dict[str, dict] = {}
     out = []
     for name in names:
-        study = find_study(registry, name)
-        resolved = resolve_study(study, "paper", settings=settings, registry=registry, extra=extra)
+        resolved = studies[name]
         total, missing, used = 0.0, [], {}
         for planned, config in resolved:
             dataset = config["dataset"]["name"]

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 from make_runs import make_runs, train_event  # noqa: E402
 
 
@@ -105,6 +106,9 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true",
                         help="start without summary.json files (a store written by fslab 0.1)")
     args = parser.parse_args()
+    options.at_least(parser, args, runs=1, live=1, ticks=1)
+    if args.live > args.runs:
+        parser.error(f"--live must be at most --runs ({args.runs}), got {args.live}")
     with tempfile.TemporaryDirectory() as tmp:
         runs_dir = Path(tmp) / "runs"
         live = make_runs(runs_dir, args.runs, args.live)  # live runs carry this process's pid

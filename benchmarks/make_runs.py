@@ -137,6 +137,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="training steps per epoch (5 epochs)")
     parser.add_argument("--scores", action="store_true", help="per-episode test accuracies for fslab compare")
     args = parser.parse_args()
+    if args.runs < 0 or not 0 <= args.live <= args.runs or args.steps < 1:
+        parser.error(f"--runs must be at least 0, --live from 0 to --runs and --steps at least 1; got --runs "
+                     f"{args.runs}, --live {args.live}, --steps {args.steps}")
     make_runs(args.root, args.runs, args.live, args.steps, scores=args.scores)
     print(f"{args.runs} runs in {args.root}")
 

@@ -1,0 +1,62 @@
+"""What every benchmark checks of its options before it measures anything: a wrong one is one
+line and exit 2 (argparse's own ``error``), not a traceback, and not minutes into a run on a
+lent GPU. The benchmarks import it from their own folder (``benchmarks/`` is not a package)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+
+def at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, **minimums: float) -> None:
+    """Each option named (by its ``dest``) at least its minimum."""
+    for name, minimum in minimums.items():
+        value = getattr(args, name)
+        if value < minimum:
+            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+
+
+def device(parser: argparse.ArgumentParser, text: str):
+    """``text`` as a torch device this machine has: the CPU or one of its CUDA GPUs."""
+    import torch
+
+    try:
+        chosen = torch.device(text)
+    except RuntimeError:
+        chosen = None
+    if chosen is None or chosen.type not in ("cpu", "cuda"):
+        parser.error(f"--device must be cpu, cuda or cuda:N, got '{text}'")
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            parser.error(f"--device {text}: this machine has no CUDA GPU; use --device cpu")
+        if (chosen.index or 0) >= count:
+            parser.error(f"--device {text}: this machine has {count} CUDA GPU{'s' * (count > 1)}, "
+                         f"cuda:0 to cuda:{count - 1}")
+    return chosen
+
+
+def known(parser: argparse.ArgumentParser, registry, kind: str, names, option: str) -> None:
+    """Every one of ``names`` a registered ``kind`` (``option`` says where they were given)."""
+    allowed = registry.names(kind)
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        parser.error(f"{option}: unknown {kind} {', '.join(unknown)}; registered: {', '.join(allowed)}")
+
+
+def output(parser: argparse.ArgumentParser, path: Path | None, option: str = "--json") -> None:
+    """A file the results can be written to: its folder exists."""
+    if path is not None and not path.parent.is_dir():
+        parser.error(f"{option} {path}: there is no folder {path.parent}; make it first")
+
+
+@contextlib.contextmanager
+def usage_errors(parser: argparse.ArgumentParser):
+    """fslab's own one-line refusal of a value (its UsageError) as the option error it is."""
+    from fslab.core.errors import UsageError
+
+    try:
+        yield
+    except UsageError as error:
+        parser.error(str(error))
