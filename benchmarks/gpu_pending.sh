@@ -12,7 +12,7 @@
 # parity.json, bench_studies.txt and .jsonl. SECONDS (default 560) bounds the whole; a stage cut
 # short keeps what it wrote. The runs are made in a project of their own under OUT/project
 # (checkpoints included: leave them out when copying OUT). For a try on a CPU, make it small:
-#     DATASET=synthetic EPOCHS=1 SLOTS="cpu_slots = 2" SEEDS=2 \
+#     BACKBONE=conv4 DATASET=synthetic EPOCHS=1 SLOTS="cpu_slots = 2" SEEDS=2 \
 #     STUDIES=map-table2 BENCH_ARGS="--device cpu --image-size 16 --batch-size 16 --steps 1 --warmup 0 \
 #     --train-images 64 --eval-images 32" bash benchmarks/gpu_pending.sh /tmp/pending
 set -uo pipefail
@@ -59,7 +59,9 @@ EOF
     cd "$repo" || exit 1
 fi
 
-if [ "$stage" != parity ]; then
+if [ "$stage" != parity ] && [ "$(left)" -le 0 ]; then
+    echo "studies: not timed, none of the $limit s is left" >&2  # timeout 0 would set no limit at all
+elif [ "$stage" != parity ]; then
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
     timeout "$(left)" python3 benchmarks/bench_studies.py ${STUDIES:-nca-fig4 nca-table4 sen-table2 nca-table3 nca-fig2 nca-fig3} \
         ${BENCH_ARGS:-} --json "$out/bench_studies.jsonl" 2>&1 | tee "$out/bench_studies.txt"

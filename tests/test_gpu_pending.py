@@ -1,0 +1,40 @@
+"""benchmarks/gpu_pending.sh: what its comment promises a CPU can try, and its time bound."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from .bench_helpers import BENCHMARKS
+
+SCRIPT = BENCHMARKS / "gpu_pending.sh"
+
+
+def test_the_cpu_try_in_its_comment_is_the_small_one_the_readme_describes():
+    """README: 'the settings that try it on a CPU in about two minutes (synthetic, Conv-4, 1 epoch,
+    2 seeds)'. Without BACKBONE the try trained ResNet-12 compiled in bf16 on the CPU, spent the
+    whole 560 s on it and compared nothing."""
+    comment = SCRIPT.read_text().split("For a try on a CPU", 1)[1].split("\nset ", 1)[0]
+    settings = dict(re.findall(r"\b([A-Z_]+)=(\w+)", comment))
+    assert {key: settings.get(key) for key in ("BACKBONE", "DATASET", "EPOCHS", "SEEDS")} == {
+        "BACKBONE": "conv4", "DATASET": "synthetic", "EPOCHS": "1", "SEEDS": "2"}
+
+
+def test_the_studies_get_no_unbounded_run_when_no_time_is_left(tmp_path):
+    """A stage that used up the whole bound leaves the studies none: ``timeout 0`` would set no
+    limit at all (and a negative one is an error)."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    calls = tmp_path / "calls"
+    # `date +%s` says 1000 at the start and 2000 ever after: the 120 s bound is spent
+    (shims / "date").write_text(f'#!/bin/sh\nif [ -e {calls} ]; then echo 2000; else touch {calls}; echo 1000; fi\n')
+    (shims / "python3").write_text(f"#!/bin/sh\ntouch {tmp_path}/studies-ran\n")
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "studies", "120"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert "studies: not timed, none of the 120 s is left" in done.stderr
+    assert not Path(tmp_path / "studies-ran").exists()
