@@ -1,0 +1,34 @@
+"""The benchmarks no other test runs, run end to end at tiny sizes, so that a change to what they
+call breaks a test rather than the next measurement."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from .bench_helpers import load_benchmark
+
+
+def run_main(script: str, argv: list[str], monkeypatch, capsys) -> str:
+    bench = load_benchmark(script)
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
+    bench.main()
+    return capsys.readouterr().out
+
+
+def test_bench_losses_times_each_loss_against_nca_in_the_same_run(monkeypatch, capsys, registry):
+    out = run_main("bench_losses", ["--device", "cpu", "--steps", "1", "--image-size", "16", "--batch-size", "16",
+                                    "--classes", "2", "--only", "protonet"], monkeypatch, capsys)
+    rows = re.findall(r"^\| `([\w-]+)` \| \w+ \| [\d,]+ / [\d,]+ \| ([\d.]+) \| ([\d.]+) \|", out, re.M)
+    assert [name for name, _, _ in rows] == ["nca", "protonet"]
+    assert rows[0][2] == "1.00"  # the baseline is nca's own step
+    nca_ms, protonet_ms = float(rows[0][1]), float(rows[1][1])
+    assert float(rows[1][2]) == pytest.approx(protonet_ms / nca_ms, abs=0.02 + 0.1 / nca_ms)
+
+
+def test_bench_map_prices_each_loss_as_a_share_of_a_step(monkeypatch, capsys):
+    out = run_main("bench_map", ["--repeats", "1", "--device", "cpu"], monkeypatch, capsys)
+    assert [line.split()[0] for line in out.splitlines()[2:]] == ["nca", "map-ssvm", "map-dlm"]
+
