@@ -102,7 +102,9 @@ def test_the_profile_of_a_cpu_step_covers_its_operators(tmp_path, capsys, regist
     # Conv4's own operators: convolutions, batch norm, pooling all take time; no peak is known on the CPU
     assert min(shares["conv & matmul"], shares["batch norm"], shares["pooling"]) > 0
     assert row["bound"]["gemm_of_peak"] is None and 0 < row["bound"]["busy"] <= 1
-    assert capsys.readouterr().out.count("operator time: conv & matmul") == 2  # as measured, and in the table
+    # as measured, and in the table; the shares in their order of size, which varies with the machine's load
+    lines = [line for line in capsys.readouterr().out.splitlines() if "operator time: " in line]
+    assert len(lines) == 2 and all("conv & matmul" in line and "batch norm" in line for line in lines)
 
 
 @pytest.mark.slow
