@@ -49,7 +49,7 @@ from pathlib import Path
 
 from fslab.plugin import Split, UsageError
 
-FORMAT_VERSION = 2  # 2: 16-bit images scaled to 8 bits (1 clipped them to white); a cache of 1 is rebuilt
+FORMAT_VERSION = 3  # 3: float images scaled (clipped before); 2: 16-bit ones (1 clipped them); older caches are rebuilt
 CACHE_FOLDER = ".fslab-cache"
 DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 512  # images decoded per block written to the cache file
