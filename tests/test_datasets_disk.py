@@ -208,6 +208,22 @@ def test_cache_goes_to_cache_dir_or_the_user_cache_when_root_is_not_writable(reg
     np.testing.assert_array_equal(s.images[0].numpy(), expected_pixels(written["test"][0][1], 6))
 
 
+def test_a_read_only_root_with_a_ready_cache_is_read_from_it(registry, tmp_path, monkeypatch):
+    # a lab's shared, read-only copy of a dataset whose .fslab-cache its owner made: each user decoded it
+    # again into ~/.cache, minutes and gigabytes at miniImageNet's size
+    root = tmp_path / "data"
+    written = make_folder_tree(root, classes=2, per_class=2)
+    create(registry, "folder", root, image_size=6).load("test")
+    assert list((root / ".fslab-cache").glob("folder-test-6.json"))
+    writable = os.access
+    monkeypatch.setattr(image_cache.os, "access", lambda path, mode: (
+        False if mode == os.W_OK and str(path).startswith(str(root)) else writable(path, mode)))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    s = create(registry, "folder", root, image_size=6).load("test")
+    np.testing.assert_array_equal(s.images[0].numpy(), expected_pixels(written["test"][0][1], 6))
+    assert not (tmp_path / "xdg").exists()  # nothing decoded, nothing written
+    s = create(registry, "folder", root, image_size=8).load("test")  # no ready cache of this size: the user's
+    assert list((tmp_path / "xdg" / "fslab").glob("*/folder-test-8.json")) and s.images.shape[-1] == 8
 def test_folder_reads_file_and_class_names_that_are_not_utf8(registry, tmp_path):
     """A name in latin-1 bytes (as old zip and tar archives unpack): the cache key hashed its
     path with str.encode(), which cannot encode the byte, and the run failed with UnicodeEncodeError."""

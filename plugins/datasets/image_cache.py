@@ -27,8 +27,9 @@ no copy, and the operating system's page cache is shared by every run.
 
 Where the cache goes: ``cache_dir`` when the dataset is given one; otherwise
 ``ROOT/.fslab-cache`` when ROOT is writable; otherwise
-``$XDG_CACHE_HOME/fslab`` (default ``~/.cache/fslab``). Outside ROOT, each root
-gets its own sub-folder (a hash of its absolute path).
+``$XDG_CACHE_HOME/fslab`` (default ``~/.cache/fslab``), where a valid cache in
+a read-only ROOT's ``.fslab-cache`` is read first. Outside ROOT, each root gets
+its own sub-folder (a hash of its absolute path).
 
 numpy, torch and PIL are imported inside functions: the registry imports the
 dataset modules, and ``fslab plugins`` must stay light.
@@ -275,9 +276,11 @@ def source_key(stem: str, params: dict, sources: Iterable[Path]) -> str:
 
 
 def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
-                 build: Callable[[], tuple], verb: str = "decoding") -> Split:
+                 build: Callable[[], tuple], verb: str = "decoding", ready: Path | None = None) -> Split:
     """The split cached under ``folder/stem``, decoded by ``build`` first if
-    there is no valid cache for these ``sources`` and ``params``.
+    there is no valid cache for these ``sources`` and ``params``. A valid cache
+    in ``ready`` is read first (a read-only root's ``.fslab-cache``, made by
+    whoever could write there: a lab's shared copy of a dataset).
 
     ``build()`` returns ``(labels, classes, blocks)``: int64 labels ``[N]``,
     the class names, and an iterable of uint8 image blocks ``[k, C, H, W]``
@@ -285,7 +288,9 @@ def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
     split larger than memory can be cached.
     """
     key = source_key(stem, params, sources)
-    split = open_cache(folder, stem, key)
+    split = open_cache(ready, stem, key) if ready is not None else None
+    if split is None:
+        split = open_cache(folder, stem, key)
     if split is None:
         with decoding(folder, stem, verb):
             split = open_cache(folder, stem, key)  # another process may have written it meanwhile
@@ -427,7 +432,9 @@ class CachedDataset:
         if split not in self._splits:
             stem, params, sources, build = self.plan(split)
             folder = cache_folder(self.root, self.cache_dir)
-            self._splits[split] = cached_split(folder, stem, params, sources, build)
+            inside = self.root.resolve() / CACHE_FOLDER  # where a cache made by one who could write there lies
+            ready = inside if not self.cache_dir and folder != inside else None
+            self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready)
         return self._splits[split]
 
     def split_sizes(self) -> dict[str, list[int]]:
