@@ -220,6 +220,20 @@ def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store
         "run: fslab eval RUN --evaluator knn --set evaluator.k=3 --set evaluator.ties=smallest\n"), bad.stderr
 
 
+def test_no_scores_names_the_fslab_eval_of_the_split_shots_and_shape_asked_for(store, builtin_plugins):
+    """The fslab eval that 'no results' suggested was always that of the test split, 1 and 5 shots and
+    each run's own shape: for --split val, --shots 20 or --ways 10 it made scores compare still lacked."""
+    folder, _ = store
+    for options, wanted in ((["--split", "val"], "fslab eval RUN --split val"),
+                            (["--shots", "20"], "fslab eval RUN --shots 20"),
+                            (["--ways", "10", "--queries", "5", "--shots", "1,5"],
+                             "fslab eval RUN --ways 10 --queries 5")):
+        bad = fslab("compare", "all", *options, cwd=folder)
+        assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
+        bad = fslab("plot", "train.lr", "all", *options, cwd=folder)
+        assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
+
+
 def test_mean_ci_matches_the_formula():
     values = [0.0, 1.0, 0.0, 1.0]
     assert mean_ci(values) == (0.5, 1.96 * 0.5 / 2)
@@ -405,7 +419,7 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     assert isinstance(alone.exception, UsageError)
     assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
                                     "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "
-                                    "run: fslab eval RUN")
+                                    "run: fslab eval RUN --queries 15")
     assert runner.invoke(app, ["compare", five.id, "--queries", "5"]).exit_code == 0
     own = runner.invoke(app, ["compare", five.id, "--json"])  # no --queries: the one shape its scores have
     assert own.exit_code == 0 and own.stderr == ""

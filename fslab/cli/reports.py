@@ -230,7 +230,7 @@ def compare_(
     runs = select_runs(settings().runs_dir, refs, "compare")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
-    _say_left_out(report, split, shots, evaluator)
+    _say_left_out(report, split, ",".join(map(str, shot_list)), evaluator, (ways, queries))
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
         return
@@ -259,9 +259,10 @@ def _say_data_split(labels: list[str] | None, what: str) -> None:
                           f"nor paired): {shown('; '.join(labels))}", highlight=False)
 
 
-def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None) -> None:
+def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, asked: tuple) -> None:
     """The runs compare left out, each kind said once on stderr so the report itself stays clean;
-    a UsageError where no run has scores of the shape asked for (naming the shapes they have)."""
+    a UsageError where no run has scores of the shape asked for (naming the shapes they have, and
+    the fslab eval of the ``asked`` --ways and --queries that makes them)."""
     from fslab.reports.compare import no_results, shapes_text
 
     for key, why in (("unreadable", "each one whose configuration cannot be read"),
@@ -275,7 +276,7 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None) -
     if not any(row["results"] for row in report["groups"]):
         if evaluator is not None:
             check_evaluator(evaluator)
-        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes))
+        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes, asked))
     if elsewhere:
         err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, {queries} queries "
                           f"(left out): {shown(', '.join(list(elsewhere)[:5]))}{', ...' if len(elsewhere) > 5 else ''};"

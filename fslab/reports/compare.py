@@ -388,11 +388,14 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
 
 
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
-               shapes=()) -> str:
+               shapes=(), asked: tuple = (None, None)) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
-    and the fslab eval that makes them."""
+    and the fslab eval that makes them: of this split and these shots, and of the ``asked``
+    (--ways, --queries) where given (without them fslab eval takes each run's own shape)."""
     by = f" by evaluator '{evaluator}'" if evaluator else ""
-    run_eval = "fslab eval RUN"
+    run_eval = "fslab eval RUN" + (f" --split {split}" if split != "test" else "") + (
+        f" --shots {shots}" if shots != "1,5" else "") + "".join(
+        f" {option} {value}" for option, value in zip(("--ways", "--queries"), asked) if value is not None)
     if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
         run_eval += f" --evaluator {evaluator.partition('[')[0]}"
         params = label_params(evaluator)

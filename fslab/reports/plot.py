@@ -102,6 +102,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     if not runs:
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     files = RunFiles()
+    asked = (ways, queries)
     ways, queries = scored_shape(runs, split, shots, ways, queries, None, files)
     lines, left_out = _lines(runs, key, series, files)
     lines = _by_data(lines, split, files, (list(shots), ways, queries))
@@ -132,7 +133,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
                                     if line.get("data")))
     if not any(panel["series"] for panel in panels):
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
-                                    shapes={shape for found in shapes.values() for shape in found}))
+                                    shapes={shape for found in shapes.values() for shape in found}, asked=asked))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out,
             "data_split": data_split}
     return {**data, "y": y_label(data)}
