@@ -312,3 +312,27 @@ def test_an_evaluation_of_another_shape_on_other_data_leaves_a_line_whole(tmp_pa
     assert report["data_split"] == []
     ((line,),) = [[s for s in panel["series"]] for panel in report["panels"]]
     assert [p["x"] for p in line["points"]] == [128, 256]
+
+
+def test_a_point_of_runs_also_scored_on_more_episodes_is_read_as_compare_reads_it(tmp_path, builtin_plugins):
+    """fslab plot said it draws what fslab compare computes, but a point whose runs were all evaluated
+    again on more episodes (fslab eval --episodes) was drawn from those, while compare read every run
+    on the count all of them share: the same group was 75.00 in compare and 95.00 in the figure."""
+    from fslab.reports.compare import compare
+    from fslab.reports.plot import series_data
+
+    runs = []
+    for batch in (128, 256):
+        run = make_run(tmp_path / "runs", 0, {5: [0.5, 1.0]}, loss={"name": "nca"}, batch_size=batch)
+        if batch == 256:  # evaluated again on 10 episodes
+            run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 10,
+                                 "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.95, "ci95": 0.0},
+                                [1.0] * 9 + [0.5])
+        runs.append(run)
+    groups = compare(runs, shots=[5])["groups"]
+    assert [g["results"]["5-shot"]["episodes"] for g in groups] == [2, 2]
+    ((line,),) = [panel["series"] for panel in series_data(runs, "batch-size", shots=[5])["panels"]]
+    assert [(p["accuracy"], p["episodes"]) for p in line["points"]] == [(0.75, 2), (0.75, 2)]
+    assert [p["accuracy"] for p in line["points"]] == [g["results"]["5-shot"]["accuracy"] for g in groups]
+    alone = series_data(runs[1:], "batch-size", shots=[5])["panels"][0]["series"][0]["points"]
+    assert [(p["accuracy"], p["episodes"]) for p in alone] == [(pytest.approx(0.95), 10)]  # alone: its most

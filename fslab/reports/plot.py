@@ -40,6 +40,7 @@ from fslab.reports.compare import (
     scored_shape,
     settings_label,
     shapes_text,
+    shared_episodes,
     split_by_data,
 )
 
@@ -190,12 +191,15 @@ def _by_data(lines: dict, split: str, files: RunFiles, shape: tuple) -> dict:
 
 def _series(lines: dict, shown: list[str], split: str, shots: int, ways: int, queries: int,
             files: RunFiles) -> list[dict]:
-    """One panel's lines: each labelled by the ``shown`` settings, its points pooled as compare pools."""
+    """One panel's lines: each labelled by the ``shown`` settings, its points pooled as compare pools,
+    every run read on the episode count all the panel's runs share, where they share one."""
+    everyone = [r for line in lines.values() for point in line["points"].values() for r in point["runs"]]
+    episodes = shared_episodes(everyone, split, shots, ways, queries, files=files)
     drawn = []
     for line in lines.values():
         points = []
         for point in line["points"].values():
-            result = pooled(point["runs"], split, shots, ways, queries, files=files)
+            result = pooled(point["runs"], split, shots, ways, queries, files=files, episodes=episodes)
             if result is None:
                 continue
             xs = point["x"]
