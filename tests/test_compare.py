@@ -239,6 +239,22 @@ def test_mean_ci_matches_the_formula():
     assert mean_ci(values) == (0.5, 1.96 * 0.5 / 2)
 
 
+def test_differences_are_to_the_first_group_with_scores_when_the_first_is_still_queued(tmp_path):
+    """A first group without scores (its runs queued, running or failed) was the baseline, so compare gave no
+    paired difference at all, though the other groups' runs paired by seed."""
+    runs_dir = tmp_path / "runs"
+    queued = make_run(runs_dir, 0.2, 0, {})
+    base = make_run(runs_dir, 0.1, 0, {5: [0.5, 1.0]})
+    other = make_run(runs_dir, 0.05, 0, {5: [1.0, 1.0]})
+    report = compare([queued, base, other], shots=[5])
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("train.lr=0.2", 0), ("train.lr=0.1", 1),
+                                                                    ("train.lr=0.05", 1)]
+    assert [(p["group"], p["baseline"], p["difference"]) for p in report["paired"]] == [
+        ("train.lr=0.05", "train.lr=0.1", pytest.approx(0.25))]
+    assert render(report, "md").splitlines()[-1] == ("| train.lr=0.05 − train.lr=0.1, paired over the same "
+                                                     "episodes | - | +25.00 ± 34.65 |")
+
+
 def test_a_run_counts_once_named_twice_or_repeated_and_seeds_count_runs_with_results(tmp_path, builtin_plugins):
     runs_dir = tmp_path / "runs"
     first = make_run(runs_dir, 0.1, 0, {5: [0.5, 1.0]})

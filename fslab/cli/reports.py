@@ -220,7 +220,8 @@ def compare_(
     wide: WideFlag = False,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
-     "and paired differences to the first group (runs scored on different data are neither pooled nor paired).")
+     "and paired differences to the first group with scores "
+     "(runs scored on different data are neither pooled nor paired).")
     from fslab.core.sweeps import select_runs
     from fslab.reports.compare import FORMATS, compare, render
 

@@ -236,8 +236,9 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             if result := pooled(g.runs, split, n, ways, queries, evaluator, files, episodes[n]):
                 row["results"][f"{n}-shot"] = result
         rows.append(row)
-    baseline = groups[0] if groups else None
-    for g in groups[1:]:
+    # the first group with scores: a first one still queued (or failed) would pair with none
+    baseline = next((g for g, row in zip(groups, rows) if row["results"]), None)
+    for g in [g for g in groups if g is not baseline and baseline is not None]:
         for n in shots:
             differences = paired_differences(baseline, g, split, n, ways, queries, evaluator, files, episodes[n])
             if differences:
