@@ -255,6 +255,24 @@ def test_differences_are_to_the_first_group_with_scores_when_the_first_is_still_
                                                      "episodes | - | +25.00 ± 34.65 |")
 
 
+def test_scores_of_an_older_checkpoint_are_not_read_on_more_episodes(tmp_path):
+    """A run scored by fslab eval on 100 episodes at epoch 1, then resumed and tested at epoch 2 on 40, was read
+    on the 100 episodes of the network it no longer has, since every run had been scored on 100."""
+    runs_dir = tmp_path / "runs"
+    runs = []
+    for lr, old, new in ((0.1, 0.25, 0.5), (0.05, 0.25, 1.0)):
+        run = make_run(runs_dir, lr, 0, {})
+        for epoch, episodes, accuracy in ((1, 4, old), (2, 2, new)):
+            run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": episodes,
+                                 "evaluator": "centroid", "seed": 0, "epoch": epoch, "accuracy": accuracy,
+                                 "ci95": 0.0}, [accuracy] * episodes)
+        runs.append(run)
+    report = compare(runs, shots=[5])
+    assert [(g["results"]["5-shot"]["accuracy"], g["results"]["5-shot"]["episodes"]) for g in report["groups"]] == [
+        (0.5, 2), (1.0, 2)]
+    assert [(p["difference"], p["episodes"]) for p in report["paired"]] == [(0.5, 2)]
+
+
 def test_a_run_counts_once_named_twice_or_repeated_and_seeds_count_runs_with_results(tmp_path, builtin_plugins):
     runs_dir = tmp_path / "runs"
     first = make_run(runs_dir, 0.1, 0, {5: [0.5, 1.0]})

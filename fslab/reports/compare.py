@@ -145,11 +145,15 @@ def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int
 
 
 def _evaluations(run, split, shots, ways, queries, evaluator, files) -> list[dict]:
+    """The run's saved evaluations of this shape by ``evaluator``, of its latest checkpoint scored so: one
+    of an older checkpoint (scored before the run resumed and trained on) is of a network that is gone."""
     files = files or RunFiles()
     label = files.label(run, evaluator)
-    return [e for e in files.saved(run)
-            if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
-                                                                                   label)]
+    found = [e for e in files.saved(run)
+             if (e["split"], e["shots"], e["ways"], e["queries"], e["evaluator"]) == (split, shots, ways, queries,
+                                                                                    label)]
+    latest = max((e["epoch"] for e in found), default=None)
+    return [e for e in found if e["epoch"] == latest]
 
 
 def has_results(run: Run, split: str, shots: list[int], ways: int, queries: int, evaluator: str | None = None,
