@@ -507,3 +507,22 @@ def test_the_episode_shape_read_by_default_is_the_runs_own(tmp_path, scored, con
                              "evaluator": "knn", "seed": 0, "epoch": 1, "stream": 2, "accuracy": 0.5,
                              "ci95": 0.1}, [0.4, 0.6])
     assert scored_shape(runs, "test", [1, 5], *given, None, RunFiles()) == read
+
+
+def test_one_query_and_one_episode_are_said_in_the_singular(tmp_path, builtin_plugins):
+    """'1 queries' and 'paired over 1 episodes' in the table's title and paired lines and in the errors."""
+    runs = []
+    for lr, accuracy in ((0.1, 0.5), (0.05, 1.0)):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "device": "cpu",
+                                                    "train": {"lr": lr}, "eval": {"queries": 1}})
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 1, "episodes": 1,
+                             "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": accuracy, "ci95": 0.0},
+                            [accuracy])
+        runs.append(run)
+    shown = fslab("compare", "all", "--shots", "5", "--wide", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "test, 5-way, 1 query, mean" in shown.stdout
+    assert shown.stdout.splitlines()[-1] == ("train.lr=0.05 − train.lr=0.1, 5-shot: +50.00 ± 0.00 points "
+                                             "(paired over 1 episode)")
+    bad = fslab("compare", "all", "--shots", "1", cwd=tmp_path)
+    assert bad.returncode == 2 and "for 5-way 1-shot, 1 query; finish them" in bad.stderr, bad.stderr

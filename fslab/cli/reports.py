@@ -28,7 +28,7 @@ from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX
 from fslab.core.errors import UsageError
 from fslab.core.events import canonical_evaluator, table_score
-from fslab.core.text import count
+from fslab.core.text import count, queries_text
 
 
 @app.command("eval")
@@ -89,8 +89,8 @@ def eval_(
                 record[result["metric"]] = record.pop("accuracy")
             print(json.dumps({"run": run_.id, **record}))
         else:
-            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {result['queries']} queries, "
-                          f"{result['episodes']} episodes "
+            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {queries_text(result['queries'])}, "
+                          f"{count(result['episodes'], 'episode')} "
                           f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
                           f"{accuracy_text(result)}",
                           highlight=False)
@@ -242,13 +242,13 @@ def compare_(
     rows = [[row["group"], str(row["seeds"]),
              *[f"{table_score(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
             for row in report["groups"]]
-    title = f"{split}, {report['ways']}-way, {report['queries']} queries, mean ± 95% CI over pooled episodes"
+    title = f"{split}, {report['ways']}-way, {queries_text(report['queries'])}, mean ± 95% CI over pooled episodes"
     print_table(console, lambda width: fit([Col("group", wrap=True), Col("seeds", "right"),
                                             *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:
         console.print(f"{shown(p['group'])} − {shown(p['baseline'])}, {p['shots']}-shot: "
                       f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
-                      f"(paired over {p['episodes']} episodes)",
+                      f"(paired over {count(p['episodes'], 'episode')})",
                       highlight=False)
 
 
@@ -279,8 +279,9 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, a
             check_evaluator(evaluator)
         raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes, asked))
     if elsewhere:
-        err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, {queries} queries "
-                          f"(left out): {shown(', '.join(list(elsewhere)[:5]))}{', ...' if len(elsewhere) > 5 else ''};"
+        err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, "
+                          f"{queries_text(queries)} (left out): {shown(', '.join(list(elsewhere)[:5]))}"
+                          f"{', ...' if len(elsewhere) > 5 else ''};"
                           f" they have them for {shapes_text(shapes)}", highlight=False)
 
 

@@ -36,6 +36,11 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
+def queries_text(queries: int) -> str:
+    """``15 queries``, ``1 query`` (an episode's queries per class)."""
+    return f"{queries} {'query' if queries == 1 else 'queries'}"
+
+
 def split_outside(text: str, is_separator) -> list[str]:
     """``text`` cut at each character ``is_separator`` accepts that lies outside brackets,
     braces and quotes: ``[0.5,0.7],[0.3]`` at its commas is two lists, ``k=[1, 2] j="a b"`` at

@@ -29,6 +29,7 @@ from fslab.core.events import canonical_evaluator, label_params, logged_evaluato
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.studies import IGNORED
+from fslab.core.text import queries_text
 
 # Keys that make no group: the seed (a group's runs differ in it), and those that
 # change neither what a run learns nor how it is scored, which studies ignore too.
@@ -299,7 +300,7 @@ def other_shapes(run: Run, split: str, shots: list[int], ways: int, queries: int
 
 def shapes_text(shapes) -> str:
     """``5-way 5 queries (--queries 5)``: episode shapes, each with the options that select it."""
-    return ", ".join(f"{w}-way, {q} {'query' if q == 1 else 'queries'} (--ways {w} --queries {q})"
+    return ", ".join(f"{w}-way, {queries_text(q)} (--ways {w} --queries {q})"
                      for w, q in sorted(shapes))
 
 
@@ -409,7 +410,7 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
                      "".join(" --set " + shlex.quote(f"evaluator.{key}={toml.get(value, value)}")
                              for key, value in params))
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
-    return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries} queries"
+    return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries_text(queries)}"
             f"{have}; finish them or run: {run_eval}")
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from fslab.core.config import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
+from fslab.core.text import queries_text
 from fslab.reports.compare import (
     Group,
     RunFiles,
@@ -111,7 +112,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     def scored(run: Run) -> bool:
         return has_results(run, split, shots, ways, queries, files=files)
 
-    what = f"{split} accuracies for {ways}-way {','.join(map(str, shots))}-shot, {queries} queries"
+    what = f"{split} accuracies for {ways}-way {','.join(map(str, shots))}-shot, {queries_text(queries)}"
     shapes: dict[str, list[tuple[int, int]]] = {}  # of each run without these scores: those it has
 
     for line in lines.values():
