@@ -526,3 +526,19 @@ def test_one_query_and_one_episode_are_said_in_the_singular(tmp_path, builtin_pl
                                              "(paired over 1 episode)")
     bad = fslab("compare", "all", "--shots", "1", cwd=tmp_path)
     assert bad.returncode == 2 and "for 5-way 1-shot, 1 query; finish them" in bad.stderr, bad.stderr
+
+
+def test_a_group_by_key_a_run_lacks_is_refused_with_the_keys_it_may_mean(tmp_path):
+    """A misspelt --group-by (or --series) key was refused with no hint of the keys there are."""
+    runs = [make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})]
+    with pytest.raises(UsageError) as typo:
+        compare(runs, shots=[5], group_by=["train.lrr"])
+    assert str(typo.value) == (f"--group-by key 'train.lrr' is not in the configuration of run {runs[0].id}. "
+                               f"Did you mean train.lr?")
+    with pytest.raises(UsageError) as short:
+        compare(runs, shots=[5], group_by=["lr"])
+    assert str(short.value).endswith("Did you mean train.lr?")
+    with pytest.raises(UsageError) as unknown:
+        compare(runs, shots=[5], group_by=["zzz"])
+    assert str(unknown.value).endswith("is not in the configuration of run "
+                                       f"{runs[0].id}. See its keys with: fslab show RUN --json")

@@ -15,6 +15,7 @@ Pure Python (no torch): it reads ``runs/<id>/evaluations/*.json``.
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 import math
@@ -107,7 +108,11 @@ def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leav
     if keys:
         missing = [k for k in keys if k not in flat]
         if missing:
-            raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}")
+            close = (difflib.get_close_matches(missing[0], flat, n=3, cutoff=0.8)
+                     or sorted(k for k in flat if k.rpartition(".")[2] == missing[0])[:3]  # lr: train.lr
+                     or sorted(k for k in flat if k.startswith(f"{missing[0]}."))[:3])  # a section: some of its keys
+            hint = f"Did you mean {', '.join(close)}?" if close else "See its keys with: fslab show RUN --json"
+            raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}. {hint}")
         return {k: flat[k] for k in keys}
     return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out and not outside_settings(k)}
 
