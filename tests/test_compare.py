@@ -542,3 +542,13 @@ def test_a_group_by_key_a_run_lacks_is_refused_with_the_keys_it_may_mean(tmp_pat
         compare(runs, shots=[5], group_by=["zzz"])
     assert str(unknown.value).endswith("is not in the configuration of run "
                                        f"{runs[0].id}. See its keys with: fslab show RUN --json")
+
+
+def test_shots_named_twice_are_refused_by_compare_plot_and_eval(store):
+    """--shots 5,5 gave two 5-shot columns and each paired difference twice (plot: two equal panels;
+    eval: the same episodes scored twice)."""
+    folder, _ = store
+    for command in (["compare", "all"], ["plot", "train.lr", "all"], ["eval", "all"]):
+        bad = fslab(*command, "--shots", "1,5,1", cwd=folder)
+        assert (bad.returncode, bad.stderr) == (2, "error: --shots lists 1 twice; each number of shots is scored "
+                                                   "once: list it once\n")
