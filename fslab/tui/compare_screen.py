@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from fslab.core.events import table_score
 from fslab.core.runstore import Run
-from fslab.core.text import count, printable
+from fslab.core.text import count, printable, queries_text
 from fslab.reports.compare import compare, metrics_name, shapes_text
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
@@ -101,8 +101,8 @@ class CompareScreen(Screen):
     def show_report(self, report: dict) -> None:
         self.query_one("#compare-note", Static).update(Text(
             f"{count(len(self.run_ids), 'run')}, grouped as fslab compare groups them (every setting but the "
-            f"seed); test accuracy on {report['ways']}-way episodes with {report['queries']} queries, pooled over "
-            f"all episodes of a group's runs"
+            f"seed); test accuracy on {report['ways']}-way episodes with {queries_text(report['queries'])}, "
+            f"pooled over all episodes of a group's runs"
             + (f"; left out, their configuration unreadable: {printable(', '.join(report['unreadable']))}"
                if report.get("unreadable") else "")
             + (f"; split by the data their runs were scored on (neither pooled nor paired across it): "
