@@ -55,7 +55,7 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 # 1.8: fslab.create calls a component's check= too, with context None (no run to read).
 # 1.9: a run's events and evaluations/ spell an evaluator's every parameter out (knn[k=0,ties=nearest]):
 #      a sink naming evaluations reads their label through canonical_evaluator.
-API_VERSION = "1.9"
+API_VERSION = "1.10"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",

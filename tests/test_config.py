@@ -659,3 +659,12 @@ def test_one_commands_set_values_are_one_layer_whatever_their_order(registry, tm
     layers = overrides(None, None, None, None, None, None, None, None, ["evaluator.name=centroid"],
                        file_set=["evaluator.name=knn", "evaluator.k=3"])
     assert resolve("nca", registry=registry, settings=settings, overrides=layers)["evaluator"]["name"] == "centroid"
+
+
+def test_eval_shots_naming_a_number_twice_is_refused(registry):
+    # --set eval.shots=[5,5] trained and tested the same 5-shot episodes twice, and results.json kept one
+    with pytest.raises(ConfigError, match=r"^config key 'eval\.shots' lists 5 twice; give each value once, "
+                                          r"got \[5, 1, 5\]$"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.shots=[5,1,5]"))
+    assert resolve("nca", registry=registry, settings=Settings(),
+                   overrides=cli("eval.shots=[5,1]"))["eval"]["shots"] == [5, 1]

@@ -29,8 +29,14 @@ def test_the_api_exports_what_it_declares():
     # 1.1 added check=, CheckContext, split_sizes() and SplitSizes; 1.2 allowed=, the backbone's image_size, studies;
     # 1.3 sinks (register_sinks, Sink, SinkRun); 1.4 dotted; 1.5 a sampler's batch=; 1.6 evaluator_label and
     # own_evaluator, the labels evaluations are saved under; 1.7 canonical_evaluator, a label in its one spelling;
-    # 1.8 fslab.create runs check= with context None; 1.9 events spell every evaluator parameter out
-    assert api.API_VERSION == "1.9"
+    # 1.8 fslab.create runs check= with context None; 1.9 events spell every evaluator parameter out;
+    # 1.10 listing(..., distinct=True)
+    assert api.API_VERSION == "1.10"
+    from fslab.core.limits import check_rule, rule_of
+
+    with pytest.raises(api.ConfigError, match=r"^config key 'p' lists 2 twice; give each value once, got \[2, 3, 2\]$"):
+        check_rule("p", [2, 3, 2], rule_of(api.listing(api.at_least(1), distinct=True)))
+    check_rule("p", [2, 3, 2], rule_of(api.listing(api.at_least(1))))  # without distinct=True: allowed
     assert api.evaluator_label({"name": "knn", "ties": "nearest", "k": 3}) == "knn[k=3]"  # ties at its default
     assert api.evaluator_label({"name": "knn", "ties": "smallest", "k": 3}) == "knn[k=3,ties=smallest]"
     assert api.own_evaluator({"evaluator": {"name": "soft", "temperature": 2.0}}) == "soft[temperature=2.0]"

@@ -143,7 +143,7 @@ class EvalConfig:
     """The ``eval`` section: the few-shot protocol (NCA paper Sec. 3.4 and 4.1) and feature extraction."""
 
     ways: int = field(default=5, metadata=at_least(2))
-    shots: tuple[int, ...] = field(default=(1, 5), metadata=listing(at_least(1), nonempty=True))
+    shots: tuple[int, ...] = field(default=(1, 5), metadata=listing(at_least(1), nonempty=True, distinct=True))
     queries: int = field(default=15, metadata=at_least(1))
     val_shots: int = field(default=5, metadata=at_least(1))
     val_episodes: int = field(default=500, metadata=EPISODES)  # per validation, on the validation classes

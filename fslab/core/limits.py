@@ -35,6 +35,7 @@ class Allowed:
     pattern: str | None = None  # a string must match it whole
     choices: tuple[str, ...] = ()
     nonempty: bool = False  # a list needs at least one value
+    distinct: bool = False  # a list names each value once
 
     def admits(self, value: Any) -> bool:
         if self.choices:
@@ -68,9 +69,9 @@ def matching(pattern: str, text: str) -> dict:
     return {RULE: Allowed(text, pattern=pattern)}
 
 
-def listing(rule: dict, *, nonempty: bool = False) -> dict:
-    """A list key: ``rule`` for each value, and at least one value if ``nonempty``."""
-    return {RULE: dataclasses.replace(rule[RULE], nonempty=nonempty)}
+def listing(rule: dict, *, nonempty: bool = False, distinct: bool = False) -> dict:
+    """A list key: ``rule`` for each value, at least one value if ``nonempty``, and each once if ``distinct``."""
+    return {RULE: dataclasses.replace(rule[RULE], nonempty=nonempty, distinct=distinct)}
 
 
 def rule_of(declared: Any) -> Allowed:
@@ -100,6 +101,9 @@ def check_rule(key: str, value: Any, rule: Allowed) -> None:
             raise ConfigError(f"config key '{key}' needs at least one value, each {rule.text}, got []")
         for value_ in value:
             _check(key, value_, rule)
+        twice = [v for i, v in enumerate(value) if v in value[:i]]
+        if rule.distinct and twice:
+            raise ConfigError(f"config key '{key}' lists {twice[0]!r} twice; give each value once, got {value!r}")
     elif value is not None:
         _check(key, value, rule)
 
