@@ -110,11 +110,24 @@ def test_nesterov_without_momentum_is_refused(project):
     (["protonet", "--set", "sampler.per_class=16"],
      ["sampler.per_class=16", "sampler.ways=20", "sampler.queries=15", "not both"]),
     (["protonet-best", "--set", "sampler.ways=20"], ["sampler.per_class=16", "sampler.ways=20", "not both"]),
-    (["nca", "--set", "sampler.name=fixed", "--set", "sampler.ways=500"], ["500 ways", "at most 120 ways"]),
+    (["nca", "--set", "sampler.name=fixed", "--set", "sampler.ways=500"],
+     ["500 ways", "sampler.ways (or train.batch_size / sampler.per_class) must be at most 120"]),
     (["protonet", "--set", "sampler.shots=0"], ["sampler.shots", "at least 1", "got 0"]),
 ])
 def test_sampler_shapes_are_refused_against_the_training_split(project, argv, expect):
     refused(project, "run", *argv, *SMALL, expect=expect)
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["protonet", "--set", "sampler.shots=20"],
+     ["35 images (shots + queries)", "has 0", "sampler.shots + sampler.queries must be at most 30"]),
+    (["map-ssvm", "--set", "sampler.per_class=40"],
+     ["at least 40 images each", "has 0", "sampler.per_class must be at most 30"]),
+])
+def test_a_sampler_asking_more_images_than_any_class_holds_says_how_many_fit(project, argv, expect):
+    # synthetic's training classes hold 30 images each: no number of ways fits, fewer images per class does
+    line = refused(project, "run", *argv, *SMALL, expect=expect)
+    assert "at most 0" not in line and "sampler.per_class) must be" not in line
 
 
 @pytest.mark.parametrize("visible, expect", [

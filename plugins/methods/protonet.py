@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from fslab_plugins.backbones.shapes import check_conv4
+from fslab_plugins.methods.nca import fewer_rows_hint
 
 from fslab.plugin import Batch, LossOutput, UsageError, at_least, hookimpl, one_of
 
@@ -189,13 +190,13 @@ def resolve_episode_shape(batch_size: int, ways: int, shots: int, queries: int, 
     return ways, shots, queries
 
 
-def check_episode_classes(ways: int, needed: int, have: int) -> None:
-    """``ways`` classes of ``needed`` images (shots + queries), of which the training split has ``have``."""
+def check_episode_classes(ways: int, needed: int, have: int, most: int = 0) -> None:
+    """``ways`` classes of ``needed`` images (shots + queries), of which the training split has ``have``
+    (``most``: the most images that ``ways`` of its classes all hold, 0 where unknown or too few classes)."""
     if have < ways:
         raise UsageError(
             f"episodic sampler: {ways} ways need {ways} classes with at least {needed} images (shots + queries); "
-            f"the training set has {have}, so sampler.ways (or train.batch_size / sampler.per_class) must be at "
-            f"most {have}"
+            f"the training set has {have}, so " + fewer_rows_hint(ways, have, most, "sampler.shots + sampler.queries")
         )
 
 
@@ -209,7 +210,7 @@ def check_episodic(params: dict, context) -> None:
                                                  params["shots"], params["queries"], params["per_class"])
     train = context.split("train")
     if train is not None:
-        check_episode_classes(ways, shots + queries, train.classes_with(shots + queries))
+        check_episode_classes(ways, shots + queries, train.classes_with(shots + queries), train.images_in(ways))
 
 
 @hookimpl
