@@ -110,6 +110,9 @@ def test_nesterov_without_momentum_is_refused(project):
     (["protonet", "--set", "sampler.per_class=16"],
      ["sampler.per_class=16", "sampler.ways=20", "sampler.queries=15", "not both"]),
     (["protonet-best", "--set", "sampler.ways=20"], ["sampler.per_class=16", "sampler.ways=20", "not both"]),
+    # a recipe of per_class given ways and queries: the way out is per_class=0, not ways=0 and queries=0
+    (["matchingnet", "--set", "sampler.ways=10", "--set", "sampler.queries=3"],
+     ["sampler.per_class=8", "not both", "set sampler.per_class=0 to use ways and queries"]),
     (["nca", "--set", "sampler.name=fixed", "--set", "sampler.ways=500"],
      ["500 ways", "sampler.ways (or train.batch_size / sampler.per_class) must be at most 120"]),
     (["protonet", "--set", "sampler.shots=0"], ["sampler.shots", "at least 1", "got 0"]),

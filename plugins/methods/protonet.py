@@ -167,7 +167,8 @@ def resolve_episode_shape(batch_size: int, ways: int, shots: int, queries: int, 
             raise UsageError(
                 f"episodic sampler: sampler.per_class={per_class} cannot be given with sampler.ways={ways} and "
                 f"sampler.queries={queries}: give either ways and queries, or per_class (with train.batch_size), "
-                f"not both (set sampler.ways=0 and sampler.queries=0 to use per_class)"
+                f"not both (set sampler.per_class=0 to use ways and queries, or sampler.ways=0 and "
+                f"sampler.queries=0 to use per_class)"
             )
         if per_class <= shots:
             raise UsageError(
