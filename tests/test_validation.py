@@ -116,6 +116,9 @@ def test_nesterov_without_momentum_is_refused(project):
     (["nca", "--set", "sampler.name=fixed", "--set", "sampler.ways=500"],
      ["500 ways", "sampler.ways (or train.batch_size / sampler.per_class) must be at most 120"]),
     (["protonet", "--set", "sampler.shots=0"], ["sampler.shots", "at least 1", "got 0"]),
+    (["protonet-best", "--batch-size", "100"],
+     ["not divisible by sampler.per_class 16", "a multiple of 16 (96 or 112)"]),
+    (["matchingnet", "--batch-size", "12"], ["not divisible by sampler.per_class 8", "a multiple of 8 (16)"]),
 ])
 def test_sampler_shapes_are_refused_against_the_training_split(project, argv, expect):
     refused(project, "run", *argv, *SMALL, expect=expect)

@@ -177,7 +177,9 @@ def resolve_episode_shape(batch_size: int, ways: int, shots: int, queries: int, 
             )
         if batch_size % per_class:
             raise UsageError(
-                f"episodic sampler: train.batch_size {batch_size} is not divisible by sampler.per_class {per_class}"
+                f"episodic sampler: train.batch_size {batch_size} is not divisible by sampler.per_class {per_class}; "
+                f"use a multiple of {per_class} ({nearby_multiples(batch_size, per_class)}), "
+                f"or change sampler.per_class"
             )
         ways, queries = batch_size // per_class, per_class - shots
     elif ways < 1 or queries < 1:
@@ -189,6 +191,12 @@ def resolve_episode_shape(batch_size: int, ways: int, shots: int, queries: int, 
         raise UsageError(f"episodic sampler: an episode needs at least 2 ways (sampler.ways, or "
                          f"train.batch_size / sampler.per_class), got {ways}")
     return ways, shots, queries
+
+
+def nearby_multiples(batch_size: int, per_class: int) -> str:
+    """The multiples of ``per_class`` on either side of ``batch_size`` (from 2 classes' worth)."""
+    below, above = batch_size // per_class * per_class, (batch_size // per_class + 1) * per_class
+    return f"{below} or {above}" if below >= 2 * per_class else f"{max(above, 2 * per_class)}"
 
 
 def check_episode_classes(ways: int, needed: int, have: int, most: int = 0) -> None:
