@@ -296,6 +296,16 @@ def test_episodic_loss_needs_an_episodic_sampler(registry):
         resolve("protonet", registry=registry, settings=Settings(), overrides=cli("sampler.name=iid"))
 
 
+def test_an_episodic_loss_on_plain_batches_names_the_recipes_that_train_it(registry):
+    # following only "--set sampler.name=episodic" leaves the sampler without a shape: a recipe has one
+    with pytest.raises(ConfigError) as error:
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("loss.name=protonet"))
+    assert str(error.value).endswith("or a recipe that trains it on episodes: fslab run protonet "
+                                     "(or protonet-best, protonet-snell, protonet-snell-1shot).")
+    with pytest.raises(ConfigError, match=r"on episodes: fslab run lpn\.$"):
+        resolve("lpn", registry=registry, settings=Settings(), overrides=cli("sampler.name=fixed"))
+
+
 def test_toml_syntax_error_names_file_line_and_column(tmp_path):
     path = tmp_path / "fslab.toml"
     path.write_text("[project]\nruns_dir = 'r'\nplugin_dirs = [\n\n[run\n")

@@ -847,8 +847,25 @@ def _check_compatible(config: dict, registry) -> None:
             f"loss '{loss.name}' needs episodes (support and query rows) but sampler "
             f"'{sampler.name}' draws plain batches. Use an episodic sampler: "
             f"{', '.join(episodic) or '(none installed)'} "
-            f"(e.g. --set sampler.name={episodic[0] if episodic else 'episodic'})."
+            f"(e.g. --set sampler.name={episodic[0] if episodic else 'episodic'}, with its episode shape)"
+            f"{_recipes_of(loss.name, registry)}."
         )
+
+
+def _recipes_of(loss: str, registry) -> str:
+    """``, or a recipe that trains it on episodes: fslab run protonet (or ...)`` for the
+    method recipes whose loss is ``loss`` and whose sampler gives episodes; "" for none."""
+    recipes = []
+    for name in registry.names("method"):
+        recipe = registry.create("method", name)
+        sampler = (recipe.get("sampler") or {}).get("name")
+        if (recipe.get("loss") or {}).get("name") == loss and sampler in registry.names("sampler") \
+                and registry.get("sampler", sampler).info.get("episodic"):
+            recipes.append(name)
+    if not recipes:
+        return ""
+    others = f" (or {', '.join(recipes[1:4])}{', ...' if len(recipes) > 4 else ''})" if len(recipes) > 1 else ""
+    return f", or a recipe that trains it on episodes: fslab run {recipes[0]}{others}"
 
 
 def check_saved(config: dict, registry) -> dict:
