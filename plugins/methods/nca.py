@@ -351,22 +351,28 @@ def fixed_batch(params: dict, batch_size: int) -> int:
     return params["ways"] * params["per_class"] if params["ways"] else batch_size
 
 
-def check_classes_for(sampler: str, ways: int, images: int, have: int, most: int = 0) -> None:
+def check_classes_for(sampler: str, ways: int, images: int, have: int, split=None) -> None:
     """``ways`` classes with ``images`` images each, of which the training split has ``have``
-    (``most``: the most images that ``ways`` of its classes all hold, 0 where unknown or too few classes)."""
+    (``split``: its sizes, where known, to say what would fit)."""
     if have < ways:
         raise UsageError(f"{sampler}: {ways} ways (sampler.ways, or train.batch_size / sampler.per_class) need "
                          f"{ways} classes with at least {images} images each; the training set has {have}, "
-                         f"so " + fewer_rows_hint(ways, have, most, "sampler.per_class"))
+                         f"so " + fewer_rows_hint(ways, have, split, "sampler.per_class"))
 
 
-def fewer_rows_hint(ways: int, have: int, most: int, images: str) -> str:
+def fewer_rows_hint(ways: int, have: int, split, images: str) -> str:
     """What would fit the training split: fewer ways (where 2 or more classes hold enough images), or
-    fewer images per class (``most``, where ``ways`` classes hold that many; ``images`` names the keys)."""
-    hints = [f"sampler.ways (or train.batch_size / sampler.per_class) must be at most {have}"] if have >= 2 else []
+    fewer images per class (what ``ways`` of its classes all hold), or, where it has fewer classes
+    than ``ways``, both (``split``: its sizes, None where unknown; ``images`` names the keys)."""
+    ways_hint = "sampler.ways (or train.batch_size / sampler.per_class) must be at most"
+    hints = [f"{ways_hint} {have}"] if have >= 2 else []
+    most = split.images_in(ways) if split is not None else 0
     if most:
         hints.append(f"{images} must be at most {most} (what {ways} of its classes all hold)")
-    return ", or ".join(hints) or f"it cannot give {ways} ways of any size; use a sampler with fewer ways"
+    elif not hints and split is not None and split.classes >= 2:
+        hints.append(f"{ways_hint} {split.classes} (its classes) and {images} at most "
+                     f"{split.images_in(split.classes)}")
+    return ", or ".join(hints) or f"it cannot give {ways} ways of any size; use a dataset with more classes"
 
 
 def batch_size_of(context) -> int:
@@ -391,7 +397,7 @@ def check_fixed(params: dict, context) -> None:
     ways, per_class = fixed_shape(batch_size_of(context), params["ways"], params["per_class"])
     train = context.split("train")
     if train is not None:
-        check_classes_for("fixed sampler", ways, per_class, train.classes_with(per_class), train.images_in(ways))
+        check_classes_for("fixed sampler", ways, per_class, train.classes_with(per_class), train)
 
 
 def centroid(support, query):

@@ -199,13 +199,13 @@ def nearby_multiples(batch_size: int, per_class: int) -> str:
     return f"{below} or {above}" if below >= 2 * per_class else f"{max(above, 2 * per_class)}"
 
 
-def check_episode_classes(ways: int, needed: int, have: int, most: int = 0) -> None:
+def check_episode_classes(ways: int, needed: int, have: int, split=None) -> None:
     """``ways`` classes of ``needed`` images (shots + queries), of which the training split has ``have``
-    (``most``: the most images that ``ways`` of its classes all hold, 0 where unknown or too few classes)."""
+    (``split``: its sizes, where known, to say what would fit)."""
     if have < ways:
         raise UsageError(
             f"episodic sampler: {ways} ways need {ways} classes with at least {needed} images (shots + queries); "
-            f"the training set has {have}, so " + fewer_rows_hint(ways, have, most, "sampler.shots + sampler.queries")
+            f"the training set has {have}, so " + fewer_rows_hint(ways, have, split, "sampler.shots + sampler.queries")
         )
 
 
@@ -219,7 +219,7 @@ def check_episodic(params: dict, context) -> None:
                                                  params["shots"], params["queries"], params["per_class"])
     train = context.split("train")
     if train is not None:
-        check_episode_classes(ways, shots + queries, train.classes_with(shots + queries), train.images_in(ways))
+        check_episode_classes(ways, shots + queries, train.classes_with(shots + queries), train)
 
 
 @hookimpl
