@@ -229,3 +229,14 @@ def test_new_samplers_are_registered_as_plain_batches(registry):
     for name in ("iid-replacement", "fixed"):
         assert registry.get("sampler", name).info["episodic"] is False
     assert registry.get("sampler", "fixed").params == {"ways": 0, "per_class": 8}
+
+
+def test_a_sampler_built_on_too_small_classes_says_what_fits():
+    from fslab_plugins.methods.nca import FixedCompositionSampler
+
+    # classes of 3, 3 and 5 images: no class holds 8, and 4 ways are more than the 3 classes
+    labels = [0] * 3 + [1] * 3 + [2] * 5
+    with pytest.raises(UsageError, match=r"must be at most 3 \(its classes\) and sampler\.per_class at most 3$"):
+        FixedCompositionSampler(labels, 32, 0, ways=4, per_class=8)
+    with pytest.raises(UsageError, match=r"sampler\.shots \+ sampler\.queries must be at most 3 \(what 2 of"):
+        EpisodicSampler(labels, 32, 0, ways=2, shots=5, queries=1)

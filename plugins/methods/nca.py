@@ -34,7 +34,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
-from fslab.plugin import Batch, LossOutput, UsageError, hookimpl
+from fslab.plugin import Batch, LossOutput, SplitSizes, UsageError, hookimpl
 
 PAPER = (
     "Laenen & Bertinetto, On Episodes, Prototypical Networks, and Few-Shot Learning, NeurIPS 2021 "
@@ -292,7 +292,8 @@ class FixedCompositionSampler:
         for index, label in enumerate(labels.tolist() if hasattr(labels, "tolist") else labels):
             by_class.setdefault(int(label), []).append(index)
         self.images_by_class = {c: rows for c, rows in sorted(by_class.items()) if len(rows) >= per_class}
-        check_classes_for("fixed sampler", ways, per_class, len(self.images_by_class))
+        check_classes_for("fixed sampler", ways, per_class, len(self.images_by_class),
+                          SplitSizes(tuple(len(rows) for rows in by_class.values())))
         self.batch_size = ways * per_class
 
     def __len__(self) -> int:
@@ -372,7 +373,7 @@ def fewer_rows_hint(ways: int, have: int, split, images: str) -> str:
     elif not hints and split is not None and split.classes >= 2:
         hints.append(f"{ways_hint} {split.classes} (its classes) and {images} at most "
                      f"{split.images_in(split.classes)}")
-    return ", or ".join(hints) or f"it cannot give {ways} ways of any size; use a dataset with more classes"
+    return ", or ".join(hints) or f"lower sampler.ways or {images}"
 
 
 def batch_size_of(context) -> int:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from fslab_plugins.backbones.shapes import check_conv4
 from fslab_plugins.methods.nca import fewer_rows_hint
 
-from fslab.plugin import Batch, LossOutput, UsageError, at_least, hookimpl, one_of
+from fslab.plugin import Batch, LossOutput, SplitSizes, UsageError, at_least, hookimpl, one_of
 
 PAPER = "Snell, Swersky & Zemel, Prototypical Networks for Few-shot Learning, NeurIPS 2017 (arXiv:1703.05175)"
 DISTANCES = ("euclidean", "cosine")
@@ -132,7 +132,8 @@ class EpisodicSampler:
             by_class[int(label)].append(index)
         needed = self.shots + self.queries
         self.images_by_class = {c: rows for c, rows in sorted(by_class.items()) if len(rows) >= needed}
-        check_episode_classes(self.ways, needed, len(self.images_by_class))
+        check_episode_classes(self.ways, needed, len(self.images_by_class),
+                              SplitSizes(tuple(len(rows) for rows in by_class.values())))
         self.batch_size = self.ways * needed
 
     def __len__(self) -> int:
