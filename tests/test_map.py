@@ -230,3 +230,16 @@ def test_bad_dlm_parameters_are_usage_errors(params, message):
     z, y = small_batch(0, BATCHES[0])
     with pytest.raises(UsageError, match=message):
         map_dlm(z, y, **params)
+
+
+@pytest.mark.parametrize("name", ["map-ssvm", "map-dlm"])
+def test_alpha_at_or_below_zero_is_refused(name, builtin_plugins):
+    # loss.alpha=-1 or 0 was accepted and trained: the step then pushes the true ranking's score up without
+    # bound (0) or the loss-augmented one the wrong way (< 0)
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    for alpha in (0.0, -1.0):
+        with pytest.raises(ConfigError, match=rf"config key 'loss\.alpha' must be > 0, got {alpha}"):
+            fslab.create("loss", name, alpha=alpha)
+    assert fslab.create("loss", name, alpha=0.5) is not None

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 
-from fslab.plugin import LossOutput, UsageError, at_least, hookimpl, one_of
+from fslab.plugin import LossOutput, UsageError, at_least, hookimpl, one_of, positive
 
 PAPER = (
     "Triantafillou, Zemel & Urtasun, Few-Shot Learning Through an Information Retrieval Lens, NeurIPS 2017 "
@@ -299,10 +299,12 @@ def register_evaluators(register):
 
 @hookimpl
 def register_losses(register):
-    register(map_ssvm, name="map-ssvm", paper=PAPER, episodic=False,
+    # alpha weighs the loss-augmented ranking against the true one: at 0 or below the step pushes the true
+    # ranking's score up without bound, or the direct one's the wrong way
+    register(map_ssvm, name="map-ssvm", paper=PAPER, episodic=False, allowed={"alpha": positive()},
              description="mAP-SSVM: every row ranks the batch by cosine similarity; loss-augmented DP inference.")
     register(map_dlm, name="map-dlm", paper=PAPER, episodic=False, check=check_dlm,
-             allowed={"update": one_of(*UPDATES)},
+             allowed={"update": one_of(*UPDATES), "alpha": positive()},
              description="mAP-DLM: direct loss minimisation of mean AP, positive or negative update.")
 
 
