@@ -233,6 +233,33 @@ def test_fslab_eval_beside_a_resume_logs_into_the_file_the_resume_left(tmp_path)
         ("train", None), ("checkpoint", None), ("eval", 1), ("eval", 5)]
 
 
+def test_fslab_eval_logging_while_a_resume_cuts_the_log_back_loses_no_line(tmp_path, monkeypatch):
+    """A resume reads the log, then replaces it with the lines it keeps; a score fslab eval appended between
+    the two went to the replaced file and was lost (the cut now holds the log's lock, which appends take)."""
+    import threading
+
+    from fslab.core import eventlog
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    logged_life(run)
+    log = EventLog(run, echo=False)  # fslab eval, scoring
+    done = threading.Event()
+    write = eventlog.atomic_write_text
+
+    def between_read_and_rename(path, text):  # fslab eval logs its score now, from another thread
+        threading.Thread(target=lambda: (log.write("eval", source="fslab eval", **{**KNN, "shots": 5}),
+                                         done.set()), daemon=True).start()
+        done.wait(0.5)  # held off by the cut's lock: it lands once the file is replaced
+        write(path, text)
+
+    monkeypatch.setattr(eventlog, "atomic_write_text", between_read_and_rename)
+    eventlog.truncate_to_checkpoint(run, 1)
+    assert done.wait(5)
+    log.close()
+    assert [(e["event"], e.get("shots")) for e in logged_evals_and_all(run)] == [
+        ("train", None), ("checkpoint", None), ("eval", 1), ("eval", 5)]
+
+
 def logged_evals_and_all(run):
     return [json.loads(line) for line in run.metrics_path.read_text().splitlines()]
 

@@ -9,6 +9,8 @@ the file back when a run resumes. Every reader goes through
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -19,6 +21,31 @@ from fslab.core.files import atomic_write_text, loads
 from fslab.core.rerun import like_command
 from fslab.core.runstore import Run
 from fslab.core.summary import SummaryFile
+
+
+@contextlib.contextmanager
+def _locked(fh):
+    """``fh``'s file locked exclusively for the block; unlocked where ``flock``
+    is not to be had (a filesystem without it), as before there was a lock."""
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _same_file(fh, path) -> bool:
+    """Whether the open ``fh`` is still the file at ``path`` (a missing path counts as the
+    same: appending goes on in the file the folder lost, as it did)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
+    except OSError:
+        return True
 
 
 def ends_mid_line(path) -> bool:
@@ -53,11 +80,11 @@ class EventLog:
         record = {"event": event, "time": time.time(), **fields}
         if not self.enabled:
             return record
-        self._follow_replacement()
-        # one write: appends from two processes never interleave
-        self.file.write("\n" * self.torn + json.dumps(record) + "\n")
-        self.torn = False
-        self.file.flush()
+        with self._appending():
+            # one write: appends from two processes never interleave
+            self.file.write("\n" * self.torn + json.dumps(record) + "\n")
+            self.torn = False
+            self.file.flush()
         self.summary.refresh()  # folds this line (and any another process appended)
         self.summary.save()
         if self.echo:
@@ -65,6 +92,19 @@ class EventLog:
         for listener in self.listeners:
             listener(record)
         return record
+
+    @contextlib.contextmanager
+    def _appending(self):
+        """The file at the path, locked while a line is appended: a resume's cut
+        (:func:`truncate_to_checkpoint`) holds the same lock from its read to its
+        rename, so a line lands either before the cut, which keeps it, or after it,
+        in the file the cut left; never in between, in a file about to be replaced."""
+        while True:
+            self._follow_replacement()
+            with _locked(self.file):
+                if _same_file(self.file, self.run.metrics_path):
+                    yield
+                    return
 
     def _follow_replacement(self) -> None:
         """Append to the file now at the path: a resume that started while this log was open
@@ -109,9 +149,12 @@ def truncate_to_checkpoint(run: Run, epoch: int) -> None:
     evaluations ``fslab eval`` logged after it (they name their ``source``) are
     kept: they scored a checkpoint that was written, not the training that is
     repeated, and their scores stay in ``evaluations/``."""
+    with open(run.metrics_path, "rb") as fh, _locked(fh):  # no fslab eval appends meanwhile (EventLog)
+        _cut_back(run, epoch, fh.readlines())
+
+
+def _cut_back(run: Run, epoch: int, lines: list[bytes]) -> None:
     kept, cut = [], None
-    with open(run.metrics_path, "rb") as fh:
-        lines = fh.readlines()
     for number, line in enumerate(lines):
         try:
             event = loads(line)
