@@ -237,6 +237,30 @@ def test_logs_follow_prints_until_the_run_ends(project):
     assert followed.stdout == (project / "runs" / run_id / "stdout.log").read_text()
 
 
+@pytest.mark.parametrize("stderr", [False, True])
+def test_logs_follow_of_a_run_whose_worker_was_killed_outright_says_how_it_ended(project, stderr):
+    """A worker killed by SIGKILL writes no last line: fslab logs --follow ended as quietly, and with
+    the same exit code, as after a completed run, and the one following never learned it died."""
+    from fslab.core.runstore import create_run
+    from fslab.core.states import HOST
+
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run.write_status(state="running", host=HOST, pid=dead.pid, started=1.0)
+    (run.path / "stdout.log").write_text("epoch 1 step 1: loss 2.0\n")
+    (run.path / "stderr.log").write_text("")
+    followed = fslab("logs", run.id, "--follow", *(["--stderr"] if stderr else []), cwd=project)
+    assert followed.returncode == 0
+    assert followed.stdout == ("" if stderr else "epoch 1 step 1: loss 2.0\n")
+    see = "" if stderr else f". See: fslab logs {run.id} --stderr"
+    assert followed.stderr.splitlines() == [
+        f"{run.id}: lost: its worker died without recording an end (killed outright, or its machine went down)"
+        f"{see}; no checkpoint yet (it stopped before its first epoch ended); start it again with: "
+        f"fslab run --like {run.id}"]
+    assert fslab("logs", run.id, cwd=project).stderr == ""  # without --follow, the log alone, as before
+
+
 def test_simpleshot_with_a_training_only_projection_head(project):
     result = fslab("run", "simpleshot", *TINY, "--epochs", "1", "--set", "train.projection_dim=16", cwd=project)
     assert result.returncode == 0, result.stderr

@@ -243,7 +243,8 @@ def _stale_heartbeat(run_, state: str, status: dict) -> str | None:
 def logs(
     ref: RunRef,
     follow_: Annotated[bool, typer.Option(
-        "--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
+        "--follow", "-f", help="Keep printing new lines until the run ends (and say on stderr how it ended, "
+                                "if it did not complete).")] = False,
     stderr: Annotated[bool, typer.Option("--stderr", help="Show the worker's stderr instead of stdout.")] = False,
 ) -> None:
     """Print a run's output log."""
@@ -275,5 +276,24 @@ def logs(
             sys.stdout.write(printable(chunk.decode("utf-8", errors="replace"), lines=True))
             sys.stdout.flush()
         if not follow_ or (not chunk and not live):
+            if follow_:
+                _say_how_it_ended(run_, stderr)
             return
         time.sleep(0.25)
+
+
+def _say_how_it_ended(run_, stderr: bool) -> None:
+    """``fslab logs --follow``'s last word, on stderr, for a run that did not complete: how it
+    ended and how it goes on, as ``fslab run`` says it. A worker killed outright (SIGKILL)
+    writes no line of its own, and following it ended as quietly as a completed run."""
+    from fslab.core.rerun import after_stop
+
+    state = run_.state()
+    if state == "completed":
+        return
+    error = run_.status().get("error") or ("its worker died without recording an end (killed outright, "
+                                           "or its machine went down)" if state == "lost" else "no error recorded")
+    again = f"; {after_stop(run_)}" if state in ("killed", "lost") else ""
+    see = "" if stderr else f". See: fslab logs {run_.id} --stderr"
+    err_console.print(f"{run_.id}: {state}: {shown(str(error))}{see}{again}",
+                      highlight=False)
