@@ -260,6 +260,25 @@ def test_fslab_eval_logging_while_a_resume_cuts_the_log_back_loses_no_line(tmp_p
         ("train", None), ("checkpoint", None), ("eval", 1), ("eval", 5)]
 
 
+def test_a_log_whose_path_now_holds_what_cannot_be_opened_writes_on_in_its_own_file(tmp_path):
+    """An append waits for the file at the path to be the one it holds; one it cannot open there
+    (a folder; another user's file) must not keep it waiting for ever."""
+    import threading
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    log = EventLog(run, echo=False)
+    held = open(run.metrics_path, "rb")  # the file the log appends to, read once the path is taken
+    run.metrics_path.unlink()
+    run.metrics_path.mkdir()
+    writer = threading.Thread(target=log.write, args=("train",), kwargs={"step": 1}, daemon=True)
+    writer.start()
+    writer.join(10)
+    assert not writer.is_alive()
+    assert json.loads(held.read())["step"] == 1
+    held.close()
+    log.close()
+
+
 def logged_evals_and_all(run):
     return [json.loads(line) for line in run.metrics_path.read_text().splitlines()]
 

@@ -99,10 +99,10 @@ class EventLog:
         (:func:`truncate_to_checkpoint`) holds the same lock from its read to its
         rename, so a line lands either before the cut, which keeps it, or after it,
         in the file the cut left; never in between, in a file about to be replaced."""
-        while True:
+        for tries_left in reversed(range(3)):  # a file at the path this process cannot open: the old one takes it
             self._follow_replacement()
             with _locked(self.file):
-                if _same_file(self.file, self.run.metrics_path):
+                if not tries_left or _same_file(self.file, self.run.metrics_path):
                     yield
                     return
 
