@@ -311,3 +311,33 @@ def slow_project(project):
     (project / "mine" / "slow.py").write_text(textwrap.dedent(SLOW_NCA))
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     return project
+
+
+def test_a_stop_while_a_resume_starts_the_worker_stops_the_resumed_run(tmp_path):
+    """A launcher holds the worker lock from its check of the run's state to its record of the worker
+    it started (seconds, for a SLURM submission); a stop in between read the state of before, said
+    'run ... is killed, not running; nothing to stop', and the resumed run trained on."""
+    import threading
+
+    from fslab.execution import executor
+    from fslab.execution.local import WORKER_MODULE
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca", "train": {"processes": 1}})
+    run.write_status(state="killed", ended=time.time(), error="stopped by SIGTERM")
+    launcher = take(run.path)  # fslab resume, about to record the worker it started
+    worker = sleeper("-m", WORKER_MODULE, str(run.path))  # its command line: this run's worker
+
+    def record():
+        time.sleep(0.5)
+        run.write_status(state="queued", pid=worker.pid, host=HOST, heartbeat=time.time(), ended=None, error=None)
+        os.close(launcher)
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    try:
+        assert executor.stop(run, grace=10) == "killed"
+    finally:
+        recorder.join()
+        finish(worker)
+    assert worker.returncode == -signal.SIGTERM  # the started worker was signalled, not left to train
+    assert status(run.path)["state"] == "killed"

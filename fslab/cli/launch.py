@@ -248,6 +248,7 @@ def stop(ref: Annotated[str, typer.Argument(
     """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
+    A run whose worker fslab resume is starting is stopped once that worker is recorded.
     A sweep id stops every queued and running run of the sweep (or of a study's run), the queued ones first.
     """
     from fslab.core.rerun import after_stop

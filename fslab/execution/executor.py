@@ -10,6 +10,7 @@ data files, state, checkpoint) whichever surface starts it. ``slurm`` is
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -128,6 +129,8 @@ def stop(run: Run, grace: float = 30.0) -> str:
     (another host's, or a pid that cannot be verified) is sent a stop request
     through the run folder (:func:`fslab.execution.local.stop_worker`)."""
     state = run.state()
+    if state not in LIVE and _launch_waited_out(run):  # a resume was starting a worker: it is recorded now
+        state = run.state()
     if state not in LIVE:
         raise UsageError(f"run {run.id} is {state}, not running; nothing to stop")
     status = run.status()
@@ -138,6 +141,24 @@ def stop(run: Run, grace: float = 30.0) -> str:
         run.write_status(state="killed", ended=time.time(), error="stopped while queued")
         return "killed"
     return stop_worker(run, grace)
+
+
+def _launch_waited_out(run: Run) -> bool:
+    """Whether the run's worker lock was held and has been let go (within the
+    :data:`~fslab.execution.handover.EXIT_WAIT_S`, as a launcher waits): a
+    launcher (``fslab resume``, the scheduler) holds it from its check of the
+    run's state to its record of the worker it started, and a stop read the
+    state of before, said 'nothing to stop', and the resumed run trained on."""
+    from fslab.core.worklock import is_held, take
+    from fslab.execution.handover import EXIT_WAIT_S
+
+    if not is_held(run.path):
+        return False
+    fd = take(run.path, wait=EXIT_WAIT_S)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 def stop_sweep(runs_dir: Path, ref: str, grace: float = 30.0) -> tuple[dict, list[tuple[Run, str]]]:
