@@ -333,7 +333,9 @@ def test_a_rank_killed_without_a_word_fails_the_run_naming_it(tmp_path, when):
     (tmp_path / "mine" / "kill.py").write_text(textwrap.dedent(RANK_ONE_IS_KILLED))
     (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     done = fslab("run", "nca", "--device", "cpu", "--gpus", "2", *TINY, "--set", "loss.name=rank-one-is-killed",
-                 "--set", "eval.val_episodes=50000", cwd=tmp_path, timeout=180,
+                 # a validation of some seconds: 50,000 episodes took about 0.5 s, the watch's own
+                 # threshold, so rank 1 was at times never seen idle and the run completed
+                 "--set", "eval.val_episodes=300000", "--epochs", "2", cwd=tmp_path, timeout=180,
                  env={**os.environ, "KILL_RANK_ONE": when})
     assert done.returncode == 1
     status = json.loads((only_run(tmp_path) / "status.json").read_text())
