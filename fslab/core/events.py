@@ -97,12 +97,10 @@ def canonical_evaluator(label: str) -> str:
     parameters equal to the evaluator's registered defaults left out, the
     others sorted. A label of an evaluator no loaded plugin registers (or
     that does not parse) is kept as it is, only sorted when it parses."""
-    name, bracket, rest = label.partition("[")
-    if not bracket or not rest.endswith("]"):
+    params = label_params(label)
+    if not params:  # no brackets (its one spelling already), or brackets that do not parse
         return label
-    params = _split_params(rest[:-1])
-    if params is None:
-        return label
+    name = label.partition("[")[0]
     defaults = _evaluator_defaults(name)
     return _spelt(name, [(k, v) for k, v in params if k not in defaults or not _same_value(v, defaults[k])])
 

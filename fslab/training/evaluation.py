@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from fslab.core.errors import FslabError, UsageError
-from fslab.core.text import count
+from fslab.core.text import count, queries_text
 from fslab.core.types import evaluator_traits
 
 # Episodes are drawn in blocks of this many; it is a constant (not a parameter)
@@ -136,7 +136,7 @@ def _check_counts(counts: torch.Tensor, ways: int, shots: int, queries: int) -> 
     enough = int((counts >= shots + queries).sum())
     if enough < ways:
         raise UsageError(
-            f"{ways}-way episodes with {count(shots, 'shot')} and {queries} quer{'y' if queries == 1 else 'ies'} "
+            f"{ways}-way episodes with {count(shots, 'shot')} and {queries_text(queries)} "
             f"need {ways} classes "
             f"with at least {shots + queries} images; this split has {enough} such "
             f"class{'es' * (enough != 1)} (of {counts.numel()})"
