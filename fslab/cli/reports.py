@@ -28,6 +28,7 @@ from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX
 from fslab.core.errors import UsageError
 from fslab.core.events import canonical_evaluator, table_score
+from fslab.core.limits import repeated_at
 from fslab.core.text import count, queries_text
 
 
@@ -185,8 +186,8 @@ def episode_options(split: str, shots: str, ways: int | None, queries: int | Non
     shot_list = parse_shots(shots)
     if not shot_list or min(shot_list) < 1:
         raise UsageError(f"--shots takes whole numbers of at least 1 separated by commas (e.g. 1,5), got '{shots}'")
-    if twice := next((n for i, n in enumerate(shot_list) if n in shot_list[:i]), None):
-        raise UsageError(f"--shots lists {twice} twice; each number of shots is scored once: list it once")
+    if (again := repeated_at(shot_list)) is not None:
+        raise UsageError(f"--shots lists {shot_list[again]} twice; each number of shots is scored once: list it once")
     for option, value, least in (("--ways", ways, 2), ("--queries", queries, 1)):
         if value is not None and value < least:
             raise UsageError(f"{option} must be at least {least}, got {value}")

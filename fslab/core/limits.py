@@ -101,11 +101,15 @@ def check_rule(key: str, value: Any, rule: Allowed) -> None:
             raise ConfigError(f"config key '{key}' needs at least one value, each {rule.text}, got []")
         for value_ in value:
             _check(key, value_, rule)
-        twice = [v for i, v in enumerate(value) if v in value[:i]]
-        if rule.distinct and twice:
-            raise ConfigError(f"config key '{key}' lists {twice[0]!r} twice; give each value once, got {value!r}")
+        if rule.distinct and (again := repeated_at(value)) is not None:
+            raise ConfigError(f"config key '{key}' lists {value[again]!r} twice; give each value once, got {value!r}")
     elif value is not None:
         _check(key, value, rule)
+
+
+def repeated_at(values: list) -> int | None:
+    """Where ``values`` first lists a value it listed before; None where each is listed once."""
+    return next((i for i, v in enumerate(values) if v in values[:i]), None)
 
 
 def _check(key: str, value: Any, rule: Allowed) -> None:
