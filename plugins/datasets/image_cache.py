@@ -249,7 +249,7 @@ def cache_folder(root: Path, cache_dir: str = "") -> Path:
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     if cache_dir:
         return Path(os.path.expanduser(cache_dir)) / tag
-    inside = root / CACHE_FOLDER
+    inside = root_cache(root)
     try:
         inside.mkdir(exist_ok=True)
         if os.access(inside, os.W_OK):
@@ -258,6 +258,11 @@ def cache_folder(root: Path, cache_dir: str = "") -> Path:
         pass
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "fslab" / tag
+
+
+def root_cache(root: Path) -> Path:
+    """The cache folder inside a data root, ``ROOT/.fslab-cache``."""
+    return Path(root).resolve() / CACHE_FOLDER
 
 
 def source_key(stem: str, params: dict, sources: Iterable[Path]) -> str:
@@ -432,7 +437,7 @@ class CachedDataset:
         if split not in self._splits:
             stem, params, sources, build = self.plan(split)
             folder = cache_folder(self.root, self.cache_dir)
-            inside = self.root.resolve() / CACHE_FOLDER  # where a cache made by one who could write there lies
+            inside = root_cache(self.root)  # where a cache made by one who could write there lies
             ready = inside if not self.cache_dir and folder != inside else None
             self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready)
         return self._splits[split]

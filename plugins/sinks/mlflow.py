@@ -71,8 +71,8 @@ class MLflowSink:
     """One fslab run as one MLflow run (see the module)."""
 
     def __init__(self, run, *, tracking_uri: str = "", experiment: str = "fslab") -> None:
-        uri = tracking_uri or (Path(run.path).resolve().parent.parent / "mlruns").as_uri()
-        if ":" not in uri and uri not in NAMED_STORES:  # a relative folder: from beside runs/, wherever fslab ran
+        uri = tracking_uri or "mlruns"
+        if ":" not in uri and uri not in NAMED_STORES:  # a folder: a relative one from beside runs/, wherever fslab ran
             uri = project_path(uri, run).as_uri()
         if uri.startswith("file:") or "://" not in uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
