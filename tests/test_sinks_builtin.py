@@ -292,6 +292,18 @@ def test_a_run_scored_in_map_names_its_final_scores_map_in_tensorboard_and_wandb
     assert "test/5way_1shot/accuracy" not in summary
 
 
+def _run_seen_from_a_subfolder(tmp_path, monkeypatch, tag):
+    """A project with a run folder, and the command's folder a subfolder of it: the project, that
+    subfolder, the run's folder and a configuration a sink reads."""
+    project, elsewhere = tmp_path / "project", tmp_path / "project" / "sub"
+    run_dir = project / "runs" / f"20260101-000000-nca-{tag}"
+    run_dir.mkdir(parents=True)
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    return project, elsewhere, run_dir, config
+
+
 def test_a_relative_folder_is_taken_from_the_project_not_from_where_the_command_ran(tmp_path, monkeypatch):
     """log_dir = "tb" in fslab.toml: the live run (started in the project) wrote project/tb/<id>, and
     fslab export from a subfolder (FSLAB_CONFIG=../fslab.toml) wrote sub/tb/<id>, a second record."""
@@ -302,12 +314,7 @@ def test_a_relative_folder_is_taken_from_the_project_not_from_where_the_command_
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")
-    project, elsewhere = tmp_path / "project", tmp_path / "project" / "sub"
-    run_dir = project / "runs" / "20260101-000000-nca-rel0"
-    run_dir.mkdir(parents=True)
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    project, elsewhere, run_dir, config = _run_seen_from_a_subfolder(tmp_path, monkeypatch, "rel0")
     for replay in (False, True):  # the live run, then an export
         run = SinkRun(run_dir.name, str(run_dir), config, replay=replay, state="completed")
         for sink in (TensorBoardSink(run, log_dir="tb"), WandbSink(run, dir="wb")):
@@ -326,12 +333,7 @@ def test_a_relative_mlflow_store_is_taken_from_the_project_too(tmp_path, monkeyp
 
     from fslab.plugin import SinkRun
 
-    project, elsewhere = tmp_path / "project", tmp_path / "project" / "sub"
-    run_dir = project / "runs" / "20260101-000000-nca-rel1"
-    run_dir.mkdir(parents=True)
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    project, elsewhere, run_dir, config = _run_seen_from_a_subfolder(tmp_path, monkeypatch, "rel1")
     for replay in (False, True):  # the live run, then an export
         sink = MLflowSink(SinkRun(run_dir.name, str(run_dir), config, replay=replay, state="completed"),
                           tracking_uri="store")
