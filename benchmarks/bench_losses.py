@@ -131,8 +131,7 @@ def main() -> None:
     options.at_least(parser, args, steps=1, image_size=1, threads=0)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = options.device(parser, ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
-                            else args.device)
+    device = options.device(parser, args.device, auto=True)
 
     registry = load_registry(load_settings().plugin_dirs)
     options.known(parser, registry, "backbone", [args.backbone], "--backbone")

@@ -138,8 +138,7 @@ def main() -> None:
     if args.batch > args.classes * args.per_class:
         parser.error(f"--batch must be at most the {args.classes * args.per_class} training images "
                      f"(--classes × --per-class), got {args.batch}")
-    device = options.device(parser, ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
-                            else args.device)
+    device = options.device(parser, args.device, auto=True)
     if importlib.util.find_spec("torchvision") is None:  # the baseline, measured after fslab's side
         raise SystemExit("bench_pipeline.py compares fslab's pipeline with torchvision's, and torchvision is not "
                          "installed here: pip install torchvision")

@@ -17,10 +17,13 @@ def at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, **minimu
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
 
 
-def device(parser: argparse.ArgumentParser, text: str):
-    """``text`` as a torch device this machine has: the CPU or one of its CUDA GPUs."""
+def device(parser: argparse.ArgumentParser, text: str, *, auto: bool = False):
+    """``text`` as a torch device this machine has: the CPU or one of its CUDA GPUs (with
+    ``auto``, ``"auto"`` too: CUDA where there is a GPU, else the CPU)."""
     import torch
 
+    if auto and text == "auto":
+        text = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         chosen = torch.device(text)
     except RuntimeError:
