@@ -235,11 +235,12 @@ def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
     (project / "mine" / "broken.py").write_text("raise RuntimeError('half-written plugin')\n")
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     result = fslab("plugins", "--kind", "loss", cwd=project)
-    assert result.returncode == 0
+    assert result.returncode == 1  # the listing is whole, and a script checking the plugins sees the failure
     assert result.stderr.strip() == "fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin"
     assert "nca" in result.stdout and "protonet" in result.stdout
     assert "failed local:broken: RuntimeError: half-written plugin" in result.stdout
     both = fslab("plugins", "--kind", "sink", "--kind", "evaluator", "--json", cwd=project)  # the last one only, before
+    assert both.returncode == 1
     assert [json.loads(line)["kind"] for line in both.stdout.splitlines()] == ["sink"] * 3 + ["evaluator"] * len(
         [line for line in fslab("plugins", "--kind", "evaluator", "--json", cwd=project).stdout.splitlines()])
 

@@ -163,7 +163,7 @@ def test_a_plugin_that_exits_at_import_is_reported_not_obeyed(project):
     (project / "mine" / "quitter.py").write_text("import sys\nsys.exit(3)\n")
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     done = fslab("plugins", "--kind", "method", cwd=project)
-    assert done.returncode == 0 and "nca" in done.stdout
+    assert done.returncode == 1 and "nca" in done.stdout  # listed whole, then the failure's exit code
     assert "'local:quitter' failed to load: SystemExit: 3" in done.stderr
 
 

@@ -36,6 +36,7 @@ def plugins(
     """List every registered plugin component, grouped by kind, with its parameters and origin.
 
     Each parameter is shown with its default and, where the plugin declares them, the values it allows.
+    A plugin that failed to load is named with its error, and the command then exits with 1.
     """
     from fslab.core.listing import plugin_listing
 
@@ -52,6 +53,7 @@ def plugins(
         for k in kinds:
             for c in found.of_kind(k):
                 print(json.dumps(c))
+        _fail_if_any(found.failures)
         return
     for k in kinds:
         rows = [[c["name"], c["description"], c["paper"], _parameters(c), c["version"] or c["plugin"]]
@@ -60,6 +62,14 @@ def plugins(
                     wide)
     for plugin, error in found.failures:
         console.print(f"[red]failed[/red] {shown(plugin)}: {shown(error)}")
+    _fail_if_any(found.failures)
+
+
+def _fail_if_any(failures) -> None:
+    """Exit code 1 after a listing with a plugin that failed to load, so a script or a CI job
+    checking a plugin package sees it (the listing itself is printed whole first)."""
+    if failures:
+        raise typer.Exit(1)
 
 
 def _parameters(component: dict) -> str:
