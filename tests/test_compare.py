@@ -10,7 +10,7 @@ import pytest
 
 from fslab.core.errors import UsageError
 from fslab.core.runstore import create_run, list_runs
-from fslab.reports.compare import compare, mean_ci, render
+from fslab.reports.compare import compare, mean_ci, render, tex
 
 from .runs_helpers import fslab
 
@@ -143,6 +143,11 @@ def test_csv_and_json_parse_back(store):
     latex = render(report, "latex")
     assert latex.startswith("\\begin{tabular}{lrrr}") and "$\\pm$" in latex
     assert "train.lr=0.05 $-$ train.lr=0.1, paired over the same episodes & - & " in latex
+    # a negative difference's sign is a minus, not the hyphen LaTeX's text mode would set for '-'
+    assert latex.splitlines()[-2] == (f"train.lr=0.05 $-$ train.lr=0.1, paired over the same episodes & - & "
+                                      f"$-${-100 * one['difference']:.2f} $\\pm$ {100 * one['ci95']:.2f} & "
+                                      f"$-${-100 * five['difference']:.2f} $\\pm$ {100 * five['ci95']:.2f} \\\\")
+    assert tex("lr=-1, run-2, x-.5, -.5, 1e-3, -") == "lr=$-$1, run-2, x-.5, $-$.5, 1e-3, -"
 
 
 def test_cli_compare(store, builtin_plugins, monkeypatch):

@@ -426,8 +426,10 @@ def md(text: str) -> str:
 
 def tex(text: str) -> str:
     """Text as LaTeX writes it in a table cell: its special characters escaped
-    (a label may hold any text a setting holds), ± and − as math."""
-    return re.sub(r"->|[\\&%$#_{}~^±−]", lambda m: _TEX[m.group()], text)
+    (a label may hold any text a setting holds), ± and − as math, and so is the
+    hyphen of a negative number (``-0.52``, a difference; ``lr=-1`` in a label), which
+    LaTeX's text mode would set as a hyphen, shorter than a minus."""
+    return re.sub(r"->|[\\&%$#_{}~^±−]|(?<![\w.-])-(?=\.?\d)", lambda m: _TEX.get(m.group(), r"$-$"), text)
 
 
 def render(report: dict, fmt: str) -> str:
