@@ -557,3 +557,24 @@ def test_shots_named_twice_are_refused_by_compare_plot_and_eval(store):
         bad = fslab(*command, "--shots", "1,5,1", cwd=folder)
         assert (bad.returncode, bad.stderr) == (2, "error: --shots lists 1 twice; each number of shots is scored "
                                                    "once: list it once\n")
+
+
+def test_runs_without_any_scores_are_named_on_stderr_with_their_state(store, monkeypatch):
+    """A run still training, or killed or failed before its test, joined its group's run list and added
+    no seed, without a word: a missing seed looked like a settings mismatch."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+
+    folder, _ = store
+    killed = create_run(folder / "runs", "nca", {"method": "nca", "seed": 3, "device": "cpu",
+                                                   "train": {"lr": 0.1, "epochs": 2}, "loss": {"name": "nca"}})
+    killed.write_status(state="killed")
+    monkeypatch.chdir(folder)
+    done = CliRunner().invoke(app, ["compare", "all", "--json"])
+    assert done.exit_code == 0, done.output
+    assert done.stderr.strip() == f"1 run without test scores (left out): {killed.id} (killed)"
+    groups = [json.loads(line) for line in done.stdout.splitlines() if json.loads(line)["type"] == "group"]
+    assert [(g["group"], g["seeds"], len(g["runs"])) for g in groups] == [("train.lr=0.1", 3, 4),
+                                                                         ("train.lr=0.05", 3, 3)]
+    assert compare([killed])["unscored"] == {killed.id: "killed"}

@@ -281,6 +281,10 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, a
         if evaluator is not None:
             check_evaluator(evaluator)
         raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes, asked))
+    if unscored := report.get("unscored"):
+        named = [f"{run} ({state})" for run, state in unscored.items()]
+        err_console.print(f"{count(len(named), 'run')} without {split} scores (left out): "
+                          f"{shown(', '.join(named[:5]))}{', ...' if len(named) > 5 else ''}", highlight=False)
     if elsewhere:
         err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, "
                           f"{queries_text(queries)} (left out): {shown(', '.join(list(elsewhere)[:5]))}"

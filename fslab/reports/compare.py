@@ -255,11 +255,13 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
                 mean, ci = mean_ci(differences)
                 paired.append({"group": g.label, "baseline": baseline.label, "shots": n,
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
-    elsewhere = {r.id: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
+    elsewhere = {r: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
                  if not scored(r)}
     return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired,
             "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
-            "other_shapes": {run: shapes for run, shapes in elsewhere.items() if shapes}}
+            "other_shapes": {run.id: shapes for run, shapes in elsewhere.items() if shapes},
+            # runs with no scores of any shape (queued, running, or ended before their test), with their state
+            "unscored": {run.id: run.state() for run, shapes in elsewhere.items() if not shapes}}
 
 
 def metrics_name(metrics) -> str:
