@@ -250,6 +250,9 @@ def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["processes"] == 2 and status["pid"] != launcher and len(child_pids(status["pid"])) == 2
     fslab("stop", run_dir.name, cwd=tmp_path, timeout=120)
+    wait_for(lambda: not pid_alive(status["pid"]), timeout=30, what="torchrun to exit")
+    # a clean stop: the ranks' line, and no traceback of torchrun's own SignalException after it
+    assert "Traceback" not in (run_dir / "stderr.log").read_text()
     steps = [e["step"] for e in events(run_dir, "train")]
     assert steps == list(range(1, len(steps) + 1))  # cut back to the checkpoint, continued without a gap
     assert json.loads((run_dir / "status.json").read_text())["state"] == "killed"

@@ -26,18 +26,19 @@ from fslab.core.states import ENDED, HOST, LIVE, pid_alive
 from fslab.core.worklock import clear_stop_request, describe_holder, request_stop
 
 WORKER_MODULE = "fslab.execution.worker"
+TORCHRUN_MODULE = "fslab.execution.torchrun"  # torch's torchrun, quiet on a stop
 
 
 def worker_command(run: Run, resume: bool = False) -> list[str]:
     """``python -m fslab.execution.worker RUN_DIR``; for a run with
     ``train.processes`` N > 1, the same worker under torchrun (the venv's, as
-    ``python -m torch.distributed.run``), standalone on a free port, one
-    process per GPU (or per gloo CPU process with device cpu)."""
+    ``python -m fslab.execution.torchrun``: torch's, quiet on a stop), standalone
+    on a free port, one process per GPU (or per gloo CPU process with device cpu)."""
     # The absolute folder, so that a stop can tell this run's worker by its command line.
     worker = ["-m", WORKER_MODULE, os.path.abspath(run.path), *(["--resume"] if resume else [])]
     processes = run.config()["train"]["processes"]
     if processes > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        return [sys.executable, "-m", TORCHRUN_MODULE, "--standalone",
                 f"--nproc-per-node={processes}", *worker]
     return [sys.executable, *worker]
 

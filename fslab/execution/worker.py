@@ -39,7 +39,7 @@ from fslab.core.states import pid_alive
 from fslab.core.summary import read_summary
 from fslab.core.worklock import clear_stop_request, stop_requested
 from fslab.execution.handover import take_worker_lock
-from fslab.execution.local import child_pids
+from fslab.execution.local import TORCHRUN_MODULE, child_pids
 from fslab.execution.usage import UsageSampler
 
 RANK_FAILED = ".rank-failed"
@@ -216,7 +216,7 @@ def silent_rank_end(run: Run) -> str | None:
     None where every rank lives or marked its end, or where ``/proc`` cannot tell."""
     size, parent = int(os.environ.get("WORLD_SIZE", 1)), os.getppid()
     try:
-        if size < 2 or b"torch.distributed.run" not in Path(f"/proc/{parent}/cmdline").read_bytes():
+        if size < 2 or TORCHRUN_MODULE.encode() not in Path(f"/proc/{parent}/cmdline").read_bytes():
             return None
     except OSError:
         return None

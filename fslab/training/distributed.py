@@ -1,7 +1,7 @@
 """Data-parallel training over several processes (``fslab run ... --gpus N``).
 
-The launcher starts ``python -m torch.distributed.run --standalone
---nproc-per-node N -m fslab.execution.worker RUN_DIR``; torchrun gives each process its
+The launcher starts torchrun (``python -m fslab.execution.torchrun --standalone
+--nproc-per-node N -m fslab.execution.worker RUN_DIR``); torchrun gives each process its
 ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``. Every rank then draws the *same*
 global batch from the same seeded sampler, embeds only its own contiguous
 slice of rows, and :func:`gather_with_grad` puts all embeddings back together
