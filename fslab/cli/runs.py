@@ -193,7 +193,7 @@ def _slurm_line(run_, status: dict) -> str:
     requeues = status.get("requeues") or 0
     return (f"SLURM job {shown(str(status['slurm_job_id']))}" + (f", requeued {count(requeues, 'time')}" if requeues
                                                                   else "")
-            + f"; submitit's files and SLURM's logs: {shown(str(run_.path / 'slurm'))}/")
+            + f"; submitit's files and SLURM's logs: {shown(str(run_.slurm_path))}/")
 
 
 def _settings_line(run_) -> str:
@@ -263,7 +263,7 @@ def logs(
             job = run_.status().get("slurm_job_id")
             err_console.print(shown(f"{run_.id} has no {path.name} yet (its worker has not started, or wrote "
                                     f"nothing there" + (f"; its SLURM job {job} writes its own logs in "
-                                                        f"{run_.path / 'slurm'}/" if job else "") + ")"),
+                                                        f"{run_.slurm_path}/" if job else "") + ")"),
                               highlight=False)
             return
     except OSError as exc:

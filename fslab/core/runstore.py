@@ -61,6 +61,11 @@ class Run:
     def checkpoint_path(self) -> Path:
         return self.path / "checkpoints" / "last.pt"
 
+    @property
+    def slurm_path(self) -> Path:
+        """Where a SLURM job of the run keeps submitit's files and SLURM's logs."""
+        return self.path / "slurm"
+
     def config(self) -> dict:
         """The run's configuration, migrated to the current version (so readers
         never need fallbacks for keys older fslabs did not write); ``{}`` while

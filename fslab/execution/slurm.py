@@ -125,7 +125,7 @@ def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False)
     job goes in (a job that finds its run ended exits at once). Called
     holding the run's lock (:func:`fslab.execution.handover.launch_lock`);
     the job takes it when it starts."""
-    folder = run.path / "slurm"
+    folder = run.slurm_path
     executor = make_executor(folder, options, name=f"fslab-{run.id}")  # no SLURM here: nothing changed yet
     if requeue:
         run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None,
@@ -180,7 +180,7 @@ def cancel_job(run: Run, status: dict) -> None:
             except ProcessLookupError:
                 pass
     else:
-        require_submitit().SlurmJob(run.path / "slurm", str(job_id)).cancel(check=False)
+        require_submitit().SlurmJob(run.slurm_path, str(job_id)).cancel(check=False)
 
 
 def is_local_job_of(pid: int, run: Run) -> bool:
