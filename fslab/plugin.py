@@ -55,7 +55,9 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 # 1.8: fslab.create calls a component's check= too, with context None (no run to read).
 # 1.9: a run's events and evaluations/ spell an evaluator's every parameter out (knn[k=0,ties=nearest]):
 #      a sink naming evaluations reads their label through canonical_evaluator.
-API_VERSION = "1.10"
+# 1.10: listing(rule, distinct=True): a list parameter that names each value once.
+# 1.11: an evaluator whose signature names training_loss is given the run's loss section.
+API_VERSION = "1.11"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",

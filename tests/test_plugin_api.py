@@ -30,8 +30,8 @@ def test_the_api_exports_what_it_declares():
     # 1.3 sinks (register_sinks, Sink, SinkRun); 1.4 dotted; 1.5 a sampler's batch=; 1.6 evaluator_label and
     # own_evaluator, the labels evaluations are saved under; 1.7 canonical_evaluator, a label in its one spelling;
     # 1.8 fslab.create runs check= with context None; 1.9 events spell every evaluator parameter out;
-    # 1.10 listing(..., distinct=True)
-    assert api.API_VERSION == "1.10"
+    # 1.10 listing(..., distinct=True); 1.11 an evaluator's training_loss
+    assert api.API_VERSION == "1.11"
     from fslab.core.limits import check_rule, rule_of
 
     with pytest.raises(api.ConfigError, match=r"^config key 'p' lists 2 twice; give each value once, got \[2, 3, 2\]$"):

@@ -146,3 +146,30 @@ def test_ring_is_registered_lazily_as_a_module_with_parameters(registry):
     assert isinstance(component.target, str) and component.info["episodic"] is True
     loss = registry.create("loss", "ring", weight=0.1)
     assert isinstance(loss, torch.nn.Module) and [n for n, _ in loss.named_parameters()] == ["radius"]
+
+
+def test_the_sen_evaluator_tests_with_the_eps_pos_the_run_trained_with(registry):
+    """The sen evaluator's eps_pos was 1 whatever loss.eps_pos the run trained with, so a
+    --grid loss.eps_pos=0.5,3 tested every run at 1; unset, it now takes the run's sen loss's."""
+    import math
+
+    from fslab_plugins.methods.sen import sen_nearest
+
+    from fslab.training.build import build_evaluator
+
+    # the query [1, 0] against the prototypes [2, 0] (distance² 1, norm gap² 1: 1 + eps) and
+    # [-0.25, 0.968...] (norm 1: distance² 2.5, no gap): way 0 below eps 1.5, way 1 above
+    support = torch.tensor([[[[2.0, 0.0]], [[-0.25, math.sqrt(1 - 0.25 ** 2)]]]], dtype=torch.float64)
+    query = torch.tensor([[[1.0, 0.0]]], dtype=torch.float64).squeeze(1)
+    assert [sen_nearest(support, query, eps_pos=e).item() for e in (0.5, 1.0, 3.0)] == [0, 0, 1]
+
+    def picked(section, loss):
+        return build_evaluator(registry, section, loss)(support, query).item()
+
+    sen_loss = {"name": "sen", "eps_neg": -0.5}
+    assert picked({"name": "sen"}, {**sen_loss, "eps_pos": 3.0}) == 1
+    assert picked({"name": "sen"}, {**sen_loss, "eps_pos": 0.5}) == 0
+    assert picked({"name": "sen", "eps_pos": 0.5}, {**sen_loss, "eps_pos": 3.0}) == 0  # a number given wins
+    assert picked({"name": "sen", "eps_pos": 3.0}, {"name": "protonet", "distance": "euclidean"}) == 1
+    assert sen_nearest(support, query, training_loss={"name": "protonet"}).item() == 0  # another loss: 1
+    assert registry.get("evaluator", "sen").params == {"eps_pos": None}  # training_loss is fslab's to fill in

@@ -49,6 +49,7 @@ BOUND_KINDS = ("loss", "evaluator")
 # they are not configuration parameters. A dataset's own ``image_size`` is a parameter.
 FILLED_IN = {
     "loss": ("out_dim", "num_classes"),
+    "evaluator": ("training_loss",),  # the run's loss section: its name and every parameter
     "backbone": ("in_channels", "image_size"),
     "sampler": ("labels", "batch_size", "seed"),
     "dataset": ("root",),

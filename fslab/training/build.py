@@ -164,9 +164,12 @@ def image_size_of(split: Split) -> tuple[int, int]:
     return int(height), int(width)
 
 
-def build_evaluator(registry: Registry, section: dict) -> Callable:
-    """The evaluator a section names (``name`` and its parameters)."""
-    return registry.create("evaluator", section["name"], **plugin_kwargs(section))
+def build_evaluator(registry: Registry, section: dict, training_loss: dict) -> Callable:
+    """The evaluator a section names (``name`` and its parameters), offered the run's
+    loss section as ``training_loss`` (an evaluator that names it tests with the
+    loss's own parameters, as ``sen`` takes the loss's ε_p)."""
+    return registry.create("evaluator", section["name"], context={"training_loss": dict(training_loss)},
+                           **plugin_kwargs(section))
 
 
 @dataclass
@@ -210,7 +213,7 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     trainable = list(model.parameters()) + list(head.parameters()) + loss_params
     sampler = registry.create("sampler", cfg.sampler["name"], labels=train_split.labels.tolist(),
                               batch_size=cfg.train.batch_size, seed=cfg.seed, **plugin_kwargs(cfg.sampler))
-    evaluator = build_evaluator(registry, cfg.evaluator)
+    evaluator = build_evaluator(registry, cfg.evaluator, cfg.loss)
     optimizer = make_optimizer(trainable, cfg.train)
     scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
     return TrainingParts(dataset, train_split, val_split, test_split, model, head, loss_fn, sampler, evaluator,

@@ -190,7 +190,7 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     own_params = plugin_kwargs(cfg.evaluator) if name == cfg.evaluator["name"] else {}
     # every parameter written out in the record, the registered defaults included (recorded_evaluator)
     section = {"name": name, **registry.get("evaluator", name).params, **own_params, **(params or {})}
-    classify = build_evaluator(registry, section)
+    classify = build_evaluator(registry, section, cfg.loss)
     chosen = Episodes(split=split, ways=ways, shots=shots, queries=queries, count=episode_count(classify, episodes),
                       seed=cfg.eval.seed, epoch=checkpoint.epoch)
     check_refused(classify, ways, shots, queries)  # before the split is embedded (minutes at a paper's size)

@@ -24,7 +24,10 @@ Registered: the ``sen`` loss, the ``ring`` loss (ProtoNet + Ring loss, the
 paper's "Ring PN" baseline of Table 2; a torch module with the learnable
 radius, in :mod:`fslab_plugins.methods.ring_loss`, registered lazily), and recipes.
 The test-time rule (SEN with ε_p for every prototype) is the ``sen``
-evaluator (:func:`sen_nearest`), which the ``sen`` recipe uses; as for every
+evaluator (:func:`sen_nearest`), which the ``sen`` recipe uses: it names
+``training_loss`` in its signature, so fslab hands it the run's loss section
+and it tests with the ε_p the run trained with (``--grid loss.eps_pos=...``
+moves both); as for every
 method, features are first centred and L2-normalised (NCA paper Sec. 3.4; after that
 the query norms are 1 but the prototypes' are not, so the norm term still
 counts).
@@ -45,6 +48,7 @@ RING = (
 # The radicand is clamped here before the square root: sqrt has an infinite
 # derivative at 0, which would turn a query sitting on its prototype into NaNs.
 SQRT_GUARD = 1e-12
+EPS_POS = 1.0  # the loss's ε_p by default, and the test's where the run trained another loss
 
 
 def sen_distances(query, prototypes, eps):
@@ -68,8 +72,10 @@ def check_sen(params: dict, context=None) -> None:
 
 
 def check_sen_evaluator(params: dict, context=None) -> None:
-    if not params["eps_pos"] > 0:
-        raise UsageError(f"sen evaluator: eps_pos must be > 0 (evaluator.eps_pos), got {params['eps_pos']}")
+    eps = params["eps_pos"]  # None: the run's sen loss's (sen_nearest)
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
+        raise UsageError(f"sen evaluator: eps_pos must be > 0, or unset for the sen loss's (evaluator.eps_pos), "
+                         f"got {eps!r}")
 
 
 def check_ring(params: dict, context=None) -> None:
@@ -81,7 +87,7 @@ def check_ring(params: dict, context=None) -> None:
         raise UsageError(f"ring: radius must be > 0 (or unset to measure it; loss.radius), got {radius!r}")
 
 
-def sen(z, labels, support=None, *, eps_pos: float = 1.0, eps_neg: float = -0.5) -> LossOutput:
+def sen(z, labels, support=None, *, eps_pos: float = EPS_POS, eps_neg: float = -0.5) -> LossOutput:
     """SEN ProtoNet loss: Eq. 1 with ``d = d_s`` (Eq. 2), ε_ik from Eq. 4.
 
     The queries' mean negative log-likelihood of their class under a softmax
@@ -115,13 +121,18 @@ def sen(z, labels, support=None, *, eps_pos: float = 1.0, eps_neg: float = -0.5)
     return LossOutput(loss, positives, query_class.numel() * counts.sum() - positives, None)
 
 
-def sen_nearest(support, query, *, eps_pos: float = 1.0):
+def sen_nearest(support, query, *, eps_pos: float | None = None, training_loss: dict | None = None):
     """The SEN paper's test-time rule: the nearest prototype (class mean of
     the support points) in the SEN dissimilarity with ε = ε_p for every
     prototype ("At test time, a positive epsilon is used for computing all
-    dissimilarity measures", Sec. 3). ``eps_pos`` should be the loss's ε_p.
-    ``support [E, w, n, d]``, ``query [E, Q, d]`` -> ``long [E, Q]``; ties go
-    to the lower way index."""
+    dissimilarity measures", Sec. 3), the ε_p the network trained with:
+    ``eps_pos`` unset (None) takes the run's loss's (fslab passes the run's loss
+    section as ``training_loss``) where it trains with ``sen``, else 1, the
+    loss's default; a number sets it. ``support [E, w, n, d]``, ``query [E, Q, d]``
+    -> ``long [E, Q]``; ties go to the lower way index."""
+    if eps_pos is None:
+        trained = training_loss if training_loss and training_loss.get("name") == "sen" else {}
+        eps_pos = trained.get("eps_pos", EPS_POS)
     check_sen_evaluator({"eps_pos": eps_pos})
     return sen_distances(query, support.mean(dim=2), eps_pos).argmin(dim=-1)
 
@@ -129,7 +140,9 @@ def sen_nearest(support, query, *, eps_pos: float = 1.0):
 @hookimpl
 def register_evaluators(register):
     register(sen_nearest, name="sen", paper=PAPER + ", Sec. 3 (test time)", check=check_sen_evaluator,
-             description="Nearest prototype in the SEN dissimilarity with eps_pos for every prototype.")
+             allowed={"eps_pos": positive()},  # unset (None): the sen loss's eps_pos the run trained with
+             description="Nearest prototype in the SEN dissimilarity with eps_pos for every prototype "
+                         "(unset: the run's sen loss's eps_pos).")
 
 
 @hookimpl
