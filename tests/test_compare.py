@@ -578,3 +578,23 @@ def test_runs_without_any_scores_are_named_on_stderr_with_their_state(store, mon
     assert [(g["group"], g["seeds"], len(g["runs"])) for g in groups] == [("train.lr=0.1", 3, 4),
                                                                          ("train.lr=0.05", 3, 3)]
     assert compare([killed])["unscored"] == {killed.id: "killed"}
+
+
+def test_what_else_a_run_was_evaluated_on_makes_no_group(store):
+    """Seeds of one setting whose runs also validated on other episodes, tested extra ways or scored
+    the final network on validation were split into groups of one seed each, unpaired; those change
+    neither what a run learns nor its test at eval.ways. A training key still splits them."""
+    _, data = store
+    runs = [data[(0.1, seed)][0] for seed in (0, 1, 2)]
+    for run, evaluated in zip(runs, ({"val_episodes": 100, "val_shots": 1}, {"extra_ways": [20], "final_val": True},
+                                     {"before_training": True})):
+        config = json.loads((run.path / "config.json").read_text())
+        (run.path / "config.json").write_text(json.dumps({**config, "eval": {**config.get("eval", {}), **evaluated}}))
+    report = compare(runs, shots=[1, 5])
+    assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("method=nca", 3)]
+    for n in (1, 5):
+        assert report["groups"][0]["results"][f"{n}-shot"]["accuracy"] == pytest.approx(
+            mean_ci([a for seed in (0, 1, 2) for a in data[(0.1, seed)][1][n]])[0])
+    config = json.loads((runs[2].path / "config.json").read_text())
+    (runs[2].path / "config.json").write_text(json.dumps({**config, "train": {**config["train"], "epochs": 3}}))
+    assert [g["seeds"] for g in compare(runs, shots=[1, 5])["groups"]] == [2, 1]

@@ -32,9 +32,14 @@ from fslab.core.runstore import Run, creation_order
 from fslab.core.studies import IGNORED
 from fslab.core.text import queries_text
 
-# Keys that make no group: the seed (a group's runs differ in it), and those that
-# change neither what a run learns nor how it is scored, which studies ignore too.
-NOT_SETTINGS = {"seed", *IGNORED}
+# Keys that make no group: the seed (a group's runs differ in it), those that
+# change neither what a run learns nor how it is scored, which studies ignore too,
+# and what else a run was evaluated on besides its test at eval.ways (the final
+# network is tested whatever its validations were): a study still tells runs apart
+# by these, since it reads their validation and extra-ways scores.
+EVALUATED_ELSEWHERE = ("eval.val_episodes", "eval.val_shots", "eval.before_training", "eval.final_val",
+                       "eval.extra_ways")
+NOT_SETTINGS = {"seed", *IGNORED, *EVALUATED_ELSEWHERE}
 FORMATS = ("table", "md", "latex", "csv", "json")
 
 
