@@ -120,3 +120,38 @@ def test_compile_on_a_cpu_without_a_compiler_is_refused_before_a_run_exists(proj
                    env={**os.environ, "PATH": "/nonexistent", "CXX": ""})
     assert result.returncode == 2 and "needs a C++ compiler" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").glob("2*"))
+
+
+def _compilers(folder, *names):
+    """A PATH folder holding executables of these names (each prints a version)."""
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_text("#!/bin/sh\necho 1.0\n")
+        (folder / name).chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize(("on_path", "cxx", "refused"), [
+    (("c++", "clang++"), None, "g++"),  # torch runs g++ on Linux when $CXX is unset, not c++ or clang++
+    (("g++",), "/nonexistent/g++", "$CXX ('/nonexistent/g++')"),  # torch runs $CXX, not the g++ on PATH
+    (("g++",), "", "$CXX ('')"),  # an empty $CXX is what torch runs, and fails on
+    (("g++",), None, None),
+    (("clang++",), "clang++ -O2", None),  # a command with arguments: its first word is the compiler
+])
+def test_compile_on_the_cpu_checks_the_compiler_torch_runs(tmp_path, monkeypatch, on_path, cxx, refused):
+    from fslab.core.config import DEFAULTS
+    from fslab.core.errors import UsageError
+    from fslab.execution.checks import check_compile
+
+    monkeypatch.setenv("PATH", _compilers(tmp_path / "bin", *on_path))
+    if cxx is None:
+        monkeypatch.delenv("CXX", raising=False)
+    else:
+        monkeypatch.setenv("CXX", cxx)
+    config = {"device": "cpu", "train": {**DEFAULTS["train"], "compile": "default"}}
+    if refused is None:
+        check_compile(config, None)
+        return
+    with pytest.raises(UsageError, match="needs a C\\+\\+ compiler") as error:
+        check_compile(config, None)
+    assert f"and {refused}, the one torch.compile runs, is not found" in str(error.value)

@@ -10,7 +10,9 @@ decodes an image.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
 
 from fslab.core.config import check_plugins
 from fslab.core.errors import UsageError, plugin_call
@@ -90,14 +92,29 @@ def evaluator_shape(config: dict, registry) -> tuple[int, int] | None:
 
 
 def check_compile(config: dict, slurm: SlurmSettings | None) -> None:
-    """``train.compile`` on the CPU here needs a C++ compiler (torch.compile
-    generates C++ there); a GPU run or a SLURM job is left to its machine."""
+    """``train.compile`` on the CPU here needs the C++ compiler torch.compile
+    runs there (:func:`cpu_compiler`); a GPU run or a SLURM job is left to its machine."""
     if config["train"]["compile"] == "off" or slurm is not None:
         return
     on_cpu = config["device"] == "cpu" or (config["device"] == "auto" and not visible_gpus())
-    if on_cpu and not any(shutil.which(name) for name in (os.environ.get("CXX") or "c++", "g++", "clang++")):
-        raise UsageError(f"train.compile={config['train']['compile']} on the CPU needs a C++ compiler, and none "
-                         f"is on PATH here (c++, g++, clang++ or $CXX); install one, or --set train.compile=off")
+    compiler, found = cpu_compiler()
+    if on_cpu and not found:
+        named = f"$CXX ({compiler!r})" if "CXX" in os.environ else compiler
+        raise UsageError(f"train.compile={config['train']['compile']} on the CPU needs a C++ compiler, and "
+                         f"{named}, the one torch.compile runs, is not found here; install it, set $CXX to one "
+                         f"that is, or --set train.compile=off")
+
+
+def cpu_compiler() -> tuple[str, bool]:
+    """The C++ compiler torch.compile runs on the CPU, as ``torch._inductor.config.cpp.cxx``
+    chooses it (``$CXX`` where it is set, even empty, else g++, clang++ on macOS; a command
+    with arguments, ``ccache g++``, is split as a shell would), and whether it is found."""
+    compiler = os.environ.get("CXX", "clang++" if sys.platform == "darwin" else "g++")
+    try:
+        command = shlex.split(compiler)
+    except ValueError:  # an unclosed quote: torch cannot run it either
+        return compiler, False
+    return compiler, bool(command) and shutil.which(command[0]) is not None
 
 
 def check_device(config: dict) -> None:
