@@ -606,7 +606,7 @@ def run_config(config: dict) -> RunConfig:
         elif isinstance(default, dict):
             values[name] = _typed_section(name, config[name])
         else:
-            values[name] = check_value(name, config[name], default)
+            values[name] = _checked(name, config[name], default)
     return RunConfig(**values, config_version=config["config_version"])
 
 
@@ -617,9 +617,22 @@ def _typed_section(name: str, section: Any) -> TrainConfig | EvalConfig:
     _check_keys(section, [f.name for f in dataclasses.fields(kind)], f"{name}.")
     values = {}
     for key, default in DEFAULTS[name].items():
-        value = check_value(f"{name}.{key}", section[key], default)
+        value = _checked(f"{name}.{key}", section[key], default)
         values[key] = tuple(value) if isinstance(value, list) else value
     return kind(**values)
+
+
+def _checked(key: str, value: Any, default: Any) -> Any:
+    """:func:`check_value`, except that a word key of the run, ``train`` or ``eval`` given another
+    type names the words it takes, as for a wrong word (``train.channels_last=true``: auto, on or
+    off), not only "a string"."""
+    section, _, name = key.rpartition(".")
+    kind = {"": RunConfig, "train": TrainConfig, "eval": EvalConfig}.get(section)
+    rule = next((f.metadata.get(RULE) for f in dataclasses.fields(kind) if f.name == name), None) if kind else None
+    if rule is not None and isinstance(default, str) and not isinstance(value, str):
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)  # as TOML and --set write it
+        raise ConfigError(f"config key '{key}' must be {rule.text}, got {shown}")
+    return check_value(key, value, default)
 
 
 def _check_keys(values: dict, expected: list[str], prefix: str) -> None:
@@ -750,7 +763,7 @@ def _check_types(config: dict, defaults: dict, prefix: str) -> None:
             _check_types(config[key], default, f"{prefix}{key}.")
         else:
             name = f"{prefix}{key}"
-            config[key] = check_value(name, config[key], default or LIST_ITEMS.get(name, default))
+            config[key] = _checked(name, config[key], default or LIST_ITEMS.get(name, default))
 
 
 def _fill_plugin_params(config: dict, registry) -> None:
