@@ -155,3 +155,25 @@ def test_compile_on_the_cpu_checks_the_compiler_torch_runs(tmp_path, monkeypatch
     with pytest.raises(UsageError, match="needs a C\\+\\+ compiler") as error:
         check_compile(config, None)
     assert f"and {refused}, the one torch.compile runs, is not found" in str(error.value)
+
+
+def test_fslab_eval_embeds_with_the_runs_deterministic_algorithms(registry, monkeypatch):
+    from types import SimpleNamespace
+
+    from fslab.training import run_eval
+
+    monkeypatch.setattr(run_eval, "load_checkpoint", lambda path, device: {"epoch": 1})
+    run = SimpleNamespace(checkpoint_path=None)
+
+    def checkpoint(deterministic):
+        config = resolve("nca", registry=registry, settings=Settings(),
+                         overrides=[{"device": "cpu"}, {"train": {"deterministic": deterministic}}])
+        return run_eval.Checkpoint(run, run_config(config), torch.device("cpu"), registry)
+
+    try:
+        checkpoint(True)  # as its training evaluated it (on CUDA: TF32 and cudnn's autotuning too)
+        assert torch.are_deterministic_algorithms_enabled()
+        checkpoint(False)  # the next run evaluated in the same process gets its own
+        assert not torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)

@@ -90,11 +90,12 @@ def resolve_numerics(cfg: RunConfig, device: torch.device) -> Numerics:
 
 
 def apply_backend_settings(numerics: Numerics) -> None:
-    """Set the process-wide switches the run asks for, before the first kernel runs."""
+    """Set the process-wide switches the run asks for, before the first kernel runs (either way:
+    a process that evaluates one run after another gets each run's own)."""
     if numerics.deterministic:
         # cuBLAS needs a fixed workspace for deterministic matrix products; read when CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(numerics.deterministic)
     if numerics.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = numerics.tf32
         torch.backends.cudnn.deterministic = numerics.deterministic

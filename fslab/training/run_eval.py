@@ -45,7 +45,7 @@ from fslab.training.build import (
 from fslab.training.checkpoint import load_checkpoint, load_saved
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
-from fslab.training.numerics import embed, resolve_numerics
+from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -74,6 +74,9 @@ class Checkpoint:
         self.epoch = self.state["epoch"]
         self.stages = cfg.eval.feature_stages
         self.numerics = resolve_numerics(cfg, device)  # features in eval.precision and the run's memory format
+        # ... and with its TF32 and deterministic algorithms, as training evaluated it (a CUDA GPU's
+        # float32 matrix products differ with TF32; its convolutions are autotuned without determinism)
+        apply_backend_settings(self.numerics)
         self._dataset = None
 
     def dataset(self):
