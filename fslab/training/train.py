@@ -13,6 +13,7 @@ import functools
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -180,6 +181,11 @@ class Trainer:
     def __post_init__(self) -> None:
         self.checkpoints = CheckpointWriter(self.run.checkpoint_path)
         self.scaler = self.numerics.grad_scaler()
+        if self.scaler is not None:  # fp16 skips a step whose gradients overflow (the first ones, often) and the
+            # schedule counts it all the same, as it should (its milestones are fractions of all steps): PyTorch's
+            # warning that the schedule stepped before the optimiser would be the only line of a sound run's stderr
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before",
+                                    category=UserWarning)
         self.compile_pending = self.numerics.compile != "off"
         self.images, self.labels = self.parts.train_split.images, self.parts.train_split.labels
         if self.images.numel() < 2**31:  # small enough to keep the whole split on the device
