@@ -110,9 +110,13 @@ def test_an_fp16_run_scales_its_loss_and_keeps_the_scale_in_the_checkpoint(proje
 
 @pytest.mark.slow
 def test_a_compiled_run_logs_its_compile_time_apart_and_saves_plain_weights(project):
-    folder, _ = run_once(project, "--epochs", "1", "--set", "train.compile=default")
+    folder, _ = run_once(project, "--epochs", "1", "--set", "train.compile=default", "--set", "train.log_every=1")
     (compiled_event,) = events(folder, "compile")
     assert compiled_event["mode"] == "default" and compiled_event["seconds"] > 0 and compiled_event["step"] == 1
+    first, *others = events(folder, "train")  # the first step's interval holds nothing but the compiling step:
+    assert first["step"] == 1 and "images_per_s" not in first  # no rate (not a rate of 0)
+    assert others and all(e["images_per_s"] > 0 for e in others)
+    assert "step 1: loss" in (folder / "stdout.log").read_text().split("- img/s")[0]
     checkpoint = torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
     assert not any(key.startswith("_orig_mod") for key in checkpoint["model"])  # the uncompiled module's weights
 

@@ -7,7 +7,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fslab.core.events import eval_line
+from fslab.core.events import eval_line, speed_text
 from fslab.core.files import Tail
 from fslab.core.runstore import Run
 from fslab.core.summary import RunSummary, add_event, eta
@@ -54,7 +54,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                         "steps": f"step {event['step']}/{progress.tasks[0].total or '?'}",
                         "loss": f"{event['loss']:.4f}",
                         "pairs": f"+{event['positives']}/-{event['negatives']}",
-                        "speed": f"{event['images_per_s']:.0f} img/s",
+                        "speed": speed_text(event),
                     }
                     progress.update(task, completed=event["step"], **fields)
                     lines.step(event["epoch"], fields, lambda: duration(eta(summary, time.time())))

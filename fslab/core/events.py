@@ -48,13 +48,20 @@ def eval_line(event: dict) -> str:
             f"{where}: {accuracy_text(event)}")
 
 
+def speed_text(event: dict) -> str:
+    """A ``train`` event's images/s, ``- img/s`` where it has none (an interval of only the step
+    that compiled the training forward, whose time is left out of images/s)."""
+    rate = event.get("images_per_s")
+    return "- img/s" if rate is None else f"{rate:.0f} img/s"
+
+
 def describe_event(event: dict) -> str:
     """One readable line for a metrics event (what the worker prints to stdout)."""
     kind = event.get("event")
     if kind == "train":
         return (f"epoch {event['epoch']} step {event['step']}: loss {event['loss']:.4f}, "
                 f"pairs +{event['positives']}/-{event['negatives']}, lr {event['lr']:.4g}, "
-                f"{event['images_per_s']:.0f} img/s")
+                f"{speed_text(event)}")
     if kind == "eval":
         return eval_line(event)
     if kind == "start":

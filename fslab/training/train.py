@@ -248,16 +248,18 @@ class Trainer:
         self.log.write("compile", step=self.step, mode=self.numerics.compile, seconds=seconds)
 
     def log_training(self, out, epoch: int, window_start: float, window_images: int) -> None:
-        """The ``train`` event of the interval that ends at this step."""
+        """The ``train`` event of the interval that ends at this step; without ``images_per_s`` when
+        the interval holds no step but the one that compiled (``train.log_every=1``), whose time is
+        left out of images/s: a rate of 0 would be a measurement of nothing."""
         loss_value = out.loss.item()  # the one device sync per interval
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss became {loss_value} at step {self.step} (epoch {epoch + 1}); "
                                      "try a lower --lr")
         elapsed = time.perf_counter() - window_start
+        rate = {"images_per_s": window_images / max(elapsed, 1e-9)} if window_images else {}
         extra = {k: float(v) for k, v in (out.extra or {}).items()}
         self.log.write("train", step=self.step, epoch=epoch + 1, loss=loss_value, positives=int(out.positives),
-                       negatives=int(out.negatives), lr=self.step_lr,
-                       images_per_s=window_images / max(elapsed, 1e-9), **extra)
+                       negatives=int(out.negatives), lr=self.step_lr, **rate, **extra)
 
     def end_epoch(self, epoch: int) -> None:
         """Validation (after every ``eval.val_every``-th epoch and the last) and
