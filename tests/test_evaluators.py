@@ -547,6 +547,14 @@ def test_one_epoch_step_shot_or_query_is_said_in_the_singular():
                                   "images; this split has 0 such classes (of 6)")
 
 
+def test_a_compile_event_is_one_readable_line():
+    """stdout.log (fslab logs) printed a compiled run's compile event as a Python dict."""
+    from fslab.core.events import describe_event
+
+    assert describe_event({"event": "compile", "time": 1.0, "step": 1, "mode": "default", "seconds": 18.23}) == \
+        "step 1 compiled the training forward (train.compile=default): 18.2 s, left out of img/s"
+
+
 def test_results_json_says_when_a_final_score_is_an_map():
     """fslab run printed a retrieval-map run's final mAP as an accuracy ('test 5-way 1-shot: 40.64 ± 1.23%'):
     results.json, which it prints, did not say what the number was."""

@@ -69,6 +69,9 @@ def describe_event(event: dict) -> str:
                 f"{count(event['steps_per_epoch'], 'step')}, {count(event['train_images'], 'training image')}")
     if kind == "checkpoint":
         return f"checkpoint after epoch {event['epoch']}: {event['path']}"
+    if kind == "compile":
+        return (f"step {event['step']} compiled the training forward (train.compile={event['mode']}): "
+                f"{event['seconds']:.1f} s, left out of img/s")
     if kind == "resume":
         return f"resumed from the checkpoint of epoch {event['epoch']} (step {event['step']})"
     if kind == "end":
