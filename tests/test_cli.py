@@ -511,6 +511,24 @@ def test_show_names_the_settings_that_are_not_defaults_as_set_takes_them(project
     assert "train.momentum" not in pairs and "seed" not in pairs and "method" not in pairs
 
 
+def test_show_says_how_the_run_computed_as_its_latest_start_resolved_it(project):
+    """fslab show named train.precision and the others only where they differ from the defaults, as asked:
+    what auto became (bf16 on a GPU, fp32 on the CPU) was in metrics.jsonl alone."""
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    start = {"event": "start", "device": "cpu", "epochs": 1, "steps_per_epoch": 1, "train_images": 8}
+    numerics = {"precision": "fp32", "eval_precision": "fp32", "channels_last": False, "compile": "off",
+                "tf32": False, "deterministic": False}
+    resumed = {**numerics, "precision": "bf16", "channels_last": True, "tf32": True, "compile": "default",
+               "deterministic": True}
+    run.metrics_path.write_text(json.dumps(start) + "\n")  # a run of fslab 0.1 recorded none: no line
+    assert "computed" not in fslab("show", run.id, cwd=project).stdout
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in (
+        {**start, **numerics}, {**start, "device": "cuda", **resumed, "eval_precision": "fp16"})))
+    lines = fslab("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
+    assert [x for x in lines if x.startswith("computed")] == [
+        "computed on cuda in bf16 (features in fp16), channels-last, TF32, compiled (default), deterministic"]
+
+
 def test_a_worker_ended_by_a_signal_is_named_and_a_name_in_other_case_is_suggested(project):
     from fslab.cli.launch import _signal_text
     from fslab.core.errors import did_you_mean

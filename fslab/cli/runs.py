@@ -139,7 +139,11 @@ def _row(s, test: dict) -> list[str]:
 
 @app.command()
 def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None:
-    """Show one run: state, settings other than the defaults, progress, evaluations and where its time went."""
+    """Show one run: state, settings other than the defaults, progress, evaluations and where its time went.
+
+    Also how its steps computed (device, precision, channels-last, TF32, compile mode, deterministic
+    algorithms), as its latest start resolved them for its device (train.precision=auto: bf16 on a GPU)."""
+    from fslab.core.events import numerics_text
     from fslab.core.runstore import find_run
     from fslab.core.summary import read_summary
     from fslab.core.timing import time_line, time_split
@@ -169,6 +173,9 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
         console.print(_slurm_line(run_, status), highlight=False)
     if changed := _settings_line(run_):
         console.print(f"settings (those not fslab's defaults, as --set takes them): {shown(changed)}", highlight=False)
+    starts = [e for e in events if e.get("event") == "start"]
+    if starts and (computed := numerics_text(starts[-1])):  # resolved where it last started, not as asked
+        console.print(f"computed {shown(computed)}", highlight=False)
     if summary.step:
         console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
                       f"pairs +{summary.positives}/-{summary.negatives}")

@@ -55,6 +55,24 @@ def speed_text(event: dict) -> str:
     return "- img/s" if rate is None else f"{rate:.0f} img/s"
 
 
+def numerics_text(start: dict) -> str | None:
+    """How a run's steps computed, as its ``start`` event records them once resolved for its device
+    (``train.precision=auto`` is bf16 on a CUDA GPU, fp32 on the CPU): ``on cuda:0 in bf16,
+    channels-last, TF32, compiled (default)``; None for a start event written before they were recorded."""
+    if "precision" not in start:
+        return None
+    precision = start["precision"]
+    if start.get("eval_precision", precision) != precision:
+        precision += f" (features in {start['eval_precision']})"
+    parts = [f"on {start.get('device', '?')} in {precision}"]
+    parts += [name for key, name in (("channels_last", "channels-last"), ("tf32", "TF32")) if start.get(key)]
+    if start.get("compile", "off") != "off":
+        parts.append(f"compiled ({start['compile']})")
+    if start.get("deterministic"):
+        parts.append("deterministic")
+    return ", ".join(parts)
+
+
 def describe_event(event: dict) -> str:
     """One readable line for a metrics event (what the worker prints to stdout)."""
     kind = event.get("event")
