@@ -93,3 +93,44 @@ def test_resume_refuses_what_cannot_resume(project):
     assert refused.returncode == 2
     assert refused.stderr.strip() == (f"error: run {run_id} is completed; only killed, lost or failed runs can "
                                       f"resume; to train a run like it from the start: fslab run --like {run_id}")
+
+
+def test_what_this_machine_lacks_for_a_resume_is_said_with_the_command_that_starts_it_anew(project):
+    """fslab resume of a run this machine cannot run (its GPUs, its compiler) said 'use --device cpu'
+    or '--set train.compile=off', options fslab resume does not take; it now names fslab run --like."""
+    import zipfile
+
+    import fslab as api
+    from fslab.core.config import resolve
+    from fslab.core.runstore import create_run
+    from fslab.core.settings import Settings
+
+    def killed_run(**changes):
+        config = resolve("nca", registry=api.get_registry(), settings=Settings(),
+                         overrides=[{"train": {"epochs": 2}}, changes])
+        run = create_run(project / "runs", "nca", config)
+        run.write_status(state="killed", ended=1.0)
+        with zipfile.ZipFile(run.checkpoint_path, "w") as archive:  # whole, as far as a resume's check reads
+            archive.writestr("data.pkl", b"")
+        return run.id
+
+    no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    for changes, expected in [
+        ({"device": "cuda"}, "device 'cuda' needs a CUDA GPU, but none is visible here (CUDA_VISIBLE_DEVICES, "
+                             "nvidia-smi); resume it where one is, or start it again on the CPU: "
+                             "fslab run --like {id} --device cpu"),
+        ({"device": "cuda", "train": {"processes": 2}},
+         "--gpus 2 (train.processes) needs 2 GPUs but 0 are visible here; resume it where 2 are, or start it again "
+         "on fewer: fslab run --like {id} --gpus 1"),
+    ]:
+        run_id = killed_run(**changes)
+        refused = fslab("resume", run_id, cwd=project, env=no_gpu)
+        assert refused.returncode == 2 and refused.stderr == f"error: {expected.format(id=run_id)}\n"
+    run_id = killed_run(device="cpu", train={"compile": "default"})
+    refused = fslab("resume", run_id, cwd=project, env={**no_gpu, "CXX": "/nope/c++"})
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        f"install it, set $CXX to one that is, or start the run again without compiling: fslab run --like {run_id} "
+        f"--set train.compile=off")
+    # fslab run itself still names its own options
+    fresh = fslab("run", "nca", *TINY, "--device", "cuda", cwd=project, env=no_gpu)
+    assert fresh.returncode == 2 and fresh.stderr.strip().endswith("use --device cpu, or --device auto")

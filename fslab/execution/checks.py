@@ -29,21 +29,24 @@ RESUMABLE = ("killed", "lost", "failed")
 
 
 def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
-              sizes_seen: dict | None = None) -> None:
+              sizes_seen: dict | None = None, again: str | None = None) -> None:
     """Everything about a resolved configuration that can be known before
     its run exists: the device and GPUs it asks for (here, or in a SLURM
     job), the dataset's files, and the episodes and batches against the
     dataset's split sizes (each plugin's ``check`` again, now with the sizes).
-    ``sizes_seen`` keeps the sizes of datasets already looked at (a sweep)."""
+    ``sizes_seen`` keeps the sizes of datasets already looked at (a sweep).
+    ``again``: for a resume, the command that starts the run anew
+    (``fslab run --like RUN``), which what this machine lacks is said with,
+    since ``fslab resume`` takes no other settings."""
     if slurm is None:
-        check_device(config)
-        check_processes(config)
+        check_device(config, again)
+        check_processes(config, again)
     else:
         if slurm.cluster == "local":
-            check_device(config)
-        check_job_processes(config, slurm)
+            check_device(config, again)
+        check_job_processes(config, slurm, again)
     check_batch_split(config)
-    check_compile(config, slurm)
+    check_compile(config, slurm, again)
     sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
     if sizes:
         check_evaluation(config, sizes, evaluator_shape(config, registry))
@@ -91,7 +94,7 @@ def evaluator_shape(config: dict, registry) -> tuple[int, int] | None:
     return evaluator_traits(evaluator).episode_shape
 
 
-def check_compile(config: dict, slurm: SlurmSettings | None) -> None:
+def check_compile(config: dict, slurm: SlurmSettings | None, again: str | None = None) -> None:
     """``train.compile`` on the CPU here needs the C++ compiler torch.compile
     runs there (:func:`cpu_compiler`); a GPU run or a SLURM job is left to its machine."""
     if config["train"]["compile"] == "off" or slurm is not None:
@@ -102,7 +105,8 @@ def check_compile(config: dict, slurm: SlurmSettings | None) -> None:
         named = f"$CXX ({compiler!r})" if "CXX" in os.environ else compiler
         raise UsageError(f"train.compile={config['train']['compile']} on the CPU needs a C++ compiler, and "
                          f"{named}, the one torch.compile runs, is not found here; install it, set $CXX to one "
-                         f"that is, or --set train.compile=off")
+                         f"that is, or " + ("--set train.compile=off" if again is None else
+                                            f"start the run again without compiling: {again} --set train.compile=off"))
 
 
 def cpu_compiler() -> tuple[str, bool]:
@@ -117,7 +121,7 @@ def cpu_compiler() -> tuple[str, bool]:
     return compiler, bool(command) and shutil.which(command[0]) is not None
 
 
-def check_device(config: dict) -> None:
+def check_device(config: dict, again: str | None = None) -> None:
     """A UsageError for a CUDA device this machine does not have (``cuda:N``
     needs N + 1 visible GPUs), without importing torch. ``--gpus N`` runs
     are checked by :func:`check_processes`."""
@@ -127,15 +131,18 @@ def check_device(config: dict) -> None:
     have = len(visible_gpus())
     index = int(device.partition(":")[2] or 0)
     if have == 0:
+        fix = ("use --device cpu, or --device auto" if again is None else
+               f"resume it where one is, or start it again on the CPU: {again} --device cpu")
         raise UsageError(f"device '{device}' needs a CUDA GPU, but none is visible here "
-                         f"(CUDA_VISIBLE_DEVICES, nvidia-smi); use --device cpu, or --device auto")
+                         f"(CUDA_VISIBLE_DEVICES, nvidia-smi); {fix}")
     if index >= have:
         raise UsageError(f"device '{device}' needs {index + 1} visible GPUs, but {have} {'is' if have == 1 else 'are'} "
-                         f"visible here; use --device cuda:0{f' to cuda:{have - 1}' if have > 1 else ''}, "
-                         f"or choose GPUs with CUDA_VISIBLE_DEVICES")
+                         f"visible here; " + (f"use --device cuda:0{f' to cuda:{have - 1}' if have > 1 else ''}, "
+                                              if again is None else f"start it again with {again} --device cuda:0, ")
+                         + "or choose GPUs with CUDA_VISIBLE_DEVICES")
 
 
-def check_processes(config: dict) -> None:
+def check_processes(config: dict, again: str | None = None) -> None:
     """A UsageError unless this machine can run ``train.processes`` (--gpus):
     as many visible GPUs, or any number of CPU processes with device cpu."""
     processes, device = config["train"]["processes"], config["device"]
@@ -148,11 +155,11 @@ def check_processes(config: dict) -> None:
         )
     have = len(visible_gpus())
     if have < processes:
-        raise UsageError(
-            f"--gpus {processes} (train.processes) needs {processes} GPUs but {have} "
-            f"{'is' if have == 1 else 'are'} visible here; use --gpus {max(have, 1)}, or --device cpu "
-            f"--gpus {processes} for {processes} gloo processes on the CPU (slow; for testing)"
-        )
+        fix = (f"use --gpus {max(have, 1)}, or --device cpu --gpus {processes} for {processes} gloo processes on the "
+               f"CPU (slow; for testing)" if again is None else
+               f"resume it where {processes} are, or start it again on fewer: {again} --gpus {max(have, 1)}")
+        raise UsageError(f"--gpus {processes} (train.processes) needs {processes} GPUs but {have} "
+                         f"{'is' if have == 1 else 'are'} visible here; {fix}")
 
 
 def check_batch_split(config: dict) -> None:
@@ -164,7 +171,7 @@ def check_batch_split(config: dict) -> None:
                          f"rows or --gpus {rows} at most")
 
 
-def check_job_processes(config: dict, options: SlurmSettings) -> None:
+def check_job_processes(config: dict, options: SlurmSettings, again: str | None = None) -> None:
     """``--gpus N`` in a job runs torchrun on the job's node, so SLURM must
     give the job N GPUs (``gpus_per_job``); with the local executor, this
     machine must have them. CPU (gloo) processes need no GPU."""
@@ -172,7 +179,7 @@ def check_job_processes(config: dict, options: SlurmSettings) -> None:
     if processes == 1 or config["device"] == "cpu":
         return
     if options.cluster == "local":
-        check_processes(config)
+        check_processes(config, again)
     elif options.gpus_per_job < processes:
         raise UsageError(f"--gpus {processes} (train.processes) in a SLURM job needs gpus_per_job >= {processes}, got "
                          f"{options.gpus_per_job}; pass --slurm gpus_per_job={processes} or set it in [slurm] "

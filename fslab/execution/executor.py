@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fslab.core.config import check_saved, naming_the_file, resolve
 from fslab.core.errors import UsageError
+from fslab.core.rerun import like_command
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings
 from fslab.core.states import LIVE
@@ -97,7 +98,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
         slurm = job_options(settings, executor, overrides)
         config = check_saved(run.config(), registry)
         try:
-            check_run(config, registry, slurm)
+            check_run(config, registry, slurm, again=like_command(run.id))
         except UsageError as exc:
             raise root_gone(run, config, exc) or exc from None
         return _start(run, resume=True, slurm=slurm)
@@ -221,7 +222,7 @@ def resume_sweep(ref: str, *, settings, registry,
                 continue
             config = check_saved(config, registry)
             try:
-                check_run(config, registry, slurm, sizes_seen=sizes_seen)
+                check_run(config, registry, slurm, sizes_seen=sizes_seen, again=like_command(run.id))
             except UsageError as exc:
                 raise root_gone(run, config, exc) or exc from None
     again = requeue(settings.runs_dir, record)
