@@ -32,3 +32,10 @@ def test_bench_map_prices_each_loss_as_a_share_of_a_step(monkeypatch, capsys):
     out = run_main("bench_map", ["--repeats", "1", "--device", "cpu"], monkeypatch, capsys)
     assert [line.split()[0] for line in out.splitlines()[2:]] == ["nca", "map-ssvm", "map-dlm"]
 
+
+
+def test_bench_long_run_times_the_run_screen_s_ui_thread_against_the_old_fold(monkeypatch, capsys):
+    out = run_main("bench_long_run", ["--steps", "200", "--repeats", "1"], monkeypatch, capsys)
+    rows = re.findall(r"^(opening the run|one new step appended) +([\d.]+) ms +([\d.]+) ms +(\d+)x$", out, re.M)
+    assert [name for name, *_ in rows] == ["opening the run", "one new step appended"]
+    assert out.startswith("one run of 200 logged steps")

@@ -376,6 +376,43 @@ def test_the_time_line_is_computed_again_only_when_events_or_the_status_changed(
     drive(frozen_app(runs), body)
 
 
+def test_the_run_screen_folds_its_run_s_events_off_the_ui_thread(store, monkeypatch):
+    """Opening a run folded every event into the charts, and each new event every event again into
+    the time line, on the UI thread: seconds for a run of 200,000 logged steps, with the dashboard
+    frozen meanwhile. The follow thread folds them now; the UI takes copies, drawn the same."""
+    import threading
+
+    from fslab.tui import charts, detail_screen
+
+    runs, folders = store
+    on_ui = []
+    real_split, real_append = detail_screen.time_split, charts.MinMaxSeries.append
+
+    def split(*args):
+        on_ui.append(("time_split", threading.current_thread() is threading.main_thread()))
+        return real_split(*args)
+
+    def appended(self, x, y):
+        on_ui.append(("append", threading.current_thread() is threading.main_thread()))
+        return real_append(self, x, y)
+
+    monkeypatch.setattr(detail_screen, "time_split", split)
+    monkeypatch.setattr(charts.MinMaxSeries, "append", appended)
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folders["running"].name)
+        detail = app.screen
+        append(folders["running"], json.dumps(train(5, 2, 1.0, t=FROZEN - 30)) + "\n")
+        detail.follow()
+        await settle(app, pilot)
+        assert {what for what, _ in on_ui} == {"time_split", "append"}
+        assert not [what for what, ui in on_ui if ui]  # none on the UI thread
+        assert detail.series["loss"].count == 5 and detail.series["loss"].buckets[-1][1] == 5  # the new step drawn
+        assert detail.time_line and detail.time_line in str(detail.query_one("#summary").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_evals_tab_labels_a_score_by_its_metric_as_fslab_show_does(tmp_path):
     """A retrieval evaluation's mAP was shown as a bare number under 'accuracy', where fslab show says mAP."""
     runs = tmp_path / "runs"

@@ -59,6 +59,18 @@ class MinMaxSeries:
         for x, y in points:
             self.append(x, y)
 
+    def snapshot(self) -> MinMaxSeries:
+        """A copy, which this series' later appends leave alone (one thread folds, another draws)."""
+        copy = MinMaxSeries(self.capacity)
+        copy.buckets, copy.per_bucket = [list(b) for b in self.buckets], self.per_bucket
+        copy._fill, copy.count = self._fill, self.count
+        return copy
+
+    def take(self, other: MinMaxSeries) -> None:
+        """Hold ``other``'s points (a snapshot: no copy is made)."""
+        self.capacity, self.buckets, self.per_bucket = other.capacity, other.buckets, other.per_bucket
+        self._fill, self.count = other._fill, other.count
+
 
 def downsample(buckets: list[list[float]], columns: int, x_lo: float, x_hi: float) -> list[tuple[float, float] | None]:
     """Per column of the plot: (ymin, ymax) of the buckets that fall in it."""

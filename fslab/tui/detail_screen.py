@@ -20,7 +20,7 @@ from fslab.core.text import count, printable
 from fslab.core.timing import time_line, time_split
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
-from fslab.tui.messages import RunsFollowed
+from fslab.tui.messages import RunRead
 from fslab.tui.tailing import RunDelta, RunFollower, StoreChanges
 
 # Tabs short enough that their labels (with their number key) fit 80
@@ -33,6 +33,57 @@ BANNER_STDERR_LINES = 8
 BANNER_FRAME = 4  # the banner's border and padding, in columns
 BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
 TIMED_FIELDS = ("event", "time", "epoch", "split", "seconds")  # what fslab.core.timing reads of an event
+SERIES = ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")
+
+
+class RunHistory:
+    """What the run screen draws of its run's events, folded in the follow thread: the charts'
+    series, the evaluations' new rows and where the time went. The UI thread only takes copies:
+    opening a run of 200,000 logged steps held it for seconds, and each new event of such a run
+    folded every event again there for the time line."""
+
+    def __init__(self) -> None:
+        self.series = {name: MinMaxSeries() for name in SERIES}
+        self.timed: list[dict] = []  # the events that say where the run's time went (fslab.core.timing)
+        self.times: tuple = (None, None, None)  # the status's started, ended and resumed
+        self.time_line = ""
+
+    def fold(self, delta: RunDelta, fresh: bool) -> tuple[dict[str, MinMaxSeries] | None, list[list[Text]]]:
+        """Fold one read (``fresh``: the run's files read again from the top); copies of the series
+        when they changed (else None), and a row per new evaluation."""
+        s, rows = self.series, []
+        if delta.reset or fresh:  # resumed (the file cut back to a checkpoint), or its folder back
+            for series in s.values():
+                series.clear()
+            self.timed.clear()
+        self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
+                       if isinstance(event, dict)]
+        for event in delta.events:
+            try:
+                if event.get("event") == "train":
+                    step = event["step"]
+                    for name in ("loss", "lr", "positives", "negatives"):
+                        if event.get(name) is not None:
+                            s[name].append(step, float(event[name]))
+                elif event.get("event") == "eval":
+                    if is_validation(event):
+                        acc, ci = float(event["accuracy"]), float(event["ci95"])
+                        s["val"].append(event["epoch"], acc)
+                        s["val_lo"].append(event["epoch"], acc - ci)
+                        s["val_hi"].append(event["epoch"], acc + ci)
+                    rows.append([Text(printable(event["split"])), Text(printable(logged_evaluator(event))),
+                                 *(Text(printable(event.get(k, "-"))) for k in
+                                   ("ways", "shots", "queries", "episodes", "epoch")),
+                                 Text(score_cell(event))])
+            except (KeyError, TypeError, ValueError):  # a damaged line: not drawn (the summary counts it)
+                pass
+        changed = bool(delta.events or delta.reset or fresh)
+        times = self.times if delta.status is None else tuple(delta.status.get(k)
+                                                              for k in ("started", "ended", "resumed"))
+        if changed or times != self.times:  # a fold over every event: only when they or the status changed
+            self.times, spent = times, time_split(self.timed, *times)
+            self.time_line = time_line(spent) if spent["total_s"] > 0 else ""
+        return ({name: series.snapshot() for name, series in s.items()} if changed else None), rows
 
 
 class DetailScreen(Screen):
@@ -48,13 +99,11 @@ class DetailScreen(Screen):
         self.run_id = run_id
         self.follower: RunFollower | None = None
         self._lock = threading.Lock()
-        self.series = {name: MinMaxSeries()
-                       for name in ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")}
+        self.series = {name: MinMaxSeries() for name in SERIES}  # what the charts draw, copies of history's
+        self.history = RunHistory()  # folded in the follow thread, under _lock
         self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
         self.status: dict = {}
-        self.timed: list[dict] = []  # the events that say where the run's time went (fslab.core.timing)
-        self.timed_changes = 0  # counts changes of timed: the time line is computed again only then
-        self._spent: tuple[tuple, str] = ((), "")  # (what it was computed from, the time line)
+        self.time_line = ""  # where the run's time went, as fslab show says it ('' before any)
         self.heartbeat_every = 5.0  # train.heartbeat, once the configuration is read
         self.missing = False
 
@@ -96,58 +145,41 @@ class DetailScreen(Screen):
         if not self._lock.acquire(blocking=False):
             return
         try:
-            if self.missing and self.follower.path.is_dir():  # back (moved back, rsynced in): read it afresh
+            fresh = self.missing and self.follower.path.is_dir()
+            if fresh:  # back (moved back, rsynced in): read it afresh
                 self.follower = RunFollower(self.follower.path)
             delta = self.follower.read()
+            series, rows = (None, []) if delta.missing else self.history.fold(delta, fresh)
+            read = RunRead(delta, series, rows, self.history.time_line)
         finally:
             self._lock.release()
-        self.post_message(RunsFollowed([delta]))
+        self.post_message(read)
 
-    def on_runs_followed(self, message: RunsFollowed) -> None:
-        for delta in message.deltas:
-            self.apply(delta)
+    def on_run_read(self, message: RunRead) -> None:
+        self.apply(message)
         self.update_header()
 
-    def apply(self, delta: RunDelta) -> None:
+    def apply(self, read: RunRead) -> None:
+        delta = read.delta
         if delta.missing:
             self.missing = True
             return
-        s, evals = self.series, self.query_one("#evals", DataTable)
+        evals = self.query_one("#evals", DataTable)
         back, self.missing = self.missing, False
         if back:  # its folder is back: every file is read again from the top
             for log in self.query(Log):
                 log.clear()
             self.stderr_tail.clear()
         if delta.reset or back:  # resumed: the file was cut back to a checkpoint and is read again
-            for series in s.values():
-                series.clear()
             evals.clear()
-            self.timed.clear()
-        self.timed_changes += bool(delta.events or delta.reset or back)
-        self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
-                       if isinstance(event, dict)]
-        for event in delta.events:
-            try:
-                if event.get("event") == "train":
-                    step = event["step"]
-                    for name in ("loss", "lr", "positives", "negatives"):
-                        if event.get(name) is not None:
-                            s[name].append(step, float(event[name]))
-                elif event.get("event") == "eval":
-                    if is_validation(event):
-                        acc, ci = float(event["accuracy"]), float(event["ci95"])
-                        s["val"].append(event["epoch"], acc)
-                        s["val_lo"].append(event["epoch"], acc - ci)
-                        s["val_hi"].append(event["epoch"], acc + ci)
-                    evals.add_row(Text(printable(event["split"])), Text(printable(logged_evaluator(event))),
-                                  *(Text(printable(event.get(k, "-"))) for k in
-                                    ("ways", "shots", "queries", "episodes", "epoch")),
-                                  Text(score_cell(event)))
-            except (KeyError, TypeError, ValueError):  # a damaged line: not drawn (the summary counts it)
-                pass
-        if delta.events or delta.reset:
+        if read.series is not None:
+            for name, series in read.series.items():
+                self.series[name].take(series)
             for chart in self.query(LineChart):
                 chart.refresh()
+        for row in read.rows:
+            evals.add_row(*row)
+        self.time_line = read.time_line
         if delta.config is not None:
             self.heartbeat_every = heartbeat_interval(delta.config)
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
@@ -200,13 +232,9 @@ class DetailScreen(Screen):
             banner.update(self.why_it_stopped(row))
 
     def time_text(self) -> str:
-        """Where the run's time went, as fslab show prints it ('' before any); computed again only when
-        events or the status changed: a fold over every event, too long for each tick of a long run."""
-        times = tuple(self.status.get(key) for key in ("started", "ended", "resumed"))
-        if self._spent[0] != (self.timed_changes, *times):
-            spent = time_split(self.timed, *times)
-            self._spent = ((self.timed_changes, *times), time_line(spent) if spent["total_s"] > 0 else "")
-        return self._spent[1]
+        """Where the run's time went, as fslab show prints it ('' before any); folded in the follow
+        thread (RunHistory), and only when events or the status changed."""
+        return self.time_line
 
     def why_it_stopped(self, row) -> Text:
         """Why the run stopped, then the last lines of stderr, in as many lines

@@ -27,6 +27,17 @@ class RunsFollowed(Message):
 
 
 @dataclass
+class RunRead(Message):
+    """One read of the run screen's run, folded in its follow thread: what was appended, copies of
+    the charts' series (None when unchanged), a row per new evaluation and where the time went."""
+
+    delta: RunDelta
+    series: dict[str, Any] | None
+    rows: list[list[Any]]
+    time_line: str
+
+
+@dataclass
 class RunStopped(Message):
     """The executor's ``stop`` returned (or failed) for a run."""
 

@@ -1,0 +1,129 @@
+"""One long run, one command: ``python benchmarks/bench_long_run.py``.
+
+Makes one completed run of 200,000 logged steps (``make_runs.py``: 100 epochs
+of 2,000 steps, a validation and a checkpoint each; its ``metrics.jsonl`` about
+40 MB), opens it in the dashboard's run screen, headless, and prints, measured
+in this one run on this machine, the time the UI thread spends on it (the
+dashboard answers no key meanwhile) against the old way, which folded every
+event into the charts and the time line on the UI thread:
+
+1. opening the run: the first read, folded and drawn;
+2. one new step appended: the time line folds every event again.
+
+Options: ``--steps N`` (200000: steps per epoch times 100 epochs), ``--repeats N`` (3: the
+fastest is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
+from make_runs import train_event, write_run  # noqa: E402
+
+EPOCHS = 100
+
+
+def make_long_run(root: Path, steps: int) -> Path:
+    folder = root / "20260101-000000-nca-long"
+    now = time.time()
+    write_run(folder, 0, "completed", max(1, steps // EPOCHS), EPOCHS, now - 3 * steps, now, random.Random(0))
+    return folder
+
+
+def old_way(folder: Path, step: dict) -> dict:
+    """What the UI thread did before, on the same files: the whole fold of the first read (into
+    the series, the evaluations' rows and the time line), then the fold of one new step (the
+    time line over every event again)."""
+    from fslab.tui.charts import MinMaxSeries
+    from fslab.tui.detail_screen import RunHistory
+    from fslab.tui.tailing import RunDelta, RunFollower
+
+    history, read = RunHistory(), RunFollower(folder).read()
+    snapshot, MinMaxSeries.snapshot = MinMaxSeries.snapshot, lambda self: self  # the UI folded its own series
+    try:
+        t0 = time.perf_counter()
+        history.fold(read, False)
+        t1 = time.perf_counter()
+        history.fold(RunDelta(read.run_id, [step], [], [], 0, None, None), False)
+        t2 = time.perf_counter()
+    finally:
+        MinMaxSeries.snapshot = snapshot
+    return {"open": t1 - t0, "step": t2 - t1}
+
+
+async def ui_thread(runs_dir: Path, folder: Path, step: dict) -> dict:
+    """The UI thread's time on the run screen's reads now: opening the run, then one new step."""
+    from fslab.tui import make_app
+    from fslab.tui.detail_screen import DetailScreen
+
+    spent, phase = {"open": 0.0, "step": 0.0}, ["open"]
+    apply = DetailScreen.apply
+
+    def timed_apply(self, read):
+        t0 = time.perf_counter()
+        apply(self, read)
+        self.update_header()
+        spent[phase[0]] += time.perf_counter() - t0
+
+    async def settle(app, pilot):
+        for _ in range(3):
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+    DetailScreen.apply = timed_apply
+    try:
+        app = make_app(runs_dir, tick=3600, cursor_blink=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await settle(app, pilot)
+            app.push_screen(DetailScreen(folder.name))
+            await settle(app, pilot)
+            phase[0] = "step"
+            with open(folder / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(step) + "\n")
+            app.screen.follow()
+            await settle(app, pilot)
+            assert app.screen.series["loss"].count == app.screen.history.series["loss"].count
+    finally:
+        DetailScreen.apply = apply
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    options.at_least(parser, args, steps=EPOCHS, repeats=1)
+    now, old = {"open": [], "step": []}, {"open": [], "step": []}
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs_dir = Path(tmp) / "runs"
+            folder = make_long_run(runs_dir, args.steps)
+            step = train_event(time.time(), 10**7 + repeat, EPOCHS, random.Random(repeat))
+            for phase, seconds in old_way(folder, step).items():
+                old[phase].append(seconds)
+            for phase, seconds in asyncio.run(ui_thread(runs_dir, folder, step)).items():
+                now[phase].append(seconds)
+    size = (args.steps // EPOCHS) * EPOCHS
+    print(f"one run of {size:,} logged steps; the UI thread's time on its run screen, fastest of {args.repeats}")
+    print(f"{'':<28}{'old way':>10}{'now':>10}{'old / now':>11}")
+    for phase, what in (("open", "opening the run"), ("step", "one new step appended")):
+        print(f"{what:<28}{ms(min(old[phase])):>10}{ms(min(now[phase])):>10}"
+              f"{min(old[phase]) / min(now[phase]):>10.0f}x")
+
+
+def ms(seconds: float) -> str:
+    return f"{1000 * seconds:.1f} ms"
+
+
+if __name__ == "__main__":
+    main()
