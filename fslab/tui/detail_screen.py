@@ -32,7 +32,7 @@ TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and n
 BANNER_STDERR_LINES = 8
 BANNER_FRAME = 4  # the banner's border and padding, in columns
 BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
-TIMED_FIELDS = ("event", "time", "epoch", "split", "seconds")  # what fslab.core.timing reads of an event
+TIMED_FIELDS = ("event", "time", "epoch", "split", "seconds", "source")  # what fslab.core.timing reads of an event
 SERIES = ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")
 
 
