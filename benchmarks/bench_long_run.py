@@ -8,7 +8,11 @@ dashboard answers no key meanwhile) against the old way, which folded every
 event into the charts and the time line on the UI thread:
 
 1. opening the run: the first read, folded and drawn;
-2. one new step appended: the time line folds every event again.
+2. one new step appended: the time line folds every event again;
+
+then the check of every event against its kind's fields, which ``fslab show``
+makes of the run, against the old check (generators in any() and all(), kept
+here as they were), both giving the same events.
 
 Options: ``--steps N`` (200000: steps per epoch times 100 epochs), ``--repeats N`` (3: the
 fastest is shown).
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import sys
 import tempfile
@@ -97,13 +102,53 @@ async def ui_thread(runs_dir: Path, folder: Path, step: dict) -> dict:
     return spent
 
 
+def old_event(record):
+    """schemas.event as it was: any() and all() over generators."""
+    from fslab.core.schemas import EVENT_OPTIONS, EVENTS, SCORE, is_kind
+
+    matches = lambda value, kinds: any(is_kind(value, kind) for kind in kinds)
+    complete = lambda rec, schema: (rec if isinstance(rec, dict) and all(
+        key in rec and matches(rec[key], kinds) for key, kinds in schema.items()) else None)
+    if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+        return None
+    needed = EVENTS.get(record["event"])
+    if needed is not None and not complete(record, needed):
+        return None
+    options = EVENT_OPTIONS.get(record["event"])
+    if options is not None and not all(key not in record or matches(record[key], kinds)
+                                       for key, kinds in options.items()):
+        return None
+    if record["event"] == "end" and not all(complete(score, SCORE) for score in record["results"].values()):
+        return None
+    return record
+
+
+def schema_check(folder: Path, repeats: int) -> tuple[float, float]:
+    """Fastest of ``repeats``: (the old check, the check now) of every event of the run."""
+    from fslab.core.files import read_events
+    from fslab.core.schemas import event
+
+    events = read_events(folder / "metrics.jsonl")[0]
+    times = {}
+    for check in (old_event, event):
+        best = math.inf
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            kept = [e for e in events if check(e) is not None]
+            best = min(best, time.perf_counter() - t0)
+        times[check] = (best, kept)
+    (old, old_kept), (now, now_kept) = times[old_event], times[event]
+    assert old_kept == now_kept
+    return old, now
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     options.at_least(parser, args, steps=EPOCHS, repeats=1)
-    now, old = {"open": [], "step": []}, {"open": [], "step": []}
+    now, old = {"open": [], "step": [], "show": []}, {"open": [], "step": [], "show": []}
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
             runs_dir = Path(tmp) / "runs"
@@ -113,10 +158,16 @@ def main() -> None:
                 old[phase].append(seconds)
             for phase, seconds in asyncio.run(ui_thread(runs_dir, folder, step)).items():
                 now[phase].append(seconds)
+            if repeat == 0:
+                old_s, now_s = schema_check(folder, args.repeats)
+                old["show"].append(old_s)
+                now["show"].append(now_s)
     size = (args.steps // EPOCHS) * EPOCHS
-    print(f"one run of {size:,} logged steps; the UI thread's time on its run screen, fastest of {args.repeats}")
+    print(f"one run of {size:,} logged steps; the UI thread's time on its run screen, and fslab show's "
+          f"check of its events; fastest of {args.repeats}")
     print(f"{'':<28}{'old way':>10}{'now':>10}{'old / now':>11}")
-    for phase, what in (("open", "opening the run"), ("step", "one new step appended")):
+    for phase, what in (("open", "opening the run"), ("step", "one new step appended"),
+                        ("show", "fslab show: events checked")):
         print(f"{what:<28}{ms(min(old[phase])):>10}{ms(min(now[phase])):>10}"
               f"{min(old[phase]) / min(now[phase]):>10.0f}x")
 

@@ -136,3 +136,34 @@ def test_newest_first_reads_a_seconds_runs_only_when_the_listing_reaches_it(tmp_
     assert sorted(read) == [n for n in names if n.startswith("20260101-000001")]
     assert list(runstore.newest_first(tmp_path, sorted(names))) == list(
         reversed(runstore.in_creation_order(tmp_path, sorted(names))))
+
+
+def test_an_event_is_kept_exactly_when_each_field_of_its_kind_has_a_kind_it_allows():
+    """schemas.event, written as loops (a run of 200,000 steps checks a million values for fslab show),
+    against the rule spelt out: every field its kind needs, of an allowed kind, and each optional
+    field it has of an allowed kind; every field missing or given a value of each JSON kind in turn."""
+    import itertools
+
+    from fslab.core.schemas import EVENT_OPTIONS, EVENTS, SCORE, event, is_kind
+
+    values = [None, True, 0, 3, -2, 0.5, 1.5, float("nan"), float("inf"), "x", [], {}, {"1-shot": {}}]
+    allowed = lambda value, kinds: any(is_kind(value, kind) for kind in kinds)
+    cases = 0
+    for kind, needed in EVENTS.items():
+        good = {"event": kind, "step": 1, "epoch": 1, "loss": 1.0, "split": "val", "ways": 5, "shots": 1,
+                "queries": 15, "episodes": 10, "accuracy": 0.5, "ci95": 0.01, "epochs": 3,
+                "results": {"1-shot": {"accuracy": 0.5, "ci95": 0.01}}}
+        fields = [*needed, *EVENT_OPTIONS.get(kind, {})]
+        for field, value in itertools.product(fields, [*values, "missing"]):
+            record = {k: v for k, v in good.items() if k != field or value != "missing"}
+            if value != "missing":
+                record[field] = value
+            expected = (all(k in record and allowed(record[k], kinds) for k, kinds in needed.items())
+                        and all(k not in record or allowed(record[k], kinds)
+                                for k, kinds in EVENT_OPTIONS.get(kind, {}).items())
+                        and (kind != "end" or all(isinstance(s, dict) and all(k in s and allowed(s[k], ks)
+                                                                              for k, ks in SCORE.items())
+                                                  for s in record["results"].values())))
+            assert (event(record) is record) == expected, (kind, field, value)
+            cases += 1
+    assert cases > 150 and event({"event": "note", "time": "any"}) is not None and event({"event": 3}) is None
