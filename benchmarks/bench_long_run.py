@@ -9,6 +9,7 @@ event into the charts and the time line on the UI thread:
 
 1. opening the run: the first read, folded and drawn;
 2. one new step appended: the time line folds every event again;
+3. opening the compare screen on it: its training losses folded into the chart;
 
 then the check of every event against its kind's fields, which ``fslab show``
 makes of the run, against the old check (generators in any() and all(), kept
@@ -49,6 +50,7 @@ def old_way(folder: Path, step: dict) -> dict:
     the series, the evaluations' rows and the time line), then the fold of one new step (the
     time line over every event again)."""
     from fslab.tui.charts import MinMaxSeries
+    from fslab.tui.compare_screen import fold_losses
     from fslab.tui.detail_screen import RunHistory
     from fslab.tui.tailing import RunDelta, RunFollower
 
@@ -60,18 +62,22 @@ def old_way(folder: Path, step: dict) -> dict:
         t1 = time.perf_counter()
         history.fold(RunDelta(read.run_id, [step], [], [], 0, None, None), False)
         t2 = time.perf_counter()
+        fold_losses(MinMaxSeries(), read)
+        t3 = time.perf_counter()
     finally:
         MinMaxSeries.snapshot = snapshot
-    return {"open": t1 - t0, "step": t2 - t1}
+    return {"open": t1 - t0, "step": t2 - t1, "compare": t3 - t2}
 
 
 async def ui_thread(runs_dir: Path, folder: Path, step: dict) -> dict:
-    """The UI thread's time on the run screen's reads now: opening the run, then one new step."""
+    """The UI thread's time on the run screen's reads now: opening the run, then one new step; then
+    on the compare screen's first read of it."""
     from fslab.tui import make_app
+    from fslab.tui.compare_screen import CompareScreen
     from fslab.tui.detail_screen import DetailScreen
 
-    spent, phase = {"open": 0.0, "step": 0.0}, ["open"]
-    apply = DetailScreen.apply
+    spent, phase = {"open": 0.0, "step": 0.0, "compare": 0.0}, ["open"]
+    apply, followed = DetailScreen.apply, CompareScreen.on_runs_followed
 
     def timed_apply(self, read):
         t0 = time.perf_counter()
@@ -79,12 +85,17 @@ async def ui_thread(runs_dir: Path, folder: Path, step: dict) -> dict:
         self.update_header()
         spent[phase[0]] += time.perf_counter() - t0
 
+    def timed_followed(self, message):
+        t0 = time.perf_counter()
+        followed(self, message)
+        spent["compare"] += time.perf_counter() - t0
+
     async def settle(app, pilot):
         for _ in range(3):
             await app.workers.wait_for_complete()
             await pilot.pause()
 
-    DetailScreen.apply = timed_apply
+    DetailScreen.apply, CompareScreen.on_runs_followed = timed_apply, timed_followed
     try:
         app = make_app(runs_dir, tick=3600, cursor_blink=False)
         async with app.run_test(size=(120, 36)) as pilot:
@@ -97,8 +108,12 @@ async def ui_thread(runs_dir: Path, folder: Path, step: dict) -> dict:
             app.screen.follow()
             await settle(app, pilot)
             assert app.screen.series["loss"].count == app.screen.history.series["loss"].count
+            app.pop_screen()
+            app.push_screen(CompareScreen([folder.name]))
+            await settle(app, pilot)
+            assert app.screen.losses[folder.name].count == app.screen._folded[folder.name].count > 0
     finally:
-        DetailScreen.apply = apply
+        DetailScreen.apply, CompareScreen.on_runs_followed = apply, followed
     return spent
 
 
@@ -148,7 +163,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     options.at_least(parser, args, steps=EPOCHS, repeats=1)
-    now, old = {"open": [], "step": [], "show": []}, {"open": [], "step": [], "show": []}
+    now, old = ({phase: [] for phase in ("open", "step", "compare", "show")} for _ in range(2))
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
             runs_dir = Path(tmp) / "runs"
@@ -163,11 +178,11 @@ def main() -> None:
                 old["show"].append(old_s)
                 now["show"].append(now_s)
     size = (args.steps // EPOCHS) * EPOCHS
-    print(f"one run of {size:,} logged steps; the UI thread's time on its run screen, and fslab show's "
-          f"check of its events; fastest of {args.repeats}")
+    print(f"one run of {size:,} logged steps; the UI thread's time on its run screen and the compare "
+          f"screen, and fslab show's check of its events; fastest of {args.repeats}")
     print(f"{'':<28}{'old way':>10}{'now':>10}{'old / now':>11}")
     for phase, what in (("open", "opening the run"), ("step", "one new step appended"),
-                        ("show", "fslab show: events checked")):
+                        ("compare", "compare screen: opening"), ("show", "fslab show: events checked")):
         print(f"{what:<28}{ms(min(old[phase])):>10}{ms(min(now[phase])):>10}"
               f"{min(old[phase]) / min(now[phase]):>10.0f}x")
 

@@ -639,6 +639,32 @@ def test_a_damaged_metrics_line_does_not_stop_the_compare_screen(store):
     drive(frozen_app(runs), body)
 
 
+def test_the_compare_screen_folds_the_losses_off_the_ui_thread(store, monkeypatch):
+    """The compare screen appended every training loss of the runs to its chart on the UI thread:
+    over a second there for two runs of 200,000 steps. The follow thread folds them; the UI takes copies."""
+    import threading
+
+    from fslab.tui import charts
+
+    runs, folders = store
+    on_ui, real_append = [], charts.MinMaxSeries.append
+    monkeypatch.setattr(charts.MinMaxSeries, "append", lambda self, x, y: (
+        on_ui.append(threading.current_thread() is threading.main_thread()), real_append(self, x, y))[1])
+
+    async def body(app, pilot):
+        await open_compare(app, pilot, folders, keys=("running", "done0"))
+        screen = app.screen
+        append(folders["running"], json.dumps(train(5, 2, 0.25)) + "\n")
+        screen.follow()
+        await settle(app, pilot)
+        losses = screen.losses[folders["running"].name]
+        assert losses.count == 5 and losses.buckets[-1] == [5, 5, 0.25, 0.25]  # the new step drawn
+        assert screen.losses[folders["done0"].name].count == 12
+        assert on_ui and not any(on_ui)  # every loss folded, none on the UI thread
+
+    drive(frozen_app(runs), body)
+
+
 def test_compare_takes_every_marked_run_also_those_the_filter_hides(store):
     """With one marked run shown and another hidden by the filter, c compared the shown one alone,
     while the status line said '2 marked'."""

@@ -32,7 +32,8 @@ class CompareScreen(Screen):
         super().__init__()
         self.run_ids = run_ids
         self.followers: list[RunFollower] = []
-        self.losses = {run_id: MinMaxSeries() for run_id in run_ids}
+        self.losses = {run_id: MinMaxSeries() for run_id in run_ids}  # what the chart draws: copies of _folded's
+        self._folded = {run_id: MinMaxSeries() for run_id in run_ids}  # folded in the follow thread, under _lock
         self._lock = threading.Lock()
         self._stale = True  # the report must be computed again
 
@@ -67,6 +68,9 @@ class CompareScreen(Screen):
             return
         try:
             deltas = [f.read(logs=False) for f in self.followers]
+            # the losses folded here, not on the UI thread: seconds there for runs of 200,000 steps
+            losses = {d.run_id: self._folded[d.run_id].snapshot() for d in deltas
+                      if fold_losses(self._folded[d.run_id], d)}
             stale = self._stale or any(d.reset or any(e.get("event") == "eval" for e in d.events) for d in deltas)
             present = [Run(f.path) for f in self.followers if f.path.is_dir()]
             report = None
@@ -75,21 +79,12 @@ class CompareScreen(Screen):
             self._stale = stale and not present
         finally:
             self._lock.release()
-        self.post_message(RunsFollowed(deltas, report))
+        self.post_message(RunsFollowed(deltas, report, losses))
 
     def on_runs_followed(self, message: RunsFollowed) -> None:
-        changed = False
-        for delta in message.deltas:
-            if delta.reset:
-                self.losses[delta.run_id].clear()
-                changed = True
-            for event in delta.events:
-                step, loss = event.get("step", 0), event.get("loss")
-                # a damaged line (a step that is text or null) is passed over, as the run screen passes it
-                if event.get("event") == "train" and _real(step) and _real(loss):
-                    self.losses[delta.run_id].append(float(step), float(loss))
-                    changed = True
-        if changed:
+        for run_id, series in message.series.items():
+            self.losses[run_id].take(series)
+        if message.series:
             self.query_one("#chart-compare", LineChart).refresh()
         if message.report is not None:
             self.show_report(message.report)
@@ -138,6 +133,20 @@ class CompareScreen(Screen):
                 for number, row, result in scored]))
         chart.refresh(layout=True)
 
+
+
+def fold_losses(series: MinMaxSeries, delta) -> bool:
+    """Fold one read of a run's training losses into ``series``; whether it changed."""
+    changed = delta.reset
+    if delta.reset:  # resumed: the file was cut back to a checkpoint and is read again
+        series.clear()
+    for event in delta.events:
+        step, loss = event.get("step", 0), event.get("loss")
+        # a damaged line (a step that is text or null) is passed over, as the run screen passes it
+        if event.get("event") == "train" and _real(step) and _real(loss):
+            series.append(float(step), float(loss))
+            changed = True
+    return changed
 
 
 def _real(value) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from textual.message import Message
@@ -19,11 +19,12 @@ class StoreUpdated(Message):
 
 @dataclass
 class RunsFollowed(Message):
-    """New events and log lines of the runs a detail or compare screen follows,
-    and for the compare screen, ``fslab compare``'s report of them."""
+    """New events of the runs the compare screen follows, copies of their loss series
+    that changed (folded in its follow thread) and ``fslab compare``'s report of them."""
 
     deltas: list[RunDelta]
     report: dict | None = None
+    series: dict[str, Any] = field(default_factory=dict)  # copies of the series that changed, by run
 
 
 @dataclass
