@@ -40,3 +40,9 @@ def test_bench_long_run_times_the_run_screen_s_ui_thread_against_the_old_fold(mo
     rows = re.findall(rf"^({'|'.join(names)}) +([\d.]+) ms +([\d.]+) ms +(\d+)x$", out, re.M)
     assert [name for name, *_ in rows] == names
     assert out.startswith("one run of 200 logged steps")
+
+
+def test_bench_short_ids_times_the_index_against_the_scan_of_every_end(monkeypatch, capsys):
+    out = run_main("bench_short_ids", ["--runs", "300", "--repeats", "1"], monkeypatch, capsys)
+    assert re.fullmatch(r"short ids of all 303 runs \(fastest of 1\): old way \(a scan per end\) [\d.]+ s, "
+                        r"index [\d.]+ s, old / now [\d.]+x\n", out)

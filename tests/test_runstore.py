@@ -167,3 +167,29 @@ def test_an_event_is_kept_exactly_when_each_field_of_its_kind_has_a_kind_it_allo
             assert (event(record) is record) == expected, (kind, field, value)
             cases += 1
     assert cases > 150 and event({"event": "note", "time": "any"}) is not None and event({"event": 3}) is None
+
+
+def test_short_ids_of_many_runs_are_those_the_scan_of_every_end_gives(tmp_path, monkeypatch):
+    """short_ids counted each end by scanning all the names joined, for each id: 4 s for fslab runs --all
+    over 10,000 runs. Many ids now count in an index of the names' pieces; the ids must not change,
+    on names made to trip it: ends repeated inside other names, pieces that overlap themselves, names
+    that start others, names shorter than a short id, runs made in the same second."""
+    from fslab.core import runstore
+    from fslab.core.runstore import matching_names, run_names, short_ids
+
+    runs = tmp_path / "runs"
+    rng = __import__("random").Random(5)
+    names = [f"20260101-1000{i % 3:02d}-nca-{rng.randrange(4096):03x}{rng.choice('0a')}" for i in range(400)]
+    names += ["20260101-100000-run1", "20260101-100000-run12", "20260101-100000-run123", "aaaa", "aaaaa",
+              "xaaaaaaa", "ab", "0000-nca-0000", "20260101-100001-nca-2026", "nca-2026", "x-1000"]
+    for name in set(names):
+        (runs / name).mkdir(parents=True)
+    every = run_names(runs)
+    ids = list(reversed(every))
+    monkeypatch.setattr(runstore, "SHORT_IDS_SCAN_UP_TO", len(ids))
+    scanned = short_ids(runs, ids)
+    monkeypatch.setattr(runstore, "SHORT_IDS_SCAN_UP_TO", 0)
+    indexed = short_ids(runs, ids)
+    assert indexed == scanned
+    assert sum(short != run_id for run_id, short in indexed.items()) > 300  # most are shortened
+    assert all(matching_names(short, every) == [run_id] for run_id, short in indexed.items())
