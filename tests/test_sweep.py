@@ -456,6 +456,36 @@ def test_a_run_whose_configuration_cannot_be_read_is_never_resumed_nor_requeued(
     assert bad.status()["state"] == "killed"  # nothing written to it
 
 
+def test_sweep_resume_names_the_runs_whose_status_cannot_be_read(tmp_path):
+    """A run of a sweep whose status.json was damaged (how it ended cannot be told: it may have failed)
+    was passed over by fslab sweep resume without a word, though the README promises it names such a
+    run on stderr; only runs whose config.json was damaged were named (4 of a 1,000-run sweep here)."""
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    done, waiting, *damaged = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in range(5))
+    done.write_status(state="completed", pid=None, sweep="sweep-1")
+    for run in damaged:
+        run.write_status(state="failed", pid=None, sweep="sweep-1")
+        (run.path / "status.json").write_text('{"state": "fai')
+    save_sweep(runs, "sweep-1", runs=[done.id, damaged[0].id], method="nca")
+    refused = fslab("sweep", "resume", "sweep-1", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: sweep sweep-1 has nothing to resume: 1 completed, 1 with its status.json missing or unreadable "
+        f"({damaged[0].id}: how it ended cannot be told: put it back from a copy, then resume it); only its "
+        f"failed, killed or lost runs are queued again\n")
+    waiting.write_status(state="queued", pid=None, sweep="sweep-2")
+    save_sweep(runs, "sweep-2", runs=[waiting.id, *(run.id for run in damaged)], method="nca")
+    resumed = fslab("sweep", "resume", "sweep-2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr == (f"3 runs left as they are, their status.json missing or unreadable (how they ended "
+                              f"cannot be told: put it back from a copy, then resume them): "
+                              f"{', '.join(run.id for run in damaged)}\n")
+    wait_for(lambda: waiting.claimed(), timeout=60, what="a scheduler to take the waiting run")
+    assert all(run.status() == {} for run in damaged)  # nothing written to them
+
+
 def test_a_requeued_run_keeps_its_creation_time_and_fslab_queue_lists_the_start_order(tmp_path):
     """fslab sweep resume wrote the time of the requeue over a run's `created` (fslab runs --json
     then said the run was made today); and fslab queue listed waiting runs by id, where a

@@ -384,10 +384,10 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
                                                                 registry=registry(project), slurm=options)
     if not again and not waiting:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
-    if unreadable:
-        err_console.print(f"{count(len(unreadable), 'run')} left as it is, its config.json missing or unreadable "
-                          f"(put it back from a copy, then resume it): {shown(', '.join(r.id for r in unreadable))}",
-                          highlight=False)
+    for file in UNREADABLE_FILES:
+        if ids := [run.id for run, named in unreadable if named == file]:
+            err_console.print(f"{count(len(ids), 'run')} left as {'it is' if len(ids) == 1 else 'they are'}, "
+                              f"{_unreadable_file(file, ids)}: {shown(', '.join(ids))}", highlight=False)
     if waiting:
         console.print(f"{record['id']}: no run to queue again; {count(len(waiting), 'queued run')} of it "
                       f"{'waits' if len(waiting) == 1 else 'wait'} for a slot, and a scheduler was started for "
@@ -412,19 +412,34 @@ def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
     raise UsageError(f"'{ref}' names no sweep but run {names[0]}{where}fslab resume {names[0]}")
 
 
+# The files whose loss makes fslab sweep resume pass a run over: config.json (what to train is unknown)
+# and status.json (how it ended)
+UNREADABLE_FILES = ("config.json", "status.json")
+
+
+def _unreadable_file(file: str, ids: list[str], named: bool = False) -> str:
+    """``its config.json missing or unreadable (put it back from a copy, then resume it)``, for one
+    run or more, ``named`` in the parentheses."""
+    one = len(ids) == 1
+    its, it = ("its", "it") if one else ("their", "they")
+    why = (f"{', '.join(ids)}: " if named else "") + (f"how {it} ended cannot be told: " if file == "status.json"
+                                                      else "")
+    return (f"{its} {file} missing or unreadable ({why}put it back from a copy, then resume "
+            f"{'it' if one else 'them'})")
+
+
 def _nothing_to_resume(runs_dir: Path, record: dict, unreadable: list) -> str:
     """Why ``fslab sweep resume`` queued nothing: what the sweep's runs are."""
     from collections import Counter
 
     from fslab.core.sweeps import sweep_runs
 
-    passed_over = {run.id for run in unreadable}
+    passed_over = {run.id for run, _ in unreadable}
     states = Counter(run.state() for run in sweep_runs(runs_dir, record) if run.id not in passed_over)
     said = [f"{n} {state}" for state, n in sorted(states.items())]
-    if unreadable:
-        ids = ", ".join(run.id for run in unreadable)
-        said.append(f"{len(unreadable)} with its config.json missing or unreadable ({ids}: put it back from a copy, "
-                    f"then resume it)")
+    for file in UNREADABLE_FILES:
+        if ids := [run.id for run, named in unreadable if named == file]:
+            said.append(f"{len(ids)} with {_unreadable_file(file, ids, named=True)}")
     return (f"sweep {record['id']} has nothing to resume: {', '.join(said) or 'it has no runs'}; only its failed, "
             f"killed or lost runs are queued again")
 

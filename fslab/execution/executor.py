@@ -21,7 +21,7 @@ from fslab.core.errors import UsageError
 from fslab.core.rerun import like_command
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings
-from fslab.core.states import LIVE
+from fslab.core.states import LIVE, UNREADABLE
 from fslab.core.sweeps import load_sweep, sweep_runs
 from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import RESUMABLE, check_resumable, check_run
@@ -204,21 +204,25 @@ def sweep_executor(runs_dir: Path, ref: str) -> str:
 
 
 def resume_sweep(ref: str, *, settings, registry,
-                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[Run], list[Run]]:
+                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[tuple[Run, str]], list[Run]]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
     its checkpoint) and start them as :func:`start_sweep` does; their
     configurations are checked first, as :func:`resume` checks one. Returns the
-    sweep's record, the runs started, those passed over as unreadable (their
-    configuration cannot be read: never requeued) and, where none was queued
+    sweep's record, the runs started, those passed over as unreadable, each with
+    the file that cannot be read (``config.json``: what to train is unknown;
+    ``status.json``: how it ended; never requeued) and, where none was queued
     again, the runs still waiting for a local scheduler: one is started for
     them (the one that queued them may be gone, killed or its machine rebooted)."""
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
     unreadable = []
     for run in sweep_runs(settings.runs_dir, record):
-        if run.state() in RESUMABLE:
+        state = run.state()
+        if state == UNREADABLE:  # a sweep's run that may have failed, passed over without a word otherwise
+            unreadable.append((run, "status.json"))
+        elif state in RESUMABLE:
             if not (config := run.config()):
-                unreadable.append(run)
+                unreadable.append((run, "config.json"))
                 continue
             config = check_saved(config, registry)
             try:
