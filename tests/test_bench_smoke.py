@@ -36,7 +36,8 @@ def test_bench_map_prices_each_loss_as_a_share_of_a_step(monkeypatch, capsys):
 
 def test_bench_long_run_times_the_run_screen_s_ui_thread_against_the_old_fold(monkeypatch, capsys):
     out = run_main("bench_long_run", ["--steps", "200", "--repeats", "1"], monkeypatch, capsys)
-    names = ["opening the run", "one new step appended", "compare screen: opening", "fslab show: events checked"]
+    names = ["opening the run", "one new step appended", "  the step, follow thread", "compare screen: opening",
+             "fslab show: events checked"]
     rows = re.findall(rf"^({'|'.join(names)}) +([\d.]+) ms +([\d.]+) ms +(\d+)x$", out, re.M)
     assert [name for name, *_ in rows] == names
     assert out.startswith("one run of 200 logged steps")

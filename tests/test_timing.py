@@ -99,3 +99,25 @@ def test_an_interval_that_runs_backwards_counts_as_none():
     # the second train event closes nothing; the third counts from the first one's 12.0
     assert (split["start_s"], split["first_epoch_s"], split["training_s"]) == (1.0, 2.0, 1.0)
     assert split["total_s"] == 4.0
+
+
+def test_the_fold_fed_a_few_events_at_a_time_gives_the_split_of_all_of_them():
+    """The dashboard's run screen adds a live run's new events to one TimeSplit each tick; at each
+    point its split must be time_split's of every event so far (resumes, a clock set back, damaged
+    lines and fslab eval's work included)."""
+    from fslab.core.timing import TimeSplit
+
+    events = [*EVENTS[:6], {"event": "train", "time": 12.0, "epoch": 2},  # the clock set back
+              {"event": "eval", "time": 16.7, "split": "val", "epoch": 1, "source": "fslab eval"},
+              {"event": "train", "time": "soon", "epoch": 2}, {"event": "start", "time": 103.0},
+              {"event": "resume", "time": 103.5}, {"event": "train", "time": 105.5, "epoch": 2},
+              {"event": "checkpoint", "time": 105.7, "epoch": 2}, {"event": "eval", "time": 106.7, "split": "test"},
+              {"event": "end", "time": 106.8}, {"event": "eval", "time": 500.0, "split": "test"}]
+    for times in ((7.0, 107.0, 100.0), (None, None, None), (7.0, None, 100.0)):
+        fold, fed = TimeSplit(*times), 0
+        for size in (1, 3, 2, 1, 4, 5):
+            fold.add(events[fed:fed + size])
+            fed += size
+            assert fold.result() == time_split(events[:fed], *times)
+            assert fold.result() == fold.result()  # reading it changes nothing
+        assert fed == len(events)

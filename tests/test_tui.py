@@ -350,13 +350,14 @@ def test_a_run_whose_folder_comes_back_is_followed_again(store):
 
 def test_the_time_line_is_computed_again_only_when_events_or_the_status_changed(store, monkeypatch):
     """Every header update (each tick, and each store change of the run) folded every event of the run
-    again, on the UI thread: a tenth of a second or more a time for a run with 200,000 logged steps."""
-    from fslab.tui import detail_screen
+    again, on the UI thread: a tenth of a second or more a time for a run with 200,000 logged steps.
+    A new event is now added to the fold, in the follow thread, and the others are not folded again."""
+    from fslab.core.timing import TimeSplit
 
     runs, folders = store
-    calls = []
-    real = detail_screen.time_split
-    monkeypatch.setattr(detail_screen, "time_split", lambda *args: calls.append(1) or real(*args))
+    calls = []  # the events each fold was given
+    real = TimeSplit.add
+    monkeypatch.setattr(TimeSplit, "add", lambda self, events: calls.extend(events) or real(self, events))
 
     async def body(app, pilot):
         await open_detail(app, pilot, folders["running"].name)
@@ -371,7 +372,7 @@ def test_the_time_line_is_computed_again_only_when_events_or_the_status_changed(
         append(folders["running"], json.dumps(train(5, 2, 1.0, t=FROZEN - 30)) + "\n")
         detail.follow()
         await settle(app, pilot)
-        assert len(calls) == before + 1
+        assert len(calls) == before + 1 and calls[-1]["time"] == FROZEN - 30  # the new step alone
         assert str(summary.render()).split("\n")[1] != line  # the new step's time is counted
 
     drive(frozen_app(runs), body)
@@ -383,21 +384,22 @@ def test_the_run_screen_folds_its_run_s_events_off_the_ui_thread(store, monkeypa
     frozen meanwhile. The follow thread folds them now; the UI takes copies, drawn the same."""
     import threading
 
-    from fslab.tui import charts, detail_screen
+    from fslab.core.timing import TimeSplit
+    from fslab.tui import charts
 
     runs, folders = store
     on_ui = []
-    real_split, real_append = detail_screen.time_split, charts.MinMaxSeries.append
+    real_split, real_append = TimeSplit.add, charts.MinMaxSeries.append
 
-    def split(*args):
+    def split(self, events):
         on_ui.append(("time_split", threading.current_thread() is threading.main_thread()))
-        return real_split(*args)
+        return real_split(self, events)
 
     def appended(self, x, y):
         on_ui.append(("append", threading.current_thread() is threading.main_thread()))
         return real_append(self, x, y)
 
-    monkeypatch.setattr(detail_screen, "time_split", split)
+    monkeypatch.setattr(TimeSplit, "add", split)
     monkeypatch.setattr(charts.MinMaxSeries, "append", appended)
 
     async def body(app, pilot):

@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedConten
 from fslab.core.events import is_validation, logged_evaluator, score_cell
 from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
 from fslab.core.text import count, printable
-from fslab.core.timing import time_line, time_split
+from fslab.core.timing import TimeSplit, time_line
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunRead
@@ -46,6 +46,7 @@ class RunHistory:
         self.series = {name: MinMaxSeries() for name in SERIES}
         self.timed: list[dict] = []  # the events that say where the run's time went (fslab.core.timing)
         self.times: tuple = (None, None, None)  # the status's started, ended and resumed
+        self.split = TimeSplit(*self.times)  # the fold of timed, for those times
         self.time_line = ""
 
     def fold(self, delta: RunDelta, fresh: bool) -> tuple[dict[str, MinMaxSeries] | None, list[list[Text]]]:
@@ -56,8 +57,9 @@ class RunHistory:
             for series in s.values():
                 series.clear()
             self.timed.clear()
-        self.timed += [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
-                       if isinstance(event, dict)]
+        timed = [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
+                 if isinstance(event, dict)]
+        self.timed += timed
         for event in delta.events:
             try:
                 if event.get("event") == "train":
@@ -77,13 +79,18 @@ class RunHistory:
                                  Text(score_cell(event))])
             except (KeyError, TypeError, ValueError):  # a damaged line: not drawn (the summary counts it)
                 pass
-        changed = bool(delta.events or delta.reset or fresh)
+        series_changed = changed = bool(delta.events or delta.reset or fresh)
         times = self.times if delta.status is None else tuple(delta.status.get(k)
                                                               for k in ("started", "ended", "resumed"))
-        if changed or times != self.times:  # a fold over every event: only when they or the status changed
-            self.times, spent = times, time_split(self.timed, *times)
+        if delta.reset or fresh or times != self.times:  # the fold starts again, over every event
+            self.times, self.split = times, TimeSplit(*times).add(self.timed)
+            changed = True
+        else:  # the new events only: a run of 200,000 steps took a tenth of a second a tick otherwise
+            self.split.add(timed)
+        if changed:
+            spent = self.split.result()
             self.time_line = time_line(spent) if spent["total_s"] > 0 else ""
-        return ({name: series.snapshot() for name, series in s.items()} if changed else None), rows
+        return ({name: series.snapshot() for name, series in s.items()} if series_changed else None), rows
 
 
 class DetailScreen(Screen):
