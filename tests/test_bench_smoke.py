@@ -47,3 +47,10 @@ def test_bench_short_ids_times_the_index_against_the_scan_of_every_end(monkeypat
     out = run_main("bench_short_ids", ["--runs", "300", "--repeats", "1"], monkeypatch, capsys)
     assert re.fullmatch(r"short ids of all 303 runs \(fastest of 1\): old way \(a scan per end\) [\d.]+ s, "
                         r"index [\d.]+ s, old / now [\d.]+x\n", out)
+
+
+def test_bench_plot_times_a_sweep_s_points_against_the_old_lists(monkeypatch, capsys):
+    out = run_main("bench_plot", ["--runs", "30", "--repeats", "1"], monkeypatch, capsys)
+    assert re.fullmatch(r"30 runs of one sweep, 6 points \(fastest of 1\): fslab plot's read of them [\d.]+ s; "
+                        r"keeping a point's scored runs \(10 runs\): old way \(lists\) [\d.]+ ms, sets [\d.]+ ms, "
+                        r"old / now \d+x\n", out)

@@ -124,8 +124,11 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
                 shapes[r.id] = other_shapes(r, split, shots, ways, queries, None, files)
                 have = f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else ""
                 left_out.append({"run": r.id, "why": f"it is {r.state()} and has no saved {what}{have}"})
-            runs_kept = [r for r in runs_kept if r not in unscored]
-            point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in runs_kept]
+            # sets: a point of a 1,000-run sweep compared each run with each, a second and more
+            dropped = set(unscored)
+            runs_kept = [r for r in runs_kept if r not in dropped]
+            kept = set(runs_kept)
+            point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in kept]
             point["runs"] = runs_kept
     varying = sorted({k for line in lines.values() for k in line["settings"]
                       if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
