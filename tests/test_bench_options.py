@@ -28,6 +28,10 @@ REFUSED = [
     ("bench_tui", ["--runs", "5", "--ticks", "0"], "--ticks must be at least 1, got 0"),
     ("bench_tui", ["--runs", "5", "--live", "10"], "--live must be at most --runs (5), got 10"),
     ("make_runs", ["{tmp}/runs", "--runs", "3", "--live", "5"], "--live from 0 to --runs"),
+    ("bench_long_run", ["--steps", "50"], "--steps must be at least 100, got 50"),
+    ("bench_long_run", ["--repeats", "0"], "--repeats must be at least 1, got 0"),
+    ("bench_short_ids", ["--runs", "0"], "--runs must be at least 1, got 0"),
+    ("bench_plot", ["--runs", "2"], "--runs must be at least 3, got 2"),
     ("bench_studies", ["--device", "cpu", "nca-figg2"], "Unknown study 'nca-figg2'. Did you mean 'nca-fig2'?"),
     ("bench_studies", ["--device", "cpu", "nca-fig2", "--set", "train.foo=1"], "unknown config key 'train.foo'"),
 ]
