@@ -492,10 +492,11 @@ def test_a_status_with_values_of_the_wrong_type_opens_as_fslab_show_reads_it(tmp
     drive(frozen_app(runs), body)
 
 
-def test_the_run_screen_leaves_out_fslab_eval_s_time_as_fslab_show_does(tmp_path):
+def test_the_run_screen_leaves_out_fslab_eval_s_time_and_damaged_lines_as_fslab_show_does(tmp_path):
     """An fslab eval of a checkpoint while the run trained logs its evaluation into the run's metrics
     with its source; the run screen dropped the source and charged the training's time up to it to
-    the test (10 s of the second epoch here), where fslab show leaves such an evaluation out."""
+    the test (10 s of the second epoch here), where fslab show leaves such an evaluation out. It also
+    timed a damaged line (a train event whose loss is no number), which fslab show leaves out."""
     from fslab.core.runstore import Run
     from fslab.core.timing import time_line, time_split
 
@@ -503,7 +504,8 @@ def test_the_run_screen_leaves_out_fslab_eval_s_time_as_fslab_show_does(tmp_path
     events = history()
     at = next(i for i, e in enumerate(events) if e["event"] == "train" and e["epoch"] == 2)
     later = {**evaluation("test", 1, 0.5, 0.01, 100, t=events[at]["time"] + 10), "source": "fslab eval"}
-    events.insert(at + 1, later)
+    damaged = {**train(9, 1, 1.0, t=events[at]["time"] + 5), "loss": "nan?"}  # a line fslab show leaves out too
+    events[at + 1:at + 1] = [damaged, later]
     folder = write_run(runs, "20260101-100000-nca-fsev", events=events)
 
     async def body(app, pilot):
@@ -511,7 +513,7 @@ def test_the_run_screen_leaves_out_fslab_eval_s_time_as_fslab_show_does(tmp_path
         run = Run(folder)
         shown = run.status()
         expected = time_line(time_split(run.events(), shown.get("started"), shown.get("ended"), shown.get("resumed")))
-        assert "training 160.0 s" in expected and "test 10.0 s" in expected
+        assert "first epoch 80.0 s, training 160.0 s" in expected and "test 10.0 s" in expected
         assert expected in str(app.screen.query_one("#summary").render())
 
     drive(frozen_app(runs), body)

@@ -14,6 +14,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
+from fslab.core import schemas
 from fslab.core.events import is_validation, logged_evaluator, score_cell
 from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
 from fslab.core.text import count, printable
@@ -57,8 +58,9 @@ class RunHistory:
             for series in s.values():
                 series.clear()
             self.timed.clear()
+        # the events fslab show times: those with the fields of their kind (a damaged line is not the run's time)
         timed = [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
-                 if isinstance(event, dict)]
+                 if schemas.event(event) is not None]
         self.timed += timed
         for event in delta.events:
             try:
