@@ -147,14 +147,14 @@ def test_plugins_write_parameters_and_recipes_as_set_takes_them():
         (["run", "nca", "--set", "train.epochs=two"], "", "config key 'train.epochs' must be an integer, got 'two'"),
         (["run", "nca", "--set", "loss.temprature=2"], "", "Did you mean 'temperature'?"),
         (["run", "nca"], "[run.train\nepochs = 2\n", "fslab.toml:1:"),
-        (["run", "nca"], "[run]\ndevice = 3\n", "config key 'device' must be auto, cpu, cuda or cuda:N, got 3"),
+        (["run", "nca"], "[run]\ndevice = 3\n", "config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N, got 3"),
         # a word key given a boolean names its words, not only "a string"
         (["run", "nca", "--set", "train.channels_last=true"], "",
          "config key 'train.channels_last' must be one of auto, on, off, got true"),
         (["run", "nca"], "[run.train]\ncompile = true\n",
          "config key 'train.compile' must be one of off, default, max-autotune, got true (set by train.compile in "
          "[run] of fslab.toml)"),
-        (["run", "nca", "--device", "tpu"], "", "config key 'device' must be auto, cpu, cuda or cuda:N"),
+        (["run", "nca", "--device", "tpu"], "", "config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N"),
         (["run", "nca", "--set", "dataset.classes=24"], "",
          "synthetic: need at least 2 classes in each split, got dataset.classes=24, dataset.val_classes=40, "
          "dataset.test_classes=40; dataset.classes counts all three splits, so use dataset.classes >= 82"),

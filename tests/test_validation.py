@@ -59,7 +59,7 @@ CONFIG_CASES = {
               ["evaluator.k", "between 1 and the 5 support points", "got 6"]),
     "finetune-1-shot": (["--set", "evaluator.name=finetune"], ["finetune", "eval.shots", ">= 2", "[1, 5]"]),
     "feature-stages": (["--set", "eval.feature_stages=5"], ["eval.feature_stages", "between 1 and 4", "got 5"]),
-    "device-word": (["--device", "tpu"], ["'device'", "auto, cpu, cuda or cuda:N", "'tpu'"]),
+    "device-word": (["--device", "tpu"], ["'device'", "auto, cpu, cuda (a GPU) or cuda:N", "'tpu'"]),
 }
 
 # Every range declared on the typed sections: a value just outside it.
@@ -391,3 +391,16 @@ def test_a_plugin_that_raises_before_a_run_exists_is_one_line_naming_it(project,
     result = fslab("run", "nca", *SMALL, *options, cwd=project, timeout=120)
     assert result.returncode == 1 and result.stderr == f"error: {message}\n", result.stderr
     assert not (project / "runs").is_dir() or not any((project / "runs").glob("2*"))
+
+
+def test_a_device_in_capitals_or_called_gpu_gets_a_hint():
+    """--device CPU and --device gpu listed the allowed words with no suggestion."""
+    from fslab.core.config import RunConfig
+    from fslab.core.errors import ConfigError
+    from fslab.core.limits import check_fields
+
+    for given, hint in (("CPU", ". Did you mean 'cpu'?"), ("CUDA:1", ". Did you mean 'cuda:1'?"), ("gpu", "")):
+        with pytest.raises(ConfigError) as caught:
+            check_fields(RunConfig, {"device": given})
+        assert str(caught.value) == (f"config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N, "
+                                     f"got {given!r}{hint}")

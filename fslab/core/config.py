@@ -179,7 +179,8 @@ class RunConfig:
 
     method: str = ""
     seed: int = field(default=0, metadata=SEED)
-    device: str = field(default="auto", metadata=matching(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N"))
+    device: str = field(default="auto", metadata=matching(r"auto|cpu|cuda(:[0-9]+)?",
+                                                                   "auto, cpu, cuda (a GPU) or cuda:N"))
     dataset: dict = field(default_factory=lambda: {"name": "synthetic", "root": ""})
     backbone: dict = field(default_factory=lambda: {"name": "resnet12"})
     loss: dict = field(default_factory=lambda: {"name": "nca"})

@@ -115,5 +115,9 @@ def repeated_at(values: list) -> int | None:
 def _check(key: str, value: Any, rule: Allowed) -> None:
     if rule.admits(value):
         return
-    hint = did_you_mean(value, rule.choices) if rule.choices and isinstance(value, str) else ""
+    hint = ""
+    if isinstance(value, str) and rule.choices:
+        hint = did_you_mean(value, rule.choices)
+    elif isinstance(value, str) and rule.admits(value.lower()):  # a pattern's word in capitals: CPU for cpu
+        hint = f" Did you mean '{value.lower()}'?"
     raise ConfigError(f"config key '{key}' must be {rule.text}, got {value!r}" + (f".{hint}" if hint else ""))
