@@ -32,8 +32,10 @@ fslab's step is the one training uses: :func:`fslab.training.distributed.trainin
 with the run's :class:`fslab.training.numerics.Numerics` (autocast around the
 network, float32 loss), then SGD with Nesterov momentum and weight decay.
 
-On the CPU (``--device cpu``) it runs a few small steps, so that CI keeps it working:
-``python benchmarks/bench_gpu.py --device cpu --backbones conv4 --modes fp32 --steps 2``.
+On the CPU (``--device cpu``) it runs at the sizes given; the tests keep it working with a few
+small steps, about 20 s on 2 cores: ``python benchmarks/bench_gpu.py --device cpu --backbones conv4
+--modes fp32 --batch-size 8 --image-size 16 --steps 1 --warmup 1`` (at the defaults, batch 512 of
+84×84 images, one row takes minutes there).
 """
 
 from __future__ import annotations
