@@ -171,7 +171,7 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
     rows = len(next(iter(sampler.batches(1))).indices)
     steps_per_epoch = -(-shape["train"][1] // rows)  # the sampler's batches over the standard training split
 
-    evaluator = build_evaluator(registry, cfg.evaluator)
+    evaluator = build_evaluator(registry, cfg.evaluator, cfg.loss)
     eval_images = args.eval_images or None
 
     def evaluation(split: str, shots: list[int], episodes: int, centre: bool, ways: list[int]) -> float:
