@@ -111,6 +111,19 @@ def split(z, labels, support=None):
 def hard(z, labels, support=None):
     return LossOutput(z.argmax(dim=1).float().mean(), 0, 0)  # argmax has no gradient
 
+class Forgetful(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(1.0))
+        self.measured = False  # not in the state_dict: a resumed run measures the scale again
+
+    def forward(self, z, labels, support=None):
+        if not self.measured:
+            with torch.no_grad():
+                self.scale.copy_(z.norm(dim=1).mean())
+            self.measured = True
+        return LossOutput((z / self.scale).pow(2).mean(), 0, 0)
+
 @hookimpl
 def register_losses(register):
     register(detached, name="detached", description="broken")
@@ -118,6 +131,7 @@ def register_losses(register):
     register(bare, name="bare", description="broken")
     register(hard, name="hard", description="broken")
     register(split, name="split", description="broken")
+    register(Forgetful, name="forgetful", description="broken")
 
 def raising(support, query):
     raise RuntimeError("a bug in the plugin")
@@ -231,6 +245,11 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
                                              r"sampler that marks no support rows calls it; a loss that needs the "
                                              r"marks registers with episodic=True$"):
         check_loss(broken, "split")
+    # a loss measuring its scale on the first batch into an attribute passed, and a resumed run measured it again
+    with pytest.raises(AssertionError, match=r"^forgetful: a copy given its state_dict after one batch computes .* "
+                                             r"on the next batch, the loss itself .*; a resumed run restores the "
+                                             r"loss from its state_dict, so keep what it measures"):
+        check_loss(broken, "forgetful")
     # a sampler that yields bare indices was an AttributeError ('list' object has no attribute 'indices')
     with pytest.raises(AssertionError, match=r"lists: batches\(epoch\) yielded a list, not Batch\(indices, support\)"):
         check_sampler(broken, "lists")

@@ -88,6 +88,26 @@ def check_loss(registry: Registry, name: str) -> None:
         torch.manual_seed(0)
         again = build_loss(registry, name)(episode()[0], labels, marks)
         assert torch.equal(out.loss.detach(), again.loss.detach()), f"{name}: not deterministic for a seed"
+        if isinstance(loss, nn.Module):
+            check_loss_restores(registry, name, loss, labels, marks)
+
+
+def check_loss_restores(registry: Registry, name: str, loss: nn.Module, labels: torch.Tensor, marks) -> None:
+    """A loss module that has seen a batch, and a new one given its ``state_dict`` (what a
+    resumed run does with the checkpoint's ``loss``), give the same loss on the next batch:
+    what the loss measured or learned on the first (a margin, a radius) is in its state."""
+    restored = build_loss(registry, name)
+    restored.load_state_dict(loss.state_dict())
+    z = episode(1)[0]
+    torch.manual_seed(1)
+    expected = loss(z, labels, marks).loss.detach()
+    torch.manual_seed(1)
+    got = restored(z.detach().clone().requires_grad_(), labels, marks).loss.detach()
+    assert torch.equal(expected, got), (
+        f"{name}: a copy given its state_dict after one batch computes {float(got):.6g} on the next batch, "
+        f"the loss itself {float(expected):.6g}; a resumed run restores the loss from its state_dict, so keep "
+        f"what it measures or learns in parameters or buffers (register_buffer), or set it again in a "
+        f"load_state_dict hook")
 
 
 def build_backbone(registry: Registry, name: str, params: dict, channels: int, image_size: tuple[int, int]):
