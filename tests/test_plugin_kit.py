@@ -207,11 +207,25 @@ class Fixed(torch.nn.Module):
     def forward(self, x):
         return self.layer(x.flatten(1))
 
+class Counting(torch.nn.Module):
+    def __init__(self, in_channels):
+        super().__init__()
+        self.out_dim = 8
+        self.layer = torch.nn.Linear(in_channels, 8)
+        self.steps = 0  # not in the state_dict: a resumed run starts the drop schedule again
+
+    def forward(self, x):
+        if self.training:
+            self.steps += 1
+            x = torch.nn.functional.dropout(x, p=min(0.5, 0.1 * self.steps))
+        return self.layer(x.mean(dim=(2, 3)))
+
 @hookimpl
 def register_backbones(register):
     register("fslab_local_plugins.broken:Lazy", name="lazy", description="declares another default",
              params={"width": 16})
     register(Fixed, name="fixed", description="broken")
+    register(Counting, name="counting", description="broken")
 '''
 
 
@@ -224,7 +238,14 @@ def broken(tmp_path, builtin_plugins):
 
 
 def test_the_checks_catch_what_breaks_a_contract(broken):
-    from fslab.testing.checks import check_dataset, check_evaluator, check_loss, check_parameters, check_sampler
+    from fslab.testing.checks import (
+        check_backbone,
+        check_dataset,
+        check_evaluator,
+        check_loss,
+        check_parameters,
+        check_sampler,
+    )
 
     with pytest.raises(AssertionError, match="detached: positives = 10000, outside 0..60"):
         check_loss(broken, "detached")
@@ -250,6 +271,10 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
                                              r"on the next batch, the loss itself .*; a resumed run restores the "
                                              r"loss from its state_dict, so keep what it measures"):
         check_loss(broken, "forgetful")
+    # a backbone counting its training steps in an attribute passed, and a resumed run counted from 0 again
+    with pytest.raises(AssertionError, match=r"^counting: a copy given its state_dict after a training batch computes "
+                                             r"other features on the next one; a resumed run restores the backbone"):
+        check_backbone(broken, "counting")
     # a sampler that yields bare indices was an AttributeError ('list' object has no attribute 'indices')
     with pytest.raises(AssertionError, match=r"lists: batches\(epoch\) yielded a list, not Batch\(indices, support\)"):
         check_sampler(broken, "lists")

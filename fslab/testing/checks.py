@@ -118,7 +118,8 @@ def check_backbone(registry: Registry, name: str, params: dict | None = None, im
                    channels: int = 3) -> None:
     """Images ``[2, C, H, W]`` to finite features ``[2, out_dim]``; every
     parameter gets a gradient; ``features(x, k)`` of a multi-stage backbone
-    has the width of its last ``k`` stages; the same weights for a seed."""
+    has the width of its last ``k`` stages; the same weights for a seed; the
+    same training forward once restored from its ``state_dict``."""
     params = params or {}
     torch.manual_seed(0)
     model = build_backbone(registry, name, params, channels, image_size)
@@ -144,6 +145,29 @@ def check_backbone(registry: Registry, name: str, params: dict | None = None, im
             width = model.features(x, stages).shape
             assert tuple(width) == (2, sum(dims[-stages:])), \
                 f"{name}: features(x, {stages}) is {tuple(width)}, expected (2, {sum(dims[-stages:])})"
+    check_backbone_restores(registry, name, params, channels, image_size, model)
+
+
+def check_backbone_restores(registry: Registry, name: str, params: dict, channels: int,
+                            image_size: tuple[int, int], model: nn.Module) -> None:
+    """A backbone that has trained on a batch, and a new one given its ``state_dict`` (what a
+    resumed run does with the checkpoint's ``model``), compute the same training forward on the
+    next batch, the same random numbers drawn: what the backbone counts or measures as it trains
+    (the steps of a DropBlock schedule) is in its state."""
+    torch.manual_seed(1)
+    restored = build_backbone(registry, name, params, channels, image_size)
+    restored.load_state_dict(model.state_dict())
+    model.train(), restored.train()
+    x = torch.randn(2, channels, *image_size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.manual_seed(2)
+        expected = model(x)
+        torch.manual_seed(2)
+        got = restored(x)
+    assert torch.equal(expected, got), (
+        f"{name}: a copy given its state_dict after a training batch computes other features on the next one; "
+        f"a resumed run restores the backbone from its state_dict, so keep what it counts or measures in "
+        f"training in parameters or persistent buffers (register_buffer), not in attributes")
 
 
 def sampler_labels() -> list[int]:
