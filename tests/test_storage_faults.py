@@ -273,12 +273,18 @@ def test_a_feature_cache_fslab_did_not_write_whole_is_embedded_again(tmp_path):
     assert cached_features(cache) is None and cached_features(tmp_path / "none.pt") is None
 
 
-def test_a_stop_signal_during_the_event_lands_once_the_write_is_under_way(tmp_path):
-    """SIGTERM sent while the checkpoint's event is logged: the handler runs after the write has
-    started, so the stopping run keeps the checkpoint its events name (the first epoch's included)."""
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR2"])
+def test_a_stop_signal_during_the_event_lands_once_the_write_is_under_way(tmp_path, signame):
+    """SIGTERM (fslab stop) or SIGUSR2 (a SLURM preemption, which submitit's handler turns into
+    SystemExit and a requeue) sent while the checkpoint's event is logged: the handler runs after
+    the write has started, so the stopping run keeps the checkpoint its events name (the first
+    epoch's included). SIGUSR2 was not held: a preempted job left the event without its file, and
+    the requeued job, finding no checkpoint, trained the run again from its first step."""
     import signal
 
     from fslab.training import checkpoint
+
+    signum = getattr(signal, signame)
 
     class Stopped(BaseException):
         pass
@@ -288,11 +294,11 @@ def test_a_stop_signal_during_the_event_lands_once_the_write_is_under_way(tmp_pa
 
     path = tmp_path / "last.pt"
     writer = checkpoint.CheckpointWriter(path)
-    before = signal.signal(signal.SIGTERM, handler)
+    before = signal.signal(signum, handler)
     try:
         with pytest.raises(Stopped):
-            writer.submit({"epoch": 1}, announce=lambda: os.kill(os.getpid(), signal.SIGTERM))
+            writer.submit({"epoch": 1}, announce=lambda: os.kill(os.getpid(), signum))
         writer.close()  # as the stopping run does
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signum, before)
     assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}

@@ -129,9 +129,14 @@ def host_copy(state):
     return copy.deepcopy(state)
 
 
+# What stops a training process: fslab stop and Ctrl-C, and a SLURM job's preemption (submitit's handler)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, *([signal.SIGUSR2] if hasattr(signal, "SIGUSR2") else []))
+
+
 @contextlib.contextmanager
 def stop_signals_held() -> Iterator[None]:
-    """SIGTERM and SIGINT that arrive meanwhile are held back and raised again at the
+    """SIGTERM, SIGINT and SIGUSR2 (SLURM's notice of a preemption or of the time limit,
+    on which a job requeues) that arrive meanwhile are held back and raised again at the
     end, to the handlers the process had. The handlers are swapped, not the signal
     mask: a process-wide signal may be delivered to any thread (the heartbeat's, a
     sink's), and Python then runs its handler in the main thread all the same. Only
@@ -141,7 +146,7 @@ def stop_signals_held() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    held = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    held = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     held = {signum: handler for signum, handler in held.items() if handler is not None}
     for signum in held:
         signal.signal(signum, lambda number, frame: caught.append(number))
@@ -180,7 +185,8 @@ class CheckpointWriter:
         # A stop signal waits while the event is logged and the write starts: it lands before the
         # event (the previous file stays, which the events name too) or once the write is under way
         # (which the stopping run lets finish), never between an event and its write. Landing there,
-        # it left the first epoch's event without any file, and the run nothing to resume from.
+        # it left the first epoch's event without any file, and the run nothing to resume from
+        # (a preempted SLURM job's requeue then trained the run again from its first step).
         with stop_signals_held():
             announce()
             self._thread = threading.Thread(target=self._write, args=(snapshot,), name="fslab-checkpoint")
