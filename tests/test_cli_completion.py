@@ -4,6 +4,7 @@ importing torch (the shell runs fslab on every TAB)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,3 +55,34 @@ def test_run_ids_complete_newest_first(store):
     assert complete("fslab run --like 2026112", store) == IDS[::-1]
     assert complete("fslab compare a", store) == ["all"]
     assert complete("fslab logs nothing", store) == []
+
+
+SWEEP = "sweep-20261124-090000-9c01"
+
+
+@pytest.fixture
+def swept(store):
+    (store / "runs" / "sweeps").mkdir()
+    (store / "runs" / "sweeps" / f"{SWEEP}.json").write_text(json.dumps({"id": SWEEP, "runs": IDS[1:]}))
+    return store
+
+
+def test_sweep_resume_completes_sweep_ids(swept):
+    """After ``fslab sweep resume`` comes a sweep id, not a method; the first word may be ``resume``."""
+    assert complete("fslab sweep resume ", swept) == [SWEEP]
+    assert complete("fslab sweep r", swept) == ["ring", "resume"]
+    assert complete(f"fslab sweep resume {SWEEP} ", swept) == []
+    assert complete("fslab sweep nca ", swept) == []
+
+
+def test_stop_completes_what_it_takes(swept):
+    """fslab stop takes a run, a sweep or ``last``, never ``all`` (compare's)."""
+    assert complete("fslab stop ", swept) == ["last", SWEEP, *IDS[::-1]]
+    assert complete("fslab stop a", swept) == []
+    assert complete("fslab compare a", swept) == ["all"]
+
+
+@pytest.mark.parametrize("words", ["fslab run --executor ", "fslab resume last --executor ",
+                                   "fslab sweep nca --executor ", "fslab study run x --executor "])
+def test_executor_completes(project, words):
+    assert complete(words, project) == ["local", "slurm"]

@@ -63,15 +63,40 @@ def run_ids(incomplete: str) -> list[str]:
         return []
 
 
-def runs_or_sweeps(incomplete: str) -> list[str]:
-    """Completion of RUN|SWEEP: ``all``, sweep ids, then run ids."""
+def sweep_ids(incomplete: str) -> list[str]:
+    """Completion of SWEEP: the store's sweep ids, newest first."""
     try:
         from fslab.core.sweeps import sweep_records
 
-        sweeps = [str(r.get("id")) for r in reversed(sweep_records(settings().runs_dir))]
+        return _matching([str(r.get("id")) for r in reversed(sweep_records(settings().runs_dir))], incomplete)
     except Exception:
-        sweeps = []
-    return _matching(["all", *sweeps], incomplete) + [i for i in run_ids(incomplete) if i != "last"]
+        return []
+
+
+def runs_or_sweeps(incomplete: str) -> list[str]:
+    """Completion of RUN|SWEEP|all: ``all``, sweep ids, then run ids."""
+    return _matching(["all"], incomplete) + sweep_ids(incomplete) + [i for i in run_ids(incomplete) if i != "last"]
+
+
+def run_or_sweep(incomplete: str) -> list[str]:
+    """Completion of RUN|SWEEP where ``all`` is not taken (fslab stop): ``last``, sweep ids, then run ids."""
+    ids = run_ids(incomplete)
+    return ids[:1] + sweep_ids(incomplete) + ids[1:] if ids[:1] == ["last"] else sweep_ids(incomplete) + ids
+
+
+def choices(*values: str):
+    """A completion function for an option that takes one of ``values``."""
+    return lambda incomplete: _matching(list(values), incomplete)
+
+
+def comma_choices(*values: str):
+    """A completion function for a comma-separated list of ``values`` (--state queued,failed):
+    the values not yet listed, each after what was typed before the last comma."""
+    def complete(incomplete: str) -> list[str]:
+        head, _, last = incomplete.rpartition(",")
+        listed = set(head.split(",")) if head else set()
+        return [f"{head},{v}" if head else v for v in values if v not in listed and v.startswith(last)]
+    return complete
 
 
 RunRef = Annotated[str, typer.Argument(
@@ -106,7 +131,8 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON lines, one ob
 WideFlag = Annotated[bool, typer.Option(
     "--wide", help="Print tables at their full width, whatever the terminal's (or COLUMNS) is.")]
 ExecutorOpt = Annotated[str, typer.Option(
-    help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).")]
+    help="local (a worker process here) or slurm (a SLURM job through submitit, settings in \\[slurm] of fslab.toml).",
+    autocompletion=choices("local", "slurm"))]
 SlurmOpt = Annotated[list[str] | None, typer.Option(
     "--slurm", metavar="KEY=VALUE",
     help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]

@@ -30,15 +30,17 @@ from fslab.cli.common import (
     SlurmOpt,
     WideFlag,
     app,
+    choices,
     console,
     err_console,
     names_of,
     overrides,
     registry,
     run_ids,
-    runs_or_sweeps,
+    run_or_sweep,
     settings,
     shown,
+    sweep_ids,
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import UsageError
@@ -216,7 +218,7 @@ def resume(
     ref: RunRef,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume and return at once.")] = False,
     executor: Annotated[str | None, typer.Option(
-        help="local or slurm (default: where the run last ran).")] = None,
+        help="local or slurm (default: where the run last ran).", autocompletion=choices("local", "slurm"))] = None,
     slurm: SlurmOpt = None,
 ) -> None:
     """Continue a killed, lost or failed run from its last checkpoint, in its folder (--gpus N: on N again).
@@ -244,7 +246,7 @@ def stop(ref: Annotated[str, typer.Argument(
         metavar="RUN|SWEEP", help="Run id, a unique part of it (such as the short ids tables show) or 'last'; "
                                   "or a sweep id (sweep-...) or a part of one that no run id holds: each of its queued "
                                   "and running runs.",
-        autocompletion=runs_or_sweeps)]) -> None:
+        autocompletion=run_or_sweep)]) -> None:
     """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
@@ -277,10 +279,18 @@ def stop(ref: Annotated[str, typer.Argument(
         err_console.print(shown(after_stop(run_)), highlight=False)
 
 
+def _sweep_words(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Completion of fslab sweep's words: a method or ``resume``, and after ``resume`` a sweep id."""
+    given = list(ctx.params.get("targets") or [])
+    if given == ["resume"]:
+        return sweep_ids(incomplete)
+    return [] if given else names_of("method")(incomplete) + choices("resume")(incomplete)
+
+
 @app.command(context_settings={"allow_interspersed_args": True})
 def sweep(
     targets: Annotated[list[str] | None, typer.Argument(
-        metavar="METHOD | resume SWEEP", help="METHOD, or: resume SWEEP.", autocompletion=names_of("method"))] = None,
+        metavar="METHOD | resume SWEEP", help="METHOD, or: resume SWEEP.", autocompletion=_sweep_words)] = None,
     seeds: Annotated[int | None, typer.Option(
         help="Seeds per combination (0, 1, ... or from --seed); default 1, or seeds of the --file.")] = None,
     grid: Annotated[list[str] | None, typer.Option(
@@ -304,7 +314,8 @@ def sweep(
                             "(with --executor slurm: the jobs not yet started).")] = False,
     executor: Annotated[str | None, typer.Option(
         help="local (worker processes here) or slurm (SLURM jobs through submitit, settings in \\[slurm] of "
-             "fslab.toml); default: local, and for resume where the sweep's runs last ran.")] = None,
+             "fslab.toml); default: local, and for resume where the sweep's runs last ran.",
+        autocompletion=choices("local", "slurm"))] = None,
     slurm: SlurmOpt = None,
 ) -> None:
     """Queue one run per grid combination and seed, and start them as slots free up (or submit each as a SLURM job).
