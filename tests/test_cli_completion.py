@@ -86,3 +86,29 @@ def test_stop_completes_what_it_takes(swept):
                                    "fslab sweep nca --executor ", "fslab study run x --executor "])
 def test_executor_completes(project, words):
     assert complete(words, project) == ["local", "slurm"]
+
+
+@pytest.mark.parametrize("words, expected", [
+    ("fslab eval last --split ", ["test", "val"]),
+    ("fslab plot pairs all --split v", ["val"]),
+    ("fslab compare all --format ", ["table", "md", "latex", "csv", "json"]),
+    ("fslab study report nca-fig2 --format l", ["latex"]),
+    ("fslab study run nca-fig2 --scale ", ["paper", "quick"]),
+    ("fslab plot ", ["batch-size", "pairs"]),
+    ("fslab runs --state k", ["killed"]),
+    ("fslab runs --state queued,failed,", ["queued,failed,running", "queued,failed,completed",
+                                         "queued,failed,killed", "queued,failed,lost", "queued,failed,unreadable"]),
+    ("fslab new plugin mine --kind s", ["sampler", "sink", "study"]),
+    ("fslab study show nca-fig", ["nca-fig2", "nca-fig3", "nca-fig4"]),
+])
+def test_option_values_complete(project, words, expected):
+    """Options of a fixed set of values complete them; a study name completes from the registry."""
+    assert complete(words, project) == expected
+
+
+def test_sweep_ids_and_study_files_complete(swept):
+    (swept / "studies").mkdir()
+    (swept / "studies" / "mine.toml").write_text("")
+    (swept / "studies" / "notes.txt").write_text("")
+    assert complete("fslab runs --sweep ", swept) == [SWEEP]
+    assert complete("fslab study show studies/", swept) == ["studies/mine.toml"]

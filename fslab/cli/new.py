@@ -14,6 +14,12 @@ new_app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich",
 app.add_typer(new_app, name="new")
 
 
+def _kinds(incomplete: str) -> list[str]:
+    from fslab.kit import KINDS
+
+    return [k for k in KINDS if k.startswith(incomplete)]
+
+
 @new_app.command()
 def plugin(
     name: Annotated[str, typer.Argument(metavar="NAME",
@@ -23,7 +29,7 @@ def plugin(
     kind: Annotated[list[str] | None, typer.Option(
         "--kind", metavar="KIND",
         help="A component to include: loss, backbone, sampler, evaluator, dataset, method, sink or study (repeatable; "
-             "default: loss).")] = None,
+             "default: loss).", autocompletion=lambda incomplete: _kinds(incomplete))] = None,
 ) -> None:
     """Write a pip-installable fslab plugin package into ./NAME, with tests that run fslab's contracts.
 

@@ -15,6 +15,7 @@ from fslab.cli.common import (
     WideFlag,
     app,
     check_evaluator,
+    choices,
     console,
     err_console,
     names_of,
@@ -35,7 +36,7 @@ from fslab.core.text import count, queries_text
 @app.command("eval")
 def eval_(
     ref: RunRef,
-    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     ways: Annotated[int | None, typer.Option(
         help="Classes per episode (default: the run's eval.ways, 5 unless it set another).",
         show_default=False)] = None,
@@ -206,8 +207,9 @@ def compare_(
              "runs pair by seed and the settings not grouped by.")] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="table, md, latex, csv or json; md, latex and csv add a row per paired "
-                         "difference (csv: its baseline named, in difference columns of its own).")] = "table",
-    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+                         "difference (csv: its baseline named, in difference columns of its own).",
+        autocompletion=choices("table", "md", "latex", "csv", "json"))] = "table",
+    split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
     ways: Annotated[int | None, typer.Option(
         help="Ways of the evaluations to compare (default: the runs' own, where their scores share one "
@@ -304,7 +306,8 @@ def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
 @app.command("plot")
 def plot_(
     x: Annotated[str, typer.Argument(
-        metavar="X", help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.")],
+        metavar="X", help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.",
+        autocompletion=choices("batch-size", "pairs"))],
     refs: Annotated[list[str], typer.Argument(
         metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.",
         autocompletion=runs_or_sweeps)],
@@ -314,7 +317,7 @@ def plot_(
     = None,
     size: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
     title: Annotated[str | None, typer.Option(help="Title above the panels.")] = None,
-    split: Annotated[str, typer.Option(help="test or val.")] = "test",
+    split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
     ways: Annotated[int | None, typer.Option(
         help="Ways of the evaluations to plot (default: the runs' own, where their scores share one shape; "

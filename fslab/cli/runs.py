@@ -18,12 +18,14 @@ from fslab.cli.common import (
     WideFlag,
     app,
     check_evaluator,
+    comma_choices,
     console,
     err_console,
     names_of,
     registry,
     settings,
     shown,
+    sweep_ids,
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
@@ -73,10 +75,13 @@ def runs(
         help=f"How many of the newest runs to list (default {DEFAULT_LIMIT}; not with --all).")] = None,
     state: Annotated[str | None, typer.Option(
         help="Only runs in these states, comma-separated: queued, running, completed, failed, killed, lost, "
-             "unreadable.")] = None,
+             "unreadable.",
+        autocompletion=comma_choices("queued", "running", "completed", "failed", "killed", "lost", "unreadable"))]
+    = None,
     method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.",
                                                autocompletion=names_of("method"))] = None,
-    sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.")] = None,
+    sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.",
+                                              autocompletion=sweep_ids)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
              "of the run's latest checkpoint (at another query count than the run's, '(5q)' says so).",

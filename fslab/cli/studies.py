@@ -20,8 +20,10 @@ from fslab.cli.common import (
     SlurmOpt,
     WideFlag,
     app,
+    choices,
     console,
     err_console,
+    names_of,
     overrides,
     registry,
     settings,
@@ -42,8 +44,18 @@ study_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                         help="Reproduce a paper's table or figure: list, show, run and report studies.")
 app.add_typer(study_app, name="study")
 
+def _studies(incomplete: str) -> list[str]:
+    """Completion of STUDY: the registered studies' names, then the study files (.toml) where one is being typed."""
+    from glob import escape as glob_escape
+    from glob import glob
+
+    files = sorted(glob(f"{glob_escape(incomplete)}*.toml")) if incomplete else []
+    return names_of("study")(incomplete) + files
+
+
 StudyRef = Annotated[str, typer.Argument(
-    metavar="STUDY", help="Study name (see fslab study list), or the path of a study .toml file.")]
+    metavar="STUDY", help="Study name (see fslab study list), or the path of a study .toml file.",
+    autocompletion=lambda incomplete: _studies(incomplete))]
 StudyDatasetOpt = Annotated[str | None, typer.Option(
     "--dataset", help="Train and test every sweep on this dataset instead of the study's own "
                       "(the report then marks the numbers not comparable).")]
@@ -52,7 +64,8 @@ StudyDataRootOpt = Annotated[str | None, typer.Option(
                         "one's root from \\[data_roots] in fslab.toml.")]
 ScaleOpt = Annotated[str, typer.Option(
     help="paper (the paper's seeds, datasets and budgets) or quick (the study's small CPU override: "
-         "1 seed, 1 epoch, a narrow network on the synthetic dataset; minutes, for trying the path).")]
+         "1 seed, 1 epoch, a narrow network on the synthetic dataset; minutes, for trying the path).",
+    autocompletion=choices("paper", "quick"))]
 
 NOT_HERE = ("not estimated from this store: no completed GPU run in it has the settings of these runs "
             "(seed and epochs aside)")
@@ -205,13 +218,15 @@ def run(
 @study_app.command()
 def report(
     ref: StudyRef,
-    fmt: Annotated[str, typer.Option("--format", help="md, latex, csv or json.")] = "md",
+    fmt: Annotated[str, typer.Option("--format", help="md, latex, csv or json.",
+                                     autocompletion=choices("md", "latex", "csv", "json"))] = "md",
     out: Annotated[Path | None, typer.Option(
         help="A folder: write STUDY.md/.tex/.csv/.json there (and a PNG per dataset for a figure study) "
              "instead of printing.")]
     = None,
     scale: Annotated[str | None, typer.Option(
-        help="Report the latest run of the study at this scale (default: the latest at any scale).")] = None,
+        help="Report the latest run of the study at this scale (default: the latest at any scale).",
+        autocompletion=choices("paper", "quick"))] = None,
 ) -> None:
     """The published numbers and fslab's side by side: mean ± 95% CI pooled over seeds, difference, verdict.
 
