@@ -562,3 +562,15 @@ def test_show_and_logs_of_a_slurm_run_name_its_job_and_where_slurm_logs(project)
     assert result.returncode == 0 and result.stderr == (
         f"{run.id} has no stdout.log yet (its worker has not started, or wrote nothing there; its SLURM job 4242 "
         f"writes its own logs in runs/{run.id}/slurm/)\n")
+
+
+def test_no_help_label_is_a_python_type():
+    """An option's label in --help is a word the README uses (KIND, NAME, KEY=VALUE), never
+    typer's name of the Python type (`fslab plugins --kind <list[str]>`)."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+
+    for path, _command in _every_command():
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"}).output
+        assert "list[" not in shown and "<list" not in shown, f"fslab {' '.join(path)} --help: {shown}"

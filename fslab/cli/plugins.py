@@ -27,6 +27,7 @@ def _kinds(incomplete: str) -> list[str]:
 @app.command()
 def plugins(
     kind: Annotated[list[str] | None, typer.Option(
+        "--kind", metavar="KIND",
         help="Only this kind: loss, backbone, sampler, evaluator, dataset, method, study or sink "
              "(repeatable: --kind loss --kind sampler).",
         autocompletion=lambda incomplete: _kinds(incomplete))] = None,
