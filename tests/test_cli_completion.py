@@ -112,3 +112,13 @@ def test_sweep_ids_and_study_files_complete(swept):
     (swept / "studies" / "notes.txt").write_text("")
     assert complete("fslab runs --sweep ", swept) == [SWEEP]
     assert complete("fslab study show studies/", swept) == ["studies/mine.toml"]
+
+
+@pytest.mark.parametrize("words, expected", [
+    ("fslab run nca --device ", ["auto", "cpu", "cuda"]),
+    ("fslab sweep nca --device c", ["cpu", "cuda"]),
+    ("fslab eval last --device a", ["auto"]),
+    ("fslab study run nca-fig2 --dataset mini", ["miniimagenet"]),
+])
+def test_device_and_study_dataset_complete(project, words, expected):
+    assert complete(words, project) == expected

@@ -114,7 +114,8 @@ BatchSizeOpt = Annotated[int | None, typer.Option(help="Images per training batc
 LrOpt = Annotated[float | None, typer.Option(help="Initial learning rate.")]
 SeedOpt = Annotated[int | None, typer.Option(help="Random seed.")]
 DeviceOpt = Annotated[str | None, typer.Option(
-    help="auto, cpu, cuda (a GPU) or cuda:N (cuda:N needs N+1 visible GPUs; checked before the run is created).")]
+    help="auto, cpu, cuda (a GPU) or cuda:N (cuda:N needs N+1 visible GPUs; checked before the run is created).",
+    autocompletion=choices("auto", "cpu", "cuda"))]
 GpusOpt = Annotated[int | None, typer.Option(
     "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
                    "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]

@@ -51,7 +51,8 @@ def eval_(
              "(default: the run's).", autocompletion=names_of("evaluator"))] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", metavar="KEY=VALUE", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda (a GPU) or cuda:N (default: the run's).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda (a GPU) or cuda:N (default: the run's).",
+                                               autocompletion=choices("auto", "cpu", "cuda"))] = None,
     data_root: Annotated[Path | None, typer.Option(
         help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root).")]
     = None,

@@ -58,7 +58,7 @@ StudyRef = Annotated[str, typer.Argument(
     autocompletion=lambda incomplete: _studies(incomplete))]
 StudyDatasetOpt = Annotated[str | None, typer.Option(
     "--dataset", help="Train and test every sweep on this dataset instead of the study's own "
-                      "(the report then marks the numbers not comparable).")]
+                      "(the report then marks the numbers not comparable).", autocompletion=names_of("dataset"))]
 StudyDataRootOpt = Annotated[str | None, typer.Option(
     "--data-root", help="The folder of the study's one dataset; a study on several datasets takes each "
                         "one's root from \\[data_roots] in fslab.toml.")]
