@@ -122,3 +122,11 @@ def test_sweep_ids_and_study_files_complete(swept):
 ])
 def test_device_and_study_dataset_complete(project, words, expected):
     assert complete(words, project) == expected
+
+
+def test_a_sweep_record_without_an_id_completes_nothing(swept):
+    """A hand-edited record without a string id is passed over, never offered as 'None' or '5'."""
+    folder = swept / "runs" / "sweeps"
+    (folder / "sweep-20261125-090000-aaaa.json").write_text(json.dumps({"runs": IDS[:1]}))
+    (folder / "sweep-20261125-090000-bbbb.json").write_text(json.dumps({"id": 5, "runs": IDS[:1]}))
+    assert complete("fslab sweep resume ", swept) == [SWEEP]

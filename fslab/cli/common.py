@@ -64,11 +64,12 @@ def run_ids(incomplete: str) -> list[str]:
 
 
 def sweep_ids(incomplete: str) -> list[str]:
-    """Completion of SWEEP: the store's sweep ids, newest first."""
+    """Completion of SWEEP: the store's sweep ids, newest first (a record without one offers none: not 'None')."""
     try:
         from fslab.core.sweeps import sweep_records
 
-        return _matching([str(r.get("id")) for r in reversed(sweep_records(settings().runs_dir))], incomplete)
+        records = reversed(sweep_records(settings().runs_dir))
+        return _matching([r["id"] for r in records if isinstance(r.get("id"), str)], incomplete)
     except Exception:
         return []
 
