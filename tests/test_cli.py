@@ -574,3 +574,18 @@ def test_no_help_label_is_a_python_type():
     for path, _command in _every_command():
         shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"}).output
         assert "list[" not in shown and "<list" not in shown, f"fslab {' '.join(path)} --help: {shown}"
+
+
+@pytest.mark.parametrize("command", ["compare", "plot"])
+def test_episode_shape_defaults_in_help_name_the_configurations(command):
+    """--ways and --queries default to the shape the runs' scores share, else to the eval.ways and
+    eval.queries all their configurations have (fslab.reports.compare.scored_shape), before the
+    papers' 5-way, 15 queries: the help said 'else 5' straight after the scores."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+
+    shown = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output
+    flat = " ".join(shown.replace("│", " ").split())
+    assert "else the eval.ways all their configurations have; else 5" in flat
+    assert "else the eval.queries all their configurations have; else 15" in flat
