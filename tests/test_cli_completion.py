@@ -130,3 +130,19 @@ def test_a_sweep_record_without_an_id_completes_nothing(swept):
     (folder / "sweep-20261125-090000-aaaa.json").write_text(json.dumps({"runs": IDS[:1]}))
     (folder / "sweep-20261125-090000-bbbb.json").write_text(json.dumps({"id": 5, "runs": IDS[:1]}))
     assert complete("fslab sweep resume ", swept) == [SWEEP]
+
+
+def test_a_plugin_that_prints_as_it_loads_adds_nothing_to_completion(project):
+    """The first TAB after a plugin changed loads the plugins: what one prints or warns
+    as it is imported is neither offered as a name nor written over the command line."""
+    (project / "mine").mkdir()
+    (project / "mine" / "noisy.py").write_text(
+        "import sys, warnings\nprint('hello from a plugin')\nwarnings.warn('old API')\nsys.stderr.write('noise\\n')\n")
+    (project / "fslab.toml").write_text('[project]\nplugin_dirs = ["mine"]\n')
+    code = ("import sys\nfrom fslab.cli import main\nsys.argv = ['fslab']\ntry:\n    main()\nfinally:\n"
+            "    sys.stderr.write('END')\n")
+    env = {**os.environ, "_FSLAB_COMPLETE": "complete_bash", "COMP_WORDS": "fslab run --backbone c",
+           "COMP_CWORD": "3"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout.split("\n"), done.stderr) == (0, ["conv4", ""], "END")

@@ -41,13 +41,23 @@ def _matching(words: list[str], incomplete: str) -> list[str]:
 
 
 def names_of(kind: str):
-    """A completion function for names of registered ``kind`` components."""
+    """A completion function for names of registered ``kind`` components. Where the listing
+    is loaded anew (a plugin changed), what a plugin prints or warns as it is imported is
+    dropped: its stdout would be offered to the shell as a name, its stderr would land on
+    the command line being typed."""
     def complete(incomplete: str) -> list[str]:
+        import contextlib
+        import io
+        import warnings
+
         try:
             from fslab.core.listing import plugin_listing
             from fslab.core.settings import load_settings
 
-            return _matching(plugin_listing(load_settings().plugin_dirs).names(kind), incomplete)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                    warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return _matching(plugin_listing(load_settings().plugin_dirs).names(kind), incomplete)
         except Exception:
             return []
     return complete
