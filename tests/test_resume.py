@@ -93,6 +93,10 @@ def test_resume_refuses_what_cannot_resume(project):
     assert refused.returncode == 2
     assert refused.stderr.strip() == (f"error: run {run_id} is completed; only killed, lost or failed runs can "
                                       f"resume; to train a run like it from the start: fslab run --like {run_id}")
+    # a bad --executor is said first, as the value of any other option is (it said the run was completed)
+    wrong = fslab("resume", run_id, "--executor", "k8s", cwd=project)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("error: ") and "k8s" in wrong.stderr
+    assert "completed" not in wrong.stderr
 
 
 def test_what_this_machine_lacks_for_a_resume_is_said_with_the_command_that_starts_it_anew(project):

@@ -221,7 +221,7 @@ def resume(
         help="local or slurm (default: where the run last ran).", autocompletion=choices("local", "slurm"))] = None,
     slurm: SlurmOpt = None,
 ) -> None:
-    """Continue a killed, lost or failed run from its last checkpoint, in its folder (--gpus N: on N again).
+    """Continue a killed, lost or failed run from its last checkpoint, in its folder (a --gpus N run on N again).
 
     A run whose worker still lives, even paused, is refused: one worker per run.
 

@@ -92,6 +92,8 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     start happen under the run's lock, so of two simultaneous resumes exactly
     one starts a worker; a run whose worker lives (even paused) is refused
     (:mod:`fslab.execution.handover`)."""
+    if executor is not None:  # a value no resume takes is said first, whatever the run's state
+        slurm_jobs.check_executor(executor)
     with launch_lock(run):
         check_resumable(run)
         executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
