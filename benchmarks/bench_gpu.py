@@ -382,7 +382,7 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     options.known(parser, registry, "loss", args.losses.split(","), "--losses")
     options.output(parser, args.json)
     with options.usage_errors(parser):
-        from fslab.core.config import parse_assignment
+        from fslab.core.assignments import parse_assignment
 
         for text in args.recipe_set:
             parse_assignment(text, "--recipe-set")

@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-images", type=int, default=0, help="at most this many images a split (CPU checks)")
     parser.add_argument("--json", type=Path, default=None, help="also write one JSON object per study here")
     args = parser.parse_args(argv)
-    from fslab.core.config import nest, parse_assignment
+    from fslab.core.assignments import nest, parse_assignment
 
     options.at_least(parser, args, steps=1, warmup=0, image_size=0, batch_size=0, train_images=0, eval_images=0)
     options.output(parser, args.json)

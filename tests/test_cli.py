@@ -121,7 +121,7 @@ def test_plugins_lists_every_kind_with_origin(project):
 
 def test_plugins_write_parameters_and_recipes_as_set_takes_them():
     from fslab.cli.plugins import _parameters
-    from fslab.core.config import parse_assignment
+    from fslab.core.assignments import parse_assignment
 
     shown = _parameters({"kind": "loss", "params": {"distance": "euclidean", "margin": None, "weight": 1.0},
                          "allowed": {"distance": "one of euclidean, cosine"}})
@@ -496,7 +496,8 @@ def test_a_run_stopped_while_queued_says_it_never_started(project):
 
 
 def test_show_names_the_settings_that_are_not_defaults_as_set_takes_them(project, registry):
-    from fslab.core.config import parse_assignment, resolve
+    from fslab.core.assignments import parse_assignment
+    from fslab.core.config import resolve
     from fslab.core.settings import Settings
 
     config = resolve("nca", registry=registry, settings=Settings(), overrides=[

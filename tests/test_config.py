@@ -10,19 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fslab
-from fslab.core.config import (
-    CONFIG_VERSION,
-    DEFAULTS,
-    EvalConfig,
-    RunConfig,
-    TrainConfig,
-    assignment,
-    merge,
-    nest,
-    parse_assignment,
-    resolve,
-    run_config,
-)
+from fslab.core.assignments import assignment, nest, parse_assignment
+from fslab.core.config import CONFIG_VERSION, DEFAULTS, EvalConfig, RunConfig, TrainConfig, merge, resolve, run_config
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.registry import load_registry
 from fslab.core.settings import Settings, load_settings
@@ -656,7 +645,7 @@ def test_one_commands_set_values_are_one_layer_whatever_their_order(registry, tm
     # dropped the k given before it (as a layer that changes a plugin drops what lower layers gave the old
     # one), and the run tested with knn's default k, saying nothing; in the other order k was kept
     from fslab.cli.common import overrides
-    from fslab.core.config import assignments_layer
+    from fslab.core.assignments import assignments_layer
 
     assert assignments_layer(["evaluator.k=3", "evaluator.name=knn", "train.lr=0.1", "train.lr=0.2"]) == {
         "evaluator": {"k": 3, "name": "knn"}, "train": {"lr": 0.2}}

@@ -118,7 +118,7 @@ def save_episode_scores(folder: Path, seed: int, episodes: int = 2000) -> dict[i
 
 
 def test_the_launch_forms_set_field_splits_where_the_shell_would_not_break_a_value():
-    from fslab.core.config import parse_assignment
+    from fslab.core.assignments import parse_assignment
     from fslab.tui.launch_screen import _assignments
 
     text = 'train.milestones=[0.5, 0.75]  dataset.root="/tmp/a b" loss.name=nca eval.extra={a = 1, b = [2, 3]}'

@@ -184,8 +184,9 @@ def check_evaluator(label: str) -> None:
 def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None,
               sinks=None, file_set=()) -> list[dict]:
     """Config layers from the options of `fslab run`, then a sweep file's [set] (``file_set``),
-    then the command's --set (one layer: :func:`fslab.core.config.assignments_layer`), then --sink."""
-    from fslab.core.config import SINKS, assignments_layer, nest
+    then the command's --set (one layer: :func:`fslab.core.assignments.assignments_layer`), then --sink."""
+    from fslab.core.assignments import assignments_layer, nest
+    from fslab.core.config import SINKS
 
     options = {
         ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,

@@ -351,7 +351,7 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_f
     (method, seeds, fail_fast, {grid key: values}, the file's [set] as key=value texts).
     An option that contradicts the file (--seeds 3 against seeds = 5) is refused, not
     silently overruled by either."""
-    from fslab.core.config import assignment, toml_value
+    from fslab.core.assignments import assignment, toml_value
     from fslab.execution.sweep import parse_grid, read_sweep_file
 
     fixed = []

@@ -9,7 +9,7 @@ import typer
 
 from fslab.cli.common import JsonFlag, WideFlag, app, console, err_console, settings, shown
 from fslab.cli.tables import Col, fit, print_table
-from fslab.core.config import assignment
+from fslab.core.assignments import assignment
 
 # The plugins tables give way in this order when the width is short (fslab.cli.tables);
 # descriptions and parameters wrap rather than being cut.

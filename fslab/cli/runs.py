@@ -212,7 +212,8 @@ def _settings_line(run_) -> str:
     """The run's settings that differ from fslab's defaults and from its
     plugins' (what its recipe, dataset, fslab.toml and command line set),
     method and seed aside."""
-    from fslab.core.config import DEFAULTS, PLUGIN_SECTIONS, assignment, outside_settings
+    from fslab.core.assignments import assignment
+    from fslab.core.config import DEFAULTS, PLUGIN_SECTIONS, outside_settings
     from fslab.core.keys import dotted
 
     try:

@@ -122,7 +122,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     epochs aside); without any, the estimate is left out, never guessed. The costs the study file
     records (its cost tables: GPU-hours measured on a named GPU) are shown beside it.
     """
-    from fslab.core.config import assignment
+    from fslab.core.assignments import assignment
     from fslab.core.studies import resolve_study, run_dataset
     from fslab.execution.studies import gpu_hours
 
@@ -206,7 +206,7 @@ def run(
                   f"{len(outcome.in_progress)} queued or running, {len(outcome.requeued)} queued again, "
                   f"{len(outcome.created)} new; recorded as {outcome.sweep_id}", highlight=False)
     if outcome.project:
-        from fslab.core.config import assignment
+        from fslab.core.assignments import assignment
 
         changes = ", ".join(assignment(k, v) for k, v in outcome.project.items())
         err_console.print(shown(f"note: [run] of fslab.toml changes what the study fixes: {changes}; its report "

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fslab.core.config import naming_the_file, nest, outside_settings, resolve, tested_ways
+from fslab.core.assignments import nest
+from fslab.core.config import naming_the_file, outside_settings, resolve, tested_ways
 from fslab.core.errors import ConfigError, UnknownName, UsageError
 from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
 from fslab.core.settings import read_toml

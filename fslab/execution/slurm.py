@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from fslab.core.config import parse_assignment
+from fslab.core.assignments import parse_assignment
 from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
 from fslab.core.runstore import Run
 from fslab.core.settings import SLURM_KEYS, SlurmSettings

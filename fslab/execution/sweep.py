@@ -15,7 +15,8 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.config import naming_the_file, nest, parse_assignment, resolve
+from fslab.core.assignments import nest, parse_assignment
+from fslab.core.config import naming_the_file, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
 from fslab.core.runstore import Run, create_run

@@ -24,7 +24,8 @@ import shlex
 import statistics
 from dataclasses import dataclass, field
 
-from fslab.core.config import PLUGIN_SECTIONS, assignment, outside_settings
+from fslab.core.assignments import assignment
+from fslab.core.config import PLUGIN_SECTIONS, outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import canonical_evaluator, label_params, logged_evaluator, metric_label, own_evaluator
 from fslab.core.keys import dotted

@@ -24,7 +24,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from fslab.core.config import toml_value
+from fslab.core.assignments import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.core.text import queries_text

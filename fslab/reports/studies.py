@@ -17,7 +17,8 @@ import json
 import statistics
 from pathlib import Path
 
-from fslab.core.config import assignment, tested_ways
+from fslab.core.assignments import assignment
+from fslab.core.config import tested_ways
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind

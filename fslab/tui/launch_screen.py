@@ -9,7 +9,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
-from fslab.core.config import assignments_layer, nest
+from fslab.core.assignments import assignments_layer, nest
 from fslab.core.errors import FslabError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run
