@@ -483,6 +483,47 @@ def test_following_a_resumed_run_shows_the_eta_of_its_latest_life(project):
     assert "step 60/100" in out.getvalue() and "epoch 1/2" in out.getvalue()
 
 
+def test_following_a_resumed_run_into_a_file_prints_its_old_steps_with_the_eta_they_had_once(project):
+    """fslab resume into a file read a day-old life's lines anew: each step's ETA was taken at
+    the time of reading (0:00, a day after the step), and the file, cut back and read again, printed
+    an epoch's line a second time, its ETA a little lower. The ETA is now that of the step's time."""
+    import time
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import follow
+
+    began = time.time() - 86400
+
+    def train(step):  # one step a second, 10 steps an epoch, a day ago
+        return {"event": "train", "time": began + step, "step": step, "epoch": (step - 1) // 10 + 1,
+                "loss": 0.5, "positives": 1, "negatives": 2, "images_per_s": 10.0}
+
+    events = [{"event": "start", "time": began, "epochs": 3, "total_steps": 30}, *(train(s) for s in range(1, 21))]
+    lines = [json.dumps(e) + "\n" for e in events]
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    run.metrics_path.write_text("".join(lines))
+
+    class Resumed:  # the worker cuts the file back to its checkpoint (epoch 1) and writes epoch 2 again
+        polls = 0
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 2:
+                run.metrics_path.write_text("".join(lines[:11]))
+            if self.polls == 3:
+                with open(run.metrics_path, "a") as fh:
+                    fh.write("".join(lines[11:]))
+            return 0 if self.polls > 3 else None
+
+    out = StringIO()
+    follow(run, Console(file=out, width=200), Resumed(), poll=0)
+    printed = [line for line in out.getvalue().splitlines() if line.startswith("epoch")]
+    # rate from step 1 to 10: a step a second; 20 steps left at step 10, 10 at step 20
+    assert [line.split(" ETA ")[1] for line in printed] == ["0:20", "0:10"], printed
+
+
 def test_a_run_stopped_while_queued_says_it_never_started(project):
     run = create_run(project / "runs", "nca", {"method": "nca", "seed": 0})
     stopped = fslab("stop", run.id, cwd=project)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from rich.console import Console
@@ -57,7 +58,10 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                         "speed": speed_text(event),
                     }
                     progress.update(task, completed=event["step"], **fields)
-                    lines.step(event["epoch"], fields, lambda: duration(eta(summary, time.time())))
+                    # the ETA as of the step's own time: a resumed run's file, read again, prints its old
+                    # lines as they were (not 0:00 for a step of days ago), and each once
+                    at = _logged_at(event)
+                    lines.step(event["epoch"], fields, lambda: duration(eta(summary, at)))  # noqa: B023 (called at once)
                 elif kind == "eval" and event.get("split") != "test":  # the test results are printed at the end
                     lines.flush()
                     if (line := eval_line(event)) not in printed:
@@ -70,6 +74,12 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                 break
             time.sleep(poll)
     return run.state()
+
+
+def _logged_at(event: dict) -> float:
+    """When an event was logged (now, for one without a usable time)."""
+    at = event.get("time")
+    return float(at) if isinstance(at, (int, float)) and math.isfinite(at) else time.time()
 
 
 def _bar(console: Console, disable: bool) -> Progress:
