@@ -35,10 +35,12 @@ def test_each_interval_goes_to_the_event_that_closes_it():
                               "checkpoints_s": 0.4, "test_s": 1.6, "finish_s": 0.25}
     assert (split["validations"], split["epochs"], split["compile_s"], split["resumes"]) == (2, 3, 3.5, 0)
     assert split["total_s"] == pytest.approx(23.25 - 7.0)  # the parts are the whole run
-    # training took 10 s (6 + 4), validation 1 s of it
+    # training took 10 s (6 + 4), 3.5 s of it compiling: validation's 1 s is 15% of the 6.5 s left
     assert time_line(split) == ("time: start 3.0 s, first epoch 6.0 s, training 4.0 s, validation 1.0 s, "
                                 "checkpoints 0.4 s, test 1.6 s, finish 0.2 s; 16.2 s in all; "
-                                "validation 10% of the training time")
+                                "validation 15% of the training time (compiling left out)")
+    uncompiled = time_split([e for e in EVENTS if e["event"] != "compile"], started=7.0, ended=23.25)
+    assert time_line(uncompiled).endswith("; validation 10% of the training time")
 
 
 def test_a_resumed_run_counts_its_working_time_not_the_time_it_was_stopped():
