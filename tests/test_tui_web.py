@@ -141,6 +141,53 @@ def test_a_browser_shows_the_runs_table_and_a_request_without_the_token_is_refus
     assert "Traceback" not in server.stdout.read()
 
 
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_a_dashboard_quits_when_its_server_is_killed(served):
+    """kill -9 (or the out-of-memory killer) on the server: the open tab's
+    dashboard quits within seconds, rather than polling the store forever."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    if not os.access(CHROMIUM, os.X_OK) or not os.path.isdir("/proc/self"):
+        pytest.skip("no Chromium (install Debian's chromium package) or no /proc here")
+    start, _ = served
+    url, _, server = start()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_selector("body.-first-byte", timeout=30_000)
+            dashboards = children_of(server.pid)
+            assert len(dashboards) == 1
+            with open(f"/proc/{dashboards[0]}/cmdline", "rb") as cmdline:
+                assert b"fslab\0tui\0--tick" in cmdline.read()  # the dashboard itself, no shell in between
+            server.kill()
+            server.wait(timeout=10)
+            deadline = time.monotonic() + 15
+            while os.path.exists(f"/proc/{dashboards[0]}") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            alive = os.path.exists(f"/proc/{dashboards[0]}")
+        finally:
+            browser.close()
+    if alive:
+        os.kill(dashboards[0], signal.SIGKILL)
+    assert not alive
+
+
 @pytest.mark.slow
 def test_off_loopback_a_token_is_made_and_required(served):
     start, _ = served

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +45,7 @@ class FslabApp(App):
         self.last_poll_s = 0.0
         self.processes: list = []  # workers this dashboard launched, reaped as they end
         self._poll_lock = threading.Lock()
+        self.parent_pid = os.getppid()  # in a browser tab: fslab tui --web, which started this dashboard
         self.sub_title = str(self.runs_dir)
 
     # -- settings and plugins, loaded only when an action needs them -----------
@@ -75,6 +77,15 @@ class FslabApp(App):
     def on_mount(self) -> None:
         self.poll_store()
         self.set_interval(self.tick, self.poll_store)
+        if self.is_web:
+            self.set_interval(1.0, self.quit_if_orphaned)
+
+    def quit_if_orphaned(self) -> None:
+        """In a browser tab: quit once the server that started this dashboard is
+        gone (killed, say by the out-of-memory killer) instead of polling the store
+        forever with nobody watching."""
+        if os.getppid() != self.parent_pid:
+            self.exit()
 
     @work(thread=True, group="store", exit_on_error=False)
     def poll_store(self) -> None:

@@ -169,8 +169,9 @@ class DashboardServer(Server):
 
 
 def dashboard_command(tick: float) -> str:
-    """The command each browser tab runs: this Python's fslab, the same tick."""
-    return shlex.join([sys.executable, "-m", "fslab", "tui", "--tick", repr(tick)])
+    """The command each browser tab runs: this Python's fslab, the same tick;
+    exec'd, so the dashboard is the server's own child and sees it go."""
+    return "exec " + shlex.join([sys.executable, "-m", "fslab", "tui", "--tick", repr(tick)])
 
 
 def serve(host: str, port: int, token: str | None, tick: float) -> None:
