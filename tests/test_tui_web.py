@@ -281,7 +281,7 @@ def fslab_in_python(argv: list[str], *, textual_serve: bool) -> subprocess.Compl
 def test_tui_web_imports_no_torch_and_serves_the_same_dashboard(project):
     result = fslab_in_python(["tui", "--web", "--port", str(free_port()), "--tick", "0.5"], textual_serve=True)
     assert result.returncode == 0, result.stderr
-    assert f"SERVING {sys.executable} -m fslab tui --tick 0.5" in result.stdout
+    assert f"SERVING exec {sys.executable} -m fslab tui --tick 0.5" in result.stdout
     assert "HEAVY []" in result.stdout
 
 
