@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated
 
 import typer
@@ -139,6 +140,8 @@ def tui(
                          f"dashboard opens in this terminal")
     from fslab.tui import make_app
 
+    if "web_driver" in os.environ.get("TEXTUAL_DRIVER", ""):  # a browser tab's dashboard, run by fslab tui --web:
+        os.setpgrp()  # Ctrl+C in the server's terminal is the server's to handle (it ends its dashboards)
     project = settings()
     app = make_app(project.runs_dir, settings=project, tick=tick)
     app.run()
