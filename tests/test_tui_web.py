@@ -192,6 +192,29 @@ def test_a_dashboard_quits_when_its_server_is_killed(served):
     assert not alive
 
 
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_while_the_dashboards_quit_still_exits_with_0(served):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip("no Chromium here: install Debian's chromium package (.ci/run does)")
+    start, _ = served
+    url, _, server = start()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_selector("body.-first-byte", timeout=30_000)  # a dashboard runs, for the server to end
+            os.killpg(server.pid, signal.SIGINT)
+            time.sleep(0.3)
+            os.killpg(server.pid, signal.SIGINT)  # impatient, while that dashboard quits
+            assert server.wait(timeout=20) == 0
+        finally:
+            browser.close()
+    assert "Traceback" not in server.stdout.read()
+
+
 @pytest.mark.slow
 def test_off_loopback_a_token_is_made_and_required(served):
     start, _ = served

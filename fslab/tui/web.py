@@ -73,6 +73,7 @@ class DashboardServer(Server):
         self.token = token
         self.cookie = f"fslab_token_{port}"  # per port: two dashboards on one machine keep their own
         self.sessions: set[asyncio.Task] = set()  # the websocket handlers, each driving one dashboard
+        self.exiting = False
 
     def initialize_logging(self) -> None:  # requests are not news; errors still reach stderr
         import logging
@@ -144,6 +145,14 @@ class DashboardServer(Server):
         while child_pids(os.getpid()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.05)
+
+    def request_exit(self) -> None:
+        """Ctrl+C (or SIGTERM): stop. Once only: a second Ctrl+C while the
+        dashboards quit (a few seconds at most) made the server exit with 1
+        halfway through."""
+        if not self.exiting:
+            self.exiting = True
+            super().request_exit()
 
     def serve(self, debug: bool = False) -> None:
         """Listen until Ctrl+C (or SIGTERM), then stop the dashboards it started."""
