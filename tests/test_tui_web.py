@@ -247,6 +247,20 @@ def test_without_a_token_only_localhost_names_and_pages_are_answered(served):
     assert websocket_status(port, Origin=f"http://127.0.0.1:{port}") == 101
 
 
+
+@pytest.mark.slow
+def test_an_ipv6_host_may_be_written_in_brackets_as_in_a_url(served):
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    start, _ = served
+    url, port, _ = start("--host", "[::1]")  # was refused: "cannot listen on [::1]:...: Name or service not known"
+    assert url == f"http://[::1]:{port}/"
+    assert status_of(url) == 200
+
+
 def websocket_status(port: int, **headers: str) -> int:
     """The status of a websocket handshake on /ws (the connection is closed at once)."""
     lines = ["GET /ws HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: Upgrade", "Upgrade: websocket",

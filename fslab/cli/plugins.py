@@ -115,7 +115,8 @@ def tui(
         "--web", help="Serve the dashboard to a browser instead (needs pip install 'fslab\\[web]').")] = False,
     host: Annotated[str | None, typer.Option(
         help="With --web: the address to listen on; loopback is this machine only (from another one: an SSH "
-             "tunnel), any other requires a token (default: 127.0.0.1).", show_default=False)] = None,
+             "tunnel), any other requires a token; IPv6 bare or in brackets (default: 127.0.0.1).",
+        show_default=False)] = None,
     port: Annotated[int | None, typer.Option(help="With --web: the port to listen on (default: 8000).",
                                              show_default=False)] = None,
     token: Annotated[str | None, typer.Option(
@@ -164,6 +165,8 @@ def _serve(host: str, port: int, token: str | None, tick: float) -> None:
     if token is not None and (len(token) < 8 or not token.isprintable() or " " in token):
         raise UsageError("--token must be at least 8 printable characters without spaces")
     settings()  # a broken fslab.toml is said here once, not in every browser tab
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address as a URL writes it: [::1]
+        host = host[1:-1]
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
