@@ -248,6 +248,17 @@ def test_without_a_token_only_localhost_names_and_pages_are_answered(served):
 
 
 
+def test_a_closed_terminal_stops_the_server_as_ctrl_c_does(served):
+    """SIGHUP (its terminal or SSH session closed) killed the server outright, exit -1, without
+    stopping the dashboards it started; it now stops as after Ctrl+C."""
+    start, _ = served
+    url, _, server = start()
+    assert status_of(url) == 200
+    os.kill(server.pid, signal.SIGHUP)
+    assert server.wait(timeout=20) == 0
+    assert "Traceback" not in server.stdout.read()
+
+
 @pytest.mark.slow
 def test_an_ipv6_host_may_be_written_in_brackets_as_in_a_url(served):
     try:

@@ -155,14 +155,15 @@ class DashboardServer(Server):
             super().request_exit()
 
     def serve(self, debug: bool = False) -> None:
-        """Listen until Ctrl+C (or SIGTERM), then stop the dashboards it started."""
+        """Listen until Ctrl+C (or SIGTERM, or SIGHUP), then stop the dashboards it started."""
         import signal
 
         self.debug = debug
         self.initialize_logging()
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP: its terminal or SSH session closed, which killed it without stopping its dashboards
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(signum, self.request_exit)
         web.run_app(self._make_app(), host=self.host, port=self.port, handle_signals=False, loop=loop,
                     shutdown_timeout=STOP_WAIT_S + 2, print=lambda *args: self.say_where())
