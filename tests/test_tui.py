@@ -976,6 +976,31 @@ def test_launch_form_shows_what_fslab_run_would_refuse_and_creates_nothing(proje
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
+def test_an_empty_seed_or_epochs_field_is_not_marked_invalid(project):
+    """Tabbing through the form left the empty seed and epochs fields red (Textual's integer check
+    found no integer), though empty means the default; a field holding no integer still is red."""
+    runs = project / "runs"
+
+    async def body(app, pilot):
+        from textual.widgets import Input
+
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        seed, epochs = form.query_one("#seed", Input), form.query_one("#epochs", Input)
+        for field in (seed, epochs, form.query_one("#settings", Input)):
+            field.focus()
+            await pilot.pause()
+        assert not seed.has_class("-invalid") and not epochs.has_class("-invalid")
+        seed.value = "abc"  # the integer input refuses letters as typed; set as a paste would
+        seed.focus()
+        epochs.focus()
+        await pilot.pause()
+        assert seed.has_class("-invalid") == (not seed.value.isdigit())
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)
+
+
 def test_new_run_like_a_run_whose_sections_are_not_tables_is_refused_in_the_form(project):
     """N on a run whose config.json holds a section as a text or a list (backbone = "conv4") stopped
     the dashboard with AttributeError while the form filled itself in; the form now opens and its

@@ -48,9 +48,10 @@ class LaunchScreen(ModalScreen[None]):
                 yield Label("dataset")
                 yield Select([(n, n) for n in names("dataset")], prompt="(default)", compact=True, id="dataset")
                 yield Label("seed")
-                yield Input(placeholder="0", type="integer", compact=True, id="seed")
+                yield Input(placeholder="0", type="integer", valid_empty=True, compact=True, id="seed")
                 yield Label("epochs")
-                yield Input(placeholder="(dataset default)", type="integer", compact=True, id="epochs")
+                yield Input(placeholder="(dataset default)", type="integer", valid_empty=True, compact=True,
+                            id="epochs")
                 yield Label("--set")
                 yield Input(placeholder="key=value ... e.g. train.batch_size=32 loss.temperature=0.9", compact=True,
                             id="settings")
