@@ -267,9 +267,11 @@ def test_an_ipv6_host_may_be_written_in_brackets_as_in_a_url(served):
     except OSError:
         pytest.skip("no IPv6 loopback here")
     start, _ = served
-    url, port, _ = start("--host", "[::1]")  # was refused: "cannot listen on [::1]:...: Name or service not known"
+    url, port, server = start("--host", "[::1]")  # was refused: "cannot listen on [::1]:...: Name or service not known"
     assert url == f"http://[::1]:{port}/"
     assert status_of(url) == 200
+    # the tunnel's far end is the address it listens on: localhost may name 127.0.0.1 alone there
+    assert server.stdout.readline().startswith(f"from another machine: ssh -L {port}:[::1]:{port} ")
 
 
 def websocket_status(port: int, **headers: str) -> int:

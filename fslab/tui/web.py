@@ -172,7 +172,9 @@ class DashboardServer(Server):
         query = f"?token={self.token}" if self.token else ""
         lines = [f"fslab dashboard on {self.public_url}/{query}"]
         if is_loopback(self.host):
-            lines.append(f"from another machine: ssh -L {self.port}:localhost:{self.port} USER@{socket.gethostname()}, "
+            # the far end as the server listens: localhost may name 127.0.0.1 alone there, not ::1
+            far = f"[{self.host}]" if ":" in self.host else "localhost"
+            lines.append(f"from another machine: ssh -L {self.port}:{far}:{self.port} USER@{socket.gethostname()}, "
                          f"then open http://localhost:{self.port}/{query}")
         lines.append("Ctrl+C stops it")
         print("\n".join(lines), flush=True)
