@@ -4,6 +4,7 @@ process and opened in a real headless Chromium through Playwright; the guard
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -156,62 +157,60 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+@contextlib.contextmanager
+def a_tab_open(start, *, needs_proc: bool = False):
+    """A server started by ``start`` and one Chromium tab whose dashboard runs: yields
+    (server, page); the browser is closed after the block. Skipped without Chromium."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip("no Chromium here: install Debian's chromium package (.ci/run does)")
+    if needs_proc and not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    url, _, server = start()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_selector("body.-first-byte", timeout=30_000)  # a dashboard runs for the tab
+            yield server, page
+        finally:
+            browser.close()
+
+
 @pytest.mark.slow
 def test_a_dashboard_quits_when_its_server_is_killed(served):
     """kill -9 (or the out-of-memory killer) on the server: the open tab's
     dashboard quits within seconds, rather than polling the store forever.
     Ctrl+C reaches the server alone, which ends its dashboards itself."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    if not os.access(CHROMIUM, os.X_OK) or not os.path.isdir("/proc/self"):
-        pytest.skip("no Chromium (install Debian's chromium package) or no /proc here")
     start, _ = served
-    url, _, server = start()
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_selector("body.-first-byte", timeout=30_000)
-            dashboards = children_of(server.pid)
-            assert len(dashboards) == 1
-            with open(f"/proc/{dashboards[0]}/cmdline", "rb") as cmdline:
-                assert b"fslab\0tui\0--tick" in cmdline.read()  # the dashboard itself, no shell in between
-            # out of the terminal's process group: Ctrl+C there is the server's to handle (a dashboard hit by it
-            # while its tab closed printed a traceback from threading._shutdown into the server's output)
-            assert os.getpgid(dashboards[0]) != os.getpgid(server.pid)
-            server.kill()
-            server.wait(timeout=10)
-            deadline = time.monotonic() + 15
-            while os.path.exists(f"/proc/{dashboards[0]}") and time.monotonic() < deadline:
-                time.sleep(0.1)
-            alive = os.path.exists(f"/proc/{dashboards[0]}")
-        finally:
-            browser.close()
+    with a_tab_open(start, needs_proc=True) as (server, _):
+        dashboards = children_of(server.pid)
+        assert len(dashboards) == 1
+        with open(f"/proc/{dashboards[0]}/cmdline", "rb") as cmdline:
+            assert b"fslab\0tui\0--tick" in cmdline.read()  # the dashboard itself, no shell in between
+        # out of the terminal's process group: Ctrl+C there is the server's to handle (a dashboard hit by it
+        # while its tab closed printed a traceback from threading._shutdown into the server's output)
+        assert os.getpgid(dashboards[0]) != os.getpgid(server.pid)
+        server.kill()
+        server.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while os.path.exists(f"/proc/{dashboards[0]}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        alive = os.path.exists(f"/proc/{dashboards[0]}")
     if alive:
         os.kill(dashboards[0], signal.SIGKILL)
     assert not alive
 
 
-
 @pytest.mark.slow
 def test_a_second_ctrl_c_while_the_dashboards_quit_still_exits_with_0(served):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip("no Chromium here: install Debian's chromium package (.ci/run does)")
     start, _ = served
-    url, _, server = start()
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_selector("body.-first-byte", timeout=30_000)  # a dashboard runs, for the server to end
-            os.killpg(server.pid, signal.SIGINT)
-            time.sleep(0.3)
-            os.killpg(server.pid, signal.SIGINT)  # impatient, while that dashboard quits
-            assert server.wait(timeout=20) == 0
-        finally:
-            browser.close()
+    with a_tab_open(start) as (server, _):
+        os.killpg(server.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(server.pid, signal.SIGINT)  # impatient, while that dashboard quits
+        assert server.wait(timeout=20) == 0
     assert "Traceback" not in server.stdout.read()
 
 
