@@ -79,7 +79,7 @@ class CompareScreen(Screen):
             self._stale = stale and not present
         finally:
             self._lock.release()
-        self.post_message(RunsFollowed(deltas, report, losses))
+        self.post_message(RunsFollowed(report, losses))
 
     def on_runs_followed(self, message: RunsFollowed) -> None:
         for run_id, series in message.series.items():

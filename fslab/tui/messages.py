@@ -19,10 +19,9 @@ class StoreUpdated(Message):
 
 @dataclass
 class RunsFollowed(Message):
-    """New events of the runs the compare screen follows, copies of their loss series
+    """One read of the runs the compare screen follows: copies of their loss series
     that changed (folded in its follow thread) and ``fslab compare``'s report of them."""
 
-    deltas: list[RunDelta]
     report: dict | None = None
     series: dict[str, Any] = field(default_factory=dict)  # copies of the series that changed, by run
 
