@@ -71,9 +71,14 @@ def check_sen(params: dict, context=None) -> None:
                          f"got {params['eps_neg']}")
 
 
+def unset_or_positive(value) -> bool:
+    """An optional number parameter's rule: None (unset), or a number above 0."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0)
+
+
 def check_sen_evaluator(params: dict, context=None) -> None:
     eps = params["eps_pos"]  # None: the run's sen loss's (sen_nearest)
-    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
+    if not unset_or_positive(eps):
         raise UsageError(f"sen evaluator: eps_pos must be > 0, or unset for the sen loss's (evaluator.eps_pos), "
                          f"got {eps!r}")
 
@@ -83,7 +88,7 @@ def check_ring(params: dict, context=None) -> None:
     if not params["weight"] >= 0:
         raise UsageError(f"ring: weight must be >= 0 (loss.weight), got {params['weight']}")
     radius = params["radius"]
-    if radius is not None and (isinstance(radius, bool) or not isinstance(radius, (int, float)) or not radius > 0):
+    if not unset_or_positive(radius):
         raise UsageError(f"ring: radius must be > 0 (or unset to measure it; loss.radius), got {radius!r}")
 
 
