@@ -225,6 +225,27 @@ def test_runs_says_which_filter_matches_nothing_and_what_the_runs_have(project):
         "error: --state needs a value, got ''; leave the option out to list every run\n")
 
 
+def test_runs_of_a_sweep_include_the_ones_whose_status_cannot_be_read(project):
+    """fslab runs --sweep matched the sweep id in each run's status.json alone, so a run whose
+    status.json was damaged dropped out of its sweep's listing (fslab sweep resume names it); the
+    sweep's record lists its runs too."""
+    from fslab.core.sweeps import save_sweep
+
+    runs = project / "runs"
+    kept, damaged = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in (1, 2))
+    other = create_run(runs, "nca", {"method": "nca", "seed": 3})
+    for run in (kept, damaged):
+        run.write_status(state="completed", exit_code=0, sweep="sweep-20261128-090000-ab12")
+    other.write_status(state="completed", exit_code=0)
+    (damaged.path / "status.json").write_text('{"state": "compl')
+    save_sweep(runs, "sweep-20261128-090000-ab12", runs=[kept.id, damaged.id], method="nca")
+    listed = fslab("runs", "--sweep", "ab12", "--json", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert sorted((row["id"], row["state"]) for row in rows) == sorted(
+        [(kept.id, "completed"), (damaged.id, "unreadable")])
+
+
 def test_run_names_from_files_are_not_markup(project):
     run = create_run(project / "runs", "nca", {"method": "[bold red]x[/]", "backbone": {"name": "[link=y]b"}})
     run.write_status(state="failed", error="[red]boom[/red]")

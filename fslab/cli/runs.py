@@ -49,7 +49,7 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
     """Why no run is listed: each filter that no run meets even alone, with the
     values the runs have (a mistyped sweep id or method shows at once), or that
     only their combination leaves none."""
-    from fslab.core.summary import list_summaries, unmet_filters
+    from fslab.core.summary import list_summaries, sweep_members, unmet_filters
 
     every = list_summaries(runs_dir, limit=None)
     if not every:
@@ -57,7 +57,8 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
     given = {"state": ",".join(states), "method": method, "sweep": sweep}
     have = {"state": sorted({s.state for s in every}), "method": sorted({s.method for s in every if s.method}),
             "sweep": sorted({s.sweep for s in every if s.sweep})}
-    failed = [unmet_filters(s, states, method, sweep) for s in every]  # each filter is met or not on its own
+    members = sweep_members(runs_dir, sweep)
+    failed = [unmet_filters(s, states, method, sweep, members) for s in every]  # each filter is met or not on its own
     met_alone = {name for name in given if any(name not in names for names in failed)}
     unmet = [f"--{name} {given[name]} "
              f"({'the runs have ' + ', '.join(have[name]) if have[name] else 'no run belongs to a sweep'})"
@@ -80,8 +81,9 @@ def runs(
     = None,
     method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.",
                                                autocompletion=names_of("method"))] = None,
-    sweep: Annotated[str | None, typer.Option(help="Only runs of the sweep whose id contains this.",
-                                              autocompletion=sweep_ids)] = None,
+    sweep: Annotated[str | None, typer.Option(
+        help="Only runs of the sweeps whose id contains this (the runs their records list, too).",
+        autocompletion=sweep_ids)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
              "of the run's latest checkpoint (at another query count than the run's, '(5q)' says so).",

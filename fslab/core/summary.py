@@ -545,13 +545,26 @@ def read_summary(run_dir: Path, now: float | None = None, *, save: bool = True) 
 
 
 def unmet_filters(summary: RunSummary, states: tuple[str, ...] = (), method: str | None = None,
-                  sweep: str | None = None) -> list[str]:
+                  sweep: str | None = None, members: frozenset = frozenset()) -> list[str]:
     """The filters of :func:`list_summaries` that ``summary`` fails, by name (``state``,
-    ``method``, ``sweep``); an empty list when it is listed."""
+    ``method``, ``sweep``); an empty list when it is listed. ``members`` are the ids the
+    records of the sweeps ``sweep`` names list (:func:`sweep_members`): a run of one whose
+    status.json cannot be read still belongs to it."""
     return [name for name, given, met in (
         ("state", states, lambda: summary.state in states),
         ("method", method is not None, lambda: summary.method == method),
-        ("sweep", sweep is not None, lambda: sweep in (summary.sweep or ""))) if given and not met()]
+        ("sweep", sweep is not None, lambda: sweep in (summary.sweep or "") or summary.id in members))
+        if given and not met()]
+
+
+def sweep_members(runs_dir: Path, sweep: str | None) -> frozenset:
+    """The run ids listed by the records of the sweeps whose id contains ``sweep``."""
+    from fslab.core.sweeps import sweep_records
+
+    if sweep is None:
+        return frozenset()
+    return frozenset(run_id for record in sweep_records(runs_dir) if sweep in str(record.get("id", ""))
+                     for run_id in record["runs"])
 
 
 def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str, ...] = (),
@@ -560,14 +573,14 @@ def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str,
     all) among those in one of ``states``, of ``method`` and of a sweep whose id
     contains ``sweep``. Runs are visited newest first and the visit stops once
     ``limit`` match, so the newest 50 of 10,000 runs cost 50 summaries."""
-    found = []
+    found, members = [], sweep_members(runs_dir, sweep)
     for name in newest_first(runs_dir, run_names(runs_dir)):
         keeper = SummaryFile(f"{runs_dir}/{name}")
         keeper.load()
         keeper.refresh(now)
         keeper.save()
         summary = keeper.summary
-        if not keeper.is_run or unmet_filters(summary, states, method, sweep):
+        if not keeper.is_run or unmet_filters(summary, states, method, sweep, members):
             continue
         found.append(summary)
         if limit is not None and len(found) >= limit:
