@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fslab.core.config import ADDED_IN_VERSION_2, CONFIG_VERSION, merge, migrate, resolve, run_config
+from fslab.core.config import merge, resolve, run_config
 from fslab.core.errors import ConfigError
+from fslab.core.migrations import ADDED_IN_VERSION_2, CONFIG_VERSION, migrate
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import Settings
 

@@ -3,6 +3,12 @@ files, comparisons and trackers name them."""
 
 from __future__ import annotations
 
+# The sections of a configuration that name a plugin and hold its parameters.
+PLUGIN_SECTIONS = ("dataset", "backbone", "loss", "sampler", "evaluator")
+# Where a run's events are also sent: {sink name: its parameters} (fslab.core.sinks).
+# It never changes what a run computes, so comparisons and studies do not tell runs apart by it.
+SINKS = "sinks"
+
 
 def dotted(table: dict, prefix: str = "") -> dict:
     """A nested table as dotted keys: ``{"train": {"lr": 0.1}, "eval.ways": 5}``

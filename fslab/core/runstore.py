@@ -71,7 +71,7 @@ class Run:
         """The run's configuration, migrated to the current version (so readers
         never need fallbacks for keys older fslabs did not write); ``{}`` while
         ``config.json`` is missing or unreadable."""
-        from fslab.core.config import migrate
+        from fslab.core.migrations import migrate
 
         saved = read_json(self.path / "config.json")
         if not saved:
