@@ -51,7 +51,8 @@ from fslab.core.config import run_config, tested_ways
 from fslab.core.keys import dotted
 from fslab.core.registry import load_registry
 from fslab.core.settings import load_settings
-from fslab.core.studies import find_study, resolve_study
+from fslab.core.studies import find_study
+from fslab.core.study_plan import resolve_study
 from fslab.training import distributed
 from fslab.training.augment import augment
 from fslab.training.build import (

@@ -48,7 +48,8 @@ def test_a_shrunk_batch_keeps_two_classes_of_every_sampler_s_per_class(registry)
     episodes of two classes (16 images left it one class, and the sampler refused it)."""
     from fslab.core.config import run_config
     from fslab.core.settings import Settings
-    from fslab.core.studies import find_study, resolve_study
+    from fslab.core.studies import find_study
+    from fslab.core.study_plan import resolve_study
 
     bench = load_bench()
     resolved = resolve_study(find_study(registry, "nca-fig2"), "paper", settings=Settings(), registry=registry)

@@ -26,7 +26,8 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.settings import Settings
 from fslab.core.states import ENDED
-from fslab.core.studies import find_study, parse_study, plan_runs, resolve_study
+from fslab.core.studies import find_study, parse_study
+from fslab.core.study_plan import plan_runs, resolve_study
 from fslab.execution.checks import check_run
 from fslab.execution.studies import gpu_hours, queue_study
 from fslab.reports.studies import (

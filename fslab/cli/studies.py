@@ -1,6 +1,6 @@
 """``fslab study list | show | run | report``: a paper's table or figure in one command.
 
-The logic lives in :mod:`fslab.core.studies` (files, planning),
+The logic lives in :mod:`fslab.core.studies` (files) and :mod:`fslab.core.study_plan` (planning),
 :mod:`fslab.execution.studies` (queueing, reuse) and :mod:`fslab.reports.studies`
 (the side-by-side report); these commands only call them and print.
 """
@@ -123,7 +123,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     records (its cost tables: GPU-hours measured on a named GPU) are shown beside it.
     """
     from fslab.core.assignments import assignment
-    from fslab.core.studies import resolve_study, run_dataset
+    from fslab.core.study_plan import resolve_study, run_dataset
     from fslab.execution.studies import gpu_hours
 
     study = _load(ref)
@@ -190,7 +190,7 @@ def run(
     --set changes a setting the study fixes (not comparable either); a key the study varies, the seed and the
     dataset are the study's own and are refused, as are eval.ways or eval.shots that score no published cell.
     """
-    from fslab.core.studies import run_options, study_command
+    from fslab.core.study_plan import run_options, study_command
     from fslab.execution import executor as executors
 
     study = _load(ref)

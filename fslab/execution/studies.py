@@ -1,9 +1,9 @@
 """Queueing a study: its runs through the sweep machinery, reusing what is done.
 
-``fslab study run NAME`` plans every run of the study (:func:`fslab.core.studies.plan_runs`),
+``fslab study run NAME`` plans every run of the study (:func:`fslab.core.study_plan.plan_runs`),
 resolves each configuration as ``fslab run`` would (a bad one anywhere queues
 nothing), then looks for each in the run store by its resolved configuration
-(:func:`fslab.core.studies.settings_key`: everything but the device, the data
+(:func:`fslab.core.study_plan.settings_key`: everything but the device, the data
 root and logging intervals). A run found completed is reused; one queued or
 running is left to finish; one that failed, was killed or was lost is queued
 again (it resumes from its checkpoint); only the rest are created. All of them
@@ -36,9 +36,9 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import HOST, LIVE
-from fslab.core.studies import (
+from fslab.core.studies import Study
+from fslab.core.study_plan import (
     PlannedRun,
-    Study,
     command_line_changes,
     placed,
     project_changes,
@@ -62,7 +62,7 @@ class StudyRuns:
     requeued: list[str] = field(default_factory=list)  # failed, killed or lost: queued again
     created: list[str] = field(default_factory=list)  # new
     to_start: list[Run] = field(default_factory=list)  # requeued and created, for the scheduler
-    project: dict = field(default_factory=dict)  # what [run] of fslab.toml changed (core.studies.project_changes)
+    project: dict = field(default_factory=dict)  # what [run] of fslab.toml changed (core.study_plan.project_changes)
 
 
 def existing_runs(runs_dir, key=settings_key) -> dict[str, list[Run]]:

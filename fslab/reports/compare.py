@@ -30,7 +30,7 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import canonical_evaluator, label_params, logged_evaluator, metric_label, own_evaluator
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, creation_order
-from fslab.core.studies import IGNORED
+from fslab.core.study_plan import IGNORED
 from fslab.core.text import queries_text
 
 # Keys that make no group: the seed (a group's runs differ in it), those that

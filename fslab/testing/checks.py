@@ -337,7 +337,8 @@ def check_study(registry: Registry, name: str, tmp_path) -> None:
     """A study whose every run resolves at both scales as ``fslab study run`` resolves it (its
     methods installed, its settings valid, each published cell one its runs evaluate)."""
     from fslab.core.settings import Settings
-    from fslab.core.studies import SCALES, find_study, resolve_study
+    from fslab.core.studies import SCALES, find_study
+    from fslab.core.study_plan import resolve_study
 
     study = find_study(registry, name)
     assert study.name == name, f"study {name}: its file names it '{study.name}'"
