@@ -4,7 +4,10 @@ Prints, measured in this one run on this machine:
 
 1. CLI start-up: wall time of ``fslab --help``, ``fslab runs``, ``fslab plugins`` (also
    without its listing cache) and one shell completion (TAB) against a bare ``python -c pass``
-   (the interpreter's own start-up), after one warm-up call (bytecode compiled, listing cached).
+   (the interpreter's own start-up), after one warm-up call (bytecode compiled, listing cached);
+   and a worker's start-up: seconds from a tiny run's worker starting to its first step (its
+   ``start`` event: torch, the plugins, the data and the network) against ``python -c "import
+   torch"``, what any PyTorch script pays.
 2. Training throughput: images/s of a real ``fslab run`` (worker process, run
    store, logging) against a bare PyTorch loop with the same backbone, batch,
    loss, optimiser and data, as the ratio fslab / bare (1.00 = no overhead).
@@ -80,6 +83,36 @@ def startup(project: Path, repeats: int = 5) -> None:
 EVAL_IMAGES = 5 + 1
 
 
+def finished_run(project: Path, args: list[str]) -> tuple[Path, list[dict]]:
+    """Start ``fslab run ARGS --detach``, wait for it to end; its folder and its events."""
+    started = subprocess.run([sys.executable, "-m", "fslab", *args, "--detach"], cwd=project, capture_output=True,
+                             text=True)
+    if started.returncode != 0:
+        raise SystemExit(f"fslab run failed: {started.stderr.strip()}")
+    run_dir = project / "runs" / started.stdout.strip()
+    while (state := run_state(status := json.loads((run_dir / "status.json").read_text()))) in LIVE:
+        time.sleep(0.2)
+    if state != "completed":
+        raise SystemExit(f"fslab run {run_dir.name} {state}: {status.get('error') or 'see its log'}")
+    return run_dir, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def worker_startup(project: Path, repeats: int) -> None:
+    """Median seconds from a tiny run's worker starting (``started`` in its status) to its ``start`` event."""
+    tiny = ["run", "nca", "--backbone", "conv4", "--epochs", "1", "--batch-size", "32", "--device", "cpu",
+            "--set", f"dataset.images_per_class={EVAL_IMAGES}", "--set", "dataset.image_size=16",
+            "--set", "eval.queries=1", "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2"]
+    seconds = []
+    for _ in range(repeats):
+        run_dir, events = finished_run(project, tiny)
+        started = json.loads((run_dir / "status.json").read_text())["started"]
+        seconds.append(next(e["time"] for e in events if e["event"] == "start") - started)
+    base = wall_time([sys.executable, "-c", "import torch"], project, repeats)
+    worker = statistics.median(seconds)
+    print(f"{'python -c import torch':<24}{base:9.3f}")
+    print(f"{'worker to first step':<24}{worker:9.3f}{worker / base:19.2f}x import torch")
+
+
 def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> float:
     """Run a real ``fslab run`` of one epoch of ``steps`` batches (more where the
     episodes need more images a class); the images of its logged intervals over
@@ -89,16 +122,8 @@ def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> 
             "--set", f"dataset.images_per_class={per_class}", "--set", "train.log_every=2",
             "--set", "train.crop_padding=0", "--set", "train.flip=false", "--set", "eval.queries=1",
             "--set", "eval.val_episodes=10", "--set", "eval.test_episodes=10", "--set", "eval.center_images=16",
-            "--device", "cpu", "--detach"]
-    started = subprocess.run([sys.executable, "-m", "fslab", *args], cwd=project, capture_output=True, text=True)
-    if started.returncode != 0:
-        raise SystemExit(f"fslab run failed: {started.stderr.strip()}")
-    run_dir = project / "runs" / started.stdout.strip()
-    while (state := run_state(status := json.loads((run_dir / "status.json").read_text()))) in LIVE:
-        time.sleep(0.5)
-    if state != "completed":
-        raise SystemExit(f"fslab run {run_dir.name} {state}: {status.get('error') or 'see its log'}")
-    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            "--device", "cpu"]
+    _, events = finished_run(project, args)
     return logged_images_per_s([e for e in events if e["event"] == "train"], batch)
 
 
@@ -157,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         project = Path(folder)
         print(f"## CLI start-up (median of {options.repeats})")
         startup(project, options.repeats)
+        worker_startup(project, options.repeats)
         if options.startup_only:
             return
         print(f"\n## Training throughput: {options.backbone}, batch {options.batch_size}, NCA loss, SGD, CPU")

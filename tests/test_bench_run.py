@@ -31,6 +31,20 @@ def test_a_real_fslab_run_of_a_few_steps_is_timed(project):
     assert (run / "results.json").exists()
 
 
+def test_the_worker_start_up_is_from_its_start_to_its_start_event(project, capsys):
+    import json
+
+    bench = load_bench()
+    bench.worker_startup(project, repeats=1)
+    (run,) = [path for path in (project / "runs").iterdir() if path.is_dir()]
+    started = json.loads((run / "status.json").read_text())["started"]
+    start = next(e for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "start")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("python -c import torch") and printed[1].split()[:4] == [
+        "worker", "to", "first", "step"]
+    assert float(printed[1].split()[4]) == pytest.approx(start["time"] - started, abs=0.0005)
+
+
 @pytest.mark.parametrize(("argv", "said"), [
     (["--steps", "3"], "--steps must be at least 4"),
     (["--batch-size", "1"], "--batch-size at least 2"),

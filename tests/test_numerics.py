@@ -183,3 +183,24 @@ def test_fslab_eval_embeds_with_the_runs_deterministic_algorithms(registry, monk
         assert not torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_a_run_that_compiles_nothing_never_imports_torch_dynamo():
+    """Setting the deterministic switch (torch.use_deterministic_algorithms) imports torch._inductor and
+    torch._dynamo: 1-2 s of every worker's start on a CPU, for runs that compile nothing and leave the
+    switch off. It is set only where it changes something or where compiling brings inductor anyway."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom fslab.training.numerics import Numerics, apply_backend_settings\n"
+            "cpu = torch.device('cpu')\n"
+            "def applied(deterministic, compile='off'):\n"
+            "    apply_backend_settings(Numerics(cpu, 'fp32', 'fp32', False, compile, False, deterministic))\n"
+            "    return (torch.are_deterministic_algorithms_enabled(), 'torch._dynamo' in sys.modules)\n"
+            "print(applied(False), applied(True), applied(False))\n"
+            "import torch._inductor.config as inductor\n"
+            "inductor.deterministic = True  # as TORCHINDUCTOR_DETERMINISTIC=1 sets it\n"
+            "print(applied(False, 'default'), inductor.deterministic)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["(False, False) (True, True) (False, True)", "(False, True) False"], \
+        done.stderr

@@ -95,7 +95,10 @@ def apply_backend_settings(numerics: Numerics) -> None:
     if numerics.deterministic:
         # cuBLAS needs a fixed workspace for deterministic matrix products; read when CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(numerics.deterministic)
+    # torch.use_deterministic_algorithms imports torch._inductor and torch._dynamo (1-2 s of a worker's
+    # start on a CPU); a run that compiles nothing and leaves the switch at PyTorch's default, off, skips it.
+    if numerics.deterministic or numerics.compile != "off" or torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(numerics.deterministic)
     if numerics.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = numerics.tf32
         torch.backends.cudnn.deterministic = numerics.deterministic
