@@ -51,7 +51,7 @@ def test_plugin_names_complete(project, words, expected):
 
 def test_run_ids_complete_newest_first(store):
     assert complete("fslab show ", store) == ["last", *IDS[::-1]]
-    assert complete("fslab resume 20261123", store) == [IDS[0]]
+    assert complete("fslab eval 20261123", store) == [IDS[0]]
     assert complete("fslab run --like 2026112", store) == IDS[::-1]
     assert complete("fslab compare a", store) == ["all"]
     assert complete("fslab logs nothing", store) == []
@@ -76,10 +76,32 @@ def test_sweep_resume_completes_sweep_ids(swept):
 
 
 def test_stop_completes_what_it_takes(swept):
-    """fslab stop takes a run, a sweep or ``last``, never ``all`` (compare's)."""
-    assert complete("fslab stop ", swept) == ["last", SWEEP, *IDS[::-1]]
+    """fslab stop takes a run, a sweep or ``last``, never ``all`` (compare's); the store's runs are completed."""
+    assert complete("fslab stop ", swept) == ["last", SWEEP]
     assert complete("fslab stop a", swept) == []
     assert complete("fslab compare a", swept) == ["all"]
+
+
+def test_resume_and_stop_complete_the_runs_they_take(swept):
+    """fslab resume offered every run, though it takes only killed, lost and failed ones, and fslab stop
+    every run, though it takes only queued and running ones (a store of hundreds of completed runs
+    buried the few a TAB is pressed for)."""
+    import time
+
+    runs = swept / "runs"
+    states = {"20261125-100000-nca-aaaa": {"state": "killed"}, "20261125-110000-nca-bbbb": {"state": "failed"},
+              "20261125-120000-nca-cccc": {"state": "running", "host": "elsewhere", "heartbeat": 1.0},  # lost
+              "20261125-130000-nca-dddd": {"state": "running", "host": "elsewhere", "heartbeat": time.time() + 600},
+              "20261125-140000-nca-eeee": {"state": "queued"}}
+    for run_id, status in states.items():
+        write_run(runs, run_id, cfg=complete_config())
+        (runs / run_id / "status.json").write_text(json.dumps({"created": 1.0, **status}))
+    (runs / "20261125-150000-nca-ffff").mkdir()  # status.json not written yet: nothing to act on
+    assert complete("fslab resume ", swept) == ["last", "20261125-120000-nca-cccc", "20261125-110000-nca-bbbb",
+                                                "20261125-100000-nca-aaaa"]
+    assert complete("fslab resume 20261125-11", swept) == ["20261125-110000-nca-bbbb"]
+    assert complete("fslab stop ", swept) == ["last", SWEEP, "20261125-140000-nca-eeee", "20261125-130000-nca-dddd"]
+    assert complete("fslab stop 20261124", swept) == []  # both completed
 
 
 @pytest.mark.parametrize("words", ["fslab run --executor ", "fslab resume last --executor ",

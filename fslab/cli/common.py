@@ -73,6 +73,25 @@ def run_ids(incomplete: str) -> list[str]:
         return []
 
 
+def runs_in(*states: str):
+    """A completion function for RUN where a command takes runs in ``states`` only (fslab resume:
+    killed, lost or failed ones): ``last``, then those run ids, newest first. Only the runs whose id
+    starts with what was typed are read, each its status.json (and a live one's lock)."""
+    def complete(incomplete: str) -> list[str]:
+        try:
+            from fslab.core.files import read_json
+            from fslab.core.runstore import run_names
+            from fslab.core.worklock import observed_state
+
+            runs_dir = settings().runs_dir
+            return _matching(["last"], incomplete) + [
+                name for name in reversed(_matching(run_names(runs_dir), incomplete))
+                if observed_state(runs_dir / name, read_json(runs_dir / name / "status.json") or {}) in states]
+        except Exception:
+            return []
+    return complete
+
+
 def sweep_ids(incomplete: str) -> list[str]:
     """Completion of SWEEP: the store's sweep ids, newest first (a record without one offers none: not 'None')."""
     try:
@@ -89,9 +108,9 @@ def runs_or_sweeps(incomplete: str) -> list[str]:
     return _matching(["all"], incomplete) + sweep_ids(incomplete) + [i for i in run_ids(incomplete) if i != "last"]
 
 
-def run_or_sweep(incomplete: str) -> list[str]:
-    """Completion of RUN|SWEEP where ``all`` is not taken (fslab stop): ``last``, sweep ids, then run ids."""
-    ids = run_ids(incomplete)
+def live_run_or_sweep(incomplete: str) -> list[str]:
+    """Completion of fslab stop's RUN|SWEEP: ``last``, sweep ids, then the ids of queued and running runs."""
+    ids = runs_in("queued", "running")(incomplete)
     return ids[:1] + sweep_ids(incomplete) + ids[1:] if ids[:1] == ["last"] else sweep_ids(incomplete) + ids
 
 

@@ -23,7 +23,6 @@ from fslab.cli.common import (
     GpusOpt,
     JsonFlag,
     LrOpt,
-    RunRef,
     SeedOpt,
     SetOpt,
     SinkOpt,
@@ -33,17 +32,19 @@ from fslab.cli.common import (
     choices,
     console,
     err_console,
+    live_run_or_sweep,
     names_of,
     overrides,
     registry,
     run_ids,
-    run_or_sweep,
+    runs_in,
     settings,
     shown,
     sweep_ids,
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import UsageError
+from fslab.core.states import RESUMABLE
 from fslab.core.text import count
 
 
@@ -215,7 +216,9 @@ def _signal_text(returncode: int | None) -> str:
 
 @app.command()
 def resume(
-    ref: RunRef,
+    ref: Annotated[str, typer.Argument(
+        metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.",
+        autocompletion=runs_in(*RESUMABLE))],
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume and return at once.")] = False,
     executor: Annotated[str | None, typer.Option(
         help="local or slurm (default: where the run last ran).", autocompletion=choices("local", "slurm"))] = None,
@@ -246,7 +249,7 @@ def stop(ref: Annotated[str, typer.Argument(
         metavar="RUN|SWEEP", help="Run id, a unique part of it (such as the short ids tables show) or 'last'; "
                                   "or a sweep id (sweep-...) or a part of one that no run id holds: each of its queued "
                                   "and running runs.",
-        autocompletion=run_or_sweep)]) -> None:
+        autocompletion=live_run_or_sweep)]) -> None:
     """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).

@@ -22,6 +22,7 @@ from pathlib import Path
 STATES = ("queued", "running", "completed", "failed", "killed", "lost")
 ENDED = ("completed", "failed", "killed")
 LIVE = ("queued", "running")
+RESUMABLE = ("killed", "lost", "failed")  # what fslab resume continues from its last checkpoint
 # What a listing shows for a run whose configuration or status cannot be read
 # (another user's folder, a damaged file); never written to a status.
 UNREADABLE = "unreadable"

@@ -21,11 +21,10 @@ from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
 from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
 from fslab.core.split_sizes import check_evaluation, read_split_sizes
+from fslab.core.states import RESUMABLE
 from fslab.core.types import SplitSizes, evaluator_traits
 from fslab.execution.handover import refuse_if_live
 from fslab.execution.slots import visible_gpus
-
-RESUMABLE = ("killed", "lost", "failed")
 
 
 def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,

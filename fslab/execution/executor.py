@@ -21,10 +21,10 @@ from fslab.core.errors import UsageError
 from fslab.core.rerun import like_command
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings
-from fslab.core.states import LIVE, UNREADABLE
+from fslab.core.states import LIVE, RESUMABLE, UNREADABLE
 from fslab.core.sweeps import load_sweep, sweep_runs
 from fslab.execution import slurm as slurm_jobs
-from fslab.execution.checks import RESUMABLE, check_resumable, check_run
+from fslab.execution.checks import check_resumable, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
 from fslab.execution.scheduler import start_scheduler

@@ -35,7 +35,7 @@ from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.runstore import Run, create_run, list_runs
-from fslab.core.states import HOST, LIVE
+from fslab.core.states import HOST, LIVE, RESUMABLE
 from fslab.core.studies import Study
 from fslab.core.study_plan import (
     PlannedRun,
@@ -47,7 +47,7 @@ from fslab.core.study_plan import (
     settings_key,
 )
 from fslab.core.sweeps import save_sweep
-from fslab.execution.checks import RESUMABLE, check_run
+from fslab.execution.checks import check_run
 from fslab.execution.slots import check_local_queue
 from fslab.execution.sweep import requeue
 

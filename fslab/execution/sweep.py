@@ -21,9 +21,10 @@ from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
+from fslab.core.states import RESUMABLE
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
 from fslab.core.text import split_outside
-from fslab.execution.checks import RESUMABLE, check_run
+from fslab.execution.checks import check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.slots import check_local_queue
 from fslab.execution.slurm import cancel_job
