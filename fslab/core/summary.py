@@ -37,6 +37,7 @@ from fslab.core.events import canonical_evaluator, is_validation, logged_evaluat
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
 from fslab.core.runstore import newest_first, run_names
 from fslab.core.states import UNREADABLE
+from fslab.core.sweeps import sweep_records
 from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
@@ -559,8 +560,6 @@ def unmet_filters(summary: RunSummary, states: tuple[str, ...] = (), method: str
 
 def sweep_members(runs_dir: Path, sweep: str | None) -> frozenset:
     """The run ids listed by the records of the sweeps whose id contains ``sweep``."""
-    from fslab.core.sweeps import sweep_records
-
     if sweep is None:
         return frozenset()
     return frozenset(run_id for record in sweep_records(runs_dir) if sweep in str(record.get("id", ""))
