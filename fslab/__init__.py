@@ -66,11 +66,11 @@ def create(kind: str, name: str, **params: Any) -> Any:
         if params:
             raise UsageError(f"study '{name}' takes no parameters, got {', '.join(sorted(params))}")
         return find_study(registry, name)
+    component = registry.get(kind, name)  # a kind or name that is no text is an unknown one: one line
     if kind == "method":
         return registry.create(kind, name, **params)
     filled_in = tuple(p for p in FILLED_IN.get(kind, ()) if registry.accepts(kind, name, p))
     checked = plugin_params(registry, kind, name, params, filled_in=filled_in)
-    component = registry.get(kind, name)
     try:
         run_check(component, kind, {p: copy.deepcopy(checked[p]) for p in component.params}, None)
     except PluginError as exc:  # a check written before create ran checks (it reads the run): the run applies it

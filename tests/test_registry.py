@@ -224,6 +224,15 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
         fslab.create(None, "nca")
     with pytest.raises(UsageError, match=r"^Unknown loss '1'\. Allowed: lpn,"):
         fslab.create("loss", 1)
+    # ... a study named by a number (it was AttributeError: no endswith), a name or kind as a list (TypeError)
+    with pytest.raises(UsageError, match=r"^Unknown study '5'\. Allowed: lpn-table1,"):
+        fslab.create("study", 5)
+    with pytest.raises(UsageError, match=r"^Unknown loss '\['nca'\]'\. Allowed: lpn,"):
+        fslab.create("loss", ["nca"])
+    with pytest.raises(UsageError, match=r"^Unknown loss '\['nca'\]'\. Allowed: lpn,"):
+        fslab.describe("loss", ["nca"])
+    with pytest.raises(UsageError, match=r"^Unknown plugin kind '\['loss'\]'\. Allowed: backbone,"):
+        fslab.create(["loss"], "nca")
     loss = fslab.create("loss", "nca", temperature=2)  # an int where the default is a float
     assert loss.keywords == {"temperature": 2.0, "pair_fraction": 1.0}
     assert type(loss.keywords["temperature"]) is float

@@ -152,7 +152,7 @@ class Registry:
         check_kind(kind)
         try:
             return self.components[kind][name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: a name that cannot be one (a list)
             error = UnknownName(kind, name, self.components[kind])
         if missing := self.missing_names():  # the name may be one a plugin that failed to load would have registered
             error.args = (f"{error.args[0]} Not among them: {missing}.",)

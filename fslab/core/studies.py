@@ -434,7 +434,7 @@ def study_entry(path: Path) -> dict:
 
 def find_study(registry, ref: str) -> Study:
     """A registered study by name (``fslab plugins --kind study``), or a study file by its path (``*.toml``)."""
-    if ref.endswith(".toml"):
+    if isinstance(ref, str) and ref.endswith(".toml"):
         if not Path(ref).is_file():
             raise UsageError(f"no study file '{ref}'")
         return dataclasses.replace(read_study(Path(ref)), from_file=True)
