@@ -149,6 +149,31 @@ def test_method_recipes_are_dicts_naming_registered_plugins(builtin_plugins):
             assert recipe[section]["name"] in registry.names(section), (name, section)
 
 
+def test_what_describe_and_create_give_is_the_callers_to_edit(builtin_plugins):
+    """A notebook that edits a recipe from fslab.create("method", ...) or the
+    parameters of fslab.describe(...) edits its own copy: the recipe a later run
+    resolves and the defaults a later create builds with stay as registered."""
+    import fslab
+    from fslab.core.config import resolve
+    from fslab.core.settings import Settings
+
+    recipe = fslab.create("method", "protonet")
+    recipe["loss"]["distance"] = "cosine"
+    recipe["sampler"]["ways"] = 3
+    fslab.describe("method", "protonet")["recipe"]["evaluator"]["name"] = "knn"
+    fslab.describe("loss", "nca")["params"]["temperature"] = 5.0
+    fslab.describe("backbone", "resnet12")["params"]["widths"].append(7)
+
+    assert fslab.create("method", "protonet") == fslab.describe("method", "protonet")["recipe"] == {
+        "loss": {"name": "protonet"}, "sampler": {"name": "episodic", "ways": 20, "shots": 5, "queries": 15},
+        "evaluator": {"name": "centroid"}}
+    config = resolve("protonet", registry=fslab.get_registry(), settings=Settings())
+    assert (config["loss"]["distance"], config["sampler"]["ways"], config["evaluator"]["name"]) == \
+        ("euclidean", 20, "centroid")
+    assert fslab.create("loss", "nca").keywords["temperature"] == 1.0
+    assert fslab.create("backbone", "resnet12", in_channels=1).out_dim == 640
+
+
 def test_declared_params_of_lazy_targets_match_their_signatures(builtin_plugins):
     """A lazy reference declares its params by hand; they must agree with the code."""
     from fslab.core.registry import keyword_params

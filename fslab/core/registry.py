@@ -11,6 +11,7 @@ Environment:
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import functools
 import importlib
@@ -87,8 +88,9 @@ class Component:
             ) from exc
 
     def describe(self) -> dict:
-        """A JSON-ready description, as ``fslab plugins --json`` prints it."""
-        return {
+        """A JSON-ready description, as ``fslab plugins --json`` prints it: a copy, so
+        that a caller who edits it (a notebook) leaves the registered defaults alone."""
+        return copy.deepcopy({
             "kind": self.kind,
             "name": self.name,
             "description": self.description,
@@ -103,7 +105,7 @@ class Component:
             # the same keys on every line: a component that did not say is not episodic
             "episodic": bool(self.info.get("episodic", False)),
             "recipe": self.target if self.kind == "method" else None,
-        }
+        })
 
     def allowed_text(self) -> dict[str, str]:
         """What each parameter with a declared rule allows, in words: ``{"k": "at least 1"}``."""
@@ -189,7 +191,7 @@ class Registry:
         if kind == "method":
             if kwargs:
                 raise UsageError(f"method '{name}' is a recipe and takes no parameters")
-            return dict(target)
+            return copy.deepcopy(target)  # the caller's to edit: the registered recipe stays as it was
         accepted = _accepted_names(target, kind)
         if context:
             wanted = set(context) if accepted is None else accepted
