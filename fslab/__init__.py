@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = ["available", "create", "describe", "get_registry"]
 
 _registry = None
+_registry_dirs = None  # the plugin folders _registry was loaded with
 
 
 def _warn(message: str) -> None:
@@ -29,14 +30,17 @@ def _warn(message: str) -> None:
 
 def get_registry(settings=None, report=_warn):
     """The process-wide registry: entry-point plugins plus the plugin folders
-    named in ``fslab.toml``, loaded on first use. Each plugin that failed to
-    load is passed to ``report`` as one line (a warning by default)."""
-    global _registry
-    if _registry is None:
+    named in ``fslab.toml`` (or in ``settings``), loaded on first use, and
+    again when ``settings`` names other plugin folders than it was loaded
+    with. Each plugin that failed to load is passed to ``report`` as one line
+    (a warning by default)."""
+    global _registry, _registry_dirs
+    if _registry is None or (settings is not None and tuple(settings.plugin_dirs) != _registry_dirs):
         from fslab.core.registry import load_registry
         from fslab.core.settings import load_settings
 
-        _registry = load_registry((settings or load_settings()).plugin_dirs)
+        _registry_dirs = tuple((settings or load_settings()).plugin_dirs)
+        _registry = load_registry(_registry_dirs)
         for failure in _registry.failures:
             report(f"fslab plugin '{failure.plugin}' failed to load: {failure.error}")
     return _registry

@@ -52,6 +52,21 @@ def test_local_plugin_folder_is_loaded_and_params_come_from_the_signature(builti
     assert loss(Z(), None).loss == 15.0
 
 
+def test_get_registry_loads_the_plugin_folders_of_the_settings_it_is_given(builtin_plugins, tmp_path, monkeypatch):
+    """A notebook that asked for a component before naming its project's settings
+    still gets their plugin folders: they were ignored once a registry was loaded."""
+    import fslab
+    from fslab.core.settings import Settings
+
+    monkeypatch.chdir(tmp_path)  # no fslab.toml here: no plugin folder
+    assert "scaled" not in fslab.available("loss")
+    settings = Settings(plugin_dirs=(write_plugin(tmp_path / "local", "scaled", LOCAL_LOSS),))
+    registry = fslab.get_registry(settings)
+    assert "scaled" in registry.names("loss") and fslab.available("loss", "sca*") == ["scaled"]
+    assert fslab.get_registry(settings) is registry is fslab.get_registry()  # loaded once for the same folders
+    assert fslab.create("loss", "scaled", scale=3.0).keywords == {"scale": 3.0}
+
+
 def test_unknown_parameter_and_name_suggest_the_closest(builtin_plugins):
     registry = load_registry()
     with pytest.raises(UsageError, match=r"has no parameter 'temprature'.*Did you mean 'temperature'"):
