@@ -14,6 +14,8 @@ plugin may use is :mod:`fslab.plugin`.
 from __future__ import annotations
 
 import copy
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -25,7 +27,11 @@ _registry_dirs = None  # the plugin folders _registry was loaded with
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, stacklevel=3)
+    """Warn at the caller's line (a notebook cell, a test), however deep in fslab the registry was asked for."""
+    level, frame, here = 1, sys._getframe(), os.path.dirname(__file__) + os.sep
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, stacklevel=level)
 
 
 def get_registry(settings=None, report=_warn):

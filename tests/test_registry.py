@@ -97,6 +97,25 @@ def test_broken_plugin_is_reported_and_the_rest_keeps_working(builtin_plugins, t
         load_registry([folder])
 
 
+def test_a_plugin_that_failed_to_load_is_one_warning_at_the_callers_line(builtin_plugins, tmp_path, monkeypatch):
+    """fslab.available, describe and create warn at the line that called them (a notebook's
+    cell), as a warning should: the warnings named fslab/__init__.py, inside available."""
+    import fslab
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fslab.toml").write_text('[project]\nplugin_dirs = ["local"]\n')
+    write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")
+    for call in (lambda: fslab.available("loss"), lambda: fslab.describe("loss", "nca"),
+                 lambda: fslab.create("loss", "nca"), lambda: fslab.get_registry()):
+        monkeypatch.setattr(fslab, "_registry", None)
+        with pytest.warns(UserWarning) as caught:
+            call()
+        assert [str(w.message) for w in caught] == [
+            "fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named 'not_a_module_anywhere'"]
+        assert caught[0].filename == __file__
+    assert "nca" in fslab.available("loss")
+
+
 def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_path):
     """The name asked for may be one a broken plugin would have registered: the line says so."""
     folder = write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")
