@@ -124,9 +124,15 @@ class Forgetful(torch.nn.Module):
             self.measured = True
         return LossOutput((z / self.scale).pow(2).mean(), 0, 0)
 
+def renumbering(z, labels, support=None):  # the batch's classes taken as 0..ways-1: a run's labels index past them
+    ways = int(labels.unique().numel())
+    centres = torch.zeros(ways, z.shape[1]).index_add(0, labels, z)
+    return LossOutput(torch.nn.functional.cross_entropy(-torch.cdist(z, centres), labels), 0, 0)
+
 @hookimpl
 def register_losses(register):
     register(detached, name="detached", description="broken")
+    register(renumbering, name="renumbering", description="broken")
     register(per_row, name="per-row", description="broken")
     register(bare, name="bare", description="broken")
     register(hard, name="hard", description="broken")
@@ -266,6 +272,12 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
                                              r"sampler that marks no support rows calls it; a loss that needs the "
                                              r"marks registers with episodic=True$"):
         check_loss(broken, "split")
+    # a loss that took the batch's classes for 0..ways-1 passed (the checks' batch was of classes 0..3), and every
+    # run of it failed at its first step (index 112 is out of bounds for dimension 0 with size 80)
+    with pytest.raises(AssertionError, match=r"^renumbering: raised RuntimeError: .* on a batch of classes 9, 2, 6, 4 "
+                                             r"of 10, and not with them renumbered 0..3; a run passes the training "
+                                             r"split's class numbers, the same in every batch, not renumbered"):
+        check_loss(broken, "renumbering")
     # a loss measuring its scale on the first batch into an attribute passed, and a resumed run measured it again
     with pytest.raises(AssertionError, match=r"^forgetful: a copy given its state_dict after one batch computes .* "
                                              r"on the next batch, the loss itself .*; a resumed run restores the "

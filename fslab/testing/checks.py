@@ -20,12 +20,14 @@ from fslab.core.types import evaluator_traits
 from fslab.plugin import Backbone, Batch, Dataset, LossOutput, Sampler, SizedDataset, Split
 
 WAYS, SHOTS, QUERIES, DIM = 4, 3, 3, 16
+# The batch's classes as a run numbers them: the training split's class numbers (of CLASSES), not 0..WAYS-1
+BATCH_CLASSES, CLASSES = (9, 2, 6, 4), 10
 
 
 def episode(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Embeddings ``[24, 16]`` of 4 classes × (3 support + 3 query rows), labels and support marks."""
     generator = torch.Generator().manual_seed(seed)
-    labels = torch.arange(WAYS).repeat_interleave(SHOTS + QUERIES)
+    labels = torch.tensor(BATCH_CLASSES).repeat_interleave(SHOTS + QUERIES)
     support = torch.tensor(([True] * SHOTS + [False] * QUERIES) * WAYS)
     z = (0.5 * torch.randn(len(labels), DIM, generator=generator)).requires_grad_()
     return z, labels, support
@@ -43,7 +45,24 @@ def check_count(name: str, what: str, value: Any, most: int) -> int:
 
 
 def build_loss(registry: Registry, name: str) -> Any:
-    return registry.create("loss", name, context={"out_dim": DIM, "num_classes": WAYS})
+    return registry.create("loss", name, context={"out_dim": DIM, "num_classes": CLASSES})
+
+
+def call_loss(loss: Any, name: str, z: torch.Tensor, labels: torch.Tensor, marks) -> Any:
+    """``loss(z, labels, marks)``; one that raises on the split's class numbers but not on
+    the batch's classes renumbered 0..WAYS-1 is told that a run does not renumber them."""
+    try:
+        return loss(z, labels, marks)
+    except Exception as error:
+        renumbered = torch.unique(labels, return_inverse=True)[1]
+        try:
+            loss(z.detach().clone().requires_grad_(), renumbered, marks)
+        except Exception:
+            raise error from None
+        raise AssertionError(
+            f"{name}: raised {type(error).__name__}: {error} on a batch of classes "
+            f"{', '.join(map(str, BATCH_CLASSES))} of {CLASSES}, and not with them renumbered 0..{WAYS - 1}; a run "
+            f"passes the training split's class numbers, the same in every batch, not renumbered per batch") from error
 
 
 def check_loss(registry: Registry, name: str) -> None:
@@ -59,9 +78,9 @@ def check_loss(registry: Registry, name: str) -> None:
         loss = build_loss(registry, name)
         z = episode()[0]
         try:
-            out = loss(z, labels, marks)
+            out = call_loss(loss, name, z, labels, marks)
         except Exception as error:
-            if marks is not None:
+            if marks is not None or isinstance(error, AssertionError):
                 raise
             raise AssertionError(f"{name}: raised {type(error).__name__}: {error} when called with support=None, "
                                  f"as a sampler that marks no support rows calls it; a loss that needs the marks "
