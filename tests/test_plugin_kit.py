@@ -554,6 +554,36 @@ def test_contract_tests_read_the_ini_option_and_fail_a_broken_component(tmp_path
     assert unnamed.returncode != 0 and "name the fslab plugins to check" in unnamed.stdout + unnamed.stderr
 
 
+def test_a_local_plugin_that_is_not_found_is_told_why(tmp_path, monkeypatch, builtin_plugins):
+    """A relative plugin_dirs is read from the current directory: pytest run from the folder
+    above the test file failed with "no fslab plugin 'local:mine' is installed (entry points
+    ...); pip install -e . first", which said nothing of the folder."""
+    import fslab.testing
+    from fslab.testing import ContractTests
+
+    monkeypatch.setattr(fslab.testing, "_registries", {})
+    (tmp_path / "pkg" / "local").mkdir(parents=True)
+    (tmp_path / "pkg" / "local" / "mine.py").write_text(LOCAL_PLUGIN)
+    monkeypatch.chdir(tmp_path)
+
+    class Relative(ContractTests):
+        plugin_dirs = ("local",)
+
+    class Absolute(ContractTests):
+        plugin_dirs = (str(tmp_path / "pkg" / "local"),)
+
+    with pytest.raises(AssertionError) as caught:
+        Relative().test_plugin_loads("local:mine")
+    assert str(caught.value).splitlines()[0] == (
+        f"plugin_dirs names local, which is not a folder under the current directory {tmp_path}; a relative folder "
+        f'is read from there, so give it from the test file: str(Path(__file__).parent / "local")')
+    Absolute().test_plugin_loads("local:mine")
+    with pytest.raises(AssertionError, match=r"^no other\.py in plugin_dirs /.*/pkg/local\n"):
+        Absolute().test_plugin_loads("local:other")
+    with pytest.raises(AssertionError, match=r"^no plugin folder to find 'local:mine' in: set plugin_dirs = "):
+        ContractTests().test_plugin_loads("local:mine")
+
+
 def test_declared_values_are_refused_at_launch_and_listed(tmp_path):
     def fslab(*argv):
         return subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)

@@ -56,6 +56,20 @@ def fslab_registry() -> Any:
     return registry_for()
 
 
+def _no_local_plugin(plugin: str, plugin_dirs: tuple[str, ...]) -> str:
+    """Why a ``local:<stem>`` plugin is not there: no plugin folder, a folder that is not one, no such file."""
+    from pathlib import Path
+
+    if not plugin_dirs:
+        return f"no plugin folder to find '{plugin}' in: set plugin_dirs = (\"FOLDER\",) beside plugins"
+    missing = [str(d) for d in plugin_dirs if not Path(d).is_dir()]
+    if missing:
+        return (f"plugin_dirs names {', '.join(missing)}, which is not a folder under the current directory "
+                f"{Path.cwd()}; a relative folder is read from there, so give it from the test file: "
+                f"str(Path(__file__).parent / \"{Path(missing[0]).name}\")")
+    return f"no {plugin.removeprefix('local:')}.py in plugin_dirs {', '.join(map(str, plugin_dirs))}"
+
+
 class ContractTests:
     """Subclass it as ``Test...`` in a test module: one test per component
     of the plugins named in :attr:`plugins`, per contract."""
@@ -116,6 +130,8 @@ class ContractTests:
     def test_plugin_loads(self, plugin: str) -> None:
         failed = {f.plugin: f.error for f in self.registry.failures}
         assert plugin not in failed, f"plugin '{plugin}' failed to load: {failed.get(plugin)}"
+        if plugin.startswith("local:"):
+            assert plugin in self.registry.plugins, _no_local_plugin(plugin, self.plugin_dirs)
         assert plugin in self.registry.plugins, (
             f"no fslab plugin '{plugin}' is installed (entry points of group 'fslab': "
             f"{', '.join(sorted(self.registry.plugins)) or 'none'}); pip install -e . first")
