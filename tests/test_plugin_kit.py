@@ -583,6 +583,12 @@ def test_a_local_plugin_that_is_not_found_is_told_why(tmp_path, monkeypatch, bui
     with pytest.raises(AssertionError, match=r"^no plugin folder to find 'local:mine' in: set plugin_dirs = "):
         ContractTests().test_plugin_loads("local:mine")
 
+    class Alone(ContractTests):  # the comma forgotten: it was read as a folder per letter (/, t, m, p, ...)
+        plugin_dirs = (str(tmp_path / "pkg" / "local"))
+
+    Alone().test_plugin_loads("local:mine")
+    assert Alone().registry.failures == []
+
 
 def test_declared_values_are_refused_at_launch_and_listed(tmp_path):
     def fslab(*argv):

@@ -118,20 +118,28 @@ class ContractTests:
         return list(plugins)
 
     def _components(self, config: pytest.Config, kinds: list[str]) -> list[tuple[str, str]]:
-        registry, plugins = registry_for(tuple(self.plugin_dirs)), set(self._plugins(config))
+        registry, plugins = self.registry, set(self._plugins(config))
         return [(kind, name) for kind in kinds for name in registry.names(kind)
                 if registry.get(kind, name).plugin in plugins]
 
     @property
     def registry(self) -> Any:
-        return registry_for(tuple(self.plugin_dirs))
+        return registry_for(self._plugin_dirs())
+
+    def _plugin_dirs(self) -> tuple[str, ...]:
+        """``plugin_dirs`` as folders: one given alone (``("my_plugins")``, the comma forgotten) is one
+        folder, not a folder per letter."""
+        import os
+
+        dirs = self.plugin_dirs
+        return (dirs,) if isinstance(dirs, (str, os.PathLike)) else tuple(dirs)
 
     # -- the contracts -------------------------------------------------------
     def test_plugin_loads(self, plugin: str) -> None:
         failed = {f.plugin: f.error for f in self.registry.failures}
         assert plugin not in failed, f"plugin '{plugin}' failed to load: {failed.get(plugin)}"
         if plugin.startswith("local:"):
-            assert plugin in self.registry.plugins, _no_local_plugin(plugin, self.plugin_dirs)
+            assert plugin in self.registry.plugins, _no_local_plugin(plugin, self._plugin_dirs())
         assert plugin in self.registry.plugins, (
             f"no fslab plugin '{plugin}' is installed (entry points of group 'fslab': "
             f"{', '.join(sorted(self.registry.plugins)) or 'none'}); pip install -e . first")
