@@ -226,10 +226,20 @@ class Counting(torch.nn.Module):
             x = torch.nn.functional.dropout(x, p=min(0.5, 0.1 * self.steps))
         return self.layer(x.mean(dim=(2, 3)))
 
+class Colour(torch.nn.Module):
+    def __init__(self, in_channels):
+        super().__init__()
+        self.out_dim = 8
+        self.conv = torch.nn.Conv2d(3, 8, 3)  # three channels, whatever in_channels says
+
+    def forward(self, x):
+        return self.conv(x).mean(dim=(2, 3))
+
 @hookimpl
 def register_backbones(register):
     register("fslab_local_plugins.broken:Lazy", name="lazy", description="declares another default",
              params={"width": 16})
+    register(Colour, name="colour", description="broken")
     register(Fixed, name="fixed", description="broken")
     register(Counting, name="counting", description="broken")
 '''
@@ -287,6 +297,11 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     with pytest.raises(AssertionError, match=r"^counting: a copy given its state_dict after a training batch computes "
                                              r"other features on the next one; a resumed run restores the backbone"):
         check_backbone(broken, "counting")
+    # a backbone that took three channels whatever in_channels said passed (checked on colour images only), and every
+    # run of it on omniglot failed before training
+    with pytest.raises(AssertionError, match=r"^colour: built with in_channels=1, raised RuntimeError: .* on images of "
+                                             r"1 channel\(s\); size the first layer by in_channels"):
+        check_backbone(broken, "colour")
     # a sampler that yields bare indices was an AttributeError ('list' object has no attribute 'indices')
     with pytest.raises(AssertionError, match=r"lists: batches\(epoch\) yielded a list, not Batch\(indices, support\)"):
         check_sampler(broken, "lists")

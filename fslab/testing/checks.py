@@ -165,6 +165,25 @@ def check_backbone(registry: Registry, name: str, params: dict | None = None, im
             assert tuple(width) == (2, sum(dims[-stages:])), \
                 f"{name}: features(x, {stages}) is {tuple(width)}, expected (2, {sum(dims[-stages:])})"
     check_backbone_restores(registry, name, params, channels, image_size, model)
+    check_backbone_channels(registry, name, params, 1 if channels != 1 else 3, image_size)
+
+
+def check_backbone_channels(registry: Registry, name: str, params: dict, channels: int,
+                            image_size: tuple[int, int]) -> None:
+    """Built for images of other channels (1 for Omniglot's grayscale, 3 for colour), it
+    takes them: its first layer is sized by ``in_channels``, not for one kind of image."""
+    torch.manual_seed(0)
+    model = build_backbone(registry, name, params, channels, image_size).eval()
+    x = torch.zeros(2, channels, *image_size)
+    try:
+        with torch.no_grad():
+            shape = tuple(model(x).shape)
+    except Exception as error:
+        raise AssertionError(f"{name}: built with in_channels={channels}, raised {type(error).__name__}: {error} on "
+                             f"images of {channels} channel(s); size the first layer by in_channels (1 for a "
+                             f"grayscale dataset such as omniglot)") from error
+    assert shape == (2, model.out_dim), \
+        f"{name}: built with in_channels={channels}, features {shape}, expected (2, out_dim={model.out_dim})"
 
 
 def check_backbone_restores(registry: Registry, name: str, params: dict, channels: int,
