@@ -200,9 +200,24 @@ class Lists:
         for start in (0, self.batch_size):
             yield list(range(start, start + self.batch_size))  # indices, not Batch(indices)
 
+class Unseeded:
+    def __init__(self, labels, batch_size, seed):
+        self.count, self.batch_size = len(labels), batch_size  # the seed is never used
+
+    def __len__(self):
+        return 2
+
+    def batches(self, epoch):
+        from fslab.plugin import Batch
+
+        order = torch.randperm(self.count, generator=torch.Generator().manual_seed(epoch)).tolist()
+        for start in (0, self.batch_size):
+            yield Batch(order[start:start + self.batch_size], None)
+
 @hookimpl
 def register_samplers(register):
     register(Lists, name="lists", description="broken")
+    register(Unseeded, name="unseeded", description="broken")
 
 class Fixed(torch.nn.Module):
     def __init__(self, in_channels):
@@ -297,6 +312,9 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     with pytest.raises(AssertionError, match=r"^counting: a copy given its state_dict after a training batch computes "
                                              r"other features on the next one; a resumed run restores the backbone"):
         check_backbone(broken, "counting")
+    # a sampler that drew from the epoch alone passed, and every seed of a sweep trained on the same batches
+    with pytest.raises(AssertionError, match=r"^unseeded: seeds 0 and 1 give the same batches; draw them"):
+        check_sampler(broken, "unseeded")
     # a backbone that took three channels whatever in_channels said passed (checked on colour images only), and every
     # run of it on omniglot failed before training
     with pytest.raises(AssertionError, match=r"^colour: built with in_channels=1, raised RuntimeError: .* on images of "

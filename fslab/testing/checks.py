@@ -220,7 +220,8 @@ def _indices(sampler, epoch: int) -> list[list[int]]:
 def check_sampler(registry: Registry, name: str, params: dict | None = None, batch_size: int = 32) -> None:
     """``len()`` batches of ``batch_size`` distinct, valid indices; an episodic
     sampler marks support and query rows and gives every query class support;
-    batches depend on the seed and the epoch only (and survive pickling)."""
+    batches depend on the seed and the epoch only (and survive pickling), and
+    another seed gives others."""
     labels, params = sampler_labels(), params or {}
     rows_of = registry.get("sampler", name).info.get("batch")
     if rows_of is not None:  # its own parameters fix a batch's rows (an episode's), as a run's batch size then says
@@ -252,6 +253,8 @@ def check_sampler(registry: Registry, name: str, params: dict | None = None, bat
     assert _indices(pickle.loads(pickle.dumps(sampler)), 3) == _indices(sampler, 3), \
         f"{name}: not deterministic after pickling"
     assert _indices(sampler, 3) != _indices(sampler, 4), f"{name}: epochs give the same batches"
+    assert _indices(build(1), 3) != _indices(sampler, 3), \
+        f"{name}: seeds 0 and 1 give the same batches; draw them from the seed it is given (a run's --seed)"
 
 
 class TinyNet(nn.Module):
