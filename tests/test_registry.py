@@ -302,6 +302,31 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
         fslab.create("study", "nca-supcon", seeds=2)
 
 
+def test_the_public_create_takes_numpy_numbers_as_python_ones(builtin_plugins):
+    """A notebook's values often come from numpy (np.arange, an array's sum): they were refused,
+    "must be an integer, got np.int64(3)"; they are checked and passed on as Python numbers."""
+    import numpy as np
+
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    assert fslab.create("evaluator", "knn", k=np.int64(3)).keywords == {"k": 3, "ties": "nearest"}
+    loss = fslab.create("loss", "nca", temperature=np.float32(0.5), pair_fraction=np.int64(1))
+    assert loss.keywords == {"temperature": 0.5, "pair_fraction": 1.0}
+    assert all(type(v) is float for v in loss.keywords.values())
+    widths = list(np.array([4, 4, 8, 8]))
+    assert fslab.create("backbone", "resnet12", in_channels=np.int64(1), widths=widths).out_dim == 8
+    sampler = fslab.create("sampler", "iid", labels=[0, 1, 0, 1], batch_size=np.int64(2), seed=np.uint8(3))
+    assert (sampler.batch_size, type(sampler.batch_size)) == (2, int)
+    # ... and refused as Python's are
+    with pytest.raises(ConfigError, match=r"^config key 'backbone.in_channels' must be at least 1, got 0$"):
+        fslab.create("backbone", "conv4", in_channels=np.int64(0))
+    with pytest.raises(ConfigError, match=r"^config key 'loss.temperature' must be a finite number, got nan$"):
+        fslab.create("loss", "nca", temperature=np.float32("nan"))
+    with pytest.raises(ConfigError, match=r"^config key 'evaluator.k' must be an integer, got np.True_$"):
+        fslab.create("evaluator", "knn", k=np.bool_(True))
+
+
 def test_the_public_create_takes_a_tuple_where_a_list_is_declared(builtin_plugins):
     """widths=(8, 16, 32, 64) was refused with "must be a list, got (8, 16, 32, 64)"."""
     import fslab

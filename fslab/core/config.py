@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import difflib
 import math
+import numbers
 import os
 import re
 import sys
@@ -524,6 +525,7 @@ def check_value(key: str, value: Any, default: Any) -> Any:
     """``value`` converted to the type of ``default``, or a ConfigError naming
     the key and the type expected. An int is a valid float; a single number is
     a valid one-element list (``--set eval.shots=5``)."""
+    value = _plain_number(value)
     if default is None:  # an untyped plugin parameter (loss.margin=null): any value, but a finite one
         _check_finite(key, value)
         return value
@@ -555,6 +557,16 @@ def check_value(key: str, value: Any, default: Any) -> Any:
         return value
     raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}"
                       + _as_list_hint(expected, value))
+
+
+def _plain_number(value: Any) -> Any:
+    """A number of another library (numpy's int64 or float32, from a notebook's fslab.create)
+    as Python's own; TOML and JSON give Python's already."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, int):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, (int, float)):
+        return float(value)
+    return value
 
 
 def _as_list_hint(expected: type, value: Any) -> str:
@@ -631,10 +643,11 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
     _check_declared_rules(component, params, key)
+    given = {param: value for param, value in given.items()}
     for param in filled_in:
         if param in given and param in FILLED_IN_COUNTS:
-            check_rule(f"{key}.{param}", check_value(f"{key}.{param}", given[param], 0),
-                       rule_of(FILLED_IN_COUNTS[param]))
+            given[param] = check_value(f"{key}.{param}", given[param], 0)
+            check_rule(f"{key}.{param}", given[param], rule_of(FILLED_IN_COUNTS[param]))
     if "image_size" in filled_in and "image_size" in given:
         _check_image_size(f"{key}.image_size", given["image_size"])
     return {**params, **{param: given[param] for param in filled_in if param in given}}
