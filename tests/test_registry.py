@@ -327,6 +327,28 @@ def test_the_public_create_takes_numpy_numbers_as_python_ones(builtin_plugins):
         fslab.create("evaluator", "knn", k=np.bool_(True))
 
 
+def test_the_public_create_checks_what_a_run_fills_in_that_is_no_number(builtin_plugins):
+    """A sampler's labels, an evaluator's training_loss and a sink's run, given wrong, were the
+    component's own TypeError or AttributeError ('NoneType' object has no attribute 'path')."""
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    for kind, name, params, expected in [
+            ("sampler", "iid", {"labels": None, "batch_size": 2, "seed": 0},
+             "'sampler.labels' must be the training split's labels, one whole number per image (a list, tensor or "
+             "array), got None"),
+            ("evaluator", "sen", {"training_loss": "sen"},
+             "'evaluator.training_loss' must be the run's loss section, a dict such as {'name': 'sen', "
+             "'eps_pos': 1.0}, or None, got 'sen'"),
+            ("sink", "tensorboard", {"run": "runs/x"},
+             "'sink.run' must be a fslab.plugin.SinkRun, the run the sink is told of, got 'runs/x'")]:
+        with pytest.raises(ConfigError) as caught:
+            fslab.create(kind, name, **params)
+        assert str(caught.value) == f"config key {expected}"
+    assert len(fslab.create("sampler", "iid", labels=(0, 1, 0, 1), batch_size=2, seed=0)) == 2
+    assert fslab.create("evaluator", "sen", training_loss={"name": "sen", "eps_pos": 2.0}).keywords["training_loss"]
+
+
 def test_the_public_create_takes_a_tuple_where_a_list_is_declared(builtin_plugins):
     """widths=(8, 16, 32, 64) was refused with "must be a list, got (8, 16, 32, 64)"."""
     import fslab

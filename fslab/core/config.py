@@ -59,7 +59,7 @@ from fslab.core.limits import (
 )
 from fslab.core.migrations import CONFIG_VERSION, migrate
 from fslab.core.settings import Settings
-from fslab.core.types import CheckContext, SplitSizes
+from fslab.core.types import CheckContext, SinkRun, SplitSizes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -650,7 +650,26 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
             check_rule(f"{key}.{param}", given[param], rule_of(FILLED_IN_COUNTS[param]))
     if "image_size" in filled_in and "image_size" in given:
         _check_image_size(f"{key}.image_size", given["image_size"])
+    _check_filled_in_kinds(key, {param: given[param] for param in filled_in if param in given})
     return {**params, **{param: given[param] for param in filled_in if param in given}}
+
+
+# The other values fslab fills in: what each must be, in words, and the test of it.
+FILLED_IN_KINDS = {
+    "labels": ("the training split's labels, one whole number per image (a list, tensor or array)",
+               lambda v: hasattr(v, "__len__") and hasattr(v, "__getitem__") and not isinstance(v, (str, bytes, dict))),
+    "training_loss": ("the run's loss section, a dict such as {'name': 'sen', 'eps_pos': 1.0}, or None",
+                      lambda v: v is None or isinstance(v, dict)),
+    "run": ("a fslab.plugin.SinkRun, the run the sink is told of", lambda v: isinstance(v, SinkRun)),
+}
+
+
+def _check_filled_in_kinds(key: str, given: dict) -> None:
+    """What fslab.create is given for a value a run fills in that is no whole number (a sampler's
+    labels, an evaluator's training_loss, a sink's run): one line, not the component's TypeError."""
+    for param, value in given.items():
+        if param in FILLED_IN_KINDS and not FILLED_IN_KINDS[param][1](value):
+            raise ConfigError(f"config key '{key}.{param}' must be {FILLED_IN_KINDS[param][0]}, got {value!r}")
 
 
 def _check_image_size(key: str, value: Any) -> None:
