@@ -623,6 +623,64 @@ def test_a_local_plugin_that_is_not_found_is_told_why(tmp_path, monkeypatch, bui
     assert Alone().registry.failures == []
 
 
+FILES_DATASET = """
+from pathlib import Path
+
+import torch
+from fslab.plugin import Split, UsageError, hookimpl
+
+
+class Files:
+    channels = 1
+
+    def __init__(self, root=None):
+        if root is None or not (Path(root) / "train").is_dir():
+            raise UsageError(f"files: no {root}/train folder")
+        self.root = Path(root)
+
+    def load(self, split):
+        count = len(list((self.root / split).iterdir()))
+        return Split(torch.zeros(2 * count, 1, 8, 8, dtype=torch.uint8), torch.arange(count).repeat_interleave(2),
+                     [str(c) for c in range(count)])
+
+
+@hookimpl
+def register_datasets(register):
+    register(Files, name="files", description="reads files")
+"""
+
+
+def test_a_dataset_that_reads_files_is_told_where_a_tests_files_come_from(tmp_path, monkeypatch, builtin_plugins):
+    """Built on the default empty folder, a dataset that reads files failed with its own line
+    (no .../train folder), which did not say that dataset_args gives a test its files."""
+    import fslab.testing
+    from fslab.testing import ContractTests
+
+    monkeypatch.setattr(fslab.testing, "_registries", {})
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "files.py").write_text(FILES_DATASET)
+
+    class Default(ContractTests):
+        plugin_dirs = (str(tmp_path / "local"),)
+
+    class Layout(Default):
+        def dataset_args(self, name, tmp_path):
+            for split in ("train", "val", "test"):
+                for c in range(2):
+                    (tmp_path / split / str(c)).mkdir(parents=True)
+            return {"root": str(tmp_path)}
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AssertionError) as caught:
+        Default().test_dataset("files", tmp_path / "empty")
+    assert str(caught.value) == (
+        f"files: built with an empty folder as root, it says: files: no {tmp_path / 'empty'}/train folder; a dataset "
+        "that reads files gets them from dataset_args(self, name, tmp_path): override it to write a tiny layout "
+        "under tmp_path and return {'root': ..., **params}")
+    (tmp_path / "layout").mkdir()
+    Layout().test_dataset("files", tmp_path / "layout")
+
+
 def test_declared_values_are_refused_at_launch_and_listed(tmp_path):
     def fslab(*argv):
         return subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)

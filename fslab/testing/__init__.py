@@ -70,6 +70,19 @@ def _no_local_plugin(plugin: str, plugin_dirs: tuple[str, ...]) -> str:
     return f"no {plugin.removeprefix('local:')}.py in plugin_dirs {', '.join(map(str, plugin_dirs))}"
 
 
+def _builds_on_an_empty_folder(registry: Any, name: str, args: dict) -> None:
+    """Dataset ``name`` built as the default ``dataset_args`` builds it: one that refuses an empty
+    folder (it reads files) is told where a test's files come from, not only what it lacked."""
+    from fslab.core.errors import UsageError
+
+    try:
+        registry.create("dataset", name, **args)
+    except UsageError as error:
+        raise AssertionError(f"{name}: built with an empty folder as root, it says: {error}; a dataset that reads "
+                             f"files gets them from dataset_args(self, name, tmp_path): override it to write a "
+                             f"tiny layout under tmp_path and return {{'root': ..., **params}}") from error
+
+
 class ContractTests:
     """Subclass it as ``Test...`` in a test module: one test per component
     of the plugins named in :attr:`plugins`, per contract."""
@@ -175,6 +188,8 @@ class ContractTests:
         args = self.dataset_args(name, tmp_path)
         if args is None:
             pytest.skip(f"dataset '{name}': no layout to read (override dataset_args to write one)")
+        if type(self).dataset_args is ContractTests.dataset_args:
+            _builds_on_an_empty_folder(self.registry, name, args)
         check_dataset(self.registry, name, args)
 
     def test_method(self, name: str) -> None:
