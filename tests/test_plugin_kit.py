@@ -148,9 +148,19 @@ def flat(support, query):
 def listed(support, query):
     return torch.zeros(query.shape[:2], dtype=torch.long).tolist()  # the right ways, as a list
 
+def first_only(support, query):  # written for one episode: the first one's predictions for every episode
+    centres = support[:1].mean(dim=2)
+    return torch.cdist(query[:1], centres).argmin(dim=-1).expand(query.shape[0], -1)
+
+def by_position(support, query):  # queries come way by way: the right ways without a look at the features
+    ways = support.shape[1]
+    return torch.arange(ways).repeat_interleave(query.shape[1] // ways).expand(query.shape[0], -1)
+
 @hookimpl
 def register_evaluators(register):
     register(clumsy, name="clumsy", description="broken")
+    register(first_only, name="first-only", description="broken")
+    register(by_position, name="by-position", description="broken")
     register(listed, name="listed", description="broken")
     register(raising, name="raising", description="broken")
     register(flat, name="flat", description="broken")
@@ -336,6 +346,14 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
         check_evaluator(broken, "listed")
     with pytest.raises(AssertionError, match="^evaluator 'raising' failed: RuntimeError: a bug in the plugin$"):
         check_evaluator(broken, "raising")
+    # both scored 1.0 on the well-separated features and passed; in a run, one reported the first episode's score
+    # for every episode (a CI of 0), the other 100% whatever the network
+    with pytest.raises(AssertionError, match=r"^first-only: the 20 episodes of features without class structure all "
+                                             r"score 0\.\d\d; score each of the E episodes"):
+        check_evaluator(broken, "first-only")
+    with pytest.raises(AssertionError, match=r"^by-position: 1\.00 accuracy on features without class structure "
+                                             r"\(chance: 0\.33\); predict from the features"):
+        check_evaluator(broken, "by-position")
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
 

@@ -310,9 +310,28 @@ def _check_evaluator(registry: Registry, name: str, params: dict | None) -> None
         if traits.metric == "accuracy":
             assert float(scores.mean()) > 0.9, \
                 f"{name}: {float(scores.mean()):.2f} accuracy on well-separated classes (nearest centroid: 1.0)"
+        check_scores_follow_features(name, evaluator, traits, labels, shots, queries, generator)
     assert scores.dim() == 1 and torch.isfinite(scores).all(), f"{name}: scores {scores}"
     assert bool(((scores >= 0) & (scores <= 1)).all()), f"{name}: a score outside [0, 1]"
     assert torch.equal(scores, run()), f"{name}: not deterministic for a seed"
+
+
+def check_scores_follow_features(name: str, evaluator: Any, traits: Any, labels: torch.Tensor, shots: int,
+                                 queries: int, generator: torch.Generator) -> None:
+    """On features without class structure, episodes score differently, and near chance: an
+    evaluator that scores every episode from the first (written for one episode), or predicts
+    from where each query sits in its episode, scored 1.0 on the well-separated ones too."""
+    from fslab.training import evaluation
+
+    noise = torch.randn(len(labels), DIM, generator=generator)
+    scores = evaluation.episode_scores(noise, labels, evaluator, 3, shots, queries, 20, seed=0)
+    if traits.metric == "accuracy":
+        assert float(scores.mean()) < 0.9, (
+            f"{name}: {float(scores.mean()):.2f} accuracy on features without class structure (chance: 0.33); "
+            f"predict from the features, not from where a query sits in its episode")
+    assert not bool((scores == scores[0]).all()), (
+        f"{name}: the 20 episodes of features without class structure all score {float(scores[0]):.2f}; score "
+        f"each of the E episodes it is given from its own support and query features (not the first for all)")
 
 
 def check_dataset(registry: Registry, name: str, args: dict) -> None:
