@@ -582,6 +582,24 @@ def register_losses(register):
 '''
 
 
+def test_contract_tests_take_one_plugin_named_without_a_list(tmp_path, monkeypatch, builtin_plugins):
+    """plugins = "local:mine" was read a letter at a time: a test per letter ("no fslab plugin 'l'
+    is installed") and no component of the plugin checked."""
+    import fslab.testing
+    from fslab.testing import ContractTests
+
+    monkeypatch.setattr(fslab.testing, "_registries", {})
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "mine.py").write_text(LOCAL_PLUGIN)
+
+    class One(ContractTests):
+        plugins = "local:mine"
+        plugin_dirs = (str(tmp_path / "local"),)
+
+    assert One()._plugins(None) == ["local:mine"]
+    assert One()._components(None, ["loss"]) == [("loss", "sloppy"), ("loss", "tidy")]
+
+
 def test_contract_tests_read_the_ini_option_and_fail_a_broken_component(tmp_path):
     """The pytest route an author takes: the plugin named in the ini option
     fslab_plugins, the tests one ContractTests subclass."""

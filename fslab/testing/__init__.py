@@ -128,7 +128,7 @@ class ContractTests:
         if not plugins:
             raise pytest.UsageError(f"{type(self).__name__}: name the fslab plugins to check, as the class attribute "
                                     "plugins = [...] or the ini option fslab_plugins")
-        return list(plugins)
+        return [plugins] if isinstance(plugins, str) else list(plugins)  # plugins = "mine": one, not a letter each
 
     def _components(self, config: pytest.Config, kinds: list[str]) -> list[tuple[str, str]]:
         registry, plugins = self.registry, set(self._plugins(config))
