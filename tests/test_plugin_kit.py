@@ -86,7 +86,7 @@ def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
 
 BROKEN = '''
 import torch
-from fslab.plugin import LossOutput, hookimpl
+from fslab.plugin import LossOutput, UsageError, hookimpl
 
 def detached(z, labels, support=None, *, margin: float = 1.0):
     loss = z[:1].pow(2).sum()           # only the first row gets a gradient
@@ -260,11 +260,18 @@ class Colour(torch.nn.Module):
     def forward(self, x):
         return self.conv(x).mean(dim=(2, 3))
 
+class ColourOnly(Colour):
+    def __init__(self, in_channels):
+        if in_channels != 3:  # refused in one line, as a run then says: not broken
+            raise UsageError(f"colour-only takes colour images, not {in_channels} channel(s)")
+        super().__init__(in_channels)
+
 @hookimpl
 def register_backbones(register):
     register("fslab_local_plugins.broken:Lazy", name="lazy", description="declares another default",
              params={"width": 16})
     register(Colour, name="colour", description="broken")
+    register(ColourOnly, name="colour-only", description="colour images only")
     register(Fixed, name="fixed", description="broken")
     register(Counting, name="counting", description="broken")
 '''
@@ -330,6 +337,7 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     with pytest.raises(AssertionError, match=r"^colour: built with in_channels=1, raised RuntimeError: .* on images of "
                                              r"1 channel\(s\); size the first layer by in_channels"):
         check_backbone(broken, "colour")
+    check_backbone(broken, "colour-only")  # one that refuses grayscale images as it is built says so to a run
     # a sampler that yields bare indices was an AttributeError ('list' object has no attribute 'indices')
     with pytest.raises(AssertionError, match=r"lists: batches\(epoch\) yielded a list, not Batch\(indices, support\)"):
         check_sampler(broken, "lists")

@@ -17,7 +17,7 @@ from torch import nn
 
 from fslab.core.registry import Registry, keyword_params
 from fslab.core.types import evaluator_traits
-from fslab.plugin import Backbone, Batch, Dataset, LossOutput, Sampler, SizedDataset, Split
+from fslab.plugin import Backbone, Batch, Dataset, LossOutput, Sampler, SizedDataset, Split, UsageError
 
 WAYS, SHOTS, QUERIES, DIM = 4, 3, 3, 16
 # The batch's classes as a run numbers them: the training split's class numbers (of CLASSES), not 0..WAYS-1
@@ -171,9 +171,13 @@ def check_backbone(registry: Registry, name: str, params: dict | None = None, im
 def check_backbone_channels(registry: Registry, name: str, params: dict, channels: int,
                             image_size: tuple[int, int]) -> None:
     """Built for images of other channels (1 for Omniglot's grayscale, 3 for colour), it
-    takes them: its first layer is sized by ``in_channels``, not for one kind of image."""
+    takes them: its first layer is sized by ``in_channels``, not for one kind of image. One that
+    refuses them as it is built, in one line (a UsageError: colour images only), says so to a run."""
     torch.manual_seed(0)
-    model = build_backbone(registry, name, params, channels, image_size).eval()
+    try:
+        model = build_backbone(registry, name, params, channels, image_size).eval()
+    except UsageError:
+        return
     x = torch.zeros(2, channels, *image_size)
     try:
         with torch.no_grad():
