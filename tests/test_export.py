@@ -203,6 +203,24 @@ def test_a_sink_that_fails_on_a_run_is_that_runs_line(store, tmp_path):
     assert out.stdout.strip() == "exported 0 runs to mlflow; 1 failed in the sink"
 
 
+def test_tensorboard_that_cannot_write_its_event_file_is_one_line_without_its_thread_s_traceback(store, tmp_path):
+    """TensorBoard writes in a thread of its own: a store it cannot write (read-only, full; here files
+    may not grow) failed the sink in one line, after the thread's traceback on stderr."""
+    import resource
+    import subprocess
+    import sys
+
+    project, real, env = store
+    no_growth = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # noqa: E731
+    out = subprocess.run([sys.executable, "-m", "fslab", "export", real.name, "--to", "tensorboard", "--set",
+                          f"log_dir={tmp_path / 'tb'}"], cwd=project, env=env, capture_output=True, text=True,
+                         timeout=300, preexec_fn=no_growth)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line == f"error: {real.name}: sink 'tensorboard' failed: OSError: [Errno 27] File too large"
+    assert out.stdout.strip() == "exported 0 runs to tensorboard; 1 failed in the sink"
+
+
 def test_an_end_event_of_the_wrong_shape_is_left_to_the_files_not_fed_to_a_sink(store, tmp_path):
     """An edited end event ("results": "n/a") reached TensorBoard's hparams as an AttributeError."""
     project, real, env = store

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 from fslab_plugins.sinks.common import (
@@ -35,11 +36,31 @@ from fslab_plugins.sinks.common import (
 from fslab.plugin import dotted, hookimpl
 
 
+def quiet_writer_threads() -> None:
+    """TensorBoard writes from a thread of its own, which keeps the error that
+    stops it (a folder on a read-only store, a full disk) for the writer's next
+    call to raise: the sink's failure, one line. Python also printed that
+    thread's traceback on stderr; this hook leaves it out, for those threads only."""
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+    previous = threading.excepthook
+    if getattr(previous, "fslab_tensorboard", False):
+        return
+
+    def hook(args):
+        if not isinstance(args.thread, _AsyncWriterThread):
+            previous(args)
+
+    hook.fslab_tensorboard = True
+    threading.excepthook = hook
+
+
 class TensorBoardSink:
     """One run's TensorBoard log (see the module)."""
 
     def __init__(self, run, *, log_dir: str = "") -> None:
         self.board = need("torch.utils.tensorboard", "tensorboard", "tensorboard")
+        quiet_writer_threads()
         self.run = run
         self.folder = project_path(log_dir, run) / run.id if log_dir else Path(run.path) / "tb"
         if run.replay:  # an export replaces what an earlier export or the live run wrote
