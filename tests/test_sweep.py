@@ -308,6 +308,31 @@ def test_scheduler_gpus_this_machine_does_not_show_are_refused(project, monkeypa
     check_gpus_here(SchedulerSettings(gpus=(1,)))  # a GPU the machine shows passes
 
 
+def test_fslab_queue_on_a_store_it_cannot_write_tells_busy_slots_from_free_ones(tmp_path, monkeypatch):
+    """On a read-only copy of a store, fslab queue called every slot unusable and said to remove its lock
+    file: it opened the file to write. A read-only descriptor holds the probe's lock as well."""
+    import errno
+    import fcntl
+
+    from fslab.execution import slots as slot_module
+
+    def read_only(path):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    folder = tmp_path / "runs" / ".slots"
+    folder.mkdir(parents=True)
+    (folder / "cpu-0.lock").write_text("")
+    monkeypatch.setattr(slot_module, "open_lock", read_only)
+    slot = slot_module.Slot("cpu-0", None)
+    assert slot_module.slot_state(folder, slot) == {"busy": False, "problem": None}
+    fd = os.open(folder / "cpu-0.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a worker in the slot
+        assert slot_module.slot_state(folder, slot) == {"busy": True, "problem": None}
+    finally:
+        os.close(fd)
+
+
 def test_a_slot_lock_that_cannot_be_opened_is_one_line_and_queues_nothing(project):
     """A slot's lock file replaced by a folder (or the slots' folder by a file) crashed the background
     scheduler after the runs were queued, and fslab queue with a traceback."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.errors import UsageError
-from fslab.core.flocks import open_lock, take_lock
+from fslab.core.flocks import is_held, open_lock, take_lock
 from fslab.core.settings import SchedulerSettings
 from fslab.core.text import count
 
@@ -147,8 +147,14 @@ def slot_in_use(folder: Path, slot: Slot) -> bool:
 
 def slot_state(folder: Path, slot: Slot) -> dict:
     """``busy``: whether a worker holds the slot; None where its lock file
-    cannot be opened, with the ``problem`` in one line (else None: every slot has both keys)."""
+    cannot be opened, with the ``problem`` in one line (else None: every slot has both keys).
+    On a store this user cannot write (a read-only copy, another user's), the
+    lock is probed through a read-only descriptor, as a run's is."""
     try:
         return {"busy": folder.exists() and slot_in_use(folder, slot), "problem": None}
     except OSError as error:
+        if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            busy = is_held(folder / f"{slot.name}.lock")
+            if busy is not None:
+                return {"busy": busy, "problem": None}
         return {"busy": None, "problem": unusable(folder, error)}
