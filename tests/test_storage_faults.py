@@ -302,3 +302,16 @@ def test_a_stop_signal_during_the_event_lands_once_the_write_is_under_way(tmp_pa
     finally:
         signal.signal(signum, before)
     assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}
+
+
+def test_a_write_that_the_folder_refuses_names_the_file_not_its_temporary(tmp_path):
+    """On a read-only store, fslab stop of another host's run said `runs/ID/..stop-request.PID.tmp`:
+    the temporary file's name, from removing it again, which the folder refused too. (Here a file
+    stands where the folder should be: both fail alike, as root too.)"""
+    from fslab.core.files import atomic_write_json
+
+    (tmp_path / "run").write_text("")
+    target = tmp_path / "run" / ".stop-request"
+    with pytest.raises(NotADirectoryError) as caught:
+        atomic_write_json(target, {"host": "elsewhere"})
+    assert caught.value.filename == str(target) and caught.value.errno == errno.ENOTDIR

@@ -49,9 +49,23 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        _discard(tmp)
+        if exc.filename is not None and os.fspath(exc.filename) == os.fspath(tmp):  # say the file it stands for
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
         raise
+    except BaseException:
+        _discard(tmp)
+        raise
+
+
+def _discard(tmp: Path) -> None:
+    """Remove a temporary file that was not renamed, if it is there; where the
+    folder refuses (read-only), the error that brought us here is the one to tell."""
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def overwrite(path: Path, text: str) -> None:
