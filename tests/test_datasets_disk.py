@@ -923,6 +923,28 @@ def test_resuming_a_sweep_whose_data_root_is_gone_says_where_its_runs_read_their
     assert all(run.state() == "failed" for run in runs)  # none queued again
 
 
+def test_the_link_command_for_a_data_root_that_is_gone_quotes_its_path(project, registry):
+    """A root with spaces or quotes (a project in "my project/") was pasted into the ln -s command as it is,
+    which the shell splits: it is quoted as the shell reads it."""
+    import shlex
+
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+
+    tree = project / "my 'data' é"
+    make_folder_tree(tree, classes=3, per_class=4, size=(8, 8))
+    base = [{"dataset": {"name": "folder", "root": str(tree), "image_size": 8}, "device": "cpu",
+             "eval": {"ways": 2, "queries": 1, "shots": [1], "val_shots": 1}, "train": {"batch_size": 6}}]
+    sweep_id, runs = create_sweep("nca", {"train.lr": [0.1]}, 1, base=base, settings=load_settings(),
+                                  registry=registry)
+    runs[0].write_status(state="failed")
+    tree.rename(project / "moved")
+    refused = fslab("sweep", "resume", sweep_id, cwd=project)
+    (line,) = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and line.endswith(f"(ln -s NEW_PLACE {shlex.quote(str(tree))})"), line
+    assert shlex.split(line.rsplit("(", 1)[1].rstrip(")")) == ["ln", "-s", "NEW_PLACE", str(tree)]
+
+
 def folder_run(project: Path, root: Path) -> Path:
     """A tiny run of nca on the folder tree at ``root``, seed 0: its folder."""
     result = fslab("run", "nca", "--dataset", "folder", "--data-root", str(root), "--backbone", "conv4", "--epochs",

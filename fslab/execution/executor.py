@@ -11,6 +11,7 @@ data files, state, checkpoint) whichever surface starts it. ``slurm`` is
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass
@@ -122,7 +123,8 @@ def root_gone(run: Run, config: dict, exc: UsageError) -> UsageError | None:
     if (root := gone_root(config.get("dataset"), exc)) is None:
         return None
     return UsageError(f"run {run.id} was trained on {root}, which is not a folder now; a resumed run reads its "
-                      f"data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {root})")
+                      f"data there: if the data moved, put it back or link it there "
+                      f"(ln -s NEW_PLACE {shlex.quote(root)})")
 
 
 def stop(run: Run, grace: float = 30.0) -> str:
