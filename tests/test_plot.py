@@ -143,6 +143,8 @@ def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
         (["batch-size", "all", "--out", "fig.pdf"],
          "--out fig.pdf: fslab plot writes a PNG image; name a .png file, e.g. --out fig.png"),
         (["batch-size", "all", "--out", "runs"], "name a .png file, e.g. --out runs/batch-size.png"),
+        # quoted as the shell reads it: a name with a space was split when pasted
+        (["batch-size", "all", "--out", "my fig.pdf"], "name a .png file, e.g. --out 'my fig.png'"),
     ]:
         result = fslab("plot", *args, cwd=folder)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)

@@ -20,6 +20,7 @@ matplotlib is imported only when a figure is drawn, with the Agg backend.
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 import textwrap
 from pathlib import Path
@@ -234,7 +235,7 @@ def png_path(out: Path | None, x: str) -> Path:
     if out is None:
         return Path(f"{x}.png")
     if out.suffix.lower() != ".png" or out.is_dir():
-        instead = out / f"{x}.png" if out.is_dir() else out.with_suffix(".png")
+        instead = shlex.quote(str(out / f"{x}.png" if out.is_dir() else out.with_suffix(".png")))
         raise UsageError(f"--out {out}: fslab plot writes a PNG image; name a .png file, e.g. --out {instead}")
     return out
 
