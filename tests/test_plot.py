@@ -156,6 +156,22 @@ def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
     assert not (folder / "batch-size.png").exists() and not (folder / "fig.pdf").exists()
 
 
+def test_a_figure_that_cannot_be_written_says_so_and_how_to_write_it_elsewhere(batch_store):
+    """In a read-only copy of a store (here no file may grow), fslab plot said only the system's words
+    and the file's name: which file, why, and --out are said."""
+    import resource
+    import subprocess
+    import sys
+
+    folder, _ = batch_store
+    no_growth = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # noqa: E731
+    result = subprocess.run([sys.executable, "-m", "fslab", "plot", "batch-size", "all"], cwd=folder,
+                            capture_output=True, text=True, timeout=300, preexec_fn=no_growth)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        "error: cannot write batch-size.png (File too large); name a file in a folder this user can write with "
+        "--out FILE.png"], result.stderr
+
+
 def test_runs_without_a_point_are_left_out_and_named_and_a_list_setting_is_a_category(tmp_path, builtin_plugins,
                                                                                        monkeypatch):
     rng = random.Random(2)

@@ -27,7 +27,7 @@ from fslab.cli.common import (
 )
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX
-from fslab.core.errors import UsageError
+from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import canonical_evaluator, table_score
 from fslab.core.limits import repeated_at
 from fslab.core.text import count, queries_text
@@ -349,7 +349,11 @@ def plot_(
         err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
                           highlight=False)
     _say_data_split(data["data_split"], "line")
-    width, height = draw(data, out, pixels, title)
+    try:
+        width, height = draw(data, out, pixels, title)
+    except OSError as exc:  # a read-only folder (a store's copy), a full disk: what to do instead
+        raise FslabError(f"cannot write {out} ({exc.strerror or exc}); name a file in a folder this user can "
+                         f"write with --out FILE.png") from None
     if as_json:
         print(json.dumps({"out": str(out), "width": width, "height": height, **data}))
         return
