@@ -331,6 +331,34 @@ def test_settings_mistakes_that_went_unnoticed_are_one_line(tmp_path, monkeypatc
     assert load_settings().runs_dir.resolve() == (tmp_path / "elsewhere").resolve()
 
 
+def test_a_command_in_a_project_s_subfolder_that_finds_no_runs_names_the_project_above(tmp_path):
+    """fslab in a subfolder of a project reads the subfolder's runs/: it said "no runs yet; start one with:
+    fslab run nca", which would start a second store there. It now names the fslab.toml above and FSLAB_CONFIG."""
+    import subprocess
+    import sys
+
+    (tmp_path / "fslab.toml").write_text("[project]\n")
+    sub = tmp_path / "notebooks" / "figures"
+    sub.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "FSLAB_CONFIG"}
+
+    def fslab_(*args, cwd, **extra):
+        return subprocess.run([sys.executable, "-m", "fslab", *args], cwd=cwd, capture_output=True, text=True,
+                              env={**env, **extra}, timeout=120)
+
+    hint = ("; a project's fslab.toml is above this folder (../../fslab.toml), but fslab reads the fslab.toml and "
+            "runs/ of the folder it runs in: run it in ../.., or here with FSLAB_CONFIG=../../fslab.toml")
+    listed = fslab_("runs", cwd=sub)
+    assert listed.returncode == 0 and listed.stdout.strip() == "no runs yet; start one with: fslab run nca" + hint
+    shown = fslab_("show", "last", cwd=sub)
+    assert shown.returncode == 2 and shown.stderr.strip() == \
+        "error: no runs in runs yet; start one with: fslab run nca" + hint
+    assert fslab_("runs", cwd=tmp_path).stdout.strip() == "no runs yet; start one with: fslab run nca"
+    told = fslab_("runs", cwd=sub, FSLAB_CONFIG="../../fslab.toml")
+    assert told.stdout.strip() == "no runs yet; start one with: fslab run nca"
+    assert not (sub / "runs").exists()
+
+
 def test_a_settings_file_that_links_to_nothing_is_one_line_not_the_defaults(tmp_path, monkeypatch):
     # a dangling fslab.toml link was read as no file at all: runs went to ./runs, [run] was dropped, silently
     monkeypatch.chdir(tmp_path)

@@ -30,6 +30,7 @@ from fslab.cli.common import (
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import logged_evaluator, table_score
+from fslab.core.settings import project_above
 
 DEFAULT_LIMIT = 50
 
@@ -53,7 +54,7 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
 
     every = list_summaries(runs_dir, limit=None)
     if not every:
-        return "no runs yet; start one with: fslab run nca"
+        return "no runs yet; start one with: fslab run nca" + project_above()
     given = {"state": ",".join(states), "method": method, "sweep": sweep}
     have = {"state": sorted({s.state for s in every}), "method": sorted({s.method for s in every if s.method}),
             "sweep": sorted({s.sweep for s in every if s.sweep})}
@@ -114,7 +115,7 @@ def runs(
     if not summaries:
         states = _states(state)
         console.print(_none_match(runs_dir, states, method, sweep) if states or method or sweep
-                      else "no runs yet; start one with: fslab run nca")
+                      else "no runs yet; start one with: fslab run nca" + project_above())
         return
     rows = [_row(s, s.test_of(evaluator)) for s in summaries]
     title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup

@@ -34,6 +34,7 @@ from fslab.core.errors import ConfigError, FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
 from fslab.core.schemas import evaluation, event, results
 from fslab.core.schemas import status as status_of
+from fslab.core.settings import project_above
 from fslab.core.states import HOST, run_state
 from fslab.core.worklock import observed_state
 
@@ -294,7 +295,7 @@ def find_run(runs_dir: Path, ref: str) -> Run:
         return _match(runs_dir, ref, names)
     paths = run_paths(runs_dir)
     if not paths:
-        raise RunNotFound(f"no runs in {runs_dir} yet; start one with: fslab run nca")
+        raise RunNotFound(f"no runs in {runs_dir} yet; start one with: fslab run nca{project_above()}")
     newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
     return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: creation_key(r.id, _created(r)))
 

@@ -142,6 +142,24 @@ def settings_path() -> Path:
     return Path(os.environ.get("FSLAB_CONFIG") or SETTINGS_FILE)  # set but empty: as if unset
 
 
+def project_above() -> str:
+    """Where neither this folder nor ``FSLAB_CONFIG`` gives an fslab.toml but a
+    folder above this one holds one (a command run in a project's subfolder, which
+    reads the subfolder's own runs/), what to do instead, after "; "; else ""."""
+    if os.environ.get("FSLAB_CONFIG") or os.path.lexists(SETTINGS_FILE):
+        return ""
+    try:
+        parents = Path.cwd().parents
+    except OSError:  # the working folder was removed
+        return ""
+    for folder in parents:
+        if (folder / SETTINGS_FILE).is_file():
+            found = Path(os.path.relpath(folder / SETTINGS_FILE))
+            return (f"; a project's fslab.toml is above this folder ({found}), but fslab reads the fslab.toml and "
+                    f"runs/ of the folder it runs in: run it in {found.parent}, or here with FSLAB_CONFIG={found}")
+    return ""
+
+
 def load_settings(path: Path | None = None) -> Settings:
     """Read ``fslab.toml``; a missing file gives the built-in settings."""
     path = path or settings_path()
