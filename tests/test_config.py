@@ -359,6 +359,26 @@ def test_a_command_in_a_project_s_subfolder_that_finds_no_runs_names_the_project
     assert not (sub / "runs").exists()
 
 
+def test_a_runs_folder_that_links_to_nothing_is_one_line_not_an_empty_store(tmp_path):
+    """runs/ a link to a larger disk that is not mounted: listings said "no runs yet; start one with: fslab
+    run nca", and fslab run "cannot create the runs folder runs: File exists"."""
+    import subprocess
+    import sys
+
+    (tmp_path / "runs").symlink_to(tmp_path / "big disk" / "runs")
+    env = {k: v for k, v in os.environ.items() if k != "FSLAB_CONFIG"}
+    line = (f"error: runs is a link to {tmp_path / 'big disk' / 'runs'}, which does not exist (a disk not mounted?); "
+            f"mount or restore it, or remove the link")
+    for args in (["runs"], ["show", "last"], ["run", "nca", "--detach"], ["compare", "all"], ["queue"]):
+        done = subprocess.run([sys.executable, "-m", "fslab", *args], cwd=tmp_path, capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert done.returncode == 2 and done.stderr.strip() == line and done.stdout == "", (args, done.stderr)
+    assert not (tmp_path / "big disk").exists()
+    listed = subprocess.run([sys.executable, "-m", "fslab", "plugins", "--kind", "sink", "--json"], cwd=tmp_path,
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert listed.returncode == 0 and listed.stdout  # the plugins need no run store
+
+
 def test_a_settings_file_that_links_to_nothing_is_one_line_not_the_defaults(tmp_path, monkeypatch):
     # a dangling fslab.toml link was read as no file at all: runs went to ./runs, [run] was dropped, silently
     monkeypatch.chdir(tmp_path)

@@ -175,10 +175,15 @@ def shown(value: object) -> str:
     return escape(printable(value))
 
 
-def settings():
-    from fslab.core.settings import load_settings
+def settings(store: bool = True):
+    """fslab.toml's settings; with ``store``, for a command that reads or writes
+    the run store, whose runs folder must not be a link to nothing."""
+    from fslab.core.settings import check_runs_link, load_settings
 
-    return load_settings()
+    loaded = load_settings()
+    if store:
+        check_runs_link(loaded.runs_dir)
+    return loaded
 
 
 def registry(project_settings=None):

@@ -43,7 +43,7 @@ def plugins(
     from fslab.core.listing import plugin_listing
 
     # the listing, not the registry: read back from the cache while no plugin changed (fslab.core.listing)
-    found = plugin_listing(settings().plugin_dirs)
+    found = plugin_listing(settings(store=False).plugin_dirs)
     for plugin, error in found.failures:
         err_console.print(shown(f"fslab plugin '{plugin}' failed to load: {error}"), highlight=False)
     kinds = found.kinds

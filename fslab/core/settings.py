@@ -142,6 +142,15 @@ def settings_path() -> Path:
     return Path(os.environ.get("FSLAB_CONFIG") or SETTINGS_FILE)  # set but empty: as if unset
 
 
+def check_runs_link(runs_dir: Path) -> None:
+    """A runs folder that is a link to a folder that is gone (a larger disk not
+    mounted) is one line: listings said "no runs yet" and fslab run could not
+    make the folder ("File exists")."""
+    if runs_dir.is_symlink() and not runs_dir.exists():
+        raise ConfigError(f"{runs_dir} is a link to {os.readlink(runs_dir)}, which does not exist (a disk not "
+                          f"mounted?); mount or restore it, or remove the link")
+
+
 def project_above() -> str:
     """Where neither this folder nor ``FSLAB_CONFIG`` gives an fslab.toml but a
     folder above this one holds one (a command run in a project's subfolder, which
