@@ -1104,6 +1104,29 @@ def test_a_project_copied_with_its_study_file_still_reports_what_the_file_ran(re
         assert study_report(find_study(registry, str(elsewhere)), moved / "runs")["sweep"] is None
 
 
+def test_a_project_whose_runs_folder_links_to_another_disk_still_reports_once_copied(registry, tmp_path):
+    """runs/ a link to a larger disk: the file's path inside the project was taken from the disk's folder,
+    where the file is not, so none was recorded, and the project copied back (from a cluster) with its runs
+    reported every cell pending."""
+    import shutil
+
+    (tmp_path / "disk" / "runs").mkdir(parents=True)
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "runs").symlink_to(tmp_path / "disk" / "runs")
+    (tmp_path / "project" / "mine.toml").write_text(STUDY_FILE.replace('"train.epochs" = 500', '"train.epochs" = 1'))
+    config = Settings(runs_dir=tmp_path / "project" / "runs")
+    outcome = queue_study(find_study(registry, str(tmp_path / "project" / "mine.toml")), "paper", settings=config,
+                          registry=registry)
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.4] * 5})
+    copied = tmp_path / "laptop"
+    copied.mkdir()
+    shutil.copy(tmp_path / "project" / "mine.toml", copied / "mine.toml")
+    shutil.copytree(tmp_path / "disk" / "runs", copied / "runs")
+    report = study_report(find_study(registry, str(copied / "mine.toml")), copied / "runs")
+    assert report["sweep"] == outcome.sweep_id and [r["verdict"] for r in report["rows"]] == [REPRODUCED]
+
+
 def test_report_out_naming_a_file_is_one_line_and_leaves_the_file_alone(project):
     """--out is a folder: a file there (or above it) was 'error: File exists: report.md', exit 1, as if the
     system had failed, and the line did not say --out wants a folder."""

@@ -27,6 +27,7 @@ import datetime
 import itertools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,13 +164,16 @@ class Study:
     def project_file(self, runs_dir) -> str | None:
         """What a sweep record of this study also holds under ``project_file``: the study file's path from
         the folder that holds the run store, where the file lies inside that folder (None otherwise, or when
-        registered), so a project copied or moved with its study file still finds the study's records."""
+        registered), so a project copied or moved with its study file still finds the study's records. A
+        runs folder that is a link (to a larger disk) is not followed: the project is the folder of the link."""
         if not self.from_file or self.path is None:
             return None
-        try:
-            return Path(self.path).resolve().relative_to(Path(runs_dir).resolve().parent).as_posix()
-        except ValueError:
-            return None
+        for place in (os.path.abspath, os.path.realpath):  # as written, then with every link followed
+            try:
+                return Path(place(self.path)).relative_to(Path(place(runs_dir)).parent).as_posix()
+            except ValueError:
+                continue
+        return None
 
     def sweep(self, name: str) -> StudySweep:
         return next(s for s in self.sweeps if s.name == name)
