@@ -232,6 +232,21 @@ def test_an_export_searches_the_mlflow_store_once_not_once_per_run(store, tmp_pa
     assert sorted(run.data.tags["fslab.run_id"] for run in found) == copies  # each once: the first export replaced
 
 
+def test_a_runs_folder_that_links_to_another_disk_keeps_mlruns_and_log_dirs_in_the_project(store, tmp_path):
+    """runs/ a link to a larger disk: mlruns/ (and a relative log_dir) went beside the link's target, on the
+    disk, where `mlflow ui --backend-store-uri mlruns` in the project finds nothing."""
+    project, real, env = store
+    (tmp_path / "disk" / "runs").mkdir(parents=True)
+    shutil.copytree(real, tmp_path / "disk" / "runs" / real.name)
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "runs").symlink_to(tmp_path / "disk" / "runs")
+    for sink, where in (("mlflow", []), ("tensorboard", ["--set", "log_dir=tb"])):
+        out = fslab("export", "all", "--to", sink, *where, cwd=tmp_path / "project", env=env)
+        assert out.returncode == 0, out.stderr
+    assert (tmp_path / "project" / "mlruns").is_dir() and (tmp_path / "project" / "tb" / real.name).is_dir()
+    assert sorted(p.name for p in (tmp_path / "disk").iterdir()) == ["runs"]
+
+
 def test_a_sink_that_fails_on_a_run_is_that_runs_line(store, tmp_path):
     project, real, env = store
     (tmp_path / "file").write_text("")

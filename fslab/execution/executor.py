@@ -80,7 +80,7 @@ def launch(method: str, overrides: list[dict], *, settings, registry, slurm: Slu
 def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
     if slurm is None:
         return Started(run, process=start_worker(run, resume=resume))
-    job_id = slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())), requeue=resume)
+    job_id = slurm_jobs.submit(run, slurm, TrainingJob(os.path.abspath(run.path)), requeue=resume)
     return Started(run, job_id=job_id)
 
 
@@ -269,7 +269,7 @@ def _start_queued(runs_dir: Path, runs: list[Run], slurm: SlurmSettings | None) 
         if run.claim():  # not already taken by a local scheduler
             try:
                 with launch_lock(run):
-                    slurm_jobs.submit(run, slurm, TrainingJob(str(run.path.resolve())))
+                    slurm_jobs.submit(run, slurm, TrainingJob(os.path.abspath(run.path)))
             except LiveWorker:
                 continue  # requeued while a worker of it lived: that worker goes on
             submitted.append(run)

@@ -5,6 +5,7 @@ the run's final test scores as the trackers show them."""
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ def project_path(path: str, run) -> Path:
     relative one is taken from the folder that holds the runs folder (as the
     default ``mlruns/`` is), not from where the command ran: the live run, its
     resume, ``fslab export`` and ``fslab eval`` (from a subfolder, with
-    ``FSLAB_CONFIG``) then all write, and replace, the same record."""
+    ``FSLAB_CONFIG``) then all write, and replace, the same record. A runs
+    folder that is a link (to a larger disk) is not followed: the folder is the
+    link's, the project, where ``mlflow ui`` finds ``mlruns/``."""
     folder = Path(path).expanduser()
-    return folder if folder.is_absolute() else Path(run.path).resolve().parent.parent / folder
+    return folder if folder.is_absolute() else Path(os.path.abspath(run.path)).parent.parent / folder
 
 
 def eval_prefix(event: dict, config: dict) -> str:
