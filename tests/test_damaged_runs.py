@@ -189,8 +189,12 @@ def test_a_run_with_an_unreadable_status_is_neither_resumed_nor_requeued(run_fol
     folder = run_folder()
     (folder / "status.json").write_text('{"state": "compl')
     assert Run(folder).state() == "unreadable" and run_state({"pid": 3}) == "unreadable"
-    with pytest.raises(UsageError, match=r"is unreadable; only killed, lost or failed runs can resume"):
+    with pytest.raises(UsageError) as refused:
         check_resumable(Run(folder))
+    # it said "only killed, lost or failed runs can resume", as if the run were in none of those states
+    assert str(refused.value) == (
+        f"run {folder.name} is unreadable: its status.json is missing or cannot be read (fslab show {folder.name} "
+        f"says why), so how it ended cannot be told; put the file back from a copy of the run, then resume it")
     assert not any(pid_alive(pid) for pid in (0, -1, 2**31, 10**30))  # no process has these: never probed
 
 
