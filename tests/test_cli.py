@@ -652,3 +652,18 @@ def test_episode_shape_defaults_in_help_name_the_configurations(command):
     flat = " ".join(shown.replace("│", " ").split())
     assert "else the eval.ways all their configurations have; else 5" in flat
     assert "else the eval.queries all their configurations have; else 15" in flat
+
+
+def test_a_terminal_that_cannot_show_a_path_s_letters_gets_them_written_out_not_a_traceback(tmp_path):
+    """A project in "données 日本/" shown where stdout is ASCII (PYTHONIOENCODING=ascii, a latin-1 locale):
+    fslab show ended in a UnicodeEncodeError traceback."""
+    from .test_tui_helpers import complete_config, history, write_run
+
+    root = str(tmp_path / "données 日本")
+    folder = write_run(tmp_path / "runs", "20260101-000000-nca-abcd", events=history(),
+                       cfg=complete_config(dataset={"name": "synthetic", "root": root}))
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    env.pop("FSLAB_CONFIG", None)
+    shown = fslab("show", folder.name, cwd=tmp_path, env=env)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr[-2000:]
+    assert f"dataset.root={tmp_path}/donn\\xe9es \\u65e5\\u672c" in shown.stdout

@@ -84,6 +84,9 @@ def main() -> None:
 
         help_without_markdown()
         reflow_help_paragraphs()
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show é or 日本 (a path's): written out, \xe9
+        if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
+            stream.reconfigure(errors="backslashreplace")
     click = _click_exceptions()
     argv = sys.argv[1:]
     completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
