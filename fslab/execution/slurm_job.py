@@ -26,7 +26,15 @@ from fslab.execution.handover import take_worker_lock
 from fslab.execution.local import worker_command
 from fslab.execution.slurm import require_submitit
 from fslab.execution.sweep import stop_sweep_of
-from fslab.execution.worker import StatusKeeper, Stopped, import_train, record_failure, record_stop, stop_on_signals
+from fslab.execution.worker import (
+    StatusKeeper,
+    Stopped,
+    import_train,
+    record_failure,
+    record_stop,
+    stop_on_signals,
+    utf8_logs,
+)
 
 
 def _fail_fast(run: Run) -> None:
@@ -77,6 +85,7 @@ def _log_to_run(run: Run) -> None:
         log = os.open(run.path / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, fd)
         os.close(log)
+    utf8_logs()
 
 
 def run_job(job: TrainingJob) -> str:

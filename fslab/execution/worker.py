@@ -274,7 +274,17 @@ def record_failure(keeper: StatusKeeper, exc: BaseException) -> None:
     keeper.finish("failed", 1, _one_line(exc))
 
 
+def utf8_logs() -> None:
+    """The run's log files are UTF-8 whatever the machine's locale, as ``fslab logs``
+    reads them: under an ASCII one (``PYTHONIOENCODING=ascii``) the first evaluation's
+    line (``68.33 ± 5.07%``) failed the run with a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+
+
 def main(argv: list[str]) -> int:
+    utf8_logs()
     resume = "--resume" in argv
     paths = [a for a in argv if a != "--resume"]
     if len(paths) != 1:
