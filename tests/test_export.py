@@ -247,6 +247,29 @@ def test_a_runs_folder_that_links_to_another_disk_keeps_mlruns_and_log_dirs_in_t
     assert sorted(p.name for p in (tmp_path / "disk").iterdir()) == ["runs"]
 
 
+def test_wandb_refuses_a_run_folder_it_cannot_write_rather_than_write_elsewhere(tmp_path, monkeypatch):
+    """On a read-only store W&B wrote the offline run to a temporary folder of its own (a warning among
+    its messages) and fslab export said it had exported the run. The sink says what it cannot write."""
+    from fslab_plugins.sinks import wandb as wandb_sink
+
+    from fslab.plugin import SinkRun
+
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    import tempfile
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where W&B went instead
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: str(path) != str(run_dir) and access(path, mode, **kw))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PermissionError) as refused:
+        wandb_sink.WandbSink(SinkRun("r1", run_dir, {"method": "nca", "seed": 0}, replay=True))
+    assert refused.value.filename == str(run_dir) and "cannot write there" in str(refused.value)
+    assert not any(tmp_path.rglob("offline-run-*"))
+
+
 def test_a_sink_that_fails_on_a_run_is_that_runs_line(store, tmp_path):
     project, real, env = store
     (tmp_path / "file").write_text("")

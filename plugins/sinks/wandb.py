@@ -17,6 +17,8 @@ second offline record of the same id. Needs ``pip install 'fslab[wandb]'``.
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -43,6 +45,9 @@ class WandbSink:
         self.run = run
         folder = project_path(dir, run) if dir else Path(run.path)
         folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):  # W&B would write to a temporary folder instead, and say it had exported
+            raise PermissionError(errno.EACCES, "this user cannot write there (a read-only store?); give the sink "
+                                  "a dir= this user can write", str(folder))
         if run.replay:
             for earlier in (folder / "wandb").glob(f"offline-run-*-{run.id}"):
                 shutil.rmtree(earlier, ignore_errors=True)
