@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,32 @@ def test_listing_from_the_cache_imports_no_plugin_module(listing_env):
     count, imported = first.stdout.split(" ", 1)
     assert imported.strip() != "[]"  # the first listing loaded the plugins
     assert second.stdout.strip() == f"{count} []"  # the second read them back, importing none
+
+
+STUDIES = '''from pathlib import Path
+
+from fslab.plugin import hookimpl, register_study_files
+
+
+@hookimpl
+def register_studies(register):
+    register_study_files(register, Path(__file__).parent / "studies")
+'''
+
+
+def _study_file(folder, name: str, split: str = "val"):
+    """A copy of a built-in study under another name (and split)."""
+    import fslab_plugins.studies
+
+    text = (Path(fslab_plugins.studies.__file__).parent / "nca-fig2.toml").read_text()
+    text = text.replace('name = "nca-fig2"', f'name = "{name}"', 1).replace('split = "val"', f'split = "{split}"', 1)
+    (folder / f"{name}.toml").write_text(text)
+
+
+def test_a_study_file_added_beside_a_listed_one_is_seen_at_once(listing_env):
+    (listing_env / "mystudies.py").write_text(STUDIES)
+    (listing_env / "studies").mkdir()
+    _study_file(listing_env / "studies", "my-fig2")
+    assert "my-fig2" in plugin_listing([listing_env]).names("study")
+    _study_file(listing_env / "studies", "my-fig2b")  # neither plugin file nor listed study changed
+    assert {"my-fig2", "my-fig2b"} <= set(plugin_listing([listing_env]).names("study"))

@@ -7,7 +7,8 @@ component as ``fslab plugins --json`` describes it, and the plugins that
 failed) in the user's cache folder, with a fingerprint of what that depended
 on: fslab's version and registry code, the folders on ``sys.path`` (installing
 or removing a distribution changes their modification time), every plugin
-module and local plugin file imported, and every study file read. A listing
+module and local plugin file imported, and every study file read and the
+folder it was found in (a study file added beside it). A listing
 whose fingerprint still matches reads that file; any other loads the plugins
 again and rewrites it. Building a component (``fslab run``, ``fslab.create``)
 always loads the plugins themselves; so does a listing under
@@ -107,8 +108,8 @@ def _fingerprint(files: list[str]) -> dict:
 
 def _depends_on(registry, dirs: list[str]) -> list[str]:
     """The files a load read: the modules of each entry-point plugin's package,
-    the local plugin files, and the study files; for a plugin that failed to
-    import, its file too, so that mending it is seen at once."""
+    the local plugin files, and the study files and their folders; for a plugin
+    that failed to import, its file too, so that mending it is seen at once."""
     packages = set()
     files = []
     origins = [origin for _, origin in registry.plugins.values()]
@@ -123,7 +124,8 @@ def _depends_on(registry, dirs: list[str]) -> list[str]:
         file = getattr(module, "__file__", None)
         if file and name.split(".")[0] in packages:
             files.append(file)
-    files += [str(c.target) for c in registry.components.get("study", {}).values()]
+    studies = [str(c.target) for c in registry.components.get("study", {}).values()]
+    files += studies + [os.path.dirname(study) for study in studies]  # a study file added beside them
     files += dirs  # a file added to a plugin folder
     return sorted(set(files) - {None})
 
