@@ -161,3 +161,14 @@ def test_a_study_file_added_beside_a_listed_one_is_seen_at_once(listing_env):
     assert "my-fig2" in plugin_listing([listing_env]).names("study")
     _study_file(listing_env / "studies", "my-fig2b")  # neither plugin file nor listed study changed
     assert {"my-fig2", "my-fig2b"} <= set(plugin_listing([listing_env]).names("study"))
+
+
+def test_a_broken_study_file_mended_in_place_is_seen_at_once(listing_env):
+    (listing_env / "mystudies.py").write_text(STUDIES)
+    (listing_env / "studies").mkdir()
+    _study_file(listing_env / "studies", "my-fig2", split="vall")
+    broken = plugin_listing([listing_env])
+    assert [plugin for plugin, _ in broken.failures] == ["local:mystudies"] and "vall" in broken.failures[0][1]
+    _study_file(listing_env / "studies", "my-fig2")  # the same file, rewritten: its folder does not change
+    mended = plugin_listing([listing_env])
+    assert mended.failures == [] and "my-fig2" in mended.names("study")

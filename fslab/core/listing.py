@@ -10,7 +10,8 @@ or removing a distribution changes their modification time), every plugin
 module and local plugin file imported, and every study file read and the
 folder it was found in (a study file added beside it). A listing
 whose fingerprint still matches reads that file; any other loads the plugins
-again and rewrites it. Building a component (``fslab run``, ``fslab.create``)
+again and rewrites it. A listing in which a plugin imported but failed to
+register its components is not saved: what it read is not known. Building a component (``fslab run``, ``fslab.create``)
 always loads the plugins themselves; so does a listing under
 ``FSLAB_PLUGINS`` or ``FSLAB_STRICT_PLUGINS``, and any listing when
 ``FSLAB_NO_CACHE`` is set.
@@ -78,7 +79,9 @@ def plugin_listing(plugin_dirs=(), *, load=None) -> Listing:
                        for name in registry.names(kind)],
         "failures": [[f.plugin, f.error] for f in registry.failures]}, default=str))
     listing = Listing(found["kinds"], found["components"], [tuple(f) for f in found["failures"]])
-    if cached:
+    # a plugin that imported but failed to register (a broken study file) read files no one can
+    # name: its listing is not kept, so mending them is seen at the next listing
+    if cached and not any(plugin in registry.plugins for plugin, _ in listing.failures):
         _write(path, listing, _depends_on(registry, dirs))
     return listing
 
