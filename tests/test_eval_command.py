@@ -51,6 +51,28 @@ def test_eval_reproduces_the_final_test_and_caches_features(project):
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
 
 
+def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_with_cached_features(project):
+    """Features are cached by the checkpoint's epoch: another run's checkpoint of the same epoch
+    (copied in, a run folder synced over) was scored with the features of the weights it replaced."""
+    for seed in ("1", "2"):
+        assert fslab("run", "nca", *TINY, "--epochs", "1", "--seed", seed, cwd=project).returncode == 0
+    mine, other = sorted((project / "runs").iterdir())
+    args = ["--shots", "1", "--episodes", "50", "--json"]
+
+    def scores(run_dir):
+        done = fslab("eval", run_dir.name, *args, cwd=project)
+        assert done.returncode == 0, done.stderr
+        (result,) = [json.loads(line) for line in done.stdout.splitlines()]
+        return result["accuracy"], result["features_cached"]
+
+    own, _ = scores(mine)
+    theirs, _ = scores(other)
+    assert own != theirs
+    (mine / "checkpoints" / "last.pt").write_bytes((other / "checkpoints" / "last.pt").read_bytes())
+    assert scores(mine) == (theirs, False)
+    assert scores(mine) == (theirs, True)
+
+
 RECORDING_SINK = """
 import json
 from pathlib import Path

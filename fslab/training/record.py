@@ -72,6 +72,16 @@ def data_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
+def weights_fingerprint(state: dict) -> str:
+    """A digest of a network's weights (a state dict): which checkpoint a split's features were embedded with."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in sorted(state):
+        tensor = state[name]
+        digest.update(str((name, tuple(tensor.shape), str(tensor.dtype))).encode())
+        digest.update(tensor.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def episode_count(evaluator, asked: int | None, *, during_training: bool = False) -> int:
     """How many episodes to run: as many as asked, else the evaluator's
     ``default_episodes``. A model-aware evaluator adapts the network on every

@@ -4,7 +4,9 @@ The backbone embeds each image of a split once; the features are cached in
 ``runs/<id>/features/<split>-epoch<E>.pt`` (keyed by the checkpoint's epoch, so
 a newer checkpoint is embedded again; ``-stages<k>`` is added for multi-stage
 features, ``eval.feature_stages`` > 1, and ``-bf16`` or ``-fp16`` for features
-embedded in that ``eval.precision``). Episodes come from the fixed evaluation
+embedded in that ``eval.precision``). The file holds digests of the split's
+data and of the weights: other data, or another checkpoint of the same epoch
+(copied in from another run), is embedded again. Episodes come from the fixed evaluation
 seed of the run's configuration, so every run is scored on the same episodes
 and two runs can be compared episode by episode. Each evaluation is appended to
 ``metrics.jsonl`` as an ``eval`` event, and its per-episode scores are kept
@@ -52,6 +54,7 @@ from fslab.training.record import (
     data_fingerprint,
     episode_count,
     evaluate_and_record,
+    weights_fingerprint,
 )
 
 
@@ -108,30 +111,33 @@ class Checkpoint:
 def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     """The split's features and labels from the cache, or embedded now and cached, whether
     they were cached, and the split's fingerprint. The cache holds the fingerprint of the
-    split's images and labels: data changed on disk since (a class added or removed, images
-    replaced) is embedded again, never scored with stale features."""
+    split's images and labels and of the network's weights: data changed on disk since (a class
+    added or removed, images replaced), or another checkpoint of the same epoch (copied in from
+    another run), is embedded again, never scored with stale features."""
     stages, precision = checkpoint.stages, checkpoint.numerics.eval_precision  # each cached apart
     name = (f"{split}-epoch{checkpoint.epoch}" + (f"-stages{stages}" if stages > 1 else "")
             + (f"-{precision}" if precision != "fp32" else ""))
     cache = run.path / "features" / f"{name}.pt"
     data = checkpoint.dataset().load(split)  # from the dataset's own cache: far cheaper than embedding
-    digest = data_fingerprint(data.images, data.labels)
-    saved = cached_features(cache, digest)
+    digest, weights = data_fingerprint(data.images, data.labels), weights_fingerprint(checkpoint.state["model"])
+    saved = cached_features(cache, digest, weights)
     if saved is not None:
         return *saved, True, digest
     features = checkpoint.embed(data.images)
     cache.parent.mkdir(exist_ok=True)
     tmp = temporary_path(cache)
-    torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch, "data": digest}, tmp)
+    torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch, "data": digest,
+                "weights": weights}, tmp)
     os.replace(tmp, cache)
     return features, data.labels, False, digest
 
 
-def cached_features(cache, data: str | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+def cached_features(cache, data: str | None = None,
+                    weights: str | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The features and labels a cache file holds, or None when there is none,
     it is not one fslab wrote whole (cut short, emptied, replaced) or, given the
-    ``data`` fingerprint, it was embedded from other data: the split is then
-    embedded again and the file rewritten."""
+    ``data`` or ``weights`` fingerprint, it was embedded from other data or by
+    other weights: the split is then embedded again and the file rewritten."""
     if not cache.is_file():
         return None
     try:
@@ -142,7 +148,7 @@ def cached_features(cache, data: str | None = None) -> tuple[torch.Tensor, torch
     if (not isinstance(features, torch.Tensor) or not isinstance(labels, torch.Tensor) or features.dim() < 2
             or labels.dim() != 1 or len(features) != len(labels) or labels.is_floating_point()):
         return None
-    if data is not None and saved.get("data") != data:
+    if (data is not None and saved.get("data") != data) or (weights is not None and saved.get("weights") != weights):
         return None
     return features, labels
 
