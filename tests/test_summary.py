@@ -186,6 +186,31 @@ def test_the_saved_summary_is_used_only_while_it_matches_the_files(tmp_path):
         assert read_summary(run.path).loss == 0.75  # rebuilt from the files
 
 
+def test_a_metrics_file_overwritten_in_place_is_folded_again_never_read_from_the_old_offset(tmp_path):
+    """summary.json knew metrics.jsonl by its inode and the offset read: a copy written over it in
+    place (cp, scp, a hand edit: the same inode) of the same size was never read, and a longer one
+    was read from the old offset, in the middle of a line of other events."""
+    import os
+
+    run = create_run(tmp_path, "nca", own_config())
+    test = {"event": "eval", "split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2000,
+            "evaluator": "centroid", "accuracy": 0.5320, "ci95": 0.01}
+    train = {"event": "train", "time": 1.0, "step": 1, "epoch": 1, "loss": 0.5, "positives": 1, "negatives": 2}
+    run.metrics_path.write_text(json.dumps(train) + "\n" + json.dumps(test) + "\n")
+    inode = os.stat(run.metrics_path).st_ino
+    assert read_summary(run.path).test["5-shot"]["accuracy"] == 0.5320
+    with open(run.metrics_path, "w") as fh:  # the same size, in place
+        fh.write(json.dumps(train) + "\n" + json.dumps({**test, "accuracy": 0.6320}) + "\n")
+    assert os.stat(run.metrics_path).st_ino == inode
+    assert read_summary(run.path).test["5-shot"]["accuracy"] == 0.6320
+    # a resumed copy from elsewhere: other steps before the old offset, more lines after it
+    other = [{**train, "step": 5, "loss": 0.25}, {**test, "accuracy": 0.7}, {**train, "step": 6, "loss": 0.125}]
+    with open(run.metrics_path, "w") as fh:
+        fh.write("".join(json.dumps(e) + "\n" for e in other))
+    summary = read_summary(run.path)
+    assert (summary.step, summary.loss, summary.test["5-shot"]["accuracy"], summary.corrupt) == (6, 0.125, 0.7, 0)
+
+
 def test_a_summary_that_cannot_be_written_is_still_right(tmp_path):
     """Where summary.json cannot be written (here a folder stands in its place,
     which stops root too) every reader folds the files again and is right."""

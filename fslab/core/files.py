@@ -156,12 +156,18 @@ class Tail:
     """Follows one append-only file by byte offset.
 
     :meth:`read` returns the complete lines appended since the last read. A
-    file that was replaced (another inode) or cut back (smaller than what was
-    read) is read again from the top, and the read says so: ``fslab resume``
-    rewrites ``metrics.jsonl`` back to its last checkpoint."""
+    file that was replaced (another inode), cut back (smaller than what was
+    read) or rewritten in place (the bytes just before the offset are not those
+    read there, or it was written to without growing) is read again from the
+    top, and the read says so: ``fslab resume`` rewrites ``metrics.jsonl`` back
+    to its last checkpoint, and a copy from elsewhere may overwrite the file."""
 
-    def __init__(self, path: str | Path, offset: int = 0, inode: int | None = None) -> None:
+    def __init__(self, path: str | Path, offset: int = 0, inode: int | None = None, mark: bytes | None = None,
+                 mtime: int | None = None) -> None:
         self.path, self.offset, self.inode = path, offset, inode
+        # the last MARK bytes before ``offset`` and the modification time when the file ended there
+        # (None: not known, as for a Tail started at an offset given without them)
+        self.mark, self.mtime = (b"" if mark is None and offset == 0 else mark), mtime
 
     def read(self, *, partial: bool = False) -> tuple[bytes, bool]:
         """(new bytes, whether the file was rewritten since the last read).
@@ -169,23 +175,42 @@ class Tail:
         try:
             with open_regular(self.path) as fh:
                 st = os.fstat(fh.fileno())
-                reset = (self.inode is not None and st.st_ino != self.inode) or st.st_size < self.offset
+                reset = self._rewritten(fh, st)
                 if reset:
-                    self.offset = 0
+                    self.offset, self.mark = 0, b""
                 self.inode = st.st_ino
                 fh.seek(self.offset)
                 chunk = fh.read()
+                end = len(chunk) if partial else chunk.rfind(b"\n") + 1
+                after = os.fstat(fh.fileno())
         except OSError:
             return b"", False
-        end = len(chunk) if partial else chunk.rfind(b"\n") + 1
         self.offset += end
+        if self.mark is not None:
+            self.mark = (self.mark + chunk[:end])[-MARK:]
+        self.mtime = after.st_mtime_ns if after.st_size == self.offset else None
         return chunk[:end], reset
+
+    def _rewritten(self, fh, st: os.stat_result) -> bool:
+        if self.inode is None:
+            return False
+        if st.st_ino != self.inode or st.st_size < self.offset:
+            return True
+        if st.st_size == self.offset and self.mtime is not None and st.st_mtime_ns != self.mtime:
+            return True  # written to without growing: rewritten to the same size
+        if self.mark and self.offset >= len(self.mark):
+            fh.seek(self.offset - len(self.mark))
+            return fh.read(len(self.mark)) != self.mark
+        return False
 
     def events(self) -> tuple[list[dict], int, bool]:
         """(events, corrupt lines, rewritten) appended to a JSONL file."""
         chunk, reset = self.read()
         events, corrupt = parse_lines(chunk)
         return events, corrupt, reset
+
+
+MARK = 32  # bytes before a Tail's offset it checks again at each read
 
 
 def read_appended(path: Path, offset: int) -> tuple[bytes, int]:

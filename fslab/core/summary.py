@@ -17,9 +17,10 @@ agree on every number:
 
 The summary is kept in ``summary.json`` beside the files it summarises, with
 what it has read of each (inode, size, modification time; the byte offset
-reached in ``metrics.jsonl``). The worker rewrites it as it logs; a reader
-checks it against the files (a ``stat`` each) and folds only what is new, or
-starts over when a file was replaced or cut back. The files are the truth:
+reached in ``metrics.jsonl`` and the bytes just before it). The worker rewrites
+it as it logs; a reader checks it against the files (a ``stat`` each) and folds
+only what is new, or starts over when a file was replaced, cut back or
+overwritten in place (:class:`fslab.core.files.Tail`). The files are the truth:
 a ``summary.json`` that is missing, damaged, from another fslab version or
 stale is rebuilt from them, and one that cannot be written (a read-only
 store) just costs the next reader the same fold again.
@@ -410,12 +411,15 @@ class SummaryFile:
             if summary.first_train is not None:
                 summary.first_train = tuple(summary.first_train)
             seen = saved["seen"]
-            inode, offset = seen["metrics"] if seen["metrics"] else (None, 0)
+            # [inode, offset], and from fslabs that check them [modification time, the last bytes read (hex)]
+            inode, offset, mtime, mark = [*(seen["metrics"] or (None, 0)), None, None][:4]
+            mark = bytes.fromhex(mark) if mark is not None else None
             self.config_seen, self.status_seen = seen["config"], seen["status"]
             self.status = dict(saved["status"])
         except (KeyError, TypeError, ValueError):
             return False
-        self._summary, self.metrics = summary, Tail(self.metrics.path, int(offset), inode)
+        self._summary, self.metrics = summary, Tail(self.metrics.path, int(offset), inode, mark,
+                                                    mtime if isinstance(mtime, int) else None)
         return True
 
     def save(self) -> None:
@@ -428,13 +432,19 @@ class SummaryFile:
         record = {"format": SUMMARY_FORMAT, "summary": kept,
                   "status": {k: self.status[k] for k in STATUS_KEYS if k in self.status},
                   "seen": {"config": self.config_seen, "status": self.status_seen,
-                           "metrics": [self.metrics.inode, self.metrics.offset] if self.metrics.inode else None}}
+                           "metrics": self._metrics_seen()}}
         try:  # compact: it is read far more often than looked at
             atomic_write_text(Path(self.paths[SUMMARY_FILE]), json.dumps(record, separators=(",", ":")),
                               durable=False)
         except OSError:
             return
         self.dirty = False
+
+    def _metrics_seen(self) -> list | None:
+        tail = self.metrics
+        if not tail.inode:
+            return None
+        return [tail.inode, tail.offset, *([tail.mtime, tail.mark.hex()] if tail.mark is not None else [])]
 
     # -- folding what changed ------------------------------------------------------
     def refresh(self, now: float | None = None, *, config: bool = True) -> bool:
@@ -511,7 +521,7 @@ class SummaryFile:
         fresh = RunSummary(id=self.id)
         for name in METRIC_FIELDS:
             setattr(self.summary, name, getattr(fresh, name))
-        self.metrics.offset, self.metrics.inode = 0, None
+        self.metrics.offset, self.metrics.inode, self.metrics.mark, self.metrics.mtime = 0, None, b"", None
 
     def _refresh_metrics(self) -> bool:
         tail = self.metrics
@@ -522,8 +532,8 @@ class SummaryFile:
         except OSError as exc:
             return self._problem("metrics.jsonl", f"cannot be read: {exc.strerror or exc}")
         self.problems.pop("metrics.jsonl", None)
-        if st.st_ino == tail.inode and st.st_size == tail.offset:
-            return False
+        if st.st_ino == tail.inode and st.st_size == tail.offset and tail.mtime in (None, st.st_mtime_ns):
+            return False  # (written to without growing: rewritten in place, which the read tells)
         chunk, rewritten = tail.read()
         if rewritten:  # cut back (a resume) or replaced: fold it again from the top
             fresh = RunSummary(id=self.id)
