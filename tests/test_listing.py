@@ -172,3 +172,28 @@ def test_a_broken_study_file_mended_in_place_is_seen_at_once(listing_env):
     _study_file(listing_env / "studies", "my-fig2")  # the same file, rewritten: its folder does not change
     mended = plugin_listing([listing_env])
     assert mended.failures == [] and "my-fig2" in mended.names("study")
+
+
+def test_a_module_a_local_plugin_imports_its_loss_from_edited_in_place_is_seen_at_once(listing_env, monkeypatch):
+    """The parameters listed are read from the target's signature, in a module of the project's
+    own (here on sys.path): an edit of it in place (the folder unchanged) was listed as it was."""
+    lib = listing_env.parent / "lib"
+    lib.mkdir()
+    helper = lib / "mylosses.py"
+    code = "from fslab.plugin import LossOutput\n\n\ndef hinge(z, labels, support=None, *, margin: float = {}):\n" \
+           "    return LossOutput(z.sum() * margin, 0, 0)\n"
+    helper.write_text(code.format("1.0"))
+    monkeypatch.syspath_prepend(str(lib))
+    (listing_env / "reg.py").write_text("from mylosses import hinge\n\nfrom fslab.plugin import hookimpl\n\n\n"
+                                        "@hookimpl\ndef register_losses(register):\n"
+                                        "    register(hinge, name='hinge', description='a hinge')\n")
+    assert next(c for c in plugin_listing([listing_env]).of_kind("loss") if c["name"] == "hinge")["params"] == {
+        "margin": 1.0}
+    with helper.open("w") as file:
+        file.write(code.format("2.0"))
+    stamp = time.time_ns() + 5_000_000_000
+    os.utime(helper, ns=(stamp, stamp))
+    sys.modules.pop("mylosses", None)  # a new process imports the edited file
+    assert next(c for c in plugin_listing([listing_env]).of_kind("loss") if c["name"] == "hinge")["params"] == {
+        "margin": 2.0}
+    sys.modules.pop("mylosses", None)

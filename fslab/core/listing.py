@@ -7,8 +7,10 @@ component as ``fslab plugins --json`` describes it, and the plugins that
 failed) in the user's cache folder, with a fingerprint of what that depended
 on: fslab's version and registry code, the folders on ``sys.path`` (installing
 or removing a distribution changes their modification time), every plugin
-module and local plugin file imported, and every study file read and the
-folder it was found in (a study file added beside it). A listing
+module and local plugin file imported, the module that defines each
+component's target (a local plugin may register a class of the project's own
+package), and every study file read and the folder it was found in (a study
+file added beside it). A listing
 whose fingerprint still matches reads that file; any other loads the plugins
 again and rewrites it. A listing in which a plugin imported but failed to
 register its components is not saved: what it read is not known. Building a component (``fslab run``, ``fslab.create``)
@@ -111,8 +113,10 @@ def _fingerprint(files: list[str]) -> dict:
 
 def _depends_on(registry, dirs: list[str]) -> list[str]:
     """The files a load read: the modules of each entry-point plugin's package,
-    the local plugin files, and the study files and their folders; for a plugin
-    that failed to import, its file too, so that mending it is seen at once."""
+    the local plugin files, the module each component's target was defined in
+    (its parameters are read from its signature), and the study files and their
+    folders; for a plugin that failed to import, its file too, so that mending
+    it is seen at once."""
     packages = set()
     files = []
     origins = [origin for _, origin in registry.plugins.values()]
@@ -127,6 +131,10 @@ def _depends_on(registry, dirs: list[str]) -> list[str]:
         file = getattr(module, "__file__", None)
         if file and name.split(".")[0] in packages:
             files.append(file)
+    for components in registry.components.values():  # a target imported from a module of another package
+        for component in components.values():
+            module = sys.modules.get(getattr(component.target, "__module__", None) or "")
+            files.append(getattr(module, "__file__", None))
     studies = [str(c.target) for c in registry.components.get("study", {}).values()]
     files += studies + [os.path.dirname(study) for study in studies]  # a study file added beside them
     files += dirs  # a file added to a plugin folder
