@@ -211,6 +211,25 @@ def test_a_metrics_file_overwritten_in_place_is_folded_again_never_read_from_the
     assert (summary.step, summary.loss, summary.test["5-shot"]["accuracy"], summary.corrupt) == (6, 0.125, 0.7, 0)
 
 
+def test_a_config_edited_to_another_evaluator_or_shape_folds_the_events_again(tmp_path):
+    """Which test is the run's own, and which episodes count, follow config.json's evaluator, eval.ways
+    and eval.queries: an edit of them kept the scores summary.json had folded under the old ones."""
+    run = create_run(tmp_path, "nca", own_config(eval={"ways": 5, "queries": 15}))
+    shape = {"event": "eval", "split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 100, "ci95": 0.01}
+    events = [{**shape, "evaluator": "centroid", "accuracy": 0.5},
+              {**shape, "evaluator": "knn[k=3]", "accuracy": 0.6, "source": "fslab eval", "epoch": 1},
+              {**shape, "ways": 10, "evaluator": "centroid", "accuracy": 0.3}]
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert read_summary(run.path).test["5-shot"]["accuracy"] == 0.5
+    for edit in ({"evaluator": {"name": "knn", "k": 3}}, {"eval": {"ways": 10, "queries": 15}}):
+        (run.path / "config.json").write_text(json.dumps(own_config(**edit)))
+        cached = read_summary(run.path)
+        (run.path / SUMMARY_FILE).unlink()
+        fresh = read_summary(run.path)
+        assert (cached.test, cached.test_by_evaluator) == (fresh.test, fresh.test_by_evaluator), edit
+        assert cached.test != {"5-shot": {"accuracy": 0.5, "ci95": 0.01, "episodes": 100}}
+
+
 def test_a_summary_that_cannot_be_written_is_still_right(tmp_path):
     """Where summary.json cannot be written (here a folder stands in its place,
     which stops root too) every reader folds the files again and is right."""

@@ -491,7 +491,11 @@ class SummaryFile:
         setattr(self, attr, seen)
         self.problems.pop(name, None)
         if name == "config.json":
-            apply_config(self.summary, value)
+            summary, reads = self.summary, ("evaluator", "ways", "queries")  # what the fold of the events reads
+            before = [getattr(summary, key) for key in reads]
+            apply_config(summary, value)
+            if [getattr(summary, key) for key in reads] != before:  # edited by hand: which tests count changed
+                self._fold_metrics_again()
         else:
             self.status = {k: v for k, v in schemas.conform(value, schemas.STATUS).items() if k in STATUS_KEYS}
             apply_status(self.summary, self.status)
