@@ -504,6 +504,35 @@ def test_cifar_fs_and_fc100(registry, tmp_path):
         create(registry, "cifar-fs", tmp_path).load("train")
 
 
+def test_a_corrected_shipped_class_list_decodes_the_split_again(registry, tmp_path, monkeypatch):
+    """CIFAR's classes are chosen from its files by the list fslab ships: the cache key held neither
+    the list nor anything it changes, so an fslab whose list was corrected kept the old classes."""
+    import fslab_plugins.datasets.cifar as cifar
+
+    make_cifar(tmp_path)
+    full = sorted(listed("cifar-fs", "val"))
+    assert create(registry, "cifar-fs", tmp_path, check_counts=False).load("val").classes == full
+    shipped = cifar.shipped_list
+    monkeypatch.setattr(cifar, "shipped_list", lambda name, split: (shipped(name, split)[0][1:], "the new list"))
+    assert create(registry, "cifar-fs", tmp_path, check_counts=False).load("val").classes == sorted(
+        listed("cifar-fs", "val")[1:])
+
+
+def test_a_reordered_shipped_class_list_numbers_a_pickles_classes_again(registry, tmp_path, monkeypatch):
+    """A miniImageNet pickle's classes are numbered in the shipped list's order: the cache kept the old numbers."""
+    import fslab_plugins.datasets.miniimagenet as mini
+
+    names = listed("miniimagenet", "val")[:2]
+    whole = {"image_data": rng(1).integers(0, 256, (2, 8, 8, 3), dtype=np.uint8),
+             "class_dict": {names[0]: [0], names[1]: [1]}}
+    for split in ("train", "val", "test"):
+        (tmp_path / f"mini-imagenet-cache-{split}.pkl").write_bytes(pickle.dumps(whole))
+    assert create(registry, "miniimagenet", tmp_path, check_counts=False).load("val").classes == names
+    shipped = mini.shipped_list
+    monkeypatch.setattr(mini, "shipped_list", lambda name, split: (shipped(name, split)[0][::-1], "the new list"))
+    assert create(registry, "miniimagenet", tmp_path, check_counts=False).load("val").classes == names[::-1]
+
+
 # -- Omniglot --------------------------------------------------------------------------------
 
 

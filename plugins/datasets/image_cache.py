@@ -10,7 +10,8 @@ decoded and resized exactly once into
     ROOT/.fslab-cache/<stem>.json           header: shape, classes, key, files
 
 where ``<stem>`` is e.g. ``miniimagenet-train-84`` and ``<key>`` a hash of
-everything the pixels depend on: the dataset's parameters, the cache format
+everything the pixels depend on: the dataset's parameters (with the class
+list fslab ships where it chooses or numbers the classes), the cache format
 version and, for every source file, its path, size and modification time.
 Editing, adding or removing a source file, or changing a parameter such as
 ``image_size``, changes the key and the split is decoded again; the stale files

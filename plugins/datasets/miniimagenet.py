@@ -72,7 +72,8 @@ class MiniImageNet(CachedDataset):
         params = {"source": self.source, "image_size": self.image_size, "check_counts": self.check_counts}
         if self.source == "pickle":
             path = self.root / f"mini-imagenet-cache-{split}.pkl"
-            return stem, params, [path], lambda: self._build_from_pickle(path, split, expected, list_name)
+            return stem, {**params, "listed": expected}, [path], lambda: self._build_from_pickle(  # it orders them
+                path, split, expected, list_name)
 
         csv_path, found, classes = self._csv_classes(split)
         files = self._images(found, classes)

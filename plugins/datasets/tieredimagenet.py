@@ -74,7 +74,7 @@ class TieredImageNet(CachedDataset):
         params = {"source": self.source, "image_size": self.image_size, "check_counts": self.check_counts}
         if self.source == "pickle":
             images_path, labels_path = self.root / f"{split}_images_png.pkl", self.root / f"{split}_labels.pkl"
-            return stem, params, [images_path, labels_path], lambda: self._build_from_pickles(
+            return stem, {**params, "listed": expected}, [images_path, labels_path], lambda: self._build_from_pickles(
                 images_path, labels_path, split, expected, list_name)
         tree, classes = self._folder_classes(split)
         files, build = tree_plan(tree, classes, self.image_size, "RGB")
