@@ -158,9 +158,12 @@ class Tail:
     :meth:`read` returns the complete lines appended since the last read. A
     file that was replaced (another inode), cut back (smaller than what was
     read) or rewritten in place (the bytes just before the offset are not those
-    read there, or it was written to without growing) is read again from the
-    top, and the read says so: ``fslab resume`` rewrites ``metrics.jsonl`` back
-    to its last checkpoint, and a copy from elsewhere may overwrite the file."""
+    read there) is read again from the top, and the read says so: ``fslab
+    resume`` rewrites ``metrics.jsonl`` back to its last checkpoint, and a copy
+    from elsewhere may overwrite the file. ``mtime`` is the file's modification
+    time when it ended at ``offset`` (a write under way may show its new time
+    before its bytes: a caller that takes a new time for a rewrite only reads
+    the file again)."""
 
     def __init__(self, path: str | Path, offset: int = 0, inode: int | None = None, mark: bytes | None = None,
                  mtime: int | None = None) -> None:
@@ -196,8 +199,6 @@ class Tail:
             return False
         if st.st_ino != self.inode or st.st_size < self.offset:
             return True
-        if st.st_size == self.offset and self.mtime is not None and st.st_mtime_ns != self.mtime:
-            return True  # written to without growing: rewritten to the same size
         if self.mark and self.offset >= len(self.mark):
             fh.seek(self.offset - len(self.mark))
             return fh.read(len(self.mark)) != self.mark

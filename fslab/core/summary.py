@@ -536,8 +536,10 @@ class SummaryFile:
         except OSError as exc:
             return self._problem("metrics.jsonl", f"cannot be read: {exc.strerror or exc}")
         self.problems.pop("metrics.jsonl", None)
-        if st.st_ino == tail.inode and st.st_size == tail.offset and tail.mtime in (None, st.st_mtime_ns):
-            return False  # (written to without growing: rewritten in place, which the read tells)
+        if st.st_ino == tail.inode and st.st_size == tail.offset:
+            if tail.mtime in (None, st.st_mtime_ns):
+                return False
+            self._fold_metrics_again()  # written to without growing: rewritten in place, to the same size
         chunk, rewritten = tail.read()
         if rewritten:  # cut back (a resume) or replaced: fold it again from the top
             fresh = RunSummary(id=self.id)
