@@ -901,8 +901,14 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
         app.notify = lambda message, **kw: notes.append(message)
         await pilot.press("r")  # the newest run is completed: nothing to resume, no dialog
         assert type(app.screen).__name__ == "RunsScreen"
-        assert notes[-1] == ("20260101-000001-nca-done is completed; only killed, lost or failed runs can resume; "
-                             "N starts a new run like it (fslab run --like)")  # as fslab resume names --like
+        assert notes[-1] == ("run 20260101-000001-nca-done is completed; only killed, lost or failed runs can resume; "
+                             "to train a run like it from the start: fslab run --like 20260101-000001-nca-done; "
+                             "N starts a new run like it here")  # fslab resume's words
+        (runs / "20260101-000001-nca-done" / "status.json").write_text('{"state": "compl')  # a copy cut short
+        app.rows["20260101-000001-nca-done"].state = "unreadable"
+        await pilot.press("r")
+        assert type(app.screen).__name__ == "RunsScreen" and notes[-1].startswith(
+            "run 20260101-000001-nca-done is unreadable: its status.json is missing or cannot be read")
         await pilot.press("down", "r", "y")
         await settle(app, pilot)
         assert started == [] and "has no checkpoint" in notes[-1]  # the core's check, shown as is

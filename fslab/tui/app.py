@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from fslab.core.runstore import Run
+from fslab.core.states import RESUMABLE
 from fslab.core.summary import RunSummary
 from fslab.tui.messages import RunLaunched, RunResumed, RunStopped, StoreUpdated
 from fslab.tui.tailing import StoreWatcher
@@ -174,10 +175,16 @@ class FslabApp(App):
         row = self.rows.get(run_id)
         if row is None:
             return
-        if row.state not in ("killed", "lost", "failed"):
-            again = "; N starts a new run like it (fslab run --like)" if row.state == "completed" else ""
-            self.notify(f"{run_id} is {row.state}; only killed, lost or failed runs can resume{again}", markup=False)
-            return
+        if row.state not in RESUMABLE:  # no dialog: why not, in fslab resume's words
+            from fslab.core.errors import UsageError
+            from fslab.execution.checks import check_resumable
+
+            try:
+                check_resumable(Run(self.runs_dir / run_id))
+            except UsageError as refused:
+                again = "; N starts a new run like it here" if row.state == "completed" else ""
+                self.notify(f"{refused}{again}", markup=False)
+                return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
