@@ -240,3 +240,22 @@ def test_a_checkpoint_of_another_shape_is_one_line_not_a_key_error(tmp_path):
     except RuntimeError as exc:
         assert _first_reason(exc) == ("size mismatch for weight: copying a param with shape [64, 3, 3, 3] from "
                                       "checkpoint, the shape in current model is [64, 1, 3, 3].")
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_before_anything_is_embedded(tmp_path, monkeypatch):
+    """On a read-only copy of a store, fslab eval embedded the whole split and then said only
+    'error: Read-only file system: runs/ID/features'; it says why it writes there, before any work."""
+    import os
+
+    from fslab.cli import reports
+    from fslab.core.errors import FslabError
+
+    run = create_run(tmp_path / "my runs", "nca", {"method": "nca"})
+    writable = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: writable(path, mode) and path != run.path)
+    called = []
+    with pytest.raises(FslabError) as refused:
+        reports._evaluate(lambda *args, **kwargs: called.append(1), run, None, None)
+    assert called == [] and str(refused.value) == (
+        f"cannot write into {run.path}: fslab eval keeps the features it embeds and the scores it measures in the "
+        f"run's folder; evaluate a copy in a store this user can write (cp -r '{run.path}' OTHER/runs/)")

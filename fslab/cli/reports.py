@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -107,6 +109,10 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
     does not read: the line then says that the data may have moved, and how to name where it lies."""
     if data_root is not None and not data_root.is_dir():
         raise UsageError(f"--data-root {data_root} is not a folder")
+    if not os.access(run_.path, os.W_OK):  # a read-only copy of a store: before any image is embedded
+        raise FslabError(f"cannot write into {run_.path}: fslab eval keeps the features it embeds and the scores "
+                         f"it measures in the run's folder; evaluate a copy in a store this user can write "
+                         f"(cp -r {shlex.quote(str(run_.path))} OTHER/runs/)")
     try:
         return evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None)
     except UsageError as exc:
