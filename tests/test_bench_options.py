@@ -14,7 +14,7 @@ REFUSED = [
     ("bench_gpu", ["--device", "cpu", "--backbones", "conv4,conv5"], "unknown backbone conv5; registered: conv4"),
     ("bench_gpu", ["--device", "cpu", "--losses", "ncaa"], "--losses: unknown loss ncaa; registered:"),
     ("bench_gpu", ["--device", "cpu", "--batch-size", "0"], "--batch-size must be at least 2, got 0"),
-    ("bench_gpu", ["--device", "cpu", "--json", "/nonexistent/rows.jsonl"], "there is no folder /nonexistent"),
+    ("bench_gpu", ["--device", "cpu", "--json", "{tmp}/nowhere/rows.jsonl"], "/nowhere; make it first"),
     ("bench_gpu", ["--device", "cpu", "--recipe", "--recipe-set", "train.lr"], "--recipe-set expects key=value"),
     ("bench_losses", ["--device", "cpu", "--steps", "0"], "--steps must be at least 1, got 0"),
     ("bench_losses", ["--device", "cpu", "--backbone", "resnet13"], "unknown backbone resnet13; registered:"),
