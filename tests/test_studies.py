@@ -1080,18 +1080,24 @@ def test_a_copy_of_a_registered_study_run_from_its_file_is_reported_apart(regist
         run_id for r in theirs["rows"] for run_id in r["run_ids"]}
 
 
+def _finished_study_file(registry, project):
+    """A one-epoch copy of STUDY_FILE as project/mine.toml, queued into project/runs and its runs finished."""
+    (project / "mine.toml").write_text(STUDY_FILE.replace('"train.epochs" = 500', '"train.epochs" = 1'))
+    config = Settings(runs_dir=project / "runs")
+    outcome = queue_study(find_study(registry, str(project / "mine.toml")), "paper", settings=config,
+                          registry=registry)
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.4] * 5})
+    return outcome
+
+
 def test_a_project_copied_with_its_study_file_still_reports_what_the_file_ran(registry, tmp_path):
     """The record named the study file by its absolute path only: a project copied or moved (from a cluster
     to a laptop, to another folder) with its file said 'No runs yet' of runs it holds, every cell pending."""
     import shutil
 
     (tmp_path / "project").mkdir()
-    (tmp_path / "project" / "mine.toml").write_text(STUDY_FILE.replace('"train.epochs" = 500', '"train.epochs" = 1'))
-    config = Settings(runs_dir=tmp_path / "project" / "runs")
-    outcome = queue_study(find_study(registry, str(tmp_path / "project" / "mine.toml")), "paper", settings=config,
-                          registry=registry)
-    for run in runs_of(outcome, config.runs_dir, "nca"):
-        finish(run, {1: [0.4] * 5})
+    outcome = _finished_study_file(registry, tmp_path / "project")
     moved = tmp_path / "moved"
     shutil.move(tmp_path / "project", moved)
     report = study_report(find_study(registry, str(moved / "mine.toml")), moved / "runs")
@@ -1113,12 +1119,7 @@ def test_a_project_whose_runs_folder_links_to_another_disk_still_reports_once_co
     (tmp_path / "disk" / "runs").mkdir(parents=True)
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "runs").symlink_to(tmp_path / "disk" / "runs")
-    (tmp_path / "project" / "mine.toml").write_text(STUDY_FILE.replace('"train.epochs" = 500', '"train.epochs" = 1'))
-    config = Settings(runs_dir=tmp_path / "project" / "runs")
-    outcome = queue_study(find_study(registry, str(tmp_path / "project" / "mine.toml")), "paper", settings=config,
-                          registry=registry)
-    for run in runs_of(outcome, config.runs_dir, "nca"):
-        finish(run, {1: [0.4] * 5})
+    outcome = _finished_study_file(registry, tmp_path / "project")
     copied = tmp_path / "laptop"
     copied.mkdir()
     shutil.copy(tmp_path / "project" / "mine.toml", copied / "mine.toml")
