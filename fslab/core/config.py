@@ -643,7 +643,7 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
     _check_declared_rules(component, params, key)
-    given = {param: value for param, value in given.items()}
+    given = dict(given)
     for param in filled_in:
         if param in given and param in FILLED_IN_COUNTS:
             given[param] = check_value(f"{key}.{param}", given[param], 0)
