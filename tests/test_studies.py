@@ -1203,3 +1203,26 @@ def test_a_set_that_leaves_a_published_cell_without_runs_is_named(registry, tmp_
         resolve_study(study, "paper", settings=store(tmp_path), registry=registry, extra=(extra,))
     assert str(error.value) == (f"{given}: study tiny's runs of sweep 'nca' on synthetic would evaluate {evaluated}, "
                                 f"not its published 5-way 1-shot cell; leave it out"), str(error.value)
+
+
+def test_a_queue_lock_the_system_refuses_exits_1_and_one_in_the_way_2(tmp_path, monkeypatch):
+    """fslab study run on a read-only store exited 2, as for a mistake in its input, where fslab run and
+    fslab sweep exit 1 (a file the system refused); a folder standing where the lock goes is the user's to
+    remove: 2, as before."""
+    import errno
+
+    from fslab.core.errors import FslabError, UsageError
+    from fslab.execution import studies
+
+    def refusing(path):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(studies, "open_lock", refusing)
+    with pytest.raises(FslabError) as refused:
+        studies._open_queue_lock(tmp_path / "runs" / studies.QUEUE_LOCK)
+    assert refused.value.exit_code == 1 and "(Read-only file system)" in str(refused.value)
+    monkeypatch.undo()
+    (tmp_path / "runs" / studies.QUEUE_LOCK).mkdir(parents=True)
+    with pytest.raises(UsageError) as in_the_way:
+        studies._open_queue_lock(tmp_path / "runs" / studies.QUEUE_LOCK)
+    assert in_the_way.value.exit_code == 2

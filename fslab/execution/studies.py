@@ -23,6 +23,7 @@ one takes and removes).
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import time
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fslab.core.config import naming_the_file
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import HOST, LIVE, RESUMABLE
@@ -130,15 +131,17 @@ def _take_queue_lock(path: Path, study: str, limit: float) -> int:
 
 def _open_queue_lock(path: Path) -> int | None:
     """A descriptor of the lock file, made with its folder if missing; None
-    where the folder vanished meanwhile (try again), a UsageError if it cannot be opened."""
+    where the folder vanished meanwhile (try again); one line if it cannot be opened: an FslabError
+    (exit 1) where the system refuses it (a read-only store), a UsageError where something else is there."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return open_lock(path)
     except FileNotFoundError:
         return None  # the folder removed by the holder that made it, just now: make it again
-    except OSError as exc:
-        raise UsageError(f"cannot open {path}, the lock that keeps two studies from queueing the same runs "
-                         f"({exc.strerror or exc})") from None
+    except OSError as exc:  # the system refused (a read-only store: exit 1, as fslab run's slot lock), or a mistake
+        refused = FslabError if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC) else UsageError
+        raise refused(f"cannot open {path}, the lock that keeps two studies from queueing the same runs "
+                      f"({exc.strerror or exc})") from None
 
 
 def _queueing_holder(path: Path) -> str:
