@@ -17,6 +17,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
+# What the system answers when the store refuses a write (a read-only store, another user's, a full
+# disk): the user's to fix outside fslab, exit 1, unlike something standing where fslab's file goes.
+REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC)
+
 
 def temporary_path(path: Path) -> Path:
     """Where this process writes ``path`` before renaming it into place:

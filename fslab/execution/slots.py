@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.errors import UsageError
+from fslab.core.files import REFUSED
 from fslab.core.flocks import is_held, open_lock, take_lock
 from fslab.core.settings import SchedulerSettings
 from fslab.core.text import count
@@ -126,7 +127,7 @@ def check_slot_files(runs_dir: Path, slots: list[Slot]) -> None:
         for slot in slots:
             os.close(open_slot(folder, slot))
     except OSError as error:
-        if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
+        if error.errno in REFUSED:
             raise  # the store refused, not a lock file: one line naming the file, exit 1, as for a run
         raise UsageError(unusable(folder, error)) from None
 

@@ -23,7 +23,6 @@ one takes and removes).
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, FslabError, UsageError
+from fslab.core.files import REFUSED
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import HOST, LIVE, RESUMABLE
@@ -139,7 +139,7 @@ def _open_queue_lock(path: Path) -> int | None:
     except FileNotFoundError:
         return None  # the folder removed by the holder that made it, just now: make it again
     except OSError as exc:  # the system refused (a read-only store: exit 1, as fslab run's slot lock), or a mistake
-        refused = FslabError if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC) else UsageError
+        refused = FslabError if exc.errno in REFUSED else UsageError
         raise refused(f"cannot open {path}, the lock that keeps two studies from queueing the same runs "
                       f"({exc.strerror or exc})") from None
 
