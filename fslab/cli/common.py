@@ -79,14 +79,12 @@ def runs_in(*states: str):
     starts with what was typed are read, each its status.json (and a live one's lock)."""
     def complete(incomplete: str) -> list[str]:
         try:
-            from fslab.core.files import read_json
-            from fslab.core.runstore import run_names
-            from fslab.core.worklock import observed_state
+            from fslab.core.runstore import Run, run_names
 
             runs_dir = settings().runs_dir
             return _matching(["last"], incomplete) + [
                 name for name in reversed(_matching(run_names(runs_dir), incomplete))
-                if observed_state(runs_dir / name, read_json(runs_dir / name / "status.json") or {}) in states]
+                if Run(runs_dir / name).state() in states]
         except Exception:
             return []
     return complete

@@ -46,6 +46,11 @@ def _states(text: str | None) -> tuple[str, ...]:
     return states
 
 
+def _no_runs_yet() -> str:
+    """What an empty store's listing says: how to start, and a project's fslab.toml above this folder."""
+    return "no runs yet; start one with: fslab run nca" + project_above()
+
+
 def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: str | None) -> str:
     """Why no run is listed: each filter that no run meets even alone, with the
     values the runs have (a mistyped sweep id or method shows at once), or that
@@ -54,7 +59,7 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
 
     every = list_summaries(runs_dir, limit=None)
     if not every:
-        return "no runs yet; start one with: fslab run nca" + project_above()
+        return _no_runs_yet()
     given = {"state": ",".join(states), "method": method, "sweep": sweep}
     have = {"state": sorted({s.state for s in every}), "method": sorted({s.method for s in every if s.method}),
             "sweep": sorted({s.sweep for s in every if s.sweep})}
@@ -115,7 +120,7 @@ def runs(
     if not summaries:
         states = _states(state)
         console.print(_none_match(runs_dir, states, method, sweep) if states or method or sweep
-                      else "no runs yet; start one with: fslab run nca" + project_above())
+                      else _no_runs_yet())
         return
     rows = [_row(s, s.test_of(evaluator)) for s in summaries]
     title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup
