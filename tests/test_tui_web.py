@@ -171,8 +171,16 @@ def a_tab_open(start, *, needs_proc: bool = False):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
+            frames: list[bytes] = []
+            page.on("websocket", lambda ws: ws.on(
+                "framereceived", lambda data: frames.append(data if isinstance(data, bytes) else data.encode())))
             page.goto(url)
             page.wait_for_selector("body.-first-byte", timeout=30_000)  # a dashboard runs for the tab
+            # and has mounted its screen: its header's title is drawn once the header is there (a Ctrl+C a
+            # moment earlier met Textual's Header mounting, whose NoMatches traceback went to the server's output)
+            deadline = time.monotonic() + 30
+            while b"fslab" not in b"".join(frames) and time.monotonic() < deadline:
+                page.wait_for_timeout(100)
             yield server, page
         finally:
             browser.close()
