@@ -183,7 +183,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
                   f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"
                   + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
     if status.get("slurm_job_id"):
-        console.print(_slurm_line(run_, status), highlight=False)
+        console.print(_slurm_line(run_, status, summary.state), highlight=False)
     if changed := _settings_line(run_):
         console.print(f"settings (those not fslab's defaults, as --set takes them): {shown(changed)}", highlight=False)
     starts = [e for e in events if e.get("event") == "start"]
@@ -206,14 +206,18 @@ EVAL_COLUMNS = [Col("split"), *(Col(h, "right") for h in ("ways", "shots", "quer
 EVAL_STEPS = ["queries", "episodes", "ways"]
 
 
-def _slurm_line(run_, status: dict) -> str:
-    """``SLURM job 1234, requeued 2 times; submitit's files and SLURM's logs: runs/<id>/slurm/``."""
+def _slurm_line(run_, status: dict, state: str) -> str:
+    """``SLURM job 1234, requeued 2 times; submitit's files and SLURM's logs: runs/<id>/slurm/``,
+    saying so where the job ended without starting the run's worker."""
+    from fslab.core.slurm_queue import waits_for_job
     from fslab.core.text import count
 
     requeues = status.get("requeues") or 0
+    gone = (", which ended (or SLURM forgot it) before it started the run's worker"
+            if state == "lost" and waits_for_job(status) else "")
     return (f"SLURM job {shown(str(status['slurm_job_id']))}" + (f", requeued {count(requeues, 'time')}" if requeues
                                                                   else "")
-            + f"; submitit's files and SLURM's logs: {shown(str(run_.slurm_path))}/")
+            + f"{gone}; submitit's files and SLURM's logs: {shown(str(run_.slurm_path))}/")
 
 
 def _settings_line(run_) -> str:

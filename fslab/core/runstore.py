@@ -35,6 +35,7 @@ from fslab.core.files import atomic_write_json, overwrite, read_events, read_jso
 from fslab.core.schemas import evaluation, event, results
 from fslab.core.schemas import status as status_of
 from fslab.core.settings import project_above
+from fslab.core.slurm_queue import job_alive, waits_for_job
 from fslab.core.states import HOST, run_state
 from fslab.core.worklock import observed_state
 
@@ -120,9 +121,12 @@ class Run:
     def state(self, status: dict | None = None, now: float | None = None, *, locked: bool | None = None) -> str:
         """The run's state (:func:`fslab.core.states.run_state`), its worker
         lock probed when that matters; a caller that holds the lock itself
-        passes ``locked=False`` (no worker holds it)."""
+        passes ``locked=False`` (no worker holds it, and no job can start one
+        meanwhile). Either way, SLURM is asked about the job a queued run waits for."""
         status = self.status() if status is None else status
-        return observed_state(self.path, status, now) if locked is None else run_state(status, now, locked)
+        if locked is None:
+            return observed_state(self.path, status, now)
+        return run_state(status, now, locked, job_alive(status, now) if waits_for_job(status) else None)
 
     def events(self) -> list[dict]:
         """The events of ``metrics.jsonl`` that have the fields of their kind."""

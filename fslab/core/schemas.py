@@ -46,7 +46,8 @@ STATUS = {
     "created": (NUMBER,), "started": (NUMBER, NULL), "resumed": (NUMBER, NULL), "ended": (NUMBER, NULL),
     "heartbeat": (NUMBER, NULL), "exit_code": (WHOLE, NULL), "error": (TEXT, NULL), "sweep": (TEXT, NULL),
     "slot": (TEXT, NULL), "gpus": (TEXT, NULL), "executor": (TEXT, NULL), "slurm_job_id": (TEXT, NULL),
-    "slurm_cluster": (TEXT, NULL), "attempts": (WHOLE, NULL), "requeues": (WHOLE, NULL),
+    "slurm_cluster": (TEXT, NULL), "slurm_user": (TEXT, NULL), "slurm_submitted": (NUMBER, NULL),
+    "attempts": (WHOLE, NULL), "requeues": (WHOLE, NULL),
     "requeued": (NUMBER, NULL), "usage": (TABLE, NULL),
 }
 # status.json's "usage", sampled by the worker at each heartbeat (fslab.execution.usage);

@@ -61,23 +61,26 @@ def lock_matters(status: dict) -> bool:
     return state == "running" or (state == "queued" and bool(status.get("pid")))
 
 
-def run_state(status: dict, now: float | None = None, locked: bool | None = None) -> str:
+def run_state(status: dict, now: float | None = None, locked: bool | None = None,
+              job_alive: bool | None = None) -> str:
     """The state of a run whose status is ``status``: its recorded end state,
     or ``queued``/``running`` while its worker lives, else ``lost``;
     ``unreadable`` when the status records no state (a damaged status.json),
     so no command resumes, requeues or stops a run it cannot read.
 
     ``locked`` is what a probe of the run's worker lock found (True: held,
-    False: free, None: not probed or no lock file). It is passed in, so this
-    stays a pure function of what the caller read."""
+    False: free, None: not probed or no lock file); ``job_alive`` what the
+    scheduler said of the SLURM job a queued run waits for (False: it ended
+    or is gone without starting the worker; :mod:`fslab.core.slurm_queue`).
+    Both are passed in, so this stays a pure function of what the caller read."""
     state = status.get("state")
     if not isinstance(state, str):  # status.json missing, damaged, or without a state: nothing to act on
         return UNREADABLE
     if state in ENDED:
         return state
     pid = status.get("pid")
-    if state == "queued" and not pid:
-        return state  # waiting for a scheduler slot, however long that takes
+    if state == "queued" and not pid:  # waiting for a scheduler slot or a SLURM job, however long that takes
+        return "lost" if job_alive is False else state
     if locked:  # a live worker holds the lock, even if paused and no longer beating
         return state if state in LIVE else "running"
     here = status.get("host") == HOST

@@ -37,13 +37,14 @@ from fslab.core import schemas
 from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
 from fslab.core.runstore import newest_first, run_names
+from fslab.core.slurm_queue import JOB_KEYS
 from fslab.core.states import UNREADABLE
 from fslab.core.sweeps import sweep_records
 from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
-SUMMARY_FORMAT = 6
+SUMMARY_FORMAT = 7
 # The worker writes events with json.dumps' default separators, so a train
 # line is recognised without parsing it; only the first and last of a batch
 # of lines matter, and parsing the rest would cost ~10 µs a line.
@@ -51,7 +52,7 @@ TRAIN_MARK = b'"event": "train"'
 START_MARK = b'"event": "start"'
 UNUSED_MARKS = (b'"event": "end"', b'"event": "resume"')
 STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "resumed", "ended", "error", "sweep",
-               "usage")
+               "usage", *JOB_KEYS)  # what the summary and the run's state are told from
 MISSING = "missing"
 
 

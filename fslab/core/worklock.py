@@ -25,6 +25,7 @@ from pathlib import Path
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.flocks import is_held as lock_held
 from fslab.core.flocks import take_lock, write_holder
+from fslab.core.slurm_queue import job_alive, waits_for_job
 from fslab.core.states import HOST, lock_matters, run_state
 
 LOCK_FILE = ".worker.lock"
@@ -69,8 +70,17 @@ def is_held(run_dir: str | Path) -> bool | None:
 def observed_state(run_dir: str | Path, status: dict, now: float | None = None) -> str:
     """:func:`fslab.core.states.run_state`, with the lock probed only for runs
     whose status says running, or queued with a pid (so listings of finished
-    runs never touch a lock file)."""
-    return run_state(status, now, is_held(run_dir) if lock_matters(status) else None)
+    runs never touch a lock file), and SLURM asked only about runs queued for
+    a job that has not started their worker."""
+    if not waits_for_job(status):
+        return run_state(status, now, is_held(run_dir) if lock_matters(status) else None)
+    if job_alive(status, now) is not False:
+        return run_state(status, now)
+    # The job is gone: unless its worker wrote a new state meanwhile (between our reading and SLURM's answer), lost.
+    again = read_json(os.path.join(os.fspath(run_dir), "status.json"))
+    if isinstance(again, dict) and not waits_for_job(again):
+        return observed_state(run_dir, again, now)
+    return run_state(status, now, job_alive=False)
 
 
 def request_stop(run_dir: str | Path) -> None:

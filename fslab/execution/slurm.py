@@ -37,6 +37,7 @@ from fslab.core.assignments import parse_assignment
 from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
 from fslab.core.runstore import Run
 from fslab.core.settings import SLURM_KEYS, SlurmSettings
+from fslab.core.slurm_queue import user
 from fslab.core.states import ENDED, pid_alive
 from fslab.core.worklock import clear_stop_request
 
@@ -129,7 +130,7 @@ def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False)
     executor = make_executor(folder, options, name=f"fslab-{run.id}")  # no SLURM here: nothing changed yet
     if requeue:
         run.write_status(state="queued", pid=None, heartbeat=None, ended=None, exit_code=None, error=None,
-                         slot=None, gpus=None)
+                         slot=None, gpus=None, slurm_job_id=None)  # the ended job must not make it look lost
     run.write_status(executor="slurm", slurm_cluster=options.cluster)
     clear_stop_request(run.path)  # one left from an earlier life of the run must not stop the job
     try:
@@ -141,7 +142,8 @@ def submit(run: Run, options: SlurmSettings, job_call, *, requeue: bool = False)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         run.write_status(state="failed", ended=time.time(), error=f"SLURM submission failed: {reason}")
         raise FslabError(f"could not submit run {run.id}: {reason}") from None
-    run.write_status(slurm_job_id=str(job.job_id))
+    # who submitted it and when: fslab.core.slurm_queue asks squeue about this user's jobs only, after a grace
+    run.write_status(slurm_job_id=str(job.job_id), slurm_user=user(), slurm_submitted=time.time())
     return str(job.job_id)
 
 

@@ -176,8 +176,9 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
                 if run.state(locked=False) not in RESUMABLE:
                     continue
                 (run.path / ".claimed").unlink(missing_ok=True)
-                run.write_status(state="queued", pid=None, heartbeat=None, requeued=time.time(),
-                                 ended=None, exit_code=None, error=None, slot=None, gpus=None)  # no slot yet
+                run.write_status(state="queued", pid=None, heartbeat=None, requeued=time.time(), ended=None,
+                                 exit_code=None, error=None, slot=None, gpus=None,  # no slot yet,
+                                 slurm_job_id=None)  # nor a job: the ended one must not make it look lost
         except LiveWorker:
             continue  # its worker lives (paused, or its heartbeat is late): it is not lost
         again.append(run)
