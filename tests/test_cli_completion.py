@@ -168,3 +168,10 @@ def test_a_plugin_that_prints_as_it_loads_adds_nothing_to_completion(project):
     done = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True,
                           timeout=60)
     assert (done.returncode, done.stdout.split("\n"), done.stderr) == (0, ["conv4", ""], "END")
+
+
+def test_a_broken_fslab_toml_still_completes_the_installed_plugins(project):
+    """A project's fslab.toml half-edited: the plugins it names cannot be known, the installed ones still are."""
+    (project / "fslab.toml").write_text("[project\nplugin_dirs = ['mine']\n")
+    assert complete("fslab run nca-", project) == ["nca-half-pairs", "nca-replacement"]
+    assert complete("fslab run --backbone res", project) == ["resnet12", "resnet12-nca"]

@@ -51,13 +51,18 @@ def names_of(kind: str):
         import warnings
 
         try:
+            from fslab.core.errors import ConfigError
             from fslab.core.listing import plugin_listing
             from fslab.core.settings import load_settings
 
+            try:
+                folders = load_settings().plugin_dirs
+            except ConfigError:  # fslab.toml is being edited: the installed plugins' names still help
+                folders = ()
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
                     warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return _matching(plugin_listing(load_settings().plugin_dirs).names(kind), incomplete)
+                return _matching(plugin_listing(folders).names(kind), incomplete)
         except Exception:
             return []
     return complete
