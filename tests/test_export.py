@@ -395,3 +395,69 @@ def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(stor
     finally:
         (project / "fslab.toml").unlink(missing_ok=True)
         shutil.rmtree(copy)
+
+
+READ_ONLY_SINK = '''
+import errno, os
+from pathlib import Path
+
+from fslab.plugin import hookimpl
+
+
+class ReadOnly:
+    """Writes beside the run, on a file system that refuses every write (as a read-only copy of a store)."""
+
+    def __init__(self, run, *, log_dir: str = ""):
+        with open(Path(os.environ["TRIED"]), "a") as tried:
+            tried.write(run.id + "\\n")
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(Path(run.path) / "ro"))
+
+    def write(self, event):
+        pass
+
+    def close(self):
+        pass
+
+
+@hookimpl
+def register_sinks(register):
+    register(ReadOnly, name="read-only", description="a sink on a read-only file system")
+'''
+
+
+def test_a_read_only_file_system_stops_the_export_at_its_first_run_in_one_line(store, tmp_path):
+    """On a read-only copy of a store, each run failed in its own line with the system's words
+    (400 lines for 400 runs); the first refusal is one line naming where to point the sink."""
+    project, real, env = store
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "ro.py").write_text(READ_ONLY_SINK)
+    shutil.copytree(project / "runs", tmp_path / "runs")
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    tried = tmp_path / "tried"
+    out = fslab("export", "all", "--to", "read-only", cwd=tmp_path, env={**env, "TRIED": str(tried)})
+    first = tried.read_text().split()
+    assert out.returncode == 1 and len(first) == 1 and out.stdout == ""
+    assert out.stderr == (f"error: sink 'read-only' cannot write runs/{first[0]}/ro: the file system is read-only, "
+                          f"so no other run was tried; point it at a folder this machine can write with --set "
+                          f"KEY=VALUE (its parameters: log_dir)\n")
+
+
+def test_wandb_on_a_read_only_file_system_says_so(tmp_path, monkeypatch):
+    """W&B's own check said 'this user cannot write there' (EACCES), so fslab export went on to the next
+    run of the same read-only store; a read-only file system is EROFS, which stops the export."""
+    import errno
+
+    from fslab_plugins.sinks import wandb as wandb_sink
+
+    from fslab.plugin import SinkRun
+
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    access, statvfs = os.access, os.statvfs
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: str(path) != str(run_dir) and access(path, mode, **kw))
+    read_only = type("Stat", (), {"f_flag": os.ST_RDONLY})
+    monkeypatch.setattr(os, "statvfs", lambda path: read_only if str(path) == str(run_dir) else statvfs(path))
+    with pytest.raises(OSError) as refused:
+        wandb_sink.WandbSink(SinkRun("r1", run_dir, {"method": "nca", "seed": 0}, replay=True))
+    assert (refused.value.errno, refused.value.filename) == (errno.EROFS, str(run_dir))

@@ -43,10 +43,11 @@ def export_(
     Runs still queued or running, or whose status.json cannot be read (they may not have ended), are left out,
     each said in one line. The command fails if it exported none,
     or if the sink failed on a run (that run's error: line; the others are still exported);
-    a tracking server that does not answer within 10 s stops it at once, in one line.
+    a tracking server that does not answer within 10 s stops it at once, in one line, as does a sink's
+    folder on a read-only file system (a copy of a store): point the sink elsewhere with --set.
     """
     from fslab.core.sweeps import select_runs
-    from fslab.execution.export import SinkFailed, SinkUnavailable, checked_layers, export_run
+    from fslab.execution.export import SinkCannotWrite, SinkFailed, SinkUnavailable, checked_layers, export_run
 
     project = settings()
     found = registry(project)
@@ -58,8 +59,8 @@ def export_(
     for run in chosen:
         try:
             done = export_run(found, run, to, layers)
-        except SinkUnavailable:
-            raise  # its package is missing: one line, and no other run is tried
+        except (SinkUnavailable, SinkCannotWrite):
+            raise  # its package is missing, or its folder read-only: one line, and no other run is tried
         except SinkFailed as exc:  # an error, unlike a run left out: the command fails at its end
             failed += 1
             err_console.print(f"error: {shown(str(exc))}", highlight=False)

@@ -12,6 +12,8 @@ sink, the ``[run.sinks.NAME]`` table of ``fslab.toml``, and the command's
 
 from __future__ import annotations
 
+import errno
+
 from fslab.core.config import SINKS, sink_params
 from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.runstore import Run
@@ -28,6 +30,10 @@ class SinkUnavailable(UsageError):
 
 class SinkUnreachable(FslabError):
     """The sink's server does not answer: no other run would reach it either (exit code 1)."""
+
+
+class SinkCannotWrite(FslabError):
+    """The sink's folder is on a read-only file system: no other run would fare better (exit code 1)."""
 
 
 class SinkFailed(UsageError):
@@ -102,6 +108,17 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     except ConnectionError as exc:  # its server is down or unreachable: so for every run
         raise SinkUnreachable(f"sink '{sink}' failed: {' '.join(str(exc).split())[:300]}") from None
     except Exception as exc:  # the tracker's own error (a server down, a store it refuses): this run's line
+        if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+            raise SinkCannotWrite(read_only(registry, sink, exc)) from None
         text = " ".join(str(exc).split())[:300]
         raise SinkFailed(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None
     return {"run": run.id, "sink": sink, "state": state, "events": count}
+
+
+def read_only(registry, sink: str, exc: OSError) -> str:
+    """One line for a sink refused by a read-only file system, naming the
+    parameters that choose where it writes."""
+    where = f" {exc.filename}" if exc.filename else ""
+    params = ", ".join(registry.get("sink", sink).params) or "none"
+    return (f"sink '{sink}' cannot write{where}: the file system is read-only, so no other run was tried; point "
+            f"it at a folder this machine can write with --set KEY=VALUE (its parameters: {params})")

@@ -46,6 +46,8 @@ class WandbSink:
         folder = project_path(dir, run) if dir else Path(run.path)
         folder.mkdir(parents=True, exist_ok=True)
         if not os.access(folder, os.W_OK):  # W&B would write to a temporary folder instead, and say it had exported
+            if os.statvfs(folder).f_flag & os.ST_RDONLY:  # so for every run of the store: fslab export stops at once
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(folder))
             raise PermissionError(errno.EACCES, "this user cannot write there (a read-only store?); give the sink "
                                   "a dir= this user can write", str(folder))
         if run.replay:
