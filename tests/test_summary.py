@@ -306,6 +306,15 @@ def test_elapsed_and_eta_leave_out_the_time_a_resumed_run_lay_stopped_and_a_lost
     assert row.downtime == 3900.0 and row.first_train == (5010.0, 41)
     assert elapsed(row, 5065.0) == 165.0  # 100 s, then 65 s since 5000
     assert eta(row, 5065.0) == 101 - 91 - 5  # 10 steps at this life's rate, 5 s of them gone
+    # paused (SIGSTOP) after its last heartbeat at 5062: once three beats of 5 s are missed (5077) the ETA
+    # stops counting, where it went on to 0:00 while nothing trained
+    apply_status(row, {"started": 1000.0, "resumed": 5000.0, "heartbeat": 5062.0})
+    row.total_steps = 401  # a longer run: 310 steps to go at one a second after step 91 at 5060
+    assert eta(row, 5070.0) == 310 - 10
+    assert eta(row, 5077.0) == eta(row, 5400.0) == eta(row, 9999.0) == 310 - 17
+    row.beat_every = 60.0  # train.heartbeat = 60: three minutes without a beat before it stops
+    assert eta(row, 5200.0) == 310 - 140 and eta(row, 9999.0) == 310 - (5062 + 180 - 5060)
+    row.total_steps = 101
     # the same folded from scratch, both lives in one read
     again = RunSummary(id="r", state="running")
     apply_status(again, {"started": 1000.0, "resumed": 5000.0, "heartbeat": 5062.0})

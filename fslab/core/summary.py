@@ -38,7 +38,7 @@ from fslab.core.events import canonical_evaluator, is_validation, logged_evaluat
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
 from fslab.core.runstore import newest_first, run_names
 from fslab.core.slurm_queue import JOB_KEYS
-from fslab.core.states import UNREADABLE
+from fslab.core.states import UNREADABLE, heartbeat_interval
 from fslab.core.sweeps import sweep_records
 from fslab.core.worklock import observed_state
 
@@ -72,6 +72,7 @@ class RunSummary:
     evaluator: str = "centroid"  # the label of the run's own evaluator
     ways: int | None = None  # eval.ways: the evaluations summed up are of this many classes
     queries: int | None = None  # eval.queries: a later evaluation of another count gives way to one of this
+    beat_every: float = 5.0  # train.heartbeat: three missed, the worker is paused or stuck and the ETA waits
     # status.json
     created: float | None = None
     started: float | None = None
@@ -128,7 +129,7 @@ DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
 NOT_KEPT = ("id", "state", "created", "started", "resumed", "ended", "heartbeat", "error", "sweep", "usage")
 SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in (
     "first_train", "last_train_time", "last_time", "downtime", "resumed", "heartbeat", "usage", "ways",
-    "queries", "checkpoint"))
+    "queries", "checkpoint", "beat_every"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "checkpoint", "first_train", "last_train_time", "last_time", "downtime",
                  "corrupt")
@@ -197,6 +198,7 @@ def apply_config(summary: RunSummary, config: dict) -> None:
     summary.evaluator = own_evaluator(config)
     evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
     summary.ways, summary.queries = _whole(evaluation.get("ways")), _whole(evaluation.get("queries"))
+    summary.beat_every = heartbeat_interval(config)
 
 
 def apply_status(summary: RunSummary, status: dict) -> None:
@@ -287,13 +289,18 @@ def _checkpoint(summary: RunSummary, epoch: int) -> None:
 
 def eta(summary: RunSummary, now: float) -> float | None:
     """Seconds left for a running run, at the rate of the steps its latest life has logged (a
-    resumed run's stop does not slow it); None until two steps of that life are known."""
+    resumed run's stop does not slow it); None until two steps of that life are known. It counts
+    down between logged steps, and stops where the worker missed three heartbeats (paused by
+    SIGSTOP, or stuck), as ``fslab show`` calls its heartbeat stale: it does not reach 0:00 while
+    nothing trains."""
     if summary.state != "running" or not summary.first_train or not summary.total_steps or summary.step is None:
         return None
     t0, step0 = summary.first_train
     if summary.last_train_time is None or summary.step <= step0 or summary.last_train_time <= t0:
         return None
     rate = (summary.step - step0) / (summary.last_train_time - t0)
+    if summary.heartbeat is not None:  # the clock stops with the worker (states.heartbeat_stale)
+        now = min(now, max(summary.heartbeat, summary.last_train_time) + max(3 * summary.beat_every, 1.0))
     return max(0.0, (summary.total_steps - summary.step) / rate - (now - summary.last_train_time))
 
 
