@@ -614,6 +614,26 @@ def test_logs_of_a_run_without_output_says_so(project):
                              f"there)\n")
 
 
+def test_logs_tail_prints_the_last_lines_as_tail_n_does(project):
+    """fslab logs printed a 240-epoch run's whole log; --tail N (-n N) prints its last N lines, a last
+    line still being written counted as one, the way tail -n does; a negative N is one line."""
+    import subprocess
+
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    lines = [f"epoch {i} " + "x" * (i * 2500 % 90001) for i in range(1, 60)]  # some longer than a 64 KiB read
+    for text in ("\n".join(lines) + "\n", "\n".join(lines)):
+        (run.path / "stdout.log").write_text(text)
+        for argv, n in ((["-n", "3"], 3), (["--tail", "59"], 59), (["--tail", "500"], 500), (["-n", "0"], 0)):
+            result = fslab("logs", run.id, *argv, cwd=project)
+            expected = subprocess.run(["tail", "-n", str(n), str(run.path / "stdout.log")], capture_output=True,
+                                      text=True).stdout
+            assert result.returncode == 0 and result.stdout == expected, argv
+    assert fslab("logs", run.id, cwd=project).stdout == "\n".join(lines)
+    bad = fslab("logs", run.id, "-n", "-2", cwd=project)
+    assert bad.returncode == 2 and bad.stderr == (
+        "error: --tail must be 0 or more lines, got -2; leave it out for the whole log\n")
+
+
 def test_show_and_logs_of_a_slurm_run_name_its_job_and_where_slurm_logs(project):
     # a SLURM job that died before its worker started left the run queued with no output: fslab logs said
     # only that the worker had not started, and fslab show named neither the job nor runs/<id>/slurm/

@@ -478,3 +478,20 @@ def test_a_file_that_can_no_longer_be_read_takes_what_it_said_out_of_the_summary
         assert (kept.method, kept.backbone, kept.seed, kept.dataset) == (None, None, None, None)
     else:
         assert (kept.method, kept.created, kept.started) == ("nca", None, None)
+
+
+@CHECKS
+@given(lines=st.lists(st.binary(max_size=9).map(lambda b: b.replace(b"\n", b"")) | st.just(b"a\rb"), max_size=12),
+       ended=st.booleans(), count=st.integers(0, 15), block=st.integers(1, 8))
+def test_last_lines_start_agrees_with_splitting_the_whole_file(tmp_path_factory, lines, ended, count, block):
+    """fslab logs --tail reads a log backwards a block at a time; any bytes (a line without its
+    newline yet, empty lines, blocks that cut a line anywhere) give the offset splitting finds."""
+    from fslab.core.files import last_lines_start
+
+    data = b"\n".join(lines) + (b"\n" if ended and lines else b"")
+    path = tmp_path_factory.mktemp("tail") / "stdout.log"
+    path.write_bytes(data)
+    pieces = data.split(b"\n")  # lines end at a newline only (a \r of a progress bar ends none), as for tail -n
+    whole = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+    kept = whole[-count:] if count else []
+    assert last_lines_start(path, count, block=block) == len(data) - sum(map(len, kept))

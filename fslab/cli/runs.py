@@ -271,13 +271,18 @@ def logs(
         "--follow", "-f", help="Keep printing new lines until the run ends (and say on stderr how it ended, "
                                 "if it did not complete).")] = False,
     stderr: Annotated[bool, typer.Option("--stderr", help="Show the worker's stderr instead of stdout.")] = False,
+    last: Annotated[int | None, typer.Option(
+        "--tail", "-n", metavar="N",
+        help="Only the last N lines (with --follow, then the new ones); default: the whole log.")] = None,
 ) -> None:
     """Print a run's output log."""
-    from fslab.core.files import Tail
+    from fslab.core.files import Tail, last_lines_start
     from fslab.core.runstore import find_run
     from fslab.core.states import LIVE
     from fslab.core.text import printable
 
+    if last is not None and last < 0:
+        raise UsageError(f"--tail must be 0 or more lines, got {last}; leave it out for the whole log")
     run_ = find_run(settings().runs_dir, ref)
     path = run_.path / ("stderr.log" if stderr else "stdout.log")
     try:
@@ -293,7 +298,7 @@ def logs(
             return
     except OSError as exc:
         raise FslabError(f"cannot read {path}: {exc.strerror or exc}") from None
-    tail = Tail(path)
+    tail = Tail(path, 0 if last is None else last_lines_start(path, last))
     while True:
         live = run_.state() in LIVE  # before the read, so the last lines a run writes are read below
         chunk, _ = tail.read(partial=True)

@@ -218,6 +218,36 @@ class Tail:
 MARK = 32  # bytes before a Tail's offset it checks again at each read
 
 
+def last_lines_start(path: str | Path, count: int, block: int = 1 << 16) -> int:
+    """The byte offset where the last ``count`` lines of ``path`` begin (a
+    last line without its newline yet counts as one), read backwards a block
+    at a time, so a log of gigabytes costs what its end does; 0 if it holds
+    fewer lines, or cannot be read."""
+    try:
+        with open_regular(path) as fh:
+            end = os.fstat(fh.fileno()).st_size
+            if count <= 0:
+                return end
+            position, wanted = end, count  # the lines begin after the count-th newline from the end
+            while position > 0:
+                size = min(block, position)
+                position -= size
+                fh.seek(position)
+                chunk = fh.read(size)
+                if position + size == end and chunk.endswith(b"\n"):
+                    chunk = chunk[:-1]  # the newline that ends the last line begins none
+                found = chunk.count(b"\n")
+                if found >= wanted:
+                    at = len(chunk)
+                    for _ in range(wanted):
+                        at = chunk.rfind(b"\n", 0, at)
+                    return position + at + 1
+                wanted -= found
+    except OSError:
+        pass
+    return 0
+
+
 def read_appended(path: Path, offset: int) -> tuple[bytes, int]:
     """Complete lines appended to ``path`` since ``offset`` and the offset after them."""
     tail = Tail(path, offset)
