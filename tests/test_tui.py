@@ -943,6 +943,26 @@ def test_a_rewritten_metrics_file_is_read_again(tmp_path):
     assert summary.step == 5 and not follower.read().reset
 
 
+def test_the_run_screen_reads_a_huge_log_from_its_last_lines_not_whole(tmp_path):
+    """The run screen's stdout and stderr tabs keep the last LOG_TAIL_LINES lines, but read the
+    whole log to find them: a warning printed at every step of a long run made gigabytes to read
+    (and hold) before the screen showed. The first read starts at those lines; new ones follow."""
+    from fslab.tui.tailing import LOG_TAIL_LINES, RunFollower
+
+    folder = write_run(tmp_path / "runs", "r", state="running", events=history())
+    lines = [f"warning {i}: " + "w" * 200 for i in range(20 * LOG_TAIL_LINES)]
+    (folder / "stderr.log").write_text("\n".join(lines) + "\n" + "a line being writ")
+    follower = RunFollower(folder)
+    size = (folder / "stderr.log").stat().st_size
+    start = follower.stderr.tail.offset
+    assert size - start == len("\n".join(lines[-(LOG_TAIL_LINES - 1):]) + "\n" + "a line being writ")
+    assert follower.read().stderr == lines[-(LOG_TAIL_LINES - 1):]
+    append(folder, "ten\n", name="stderr.log") if "name" in append.__code__.co_varnames else None
+    with open(folder / "stderr.log", "a") as fh:
+        fh.write("ten\nnext\n")
+    assert follower.read().stderr == ["a line being written", "next"]
+
+
 def test_command_palette_lists_every_action(store):
     runs, _ = store
 

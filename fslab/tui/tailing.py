@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.files import Tail, parse_lines, read_json
+from fslab.core.files import Tail, last_lines_start, parse_lines, read_json
 from fslab.core.runstore import SWEEPS
 from fslab.core.schemas import status as status_of
 from fslab.core.states import LIVE
@@ -191,10 +191,12 @@ class RunDelta:
 
 
 class TextTail:
-    """New complete lines of a text log, decoded leniently, the last ``max_lines`` of them."""
+    """New complete lines of a text log, decoded leniently, the last ``max_lines`` of them. The
+    first read starts at the log's last :data:`LOG_TAIL_LINES` lines: a log of gigabytes (a
+    warning printed at every step) is not read whole to keep its end."""
 
     def __init__(self, path: Path) -> None:
-        self.tail = Tail(path)
+        self.tail = Tail(path, last_lines_start(path, LOG_TAIL_LINES))
 
     def read(self, max_lines: int = LOG_TAIL_LINES) -> list[str]:
         chunk, _ = self.tail.read()
