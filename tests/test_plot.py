@@ -354,3 +354,33 @@ def test_a_point_of_runs_also_scored_on_more_episodes_is_read_as_compare_reads_i
     assert [p["accuracy"] for p in line["points"]] == [g["results"]["5-shot"]["accuracy"] for g in groups]
     alone = series_data(runs[1:], "batch-size", shots=[5])["panels"][0]["series"][0]["points"]
     assert [(p["accuracy"], p["episodes"]) for p in alone] == [(pytest.approx(0.95), 10)]  # alone: its most
+
+
+@pytest.mark.parametrize(("key", "xs", "numeric", "ticks"), [
+    ("seed", [1, 2, 3], True, "whole"),  # was ticked at 1.25, 1.5, 1.75 ...
+    ("train.epochs", [10, 20], True, "whole"),
+    ("train.lr", [0.025, 0.05], True, "any"),
+    ("train.batch_size", [128, 256, 512], True, [128, 256, 512]),
+    ("loss.name", ["nca", "protonet"], False, [0, 1]),
+])
+def test_the_x_axis_ticks_whole_number_settings_at_whole_numbers(key, xs, numeric, ticks):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fslab.reports.plot import x_axis
+
+    fig, ax = plt.subplots()
+    ax.plot(xs if numeric else range(len(xs)), [0.5] * len(xs))
+    x_axis(ax, key, xs, numeric)
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    shown = [t for t in ax.get_xticks() if low <= t <= high]
+    plt.close(fig)
+    if ticks == "whole":
+        assert len(shown) >= 2 and all(float(t).is_integer() for t in shown), shown
+    elif ticks == "any":
+        assert not all(float(t).is_integer() for t in shown), shown
+    else:
+        assert list(shown) == ticks

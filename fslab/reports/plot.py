@@ -252,6 +252,22 @@ def parse_size(text: str) -> tuple[int, int]:
     return size
 
 
+def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
+    """The x axis's scale and ticks for the setting ``key`` at values ``xs``
+    (the categories, in order, where they are not all numbers)."""
+    from matplotlib.ticker import MaxNLocator
+
+    if numeric and key == "train.batch_size" and all(v > 0 for v in xs):
+        ax.set_xscale("log", base=2)  # batch sizes double from point to point
+        ax.set_xticks(xs, [str(v) for v in xs])
+        ax.minorticks_off()
+    elif not numeric:
+        ax.set_xticks(range(len(xs)), xs)
+    elif all(isinstance(v, int) and not isinstance(v, bool) for v in xs):
+        # whole-number settings (seeds, epochs, shots, ways) are ticked at whole numbers, never at 1.25
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str | None = None) -> tuple[int, int]:
     """Write the figure as a PNG of exactly ``size`` pixels (default: 500×420 per panel)."""
     import matplotlib
@@ -276,12 +292,7 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
             handles[line["label"]] = ax.errorbar(
                 xs, [100 * p["accuracy"] for p in line["points"]], yerr=[100 * p["ci95"] for p in line["points"]],
                 marker="o", markersize=4, capsize=3, linewidth=1.2, color=f"C{labels.index(line['label']) % 10}")
-        if numeric and data["x"] == "train.batch_size" and all(v > 0 for v in xs_all):
-            ax.set_xscale("log", base=2)  # batch sizes double from point to point
-            ax.set_xticks(xs_all, [str(v) for v in xs_all])
-            ax.minorticks_off()
-        elif not numeric:
-            ax.set_xticks(range(len(categories)), categories)
+        x_axis(ax, data["x"], xs_all if numeric else categories, numeric)
         ax.set_title(f"{panel.get('ways', data['ways'])}-way {panel['shots']}-shot ({data['split']})")
         ax.set_xlabel(AXIS_LABELS.get(data["x"], data["x"]))
         ax.set_ylabel(y_label(data))
