@@ -35,8 +35,7 @@ def plugin(
 
     The package has a pyproject.toml with fslab's entry points, one working example module per --kind, a
     README and tests (fslab.testing). Then: pip install -e ./NAME && (cd NAME && pytest)."""
-    import fslab
-    from fslab.core.errors import FslabError, UnknownName
+    from fslab.core.errors import UnknownName
     from fslab.kit import KINDS, check_free, check_name, write_plugin
 
     kinds = kind or ["loss"]
@@ -45,13 +44,28 @@ def plugin(
             raise UnknownName("plugin kind", k, KINDS)
     folder = Path(name)
     check_name(name, folder)
-    try:  # the components installed now (a plugin that fails to load, or a broken fslab.toml, is no concern here)
-        installed = fslab.get_registry(report=lambda line: None)
-    except FslabError:
-        installed = None
+    installed = _installed()
     if installed is not None:
         check_free(name, kinds, installed)
     paths = write_plugin(folder, name, kinds)
     for path in paths:
         console.print(f"wrote {shown(path)}", highlight=False)
     console.print(f"next: pip install -e ./{shown(name)} && (cd {shown(name)} && pytest)", highlight=False)
+
+
+def _installed():
+    """The components installed now, whose names a new package's must not take. A plugin that fails to
+    load is no concern here, nor is a broken fslab.toml (or FSLAB_STRICT_PLUGINS=1 meeting a broken
+    plugin): then the entry points' components are read without it, so the built-ins still count."""
+    import fslab
+    from fslab.core.errors import FslabError
+    from fslab.core.registry import load_registry
+
+    try:
+        return fslab.get_registry(report=lambda line: None)
+    except FslabError:
+        pass
+    try:
+        return load_registry((), strict=False)
+    except FslabError:  # two plugins registering one name: every command says so
+        return None
