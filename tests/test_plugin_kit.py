@@ -54,6 +54,10 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
 
 @pytest.mark.parametrize("argv, message", [
     (["new", "plugin", "Bad-Name"], "is not a valid package name"),
+    # its distribution 'fslab-margin-' failed pip install: a name ending in - is no PEP 508 name
+    (["new", "plugin", "fslab_margin_"], "'fslab_margin_' is not a valid package name: its distribution would be "
+                                         "named 'fslab-margin-', and pip refuses a name ending in -; end it with a "
+                                         "letter or digit (e.g. fslab_margin)"),
     (["new", "plugin", "class"], "'class' is not a valid package name: it is a Python keyword; choose another "
                                  "(e.g. fslab_class)"),
     # a link to nothing: it said 'error: File exists: gone' and exited 1
@@ -81,7 +85,7 @@ def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
     result = subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert not any((tmp_path / name).exists() for name in ("ok", "nowhere", "protonet", "fslab_knn"))
+    assert not any((tmp_path / name).exists() for name in ("ok", "nowhere", "protonet", "fslab_knn", "fslab_margin_"))
 
 
 def test_new_plugin_checks_the_built_in_names_where_fslab_toml_is_broken(tmp_path):

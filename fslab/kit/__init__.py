@@ -40,6 +40,10 @@ def check_name(name: str, folder: Path) -> None:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UsageError(f"'{name}' is not a valid package name: use lowercase letters, digits and _, "
                          f"starting with a letter (e.g. fslab_margin)")
+    if name.endswith("_"):  # pip refuses the distribution's name, NAME with - for _, ending in -
+        raise UsageError(f"'{name}' is not a valid package name: its distribution would be named "
+                         f"'{name.replace('_', '-')}', and pip refuses a name ending in -; end it with a letter "
+                         f"or digit (e.g. {name.rstrip('_')})")
     if keyword.iskeyword(name):
         raise UsageError(f"'{name}' is not a valid package name: it is a Python keyword; choose another "
                          f"(e.g. fslab_{name})")
