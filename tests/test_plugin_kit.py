@@ -530,6 +530,36 @@ def test_the_generated_csv_sink_keeps_one_row_per_number_through_resume_and_expo
     assert rows() == _rows_expected(events)
 
 
+def test_the_generated_csv_sink_keeps_other_evaluations_apart_from_the_runs_own_test(tmp_path, builtin_plugins):
+    """`fslab eval --evaluator knn --set evaluator.k=3` sends its scores to the run's sinks: the CSV named them
+    test/5way_5shot/accuracy at step 0, as it names the training's own test, so the last row of that name gave
+    knn's score as the run's; a score in mAP was named accuracy."""
+    import csv
+
+    from fslab.core.types import SinkRun
+
+    CsvSink = _csv_sink(tmp_path)
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    shape = {"event": "eval", "time": 0.0, "split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 20,
+             "metric": "accuracy", "ci95": 0.01}
+    sink = CsvSink(SinkRun("r", run_path, {"evaluator": {"name": "centroid"}}))
+    for event in [{**shape, "evaluator": "centroid", "accuracy": 0.4, "step": 12},
+                  {**shape, "evaluator": "knn[k=3,ties=nearest]", "accuracy": 0.5, "step": 12},
+                  {**shape, "evaluator": "retrieval-map[images_per_class=10]", "metric": "map", "accuracy": 0.3,
+                   "step": 12},
+                  {**shape, "source": "fslab eval", "evaluator": "knn[k=3,ties=nearest]", "accuracy": 0.6,
+                   "epoch": 1}]:
+        sink.write(event)
+    sink.close()
+    with open(run_path / "fslab-rows.csv", newline="") as file:
+        scores = [row for row in csv.reader(file) if not row[2].endswith("ci95")][1:]
+    assert scores == [["12", "", "test/5way_5shot/accuracy", "0.4"],
+                      ["12", "", "test/5way_5shot/knn[k=3]/accuracy", "0.5"],
+                      ["12", "", "test/5way_5shot/retrieval-map/map", "0.3"],
+                      ["0", "1", "eval/test/5way_5shot/knn[k=3]/15q_20ep/accuracy", "0.6"]]
+
+
 @pytest.mark.slow
 def test_a_generated_package_installs_lists_and_passes_its_own_tests(tmp_path):
     """Every kind, installed editable into a fresh venv that sees this environment's packages."""
