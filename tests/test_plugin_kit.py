@@ -25,10 +25,14 @@ def test_new_plugin_writes_a_package_with_one_module_per_kind(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["new", "plugin", "fslab_margin", "--kind", "loss", "--kind", "evaluator"])
     assert result.exit_code == 0, result.output
+    # the next step installs the test extra: pytest is none of fslab's own dependencies ('pytest: command not found')
+    next_step = "next: pip install -e './fslab_margin[test]' && (cd fslab_margin && pytest)"
+    assert result.output.splitlines()[-1] == next_step
     package = tmp_path / "fslab_margin"
     assert sorted(p.name for p in (package / "fslab_margin").iterdir()) == ["__init__.py", "evaluator.py", "loss.py"]
     pyproject = (package / "pyproject.toml").read_text()
     assert 'fslab_margin_loss = "fslab_margin.loss"' in pyproject and "[project.entry-points.fslab]" in pyproject
+    assert 'test = ["pytest>=7"]' in pyproject
     tests = (package / "tests" / "test_contracts.py").read_text()
     assert "plugins = ['fslab_margin_loss', 'fslab_margin_evaluator']" in tests
     for path in package.rglob("*.py"):

@@ -34,7 +34,8 @@ def plugin(
     """Write a pip-installable fslab plugin package into ./NAME, with tests that run fslab's contracts.
 
     The package has a pyproject.toml with fslab's entry points, one working example module per --kind, a
-    README and tests (fslab.testing). Then: pip install -e ./NAME && (cd NAME && pytest)."""
+    README and tests (fslab.testing). Then: pip install -e './NAME\\[test]' && (cd NAME && pytest); the test
+    extra installs pytest, which fslab itself does not need."""
     from fslab.core.errors import UnknownName
     from fslab.kit import KINDS, check_free, check_name, write_plugin
 
@@ -50,7 +51,8 @@ def plugin(
     paths = write_plugin(folder, name, kinds)
     for path in paths:
         console.print(f"wrote {shown(path)}", highlight=False)
-    console.print(f"next: pip install -e ./{shown(name)} && (cd {shown(name)} && pytest)", highlight=False)
+    # the package's test extra brings pytest, which an fslab installed without its own test extra lacks
+    console.print(f"next: pip install -e './{name}[test]' && (cd {name} && pytest)", markup=False, highlight=False)
 
 
 def _installed():
