@@ -58,6 +58,12 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
 
 @pytest.mark.parametrize("argv, message", [
     (["new", "plugin", "Bad-Name"], "is not a valid package name"),
+    # the example is the name as a package name would spell it (it was fslab_margin, whatever the name)
+    (["new", "plugin", "My-Loss"], "'My-Loss' is not a valid package name: use lowercase letters, digits and _, "
+                                   "starting with a letter (e.g. my_loss)"),
+    (["new", "plugin", "2loss"], "starting with a letter (e.g. fslab_2loss)"),
+    (["new", "plugin", "Torch"], "starting with a letter (e.g. fslab_torch)"),  # not torch, which is taken
+    (["new", "plugin", "Café"], "starting with a letter (e.g. cafe)"),
     # its distribution 'fslab-margin-' failed pip install: a name ending in - is no PEP 508 name
     (["new", "plugin", "fslab_margin_"], "'fslab_margin_' is not a valid package name: its distribution would be "
                                          "named 'fslab-margin-', and pip refuses a name ending in -; end it with a "

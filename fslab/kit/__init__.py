@@ -13,6 +13,7 @@ import json
 import keyword
 import re
 import sys
+import unicodedata
 from importlib.resources import files
 from pathlib import Path
 
@@ -39,11 +40,11 @@ def check_name(name: str, folder: Path) -> None:
     and ``folder`` is free."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UsageError(f"'{name}' is not a valid package name: use lowercase letters, digits and _, "
-                         f"starting with a letter (e.g. fslab_margin)")
+                         f"starting with a letter (e.g. {_spelt(name)})")
     if name.endswith("_"):  # pip refuses the distribution's name, NAME with - for _, ending in -
         raise UsageError(f"'{name}' is not a valid package name: its distribution would be named "
                          f"'{name.replace('_', '-')}', and pip refuses a name ending in -; end it with a letter "
-                         f"or digit (e.g. {name.rstrip('_')})")
+                         f"or digit (e.g. {_spelt(name)})")
     if keyword.iskeyword(name):
         raise UsageError(f"'{name}' is not a valid package name: it is a Python keyword; choose another "
                          f"(e.g. fslab_{name})")
@@ -53,6 +54,18 @@ def check_name(name: str, folder: Path) -> None:
         raise UsageError(f"'{name}' is already the name of an importable module (the standard library's or an "
                          f"installed one); a plugin package of that name would hide it or be hidden by it: "
                          f"choose another (e.g. {_another(name)})")
+
+
+def _spelt(name: str) -> str:
+    """``name`` as a package name (``My-Loss``: ``my_loss``, ``Café``: ``cafe``), or an example where
+    nothing of it is one."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    words = re.sub(r"[^a-z0-9]+", "_", ascii_name.lower()).strip("_")
+    if not words:
+        return "fslab_margin"
+    if not words[0].isalpha() or keyword.iskeyword(words):
+        return f"fslab_{words}"
+    return _another(words) if words in sys.stdlib_module_names or importlib.util.find_spec(words) else words
 
 
 def check_free(name: str, kinds: list[str], registry) -> None:
