@@ -491,6 +491,27 @@ def _csv_sink(tmp_path):
     return module.CsvSink
 
 
+def test_the_generated_recipe_says_what_it_trains(tmp_path):
+    """Its description said "the components of this package" where the package has none of the kind: a
+    recipe package alone trains fslab's nca, iid and centroid."""
+    import importlib.util
+
+    from fslab.kit import write_plugin
+
+    write_plugin(tmp_path / "pkg", "fslab_recipe", ["method", "backbone"])
+    path = tmp_path / "pkg" / "fslab_recipe" / "method.py"
+    spec = importlib.util.spec_from_file_location("fslab_recipe_method", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    registered = []
+    module.register_methods(lambda target, **info: registered.append((target, info)))
+    ((recipe, info),) = registered
+    assert recipe == {"loss": {"name": "nca"}, "sampler": {"name": "iid"}, "evaluator": {"name": "centroid"},
+                      "backbone": {"name": "fslab-recipe"}}
+    assert info == {"name": "fslab-recipe", "description": "loss nca, sampler iid, evaluator centroid, "
+                                                           "backbone fslab-recipe"}
+
+
 def _rows_expected(events) -> list[list[str]]:
     """The CSV rows of ``events``, computed apart from the sink."""
     rows = []

@@ -123,6 +123,8 @@ def _values(name: str, kinds: list[str]) -> dict[str, str]:
         "entry_points": "\n".join(f'{plugin} = "{name}.{kind}"' for plugin, kind in zip(plugins, kinds)),
         "plugins": repr(plugins),
         "recipe": repr(recipe),
+        # what it trains, fslab's built-ins named where the package has no component of their kind
+        "recipe_description": ", ".join(f"{kind} {section['name']}" for kind, section in recipe.items()),
         "module_table": "\n".join(f"| `{name}/{kind}.py` | {kind} `{component}` |" for kind in kinds)
         + (f"\n| `{name}/network.py` | the backbone's network, imported only when a run builds it |"
            if "backbone" in kinds else ""),
