@@ -98,15 +98,20 @@ def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
     assert not any((tmp_path / name).exists() for name in ("ok", "nowhere", "protonet", "fslab_knn", "fslab_margin_"))
 
 
-def test_new_plugin_checks_the_built_in_names_where_fslab_toml_is_broken(tmp_path):
-    """A broken fslab.toml fails the registry's loading: the check of the names was skipped, and
-    `fslab new plugin nca` wrote a package whose loss 'nca', installed, failed every fslab command."""
-    (tmp_path / "fslab.toml").write_text("[project\nplugin_dirs = ")
-    result = subprocess.run([sys.executable, "-m", "fslab", "new", "plugin", "nca"], cwd=tmp_path,
-                            capture_output=True, text=True)
-    assert result.returncode == 2 and result.stderr.startswith("error: 'nca' would register the loss 'nca', which "
-                                                              "plugin 'nca' registers already"), result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "nca").exists()
+@pytest.mark.parametrize("toml, env", [
+    # a broken fslab.toml failed the registry's loading, and the check of the names was skipped
+    ("[project\nplugin_dirs = ", {}),
+    # FSLAB_PLUGINS left the other built-ins out of the check; installed, the package met them once it was unset
+    ("", {"FSLAB_PLUGINS": "nca"}),
+])
+def test_new_plugin_checks_every_installed_name(tmp_path, toml, env):
+    """`fslab new plugin protonet` wrote a package whose loss 'protonet', installed, failed every fslab command."""
+    (tmp_path / "fslab.toml").write_text(toml)
+    result = subprocess.run([sys.executable, "-m", "fslab", "new", "plugin", "protonet"], cwd=tmp_path,
+                            capture_output=True, text=True, env={**os.environ, **env})
+    taken = "error: 'protonet' would register the loss 'protonet', which plugin 'protonet' registers already"
+    assert result.returncode == 2 and result.stderr.startswith(taken), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "protonet").exists()
 
 
 BROKEN = '''

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -56,18 +57,23 @@ def plugin(
 
 
 def _installed():
-    """The components installed now, whose names a new package's must not take. A plugin that fails to
-    load is no concern here, nor is a broken fslab.toml (or FSLAB_STRICT_PLUGINS=1 meeting a broken
-    plugin): then the entry points' components are read without it, so the built-ins still count."""
-    import fslab
+    """The components installed now, whose names a new package's must not take: every plugin's,
+    those FSLAB_PLUGINS leaves out too (installed, the package's would meet them once it is unset).
+    A plugin that fails to load is no concern here, nor is a broken fslab.toml: then the entry points'
+    components are read without its plugin folders, so the built-ins still count."""
     from fslab.core.errors import FslabError
     from fslab.core.registry import load_registry
+    from fslab.core.settings import load_settings
 
+    only = os.environ.pop("FSLAB_PLUGINS", None)
     try:
-        return fslab.get_registry(report=lambda line: None)
-    except FslabError:
-        pass
-    try:
-        return load_registry((), strict=False)
+        try:
+            folders = load_settings().plugin_dirs
+        except FslabError:
+            folders = ()
+        return load_registry(folders, strict=False)
     except FslabError:  # two plugins registering one name: every command says so
         return None
+    finally:
+        if only is not None:
+            os.environ["FSLAB_PLUGINS"] = only
