@@ -748,6 +748,24 @@ def test_a_local_plugin_that_is_not_found_is_told_why(tmp_path, monkeypatch, bui
     assert Alone().registry.failures == []
 
 
+def test_an_installed_plugin_that_fslab_plugins_leaves_out_is_told_so(monkeypatch):
+    """With FSLAB_PLUGINS set in the shell, a generated package's `pytest` failed with "no fslab plugin
+    'fslab_margin_loss' is installed ...; pip install -e . first": it was installed, and left out."""
+    import fslab.testing
+    from fslab.testing import ContractTests
+
+    monkeypatch.setattr(fslab.testing, "_registries", {})
+    monkeypatch.setenv("FSLAB_PLUGINS", "nca")
+    with pytest.raises(AssertionError) as caught:
+        ContractTests().test_plugin_loads("protonet")
+    assert str(caught.value).splitlines()[0] == ("fslab plugin 'protonet' is installed, but FSLAB_PLUGINS=nca leaves "
+                                                 "it out: add it there, or unset FSLAB_PLUGINS")
+    with pytest.raises(AssertionError, match=r"^no fslab plugin 'fslab_nowhere' is installed \(entry points of "
+                                             r"group 'fslab': nca\); pip install -e \. first"):
+        ContractTests().test_plugin_loads("fslab_nowhere")
+    ContractTests().test_plugin_loads("nca")
+
+
 FILES_DATASET = """
 from pathlib import Path
 

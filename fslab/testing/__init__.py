@@ -70,6 +70,19 @@ def _no_local_plugin(plugin: str, plugin_dirs: tuple[str, ...]) -> str:
     return f"no {plugin.removeprefix('local:')}.py in plugin_dirs {', '.join(map(str, plugin_dirs))}"
 
 
+def _not_installed(plugin: str, loaded) -> str:
+    """Why an entry-point plugin is not loaded: FSLAB_PLUGINS leaves it out, or it is not installed."""
+    import os
+    from importlib.metadata import entry_points
+
+    only = os.environ.get("FSLAB_PLUGINS")
+    if only is not None and plugin in {point.name for point in entry_points(group="fslab")}:
+        return (f"fslab plugin '{plugin}' is installed, but FSLAB_PLUGINS={only} leaves it out: add it there, "
+                f"or unset FSLAB_PLUGINS")
+    return (f"no fslab plugin '{plugin}' is installed (entry points of group 'fslab': "
+            f"{', '.join(sorted(loaded)) or 'none'}); pip install -e . first")
+
+
 def _builds_on_an_empty_folder(registry: Any, name: str, args: dict) -> None:
     """Dataset ``name`` built as the default ``dataset_args`` builds it: one that refuses an empty
     folder (it reads files) is told where a test's files come from, not only what it lacked."""
@@ -153,9 +166,7 @@ class ContractTests:
         assert plugin not in failed, f"plugin '{plugin}' failed to load: {failed.get(plugin)}"
         if plugin.startswith("local:"):
             assert plugin in self.registry.plugins, _no_local_plugin(plugin, self._plugin_dirs())
-        assert plugin in self.registry.plugins, (
-            f"no fslab plugin '{plugin}' is installed (entry points of group 'fslab': "
-            f"{', '.join(sorted(self.registry.plugins)) or 'none'}); pip install -e . first")
+        assert plugin in self.registry.plugins, _not_installed(plugin, self.registry.plugins)
 
     def test_parameters(self, kind: str, name: str) -> None:
         from fslab.testing.checks import check_parameters
