@@ -68,6 +68,10 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
     (["new", "plugin", "fslab_margin_"], "'fslab_margin_' is not a valid package name: its distribution would be "
                                          "named 'fslab-margin-', and pip refuses a name ending in -; end it with a "
                                          "letter or digit (e.g. fslab_margin)"),
+    # its README's `fslab run nca --set loss.name=nan` read a number, not the loss 'nan'
+    (["new", "plugin", "nan"], "'nan' cannot name a plugin's components: --set loss.name=nan reads it as a TOML "
+                               "number, not a name; choose another (e.g. fslab_nan)"),
+    (["new", "plugin", "true"], "reads it as a TOML boolean"),
     (["new", "plugin", "class"], "'class' is not a valid package name: it is a Python keyword; choose another "
                                  "(e.g. fslab_class)"),
     # a link to nothing: it said 'error: File exists: gone' and exited 1

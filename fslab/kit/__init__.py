@@ -45,6 +45,10 @@ def check_name(name: str, folder: Path) -> None:
         raise UsageError(f"'{name}' is not a valid package name: its distribution would be named "
                          f"'{name.replace('_', '-')}', and pip refuses a name ending in -; end it with a letter "
                          f"or digit (e.g. {_spelt(name)})")
+    if name in ("true", "false", "inf", "nan"):  # the component would be named so: TOML reads it as a value
+        raise UsageError(f"'{name}' cannot name a plugin's components: --set loss.name={name} reads it as a TOML "
+                         f"{'boolean' if name in ('true', 'false') else 'number'}, not a name; choose another "
+                         f"(e.g. fslab_{name})")
     if keyword.iskeyword(name):
         raise UsageError(f"'{name}' is not a valid package name: it is a Python keyword; choose another "
                          f"(e.g. fslab_{name})")
