@@ -72,6 +72,7 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
     (["new", "plugin", "nan"], "'nan' cannot name a plugin's components: --set loss.name=nan reads it as a TOML "
                                "number, not a name; choose another (e.g. fslab_nan)"),
     (["new", "plugin", "true"], "reads it as a TOML boolean"),
+    (["new", "plugin", "NaN"], "starting with a letter (e.g. fslab_nan)"),
     (["new", "plugin", "class"], "'class' is not a valid package name: it is a Python keyword; choose another "
                                  "(e.g. fslab_class)"),
     # a link to nothing: it said 'error: File exists: gone' and exited 1

@@ -20,6 +20,8 @@ from pathlib import Path
 from fslab.core.errors import UsageError
 
 KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "sink", "study")
+# Names --set reads as TOML values (a boolean, a number), not as the component a package names so.
+VALUES = ("true", "false", "inf", "nan")
 # What a recipe uses where the package has no component of that kind.
 BUILT_IN = {"loss": "nca", "sampler": "iid", "evaluator": "centroid"}
 USE = {
@@ -45,7 +47,7 @@ def check_name(name: str, folder: Path) -> None:
         raise UsageError(f"'{name}' is not a valid package name: its distribution would be named "
                          f"'{name.replace('_', '-')}', and pip refuses a name ending in -; end it with a letter "
                          f"or digit (e.g. {_spelt(name)})")
-    if name in ("true", "false", "inf", "nan"):  # the component would be named so: TOML reads it as a value
+    if name in VALUES:
         raise UsageError(f"'{name}' cannot name a plugin's components: --set loss.name={name} reads it as a TOML "
                          f"{'boolean' if name in ('true', 'false') else 'number'}, not a name; choose another "
                          f"(e.g. fslab_{name})")
@@ -67,7 +69,7 @@ def _spelt(name: str) -> str:
     words = re.sub(r"[^a-z0-9]+", "_", ascii_name.lower()).strip("_")
     if not words:
         return "fslab_margin"
-    if not words[0].isalpha() or keyword.iskeyword(words):
+    if not words[0].isalpha() or keyword.iskeyword(words) or words in VALUES:
         return f"fslab_{words}"
     return _another(words) if words in sys.stdlib_module_names or importlib.util.find_spec(words) else words
 
