@@ -903,6 +903,11 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
         f"@hookimpl\ndef register_studies(register):\n    register_study_files(register, Path({str(studies)!r}))\n")
     check_study(load_registry((str(tmp_path / "local"),)), "fslab-paper", tmp_path)  # nca by batch size
     text = (studies / "fslab-paper.toml").read_text()
+    # the keys its description gives a published cell are those a cell takes (it left out accuracy, the number)
+    from fslab.core.studies import CELL_KEYS
+
+    listed = re.search(r"each with its (.*?), which the report", text, re.S).group(1)
+    assert sorted(re.findall(r"\b(?!and\b)[a-z0-9]+", listed)) == sorted(CELL_KEYS), listed
     (studies / "fslab-paper.toml").write_text(text.replace('method = "nca"', 'method = "nca-by-hand"'))
     with pytest.raises(UsageError, match=r"fslab-paper\.toml: sweep 'fslab-paper'\.method \(on synthetic\): "
                                          r"Unknown method 'nca-by-hand'"):
