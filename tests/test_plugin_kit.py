@@ -83,6 +83,9 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
     (["new", "plugin", "fslab"], "'fslab' is already the name of an importable module"),
     (["new", "plugin", "torch"], "choose another (e.g. fslab_torch)"),
     (["new", "plugin", "test"], "'test' is already the name of an importable module"),
+    # Pillow's module is PIL: `pip install -e ./pillow` uninstalled Pillow, which fslab needs, for the plugin
+    (["new", "plugin", "pillow"], "'pillow' would be installed as the distribution 'pillow', the name of the "
+                                  "installed "),
     # installed beside the built-in, its loss 'protonet' made every fslab command fail (registered twice)
     (["new", "plugin", "protonet"], "'protonet' would register the loss 'protonet', which plugin 'protonet' "
                                     "registers already; installed beside it, every fslab command would fail on the "

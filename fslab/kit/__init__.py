@@ -38,8 +38,9 @@ USE = {
 
 def check_name(name: str, folder: Path) -> None:
     """A UsageError unless ``name`` can be a Python package that no importable
-    module already has (``fslab``, ``torch``, the standard library's ``test``)
-    and ``folder`` is free."""
+    module already has (``fslab``, ``torch``, the standard library's ``test``),
+    nor an installed distribution (``pillow``, whose module is ``PIL``), and
+    ``folder`` is free."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UsageError(f"'{name}' is not a valid package name: use lowercase letters, digits and _, "
                          f"starting with a letter (e.g. {_spelt(name)})")
@@ -60,6 +61,22 @@ def check_name(name: str, folder: Path) -> None:
         raise UsageError(f"'{name}' is already the name of an importable module (the standard library's or an "
                          f"installed one); a plugin package of that name would hide it or be hidden by it: "
                          f"choose another (e.g. {_another(name)})")
+    installed = _distribution(name.replace("_", "-"))
+    if installed is not None:  # pillow: the module is PIL, and pip install -e ./pillow would uninstall Pillow
+        raise UsageError(f"'{name}' would be installed as the distribution '{name.replace('_', '-')}', the name of "
+                         f"the installed {installed}, which pip would uninstall for it: choose another "
+                         f"(e.g. {_another(name)})")
+
+
+def _distribution(dist: str) -> str | None:
+    """``Pillow 11.0.0``: the installed distribution named ``dist`` (as pip compares names), or None."""
+    import importlib.metadata
+
+    try:
+        found = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return f"{found.metadata['Name']} {found.version}"
 
 
 def _spelt(name: str) -> str:
