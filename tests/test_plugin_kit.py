@@ -577,7 +577,8 @@ def test_the_generated_csv_sink_keeps_one_row_per_number_through_resume_and_expo
 def test_the_generated_csv_sink_keeps_other_evaluations_apart_from_the_runs_own_test(tmp_path, builtin_plugins):
     """`fslab eval --evaluator knn --set evaluator.k=3` sends its scores to the run's sinks: the CSV named them
     test/5way_5shot/accuracy at step 0, as it names the training's own test, so the last row of that name gave
-    knn's score as the run's; a score in mAP was named accuracy."""
+    knn's score as the run's; a score in mAP was named accuracy; eval.final_val's score took the name of the
+    last epoch's validation, at the same step."""
     import csv
 
     from fslab.core.types import SinkRun
@@ -593,7 +594,10 @@ def test_the_generated_csv_sink_keeps_other_evaluations_apart_from_the_runs_own_
                   {**shape, "evaluator": "retrieval-map[images_per_class=10]", "metric": "map", "accuracy": 0.3,
                    "step": 12},
                   {**shape, "source": "fslab eval", "evaluator": "knn[k=3,ties=nearest]", "accuracy": 0.6,
-                   "epoch": 1}]:
+                   "epoch": 1},
+                  # the last epoch's validation, then eval.final_val's of the final network (no epoch)
+                  {**shape, "split": "val", "evaluator": "centroid", "accuracy": 0.7, "step": 12, "epoch": 1},
+                  {**shape, "split": "val", "evaluator": "centroid", "accuracy": 0.8, "step": 12}]:
         sink.write(event)
     sink.close()
     with open(run_path / "fslab-rows.csv", newline="") as file:
@@ -601,7 +605,9 @@ def test_the_generated_csv_sink_keeps_other_evaluations_apart_from_the_runs_own_
     assert scores == [["12", "", "test/5way_5shot/accuracy", "0.4"],
                       ["12", "", "test/5way_5shot/knn[k=3]/accuracy", "0.5"],
                       ["12", "", "test/5way_5shot/retrieval-map/map", "0.3"],
-                      ["0", "1", "eval/test/5way_5shot/knn[k=3]/15q_20ep/accuracy", "0.6"]]
+                      ["0", "1", "eval/test/5way_5shot/knn[k=3]/15q_20ep/accuracy", "0.6"],
+                      ["12", "1", "val/5way_5shot/accuracy", "0.7"],
+                      ["12", "", "val_final/5way_5shot/accuracy", "0.8"]]
 
 
 @pytest.mark.slow
