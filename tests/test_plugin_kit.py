@@ -33,6 +33,9 @@ def test_new_plugin_writes_a_package_with_one_module_per_kind(tmp_path, monkeypa
     pyproject = (package / "pyproject.toml").read_text()
     assert 'fslab_margin_loss = "fslab_margin.loss"' in pyproject and "[project.entry-points.fslab]" in pyproject
     assert 'test = ["pytest>=7"]' in pyproject
+    # the README's Publish lines install what they run: neither build nor twine comes with fslab
+    publish = (package / "README.md").read_text().split("## Publish")[1].split()
+    assert publish[:6] == ["python", "-m", "pip", "install", "build", "twine"], publish
     tests = (package / "tests" / "test_contracts.py").read_text()
     assert "plugins = ['fslab_margin_loss', 'fslab_margin_evaluator']" in tests
     for path in package.rglob("*.py"):
