@@ -74,7 +74,7 @@ def test_failing_loss_gives_failed_with_the_error(project):
         from fslab.plugin import hookimpl
 
         def boom(z, labels, support=None):
-            raise RuntimeError("the loss exploded on purpose")
+            raise RuntimeError("the loss exploded on purpose.")
 
         @hookimpl
         def register_losses(register):
@@ -83,11 +83,13 @@ def test_failing_loss_gives_failed_with_the_error(project):
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
     result = fslab("run", "nca", *TINY, "--set", "loss.name=boom", cwd=project)
     assert result.returncode == 1
-    assert "failed: RuntimeError: the loss exploded on purpose" in result.stderr
     run_dir = only_run(project)
+    # the error's own period is not doubled before "See:" (it read "on purpose.. See:")
+    assert result.stderr.splitlines()[-1] == (f"{run_dir.name}: failed: RuntimeError: the loss exploded on purpose. "
+                                              f"See: fslab logs {run_dir.name} --stderr")
     st = status(run_dir)
     assert st["state"] == "failed" and st["exit_code"] == 1
-    assert st["error"] == "RuntimeError: the loss exploded on purpose"
+    assert st["error"] == "RuntimeError: the loss exploded on purpose."
     assert "Traceback" in (run_dir / "stderr.log").read_text()
     assert "exploded" in fslab("logs", run_dir.name, "--stderr", cwd=project).stdout
 

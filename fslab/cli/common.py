@@ -178,6 +178,15 @@ def shown(value: object) -> str:
     return escape(printable(value))
 
 
+def ended_line(run_id: str, state: str, error: str, *, see_stderr: bool = True, again: str = "") -> str:
+    """How a run that did not complete ended, as ``fslab run`` and ``fslab logs --follow`` say it:
+    ``ID: failed: ERROR. See: fslab logs ID --stderr; AGAIN`` (an error's own last period kept once)."""
+    text = shown(error).rstrip()
+    text = text[:-1] if text.endswith(".") and not text.endswith("..") else text
+    see = f". See: fslab logs {run_id} --stderr" if see_stderr else ""
+    return f"{run_id}: {state}: {text}{see}{f'; {again}' if again else ''}"
+
+
 def settings(store: bool = True):
     """fslab.toml's settings; with ``store``, for a command that reads or writes
     the run store, whose runs folder must not be a link to nothing."""

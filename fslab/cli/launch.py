@@ -31,6 +31,7 @@ from fslab.cli.common import (
     app,
     choices,
     console,
+    ended_line,
     err_console,
     live_run_or_sweep,
     names_of,
@@ -157,9 +158,8 @@ def _follow_to_end(run_, process) -> None:
     if state == "killed":  # stopped from elsewhere (fslab stop, the dashboard): as after Ctrl-C here
         err_console.print(f"{run_.id}: killed ({shown(str(error))}); {after_stop(run_)}", highlight=False)
         raise typer.Exit(130)
-    again = f"; {after_stop(run_)}" if state == "lost" else ""  # its worker died: what it kept, how to go on
-    err_console.print(f"{run_.id}: {state}: {shown(str(error))}. See: fslab logs {run_.id} --stderr{again}",
-                      highlight=False)
+    again = after_stop(run_) if state == "lost" else ""  # its worker died: what it kept, how to go on
+    err_console.print(ended_line(run_.id, state, str(error), again=again), highlight=False)
     raise typer.Exit(1)
 
 

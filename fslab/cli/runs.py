@@ -20,6 +20,7 @@ from fslab.cli.common import (
     check_evaluator,
     comma_choices,
     console,
+    ended_line,
     err_console,
     names_of,
     registry,
@@ -323,7 +324,5 @@ def _say_how_it_ended(run_, stderr: bool) -> None:
         return
     error = run_.status().get("error") or ("its worker died without recording an end (killed outright, "
                                            "or its machine went down)" if state == "lost" else "no error recorded")
-    again = f"; {after_stop(run_)}" if state in ("killed", "lost") else ""
-    see = "" if stderr else f". See: fslab logs {run_.id} --stderr"
-    err_console.print(f"{run_.id}: {state}: {shown(str(error))}{see}{again}",
-                      highlight=False)
+    again = after_stop(run_) if state in ("killed", "lost") else ""
+    err_console.print(ended_line(run_.id, state, str(error), see_stderr=not stderr, again=again), highlight=False)
