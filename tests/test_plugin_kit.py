@@ -94,6 +94,9 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
                                     "registers already; installed beside it, every fslab command would fail on the "
                                     "name: choose another (e.g. fslab_protonet)"),
     (["new", "plugin", "fslab_knn", "--kind", "loss", "--kind", "evaluator"], "evaluator 'fslab-knn'"),
+    # 'error: File name too long' and exit 1, a system's refusal of what was a bad name
+    (["new", "plugin", "a" + "b" * 300], "'a" + "b" * 39 + "...' is 301 characters long; a package name may have "
+                                         "at most 100: choose a shorter one"),
 ])
 def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
     (tmp_path / "taken").mkdir()

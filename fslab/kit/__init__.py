@@ -36,11 +36,17 @@ USE = {
 }
 
 
+LONGEST = 100  # characters of a package's name: its files' names (the wheel's is about 30 more) stay under 255
+
+
 def check_name(name: str, folder: Path) -> None:
     """A UsageError unless ``name`` can be a Python package that no importable
     module already has (``fslab``, ``torch``, the standard library's ``test``),
     nor an installed distribution (``pillow``, whose module is ``PIL``), and
     ``folder`` is free."""
+    if len(name) > LONGEST:  # a file name of the package (NAME.egg-info, the wheel's) past what a file system takes
+        raise UsageError(f"'{name[:40]}...' is {len(name)} characters long; a package name may have at most "
+                         f"{LONGEST}: choose a shorter one")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UsageError(f"'{name}' is not a valid package name: use lowercase letters, digits and _, "
                          f"starting with a letter (e.g. {_spelt(name)})")
