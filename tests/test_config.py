@@ -147,6 +147,27 @@ def test_set_values_are_toml_with_string_fallback():
             parse_assignment(f"train.milestones={raw}")
 
 
+def test_a_value_toml_reads_as_a_date_is_text_in_set_and_refused_in_a_file(registry, tmp_path):
+    """No setting takes a date or a time, and a run's config.json cannot hold one: --set
+    dataset.root=2026-01-01 (a folder named by its day) was a traceback after the run's folder was
+    made, and so was root = 2026-01-01 in [run] of fslab.toml."""
+    import json
+
+    assert parse_assignment("dataset.root=2026-01-01") == (["dataset", "root"], "2026-01-01")
+    assert parse_assignment("loss.name=12:30:00") == (["loss", "name"], "12:30:00")
+    assert parse_assignment("a.b=1979-05-27T07:32:00Z") == (["a", "b"], "1979-05-27T07:32:00Z")
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("dataset.root=2026-01-01"))
+    assert config["dataset"]["root"] == os.path.abspath("2026-01-01")
+    json.dumps(config)  # as config.json is written
+    with pytest.raises(ConfigError, match=r"^config key 'train.lr' must be a number, got '2026-01-01'$"):
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.lr=2026-01-01"))
+    settings = settings_from(tmp_path, "[run.dataset]\nroot = 2026-01-01\n")
+    with pytest.raises(ConfigError) as error:
+        resolve("nca", registry=registry, settings=settings)
+    assert str(error.value) == f'{settings.path}: [run]: dataset.root = 2026-01-01 is a TOML date or time, which ' \
+                               f'no setting takes; quote it to give the text: "2026-01-01"'
+
+
 def test_a_setting_is_written_as_set_reads_it():
     assert assignment("eval.center", False) == "eval.center=false"
     assert assignment("loss.name", "nca") == "loss.name=nca"

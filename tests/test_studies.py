@@ -198,6 +198,11 @@ def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
     ({"label": "NCA\n(ours)"}, "sweep 'nca'.label: must be one line without control characters (it is printed in "
                                 "a table or a heading), got 'NCA\\n(ours)'; write it on one line"),
     ({"grid": {"train.epochs": [1, 2]}}, "sweep 'nca'.set.train.epochs: is also a grid key"),
+    # a TOML date or time: no setting takes one, and a run's config.json could not hold it
+    ({"set": {"dataset.root": datetime.date(2026, 1, 1)}}, "sweep 'nca'.set: dataset.root = 2026-01-01 is a "
+                                                             "TOML date or time, which no setting takes"),
+    ({"grid": {"train.lr": [0.1, datetime.time(12, 30)]}}, "sweep 'nca'.grid: train.lr = 12:30:00 is a TOML "
+                                                            "date or time, which no setting takes"),
 ])
 def test_a_bad_sweep_is_one_line_naming_it(sweep_change, expected):
     data = tiny()

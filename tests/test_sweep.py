@@ -78,6 +78,10 @@ def test_grid_parsing_and_expansion():
      "grid.train.lr is given twice (once dotted, once in a nested table); keep one"),
     ('[set]\n"train.epochs" = 1\n[set.train]\nepochs = 2',
      "set.train.epochs is given twice (once dotted, once in a nested table); keep one"),
+    # no setting takes a TOML date or time, and config.json cannot hold one (a traceback, a run folder left)
+    ('[set]\n"dataset.root" = 2026-01-01', 'set.dataset.root = 2026-01-01 is a TOML date or time, which no '
+                                            'setting takes; quote it to give the text: "2026-01-01"'),
+    ("[grid.train]\nlr = [0.1, 1979-05-27T07:32:00]", "grid.train.lr = 1979-05-27T07:32:00 is a TOML date or time"),
 ])
 def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path, text, message):
     from fslab.execution.sweep import read_sweep_file
@@ -229,6 +233,20 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
 def test_sweep_with_a_bad_value_writes_nothing(project):
     result = fslab("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
     assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got 'two'" in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_a_date_in_a_sweep_file_is_one_line_and_queues_nothing(project):
+    """A TOML date in a sweep file's [set] was a traceback (TypeError: not a setting's value), and one in
+    its [grid] a traceback that left a run folder without config.json."""
+    (project / "s.toml").write_text('method = "nca"\n[set]\n"dataset.root" = 2026-01-01\n')
+    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == 'error: s.toml: set.dataset.root = 2026-01-01 is a TOML date or time, which no ' \
+                            'setting takes; quote it to give the text: "2026-01-01"\n'
+    (project / "s.toml").write_text('method = "nca"\n[grid]\n"dataset.root" = [2026-01-01, 2026-01-02]\n')
+    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    assert result.returncode == 2 and "grid.dataset.root = 2026-01-01 is a TOML date" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 

@@ -1,7 +1,9 @@
 """``--set KEY=VALUE`` as text: a setting read from it and written back.
 
 Values are TOML values, and a word TOML does not read is a string, so
-``loss.name=nca`` and ``train.milestones=[0.5, 0.75]`` both work. Every
+``loss.name=nca`` and ``train.milestones=[0.5, 0.75]`` both work; so is one
+that TOML reads as a date or a time (``dataset.root=2026-01-01``), which no
+setting takes. Every
 surface that names a setting (``fslab show``, study show and report, compare
 and plot labels, hints) writes it with :func:`assignment`, so what it prints
 can be pasted after ``--set``.
@@ -9,6 +11,7 @@ can be pasted after ``--set``.
 
 from __future__ import annotations
 
+import datetime
 import re
 import sys
 from collections.abc import Iterable
@@ -38,6 +41,8 @@ def parse_assignment(text: str, option: str = "--set") -> tuple[list[str], Any]:
         if raw and raw[0] in "[{\"'":  # meant as a list, table or quoted string: say what TOML found wrong
             raise ConfigError(f"{option} {key}: {raw!r} is not a TOML value ({str(exc).split(' (at ')[0]}); "
                               f"e.g. [0.5, 0.75] or \"text\"") from None
+        value = raw
+    if isinstance(value, datetime.date | datetime.time):  # no setting takes one: a folder named 2026-01-01
         value = raw
     return key.split("."), value
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fslab.core.errors import ConfigError, UnknownName, UsageError, did_you_mean, plugin_call
-from fslab.core.keys import PLUGIN_SECTIONS, SINKS, dotted
+from fslab.core.keys import PLUGIN_SECTIONS, SINKS, dated, dotted
 from fslab.core.limits import (
     RULE,
     Allowed,
@@ -283,6 +283,9 @@ def resolve(
     toml_layer = settings.run
     # the file's [run] is named; the other layers (--set, --like's saved run, a grid point, a study's
     # settings) are the command's own, and what the command gave needs no prefix
+    for layer, source in [(toml_layer, f"{settings.path}: [run]: "), *((layer, "") for layer in overrides)]:
+        if (why := dated(layer)) is not None:  # a TOML file's date: config.json could not hold it
+            raise ConfigError(f"{source}{why}")
     _check_shape(toml_layer, f"{settings.path}: [run]: ")
     for layer in overrides:
         _check_shape(layer, "")

@@ -3,6 +3,8 @@ files, comparisons and trackers name them."""
 
 from __future__ import annotations
 
+import datetime
+
 # The sections of a configuration that name a plugin and hold its parameters.
 PLUGIN_SECTIONS = ("dataset", "backbone", "loss", "sampler", "evaluator")
 # Where a run's events are also sent: {sink name: its parameters} (fslab.core.sinks).
@@ -38,6 +40,31 @@ def repeated_value(values: list):
             return (value,)
         seen.append(same)
     return None
+
+
+def dated(table: dict) -> str | None:
+    """Why a table a person wrote in TOML (a sweep or study file's grid or set, ``[run]`` of
+    fslab.toml) cannot be a configuration: a value, or an item of a list, that TOML reads as a date
+    or a time (``root = 2026-01-01``), which no setting takes and no run's ``config.json`` can hold;
+    None if there is none."""
+    for key, value in _leaves(table, ""):
+        for item in _items(value):
+            if isinstance(item, datetime.date | datetime.time):  # a datetime is a date
+                text = item.isoformat()
+                return (f"{key} = {text} is a TOML date or time, which no setting takes; "
+                        f"quote it to give the text: \"{text}\"")
+    return None
+
+
+def _items(value):
+    if isinstance(value, list):
+        for item in value:
+            yield from _items(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _items(item)
+    else:
+        yield value
 
 
 def _leaves(table: dict, prefix: str):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
+from fslab.core.keys import TWICE, dated, dotted, repeated_key, repeated_value
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
 
@@ -250,6 +250,8 @@ class _Checker:
         if (twice := repeated_key(table)) is not None:
             self.fail(f"{where}.{twice}", TWICE)
         flat = dotted(table)
+        if (why := dated(flat)) is not None:
+            self.fail(where, why)
         for key in flat:
             if key in RESERVED:
                 self.fail(f"{where}.{key}", "is set by the study itself (seeds and datasets); leave it out")

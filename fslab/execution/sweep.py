@@ -18,7 +18,7 @@ from pathlib import Path
 from fslab.core.assignments import nest, parse_assignment
 from fslab.core.config import naming_the_file, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
-from fslab.core.keys import TWICE, dotted, repeated_key, repeated_value
+from fslab.core.keys import TWICE, dated, dotted, repeated_key, repeated_value
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.states import RESUMABLE
@@ -103,6 +103,8 @@ def read_sweep_file(path: Path) -> dict:
         if (twice := repeated_key(data.get(table, {}))) is not None:
             raise ConfigError(f"{path}: {table}.{twice} {TWICE}")
         data[table] = dotted(data.get(table, {}))
+        if (why := dated(data[table])) is not None:
+            raise ConfigError(f"{path}: {table}.{why}")
     for key, values in data["grid"].items():
         check_grid_key(f"{path}: grid.{key}", key)
         if not isinstance(values, list) or not values:
