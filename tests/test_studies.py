@@ -658,6 +658,22 @@ def test_a_published_cell_its_runs_do_not_evaluate_is_refused(registry, tmp_path
         resolve_study(parse_study(data, "tiny.toml"), "paper", settings=store(tmp_path), registry=registry)
 
 
+def test_a_study_sweep_trains_its_set_with_every_plugin_its_grid_chooses(registry, tmp_path):
+    """Each key of a sweep's set and of a grid point was a layer of its own, in the file's order: a
+    loss.name after loss.temperature in set, or a grid of loss.name, dropped the temperature the
+    study sets; a sweep's set is one table, and its grid points train as its set would give them."""
+    data = tiny()
+    data["sweep"][0]["set"].update({"loss.temperature": 0.5, "loss.name": "supcon"})
+    data["sweep"][1]["set"]["loss.distance"] = "cosine"
+    data["sweep"][1]["grid"] = {"train.lr": [0.1, 0.05], "loss.name": ["protonet", "lpn"]}
+    data["published"][2]["at"]["loss.name"] = "protonet"
+    resolved = resolve_study(parse_study(data, "tiny.toml"), "paper", settings=store(tmp_path), registry=registry)
+    losses = {(p.sweep, p.at.get("loss.name")): c["loss"] for p, c in resolved}
+    assert losses[("nca", None)]["name"] == "supcon" and losses[("nca", None)]["temperature"] == 0.5
+    assert losses[("pn", "lpn")]["name"] == "lpn" and losses[("pn", "lpn")]["distance"] == "cosine"
+    assert losses[("pn", "protonet")] == {"name": "protonet", "distance": "cosine"}
+
+
 def test_one_model_tested_at_several_ways_serves_each_ways_cell(registry, tmp_path):
     """eval.extra_ways (the mAP paper's 5- and 20-way columns): the 20-way cells are read from the same
     runs' 20-way test episodes, so no model is trained twice."""
@@ -716,8 +732,8 @@ def test_quick_dataset_keys_apply_only_on_the_quick_dataset():
     data = tiny(quick={"seeds": 1, "set": {"dataset.classes": 60, "train.epochs": 1}})
     study = parse_study(data, "tiny.toml")
     layers = plan_runs(study, "quick", dataset="omniglot")[0].layers
-    assert {"dataset": {"classes": 60}} not in layers and {"train": {"epochs": 1}} in layers
-    assert {"dataset": {"classes": 60}} in plan_runs(study, "quick")[0].layers
+    assert {"train": {"epochs": 1}} in layers  # the quick scale's set is one layer
+    assert {"dataset": {"classes": 60}, "train": {"epochs": 1}} in plan_runs(study, "quick")[0].layers
 
 
 # -- the CLI -----------------------------------------------------------------------

@@ -23,8 +23,8 @@ def test_grid_parsing_and_expansion():
                     "backbone.name": ["conv4", "resnet12"]}
     combos = expand(grid, seeds=5, first_seed=10)
     assert len(combos) == 3 * 2 * 2 * 5
-    assert combos[0] == [{"train": {"batch_size": 128}}, {"loss": {"temperature": 0.9}},
-                         {"backbone": {"name": "conv4"}}, {"seed": 10}]
+    assert combos[0] == [{"train": {"batch_size": 128}, "loss": {"temperature": 0.9}, "backbone": {"name": "conv4"}},
+                         {"seed": 10}]
     assert [c[-1]["seed"] for c in combos[:6]] == [10, 11, 12, 13, 14, 10]
     with pytest.raises(ConfigError, match="--grid expects key=v1,v2"):
         parse_grid(["train.lr"])
@@ -234,6 +234,34 @@ def test_sweep_with_a_bad_value_writes_nothing(project):
     result = fslab("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
     assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got 'two'" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_a_grid_point_trains_as_the_same_values_given_with_set(project, registry):
+    """A grid key was a layer of its own, in grid order: --grid loss.temperature=0.5,0.7 --grid
+    loss.name=supcon made two runs both at supcon's default 0.1, and --set loss.temperature=0.5 with
+    --grid loss.name=nca,supcon trained supcon at 0.1: the layer that chose the loss dropped the
+    parameters given beside it, which one command's --sets never do."""
+    from fslab.cli.common import overrides
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+
+    def losses(grid, sets=(), file_set=()):
+        base = overrides(None, None, None, None, None, None, None, "cpu", list(sets), file_set=list(file_set))
+        _, runs = create_sweep("nca", parse_grid(grid), 1, base=base, settings=load_settings(), registry=registry)
+        return [run.config()["loss"] for run in runs]
+
+    supcon = registry.get("loss", "supcon").params
+    assert [loss["temperature"] for loss in losses(["loss.temperature=0.5,0.7", "loss.name=supcon"])] == [0.5, 0.7]
+    assert [loss["temperature"] for loss in losses(["loss.name=supcon", "loss.temperature=0.5,0.7"])] == [0.5, 0.7]
+    assert losses(["loss.name=nca,supcon"], sets=["loss.temperature=0.5"]) == [
+        {"name": "nca", "temperature": 0.5, "pair_fraction": 1.0}, {**supcon, "name": "supcon", "temperature": 0.5}]
+    # a sweep file's [set] alike; what the recipe gave the loss it replaces is not carried over
+    (nca_run, supcon_run) = losses(["loss.name=nca,supcon"], file_set=["loss.temperature=0.5"])
+    assert supcon_run == {**supcon, "name": "supcon", "temperature": 0.5} and nca_run["temperature"] == 0.5
+    assert losses(["loss.name=supcon"]) == [{**supcon, "name": "supcon"}]
+    # as fslab run with both --sets: a parameter the chosen plugin lacks is refused, not dropped for it
+    with pytest.raises(ConfigError, match=r"^unknown parameter 'loss.temperature' for loss 'protonet'"):
+        losses(["loss.name=nca,protonet"], sets=["loss.temperature=0.5"])
 
 
 def test_a_date_in_a_sweep_file_is_one_line_and_queues_nothing(project):

@@ -115,9 +115,15 @@ def assignments_layer(texts: Iterable[str], option: str = "--set") -> dict:
     ``evaluator.k=3`` and ``evaluator.name=knn`` make one section in either
     order: as layers of their own, the name's would drop the ``k`` given before
     it, as a layer that changes a plugin drops what lower layers gave the old one."""
+    return layer_of(parse_assignment(text, option) for text in texts)
+
+
+def layer_of(settings: Iterable[tuple[list[str], Any]]) -> dict:
+    """(key path, value) pairs as one configuration layer, a later value over an earlier one of the
+    same key; unlike layers merged one over another, a plugin's name and its parameters given
+    together stay together in any order."""
     layer: dict = {}
-    for text in texts:
-        path, value = parse_assignment(text, option)
+    for path, value in settings:
         here = layer
         for part in path[:-1]:
             if not isinstance(here.get(part), dict):

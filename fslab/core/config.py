@@ -269,6 +269,27 @@ def merge(base: dict, layer: dict) -> dict:
     return out
 
 
+def point_layer(below: Iterable[dict], point: dict) -> dict:
+    """A grid point ({dotted key: value}) as one configuration layer over the layers ``below`` it (a
+    sweep's options and settings), so that its runs train as the same values given with those
+    settings would: a plugin's name and parameters in the grid make one section in any order, and a
+    plugin the point chooses keeps the parameters ``below`` gives its section (``--set
+    loss.temperature=0.5`` with a grid of ``loss.name`` trains every loss at 0.5, as ``fslab run``
+    with both ``--set``s does); what a recipe, a dataset or fslab.toml gave the plugin it replaces
+    is dropped, as by any layer that changes a plugin."""
+    from fslab.core.assignments import layer_of
+
+    layer = layer_of((key.split("."), copy.deepcopy(value)) for key, value in point.items())
+    given: dict = {}
+    for lower in below:
+        given = merge(given, lower)
+    for section in PLUGIN_SECTIONS:
+        chosen, lower = layer.get(section), given.get(section)
+        if isinstance(chosen, dict) and "name" in chosen and isinstance(lower, dict) and "name" not in lower:
+            layer[section] = {**lower, **chosen}
+    return layer
+
+
 def resolve(
     method: str,
     *,

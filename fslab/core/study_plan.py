@@ -15,8 +15,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.assignments import nest
-from fslab.core.config import naming_the_file, outside_settings, resolve, tested_ways
+from fslab.core.assignments import layer_of, nest
+from fslab.core.config import naming_the_file, outside_settings, point_layer, resolve, tested_ways
 from fslab.core.errors import ConfigError, UnknownName, UsageError
 from fslab.core.keys import dotted
 from fslab.core.studies import SCALES, Study
@@ -63,15 +63,15 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
         for name in sweep.datasets:
             trains_on = run_dataset(study, scale, name, dataset)
             base = [nest(["dataset"], {"name": trains_on, **({"root": data_root} if data_root else {})})]
-            base += [nest(k.split("."), v) for k, v in sweep.set.items()]
+            base.append(layer_of((k.split("."), v) for k, v in sweep.set.items()))  # one table: one layer
             if study.split == "val":
                 base.append({"eval": {"final_val": True}})
             quick = []
             if scale == "quick":
-                quick = [nest(k.split("."), v) for k, v in study.quick.set.items()
-                         if not k.startswith("dataset.") or trains_on == study.quick.dataset]
+                quick = [layer_of((k.split("."), v) for k, v in study.quick.set.items()
+                                  if not k.startswith("dataset.") or trains_on == study.quick.dataset)]
             for point in study.points(sweep, scale):
-                at = [nest(k.split("."), v) for k, v in point.items()]
+                at = [point_layer(base, point)]  # as the sweep's set would give its values
                 for seed in range(seeds):
                     layers = (*base, *at, *quick, *extra, {"seed": seed})
                     planned.append(PlannedRun(sweep.name, name, point, seed, sweep.method, layers))

@@ -8,6 +8,7 @@ up. The sweep itself is recorded in ``runs/sweeps/<id>.json``.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
@@ -15,8 +16,8 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.assignments import nest, parse_assignment
-from fslab.core.config import naming_the_file, resolve
+from fslab.core.assignments import parse_assignment
+from fslab.core.config import naming_the_file, point_layer, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, repeated_key, repeated_value
 from fslab.core.runstore import Run, create_run
@@ -113,8 +114,9 @@ def read_sweep_file(path: Path) -> dict:
     return data
 
 
-def expand(grid: dict[str, list], seeds: int, first_seed: int = 0) -> list[list[dict]]:
-    """Every combination × seed, as lists of config layers (grid order, seeds innermost)."""
+def expand(grid: dict[str, list], seeds: int, first_seed: int = 0, below: list[dict] = ()) -> list[list[dict]]:
+    """Every combination × seed (grid order, seeds innermost), as config layers over ``below`` (the
+    sweep's options and settings): the combination's values as one layer (:func:`point_layer`), the seed."""
     if seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {seeds}")
     count = seeds * math.prod(len(values) for values in grid.values())
@@ -124,8 +126,9 @@ def expand(grid: dict[str, list], seeds: int, first_seed: int = 0) -> list[list[
     keys = list(grid)
     combos = []
     for values in itertools.product(*(grid[k] for k in keys)):
+        point = point_layer(below, dict(zip(keys, values)))
         for seed in range(first_seed, first_seed + seeds):
-            combos.append([nest(k.split("."), v) for k, v in zip(keys, values)] + [{"seed": seed}])
+            combos.append([copy.deepcopy(point), {"seed": seed}])
     return combos
 
 
@@ -138,7 +141,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
         if key in fixed:
             raise ConfigError(f"'{key}' is both a grid key and set by an option or the sweep file's [set]; "
                               f"the grid's values would replace it: leave out one of the two")
-    layers = [[*base, *combo] for combo in expand(grid, seeds, first_seed=_first_seed(base))]
+    layers = [[*base, *combo] for combo in expand(grid, seeds, first_seed=_first_seed(base), below=base)]
     configs = [resolve(method, registry=registry, settings=settings, overrides=overrides) for overrides in layers]
     sizes_seen: dict = {}  # each dataset is looked at once
     for config, overrides in zip(configs, layers):  # as fslab run checks one: any bad combination queues nothing
