@@ -264,6 +264,22 @@ def test_a_grid_point_trains_as_the_same_values_given_with_set(project, registry
         losses(["loss.name=nca,protonet"], sets=["loss.temperature=0.5"])
 
 
+@pytest.mark.parametrize("value, message", [
+    ("abc", "must be an integer, got 'abc'"), ("1.5", "must be an integer, got 1.5"),
+    ("[1]", "must be an integer, got [1]"), ("true", "must be an integer, got True"),  # was seeds 1, 2
+    ("-1", "must be a whole number from 0 to 2**63 - 1, got -1"),
+])
+def test_a_first_seed_of_the_wrong_type_is_one_line(project, value, message):
+    """A sweep counts its seeds from the seed that --set or [set] gives: one that is no whole number
+    was a traceback (TypeError) before any check, and true counted from 1."""
+    result = fslab("sweep", "nca", "--device", "cpu", "--seeds", "2", "--set", f"seed={value}", cwd=project)
+    assert (result.returncode, result.stderr) == (2, f"error: config key 'seed' {message}\n")
+    (project / "s.toml").write_text(f'method = "nca"\n[set]\nseed = {value}\n'.replace("abc", '"abc"'))
+    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    assert (result.returncode, result.stderr) == (2, f"error: config key 'seed' {message}\n")
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
 def test_a_date_in_a_sweep_file_is_one_line_and_queues_nothing(project):
     """A TOML date in a sweep file's [set] was a traceback (TypeError: not a setting's value), and one in
     its [grid] a traceback that left a run folder without config.json."""

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from fslab.core.assignments import parse_assignment
-from fslab.core.config import naming_the_file, point_layer, resolve
+from fslab.core.config import RunConfig, check_value, naming_the_file, point_layer, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, repeated_key, repeated_value
+from fslab.core.limits import check_fields
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.states import RESUMABLE
@@ -161,9 +162,13 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
 
 
 def _first_seed(base: list[dict]) -> int:
+    """The sweep's first seed (``--seed``, or ``seed`` in --set or [set]), checked as a run's seed is
+    before the seeds are counted from it (``--set seed=abc`` was a traceback, ``seed=true`` seed 1)."""
     seed = 0
     for layer in base:
         seed = layer.get("seed", seed)
+    seed = check_value("seed", seed, 0)
+    check_fields(RunConfig, {"seed": seed})
     return seed
 
 
