@@ -194,6 +194,18 @@ def test_every_value_written_as_a_setting_reads_back_the_same(value):
     assert parse_assignment(assignment("a.b", value)) == (["a", "b"], value)
 
 
+def test_a_key_given_without_its_section_suggests_the_section(registry, tmp_path):
+    """lr and batch_size, as --lr and a --grid alias name them, in a sweep file's [grid] (which takes no
+    alias) or a --set, were refused with no suggestion: the closest top-level key is no help there."""
+    for key, meant in [("lr", "'train.lr'"), ("ways", "'eval.ways'"),
+                       ("batch_size", "'train.batch_size' or 'eval.batch_size'")]:
+        with pytest.raises(ConfigError) as error:
+            resolve("nca", registry=registry, settings=Settings(), overrides=cli(f"{key}=3"))
+        assert str(error.value).startswith(f"unknown config key '{key}'. Did you mean {meant}? Allowed: method, ")
+    with pytest.raises(ConfigError, match=r"^unknown config key 'name'\. Allowed: "):  # a plugin section's: no guess
+        resolve("nca", registry=registry, settings=Settings(), overrides=cli("name=x"))
+
+
 def test_unknown_key_suggests_the_closest(registry):
     with pytest.raises(ConfigError, match=r"unknown config key 'train.epoch'\. Did you mean 'epochs'\?"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.epoch=3"))

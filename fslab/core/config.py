@@ -508,7 +508,7 @@ def _check_shape(layer: dict, source: str) -> None:
                               f"in {section}; write it without the quotes ({key} = ...)")
         if key not in DEFAULTS:
             raise ConfigError(
-                f"{source}unknown config key '{key}'.{did_you_mean(key, DEFAULTS)} "
+                f"{source}unknown config key '{key}'.{_section_meant(key) or did_you_mean(key, DEFAULTS)} "
                 f"Allowed: {', '.join(DEFAULTS)}."
             )
         if key == SINKS:
@@ -526,6 +526,14 @@ def _check_shape(layer: dict, source: str) -> None:
                     )
         if key in PLUGIN_SECTIONS and not isinstance(value, dict):
             raise ConfigError(f"{source}'{key}' is a section; choose the plugin with {key}.name=...")
+
+
+def _section_meant(key: str) -> str:
+    """`` Did you mean 'train.lr'?`` for a key of a section given without it (``lr``, as ``--lr`` and a
+    ``--grid`` alias name it; a sweep file's grid takes no alias), or ''."""
+    sections = [name for name, keys in DEFAULTS.items()
+                if isinstance(keys, dict) and name not in PLUGIN_SECTIONS and key in keys]
+    return f" Did you mean {' or '.join(repr(f'{name}.{key}') for name in sections)}?" if sections else ""
 
 
 def _is_number(value: Any) -> bool:
