@@ -168,6 +168,18 @@ def test_a_value_toml_reads_as_a_date_is_text_in_set_and_refused_in_a_file(regis
                                f'no setting takes; quote it to give the text: "2026-01-01"'
 
 
+def test_a_data_root_toml_reads_as_a_number_is_refused_not_saved_relative(registry, tmp_path):
+    """--set dataset.root=2024 (a folder named by its year) saved the number 2024 as the root, neither
+    text nor absolute, so a resume or a worker elsewhere read another folder; true read a folder True."""
+    for value, shown in [("2024", "2024"), ("true", "true"), ("1e3", "1000.0"), ("[1]", "[1]")]:
+        with pytest.raises(ConfigError) as error:
+            resolve("nca", registry=registry, settings=Settings(), overrides=cli(f"dataset.root={value}"))
+        assert str(error.value) == f"config key 'dataset.root' must be a folder's path (text), got {shown}; a " \
+                                   f"name TOML reads as another value is given quoted, or with --data-root"
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli('dataset.root="2024"'))
+    assert config["dataset"]["root"] == os.path.abspath("2024")
+
+
 def test_a_setting_is_written_as_set_reads_it():
     assert assignment("eval.center", False) == "eval.center=false"
     assert assignment("loss.name", "nca") == "loss.name=nca"

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from fslab.core.assignments import layer_of, toml_value
 from fslab.core.errors import ConfigError, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.keys import PLUGIN_SECTIONS, SINKS, dated, dotted
 from fslab.core.limits import (
@@ -277,8 +278,6 @@ def point_layer(below: Iterable[dict], point: dict) -> dict:
     loss.temperature=0.5`` with a grid of ``loss.name`` trains every loss at 0.5, as ``fslab run``
     with both ``--set``s does); what a recipe, a dataset or fslab.toml gave the plugin it replaces
     is dropped, as by any layer that changes a plugin."""
-    from fslab.core.assignments import layer_of
-
     layer = layer_of((key.split("."), copy.deepcopy(value)) for key, value in point.items())
     given: dict = {}
     for lower in below:
@@ -619,6 +618,9 @@ def _check_types(config: dict, defaults: dict, prefix: str) -> None:
         if key in PLUGIN_SECTIONS:
             if not isinstance(config[key].get("name"), str) or not config[key]["name"]:
                 raise ConfigError(f"config key '{key}.name' must be a plugin name (a string)")
+            if key == "dataset" and not isinstance(root := config[key].get("root"), str):  # --set dataset.root=2024
+                raise ConfigError(f"config key 'dataset.root' must be a folder's path (text), got {toml_value(root)}; "
+                                  f"a name TOML reads as another value is given quoted, or with --data-root")
             continue
         if isinstance(default, dict):
             _check_types(config[key], default, f"{prefix}{key}.")
