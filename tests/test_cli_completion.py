@@ -49,6 +49,24 @@ def test_plugin_names_complete(project, words, expected):
     assert complete(words, project) == expected
 
 
+@pytest.mark.parametrize("words, expected", [
+    ("fslab run nca --set train.l", ["train.log_every=", "train.lr="]),
+    ("fslab run nca --set loss.temp", ["loss.temperature="]),  # every loss's parameters
+    ("fslab run --set sinks.t", ["sinks.tensorboard.log_dir="]),
+    ("fslab run --set s", ["sampler.drop_last=", "sampler.name=", "sampler.per_class=", "sampler.queries=",
+                           "sampler.shots=", "sampler.ways=", "seed=", "sinks=", "sinks.mlflow.experiment=",
+                           "sinks.mlflow.tracking_uri=", "sinks.tensorboard.log_dir=", "sinks.wandb.dir=",
+                           "sinks.wandb.mode=", "sinks.wandb.project="]),
+    ("fslab sweep nca --grid batch", ["batch_size="]),  # --grid's aliases
+    ("fslab sweep nca --grid se", []),  # a sweep numbers its seeds itself
+    ("fslab study run nca-table3 --set eval.sh", ["eval.shots="]),
+    ("fslab run --set sampler.name=f", ["sampler.name=fixed"]),  # as zsh and fish pass the word
+    ("fslab run --set train.lr=0", []),
+])
+def test_config_keys_complete_after_set_and_grid(project, words, expected):
+    assert complete(words, project) == expected
+
+
 def test_run_ids_complete_newest_first(store):
     assert complete("fslab show ", store) == ["last", *IDS[::-1]]
     assert complete("fslab eval 20261123", store) == [IDS[0]]

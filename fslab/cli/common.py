@@ -132,6 +132,51 @@ def comma_choices(*values: str):
     return complete
 
 
+def config_keys(grid: bool = False):
+    """A completion function for ``--set KEY=VALUE`` (with ``grid``, ``--grid KEY=V1,V2``): every
+    configuration key with its ``=`` (``train.lr=``; a plugin section's ``name`` and the parameters
+    of each plugin of its kind, ``sinks.NAME.PARAM`` for each sink), and after ``SECTION.name=`` the
+    plugins of that kind (where the shell passes the ``=`` along: zsh and fish; bash splits the word
+    there). ``--grid`` adds its aliases and leaves out ``seed``, which a sweep numbers itself."""
+    def complete(incomplete: str) -> list[str]:
+        try:
+            return _matching(_config_words(incomplete, grid), incomplete)
+        except Exception:
+            return []
+    return complete
+
+
+def _config_words(incomplete: str, grid: bool) -> list[str]:
+    import contextlib
+    import io
+    import warnings
+
+    from fslab.core.config import DEFAULTS, PLUGIN_SECTIONS, SECTION_KEYS, SINKS
+    from fslab.core.listing import plugin_listing
+    from fslab.core.settings import load_settings
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings():  # what a plugin prints as it loads is no key (names_of)
+        warnings.simplefilter("ignore")
+        listing = plugin_listing(load_settings().plugin_dirs)
+    key, typed_value, _ = incomplete.partition("=")
+    if typed_value or incomplete.endswith("="):  # a value: the plugins a section's name takes
+        section = key.removesuffix(".name")
+        return [f"{key}={name}" for name in listing.names(section)] if section in PLUGIN_SECTIONS else []
+    keys = [k for k, v in DEFAULTS.items() if not isinstance(v, dict) and not (grid and k == "seed")] + [SINKS]
+    keys += [f"{s}.{k}" for s, v in DEFAULTS.items() if isinstance(v, dict) and s not in (*PLUGIN_SECTIONS, SINKS)
+             for k in v]
+    for section in PLUGIN_SECTIONS:
+        keys += [f"{section}.{k}" for k in SECTION_KEYS.get(section, ("name",))]
+        keys += [f"{section}.{p}" for c in listing.of_kind(section) for p in c.get("params") or {}]
+    keys += [f"{SINKS}.{c['name']}.{p}" for c in listing.of_kind("sink") for p in c.get("params") or {}]
+    if grid:
+        from fslab.execution.sweep import ALIASES
+
+        keys += list(ALIASES)
+    return [f"{k}=" for k in sorted(set(keys))]
+
+
 RunRef = Annotated[str, typer.Argument(
     metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.",
     autocompletion=run_ids)]
@@ -153,7 +198,7 @@ GpusOpt = Annotated[int | None, typer.Option(
     "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
                    "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]
 SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", metavar="KEY=VALUE",
+    "--set", metavar="KEY=VALUE", autocompletion=config_keys(),
     help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against what each key "
          "allows before a run is created.")]
 SinkOpt = Annotated[list[str] | None, typer.Option(

@@ -30,6 +30,7 @@ from fslab.cli.common import (
     WideFlag,
     app,
     choices,
+    config_keys,
     console,
     ended_line,
     err_console,
@@ -297,7 +298,8 @@ def sweep(
     seeds: Annotated[int | None, typer.Option(
         help="Seeds per combination (0, 1, ... or from --seed); default 1, or seeds of the --file.")] = None,
     grid: Annotated[list[str] | None, typer.Option(
-        "--grid", metavar="KEY=V1,V2", help="key=v1,v2,... (repeatable); keys as in --set, "
+        "--grid", metavar="KEY=V1,V2", autocompletion=config_keys(grid=True),
+        help="key=v1,v2,... (repeatable); keys as in --set, "
                        "or backbone/dataset/epochs/batch_size/lr.")] = None,
     file: Annotated[Path | None, typer.Option(
         "--file", help="A sweep file in TOML: method, seeds, fail_fast, a grid table and a set table.")] = None,
