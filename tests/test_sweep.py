@@ -259,6 +259,9 @@ def test_a_grid_point_trains_as_the_same_values_given_with_set(project, registry
     (nca_run, supcon_run) = losses(["loss.name=nca,supcon"], file_set=["loss.temperature=0.5"])
     assert supcon_run == {**supcon, "name": "supcon", "temperature": 0.5} and nca_run["temperature"] == 0.5
     assert losses(["loss.name=supcon"]) == [{**supcon, "name": "supcon"}]
+    # a grid of tables sets the keys inside them: one the sweep also sets is refused, as for a plain grid key
+    with pytest.raises(ConfigError, match=r"^'loss.temperature' is both a grid key and set by an option or the "):
+        losses(["loss={name=\"nca\"},{name=\"supcon\",temperature=0.5}"], file_set=["loss.temperature=0.9"])
     # as fslab run with both --sets: a parameter the chosen plugin lacks is refused, not dropped for it
     with pytest.raises(ConfigError, match=r"^unknown parameter 'loss.temperature' for loss 'protonet'"):
         losses(["loss.name=nca,protonet"], sets=["loss.temperature=0.5"])

@@ -138,7 +138,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     """Resolve all combinations, then create their queued runs and the sweep
     record. ``slurm_options``: the runs become SLURM jobs with these settings."""
     fixed = {key for layer in base for key in dotted(layer)}
-    for key in grid:
+    for key in _grid_leaves(grid):
         if key in fixed:
             raise ConfigError(f"'{key}' is both a grid key and set by an option or the sweep file's [set]; "
                               f"the grid's values would replace it: leave out one of the two")
@@ -159,6 +159,16 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     save_sweep(settings.runs_dir, sweep_id, method=method, grid=grid, seeds=seeds, fail_fast=fail_fast,
                runs=[r.id for r in runs])
     return sweep_id, runs
+
+
+def _grid_leaves(grid: dict[str, list]) -> list[str]:
+    """The dotted keys a grid sets: its keys, and for a key whose values are tables
+    (``loss = [{name = "nca"}, {name = "supcon", temperature = 0.5}]``) the keys inside them."""
+    leaves = {}
+    for key, values in grid.items():
+        for value in values:
+            leaves.update(dict.fromkeys(dotted(value, f"{key}.") if isinstance(value, dict) else [key]))
+    return list(leaves)
 
 
 def _first_seed(base: list[dict]) -> int:
