@@ -522,6 +522,23 @@ def test_sweep_options_that_contradict_the_sweep_file_are_refused_not_dropped(tm
     assert _sweep_spec(["nca"], None, None, False, [])[1] == 1
 
 
+def test_an_option_that_contradicts_the_sweep_file_s_set_is_refused_not_overruled(project):
+    """The file's [set] is a layer above the options: --lr 0.5 against "train.lr" = 0.1 in it trained
+    every run at 0.1 without a word (and --seed 7 counted the seeds from the file's seed)."""
+    (project / "s.toml").write_text('method = "nca"\n[set]\n"train.lr" = 0.1\nseed = 3\n[set.backbone]\n'
+                                    'name = "conv4"\n')
+    for args, line in [(["--lr", "0.5"], "--lr 0.5 contradicts train.lr = 0.1"),
+                       (["--seed", "7"], "--seed 7 contradicts seed = 3"),
+                       (["--backbone", "resnet12"], '--backbone resnet12 contradicts backbone.name = "conv4"')]:
+        result = fslab("sweep", "--file", "s.toml", "--device", "cpu", *args, cwd=project)
+        assert (result.returncode, result.stderr) == (2, f"error: {line} in [set] of s.toml; give it in one of "
+                                                         f"the two\n")
+    # the same value is no contradiction: the sweep is checked on (here refused for its epochs)
+    result = fslab("sweep", "--file", "s.toml", "--lr", "0.1", "--seed", "3", "--epochs", "0", cwd=project)
+    assert result.returncode == 2 and "'train.epochs' must be a whole number" in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
 def test_a_run_whose_configuration_cannot_be_read_is_never_resumed_nor_requeued(tmp_path):
     """fslab resume of a killed run with a broken config.json said only "the configuration has no 'method'",
     and fslab sweep resume failed as a whole on it, where the README promises such a run is passed over."""

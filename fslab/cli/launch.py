@@ -343,6 +343,8 @@ def sweep(
     options = executors.job_options(project, executor, slurm)
     where = "submitted as SLURM jobs" if options is not None else "queued"
     method, seeds, fail_fast, grid_values, fixed = _sweep_spec(targets, file, seeds, fail_fast, grid or [])
+    _options_against_the_file(file, fixed, backbone=backbone, dataset=dataset, data_root=data_root, epochs=epochs,
+                              batch_size=batch_size, lr=lr, seed=seed, device=device, gpus=gpus)
     base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink,
                      file_set=fixed)
     sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
@@ -384,6 +386,27 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_f
             raise UsageError(f"--grid {key} is also in {file}'s [grid]; give its values in one of the two")
         grid_values[key] = values
     return method, 1 if seeds is None else seeds, fail_fast, grid_values, fixed
+
+
+# The options of fslab sweep that set a key, by the key they set.
+OPTION_KEYS = {"backbone": "backbone.name", "dataset": "dataset.name", "data_root": "dataset.root",
+               "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr", "seed": "seed",
+               "device": "device", "gpus": "train.processes"}
+
+
+def _options_against_the_file(file: Path | None, fixed: list[str], **given) -> None:
+    """An option that gives a key another value than the sweep file's [set] does is refused, as --seeds
+    against seeds = N is: the file's [set] is a layer above the options, and won over them unsaid."""
+    from fslab.core.assignments import assignments_layer, toml_value
+    from fslab.core.keys import dotted
+
+    in_file = dotted(assignments_layer(fixed))
+    for name, value in given.items():
+        key = OPTION_KEYS[name]
+        if value is not None and key in in_file and in_file[key] != value:
+            written = toml_value(in_file[key], bare=False)  # as the file has it
+            raise UsageError(f"--{name.replace('_', '-')} {value} contradicts {key} = {written} in [set] of {file}; "
+                             f"give it in one of the two")
 
 
 def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list[str] | None) -> None:
