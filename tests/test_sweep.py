@@ -283,6 +283,28 @@ def test_a_first_seed_of_the_wrong_type_is_one_line(project, value, message):
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
+def test_fslab_runs_sweep_shows_each_run_s_values_of_the_swept_keys(project, registry):
+    """fslab runs --sweep listed a sweep's runs with nothing that told them apart but their ids: which
+    learning rate each had took fslab show or fslab compare."""
+    from fslab.cli.common import overrides
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    grid = parse_grid(["train.lr=1e-3,0.5", 'train.milestones=[0.5,0.7]', 'dataset.root="a b",c'])
+    sweep_id, runs = create_sweep("nca", grid, 1, base=base, settings=load_settings(), registry=registry)
+    listed = fslab("runs", "--sweep", sweep_id, "--wide", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = [[cell.strip() for cell in line.split("│" if "│" in line else "┃")[1:-1]]
+                     for line in listed.stdout.splitlines() if line.startswith(("┃", "│"))]
+    assert header[5:9] == ["seed", "dataset.root", "train.lr", "train.milestones"]  # as the record has them
+    values = {row[0]: row[6:9] for row in rows}
+    assert values == {run.id: [str(project / name), lr, "[0.5, 0.7]"]
+                      for run, lr, name in zip(runs, ["0.001", "0.001", "0.5", "0.5"], ["a b", "c", "a b", "c"])}
+    plain = fslab("runs", "--wide", cwd=project)  # without --sweep: the table as it was
+    assert "train.lr" not in plain.stdout and "seed" in plain.stdout
+
+
 def test_a_date_in_a_sweep_file_is_one_line_and_queues_nothing(project):
     """A TOML date in a sweep file's [set] was a traceback (TypeError: not a setting's value), and one in
     its [grid] a traceback that left a run folder without config.json."""

@@ -89,7 +89,8 @@ def runs(
     method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.",
                                                autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(
-        help="Only runs of the sweeps whose id contains this (the runs their records list, too).",
+        help="Only runs of the sweeps whose id contains this (the runs their records list, too), with a column "
+             "for each key their grids vary.",
         autocompletion=sweep_ids)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
@@ -123,9 +124,11 @@ def runs(
         console.print(_none_match(runs_dir, states, method, sweep) if states or method or sweep
                       else _no_runs_yet())
         return
-    rows = [_row(s, s.test_of(evaluator)) for s in summaries]
+    keys, values = _swept(runs_dir, sweep, summaries)
+    rows = [_row(s, s.test_of(evaluator), values[s.id]) for s in summaries]
+    columns = [*RUN_COLUMNS[:SWEPT_AT], *(Col(key) for key in keys), *RUN_COLUMNS[SWEPT_AT:]]
     title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup
-    print_table(console, lambda width: fit(RUN_COLUMNS, rows, width, RUN_STEPS,
+    print_table(console, lambda width: fit(columns, rows, width, RUN_STEPS,
                                            lambda ids: short_ids(runs_dir, ids), title), wide)
     for s in [s for s in summaries if s.state == "unreadable"][:5]:
         console.print(f"{shown(s.id)} cannot be read: {shown(s.error)}", highlight=False)
@@ -140,11 +143,34 @@ RUN_COLUMNS = [Col("id", is_id=True), Col("method"), Col("loss fn"), Col("backbo
                Col("pairs +/-", "right"), Col("best val", "right"), Col("test 1-shot", "right"),
                Col("test 5-shot", "right")]
 RUN_STEPS = ["pairs +/-", "loss fn", "seed", "dataset", SHORT_IDS, "backbone", "loss", "best val"]
+SWEPT_AT = 6  # with --sweep, the keys its grid varies come after seed
 
 
-def _row(s, test: dict) -> list[str]:
+def _swept(runs_dir, sweep: str | None, summaries: list) -> tuple[list[str], dict[str, list[str]]]:
+    """With ``--sweep``: the keys the grids of the sweeps it names vary, and each run's values of them as
+    --set writes them ("-" where its configuration has none, or cannot be read)."""
+    from fslab.core.assignments import toml_value
+    from fslab.core.runstore import Run
+    from fslab.core.sweeps import sweep_records
+
+    records = [r for r in sweep_records(runs_dir) if sweep is not None and sweep in str(r.get("id", ""))]
+    keys = list(dict.fromkeys(k for r in records if isinstance(r.get("grid"), dict) for k in r["grid"]))
+    values = {}
+    for summary in summaries:
+        config = Run(runs_dir / summary.id).config() if keys else {}
+        values[summary.id] = [toml_value(value) if (value := _at(config, key)) is not None else "-" for key in keys]
+    return keys, values
+
+
+def _at(config, key: str):
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
+
+
+def _row(s, test: dict, swept: list[str] = ()) -> list[str]:
     known = lambda value: "-" if value is None else str(value)  # an unreadable run's: "-", as in the dashboard
-    return [s.id, *map(known, (s.method, s.loss_fn, s.backbone, s.dataset, s.seed)), s.state,
+    return [s.id, *map(known, (s.method, s.loss_fn, s.backbone, s.dataset, s.seed)), *swept, s.state,
             f"{s.epoch or 0}/{s.epochs if s.epochs is not None else '?'}",
             f"{s.loss:.4f}" if s.loss is not None else "-",
             f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
