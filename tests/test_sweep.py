@@ -262,6 +262,12 @@ def test_a_grid_point_trains_as_the_same_values_given_with_set(project, registry
     # a grid of tables sets the keys inside them: one the sweep also sets is refused, as for a plain grid key
     with pytest.raises(ConfigError, match=r"^'loss.temperature' is both a grid key and set by an option or the "):
         losses(["loss={name=\"nca\"},{name=\"supcon\",temperature=0.5}"], file_set=["loss.temperature=0.9"])
+    # two spellings of one value (5 and [5] for a list key) would train the same runs twice
+    with pytest.raises(ConfigError) as error:
+        losses(["eval.shots=5,[5]", "loss.temperature=0.5,0.7"])
+    assert str(error.value) == "the grid points eval.shots=5, loss.temperature=0.5 and eval.shots=[5], " \
+                               "loss.temperature=0.5 are one configuration, so each would train the same runs: " \
+                               "list one of them"
     # as fslab run with both --sets: a parameter the chosen plugin lacks is refused, not dropped for it
     with pytest.raises(ConfigError, match=r"^unknown parameter 'loss.temperature' for loss 'protonet'"):
         losses(["loss.name=nca,protonet"], sets=["loss.temperature=0.5"])

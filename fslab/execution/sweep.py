@@ -16,7 +16,7 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.assignments import parse_assignment
+from fslab.core.assignments import assignment, parse_assignment
 from fslab.core.config import RunConfig, check_value, naming_the_file, point_layer, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, repeated_key, repeated_value
@@ -144,6 +144,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
                               f"the grid's values would replace it: leave out one of the two")
     layers = [[*base, *combo] for combo in expand(grid, seeds, first_seed=_first_seed(base), below=base)]
     configs = [resolve(method, registry=registry, settings=settings, overrides=overrides) for overrides in layers]
+    _check_no_twins(configs, layers)
     sizes_seen: dict = {}  # each dataset is looked at once
     for config, overrides in zip(configs, layers):  # as fslab run checks one: any bad combination queues nothing
         with naming_the_file(settings, overrides):
@@ -159,6 +160,20 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     save_sweep(settings.runs_dir, sweep_id, method=method, grid=grid, seeds=seeds, fail_fast=fail_fast,
                runs=[r.id for r in runs])
     return sweep_id, runs
+
+
+def _check_no_twins(configs: list[dict], layers: list[list[dict]]) -> None:
+    """A ConfigError for two grid points that resolve to one configuration (``eval.shots=5,[5]``, two
+    spellings of one folder): they would train the same runs twice, as a value listed twice would."""
+    seen: dict[str, list[dict]] = {}
+    for config, overrides in zip(configs, layers):
+        text = json.dumps(config, sort_keys=True, default=str)
+        if text in seen:  # overrides[-2]: the grid point (expand), under the seed
+            first, again = (", ".join(assignment(k, v) for k, v in dotted(point[-2]).items())
+                            for point in (seen[text], overrides))
+            raise ConfigError(f"the grid points {first} and {again} are one configuration, so each would train "
+                              f"the same runs: list one of them")
+        seen[text] = overrides
 
 
 def _grid_leaves(grid: dict[str, list]) -> list[str]:
