@@ -198,6 +198,10 @@ def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
     ({"label": "NCA\n(ours)"}, "sweep 'nca'.label: must be one line without control characters (it is printed in "
                                 "a table or a heading), got 'NCA\\n(ours)'; write it on one line"),
     ({"grid": {"train.epochs": [1, 2]}}, "sweep 'nca'.set.train.epochs: is also a grid key"),
+    # a grid of tables sets the keys inside them: a set key, or the study's own dataset, given there too
+    ({"grid": {"loss": [{"name": "nca"}, {"name": "supcon", "temperature": 0.5}]}, "set": {"loss.temperature": 0.2}},
+     "sweep 'nca'.set.loss.temperature: is also a grid key"),
+    ({"grid": {"dataset": [{"name": "omniglot"}]}}, "sweep 'nca'.grid.dataset.name: is set by the study itself"),
     # a TOML date or time: no setting takes one, and a run's config.json could not hold it
     ({"set": {"dataset.root": datetime.date(2026, 1, 1)}}, "sweep 'nca'.set: dataset.root = 2026-01-01 is a "
                                                              "TOML date or time, which no setting takes"),

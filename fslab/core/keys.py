@@ -21,6 +21,16 @@ def dotted(table: dict, prefix: str = "") -> dict:
 TWICE = "is given twice (once dotted, once in a nested table); keep one"
 
 
+def grid_leaves(grid: dict[str, list]) -> list[str]:
+    """The dotted keys a grid ({dotted key: values}) sets: its keys, and for a key whose values are
+    tables (``loss = [{name = "nca"}, {name = "supcon", temperature = 0.5}]``) the keys inside them."""
+    leaves: dict = {}
+    for key, values in grid.items():
+        for value in values if isinstance(values, list) else []:
+            leaves.update(dict.fromkeys(dotted(value, f"{key}.") if isinstance(value, dict) else [key]))
+    return list(leaves)
+
+
 def repeated_key(table: dict) -> str | None:
     """A dotted key that a table a person wrote (a sweep or study file) gives twice,
     dotted and nested (``"train.lr" = [0.3]`` beside ``[grid.train] lr = ...``), of

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.keys import TWICE, dated, dotted, repeated_key, repeated_value
+from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
 
@@ -329,7 +329,10 @@ def _sweeps(check: _Checker, tables: Any) -> tuple[StudySweep, ...]:
         for key, values in grid.items():
             check.values(values, f"{where}.grid.{key}")
         fixed = check.settings(table.get("set", {}), f"{where}.set")
-        both = set(grid) & set(fixed)
+        leaves = grid_leaves(grid)  # a grid of tables sets the keys inside them
+        if reserved := [key for key in leaves if key in RESERVED]:
+            check.fail(f"{where}.grid.{reserved[0]}", "is set by the study itself (seeds and datasets); leave it out")
+        both = set(leaves) & set(fixed)
         if both:
             check.fail(f"{where}.set.{sorted(both)[0]}", "is also a grid key; give it in one place")
         sweeps[name] = StudySweep(name=name, label=check.text(table, "label", f"{where}.", required=False) or name,

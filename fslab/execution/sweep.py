@@ -19,7 +19,7 @@ from pathlib import Path
 from fslab.core.assignments import assignment, parse_assignment
 from fslab.core.config import RunConfig, check_value, naming_the_file, point_layer, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
-from fslab.core.keys import TWICE, dated, dotted, repeated_key, repeated_value
+from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.limits import check_fields
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
@@ -138,7 +138,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     """Resolve all combinations, then create their queued runs and the sweep
     record. ``slurm_options``: the runs become SLURM jobs with these settings."""
     fixed = {key for layer in base for key in dotted(layer)}
-    for key in _grid_leaves(grid):
+    for key in grid_leaves(grid):
         if key in fixed:
             raise ConfigError(f"'{key}' is both a grid key and set by an option or the sweep file's [set]; "
                               f"the grid's values would replace it: leave out one of the two")
@@ -174,16 +174,6 @@ def _check_no_twins(configs: list[dict], layers: list[list[dict]]) -> None:
             raise ConfigError(f"the grid points {first} and {again} are one configuration, so each would train "
                               f"the same runs: list one of them")
         seen[text] = overrides
-
-
-def _grid_leaves(grid: dict[str, list]) -> list[str]:
-    """The dotted keys a grid sets: its keys, and for a key whose values are tables
-    (``loss = [{name = "nca"}, {name = "supcon", temperature = 0.5}]``) the keys inside them."""
-    leaves = {}
-    for key, values in grid.items():
-        for value in values:
-            leaves.update(dict.fromkeys(dotted(value, f"{key}.") if isinstance(value, dict) else [key]))
-    return list(leaves)
 
 
 def _first_seed(base: list[dict]) -> int:
