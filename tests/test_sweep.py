@@ -82,6 +82,10 @@ def test_grid_parsing_and_expansion():
     ('[set]\n"dataset.root" = 2026-01-01', 'set.dataset.root = 2026-01-01 is a TOML date or time, which no '
                                             'setting takes; quote it to give the text: "2026-01-01"'),
     ("[grid.train]\nlr = [0.1, 1979-05-27T07:32:00]", "grid.train.lr = 1979-05-27T07:32:00 is a TOML date or time"),
+    # a value of the wrong type was said without the file ("config key 'train.lr' must be a number")
+    ('[set]\n"train.lr" = "fast"', "set.train.lr must be a number, got 'fast'"),
+    ('[grid]\n"train.batch_size" = [16, "x"]', "grid.train.batch_size must be an integer, got 'x'"),
+    ('[grid]\n"eval.shots" = [[1], [5, "a"]]', "grid.eval.shots[1] must be an integer, got 'a'"),
 ])
 def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path, text, message):
     from fslab.execution.sweep import read_sweep_file
@@ -285,7 +289,9 @@ def test_a_first_seed_of_the_wrong_type_is_one_line(project, value, message):
     assert (result.returncode, result.stderr) == (2, f"error: config key 'seed' {message}\n")
     (project / "s.toml").write_text(f'method = "nca"\n[set]\nseed = {value}\n'.replace("abc", '"abc"'))
     result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
-    assert (result.returncode, result.stderr) == (2, f"error: config key 'seed' {message}\n")
+    # a type the file got wrong names the file; a number out of range is checked with the runs
+    named = "config key 'seed'" if value == "-1" else "s.toml: set.seed"
+    assert (result.returncode, result.stderr) == (2, f"error: {named} {message}\n")
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 

@@ -12,6 +12,7 @@ import copy
 import itertools
 import json
 import math
+import re
 import secrets
 import time
 from pathlib import Path
@@ -112,7 +113,28 @@ def read_sweep_file(path: Path) -> dict:
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: grid.{key} must be a non-empty list of values")
         check_distinct(f"{path}: grid.{key}", values)
+    _check_types(path, data)
     return data
+
+
+def _check_types(path: Path, data: dict) -> None:
+    """The values the file gives fslab's own keys, each against its type, naming the file (the
+    resolved configurations are checked later, where a key's origin is no longer known;
+    plugin parameters wait for the plugin the configuration names)."""
+    from fslab.core.config import DEFAULTS
+
+    defaults = dotted(DEFAULTS)
+    for table in ("set", "grid"):
+        for key, value in data[table].items():
+            if defaults.get(key) is None:
+                continue
+            for each in value if table == "grid" else [value]:
+                try:
+                    check_value(key, each, defaults[key])
+                except ConfigError as exc:  # "config key 'train.lr' must be ..." -> "s.toml: set.train.lr must be ..."
+                    said = re.match(r"config key '([^']*)'", str(exc))
+                    raise ConfigError(f"{path}: {table}.{said[1]}{str(exc)[said.end():]}" if said else
+                                      f"{path}: {table}.{key}: {exc}") from None
 
 
 def expand(grid: dict[str, list], seeds: int, first_seed: int = 0, below: list[dict] = ()) -> list[list[dict]]:
