@@ -87,7 +87,7 @@ def swept(store):
 
 def test_sweep_resume_completes_sweep_ids(swept):
     """After ``fslab sweep resume`` comes a sweep id, not a method; the first word may be ``resume``."""
-    assert complete("fslab sweep resume ", swept) == [SWEEP]
+    assert complete("fslab sweep resume ", swept) == ["last", SWEEP]  # last: the newest sweep
     assert complete("fslab sweep r", swept) == ["ring", "resume"]
     assert complete(f"fslab sweep resume {SWEEP} ", swept) == []
     assert complete("fslab sweep nca ", swept) == []
@@ -150,7 +150,7 @@ def test_sweep_ids_and_study_files_complete(swept):
     (swept / "studies").mkdir()
     (swept / "studies" / "mine.toml").write_text("")
     (swept / "studies" / "notes.txt").write_text("")
-    assert complete("fslab runs --sweep ", swept) == [SWEEP]
+    assert complete("fslab runs --sweep ", swept) == ["last", SWEEP]
     assert complete("fslab study show studies/", swept) == ["studies/mine.toml"]
 
 
@@ -169,7 +169,7 @@ def test_a_sweep_record_without_an_id_completes_nothing(swept):
     folder = swept / "runs" / "sweeps"
     (folder / "sweep-20261125-090000-aaaa.json").write_text(json.dumps({"runs": IDS[:1]}))
     (folder / "sweep-20261125-090000-bbbb.json").write_text(json.dumps({"id": 5, "runs": IDS[:1]}))
-    assert complete("fslab sweep resume ", swept) == [SWEEP]
+    assert complete("fslab sweep resume ", swept) == ["last", SWEEP]
 
 
 def test_a_plugin_that_prints_as_it_loads_adds_nothing_to_completion(project):

@@ -315,6 +315,21 @@ def test_fslab_runs_sweep_shows_each_run_s_values_of_the_swept_keys(project, reg
                       for run, lr, name in zip(runs, ["0.001", "0.001", "0.5", "0.5"], ["a b", "c", "a b", "c"])}
     plain = fslab("runs", "--wide", cwd=project)  # without --sweep: the table as it was
     assert "train.lr" not in plain.stdout and "seed" in plain.stdout
+    # last: the newest sweep, as a run's last is the newest run (it matched no sweep)
+    assert fslab("runs", "--sweep", "last", "--wide", cwd=project).stdout == listed.stdout
+    # fslab show names the run's sweep (it did not: only --json's status had it)
+    assert f"seed 0, sweep {sweep_id}" in fslab("show", runs[0].id, cwd=project).stdout
+
+
+def test_last_names_the_newest_sweep_where_a_sweep_is_taken(tmp_path):
+    from fslab.core.errors import UsageError
+    from fslab.core.sweeps import load_sweep, save_sweep
+
+    with pytest.raises(UsageError, match=r"^'last' matches no sweep. Sweeps: \(none yet\)$"):
+        load_sweep(tmp_path, "last")
+    for sweep_id in ("sweep-20261124-090000-9c01", "sweep-20261125-080000-0001", "sweep-20261124-100000-ffff"):
+        save_sweep(tmp_path, sweep_id, runs=[])
+    assert load_sweep(tmp_path, "last")["id"] == "sweep-20261125-080000-0001"
 
 
 def test_a_date_in_a_sweep_file_is_one_line_and_queues_nothing(project):

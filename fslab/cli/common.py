@@ -95,8 +95,8 @@ def runs_in(*states: str):
     return complete
 
 
-def sweep_ids(incomplete: str) -> list[str]:
-    """Completion of SWEEP: the store's sweep ids, newest first (a record without one offers none: not 'None')."""
+def _sweep_ids(incomplete: str) -> list[str]:
+    """The store's sweep ids, newest first (a record without one offers none: not 'None')."""
     try:
         from fslab.core.sweeps import sweep_records
 
@@ -106,15 +106,20 @@ def sweep_ids(incomplete: str) -> list[str]:
         return []
 
 
+def sweep_ids(incomplete: str) -> list[str]:
+    """Completion of SWEEP: ``last`` (the newest sweep), then the sweep ids."""
+    return _matching(["last"], incomplete) + _sweep_ids(incomplete)
+
+
 def runs_or_sweeps(incomplete: str) -> list[str]:
     """Completion of RUN|SWEEP|all: ``all``, sweep ids, then run ids."""
-    return _matching(["all"], incomplete) + sweep_ids(incomplete) + [i for i in run_ids(incomplete) if i != "last"]
+    return _matching(["all"], incomplete) + _sweep_ids(incomplete) + [i for i in run_ids(incomplete) if i != "last"]
 
 
 def live_run_or_sweep(incomplete: str) -> list[str]:
     """Completion of fslab stop's RUN|SWEEP: ``last``, sweep ids, then the ids of queued and running runs."""
     ids = runs_in("queued", "running")(incomplete)
-    return ids[:1] + sweep_ids(incomplete) + ids[1:] if ids[:1] == ["last"] else sweep_ids(incomplete) + ids
+    return ids[:1] + _sweep_ids(incomplete) + ids[1:] if ids[:1] == ["last"] else _sweep_ids(incomplete) + ids
 
 
 def choices(*values: str):

@@ -89,8 +89,8 @@ def runs(
     method: Annotated[str | None, typer.Option(help="Only runs of this method recipe, e.g. nca.",
                                                autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(
-        help="Only runs of the sweeps whose id contains this (the runs their records list, too), with a column "
-             "for each key their grids vary.",
+        help="Only runs of the sweeps whose id contains this, or of the newest sweep: last (the runs their "
+             "records list, too), with a column for each key their grids vary.",
         autocompletion=sweep_ids)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
@@ -112,6 +112,10 @@ def runs(
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}; use --all for every run")
     runs_dir = settings().runs_dir
+    if sweep == "last":  # the newest sweep, as RUN's last is the newest run
+        from fslab.core.sweeps import sweep_name
+
+        sweep = sweep_name(runs_dir, "last")
     summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
                                sweep=sweep)
     if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
@@ -208,6 +212,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     known = lambda value: "-" if value is None else shown(str(value))  # as the runs table shows what is unknown
     console.print(f"method {known(summary.method)}, backbone {known(summary.backbone)}, "
                   f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"
+                  + (f", sweep {shown(summary.sweep)}" if summary.sweep else "")  # fslab runs --sweep lists its peers
                   + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
     if status.get("slurm_job_id"):
         console.print(_slurm_line(run_, status, summary.state), highlight=False)

@@ -43,17 +43,24 @@ def is_run_id(name) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
-def load_sweep(runs_dir: Path, ref: str) -> dict:
-    """A sweep's record by id or unique part of it."""
+def sweep_name(runs_dir: Path, ref: str) -> str:
+    """The id of the sweep ``ref`` names: its id, a unique part of it, or
+    ``last`` (the newest sweep: ids begin with their creation time)."""
     folder = Path(runs_dir) / SWEEPS
     names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
-    found = [n for n in names if n == ref] or [n for n in names if ref in n]
+    found = names[-1:] if ref == "last" else [n for n in names if n == ref] or [n for n in names if ref in n]
     if len(found) != 1:
         what = "matches several sweeps" if found else "matches no sweep"
         raise UsageError(f"'{ref}' {what}. Sweeps: {', '.join(names) or '(none yet)'}")
-    record = read_json(folder / f"{found[0]}.json")
+    return found[0]
+
+
+def load_sweep(runs_dir: Path, ref: str) -> dict:
+    """A sweep's record by id, unique part of it, or ``last``."""
+    path = Path(runs_dir) / SWEEPS / f"{sweep_name(runs_dir, ref)}.json"
+    record = read_json(path)
     if not readable(record):
-        raise UsageError(f"sweep record {folder / found[0]}.json cannot be read (it must list its runs' ids)")
+        raise UsageError(f"sweep record {path} cannot be read (it must list its runs' ids)")
     return record
 
 
