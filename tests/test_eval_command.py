@@ -1,20 +1,44 @@
 """``fslab eval``: cached features, fixed episodes, the worker's own numbers reproduced."""
 
 import json
+import os
+import shutil
 
 import pytest
 
 from fslab.core.runstore import create_run
 
+from .conftest import BUILTIN_PLUGINS
 from .runs_helpers import TINY, events, fslab
 from .test_cli_json import documented_keys
 
 pytestmark = pytest.mark.slow
 
 
-def test_eval_reproduces_the_final_test_and_caches_features(project):
-    assert fslab("run", "nca", *TINY, "--epochs", "2", cwd=project).returncode == 0
-    run_dir = next((project / "runs").iterdir())
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two runs of 2 epochs trained once for the module, which each test copies into its own
+    project (a run of its own, as fslab eval writes into it): a plain one, and one of another
+    seed that also tested its final network on the validation classes and at 3 ways."""
+    project = tmp_path_factory.mktemp("trained")
+    env = {**os.environ, "FSLAB_PLUGINS": BUILTIN_PLUGINS}
+    env.pop("FSLAB_CONFIG", None)
+    plain = fslab("run", "nca", *TINY, "--epochs", "2", cwd=project, env=env)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    final = fslab("run", "nca", *TINY, "--epochs", "2", "--seed", "2", "--set", "eval.final_val=true", "--set",
+                  "eval.extra_ways=[3]", cwd=project, env=env)
+    assert final.returncode == 0, final.stderr[-2000:]
+    by_seed = {json.loads((p / "config.json").read_text())["seed"]: p for p in (project / "runs").glob("2*")}
+    return {"plain": by_seed[0], "final": by_seed[2], "final_stdout": final.stdout}
+
+
+def copied(project, run_dir):
+    """A copy of ``run_dir`` in ``project``'s store."""
+    return shutil.copytree(run_dir, project / "runs" / run_dir.name)
+
+
+def test_eval_reproduces_the_final_test_and_caches_features(project, trained):
+    run_dir = copied(project, trained["plain"])
     final = json.loads((run_dir / "results.json").read_text())["test"]
     config = json.loads((run_dir / "config.json").read_text())
     episodes, queries = config["eval"]["test_episodes"], config["eval"]["queries"]
@@ -51,12 +75,11 @@ def test_eval_reproduces_the_final_test_and_caches_features(project):
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
 
 
-def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_with_cached_features(project):
+def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_with_cached_features(project,
+                                                                                                   trained):
     """Features are cached by the checkpoint's epoch: another run's checkpoint of the same epoch
     (copied in, a run folder synced over) was scored with the features of the weights it replaced."""
-    for seed in ("1", "2"):
-        assert fslab("run", "nca", *TINY, "--epochs", "1", "--seed", seed, cwd=project).returncode == 0
-    mine, other = sorted((project / "runs").iterdir())
+    mine, other = copied(project, trained["plain"]), copied(project, trained["final"])  # seeds 0 and 2
     args = ["--shots", "1", "--episodes", "50", "--json"]
 
     def scores(run_dir):
@@ -125,22 +148,19 @@ def test_eval_sends_the_new_scores_to_the_sinks_the_run_trained_with(project):
     assert len(events(run_dir)) == len(recorded()) + 1  # saved, not sent
 
 
-def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(project):
+def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(project, trained):
     """eval.final_val: the final network tested on the validation classes as on the test ones;
     eval.extra_ways: both also at another number of classes. Each keeps its per-episode scores, and
     fslab eval of the final checkpoint gives the same numbers; training's validations (and the best of
     them) and the run's summed-up test (eval.ways's) are untouched."""
-    done = fslab("run", "nca", *TINY, "--epochs", "2", "--set", "eval.final_val=true", "--set",
-                 "eval.extra_ways=[3]", cwd=project)
-    assert done.returncode == 0, done.stderr[-2000:]
-    run_dir = next((project / "runs").iterdir())
+    run_dir = copied(project, trained["final"])
     results = json.loads((run_dir / "results.json").read_text())
     episodes = json.loads((run_dir / "config.json").read_text())["eval"]["test_episodes"]
     assert {k for k in results if k.startswith(("test", "val"))} == {"test", "val", "test_3way", "val_3way"}
     # fslab run prints every test it made, the 3-way one included (it printed the 5-way one alone)
-    printed = [line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("test ")]
+    printed = [line.split(":")[0] for line in trained["final_stdout"].splitlines() if line.startswith("test ")]
     assert printed == ["test 5-way 1-shot", "test 5-way 5-shot", "test 3-way 1-shot", "test 3-way 5-shot"]
-    assert f"test 3-way 5-shot: {100 * results['test_3way']['5-shot']['accuracy']:.2f} ± " in done.stdout
+    assert f"test 3-way 5-shot: {100 * results['test_3way']['5-shot']['accuracy']:.2f} ± " in trained["final_stdout"]
     for key, split, ways in (("val", "val", 5), ("test_3way", "test", 3), ("val_3way", "val", 3)):
         assert set(results[key]) == {"1-shot", "5-shot"} and results[key] != results["test"]
         for n in (1, 5):
