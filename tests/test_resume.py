@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from .conftest import BUILTIN_PLUGINS
 from .runs_helpers import TINY, events, fslab, wait_for
 
 pytestmark = pytest.mark.slow
@@ -39,18 +40,38 @@ def trajectory(run_dir):
     return train, evals
 
 
-@pytest.fixture
-def slow_project(project):
+def with_slow_nca(project):
     (project / "mine").mkdir()
     (project / "mine" / "slow.py").write_text(textwrap.dedent(SLOW_NCA))
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     return project
 
 
+@pytest.fixture
+def slow_project(project):
+    return with_slow_nca(project)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run of ARGS, one for the module (every test only reads it): started in
+    the background, it trains alongside the first test's run (its loss mostly sleeps)."""
+    project = with_slow_nca(tmp_path_factory.mktemp("reference"))
+    env = {**os.environ, "FSLAB_PLUGINS": BUILTIN_PLUGINS}
+    env.pop("FSLAB_CONFIG", None)
+    started = fslab("run", "nca", *ARGS, "--detach", cwd=project, env=env)
+    assert started.returncode == 0, started.stderr
+    folder = project / "runs" / started.stdout.strip()
+    yield folder
+    wait_for(lambda: ended(folder), what="the reference run to end")  # no worker left behind
+
+
+def ended(folder):
+    return json.loads((folder / "status.json").read_text())["state"] not in ("queued", "running")
+
+
 @pytest.mark.parametrize("interrupt", ["stop", "sigkill"])
-def test_interrupted_and_resumed_equals_uninterrupted(slow_project, interrupt):
-    # the uninterrupted reference trains alongside (its loss mostly sleeps)
-    reference = slow_project / "runs" / fslab("run", "nca", *ARGS, "--detach", cwd=slow_project).stdout.strip()
+def test_interrupted_and_resumed_equals_uninterrupted(slow_project, reference, interrupt):
     run_id = fslab("run", "nca", *ARGS, "--detach", cwd=slow_project).stdout.strip()
     run_dir = slow_project / "runs" / run_id
     wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
