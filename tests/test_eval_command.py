@@ -279,3 +279,18 @@ def test_a_run_folder_that_cannot_be_written_is_refused_before_anything_is_embed
     assert called == [] and str(refused.value) == (
         f"cannot write into {run.path}: fslab eval keeps the features it embeds and the scores it measures in the "
         f"run's folder; evaluate a copy in a store this user can write (cp -r '{run.path}' OTHER/runs/)")
+
+
+def test_fslab_eval_freezes_torchs_objects_before_it_evaluates(tmp_path):
+    """As the worker does (test_lifecycle): torch is imported by then, and its objects are walked by
+    no collection again, the one as fslab eval exits included."""
+    import gc
+
+    from fslab.cli import reports
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    gc.unfreeze()  # whatever an earlier test in this process froze
+    frozen = []
+    assert reports._evaluate(lambda *args, **kwargs: frozen.append(gc.get_freeze_count()) or [], run, None,
+                             None) == []
+    assert frozen and frozen[0] > 0

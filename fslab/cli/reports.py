@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shlex
@@ -113,6 +114,7 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
         raise FslabError(f"cannot write into {run_.path}: fslab eval keeps the features it embeds and the scores "
                          f"it measures in the run's folder; evaluate a copy in a store this user can write "
                          f"(cp -r {shlex.quote(str(run_.path))} OTHER/runs/)")
+    gc.freeze()  # torch's objects (imported by now), walked by no collection again: as in the worker, a quicker exit
     try:
         return evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None)
     except UsageError as exc:

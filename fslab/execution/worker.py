@@ -23,6 +23,7 @@ out-of-memory killer sends, or a crash) fails the run too, named.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -136,6 +137,10 @@ def import_train():
         held, _held_back = _held_back, None
     if held:
         raise Stopped(held[0])
+    # torch's modules hold hundreds of thousands of objects that live as long as the process: frozen out of
+    # the garbage collector's sight, no full collection walks them again, the one Python makes as the process
+    # exits included (about 0.35 s of CPU at the end of every worker on a 2-core machine)
+    gc.freeze()
     return train
 
 
