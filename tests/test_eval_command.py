@@ -216,6 +216,27 @@ def test_eval_bad_input(project, argv, message):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize("checkpoint", [None, b"PK, cut short"])
+def test_a_run_without_a_whole_checkpoint_is_refused_before_torch_loads(project, checkpoint):
+    """fslab eval of a run with no checkpoint (or a damaged one) loaded torch first: 2-4 s to refuse."""
+    import subprocess
+    import sys
+
+    from fslab.core.config import CONFIG_VERSION, DEFAULTS
+
+    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": CONFIG_VERSION})
+    run.write_status(state="failed", ended=1.0)
+    if checkpoint is not None:
+        run.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        run.checkpoint_path.write_bytes(checkpoint)
+    code = ("import sys\nfrom fslab.cli import main\nsys.argv = ['fslab', 'eval', sys.argv[1]]\ntry:\n    main()\n"
+            "finally:\n    sys.stderr.write('TORCH' if 'torch' in sys.modules else 'NO TORCH')\n")
+    done = subprocess.run([sys.executable, "-c", code, run.id], cwd=project, capture_output=True, text=True,
+                          timeout=120)
+    said = "has no checkpoint (one is written" if checkpoint is None else "is damaged"
+    assert done.returncode == 2 and said in done.stderr and done.stderr.endswith("\nNO TORCH"), done.stderr
+
+
 def test_a_run_whose_own_evaluator_is_not_installed_is_told_to_name_one(project):
     """It said "Unknown evaluator 'gone'. Allowed: ...", as if --evaluator had named it."""
     from fslab.core.config import DEFAULTS

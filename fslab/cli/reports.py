@@ -70,6 +70,7 @@ def eval_(
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
     its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
     saved."""
+    from fslab.core.rerun import check_evaluable
     from fslab.core.runstore import find_run
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
@@ -82,6 +83,7 @@ def eval_(
     found.get("evaluator", name)
     params = _evaluator_params(set_ or [], found, name)
     _check_device(device or cfg.device)
+    check_evaluable(run_)  # no checkpoint, or a damaged one: said before torch loads
     from fslab.core.events import accuracy_text
     from fslab.training.run_eval import evaluate_run
 

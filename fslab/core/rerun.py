@@ -30,6 +30,19 @@ def check_checkpoint_whole(run: Run, doing: str) -> None:
                          f"train the run again with {like_command(run.id)}")
 
 
+def check_evaluable(run: Run) -> None:
+    """A UsageError, in one line, unless ``run`` has a whole checkpoint to evaluate. Torch-free, so
+    ``fslab eval`` refuses a run without one before it loads torch (seconds)."""
+    from fslab.core.states import LIVE
+
+    if not run.checkpoint_path.exists():
+        ended = run.state() not in LIVE
+        raise UsageError(f"run {run.id} has no checkpoint{'' if ended else ' yet'} (one is written after each "
+                         f"epoch{'; it ended before its first' if ended else ''})"
+                         + (f"; train it again with: {like_command(run.id)}" if ended else ""))
+    check_checkpoint_whole(run, "be evaluated")
+
+
 def like(run: Run, options: list[dict]) -> tuple[str, list[dict]]:
     """The method and the configuration layers of a new run like ``run``,
     with ``options`` (the layers of ``fslab run``'s options) on top. A new

@@ -26,15 +26,14 @@ import re
 import torch
 
 from fslab.core.config import RunConfig, run_config
-from fslab.core.errors import FslabError, UsageError
+from fslab.core.errors import FslabError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import temporary_path
 from fslab.core.registry import Registry, load_registry
-from fslab.core.rerun import check_checkpoint_whole, like_command
+from fslab.core.rerun import check_evaluable
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
-from fslab.core.states import LIVE
 from fslab.core.types import evaluator_traits
 from fslab.training.build import (
     build_backbone,
@@ -183,12 +182,7 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     evaluator's ``default_episodes`` for a slow model-aware one. ``data_root``: where
     the run's dataset lies now, if it moved since the run trained.
     """
-    if not run.checkpoint_path.exists():
-        ended = run.state() not in LIVE
-        raise UsageError(f"run {run.id} has no checkpoint{'' if ended else ' yet'} (one is written after each "
-                         f"epoch{'; it ended before its first' if ended else ''})"
-                         + (f"; train it again with: {like_command(run.id)}" if ended else ""))
-    check_checkpoint_whole(run, "be evaluated")
+    check_evaluable(run)
     config = run.config()
     if data_root is not None:
         config["dataset"] = {**config["dataset"], "root": data_root}
