@@ -1,6 +1,7 @@
 """Real runs in real worker processes: completed, failed, killed, lost."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from .runs_helpers import LONG, TINY, as_in_a_terminal, events, fslab, wait_for
 
@@ -92,6 +94,50 @@ def test_failing_loss_gives_failed_with_the_error(project):
     assert st["error"] == "RuntimeError: the loss exploded on purpose."
     assert "Traceback" in (run_dir / "stderr.log").read_text()
     assert "exploded" in fslab("logs", run_dir.name, "--stderr", cwd=project).stdout
+
+
+def test_a_network_broken_by_a_finite_loss_fails_the_run_and_keeps_the_checkpoint_before(project):
+    """A step whose loss is finite can still leave the network NaN (a NaN gradient; a batch-norm
+    variance that overflows at a huge --lr, as `fslab run nca --epochs 1 --lr 1e5` on TINY did):
+    the run completed with every accuracy 20.00 ± 0.00% and saved the broken network. It now fails
+    at the epoch's end, before validating or overwriting the last good checkpoint."""
+    plugins = project / "local_plugins"
+    plugins.mkdir()
+    (plugins / "breaks.py").write_text(textwrap.dedent("""
+        import torch
+        from fslab.plugin import LossOutput, hookimpl
+
+        class Breaks(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+            def forward(self, z, labels, support=None):
+                self.calls += 1
+                loss = (z - z.mean(0)).pow(2).mean()
+                if int(self.calls) == 14:  # the last step of epoch 2: a finite loss, a NaN gradient
+                    loss = loss + 0 * torch.sqrt((z - z.detach()).abs()).sum()
+                return LossOutput(loss, 0, 0)
+
+        @hookimpl
+        def register_losses(register):
+            register(Breaks, name="breaks", description="a NaN gradient at step 14")
+    """))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
+    result = fslab("run", "nca", *TINY, "--epochs", "3", "--set", "loss.name=breaks", cwd=project)
+    assert result.returncode == 1, result.stderr
+    run_dir = only_run(project)
+    st = status(run_dir)
+    assert st["state"] == "failed" and st["exit_code"] == 1
+    assert st["error"].startswith("FloatingPointError: the network is no longer finite after step 14 (epoch 2): "
+                                  "the model's "), st["error"]
+    assert st["error"].endswith("holds nan, though the logged losses were finite; try a lower --lr")
+    assert all(math.isfinite(e["loss"]) for e in events(run_dir, "train"))
+    assert [e["epoch"] for e in events(run_dir, "eval")] == [1]  # the broken network was not scored
+    assert [e["epoch"] for e in events(run_dir, "checkpoint")] == [1]
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["epoch"] == 1 and all(torch.isfinite(v).all() for v in checkpoint["model"].values())
+    assert not (run_dir / "results.json").exists()
 
 
 def test_stop_kills_cleanly_and_keeps_the_checkpoint(project):

@@ -204,3 +204,19 @@ def test_a_run_that_compiles_nothing_never_imports_torch_dynamo():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines() == ["(False, False) (True, True) (False, True)", "(False, True) False"], \
         done.stderr
+
+
+def test_a_network_that_is_no_longer_finite_is_named_by_its_first_broken_tensor():
+    """A batch-norm variance that overflowed (a huge --lr) leaves the training loss finite,
+    since training mode normalises with the batch's own statistics; the state names it."""
+    from fslab.training.train import nonfinite_tensor
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    head = torch.nn.Identity()
+    assert nonfinite_tensor({"model": model, "head": head, "loss": lambda z: z}) is None
+    model[1].running_var[2] = float("inf")
+    assert nonfinite_tensor({"model": model, "head": head}) == "model's 1.running_var holds inf"
+    with torch.no_grad():
+        model[0].weight[0, 0] = float("nan")
+    assert nonfinite_tensor({"model": model}) == "model's 0.weight holds nan"  # parameters before buffers
+    assert nonfinite_tensor({"head": head, "loss": model[0]}) == "loss's weight holds nan"  # a loss's own parameters

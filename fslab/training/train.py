@@ -145,6 +145,22 @@ def checked_loss_output(out, name: str):
     return out
 
 
+def nonfinite_tensor(modules: dict) -> str | None:
+    """The first parameter or buffer of ``modules`` (a label for each module) that holds a NaN or an
+    infinity, as ``"model's blocks.5.running_var holds inf"``; None when every one is finite. One device sync:
+    an update can break the network (a batch-norm variance that overflows) while the loss, computed in
+    training mode from the batch's own statistics, stays finite, so only the state itself tells."""
+    tensors = [(f"{label}'s {name}", tensor) for label, module in modules.items() if isinstance(module, torch.nn.Module)
+               for name, tensor in (*module.named_parameters(), *module.named_buffers()) if tensor.is_floating_point()]
+    if not tensors:
+        return None
+    finite = torch.stack([torch.isfinite(tensor).all() for _, tensor in tensors]).tolist()
+    for (name, tensor), ok in zip(tensors, finite, strict=True):
+        if not ok:
+            return f"{name} holds {'nan' if torch.isnan(tensor).any() else 'inf'}"
+    return None
+
+
 def checked_batch(batch, name: str):
     """``batch`` if it has what a sampler yields, ``Batch(indices, support)``, else a TypeError naming
     the sampler (rather than Python's AttributeError on ``.indices``, which names none)."""
@@ -268,7 +284,12 @@ class Trainer:
         Its ``checkpoint`` event is logged here, in step order, before the
         file is written while the next epoch trains: the file never holds an
         epoch whose event is missing, and a resume goes by the file's epoch,
-        cutting the events back to that epoch's event."""
+        cutting the events back to that epoch's event. A network that is no longer finite fails
+        the run here, on every rank, before it is scored or overwrites the last checkpoint."""
+        broken = nonfinite_tensor({"model": self.parts.model, "head": self.parts.head, "loss": self.parts.loss_fn})
+        if broken is not None:
+            raise FloatingPointError(f"the network is no longer finite after step {self.step} (epoch {epoch + 1}): "
+                                     f"the {broken}, though the logged losses were finite; try a lower --lr")
         if not self.world.main:
             self.world.barrier()
             return
