@@ -140,6 +140,18 @@ def test_a_network_broken_by_a_finite_loss_fails_the_run_and_keeps_the_checkpoin
     assert not (run_dir / "results.json").exists()
 
 
+def test_a_loss_that_is_nan_before_any_update_blames_the_loss_not_the_learning_rate(project):
+    """NCA at loss.temperature=1e-38 is NaN on the untrained network: the run's error said
+    'try a lower --lr', which cannot help; it names the loss and its parameters."""
+    result = fslab("run", "nca", *TINY, "--epochs", "1", "--set", "loss.temperature=1e-38", cwd=project)
+    assert result.returncode == 1, result.stderr
+    st = status(only_run(project))
+    assert st["state"] == "failed"
+    assert st["error"] == ("FloatingPointError: loss 'nca' was nan at step 1, before any update, so not from the "
+                           "learning rate; check the loss's parameters "
+                           "(loss.pair_fraction=1.0, loss.temperature=1e-38)")
+
+
 def test_stop_kills_cleanly_and_keeps_the_checkpoint(project):
     result = fslab("run", "nca", *TINY, "--epochs", LONG, "--detach", cwd=project)
     assert result.returncode == 0, result.stderr

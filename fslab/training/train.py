@@ -161,6 +161,17 @@ def nonfinite_tensor(modules: dict) -> str | None:
     return None
 
 
+def nonfinite_loss(value: float, step: int, epoch: int, loss: dict) -> str:
+    """Why a run stops at a logged loss that is NaN or infinite. At the first step no update has been made
+    yet, so the learning rate is not the cause: the loss is, as its parameters are (``loss.temperature=1e-38``)."""
+    if step == 1:
+        numbers = ", ".join(f"loss.{key}={number!r}" for key, number in loss.items()
+                            if isinstance(number, (int, float)) and not isinstance(number, bool))
+        return (f"loss '{loss['name']}' was {value} at step 1, before any update, so not from the learning rate; "
+                f"check the loss's parameters{f' ({numbers})' if numbers else ''}")
+    return f"loss became {value} at step {step} (epoch {epoch + 1}); try a lower --lr"
+
+
 def checked_batch(batch, name: str):
     """``batch`` if it has what a sampler yields, ``Batch(indices, support)``, else a TypeError naming
     the sampler (rather than Python's AttributeError on ``.indices``, which names none)."""
@@ -269,8 +280,7 @@ class Trainer:
         left out of images/s: a rate of 0 would be a measurement of nothing."""
         loss_value = out.loss.item()  # the one device sync per interval
         if not math.isfinite(loss_value):
-            raise FloatingPointError(f"loss became {loss_value} at step {self.step} (epoch {epoch + 1}); "
-                                     "try a lower --lr")
+            raise FloatingPointError(nonfinite_loss(loss_value, self.step, epoch, self.cfg.loss))
         elapsed = time.perf_counter() - window_start
         rate = {"images_per_s": window_images / max(elapsed, 1e-9)} if window_images else {}
         extra = {k: float(v) for k, v in (out.extra or {}).items()}
