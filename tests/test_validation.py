@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import zipfile
 
 import pytest
@@ -183,6 +184,17 @@ def test_a_folder_split_with_fewer_classes_than_ways_is_refused(project):
     line = refused(project, *folder_run(project / "tree"),
                    expect=["'eval.ways' must be at most 3", "folder's val split (3 classes of 4 images)", "got 5"])
     assert line.endswith("got 5")  # a folder's classes are its folders: no setting gives it more
+
+
+def test_a_folder_split_of_one_class_is_refused_without_asking_for_one_way(project):
+    """No eval.ways fits a split of one class (2 at least): the line said 'eval.ways must be at
+    most 1 ... (1 classes of 8 images)', a value the next check refuses."""
+    make_folder_tree(project / "tree", classes=5, per_class=8)
+    for extra in ("class1", "class2", "class3", "class4"):
+        shutil.rmtree(project / "tree" / "val" / extra)
+    line = refused(project, *folder_run(project / "tree"), expect=[])
+    assert line == ("error: folder's val split (1 class of 8 images) cannot give an episode: one needs 2 classes "
+                    "at least (eval.ways is at least 2), so the split needs more classes")
 
 
 def test_a_drawn_dataset_with_too_few_classes_for_the_ways_says_which_setting_gives_more(project):

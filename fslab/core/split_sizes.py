@@ -46,7 +46,7 @@ def describe(size: SplitSizes) -> str:
     """``40 classes of 30 images`` or ``6 classes of 2 to 40 images``."""
     largest = max(size.images_per_class, default=0)
     images = f"{size.smallest}" if size.smallest == largest else f"{size.smallest} to {largest}"
-    return f"{size.classes} classes of {images} images"
+    return f"{size.classes} class{'' if size.classes == 1 else 'es'} of {images} image{'' if images == '1' else 's'}"
 
 
 def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
@@ -70,6 +70,9 @@ def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
             # A dataset that draws its classes (the built-in ones) can give the split more of them.
             more = (f"; --set dataset.{split}_classes={ways} gives the split that many"
                     if f"{split}_classes" in config["dataset"] else "")
+            if size.classes < 2:  # no eval.ways fits: an episode has 2 classes at least
+                raise ConfigError(f"{where} cannot give an episode: one needs 2 classes at least (eval.ways is at "
+                                  f"least 2), so the split needs more classes{more}")
             raise ConfigError(f"config key '{ways_key}' must be at most {size.classes} for {where}, got {ways}{more}")
         for n in shots:
             shape = fixed_shape or (n, ecfg["queries"])
