@@ -96,6 +96,55 @@ def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_wi
     assert scores(mine) == (theirs, True)
 
 
+def test_a_checkpoint_whose_network_is_not_finite_is_refused_not_scored_at_chance(project):
+    """A run that diverged before fslab refused it at the epoch's end (a batch-norm variance that
+    overflowed) left a checkpoint whose features are NaN: fslab eval scored it 20.00 ± 0.00% at
+    5 ways, and a feature cache of NaNs it wrote kept scoring so."""
+    import torch
+
+    assert fslab("run", "nca", *TINY, "--epochs", "1", cwd=project).returncode == 0
+    run_dir = next((project / "runs").iterdir())
+    args = ["eval", run_dir.name, "--shots", "1", "--episodes", "20", "--json"]
+    done = fslab(*args, cwd=project)
+    assert done.returncode == 0, done.stderr
+    (kept,) = [json.loads(line)["accuracy"] for line in done.stdout.splitlines()]
+    cache = run_dir / "features" / "test-epoch1.pt"
+    saved = torch.load(cache, weights_only=True)
+    torch.save({**saved, "features": torch.full_like(saved["features"], float("nan"))}, cache)
+    redone = fslab(*args, cwd=project)  # the NaN cache is not used: embedded again, the same score
+    assert [(r["accuracy"], r["features_cached"]) for r in map(json.loads, redone.stdout.splitlines())] == [
+        (kept, False)]
+
+    path = run_dir / "checkpoints" / "last.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["model"]["blocks.5.running_var"].fill_(float("inf"))
+    torch.save(checkpoint, path)
+    refused = fslab(*args, cwd=project)
+    assert refused.returncode == 2 and not refused.stdout
+    assert refused.stderr.strip().splitlines() == [
+        f"error: the checkpoint runs/{run_dir.name}/checkpoints/last.pt (epoch 1) is not finite: "
+        f"its blocks.5.running_var holds inf, as a run that diverged leaves it; train it again with a lower "
+        f"learning rate: fslab run --like {run_dir.name} --lr ..."]
+    assert len(events(run_dir, "eval")) == 3 + 2  # the run's validation and test, the two fslab evals
+
+
+def test_features_that_are_not_finite_are_refused_not_scored():
+    """Features that hold NaN (a network broken in a way its weights do not show, features that
+    overflow eval.precision) scored chance on every episode, 20.00 ± 0.00% at 5 ways."""
+    import torch
+
+    from fslab.core.errors import FslabError
+    from fslab.training.evaluation import extract_features
+
+    network = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 4))
+    images = torch.zeros(5, 3, 2, 2, dtype=torch.uint8)
+    assert extract_features(network, images, 2, "cpu", lambda batch: batch.float()).shape == (5, 4)
+    with torch.no_grad():
+        network[1].bias[1] = float("nan")
+    with pytest.raises(FslabError, match=r"^the network's features of 5 of 5 images hold nan: its weights or "):
+        extract_features(network, images, 2, "cpu", lambda batch: batch.float())
+
+
 RECORDING_SINK = """
 import json
 from pathlib import Path

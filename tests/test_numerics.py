@@ -168,7 +168,7 @@ def test_fslab_eval_embeds_with_the_runs_deterministic_algorithms(registry, monk
 
     from fslab.training import run_eval
 
-    monkeypatch.setattr(run_eval, "load_checkpoint", lambda path, device: {"epoch": 1})
+    monkeypatch.setattr(run_eval, "load_checkpoint", lambda path, device: {"epoch": 1, "model": {}})
     run = SimpleNamespace(checkpoint_path=None)
 
     def checkpoint(deterministic):
@@ -218,5 +218,5 @@ def test_a_network_that_is_no_longer_finite_is_named_by_its_first_broken_tensor(
     assert nonfinite_tensor({"model": model, "head": head}) == "model's 1.running_var holds inf"
     with torch.no_grad():
         model[0].weight[0, 0] = float("nan")
-    assert nonfinite_tensor({"model": model}) == "model's 0.weight holds nan"  # parameters before buffers
+    assert nonfinite_tensor({"model": model}) == "model's 0.weight holds nan"  # the first in the network's order
     assert nonfinite_tensor({"head": head, "loss": model[0]}) == "loss's weight holds nan"  # a loss's own parameters

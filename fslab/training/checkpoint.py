@@ -62,6 +62,21 @@ def training_checkpoint(*, model: nn.Module, head: nn.Module, loss_fn, optimizer
     }
 
 
+def nonfinite_entry(tensors: dict) -> str | None:
+    """The first floating-point tensor of ``tensors`` (name -> tensor, as a state dict holds them) that
+    holds a NaN or an infinity, as ``"blocks.5.running_var holds inf"``; None when every one is finite.
+    One device sync."""
+    named = [(name, tensor) for name, tensor in tensors.items()
+             if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()]
+    if not named:
+        return None
+    finite = torch.stack([torch.isfinite(tensor).all() for _, tensor in named]).tolist()
+    for (name, tensor), ok in zip(named, finite, strict=True):
+        if not ok:
+            return f"{name} holds {'nan' if torch.isnan(tensor).any() else 'inf'}"
+    return None
+
+
 def restore_training(checkpoint: dict, *, model: nn.Module, head: nn.Module, loss_fn,
                      optimizer: torch.optim.Optimizer, scheduler, augment_rng: torch.Generator,
                      scaler: torch.amp.GradScaler | None = None) -> None:

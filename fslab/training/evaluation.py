@@ -433,4 +433,11 @@ def extract_features(
         model.train(was_training)
     if not outputs:
         raise UsageError("extract_features: no images to embed")
-    return torch.cat(outputs).cpu()
+    features = torch.cat(outputs).cpu()
+    broken = ~torch.isfinite(features).all(dim=1)
+    if broken.any():  # a diverged network would score chance on every episode, 20.00 ± 0.00% at 5 ways, silently
+        kind = "nan" if torch.isnan(features).any() else "inf"
+        raise FslabError(f"the network's features of {int(broken.sum())} of {len(features)} images hold {kind}: "
+                         f"its weights or batch-norm statistics are not finite (a run that diverged), "
+                         f"or its features overflow eval.precision")
+    return features

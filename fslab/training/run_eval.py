@@ -43,7 +43,7 @@ from fslab.training.build import (
     pick_device,
     plugin_kwargs,
 )
-from fslab.training.checkpoint import load_checkpoint, load_saved
+from fslab.training.checkpoint import load_checkpoint, load_saved, nonfinite_entry
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
@@ -74,6 +74,11 @@ class Checkpoint:
         self.run, self.cfg, self.device, self.registry = run, cfg, device, registry
         self.state = load_checkpoint(run.checkpoint_path, "cpu")
         self.epoch = self.state["epoch"]
+        broken = nonfinite_entry(self.state["model"])
+        if broken is not None:  # its network would score chance on every episode (20.00 ± 0.00% at 5 ways)
+            raise UsageError(f"the checkpoint {run.checkpoint_path} (epoch {self.epoch}) is not finite: its "
+                             f"{broken}, as a run that diverged leaves it; train it again with a lower "
+                             f"learning rate: {like_command(run.id)} --lr ...")
         self.stages = cfg.eval.feature_stages
         self.numerics = resolve_numerics(cfg, device)  # features in eval.precision and the run's memory format
         # ... and with its TF32 and deterministic algorithms, as training evaluated it (a CUDA GPU's
@@ -136,7 +141,8 @@ def cached_features(cache, data: str | None = None,
     """The features and labels a cache file holds, or None when there is none,
     it is not one fslab wrote whole (cut short, emptied, replaced) or, given the
     ``data`` or ``weights`` fingerprint, it was embedded from other data or by
-    other weights: the split is then embedded again and the file rewritten."""
+    other weights, or it holds features that are not finite (cached before
+    embedding refused them): the split is then embedded again and the file rewritten."""
     if not cache.is_file():
         return None
     try:
@@ -145,7 +151,8 @@ def cached_features(cache, data: str | None = None,
         return None
     features, labels = (saved.get("features"), saved.get("labels")) if isinstance(saved, dict) else (None, None)
     if (not isinstance(features, torch.Tensor) or not isinstance(labels, torch.Tensor) or features.dim() < 2
-            or labels.dim() != 1 or len(features) != len(labels) or labels.is_floating_point()):
+            or labels.dim() != 1 or len(features) != len(labels) or labels.is_floating_point()
+            or not torch.isfinite(features).all()):
         return None
     if (data is not None and saved.get("data") != data) or (weights is not None and saved.get("weights") != weights):
         return None

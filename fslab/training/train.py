@@ -33,6 +33,7 @@ from fslab.training.build import TrainingParts, build_training, host_to_device, 
 from fslab.training.checkpoint import (
     CheckpointWriter,
     load_checkpoint,
+    nonfinite_entry,
     restore_training,
     training_checkpoint,
 )
@@ -150,15 +151,8 @@ def nonfinite_tensor(modules: dict) -> str | None:
     infinity, as ``"model's blocks.5.running_var holds inf"``; None when every one is finite. One device sync:
     an update can break the network (a batch-norm variance that overflows) while the loss, computed in
     training mode from the batch's own statistics, stays finite, so only the state itself tells."""
-    tensors = [(f"{label}'s {name}", tensor) for label, module in modules.items() if isinstance(module, torch.nn.Module)
-               for name, tensor in (*module.named_parameters(), *module.named_buffers()) if tensor.is_floating_point()]
-    if not tensors:
-        return None
-    finite = torch.stack([torch.isfinite(tensor).all() for _, tensor in tensors]).tolist()
-    for (name, tensor), ok in zip(tensors, finite, strict=True):
-        if not ok:
-            return f"{name} holds {'nan' if torch.isnan(tensor).any() else 'inf'}"
-    return None
+    return nonfinite_entry({f"{label}'s {name}": tensor for label, module in modules.items()
+                            if isinstance(module, torch.nn.Module) for name, tensor in module.state_dict().items()})
 
 
 def nonfinite_loss(value: float, step: int, epoch: int, loss: dict) -> str:
