@@ -130,6 +130,10 @@ def test_sampler_shapes_are_refused_against_the_training_split(project, argv, ex
      ["35 images (shots + queries)", "has 0", "sampler.shots + sampler.queries must be at most 30"]),
     (["map-ssvm", "--set", "sampler.per_class=40"],
      ["at least 40 images each", "has 0", "sampler.per_class must be at most 30"]),
+    # an episode shaped by per_class: the line named sampler.shots + sampler.queries, and queries
+    # cannot be given with per_class
+    (["matchingnet", "--set", "sampler.per_class=40", "--batch-size", "80"],
+     ["40 images (per_class)", "has 0", "so sampler.per_class must be at most 30"]),
     (["nca", "--set", "sampler.name=fixed", "--set", "sampler.ways=130", "--set", "sampler.per_class=40"],
      ["has 0", "must be at most 120 (its classes) and sampler.per_class at most 30"]),
 ])

@@ -133,7 +133,7 @@ class EpisodicSampler:
         needed = self.shots + self.queries
         self.images_by_class = {c: rows for c, rows in sorted(by_class.items()) if len(rows) >= needed}
         check_episode_classes(self.ways, needed, len(self.images_by_class),
-                              SplitSizes(tuple(len(rows) for rows in by_class.values())))
+                              SplitSizes(tuple(len(rows) for rows in by_class.values())), per_class=bool(per_class))
         self.batch_size = self.ways * needed
 
     def __len__(self) -> int:
@@ -200,13 +200,16 @@ def nearby_multiples(batch_size: int, per_class: int) -> str:
     return f"{below} or {above}" if below >= 2 * per_class else f"{max(above, 2 * per_class)}"
 
 
-def check_episode_classes(ways: int, needed: int, have: int, split=None) -> None:
+def check_episode_classes(ways: int, needed: int, have: int, split=None, *, per_class: bool = False) -> None:
     """``ways`` classes of ``needed`` images (shots + queries), of which the training split has ``have``
-    (``split``: its sizes, where known, to say what would fit)."""
+    (``split``: its sizes, where known, to say what would fit); ``per_class``: the episode's shape comes
+    from sampler.per_class, the key the line then names (sampler.queries may not be given with it)."""
     if have < ways:
+        images = "sampler.per_class" if per_class else "sampler.shots + sampler.queries"
         raise UsageError(
-            f"episodic sampler: {ways} ways need {ways} classes with at least {needed} images (shots + queries); "
-            f"the training set has {have}, so " + fewer_rows_hint(ways, have, split, "sampler.shots + sampler.queries")
+            f"episodic sampler: {ways} ways need {ways} classes with at least {needed} images "
+            f"({'per_class' if per_class else 'shots + queries'}); "
+            f"the training set has {have}, so " + fewer_rows_hint(ways, have, split, images)
         )
 
 
@@ -220,7 +223,8 @@ def check_episodic(params: dict, context) -> None:
                                                  params["shots"], params["queries"], params["per_class"])
     train = context.split("train")
     if train is not None:
-        check_episode_classes(ways, shots + queries, train.classes_with(shots + queries), train)
+        check_episode_classes(ways, shots + queries, train.classes_with(shots + queries), train,
+                              per_class=bool(params["per_class"]))
 
 
 @hookimpl
