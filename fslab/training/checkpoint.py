@@ -70,7 +70,8 @@ def nonfinite_entry(tensors: dict) -> str | None:
              if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()]
     if not named:
         return None
-    finite = torch.stack([torch.isfinite(tensor).all() for _, tensor in named]).tolist()
+    flags = [torch.isfinite(tensor).all() for _, tensor in named]
+    finite = torch.stack([flag.to(flags[0].device) for flag in flags]).tolist()  # a plugin's state may be elsewhere
     for (name, tensor), ok in zip(named, finite, strict=True):
         if not ok:
             return f"{name} holds {'nan' if torch.isnan(tensor).any() else 'inf'}"
