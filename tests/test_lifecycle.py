@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -131,13 +132,25 @@ def test_a_network_broken_by_a_finite_loss_fails_the_run_and_keeps_the_checkpoin
     assert st["state"] == "failed" and st["exit_code"] == 1
     assert st["error"].startswith("FloatingPointError: the network is no longer finite after step 14 (epoch 2): "
                                   "the model's "), st["error"]
-    assert st["error"].endswith("holds nan, though the logged losses were finite; try a lower --lr")
+    assert st["error"].endswith("holds nan, though the logged losses were finite; start it again at a lower "
+                                f"learning rate: fslab run --like {run_dir.name} --lr ...")
     assert all(math.isfinite(e["loss"]) for e in events(run_dir, "train"))
     assert [e["epoch"] for e in events(run_dir, "eval")] == [1]  # the broken network was not scored
     assert [e["epoch"] for e in events(run_dir, "checkpoint")] == [1]
     checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert checkpoint["epoch"] == 1 and all(torch.isfinite(v).all() for v in checkpoint["model"].values())
     assert not (run_dir / "results.json").exists()
+
+
+def test_a_loss_that_diverges_fails_the_run_with_the_command_that_starts_it_at_a_lower_rate(project):
+    """The error said 'try a lower --lr', an option fslab resume does not take (it keeps the rate)."""
+    result = fslab("run", "nca", *TINY, "--epochs", "1", "--lr", "1e6", cwd=project)
+    assert result.returncode == 1, result.stderr
+    run_dir = only_run(project)
+    st = status(run_dir)
+    assert st["state"] == "failed"
+    assert re.fullmatch(rf"FloatingPointError: loss became nan at step [2-7] \(epoch 1\); start it again at a "
+                        rf"lower learning rate: fslab run --like {run_dir.name} --lr \.\.\.", st["error"]), st["error"]
 
 
 def test_a_loss_that_is_nan_before_any_update_blames_the_loss_not_the_learning_rate(project):

@@ -155,7 +155,13 @@ def nonfinite_tensor(modules: dict) -> str | None:
                             if isinstance(module, torch.nn.Module) for name, tensor in module.state_dict().items()})
 
 
-def nonfinite_loss(value: float, step: int, epoch: int, loss: dict) -> str:
+def lower_rate(run_id: str) -> str:
+    """How a run that diverged goes on: anew at a lower rate (``fslab resume`` keeps the rate, and would diverge
+    again where it did)."""
+    return f"start it again at a lower learning rate: fslab run --like {run_id} --lr ..."
+
+
+def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, run_id: str) -> str:
     """Why a run stops at a logged loss that is NaN or infinite. At the first step no update has been made
     yet, so the learning rate is not the cause: the loss is, as its parameters are (``loss.temperature=1e-38``)."""
     if step == 1:
@@ -163,7 +169,7 @@ def nonfinite_loss(value: float, step: int, epoch: int, loss: dict) -> str:
                             if isinstance(number, (int, float)) and not isinstance(number, bool))
         return (f"loss '{loss['name']}' was {value} at step 1, before any update, so not from the learning rate; "
                 f"check the loss's parameters{f' ({numbers})' if numbers else ''}")
-    return f"loss became {value} at step {step} (epoch {epoch + 1}); try a lower --lr"
+    return f"loss became {value} at step {step} (epoch {epoch + 1}); {lower_rate(run_id)}"
 
 
 def checked_batch(batch, name: str):
@@ -274,7 +280,7 @@ class Trainer:
         left out of images/s: a rate of 0 would be a measurement of nothing."""
         loss_value = out.loss.item()  # the one device sync per interval
         if not math.isfinite(loss_value):
-            raise FloatingPointError(nonfinite_loss(loss_value, self.step, epoch, self.cfg.loss))
+            raise FloatingPointError(nonfinite_loss(loss_value, self.step, epoch, self.cfg.loss, self.run.id))
         elapsed = time.perf_counter() - window_start
         rate = {"images_per_s": window_images / max(elapsed, 1e-9)} if window_images else {}
         extra = {k: float(v) for k, v in (out.extra or {}).items()}
@@ -293,7 +299,7 @@ class Trainer:
         broken = nonfinite_tensor({"model": self.parts.model, "head": self.parts.head, "loss": self.parts.loss_fn})
         if broken is not None:
             raise FloatingPointError(f"the network is no longer finite after step {self.step} (epoch {epoch + 1}): "
-                                     f"the {broken}, though the logged losses were finite; try a lower --lr")
+                                     f"the {broken}, though the logged losses were finite; {lower_rate(self.run.id)}")
         if not self.world.main:
             self.world.barrier()
             return
