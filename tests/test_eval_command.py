@@ -124,7 +124,7 @@ def test_a_checkpoint_whose_network_is_not_finite_is_refused_not_scored_at_chanc
     assert refused.stderr.strip().splitlines() == [
         f"error: the checkpoint runs/{run_dir.name}/checkpoints/last.pt (epoch 1) is not finite: "
         f"its blocks.5.running_var holds inf, as a run that diverged leaves it; train it again with a lower "
-        f"learning rate: fslab run --like {run_dir.name} --lr ..."]
+        f"learning rate: fslab run --like {run_dir.name} --lr 0.0025"]
     assert len(events(run_dir, "eval")) == 3 + 2  # the run's validation and test, the two fslab evals
 
 

@@ -78,7 +78,7 @@ class Checkpoint:
         if broken is not None:  # its network would score chance on every episode (20.00 ± 0.00% at 5 ways)
             raise UsageError(f"the checkpoint {run.checkpoint_path} (epoch {self.epoch}) is not finite: its "
                              f"{broken}, as a run that diverged leaves it; train it again with a lower "
-                             f"learning rate: {like_command(run.id)} --lr ...")
+                             f"learning rate: {like_command(run.id)} --lr {cfg.train.lr / 10:g}")
         self.stages = cfg.eval.feature_stages
         self.numerics = resolve_numerics(cfg, device)  # features in eval.precision and the run's memory format
         # ... and with its TF32 and deterministic algorithms, as training evaluated it (a CUDA GPU's

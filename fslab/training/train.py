@@ -155,13 +155,13 @@ def nonfinite_tensor(modules: dict) -> str | None:
                             if isinstance(module, torch.nn.Module) for name, tensor in module.state_dict().items()})
 
 
-def lower_rate(run_id: str) -> str:
-    """How a run that diverged goes on: anew at a lower rate (``fslab resume`` keeps the rate, and would diverge
-    again where it did)."""
-    return f"start it again at a lower learning rate: fslab run --like {run_id} --lr ..."
+def lower_rate(run_id: str, lr: float) -> str:
+    """How a run that diverged goes on: anew at a lower rate, a tenth of ``lr`` for a start (``fslab resume``
+    keeps the rate, and would diverge again where it did)."""
+    return f"start it again at a lower learning rate: fslab run --like {run_id} --lr {lr / 10:g}"
 
 
-def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, run_id: str) -> str:
+def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, again: str) -> str:
     """Why a run stops at a logged loss that is NaN or infinite. At the first step no update has been made
     yet, so the learning rate is not the cause: the loss is, as its parameters are (``loss.temperature=1e-38``)."""
     if step == 1:
@@ -169,7 +169,7 @@ def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, run_id: str)
                             if isinstance(number, (int, float)) and not isinstance(number, bool))
         return (f"loss '{loss['name']}' was {value} at step 1, before any update, so not from the learning rate; "
                 f"check the loss's parameters{f' ({numbers})' if numbers else ''}")
-    return f"loss became {value} at step {step} (epoch {epoch + 1}); {lower_rate(run_id)}"
+    return f"loss became {value} at step {step} (epoch {epoch + 1}); {again}"
 
 
 def checked_batch(batch, name: str):
@@ -280,7 +280,8 @@ class Trainer:
         left out of images/s: a rate of 0 would be a measurement of nothing."""
         loss_value = out.loss.item()  # the one device sync per interval
         if not math.isfinite(loss_value):
-            raise FloatingPointError(nonfinite_loss(loss_value, self.step, epoch, self.cfg.loss, self.run.id))
+            raise FloatingPointError(nonfinite_loss(loss_value, self.step, epoch, self.cfg.loss,
+                                                    lower_rate(self.run.id, self.cfg.train.lr)))
         elapsed = time.perf_counter() - window_start
         rate = {"images_per_s": window_images / max(elapsed, 1e-9)} if window_images else {}
         extra = {k: float(v) for k, v in (out.extra or {}).items()}
@@ -298,8 +299,9 @@ class Trainer:
         the run here, on every rank, before it is scored or overwrites the last checkpoint."""
         broken = nonfinite_tensor({"model": self.parts.model, "head": self.parts.head, "loss": self.parts.loss_fn})
         if broken is not None:
+            again = lower_rate(self.run.id, self.cfg.train.lr)
             raise FloatingPointError(f"the network is no longer finite after step {self.step} (epoch {epoch + 1}): "
-                                     f"the {broken}, though the logged losses were finite; {lower_rate(self.run.id)}")
+                                     f"the {broken}, though the logged losses were finite; {again}")
         if not self.world.main:
             self.world.barrier()
             return
