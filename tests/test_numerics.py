@@ -168,7 +168,7 @@ def test_fslab_eval_embeds_with_the_runs_deterministic_algorithms(registry, monk
 
     from fslab.training import run_eval
 
-    monkeypatch.setattr(run_eval, "load_checkpoint", lambda path, device: {"epoch": 1, "model": {}})
+    monkeypatch.setattr(run_eval, "load_checkpoint", lambda path, device: {"epoch": 1})
     run = SimpleNamespace(checkpoint_path=None)
 
     def checkpoint(deterministic):
@@ -220,3 +220,20 @@ def test_a_network_that_is_no_longer_finite_is_named_by_its_first_broken_tensor(
         model[0].weight[0, 0] = float("nan")
     assert nonfinite_tensor({"model": model}) == "model's 0.weight holds nan"  # the first in the network's order
     assert nonfinite_tensor({"head": head, "loss": model[0]}) == "loss's weight holds nan"  # a loss's own parameters
+
+
+def test_a_buffer_infinite_by_design_is_not_taken_for_a_network_that_diverged():
+    """A backbone may keep an attention mask of -inf as a buffer: only what was finite when the
+    network was built must stay finite, so such a network trains and is evaluated as before."""
+    from fslab.training.checkpoint import finite_names, nonfinite_entry
+    from fslab.training.train import labelled_state, nonfinite_tensor
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    model.register_buffer("mask", torch.full((2, 2), float("-inf")).triu(1))
+    watched = finite_names(labelled_state({"model": model}))
+    assert "model's mask" not in watched and "model's 1.running_var" in watched
+    assert nonfinite_tensor({"model": model}, watched) is None
+    model[1].running_var[0] = float("inf")
+    assert nonfinite_tensor({"model": model}, watched) == "model's 1.running_var holds inf"
+    assert nonfinite_entry(model.state_dict(), finite_names(torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).state_dict())) == "1.running_var holds inf"

@@ -62,19 +62,32 @@ def training_checkpoint(*, model: nn.Module, head: nn.Module, loss_fn, optimizer
     }
 
 
-def nonfinite_entry(tensors: dict) -> str | None:
-    """The first floating-point tensor of ``tensors`` (name -> tensor, as a state dict holds them) that
-    holds a NaN or an infinity, as ``"blocks.5.running_var holds inf"``; None when every one is finite.
-    One device sync."""
+def finite_flags(tensors: dict) -> dict[str, bool]:
+    """Whether each floating-point tensor of ``tensors`` (name -> tensor) is finite. One device sync."""
     named = [(name, tensor) for name, tensor in tensors.items()
              if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()]
     if not named:
-        return None
+        return {}
     flags = [torch.isfinite(tensor).all() for _, tensor in named]
     finite = torch.stack([flag.to(flags[0].device) for flag in flags]).tolist()  # a plugin's state may be elsewhere
-    for (name, tensor), ok in zip(named, finite, strict=True):
+    return {name: ok for (name, _), ok in zip(named, finite, strict=True)}
+
+
+def finite_names(tensors: dict) -> set[str]:
+    """The names of the floating-point tensors of ``tensors`` that are finite now: what
+    :func:`nonfinite_entry` watches, so that a buffer infinite by design (an attention mask of -inf)
+    is left alone while one that was finite and overflowed (a batch-norm variance) is not."""
+    return {name for name, ok in finite_flags(tensors).items() if ok}
+
+
+def nonfinite_entry(tensors: dict, among: set[str] | None = None) -> str | None:
+    """The first floating-point tensor of ``tensors`` (name -> tensor, as a state dict holds them; of
+    those named in ``among``, where given) that holds a NaN or an infinity, as
+    ``"blocks.5.running_var holds inf"``; None when every one is finite. One device sync."""
+    watched = tensors if among is None else {name: tensor for name, tensor in tensors.items() if name in among}
+    for name, ok in finite_flags(watched).items():
         if not ok:
-            return f"{name} holds {'nan' if torch.isnan(tensor).any() else 'inf'}"
+            return f"{name} holds {'nan' if torch.isnan(watched[name]).any() else 'inf'}"
     return None
 
 

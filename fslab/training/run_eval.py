@@ -43,7 +43,7 @@ from fslab.training.build import (
     pick_device,
     plugin_kwargs,
 )
-from fslab.training.checkpoint import load_checkpoint, load_saved, nonfinite_entry
+from fslab.training.checkpoint import finite_names, load_checkpoint, load_saved, nonfinite_entry
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
@@ -74,11 +74,6 @@ class Checkpoint:
         self.run, self.cfg, self.device, self.registry = run, cfg, device, registry
         self.state = load_checkpoint(run.checkpoint_path, "cpu")
         self.epoch = self.state["epoch"]
-        broken = nonfinite_entry(self.state["model"])
-        if broken is not None:  # its network would score chance on every episode (20.00 ± 0.00% at 5 ways)
-            raise UsageError(f"the checkpoint {run.checkpoint_path} (epoch {self.epoch}) is not finite: its "
-                             f"{broken}, as a run that diverged leaves it; train it again with a lower "
-                             f"learning rate: {like_command(run.id)} --lr {cfg.train.lr / 10:g}")
         self.stages = cfg.eval.feature_stages
         self.numerics = resolve_numerics(cfg, device)  # features in eval.precision and the run's memory format
         # ... and with its TF32 and deterministic algorithms, as training evaluated it (a CUDA GPU's
@@ -98,11 +93,17 @@ class Checkpoint:
             # every split of a dataset has one image size; the test split is the one evaluated most
             image_size = image_size_of(self.dataset().load("test"))
         model = build_backbone(self.registry, self.cfg, self.dataset().channels, self.device, image_size)
+        finite = finite_names(model.state_dict())  # a buffer infinite by design (a mask of -inf) is left alone
         try:
             model.load_state_dict(self.state["model"])
         except RuntimeError as exc:  # weights of another network: torch lists every key
             raise FslabError(f"the checkpoint {self.run.checkpoint_path} does not fit the run's backbone "
                              f"'{self.cfg.backbone['name']}': {_first_reason(exc)}") from None
+        broken = nonfinite_entry(model.state_dict(), finite)
+        if broken is not None:  # its network would score chance on every episode (20.00 ± 0.00% at 5 ways)
+            raise UsageError(f"the checkpoint {self.run.checkpoint_path} (epoch {self.epoch}) is not finite: its "
+                             f"{broken}, as a run that diverged leaves it; train it again with a lower learning "
+                             f"rate: {like_command(self.run.id)} --lr {self.cfg.train.lr / 10:g}")
         if self.numerics.channels_last:
             model = model.to(memory_format=torch.channels_last)
         return feature_network(model, self.stages)

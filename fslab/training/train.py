@@ -32,6 +32,7 @@ from fslab.training.augment import augment
 from fslab.training.build import TrainingParts, build_training, host_to_device, pick_device, to_input
 from fslab.training.checkpoint import (
     CheckpointWriter,
+    finite_names,
     load_checkpoint,
     nonfinite_entry,
     restore_training,
@@ -146,13 +147,19 @@ def checked_loss_output(out, name: str):
     return out
 
 
-def nonfinite_tensor(modules: dict) -> str | None:
-    """The first parameter or buffer of ``modules`` (a label for each module) that holds a NaN or an
-    infinity, as ``"model's blocks.5.running_var holds inf"``; None when every one is finite. One device sync:
-    an update can break the network (a batch-norm variance that overflows) while the loss, computed in
-    training mode from the batch's own statistics, stays finite, so only the state itself tells."""
-    return nonfinite_entry({f"{label}'s {name}": tensor for label, module in modules.items()
-                            if isinstance(module, torch.nn.Module) for name, tensor in module.state_dict().items()})
+def labelled_state(modules: dict) -> dict:
+    """The state (parameters and buffers) of ``modules`` (a label for each), named ``"model's blocks.1.weight"``."""
+    return {f"{label}'s {name}": tensor for label, module in modules.items()
+            if isinstance(module, torch.nn.Module) for name, tensor in module.state_dict().items()}
+
+
+def nonfinite_tensor(modules: dict, among: set[str] | None = None) -> str | None:
+    """The first parameter or buffer of ``modules`` (a label for each module; of those named in ``among``,
+    where given) that holds a NaN or an infinity, as ``"model's blocks.5.running_var holds inf"``; None when
+    every one is finite. One device sync: an update can break the network (a batch-norm variance that
+    overflows) while the loss, computed in training mode from the batch's own statistics, stays finite,
+    so only the state itself tells."""
+    return nonfinite_entry(labelled_state(modules), among)
 
 
 def lower_rate(run_id: str, lr: float) -> str:
@@ -204,9 +211,11 @@ class Trainer:
     scaler: torch.amp.GradScaler | None = field(init=False)  # fp16's loss scaling
     compile_pending: bool = field(init=False)  # the next step compiles the training forward
     checkpoints: CheckpointWriter = field(init=False)  # writes each epoch's checkpoint while the next one trains
+    watched: set[str] = field(init=False)  # the state entries finite when built: each must stay so (end_epoch)
 
     def __post_init__(self) -> None:
         self.checkpoints = CheckpointWriter(self.run.checkpoint_path)
+        self.watched = finite_names(labelled_state(self.state_modules()))
         self.scaler = self.numerics.grad_scaler()
         if self.scaler is not None:  # fp16 skips a step whose gradients overflow (the first ones, often) and the
             # schedule counts it all the same, as it should (its milestones are fractions of all steps): PyTorch's
@@ -218,6 +227,9 @@ class Trainer:
         if self.images.numel() < 2**31:  # small enough to keep the whole split on the device
             self.images, self.labels = self.images.to(self.device), self.labels.to(self.device)
         self.steps_per_epoch = len(self.parts.sampler)
+
+    def state_modules(self) -> dict:
+        return {"model": self.parts.model, "head": self.parts.head, "loss": self.parts.loss_fn}
 
     def log_start(self) -> None:
         model, epochs = self.parts.model, self.cfg.train.epochs
@@ -297,7 +309,7 @@ class Trainer:
         epoch whose event is missing, and a resume goes by the file's epoch,
         cutting the events back to that epoch's event. A network that is no longer finite fails
         the run here, on every rank, before it is scored or overwrites the last checkpoint."""
-        broken = nonfinite_tensor({"model": self.parts.model, "head": self.parts.head, "loss": self.parts.loss_fn})
+        broken = nonfinite_tensor(self.state_modules(), self.watched)
         if broken is not None:
             again = lower_rate(self.run.id, self.cfg.train.lr)
             raise FloatingPointError(f"the network is no longer finite after step {self.step} (epoch {epoch + 1}): "
