@@ -26,12 +26,12 @@ import re
 import torch
 
 from fslab.core.config import RunConfig, run_config
-from fslab.core.errors import FslabError
+from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import temporary_path
 from fslab.core.registry import Registry, load_registry
-from fslab.core.rerun import check_evaluable
+from fslab.core.rerun import check_evaluable, like_command
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.types import evaluator_traits
