@@ -359,6 +359,8 @@ def test_a_point_of_runs_also_scored_on_more_episodes_is_read_as_compare_reads_i
 @pytest.mark.parametrize(("key", "xs", "numeric", "ticks"), [
     ("seed", [1, 2, 3], True, "whole"),  # was ticked at 1.25, 1.5, 1.75 ...
     ("train.epochs", [10, 20], True, "whole"),
+    ("seed", [1], True, [1]),  # one value was ticked at 0.945, 0.96, ... 1.05
+    ("train.epochs", [1000], True, [1000]),
     ("train.lr", [0.025, 0.05], True, "any"),
     ("train.batch_size", [128, 256, 512], True, [128, 256, 512]),
     ("loss.name", ["nca", "protonet"], False, [0, 1]),

@@ -265,7 +265,10 @@ def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
         ax.set_xticks(range(len(xs)), xs)
     elif all(isinstance(v, int) and not isinstance(v, bool) for v in xs):
         # whole-number settings (seeds, epochs, shots, ways) are ticked at whole numbers, never at 1.25
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if len(set(xs)) == 1:  # one value: the range around it holds no other whole number to tick
+            ax.set_xticks(xs[:1])
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str | None = None) -> tuple[int, int]:
