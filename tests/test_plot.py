@@ -386,3 +386,21 @@ def test_the_x_axis_ticks_whole_number_settings_at_whole_numbers(key, xs, numeri
         assert not all(float(t).is_integer() for t in shown), shown
     else:
         assert list(shown) == ticks
+
+
+def test_lines_are_labelled_by_what_differs_among_the_lines_drawn(batch_store):
+    """A killed run of another backbone, left out for want of scores, made the one line drawn read
+    'backbone.name=..., train.epochs=...': settings that told it apart from no other line."""
+    from fslab.core.runstore import list_runs
+    from fslab.reports.plot import series_data
+
+    tmp_path, _ = batch_store
+    killed = make_run(tmp_path / "runs", 0, {}, loss={"name": "nca"}, batch_size=128)
+    config = json.loads((killed.path / "config.json").read_text())
+    (killed.path / "config.json").write_text(json.dumps({**config, "backbone": {"name": "resnet12"}, "train": {
+        **config["train"], "epochs": 7}}))
+    killed.write_status(state="killed")
+    runs = [r for r in list_runs(tmp_path / "runs") if "nca" in r.id]
+    data = series_data(runs, "batch-size", shots=[1])
+    assert [item["run"] for item in data["left_out"]] == [killed.id]
+    assert [s["label"] for s in data["panels"][0]["series"]] == ["method=study"]

@@ -131,8 +131,10 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
             kept = set(runs_kept)
             point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in kept]
             point["runs"] = runs_kept
-    varying = sorted({k for line in lines.values() for k in line["settings"]
-                      if len({json.dumps(o["settings"].get(k)) for o in lines.values()}) > 1})
+    # labelled by what differs among the lines drawn: a line whose runs are all left out tells nothing apart
+    drawn = [line for line in lines.values() if any(point["runs"] for point in line["points"].values())]
+    varying = sorted({k for line in drawn for k in line["settings"]
+                      if len({json.dumps(o["settings"].get(k)) for o in drawn}) > 1})
     shown = varying or series or ["method"]
     panels = [{"shots": n, "series": _series(lines, shown, split, n, ways, queries, files)} for n in shots]
     data_split = list(dict.fromkeys(settings_label(line["settings"], shown) or "all" for line in lines.values()
