@@ -31,7 +31,7 @@ from fslab.cli.common import (
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX
 from fslab.core.errors import FslabError, UsageError
-from fslab.core.events import canonical_evaluator, table_score
+from fslab.core.events import accuracy_text, canonical_evaluator, table_score
 from fslab.core.limits import repeated_at
 from fslab.core.text import count, queries_text
 
@@ -57,8 +57,7 @@ def eval_(
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda (a GPU) or cuda:N (default: the run's).",
                                                autocompletion=choices("auto", "cpu", "cuda"))] = None,
     data_root: Annotated[Path | None, typer.Option(
-        help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root).")]
-    = None,
+        help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root).")] = None,
     sinks: Annotated[bool, typer.Option(
         "--sinks/--no-sinks", help="Send the run again to the sinks it was sent to as it trained (--sink, \\[run] "
                                    "sinks), so its trackers show the new scores too.")] = True,
@@ -84,7 +83,6 @@ def eval_(
     params = _evaluator_params(set_ or [], found, name)
     _check_device(device or cfg.device)
     check_evaluable(run_)  # no checkpoint, or a damaged one: said before torch loads
-    from fslab.core.events import accuracy_text
     from fslab.training.run_eval import evaluate_run
 
     results = _evaluate(evaluate_run, run_, cfg, data_root, split=split, ways=ways, shots=shot_list, queries=queries,
