@@ -321,6 +321,26 @@ def test_fslab_runs_sweep_shows_each_run_s_values_of_the_swept_keys(project, reg
     assert f"seed 0, sweep {sweep_id}" in fslab("show", runs[0].id, cwd=project).stdout
 
 
+def test_fslab_runs_sweep_shows_the_keys_inside_a_grid_of_tables(project, registry):
+    """A grid of tables made one column named 'loss', as the training loss's, holding each run's whole
+    table; at 80 columns the two went out together, with the one that told the runs apart."""
+    from fslab.cli.common import overrides
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    grid = parse_grid(['loss={name = "nca"},{name = "supcon", temperature = 0.5}'])
+    sweep_id, runs = create_sweep("nca", grid, 1, base=base, settings=load_settings(), registry=registry)
+    listed = fslab("runs", "--sweep", sweep_id, "--wide", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = [[cell.strip() for cell in line.split("│" if "│" in line else "┃")[1:-1]]
+                     for line in listed.stdout.splitlines() if line.startswith(("┃", "│"))]
+    assert header[5:8] == ["seed", "loss.name", "loss.temperature"] and header.count("loss") == 1
+    assert {row[0]: row[6:8] for row in rows} == {runs[0].id: ["nca", "1.0"], runs[1].id: ["supcon", "0.5"]}
+    fitted = fslab("runs", "--sweep", sweep_id, cwd=project, env={**os.environ, "COLUMNS": "100"}).stdout
+    assert "loss.name" in fitted and "supcon" in fitted
+
+
 def test_last_names_the_newest_sweep_where_a_sweep_is_taken(tmp_path):
     from fslab.core.errors import UsageError
     from fslab.core.sweeps import load_sweep, save_sweep
