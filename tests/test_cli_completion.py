@@ -59,6 +59,7 @@ def test_plugin_names_complete(project, words, expected):
                            "sinks.wandb.mode=", "sinks.wandb.project="]),
     ("fslab sweep nca --grid batch", ["batch_size="]),  # --grid's aliases
     ("fslab sweep nca --grid se", []),  # a sweep numbers its seeds itself
+    ("fslab sweep nca --grid me", []),  # and runs one method (method= was offered, then refused)
     ("fslab study run nca-table3 --set eval.sh", ["eval.shots="]),
     ("fslab run --set sampler.name=f", ["sampler.name=fixed"]),  # as zsh and fish pass the word
     ("fslab run --set train.lr=0", []),

@@ -142,7 +142,7 @@ def config_keys(grid: bool = False):
     configuration key with its ``=`` (``train.lr=``; a plugin section's ``name`` and the parameters
     of each plugin of its kind, ``sinks.NAME.PARAM`` for each sink), and after ``SECTION.name=`` the
     plugins of that kind (where the shell passes the ``=`` along: zsh and fish; bash splits the word
-    there). ``--grid`` adds its aliases and leaves out ``seed``, which a sweep numbers itself."""
+    there). ``--grid`` adds its aliases and leaves out ``seed`` and ``method``, which a sweep sets itself."""
     def complete(incomplete: str) -> list[str]:
         try:
             return _matching(_config_words(incomplete, grid), incomplete)
@@ -168,7 +168,8 @@ def _config_words(incomplete: str, grid: bool) -> list[str]:
     if typed_value or incomplete.endswith("="):  # a value: the plugins a section's name takes
         section = key.removesuffix(".name")
         return [f"{key}={name}" for name in listing.names(section)] if section in PLUGIN_SECTIONS else []
-    keys = [k for k, v in DEFAULTS.items() if not isinstance(v, dict) and not (grid and k == "seed")] + [SINKS]
+    own = ("seed", "method") if grid else ()  # what a sweep sets itself
+    keys = [k for k, v in DEFAULTS.items() if not isinstance(v, dict) and k not in own] + [SINKS]
     keys += [f"{s}.{k}" for s, v in DEFAULTS.items() if isinstance(v, dict) and s not in (*PLUGIN_SECTIONS, SINKS)
              for k in v]
     for section in PLUGIN_SECTIONS:
