@@ -366,6 +366,19 @@ def test_a_date_in_a_sweep_file_is_one_line_and_queues_nothing(project):
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
+def test_a_data_root_written_another_way_does_not_contradict_the_sweep_file(project):
+    """--data-root d1 against dataset.root = "/abs/d1" in [set] (the same folder, written two ways) was
+    refused as a contradiction; another folder still is. The bad epochs stop it before anything is queued."""
+    (project / "s.toml").write_text(f'method = "nca"\n[set]\n"dataset.root" = "{project / "d1"}"\n')
+    for root in ("d1", "./d1/", str(project / "d1")):
+        result = fslab("sweep", "--file", "s.toml", "--data-root", root, "--set", "train.epochs=abc", cwd=project)
+        assert (result.returncode, result.stderr) == (2, "error: config key 'train.epochs' must be an integer, "
+                                                         "got 'abc'\n"), root
+    result = fslab("sweep", "--file", "s.toml", "--data-root", "d2", "--set", "train.epochs=abc", cwd=project)
+    assert result.returncode == 2 and "--data-root d2 contradicts dataset.root" in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
 def test_a_sweep_refuses_a_grid_key_an_option_also_sets_and_a_method_its_file_contradicts(project):
     """The grid's values would silently replace the option's: nothing is queued."""
     for args in (["--batch-size", "64", "--grid", "batch_size=128,256"],
