@@ -397,7 +397,7 @@ def test_a_command_in_a_project_s_subfolder_that_finds_no_runs_names_the_project
     assert listed.returncode == 0 and listed.stdout.strip() == "no runs yet; start one with: fslab run nca" + hint
     shown = fslab_("show", "last", cwd=sub)
     assert shown.returncode == 2 and shown.stderr.strip() == \
-        "error: no runs in runs yet; start one with: fslab run nca" + hint
+        "error: no runs yet: runs/ holds none; start one with: fslab run nca" + hint
     assert fslab_("runs", cwd=tmp_path).stdout.strip() == "no runs yet; start one with: fslab run nca"
     told = fslab_("runs", cwd=sub, FSLAB_CONFIG="../../fslab.toml")
     assert told.stdout.strip() == "no runs yet; start one with: fslab run nca"

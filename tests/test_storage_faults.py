@@ -141,7 +141,7 @@ def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
     assert resumed.returncode == 2 and one_error_line(resumed) == (
         f"error: the checkpoint of run {stopped.name} is damaged (runs/{stopped.name}/checkpoints/last.pt is not a "
         f"complete checkpoint file); it cannot resume: copy it again from where the run trained, or train the run "
-        f"again with fslab run --like {stopped.name}")
+        f"again with: fslab run --like {stopped.name}")
     assert json.loads((stopped / "status.json").read_text())["state"] == "killed"  # nothing changed
     done = project / "runs" / RUN
     for cut in (last.read_bytes(), b""):  # fslab eval says the same (it said "[Errno 22] Invalid argument", or

@@ -27,7 +27,7 @@ def check_checkpoint_whole(run: Run, doing: str) -> None:
     if run.checkpoint_path.exists() and not zipfile.is_zipfile(run.checkpoint_path):
         raise UsageError(f"the checkpoint of run {run.id} is damaged ({run.checkpoint_path} is not a complete "
                          f"checkpoint file); it cannot {doing}: copy it again from where the run trained, or "
-                         f"train the run again with {like_command(run.id)}")
+                         f"train the run again with: {like_command(run.id)}")
 
 
 def check_evaluable(run: Run) -> None:

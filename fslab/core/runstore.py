@@ -299,7 +299,7 @@ def find_run(runs_dir: Path, ref: str) -> Run:
         return _match(runs_dir, ref, names)
     paths = run_paths(runs_dir)
     if not paths:
-        raise RunNotFound(f"no runs in {runs_dir} yet; start one with: fslab run nca{project_above()}")
+        raise RunNotFound(f"no runs yet: {runs_dir}/ holds none; start one with: fslab run nca{project_above()}")
     newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
     return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: creation_key(r.id, _created(r)))
 
