@@ -194,3 +194,4 @@ def test_a_broken_fslab_toml_still_completes_the_installed_plugins(project):
     (project / "fslab.toml").write_text("[project\nplugin_dirs = ['mine']\n")
     assert complete("fslab run nca-", project) == ["nca-half-pairs", "nca-replacement"]
     assert complete("fslab run --backbone res", project) == ["resnet12", "resnet12-nca"]
+    assert "train.lr=" in complete("fslab run nca --set train.l", project)  # keys too (it offered none)

@@ -40,29 +40,34 @@ def _matching(words: list[str], incomplete: str) -> list[str]:
     return [w for w in words if w.startswith(incomplete)]
 
 
+def _listing():
+    """The plugin listing completion reads, loaded quietly: where it is loaded anew (a plugin
+    changed), what a plugin prints or warns as it is imported is dropped (its stdout would be
+    offered to the shell as a word, its stderr would land on the command line being typed). An
+    fslab.toml that does not parse (being edited) leaves out only its plugin folders."""
+    import contextlib
+    import io
+    import warnings
+
+    from fslab.core.errors import ConfigError
+    from fslab.core.listing import plugin_listing
+    from fslab.core.settings import load_settings
+
+    try:
+        folders = load_settings().plugin_dirs
+    except ConfigError:
+        folders = ()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plugin_listing(folders)
+
+
 def names_of(kind: str):
-    """A completion function for names of registered ``kind`` components. Where the listing
-    is loaded anew (a plugin changed), what a plugin prints or warns as it is imported is
-    dropped: its stdout would be offered to the shell as a name, its stderr would land on
-    the command line being typed."""
+    """A completion function for names of registered ``kind`` components."""
     def complete(incomplete: str) -> list[str]:
-        import contextlib
-        import io
-        import warnings
-
         try:
-            from fslab.core.errors import ConfigError
-            from fslab.core.listing import plugin_listing
-            from fslab.core.settings import load_settings
-
-            try:
-                folders = load_settings().plugin_dirs
-            except ConfigError:  # fslab.toml is being edited: the installed plugins' names still help
-                folders = ()
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                    warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return _matching(plugin_listing(folders).names(kind), incomplete)
+            return _matching(_listing().names(kind), incomplete)
         except Exception:
             return []
     return complete
@@ -152,18 +157,9 @@ def config_keys(grid: bool = False):
 
 
 def _config_words(incomplete: str, grid: bool) -> list[str]:
-    import contextlib
-    import io
-    import warnings
-
     from fslab.core.config import DEFAULTS, PLUGIN_SECTIONS, SECTION_KEYS, SINKS
-    from fslab.core.listing import plugin_listing
-    from fslab.core.settings import load_settings
 
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-            warnings.catch_warnings():  # what a plugin prints as it loads is no key (names_of)
-        warnings.simplefilter("ignore")
-        listing = plugin_listing(load_settings().plugin_dirs)
+    listing = _listing()
     key, typed_value, _ = incomplete.partition("=")
     if typed_value or incomplete.endswith("="):  # a value: the plugins a section's name takes
         section = key.removesuffix(".name")
