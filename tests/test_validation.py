@@ -77,6 +77,8 @@ RANGE_CASES = {
     "train.weight_decay=1e+39": "from 0 to 3.4e38", "train.lr=0": "> 0 and at most 3.4e38",
     "train.log_every=0": "at least 1", "train.heartbeat=0": "> 0",
     "train.processes=0": "at least 1", "eval.shots=[0]": "at least 1", "eval.shots=[]": "at least one value",
+    # a milestone listed twice decayed once (the schedule's steps are a set): a typo, as a grid's repeated value
+    "train.milestones=[0.5, 0.5]": "lists 0.5 twice; give each value once",
     "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1",
     "eval.val_episodes=0": "a whole number from 1 to 1,000,000",
     "eval.test_episodes=99999999999": "a whole number from 1 to 1,000,000",

@@ -109,7 +109,7 @@ class TrainConfig:
     nesterov: bool = True
     weight_decay: float = field(default=5e-4, metadata=DECAY)
     # fractions of training after which lr is multiplied by gamma
-    milestones: tuple[float, ...] = field(default=(0.7,), metadata=listing(between(0, 1)))
+    milestones: tuple[float, ...] = field(default=(0.7,), metadata=listing(between(0, 1), distinct=True))
     gamma: float = field(default=0.1, metadata=positive())
     # random crop after padding by this many pixels (0 = off); the padded batch is held at once, so a
     # mistyped 10**6 would exhaust the memory (the papers pad 84-pixel images by 4 to 8)
