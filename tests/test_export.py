@@ -381,7 +381,8 @@ def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(stor
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, "sinks": {"tensorboard": {}}}))
     (project / "fslab.toml").write_text("[run.sinks.tensorboard]\nlog_dir = 5\n")
-    said = "fslab.toml: [run.sinks.tensorboard]: config key 'sinks.tensorboard.log_dir' must be a string, got 5"
+    said = ("fslab.toml: [run.sinks.tensorboard]: config key 'sinks.tensorboard.log_dir' must be a string, got 5; "
+            "a text TOML reads as a number is written in quotes: \"5\" (on a command line, '\"5\"')")
     try:
         out = fslab("export", copy.name, "--to", "tensorboard", cwd=project, env=env)
         assert (out.returncode, out.stderr) == (2, f"error: {said}\n")

@@ -103,6 +103,16 @@ def test_every_declared_range_is_refused_in_one_line(project, assignment):
             expect=[f"'{key}", RANGE_CASES[assignment], value.strip("[]") or "[]"])
 
 
+@pytest.mark.parametrize("value, reads_as", [("2024", "a number"), ("true", "true or false")])
+def test_a_text_toml_reads_as_another_value_is_told_to_quote_it(project, value, reads_as):
+    """--set sinks.tensorboard.log_dir=2024 (a folder named by its year) said only "must be a string,
+    got 2024"; the line says how to give the text."""
+    refused(project, "run", "nca", *SMALL, "--set", f"sinks.tensorboard.log_dir={value}",
+            expect=["'sinks.tensorboard.log_dir' must be a string",
+                    f"; a text TOML reads as {reads_as} is written in quotes: \"{value}\" (on a command line, "
+                    f"'\"{value}\"')"])
+
+
 def test_nesterov_without_momentum_is_refused(project):
     refused(project, "run", "nca", *SMALL, "--set", "train.momentum=0",
             expect=["'train.momentum'", "train.nesterov=true", "train.nesterov=false"])

@@ -587,7 +587,7 @@ def check_value(key: str, value: Any, default: Any) -> Any:
             _check_finite(key, value)
         return value
     raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}"
-                      + _as_list_hint(expected, value))
+                      + _as_list_hint(expected, value) + _as_text_hint(expected, value))
 
 
 def _plain_number(value: Any) -> Any:
@@ -609,6 +609,15 @@ def _as_list_hint(expected: type, value: Any) -> str:
     except tomllib.TOMLDecodeError:
         return ""
     return f"; a list is written in brackets: [{value}]"
+
+
+def _as_text_hint(expected: type, value: Any) -> str:
+    """A suggestion for a text that TOML read as a number or a boolean (``--set log_dir=2024``)."""
+    if expected is not str or not isinstance(value, (bool, int, float)):
+        return ""
+    text = toml_value(value)
+    return (f"; a text TOML reads as {'true or false' if isinstance(value, bool) else 'a number'} is written in "
+            f"quotes: \"{text}\" (on a command line, '\"{text}\"')")
 
 
 def _check_types(config: dict, defaults: dict, prefix: str) -> None:
