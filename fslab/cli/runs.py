@@ -154,28 +154,17 @@ def _swept(runs_dir, sweep: str | None, summaries: list) -> tuple[list[str], dic
     """With ``--sweep``: the keys the grids of the sweeps it names vary, and each run's values of them as
     --set writes them ("-" where its configuration has none, or cannot be read)."""
     from fslab.core.assignments import toml_value
+    from fslab.core.keys import grid_leaves
     from fslab.core.runstore import Run
     from fslab.core.sweeps import sweep_records
 
     records = [r for r in sweep_records(runs_dir) if sweep is not None and sweep in str(r.get("id", ""))]
-    keys = list(dict.fromkeys(k for r in records if isinstance(r.get("grid"), dict) for k in _grid_keys(r["grid"])))
+    keys = list(dict.fromkeys(k for r in records if isinstance(r.get("grid"), dict) for k in grid_leaves(r["grid"])))
     values = {}
     for summary in summaries:
         config = Run(runs_dir / summary.id).config() if keys else {}
         values[summary.id] = [toml_value(value) if (value := _at(config, key)) is not None else "-" for key in keys]
     return keys, values
-
-
-def _grid_keys(grid: dict) -> list[str]:
-    """The keys a grid varies: a grid of tables (loss = [{name = "nca"}, {name = "supcon", ...}]) the keys
-    inside them (loss.name, loss.temperature), whose column would have held each run's whole table under
-    the name of the loss column."""
-    keys = []
-    for key, values in grid.items():
-        tables = [value for value in values if isinstance(value, dict)] if isinstance(values, list) else []
-        keys += [key] if not tables else [f"{key}.{inner}" for table in tables for inner in _grid_keys(
-            {k: [v] for k, v in table.items()})]
-    return list(dict.fromkeys(keys))
 
 
 def _at(config, key: str):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from fslab.core.assignments import assignment, parse_assignment
-from fslab.core.config import RunConfig, check_value, naming_the_file, point_layer, resolve
+from fslab.core.config import DEFAULTS, RunConfig, check_value, naming_the_file, point_layer, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.limits import check_fields
@@ -121,8 +121,6 @@ def _check_types(path: Path, data: dict) -> None:
     """The values the file gives fslab's own keys, each against its type, naming the file (the
     resolved configurations are checked later, where a key's origin is no longer known;
     plugin parameters wait for the plugin the configuration names)."""
-    from fslab.core.config import DEFAULTS
-
     defaults = dotted(DEFAULTS)
     for table in ("set", "grid"):
         for key, value in data[table].items():
