@@ -144,7 +144,7 @@ def test_plugins_write_parameters_and_recipes_as_set_takes_them():
         (["run", "ncaa"], "", "Unknown method 'ncaa'. Did you mean 'nca'?"),
         (["run", "nca", "--backbone", "resnet21"], "", "Unknown backbone 'resnet21'. Did you mean 'resnet12'?"),
         (["run", "nca", "--set", "train.epoch=2"], "", "unknown config key 'train.epoch'. Did you mean 'epochs'?"),
-        (["run", "nca", "--set", "train.epochs=two"], "", "config key 'train.epochs' must be an integer, got 'two'"),
+        (["run", "nca", "--set", "train.epochs=two"], "", "config key 'train.epochs' must be an integer, got \"two\""),
         (["run", "nca", "--set", "loss.temprature=2"], "", "Did you mean 'temperature'?"),
         (["run", "nca"], "[run.train\nepochs = 2\n", "fslab.toml:1:"),
         (["run", "nca"], "[run]\ndevice = 3\n", "config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N, got 3"),

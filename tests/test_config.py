@@ -76,7 +76,7 @@ def test_nca_recipe_trains_with_the_dataset_defaults_exactly(registry):
 
 def test_optimizer_and_feature_stages_are_checked(registry):
     with pytest.raises(ConfigError,
-                       match=r"'train.optimizer' must be one of sgd, adam, got 'adm'\. Did you mean 'adam'\?"):
+                       match=r"'train.optimizer' must be one of sgd, adam, got \"adm\"\. Did you mean 'adam'\?"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.optimizer=adm"))
     with pytest.raises(ConfigError, match=r"'eval.feature_stages' must be at least 1"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.feature_stages=0"))
@@ -159,7 +159,7 @@ def test_a_value_toml_reads_as_a_date_is_text_in_set_and_refused_in_a_file(regis
     config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("dataset.root=2026-01-01"))
     assert config["dataset"]["root"] == os.path.abspath("2026-01-01")
     json.dumps(config)  # as config.json is written
-    with pytest.raises(ConfigError, match=r"^config key 'train.lr' must be a number, got '2026-01-01'$"):
+    with pytest.raises(ConfigError, match=r"^config key 'train.lr' must be a number, got \"2026-01-01\"$"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.lr=2026-01-01"))
     settings = settings_from(tmp_path, "[run.dataset]\nroot = 2026-01-01\n")
     with pytest.raises(ConfigError) as error:
@@ -226,7 +226,7 @@ def test_unknown_key_suggests_the_closest(registry):
 
 
 def test_wrong_type_names_key_and_expected_type(registry):
-    with pytest.raises(ConfigError, match=r"config key 'train.epochs' must be an integer, got 'ten'"):
+    with pytest.raises(ConfigError, match=r"config key 'train.epochs' must be an integer, got \"ten\""):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.epochs=ten"))
     with pytest.raises(ConfigError, match=r"'train.flip' must be true or false"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("train.flip=1"))
@@ -504,7 +504,7 @@ def test_scheduler_settings_are_checked(tmp_path):
     assert (settings_from(tmp_path, "[scheduler]\ngpus = [0, 2]\n").scheduler
             == SchedulerSettings(gpus=(0, 2), runs_per_gpu=1, cpu_slots=1))
     gpus = r"'scheduler.gpus' must be \"auto\" or a list of distinct GPU indices \(0, 1, \.\.\.\), got "
-    for value in ("'all'", "[-1]", "[0, 0]"):  # [0, 0] made two slots of one lock name
+    for value in ('"all"', "[-1]", "[0, 0]"):  # [0, 0] made two slots of one lock name
         with pytest.raises(ConfigError, match=gpus + re.escape(value)):
             settings_from(tmp_path, f"[scheduler]\ngpus = {value}\n")
     for value in (0, 5_000_000):  # millions of slots: fslab queue looked at each lock file
@@ -524,11 +524,11 @@ def test_sinks_close_wait_is_a_setting_and_checked(tmp_path):
     assert settings_from(tmp_path, "[sinks]\nclose_wait_s = 120\n").sinks.close_wait_s == 120
     assert settings_from(tmp_path, "[sinks]\nclose_wait_s = 0.5\n").sinks.close_wait_s == 0.5
     assert settings_from(tmp_path, "[sinks]\nclose_wait_s = 0\n").sinks.close_wait_s == 0
-    for value, got in (("-1", "-1"), ('"x"', "'x'"), ("3601", "3601"), ("true", "True"), ("inf", "inf"),
-                       ("nan", "nan"), ("[5]", "[5]")):
+    for value in ("-1", '"x"', "3601", "true", "inf", "nan", "[5]"):  # each quoted as the file writes it
         with pytest.raises(ConfigError) as error:
             settings_from(tmp_path, f"[sinks]\nclose_wait_s = {value}\n")
-        assert str(error.value).endswith(f"'sinks.close_wait_s' must be a number of seconds from 0 to 3600, got {got}")
+        assert str(error.value).endswith(f"'sinks.close_wait_s' must be a number of seconds from 0 to 3600, "
+                                         f"got {value}")
         assert "\n" not in str(error.value)
     with pytest.raises(ConfigError, match=r"unknown key 'sinks.close_wait'\. Did you mean 'close_wait_s'\?"):
         settings_from(tmp_path, "[sinks]\nclose_wait = 10\n")
@@ -674,14 +674,14 @@ def test_a_number_beyond_range_is_one_line(registry, method, assigned, expect):
 
 def test_a_list_written_without_brackets_is_refused_with_the_brackets_suggested(registry):
     # --shots takes 1,5 and so --set eval.shots=1,5 is natural; the line said only "must be a list, got '1,5'"
-    with pytest.raises(ConfigError, match=r"^config key 'eval\.shots' must be a list, got '1,5'; a list is written "
+    with pytest.raises(ConfigError, match=r"^config key 'eval\.shots' must be a list, got \"1,5\"; a list is written "
                                           r"in brackets: \[1,5\]$"):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.shots=1,5"))
-    with pytest.raises(ConfigError, match=r"'backbone\.widths' must be a list, got '8, 16, 32, 64'; "
+    with pytest.raises(ConfigError, match=r"'backbone\.widths' must be a list, got \"8, 16, 32, 64\"; "
                                           r".*\[8, 16, 32, 64\]$"):
         resolve("nca", registry=registry, settings=Settings(),
                 overrides=cli("backbone.name=resnet12", "backbone.widths=8, 16, 32, 64"))
-    with pytest.raises(ConfigError, match=r"must be a list, got 'a,b'$"):  # no list either way: nothing to suggest
+    with pytest.raises(ConfigError, match=r"must be a list, got \"a,b\"$"):  # no list either way: nothing to suggest
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.shots=a,b"))
 
 
@@ -760,3 +760,40 @@ def test_eval_shots_naming_a_number_twice_is_refused(registry):
         resolve("nca", registry=registry, settings=Settings(), overrides=cli("eval.shots=[5,1,5]"))
     assert resolve("nca", registry=registry, settings=Settings(),
                    overrides=cli("eval.shots=[5,1]"))["eval"]["shots"] == [5, 1]
+
+
+toml_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+
+
+@given(toml_values.filter(lambda v: v is not None))
+def test_a_value_is_quoted_back_as_toml_reads_it(value):
+    """Messages said the Python spelling of a setting's value (got True, got 'maybe', got {'a': 1}),
+    which is no way to write it in a file or after --set; they now say TOML's, which reads back
+    as the same value."""
+    import tomllib
+
+    from fslab.core.assignments import shown
+
+    text = shown(value, 10_000)
+    if "None" in repr(value):  # a null in a list or table: no TOML value, said as null
+        assert "null" in text
+        return
+    assert tomllib.loads(f"v = {text}")["v"] == value
+
+
+def test_a_bad_setting_is_quoted_in_toml_and_cut_to_its_width(registry):
+    import datetime
+
+    from fslab.core.assignments import shown
+
+    for text, said in (("train.epochs=true", "got true"), ("train.deterministic=maybe", 'got "maybe"'),
+                       ("train.lr={a=1}", "got {a = 1}"), ("eval.shots=[1,1]", "lists 1 twice; give each value "
+                                                                                "once, got [1, 1]")):
+        with pytest.raises(ConfigError) as error:
+            resolve("nca", registry=registry, settings=Settings(), overrides=cli(text))
+        assert str(error.value).endswith(said), str(error.value)
+    assert shown("x" * 300) == '"' + "x" * 198 + "…" and len(shown("x" * 300)) == 200
+    assert shown(datetime.date(2026, 11, 26)) == "2026-11-26" and shown(object).startswith("<class")

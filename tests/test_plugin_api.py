@@ -158,9 +158,9 @@ def test_declared_values_are_checked_when_a_configuration_is_resolved(builtin_pl
     assert run_with(k=3, distance="cosine")["evaluator"]["radius"] is None  # an unset optional value passes
     with pytest.raises(ConfigError, match=r"'evaluator.k' must be at least 1, got -3"):
         run_with(k=-3)
-    with pytest.raises(ConfigError, match=r"'evaluator.distance' must be one of euclidean, cosine, got 'cosin'"):
+    with pytest.raises(ConfigError, match=r"'evaluator.distance' must be one of euclidean, cosine, got \"cosin\""):
         run_with(distance="cosin")
-    with pytest.raises(ConfigError, match=r"'evaluator.radius' must be at least 0, got 'far'"):
+    with pytest.raises(ConfigError, match=r"'evaluator.radius' must be at least 0, got \"far\""):
         run_with(radius="far")  # a parameter without a typed default still meets its rule
 
 

@@ -260,7 +260,7 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
     with pytest.raises(ConfigError, match=r"'backbone.in_chanels'.*Did you mean 'in_channels'"):
         fslab.create("backbone", "conv4", in_chanels=1)
     # ... and the whole numbers among them are checked as a run's would be, before torch sees them
-    for value, expected in [("3", "must be an integer, got '3'"), (3.0, "must be an integer, got 3.0"),
+    for value, expected in [("3", "must be an integer, got \"3\""), (3.0, "must be an integer, got 3.0"),
                             (0, "must be at least 1, got 0")]:
         with pytest.raises(ConfigError, match=rf"^config key 'backbone.in_channels' {re.escape(expected)}$"):
             fslab.create("backbone", "conv4", in_channels=value)
@@ -356,7 +356,7 @@ def test_the_public_create_takes_a_tuple_where_a_list_is_declared(builtin_plugin
 
     net = fslab.create("backbone", "resnet12", in_channels=1, widths=(8, 16, 32, 64))
     assert net.out_dim == 64 and net.stage_dims == [8, 16, 32, 64]
-    with pytest.raises(ConfigError, match=r"^config key 'backbone\.widths\[2\]' must be an integer, got 'x'$"):
+    with pytest.raises(ConfigError, match=r"^config key 'backbone\.widths\[2\]' must be an integer, got \"x\"$"):
         fslab.create("backbone", "resnet12", in_channels=1, widths=(8, 16, "x", 64))
 
 

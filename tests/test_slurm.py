@@ -35,14 +35,14 @@ def test_slurm_settings_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'slurm.partion'. Did you mean 'partition'?"):
         load_settings(path)
     path.write_text("[slurm]\ncluster = 'pbs'\n")
-    with pytest.raises(ConfigError, match="'slurm.cluster' must be \"slurm\" or \"local\", got 'pbs'"):
+    with pytest.raises(ConfigError, match="'slurm.cluster' must be \"slurm\" or \"local\", got \"pbs\""):
         load_settings(path)
 
     from fslab.execution.slurm import job_options
 
     settings = load_settings(tmp_path / "missing.toml")
     assert job_options(settings, ["partition=debug", "timeout_min=30"]).partition == "debug"
-    with pytest.raises(ConfigError, match="--slurm timeout_min must be a whole number of minutes >= 1, got 'soon'"):
+    with pytest.raises(ConfigError, match="--slurm timeout_min must be a whole number of minutes >= 1, got \"soon\""):
         job_options(settings, ["timeout_min=soon"])
     with pytest.raises(ConfigError, match="unknown --slurm key 'gpu_per_job'. Did you mean 'gpus_per_job'?"):
         job_options(settings, ["gpu_per_job=2"])

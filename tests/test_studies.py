@@ -153,7 +153,7 @@ def test_published_numbers_are_the_papers(registry):
     ({"quick": {"grid": {"train.lr": [0.05]}}},
      "quick.grid.train.lr: leaves out 0.1, where a published cell of sweep 'pn' is placed"),
     ({"plot": {"x": "train.epochs"}}, "plot.x: 'train.epochs' is not a grid key of any sweep"),
-    ({"split": "train"}, "split: must be one of test, val, got 'train'"),
+    ({"split": "train"}, "split: must be one of test, val, got \"train\""),
     # a line break would cut the report's Markdown row or end its LaTeX comment line
     ({"title": "A tiny\nstudy"}, "title: must be one line without control characters"),
     ({"paper": {**TINY["paper"], "authors": "A &\tB"}}, "paper.authors: must be one line"),
@@ -174,7 +174,8 @@ def test_published_numbers_are_the_papers(registry):
     ({"cost": [{"device": "H100", "gpu_hours": 1.5}]},
      "cost[0].date: missing: the day the cost was measured, e.g. date = 2026-11-26"),
     ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": datetime.datetime(2026, 11, 26, 10)}]},
-     "cost[0].date: must be a day, e.g. date = 2026-11-26 (a TOML date, or the same as a string), got datetime"),
+     "cost[0].date: must be a day, e.g. date = 2026-11-26 (a TOML date, or the same as a string), "
+     "got 2026-11-26T10:00:00"),
     ({"cost": [{"device": "", "gpu_hours": 1.5, "date": "2026-11-26"}]}, "cost[0].device: must be a non-empty string"),
     ({"cost": [{"device": "H100", "gpu_hours": 1.5, "date": "2026-11-26", "hours": 2}]},
      "cost[0].hours: unknown key. Allowed: device, gpu_hours, date, how"),
@@ -196,7 +197,7 @@ def test_a_bad_study_file_is_one_line_naming_the_file_and_key(change, expected):
     ({"grid": {"train.batch_size": [64, 64.0]}}, "sweep 'nca'.grid.train.batch_size: lists 64.0 twice"),
     ({"datasets": ["synthetic", "synthetic"]}, "sweep 'nca'.datasets: must be a non-empty list of distinct"),
     ({"label": "NCA\n(ours)"}, "sweep 'nca'.label: must be one line without control characters (it is printed in "
-                                "a table or a heading), got 'NCA\\n(ours)'; write it on one line"),
+                                "a table or a heading), got \"NCA\\n(ours)\"; write it on one line"),
     ({"grid": {"train.epochs": [1, 2]}}, "sweep 'nca'.set.train.epochs: is also a grid key"),
     # a grid of tables sets the keys inside them: a set key, or the study's own dataset, given there too
     ({"grid": {"loss": [{"name": "nca"}, {"name": "supcon", "temperature": 0.5}]}, "set": {"loss.temperature": 0.2}},
@@ -1172,7 +1173,7 @@ def test_report_out_naming_a_file_is_one_line_and_leaves_the_file_alone(project)
     ("paper", {"datasets": ["synthetik"]}, "sweep 'nca'.datasets (on synthetik): Unknown dataset 'synthetik'."),
     ("paper", {"set": {"train.epochz": 1}}, "sweep 'nca'.set.train.epochz (on synthetic): unknown config key"),
     ("paper", {"set": {"train.epochs": "one"}},
-     "sweep 'nca'.set.train.epochs (on synthetic): config key 'train.epochs' must be an integer, got 'one'"),
+     "sweep 'nca'.set.train.epochs (on synthetic): config key 'train.epochs' must be an integer, got \"one\""),
     ("paper", {"set": {"backbone.name": "conv5"}}, "sweep 'nca'.set.backbone.name (on synthetic): Unknown backbone"),
     ("paper", {"grid": {"train.lr": ["fast"]}}, "sweep 'nca'.grid.train.lr (on synthetic): config key 'train.lr'"),
     ("quick", {"quick": {"set": {"eval.shotz": [1]}}}, "quick.set.eval.shotz (on synthetic): unknown config key"),

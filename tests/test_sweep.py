@@ -65,10 +65,10 @@ def test_grid_parsing_and_expansion():
 
 
 @pytest.mark.parametrize("text, message", [
-    ('seeds = "5"', "'seeds' must be a whole number of at least 1 (seeds per combination), got '5'"),
+    ('seeds = "5"', "'seeds' must be a whole number of at least 1 (seeds per combination), got \"5\""),
     ("seeds = 2.5", "'seeds' must be a whole number of at least 1 (seeds per combination), got 2.5"),
-    ("seeds = true", "'seeds' must be a whole number of at least 1 (seeds per combination), got True"),
-    ('fail_fast = "yes"', "'fail_fast' must be true or false, got 'yes'"),
+    ("seeds = true", "'seeds' must be a whole number of at least 1 (seeds per combination), got true"),
+    ('fail_fast = "yes"', "'fail_fast' must be true or false, got \"yes\""),
     ("grid = 5", "'grid' must be a table ([grid] followed by key = value lines), got 5"),
     ("set = [1]", "'set' must be a table ([set] followed by key = value lines), got [1]"),
     ("seed = 1", "unknown key 'seed'. Did you mean 'seeds'? Allowed: fail_fast, grid, method, seeds, set."),
@@ -83,9 +83,9 @@ def test_grid_parsing_and_expansion():
                                             'setting takes; quote it to give the text: "2026-01-01"'),
     ("[grid.train]\nlr = [0.1, 1979-05-27T07:32:00]", "grid.train.lr = 1979-05-27T07:32:00 is a TOML date or time"),
     # a value of the wrong type was said without the file ("config key 'train.lr' must be a number")
-    ('[set]\n"train.lr" = "fast"', "set.train.lr must be a number, got 'fast'"),
-    ('[grid]\n"train.batch_size" = [16, "x"]', "grid.train.batch_size must be an integer, got 'x'"),
-    ('[grid]\n"eval.shots" = [[1], [5, "a"]]', "grid.eval.shots[1] must be an integer, got 'a'"),
+    ('[set]\n"train.lr" = "fast"', "set.train.lr must be a number, got \"fast\""),
+    ('[grid]\n"train.batch_size" = [16, "x"]', "grid.train.batch_size must be an integer, got \"x\""),
+    ('[grid]\n"eval.shots" = [[1], [5, "a"]]', "grid.eval.shots[1] must be an integer, got \"a\""),
 ])
 def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path, text, message):
     from fslab.execution.sweep import read_sweep_file
@@ -236,7 +236,7 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
 
 def test_sweep_with_a_bad_value_writes_nothing(project):
     result = fslab("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
-    assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got 'two'" in result.stderr
+    assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got \"two\"" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
@@ -278,8 +278,8 @@ def test_a_grid_point_trains_as_the_same_values_given_with_set(project, registry
 
 
 @pytest.mark.parametrize("value, message", [
-    ("abc", "must be an integer, got 'abc'"), ("1.5", "must be an integer, got 1.5"),
-    ("[1]", "must be an integer, got [1]"), ("true", "must be an integer, got True"),  # was seeds 1, 2
+    ("abc", "must be an integer, got \"abc\""), ("1.5", "must be an integer, got 1.5"),
+    ("[1]", "must be an integer, got [1]"), ("true", "must be an integer, got true"),  # was seeds 1, 2
     ("-1", "must be a whole number from 0 to 2**63 - 1, got -1"),
 ])
 def test_a_first_seed_of_the_wrong_type_is_one_line(project, value, message):
@@ -373,7 +373,7 @@ def test_a_data_root_written_another_way_does_not_contradict_the_sweep_file(proj
     for root in ("d1", "./d1/", str(project / "d1")):
         result = fslab("sweep", "--file", "s.toml", "--data-root", root, "--set", "train.epochs=abc", cwd=project)
         assert (result.returncode, result.stderr) == (2, "error: config key 'train.epochs' must be an integer, "
-                                                         "got 'abc'\n"), root
+                                                         "got \"abc\"\n"), root
     result = fslab("sweep", "--file", "s.toml", "--data-root", "d2", "--set", "train.epochs=abc", cwd=project)
     assert result.returncode == 2 and "--data-root d2 contradicts dataset.root" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())

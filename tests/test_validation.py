@@ -60,7 +60,7 @@ CONFIG_CASES = {
               ["evaluator.k", "between 1 and the 5 support points", "got 6"]),
     "finetune-1-shot": (["--set", "evaluator.name=finetune"], ["finetune", "eval.shots", ">= 2", "[1, 5]"]),
     "feature-stages": (["--set", "eval.feature_stages=5"], ["eval.feature_stages", "between 1 and 4", "got 5"]),
-    "device-word": (["--device", "tpu"], ["'device'", "auto, cpu, cuda (a GPU) or cuda:N", "'tpu'"]),
+    "device-word": (["--device", "tpu"], ["'device'", "auto, cpu, cuda (a GPU) or cuda:N", '"tpu"']),
 }
 
 # Every range declared on the typed sections: a value just outside it.
@@ -431,4 +431,4 @@ def test_a_device_in_capitals_or_called_gpu_gets_a_hint():
         with pytest.raises(ConfigError) as caught:
             check_fields(RunConfig, {"device": given})
         assert str(caught.value) == (f"config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N, "
-                                     f"got {given!r}{hint}")
+                                     f'got "{given}"{hint}')

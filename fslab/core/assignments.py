@@ -74,6 +74,17 @@ def toml_value(value: Any, bare: bool = True) -> str:
     raise TypeError(f"not a setting's value: {value!r}")
 
 
+def shown(value: Any, width: int = 200) -> str:
+    """``value`` as an error message quotes what was given: in TOML's spelling, as it is
+    written in a file or after ``--set`` (``true``, ``"maybe"``, ``{a = 1}``, not Python's
+    ``True``, ``'maybe'``, ``{'a': 1}``), cut to ``width`` characters."""
+    try:
+        text = value.isoformat() if isinstance(value, datetime.date | datetime.time) else toml_value(value, bare=False)
+    except TypeError:  # not a value TOML has (a Python caller's object): its Python spelling
+        text = repr(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -89,12 +100,18 @@ def _reads_as_itself(text: str) -> bool:
     return False
 
 
+_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
 def _quoted(text: str) -> str:
-    """A TOML basic string: quotes and backslashes escaped, control characters as \\uXXXX."""
+    """A TOML basic string: quotes and backslashes escaped, a tab or line break as \\t, \\n, \\r,
+    other control characters as \\uXXXX."""
     out = []
     for ch in text:
         if ch in '"\\':
             out.append("\\" + ch)
+        elif ch in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[ch])
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
             out.append(f"\\u{ord(ch):04x}")
         else:

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fslab.core.assignments import layer_of, toml_value
+from fslab.core.assignments import layer_of, shown, toml_value
 from fslab.core.errors import ConfigError, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.keys import PLUGIN_SECTIONS, SINKS, dated, dotted
 from fslab.core.limits import (
@@ -391,7 +391,7 @@ def recipe_for_dataset(method: str, per_dataset: Any, dataset: str) -> dict:
     entry, or nothing), checked like any layer; it cannot change the dataset."""
     if not isinstance(per_dataset, dict) or not all(isinstance(v, dict) for v in per_dataset.values()):
         raise ConfigError(f"method '{method}': per_dataset must map dataset names to configuration layers, "
-                          f"got {per_dataset!r:.200}")
+                          f"got {shown(per_dataset, 200)}")
     layer = per_dataset.get(dataset, {})
     _check_shape(layer, f"method '{method}', per_dataset.{dataset}: ")
     if "name" in layer.get("dataset", {}):
@@ -440,7 +440,7 @@ def run_config(config: dict) -> RunConfig:
     for name, default in DEFAULTS.items():
         if name in PLUGIN_SECTIONS:
             if not isinstance(config[name], dict) or not isinstance(config[name].get("name"), str):
-                raise ConfigError(f"config section '{name}' must hold a plugin name, got {config[name]!r}")
+                raise ConfigError(f"config section '{name}' must hold a plugin name, got {shown(config[name])}")
             values[name] = copy.deepcopy(config[name])
         elif name == SINKS:
             values[name] = copy.deepcopy(_sinks_shape(config[name], "config: "))
@@ -454,7 +454,7 @@ def run_config(config: dict) -> RunConfig:
 def _typed_section(name: str, section: Any) -> TrainConfig | EvalConfig:
     kind = {"train": TrainConfig, "eval": EvalConfig}[name]
     if not isinstance(section, dict):
-        raise ConfigError(f"config section '{name}' must be a table of keys, got {section!r}")
+        raise ConfigError(f"config section '{name}' must be a table of keys, got {shown(section)}")
     _check_keys(section, [f.name for f in dataclasses.fields(kind)], f"{name}.")
     values = {}
     for key, default in DEFAULTS[name].items():
@@ -495,7 +495,7 @@ def _sinks_shape(value: Any, source: str) -> dict:
     if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
         return value
     raise ConfigError(f"{source}'sinks' must be a list of sink names (sinks = [\"tensorboard\"]) or a table of "
-                      f"each sink's parameters ([run.sinks.mlflow]), got {value!r:.80}")
+                      f"each sink's parameters ([run.sinks.mlflow]), got {shown(value, 80)}")
 
 
 def _check_shape(layer: dict, source: str) -> None:
@@ -547,9 +547,9 @@ def _check_finite(key: str, value: Any) -> None:
         if isinstance(item, (list, dict)):
             _check_finite(key, item)
         elif isinstance(item, float) and not math.isfinite(item):
-            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
+            raise ConfigError(f"config key '{key}' must be a finite number, got {shown(value)}")
         elif type(item) is int and not -(2**63) <= item < 2**63:
-            raise ConfigError(f"config key '{key}' must hold whole numbers below 2**63, got {value!r}")
+            raise ConfigError(f"config key '{key}' must hold whole numbers below 2**63, got {shown(value)}")
 
 
 def check_value(key: str, value: Any, default: Any) -> Any:
@@ -578,7 +578,7 @@ def check_value(key: str, value: Any, default: Any) -> Any:
             raise ConfigError(f"config key '{key}' must be a finite number (below 1.8e308), got a whole "
                               f"number of {len(str(abs(value)))} digits") from None
         if not math.isfinite(number):  # TOML and --lr take nan and inf; no setting means them
-            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
+            raise ConfigError(f"config key '{key}' must be a finite number, got {shown(value)}")
         return number
     elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
         if expected is int and not -(2**63) <= value < 2**63:  # TOML reads any size; torch and JSON readers do not
@@ -586,7 +586,7 @@ def check_value(key: str, value: Any, default: Any) -> Any:
         if expected is dict:
             _check_finite(key, value)
         return value
-    raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {value!r}"
+    raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {shown(value)}"
                       + _as_list_hint(expected, value) + _as_text_hint(expected, value))
 
 

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from fslab.core.assignments import shown
 from fslab.core.errors import ConfigError, did_you_mean
 
 RULE = "allowed"  # the metadata key of a field's rule
@@ -102,7 +103,8 @@ def check_rule(key: str, value: Any, rule: Allowed) -> None:
         for value_ in value:
             _check(key, value_, rule)
         if rule.distinct and (again := repeated_at(value)) is not None:
-            raise ConfigError(f"config key '{key}' lists {value[again]!r} twice; give each value once, got {value!r}")
+            raise ConfigError(f"config key '{key}' lists {shown(value[again])} twice; give each value once, "
+                              f"got {shown(value)}")
     elif value is not None:
         _check(key, value, rule)
 
@@ -120,4 +122,4 @@ def _check(key: str, value: Any, rule: Allowed) -> None:
         hint = did_you_mean(value, rule.choices)
     elif isinstance(value, str) and rule.admits(value.lower()):  # a pattern's word in capitals: CPU for cpu
         hint = f" Did you mean '{value.lower()}'?"
-    raise ConfigError(f"config key '{key}' must be {rule.text}, got {value!r}" + (f".{hint}" if hint else ""))
+    raise ConfigError(f"config key '{key}' must be {rule.text}, got {shown(value)}" + (f".{hint}" if hint else ""))

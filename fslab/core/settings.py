@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fslab.core.assignments import shown
 from fslab.core.errors import ConfigError, did_you_mean
 from fslab.core.sinks import CLOSE_WAIT
 
@@ -194,7 +195,7 @@ def load_settings(path: Path | None = None) -> Settings:
     roots = _table(data, "data_roots", path)
     for name, root in roots.items():
         if not isinstance(root, str):
-            raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {root!r}")
+            raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {shown(root)}")
     scheduler = _checked_table(data, "scheduler", SCHEDULER_KEYS, path)
     if isinstance(scheduler.get("gpus"), list):
         scheduler["gpus"] = tuple(scheduler["gpus"])
@@ -238,12 +239,12 @@ def _checked_table(data: dict, section: str, schema: dict, path: Path) -> dict:
             )
         check, what = schema[key]
         if not check(value):
-            raise ConfigError(f"{path}: '{section}.{key}' must be {what}, got {value!r}")
+            raise ConfigError(f"{path}: '{section}.{key}' must be {what}, got {shown(value)}")
     return table
 
 
 def _table(data: dict, key: str, path: Path) -> dict:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: '{key}' must be a table ([{key}]), got {value!r}")
+        raise ConfigError(f"{path}: '{key}' must be a table ([{key}]), got {shown(value)}")
     return value

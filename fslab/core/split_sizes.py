@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fslab.core.assignments import shown
 from fslab.core.config import tested_ways
 from fslab.core.errors import ConfigError, PluginError, plugin_call
 from fslab.core.types import SplitSizes
@@ -31,13 +32,13 @@ def read_split_sizes(dataset: Any, name: str) -> dict[str, SplitSizes] | None:
     told = plugin_call(method, f"dataset '{name}': split_sizes() failed", passes=(OSError,))
     if not isinstance(told, Mapping) or any(split not in SPLITS for split in told):
         raise PluginError(f"dataset '{name}': split_sizes() must map train, val and/or test to lists of "
-                          f"image counts per class, got {told!r:.200}")
+                          f"image counts per class, got {shown(told, 200)}")
     sizes = {}
     for split, counts in told.items():
         counts = list(counts)
         if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts):
             raise PluginError(f"dataset '{name}': split_sizes()['{split}'] must list whole numbers of images, "
-                              f"one per class, got {counts!r:.200}")
+                              f"one per class, got {shown(counts, 200)}")
         sizes[split] = SplitSizes(tuple(counts))
     return sizes
 

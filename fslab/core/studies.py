@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fslab.core.assignments import shown
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.settings import read_toml
@@ -218,10 +219,10 @@ class _Checker:
         if value is None:  # TOML has no null: the key is not there
             self.fail(f"{where}{key}", "missing: a non-empty string")
         if not isinstance(value, str) or (required and not value.strip()):
-            self.fail(f"{where}{key}", f"must be {'a non-empty ' if required else 'a '}string, got {value!r:.60}")
+            self.fail(f"{where}{key}", f"must be {'a non-empty ' if required else 'a '}string, got {shown(value, 60)}")
         if not lines and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
             self.fail(f"{where}{key}", f"must be one line without control characters (it is printed in a table "
-                                       f"or a heading), got {value!r:.60}; write it on one line")
+                                       f"or a heading), got {shown(value, 60)}; write it on one line")
         if pattern is not None and value and not pattern.fullmatch(value):
             self.fail(f"{where}{key}", f"'{value:.60}' must match {pattern.pattern}")
         return value
@@ -231,7 +232,7 @@ class _Checker:
         if not isinstance(value, int) or isinstance(value, bool) or value < low or (high and value > high):
             span = f"from {low} to {high}" if high else f"at least {low}"
             self.fail(f"{where}{key}", f"missing: a whole number {span}" if value is None else
-                      f"must be a whole number {span}, got {value!r:.60}")
+                      f"must be a whole number {span}, got {shown(value, 60)}")
         return value
 
     def values(self, values: Any, where: str) -> list:
@@ -290,7 +291,7 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
                                                 f"'{cell.sweep}' is placed")
     split = data.get("split", "test")
     if split not in SPLITS:
-        check.fail("split", f"must be one of {', '.join(SPLITS)}, got {split!r:.60}")
+        check.fail("split", f"must be one of {', '.join(SPLITS)}, got {shown(split, 60)}")
     return Study(name=name, title=check.text(data, "title", ""), what=what, kind=kind,
                  description=check.text(data, "description", "", required=False, lines=True), paper=paper,
                  sweeps=sweeps, published=published, quick=quick, plot_x=plot_x, path=path, split=split,
@@ -324,7 +325,8 @@ def _sweeps(check: _Checker, tables: Any) -> tuple[StudySweep, ...]:
         datasets = table.get("datasets")
         if not isinstance(datasets, list) or not datasets or not all(isinstance(d, str) and d for d in datasets) \
                 or len(set(datasets)) != len(datasets):
-            check.fail(f"{where}.datasets", f"must be a non-empty list of distinct dataset names, got {datasets!r:.60}")
+            check.fail(f"{where}.datasets",
+                       f"must be a non-empty list of distinct dataset names, got {shown(datasets, 60)}")
         grid = check.settings(table.get("grid", {}), f"{where}.grid")
         for key, values in grid.items():
             check.values(values, f"{where}.grid.{key}")
@@ -395,14 +397,14 @@ def _costs(check: _Checker, tables: Any) -> tuple[Cost, ...]:
         check.keys(table, COST_KEYS, where)
         hours = table.get("gpu_hours")
         if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours <= 0:
-            check.fail(f"{where}.gpu_hours", f"must be a number of hours above 0, got {hours!r:.60}")
+            check.fail(f"{where}.gpu_hours", f"must be a number of hours above 0, got {shown(hours, 60)}")
         day = table.get("date")
         if isinstance(day, datetime.date) and not isinstance(day, datetime.datetime):  # TOML's bare date
             day = day.isoformat()
         if not isinstance(day, str):  # a time of day with it, a number, or none at all
             check.fail(f"{where}.date", "missing: the day the cost was measured, e.g. date = 2026-11-26" if day is None
                        else f"must be a day, e.g. date = 2026-11-26 (a TOML date, or the same as a string), "
-                            f"got {day!r:.60}")
+                            f"got {shown(day, 60)}")
         costs.append(Cost(device=check.text(table, "device", f"{where}."), gpu_hours=float(hours),
                           date=check.text({"date": day}, "date", f"{where}.", pattern=DATE),
                           how=check.text(table, "how", f"{where}.", required=False)))
@@ -429,7 +431,7 @@ def _number(check: _Checker, value: Any, key: str, high: float) -> float:
         check.fail(key, f"missing: a number from 0 to {high:g} (percent)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= high:
-        check.fail(key, f"must be a number from 0 to {high:g} (percent), got {value!r:.60}")
+        check.fail(key, f"must be a number from 0 to {high:g} (percent), got {shown(value, 60)}")
     return float(value)
 
 

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from fslab.core.assignments import parse_assignment
+from fslab.core.assignments import parse_assignment, shown
 from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
 from fslab.core.runstore import Run
 from fslab.core.settings import SLURM_KEYS, SlurmSettings
@@ -72,7 +72,7 @@ def job_options(settings, overrides: list[str] | None = None) -> SlurmSettings:
                               f"Allowed: {', '.join(sorted(SLURM_KEYS))}.")
         check, what = SLURM_KEYS[key]
         if not check(value):
-            raise ConfigError(f"--slurm {key} must be {what}, got {value!r}")
+            raise ConfigError(f"--slurm {key} must be {what}, got {shown(value)}")
         options[key] = value
     checked = settings.slurm.with_overrides(options)
     if checked.signal_delay_s >= checked.timeout_min * 60:  # SLURM would signal the job as it starts

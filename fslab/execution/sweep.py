@@ -17,7 +17,7 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.assignments import assignment, parse_assignment
+from fslab.core.assignments import assignment, parse_assignment, shown
 from fslab.core.config import DEFAULTS, RunConfig, check_value, naming_the_file, point_layer, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
@@ -96,13 +96,13 @@ def read_sweep_file(path: Path) -> dict:
     seeds = data.get("seeds", 1)
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
         raise ConfigError(f"{path}: 'seeds' must be a whole number of at least 1 (seeds per combination), "
-                          f"got {seeds!r}")
+                          f"got {shown(seeds)}")
     if not isinstance(data.get("fail_fast", False), bool):
-        raise ConfigError(f"{path}: 'fail_fast' must be true or false, got {data['fail_fast']!r}")
+        raise ConfigError(f"{path}: 'fail_fast' must be true or false, got {shown(data['fail_fast'])}")
     for table in ("grid", "set"):
         if not isinstance(data.get(table, {}), dict):
             raise ConfigError(f"{path}: '{table}' must be a table ([{table}] followed by key = value lines), "
-                              f"got {data[table]!r}")
+                              f"got {shown(data[table])}")
         if (twice := repeated_key(data.get(table, {}))) is not None:
             raise ConfigError(f"{path}: {table}.{twice} {TWICE}")
         data[table] = dotted(data.get(table, {}))
