@@ -64,8 +64,8 @@ def create(kind: str, name: str, **params: Any) -> Any:
     None) before anything is built, and the ones not given take its defaults;
     the values a run fills in itself (a backbone's ``in_channels``, a
     sampler's ``labels``) are passed as given."""
-    from fslab.core.config import plugin_params, run_check
     from fslab.core.errors import PluginError
+    from fslab.core.plugin_params import plugin_params, run_check
     from fslab.core.registry import FILLED_IN
 
     registry = get_registry()

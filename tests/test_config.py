@@ -487,7 +487,7 @@ def test_merge_does_not_modify_its_inputs():
 
 
 def test_check_value_types():
-    from fslab.core.config import check_value
+    from fslab.core.values import check_value
 
     assert check_value("k", 3, 1.0) == 3.0
     assert check_value("k", 5, [1, 5]) == [5]

@@ -40,7 +40,7 @@ def resolved_for(registry, saved: dict) -> dict:
     resolved = resolve(saved["method"], registry=registry, settings=Settings(),
                        overrides=[merge(ADDED_IN_VERSION_2, settings)])
     # A plugin parameter added since (synthetic's channels) is not written into a saved configuration:
-    # the plugin gets its default when the run is built (fslab.core.config.check_plugins, the trainer).
+    # the plugin gets its default when the run is built (fslab.core.plugin_params.check_plugins, the trainer).
     for section in ("dataset", "backbone", "loss", "sampler", "evaluator"):
         if section in saved:
             resolved[section] = {k: v for k, v in resolved[section].items() if k in saved[section]}

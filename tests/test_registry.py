@@ -230,7 +230,7 @@ def test_context_is_passed_only_to_targets_that_name_it(builtin_plugins):
 
 def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin_plugins):
     """fslab.create refuses what `fslab run --set` refuses, with the same line
-    (one check: fslab.core.config.plugin_params), and builds with the rest."""
+    (one check: fslab.core.plugin_params.plugin_params), and builds with the rest."""
     import torch
 
     import fslab
@@ -474,8 +474,8 @@ POSITIONAL = """
 def test_a_parameter_declared_before_the_star_is_explained(tmp_path):
     # def wide(z, labels, support=None, margin=1.0): margin is no parameter fslab sets, and --set loss.margin=2
     # said only "Allowed: (none)"; the call's own arguments (support) get no such hint
-    from fslab.core.config import plugin_params
     from fslab.core.errors import ConfigError
+    from fslab.core.plugin_params import plugin_params
 
     registry = load_registry([write_plugin(tmp_path, "positional", POSITIONAL)])
     hint = ("('margin' is in its signature but not after a *: fslab sets keyword-only parameters only, "

@@ -157,7 +157,8 @@ def config_keys(grid: bool = False):
 
 
 def _config_words(incomplete: str, grid: bool) -> list[str]:
-    from fslab.core.config import DEFAULTS, PLUGIN_SECTIONS, SECTION_KEYS, SINKS
+    from fslab.core.config import DEFAULTS
+    from fslab.core.keys import PLUGIN_SECTIONS, SECTION_KEYS, SINKS
 
     listing = _listing()
     key, typed_value, _ = incomplete.partition("=")

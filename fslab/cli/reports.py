@@ -162,7 +162,7 @@ def _evaluator_params(assignments: list[str], found, name: str) -> dict:
     """``--set evaluator.k=3`` -> ``{"k": 3}``, checked as a run's evaluator
     section is (names, types, the evaluator's declared rules)."""
     from fslab.core.assignments import parse_assignment
-    from fslab.core.config import plugin_params
+    from fslab.core.plugin_params import plugin_params
 
     given = {}
     for text in assignments:

@@ -1,4 +1,5 @@
-"""The run configuration: defaults, layering and validation (``--set`` text: fslab.core.assignments).
+"""The run configuration: defaults, layering and validation (``--set`` text: fslab.core.assignments;
+a value's type: fslab.core.values; a plugin's parameters: fslab.core.plugin_params).
 
 A run's configuration is a nested dict. Layers, lowest first:
 
@@ -31,11 +32,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import math
-import numbers
 import os
 import re
-import sys
 import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -44,30 +42,23 @@ from typing import Any
 
 from fslab.core.assignments import layer_of, shown, toml_value
 from fslab.core.errors import ConfigError, UnknownName, UsageError, did_you_mean, plugin_call
-from fslab.core.keys import PLUGIN_SECTIONS, SINKS, dated, dotted
+from fslab.core.keys import PLUGIN_SECTIONS, SECTION_KEYS, SINKS, dated, dotted
 from fslab.core.limits import (
     RULE,
+    SEED,
     Allowed,
     at_least,
     between,
     check_fields,
-    check_rule,
     listing,
     matching,
     one_of,
     positive,
-    rule_of,
 )
 from fslab.core.migrations import CONFIG_VERSION, migrate
+from fslab.core.plugin_params import check_plugins, plugin_params, sink_params
 from fslab.core.settings import Settings
-from fslab.core.types import CheckContext, SinkRun, SplitSizes
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-SECTION_KEYS = {"dataset": ("name", "root")}  # keys a section has besides plugin params
+from fslab.core.values import check_value
 
 
 def outside_settings(key: str) -> bool:
@@ -81,7 +72,6 @@ PER_DATASET = "per_dataset"  # a recipe's layers for runs on one dataset: {"omni
 OPTIMIZERS = ("sgd", "adam")  # train.optimizer; fslab.training.build makes them
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # train.precision, eval.precision
 COMPILE_MODES = ("off", "default", "max-autotune")  # train.compile: torch.compile's mode, or none
-SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch.manual_seed takes
 
 
 # Each field's metadata says which values it allows (fslab.core.limits), checked by resolve().
@@ -223,33 +213,6 @@ def _list_items() -> dict[str, list]:
 
 
 LIST_ITEMS = _list_items()
-
-TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
-
-
-CALL_ARGUMENTS = {"loss": 3, "evaluator": 2}  # what each call passes a loss (z, labels, support) or an evaluator
-
-
-def _positional_hint(component, param: str) -> str:
-    """Where ``param`` is in the component's signature but not keyword-only (``def f(z, labels,
-    support=None, margin=1.0)``), a sentence saying that fslab sets keyword-only ones; else ''."""
-    import inspect
-
-    target = component.target
-    if isinstance(target, (str, os.PathLike)):
-        return ""
-    try:
-        params = inspect.signature(target.__init__ if inspect.isclass(target) else target).parameters
-    except (TypeError, ValueError):
-        return ""
-    passed = 1 if inspect.isclass(target) else CALL_ARGUMENTS.get(component.kind, 0)  # self, or a call's arguments
-    found = params.get(param)
-    if (found is None or found.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD
-            or found.default is inspect.Parameter.empty or list(params).index(param) < passed):
-        return ""
-    return (f" ('{param}' is in its signature but not after a *: fslab sets keyword-only parameters only, "
-            f"so the plugin should declare it as def f(..., *, {param}=...))")
-
 
 def merge(base: dict, layer: dict) -> dict:
     """Deep-merge ``layer`` over ``base`` (neither is modified)."""
@@ -535,91 +498,6 @@ def _section_meant(key: str) -> str:
     return f" Did you mean {' or '.join(repr(f'{name}.{key}') for name in sections)}?" if sections else ""
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_finite(key: str, value: Any) -> None:
-    """A ConfigError for a NaN, an infinity or a whole number from 2**63 on anywhere in an
-    untyped value (a list or table included)."""
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
-    for item in items:
-        if isinstance(item, (list, dict)):
-            _check_finite(key, item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ConfigError(f"config key '{key}' must be a finite number, got {shown(value)}")
-        elif type(item) is int and not -(2**63) <= item < 2**63:
-            raise ConfigError(f"config key '{key}' must hold whole numbers below 2**63, got {shown(value)}")
-
-
-def check_value(key: str, value: Any, default: Any) -> Any:
-    """``value`` converted to the type of ``default``, or a ConfigError naming
-    the key and the type expected. An int is a valid float; a single number is
-    a valid one-element list (``--set eval.shots=5``)."""
-    value = _plain_number(value)
-    if default is None:  # an untyped plugin parameter (loss.margin=null): any value, but a finite one
-        _check_finite(key, value)
-        return value
-    expected = type(default)
-    if expected is list:
-        if _is_number(value):
-            value = [value]
-        elif isinstance(value, tuple):  # fslab.create("backbone", "resnet12", widths=(8, 16, 32, 64))
-            value = list(value)
-        if isinstance(value, list):
-            if default and _is_number(default[0]):
-                return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)]
-            _check_finite(key, value)
-            return value
-    elif expected is float and _is_number(value):
-        try:
-            number = float(value)
-        except OverflowError:  # a whole number beyond float's range: TOML reads any size
-            raise ConfigError(f"config key '{key}' must be a finite number (below 1.8e308), got a whole "
-                              f"number of {len(str(abs(value)))} digits") from None
-        if not math.isfinite(number):  # TOML and --lr take nan and inf; no setting means them
-            raise ConfigError(f"config key '{key}' must be a finite number, got {shown(value)}")
-        return number
-    elif isinstance(value, expected) and (expected is bool or not isinstance(value, bool)):
-        if expected is int and not -(2**63) <= value < 2**63:  # TOML reads any size; torch and JSON readers do not
-            raise ConfigError(f"config key '{key}' must be a whole number below 2**63, got {value}")
-        if expected is dict:
-            _check_finite(key, value)
-        return value
-    raise ConfigError(f"config key '{key}' must be {TYPE_NAMES.get(expected, expected.__name__)}, got {shown(value)}"
-                      + _as_list_hint(expected, value) + _as_text_hint(expected, value))
-
-
-def _plain_number(value: Any) -> Any:
-    """A number of another library (numpy's int64 or float32, from a notebook's fslab.create)
-    as Python's own; TOML and JSON give Python's already."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, int):
-        return int(value)
-    if isinstance(value, numbers.Real) and not isinstance(value, (int, float)):
-        return float(value)
-    return value
-
-
-def _as_list_hint(expected: type, value: Any) -> str:
-    """A suggestion for a list written without its brackets (``eval.shots=1,5``, as ``--shots`` takes it)."""
-    if expected is not list or not isinstance(value, str) or "," not in value:
-        return ""
-    try:
-        tomllib.loads(f"v = [{value}]")
-    except tomllib.TOMLDecodeError:
-        return ""
-    return f"; a list is written in brackets: [{value}]"
-
-
-def _as_text_hint(expected: type, value: Any) -> str:
-    """A suggestion for a text that TOML read as a number or a boolean (``--set log_dir=2024``)."""
-    if expected is not str or not isinstance(value, (bool, int, float)):
-        return ""
-    text = toml_value(value)
-    return (f"; a text TOML reads as {'true or false' if isinstance(value, bool) else 'a number'} is written in "
-            f"quotes: \"{text}\" (on a command line, '\"{text}\"')")
-
-
 def _check_types(config: dict, defaults: dict, prefix: str) -> None:
     for key, default in defaults.items():
         if key == SINKS and not prefix:
@@ -652,83 +530,6 @@ def _fill_sink_params(config: dict, registry) -> None:
     """Each sink a registered one, with its parameters complete (:func:`sink_params`)."""
     for name, values in config[SINKS].items():
         config[SINKS][name] = sink_params(registry, name, values)
-
-
-def sink_params(registry, name: str, given: dict) -> dict:
-    """Sink ``name``'s parameters, checked and complete (:func:`plugin_params`)."""
-    return plugin_params(registry, "sink", name, given, f"{SINKS}.{name}")
-
-
-# The values fslab fills in (fslab.core.registry.FILLED_IN) that are whole
-# numbers: a caller of fslab.create who passes one gets the check a run's would.
-FILLED_IN_COUNTS = {"out_dim": at_least(1), "num_classes": at_least(1), "in_channels": at_least(1),
-                    "batch_size": at_least(1), "seed": SEED}
-
-
-def plugin_params(registry, kind: str, name: str, given: dict, key: str | None = None,
-                  filled_in: tuple[str, ...] = ()) -> dict:
-    """The parameters of component ``name`` of ``kind``: ``given`` checked against
-    what it declares (the names, the types of their defaults, its ``allowed``
-    rules), with its defaults for the rest. The one check of a plugin's
-    parameters, for a run's sections, its sinks, ``fslab export`` and
-    ``fslab.create``; ``key`` names them in messages (``loss``, ``sinks.mlflow``).
-    The names in ``filled_in`` (values fslab fills in at run time, such as a
-    backbone's ``in_channels``) are accepted too and passed on; the whole numbers
-    among them (FILLED_IN_COUNTS) are checked first."""
-    component = registry.get(kind, name)
-    key = key or kind
-    known = [*component.params, *filled_in]
-    for param in given:
-        if param not in known:
-            raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'."
-                              f"{did_you_mean(param, known)} Allowed: {', '.join(sorted(known)) or '(none)'}."
-                              + _positional_hint(component, param))
-    params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
-              else copy.deepcopy(default) for param, default in component.params.items()}
-    _check_declared_rules(component, params, key)
-    given = dict(given)
-    for param in filled_in:
-        if param in given and param in FILLED_IN_COUNTS:
-            given[param] = check_value(f"{key}.{param}", given[param], 0)
-            check_rule(f"{key}.{param}", given[param], rule_of(FILLED_IN_COUNTS[param]))
-    if "image_size" in filled_in and "image_size" in given:
-        _check_image_size(f"{key}.image_size", given["image_size"])
-    _check_filled_in_kinds(key, {param: given[param] for param in filled_in if param in given})
-    return {**params, **{param: given[param] for param in filled_in if param in given}}
-
-
-# The other values fslab fills in: what each must be, in words, and the test of it.
-FILLED_IN_KINDS = {
-    "labels": ("the training split's labels, one whole number per image (a list, tensor or array)",
-               lambda v: hasattr(v, "__len__") and hasattr(v, "__getitem__") and not isinstance(v, (str, bytes, dict))),
-    "training_loss": ("the run's loss section, a dict such as {'name': 'sen', 'eps_pos': 1.0}, or None",
-                      lambda v: v is None or isinstance(v, dict)),
-    "run": ("a fslab.plugin.SinkRun, the run the sink is told of", lambda v: isinstance(v, SinkRun)),
-}
-
-
-def _check_filled_in_kinds(key: str, given: dict) -> None:
-    """What fslab.create is given for a value a run fills in that is no whole number (a sampler's
-    labels, an evaluator's training_loss, a sink's run): one line, not the component's TypeError."""
-    for param, value in given.items():
-        if param in FILLED_IN_KINDS and not FILLED_IN_KINDS[param][1](value):
-            raise ConfigError(f"config key '{key}.{param}' must be {FILLED_IN_KINDS[param][0]}, got {value!r}")
-
-
-def _check_image_size(key: str, value: Any) -> None:
-    """A backbone is told the images' ``(height, width)``, as a run tells it: two whole numbers
-    at least 1 (a single number, as a dataset's own ``image_size`` is, is refused here)."""
-    pair = isinstance(value, (tuple, list)) and len(value) == 2
-    if not pair or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
-        raise ConfigError(f"config key '{key}' must be the images' (height, width), two whole numbers at "
-                          f"least 1, got {value!r}")
-
-
-def _check_declared_rules(component, params: dict, key: str) -> None:
-    """The rules ``component`` declares for its parameters (``register(..., allowed={...})``)
-    against ``params``; ``key`` names them in the message (``loss``, ``sinks.mlflow``)."""
-    for param, rule in component.info.get("allowed", {}).items():
-        check_rule(f"{key}.{param}", params.get(param), rule)
 
 
 def _check_ranges(config: dict) -> None:
@@ -782,31 +583,3 @@ def check_saved(config: dict, registry) -> dict:
     _check_compatible(config, registry)
     check_plugins(config, registry)
     return config
-
-
-def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = None) -> None:
-    """The rules each plugin declares for its parameters (``register(...,
-    allowed={...})``), then its own check of them (``register(..., check=f)``):
-    ``f(params, CheckContext(config, sizes))`` raises a UsageError for values
-    the plugin cannot use. :func:`resolve` runs them without split sizes; the
-    executor runs them again with the sizes the dataset tells, before a run exists."""
-    for section in PLUGIN_SECTIONS:
-        values = config[section]
-        component = registry.get(section, values["name"])
-        fixed = SECTION_KEYS.get(section, ("name",))
-        # A run saved before a parameter existed lacks it, and the plugin gets its default.
-        params = copy.deepcopy({**component.params, **{k: v for k, v in values.items() if k not in fixed}})
-        _check_declared_rules(component, params, section)
-        run_check(component, section, params, CheckContext(copy.deepcopy(config), sizes))
-
-
-def run_check(component, key: str, params: dict, context: CheckContext | None) -> None:
-    """The plugin's own check of ``params`` (``register(..., check=f)``), if it
-    registered one: ``f(params, context)``, where ``context`` is None outside a
-    run (``fslab.create``). Its UsageError is the user's; any other exception is
-    a bug in the check, one line naming the plugin. ``key`` names the section."""
-    check = component.info.get("check")
-    if check is None:
-        return
-    plugin_call(lambda: check(params, context),
-                f"the check of {key} '{component.name}' from plugin '{component.plugin}' failed")

@@ -7,6 +7,7 @@ import datetime
 
 # The sections of a configuration that name a plugin and hold its parameters.
 PLUGIN_SECTIONS = ("dataset", "backbone", "loss", "sampler", "evaluator")
+SECTION_KEYS = {"dataset": ("name", "root")}  # the keys a section holds besides its plugin's parameters
 # Where a run's events are also sent: {sink name: its parameters} (fslab.core.sinks).
 # It never changes what a run computes, so comparisons and studies do not tell runs apart by it.
 SINKS = "sinks"

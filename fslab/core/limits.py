@@ -7,7 +7,7 @@ A field of :class:`fslab.core.config.TrainConfig` (or ``EvalConfig``,
 
 and :func:`check_fields` applies every such rule when a configuration is
 resolved, so a key added to a section gets its check where it is defined.
-The type of a value is checked before (:func:`fslab.core.config.check_value`);
+The type of a value is checked before (:func:`fslab.core.values.check_value`);
 a rule only says which values of that type are allowed. A list key's rule
 applies to each of its values.
 """
@@ -60,6 +60,9 @@ def positive() -> dict:
 
 def between(low: int | float, high: int | float, text: str = "") -> dict:
     return {RULE: Allowed(text or f"between {low} and {high}", low=low, high=high)}
+
+
+SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch.manual_seed takes
 
 
 def one_of(*choices: str) -> dict:

@@ -14,8 +14,8 @@ import shlex
 import shutil
 import sys
 
-from fslab.core.config import check_plugins
 from fslab.core.errors import UsageError, plugin_call
+from fslab.core.plugin_params import check_plugins
 from fslab.core.registry import create_dataset
 from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
 from fslab.core.runstore import Run

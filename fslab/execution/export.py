@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import errno
 
-from fslab.core.config import SINKS, sink_params
 from fslab.core.errors import ConfigError, FslabError, UsageError
+from fslab.core.keys import SINKS
+from fslab.core.plugin_params import sink_params
 from fslab.core.runstore import Run
 from fslab.core.sinks import replay
 from fslab.core.states import UNREADABLE

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from fslab.core.assignments import assignment, parse_assignment, shown
-from fslab.core.config import DEFAULTS, RunConfig, check_value, naming_the_file, point_layer, resolve
+from fslab.core.config import DEFAULTS, RunConfig, naming_the_file, point_layer, resolve
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.limits import check_fields
@@ -27,6 +27,7 @@ from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.states import RESUMABLE
 from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
 from fslab.core.text import split_outside
+from fslab.core.values import check_value
 from fslab.execution.checks import check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.slots import check_local_queue

@@ -1,0 +1,148 @@
+"""A plugin's parameters: the names and types it declares, its ``allowed`` rules and its own check.
+
+:func:`plugin_params` is the one check of what a component is given, for a run's plugin sections,
+its sinks, ``fslab export`` and ``fslab.create``; it also fills in the defaults of the parameters
+not given, so a saved configuration is complete. :func:`check_plugins` runs each section's declared
+rules and the plugin's own ``check=`` function, once without the splits' sizes when a configuration
+is resolved and again with them before a run exists (fslab.execution.checks).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+from fslab.core.errors import ConfigError, did_you_mean, plugin_call
+from fslab.core.keys import PLUGIN_SECTIONS, SECTION_KEYS, SINKS
+from fslab.core.limits import SEED, at_least, check_rule, rule_of
+from fslab.core.types import CheckContext, SinkRun, SplitSizes
+from fslab.core.values import check_value
+
+CALL_ARGUMENTS = {"loss": 3, "evaluator": 2}  # what each call passes a loss (z, labels, support) or an evaluator
+
+
+def _positional_hint(component, param: str) -> str:
+    """Where ``param`` is in the component's signature but not keyword-only (``def f(z, labels,
+    support=None, margin=1.0)``), a sentence saying that fslab sets keyword-only ones; else ''."""
+    import inspect
+
+    target = component.target
+    if isinstance(target, (str, os.PathLike)):
+        return ""
+    try:
+        params = inspect.signature(target.__init__ if inspect.isclass(target) else target).parameters
+    except (TypeError, ValueError):
+        return ""
+    passed = 1 if inspect.isclass(target) else CALL_ARGUMENTS.get(component.kind, 0)  # self, or a call's arguments
+    found = params.get(param)
+    if (found is None or found.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD
+            or found.default is inspect.Parameter.empty or list(params).index(param) < passed):
+        return ""
+    return (f" ('{param}' is in its signature but not after a *: fslab sets keyword-only parameters only, "
+            f"so the plugin should declare it as def f(..., *, {param}=...))")
+
+
+def sink_params(registry, name: str, given: dict) -> dict:
+    """Sink ``name``'s parameters, checked and complete (:func:`plugin_params`)."""
+    return plugin_params(registry, "sink", name, given, f"{SINKS}.{name}")
+
+
+# The values fslab fills in (fslab.core.registry.FILLED_IN) that are whole
+# numbers: a caller of fslab.create who passes one gets the check a run's would.
+FILLED_IN_COUNTS = {"out_dim": at_least(1), "num_classes": at_least(1), "in_channels": at_least(1),
+                    "batch_size": at_least(1), "seed": SEED}
+
+
+def plugin_params(registry, kind: str, name: str, given: dict, key: str | None = None,
+                  filled_in: tuple[str, ...] = ()) -> dict:
+    """The parameters of component ``name`` of ``kind``: ``given`` checked against
+    what it declares (the names, the types of their defaults, its ``allowed``
+    rules), with its defaults for the rest. The one check of a plugin's
+    parameters, for a run's sections, its sinks, ``fslab export`` and
+    ``fslab.create``; ``key`` names them in messages (``loss``, ``sinks.mlflow``).
+    The names in ``filled_in`` (values fslab fills in at run time, such as a
+    backbone's ``in_channels``) are accepted too and passed on; the whole numbers
+    among them (FILLED_IN_COUNTS) are checked first."""
+    component = registry.get(kind, name)
+    key = key or kind
+    known = [*component.params, *filled_in]
+    for param in given:
+        if param not in known:
+            raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'."
+                              f"{did_you_mean(param, known)} Allowed: {', '.join(sorted(known)) or '(none)'}."
+                              + _positional_hint(component, param))
+    params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
+              else copy.deepcopy(default) for param, default in component.params.items()}
+    _check_declared_rules(component, params, key)
+    given = dict(given)
+    for param in filled_in:
+        if param in given and param in FILLED_IN_COUNTS:
+            given[param] = check_value(f"{key}.{param}", given[param], 0)
+            check_rule(f"{key}.{param}", given[param], rule_of(FILLED_IN_COUNTS[param]))
+    if "image_size" in filled_in and "image_size" in given:
+        _check_image_size(f"{key}.image_size", given["image_size"])
+    _check_filled_in_kinds(key, {param: given[param] for param in filled_in if param in given})
+    return {**params, **{param: given[param] for param in filled_in if param in given}}
+
+
+# The other values fslab fills in: what each must be, in words, and the test of it.
+FILLED_IN_KINDS = {
+    "labels": ("the training split's labels, one whole number per image (a list, tensor or array)",
+               lambda v: hasattr(v, "__len__") and hasattr(v, "__getitem__") and not isinstance(v, (str, bytes, dict))),
+    "training_loss": ("the run's loss section, a dict such as {'name': 'sen', 'eps_pos': 1.0}, or None",
+                      lambda v: v is None or isinstance(v, dict)),
+    "run": ("a fslab.plugin.SinkRun, the run the sink is told of", lambda v: isinstance(v, SinkRun)),
+}
+
+
+def _check_filled_in_kinds(key: str, given: dict) -> None:
+    """What fslab.create is given for a value a run fills in that is no whole number (a sampler's
+    labels, an evaluator's training_loss, a sink's run): one line, not the component's TypeError."""
+    for param, value in given.items():
+        if param in FILLED_IN_KINDS and not FILLED_IN_KINDS[param][1](value):
+            raise ConfigError(f"config key '{key}.{param}' must be {FILLED_IN_KINDS[param][0]}, got {value!r}")
+
+
+def _check_image_size(key: str, value: Any) -> None:
+    """A backbone is told the images' ``(height, width)``, as a run tells it: two whole numbers
+    at least 1 (a single number, as a dataset's own ``image_size`` is, is refused here)."""
+    pair = isinstance(value, (tuple, list)) and len(value) == 2
+    if not pair or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise ConfigError(f"config key '{key}' must be the images' (height, width), two whole numbers at "
+                          f"least 1, got {value!r}")
+
+
+def _check_declared_rules(component, params: dict, key: str) -> None:
+    """The rules ``component`` declares for its parameters (``register(..., allowed={...})``)
+    against ``params``; ``key`` names them in the message (``loss``, ``sinks.mlflow``)."""
+    for param, rule in component.info.get("allowed", {}).items():
+        check_rule(f"{key}.{param}", params.get(param), rule)
+
+
+def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = None) -> None:
+    """The rules each plugin declares for its parameters (``register(...,
+    allowed={...})``), then its own check of them (``register(..., check=f)``):
+    ``f(params, CheckContext(config, sizes))`` raises a UsageError for values
+    the plugin cannot use. :func:`resolve` runs them without split sizes; the
+    executor runs them again with the sizes the dataset tells, before a run exists."""
+    for section in PLUGIN_SECTIONS:
+        values = config[section]
+        component = registry.get(section, values["name"])
+        fixed = SECTION_KEYS.get(section, ("name",))
+        # A run saved before a parameter existed lacks it, and the plugin gets its default.
+        params = copy.deepcopy({**component.params, **{k: v for k, v in values.items() if k not in fixed}})
+        _check_declared_rules(component, params, section)
+        run_check(component, section, params, CheckContext(copy.deepcopy(config), sizes))
+
+
+def run_check(component, key: str, params: dict, context: CheckContext | None) -> None:
+    """The plugin's own check of ``params`` (``register(..., check=f)``), if it
+    registered one: ``f(params, context)``, where ``context`` is None outside a
+    run (``fslab.create``). Its UsageError is the user's; any other exception is
+    a bug in the check, one line naming the plugin. ``key`` names the section."""
+    check = component.info.get("check")
+    if check is None:
+        return
+    plugin_call(lambda: check(params, context),
+                f"the check of {key} '{component.name}' from plugin '{component.plugin}' failed")
