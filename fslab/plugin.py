@@ -221,10 +221,23 @@ def register_study_files(register: Register, folder: Any) -> None:
         def register_studies(register):
             register_study_files(register, Path(__file__).parent)
 
-    Ship the files as package data (``[tool.setuptools.package-data]``)."""
+    Ship the files as package data (``[tool.setuptools.package-data]``). A folder
+    with no study file (the files left out of the installed package), and two
+    files giving one name, fail the plugin's loading, naming the folder or files."""
     from pathlib import Path
 
     from fslab.core.studies import study_entry  # here: listing plugins need not load the study schema
 
-    for path in sorted(Path(folder).glob("*.toml")):
-        register(path, **study_entry(path))
+    paths = sorted(Path(folder).glob("*.toml"))
+    if not paths:
+        where = "is not a folder" if not Path(folder).is_dir() else "holds no study file (*.toml)"
+        raise ConfigError(f"register_study_files: {folder} {where}; ship the study files with the package as "
+                          f"package data ([tool.setuptools.package-data] \"mypkg.studies\" = [\"*.toml\"])")
+    seen: dict[str, Path] = {}
+    for path in paths:
+        entry = study_entry(path)
+        if entry["name"] in seen:
+            raise ConfigError(f"{path}: name: '{entry['name']}' is also the name {seen[entry['name']]} gives; "
+                              f"each study file needs a name of its own")
+        seen[entry["name"]] = path
+        register(path, **entry)

@@ -13,6 +13,7 @@ import copy
 import datetime
 import json
 import os
+import re
 import shutil
 import time
 import types
@@ -880,6 +881,48 @@ def test_a_plugin_ships_its_own_study_and_a_broken_one_is_reported(project):
     assert broken.returncode == 0
     assert {json.loads(line)["name"] for line in broken.stdout.splitlines()} == set(BUILT_IN)
     assert "my-paper.toml: sweep 'nca'.seeds: must be a whole number at least 1, got 0" in broken.stderr
+
+
+def test_a_plugin_whose_study_files_were_not_shipped_fails_to_load_saying_so(builtin_plugins, tmp_path):
+    """A package built without its package data called register_study_files on a folder the wheel left
+    out: it registered no study and said nothing, and fslab study show NAME answered only 'Unknown study'."""
+    from fslab.core.registry import load_registry
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "paper.py").write_text(LOCAL_STUDY_PLUGIN)
+    failures = load_registry([mine]).failures
+    assert [f.plugin for f in failures] == ["local:paper"]
+    assert f"{mine / 'studies'} is not a folder; ship the study files with the package as package data" \
+        in failures[0].error
+    (mine / "studies").mkdir()
+    assert f"{mine / 'studies'} holds no study file (*.toml)" in load_registry([mine]).failures[0].error
+    (mine / "studies" / "my-paper.toml").write_text(LOCAL_STUDY)
+    registry = load_registry([mine])
+    assert not registry.failures and "my-paper" in registry.names("study")
+
+
+def test_two_study_files_giving_one_name_are_named_with_what_to_do(builtin_plugins, tmp_path):
+    """Two files of one package with one name said the study was 'registered twice' by the plugin and by
+    itself and to uninstall one of them; a package's study named as a built-in one did not say which files."""
+    from fslab.core.errors import PluginError
+    from fslab.core.registry import load_registry
+
+    mine = tmp_path / "mine"
+    (mine / "studies").mkdir(parents=True)
+    (mine / "paper.py").write_text(LOCAL_STUDY_PLUGIN)
+    (mine / "studies" / "a.toml").write_text(LOCAL_STUDY)
+    (mine / "studies" / "b.toml").write_text(LOCAL_STUDY)
+    error = load_registry([mine]).failures[0].error
+    assert error == (f"ConfigError: {mine / 'studies' / 'b.toml'}: name: 'my-paper' is also the name "
+                     f"{mine / 'studies' / 'a.toml'} gives; each study file needs a name of its own")
+    (mine / "studies" / "b.toml").write_text(LOCAL_STUDY.replace('"my-paper"', '"nca-table3"'))
+    with pytest.raises(PluginError) as caught:
+        load_registry([mine])
+    assert re.search(r"registered twice: by plugin 'studies' .*, file \S+/nca-table3\.toml\) and by plugin "
+                     r"'local:paper' .*, file " + re.escape(f"{mine / 'studies' / 'b.toml'}). Give one file another "
+                                                          f"name (its name key), uninstall one of them"),
+                     str(caught.value))
 
 
 def fake_slurm_study(project) -> dict:

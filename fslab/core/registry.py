@@ -142,9 +142,10 @@ class Registry:
     def add(self, component: Component) -> None:
         existing = self.components[component.kind].get(component.name)
         if existing is not None:
+            fix = "Give one file another name (its name key), uninstall" if component.kind == "study" else "Uninstall"
             raise PluginError(
                 f"{component.kind} '{component.name}' is registered twice: by "
-                f"{_provider(existing)} and by {_provider(component)}. Uninstall one "
+                f"{_provider(existing)} and by {_provider(component)}. {fix} one "
                 f"of them or restrict loading with FSLAB_PLUGINS."
             )
         self.components[component.kind][component.name] = component
@@ -259,7 +260,10 @@ def _missing_names(target: Any, given: dict) -> list[str]:
 
 
 def _provider(c: Component) -> str:
-    return f"plugin '{c.plugin}'" + (f" {c.version}" if c.version else "") + f" ({c.origin})"
+    """Who registered ``c``: the plugin, its version and origin, and for a study its file (two packages'
+    files giving one name are told apart by their paths)."""
+    file = f", file {c.target}" if c.kind == "study" else ""
+    return f"plugin '{c.plugin}'" + (f" {c.version}" if c.version else "") + f" ({c.origin}{file})"
 
 
 def _jsonable(value: Any) -> bool:
