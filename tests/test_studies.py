@@ -646,6 +646,54 @@ def test_runs_done_with_the_same_settings_are_reused_not_repeated(registry, tmp_
     assert runs[1].status()["state"] == "failed"  # refused before anything was queued again
 
 
+def test_an_interrupted_queueing_leaves_no_run_queued_unrecorded(registry, tmp_path, monkeypatch):
+    """Ctrl-C while fslab study run created the runs left those created so far queued with no sweep record
+    (the next scheduler of the project, another sweep's, trained them unasked) and the one being written
+    without its status.json. Now they are withdrawn; a run done before is kept, and the same call queues all."""
+    from fslab.core import runstore
+    from fslab.execution import studies
+
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    first = queue_study(study, "paper", settings=config, registry=registry)
+    kept = Run(config.runs_dir / first.created[0])
+    finish(kept, {1: [0.5], 5: [0.5]})
+    for run_id in first.created[1:]:
+        shutil.rmtree(config.runs_dir / run_id)
+    shutil.rmtree(config.runs_dir / "sweeps")
+    calls = []
+    original, original_record = Run.write_status, studies._record
+
+    def interrupted(self, **fields):  # the third new run is interrupted between its config and its status
+        if fields.get("state") == "queued":
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            calls.append(self.id)
+        return original(self, **fields)
+
+    monkeypatch.setattr(runstore.Run, "write_status", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        queue_study(study, "paper", settings=config, registry=registry)
+    monkeypatch.setattr(runstore.Run, "write_status", original)
+    assert len(calls) == 2 and all(not (config.runs_dir / run_id).exists() for run_id in calls)
+    assert sorted(p.name for p in config.runs_dir.iterdir() if not p.name.startswith(".")) == [kept.id]
+
+    def scheduler_takes_one(*args):  # a scheduler of the project takes the first new run, then Ctrl-C
+        done = args[-2]
+        next(run for run, state in done.values() if state == "new").claim()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(studies, "_record", scheduler_takes_one)
+    with pytest.raises(KeyboardInterrupt):
+        queue_study(study, "paper", settings=config, registry=registry)
+    monkeypatch.setattr(studies, "_record", original_record)
+    left = sorted(p.name for p in config.runs_dir.iterdir() if not p.name.startswith(".") and p.name != kept.id)
+    assert len(left) == 1 and Run(config.runs_dir / left[0]).claimed()  # it trains on; the rest are withdrawn
+    again = queue_study(study, "paper", settings=config, registry=registry)
+    assert again.reused == [kept.id] and again.in_progress == left and len(again.created) == 4
+    assert len(list((config.runs_dir / "sweeps").glob("sweep-*.json"))) == 1
+
+
 def test_identical_configurations_within_a_study_share_one_run(registry, tmp_path):
     """At quick scale the Table 3 datasets both become synthetic: one run serves both places."""
     study = find_study(registry, "nca-table3")
@@ -994,6 +1042,41 @@ def test_two_study_runs_started_together_create_each_run_once(project):
     assert "0 queued or running, 0 queued again, 3 new" in said[0]
     assert "3 queued or running, 0 queued again, 0 new" in said[1]
     assert (project / "next-job").read_text().strip() == "103"  # each run submitted once
+
+
+# `fslab study run ARGS` as the real CLI runs it, with a Ctrl-C (SIGINT) arriving as it creates its third run.
+INTERRUPTED_CLI = """
+import os, signal, sys
+import fslab.execution.studies as studies
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever started the test
+create, made = studies.create_run, []
+def create_run(*args, **kwargs):
+    if len(made) == 2:
+        os.kill(os.getpid(), signal.SIGINT)
+    made.append(create(*args, **kwargs))
+    return made[-1]
+studies.create_run = create_run
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+
+def test_ctrl_c_while_a_study_is_queued_says_how_to_go_on_and_leaves_nothing_queued(project):
+    """It exited 130 saying nothing, and left the runs created so far queued with no record of the study."""
+    import subprocess
+    import sys
+
+    (project / "study.toml").write_text(LOCAL_STUDY)
+    argv = ["study", "run", "study.toml", "--set", "train.epochs=1"]
+    out = subprocess.run([sys.executable, "-c", INTERRUPTED_CLI, *argv], cwd=project, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 130, out.stderr
+    assert out.stderr.strip() == (f"study my-paper: interrupted while queueing; no run was left queued unrecorded, "
+                                  f"and the same command again picks up where it stopped: fslab study run "
+                                  f"{project / 'study.toml'} --scale paper --set train.epochs=1")
+    assert not (project / "runs").exists() or not [p for p in (project / "runs").iterdir() if p.name[0] != "."]
 
 
 def test_a_study_being_queued_past_the_wait_is_named_and_a_killed_one_blocks_nothing(registry, tmp_path,

@@ -215,11 +215,13 @@ def create_run(runs_dir: Path, method: str, config: dict) -> Run:
             (path / "checkpoints").mkdir()
             atomic_write_json(path / "config.json", config)
             Run(path).write_status(state="queued", host=HOST, created=time.time())
-        except OSError as exc:  # a full disk: no half-made run is left behind
+        except BaseException as exc:  # a full disk, or Ctrl-C: no half-made run is left behind
             import shutil
 
             shutil.rmtree(path, ignore_errors=True)
-            raise FslabError(f"cannot write the new run folder {path}: {exc.strerror or exc}") from None
+            if isinstance(exc, OSError):
+                raise FslabError(f"cannot write the new run folder {path}: {exc.strerror or exc}") from None
+            raise
         return Run(path)
     raise FslabError(f"could not create a new run folder in {runs_dir}")
 

@@ -198,15 +198,32 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
     if queued and slurm is None:
         check_local_queue(settings, max(config.get("train", {}).get("processes", 1) for config in queued))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}-{study.name}"
-    for planned, config, key in new:
-        run = create_run(settings.runs_dir, planned.method, config)
-        run.write_status(sweep=sweep_id)
-        done[key] = (run, "new")
-    changed = command_line_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
-                                   data_root=data_root, extra=extra)
-    project = project_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
-                              data_root=data_root, extra=extra)
-    return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done, again)
+    created: list[Run] = []
+    try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
+        for planned, config, key in new:
+            run = create_run(settings.runs_dir, planned.method, config)
+            created.append(run)
+            run.write_status(sweep=sweep_id)
+            done[key] = (run, "new")
+        changed = command_line_changes(study, scale, resolved, settings=settings, registry=registry,
+                                       dataset=dataset, data_root=data_root, extra=extra)
+        project = project_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
+                                  data_root=data_root, extra=extra)
+        return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done, again)
+    except BaseException:
+        withdraw(created)
+        raise
+
+
+def withdraw(runs: list[Run]) -> None:
+    """Remove runs this command created and did not record, which no scheduler has taken: left queued,
+    they would wait unrecorded for the next scheduler of the project (another sweep's) to train them.
+    One a scheduler took meanwhile is left to train; the same command again reuses it."""
+    import shutil
+
+    for run in runs:
+        if run.claim():  # no scheduler can start it now
+            shutil.rmtree(run.path, ignore_errors=True)
 
 
 def _record(study: Study, scale: str, dataset: str | None, changed: dict, project: dict, sweep_id: str, runs_dir,
