@@ -931,6 +931,23 @@ def test_a_plugin_ships_its_own_study_and_a_broken_one_is_reported(project):
     assert "my-paper.toml: sweep 'nca'.seeds: must be a whole number at least 1, got 0" in broken.stderr
 
 
+def test_a_study_whose_package_was_uninstalled_after_its_runs_says_so(project):
+    """fslab study report NAME, its package uninstalled after fslab study run NAME, said only 'Unknown
+    study ... Did you mean' another study, with the study's runs in the store."""
+    from fslab.core.sweeps import save_sweep
+
+    runs_dir = project / "runs"
+    save_sweep(runs_dir, "sweep-20260101-000000-ab12-my-paper", study="my-paper", runs=[], scale="quick")
+    save_sweep(runs_dir, "sweep-20260102-000000-cd34-my-paper", study="my-paper", runs=[], file="/x/my-paper.toml")
+    out = fslab("study", "report", "my-paper", cwd=project)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("error: Unknown study 'my-paper': this store has its runs (sweep "
+                                 "sweep-20260101-000000-ab12-my-paper), but no plugin installed now registers its "
+                                 "file; install again the package that ships it. Allowed: lpn-table1, "), out.stderr
+    other = fslab("study", "report", "map-tabel1", cwd=project)  # a typo of another study is as it was
+    assert "Unknown study 'map-tabel1'. Did you mean 'map-table1'?" in other.stderr and "store" not in other.stderr
+
+
 def test_a_plugin_whose_study_files_were_not_shipped_fails_to_load_saying_so(builtin_plugins, tmp_path):
     """A package built without its package data called register_study_files on a folder the wheel left
     out: it registered no study and said nothing, and fslab study show NAME answered only 'Unknown study'."""

@@ -87,9 +87,25 @@ def gpu_hours_note(estimate: dict, costs) -> str:
 
 
 def _load(ref: str):
+    from fslab.core.errors import UnknownName
     from fslab.core.studies import find_study
 
-    return find_study(registry(), ref)
+    try:
+        return find_study(registry(), ref)
+    except UnknownName as exc:  # a study whose package was uninstalled after its runs were made: say so
+        if exc.what == "study" and (sweep := _recorded_study(ref)) is not None:  # no 'Did you mean' another
+            allowed = str(exc).partition(" Allowed: ")[2]
+            exc.args = (f"Unknown study '{ref}': this store has its runs (sweep {sweep}), but no plugin installed "
+                        f"now registers its file; install again the package that ships it. Allowed: {allowed}",)
+        raise
+
+
+def _recorded_study(name: str) -> str | None:
+    """The latest sweep of this store recorded by ``fslab study run NAME`` with NAME registered (not a file)."""
+    from fslab.core.sweeps import sweep_records
+
+    found = [r.get("id") for r in sweep_records(settings().runs_dir) if r.get("study") == name and not r.get("file")]
+    return str(found[-1]) if found else None
 
 
 @study_app.command("list")
