@@ -946,6 +946,12 @@ def test_a_study_whose_package_was_uninstalled_after_its_runs_says_so(project):
                                  "file; install again the package that ships it. Allowed: lpn-table1, "), out.stderr
     other = fslab("study", "report", "map-tabel1", cwd=project)  # a typo of another study is as it was
     assert "Unknown study 'map-tabel1'. Did you mean 'map-table1'?" in other.stderr and "store" not in other.stderr
+    (project / "mine").mkdir()  # installed but broken: the line says that, not to install it again
+    (project / "mine" / "paper.py").write_text(LOCAL_STUDY_PLUGIN)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    broken = fslab("study", "report", "my-paper", cwd=project)
+    assert "which failed to load (ConfigError: register_study_files:" in broken.stderr
+    assert "install again" not in broken.stderr
 
 
 def test_a_plugin_whose_study_files_were_not_shipped_fails_to_load_saying_so(builtin_plugins, tmp_path):

@@ -90,10 +90,11 @@ def _load(ref: str):
     from fslab.core.errors import UnknownName
     from fslab.core.studies import find_study
 
+    found = registry()
     try:
-        return find_study(registry(), ref)
+        return find_study(found, ref)
     except UnknownName as exc:  # a study whose package was uninstalled after its runs were made: say so
-        if exc.what == "study" and (sweep := _recorded_study(ref)) is not None:  # no 'Did you mean' another
+        if exc.what == "study" and not found.failures and (sweep := _recorded_study(ref)) is not None:
             allowed = str(exc).partition(" Allowed: ")[2]
             exc.args = (f"Unknown study '{ref}': this store has its runs (sweep {sweep}), but no plugin installed "
                         f"now registers its file; install again the package that ships it. Allowed: {allowed}",)
