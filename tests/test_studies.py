@@ -261,6 +261,11 @@ def test_a_recorded_cost_is_shown_beside_the_estimate_from_the_store():
     assert gpu_hours_note(here, study.costs).startswith("GPU-hours: about 0.8 for 3 of the 4 runs, from the wall "
                                                         "time per epoch of 2 completed GPU runs")
     assert gpu_hours_note(here, study.costs).endswith(f"The study records: {recorded}.")
+    # the recorded costs are the paper scale's: fslab study show --scale quick gave them as the quick scale's
+    assert gpu_hours_note(nothing, study.costs, "quick").startswith(
+        f"GPU-hours: {recorded} for the paper scale, as the study records; not estimated from this store")
+    assert gpu_hours_note(here, study.costs, "quick").endswith(f"The study records: {recorded} for the paper scale.")
+    assert gpu_hours_note(nothing, (), "quick").endswith("and the study records no measured cost.")
 
 
 # -- verdicts and reports ----------------------------------------------------------

@@ -71,10 +71,11 @@ NOT_HERE = ("not estimated from this store: no completed GPU run in it has the s
             "(seed and epochs aside)")
 
 
-def gpu_hours_note(estimate: dict, costs) -> str:
+def gpu_hours_note(estimate: dict, costs, scale: str = "paper") -> str:
     """The GPU-hours line of ``fslab study show``: the estimate from this store's runs
-    (:func:`fslab.execution.studies.gpu_hours`) and the costs the study file records."""
-    recorded = "; ".join(cost.text() for cost in costs)
+    (:func:`fslab.execution.studies.gpu_hours`) and the costs the study file records, which
+    are the paper scale's (said so at another scale)."""
+    recorded = "; ".join(cost.text() for cost in costs) + (" for the paper scale" if costs and scale != "paper" else "")
     if estimate["hours"] is None:
         if recorded:
             return f"GPU-hours: {recorded}, as the study records; {NOT_HERE}."
@@ -137,7 +138,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
 
     GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
     epochs aside); without any, the estimate is left out, never guessed. The costs the study file
-    records (its cost tables: GPU-hours measured on a named GPU) are shown beside it.
+    records (its cost tables: the paper scale's GPU-hours measured on a named GPU) are shown beside it.
     """
     from fslab.core.assignments import assignment
     from fslab.core.study_plan import resolve_study, run_dataset
@@ -156,7 +157,8 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
             "description": study.description, "split": study.split, "scale": scale, "runs": study.run_count(scale),
             "sweeps": sweeps, "published": len(study.published), "gpu_hours": estimate,
-            "costs": [vars(cost) for cost in study.costs], "gpu_hours_note": gpu_hours_note(estimate, study.costs)}
+            "costs": [vars(cost) for cost in study.costs],
+            "gpu_hours_note": gpu_hours_note(estimate, study.costs, scale)}
     if as_json:
         print(json.dumps(info))
         return
