@@ -959,6 +959,29 @@ def test_a_study_whose_package_was_uninstalled_after_its_runs_says_so(project):
     assert "install again" not in broken.stderr
 
 
+def test_a_study_file_registered_by_hand_and_broken_is_left_out_of_the_list_not_every_study(project):
+    """register(path, name=..., description=...) skips register_study_files' check: one such broken or
+    missing file made fslab study list print nothing but its error, hiding every other study."""
+    (project / "mine").mkdir()
+    (project / "mine" / "broken.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 0"))
+    (project / "mine" / "direct.py").write_text(
+        "from pathlib import Path\nfrom fslab.plugin import hookimpl\n\n\n@hookimpl\n"
+        "def register_studies(register):\n"
+        "    register(Path(__file__).parent / 'broken.toml', name='my-paper', description='Table 1')\n"
+        "    register(Path(__file__).parent / 'gone.toml', name='gone', description='Table 2')\n")
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    listed = fslab("study", "list", "--json", cwd=project)
+    assert listed.returncode == 1
+    assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == BUILT_IN
+    assert listed.stderr.splitlines() == [
+        f"study 'gone' of plugin 'local:direct' left out: cannot read {project / 'mine' / 'gone.toml'}: "
+        f"No such file or directory",
+        f"study 'my-paper' of plugin 'local:direct' left out: {project / 'mine' / 'broken.toml'}: sweep 'nca'.seeds: "
+        f"must be a whole number at least 1, got 0"]
+    table = fslab("study", "list", cwd=project)
+    assert table.returncode == 1 and "nca-table3" in table.stdout and "left out" in table.stderr
+
+
 def test_a_plugin_whose_study_files_were_not_shipped_fails_to_load_saying_so(builtin_plugins, tmp_path):
     """A package built without its package data called register_study_files on a folder the wheel left
     out: it registered no study and said nothing, and fslab study show NAME answered only 'Unknown study'."""

@@ -112,24 +112,37 @@ def _recorded_study(name: str) -> str | None:
 
 @study_app.command("list")
 def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
-    """Every registered study: its paper, table or figure, and how many runs it takes."""
+    """Every registered study: its paper, table or figure, and how many runs it takes.
+
+    A study whose file cannot be read (registered by hand, not through register_study_files, which checks
+    each) is named with its error after the others, and the command then exits with 1."""
+    from fslab.core.errors import UsageError
     from fslab.core.studies import read_study
 
     found = registry()
-    rows = []
+    rows, broken = [], []
     for name in found.names("study"):
         component = found.get("study", name)
-        study = read_study(component.target)
+        try:
+            study = read_study(component.target)
+        except UsageError as exc:  # one plugin's broken or missing file hid every study
+            broken.append(f"study '{name}' of plugin '{component.plugin}' left out: {exc}")
+            continue
         rows.append({"name": name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
                      "runs": study.run_count("paper"), "quick_runs": study.run_count("quick"),
                      "published": len(study.published), "plugin": component.version or component.plugin})
     if as_json:
         for row in rows:
             print(json.dumps(row))
-        return
-    cells = [[r["name"], f"{r['what']}: {r['title']}", r["paper"], str(r["runs"]), str(r["quick_runs"]),
-              str(r["published"]), r["plugin"]] for r in rows]
-    print_table(console, lambda width: fit(LIST_COLUMNS, cells, width, ["plugin", "published cells", "quick"]), wide)
+    else:
+        cells = [[r["name"], f"{r['what']}: {r['title']}", r["paper"], str(r["runs"]), str(r["quick_runs"]),
+                  str(r["published"]), r["plugin"]] for r in rows]
+        print_table(console, lambda width: fit(LIST_COLUMNS, cells, width, ["plugin", "published cells", "quick"]),
+                    wide)
+    for line in broken:
+        err_console.print(shown(line), highlight=False)
+    if broken:
+        raise typer.Exit(1)
 
 
 @study_app.command()
