@@ -1052,6 +1052,52 @@ def test_a_study_submitted_to_slurm_is_one_job_a_run_and_not_submitted_twice(pro
     assert (project / "next-job").read_text().strip() == "103"  # nothing submitted the second time
 
 
+# `fslab study run ARGS` as the real CLI runs it, with a Ctrl-C arriving as it submits its second SLURM job.
+INTERRUPTED_SUBMIT = """
+import os, signal, sys
+import fslab.execution.slurm as slurm
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+submit, sent = slurm.submit, []
+def interrupted(run, *args, **kwargs):
+    if len(sent) == 1:
+        os.kill(os.getpid(), signal.SIGINT)
+    sent.append(submit(run, *args, **kwargs))
+    return sent[-1]
+slurm.submit = interrupted
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+
+def test_a_study_interrupted_while_submitting_to_slurm_submits_the_rest_when_run_again(project):
+    """The runs left queued when Ctrl-C stopped the submitting were reused as 'queued or running' by the same
+    command again, which submitted none of them: they stayed queued, with no job, for good."""
+    import subprocess
+    import sys
+
+    env = fake_slurm_study(project)
+    argv = ["study", "run", "study.toml", "--set", "train.epochs=1", "--executor", "slurm"]
+    first = subprocess.run([sys.executable, "-c", INTERRUPTED_SUBMIT, *argv], cwd=project, env=env, text=True,
+                           capture_output=True, timeout=120)
+    assert first.returncode == 130, first.stderr
+
+    def jobs():
+        return sorted(str(json.loads((d / "status.json").read_text()).get("slurm_job_id"))
+                      for d in (project / "runs").iterdir() if d.name != "sweeps")
+
+    # the first run submitted; the second taken for submitting as Ctrl-C came (whether its sbatch ran cannot be
+    # told, so it is left: a job may be running it); the third never reached
+    assert jobs() == ["100", "None", "None"]
+    again = fslab(*argv, cwd=project, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "3 runs: 0 done already, 3 queued or running, 0 queued again, 0 new" in again.stdout
+    assert jobs() == ["100", "101", "None"]
+    assert fslab(*argv, cwd=project, env=env).returncode == 0
+    assert (project / "next-job").read_text().strip() == "102"  # nothing submitted twice
+
+
 # `fslab study run ARGS` as the real CLI runs it, but holding the moment between reading the store and
 # creating the runs open until a second process has read the store too (3 s at most): two terminals
 # started together, with the race made certain instead of likely.

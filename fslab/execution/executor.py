@@ -246,15 +246,18 @@ def start_study(study, scale: str, *, settings, registry, dataset: str | None = 
                 again: str | None = None) -> StudyRuns:
     """Queue a study's runs (:func:`fslab.execution.studies.queue_study`: runs
     done with the same settings are reused) and start them as :func:`start_sweep`
-    does. Locally, runs of an earlier invocation still queued are started too."""
+    does. Runs of an earlier invocation still queued are started too: locally by the
+    scheduler, on SLURM those never taken for submitting (one interrupted while
+    submitting left the rest queued, and the same command again submitted none)."""
     outcome = queue_study(study, scale, settings=settings, registry=registry, dataset=dataset,
                           data_root=data_root, extra=extra, slurm=slurm, again=again)
-    waiting = slurm is None and any(Run(settings.runs_dir / i).state() == "queued" for i in outcome.in_progress)
+    waiting = [run for run in (Run(settings.runs_dir / i) for i in outcome.in_progress)
+               if run.state() == "queued" and (slurm is None or not run.claimed())]
     if outcome.to_start or waiting:
         if slurm is None:
             start_scheduler(settings.runs_dir)
         else:
-            outcome.to_start = _start_queued(settings.runs_dir, outcome.to_start, slurm)
+            outcome.to_start = _start_queued(settings.runs_dir, outcome.to_start + waiting, slurm)
     return outcome
 
 
