@@ -167,6 +167,8 @@ def test_published_numbers_are_the_papers(registry):
     # a key left out said 'must be ..., got None', a word TOML does not have
     ({"title": None}, "title: missing: a non-empty string"),
     ({"paper": {"authors": "A", "title": "T"}}, "paper.year: missing: a whole number from 1900 to 2100"),
+    # it said 'with authors, title, year and arxiv': a paper not on arXiv is a study too
+    ({"paper": None}, "paper: missing: a [paper] table with authors, title and year (arxiv and venue if it has them)"),
     ({"published": [{"sweep": "nca", "dataset": "synthetic", "accuracy": 1}]},
      "published[0].shots: missing: a whole number at least 1"),
     ({"published": [{"sweep": "nca", "dataset": "synthetic", "shots": 1}]},

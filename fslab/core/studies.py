@@ -300,7 +300,7 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
 
 def _paper(check: _Checker, table: Any) -> Paper:
     if table is None:
-        check.fail("paper", "missing: a [paper] table with authors, title, year and arxiv")
+        check.fail("paper", "missing: a [paper] table with authors, title and year (arxiv and venue if it has them)")
     check.keys(table, PAPER_KEYS, "paper")
     return Paper(authors=check.text(table, "authors", "paper."), title=check.text(table, "title", "paper."),
                  year=check.whole(table, "year", "paper.", 1900, high=2100),
