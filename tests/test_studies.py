@@ -352,6 +352,27 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert "| 60.00 ± 0.00 (1/2 runs) | +0.00 | pending |" in render(report, "md")
 
 
+def test_a_report_says_which_runs_ended_without_finishing_their_pending_cells(registry, tmp_path):
+    """A run killed or failed left its cells 'pending' as if it were still training: nothing said that
+    nothing would finish them."""
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    finish(nca[0], {1: [0.6] * 5, 5: [0.8] * 5})
+    report = study_report(study, config.runs_dir)
+    assert report["stopped"] == {} and "ended" not in scale_line(report)  # the rest queued: pending, and going
+    nca[1].write_status(state="killed", ended=time.time(), exit_code=None, pid=None)
+    pn = runs_of(outcome, config.runs_dir, "protonet")
+    pn[0].write_status(state="failed", ended=time.time(), exit_code=1, pid=None, error="boom")
+    report = study_report(study, config.runs_dir)
+    assert report["stopped"] == {nca[1].id: "killed", pn[0].id: "failed"}
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [PENDING, PENDING]
+    assert scale_line(report) == (f"Scale: paper; sweep {outcome.sweep_id}; 2 runs ended failed or killed, so their "
+                                  f"cells stay pending until fslab study run queues them again.")
+    assert json.loads(render(report, "json"))["stopped"] == report["stopped"]
+
+
 def test_report_json_and_csv_give_every_accuracy_ci_and_difference_in_percent_and_say_so(registry, project):
     """JSON gave the published value, its CI and the difference in percent but fslab's mean and CI as
     fractions (60.0 beside 0.7); CSV gave all in percent without saying so. Both now name the unit."""

@@ -22,8 +22,10 @@ from fslab.core.config import tested_ways
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
+from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
+from fslab.core.text import count
 from fslab.reports.compare import RunFiles, md, pooled, tex
 from fslab.reports.plot import measured_pair_fraction
 
@@ -102,9 +104,12 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 place = {"sweep": sweep.name, "dataset": dataset, "at": point}
                 runs = [Run(Path(runs_dir) / run_id) for run_id, where in places.items() if place in where]
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
+    # runs that ended killed, failed or lost: their cells stay pending, and nothing finishes them unless asked
+    stopped = {run_id: state for run_id in places if (state := Run(Path(runs_dir) / run_id).state()) in RESUMABLE}
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed, "project": project,
-            "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None, "rows": rows}
+            "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
+            "stopped": stopped, "rows": rows}
 
 
 def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, comparable: bool,
@@ -160,6 +165,10 @@ def scale_line(report: dict) -> str:
     if report.get("edited"):
         text += ("; its runs were queued before the study file's sweeps were last edited (fslab study run "
                  "queues what the file asks now)")
+    if report.get("stopped"):
+        states = " or ".join(sorted(set(report["stopped"].values())))
+        text += (f"; {count(len(report['stopped']), 'run')} ended {states}, so their cells stay pending until "
+                 f"fslab study run queues them again")
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
