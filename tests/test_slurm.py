@@ -368,6 +368,9 @@ def test_sweep_resume_goes_where_the_runs_to_queue_again_last_ran(tmp_path):
     local = sweep({"state": "failed"}, {"state": "killed", "executor": "local"})
     assert sweep_executor(runs, local) == "local"
     assert sweep_executor(runs, sweep({"state": "completed", "executor": "slurm"})) == "local"  # nothing to resume
+    # none to requeue but one never submitted (Ctrl-C while submitting): where the submitted ones went
+    assert sweep_executor(runs, sweep({"state": "queued", "executor": "slurm"}, {"state": "queued"})) == "slurm"
+    assert sweep_executor(runs, sweep({"state": "completed", "executor": "local"}, {"state": "queued"})) == "local"
     both = sweep({"state": "killed", "executor": "slurm"}, {"state": "killed", "executor": "local"})
     with pytest.raises(UsageError) as error:
         sweep_executor(runs, both)

@@ -841,3 +841,56 @@ def test_fslab_queue_says_when_no_scheduler_is_alive_to_start_the_waiting_runs(t
             scheduler.kill()
             scheduler.wait()
         os.close(slot)
+
+
+# `fslab ARGS` as the real CLI runs it, with a Ctrl-C arriving as the sweep's record is about to be saved.
+INTERRUPTED_RECORD = """
+import os, signal, sys
+import fslab.execution.sweep as sweep
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+def interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+sweep.save_sweep = interrupted
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+
+def test_a_sweep_interrupted_before_its_record_leaves_no_run_queued(project):
+    """Ctrl-C while fslab sweep created its runs left those created so far queued with no sweep record, for
+    whichever scheduler the project started next to train, unasked; and it exited without a word."""
+    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05,0.02", *TINY, "--epochs", "1"]
+    result = subprocess.run([sys.executable, "-c", INTERRUPTED_RECORD, *argv], cwd=project, text=True,
+                            capture_output=True, timeout=120)
+    assert result.returncode == 130 and result.stderr == (
+        "sweep interrupted while queueing: the runs it had created were removed, so nothing of it is left to "
+        "train; the same command again queues it all\n")
+    assert sorted(p.name for p in (project / "runs").iterdir() if not p.name.startswith(".")) in ([], ["sweeps"])
+
+
+def test_a_sweep_interrupted_while_submitting_to_slurm_submits_the_rest_on_resume(project):
+    """Ctrl-C while fslab sweep --executor slurm submitted its jobs left the rest queued with no job:
+    fslab sweep resume took the sweep for a local one (no run to requeue) and started a scheduler on the
+    login node for them, and with --executor slurm it submitted none of them."""
+    from .test_studies import INTERRUPTED_SUBMIT, fake_slurm_study
+
+    env = fake_slurm_study(project)
+    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05,0.02", *TINY, "--epochs", "1", "--executor", "slurm"]
+    first = subprocess.run([sys.executable, "-c", INTERRUPTED_SUBMIT, *argv], cwd=project, env=env, text=True,
+                           capture_output=True, timeout=120)
+    sweep_id = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())["id"]
+    assert first.returncode == 130 and first.stderr == (f"{sweep_id} interrupted while submitting its runs; those "
+                                                        f"not yet started go on with: fslab sweep resume {sweep_id}\n")
+
+    def jobs():
+        return sorted(str(json.loads((d / "status.json").read_text()).get("slurm_job_id"))
+                      for d in (project / "runs").iterdir() if d.name != "sweeps")
+
+    # the first submitted; the second taken for submitting as Ctrl-C came (its job may exist: left); the third not
+    assert jobs() == ["100", "None", "None"]
+    again = fslab("sweep", "resume", sweep_id, cwd=project, env=env)  # where: as its submitted run went
+    assert again.returncode == 0 and again.stdout == f"{sweep_id}: 1 run submitted again as SLURM jobs\n"
+    assert jobs() == ["100", "101", "None"] and not (project / "runs" / "sweeps" / "scheduler.log").exists()
+    assert (project / "next-job").read_text().strip() == "102"

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -332,7 +332,8 @@ def sweep(
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
     [bold]fslab sweep resume SWEEP[/bold] queues again what failed, was killed or was lost.
 
-    With nothing to queue again, fslab sweep resume starts a scheduler for the sweep's runs still waiting.
+    With nothing to queue again, fslab sweep resume starts a scheduler for the sweep's runs still waiting (a sweep of
+    SLURM jobs: submits those never submitted). Ctrl-C while queueing removes the runs created so far.
     """
     from fslab.execution import executor as executors
 
@@ -348,10 +349,25 @@ def sweep(
                               batch_size=batch_size, lr=lr, seed=seed, device=device, gpus=gpus)
     base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink,
                      file_set=fixed)
-    sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
-                                           registry=registry(project), fail_fast=fail_fast, slurm=options)
+    try:
+        sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
+                                               registry=registry(project), fail_fast=fail_fast, slurm=options)
+    except KeyboardInterrupt as interrupt:
+        _interrupted_sweep(getattr(interrupt, "sweep", None), options is not None)
     follow = "fslab runs" if options is not None else "fslab queue"
     console.print(f"{sweep_id}: {count(len(runs), 'run')} {where}; follow them with: {follow}", highlight=False)
+
+
+def _interrupted_sweep(sweep: str | None, on_slurm: bool) -> NoReturn:
+    """The line for Ctrl-C while ``fslab sweep`` queued (``sweep`` None: before its record
+    was saved, so its runs were removed) or submitted its runs; exit code 130, as the shell's."""
+    if sweep is None:
+        err_console.print("sweep interrupted while queueing: the runs it had created were removed, so nothing of it "
+                          "is left to train; the same command again queues it all", highlight=False)
+    else:
+        err_console.print(f"{sweep} interrupted while {'submitting' if on_slurm else 'starting'} its runs; those "
+                          f"not yet started go on with: fslab sweep resume {sweep}", highlight=False)
+    raise typer.Exit(130)
 
 
 def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_fast: bool, grid: list[str]):

@@ -189,18 +189,34 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
     """Queue one run per grid combination and seed, then start them: a local
     scheduler takes them as slots free up, or each becomes a SLURM job."""
     sweep_id, runs = create_sweep(method, grid, seeds, base=base, settings=settings, registry=registry,
-                                  fail_fast=fail_fast, slurm_options=slurm)
-    return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
+                                  fail_fast=fail_fast, slurm_options=slurm)  # interrupted: nothing left queued
+    try:
+        return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
+    except KeyboardInterrupt:  # while submitting: the sweep is recorded, its runs not yet submitted wait
+        raise SweepInterrupted(sweep_id) from None
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C after the sweep ``sweep`` was recorded, while its runs were being started
+    (submitting SLURM jobs): ``fslab sweep resume`` starts those not yet started."""
+
+    def __init__(self, sweep: str):
+        super().__init__(sweep)
+        self.sweep = sweep
 
 
 def sweep_executor(runs_dir: Path, ref: str) -> str:
     """Where ``fslab sweep resume`` starts a sweep's runs without ``--executor``:
-    where those it queues again last ran, as :func:`resume` goes by a run's
-    (``local`` where none is to be queued again). Runs of both kinds are one line
-    asking which."""
+    where those it queues again last ran, as :func:`resume` goes by a run's; with none
+    to queue again but some never started (Ctrl-C while submitting), where its started
+    runs went; ``local`` where none tells. Runs of both kinds are one
+    line asking which."""
     record = load_sweep(runs_dir, ref)
-    kinds = {"slurm" if run.status().get("executor") == "slurm" else "local"
-             for run in sweep_runs(runs_dir, record) if run.state() in RESUMABLE}
+    runs = sweep_runs(runs_dir, record)
+    told = [run for run in runs if run.state() in RESUMABLE]
+    if not told and any(run.state() == "queued" and not run.claimed() for run in runs):  # never submitted
+        told = [run for run in runs if run.status().get("executor")]  # go where its started runs went
+    kinds = {"slurm" if run.status().get("executor") == "slurm" else "local" for run in told}
     if len(kinds) > 1:
         raise UsageError(f"runs of {record['id']} last ran both here and as SLURM jobs; say where they go on: "
                          f"fslab sweep resume {record['id']} --executor local (or --executor slurm)")
@@ -234,8 +250,12 @@ def resume_sweep(ref: str, *, settings, registry,
             except UsageError as exc:
                 raise root_gone(run, config, exc) or exc from None
     again = requeue(settings.runs_dir, record)
-    waiting = [] if again or slurm is not None else [
-        run for run in sweep_runs(settings.runs_dir, record) if run.state() == "queued" and not run.claimed()]
+    requeued = {run.id for run in again}
+    unstarted = [run for run in sweep_runs(settings.runs_dir, record)
+                 if run.id not in requeued and run.state() == "queued" and not run.claimed()]
+    if slurm is not None:  # runs never submitted (Ctrl-C while submitting) are submitted with the rest
+        return record, _start_queued(settings.runs_dir, again + unstarted, slurm), unreadable, []
+    waiting = [] if again else unstarted
     if waiting:
         start_scheduler(settings.runs_dir)
     return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting

@@ -50,7 +50,7 @@ from fslab.core.study_plan import (
 from fslab.core.sweeps import save_sweep
 from fslab.execution.checks import check_run
 from fslab.execution.slots import check_local_queue
-from fslab.execution.sweep import requeue
+from fslab.execution.sweep import requeue, withdraw
 
 
 @dataclass
@@ -213,17 +213,6 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
     except BaseException:
         withdraw(created)
         raise
-
-
-def withdraw(runs: list[Run]) -> None:
-    """Remove runs this command created and did not record, which no scheduler has taken: left queued,
-    they would wait unrecorded for the next scheduler of the project (another sweep's) to train them.
-    One a scheduler took meanwhile is left to train; the same command again reuses it."""
-    import shutil
-
-    for run in runs:
-        if run.claim():  # no scheduler can start it now
-            shutil.rmtree(run.path, ignore_errors=True)
 
 
 def _record(study: Study, scale: str, dataset: str | None, changed: dict, project: dict, sweep_id: str, runs_dir,

@@ -174,13 +174,27 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
         check_local_queue(settings, max(config["train"]["processes"] for config in configs))
     sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     runs = []
-    for config in configs:
-        run = create_run(settings.runs_dir, method, config)
-        run.write_status(sweep=sweep_id)
-        runs.append(run)
-    save_sweep(settings.runs_dir, sweep_id, method=method, grid=grid, seeds=seeds, fail_fast=fail_fast,
-               runs=[r.id for r in runs])
+    try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
+        for config in configs:
+            runs.append(run := create_run(settings.runs_dir, method, config))
+            run.write_status(sweep=sweep_id)
+        save_sweep(settings.runs_dir, sweep_id, method=method, grid=grid, seeds=seeds, fail_fast=fail_fast,
+                   runs=[r.id for r in runs])
+    except BaseException:
+        withdraw(runs)
+        raise
     return sweep_id, runs
+
+
+def withdraw(runs: list[Run]) -> None:
+    """Remove runs a sweep or study created and did not record, which no scheduler has taken: left queued,
+    they would wait unrecorded for the next scheduler of the project (another sweep's) to train them.
+    One a scheduler took meanwhile is left to train; the same command again reuses it."""
+    import shutil
+
+    for run in runs:
+        if run.claim():  # no scheduler can start it now
+            shutil.rmtree(run.path, ignore_errors=True)
 
 
 def _check_no_twins(configs: list[dict], layers: list[list[dict]]) -> None:
