@@ -1418,16 +1418,9 @@ def test_report_out_naming_a_file_is_one_line_and_leaves_the_file_alone(project)
     ("paper", {"method": "ncaa"}, "sweep 'nca'.method (on synthetic): Unknown method 'ncaa'. Did you mean 'nca'?"),
     ("paper", {"datasets": ["synthetik"]}, "sweep 'nca'.datasets (on synthetik): Unknown dataset 'synthetik'."),
     ("paper", {"set": {"train.epochz": 1}}, "sweep 'nca'.set.train.epochz (on synthetic): unknown config key"),
-    ("paper", {"set": {"train.epochs": "one"}},
-     "sweep 'nca'.set.train.epochs (on synthetic): config key 'train.epochs' must be an integer, got \"one\""),
     ("paper", {"set": {"backbone.name": "conv5"}}, "sweep 'nca'.set.backbone.name (on synthetic): Unknown backbone"),
-    ("paper", {"grid": {"train.lr": ["fast"]}}, "sweep 'nca'.grid.train.lr (on synthetic): config key 'train.lr'"),
     ("quick", {"quick": {"set": {"eval.shotz": [1]}}}, "quick.set.eval.shotz (on synthetic): unknown config key"),
     ("quick", {"quick": {"dataset": "synthetik"}}, "quick.dataset (on synthetic): Unknown dataset 'synthetik'."),
-    # a grid key's value from the quick scale's narrower grid is that grid's
-    ("quick", {"grid": {"train.lr": [0.1, 0.2]}, "quick": {"grid": {"train.lr": ["fast"]}}},
-     "quick.grid.train.lr (on synthetic): config key 'train.lr'"),
-    ("quick", {"grid": {"train.lr": ["fast"]}}, "sweep 'nca'.grid.train.lr (on synthetic): config key 'train.lr'"),
 ])
 def test_a_study_file_that_does_not_resolve_names_the_file_and_key(registry, tmp_path, scale, change, start):
     """An unknown method, dataset or key, or a value of the wrong type, in a study file said 'study tiny, sweep
@@ -1440,6 +1433,29 @@ def test_a_study_file_that_does_not_resolve_names_the_file_and_key(registry, tmp
     with pytest.raises(UsageError) as error:
         resolve_study(study, scale, settings=store(tmp_path), registry=registry)
     assert str(error.value).startswith(f"studies/tiny.toml: {start}"), str(error.value)
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"set": {"train.epochs": "one"}}, "sweep 'nca'.set.train.epochs: must be an integer, got \"one\""),
+    ({"grid": {"train.lr": [0.1, "fast"]}}, "sweep 'nca'.grid.train.lr: must be a number, got \"fast\""),
+    ({"grid": {"eval.shots": [[1], [5, "a"]]}}, "sweep 'nca'.grid.eval.shots[1]: must be an integer, got \"a\""),
+    ({"grid": {"train.lr": [0.1, 0.2]}, "quick": {"grid": {"train.lr": ["fast"]}}},
+     "quick.grid.train.lr: must be a number, got \"fast\""),
+    ({"quick": {"set": {"train.flip": "no"}}}, "quick.set.train.flip: must be true or false, got \"no\""),
+    # the quick scale replaces the paper's epochs: checked as the study is read, it hid the paper's error
+    ({"set": {"train.epochs": "3"}, "quick": {"set": {"train.epochs": 1}}},
+     "sweep 'nca'.set.train.epochs: must be an integer, got \"3\""),
+])
+def test_a_value_of_the_wrong_type_is_refused_as_the_study_is_read(change, said):
+    """A study file's value of the wrong type for one of fslab's keys was found only where a scale resolved
+    it: one the quick scale replaces passed fslab study show and run --scale quick (only the paper scale or
+    the kit's test said it). It is checked as a sweep file's is, when the file is read."""
+    data, change = tiny(published=[]), dict(change)
+    data.update({"quick": change.pop("quick")} if "quick" in change else {})
+    data["sweep"][0].update(change)
+    with pytest.raises(ConfigError) as error:
+        parse_study(data, "studies/tiny.toml")
+    assert str(error.value) == f"studies/tiny.toml: {said}"
 
 
 def test_a_set_on_the_command_line_is_not_blamed_on_the_study_file(registry, tmp_path):

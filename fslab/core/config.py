@@ -233,6 +233,25 @@ def merge(base: dict, layer: dict) -> dict:
     return out
 
 
+def type_error(table: dict, grid: bool = False) -> tuple[str, str] | None:
+    """The first value ``table`` (``{dotted key: value}``; a grid's ``{key: [values]}``) gives one of
+    fslab's own keys that is not of the key's type, as ``(key, what is wrong)``: the key as the check
+    names it (``eval.shots[1]``), the rest of its line (`` must be an integer, got "x"``). None where all
+    are. Sweep and study files are checked so when read, before a scale or a layer can replace a value;
+    a plugin's parameters wait for the plugin the configuration names."""
+    defaults = dotted(DEFAULTS)
+    for key, value in table.items():
+        if defaults.get(key) is None:
+            continue
+        for each in value if grid else [value]:
+            try:
+                check_value(key, each, defaults[key])
+            except ConfigError as exc:
+                said = re.match(r"config key '([^']*)'", str(exc))
+                return (said[1], str(exc)[said.end():]) if said else (key, f": {exc}")
+    return None
+
+
 def point_layer(below: Iterable[dict], point: dict) -> dict:
     """A grid point ({dotted key: value}) as one configuration layer over the layers ``below`` it (a
     sweep's options and settings), so that its runs train as the same values given with those

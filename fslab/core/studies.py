@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fslab.core.assignments import shown
+from fslab.core.config import type_error
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.settings import read_toml
@@ -244,6 +245,12 @@ class _Checker:
                              f"grid: list it once")
         return values
 
+    def typed(self, table: dict, where: str, grid: bool = False) -> None:
+        """Each value ``table`` gives one of fslab's own keys against its type (as a sweep file's
+        are), when the file is read: a scale or layer that replaces it (--scale quick) hides none."""
+        if (wrong := type_error(table, grid=grid)) is not None:
+            self.fail(f"{where}.{wrong[0]}", wrong[1].removeprefix(" ").removeprefix(": "))
+
     def settings(self, table: Any, where: str) -> dict:
         """A table of configuration keys, dotted or nested, as {dotted key: value}."""
         if not isinstance(table, dict):
@@ -331,6 +338,8 @@ def _sweeps(check: _Checker, tables: Any) -> tuple[StudySweep, ...]:
         for key, values in grid.items():
             check.values(values, f"{where}.grid.{key}")
         fixed = check.settings(table.get("set", {}), f"{where}.set")
+        check.typed(grid, f"{where}.grid", grid=True)
+        check.typed(fixed, f"{where}.set")
         leaves = grid_leaves(grid)  # a grid of tables sets the keys inside them
         if reserved := [key for key in leaves if key in RESERVED]:
             check.fail(f"{where}.grid.{reserved[0]}", "is set by the study itself (seeds and datasets); leave it out")
@@ -351,10 +360,13 @@ def _quick(check: _Checker, table: Any, sweeps: tuple[StudySweep, ...]) -> Quick
         if key not in grid_keys:
             check.fail(f"quick.grid.{key}", f"is no sweep's grid key ({', '.join(sorted(grid_keys)) or 'none'})")
         check.values(values, f"quick.grid.{key}")
+    check.typed(grid, "quick.grid", grid=True)
+    quick_set = check.settings(table.get("set", {}), "quick.set")
+    check.typed(quick_set, "quick.set")
     return QuickScale(seeds=check.whole(table, "seeds", "quick.", 1, default=1),
                       dataset=check.text(table, "dataset", "quick.", required=False, default="synthetic")
                       or "synthetic",
-                      set=check.settings(table.get("set", {}), "quick.set"), grid=grid)
+                      set=quick_set, grid=grid)
 
 
 def _published(check: _Checker, tables: Any, sweeps: dict[str, StudySweep]) -> tuple[Cell, ...]:

@@ -12,13 +12,12 @@ import copy
 import itertools
 import json
 import math
-import re
 import secrets
 import time
 from pathlib import Path
 
 from fslab.core.assignments import assignment, parse_assignment, shown
-from fslab.core.config import DEFAULTS, RunConfig, naming_the_file, point_layer, resolve
+from fslab.core.config import RunConfig, naming_the_file, point_layer, resolve, type_error
 from fslab.core.errors import ConfigError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.limits import check_fields
@@ -120,20 +119,10 @@ def read_sweep_file(path: Path) -> dict:
 
 def _check_types(path: Path, data: dict) -> None:
     """The values the file gives fslab's own keys, each against its type, naming the file (the
-    resolved configurations are checked later, where a key's origin is no longer known;
-    plugin parameters wait for the plugin the configuration names)."""
-    defaults = dotted(DEFAULTS)
+    resolved configurations are checked later, where a key's origin is no longer known)."""
     for table in ("set", "grid"):
-        for key, value in data[table].items():
-            if defaults.get(key) is None:
-                continue
-            for each in value if table == "grid" else [value]:
-                try:
-                    check_value(key, each, defaults[key])
-                except ConfigError as exc:  # "config key 'train.lr' must be ..." -> "s.toml: set.train.lr must be ..."
-                    said = re.match(r"config key '([^']*)'", str(exc))
-                    raise ConfigError(f"{path}: {table}.{said[1]}{str(exc)[said.end():]}" if said else
-                                      f"{path}: {table}.{key}: {exc}") from None
+        if (wrong := type_error(data[table], grid=table == "grid")) is not None:
+            raise ConfigError(f"{path}: {table}.{wrong[0]}{wrong[1]}")  # s.toml: set.train.lr must be a number, ...
 
 
 def expand(grid: dict[str, list], seeds: int, first_seed: int = 0, below: list[dict] = ()) -> list[list[dict]]:
