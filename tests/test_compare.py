@@ -487,6 +487,28 @@ def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path)
     assert shown.returncode == 0 and f"mAP {100 * mean:.2f}±{100 * ci:.2f} (4)" in shown.stdout, shown.stderr
 
 
+def test_an_map_is_never_paired_with_an_accuracy(tmp_path):
+    """A run tested with retrieval-map and one tested with centroid, both scored on 5-way 1-shot 9-query
+    episodes: compare gave 'retrieval-map − centroid: +x points', an mAP less an accuracy."""
+    rng = random.Random(3)
+    for name, metric, lr in (("centroid", "accuracy", 0.05), ("retrieval-map", "map", 0.1),
+                             ("centroid", "accuracy", 0.01)):
+        for seed in (0, 1):
+            scores = [rng.choice([0.2, 0.6, 1.0]) for _ in range(10)]
+            config = {"method": "nca", "seed": seed, "evaluator": {"name": name}, "train": {"lr": lr}}
+            run = create_run(tmp_path / "runs", "nca", config)
+            run.save_accuracies({"split": "test", "ways": 5, "shots": 1, "queries": 9, "episodes": 10,
+                                 "evaluator": name, "metric": metric, "seed": 0, "epoch": 2,
+                                 "accuracy": sum(scores) / 10, "ci95": 0.0}, scores)
+    report = compare(list_runs(tmp_path / "runs"), shots=[1], ways=5, queries=9)
+    assert [g["group"] for g in report["groups"]] == ["evaluator.name=centroid, train.lr=0.05",
+                                                      "evaluator.name=retrieval-map, train.lr=0.1",
+                                                      "evaluator.name=centroid, train.lr=0.01"]
+    # the two accuracy groups still pair; the mAP group pairs with neither
+    assert [(p["group"], p["episodes"]) for p in report["paired"]] == [("evaluator.name=centroid, train.lr=0.01", 20)]
+    assert "retrieval-map −" not in render(report, "md")
+
+
 @pytest.mark.parametrize("scored, configured, given, read", [
     ([(5, 5)], [(5, 15)], (None, None), (5, 5)),  # the one shape the scores have
     ([(5, 5), (5, 15)], [(5, 5), (5, 5)], (None, None), (5, 5)),  # two scored: the one the runs evaluate

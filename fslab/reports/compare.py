@@ -323,7 +323,8 @@ def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluato
     ``--group-by`` pools other settings in a group, by those: :func:`_twin`), where
     both runs were scored on the same episodes: the same dataset (its root
     aside), the same data (:func:`same_data`) and the same count, seed and
-    episode stream version (``episodes`` episodes, default: the most both share)."""
+    episode stream version (``episodes`` episodes, default: the most both share),
+    and by the same metric (a retrieval evaluator's mAP less an accuracy measures nothing)."""
     files = files or RunFiles()
     grouped = tuple({**a.settings, **b.settings})  # what tells the groups apart; the rest pairs twins
     by_twin = {_twin(r, files, grouped): r for r in a.runs}
@@ -336,7 +337,7 @@ def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluato
         mine, theirs = (episode_accuracies(r, split, shots, ways, queries, evaluator, files, count)
                         for r in (run, other))
         if (mine and theirs and all(mine[k] == theirs[k] for k in ("episodes", "seed", "stream"))
-                and same_data(mine, theirs)):
+                and same_data(mine, theirs) and mine.get("metric", "accuracy") == theirs.get("metric", "accuracy")):
             out += [x - y for x, y in zip(mine["accuracies"], theirs["accuracies"])]
     return out
 
