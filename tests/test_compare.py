@@ -10,6 +10,7 @@ import pytest
 
 from fslab.core.errors import UsageError
 from fslab.core.runstore import create_run, list_runs
+from fslab.core.text import signed
 from fslab.reports.compare import compare, mean_ci, render, tex
 
 from .runs_helpers import fslab
@@ -507,6 +508,22 @@ def test_an_map_is_never_paired_with_an_accuracy(tmp_path):
     # the two accuracy groups still pair; the mAP group pairs with neither
     assert [(p["group"], p["episodes"]) for p in report["paired"]] == [("evaluator.name=centroid, train.lr=0.01", 20)]
     assert "retrieval-map −" not in render(report, "md")
+
+
+def test_a_difference_that_rounds_to_zero_has_no_minus_sign(tmp_path):
+    """Episodes (0.2, 0.4, 0.8) against (0.4, 0.8, 0.2) differ by -1.85e-17 on average, a float's noise:
+    the table, md and latex printed it as '-0.00', a loss where there is none."""
+    for lr, scores in ((0.1, [0.2, 0.4, 0.8]), (0.05, [0.4, 0.8, 0.2])):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "train": {"lr": lr}})
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 3,
+                             "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.0, "ci95": 0.0}, scores)
+    report = compare(list_runs(tmp_path / "runs"), shots=[5])
+    (paired,) = report["paired"]
+    assert -1e-12 < paired["difference"] < 0  # the noise this is about
+    assert "| +0.00 ± " in render(report, "md") and "& +0.00 $\\pm$ " in render(report, "latex")
+    shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
+    assert shown.returncode == 0 and "5-shot: +0.00 ± " in shown.stdout, shown.stdout + shown.stderr
+    assert signed(-0.004) == "+0.00" and signed(-0.005001) == "-0.01" and signed(0.0) == "+0.00"
 
 
 @pytest.mark.parametrize("scored, configured, given, read", [

@@ -33,7 +33,7 @@ from fslab.core.config import EPISODES_MAX
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import accuracy_text, canonical_evaluator, table_score
 from fslab.core.limits import repeated_at
-from fslab.core.text import count, queries_text
+from fslab.core.text import count, queries_text, signed
 
 
 @app.command("eval")
@@ -262,7 +262,7 @@ def compare_(
                                             *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:
         console.print(f"{shown(p['group'])} − {shown(p['baseline'])}, {p['shots']}-shot: "
-                      f"{100 * p['difference']:+.2f} ± {100 * p['ci95']:.2f} points "
+                      f"{signed(100 * p['difference'])} ± {100 * p['ci95']:.2f} points "
                       f"(paired over {count(p['episodes'], 'episode')})",
                       highlight=False)
 

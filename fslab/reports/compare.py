@@ -31,7 +31,7 @@ from fslab.core.events import canonical_evaluator, label_params, logged_evaluato
 from fslab.core.keys import dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
-from fslab.core.text import queries_text
+from fslab.core.text import queries_text, signed
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -485,7 +485,7 @@ def render(report: dict, fmt: str) -> str:
     for group in dict.fromkeys(p["group"] for p in report["paired"]):
         by_shots = {f"{p['shots']}-shot": p for p in report["paired"] if p["group"] == group}
         baseline = next(iter(by_shots.values()))["baseline"]
-        cells = [f"{100 * p['difference']:+.2f}{pm}{100 * p['ci95']:.2f}" if (p := by_shots.get(s)) else "-"
+        cells = [signed(100 * p["difference"]) + f"{pm}{100 * p['ci95']:.2f}" if (p := by_shots.get(s)) else "-"
                  for s in shots]
         lines.append([f"{group} − {baseline}, paired over the same episodes", "-", *cells])
     if fmt == "md":

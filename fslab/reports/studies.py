@@ -25,7 +25,7 @@ from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
-from fslab.core.text import count
+from fslab.core.text import count, signed
 from fslab.reports.compare import RunFiles, md, pooled, tex
 from fslab.reports.plot import measured_pair_fraction
 
@@ -183,7 +183,7 @@ def _cells(row: dict, pm: str) -> list[str]:
     measured = "-" if m is None else f"{100 * m['accuracy']:.2f}{pm}{100 * m['ci95']:.2f}"
     if row["completed"] or row["runs"]:  # the runs whose scores are pooled, of those the point needs
         measured += f" ({row.get('scored', row['completed'])}/{max(row['expected'], row['runs'])} runs)"
-    difference = "-" if row["difference"] is None else f"{row['difference']:+.2f}"
+    difference = "-" if row["difference"] is None else signed(row["difference"])
     at = ", ".join(assignment(k, v) for k, v in row["at"].items()) or "-"
     episodes = f"{row['ways']}-way {row['shots']}-shot" if row["shots"] else "-"
     return [row["label"], row["dataset"], at, episodes, published, measured,

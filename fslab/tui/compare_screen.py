@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from fslab.core.events import table_score
 from fslab.core.runstore import Run
-from fslab.core.text import count, printable, queries_text
+from fslab.core.text import count, printable, queries_text, signed
 from fslab.reports.compare import compare, metrics_name, shapes_text
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
@@ -115,7 +115,7 @@ class CompareScreen(Screen):
                           Text(f"{len(row['runs'])}{missing}"), Text(table_score(one)), Text(table_score(five)),
                           Text(episodes or "-"), Text(printable(row["group"])))
         self.show_intervals(report)
-        lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {100 * p['difference']:+.2f} ± "
+        lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {signed(100 * p['difference'])} ± "
                  f"{100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
         self.query_one("#paired", Static).update(Text(printable("\n".join(lines), lines=True)))
 
