@@ -404,3 +404,33 @@ def test_lines_are_labelled_by_what_differs_among_the_lines_drawn(batch_store):
     data = series_data(runs, "batch-size", shots=[1])
     assert [item["run"] for item in data["left_out"]] == [killed.id]
     assert [s["label"] for s in data["panels"][0]["series"]] == ["method=study"]
+
+
+def test_a_true_false_setting_is_a_category_ticked_false_and_true(tmp_path, monkeypatch):
+    """eval.center on the x axis was drawn as the numbers 0 and 1 (a bool is an int to Python),
+    ticked 0.0, 0.2 ... 1.0 with no word of false or true."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fslab.core.runstore import list_runs
+    from fslab.reports.plot import draw, series_data
+
+    rng = random.Random(4)
+    for center in (True, False):
+        for seed in (0, 1):
+            config = {"method": "nca", "seed": seed, "eval": {"center": center}}
+            run = create_run(tmp_path / "runs", "nca", config)
+            scores = [rng.choice([0.4, 0.8]) for _ in range(10)]
+            run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 10,
+                                 "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.6, "ci95": 0.0}, scores)
+    data = series_data(list_runs(tmp_path / "runs"), "eval.center", shots=[5])
+    drawn = []
+    monkeypatch.setattr(plt, "close", drawn.append)  # keep the figure to read its axis
+    draw(data, tmp_path / "center.png")
+    (ax,) = drawn[0].axes
+    low, high = ax.get_xlim()
+    ticks = [(t, label.get_text()) for t, label in zip(ax.get_xticks(), ax.get_xticklabels()) if low <= t <= high]
+    assert ticks == [(0, "false"), (1, "true")]
+    assert [p["x"] for p in data["panels"][0]["series"][0]["points"]] == [False, True]

@@ -254,6 +254,17 @@ def parse_size(text: str) -> tuple[int, int]:
     return size
 
 
+def _number(value) -> bool:
+    """Whether ``value`` is placed on a numeric axis: a number, not a true/false (bool is an int to Python,
+    so ``eval.center`` was drawn at 0 and 1, ticked 0.0, 0.2 ... 1.0)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _category(value) -> str:
+    """A value's tick on a category axis, as ``--set`` writes it: ``false``, ``null``, ``[0.5, 0.75]``, ``conv4``."""
+    return toml_value(value) if value is None or isinstance(value, bool) else str(value)
+
+
 def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
     """The x axis's scale and ticks for the setting ``key`` at values ``xs``
     (the categories, in order, where they are not all numbers)."""
@@ -288,12 +299,12 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
     # one colour per line in every panel, and one legend under the panels
     labels = list(dict.fromkeys(s["label"] for panel in panels for s in panel["series"]))
     handles = {}
-    numeric = all(isinstance(p["x"], (int, float)) for panel in panels for s in panel["series"] for p in s["points"])
-    categories = sorted({str(p["x"]) for panel in panels for s in panel["series"] for p in s["points"]})
+    numeric = all(_number(p["x"]) for panel in panels for s in panel["series"] for p in s["points"])
+    categories = sorted({_category(p["x"]) for panel in panels for s in panel["series"] for p in s["points"]})
     xs_all = sorted({p["x"] for panel in panels for s in panel["series"] for p in s["points"]}, key=_order)
     for ax, panel in zip(axes[0], panels):
         for line in panel["series"]:
-            xs = [p["x"] if numeric else categories.index(str(p["x"])) for p in line["points"]]
+            xs = [p["x"] if numeric else categories.index(_category(p["x"])) for p in line["points"]]
             handles[line["label"]] = ax.errorbar(
                 xs, [100 * p["accuracy"] for p in line["points"]], yerr=[100 * p["ci95"] for p in line["points"]],
                 marker="o", markersize=4, capsize=3, linewidth=1.2, color=f"C{labels.index(line['label']) % 10}")
