@@ -434,3 +434,23 @@ def test_a_true_false_setting_is_a_category_ticked_false_and_true(tmp_path, monk
     ticks = [(t, label.get_text()) for t, label in zip(ax.get_xticks(), ax.get_xticklabels()) if low <= t <= high]
     assert ticks == [(0, "false"), (1, "true")]
     assert [p["x"] for p in data["panels"][0]["series"][0]["points"]] == [False, True]
+
+
+def test_dollar_signs_in_a_title_a_label_or_a_category_are_drawn_as_they_are(batch_store):
+    """matplotlib reads text between two $ as math: --title 'cost $5 to $10' was drawn 'cost 5to10',
+    and a title, a line's setting or a category holding math it cannot parse ($\\foo$) ended in a traceback."""
+    tmp_path, _ = batch_store
+    result = fslab("plot", "batch-size", "all", "--title", "a $\\foo$ b", "--out", "t.png", cwd=tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert png_size(tmp_path / "t.png") == (1000, 420)
+
+    from fslab.reports.plot import draw, literal
+
+    data = {"x": "loss.note", "split": "test", "ways": 5, "queries": 15,
+            "panels": [{"shots": 5, "series": [{"label": "loss.tag=$\\foo$", "points": [
+                {"x": "$\\bar$", "accuracy": 0.5, "ci95": 0.1}, {"x": "$5 to $10", "accuracy": 0.6, "ci95": 0.1}]}]}]}
+    assert draw(data, tmp_path / "d.png", title="$\\baz$") == (500, 420)
+    import matplotlib.text
+
+    shown = matplotlib.text.Text(text=literal("cost $5 to $10"))
+    assert shown._preprocess_math(shown.get_text()) == ("cost $5 to $10", False)  # drawn as plain text

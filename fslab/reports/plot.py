@@ -265,6 +265,13 @@ def _category(value) -> str:
     return toml_value(value) if value is None or isinstance(value, bool) else str(value)
 
 
+def literal(text: str) -> str:
+    """``text`` as matplotlib draws it letter for letter: two ``$`` in a title, a legend's setting or a category
+    (``--title 'cost $5 to $10'``) were read as math, drawn ``cost 5to10`` or, where the math did not parse
+    (``$\\foo$``), a traceback; a ``\\$`` is drawn as ``$`` outside math."""
+    return text.replace("$", r"\$")
+
+
 def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
     """The x axis's scale and ticks for the setting ``key`` at values ``xs``
     (the categories, in order, where they are not all numbers)."""
@@ -275,7 +282,7 @@ def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
         ax.set_xticks(xs, [str(v) for v in xs])
         ax.minorticks_off()
     elif not numeric:
-        ax.set_xticks(range(len(xs)), xs)
+        ax.set_xticks(range(len(xs)), [literal(x) for x in xs])
     elif all(isinstance(v, int) and not isinstance(v, bool) for v in xs):
         # whole-number settings (seeds, epochs, shots, ways) are ticked at whole numbers, never at 1.25
         if len(set(xs)) == 1:  # one value: the range around it holds no other whole number to tick
@@ -310,14 +317,14 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
                 marker="o", markersize=4, capsize=3, linewidth=1.2, color=f"C{labels.index(line['label']) % 10}")
         x_axis(ax, data["x"], xs_all if numeric else categories, numeric)
         ax.set_title(f"{panel.get('ways', data['ways'])}-way {panel['shots']}-shot ({data['split']})")
-        ax.set_xlabel(AXIS_LABELS.get(data["x"], data["x"]))
+        ax.set_xlabel(literal(AXIS_LABELS.get(data["x"], data["x"])))
         ax.set_ylabel(y_label(data))
         ax.grid(True, alpha=0.3)
     wrap = max(20, width // 7)  # characters of small text that fit across the figure
-    fig.legend([handles[label] for label in labels], [textwrap.fill(label, wrap) for label in labels],
+    fig.legend([handles[label] for label in labels], [literal(textwrap.fill(label, wrap)) for label in labels],
                loc="outside lower center", fontsize="small", frameon=False)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(literal(title))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=dpi, format="png")
     plt.close(fig)
