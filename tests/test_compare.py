@@ -151,6 +151,13 @@ def test_csv_and_json_parse_back(store):
     assert tex("lr=-1, run-2, x-.5, -.5, 1e-3, -") == "lr=$-$1, run-2, x-.5, $-$.5, 1e-3, -"
 
 
+def test_latex_names_the_characters_its_default_font_sets_as_others():
+    """LaTeX's default encoding (OT1) sets '|' as an em dash and '<', '>' as '¡', '¿': a study's label
+    'ProtoNet | pipe' or a setting 'a<b' came out in a table as other text."""
+    assert tex("ProtoNet | pipe, a<b, c>d, x->y") == ("ProtoNet \\textbar{} pipe, a\\textless{}b, "
+                                                      "c\\textgreater{}d, x$\\to$y")
+
+
 def test_cli_compare(store, builtin_plugins, monkeypatch):
     folder, data = store
     monkeypatch.chdir(folder)

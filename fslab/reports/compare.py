@@ -404,7 +404,7 @@ def _data(config: dict) -> dict:
 
 _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
         "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "−": r"$-$",
-        "->": r"$\to$"}
+        "->": r"$\to$", "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}"}
 
 
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
@@ -437,8 +437,9 @@ def tex(text: str) -> str:
     """Text as LaTeX writes it in a table cell: its special characters escaped
     (a label may hold any text a setting holds), ± and − as math, and so is the
     hyphen of a negative number (``-0.52``, a difference; ``lr=-1`` in a label), which
-    LaTeX's text mode would set as a hyphen, shorter than a minus."""
-    return re.sub(r"->|[\\&%$#_{}~^±−]|(?<![\w.-])-(?=\.?\d)", lambda m: _TEX.get(m.group(), r"$-$"), text)
+    LaTeX's text mode would set as a hyphen, shorter than a minus; ``|``, ``<`` and ``>`` by name,
+    which LaTeX's default font encoding (OT1) sets as an em dash, ¡ and ¿."""
+    return re.sub(r"->|[\\&%$#_{}~^±−|<>]|(?<![\w.-])-(?=\.?\d)", lambda m: _TEX.get(m.group(), r"$-$"), text)
 
 
 def render(report: dict, fmt: str) -> str:
