@@ -304,6 +304,16 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, a
                           f" they have them for {shapes_text(shapes)}", highlight=False)
 
 
+def _say_empty_panels(data: dict, asked: tuple) -> None:
+    """On stderr: each panel drawn empty, no run having scores of its shots, and the fslab eval that fills it."""
+    from fslab.reports.compare import no_results
+
+    for panel in data["panels"]:
+        if not panel["series"]:
+            why = no_results(data["split"], data["ways"], str(panel["shots"]), data["queries"], asked=asked)
+            err_console.print(f"the {panel['shots']}-shot panel is empty: {shown(why)}", highlight=False)
+
+
 def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
     """``fslab compare --json``: one object per group, then one per paired difference."""
     where = {"split": report["split"], "ways": report["ways"], "queries": report["queries"],
@@ -357,6 +367,7 @@ def plot_(
         err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
                           highlight=False)
     _say_data_split(data["data_split"], "line")
+    _say_empty_panels(data, (ways, queries))
     try:
         width, height = draw(data, out, pixels, title)
     except OSError as exc:  # a read-only folder (a store's copy), a full disk: what to do instead
