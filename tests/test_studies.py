@@ -339,7 +339,7 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [REPRODUCED, REPRODUCED]
     assert all(r["difference"] == pytest.approx(0.0) for r in report["rows"] if r["sweep"] == "nca")
     csv_text = render(report, "csv")
-    assert csv_text.splitlines()[1].startswith("NCA,synthetic,,5,1,60.0,0.5,60.0,0.0,10,2,2,0.0,reproduced")
+    assert csv_text.splitlines()[1].startswith("NCA,synthetic,,5,1,60.0,0.5,60.0,0.0,10,2,2,2,0.0,reproduced")
     latex = render(report, "latex")
     assert "\\begin{tabular}" in latex and "60.00 $\\pm$ 0.50" in latex
     # a completed seed whose scores are gone (a copy that left evaluations/ behind) adds nothing to the pool:
@@ -350,6 +350,9 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert [(r["verdict"], r["completed"], r["scored"], r["measured"]["episodes"]) for r in rows] == [
         (PENDING, 2, 1, 5), (PENDING, 2, 1, 5)]
     assert "| 60.00 ± 0.00 (1/2 runs) | +0.00 | pending |" in render(report, "md")
+    # csv said completed_runs 2 of expected_runs 2 beside the one run's mean, and pending without a why
+    line = dict(zip(*[row.split(",") for row in render(report, "csv").splitlines()[:2]]))
+    assert [line[k] for k in ("completed_runs", "scored_runs", "expected_runs", "episodes")] == ["2", "1", "2", "5"]
 
 
 def test_a_report_says_which_runs_ended_without_finishing_their_pending_cells(registry, tmp_path):

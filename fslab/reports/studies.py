@@ -201,8 +201,8 @@ def render(report: dict, fmt: str) -> str:
         buffer = io.StringIO()
         writer = csv.writer(buffer)
         writer.writerow(["method", "dataset", "setting", "ways", "shots", "published_pct", "published_ci95_pct",
-                         "accuracy_pct", "ci95_pct", "episodes", "completed_runs", "expected_runs", "difference_pct",
-                         "verdict", "scale", "split"])
+                         "accuracy_pct", "ci95_pct", "episodes", "completed_runs", "scored_runs", "expected_runs",
+                         "difference_pct", "verdict", "scale", "split"])
         writer.writerows([*_csv_row(row, report["scale"]), report["split"]] for row in report["rows"])
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
@@ -240,7 +240,7 @@ def _csv_row(row: dict, scale: str | None) -> list:
     m = row["measured"] or {}
     return [row["label"], row["dataset"], json.dumps(row["at"]) if row["at"] else "", row["ways"], row["shots"],
             _blank(row["published"]), _blank(row["published_ci95"]), _blank(_pct(m.get("accuracy"))),
-            _blank(_pct(m.get("ci95"))), _blank(m.get("episodes")), row["completed"], row["expected"],
+            _blank(_pct(m.get("ci95"))), _blank(m.get("episodes")), row["completed"], row["scored"], row["expected"],
             _blank(_points(row["difference"])), row["verdict"], scale or ""]
 
 
