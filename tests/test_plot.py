@@ -465,3 +465,16 @@ def test_a_panel_no_run_has_scores_for_is_said_on_stderr_with_the_eval_that_fill
     assert result.stderr.splitlines() == [
         "the 20-shot panel is empty: none of these runs has saved test accuracies for 5-way 20-shot, 15 queries; "
         "finish them or run: fslab eval RUN --shots 20"]
+
+
+def test_a_size_too_small_for_the_panels_and_legend_is_one_line_naming_a_size_that_fits(batch_store):
+    """--size 10000x100 wrote a PNG of slivers with matplotlib's two-line UserWarning (pointing into fslab's
+    code) on stderr and exit 0; the panels collapsed to nothing."""
+    tmp_path, _ = batch_store
+    result = fslab("plot", "batch-size", "all", "--size", "10000x100", "--out", "w.png", cwd=tmp_path)
+    assert result.returncode == 2 and not (tmp_path / "w.png").exists()
+    assert result.stderr.splitlines() == [
+        "error: --size 10000x100 leaves no room for 2 panels and the legend of 2 lines (matplotlib collapses the "
+        "panels to nothing); give more pixels, e.g. --size 10000x420"]
+    fits = fslab("plot", "batch-size", "all", "--size", "10000x420", "--out", "w.png", cwd=tmp_path)
+    assert fits.returncode == 0 and fits.stderr == "" and png_size(tmp_path / "w.png") == (10000, 420)

@@ -335,7 +335,9 @@ def plot_(
         help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG file to write, its name ending in .png (default: X.png).")]
     = None,
-    size: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT in pixels (default: 500x420 per panel).")] = None,
+    size: Annotated[str | None, typer.Option(
+        help="WIDTHxHEIGHT in pixels (default: 500x420 per panel); one that leaves the panels no room is refused.")
+    ] = None,
     title: Annotated[str | None, typer.Option(help="Title above the panels, drawn as written ($ is no math).")] = None,
     split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",

@@ -28,7 +28,7 @@ from pathlib import Path
 from fslab.core.assignments import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
-from fslab.core.text import queries_text
+from fslab.core.text import count, queries_text
 from fslab.reports.compare import (
     Group,
     RunFiles,
@@ -291,6 +291,16 @@ def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def _collapses(fig) -> bool:
+    """Whether laying ``fig`` out leaves its panels no room (matplotlib only warns, and draws them as slivers)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.draw_without_rendering()
+    return any("collapsed to zero" in str(w.message) for w in caught)
+
+
 def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str | None = None) -> tuple[int, int]:
     """Write the figure as a PNG of exactly ``size`` pixels (default: 500×420 per panel)."""
     import matplotlib
@@ -325,6 +335,12 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
                loc="outside lower center", fontsize="small", frameon=False)
     if title:
         fig.suptitle(literal(title))
+    if size is not None and _collapses(fig):
+        plt.close(fig)
+        room = f"{max(width, PANEL_SIZE[0] * len(panels))}x{max(height, PANEL_SIZE[1])}"
+        raise UsageError(f"--size {width}x{height} leaves no room for {count(len(panels), 'panel')} and the legend "
+                         f"of {count(len(labels), 'line')} (matplotlib collapses the panels to nothing); "
+                         f"give more pixels, e.g. --size {room}")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=dpi, format="png")
     plt.close(fig)
