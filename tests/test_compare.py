@@ -225,7 +225,8 @@ def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store
     folder, _ = store
     bad = fslab("compare", "all", "--evaluator", "knn", cwd=folder)
     assert (bad.returncode, bad.stderr) == (2, "error: none of these runs has saved test accuracies by evaluator "
-                                               "'knn' for 5-way 1,5-shot, 15 queries; finish them or run: fslab eval "
+                                               "'knn' for 5-way 1,5-shot, 15 queries; they have them by centroid "
+                                               "(--evaluator centroid); finish them or run: fslab eval "
                                                "RUN --evaluator knn\n")
     # a label with parameters gives the --set of each, ready to paste (it said evaluator.KEY=VALUE)
     bad = fslab("compare", "all", "--evaluator", "knn[k=3,ties=smallest]", cwd=folder)
@@ -531,6 +532,24 @@ def test_a_difference_that_rounds_to_zero_has_no_minus_sign(tmp_path):
     shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and "5-shot: +0.00 ± " in shown.stdout, shown.stdout + shown.stderr
     assert signed(-0.004) == "+0.00" and signed(-0.005001) == "-0.01" and signed(0.0) == "+0.00"
+
+
+def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path):
+    """--evaluator knn where the runs were evaluated by knn[k=3] said only to run fslab eval --evaluator knn,
+    not that --evaluator 'knn[k=3]' reads the scores they have."""
+    for seed in (0, 1):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed})
+        for label in ("centroid", "knn[k=3]"):
+            run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
+                                 "evaluator": label, "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0},
+                                [0.4, 0.6])
+    result = fslab("compare", "all", "--evaluator", "knn", "--shots", "5", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "error: none of these runs has saved test accuracies by evaluator 'knn' for 5-way 5-shot, 15 queries; they "
+        "have them by knn[k=3], centroid (--evaluator 'knn[k=3]'); finish them or run: fslab eval RUN --shots 5 "
+        "--evaluator knn"]
+    assert fslab("compare", "all", "--evaluator", "knn[k=3]", "--shots", "5", cwd=tmp_path).returncode == 0
 
 
 @pytest.mark.parametrize("scored, configured, given, read", [

@@ -246,7 +246,7 @@ def compare_(
     runs = select_runs(settings().runs_dir, refs, "compare")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
-    _say_left_out(report, split, ",".join(map(str, shot_list)), evaluator, (ways, queries))
+    _say_left_out(report, split, ",".join(map(str, shot_list)), evaluator, (ways, queries), runs)
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
         return
@@ -275,11 +275,12 @@ def _say_data_split(labels: list[str] | None, what: str) -> None:
                           f"nor paired): {shown('; '.join(labels))}", highlight=False)
 
 
-def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, asked: tuple) -> None:
+def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, asked: tuple, runs: list) -> None:
     """The runs compare left out, each kind said once on stderr so the report itself stays clean;
-    a UsageError where no run has scores of the shape asked for (naming the shapes they have, and
-    the fslab eval of the ``asked`` --ways and --queries that makes them)."""
-    from fslab.reports.compare import no_results, shapes_text
+    a UsageError where no run has scores of the shape asked for (naming the shapes they have, the
+    evaluators they have them by where --evaluator asked for another, and the fslab eval of the
+    ``asked`` --ways and --queries that makes them)."""
+    from fslab.reports.compare import no_results, other_labels, shapes_text
 
     for key, why in (("unreadable", "each one whose configuration cannot be read"),
                      ("repeated", "each repeating the settings and seed of another (the newest with results counts)")):
@@ -290,9 +291,11 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, a
     elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
     shapes = {shape for found in elsewhere.values() for shape in found}
     if not any(row["results"] for row in report["groups"]):
+        labels = []
         if evaluator is not None:
             check_evaluator(evaluator)
-        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes, asked))
+            labels = other_labels(runs, split, [int(n) for n in shots.split(",")], ways, queries, evaluator)
+        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes, asked, labels))
     if unscored := report.get("unscored"):
         named = [f"{run} ({state})" for run, state in unscored.items()]
         err_console.print(f"{count(len(named), 'run')} without {split} scores (left out): "

@@ -407,11 +407,22 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
         "->": r"$\to$", "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}"}
 
 
+def other_labels(runs: list[Run], split: str, shots: list[int], ways: int, queries: int, evaluator: str) -> list[str]:
+    """The evaluator labels other than ``evaluator`` that ``runs`` saved scores of this shape by
+    (``knn[k=3]`` where ``knn`` was asked for): what ``--evaluator`` could read instead, those of the
+    evaluator asked for (other parameters) first."""
+    files, asked = RunFiles(), canonical_evaluator(evaluator)
+    found = {e["evaluator"] for run in runs for e in files.saved(run)
+             if (e["split"], e["ways"], e["queries"]) == (split, ways, queries) and e["shots"] in shots} - {asked}
+    return sorted(found, key=lambda label: (label.partition("[")[0] != asked.partition("[")[0], label))
+
+
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
-               shapes=(), asked: tuple = (None, None)) -> str:
+               shapes=(), asked: tuple = (None, None), labels=()) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
-    (--ways, --queries) where given (without them fslab eval takes each run's own shape)."""
+    (--ways, --queries) where given (without them fslab eval takes each run's own shape); ``labels``:
+    the evaluators the runs have these scores by instead (:func:`other_labels`)."""
     by = f" by evaluator '{evaluator}'" if evaluator else ""
     run_eval = "fslab eval RUN" + (f" --split {split}" if split != "test" else "") + (
         f" --shots {shots}" if shots != "1,5" else "") + "".join(
@@ -424,6 +435,9 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
                      "".join(" --set " + shlex.quote(f"evaluator.{key}={toml.get(value, value)}")
                              for key, value in params))
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
+    if labels:
+        have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
+                 f" (--evaluator {shlex.quote(labels[0])})")
     return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries_text(queries)}"
             f"{have}; finish them or run: {run_eval}")
 
