@@ -158,6 +158,18 @@ def test_latex_names_the_characters_its_default_font_sets_as_others():
                                                       "c\\textgreater{}d, x$\\to$y")
 
 
+def test_md_latex_and_csv_have_the_columns_of_shots_in_its_order_as_the_table(store):
+    """--shots 5,1,20 gave the table 5-shot, 1-shot and 20-shot columns (20-shot all '-'), md, latex
+    and csv only 1-shot and 5-shot, sorted: the formats of one comparison disagreed."""
+    _, data = store
+    report = compare([r for r, _ in data.values()], shots=[5, 1, 20])
+    assert render(report, "md").splitlines()[0] == "| group | seeds | 5-shot | 1-shot | 20-shot |"
+    assert render(report, "md").splitlines()[2].endswith(" | - |")  # no run has 20-shot scores
+    assert render(report, "latex").splitlines()[1] == "group & seeds & 5-shot & 1-shot & 20-shot \\\\"
+    header = next(csv.reader(io.StringIO(render(report, "csv"))))
+    assert [c for c in header if c.endswith("accuracy")] == ["5-shot accuracy", "1-shot accuracy", "20-shot accuracy"]
+
+
 def test_cli_compare(store, builtin_plugins, monkeypatch):
     folder, data = store
     monkeypatch.chdir(folder)

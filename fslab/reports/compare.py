@@ -263,7 +263,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
     elsewhere = {r: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
                  if not scored(r)}
-    return {"split": split, "ways": ways, "queries": queries, "groups": rows, "paired": paired,
+    return {"split": split, "ways": ways, "queries": queries, "shots": list(shots), "groups": rows, "paired": paired,
             "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
             "other_shapes": {run.id: shapes for run, shapes in elsewhere.items() if shapes},
             # runs with no scores of any shape (queued, running, or ended before their test), with their state
@@ -458,7 +458,9 @@ def tex(text: str) -> str:
 
 def render(report: dict, fmt: str) -> str:
     """The report as a Markdown, LaTeX, CSV or JSON text (``table`` is drawn by the CLI)."""
-    shots = sorted({k for row in report["groups"] for k in row["results"]}, key=lambda k: int(k.split("-")[0]))
+    # the columns of --shots, in its order, as the table has them (a report without: those with scores)
+    shots = ([f"{n}-shot" for n in report["shots"]] if "shots" in report else
+             sorted({k for row in report["groups"] for k in row["results"]}, key=lambda k: int(k.split("-")[0])))
     if fmt == "json":
         return json.dumps(report, indent=2)
     if fmt == "csv":
