@@ -621,6 +621,27 @@ def test_a_figure_of_models_tested_at_several_ways_has_a_panel_per_episode_shape
         assert drawn[(ways, shots)] == [(0.05, pytest.approx(0.05 + offset)), (0.1, pytest.approx(0.1 + offset))]
 
 
+def test_two_sweeps_of_one_label_are_two_lines_of_a_figure(registry, tmp_path):
+    """Two sweeps labelled alike (as nca-table3's two 'ProtoNet (Snell setup)' sweeps are) were one line in a
+    figure, their points at each x drawn one after the other along it."""
+    data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[])
+    del data["table"]
+    second = copy.deepcopy(data["sweep"][1])
+    second["name"], second["set"]["eval.center"] = "pn-raw", False
+    data["sweep"] = [data["sweep"][1], second]  # both labelled ProtoNet, at two learning rates each
+    study = parse_study(data, "fig.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    for run in (Run(config.runs_dir / i) for i in outcome.created):
+        offset = 0.1 if run.config()["eval"]["center"] else 0.0
+        finish(run, {5: [run.config()["train"]["lr"] + offset] * 4})
+    figure = figure_data(study_report(study, config.runs_dir), study, config.runs_dir)["synthetic"]
+    lines = {line["label"]: [(p["x"], p["accuracy"]) for p in line["points"]]
+             for line in figure["panels"][-1]["series"]}
+    assert lines == {"ProtoNet (pn)": [(0.05, pytest.approx(0.15)), (0.1, pytest.approx(0.2))],
+                     "ProtoNet (pn-raw)": [(0.05, pytest.approx(0.05)), (0.1, pytest.approx(0.1))]}
+
+
 def test_gpu_hours_come_only_from_completed_gpu_runs_with_the_same_settings(registry, tmp_path):
     study = parse_study(tiny(), "tiny.toml")
     config = store(tmp_path)

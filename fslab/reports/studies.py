@@ -270,19 +270,28 @@ def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
         placed = [(r, _x_of(r, study.plot_x, runs_dir)) for r in report["rows"]
                   if r["dataset"] == dataset and r["measured"]]
         placed = [(r, x) for r, x in placed if x is not None]
+        label = _line_labels([r for r, _ in placed])
         panels = []
         for ways, shots in sorted({(r["ways"], r["shots"]) for r, _ in placed}):
-            series: dict[str, list] = {}
+            series: dict[str, list] = {}  # a line per sweep: two sweeps of one label are two lines
             for r, x in placed:
                 if (r["ways"], r["shots"]) == (ways, shots):
-                    series.setdefault(r["label"], []).append({"x": x, **r["measured"]})
+                    series.setdefault(r["sweep"], []).append({"x": x, **r["measured"]})
             panels.append({"ways": ways, "shots": shots,
-                           "series": [{"label": k, "points": sorted(v, key=lambda p: p["x"])}
+                           "series": [{"label": label[k], "points": sorted(v, key=lambda p: p["x"])}
                                       for k, v in series.items()]})
         if panels:
             figures[dataset] = {"x": study.plot_x, "split": study.split, "ways": panels[0]["ways"], "queries": None,
                                 "panels": panels}
     return figures
+
+
+def _line_labels(rows: list[dict]) -> dict[str, str]:
+    """Each sweep's line label: its label, and its name beside a label other sweeps share (``ProtoNet (pn-1shot)``),
+    so that the legend tells their lines apart (one label drew both sweeps' points as one line)."""
+    labels = {r["sweep"]: r["label"] for r in rows}
+    shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    return {sweep: f"{label} ({sweep})" if label in shared else label for sweep, label in labels.items()}
 
 
 def _x_of(row: dict, key: str, runs_dir: Path):
