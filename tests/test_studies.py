@@ -621,6 +621,21 @@ def test_a_figure_of_models_tested_at_several_ways_has_a_panel_per_episode_shape
         assert drawn[(ways, shots)] == [(0.05, pytest.approx(0.05 + offset)), (0.1, pytest.approx(0.1 + offset))]
 
 
+def test_a_difference_that_rounds_to_zero_is_unsigned_in_every_format(registry, tmp_path):
+    """0.57 of the episodes against a published 57.0 is 56.99999999999999 - 57.0: csv and json gave -0.0."""
+    data = tiny(published=[{"sweep": "nca", "dataset": "synthetic", "shots": 1, "accuracy": 57.0}])
+    study = parse_study(data, "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.57] * 4})
+    report = study_report(study, config.runs_dir)
+    assert -1e-9 < report["rows"][0]["difference"] < 0  # the noise this is about
+    assert ",0.0,reproduced," in render(report, "csv").splitlines()[1]
+    assert '"difference_pct": 0.0,' in render(report, "json")
+    assert "| +0.00 | reproduced |" in render(report, "md")
+
+
 def test_two_sweeps_of_one_label_are_two_lines_of_a_figure(registry, tmp_path):
     """Two sweeps labelled alike (as nca-table3's two 'ProtoNet (Snell setup)' sweeps are) were one line in a
     figure, their points at each x drawn one after the other along it."""
