@@ -478,3 +478,23 @@ def test_a_size_too_small_for_the_panels_and_legend_is_one_line_naming_a_size_th
         "panels to nothing); give more pixels, e.g. --size 10000x420"]
     fits = fslab("plot", "batch-size", "all", "--size", "10000x420", "--out", "w.png", cwd=tmp_path)
     assert fits.returncode == 0 and fits.stderr == "" and png_size(tmp_path / "w.png") == (10000, 420)
+
+
+def test_measured_pair_fractions_are_a_point_per_configuration_with_series_too(tmp_path):
+    """--series loss.name put ProtoNets of batch 100 (a tenth of the pairs) and 200 (a fifth) in one line,
+    and their measured x in one point: at 0.15, pooling both configurations' episodes."""
+    from fslab.core.runstore import list_runs
+    from fslab.reports.plot import series_data
+
+    rng = random.Random(5)
+    data = {}
+    for batch, pairs, base in ((100, 495, 0.0), (200, 3980, 0.1)):  # 495 of 4950 pairs; 3980 of 19900
+        for seed in (0, 1):
+            accs = accuracies(rng, base)
+            make_run(tmp_path / "runs", seed, accs, loss={"name": "protonet"}, batch_size=batch,
+                     pair_counts=[(pairs // 10, pairs - pairs // 10)])
+            data.setdefault(batch, []).extend(accs[5])
+    (line,) = series_data(list_runs(tmp_path / "runs"), "pairs", series=["loss.name"], shots=[5])["panels"][0]["series"]
+    assert [(p["x"], p["episodes"]) for p in line["points"]] == [(pytest.approx(0.1), 60), (pytest.approx(0.2), 60)]
+    for point, batch in zip(line["points"], (100, 200)):
+        assert point["accuracy"] == pytest.approx(direct_ci(data[batch])[0])

@@ -167,8 +167,10 @@ def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles)
             continue
         settings = run_settings(run, flat, series, "--series", leave_out=(key,))
         line = lines.setdefault(tuple(sorted(settings.items())), {"settings": settings, "points": {}})
-        # a measured x is one point per configuration, at the mean over its seeds
-        point = line["points"].setdefault("measured" if measured else json.dumps(value), {"x": [], "runs": []})
+        # a measured x is one point per configuration (all its settings but the seed, whatever --series
+        # leaves out of the line: ProtoNets of two batch sizes were one point between them), at the mean over its seeds
+        at = json.dumps(sorted(run_settings(run, flat, None, "", leave_out=(key,)).items())) if measured else None
+        point = line["points"].setdefault(f"measured {at}" if measured else json.dumps(value), {"x": [], "runs": []})
         point["x"].append(value)
         point["runs"].append(run)
     if not lines and len(no_x) > 1:  # not one run has it: the first one's line, said of them all
