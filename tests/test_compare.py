@@ -170,6 +170,16 @@ def test_md_latex_and_csv_have_the_columns_of_shots_in_its_order_as_the_table(st
     assert [c for c in header if c.endswith("accuracy")] == ["5-shot accuracy", "1-shot accuracy", "20-shot accuracy"]
 
 
+def test_seed_values_are_in_numeric_order(tmp_path):
+    """fslab sweep --seed 8 --seeds 3 gave seed_values [10, 8, 9] (sorted as text), here and on the dashboard."""
+    for seed in (9, 10, 8):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed})
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
+                             "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, [0.4, 0.6])
+    (group,) = compare(list_runs(tmp_path / "runs"), shots=[5])["groups"]
+    assert group["seed_values"] == [8, 9, 10]
+
+
 def test_cli_compare(store, builtin_plugins, monkeypatch):
     folder, data = store
     monkeypatch.chdir(folder)

@@ -247,7 +247,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     for g in groups:
         # seeds: those with results (a failed or unfinished run adds none); seed_values: every run's
         row = {"group": g.label, "runs": [r.id for r in g.runs], "seeds": sum(1 for r in g.runs if scored(r)),
-               "seed_values": sorted((files.config(r).get("seed") for r in g.runs), key=str), "results": {}}
+               "seed_values": sorted((files.config(r).get("seed") for r in g.runs), key=_seed_order), "results": {}}
         for n in shots:
             if result := pooled(g.runs, split, n, ways, queries, evaluator, files, episodes[n]):
                 row["results"][f"{n}-shot"] = result
@@ -268,6 +268,13 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             "other_shapes": {run.id: shapes for run, shapes in elsewhere.items() if shapes},
             # runs with no scores of any shape (queued, running, or ended before their test), with their state
             "unscored": {run.id: run.state() for run, shapes in elsewhere.items() if not shapes}}
+
+
+def _seed_order(seed) -> tuple:
+    """Seeds in numeric order (8, 9, 10, not 10, 8, 9 as text), any that is not a whole number (a damaged
+    configuration's) after them as text."""
+    whole = isinstance(seed, int) and not isinstance(seed, bool)
+    return (0, seed, "") if whole else (1, 0, str(seed))
 
 
 def metrics_name(metrics) -> str:
