@@ -498,3 +498,25 @@ def test_measured_pair_fractions_are_a_point_per_configuration_with_series_too(t
     assert [(p["x"], p["episodes"]) for p in line["points"]] == [(pytest.approx(0.1), 60), (pytest.approx(0.2), 60)]
     for point, batch in zip(line["points"], (100, 200)):
         assert point["accuracy"] == pytest.approx(direct_ci(data[batch])[0])
+
+
+def test_list_categories_are_in_the_order_of_their_numbers(tmp_path, monkeypatch):
+    """train.milestones [100], [30], [5] were ticked [100], [30], [5]: categories sorted as text."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fslab.core.runstore import list_runs
+    from fslab.reports.plot import draw, series_data
+
+    for milestones in ([100], [30], [5], [10, 20]):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "train": {"milestones": milestones}})
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
+                             "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, [0.4, 0.6])
+    data = series_data(list_runs(tmp_path / "runs"), "train.milestones", shots=[5])
+    assert [p["x"] for p in data["panels"][0]["series"][0]["points"]] == ["[5]", "[10, 20]", "[30]", "[100]"]
+    drawn = []
+    monkeypatch.setattr(plt, "close", drawn.append)
+    draw(data, tmp_path / "m.png")
+    assert [label.get_text() for label in drawn[0].axes[0].get_xticklabels()] == ["[5]", "[10, 20]", "[30]", "[100]"]

@@ -20,6 +20,7 @@ matplotlib is imported only when a figure is drawn, with the Agg backend.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import statistics
 import textwrap
@@ -219,12 +220,20 @@ def _series(lines: dict, shown: list[str], split: str, shots: int, ways: int, qu
             label = settings_label(line["settings"], shown) or "all"
             if line.get("data"):  # one of the lines a configuration was split into by its data
                 label += f", {line['data']}"
-            drawn.append({"label": label, "points": sorted(points, key=lambda p: _order(p["x"]))})
+            drawn.append({"label": label, "points": sorted(points, key=lambda p: x_order(p["x"]))})
     return drawn
 
 
-def _order(value) -> tuple:
-    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+
+
+def x_order(value) -> tuple:
+    """Where a point lies along the x axis: a number by its value; a category by its text with the numbers in
+    it read as numbers, so that milestones [5] come before [10, 20] and [30] before [100] (as text: [100] first)."""
+    if _number(value):
+        return (0, ((0, value, ""),))
+    pieces = _NUMBER.split(_category(value))  # text, number, text, ...: numbers at the odd places
+    return (1, tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(pieces)))
 
 
 def y_label(data: dict) -> str:
@@ -319,8 +328,8 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
     labels = list(dict.fromkeys(s["label"] for panel in panels for s in panel["series"]))
     handles = {}
     numeric = all(_number(p["x"]) for panel in panels for s in panel["series"] for p in s["points"])
-    categories = sorted({_category(p["x"]) for panel in panels for s in panel["series"] for p in s["points"]})
-    xs_all = sorted({p["x"] for panel in panels for s in panel["series"] for p in s["points"]}, key=_order)
+    xs_all = sorted({p["x"] for panel in panels for s in panel["series"] for p in s["points"]}, key=x_order)
+    categories = list(dict.fromkeys(_category(x) for x in xs_all))  # in the order of the lines' points
     for ax, panel in zip(axes[0], panels):
         for line in panel["series"]:
             xs = [p["x"] if numeric else categories.index(_category(p["x"])) for p in line["points"]]

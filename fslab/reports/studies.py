@@ -27,7 +27,7 @@ from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
 from fslab.core.text import count, signed
 from fslab.reports.compare import RunFiles, md, pooled, tex
-from fslab.reports.plot import measured_pair_fraction
+from fslab.reports.plot import measured_pair_fraction, x_order
 
 FORMATS = ("md", "latex", "csv", "json")
 REPRODUCED, NOT_REPRODUCED, PENDING = "reproduced", "not reproduced", "pending"
@@ -279,7 +279,7 @@ def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
                 if (r["ways"], r["shots"]) == (ways, shots):
                     series.setdefault(r["sweep"], []).append({"x": x, **r["measured"]})
             panels.append({"ways": ways, "shots": shots,
-                           "series": [{"label": label[k], "points": sorted(v, key=lambda p: p["x"])}
+                           "series": [{"label": label[k], "points": sorted(v, key=lambda p: x_order(p["x"]))}
                                       for k, v in series.items()]})
         if panels:
             figures[dataset] = {"x": study.plot_x, "split": study.split, "ways": panels[0]["ways"], "queries": None,
