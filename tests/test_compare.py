@@ -571,7 +571,10 @@ def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path
         "error: none of these runs has saved test accuracies by evaluator 'knn' for 5-way 5-shot, 15 queries; they "
         "have them by knn[k=3], centroid (--evaluator 'knn[k=3]'); finish them or run: fslab eval RUN --shots 5 "
         "--evaluator knn"]
-    assert fslab("compare", "all", "--evaluator", "knn[k=3]", "--shots", "5", cwd=tmp_path).returncode == 0
+    read = fslab("compare", "all", "--evaluator", "knn[k=3]", "--shots", "5", cwd=tmp_path)
+    # the table's title says whose scores it holds (it read as the runs' own evaluator's)
+    assert read.returncode == 0 and read.stdout.splitlines()[0] == (
+        "test, 5-way, 15 queries, by knn[k=3], mean ± 95% CI over pooled episodes")
 
 
 @pytest.mark.parametrize("scored, configured, given, read", [

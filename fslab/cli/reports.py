@@ -257,7 +257,9 @@ def compare_(
     rows = [[row["group"], str(row["seeds"]),
              *[f"{table_score(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
             for row in report["groups"]]
-    title = f"{split}, {report['ways']}-way, {queries_text(report['queries'])}, mean ± 95% CI over pooled episodes"
+    by = f"by {canonical_evaluator(evaluator)}, " if evaluator else ""  # else each run's own evaluator's scores
+    title = shown(f"{split}, {report['ways']}-way, {queries_text(report['queries'])}, {by}"
+                  f"mean ± 95% CI over pooled episodes")
     print_table(console, lambda width: fit([Col("group", wrap=True), Col("seeds", "right"),
                                             *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:
