@@ -1027,6 +1027,31 @@ def test_an_empty_seed_or_epochs_field_is_not_marked_invalid(project):
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
+def test_a_seed_or_epochs_field_holding_no_number_is_refused_in_the_configurations_words(project):
+    """The integer fields let '-', '+' and '1_' be typed (the start of -5, +5, 1_000); launching showed
+    int()'s "invalid literal for int() with base 10: '-'". Now the configuration's check says it, as
+    fslab run --set seed=- does, and nothing is created."""
+    runs = project / "runs"
+
+    async def body(app, pilot):
+        from textual.widgets import Input
+
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        for key, text, line in (("seed", "-", "config key 'seed' must be an integer, got '-'"),
+                                ("epochs", "1_", "config key 'train.epochs' must be an integer, got '1_'")):
+            form.query_one(f"#{key}", Input).value = text
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "LaunchScreen"
+            assert str(form.query_one("#launch-error").render()) == line
+            form.query_one(f"#{key}", Input).value = ""
+        assert not runs.exists() or not any(runs.iterdir())
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)
+
+
 def test_new_run_like_a_run_whose_sections_are_not_tables_is_refused_in_the_form(project):
     """N on a run whose config.json holds a section as a text or a list (backbone = "conv4") stopped
     the dashboard with AttributeError while the form filled itself in; the form now opens and its

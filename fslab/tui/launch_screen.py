@@ -89,7 +89,7 @@ class LaunchScreen(ModalScreen[None]):
         options = {("backbone", "name"): self.choice("backbone"), ("dataset", "name"): self.choice("dataset")}
         for key, path in (("seed", ("seed",)), ("epochs", ("train", "epochs"))):
             text = self.query_one(f"#{key}", Input).value.strip()
-            options[path] = int(text) if text else None
+            options[path] = _whole_number(text) if text else None
         layers = [nest(list(path), value) for path, value in options.items() if value is not None]
         settings = _assignments(self.query_one("#settings", Input).value)
         return layers + ([assignments_layer(settings)] if settings else [])
@@ -123,3 +123,12 @@ def _assignments(text: str) -> list[str]:
     """The form's --set field as the shell would split it: ``train.milestones=[0.5, 0.75]`` is one
     assignment only quoted on a command line, so a space inside brackets or quotes does not split."""
     return [piece for piece in split_outside(text, str.isspace) if piece]
+
+
+def _whole_number(text: str) -> int | str:
+    """A seed or epochs field's number; text that is none (``-``, ``+``, ``1_``: the field lets them be typed)
+    stays text, so the configuration's check refuses it in the line ``--set seed=-`` gets, not int()'s."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
