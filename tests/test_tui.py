@@ -1077,6 +1077,40 @@ def test_new_run_like_a_run_whose_sections_are_not_tables_is_refused_in_the_form
     assert app.return_code in (None, 0)
 
 
+def test_new_run_like_a_run_whose_data_root_is_gone_says_what_moves_it_in_the_form(project, registry, tmp_path):
+    """N on a run trained on a folder that is gone showed the dataset's line, which points at --data-root
+    (the form has none) and [data_roots] of fslab.toml (the saved root overrides it). The form now says
+    what fslab run --like says, with the form's way to give the root; a root given so is checked."""
+    from .test_cli_rerun import resolved_run
+
+    old = resolved_run(project, registry)
+    gone = tmp_path / "moved-away"
+    saved = {**old.config(), "dataset": {"name": "folder", "root": str(gone), "cache_dir": "", "grayscale": False,
+                                         "image_size": 16}}
+    (old.path / "config.json").write_text(json.dumps(saved))
+    (project / "fslab.toml").write_text(f"[data_roots]\nfolder = '{tmp_path / 'elsewhere'}'\n")
+
+    async def body(app, pilot):
+        from textual.widgets import Input
+
+        await pilot.press("N")
+        await settle(app, pilot)
+        form = app.screen
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "LaunchScreen"
+        assert str(form.query_one("#launch-error").render()) == (
+            f"run {old.id} was trained on {gone}, which is not a folder now; a run like it reads its data there "
+            f"too: if the data moved, give where it lies with --set dataset.root=DIR")
+        form.query_one("#settings", Input).value = f"dataset.root={tmp_path / 'nor-here'}"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert f"the data root {tmp_path / 'nor-here'} is not a folder" in str(form.query_one("#launch-error").render())
+        assert list((project / "runs").iterdir()) == [old.path]
+
+    drive(make_app(project / "runs", tick=3600, cursor_blink=False), body)
+
+
 @pytest.mark.slow
 def test_launch_form_starts_a_real_tiny_run(project):
     runs = project / "runs"

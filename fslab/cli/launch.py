@@ -107,12 +107,9 @@ def _like_root_gone(like: str | None, layers: list[dict], exc: UsageError) -> Us
     """With --like RUN, where ``exc`` is the dataset's line for RUN's saved data root and that root is
     gone: a line that says only --data-root moves it (the saved root is a layer above [data_roots] of
     fslab.toml, which the dataset's own line also suggests)."""
-    from fslab.execution.executor import gone_root
+    from fslab.execution.executor import like_root_gone
 
-    if like is None or (root := gone_root(layers[0].get("dataset"), exc)) is None:
-        return None
-    return UsageError(f"--like {like}: that run was trained on {root}, which is not a folder now; a run like it "
-                      f"reads its data there too: if the data moved, give where it lies with --data-root DIR")
+    return None if like is None else like_root_gone(f"--like {like}: that run", layers, exc, "--data-root DIR")
 
 
 def _method_and_layers(method: str | None, like: str | None, layers: list[dict], project) -> tuple[str, list[dict]]:

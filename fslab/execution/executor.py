@@ -117,6 +117,17 @@ def gone_root(dataset: dict, exc: UsageError) -> str | None:
     return root
 
 
+def like_root_gone(that_run: str, layers: list[dict], exc: UsageError, move: str) -> UsageError | None:
+    """For a run like another (``layers[0]`` its saved configuration: fslab run --like, the dashboard's
+    N), where ``exc`` is the dataset's line for the saved root and it is gone (:func:`gone_root`): a line
+    that says ``move`` moves it (the dataset's line points at [data_roots] of fslab.toml, which the
+    saved root, a layer above, overrides). ``that_run`` names the run, ``move`` how to give the root."""
+    if (root := gone_root(layers[0].get("dataset"), exc)) is None:
+        return None
+    return UsageError(f"{that_run} was trained on {root}, which is not a folder now; a run like it reads its data "
+                      f"there too: if the data moved, give where it lies with {move}")
+
+
 def root_gone(run: Run, config: dict, exc: UsageError) -> UsageError | None:
     """Where ``exc`` is the dataset's line for a run's data root that is gone (:func:`gone_root`):
     one that says where a resumed run reads its data, which it does from no other place."""

@@ -10,11 +10,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from fslab.core.assignments import assignments_layer, nest
-from fslab.core.errors import FslabError
+from fslab.core.errors import FslabError, UsageError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run
 from fslab.core.text import split_outside
-from fslab.execution.executor import prepare
+from fslab.execution.executor import like_root_gone, prepare
 
 
 class LaunchScreen(ModalScreen[None]):
@@ -102,7 +102,12 @@ class LaunchScreen(ModalScreen[None]):
                 method, overrides = like(self.like_run, overrides)
             # Checked here as the launch checks it (configuration, GPUs, data), so a mistake is shown in
             # the form; the app checks again when it launches.
-            prepare(method, overrides, settings=self.app.settings, registry=self.registry)
+            try:
+                prepare(method, overrides, settings=self.app.settings, registry=self.registry)
+            except UsageError as exc:  # the run's saved data root gone: as fslab run --like says it
+                gone = self.like_run and like_root_gone(f"run {self.like_run.id}", overrides, exc,
+                                                        "--set dataset.root=DIR")
+                raise gone or exc from None
         except (FslabError, ValueError) as exc:
             self.query_one("#launch-error", Static).update(Text(str(exc), style="bold red"))
             return
