@@ -1052,6 +1052,27 @@ def test_a_seed_or_epochs_field_holding_no_number_is_refused_in_the_configuratio
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
+def test_n_where_no_plugin_registers_a_method_is_a_note_not_a_crash(project, monkeypatch):
+    """With no method registered (FSLAB_PLUGINS naming a backbone plugin only, or the method plugins failing
+    to load), n stopped the dashboard with IndexError while the form chose its default method; it is now
+    one note, and the dashboard goes on."""
+    monkeypatch.setenv("FSLAB_PLUGINS", "resnet12")
+    notes = []
+
+    async def body(app, pilot):
+        notify = app.notify
+        app.notify = lambda message, **kw: notes.append((message, kw.get("title"))) or notify(message, **kw)
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen"
+
+    app = make_app(project / "runs", tick=3600, cursor_blink=False)
+    drive(app, body)
+    assert app.return_code in (None, 0)
+    assert notes == [("no run can start: no plugin loaded registers a method (fslab plugins --kind method lists "
+                      "them)", "no new run")]
+
+
 def test_new_run_like_a_run_whose_sections_are_not_tables_is_refused_in_the_form(project):
     """N on a run whose config.json holds a section as a text or a list (backbone = "conv4") stopped
     the dashboard with AttributeError while the form filled itself in; the form now opens and its

@@ -232,7 +232,8 @@ class FslabApp(App):
         try:
             form = LaunchScreen(registry, Run(self.runs_dir / like) if like else None)
         except FslabError as exc:  # its configuration is from a newer fslab, or damaged: as fslab run --like says
-            self.notify(str(exc), title="no run like it", severity="error", markup=False)
+            # it; or no plugin registers a method
+            self.notify(str(exc), title="no run like it" if like else "no new run", severity="error", markup=False)
             return
         self.push_screen(form)
 

@@ -28,6 +28,10 @@ class LaunchScreen(ModalScreen[None]):
         self.registry = registry
         self.like_run = like_run  # "new run from this run": its saved configuration under the form's values
         self.saved = like_run.config() if like_run is not None else {}
+        if not registry.names("method"):  # the form would have no method to offer (and fslab run refuses them all)
+            missing = registry.missing_names()
+            raise UsageError("no run can start: no plugin loaded registers a method (fslab plugins --kind method "
+                             "lists them)" + (f"; the methods may be among {missing}" if missing else ""))
         if like_run is not None:  # refused as fslab run --like refuses it: no readable configuration, or
             method, _ = like(like_run, [])  # a method no plugin registers now (the form's choices are those)
             registry.get("method", method)
