@@ -1210,6 +1210,45 @@ def test_fslab_tui_does_not_import_torch(project, store):
     assert "TORCH False" in result.stdout
 
 
+def test_the_launch_form_reads_fslab_toml_as_it_is_when_launching(project):
+    """fslab tui read fslab.toml once, at its start: a [run] default written while it was open was left
+    out of what the form checked and launched, so it started a run fslab run refused. Driven through the
+    CLI, as the dashboard is started; the launch itself is recorded, not started."""
+    code = textwrap.dedent("""
+        import asyncio
+        from pathlib import Path
+        import fslab.tui.app as tui_app
+
+        def headless_run(self):
+            self.launch = lambda method, overrides, registry: print("LAUNCHED", method)
+            async def go():
+                async with self.run_test(size=(100, 30)) as pilot:
+                    await pilot.pause()
+                    Path("fslab.toml").write_text("[run]\\neval.ways = 100\\n")
+                    await pilot.press("n")
+                    await pilot.pause()
+                    await pilot.press("ctrl+s")
+                    await pilot.pause()
+                    print("SCREEN", type(self.screen).__name__)
+                    if type(self.screen).__name__ == "LaunchScreen":
+                        print("ERROR", self.screen.query_one("#launch-error").render())
+            asyncio.run(go())
+
+        tui_app.FslabApp.run = headless_run
+        from fslab.cli import app
+        try:
+            app(["tui"])
+        except SystemExit as exit:
+            assert not exit.code, exit.code
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "LAUNCHED" not in result.stdout and "SCREEN LaunchScreen" in result.stdout, result.stdout
+    assert "'eval.ways' must be at most 40" in result.stdout and "(set by eval.ways in [run] of fslab.toml)" in \
+        result.stdout, result.stdout
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
 # -- the parts underneath --------------------------------------------------------------
 
 

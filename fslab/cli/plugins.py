@@ -143,8 +143,8 @@ def tui(
 
     if "web_driver" in os.environ.get("TEXTUAL_DRIVER", ""):  # a browser tab's dashboard, run by fslab tui --web:
         os.setpgrp()  # Ctrl+C in the server's terminal is the server's to handle (it ends its dashboards)
-    project = settings()
-    app = make_app(project.runs_dir, settings=project, tick=tick)
+    project = settings()  # a broken fslab.toml is one line here; the dashboard reads it again for each launch
+    app = make_app(project.runs_dir, tick=tick)
     app.run()
     if app.return_code:  # the dashboard stopped on an error (Textual printed it): say so to the shell
         raise typer.Exit(app.return_code)

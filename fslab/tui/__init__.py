@@ -19,10 +19,11 @@ def make_app(runs_dir: str | Path, *, settings=None, clock: Callable[[], float] 
              tick: float = 1.0, cursor_blink: bool = True):
     """The dashboard over ``runs_dir``, as the CLI and the tests build it.
 
-    ``settings`` (fslab.toml) are used by the launch form and loaded when first
-    needed if not given; ``clock`` gives "now" for elapsed times, ETAs and lost
-    detection (tests freeze it); ``tick`` is the seconds between two reads of the
-    run store."""
+    ``settings`` (fslab.toml) are used by the launch form, resume and launch;
+    if not given, fslab.toml is read each time one needs them (as fslab run
+    reads it), so an edit made while the dashboard is open counts; ``clock``
+    gives "now" for elapsed times, ETAs and lost detection (tests freeze it);
+    ``tick`` is the seconds between two reads of the run store."""
     from fslab.tui.app import FslabApp
 
     return FslabApp(Path(runs_dir), settings=settings, clock=clock, tick=tick, cursor_blink=cursor_blink)

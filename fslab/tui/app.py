@@ -52,13 +52,13 @@ class FslabApp(App):
     # -- settings and plugins, loaded only when an action needs them -----------
     @property
     def settings(self):
+        """The settings given, else fslab.toml as it is now: read again for each action, so that an edit
+        made while the dashboard is open counts, as it does for fslab run; with the dashboard's runs folder."""
         import dataclasses
 
         from fslab.core.settings import load_settings
 
-        if self._settings is None:
-            self._settings = load_settings()
-        return dataclasses.replace(self._settings, runs_dir=self.runs_dir)
+        return dataclasses.replace(self._settings or load_settings(), runs_dir=self.runs_dir)
 
     def registry(self):
         import fslab
