@@ -920,6 +920,29 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
     drive(frozen_app(runs), body)
 
 
+def test_r_on_a_run_stopped_before_its_first_checkpoint_says_so_without_a_dialog(tmp_path):
+    """r on a killed run without a checkpoint asked 'Resume run RUN from its last checkpoint?', and y
+    then said it had none. Now fslab resume's refusal comes at once, with the dashboard's way on (N)."""
+    runs = tmp_path / "runs"
+    killed = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:3], cfg=complete_config())
+
+    async def body(app, pilot):
+        notes = []
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen"
+        assert notes == [f"run {killed.name} has no checkpoint (it stopped before its first epoch ended); start it "
+                         f"again with the same settings: fslab run --like {killed.name}; N starts a new run like it "
+                         f"here"]
+        fake_checkpoint(killed / "checkpoints" / "last.pt")
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "ConfirmScreen" and len(notes) == 1
+
+    drive(frozen_app(runs), body)
+
+
 def test_a_rewritten_metrics_file_is_read_again(tmp_path):
     from fslab.core.files import atomic_write_text
     from fslab.tui.tailing import RunFollower

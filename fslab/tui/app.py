@@ -15,7 +15,6 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from fslab.core.runstore import Run
-from fslab.core.states import RESUMABLE
 from fslab.core.summary import RunSummary
 from fslab.tui.messages import RunLaunched, RunResumed, RunStopped, StoreUpdated
 from fslab.tui.tailing import StoreWatcher
@@ -170,21 +169,19 @@ class FslabApp(App):
     def request_resume(self, run_id: str) -> None:
         """Continue a killed, lost or failed run from its last checkpoint (as
         ``fslab resume --detach``), after a confirmation."""
+        from fslab.core.errors import UsageError
+        from fslab.core.rerun import like_command
+        from fslab.execution.checks import check_resumable
         from fslab.tui.confirm_screen import ConfirmScreen
 
-        row = self.rows.get(run_id)
-        if row is None:
+        if run_id not in self.rows:
             return
-        if row.state not in RESUMABLE:  # no dialog: why not, in fslab resume's words
-            from fslab.core.errors import UsageError
-            from fslab.execution.checks import check_resumable
-
-            try:
-                check_resumable(Run(self.runs_dir / run_id))
-            except UsageError as refused:
-                again = "; N starts a new run like it here" if row.state == "completed" else ""
-                self.notify(f"{refused}{again}", markup=False)
-                return
+        try:  # no dialog for what fslab resume refuses (completed, no checkpoint yet): why not, in its words
+            check_resumable(Run(self.runs_dir / run_id))
+        except UsageError as refused:
+            again = "; N starts a new run like it here" if like_command(run_id) in str(refused) else ""
+            self.notify(f"{refused}{again}", markup=False)
+            return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
