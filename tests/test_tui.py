@@ -1096,6 +1096,37 @@ def test_n_where_no_plugin_registers_a_method_is_a_note_not_a_crash(project, mon
                       "them)", "no new run")]
 
 
+def test_new_run_like_a_run_says_an_empty_field_keeps_the_runs_value(project):
+    """N's form showed the new-run form's hints in its empty fields (seed '0', '(recipe default)'), but an
+    emptied field keeps the saved value: a seed field cleared to get seed 0 started seed 4 again. They say
+    '(as saved)' there now; n's form keeps its hints."""
+    runs = project / "runs"
+    write_run(runs, "20260101-100000-nca-four", events=history(), cfg=complete_config(seed=4))
+    launched = []
+
+    async def body(app, pilot):
+        from textual.widgets import Input, Select
+
+        app.launch = lambda method, overrides, registry: launched.append(overrides)
+        await pilot.press("N")
+        await settle(app, pilot)
+        form = app.screen
+        seed = form.query_one("#seed", Input)
+        assert seed.value == "4"
+        seed.value = ""
+        hints = [form.query_one(f"#{key}", Input).placeholder for key in ("seed", "epochs")]
+        prompts = [form.query_one(f"#{key}", Select).prompt for key in ("backbone", "dataset")]
+        assert hints == prompts == ["(as saved)", "(as saved)"]
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert [layer.get("seed") for layer in launched[0] if "seed" in layer] == [4]  # the saved configuration's
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert app.screen.query_one("#seed", Input).placeholder == "0"
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)
+
+
 def test_new_run_like_a_run_whose_sections_are_not_tables_is_refused_in_the_form(project):
     """N on a run whose config.json holds a section as a text or a list (backbone = "conv4") stopped
     the dashboard with AttributeError while the form filled itself in; the form now opens and its

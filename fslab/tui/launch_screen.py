@@ -39,6 +39,7 @@ class LaunchScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         names = self.registry.names
         methods = names("method")
+        saved = "(as saved)" if self.like_run is not None else None  # an empty field keeps the run's value
         with Vertical(id="launch"):
             yield Static(self.title_text(), id="launch-title", markup=False)
             with Grid(id="launch-grid"):
@@ -47,14 +48,15 @@ class LaunchScreen(ModalScreen[None]):
                 yield Select([(n, n) for n in methods], value=method, allow_blank=False, compact=True, id="method",
                              disabled=self.like_run is not None)
                 yield Label("backbone")
-                yield Select([(n, n) for n in names("backbone")], prompt="(recipe default)", compact=True,
+                yield Select([(n, n) for n in names("backbone")], prompt=saved or "(recipe default)", compact=True,
                              id="backbone")
                 yield Label("dataset")
-                yield Select([(n, n) for n in names("dataset")], prompt="(default)", compact=True, id="dataset")
+                yield Select([(n, n) for n in names("dataset")], prompt=saved or "(default)", compact=True,
+                             id="dataset")
                 yield Label("seed")
-                yield Input(placeholder="0", type="integer", valid_empty=True, compact=True, id="seed")
+                yield Input(placeholder=saved or "0", type="integer", valid_empty=True, compact=True, id="seed")
                 yield Label("epochs")
-                yield Input(placeholder="(dataset default)", type="integer", valid_empty=True, compact=True,
+                yield Input(placeholder=saved or "(dataset default)", type="integer", valid_empty=True, compact=True,
                             id="epochs")
                 yield Label("--set")
                 yield Input(placeholder="key=value ... e.g. train.batch_size=32 loss.temperature=0.9", compact=True,
