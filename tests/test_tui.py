@@ -943,6 +943,34 @@ def test_r_on_a_run_stopped_before_its_first_checkpoint_says_so_without_a_dialog
     drive(frozen_app(runs), body)
 
 
+def test_the_compare_screen_leaves_out_a_run_deleted_while_open(store):
+    """A compared run whose folder was deleted stayed pooled in its group (its episodes, its seed) until
+    the screen was opened again; it is now left out and named, and once every one is gone, so says the note."""
+    runs, folders = store
+    for seed, key in enumerate(("done0", "done1")):
+        save_episode_scores(folders[key], seed)
+
+    async def body(app, pilot):
+        await open_compare(app, pilot, folders, keys=("done0", "done1"))
+        groups = app.screen.query_one("#groups")
+        assert [cell.plain for cell in groups.get_row_at(0)][1:3] == ["0, 1", "2"]
+        shutil.rmtree(folders["done1"])
+        await tick(app, pilot)
+        app.screen.follow()
+        await settle(app, pilot)
+        assert [cell.plain for cell in groups.get_row_at(0)][1:3] == ["0", "1"]
+        note = str(app.screen.query_one("#compare-note").render())
+        assert note.endswith(f"; left out, deleted while open: {folders['done1'].name}")
+        shutil.rmtree(folders["done0"])
+        await tick(app, pilot)
+        app.screen.follow()
+        await settle(app, pilot)
+        assert str(app.screen.query_one("#compare-note").render()) == "2 runs: every one deleted while open"
+        assert groups.row_count == 0 and app.screen.query_one("#chart-accuracy").blocks == []
+
+    drive(frozen_app(runs), body)
+
+
 def test_a_rewritten_metrics_file_is_read_again(tmp_path):
     from fslab.core.files import atomic_write_text
     from fslab.tui.tailing import RunFollower

@@ -36,6 +36,7 @@ class CompareScreen(Screen):
         self._folded = {run_id: MinMaxSeries() for run_id in run_ids}  # folded in the follow thread, under _lock
         self._lock = threading.Lock()
         self._stale = True  # the report must be computed again
+        self.gone: list[str] = []  # the compared runs whose folders are gone, as last shown
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -73,13 +74,14 @@ class CompareScreen(Screen):
                       if fold_losses(self._folded[d.run_id], d)}
             stale = self._stale or any(d.reset or any(e.get("event") == "eval" for e in d.events) for d in deltas)
             present = [Run(f.path) for f in self.followers if f.path.is_dir()]
+            gone = [f.path.name for f in self.followers if not f.path.is_dir()]
             report = None
             if stale and present:  # episodes of the runs' own shape, as fslab compare reads them by default
                 report = compare(present, shots=SHOTS, ways=None, queries=None)
             self._stale = stale and not present
         finally:
             self._lock.release()
-        self.post_message(RunsFollowed(report, losses))
+        self.post_message(RunsFollowed(report, losses, gone))
 
     def on_runs_followed(self, message: RunsFollowed) -> None:
         for run_id, series in message.series.items():
@@ -87,17 +89,27 @@ class CompareScreen(Screen):
         if message.series:
             self.query_one("#chart-compare", LineChart).refresh()
         if message.report is not None:
+            self.gone = message.gone
             self.show_report(message.report)
+        elif message.gone != self.gone and len(message.gone) == len(self.run_ids):  # nothing left to compare
+            self.gone = message.gone
+            self.query_one("#compare-note", Static).update(Text(
+                f"{count(len(self.run_ids), 'run')}: every one deleted while open", style="bold red"))
+            self.query_one("#groups", DataTable).clear()
+            self.query_one("#paired", Static).update("")
+            self.query_one("#chart-accuracy", IntervalChart).blocks = []
+            self.query_one("#chart-accuracy", IntervalChart).refresh(layout=True)
 
     def apply_store_changes(self, changes: StoreChanges) -> None:
-        if any(r.id in self.losses for r in changes.rows):
-            self._stale = True  # a run ended, or resumed: its saved evaluations may have changed
+        if any(r.id in self.losses for r in changes.rows) or any(r in self.losses for r in changes.removed):
+            self._stale = True  # a run ended, resumed or was deleted: what is pooled may have changed
 
     def show_report(self, report: dict) -> None:
         self.query_one("#compare-note", Static).update(Text(
             f"{count(len(self.run_ids), 'run')}, grouped as fslab compare groups them (every setting but the "
             f"seed); test accuracy on {report['ways']}-way episodes with {queries_text(report['queries'])}, "
             f"pooled over all episodes of a group's runs"
+            + (f"; left out, deleted while open: {printable(', '.join(self.gone))}" if self.gone else "")
             + (f"; left out, their configuration unreadable: {printable(', '.join(report['unreadable']))}"
                if report.get("unreadable") else "")
             + (f"; split by the data their runs were scored on (neither pooled nor paired across it): "

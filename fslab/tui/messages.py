@@ -24,6 +24,7 @@ class RunsFollowed(Message):
 
     report: dict | None = None
     series: dict[str, Any] = field(default_factory=dict)  # copies of the series that changed, by run
+    gone: list[str] = field(default_factory=list)  # the runs whose folders are gone (deleted while open)
 
 
 @dataclass
