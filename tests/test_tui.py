@@ -971,6 +971,35 @@ def test_the_compare_screen_leaves_out_a_run_deleted_while_open(store):
     drive(frozen_app(runs), body)
 
 
+def test_r_on_a_run_with_a_live_worker_says_so_without_a_dialog(tmp_path):
+    """r on a running run asked 'Resume run RUN from its last checkpoint? Its metrics after that checkpoint are
+    cut back.', and only y said that a worker still held it: the check before the dialog read the state as its
+    launch does under the run's lock (no worker can hold it then). It now probes the lock."""
+    from fslab.core.worklock import name_holder, take
+
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-000000-nca-live", state="running", events=history()[:7], cfg=complete_config())
+    fake_checkpoint(folder / "checkpoints" / "last.pt")
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "pid": 4242, "host": socket.gethostname()}))
+    fd = take(folder)  # its worker, as far as anyone can tell
+    name_holder(fd, 4242)
+
+    async def body(app, pilot):
+        notes = []
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen"
+        assert notes == [f"run {folder.name} still has a live worker (pid 4242 on host {socket.gethostname()}, "
+                         f"running); stop it with: fslab stop {folder.name}; s stops it here"]
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        os.close(fd)
+
+
 def test_a_rewritten_metrics_file_is_read_again(tmp_path):
     from fslab.core.files import atomic_write_text
     from fslab.tui.tailing import RunFollower

@@ -185,12 +185,15 @@ def check_job_processes(config: dict, options: SlurmSettings, again: str | None 
                          f"of fslab.toml")
 
 
-def check_resumable(run: Run) -> None:
+def check_resumable(run: Run, *, observed: bool = False) -> None:
     """A run can resume if it stopped (killed, lost or failed) after at least
     one checkpoint; otherwise say why not. Called holding the run's lock
-    (:func:`fslab.execution.handover.launch_lock`), so no worker holds it."""
+    (:func:`fslab.execution.handover.launch_lock`), so no worker holds it; or,
+    ``observed``, by a caller that does not hold it (the dashboard, before it
+    asks), so its state is observed, its lock probed: a live worker is refused
+    as the launch under the lock would refuse it."""
     status = run.status()
-    state = run.state(status, locked=False)
+    state = run.state(status) if observed else run.state(status, locked=False)
     refuse_if_live(run, state, status)
     if state in RESUMABLE and not run.config():
         raise UsageError(f"run {run.id} cannot resume: its config.json is missing or unreadable (fslab runs lists "

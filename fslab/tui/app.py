@@ -172,14 +172,16 @@ class FslabApp(App):
         from fslab.core.errors import UsageError
         from fslab.core.rerun import like_command
         from fslab.execution.checks import check_resumable
+        from fslab.execution.handover import LiveWorker
         from fslab.tui.confirm_screen import ConfirmScreen
 
         if run_id not in self.rows:
             return
-        try:  # no dialog for what fslab resume refuses (completed, no checkpoint yet): why not, in its words
-            check_resumable(Run(self.runs_dir / run_id))
+        try:  # no dialog for what fslab resume refuses (running, completed, no checkpoint yet): why not, in its words
+            check_resumable(Run(self.runs_dir / run_id), observed=True)
         except UsageError as refused:
-            again = "; N starts a new run like it here" if like_command(run_id) in str(refused) else ""
+            again = ("; s stops it here" if isinstance(refused, LiveWorker) else
+                     "; N starts a new run like it here" if like_command(run_id) in str(refused) else "")
             self.notify(f"{refused}{again}", markup=False)
             return
 
