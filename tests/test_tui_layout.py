@@ -303,3 +303,23 @@ def test_the_compare_chart_names_every_marked_run_at_80x24(store):
         assert sorted(named) == sorted(f"■ {folders[key].name}" for key in ("done0", "done1", "failed"))
 
     drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_the_launch_form_shows_its_whole_error_and_buttons_below_24_lines(project):
+    """At 60×20 the form's blank lines between fields pushed the end of a refusal, and the buttons, off the
+    dialog (it cut '... gives the split that many' at 'split'); under 24 lines the fields now go without them."""
+    from textual.widgets import Input
+
+    from fslab.tui import make_app
+
+    async def body(app, pilot):
+        await pilot.press("n")
+        await pilot.pause()
+        app.screen.query_one("#settings", Input).value = "eval.ways=100"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        shown = " ".join(" ".join(line.strip(" █") for line in lines_of(app)).split())
+        assert "got 100; --set dataset.val_classes=100 gives the split that many" in shown
+        assert "Launch (ctrl+s)" in shown and "epochs" in shown
+
+    drive(make_app(project / "runs", tick=3600, cursor_blink=False), body, size=(60, 20))
