@@ -1360,6 +1360,24 @@ def test_the_launch_form_reads_fslab_toml_as_it_is_when_launching(project):
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
+def test_n_with_fslab_toml_broken_since_the_dashboard_opened_says_its_line(project):
+    """fslab.toml is read again for each launch; one broken meanwhile was said as 'cannot load plugins:
+    fslab.toml:1:5: ...', as if a plugin had failed. It is the file's line now, as fslab run says it."""
+    notes = []
+
+    async def body(app, pilot):
+        notify = app.notify
+        app.notify = lambda message, **kw: notes.append((kw.get("title"), message)) or notify(message, **kw)
+        (project / "fslab.toml").write_text("[run\n")
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen"
+
+    drive(make_app(project / "runs", tick=3600, cursor_blink=False), body)
+    [(title, line)] = notes
+    assert title == "no new run" and line.startswith("fslab.toml:1:5: TOML syntax error")
+
+
 # -- the parts underneath --------------------------------------------------------------
 
 

@@ -225,6 +225,9 @@ class FslabApp(App):
 
         try:
             registry = self.registry()
+        except FslabError as exc:  # fslab.toml, read again, is broken now: its line, as fslab run says it
+            self.notify(str(exc), title="no new run", severity="error", markup=False)
+            return
         except Exception as exc:
             self.notify(f"cannot load plugins: {exc}", severity="error", markup=False)
             return
