@@ -323,3 +323,22 @@ def test_the_launch_form_shows_its_whole_error_and_buttons_below_24_lines(projec
         assert "Launch (ctrl+s)" in shown and "epochs" in shown
 
     drive(make_app(project / "runs", tick=3600, cursor_blink=False), body, size=(60, 20))
+
+
+def test_a_shorter_terminal_keeps_the_selected_run_on_screen(tmp_path):
+    """With the cursor on the last of many runs, a terminal made shorter left that row below the table's
+    end (enter then opened a run no one could see); the table now scrolls to it."""
+    runs = tmp_path / "runs"
+    for i in range(40):
+        write_run(runs, f"20260101-1000{i:02d}-nca-{i:04d}", events=history()[:3])
+
+    async def body(app, pilot):
+        await pilot.press("end")
+        await settle(app, pilot)
+        table = app.screen.table
+        assert table.cursor_id == "20260101-100000-nca-0000"  # newest first: the oldest is last
+        await pilot.resize_terminal(80, 14)
+        await settle(app, pilot)
+        assert any("nca-0000" in line for line in table_lines(app)[1:]), table_lines(app)
+
+    drive(frozen_app(runs), body, size=(80, 24))

@@ -200,14 +200,18 @@ class RunsTable(ScrollView, can_focus=True):
 
     # -- keys ------------------------------------------------------------------
     def watch_cursor(self, old: int, new: int) -> None:
+        self.show_cursor()
+
+    def show_cursor(self) -> None:
+        """Scroll so that the cursor's row is on screen."""
         if not self.ids:
             return
         visible = max(1, self.size.height - 1)
         top = self.scroll_offset.y
-        if new < top:
-            self.scroll_to(y=new, animate=False)
-        elif new >= top + visible:
-            self.scroll_to(y=new - visible + 1, animate=False)
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False)
+        elif self.cursor >= top + visible:
+            self.scroll_to(y=self.cursor - visible + 1, animate=False)
         self.refresh()
 
     def action_move(self, delta: int) -> None:
@@ -233,6 +237,7 @@ class RunsTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self.virtual_size = Size(self.size.width, len(self.ids) + 1)
+        self.call_after_refresh(self.show_cursor)  # a shorter terminal must not leave the selected run off screen
 
     def on_click(self, event: Click) -> None:
         if event.y == 0:
