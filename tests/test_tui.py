@@ -1501,10 +1501,12 @@ def test_web_options_without_web_are_one_line_not_a_terminal_dashboard(tmp_path)
 
 
 def test_a_tick_that_is_not_a_positive_number_of_seconds_is_one_line(tmp_path):
+    """0, a negative or nan; and one so short (1e-05: its timers left the dashboard no time to draw, so it
+    hung) that the dashboard would never show."""
     from .runs_helpers import fslab
 
-    for tick in ("0", "-1", "nan"):
+    for tick in ("0", "-1", "nan", "0.00001"):
         for web in ([], ["--web"]):  # refused before the dashboard, or textual-serve, is looked for
             result = fslab("tui", *web, "--tick", tick, cwd=tmp_path, timeout=60)
             assert (result.returncode, result.stderr) == (
-                2, f"error: --tick must be a number of seconds above 0, got {float(tick)}; e.g. --tick 1\n"), web
+                2, f"error: --tick must be a number of seconds from 0.1 up, got {float(tick)}; e.g. --tick 1\n"), web

@@ -17,6 +17,8 @@ from fslab.core.assignments import assignment
 PLUGIN_COLUMNS = [Col("name", is_id=True), Col("description", wrap=True), Col("paper", wrap=True),
                   Col("parameters", wrap=True), Col("plugin")]
 PLUGIN_STEPS = ["plugin", "paper"]
+# fslab tui's shortest --tick: at 1e-5 s its timers left the dashboard no time to draw (it hung).
+MIN_TICK_S = 0.1
 
 
 def _kinds(incomplete: str) -> list[str]:
@@ -110,7 +112,7 @@ def recipe_text(recipe: dict) -> str:
 
 @app.command()
 def tui(
-    tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store (above 0).")] = 1.0,
+    tick: Annotated[float, typer.Option(help="Seconds between two reads of the run store (0.1 or more).")] = 1.0,
     web: Annotated[bool, typer.Option(
         "--web", help="Serve the dashboard to a browser instead (needs pip install 'fslab\\[web]').")] = False,
     host: Annotated[str | None, typer.Option(
@@ -127,10 +129,10 @@ def tui(
     With --web it is served over HTTP instead, one dashboard per browser tab, at the URL it prints
     (with the SSH tunnel that reaches it from another machine); Ctrl+C stops it.
     """
-    if not 0 < tick < float("inf"):  # also refuses nan, which compares false
+    if not MIN_TICK_S <= tick < float("inf"):  # also refuses nan, which compares false
         from fslab.core.errors import UsageError
 
-        raise UsageError(f"--tick must be a number of seconds above 0, got {tick}; e.g. --tick 1")
+        raise UsageError(f"--tick must be a number of seconds from {MIN_TICK_S} up, got {tick}; e.g. --tick 1")
     if web:
         _serve("127.0.0.1" if host is None else host, 8000 if port is None else port, token, tick)
         return
