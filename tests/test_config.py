@@ -777,7 +777,7 @@ def test_a_value_is_quoted_back_as_toml_reads_it(value):
 
     from fslab.core.assignments import shown
 
-    text = shown(value, 10_000)
+    text = shown(value)
     if "None" in repr(value):  # a null in a list or table: no TOML value, said as null
         assert "null" in text
         return
@@ -795,5 +795,5 @@ def test_a_bad_setting_is_quoted_in_toml_and_cut_to_its_width(registry):
         with pytest.raises(ConfigError) as error:
             resolve("nca", registry=registry, settings=Settings(), overrides=cli(text))
         assert str(error.value).endswith(said), str(error.value)
-    assert shown("x" * 300) == '"' + "x" * 198 + "…" and len(shown("x" * 300)) == 200
+    assert shown("x" * 300, 200) == '"' + "x" * 198 + "…" and shown("x" * 300) == '"' + "x" * 300 + '"'
     assert shown(datetime.date(2026, 11, 26)) == "2026-11-26" and shown(object).startswith("<class")

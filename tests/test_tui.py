@@ -1119,8 +1119,8 @@ def test_a_seed_or_epochs_field_holding_no_number_is_refused_in_the_configuratio
         await pilot.press("n")
         await pilot.pause()
         form = app.screen
-        for key, text, line in (("seed", "-", "config key 'seed' must be an integer, got '-'"),
-                                ("epochs", "1_", "config key 'train.epochs' must be an integer, got '1_'")):
+        for key, text, line in (("seed", "-", "config key 'seed' must be an integer, got \"-\""),
+                                ("epochs", "1_", "config key 'train.epochs' must be an integer, got \"1_\"")):
             form.query_one(f"#{key}", Input).value = text
             await pilot.press("ctrl+s")
             await pilot.pause()

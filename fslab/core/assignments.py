@@ -74,15 +74,16 @@ def toml_value(value: Any, bare: bool = True) -> str:
     raise TypeError(f"not a setting's value: {value!r}")
 
 
-def shown(value: Any, width: int = 200) -> str:
+def shown(value: Any, width: int | None = None) -> str:
     """``value`` as an error message quotes what was given: in TOML's spelling, as it is
     written in a file or after ``--set`` (``true``, ``"maybe"``, ``{a = 1}``, not Python's
-    ``True``, ``'maybe'``, ``{'a': 1}``), cut to ``width`` characters."""
+    ``True``, ``'maybe'``, ``{'a': 1}``), cut to ``width`` characters where given (the command line
+    clips a long message itself, saying how much it left out)."""
     try:
         text = value.isoformat() if isinstance(value, datetime.date | datetime.time) else toml_value(value, bare=False)
     except TypeError:  # not a value TOML has (a Python caller's object): its Python spelling
         text = repr(value)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if width is None or len(text) <= width else text[:width - 1] + "…"
 
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
