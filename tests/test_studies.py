@@ -1553,3 +1553,17 @@ def test_a_queue_lock_the_system_refuses_exits_1_and_one_in_the_way_2(tmp_path, 
     with pytest.raises(UsageError) as in_the_way:
         studies._open_queue_lock(tmp_path / "runs" / studies.QUEUE_LOCK)
     assert in_the_way.value.exit_code == 2
+
+
+def test_the_quick_grid_takes_only_values_of_the_paper_grid():
+    """[quick] grid is the paper's grid with fewer values (the README's words), but any value was taken:
+    a quick point of a value the study never runs at the paper scale, reported beside no published one."""
+    data = tiny(published=[])
+    data["sweep"][0]["grid"] = {"train.lr": [0.1, 0.05]}
+    data["quick"] = {"grid": {"train.lr": [0.05, 0.2]}}
+    with pytest.raises(ConfigError) as error:
+        parse_study(data, "studies/tiny.toml")
+    assert str(error.value) == ("studies/tiny.toml: quick.grid.train.lr: lists 0.2, which no sweep's grid gives it; "
+                                "the quick scale takes fewer of the paper's values: some of [0.1, 0.05]")
+    data["quick"] = {"grid": {"train.lr": [0.05]}}
+    assert parse_study(data, "studies/tiny.toml").quick.grid == {"train.lr": [0.05]}

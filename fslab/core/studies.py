@@ -361,6 +361,13 @@ def _quick(check: _Checker, table: Any, sweeps: tuple[StudySweep, ...]) -> Quick
             check.fail(f"quick.grid.{key}", f"is no sweep's grid key ({', '.join(sorted(grid_keys)) or 'none'})")
         check.values(values, f"quick.grid.{key}")
     check.typed(grid, "quick.grid", grid=True)
+    for key, values in grid.items():
+        paper = []
+        for value in (value for s in sweeps for value in s.grid.get(key, [])):
+            paper += [value] if value not in paper else []
+        if (other := next((value for value in values if value not in paper), None)) is not None:
+            check.fail(f"quick.grid.{key}", f"lists {shown(other)}, which no sweep's grid gives it; the quick scale "
+                                            f"takes fewer of the paper's values: some of {shown(paper, 100)}")
     quick_set = check.settings(table.get("set", {}), "quick.set")
     check.typed(quick_set, "quick.set")
     return QuickScale(seeds=check.whole(table, "seeds", "quick.", 1, default=1),
