@@ -688,3 +688,16 @@ def test_what_else_a_run_was_evaluated_on_makes_no_group(store):
     config = json.loads((runs[2].path / "config.json").read_text())
     (runs[2].path / "config.json").write_text(json.dumps({**config, "train": {**config["train"], "epochs": 3}}))
     assert [g["seeds"] for g in compare(runs, shots=[1, 5])["groups"]] == [2, 1]
+
+
+def test_json_with_another_format_is_refused_in_one_line(store):
+    """fslab compare all --format latex --json printed JSON lines: --json won over --format unsaid."""
+    folder, _ = store
+    for fmt, what in [("latex", "a LaTeX table"), ("json", "the whole report as one JSON document")]:
+        bad = fslab("compare", "all", "--format", fmt, "--json", cwd=folder)
+        assert bad.returncode == 2 and bad.stdout == "" and bad.stderr == (
+            f"error: give --json or --format {fmt}, not both: --json prints a JSON line per group and per "
+            f"paired difference, --format {fmt} {what}\n")
+    lines = fslab("compare", "all", "--json", cwd=folder)  # alone, or with the default table
+    assert lines.returncode == 0 and [json.loads(line)["type"] for line in lines.stdout.splitlines()] == [
+        "group", "group", "paired", "paired"]

@@ -207,6 +207,10 @@ def episode_options(split: str, shots: str, ways: int | None, queries: int | Non
     return shot_list
 
 
+_FORMAT_TEXT = {"md": "a Markdown table", "latex": "a LaTeX table", "csv": "CSV rows",
+                "json": "the whole report as one JSON document"}
+
+
 @app.command("compare")
 def compare_(
     refs: Annotated[list[str], typer.Argument(
@@ -231,7 +235,8 @@ def compare_(
         help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
         autocompletion=names_of("evaluator"))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines: one object per group (\"type\": \"group\") "
-                                                         "and per paired difference (\"type\": \"paired\").")] = False,
+                                                         "and per paired difference (\"type\": \"paired\"); "
+                                                         "not with a --format other than table.")] = False,
     wide: WideFlag = False,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
@@ -242,6 +247,9 @@ def compare_(
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+    if as_json and fmt != "table":  # --json printed its lines whatever --format asked for
+        raise UsageError(f"give --json or --format {fmt}, not both: --json prints a JSON line per group and per "
+                         f"paired difference, --format {fmt} {_FORMAT_TEXT[fmt]}")
     shot_list = episode_options(split, shots, ways, queries)
     runs = select_runs(settings().runs_dir, refs, "compare")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
