@@ -701,3 +701,17 @@ def test_json_with_another_format_is_refused_in_one_line(store):
     lines = fslab("compare", "all", "--json", cwd=folder)  # alone, or with the default table
     assert lines.returncode == 0 and [json.loads(line)["type"] for line in lines.stdout.splitlines()] == [
         "group", "group", "paired", "paired"]
+
+
+def test_an_empty_group_by_or_series_key_is_refused_in_one_line(store):
+    """--group-by '' was taken as not given (every setting grouped, unsaid), and --group-by train.lr,,
+    said "key '' is not in the configuration"; --series alike."""
+    folder, _ = store
+    for command in (("compare", "all"), ("plot", "train.lr", "all", "--out", str(folder / "p.png"))):
+        option = "--group-by" if command[0] == "compare" else "--series"
+        for given in ("", "train.lr,,", " , "):
+            bad = fslab(*command, option, given, cwd=folder)
+            assert bad.returncode == 2 and bad.stderr == (
+                f"error: {option} takes config keys separated by commas (e.g. train.lr,loss.name), "
+                f"got '{given}'\n"), (command, given)
+    assert not (folder / "p.png").exists()

@@ -188,6 +188,17 @@ def _check_device(device: str) -> None:
     check_device({"device": device, "train": {"processes": 1}})
 
 
+def config_keys(text: str | None, option: str) -> list[str] | None:
+    """``--group-by``/``--series`` as keys (None where not given); an empty one is refused in one line
+    (``--group-by ''`` was read as not given, ``train.lr,,`` said that key '' was in no configuration)."""
+    if text is None:
+        return None
+    keys = [key.strip() for key in text.split(",")]
+    if not all(keys):
+        raise UsageError(f"{option} takes config keys separated by commas (e.g. train.lr,loss.name), got '{text}'")
+    return keys
+
+
 def episode_options(split: str, shots: str, ways: int | None, queries: int | None,
                     episodes: int | None = None) -> list[int]:
     """The shots of ``--shots``, after ``--split``, ``--ways``, ``--queries`` and ``--episodes`` are
@@ -253,7 +264,7 @@ def compare_(
     shot_list = episode_options(split, shots, ways, queries)
     runs = select_runs(settings().runs_dir, refs, "compare")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
-                     group_by=[k.strip() for k in group_by.split(",")] if group_by else None, evaluator=evaluator)
+                     group_by=config_keys(group_by, "--group-by"), evaluator=evaluator)
     _say_left_out(report, split, ",".join(map(str, shot_list)), evaluator, (ways, queries), runs)
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
@@ -374,7 +385,7 @@ def plot_(
     out = png_path(out, x)
     shot_list = episode_options(split, shots, ways, queries)
     runs = select_runs(settings().runs_dir, refs, "plot")
-    data = series_data(runs, x, series=[k.strip() for k in series.split(",")] if series else None, split=split,
+    data = series_data(runs, x, series=config_keys(series, "--series"), split=split,
                        shots=shot_list, ways=ways, queries=queries)
     for item in data["left_out"][:5]:  # on stderr, so --json's output stays one object
         err_console.print(f"left out {shown(item['run'])}: {shown(item['why'])}", highlight=False)
