@@ -715,3 +715,13 @@ def test_an_empty_group_by_or_series_key_is_refused_in_one_line(store):
                 f"error: {option} takes config keys separated by commas (e.g. train.lr,loss.name), "
                 f"got '{given}'\n"), (command, given)
     assert not (folder / "p.png").exists()
+
+
+def test_md_right_aligns_the_number_columns_and_latex_keeps_two_hyphens_apart(store):
+    """md's columns were all left-aligned (|---|---|), so numbers of unequal width did not line up as in
+    the table and latex; and LaTeX joined '--' in a label into an en dash ('---' an em dash)."""
+    _, data = store
+    report = compare([r for r, _ in data.values()], shots=[1, 5])
+    assert render(report, "md").splitlines()[1] == "|---|---:|---:|---:|"
+    assert tex("--lr, a---b, x-->y, --1") == "-{}-lr, a-{}-{}-b, x-{}$\\to$y, -{}-1"
+    assert tex("run-2, -0.5") == "run-2, $-$0.5"

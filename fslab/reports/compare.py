@@ -459,8 +459,11 @@ def tex(text: str) -> str:
     (a label may hold any text a setting holds), ± and − as math, and so is the
     hyphen of a negative number (``-0.52``, a difference; ``lr=-1`` in a label), which
     LaTeX's text mode would set as a hyphen, shorter than a minus; ``|``, ``<`` and ``>`` by name,
-    which LaTeX's default font encoding (OT1) sets as an em dash, ¡ and ¿."""
-    return re.sub(r"->|[\\&%$#_{}~^±−|<>]|(?<![\w.-])-(?=\.?\d)", lambda m: _TEX.get(m.group(), r"$-$"), text)
+    which LaTeX's default font encoding (OT1) sets as an em dash, ¡ and ¿; and a hyphen before
+    another as ``-{}``, since LaTeX joins ``--`` into an en dash (``--lr`` in a label) and ``---`` an em dash."""
+    return re.sub(r"->|[\\&%$#_{}~^±−|<>]|(?<![\w.-])-(?=\.?\d)|-(?=-)",
+                  lambda m: _TEX.get(m.group(), r"-{}" if m.end() < len(text) and text[m.end()] == "-" else r"$-$"),
+                  text)
 
 
 def render(report: dict, fmt: str) -> str:
@@ -513,7 +516,8 @@ def render(report: dict, fmt: str) -> str:
                  for s in shots]
         lines.append([f"{group} − {baseline}, paired over the same episodes", "-", *cells])
     if fmt == "md":
-        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        # the group's text left, the numbers right, as the table and latex have them
+        out = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in lines]
     else:
         out = ["\\begin{tabular}{l" + "r" * (len(header) - 1) + "}", " & ".join(header) + " \\\\", "\\hline"]
