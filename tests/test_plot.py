@@ -520,3 +520,25 @@ def test_list_categories_are_in_the_order_of_their_numbers(tmp_path, monkeypatch
     monkeypatch.setattr(plt, "close", drawn.append)
     draw(data, tmp_path / "m.png")
     assert [label.get_text() for label in drawn[0].axes[0].get_xticklabels()] == ["[5]", "[10, 20]", "[30]", "[100]"]
+
+
+@pytest.mark.parametrize(("xs", "scale"), [
+    ([0.0001, 0.001, 0.01], "log"),  # two decades: all but 0.01 were bunched at the axis's left end
+    ([1, 10, 100, 1000], "log"),
+    ([0.001, 0.05], "linear"),  # under two decades
+    ([0, 0.001, 0.1], "linear"),  # a zero has no place on a log axis
+    ([-0.1, 0.001, 0.1], "linear"),
+])
+def test_positive_values_over_two_decades_or_more_go_on_a_log_axis(xs, scale):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fslab.reports.plot import x_axis
+
+    fig, ax = plt.subplots()
+    ax.plot(xs, [0.5] * len(xs))
+    x_axis(ax, "train.lr", xs, True)
+    assert ax.get_xscale() == scale
+    plt.close(fig)

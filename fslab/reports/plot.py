@@ -285,7 +285,8 @@ def literal(text: str) -> str:
 
 def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
     """The x axis's scale and ticks for the setting ``key`` at values ``xs``
-    (the categories, in order, where they are not all numbers)."""
+    (the categories, in order, where they are not all numbers): batch sizes on a log-2 axis,
+    other positive numbers that span two decades or more on a log-10 one."""
     from matplotlib.ticker import MaxNLocator
 
     if numeric and key == "train.batch_size" and all(v > 0 for v in xs):
@@ -294,6 +295,9 @@ def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
         ax.minorticks_off()
     elif not numeric:
         ax.set_xticks(range(len(xs)), [literal(x) for x in xs])
+    elif min(xs) > 0 and max(xs) >= 100 * min(xs):
+        # a sweep over decades (learning rates 1e-4 ... 1e-1): on a linear axis all but the largest bunched at 0
+        ax.set_xscale("log")
     elif all(isinstance(v, int) and not isinstance(v, bool) for v in xs):
         # whole-number settings (seeds, epochs, shots, ways) are ticked at whole numbers, never at 1.25
         if len(set(xs)) == 1:  # one value: the range around it holds no other whole number to tick
