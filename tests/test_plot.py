@@ -542,3 +542,14 @@ def test_positive_values_over_two_decades_or_more_go_on_a_log_axis(xs, scale):
     x_axis(ax, "train.lr", xs, True)
     assert ax.get_xscale() == scale
     plt.close(fig)
+
+
+def test_series_that_names_the_x_key_is_refused_in_one_line(batch_store):
+    """--series train.batch_size with x batch-size drew each run's point as a line of its own."""
+    folder, _ = batch_store
+    for x, series in (("batch-size", "train.batch_size"), ("train.batch_size", "loss.name,train.batch_size")):
+        bad = fslab("plot", x, "all", "--series", series, "--out", str(folder / "p.png"), cwd=folder)
+        assert bad.returncode == 2 and bad.stderr == (
+            "error: --series names train.batch_size, the x axis: each line would be one point; name the settings "
+            "that tell lines apart (e.g. --series loss.name), or leave --series out\n"), (x, series)
+    assert not (folder / "p.png").exists()

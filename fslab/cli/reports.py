@@ -356,7 +356,8 @@ def plot_(
         metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.",
         autocompletion=runs_or_sweeps)],
     series: Annotated[str | None, typer.Option(
-        help="Comma-separated config keys that make a line (default: every setting but the seed and x).")] = None,
+        help="Comma-separated config keys that make a line, x not among them "
+             "(default: every setting but the seed and x).")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG file to write, its name ending in .png (default: X.png).")]
     = None,
     size: Annotated[str | None, typer.Option(

@@ -103,6 +103,9 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     except the seed and x, or only the ``series`` keys when given; ``ways`` or
     ``queries`` None: the runs' own shape, as ``compare`` reads it."""
     key = PRESETS.get(x, x)
+    if series and key in series:  # each line was one point, at its own x
+        raise UsageError(f"--series names {key}, the x axis: each line would be one point; name the settings "
+                         f"that tell lines apart (e.g. --series loss.name), or leave --series out")
     if not runs:
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
     files = RunFiles()
