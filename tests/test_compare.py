@@ -136,13 +136,13 @@ def test_csv_and_json_parse_back(store):
         assert rows[2][f"{n}-shot accuracy"] == rows[2]["seeds"] == ""
     assert json.loads(render(report, "json")) == json.loads(json.dumps(report))
     md = render(report, "md").splitlines()
-    assert md[0] == "| group | seeds | 1-shot | 5-shot |" and len(md) == 5
+    assert md[2] == "| group | seeds | 1-shot | 5-shot |" and len(md) == 7
     one, five = (next(p for p in report["paired"] if p["shots"] == n) for n in (1, 5))
-    assert md[4] == (f"| train.lr=0.05 − train.lr=0.1, paired over the same episodes | - | "
+    assert md[6] == (f"| train.lr=0.05 − train.lr=0.1, paired over the same episodes | - | "
                      f"{100 * one['difference']:+.2f} ± {100 * one['ci95']:.2f} | "
                      f"{100 * five['difference']:+.2f} ± {100 * five['ci95']:.2f} |")
     latex = render(report, "latex")
-    assert latex.startswith("\\begin{tabular}{lrrr}") and "$\\pm$" in latex
+    assert latex.splitlines()[1] == "\\begin{tabular}{lrrr}" and "$\\pm$" in latex
     assert "train.lr=0.05 $-$ train.lr=0.1, paired over the same episodes & - & " in latex
     # a negative difference's sign is a minus, not the hyphen LaTeX's text mode would set for '-'
     assert latex.splitlines()[-2] == (f"train.lr=0.05 $-$ train.lr=0.1, paired over the same episodes & - & "
@@ -163,9 +163,9 @@ def test_md_latex_and_csv_have_the_columns_of_shots_in_its_order_as_the_table(st
     and csv only 1-shot and 5-shot, sorted: the formats of one comparison disagreed."""
     _, data = store
     report = compare([r for r, _ in data.values()], shots=[5, 1, 20])
-    assert render(report, "md").splitlines()[0] == "| group | seeds | 5-shot | 1-shot | 20-shot |"
-    assert render(report, "md").splitlines()[2].endswith(" | - |")  # no run has 20-shot scores
-    assert render(report, "latex").splitlines()[1] == "group & seeds & 5-shot & 1-shot & 20-shot \\\\"
+    assert render(report, "md").splitlines()[2] == "| group | seeds | 5-shot | 1-shot | 20-shot |"
+    assert render(report, "md").splitlines()[4].endswith(" | - |")  # no run has 20-shot scores
+    assert render(report, "latex").splitlines()[2] == "group & seeds & 5-shot & 1-shot & 20-shot \\\\"
     header = next(csv.reader(io.StringIO(render(report, "csv"))))
     assert [c for c in header if c.endswith("accuracy")] == ["5-shot accuracy", "1-shot accuracy", "20-shot accuracy"]
 
@@ -447,14 +447,14 @@ def noted_runs(folder, notes: tuple[str, ...]) -> list:
 def test_markdown_escapes_a_bar_in_a_label(tmp_path):
     """A | in a label split its Markdown cell in two, shifting every number a column right."""
     md = render(compare(noted_runs(tmp_path / "runs", ("a|b", "c")), shots=[5]), "md").splitlines()
-    assert md[2:5] == ["| loss.note=a\\|b | 1 | 75.00 ± 34.65 |", "| loss.note=c | 1 | 75.00 ± 34.65 |",
+    assert md[4:7] == ["| loss.note=a\\|b | 1 | 75.00 ± 34.65 |", "| loss.note=c | 1 | 75.00 ± 34.65 |",
                        "| loss.note=c − loss.note=a\\|b, paired over the same episodes | - | +0.00 ± 0.00 |"]
 
 
 def test_latex_escapes_what_a_label_may_hold(tmp_path):
     latex = render(compare(noted_runs(tmp_path / "runs", ("a & b", "50% of #1 {x_y}")), shots=[5]),
                    "latex").splitlines()
-    assert latex[3:6] == ["loss.note=a \\& b & 1 & 75.00 $\\pm$ 34.65 \\\\",
+    assert latex[4:7] == ["loss.note=a \\& b & 1 & 75.00 $\\pm$ 34.65 \\\\",
                           "loss.note=50\\% of \\#1 \\{x\\_y\\} & 1 & 75.00 $\\pm$ 34.65 \\\\",
                           "loss.note=50\\% of \\#1 \\{x\\_y\\} $-$ loss.note=a \\& b, paired over the same episodes "
                           "& - & +0.00 $\\pm$ 0.00 \\\\"]
@@ -722,6 +722,24 @@ def test_md_right_aligns_the_number_columns_and_latex_keeps_two_hyphens_apart(st
     the table and latex; and LaTeX joined '--' in a label into an en dash ('---' an em dash)."""
     _, data = store
     report = compare([r for r, _ in data.values()], shots=[1, 5])
-    assert render(report, "md").splitlines()[1] == "|---|---:|---:|---:|"
+    assert render(report, "md").splitlines()[3] == "|---|---:|---:|---:|"
     assert tex("--lr, a---b, x-->y, --1") == "-{}-lr, a-{}-{}-b, x-{}$\\to$y, -{}-1"
     assert tex("run-2, -0.5") == "run-2, $-$0.5"
+
+
+def test_md_latex_and_csv_say_the_split_episode_shape_and_evaluator_of_their_numbers(tmp_path):
+    """md and latex gave no split, episode shape or evaluator (the table's title does), so a
+    --split val table read as a test one; csv gave neither, nor how many runs each cell pools."""
+    for seed in (0, 1):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed, "evaluator": {"name": "knn"}})
+        for shots in (1, 5) if seed == 0 else (1,):  # seed 1 has no 5-shot scores: that cell pools one run
+            run.save_accuracies({"split": "val", "ways": 10, "shots": shots, "queries": 5, "episodes": 2,
+                                 "evaluator": "knn", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, [0.4, 0.6])
+    report = compare(list_runs(tmp_path / "runs"), split="val", shots=[1, 5], ways=None, queries=None)
+    said = "val, 10-way, 5 queries, by knn, mean ± 95% CI over pooled episodes"
+    assert render(report, "md").splitlines()[:3] == [said, "", "| group | seeds | 1-shot | 5-shot |"]
+    assert render(report, "latex").splitlines()[:2] == [f"% {said}", "\\begin{tabular}{lrrr}"]
+    (row,) = csv.DictReader(io.StringIO(render(report, "csv")))
+    assert [row[k] for k in ("1-shot runs", "5-shot runs", "split", "ways", "queries", "evaluator", "metric")] == [
+        "2", "1", "val", "10", "5", "knn", "accuracy"]
+    assert report["evaluators"] == ["knn"]

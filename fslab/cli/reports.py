@@ -232,7 +232,8 @@ def compare_(
              "runs pair by seed and the settings not grouped by.")] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="table, md, latex, csv or json; md, latex and csv add a row per paired "
-                         "difference (csv: its baseline named, in difference columns of its own).",
+                         "difference (csv: its baseline named, in difference columns of its own), and say the "
+                         "split, episode shape and evaluator (md: in a first line, latex: a % comment, csv: columns).",
         autocompletion=choices("table", "md", "latex", "csv", "json"))] = "table",
     split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",

@@ -263,7 +263,10 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
     elsewhere = {r: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
                  if not scored(r)}
-    return {"split": split, "ways": ways, "queries": queries, "shots": list(shots), "groups": rows, "paired": paired,
+    # whose scores were read: the one asked for, or each run's own (md, latex and csv say which)
+    evaluators = sorted({files.label(r, evaluator) for r in counted if scored(r)})
+    return {"split": split, "ways": ways, "queries": queries, "shots": list(shots), "evaluators": evaluators,
+            "groups": rows, "paired": paired,
             "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
             "other_shapes": {run.id: shapes for run, shapes in elsewhere.items() if shapes},
             # runs with no scores of any shape (queued, running, or ended before their test), with their state
@@ -466,6 +469,48 @@ def tex(text: str) -> str:
                   text)
 
 
+def _csv(report: dict, shots: list[str]) -> str:
+    """The report as CSV rows, a group's then a paired difference's (:func:`render`)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    # A group's row fills the accuracy columns; a paired difference's row (its
+    # baseline named) fills only the difference columns, so no column holds both.
+    columns = ([f"{s} {c}" for s in shots for c in ("accuracy", "ci95", "episodes")]
+               + [f"{s} {c}" for s in shots for c in ("difference", "difference ci95", "difference episodes")])
+    # The last column names what the numbers measure: accuracy, or a retrieval evaluator's map.
+    metrics = {row["group"]: "/".join(sorted({r.get("metric", "accuracy") for r in row["results"].values()}))
+               for row in report["groups"]}
+    # Then what md's and latex's first line says, and the runs each cell pools (metric stays the last column).
+    runs = [f"{s} runs" for s in shots]
+    shape = [report.get(k, "") for k in ("split", "ways", "queries")] + ["/".join(report.get("evaluators", ()))]
+    writer.writerow(["group", "baseline", "seeds", *columns, *runs, "split", "ways", "queries", "evaluator", "metric"])
+    for row in report["groups"]:
+        cells = {}
+        for s, r in row["results"].items():
+            cells |= {f"{s} accuracy": r["accuracy"], f"{s} ci95": r["ci95"], f"{s} episodes": r["episodes"],
+                      f"{s} runs": r.get("runs", "")}
+        writer.writerow([row["group"], "", row["seeds"], *[cells.get(c, "") for c in (*columns, *runs)], *shape,
+                         metrics[row["group"]]])
+    for group in dict.fromkeys(p["group"] for p in report["paired"]):
+        cells = {}
+        for p in report["paired"]:
+            if p["group"] == group:
+                s, baseline = f"{p['shots']}-shot", p["baseline"]
+                cells |= {f"{s} difference": p["difference"], f"{s} difference ci95": p["ci95"],
+                          f"{s} difference episodes": p["episodes"]}
+        writer.writerow([group, baseline, "", *[cells.get(c, "") for c in (*columns, *runs)], *shape,
+                         metrics.get(group, "")])
+    return buffer.getvalue()
+
+
+def caption(report: dict) -> str:
+    """What the numbers of md and latex are, said above them as the table's title says it: the split,
+    the episode shape and whose scores (the evaluator asked for, else each run's own)."""
+    by = f"by {', '.join(report['evaluators'])}, " if report.get("evaluators") else ""
+    return (f"{report['split']}, {report['ways']}-way, {queries_text(report['queries'])}, {by}"
+            f"mean ± 95% CI over pooled episodes")
+
+
 def render(report: dict, fmt: str) -> str:
     """The report as a Markdown, LaTeX, CSV or JSON text (``table`` is drawn by the CLI)."""
     # the columns of --shots, in its order, as the table has them (a report without: those with scores)
@@ -474,31 +519,7 @@ def render(report: dict, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(report, indent=2)
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        # A group's row fills the accuracy columns; a paired difference's row (its
-        # baseline named) fills only the difference columns, so no column holds both.
-        columns = ([f"{s} {c}" for s in shots for c in ("accuracy", "ci95", "episodes")]
-                   + [f"{s} {c}" for s in shots for c in ("difference", "difference ci95", "difference episodes")])
-        # The last column names what the numbers measure: accuracy, or a retrieval evaluator's map.
-        metrics = {row["group"]: "/".join(sorted({r.get("metric", "accuracy") for r in row["results"].values()}))
-                   for row in report["groups"]}
-        writer.writerow(["group", "baseline", "seeds", *columns, "metric"])
-        for row in report["groups"]:
-            cells = {}
-            for s, r in row["results"].items():
-                cells |= {f"{s} accuracy": r["accuracy"], f"{s} ci95": r["ci95"], f"{s} episodes": r["episodes"]}
-            writer.writerow([row["group"], "", row["seeds"], *[cells.get(c, "") for c in columns],
-                             metrics[row["group"]]])
-        for group in dict.fromkeys(p["group"] for p in report["paired"]):
-            cells = {}
-            for p in report["paired"]:
-                if p["group"] == group:
-                    s, baseline = f"{p['shots']}-shot", p["baseline"]
-                    cells |= {f"{s} difference": p["difference"], f"{s} difference ci95": p["ci95"],
-                              f"{s} difference episodes": p["episodes"]}
-            writer.writerow([group, baseline, "", *[cells.get(c, "") for c in columns], metrics.get(group, "")])
-        return buffer.getvalue()
+        return _csv(report, shots)
     if fmt not in ("md", "latex"):
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
     pm = " ± "
@@ -515,12 +536,13 @@ def render(report: dict, fmt: str) -> str:
         cells = [signed(100 * p["difference"]) + f"{pm}{100 * p['ci95']:.2f}" if (p := by_shots.get(s)) else "-"
                  for s in shots]
         lines.append([f"{group} − {baseline}, paired over the same episodes", "-", *cells])
-    if fmt == "md":
+    if fmt == "md":  # a line of its own before the table: a paragraph's last line would be read as its header
         # the group's text left, the numbers right, as the table and latex have them
-        out = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+        out = [md(caption(report)), "", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in lines]
     else:
-        out = ["\\begin{tabular}{l" + "r" * (len(header) - 1) + "}", " & ".join(header) + " \\\\", "\\hline"]
+        out = [f"% {caption(report)}", "\\begin{tabular}{l" + "r" * (len(header) - 1) + "}",
+               " & ".join(header) + " \\\\", "\\hline"]
         out += [" & ".join(tex(c) for c in cells) + " \\\\" for cells in lines]
         out.append("\\end{tabular}")
     return "\n".join(out) + "\n"
