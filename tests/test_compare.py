@@ -743,3 +743,30 @@ def test_md_latex_and_csv_say_the_split_episode_shape_and_evaluator_of_their_num
     assert [row[k] for k in ("1-shot runs", "5-shot runs", "split", "ways", "queries", "evaluator", "metric")] == [
         "2", "1", "val", "10", "5", "knn", "accuracy"]
     assert report["evaluators"] == ["knn"]
+
+
+def test_runs_tested_on_more_episodes_are_seeds_of_their_group_not_a_group_of_their_own(tmp_path):
+    """A seed added with eval.test_episodes=100 to seeds tested on 40 made a group of its own, labelled
+    eval.test_episodes=100 and paired with no run, though it trained the same way and its first 40
+    episodes are the others' 40 (the stream is drawn in whole blocks)."""
+    rng = random.Random(2)
+    stream = [rng.choice([0.4, 0.6, 0.8]) for _ in range(100)]
+    for lr in (0.1, 0.05):
+        for seed, episodes in ((0, 40), (1, 40), (2, 100)):
+            run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed, "train": {"lr": lr},
+                                                        "eval": {"test_episodes": episodes}})
+            scores = [a - (0.1 if lr == 0.05 else 0) for a in stream[:episodes]]
+            run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": episodes,
+                                 "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, scores)
+    report = compare(list_runs(tmp_path / "runs"), shots=[5])
+    assert [(g["group"], g["seeds"], g["results"]["5-shot"]["episodes"]) for g in report["groups"]] == [
+        ("train.lr=0.1", 3, 180), ("train.lr=0.05", 3, 180)]
+    (paired,) = report["paired"]
+    assert paired["episodes"] == 180 and paired["difference"] == pytest.approx(-0.1)
+    # a seed tested again on more episodes is a repeat of the same network: the newer one counts
+    again = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "train": {"lr": 0.1},
+                                                  "eval": {"test_episodes": 100}})
+    again.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 100,
+                           "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, stream)
+    report = compare(list_runs(tmp_path / "runs"), shots=[5])
+    assert report["repeated"] and again.id in report["groups"][0]["runs"] and report["groups"][0]["seeds"] == 3

@@ -40,7 +40,11 @@ from fslab.core.text import queries_text, signed
 # by these, since it reads their validation and extra-ways scores.
 EVALUATED_ELSEWHERE = ("eval.val_episodes", "eval.val_shots", "eval.before_training", "eval.final_val",
                        "eval.extra_ways")
-NOT_SETTINGS = {"seed", *IGNORED, *EVALUATED_ELSEWHERE}
+# The test's episode count: the first N episodes of the seeded stream are the same whatever the count
+# (fslab.training.evaluation draws whole blocks), and a comparison reads each run on the count all share
+# where they share one, so a run tested on more (a seed added at 10,000) is one more seed of its group.
+SCORED_ON_MORE = ("eval.test_episodes",)
+NOT_SETTINGS = {"seed", *IGNORED, *EVALUATED_ELSEWHERE, *SCORED_ON_MORE}
 FORMATS = ("table", "md", "latex", "csv", "json")
 
 
