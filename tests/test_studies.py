@@ -324,6 +324,9 @@ def test_report_on_hand_made_runs_pools_seeds_and_gives_each_verdict(registry, t
     text = render(report, "md")
     assert "| NCA | synthetic | - | 5-way 1-shot | 60.00 ± 0.50 | 70.00 ± " in text and "(2/2 runs)" in text
     assert "Scale: paper" in text and "not reproduced" in text and "pending" in text
+    # the numbers right-aligned, as in latex (they were left-aligned, where fslab compare's md aligns them right)
+    assert "\n|---|---|---|---|---:|---:|---:|---|\n" in text
+    assert "\\begin{tabular}{llllrrrl}" in render(report, "latex")
 
 
 def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):

@@ -191,6 +191,7 @@ def _cells(row: dict, pm: str) -> list[str]:
 
 
 HEADER = ["method", "dataset", "setting", "episodes", "published", "fslab (mean ± 95% CI)", "difference", "verdict"]
+ALIGN = "llllrrrl"  # each column's alignment: the numbers right-aligned, in md as in latex
 
 
 def render(report: dict, fmt: str) -> str:
@@ -211,11 +212,11 @@ def render(report: dict, fmt: str) -> str:
     lines = [_cells(row, " ± ") for row in report["rows"]]
     if fmt == "md":
         out = [f"# {report['study']}", "", title, "", scale_line(report), "",
-               "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+               "| " + " | ".join(HEADER) + " |", "|" + "".join("---:|" if a == "r" else "---|" for a in ALIGN)]
         out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in lines]
     else:
         out = [f"% {report['study']}: {title}", f"% {scale_line(report)}",
-               "\\begin{tabular}{llllrrrl}", " & ".join(tex(h) for h in HEADER) + " \\\\", "\\hline"]
+               f"\\begin{{tabular}}{{{ALIGN}}}", " & ".join(tex(h) for h in HEADER) + " \\\\", "\\hline"]
         out += [" & ".join(tex(c) for c in cells) + " \\\\" for cells in lines]
         out.append("\\end{tabular}")
     return "\n".join(out) + "\n"
