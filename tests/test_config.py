@@ -424,6 +424,23 @@ def test_a_runs_folder_that_links_to_nothing_is_one_line_not_an_empty_store(tmp_
     assert listed.returncode == 0 and listed.stdout  # the plugins need no run store
 
 
+def test_a_file_named_runs_is_one_line_not_an_empty_store(tmp_path):
+    """A file ``runs`` where the runs folder goes: fslab runs and the dashboard said "no runs yet", and
+    fslab run then failed (exit 1) with "cannot create the runs folder runs: File exists"."""
+    import subprocess
+    import sys
+
+    (tmp_path / "runs").write_text("notes\n")
+    env = {k: v for k, v in os.environ.items() if k != "FSLAB_CONFIG"}
+    line = ("error: runs is a file, not a folder, where fslab keeps its runs; move or rename the file, or name "
+            "another folder in fslab.toml ([project] runs_dir)")
+    for args in (["runs"], ["tui"], ["show", "last"], ["run", "nca", "--detach"], ["compare", "all"]):
+        done = subprocess.run([sys.executable, "-m", "fslab", *args], cwd=tmp_path, capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert done.returncode == 2 and done.stderr.strip() == line and done.stdout == "", (args, done.stderr)
+    assert (tmp_path / "runs").read_text() == "notes\n"
+
+
 def test_a_settings_file_that_links_to_nothing_is_one_line_not_the_defaults(tmp_path, monkeypatch):
     # a dangling fslab.toml link was read as no file at all: runs went to ./runs, [run] was dropped, silently
     monkeypatch.chdir(tmp_path)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from fslab.core.config import CONFIG_VERSION
-from fslab.core.errors import RunNotFound
+from fslab.core.errors import FslabError, RunNotFound
 from fslab.core.files import atomic_write_json, read_events
 from fslab.core.runstore import create_run, find_run, list_runs
 from fslab.core.states import LOST_AFTER_S
@@ -193,3 +193,11 @@ def test_short_ids_of_many_runs_are_those_the_scan_of_every_end_gives(tmp_path, 
     assert indexed == scanned
     assert sum(short != run_id for run_id, short in indexed.items()) > 300  # most are shortened
     assert all(matching_names(short, every) == [run_id] for run_id, short in indexed.items())
+
+
+def test_a_run_in_a_runs_folder_that_is_a_file_says_it_is_a_file(tmp_path):
+    # the file made after the command's check (the dashboard's launch): not "File exists"
+    (tmp_path / "runs").write_text("x")
+    with pytest.raises(FslabError, match=r"^cannot create the runs folder .*runs: it is a file; move or rename it$"):
+        create_run(tmp_path / "runs", "nca", {})
+    assert (tmp_path / "runs").read_text() == "x"

@@ -200,6 +200,22 @@ def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
     drive(frozen_app(runs), body)
 
 
+def test_a_runs_folder_made_a_file_while_open_is_said_not_no_runs_yet(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    async def body(app, pilot):
+        status = lambda: str(app.screen.query_one("#status").render())
+        assert f"no runs in {runs} yet: press n to start one" in status()
+        runs.rmdir()
+        runs.write_text("x")
+        await tick(app, pilot)
+        assert f"{runs} is a file, not the runs folder: move or rename it" in status()
+        assert "no runs in" not in status()
+
+    drive(frozen_app(runs), body)
+
+
 def test_a_deleted_marked_run_is_no_longer_counted_as_marked(store):
     """The status line kept counting a marked run after its folder was deleted ('2 marked' with one
     mark left) until something rebuilt the table."""

@@ -202,6 +202,8 @@ def create_run(runs_dir: Path, method: str, config: dict) -> Run:
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        if runs_dir.exists() and not runs_dir.is_dir():  # made a file since the command (or the dashboard) began
+            raise FslabError(f"cannot create the runs folder {runs_dir}: it is a file; move or rename it") from None
         raise FslabError(f"cannot create the runs folder {runs_dir}: {exc.strerror or exc}") from None
     for _ in range(100):
         path = runs_dir / new_run_id(method)

@@ -145,11 +145,14 @@ def settings_path() -> Path:
 
 def check_runs_link(runs_dir: Path) -> None:
     """A runs folder that is a link to a folder that is gone (a larger disk not
-    mounted) is one line: listings said "no runs yet" and fslab run could not
-    make the folder ("File exists")."""
+    mounted), or a file, is one line: listings said "no runs yet" and fslab run
+    could not make the folder ("File exists")."""
     if runs_dir.is_symlink() and not runs_dir.exists():
         raise ConfigError(f"{runs_dir} is a link to {os.readlink(runs_dir)}, which does not exist (a disk not "
                           f"mounted?); mount or restore it, or remove the link")
+    if runs_dir.exists() and not runs_dir.is_dir():  # a file: listed as no runs, and no run could be made
+        raise ConfigError(f"{runs_dir} is a file, not a folder, where fslab keeps its runs; move or rename the "
+                          f"file, or name another folder in fslab.toml ([project] runs_dir)")
 
 
 def project_above() -> str:

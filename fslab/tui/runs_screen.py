@@ -117,7 +117,9 @@ class RunsScreen(Screen):
             parts.append(f"←{left} →{right} columns")
         if self.table.marked:
             parts.append(f"{len(self.table.marked)} marked")
-        if not self.app.rows:
+        if not self.app.rows and self.app.runs_dir.is_file():  # made a file since the dashboard opened
+            parts.append(f"{self.app.runs_dir} is a file, not the runs folder: move or rename it")
+        elif not self.app.rows:
             parts.append(f"no runs in {self.app.runs_dir} yet: press n to start one")
         self.query_one("#status", Static).update(Text(" · ".join(parts)))
 
