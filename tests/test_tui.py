@@ -1098,6 +1098,41 @@ def test_launch_form_shows_what_fslab_run_would_refuse_and_creates_nothing(proje
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
+def test_enter_in_a_text_field_of_the_launch_form_launches_and_on_a_choice_opens_it(project):
+    """Enter in a field of the form did nothing: only ctrl+s or the button launched."""
+    runs = project / "runs"
+
+    async def body(app, pilot):
+        from textual.widgets import Input, Select
+
+        launched = []
+        app.launch = lambda method, overrides, registry: launched.append((method, overrides))
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        form.query_one("#settings", Input).value = "eval.ways=100"
+        form.query_one("#settings", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is form and launched == []
+        assert "'eval.ways' must be at most 40" in str(form.query_one("#launch-error").render())
+        form.query_one("#backbone", Select).focus()
+        await pilot.press("enter")  # a choice's list opens; nothing is launched
+        await pilot.pause()
+        assert form.query_one("#backbone", Select).expanded and launched == []
+        await pilot.press("escape")
+        await pilot.pause()
+        form.query_one("#settings", Input).value = ""
+        form.query_one("#seed", Input).value = "7"
+        form.query_one("#seed", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert launched == [("nca", [{"seed": 7}])] and app.screen is not form
+        assert not runs.exists() or not any(runs.iterdir())
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)
+
+
 def test_an_empty_seed_or_epochs_field_is_not_marked_invalid(project):
     """Tabbing through the form left the empty seed and epochs fields red (Textual's integer check
     found no integer), though empty means the default; a field holding no integer still is red."""

@@ -125,6 +125,11 @@ class LaunchScreen(ModalScreen[None]):
     def action_cancel(self) -> None:
         self.dismiss(None)
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in a text field launches, as the form's button does; in a choice it still opens the list."""
+        event.stop()
+        self.action_launch()
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "launch-button":
             self.action_launch()
