@@ -166,6 +166,25 @@ def test_help_lists_every_key_of_the_screen(store, where):
     drive(frozen_app(runs), body, size=(80, 24))
 
 
+def test_the_help_screen_s_footer_shows_its_own_keys_not_those_of_the_run_screen(store):
+    # the run screen's footer stayed below the help, offering s stop and r resume, which do nothing there
+    runs, folders = store
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folders["done0"].name)
+        assert "s stop" in lines_of(app)[-1]
+        await pilot.press("question_mark")
+        await pilot.pause()
+        footer = lines_of(app)[-1]
+        assert type(app.screen).__name__ == "HelpScreen"
+        assert "esc close" in footer and "s stop" not in footer and "r resume" not in footer, footer
+        await pilot.press("s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "HelpScreen"
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
 def chart_of(points_by_name, *, steps=False, band=None, width=60, height=12):
     series = []
     for name, points in points_by_name.items():

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 # Keys every Textual app has that are not worth a line here.
 SKIPPED_ACTIONS = {"app.focus_next", "app.focus_previous", "focus_next", "focus_previous", "screen.minimize",
@@ -60,3 +60,4 @@ class HelpScreen(ModalScreen):
         text.append("\nesc or ? closes; ctrl+p opens the command palette", style="dim")
         with VerticalScroll(id="help"):
             yield Static(text, markup=False)
+        yield Footer()  # its own keys: the footer of the screen below showed keys that do nothing here (s stop)
