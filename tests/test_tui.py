@@ -902,6 +902,33 @@ def test_a_stop_refused_because_the_run_ended_meanwhile_is_its_own_line(store, m
 
     drive(frozen_app(runs), body)
 
+def test_stop_or_resume_confirmed_after_the_run_s_folder_was_deleted_says_it_was_deleted(tmp_path):
+    """Stop said 'is unreadable, not running', resume 'its lock file: No such file or directory'."""
+    runs = tmp_path / "runs"
+    live = write_run(runs, "20260101-000000-nca-live", state="running", events=history()[:4])
+    killed = write_run(runs, "20260101-000001-nca-kill", state="killed", events=history()[:7], cfg=complete_config())
+    fake_checkpoint(killed / "checkpoints" / "last.pt")
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        for folder, key, doing in ((live, "s", "stop"), (killed, "r", "resume")):
+            app.screen.table.cursor = app.screen.table.ids.index(folder.name)
+            await pilot.press(key)
+            await pilot.pause()
+            assert type(app.screen).__name__ == "ConfirmScreen", notes
+            shutil.rmtree(folder)
+            await pilot.press("y")
+            await settle(app, pilot)
+            gone = f"run {folder.name} was deleted (its folder {folder} is gone); nothing to {doing}"
+            assert any(note.endswith(gone) for note in notes), notes
+        assert notes[-1] == f"run {killed.name} was deleted (its folder {killed} is gone); nothing to resume"
+        assert f"could not stop {live.name}: run {live.name} was deleted (its folder {live} is gone); nothing to stop" \
+            in notes
+
+    drive(frozen_app(runs), body)
+
+
 def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
     from fslab.execution import executor
 

@@ -135,6 +135,12 @@ class Run:
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]
 
+    def check_folder(self, nothing_to: str) -> None:
+        """:class:`RunNotFound` where the run's folder is gone (deleted since it was listed, or since the
+        dashboard read it): its own line, not that its status.json or lock file cannot be read."""
+        if not self.path.is_dir():
+            raise RunNotFound(f"run {self.id} was deleted (its folder {self.path} is gone); nothing to {nothing_to}")
+
     def claim(self) -> bool:
         """Take this queued run for starting. Exactly one caller ever wins
         (``O_EXCL``), so two schedulers never start the same run."""

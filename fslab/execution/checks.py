@@ -192,6 +192,7 @@ def check_resumable(run: Run, *, observed: bool = False) -> None:
     ``observed``, by a caller that does not hold it (the dashboard, before it
     asks), so its state is observed, its lock probed: a live worker is refused
     as the launch under the lock would refuse it."""
+    run.check_folder("resume")
     status = run.status()
     state = run.state(status) if observed else run.state(status, locked=False)
     refuse_if_live(run, state, status)

@@ -95,6 +95,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     (:mod:`fslab.execution.handover`)."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
+    run.check_folder("resume")  # deleted since it was found (or since the dashboard asked): not its lock file's line
     with launch_lock(run):
         check_resumable(run)
         executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
@@ -144,6 +145,7 @@ def stop(run: Run, grace: float = 30.0) -> str:
     worker of this host that is surely the run's own is signalled; any other
     (another host's, or a pid that cannot be verified) is sent a stop request
     through the run folder (:func:`fslab.execution.local.stop_worker`)."""
+    run.check_folder("stop")
     state = run.state()
     if state not in LIVE and _launch_waited_out(run):  # a resume was starting a worker: it is recorded now
         state = run.state()

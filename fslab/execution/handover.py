@@ -71,6 +71,7 @@ def launch_lock(run: Run) -> Iterator[None]:
         if fd is None and run.status().get("state") in ENDED:
             fd = take(run.path, wait=EXIT_WAIT_S)  # its worker recorded its end and is exiting
     except OSError as exc:  # e.g. someone else's read-only store
+        run.check_folder("start")
         raise FslabError(f"cannot start run {run.id}: its lock file: {exc.strerror or exc}") from None
     if fd is None:
         raise LiveWorker(live_worker_line(run, f"{describe_holder(run.path)} holds its lock"))
