@@ -902,6 +902,43 @@ def test_a_stop_refused_because_the_run_ended_meanwhile_is_its_own_line(store, m
 
     drive(frozen_app(runs), body)
 
+def test_stop_pressed_again_before_the_table_reads_the_run_stopped_does_not_ask_again(store, monkeypatch):
+    """s, y, then s again before the next tick asked again, and the second stop said 'could not stop RUN:
+    run RUN is killed, not running; nothing to stop'."""
+    from fslab.core.errors import FslabError
+    from fslab.execution import executor
+
+    runs, folders = store
+    live = folders["running"].name
+    calls = []
+
+    def stop(run, **kw):
+        calls.append(run.id)
+        if len(calls) != 2:
+            raise FslabError(f"run {run.id} is killed, not running; nothing to stop")
+        return "killed"
+
+    monkeypatch.setattr(executor, "stop", stop)
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        app.screen.table.cursor = app.screen.table.ids.index(live)
+        await pilot.press("s", "y")  # a stop that failed: s asks again
+        await settle(app, pilot)
+        assert notes[-1].startswith(f"could not stop {live}: ")
+        await pilot.press("s", "y")
+        await settle(app, pilot)
+        assert app.rows[live].state == "running"  # the fake stop wrote nothing: the table still reads it running
+        await pilot.press("s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "RunsScreen" and calls == [live, live]
+        assert notes[-1] == f"{live} is being stopped already"
+        assert sum(note.startswith("could not stop") for note in notes) == 1, notes
+
+    drive(frozen_app(runs), body)
+
+
 def test_stop_or_resume_confirmed_after_the_run_s_folder_was_deleted_says_it_was_deleted(tmp_path):
     """Stop said 'is unreadable, not running', resume 'its lock file: No such file or directory'."""
     runs = tmp_path / "runs"

@@ -44,6 +44,7 @@ class FslabApp(App):
         self.skipped: list[str] = []
         self.last_poll_s = 0.0
         self.processes: list = []  # workers this dashboard launched, reaped as they end
+        self.stopping: set[str] = set()  # runs a stop was confirmed for, until a tick reads them ended
         self._poll_lock = threading.Lock()
         self.parent_pid = os.getppid()  # in a browser tab: fslab tui --web, which started this dashboard
         self.sub_title = str(self.runs_dir)
@@ -115,6 +116,7 @@ class FslabApp(App):
         else:  # one note for a folder emptied at once, not a screen of them
             self.notify(f"{len(removed)} runs were deleted ({', '.join(removed[:3])}, ...)", markup=False)
         self.processes = [p for p in self.processes if p.poll() is None]
+        self.stopping = {i for i in self.stopping if i in self.rows and self.rows[i].state in ("queued", "running")}
         for screen in self.screen_stack:
             apply = getattr(screen, "apply_store_changes", None)
             if apply is not None:
@@ -131,9 +133,13 @@ class FslabApp(App):
         if row.state not in ("queued", "running"):
             self.notify(f"{run_id} is {row.state}; only queued or running runs can be stopped", markup=False)
             return
+        if run_id in self.stopping:  # stopped already, or on its way: the table says so at the next tick
+            self.notify(f"{run_id} is being stopped already", markup=False)
+            return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
+                self.stopping.add(run_id)
                 self.notify(f"stopping {run_id} ...", markup=False)
                 self.stop_in_background(run_id)
 
@@ -156,6 +162,8 @@ class FslabApp(App):
         self.post_message(RunStopped(run_id, state))
 
     def on_run_stopped(self, message: RunStopped) -> None:
+        if message.error or message.state in ("queued", "running"):  # not stopped: s may try again
+            self.stopping.discard(message.run_id)
         if message.error:
             self.notify(f"could not stop {message.run_id}: {message.error}", severity="error", markup=False)
         else:
