@@ -962,6 +962,16 @@ def test_stop_or_resume_confirmed_after_the_run_s_folder_was_deleted_says_it_was
         assert notes[-1] == f"run {killed.name} was deleted (its folder {killed} is gone); nothing to resume"
         assert f"could not stop {live.name}: run {live.name} was deleted (its folder {live} is gone); nothing to stop" \
             in notes
+        # s or r on the screen of a run a tick read deleted: said, not silence
+        done = write_run(runs, "20260101-000002-nca-done", events=history())
+        await tick(app, pilot)
+        await open_detail(app, pilot, done.name)
+        shutil.rmtree(done)
+        await tick(app, pilot)
+        for key, doing in (("s", "stop"), ("r", "resume")):
+            await pilot.press(key)
+            await pilot.pause()
+            assert notes[-1] == f"run {done.name} was deleted (its folder is gone); nothing to {doing}"
 
     drive(frozen_app(runs), body)
 

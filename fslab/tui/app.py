@@ -128,7 +128,8 @@ class FslabApp(App):
         from fslab.tui.confirm_screen import ConfirmScreen
 
         row = self.rows.get(run_id)
-        if row is None:
+        if row is None:  # its screen open after a tick read it deleted
+            self.notify(f"run {run_id} was deleted (its folder is gone); nothing to stop", markup=False)
             return
         if row.state not in ("queued", "running"):
             self.notify(f"{run_id} is {row.state}; only queued or running runs can be stopped", markup=False)
@@ -183,7 +184,8 @@ class FslabApp(App):
         from fslab.execution.handover import LiveWorker
         from fslab.tui.confirm_screen import ConfirmScreen
 
-        if run_id not in self.rows:
+        if run_id not in self.rows:  # its screen open after a tick read it deleted
+            self.notify(f"run {run_id} was deleted (its folder is gone); nothing to resume", markup=False)
             return
         try:  # no dialog for what fslab resume refuses (running, completed, no checkpoint yet): why not, in its words
             check_resumable(Run(self.runs_dir / run_id), observed=True)
