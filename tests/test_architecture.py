@@ -147,3 +147,25 @@ def test_every_source_folder_and_data_file_is_declared_to_ship():
             if not any(fnmatch(relative, glob) for glob in setup["package-data"].get(package, [])):
                 undeclared_files.append(f"{package}: {relative}")
     assert undeclared_files == []
+
+
+def test_the_readme_map_names_every_module():
+    """README's "How fslab is built" names each module of each layer folder in that folder's entry
+    (the dashboard's screens as "one screen per module"): a module left out is one a newcomer
+    cannot place (errors, events, timing, numerics, usage and a dozen more once were)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## How fslab is built"):]
+    block = section[section.index("```\n") + 4:]
+    block = block[:block.index("```")]
+    entries = dict(re.findall(r"^(fslab/\w+/)(.*?)(?=^\S|\Z)", block, flags=re.M | re.S))
+    missing = []
+    for folder in sorted(p for p in (ROOT / "fslab").iterdir() if (p / "__init__.py").exists()):
+        words = set(re.findall(r"\w+", entries.get(f"fslab/{folder.name}/", "")))
+        for module in sorted(folder.glob("*.py")):
+            screen = folder.name == "tui" and module.stem.endswith("_screen") and "screen" in words
+            if module.stem != "__init__" and module.stem not in words and not screen:
+                missing.append(f"fslab/{folder.name}/{module.name}")
+    assert sorted(entries) == sorted(f"fslab/{p.parent.name}/" for p in (ROOT / "fslab").glob("*/__init__.py"))
+    assert missing == []
