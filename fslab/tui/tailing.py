@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.files import Tail, last_lines_start, parse_lines, read_json
-from fslab.core.runstore import SWEEPS
+from fslab.core.runstore import run_names
 from fslab.core.schemas import status as status_of
 from fslab.core.states import LIVE
 from fslab.core.summary import RunSummary, SummaryFile
@@ -159,20 +159,9 @@ class StoreWatcher:
         if stamp == self.folder_stamp and self.ticks % RESCAN_EVERY:
             return sorted(self.skipped, reverse=True), []
         self.folder_stamp = stamp
-        try:
-            entries = list(os.scandir(self.runs_dir))
-        except OSError:
-            entries = []
-        names = {e.name for e in entries if not e.name.startswith(".") and e.name != SWEEPS and _is_dir(e)}
+        names = set(run_names(self.runs_dir))
         removed = [run_id for run_id in self.keepers if run_id not in names]
         return sorted((n for n in names if n not in self.keepers), reverse=True), removed
-
-
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False
 
 
 @dataclass
