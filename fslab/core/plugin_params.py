@@ -124,7 +124,7 @@ def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = 
     """The rules each plugin declares for its parameters (``register(...,
     allowed={...})``), then its own check of them (``register(..., check=f)``):
     ``f(params, CheckContext(config, sizes))`` raises a UsageError for values
-    the plugin cannot use. :func:`resolve` runs them without split sizes; the
+    the plugin cannot use. :func:`fslab.core.config.resolve` runs them without split sizes; the
     executor runs them again with the sizes the dataset tells, before a run exists."""
     for section in PLUGIN_SECTIONS:
         values = config[section]

@@ -16,7 +16,7 @@ back to ``queued`` meanwhile, and the requeued job resumes from the run's last
 checkpoint (``train(run, resume=True)``), so it ends exactly where an
 uninterrupted run would. ``fslab stop`` cancels the job (``scancel``).
 
-A ``--gpus N`` run's job starts torchrun on its node (:func:`run_ranks`),
+A ``--gpus N`` run's job starts torchrun on its node (:func:`fslab.execution.slurm_job.run_ranks`),
 exactly as a local ``--gpus N`` run does, and stops it on ``fslab stop`` or
 before a requeue.
 

@@ -153,7 +153,7 @@ def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int
                        evaluator: str | None = None, files: RunFiles | None = None,
                        episodes: int | None = None) -> dict | None:
     """The run's saved evaluation for this episode shape by ``evaluator`` (a
-    label as :func:`evaluator_label` makes; default: the run's own evaluator):
+    label as :func:`fslab.core.events.evaluator_label` makes; default: the run's own evaluator):
     latest checkpoint, then most episodes (or only those of ``episodes``)."""
     found = [e for e in _evaluations(run, split, shots, ways, queries, evaluator, files)
              if episodes is None or e["episodes"] == episodes]
