@@ -270,7 +270,7 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
     """Config layers from the options of `fslab run`, then a sweep file's [set] (``file_set``),
     then the command's --set (one layer: :func:`fslab.core.assignments.assignments_layer`), then --sink."""
     from fslab.core.assignments import assignments_layer, nest
-    from fslab.core.config import SINKS
+    from fslab.core.keys import SINKS
 
     options = {
         ("backbone", "name"): backbone, ("dataset", "name"): dataset, ("dataset", "root"): data_root,

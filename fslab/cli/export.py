@@ -86,7 +86,7 @@ def _command_layer(found, to: str, assignments: list[str]) -> dict:
     """``--set log_dir=/shared/tb`` (or ``sinks.tensorboard.log_dir=...``) -> ``{"log_dir": "/shared/tb"}``;
     anything else is one line naming the sink's parameters (not ``train.lr=0.05``, --set's example for a run)."""
     from fslab.core.assignments import parse_assignment
-    from fslab.core.config import SINKS
+    from fslab.core.keys import SINKS
 
     command = {}
     for text in assignments:

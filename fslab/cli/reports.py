@@ -143,7 +143,7 @@ def _send_to_sinks(found, run_) -> None:
     """Export ``run_`` again to each sink its configuration names, so a tracker shows what
     ``fslab eval`` just saved; each outcome is one line on stderr, and a failure is a warning:
     the evaluation is saved either way, and ``fslab export`` sends it later."""
-    from fslab.core.config import SINKS
+    from fslab.core.keys import SINKS
     from fslab.execution.export import checked_layers, export_run
 
     names = run_.config().get(SINKS) or {}

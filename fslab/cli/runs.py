@@ -258,8 +258,8 @@ def _settings_line(run_) -> str:
     plugins' (what its recipe, dataset, fslab.toml and command line set),
     method and seed aside."""
     from fslab.core.assignments import assignment
-    from fslab.core.config import DEFAULTS, PLUGIN_SECTIONS, outside_settings
-    from fslab.core.keys import dotted
+    from fslab.core.config import DEFAULTS, outside_settings
+    from fslab.core.keys import PLUGIN_SECTIONS, dotted
 
     try:
         config = run_.config()

@@ -25,10 +25,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from fslab.core.assignments import assignment
-from fslab.core.config import PLUGIN_SECTIONS, outside_settings
+from fslab.core.config import outside_settings
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import canonical_evaluator, label_params, logged_evaluator, metric_label, own_evaluator
-from fslab.core.keys import dotted
+from fslab.core.keys import PLUGIN_SECTIONS, dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
 from fslab.core.text import queries_text, signed
