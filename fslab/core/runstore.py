@@ -5,11 +5,14 @@
   status.json     state, pid, host, times, heartbeat, exit code, error (atomic rewrites)
   .worker.lock    flock'ed by the run's worker for its whole life (fslab.core.worklock)
   .stop-request   asks the worker to stop at its next heartbeat (fslab stop, for another host)
+  .claimed        the queued run was taken (to start it, or to stop it): one taker only (Run.claim)
   metrics.jsonl   one JSON event per line, append-only
   stdout.log, stderr.log   the worker's output
   checkpoints/last.pt      the latest end-of-epoch checkpoint (atomic)
   results.json    final test accuracies (atomic)
   evaluations/    per-episode scores of each test evaluation (for paired comparisons)
+  features/       split features cached by fslab eval (fslab.training.run_eval)
+  slurm/          submitit's files and SLURM's logs, for a run sent to SLURM
   summary.json    what listings show, kept in step with the files above (fslab.core.summary)
 ``runs/sweeps/<sweep>.json``  the runs of each sweep (fslab.core.sweeps)
 
