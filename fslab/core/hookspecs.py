@@ -9,8 +9,9 @@
 - keyword-only parameters of ``target`` (the ones after ``*``) are the plugin's
   parameters; those before ``*`` are filled in by fslab. A lazy target declares
   ``params={name: default}`` explicitly.
-- ``info``: extra keywords, listed under each hook that reads them below (and
-  in :data:`fslab.plugin.INFO_KEYS`); any other keyword is kept and shown by
+- ``info``: extra keywords, listed under each hook that reads them below and
+  all in :data:`fslab.plugin.INFO_KEYS` (``check=`` and ``allowed=``, which are
+  not one kind's, only there); any other keyword is kept and shown by
   ``fslab plugins --json``.
 
 Plugins import these markers, and everything else they use, from :mod:`fslab.plugin`.
@@ -36,7 +37,9 @@ def register_backbones(register):
 @hookspec
 def register_samplers(register):
     """Register training samplers: ``Sampler(labels, batch_size, seed, *, ...)``.
-    ``episodic=True``: its batches mark support and query rows (``Batch.support``)."""
+    ``episodic=True``: its batches mark support and query rows (``Batch.support``);
+    ``batch=f``: ``f(params, batch_size)`` the rows one batch holds where its own
+    parameters fix them (an episode's ways × (shots + queries))."""
 
 
 @hookspec
