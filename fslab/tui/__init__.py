@@ -2,7 +2,9 @@
 
 Screens (one per module): the runs table (``runs_screen``), a run's detail
 (``detail_screen``), the comparison of marked runs (``compare_screen``), the
-launch form (``launch_screen``) and a confirmation dialog (``confirm_screen``).
+launch form (``launch_screen``), a confirmation dialog (``confirm_screen``) and
+every key of the screen it opens over (``help_screen``, on ``?``). The application
+(``app``) owns the store watcher and the actions; ``web`` serves it to a browser.
 Reading the run store is incremental and happens in worker threads
 (``tailing``); what is shown is computed in ``model`` and drawn by
 ``runs_table`` and ``charts``. Nothing here imports torch.
