@@ -123,7 +123,9 @@ def runs_or_sweeps(incomplete: str) -> list[str]:
 
 def live_run_or_sweep(incomplete: str) -> list[str]:
     """Completion of fslab stop's RUN|SWEEP: ``last``, sweep ids, then the ids of queued and running runs."""
-    ids = runs_in("queued", "running")(incomplete)
+    from fslab.core.states import LIVE
+
+    ids = runs_in(*LIVE)(incomplete)
     return ids[:1] + _sweep_ids(incomplete) + ids[1:] if ids[:1] == ["last"] else _sweep_ids(incomplete) + ids
 
 

@@ -524,12 +524,13 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     "slot" (slot, gpu, busy, problem; problem is null unless the slot's lock file cannot be opened, and busy
     is null then)."""
     from fslab.core.runstore import Run, short_ids, start_order
+    from fslab.core.states import LIVE
     from fslab.core.summary import list_summaries
     from fslab.execution.slots import configured_slots, slot_state
 
     project = settings()
     rows, order = [], {}
-    for summary in reversed(list_summaries(project.runs_dir, limit=None, states=("queued", "running"))):
+    for summary in reversed(list_summaries(project.runs_dir, limit=None, states=LIVE)):
         status = Run(project.runs_dir / summary.id).status()
         order[summary.id] = (summary.state == "queued", start_order(status, summary.id))  # running ones first
         rows.append({"type": "run", "id": summary.id, "state": summary.state, "sweep": status.get("sweep"),

@@ -19,10 +19,8 @@ from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
 from fslab.core.runstore import Run
 from fslab.core.sinks import replay
-from fslab.core.states import UNREADABLE
+from fslab.core.states import LIVE, UNREADABLE
 from fslab.core.types import SinkRun
-
-LIVE = ("queued", "running")
 
 
 class SinkUnavailable(UsageError):

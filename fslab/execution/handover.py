@@ -38,7 +38,7 @@ from contextlib import contextmanager
 
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.runstore import Run
-from fslab.core.states import ENDED
+from fslab.core.states import ENDED, LIVE
 from fslab.core.worklock import describe_holder, name_holder, take
 
 # Readers' probes hold the lock for microseconds, a launcher for the few
@@ -85,7 +85,7 @@ def launch_lock(run: Run) -> Iterator[None]:
 def refuse_if_live(run: Run, state: str, status: dict) -> None:
     """Under the lock: a queued or running run has a worker on its way (or on
     another host whose lock is not visible here); say so in the same words."""
-    if state in ("queued", "running") and status.get("pid"):
+    if state in LIVE and status.get("pid"):
         raise LiveWorker(live_worker_line(run, f"pid {status['pid']} on host {status.get('host') or '?'}, "
                                                f"{state}"))
 
