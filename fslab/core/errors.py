@@ -1,7 +1,9 @@
 """One exception family for everything a user can get wrong.
 
-The CLI prints an ``FslabError`` as a single line and exits with its ``exit_code``;
-anything else is a bug and keeps its traceback.
+The CLI prints an ``FslabError`` as a single line and exits with its ``exit_code``
+(2 for a :class:`UsageError`, 1 otherwise), as it prints an ``OSError`` (a file the
+system refused; exit code 1, :func:`fslab.cli.main`). Anything else is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
