@@ -364,3 +364,44 @@ def test_fslab_eval_freezes_torchs_objects_before_it_evaluates(tmp_path):
     assert reports._evaluate(lambda *args, **kwargs: frozen.append(gc.get_freeze_count()) or [], run, None,
                              None) == []
     assert frozen and frozen[0] > 0
+
+
+# `fslab eval ARGS` as the real CLI runs it, on a disk that fills up while the feature cache is written:
+# torch.save writes part of the file, then fails as it does there (a RuntimeError naming no cause).
+FULL_DISK_CACHE = """
+import sys
+import torch
+save = torch.save
+def full(obj, f, *args, **kwargs):
+    if "features" in str(f):
+        open(f, "wb").write(b"x" * 64)
+        raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0")
+    return save(obj, f, *args, **kwargs)
+torch.save = full
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+
+def test_a_feature_cache_the_disk_refuses_is_a_warning_and_the_scores_are_kept(project, trained):
+    """The feature cache written on a full disk ended fslab eval in torch's RuntimeError, the split's scores
+    lost, and left its half-written temporary file in features/ taking the space. The scores need no cache."""
+    import subprocess
+    import sys
+
+    run_dir = copied(project, trained["plain"])
+    args = ["eval", run_dir.name, "--shots", "1", "--episodes", "30", "--json"]
+    done = subprocess.run([sys.executable, "-c", FULL_DISK_CACHE, *args], cwd=project, text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (result,) = [json.loads(line) for line in done.stdout.splitlines()]
+    cache = run_dir / "features" / "test-epoch2.pt"
+    warning = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert warning == [f"warning: the features were not cached ({cache.relative_to(project)}: [enforce fail at "
+                       f"inline_container.cc:626] . unexpected pos 64 vs 0); the next fslab eval of this checkpoint "
+                       f"embeds them again"]
+    assert list((run_dir / "features").iterdir()) == []  # no temporary file left behind
+    again = fslab(*args, cwd=project)
+    assert again.returncode == 0 and json.loads(again.stdout)["accuracy"] == result["accuracy"]
+    assert not result["features_cached"] and not json.loads(again.stdout)["features_cached"] and cache.is_file()

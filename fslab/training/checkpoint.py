@@ -117,16 +117,16 @@ def save_checkpoint(path: Path, checkpoint: dict) -> None:
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
         tmp.unlink(missing_ok=True)
-        raise FslabError(f"cannot write the checkpoint {path}: {_write_failure(exc, path)}; "
+        raise FslabError(f"cannot write the checkpoint {path}: {write_failure(exc, path)}; "
                          f"the previous checkpoint is kept") from exc
     except BaseException:  # anything else (a state that cannot be pickled) leaves no half file either
         tmp.unlink(missing_ok=True)
         raise
 
 
-def _write_failure(exc: BaseException, path: Path) -> str:
-    """Why a write failed. torch's own message for a full disk names no cause
-    ("unexpected pos 64 vs 0"), so the free space is looked at."""
+def write_failure(exc: BaseException, path: Path) -> str:
+    """Why a write of ``path`` failed (a checkpoint, a feature cache). torch's own message for a
+    full disk names no cause ("unexpected pos 64 vs 0"), so the free space is looked at."""
     try:
         free = shutil.disk_usage(path.parent).free
         needed = max(path.stat().st_size if path.exists() else 0, 1 << 20)

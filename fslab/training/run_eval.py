@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import torch
 
@@ -43,7 +44,7 @@ from fslab.training.build import (
     pick_device,
     plugin_kwargs,
 )
-from fslab.training.checkpoint import finite_names, load_checkpoint, load_saved, nonfinite_entry
+from fslab.training.checkpoint import finite_names, load_checkpoint, load_saved, nonfinite_entry, write_failure
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
@@ -129,12 +130,26 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
     if saved is not None:
         return *saved, True, digest
     features = checkpoint.embed(data.images)
-    cache.parent.mkdir(exist_ok=True)
-    tmp = temporary_path(cache)
-    torch.save({"features": features, "labels": data.labels, "epoch": checkpoint.epoch, "data": digest,
-                "weights": weights}, tmp)
-    os.replace(tmp, cache)
+    _cache_features(cache, {"features": features, "labels": data.labels, "epoch": checkpoint.epoch, "data": digest,
+                            "weights": weights})
     return features, data.labels, False, digest
+
+
+def _cache_features(cache, saved: dict) -> None:
+    """Write the feature cache whole or not at all. The scores need no cache: a write the system
+    refuses (a full disk) is a warning line, its temporary file removed, and the evaluation goes on."""
+    tmp = temporary_path(cache)
+    try:
+        cache.parent.mkdir(exist_ok=True)
+        torch.save(saved, tmp)
+        os.replace(tmp, cache)
+    except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
+        tmp.unlink(missing_ok=True)
+        print(f"warning: the features were not cached ({cache}: {write_failure(exc, cache)}); the next "
+              f"fslab eval of this checkpoint embeds them again", file=sys.stderr, flush=True)
+    except BaseException:  # Ctrl-C while writing: no half file left
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def cached_features(cache, data: str | None = None,
