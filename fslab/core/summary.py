@@ -40,6 +40,7 @@ from fslab.core.runstore import newest_first, run_names
 from fslab.core.slurm_queue import JOB_KEYS
 from fslab.core.states import UNREADABLE, heartbeat_interval
 from fslab.core.sweeps import sweep_records
+from fslab.core.values import is_number
 from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
@@ -183,7 +184,7 @@ def _whole(value) -> int | None:
 
 
 def _real(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if is_number(value) else None
 
 
 def _text(value) -> str | None:

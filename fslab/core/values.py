@@ -25,7 +25,9 @@ else:  # pragma: no cover
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a number as a setting or a saved file holds one: an int or a float, and not
+    true/false (a bool is an int to Python: ``eval.center`` is no number to plot, sort or type-check)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -52,16 +54,16 @@ def check_value(key: str, value: Any, default: Any) -> Any:
         return value
     expected = type(default)
     if expected is list:
-        if _is_number(value):
+        if is_number(value):
             value = [value]
         elif isinstance(value, tuple):  # fslab.create("backbone", "resnet12", widths=(8, 16, 32, 64))
             value = list(value)
         if isinstance(value, list):
-            if default and _is_number(default[0]):
+            if default and is_number(default[0]):
                 return [check_value(f"{key}[{i}]", v, default[0]) for i, v in enumerate(value)]
             _check_finite(key, value)
             return value
-    elif expected is float and _is_number(value):
+    elif expected is float and is_number(value):
         try:
             number = float(value)
         except OverflowError:  # a whole number beyond float's range: TOML reads any size

@@ -30,6 +30,7 @@ from fslab.core.assignments import toml_value
 from fslab.core.errors import UsageError
 from fslab.core.runstore import Run
 from fslab.core.text import count, queries_text
+from fslab.core.values import is_number
 from fslab.reports.compare import (
     Group,
     RunFiles,
@@ -233,7 +234,7 @@ _NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 def x_order(value) -> tuple:
     """Where a point lies along the x axis: a number by its value; a category by its text with the numbers in
     it read as numbers, so that milestones [5] come before [10, 20] and [30] before [100] (as text: [100] first)."""
-    if _number(value):
+    if is_number(value):
         return (0, ((0, value, ""),))
     pieces = _NUMBER.split(_category(value))  # text, number, text, ...: numbers at the odd places
     return (1, tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(pieces)))
@@ -266,12 +267,6 @@ def parse_size(text: str) -> tuple[int, int]:
     if not sep or min(size) < 100 or max(size) > 10000:
         raise UsageError(f"--size takes WIDTHxHEIGHT in pixels, each 100 to 10000 (e.g. 1000x420), got '{text}'")
     return size
-
-
-def _number(value) -> bool:
-    """Whether ``value`` is placed on a numeric axis: a number, not a true/false (bool is an int to Python,
-    so ``eval.center`` was drawn at 0 and 1, ticked 0.0, 0.2 ... 1.0)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _category(value) -> str:
@@ -334,7 +329,7 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
     # one colour per line in every panel, and one legend under the panels
     labels = list(dict.fromkeys(s["label"] for panel in panels for s in panel["series"]))
     handles = {}
-    numeric = all(_number(p["x"]) for panel in panels for s in panel["series"] for p in s["points"])
+    numeric = all(is_number(p["x"]) for panel in panels for s in panel["series"] for p in s["points"])
     xs_all = sorted({p["x"] for panel in panels for s in panel["series"] for p in s["points"]}, key=x_order)
     categories = list(dict.fromkeys(_category(x) for x in xs_all))  # in the order of the lines' points
     for ax, panel in zip(axes[0], panels):

@@ -27,6 +27,7 @@ from fslab.core.registry import load_registry
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.types import Split
+from fslab.core.values import is_number
 from fslab.training import distributed
 from fslab.training.augment import augment
 from fslab.training.build import TrainingParts, build_training, host_to_device, pick_device, to_input
@@ -173,7 +174,7 @@ def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, again: str) 
     yet, so the learning rate is not the cause: the loss is, as its parameters are (``loss.temperature=1e-38``)."""
     if step == 1:
         numbers = ", ".join(f"loss.{key}={number!r}" for key, number in loss.items()
-                            if isinstance(number, (int, float)) and not isinstance(number, bool))
+                            if is_number(number))
         return (f"loss '{loss['name']}' was {value} at step 1, before any update, so not from the learning rate; "
                 f"check the loss's parameters{f' ({numbers})' if numbers else ''}")
     return f"loss became {value} at step {step} (epoch {epoch + 1}); {again}"

@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from fslab.core.runstore import Run
+from fslab.core.states import LIVE
 from fslab.core.summary import RunSummary
 from fslab.tui.messages import RunLaunched, RunResumed, RunStopped, StoreUpdated
 from fslab.tui.tailing import StoreWatcher
@@ -116,7 +117,7 @@ class FslabApp(App):
         else:  # one note for a folder emptied at once, not a screen of them
             self.notify(f"{len(removed)} runs were deleted ({', '.join(removed[:3])}, ...)", markup=False)
         self.processes = [p for p in self.processes if p.poll() is None]
-        self.stopping = {i for i in self.stopping if i in self.rows and self.rows[i].state in ("queued", "running")}
+        self.stopping = {i for i in self.stopping if i in self.rows and self.rows[i].state in LIVE}
         for screen in self.screen_stack:
             apply = getattr(screen, "apply_store_changes", None)
             if apply is not None:
@@ -131,7 +132,7 @@ class FslabApp(App):
         if row is None:  # its screen open after a tick read it deleted
             self.notify(f"run {run_id} was deleted (its folder is gone); nothing to stop", markup=False)
             return
-        if row.state not in ("queued", "running"):
+        if row.state not in LIVE:
             self.notify(f"{run_id} is {row.state}; only queued or running runs can be stopped", markup=False)
             return
         if run_id in self.stopping:  # stopped already, or on its way: the table says so at the next tick
@@ -163,7 +164,7 @@ class FslabApp(App):
         self.post_message(RunStopped(run_id, state))
 
     def on_run_stopped(self, message: RunStopped) -> None:
-        if message.error or message.state in ("queued", "running"):  # not stopped: s may try again
+        if message.error or message.state in LIVE:  # not stopped: s may try again
             self.stopping.discard(message.run_id)
         if message.error:
             self.notify(f"could not stop {message.run_id}: {message.error}", severity="error", markup=False)

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from fslab.core.events import table_score
 from fslab.core.runstore import Run
 from fslab.core.text import count, printable, queries_text, signed
+from fslab.core.values import is_number
 from fslab.reports.compare import compare, metrics_name, shapes_text
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
@@ -155,11 +156,9 @@ def fold_losses(series: MinMaxSeries, delta) -> bool:
     for event in delta.events:
         step, loss = event.get("step", 0), event.get("loss")
         # a damaged line (a step that is text or null) is passed over, as the run screen passes it
-        if event.get("event") == "train" and _real(step) and _real(loss):
+        if event.get("event") == "train" and is_number(step) and is_number(loss):
             series.append(float(step), float(loss))
             changed = True
     return changed
 
 
-def _real(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -14,6 +14,7 @@ from fslab.core.events import table_score
 from fslab.core.runstore import creation_key
 from fslab.core.summary import RunSummary, eta
 from fslab.core.text import duration, printable
+from fslab.core.values import is_number
 
 STATE_STYLES = {
     "queued": "yellow", "running": "bold cyan", "completed": "green",
@@ -166,7 +167,7 @@ def _missing_last(value, reverse: bool):
     missing = value is None
     if missing:
         return (not reverse, 0, 0)
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = is_number(value)
     return (reverse, 0 if number else 1, value if number else str(value))
 
 

@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from fslab.core.states import LIVE
 from fslab.core.text import count
 from fslab.tui import model
 from fslab.tui.runs_table import RunsTable
@@ -86,7 +87,7 @@ class RunsScreen(Screen):
             if ids != table.ids:
                 table.set_ids(ids)
         # Changed rows, and live rows whose elapsed time and ETA move with the clock.
-        live = [r.id for r in self.app.rows.values() if r.state in ("queued", "running")]
+        live = [r.id for r in self.app.rows.values() if r.state in LIVE]
         table.invalidate([r.id for r in changes.rows] + live)
         self.update_status()
 
