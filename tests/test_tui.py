@@ -1411,6 +1411,18 @@ def test_launch_form_starts_a_real_tiny_run(project):
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
+# The end of a script that starts the dashboard as `fslab tui` does, its FslabApp.run replaced by the
+# script's headless_run (a Pilot driving it): the CLI's own path to the dashboard, in a process of its own.
+AS_FSLAB_TUI = """
+tui_app.FslabApp.run = headless_run
+from fslab.cli import app
+try:
+    app(["tui"])
+except SystemExit as exit:
+    assert not exit.code, exit.code
+"""
+
+
 def test_fslab_tui_does_not_import_torch(project, store):
     runs, _ = store
     shutil.copytree(runs, project / "runs")
@@ -1431,15 +1443,8 @@ def test_fslab_tui_does_not_import_torch(project, store):
                     await pilot.pause(0.3)
                     print("SCREEN", type(self.screen).__name__, "ROWS", len(self.rows))
             asyncio.run(go())
+    """) + AS_FSLAB_TUI + 'print("TORCH", "torch" in sys.modules)\n'
 
-        tui_app.FslabApp.run = headless_run
-        from fslab.cli import app
-        try:
-            app(["tui"])
-        except SystemExit as exit:
-            assert not exit.code, exit.code
-        print("TORCH", "torch" in sys.modules)
-    """)
     result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "SCREEN LaunchScreen ROWS 4" in result.stdout, result.stdout
@@ -1469,14 +1474,7 @@ def test_the_launch_form_reads_fslab_toml_as_it_is_when_launching(project):
                     if type(self.screen).__name__ == "LaunchScreen":
                         print("ERROR", self.screen.query_one("#launch-error").render())
             asyncio.run(go())
-
-        tui_app.FslabApp.run = headless_run
-        from fslab.cli import app
-        try:
-            app(["tui"])
-        except SystemExit as exit:
-            assert not exit.code, exit.code
-    """)
+    """) + AS_FSLAB_TUI
     result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "LAUNCHED" not in result.stdout and "SCREEN LaunchScreen" in result.stdout, result.stdout
