@@ -266,7 +266,7 @@ def compare_(
     runs = select_runs(settings().runs_dir, refs, "compare")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
                      group_by=config_keys(group_by, "--group-by"), evaluator=evaluator)
-    _say_left_out(report, split, ",".join(map(str, shot_list)), evaluator, (ways, queries), runs)
+    _say_left_out(report, split, shot_list, evaluator, (ways, queries), runs)
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
         return
@@ -297,7 +297,8 @@ def _say_data_split(labels: list[str] | None, what: str) -> None:
                           f"nor paired): {shown('; '.join(labels))}", highlight=False)
 
 
-def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, asked: tuple, runs: list) -> None:
+def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | None, asked: tuple,
+                  runs: list) -> None:
     """The runs compare left out, each kind said once on stderr so the report itself stays clean;
     a UsageError where no run has scores of the shape asked for (naming the shapes they have, the
     evaluators they have them by where --evaluator asked for another, and the fslab eval of the
@@ -316,8 +317,8 @@ def _say_left_out(report: dict, split: str, shots: str, evaluator: str | None, a
         labels = []
         if evaluator is not None:
             check_evaluator(evaluator)
-            labels = other_labels(runs, split, [int(n) for n in shots.split(",")], ways, queries, evaluator)
-        raise UsageError(no_results(split, ways, shots, queries, evaluator, shapes, asked, labels))
+            labels = other_labels(runs, split, shots, ways, queries, evaluator)
+        raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels))
     if unscored := report.get("unscored"):
         named = [f"{run} ({state})" for run, state in unscored.items()]
         err_console.print(f"{count(len(named), 'run')} without {split} scores (left out): "
