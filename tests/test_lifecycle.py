@@ -390,3 +390,28 @@ def test_a_followed_run_whose_worker_is_killed_says_how_to_go_on(project):
         f"{run_dir.name}: lost: the worker was killed by SIGKILL (out of memory, or another program). See: fslab "
         f"logs {run_dir.name} --stderr; last checkpoint kept in runs/{run_dir.name}/checkpoints/last.pt; continue "
         f"with: fslab resume {run_dir.name}")
+
+
+@pytest.mark.parametrize("sigterm", [False, True])
+def test_a_stop_that_comes_after_the_run_completed_reports_it_completed(tmp_path, monkeypatch, capsys, sigterm):
+    """Ctrl-C (or a SIGTERM) in the moment the worker finished found nothing to stop: fslab run said
+    'completed; last checkpoint kept ...; continue with: fslab resume RUN', which refuses a completed run,
+    and exited 130 (143) as for a stopped run. It now prints the test scores as any completed run does."""
+    import fslab.cli.follow
+    from fslab.cli import launch
+    from fslab.core.runstore import create_run
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "device": "cpu"})
+    run.checkpoint_path.write_bytes(b"weights")
+    (run.path / "results.json").write_text(json.dumps({"ways": 5, "episodes": 50, "test": {
+        "1-shot": {"accuracy": 0.5, "ci95": 0.02}, "5-shot": {"accuracy": 0.75, "ci95": 0.01}}}))
+    run.write_status(state="completed", ended=1.0, exit_code=0)
+
+    def finished_then_interrupted(*_args, **_kwargs):
+        raise launch.Terminated if sigterm else KeyboardInterrupt
+
+    monkeypatch.setattr(fslab.cli.follow, "follow", finished_then_interrupted)
+    launch._follow_to_end(run, subprocess.Popen(["true"]))  # returns: no typer.Exit(130 or 143)
+    out = capsys.readouterr().out
+    assert "test 5-way 1-shot: 50.00 ± 2.00% (50 episodes)" in out and "75.00 ± 1.00%" in out, out
+    assert "fslab resume" not in out and "checkpoint kept" not in out, out

@@ -144,8 +144,9 @@ def _follow_to_end(run_, process) -> None:
         except UsageError:  # it ended on its own meanwhile
             state = run_.state()
         process.wait()
-        console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
-        raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
+        if state == "killed":  # else it completed or failed before the stop: said below as it ended
+            console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
+            raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
     process.wait()
     results = run_.results()
     if state == "completed" and results:
