@@ -153,10 +153,13 @@ def test_a_loss_that_diverges_fails_the_run_with_the_command_that_starts_it_at_a
                         rf"lower learning rate: fslab run --like {run_dir.name} --lr 100000", st["error"]), st["error"]
 
 
-def test_a_loss_that_is_nan_before_any_update_blames_the_loss_not_the_learning_rate(project):
+@pytest.mark.parametrize("log_every", ["1", "10"])
+def test_a_loss_that_is_nan_before_any_update_blames_the_loss_not_the_learning_rate(project, log_every):
     """NCA at loss.temperature=1e-38 is NaN on the untrained network: the run's error said
-    'try a lower --lr', which cannot help; it names the loss and its parameters."""
-    result = fslab("run", "nca", *TINY, "--epochs", "1", "--set", "loss.temperature=1e-38", cwd=project)
+    'try a lower --lr', which cannot help; it names the loss and its parameters. With the default
+    train.log_every=10 the first step was not logged, and the error of step 10 blamed the rate."""
+    result = fslab("run", "nca", *TINY, "--epochs", "1", "--set", "loss.temperature=1e-38",
+                   "--set", f"train.log_every={log_every}", cwd=project)
     assert result.returncode == 1, result.stderr
     st = status(only_run(project))
     assert st["state"] == "failed"

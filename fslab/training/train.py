@@ -279,6 +279,8 @@ class Trainer:
             if self.step % tcfg.log_every == 0 or self.step % self.steps_per_epoch == 0:
                 self.log_training(out, epoch, window_start, window_images)
                 window_start, window_images = time.perf_counter(), 0
+            elif self.step == 1 and not math.isfinite(first := out.loss.item()):  # unlogged, yet the loss's doing
+                raise FloatingPointError(nonfinite_loss(first, 1, epoch, self.cfg.loss, ""))
 
     def log_compiled(self, seconds: float) -> None:
         """The ``compile`` event: the first compiled step's wall time (compilation included)."""
