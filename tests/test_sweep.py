@@ -804,6 +804,11 @@ def test_sweep_resume_given_a_part_of_a_run_id_names_the_run_and_its_sweep(tmp_p
     assert said.returncode == 2 and said.stderr == (
         f"error: '{alone.id}' names no sweep but run {alone.id}; resume it with: fslab resume {alone.id}\n")
     assert inside.status()["state"] == alone.status()["state"] == "killed"  # nothing queued
+    alone.write_status(state="completed", pid=None)  # fslab resume refuses it: the line named it all the same
+    said = fslab("sweep", "resume", alone.id, cwd=tmp_path)
+    assert said.returncode == 2 and said.stderr == (
+        f"error: '{alone.id}' names no sweep but run {alone.id}; the run is completed: start a run like it with: "
+        f"fslab run --like {alone.id}\n")
 
 
 def test_fslab_queue_says_when_no_scheduler_is_alive_to_start_the_waiting_runs(tmp_path, monkeypatch):

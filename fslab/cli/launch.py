@@ -467,8 +467,15 @@ def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
     names = [] if sweeps_named(runs_dir, ref) else matching_names(ref, run_names(runs_dir))
     if len(names) != 1:
         return
-    sweep = Run(runs_dir / names[0]).status().get("sweep")
+    from fslab.core.rerun import like_command
+
+    run = Run(runs_dir / names[0])
+    sweep = run.status().get("sweep")
     sweep = sweep if isinstance(sweep, str) else None
+    if run.state() == "completed":  # fslab resume refuses it: a run like it starts anew
+        where = f" of sweep {sweep}; resume the sweep with: fslab sweep resume {sweep}" if sweep else ""
+        raise UsageError(f"'{ref}' names no sweep but run {names[0]}{where}; the run is completed: start a run "
+                         f"like it with: {like_command(names[0])}")
     where = (f" of sweep {sweep}; resume the sweep with: fslab sweep resume {sweep}, or the run alone with: "
              if sweep else "; resume it with: ")
     raise UsageError(f"'{ref}' names no sweep but run {names[0]}{where}fslab resume {names[0]}")
