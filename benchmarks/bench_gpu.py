@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -375,8 +376,10 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if unknown:
         parser.error(f"unknown mode {', '.join(unknown)}; the modes are {', '.join(MODES)}")
     options.at_least(parser, args, batch_size=2, image_size=1, steps=1, warmup=0)
-    if args.peak_tflops is not None and not args.peak_tflops > 0:
+    if args.peak_tflops is not None and not 0 < args.peak_tflops < math.inf:
         parser.error(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
+    if not 0 <= args.seconds < math.inf:  # nan, inf: a traceback after a warm-up
+        parser.error(f"--seconds must be a number of seconds, 0 or more, got {args.seconds}")
     device, registry = options.device(parser, args.device), load_registry()
     options.known(parser, registry, "backbone", [name for name in args.backbones.split(",") if name], "--backbones")
     options.known(parser, registry, "loss", args.losses.split(","), "--losses")

@@ -9,6 +9,10 @@ import pytest
 
 from .bench_helpers import load_benchmark
 
+# bench_gpu at a size that measures in a second, where an option checked too late would let it start
+TINY_GPU = ["--device", "cpu", "--backbones", "conv4", "--losses", "nca", "--modes", "fp32", "--no-bare",
+            "--batch-size", "8", "--image-size", "16", "--steps", "3", "--warmup", "1"]
+
 REFUSED = [
     ("bench_gpu", ["--device", "gpu"], "--device must be cpu, cuda or cuda:N, got 'gpu'"),
     ("bench_gpu", ["--device", "cpu", "--backbones", "conv4,conv5"], "unknown backbone conv5; registered: conv4"),
@@ -16,6 +20,10 @@ REFUSED = [
     ("bench_gpu", ["--device", "cpu", "--batch-size", "0"], "--batch-size must be at least 2, got 0"),
     ("bench_gpu", ["--device", "cpu", "--json", "{tmp}/nowhere/rows.jsonl"], "/nowhere; make it first"),
     ("bench_gpu", ["--device", "cpu", "--recipe", "--recipe-set", "train.lr"], "--recipe-set expects key=value"),
+    ("bench_gpu", [*TINY_GPU, "--seconds", "inf"], "--seconds must be a number of seconds, 0 or more, got inf"),
+    ("bench_gpu", [*TINY_GPU, "--seconds", "nan"], "--seconds must be a number of seconds, 0 or more, got nan"),
+    ("bench_gpu", [*TINY_GPU, "--seconds", "-1"], "--seconds must be a number of seconds, 0 or more, got -1.0"),
+    ("bench_gpu", [*TINY_GPU, "--peak-tflops", "inf"], "--peak-tflops must be a positive number of TFLOP/s"),
     ("bench_losses", ["--device", "cpu", "--steps", "0"], "--steps must be at least 1, got 0"),
     ("bench_losses", ["--device", "cpu", "--backbone", "resnet13"], "unknown backbone resnet13; registered:"),
     ("bench_map", ["--repeats", "0"], "--repeats must be at least 1, got 0"),
