@@ -1570,3 +1570,12 @@ def test_the_quick_grid_takes_only_values_of_the_paper_grid():
                                 "the quick scale takes fewer of the paper's values: some of [0.1, 0.05]")
     data["quick"] = {"grid": {"train.lr": [0.05]}}
     assert parse_study(data, "studies/tiny.toml").quick.grid == {"train.lr": [0.05]}
+
+
+def test_a_dataset_option_naming_no_dataset_is_said_of_the_option(registry, tmp_path):
+    """fslab study run nca-supcon --dataset nosuch said "sweep 'supcon' on miniimagenet: Unknown dataset
+    'nosuch'", naming the study's dataset that --dataset replaces, not the option that gave the name."""
+    study = parse_study(tiny(published=[]), "studies/tiny.toml", path=Path("studies/tiny.toml"))
+    with pytest.raises(UsageError) as error:
+        resolve_study(study, "paper", settings=store(tmp_path), registry=registry, dataset="synthetik")
+    assert str(error.value).startswith("--dataset synthetik: Unknown dataset 'synthetik'. Did you mean 'synthetic'?")

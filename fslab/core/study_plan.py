@@ -82,6 +82,11 @@ def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str 
                   data_root: str | None = None, extra: tuple[dict, ...] = ()) -> list[tuple[PlannedRun, dict]]:
     """Every planned run of the study with its resolved configuration; a
     configuration that cannot be resolved is one line naming the study and sweep."""
+    if dataset is not None:  # said of --dataset, not of the sweep's own dataset it replaces
+        try:
+            registry.get("dataset", dataset)
+        except UnknownName as exc:
+            raise UsageError(f"--dataset {dataset}: {exc}") from None
     resolved = []
     for planned in plan_runs(study, scale, dataset=dataset, data_root=data_root, extra=extra):
         try:
