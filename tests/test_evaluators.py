@@ -619,3 +619,27 @@ def test_one_evaluator_spelt_three_ways_is_one_label_in_runs_and_compare(tmp_pat
     summary = read_summary(old.path, save=False)
     assert (summary.evaluator, summary.test_by_evaluator) == ("knn", {})
     assert summary.test["5-shot"]["accuracy"] == pytest.approx(0.6)
+
+
+def test_runs_by_an_evaluator_they_have_only_other_parameters_of_names_those(tmp_path, monkeypatch):
+    """fslab runs --evaluator knn, where the runs were scored by knn[k=3], listed every test as '-' and said
+    nothing (fslab compare names knn[k=3]); it now says on stderr which labels they have."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+    from fslab.core.eventlog import EventLog
+    from fslab.core.runstore import create_run
+
+    for seed, label in ((0, "knn[k=3]"), (1, "knn[k=5]"), (2, "soft")):
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed, "train": {"epochs": 1}})
+        record = {"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2, "evaluator": label,
+                  "seed": 0, "epoch": 1, "stream": 2, "accuracy": 0.5, "ci95": 0.01}
+        run.save_accuracies(record, [0.4, 0.6])
+        EventLog(run, echo=False).write("eval", **record)
+    monkeypatch.chdir(tmp_path)
+    listed = CliRunner().invoke(app, ["runs", "--evaluator", "knn"])
+    assert listed.exit_code == 0, listed.output
+    assert listed.stderr == ("no run listed has test scores by knn; they have them by knn[k=3], knn[k=5] "
+                             "(--evaluator 'knn[k=3]')\n")
+    assert CliRunner().invoke(app, ["runs", "--evaluator", "knn[k=3]"]).stderr == ""
+    assert CliRunner().invoke(app, ["runs", "--evaluator", "centroid"]).stderr == ""  # none by another centroid

@@ -120,6 +120,9 @@ def runs(
                                sweep=sweep)
     if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
         check_evaluator(evaluator)  # a typo, not an evaluator no run was tested with yet
+        if others := _other_labels(summaries, evaluator):  # knn asked, the runs scored by knn[k=3]: say so
+            err_console.print(shown(f"no run listed has test scores by {evaluator}; they have them by "
+                                    f"{', '.join(others)} (--evaluator '{others[0]}')"), highlight=False)
     if as_json:
         sys.stdout.write("".join(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}) + "\n" for s in summaries))
         return
@@ -148,6 +151,17 @@ RUN_COLUMNS = [Col("id", is_id=True), Col("method"), Col("loss fn"), Col("backbo
                Col("test 5-shot", "right")]
 RUN_STEPS = ["pairs +/-", "loss fn", "seed", "dataset", SHORT_IDS, "backbone", "loss", "best val"]
 SWEPT_AT = 6  # with --sweep, the keys its grid varies come after seed
+
+
+def _other_labels(summaries: list, evaluator: str) -> list[str]:
+    """The labels of the evaluator ``evaluator`` names (other parameters: ``knn[k=3]`` for ``knn``)
+    that the listed runs have test scores by."""
+    from fslab.core.events import canonical_evaluator
+
+    name = canonical_evaluator(evaluator).partition("[")[0]
+    found = {label for s in summaries for label, scores in [(s.evaluator, s.test), *s.test_by_evaluator.items()]
+             if scores and label and label.partition("[")[0] == name}
+    return sorted(found)
 
 
 def _swept(runs_dir, sweep: str | None, summaries: list) -> tuple[list[str], dict[str, list[str]]]:
