@@ -795,6 +795,8 @@ def test_sweep_resume_given_a_part_of_a_run_id_names_the_run_and_its_sweep(tmp_p
     inside.write_status(state="killed", pid=None, sweep="sweep-20261123-100000-abcd")
     alone.write_status(state="killed", pid=None)
     save_sweep(runs, "sweep-20261123-100000-abcd", runs=[inside.id], method="nca")
+    for run in (inside, alone):  # each stopped after a checkpoint: fslab resume goes on from it
+        run.checkpoint_path.write_bytes(b"a checkpoint")
     said = fslab("sweep", "resume", inside.id[-4:], cwd=tmp_path)
     assert said.returncode == 2 and said.stderr == (
         f"error: '{inside.id[-4:]}' names no sweep but run {inside.id} of sweep sweep-20261123-100000-abcd; resume "
@@ -809,6 +811,14 @@ def test_sweep_resume_given_a_part_of_a_run_id_names_the_run_and_its_sweep(tmp_p
     assert said.returncode == 2 and said.stderr == (
         f"error: '{alone.id}' names no sweep but run {alone.id}; the run is completed: start a run like it with: "
         f"fslab run --like {alone.id}\n")
+    # killed before its first checkpoint: fslab resume refuses it too (it said to resume it all the same)
+    inside.checkpoint_path.unlink()
+    inside.write_status(started=1.0)
+    said = fslab("sweep", "resume", inside.id, cwd=tmp_path)
+    assert said.returncode == 2 and said.stderr == (
+        f"error: '{inside.id}' names no sweep but run {inside.id} of sweep sweep-20261123-100000-abcd; resume the "
+        f"sweep with: fslab sweep resume sweep-20261123-100000-abcd; the run has no checkpoint (it stopped before "
+        f"its first epoch ended): start a run like it with: fslab run --like {inside.id}\n")
 
 
 def test_fslab_queue_says_when_no_scheduler_is_alive_to_start_the_waiting_runs(tmp_path, monkeypatch):

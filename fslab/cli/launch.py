@@ -467,14 +467,17 @@ def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
     names = [] if sweeps_named(runs_dir, ref) else matching_names(ref, run_names(runs_dir))
     if len(names) != 1:
         return
-    from fslab.core.rerun import like_command
+    from fslab.core.rerun import like_command, stopped_when
+    from fslab.core.states import RESUMABLE
 
     run = Run(runs_dir / names[0])
     sweep = run.status().get("sweep")
     sweep = sweep if isinstance(sweep, str) else None
-    if run.state() == "completed":  # fslab resume refuses it: a run like it starts anew
+    state = run.state()
+    if state == "completed" or (state in RESUMABLE and not run.checkpoint_path.exists()):  # fslab resume refuses
         where = f" of sweep {sweep}; resume the sweep with: fslab sweep resume {sweep}" if sweep else ""
-        raise UsageError(f"'{ref}' names no sweep but run {names[0]}{where}; the run is completed: start a run "
+        why = "is completed" if state == "completed" else f"has no checkpoint (it stopped {stopped_when(run)})"
+        raise UsageError(f"'{ref}' names no sweep but run {names[0]}{where}; the run {why}: start a run "
                          f"like it with: {like_command(names[0])}")
     where = (f" of sweep {sweep}; resume the sweep with: fslab sweep resume {sweep}, or the run alone with: "
              if sweep else "; resume it with: ")
