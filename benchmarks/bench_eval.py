@@ -25,7 +25,6 @@ feature evaluator on the GPU.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -219,7 +218,7 @@ def on_device(device: torch.device, episodes: int, repeats: int, backbone: str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=10000)
     parser.add_argument("--backbone", default="resnet12")
     parser.add_argument("--loop-episodes", type=int, default=20)

@@ -393,7 +393,7 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backbones", default=",".join(BACKBONES), help="'' for none (with --recipe: the recipe only)")
     parser.add_argument("--losses", default="nca,map-ssvm")

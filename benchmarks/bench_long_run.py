@@ -22,7 +22,6 @@ fastest is shown).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -168,7 +167,7 @@ def schema_check(folder: Path, repeats: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -28,7 +28,6 @@ plus the positive and negative pairs the loss reports for the batch.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import sys
@@ -113,7 +112,7 @@ def measure(entries: list[dict], steps: int, device: torch.device) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per loss (after 3 warm-up steps)")
     parser.add_argument("--batch-size", type=int, default=128, help="a multiple of --classes")
     parser.add_argument("--classes", type=int, default=8, help="classes in the batch, as many images of each")

@@ -12,7 +12,6 @@ too, as the cheapest loss over the same pairs.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -44,7 +43,7 @@ def timed(fn, repeats: int, device: torch.device) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--device", default="cpu")

@@ -20,7 +20,6 @@ one-off cache build (decoding every JPEG once) is timed and printed separately.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import shutil
 import sys
@@ -125,7 +124,7 @@ def torchvision_pipeline(root: Path, size: int, batch: int, epochs: int, device:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--classes", type=int, default=64)
     parser.add_argument("--per-class", type=int, default=50)
     parser.add_argument("--size", type=int, default=84)

@@ -12,7 +12,6 @@ Options: ``--runs N`` (1500), ``--repeats N`` (3: the fastest is shown).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -48,7 +47,7 @@ def fastest(repeats: int, work) -> tuple[float, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1500)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

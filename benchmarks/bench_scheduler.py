@@ -22,7 +22,6 @@ runs train is printed too.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -159,7 +158,7 @@ def worker_startup(project: Path, env: dict, repeats: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=6, help="tiny runs queued on one slot (default 6)")
     parser.add_argument("--history", type=int, default=0, help="finished runs in the store beforehand")
     args = parser.parse_args()

@@ -12,7 +12,6 @@ Options: ``--runs N`` (10000), ``--repeats N`` (3: the fastest is shown).
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import sys
@@ -54,7 +53,7 @@ def timed(runs_dir: Path, ids: list[str], scan_up_to: int, repeats: int) -> tupl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -20,7 +20,6 @@ Options: ``--runs N`` (10000), ``--live N`` (50), ``--ticks N`` (20).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -83,7 +82,7 @@ def commands(project: Path, runs_dir: Path, live: list[Path], repeats: int = 5) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--live", type=int, default=50)
     parser.add_argument("--ticks", type=int, default=20)

@@ -37,7 +37,6 @@ with numbers that mean nothing for a GPU.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -236,7 +235,7 @@ def run_seconds(parts: dict, epochs: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("studies", nargs="*", help="study names (default: every registered study)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=10)

@@ -18,7 +18,6 @@ from its metrics as it loads).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -99,7 +98,7 @@ def chart_times() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--live", type=int, default=20)
     parser.add_argument("--ticks", type=int, default=20)

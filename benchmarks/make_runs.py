@@ -12,15 +12,18 @@ benchmark then appends metrics to them. Deterministic for a given seed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import random
 import socket
 import statistics
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import options  # noqa: E402
 
 METHODS = (("nca", "nca", "iid"), ("protonet", "protonet", "episodic"))
 BACKBONES = ("resnet12", "conv4")
@@ -130,7 +133,7 @@ def make_runs(root: Path, runs: int = 1000, live: int = 20, steps_per_epoch: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--live", type=int, default=20)

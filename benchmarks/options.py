@@ -7,6 +7,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
+from typing import NoReturn
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose error is the one line the README promises, ``PROG: error: MESSAGE``,
+    and exit 2, without the usage lines argparse prints above it (``--help`` shows them)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, **minimums: float) -> None:

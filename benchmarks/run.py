@@ -18,7 +18,6 @@ Options: ``--backbone resnet12|conv4`` (default resnet12), ``--steps N`` (defaul
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -29,6 +28,9 @@ import time
 from pathlib import Path
 
 from fslab.core.states import LIVE, run_state
+
+sys.path.insert(0, str(Path(__file__).parent))
+from options import Parser  # noqa: E402
 
 # The synthetic dataset has 120 training classes (default split 120/40/40).
 TRAIN_CLASSES = 120
@@ -163,7 +165,7 @@ def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--backbone", default="resnet12")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=128)

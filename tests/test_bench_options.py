@@ -55,8 +55,8 @@ def test_a_wrong_option_is_one_line_and_exit_2(script, argv, said, tmp_path, cap
     assert stopped.value.code == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    (line,) = [text for text in captured.err.splitlines() if "error:" in text]
-    assert said in line
+    (line,) = captured.err.splitlines()  # one line: argparse's usage lines above it were left out
+    assert f"{script}.py: error: " in line and said in line
     assert not (tmp_path / "runs").exists()
 
 
