@@ -1579,3 +1579,16 @@ def test_a_dataset_option_naming_no_dataset_is_said_of_the_option(registry, tmp_
     with pytest.raises(UsageError) as error:
         resolve_study(study, "paper", settings=store(tmp_path), registry=registry, dataset="synthetik")
     assert str(error.value).startswith("--dataset synthetik: Unknown dataset 'synthetik'. Did you mean 'synthetic'?")
+
+
+def test_study_list_names_a_plugin_that_failed_to_load_and_exits_1(project):
+    """fslab study list exited 0 when a plugin failed to load (its studies missing from the list), where
+    fslab plugins exits 1, so a script or a CI job checking a study package saw a success."""
+    from .test_registry import write_plugin
+
+    write_plugin(project / "local", "broken", "import not_a_module_anywhere\n")
+    (project / "fslab.toml").write_text('[project]\nplugin_dirs = ["local"]\n')
+    listed = fslab("study", "list", cwd=project)
+    assert listed.returncode == 1 and "nca-table3" in listed.stdout  # the others listed whole first
+    assert listed.stderr == ("fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named "
+                             "'not_a_module_anywhere'\n")

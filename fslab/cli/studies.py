@@ -115,7 +115,8 @@ def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """Every registered study: its paper, table or figure, and how many runs it takes.
 
     A study whose file cannot be read (registered by hand, not through register_study_files, which checks
-    each) is named with its error after the others, and the command then exits with 1."""
+    each), or a plugin that failed to load (its studies among what is missing), is named with its error
+    after the others, and the command then exits with 1, as fslab plugins does."""
     from fslab.core.errors import UsageError
     from fslab.core.studies import read_study
 
@@ -141,7 +142,7 @@ def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
                     wide)
     for line in broken:
         err_console.print(shown(line), highlight=False)
-    if broken:
+    if broken or found.failures:  # a plugin that failed to load was named as the registry loaded
         raise typer.Exit(1)
 
 
