@@ -814,3 +814,15 @@ def test_a_bad_setting_is_quoted_in_toml_and_cut_to_its_width(registry):
         assert str(error.value).endswith(said), str(error.value)
     assert shown("x" * 300, 200) == '"' + "x" * 198 + "…" and shown("x" * 300) == '"' + "x" * 300 + '"'
     assert shown(datetime.date(2026, 11, 26)) == "2026-11-26" and shown(object).startswith("<class")
+
+
+def test_a_key_given_in_another_section_names_where_it_is(registry):
+    """--set train.seed=3 listed train's keys and no suggestion (seed is a key of its own), and so did
+    eval.lr (train.lr) and train.shots (eval.shots): the line names where the key lives."""
+    for text, meant in (("train.seed=3", "'seed' or 'eval.seed'"), ("eval.lr=0.1", "'train.lr'"),
+                        ("train.shots=5", "'eval.shots'"), ("train.device=cpu", "'device'"),
+                        ("train.lrr=0.1", "'lr'")):  # a near spelling in its own section comes first
+        with pytest.raises(ConfigError) as error:
+            resolve("nca", registry=registry, settings=Settings(), overrides=cli(text))
+        key = text.partition("=")[0]
+        assert str(error.value).startswith(f"unknown config key '{key}'. Did you mean {meant}? Allowed: "), error.value

@@ -489,7 +489,7 @@ def _check_shape(layer: dict, source: str) -> None:
                               f"in {section}; write it without the quotes ({key} = ...)")
         if key not in DEFAULTS:
             raise ConfigError(
-                f"{source}unknown config key '{key}'.{_section_meant(key) or did_you_mean(key, DEFAULTS)} "
+                f"{source}unknown config key '{key}'.{_meant_elsewhere(key) or did_you_mean(key, DEFAULTS)} "
                 f"Allowed: {', '.join(DEFAULTS)}."
             )
         if key == SINKS:
@@ -502,19 +502,22 @@ def _check_shape(layer: dict, source: str) -> None:
             for sub in value:
                 if sub not in DEFAULTS[key]:
                     raise ConfigError(
-                        f"{source}unknown config key '{key}.{sub}'.{did_you_mean(sub, DEFAULTS[key])} "
+                        f"{source}unknown config key '{key}.{sub}'."
+                        f"{did_you_mean(sub, DEFAULTS[key]) or _meant_elsewhere(sub, key)} "
                         f"Allowed: {', '.join(f'{key}.{k}' for k in DEFAULTS[key])}."
                     )
         if key in PLUGIN_SECTIONS and not isinstance(value, dict):
             raise ConfigError(f"{source}'{key}' is a section; choose the plugin with {key}.name=...")
 
 
-def _section_meant(key: str) -> str:
-    """`` Did you mean 'train.lr'?`` for a key of a section given without it (``lr``, as ``--lr`` and a
-    ``--grid`` alias name it; a sweep file's grid takes no alias), or ''."""
-    sections = [name for name, keys in DEFAULTS.items()
-                if isinstance(keys, dict) and name not in PLUGIN_SECTIONS and key in keys]
-    return f" Did you mean {' or '.join(repr(f'{name}.{key}') for name in sections)}?" if sections else ""
+def _meant_elsewhere(key: str, section: str | None = None) -> str:
+    """`` Did you mean 'train.lr'?`` for a key given in the wrong place: without its section (``lr``, as
+    ``--lr`` and a ``--grid`` alias name it; a sweep file's grid takes no alias), or in ``section`` where
+    it belongs to another (``eval.lr``) or is a key of its own (``train.seed``: ``seed``); else ''."""
+    found = [key] if section and not isinstance(DEFAULTS.get(key, {}), dict) else []
+    found += [f"{name}.{key}" for name, keys in DEFAULTS.items()
+              if isinstance(keys, dict) and name not in PLUGIN_SECTIONS and name != section and key in keys]
+    return f" Did you mean {' or '.join(map(repr, found))}?" if found else ""
 
 
 def _check_types(config: dict, defaults: dict, prefix: str) -> None:
