@@ -996,7 +996,7 @@ def test_a_plugin_ships_its_own_study_and_a_broken_one_is_reported(project):
     assert mine[0]["file"].endswith("my-paper.toml") and mine[0]["paper"] == "Someone, My paper (2024)"
     (project / "mine" / "studies" / "my-paper.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 0"))
     broken = fslab("study", "list", "--json", cwd=project)
-    assert broken.returncode == 0
+    assert broken.returncode == 1  # the plugin failed to load: listed, named, and exit 1 as fslab plugins
     assert {json.loads(line)["name"] for line in broken.stdout.splitlines()} == set(BUILT_IN)
     assert "my-paper.toml: sweep 'nca'.seeds: must be a whole number at least 1, got 0" in broken.stderr
 
