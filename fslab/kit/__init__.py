@@ -18,8 +18,8 @@ from importlib.resources import files
 from pathlib import Path
 
 from fslab.core.errors import UsageError
+from fslab.core.registry import KINDS  # every kind the kit writes a template for
 
-KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "sink", "study")
 # Names --set reads as TOML values (a boolean, a number), not as the component a package names so.
 VALUES = ("true", "false", "inf", "nan")
 # What a recipe uses where the package has no component of that kind.
