@@ -12,6 +12,7 @@ import time
 import pytest
 
 from fslab.core.errors import ConfigError, UsageError
+from fslab.core.sweeps import new_sweep_id
 from fslab.execution.sweep import expand, parse_grid
 
 from .runs_helpers import TINY, fslab, wait_for
@@ -909,3 +910,17 @@ def test_a_sweep_interrupted_while_submitting_to_slurm_submits_the_rest_on_resum
     assert again.returncode == 0 and again.stdout == f"{sweep_id}: 1 run submitted again as SLURM jobs\n"
     assert jobs() == ["100", "101", "None"] and not (project / "runs" / "sweeps" / "scheduler.log").exists()
     assert (project / "next-job").read_text().strip() == "102"
+
+
+def test_a_sweep_id_reads_as_its_creation_time_and_a_study_sweep_ends_with_the_study(monkeypatch):
+    """fslab sweep and fslab study run both name their sweeps here: the ids sort by creation time,
+    which fslab runs --sweep and the listing of sweeps rely on."""
+    from types import SimpleNamespace
+
+    import fslab.core.sweeps as sweeps
+
+    when = time.gmtime(1_795_000_000)
+    monkeypatch.setattr(sweeps, "time", SimpleNamespace(strftime=lambda fmt: time.strftime(fmt, when)))
+    monkeypatch.setattr(sweeps, "secrets", SimpleNamespace(token_hex=lambda n: "ab12"[: 2 * n]))
+    assert new_sweep_id() == "sweep-20261118-110640-ab12"
+    assert new_sweep_id("nca-fig2") == "sweep-20261118-110640-ab12-nca-fig2"

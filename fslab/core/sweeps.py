@@ -6,12 +6,18 @@ seeds, ``fail_fast`` and run ids); its runs carry the sweep id in their status.
 
 from __future__ import annotations
 
+import secrets
 import time
 from pathlib import Path
 
 from fslab.core.errors import UsageError
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.runstore import SWEEPS, Run, find_run, list_runs, matching_names, run_names, sweeps_named
+
+
+def new_sweep_id(name: str = "") -> str:
+    """A new sweep's id: ``sweep-<date>-<time>-<4 hex digits>``, then ``-<name>`` where given (a study's)."""
+    return "-".join(filter(None, ("sweep", time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2), name)))
 
 
 def save_sweep(runs_dir: Path, sweep_id: str, **record) -> dict:

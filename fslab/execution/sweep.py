@@ -12,7 +12,6 @@ import copy
 import itertools
 import json
 import math
-import secrets
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from fslab.core.limits import check_fields
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.states import RESUMABLE
-from fslab.core.sweeps import load_sweep, save_sweep, sweep_records, sweep_runs
+from fslab.core.sweeps import load_sweep, new_sweep_id, save_sweep, sweep_records, sweep_runs
 from fslab.core.text import split_outside
 from fslab.core.values import check_value
 from fslab.execution.checks import check_run
@@ -161,7 +160,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
             check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
         check_local_queue(settings, max(config["train"]["processes"] for config in configs))
-    sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    sweep_id = new_sweep_id()
     runs = []
     try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
         for config in configs:
