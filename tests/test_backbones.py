@@ -101,7 +101,7 @@ def test_multi_stage_features_are_the_pooled_stage_outputs(registry, torch_seed,
     with torch.no_grad():
         for k in range(1, len(pooled) + 1):
             features = model.features(x, k)
-            assert features.shape == (2, model.feature_dim(k)) == (2, sum(model.stage_dims[-k:]))
+            assert features.shape == (2, sum(model.stage_dims[-k:]))
             assert torch.allclose(features, torch.cat(pooled[-k:], dim=1), atol=1e-6), k
 
 
@@ -159,7 +159,7 @@ def test_resnet12_nca_parameter_count_by_hand(registry):
     assert sum(p.numel() for p in model.parameters()) == expected
     assert model.out_dim == 640 and model.stage_dims == [64, 160, 320, 640]
     # App. A.1's multi-layer features (last three stages) on an 84×84 image.
-    assert model.feature_dim(3) == 1120
+    assert sum(model.stage_dims[-3:]) == 1120
 
 
 def test_resnet12_nca_layout_follows_the_released_code(registry):

@@ -54,10 +54,6 @@ class StagedBackbone(nn.Module):
         maps = self.stage_maps(x)[-stages:]
         return torch.cat([m.mean(dim=(2, 3)) for m in maps], dim=1)
 
-    def feature_dim(self, stages: int = 1) -> int:
-        """Size of ``features(x, stages)``."""
-        return sum(self.stage_dims[-stages:])
-
 
 class Conv4(StagedBackbone):
     """Snell et al. (2017)'s four-block embedding: each block is a 3×3
