@@ -33,7 +33,7 @@ from fslab.core.text import clip, printable
 # and a mistyped command (typer suggests the nearest name) get them all.
 COMMANDS = {
     "run": "launch", "resume": "launch", "stop": "launch", "sweep": "launch", "queue": "launch",
-    "runs": "runs", "show": "runs", "logs": "runs",
+    "runs": "runs", "show": "runs", "logs": "runs", "delete": "runs",
     "eval": "reports", "compare": "reports", "plot": "reports",
     "plugins": "plugins", "tui": "plugins",
     "new": "new",

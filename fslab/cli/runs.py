@@ -1,5 +1,6 @@
-"""Commands that read the run store: ``runs``, ``show``, ``logs``. What they
-show of a run comes from :mod:`fslab.core.summary`, as the dashboard's does."""
+"""Commands that read the run store: ``runs``, ``show``, ``logs``, and ``delete``, which
+removes ended runs from it. What they show of a run comes from :mod:`fslab.core.summary`, as the
+dashboard's does."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from fslab.cli.common import (
     err_console,
     names_of,
     registry,
+    runs_or_sweeps,
     settings,
     shown,
     sweep_ids,
@@ -32,6 +34,7 @@ from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import logged_evaluator, table_score
 from fslab.core.settings import project_above
+from fslab.core.text import count
 
 DEFAULT_LIMIT = 50
 
@@ -372,3 +375,37 @@ def _say_how_it_ended(run_, stderr: bool) -> None:
                                            "or its machine went down)" if state == "lost" else "no error recorded")
     again = after_stop(run_) if state in ("killed", "lost") else ""
     err_console.print(ended_line(run_.id, state, str(error), see_stderr=not stderr, again=again), highlight=False)
+
+
+@app.command()
+def delete(
+    refs: Annotated[list[str], typer.Argument(
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids, unique parts of ids or 'last'); 'all' for every run.",
+        autocompletion=runs_or_sweeps)],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed where no one can answer: "
+                                                          "a script, a pipe).")] = False,
+) -> None:
+    """Delete ended runs for good: their folders, and their ids in the sweep records (a sweep left with none goes too).
+
+    Queued and running runs are refused (stop them first with fslab stop); if any named run is one, nothing is
+    deleted. Asks first, naming the runs, unless --yes is given.
+    """
+    from fslab.core.deletion import check_deletable, delete_runs
+    from fslab.core.sweeps import select_runs
+
+    runs_dir = settings().runs_dir
+    chosen = select_runs(runs_dir, refs, "delete")
+    check_deletable(chosen)
+    if not yes:
+        named = ", ".join(run.id for run in chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5 else "")
+        if not sys.stdin.isatty():
+            raise UsageError(f"fslab delete asks before it deletes {count(len(chosen), 'run')} ({named}), and no one "
+                             "can answer here (stdin is not a terminal); add --yes to delete them")
+        err_console.print(f"Delete {count(len(chosen), 'run')} for good ({named})? [y/N] ", end="", highlight=False,
+                          markup=False)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):  # stdout keeps only the ids deleted
+            err_console.print("nothing deleted", highlight=False)
+            raise typer.Exit(1)
+    for run_id, outcome in delete_runs(runs_dir, chosen).items():
+        console.print(f"{run_id}: {'deleted' if outcome == 'deleted' else 'gone already (its folder was deleted)'}",
+                      highlight=False)

@@ -1,0 +1,92 @@
+"""Deleting runs: their folders, and their ids in the sweep records that list them.
+
+A run is deleted only once it has ended (or its worker is gone): a queued or
+running one is refused, so a scheduler or a worker never finds its folder
+vanishing under it. Each folder is first renamed to a hidden name in the same
+store (one atomic step: listings stop showing the run at once, and no listing
+ever sees half of it) and then removed; a hidden folder an interruption left
+behind is removed by the next deletion.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from fslab.core.errors import FslabError, UsageError
+from fslab.core.files import atomic_write_json, read_json
+from fslab.core.runstore import SWEEPS, Run
+from fslab.core.states import LIVE
+from fslab.core.sweeps import readable
+
+TRASH = ".deleting-"  # the hidden name of a folder on its way out
+
+
+def check_deletable(runs: list[Run]) -> None:
+    """A UsageError naming the runs that are queued or running (each must be stopped first)."""
+    live = [(run, state) for run in runs if (state := run.state()) in LIVE]
+    if len(live) == 1:
+        run, state = live[0]
+        raise UsageError(f"cannot delete run {run.id}: it is {state}; stop it first (fslab stop {run.id}), "
+                         "then delete it; nothing was deleted")
+    if live:
+        named = ", ".join(f"{run.id} ({state})" for run, state in live[:3]) + (", ..." if len(live) > 3 else "")
+        raise UsageError(f"cannot delete {len(live)} queued or running runs ({named}); stop them first (fslab stop "
+                         "RUN, or fslab stop SWEEP for all of a sweep's), then delete them; nothing was deleted")
+
+
+def delete_runs(runs_dir: Path, runs: list[Run]) -> dict[str, str]:
+    """Delete ``runs`` (checked with :func:`check_deletable` first) and drop their
+    ids from every sweep record; a record left with no runs is deleted too.
+    Returns each id with ``deleted``, or ``gone`` for a run whose folder was
+    gone already (deleted by hand, or by someone else meanwhile: dropped from
+    the records all the same). An OSError (a folder this user may not move) is
+    a FslabError naming the run, after the records have dropped those deleted."""
+    check_deletable(runs)
+    runs_dir = Path(runs_dir)
+    clear_trash(runs_dir)
+    outcome: dict[str, str] = {}
+    try:
+        for run in runs:
+            trash = runs_dir / f"{TRASH}{run.id}-{os.getpid()}"
+            try:
+                os.rename(run.path, trash)
+            except FileNotFoundError:
+                outcome[run.id] = "gone"
+                continue
+            except OSError as exc:
+                raise FslabError(f"could not delete run {run.id}: {exc.strerror or exc} ({run.path})") from None
+            outcome[run.id] = "deleted"
+            shutil.rmtree(trash, ignore_errors=True)
+    finally:
+        forget(runs_dir, set(outcome))
+    return outcome
+
+
+def forget(runs_dir: Path, ids: set[str]) -> None:
+    """Drop ``ids`` from the sweep records; delete a record that lists no run then."""
+    folder = runs_dir / SWEEPS
+    for path in sorted(folder.glob("sweep-*.json")) if ids and folder.is_dir() else []:
+        record = read_json(path)
+        if not readable(record) or not ids.intersection(record["runs"]):
+            continue
+        kept = [run_id for run_id in record["runs"] if run_id not in ids]
+        try:
+            if kept:
+                atomic_write_json(path, {**record, "runs": kept})
+            else:
+                path.unlink()
+        except OSError as exc:
+            raise FslabError(f"the runs were deleted, but sweep record {path} could not be rewritten: "
+                             f"{exc.strerror or exc}") from None
+
+
+def clear_trash(runs_dir: Path) -> None:
+    """Remove the hidden folders an interrupted deletion left in the store."""
+    try:
+        entries = [e for e in os.scandir(runs_dir) if e.name.startswith(TRASH)]
+    except OSError:
+        return
+    for entry in entries:
+        shutil.rmtree(entry.path, ignore_errors=True)

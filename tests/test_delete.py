@@ -1,0 +1,113 @@
+"""fslab delete: ended runs leave the store and their sweep records; live runs are refused."""
+
+import json
+import os
+import pty
+import subprocess
+import sys
+
+import pytest
+
+from fslab.core.deletion import TRASH, delete_runs
+from fslab.core.errors import FslabError
+from fslab.core.runstore import Run, create_run
+from fslab.core.sweeps import save_sweep
+
+from .runs_helpers import fslab
+
+
+def ended(runs, seed, state="completed"):
+    run = create_run(runs, "nca", {"method": "nca", "seed": seed})
+    run.write_status(state=state)
+    return run
+
+
+@pytest.fixture
+def store(project):
+    """Three ended runs; the first two are a sweep's."""
+    runs = project / "runs"
+    a, b, c = ended(runs, 0), ended(runs, 1, "failed"), ended(runs, 2, "killed")
+    save_sweep(runs, "sweep-20261128-100000-ab12", method="nca", grid={}, seeds=2, runs=[a.id, b.id])
+    return runs, a, b, c
+
+
+def record(runs):
+    path = runs / "sweeps" / "sweep-20261128-100000-ab12.json"
+    return json.loads(path.read_text())["runs"] if path.exists() else None
+
+
+def test_a_deleted_run_leaves_the_store_and_its_sweep_record(project, store):
+    runs, a, b, c = store
+    result = fslab("delete", a.id, c.id, "--yes", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{a.id}: deleted", f"{c.id}: deleted"]
+    assert sorted(p.name for p in runs.iterdir()) == sorted([b.id, "sweeps"])  # nothing hidden left either
+    assert record(runs) == [b.id]
+    listed = fslab("runs", "--all", "--json", cwd=project)
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [b.id]
+    # the sweep's last run: the record goes with it
+    assert fslab("delete", "sweep-20261128", "-y", cwd=project).stdout == f"{b.id}: deleted\n"
+    assert record(runs) is None and sorted(p.name for p in runs.iterdir()) == ["sweeps"]
+
+
+def test_a_queued_or_running_run_is_refused_and_nothing_is_deleted(project, store):
+    runs, a, b, c = store
+    c.write_status(state="queued")
+    result = fslab("delete", a.id, c.id, "--yes", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr == (f"error: cannot delete run {c.id}: it is queued; stop it first (fslab stop {c.id}), "
+                             "then delete it; nothing was deleted\n")
+    b.write_status(state="queued")
+    result = fslab("delete", "all", "--yes", cwd=project)
+    assert result.returncode == 2
+    assert f"cannot delete 2 queued or running runs ({b.id} (queued), {c.id} (queued))" in result.stderr
+    assert all(run.path.is_dir() for run in (a, b, c)) and record(runs) == [a.id, b.id]
+
+
+def test_without_yes_it_asks_and_where_no_one_can_answer_it_refuses(project, store):
+    runs, a, b, c = store
+    result = fslab("delete", a.id, cwd=project)  # stdin is not a terminal here
+    assert result.returncode == 2
+    assert result.stderr == (f"error: fslab delete asks before it deletes 1 run ({a.id}), and no one can answer "
+                             "here (stdin is not a terminal); add --yes to delete them\n")
+    assert a.path.is_dir()
+    for answer, kept in (("n", True), ("y", False)):
+        leader, follower = pty.openpty()
+        worker = subprocess.Popen([sys.executable, "-m", "fslab", "delete", a.id], cwd=project, stdin=follower,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        os.close(follower)
+        os.write(leader, f"{answer}\n".encode())
+        out, err = worker.communicate(timeout=60)
+        os.close(leader)
+        assert f"Delete 1 run for good ({a.id})? [y/N]" in err
+        assert worker.returncode == (1 if kept else 0) and a.path.is_dir() == kept, err
+        assert out == ("" if kept else f"{a.id}: deleted\n")
+    assert record(runs) == [b.id]
+
+
+def test_a_folder_gone_already_is_said_and_dropped_from_its_sweep(project, store):
+    runs, a, b, c = store
+    (runs / f"{TRASH}{c.id}-12345").mkdir()  # what a deletion cut short left behind
+    os.rename(a.path, runs / "elsewhere")
+    os.rename(runs / "elsewhere", project / "elsewhere")  # deleted by hand, still in the sweep's record
+    result = fslab("delete", "sweep-20261128", "-y", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{a.id}: gone already (its folder was deleted)", f"{b.id}: deleted"]
+    assert sorted(p.name for p in runs.iterdir()) == sorted([c.id, "sweeps"]) and record(runs) is None
+
+
+def test_a_folder_that_cannot_be_moved_stops_the_deletion_and_the_records_keep_the_rest(project, store, monkeypatch):
+    runs, a, b, c = store
+    real = os.rename
+
+    def refuse(source, target):
+        if str(source).endswith(b.id):
+            raise PermissionError(13, "Permission denied")
+        return real(source, target)
+
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(FslabError, match=rf"^could not delete run {b.id}: Permission denied \("):
+        delete_runs(runs, [a, b, c])
+    assert not a.path.exists() and b.path.is_dir() and c.path.is_dir()
+    assert record(runs) == [b.id]
+    assert Run(b.path).status()["state"] == "failed"
