@@ -139,7 +139,7 @@ def test_executor_completes(project, words):
     ("fslab runs --state k", ["killed"]),
     ("fslab runs --state queued,failed,", ["queued,failed,running", "queued,failed,completed",
                                          "queued,failed,killed", "queued,failed,lost", "queued,failed,unreadable"]),
-    ("fslab new plugin mine --kind s", ["sampler", "sink", "study"]),
+    ("fslab new plugin mine --kind s", ["sampler", "study", "sink"]),
     ("fslab study show nca-fig", ["nca-fig2", "nca-fig3", "nca-fig4"]),
 ])
 def test_option_values_complete(project, words, expected):
