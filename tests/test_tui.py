@@ -902,6 +902,34 @@ def test_a_stop_refused_because_the_run_ended_meanwhile_is_its_own_line(store, m
 
     drive(frozen_app(runs), body)
 
+def test_d_deletes_an_ended_run_after_asking_and_refuses_a_live_one(store):
+    """d is fslab delete for the run under the cursor: asked first, the folder gone, the row with it."""
+    runs, folders = store
+    failed, live = folders["failed"].name, folders["running"].name
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        table = app.screen.table
+        table.cursor = table.ids.index(live)
+        await pilot.press("d")  # running: no dialog, what to do instead
+        assert type(app.screen).__name__ == "RunsScreen"
+        assert notes[-1] == f"{live} is running; s stops it first, then d deletes it"
+        table.cursor = table.ids.index(failed)
+        await pilot.press("d")
+        assert type(app.screen).__name__ == "ConfirmScreen"
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert folders["failed"].is_dir()
+        await pilot.press("d", "y")
+        await settle(app, pilot)
+        assert not folders["failed"].exists() and failed not in app.rows and failed not in table.ids
+        assert notes[-1] == f"run {failed} was deleted"
+        assert sorted(p.name for p in runs.iterdir()) == sorted(f.name for k, f in folders.items() if k != "failed")
+
+    drive(frozen_app(runs), body)
+
+
 def test_stop_pressed_again_before_the_table_reads_the_run_stopped_does_not_ask_again(store, monkeypatch):
     """s, y, then s again before the next tick asked again, and the second stop said 'could not stop RUN:
     run RUN is killed, not running; nothing to stop'."""

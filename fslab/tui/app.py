@@ -17,7 +17,7 @@ from textual.screen import Screen
 from fslab.core.runstore import Run
 from fslab.core.states import LIVE
 from fslab.core.summary import RunSummary
-from fslab.tui.messages import RunLaunched, RunResumed, RunStopped, StoreUpdated
+from fslab.tui.messages import RunDeleted, RunLaunched, RunResumed, RunStopped, StoreUpdated
 from fslab.tui.tailing import StoreWatcher
 
 
@@ -228,6 +228,41 @@ class FslabApp(App):
         self.notify(f"resuming {message.run_id}", markup=False)
         self.watcher.refresh_now(message.run_id)
         self.poll_store()
+
+    def request_delete(self, run_id: str) -> None:
+        """Delete an ended run for good, as ``fslab delete RUN`` does, after a confirmation."""
+        from fslab.tui.confirm_screen import ConfirmScreen
+
+        row = self.rows.get(run_id)
+        if row is None:  # read deleted at a tick since the key was pressed
+            self.notify(f"run {run_id} was deleted (its folder is gone)", markup=False)
+            return
+        if row.state in LIVE:
+            self.notify(f"{run_id} is {row.state}; s stops it first, then d deletes it", markup=False)
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.delete_in_background(run_id)
+
+        self.push_screen(ConfirmScreen(f"Delete run {run_id} for good? Its folder goes: checkpoints, logs and "
+                                       "scores."), confirmed)
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def delete_in_background(self, run_id: str) -> None:
+        from fslab.core.deletion import delete_runs
+
+        try:
+            delete_runs(self.runs_dir, [Run(self.runs_dir / run_id)])
+        except Exception as exc:  # FslabError: started meanwhile, or a folder it may not move
+            self.post_message(RunDeleted(run_id, str(exc)))
+            return
+        self.post_message(RunDeleted(run_id))
+
+    def on_run_deleted(self, message: RunDeleted) -> None:
+        if message.error:
+            self.notify(message.error, title="not deleted", severity="error", markup=False)
+        self.poll_store()  # the watcher says the run was deleted, as for one deleted elsewhere
 
     def request_launch(self, like: str | None = None) -> None:
         """The new-run form; ``like``: pre-filled from that run (``fslab run --like``)."""

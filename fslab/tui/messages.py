@@ -48,6 +48,14 @@ class RunStopped(Message):
 
 
 @dataclass
+class RunDeleted(Message):
+    """fslab delete's deletion returned (or failed) for a run."""
+
+    run_id: str
+    error: str | None = None
+
+
+@dataclass
 class RunLaunched(Message):
     """The launch form started a run (or could not)."""
 

@@ -26,6 +26,7 @@ class RunsScreen(Screen):
         Binding("c", "compare", "compare", show=False, tooltip="Compare the marked runs"),
         Binding("s", "stop", "stop", show=False, tooltip="Stop the queued or running run"),
         Binding("r", "resume", "resume", show=False, tooltip="Resume the killed, lost or failed run"),
+        Binding("d", "delete", "delete", show=False, tooltip="Delete the ended run for good (asks first)"),
         Binding("n", "launch", "new run", tooltip="Start a new run from a form"),
         Binding("N", "launch_like", "new run like this", key_display="N", show=False,
                 tooltip="Start a new run with this run's settings (the form pre-filled, as fslab run --like)"),
@@ -203,6 +204,10 @@ class RunsScreen(Screen):
     def action_resume(self) -> None:
         if self.table.cursor_id is not None:
             self.app.request_resume(self.table.cursor_id)
+
+    def action_delete(self) -> None:
+        if self.table.cursor_id is not None:
+            self.app.request_delete(self.table.cursor_id)
 
     def action_launch(self) -> None:
         self.app.request_launch()
