@@ -75,6 +75,30 @@ def test_eval_reproduces_the_final_test_and_caches_features(project, trained):
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
 
 
+def test_eval_of_a_sweep_scores_each_run_and_leaves_out_one_without_a_checkpoint(project, trained):
+    """fslab eval SWEEP is fslab eval of each run in turn, in one process; a run still queued (no
+    checkpoint yet) is left out with its reason where several are named, refused where named alone."""
+    from fslab.core.sweeps import save_sweep
+
+    runs = [copied(project, trained[key]) for key in ("plain", "final")]
+    waiting = create_run(project / "runs", "nca", json.loads((runs[0] / "config.json").read_text()))
+    save_sweep(project / "runs", "sweep-20261128-100000-ab12", method="nca", grid={}, seeds=3,
+               runs=[r.name for r in runs] + [waiting.id])
+    result = fslab("eval", "sweep-20261128", "--shots", "5", "--episodes", "40", "--json", "--no-sinks", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (f"left out: run {waiting.id} has no checkpoint yet (one is written after each epoch)\n")
+    scores = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [s["run"] for s in scores] == [r.name for r in runs]
+    for score, run_dir in zip(scores, runs):  # each run's own episodes: the worker's final test again
+        final = json.loads((run_dir / "results.json").read_text())["test"]["5-shot"]
+        assert (score["accuracy"], score["ci95"], score["episodes"]) == (final["accuracy"], final["ci95"], 40)
+    alone = fslab("eval", waiting.id, "--no-sinks", cwd=project)
+    assert (alone.returncode, alone.stderr) == (2, f"error: run {waiting.id} has no checkpoint yet (one is written "
+                                                   "after each epoch)\n")
+    none = fslab("eval", waiting.id, "sweep-nope", cwd=project)
+    assert none.returncode == 2 and none.stderr.startswith("error: 'sweep-nope' matches no sweep")
+
+
 def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_with_cached_features(project,
                                                                                                    trained):
     """Features are cached by the checkpoint's epoch: another run's checkpoint of the same epoch

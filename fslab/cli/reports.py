@@ -14,7 +14,6 @@ import typer
 
 from fslab.cli.common import (
     JsonFlag,
-    RunRef,
     WideFlag,
     app,
     check_evaluator,
@@ -38,7 +37,9 @@ from fslab.core.text import count, queries_text, signed
 
 @app.command("eval")
 def eval_(
-    ref: RunRef,
+    refs: Annotated[list[str], typer.Argument(
+        metavar="RUN|SWEEP", help="Runs or sweeps: run ids, unique parts of them or 'last'; sweep ids (each run of "
+                                  "the sweep); 'all' for every run.", autocompletion=runs_or_sweeps)],
     split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     ways: Annotated[int | None, typer.Option(
         help="Classes per episode (default: the run's eval.ways, 5 unless it set another).",
@@ -65,43 +66,74 @@ def eval_(
 ) -> None:
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
 
+    Several runs or a sweep are evaluated one after the other in one process; where several are named, one that
+    cannot be evaluated (no checkpoint yet, an unreadable configuration) is left out with its reason on stderr,
+    and the command fails only if none could be.
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
     its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
     saved."""
-    from fslab.core.rerun import check_evaluable
-    from fslab.core.runstore import find_run
+    from fslab.core.sweeps import select_runs
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
-    run_ = find_run(settings().runs_dir, ref)
+    chosen = select_runs(settings().runs_dir, refs, "evaluate")
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()
-    cfg = run_.run_config()  # a missing or damaged config.json: one line
-    ways, queries = ways or cfg.eval.ways, queries or cfg.eval.queries  # the run's own episodes, as compare reads
-    name = evaluator or _own_evaluator(found, run_.id, cfg.evaluator["name"])
-    found.get("evaluator", name)
-    params = _evaluator_params(set_ or [], found, name)
-    _check_device(device or cfg.device)
-    check_evaluable(run_)  # no checkpoint, or a damaged one: said before torch loads
+    params = _evaluator_params(set_ or [], found, evaluator) if evaluator else None
+    if device:
+        _check_device(device)
+    plans = []
+    for run_ in chosen:
+        try:
+            plans.append(_eval_plan(run_, found, evaluator, params, set_ or [], device, ways, queries))
+        except UsageError as exc:
+            if len(chosen) == 1:
+                raise
+            err_console.print(shown(f"left out: {exc}"), highlight=False)
+    if not plans:
+        raise UsageError(f"none of the {len(chosen)} runs named can be evaluated (each is said above)")
     from fslab.training.run_eval import evaluate_run
 
-    results = _evaluate(evaluate_run, run_, cfg, data_root, split=split, ways=ways, shots=shot_list, queries=queries,
-                        episodes=episodes, evaluator=evaluator, params=params, device=device)
-    for result in results:
-        result = {**result, "evaluator": canonical_evaluator(result["evaluator"])}  # as fslab runs takes it
-        if as_json:
-            record = dict(result)
-            if result["metric"] != "accuracy":  # e.g. "map": the score under its own name
-                record[result["metric"]] = record.pop("accuracy")
-            print(json.dumps({"run": run_.id, **record}))
-        else:
-            console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {queries_text(result['queries'])}, "
-                          f"{count(result['episodes'], 'episode')} "
-                          f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
-                          f"{accuracy_text(result)}",
-                          highlight=False)
-    if sinks:
-        _send_to_sinks(found, run_)
+    for run_, cfg, options in plans:
+        results = _evaluate(evaluate_run, run_, cfg, data_root, split=split, shots=shot_list, episodes=episodes,
+                            evaluator=evaluator, device=device, **options)
+        for result in results:
+            _print_score(run_, result, split, options["ways"], as_json)
+        if sinks:
+            _send_to_sinks(found, run_)
+
+
+def _eval_plan(run_, found, evaluator: str | None, params: dict | None, assignments: list[str], device: str | None,
+               ways: int | None, queries: int | None) -> tuple:
+    """What ``fslab eval`` does with one run, checked before torch loads: its configuration, the
+    evaluator (the run's own where none is named) and its parameters, the device, the checkpoint."""
+    from fslab.core.rerun import check_evaluable
+
+    cfg = run_.run_config()  # a missing or damaged config.json: one line
+    name = evaluator or _own_evaluator(found, run_.id, cfg.evaluator["name"])
+    found.get("evaluator", name)
+    if params is None:
+        params = _evaluator_params(assignments, found, name)
+    if not device:
+        _check_device(cfg.device)
+    check_evaluable(run_)  # no checkpoint, or a damaged one: said before torch loads
+    # the run's own episodes where not given, as compare reads them
+    return run_, cfg, {"ways": ways or cfg.eval.ways, "queries": queries or cfg.eval.queries, "params": params}
+
+
+def _print_score(run_, result: dict, split: str, ways: int, as_json: bool) -> None:
+    result = {**result, "evaluator": canonical_evaluator(result["evaluator"])}  # as fslab runs takes it
+    if as_json:
+        record = dict(result)
+        if result["metric"] != "accuracy":  # e.g. "map": the score under its own name
+            record[result["metric"]] = record.pop("accuracy")
+        print(json.dumps({"run": run_.id, **record}))
+    else:
+        console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {queries_text(result['queries'])}, "
+                      f"{count(result['episodes'], 'episode')} "
+                      f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
+                      f"{accuracy_text(result)}",
+                      highlight=False)
 
 
 def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> list[dict]:
