@@ -111,3 +111,22 @@ def test_a_folder_that_cannot_be_moved_stops_the_deletion_and_the_records_keep_t
     assert not a.path.exists() and b.path.is_dir() and c.path.is_dir()
     assert record(runs) == [b.id]
     assert Run(b.path).status()["state"] == "failed"
+
+
+def test_a_run_whose_lock_is_held_is_not_deleted(project, store):
+    """A resume holds the run's worker lock while it starts a worker, its status still 'killed':
+    deleting the folder under it then would leave a worker without one."""
+    from fslab.core import worklock
+    from fslab.core.errors import UsageError
+
+    runs, a, b, c = store
+    fd = worklock.take(c.path)
+    worklock.name_holder(fd)
+    try:
+        with pytest.raises(UsageError, match=rf"^cannot delete run {c.id}: pid {os.getpid()} on host .* holds its "
+                                             r"lock \(a worker, or a launch starting one"):
+            delete_runs(runs, [a, c])
+    finally:
+        os.close(fd)
+    assert not a.path.exists() and c.path.is_dir()
+    assert delete_runs(runs, [c]) == {c.id: "deleted"} and not c.path.exists()

@@ -2,9 +2,11 @@
 
 A run is deleted only once it has ended (or its worker is gone): a queued or
 running one is refused, so a scheduler or a worker never finds its folder
-vanishing under it. Each folder is first renamed to a hidden name in the same
-store (one atomic step: listings stop showing the run at once, and no listing
-ever sees half of it) and then removed; a hidden folder an interruption left
+vanishing under it, and each is deleted holding its worker lock, as a launch
+holds it, so no resume starts a worker in it meanwhile. Each folder is first
+renamed to a hidden name in the same store (one atomic step: listings stop
+showing the run at once, and no listing ever sees half of it) and then
+removed; a hidden folder an interruption left
 behind is removed by the next deletion.
 """
 
@@ -14,6 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
+from fslab.core import worklock
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.runstore import SWEEPS, Run
@@ -21,6 +24,7 @@ from fslab.core.states import LIVE
 from fslab.core.sweeps import readable
 
 TRASH = ".deleting-"  # the hidden name of a folder on its way out
+LOCK_WAIT_S = 0.5  # what a reader's probe of the lock (microseconds) never outlasts
 
 
 def check_deletable(runs: list[Run]) -> None:
@@ -49,19 +53,35 @@ def delete_runs(runs_dir: Path, runs: list[Run]) -> dict[str, str]:
     outcome: dict[str, str] = {}
     try:
         for run in runs:
-            trash = runs_dir / f"{TRASH}{run.id}-{os.getpid()}"
-            try:
-                os.rename(run.path, trash)
-            except FileNotFoundError:
-                outcome[run.id] = "gone"
-                continue
-            except OSError as exc:
-                raise FslabError(f"could not delete run {run.id}: {exc.strerror or exc} ({run.path})") from None
-            outcome[run.id] = "deleted"
-            shutil.rmtree(trash, ignore_errors=True)
+            outcome[run.id] = _delete(run, runs_dir)
     finally:
         forget(runs_dir, set(outcome))
     return outcome
+
+
+def _delete(run: Run, runs_dir: Path) -> str:
+    """Delete one run, holding its worker lock (so no resume starts a worker in it meanwhile)."""
+    try:
+        fd = worklock.take(run.path, wait=LOCK_WAIT_S)
+    except FileNotFoundError:  # deleted by hand, or by someone else meanwhile
+        return "gone"
+    except OSError as exc:
+        raise FslabError(f"could not delete run {run.id}: its lock file: {exc.strerror or exc}") from None
+    if fd is None:
+        raise UsageError(f"cannot delete run {run.id}: {worklock.describe_holder(run.path)} holds its lock (a worker, "
+                         "or a launch starting one: resumed meanwhile?); stop it first")
+    try:
+        if (state := run.state(locked=False)) in LIVE:  # queued again meanwhile
+            raise UsageError(f"cannot delete run {run.id}: it is {state} now; stop it first (fslab stop {run.id})")
+        trash = runs_dir / f"{TRASH}{run.id}-{os.getpid()}"
+        try:
+            os.rename(run.path, trash)
+        except OSError as exc:
+            raise FslabError(f"could not delete run {run.id}: {exc.strerror or exc} ({run.path})") from None
+        shutil.rmtree(trash, ignore_errors=True)
+        return "deleted"
+    finally:
+        os.close(fd)
 
 
 def forget(runs_dir: Path, ids: set[str]) -> None:
