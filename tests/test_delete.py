@@ -130,3 +130,18 @@ def test_a_run_whose_lock_is_held_is_not_deleted(project, store):
         os.close(fd)
     assert not a.path.exists() and c.path.is_dir()
     assert delete_runs(runs, [c]) == {c.id: "deleted"} and not c.path.exists()
+
+
+def test_runs_ids_hands_a_selection_to_delete(project, store):
+    """fslab runs --ids (-q) prints the ids alone, newest first, so a shell can pass them on."""
+    runs, a, b, c = store
+    assert fslab("runs", "--ids", cwd=project).stdout == f"{c.id}\n{b.id}\n{a.id}\n"
+    assert fslab("runs", "-q", "--limit", "1", cwd=project).stdout == f"{c.id}\n"
+    assert fslab("runs", "-q", "--state", "queued", cwd=project).stdout == ""  # none: no line at all
+    failed = fslab("runs", "-q", "--state", "failed,killed", cwd=project).stdout.split()
+    assert failed == [c.id, b.id]
+    assert fslab("delete", *failed, "--yes", cwd=project).returncode == 0
+    assert fslab("runs", "-q", cwd=project).stdout == f"{a.id}\n"
+    both = fslab("runs", "-q", "--json", cwd=project)
+    assert (both.returncode, both.stderr) == (2, "error: give --ids or --json, not both: --ids prints only the ids, "
+                                                 "--json every field\n")

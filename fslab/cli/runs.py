@@ -100,11 +100,16 @@ def runs(
              "of the run's latest checkpoint (at another query count than the run's, '(5q)' says so).",
         autocompletion=names_of("evaluator"))] = None,
     wide: WideFlag = False,
+    ids: Annotated[bool, typer.Option(
+        "--ids", "-q", help="Only the run ids, one per line (none: no line), to hand to another command: "
+                            "fslab delete $(fslab runs --state failed --all -q) --yes.")] = False,
 ) -> None:
     """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy."""
     from fslab.core.runstore import short_ids
     from fslab.core.summary import list_summaries
 
+    if ids and as_json:
+        raise UsageError("give --ids or --json, not both: --ids prints only the ids, --json every field")
     if all_ and limit is not None:
         raise UsageError(f"give --all or --limit N, not both: --all lists every run, --limit {limit} the newest "
                          f"{limit}")
@@ -126,8 +131,9 @@ def runs(
         if others := _other_labels(summaries, evaluator):  # knn asked, the runs scored by knn[k=3]: say so
             err_console.print(shown(f"no run listed has test scores by {evaluator}; they have them by "
                                     f"{', '.join(others)} (--evaluator '{others[0]}')"), highlight=False)
-    if as_json:
-        sys.stdout.write("".join(json.dumps({**s.to_dict(), "test": s.test_of(evaluator)}) + "\n" for s in summaries))
+    if as_json or ids:
+        sys.stdout.write("".join((s.id if ids else json.dumps({**s.to_dict(), "test": s.test_of(evaluator)})) + "\n"
+                                 for s in summaries))
         return
     if not summaries:
         states = _states(state)
