@@ -294,10 +294,12 @@ def test_every_command_takes_h_and_its_help_reads_as_the_readme(project, command
     assert result.returncode == 0, result.stderr
     usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
     assert "{" not in usage and "<bool>" not in result.stdout and "SPEC" not in result.stdout
-    if command in ("show", "logs", "resume", "eval"):
+    if command in ("show", "logs", "resume"):
         assert usage.split()[-1] == "RUN"
     if command == "stop":
         assert usage.split()[-1] == "RUN|SWEEP"
+    if command in ("eval", "delete"):
+        assert usage.split()[-1] == "RUN|SWEEP..."
     if command == "compare":
         assert "knn[k=3]" in result.stdout
 

@@ -108,17 +108,7 @@ def runs(
     from fslab.core.runstore import short_ids
     from fslab.core.summary import list_summaries
 
-    if ids and as_json:
-        raise UsageError("give --ids or --json, not both: --ids prints only the ids, --json every field")
-    if all_ and limit is not None:
-        raise UsageError(f"give --all or --limit N, not both: --all lists every run, --limit {limit} the newest "
-                         f"{limit}")
-    for option, value in (("--state", state), ("--method", method), ("--sweep", sweep)):
-        if value is not None and not value.replace(",", "").strip():
-            raise UsageError(f"{option} needs a value, got {value!r}; leave the option out to list every run")
-    limit = DEFAULT_LIMIT if limit is None else limit
-    if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}; use --all for every run")
+    limit = _checked_limit(all_, limit, as_json, ids, {"--state": state, "--method": method, "--sweep": sweep})
     runs_dir = settings().runs_dir
     if sweep == "last":  # the newest sweep, as RUN's last is the newest run
         from fslab.core.sweeps import sweep_name
@@ -160,6 +150,22 @@ RUN_COLUMNS = [Col("id", is_id=True), Col("method"), Col("loss fn"), Col("backbo
                Col("test 5-shot", "right")]
 RUN_STEPS = ["pairs +/-", "loss fn", "seed", "dataset", SHORT_IDS, "backbone", "loss", "best val"]
 SWEPT_AT = 6  # with --sweep, the keys its grid varies come after seed
+
+
+def _checked_limit(all_: bool, limit: int | None, as_json: bool, ids: bool, filters: dict) -> int:
+    """fslab runs' options checked together; the number of runs to list."""
+    if ids and as_json:
+        raise UsageError("give --ids or --json, not both: --ids prints only the ids, --json every field")
+    if all_ and limit is not None:
+        raise UsageError(f"give --all or --limit N, not both: --all lists every run, --limit {limit} the newest "
+                         f"{limit}")
+    for option, value in filters.items():
+        if value is not None and not value.replace(",", "").strip():
+            raise UsageError(f"{option} needs a value, got {value!r}; leave the option out to list every run")
+    limit = DEFAULT_LIMIT if limit is None else limit
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}; use --all for every run")
+    return limit
 
 
 def _other_labels(summaries: list, evaluator: str) -> list[str]:
