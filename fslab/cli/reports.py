@@ -67,8 +67,9 @@ def eval_(
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
 
     Several runs or a sweep are evaluated one after the other in one process; where several are named, one that
-    cannot be evaluated (no checkpoint yet, an unreadable configuration) is left out with its reason on stderr,
-    and the command fails only if none could be.
+    cannot be evaluated (no checkpoint yet, an unreadable configuration) is left out with its reason on stderr
+    (the command fails if every one is).
+
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
     its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
