@@ -212,7 +212,8 @@ def test_runs_says_which_filter_matches_nothing_and_what_the_runs_have(project):
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
 
-    assert listed("--sweep", "nope") == "no runs match --sweep nope (the runs have 20261126-101010-sweep-ab12)"
+    assert listed("--sweep", "ab12", "--state", "killed") == (
+        "no runs match --state killed (the runs have completed, failed)")
     assert listed("--method", "ncaa", "--state", "killed,lost") == (
         "no runs match --state killed,lost (the runs have completed, failed); "
         "--method ncaa (the runs have nca, protonet)")
@@ -223,6 +224,26 @@ def test_runs_says_which_filter_matches_nothing_and_what_the_runs_have(project):
     refused = fslab("runs", "--state", "", cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         "error: --state needs a value, got ''; leave the option out to list every run\n")
+
+
+def test_runs_refuses_a_sweep_that_no_sweep_id_holds(project):
+    """fslab runs --sweep nope listed nothing and exited 0, where fslab compare nope refuses an unknown
+    sweep (exit code 2): a mistyped sweep id looked like a sweep without runs to a script."""
+    from fslab.core.sweeps import save_sweep
+
+    runs = project / "runs"
+    create_run(runs, "nca", {"method": "nca"}).write_status(state="completed", sweep="20261126-101010-sweep-ab12")
+    save_sweep(runs, "sweep-20261128-090000-cd34", runs=[], method="nca")
+    for argv in (["--sweep", "nope"], ["--sweep", "nope", "--json"], ["--sweep", "nope", "--state", "failed"]):
+        refused = fslab("runs", *argv, cwd=project)
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr == ("error: --sweep nope matches no sweep. Sweeps: 20261126-101010-sweep-ab12, "
+                                  "sweep-20261128-090000-cd34\n")
+    close = fslab("runs", "--sweep", "sweep-20261128-090000-cd35", cwd=project)
+    assert close.returncode == 2 and "Did you mean 'sweep-20261128-090000-cd34'?" in close.stderr
+    empty = fslab("runs", "--sweep", "cd34", cwd=project)  # a sweep with no runs listed: not a typo
+    assert (empty.returncode, empty.stdout.strip()) == (0, "no runs match --sweep cd34 (the runs have "
+                                                            "20261126-101010-sweep-ab12)")
 
 
 def test_runs_of_a_sweep_include_the_ones_whose_status_cannot_be_read(project):

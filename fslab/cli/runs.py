@@ -78,6 +78,27 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
     return f"no runs match {' and '.join(f'--{n}' for n in given if given[n])} together (each matches some runs alone)"
 
 
+def _newest_sweep(runs_dir) -> str:
+    from fslab.core.sweeps import sweep_name
+
+    return sweep_name(runs_dir, "last")
+
+
+def _check_sweep(runs_dir, sweep: str | None, listed: list) -> None:
+    """Where no run is ``listed``, a UsageError for a --sweep that is part of no sweep's id, its record's or
+    its runs': a mistyped id, not a sweep whose runs the other filters leave out (exit code 2, as fslab
+    compare says it)."""
+    from fslab.core.summary import list_summaries
+    from fslab.core.sweeps import no_sweep, sweep_records
+
+    if listed or sweep is None:
+        return
+    names = sorted({str(record.get("id")) for record in sweep_records(runs_dir)}
+                   | {s.sweep for s in list_summaries(runs_dir, limit=None) if s.sweep})
+    if not any(sweep in name for name in names):
+        raise no_sweep(f"--sweep {sweep}", sweep, names)
+
+
 @app.command()
 def runs(
     as_json: JsonFlag = False,
@@ -93,7 +114,8 @@ def runs(
                                                autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(
         help="Only runs of the sweeps whose id contains this, or of the newest sweep: last (the runs their "
-             "records list, too), with a column for each key their grids vary.",
+             "records list, too), with a column for each key their grids vary; one that no sweep's id contains is "
+             "refused.",
         autocompletion=sweep_ids)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
@@ -110,12 +132,10 @@ def runs(
 
     limit = _checked_limit(all_, limit, as_json, ids, {"--state": state, "--method": method, "--sweep": sweep})
     runs_dir = settings().runs_dir
-    if sweep == "last":  # the newest sweep, as RUN's last is the newest run
-        from fslab.core.sweeps import sweep_name
-
-        sweep = sweep_name(runs_dir, "last")
+    sweep = _newest_sweep(runs_dir) if sweep == "last" else sweep  # as RUN's last is the newest run
     summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
                                sweep=sweep)
+    _check_sweep(runs_dir, sweep, summaries)
     if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
         check_evaluator(evaluator)  # a typo, not an evaluator no run was tested with yet
         if others := _other_labels(summaries, evaluator):  # knn asked, the runs scored by knn[k=3]: say so

@@ -10,7 +10,7 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.errors import UsageError
+from fslab.core.errors import UsageError, did_you_mean
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.runstore import SWEEPS, Run, find_run, list_runs, matching_names, run_names, sweeps_named
 
@@ -55,10 +55,17 @@ def sweep_name(runs_dir: Path, ref: str) -> str:
     folder = Path(runs_dir) / SWEEPS
     names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
     found = names[-1:] if ref == "last" else [n for n in names if n == ref] or [n for n in names if ref in n]
-    if len(found) != 1:
-        what = "matches several sweeps" if found else "matches no sweep"
-        raise UsageError(f"'{ref}' {what}. Sweeps: {', '.join(names) or '(none yet)'}")
+    if not found:
+        raise no_sweep(f"'{ref}'", ref, names)
+    if len(found) > 1:
+        raise UsageError(f"'{ref}' matches several sweeps. Sweeps: {', '.join(names)}")
     return found[0]
+
+
+def no_sweep(given: str, ref: str, names: list[str]) -> UsageError:
+    """The one line for a sweep id (``given`` as the command line wrote it) that no sweep's id holds:
+    the closest id, where one is close, and every sweep there is."""
+    return UsageError(f"{given} matches no sweep.{did_you_mean(ref, names)} Sweeps: {', '.join(names) or '(none yet)'}")
 
 
 def load_sweep(runs_dir: Path, ref: str) -> dict:
