@@ -1047,6 +1047,33 @@ def test_a_study_file_registered_by_hand_and_broken_is_left_out_of_the_list_not_
     assert table.returncode == 1 and "nca-table3" in table.stdout and "left out" in table.stderr
 
 
+def test_a_study_file_registered_by_hand_and_missing_is_the_plugins_fault_in_every_study_command(project):
+    """fslab study show NAME of a hand-registered study whose file is missing, broken or names another study
+    exited 2 (bad input), where fslab study list names the same file as the plugin's fault and exits 1:
+    the name given was right."""
+    (project / "mine").mkdir()
+    (project / "mine" / "other.toml").write_text(LOCAL_STUDY)
+    (project / "mine" / "direct.py").write_text(
+        "from pathlib import Path\nfrom fslab.plugin import hookimpl\n\n\n@hookimpl\n"
+        "def register_studies(register):\n"
+        "    register(Path(__file__).parent / 'gone.toml', name='gone', description='Table 2')\n"
+        "    register(Path(__file__).parent / 'other.toml', name='renamed', description='Table 1')\n")
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    gone = project / "mine" / "gone.toml"
+    for argv in (["show", "gone"], ["report", "gone"], ["run", "gone", "--scale", "quick"]):
+        failed = fslab("study", *argv, cwd=project)
+        assert (failed.returncode, failed.stderr) == (
+            1, f"error: study 'gone' of plugin 'local:direct' cannot be used: cannot read {gone}: "
+               f"No such file or directory\n")
+    renamed = fslab("study", "show", "renamed", cwd=project)
+    assert renamed.returncode == 1 and renamed.stderr.startswith(
+        "error: study 'renamed' of plugin 'local:direct' cannot be used: ")
+    assert "but it is registered as 'renamed'" in renamed.stderr
+    unknown = fslab("study", "show", "gonee", cwd=project)  # a name no plugin registers is still bad input
+    assert unknown.returncode == 2 and "Did you mean 'gone'?" in unknown.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
 def test_a_plugin_whose_study_files_were_not_shipped_fails_to_load_saying_so(builtin_plugins, tmp_path):
     """A package built without its package data called register_study_files on a folder the wheel left
     out: it registered no study and said nothing, and fslab study show NAME answered only 'Unknown study'."""

@@ -35,7 +35,7 @@ from typing import Any
 
 from fslab.core.assignments import shown
 from fslab.core.config import type_error
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, PluginError, UsageError
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
@@ -468,7 +468,12 @@ def find_study(registry, ref: str) -> Study:
         if not Path(ref).is_file():
             raise UsageError(f"no study file '{ref}'")
         return dataclasses.replace(read_study(Path(ref)), from_file=True)
-    study = read_study(registry.get("study", ref).target)
+    component = registry.get("study", ref)
+    try:  # the plugin's file, not the user's input: a missing or broken one is the plugin's fault (exit code 1)
+        study = read_study(component.target)
+    except UsageError as exc:
+        raise PluginError(f"study '{ref}' of plugin '{component.plugin}' cannot be used: {exc}") from None
     if study.name != ref:
-        raise ConfigError(f"{study.path}: name: the file says '{study.name}', but it is registered as '{ref}'")
+        raise PluginError(f"study '{ref}' of plugin '{component.plugin}' cannot be used: {study.path}: name: the "
+                          f"file says '{study.name}', but it is registered as '{ref}'")
     return study
