@@ -246,6 +246,27 @@ def test_runs_refuses_a_sweep_that_no_sweep_id_holds(project):
                                                             "20261126-101010-sweep-ab12)")
 
 
+def test_every_command_that_takes_a_run_takes_the_path_of_its_folder(project):
+    """fslab show runs/<id>/ (the shell's completion) said no run 'runs/<id>/' in runs: a path is
+    taken where its folder is a run of this store, by every command taking RUN, and one elsewhere
+    is one line, exit code 2."""
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    run.write_status(state="completed", exit_code=0)
+    (run.path / "stdout.log").write_text("the end\n")
+    shown_ = fslab("show", f"./runs/{run.id}/", "--json", cwd=project)
+    assert shown_.returncode == 0, shown_.stderr
+    assert json.loads(shown_.stdout)["id"] == run.id
+    logs = fslab("logs", str(run.path / "stdout.log"), cwd=project)
+    assert (logs.returncode, logs.stdout) == (0, "the end\n")
+    elsewhere = create_run(project.parent / "other" / "runs", "nca", {"method": "nca"})
+    for argv in (["show", str(elsewhere.path)], ["stop", str(elsewhere.path)], ["resume", str(elsewhere.path)],
+                 ["compare", str(elsewhere.path)], ["run", "--like", str(elsewhere.path)]):
+        refused = fslab(*argv, cwd=project)
+        assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), argv
+        assert refused.stderr.startswith(f"error: '{elsewhere.path}' is a run of another store"), argv
+    assert not any(p.name != run.id for p in (project / "runs").iterdir())
+
+
 def test_runs_of_a_sweep_include_the_ones_whose_status_cannot_be_read(project):
     """fslab runs --sweep matched the sweep id in each run's status.json alone, so a run whose
     status.json was damaged dropped out of its sweep's listing (fslab sweep resume names it); the

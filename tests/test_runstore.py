@@ -99,6 +99,27 @@ def test_find_run_by_id_prefix_substring_and_last(tmp_path):
         find_run(tmp_path, "zzz")
 
 
+def test_find_run_by_the_path_of_its_folder_inside_the_store_only(tmp_path, monkeypatch):
+    """A path, as the shell completes one (runs/<id>/), named no run: 'no run 'runs/...' in runs'.
+    A path inside the store names the run whose folder holds it, whole; one elsewhere is one line."""
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "runs"
+    a, b = create_run(store, "nca", {}), create_run(store, "protonet", {})
+    for ref in (f"runs/{a.id}", f"./runs/{a.id}/", str(store / a.id), f"runs/{a.id}/config.json",
+                f"runs/../runs/{a.id}"):
+        assert find_run(store, ref).id == a.id, ref
+    assert find_run(store, f"runs/{b.id}").id == b.id
+    with pytest.raises(RunNotFound, match=rf"^no run folder {store}/2026 \(a path names a run's folder whole"):
+        find_run(store, "runs/2026")  # a prefix of both ids: a path is not a part of an id
+    other = create_run(tmp_path / "elsewhere" / "runs", "nca", {})
+    with pytest.raises(RunNotFound, match=rf"^'{other.path}' is a run of another store \({other.path.parent}/\)"):
+        find_run(store, str(other.path))
+    with pytest.raises(RunNotFound, match=r"^'runs/' is no run's folder in this project's store"):
+        find_run(store, "runs/")
+    with pytest.raises(RunNotFound, match=rf"^'{tmp_path}/nowhere/x' is no run's folder"):
+        find_run(store, str(tmp_path / "nowhere" / "x"))
+
+
 def test_summary_takes_the_last_step_and_the_best_validation_from_a_long_file(tmp_path):
     run = create_run(tmp_path, "nca", {"method": "nca", "evaluator": {"name": "centroid"}})
     val = {"event": "eval", "split": "val", "ways": 5, "shots": 5, "queries": 15, "episodes": 100,

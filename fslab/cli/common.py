@@ -183,7 +183,8 @@ def _config_words(incomplete: str, grid: bool) -> list[str]:
 
 
 RunRef = Annotated[str, typer.Argument(
-    metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.",
+    metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), 'last', or "
+                        "its folder's path (runs/ID).",
     autocompletion=run_ids)]
 BackboneOpt = Annotated[str | None, typer.Option(help="Backbone plugin, e.g. resnet12 or conv4.",
                                                  autocompletion=names_of("backbone"))]

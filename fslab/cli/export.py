@@ -26,7 +26,8 @@ from fslab.core.text import count
 @app.command("export")
 def export_(
     refs: Annotated[list[str], typer.Argument(
-        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.",
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids, or runs' folders: runs/ID); "
+                                  "'all' for every run.",
         autocompletion=runs_or_sweeps)],
     to: Annotated[str, typer.Option(
         "--to", metavar="SINK", help="The sink to replay them into: tensorboard, mlflow, wandb or any installed sink "

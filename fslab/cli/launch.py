@@ -217,7 +217,8 @@ def _signal_text(returncode: int | None) -> str:
 @app.command()
 def resume(
     ref: Annotated[str, typer.Argument(
-        metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), or 'last'.",
+        metavar="RUN", help="Run id, a unique part of it (such as the short ids tables show), 'last', "
+                            "or its folder's path (runs/ID).",
         autocompletion=runs_in(*RESUMABLE))],
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume and return at once.")] = False,
     executor: Annotated[str | None, typer.Option(
@@ -246,7 +247,8 @@ def resume(
 
 @app.command()
 def stop(ref: Annotated[str, typer.Argument(
-        metavar="RUN|SWEEP", help="Run id, a unique part of it (such as the short ids tables show) or 'last'; "
+        metavar="RUN|SWEEP", help="Run id, a unique part of it (such as the short ids tables show), 'last' or "
+                                  "its folder's path (runs/ID); "
                                   "or a sweep id (sweep-...) or a part of one that no run id holds: each of its queued "
                                   "and running runs.",
         autocompletion=live_run_or_sweep)]) -> None:

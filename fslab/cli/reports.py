@@ -258,7 +258,8 @@ _FORMAT_TEXT = {"md": "a Markdown table", "latex": "a LaTeX table", "csv": "CSV 
 @app.command("compare")
 def compare_(
     refs: Annotated[list[str], typer.Argument(
-        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids) to compare; 'all' for every run.",
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids, or runs' folders: runs/ID) to "
+                                  "compare; 'all' for every run.",
         autocompletion=runs_or_sweeps)],
     group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed); "
@@ -388,7 +389,8 @@ def plot_(
         metavar="X", help="batch-size (paper Fig. 2), pairs (Fig. 3) or any config key, e.g. train.lr.",
         autocompletion=choices("batch-size", "pairs"))],
     refs: Annotated[list[str], typer.Argument(
-        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids); 'all' for every run.",
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids or unique parts of ids, or runs' folders: runs/ID); "
+                                  "'all' for every run.",
         autocompletion=runs_or_sweeps)],
     series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line, x not among them "

@@ -301,7 +301,8 @@ def creation_key(run_id: str, created: float | None) -> tuple:
 
 
 def find_run(runs_dir: Path, ref: str) -> Run:
-    """A run by id, unique id prefix, unique substring, or ``last`` (the newest).
+    """A run by id, unique id prefix, unique substring, ``last`` (the newest), or the path of its
+    folder (or of a file in it), as the shell completes one: ``runs/<id>/``.
     Folder names are compared, and no file is read, so a store of any size answers at once."""
     if not ref.strip():
         raise RunNotFound("an empty run id names no run; give a run id, a unique part of one, or 'last'")
@@ -309,12 +310,29 @@ def find_run(runs_dir: Path, ref: str) -> Run:
         # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
         names = [name for name in run_names(runs_dir)
                  if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
-        return _match(runs_dir, ref, names)
+        return _match(runs_dir, _named_by_path(runs_dir, ref, names) if "/" in ref else ref, names)
     paths = run_paths(runs_dir)
     if not paths:
         raise RunNotFound(f"no runs yet: {runs_dir}/ holds none; start one with: fslab run nca{project_above()}")
     newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
     return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: creation_key(r.id, _created(r)))
+
+
+def _named_by_path(runs_dir: Path, ref: str, names: list[str]) -> str:
+    """The id of the run whose folder holds the path ``ref`` (no run id holds a ``/``): its folder
+    inside this store, whole; a path elsewhere, or to no run's folder here, is a RunNotFound."""
+    store, where = Path(runs_dir).resolve(), Path(os.path.expanduser(ref)).resolve()
+    if where == store or store not in where.parents:
+        other = next((p for p in (where, *where.parents) if (p / "config.json").is_file()), None)
+        raise RunNotFound(f"'{ref}' is a run of another store ({other.parent}/), not of this project's "
+                          f"({runs_dir}/): run fslab in that run's project folder" if other else
+                          f"'{ref}' is no run's folder in this project's store ({runs_dir}/); give a run's id, "
+                          f"or its folder there: {runs_dir}/<id>")
+    name = where.relative_to(store).parts[0]
+    if name not in names:
+        raise RunNotFound(f"no run folder {Path(runs_dir) / name} (a path names a run's folder whole; a part of "
+                          f"an id goes without the path). List them with: fslab runs")
+    return name
 
 
 def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
