@@ -733,6 +733,32 @@ def test_a_terminal_that_cannot_show_a_path_s_letters_gets_them_written_out_not_
     assert f"dataset.root={tmp_path}/donn\\xe9es \\u65e5\\u672c" in shown.stdout
 
 
+def test_show_says_which_data_root_fslab_filled_in_and_lists_one_that_was_set(project):
+    """fslab show listed dataset.root among the settings 'not fslab's defaults' for every run, the one
+    fslab fills in where none was set (data/<dataset>, or [data_roots] of fslab.toml) too: it read as set."""
+    from .test_tui_helpers import complete_config, history, write_run
+
+    (project / "fslab.toml").write_text('[data_roots]\nomniglot = "glyphs"\n')
+    roots = {"20260101-000000-nca-aaaa": ("synthetic", project / "data" / "synthetic"),
+             "20260101-000001-nca-bbbb": ("omniglot", project / "glyphs"),
+             "20260101-000002-nca-cccc": ("synthetic", project / "mine")}
+    for name, (dataset, root) in roots.items():
+        write_run(project / "runs", name, events=history(),
+                  cfg=complete_config(dataset={"name": dataset, "root": str(root)}))
+
+    def lines(ref):
+        shown_ = fslab("show", ref, cwd=project, env={**os.environ, "COLUMNS": "1000"})
+        assert shown_.returncode == 0, shown_.stderr
+        return shown_.stdout.splitlines()
+
+    default, mapped, set_ = lines("aaaa"), lines("bbbb"), lines("cccc")
+    assert f"data root {project}/data/synthetic (not set: filled in as fslab's default, data/synthetic)" in default
+    assert f"data root {project}/glyphs (not set: filled in from [data_roots] of fslab.toml)" in mapped
+    assert not any("dataset.root=" in line for line in default + mapped)
+    assert any(f"dataset.root={project}/mine" in line for line in set_)
+    assert not any(line.startswith("data root") for line in set_)
+
+
 @pytest.mark.slow
 def test_a_run_under_an_ascii_locale_completes_and_logs_in_utf8(tmp_path):
     """The worker's stdout.log took the locale's encoding: under an ASCII one the first evaluation's

@@ -266,8 +266,11 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
                   + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
     if status.get("slurm_job_id"):
         console.print(_slurm_line(run_, status, summary.state), highlight=False)
-    if changed := _settings_line(run_):
+    changed, filled = _settings_line(run_)
+    if changed:
         console.print(f"settings (those not fslab's defaults, as --set takes them): {shown(changed)}", highlight=False)
+    if filled:
+        console.print(shown(filled), highlight=False)
     starts = [e for e in events if e.get("event") == "start"]
     if starts and (computed := numerics_text(starts[-1])):  # resolved where it last started, not as asked
         console.print(f"computed {shown(computed)}", highlight=False)
@@ -302,10 +305,11 @@ def _slurm_line(run_, status: dict, state: str) -> str:
             + f"{gone}; submitit's files and SLURM's logs: {shown(str(run_.slurm_path))}/")
 
 
-def _settings_line(run_) -> str:
+def _settings_line(run_) -> tuple[str, str]:
     """The run's settings that differ from fslab's defaults and from its
     plugins' (what its recipe, dataset, fslab.toml and command line set),
-    method and seed aside."""
+    method and seed aside; and where its data root is the one fslab fills in
+    (:func:`_filled_root`), a line saying so, that root left out of the first."""
     from fslab.core.assignments import assignment
     from fslab.core.config import DEFAULTS, outside_settings
     from fslab.core.keys import PLUGIN_SECTIONS, dotted
@@ -313,7 +317,8 @@ def _settings_line(run_) -> str:
     try:
         config = run_.config()
     except FslabError:
-        return ""  # the error line above says why
+        return "", ""  # the error line above says why
+    filled = _filled_root(config.get("dataset"))
     defaults = dotted(DEFAULTS)
     plugins = registry(settings())
     for section in PLUGIN_SECTIONS:
@@ -325,7 +330,23 @@ def _settings_line(run_) -> str:
         defaults |= {f"{section}.{k}": v for k, v in component.params.items()}
     return ", ".join(assignment(k, v) for k, v in dotted(config).items()
                      if k not in ("method", "seed", "config_version") and not outside_settings(k)
-                     and (k not in defaults or defaults[k] != v))
+                     and (k not in defaults or defaults[k] != v) and not (filled and k == "dataset.root")), filled
+
+
+def _filled_root(dataset) -> str:
+    """``data root ROOT (not set: ...)`` where the run's dataset.root is the one fslab fills in for its
+    dataset in this project, none having been set ([data_roots] of fslab.toml, else data/<dataset>);
+    '' where it is another (set by the run's options, recipe or [run]: a setting like the others)."""
+    from fslab.core.config import filled_root
+
+    name, root = (dataset.get("name"), dataset.get("root")) if isinstance(dataset, dict) else (None, None)
+    if not isinstance(name, str) or not isinstance(root, str):
+        return ""
+    project = settings()
+    if root != os.path.abspath(os.path.expanduser(filled_root(project, name))):
+        return ""
+    how = "from [data_roots] of fslab.toml" if name in project.data_roots else f"as fslab's default, data/{name}"
+    return f"data root {root} (not set: filled in {how})"
 
 
 def _score(evaluation: dict) -> str:

@@ -313,7 +313,7 @@ def resolve(
         config = merge(config, layer)
     config["method"] = method
     if not config["dataset"].get("root"):
-        config["dataset"]["root"] = settings.data_roots.get(dataset_name, f"data/{dataset_name}")
+        config["dataset"]["root"] = filled_root(settings, dataset_name)
         _check_data_root_key(settings, dataset_name, config["dataset"]["root"], registry.names("dataset"))
     for key in ("root", "cache_dir"):  # absolute: a worker or a resume may start elsewhere
         if isinstance(config["dataset"].get(key), str) and config["dataset"][key]:
@@ -328,6 +328,12 @@ def resolve(
         _batch_of_sampler(config, registry, {key for layer in overrides for key in dotted(layer)})
     config["config_version"] = CONFIG_VERSION
     return config
+
+
+def filled_root(settings: Settings, dataset: str) -> str:
+    """The root fslab fills in for a run of ``dataset`` that sets none: ``[data_roots]`` of fslab.toml,
+    else ``data/<dataset>`` (as given: a run's configuration saves it absolute)."""
+    return settings.data_roots.get(dataset, f"data/{dataset}")
 
 
 def _check_data_root_key(settings: Settings, dataset: str, root: str, datasets: list[str]) -> None:
