@@ -757,6 +757,12 @@ def test_a_part_of_a_sweep_id_names_the_sweep_where_a_sweep_is_taken(tmp_path):
         "error: sweep sweep-20261123-100000-abcd has no queued or running run; nothing to stop\n")
     shown = fslab("show", "abcd", cwd=tmp_path)
     assert shown.returncode == 2 and "names no run but sweep sweep-20261123-100000-abcd" in shown.stderr
+    save_sweep(runs, "sweep-20261123-110000-ef01", runs=[], method="nca")
+    with pytest.raises(RunNotFound) as error:  # a part of two sweep ids said "no run 'sweep-2026'", naming neither
+        find_run(runs, "sweep-2026")
+    assert str(error.value) == ("'sweep-2026' names no run but 2 sweeps (sweep-20261123-100000-abcd, "
+                                "sweep-20261123-110000-ef01), and this command takes one run; list a sweep's "
+                                "runs with: fslab runs --sweep SWEEP")
 
 
 def test_sweep_resume_starts_a_scheduler_for_queued_runs_whose_scheduler_is_gone(tmp_path):

@@ -347,6 +347,10 @@ def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
     if len(sweeps) == 1:  # where a SWEEP is taken, it names the sweep (fslab.core.sweeps.names_sweep)
         raise RunNotFound(f"'{ref}' names no run but sweep {sweeps[0]}, and this command takes one run; "
                           f"list the sweep's runs with: fslab runs --sweep {sweeps[0]}")
+    if sweeps:
+        raise RunNotFound(f"'{ref}' names no run but {len(sweeps)} sweeps ({', '.join(sweeps[:5])}"
+                          f"{', ...' if len(sweeps) > 5 else ''}), and this command "
+                          f"takes one run; list a sweep's runs with: fslab runs --sweep SWEEP")
     raise RunNotFound(f"no run '{ref}' in {runs_dir}. List them with: fslab runs")
 
 
