@@ -116,6 +116,9 @@ def test_find_run_by_the_path_of_its_folder_inside_the_store_only(tmp_path, monk
         find_run(store, str(other.path))
     with pytest.raises(RunNotFound, match=r"^'runs/' is no run's folder in this project's store"):
         find_run(store, "runs/")
+    monkeypatch.chdir(a.path)  # fslab show . in a run's folder: a run of the store seen from there
+    with pytest.raises(RunNotFound, match=rf"^'\.' is a run of another store \({store}/\)"):
+        find_run(a.path / "runs", ".")
     with pytest.raises(RunNotFound, match=rf"^'{tmp_path}/nowhere/x' is no run's folder"):
         find_run(store, str(tmp_path / "nowhere" / "x"))
 

@@ -310,7 +310,8 @@ def find_run(runs_dir: Path, ref: str) -> Run:
         # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
         names = [name for name in run_names(runs_dir)
                  if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
-        return _match(runs_dir, _named_by_path(runs_dir, ref, names) if "/" in ref else ref, names)
+        path = "/" in ref or ref in (".", "..")  # no run id holds a / or is a dot
+        return _match(runs_dir, _named_by_path(runs_dir, ref, names) if path else ref, names)
     paths = run_paths(runs_dir)
     if not paths:
         raise RunNotFound(f"no runs yet: {runs_dir}/ holds none; start one with: fslab run nca{project_above()}")
