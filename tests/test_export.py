@@ -299,6 +299,23 @@ def test_tensorboard_that_cannot_write_its_event_file_is_one_line_without_its_th
     assert out.stdout.strip() == "exported 0 runs to tensorboard; 1 failed in the sink"
 
 
+def test_a_sweep_s_run_whose_folder_was_deleted_is_said_to_be_gone(store, tmp_path):
+    """A run a sweep's record names, its folder deleted, was left out as 'status.json is missing or
+    unreadable ... (fslab show RUN says why)', where fslab show RUN finds no run."""
+    project, real, env = store
+    record = project / "runs" / "sweeps" / "sweep-20200101-000009.json"
+    record.write_text(json.dumps({"id": "sweep-20200101-000009", "runs": ["20200101-000009-nca-gone"]}))
+    try:
+        out = fslab("export", "sweep-20200101-000009", "--to", "tensorboard", "--set",
+                    f"log_dir={tmp_path / 'tb'}", cwd=project, env=env)
+        assert out.stderr == ("20200101-000009-nca-gone: its folder is gone from the store, though its sweep's "
+                              "record names it; nothing to export\n")
+        assert out.stdout.strip() == "exported 0 runs to tensorboard; 1 left out"
+        assert not (tmp_path / "tb").exists() and not (project / "runs" / "20200101-000009-nca-gone").exists()
+    finally:
+        record.unlink()
+
+
 def test_an_end_event_of_the_wrong_shape_is_left_to_the_files_not_fed_to_a_sink(store, tmp_path):
     """An edited end event ("results": "n/a") reached TensorBoard's hparams as an AttributeError."""
     project, real, env = store

@@ -76,6 +76,9 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     so is an error of the sink's own. A sink whose package is missing is a
     :class:`SinkUnavailable`, which no other run would escape either; so is a
     server that does not answer, :class:`SinkUnreachable`."""
+    if not run.path.is_dir():  # named by its sweep's record, deleted since: fslab show would find no run
+        raise UsageError(f"{run.id}: its folder is gone from the store, though its sweep's record names it; "
+                         f"nothing to export")
     status = run.status()
     state = run.state(status)
     if state in LIVE:
