@@ -553,3 +553,23 @@ def test_series_that_names_the_x_key_is_refused_in_one_line(batch_store):
             "error: --series names train.batch_size, the x axis: each line would be one point; name the settings "
             "that tell lines apart (e.g. --series loss.name), or leave --series out\n"), (x, series)
     assert not (folder / "p.png").exists()
+
+
+def test_a_sweep_s_run_whose_folder_was_deleted_is_said_to_be_gone_by_plot_and_compare(tmp_path, builtin_plugins,
+                                                                                        monkeypatch):
+    """A run a sweep's record names, its folder deleted, was left out as one whose configuration cannot be
+    read, where fslab show RUN finds no run at all: both say its folder is gone."""
+    from fslab.core.sweeps import save_sweep
+
+    kept = make_run(tmp_path / "runs", 0, accuracies(random.Random(3), 0.1), loss={"name": "nca"})
+    save_sweep(tmp_path / "runs", "sweep-20260101-000000-ab12", runs=[kept.id, "20260101-000000-nca-gone"],
+               method="nca")
+    monkeypatch.chdir(tmp_path)
+    plotted = fslab("plot", "batch-size", "ab12", "--out", str(tmp_path / "fig.png"), cwd=tmp_path)
+    assert plotted.returncode == 0, plotted.stderr
+    assert plotted.stderr.splitlines() == [
+        "left out 20260101-000000-nca-gone: its folder is gone, though its sweep's record names it"]
+    compared = fslab("compare", "ab12", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stderr.splitlines() == [
+        "1 run left out, each one whose folder is gone, though its sweep's record names it: 20260101-000000-nca-gone"]

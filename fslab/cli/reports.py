@@ -331,6 +331,16 @@ def _say_data_split(labels: list[str] | None, what: str) -> None:
                           f"nor paired): {shown('; '.join(labels))}", highlight=False)
 
 
+def _left_out(report: dict, runs: list) -> list[tuple[list[str], str]]:
+    """The ids of the runs compare left out before grouping, by why: a configuration that cannot be read, a
+    folder deleted since its sweep's record named it (fslab show finds no such run), a repeated run."""
+    paths = {run.id: run.path for run in runs}
+    gone = [i for i in report["unreadable"] if i in paths and not paths[i].is_dir()]
+    return [([i for i in report["unreadable"] if i not in gone], "each one whose configuration cannot be read"),
+            (gone, "each one whose folder is gone, though its sweep's record names it"),
+            (report["repeated"], "each repeating the settings and seed of another (the newest with results counts)")]
+
+
 def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | None, asked: tuple,
                   runs: list) -> None:
     """The runs compare left out, each kind said once on stderr so the report itself stays clean;
@@ -339,9 +349,8 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
     ``asked`` --ways and --queries that makes them)."""
     from fslab.reports.compare import no_results, other_labels, shapes_text
 
-    for key, why in (("unreadable", "each one whose configuration cannot be read"),
-                     ("repeated", "each repeating the settings and seed of another (the newest with results counts)")):
-        if left := report[key]:
+    for left, why in _left_out(report, runs):
+        if left:
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
     _say_data_split(report.get("data_split"), "group")

@@ -161,7 +161,8 @@ def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles)
     for run in {run.path: run for run in runs}.values():  # a run named twice is one point
         config = files.config(run)
         if not config:
-            left_out.append({"run": run.id, "why": "its configuration cannot be read"})
+            left_out.append({"run": run.id, "why": "its configuration cannot be read" if run.path.is_dir() else
+                             "its folder is gone, though its sweep's record names it"})
             continue
         flat = files.flat(run)
         try:
