@@ -930,3 +930,16 @@ def test_a_sweep_id_reads_as_its_creation_time_and_a_study_sweep_ends_with_the_s
     monkeypatch.setattr(sweeps, "secrets", SimpleNamespace(token_hex=lambda n: "ab12"[: 2 * n]))
     assert new_sweep_id() == "sweep-20261118-110640-ab12"
     assert new_sweep_id("nca-fig2") == "sweep-20261118-110640-ab12-nca-fig2"
+
+
+def test_sweep_show_and_stop_name_the_commands_that_do_it(project):
+    """fslab sweep show SWEEP said "Unknown method 'show'" and fslab sweep stop SWEEP printed the usage
+    line: neither said that fslab runs --sweep lists a sweep's runs and fslab stop stops them."""
+    for argv, said in ((["show", "last"], "a sweep's runs are listed by: fslab runs --sweep last (last: the newest "
+                                           "sweep)"),
+                       (["status"], "a sweep's runs are listed by: fslab runs --sweep SWEEP (last: the newest sweep)"),
+                       (["stop", "ab12"], "a sweep's queued and running runs are stopped by: fslab stop ab12")):
+        refused = fslab("sweep", *argv, cwd=project)
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr == f"error: fslab sweep has no '{argv[0]}' (it takes METHOD, or resume SWEEP); {said}\n"
+    assert not (project / "runs").exists()

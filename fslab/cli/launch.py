@@ -379,6 +379,10 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_f
     from fslab.execution.sweep import parse_grid, read_sweep_file
 
     fixed = []
+    if file is None and len(targets) <= 2 and (elsewhere := SWEEP_WORDS.get(targets[0] if targets else "")) \
+            and targets[0] not in registry().names("method"):  # a subcommand another command is: say which
+        raise UsageError(f"fslab sweep has no '{targets[0]}' (it takes METHOD, or resume SWEEP); "
+                         + elsewhere.format(sweep=targets[1] if len(targets) == 2 else "SWEEP"))
     if file is not None:
         spec = read_sweep_file(file)
         if targets and targets != [spec["method"]]:
@@ -404,6 +408,11 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_f
         grid_values[key] = values
     return method, 1 if seeds is None else seeds, fail_fast, grid_values, fixed
 
+
+# Words taken for subcommands of fslab sweep that other commands are, with the command that does it.
+SWEEP_WORDS = {word: "a sweep's runs are listed by: fslab runs --sweep {sweep} (last: the newest sweep)"
+               for word in ("show", "list", "ls", "status")} | {
+    "stop": "a sweep's queued and running runs are stopped by: fslab stop {sweep}"}
 
 # The options of fslab sweep that set a key, by the key they set.
 OPTION_KEYS = {"backbone": "backbone.name", "dataset": "dataset.name", "data_root": "dataset.root",
