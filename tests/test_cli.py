@@ -752,8 +752,9 @@ def test_show_says_which_data_root_fslab_filled_in_and_lists_one_that_was_set(pr
         return shown_.stdout.splitlines()
 
     default, mapped, set_ = lines("aaaa"), lines("bbbb"), lines("cccc")
-    assert f"data root {project}/data/synthetic (not set: filled in as fslab's default, data/synthetic)" in default
-    assert f"data root {project}/glyphs (not set: filled in from [data_roots] of fslab.toml)" in mapped
+    filled = "as fslab fills it in where none is set"
+    assert f"data root {project}/data/synthetic ({filled}: fslab's default, data/synthetic)" in default
+    assert f"data root {project}/glyphs ({filled}: [data_roots] of fslab.toml)" in mapped
     assert not any("dataset.root=" in line for line in default + mapped)
     assert any(f"dataset.root={project}/mine" in line for line in set_)
     assert not any(line.startswith("data root") for line in set_)

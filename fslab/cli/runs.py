@@ -334,8 +334,8 @@ def _settings_line(run_) -> tuple[str, str]:
 
 
 def _filled_root(dataset) -> str:
-    """``data root ROOT (not set: ...)`` where the run's dataset.root is the one fslab fills in for its
-    dataset in this project, none having been set ([data_roots] of fslab.toml, else data/<dataset>);
+    """``data root ROOT (as fslab fills it in ...)`` where the run's dataset.root is the one fslab fills in
+    for its dataset in this project where none is set ([data_roots] of fslab.toml, else data/<dataset>);
     '' where it is another (set by the run's options, recipe or [run]: a setting like the others)."""
     from fslab.core.config import filled_root
 
@@ -345,8 +345,8 @@ def _filled_root(dataset) -> str:
     project = settings()
     if root != os.path.abspath(os.path.expanduser(filled_root(project, name))):
         return ""
-    how = "from [data_roots] of fslab.toml" if name in project.data_roots else f"as fslab's default, data/{name}"
-    return f"data root {root} (not set: filled in {how})"
+    how = "[data_roots] of fslab.toml" if name in project.data_roots else f"fslab's default, data/{name}"
+    return f"data root {root} (as fslab fills it in where none is set: {how})"
 
 
 def _score(evaluation: dict) -> str:
