@@ -943,3 +943,30 @@ def test_sweep_show_and_stop_name_the_commands_that_do_it(project):
         assert (refused.returncode, refused.stdout) == (2, "")
         assert refused.stderr == f"error: fslab sweep has no '{argv[0]}' (it takes METHOD, or resume SWEEP); {said}\n"
     assert not (project / "runs").exists()
+
+
+def test_a_sweep_record_s_path_names_the_sweep_and_a_run_s_folder_is_named_by_sweep_resume(tmp_path, monkeypatch):
+    """runs/sweeps/<id>.json (as the shell completes it) said "no run folder runs/sweeps" in fslab compare and
+    stop and "matches no sweep" in fslab sweep resume, as runs/<id> did there instead of naming the run."""
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import names_sweep, save_sweep, select_runs, sweep_name
+
+    runs = tmp_path / "runs"
+    made = [create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in range(2)]
+    for run in made:
+        run.write_status(state="completed", pid=None, sweep="sweep-20261123-100000-abcd")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
+    record = runs / "sweeps" / "sweep-20261123-100000-abcd.json"
+    monkeypatch.chdir(tmp_path)
+    for ref in (str(record), f"./{record.relative_to(tmp_path)}"):
+        assert sweep_name(runs, ref) == "sweep-20261123-100000-abcd", ref
+    assert names_sweep(runs, str(record)) and not names_sweep(runs, str(made[0].path))
+    assert [run.id for run in select_runs(runs, [str(record)], "compare")] == [run.id for run in made]
+    with pytest.raises(UsageError, match="matches no sweep"):  # a file beside the records is none
+        sweep_name(runs, str(runs / "sweeps" / "scheduler.log"))
+    stopped = fslab("stop", "runs/sweeps/sweep-20261123-100000-abcd.json", cwd=tmp_path)
+    assert stopped.returncode == 2 and stopped.stderr == (
+        "error: sweep sweep-20261123-100000-abcd has no queued or running run; nothing to stop\n")
+    resumed = fslab("sweep", "resume", f"runs/{made[0].id}/", cwd=tmp_path)
+    assert resumed.returncode == 2 and resumed.stderr.startswith(
+        f"error: 'runs/{made[0].id}/' names no sweep but run {made[0].id} of sweep sweep-20261123-100000-abcd; ")

@@ -473,9 +473,16 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
 def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
     """A part of one run's id given to ``fslab sweep resume``, and no sweep's: say
     which run it names and the commands that resume it or its sweep."""
-    from fslab.core.runstore import Run, matching_names, run_names, sweeps_named
+    from fslab.core.errors import RunNotFound
+    from fslab.core.runstore import Run, find_run, is_path, matching_names, run_names, sweeps_named
 
-    names = [] if sweeps_named(runs_dir, ref) else matching_names(ref, run_names(runs_dir))
+    if is_path(ref):  # a run's folder, as the commands taking RUN take it
+        try:
+            names = [find_run(runs_dir, ref).id]
+        except RunNotFound:
+            return
+    else:
+        names = [] if sweeps_named(runs_dir, ref) else matching_names(ref, run_names(runs_dir))
     if len(names) != 1:
         return
     from fslab.core.rerun import like_command, stopped_when

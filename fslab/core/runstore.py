@@ -310,13 +310,17 @@ def find_run(runs_dir: Path, ref: str) -> Run:
         # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
         names = [name for name in run_names(runs_dir)
                  if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
-        path = "/" in ref or ref in (".", "..")  # no run id holds a / or is a dot
-        return _match(runs_dir, _named_by_path(runs_dir, ref, names) if path else ref, names)
+        return _match(runs_dir, _named_by_path(runs_dir, ref, names) if is_path(ref) else ref, names)
     paths = run_paths(runs_dir)
     if not paths:
         raise RunNotFound(f"no runs yet: {runs_dir}/ holds none; start one with: fslab run nca{project_above()}")
     newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
     return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: creation_key(r.id, _created(r)))
+
+
+def is_path(ref: str) -> bool:
+    """Whether a RUN or SWEEP given is a path (no run or sweep id holds a / or is a dot)."""
+    return "/" in ref or ref in (".", "..")
 
 
 def _named_by_path(runs_dir: Path, ref: str, names: list[str]) -> str:

@@ -6,13 +6,14 @@ seeds, ``fail_fast`` and run ids); its runs carry the sweep id in their status.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from pathlib import Path
 
 from fslab.core.errors import UsageError, did_you_mean
 from fslab.core.files import atomic_write_json, read_json
-from fslab.core.runstore import SWEEPS, Run, find_run, list_runs, matching_names, run_names, sweeps_named
+from fslab.core.runstore import SWEEPS, Run, find_run, is_path, list_runs, matching_names, run_names, sweeps_named
 
 
 def new_sweep_id(name: str = "") -> str:
@@ -50,8 +51,9 @@ def is_run_id(name) -> bool:
 
 
 def sweep_name(runs_dir: Path, ref: str) -> str:
-    """The id of the sweep ``ref`` names: its id, a unique part of it, or
-    ``last`` (the newest sweep: ids begin with their creation time)."""
+    """The id of the sweep ``ref`` names: its id, a unique part of it, its record's path
+    (``runs/sweeps/<id>.json``), or ``last`` (the newest sweep: ids begin with their creation time)."""
+    ref = record_named(runs_dir, ref) or ref
     folder = Path(runs_dir) / SWEEPS
     names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
     found = names[-1:] if ref == "last" else [n for n in names if n == ref] or [n for n in names if ref in n]
@@ -66,6 +68,17 @@ def no_sweep(given: str, ref: str, names: list[str]) -> UsageError:
     """The one line for a sweep id (``given`` as the command line wrote it) that no sweep's id holds:
     the closest id, where one is close, and every sweep there is."""
     return UsageError(f"{given} matches no sweep.{did_you_mean(ref, names)} Sweeps: {', '.join(names) or '(none yet)'}")
+
+
+def record_named(runs_dir: Path, ref: str) -> str | None:
+    """The sweep id of the record whose path ``ref`` is (``runs/sweeps/<id>.json``, as the shell completes
+    it), if it is one of this store's records; None otherwise."""
+    if not is_path(ref):
+        return None
+    where = Path(os.path.expanduser(ref)).resolve()
+    if where.parent != (Path(runs_dir) / SWEEPS).resolve() or not where.is_file():
+        return None
+    return where.stem if where.name.startswith("sweep-") and where.suffix == ".json" else None
 
 
 def load_sweep(runs_dir: Path, ref: str) -> dict:
@@ -110,6 +123,6 @@ def names_sweep(runs_dir: Path, ref: str) -> bool:
     """Whether ``ref``, given where a run or a sweep is taken, names a sweep:
     a sweep id (``sweep-...``), or a part of sweep ids that is part of no run's
     id (a run's id comes first: ``4f2a`` is the run that ends so, if one does)."""
-    if ref.startswith("sweep-"):
+    if ref.startswith("sweep-") or record_named(runs_dir, ref):
         return True
     return ref != "last" and bool(sweeps_named(runs_dir, ref)) and not matching_names(ref, run_names(runs_dir))
