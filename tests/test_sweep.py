@@ -964,6 +964,8 @@ def test_a_sweep_record_s_path_names_the_sweep_and_a_run_s_folder_is_named_by_sw
     assert [run.id for run in select_runs(runs, [str(record)], "compare")] == [run.id for run in made]
     with pytest.raises(UsageError, match="matches no sweep"):  # a file beside the records is none
         sweep_name(runs, str(runs / "sweeps" / "scheduler.log"))
+    listed = fslab("runs", "--sweep", "runs/sweeps/sweep-20261123-100000-abcd.json", "--json", cwd=tmp_path)
+    assert sorted(json.loads(line)["id"] for line in listed.stdout.splitlines()) == sorted(run.id for run in made)
     stopped = fslab("stop", "runs/sweeps/sweep-20261123-100000-abcd.json", cwd=tmp_path)
     assert stopped.returncode == 2 and stopped.stderr == (
         "error: sweep sweep-20261123-100000-abcd has no queued or running run; nothing to stop\n")

@@ -78,10 +78,14 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
     return f"no runs match {' and '.join(f'--{n}' for n in given if given[n])} together (each matches some runs alone)"
 
 
-def _newest_sweep(runs_dir) -> str:
-    from fslab.core.sweeps import sweep_name
+def _sweep_filter(runs_dir, sweep: str | None) -> str | None:
+    """--sweep as the listing filters by it: ``last`` the newest sweep's id (as RUN's last is the newest
+    run), a record's path (runs/sweeps/<id>.json) its sweep's id, anything else as given."""
+    from fslab.core.sweeps import record_named, sweep_name
 
-    return sweep_name(runs_dir, "last")
+    if sweep is None:
+        return None
+    return sweep_name(runs_dir, "last") if sweep == "last" else record_named(runs_dir, sweep) or sweep
 
 
 def _check_sweep(runs_dir, sweep: str | None, listed: list) -> None:
@@ -132,7 +136,7 @@ def runs(
 
     limit = _checked_limit(all_, limit, as_json, ids, {"--state": state, "--method": method, "--sweep": sweep})
     runs_dir = settings().runs_dir
-    sweep = _newest_sweep(runs_dir) if sweep == "last" else sweep  # as RUN's last is the newest run
+    sweep = _sweep_filter(runs_dir, sweep)
     summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
                                sweep=sweep)
     _check_sweep(runs_dir, sweep, summaries)
