@@ -263,7 +263,7 @@ def test_every_command_that_takes_a_run_takes_the_path_of_its_folder(project):
                  ["compare", str(elsewhere.path)], ["run", "--like", str(elsewhere.path)]):
         refused = fslab(*argv, cwd=project)
         assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), argv
-        assert refused.stderr.startswith(f"error: '{elsewhere.path}' is a run of another store"), argv
+        assert refused.stderr.startswith(f"error: '{elsewhere.path}' belongs to a run of another store"), argv
     assert not any(p.name != run.id for p in (project / "runs").iterdir())
 
 

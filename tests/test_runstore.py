@@ -112,12 +112,16 @@ def test_find_run_by_the_path_of_its_folder_inside_the_store_only(tmp_path, monk
     with pytest.raises(RunNotFound, match=rf"^no run folder {store}/2026 \(a path names a run's folder whole"):
         find_run(store, "runs/2026")  # a prefix of both ids: a path is not a part of an id
     other = create_run(tmp_path / "elsewhere" / "runs", "nca", {})
-    with pytest.raises(RunNotFound, match=rf"^'{other.path}' is a run of another store \({other.path.parent}/\)"):
-        find_run(store, str(other.path))
+    for ref in (other.path, other.path / "checkpoints" / "last.pt"):
+        with pytest.raises(RunNotFound, match=rf"^'{ref}' belongs to a run of another store \({other.path.parent}/\)"):
+            find_run(store, str(ref))
+    (tmp_path / "elsewhere" / "config.json").write_text("{}")  # a project's own config.json: no run's
+    with pytest.raises(RunNotFound, match=r"is no run's folder in this project's store"):
+        find_run(store, str(tmp_path / "elsewhere"))
     with pytest.raises(RunNotFound, match=r"^'runs/' is no run's folder in this project's store"):
         find_run(store, "runs/")
     monkeypatch.chdir(a.path)  # fslab show . in a run's folder: a run of the store seen from there
-    with pytest.raises(RunNotFound, match=rf"^'\.' is a run of another store \({store}/\)"):
+    with pytest.raises(RunNotFound, match=rf"^'\.' belongs to a run of another store \({store}/\)"):
         find_run(a.path / "runs", ".")
     with pytest.raises(RunNotFound, match=rf"^'{tmp_path}/nowhere/x' is no run's folder"):
         find_run(store, str(tmp_path / "nowhere" / "x"))

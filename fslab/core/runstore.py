@@ -328,8 +328,9 @@ def _named_by_path(runs_dir: Path, ref: str, names: list[str]) -> str:
     inside this store, whole; a path elsewhere, or to no run's folder here, is a RunNotFound."""
     store, where = Path(runs_dir).resolve(), Path(os.path.expanduser(ref)).resolve()
     if where == store or store not in where.parents:
-        other = next((p for p in (where, *where.parents) if (p / "config.json").is_file()), None)
-        raise RunNotFound(f"'{ref}' is a run of another store ({other.parent}/), not of this project's "
+        other = next((p for p in (where, *list(where.parents)[:2])  # a run's folder, or a file or folder in it
+                      if (p / "config.json").is_file() and (p / "status.json").is_file()), None)
+        raise RunNotFound(f"'{ref}' belongs to a run of another store ({other.parent}/), not of this project's "
                           f"({runs_dir}/): run fslab in that run's project folder" if other else
                           f"'{ref}' is no run's folder in this project's store ({runs_dir}/); give a run's id, "
                           f"or its folder there: {runs_dir}/<id>")
