@@ -938,7 +938,9 @@ def test_sweep_show_and_stop_name_the_commands_that_do_it(project):
     for argv, said in ((["show", "last"], "a sweep's runs are listed by: fslab runs --sweep last (last: the newest "
                                            "sweep)"),
                        (["status"], "a sweep's runs are listed by: fslab runs --sweep SWEEP (last: the newest sweep)"),
-                       (["stop", "ab12"], "a sweep's queued and running runs are stopped by: fslab stop ab12")):
+                       (["stop", "ab12"], "a sweep's queued and running runs are stopped by: fslab stop ab12"),
+                       (["delete", "ab12"], "a sweep's ended runs are deleted, its record with them, by: fslab delete "
+                                            "ab12")):
         refused = fslab("sweep", *argv, cwd=project)
         assert (refused.returncode, refused.stdout) == (2, "")
         assert refused.stderr == f"error: fslab sweep has no '{argv[0]}' (it takes METHOD, or resume SWEEP); {said}\n"

@@ -412,7 +412,10 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_f
 # Words taken for subcommands of fslab sweep that other commands are, with the command that does it.
 SWEEP_WORDS = {word: "a sweep's runs are listed by: fslab runs --sweep {sweep} (last: the newest sweep)"
                for word in ("show", "list", "ls", "status")} | {
-    "stop": "a sweep's queued and running runs are stopped by: fslab stop {sweep}"}
+    "stop": "a sweep's queued and running runs are stopped by: fslab stop {sweep}",
+    "eval": "a sweep's runs are evaluated by: fslab eval {sweep}"} | {
+    word: "a sweep's ended runs are deleted, its record with them, by: fslab delete {sweep}"
+    for word in ("delete", "rm")}
 
 # The options of fslab sweep that set a key, by the key they set.
 OPTION_KEYS = {"backbone": "backbone.name", "dataset": "dataset.name", "data_root": "dataset.root",
