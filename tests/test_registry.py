@@ -349,6 +349,33 @@ def test_the_public_create_checks_what_a_run_fills_in_that_is_no_number(builtin_
     assert fslab.create("evaluator", "sen", training_loss={"name": "sen", "eps_pos": 2.0}).keywords["training_loss"]
 
 
+def test_the_public_create_refuses_labels_that_are_no_whole_numbers(builtin_plugins):
+    """Labels as text or nested lists passed the check and failed inside the sampler (ValueError:
+    invalid literal for int(), TypeError: int() argument ... not 'list'), and float labels drew
+    batches; each is now the one line, its value shown on one line however long."""
+    import numpy as np
+    import torch
+
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    expected = ("config key 'sampler.labels' must be the training split's labels, one whole number per image "
+                "(a list, tensor or array), got ")
+    for labels, shown in [(["a", "b"] * 10, "['a', 'b', 'a', 'b', 'a', 'b', 'a', 'b', 'a', 'b', 'a', 'b', 'a', 'b',"
+                                             " 'a', ..."),
+                          ([[0, 1]] * 2, "[[0, 1], [0, 1]]"), ([0.5, 1.5], "[0.5, 1.5]"),
+                          ([True, False], "[True, False]"),
+                          (torch.zeros(2, 2, dtype=torch.long), "tensor([[0, 0], [0, 0]])"),
+                          (torch.tensor([0.0, 1.0]), "tensor([0., 1.])"), (np.array([0.0, 1.0]), "array([0., 1.])")]:
+        with pytest.raises(ConfigError) as caught:
+            fslab.create("sampler", "episodic", labels=labels, batch_size=4, seed=0, ways=2, shots=1, queries=1)
+        assert str(caught.value) == expected + shown
+    for labels in [[0, 1] * 4, tuple(range(4)) * 2, np.arange(8) % 4, torch.arange(8) % 4,
+                   list(torch.arange(8) % 4), np.arange(8, dtype=np.uint8) % 4]:
+        assert len(fslab.create("sampler", "episodic", labels=labels, batch_size=4, seed=0, ways=2, shots=1,
+                                queries=1)) == 2
+
+
 def test_the_public_create_takes_a_tuple_where_a_list_is_declared(builtin_plugins):
     """widths=(8, 16, 32, 64) was refused with "must be a list, got (8, 16, 32, 64)"."""
     import fslab

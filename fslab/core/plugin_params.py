@@ -10,7 +10,9 @@ is resolved and again with them before a run exists (fslab.execution.checks).
 from __future__ import annotations
 
 import copy
+import operator
 import os
+import re
 from typing import Any
 
 from fslab.core.errors import ConfigError, did_you_mean, plugin_call
@@ -86,10 +88,23 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     return {**params, **{param: given[param] for param in filled_in if param in given}}
 
 
+def _whole_numbers(value: Any) -> bool:
+    """A sampler's labels as a run gives them (a list of ints) or as a notebook has them (a tuple,
+    a 1-d integer tensor or array): one whole number per image. Text, floats and nested lists were
+    passed on and failed inside the sampler (int() of 'a', of a list), or drew batches from floats."""
+    if isinstance(value, (str, bytes, dict)) or not (hasattr(value, "__len__") and hasattr(value, "__getitem__")):
+        return False
+    if hasattr(value, "dtype") and hasattr(value, "ndim"):  # a tensor or an array: its dtype says
+        return value.ndim == 1 and re.fullmatch(r"(torch\.)?u?int\d+", str(value.dtype)) is not None
+    try:
+        return all(not isinstance(v, bool) and operator.index(v) is not None for v in value)
+    except TypeError:  # operator.index takes ints, numpy's and 0-d integer tensors only
+        return False
+
+
 # The other values fslab fills in: what each must be, in words, and the test of it.
 FILLED_IN_KINDS = {
-    "labels": ("the training split's labels, one whole number per image (a list, tensor or array)",
-               lambda v: hasattr(v, "__len__") and hasattr(v, "__getitem__") and not isinstance(v, (str, bytes, dict))),
+    "labels": ("the training split's labels, one whole number per image (a list, tensor or array)", _whole_numbers),
     "training_loss": ("the run's loss section, a dict such as {'name': 'sen', 'eps_pos': 1.0}, or None",
                       lambda v: v is None or isinstance(v, dict)),
     "run": ("a fslab.plugin.SinkRun, the run the sink is told of", lambda v: isinstance(v, SinkRun)),
@@ -101,7 +116,9 @@ def _check_filled_in_kinds(key: str, given: dict) -> None:
     labels, an evaluator's training_loss, a sink's run): one line, not the component's TypeError."""
     for param, value in given.items():
         if param in FILLED_IN_KINDS and not FILLED_IN_KINDS[param][1](value):
-            raise ConfigError(f"config key '{key}.{param}' must be {FILLED_IN_KINDS[param][0]}, got {value!r}")
+            shown = " ".join(repr(value).split())  # one line, however long a split's labels or a tensor's repr
+            shown = shown if len(shown) <= 80 else f"{shown[:76].rstrip()} ..."
+            raise ConfigError(f"config key '{key}.{param}' must be {FILLED_IN_KINDS[param][0]}, got {shown}")
 
 
 def _check_image_size(key: str, value: Any) -> None:
