@@ -244,3 +244,21 @@ def test_a_backbone_that_names_image_size_is_told_the_images_size(builtin_plugin
     conv = build_backbone(registry, run_config(resolve("nca", registry=registry, settings=Settings(), overrides=[
         {"backbone": {"name": "conv4", "hidden": 4}}])), 1, "cpu", (12, 12))
     assert conv.out_dim == 4
+
+
+def test_the_public_create_takes_an_image_size_of_numpy_numbers(builtin_plugins, tmp_path, monkeypatch):
+    """image_size=(np.int64(84), 84), an array's shape in a notebook, was refused as not "two whole
+    numbers", though create takes numpy's numbers as Python's; it is passed on as a tuple of ints."""
+    import numpy as np
+
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    plugin = BACKBONE_PLUGIN.replace("        self.out_dim =",
+                                     "        self.image_size = image_size\n        self.out_dim =")
+    monkeypatch.setattr(fslab, "_registry", _registry_of(plugin, tmp_path, monkeypatch))
+    for size in [(np.int64(12), np.uint16(10)), [12, 10]]:
+        net = fslab.create("backbone", "flat", in_channels=3, image_size=size)
+        assert net.image_size == (12, 10) and [type(v) for v in net.image_size] == [int, int]
+    with pytest.raises(ConfigError, match=r"two whole numbers at least 1, got \(np\.True_, 10\)$"):
+        fslab.create("backbone", "flat", in_channels=3, image_size=(np.True_, 10))

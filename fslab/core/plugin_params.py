@@ -10,6 +10,7 @@ is resolved and again with them before a run exists (fslab.execution.checks).
 from __future__ import annotations
 
 import copy
+import numbers
 import operator
 import os
 import re
@@ -83,7 +84,7 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
             given[param] = check_value(f"{key}.{param}", given[param], 0)
             check_rule(f"{key}.{param}", given[param], rule_of(FILLED_IN_COUNTS[param]))
     if "image_size" in filled_in and "image_size" in given:
-        _check_image_size(f"{key}.image_size", given["image_size"])
+        given["image_size"] = _check_image_size(f"{key}.image_size", given["image_size"])
     _check_filled_in_kinds(key, {param: given[param] for param in filled_in if param in given})
     return {**params, **{param: given[param] for param in filled_in if param in given}}
 
@@ -121,13 +122,15 @@ def _check_filled_in_kinds(key: str, given: dict) -> None:
             raise ConfigError(f"config key '{key}.{param}' must be {FILLED_IN_KINDS[param][0]}, got {shown}")
 
 
-def _check_image_size(key: str, value: Any) -> None:
+def _check_image_size(key: str, value: Any) -> tuple[int, int]:
     """A backbone is told the images' ``(height, width)``, as a run tells it: two whole numbers
-    at least 1 (a single number, as a dataset's own ``image_size`` is, is refused here)."""
+    at least 1 (a single number, as a dataset's own ``image_size`` is, is refused here), given
+    back as Python ints (numpy's, from an array's shape, were refused)."""
     pair = isinstance(value, (tuple, list)) and len(value) == 2
-    if not pair or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+    if not pair or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in value):
         raise ConfigError(f"config key '{key}' must be the images' (height, width), two whole numbers at "
                           f"least 1, got {value!r}")
+    return int(value[0]), int(value[1])
 
 
 def _check_declared_rules(component, params: dict, key: str) -> None:
