@@ -376,6 +376,23 @@ def test_the_public_create_refuses_labels_that_are_no_whole_numbers(builtin_plug
                                 queries=1)) == 2
 
 
+def test_the_public_create_refuses_a_dataset_root_that_is_no_path(builtin_plugins, tmp_path):
+    """root=5 read as the folder './5' ("the data root .../5 is not a folder"), root=['a'] as
+    ".../['a']": a wrong type is said as one, and text or a Path still reach the dataset."""
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    for root in (5, ["data"], b"/data"):
+        with pytest.raises(ConfigError) as caught:
+            fslab.create("dataset", "folder", root=root)
+        assert str(caught.value) == ("config key 'dataset.root' must be the dataset's folder, as text or a "
+                                     f"pathlib.Path, or None, got {root!r}")
+    for root in (tmp_path, str(tmp_path)):
+        with pytest.raises(UsageError, match=rf"^folder: {tmp_path}/train not found\."):
+            fslab.create("dataset", "folder", root=root)
+    assert fslab.create("dataset", "synthetic", root=None).channels == 1
+
+
 def test_the_public_create_takes_a_tuple_where_a_list_is_declared(builtin_plugins):
     """widths=(8, 16, 32, 64) was refused with "must be a list, got (8, 16, 32, 64)"."""
     import fslab

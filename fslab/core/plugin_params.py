@@ -109,12 +109,15 @@ FILLED_IN_KINDS = {
     "training_loss": ("the run's loss section, a dict such as {'name': 'sen', 'eps_pos': 1.0}, or None",
                       lambda v: v is None or isinstance(v, dict)),
     "run": ("a fslab.plugin.SinkRun, the run the sink is told of", lambda v: isinstance(v, SinkRun)),
+    "root": ("the dataset's folder, as text or a pathlib.Path, or None",
+             lambda v: v is None or isinstance(v, (str, os.PathLike))),
 }
 
 
 def _check_filled_in_kinds(key: str, given: dict) -> None:
     """What fslab.create is given for a value a run fills in that is no whole number (a sampler's
-    labels, an evaluator's training_loss, a sink's run): one line, not the component's TypeError."""
+    labels, an evaluator's training_loss, a sink's run, a dataset's root): one line, not the
+    component's TypeError (or, for a root of 5, a folder './5' that is not there)."""
     for param, value in given.items():
         if param in FILLED_IN_KINDS and not FILLED_IN_KINDS[param][1](value):
             shown = " ".join(repr(value).split())  # one line, however long a split's labels or a tensor's repr
