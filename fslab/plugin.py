@@ -57,7 +57,8 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #      a sink naming evaluations reads their label through canonical_evaluator.
 # 1.10: listing(rule, distinct=True): a list parameter that names each value once.
 # 1.11: an evaluator whose signature names training_loss is given the run's loss section.
-API_VERSION = "1.11"
+# 1.12: one_of(...) takes numbers as well as text (one_of(1, 5)).
+API_VERSION = "1.12"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",

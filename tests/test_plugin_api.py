@@ -30,8 +30,8 @@ def test_the_api_exports_what_it_declares():
     # 1.3 sinks (register_sinks, Sink, SinkRun); 1.4 dotted; 1.5 a sampler's batch=; 1.6 evaluator_label and
     # own_evaluator, the labels evaluations are saved under; 1.7 canonical_evaluator, a label in its one spelling;
     # 1.8 fslab.create runs check= with context None; 1.9 events spell every evaluator parameter out;
-    # 1.10 listing(..., distinct=True); 1.11 an evaluator's training_loss
-    assert api.API_VERSION == "1.11"
+    # 1.10 listing(..., distinct=True); 1.11 an evaluator's training_loss; 1.12 one_of(1, 5)
+    assert api.API_VERSION == "1.12"
     from fslab.core.limits import check_rule, rule_of
 
     with pytest.raises(api.ConfigError, match=r"^config key 'p' lists 2 twice; give each value once, got \[2, 3, 2\]$"):
@@ -180,6 +180,50 @@ def test_a_wrong_declaration_is_refused_when_the_plugin_registers(builtin_plugin
     with pytest.raises(PluginError, match=message):
         _registry_of(ALLOWED_PLUGIN.replace(declared, f"allowed={rules}"), tmp_path, monkeypatch)
 
+
+
+RULE_DECLARED = '''allowed={"k": at_least(1),
+             "distance": one_of("euclidean", "cosine"), "radius": at_least(0)}'''
+
+
+@pytest.mark.parametrize("rules, message", [
+    ('{"radius": at_least("0")}', r"at_least\(\) takes numbers \(at_least\(1\), between\(0, 1\)\), got '0'$"),
+    ('{"k": between(5, 1)}', r"between\(\) takes the lower bound first, got between\(5, 1\)$"),
+    ('{"k": between(0, None)}', r"between\(\) takes numbers .*got None$"),
+    ('{"distance": one_of(["euclidean", "cosine"])}',
+     r"one_of\(\) takes the allowed values themselves, text or numbers \(one_of\('euclidean', 'cosine'\), "
+     r"one_of\(1, 5\)\), got one_of\(\['euclidean', 'cosine'\]\)$"),
+    ('{"distance": one_of()}', r"got one_of\(\)$"),
+    ('{"distance": matching("(euclid", "a distance")}', r"matching\(\) takes a regular expression, got '\(euclid': "),
+    ('{"distance": listing("euclidean")}', r"expected a rule such as at_least\(1\).*got 'euclidean'$"),
+])
+def test_a_rule_built_with_wrong_arguments_fails_the_plugins_loading(builtin_plugins, tmp_path, monkeypatch,
+                                                                     rules, message):
+    """at_least('0') on an optional parameter loaded, and the first value given to it was a traceback
+    from fslab run ('<' not supported between 'int' and 'str'); one_of(['a', 'b']) or one_of(1, 5) failed
+    to load with "sequence item 0: expected str instance"; an unclosed regex failed with re's own words."""
+    from fslab.core.errors import PluginError
+
+    plugin = ALLOWED_PLUGIN.replace("import at_least, hookimpl, one_of",
+                                    "import at_least, between, hookimpl, listing, matching, one_of")
+    with pytest.raises(PluginError, match=message):
+        _registry_of(plugin.replace(RULE_DECLARED, f"allowed={rules}"), tmp_path, monkeypatch)
+
+
+def test_one_of_takes_numbers_too(builtin_plugins, tmp_path, monkeypatch):
+    """one_of(1, 5) failed the plugin's loading (str.join of ints); True is no choice though True == 1."""
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    rules = 'allowed={"k": one_of(1, 5), "radius": one_of(0.5, 1)}'
+    registry = _registry_of(ALLOWED_PLUGIN.replace(RULE_DECLARED, rules), tmp_path, monkeypatch)
+    assert registry.get("evaluator", "vote").describe()["allowed"] == {"k": "one of 1, 5", "radius": "one of 0.5, 1"}
+    monkeypatch.setattr(fslab, "_registry", registry)
+    assert fslab.create("evaluator", "vote", k=5, radius=1).keywords["k"] == 5
+    with pytest.raises(ConfigError, match=r"^config key 'evaluator.k' must be one of 1, 5, got 3$"):
+        fslab.create("evaluator", "vote", k=3)
+    with pytest.raises(ConfigError, match=r"^config key 'evaluator.radius' must be one of 0.5, 1, got true$"):
+        fslab.create("evaluator", "vote", radius=True)
 
 
 @pytest.mark.parametrize("call, message", [

@@ -39,8 +39,8 @@ class Allowed:
     distinct: bool = False  # a list names each value once
 
     def admits(self, value: Any) -> bool:
-        if self.choices:
-            return value in self.choices
+        if self.choices:  # True is no choice of one_of(0, 1), though True == 1
+            return not isinstance(value, bool) and value in self.choices
         if self.pattern is not None:
             return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
         if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -50,7 +50,16 @@ class Allowed:
         return self.high is None or value <= self.high
 
 
+def _numbers(call: str, *values: Any) -> None:
+    """A rule's bounds are numbers: at_least('0') failed on the first value checked against it
+    ('<' not supported between 'int' and 'str'), a traceback from fslab run, not the plugin's loading."""
+    for value in values:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+            raise TypeError(f"{call} takes numbers (at_least(1), between(0, 1)), got {value!r}")
+
+
 def at_least(low: int | float) -> dict:
+    _numbers("at_least()", low)
     return {RULE: Allowed(f"at least {low}", low=low)}
 
 
@@ -59,23 +68,37 @@ def positive() -> dict:
 
 
 def between(low: int | float, high: int | float, text: str = "") -> dict:
+    _numbers("between()", low, high)
+    if low > high:
+        raise TypeError(f"between() takes the lower bound first, got between({low!r}, {high!r})")
     return {RULE: Allowed(text or f"between {low} and {high}", low=low, high=high)}
 
 
 SEED = between(0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")  # what torch.manual_seed takes
 
 
-def one_of(*choices: str) -> dict:
-    return {RULE: Allowed(f"one of {', '.join(choices)}", choices=choices)}
+def one_of(*choices: str | int | float) -> dict:
+    """The values a key allows, each text or a number: ``one_of("euclidean", "cosine")``, ``one_of(1, 5)``."""
+    if not choices or not all(isinstance(c, (str, int, float)) and not isinstance(c, bool) for c in choices):
+        raise TypeError("one_of() takes the allowed values themselves, text or numbers (one_of('euclidean', "
+                        f"'cosine'), one_of(1, 5)), got one_of({', '.join(map(repr, choices))})")
+    return {RULE: Allowed(f"one of {', '.join(map(str, choices))}", choices=choices)}
 
 
 def matching(pattern: str, text: str) -> dict:
+    if not isinstance(pattern, str) or not isinstance(text, str):
+        raise TypeError(f"matching() takes a regular expression and the words saying it, got matching({pattern!r}, "
+                        f"{text!r})")
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise TypeError(f"matching() takes a regular expression, got {pattern!r}: {error}") from None
     return {RULE: Allowed(text, pattern=pattern)}
 
 
 def listing(rule: dict, *, nonempty: bool = False, distinct: bool = False) -> dict:
     """A list key: ``rule`` for each value, at least one value if ``nonempty``, and each once if ``distinct``."""
-    return {RULE: dataclasses.replace(rule[RULE], nonempty=nonempty, distinct=distinct)}
+    return {RULE: dataclasses.replace(rule_of(rule), nonempty=nonempty, distinct=distinct)}
 
 
 def rule_of(declared: Any) -> Allowed:
