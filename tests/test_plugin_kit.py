@@ -1061,3 +1061,47 @@ def test_the_sampler_check_draws_the_batches_a_batch_function_fixes(tmp_path, bu
     check_sampler(registry, "episodes")  # 5 ways x (1 + 3)
     check_sampler(registry, "episodes", {"ways": 3, "queries": 5})
     check_sampler(registry, "plain", batch_size=12)  # without batch=, the size asked for
+
+
+def test_contract_tests_check_the_parameters_they_are_given(builtin_plugins, monkeypatch):
+    """evaluator_params = {"knn": {"k": -3}} checked knn with a k a run refuses; a misspelt name
+    ({"kn": ...}) was never used, its test run with the defaults; a misspelt parameter was the
+    component's own error, listing labels and seed as settable; backbone_image_size = 16 was
+    "'int' object is not subscriptable"."""
+    import types
+
+    import fslab.testing
+    from fslab.testing import ContractTests
+
+    monkeypatch.setattr(fslab.testing, "_registries", {})
+
+    class Checks(ContractTests):
+        plugins = ["nca_evaluators", "protonet"]
+        evaluator_params = {"kn": {"k": 3}}
+
+    class Metafunc:
+        config, function = None, types.SimpleNamespace(__name__="test_evaluator")
+
+        def parametrize(self, *args):
+            self.args = args
+
+    with pytest.raises(pytest.UsageError) as caught:
+        Checks().pytest_generate_tests(Metafunc())
+    assert str(caught.value) == ("Checks: evaluator_params names 'kn', but the plugins checked register no evaluator "
+                                 "of that name. Did you mean 'knn'? Their evaluators: finetune, knn, soft")
+    Checks.evaluator_params = {"knn": {"k": -3}}
+    with pytest.raises(AssertionError, match=r"^knn: the parameters given to its contract test are not a run's: "
+                                             r"config key 'evaluator.k' must be at least 0, got -3$"):
+        Checks().test_evaluator("knn")
+    Checks.sampler_params = {"episodic": {"shot": 2}}
+    with pytest.raises(AssertionError, match=r"unknown parameter 'sampler.shot' for sampler 'episodic'\. Did you mean "
+                                             r"'shots'\? Allowed: per_class, queries, shots, ways\.$"):
+        Checks().test_sampler("episodic")
+    Checks.backbone_image_size = 16
+    with pytest.raises(AssertionError, match=r"^backbone_image_size is the images' \(height, width\), such as "
+                                             r"\(16, 16\), got 16$"):
+        Checks().test_backbone("conv4")
+    Checks.evaluator_params = {"knn": {"k": 1}}
+    Checks().test_evaluator("knn")
+    Checks().pytest_generate_tests(metafunc := Metafunc())
+    assert metafunc.args == ("name", ["finetune", "knn", "soft"])

@@ -129,6 +129,7 @@ class ContractTests:
         elif name in KIND_TESTS:
             kind = KIND_TESTS[name]
             names = [n for _, n in self._components(metafunc.config, [kind])]
+            self._check_params_named(kind, names)
             metafunc.parametrize("name", names or [_nothing(kind)])
 
     def _plugins(self, config: pytest.Config) -> list[str]:
@@ -147,6 +148,18 @@ class ContractTests:
         registry, plugins = self.registry, set(self._plugins(config))
         return [(kind, name) for kind in kinds for name in registry.names(kind)
                 if registry.get(kind, name).plugin in plugins]
+
+    def _check_params_named(self, kind: str, names: list[str]) -> None:
+        """``backbone_params = {"big": ...}`` for a backbone the plugins do not register (a misspelt
+        name) was never used, and its test ran with the defaults: said when the tests are collected."""
+        from fslab.core.errors import did_you_mean
+
+        given = getattr(self, f"{kind}_params", None) or {}
+        for name in given if names else ():  # none registered: test_plugin_loads says why
+            if name not in names:
+                raise pytest.UsageError(f"{type(self).__name__}: {kind}_params names '{name}', but the plugins checked "
+                                        f"register no {kind} of that name.{did_you_mean(name, names)} Their "
+                                        f"{kind}s: {', '.join(names)}")
 
     @property
     def registry(self) -> Any:
@@ -181,7 +194,10 @@ class ContractTests:
     def test_backbone(self, name: str) -> None:
         from fslab.testing.checks import check_backbone
 
-        check_backbone(self.registry, name, self.backbone_params.get(name), self.backbone_image_size)
+        size = self.backbone_image_size
+        if not (isinstance(size, (tuple, list)) and len(size) == 2):
+            raise AssertionError(f"backbone_image_size is the images' (height, width), such as (16, 16), got {size!r}")
+        check_backbone(self.registry, name, self.backbone_params.get(name), tuple(size))
 
     def test_sampler(self, name: str) -> None:
         from fslab.testing.checks import check_sampler

@@ -129,6 +129,19 @@ def check_loss_restores(registry: Registry, name: str, loss: nn.Module, labels: 
         f"load_state_dict hook")
 
 
+def checked_params(registry: Registry, kind: str, name: str, params: dict | None) -> dict:
+    """``params`` for component ``name`` checked as a run's configuration is (the names it declares,
+    their types, its ``allowed`` rules), its defaults filled in: a contract checked with a value a run
+    refuses (``distance="manhattan"`` where ``one_of("euclidean", "cosine")`` is declared) proved nothing."""
+    from fslab.core.errors import ConfigError
+    from fslab.core.plugin_params import plugin_params
+
+    try:
+        return plugin_params(registry, kind, name, params or {})
+    except ConfigError as error:
+        raise AssertionError(f"{name}: the parameters given to its contract test are not a run's: {error}") from None
+
+
 def build_backbone(registry: Registry, name: str, params: dict, channels: int, image_size: tuple[int, int]):
     return registry.create("backbone", name, in_channels=channels, context={"image_size": image_size}, **params)
 
@@ -139,7 +152,7 @@ def check_backbone(registry: Registry, name: str, params: dict | None = None, im
     parameter gets a gradient; ``features(x, k)`` of a multi-stage backbone
     has the width of its last ``k`` stages; the same weights for a seed; the
     same training forward once restored from its ``state_dict``."""
-    params = params or {}
+    params = checked_params(registry, "backbone", name, params)
     torch.manual_seed(0)
     model = build_backbone(registry, name, params, channels, image_size)
     assert isinstance(model, nn.Module) and isinstance(model, Backbone), f"{name}: not an nn.Module with out_dim"
@@ -226,7 +239,7 @@ def check_sampler(registry: Registry, name: str, params: dict | None = None, bat
     sampler marks support and query rows and gives every query class support;
     batches depend on the seed and the epoch only (and survive pickling), and
     another seed gives others."""
-    labels, params = sampler_labels(), params or {}
+    labels, params = sampler_labels(), checked_params(registry, "sampler", name, params)
     rows_of = registry.get("sampler", name).info.get("batch")
     if rows_of is not None:  # its own parameters fix a batch's rows (an episode's), as a run's batch size then says
         batch_size = rows_of({**registry.get("sampler", name).params, **params}, batch_size)
@@ -288,7 +301,7 @@ def check_evaluator(registry: Registry, name: str, params: dict | None = None) -
 def _check_evaluator(registry: Registry, name: str, params: dict | None) -> None:
     from fslab.training import evaluation
 
-    evaluator = registry.create("evaluator", name, **(params or {}))
+    evaluator = registry.create("evaluator", name, **checked_params(registry, "evaluator", name, params))
     traits = evaluator_traits(evaluator)
     labels = torch.arange(6).repeat_interleave(12)
     generator = torch.Generator().manual_seed(0)
