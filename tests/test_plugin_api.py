@@ -226,6 +226,33 @@ def test_one_of_takes_numbers_too(builtin_plugins, tmp_path, monkeypatch):
         fslab.create("evaluator", "vote", radius=True)
 
 
+def test_a_parameter_without_a_default_fails_the_plugins_loading(builtin_plugins, tmp_path, monkeypatch):
+    """def vote(support, query, *, k) registered k with the default None: fslab plugins listed k=null, and
+    a run that did not set k called it with None (a loss computing with one failed at its first step)."""
+    from fslab.core.errors import PluginError
+
+    plugin = ALLOWED_PLUGIN.replace("k: int = 1,", "k: int,").replace('allowed={"k": at_least(1),', "allowed={")
+    with pytest.raises(PluginError) as caught:
+        _registry_of(plugin, tmp_path, monkeypatch)
+    assert str(caught.value).endswith(
+        "TypeError: evaluator 'vote' from plugin 'local:extra': its parameter 'k' has no default; a run sets it "
+        "only when told to, and its type is its default's: give it one (*, k=...), None if it is optional")
+    # what fslab fills in needs none (a sampler's batch_size and seed), nor does what comes before the *
+    (tmp_path / "again").mkdir()
+    sampler = '''
+from fslab.plugin import hookimpl
+
+class Every:
+    def __init__(self, labels, *, batch_size, seed, per_class: int = 2):
+        self.labels = labels
+
+@hookimpl
+def register_samplers(register):
+    register(Every, name="every", description="test")
+'''
+    assert _registry_of(sampler, tmp_path / "again", monkeypatch).get("sampler", "every").params == {"per_class": 2}
+
+
 @pytest.mark.parametrize("call, message", [
     ('register("vote", vote, description="test")', "too many positional arguments"),
     ('register(vote, name="vote")', "missing a required argument: 'description'"),

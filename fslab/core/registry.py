@@ -387,6 +387,7 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
                     f"'{target}': declare its params={{...}} in register()"
                 )
             params = {} if kind in ("method", "study") else keyword_params(target, kind)
+            _check_defaults(target, kind, f"{kind} '{name}' from plugin '{plugin}'")
         if "allowed" in info:
             info["allowed"] = _allowed_rules(info["allowed"], params, f"{kind} '{name}' from plugin '{plugin}'")
         registry.add(
@@ -422,6 +423,19 @@ def _check_arguments(who: str, name: Any, description: Any, paper: Any, params: 
     for keyword, signature in INFO_FUNCTIONS.items():
         if keyword in info and not callable(info[keyword]):
             raise TypeError(f"{who}: {keyword}= must be a function {signature}, got {info[keyword]!r:.100}")
+
+
+def _check_defaults(target: Any, kind: str, who: str) -> None:
+    """A keyword-only parameter without a default (``*, margin``) was given None by every run that
+    did not set it, a TypeError deep in its first step: each parameter a run sets needs a default."""
+    if not callable(target):  # a recipe's dict, a study's Path
+        return
+    func = target.__init__ if inspect.isclass(target) else target
+    for p in inspect.signature(func).parameters.values():
+        if (p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+                and p.name not in FILLED_IN.get(kind, ())):
+            raise TypeError(f"{who}: its parameter '{p.name}' has no default; a run sets it only when told to, "
+                            f"and its type is its default's: give it one (*, {p.name}=...), None if it is optional")
 
 
 def _allowed_rules(allowed: Any, params: dict, who: str) -> dict:
