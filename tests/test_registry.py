@@ -302,6 +302,19 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
         fslab.create("study", "nca-supcon", seeds=2)
 
 
+def test_a_studys_counts_refuse_a_scale_that_is_neither_paper_nor_quick(builtin_plugins):
+    """study.run_count('fast'), ('Quick') or a seeds/points lookup at them counted the paper's runs."""
+    import fslab
+
+    study = fslab.create("study", "nca-supcon")
+    assert (study.run_count(), study.run_count("paper")) == (5, 5)
+    for scale, hint in (("fast", ""), ("Quick", " Did you mean 'quick'?"), (None, "")):
+        for count, args in ((study.run_count, ()), (study.seeds, ()), (study.points, (study.sweeps[0],))):
+            with pytest.raises(UsageError) as caught:
+                count(*args, scale)
+            assert str(caught.value) == f"a study's scale is one of paper, quick, got {scale!r}.{hint}"
+
+
 def test_the_public_create_takes_numpy_numbers_as_python_ones(builtin_plugins):
     """A notebook's values often come from numpy (np.arange, an array's sum): they were refused,
     "must be an integer, got np.int64(3)"; they are checked and passed on as Python numbers."""

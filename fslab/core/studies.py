@@ -35,7 +35,7 @@ from typing import Any
 
 from fslab.core.assignments import shown
 from fslab.core.config import type_error
-from fslab.core.errors import ConfigError, PluginError, UsageError
+from fslab.core.errors import ConfigError, PluginError, UsageError, did_you_mean
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.settings import read_toml
 from fslab.core.text import printable
@@ -181,15 +181,23 @@ class Study:
         return next(s for s in self.sweeps if s.name == name)
 
     def seeds(self, scale: str) -> dict[str, int]:
-        return {s.name: (self.quick.seeds if scale == "quick" else s.seeds) for s in self.sweeps}
+        return {s.name: (self.quick.seeds if _scale(scale) == "quick" else s.seeds) for s in self.sweeps}
 
     def points(self, sweep: StudySweep, scale: str = "paper") -> list[dict]:
         """The grid points ``sweep`` runs at ``scale``."""
-        return sweep.points(self.quick.grid if scale == "quick" else None)
+        return sweep.points(self.quick.grid if _scale(scale) == "quick" else None)
 
     def run_count(self, scale: str = "paper") -> int:
         seeds = self.seeds(scale)
         return sum(len(s.datasets) * len(self.points(s, scale)) * seeds[s.name] for s in self.sweeps)
+
+
+def _scale(scale: Any) -> str:
+    """``paper`` or ``quick``: run_count('fast') or ('Quick') counted the paper's runs, without a word."""
+    if scale not in SCALES:
+        raise UsageError(f"a study's scale is one of {', '.join(SCALES)}, got {scale!r}."
+                         + did_you_mean(str(scale), SCALES))
+    return scale
 
 
 # -- reading -------------------------------------------------------------------
