@@ -783,6 +783,10 @@ def test_an_installed_plugin_that_fslab_plugins_leaves_out_is_told_so(monkeypatc
     with pytest.raises(AssertionError, match=r"^no fslab plugin 'fslab_nowhere' is installed \(entry points of "
                                              r"group 'fslab': nca\); pip install -e \. first"):
         ContractTests().test_plugin_loads("fslab_nowhere")
+    # misspelt, or named by its package (qk_loss for the entry point qk_loss_loss): the closest is suggested
+    with pytest.raises(AssertionError, match=r"^no fslab plugin 'nac' is installed\. Did you mean 'nca'\? "
+                                             r"\(entry points of group 'fslab': nca\); pip install -e \. first"):
+        ContractTests().test_plugin_loads("nac")
     ContractTests().test_plugin_loads("nca")
 
 

@@ -79,7 +79,11 @@ def _not_installed(plugin: str, loaded) -> str:
     if only is not None and plugin in {point.name for point in entry_points(group="fslab")}:
         return (f"fslab plugin '{plugin}' is installed, but FSLAB_PLUGINS={only} leaves it out: add it there, "
                 f"or unset FSLAB_PLUGINS")
-    return (f"no fslab plugin '{plugin}' is installed (entry points of group 'fslab': "
+    from fslab.core.errors import did_you_mean
+
+    # a plugin is named by its entry point: a package's name (qk_loss for qk_loss_loss) was told to install it
+    hint = did_you_mean(plugin, sorted(loaded))
+    return (f"no fslab plugin '{plugin}' is installed{'.' + hint if hint else ''} (entry points of group 'fslab': "
             f"{', '.join(sorted(loaded)) or 'none'}); pip install -e . first")
 
 
