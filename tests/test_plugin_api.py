@@ -333,3 +333,23 @@ def test_the_public_create_takes_an_image_size_of_numpy_numbers(builtin_plugins,
         assert net.image_size == (12, 10) and [type(v) for v in net.image_size] == [int, int]
     with pytest.raises(ConfigError, match=r"two whole numbers at least 1, got \(np\.True_, 10\)$"):
         fslab.create("backbone", "flat", in_channels=3, image_size=(np.True_, 10))
+
+
+def test_a_declared_parameter_its_lazy_target_lacks_is_the_plugins_fault(builtin_plugins, tmp_path, monkeypatch):
+    """params={"scale": 1, "depth": 2} for a class without depth: building it said "backbone 'flat' has no
+    parameter 'depth'. Did you mean ...", a UsageError as if the user had set depth, which nobody had."""
+    import fslab
+    from fslab.core.errors import PluginError, UsageError
+
+    plugin = BACKBONE_PLUGIN.replace('register(Flat, name="flat", description="test")',
+                                     'register("fslab_local_plugins.extra:Flat", name="flat", description="test", '
+                                     'params={"scale": 1, "depth": 2})')
+    monkeypatch.setattr(fslab, "_registry", _registry_of(plugin, tmp_path, monkeypatch))
+    with pytest.raises(PluginError) as caught:
+        fslab.create("backbone", "flat", in_channels=3)
+    assert str(caught.value) == (
+        "backbone 'flat' from plugin 'local:extra' declares the parameter 'depth' in register(params=...), which "
+        "'fslab_local_plugins.extra:Flat' does not take; declare its keyword-only parameters exactly (the contract "
+        "tests compare them)")
+    with pytest.raises(UsageError, match=r"^backbone 'flat' has no parameter 'width'\."):  # the caller's, as before
+        fslab._registry.create("backbone", "flat", in_channels=3, width=2)

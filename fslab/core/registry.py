@@ -198,12 +198,7 @@ class Registry:
             wanted = set(context) if accepted is None else accepted
             kwargs = {**{k: v for k, v in context.items() if k in wanted and k not in kwargs}, **kwargs}
         if accepted is not None:
-            bad = [k for k in kwargs if k not in accepted]
-            if bad:
-                raise UsageError(
-                    f"{kind} '{name}' has no parameter '{bad[0]}'."
-                    f"{did_you_mean(bad[0], accepted)} Allowed: {', '.join(sorted(accepted)) or '(none)'}."
-                )
+            _refuse_unaccepted(component, kwargs, accepted)
         if kind in BOUND_KINDS and not inspect.isclass(target):
             bound = functools.partial(target, **kwargs)
             functools.update_wrapper(bound, target)
@@ -214,6 +209,25 @@ class Registry:
                              f"{'it' if len(missing) == 1 else 'them'} itself); give "
                              f"{', '.join(f'{m}=...' for m in missing)}")
         return target(**kwargs)
+
+
+def _refuse_unaccepted(component: Component, kwargs: dict, accepted: set[str]) -> None:
+    """A keyword the target does not take: the caller's (a UsageError), or, where it is a parameter the
+    plugin declared in ``register(params=...)`` that its lazy target lacks, the plugin's (a PluginError:
+    that was "has no parameter 'depth'", as if the user had set it, when nobody had)."""
+    kind, name = component.kind, component.name
+    bad = [k for k in kwargs if k not in accepted]
+    declared = [k for k in bad if k in component.params]
+    if declared:
+        target = f"'{component.target}'" if isinstance(component.target, str) else "its target"
+        raise PluginError(f"{kind} '{name}' from plugin '{component.plugin}' declares the parameter '{declared[0]}' "
+                          f"in register(params=...), which {target} does not take; declare its keyword-only "
+                          f"parameters exactly (the contract tests compare them)")
+    if bad:
+        raise UsageError(
+            f"{kind} '{name}' has no parameter '{bad[0]}'."
+            f"{did_you_mean(bad[0], accepted)} Allowed: {', '.join(sorted(accepted)) or '(none)'}."
+        )
 
 
 def create_dataset(registry: Registry, config: dict) -> Any:
