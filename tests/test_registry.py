@@ -479,6 +479,11 @@ def test_every_built_in_parameter_refuses_a_wrong_value_in_one_line(builtin_plug
     ('name="scaled", description="d", episodic="no"', "episodic= must be True or False, got 'no'"),
     ('name="scaled", description="d", defaults=[{"train": {}}]', "defaults= must be a dict"),
     ('name="scaled", description="d", batch=4', "batch= must be a function batch(params, batch_size), got 4"),
+    # a check written check(params) loaded, and failed every run that used it (takes 1 positional argument)
+    ('name="scaled", description="d", check=lambda params: None',
+     "check= must be a function check(params, context), got <lambda>(params)"),
+    ('name="scaled", description="d", batch=lambda params, batch_size, seed: 4',
+     "batch= must be a function batch(params, batch_size), got <lambda>(params, batch_size, seed)"),
 ])
 def test_register_refuses_keywords_of_the_wrong_type_as_its_plugins_load_failure(builtin_plugins, tmp_path,
                                                                                   keywords, message):

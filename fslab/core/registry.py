@@ -435,8 +435,28 @@ def _check_arguments(who: str, name: Any, description: Any, paper: Any, params: 
         if keyword in info and not isinstance(info[keyword], wanted):
             raise TypeError(f"{who}: {keyword}= must be {text}, got {info[keyword]!r:.100}")
     for keyword, signature in INFO_FUNCTIONS.items():
-        if keyword in info and not callable(info[keyword]):
-            raise TypeError(f"{who}: {keyword}= must be a function {signature}, got {info[keyword]!r:.100}")
+        if keyword in info and not (callable(info[keyword]) and _takes_two(info[keyword])):
+            raise TypeError(f"{who}: {keyword}= must be a function {signature}, got {_called_as(info[keyword])}")
+
+
+def _takes_two(function: Any) -> bool:
+    """Whether ``function`` can be called with two arguments, as fslab calls a check= or batch= function:
+    one written check(params) failed every run that used it, while its plugin loaded."""
+    try:
+        inspect.signature(function).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): let the call tell
+        return True
+    return True
+
+
+def _called_as(value: Any) -> str:
+    """A function as it is called (``check(params)``), anything else as its repr."""
+    try:
+        return f"{value.__name__}{inspect.signature(value)}"
+    except (AttributeError, TypeError, ValueError):
+        return f"{value!r:.100}"
 
 
 def _check_defaults(target: Any, kind: str, who: str) -> None:
