@@ -41,6 +41,11 @@ def get_registry(settings=None, report=_warn):
     with. Each plugin that failed to load is passed to ``report`` as one line
     (a warning by default)."""
     global _registry, _registry_dirs
+    if settings is not None and not hasattr(settings, "plugin_dirs"):  # a path was "no attribute 'plugin_dirs'"
+        from fslab.core.errors import UsageError
+
+        raise UsageError(f"fslab.get_registry takes the settings fslab.core.settings.load_settings(path) reads from "
+                         f"a fslab.toml, not {settings!r:.100}; give get_registry(load_settings(Path(...)))")
     if _registry is None or (settings is not None and tuple(settings.plugin_dirs) != _registry_dirs):
         from fslab.core.registry import load_registry
         from fslab.core.settings import load_settings

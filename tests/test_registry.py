@@ -315,6 +315,20 @@ def test_a_studys_counts_refuse_a_scale_that_is_neither_paper_nor_quick(builtin_
             assert str(caught.value) == f"a study's scale is one of paper, quick, got {scale!r}.{hint}"
 
 
+def test_get_registry_refuses_a_path_in_one_line(builtin_plugins, tmp_path):
+    """fslab.get_registry(Path(".../fslab.toml")), the file rather than its settings, was an AttributeError
+    ('PosixPath' object has no attribute 'plugin_dirs')."""
+    import fslab
+
+    toml = tmp_path / "fslab.toml"
+    for wrong in (toml, str(toml), {"plugin_dirs": ["local"]}):
+        with pytest.raises(UsageError) as caught:
+            fslab.get_registry(wrong)
+        assert str(caught.value) == (
+            "fslab.get_registry takes the settings fslab.core.settings.load_settings(path) reads from a fslab.toml, "
+            f"not {wrong!r}; give get_registry(load_settings(Path(...)))")
+
+
 def test_the_public_create_takes_numpy_numbers_as_python_ones(builtin_plugins):
     """A notebook's values often come from numpy (np.arange, an array's sum): they were refused,
     "must be an integer, got np.int64(3)"; they are checked and passed on as Python numbers."""
