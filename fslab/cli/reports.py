@@ -83,16 +83,7 @@ def eval_(
     params = _evaluator_params(set_ or [], found, evaluator) if evaluator else None
     if device:
         _check_device(device)
-    plans = []
-    for run_ in chosen:
-        try:
-            plans.append(_eval_plan(run_, found, evaluator, params, set_ or [], device, ways, queries))
-        except UsageError as exc:
-            if len(chosen) == 1:
-                raise
-            err_console.print(shown(f"left out: {exc}"), highlight=False)
-    if not plans:
-        raise UsageError(f"none of the {len(chosen)} runs named can be evaluated (each is said above)")
+    plans = _eval_plans(chosen, found, evaluator, params, set_ or [], device, ways, queries)
     from fslab.training.run_eval import evaluate_run
 
     for run_, cfg, options in plans:
@@ -102,6 +93,22 @@ def eval_(
             _print_score(run_, result, split, options["ways"], as_json)
         if sinks:
             _send_to_sinks(found, run_)
+
+
+def _eval_plans(chosen: list, found, *options) -> list[tuple]:
+    """:func:`_eval_plan` of each run; where several are named, one that cannot be evaluated is left out
+    in a line on stderr (a UsageError if all are)."""
+    plans = []
+    for run_ in chosen:
+        try:
+            plans.append(_eval_plan(run_, found, *options))
+        except UsageError as exc:
+            if len(chosen) == 1:
+                raise
+            err_console.print(shown(f"left out: {exc}"), highlight=False)
+    if not plans:
+        raise UsageError(f"none of the {len(chosen)} runs named can be evaluated (each is said above)")
+    return plans
 
 
 def _eval_plan(run_, found, evaluator: str | None, params: dict | None, assignments: list[str], device: str | None,
