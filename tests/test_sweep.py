@@ -676,6 +676,27 @@ def test_sweep_resume_names_the_runs_whose_status_cannot_be_read(tmp_path):
     assert all(run.status() == {} for run in damaged)  # nothing written to them
 
 
+def test_sweep_resume_says_a_run_deleted_by_hand_is_deleted_not_damaged(tmp_path):
+    """A sweep's run whose folder was removed by hand (rm -rf) was 'status.json missing or unreadable (how
+    it ended cannot be told: put it back from a copy, then resume it)': it is said to be deleted."""
+    import shutil
+
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    done, gone = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in range(2))
+    done.write_status(state="completed", pid=None, sweep="sweep-1")
+    save_sweep(runs, "sweep-1", runs=[done.id, gone.id], method="nca")
+    shutil.rmtree(gone.path)
+    refused = fslab("sweep", "resume", "sweep-1", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: sweep sweep-1 has nothing to resume: 1 completed, 1 with its folder deleted ({gone.id}: the "
+        f"sweep's record still names it; fslab delete drops a run from its record too); only its failed, killed "
+        f"or lost runs are queued again\n")
+    assert not gone.path.exists()  # nothing made again in its place
+
+
 def test_a_requeued_run_keeps_its_creation_time_and_fslab_queue_lists_the_start_order(tmp_path):
     """fslab sweep resume wrote the time of the requeue over a run's `created` (fslab runs --json
     then said the run was made today); and fslab queue listed waiting runs by id, where a

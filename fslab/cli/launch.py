@@ -506,8 +506,8 @@ def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
 
 
 # The files whose loss makes fslab sweep resume pass a run over: config.json (what to train is unknown)
-# and status.json (how it ended)
-UNREADABLE_FILES = ("config.json", "status.json")
+# and status.json (how it ended); and the run's whole folder, deleted by hand
+UNREADABLE_FILES = ("config.json", "status.json", "folder")
 
 
 def _unreadable_file(file: str, ids: list[str], named: bool = False) -> str:
@@ -515,6 +515,9 @@ def _unreadable_file(file: str, ids: list[str], named: bool = False) -> str:
     run or more, ``named`` in the parentheses."""
     one = len(ids) == 1
     its, it = ("its", "it") if one else ("their", "they")
+    if file == "folder":  # deleted, not damaged: nothing to put back unless by mistake
+        return (f"{its} folder deleted ({', '.join(ids) + ': ' if named else ''}the sweep's record still names "
+                f"{'it' if one else 'them'}; fslab delete drops a run from its record too)")
     why = (f"{', '.join(ids)}: " if named else "") + (f"how {it} ended cannot be told: " if file == "status.json"
                                                       else "")
     return (f"{its} {file} missing or unreadable ({why}put it back from a copy, then resume "

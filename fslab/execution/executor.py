@@ -243,13 +243,17 @@ def resume_sweep(ref: str, *, settings, registry,
     configurations are checked first, as :func:`resume` checks one. Returns the
     sweep's record, the runs started, those passed over as unreadable, each with
     the file that cannot be read (``config.json``: what to train is unknown;
-    ``status.json``: how it ended; never requeued) and, where none was queued
+    ``status.json``: how it ended; never requeued), or ``folder`` for one whose folder
+    is gone (deleted by hand), and, where none was queued
     again, the runs still waiting for a local scheduler: one is started for
     them (the one that queued them may be gone, killed or its machine rebooted)."""
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
     unreadable = []
     for run in sweep_runs(settings.runs_dir, record):
+        if not run.path.is_dir():  # deleted by hand (fslab delete drops a run from its sweep's record too)
+            unreadable.append((run, "folder"))
+            continue
         state = run.state()
         if state == UNREADABLE:  # a sweep's run that may have failed, passed over without a word otherwise
             unreadable.append((run, "status.json"))
