@@ -387,3 +387,29 @@ def test_a_later_evaluation_of_another_query_count_gives_way_to_one_of_the_runs_
     log.close()
     (run.path / SUMMARY_FILE).unlink()  # folded afresh from the files: the same
     assert read_summary(run.path).test_of("knn")["5-shot"]["queries"] == 5
+
+
+def test_a_run_folder_being_deleted_is_not_given_a_summary_again(tmp_path):
+    """rm -rf of a run while fslab runs (or show) read it: the reader folded what was left
+    (metrics.jsonl, its config.json and status.json already removed) and wrote summary.json back
+    into the folder, so rm failed with 'Directory not empty' and the folder stayed behind."""
+    run = create_run(tmp_path, "nca", own_config())
+    train = {"event": "train", "time": 1.0, "step": 1, "epoch": 1, "loss": 0.5, "positives": 1, "negatives": 2}
+    run.metrics_path.write_text(json.dumps(train) + "\n")
+    read_summary(run.path)
+    keeper = SummaryFile(run.path)  # a reader that loaded summary.json before the deletion began
+    keeper.load()
+    (run.path / SUMMARY_FILE).unlink()  # rm -rf removes it first
+    with open(run.metrics_path, "a") as fh:  # and the reader has something new to fold and save
+        fh.write(json.dumps({**train, "step": 2}) + "\n")
+    assert keeper.refresh()
+    keeper.save()
+    assert not (run.path / SUMMARY_FILE).exists()
+    for name in ("config.json", "status.json"):  # rm -rf, halfway through
+        (run.path / name).unlink()
+    assert list_summaries(tmp_path) == []
+    read_summary(run.path)
+    assert sorted(p.name for p in run.path.iterdir()) == ["checkpoints", "metrics.jsonl"]
+    run.metrics_path.unlink()
+    (run.path / "checkpoints").rmdir()
+    run.path.rmdir()  # the rest of rm -rf succeeds

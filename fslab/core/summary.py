@@ -397,6 +397,7 @@ class SummaryFile:
         self.status_seen: list | None = None
         self.metrics = Tail(f"{self.dir}/metrics.jsonl")
         self.dirty = False
+        self.found = False  # summary.json was there when loaded
         self.problems: dict[str, str] = {}  # file -> why it cannot be read; told anew at each refresh
 
     @property
@@ -409,6 +410,7 @@ class SummaryFile:
     def load(self) -> bool:
         """Start from ``summary.json`` if it is of this format; False if not."""
         saved = read_json(self.paths[SUMMARY_FILE])
+        self.found = saved is not None  # there to be replaced: one gone at save time was deleted
         if not saved or saved.get("format") != SUMMARY_FORMAT:
             return False
         if not (trusted_fields(saved.get("summary")) and isinstance(saved.get("status"), dict)
@@ -433,8 +435,9 @@ class SummaryFile:
 
     def save(self) -> None:
         """Write ``summary.json`` if the summary changed; a store this process
-        cannot write to is left as it is (the next reader folds again)."""
-        if not self.dirty:
+        cannot write to is left as it is (the next reader folds again), and so is a folder
+        being deleted (:meth:`_being_deleted`)."""
+        if not self.dirty or self._being_deleted():
             return
         kept = {name: value for name in FIELD_NAMES if name not in NOT_KEPT
                 and (value := getattr(self.summary, name)) != DEFAULTS[name]}
@@ -447,7 +450,16 @@ class SummaryFile:
                               durable=False)
         except OSError:
             return
-        self.dirty = False
+        self.dirty, self.found = False, True
+
+    def _being_deleted(self) -> bool:
+        """Whether the folder is being removed (``rm -rf`` while a listing reads it): the
+        summary.json this reader loaded is gone, or so are its config.json and status.json.
+        A summary.json written there again would make the removal fail (Directory not empty)
+        and leave the folder behind."""
+        if self.found and not os.path.exists(self.paths[SUMMARY_FILE]):
+            return True
+        return not any(os.path.exists(self.paths[name]) for name in ("config.json", "status.json"))
 
     def _metrics_seen(self) -> list | None:
         tail = self.metrics
