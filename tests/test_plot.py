@@ -172,6 +172,26 @@ def test_a_figure_that_cannot_be_written_says_so_and_how_to_write_it_elsewhere(b
         "--out FILE.png"], result.stderr
 
 
+def test_a_figure_that_fails_to_be_written_keeps_the_one_that_was_there(batch_store):
+    """fslab plot wrote the PNG in place: a write that failed midway (a full disk, here a limit on a file's
+    size) left the first bytes of the new figure where the whole old one was, and a viewer reading the
+    file while a second fslab plot rewrote it read half a figure. It is written beside it, then renamed."""
+    import resource
+    import subprocess
+    import sys
+
+    folder, _ = batch_store
+    assert fslab("plot", "batch-size", "all", cwd=folder).returncode == 0
+    before = (folder / "batch-size.png").read_bytes()
+    assert len(before) > 4096
+    small = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # noqa: E731
+    result = subprocess.run([sys.executable, "-m", "fslab", "plot", "batch-size", "all", "--size", "1200x500"],
+                            cwd=folder, capture_output=True, text=True, timeout=300, preexec_fn=small)
+    assert result.returncode == 1 and result.stderr.startswith("error: cannot write batch-size.png (File too large)")
+    assert (folder / "batch-size.png").read_bytes() == before
+    assert not list(folder.glob(".batch-size.png.*"))
+
+
 def test_runs_without_a_point_are_left_out_and_named_and_a_list_setting_is_a_category(tmp_path, builtin_plugins,
                                                                                        monkeypatch):
     rng = random.Random(2)

@@ -411,7 +411,8 @@ def plot_(
     series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line, x not among them "
              "(default: every setting but the seed and x).")] = None,
-    out: Annotated[Path | None, typer.Option(help="PNG file to write, its name ending in .png (default: X.png).")]
+    out: Annotated[Path | None, typer.Option(help="PNG file to write, its name ending in .png (default: X.png); "
+                                                "written whole, then renamed into place.")]
     = None,
     size: Annotated[str | None, typer.Option(
         help="WIDTHxHEIGHT in pixels (default: 500x420 per panel); one that leaves the panels no room is refused.")

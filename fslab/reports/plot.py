@@ -20,6 +20,7 @@ matplotlib is imported only when a figure is drawn, with the Agg backend.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import statistics
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from fslab.core.assignments import toml_value
 from fslab.core.errors import UsageError
+from fslab.core.files import temporary_path
 from fslab.core.runstore import Run
 from fslab.core.text import count, queries_text
 from fslab.core.values import is_number
@@ -356,6 +358,14 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
                          f"of {count(len(labels), 'line')} (matplotlib collapses the panels to nothing); "
                          f"give more pixels, e.g. --size {room}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi, format="png")
-    plt.close(fig)
+    target = Path(os.path.realpath(out))  # a link to the figure stays a link
+    tmp = temporary_path(target)  # written whole, then renamed: a viewer or a LaTeX build never reads half a
+    try:  # figure, and a write that fails (a full disk, Ctrl-C) keeps the one that was there
+        fig.savefig(tmp, dpi=dpi, format="png")
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     return width, height
