@@ -485,6 +485,40 @@ def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
     assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_report_that_fails_to_be_written_keeps_the_one_that_was_there(registry, tmp_path):
+    """fslab study report --out wrote the report file in place: a write that failed midway (a full
+    disk, here a limit on a file's size) left its first bytes where the whole earlier report was."""
+    import resource
+
+    study = parse_study(tiny(), "tiny.toml")
+    report = study_report(study, tmp_path / "runs")
+    (tmp_path / "out").mkdir()
+    earlier = tmp_path / "out" / "tiny.md"
+    earlier.write_text("the earlier report\n" * 20)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard))
+    try:
+        with pytest.raises(OSError):
+            write_report(report, study, "md", tmp_path / "out", tmp_path / "runs")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert earlier.read_text() == "the earlier report\n" * 20
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tiny.md"]
+    assert write_report(report, study, "md", tmp_path / "out", tmp_path / "runs") == [earlier]
+    assert "No runs yet" in earlier.read_text()
+    # the command says which folder it could not write (it said only "error: File too large")
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "fslab", "study", "report", "map-table1", "--out", "rep"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard)))
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        "error: cannot write the report into rep (File too large); name a folder this user can write with "
+        "--out DIR"], result.stderr
+    assert list((tmp_path / "rep").iterdir()) == []
+
+
 def test_a_figure_trained_on_other_data_says_so_in_its_title():
     from fslab.reports.studies import figure_title
 

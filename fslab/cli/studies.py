@@ -277,7 +277,7 @@ def report(
     csv and json give every accuracy, CI and difference in percent (points), in columns and fields
     named so: published_pct, published_ci95_pct, accuracy_pct, ci95_pct, difference_pct.
     """
-    from fslab.core.errors import UsageError
+    from fslab.core.errors import FslabError, UsageError
     from fslab.core.studies import SCALES
     from fslab.reports.studies import FORMATS, render, study_report, write_report
 
@@ -293,7 +293,12 @@ def report(
     if out is None:
         print(render(result, fmt), end="")
         return
-    for path in write_report(result, study, fmt, out, runs_dir):
+    try:
+        written = write_report(result, study, fmt, out, runs_dir)
+    except OSError as exc:  # a full disk, a read-only folder: which folder, and what to do instead
+        raise FslabError(f"cannot write the report into {out} ({exc.strerror or exc}); name a folder this user "
+                         f"can write with --out DIR") from None
+    for path in written:
         console.print(f"wrote {shown(str(path))}", highlight=False)
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import statistics
 from pathlib import Path
 
 from fslab.core.assignments import assignment
 from fslab.core.config import tested_ways
 from fslab.core.errors import UsageError
+from fslab.core.files import atomic_write_text
 from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.states import RESUMABLE
@@ -321,7 +323,8 @@ def write_report(report: dict, study: Study, fmt: str, out: Path, runs_dir: Path
     out.mkdir(parents=True, exist_ok=True)
     suffix = {"md": "md", "latex": "tex", "csv": "csv", "json": "json"}[fmt]
     written = [out / f"{study.name}.{suffix}"]
-    written[0].write_text(render(report, fmt), encoding="utf-8")
+    # written whole, then renamed (a link to it stays a link): a write that fails keeps the report there was
+    atomic_write_text(Path(os.path.realpath(written[0])), render(report, fmt))
     for dataset, data in figure_data(report, study, runs_dir).items():
         path = out / f"{study.name}-{dataset}.png"
         draw(data, path, title=figure_title(report, study, dataset))
