@@ -9,7 +9,7 @@ import pytest
 from fslab.core.runstore import create_run
 
 from .conftest import BUILTIN_PLUGINS
-from .runs_helpers import TINY, events, fslab
+from .runs_helpers import TINY, events, fslab, wait_for
 from .test_cli_json import documented_keys
 
 pytestmark = pytest.mark.slow
@@ -429,3 +429,39 @@ def test_a_feature_cache_the_disk_refuses_is_a_warning_and_the_scores_are_kept(p
     again = fslab(*args, cwd=project)
     assert again.returncode == 0 and json.loads(again.stdout)["accuracy"] == result["accuracy"]
     assert not result["features_cached"] and not json.loads(again.stdout)["features_cached"] and cache.is_file()
+
+
+def test_two_evals_of_one_run_at_once_embed_its_split_once(project, trained):
+    """Two fslab eval of a run at the same time (two evaluators, say) each embedded the split, minutes
+    of duplicated work at a paper's size. The one that embeds holds a lock beside the cache (here the
+    test holds it, as that eval would), and the other says it waits, then reads the features it cached."""
+    import fcntl
+    import subprocess
+    import sys
+
+    run_dir = copied(project, trained["plain"])
+    args = ["eval", run_dir.name, "--shots", "5", "--episodes", "20", "--json"]
+    first = fslab(*args, cwd=project)
+    assert first.returncode == 0 and not json.loads(first.stdout)["features_cached"], first.stderr
+    cache = run_dir / "features" / "test-epoch2.pt"
+    aside = cache.rename(project / "cached.pt")  # as if the first eval were still embedding
+    lock = run_dir / "features" / ".test-epoch2.pt.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with open(project / "second.err", "w") as err:
+            second = subprocess.Popen([sys.executable, "-m", "fslab", *args, "--evaluator", "knn"], cwd=project,
+                                      stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            wait_for(lambda: "waiting" in (project / "second.err").read_text() or second.poll() is not None,
+                     timeout=120, what="the second eval to wait")
+            assert (project / "second.err").read_text().startswith(
+                "waiting for the fslab eval that is embedding the test split of this checkpoint, to read its "
+                "features"), (project / "second.err").read_text()
+            aside.rename(cache)  # the first one's features, cached
+            lock.unlink()
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        out, _ = second.communicate(timeout=120)
+    assert second.returncode == 0, (project / "second.err").read_text()
+    assert json.loads(out)["features_cached"] is True
+    assert sorted(p.name for p in (run_dir / "features").iterdir()) == ["test-epoch2.pt"]

@@ -73,7 +73,7 @@ def eval_(
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
     its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
-    saved."""
+    saved. A second fslab eval of the run at once waits for the one embedding a split, then reads its features."""
     from fslab.core.sweeps import select_runs
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
