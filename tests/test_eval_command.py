@@ -465,3 +465,33 @@ def test_two_evals_of_one_run_at_once_embed_its_split_once(project, trained):
     assert second.returncode == 0, (project / "second.err").read_text()
     assert json.loads(out)["features_cached"] is True
     assert sorted(p.name for p in (run_dir / "features").iterdir()) == ["test-epoch2.pt"]
+
+
+def test_a_run_deleted_while_it_is_evaluated_is_said_so(project, trained):
+    """rm -rf of a run while fslab eval scored it ended in the system's words about a folder of it,
+    'error: No such file or directory: runs/ID/evaluations'. The eval here waits on the embedding
+    lock the test holds, the run is deleted meanwhile, and nothing of it is made again."""
+    import fcntl
+    import subprocess
+    import sys
+
+    run_dir = copied(project, trained["plain"])
+    (run_dir / "features").mkdir()
+    lock = run_dir / "features" / ".test-epoch2.pt.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with open(project / "eval.err", "w") as err:
+            evaluating = subprocess.Popen([sys.executable, "-m", "fslab", "eval", run_dir.name, "--shots", "5",
+                                           "--episodes", "20"], cwd=project, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_for(lambda: "waiting" in (project / "eval.err").read_text() or evaluating.poll() is not None,
+                     timeout=120, what="fslab eval to wait")
+            shutil.rmtree(run_dir)
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        evaluating.wait(timeout=120)
+    lines = (project / "eval.err").read_text().splitlines()
+    assert evaluating.returncode == 1 and lines[-1] == (
+        f"error: run {run_dir.name} was deleted while fslab eval scored it (its folder runs/{run_dir.name} is gone, "
+        f"and the scores with it)"), lines
+    assert "Traceback" not in "\n".join(lines) and not run_dir.exists()

@@ -157,6 +157,11 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
     gc.freeze()  # torch's objects (imported by now), walked by no collection again: as in the worker, a quicker exit
     try:
         return evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None)
+    except OSError:
+        if not run_.path.is_dir():  # rm -rf while it was scored: "No such file or directory: .../evaluations"
+            raise FslabError(f"run {run_.id} was deleted while fslab eval scored it (its folder {run_.path} is "
+                             f"gone, and the scores with it)") from None
+        raise
     except UsageError as exc:
         from fslab.execution.executor import gone_root
 
