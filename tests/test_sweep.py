@@ -342,6 +342,34 @@ def test_fslab_runs_sweep_shows_the_keys_inside_a_grid_of_tables(project, regist
     assert "loss.name" in fitted and "supcon" in fitted
 
 
+def test_two_sweeps_queued_in_the_same_second_never_share_an_id(project, registry, monkeypatch):
+    """A sweep's id is its second and two random bytes, and nothing kept a second sweep from drawing
+    the same: its record replaced the first one's, and the runs of both, their status naming the one
+    id, were one sweep to fslab stop, sweep resume and runs --sweep. Here both draw the same bytes."""
+    import secrets
+
+    from fslab.cli.common import overrides
+    from fslab.core.settings import load_settings
+    from fslab.core.sweeps import load_sweep, sweep_records
+    from fslab.execution.sweep import create_sweep
+
+    monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20261128-120000" if "%H" in fmt else "2026")
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    made = []
+    for _ in range(2):
+        draws = iter(range(1000))  # the same draws for each sweep, its id's first (two in the same second)
+        monkeypatch.setattr(secrets, "token_hex", lambda n, draws=draws: f"{next(draws):0{2 * n}x}")
+        made.append(create_sweep("nca", parse_grid(["train.lr=0.1,0.2"]), 1, base=base, settings=load_settings(),
+                                 registry=registry))
+    (first, first_runs), (second, second_runs) = made
+    assert first != second
+    for sweep_id, runs in made:
+        assert load_sweep(project / "runs", sweep_id)["runs"] == [run.id for run in runs]
+        assert {run.status()["sweep"] for run in runs} == {sweep_id}
+    assert len(sweep_records(project / "runs")) == 2
+    assert not [p.name for p in (project / "runs" / "sweeps").iterdir() if p.name.startswith(".")]
+
+
 def test_last_names_the_newest_sweep_where_a_sweep_is_taken(tmp_path):
     from fslab.core.errors import UsageError
     from fslab.core.sweeps import load_sweep, save_sweep
@@ -939,7 +967,7 @@ def test_a_sweep_interrupted_while_submitting_to_slurm_submits_the_rest_on_resum
     assert (project / "next-job").read_text().strip() == "102"
 
 
-def test_a_sweep_id_reads_as_its_creation_time_and_a_study_sweep_ends_with_the_study(monkeypatch):
+def test_a_sweep_id_reads_as_its_creation_time_and_a_study_sweep_ends_with_the_study(monkeypatch, tmp_path):
     """fslab sweep and fslab study run both name their sweeps here: the ids sort by creation time,
     which fslab runs --sweep and the listing of sweeps rely on."""
     from types import SimpleNamespace
@@ -949,8 +977,8 @@ def test_a_sweep_id_reads_as_its_creation_time_and_a_study_sweep_ends_with_the_s
     when = time.gmtime(1_795_000_000)
     monkeypatch.setattr(sweeps, "time", SimpleNamespace(strftime=lambda fmt: time.strftime(fmt, when)))
     monkeypatch.setattr(sweeps, "secrets", SimpleNamespace(token_hex=lambda n: "ab12"[: 2 * n]))
-    assert new_sweep_id() == "sweep-20261118-110640-ab12"
-    assert new_sweep_id("nca-fig2") == "sweep-20261118-110640-ab12-nca-fig2"
+    assert new_sweep_id(tmp_path) == "sweep-20261118-110640-ab12"
+    assert new_sweep_id(tmp_path, "nca-fig2") == "sweep-20261118-110640-ab12-nca-fig2"
 
 
 def test_sweep_show_and_stop_name_the_commands_that_do_it(project):

@@ -11,22 +11,55 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.errors import UsageError, did_you_mean
+from fslab.core.errors import FslabError, UsageError, did_you_mean
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.runstore import SWEEPS, Run, find_run, is_path, list_runs, matching_names, run_names, sweeps_named
 
 
-def new_sweep_id(name: str = "") -> str:
-    """A new sweep's id: ``sweep-<date>-<time>-<4 hex digits>``, then ``-<name>`` where given (a study's)."""
-    return "-".join(filter(None, ("sweep", time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2), name)))
+def new_sweep_id(runs_dir: Path, name: str = "") -> str:
+    """An id for a new sweep (``name``: a study's, after it) that no other sweep of the store has
+    or is taking: its runs' status names it before :func:`save_sweep` writes the record, so two
+    sweeps queued in the same second must not draw one suffix. It is held by a hidden file
+    made with ``O_EXCL`` beside where the record goes, until the record is written or
+    :func:`release_sweep_id` lets it go."""
+    folder = Path(runs_dir) / SWEEPS
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}" + (f"-{name}" if name else "")
+        try:
+            os.close(os.open(_held(runs_dir, sweep_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # the folder, empty, removed by a sweep withdrawn just now: made again
+            folder.mkdir(parents=True, exist_ok=True)
+            continue
+        if not (folder / f"{sweep_id}.json").exists():
+            return sweep_id
+        release_sweep_id(runs_dir, sweep_id)  # an earlier sweep's, whose record was written
+    raise FslabError(f"could not find a free sweep id in {folder}")
+
+
+def _held(runs_dir: Path, sweep_id: str) -> Path:
+    return Path(runs_dir) / SWEEPS / f".{sweep_id}.taken"
+
+
+def release_sweep_id(runs_dir: Path, sweep_id: str) -> None:
+    """Let go of an id :func:`new_sweep_id` gave; for a sweep withdrawn before its record was written, the
+    records' folder goes too where that leaves it empty (a withdrawn sweep leaves nothing)."""
+    _held(runs_dir, sweep_id).unlink(missing_ok=True)
+    try:
+        (Path(runs_dir) / SWEEPS).rmdir()  # only if empty: never where a record is
+    except OSError:
+        pass
 
 
 def save_sweep(runs_dir: Path, sweep_id: str, **record) -> dict:
-    """Write the record of a new sweep."""
+    """Write the record of a new sweep (its id from :func:`new_sweep_id`, held until now)."""
     folder = Path(runs_dir) / SWEEPS
     folder.mkdir(parents=True, exist_ok=True)
     record = {"id": sweep_id, **record, "created": time.time()}
     atomic_write_json(folder / f"{sweep_id}.json", record)
+    release_sweep_id(runs_dir, sweep_id)
     return record
 
 

@@ -45,7 +45,7 @@ from fslab.core.study_plan import (
     run_dataset,
     settings_key,
 )
-from fslab.core.sweeps import new_sweep_id, save_sweep
+from fslab.core.sweeps import new_sweep_id, release_sweep_id, save_sweep
 from fslab.execution.checks import check_run
 from fslab.execution.slots import check_local_queue
 from fslab.execution.sweep import requeue, withdraw
@@ -195,7 +195,7 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
         run.config() for run, state in done.values() if run is not None and state in RESUMABLE]
     if queued and slurm is None:
         check_local_queue(settings, max(config.get("train", {}).get("processes", 1) for config in queued))
-    sweep_id = new_sweep_id(study.name)
+    sweep_id = new_sweep_id(settings.runs_dir, study.name)
     created: list[Run] = []
     try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
         for planned, config, key in new:
@@ -210,6 +210,7 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
         return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done, again)
     except BaseException:
         withdraw(created)
+        release_sweep_id(settings.runs_dir, sweep_id)
         raise
 
 

@@ -23,7 +23,7 @@ from fslab.core.limits import check_fields
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
 from fslab.core.states import RESUMABLE
-from fslab.core.sweeps import load_sweep, new_sweep_id, save_sweep, sweep_records, sweep_runs
+from fslab.core.sweeps import load_sweep, new_sweep_id, release_sweep_id, save_sweep, sweep_records, sweep_runs
 from fslab.core.text import split_outside
 from fslab.core.values import check_value
 from fslab.execution.checks import check_run
@@ -160,7 +160,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
             check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
         check_local_queue(settings, max(config["train"]["processes"] for config in configs))
-    sweep_id = new_sweep_id()
+    sweep_id = new_sweep_id(settings.runs_dir)
     runs = []
     try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
         for config in configs:
@@ -170,6 +170,7 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
                    runs=[r.id for r in runs])
     except BaseException:
         withdraw(runs)
+        release_sweep_id(settings.runs_dir, sweep_id)
         raise
     return sweep_id, runs
 
