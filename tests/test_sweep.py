@@ -370,6 +370,30 @@ def test_two_sweeps_queued_in_the_same_second_never_share_an_id(project, registr
     assert not [p.name for p in (project / "runs" / "sweeps").iterdir() if p.name.startswith(".")]
 
 
+def test_a_run_fslab_run_starts_is_never_waiting_for_a_scheduler(project, registry, monkeypatch):
+    """fslab run created its run queued and claimed it a moment later: a scheduler of the project (a
+    sweep's) that listed the waiting runs in between took it and started a worker of its own, beside
+    the one fslab run then started. The run is claimed before its status says queued."""
+    from fslab.cli.common import overrides
+    from fslab.core.runstore import Run
+    from fslab.core.settings import load_settings
+    from fslab.execution import executor
+    from fslab.execution.scheduler import waiting_runs
+
+    seen, write_status = [], Run.write_status
+
+    def a_scheduler_looks(self, **fields):  # what a scheduler listing the store then would start
+        write_status(self, **fields)
+        if fields.get("state") == "queued":
+            seen.append([run.id for run in waiting_runs(self.path.parent)])
+
+    monkeypatch.setattr(Run, "write_status", a_scheduler_looks)
+    monkeypatch.setattr(executor, "_start", lambda run, **_: executor.Started(run))
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    started = executor.launch("nca", base, settings=load_settings(), registry=registry)
+    assert seen == [[]] and started.run.claimed()
+
+
 def test_last_names_the_newest_sweep_where_a_sweep_is_taken(tmp_path):
     from fslab.core.errors import UsageError
     from fslab.core.sweeps import load_sweep, save_sweep

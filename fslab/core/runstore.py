@@ -205,9 +205,11 @@ def new_run_id(method: str) -> str:
     return f"{stamp}-{safe_name(method)}-{secrets.token_hex(2)}"
 
 
-def create_run(runs_dir: Path, method: str, config: dict) -> Run:
+def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = False) -> Run:
     """A new run folder with its config and a ``queued`` status. ``mkdir`` is
-    atomic, so two runs started in the same second never share a folder."""
+    atomic, so two runs started in the same second never share a folder.
+    ``claimed``: taken (:meth:`Run.claim`) before its status says queued, for a run its
+    creator starts itself (``fslab run``), which no scheduler of the project may start first."""
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -224,6 +226,8 @@ def create_run(runs_dir: Path, method: str, config: dict) -> Run:
             raise FslabError(f"cannot create a run folder in {runs_dir}: {exc.strerror or exc}") from None
         try:
             (path / "checkpoints").mkdir()
+            if claimed:
+                Run(path).claim()
             atomic_write_json(path / "config.json", config)
             Run(path).write_status(state="queued", host=HOST, created=time.time())
         except BaseException as exc:  # a full disk, or Ctrl-C: no half-made run is left behind

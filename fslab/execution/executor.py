@@ -71,8 +71,7 @@ def launch(method: str, overrides: list[dict], *, settings, registry, slurm: Slu
     """Resolve and check the configuration (:func:`prepare`), create the run
     folder and start the run here (or as a job)."""
     config = prepare(method, overrides, settings=settings, registry=registry, slurm=slurm)
-    run = create_run(settings.runs_dir, method, config)
-    run.claim()  # started here, so no scheduler may start it too
+    run = create_run(settings.runs_dir, method, config, claimed=True)  # started here: no scheduler may start it
     with launch_lock(run):
         return _start(run, resume=False, slurm=slurm)
 
