@@ -99,6 +99,23 @@ def test_eval_of_a_sweep_scores_each_run_and_leaves_out_one_without_a_checkpoint
     assert none.returncode == 2 and none.stderr.startswith("error: 'sweep-nope' matches no sweep")
 
 
+def test_a_newer_epoch_cached_removes_the_splits_caches_of_earlier_epochs(project, trained):
+    """A run keeps only its last checkpoint, so a cache of an earlier epoch is never read again; a run
+    evaluated at each epoch as it trained kept one file per epoch (tens of MB each at a paper's size)."""
+    run_dir = copied(project, trained["plain"])  # its checkpoint is of epoch 2
+    features = run_dir / "features"
+    features.mkdir()
+    for name in ("test-epoch1.pt", "test-epoch1-stages3.pt", "test-epoch1-bf16.pt", "val-epoch1.pt",
+                 "test-epoch1.pt.notes", "test-epoch3.pt"):
+        (features / name).write_bytes(b"stale")
+    result = fslab("eval", run_dir.name, "--shots", "1", "--episodes", "20", "--json", "--no-sinks", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["features_cached"] is False
+    # the test split's earlier epochs go; the other split, a later epoch and files of other names stay
+    assert sorted(p.name for p in features.iterdir()) == ["test-epoch1.pt.notes", "test-epoch2.pt",
+                                                          "test-epoch3.pt", "val-epoch1.pt"]
+
+
 def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_with_cached_features(project,
                                                                                                    trained):
     """Features are cached by the checkpoint's epoch: another run's checkpoint of the same epoch

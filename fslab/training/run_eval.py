@@ -138,9 +138,22 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
         if saved is not None:
             return *saved, True, digest
         features = checkpoint.embed(data.images)
-        _cache_features(cache, {"features": features, "labels": data.labels, "epoch": checkpoint.epoch,
-                                "data": digest, "weights": weights})
+        if _cache_features(cache, {"features": features, "labels": data.labels, "epoch": checkpoint.epoch,
+                                   "data": digest, "weights": weights}):
+            _drop_older_epochs(cache.parent, split, checkpoint.epoch)
     return features, data.labels, False, digest
+
+
+def _drop_older_epochs(folder: Path, split: str, epoch: int) -> None:
+    """Remove the split's caches of earlier epochs: a run keeps only its last checkpoint, so no
+    later fslab eval can read them (a run evaluated at each epoch as it trains kept one file each,
+    tens of megabytes apiece at a paper's size). Other splits, and this epoch's other stages and
+    precisions, stay."""
+    pattern = re.compile(rf"{re.escape(split)}-epoch(\d+)(-stages\d+)?(-bf16|-fp16)?\.pt")
+    for path in folder.glob(f"{split}-epoch*.pt"):
+        found = pattern.fullmatch(path.name)
+        if found and int(found.group(1)) < epoch:
+            path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -180,9 +193,10 @@ def _take_embedding_lock(path: Path, split: str) -> int | None:
     return fd
 
 
-def _cache_features(cache, saved: dict) -> None:
-    """Write the feature cache whole or not at all. The scores need no cache: a write the system
-    refuses (a full disk) is a warning line, its temporary file removed, and the evaluation goes on."""
+def _cache_features(cache, saved: dict) -> bool:
+    """Write the feature cache whole or not at all; whether it was written. The scores need no cache: a
+    write the system refuses (a full disk) is a warning line, its temporary file removed, and the
+    evaluation goes on."""
     tmp = temporary_path(cache)
     try:
         cache.parent.mkdir(exist_ok=True)
@@ -192,9 +206,11 @@ def _cache_features(cache, saved: dict) -> None:
         tmp.unlink(missing_ok=True)
         print(f"warning: the features were not cached ({cache}: {write_failure(exc, cache)}); the next "
               f"fslab eval of this checkpoint embeds them again", file=sys.stderr, flush=True)
+        return False
     except BaseException:  # Ctrl-C while writing: no half file left
         tmp.unlink(missing_ok=True)
         raise
+    return True
 
 
 def cached_features(cache, data: str | None = None,
