@@ -512,3 +512,4 @@ def test_a_run_deleted_while_it_is_evaluated_is_said_so(project, trained):
         f"error: run {run_dir.name} was deleted while fslab eval scored it (its folder runs/{run_dir.name} is gone, "
         f"and the scores with it)"), lines
     assert "Traceback" not in "\n".join(lines) and not run_dir.exists()
+    assert not any(line.startswith("warning: the features were not cached") for line in lines), lines

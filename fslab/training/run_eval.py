@@ -204,6 +204,8 @@ def _cache_features(cache, saved: dict) -> bool:
         os.replace(tmp, cache)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
         tmp.unlink(missing_ok=True)
+        if not cache.parent.parent.is_dir():  # the run was deleted meanwhile: fslab eval says that, not this
+            return False
         print(f"warning: the features were not cached ({cache}: {write_failure(exc, cache)}); the next "
               f"fslab eval of this checkpoint embeds them again", file=sys.stderr, flush=True)
         return False
