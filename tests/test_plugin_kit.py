@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import fslab
 from fslab.cli import app
 from fslab.kit import KINDS
 
@@ -33,6 +34,8 @@ def test_new_plugin_writes_a_package_with_one_module_per_kind(tmp_path, monkeypa
     pyproject = (package / "pyproject.toml").read_text()
     assert 'fslab_margin_loss = "fslab_margin.loss"' in pyproject and "[project.entry-points.fslab]" in pyproject
     assert 'test = ["pytest>=7"]' in pyproject
+    # the least fslab it was written for, as docs/plugins.md's Publishing advises (it named fslab alone)
+    assert 'dependencies = ["fslab>=0.1"]' in pyproject and fslab.__version__.startswith("0.1.")
     # the README's Publish lines install what they run: neither build nor twine comes with fslab
     publish = (package / "README.md").read_text().split("## Publish")[1].split()
     assert publish[:6] == ["python", "-m", "pip", "install", "build", "twine"], publish

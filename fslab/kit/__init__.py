@@ -17,6 +17,7 @@ import unicodedata
 from importlib.resources import files
 from pathlib import Path
 
+from fslab import __version__
 from fslab.core.errors import UsageError
 from fslab.core.registry import KINDS  # every kind the kit writes a template for
 
@@ -147,6 +148,8 @@ def _values(name: str, kinds: list[str]) -> dict[str, str]:
     return {
         "name": name,
         "dist": component,
+        # the fslab it was written for, at least (docs/plugins.md, "Publishing")
+        "requires_fslab": "fslab>=" + ".".join(__version__.split(".")[:2]),
         "component": component,
         "kinds": ", ".join(kinds),
         "entry_points": "\n".join(f'{plugin} = "{name}.{kind}"' for plugin, kind in zip(plugins, kinds)),
