@@ -1047,3 +1047,25 @@ def test_a_sweep_record_s_path_names_the_sweep_and_a_run_s_folder_is_named_by_sw
     resumed = fslab("sweep", "resume", f"runs/{made[0].id}/", cwd=tmp_path)
     assert resumed.returncode == 2 and resumed.stderr.startswith(
         f"error: 'runs/{made[0].id}/' names no sweep but run {made[0].id} of sweep sweep-20261123-100000-abcd; ")
+
+
+def test_sweep_resume_refuses_the_options_of_a_new_sweep(tmp_path):
+    """fslab sweep resume SWEEP --epochs 3 (or --set, --seeds, --fail-fast...) dropped the options
+    without a word and resumed the runs as they were queued; it is refused in one line naming what
+    resume takes, and nothing is queued again."""
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    run = create_run(runs, "nca", {"method": "nca", "seed": 0, "device": "cpu"})
+    run.write_status(state="killed", pid=None, sweep="sweep-20261123-100000-abcd")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id], method="nca")
+    before = (run.path / "status.json").read_bytes()
+    resumed = fslab("sweep", "resume", "abcd", "--epochs", "3", "--set", "train.lr=0.5", cwd=tmp_path)
+    assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
+    assert resumed.stderr == ("error: fslab sweep resume takes only --executor and --slurm, not --epochs, --set: the "
+                              "runs resume with the settings they were queued with; a new sweep takes them: "
+                              "fslab sweep METHOD --epochs ...\n")
+    flagged = fslab("sweep", "resume", "abcd", "--fail-fast", cwd=tmp_path)
+    assert flagged.returncode == 2 and "not --fail-fast:" in flagged.stderr, flagged.stderr
+    assert (run.path / "status.json").read_bytes() == before

@@ -330,7 +330,7 @@ def sweep(
 
     \b
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
-    [bold]fslab sweep resume SWEEP[/bold] queues again what failed, was killed or was lost.
+    [bold]fslab sweep resume SWEEP[/bold] (only --executor, --slurm) queues again what failed, was killed or was lost.
 
     With nothing to queue again, fslab sweep resume starts a scheduler for the sweep's runs still waiting (a sweep of
     SLURM jobs: submits those never submitted). Ctrl-C while queueing removes the runs created so far.
@@ -340,6 +340,8 @@ def sweep(
     project = settings()
     targets = targets or []
     if targets[:1] == ["resume"]:
+        _refuse_new_sweep_options(seeds, grid, file, backbone, dataset, data_root, epochs, batch_size, lr, seed,
+                                  device, set_, gpus, sink, fail_fast)
         _resume_sweep(targets, project, executor, slurm)
         return
     options = executors.job_options(project, executor, slurm)
@@ -444,6 +446,21 @@ def _same_value(key: str, in_file, given) -> bool:
     if key == "dataset.root" and isinstance(in_file, str) and isinstance(given, str | Path):
         return os.path.abspath(os.path.expanduser(in_file)) == os.path.abspath(os.path.expanduser(given))
     return in_file == given
+
+
+# The options of fslab sweep that make a new sweep, in the order _refuse_new_sweep_options takes their values.
+NEW_SWEEP_OPTIONS = ("seeds", "grid", "file", "backbone", "dataset", "data-root", "epochs", "batch-size", "lr", "seed",
+                     "device", "set", "gpus", "sink", "fail-fast")
+
+
+def _refuse_new_sweep_options(*values) -> None:
+    """The options that make a new sweep, given to ``fslab sweep resume``, were dropped without a word
+    (``--epochs 3`` resumed the runs as they were): refused, naming what resume takes."""
+    given = zip(NEW_SWEEP_OPTIONS, values, strict=True)
+    if names := [f"--{name}" for name, value in given if value not in (None, False, [])]:
+        raise UsageError(f"fslab sweep resume takes only --executor and --slurm, not {', '.join(names)}: the runs "
+                         f"resume with the settings they were queued with; a new sweep takes "
+                         f"{'them' if len(names) > 1 else 'it'}: fslab sweep METHOD {names[0]} ...")
 
 
 def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list[str] | None) -> None:
