@@ -24,9 +24,9 @@ def _kinds(incomplete: str) -> list[str]:
 @new_app.command()
 def plugin(
     name: Annotated[str, typer.Argument(metavar="NAME",
-                                        help="Package name (lowercase, digits and _, not ending in _), also the folder "
-                                             "./NAME; its components are named NAME with - for _, a name no "
-                                             "installed component of their kind may have.")],
+                                        help="Package name (lowercase letters, digits and _, from a letter, not ending "
+                                             "in _), also the folder ./NAME; its components are named NAME with - "
+                                             "for _, a name no installed component of their kind may have.")],
     kind: Annotated[list[str] | None, typer.Option(
         "--kind", metavar="KIND",
         help="A component to include: loss, backbone, sampler, evaluator, dataset, method, sink or study (repeatable; "
