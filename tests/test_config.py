@@ -826,3 +826,14 @@ def test_a_key_given_in_another_section_names_where_it_is(registry):
             resolve("nca", registry=registry, settings=Settings(), overrides=cli(text))
         key = text.partition("=")[0]
         assert str(error.value).startswith(f"unknown config key '{key}'. Did you mean {meant}? Allowed: "), error.value
+
+
+def test_null_as_fslab_plugins_writes_an_unset_default_is_refused_saying_to_leave_the_key_out(registry):
+    """fslab plugins writes a parameter unset by default as margin=null, "as --set takes it"; --set
+    loss.margin=null was refused as "must be > 0, got "null"", not saying that TOML has no null and
+    that leaving the key out keeps it unset."""
+    with pytest.raises(ConfigError) as error:
+        resolve("lpn", registry=registry, settings=Settings(), overrides=cli("loss.margin=null"))
+    assert str(error.value) == ("config key 'loss.margin' must be > 0, got \"null\". null is no TOML value (fslab "
+                                "plugins writes an unset default so): leave the key out to keep the default")
+    assert resolve("lpn", registry=registry, settings=Settings(), overrides=[])["loss"]["margin"] is None

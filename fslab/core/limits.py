@@ -144,7 +144,10 @@ def _check(key: str, value: Any, rule: Allowed) -> None:
     if rule.admits(value):
         return
     hint = ""
-    if isinstance(value, str) and rule.choices:
+    if value == "null":  # as fslab plugins writes a parameter unset by default; TOML has no null
+        hint = (" null is no TOML value (fslab plugins writes an unset default so): "
+                "leave the key out to keep the default")
+    elif isinstance(value, str) and rule.choices:
         hint = did_you_mean(value, rule.choices)
     elif isinstance(value, str) and rule.admits(value.lower()):  # a pattern's word in capitals: CPU for cpu
         hint = f" Did you mean '{value.lower()}'?"
