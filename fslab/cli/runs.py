@@ -240,7 +240,8 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     """Show one run: state, settings other than the defaults, progress, evaluations and where its time went.
 
     Also how its steps computed (device, precision, channels-last, TF32, compile mode, deterministic
-    algorithms), as its latest start resolved them for its device (train.precision=auto: bf16 on a GPU)."""
+    algorithms), as its latest start resolved them for its device (train.precision=auto: bf16 on a GPU that has it,
+    else fp16; fp32 on the CPU)."""
     from fslab.core.events import numerics_text
     from fslab.core.runstore import find_run
     from fslab.core.summary import read_summary
