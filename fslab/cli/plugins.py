@@ -124,7 +124,7 @@ def tui(
     token: Annotated[str | None, typer.Option(
         help="With --web: require this token (made up when the host is not loopback and none is given).")] = None,
 ) -> None:
-    """Open the live dashboard: every run, its charts and logs; stop, resume and launch runs.
+    """Open the live dashboard: every run, its charts and logs; stop, resume, delete and launch runs.
 
     With --web it is served over HTTP instead, one dashboard per browser tab, at the URL it prints
     (with the SSH tunnel that reaches it from another machine); Ctrl+C stops it.
