@@ -274,8 +274,9 @@ def compare_(
                                   "compare; 'all' for every run.",
         autocompletion=runs_or_sweeps)],
     group_by: Annotated[str | None, typer.Option(
-        help="Comma-separated config keys to group by (default: every setting but the seed); "
-             "runs pair by seed and the settings not grouped by.")] = None,
+        help="Comma-separated config keys to group by (default: every setting but the seed and those that leave "
+             "the test as it is: device, GPUs, data root, logging, eval.batch_size, the other evaluations' keys, "
+             "eval.test_episodes); runs pair by seed and the settings not grouped by.")] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="table, md, latex, csv or json; md, latex and csv add a row per paired "
                          "difference (csv: its baseline named, in difference columns of its own), and say the "
@@ -415,7 +416,7 @@ def plot_(
         autocompletion=runs_or_sweeps)],
     series: Annotated[str | None, typer.Option(
         help="Comma-separated config keys that make a line, x not among them "
-             "(default: every setting but the seed and x).")] = None,
+             "(default: every setting but the seed, x and those fslab compare does not group by).")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG file to write, its name ending in .png (default: X.png); "
                                                 "written whole, then renamed into place.")]
     = None,
