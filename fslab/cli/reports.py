@@ -275,8 +275,7 @@ def compare_(
         autocompletion=runs_or_sweeps)],
     group_by: Annotated[str | None, typer.Option(
         help="Comma-separated config keys to group by (default: every setting but the seed and those that leave "
-             "the test as it is: device, GPUs, data root, logging, eval.batch_size, the other evaluations' keys, "
-             "eval.test_episodes); runs pair by seed and the settings not grouped by.")] = None,
+             "the test as it is: device, data root...); runs pair by seed and the settings not grouped by.")] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="table, md, latex, csv or json; md, latex and csv add a row per paired "
                          "difference (csv: its baseline named, in difference columns of its own), and say the "
