@@ -1069,3 +1069,20 @@ def test_sweep_resume_refuses_the_options_of_a_new_sweep(tmp_path):
     flagged = fslab("sweep", "resume", "abcd", "--fail-fast", cwd=tmp_path)
     assert flagged.returncode == 2 and "not --fail-fast:" in flagged.stderr, flagged.stderr
     assert (run.path / "status.json").read_bytes() == before
+
+
+def test_sweep_stop_eval_and_delete_of_last_name_the_newest_sweep_not_last(tmp_path):
+    """fslab sweep rm last said "deleted ... by: fslab delete last", and sweep stop and eval likewise, but in
+    fslab delete, stop and eval 'last' is the newest run, not the newest sweep: the line named a command
+    that acts on one run. It names the newest sweep's id (listing words keep --sweep last, which is a sweep)."""
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    for sweep_id in ("sweep-20261123-100000-abcd", "sweep-20261124-100000-ef01"):
+        save_sweep(runs, sweep_id, runs=[], method="nca")
+    for word, command in (("rm", "fslab delete"), ("stop", "fslab stop"), ("eval", "fslab eval")):
+        refused = fslab("sweep", word, "last", cwd=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.endswith(f"by: {command} sweep-20261124-100000-ef01\n"), refused.stderr
+    listed = fslab("sweep", "show", "last", cwd=tmp_path)
+    assert listed.stderr.endswith("by: fslab runs --sweep last (last: the newest sweep)\n"), listed.stderr

@@ -372,6 +372,18 @@ def _interrupted_sweep(sweep: str | None, on_slurm: bool) -> NoReturn:
     raise typer.Exit(130)
 
 
+def _sweep_for_word(word: str, given: list[str]) -> str:
+    """The sweep to name in the command that does ``word`` for it: ``last`` is the newest sweep in fslab runs
+    --sweep, but the newest run in fslab stop, eval and delete, so there it is the newest sweep's id."""
+    from fslab.core.sweeps import sweep_name
+
+    if given and (given[0] != "last" or word in ("show", "list", "ls", "status")):
+        return given[0]
+    with contextlib.suppress(UsageError):  # no sweep yet: SWEEP
+        return sweep_name(settings().runs_dir, "last") if given else "SWEEP"
+    return "SWEEP"
+
+
 def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_fast: bool, grid: list[str]):
     """What `fslab sweep` runs, from METHOD and the options or from a sweep file:
     (method, seeds, fail_fast, {grid key: values}, the file's [set] as key=value texts).
@@ -384,7 +396,7 @@ def _sweep_spec(targets: list[str], file: Path | None, seeds: int | None, fail_f
     if file is None and len(targets) <= 2 and (elsewhere := SWEEP_WORDS.get(targets[0] if targets else "")) \
             and targets[0] not in registry().names("method"):  # a subcommand another command is: say which
         raise UsageError(f"fslab sweep has no '{targets[0]}' (it takes METHOD, or resume SWEEP); "
-                         + elsewhere.format(sweep=targets[1] if len(targets) == 2 else "SWEEP"))
+                         + elsewhere.format(sweep=_sweep_for_word(targets[0], targets[1:])))
     if file is not None:
         spec = read_sweep_file(file)
         if targets and targets != [spec["method"]]:
