@@ -99,6 +99,24 @@ def test_eval_of_a_sweep_scores_each_run_and_leaves_out_one_without_a_checkpoint
     assert none.returncode == 2 and none.stderr.startswith("error: 'sweep-nope' matches no sweep")
 
 
+def test_a_run_whose_episodes_the_evaluator_refuses_is_left_out_and_the_others_scored(project, trained):
+    """knn's k above the support points of one run's episodes (3-way 1-shot: 3) leaves that run out, in a
+    line naming it, and the other runs named are scored all the same; a --data-root that is no folder is said
+    once, not once for each run."""
+    runs = [copied(project, trained["plain"]), copied(project, trained["final"])]
+    config = json.loads((runs[0] / "config.json").read_text())
+    config["eval"]["ways"] = 3
+    (runs[0] / "config.json").write_text(json.dumps(config))
+    result = fslab("eval", runs[0].name, runs[1].name, "--shots", "1", "--episodes", "20", "--evaluator", "knn",
+                   "--set", "evaluator.k=4", "--json", "--no-sinks", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (f"left out: run {runs[0].name}: knn: k must be between 1 and the 3 support points "
+                             "(0 = shots), got 4\n")
+    assert [json.loads(line)["run"] for line in result.stdout.splitlines()] == [runs[1].name]
+    gone = fslab("eval", runs[0].name, runs[1].name, "--data-root", str(project / "nope"), cwd=project)
+    assert (gone.returncode, gone.stderr) == (2, f"error: --data-root {project / 'nope'} is not a folder\n")
+
+
 def test_a_newer_epoch_cached_removes_the_splits_caches_of_earlier_epochs(project, trained):
     """A run keeps only its last checkpoint, so a cache of an earlier epoch is never read again; a run
     evaluated at each epoch as it trained kept one file per epoch (tens of MB each at a paper's size)."""

@@ -67,8 +67,8 @@ def eval_(
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
 
     Several runs or a sweep are evaluated one after the other in one process; where several are named, one that
-    cannot be evaluated (no checkpoint yet, an unreadable configuration) is left out with its reason on stderr
-    (the command fails if every one is).
+    cannot be evaluated (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses) is left
+    out with its reason on stderr (the command fails if every one is).
 
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
@@ -77,6 +77,8 @@ def eval_(
     from fslab.core.sweeps import select_runs
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
+    if data_root is not None and not data_root.is_dir():  # said once, not once for each run named
+        raise UsageError(f"--data-root {data_root} is not a folder")
     chosen = select_runs(settings().runs_dir, refs, "evaluate")
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()
@@ -84,15 +86,38 @@ def eval_(
     if device:
         _check_device(device)
     plans = _eval_plans(chosen, found, evaluator, params, set_ or [], device, ways, queries)
-    from fslab.training.run_eval import evaluate_run
-
-    for run_, cfg, options in plans:
-        results = _evaluate(evaluate_run, run_, cfg, data_root, split=split, shots=shot_list, episodes=episodes,
-                            evaluator=evaluator, device=device, **options)
+    for run_, results, options in _scored(plans, len(chosen), data_root, split=split, shots=shot_list,
+                                          episodes=episodes, evaluator=evaluator, device=device):
         for result in results:
             _print_score(run_, result, split, options["ways"], as_json)
         if sinks:
             _send_to_sinks(found, run_)
+
+
+def _scored(plans: list[tuple], named: int, data_root: Path | None, **kwargs):
+    """Each plan's run with its results, evaluated in turn; where several runs are named, one whose
+    evaluation is refused (knn's k above the support points of its episodes) is left out in a line on
+    stderr, and none scored at all is a UsageError."""
+    from fslab.training.run_eval import evaluate_run
+
+    scored = 0
+    for run_, cfg, options in plans:
+        try:
+            results = _evaluate(evaluate_run, run_, cfg, data_root, **kwargs, **options)
+        except UsageError as exc:
+            if named == 1:
+                raise
+            err_console.print(shown(f"left out: {_naming(run_, exc)}"), highlight=False)
+            continue
+        scored += 1
+        yield run_, results, options
+    if not scored:
+        raise UsageError(f"none of the {named} runs named can be evaluated (each is said above)")
+
+
+def _naming(run_, exc: Exception) -> str:
+    """``exc``'s message, beginning with the run it is about where it does not name it."""
+    return str(exc) if run_.id in str(exc) else f"run {run_.id}: {exc}"
 
 
 def _eval_plans(chosen: list, found, *options) -> list[tuple]:
