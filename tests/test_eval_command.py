@@ -531,3 +531,38 @@ def test_a_run_deleted_while_it_is_evaluated_is_said_so(project, trained):
         f"and the scores with it)"), lines
     assert "Traceback" not in "\n".join(lines) and not run_dir.exists()
     assert not any(line.startswith("warning: the features were not cached") for line in lines), lines
+
+
+def test_runs_deleted_during_an_eval_of_several_are_left_out_and_the_others_scored(project, trained):
+    """fslab delete of runs a sweep's eval names: one deleted while it was scored stopped the command and
+    the runs after it went unscored; one deleted before its turn was said to be a folder this user cannot
+    write, to be copied elsewhere. Each is now left out in a line saying it was deleted, and the rest scored."""
+    import fcntl
+    import subprocess
+    import sys
+
+    first, scored = copied(project, trained["plain"]), copied(project, trained["final"])
+    last = shutil.copytree(trained["final"], project / "runs" / "20261128-100000-nca-cccc")
+    (first / "features").mkdir()
+    with open(first / "features" / ".test-epoch2.pt.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with open(project / "eval.err", "w") as err:
+            evaluating = subprocess.Popen([sys.executable, "-m", "fslab", "eval", first.name, scored.name, last.name,
+                                           "--shots", "5", "--episodes", "20", "--json", "--no-sinks"], cwd=project,
+                                          stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            wait_for(lambda: "waiting" in (project / "eval.err").read_text() or evaluating.poll() is not None,
+                     timeout=120, what="fslab eval to wait")
+            shutil.rmtree(first)
+            shutil.rmtree(last)
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        out, _ = evaluating.communicate(timeout=120)
+    lines = (project / "eval.err").read_text().splitlines()
+    assert evaluating.returncode == 0, lines
+    assert [json.loads(line)["run"] for line in out.splitlines()] == [scored.name]
+    assert lines[1:] == [
+        f"left out: run {first.name} was deleted while fslab eval scored it (its folder runs/{first.name} is gone, "
+        "and the scores with it)",
+        f"left out: run {last.name} was deleted before fslab eval scored it (its folder runs/{last.name} is gone)"]
+

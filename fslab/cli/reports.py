@@ -67,8 +67,8 @@ def eval_(
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
 
     Several runs or a sweep are evaluated one after the other in one process; where several are named, one that
-    cannot be evaluated (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses) is left
-    out with its reason on stderr (the command fails if every one is).
+    cannot be evaluated (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses, its folder
+    deleted meanwhile) is left out with its reason on stderr (the command fails if every one is).
 
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
@@ -96,16 +96,16 @@ def eval_(
 
 def _scored(plans: list[tuple], named: int, data_root: Path | None, **kwargs):
     """Each plan's run with its results, evaluated in turn; where several runs are named, one whose
-    evaluation is refused (knn's k above the support points of its episodes) is left out in a line on
-    stderr, and none scored at all is a UsageError."""
+    evaluation is refused (knn's k above the support points of its episodes), or whose folder is deleted
+    before or while it is scored, is left out in a line on stderr, and none scored at all is a UsageError."""
     from fslab.training.run_eval import evaluate_run
 
     scored = 0
     for run_, cfg, options in plans:
         try:
             results = _evaluate(evaluate_run, run_, cfg, data_root, **kwargs, **options)
-        except UsageError as exc:
-            if named == 1:
+        except FslabError as exc:  # refused (a UsageError), or the run deleted meanwhile
+            if named == 1 or (not isinstance(exc, UsageError) and run_.path.is_dir()):
                 raise
             err_console.print(shown(f"left out: {_naming(run_, exc)}"), highlight=False)
             continue
@@ -175,6 +175,8 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
     does not read: the line then says that the data may have moved, and how to name where it lies."""
     if data_root is not None and not data_root.is_dir():
         raise UsageError(f"--data-root {data_root} is not a folder")
+    if not run_.path.is_dir():  # deleted since the command began: fslab delete of a run a sweep's eval had yet to score
+        raise FslabError(f"run {run_.id} was deleted before fslab eval scored it (its folder {run_.path} is gone)")
     if not os.access(run_.path, os.W_OK):  # a read-only copy of a store: before any image is embedded
         raise FslabError(f"cannot write into {run_.path}: fslab eval keeps the features it embeds and the scores "
                          f"it measures in the run's folder; evaluate a copy in a store this user can write "
