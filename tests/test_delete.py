@@ -132,6 +132,24 @@ def test_a_run_whose_lock_is_held_is_not_deleted(project, store):
     assert delete_runs(runs, [c]) == {c.id: "deleted"} and not c.path.exists()
 
 
+def test_the_runs_deleted_before_a_failure_are_still_listed(project, store):
+    """fslab delete printed its 'ID: deleted' lines only once every run was deleted: a run it could not
+    delete (its lock held: resumed meanwhile) ended it with that run's line alone, and the runs it had
+    deleted before went unsaid. Each is now said as it is deleted."""
+    from fslab.core import worklock
+
+    runs, a, b, c = store
+    fd = worklock.take(c.path)
+    worklock.name_holder(fd)
+    try:
+        result = fslab("delete", a.id, c.id, "--yes", cwd=project)
+    finally:
+        os.close(fd)
+    assert (result.returncode, result.stdout) == (2, f"{a.id}: deleted\n")
+    assert result.stderr.startswith(f"error: cannot delete run {c.id}: pid {os.getpid()} on host ")
+    assert not a.path.exists() and c.path.is_dir() and record(runs) == [b.id]
+
+
 def test_runs_ids_hands_a_selection_to_delete(project, store):
     """fslab runs --ids (-q) prints the ids alone, newest first, so a shell can pass them on."""
     runs, a, b, c = store

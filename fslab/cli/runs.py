@@ -464,6 +464,8 @@ def delete(
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):  # stdout keeps only the ids deleted
             err_console.print("nothing deleted", highlight=False)
             raise typer.Exit(1)
-    for run_id, outcome in delete_runs(runs_dir, chosen).items():
+    def said(run_id: str, outcome: str) -> None:  # as each is deleted: a later failure or Ctrl-C keeps the lines
         console.print(f"{run_id}: {'deleted' if outcome == 'deleted' else 'gone already (its folder was deleted)'}",
                       highlight=False)
+
+    delete_runs(runs_dir, chosen, said)

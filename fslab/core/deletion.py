@@ -40,13 +40,14 @@ def check_deletable(runs: list[Run]) -> None:
                          "RUN, or fslab stop SWEEP for all of a sweep's), then delete them; nothing was deleted")
 
 
-def delete_runs(runs_dir: Path, runs: list[Run]) -> dict[str, str]:
+def delete_runs(runs_dir: Path, runs: list[Run], said=None) -> dict[str, str]:
     """Delete ``runs`` (checked with :func:`check_deletable` first) and drop their
     ids from every sweep record; a record left with no runs is deleted too.
     Returns each id with ``deleted``, or ``gone`` for a run whose folder was
     gone already (deleted by hand, or by someone else meanwhile: dropped from
     the records all the same). An OSError (a folder this user may not move) is
-    a FslabError naming the run, after the records have dropped those deleted."""
+    a FslabError naming the run, after the records have dropped those deleted. ``said(id, outcome)``, where
+    given, is called as each run is done, so the runs deleted before a failure or a Ctrl-C can be told."""
     check_deletable(runs)
     runs_dir = Path(runs_dir)
     clear_trash(runs_dir)
@@ -54,6 +55,8 @@ def delete_runs(runs_dir: Path, runs: list[Run]) -> dict[str, str]:
     try:
         for run in runs:
             outcome[run.id] = _delete(run, runs_dir)
+            if said is not None:
+                said(run.id, outcome[run.id])
     finally:
         forget(runs_dir, set(outcome))
     return outcome
