@@ -130,7 +130,7 @@ def _eval_plans(chosen: list, found, *options) -> list[tuple]:
         except UsageError as exc:
             if len(chosen) == 1:
                 raise
-            err_console.print(shown(f"left out: {exc}"), highlight=False)
+            err_console.print(shown(f"left out: {_naming(run_, exc)}"), highlight=False)
     if not plans:
         raise UsageError(f"none of the {len(chosen)} runs named can be evaluated (each is said above)")
     return plans
