@@ -43,8 +43,9 @@ class CompareScreen(Screen):
         yield Header()
         with Vertical(id="compare"):
             runs = count(len(self.run_ids), "run")
-            yield Static(Text(f"{runs}, grouped as fslab compare groups them (every setting but the seed); test "
-                              f"accuracy pooled over all episodes of a group's runs"), id="compare-note")
+            yield Static(Text(f"{runs}, grouped as fslab compare groups them (every setting but the seed and "
+                              f"those that leave the test as it is); test accuracy pooled over all episodes of a "
+                              f"group's runs"), id="compare-note")
             yield DataTable(id="groups", cursor_type="row")
             yield Static(id="paired")
             with Horizontal(id="compare-charts"):
@@ -108,8 +109,8 @@ class CompareScreen(Screen):
     def show_report(self, report: dict) -> None:
         self.query_one("#compare-note", Static).update(Text(
             f"{count(len(self.run_ids), 'run')}, grouped as fslab compare groups them (every setting but the "
-            f"seed); test accuracy on {report['ways']}-way episodes with {queries_text(report['queries'])}, "
-            f"pooled over all episodes of a group's runs"
+            f"seed and those that leave the test as it is); test accuracy on {report['ways']}-way episodes with "
+            f"{queries_text(report['queries'])}, pooled over all episodes of a group's runs"
             + (f"; left out, deleted while open: {printable(', '.join(self.gone))}" if self.gone else "")
             + (f"; left out, their configuration unreadable: {printable(', '.join(report['unreadable']))}"
                if report.get("unreadable") else "")
