@@ -163,3 +163,24 @@ def test_runs_ids_hands_a_selection_to_delete(project, store):
     both = fslab("runs", "-q", "--json", cwd=project)
     assert (both.returncode, both.stderr) == (2, "error: give --ids or --json, not both: --ids prints only the ids, "
                                                  "--json every field\n")
+
+
+def test_ctrl_c_at_the_question_deletes_nothing_and_says_so_on_its_own_line(project, store):
+    import signal
+
+    from .runs_helpers import as_in_a_terminal, wait_for
+
+    runs, a, b, c = store
+    leader, follower = pty.openpty()
+    with open(project / "delete.err", "w") as err:
+        asking = subprocess.Popen([sys.executable, "-m", "fslab", "delete", a.id], cwd=project, stdin=follower,
+                                  stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=as_in_a_terminal)
+    os.close(follower)
+    try:
+        wait_for(lambda: "[y/N]" in (project / "delete.err").read_text(), timeout=60, what="the question")
+        asking.send_signal(signal.SIGINT)
+        out, _ = asking.communicate(timeout=60)
+    finally:
+        os.close(leader)
+    assert asking.returncode == 130 and out == "" and a.path.is_dir()
+    assert (project / "delete.err").read_text().endswith(f"({a.id})? [y/N] \nnothing deleted\n")

@@ -461,7 +461,12 @@ def delete(
                              "can answer here (stdin is not a terminal); add --yes to delete them")
         err_console.print(f"Delete {count(len(chosen), 'run')} for good ({named})? [y/N] ", end="", highlight=False,
                           markup=False)
-        if sys.stdin.readline().strip().lower() not in ("y", "yes"):  # stdout keeps only the ids deleted
+        try:
+            answer = sys.stdin.readline()
+        except KeyboardInterrupt:  # Ctrl-C at the question: on a line of its own, as a no
+            err_console.print("\nnothing deleted", highlight=False)
+            raise typer.Exit(130) from None
+        if answer.strip().lower() not in ("y", "yes"):  # stdout keeps only the ids deleted
             err_console.print("nothing deleted", highlight=False)
             raise typer.Exit(1)
     def said(run_id: str, outcome: str) -> None:  # as each is deleted: a later failure or Ctrl-C keeps the lines
