@@ -821,7 +821,8 @@ def test_a_key_given_in_another_section_names_where_it_is(registry):
     eval.lr (train.lr) and train.shots (eval.shots): the line names where the key lives."""
     for text, meant in (("train.seed=3", "'seed' or 'eval.seed'"), ("eval.lr=0.1", "'train.lr'"),
                         ("train.shots=5", "'eval.shots'"), ("train.device=cpu", "'device'"),
-                        ("train.lrr=0.1", "'lr'")):  # a near spelling in its own section comes first
+                        ("train.lrr=0.1", "'lr'"),  # a near spelling in its own section comes first
+                        ("batch-size=64", "'train.batch_size' or 'eval.batch_size'")):  # as --batch-size spells it
         with pytest.raises(ConfigError) as error:
             resolve("nca", registry=registry, settings=Settings(), overrides=cli(text))
         key = text.partition("=")[0]

@@ -523,6 +523,8 @@ def _meant_elsewhere(key: str, section: str | None = None) -> str:
     found = [key] if section and not isinstance(DEFAULTS.get(key, {}), dict) else []
     found += [f"{name}.{key}" for name, keys in DEFAULTS.items()
               if isinstance(keys, dict) and name not in PLUGIN_SECTIONS and name != section and key in keys]
+    if not found and "-" in key:  # batch-size, as the option --batch-size spells it
+        return _meant_elsewhere(key.replace("-", "_"), section)
     return f" Did you mean {' or '.join(map(repr, found))}?" if found else ""
 
 
