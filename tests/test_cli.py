@@ -774,3 +774,19 @@ def test_a_run_under_an_ascii_locale_completes_and_logs_in_utf8(tmp_path):
     (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
     assert json.loads((run_dir / "status.json").read_text())["state"] == "completed"
     assert "±" in (run_dir / "stdout.log").read_text(encoding="utf-8")
+
+
+def test_show_names_a_pid_only_for_a_worker_that_lives_or_died_unrecorded(project):
+    """fslab show printed 'pid N' for a completed run, whose worker ended long ago (N may be another
+    process's now); a lost run's pid stays (the worker that died)."""
+    import time
+
+    done = create_run(project / "runs", "nca", {"method": "nca"})
+    done.write_status(state="completed", pid=4_000_000, host="elsewhere", ended=time.time())
+    lost = create_run(project / "runs", "nca", {"method": "nca", "seed": 1})
+    lost.write_status(state="running", pid=4_000_001, host="elsewhere", heartbeat=time.time() - 3600)
+    for run, state, pid in ((done, "completed", None), (lost, "lost", 4_000_001)):
+        shown = fslab("show", run.id, cwd=project)
+        assert shown.returncode == 0 and f"  {state}  " in shown.stdout.splitlines()[0], shown.stdout
+        second = shown.stdout.splitlines()[1]
+        assert second.endswith(f", pid {pid}") if pid else "pid" not in second, second

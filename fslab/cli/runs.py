@@ -244,6 +244,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     else fp16; fp32 on the CPU)."""
     from fslab.core.events import numerics_text
     from fslab.core.runstore import find_run
+    from fslab.core.states import LIVE
     from fslab.core.summary import read_summary
     from fslab.core.timing import time_line, time_split
 
@@ -268,7 +269,9 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     console.print(f"method {known(summary.method)}, backbone {known(summary.backbone)}, "
                   f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"
                   + (f", sweep {shown(summary.sweep)}" if summary.sweep else "")  # fslab runs --sweep lists its peers
-                  + (f", pid {status['pid']}" if status.get("pid") else ""))  # a run stopped while queued had none
+                  # its worker's pid while it lives, or where it died unrecorded (a run stopped while queued had
+                  # none; an ended run's is a process long gone, maybe another's now)
+                  + (f", pid {status['pid']}" if status.get("pid") and summary.state in (*LIVE, "lost") else ""))
     if status.get("slurm_job_id"):
         console.print(_slurm_line(run_, status, summary.state), highlight=False)
     changed, filled = _settings_line(run_)
