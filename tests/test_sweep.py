@@ -749,6 +749,32 @@ def test_sweep_resume_says_a_run_deleted_by_hand_is_deleted_not_damaged(tmp_path
     assert not gone.path.exists()  # nothing made again in its place
 
 
+def test_sweep_resume_leaves_waiting_runs_to_the_scheduler_that_lives(tmp_path):
+    """fslab sweep resume of a sweep whose runs only wait started a scheduler each time, and said so,
+    though one of the store still ran: it says the running one takes them, and starts none."""
+    import os
+
+    from fslab.core.flocks import hold_shared
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+    from fslab.execution.scheduler import presence_path
+
+    runs = tmp_path / "runs"
+    waiting = create_run(runs, "nca", {"method": "nca"})
+    waiting.write_status(state="queued", pid=None, sweep="sweep-20261123-100000-abcd")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[waiting.id], method="nca")
+    presence_path(runs).parent.mkdir(parents=True)
+    held = hold_shared(presence_path(runs))  # as a living scheduler holds it
+    try:
+        resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
+    finally:
+        os.close(held)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == ("sweep-20261123-100000-abcd: no run to queue again; 1 queued run of it waits for a "
+                              "slot, and the scheduler running takes them; follow them with: fslab queue\n")
+    assert not (runs / "sweeps" / "scheduler.log").exists() and not waiting.claimed()  # none was started
+
+
 def test_a_requeued_run_keeps_its_creation_time_and_fslab_queue_lists_the_start_order(tmp_path):
     """fslab sweep resume wrote the time of the requeue over a run's `created` (fslab runs --json
     then said the run was made today); and fslab queue listed waiting runs by id, where a

@@ -485,8 +485,8 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
     _refuse_a_run_for_a_sweep(project.runs_dir, targets[1])
     if executor is None:
         options = executors.job_options(project, executors.sweep_executor(project.runs_dir, targets[1]), slurm)
-    record, again, unreadable, waiting = executors.resume_sweep(targets[1], settings=project,
-                                                                registry=registry(project), slurm=options)
+    record, again, unreadable, waiting, started = executors.resume_sweep(targets[1], settings=project,
+                                                                         registry=registry(project), slurm=options)
     if not again and not waiting:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
     for file in UNREADABLE_FILES:
@@ -495,8 +495,9 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
                               f"{_unreadable_file(file, ids)}: {shown(', '.join(ids))}", highlight=False)
     if waiting:
         console.print(f"{record['id']}: no run to queue again; {count(len(waiting), 'queued run')} of it "
-                      f"{'waits' if len(waiting) == 1 else 'wait'} for a slot, and a scheduler was started for "
-                      f"them; follow them with: fslab queue", highlight=False)
+                      f"{'waits' if len(waiting) == 1 else 'wait'} for a slot, and "
+                      f"{'a scheduler was started for them' if started else 'the scheduler running takes them'}; "
+                      f"follow them with: fslab queue", highlight=False)
         return
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)

@@ -28,7 +28,7 @@ from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
-from fslab.execution.scheduler import start_scheduler
+from fslab.execution.scheduler import scheduler_running, start_scheduler
 from fslab.execution.slurm_job import TrainingJob
 from fslab.execution.studies import StudyRuns, queue_study
 from fslab.execution.sweep import create_sweep, requeue
@@ -236,7 +236,7 @@ def sweep_executor(runs_dir: Path, ref: str) -> str:
 
 
 def resume_sweep(ref: str, *, settings, registry,
-                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[tuple[Run, str]], list[Run]]:
+                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[tuple[Run, str]], list[Run], bool]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
     its checkpoint) and start them as :func:`start_sweep` does; their
     configurations are checked first, as :func:`resume` checks one. Returns the
@@ -244,8 +244,9 @@ def resume_sweep(ref: str, *, settings, registry,
     the file that cannot be read (``config.json``: what to train is unknown;
     ``status.json``: how it ended; never requeued), or ``folder`` for one whose folder
     is gone (deleted by hand), and, where none was queued
-    again, the runs still waiting for a local scheduler: one is started for
-    them (the one that queued them may be gone, killed or its machine rebooted)."""
+    again, the runs still waiting for a local scheduler, and whether one was started
+    for them: it is where none of the store lives (the one that queued them may be
+    gone, killed or its machine rebooted); one that lives takes them."""
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
     unreadable = []
@@ -270,11 +271,12 @@ def resume_sweep(ref: str, *, settings, registry,
     unstarted = [run for run in sweep_runs(settings.runs_dir, record)
                  if run.id not in requeued and run.state() == "queued" and not run.claimed()]
     if slurm is not None:  # runs never submitted (Ctrl-C while submitting) are submitted with the rest
-        return record, _start_queued(settings.runs_dir, again + unstarted, slurm), unreadable, []
+        return record, _start_queued(settings.runs_dir, again + unstarted, slurm), unreadable, [], False
     waiting = [] if again else unstarted
-    if waiting:
+    started = bool(waiting) and scheduler_running(settings.runs_dir) is not True
+    if started:
         start_scheduler(settings.runs_dir)
-    return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting
+    return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting, started
 
 
 def start_study(study, scale: str, *, settings, registry, dataset: str | None = None, data_root: str | None = None,
