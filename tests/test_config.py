@@ -838,3 +838,13 @@ def test_null_as_fslab_plugins_writes_an_unset_default_is_refused_saying_to_leav
     assert str(error.value) == ("config key 'loss.margin' must be > 0, got \"null\". null is no TOML value (fslab "
                                 "plugins writes an unset default so): leave the key out to keep the default")
     assert resolve("lpn", registry=registry, settings=Settings(), overrides=[])["loss"]["margin"] is None
+
+
+def test_load_settings_takes_a_path_as_text_too(tmp_path):
+    """load_settings("…/fslab.toml"), as a notebook writes it, failed with AttributeError ('str' object
+    has no attribute 'exists'); a Path worked."""
+    from fslab.core.settings import load_settings
+
+    (tmp_path / "fslab.toml").write_text("[project]\nruns_dir = 'elsewhere'\n")
+    as_text, as_path = load_settings(str(tmp_path / "fslab.toml")), load_settings(tmp_path / "fslab.toml")
+    assert as_text.runs_dir == as_path.runs_dir == tmp_path / "elsewhere"

@@ -173,9 +173,9 @@ def project_above() -> str:
     return ""
 
 
-def load_settings(path: Path | None = None) -> Settings:
-    """Read ``fslab.toml``; a missing file gives the built-in settings."""
-    path = path or settings_path()
+def load_settings(path: str | os.PathLike | None = None) -> Settings:
+    """Read ``fslab.toml`` (``path``: another, as text or a Path); a missing file gives the built-in settings."""
+    path = Path(path) if path else settings_path()  # a notebook's "…/fslab.toml" was "'str' has no attribute 'exists'"
     if not path.exists():
         if path.is_symlink():  # a link whose target is gone is no missing file: its settings would be lost
             raise ConfigError(f"{path} is a link to {os.readlink(path)}, which does not exist; "
