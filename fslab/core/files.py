@@ -10,10 +10,12 @@ dashboard all read new lines through it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,20 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
         if exc.filename is not None and os.fspath(exc.filename) == os.fspath(tmp):  # say the file it stands for
             raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
         raise
+    except BaseException:
+        _discard(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def written_whole(path: Path) -> Iterator[Path]:
+    """For a file another library writes (``torch.save``, ``savefig``): the temporary path to write,
+    renamed into ``path`` when the block ends, removed when it raises, so readers see the old file or
+    the new one, never half."""
+    tmp = temporary_path(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
     except BaseException:
         _discard(tmp)
         raise

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fslab.core.assignments import toml_value
 from fslab.core.errors import UsageError
-from fslab.core.files import temporary_path
+from fslab.core.files import written_whole
 from fslab.core.runstore import Run
 from fslab.core.text import count, queries_text
 from fslab.core.values import is_number
@@ -359,13 +359,9 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
                          f"give more pixels, e.g. --size {room}")
     out.parent.mkdir(parents=True, exist_ok=True)
     target = Path(os.path.realpath(out))  # a link to the figure stays a link
-    tmp = temporary_path(target)  # written whole, then renamed: a viewer or a LaTeX build never reads half a
-    try:  # figure, and a write that fails (a full disk, Ctrl-C) keeps the one that was there
-        fig.savefig(tmp, dpi=dpi, format="png")
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    try:  # written whole, then renamed: a viewer or a LaTeX build never reads half a figure, and a write
+        with written_whole(target) as tmp:  # that fails (a full disk, Ctrl-C) keeps the one that was there
+            fig.savefig(tmp, dpi=dpi, format="png")
     finally:
         plt.close(fig)
     return width, height

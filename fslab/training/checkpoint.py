@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import random
 import shutil
 import signal
@@ -28,7 +27,7 @@ import torch
 from torch import nn
 
 from fslab.core.errors import FslabError
-from fslab.core.files import temporary_path
+from fslab.core.files import written_whole
 
 
 def rng_state(augment_rng: torch.Generator, device: torch.device) -> dict:
@@ -111,17 +110,12 @@ def save_checkpoint(path: Path, checkpoint: dict) -> None:
     crash) sees the previous complete file or the new one, never half of one.
     A write that fails (a full disk) leaves the previous checkpoint and no
     temporary file, and says so in one line."""
-    tmp = temporary_path(path)
-    try:
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
+    try:  # anything else (a state that cannot be pickled) leaves no half file either
+        with written_whole(path) as tmp:
+            torch.save(checkpoint, tmp)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
-        tmp.unlink(missing_ok=True)
         raise FslabError(f"cannot write the checkpoint {path}: {write_failure(exc, path)}; "
                          f"the previous checkpoint is kept") from exc
-    except BaseException:  # anything else (a state that cannot be pickled) leaves no half file either
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_failure(exc: BaseException, path: Path) -> str:

@@ -33,7 +33,7 @@ from fslab.core.config import RunConfig, run_config
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
-from fslab.core.files import temporary_path
+from fslab.core.files import written_whole
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.registry import Registry, load_registry
 from fslab.core.rerun import check_evaluable, like_command
@@ -197,21 +197,16 @@ def _cache_features(cache, saved: dict) -> bool:
     """Write the feature cache whole or not at all; whether it was written. The scores need no cache: a
     write the system refuses (a full disk) is a warning line, its temporary file removed, and the
     evaluation goes on."""
-    tmp = temporary_path(cache)
-    try:
+    try:  # Ctrl-C while writing: no half file left
         cache.parent.mkdir(exist_ok=True)
-        torch.save(saved, tmp)
-        os.replace(tmp, cache)
+        with written_whole(cache) as tmp:
+            torch.save(saved, tmp)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
-        tmp.unlink(missing_ok=True)
         if not cache.parent.parent.is_dir():  # the run was deleted meanwhile: fslab eval says that, not this
             return False
         print(f"warning: the features were not cached ({cache}: {write_failure(exc, cache)}); the next "
               f"fslab eval of this checkpoint embeds them again", file=sys.stderr, flush=True)
         return False
-    except BaseException:  # Ctrl-C while writing: no half file left
-        tmp.unlink(missing_ok=True)
-        raise
     return True
 
 
