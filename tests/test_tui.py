@@ -1364,8 +1364,9 @@ def test_new_run_like_a_run_whose_sections_are_not_tables_is_refused_in_the_form
 
 def test_new_run_like_a_run_whose_data_root_is_gone_says_what_moves_it_in_the_form(project, registry, tmp_path):
     """N on a run trained on a folder that is gone showed the dataset's line, which points at --data-root
-    (the form has none) and [data_roots] of fslab.toml (the saved root overrides it). The form now says
-    what fslab run --like says, with the form's way to give the root; a root given so is checked."""
+    (the form had none) and [data_roots] of fslab.toml (the saved root overrides it). The form now says
+    what fslab run --like says, with the form's way to give the root: its data root field; a root given
+    there is checked."""
     from .test_cli_rerun import resolved_run
 
     old = resolved_run(project, registry)
@@ -1386,8 +1387,8 @@ def test_new_run_like_a_run_whose_data_root_is_gone_says_what_moves_it_in_the_fo
         assert type(app.screen).__name__ == "LaunchScreen"
         assert str(form.query_one("#launch-error").render()) == (
             f"run {old.id} was trained on {gone}, which is not a folder now; a run like it reads its data there "
-            f"too: if the data moved, give where it lies with --set dataset.root=DIR")
-        form.query_one("#settings", Input).value = f"dataset.root={tmp_path / 'nor-here'}"
+            f"too: if the data moved, give where it lies with the data root field")
+        form.query_one("#data-root", Input).value = str(tmp_path / "nor-here")
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert f"the data root {tmp_path / 'nor-here'} is not a folder" in str(form.query_one("#launch-error").render())
@@ -1435,6 +1436,52 @@ def test_launch_form_starts_a_real_tiny_run(project):
         assert row.backbone == "conv4" and row.seed == 3 and row.epochs == 1 and "1-shot" in row.test
         saved = json.loads((runs / run_id / "config.json").read_text())
         assert saved["backbone"]["hidden"] == 8 and saved["train"]["batch_size"] == 32
+
+    drive(make_app(runs, tick=3600, cursor_blink=False), body)
+
+
+@pytest.mark.slow
+def test_the_launch_form_s_data_root_field_is_checked_as_fslab_run_checks_it_and_trains_on_it(project, tmp_path):
+    """The form had no data root where fslab run has --data-root: a dataset on disk could only be reached
+    through fslab.toml or --set. The field is checked as the option is (a folder that is not there is the
+    dataset's one line, in the form; no run folder made), and the run trains on the folder given."""
+    from .test_datasets_disk import make_folder_tree
+
+    runs = project / "runs"
+    make_folder_tree(tmp_path / "images", classes=6, per_class=10, size=(16, 16))
+    sets = ("backbone.hidden=8 dataset.image_size=16 train.batch_size=20 train.log_every=1 eval.val_episodes=4 "
+            "eval.test_episodes=8 eval.queries=5 eval.center_images=16 train.heartbeat=0.2")
+
+    async def body(app, pilot):
+        from textual.widgets import Input, Select
+
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        form.query_one("#backbone", Select).value = "conv4"
+        form.query_one("#dataset", Select).value = "folder"
+        form.query_one("#epochs", Input).value = "1"
+        form.query_one("#settings", Input).value = sets
+        form.query_one("#data-root", Input).value = str(tmp_path / "no-images")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "LaunchScreen"
+        error = str(form.query_one("#launch-error").render())
+        assert error.startswith(f"folder: the data root {tmp_path / 'no-images'} is not a folder. Expected layout: ")
+        assert "\n" not in error
+        assert not runs.exists() or not any(runs.iterdir())
+        form.query_one("#data-root", Input).value = f" {tmp_path / 'images'} "
+        await pilot.press("ctrl+s")
+        deadline = time.time() + 90
+        while not app.rows and time.time() < deadline:
+            await tick(app, pilot)
+        [run_id] = app.rows
+        saved = json.loads((runs / run_id / "config.json").read_text())
+        assert saved["dataset"]["name"] == "folder" and saved["dataset"]["root"] == str(tmp_path / "images")
+        while app.rows[run_id].state != "completed" and time.time() < deadline:
+            await asyncio.sleep(0.3)
+            await tick(app, pilot)
+        assert app.rows[run_id].state == "completed", app.rows[run_id]
 
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 

@@ -55,6 +55,9 @@ class LaunchScreen(ModalScreen[None]):
                 yield Label("dataset")
                 yield Select([(n, n) for n in names("dataset")], prompt=saved or "(default)", compact=True,
                              id="dataset")
+                yield Label("data root")
+                yield Input(placeholder=saved or "(fslab.toml's [data_roots], else data/DATASET)", compact=True,
+                            id="data-root")
                 yield Label("seed")
                 yield Input(placeholder=saved or "0", type="integer", valid_empty=True, compact=True, id="seed")
                 yield Label("epochs")
@@ -94,7 +97,9 @@ class LaunchScreen(ModalScreen[None]):
 
     def overrides(self) -> list[dict]:
         """The form's values as configuration layers, like fslab run's options."""
-        options = {("backbone", "name"): self.choice("backbone"), ("dataset", "name"): self.choice("dataset")}
+        options = {("backbone", "name"): self.choice("backbone"), ("dataset", "name"): self.choice("dataset"),
+                   # as fslab run --data-root gives it: the text, checked by the dataset when the run is prepared
+                   ("dataset", "root"): self.query_one("#data-root", Input).value.strip() or None}
         for key, path in (("seed", ("seed",)), ("epochs", ("train", "epochs"))):
             text = self.query_one(f"#{key}", Input).value.strip()
             options[path] = _whole_number(text) if text else None
@@ -114,7 +119,7 @@ class LaunchScreen(ModalScreen[None]):
                 prepare(method, overrides, settings=self.app.settings, registry=self.registry)
             except UsageError as exc:  # the run's saved data root gone: as fslab run --like says it
                 gone = self.like_run and like_root_gone(f"run {self.like_run.id}", overrides, exc,
-                                                        "--set dataset.root=DIR")
+                                                        "the data root field")
                 raise gone or exc from None
         except (FslabError, ValueError) as exc:
             self.query_one("#launch-error", Static).update(Text(str(exc), style="bold red"))
