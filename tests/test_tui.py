@@ -264,6 +264,28 @@ def test_filter_by_typing_and_sort(store):
     drive(frozen_app(runs), body)
 
 
+def test_sweep_filters_the_runs_of_one_sweep(store):
+    """A sweep's runs could not be told apart in the table (no column, no filter field: sweep:4b55 was an
+    unknown field) while fslab runs --sweep picks them; the filter now has a sweep field."""
+    runs, folders = store
+    for key in ("done0", "done1"):
+        status = json.loads((folders[key] / "status.json").read_text())
+        (folders[key] / "status.json").write_text(json.dumps({**status, "sweep": "sweep-20260101-100000-4b55"}))
+
+    async def body(app, pilot):
+        table = app.screen.table
+        await pilot.press("slash", *"sweep:4b55")
+        await pilot.pause()
+        assert sorted(table.ids) == sorted([folders["done0"].name, folders["done1"].name])
+        assert "unknown" not in str(app.screen.query_one("#status").render())
+        await pilot.press("escape", "slash", *"swep:4b55")
+        await pilot.pause()
+        assert "unknown filter field swep: use id, method, loss, backbone, dataset, seed, state, sweep" in str(
+            app.screen.query_one("#status").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_filter_terms():
     row = RunSummary(id="x", state="failed", method="nca", dataset="synthetic", error="CUDA out of memory")
     assert matches(row, "") and matches(row, "NCA synth") and matches(row, "state:fail") and matches(row, "cuda")

@@ -135,7 +135,7 @@ def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
 FIELDS: dict[str, Callable[[RunSummary], Any]] = {
     "id": lambda r: r.id, "method": lambda r: r.method, "loss": lambda r: r.loss_fn,
     "backbone": lambda r: r.backbone, "dataset": lambda r: r.dataset, "seed": lambda r: r.seed,
-    "state": lambda r: r.state,
+    "state": lambda r: r.state, "sweep": lambda r: r.sweep,  # sweep:4b55, the runs of one sweep (fslab runs --sweep)
 }
 
 
@@ -147,7 +147,7 @@ def unknown_fields(query: str) -> list[str]:
 
 def matches(row: RunSummary, query: str) -> bool:
     """Every space-separated term must match: ``field:text`` (method, loss,
-    backbone, dataset, seed, state, id) looks in that field, a bare term in any
+    backbone, dataset, seed, state, sweep, id) looks in that field, a bare term in any
     of them and in the error; case-insensitive substrings. (A term with an
     unknown field matches nothing; the screen names it.)"""
     shown = lambda get: "" if get(row) is None else str(get(row)).lower()  # a missing value is '-', not 'none'
