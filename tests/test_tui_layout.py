@@ -344,6 +344,30 @@ def test_the_launch_form_shows_its_whole_error_and_buttons_below_24_lines(projec
     drive(make_app(project / "runs", tick=3600, cursor_blink=False), body, size=(60, 20))
 
 
+def test_at_80x24_a_refusal_of_four_lines_shows_whole_with_the_launch_button(project, tmp_path):
+    """At 80×24 the form kept blank lines between its seven fields, which left a refusal three lines: the
+    four of a long data root that is not there pushed the Launch button off the dialog."""
+    from textual.widgets import Input, Select
+
+    from fslab.tui import make_app
+
+    root = tmp_path / "a-long-path-to-images" / "that-were-never-copied-to-this-machine" / "mini"
+
+    async def body(app, pilot):
+        await pilot.press("n")
+        await pilot.pause()
+        app.screen.query_one("#dataset", Select).value = "folder"
+        app.screen.query_one("#data-root", Input).value = str(root)
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert app.screen.query_one("#launch-error").size.height >= 4
+        lines = lines_of(app)
+        [at] = [i for i, line in enumerate(lines) if "Launch (ctrl+s)" in line]
+        assert "▁▁▁▁" in lines[at + 1]  # the button whole, its lower edge inside the dialog
+
+    drive(make_app(project / "runs", tick=3600, cursor_blink=False), body, size=(80, 24))
+
+
 def test_a_shorter_terminal_keeps_the_selected_run_on_screen(tmp_path):
     """With the cursor on the last of many runs, a terminal made shorter left that row below the table's
     end (enter then opened a run no one could see); the table now scrolls to it."""

@@ -22,8 +22,9 @@ class LaunchScreen(ModalScreen[None]):
         Binding("ctrl+s", "launch", "launch", priority=True),
         Binding("escape", "cancel", "cancel", key_display="esc"),
     ]
-    # Under 24 lines the fields go without blank lines between them, so that an error of a few lines still shows.
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (24, "-tall")]
+    # Under 30 lines (80x24 included) the fields go without blank lines between them, so that an error of a
+    # few lines still shows with the buttons below it.
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(self, registry, like_run: Run | None = None) -> None:
         super().__init__()
