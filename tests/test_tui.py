@@ -832,6 +832,38 @@ def test_new_run_like_a_run_whose_configuration_cannot_be_read_is_a_note_not_a_c
     assert app.return_code in (None, 0)
 
 
+def test_new_run_like_a_run_deleted_while_its_form_is_open_or_before_n_says_it_was_deleted(store):
+    """N's form open on a run that fslab delete removed from another shell said, at ctrl+s, that the run
+    'has no readable configuration'; N on a run deleted since the table's last read said the same. Both
+    now say the run was deleted; nothing is launched."""
+    runs, folders = store
+    like_it = write_run(runs, "20260101-170000-nca-like", cfg=complete_config(seed=4), events=history())
+    launched, notes = [], []
+
+    async def body(app, pilot):
+        app.launch = lambda method, overrides, registry: launched.append(overrides)
+        app.notify = lambda message, **kw: notes.append(message)
+        app.screen.table.cursor = app.screen.table.ids.index(like_it.name)
+        await pilot.press("N")
+        await settle(app, pilot)
+        form = app.screen
+        assert type(form).__name__ == "LaunchScreen"
+        shutil.rmtree(like_it)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.screen is form and launched == []
+        said = f"run {like_it.name} was deleted (its folder is gone), so there is no run to start one like; n starts"
+        assert str(form.query_one("#launch-error").render()).startswith(said)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert like_it.name in app.rows  # not read deleted yet: no tick since
+        await pilot.press("N")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen" and notes and notes[-1].startswith(said)
+
+    drive(frozen_app(runs), body)
+
+
 def test_new_run_like_a_run_fslab_run_like_refuses_is_its_note_not_a_form_or_a_crash(store):
     """N on a run whose method no plugin registers now stopped the dashboard (the form's method
     list raised InvalidSelectValueError); on one whose config.json is damaged it opened a form

@@ -30,6 +30,8 @@ class LaunchScreen(ModalScreen[None]):
         super().__init__()
         self.registry = registry
         self.like_run = like_run  # "new run from this run": its saved configuration under the form's values
+        if like_run is not None:
+            refuse_deleted(like_run)  # between the table's last read and N
         self.saved = like_run.config() if like_run is not None else {}
         if not registry.names("method"):  # the form would have no method to offer (and fslab run refuses them all)
             missing = registry.missing_names()
@@ -113,6 +115,7 @@ class LaunchScreen(ModalScreen[None]):
         try:
             overrides = self.overrides()
             if self.like_run is not None:
+                refuse_deleted(self.like_run)  # since the form opened: not 'no readable configuration'
                 method, overrides = like(self.like_run, overrides)
             # Checked here as the launch checks it (configuration, GPUs, data), so a mistake is shown in
             # the form; the app checks again when it launches.
@@ -141,6 +144,14 @@ class LaunchScreen(ModalScreen[None]):
             self.action_launch()
         else:
             self.action_cancel()
+
+
+def refuse_deleted(run: Run) -> None:
+    """A UsageError for a run to start one like whose folder is gone (fslab delete, say): said so, where
+    reading its configuration would say it has none that is readable."""
+    if not run.path.is_dir():
+        raise UsageError(f"run {run.id} was deleted (its folder is gone), so there is no run to start one like; "
+                         f"n starts a new run")
 
 
 def _assignments(text: str) -> list[str]:
