@@ -485,6 +485,38 @@ def test_detail_of_a_failed_run_says_why_at_the_top(store):
 
 
 
+def test_the_last_log_line_of_an_ended_run_shows_though_no_newline_ends_it(tmp_path):
+    """A worker killed in the middle of a line (or a message printed without a newline) left that line out
+    of the stderr tab and of a failed run's banner for good, while fslab logs prints it. Once the run has
+    ended it is shown; a live run's unfinished line still waits for its newline."""
+    runs = tmp_path / "runs"
+    failed = write_run(runs, "20260101-100000-nca-fail", state="failed", events=history()[:3], error="killed",
+                       stderr="Traceback (most recent call last):\nValueError: the last line, unfinished")
+    live = write_run(runs, "20260101-110000-nca-live", state="running", events=history()[:3],
+                     stdout="epoch 1\nepoch 2 step 3 of")
+
+    async def body(app, pilot):
+        from textual.widgets import Log
+
+        await open_detail(app, pilot, failed.name)
+        assert "ValueError: the last line, unfinished" in str(app.screen.query_one("#banner").render())
+        assert list(app.screen.query_one("#stderr-log", Log).lines)[-1] == "ValueError: the last line, unfinished"
+        await pilot.press("escape")
+        await open_detail(app, pilot, live.name)
+        assert list(app.screen.query_one("#stdout-log", Log).lines) == ["epoch 1"]
+        append_text(live / "stdout.log", " 10\n")
+        app.screen.follow()
+        await settle(app, pilot)
+        assert list(app.screen.query_one("#stdout-log", Log).lines) == ["epoch 1", "epoch 2 step 3 of 10"]
+
+    drive(frozen_app(runs), body)
+
+
+def append_text(path, text):
+    with open(path, "a") as fh:
+        fh.write(text)
+
+
 def test_detail_header_says_what_the_table_says_of_a_damaged_run(tmp_path):
     """The header printed 'method None · loss None ...' for a run whose configuration is unreadable, and
     'epoch 0/3' for a completed run whose events are gone, where the table says '-' and '3/3'."""

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedConten
 
 from fslab.core import schemas
 from fslab.core.events import is_validation, logged_evaluator, score_cell
-from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
+from fslab.core.states import LIVE, LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
 from fslab.core.text import count, printable
 from fslab.core.timing import TimeSplit, time_line
 from fslab.tui import model
@@ -157,7 +157,8 @@ class DetailScreen(Screen):
             fresh = self.missing and self.follower.path.is_dir()
             if fresh:  # back (moved back, rsynced in): read it afresh
                 self.follower = RunFollower(self.follower.path)
-            delta = self.follower.read()
+            row = self.app.rows.get(self.run_id)  # its state as the table reads it: lost included
+            delta = self.follower.read(ended=row is not None and row.state not in LIVE)
             series, rows = (None, []) if delta.missing else self.history.fold(delta, fresh)
             read = RunRead(delta, series, rows, self.history.time_line)
         finally:

@@ -187,11 +187,14 @@ class TextTail:
     def __init__(self, path: Path) -> None:
         self.tail = Tail(path, last_lines_start(path, LOG_TAIL_LINES))
 
-    def read(self, max_lines: int = LOG_TAIL_LINES) -> list[str]:
-        chunk, _ = self.tail.read()
+    def read(self, max_lines: int = LOG_TAIL_LINES, *, partial: bool = False) -> list[str]:
+        """``partial``: the last line too when no newline ends it (the run has ended: no more of it comes)."""
+        chunk, _ = self.tail.read(partial=partial)
         if not chunk:
             return []
-        lines = chunk.decode("utf-8", errors="replace").split("\n")[:-1]
+        lines = chunk.decode("utf-8", errors="replace").split("\n")
+        if not lines[-1]:  # what follows the last newline
+            lines.pop()
         return [printable(line, lines=True) for line in deque(lines, maxlen=max_lines)]
 
 
@@ -206,7 +209,9 @@ class RunFollower:
         self.status_stamp: tuple[int, int] | None = None
         self.config_read = False
 
-    def read(self, logs: bool = True) -> RunDelta:
+    def read(self, logs: bool = True, ended: bool = False) -> RunDelta:
+        """What is new; ``ended``: the run has ended (lost included), so a log's last line is read though
+        no newline ends it (a worker killed mid-line, a message printed without one), as fslab logs shows it."""
         run_id = self.path.name
         if not self.path.is_dir():
             return RunDelta(run_id, [], [], [], 0, None, None, missing=True)
@@ -216,8 +221,8 @@ class RunFollower:
         if not self.config_read:
             config = read_json(self.path / "config.json")
             self.config_read = config is not None
-        return RunDelta(run_id, events, self.stdout.read() if logs else [], self.stderr.read() if logs else [],
-                        corrupt, self._status(), config, reset=reset)
+        return RunDelta(run_id, events, self.stdout.read(partial=ended) if logs else [],
+                        self.stderr.read(partial=ended) if logs else [], corrupt, self._status(), config, reset=reset)
 
     def _status(self) -> dict | None:
         try:
