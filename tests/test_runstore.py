@@ -99,6 +99,25 @@ def test_find_run_by_id_prefix_substring_and_last(tmp_path):
         find_run(tmp_path, "zzz")
 
 
+def test_an_id_that_names_no_run_suggests_the_closest_ids(tmp_path):
+    """A mistyped id was 'no run ... List them with: fslab runs', naming none of the runs it was meant for."""
+    store = tmp_path / "runs"
+    for name in ("20261202-024548-nca-2e05", "20261202-024557-nca-0b03", "20261202-024608-protonet-a5f0"):
+        (store / name).mkdir(parents=True)
+        (store / name / "config.json").write_text("{}")
+    for ref, meant in [("2e06", "'20261202-024548-nca-2e05'"),  # a table's short id, one character off
+                       ("20261202-024548-nca-2e5", "'20261202-024548-nca-2e05'"),  # a whole id, one left out
+                       ("a5f1", "'20261202-024608-protonet-a5f0'"),
+                       ("20261202-024558", "'20261202-024548-nca-2e05' or '20261202-024557-nca-0b03'")]:
+        with pytest.raises(RunNotFound) as caught:
+            find_run(store, ref)
+        assert str(caught.value) == f"no run '{ref}' in {store}. Did you mean {meant}? List them with: fslab runs"
+    with pytest.raises(RunNotFound, match=r"^no run 'zzzz' in .*\. List them with: fslab runs$"):
+        find_run(store, "zzzz")  # nothing close: no guess
+    with pytest.raises(RunNotFound, match=r"the path\)\. Did you mean '20261202-024548-nca-2e05'\? List"):
+        find_run(store, str(store / "20261202-024548-nca-2e06"))  # a folder's path, as completed, then mistyped
+
+
 def test_find_run_by_the_path_of_its_folder_inside_the_store_only(tmp_path, monkeypatch):
     """A path, as the shell completes one (runs/<id>/), named no run: 'no run 'runs/...' in runs'.
     A path inside the store names the run whose folder holds it, whole; one elsewhere is one line."""

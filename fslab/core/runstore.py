@@ -23,6 +23,7 @@ and skip lines that do not parse (fslab.core.files).
 from __future__ import annotations
 
 import bisect
+import difflib
 import errno
 import itertools
 import json
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 # The configuration module (and secrets, shutil) are imported where they are
 # used: listing runs reads no configuration, and `fslab runs` starts faster.
 
+CLOSE = 0.6  # how alike a mistyped id and a run id are before the run is suggested (difflib's ratio)
 SWEEPS = "sweeps"  # runs/sweeps/: the sweep records (fslab.core.sweeps), not a run
 
 
@@ -341,7 +343,7 @@ def _named_by_path(runs_dir: Path, ref: str, names: list[str]) -> str:
     name = where.relative_to(store).parts[0]
     if name not in names:
         raise RunNotFound(f"no run folder {Path(runs_dir) / name} (a path names a run's folder whole; a part of "
-                          f"an id goes without the path). List them with: fslab runs")
+                          f"an id goes without the path).{closest_ids(name, names)} List them with: fslab runs")
     return name
 
 
@@ -361,7 +363,25 @@ def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
         raise RunNotFound(f"'{ref}' names no run but {len(sweeps)} sweeps ({', '.join(sweeps[:5])}"
                           f"{', ...' if len(sweeps) > 5 else ''}), and this command "
                           f"takes one run; list a sweep's runs with: fslab runs --sweep SWEEP")
-    raise RunNotFound(f"no run '{ref}' in {runs_dir}. List them with: fslab runs")
+    raise RunNotFound(f"no run '{ref}' in {runs_dir}.{closest_ids(ref, names)} List them with: fslab runs")
+
+
+def closest_ids(ref: str, names: list[str], most: int = 3) -> str:
+    """`` Did you mean 'ID'?`` naming the run ids closest to ``ref``, a mistyped id (the closest, and up to
+    ``most`` as close), or ''. Each id is compared whole, and by its end and its start at ``ref``'s length, as
+    parts of ids are given: a table's short id with a typo, ``2e06`` for the run that ends ``2e05``. A start
+    counts only from the date and time on (15 characters): a shorter one matches every run of that day."""
+    def closeness(name: str) -> float:
+        parts = (name, name[-len(ref):], *([name[:len(ref)]] if len(ref) >= 15 else []))
+        matchers = [difflib.SequenceMatcher(None, ref, part) for part in parts]
+        return max((m.ratio() for m in matchers if m.quick_ratio() >= CLOSE), default=0.0)  # quick: 10,000 runs
+
+    scored = sorted(((score, name) for name in names if ref and (score := closeness(name)) >= CLOSE),
+                    key=lambda scored: -scored[0])
+    close = [f"'{name}'" for score, name in scored[:most] if score >= scored[0][0] - 0.05]
+    if len(close) > 1:
+        return f" Did you mean {', '.join(close[:-1])} or {close[-1]}?"
+    return f" Did you mean {close[0]}?" if close else ""
 
 
 def sweeps_named(runs_dir: Path, ref: str) -> list[str]:
