@@ -184,3 +184,17 @@ def test_ctrl_c_at_the_question_deletes_nothing_and_says_so_on_its_own_line(proj
         os.close(leader)
     assert asking.returncode == 130 and out == "" and a.path.is_dir()
     assert (project / "delete.err").read_text().endswith(f"({a.id})? [y/N] \nnothing deleted\n")
+
+
+def test_a_path_inside_a_run_is_refused_where_its_folder_deletes_it(project, store):
+    """fslab delete runs/<id>/metrics.jsonl (a file, as the shell completes one) deleted the whole run."""
+    runs, a, b, c = store
+    for inside in (f"runs/{a.id}/config.json", f"runs/{a.id}/checkpoints"):
+        result = fslab("delete", inside, c.id, "--yes", cwd=project)
+        assert (result.returncode, result.stdout) == (2, "")
+        assert result.stderr == (f"error: '{inside}' is inside run {a.id}'s folder, and this command takes whole runs: "
+                                 f"give the run's id or its folder, runs/{a.id}\n")
+        assert a.path.is_dir() and c.path.is_dir()
+    shown = fslab("show", f"runs/{a.id}/config.json", cwd=project)  # a command that only reads takes it still
+    assert shown.returncode == 0 and shown.stdout.startswith(a.id), shown.stderr
+    assert fslab("delete", f"runs/{a.id}/", "-y", cwd=project).stdout == f"{a.id}: deleted\n"  # the folder, whole

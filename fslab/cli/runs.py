@@ -441,7 +441,8 @@ def _say_how_it_ended(run_, stderr: bool) -> None:
 @app.command()
 def delete(
     refs: Annotated[list[str], typer.Argument(
-        metavar="RUN|SWEEP", help="Runs or sweeps (ids, unique parts of ids or 'last'); 'all' for every run.",
+        metavar="RUN|SWEEP", help="Runs or sweeps (ids, unique parts of ids, 'last', or runs' folders: runs/ID, "
+                                  "whole, not a file in one); 'all' for every run.",
         autocompletion=runs_or_sweeps)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed where no one can answer: "
                                                           "a script, a pipe).")] = False,
@@ -455,7 +456,7 @@ def delete(
     from fslab.core.sweeps import select_runs
 
     runs_dir = settings().runs_dir
-    chosen = select_runs(runs_dir, refs, "delete")
+    chosen = select_runs(runs_dir, refs, "delete", whole=True)  # a file's path would delete the run it is in
     check_deletable(chosen)
     if not yes:
         named = ", ".join(run.id for run in chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5 else "")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fslab.core.errors import ConfigError, FslabError, RunNotFound
+from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
 from fslab.core.schemas import evaluation, event, results
 from fslab.core.schemas import status as status_of
@@ -306,9 +306,10 @@ def creation_key(run_id: str, created: float | None) -> tuple:
     return run_id[:15], created if isinstance(created, (int, float)) else 0.0, run_id
 
 
-def find_run(runs_dir: Path, ref: str) -> Run:
+def find_run(runs_dir: Path, ref: str, *, whole: bool = False) -> Run:
     """A run by id, unique id prefix, unique substring, ``last`` (the newest), or the path of its
-    folder (or of a file in it), as the shell completes one: ``runs/<id>/``.
+    folder (or of a file in it, unless ``whole``: fslab delete, where a file's path would delete the run
+    it is in), as the shell completes one: ``runs/<id>/``.
     Folder names are compared, and no file is read, so a store of any size answers at once."""
     if not ref.strip():
         raise RunNotFound("an empty run id names no run; give a run id, a unique part of one, or 'last'")
@@ -316,7 +317,7 @@ def find_run(runs_dir: Path, ref: str) -> Run:
         # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
         names = [name for name in run_names(runs_dir)
                  if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
-        return _match(runs_dir, _named_by_path(runs_dir, ref, names) if is_path(ref) else ref, names)
+        return _match(runs_dir, _named_by_path(runs_dir, ref, names, whole) if is_path(ref) else ref, names)
     paths = run_paths(runs_dir)
     if not paths:
         raise RunNotFound(f"no runs yet: {runs_dir}/ holds none; start one with: fslab run nca{project_above()}")
@@ -329,9 +330,10 @@ def is_path(ref: str) -> bool:
     return "/" in ref or ref in (".", "..")
 
 
-def _named_by_path(runs_dir: Path, ref: str, names: list[str]) -> str:
+def _named_by_path(runs_dir: Path, ref: str, names: list[str], whole: bool = False) -> str:
     """The id of the run whose folder holds the path ``ref`` (no run id holds a ``/``): its folder
-    inside this store, whole; a path elsewhere, or to no run's folder here, is a RunNotFound."""
+    inside this store, whole; a path elsewhere, or to no run's folder here, is a RunNotFound, and so,
+    where ``whole``, is a path inside a run's folder."""
     store, where = Path(runs_dir).resolve(), Path(os.path.expanduser(ref)).resolve()
     if where == store or store not in where.parents:
         other = next((p for p in (where, *list(where.parents)[:2])  # a run's folder, or a file or folder in it
@@ -340,10 +342,13 @@ def _named_by_path(runs_dir: Path, ref: str, names: list[str]) -> str:
                           f"({runs_dir}/): run fslab in that run's project folder" if other else
                           f"'{ref}' is no run's folder in this project's store ({runs_dir}/); give a run's id, "
                           f"or its folder there: {runs_dir}/<id>")
-    name = where.relative_to(store).parts[0]
+    name, *inside = where.relative_to(store).parts
     if name not in names:
         raise RunNotFound(f"no run folder {Path(runs_dir) / name} (a path names a run's folder whole; a part of "
                           f"an id goes without the path).{closest_ids(name, names)} List them with: fslab runs")
+    if whole and inside:
+        raise UsageError(f"'{ref}' is inside run {name}'s folder, and this command takes whole runs: give the run's "
+                         f"id or its folder, {Path(runs_dir) / name}")
     return name
 
 

@@ -127,11 +127,12 @@ def sweep_runs(runs_dir: Path, record: dict) -> list[Run]:
     return [Run(Path(runs_dir) / run_id) for run_id in record["runs"]]
 
 
-def select_runs(runs_dir: Path, refs: list[str], verb: str) -> list[Run]:
+def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = False) -> list[Run]:
     """The runs named on a command line: run ids (or unique parts of them),
     sweep ids (every run of the sweep) or ``all``; each run once, where it is first
     named. None at all (``all`` in an empty store, sweeps without runs) is a
-    UsageError saying which, with what the command would ``verb`` them."""
+    UsageError saying which, with what the command would ``verb`` them. ``whole``: a path
+    must name a run's folder, not a file in it (:func:`fslab.core.runstore.find_run`)."""
     if refs == ["all"]:
         runs = list_runs(runs_dir)
         if not runs:
@@ -144,7 +145,7 @@ def select_runs(runs_dir: Path, refs: list[str], verb: str) -> list[Run]:
         if names_sweep(runs_dir, ref):
             runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
         else:
-            runs.append(find_run(runs_dir, ref))
+            runs.append(find_run(runs_dir, ref, whole=whole))
     if not runs:  # only sweeps, each without runs
         named = "the sweeps named hold" if len(refs) > 1 else "the sweep named holds"
         raise UsageError(f"no runs to {verb}: {named} none (list runs and sweeps with: fslab runs)")
