@@ -790,3 +790,27 @@ def test_show_names_a_pid_only_for_a_worker_that_lives_or_died_unrecorded(projec
         assert shown.returncode == 0 and f"  {state}  " in shown.stdout.splitlines()[0], shown.stdout
         second = shown.stdout.splitlines()[1]
         assert second.endswith(f", pid {pid}") if pid else "pid" not in second, second
+
+
+def test_a_command_given_no_run_says_so_in_one_line(project):
+    """fslab delete $(fslab runs --state failed -q), where no run failed, passes no id at all: typer's
+    "Missing argument 'RUN|SWEEP'" gave no reason. Each command that takes runs says why."""
+    run = create_run(project / "runs", "nca", {"method": "nca", "seed": 0})
+    run.write_status(state="completed")
+    listed = fslab("runs", "--state", "failed", "-q", cwd=project)
+    assert (listed.returncode, listed.stdout) == (0, "")
+    for command in (["delete", "--yes"], ["eval"], ["compare"], ["export", "--to", "tensorboard"], ["plot", "epoch"]):
+        result = fslab(*command, *listed.stdout.split(), cwd=project)
+        assert (result.returncode, result.stdout) == (2, ""), command
+        assert result.stderr == (f"error: no run named: fslab {command[0]} takes RUN|SWEEP... (run ids, unique "
+                                 "parts of them, 'last', runs' folders, sweep ids or 'all'), and a $(fslab runs ... "
+                                 "-q) that listed no run passes none; nothing was done (list the runs with: "
+                                 "fslab runs)\n")
+    for command, takes in (("stop", "RUN|SWEEP (a run id, a unique part of one, 'last' or a run's folder, or a sweep "
+                                    "id)"), ("show", "RUN (a run id, a unique part of one, 'last' or a run's folder)")):
+        result = fslab(command, cwd=project)
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"error: no run named: fslab {command} takes {takes}, and a $("), command
+    assert run.path.is_dir()
+    other = fslab("study", "show", cwd=project)  # an argument that names no run: typer's line, as before
+    assert other.stderr.startswith("error: Missing argument 'STUDY'.")

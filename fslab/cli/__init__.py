@@ -135,6 +135,8 @@ def parse_error_line(exc, argv: list[str]) -> str:
     does not always say it) and where the help is."""
     message = " ".join(exc.format_message().split())
     param = getattr(exc, "param", None)
+    if no_ids := _no_runs_given(exc, param):
+        return no_ids
     if isinstance(exc, typer.BadParameter) and getattr(param, "param_type_name", "") == "option":
         given = [arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
                  for i, arg in enumerate(argv) if arg.partition("=")[0] in param.opts]
@@ -142,3 +144,24 @@ def parse_error_line(exc, argv: list[str]) -> str:
             message = f"{message.rstrip('.')}, got {given[-1]!r}"
     ctx = getattr(exc, "ctx", None)
     return f"{message} (see {ctx.command_path} --help)" if ctx is not None else message
+
+
+def _no_runs_given(exc, param) -> str | None:
+    """For a command that takes runs (RUN, RUN|SWEEP) given none, the line that says so: typer's
+    "Missing argument" named no reason, and the usual one is a ``$(fslab runs ... -q)`` that listed
+    no run, which passes no id at all."""
+    metavar = getattr(param, "metavar", None) or ""
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ != "MissingParameter" or ctx is None or "RUN" not in metavar.split("|"):
+        return None
+    names, at = [], ctx
+    while at.parent is not None:  # the command's words, whatever ran fslab (python -m fslab)
+        names.insert(0, at.info_name)
+        at = at.parent
+    sweeps = "SWEEP" in metavar
+    if getattr(param, "nargs", 1) != 1:
+        takes = f"{metavar}... (run ids, unique parts of them, 'last', runs' folders{', sweep ids' * sweeps} or 'all')"
+    else:
+        takes = f"{metavar} (a run id, a unique part of one, 'last' or a run's folder{', or a sweep id' * sweeps})"
+    return (f"no run named: fslab {' '.join(names)} takes {takes}, and a $(fslab runs ... -q) that listed no run "
+            f"passes none; nothing was done (list the runs with: fslab runs)")
