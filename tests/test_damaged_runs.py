@@ -176,7 +176,7 @@ def test_a_sweep_record_naming_runs_outside_the_store_is_not_read(tmp_path):
     folder.mkdir(parents=True)
     for name, runs in [("sweep-1-int", [5, None]), ("sweep-1-up", ["../outside"]), ("sweep-1-dot", [".."])]:
         (folder / f"{name}.json").write_text(json.dumps({"id": name, "method": "nca", "runs": runs}))
-        with pytest.raises(UsageError, match=r"cannot be read \(it must list its runs' ids\)"):
+        with pytest.raises(UsageError, match=r"cannot be read \(it must be JSON listing its runs' ids\)"):
             load_sweep(tmp_path / "runs", name)
     assert sweep_records(tmp_path / "runs") == []
 

@@ -198,3 +198,28 @@ def test_a_path_inside_a_run_is_refused_where_its_folder_deletes_it(project, sto
     shown = fslab("show", f"runs/{a.id}/config.json", cwd=project)  # a command that only reads takes it still
     assert shown.returncode == 0 and shown.stdout.startswith(a.id), shown.stderr
     assert fslab("delete", f"runs/{a.id}/", "-y", cwd=project).stdout == f"{a.id}: deleted\n"  # the folder, whole
+
+
+def test_a_sweep_whose_record_cannot_be_read_is_deleted_with_its_runs(project, store):
+    """A record cut short (not JSON) could only be removed by hand: every command, fslab delete
+    included, said it "cannot be read" and nothing else."""
+    runs, a, b, c = store
+    for run in (a, b):  # the sweep's runs carry its id in their status, as fslab sweep writes it
+        run.write_status(sweep="sweep-20261128-100000-ab12")
+    path = runs / "sweeps" / "sweep-20261128-100000-ab12.json"
+    path.write_text(path.read_text()[:40])
+    said = (f"error: sweep record runs/sweeps/{path.name} cannot be read (it must be JSON listing its runs' ids); "
+            f"remove it with its runs: fslab delete {path.stem}, or alone: rm runs/sweeps/{path.name}\n")
+    for command in (["compare", "ab12"], ["eval", "ab12"], ["stop", "ab12"], ["sweep", "resume", "ab12"]):
+        result = fslab(*command, cwd=project)
+        assert (result.returncode, result.stderr) == (2, said), command
+    assert fslab("runs", "-q", cwd=project).stdout.split() == [c.id, b.id, a.id]  # the listing goes on
+    result = fslab("delete", "ab12", "--yes", cwd=project)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sorted(lines[:2]) == sorted([f"{a.id}: deleted", f"{b.id}: deleted"])
+    assert lines[2:] == [f"{path.stem}: damaged sweep record deleted"]
+    assert sorted(p.name for p in runs.iterdir()) == sorted([c.id, "sweeps"]) and not path.exists()
+    path.write_text('{"runs": 3}')  # JSON of the wrong shape, its runs deleted already: the record alone
+    assert fslab("delete", path.stem, "-y", cwd=project).stdout == f"{path.stem}: damaged sweep record deleted\n"
+    assert not path.exists() and c.path.is_dir()

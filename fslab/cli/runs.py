@@ -450,16 +450,19 @@ def delete(
     """Delete ended runs for good: their folders, and their ids in the sweep records (a sweep left with none goes too).
 
     Queued and running runs are refused (stop them first with fslab stop); if any named run is one, nothing is
-    deleted. Asks first, naming the runs, unless --yes is given.
+    deleted. Asks first, naming the runs, unless --yes is given. A sweep whose record cannot be read (not JSON, or
+    not listing run ids) goes with the runs it still names and those whose status names the sweep, record included.
     """
-    from fslab.core.deletion import check_deletable, delete_runs
+    from fslab.core.deletion import check_deletable, delete_records, delete_runs
     from fslab.core.sweeps import select_runs
 
-    runs_dir = settings().runs_dir
-    chosen = select_runs(runs_dir, refs, "delete", whole=True)  # a file's path would delete the run it is in
+    runs_dir, damaged = settings().runs_dir, []
+    chosen = select_runs(runs_dir, refs, "delete", whole=True, damaged=damaged)  # a file's path: not its run
     check_deletable(chosen)
     if not yes:
         named = ", ".join(run.id for run in chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5 else "")
+        if damaged:  # a sweep whose record cannot be read: the record goes too
+            named = (f"{named}; " if chosen else "") + "the damaged record " + ", ".join(map(str, damaged))
         if not sys.stdin.isatty():
             raise UsageError(f"fslab delete asks before it deletes {count(len(chosen), 'run')} ({named}), and no one "
                              "can answer here (stdin is not a terminal); add --yes to delete them")
@@ -478,3 +481,6 @@ def delete(
                       highlight=False)
 
     delete_runs(runs_dir, chosen, said)
+    delete_records(damaged)
+    for path in damaged:
+        console.print(f"{path.stem}: damaged sweep record deleted", highlight=False)

@@ -105,6 +105,16 @@ def forget(runs_dir: Path, ids: set[str]) -> None:
                              f"{exc.strerror or exc}") from None
 
 
+def delete_records(paths: list[Path]) -> None:
+    """Remove the sweep records at ``paths``, records that cannot be read (fslab delete SWEEP, once the runs
+    found for it are deleted); one already gone is left so; one the system keeps is a FslabError naming it."""
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise FslabError(f"could not delete sweep record {path}: {exc.strerror or exc}") from None
+
+
 def clear_trash(runs_dir: Path) -> None:
     """Remove the hidden folders an interrupted deletion left in the store."""
     try:

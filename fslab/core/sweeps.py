@@ -115,24 +115,46 @@ def record_named(runs_dir: Path, ref: str) -> str | None:
 
 
 def load_sweep(runs_dir: Path, ref: str) -> dict:
-    """A sweep's record by id, unique part of it, or ``last``."""
-    path = Path(runs_dir) / SWEEPS / f"{sweep_name(runs_dir, ref)}.json"
+    """A sweep's record by id, unique part of it, or ``last``; one that cannot be read is a UsageError
+    naming the two ways to remove it (:func:`damaged_sweep`)."""
+    name = sweep_name(runs_dir, ref)
+    path = Path(runs_dir) / SWEEPS / f"{name}.json"
     record = read_json(path)
     if not readable(record):
-        raise UsageError(f"sweep record {path} cannot be read (it must list its runs' ids)")
+        raise UsageError(f"sweep record {path} cannot be read (it must be JSON listing its runs' ids); remove it "
+                         f"with its runs: fslab delete {name}, or alone: rm {path}")
     return record
+
+
+def damaged_sweep(runs_dir: Path, ref: str) -> tuple[Path, list[str]] | None:
+    """For a sweep whose record cannot be read (half a file, an edit gone wrong), the record's path and its
+    runs: the run ids it still names, where it is a list of them in part, and the runs whose status names
+    the sweep (each run keeps its sweep's id there); None for a sweep whose record reads."""
+    name = sweep_name(runs_dir, ref)
+    path = Path(runs_dir) / SWEEPS / f"{name}.json"
+    record = read_json(path)
+    if readable(record):
+        return None
+    named = record.get("runs") if record else None
+    ids = [run_id for run_id in named if is_run_id(run_id)] if isinstance(named, list) else []
+    ids += [run_id for run_id in run_names(runs_dir)
+            if run_id not in ids and Run(Path(runs_dir) / run_id).status().get("sweep") == name]
+    return path, ids
 
 
 def sweep_runs(runs_dir: Path, record: dict) -> list[Run]:
     return [Run(Path(runs_dir) / run_id) for run_id in record["runs"]]
 
 
-def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = False) -> list[Run]:
+def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = False,
+                damaged: list[Path] | None = None) -> list[Run]:
     """The runs named on a command line: run ids (or unique parts of them),
     sweep ids (every run of the sweep) or ``all``; each run once, where it is first
     named. None at all (``all`` in an empty store, sweeps without runs) is a
     UsageError saying which, with what the command would ``verb`` them. ``whole``: a path
-    must name a run's folder, not a file in it (:func:`fslab.core.runstore.find_run`)."""
+    must name a run's folder, not a file in it (:func:`fslab.core.runstore.find_run`). A sweep
+    whose record cannot be read is a UsageError, unless ``damaged`` is given (fslab delete): then
+    its record's path is added to it, and its runs are those :func:`damaged_sweep` finds."""
     if refs == ["all"]:
         runs = list_runs(runs_dir)
         if not runs:
@@ -142,11 +164,14 @@ def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = Fal
         raise UsageError("'all' names every run: give it alone, or name the runs and sweeps")
     runs = []
     for ref in refs:
-        if names_sweep(runs_dir, ref):
+        if names_sweep(runs_dir, ref) and damaged is not None and (found := damaged_sweep(runs_dir, ref)):
+            damaged.append(found[0])
+            runs += [Run(Path(runs_dir) / run_id) for run_id in found[1]]
+        elif names_sweep(runs_dir, ref):
             runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
         else:
             runs.append(find_run(runs_dir, ref, whole=whole))
-    if not runs:  # only sweeps, each without runs
+    if not runs and not damaged:  # only sweeps, each without runs
         named = "the sweeps named hold" if len(refs) > 1 else "the sweep named holds"
         raise UsageError(f"no runs to {verb}: {named} none (list runs and sweeps with: fslab runs)")
     once = {run.id: run for run in reversed(runs)}  # a run named twice (a sweep and one of its runs) counts once
