@@ -154,7 +154,12 @@ def test_plugins_write_parameters_and_recipes_as_set_takes_them():
         (["run", "nca"], "[run.train]\ncompile = true\n",
          "config key 'train.compile' must be one of off, default, max-autotune, got true (set by train.compile in "
          "[run] of fslab.toml)"),
-        (["run", "nca", "--device", "tpu"], "", "config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N"),
+        (["run", "nca", "--device", "tpu"], "", "error: --device must be auto, cpu, cuda (a GPU) or cuda:N"),
+        # an option's value out of range named the key it sets: config key 'train.processes' for --gpus 0
+        (["run", "nca", "--gpus", "0"], "", "error: --gpus must be at least 1, got 0"),
+        (["sweep", "nca", "--epochs", "0"], "", "error: --epochs must be a whole number from 1 to 1,000,000, got 0"),
+        (["run", "nca", "--lr", "-1"], "", "error: --lr must be > 0 and at most 3.4e38 (float32's largest), got -1.0"),
+        (["run", "nca", "--set", "train.processes=0"], "", "error: config key 'train.processes' must be at least 1"),
         (["run", "nca", "--set", "dataset.classes=24"], "",
          "synthetic: need at least 2 classes in each split, got dataset.classes=24, dataset.val_classes=40, "
          "dataset.test_classes=40; dataset.classes counts all three splits, so use dataset.classes >= 82"),

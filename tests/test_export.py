@@ -133,7 +133,12 @@ def test_parameters_come_from_the_run_then_fslab_toml_then_set(store, tmp_path):
     (["sweep-nope", "--to", "tensorboard"], "error: 'sweep-nope' matches no sweep. Sweeps: sweep-20200101-000000"),
     (["all", "--to", "tensorbored"],
      "error: Unknown sink 'tensorbored'. Did you mean 'tensorboard'? Allowed: mlflow, tensorboard, wandb."),
-    (["all", "--to", "wandb", "--set", "mode=onlin"], None),
+    (["all", "--to", "wandb", "--set", "mode=onlin"],  # named sinks.wandb.mode, which --set was not given
+     "error: --set mode must be one of offline, online, got \"onlin\". Did you mean 'online'?"),
+    (["all", "--to", "tensorboard", "--set", "bogus=1"],
+     "error: unknown parameter --set bogus for sink 'tensorboard'. Allowed: log_dir."),
+    (["all", "--to", "tensorboard", "--set", "sinks.tensorboard.bogus=1"],
+     "error: unknown parameter --set sinks.tensorboard.bogus for sink 'tensorboard'. Allowed: log_dir."),
     (["all", "--to", "tensorboard", "--set", "log_dir"],  # not --set's example for a run, train.lr=0.05
      "error: --set takes KEY=VALUE for a parameter of sink 'tensorboard' (log_dir), got 'log_dir'"),
     (["all", "--to", "mlflow", "--set", "train.lr=0.05"],

@@ -45,10 +45,10 @@ CONFIG_CASES = {
     "queries-too-many": (["--set", "eval.queries=40"], ["'eval.queries'", "got 40", "at most 30"]),
     "extra-ways-100": (["--set", "eval.extra_ways=[5,100]"],
                        ["'eval.extra_ways'", "at most 40", "test split (40 classes of 30 images)", "got 100"]),
-    "lr-negative": (["--lr", "-0.1"], ["'train.lr'", "> 0", "got -0.1"]),
-    "lr-zero": (["--lr", "0"], ["'train.lr'", "> 0", "got 0.0"]),
-    "lr-inf": (["--lr", "inf"], ["'train.lr'", "finite number", "got inf"]),
-    "lr-nan": (["--lr", "nan"], ["'train.lr'", "finite number", "got nan"]),
+    "lr-negative": (["--lr", "-0.1"], ["--lr must", "> 0", "got -0.1"]),
+    "lr-zero": (["--lr", "0"], ["--lr must", "> 0", "got 0.0"]),
+    "lr-inf": (["--lr", "inf"], ["--lr must", "finite number", "got inf"]),
+    "lr-nan": (["--lr", "nan"], ["--lr must", "finite number", "got nan"]),
     "temperature-0": (["--set", "loss.temperature=0"], ["loss.temperature", "> 0", "got 0.0"]),
     "temperature-negative": (["--set", "loss.name=supcon", "--set", "loss.temperature=-1"],
                              ["supcon", "loss.temperature", "> 0", "got -1.0"]),
@@ -60,7 +60,7 @@ CONFIG_CASES = {
               ["evaluator.k", "between 1 and the 5 support points", "got 6"]),
     "finetune-1-shot": (["--set", "evaluator.name=finetune"], ["finetune", "eval.shots", ">= 2", "[1, 5]"]),
     "feature-stages": (["--set", "eval.feature_stages=5"], ["eval.feature_stages", "between 1 and 4", "got 5"]),
-    "device-word": (["--device", "tpu"], ["'device'", "auto, cpu, cuda (a GPU) or cuda:N", '"tpu"']),
+    "device-word": (["--device", "tpu"], ["--device must", "auto, cpu, cuda (a GPU) or cuda:N", '"tpu"']),
 }
 
 # Every range declared on the typed sections: a value just outside it.

@@ -268,11 +268,17 @@ def check_evaluator(label: str) -> None:
         raise UnknownName("evaluator", name, names)
 
 
+# The options of fslab run (and sweep) that set a key whose range is checked, by the key they set.
+OPTION_NAMES = {("train", "epochs"): "--epochs", ("train", "batch_size"): "--batch-size", ("train", "lr"): "--lr",
+                ("seed",): "--seed", ("device",): "--device", ("train", "processes"): "--gpus"}
+
+
 def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None,
               sinks=None, file_set=()) -> list[dict]:
     """Config layers from the options of `fslab run`, then a sweep file's [set] (``file_set``),
     then the command's --set (one layer: :func:`fslab.core.assignments.assignments_layer`), then --sink."""
     from fslab.core.assignments import assignments_layer, nest
+    from fslab.core.config import check_option
     from fslab.core.keys import SINKS
 
     options = {
@@ -280,6 +286,9 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
         ("train", "epochs"): epochs, ("train", "batch_size"): batch_size, ("train", "lr"): lr,
         ("seed",): seed, ("device",): device, ("train", "processes"): gpus,
     }
+    for path, option in OPTION_NAMES.items():  # a value out of range names the option: --gpus, not train.processes
+        if options[path] is not None:
+            check_option(".".join(path), options[path], option)
     layers = [nest(list(path), value) for path, value in options.items() if value is not None]
     layers += [assignments_layer(texts) for texts in (file_set, set_ or []) if texts]
     # --sink after --set: sinks=[] clears fslab.toml's sinks, not the ones named beside it

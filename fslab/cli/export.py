@@ -54,7 +54,8 @@ def export_(
     found = registry(project)
     found.get("sink", to)  # an unknown sink: one line naming the installed ones
     # a wrong --set or [run.sinks.SINK] of fslab.toml: one line before any run is touched
-    layers = checked_layers(found, project, to, _command_layer(found, to, set_ or []))
+    given_as: dict[str, str] = {}
+    layers = checked_layers(found, project, to, _command_layer(found, to, set_ or [], given_as), given_as)
     exported, skipped, failed = 0, 0, 0
     chosen = select_runs(project.runs_dir, refs, "export")
     for run in chosen:
@@ -83,9 +84,10 @@ def export_(
         raise typer.Exit(1)
 
 
-def _command_layer(found, to: str, assignments: list[str]) -> dict:
+def _command_layer(found, to: str, assignments: list[str], given_as: dict[str, str]) -> dict:
     """``--set log_dir=/shared/tb`` (or ``sinks.tensorboard.log_dir=...``) -> ``{"log_dir": "/shared/tb"}``;
-    anything else is one line naming the sink's parameters (not ``train.lr=0.05``, --set's example for a run)."""
+    anything else is one line naming the sink's parameters (not ``train.lr=0.05``, --set's example for a run).
+    ``given_as`` gets each parameter's key as written, for the messages about it."""
     from fslab.core.assignments import parse_assignment
     from fslab.core.keys import SINKS
 
@@ -99,4 +101,5 @@ def _command_layer(found, to: str, assignments: list[str]) -> dict:
             allowed = ", ".join(sorted(found.get("sink", to).params)) or "none"
             raise UsageError(f"--set takes KEY=VALUE for a parameter of sink '{to}' ({allowed}), got '{text}'")
         command[path[0]] = value
+        given_as[path[0]] = key.strip()
     return command

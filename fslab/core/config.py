@@ -50,6 +50,7 @@ from fslab.core.limits import (
     at_least,
     between,
     check_fields,
+    check_rule,
     listing,
     matching,
     one_of,
@@ -462,6 +463,20 @@ def _checked(key: str, value: Any, default: Any) -> Any:
         shown = str(value).lower() if isinstance(value, bool) else repr(value)  # as TOML and --set write it
         raise ConfigError(f"config key '{key}' must be {rule.text}, got {shown}")
     return check_value(key, value, default)
+
+
+def check_option(key: str, value: Any, option: str) -> None:
+    """``value`` for ``key`` given by a command's ``option`` (``--gpus`` sets ``train.processes``): a
+    ConfigError naming the option, as the command line wrote it, where the key's type or range refuses it."""
+    section, _, name = key.rpartition(".")
+    kind = {"": RunConfig, "train": TrainConfig, "eval": EvalConfig}[section]
+    rule = next((f.metadata.get(RULE) for f in dataclasses.fields(kind) if f.name == name), None)
+    try:
+        _checked(key, value, dotted(DEFAULTS)[key])
+        if rule is not None:
+            check_rule(key, value, rule)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(f"config key '{key}'", option, 1)) from None
 
 
 def _check_keys(values: dict, expected: list[str], prefix: str) -> None:

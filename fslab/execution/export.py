@@ -54,16 +54,25 @@ def project_layer(settings, sink: str) -> dict:
     return own if isinstance(own, dict) else {}
 
 
-def checked_layers(registry, settings, sink: str, command: dict) -> list[dict]:
+def checked_layers(registry, settings, sink: str, command: dict, given_as: dict | None = None) -> list[dict]:
     """The layers over a run's own parameters for ``sink``: ``[run.sinks.SINK]``
     of ``fslab.toml``, then ``command`` (``--set``), checked together before any
     run is touched. A value of fslab.toml's that cannot be used is a ConfigError
-    naming the file and its table, not the run's configuration."""
+    naming the file and its table, not the run's configuration; one of the command's
+    names the option as given (``given_as``: each parameter's key as the command wrote it,
+    ``--set bogus``, not ``sinks.tensorboard.bogus``)."""
     layers = [project_layer(settings, sink), command]
     try:
         sink_params(registry, sink, merged(*layers))
     except ConfigError as exc:
-        sink_params(registry, sink, command)  # the command's own fault: its own line
+        try:
+            sink_params(registry, sink, command)  # the command's own fault: its own line
+        except ConfigError as own:
+            said = str(own)
+            for param, key in (given_as or {}).items():
+                said = said.replace(f"config key '{SINKS}.{sink}.{param}'", f"--set {key}", 1)
+                said = said.replace(f"'{SINKS}.{sink}.{param}'", f"--set {key}", 1)
+            raise ConfigError(said) from None
         raise ConfigError(f"{settings.path or 'fslab.toml'}: [run.{SINKS}.{sink}]: {exc}") from None
     return layers
 
