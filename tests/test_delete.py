@@ -223,3 +223,18 @@ def test_a_sweep_whose_record_cannot_be_read_is_deleted_with_its_runs(project, s
     path.write_text('{"runs": 3}')  # JSON of the wrong shape, its runs deleted already: the record alone
     assert fslab("delete", path.stem, "-y", cwd=project).stdout == f"{path.stem}: damaged sweep record deleted\n"
     assert not path.exists() and c.path.is_dir()
+
+
+def test_runs_of_a_sweep_whose_folders_are_gone_are_said_by_fslab_runs_sweep(project, store):
+    """A run of a sweep removed by hand (rm -r) left fslab runs --sweep listing the others with no word of
+    it, where fslab compare of the same sweep names it."""
+    import shutil
+
+    runs, a, b, c = store
+    shutil.rmtree(a.path)
+    said = (f"1 run left out, each one whose folder is gone, though its sweep's record names it: {a.id}\n")
+    for extra in ([], ["-q"], ["--json"]):
+        result = fslab("runs", "--sweep", "ab12", *extra, cwd=project)
+        assert (result.returncode, result.stderr) == (0, said), extra
+    assert fslab("runs", "--sweep", "ab12", "-q", cwd=project).stdout == f"{b.id}\n"
+    assert fslab("runs", "-q", cwd=project).stderr == ""  # without --sweep no record is read

@@ -103,6 +103,18 @@ def _check_sweep(runs_dir, sweep: str | None, listed: list) -> None:
         raise no_sweep(f"--sweep {sweep}", sweep, names)
 
 
+def _say_gone(runs_dir, sweep: str | None) -> None:
+    """On stderr, for --sweep: the runs its sweeps' records name whose folders are gone (deleted by hand), which
+    no listing can show, as fslab compare says them."""
+    from fslab.core.summary import sweep_members
+
+    gone = sorted(run_id for run_id in sweep_members(runs_dir, sweep) if not (runs_dir / run_id).is_dir())
+    if gone:
+        err_console.print(f"{count(len(gone), 'run')} left out, each one whose folder is gone, though its sweep's "
+                          f"record names it: {shown(', '.join(gone[:5]))}{', ...' if len(gone) > 5 else ''}",
+                          highlight=False)
+
+
 @app.command()
 def runs(
     as_json: JsonFlag = False,
@@ -118,8 +130,8 @@ def runs(
                                                autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(
         help="Only runs of the sweeps whose id contains this, or of the newest sweep: last (the runs their "
-             "records list, too), with a column for each key their grids vary; one that no sweep's id contains is "
-             "refused.",
+             "records list, too; those whose folders are gone named on stderr), with a column for each key their "
+             "grids vary; one that no sweep's id contains is refused.",
         autocompletion=sweep_ids)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Test accuracies saved under this evaluator label, e.g. knn\\[k=3] (default: each run's own), "
@@ -140,6 +152,7 @@ def runs(
     summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
                                sweep=sweep)
     _check_sweep(runs_dir, sweep, summaries)
+    _say_gone(runs_dir, sweep)
     if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
         check_evaluator(evaluator)  # a typo, not an evaluator no run was tested with yet
         if others := _other_labels(summaries, evaluator):  # knn asked, the runs scored by knn[k=3]: say so
