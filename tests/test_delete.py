@@ -238,3 +238,14 @@ def test_runs_of_a_sweep_whose_folders_are_gone_are_said_by_fslab_runs_sweep(pro
         assert (result.returncode, result.stderr) == (0, said), extra
     assert fslab("runs", "--sweep", "ab12", "-q", cwd=project).stdout == f"{b.id}\n"
     assert fslab("runs", "-q", cwd=project).stderr == ""  # without --sweep no record is read
+
+
+def test_an_id_with_the_slash_of_a_completed_folder_names_its_run_or_sweep(project, store):
+    """Completed in runs/ and pasted in the project (2e05/), an id with a trailing slash was taken as a path:
+    "'2e05/' is no run's folder in this project's store", for a run and for a sweep alike."""
+    runs, a, b, c = store
+    shown = fslab("show", f"{c.id[-4:]}/", cwd=project)
+    assert shown.returncode == 0 and shown.stdout.startswith(c.id), shown.stderr
+    result = fslab("delete", "ab12/", f"{c.id}/", "--yes", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == sorted(f"{run.id}: deleted" for run in (a, b, c))

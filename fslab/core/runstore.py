@@ -313,6 +313,7 @@ def find_run(runs_dir: Path, ref: str, *, whole: bool = False) -> Run:
     Folder names are compared, and no file is read, so a store of any size answers at once."""
     if not ref.strip():
         raise RunNotFound("an empty run id names no run; give a run id, a unique part of one, or 'last'")
+    ref = as_id(ref)
     if ref != "last":  # unreadable runs can be named too: fslab show says why they cannot be read
         # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
         names = [name for name in run_names(runs_dir)
@@ -323,6 +324,14 @@ def find_run(runs_dir: Path, ref: str, *, whole: bool = False) -> Run:
         raise RunNotFound(f"no runs yet: {runs_dir}/ holds none; start one with: fslab run nca{project_above()}")
     newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
     return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: creation_key(r.id, _created(r)))
+
+
+def as_id(ref: str) -> str:
+    """``ref`` without the ``/`` a shell's completion leaves after a folder's name, where that is all the path
+    there is and no such folder is here (``2e05/``, completed in the store and run from the project): a
+    part of an id, as a path it names nothing. Anything else as given."""
+    bare = ref.rstrip("/")
+    return bare if bare and bare != ref and "/" not in bare and not os.path.lexists(ref) else ref
 
 
 def is_path(ref: str) -> bool:

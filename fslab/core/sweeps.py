@@ -13,7 +13,17 @@ from pathlib import Path
 
 from fslab.core.errors import FslabError, UsageError, did_you_mean
 from fslab.core.files import atomic_write_json, read_json
-from fslab.core.runstore import SWEEPS, Run, find_run, is_path, list_runs, matching_names, run_names, sweeps_named
+from fslab.core.runstore import (
+    SWEEPS,
+    Run,
+    as_id,
+    find_run,
+    is_path,
+    list_runs,
+    matching_names,
+    run_names,
+    sweeps_named,
+)
 
 
 def new_sweep_id(runs_dir: Path, name: str = "") -> str:
@@ -163,7 +173,7 @@ def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = Fal
     if "all" in refs:
         raise UsageError("'all' names every run: give it alone, or name the runs and sweeps")
     runs = []
-    for ref in refs:
+    for ref in map(as_id, refs):  # 2e05/ as 2e05
         if names_sweep(runs_dir, ref) and damaged is not None and (found := damaged_sweep(runs_dir, ref)):
             damaged.append(found[0])
             runs += [Run(Path(runs_dir) / run_id) for run_id in found[1]]
