@@ -670,7 +670,7 @@ def test_an_option_that_contradicts_the_sweep_file_s_set_is_refused_not_overrule
                                                          f"the two\n")
     # the same value is no contradiction: the sweep is checked on (here refused for its epochs)
     result = fslab("sweep", "--file", "s.toml", "--lr", "0.1", "--seed", "3", "--epochs", "0", cwd=project)
-    assert result.returncode == 2 and "'train.epochs' must be a whole number" in result.stderr
+    assert result.returncode == 2 and "--epochs must be a whole number" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
