@@ -249,3 +249,13 @@ def test_an_id_with_the_slash_of_a_completed_folder_names_its_run_or_sweep(proje
     result = fslab("delete", "ab12/", f"{c.id}/", "--yes", cwd=project)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == sorted(f"{run.id}: deleted" for run in (a, b, c))
+
+
+def test_last_sweep_in_a_store_without_sweeps_says_there_is_none_yet(project):
+    """fslab runs --sweep last with no sweep said "'last' matches no sweep. Sweeps: (none yet)", as if
+    'last' were a sweep id mistyped."""
+    said = ("error: no sweeps yet: runs/sweeps/ holds no sweep's record, so 'last' names none; start one with: "
+            "fslab sweep METHOD --seeds 3\n")
+    for command in (["runs", "--sweep", "last"], ["sweep", "resume", "last"]):
+        result = fslab(*command, cwd=project)
+        assert (result.returncode, result.stderr) == (2, said), command

@@ -398,7 +398,7 @@ def test_last_names_the_newest_sweep_where_a_sweep_is_taken(tmp_path):
     from fslab.core.errors import UsageError
     from fslab.core.sweeps import load_sweep, save_sweep
 
-    with pytest.raises(UsageError, match=r"^'last' matches no sweep. Sweeps: \(none yet\)$"):
+    with pytest.raises(UsageError, match=r"^no sweeps yet: .*/sweeps/ holds no sweep's record, so 'last' names none"):
         load_sweep(tmp_path, "last")
     for sweep_id in ("sweep-20261124-090000-9c01", "sweep-20261125-080000-0001", "sweep-20261124-100000-ffff"):
         save_sweep(tmp_path, sweep_id, runs=[])

@@ -100,6 +100,9 @@ def sweep_name(runs_dir: Path, ref: str) -> str:
     folder = Path(runs_dir) / SWEEPS
     names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
     found = names[-1:] if ref == "last" else [n for n in names if n == ref] or [n for n in names if ref in n]
+    if not names:
+        raise UsageError(f"no sweeps yet: {folder}/ holds no sweep's record, so '{ref}' names none; start one with: "
+                         "fslab sweep METHOD --seeds 3")
     if not found:
         raise no_sweep(f"'{ref}'", ref, names)
     if len(found) > 1:
