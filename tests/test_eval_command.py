@@ -309,7 +309,7 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     (["--split", "train"], "--split must be test or val"),
     (["--evaluator", "centriod"], "Unknown evaluator 'centriod'. Did you mean 'centroid'?"),
     (["--set", "evaluator.name=knn"], "fslab eval names its evaluator with --evaluator, not --set: --evaluator knn"),
-    (["--device", "cuda:x"], "config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N, got \"cuda:x\""),
+    (["--device", "cuda:x"], "--device must be auto, cpu, cuda (a GPU) or cuda:N, got \"cuda:x\""),
     ([], "has no checkpoint yet"),
     (["damaged"], "config.json is missing or not a JSON object"),
     (["version"], ": config_version must be a whole number >= 0, got 'x'"),

@@ -421,7 +421,7 @@ def test_fslab_eval_with_every_feature_evaluator(trained_run, builtin_plugins, m
         (["--evaluator", "knn", "--set", "evaluator.k=2.5"], "config key 'evaluator.k' must be an integer, got 2.5"),
         (["--evaluator", "knn", "--set", "evaluator.k=-1"], "config key 'evaluator.k' must be at least 0, got -1"),
         (["--evaluator", "knn", "--set", "evaluator.ties=nearst"], "Did you mean 'nearest'?"),
-        (["--device", "tpu"], "config key 'device' must be auto, cpu, cuda (a GPU) or cuda:N, got \"tpu\""),
+        (["--device", "tpu"], "--device must be auto, cpu, cuda (a GPU) or cuda:N, got \"tpu\""),
     ]:
         bad = runner.invoke(app, ["eval", run_id, *argv])
         assert isinstance(bad.exception, UsageError) and message in str(bad.exception), (argv, bad.exception)

@@ -252,11 +252,10 @@ def _evaluator_params(assignments: list[str], found, name: str) -> dict:
 
 def _check_device(device: str) -> None:
     """The device ``fslab eval`` would use, checked as ``fslab run --device`` is."""
-    from fslab.core.config import RunConfig
-    from fslab.core.limits import check_fields
+    from fslab.core.config import check_option
     from fslab.execution.checks import check_device
 
-    check_fields(RunConfig, {"device": device})
+    check_option("device", device, "--device")  # named as given, as fslab run names it
     check_device({"device": device, "train": {"processes": 1}})
 
 
