@@ -259,3 +259,16 @@ def test_last_sweep_in_a_store_without_sweeps_says_there_is_none_yet(project):
     for command in (["runs", "--sweep", "last"], ["sweep", "resume", "last"]):
         result = fslab(*command, cwd=project)
         assert (result.returncode, result.stderr) == (2, said), command
+
+
+def test_fslab_runs_sweep_of_a_damaged_record_says_how_to_remove_it(project, store):
+    """A record that cannot be read, naming no run that is left, was "--sweep X matches no sweep", its
+    file there all the same."""
+    runs, a, b, c = store
+    path = runs / "sweeps" / "sweep-20261202-030000-dead.json"
+    path.write_text('{"id": "sweep-20261202-030000-dead", "runs": ["x"')
+    result = fslab("runs", "--sweep", "dead", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr == (f"error: sweep record runs/sweeps/{path.name} cannot be read (it must be JSON listing its "
+                             f"runs' ids); remove it with its runs: fslab delete {path.stem}, or alone: "
+                             f"rm runs/sweeps/{path.name}\n")

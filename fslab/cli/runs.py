@@ -92,14 +92,17 @@ def _check_sweep(runs_dir, sweep: str | None, listed: list) -> None:
     """Where no run is ``listed``, a UsageError for a --sweep that is part of no sweep's id, its record's or
     its runs': a mistyped id, not a sweep whose runs the other filters leave out (exit code 2, as fslab
     compare says it)."""
+    from fslab.core.runstore import SWEEPS
     from fslab.core.summary import list_summaries
-    from fslab.core.sweeps import no_sweep, sweep_records
+    from fslab.core.sweeps import load_sweep, no_sweep, sweep_records
 
     if listed or sweep is None:
         return
     names = sorted({str(record.get("id")) for record in sweep_records(runs_dir)}
                    | {s.sweep for s in list_summaries(runs_dir, limit=None) if s.sweep})
     if not any(sweep in name for name in names):
+        if any(sweep in record.stem for record in (runs_dir / SWEEPS).glob("sweep-*.json")):
+            load_sweep(runs_dir, sweep)  # a record that cannot be read: the line that says how to remove it
         raise no_sweep(f"--sweep {sweep}", sweep, names)
 
 
