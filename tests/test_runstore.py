@@ -112,6 +112,9 @@ def test_an_id_that_names_no_run_suggests_the_closest_ids(tmp_path):
         with pytest.raises(RunNotFound) as caught:
             find_run(store, ref)
         assert str(caught.value) == f"no run '{ref}' in {store}. Did you mean {meant}? List them with: fslab runs"
+    for ref in ("LAST", "Last", " last"):  # 'last' as a shell or a caps lock gives it
+        with pytest.raises(RunNotFound, match=rf"^no run '{ref}' in .*\. Did you mean 'last' \(the newest run\)\?"):
+            find_run(store, ref)
     with pytest.raises(RunNotFound, match=r"^no run 'zzzz' in .*\. List them with: fslab runs$"):
         find_run(store, "zzzz")  # nothing close: no guess
     with pytest.raises(RunNotFound, match=r"the path\)\. Did you mean '20261202-024548-nca-2e05'\? List"):
