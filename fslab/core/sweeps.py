@@ -178,7 +178,7 @@ def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = Fal
     runs = []
     for ref in map(as_id, refs):  # 2e05/ as 2e05
         if names_sweep(runs_dir, ref) and damaged is not None and (found := damaged_sweep(runs_dir, ref)):
-            damaged.append(found[0])
+            damaged += [found[0]] if found[0] not in damaged else []  # named twice: removed, and said, once
             runs += [Run(Path(runs_dir) / run_id) for run_id in found[1]]
         elif names_sweep(runs_dir, ref):
             runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
