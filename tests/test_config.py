@@ -454,6 +454,23 @@ def test_a_settings_file_that_links_to_nothing_is_one_line_not_the_defaults(tmp_
     assert load_settings().scheduler.cpu_slots == 3
 
 
+def test_a_settings_file_named_that_does_not_exist_is_one_line_not_the_defaults(tmp_path, monkeypatch):
+    """load_settings(".../fslab.toml") with a mistyped path gave the built-in settings in silence: a notebook
+    read ./runs and no plugin folders instead of the project's. A folder with no fslab.toml, where no file
+    is named, still gets the built-in settings."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FSLAB_CONFIG", raising=False)
+    missing = tmp_path / "project" / "fslab.toml"
+    for named in (missing, str(missing)):
+        with pytest.raises(ConfigError, match=rf"^the settings file {re.escape(str(missing))} does not exist; give "
+                                              r"the path of an fslab\.toml, or load_settings\(\) for this folder's"):
+            load_settings(named)
+    assert load_settings() == Settings()
+    missing.parent.mkdir()
+    missing.write_text("[scheduler]\ncpu_slots = 4\n")
+    assert load_settings(missing).scheduler.cpu_slots == 4
+
+
 def test_a_plugin_folder_that_is_missing_is_a_load_failure_not_silence(tmp_path):
     registry = load_registry([tmp_path / "my_plugin"])
     assert [(f.plugin, f.error) for f in registry.failures] == [

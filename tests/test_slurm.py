@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fslab.core.errors import ConfigError
-from fslab.core.settings import load_settings
+from fslab.core.settings import Settings, load_settings
 
 from .runs_helpers import TINY, events, fslab, wait_for
 from .test_resume import SLOW_NCA, trajectory
@@ -40,7 +40,7 @@ def test_slurm_settings_are_checked(tmp_path):
 
     from fslab.execution.slurm import job_options
 
-    settings = load_settings(tmp_path / "missing.toml")
+    settings = Settings()  # the built-in settings: no fslab.toml
     assert job_options(settings, ["partition=debug", "timeout_min=30"]).partition == "debug"
     with pytest.raises(ConfigError, match="--slurm timeout_min must be a whole number of minutes >= 1, got \"soon\""):
         job_options(settings, ["timeout_min=soon"])

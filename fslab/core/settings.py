@@ -174,12 +174,17 @@ def project_above() -> str:
 
 
 def load_settings(path: str | os.PathLike | None = None) -> Settings:
-    """Read ``fslab.toml`` (``path``: another, as text or a Path); a missing file gives the built-in settings."""
-    path = Path(path) if path else settings_path()  # a notebook's "…/fslab.toml" was "'str' has no attribute 'exists'"
+    """Read ``fslab.toml`` (``path``: another, as text or a Path). Where no file is named (neither ``path`` nor
+    ``FSLAB_CONFIG``) and this folder has none, the built-in settings; a file named that does not exist is an error."""
+    given = Path(path) if path else None  # a notebook's "…/fslab.toml" was "'str' has no attribute 'exists'"
+    path = given or settings_path()
     if not path.exists():
         if path.is_symlink():  # a link whose target is gone is no missing file: its settings would be lost
             raise ConfigError(f"{path} is a link to {os.readlink(path)}, which does not exist; "
                               f"restore that file or remove the link")
+        if given is not None:  # a mistyped path read as no file gave the defaults: another runs folder, no plugins
+            raise ConfigError(f"the settings file {path} does not exist; give the path of an fslab.toml, or "
+                              f"load_settings() for this folder's (the built-in settings where it has none)")
         if os.environ.get("FSLAB_CONFIG"):
             raise ConfigError(f"FSLAB_CONFIG names {path}, which does not exist")
         return Settings()
