@@ -39,6 +39,7 @@ from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.keys import dotted
 from fslab.core.limits import at_least, between, listing, matching, one_of, positive
+from fslab.core.text import count
 from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, SinkRun, Split, SplitSizes
 
 # 1.1: register(..., check=f) and CheckContext; Dataset.split_sizes() and SplitSizes.
@@ -58,7 +59,8 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 # 1.10: listing(rule, distinct=True): a list parameter that names each value once.
 # 1.11: an evaluator whose signature names training_loss is given the run's loss section.
 # 1.12: one_of(...) takes numbers as well as text (one_of(1, 5)).
-API_VERSION = "1.12"
+# 1.13: count(n, noun): "1 image", "4 images", as fslab's own messages count things.
+API_VERSION = "1.13"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
@@ -67,7 +69,7 @@ __all__ = [
     "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator", "canonical_evaluator",
     "UsageError", "ConfigError",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
-    "at_least", "positive", "between", "one_of", "matching", "listing",
+    "at_least", "positive", "between", "one_of", "matching", "listing", "count",
 ]
 
 # The extra keywords of register(), by the kinds that use them.

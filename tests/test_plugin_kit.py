@@ -62,6 +62,26 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
         sampler.check({"per_class": 3}, None, 8)
 
 
+def test_the_generated_sampler_counts_images_and_classes_in_words(tmp_path, monkeypatch):
+    """Its messages said "512 classes with 1 images each" (sampler.per_class=1); they count through
+    fslab.plugin's count, as fslab's own messages do."""
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["new", "plugin", "fslab_counted", "--kind", "sampler"]).exit_code == 0
+    monkeypatch.syspath_prepend(str(tmp_path / "fslab_counted"))
+    from fslab_counted import sampler
+
+    from fslab.core.types import CheckContext, SplitSizes
+    from fslab.plugin import UsageError
+
+    context = CheckContext({"train": {"batch_size": 512}}, {"train": SplitSizes((2, 2, 2))})
+    with pytest.raises(UsageError, match=r"^fslab-counted: train.batch_size 512 needs 512 classes with 1 image each, "
+                                         r"the training set has 3; lower train.batch_size$"):
+        sampler.check({"per_class": 1}, context)
+    with pytest.raises(UsageError, match=r"^fslab-counted: a batch needs 1 class with 4 images each, "
+                                         r"the training set has 0$"):
+        sampler.ClassBalancedSampler([0, 0, 1], 4, seed=0, per_class=4)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["new", "plugin", "Bad-Name"], "is not a valid package name"),
     # the example is the name as a package name would spell it (it was fslab_margin, whatever the name)

@@ -31,9 +31,10 @@ def clip(text: str, most: int = 400) -> str:
     return f"{text[:most]}… ({len(text) - most} more characters)"
 
 
-def count(n: int, noun: str) -> str:
-    """``count(1, "run")`` -> ``"1 run"``, ``count(3, "run")`` -> ``"3 runs"``."""
-    return f"{n} {noun}{'s' * (n != 1)}"
+def count(n: int, noun: str, plural: str = "") -> str:
+    """``count(1, "run")`` -> ``"1 run"``, ``count(3, "run")`` -> ``"3 runs"``; a noun whose plural is not
+    the noun and an s is given it: ``count(2, "class", "classes")`` -> ``"2 classes"``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def queries_text(queries: int) -> str:
