@@ -547,6 +547,48 @@ POSITIONAL = """
 """
 
 
+KWARGS_LOSSES = """
+    from fslab.plugin import LossOutput, hookimpl
+
+    def open_loss(z, labels, support=None, **kw):
+        return LossOutput(z.sum() * kw.get("scale", 1.0), 0, 0)
+
+    def scaled_open(z, labels, support=None, *, scale: float = 1.0, **kw):
+        return LossOutput(z.sum() * scale, 0, 0)
+
+    class Head:
+        def __init__(self, num_classes, *, scale: float = 1.0):
+            self.num_classes, self.scale = num_classes, scale
+
+        def __call__(self, z, labels, support=None):
+            return LossOutput(z.sum() * self.scale, 0, 0)
+
+    @hookimpl
+    def register_losses(register):
+        register(open_loss, name="open", description="a function taking **kw")
+        register(scaled_open, name="scaled-open", description="scale, then **kw")
+        register(Head, name="head", description="a class naming num_classes")
+"""
+
+
+def test_a_loss_taking_kwargs_is_not_said_to_allow_what_fslab_fills_in(builtin_plugins, tmp_path, monkeypatch):
+    """A loss function with **kw was said to allow num_classes and out_dim (fslab.create('loss', 'open',
+    scal=2): "Allowed: num_classes, out_dim."), names its author never wrote; a class that names
+    num_classes still lists it, and what fslab fills in is still taken."""
+    import fslab
+    from fslab.core.errors import ConfigError
+    from fslab.core.settings import Settings
+
+    monkeypatch.chdir(tmp_path)
+    fslab.get_registry(Settings(plugin_dirs=(write_plugin(tmp_path / "local", "open", KWARGS_LOSSES),)))
+    for name, allowed in (("open", "(none)"), ("scaled-open", "scale"), ("head", "num_classes, scale")):
+        with pytest.raises(ConfigError) as caught:
+            fslab.create("loss", name, scal=2.0)
+        assert str(caught.value).endswith(f"Allowed: {allowed}."), (name, str(caught.value))
+    assert fslab.describe("loss", "open")["params"] == {}
+    assert fslab.create("loss", "open", out_dim=8).keywords == {"out_dim": 8}
+
+
 def test_a_parameter_declared_before_the_star_is_explained(tmp_path):
     # def wide(z, labels, support=None, margin=1.0): margin is no parameter fslab sets, and --set loss.margin=2
     # said only "Allowed: (none)"; the call's own arguments (support) get no such hint

@@ -46,6 +46,18 @@ def _positional_hint(component, param: str) -> str:
             f"so the plugin should declare it as def f(..., *, {param}=...))")
 
 
+def _named(component, param: str) -> bool:
+    """Whether the component's own signature names ``param`` (one it takes only through ``**kwargs`` is not
+    named: a loss function with ``**kw`` was said to allow num_classes and out_dim, which it never wrote)."""
+    import inspect
+
+    target = component.resolve()
+    try:
+        return param in inspect.signature(target.__init__ if inspect.isclass(target) else target).parameters
+    except (TypeError, ValueError):  # no signature to read: what it takes is not known, so nothing is listed
+        return False
+
+
 def sink_params(registry, name: str, given: dict) -> dict:
     """Sink ``name``'s parameters, checked and complete (:func:`plugin_params`)."""
     return plugin_params(registry, "sink", name, given, f"{SINKS}.{name}")
@@ -71,9 +83,10 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     key = key or kind
     known = [*component.params, *filled_in]
     for param in given:
-        if param not in known:
+        if param not in known:  # a target's **kwargs takes what fslab fills in, but the author wrote no such name
+            listed = [*component.params, *(p for p in filled_in if _named(component, p))]
             raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'."
-                              f"{did_you_mean(param, known)} Allowed: {', '.join(sorted(known)) or '(none)'}."
+                              f"{did_you_mean(param, listed)} Allowed: {', '.join(sorted(listed)) or '(none)'}."
                               + _positional_hint(component, param))
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
