@@ -206,6 +206,48 @@ def test_every_value_written_as_a_setting_reads_back_the_same(value):
     assert parse_assignment(assignment("a.b", value)) == (["a", "b"], value)
 
 
+_PATHS = st.sampled_from(["runs", "", "~", "..", "a\x00b", "\x00", "é/日本"]) | st.text(max_size=6)
+_SETTINGS_FILES = st.fixed_dictionaries({}, optional={
+    "project": st.dictionaries(st.sampled_from(["runs_dir", "plugin_dirs", "runs_dri"]),
+                               _PATHS | st.lists(_PATHS, max_size=2) | _TOML_VALUES, max_size=2),
+    "data_roots": st.dictionaries(st.sampled_from(["synthetic", "x"]), _PATHS | _TOML_VALUES, max_size=2),
+    "scheduler": st.dictionaries(st.sampled_from(["gpus", "runs_per_gpu", "cpu_slots"]),
+                                 st.integers(-2**70, 2**70) | st.lists(st.integers(-2**70, 2**70), max_size=2)
+                                 | st.floats() | _TOML_VALUES, max_size=2),
+    "sinks": st.dictionaries(st.just("close_wait_s"), st.floats() | st.integers(-2**70, 2**70), max_size=1),
+    "slurm": st.dictionaries(st.sampled_from(["mem_gb", "timeout_min", "setup", "sbatch"]), _TOML_VALUES, max_size=2),
+}) | st.dictionaries(st.text(min_size=1, max_size=5), _TOML_VALUES, max_size=2)
+
+
+@hypothesis.settings(max_examples=40, derandomize=True, deadline=None, database=None,
+                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.example({"project": {"runs_dir": "a\x00b"}})
+@hypothesis.example({"project": {"plugin_dirs": ["\x00"]}})
+@hypothesis.example({"data_roots": {"synthetic": "a\x00b"}})
+@given(_SETTINGS_FILES)
+def test_any_settings_file_is_read_or_refused_in_one_line(builtin_plugins, tmp_path, monkeypatch, document):
+    """fslab runs and fslab plugins in a folder whose fslab.toml is any TOML document: read, or one
+    ConfigError (exit code 2). A runs_dir or plugin folder with a NUL ("\\u0000") was a traceback
+    ending in "ValueError: embedded null byte"."""
+    from typer.testing import CliRunner
+
+    from fslab.cli import app
+    from fslab.core.assignments import toml_value
+    from fslab.core.errors import FslabError
+
+    folder = tmp_path / f"p{len(os.listdir(tmp_path))}"
+    folder.mkdir()
+    (folder / "fslab.toml").write_text("".join(f"{toml_value(k, bare=False)} = {toml_value(v, bare=False)}\n"
+                                               for k, v in document.items()), encoding="utf-8")
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("FSLAB_CONFIG", raising=False)
+    for argv in (["runs"], ["plugins", "--kind", "loss"]):
+        result = CliRunner().invoke(app, argv)
+        error = result.exception
+        assert error is None or isinstance(error, SystemExit) or (isinstance(error, FslabError) and
+                                                                  error.exit_code == 2), (argv, repr(error))
+
+
 def test_a_key_given_without_its_section_suggests_the_section(registry, tmp_path):
     """lr and batch_size, as --lr and a --grid alias name them, in a sweep file's [grid] (which takes no
     alias) or a --set, were refused with no suggestion: the closest top-level key is no help there."""
@@ -469,6 +511,18 @@ def test_a_settings_file_named_that_does_not_exist_is_one_line_not_the_defaults(
     missing.parent.mkdir()
     missing.write_text("[scheduler]\ncpu_slots = 4\n")
     assert load_settings(missing).scheduler.cpu_slots == 4
+
+
+@pytest.mark.parametrize("where", ["[run.dataset]\nroot", "[run.dataset]\ncache_dir", "--set dataset.root"])
+def test_a_dataset_path_with_a_nul_is_refused_before_a_run_exists(registry, tmp_path, where):
+    """dataset.root = "x\\u0000" was saved in a run's config.json, and the run trained on (a dataset
+    that reads its root would fail there): a path with a NUL names no file."""
+    key = where.rsplit("\n", 1)[-1].removeprefix("--set dataset.")
+    settings = settings_from(tmp_path, "" if where.startswith("--") else f'{where} = "x\\u0000"\n')
+    overrides = cli('dataset.root="x\\u0000"') if where.startswith("--") else []
+    with pytest.raises(ConfigError, match=rf"^config key 'dataset\.{key}' must be a path without NUL characters "
+                                          rf"\(\\u0000\), got \".*x\\u0000\""):
+        resolve("nca", registry=registry, settings=settings, overrides=overrides)
 
 
 def test_a_plugin_folder_that_is_missing_is_a_load_failure_not_silence(tmp_path):

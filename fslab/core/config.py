@@ -553,6 +553,10 @@ def _check_types(config: dict, defaults: dict, prefix: str) -> None:
             if key == "dataset" and not isinstance(root := config[key].get("root"), str):  # --set dataset.root=2024
                 raise ConfigError(f"config key 'dataset.root' must be a folder's path (text), got {toml_value(root)}; "
                                   f"a name TOML reads as another value is given quoted, or with --data-root")
+            for name in ("root", "cache_dir"):  # no file system has a NUL in a name: the run saved it, then failed
+                if isinstance(value := config[key].get(name), str) and "\0" in value:
+                    raise ConfigError(f"config key 'dataset.{name}' must be a path without NUL characters "
+                                      f"(\\u0000), got {toml_value(value, bare=False)}")
             continue
         if isinstance(default, dict):
             _check_types(config[key], default, f"{prefix}{key}.")

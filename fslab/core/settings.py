@@ -204,6 +204,9 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     for name, root in roots.items():
         if not isinstance(root, str):
             raise ConfigError(f"{path}: 'data_roots.{name}' must be a string path, got {shown(root)}")
+    _paths_without_nul(path, {"project.runs_dir": project.get("runs_dir", ""),
+                              **{f"project.plugin_dirs[{i}]": d for i, d in enumerate(project.get("plugin_dirs", []))},
+                              **{f"data_roots.{name}": root for name, root in roots.items()}})
     scheduler = _checked_table(data, "scheduler", SCHEDULER_KEYS, path)
     if isinstance(scheduler.get("gpus"), list):
         scheduler["gpus"] = tuple(scheduler["gpus"])
@@ -221,6 +224,14 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         data_roots={k: str(base / os.path.expanduser(v)) for k, v in roots.items()},
         run=_run_table(data, path),
     )
+
+
+def _paths_without_nul(path: Path, paths: dict[str, str]) -> None:
+    """A path with a NUL character ("\\u0000" in TOML) names no file on any system: one line naming the
+    key, where every command that read it stopped with Python's "ValueError: embedded null byte"."""
+    for key, text in paths.items():
+        if "\0" in text:
+            raise ConfigError(f"{path}: '{key}' must be a path without NUL characters (\\u0000), got {shown(text)}")
 
 
 def _run_table(data: dict, path: Path) -> dict:
