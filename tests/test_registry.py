@@ -589,6 +589,42 @@ def test_a_loss_taking_kwargs_is_not_said_to_allow_what_fslab_fills_in(builtin_p
     assert fslab.create("loss", "open", out_dim=8).keywords == {"out_dim": 8}
 
 
+BROKEN_RECIPES = """
+    from fslab.plugin import hookimpl
+
+    @hookimpl
+    def register_methods(register):
+        register({"loss": "nca"}, name="bare-loss", description="a section given as a name")
+        register({"train": 5}, name="bare-train", description="a section given as a number")
+        register({"nope": 1, "loss": {"name": "nca"}}, name="stray", description="a key fslab has not")
+"""
+
+
+def test_a_recipe_of_the_wrong_shape_is_one_line(builtin_plugins, tmp_path):
+    """fslab run with a recipe {"loss": "nca"} was AttributeError: 'str' object has no attribute 'get', one of
+    {"train": 5} KeyError: 'batch_size', and a key fslab has not ({"nope": 1}) was dropped in silence; a
+    recipe that is no dict of settings fails its plugin's loading."""
+    from fslab.core.config import resolve
+    from fslab.core.errors import ConfigError
+    from fslab.core.settings import Settings
+
+    registry = load_registry([write_plugin(tmp_path / "local", "recipes", BROKEN_RECIPES)])
+    for method, message in [("bare-loss", "'loss' is a section; choose the plugin with loss.name=..."),
+                            ("bare-train", "'train' is a section; set its keys, e.g. train.epochs=..."),
+                            ("stray", "unknown config key 'nope'. Allowed: method, seed, ")]:
+        with pytest.raises(ConfigError) as caught:
+            resolve(method, registry=registry, settings=Settings())
+        assert str(caught.value).startswith(f"method '{method}': {message}"), str(caught.value)
+    (tmp_path / "listed").mkdir()
+    (tmp_path / "listed" / "listed.py").write_text(
+        "from fslab.plugin import hookimpl\n\n@hookimpl\ndef register_methods(register):\n"
+        "    register([('loss', 'nca')], name='listed', description='pairs, not a dict')\n")
+    failures = load_registry([tmp_path / "listed"]).failures
+    assert [f.error for f in failures] == [
+        "TypeError: method 'listed' from plugin 'local:listed': the target must be a dict, a partial configuration "
+        "such as {'loss': {'name': 'nca'}}, got [('loss', 'nca')]"]
+
+
 def test_a_parameter_declared_before_the_star_is_explained(tmp_path):
     # def wide(z, labels, support=None, margin=1.0): margin is no parameter fslab sets, and --set loss.margin=2
     # said only "Allowed: (none)"; the call's own arguments (support) get no such hint

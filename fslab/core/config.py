@@ -282,6 +282,7 @@ def resolve(
     """The full configuration of a run of ``method``, validated."""
     recipe = registry.create("method", method)
     per_dataset = recipe.pop(PER_DATASET, {})
+    _check_shape(recipe, f"method '{method}': ")  # a recipe's {"loss": "nca"} was an AttributeError at the merge
     overrides = list(overrides)
     toml_layer = settings.run
     # the file's [run] is named; the other layers (--set, --like's saved run, a grid point, a study's

@@ -388,6 +388,9 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
 
     def add(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
         _check_arguments(f"{kind} {name!r} from plugin '{plugin}'", name, description, paper, params, info)
+        if kind == "method" and not (isinstance(target, dict) and all(isinstance(k, str) for k in target)):
+            raise TypeError(f"method '{name}' from plugin '{plugin}': the target must be a dict, a partial "
+                            f"configuration such as {{'loss': {{'name': 'nca'}}}}, got {target!r:.100}")
         if kind == "study" and not isinstance(target, os.PathLike):
             raise TypeError(f"study '{name}' from plugin '{plugin}': the target must be the pathlib.Path of its "
                             f"TOML file, got {target!r:.100}")
