@@ -34,6 +34,21 @@ def _gpu_list(value: Any) -> bool:
                                and len(set(value)) == len(value))
 
 
+def _sbatch_options(value: Any) -> bool:
+    """Each option as submitit writes it, ``#SBATCH --KEY=VALUE`` (``true``: ``#SBATCH --KEY``): a name
+    of letters, digits, - and _, and one line of text, a whole or finite number, or true. A list, a
+    table or false was written out as Python spells it (``--exclusive=False``), and a key holding a
+    line break put its own lines into the batch script."""
+    def one(option: Any) -> bool:
+        if option is True or type(option) is int:
+            return True
+        if type(option) is float:
+            return math.isfinite(option)
+        return isinstance(option, str) and "\n" not in option and "\r" not in option and "\0" not in option
+    return isinstance(value, dict) and all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key) and one(option)
+                                           for key, option in value.items())
+
+
 # key -> (check, what the value must be)
 PROJECT_KEYS = {
     "runs_dir": (lambda v: isinstance(v, str), "a string"),
@@ -58,7 +73,8 @@ SLURM_KEYS = {
                "a finite number of GB >= 0 (0: the partition's default)"),
     "max_requeues": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
     "signal_delay_s": (_whole, "a whole number of seconds >= 1"),
-    "sbatch": (lambda v: isinstance(v, dict), "a table of sbatch options, e.g. { account = \"lab\", qos = \"high\" }"),
+    "sbatch": (_sbatch_options, "a table of sbatch options (names of letters, digits, - and _; each a line of text, "
+                                "a number or true), e.g. { account = \"lab\", qos = \"high\", exclusive = true }"),
     "setup": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of shell lines"),
 }
 SECTION_KEYS = {"project": PROJECT_KEYS, "scheduler": SCHEDULER_KEYS, "sinks": SINKS_KEYS, "slurm": SLURM_KEYS}
