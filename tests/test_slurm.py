@@ -30,12 +30,16 @@ def status(run_dir):
 def test_sbatch_options_that_would_not_be_one_sbatch_line_are_refused(tmp_path, table):
     """submitit writes each [slurm] sbatch option as '#SBATCH --KEY=VALUE': a list or table was written as
     Python spells it, false as '--exclusive=False', and a key or value with a line break put lines of its
-    own into the batch script. Each is refused in one line naming the key; what sbatch takes is read."""
+    own into the batch script (a partition's name too). Each is refused in one line naming the key; what
+    sbatch takes is read."""
     path = tmp_path / "fslab.toml"
     path.write_text(f"[slurm]\nsbatch = {table}\n")
     with pytest.raises(ConfigError, match=r"^.*fslab\.toml: 'slurm\.sbatch' must be a table of sbatch options "
                                           r"\(names of letters, digits, - and _; each a line of text, a number or "
                                           r"true\), e\.g\. .*, got "):
+        load_settings(path)
+    path.write_text('[slurm]\npartition = "gpu\\n#SBATCH --qos=high"\n')  # the same line break in the partition
+    with pytest.raises(ConfigError, match=r"'slurm\.partition' must be a partition's name, one line of text, got "):
         load_settings(path)
     path.write_text('[slurm]\nsbatch = { account = "lab", exclusive = true, nodes = 1, mem-per-cpu = "4G" }\n')
     assert load_settings(path).slurm.sbatch == {"account": "lab", "exclusive": True, "nodes": 1, "mem-per-cpu": "4G"}

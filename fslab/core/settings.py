@@ -34,6 +34,12 @@ def _gpu_list(value: Any) -> bool:
                                and len(set(value)) == len(value))
 
 
+def _one_line(text: str) -> bool:
+    """Text that stays on its ``#SBATCH`` line: no line break (which began a line of the batch script's
+    own) and no NUL."""
+    return not any(char in text for char in "\n\r\0")
+
+
 def _sbatch_options(value: Any) -> bool:
     """Each option as submitit writes it, ``#SBATCH --KEY=VALUE`` (``true``: ``#SBATCH --KEY``): a name
     of letters, digits, - and _, and one line of text, a whole or finite number, or true. A list, a
@@ -44,7 +50,7 @@ def _sbatch_options(value: Any) -> bool:
             return True
         if type(option) is float:
             return math.isfinite(option)
-        return isinstance(option, str) and "\n" not in option and "\r" not in option and "\0" not in option
+        return isinstance(option, str) and _one_line(option)
     return isinstance(value, dict) and all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key) and one(option)
                                            for key, option in value.items())
 
@@ -65,7 +71,7 @@ SINKS_KEYS = {
 }
 SLURM_KEYS = {
     "cluster": (lambda v: v in ("slurm", "local"), '"slurm" or "local"'),
-    "partition": (lambda v: isinstance(v, str), "a string"),
+    "partition": (lambda v: isinstance(v, str) and _one_line(v), "a partition's name, one line of text"),
     "timeout_min": (_whole, "a whole number of minutes >= 1"),
     "gpus_per_job": (lambda v: type(v) is int and v >= 0, "a whole number >= 0"),
     "cpus_per_task": (_whole, "a whole number >= 1"),
