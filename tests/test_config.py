@@ -224,11 +224,12 @@ _SETTINGS_FILES = st.fixed_dictionaries({}, optional={
 @hypothesis.example({"project": {"runs_dir": "a\x00b"}})
 @hypothesis.example({"project": {"plugin_dirs": ["\x00"]}})
 @hypothesis.example({"data_roots": {"synthetic": "a\x00b"}})
+@hypothesis.example({"project": {"runs_dir": "x" * 300}})  # longer than a file name may be: "File name too long"
 @given(_SETTINGS_FILES)
 def test_any_settings_file_is_read_or_refused_in_one_line(builtin_plugins, tmp_path, monkeypatch, document):
     """fslab runs and fslab plugins in a folder whose fslab.toml is any TOML document: read, or one
     ConfigError (exit code 2). A runs_dir or plugin folder with a NUL ("\\u0000") was a traceback
-    ending in "ValueError: embedded null byte"."""
+    ending in "ValueError: embedded null byte", and a runs_dir too long for the file system exit code 1."""
     from typer.testing import CliRunner
 
     from fslab.cli import app

@@ -15,6 +15,7 @@ from typing import Any
 from fslab.core.assignments import shown
 from fslab.core.errors import ConfigError, did_you_mean
 from fslab.core.sinks import CLOSE_WAIT
+from fslab.core.text import clip
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -233,7 +234,12 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     if isinstance(scheduler.get("gpus"), list):
         scheduler["gpus"] = tuple(scheduler["gpus"])
     runs_dir = base / os.path.expanduser(project.get("runs_dir", "runs"))  # ~ as in [data_roots]
-    if runs_dir.exists() and not runs_dir.is_dir():
+    try:
+        is_file = runs_dir.exists() and not runs_dir.is_dir()
+    except OSError as exc:  # a name too long for the file system: every command stopped on "File name too long"
+        raise ConfigError(f"{path}: 'project.runs_dir' names a path this system cannot use ({exc.strerror}): "
+                          f"{clip(str(runs_dir), 120)}; name a shorter one") from None
+    if is_file:
         raise ConfigError(f"{path}: 'project.runs_dir' names {runs_dir}, which is a file, not a folder; "
                           f"name a folder (it is created if missing)")
     return Settings(
