@@ -327,6 +327,24 @@ def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
     assert not run.claim()  # no scheduler can start it any more
 
 
+def test_stop_takes_several_runs_finds_each_first_and_passes_over_one_that_ended(project):
+    runs = project / "runs"
+    first, second, ended = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in range(3))
+    ended.write_status(state="completed", ended=1.0)
+    refused = fslab("stop", first.id, "nosuchrun", cwd=project)  # a bad id: nothing stopped
+    assert refused.returncode == 2 and refused.stderr.startswith("error: no run 'nosuchrun'")
+    assert first.state() == "queued"
+    result = fslab("stop", first.id, ended.id, second.id, first.id[-4:], cwd=project)  # the first given twice
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{first.id}: killed", f"{second.id}: killed"]
+    assert f"not stopped: run {ended.id} is completed, not running; nothing to stop" in result.stderr
+    assert first.state() == second.state() == "killed" and ended.state() == "completed"
+    none = fslab("stop", first.id, ended.id, cwd=project)  # none of them queued or running: the command fails
+    assert none.returncode == 2 and none.stdout == ""
+    assert none.stderr.splitlines()[-1] == ("error: none of the 2 runs or sweeps given was queued or running; "
+                                            "nothing was stopped")
+
+
 def _commands() -> list[str]:
     from typer.main import get_command
 
@@ -343,9 +361,7 @@ def test_every_command_takes_h_and_its_help_reads_as_the_readme(project, command
     assert "{" not in usage and "<bool>" not in result.stdout and "SPEC" not in result.stdout
     if command in ("show", "logs", "resume"):
         assert usage.split()[-1] == "RUN"
-    if command == "stop":
-        assert usage.split()[-1] == "RUN|SWEEP"
-    if command in ("eval", "delete"):
+    if command in ("eval", "delete", "stop"):
         assert usage.split()[-1] == "RUN|SWEEP..."
     if command == "compare":
         assert "knn[k=3]" in result.stdout
@@ -811,8 +827,8 @@ def test_a_command_given_no_run_says_so_in_one_line(project):
                                  "parts of them, 'last', runs' folders, sweep ids or 'all'), and a $(fslab runs ... "
                                  "-q) that listed no run passes none; nothing was done (list the runs with: "
                                  "fslab runs)\n")
-    for command, takes in (("stop", "RUN|SWEEP (a run id, a unique part of one, 'last' or a run's folder, or a sweep "
-                                    "id)"), ("show", "RUN (a run id, a unique part of one, 'last' or a run's folder)")):
+    stop = "RUN|SWEEP... (run ids, unique parts of them, 'last', runs' folders or sweep ids)"  # no 'all'
+    for command, takes in (("stop", stop), ("show", "RUN (a run id, a unique part of one, 'last' or a run's folder)")):
         result = fslab(command, cwd=project)
         assert result.returncode == 2
         assert result.stderr.startswith(f"error: no run named: fslab {command} takes {takes}, and a $("), command

@@ -160,7 +160,9 @@ def _no_runs_given(exc, param) -> str | None:
         at = at.parent
     sweeps = "SWEEP" in metavar
     if getattr(param, "nargs", 1) != 1:
-        takes = f"{metavar}... (run ids, unique parts of them, 'last', runs' folders{', sweep ids' * sweeps} or 'all')"
+        kinds = ["run ids", "unique parts of them", "'last'", "runs' folders", *["sweep ids"] * sweeps,
+                 *["'all'"] * (names[-1] != "stop")]  # stop takes no 'all': every live run is one too many
+        takes = f"{metavar}... ({', '.join(kinds[:-1])} or {kinds[-1]})"
     else:
         takes = f"{metavar} (a run id, a unique part of one, 'last' or a run's folder{', or a sweep id' * sweeps})"
     return (f"no run named: fslab {' '.join(names)} takes {takes}, and a $(fslab runs ... -q) that listed no run "

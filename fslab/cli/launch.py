@@ -246,42 +246,75 @@ def resume(
 
 
 @app.command()
-def stop(ref: Annotated[str, typer.Argument(
-        metavar="RUN|SWEEP", help="Run id, a unique part of it (such as the short ids tables show), 'last' or "
-                                  "its folder's path (runs/ID); "
-                                  "or a sweep id (sweep-...) or a part of one that no run id holds: each of its queued "
+def stop(refs: Annotated[list[str], typer.Argument(
+        metavar="RUN|SWEEP", help="Run ids, unique parts of them (such as the short ids tables show), 'last' or "
+                                  "runs' folders (runs/ID); "
+                                  "or sweep ids (sweep-...) or parts of them that no run id holds: each of its queued "
                                   "and running runs.",
         autocompletion=live_run_or_sweep)]) -> None:
-    """Stop a queued or running run: it ends as 'killed' and keeps its last checkpoint, if it wrote one.
+    """Stop queued or running runs: each ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
     A run whose worker fslab resume is starting is stopped once that worker is recorded.
     A sweep id stops every queued and running run of the sweep (or of a study's run), the queued ones first.
+    Several given (fslab stop $(fslab runs --state running -q)): each is found before any is stopped, and one
+    that ended meanwhile is said on stderr and passed over (the command fails only if none was stopped).
     """
-    from fslab.core.rerun import after_stop
     from fslab.core.runstore import find_run
     from fslab.core.sweeps import names_sweep
-    from fslab.execution.executor import stop as stop_run
-    from fslab.execution.executor import stop_sweep
 
-    if names_sweep(settings().runs_dir, ref):
-        record, stopped = stop_sweep(settings().runs_dir, ref)
-        if not stopped:
-            raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
-        for run_, state in stopped:
-            console.print(f"{run_.id}: {state}", highlight=False)
-        again = record.get("again") if isinstance(record.get("again"), str) else (  # a study's: as it was run
-            f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
-            else f"fslab sweep resume {record['id']}")
-        said = (f"{count(len(stopped), 'run')} of {record['id']} stopped; each that had started "
-                f"keeps its last checkpoint; go on with: {again}")
-        err_console.print(shown(said), highlight=False)
+    runs_dir = settings().runs_dir
+    targets = [(ref, True) if names_sweep(runs_dir, ref) else (find_run(runs_dir, ref), False) for ref in refs]
+    if len(targets) == 1:  # one run or sweep: one that has nothing to stop is the command's error
+        target, sweep = targets[0]
+        (_stop_sweep if sweep else _stop_run)(runs_dir, target, seen=set())
         return
-    run_ = find_run(settings().runs_dir, ref)
+    seen: set[str] = set()
+    stopped = 0
+    for target, sweep in targets:
+        try:
+            stopped += (_stop_sweep if sweep else _stop_run)(runs_dir, target, seen=seen)
+        except UsageError as exc:  # ended between the listing and the stop: passed over, said
+            err_console.print(shown(f"not stopped: {exc}"), highlight=False)
+    if not stopped:
+        raise UsageError(f"none of the {count(len(refs), 'run or sweep', 'runs or sweeps')} given was queued or "
+                         "running; nothing was stopped")
+
+
+def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
+    """Stop one run (``fslab stop RUN``), said on stdout with its hint on stderr; how many were stopped (0: given
+    twice, as an id and as a part of one)."""
+    from fslab.core.rerun import after_stop
+    from fslab.execution.executor import stop as stop_run
+
+    if run_.id in seen:
+        return 0
+    seen.add(run_.id)
     state = stop_run(run_)
     console.print(f"{run_.id}: {state}", highlight=False)
     if state == "killed":  # a hint, on stderr: stdout stays the one line scripts read
         err_console.print(shown(after_stop(run_)), highlight=False)
+    return 1
+
+
+def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
+    """Stop a sweep's queued, then running, runs (``fslab stop SWEEP``), each said on stdout, then the command
+    that goes on; how many were stopped. A sweep with none to stop is a UsageError."""
+    from fslab.execution.executor import stop_sweep
+
+    record, stopped = stop_sweep(runs_dir, ref, skip=seen)
+    if not stopped:
+        raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
+    for run_, state in stopped:
+        seen.add(run_.id)
+        console.print(f"{run_.id}: {state}", highlight=False)
+    again = record.get("again") if isinstance(record.get("again"), str) else (  # a study's: as it was run
+        f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
+        else f"fslab sweep resume {record['id']}")
+    said = (f"{count(len(stopped), 'run')} of {record['id']} stopped; each that had started "
+            f"keeps its last checkpoint; go on with: {again}")
+    err_console.print(shown(said), highlight=False)
+    return len(stopped)
 
 
 def _sweep_words(ctx: typer.Context, incomplete: str) -> list[str]:

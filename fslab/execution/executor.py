@@ -178,13 +178,15 @@ def _launch_waited_out(run: Run) -> bool:
     return True
 
 
-def stop_sweep(runs_dir: Path, ref: str, grace: float = 30.0) -> tuple[dict, list[tuple[Run, str]]]:
+def stop_sweep(runs_dir: Path, ref: str, grace: float = 30.0, *,
+               skip: set[str] = frozenset()) -> tuple[dict, list[tuple[Run, str]]]:
     """Stop every queued or running run of a sweep (or of a study's run), as
     :func:`stop` stops one: the queued ones first, so that no scheduler starts
     them while the running ones stop. Returns the sweep's record and each run
-    stopped with the state it ended in; runs that ended meanwhile are passed over."""
+    stopped with the state it ended in; runs that ended meanwhile, and those
+    whose ids are in ``skip`` (stopped already), are passed over."""
     record = load_sweep(runs_dir, ref)
-    runs = [(run, run.state()) for run in sweep_runs(runs_dir, record)]
+    runs = [(run, run.state()) for run in sweep_runs(runs_dir, record) if run.id not in skip]
     order = [run for run, state in runs if state == "queued"] + [run for run, state in runs
                                                                  if state in LIVE and state != "queued"]
     stopped = []
