@@ -241,6 +241,29 @@ def test_runs_of_a_sweep_whose_folders_are_gone_are_said_by_fslab_runs_sweep(pro
     assert fslab("runs", "-q", cwd=project).stderr == ""  # without --sweep no record is read
 
 
+def test_a_sweep_whose_runs_are_all_gone_is_said_so_and_named_to_fslab_delete(project, store):
+    """Every run of a sweep removed by hand: fslab runs --sweep said 'no run belongs to a sweep' and fslab compare
+    'none of these runs has saved test accuracies', of runs that are not there."""
+    import shutil
+
+    runs, a, b, c = store
+    shutil.rmtree(a.path)
+    shutil.rmtree(b.path)
+    listed = fslab("runs", "--sweep", "ab12", cwd=project)
+    assert listed.returncode == 0
+    assert listed.stdout == ("no runs match --sweep ab12: the 2 runs its record names are all gone, deleted by hand; "
+                             "remove the record with: fslab delete ab12\n")
+    for command in (["compare"], ["eval"], ["export", "--to", "tensorboard"], ["plot", "epoch"]):
+        result = fslab(*command, "ab12", cwd=project)
+        assert result.returncode == 2 and result.stdout == "", command
+        assert result.stderr.startswith(f"error: no runs to {command[0] if command[0] != 'eval' else 'evaluate'}: "
+                                        "the 2 runs the sweep's record names are all gone, deleted by hand ("), command
+        assert result.stderr.endswith("); remove the record with: fslab delete ab12\n"), command
+    deleted = fslab("delete", "ab12", "--yes", cwd=project)
+    assert deleted.returncode == 0 and record(runs) is None
+    assert fslab("compare", c.id, cwd=project).stderr.startswith("error: none of these runs")  # a run is as before
+
+
 def test_an_id_with_the_slash_of_a_completed_folder_names_its_run_or_sweep(project, store):
     """Completed in runs/ and pasted in the project (2e05/), an id with a trailing slash was taken as a path:
     "'2e05/' is no run's folder in this project's store", for a run and for a sweep alike."""

@@ -309,14 +309,19 @@ def test_a_sweep_s_run_whose_folder_was_deleted_is_said_to_be_gone(store, tmp_pa
     unreadable ... (fslab show RUN says why)', where fslab show RUN finds no run."""
     project, real, env = store
     record = project / "runs" / "sweeps" / "sweep-20200101-000009.json"
-    record.write_text(json.dumps({"id": "sweep-20200101-000009", "runs": ["20200101-000009-nca-gone"]}))
+    record.write_text(json.dumps({"id": "sweep-20200101-000009", "runs": ["20200101-000009-nca-gone", real.name]}))
     try:
         out = fslab("export", "sweep-20200101-000009", "--to", "tensorboard", "--set",
                     f"log_dir={tmp_path / 'tb'}", cwd=project, env=env)
         assert out.stderr == ("20200101-000009-nca-gone: its folder is gone from the store, though its sweep's "
                               "record names it; nothing to export\n")
-        assert out.stdout.strip() == "exported 0 runs to tensorboard; 1 left out"
-        assert not (tmp_path / "tb").exists() and not (project / "runs" / "20200101-000009-nca-gone").exists()
+        assert out.stdout.splitlines()[-1] == "exported 1 run to tensorboard; 1 left out"
+        assert not (project / "runs" / "20200101-000009-nca-gone").exists()
+        # with none of its runs left, the sweep is one line naming the command that removes its record
+        record.write_text(json.dumps({"id": "sweep-20200101-000009", "runs": ["20200101-000009-nca-gone"]}))
+        out = fslab("export", "sweep-20200101-000009", "--to", "tensorboard", cwd=project, env=env)
+        assert (out.returncode, out.stdout) == (2, "")
+        assert out.stderr.endswith("remove the record with: fslab delete sweep-20200101-000009\n")
     finally:
         record.unlink()
 

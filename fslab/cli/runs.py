@@ -68,6 +68,11 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
     have = {"state": sorted({s.state for s in every}), "method": sorted({s.method for s in every if s.method}),
             "sweep": sorted({s.sweep for s in every if s.sweep})}
     members = sweep_members(runs_dir, sweep)
+    if members and not any((runs_dir / run_id).is_dir() for run_id in members) and not any(
+            sweep in (s.sweep or "") for s in every):  # each of its runs rm -r'd: its record is all there is
+        return (f"no runs match --sweep {sweep}: the {count(len(members), 'run')} its record names "
+                f"{'is' if len(members) == 1 else 'are all'} gone, deleted by hand; remove the record with: "
+                f"fslab delete {sweep}")
     failed = [unmet_filters(s, states, method, sweep, members) for s in every]  # each filter is met or not on its own
     met_alone = {name for name in given if any(name not in names for names in failed)}
     unmet = [f"--{name} {given[name]} "

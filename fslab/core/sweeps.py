@@ -24,6 +24,7 @@ from fslab.core.runstore import (
     run_names,
     sweeps_named,
 )
+from fslab.core.text import count
 
 
 def new_sweep_id(runs_dir: Path, name: str = "") -> str:
@@ -188,7 +189,15 @@ def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = Fal
         named = "the sweeps named hold" if len(refs) > 1 else "the sweep named holds"
         raise UsageError(f"no runs to {verb}: {named} none (list runs and sweeps with: fslab runs)")
     once = {run.id: run for run in reversed(runs)}  # a run named twice (a sweep and one of its runs) counts once
-    return [run for run in runs if once.pop(run.id, None) is not None]
+    runs = [run for run in runs if once.pop(run.id, None) is not None]
+    if verb != "delete" and not any(run.path.is_dir() for run in runs):  # only sweeps named, their runs rm -r'd
+        ids = ", ".join(run.id for run in runs[:3]) + (", ..." if len(runs) > 3 else "")
+        one = len(refs) == 1
+        named = "the sweep's record names" if one else "the sweeps' records name"
+        are = "is" if len(runs) == 1 else "are all"
+        raise UsageError(f"no runs to {verb}: the {count(len(runs), 'run')} {named} {are} gone, deleted by hand "
+                         f"({ids}); remove the {'record' if one else 'records'} with: fslab delete {' '.join(refs)}")
+    return runs
 
 
 def names_sweep(runs_dir: Path, ref: str) -> bool:
