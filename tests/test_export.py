@@ -489,3 +489,72 @@ def test_wandb_on_a_read_only_file_system_says_so(tmp_path, monkeypatch):
     with pytest.raises(OSError) as refused:
         wandb_sink.WandbSink(SinkRun("r1", run_dir, {"method": "nca", "seed": 0}, replay=True))
     assert (refused.value.errno, refused.value.filename) == (errno.EROFS, str(run_dir))
+
+
+GATED_SINK = '''
+import json, os, shutil, time
+from pathlib import Path
+
+from fslab.plugin import hookimpl
+
+
+class Gated:
+    """Replaces its folder as the tensorboard sink does: cleared, then a file of its own. With GATE set, it
+    says it has cleared the folder (the file GATE.cleared) and waits for the file GATE.go before going on."""
+
+    def __init__(self, run, *, log_dir: str = ""):
+        self.folder = Path(run.path) / "gated"
+        shutil.rmtree(self.folder, ignore_errors=True)
+        gate = os.environ.get("GATE")
+        if gate:
+            Path(gate + ".cleared").touch()
+            while not Path(gate + ".go").exists():
+                time.sleep(0.01)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.folder / f"events.{os.getpid()}", "w")
+
+    def write(self, event):
+        self.file.write(json.dumps(event) + "\\n")
+
+    def close(self):
+        self.file.close()
+
+
+@hookimpl
+def register_sinks(register):
+    register(Gated, name="gated", description="a sink that clears its folder, then waits to be let go on")
+'''
+
+
+def test_two_exports_of_a_run_to_one_sink_at_once_leave_one_record_not_two(store, tmp_path):
+    """Each export cleared the sink's folder and then wrote its own file: two at once (a second shell, or
+    fslab eval sending new scores) could both clear it before either wrote, leaving the record twice.
+    The second now waits for the first, saying so, and then replaces its record."""
+    import subprocess
+    import sys
+    import time
+
+    project, real, env = store
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "gated.py").write_text(GATED_SINK)
+    shutil.copytree(project / "runs", tmp_path / "runs")
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    gate = tmp_path / "gate"
+    argv = [sys.executable, "-m", "fslab", "export", real.name, "--to", "gated"]
+    first = subprocess.Popen(argv, cwd=tmp_path, env={**env, "GATE": str(gate)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    while not gate.with_suffix(".cleared").exists():  # the first has cleared the folder, and waits
+        assert first.poll() is None, first.communicate()
+        time.sleep(0.01)
+    second = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = second.stderr.readline()  # its waiting line, or nothing where it went on and ended
+    gate.with_suffix(".go").touch()
+    out, err = second.communicate()
+    first_out, first_err = first.communicate()
+    assert first.returncode == 0 and second.returncode == 0, (first_err, said + err)
+    (record,) = (tmp_path / "runs" / real.name / "gated").iterdir()
+    assert record.name == f"events.{second.pid}"
+    assert len(record.read_text().splitlines()) == len(events(tmp_path / "runs" / real.name))
+    assert said == (f"{real.name}: waiting for the export (pid {first.pid}) that is sending it to sink 'gated', "
+                    f"so that its record there is replaced once, not mixed\n")
+    assert not list((tmp_path / "runs" / real.name).glob(".export-*"))

@@ -12,9 +12,14 @@ sink, the ``[run.sinks.NAME]`` table of ``fslab.toml``, and the command's
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import math
+import os
+import sys
 
 from fslab.core.errors import ConfigError, FslabError, UsageError
+from fslab.core.flocks import open_lock, take_lock
 from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
 from fslab.core.runstore import Run
@@ -113,7 +118,8 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
                          f"run's)") from None
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
     try:
-        count = replay(registry, sink, target, params, events)
+        with exporting(run, sink):
+            count = replay(registry, sink, target, params, events)
     except ImportError as exc:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
     except ConnectionError as exc:  # its server is down or unreachable: so for every run
@@ -124,6 +130,42 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
         text = " ".join(str(exc).split())[:300]
         raise SinkFailed(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None
     return {"run": run.id, "sink": sink, "state": state, "events": count}
+
+
+@contextlib.contextmanager
+def exporting(run: Run, sink: str):
+    """Held while ``run`` is replayed into ``sink``: a second export of the same run to the same
+    sink at the same time (another ``fslab export``, or ``fslab eval`` sending new scores) waits,
+    saying so, and then replaces the first one's record, rather than both clearing the sink's
+    folder and writing into it at once (two copies, or one cut short). The lock file,
+    ``runs/<id>/.export-SINK.lock``, goes when it is let go; where none can be had (a read-only
+    copy of a store, no ``flock``) the run is exported without one, as before."""
+    path = run.path / f".export-{sink}.lock"
+    fd = _take_export_lock(path, run, sink)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
+            os.close(fd)
+
+
+def _take_export_lock(path, run: Run, sink: str) -> int | None:
+    try:
+        fd = take_lock(path, reopen=True, opener=lambda: open_lock(path), holder=str(os.getpid()))
+        if fd is None:
+            try:
+                holder = path.read_text(encoding="utf-8").strip()
+            except OSError:
+                holder = ""
+            print(f"{run.id}: waiting for the export{f' (pid {holder})' if holder.isdigit() else ''} that is "
+                  f"sending it to sink '{sink}', so that its record there is replaced once, not mixed",
+                  file=sys.stderr, flush=True)
+            fd = take_lock(path, math.inf, 0.05, reopen=True, opener=lambda: open_lock(path),
+                           holder=str(os.getpid()))
+    except OSError:
+        return None
+    return fd
 
 
 def read_only(registry, sink: str, exc: OSError) -> str:
