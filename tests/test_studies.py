@@ -782,19 +782,21 @@ def test_an_interrupted_queueing_leaves_no_run_queued_unrecorded(registry, tmp_p
     assert len(calls) == 2 and all(not (config.runs_dir / run_id).exists() for run_id in calls)
     assert sorted(p.name for p in config.runs_dir.iterdir() if not p.name.startswith(".")) == [kept.id]
 
-    def scheduler_takes_one(*args):  # a scheduler of the project takes the first new run, then Ctrl-C
+    taken = []
+
+    def scheduler_tries_one(*args):  # a scheduler of the project tries to take the first new run, then Ctrl-C
         done = args[-2]
-        next(run for run, state in done.values() if state == "new").claim()
+        taken.append(next(run for run, state in done.values() if state == "new").claim())
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(studies, "_record", scheduler_takes_one)
+    monkeypatch.setattr(studies, "_record", scheduler_tries_one)
     with pytest.raises(KeyboardInterrupt):
         queue_study(study, "paper", settings=config, registry=registry)
     monkeypatch.setattr(studies, "_record", original_record)
     left = sorted(p.name for p in config.runs_dir.iterdir() if not p.name.startswith(".") and p.name != kept.id)
-    assert len(left) == 1 and Run(config.runs_dir / left[0]).claimed()  # it trains on; the rest are withdrawn
+    assert taken == [False] and left == []  # held until recorded: no scheduler took it, and all are withdrawn
     again = queue_study(study, "paper", settings=config, registry=registry)
-    assert again.reused == [kept.id] and again.in_progress == left and len(again.created) == 4
+    assert again.reused == [kept.id] and again.in_progress == [] and len(again.created) == 5
     assert len(list((config.runs_dir / "sweeps").glob("sweep-*.json"))) == 1
 
 
@@ -1653,3 +1655,29 @@ def test_study_list_names_a_plugin_that_failed_to_load_and_exits_1(project):
     assert listed.returncode == 1 and "nca-table3" in listed.stdout  # the others listed whole first
     assert listed.stderr == ("fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named "
                              "'not_a_module_anywhere'\n")
+
+
+def test_a_study_s_runs_wait_for_a_scheduler_only_once_its_record_names_them(registry, tmp_path, monkeypatch):
+    """As a sweep's: a study queued each run, tagged it, and wrote its record last, so a scheduler listing
+    the store meanwhile started runs of no recorded study. They are held until the record is written."""
+    from fslab.core import sweeps
+    from fslab.execution import studies
+    from fslab.execution.scheduler import waiting_runs
+
+    config = store(tmp_path)
+    seen, write_status, save_sweep = [], Run.write_status, studies.save_sweep
+
+    def a_scheduler_looks(self, **fields):
+        write_status(self, **fields)
+        seen.append((fields.get("sweep"), waiting_runs(config.runs_dir)))
+
+    def recorded_then_looks(runs_dir, sweep_id, **record):
+        seen.append(("before the record", waiting_runs(runs_dir)))
+        return save_sweep(runs_dir, sweep_id, **record)
+
+    monkeypatch.setattr(Run, "write_status", a_scheduler_looks)
+    monkeypatch.setattr(studies, "save_sweep", recorded_then_looks)
+    outcome = queue_study(parse_study(tiny(), "tiny.toml"), "paper", settings=config, registry=registry)
+    assert seen == [(outcome.sweep_id, [])] * 6 + [("before the record", [])]
+    assert sorted(run.id for run in waiting_runs(config.runs_dir)) == sorted(outcome.created)
+    assert sweeps.load_sweep(config.runs_dir, outcome.sweep_id)["runs"] == outcome.created

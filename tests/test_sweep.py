@@ -1112,3 +1112,49 @@ def test_sweep_stop_eval_and_delete_of_last_name_the_newest_sweep_not_last(tmp_p
         assert refused.stderr.endswith(f"by: {command} sweep-20261124-100000-ef01\n"), refused.stderr
     listed = fslab("sweep", "show", "last", cwd=tmp_path)
     assert listed.stderr.endswith("by: fslab runs --sweep last (last: the newest sweep)\n"), listed.stderr
+
+
+def test_a_sweep_s_runs_wait_for_a_scheduler_only_once_its_record_names_them(project, registry, monkeypatch):
+    """A sweep queued each run, then tagged it with the sweep, then wrote the sweep's record: a scheduler of
+    the project listing the store meanwhile took runs of no recorded sweep (an interruption then could not
+    withdraw them, and a crash left them to train with no record naming them). They are held until the
+    record is written, and name their sweep from their first status."""
+    from fslab.cli.common import overrides
+    from fslab.core.runstore import Run
+    from fslab.core.settings import load_settings
+    from fslab.execution import sweep
+    from fslab.execution.scheduler import waiting_runs
+
+    seen, write_status, save_sweep = [], Run.write_status, sweep.save_sweep
+
+    def a_scheduler_looks(self, **fields):  # what a scheduler listing the store then would start
+        write_status(self, **fields)
+        seen.append((fields.get("sweep"), [run.id for run in waiting_runs(self.path.parent)]))
+
+    def recorded_then_looks(runs_dir, sweep_id, **record):
+        seen.append(("before the record", [run.id for run in waiting_runs(runs_dir)]))
+        return save_sweep(runs_dir, sweep_id, **record)
+
+    monkeypatch.setattr(Run, "write_status", a_scheduler_looks)
+    monkeypatch.setattr(sweep, "save_sweep", recorded_then_looks)
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    sweep_id, runs = sweep.create_sweep("nca", parse_grid(["train.lr=0.1,0.2"]), 1, base=base,
+                                        settings=load_settings(), registry=registry)
+    assert seen == [(sweep_id, []), (sweep_id, []), ("before the record", [])]
+    assert [run.id for run in waiting_runs(project / "runs")] == [run.id for run in runs]
+
+
+def test_a_sweep_whose_record_cannot_be_written_leaves_no_run(project, registry, monkeypatch):
+    from fslab.cli.common import overrides
+    from fslab.core.settings import load_settings
+    from fslab.execution import sweep
+
+    def refused(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sweep, "save_sweep", refused)
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    with pytest.raises(OSError):
+        sweep.create_sweep("nca", parse_grid(["train.lr=0.1,0.2"]), 1, base=base, settings=load_settings(),
+                           registry=registry)
+    assert not [p for p in (project / "runs").iterdir() if p.name != ".slots"]

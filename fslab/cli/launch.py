@@ -366,7 +366,7 @@ def sweep(
     [bold]fslab sweep resume SWEEP[/bold] (only --executor, --slurm) queues again what failed, was killed or was lost.
 
     With nothing to queue again, fslab sweep resume starts a scheduler for the sweep's runs still waiting (a sweep of
-    SLURM jobs: submits those never submitted). Ctrl-C while queueing removes the runs created so far.
+    SLURM jobs: submits those never submitted). Runs start once its record names them; Ctrl-C before removes them.
     """
     from fslab.execution import executor as executors
 

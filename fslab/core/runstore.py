@@ -5,7 +5,8 @@
   status.json     state, pid, host, times, heartbeat, exit code, error (atomic rewrites)
   .worker.lock    flock'ed by the run's worker for its whole life (fslab.core.worklock)
   .stop-request   asks the worker to stop at its next heartbeat (fslab stop, for another host)
-  .claimed        the queued run was taken (to start it, or to stop it): one taker only (Run.claim)
+  .claimed        the queued run was taken (to start it, or to stop it): one taker only (Run.claim);
+                  a sweep's runs are held so until its record names them
   metrics.jsonl   one JSON event per line, append-only
   stdout.log, stderr.log   the worker's output
   checkpoints/last.pt      the latest end-of-epoch checkpoint (atomic)
@@ -157,6 +158,10 @@ class Run:
             fh.write(f"{os.getpid()} {time.time()}\n")
         return True
 
+    def unclaim(self) -> None:
+        """Let go of a run this process claimed and has not started: schedulers may take it now."""
+        (self.path / ".claimed").unlink(missing_ok=True)
+
     def claimed(self) -> bool:
         """Whether the run was ever taken for starting (an unreadable folder counts as taken)."""
         try:
@@ -207,11 +212,14 @@ def new_run_id(method: str) -> str:
     return f"{stamp}-{safe_name(method)}-{secrets.token_hex(2)}"
 
 
-def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = False) -> Run:
+def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = False,
+               sweep: str | None = None) -> Run:
     """A new run folder with its config and a ``queued`` status. ``mkdir`` is
     atomic, so two runs started in the same second never share a folder.
     ``claimed``: taken (:meth:`Run.claim`) before its status says queued, for a run its
-    creator starts itself (``fslab run``), which no scheduler of the project may start first."""
+    creator starts itself (``fslab run``), or holds until its sweep's record names it
+    (:meth:`Run.unclaim`), which no scheduler of the project may start first.
+    ``sweep``: the sweep it belongs to, in its first status already."""
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -231,7 +239,8 @@ def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = Fal
             if claimed:
                 Run(path).claim()
             atomic_write_json(path / "config.json", config)
-            Run(path).write_status(state="queued", host=HOST, created=time.time())
+            Run(path).write_status(state="queued", host=HOST, created=time.time(),
+                                   **({"sweep": sweep} if sweep else {}))
         except BaseException as exc:  # a full disk, or Ctrl-C: no half-made run is left behind
             import shutil
 

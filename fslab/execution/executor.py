@@ -31,7 +31,7 @@ from fslab.execution.local import start_worker, stop_worker
 from fslab.execution.scheduler import scheduler_running, start_scheduler
 from fslab.execution.slurm_job import TrainingJob
 from fslab.execution.studies import StudyRuns, queue_study
-from fslab.execution.sweep import create_sweep, requeue
+from fslab.execution.sweep import SweepInterrupted, create_sweep, requeue
 
 
 @dataclass
@@ -208,15 +208,6 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
         return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
     except KeyboardInterrupt:  # while submitting: the sweep is recorded, its runs not yet submitted wait
         raise SweepInterrupted(sweep_id) from None
-
-
-class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C after the sweep ``sweep`` was recorded, while its runs were being started
-    (submitting SLURM jobs): ``fslab sweep resume`` starts those not yet started."""
-
-    def __init__(self, sweep: str):
-        super().__init__(sweep)
-        self.sweep = sweep
 
 
 def sweep_executor(runs_dir: Path, ref: str) -> str:

@@ -48,7 +48,7 @@ from fslab.core.study_plan import (
 from fslab.core.sweeps import new_sweep_id, release_sweep_id, save_sweep
 from fslab.execution.checks import check_run
 from fslab.execution.slots import check_local_queue
-from fslab.execution.sweep import requeue, withdraw
+from fslab.execution.sweep import let_go, requeue, withdraw
 
 
 @dataclass
@@ -199,19 +199,21 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
     created: list[Run] = []
     try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
         for planned, config, key in new:
-            run = create_run(settings.runs_dir, planned.method, config)
+            # held (claimed) until the record names it: no scheduler starts a run of no sweep
+            run = create_run(settings.runs_dir, planned.method, config, claimed=True, sweep=sweep_id)
             created.append(run)
-            run.write_status(sweep=sweep_id)
             done[key] = (run, "new")
         changed = command_line_changes(study, scale, resolved, settings=settings, registry=registry,
                                        dataset=dataset, data_root=data_root, extra=extra)
         project = project_changes(study, scale, resolved, settings=settings, registry=registry, dataset=dataset,
                                   data_root=data_root, extra=extra)
-        return _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done, again)
+        outcome = _record(study, scale, dataset, changed, project, sweep_id, settings.runs_dir, resolved, done, again)
     except BaseException:
-        withdraw(created)
+        withdraw(created, held=True)
         release_sweep_id(settings.runs_dir, sweep_id)
         raise
+    let_go(created, sweep_id)
+    return outcome
 
 
 def _record(study: Study, scale: str, dataset: str | None, changed: dict, project: dict, sweep_id: str, runs_dir,

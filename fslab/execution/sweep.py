@@ -163,26 +163,52 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     sweep_id = new_sweep_id(settings.runs_dir)
     runs = []
     try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
-        for config in configs:
-            runs.append(run := create_run(settings.runs_dir, method, config))
-            run.write_status(sweep=sweep_id)
+        for config in configs:  # held (claimed) until the record names them: no scheduler starts a run of no sweep
+            runs.append(create_run(settings.runs_dir, method, config, claimed=True, sweep=sweep_id))
         save_sweep(settings.runs_dir, sweep_id, method=method, grid=grid, seeds=seeds, fail_fast=fail_fast,
                    runs=[r.id for r in runs])
     except BaseException:
-        withdraw(runs)
+        withdraw(runs, held=True)
         release_sweep_id(settings.runs_dir, sweep_id)
         raise
+    let_go(runs, sweep_id)
     return sweep_id, runs
 
 
-def withdraw(runs: list[Run]) -> None:
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C after the sweep ``sweep`` was recorded, while its runs were being let go or started
+    (submitting SLURM jobs): ``fslab sweep resume`` starts those not yet started."""
+
+    def __init__(self, sweep: str):
+        super().__init__(sweep)
+        self.sweep = sweep
+
+
+def let_go(runs: list[Run], sweep_id: str) -> None:
+    """Unclaim the runs a sweep or study held while it recorded them, so schedulers take them now. A Ctrl-C
+    meanwhile still lets every one go, and is then raised as :class:`SweepInterrupted`: the record names
+    them all, and ``fslab sweep resume`` starts the queued runs nobody claimed."""
+    pending, interrupted = list(runs), False
+    while pending:
+        try:
+            while pending:
+                pending[-1].unclaim()
+                pending.pop()
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted:
+        raise SweepInterrupted(sweep_id)
+
+
+def withdraw(runs: list[Run], held: bool = False) -> None:
     """Remove runs a sweep or study created and did not record, which no scheduler has taken: left queued,
     they would wait unrecorded for the next scheduler of the project (another sweep's) to train them.
-    One a scheduler took meanwhile is left to train; the same command again reuses it."""
+    One a scheduler took meanwhile is left to train; the same command again reuses it. ``held``: this
+    process claimed them as it created them, so none was taken."""
     import shutil
 
     for run in runs:
-        if run.claim():  # no scheduler can start it now
+        if held or run.claim():  # no scheduler can start it now
             shutil.rmtree(run.path, ignore_errors=True)
 
 
