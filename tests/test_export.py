@@ -558,3 +558,35 @@ def test_two_exports_of_a_run_to_one_sink_at_once_leave_one_record_not_two(store
     assert said == (f"{real.name}: waiting for the export (pid {first.pid}) that is sending it to sink 'gated', "
                     f"so that its record there is replaced once, not mixed\n")
     assert not list((tmp_path / "runs" / real.name).glob(".export-*"))
+
+
+def test_an_export_waits_for_the_worker_still_closing_the_run_s_own_sinks(store, tmp_path):
+    """A worker records its run's end, then gives the run's sinks up to [sinks] close_wait_s to finish: an
+    export then (the run listed as completed) cleared the sink's folder while the live sink still wrote into
+    it. It now waits for the worker to be gone, in one line on stderr."""
+    import subprocess
+    import sys
+
+    from fslab.core import worklock
+
+    project, real, env = store
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "gated.py").write_text(GATED_SINK)
+    shutil.copytree(project / "runs", tmp_path / "runs")
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    run_dir = tmp_path / "runs" / real.name
+    fd = worklock.take(run_dir)  # this test is the worker, closing its sinks
+    worklock.name_holder(fd)
+    try:
+        export = subprocess.Popen([sys.executable, "-m", "fslab", "export", real.name, "--to", "gated"],
+                                  cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = export.stderr.readline()  # its waiting line, or nothing where it exported at once
+        untouched = not (run_dir / "gated").exists()
+    finally:
+        os.close(fd)  # the worker exits
+    out, err = export.communicate()
+    assert export.returncode == 0, said + err
+    assert said == (f"{real.name}: waiting for its worker (pid {os.getpid()} on host {worklock.HOST}) to finish "
+                    f"closing its sinks before exporting it\n") and untouched
+    (record,) = (run_dir / "gated").iterdir()
+    assert len(record.read_text().splitlines()) == len(events(run_dir))

@@ -42,7 +42,7 @@ def export_(
 
     Exporting a run again replaces what the earlier export (or the live run) wrote there, never adds a copy;
     two exports of one run to one sink at once (another shell, fslab eval's new scores) take turns, the second
-    saying on stderr that it waits.
+    saying on stderr that it waits, as does an export of a run whose worker is still closing its own sinks.
     Runs still queued or running, or whose status.json cannot be read (they may not have ended), are left out,
     each said in one line. The command fails if it exported none,
     or if the sink failed on a run (that run's error: line; the others are still exported);

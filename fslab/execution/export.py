@@ -17,7 +17,9 @@ import errno
 import math
 import os
 import sys
+import time
 
+from fslab.core import worklock
 from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.keys import SINKS
@@ -95,6 +97,9 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
                          f"nothing to export")
     status = run.status()
     state = run.state(status)
+    if state not in LIVE and _wait_for_its_worker(run):  # its end recorded, its live sinks still closing
+        status = run.status()
+        state = run.state(status)
     if state in LIVE:
         raise UsageError(f"{run.id} is {state}: export it once it has ended")
     if state == UNREADABLE:  # it may still be running, and how it ended is the tracker's status: unknown
@@ -130,6 +135,21 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
         text = " ".join(str(exc).split())[:300]
         raise SinkFailed(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None
     return {"run": run.id, "sink": sink, "state": state, "events": count}
+
+
+def _wait_for_its_worker(run: Run, poll: float = 0.05) -> bool:
+    """Wait while the worker of ``run``, whose end its status already records, still lives: it is
+    closing the run's own sinks (up to ``[sinks] close_wait_s``), and an export replacing their record
+    meanwhile would mix the two. Says so once on stderr; whether it waited. A run resumed meanwhile (its
+    status live again) ends the wait: the caller finds it live."""
+    said = False
+    while worklock.is_held(run.path) is True and run.state() not in LIVE:
+        if not said:
+            print(f"{run.id}: waiting for its worker ({worklock.describe_holder(run.path)}) to finish closing "
+                  f"its sinks before exporting it", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(poll)
+    return said
 
 
 @contextlib.contextmanager
