@@ -590,3 +590,16 @@ def test_an_export_waits_for_the_worker_still_closing_the_run_s_own_sinks(store,
                     f"closing its sinks before exporting it\n") and untouched
     (record,) = (run_dir / "gated").iterdir()
     assert len(record.read_text().splitlines()) == len(events(run_dir))
+
+
+def test_a_sink_whose_name_holds_a_slash_is_exported_under_its_lock_too(tmp_path):
+    """The lock file was named after the sink as it is: a plugin's sink named team/board pointed it into
+    a folder that is not there, and the export went on without the lock."""
+    from fslab.core.runstore import Run
+    from fslab.execution.export import exporting
+
+    run = Run(tmp_path / "20260101-000000-nca-abcd")
+    run.path.mkdir()
+    with exporting(run, "team/board"):
+        assert [p.name for p in run.path.iterdir()] == [".export-team_board.lock"]
+    assert list(run.path.iterdir()) == []

@@ -24,7 +24,7 @@ from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
-from fslab.core.runstore import Run
+from fslab.core.runstore import Run, safe_name
 from fslab.core.sinks import replay
 from fslab.core.states import LIVE, UNREADABLE
 from fslab.core.types import SinkRun
@@ -160,7 +160,7 @@ def exporting(run: Run, sink: str):
     folder and writing into it at once (two copies, or one cut short). The lock file,
     ``runs/<id>/.export-SINK.lock``, goes when it is let go; where none can be had (a read-only
     copy of a store, no ``flock``) the run is exported without one, as before."""
-    path = run.path / f".export-{sink}.lock"
+    path = run.path / f".export-{safe_name(sink)}.lock"  # a plugin's sink may be named team/board
     fd = _take_export_lock(path, run, sink)
     try:
         yield
