@@ -228,6 +228,8 @@ def resume(
     """Continue a killed, lost or failed run from its last checkpoint, in its folder (a --gpus N run on N again).
 
     A run whose worker still lives, even paused, is refused: one worker per run.
+    A queued run nobody holds is started here: one whose starter (fslab run, a scheduler, a sweep) was killed on
+    this host before starting it is said on stderr.
 
     Its configuration is checked again first, as fslab run checks one.
     """
@@ -235,8 +237,12 @@ def resume(
     from fslab.execution import executor as executors
 
     project = settings()
-    started = executors.resume(find_run(project.runs_dir, ref), settings=project, registry=registry(project),
-                               executor=executor, overrides=slurm)
+    run = find_run(project.runs_dir, ref)
+    holder = run.stale_claim() if run.claimed() else None
+    started = executors.resume(run, settings=project, registry=registry(project), executor=executor, overrides=slurm)
+    if holder is not None:
+        err_console.print(f"run {run.id} was queued, held by {holder.describe()}, which is gone (killed before it "
+                          f"started the run); started here", highlight=False)
     if started.job_id is not None:
         console.print(f"run {started.run.id}: resuming as SLURM job {started.job_id}", highlight=False)
     elif detach:
@@ -256,6 +262,7 @@ def stop(refs: Annotated[list[str], typer.Argument(
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
     A run whose worker fslab resume is starting is stopped once that worker is recorded.
+    A queued run held by a process of this host killed before starting it is stopped at once (said on stderr).
     A sweep id stops every queued and running run of the sweep (or of a study's run), the queued ones first.
     Several given (fslab stop $(fslab runs --state running -q)): each is found before any is stopped, and one
     that ended meanwhile is said on stderr and passed over (the command fails only if none was stopped).
@@ -290,7 +297,11 @@ def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
     if run_.id in seen:
         return 0
     seen.add(run_.id)
+    holder = run_.stale_claim() if run_.path.is_dir() and run_.claimed() else None
     state = stop_run(run_)
+    if holder is not None:
+        err_console.print(f"run {run_.id} was queued, held by {holder.describe()}, which is gone (killed before it "
+                          f"started the run); stopped without waiting for it", highlight=False)
     console.print(f"{run_.id}: {state}", highlight=False)
     if state == "killed":  # a hint, on stderr: stdout stays the one line scripts read
         err_console.print(shown(after_stop(run_)), highlight=False)
@@ -365,8 +376,8 @@ def sweep(
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
     [bold]fslab sweep resume SWEEP[/bold] (only --executor, --slurm) queues again what failed, was killed or was lost.
 
-    With nothing to queue again, fslab sweep resume starts a scheduler for the sweep's runs still waiting (a sweep of
-    SLURM jobs: submits those never submitted). Runs start once its record names them; Ctrl-C before removes them.
+    With nothing to queue again, it starts a scheduler for the runs still waiting (SLURM: submits them), freeing any
+    held by a killed process of this host. Runs start once the record names them; Ctrl-C before removes them.
     """
     from fslab.execution import executor as executors
 
@@ -518,8 +529,15 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
     _refuse_a_run_for_a_sweep(project.runs_dir, targets[1])
     if executor is None:
         options = executors.job_options(project, executors.sweep_executor(project.runs_dir, targets[1]), slurm)
+    freed = _stale_claims(project.runs_dir, targets[1])
     record, again, unreadable, waiting, started = executors.resume_sweep(targets[1], settings=project,
                                                                          registry=registry(project), slurm=options)
+    if freed:
+        holders = sorted({holder.describe() for _, holder in freed})
+        err_console.print(f"{count(len(freed), 'queued run')} of {record['id']} {'was' if len(freed) == 1 else 'were'} "
+                          f"held by {', '.join(holders)}, which is gone (killed before it started "
+                          f"{'it' if len(freed) == 1 else 'them'}); free again: "
+                          f"{shown(', '.join(run.id for run, _ in freed))}", highlight=False)
     if not again and not waiting:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
     for file in UNREADABLE_FILES:
@@ -534,6 +552,19 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
         return
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)
+
+
+def _stale_claims(runs_dir: Path, ref: str) -> list:
+    """The sweep's queued runs whose claim is stale (:meth:`fslab.core.runstore.Run.stale_claim`),
+    each with the gone holder; none where the sweep cannot be read (resume_sweep says why)."""
+    from fslab.core.sweeps import load_sweep, sweep_runs
+
+    try:
+        runs = sweep_runs(runs_dir, load_sweep(runs_dir, ref))
+    except UsageError:
+        return []
+    return [(run, holder) for run in runs if run.path.is_dir() and run.claimed()
+            and (holder := run.stale_claim()) is not None]
 
 
 def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
@@ -599,8 +630,15 @@ def _nothing_to_resume(runs_dir: Path, record: dict, unreadable: list) -> str:
     for file in UNREADABLE_FILES:
         if ids := [run.id for run, named in unreadable if named == file]:
             said.append(f"{len(ids)} with {_unreadable_file(file, ids, named=True)}")
+    held = [(run, holder) for run in sweep_runs(runs_dir, record)
+            if run.id not in passed_over and (holder := run.held_elsewhere()) is not None]
+    hint = "" if not held else (
+        f"; {count(len(held), 'queued run')} {'is' if len(held) == 1 else 'are'} held by "
+        f"{', '.join(sorted({holder.describe() for _, holder in held}))}, which this machine cannot tell gone: "
+        f"if it is, remove {'its' if len(held) == 1 else 'their'} runs/ID/.claimed ({shown(held[0][0].id)}"
+        f"{', ...' if len(held) > 1 else ''}) and run fslab sweep resume {record['id']} again")
     return (f"sweep {record['id']} has nothing to resume: {', '.join(said) or 'it has no runs'}; only its failed, "
-            f"killed or lost runs are queued again")
+            f"killed or lost runs are queued again{hint}")
 
 
 # The queue table gives way in this order when the width is short (fslab.cli.tables).

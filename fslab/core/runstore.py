@@ -6,7 +6,8 @@
   .worker.lock    flock'ed by the run's worker for its whole life (fslab.core.worklock)
   .stop-request   asks the worker to stop at its next heartbeat (fslab stop, for another host)
   .claimed        the queued run was taken (to start it, or to stop it): one taker only (Run.claim);
-                  a sweep's runs are held so until its record names them
+                  a sweep's runs are held so until its record names them; names its holder, and a
+                  holder gone from this host leaves the run free again (fslab.core.claims)
   metrics.jsonl   one JSON event per line, append-only
   stdout.log, stderr.log   the worker's output
   checkpoints/last.pt      the latest end-of-epoch checkpoint (atomic)
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
 from fslab.core.schemas import evaluation, event, results
@@ -42,7 +44,7 @@ from fslab.core.schemas import status as status_of
 from fslab.core.settings import project_above
 from fslab.core.slurm_queue import job_alive, waits_for_job
 from fslab.core.states import HOST, run_state
-from fslab.core.worklock import observed_state
+from fslab.core.worklock import is_held, observed_state
 
 if TYPE_CHECKING:
     from fslab.core.config import RunConfig
@@ -147,30 +149,67 @@ class Run:
         if not self.path.is_dir():
             raise RunNotFound(f"run {self.id} was deleted (its folder {self.path} is gone); nothing to {nothing_to}")
 
-    def claim(self) -> bool:
-        """Take this queued run for starting. Exactly one caller ever wins
-        (``O_EXCL``), so two schedulers never start the same run."""
+    def claim(self, *, slurm: bool = False) -> bool:
+        """Take this queued run for starting (or ending). Exactly one caller ever wins
+        (``O_EXCL``), so two schedulers never start the same run. A claim whose holder
+        is gone while the run still waits (:meth:`stale_claim`) is taken over, by one
+        caller only (:func:`fslab.core.claims.take_stale`). ``slurm``: taken to submit a
+        SLURM job, which may exist whatever becomes of this process (never stale)."""
         try:
-            fd = os.open(self.path / ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except OSError:  # taken already, or a folder this process cannot write to
+            fd = os.open(self.path / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return take_stale(self.path, self.waits) is not None
+        except OSError:  # a folder this process cannot write to
             return False
         with open(fd, "w") as fh:
-            fh.write(f"{os.getpid()} {time.time()}\n")
+            fh.write(holder_line(slurm))
         return True
 
     def unclaim(self) -> None:
         """Let go of a run this process claimed and has not started: schedulers may take it now."""
-        (self.path / ".claimed").unlink(missing_ok=True)
+        (self.path / CLAIM_FILE).unlink(missing_ok=True)
 
     def claimed(self) -> bool:
         """Whether the run was ever taken for starting (an unreadable folder counts as taken)."""
         try:
-            os.stat(self.path / ".claimed")
+            os.stat(self.path / CLAIM_FILE)
         except FileNotFoundError:
             return False
         except OSError:
             return True
         return True
+
+    def waits(self, status: dict | None = None) -> bool:
+        """Whether the run is queued and nothing runs it or will: no worker's pid in its status,
+        no SLURM job, no process holding its worker lock (a launcher starting it)."""
+        status = self.status() if status is None else status
+        return (status.get("state") == "queued" and not status.get("pid") and not status.get("slurm_job_id")
+                and is_held(self.path) is not True)
+
+    def stale_claim(self, status: dict | None = None) -> Holder | None:
+        """The holder of this run's claim where that claim is stale: the holder claimed on this
+        host and is gone (:func:`fslab.core.claims.holder_gone`), and the run still :meth:`waits`.
+        Such a run is free: :meth:`claim` takes it over. None otherwise (no claim, a live holder,
+        another host's, a claim to submit a SLURM job, or an old file that names no host)."""
+        holder = read_holder(self.path)
+        if not holder_gone(holder) or not self.waits(status):
+            return None
+        return holder
+
+    def held_elsewhere(self, status: dict | None = None) -> Holder | None:
+        """The holder of this queued, unstarted run's claim where this machine cannot tell whether it
+        is gone: it claimed on another host, or its claim (an older fslab's) names no host. For the
+        line that says how to free the run by hand (remove ``.claimed``)."""
+        holder = read_holder(self.path)
+        if holder is None or holder.slurm or holder.pid is None or holder.host == HOST:
+            return None
+        status = self.status() if status is None else status
+        waiting = status.get("state") == "queued" and not status.get("pid") and not status.get("slurm_job_id")
+        return holder if waiting else None
+
+    def free(self) -> bool:
+        """Whether no one holds the run: never claimed, or its claim is stale (:meth:`stale_claim`)."""
+        return not self.claimed() or self.stale_claim() is not None
 
     def save_accuracies(self, result: dict, accuracies) -> Path:
         """Per-episode accuracies of one evaluation, in ``evaluations/``, named
@@ -213,13 +252,14 @@ def new_run_id(method: str) -> str:
 
 
 def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = False,
-               sweep: str | None = None) -> Run:
+               sweep: str | None = None, slurm: bool = False) -> Run:
     """A new run folder with its config and a ``queued`` status. ``mkdir`` is
     atomic, so two runs started in the same second never share a folder.
     ``claimed``: taken (:meth:`Run.claim`) before its status says queued, for a run its
     creator starts itself (``fslab run``), or holds until its sweep's record names it
     (:meth:`Run.unclaim`), which no scheduler of the project may start first.
-    ``sweep``: the sweep it belongs to, in its first status already."""
+    ``sweep``: the sweep it belongs to, in its first status already. ``slurm``: claimed to
+    submit it as a SLURM job (a claim never judged stale: :meth:`Run.claim`)."""
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -237,7 +277,7 @@ def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = Fal
         try:
             (path / "checkpoints").mkdir()
             if claimed:
-                Run(path).claim()
+                Run(path).claim(slurm=slurm)
             atomic_write_json(path / "config.json", config)
             Run(path).write_status(state="queued", host=HOST, created=time.time(),
                                    **({"sweep": sweep} if sweep else {}))

@@ -49,6 +49,17 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def process_start(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (field 22 of ``/proc/PID/stat``), as
+    text; None where it cannot be read (no such process, no ``/proc``). A pid reused by a
+    later process has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def _number(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 

@@ -207,6 +207,9 @@ def check_resumable(run: Run, *, observed: bool = False) -> None:
         again = ("" if state != "completed" else f"; to train a run like it from the start: {like_command(run.id)}"
                  if run.config() else "; nor can a run like it start while its config.json is missing or unreadable "
                  "(fslab runs lists it as unreadable): put the file back from a copy of the run")
+        if state == "queued" and (holder := run.held_elsewhere(status)) is not None:
+            again = (f"; it waits, held by {holder.describe()}, which may be gone: if it is, remove "
+                     f"{run.path / '.claimed'} and run fslab resume {run.id} again")
         raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume{again}")
     if not run.checkpoint_path.exists():
         raise UsageError(

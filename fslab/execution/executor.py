@@ -71,7 +71,8 @@ def launch(method: str, overrides: list[dict], *, settings, registry, slurm: Slu
     """Resolve and check the configuration (:func:`prepare`), create the run
     folder and start the run here (or as a job)."""
     config = prepare(method, overrides, settings=settings, registry=registry, slurm=slurm)
-    run = create_run(settings.runs_dir, method, config, claimed=True)  # started here: no scheduler may start it
+    run = create_run(settings.runs_dir, method, config, claimed=True,  # started here: no scheduler may start it
+                     slurm=slurm is not None)
     with launch_lock(run):
         return _start(run, resume=False, slurm=slurm)
 
@@ -91,20 +92,29 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     plugins here may not be those it was created with). The checks and the
     start happen under the run's lock, so of two simultaneous resumes exactly
     one starts a worker; a run whose worker lives (even paused) is refused
-    (:mod:`fslab.execution.handover`)."""
+    (:mod:`fslab.execution.handover`). A queued run that nobody holds (never claimed, or its
+    claim stale: its starter, of this host, was killed before it started the worker,
+    :meth:`Run.stale_claim`) is taken and started here, from its checkpoint if it has one."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
     run.check_folder("resume")  # deleted since it was found (or since the dashboard asked): not its lock file's line
-    with launch_lock(run):
-        check_resumable(run)
-        executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
-        slurm = job_options(settings, executor, overrides)
-        config = check_saved(run.config(), registry)
-        try:
-            check_run(config, registry, slurm, again=like_command(run.id))
-        except UsageError as exc:
-            raise root_gone(run, config, exc) or exc from None
-        return _start(run, resume=True, slurm=slurm)
+    freed = run.free() and run.waits() and run.claim()  # taken before the lock: held, it hides a waiting run
+    try:
+        with launch_lock(run):
+            if not freed:
+                check_resumable(run)
+            executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
+            slurm = job_options(settings, executor, overrides)
+            config = check_saved(run.config(), registry)
+            try:
+                check_run(config, registry, slurm, again=like_command(run.id))
+            except UsageError as exc:
+                raise root_gone(run, config, exc) or exc from None
+            return _start(run, resume=not freed or run.checkpoint_path.exists(), slurm=slurm)
+    except BaseException:
+        if freed:  # refused: the run waits, free, as it did
+            run.unclaim()
+        raise
 
 
 def gone_root(dataset: dict, exc: UsageError) -> str | None:
@@ -219,7 +229,7 @@ def sweep_executor(runs_dir: Path, ref: str) -> str:
     record = load_sweep(runs_dir, ref)
     runs = sweep_runs(runs_dir, record)
     told = [run for run in runs if run.state() in RESUMABLE]
-    if not told and any(run.state() == "queued" and not run.claimed() for run in runs):  # never submitted
+    if not told and any(run.state() == "queued" and run.free() for run in runs):  # never submitted
         told = [run for run in runs if run.status().get("executor")]  # go where its started runs went
     kinds = {"slurm" if run.status().get("executor") == "slurm" else "local" for run in told}
     if len(kinds) > 1:
@@ -262,7 +272,7 @@ def resume_sweep(ref: str, *, settings, registry,
     again = requeue(settings.runs_dir, record)
     requeued = {run.id for run in again}
     unstarted = [run for run in sweep_runs(settings.runs_dir, record)
-                 if run.id not in requeued and run.state() == "queued" and not run.claimed()]
+                 if run.id not in requeued and run.state() == "queued" and run.free()]
     if slurm is not None:  # runs never submitted (Ctrl-C while submitting) are submitted with the rest
         return record, _start_queued(settings.runs_dir, again + unstarted, slurm), unreadable, [], False
     waiting = [] if again else unstarted
@@ -283,7 +293,7 @@ def start_study(study, scale: str, *, settings, registry, dataset: str | None = 
     outcome = queue_study(study, scale, settings=settings, registry=registry, dataset=dataset,
                           data_root=data_root, extra=extra, slurm=slurm, again=again)
     waiting = [run for run in (Run(settings.runs_dir / i) for i in outcome.in_progress)
-               if run.state() == "queued" and (slurm is None or not run.claimed())]
+               if run.state() == "queued" and (slurm is None or run.free())]
     if outcome.to_start or waiting:
         if slurm is None:
             start_scheduler(settings.runs_dir)
@@ -300,7 +310,7 @@ def _start_queued(runs_dir: Path, runs: list[Run], slurm: SlurmSettings | None) 
         return runs
     submitted = []
     for run in runs:
-        if run.claim():  # not already taken by a local scheduler
+        if run.claim(slurm=True):  # not already taken by a local scheduler
             try:
                 with launch_lock(run):
                     slurm_jobs.submit(run, slurm, TrainingJob(os.path.abspath(run.path)))

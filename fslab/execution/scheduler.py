@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from fslab.core.claims import holder_gone, read_holder
 from fslab.core.errors import ConfigError, NewerConfig
 from fslab.core.flocks import hold_shared, is_held
-from fslab.core.runstore import Run, run_names, start_order
+from fslab.core.runstore import SWEEPS, Run, run_names, start_order
 from fslab.core.settings import load_settings
 from fslab.core.text import count
 from fslab.execution.handover import LiveWorker, launch_lock
@@ -54,17 +55,31 @@ def fail_unstartable(run: Run, why: str) -> bool:
 def waiting_runs(runs_dir: Path) -> list[Run]:
     """Queued runs that nobody has taken yet, oldest first (the time each was
     queued, then id: :func:`fslab.core.runstore.start_order`). Every run that
-    was ever started is claimed, so in a store of finished runs this costs one
-    ``stat`` per run; only unclaimed runs have their status read, once."""
+    was ever started is claimed; a claim is passed over unless its holder, of
+    this host, is gone (its line read, and the status only then), and a run so
+    freed is left alone where its status names a sweep whose record is not there
+    (killed before writing it: a run of no recorded sweep is never started)."""
     found = []
     for name in run_names(runs_dir):  # an unreadable folder is skipped, never fatal
         run = Run(runs_dir / name)
-        if run.claimed() or not os.path.exists(run.path / "config.json"):
+        if not os.path.exists(run.path / "config.json"):
             continue
-        status = run.status()
-        if status.get("state") == "queued":
+        status = run.status() if not run.claimed() else _freed(runs_dir, run)
+        if status and status.get("state") == "queued":
             found.append((start_order(status, run.id), run))
     return [run for _, run in sorted(found, key=lambda f: f[0])]
+
+
+def _freed(runs_dir: Path, run: Run) -> dict | None:
+    """The status of a claimed run whose claim is stale (:meth:`Run.stale_claim`) and
+    whose sweep, if it names one, is recorded; None otherwise."""
+    if not holder_gone(read_holder(run.path)):  # most claimed runs: one small read
+        return None
+    status = run.status()
+    sweep = status.get("sweep")
+    if not run.waits(status) or (isinstance(sweep, str) and not (runs_dir / SWEEPS / f"{sweep}.json").exists()):
+        return None
+    return status
 
 
 def start_in_slots(run: Run, taken: list) -> subprocess.Popen | None:

@@ -1,0 +1,106 @@
+"""Who holds a queued run's claim (``runs/<id>/.claimed``), and when that claim is stale.
+
+A queued run is claimed (``O_EXCL``: one taker only) by whoever will start its
+worker or end it: ``fslab run``, a scheduler, a sweep or study while it writes
+its record, ``fslab stop``. The file's one line names the holder::
+
+    PID TIME HOST START [slurm]
+
+``START`` is the holder's start time in clock ticks since boot (field 22 of
+``/proc/PID/stat``; ``-`` where it cannot be read), so a pid reused by another
+process is told from the holder. ``slurm`` marks a claim taken to submit a SLURM
+job, which may exist although its submitter is gone: such a claim is never stale.
+Files written before the holder was named hold ``PID TIME`` only; their host is
+unknown, so they are never judged stale either.
+
+A claim is stale when its holder was on this host and is gone (its pid not
+alive, or alive with another start time) while the run still waits: queued,
+with no worker's pid, no SLURM job, and no process holding its worker lock.
+Such a run is free again: :func:`take_stale` hands it to exactly one new taker.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fslab.core.states import HOST, pid_alive, process_start
+
+CLAIM_FILE = ".claimed"
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int | None
+    host: str | None  # None: a claim file from before the holder's host was written
+    start: str | None  # None: its start time could not be read
+    slurm: bool = False
+
+    def describe(self) -> str:
+        return f"pid {self.pid if self.pid is not None else '?'} on host {self.host or '?'}"
+
+
+def holder_line(slurm: bool = False) -> str:
+    """The claim file's line naming this process."""
+    pid = os.getpid()
+    return f"{pid} {time.time()} {HOST} {process_start(pid) or '-'}{' slurm' if slurm else ''}\n"
+
+
+def parse_holder(text: str) -> Holder:
+    words = text.split()
+    pid = int(words[0]) if words and words[0].isdigit() else None
+    host = words[2] if len(words) > 2 else None
+    start = words[3] if len(words) > 3 and words[3] != "-" else None
+    return Holder(pid, host, start, slurm="slurm" in words[4:])
+
+
+def read_holder(run_dir: str | Path) -> Holder | None:
+    """The holder the run's claim file names; None where there is no claim file or it cannot be read."""
+    try:
+        with open(os.path.join(os.fspath(run_dir), CLAIM_FILE), encoding="utf-8", errors="replace") as fh:
+            return parse_holder(fh.readline())
+    except OSError:
+        return None
+
+
+def holder_gone(holder: Holder | None) -> bool:
+    """Whether ``holder`` claimed on this host and is no longer running (a pid
+    reused by another process counts as gone). Another host's holder, an old
+    claim that names no host, and a claim taken to submit a SLURM job are never gone."""
+    if holder is None or holder.slurm or holder.host != HOST or holder.pid is None:
+        return False
+    if not pid_alive(holder.pid):
+        return True
+    return holder.start is not None and process_start(holder.pid) not in (None, holder.start)
+
+
+def take_stale(run_dir: str | Path, still_waits) -> Holder | None:
+    """Take over the run's claim if its holder is gone (:func:`holder_gone`) and
+    ``still_waits()`` (the run is queued, not started); the file is rewritten in
+    place under an ``flock``, so of several takers exactly one wins, and a plain
+    ``O_EXCL`` claim cannot slip in meanwhile. Returns the gone holder, or None
+    where the claim was not taken."""
+    path = os.path.join(os.fspath(run_dir), CLAIM_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        here, mine = os.stat(path), os.fstat(fd)
+        if (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
+            return None  # let go (and maybe taken anew) meanwhile
+        gone = parse_holder(os.pread(fd, 4096, 0).decode(errors="replace").split("\n", 1)[0])
+        if not holder_gone(gone) or not still_waits():
+            return None
+        line = holder_line().encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+        return gone
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,138 @@
+"""Stale claims: a queued run whose claimer (fslab run, a scheduler, a sweep) was killed
+outright before starting its worker is free again, with real processes killed (SIGKILL)
+at that point; a claim of another host, of a SLURM submission or from an older fslab is not."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from fslab.core.claims import CLAIM_FILE, read_holder
+from fslab.core.runstore import create_run
+from fslab.core.states import HOST, process_start
+
+from .runs_helpers import TINY, fslab, wait_for
+
+# `fslab ARGS` as the real CLI runs it, killed (SIGKILL) once the sweep's record is written and
+# before it lets its runs go: they stay claimed by a process that is gone.
+KILLED_BEFORE_LET_GO = """
+import os, signal, sys
+import fslab.execution.sweep as sweep
+sweep.let_go = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+# `fslab run ARGS`, killed between creating (and claiming) its run and starting the worker.
+KILLED_BEFORE_START = """
+import os, signal, sys
+import fslab.execution.executor as executor
+executor._start = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+
+def gone_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def queued(tmp_path, claim_line: str | None, **status):
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    run.write_status(**status)
+    if claim_line is not None:
+        (run.path / CLAIM_FILE).write_text(claim_line)
+    return run
+
+
+def test_a_claim_is_stale_only_when_its_holder_on_this_host_is_gone_and_the_run_still_waits(tmp_path):
+    from fslab.execution.scheduler import waiting_runs
+
+    dead, now, me = gone_pid(), time.time(), os.getpid()
+    stale = queued(tmp_path, f"{dead} {now} {HOST} 123\n")
+    reused = queued(tmp_path, f"{me} {now} {HOST} 1\n")  # this pid, but a process started at another time
+    alive = queued(tmp_path, f"{me} {now} {HOST} {process_start(me)}\n")
+    elsewhere = queued(tmp_path, f"{dead} {now} another-host 123\n")
+    old = queued(tmp_path, f"{dead} {now}\n")  # an older fslab's line: no host, never judged by its pid
+    submitting = queued(tmp_path, f"{dead} {now} {HOST} 123 slurm\n")  # its job may exist
+    started = queued(tmp_path, f"{dead} {now} {HOST} 123\n", pid=dead)
+    ended = queued(tmp_path, f"{dead} {now} {HOST} 123\n", state="killed")
+    orphan = queued(tmp_path, f"{dead} {now} {HOST} 123\n", sweep="sweep-20261202-000000-abcd")  # no record
+    assert read_holder(old.path).host is None and read_holder(elsewhere.path).host == "another-host"
+    assert stale.stale_claim().pid == dead and reused.stale_claim().pid == me
+    for run in (alive, elsewhere, old, submitting, started, ended):
+        assert run.stale_claim() is None and not run.free() and not run.claim(), run.id
+    assert orphan.free()
+    # the scheduler takes the freed runs, but not one of a sweep never recorded
+    assert [run.id for run in waiting_runs(tmp_path / "runs")] == [stale.id, reused.id]
+    assert stale.claim() and read_holder(stale.path).pid == me  # taken over, by one taker only
+    assert stale.stale_claim() is None and not stale.claim()
+
+
+def test_a_sweep_killed_before_letting_its_runs_go_is_started_by_sweep_resume(project):
+    """A sweep killed (SIGKILL, the OOM killer) after recording its runs and before letting them go left
+    them claimed for ever: fslab sweep resume said 'nothing to resume: 2 queued' and no scheduler took them."""
+    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
+                            capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    runs = [project / "runs" / run_id for run_id in record["runs"]]
+    holders = {read_holder(run).pid for run in runs}
+    assert len(holders) == 1 and None not in holders
+    resumed = fslab("sweep", "resume", record["id"], cwd=project)
+    assert resumed.returncode == 0, resumed.stderr
+    ids = ", ".join(path.name for path in runs)
+    assert resumed.stderr == (f"2 queued runs of {record['id']} were held by pid {holders.pop()} on host {HOST}, "
+                              f"which is gone (killed before it started them); free again: {ids}\n")
+    for run in runs:
+        wait_for(lambda run=run: json.loads((run / "status.json").read_text())["state"] == "completed", 180,
+                 f"{run.name} to complete")
+
+
+def test_fslab_stop_and_resume_take_a_queued_run_whose_fslab_run_was_killed_before_starting_it(project):
+    """fslab run killed between creating its run and starting the worker left the run queued and claimed:
+    fslab resume refused it ('is queued'), and fslab stop waited 10 s for a worker that would never come."""
+    for _ in range(2):
+        killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
+                                cwd=project, text=True, capture_output=True, timeout=120)
+        assert killed.returncode == -9
+    first, second = sorted((project / "runs").glob("2*"))
+    pids = [read_holder(run).pid for run in (first, second)]
+    stopped = fslab("stop", first.name, cwd=project)
+    assert stopped.returncode == 0 and stopped.stdout == f"{first.name}: killed\n"
+    assert stopped.stderr.splitlines()[0] == (f"run {first.name} was queued, held by pid {pids[0]} on host {HOST}, "
+                                              f"which is gone (killed before it started the run); stopped without "
+                                              f"waiting for it")
+    assert json.loads((first / "status.json").read_text())["error"] == "stopped while queued"
+    resumed = fslab("resume", second.name, cwd=project)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr == (f"run {second.name} was queued, held by pid {pids[1]} on host {HOST}, which is gone "
+                              f"(killed before it started the run); started here\n")
+    assert json.loads((second / "status.json").read_text())["state"] == "completed"
+
+
+def test_a_queued_run_held_on_another_host_is_refused_with_how_to_free_it_then_started_by_resume(project):
+    """A claim taken on another host (or by an older fslab, whose line names no host) is never judged by its
+    pid here: fslab resume says who holds the run and how to free it; once freed, fslab resume starts it."""
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
+                            cwd=project, text=True, capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    run = next((project / "runs").glob("2*"))
+    for line, host in ((f"4242 {time.time()} gpu-node-7 99\n", "gpu-node-7"), (f"4242 {time.time()}\n", "?")):
+        (run / CLAIM_FILE).write_text(line)
+        refused = fslab("resume", run.name, cwd=project)
+        assert refused.returncode == 2 and refused.stderr == (
+            f"error: run {run.name} is queued; only killed, lost or failed runs can resume; it waits, held by pid "
+            f"4242 on host {host}, which may be gone: if it is, remove runs/{run.name}/.claimed and run fslab "
+            f"resume {run.name} again\n")
+    (run / CLAIM_FILE).unlink()
+    resumed = fslab("resume", run.name, cwd=project)
+    assert resumed.returncode == 0 and resumed.stderr == "", resumed.stderr
+    assert json.loads((run / "status.json").read_text())["state"] == "completed"
