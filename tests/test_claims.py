@@ -71,8 +71,10 @@ def test_a_claim_is_stale_only_when_its_holder_on_this_host_is_gone_and_the_run_
     assert orphan.free()
     # the scheduler takes the freed runs, but not one of a sweep never recorded
     assert [run.id for run in waiting_runs(tmp_path / "runs")] == [stale.id, reused.id]
+    assert waiting_runs(tmp_path / "runs", freeing=False) == []  # the scheduler's cheap listing: claims not read
     assert stale.claim() and read_holder(stale.path).pid == me  # taken over, by one taker only
     assert stale.stale_claim() is None and not stale.claim()
+    assert reused.claim(slurm=True) and read_holder(reused.path).slurm  # taken over to submit a job: marked so
 
 
 def test_a_sweep_killed_before_letting_its_runs_go_is_started_by_sweep_resume(project):
@@ -136,3 +138,21 @@ def test_a_queued_run_held_on_another_host_is_refused_with_how_to_free_it_then_s
     resumed = fslab("resume", run.name, cwd=project)
     assert resumed.returncode == 0 and resumed.stderr == "", resumed.stderr
     assert json.loads((run / "status.json").read_text())["state"] == "completed"
+
+
+def test_a_run_claimed_to_submit_a_slurm_job_is_marked_so_and_never_judged_stale(project):
+    """fslab run --executor slurm (and fslab resume --executor slurm of a freed queued run) killed after sbatch
+    and before recording the job would leave a claim a scheduler here took as stale, training the run twice."""
+    from .test_studies import fake_slurm_study
+
+    env = fake_slurm_study(project)
+    submitted = fslab("run", "nca", *TINY, "--epochs", "1", "--executor", "slurm", "--detach", cwd=project, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
+                            cwd=project, text=True, capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    first, second = sorted((project / "runs").glob("2*"))
+    assert read_holder(first).slurm and not read_holder(second).slurm
+    resumed = fslab("resume", second.name, "--executor", "slurm", cwd=project, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_holder(second).slurm and json.loads((second / "status.json").read_text())["slurm_job_id"] == "101"

@@ -77,12 +77,12 @@ def holder_gone(holder: Holder | None) -> bool:
     return holder.start is not None and process_start(holder.pid) not in (None, holder.start)
 
 
-def take_stale(run_dir: str | Path, still_waits) -> Holder | None:
+def take_stale(run_dir: str | Path, still_waits, slurm: bool = False) -> Holder | None:
     """Take over the run's claim if its holder is gone (:func:`holder_gone`) and
     ``still_waits()`` (the run is queued, not started); the file is rewritten in
     place under an ``flock``, so of several takers exactly one wins, and a plain
     ``O_EXCL`` claim cannot slip in meanwhile. Returns the gone holder, or None
-    where the claim was not taken."""
+    where the claim was not taken. ``slurm``: taken to submit a SLURM job (:func:`holder_line`)."""
     path = os.path.join(os.fspath(run_dir), CLAIM_FILE)
     try:
         fd = os.open(path, os.O_RDWR)
@@ -96,7 +96,7 @@ def take_stale(run_dir: str | Path, still_waits) -> Holder | None:
         gone = parse_holder(os.pread(fd, 4096, 0).decode(errors="replace").split("\n", 1)[0])
         if not holder_gone(gone) or not still_waits():
             return None
-        line = holder_line().encode()
+        line = holder_line(slurm).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, line, 0)
         return gone

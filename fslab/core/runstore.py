@@ -158,12 +158,17 @@ class Run:
         try:
             fd = os.open(self.path / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            return take_stale(self.path, self.waits) is not None
+            return take_stale(self.path, self.waits, slurm) is not None
         except OSError:  # a folder this process cannot write to
             return False
         with open(fd, "w") as fh:
             fh.write(holder_line(slurm))
         return True
+
+    def claim_for_slurm(self) -> None:
+        """Mark this process's claim as taken to submit a SLURM job: the job may exist
+        whatever becomes of this process, so the claim is never judged stale."""
+        overwrite(self.path / CLAIM_FILE, holder_line(slurm=True))
 
     def unclaim(self) -> None:
         """Let go of a run this process claimed and has not started: schedulers may take it now."""

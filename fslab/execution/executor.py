@@ -105,6 +105,8 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
                 check_resumable(run)
             executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
             slurm = job_options(settings, executor, overrides)
+            if freed and slurm is not None:
+                run.claim_for_slurm()
             config = check_saved(run.config(), registry)
             try:
                 check_run(config, registry, slurm, again=like_command(run.id))

@@ -52,19 +52,25 @@ def fail_unstartable(run: Run, why: str) -> bool:
     return True
 
 
-def waiting_runs(runs_dir: Path) -> list[Run]:
+# How often a scheduler looks for runs freed by a stale claim (fslab.core.claims): that costs a read of
+# each claimed run's claim and of the status of those whose taker is gone, most of a store of finished runs.
+FREEING_EVERY_S = 30.0
+
+
+def waiting_runs(runs_dir: Path, *, freeing: bool = True) -> list[Run]:
     """Queued runs that nobody has taken yet, oldest first (the time each was
     queued, then id: :func:`fslab.core.runstore.start_order`). Every run that
     was ever started is claimed; a claim is passed over unless its holder, of
     this host, is gone (its line read, and the status only then), and a run so
     freed is left alone where its status names a sweep whose record is not there
-    (killed before writing it: a run of no recorded sweep is never started)."""
+    (killed before writing it: a run of no recorded sweep is never started).
+    Without ``freeing``, every claimed run is passed over (one ``stat`` each)."""
     found = []
     for name in run_names(runs_dir):  # an unreadable folder is skipped, never fatal
         run = Run(runs_dir / name)
         if not os.path.exists(run.path / "config.json"):
             continue
-        status = run.status() if not run.claimed() else _freed(runs_dir, run)
+        status = run.status() if not run.claimed() else _freed(runs_dir, run) if freeing else None
         if status and status.get("state") == "queued":
             found.append((start_order(status, run.id), run))
     return [run for _, run in sorted(found, key=lambda f: f[0])]
@@ -122,6 +128,7 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
     started, children = 0, []
     newer: set[str] = set()  # queued by a newer fslab: passed over, once told in the log
     broken: set[str] = set()  # slots whose lock file cannot be opened: passed over, once told in the log
+    next_freeing = 0.0  # stale claims are looked for at the first listing, every FREEING_EVERY_S, and before exiting
     while True:
         free = _free_slots(folder, slots, broken)
         if not free and not children and len(broken) == len(slots):
@@ -129,7 +136,11 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
             return started
         if free:
             stop_failed_sweeps(runs_dir)
-            waiting = [run for run in waiting_runs(runs_dir) if run.id not in newer]
+            freeing = time.monotonic() >= next_freeing
+            next_freeing = time.monotonic() + FREEING_EVERY_S if freeing else next_freeing
+            waiting = [run for run in waiting_runs(runs_dir, freeing=freeing) if run.id not in newer]
+            if not freeing and all(run.id in newer for run in waiting):  # before exiting: a run freed meanwhile
+                waiting = [run for run in waiting_runs(runs_dir) if run.id not in newer]
             for run in waiting:
                 try:
                     need = slots_needed(run)
