@@ -156,3 +156,39 @@ def test_a_run_claimed_to_submit_a_slurm_job_is_marked_so_and_never_judged_stale
     resumed = fslab("resume", second.name, "--executor", "slurm", cwd=project, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert read_holder(second).slurm and json.loads((second / "status.json").read_text())["slurm_job_id"] == "101"
+
+# The scheduler, killed (SIGKILL) after claiming a run and before starting its worker.
+KILLED_SCHEDULER = """
+import os, signal, sys
+import fslab.execution.scheduler as scheduler
+scheduler.start_in_slots = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(scheduler.main(sys.argv[1:]))
+"""
+
+
+def test_a_run_whose_scheduler_was_killed_before_starting_it_is_started_by_the_next_scheduler(project):
+    """A scheduler killed between taking a queued run and starting its worker left it claimed: no later
+    scheduler took it, fslab queue did not count it as waiting, and fslab sweep resume had nothing to do."""
+    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
+                            capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    runs = [project / "runs" / run_id for run_id in record["runs"]]
+    for run in runs:  # as if the sweep had let them go
+        (run / CLAIM_FILE).unlink()
+    scheduler = subprocess.run([sys.executable, "-c", KILLED_SCHEDULER, "runs"], cwd=project, text=True,
+                               capture_output=True, timeout=120)
+    assert scheduler.returncode == -9
+    taken = [run for run in runs if (run / CLAIM_FILE).exists()]
+    assert len(taken) == 1 and read_holder(taken[0]).host == HOST
+    queue = fslab("queue", cwd=project)
+    assert queue.stdout.splitlines()[-1].startswith("no scheduler is running: 2 waiting runs will not start")
+    pid = read_holder(taken[0]).pid  # the killed scheduler's
+    resumed = fslab("sweep", "resume", record["id"], cwd=project)
+    assert resumed.returncode == 0
+    assert resumed.stderr == (f"1 queued run of {record['id']} was held by pid {pid} on host {HOST}, which is gone "
+                              f"(killed before it started it); free again: {taken[0].name}\n")
+    for run in runs:
+        wait_for(lambda run=run: json.loads((run / "status.json").read_text())["state"] == "completed", 180,
+                 f"{run.name} to complete")
