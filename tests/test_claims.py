@@ -192,3 +192,22 @@ def test_a_run_whose_scheduler_was_killed_before_starting_it_is_started_by_the_n
     for run in runs:
         wait_for(lambda run=run: json.loads((run / "status.json").read_text())["state"] == "completed", 180,
                  f"{run.name} to complete")
+
+
+def test_fslab_stop_of_a_sweep_killed_before_letting_its_runs_go_stops_them_at_once_saying_so(project):
+    """fslab stop SWEEP waited 10 s for each such run's worker, which would never come, and said nothing."""
+    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
+                            capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    pid = read_holder(project / "runs" / record["runs"][0]).pid
+    stopped = fslab("stop", record["id"], cwd=project)
+    assert stopped.returncode == 0 and sorted(stopped.stdout.splitlines()) == sorted(
+        f"{run_id}: killed" for run_id in record["runs"])
+    ids = ", ".join(line.split(":")[0] for line in stopped.stdout.splitlines())
+    assert stopped.stderr.splitlines()[0] == (f"2 queued runs of {record['id']} were held by pid {pid} on host {HOST}, "
+                                              f"which is gone (killed before it started them); stopped without "
+                                              f"waiting for them: {ids}")
+    for run_id in record["runs"]:
+        assert json.loads((project / "runs" / run_id / "status.json").read_text())["error"] == "stopped while queued"

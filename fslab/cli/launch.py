@@ -313,12 +313,15 @@ def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
     that goes on; how many were stopped. A sweep with none to stop is a UsageError."""
     from fslab.execution.executor import stop_sweep
 
+    freed = [(run_, holder) for run_, holder in _stale_claims(runs_dir, ref) if run_.id not in seen]
     record, stopped = stop_sweep(runs_dir, ref, skip=seen)
     if not stopped:
         raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
     for run_, state in stopped:
         seen.add(run_.id)
         console.print(f"{run_.id}: {state}", highlight=False)
+    freed = [pair for pair in freed if pair[0].id in {run_.id for run_, _ in stopped}]
+    _say_freed(freed, record["id"], f"stopped without waiting for {'them' if len(freed) > 1 else 'it'}")
     again = record.get("again") if isinstance(record.get("again"), str) else (  # a study's: as it was run
         f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
         else f"fslab sweep resume {record['id']}")
@@ -532,12 +535,7 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
     freed = _stale_claims(project.runs_dir, targets[1])
     record, again, unreadable, waiting, started = executors.resume_sweep(targets[1], settings=project,
                                                                          registry=registry(project), slurm=options)
-    if freed:
-        holders = sorted({holder.describe() for _, holder in freed})
-        err_console.print(f"{count(len(freed), 'queued run')} of {record['id']} {'was' if len(freed) == 1 else 'were'} "
-                          f"held by {', '.join(holders)}, which is gone (killed before it started "
-                          f"{'it' if len(freed) == 1 else 'them'}); free again: "
-                          f"{shown(', '.join(run.id for run, _ in freed))}", highlight=False)
+    _say_freed(freed, record["id"], "free again")
     if not again and not waiting:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
     for file in UNREADABLE_FILES:
@@ -552,6 +550,16 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
         return
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)
+
+
+def _say_freed(freed: list, sweep: str, done: str) -> None:
+    """One line on stderr for the sweep's runs whose stale claims (:func:`_stale_claims`) were passed over."""
+    if freed:
+        holders = sorted({holder.describe() for _, holder in freed})
+        err_console.print(f"{count(len(freed), 'queued run')} of {sweep} {'was' if len(freed) == 1 else 'were'} "
+                          f"held by {', '.join(holders)}, which is gone (killed before it started "
+                          f"{'it' if len(freed) == 1 else 'them'}); {done}: "
+                          f"{shown(', '.join(run.id for run, _ in freed))}", highlight=False)
 
 
 def _stale_claims(runs_dir: Path, ref: str) -> list:
