@@ -51,6 +51,12 @@ def queued(tmp_path, claim_line: str | None, **status):
     return run
 
 
+
+def in_creation_order(runs):
+    """The run folders in the order they were made: two made in one second sort by their random ends."""
+    return sorted(runs.glob("2*"), key=lambda path: json.loads((path / "status.json").read_text())["created"])
+
+
 def test_a_claim_is_stale_only_when_its_holder_on_this_host_is_gone_and_the_run_still_waits(tmp_path):
     from fslab.execution.scheduler import waiting_runs
 
@@ -105,7 +111,7 @@ def test_fslab_stop_and_resume_take_a_queued_run_whose_fslab_run_was_killed_befo
         killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
                                 cwd=project, text=True, capture_output=True, timeout=120)
         assert killed.returncode == -9
-    first, second = sorted((project / "runs").glob("2*"))
+    first, second = in_creation_order(project / "runs")
     pids = [read_holder(run).pid for run in (first, second)]
     stopped = fslab("stop", first.name, cwd=project)
     assert stopped.returncode == 0 and stopped.stdout == f"{first.name}: killed\n"
@@ -151,7 +157,7 @@ def test_a_run_claimed_to_submit_a_slurm_job_is_marked_so_and_never_judged_stale
     killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
                             cwd=project, text=True, capture_output=True, timeout=120)
     assert killed.returncode == -9
-    first, second = sorted((project / "runs").glob("2*"))
+    first, second = in_creation_order(project / "runs")
     assert read_holder(first).slurm and not read_holder(second).slurm
     resumed = fslab("resume", second.name, "--executor", "slurm", cwd=project, env=env)
     assert resumed.returncode == 0, resumed.stderr
