@@ -345,6 +345,16 @@ def test_stop_takes_several_runs_finds_each_first_and_passes_over_one_that_ended
                                             "nothing was stopped")
 
 
+def test_stop_all_is_refused_naming_how_to_stop_every_live_run(project):
+    run = create_run(project / "runs", "nca", {"method": "nca"})  # queued
+    for argv in (["all"], [run.id, "all"]):
+        result = fslab("stop", *argv, cwd=project)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr == ("error: fslab stop takes no 'all': name the runs or sweeps to stop, as in: "
+                                 "fslab stop $(fslab runs --state queued,running -q)\n")
+    assert run.state() == "queued"  # nothing stopped
+
+
 def _commands() -> list[str]:
     from typer.main import get_command
 
