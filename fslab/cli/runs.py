@@ -68,8 +68,7 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
     have = {"state": sorted({s.state for s in every}), "method": sorted({s.method for s in every if s.method}),
             "sweep": sorted({s.sweep for s in every if s.sweep})}
     members = sweep_members(runs_dir, sweep)
-    if members and not any((runs_dir / run_id).is_dir() for run_id in members) and not any(
-            sweep in (s.sweep or "") for s in every):  # each of its runs rm -r'd: its record is all there is
+    if _only_gone(runs_dir, sweep, every):  # each of its runs rm -r'd: its record is all there is
         return (f"no runs match --sweep {sweep}: the {count(len(members), 'run')} its record names "
                 f"{'is' if len(members) == 1 else 'are all'} gone, deleted by hand; remove the record with: "
                 f"fslab delete {sweep}")
@@ -81,6 +80,16 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
     if unmet:
         return f"no runs match {'; '.join(unmet)}"
     return f"no runs match {' and '.join(f'--{n}' for n in given if given[n])} together (each matches some runs alone)"
+
+
+def _only_gone(runs_dir, sweep: str | None, every: list) -> bool:
+    """Whether every run the records of --sweep name is gone, deleted by hand, and no run left names the sweep
+    (``every``: all the runs there are): the record is all there is of it."""
+    from fslab.core.summary import sweep_members
+
+    members = sweep_members(runs_dir, sweep) if sweep else []
+    return bool(members) and not any((runs_dir / run_id).is_dir() for run_id in members) and not any(
+        sweep in (s.sweep or "") for s in every)
 
 
 def _sweep_filter(runs_dir, sweep: str | None) -> str | None:
@@ -160,7 +169,8 @@ def runs(
     summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
                                sweep=sweep)
     _check_sweep(runs_dir, sweep, summaries)
-    _say_gone(runs_dir, sweep)
+    if summaries or as_json or ids or not _only_gone(runs_dir, sweep, list_summaries(runs_dir, limit=None)):
+        _say_gone(runs_dir, sweep)  # else the one line below names them all gone, and the command that goes on
     if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
         check_evaluator(evaluator)  # a typo, not an evaluator no run was tested with yet
         if others := _other_labels(summaries, evaluator):  # knn asked, the runs scored by knn[k=3]: say so
