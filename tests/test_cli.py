@@ -355,6 +355,23 @@ def test_stop_all_is_refused_naming_how_to_stop_every_live_run(project):
     assert run.state() == "queued"  # nothing stopped
 
 
+def test_an_id_close_to_a_sweep_s_suggests_the_sweep_where_a_sweep_is_taken(project):
+    """fslab stop, delete and eval take sweeps too: 1ae6, a typo of the sweep that ends 1ae5, said only 'no run'."""
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    (project / "runs" / "sweeps").mkdir(exist_ok=True)
+    (project / "runs" / "sweeps" / "sweep-20261202-035819-1ae5.json").write_text(
+        json.dumps({"id": "sweep-20261202-035819-1ae5", "runs": [run.id]}))
+    for argv in (["stop", "1ae6"], ["delete", "1ae6", "--yes"], ["eval", "1ae6"],
+                 ["export", "1ae6", "--to", "tensorboard"]):
+        result = fslab(*argv, cwd=project)
+        assert result.returncode == 2 and result.stdout == "", argv
+        assert result.stderr == ("error: no run or sweep '1ae6' in runs. Did you mean 'sweep-20261202-035819-1ae5'? "
+                                 "List them with: fslab runs\n"), argv
+    one = fslab("show", "1ae6", cwd=project)  # a command that takes one run only suggests no sweep
+    assert one.stderr == "error: no run '1ae6' in runs. List them with: fslab runs\n"
+    assert run.state() == "queued"
+
+
 def _commands() -> list[str]:
     from typer.main import get_command
 

@@ -268,14 +268,13 @@ def stop(refs: Annotated[list[str], typer.Argument(
     that ended meanwhile is said on stderr and passed over (the command fails only if none was stopped).
     'all' is refused: name the runs, as that $(...) does.
     """
-    from fslab.core.runstore import find_run
-    from fslab.core.sweeps import names_sweep
+    from fslab.core.sweeps import names_sweep, run_or_sweep
 
     runs_dir = settings().runs_dir
     if "all" in refs:  # every run of the project, another user's included: too much for one word
         raise UsageError("fslab stop takes no 'all': name the runs or sweeps to stop, as in: "
                          "fslab stop $(fslab runs --state queued,running -q)")
-    targets = [(ref, True) if names_sweep(runs_dir, ref) else (find_run(runs_dir, ref), False) for ref in refs]
+    targets = [(ref, True) if names_sweep(runs_dir, ref) else (run_or_sweep(runs_dir, ref), False) for ref in refs]
     if len(targets) == 1:  # one run or sweep: one that has nothing to stop is the command's error
         target, sweep = targets[0]
         (_stop_sweep if sweep else _stop_run)(runs_dir, target, seen=set())

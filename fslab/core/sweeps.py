@@ -11,12 +11,13 @@ import secrets
 import time
 from pathlib import Path
 
-from fslab.core.errors import FslabError, UsageError, did_you_mean
+from fslab.core.errors import FslabError, RunNotFound, UsageError, did_you_mean
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.runstore import (
     SWEEPS,
     Run,
     as_id,
+    closest_ids,
     find_run,
     is_path,
     list_runs,
@@ -184,7 +185,7 @@ def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = Fal
         elif names_sweep(runs_dir, ref):
             runs += sweep_runs(runs_dir, load_sweep(runs_dir, ref))
         else:
-            runs.append(find_run(runs_dir, ref, whole=whole))
+            runs.append(run_or_sweep(runs_dir, ref, whole=whole))
     if not runs and not damaged:  # only sweeps, each without runs
         named = "the sweeps named hold" if len(refs) > 1 else "the sweep named holds"
         raise UsageError(f"no runs to {verb}: {named} none (list runs and sweeps with: fslab runs)")
@@ -198,6 +199,20 @@ def select_runs(runs_dir: Path, refs: list[str], verb: str, *, whole: bool = Fal
         raise UsageError(f"no runs to {verb}: the {count(len(runs), 'run')} {named} {are} gone, deleted by hand "
                          f"({ids}); remove the {'record' if one else 'records'} with: fslab delete {' '.join(refs)}")
     return runs
+
+
+def run_or_sweep(runs_dir: Path, ref: str, *, whole: bool = False) -> Run:
+    """:func:`fslab.core.runstore.find_run` where a sweep is taken too (RUN|SWEEP): an id that names neither and
+    is close to no run's id but to a sweep's suggests the sweep (``1ae6`` for the one that ends ``1ae5``)."""
+    try:
+        return find_run(runs_dir, ref, whole=whole)
+    except RunNotFound as exc:
+        said = str(exc)
+        meant = "" if not said.startswith(f"no run '{ref}' ") or "Did you mean" in said else closest_ids(
+            ref, sweeps_named(runs_dir, ""))
+        if not meant:
+            raise
+        raise RunNotFound(f"no run or sweep '{ref}' in {runs_dir}.{meant} List them with: fslab runs") from None
 
 
 def names_sweep(runs_dir: Path, ref: str) -> bool:
