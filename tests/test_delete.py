@@ -251,8 +251,8 @@ def test_a_sweep_whose_runs_are_all_gone_is_said_so_and_named_to_fslab_delete(pr
     shutil.rmtree(b.path)
     listed = fslab("runs", "--sweep", "ab12", cwd=project)
     assert listed.returncode == 0
-    assert listed.stdout == ("no runs match --sweep ab12: the 2 runs its record names are all gone, deleted by hand; "
-                             "remove the record with: fslab delete ab12\n")
+    assert listed.stdout == ("no runs match --sweep ab12: the 2 runs its record names are all gone, deleted by hand "
+                             f"({', '.join(sorted([a.id, b.id]))}); remove the record with: fslab delete ab12\n")
     assert listed.stderr == ""  # that one line: not another naming the same runs as left out
     assert fslab("runs", "--sweep", "ab12", "-q", cwd=project).stderr.startswith("2 runs left out, each one whose")
     for command in (["compare"], ["eval"], ["export", "--to", "tensorboard"], ["plot", "epoch"]):

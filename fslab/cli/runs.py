@@ -69,8 +69,9 @@ def _none_match(runs_dir, states: tuple[str, ...], method: str | None, sweep: st
             "sweep": sorted({s.sweep for s in every if s.sweep})}
     members = sweep_members(runs_dir, sweep)
     if _only_gone(runs_dir, sweep, every):  # each of its runs rm -r'd: its record is all there is
+        ids = shown(", ".join(sorted(members)[:3])) + (", ..." if len(members) > 3 else "")  # as compare says them
         return (f"no runs match --sweep {sweep}: the {count(len(members), 'run')} its record names "
-                f"{'is' if len(members) == 1 else 'are all'} gone, deleted by hand; remove the record with: "
+                f"{'is' if len(members) == 1 else 'are all'} gone, deleted by hand ({ids}); remove the record with: "
                 f"fslab delete {sweep}")
     failed = [unmet_filters(s, states, method, sweep, members) for s in every]  # each filter is met or not on its own
     met_alone = {name for name in given if any(name not in names for names in failed)}
