@@ -372,6 +372,22 @@ def test_an_id_close_to_a_sweep_s_suggests_the_sweep_where_a_sweep_is_taken(proj
     assert run.state() == "queued"
 
 
+def test_runs_ids_cut_at_the_limit_say_so_on_stderr(project):
+    """fslab stop $(fslab runs --state queued -q) with 51 queued runs stopped 50, and no word said the 51st was
+    left out: the table says 'the newest 50 shown', --ids and --json said nothing. The table said so of
+    exactly 50 runs too, none left out."""
+    made = [create_run(project / "runs", "nca", {"method": "nca", "seed": seed}) for seed in range(3)]
+    for argv in (["-q"], ["--ids"], ["--json"]):
+        cut = fslab("runs", "--limit", "2", *argv, cwd=project)
+        assert cut.returncode == 0 and len(cut.stdout.splitlines()) == 2
+        assert cut.stderr == "the newest 2 listed; --all or --limit N for more\n"
+    whole = fslab("runs", "--all", "-q", cwd=project)
+    assert sorted(whole.stdout.split()) == sorted(run.id for run in made) and whole.stderr == ""
+    exactly = fslab("runs", "--limit", "3", cwd=project, env={**os.environ, "COLUMNS": "200"})  # none left out
+    assert fslab("runs", "--limit", "3", "-q", cwd=project).stderr == "" and "newest" not in exactly.stdout
+    assert "the newest 2 shown; --all or --limit N for more" in fslab("runs", "--limit", "2", cwd=project).stdout
+
+
 def _commands() -> list[str]:
     from typer.main import get_command
 

@@ -157,7 +157,8 @@ def runs(
         autocompletion=names_of("evaluator"))] = None,
     wide: WideFlag = False,
     ids: Annotated[bool, typer.Option(
-        "--ids", "-q", help="Only the run ids, one per line (none: no line), to hand to another command: "
+        "--ids", "-q", help="Only the run ids, one per line (none: no line; runs the limit leaves out said on "
+                            "stderr), to hand to another command: "
                             "fslab delete $(fslab runs --state failed --all -q) --yes.")] = False,
 ) -> None:
     """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy."""
@@ -167,8 +168,10 @@ def runs(
     limit = _checked_limit(all_, limit, as_json, ids, {"--state": state, "--method": method, "--sweep": sweep})
     runs_dir = settings().runs_dir
     sweep = _sweep_filter(runs_dir, sweep)
-    summaries = list_summaries(runs_dir, limit=None if all_ else limit, states=_states(state), method=method,
-                               sweep=sweep)
+    summaries = list_summaries(runs_dir, limit=None if all_ else limit + 1, states=_states(state), method=method,
+                               sweep=sweep)  # one more than shown: whether the limit left any out
+    more = not all_ and len(summaries) > limit
+    summaries = summaries[:limit] if more else summaries
     _check_sweep(runs_dir, sweep, summaries)
     if summaries or as_json or ids or not _only_gone(runs_dir, sweep, list_summaries(runs_dir, limit=None)):
         _say_gone(runs_dir, sweep)  # else the one line below names them all gone, and the command that goes on
@@ -178,8 +181,7 @@ def runs(
             err_console.print(shown(f"no run listed has test scores by {evaluator}; they have them by "
                                     f"{', '.join(others)} (--evaluator '{others[0]}')"), highlight=False)
     if as_json or ids:
-        sys.stdout.write("".join((s.id if ids else json.dumps({**s.to_dict(), "test": s.test_of(evaluator)})) + "\n"
-                                 for s in summaries))
+        _print_lines(summaries, ids, evaluator, limit if more else None)
         return
     if not summaries:
         states = _states(state)
@@ -194,8 +196,17 @@ def runs(
                                            lambda ids: short_ids(runs_dir, ids), title), wide)
     for s in [s for s in summaries if s.state == "unreadable"][:5]:
         console.print(f"{shown(s.id)} cannot be read: {shown(s.error)}", highlight=False)
-    if not all_ and len(summaries) == limit:
+    if more:
         console.print(f"the newest {limit} shown; --all or --limit N for more", highlight=False)
+
+
+def _print_lines(summaries: list, ids: bool, evaluator: str | None, cut_at: int | None) -> None:
+    """--ids or --json: a line per run on stdout; where the limit ``cut_at`` left runs out, a line on stderr,
+    so a $(fslab runs -q) is told that it lacks some."""
+    sys.stdout.write("".join((s.id if ids else json.dumps({**s.to_dict(), "test": s.test_of(evaluator)})) + "\n"
+                             for s in summaries))
+    if cut_at is not None:
+        err_console.print(f"the newest {cut_at} listed; --all or --limit N for more", highlight=False)
 
 
 # The runs table, and the order it gives way in when the width is short (fslab.cli.tables):
