@@ -351,7 +351,7 @@ def test_stop_all_is_refused_naming_how_to_stop_every_live_run(project):
         result = fslab("stop", *argv, cwd=project)
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr == ("error: fslab stop takes no 'all': name the runs or sweeps to stop, as in: "
-                                 "fslab stop $(fslab runs --state queued,running -q)\n")
+                                 "fslab stop $(fslab runs --state queued,running --all -q)\n")
     assert run.state() == "queued"  # nothing stopped
 
 

@@ -264,7 +264,7 @@ def stop(refs: Annotated[list[str], typer.Argument(
     A run whose worker fslab resume is starting is stopped once that worker is recorded.
     A queued run held by a process of this host killed before starting it is stopped at once (said on stderr).
     A sweep id stops every queued and running run of the sweep (or of a study's run), the queued ones first.
-    Several given (fslab stop $(fslab runs --state running -q)): each is found before any is stopped, and one
+    Several given (fslab stop $(fslab runs --state running --all -q)): each is found before any is stopped, and one
     that ended meanwhile is said on stderr and passed over (the command fails only if none was stopped).
     'all' is refused: name the runs, as that $(...) does.
     """
@@ -273,7 +273,7 @@ def stop(refs: Annotated[list[str], typer.Argument(
     runs_dir = settings().runs_dir
     if "all" in refs:  # every run of the project, another user's included: too much for one word
         raise UsageError("fslab stop takes no 'all': name the runs or sweeps to stop, as in: "
-                         "fslab stop $(fslab runs --state queued,running -q)")
+                         "fslab stop $(fslab runs --state queued,running --all -q)")
     targets = [(ref, True) if names_sweep(runs_dir, ref) else (run_or_sweep(runs_dir, ref), False) for ref in refs]
     if len(targets) == 1:  # one run or sweep: one that has nothing to stop is the command's error
         target, sweep = targets[0]
