@@ -148,7 +148,8 @@ def runs(
                                                autocompletion=names_of("method"))] = None,
     sweep: Annotated[str | None, typer.Option(
         help="Only runs of the sweeps whose id contains this, or of the newest sweep: last (the runs their "
-             "records list, too; those whose folders are gone named on stderr), with a column for each key their "
+             "records list, too; those whose folders are gone named on stderr, or, all gone, in the one line that "
+             "says so), with a column for each key their "
              "grids vary; one that no sweep's id contains is refused.",
         autocompletion=sweep_ids)] = None,
     evaluator: Annotated[str | None, typer.Option(
