@@ -367,6 +367,10 @@ def test_an_id_close_to_a_sweep_s_suggests_the_sweep_where_a_sweep_is_taken(proj
         assert result.returncode == 2 and result.stdout == "", argv
         assert result.stderr == ("error: no run or sweep '1ae6' in runs. Did you mean 'sweep-20261202-035819-1ae5'? "
                                  "List them with: fslab runs\n"), argv
+    for argv in (["runs", "--sweep", "1ae6"], ["sweep", "resume", "1ae6"]):  # where only a sweep is taken
+        result = fslab(*argv, cwd=project)
+        assert result.returncode == 2, argv
+        assert "matches no sweep. Did you mean 'sweep-20261202-035819-1ae5'? Sweeps: " in result.stderr, argv
     one = fslab("show", "1ae6", cwd=project)  # a command that takes one run only suggests no sweep
     assert one.stderr == "error: no run '1ae6' in runs. List them with: fslab runs\n"
     assert run.state() == "queued"

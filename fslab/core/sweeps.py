@@ -115,7 +115,8 @@ def sweep_name(runs_dir: Path, ref: str) -> str:
 def no_sweep(given: str, ref: str, names: list[str]) -> UsageError:
     """The one line for a sweep id (``given`` as the command line wrote it) that no sweep's id holds:
     the closest id, where one is close, and every sweep there is."""
-    return UsageError(f"{given} matches no sweep.{did_you_mean(ref, names)} Sweeps: {', '.join(names) or '(none yet)'}")
+    meant = closest_ids(ref, names) or did_you_mean(ref, names)  # 1ae6 for the sweep that ends 1ae5, as run ids
+    return UsageError(f"{given} matches no sweep.{meant} Sweeps: {', '.join(names) or '(none yet)'}")
 
 
 def record_named(runs_dir: Path, ref: str) -> str | None:
