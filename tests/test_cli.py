@@ -392,6 +392,16 @@ def test_runs_ids_cut_at_the_limit_say_so_on_stderr(project):
     assert "the newest 2 shown; --all or --limit N for more" in fslab("runs", "--limit", "2", cwd=project).stdout
 
 
+def test_sweep_resume_given_no_sweep_or_two_says_what_it_takes(project):
+    """It said 'usage: fslab sweep resume SWEEP', naming neither what was wrong nor what a SWEEP is."""
+    none = fslab("sweep", "resume", cwd=project)
+    assert none.returncode == 2 and none.stderr == (
+        "error: fslab sweep resume takes one SWEEP (a sweep id, a unique part of one, its record's path or last), "
+        "got none; the newest sweep is: fslab sweep resume last\n")
+    two = fslab("sweep", "resume", "ab12", "cd34", cwd=project)
+    assert two.returncode == 2 and "one SWEEP (a sweep id" in two.stderr and ", got 2: ab12 cd34; " in two.stderr
+
+
 def _commands() -> list[str]:
     from typer.main import get_command
 

@@ -531,7 +531,9 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
 
     options = executors.job_options(project, executor, slurm) if executor is not None else None
     if len(targets) != 2:
-        raise UsageError("usage: fslab sweep resume SWEEP")
+        got = f"got {len(targets) - 1}: {' '.join(targets[1:])}" if len(targets) > 2 else "got none"
+        raise UsageError(f"fslab sweep resume takes one SWEEP (a sweep id, a unique part of one, its record's path "
+                         f"or last), {got}; the newest sweep is: fslab sweep resume last")
     _refuse_a_run_for_a_sweep(project.runs_dir, targets[1])
     if executor is None:
         options = executors.job_options(project, executors.sweep_executor(project.runs_dir, targets[1]), slurm)
