@@ -2,9 +2,11 @@
 shared ones that say a process is alive (:func:`hold_shared`, :func:`is_held`).
 
 One helper for the run's worker lock (:mod:`fslab.core.worklock`), the
-scheduler's slots (:mod:`fslab.execution.slots`) and the study queue's lock
-(:mod:`fslab.execution.studies`). The kernel releases an ``flock`` however its
-holder ends, SIGKILL included, so a lock is never left behind by a dead process.
+scheduler's slots (:mod:`fslab.execution.slots`), the study queue's lock
+(:mod:`fslab.execution.studies`), and the work one process does that a second
+would only repeat or spoil (:func:`one_at_a_time`: an export, an embedding). The
+kernel releases an ``flock`` however its holder ends, SIGKILL included, so a lock
+is never left behind by a dead process.
 
 A filesystem without ``flock`` raises an OSError other than BlockingIOError
 from :func:`take_lock` (its descriptor closed): each caller says what that means.
@@ -12,10 +14,13 @@ from :func:`take_lock` (its descriptor closed): each caller says what that means
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import math
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -85,6 +90,35 @@ def write_holder(fd: int, line: str) -> None:
     os.pwrite(fd, data, 0)
     os.ftruncate(fd, len(data))  # after the write: a reader never sees the file empty
 
+
+
+@contextlib.contextmanager
+def one_at_a_time(path: Path, waiting: Callable[[str], str],
+                  opener: Callable[[], int | None] | None = None) -> Iterator[None]:
+    """Held while this process does a piece of work that a second one must not do at the same time
+    (export a run to a sink, embed a split): the second prints ``waiting(" (pid N)")`` (the holder's
+    pid, or ``""``) as one line on stderr, waits, then goes on. The lock file, ``path``, goes when it
+    is let go, so a store keeps no trace of it; where no lock can be had (no ``flock``, a folder that
+    cannot be written) the work goes on without one."""
+    opener = opener or (lambda: open_lock(path))
+    fd = None
+    try:
+        fd = take_lock(path, reopen=True, opener=opener, holder=str(os.getpid()))
+        if fd is None:
+            try:
+                holder = path.read_text(encoding="utf-8").strip()
+            except OSError:
+                holder = ""
+            print(waiting(f" (pid {holder})" if holder.isdigit() else ""), file=sys.stderr, flush=True)
+            fd = take_lock(path, math.inf, 0.05, reopen=True, opener=opener, holder=str(os.getpid()))
+    except OSError:
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
+            os.close(fd)
 
 
 def hold_shared(path: str | Path) -> int | None:

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
-import os
 import sys
 import time
 
 from fslab.core import worklock
 from fslab.core.errors import ConfigError, FslabError, UsageError
-from fslab.core.flocks import open_lock, take_lock
+from fslab.core.flocks import one_at_a_time
 from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
 from fslab.core.runstore import Run, safe_name
@@ -161,31 +159,9 @@ def exporting(run: Run, sink: str):
     ``runs/<id>/.export-SINK.lock``, goes when it is let go; where none can be had (a read-only
     copy of a store, no ``flock``) the run is exported without one, as before."""
     path = run.path / f".export-{safe_name(sink)}.lock"  # a plugin's sink may be named team/board
-    fd = _take_export_lock(path, run, sink)
-    try:
+    with one_at_a_time(path, lambda pid: f"{run.id}: waiting for the export{pid} that is sending it to sink "
+                                         f"'{sink}', so that its record there is replaced once, not mixed"):
         yield
-    finally:
-        if fd is not None:
-            path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
-            os.close(fd)
-
-
-def _take_export_lock(path, run: Run, sink: str) -> int | None:
-    try:
-        fd = take_lock(path, reopen=True, opener=lambda: open_lock(path), holder=str(os.getpid()))
-        if fd is None:
-            try:
-                holder = path.read_text(encoding="utf-8").strip()
-            except OSError:
-                holder = ""
-            print(f"{run.id}: waiting for the export{f' (pid {holder})' if holder.isdigit() else ''} that is "
-                  f"sending it to sink '{sink}', so that its record there is replaced once, not mixed",
-                  file=sys.stderr, flush=True)
-            fd = take_lock(path, math.inf, 0.05, reopen=True, opener=lambda: open_lock(path),
-                           holder=str(os.getpid()))
-    except OSError:
-        return None
-    return fd
 
 
 def read_only(registry, sink: str, exc: OSError) -> str:

@@ -21,8 +21,6 @@ features, and runs its own small default number of episodes.
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -34,7 +32,7 @@ from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import written_whole
-from fslab.core.flocks import open_lock, take_lock
+from fslab.core.flocks import one_at_a_time, open_lock
 from fslab.core.registry import Registry, load_registry
 from fslab.core.rerun import check_evaluable, like_command
 from fslab.core.runstore import Run
@@ -164,33 +162,14 @@ def embedding(cache: Path, split: str):
     goes when it is let go; where no lock can be had (no ``flock``, a folder that cannot be
     written) the split is embedded without one, as before."""
     path = cache.with_name(f".{cache.name}.lock")
-    fd = _take_embedding_lock(path, split)
-    try:
-        yield
-    finally:
-        if fd is not None:
-            path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
-            os.close(fd)
 
-
-def _take_embedding_lock(path: Path, split: str) -> int | None:
     def opened() -> int:
         path.parent.mkdir(exist_ok=True)
         return open_lock(path)
 
-    try:
-        fd = take_lock(path, reopen=True, opener=opened, holder=str(os.getpid()))
-        if fd is None:
-            try:
-                holder = path.read_text(encoding="utf-8").strip()
-            except OSError:
-                holder = ""
-            print(f"waiting for the fslab eval{f' (pid {holder})' if holder.isdigit() else ''} that is embedding "
-                  f"the {split} split of this checkpoint, to read its features", file=sys.stderr, flush=True)
-            fd = take_lock(path, math.inf, 0.05, reopen=True, opener=opened, holder=str(os.getpid()))
-    except OSError:
-        return None
-    return fd
+    with one_at_a_time(path, lambda pid: f"waiting for the fslab eval{pid} that is embedding the {split} split "
+                                         f"of this checkpoint, to read its features", opened):
+        yield
 
 
 def _cache_features(cache, saved: dict) -> bool:
