@@ -286,6 +286,33 @@ def test_sweep_filters_the_runs_of_one_sweep(store):
     drive(frozen_app(runs), body)
 
 
+def test_sweep_last_filters_the_newest_sweeps_runs(store):
+    """fslab runs --sweep last lists the newest sweep's runs; the filter's sweep:last matched nothing
+    (no sweep id holds 'last'). It now names the newest sweep, as the listing resolves it, and follows
+    a sweep recorded while the dashboard is open."""
+    runs, folders = store
+    older, newer = "sweep-20260101-100000-4b55", "sweep-20260102-100000-9c01"
+    for key, sweep in (("done0", older), ("done1", newer)):
+        status = json.loads((folders[key] / "status.json").read_text())
+        (folders[key] / "status.json").write_text(json.dumps({**status, "sweep": sweep}))
+    (runs / "sweeps").mkdir()
+    (runs / "sweeps" / f"{older}.json").write_text(json.dumps({"runs": [folders["done0"].name]}))
+
+    async def body(app, pilot):
+        table = app.screen.table
+        await pilot.press("slash", *"sweep:last")
+        await pilot.pause()
+        assert table.ids == [folders["done0"].name]
+        (runs / "sweeps" / f"{newer}.json").write_text(json.dumps({"runs": [folders["done1"].name]}))
+        await tick(app, pilot)
+        app.screen.rebuild()
+        await pilot.pause()
+        assert table.ids == [folders["done1"].name]
+        assert "unknown" not in str(app.screen.query_one("#status").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_filter_terms():
     row = RunSummary(id="x", state="failed", method="nca", dataset="synthetic", error="CUDA out of memory")
     assert matches(row, "") and matches(row, "NCA synth") and matches(row, "state:fail") and matches(row, "cuda")

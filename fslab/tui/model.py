@@ -145,6 +145,23 @@ def unknown_fields(query: str) -> list[str]:
     return sorted({name for name, sep, _ in names if sep and name and name not in FIELDS})
 
 
+def newest_sweep(query: str, runs_dir) -> str:
+    """``query`` with each ``sweep:last`` term naming the newest sweep's id, as ``fslab runs --sweep last``
+    resolves it (:func:`fslab.core.sweeps.sweep_name`); where the store has no sweep, left as it is, and
+    it matches no run."""
+    from fslab.core.errors import UsageError
+    from fslab.core.sweeps import sweep_name
+
+    terms = query.split()
+    if not any(term.lower() == "sweep:last" for term in terms):
+        return query
+    try:
+        newest = sweep_name(runs_dir, "last")
+    except UsageError:  # no sweeps yet
+        return query
+    return " ".join(f"sweep:{newest}" if term.lower() == "sweep:last" else term for term in terms)
+
+
 def matches(row: RunSummary, query: str) -> bool:
     """Every space-separated term must match: ``field:text`` (method, loss,
     backbone, dataset, seed, state, sweep, id) looks in that field, a bare term in any

@@ -63,7 +63,8 @@ class RunsScreen(Screen):
 
     # -- keeping the table in step with the store --------------------------------
     def visible_ids(self) -> list[str]:
-        rows = [r for r in self.app.rows.values() if model.matches(r, self.query_text)]
+        query = model.newest_sweep(self.query_text, self.app.runs_dir)  # sweep:last, read at each rebuild
+        rows = [r for r in self.app.rows.values() if model.matches(r, query)]
         return [r.id for r in model.sort_rows(rows, self.sort_by, self.reverse, self.app.clock())]
 
     def rebuild(self) -> None:
