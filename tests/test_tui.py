@@ -1043,6 +1043,35 @@ def test_d_deletes_an_ended_run_after_asking_and_refuses_a_live_one(store):
     drive(frozen_app(runs), body)
 
 
+def test_q_in_a_confirm_dialog_answers_no_and_never_quits_the_dashboard(store, monkeypatch):
+    """q in the dialog of d, s or r quit the whole dashboard (the app's q), which its footer did not show;
+    it now answers no, as n and esc do, in every confirm dialog, and the footer says so."""
+    from fslab.execution import executor
+
+    runs, folders = store
+    failed, live = folders["failed"].name, folders["running"].name
+    killed = write_run(runs, "20260101-000001-nca-kill", state="killed", events=history()[:7], cfg=complete_config())
+    fake_checkpoint(killed / "checkpoints" / "last.pt")
+    calls = []
+    monkeypatch.setattr(executor, "stop", lambda run, **kw: calls.append(("stop", run.id)))
+    monkeypatch.setattr(executor, "resume", lambda run, **kw: calls.append(("resume", run.id)))
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for run_id, key in ((failed, "d"), (live, "s"), (killed.name, "r")):
+            table.cursor = table.ids.index(run_id)
+            await pilot.press(key)
+            await pilot.pause()
+            assert type(app.screen).__name__ == "ConfirmScreen"
+            assert "n/esc/q" in str(app.screen.query_one("Footer").query("FooterKey").nodes[-1].render())
+            await pilot.press("q")
+            await settle(app, pilot)
+            assert app.is_running and type(app.screen).__name__ == "RunsScreen", key
+        assert calls == [] and folders["failed"].is_dir()
+
+    drive(frozen_app(runs), body)
+
+
 def test_stop_pressed_again_before_the_table_reads_the_run_stopped_does_not_ask_again(store, monkeypatch):
     """s, y, then s again before the next tick asked again, and the second stop said 'could not stop RUN:
     run RUN is killed, not running; nothing to stop'."""

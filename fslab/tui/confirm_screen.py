@@ -13,7 +13,8 @@ from textual.widgets import Footer, Static
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [
         Binding("y", "answer(True)", "yes"),
-        Binding("n,escape", "answer(False)", "no", key_display="n/esc"),
+        # q as no: the app's q (quit) would leave the dashboard from a question that only asked
+        Binding("n,escape,q", "answer(False)", "no", key_display="n/esc/q"),
     ]
 
     def __init__(self, question: str) -> None:
@@ -23,7 +24,7 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Static(Text(self.question), id="question")
-            yield Static("y: yes    n or esc: no", id="hint", markup=False)
+            yield Static("y: yes    n, esc or q: no", id="hint", markup=False)
         yield Footer()
 
     def action_answer(self, yes: bool) -> None:
