@@ -1043,6 +1043,39 @@ def test_d_deletes_an_ended_run_after_asking_and_refuses_a_live_one(store):
     drive(frozen_app(runs), body)
 
 
+def test_r_starts_a_queued_run_whose_claim_is_stale_as_fslab_resume_does(tmp_path, monkeypatch):
+    """fslab resume starts a queued run nobody holds (its starter killed on this host before starting it);
+    r in the dashboard refused it ('is queued; only killed, lost or failed runs can resume'). It now asks,
+    then calls executor.resume, which takes the stale claim over, and says who held it."""
+    from fslab.core.claims import CLAIM_FILE, read_holder
+    from fslab.core.runstore import create_run
+    from fslab.core.states import HOST
+    from fslab.execution import executor
+
+    runs = tmp_path / "runs"
+    run = create_run(runs, "nca", complete_config())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid of this host whose process is gone
+    (run.path / CLAIM_FILE).write_text(f"{child.pid} {time.time()} {HOST} 123\n")
+    started = []
+    monkeypatch.setattr(executor, "_start", lambda run, **kw: started.append((run.id, kw)) or executor.Started(run))
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "ConfirmScreen", notes
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert started == [(run.id, {"resume": False, "slurm": None})], notes
+        assert read_holder(run.path).pid == os.getpid()  # the stale claim taken over, by this process
+        assert notes[-1] == (f"run {run.id} was queued, held by pid {child.pid} on host {HOST}, which is gone "
+                             f"(killed before it started the run); started here")
+
+    drive(frozen_app(runs), body)
+
+
 def test_q_in_a_confirm_dialog_answers_no_and_never_quits_the_dashboard(store, monkeypatch):
     """q in the dialog of d, s or r quit the whole dashboard (the app's q), which its footer did not show;
     it now answers no, as n and esc do, in every confirm dialog, and the footer says so."""

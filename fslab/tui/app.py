@@ -177,8 +177,8 @@ class FslabApp(App):
         self.poll_store()
 
     def request_resume(self, run_id: str) -> None:
-        """Continue a killed, lost or failed run from its last checkpoint (as
-        ``fslab resume --detach``), after a confirmation."""
+        """Continue a killed, lost or failed run from its last checkpoint, or start a queued run
+        nobody holds (as ``fslab resume --detach``), after a confirmation."""
         from fslab.core.errors import UsageError
         from fslab.core.rerun import like_command
         from fslab.execution.checks import check_resumable
@@ -188,8 +188,11 @@ class FslabApp(App):
         if run_id not in self.rows:  # its screen open after a tick read it deleted
             self.notify(f"run {run_id} was deleted (its folder is gone); nothing to resume", markup=False)
             return
+        run = Run(self.runs_dir / run_id)
+        waiting = run.free() and run.waits()  # queued, nobody holds it: fslab resume starts it, as executor.resume
         try:  # no dialog for what fslab resume refuses (running, completed, no checkpoint yet): why not, in its words
-            check_resumable(Run(self.runs_dir / run_id), observed=True)
+            if not waiting:
+                check_resumable(run, observed=True)
         except UsageError as refused:
             again = ("; s stops it here" if isinstance(refused, LiveWorker) else
                      "; N starts a new run like it here" if like_command(run_id) in str(refused) else "")
@@ -200,8 +203,9 @@ class FslabApp(App):
             if yes:
                 self.resume_in_background(run_id)
 
-        self.push_screen(ConfirmScreen(f"Resume run {run_id} from its last checkpoint? Its metrics after that "
-                                       "checkpoint are cut back."), confirmed)
+        question = (f"Start queued run {run_id} here? Nothing holds it to start it." if waiting else
+                    f"Resume run {run_id} from its last checkpoint? Its metrics after that checkpoint are cut back.")
+        self.push_screen(ConfirmScreen(question), confirmed)
 
     @work(thread=True, group="actions", exit_on_error=False)
     def resume_in_background(self, run_id: str) -> None:
@@ -213,11 +217,14 @@ class FslabApp(App):
         try:
             # Off the UI thread: a plugin that fails to load is told by the launch form, not here.
             registry = fslab.get_registry(self.settings, report=lambda line: None)
-            started = executor.resume(Run(self.runs_dir / run_id), settings=self.settings, registry=registry)
+            run = Run(self.runs_dir / run_id)
+            holder = run.stale_claim() if run.claimed() else None  # as fslab resume says it
+            started = executor.resume(run, settings=self.settings, registry=registry)
         except Exception as exc:  # FslabError: not resumable (e.g. no checkpoint); OSError: cannot start
             self.post_message(RunResumed(run_id, str(exc)))
             return
-        self.post_message(RunResumed(run_id, process=started.process))
+        self.post_message(RunResumed(run_id, process=started.process,
+                                     held_by=holder.describe() if holder is not None else None))
 
     def on_run_resumed(self, message: RunResumed) -> None:
         if message.error:
@@ -225,7 +232,9 @@ class FslabApp(App):
             return
         if message.process is not None:  # a local worker (a SLURM job needs no reaping)
             self.processes.append(message.process)
-        self.notify(f"resuming {message.run_id}", markup=False)
+        self.notify(f"resuming {message.run_id}" if message.held_by is None else
+                    f"run {message.run_id} was queued, held by {message.held_by}, which is gone (killed before it "
+                    f"started the run); started here", markup=False)
         self.watcher.refresh_now(message.run_id)
         self.poll_store()
 

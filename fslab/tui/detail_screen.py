@@ -99,7 +99,8 @@ class DetailScreen(Screen):
     BINDINGS = [
         Binding("escape,backspace", "app.pop_screen", "back", key_display="esc", tooltip="Back to the runs"),
         Binding("s", "stop", "stop", tooltip="Stop the run (queued or running)"),
-        Binding("r", "resume", "resume", tooltip="Resume the run (killed, lost or failed)"),
+        Binding("r", "resume", "resume",
+                tooltip="Resume the run (killed, lost or failed), or start it (queued, nobody holds it)"),
         *(Binding(str(i), f"tab('{tab}')", tab, show=False, tooltip=TAB_HELP[tab]) for i, tab in enumerate(TABS, 1)),
     ]
 

@@ -66,8 +66,10 @@ class RunLaunched(Message):
 
 @dataclass
 class RunResumed(Message):
-    """A stopped run's worker was started again from its checkpoint (or not)."""
+    """A stopped run's worker was started again from its checkpoint, or a queued run nobody
+    held was started (or not)."""
 
     run_id: str
     error: str | None = None
     process: Any = None
+    held_by: str | None = None  # the gone holder of a stale claim on the queued run started
