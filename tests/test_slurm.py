@@ -420,3 +420,44 @@ def test_a_two_process_job_out_of_requeues_fails_as_a_one_process_job_does(local
     assert (got["state"], got["exit_code"]) == ("failed", 1), got
     assert got["error"] == "UncompletedJobError: Job not requeued because: timed-out too many times."
     assert (run_dir / "checkpoints" / "last.pt").exists()  # fslab resume goes on from it
+
+
+KILLING_SBATCH = """#!/bin/sh
+echo "Submitted batch job 4242"
+kill -9 $PPID
+"""
+
+
+def test_a_run_whose_submitter_was_killed_after_sbatch_says_how_to_free_it(project):
+    """fslab killed between sbatch and recording the job id left its run queued, its claim marked for SLURM
+    (never judged stale: a job may be queued). fslab resume said only 'is queued; only killed, lost or failed
+    runs can resume', and fslab sweep resume passed it over in silence: each now says the submission was
+    killed, and how to free the run by hand."""
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", KILLING_SBATCH), ("srun", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    killed = fslab("sweep", "nca", *TINY, "--seeds", "1", "--executor", "slurm", cwd=project, env=env)
+    assert killed.returncode == -signal.SIGKILL
+    (run_dir,) = (project / "runs").glob("2*")
+    (record,) = (project / "runs" / "sweeps").glob("*.json")
+    sweep = record.stem
+    assert status(run_dir)["state"] == "queued" and not status(run_dir).get("slurm_job_id")
+    how = (rf"held by the SLURM submission of pid \d+ on host \S+, which was killed before it recorded the job: "
+           rf"if squeue --me --name fslab-{run_dir.name} lists no job, remove runs/{run_dir.name}/\.claimed and run ")
+
+    resumed = fslab("resume", run_dir.name, cwd=project, env=env)
+    assert resumed.returncode == 2
+    assert re.fullmatch(rf"error: run {run_dir.name} is queued, {how}fslab resume {run_dir.name} again\n",
+                        resumed.stderr), resumed.stderr
+    again = fslab("sweep", "resume", sweep, cwd=project, env=env)
+    assert again.returncode == 2
+    assert re.fullmatch(rf"error: sweep {sweep} has nothing to resume: 1 queued; run {run_dir.name} is queued, "
+                        rf"{how}fslab sweep resume {sweep} again\n", again.stderr), again.stderr
+    (run_dir / ".claimed").unlink()  # as the line says: no job of it in SLURM's queue
+    (bin_dir / "sbatch").write_text('#!/bin/sh\necho "Submitted batch job 4343"\n')
+    freed = fslab("resume", run_dir.name, cwd=project, env=env)
+    assert freed.returncode == 0, freed.stderr
+    assert status(run_dir)["slurm_job_id"] == "4343"

@@ -229,7 +229,8 @@ def resume(
 
     A run whose worker still lives, even paused, is refused: one worker per run.
     A queued run nobody holds is started here: one whose starter (fslab run, a scheduler, a sweep) was killed on
-    this host before starting it is said on stderr.
+    this host before starting it is said on stderr. One held by a SLURM submission killed before it recorded the job
+    is refused, saying how to free it.
 
     Its configuration is checked again first, as fslab run checks one.
     """
@@ -383,7 +384,8 @@ def sweep(
     [bold]fslab sweep resume SWEEP[/bold] (only --executor, --slurm) queues again what failed, was killed or was lost.
 
     With nothing to queue again, it starts a scheduler for the runs still waiting (SLURM: submits them), freeing any
-    held by a killed process of this host. Runs start once the record names them; Ctrl-C before removes them.
+    held by a killed process of this host (one held by a killed SLURM submission is passed over, saying how to free
+    it). Runs start once the record names them; Ctrl-C before removes them.
     """
     from fslab.execution import executor as executors
 
@@ -392,8 +394,7 @@ def sweep(
     if targets[:1] == ["resume"]:
         _refuse_new_sweep_options(seeds, grid, file, backbone, dataset, data_root, epochs, batch_size, lr, seed,
                                   device, set_, gpus, sink, fail_fast)
-        _resume_sweep(targets, project, executor, slurm)
-        return
+        return _resume_sweep(targets, project, executor, slurm)
     options = executors.job_options(project, executor, slurm)
     where = "submitted as SLURM jobs" if options is not None else "queued"
     method, seeds, fail_fast, grid_values, fixed = _sweep_spec(targets, file, seeds, fail_fast, grid or [])
@@ -543,6 +544,8 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
     _say_freed(freed, record["id"], "free again")
     if not again and not waiting:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))
+    if lost := _lost_submissions(project.runs_dir, record):  # passed over: said, as what to do about them
+        err_console.print(shown(_lost_line(lost, record["id"])), highlight=False)
     for file in UNREADABLE_FILES:
         if ids := [run.id for run, named in unreadable if named == file]:
             err_console.print(f"{count(len(ids), 'run')} left as {'it is' if len(ids) == 1 else 'they are'}, "
@@ -578,6 +581,23 @@ def _stale_claims(runs_dir: Path, ref: str) -> list:
         return []
     return [(run, holder) for run in runs if run.path.is_dir() and run.claimed()
             and (holder := run.stale_claim()) is not None]
+
+
+def _lost_submissions(runs_dir: Path, record: dict) -> list:
+    """The sweep's queued runs held by a SLURM submission that never recorded its job
+    (:meth:`fslab.core.runstore.Run.lost_submission`), each with its holder: fslab sweep resume
+    passes them over, as a job of each may be in SLURM's queue."""
+    from fslab.core.sweeps import sweep_runs
+
+    return [(run, holder) for run in sweep_runs(runs_dir, record)
+            if run.path.is_dir() and (holder := run.lost_submission()) is not None]
+
+
+def _lost_line(lost: list, sweep: str) -> str:
+    from fslab.core.claims import lost_submission_line
+
+    return lost_submission_line([run.id for run, _ in lost], [holder for _, holder in lost],
+                                f"fslab sweep resume {sweep}")
 
 
 def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
@@ -650,6 +670,8 @@ def _nothing_to_resume(runs_dir: Path, record: dict, unreadable: list) -> str:
         f"{', '.join(sorted({holder.describe() for _, holder in held}))}, which this machine cannot tell gone: "
         f"if it is, remove {'its' if len(held) == 1 else 'their'} runs/ID/.claimed ({shown(held[0][0].id)}"
         f"{', ...' if len(held) > 1 else ''}) and run fslab sweep resume {record['id']} again")
+    if lost := [(run, holder) for run, holder in _lost_submissions(runs_dir, record) if run.id not in passed_over]:
+        return f"sweep {record['id']} has nothing to resume: {', '.join(said)}; {_lost_line(lost, record['id'])}"
     return (f"sweep {record['id']} has nothing to resume: {', '.join(said) or 'it has no runs'}; only its failed, "
             f"killed or lost runs are queued again{hint}")
 

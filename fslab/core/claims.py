@@ -104,3 +104,16 @@ def take_stale(run_dir: str | Path, still_waits, slurm: bool = False) -> Holder 
         return None
     finally:
         os.close(fd)
+
+
+def lost_submission_line(ids: list[str], holders: list[Holder], again: str) -> str:
+    """What to do about queued runs whose SLURM submission never recorded its job
+    (:meth:`fslab.core.runstore.Run.lost_submission`), ending with the command, ``again``,
+    to run once a run is freed. Their claims are never taken over by fslab: a job
+    of the run may wait in SLURM's queue, and it starts the run when it runs."""
+    one = len(ids) == 1
+    named = ids[0] if one else "ID"
+    runs = f"run {ids[0]} is queued," if one else f"{len(ids)} queued runs ({', '.join(ids)}) are"
+    by = ", ".join(sorted({holder.describe() for holder in holders}))
+    return (f"{runs} held by the SLURM submission of {by}, which was killed before it recorded the job: if "
+            f"squeue --me --name fslab-{named} lists no job, remove runs/{named}/.claimed and run {again} again")

@@ -212,6 +212,20 @@ class Run:
         waiting = status.get("state") == "queued" and not status.get("pid") and not status.get("slurm_job_id")
         return holder if waiting else None
 
+    def lost_submission(self, status: dict | None = None, *, locked: bool | None = None) -> Holder | None:
+        """The holder of this run's claim where it was taken to submit a SLURM job and the run still
+        waits (queued, no worker's pid, no job id recorded, no launcher holding its lock; a caller
+        holding that lock itself passes ``locked=False``): the submitting command was killed,
+        perhaps after sbatch. Such a claim is never judged stale (a job may be queued), so only a
+        person can free the run: :func:`fslab.core.claims.lost_submission_line` says how."""
+        holder = read_holder(self.path)
+        if holder is None or not holder.slurm:
+            return None
+        status = self.status() if status is None else status
+        if status.get("state") != "queued" or status.get("pid") or status.get("slurm_job_id"):
+            return None
+        return holder if (is_held(self.path) if locked is None else locked) is not True else None
+
     def free(self) -> bool:
         """Whether no one holds the run: never claimed, or its claim is stale (:meth:`stale_claim`)."""
         return not self.claimed() or self.stale_claim() is not None

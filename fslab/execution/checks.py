@@ -14,6 +14,7 @@ import shlex
 import shutil
 import sys
 
+from fslab.core.claims import lost_submission_line
 from fslab.core.errors import UsageError, plugin_call
 from fslab.core.plugin_params import check_plugins
 from fslab.core.registry import create_dataset
@@ -210,6 +211,9 @@ def check_resumable(run: Run, *, observed: bool = False) -> None:
         if state == "queued" and (holder := run.held_elsewhere(status)) is not None:
             again = (f"; it waits, held by {holder.describe()}, which may be gone: if it is, remove "
                      f"{run.path / '.claimed'} and run fslab resume {run.id} again")
+        lost = run.lost_submission(status, locked=None if observed else False) if state == "queued" else None
+        if lost is not None:
+            raise UsageError(lost_submission_line([run.id], [lost], f"fslab resume {run.id}"))
         raise UsageError(f"run {run.id} is {state}; only killed, lost or failed runs can resume{again}")
     if not run.checkpoint_path.exists():
         raise UsageError(
