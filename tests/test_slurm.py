@@ -461,3 +461,26 @@ def test_a_run_whose_submitter_was_killed_after_sbatch_says_how_to_free_it(proje
     freed = fslab("resume", run_dir.name, cwd=project, env=env)
     assert freed.returncode == 0, freed.stderr
     assert status(run_dir)["slurm_job_id"] == "4343"
+
+
+def test_a_two_process_job_writes_its_status_only_after_the_submitter_has_let_the_run_go(tmp_path, monkeypatch):
+    """The submitter holds the run's lock from its check of the run to its record of the job id (read, merge,
+    write of status.json). A --gpus N job took no lock before writing its own id and attempt count, so one that
+    started while sbatch returned could have its write overwritten by the submitter's stale merge (attempts
+    lost). Now it waits for that lock, as a one-process job does; here the lock is never let go, and the job,
+    told to wait no time, refuses without writing or starting its ranks."""
+    from fslab.core.runstore import create_run
+    from fslab.execution import slurm_job
+    from fslab.execution.handover import launch_lock
+
+    run = create_run(tmp_path / "runs", "nca", {"train": {"processes": 2}})
+    started = []
+    monkeypatch.setattr(slurm_job, "_log_to_run", lambda run: None)
+    monkeypatch.setattr(slurm_job, "run_ranks", lambda job, run, resume: started.append(run.write_status(attempts=1)))
+    monkeypatch.setattr(slurm_job, "WORKER_WAIT_S", 0.0, raising=False)
+    before = run.status()
+    with launch_lock(run):  # the submitter, between sbatch and recording the job id
+        assert slurm_job.run_job(slurm_job.TrainingJob(str(run.path))) == "refused"
+    assert started == [] and run.status() == before
+    slurm_job.run_job(slurm_job.TrainingJob(str(run.path)))  # let go: the job goes on
+    assert len(started) == 1 and run.status()["attempts"] == 1

@@ -22,7 +22,7 @@ from fslab.core.errors import FslabError
 from fslab.core.files import atomic_write_text
 from fslab.core.runstore import Run
 from fslab.core.states import ENDED
-from fslab.execution.handover import take_worker_lock
+from fslab.execution.handover import WORKER_WAIT_S, take_worker_lock
 from fslab.execution.local import worker_command
 from fslab.execution.slurm import require_submitit
 from fslab.execution.sweep import stop_sweep_of
@@ -98,9 +98,12 @@ def run_job(job: TrainingJob) -> str:
         return state
     _log_to_run(run)
     ranks = run.config()["train"]["processes"] > 1  # then rank 0 takes the lock, as under a local torchrun
-    lock = None if ranks else take_worker_lock(run)
-    if lock is None and not ranks:  # another worker of the run lives: leave the run to it
+    lock = take_worker_lock(run, WORKER_WAIT_S)  # the submitter lets go once it has recorded the job's id
+    if lock is None:  # another worker of the run lives: leave the run to it
         return "refused"
+    if ranks:  # rank 0 takes it, as under a local torchrun; the job's own status write comes after the submitter's
+        os.close(lock)
+        lock = None
     try:
         if run.status().get("state") in ENDED:  # stopped while the job waited for the lock
             return run.status()["state"]
