@@ -266,6 +266,17 @@ def test_a_sweep_whose_runs_are_all_gone_is_said_so_and_named_to_fslab_delete(pr
     assert fslab("compare", c.id, cwd=project).stderr.startswith("error: none of these runs")  # a run is as before
 
 
+def test_the_sweep_records_folder_given_as_a_run_says_what_it_holds(project, store):
+    """fslab compare runs/sweeps/ (the shell's completion of the records' folder) said 'no run folder
+    runs/sweeps', as if a run of that name were missing."""
+    said = ("error: runs/sweeps/ holds the sweeps' records, not a run: give a run's id, or where a sweep is taken "
+            "its id or its record's path, runs/sweeps/<id>.json (list them with: fslab runs)\n")
+    for command in (["compare", "runs/sweeps/"], ["show", "runs/sweeps"], ["delete", "runs/sweeps/", "--yes"]):
+        result = fslab(*command, cwd=project)
+        assert (result.returncode, result.stdout, result.stderr) == (2, "", said), command
+    assert (project / "runs" / "sweeps" / "sweep-20261128-100000-ab12.json").exists()
+
+
 def test_an_id_with_the_slash_of_a_completed_folder_names_its_run_or_sweep(project, store):
     """Completed in runs/ and pasted in the project (2e05/), an id with a trailing slash was taken as a path:
     "'2e05/' is no run's folder in this project's store", for a run and for a sweep alike."""

@@ -420,6 +420,10 @@ def _named_by_path(runs_dir: Path, ref: str, names: list[str], whole: bool = Fal
                           f"'{ref}' is no run's folder in this project's store ({runs_dir}/); give a run's id, "
                           f"or its folder there: {runs_dir}/<id>")
     name, *inside = where.relative_to(store).parts
+    if name == SWEEPS:  # the records' folder (a record's own path names its sweep before this)
+        raise RunNotFound(f"{Path(runs_dir) / SWEEPS}/ holds the sweeps' records, not a run: give a run's id, or where "
+                          f"a sweep is taken its id or its record's path, {Path(runs_dir) / SWEEPS}/<id>.json (list "
+                          f"them with: fslab runs)")
     if name not in names:
         raise RunNotFound(f"no run folder {Path(runs_dir) / name} (a path names a run's folder whole; a part of "
                           f"an id goes without the path).{closest_ids(name, names)} List them with: fslab runs")
