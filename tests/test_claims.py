@@ -52,6 +52,13 @@ def queued(tmp_path, claim_line: str | None, **status):
 
 
 
+def wait_to_complete(runs):
+    """Wait for each run folder's status to say completed (the freed runs train to the end)."""
+    for run in runs:
+        wait_for(lambda run=run: json.loads((run / "status.json").read_text())["state"] == "completed", 180,
+                 f"{run.name} to complete")
+
+
 def in_creation_order(runs):
     """The run folders in the order they were made: two made in one second sort by their random ends."""
     return sorted(runs.glob("2*"), key=lambda path: json.loads((path / "status.json").read_text())["created"])
@@ -99,9 +106,7 @@ def test_a_sweep_killed_before_letting_its_runs_go_is_started_by_sweep_resume(pr
     ids = ", ".join(path.name for path in runs)
     assert resumed.stderr == (f"2 queued runs of {record['id']} were held by pid {holders.pop()} on host {HOST}, "
                               f"which is gone (killed before it started them); free again: {ids}\n")
-    for run in runs:
-        wait_for(lambda run=run: json.loads((run / "status.json").read_text())["state"] == "completed", 180,
-                 f"{run.name} to complete")
+    wait_to_complete(runs)
 
 
 def test_fslab_stop_and_resume_take_a_queued_run_whose_fslab_run_was_killed_before_starting_it(project):
@@ -195,9 +200,7 @@ def test_a_run_whose_scheduler_was_killed_before_starting_it_is_started_by_the_n
     assert resumed.returncode == 0
     assert resumed.stderr == (f"1 queued run of {record['id']} was held by pid {pid} on host {HOST}, which is gone "
                               f"(killed before it started it); free again: {taken[0].name}\n")
-    for run in runs:
-        wait_for(lambda run=run: json.loads((run / "status.json").read_text())["state"] == "completed", 180,
-                 f"{run.name} to complete")
+    wait_to_complete(runs)
 
 
 def test_fslab_stop_of_a_sweep_killed_before_letting_its_runs_go_stops_them_at_once_saying_so(project):

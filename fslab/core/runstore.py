@@ -187,9 +187,7 @@ class Run:
     def waits(self, status: dict | None = None) -> bool:
         """Whether the run is queued and nothing runs it or will: no worker's pid in its status,
         no SLURM job, no process holding its worker lock (a launcher starting it)."""
-        status = self.status() if status is None else status
-        return (status.get("state") == "queued" and not status.get("pid") and not status.get("slurm_job_id")
-                and is_held(self.path) is not True)
+        return unstarted(self.status() if status is None else status) and is_held(self.path) is not True
 
     def stale_claim(self, status: dict | None = None) -> Holder | None:
         """The holder of this run's claim where that claim is stale: the holder claimed on this
@@ -208,9 +206,7 @@ class Run:
         holder = read_holder(self.path)
         if holder is None or holder.slurm or holder.pid is None or holder.host == HOST:
             return None
-        status = self.status() if status is None else status
-        waiting = status.get("state") == "queued" and not status.get("pid") and not status.get("slurm_job_id")
-        return holder if waiting else None
+        return holder if unstarted(self.status() if status is None else status) else None
 
     def lost_submission(self, status: dict | None = None, *, locked: bool | None = None) -> Holder | None:
         """The holder of this run's claim where it was taken to submit a SLURM job and the run still
@@ -221,8 +217,7 @@ class Run:
         holder = read_holder(self.path)
         if holder is None or not holder.slurm:
             return None
-        status = self.status() if status is None else status
-        if status.get("state") != "queued" or status.get("pid") or status.get("slurm_job_id"):
+        if not unstarted(self.status() if status is None else status):
             return None
         return holder if (is_held(self.path) if locked is None else locked) is not True else None
 
@@ -261,6 +256,11 @@ def safe_name(text: str) -> str:
     ``../x`` or ``a/b`` cannot name a path elsewhere), and it never starts with a dot."""
     name = "".join(c if c.isalnum() or c in "._-=,[]" else "_" for c in text)
     return "_" + name if name.startswith(".") else name
+
+
+def unstarted(status: dict) -> bool:
+    """Whether a run's ``status`` says it is queued and nothing was started for it: no worker's pid, no SLURM job."""
+    return status.get("state") == "queued" and not status.get("pid") and not status.get("slurm_job_id")
 
 
 def new_run_id(method: str) -> str:

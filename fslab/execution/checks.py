@@ -14,7 +14,7 @@ import shlex
 import shutil
 import sys
 
-from fslab.core.claims import lost_submission_line
+from fslab.core.claims import CLAIM_FILE, lost_submission_line
 from fslab.core.errors import UsageError, plugin_call
 from fslab.core.plugin_params import check_plugins
 from fslab.core.registry import create_dataset
@@ -210,7 +210,7 @@ def check_resumable(run: Run, *, observed: bool = False) -> None:
                  "(fslab runs lists it as unreadable): put the file back from a copy of the run")
         if state == "queued" and (holder := run.held_elsewhere(status)) is not None:
             again = (f"; it waits, held by {holder.describe()}, which may be gone: if it is, remove "
-                     f"{run.path / '.claimed'} and run fslab resume {run.id} again")
+                     f"{run.path / CLAIM_FILE} and run fslab resume {run.id} again")
         lost = run.lost_submission(status, locked=None if observed else False) if state == "queued" else None
         if lost is not None:
             raise UsageError(lost_submission_line([run.id], [lost], f"fslab resume {run.id}"))
