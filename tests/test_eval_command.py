@@ -506,6 +506,15 @@ def test_two_evals_of_one_run_at_once_embed_its_split_once(project, trained):
     assert sorted(p.name for p in (run_dir / "features").iterdir()) == ["test-epoch2.pt"]
 
 
+def removed(folder):
+    """Delete a run folder the way fslab delete does: out of the store in one rename, then removed. A plain
+    rmtree races the eval waiting on its embedding lock, which opens the lock file anew every 50 ms and can
+    make features/ again between rmtree's last unlink and its rmdir (Directory not empty)."""
+    aside = folder.with_name(f".gone-{folder.name}")
+    folder.rename(aside)
+    shutil.rmtree(aside)
+
+
 def test_a_run_deleted_while_it_is_evaluated_is_said_so(project, trained):
     """rm -rf of a run while fslab eval scored it ended in the system's words about a folder of it,
     'error: No such file or directory: runs/ID/evaluations'. The eval here waits on the embedding
@@ -525,7 +534,7 @@ def test_a_run_deleted_while_it_is_evaluated_is_said_so(project, trained):
         try:
             wait_for(lambda: "waiting" in (project / "eval.err").read_text() or evaluating.poll() is not None,
                      timeout=120, what="fslab eval to wait")
-            shutil.rmtree(run_dir)
+            removed(run_dir)
         finally:
             fcntl.flock(held, fcntl.LOCK_UN)
         evaluating.wait(timeout=120)
@@ -557,8 +566,8 @@ def test_runs_deleted_during_an_eval_of_several_are_left_out_and_the_others_scor
         try:
             wait_for(lambda: "waiting" in (project / "eval.err").read_text() or evaluating.poll() is not None,
                      timeout=120, what="fslab eval to wait")
-            shutil.rmtree(first)
-            shutil.rmtree(last)
+            removed(first)
+            removed(last)
         finally:
             fcntl.flock(held, fcntl.LOCK_UN)
         out, _ = evaluating.communicate(timeout=120)
