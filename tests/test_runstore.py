@@ -45,6 +45,40 @@ def test_create_writes_config_and_queued_status(tmp_path):
     assert (run.path / "checkpoints").is_dir()
 
 
+def test_two_writers_of_a_status_never_lose_each_others_fields(tmp_path, monkeypatch):
+    """A SLURM submitter records its job id while the job records running, each reading status.json, adding its
+    fields and writing it back: one that wrote between the other's read and write was undone (the job id lost,
+    and with it fslab stop's way to cancel the job). Each writer now holds .status.lock from read to rename."""
+    import threading
+
+    from fslab.core import runstore
+
+    run = create_run(tmp_path, "nca", {"method": "nca"})
+    first_read, second_wrote = threading.Event(), threading.Event()
+    write = runstore.atomic_write_json
+
+    def first_pauses(path, data):
+        if threading.current_thread().name == "first":
+            first_read.set()
+            second_wrote.wait(timeout=1.0)  # unlocked, the second writes meanwhile; locked, it waits for this one
+        write(path, data)
+
+    def second():
+        run.write_status(slurm_job_id="77")
+        second_wrote.set()
+
+    monkeypatch.setattr(runstore, "atomic_write_json", first_pauses)
+    threads = [threading.Thread(target=run.write_status, kwargs={"state": "running", "pid": 4242}, name="first"),
+               threading.Thread(target=second, name="second")]
+    threads[0].start()
+    assert first_read.wait(timeout=30)
+    threads[1].start()
+    for thread in threads:
+        thread.join(timeout=30)
+    status = run.status()
+    assert (status["state"], status["pid"], status.get("slurm_job_id")) == ("running", 4242, "77"), status
+
+
 def test_atomic_write_leaves_no_temporary_files(tmp_path):
     path = tmp_path / "status.json"
     for i in range(5):

@@ -3,10 +3,11 @@ shared ones that say a process is alive (:func:`hold_shared`, :func:`is_held`).
 
 One helper for the run's worker lock (:mod:`fslab.core.worklock`), the
 scheduler's slots (:mod:`fslab.execution.slots`), the study queue's lock
-(:mod:`fslab.execution.studies`), and the work one process does that a second
-would only repeat or spoil (:func:`one_at_a_time`: an export, an embedding). The
-kernel releases an ``flock`` however its holder ends, SIGKILL included, so a lock
-is never left behind by a dead process.
+(:mod:`fslab.execution.studies`), a run's status rewrites (:func:`briefly_held`),
+and the work one process does that a second would only repeat or spoil
+(:func:`one_at_a_time`: an export, an embedding). The kernel releases an
+``flock`` however its holder ends, SIGKILL included, so a lock is never left
+behind by a dead process.
 
 A filesystem without ``flock`` raises an OSError other than BlockingIOError
 from :func:`take_lock` (its descriptor closed): each caller says what that means.
@@ -119,6 +120,29 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
         if fd is not None:
             path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
             os.close(fd)
+
+
+@contextlib.contextmanager
+def briefly_held(path: str | Path) -> Iterator[bool]:
+    """Held around a read-modify-write of a small file that several processes update (a run's
+    ``status.json``): a second holder waits for the first, so neither's fields are lost. The lock
+    file stays (removing it would let a waiter lock a file no longer at ``path``). Yields whether
+    the lock is held: where it cannot be (a folder that cannot be written, a full disk, no
+    ``flock``), the update goes on without it, as before locks."""
+    try:
+        fd = open_lock(path)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def hold_shared(path: str | Path) -> int | None:

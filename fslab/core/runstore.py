@@ -3,6 +3,7 @@
 ``runs/<id>/``
   config.json     the resolved configuration (written once, atomically)
   status.json     state, pid, host, times, heartbeat, exit code, error (atomic rewrites)
+  .status.lock    flock'ed by each writer of status.json from its read to its rename
   .worker.lock    flock'ed by the run's worker for its whole life (fslab.core.worklock)
   .stop-request   asks the worker to stop at its next heartbeat (fslab stop, for another host)
   .claimed        the queued run was taken (to start it, or to stop it): one taker only (Run.claim);
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
+from fslab.core.flocks import briefly_held
 from fslab.core.schemas import evaluation, event, results
 from fslab.core.schemas import status as status_of
 from fslab.core.settings import project_above
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 # The configuration module (and secrets, shutil) are imported where they are
 # used: listing runs reads no configuration, and `fslab runs` starts faster.
 
+STATUS_LOCK = ".status.lock"  # held by each writer of status.json (Run.write_status)
 CLOSE = 0.6  # how alike a mistyped id and a run id are before the run is suggested (difflib's ratio)
 SWEEPS = "sweeps"  # runs/sweeps/: the sweep records (fslab.core.sweeps), not a run
 
@@ -113,17 +116,21 @@ class Run:
         return results(read_json(self.path / "results.json"))
 
     def write_status(self, **fields: Any) -> dict:
-        """Update ``status.json`` (write-then-rename). On a full disk, where no
-        new file can be made, it is rewritten in place instead: an end state
-        recorded is worth more than the rename's guarantee."""
-        status = {**self.status(), **fields}
+        """Update ``status.json`` (write-then-rename), holding ``.status.lock``
+        from the read to the rename: the worker's heartbeat, a stop, a SLURM
+        submission recording its job id and the job itself each rewrite it, and
+        none loses another's fields. On a full disk, where no new file can be
+        made, it is rewritten in place instead: an end state recorded is worth
+        more than the rename's guarantee."""
         path = self.path / "status.json"
-        try:
-            atomic_write_json(path, status)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.exists():
-                raise
-            overwrite(path, json.dumps(status, indent=2, sort_keys=True) + "\n")
+        with briefly_held(self.path / STATUS_LOCK):
+            status = {**self.status(), **fields}
+            try:
+                atomic_write_json(path, status)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.exists():
+                    raise
+                overwrite(path, json.dumps(status, indent=2, sort_keys=True) + "\n")
         return status
 
     def state(self, status: dict | None = None, now: float | None = None, *, locked: bool | None = None) -> str:
