@@ -289,26 +289,31 @@ def test_sweep_filters_the_runs_of_one_sweep(store):
 def test_sweep_last_filters_the_newest_sweeps_runs(store):
     """fslab runs --sweep last lists the newest sweep's runs; the filter's sweep:last matched nothing
     (no sweep id holds 'last'). It now names the newest sweep, as the listing resolves it, and follows
-    a sweep recorded while the dashboard is open."""
+    a sweep recorded while the dashboard is open. The status line says which sweep that is, and, before
+    the store has any sweep, why the table is empty (it was left empty, unexplained)."""
     runs, folders = store
     older, newer = "sweep-20260101-100000-4b55", "sweep-20260102-100000-9c01"
     for key, sweep in (("done0", older), ("done1", newer)):
         status = json.loads((folders[key] / "status.json").read_text())
         (folders[key] / "status.json").write_text(json.dumps({**status, "sweep": sweep}))
-    (runs / "sweeps").mkdir()
-    (runs / "sweeps" / f"{older}.json").write_text(json.dumps({"runs": [folders["done0"].name]}))
 
     async def body(app, pilot):
         table = app.screen.table
+        status = lambda: str(app.screen.query_one("#status").render())
         await pilot.press("slash", *"sweep:last")
         await pilot.pause()
-        assert table.ids == [folders["done0"].name]
+        assert table.ids == [] and "filter: sweep:last (no sweep yet: sweep:last matches no run)" in status()
+        (runs / "sweeps").mkdir()
+        (runs / "sweeps" / f"{older}.json").write_text(json.dumps({"runs": [folders["done0"].name]}))
+        app.screen.rebuild()
+        await pilot.pause()
+        assert table.ids == [folders["done0"].name] and f"filter: sweep:last (sweep:last is {older})" in status()
         (runs / "sweeps" / f"{newer}.json").write_text(json.dumps({"runs": [folders["done1"].name]}))
         await tick(app, pilot)
         app.screen.rebuild()
         await pilot.pause()
-        assert table.ids == [folders["done1"].name]
-        assert "unknown" not in str(app.screen.query_one("#status").render())
+        assert table.ids == [folders["done1"].name] and f"(sweep:last is {newer})" in status()
+        assert "unknown" not in status()
 
     drive(frozen_app(runs), body)
 

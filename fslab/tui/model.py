@@ -149,17 +149,33 @@ def newest_sweep(query: str, runs_dir) -> str:
     """``query`` with each ``sweep:last`` term naming the newest sweep's id, as ``fslab runs --sweep last``
     resolves it (:func:`fslab.core.sweeps.sweep_name`); where the store has no sweep, left as it is, and
     it matches no run."""
+    newest = _last_sweep(query, runs_dir)
+    if not newest:
+        return query
+    return " ".join(f"sweep:{newest}" if term.lower() == "sweep:last" else term for term in query.split())
+
+
+def last_sweep_said(query: str, runs_dir) -> str:
+    """For the status line after the filter: which sweep ``sweep:last`` stands for now, or that
+    there is none yet (and so it matches no run); nothing for a query without the term."""
+    newest = _last_sweep(query, runs_dir)
+    if newest is None:
+        return ""
+    return f" (sweep:last is {newest})" if newest else " (no sweep yet: sweep:last matches no run)"
+
+
+def _last_sweep(query: str, runs_dir) -> str | None:
+    """The newest sweep's id where ``query`` has a ``sweep:last`` term ('' when the store has no
+    sweep), else None."""
     from fslab.core.errors import UsageError
     from fslab.core.sweeps import sweep_name
 
-    terms = query.split()
-    if not any(term.lower() == "sweep:last" for term in terms):
-        return query
+    if not any(term.lower() == "sweep:last" for term in query.split()):
+        return None
     try:
-        newest = sweep_name(runs_dir, "last")
+        return sweep_name(runs_dir, "last")
     except UsageError:  # no sweeps yet
-        return query
-    return " ".join(f"sweep:{newest}" if term.lower() == "sweep:last" else term for term in terms)
+        return ""
 
 
 def matches(row: RunSummary, query: str) -> bool:

@@ -115,7 +115,7 @@ class RunsScreen(Screen):
         if unknown:
             parts.insert(0, f"unknown filter field {', '.join(unknown)}: use {', '.join(model.FIELDS)}")
         elif self.query_text:
-            parts.append(f"filter: {self.query_text}")
+            parts.append(f"filter: {self.query_text}{model.last_sweep_said(self.query_text, self.app.runs_dir)}")
         left, right = self.table.hidden_columns()
         if left or right:
             parts.append(f"←{left} →{right} columns")
