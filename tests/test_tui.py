@@ -678,11 +678,15 @@ def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartb
         await settle(app, pilot)
         assert "heartbeat stale (16:40 ago)" in str(app.screen.query_one("#summary").render())
         assert app.screen.query_one("#banner").display is False
+        (folder / "status.json").write_text(json.dumps({**status, "heartbeat": FROZEN - 1}))  # resumed: a fresh beat
+        await tick(app, pilot)  # the table's reading of the store, before the screen's own reading of the run's files
+        assert "heartbeat stale" not in str(app.screen.query_one("#summary").render())  # it stayed a refresh longer
 
     try:
         drive(frozen_app(runs), body)
     finally:
         os.close(fd)
+    (folder / "status.json").write_text(json.dumps({**status, "heartbeat": FROZEN - 1000}))
     states = {}
 
     async def without_lock(app, pilot):  # another host's run, no lock held: the heartbeat decides

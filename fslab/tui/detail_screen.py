@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedConten
 
 from fslab.core import schemas
 from fslab.core.events import is_validation, logged_evaluator, score_cell
-from fslab.core.states import LIVE, LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
+from fslab.core.states import LIVE, LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import count, printable
 from fslab.core.timing import TimeSplit, time_line
 from fslab.tui import model
@@ -112,9 +112,7 @@ class DetailScreen(Screen):
         self.series = {name: MinMaxSeries() for name in SERIES}  # what the charts draw, copies of history's
         self.history = RunHistory()  # folded in the follow thread, under _lock
         self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
-        self.status: dict = {}
         self.time_line = ""  # where the run's time went, as fslab show says it ('' before any)
-        self.heartbeat_every = 5.0  # train.heartbeat, once the configuration is read
         self.missing = False
 
     def compose(self) -> ComposeResult:
@@ -192,15 +190,12 @@ class DetailScreen(Screen):
             evals.add_row(*row)
         self.time_line = read.time_line
         if delta.config is not None:
-            self.heartbeat_every = heartbeat_interval(delta.config)
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
         if delta.stdout:
             self.query_one("#stdout-log", Log).write_lines(delta.stdout)
         if delta.stderr:
             self.query_one("#stderr-log", Log).write_lines(delta.stderr)
             self.stderr_tail.extend(delta.stderr)
-        if delta.status is not None:
-            self.status = delta.status
 
     def apply_store_changes(self, changes: StoreChanges) -> None:
         if any(r.id == self.run_id for r in changes.rows) or self.run_id in changes.removed:
@@ -227,10 +222,9 @@ class DetailScreen(Screen):
         now = self.app.clock()
         if model.usage_text(row):
             summary.append(" · " + model.usage_text(row))
-        if row.state == "running" and heartbeat_stale(self.status, self.heartbeat_every, now):
-            # still running: its worker holds the run's lock, though paused or stuck
-            summary.append(f" · heartbeat stale ({model.duration(heartbeat_age(self.status, now))} ago)",
-                           style="yellow")
+        beat = {"state": row.state, "heartbeat": row.heartbeat}  # the row's, as the table's: one reading of the status
+        if heartbeat_stale(beat, row.beat_every, now):  # still running: its worker holds the lock, paused or stuck
+            summary.append(f" · heartbeat stale ({model.duration(heartbeat_age(beat, now))} ago)", style="yellow")
         if row.corrupt:  # the summary's count, as the table's ! and fslab show --json's corrupt
             summary.append(f" · {count(row.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
