@@ -168,6 +168,26 @@ def test_a_run_claimed_to_submit_a_slurm_job_is_marked_so_and_never_judged_stale
     assert resumed.returncode == 0, resumed.stderr
     assert read_holder(second).slurm and json.loads((second / "status.json").read_text())["slurm_job_id"] == "101"
 
+def test_fslab_stop_of_a_run_whose_slurm_submission_was_killed_stops_it_at_once_naming_the_job(project):
+    """A queued run held by a SLURM submission killed before it recorded the job: fslab stop waited 10 s for a
+    worker's pid and said nothing of the job that may still wait in SLURM's queue. It now stops the run at once,
+    and says how to find and cancel that job."""
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
+                            cwd=project, text=True, capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    run = next((project / "runs").glob("2*"))
+    dead = gone_pid()
+    (run / CLAIM_FILE).write_text(f"{dead} {time.time()} {HOST} 123 slurm\n")
+    stopped = fslab("stop", run.name, cwd=project)
+    assert stopped.returncode == 0 and stopped.stdout == f"{run.name}: killed\n", stopped.stderr
+    assert stopped.stderr.splitlines()[0] == (
+        f"run {run.name} was queued, held by the SLURM submission of pid {dead} on host {HOST}, which was killed "
+        f"before it recorded the job; stopped without waiting for it: if squeue --me --name fslab-{run.name} lists "
+        f"a job, scancel it (started, it would end at once, the run being stopped)")
+    status = json.loads((run / "status.json").read_text())
+    assert (status["state"], status["error"]) == ("killed", "stopped while queued")
+
+
 # The scheduler, killed (SIGKILL) after claiming a run and before starting its worker.
 KILLED_SCHEDULER = """
 import os, signal, sys

@@ -263,7 +263,8 @@ def stop(refs: Annotated[list[str], typer.Argument(
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
     A run whose worker fslab resume is starting is stopped once that worker is recorded.
-    A queued run held by a process of this host killed before starting it is stopped at once (said on stderr).
+    A queued run held by a process of this host killed before starting it is stopped at once (said on stderr), as is
+    one held by a SLURM submission killed before it recorded its job (stderr names the squeue that finds the job).
     A sweep id stops every queued and running run of the sweep (or of a study's run), the queued ones first.
     Several given (fslab stop $(fslab runs --state running --all -q)): each is found before any is stopped, and one
     that ended meanwhile is said on stderr and passed over (the command fails only if none was stopped).
@@ -295,6 +296,7 @@ def stop(refs: Annotated[list[str], typer.Argument(
 def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
     """Stop one run (``fslab stop RUN``), said on stdout with its hint on stderr; how many were stopped (0: given
     twice, as an id and as a part of one)."""
+    from fslab.core.claims import stopped_submission_line
     from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
 
@@ -302,10 +304,13 @@ def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
         return 0
     seen.add(run_.id)
     holder = run_.stale_claim() if run_.path.is_dir() and run_.claimed() else None
+    submitted = run_.lost_submission() if run_.path.is_dir() and run_.claimed() else None  # a job may be queued
     state = stop_run(run_)
     if holder is not None:
         err_console.print(f"run {run_.id} was queued, held by {holder.describe()}, which is gone (killed before it "
                           f"started the run); stopped without waiting for it", highlight=False)
+    elif submitted is not None and state == "killed":
+        err_console.print(stopped_submission_line(run_.id, submitted), highlight=False)
     console.print(f"{run_.id}: {state}", highlight=False)
     if state == "killed":  # a hint, on stderr: stdout stays the one line scripts read
         err_console.print(shown(after_stop(run_)), highlight=False)

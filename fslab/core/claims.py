@@ -117,3 +117,11 @@ def lost_submission_line(ids: list[str], holders: list[Holder], again: str) -> s
     by = ", ".join(sorted({holder.describe() for holder in holders}))
     return (f"{runs} held by the SLURM submission of {by}, which was killed before it recorded the job: if "
             f"squeue --me --name fslab-{named} lists no job, remove runs/{named}/.claimed and run {again} again")
+
+
+def stopped_submission_line(run_id: str, holder: Holder) -> str:
+    """What ``fslab stop`` says of a queued run it stopped that a SLURM submission killed before it
+    recorded the job held (:meth:`fslab.core.runstore.Run.lost_submission`): the job may wait in SLURM's queue."""
+    return (f"run {run_id} was queued, held by the SLURM submission of {holder.describe()}, which was killed before "
+            f"it recorded the job; stopped without waiting for it: if squeue --me --name fslab-{run_id} lists a job, "
+            "scancel it (started, it would end at once, the run being stopped)")

@@ -165,8 +165,9 @@ def stop(run: Run, grace: float = 30.0) -> str:
     status = run.status()
     if status.get("slurm_job_id"):  # a SLURM job: cancel it; the job records the end
         return slurm_jobs.cancel(run, grace)
-    if not status.get("pid") and run.claim():
-        # still waiting in the queue: claiming it means no scheduler will start it
+    if not status.get("pid") and (run.claim() or run.lost_submission(status) is not None):
+        # still waiting in the queue: claiming it means no scheduler will start it; a SLURM submission
+        # killed before recording its job holds it so, and the job, if one runs, ends on finding it killed
         run.write_status(state="killed", ended=time.time(), error="stopped while queued")
         return "killed"
     return stop_worker(run, grace)
