@@ -238,5 +238,27 @@ def test_fslab_stop_of_a_sweep_killed_before_letting_its_runs_go_stops_them_at_o
     assert stopped.stderr.splitlines()[0] == (f"2 queued runs of {record['id']} were held by pid {pid} on host {HOST}, "
                                               f"which is gone (killed before it started them); stopped without "
                                               f"waiting for them: {ids}")
+    assert not any("SLURM" in line for line in stopped.stderr.splitlines())
+
+
+def test_fslab_stop_of_a_sweep_names_the_job_of_a_run_its_killed_slurm_submission_held(project):
+    """A sweep's queued run held by a SLURM submission killed before it recorded its job: fslab stop SWEEP
+    stopped it after waiting 10 s for a worker, saying nothing of the job that may be queued."""
+    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
+                            capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    dead = gone_pid()
+    for run_id in record["runs"]:
+        (project / "runs" / run_id / CLAIM_FILE).write_text(f"{dead} {time.time()} {HOST} 123 slurm\n")
+    stopped = fslab("stop", record["id"], cwd=project)
+    assert stopped.returncode == 0 and sorted(stopped.stdout.splitlines()) == sorted(
+        f"{run_id}: killed" for run_id in record["runs"])
+    assert stopped.stderr.splitlines()[:2] == [
+        f"run {run_id} was queued, held by the SLURM submission of pid {dead} on host {HOST}, which was killed before "
+        f"it recorded the job; stopped without waiting for it: if squeue --me --name fslab-{run_id} lists a job, "
+        "scancel it (started, it would end at once, the run being stopped)"
+        for run_id in (line.split(":")[0] for line in stopped.stdout.splitlines())]
     for run_id in record["runs"]:
         assert json.loads((project / "runs" / run_id / "status.json").read_text())["error"] == "stopped while queued"

@@ -320,9 +320,15 @@ def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
 def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
     """Stop a sweep's queued, then running, runs (``fslab stop SWEEP``), each said on stdout, then the command
     that goes on; how many were stopped. A sweep with none to stop is a UsageError."""
+    from fslab.core.claims import stopped_submission_line
+    from fslab.core.sweeps import load_sweep
     from fslab.execution.executor import stop_sweep
 
     freed = [(run_, holder) for run_, holder in _stale_claims(runs_dir, ref) if run_.id not in seen]
+    try:  # held by a SLURM submission killed before it recorded the job: a job may be queued
+        submitted = dict((run_.id, holder) for run_, holder in _lost_submissions(runs_dir, load_sweep(runs_dir, ref)))
+    except UsageError:  # stop_sweep says why the sweep cannot be read
+        submitted = {}
     record, stopped = stop_sweep(runs_dir, ref, skip=seen)
     if not stopped:
         raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
@@ -331,6 +337,9 @@ def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
         console.print(f"{run_.id}: {state}", highlight=False)
     freed = [pair for pair in freed if pair[0].id in {run_.id for run_, _ in stopped}]
     _say_freed(freed, record["id"], f"stopped without waiting for {'them' if len(freed) > 1 else 'it'}")
+    for run_, state in stopped:
+        if run_.id in submitted and state == "killed":
+            err_console.print(stopped_submission_line(run_.id, submitted[run_.id]), highlight=False)
     again = record.get("again") if isinstance(record.get("again"), str) else (  # a study's: as it was run
         f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
         else f"fslab sweep resume {record['id']}")
