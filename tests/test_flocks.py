@@ -123,3 +123,25 @@ def test_write_holder_replaces_the_line(tmp_path):
         assert (tmp_path / "w.lock").read_text() == "7 h\n"
     finally:
         os.close(fd)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_status_update_waits_for_its_lock_and_goes_on_without_one_held_too_long(holder_process):
+    """briefly_held (status.json's lock) waited for ever on a holder paused (SIGSTOP) mid-update: every stop
+    or end state of the run then hung. It waits its bound, then goes on unlocked, leaving no descriptor open;
+    a holder that lets go within the bound is waited for."""
+    from fslab.core.flocks import briefly_held
+
+    path, process = holder_process
+    before = open_fds()
+    started = time.monotonic()
+    with briefly_held(path, wait=0.3) as held:
+        assert held is False and time.monotonic() - started >= 0.3
+    assert open_fds() == before
+    killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -9 {process.pid}"])
+    try:
+        with briefly_held(path, wait=30) as held:
+            assert held is True and process.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        killer.wait()
+    assert open_fds() == before

@@ -123,26 +123,38 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
 
 
 @contextlib.contextmanager
-def briefly_held(path: str | Path) -> Iterator[bool]:
+def briefly_held(path: str | Path, wait: float = 10.0) -> Iterator[bool]:
     """Held around a read-modify-write of a small file that several processes update (a run's
     ``status.json``): a second holder waits for the first, so neither's fields are lost. The lock
     file stays (removing it would let a waiter lock a file no longer at ``path``). Yields whether
     the lock is held: where it cannot be (a folder that cannot be written, a full disk, no
-    ``flock``), the update goes on without it, as before locks."""
+    ``flock``), or its holder keeps it past ``wait`` seconds (a process paused with SIGSTOP in the
+    middle of its update), the update goes on without it, as before locks: an end state recorded
+    is worth more. The descriptor is closed however the update ends, a signal's exception included."""
     try:
         fd = open_lock(path)
     except OSError:
         yield False
         return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            yield False
-            return
-        yield True
+        yield _locked_within(fd, wait)
     finally:
         os.close(fd)
+
+
+def _locked_within(fd: int, wait: float) -> bool:
+    """Whether ``fd`` could be locked exclusively within ``wait`` seconds (False too where ``flock`` fails)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+        except OSError:
+            return False
+        time.sleep(0.002)
 
 
 def hold_shared(path: str | Path) -> int | None:
