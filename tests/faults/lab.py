@@ -70,6 +70,12 @@ class Lab:
         return subprocess.run([sys.executable, "-m", "fslab", *args], cwd=self.folder, capture_output=True,
                               text=True, timeout=timeout, env={**self.env, **(env or {})})
 
+    def succeeds(self, *args: str, what: str) -> subprocess.CompletedProcess:
+        """``fslab ARGS``, which must exit 0: else Unhandled, with the end of what it said on stderr."""
+        done = self.fslab(*args)
+        check(done.returncode == 0, f"{what} failed (exit code {done.returncode}): {done.stderr.strip()[-300:]}")
+        return done
+
     def popen(self, *args: str, env: dict | None = None) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "fslab", *args], cwd=self.folder, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**self.env, **(env or {})})

@@ -69,7 +69,7 @@ def parent_sigterm(lab: Lab) -> str:
     parent.send_signal(signal.SIGTERM)
     check(parent.wait(60) == 143, f"fslab run exited with {parent.returncode}, not 143")
     check(lab.ended(run) == "killed", f"the run ended {lab.status(run).get('state')}")
-    check(lab.fslab("resume", run.name).returncode == 0, "resume after the stop failed")
+    lab.succeeds("resume", run.name, what="resume after the stop")
     lab.intact(run)
     return "the worker stopped as at Ctrl-C (exit 143), then resumed to the end"
 
@@ -82,11 +82,11 @@ def paused_worker(lab: Lab) -> str:
     try:
         line = lab.one_line(lab.fslab("resume", run.name), 2)
         check("live worker" in line, f"resume said: {line}")
-        check(lab.fslab("stop", run.name).returncode == 0, "stop failed")
+        lab.succeeds("stop", run.name, what="stop")
     finally:
         os.kill(pid, signal.SIGCONT)
     check(lab.ended(run) == "killed", "the paused run did not end killed")
-    check(lab.fslab("resume", run.name).returncode == 0, "resume after the stop failed")
+    lab.succeeds("resume", run.name, what="resume after the stop")
     lab.intact(run)
     return "resume refused while paused; stopped, then resumed to the end"
 
@@ -107,7 +107,7 @@ def dies_before_its_first_status_write(lab: Lab) -> str:
 def two_resumes_at_once(lab: Lab) -> str:
     run = lab.start()
     lab.first_checkpoint(run)
-    check(lab.fslab("stop", run.name).returncode == 0, "stop failed")
+    lab.succeeds("stop", run.name, what="stop")
     racers = [lab.popen("resume", run.name, "--detach") for _ in range(2)]
     codes = sorted(p.wait(60) for p in racers)
     check(codes == [0, 2], f"exit codes {codes}: not exactly one resume")
@@ -126,7 +126,7 @@ def stop_across_hosts(lab: Lab) -> str:
     try:
         for _ in range(20):  # the worker's heartbeat merges into the edited status
             atomic_write_json(run / "status.json", {**lab.status(run), "host": "another-host", "pid": bystander.pid})
-        check(lab.fslab("stop", run.name).returncode == 0, "stop failed")
+        lab.succeeds("stop", run.name, what="stop")
         check(bystander.poll() is None, "an unrelated local process was signalled")
     finally:
         bystander.kill()
