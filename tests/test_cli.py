@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -498,8 +499,6 @@ def test_each_command_is_listed_on_one_line_of_its_groups_help():
 
 
 def test_the_readme_cites_papers_not_a_missing_spec():
-    from pathlib import Path
-
     assert "SPEC" not in (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 
@@ -892,3 +891,41 @@ def test_a_command_given_no_run_says_so_in_one_line(project):
     assert run.path.is_dir()
     other = fslab("study", "show", cwd=project)  # an argument that names no run: typer's line, as before
     assert other.stderr.startswith("error: Missing argument 'STUDY'.")
+
+
+def _readme_commands(text: str) -> list[str]:
+    """Every fslab command line a document shows: in `code` and in code blocks, one inside
+    $(...) on its own, the first of alternatives written `run\\|sweep`."""
+    spans = re.findall(r"`(fslab [^`]+)`", text)
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+        spans += [line.strip() for line in block.splitlines() if line.strip().startswith("fslab ")]
+    lines = []
+    for span in spans:
+        span = re.sub(r"\s+", " ", span.split("#")[0])
+        inner = re.findall(r"\$\((fslab [^)]*)\)", span)
+        lines += [re.sub(r"\$\([^)]*\)", "", span), *inner]
+    return [re.sub(r"(\w)\\?\|[\w|\\]+", r"\1", line) for line in lines]
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/plugins.md"])
+def test_every_option_the_documents_show_is_one_of_its_command(document):
+    """A `fslab COMMAND --option` of the README or the plugin guide that COMMAND does not take sends a
+    reader who copies it to an error: each option shown is checked against the command's own."""
+    from typer.main import get_command
+
+    from fslab.cli import app
+
+    root = get_command(app)
+    text = (Path(__file__).resolve().parent.parent / document).read_text()
+    unknown = set()
+    for line in _readme_commands(text):
+        command, path = root, []
+        for word in line.split()[1:]:
+            if word not in getattr(command, "commands", {}):
+                break
+            command, path = command.commands[word], [*path, word]
+        names = {"--help", "-h"} | {name for param in command.params
+                                    for name in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]}
+        unknown |= {(" ".join(path), option) for option in re.findall(r"(?<!\S)(--?[a-z][\w-]*)", line)
+                    if option not in names}
+    assert not unknown, f"{document} shows options its commands do not take: {sorted(unknown)}"
