@@ -642,3 +642,39 @@ def test_a_parameter_declared_before_the_star_is_explained(tmp_path):
     assert str(caught.value) == "unknown parameter 'loss.support' for loss 'wide'. Allowed: (none)."
     with pytest.raises(ConfigError, match=r"\('hidden' is in its signature but not after a \*"):
         plugin_params(registry, "backbone", "tiny", {"hidden": 8})
+
+
+def test_the_readme_python_api_example_runs_and_gives_what_its_comments_show(tmp_path):
+    """README's Python API example, run as written (with a batch for its `z, labels`): its comment
+    said fslab.available("loss") gives ['nca', 'protonet'] (fourteen losses are built in) and that
+    describe gives six keys (a line of fslab plugins --json, ten or more)."""
+    import ast
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    import fslab
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    code = re.search(r"## Python API\n\n```python\n(.*?)```", text, re.S).group(1)
+    scope = {"z": torch.randn(8, 16, requires_grad=True), "labels": torch.arange(4).repeat(2)}
+    exec(code, scope)  # noqa: S102 - the README's own example
+    assert type(scope["out"]).__name__ == "LossOutput" and scope["net"].out_dim > 0
+    losses = fslab.available("loss")
+    for line in code.splitlines():
+        call, _, said = line.partition("#")
+        said = said.strip()
+        if call.startswith("fslab.available"):
+            got = eval(call, scope)  # noqa: S307
+            if said.startswith("["):
+                assert got == ast.literal_eval(said), line
+            else:
+                first, last = re.search(r"\['([^']+)', .*'([^']+)'\]", said).groups()
+                assert got is not None and (got[0], got[-1]) == (first, last) and got == losses, line
+    listed = subprocess.run([sys.executable, "-m", "fslab", "plugins", "--kind", "loss", "--json"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    (line,) = [json.loads(line) for line in listed if json.loads(line)["name"] == "nca"]
+    assert set(fslab.describe("loss", "nca")) == set(line)
