@@ -69,7 +69,7 @@ def test_without_yes_it_asks_and_where_no_one_can_answer_it_refuses(project, sto
     result = fslab("delete", a.id, cwd=project)  # stdin is not a terminal here
     assert result.returncode == 2
     assert result.stderr == (f"error: fslab delete asks before it deletes 1 run ({a.id}), and no one can answer "
-                             "here (stdin is not a terminal); add --yes to delete them\n")
+                             "here (stdin is not a terminal); add --yes to delete it\n")
     assert a.path.is_dir()
     for answer, kept in (("n", True), ("y", False)):
         leader, follower = pty.openpty()

@@ -771,7 +771,7 @@ def test_sweep_resume_leaves_waiting_runs_to_the_scheduler_that_lives(tmp_path):
         os.close(held)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == ("sweep-20261123-100000-abcd: no run to queue again; 1 queued run of it waits for a "
-                              "slot, and the scheduler running takes them; follow them with: fslab queue\n")
+                              "slot, and the scheduler running takes it; follow it with: fslab queue\n")
     assert not (runs / "sweeps" / "scheduler.log").exists() and not waiting.claimed()  # none was started
 
 
@@ -883,7 +883,7 @@ def test_sweep_resume_starts_a_scheduler_for_queued_runs_whose_scheduler_is_gone
     assert resumed.stderr == (f"1 run left as it is, its config.json missing or unreadable (put it back from a copy, "
                               f"then resume it): {broken.id}\n")
     assert resumed.stdout == ("sweep-20261123-100000-abcd: no run to queue again; 1 queued run of it waits for a "
-                              "slot, and a scheduler was started for them; follow them with: fslab queue\n")
+                              "slot, and a scheduler was started for it; follow it with: fslab queue\n")
     # the scheduler takes it (its configuration is no whole one: it then fails, with the reason)
     wait_for(lambda: waiting.claimed(), timeout=60, what="a scheduler to take the waiting run")
     assert done.status()["state"] == "completed"

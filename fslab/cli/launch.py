@@ -565,10 +565,11 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
             err_console.print(f"{count(len(ids), 'run')} left as {'it is' if len(ids) == 1 else 'they are'}, "
                               f"{_unreadable_file(file, ids)}: {shown(', '.join(ids))}", highlight=False)
     if waiting:
+        them = "it" if len(waiting) == 1 else "them"
         console.print(f"{record['id']}: no run to queue again; {count(len(waiting), 'queued run')} of it "
                       f"{'waits' if len(waiting) == 1 else 'wait'} for a slot, and "
-                      f"{'a scheduler was started for them' if started else 'the scheduler running takes them'}; "
-                      f"follow them with: fslab queue", highlight=False)
+                      f"{f'a scheduler was started for {them}' if started else f'the scheduler running takes {them}'}; "
+                      f"follow {them} with: fslab queue", highlight=False)
         return
     where = "submitted again as SLURM jobs" if options is not None else "queued again"
     console.print(f"{record['id']}: {count(len(again), 'run')} {where}", highlight=False)

@@ -509,7 +509,8 @@ def delete(
             named = (f"{named}; " if chosen else "") + "the damaged record " + ", ".join(map(str, damaged))
         if not sys.stdin.isatty():
             raise UsageError(f"fslab delete asks before it deletes {count(len(chosen), 'run')} ({named}), and no one "
-                             "can answer here (stdin is not a terminal); add --yes to delete them")
+                             "can answer here (stdin is not a terminal); add --yes to delete "
+                             f"{'it' if len(chosen) + len(damaged) == 1 else 'them'}")
         err_console.print(f"Delete {count(len(chosen), 'run')} for good ({named})? [y/N] ", end="", highlight=False,
                           markup=False)
         try:
