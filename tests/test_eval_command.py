@@ -121,6 +121,25 @@ def test_a_run_whose_episodes_the_evaluator_refuses_is_left_out_and_the_others_s
     assert (gone.returncode, gone.stderr) == (2, f"error: --data-root {project / 'nope'} is not a folder\n")
 
 
+def test_one_data_root_for_runs_of_two_datasets_is_refused_before_any_is_scored(project, trained):
+    """fslab eval A B --data-root DIR scored both runs on DIR's images, though they trained on two datasets (or
+    two folders of one): one was scored on the other's data. Refused now, naming each dataset's runs."""
+    runs = [copied(project, trained["plain"]), copied(project, trained["final"])]
+    config = json.loads((runs[1] / "config.json").read_text())
+    root = config["dataset"]["root"]
+    config["dataset"]["root"] = str(project / "elsewhere")
+    (runs[1] / "config.json").write_text(json.dumps(config))
+    (project / "moved").mkdir()
+    refused = fslab("eval", runs[0].name, runs[1].name, "--data-root", str(project / "moved"), "--no-sinks",
+                    cwd=project)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        f"error: --data-root gives one dataset's folder, but the runs named trained on 2 (synthetic in {root}: "
+        f"{runs[0].name}; synthetic in {project / 'elsewhere'}: {runs[1].name}); evaluate the runs of each apart, "
+        "each with its own --data-root\n")
+    assert not (runs[0] / "features").exists() and not (runs[1] / "features").exists()
+
+
 def test_a_newer_epoch_cached_removes_the_splits_caches_of_earlier_epochs(project, trained):
     """A run keeps only its last checkpoint, so a cache of an earlier epoch is never read again; a run
     evaluated at each epoch as it trained kept one file per epoch (tens of MB each at a paper's size)."""

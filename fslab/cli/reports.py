@@ -58,7 +58,8 @@ def eval_(
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda (a GPU) or cuda:N (default: the run's).",
                                                autocompletion=choices("auto", "cpu", "cuda"))] = None,
     data_root: Annotated[Path | None, typer.Option(
-        help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root).")] = None,
+        help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root); the "
+             "runs named must have trained on one dataset and root.")] = None,
     sinks: Annotated[bool, typer.Option(
         "--sinks/--no-sinks", help="Send the run again to the sinks it was sent to as it trained (--sink, \\[run] "
                                    "sinks), so its trackers show the new scores too.")] = True,
@@ -86,6 +87,8 @@ def eval_(
     if device:
         _check_device(device)
     plans = _eval_plans(chosen, found, evaluator, params, set_ or [], device, ways, queries)
+    if data_root is not None:
+        _one_data_root(plans)
     for run_, results, options in _scored(plans, len(chosen), data_root, split=split, shots=shot_list,
                                           episodes=episodes, evaluator=evaluator, device=device):
         for result in results:
@@ -134,6 +137,19 @@ def _eval_plans(chosen: list, found, *options) -> list[tuple]:
     if not plans:
         raise UsageError(f"none of the {len(chosen)} runs named can be evaluated (each is said above)")
     return plans
+
+
+def _one_data_root(plans: list[tuple]) -> None:
+    """A UsageError where the runs to evaluate trained on more than one dataset or root: --data-root,
+    one folder, would stand for each of them, and a run would be scored on another run's images."""
+    trained_on: dict[tuple[str, str], list[str]] = {}
+    for run_, cfg, _ in plans:
+        trained_on.setdefault((cfg.dataset["name"], str(cfg.dataset.get("root") or "")), []).append(run_.id)
+    if len(trained_on) > 1:
+        named = "; ".join(f"{name} in {root or '?'}: {', '.join(ids[:2])}{', ...' if len(ids) > 2 else ''}"
+                          for (name, root), ids in trained_on.items())
+        raise UsageError(f"--data-root gives one dataset's folder, but the runs named trained on {len(trained_on)} "
+                         f"({named}); evaluate the runs of each apart, each with its own --data-root")
 
 
 def _eval_plan(run_, found, evaluator: str | None, params: dict | None, assignments: list[str], device: str | None,
