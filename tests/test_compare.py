@@ -770,3 +770,31 @@ def test_runs_tested_on_more_episodes_are_seeds_of_their_group_not_a_group_of_th
                            "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, stream)
     report = compare(list_runs(tmp_path / "runs"), shots=[5])
     assert report["repeated"] and again.id in report["groups"][0]["runs"] and report["groups"][0]["seeds"] == 3
+
+
+def test_a_runs_logged_score_is_the_one_compare_reads_from_its_saved_episodes(project):
+    """A run's test score was computed twice: in training, from the evaluator's float32 episode scores
+    (results.json, the metrics' eval event: fslab runs and show), and by compare, from the same scores as
+    evaluations/ keeps them (6 decimals). The two differed in the ninth digit, enough at a .x5 boundary
+    for runs to print 35.13 where compare printed 35.12 for the same episodes. Now one function computes
+    both from the kept scores: each surface shows the number recomputed here from the saved file."""
+    from fractions import Fraction
+
+    from .runs_helpers import TINY, train_run
+
+    run_dir, logged = train_run(project, "nca", *TINY, "--epochs", "1", "--set", "eval.test_episodes=32",
+                                "--seed", "0")
+    listed = json.loads(fslab("runs", "--json", cwd=project).stdout)["test"]
+    compared = json.loads(fslab("compare", run_dir.name, "--format", "json", cwd=project).stdout)
+    table = fslab("runs", "--wide", cwd=project).stdout
+    for shots in ("1-shot", "5-shot"):
+        (saved,) = run_dir.glob(f"evaluations/test-centroid-5way-{shots[0]}shot-*.json")
+        scores = [Fraction(a) for a in json.loads(saved.read_text())["accuracies"]]
+        mean = sum(scores) / len(scores)
+        ci = 1.96 * math.sqrt(sum((a - mean) ** 2 for a in scores) / len(scores)) / math.sqrt(len(scores))
+        pooled = compared["groups"][0]["results"][shots]
+        for score in (logged[shots], listed[shots], pooled):
+            assert score["accuracy"] == pytest.approx(float(mean), rel=0, abs=1e-12)
+            assert score["ci95"] == pytest.approx(ci, rel=0, abs=1e-12)
+        assert (logged[shots]["accuracy"], logged[shots]["ci95"]) == (pooled["accuracy"], pooled["ci95"])
+        assert f"{100 * pooled['accuracy']:.2f}±{100 * pooled['ci95']:.2f}" in table

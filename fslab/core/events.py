@@ -4,8 +4,35 @@ evaluation is saved and compared under."""
 from __future__ import annotations
 
 import functools
+import math
+import statistics
+from collections.abc import Iterable, Sequence
 
+from fslab.core.errors import UsageError
 from fslab.core.text import count
+
+# The digits a per-episode score keeps in ``evaluations/`` (Run.save_accuracies): every
+# mean ± CI of an evaluation, the one its run logs and those compare pools, is of these.
+SCORE_DIGITS = 6
+
+
+def kept_scores(values: Iterable[float]) -> list[float]:
+    """Per-episode scores as ``evaluations/`` keeps them (:data:`SCORE_DIGITS`)."""
+    return [round(float(value), SCORE_DIGITS) for value in values]
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and 95% half-width ``1.96 * std / sqrt(N)`` of N per-episode scores (or paired
+    differences), ``std`` their population standard deviation (ddof=0, as the SimpleShot and
+    NCA evaluation code has it). The one place a score's mean and interval are computed: a run's
+    logged test score, ``fslab eval``'s, and every pooled or paired one of compare, plot and
+    study report, so each shows the same digits for the same episodes. Exact sums
+    (:func:`statistics.fmean`, :func:`statistics.pstdev`): the order of the episodes changes nothing."""
+    if not values:
+        raise UsageError("no episode scores to summarise")
+    if not all(math.isfinite(value) for value in values):  # statistics' exact sums take no nan nor inf
+        return math.nan, math.nan
+    return statistics.fmean(values), 1.96 * statistics.pstdev(values) / math.sqrt(len(values))
 
 
 def metric_label(event: dict) -> str:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
+from fslab.core.events import kept_scores
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
 from fslab.core.flocks import briefly_held
 from fslab.core.schemas import evaluation, event, results
@@ -241,7 +242,7 @@ class Run:
         key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
                f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
         path = folder / f"{safe_name(key)}.json"
-        atomic_write_json(path, {**result, "accuracies": [round(float(a), 6) for a in accuracies]})
+        atomic_write_json(path, {**result, "accuracies": kept_scores(accuracies)})
         return path
 
     def saved_accuracies(self) -> list[dict]:

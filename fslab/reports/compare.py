@@ -18,16 +18,21 @@ import csv
 import difflib
 import io
 import json
-import math
 import re
 import shlex
-import statistics
 from dataclasses import dataclass, field
 
 from fslab.core.assignments import assignment
 from fslab.core.config import outside_settings
 from fslab.core.errors import ConfigError, UsageError
-from fslab.core.events import canonical_evaluator, label_params, logged_evaluator, metric_label, own_evaluator
+from fslab.core.events import (
+    canonical_evaluator,
+    label_params,
+    logged_evaluator,
+    mean_ci,
+    metric_label,
+    own_evaluator,
+)
 from fslab.core.keys import PLUGIN_SECTIONS, dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
@@ -46,13 +51,6 @@ EVALUATED_ELSEWHERE = ("eval.val_episodes", "eval.val_shots", "eval.before_train
 SCORED_ON_MORE = ("eval.test_episodes",)
 NOT_SETTINGS = {"seed", *IGNORED, *EVALUATED_ELSEWHERE, *SCORED_ON_MORE}
 FORMATS = ("table", "md", "latex", "csv", "json")
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and 95% half-width 1.96·std/√N (population std, as in evaluation)."""
-    if not values:
-        raise UsageError("no episode accuracies to summarise")
-    return statistics.fmean(values), 1.96 * statistics.pstdev(values) / math.sqrt(len(values))
 
 
 _encode = json.JSONEncoder(sort_keys=True).encode  # json.dumps(sort_keys=True) builds an encoder per call

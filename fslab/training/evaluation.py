@@ -37,7 +37,6 @@ torch here is fine.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
@@ -45,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from fslab.core.errors import FslabError, UsageError
+from fslab.core.events import kept_scores, mean_ci
 from fslab.core.text import count, queries_text
 from fslab.core.types import evaluator_traits
 
@@ -71,7 +71,10 @@ def episode_shapes(evaluator, shots: Sequence[int], queries: int) -> list[tuple[
 
 
 def ci95(accuracies: Sequence[float] | torch.Tensor) -> tuple[float, float]:
-    """Mean and 95% confidence half-width ``1.96 * std / sqrt(N)``.
+    """Mean and 95% confidence half-width ``1.96 * std / sqrt(N)`` of the scores as
+    ``evaluations/`` keeps them (:func:`fslab.core.events.kept_scores`), computed by
+    :func:`fslab.core.events.mean_ci`, which compare pools with: a run's logged score and
+    the one compare reads back from its saved episodes are the same number.
 
     ``std`` is the population standard deviation (ddof=0, numpy's default), as
     in the SimpleShot and NCA evaluation code; with thousands of episodes the
@@ -80,9 +83,7 @@ def ci95(accuracies: Sequence[float] | torch.Tensor) -> tuple[float, float]:
     values = torch.as_tensor(accuracies, dtype=torch.float64).flatten()
     if values.numel() == 0:
         raise UsageError("ci95: no accuracies to summarise")
-    mean = values.mean()
-    std = values.std(correction=0)
-    return float(mean), float(1.96 * std / math.sqrt(values.numel()))
+    return mean_ci(kept_scores(values.tolist()))
 
 
 def floyd_subsets(sizes: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
