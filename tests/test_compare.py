@@ -211,7 +211,8 @@ def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, m
     assert episode_options("val", "5, 1", 20, 15, 100) == [5, 1]
     for args, message in [(("test", "1", 1, 15), "--ways must be at least 2, got 1"),
                           (("test", "1", 5, 0), "--queries must be at least 1, got 0"),
-                          (("test", "1", 5, 15, 0), "--episodes must be from 1 to 1,000,000, got 0"),
+                          (("test", "1", 5, 15, 0), "--episodes must be from 2 to 1,000,000 (one episode gives no "
+                                                       "95% CI), got 0"),
                           (("test", "", 5, 15), "--shots takes whole numbers of at least 1 separated by commas "
                                                 "(e.g. 1,5), got ''"),
                           # an empty item is a typo, as in --grid (it was read as 1,5)

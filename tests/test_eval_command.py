@@ -324,7 +324,8 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
 
 @pytest.mark.parametrize("argv, message", [
     (["--shots", "one"], "--shots takes whole numbers separated by commas"),
-    (["--episodes", "99999999999"], "--episodes must be from 1 to 1,000,000"),
+    (["--episodes", "99999999999"], "--episodes must be from 2 to 1,000,000"),
+    (["--episodes", "1"], "--episodes must be from 2 to 1,000,000 (one episode gives no 95% CI), got 1"),
     (["--split", "train"], "--split must be test or val"),
     (["--evaluator", "centriod"], "Unknown evaluator 'centriod'. Did you mean 'centroid'?"),
     (["--set", "evaluator.name=knn"], "fslab eval names its evaluator with --evaluator, not --set: --evaluator knn"),

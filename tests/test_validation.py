@@ -37,7 +37,7 @@ def refused(project, *argv, env=None, expect=(), runs_before=()):
 
 # (--set or option arguments, fragments the one line must hold: the key, the value, what is allowed)
 CONFIG_CASES = {
-    "test-episodes-0": (["--set", "eval.test_episodes=0"], ["'eval.test_episodes'", "from 1 to 1,000,000", "got 0"]),
+    "test-episodes-0": (["--set", "eval.test_episodes=0"], ["'eval.test_episodes'", "from 2 to 1,000,000", "got 0"]),
     "shots-1000": (["--set", "eval.shots=[1000]"],
                    ["'eval.shots'", "got 1000", "test split (40 classes of 30 images)", "at most 30"]),
     "ways-0": (["--set", "eval.ways=0"], ["'eval.ways'", "at least 2", "got 0"]),
@@ -80,8 +80,9 @@ RANGE_CASES = {
     # a milestone listed twice decayed once (the schedule's steps are a set): a typo, as a grid's repeated value
     "train.milestones=[0.5, 0.5]": "lists 0.5 twice; give each value once",
     "eval.queries=0": "at least 1", "eval.val_shots=0": "at least 1",
-    "eval.val_episodes=0": "a whole number from 1 to 1,000,000",
-    "eval.test_episodes=99999999999": "a whole number from 1 to 1,000,000",
+    "eval.val_episodes=0": "a whole number from 2 to 1,000,000",
+    "eval.test_episodes=1": "a whole number from 2 to 1,000,000 (a 95% CI needs two episodes at least)",
+    "eval.test_episodes=99999999999": "a whole number from 2 to 1,000,000",
     "eval.val_every=0": "at least 1", "eval.extra_ways=[1]": "at least 2",
     "eval.seed=-1": "from 0 to", "eval.center_images=-1": "at least 0", "eval.batch_size=0": "at least 1",
     "eval.feature_stages=0": "at least 1", "seed=-1": "from 0 to",

@@ -28,7 +28,7 @@ from fslab.cli.common import (
     shown,
 )
 from fslab.cli.tables import Col, fit, print_table
-from fslab.core.config import EPISODES_MAX
+from fslab.core.config import EPISODES_MAX, EPISODES_MIN
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import accuracy_text, canonical_evaluator, table_score
 from fslab.core.limits import repeated_at
@@ -49,7 +49,7 @@ def eval_(
         help="Queries per class (default: the run's eval.queries, 15 unless it set another).",
         show_default=False)] = None,
     episodes: Annotated[int | None, typer.Option(
-        help="Episodes per number of shots (default 10000; 100 for the slow finetune evaluator).")] = None,
+        help="Episodes per number of shots, at least 2 (default 10000; 100 for the slow finetune evaluator).")] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
              "(default: the run's).", autocompletion=names_of("evaluator"))] = None,
@@ -300,8 +300,9 @@ def episode_options(split: str, shots: str, ways: int | None, queries: int | Non
     for option, value, least in (("--ways", ways, 2), ("--queries", queries, 1)):
         if value is not None and value < least:
             raise UsageError(f"{option} must be at least {least}, got {value}")
-    if episodes is not None and not 1 <= episodes <= EPISODES_MAX:  # drawn at once: 10**11 would fill the memory
-        raise UsageError(f"--episodes must be from 1 to {EPISODES_MAX:,}, got {episodes:,}")
+    if episodes is not None and not EPISODES_MIN <= episodes <= EPISODES_MAX:  # 10**11 at once would fill the memory
+        raise UsageError(f"--episodes must be from {EPISODES_MIN} to {EPISODES_MAX:,} (one episode gives no 95% CI), "
+                         f"got {episodes:,}")
     return shot_list
 
 

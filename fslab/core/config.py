@@ -79,7 +79,10 @@ COMPILE_MODES = ("off", "default", "max-autotune")  # train.compile: torch.compi
 # A count of episodes: 100 times the papers' 10,000 at most, whose episodes' indices alone take about 600 MB
 # (a mistyped 10**11 would exhaust the memory as the episodes are drawn).
 EPISODES_MAX = 1_000_000
-EPISODES = between(1, EPISODES_MAX, f"a whole number from 1 to {EPISODES_MAX:,}")
+# One episode has no spread: its 95% CI would print as ±0.00, which is no interval at all.
+EPISODES_MIN = 2
+EPISODES = between(EPISODES_MIN, EPISODES_MAX, f"a whole number from {EPISODES_MIN} to {EPISODES_MAX:,} (a 95% CI "
+                   f"needs two episodes at least)")
 # A rate or a decay is a Python float until the optimiser applies it to float32 parameters: above
 # float32's largest number (about 3.4e38) it cannot be converted, and the worker failed at its first step.
 FLOAT32_MAX = 3.4028234663852886e38
