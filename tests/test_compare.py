@@ -799,3 +799,30 @@ def test_a_runs_logged_score_is_the_one_compare_reads_from_its_saved_episodes(pr
             assert score["ci95"] == pytest.approx(ci, rel=0, abs=1e-12)
         assert (logged[shots]["accuracy"], logged[shots]["ci95"]) == (pooled["accuracy"], pooled["ci95"])
         assert f"{100 * pooled['accuracy']:.2f}±{100 * pooled['ci95']:.2f}" in table
+
+
+def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, builtin_plugins):
+    """A saved evaluation holding NaN (or any score that is not a fraction) was dropped without a word:
+    compare printed '-' or pooled the other seeds alone, and plot said the runs had no such scores and
+    should be evaluated. Each now names the file in one line on stderr; the numbers shown are those of
+    the readable files, recomputed here from them."""
+    folder, data = store
+    run, accs = data[(0.1, 0)]
+    (damaged,) = run.path.glob("evaluations/*-5shot-*.json")
+    damaged.write_text(damaged.read_text().replace(str(accs[5][3]), "NaN", 1))
+    assert "NaN" in damaged.read_text()
+    line = (f"1 saved evaluation left out, damaged (not JSON, a score that is not a number from 0 to 1, such as NaN, "
+            f"Infinity or a percent, or not one score per episode): {run.id}/evaluations/{damaged.name}; score those "
+            f"episodes again with: fslab eval {run.id} (the file's name gives the split, shots, queries and "
+            f"episodes)\n")
+    out = fslab("compare", "all", "--format", "json", cwd=folder)
+    assert out.returncode == 0 and out.stderr == line, out.stderr
+    report = json.loads(out.stdout)
+    assert report["damaged"] == {run.id: [damaged.name]}
+    (group,) = [g for g in report["groups"] if run.id in g["runs"]]
+    pooled = [a for seed in (1, 2) for a in data[(0.1, seed)][1][5]]  # the two readable seeds
+    assert group["results"]["5-shot"]["accuracy"] == pytest.approx(direct_ci(pooled)[0], abs=1e-12)
+    assert group["results"]["5-shot"]["ci95"] == pytest.approx(direct_ci(pooled)[1], abs=1e-12)
+    assert group["results"]["5-shot"]["episodes"] == 80
+    plotted = fslab("plot", "train.lr", "all", "--shots", "5", "--json", "--out", str(folder / "p.png"), cwd=folder)
+    assert plotted.returncode == 0 and plotted.stderr.endswith(line), plotted.stderr  # after the run left out

@@ -306,3 +306,11 @@ def version_callback(value: bool) -> None:
     if value:
         console.print(f"fslab {__version__}")
         raise typer.Exit()
+
+
+def say_damaged(damaged: dict[str, list[str]]) -> None:
+    """On stderr: the saved evaluations a report left out as damaged (:func:`fslab.reports.compare.damaged_line`)."""
+    from fslab.reports.compare import damaged_line
+
+    if line := damaged_line(damaged):
+        err_console.print(shown(line), highlight=False)

@@ -24,6 +24,7 @@ from fslab.cli.common import (
     parse_shots,
     registry,
     runs_or_sweeps,
+    say_damaged,
     settings,
     shown,
 )
@@ -340,9 +341,9 @@ def compare_(
                                                          "not with a --format other than table.")] = False,
     wide: WideFlag = False,
 ) -> None:
-    ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, "
-     "and paired differences to the first group with scores "
-     "(runs scored on different data are neither pooled nor paired).")
+    ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first "
+     "group with scores (runs scored on different data are neither pooled nor paired). "
+     "A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.")
     from fslab.core.sweeps import select_runs
     from fslab.reports.compare import FORMATS, compare, render
 
@@ -409,6 +410,7 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
             err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
                               f"{', ...' if len(left) > 5 else ''}", highlight=False)
     _say_data_split(report.get("data_split"), "group")
+    say_damaged(report["damaged"])
     elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
     shapes = {shape for found in elsewhere.values() for shape in found}
     if not any(row["results"] for row in report["groups"]):
@@ -480,6 +482,7 @@ def plot_(
 
     A run that gives no point (no x, a repeat of another's settings and seed, no saved scores yet) is named on
     stderr with why; one scored only at other episode shapes, with the --ways/--queries that read its scores.
+    A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.
     """
     from fslab.core.sweeps import select_runs
     from fslab.reports.plot import draw, parse_size, png_path, series_data
@@ -496,6 +499,7 @@ def plot_(
         err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
                           highlight=False)
     _say_data_split(data["data_split"], "line")
+    say_damaged(data["damaged"])
     _say_empty_panels(data, (ways, queries))
     try:
         width, height = draw(data, out, pixels, title)

@@ -26,6 +26,7 @@ from fslab.cli.common import (
     names_of,
     overrides,
     registry,
+    say_damaged,
     settings,
     shown,
 )
@@ -276,6 +277,7 @@ def report(
 
     csv and json give every accuracy, CI and difference in percent (points), in columns and fields
     named so: published_pct, published_ci95_pct, accuracy_pct, ci95_pct, difference_pct.
+    A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.
     """
     from fslab.core.errors import FslabError, UsageError
     from fslab.core.studies import SCALES
@@ -290,6 +292,7 @@ def report(
         _check_out(out, study.name)
     runs_dir = settings().runs_dir
     result = study_report(study, runs_dir, scale)
+    say_damaged(result["damaged"])
     if out is None:
         print(render(result, fmt), end="")
         return

@@ -250,12 +250,18 @@ class Run:
         (:func:`fslab.core.schemas.evaluation`: files saved before the evaluator
         and the episode stream were recorded were the centroid evaluator's, on
         stream 1)."""
+        return self.saved_evaluations()[0]
+
+    def saved_evaluations(self) -> tuple[list[dict], list[str]]:
+        """:meth:`saved_accuracies`, and the names of the files in ``evaluations/`` that cannot be
+        used (not JSON, a score that is not a number from 0 to 1: NaN, Infinity, a percent; fewer
+        scores than episodes), which readers name rather than leave out in silence."""
         try:
             names = sorted(e.name for e in os.scandir(self.path / "evaluations") if e.name.endswith(".json"))
         except OSError:
-            return []
-        found = (evaluation(read_json(self.path / "evaluations" / name)) for name in names)
-        return [record for record in found if record is not None]
+            return [], []
+        found = [(name, evaluation(read_json(self.path / "evaluations" / name))) for name in names]
+        return [record for _, record in found if record is not None], [name for name, record in found if record is None]
 
 
 def safe_name(text: str) -> str:

@@ -36,7 +36,7 @@ from fslab.core.events import (
 from fslab.core.keys import PLUGIN_SECTIONS, dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
-from fslab.core.text import queries_text, signed
+from fslab.core.text import count, queries_text, signed
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -71,6 +71,7 @@ class RunFiles:
         self._configs: dict[Run, dict] = {}
         self._flat: dict[Run, dict] = {}
         self._saved: dict[Run, list[dict]] = {}
+        self._damaged: dict[Run, list[str]] = {}
 
     def config(self, run: Run) -> dict:
         """The run's configuration; ``{}`` if it cannot be read (the run is left out), which
@@ -94,8 +95,16 @@ class RunFiles:
     def saved(self, run: Run) -> list[dict]:
         """The run's saved evaluations, each ``evaluator`` in its one spelling (read once)."""
         if run not in self._saved:
-            self._saved[run] = [{**e, "evaluator": logged_evaluator(e)} for e in run.saved_accuracies()]
+            saved, self._damaged[run] = run.saved_evaluations()
+            self._saved[run] = [{**e, "evaluator": logged_evaluator(e)} for e in saved]
         return self._saved[run]
+
+    def damaged(self, runs: list[Run]) -> dict[str, list[str]]:
+        """Of ``runs``, each one's files in ``evaluations/`` that cannot be used, by run id (those with any):
+        their scores are left out, and every report names them (:meth:`Run.saved_evaluations`)."""
+        for run in runs:
+            self.saved(run)
+        return {run.id: self._damaged[run] for run in runs if self._damaged[run]}
 
     def label(self, run: Run, evaluator: str | None) -> str:
         """The label of ``evaluator`` in its one spelling, or of the run's own where it is None."""
@@ -272,7 +281,21 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
             "other_shapes": {run.id: shapes for run, shapes in elsewhere.items() if shapes},
             # runs with no scores of any shape (queued, running, or ended before their test), with their state
-            "unscored": {run.id: run.state() for run, shapes in elsewhere.items() if not shapes}}
+            "unscored": {run.id: run.state() for run, shapes in elsewhere.items() if not shapes},
+            "damaged": files.damaged(counted)}
+
+
+def damaged_line(damaged: dict[str, list[str]]) -> str | None:
+    """One line naming the saved evaluations a report left out as damaged (:meth:`RunFiles.damaged`),
+    and how to score their episodes again; None where there are none."""
+    files = [f"{run_id}/evaluations/{name}" for run_id, names in damaged.items() for name in names]
+    if not files:
+        return None
+    again = next(iter(damaged)) if len(damaged) == 1 else "RUN"
+    return (f"{count(len(files), 'saved evaluation')} left out, damaged (not JSON, a score that is not a number "
+            f"from 0 to 1, such as NaN, Infinity or a percent, or not one score per episode): "
+            f"{', '.join(files[:5])}{', ...' if len(files) > 5 else ''}; score those episodes again with: "
+            f"fslab eval {again} (the file's name gives the split, shots, queries and episodes)")
 
 
 def _seed_order(seed) -> tuple:

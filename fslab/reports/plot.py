@@ -150,7 +150,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
                                     shapes={shape for found in shapes.values() for shape in found}, asked=asked))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out,
-            "data_split": data_split}
+            "data_split": data_split, "damaged": files.damaged(runs)}
     return {**data, "y": y_label(data)}
 
 

@@ -111,7 +111,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed, "project": project,
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
-            "stopped": stopped, "rows": rows}
+            "stopped": stopped, "rows": rows, "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
 
 
 def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, comparable: bool,
