@@ -409,7 +409,9 @@ def test_a_run_folder_being_deleted_is_not_given_a_summary_again(tmp_path):
         (run.path / name).unlink()
     assert list_summaries(tmp_path) == []
     read_summary(run.path)
-    assert sorted(p.name for p in run.path.iterdir()) == ["checkpoints", "metrics.jsonl"]
+    # .status.lock: made with the run's first status (Run.write_status), not by the reader
+    assert sorted(p.name for p in run.path.iterdir()) == [".status.lock", "checkpoints", "metrics.jsonl"]
     run.metrics_path.unlink()
+    (run.path / ".status.lock").unlink()
     (run.path / "checkpoints").rmdir()
     run.path.rmdir()  # the rest of rm -rf succeeds
