@@ -5,6 +5,7 @@ import io
 import json
 import math
 import random
+from fractions import Fraction
 
 import pytest
 
@@ -798,7 +799,7 @@ def test_a_runs_logged_score_is_the_one_compare_reads_from_its_saved_episodes(pr
             assert score["accuracy"] == pytest.approx(float(mean), rel=0, abs=1e-12)
             assert score["ci95"] == pytest.approx(ci, rel=0, abs=1e-12)
         assert (logged[shots]["accuracy"], logged[shots]["ci95"]) == (pooled["accuracy"], pooled["ci95"])
-        assert f"{100 * pooled['accuracy']:.2f}±{100 * pooled['ci95']:.2f}" in table
+        assert f"{_half_up(mean.numerator, mean.denominator)}±{100 * ci:.2f}" in table
 
 
 def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, builtin_plugins):
@@ -826,3 +827,40 @@ def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, buil
     assert group["results"]["5-shot"]["episodes"] == 80
     plotted = fslab("plot", "train.lr", "all", "--shots", "5", "--json", "--out", str(folder / "p.png"), cwd=folder)
     assert plotted.returncode == 0 and plotted.stderr.endswith(line), plotted.stderr  # after the run left out
+
+
+def _half_up(numerator: int, denominator: int) -> str:
+    """numerator/denominator (a fraction) in percent to two decimals, a tie rounded up: by whole numbers."""
+    assert numerator >= 0
+    cents, rest = divmod(10000 * numerator, denominator)
+    cents += 2 * rest >= denominator
+    return f"{cents // 100}.{cents % 100:02d}"
+
+
+def test_every_surface_rounds_a_tie_the_same_way_up(tmp_path):
+    """Each surface printed f"{100 * x:.2f}", which rounds the binary product: a mean of 0.35125 (32 5-way
+    episodes of 5 queries) printed as 35.12, and which way a tie went depended on its bits. Every score,
+    interval and difference now goes through one rounding, a tie away from zero, checked here against
+    whole-number arithmetic for every mean such episodes can have."""
+    from fslab.core.events import accuracy_text, score_cell
+
+    for k in range(801):  # k correct answers of 800
+        x = k / 800
+        assert score_cell({"accuracy": x, "ci95": x}) == f"{_half_up(k, 800)}±{_half_up(k, 800)}", k
+        assert accuracy_text({"accuracy": x, "ci95": x}) == f"{_half_up(k, 800)} ± {_half_up(k, 800)}%", k
+    # compare's md and latex of runs whose pooled mean is such a tie, in decimal (its float mean is not)
+    accs = {1: [0.36] * 16 + [0.3425] * 16, 5: [0.46] * 16 + [0.4425] * 16}
+    make_run(tmp_path / "runs", 0.1, 0, accs)
+    make_run(tmp_path / "runs", 0.2, 0, {n: [round(a - 0.1, 6) for a in v] for n, v in accs.items()})
+    md = render(compare(list_runs(tmp_path / "runs"), ways=5, queries=15), "md")
+    latex = render(compare(list_runs(tmp_path / "runs"), ways=5, queries=15), "latex")
+    for lr, less in (("0.1", 0), ("0.2", 10)):
+        cells = []
+        for n in (1, 5):
+            scores = [Fraction(str(round(a - less / 100, 6))) for a in accs[n]]
+            mean = sum(scores) / len(scores)
+            ci = 1.96 * math.sqrt(sum((a - mean) ** 2 for a in scores) / len(scores)) / math.sqrt(len(scores))
+            cells.append(f"{_half_up(mean.numerator, mean.denominator)} ± {100 * ci:.2f}")
+        assert f"| train.lr={lr} | 1 | {cells[0]} | {cells[1]} |" in md, md
+        assert cells[0].replace("±", "$\\pm$") in latex, latex
+    assert "| +10.00 ± 0.00 | +10.00 ± 0.00 |" in md or "| -10.00 ± 0.00 | -10.00 ± 0.00 |" in md, md

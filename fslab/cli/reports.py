@@ -33,7 +33,7 @@ from fslab.core.config import EPISODES_MAX, EPISODES_MIN
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import accuracy_text, canonical_evaluator, table_score
 from fslab.core.limits import repeated_at
-from fslab.core.text import count, queries_text, signed
+from fslab.core.text import count, percent, queries_text
 
 
 @app.command("eval")
@@ -374,7 +374,7 @@ def compare_(
                                             *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:
         console.print(f"{shown(p['group'])} − {shown(p['baseline'])}, {p['shots']}-shot: "
-                      f"{signed(100 * p['difference'])} ± {100 * p['ci95']:.2f} points "
+                      f"{percent(p['difference'], sign=True)} ± {percent(p['ci95'])} points "
                       f"(paired over {count(p['episodes'], 'episode')})",
                       highlight=False)
 

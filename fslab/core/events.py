@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 
 from fslab.core.errors import UsageError
-from fslab.core.text import count
+from fslab.core.text import count, percent
 
 # The digits a per-episode score keeps in ``evaluations/`` (Run.save_accuracies): every
 # mean ± CI of an evaluation, the one its run logs and those compare pools, is of these.
@@ -45,7 +45,7 @@ def metric_label(event: dict) -> str:
 def score_cell(event: dict) -> str:
     """An evaluation's score ± CI in percent as tables show it (``54.22±0.44``),
     labelled with its metric when that is not accuracy (``mAP 46.11±1.79``)."""
-    return f"{metric_label(event)}{100 * event['accuracy']:.2f}±{100 * event['ci95']:.2f}"
+    return f"{metric_label(event)}{percent(event['accuracy'])}±{percent(event['ci95'])}"
 
 
 def table_score(value: dict | None) -> str:
@@ -59,7 +59,7 @@ def table_score(value: dict | None) -> str:
 
 def accuracy_text(event: dict) -> str:
     """Mean ± CI in percent, labelled with its metric when that is not accuracy."""
-    return f"{metric_label(event)}{100 * event['accuracy']:.2f} ± {100 * event['ci95']:.2f}%"
+    return f"{metric_label(event)}{percent(event['accuracy'])} ± {percent(event['ci95'])}%"
 
 
 def is_validation(event: dict) -> bool:

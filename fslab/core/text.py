@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # keeps tab and newline
@@ -40,6 +41,23 @@ def count(n: int, noun: str, plural: str = "") -> str:
 def queries_text(queries: int) -> str:
     """``15 queries``, ``1 query`` (an episode's queries per class)."""
     return f"{queries} {'query' if queries == 1 else 'queries'}"
+
+
+def percent(fraction: float, *, sign: bool = False) -> str:
+    """A fraction (an accuracy, its 95% CI, a paired difference) in percent to two decimals, as every
+    table, line and chart shows it: ``0.35125`` is ``35.13``. A tie rounds away from zero, as papers
+    round, on the fraction's decimal value: ``f"{100 * x:.2f}"`` rounded the binary product, so that
+    0.35125 printed as 35.12. The fraction is first taken to 13 decimals, which drops the noise of
+    binary sums (0.35124999999999995, the float mean of scores whose decimal mean is 0.35125, is
+    that tie) and keeps apart every mean of up to 1,000,000 six-decimal scores that is not a tie
+    (those lie 1e-12 or more from one). ``sign``: with its sign, ``+0.00`` where it rounds to zero.
+    A value that is not finite prints as Python writes it."""
+    if not math.isfinite(fraction):
+        return f"{100 * fraction:{'+' if sign else ''}.2f}"
+    exact = Decimal(repr(float(fraction))).quantize(Decimal("1e-13"))
+    value = (exact * 100).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    value = value + 0 if value else Decimal("0.00")  # never -0.00
+    return f"{value:{'+' if sign else ''}.2f}"
 
 
 def signed(value: float, digits: int = 2) -> str:

@@ -36,7 +36,7 @@ from fslab.core.events import (
 from fslab.core.keys import PLUGIN_SECTIONS, dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
-from fslab.core.text import count, queries_text, signed
+from fslab.core.text import count, percent, queries_text
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -551,14 +551,14 @@ def render(report: dict, fmt: str) -> str:
     header = ["group", "seeds", *shots]
     lines = []
     for row in report["groups"]:
-        cells = [f"{metric_label(r)}{100 * r['accuracy']:.2f}{pm}{100 * r['ci95']:.2f}"
+        cells = [f"{metric_label(r)}{percent(r['accuracy'])}{pm}{percent(r['ci95'])}"
                  if (r := row["results"].get(s)) else "-" for s in shots]
         lines.append([row["group"], str(row["seeds"]), *cells])
     # Each paired difference to the first group as a row of its own, in points with its sign.
     for group in dict.fromkeys(p["group"] for p in report["paired"]):
         by_shots = {f"{p['shots']}-shot": p for p in report["paired"] if p["group"] == group}
         baseline = next(iter(by_shots.values()))["baseline"]
-        cells = [signed(100 * p["difference"]) + f"{pm}{100 * p['ci95']:.2f}" if (p := by_shots.get(s)) else "-"
+        cells = [percent(p["difference"], sign=True) + f"{pm}{percent(p['ci95'])}" if (p := by_shots.get(s)) else "-"
                  for s in shots]
         lines.append([f"{group} − {baseline}, paired over the same episodes", "-", *cells])
     if fmt == "md":  # a line of its own before the table: a paragraph's last line would be read as its header

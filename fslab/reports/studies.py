@@ -27,7 +27,7 @@ from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
-from fslab.core.text import count, signed
+from fslab.core.text import count, percent, signed
 from fslab.reports.compare import RunFiles, md, pooled, tex
 from fslab.reports.plot import measured_pair_fraction, x_order
 
@@ -182,7 +182,7 @@ def _cells(row: dict, pm: str) -> list[str]:
     published = "-" if row["published"] is None else f"{row['published']:.2f}" + (
         f"{pm}{row['published_ci95']:.2f}" if row["published_ci95"] is not None else "")
     m = row["measured"]
-    measured = "-" if m is None else f"{100 * m['accuracy']:.2f}{pm}{100 * m['ci95']:.2f}"
+    measured = "-" if m is None else f"{percent(m['accuracy'])}{pm}{percent(m['ci95'])}"
     if row["completed"] or row["runs"]:  # the runs whose scores are pooled, of those the point needs
         measured += f" ({row.get('scored', row['completed'])}/{max(row['expected'], row['runs'])} runs)"
     difference = "-" if row["difference"] is None else signed(row["difference"])

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from rich.text import Text
 from textual.widget import Widget
 
+from fslab.core.text import percent
+
 # Braille dot bits by (column, row) inside a 2×4 cell.
 DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 PALETTE = ("cyan", "magenta", "yellow", "green", "red", "blue", "bright_white", "bright_cyan")
@@ -299,7 +301,7 @@ def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], w
             name = group if len(group) <= label_w else group[:label_w - 1] + "…"
             out.append("\n" + name.ljust(label_w) + " ")
             out.append("".join(cells), style=PALETTE[index % len(PALETTE)])
-            out.append(f" {100 * mean:.2f}±{100 * ci:.2f}".ljust(value_w))
+            out.append(f" {percent(mean)}±{percent(ci)}".ljust(value_w))
         fmt = "{:.1f}"
         axis = fmt.format(100 * lo).ljust(plot_w - len(fmt.format(100 * hi))) + fmt.format(100 * hi)
         out.append("\n" + " " * label_w + " " + axis, style="dim")

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from fslab.core.events import table_score
 from fslab.core.runstore import Run
-from fslab.core.text import count, printable, queries_text, signed
+from fslab.core.text import count, percent, printable, queries_text
 from fslab.core.values import is_number
 from fslab.reports.compare import compare, metrics_name, shapes_text
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
@@ -129,8 +129,8 @@ class CompareScreen(Screen):
                           Text(f"{len(row['runs'])}{missing}"), Text(table_score(one)), Text(table_score(five)),
                           Text(episodes or "-"), Text(printable(row["group"])))
         self.show_intervals(report)
-        lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {signed(100 * p['difference'])} ± "
-                 f"{100 * p['ci95']:.2f} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
+        lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {percent(p['difference'], sign=True)} ± "
+                 f"{percent(p['ci95'])} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
         self.query_one("#paired", Static).update(Text(printable("\n".join(lines), lines=True)))
 
     def show_intervals(self, report: dict) -> None:
