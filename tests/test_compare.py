@@ -11,7 +11,7 @@ import pytest
 
 from fslab.core.errors import UsageError
 from fslab.core.runstore import create_run, list_runs
-from fslab.core.text import signed
+from fslab.core.text import percent
 from fslab.reports.compare import compare, mean_ci, render, tex
 
 from .runs_helpers import fslab
@@ -555,7 +555,8 @@ def test_a_difference_that_rounds_to_zero_has_no_minus_sign(tmp_path):
     assert "| +0.00 ± " in render(report, "md") and "& +0.00 $\\pm$ " in render(report, "latex")
     shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and "5-shot: +0.00 ± " in shown.stdout, shown.stdout + shown.stderr
-    assert signed(-0.004) == "+0.00" and signed(-0.005001) == "-0.01" and signed(0.0) == "+0.00"
+    assert percent(-0.00004, sign=True) == "+0.00" and percent(-0.00005001, sign=True) == "-0.01"
+    assert percent(0.0, sign=True) == "+0.00"
 
 
 def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path):

@@ -673,6 +673,19 @@ def test_a_difference_that_rounds_to_zero_is_unsigned_in_every_format(registry, 
     assert "| +0.00 | reproduced |" in render(report, "md")
 
 
+def test_a_reports_difference_is_its_measured_cell_less_the_published_one(registry, tmp_path):
+    """The difference column rounded the float 100 * 0.35125 - 35.0 its own way (+0.12) while the measured cell
+    beside it, rounded as every score is, said 35.13 against a published 35.00: the row did not add up."""
+    data = tiny(published=[{"sweep": "nca", "dataset": "synthetic", "shots": 1, "accuracy": 35.0}])
+    study = parse_study(data, "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    for run in runs_of(outcome, config.runs_dir, "nca"):
+        finish(run, {1: [0.3, 0.4025, 0.3, 0.4025]})  # mean 0.35125, a tie at two decimals of percent
+    line = next(row for row in render(study_report(study, config.runs_dir), "md").splitlines() if "35.13" in row)
+    assert "| 35.00 | 35.13 ± " in line and "| +0.13 |" in line, line
+
+
 def test_two_sweeps_of_one_label_are_two_lines_of_a_figure(registry, tmp_path):
     """Two sweeps labelled alike (as nca-table3's two 'ProtoNet (Snell setup)' sweeps are) were one line in a
     figure, their points at each x drawn one after the other along it."""

@@ -60,12 +60,6 @@ def percent(fraction: float, *, sign: bool = False) -> str:
     return f"{value:{'+' if sign else ''}.2f}"
 
 
-def signed(value: float, digits: int = 2) -> str:
-    """``value`` with its sign to ``digits`` decimals: ``+1.50``, ``-7.50``; one that rounds to zero
-    is ``+0.00``, not the ``-0.00`` a float's noise (``-1.9e-17``) or a small negative gives."""
-    return f"{round(value, digits) + 0.0:+.{digits}f}"  # + 0.0 makes a rounded -0.0 a 0.0
-
-
 def split_outside(text: str, is_separator) -> list[str]:
     """``text`` cut at each character ``is_separator`` accepts that lies outside brackets,
     braces and quotes: ``[0.5,0.7],[0.3]`` at its commas is two lists, ``k=[1, 2] j="a b"`` at

@@ -27,7 +27,7 @@ from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
-from fslab.core.text import count, percent, signed
+from fslab.core.text import count, percent
 from fslab.reports.compare import RunFiles, md, pooled, tex
 from fslab.reports.plot import measured_pair_fraction, x_order
 
@@ -185,7 +185,7 @@ def _cells(row: dict, pm: str) -> list[str]:
     measured = "-" if m is None else f"{percent(m['accuracy'])}{pm}{percent(m['ci95'])}"
     if row["completed"] or row["runs"]:  # the runs whose scores are pooled, of those the point needs
         measured += f" ({row.get('scored', row['completed'])}/{max(row['expected'], row['runs'])} runs)"
-    difference = "-" if row["difference"] is None else signed(row["difference"])
+    difference = "-" if row["difference"] is None else percent(row["difference"] / 100, sign=True)
     at = ", ".join(assignment(k, v) for k, v in row["at"].items()) or "-"
     episodes = f"{row['ways']}-way {row['shots']}-shot" if row["shots"] else "-"
     return [row["label"], row["dataset"], at, episodes, published, measured,
