@@ -877,6 +877,32 @@ def test_compare_screen_leaves_out_a_run_from_a_newer_fslab_and_says_so(store):
     drive(frozen_app(runs), body)
 
 
+def test_compare_screen_names_a_damaged_saved_evaluation_as_fslab_compare_does(store):
+    """A saved evaluation holding NaN was left out of the screen's pooling without a word, where fslab compare
+    names it on stderr with the fslab eval that scores its episodes again."""
+    runs, folders = store
+    save_episode_scores(folders["done0"], seed=0)
+    save_episode_scores(folders["done1"], seed=1)
+    name = "test-centroid-5way-1shot-15q-2000ep-seed0-epoch3.json"
+    damaged = folders["done1"] / "evaluations" / name
+    damaged.write_text(damaged.read_text().replace("0.", "NaN, 0.", 1).replace(", 0.", ", ", 1))
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for key in ("done0", "done1"):
+            table.cursor = table.ids.index(folders[key].name)
+            await pilot.press("space")
+        await pilot.press("c")
+        await settle(app, pilot)
+        note = str(app.screen.query_one("#compare-note").render())
+        assert "1 saved evaluation left out, damaged (" in note
+        assert f"{folders['done1'].name}/evaluations/{name}" in note
+        assert f"score those episodes again with: fslab eval {folders['done1'].name}" in note
+
+    assert json.loads(damaged.read_text())["accuracies"][0] != json.loads(damaged.read_text())["accuracies"][0]  # NaN
+    drive(frozen_app(runs), body)
+
+
 def test_new_run_like_a_run_whose_configuration_cannot_be_read_is_a_note_not_a_crash(store):
     """N on a run saved by a newer fslab raised NewerConfig out of the dashboard (a traceback)."""
     runs, folders = store

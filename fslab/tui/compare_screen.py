@@ -18,7 +18,7 @@ from fslab.core.events import table_score
 from fslab.core.runstore import Run
 from fslab.core.text import count, percent, printable, queries_text
 from fslab.core.values import is_number
-from fslab.reports.compare import compare, metrics_name, shapes_text
+from fslab.reports.compare import compare, damaged_line, metrics_name, shapes_text
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
@@ -117,7 +117,8 @@ class CompareScreen(Screen):
             + (f"; split by the data their runs were scored on (neither pooled nor paired across it): "
                f"{printable('; '.join(report['data_split']))}" if report.get("data_split") else "")
             + "".join(f"; {printable(run)} left out, scored on {shapes_text(shapes)}"
-                      for run, shapes in report["other_shapes"].items())))
+                      for run, shapes in report["other_shapes"].items())
+            + (f"; {printable(damaged)}" if (damaged := damaged_line(report.get("damaged") or {})) else "")))
         table = self.query_one("#groups", DataTable)
         table.clear()
         for number, row in enumerate(report["groups"], 1):
