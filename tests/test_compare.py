@@ -577,7 +577,7 @@ def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path
     read = fslab("compare", "all", "--evaluator", "knn[k=3]", "--shots", "5", cwd=tmp_path)
     # the table's title says whose scores it holds (it read as the runs' own evaluator's)
     assert read.returncode == 0 and read.stdout.splitlines()[0] == (
-        "test, 5-way, 15 queries, by knn[k=3], mean ± 95% CI over pooled episodes")
+        "test, 5-way, 15 queries, by knn[k=3], mean ± 95% CI over 4 pooled episodes per cell")
 
 
 @pytest.mark.parametrize("scored, configured, given, read", [
@@ -619,7 +619,8 @@ def test_one_query_and_one_episode_are_said_in_the_singular(tmp_path, builtin_pl
         runs.append(run)
     shown = fslab("compare", "all", "--shots", "5", "--wide", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert "test, 5-way, 1 query, mean" in shown.stdout
+    assert shown.stdout.splitlines()[0] == ("test, 5-way, 1 query, by centroid, mean ± 95% CI over 1 pooled "
+                                            "episode per cell")
     assert shown.stdout.splitlines()[-1] == ("train.lr=0.05 − train.lr=0.1, 5-shot: +50.00 ± 0.00 points "
                                              "(paired over 1 episode)")
     bad = fslab("compare", "all", "--shots", "1", cwd=tmp_path)
@@ -739,9 +740,11 @@ def test_md_latex_and_csv_say_the_split_episode_shape_and_evaluator_of_their_num
             run.save_accuracies({"split": "val", "ways": 10, "shots": shots, "queries": 5, "episodes": 2,
                                  "evaluator": "knn", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, [0.4, 0.6])
     report = compare(list_runs(tmp_path / "runs"), split="val", shots=[1, 5], ways=None, queries=None)
-    said = "val, 10-way, 5 queries, by knn, mean ± 95% CI over pooled episodes"
+    said = "val, 10-way, 5 queries, by knn, mean ± 95% CI over pooled episodes (each cell's count)"
     assert render(report, "md").splitlines()[:3] == [said, "", "| group | seeds | 1-shot | 5-shot |"]
     assert render(report, "latex").splitlines()[:2] == [f"% {said}", "\\begin{tabular}{lrrr}"]
+    # 1-shot pools two runs of 2 episodes (1.96 · 0.1 / √4), 5-shot one run's (/ √2): md and latex gave no count
+    assert render(report, "md").splitlines()[4] == "| method=nca | 2 | 50.00 ± 9.80 (4) | 50.00 ± 13.86 (2) |"
     (row,) = csv.DictReader(io.StringIO(render(report, "csv")))
     assert [row[k] for k in ("1-shot runs", "5-shot runs", "split", "ways", "queries", "evaluator", "metric")] == [
         "2", "1", "val", "10", "5", "knn", "accuracy"]

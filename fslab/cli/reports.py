@@ -345,7 +345,7 @@ def compare_(
      "group with scores (runs scored on different data are neither pooled nor paired). "
      "A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.")
     from fslab.core.sweeps import select_runs
-    from fslab.reports.compare import FORMATS, compare, render
+    from fslab.reports.compare import FORMATS, caption, compare, render
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
@@ -367,9 +367,7 @@ def compare_(
     rows = [[row["group"], str(row["seeds"]),
              *[f"{table_score(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
             for row in report["groups"]]
-    by = f"by {canonical_evaluator(evaluator)}, " if evaluator else ""  # else each run's own evaluator's scores
-    title = shown(f"{split}, {report['ways']}-way, {queries_text(report['queries'])}, {by}"
-                  f"mean ± 95% CI over pooled episodes")
+    title = shown(caption(report))  # md's and latex's first line
     print_table(console, lambda width: fit([Col("group", wrap=True), Col("seeds", "right"),
                                             *(Col(c, "right") for c in columns)], rows, width, [], title=title), wide)
     for p in report["paired"]:

@@ -529,11 +529,19 @@ def _csv(report: dict, shots: list[str]) -> str:
 
 
 def caption(report: dict) -> str:
-    """What the numbers of md and latex are, said above them as the table's title says it: the split,
-    the episode shape and whose scores (the evaluator asked for, else each run's own)."""
+    """What the numbers are, the table's title and md's and latex's first line: the split, the episode
+    shape, whose scores (the evaluator asked for, else each run's own) and, where every cell pools as
+    many, how many episodes (a paper's table says it; else each md or latex cell says its own)."""
     by = f"by {', '.join(report['evaluators'])}, " if report.get("evaluators") else ""
-    return (f"{report['split']}, {report['ways']}-way, {queries_text(report['queries'])}, {by}"
-            f"mean ± 95% CI over pooled episodes")
+    counts = episode_counts(report)
+    over = (f"{count(counts.pop(), 'pooled episode')} per cell" if len(counts) == 1
+            else "pooled episodes (each cell's count)")
+    return f"{report['split']}, {report['ways']}-way, {queries_text(report['queries'])}, {by}mean ± 95% CI over {over}"
+
+
+def episode_counts(report: dict) -> set[int]:
+    """The episode counts of the report's cells (a group's runs' episodes, pooled)."""
+    return {r["episodes"] for row in report["groups"] for r in row["results"].values()}
 
 
 def render(report: dict, fmt: str) -> str:
@@ -550,9 +558,11 @@ def render(report: dict, fmt: str) -> str:
     pm = " ± "
     header = ["group", "seeds", *shots]
     lines = []
+    counted = len(episode_counts(report)) > 1  # cells of different counts: each says its own, as the caption says
     for row in report["groups"]:
         cells = [f"{metric_label(r)}{percent(r['accuracy'])}{pm}{percent(r['ci95'])}"
-                 if (r := row["results"].get(s)) else "-" for s in shots]
+                 + (f" ({r['episodes']:,})" if counted else "") if (r := row["results"].get(s)) else "-"
+                 for s in shots]
         lines.append([row["group"], str(row["seeds"]), *cells])
     # Each paired difference to the first group as a row of its own, in points with its sign.
     for group in dict.fromkeys(p["group"] for p in report["paired"]):
