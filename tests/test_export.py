@@ -197,6 +197,26 @@ def test_a_sink_whose_package_is_missing_is_one_line_before_any_run(store):
     assert out.stderr.strip().endswith("pip install 'fslab[wandb]'") and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("sink", ["tensorboard", "mlflow", "wandb"])
+def test_a_run_given_a_sink_whose_package_is_missing_is_refused_before_it_exists(store, sink):
+    """fslab run --sink tensorboard on a Python without tensorboard trained the run all the same, the sink's
+    failure one line in its stderr.log: the tracker was found empty only later. The run is refused now, in
+    one line, before its folder is made."""
+    import subprocess
+    import sys
+
+    project, _, env = store
+    code = (f"import sys; sys.modules['{sink}'] = None\nfrom fslab.cli import main\n"
+            "sys.argv = ['fslab', 'run', 'nca', *sys.argv[1:]]\nmain()\n")
+    before = sorted(p.name for p in (project / "runs").iterdir())
+    out = subprocess.run([sys.executable, "-c", code, *TINY, "--epochs", "1", "--sink", sink], cwd=project, env=env,
+                         capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr == (f"error: sink '{sink}' needs the {sink} package, which is not installed here: pip install "
+                          f"'fslab[{sink}]' (or leave the sink out)\n")
+    assert sorted(p.name for p in (project / "runs").iterdir()) == before
+
+
 COUNT_SEARCHES = """import atexit, sys
 from mlflow.tracking import MlflowClient
 search, calls = MlflowClient.search_runs, []

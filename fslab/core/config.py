@@ -57,8 +57,9 @@ from fslab.core.limits import (
     positive,
 )
 from fslab.core.migrations import CONFIG_VERSION, migrate
-from fslab.core.plugin_params import check_plugins, plugin_params, sink_params
+from fslab.core.plugin_params import check_plugins, plugin_params, run_check, sink_params
 from fslab.core.settings import Settings
+from fslab.core.types import CheckContext
 from fslab.core.values import check_value
 
 
@@ -580,9 +581,12 @@ def _fill_plugin_params(config: dict, registry) -> None:
 
 
 def _fill_sink_params(config: dict, registry) -> None:
-    """Each sink a registered one, with its parameters complete (:func:`sink_params`)."""
+    """Each sink a registered one, with its parameters complete (:func:`sink_params`), and its own
+    ``check=`` passed (the built-ins': their tracker's package is installed)."""
     for name, values in config[SINKS].items():
         config[SINKS][name] = sink_params(registry, name, values)
+        run_check(registry.get("sink", name), f"{SINKS}.{name}", copy.deepcopy(config[SINKS][name]),
+                  CheckContext(copy.deepcopy(config), None))
 
 
 def _check_ranges(config: dict) -> None:

@@ -1,15 +1,18 @@
 """What the built-in sinks share: importing a tracker's package with one clear
-line when it is missing, and naming an evaluation, a train event's numbers and
-the run's final test scores as the trackers show them."""
+line when it is missing (and a check, before a run starts, that it is installed),
+and naming an evaluation, a train event's numbers and the run's final test scores
+as the trackers show them."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fslab.plugin import canonical_evaluator, own_evaluator
+from fslab.plugin import UsageError, canonical_evaluator, own_evaluator
 
 
 def need(module: str, sink: str, extra: str) -> Any:
@@ -18,6 +21,22 @@ def need(module: str, sink: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(f"sink '{sink}' needs the {extra} package ({exc}): pip install 'fslab[{extra}]'") from None
+
+
+def installed(package: str, sink: str, extra: str) -> Callable[[dict, Any], None]:
+    """The sink's ``check=``: its tracker's package is installed here, found without importing it (a
+    check runs as a run's configuration is resolved, before the run exists); else one line saying which
+    extra installs it. A run given a sink it cannot write to was trained all the same, the sink's failure
+    a line in stderr.log that no one reads until the tracker is found empty."""
+    def check(params: dict, context: Any) -> None:
+        try:
+            found = importlib.util.find_spec(package) is not None
+        except (ImportError, ValueError):  # a parent package that is missing, or a module without a spec
+            found = False
+        if not found:
+            raise UsageError(f"sink '{sink}' needs the {extra} package, which is not installed here: "
+                             f"pip install 'fslab[{extra}]' (or leave the sink out)")
+    return check
 
 
 def project_path(path: str, run) -> Path:

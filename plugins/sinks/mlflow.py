@@ -27,7 +27,7 @@ import os
 import re
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, need, project_path, train_values
+from fslab_plugins.sinks.common import eval_prefix, eval_values, installed, need, project_path, train_values
 
 from fslab.plugin import dotted, hookimpl
 
@@ -167,4 +167,5 @@ def register_sinks(register):
     register(MLflowSink, name="mlflow",
              description="One MLflow run per fslab run: configuration as params, metrics on the step axis, "
                          "tags, config.json and results.json; file store mlruns/ beside runs/ unless tracking_uri.",
-             paper="MLflow (pip install 'fslab[mlflow]')")
+             paper="MLflow (pip install 'fslab[mlflow]')",
+             check=installed("mlflow", "mlflow", "mlflow"))

@@ -26,6 +26,7 @@ from pathlib import Path
 from fslab_plugins.sinks.common import (
     eval_prefix,
     eval_values,
+    installed,
     need,
     project_path,
     result_key,
@@ -111,4 +112,5 @@ def register_sinks(register):
     register(TensorBoardSink, name="tensorboard",
              description="TensorBoard event files in runs/<id>/tb/ (or log_dir/<id>/): training and evaluation "
                          "scalars on the step axis, the configuration as text and hyperparameters.",
-             paper="TensorBoard (pip install 'fslab[tensorboard]')")
+             paper="TensorBoard (pip install 'fslab[tensorboard]')",
+             check=installed("tensorboard", "tensorboard", "tensorboard"))

@@ -25,6 +25,7 @@ from pathlib import Path
 from fslab_plugins.sinks.common import (
     eval_prefix,
     eval_values,
+    installed,
     need,
     project_path,
     result_key,
@@ -87,4 +88,5 @@ def register_sinks(register):
     register(WandbSink, name="wandb",
              description="One W&B run per fslab run (config, metrics on the step axis, summary), offline under "
                          "runs/<id>/wandb/ unless mode='online'.",
-             paper="Weights & Biases (pip install 'fslab[wandb]')", allowed={"mode": one_of("offline", "online")})
+             paper="Weights & Biases (pip install 'fslab[wandb]')", allowed={"mode": one_of("offline", "online")},
+             check=installed("wandb", "wandb", "wandb"))
