@@ -272,7 +272,7 @@ def test_a_log_whose_path_now_holds_what_cannot_be_opened_writes_on_in_its_own_f
     run.metrics_path.mkdir()
     writer = threading.Thread(target=log.write, args=("train",), kwargs={"step": 1}, daemon=True)
     writer.start()
-    writer.join(10)
+    writer.join(120)  # for ever, were it still waiting; a moment where it is not
     assert not writer.is_alive()
     assert json.loads(held.read())["step"] == 1
     held.close()

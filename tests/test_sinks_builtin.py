@@ -206,11 +206,11 @@ def test_an_mlflow_server_that_does_not_answer_stops_the_export_at_once(exported
     import socket
 
     project, _, env = exported
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
+    with socket.socket() as closed:  # bound, never listening, for the whole export: no test beside it can
+        closed.bind(("127.0.0.1", 0))  # take the port and answer there (a connection to it is refused)
         port = closed.getsockname()[1]
-    result = fslab("export", "all", "--to", "mlflow", "--set", f"tracking_uri=http://127.0.0.1:{port}",
-                   cwd=project, env=env, timeout=60)
+        result = fslab("export", "all", "--to", "mlflow", "--set", f"tracking_uri=http://127.0.0.1:{port}",
+                       cwd=project, env=env, timeout=60)
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
         f"error: sink 'mlflow' failed: no MLflow server answers at http://127.0.0.1:{port} ([Errno 111] "
         f"Connection refused); start it (mlflow server --port ...), or give the sink's tracking_uri"]
@@ -298,7 +298,7 @@ def test_a_run_scored_in_map_names_its_final_scores_map_in_tensorboard_and_wandb
 
     # W&B's service process may still be writing the file's last records when finish() returns (once in a
     # CI run on a loaded machine the summary was not there yet): read it again until it is, for a while
-    summary = wait_for(written, timeout=30, what="W&B's summary record")
+    summary = wait_for(written, timeout=120, what="W&B's summary record")
     assert summary["test/5way_1shot/map"] == 0.4064 and summary["test/5way_1shot/map_ci95"] == 0.0123
     assert summary["test/5way_1shot/centroid/accuracy"] == 0.5
     assert "test/5way_1shot/accuracy" not in summary

@@ -204,7 +204,7 @@ def test_jobs_match_a_local_run_and_a_preempted_job_resumes_from_its_checkpoint(
         assert got["executor"] == "slurm" and got["slurm_cluster"] == "local"
         # submitit pickles the job's result after the job function (which wrote status.json) returns
         result_file = project / "runs" / run_id / "slurm" / f"{got['slurm_job_id']}_0_result.pkl"
-        wait_for(result_file.exists, timeout=30, what="submitit's result file")
+        wait_for(result_file.exists, timeout=120, what="submitit's result file")
         assert trajectory(project / "runs" / run_id) == trajectory(reference)
         assert json.loads((project / "runs" / run_id / "results.json").read_text())["test"] == \
             json.loads((reference / "results.json").read_text())["test"]
@@ -241,7 +241,7 @@ def test_a_sweep_of_jobs_stops_and_resumes(local_cluster):
             return True
         return open(f"/proc/{controller}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
 
-    wait_for(gone, timeout=30, what="the job's controller to exit")
+    wait_for(gone, timeout=120, what="the job's controller to exit")
 
     again = fslab("sweep", "resume", sweep_id, cwd=project)  # where its runs last ran, as fslab stop's hint says
     assert again.stdout.strip() == f"{sweep_id}: 1 run submitted again as SLURM jobs", again.stderr
@@ -351,7 +351,7 @@ def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(loca
     result = fslab("stop", stopped, cwd=project, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == f"{stopped}: killed", result.stderr
     assert status(project / "runs" / stopped)["error"] == "stopped by SIGTERM"
-    wait_for(lambda: not pid_alive(torchrun), timeout=30, what="torchrun to exit")
+    wait_for(lambda: not pid_alive(torchrun), timeout=120, what="torchrun to exit")
 
     bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked
     bin_dir.mkdir()
@@ -415,7 +415,7 @@ def test_a_two_process_job_out_of_requeues_fails_as_a_one_process_job_does(local
     wait_for(lambda: events(run_dir, "checkpoint"), timeout=180, what="the first checkpoint")
     (job_process,) = child_pids(int(status(run_dir)["slurm_job_id"]))
     os.kill(job_process, signal.SIGUSR2)  # out of time, with no requeue left
-    wait_for(lambda: ended(run_dir) and status(run_dir)["state"] != "killed", timeout=60, what="the run to fail")
+    wait_for(lambda: ended(run_dir) and status(run_dir)["state"] != "killed", timeout=180, what="the run to fail")
     got = status(run_dir)
     assert (got["state"], got["exit_code"]) == ("failed", 1), got
     assert got["error"] == "UncompletedJobError: Job not requeued because: timed-out too many times."

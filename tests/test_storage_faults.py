@@ -79,7 +79,7 @@ def test_a_checkpoint_written_in_the_background_is_the_state_when_it_was_submitt
     real_save = checkpoint.save_checkpoint
 
     def slow(target, state):  # the write waits until training has changed the weights
-        release.wait(5)
+        release.wait(120)  # set below, once the weights changed: no time of its own decides
         real_save(target, state)
 
     monkeypatch.setattr(checkpoint, "save_checkpoint", slow)

@@ -150,7 +150,7 @@ def test_sweep_runs_every_combination_within_the_slots_even_with_rival_scheduler
              timeout=240, what="the sweep to complete")
     probe.stop.set()
     for rival in rivals:
-        rival.wait(timeout=30)
+        rival.wait(timeout=120)
     assert probe.peak == 2 and not probe.slot_clash
     record = json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())
     assert len(record["runs"]) == 4 and record["grid"] == {"train.lr": [0.1, 0.05]}
@@ -230,7 +230,7 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
     def queue_items():
         return [json.loads(line) for line in fslab("queue", "--json", cwd=project).stdout.splitlines()]
 
-    queue = wait_for(lambda: (q := queue_items()) and q[-1]["busy"] is False and q, timeout=30,
+    queue = wait_for(lambda: (q := queue_items()) and q[-1]["busy"] is False and q, timeout=120,
                      what="the slot to free")
     assert queue == [{"type": "slot", "slot": "cpu-0", "gpu": None, "busy": False, "problem": None}]
 
