@@ -65,3 +65,20 @@ def as_in_a_terminal() -> None:
     inherits that (Python then never raises KeyboardInterrupt), so a suite run in the
     background would test nothing; this gives the process a terminal's SIGINT."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def assert_same_test(resumed, twin):
+    """A resumed run and its uninterrupted twin scored the same test episodes alike: the same per-episode
+    scores in evaluations/, and results.json's mean ± CI of them alike to 1e-6 (a twin saved by fslab 0.1
+    took its mean from float32 scores, where fslab now takes it from the six-decimal scores it keeps)."""
+    import pytest
+
+    def scores(run_dir):
+        return {path.name: json.loads(path.read_text())["accuracies"]
+                for path in sorted((run_dir / "evaluations").glob("test-*.json"))}
+
+    assert scores(resumed) == scores(twin) and scores(twin)
+    got, want = (json.loads((run_dir / "results.json").read_text())["test"] for run_dir in (resumed, twin))
+    assert got.keys() == want.keys()
+    for shots, result in want.items():
+        assert got[shots] == {key: pytest.approx(value, abs=1e-6) for key, value in result.items()}, shots

@@ -13,7 +13,7 @@ from fslab.core.migrations import ADDED_IN_VERSION_2, CONFIG_VERSION, migrate
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import Settings
 
-from .runs_helpers import fslab
+from .runs_helpers import assert_same_test, fslab
 
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs-0.1"
 FIXTURE_CONFIGS = sorted(FIXTURE_RUNS.glob("*/config.json"))
@@ -122,9 +122,7 @@ def test_a_stopped_0_1_run_resumes_to_its_uninterrupted_twin(project):
     (stopped / "config.json").write_text(json.dumps(without(config, ADDED_DURING_0_1)))
     result = fslab("resume", "018e", cwd=project)
     assert result.returncode == 0, result.stderr
-    twin = next((project / "runs").glob("*-53db"))
-    assert (json.loads((stopped / "results.json").read_text())["test"]
-            == json.loads((twin / "results.json").read_text())["test"])
+    assert_same_test(stopped, next((project / "runs").glob("*-53db")))
 
 
 def test_a_version_1_config_computed_in_fp32_without_compilation(registry):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs_helpers import fslab
+from tests.runs_helpers import assert_same_test, fslab
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs-0.1"
 SEED0, SEED1 = "20261123-181250-nca-910d", "20261123-181256-nca-f8c6"
@@ -72,7 +72,7 @@ def test_old_runs_show_and_compare(old_store, project):
 def test_an_old_stopped_run_resumes_to_the_results_of_an_unstopped_one(old_store, project):
     out = fslab("resume", STOPPED, cwd=project)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert results(old_store, STOPPED) == results(old_store, UNSTOPPED)
+    assert_same_test(old_store / STOPPED, old_store / UNSTOPPED)
     out = fslab("runs", "--json", "--all", cwd=project)
     listed = {s["id"]: s for s in map(json.loads, out.stdout.splitlines())}
     assert listed[STOPPED]["state"] == "completed" and listed[STOPPED]["epoch"] == 4

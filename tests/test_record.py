@@ -3,6 +3,7 @@
 import json
 import math
 import random
+from fractions import Fraction
 
 import pytest
 import torch
@@ -57,9 +58,10 @@ def test_fslab_eval_records_the_scores_the_episodes_give(tmp_path, split):
     saved = sorted(run.saved_accuracies(), key=lambda s: s["shots"])
     for result, event, kept in zip(results, events, saved):
         scores = evaluation.episode_scores(features, labels, centroid, 3, result["shots"], 2, 30, 5, center=center)
-        mean = float(scores.double().mean())
-        std = math.sqrt(sum((float(s) - mean) ** 2 for s in scores) / len(scores))  # population std
-        assert result["accuracy"] == pytest.approx(mean, abs=1e-12)
+        kept_scores = [Fraction(repr(round(float(s), 6))) for s in scores]  # as evaluations/ keeps them
+        mean = sum(kept_scores) / len(kept_scores)  # exact, then the population std
+        std = math.sqrt(sum((s - mean) ** 2 for s in kept_scores) / len(kept_scores))
+        assert result["accuracy"] == pytest.approx(float(mean), abs=1e-12)
         assert result["ci95"] == pytest.approx(1.96 * std / math.sqrt(30), abs=1e-12)
         identity = {"split": "test", "ways": 3, "queries": 2, "episodes": 30, "evaluator": "centroid",
                     "metric": "accuracy", "seed": 5, "stream": evaluation.EPISODE_STREAM, "epoch": 4}
