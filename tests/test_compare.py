@@ -831,6 +831,10 @@ def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, buil
     assert group["results"]["5-shot"]["episodes"] == 80
     plotted = fslab("plot", "train.lr", "all", "--shots", "5", "--json", "--out", str(folder / "p.png"), cwd=folder)
     assert plotted.returncode == 0 and plotted.stderr.endswith(line), plotted.stderr  # after the run left out
+    # the run left out says why it has no such scores: not unscored (evaluate it) but a file that cannot be read
+    assert plotted.stderr.splitlines()[0] == (
+        f"left out {run.id}: it is queued and has no saved test accuracies for 5-way 5-shot, 15 queries; 1 saved "
+        f"evaluation of it cannot be read: {damaged.name}")
 
 
 def _half_up(numerator: int, denominator: int) -> str:

@@ -131,6 +131,8 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
             for r in unscored:
                 shapes[r.id] = other_shapes(r, split, shots, ways, queries, None, files)
                 have = f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else ""
+                if damaged := files.damaged([r]).get(r.id):  # not "evaluate it": its scores may be these
+                    have += f"; {count(len(damaged), 'saved evaluation')} of it cannot be read: {', '.join(damaged)}"
                 left_out.append({"run": r.id, "why": f"it is {r.state()} and has no saved {what}{have}"})
             # sets: a point of a 1,000-run sweep compared each run with each, a second and more
             dropped = set(unscored)
