@@ -79,6 +79,22 @@ def test_two_writers_of_a_status_never_lose_each_others_fields(tmp_path, monkeyp
     assert (status["state"], status["pid"], status.get("slurm_job_id")) == ("running", 4242, "77"), status
 
 
+def test_a_stop_writes_killed_only_over_a_status_that_has_not_ended(tmp_path):
+    """fslab stop read the status, saw no end, then wrote killed: a worker or a SLURM job recording its own end
+    in between was overwritten. The test (states.unended) is now made on the status read under the status
+    lock, and where it fails nothing is written."""
+    from fslab.core.states import unended
+
+    run = create_run(tmp_path, "nca", {"method": "nca"})
+    run.write_status(state="running", pid=4242)
+    assert run.write_status(unended, state="killed", error="stopped")["state"] == "killed"
+    run.write_status(state="completed", error=None, exit_code=0)
+    before = (run.path / "status.json").read_bytes()
+    kept = run.write_status(unended, state="killed", error="job 7 cancelled", pid=None)
+    assert (kept["state"], kept["error"], kept["pid"]) == ("completed", None, 4242)
+    assert (run.path / "status.json").read_bytes() == before
+
+
 def test_atomic_write_leaves_no_temporary_files(tmp_path):
     path = tmp_path / "status.json"
     for i in range(5):

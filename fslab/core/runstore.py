@@ -32,7 +32,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,16 +116,22 @@ class Run:
         """``results.json`` when it holds test scores (:func:`fslab.core.schemas.results`)."""
         return results(read_json(self.path / "results.json"))
 
-    def write_status(self, **fields: Any) -> dict:
+    def write_status(self, when: Callable[[dict], bool] | None = None, **fields: Any) -> dict:
         """Update ``status.json`` (write-then-rename), holding ``.status.lock``
         from the read to the rename: the worker's heartbeat, a stop, a SLURM
         submission recording its job id and the job itself each rewrite it, and
-        none loses another's fields. On a full disk, where no new file can be
-        made, it is rewritten in place instead: an end state recorded is worth
-        more than the rename's guarantee."""
+        none loses another's fields. ``when``, a test of the status as read under
+        the lock: where it fails, nothing is written and that status is returned
+        (a stop's ``killed`` written only if the worker has not recorded its own
+        end meanwhile). On a full disk, where no new file can be made, it is
+        rewritten in place instead: an end state recorded is worth more than the
+        rename's guarantee."""
         path = self.path / "status.json"
         with briefly_held(self.path / STATUS_LOCK):
-            status = {**self.status(), **fields}
+            current = self.status()
+            if when is not None and not when(current):
+                return current
+            status = {**current, **fields}
             try:
                 atomic_write_json(path, status)
             except OSError as exc:

@@ -22,6 +22,7 @@ from pathlib import Path
 STATES = ("queued", "running", "completed", "failed", "killed", "lost")
 ENDED = ("completed", "failed", "killed")
 LIVE = ("queued", "running")
+
 RESUMABLE = ("killed", "lost", "failed")  # what fslab resume continues from its last checkpoint
 # What a listing shows for a run whose configuration or status cannot be read
 # (another user's folder, a damaged file); never written to a status.
@@ -29,6 +30,12 @@ UNREADABLE = "unreadable"
 # A live run rewrites its heartbeat every few seconds; this long without one is lost.
 LOST_AFTER_S = 120.0
 HOST = socket.gethostname()
+
+
+def unended(status: dict) -> bool:
+    """Whether ``status`` records no end state: a stop writes ``killed`` only then
+    (``Run.write_status(unended, ...)``), keeping an end its worker recorded meanwhile."""
+    return status.get("state") not in ENDED
 
 
 def pid_alive(pid: int) -> bool:

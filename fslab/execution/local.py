@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fslab.core.errors import FslabError
 from fslab.core.runstore import Run
-from fslab.core.states import ENDED, HOST, LIVE, pid_alive
+from fslab.core.states import ENDED, HOST, LIVE, pid_alive, unended
 from fslab.core.worklock import clear_stop_request, describe_holder, request_stop
 
 WORKER_MODULE = "fslab.execution.worker"
@@ -144,13 +144,13 @@ def signal_worker(run: Run, pid: int, grace: float = 30.0) -> str:
     deadline = time.time() + grace
     while time.time() < deadline and pid_alive(pid):  # until it exits: a resume may follow at once
         time.sleep(0.05)
-    if run.status().get("state") not in ENDED:
+    if run.status().get("state") not in ENDED:  # unended checked again under the status lock, then written
         if pid_alive(pid):
             _signal_all([pid, *child_pids(pid)], signal.SIGKILL)
-            run.write_status(state="killed", ended=time.time(), exit_code=-signal.SIGKILL,
+            run.write_status(unended, state="killed", ended=time.time(), exit_code=-signal.SIGKILL,
                              error="did not stop within the grace period; killed")
         else:  # e.g. SIGTERM arrived before the worker could handle it
-            run.write_status(state="killed", ended=time.time(), exit_code=-signal.SIGTERM,
+            run.write_status(unended, state="killed", ended=time.time(), exit_code=-signal.SIGTERM,
                              error="stopped before the worker could record it")
     return run.status()["state"]
 

@@ -38,7 +38,7 @@ from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
 from fslab.core.runstore import Run
 from fslab.core.settings import SLURM_KEYS, SlurmSettings
 from fslab.core.slurm_queue import user
-from fslab.core.states import ENDED, pid_alive
+from fslab.core.states import ENDED, pid_alive, unended
 from fslab.core.worklock import clear_stop_request
 
 EXECUTORS = ("local", "slurm")
@@ -213,6 +213,6 @@ def cancel(run: Run, grace: float = 30.0) -> str:
         if not pid or (status.get("slurm_cluster") == "local" and not pid_alive(int(pid))):
             break  # not started (or gone without a word): nothing will record the end
         time.sleep(0.05)
-    if run.status().get("state") not in ENDED:
-        run.write_status(state="killed", ended=time.time(), pid=None, error=f"job {job_id} cancelled")
-    return run.status()["state"]
+    # unless the job recorded its own end meanwhile, checked under the status lock (not read, then written)
+    return run.write_status(unended, state="killed", ended=time.time(), pid=None,
+                            error=f"job {job_id} cancelled")["state"]
