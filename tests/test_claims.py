@@ -90,6 +90,28 @@ def test_a_claim_is_stale_only_when_its_holder_on_this_host_is_gone_and_the_run_
     assert reused.claim(slurm=True) and read_holder(reused.path).slurm  # taken over to submit a job: marked so
 
 
+def test_a_stop_of_a_queued_run_never_overwrites_what_its_worker_wrote_meanwhile(tmp_path, monkeypatch):
+    """fslab stop of a queued run claimed it, then wrote killed over whatever the status then said: a run
+    started meanwhile (by a queued SLURM job of a killed submission, say) lost its worker's record. Here
+    the run is started and its worker ends as the claim is taken; the stop finds it ended, and keeps that."""
+    from fslab.core.runstore import Run
+    from fslab.execution import executor
+
+    run = queued(tmp_path, None, state="queued", pid=None)
+    (run.path / "config.json").write_text(json.dumps({"method": "nca", "train": {"processes": 1}}))
+    taken = Run.claim
+
+    def claimed_as_it_ran(self, *args, **kwargs):
+        got = taken(self, *args, **kwargs)
+        self.write_status(state="completed", pid=gone_pid(), exit_code=0, ended=time.time())
+        return got
+
+    monkeypatch.setattr(Run, "claim", claimed_as_it_ran)
+    assert executor.stop(run) == "completed"
+    status = run.status()
+    assert (status["state"], status.get("error")) == ("completed", None)
+
+
 def test_a_sweep_killed_before_letting_its_runs_go_is_started_by_sweep_resume(project):
     """A sweep killed (SIGKILL, the OOM killer) after recording its runs and before letting them go left
     them claimed for ever: fslab sweep resume said 'nothing to resume: 2 queued' and no scheduler took them."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from fslab.core.config import check_saved, naming_the_file, resolve
 from fslab.core.errors import UsageError
 from fslab.core.rerun import like_command
-from fslab.core.runstore import Run, create_run
+from fslab.core.runstore import Run, create_run, unstarted
 from fslab.core.settings import SlurmSettings
 from fslab.core.states import LIVE, RESUMABLE, UNREADABLE
 from fslab.core.sweeps import load_sweep, sweep_runs
@@ -167,9 +167,11 @@ def stop(run: Run, grace: float = 30.0) -> str:
         return slurm_jobs.cancel(run, grace)
     if not status.get("pid") and (run.claim() or run.lost_submission(status) is not None):
         # still waiting in the queue: claiming it means no scheduler will start it; a SLURM submission
-        # killed before recording its job holds it so, and the job, if one runs, ends on finding it killed
-        run.write_status(state="killed", ended=time.time(), error="stopped while queued")
-        return "killed"
+        # killed before recording its job holds it so, and the job, if one runs, ends on finding it killed.
+        # Written only if nothing started it meanwhile (that job, say): else its worker is stopped.
+        stopped = run.write_status(unstarted, state="killed", ended=time.time(), error="stopped while queued")
+        if stopped.get("state") == "killed":
+            return "killed"
     return stop_worker(run, grace)
 
 
