@@ -112,6 +112,28 @@ def test_a_stop_of_a_queued_run_never_overwrites_what_its_worker_wrote_meanwhile
     assert (status["state"], status.get("error")) == ("completed", None)
 
 
+def test_a_stop_before_the_worker_started_keeps_the_end_it_recorded_meanwhile(tmp_path, monkeypatch):
+    """fslab stop of a run whose worker had not written its pid waited for it, read the status (no pid, no
+    end) and wrote killed: a worker that started and ended between that read and the write lost its end.
+    The read here is the stale one; the file holds the end; the stop keeps it."""
+    from fslab.core.runstore import Run
+    from fslab.execution import local
+
+    run = queued(tmp_path, None, state="queued", pid=None)
+    (run.path / "config.json").write_text(json.dumps({"method": "nca", "train": {"processes": 1}}))
+    stale = run.status()
+    run.write_status(state="completed", pid=gone_pid(), exit_code=0, ended=time.time())
+    reads = iter([stale, stale])  # stop_worker's two reads before its write: before the worker wrote
+
+    class ReadBefore(Run):
+        def status(self):
+            return next(reads, None) or super().status()
+
+    monkeypatch.setattr(local, "wait_for_pid", lambda run, timeout: None)
+    assert local.stop_worker(ReadBefore(run.path)) == "completed"
+    assert (run.status()["state"], run.status().get("error")) == ("completed", None)
+
+
 def test_a_sweep_killed_before_letting_its_runs_go_is_started_by_sweep_resume(project):
     """A sweep killed (SIGKILL, the OOM killer) after recording its runs and before letting them go left
     them claimed for ever: fslab sweep resume said 'nothing to resume: 2 queued' and no scheduler took them."""

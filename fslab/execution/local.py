@@ -121,9 +121,10 @@ def stop_worker(run: Run, grace: float = 30.0) -> str:
     status = run.status()
     if status.get("state") in ENDED:
         return status["state"]
-    if not pid:
-        run.write_status(state="killed", ended=time.time(), error="stopped before the worker started")
-        return "killed"
+    if not pid:  # killed, unless under the status lock it shows a worker started, or its end, meanwhile
+        now = run.write_status(lambda now: unended(now) and not now.get("pid"), state="killed", ended=time.time(),
+                               error="stopped before the worker started")
+        return now["state"] if now.get("state") in ENDED else stop_worker(run, grace)
     if status.get("host") != HOST or not is_worker_of(pid, run):
         return ask_worker(run, grace)
     return signal_worker(run, pid, grace)
