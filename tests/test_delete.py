@@ -261,8 +261,10 @@ def test_a_sweep_whose_runs_are_all_gone_is_said_so_and_named_to_fslab_delete(pr
         assert result.stderr.startswith(f"error: no runs to {command[0] if command[0] != 'eval' else 'evaluate'}: "
                                         "the 2 runs the sweep's record names are all gone, deleted by hand ("), command
         assert result.stderr.endswith("); remove the record with: fslab delete ab12\n"), command
-    deleted = fslab("delete", "ab12", "--yes", cwd=project)
-    assert deleted.returncode == 0 and record(runs) is None
+    deleted = fslab("delete", "ab12", cwd=project)  # no --yes: nothing is there to ask about (it asked, of 2 runs)
+    assert deleted.returncode == 0 and record(runs) is None, deleted.stderr
+    assert sorted(deleted.stdout.splitlines()) == sorted(f"{run.id}: gone already (its folder was deleted)"
+                                                         for run in (a, b))
     assert fslab("compare", c.id, cwd=project).stderr.startswith("error: none of these runs")  # a run is as before
 
 

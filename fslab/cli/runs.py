@@ -494,8 +494,9 @@ def delete(
     """Delete ended runs for good: their folders, and their ids in the sweep records (a sweep left with none goes too).
 
     Queued and running runs are refused (stop them first with fslab stop); if any named run is one, nothing is
-    deleted. Asks first, naming the runs, unless --yes is given. A sweep whose record cannot be read (not JSON, or
-    not listing run ids) goes with the runs it still names and those whose status names the sweep, record included.
+    deleted. Asks first, naming the runs, unless --yes is given (or every run named is gone already, deleted by
+    hand). A sweep whose record cannot be read (not JSON, or not listing run ids) goes with the runs it still names
+    and those whose status names the sweep, record included.
     """
     from fslab.core.deletion import check_deletable, delete_records, delete_runs
     from fslab.core.sweeps import select_runs
@@ -503,15 +504,16 @@ def delete(
     runs_dir, damaged = settings().runs_dir, []
     chosen = select_runs(runs_dir, refs, "delete", whole=True, damaged=damaged)  # a file's path: not its run
     check_deletable(chosen)
-    if not yes:
-        named = ", ".join(run.id for run in chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5 else "")
+    present = [run for run in chosen if run.path.is_dir()]  # a sweep's runs deleted by hand: nothing to ask about
+    if not yes and (present or damaged):
+        named = ", ".join(run.id for run in present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
         if damaged:  # a sweep whose record cannot be read: the record goes too
-            named = (f"{named}; " if chosen else "") + "the damaged record " + ", ".join(map(str, damaged))
+            named = (f"{named}; " if present else "") + "the damaged record " + ", ".join(map(str, damaged))
         if not sys.stdin.isatty():
-            raise UsageError(f"fslab delete asks before it deletes {count(len(chosen), 'run')} ({named}), and no one "
+            raise UsageError(f"fslab delete asks before it deletes {count(len(present), 'run')} ({named}), and no one "
                              "can answer here (stdin is not a terminal); add --yes to delete "
-                             f"{'it' if len(chosen) + len(damaged) == 1 else 'them'}")
-        err_console.print(f"Delete {count(len(chosen), 'run')} for good ({named})? [y/N] ", end="", highlight=False,
+                             f"{'it' if len(present) + len(damaged) == 1 else 'them'}")
+        err_console.print(f"Delete {count(len(present), 'run')} for good ({named})? [y/N] ", end="", highlight=False,
                           markup=False)
         try:
             answer = sys.stdin.readline()
