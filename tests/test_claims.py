@@ -36,6 +36,22 @@ main()
 """
 
 
+def killed_run(project) -> None:
+    """``fslab run nca`` (tiny, one epoch) in ``project``, killed between claiming its run and starting the worker."""
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
+                            cwd=project, text=True, capture_output=True, timeout=120)
+    assert killed.returncode == -9
+
+
+def killed_sweep(project) -> dict:
+    """The record of a two-run sweep in ``project``, killed after writing it and before letting its runs go."""
+    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
+                            capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    return json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+
+
 def gone_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -137,11 +153,7 @@ def test_a_stop_before_the_worker_started_keeps_the_end_it_recorded_meanwhile(tm
 def test_a_sweep_killed_before_letting_its_runs_go_is_started_by_sweep_resume(project):
     """A sweep killed (SIGKILL, the OOM killer) after recording its runs and before letting them go left
     them claimed for ever: fslab sweep resume said 'nothing to resume: 2 queued' and no scheduler took them."""
-    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
-                            capture_output=True, timeout=120)
-    assert killed.returncode == -9
-    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    record = killed_sweep(project)
     runs = [project / "runs" / run_id for run_id in record["runs"]]
     holders = {read_holder(run).pid for run in runs}
     assert len(holders) == 1 and None not in holders
@@ -157,9 +169,7 @@ def test_fslab_stop_and_resume_take_a_queued_run_whose_fslab_run_was_killed_befo
     """fslab run killed between creating its run and starting the worker left the run queued and claimed:
     fslab resume refused it ('is queued'), and fslab stop waited 10 s for a worker that would never come."""
     for _ in range(2):
-        killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
-                                cwd=project, text=True, capture_output=True, timeout=120)
-        assert killed.returncode == -9
+        killed_run(project)
     first, second = in_creation_order(project / "runs")
     pids = [read_holder(run).pid for run in (first, second)]
     stopped = fslab("stop", first.name, cwd=project)
@@ -178,9 +188,7 @@ def test_fslab_stop_and_resume_take_a_queued_run_whose_fslab_run_was_killed_befo
 def test_a_queued_run_held_on_another_host_is_refused_with_how_to_free_it_then_started_by_resume(project):
     """A claim taken on another host (or by an older fslab, whose line names no host) is never judged by its
     pid here: fslab resume says who holds the run and how to free it; once freed, fslab resume starts it."""
-    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
-                            cwd=project, text=True, capture_output=True, timeout=120)
-    assert killed.returncode == -9
+    killed_run(project)
     run = next((project / "runs").glob("2*"))
     for line, host in ((f"4242 {time.time()} gpu-node-7 99\n", "gpu-node-7"), (f"4242 {time.time()}\n", "?")):
         (run / CLAIM_FILE).write_text(line)
@@ -203,9 +211,7 @@ def test_a_run_claimed_to_submit_a_slurm_job_is_marked_so_and_never_judged_stale
     env = fake_slurm_study(project)
     submitted = fslab("run", "nca", *TINY, "--epochs", "1", "--executor", "slurm", "--detach", cwd=project, env=env)
     assert submitted.returncode == 0, submitted.stderr
-    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
-                            cwd=project, text=True, capture_output=True, timeout=120)
-    assert killed.returncode == -9
+    killed_run(project)
     first, second = in_creation_order(project / "runs")
     assert read_holder(first).slurm and not read_holder(second).slurm
     resumed = fslab("resume", second.name, "--executor", "slurm", cwd=project, env=env)
@@ -216,9 +222,7 @@ def test_fslab_stop_of_a_run_whose_slurm_submission_was_killed_stops_it_at_once_
     """A queued run held by a SLURM submission killed before it recorded the job: fslab stop waited 10 s for a
     worker's pid and said nothing of the job that may still wait in SLURM's queue. It now stops the run at once,
     and says how to find and cancel that job."""
-    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_START, "run", "nca", *TINY, "--epochs", "1"],
-                            cwd=project, text=True, capture_output=True, timeout=120)
-    assert killed.returncode == -9
+    killed_run(project)
     run = next((project / "runs").glob("2*"))
     dead = gone_pid()
     (run / CLAIM_FILE).write_text(f"{dead} {time.time()} {HOST} 123 slurm\n")
@@ -244,11 +248,7 @@ sys.exit(scheduler.main(sys.argv[1:]))
 def test_a_run_whose_scheduler_was_killed_before_starting_it_is_started_by_the_next_scheduler(project):
     """A scheduler killed between taking a queued run and starting its worker left it claimed: no later
     scheduler took it, fslab queue did not count it as waiting, and fslab sweep resume had nothing to do."""
-    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
-                            capture_output=True, timeout=120)
-    assert killed.returncode == -9
-    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    record = killed_sweep(project)
     runs = [project / "runs" / run_id for run_id in record["runs"]]
     for run in runs:  # as if the sweep had let them go
         (run / CLAIM_FILE).unlink()
@@ -269,11 +269,7 @@ def test_a_run_whose_scheduler_was_killed_before_starting_it_is_started_by_the_n
 
 def test_fslab_stop_of_a_sweep_killed_before_letting_its_runs_go_stops_them_at_once_saying_so(project):
     """fslab stop SWEEP waited 10 s for each such run's worker, which would never come, and said nothing."""
-    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
-                            capture_output=True, timeout=120)
-    assert killed.returncode == -9
-    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    record = killed_sweep(project)
     pid = read_holder(project / "runs" / record["runs"][0]).pid
     stopped = fslab("stop", record["id"], cwd=project)
     assert stopped.returncode == 0 and sorted(stopped.stdout.splitlines()) == sorted(
@@ -288,11 +284,7 @@ def test_fslab_stop_of_a_sweep_killed_before_letting_its_runs_go_stops_them_at_o
 def test_fslab_stop_of_a_sweep_names_the_job_of_a_run_its_killed_slurm_submission_held(project):
     """A sweep's queued run held by a SLURM submission killed before it recorded its job: fslab stop SWEEP
     stopped it after waiting 10 s for a worker, saying nothing of the job that may be queued."""
-    argv = ["sweep", "nca", "--grid", "lr=0.1,0.05", *TINY, "--epochs", "1"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_LET_GO, *argv], cwd=project, text=True,
-                            capture_output=True, timeout=120)
-    assert killed.returncode == -9
-    record = json.loads(next((project / "runs" / "sweeps").glob("sweep-*.json")).read_text())
+    record = killed_sweep(project)
     dead = gone_pid()
     for run_id in record["runs"]:
         (project / "runs" / run_id / CLAIM_FILE).write_text(f"{dead} {time.time()} {HOST} 123 slurm\n")
