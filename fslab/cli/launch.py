@@ -303,8 +303,9 @@ def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
     if run_.id in seen:
         return 0
     seen.add(run_.id)
-    holder = run_.stale_claim() if run_.path.is_dir() and run_.claimed() else None
-    submitted = run_.lost_submission() if run_.path.is_dir() and run_.claimed() else None  # a job may be queued
+    claimed = run_.path.is_dir() and run_.claimed()
+    holder = run_.stale_claim() if claimed else None
+    submitted = run_.lost_submission() if claimed else None  # a SLURM job of it may be queued
     state = stop_run(run_)
     if holder is not None:
         err_console.print(f"run {run_.id} was queued, held by {holder.describe()}, which is gone (killed before it "
@@ -321,14 +322,12 @@ def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
     """Stop a sweep's queued, then running, runs (``fslab stop SWEEP``), each said on stdout, then the command
     that goes on; how many were stopped. A sweep with none to stop is a UsageError."""
     from fslab.core.claims import stopped_submission_line
-    from fslab.core.sweeps import load_sweep
     from fslab.execution.executor import stop_sweep
 
-    freed = [(run_, holder) for run_, holder in _stale_claims(runs_dir, ref) if run_.id not in seen]
-    try:  # held by a SLURM submission killed before it recorded the job: a job may be queued
-        submitted = dict((run_.id, holder) for run_, holder in _lost_submissions(runs_dir, load_sweep(runs_dir, ref)))
-    except UsageError:  # stop_sweep says why the sweep cannot be read
-        submitted = {}
+    before = _sweep_record(runs_dir, ref)  # None: stop_sweep says why the sweep cannot be read
+    freed = [(run_, holder) for run_, holder in _stale_claims(runs_dir, before) if run_.id not in seen]
+    # held by a SLURM submission killed before it recorded the job: a job may be queued
+    submitted = {run_.id: holder for run_, holder in _lost_submissions(runs_dir, before)}
     record, stopped = stop_sweep(runs_dir, ref, skip=seen)
     if not stopped:
         raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
@@ -552,7 +551,7 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
     _refuse_a_run_for_a_sweep(project.runs_dir, targets[1])
     if executor is None:
         options = executors.job_options(project, executors.sweep_executor(project.runs_dir, targets[1]), slurm)
-    freed = _stale_claims(project.runs_dir, targets[1])
+    freed = _stale_claims(project.runs_dir, _sweep_record(project.runs_dir, targets[1]))
     record, again, unreadable, waiting, started = executors.resume_sweep(targets[1], settings=project,
                                                                          registry=registry(project), slurm=options)
     _say_freed(freed, record["id"], "free again")
@@ -585,27 +584,35 @@ def _say_freed(freed: list, sweep: str, done: str) -> None:
                           f"{shown(', '.join(run.id for run, _ in freed))}", highlight=False)
 
 
-def _stale_claims(runs_dir: Path, ref: str) -> list:
-    """The sweep's queued runs whose claim is stale (:meth:`fslab.core.runstore.Run.stale_claim`),
-    each with the gone holder; none where the sweep cannot be read (resume_sweep says why)."""
-    from fslab.core.sweeps import load_sweep, sweep_runs
+def _sweep_record(runs_dir: Path, ref: str) -> dict | None:
+    """The record of sweep ``ref``, read before a command acts on it; None where it cannot be read (the
+    command itself then says why)."""
+    from fslab.core.sweeps import load_sweep
 
     try:
-        runs = sweep_runs(runs_dir, load_sweep(runs_dir, ref))
+        return load_sweep(runs_dir, ref)
     except UsageError:
-        return []
+        return None
+
+
+def _stale_claims(runs_dir: Path, record: dict | None) -> list:
+    """The sweep's queued runs whose claim is stale (:meth:`fslab.core.runstore.Run.stale_claim`),
+    each with the gone holder; none where the sweep could not be read (``record`` None)."""
+    from fslab.core.sweeps import sweep_runs
+
+    runs = sweep_runs(runs_dir, record) if record is not None else []
     return [(run, holder) for run in runs if run.path.is_dir() and run.claimed()
             and (holder := run.stale_claim()) is not None]
 
 
-def _lost_submissions(runs_dir: Path, record: dict) -> list:
+def _lost_submissions(runs_dir: Path, record: dict | None) -> list:
     """The sweep's queued runs held by a SLURM submission that never recorded its job
     (:meth:`fslab.core.runstore.Run.lost_submission`), each with its holder: fslab sweep resume
-    passes them over, as a job of each may be in SLURM's queue."""
+    passes them over, as a job of each may be in SLURM's queue; none where ``record`` is None."""
     from fslab.core.sweeps import sweep_runs
 
-    return [(run, holder) for run in sweep_runs(runs_dir, record)
-            if run.path.is_dir() and (holder := run.lost_submission()) is not None]
+    runs = sweep_runs(runs_dir, record) if record is not None else []
+    return [(run, holder) for run in runs if run.path.is_dir() and (holder := run.lost_submission()) is not None]
 
 
 def _lost_line(lost: list, sweep: str) -> str:
