@@ -12,7 +12,7 @@ import pytest
 from fslab.core.errors import UsageError
 from fslab.core.runstore import create_run, list_runs
 from fslab.core.text import percent
-from fslab.reports.compare import compare, mean_ci, render, tex
+from fslab.reports.compare import caption, compare, mean_ci, render, tex
 
 from .runs_helpers import fslab
 
@@ -749,6 +749,10 @@ def test_md_latex_and_csv_say_the_split_episode_shape_and_evaluator_of_their_num
     assert [row[k] for k in ("1-shot runs", "5-shot runs", "split", "ways", "queries", "evaluator", "metric")] == [
         "2", "1", "val", "10", "5", "knn", "accuracy"]
     assert report["evaluators"] == ["knn"]
+    # one count for every cell: in the caption, as a cell writes it (the README's 20,000, not 20000)
+    one_count = {**report, "groups": [{**g, "results": {"1-shot": {**g["results"]["1-shot"], "episodes": 20000}}}
+                                      for g in report["groups"]]}
+    assert caption(one_count) == "val, 10-way, 5 queries, by knn, mean ± 95% CI over 20,000 pooled episodes per cell"
 
 
 def test_runs_tested_on_more_episodes_are_seeds_of_their_group_not_a_group_of_their_own(tmp_path):

@@ -534,7 +534,8 @@ def caption(report: dict) -> str:
     many, how many episodes (a paper's table says it; else each md or latex cell says its own)."""
     by = f"by {', '.join(report['evaluators'])}, " if report.get("evaluators") else ""
     counts = episode_counts(report)
-    over = (f"{count(counts.pop(), 'pooled episode')} per cell" if len(counts) == 1
+    n = counts.pop() if len(counts) == 1 else None  # 20,000, as the cells write it where each says its own
+    over = (f"{n:,} pooled episode{'' if n == 1 else 's'} per cell" if n is not None
             else "pooled episodes (each cell's count)")
     return f"{report['split']}, {report['ways']}-way, {queries_text(report['queries'])}, {by}mean ± 95% CI over {over}"
 
