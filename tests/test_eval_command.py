@@ -529,7 +529,7 @@ def test_two_evals_of_one_run_at_once_embed_its_split_once(project, trained):
 def removed(folder):
     """Delete a run folder the way fslab delete does: out of the store in one rename, then removed. A plain
     rmtree races the eval waiting on its embedding lock, which opens the lock file anew every 50 ms and can
-    make features/ again between rmtree's last unlink and its rmdir (Directory not empty)."""
+    make it again between rmtree's last unlink in features/ and its rmdir (Directory not empty)."""
     aside = folder.with_name(f".gone-{folder.name}")
     folder.rename(aside)
     shutil.rmtree(aside)
@@ -599,3 +599,42 @@ def test_runs_deleted_during_an_eval_of_several_are_left_out_and_the_others_scor
         "and the scores with it)",
         f"left out: run {last.name} was deleted before fslab eval scored it (its folder runs/{last.name} is gone)"]
 
+
+
+def test_an_eval_waiting_to_embed_makes_no_features_folder_again_once_it_is_deleted(tmp_path, monkeypatch):
+    """The eval waiting on another's embedding lock opened it anew at each poll, making features/ first:
+    an rm -rf of the run that had just removed features/ then failed on the run's folder (Directory not
+    empty). The folder is made once; a waiter that finds it gone goes on without the lock."""
+    import fcntl
+    import threading
+    import time
+    import types
+
+    from fslab.core import flocks
+    from fslab.training.run_eval import embedding
+
+    features = tmp_path / "run" / "features"
+    features.mkdir(parents=True)
+    polled, go = threading.Event(), threading.Event()
+
+    def sleep(_seconds):
+        polled.set()
+        go.wait(30)
+
+    monkeypatch.setattr(flocks, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+    entered = []
+
+    def waiter():
+        with embedding(features / "test-epoch2.pt", "test"):
+            entered.append(features.exists())
+
+    with open(features / ".test-epoch2.pt.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        assert polled.wait(30), "the eval never waited on the held lock"
+        shutil.rmtree(features)  # the delete, mid-way: features/ gone, the run's folder not yet
+        go.set()
+        thread.join(30)
+    assert entered == [False]
+    assert not features.exists()

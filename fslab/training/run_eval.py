@@ -32,7 +32,7 @@ from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import written_whole
-from fslab.core.flocks import one_at_a_time, open_lock
+from fslab.core.flocks import one_at_a_time
 from fslab.core.registry import Registry, load_registry
 from fslab.core.rerun import check_evaluable, like_command
 from fslab.core.runstore import Run
@@ -154,22 +154,19 @@ def _drop_older_epochs(folder: Path, split: str, epoch: int) -> None:
             path.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
 def embedding(cache: Path, split: str):
     """Held while this process embeds a split into ``cache``: a second ``fslab eval`` of the run
     at the same time (another evaluator, more episodes) waits, saying so, and then reads the
     features from the cache rather than embed the split twice. The lock file beside the cache
     goes when it is let go; where no lock can be had (no ``flock``, a folder that cannot be
-    written) the split is embedded without one, as before."""
+    written) the split is embedded without one, as before. ``features/`` is made once, here: a
+    waiter that finds it gone (the run deleted under it) goes on without the lock and the eval
+    then says the run is gone, rather than make the folder again in the middle of the delete."""
     path = cache.with_name(f".{cache.name}.lock")
-
-    def opened() -> int:
+    with contextlib.suppress(OSError):  # cannot be made: opening the lock fails too, and the split goes on without it
         path.parent.mkdir(exist_ok=True)
-        return open_lock(path)
-
-    with one_at_a_time(path, lambda pid: f"waiting for the fslab eval{pid} that is embedding the {split} split "
-                                         f"of this checkpoint, to read its features", opened):
-        yield
+    return one_at_a_time(path, lambda pid: f"waiting for the fslab eval{pid} that is embedding the {split} split "
+                                           f"of this checkpoint, to read its features")
 
 
 def _cache_features(cache, saved: dict) -> bool:
