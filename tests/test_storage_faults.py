@@ -182,7 +182,19 @@ def test_escapes_in_run_files_never_reach_the_terminal(project):
 
 def test_a_long_value_is_clipped_in_the_error(project):
     line = one_error_line(fslab("run", "nca", "--set", "loss.temperature=" + "x" * 20000, cwd=project))
-    assert len(line) < 600 and "more characters" in line
+    assert len(line) < 1100 and "more characters" in line
+
+
+def test_a_long_error_keeps_its_end_where_the_command_to_run_is():
+    """Errors were cut after 400 characters, losing the command at the end of a line that names several
+    runs and their holders (fslab sweep resume's nothing-to-resume line lost its second remedy)."""
+    from fslab.core.text import clip
+
+    text = "start " + "".join(f"{i:04d}" for i in range(300)) + " run fslab sweep resume abcd again"
+    clipped = clip(text, 400)
+    assert clipped.startswith(text[:320]) and clipped.endswith(text[-80:])
+    assert clipped == f"{text[:320]}… ({len(text) - 400} more characters) …{text[-80:]}"
+    assert clip(text, len(text)) == text
 
 
 def test_a_host_copy_keeps_every_container_s_type_and_shares_no_tensor():

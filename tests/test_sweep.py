@@ -1158,3 +1158,29 @@ def test_a_sweep_whose_record_cannot_be_written_leaves_no_run(project, registry,
         sweep.create_sweep("nca", parse_grid(["train.lr=0.1,0.2"]), 1, base=base, settings=load_settings(),
                            registry=registry)
     assert not [p for p in (project / "runs").iterdir() if p.name != ".slots"]
+
+
+def test_sweep_resume_with_nothing_to_resume_names_both_a_lost_submission_and_a_run_held_elsewhere(tmp_path):
+    """A sweep whose queued runs were held both by a SLURM submission killed before it recorded its job
+    and by a process on another host got a line naming the submission alone: how to free the other run
+    was left out. Each is said, in that order."""
+    from fslab.core.claims import CLAIM_FILE, HOST
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+
+    runs = tmp_path / "runs"
+    made = [create_run(runs, "nca", {"method": "nca", "seed": seed, "device": "cpu"}) for seed in range(2)]
+    for run in made:
+        run.write_status(state="queued", pid=None, sweep="sweep-20261123-100000-abcd")
+    (made[0].path / CLAIM_FILE).write_text(f"4242 {time.time()} {HOST} 99 slurm\n")
+    (made[1].path / CLAIM_FILE).write_text(f"4343 {time.time()} gpu-node-7 99\n")
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
+    resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
+    assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
+    assert resumed.stderr == (
+        f"error: sweep sweep-20261123-100000-abcd has nothing to resume: 2 queued; run {made[0].id} is queued, held "
+        f"by the SLURM submission of pid 4242 on host {HOST}, which was killed before it recorded the job: if "
+        f"squeue --me --name fslab-{made[0].id} lists no job, remove runs/{made[0].id}/.claimed and run fslab sweep "
+        f"resume sweep-20261123-100000-abcd again; 1 queued run is held by pid 4343 on host gpu-node-7, which this "
+        f"machine cannot tell gone: if it is, remove its runs/ID/.claimed ({made[1].id}) and run fslab sweep resume "
+        f"sweep-20261123-100000-abcd again\n")

@@ -115,8 +115,10 @@ def main() -> None:
 
 
 def fail(message: str, code: int) -> None:
-    """One line on stderr, with nothing in it that could drive the terminal, and the exit code."""
-    print(f"error: {clip(printable(message))}", file=sys.stderr)
+    """One line on stderr, with nothing in it that could drive the terminal, and the exit code. A line
+    that names several runs, holders and the command to run again can be long: only a value pasted
+    in by mistake (thousands of characters) is clipped."""
+    print(f"error: {clip(printable(message), 1000)}", file=sys.stderr)
     sys.exit(code)
 
 

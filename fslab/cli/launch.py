@@ -693,7 +693,7 @@ def _nothing_to_resume(runs_dir: Path, record: dict, unreadable: list) -> str:
         f"if it is, remove {'its' if len(held) == 1 else 'their'} runs/ID/.claimed ({shown(held[0][0].id)}"
         f"{', ...' if len(held) > 1 else ''}) and run fslab sweep resume {record['id']} again")
     if lost := [(run, holder) for run, holder in _lost_submissions(runs_dir, record) if run.id not in passed_over]:
-        return f"sweep {record['id']} has nothing to resume: {', '.join(said)}; {_lost_line(lost, record['id'])}"
+        return f"sweep {record['id']} has nothing to resume: {', '.join(said)}; {_lost_line(lost, record['id'])}{hint}"
     return (f"sweep {record['id']} has nothing to resume: {', '.join(said) or 'it has no runs'}; only its failed, "
             f"killed or lost runs are queued again{hint}")
 

@@ -26,10 +26,12 @@ def printable(text: object, *, lines: bool = False) -> str:
 
 
 def clip(text: str, most: int = 400) -> str:
-    """At most ``most`` characters of ``text``, saying how many were left out."""
+    """At most ``most`` characters of ``text``, saying how many were left out: its start and its
+    last fifth, where a line's suggestion or command is."""
     if len(text) <= most:
         return text
-    return f"{text[:most]}… ({len(text) - most} more characters)"
+    tail = most // 5
+    return f"{text[:most - tail]}… ({len(text) - most} more characters) …{text[-tail:]}"
 
 
 def count(n: int, noun: str, plural: str = "") -> str:
