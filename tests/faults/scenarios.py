@@ -109,8 +109,9 @@ def two_resumes_at_once(lab: Lab) -> str:
     lab.first_checkpoint(run)
     lab.succeeds("stop", run.name, what="stop")
     racers = [lab.popen("resume", run.name, "--detach") for _ in range(2)]
-    codes = sorted(p.wait(60) for p in racers)
-    check(codes == [0, 2], f"exit codes {codes}: not exactly one resume")
+    said = sorted((p.wait(60), p.stderr.read().strip()[-300:]) for p in racers)
+    codes = [code for code, _ in said]
+    check(codes == [0, 2], f"exit codes {codes}: not exactly one resume; their stderr: {[err for _, err in said]}")
     check(lab.ended(run) == "completed", "the resumed run did not complete")
     check(len(lab.events(run, "resume")) == 1, "more than one worker resumed the run", DataLost)
     lab.intact(run)
