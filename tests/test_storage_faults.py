@@ -158,6 +158,53 @@ def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
     assert "weights_only=False" not in line  # torch's advice, which would run the file's code
 
 
+def changed_in_place(path: Path, part: str) -> None:
+    """Bytes of ``path``'s zip member ``part`` (``data/0``: a tensor's bytes) changed in place, as a failing
+    disk or a bad copy changes them: the file keeps its size and its zip directory, only the bytes differ."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("/" + part))
+    data = bytearray(path.read_bytes())
+    name_length = int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], "little")
+    extra_length = int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
+    start = info.header_offset + 30 + name_length + extra_length
+    data[start:start + 8] = bytes(255 - b for b in data[start:start + 8])
+    path.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_whose_bytes_changed_is_refused_not_loaded_as_weights(tmp_path):
+    """torch.load checks no CRC: a checkpoint with a tensor's bytes changed on disk loaded, and a resume
+    trained on (and fslab eval scored) weights that were never trained; one whose pickle's bytes changed
+    was said to hold objects that "would run code", and the resume failed in the worker with exit code 1."""
+    import torch
+
+    from fslab.training.checkpoint import CHECKPOINT_KEYS, load_checkpoint
+
+    path = tmp_path / "last.pt"
+    torch.save({**dict.fromkeys(CHECKPOINT_KEYS), "epoch": 1, "model": {"w": torch.arange(64.0)}}, path)
+    assert load_checkpoint(path, "cpu")["model"]["w"].sum() == 2016
+    changed_in_place(path, "data/0")
+    with pytest.raises(FslabError, match=r"cannot be loaded: it has bytes changed since it was written: its part "
+                                         r"data/0 fails its checksum$"):
+        load_checkpoint(path, "cpu")
+
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURE, project / "runs")
+    stopped = project / "runs" / "20261123-181312-nca-018e"
+    for part in ("data/0", "data.pkl"):
+        shutil.copy(FIXTURE / stopped.name / "checkpoints" / "last.pt", stopped / "checkpoints" / "last.pt")
+        changed_in_place(stopped / "checkpoints" / "last.pt", part)
+        for command, doing in (("resume", "resume"), ("eval", "be evaluated"))[:2 if part == "data/0" else 1]:
+            refused = fslab(command, stopped.name, cwd=project)
+            assert refused.returncode == 2 and one_error_line(refused) == (
+                f"error: the checkpoint of run {stopped.name} is damaged (runs/{stopped.name}/checkpoints/last.pt "
+                f"has bytes changed since it was written: its part {part} fails its checksum); it cannot {doing}: "
+                f"copy it again from where the run trained, or train the run again with: "
+                f"fslab run --like {stopped.name}")
+        assert json.loads((stopped / "status.json").read_text())["state"] == "killed"  # nothing changed
+
+
 def test_a_plugin_that_exits_at_import_is_reported_not_obeyed(project):
     (project / "mine").mkdir()
     (project / "mine" / "quitter.py").write_text("import sys\nsys.exit(3)\n")

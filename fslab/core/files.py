@@ -65,6 +65,25 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
         raise
 
 
+def archive_damage(path: Path) -> str | None:
+    """Why ``path``, a zip archive (torch's format for a checkpoint), is not the file that was
+    written, as a phrase that follows the path ("is not a complete checkpoint file"); None when it
+    is whole. Its directory, at its end, tells a file cut short; each part's CRC-32, checked by
+    reading the whole file once, tells bytes changed since (a disk's or a copy's fault), which
+    ``torch.load`` does not check: it would load weights with those bytes in them."""
+    import zipfile
+    import zlib
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, zlib.error):
+        return "is not a complete checkpoint file"
+    if bad is None:
+        return None
+    return f"has bytes changed since it was written: its part {bad.split('/', 1)[-1]} fails its checksum"
+
+
 @contextlib.contextmanager
 def written_whole(path: Path) -> Iterator[Path]:
     """For a file another library writes (``torch.save``, ``savefig``): the temporary path to write,

@@ -19,15 +19,16 @@ NOT_SETTINGS = ("method", "config_version")  # the recipe's name and the layout'
 
 def check_checkpoint_whole(run: Run, doing: str) -> None:
     """A UsageError, in one line, for a checkpoint cut short (a worker killed in a way
-    write-then-rename cannot help, a copy or an rsync that stopped half-way): torch's
-    format is a zip archive, whose directory is at its end, so only that end is read.
+    write-then-rename cannot help, a copy or an rsync that stopped half-way) or with bytes
+    changed since it was written (a failing disk, a bad copy), which torch would load as
+    weights (:func:`fslab.core.files.archive_damage`: the whole file is read once).
     ``doing``: what cannot be done with it ("resume", "be evaluated")."""
-    import zipfile
+    from fslab.core.files import archive_damage
 
-    if run.checkpoint_path.exists() and not zipfile.is_zipfile(run.checkpoint_path):
-        raise UsageError(f"the checkpoint of run {run.id} is damaged ({run.checkpoint_path} is not a complete "
-                         f"checkpoint file); it cannot {doing}: copy it again from where the run trained, or "
-                         f"train the run again with: {like_command(run.id)}")
+    if run.checkpoint_path.exists() and (damage := archive_damage(run.checkpoint_path)) is not None:
+        raise UsageError(f"the checkpoint of run {run.id} is damaged ({run.checkpoint_path} {damage}); it cannot "
+                         f"{doing}: copy it again from where the run trained, or train the run again with: "
+                         f"{like_command(run.id)}")
 
 
 def check_evaluable(run: Run) -> None:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from fslab.core.errors import FslabError
-from fslab.core.files import written_whole
+from fslab.core.files import archive_damage, written_whole
 
 
 def rng_state(augment_rng: torch.Generator, device: torch.device) -> dict:
@@ -249,7 +249,10 @@ CHECKPOINT_KEYS = ("model", "head", "optimizer", "loss", "scheduler", "epoch", "
 def load_checkpoint(path: Path, device: torch.device | str) -> dict:
     """A run's checkpoint (:func:`training_checkpoint`) on ``device``, read by
     :func:`read_checkpoint`; one without the keys every checkpoint holds is
-    refused in one line, not met as a KeyError halfway through a resume."""
+    refused in one line, not met as a KeyError halfway through a resume; so is one with bytes
+    changed since it was written, which torch would load as weights (:func:`archive_damage`)."""
+    if path.exists() and (damage := archive_damage(path)) is not None:
+        raise FslabError(f"the checkpoint {path} cannot be loaded: it {damage}")
     state = read_checkpoint(path, device)
     missing = [key for key in CHECKPOINT_KEYS if not isinstance(state, dict) or key not in state]
     if missing or not isinstance(state["epoch"], int) or not isinstance(state["model"], dict):
