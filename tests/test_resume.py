@@ -159,3 +159,28 @@ def test_what_this_machine_lacks_for_a_resume_is_said_with_the_command_that_star
     # fslab run itself still names its own options
     fresh = fslab("run", "nca", *TINY, "--device", "cuda", cwd=project, env=no_gpu)
     assert fresh.returncode == 2 and fresh.stderr.strip().endswith("use --device cpu, or --device auto")
+
+
+def test_a_run_whose_plugin_is_no_longer_installed_is_named_with_how_it_goes_on(project):
+    """fslab resume of a run trained with a loss (or a dataset...) whose plugin is gone said "Unknown loss
+    'x'. Allowed: ...", as if the command line had named it: neither whose name it was nor how to go on.
+    A recipe that is gone stops nothing: the saved configuration has every key."""
+    import zipfile
+
+    import fslab as api
+    from fslab.core.config import resolve
+    from fslab.core.runstore import create_run
+    from fslab.core.settings import Settings
+
+    config = resolve("nca", registry=api.get_registry(), settings=Settings(), overrides=[{"train": {"epochs": 2}}])
+    for section, option in [("loss", "--set loss.name=NAME"), ("dataset", "--dataset NAME")]:
+        run = create_run(project / "runs", "nca", {**config, section: {**config[section], "name": "gone-one"}})
+        run.write_status(state="killed", ended=1.0)
+        with zipfile.ZipFile(run.checkpoint_path, "w") as archive:
+            archive.writestr("data.pkl", b"")
+        refused = fslab("resume", run.id, cwd=project)
+        assert refused.returncode == 2 and refused.stderr == (
+            f"error: run {run.id} was trained with {section} 'gone-one', which no installed plugin registers "
+            f"(fslab plugins --kind {section} lists those that are); install its plugin to resume the run, or start "
+            f"a run like it with another: fslab run --like {run.id} {option}\n")
+        assert run.state() == "killed"

@@ -232,7 +232,8 @@ def resume(
     this host before starting it is said on stderr. One held by a SLURM submission killed before it recorded the job
     is refused, saying how to free it.
 
-    Its configuration is checked again first, as fslab run checks one.
+    Its configuration is checked again first, as fslab run checks one; a plugin it was
+    trained with that none installed registers is named, with how the run goes on.
     """
     from fslab.core.runstore import find_run
     from fslab.execution import executor as executors

@@ -631,11 +631,30 @@ def _recipes_of(loss: str, registry) -> str:
     return f", or a recipe that trains it on episodes: fslab run {recipes[0]}{others}"
 
 
-def check_saved(config: dict, registry) -> dict:
-    """A saved configuration (a run about to resume) checked as :func:`resolve`
+def _check_installed(config: dict, registry, run_id: str) -> None:
+    """A UsageError naming the run, for a saved plugin (its loss, sampler...) that no installed
+    plugin registers now (its package uninstalled, its plugin folder moved): the registry's own
+    "Unknown loss 'x'. Allowed: ..." reads as if the command line had named it, and says
+    neither whose it is nor how the run goes on."""
+    for section in PLUGIN_SECTIONS:
+        name = config[section]["name"]
+        if name in registry.names(section):
+            continue
+        failed = registry.missing_names()  # a plugin that failed to load may register it
+        option = "--dataset " if section == "dataset" else f"--set {section}.name="
+        raise ConfigError(
+            f"run {run_id} was trained with {section} '{name}', which no installed plugin registers"
+            + (f" (not among them: {failed})" if failed else f" (fslab plugins --kind {section} lists those that are)")
+            + f"; install its plugin to resume the run, or start a run like it with another: "
+            f"fslab run --like {run_id} {option}NAME")
+
+
+def check_saved(config: dict, registry, run_id: str) -> dict:
+    """A saved configuration (run ``run_id``'s, about to resume) checked as :func:`resolve`
     checks a new one, after :func:`migrate`; returns the migrated configuration."""
     config = migrate(config)
     run_config(config)  # every key there, with a value of its type
+    _check_installed(config, registry, run_id)
     _check_ranges(config)
     _check_compatible(config, registry)
     check_plugins(config, registry)

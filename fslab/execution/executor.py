@@ -107,7 +107,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
             slurm = job_options(settings, executor, overrides)
             if freed and slurm is not None:
                 run.claim_for_slurm()
-            config = check_saved(run.config(), registry)
+            config = check_saved(run.config(), registry, run.id)
             try:
                 check_run(config, registry, slurm, again=like_command(run.id))
             except UsageError as exc:
@@ -269,7 +269,7 @@ def resume_sweep(ref: str, *, settings, registry,
             if not (config := run.config()):
                 unreadable.append((run, "config.json"))
                 continue
-            config = check_saved(config, registry)
+            config = check_saved(config, registry, run.id)
             try:
                 check_run(config, registry, slurm, sizes_seen=sizes_seen, again=like_command(run.id))
             except UsageError as exc:
