@@ -184,3 +184,24 @@ def test_a_run_whose_plugin_is_no_longer_installed_is_named_with_how_it_goes_on(
             f"(fslab plugins --kind {section} lists those that are); install its plugin to resume the run, or start "
             f"a run like it with another: fslab run --like {run.id} {option}\n")
         assert run.state() == "killed"
+
+
+def test_a_run_killed_while_its_first_checkpoint_was_written_is_said_so(project):
+    """The first checkpoint is written while the second epoch trains; a worker killed outright then
+    (SIGKILL, the machine's end) leaves a half-written temporary file and no checkpoint, and fslab resume
+    said the run "stopped before its first epoch ended", when two had."""
+    import fslab as api
+    from fslab.core.config import resolve
+    from fslab.core.runstore import create_run
+    from fslab.core.settings import Settings
+
+    config = resolve("nca", registry=api.get_registry(), settings=Settings(), overrides=[{"train": {"epochs": 3}}])
+    run = create_run(project / "runs", "nca", config)
+    run.write_status(state="killed", started=1.0, ended=2.0)
+    run.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+    (run.checkpoint_path.parent / ".last.pt.4242.tmp").write_bytes(b"PK\x03\x04 half")
+    refused = fslab("resume", run.id, cwd=project)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: run {run.id} has no checkpoint (it stopped while its first checkpoint was being written, and left "
+        f"it half-written in checkpoints/.last.pt.4242.tmp); start it again with the same settings: "
+        f"fslab run --like {run.id}\n")

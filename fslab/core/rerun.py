@@ -77,5 +77,13 @@ def after_stop(run: Run) -> str:
 
 def stopped_when(run: Run) -> str:
     """Why a stopped run has no checkpoint: it never started (stopped while
-    queued), or it stopped during its first epoch."""
-    return "before it started" if run.status().get("started") is None else "before its first epoch ended"
+    queued), it stopped during its first epoch, or it was killed (SIGKILL, the
+    machine's end) while its first checkpoint was written, in the background while
+    the second epoch trained: the temporary file it was writing is left."""
+    if run.status().get("started") is None:
+        return "before it started"
+    half = sorted(run.checkpoint_path.parent.glob(f".{run.checkpoint_path.name}.*.tmp"))
+    if half:
+        return (f"while its first checkpoint was being written, and left it half-written in "
+                f"{half[0].relative_to(run.path)}")
+    return "before its first epoch ended"
