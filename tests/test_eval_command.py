@@ -388,8 +388,7 @@ def test_a_checkpoint_of_another_shape_is_one_line_not_a_key_error(tmp_path):
     import torch
 
     from fslab.core.errors import FslabError
-    from fslab.training.checkpoint import CHECKPOINT_KEYS, load_checkpoint
-    from fslab.training.run_eval import _first_reason
+    from fslab.training.checkpoint import CHECKPOINT_KEYS, load_checkpoint, mismatch_reason
 
     path = tmp_path / "last.pt"
     whole = {key: {} for key in CHECKPOINT_KEYS} | {"epoch": 3}
@@ -407,11 +406,11 @@ def test_a_checkpoint_of_another_shape_is_one_line_not_a_key_error(tmp_path):
     try:
         torch.nn.Linear(2, 2).load_state_dict({"w": torch.zeros(2)})
     except RuntimeError as exc:
-        assert _first_reason(exc).startswith("Missing key(s) in state_dict: \"weight\"")
+        assert mismatch_reason(exc).startswith("Missing key(s) in state_dict: \"weight\"")
     try:  # a conv4 of 3 input channels loaded into one of 1: both shapes are told, not cut at the second
         torch.nn.Conv2d(1, 64, 3).load_state_dict(torch.nn.Conv2d(3, 64, 3).state_dict())
     except RuntimeError as exc:
-        assert _first_reason(exc) == ("size mismatch for weight: copying a param with shape [64, 3, 3, 3] from "
+        assert mismatch_reason(exc) == ("size mismatch for weight: copying a param with shape [64, 3, 3, 3] from "
                                       "checkpoint, the shape in current model is [64, 1, 3, 3].")
 
 

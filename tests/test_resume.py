@@ -205,3 +205,23 @@ def test_a_run_killed_while_its_first_checkpoint_was_written_is_said_so(project)
         f"error: run {run.id} has no checkpoint (it stopped while its first checkpoint was being written, and left "
         f"it half-written in checkpoints/.last.pt.4242.tmp); start it again with the same settings: "
         f"fslab run --like {run.id}\n")
+
+
+def test_a_checkpoint_that_no_longer_fits_the_network_is_one_line_naming_the_difference(project):
+    """A resume whose configuration builds another network than the checkpoint's (config.json edited, a
+    backbone plugin changed) failed with "RuntimeError: Error(s) in loading state_dict for Conv4:"."""
+    done = fslab("run", "nca", *TINY, "--epochs", "1", cwd=project)
+    assert done.returncode == 0, done.stderr
+    run_dir = next((project / "runs").glob("2*"))
+    status = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**status, "state": "killed"}))
+    config = json.loads((run_dir / "config.json").read_text())
+    config["backbone"]["hidden"] = 16
+    (run_dir / "config.json").write_text(json.dumps(config))
+    assert fslab("resume", run_dir.name, cwd=project).returncode == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and status["error"] == (
+        f"the checkpoint {run_dir / 'checkpoints' / 'last.pt'} does not fit the network the run's configuration "
+        f"builds here (its config.json edited, or its backbone's plugin changed, since it was written): size "
+        f"mismatch for blocks.0.weight: copying a param with shape [8, 1, 3, 3] from checkpoint, the shape in "
+        f"current model is [16, 1, 3, 3]; start the run again: fslab run --like {run_dir.name}")

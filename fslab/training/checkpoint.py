@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
+import re
 import shutil
 import signal
 import threading
@@ -88,6 +89,15 @@ def nonfinite_entry(tensors: dict, among: set[str] | None = None) -> str | None:
         if not ok:
             return f"{name} holds {'nan' if torch.isnan(watched[name]).any() else 'inf'}"
     return None
+
+
+def mismatch_reason(exc: BaseException) -> str:
+    """The first line of torch's ``load_state_dict`` error that says what is wrong
+    (its first line only names the network), shortened."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = lines[1] if len(lines) > 1 else (lines[0] if lines else type(exc).__name__)
+    reason = re.sub(r"torch\.Size\((\[[^\]]*\])\)", r"\1", reason)  # both shapes fit in the line
+    return reason if len(reason) <= 160 else reason[:157] + "..."
 
 
 def restore_training(checkpoint: dict, *, model: nn.Module, head: nn.Module, loss_fn,

@@ -46,7 +46,14 @@ from fslab.training.build import (
     pick_device,
     plugin_kwargs,
 )
-from fslab.training.checkpoint import finite_names, load_checkpoint, load_saved, nonfinite_entry, write_failure
+from fslab.training.checkpoint import (
+    finite_names,
+    load_checkpoint,
+    load_saved,
+    mismatch_reason,
+    nonfinite_entry,
+    write_failure,
+)
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
@@ -58,15 +65,6 @@ from fslab.training.record import (
     evaluate_and_record,
     weights_fingerprint,
 )
-
-
-def _first_reason(exc: RuntimeError) -> str:
-    """The first line of torch's load_state_dict error that says what is wrong
-    (its first line only names the network), shortened."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    reason = lines[1] if len(lines) > 1 else (lines[0] if lines else "RuntimeError")
-    reason = re.sub(r"torch\.Size\((\[[^\]]*\])\)", r"\1", reason)  # both shapes fit in the line
-    return reason if len(reason) <= 160 else reason[:157] + "..."
 
 
 class Checkpoint:
@@ -101,7 +99,7 @@ class Checkpoint:
             model.load_state_dict(self.state["model"])
         except RuntimeError as exc:  # weights of another network: torch lists every key
             raise FslabError(f"the checkpoint {self.run.checkpoint_path} does not fit the run's backbone "
-                             f"'{self.cfg.backbone['name']}': {_first_reason(exc)}") from None
+                             f"'{self.cfg.backbone['name']}': {mismatch_reason(exc)}") from None
         broken = nonfinite_entry(model.state_dict(), finite)
         if broken is not None:  # its network would score chance on every episode (20.00 ± 0.00% at 5 ways)
             raise UsageError(f"the checkpoint {self.run.checkpoint_path} (epoch {self.epoch}) is not finite: its "

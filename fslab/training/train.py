@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 import torch
 
 from fslab.core.config import RunConfig, run_config, tested_ways
+from fslab.core.errors import FslabError
 from fslab.core.eventlog import EventLog, start_afresh, truncate_to_checkpoint
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import atomic_write_json
 from fslab.core.registry import load_registry
+from fslab.core.rerun import like_command
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.types import Split
@@ -35,6 +37,7 @@ from fslab.training.checkpoint import (
     CheckpointWriter,
     finite_names,
     load_checkpoint,
+    mismatch_reason,
     nonfinite_entry,
     restore_training,
     training_checkpoint,
@@ -241,10 +244,19 @@ class Trainer:
                        **self.numerics.describe())
 
     def restore(self, checkpoint: dict) -> None:
+        """Every state of the checkpoint back; one that does not fit the network the run's configuration
+        builds here (its config.json edited since, its backbone's plugin changed) is one line naming the
+        first difference, not torch's error, whose first line names only the network."""
         parts = self.parts
-        restore_training(checkpoint, model=parts.model, head=parts.head, loss_fn=parts.loss_fn,
-                         optimizer=parts.optimizer, scheduler=parts.scheduler, augment_rng=self.augment_rng,
-                         scaler=self.scaler)
+        try:
+            restore_training(checkpoint, model=parts.model, head=parts.head, loss_fn=parts.loss_fn,
+                             optimizer=parts.optimizer, scheduler=parts.scheduler, augment_rng=self.augment_rng,
+                             scaler=self.scaler)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise FslabError(f"the checkpoint {self.run.checkpoint_path} does not fit the network the run's "
+                             f"configuration builds here (its config.json edited, or its backbone's plugin "
+                             f"changed, since it was written): {mismatch_reason(exc).rstrip('.')}; start the run "
+                             f"again: {like_command(self.run.id)}") from None
         self.first_epoch, self.step, self.best_val = checkpoint["epoch"], checkpoint["step"], checkpoint["best_val"]
         self.center = checkpoint["train_mean"]
         self.log.write("resume", epoch=self.first_epoch, step=self.step)
