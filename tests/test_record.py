@@ -301,6 +301,13 @@ def test_a_log_cut_before_the_checkpoints_event_is_one_line_saying_what_to_do(tm
         f"{run.metrics_path} has no checkpoint event for epoch 2, the epoch of the checkpoint (the file was cut "
         f"short or edited); the run cannot go on from there: start it again with fslab run --like {run.id}")
     assert run.metrics_path.read_bytes() == before  # nothing written
+    run.metrics_path.unlink()  # deleted, or left out of a copy: it failed the run with a FileNotFoundError
+    with pytest.raises(FslabError) as error:
+        truncate_to_checkpoint(run, 2)
+    assert _one_line(error.value) == (
+        f"{run.metrics_path} is missing, and with it the checkpoint event of epoch 2, the epoch of the checkpoint; "
+        f"the run cannot go on from there: start it again with fslab run --like {run.id}")
+    assert not run.metrics_path.exists()
 
 
 def test_a_log_whose_run_folder_is_removed_goes_on_without_failing(tmp_path):

@@ -148,8 +148,15 @@ def truncate_to_checkpoint(run: Run, epoch: int) -> None:
     resumed run continues the file without repeating or skipping a step. The
     evaluations ``fslab eval`` logged after it (they name their ``source``) are
     kept: they scored a checkpoint that was written, not the training that is
-    repeated, and their scores stay in ``evaluations/``."""
-    with open(run.metrics_path, "rb") as fh, _locked(fh):  # no fslab eval appends meanwhile (EventLog)
+    repeated, and their scores stay in ``evaluations/``. A file that is gone (deleted, left out of a
+    copy) lost that event too, and is said so in the same line."""
+    try:
+        fh = open(run.metrics_path, "rb")
+    except FileNotFoundError:
+        raise FslabError(f"{run.metrics_path} is missing, and with it the checkpoint event of epoch {epoch}, the "
+                         f"epoch of the checkpoint; the run cannot go on from there: start it again with "
+                         f"{like_command(run.id)}") from None
+    with fh, _locked(fh):  # no fslab eval appends meanwhile (EventLog)
         _cut_back(run, epoch, fh.readlines())
 
 
