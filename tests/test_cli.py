@@ -666,6 +666,52 @@ def test_following_a_resumed_run_into_a_file_prints_its_old_steps_with_the_eta_t
     assert [line.split(" ETA ")[1] for line in printed] == ["0:20", "0:10"], printed
 
 
+def test_following_a_resume_prints_no_step_of_the_life_its_worker_cuts_away(project):
+    """fslab resume read metrics.jsonl before its worker cut it back to the checkpoint: the steps after the
+    checkpoint, trained again, printed twice, first at the rate of the life that was cut (635 img/s, then
+    61 img/s). It now reads the file once the worker has replaced it (or has exited)."""
+    import time
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import events_file, follow
+    from fslab.core.files import atomic_write_text
+
+    began = time.time() - 60
+
+    def train(step, rate):  # 10 steps an epoch
+        return {"event": "train", "time": began + step, "step": step, "epoch": (step - 1) // 10 + 1,
+                "loss": 0.5, "positives": 1, "negatives": 2, "images_per_s": rate}
+
+    start = {"event": "start", "time": began, "epochs": 2, "total_steps": 20}
+    checkpoint = {"event": "checkpoint", "time": began + 10, "epoch": 1, "step": 10, "path": "checkpoints/last.pt"}
+    first_life = [start, *(train(s, 10.0) for s in range(1, 11)), checkpoint, *(train(s, 635.0) for s in range(11, 21))]
+    kept = [start, *(train(s, 10.0) for s in range(1, 11)), checkpoint]
+    second_life = [start, {"event": "resume", "time": began + 30, "epoch": 1, "step": 10},
+                   *(train(s, 61.0) for s in range(11, 21))]
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in first_life))
+    before = events_file(run)
+
+    class Resumed:  # the worker: imports torch for a while, then cuts the file back and trains epoch 2 again
+        polls = 0
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 4:
+                atomic_write_text(run.metrics_path, "".join(json.dumps(e) + "\n" for e in kept))
+            if self.polls == 5:
+                with open(run.metrics_path, "a") as fh:
+                    fh.write("".join(json.dumps(e) + "\n" for e in second_life))
+            return 0 if self.polls > 5 else None
+
+    out = StringIO()
+    follow(run, Console(file=out, width=200), Resumed(), poll=0, until_replaced=before)
+    printed = [line for line in out.getvalue().splitlines() if line.startswith("epoch")]
+    assert [line.split(" img/s")[0].rsplit(" ", 1)[1] for line in printed] == ["10", "61"], printed
+
+
 def test_a_run_stopped_while_queued_says_it_never_started(project):
     run = create_run(project / "runs", "nca", {"method": "nca", "seed": 0})
     stopped = fslab("stop", run.id, cwd=project)

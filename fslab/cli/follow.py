@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 
 from rich.console import Console
@@ -17,10 +18,23 @@ from fslab.core.text import duration
 PLAIN_EVERY = 60.0  # seconds: at most one progress line a minute within an epoch, where the output is a file
 
 
-def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
+def events_file(run: Run) -> int | None:
+    """The inode of the run's ``metrics.jsonl`` where it holds events (None: missing or empty): taken
+    before a resume starts its worker, which replaces that file by one cut back to the checkpoint."""
+    try:
+        st = os.stat(run.metrics_path)
+    except OSError:
+        return None
+    return st.st_ino if st.st_size else None
+
+
+def follow(run: Run, console: Console, process, poll: float = 0.25, until_replaced: int | None = None) -> str:
     """Show progress until the worker ``process`` (a Popen) exits; returns the
     run's final state. The exit, not ``status.json``, decides: a resumed run's
     status still holds its old end state until the worker rewrites it.
+    ``until_replaced``: a resume's :func:`events_file`, read only once the worker
+    has cut it back (or exited): the steps after the checkpoint, trained again,
+    would print twice, first with the rate of the life that was cut.
 
     Where the output is not a terminal (a log file, a pipe, a SLURM job's
     output), a bar redrawn in place shows nothing until the end: the same
@@ -37,6 +51,10 @@ def follow(run: Run, console: Console, process, poll: float = 0.25) -> str:
                                  eta="-")
         while True:
             exited = process.poll() is not None  # before the read: what it wrote last is read below
+            if until_replaced is not None and not exited and events_file(run) == until_replaced:
+                time.sleep(poll)
+                continue
+            until_replaced = None
             events, _, _ = tail.events()
             for event in events:
                 kind = event.get("event")

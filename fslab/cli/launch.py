@@ -127,8 +127,9 @@ def _method_and_layers(method: str | None, like: str | None, layers: list[dict],
     return like_run(find_run(project.runs_dir, like), layers)
 
 
-def _follow_to_end(run_, process) -> None:
-    """Follow a started worker; print the test accuracies, or why it ended."""
+def _follow_to_end(run_, process, until_replaced: int | None = None) -> None:
+    """Follow a started worker (a resumed run's once it has cut its events back to the checkpoint:
+    ``until_replaced``, :func:`fslab.cli.follow.follow`); print the test accuracies, or why it ended."""
     from fslab.cli.follow import follow
     from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
@@ -136,7 +137,7 @@ def _follow_to_end(run_, process) -> None:
     try:  # from the first line on, Ctrl-C (or a SIGTERM: kill, timeout) stops the worker it started
         with _sigterm_as_interrupt():
             console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
-            state = follow(run_, console, process)
+            state = follow(run_, console, process, until_replaced=until_replaced)
     except KeyboardInterrupt as interrupt:
         console.print("stopping ...")
         try:
@@ -235,12 +236,14 @@ def resume(
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.
     """
+    from fslab.cli.follow import events_file
     from fslab.core.runstore import find_run
     from fslab.execution import executor as executors
 
     project = settings()
     run = find_run(project.runs_dir, ref)
     holder = run.stale_claim() if run.claimed() else None
+    before = events_file(run)  # the file the worker replaces by its cut
     started = executors.resume(run, settings=project, registry=registry(project), executor=executor, overrides=slurm)
     if holder is not None:
         err_console.print(f"run {run.id} was queued, held by {holder.describe()}, which is gone (killed before it "
@@ -250,7 +253,7 @@ def resume(
     elif detach:
         console.print(started.run.id, highlight=False)
     else:
-        _follow_to_end(started.run, started.process)
+        _follow_to_end(started.run, started.process, until_replaced=before)
 
 
 @app.command()
