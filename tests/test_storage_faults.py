@@ -124,6 +124,38 @@ def test_a_failed_background_write_is_raised_by_the_next_call_and_keeps_the_prev
     assert checkpoint.read_checkpoint(path, "cpu") == {"epoch": 1}
 
 
+def test_a_checkpoint_is_on_the_disk_itself_before_it_replaces_the_last_and_after_its_event(tmp_path, monkeypatch):
+    """A checkpoint was renamed over the last one without an fsync (status and results had one): a machine
+    that went down (power, a hard reset) right after could keep an empty or zero-filled last.pt, and the
+    run lose every epoch. Its event is flushed first, so the file never outlives it."""
+    import torch
+
+    from fslab.core.eventlog import EventLog
+    from fslab.core.runstore import create_run
+    from fslab.training.checkpoint import save_checkpoint
+
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    path = run.checkpoint_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    synced.clear()
+    save_checkpoint(path, {"epoch": 1, "model": {"w": torch.ones(3)}})
+    assert synced == [str(path.with_name(f".last.pt.{os.getpid()}.tmp"))]  # the whole file, before the rename
+    log = EventLog(run, echo=False)
+    log.write("checkpoint", epoch=1, step=7, path="checkpoints/last.pt")
+    synced.clear()
+    log.sync()
+    assert synced == [str(run.metrics_path)]
+    log.close()
+
+
 class NotWeights:
     """Pickled into a checkpoint, it would run code on load; weights-only loading refuses it."""
 

@@ -93,6 +93,13 @@ class EventLog:
             listener(record)
         return record
 
+    def sync(self) -> None:
+        """Flush what was appended to the disk itself (``fsync``): a checkpoint's event, before its file
+        (written durably) is renamed into place, so that a machine that goes down does not keep the
+        checkpoint and lose its event, which a resume needs to cut the log back to it."""
+        if self.file is not None:
+            os.fsync(self.file.fileno())
+
     @contextlib.contextmanager
     def _appending(self):
         """The file at the path, locked while a line is appended: a resume's cut

@@ -85,13 +85,18 @@ def archive_damage(path: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def written_whole(path: Path) -> Iterator[Path]:
+def written_whole(path: Path, *, durable: bool = False) -> Iterator[Path]:
     """For a file another library writes (``torch.save``, ``savefig``): the temporary path to write,
     renamed into ``path`` when the block ends, removed when it raises, so readers see the old file or
-    the new one, never half."""
+    the new one, never half. ``durable`` flushes the file to disk before the rename, as
+    :func:`atomic_write_text` does: a machine that goes down (power, a hard reset) right after the
+    rename then still has the old file or the whole new one, never an empty or zero-filled one."""
     tmp = temporary_path(path)
     try:
         yield tmp
+        if durable:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         _discard(tmp)

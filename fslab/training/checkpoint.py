@@ -121,7 +121,7 @@ def save_checkpoint(path: Path, checkpoint: dict) -> None:
     A write that fails (a full disk) leaves the previous checkpoint and no
     temporary file, and says so in one line."""
     try:  # anything else (a state that cannot be pickled) leaves no half file either
-        with written_whole(path) as tmp:
+        with written_whole(path, durable=True) as tmp:  # a checkpoint is what a machine's crash must not take
             torch.save(checkpoint, tmp)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
         raise FslabError(f"cannot write the checkpoint {path}: {write_failure(exc, path)}; "

@@ -347,9 +347,14 @@ class Trainer:
             best_val=self.best_val, train_mean=self.center, augment_rng=self.augment_rng, device=self.device,
             scaler=self.scaler)
         path = str(self.run.checkpoint_path.relative_to(self.run.path))
-        self.checkpoints.submit(checkpoint, announce=lambda: self.log.write("checkpoint", epoch=epoch + 1,
-                                                                            step=self.step, path=path))
+        self.checkpoints.submit(checkpoint, announce=lambda: self._announce_checkpoint(epoch + 1, path))
         self.world.barrier()
+
+    def _announce_checkpoint(self, epoch: int, path: str) -> None:
+        """The ``checkpoint`` event, on the disk itself before the checkpoint's file is written: the file,
+        written durably, must not outlive its event when the machine goes down."""
+        self.log.write("checkpoint", epoch=epoch, step=self.step, path=path)
+        self.log.sync()
 
     # -- evaluation --------------------------------------------------------
 
