@@ -77,36 +77,37 @@ def assert_split(split, images, labels, classes):
 
 
 def make_folder_tree(root: Path, classes=3, per_class=3, seed=0, size=(10, 12)) -> dict:
-    """ROOT/{train,val,test}/<class>/<image>.png with random pixels; returns split -> [(class, path)]."""
+    """ROOT/{train,val,test}/<split>-class<c>/<image>.png with random pixels (no class in two splits);
+    returns split -> [(class, path)]."""
     r = rng(seed)
     written = {}
     for split in ("train", "val", "test"):
         written[split] = []
         for c in range(classes):
             for i in range(per_class):
-                path = write_png(root / split / f"class{c}" / f"{i:02d}.png", random_image(r, *size))
-                written[split].append((f"class{c}", path))
+                path = write_png(root / split / f"{split}-class{c}" / f"{i:02d}.png", random_image(r, *size))
+                written[split].append((f"{split}-class{c}", path))
     return written
 
 
 def test_folder_reads_every_split_with_labels_in_sorted_class_order(registry, tmp_path):
     written = make_folder_tree(tmp_path / "data")
-    (tmp_path / "data" / "train" / "class0" / "notes.txt").write_text("not an image")
+    (tmp_path / "data" / "train" / "train-class0" / "notes.txt").write_text("not an image")
     dataset = create(registry, "folder", tmp_path / "data", image_size=8)
     assert dataset.channels == 3
     for split, items in written.items():
         s = dataset.load(split)
         assert_split(s, [expected_pixels(p, 8) for _, p in items], [int(c[-1]) for c, _ in items],
-                     ["class0", "class1", "class2"])
-    (tmp_path / "data" / "val" / "class1" / "99.png").write_bytes(b"not a png")
+                     [f"{split}-class{c}" for c in range(3)])
+    (tmp_path / "data" / "val" / "val-class1" / "99.png").write_bytes(b"not a png")
     with pytest.raises(UsageError, match="cannot decode image .*99.png"):
         create(registry, "folder", tmp_path / "data", image_size=6).load("val")
-    (tmp_path / "data" / "val" / "class1" / "99.png").unlink()
+    (tmp_path / "data" / "val" / "val-class1" / "99.png").unlink()
     gray = create(registry, "folder", tmp_path / "data", image_size=5, grayscale=True)
     assert gray.channels == 1
     s = gray.load("val")
     assert_split(s, [expected_pixels(p, 5, "L") for _, p in written["val"]], [int(c[-1]) for c, _ in written["val"]],
-                 ["class0", "class1", "class2"])
+                 ["val-class0", "val-class1", "val-class2"])
 
 
 def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_path, monkeypatch):
@@ -115,7 +116,7 @@ def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_
     original = int(create(registry, "folder", root, image_size=6).load("train").images[0, 0, 0, 0])
     cache = root / ".fslab-cache"
     header = json.loads((cache / "folder-train-6.json").read_text())
-    assert header["shape"] == [4, 3, 6, 6] and header["classes"] == ["class0", "class1"]
+    assert header["shape"] == [4, 3, 6, 6] and header["classes"] == ["train-class0", "train-class1"]
     data_file = cache / header["images"]
     assert data_file.stat().st_size == 4 * 3 * 6 * 6
 
@@ -243,14 +244,14 @@ def test_folder_reads_file_and_class_names_that_are_not_utf8(registry, tmp_path)
     path with str.encode(), which cannot encode the byte, and the run failed with UnicodeEncodeError."""
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)
-    odd = os.fsencode(root / "train" / "class1") + b"/caf\xe9.png"
+    odd = os.fsencode(root / "train" / "train-class1") + b"/caf\xe9.png"
     Image.fromarray(random_image(rng(3), 10, 12)).save(odd, format="PNG")
-    os.rename(os.fsencode(root / "val" / "class0"), os.fsencode(root / "val") + b"/cl\xe9ss0")
+    os.rename(os.fsencode(root / "val" / "val-class0"), os.fsencode(root / "val") + b"/cl\xe9ss0")
     dataset = create(registry, "folder", root, image_size=8)
     train = dataset.load("train")
     assert train.labels.tolist() == [0, 0, 1, 1, 1]
     np.testing.assert_array_equal(train.images[4].numpy(), expected_pixels(Image.open(odd), 8))
-    assert dataset.load("val").classes == ["class1", os.fsdecode(b"cl\xe9ss0")]
+    assert dataset.load("val").classes == [os.fsdecode(b"cl\xe9ss0"), "val-class1"]
     utf8 = image_cache.source_key("s", {}, [written["test"][0][1]])  # a UTF-8 name keeps the key it had
     stat = os.stat(written["test"][0][1])
     digest = hashlib.sha256(json.dumps({"version": image_cache.FORMAT_VERSION, "stem": "s", "params": {}},
@@ -279,8 +280,8 @@ def test_an_image_pil_refuses_other_than_by_oserror_is_one_line_naming_it(regist
     """These escaped decode_file as a traceback that named no file (DecompressionBombError: Image size ...)."""
     root = tmp_path / "data"
     make_folder_tree(root, classes=2, per_class=2)
-    (root / "test" / "class1" / name).write_bytes(data)
-    with pytest.raises(UsageError, match=f"^cannot decode image {root / 'test' / 'class1' / name}: .*; replace"):
+    (root / "test" / "test-class1" / name).write_bytes(data)
+    with pytest.raises(UsageError, match=f"^cannot decode image {root / 'test' / 'test-class1' / name}: .*; replace"):
         create(registry, "folder", root, image_size=8).load("test")
     with pytest.raises(UsageError, match="^cannot decode an image held in a pickle: "):
         image_cache.decode_bytes(data, 8, "RGB")
@@ -743,6 +744,26 @@ def test_split_sizes_find_an_empty_class_folder(registry, tmp_path):
         create(registry, "folder", tmp_path).split_sizes()
 
 
+def test_split_sizes_refuse_a_class_name_found_in_two_splits(registry, tmp_path):
+    # every class folder of each split was used: a class in train/ and test/ was tested as if unseen
+    make_folder_tree(tmp_path, classes=3, per_class=2)
+    for split in ("val", "test"):
+        for c in (0, 2):
+            os.rename(tmp_path / split / f"{split}-class{c}", tmp_path / split / f"train-class{c}")
+    with pytest.raises(UsageError) as shared:
+        create(registry, "folder", tmp_path).split_sizes()
+    assert str(shared.value) == (
+        f"folder: the class 'train-class0' is in both {tmp_path / 'train'}/ and {tmp_path / 'val'}/ (2 names are "
+        f"in more than one split); few-shot splits must hold disjoint classes (a test class seen in training "
+        f"inflates its scores): rename the folders, or move each class into one split")
+    (tmp_path / "val" / ".train-class1").mkdir()  # hidden: no class of val's
+    for split in ("val", "test"):
+        for c in (0, 2):
+            os.rename(tmp_path / split / f"train-class{c}", tmp_path / split / f"{split}-class{c}")
+    sizes = create(registry, "folder", tmp_path).split_sizes()
+    assert sizes == {split: [2, 2, 2] for split in ("train", "val", "test")}
+
+
 def test_float_images_are_scaled_from_0_1_or_read_as_0_255_and_others_named(registry, tmp_path):
     # a float TIFF's pixels were clipped by PIL's convert: 0..1 data came out almost black (0 or 1)
     levels = {"unit": (np.float32(0.5), 128), "byte": (np.float32(200.4), 200)}
@@ -908,7 +929,7 @@ def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
     first, again = (json.loads(fslab(*args, cwd=tmp_path).stdout) for _ in range(2))
     assert (first["features_cached"], again["features_cached"]) == (False, True)
     assert again["accuracy"] == first["accuracy"]
-    for image in sorted((tmp_path / "tree" / "test").glob("class0/*.png"))[:6]:
+    for image in sorted((tmp_path / "tree" / "test").glob("test-class0/*.png"))[:6]:
         write_png(image, random_image(rng(9), 20, 20))  # a class's look replaced, its files kept
     changed = json.loads(fslab(*args, cwd=tmp_path).stdout)
     assert changed["features_cached"] is False

@@ -207,7 +207,7 @@ def test_a_folder_split_of_one_class_is_refused_without_asking_for_one_way(proje
     """No eval.ways fits a split of one class (2 at least): the line said 'eval.ways must be at
     most 1 ... (1 classes of 8 images)', a value the next check refuses."""
     make_folder_tree(project / "tree", classes=5, per_class=8)
-    for extra in ("class1", "class2", "class3", "class4"):
+    for extra in ("val-class1", "val-class2", "val-class3", "val-class4"):
         shutil.rmtree(project / "tree" / "val" / extra)
     line = refused(project, *folder_run(project / "tree"), expect=[])
     assert line == ("error: folder's val split (1 class of 8 images) cannot give an episode: one needs 2 classes "
@@ -244,16 +244,28 @@ def test_an_empty_class_folder_is_refused(project):
     refused(project, *folder_run(project / "tree"), expect=["class9 has no image files", "empty class folder"])
 
 
+def test_a_class_in_two_splits_is_refused_naming_it_and_both_folders(project):
+    """The same class folder in train/ and test/ trained on the classes it then tested, and the run's
+    few-shot scores said nothing of unseen classes."""
+    make_folder_tree(project / "tree", classes=5, per_class=8)
+    shutil.copytree(project / "tree" / "train" / "train-class3", project / "tree" / "test" / "train-class3")
+    tree = project / "tree"
+    line = refused(project, *folder_run(tree))
+    assert line == (f"error: folder: the class 'train-class3' is in both {tree / 'train'}/ and {tree / 'test'}/; "
+                    f"few-shot splits must hold disjoint classes (a test class seen in training inflates its "
+                    f"scores): rename the folders, or move each class into one split")
+
+
 @pytest.mark.slow
 def test_an_unreadable_image_fails_the_run_at_its_start_naming_the_file(project):
     make_folder_tree(project / "tree", classes=5, per_class=8)
-    (project / "tree" / "test" / "class2" / "99.png").write_bytes(b"not a png")  # the split tested last
+    (project / "tree" / "test" / "test-class2" / "99.png").write_bytes(b"not a png")  # the split tested last
     result = fslab(*folder_run(project / "tree", "--epochs", "3"), cwd=project, timeout=300)
     assert result.returncode == 1, result.stderr
     (run_dir,) = (project / "runs").iterdir()
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and "cannot decode image" in status["error"]
-    assert str(project / "tree" / "test" / "class2" / "99.png") in status["error"] and "\n" not in status["error"]
+    assert str(project / "tree" / "test" / "test-class2" / "99.png") in status["error"] and "\n" not in status["error"]
     assert not events(run_dir, "train") and not events(run_dir, "checkpoint")  # at its start, not after training
 
 

@@ -7,7 +7,9 @@ file names (``.jpg .jpeg .png .bmp .gif .webp .tif .tiff``, any case), converted
 to RGB (or grayscale with ``grayscale=true``) and resized to
 ``image_size``×``image_size``. Each split is decoded once into the uint8 cache of
 :mod:`image_cache`. There is no standard split to check against: every class
-folder found is used, and a class folder without images is an error.
+folder found is used, a class folder without images is an error, and so is a
+class name found in two splits (few-shot splits hold disjoint classes: a test
+class seen in training would inflate every test score).
 """
 
 from __future__ import annotations
@@ -47,6 +49,25 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     return tree
 
 
+def refuse_shared_classes(root: Path, dataset: str) -> None:
+    """A UsageError naming a class folder name that two splits both hold, and how many names are shared.
+
+    Few-shot learning tests on classes never seen in training; with the same class in
+    ``train/`` and ``test/`` the test would score recognition of trained classes."""
+    splits: dict[str, list[str]] = {}  # class folder name -> the splits holding it
+    for split in ("train", "val", "test"):
+        for path in (root / split).iterdir():
+            if not path.name.startswith(".") and path.is_dir():
+                splits.setdefault(path.name, []).append(split)
+    shared = sorted(name for name, where in splits.items() if len(where) > 1)
+    if shared:
+        first, second = splits[shared[0]][:2]
+        more = f" ({len(shared)} names are in more than one split)" if len(shared) > 1 else ""
+        raise UsageError(f"{dataset}: the class '{shared[0]}' is in both {root / first}/ and {root / second}/{more}; "
+                         f"few-shot splits must hold disjoint classes (a test class seen in training inflates "
+                         f"its scores): rename the folders, or move each class into one split")
+
+
 def tree_plan(tree: dict[str, list[Path]], classes: list[str], size: int, mode: str):
     """Source files, labels and a build function for the classes of ``tree``, in ``classes`` order."""
     files = [path for c in classes for path in tree[c]]
@@ -71,6 +92,11 @@ class FolderDataset(CachedDataset):
         for split in ("train", "val", "test"):
             require(self.root / split, self.name, LAYOUT)
 
+    def split_sizes(self):
+        sizes = super().split_sizes()  # every split's class folders listed and counted first
+        refuse_shared_classes(self.root, self.name)
+        return sizes
+
     def class_counts(self, split):
         return [len(files) for _, files in sorted(scan_tree(self.root / split, self.name).items())]
 
@@ -88,7 +114,8 @@ def register_datasets(register):
     register(
         FolderDataset,
         name="folder",
-        description="Any ROOT/{train,val,test}/<class>/<image> tree, resized to image_size (default 84)",
+        description="Any ROOT/{train,val,test}/<class>/<image> tree (no class in two splits), resized to "
+                    "image_size (default 84)",
         paper="",
         check_early=True,  # fslab builds it in the CLI first: a wrong root fails at once
         defaults={"train": {"crop_padding": 8, "flip": True}},

@@ -263,7 +263,7 @@ FAULTS = {
 def folder_tree(classes: int, per_class: int = 20, empty: str | None = None) -> dict[str, bytes | None]:
     """A folder dataset's files by path (None: an empty folder). The checks
     count files without decoding them, so the bytes need not be an image."""
-    files: dict[str, bytes | None] = {f"{split}/class{c}/{i:02d}.png": b"not decoded before the run exists"
+    files: dict[str, bytes | None] = {f"{split}/{split}-class{c}/{i:02d}.png": b"not decoded before the run exists"
                                       for split in ("train", "val", "test") for c in range(classes)
                                       for i in range(per_class)}
     if empty is not None:
