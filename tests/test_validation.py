@@ -214,6 +214,18 @@ def test_a_folder_split_of_one_class_is_refused_without_asking_for_one_way(proje
                     "at least (eval.ways is at least 2), so the split needs more classes")
 
 
+def test_a_folder_training_split_of_one_class_is_refused(project):
+    """With one training class every loss was 0 at every step (nca: pairs +28/-0): the run ended
+    'completed' having trained nothing, and scored its untrained network."""
+    make_folder_tree(project / "tree", classes=5, per_class=8)
+    for extra in ("train-class1", "train-class2", "train-class3", "train-class4"):
+        shutil.rmtree(project / "tree" / "train" / extra)
+    for loss in ("nca", "simpleshot"):
+        line = refused(project, *folder_run(project / "tree", "--set", f"loss.name={loss}"))
+        assert line == ("error: folder's train split (1 class of 8 images) cannot train a network: a loss learns "
+                        "by telling classes apart, so the split needs 2 classes at least")
+
+
 def test_a_drawn_dataset_with_too_few_classes_for_the_ways_says_which_setting_gives_more(project):
     refused(project, "run", "nca", *SMALL, "--set", "eval.ways=50",
             expect=["'eval.ways' must be at most 40 for synthetic's val split (40 classes of 30 images), got 50; "

@@ -50,6 +50,15 @@ def describe(size: SplitSizes) -> str:
     return f"{size.classes} class{'' if size.classes == 1 else 'es'} of {images} image{'' if images == '1' else 's'}"
 
 
+def check_training(config: dict, sizes: Mapping[str, SplitSizes]) -> None:
+    """A ConfigError when the training split holds fewer than 2 classes: every loss learns by telling
+    classes apart, and with one class it is 0 at every step, so the run would train nothing."""
+    size = sizes.get("train")
+    if size is not None and size.classes < 2:
+        raise ConfigError(f"{config['dataset']['name']}'s train split ({describe(size)}) cannot train a network: "
+                          f"a loss learns by telling classes apart, so the split needs 2 classes at least")
+
+
 def check_evaluation(config: dict, sizes: Mapping[str, SplitSizes],
                      fixed_shape: tuple[int, int] | None = None) -> None:
     """A ConfigError when the validation or test split cannot give the

@@ -21,7 +21,7 @@ from fslab.core.registry import create_dataset
 from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
 from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
-from fslab.core.split_sizes import check_evaluation, read_split_sizes
+from fslab.core.split_sizes import check_evaluation, check_training, read_split_sizes
 from fslab.core.states import RESUMABLE, UNREADABLE
 from fslab.core.types import SplitSizes, evaluator_traits
 from fslab.execution.handover import refuse_if_live
@@ -49,6 +49,7 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
     check_compile(config, slurm, again)
     sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
     if sizes:
+        check_training(config, sizes)
         check_evaluation(config, sizes, evaluator_shape(config, registry))
         check_plugins(config, registry, sizes)
 
