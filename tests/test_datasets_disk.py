@@ -16,6 +16,7 @@ import os
 import pickle
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -149,6 +150,7 @@ def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_
 CONCURRENT_LOADER = """
 import os, sys, time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch  # imported before the start, so both ask for the split within milliseconds of each other
@@ -285,6 +287,31 @@ def test_an_image_pil_refuses_other_than_by_oserror_is_one_line_naming_it(regist
         create(registry, "folder", root, image_size=8).load("test")
     with pytest.raises(UsageError, match="^cannot decode an image held in a pickle: "):
         image_cache.decode_bytes(data, 8, "RGB")
+
+
+def test_a_disk_too_full_for_the_cache_names_the_folder_the_room_needed_and_cache_dir(registry, tmp_path, monkeypatch):
+    """A full disk under ROOT/.fslab-cache failed the run with "dataset 'folder' failed to load its train
+    split: OSError: [Errno 28] No space left on device", as if the plugin were at fault, naming no folder."""
+    import errno
+
+    from fslab.training.build import load_split
+
+    root = tmp_path / "data"
+    make_folder_tree(root, classes=2, per_class=2)
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(image_cache, "open", lambda path, mode: Full(), raising=False)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: SimpleNamespace(free=40 * 2**10))
+    with pytest.raises(OSError) as full:
+        load_split(create(registry, "folder", root, image_size=64), "train", "folder")
+    assert str(full.value) == (
+        f"no space left for the decode cache of folder-train-64 in {root / '.fslab-cache'} (it needs 48.0 KiB, "
+        f"40.0 KiB free there); free some space there, or put the cache on another disk with --set "
+        f"dataset.cache_dir=DIR (the synthetic datasets' cache follows $XDG_CACHE_HOME)")
+    assert [p.name for p in (root / ".fslab-cache").iterdir()] == [".folder-train-64.lock"]  # nothing half written
 
 
 def test_a_cache_neither_root_nor_user_cache_can_hold_suggests_cache_dir(registry, tmp_path, monkeypatch):

@@ -90,8 +90,10 @@ def load_split(dataset: Any, split: str, name: str) -> Split:
     ``[N, channels, H, W]`` and one integer label per image: float images (in [0, 1], say) would
     otherwise train as images near black, and a run would end with nothing said. Only shapes and
     types are read. What else ``load`` raises (a KeyError for a split it lacks) is a PluginError
-    naming the dataset and the split; a UsageError of its own (a file it cannot read) goes on."""
-    data = plugin_call(lambda: dataset.load(split), f"dataset '{name}' failed to load its {split} split")
+    naming the dataset and the split; a UsageError of its own (a file it cannot read) goes on, as
+    does an OSError (a full disk under its cache: the system's fault, not the plugin's)."""
+    data = plugin_call(lambda: dataset.load(split), f"dataset '{name}' failed to load its {split} split",
+                       passes=(OSError,))
     images, labels = getattr(data, "images", None), getattr(data, "labels", None)
     wanted = "load(split) returns Split(images uint8 [N, C, H, W], labels int64 [N], classes)"
     if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4:

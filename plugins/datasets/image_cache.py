@@ -39,10 +39,12 @@ dataset modules, and ``fslab plugins`` must stay light.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -391,6 +393,11 @@ def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable
                   "params": params, "created": time.time()}
         (folder / (f"{stem}.json" + tmp)).write_text(json.dumps(header), encoding="utf-8")
         os.replace(folder / (f"{stem}.json" + tmp), folder / f"{stem}.json")
+    except OSError as exc:  # a full disk (or quota): the line says where fslab was writing, and why
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            (folder / (images_name + tmp)).unlink(missing_ok=True)  # first, so the free space told is true
+            raise no_room(folder, stem, count * int(np.prod(shape[1:])) if shape else None) from exc
+        raise
     finally:
         for leftover in (images_name + tmp, labels_name + tmp, f"{stem}.json" + tmp):
             try:
@@ -405,6 +412,27 @@ def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable
                 pass
     print(f"fslab: cached {count:,} images of {stem} ({np.prod(shape) / 2**20:.0f} MiB) "
           f"in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+
+
+def no_room(folder: Path, stem: str, needed: int | None) -> OSError:
+    """The error for a cache that the disk holding ``folder`` has no room for (``needed`` bytes, where
+    known): the bare "No space left on device" named neither the folder nor how to choose another."""
+    try:
+        free = f"{_bytes(shutil.disk_usage(folder).free)} free there"
+    except OSError:
+        free = "the disk is full"
+    needs = f"it needs {_bytes(needed)}, " if needed else ""
+    return OSError(f"no space left for the decode cache of {stem} in {folder} ({needs}{free}); free some space "
+                   f"there, or put the cache on another disk with --set dataset.cache_dir=DIR (the synthetic "
+                   f"datasets' cache follows $XDG_CACHE_HOME)")
+
+
+def _bytes(n: int) -> str:
+    """``512 bytes``, ``48.0 KiB``, ``2.4 MiB``, ``1.2 GiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} bytes"
 
 
 class CachedDataset:
