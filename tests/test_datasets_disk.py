@@ -791,6 +791,21 @@ def test_split_sizes_refuse_a_class_name_found_in_two_splits(registry, tmp_path)
     assert sizes == {split: [2, 2, 2] for split in ("train", "val", "test")}
 
 
+def test_split_sizes_refuse_two_class_folders_that_are_one_through_a_link(registry, tmp_path):
+    # a link to another class folder made its images two classes, in one split or in two (train and test)
+    make_folder_tree(tmp_path, classes=3, per_class=2)
+    for link in (tmp_path / "test" / "test-class9", tmp_path / "train" / "train-class9"):
+        os.symlink(tmp_path / "train" / "train-class1", link)
+        with pytest.raises(UsageError) as one:
+            create(registry, "folder", tmp_path).split_sizes()
+        assert str(one.value) == (f"folder: {link} and {tmp_path / 'train' / 'train-class1'} are one folder (a link "
+                                  f"leads from one to the other), so its images would be two classes; remove the link")
+        link.unlink()
+    os.rename(tmp_path / "val" / "val-class0", tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "val" / "val-class0")  # a class folder kept on another disk
+    assert create(registry, "folder", tmp_path).split_sizes()["val"] == [2, 2, 2]
+
+
 def test_float_images_are_scaled_from_0_1_or_read_as_0_255_and_others_named(registry, tmp_path):
     # a float TIFF's pixels were clipped by PIL's convert: 0..1 data came out almost black (0 or 1)
     levels = {"unit": (np.float32(0.5), 128), "byte": (np.float32(200.4), 200)}

@@ -50,15 +50,21 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
 
 
 def refuse_shared_classes(root: Path, dataset: str) -> None:
-    """A UsageError naming a class folder name that two splits both hold, and how many names are shared.
+    """A UsageError naming a class folder name that two splits both hold, and how many names are
+    shared, or two class folders that are one folder (a link to the other): the same images as two classes.
 
     Few-shot learning tests on classes never seen in training; with the same class in
     ``train/`` and ``test/`` the test would score recognition of trained classes."""
     splits: dict[str, list[str]] = {}  # class folder name -> the splits holding it
+    folders: dict[Path, Path] = {}  # the folder a class folder is, links followed -> that class folder
     for split in ("train", "val", "test"):
-        for path in (root / split).iterdir():
+        for path in sorted((root / split).iterdir()):
             if not path.name.startswith(".") and path.is_dir():
                 splits.setdefault(path.name, []).append(split)
+                same = folders.setdefault(path.resolve(), path)
+                if same != path:
+                    raise UsageError(f"{dataset}: {path} and {same} are one folder (a link leads from one to the "
+                                     f"other), so its images would be two classes; remove the link")
     shared = sorted(name for name, where in splits.items() if len(where) > 1)
     if shared:
         first, second = splits[shared[0]][:2]
