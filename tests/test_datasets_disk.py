@@ -858,6 +858,20 @@ def test_a_missing_layout_is_one_line_naming_the_file_and_the_layout(registry, t
         create(registry, name, tmp_path / "nowhere")
 
 
+def test_a_folder_root_given_one_level_off_names_the_folder_that_holds_the_splits(registry, tmp_path):
+    # --data-root DATA/train, or an archive unpacked into DATA/mine/: "DATA/train/train not found", and no hint
+    make_folder_tree(tmp_path / "data" / "mine", classes=2, per_class=1)
+    for given, meant in ((tmp_path / "data" / "mine" / "val", tmp_path / "data" / "mine"),
+                         (tmp_path / "data", tmp_path / "data" / "mine")):
+        with pytest.raises(UsageError) as off:
+            create(registry, "folder", given)
+        assert str(off.value) == (f"folder: {given / 'train'} not found, but {meant} holds train/, val/ and test/: "
+                                  f"give --data-root {meant} (or [data_roots] folder in fslab.toml)")
+    make_folder_tree(tmp_path / "data" / "other", classes=2, per_class=1)  # two candidates: no guess
+    with pytest.raises(UsageError, match=r"data/train not found\. Expected layout: "):
+        create(registry, "folder", tmp_path / "data")
+
+
 @pytest.mark.parametrize("name", ["folder", "tieredimagenet"])
 def test_a_file_where_a_split_folder_belongs_is_one_line_naming_it(registry, tmp_path, name):
     """It was 'Not a directory: ROOT/val' and exit code 1, as if the system had failed."""

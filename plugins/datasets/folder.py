@@ -30,6 +30,22 @@ from fslab.plugin import UsageError, hookimpl
 LAYOUT = "ROOT/{train,val,test}/<class>/<image files>"
 
 
+def layout_near(root: Path) -> Path | None:
+    """The folder beside ``root`` that holds train/, val/ and test/, where ``root`` lacks them: its
+    parent, when ``root`` is one of its splits, or its one sub-folder that does (an archive unpacked
+    into a folder of its own)."""
+    def holds(folder: Path) -> bool:
+        return all((folder / split).is_dir() for split in ("train", "val", "test"))
+
+    if root.name in ("train", "val", "test") and holds(root.parent):
+        return root.parent
+    try:
+        inside = [p for p in root.iterdir() if not p.name.startswith(".") and p.is_dir() and holds(p)]
+    except OSError:  # a root this user cannot list: the plain line on the split missing says it
+        return None
+    return inside[0] if len(inside) == 1 else None
+
+
 def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     """Class folder name -> its image files (sorted), for every sub-folder of ``split_dir``."""
     if not split_dir.is_dir():  # a file where the split's folder belongs
@@ -96,6 +112,10 @@ class FolderDataset(CachedDataset):
         self.grayscale = grayscale
         self.channels = 1 if grayscale else 3
         for split in ("train", "val", "test"):
+            near = None if (self.root / split).exists() else layout_near(self.root)
+            if near is not None:
+                raise UsageError(f"{self.name}: {self.root / split} not found, but {near} holds train/, val/ and "
+                                 f"test/: give --data-root {near} (or [data_roots] {self.name} in fslab.toml)")
             require(self.root / split, self.name, LAYOUT)
 
     def split_sizes(self):
