@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -870,6 +871,22 @@ def test_a_folder_root_given_one_level_off_names_the_folder_that_holds_the_split
     make_folder_tree(tmp_path / "data" / "other", classes=2, per_class=1)  # two candidates: no guess
     with pytest.raises(UsageError, match=r"data/train not found\. Expected layout: "):
         create(registry, "folder", tmp_path / "data")
+
+
+def test_a_folder_tree_without_one_split_says_what_that_split_is_for(registry, tmp_path):
+    # a tree of train/ and test/ (no validation split, as many are shared) was told to point --data-root
+    # "at the folder holding" val/, which no folder does
+    make_folder_tree(tmp_path, classes=2, per_class=1)
+    shutil.rmtree(tmp_path / "val")
+    with pytest.raises(UsageError) as missing:
+        create(registry, "folder", tmp_path)
+    assert str(missing.value) == (f"folder: {tmp_path / 'val'} not found: the tree has train/ and test/ but no val/, "
+                                  f"whose classes fslab validates on after each epoch; give val/ class folders of its "
+                                  f"own (classes in no other split, as many as eval.ways at least)")
+    shutil.rmtree(tmp_path / "train")
+    with pytest.raises(UsageError, match=r"/train not found: the tree has test/ but no train/, whose classes fslab "
+                                         r"trains on; give train/ class folders"):
+        create(registry, "folder", tmp_path)
 
 
 @pytest.mark.parametrize("name", ["folder", "tieredimagenet"])

@@ -28,6 +28,8 @@ from fslab_plugins.datasets.image_cache import (
 from fslab.plugin import UsageError, hookimpl
 
 LAYOUT = "ROOT/{train,val,test}/<class>/<image files>"
+SPLITS = ("train", "val", "test")
+USES = {"train": "trains on", "val": "validates on after each epoch", "test": "tests on at the end"}
 
 
 def layout_near(root: Path) -> Path | None:
@@ -116,6 +118,11 @@ class FolderDataset(CachedDataset):
             if near is not None:
                 raise UsageError(f"{self.name}: {self.root / split} not found, but {near} holds train/, val/ and "
                                  f"test/: give --data-root {near} (or [data_roots] {self.name} in fslab.toml)")
+            if not (self.root / split).exists() and (present := [s for s in SPLITS if (self.root / s).exists()]):
+                raise UsageError(f"{self.name}: {self.root / split} not found: the tree has "
+                                 f"{' and '.join(f'{s}/' for s in present)} but no {split}/, whose classes fslab "
+                                 f"{USES[split]}; give {split}/ class folders of its own (classes in no other split, "
+                                 f"as many as eval.ways at least)")
             require(self.root / split, self.name, LAYOUT)
 
     def split_sizes(self):
