@@ -887,6 +887,9 @@ def test_a_folder_tree_without_one_split_says_what_that_split_is_for(registry, t
     with pytest.raises(UsageError, match=r"/train not found: the tree has test/ but no train/, whose classes fslab "
                                          r"trains on; give train/ class folders"):
         create(registry, "folder", tmp_path)
+    os.symlink(tmp_path / "unmounted" / "train", tmp_path / "train")  # not "no train/": a link to what is gone
+    with pytest.raises(UsageError, match=rf"^{tmp_path / 'train'} is a broken link \(to .*unmounted/train\)"):
+        create(registry, "folder", tmp_path)
 
 
 @pytest.mark.parametrize("name", ["folder", "tieredimagenet"])

@@ -32,14 +32,33 @@ SPLITS = ("train", "val", "test")
 USES = {"train": "trains on", "val": "validates on after each epoch", "test": "tests on at the end"}
 
 
+def refuse_missing_split(root: Path, dataset: str) -> None:
+    """A UsageError for the first of train/, val/ and test/ that ``root`` lacks: the folder to give
+    instead where ``root`` is one level off, what the split is for where the tree has the others."""
+    for split in SPLITS:
+        if (root / split).exists():
+            continue
+        refuse_broken_link(root / split)  # a split folder kept on a disk that is not mounted
+        near = layout_near(root)
+        if near is not None:
+            raise UsageError(f"{dataset}: {root / split} not found, but {near} holds train/, val/ and test/: "
+                             f"give --data-root {near} (or [data_roots] {dataset} in fslab.toml)")
+        present = " and ".join(f"{s}/" for s in SPLITS if (root / s).exists())
+        if present:
+            raise UsageError(f"{dataset}: {root / split} not found: the tree has {present} but no {split}/, whose "
+                             f"classes fslab {USES[split]}; give {split}/ class folders of its own (classes in no "
+                             f"other split, as many as eval.ways at least)")
+        require(root / split, dataset, LAYOUT)
+
+
 def layout_near(root: Path) -> Path | None:
     """The folder beside ``root`` that holds train/, val/ and test/, where ``root`` lacks them: its
     parent, when ``root`` is one of its splits, or its one sub-folder that does (an archive unpacked
     into a folder of its own)."""
     def holds(folder: Path) -> bool:
-        return all((folder / split).is_dir() for split in ("train", "val", "test"))
+        return all((folder / split).is_dir() for split in SPLITS)
 
-    if root.name in ("train", "val", "test") and holds(root.parent):
+    if root.name in SPLITS and holds(root.parent):
         return root.parent
     try:
         inside = [p for p in root.iterdir() if not p.name.startswith(".") and p.is_dir() and holds(p)]
@@ -75,7 +94,7 @@ def refuse_shared_classes(root: Path, dataset: str) -> None:
     ``train/`` and ``test/`` the test would score recognition of trained classes."""
     splits: dict[str, list[str]] = {}  # class folder name -> the splits holding it
     folders: dict[Path, Path] = {}  # the folder a class folder is, links followed -> that class folder
-    for split in ("train", "val", "test"):
+    for split in SPLITS:
         for path in sorted((root / split).iterdir()):
             if not path.name.startswith(".") and path.is_dir():
                 splits.setdefault(path.name, []).append(split)
@@ -113,17 +132,7 @@ class FolderDataset(CachedDataset):
         super().__init__(root, image_size=image_size, cache_dir=cache_dir, check_counts=False)
         self.grayscale = grayscale
         self.channels = 1 if grayscale else 3
-        for split in ("train", "val", "test"):
-            near = None if (self.root / split).exists() else layout_near(self.root)
-            if near is not None:
-                raise UsageError(f"{self.name}: {self.root / split} not found, but {near} holds train/, val/ and "
-                                 f"test/: give --data-root {near} (or [data_roots] {self.name} in fslab.toml)")
-            if not (self.root / split).exists() and (present := [s for s in SPLITS if (self.root / s).exists()]):
-                raise UsageError(f"{self.name}: {self.root / split} not found: the tree has "
-                                 f"{' and '.join(f'{s}/' for s in present)} but no {split}/, whose classes fslab "
-                                 f"{USES[split]}; give {split}/ class folders of its own (classes in no other split, "
-                                 f"as many as eval.ways at least)")
-            require(self.root / split, self.name, LAYOUT)
+        refuse_missing_split(self.root, self.name)
 
     def split_sizes(self):
         sizes = super().split_sizes()  # every split's class folders listed and counted first
