@@ -355,3 +355,62 @@ def test_a_relative_mlflow_store_is_taken_from_the_project_too(tmp_path, monkeyp
     client = MlflowClient(tracking_uri=(project / "store").as_uri())
     (found,) = client.search_runs([client.get_experiment_by_name("fslab").experiment_id])
     assert [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, "train/loss")] == [(3, 2.5)]
+
+
+def test_fslab_eval_s_scores_are_placed_at_the_step_of_the_checkpoint_they_scored(tmp_path, monkeypatch):
+    """A run killed at step 5, its checkpoint at step 3, then scored by fslab eval: the scores were placed
+    at step 5 (where the log stood), so the resumed run's TensorBoard, purging from step 4 on, hid them,
+    and an export after the resume moved them to step 3. W&B, which refuses a step below one it has
+    logged, charts them on their own axis, checkpoint_step."""
+    from fslab_plugins.sinks.mlflow import MLflowSink
+    from fslab_plugins.sinks.tensorboard import TensorBoardSink
+    from fslab_plugins.sinks.wandb import WandbSink
+    from mlflow.tracking import MlflowClient
+
+    from fslab.plugin import SinkRun
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-ckst"
+    run_dir.mkdir(parents=True)
+    config = {"method": "nca", "seed": 0, "loss": {"name": "nca"}, "backbone": {"name": "conv4"},
+              "dataset": {"name": "synthetic"}, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    stream = [{"event": "start", "time": 0.0}]
+    stream += [{"event": "train", "time": float(s), "step": s, "epoch": 1 + (s > 3), "loss": 3.0 - s / 10}
+               for s in (1, 2, 3)]
+    stream += [{"event": "checkpoint", "time": 3.5, "epoch": 1, "step": 3, "path": "checkpoints/last.pt"}]
+    stream += [{"event": "train", "time": float(s), "step": s, "epoch": 2, "loss": 3.0 - s / 10} for s in (4, 5)]
+    stream += [{"event": "eval", "time": 9.0, "source": "fslab eval", "split": "test", "ways": 5, "shots": 1,
+                "queries": 5, "episodes": 30, "evaluator": "centroid", "metric": "accuracy", "seed": 0,
+                "stream": 2, "epoch": 1, "accuracy": 0.41, "ci95": 0.04}]
+    run = SinkRun(run_dir.name, str(run_dir), config, replay=True, state="killed")
+    for sink in (TensorBoardSink(run), MLflowSink(run), WandbSink(run)):
+        for event in stream:
+            sink.write(event)
+        sink.close()
+    tag = "eval/test/5way_1shot/centroid/5q_30ep/accuracy"
+    assert [(s.step, s.value) for s in _board(run_dir / "tb").Scalars(tag)] == [(3, pytest.approx(0.41))]
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("fslab").experiment_id])
+    assert [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, tag)] == [(3, 0.41)]
+    assert [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, "train/loss")] == [
+        (s, pytest.approx(3.0 - s / 10)) for s in (1, 2, 3, 4, 5)]
+
+    def key(item) -> str:
+        return item.key or "/".join(item.nested_key)
+
+    (folder,) = _offline(run_dir)
+
+    def written() -> list | None:
+        """The rows holding the score, with their step and checkpoint_step; None until the file holds them."""
+        try:
+            records = wandb_records(folder / f"run-{run_dir.name}.wandb")
+        except Exception:
+            return None
+        rows = [{key(item): json.loads(item.value_json) for item in r.history.item}
+                for r in records if r.WhichOneof("record_type") == "history"]
+        found = [(row["_step"], row.get("checkpoint_step"), row[tag]) for row in rows if tag in row]
+        return found or None
+
+    assert wait_for(written, timeout=120, what="W&B's history record") == [(5, 3, 0.41)]

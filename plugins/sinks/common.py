@@ -103,6 +103,29 @@ def eval_values(event: dict) -> dict[str, float]:
     return {metric: float(event["accuracy"]), f"{metric}_ci95": float(event["ci95"])}
 
 
+class StepAxis:
+    """The training step each event is placed at: its own ``step``, else the
+    last one logged before it; but an evaluation ``fslab eval`` made afterwards
+    (it names its ``source``) scored the checkpoint of its ``epoch``, and is
+    placed at that checkpoint's step. It is appended to the log wherever the run
+    stood: a run killed at step 25 with its checkpoint at step 21 placed the
+    scores at 25, a resume then hid them in TensorBoard (purged from step 22 on),
+    and an export after the resume moved them to 21."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.checkpoints: dict[int, int] = {}  # epoch -> the step of its checkpoint event
+
+    def place(self, event: dict) -> int:
+        """The step of ``event``, which the events come through in their order."""
+        if event.get("source") and event.get("epoch") in self.checkpoints:
+            return self.checkpoints[event["epoch"]]
+        self.step = int(event.get("step", self.step))
+        if event.get("event") == "checkpoint" and isinstance(event.get("epoch"), int):
+            self.checkpoints[event["epoch"]] = self.step
+        return self.step
+
+
 # The numbers of a train event that are not one of its counters' own fields.
 TRAIN_SKIP = ("event", "time", "step", "epoch")
 

@@ -27,7 +27,15 @@ import os
 import re
 from pathlib import Path
 
-from fslab_plugins.sinks.common import eval_prefix, eval_values, installed, need, project_path, train_values
+from fslab_plugins.sinks.common import (
+    StepAxis,
+    eval_prefix,
+    eval_values,
+    installed,
+    need,
+    project_path,
+    train_values,
+)
 
 from fslab.plugin import dotted, hookimpl
 
@@ -129,13 +137,13 @@ class MLflowSink:
             for i in range(0, len(params), 100):
                 self.client.log_batch(self.mlflow_run, params=params[i:i + 100])
         self.pending: list = []
-        self.step = 0
+        self.steps = StepAxis()
 
     def write(self, event: dict) -> None:
         from mlflow.entities import Metric
 
         kind = event.get("event")
-        self.step = int(event.get("step", self.step))
+        step = self.steps.place(event)
         stamp = int(float(event.get("time", 0)) * 1000)
         if kind == "train":
             values = {f"train/{k}": v for k, v in train_values(event).items()}
@@ -144,7 +152,7 @@ class MLflowSink:
             values = {f"{prefix}/{k}": v for k, v in eval_values(event).items()}
         else:
             values = {}
-        self.pending += [Metric(metric_key(k), v, stamp, self.step) for k, v in values.items()]
+        self.pending += [Metric(metric_key(k), v, stamp, step) for k, v in values.items()]
         if len(self.pending) >= BATCH or kind in ("eval", "checkpoint", "end"):
             self._flush()
 

@@ -6,8 +6,9 @@ Tags: ``train/loss``, ``train/positives``, ``train/negatives``, ``train/lr``,
 ``train/images_per_s`` (and any counter the loss adds), and per evaluation
 ``val/5way_1shot/accuracy`` and ``.../accuracy_ci95`` (``test/...`` for the
 test, with the evaluator's label where it is not the run's own), all on the
-training step. The resolved configuration is the text ``config``, and at the
-end the hyperparameters (HPARAMS tab) with the final test scores as their
+training step (a later ``fslab eval``'s at the step of the checkpoint it
+scored). The resolved configuration is the text ``config``, and at the end
+the hyperparameters (HPARAMS tab) with the final test scores as their
 metrics, named as their scalars (``.../map`` for a run tested in mAP). A
 resumed run purges what it logged after its checkpoint, as TensorBoard's
 ``purge_step`` does; ``fslab export`` rewrites the folder.
@@ -24,6 +25,7 @@ import threading
 from pathlib import Path
 
 from fslab_plugins.sinks.common import (
+    StepAxis,
     eval_prefix,
     eval_values,
     installed,
@@ -67,25 +69,25 @@ class TensorBoardSink:
         if run.replay:  # an export replaces what an earlier export or the live run wrote
             shutil.rmtree(self.folder, ignore_errors=True)
         self.writer = self.board.SummaryWriter(str(self.folder))
-        self.step = 0
+        self.steps = StepAxis()
         self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
     def write(self, event: dict) -> None:
         kind = event.get("event")
-        self.step = int(event.get("step", self.step))
+        step = self.steps.place(event)
         if kind == "start":
             text = json.dumps(self.run.config, indent=2)
             self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: shown as code
         elif kind == "resume":  # the events after the checkpoint are logged again: hide the old ones
             self.writer.close()
-            self.writer = self.board.SummaryWriter(str(self.folder), purge_step=self.step + 1)
+            self.writer = self.board.SummaryWriter(str(self.folder), purge_step=step + 1)
         elif kind == "train":
             for key, value in train_values(event).items():
-                self.writer.add_scalar(f"train/{key}", value, self.step)
+                self.writer.add_scalar(f"train/{key}", value, step)
         elif kind == "eval":
             prefix = eval_prefix(event, self.run.config)
             for key, value in eval_values(event).items():
-                self.writer.add_scalar(f"{prefix}/{key}", value, self.step)
+                self.writer.add_scalar(f"{prefix}/{key}", value, step)
             self.metric = result_metric(event, self.run.config) or self.metric
         elif kind == "end":
             self._hparams(event["results"])

@@ -4,7 +4,8 @@ The W&B run takes the fslab run's id as its id and name, the resolved
 configuration as its config, the method as its job type, the sweep as its
 group and method, loss, backbone, dataset and seed as tags. Training numbers
 (``train/loss``, ...) and each evaluation (``val/5way_5shot/accuracy``, ...)
-are logged on the training step; the summary holds the final test scores, named
+are logged on the training step (a later ``fslab eval``'s ``eval/...`` charted
+against ``checkpoint_step``, the step of the checkpoint it scored); the summary holds the final test scores, named
 as their scalars (``test/5way_1shot/accuracy``, ``.../map``).
 
 ``mode = "offline"`` (the default) writes the run under ``runs/<id>/wandb/``
@@ -23,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from fslab_plugins.sinks.common import (
+    StepAxis,
     eval_prefix,
     eval_values,
     installed,
@@ -36,6 +38,9 @@ from fslab_plugins.sinks.common import (
 from fslab.plugin import hookimpl, one_of
 
 EXIT_CODE = {"completed": 0, "killed": 130}
+# The step axis of fslab eval's scores (eval/...): the step of the checkpoint they scored, which W&B
+# refuses as the step of a log once a later one is logged (a run killed after its checkpoint).
+EVAL_STEP = "checkpoint_step"
 
 
 class WandbSink:
@@ -61,17 +66,21 @@ class WandbSink:
             tags=[tags[k] for k in ("method", "loss", "backbone", "dataset") if tags.get(k)] + [f"seed={tags['seed']}"],
             settings=wandb.Settings(silent=True, console="off"),
         )
-        self.step = 0
+        self.wandb_run.define_metric("eval/*", step_metric=EVAL_STEP)
+        self.steps = StepAxis()
         self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
     def write(self, event: dict) -> None:
         kind = event.get("event")
-        self.step = int(event.get("step", self.step))
+        step = self.steps.place(event)
         if kind == "train":
-            self.wandb_run.log({f"train/{k}": v for k, v in train_values(event).items()}, step=self.step)
+            self.wandb_run.log({f"train/{k}": v for k, v in train_values(event).items()}, step=step)
         elif kind == "eval":
             prefix = eval_prefix(event, self.run.config)
-            self.wandb_run.log({f"{prefix}/{k}": v for k, v in eval_values(event).items()}, step=self.step)
+            values = {f"{prefix}/{k}": v for k, v in eval_values(event).items()}
+            if event.get("source"):  # logged where the log stands, charted at its checkpoint's step
+                values[EVAL_STEP] = step
+            self.wandb_run.log(values, step=self.steps.step)
             self.metric = result_metric(event, self.run.config) or self.metric
         elif kind == "end":
             for shots, result in event["results"].items():
