@@ -445,6 +445,38 @@ def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(stor
         shutil.rmtree(copy)
 
 
+
+def test_fslab_eval_goes_on_past_a_sink_whose_server_does_not_answer(store):
+    """A run sent to MLflow and TensorBoard as it trained, the MLflow server down since: fslab eval of
+    two such runs stopped at the first one's MLflow export (exit code 1), so TensorBoard never got its new
+    scores and the second run was never scored, where a sink that fails is a warning and the scores stay."""
+    import socket
+
+    project, real, env = store
+    copies = [_copy(project / "runs", real.name, f"20200101-00001{i}-nca-down") for i in (0, 1)]
+    with socket.socket() as closed:  # bound, never listening: a connection to it is refused
+        closed.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        for copy in copies:
+            config = json.loads((copy / "config.json").read_text())
+            sinks = {"mlflow": {"tracking_uri": uri, "experiment": "fslab"}, "tensorboard": {"log_dir": ""}}
+            (copy / "config.json").write_text(json.dumps({**config, "sinks": sinks}))
+        out = fslab("eval", *(c.name for c in copies), "--shots", "1", "--episodes", "20", cwd=project, env=env,
+                    timeout=120)
+    try:
+        assert out.returncode == 0, out.stderr
+        lines = out.stderr.splitlines()
+        for copy in copies:
+            assert (f"warning: sink 'mlflow' failed: no MLflow server answers at {uri} ([Errno 111] Connection "
+                    f"refused); start it (mlflow server --port ...), or give the sink's tracking_uri; the scores "
+                    f"are saved; send the scores later with: fslab export {copy.name} --to mlflow") in lines
+            assert any(line.startswith(f"{copy.name}: sent again to tensorboard") for line in lines)
+            assert "eval/test/5way_1shot/centroid/5q_20ep/accuracy" in _board(copy / "tb").Tags()["scalars"]
+            assert [p.name for p in (copy / "evaluations").glob("*-20ep-*")]
+    finally:
+        for copy in copies:
+            shutil.rmtree(copy)
+
 READ_ONLY_SINK = '''
 import errno, os
 from pathlib import Path

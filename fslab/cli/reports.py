@@ -240,7 +240,7 @@ def _send_to_sinks(found, run_) -> None:
         later = f"send the scores later with: fslab export {run_.id} --to {name}"
         try:
             done = export_run(found, run_, name, checked_layers(found, settings(), name, {}))
-        except UsageError as exc:  # the sink's package missing, the tracker failing, the run still running
+        except FslabError as exc:  # the sink's package missing, the tracker failing or unreachable, the run running
             err_console.print(f"warning: {shown(str(exc))}; the scores are saved; {later}", highlight=False)
             continue
         err_console.print(f"{run_.id}: sent again to {name} with the new scores ({done['events']} events)",
