@@ -477,6 +477,33 @@ def test_fslab_eval_goes_on_past_a_sink_whose_server_does_not_answer(store):
         for copy in copies:
             shutil.rmtree(copy)
 
+
+def test_wandb_on_a_full_disk_is_one_line_not_a_traceback_per_log_line(store):
+    """W&B writes its debug.log through Python's logging, which printed a traceback ("--- Logging error
+    ---") for each line it could not write: 400 lines on stderr before the sink's one line. A limit on
+    the size of the files the command writes stands in for a full disk (EFBIG where ENOSPC would be)."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("wandb")
+    project, real, env = store
+    copy = _copy(project / "runs", real.name, "20200101-000020-nca-full")
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    try:
+        out = subprocess.run([sys.executable, "-m", "fslab", "export", copy.name, "--to", "wandb"], cwd=project,
+                             env=env, capture_output=True, text=True, timeout=300, preexec_fn=small_files)
+        assert out.returncode == 1
+        assert out.stderr == f"error: {copy.name}: sink 'wandb' failed: OSError: [Errno 27] File too large\n"
+        assert json.loads((copy / "config.json").read_text()) == json.loads((real / "config.json").read_text())
+    finally:
+        shutil.rmtree(copy)
+
 READ_ONLY_SINK = '''
 import errno, os
 from pathlib import Path

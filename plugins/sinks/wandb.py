@@ -19,6 +19,7 @@ second offline record of the same id. Needs ``pip install 'fslab[wandb]'``.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -43,11 +44,20 @@ EXIT_CODE = {"completed": 0, "killed": 130}
 EVAL_STEP = "checkpoint_step"
 
 
+def quiet_logging_errors() -> None:
+    """W&B logs to ``debug.log`` in the run's W&B folder through Python's logging,
+    which prints a traceback for each line it cannot write: a full disk turned
+    the sink's one line into hundreds on stderr (or in the run's ``stderr.log``).
+    The sink's failure is said once, from the error W&B itself then raises."""
+    logging.raiseExceptions = False
+
+
 class WandbSink:
     """One fslab run as one W&B run (see the module)."""
 
     def __init__(self, run, *, project: str = "fslab", mode: str = "offline", dir: str = "") -> None:
         wandb = need("wandb", "wandb", "wandb")
+        quiet_logging_errors()
         self.run = run
         folder = project_path(dir, run) if dir else Path(run.path)
         folder.mkdir(parents=True, exist_ok=True)
