@@ -504,6 +504,47 @@ def test_wandb_on_a_full_disk_is_one_line_not_a_traceback_per_log_line(store):
     finally:
         shutil.rmtree(copy)
 
+
+@pytest.mark.parametrize("sink", ["tensorboard", "wandb"])
+def test_an_export_that_fails_midway_keeps_the_earlier_record(store, sink):
+    """The sinks removed the earlier record (TensorBoard's folder, W&B's offline record) before writing
+    the new one: an export that then failed (a full disk; a limit on the size of the files the command
+    writes stands in for it) left the tracker with a record cut short, or none, for a run it had whole."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip(sink)
+    project, real, env = store
+    copy = _copy(project / "runs", real.name, f"20200101-00003{len(sink) % 10}-nca-keep")
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    def record() -> dict[str, bytes]:
+        """Every file of the run's record in the sink, by its path, with its bytes."""
+        folder = copy / ("tb" if sink == "tensorboard" else "wandb")
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+                if p.is_file() and not p.is_symlink()}
+
+    try:
+        done = fslab("export", copy.name, "--to", sink, cwd=project, env=env)
+        assert done.returncode == 0, done.stderr
+        before = record()
+        assert any(len(data) > 3000 for data in before.values())  # more than the limit lets the export write
+        out = subprocess.run([sys.executable, "-m", "fslab", "export", copy.name, "--to", sink], cwd=project,
+                             env=env, capture_output=True, text=True, timeout=300, preexec_fn=small_files)
+        assert out.returncode == 1
+        assert out.stderr == f"error: {copy.name}: sink '{sink}' failed: OSError: [Errno 27] File too large\n"
+        assert record() == before
+        assert [p.name for p in copy.iterdir() if p.name.startswith((".tb", ".offline"))] == []
+        if sink == "wandb":
+            assert not list((copy / "wandb").glob(".offline-run-*"))
+    finally:
+        shutil.rmtree(copy)
+
 READ_ONLY_SINK = '''
 import errno, os
 from pathlib import Path

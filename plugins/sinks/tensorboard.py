@@ -11,7 +11,8 @@ scored). The resolved configuration is the text ``config``, and at the end
 the hyperparameters (HPARAMS tab) with the final test scores as their
 metrics, named as their scalars (``.../map`` for a run tested in mAP). A
 resumed run purges what it logged after its checkpoint, as TensorBoard's
-``purge_step`` does; ``fslab export`` rewrites the folder.
+``purge_step`` does; ``fslab export`` writes the folder anew beside the earlier
+one, which it replaces once written whole (an export that fails keeps it).
 
 Writing uses ``torch.utils.tensorboard``, which needs the ``tensorboard``
 package (``pip install 'fslab[tensorboard]'``).
@@ -20,6 +21,7 @@ package (``pip install 'fslab[tensorboard]'``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -66,13 +68,23 @@ class TensorBoardSink:
         quiet_writer_threads()
         self.run = run
         self.folder = project_path(log_dir, run) / run.id if log_dir else Path(run.path) / "tb"
-        if run.replay:  # an export replaces what an earlier export or the live run wrote
-            shutil.rmtree(self.folder, ignore_errors=True)
-        self.writer = self.board.SummaryWriter(str(self.folder))
+        self.writing = self.folder  # an export writes beside the earlier record, which it replaces once whole
+        if run.replay:
+            self.writing = self.folder.with_name(f".{self.folder.name}.export")
+            shutil.rmtree(self.writing, ignore_errors=True)  # what an export killed midway left
+        self.failed = False
+        self.writer = self.board.SummaryWriter(str(self.writing))
         self.steps = StepAxis()
         self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
     def write(self, event: dict) -> None:
+        try:
+            self._write(event)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _write(self, event: dict) -> None:
         kind = event.get("event")
         step = self.steps.place(event)
         if kind == "start":
@@ -80,7 +92,7 @@ class TensorBoardSink:
             self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: shown as code
         elif kind == "resume":  # the events after the checkpoint are logged again: hide the old ones
             self.writer.close()
-            self.writer = self.board.SummaryWriter(str(self.folder), purge_step=step + 1)
+            self.writer = self.board.SummaryWriter(str(self.writing), purge_step=step + 1)
         elif kind == "train":
             for key, value in train_values(event).items():
                 self.writer.add_scalar(f"train/{key}", value, step)
@@ -106,7 +118,27 @@ class TensorBoardSink:
             self.writer.file_writer.add_summary(summary)
 
     def close(self) -> None:
-        self.writer.close()
+        try:
+            self.writer.close()
+        except BaseException:
+            self.failed = True
+            raise
+        finally:
+            if self.writing != self.folder:
+                self._replace()
+
+    def _replace(self) -> None:
+        """An export's record in place of the earlier one, once it is written whole; one that failed
+        midway (a full disk) is removed instead, and the earlier record is kept as it was."""
+        if self.failed:
+            shutil.rmtree(self.writing, ignore_errors=True)
+            return
+        old = self.folder.with_name(f".{self.folder.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if self.folder.exists():
+            os.replace(self.folder, old)
+        os.replace(self.writing, self.folder)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @hookimpl

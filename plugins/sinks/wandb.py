@@ -11,8 +11,9 @@ as their scalars (``test/5way_1shot/accuracy``, ``.../map``).
 ``mode = "offline"`` (the default) writes the run under ``runs/<id>/wandb/``
 and sends nothing; ``wandb sync runs/<id>/wandb/offline-run-*`` uploads it
 later. ``mode = "online"`` sends it as it goes (to the account of ``wandb
-login``). ``fslab export`` removes the offline record an earlier export or the
-live run left for the run before writing a new one; a resumed run starts a
+login``). ``fslab export`` sets the offline records an earlier export or the live
+run left for the run aside, and removes them once its own is written whole
+(an export that fails removes its own and puts them back); a resumed run starts a
 second offline record of the same id. Needs ``pip install 'fslab[wandb]'``.
 """
 
@@ -66,21 +67,58 @@ class WandbSink:
                 raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(folder))
             raise PermissionError(errno.EACCES, "this user cannot write there (a read-only store?); give the sink "
                                   "a dir= this user can write", str(folder))
-        if run.replay:
-            for earlier in (folder / "wandb").glob(f"offline-run-*-{run.id}"):
-                shutil.rmtree(earlier, ignore_errors=True)
+        self.records, self.failed = folder / "wandb", False
+        self.earlier = self._set_aside() if run.replay else []
         tags = run.tags()
-        self.wandb_run = wandb.init(
-            project=project, id=run.id, name=run.id, dir=str(folder), mode=mode, config=run.config,
-            job_type=tags["method"], group=tags.get("sweep"), resume="allow",
-            tags=[tags[k] for k in ("method", "loss", "backbone", "dataset") if tags.get(k)] + [f"seed={tags['seed']}"],
-            settings=wandb.Settings(silent=True, console="off"),
-        )
+        try:
+            self.wandb_run = wandb.init(
+                project=project, id=run.id, name=run.id, dir=str(folder), mode=mode, config=run.config,
+                job_type=tags["method"], group=tags.get("sweep"), resume="allow",
+                tags=[tags[k] for k in ("method", "loss", "backbone", "dataset") if tags.get(k)]
+                + [f"seed={tags['seed']}"],
+                settings=wandb.Settings(silent=True, console="off"),
+            )
+        except BaseException:
+            self.failed = True
+            self._settle()
+            raise
         self.wandb_run.define_metric("eval/*", step_metric=EVAL_STEP)
         self.steps = StepAxis()
         self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
+    def _set_aside(self) -> list[tuple[Path, Path]]:
+        """The offline records an earlier export or the live run left, renamed to hidden names (which
+        neither ``wandb sync`` nor this export's record takes) until this export's record is whole."""
+        moved = []
+        for path in sorted(self.records.glob(f"offline-run-*-{self.run.id}")):
+            aside = path.with_name(f".{path.name}.old")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(path, aside)
+            moved.append((path, aside))
+        return moved
+
+    def _settle(self) -> None:
+        """An export's record in place of the earlier ones, once written whole; one that failed midway
+        (a full disk) is removed instead, and the earlier ones are put back as they were."""
+        if not self.run.replay:
+            return
+        if not self.failed:
+            for aside in self.records.glob(f".offline-run-*-{self.run.id}.old"):  # an export killed midway's too
+                shutil.rmtree(aside, ignore_errors=True)
+            return
+        for path in self.records.glob(f"offline-run-*-{self.run.id}"):
+            shutil.rmtree(path, ignore_errors=True)
+        for path, aside in self.earlier:
+            os.replace(aside, path)
+
     def write(self, event: dict) -> None:
+        try:
+            self._write(event)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _write(self, event: dict) -> None:
         kind = event.get("event")
         step = self.steps.place(event)
         if kind == "train":
@@ -99,7 +137,13 @@ class WandbSink:
                 self.wandb_run.summary[f"{key}_ci95"] = result["ci95"]
 
     def close(self) -> None:
-        self.wandb_run.finish(exit_code=EXIT_CODE.get(self.run.state, 1))
+        try:
+            self.wandb_run.finish(exit_code=EXIT_CODE.get(self.run.state, 1))
+        except BaseException:
+            self.failed = True
+            raise
+        finally:
+            self._settle()
 
 
 @hookimpl
