@@ -505,11 +505,12 @@ def test_wandb_on_a_full_disk_is_one_line_not_a_traceback_per_log_line(store):
         shutil.rmtree(copy)
 
 
-@pytest.mark.parametrize("sink", ["tensorboard", "wandb"])
-def test_an_export_that_fails_midway_keeps_the_earlier_record(store, sink):
-    """The sinks removed the earlier record (TensorBoard's folder, W&B's offline record) before writing
-    the new one: an export that then failed (a full disk; a limit on the size of the files the command
-    writes stands in for it) left the tracker with a record cut short, or none, for a run it had whole."""
+@pytest.mark.parametrize(("sink", "limit"), [("tensorboard", 3000), ("wandb", 3000), ("mlflow", 1000)])
+def test_an_export_that_fails_midway_keeps_the_earlier_record(store, sink, limit):
+    """The sinks removed the earlier record (TensorBoard's folder, W&B's offline record, the MLflow run)
+    before writing the new one: an export that then failed (a full disk; a limit on the size of the files
+    the command writes stands in for it, one MLflow's artifact config.json passes) left the tracker a record
+    cut short (an MLflow run still RUNNING, without artifacts), or none, for a run it had whole."""
     import resource
     import signal
     import subprocess
@@ -521,10 +522,19 @@ def test_an_export_that_fails_midway_keeps_the_earlier_record(store, sink):
 
     def small_files():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
-        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    def record() -> dict[str, bytes]:
-        """Every file of the run's record in the sink, by its path, with its bytes."""
+    def record() -> dict:
+        """The run's record in the sink: each file with its bytes; for MLflow each active run's state."""
+        if sink == "mlflow":
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=(project / "mlruns").as_uri())
+            found = client.search_runs([client.get_experiment_by_name("fslab").experiment_id],
+                                       filter_string=f"tags.`fslab.run_id` = '{copy.name}'")
+            return {r.info.run_id: (r.info.status, sorted(a.path for a in client.list_artifacts(r.info.run_id)),
+                                    r.data.metrics) for r in found}
         folder = copy / ("tb" if sink == "tensorboard" else "wandb")
         return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
                 if p.is_file() and not p.is_symlink()}
@@ -533,7 +543,7 @@ def test_an_export_that_fails_midway_keeps_the_earlier_record(store, sink):
         done = fslab("export", copy.name, "--to", sink, cwd=project, env=env)
         assert done.returncode == 0, done.stderr
         before = record()
-        assert any(len(data) > 3000 for data in before.values())  # more than the limit lets the export write
+        assert len(before) == 1 if sink == "mlflow" else any(len(data) > limit for data in before.values())
         out = subprocess.run([sys.executable, "-m", "fslab", "export", copy.name, "--to", sink], cwd=project,
                              env=env, capture_output=True, text=True, timeout=300, preexec_fn=small_files)
         assert out.returncode == 1

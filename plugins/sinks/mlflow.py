@@ -15,13 +15,15 @@ By default it writes to a file store in ``mlruns/`` beside the runs folder
 a relative folder is taken from beside the runs folder, as ``mlruns/`` is). MLflow
 keeps its file store in maintenance mode and refuses it unless
 ``MLFLOW_ALLOW_FILE_STORE`` is set: the sink sets it for its own process when
-the URI is a file store. ``fslab export`` deletes the MLflow run an earlier
-export or the live run left for the same fslab run and writes a new one.
+the URI is a file store. ``fslab export`` writes a new MLflow run and, once it
+is whole, deletes the one an earlier export or the live run left for the same
+fslab run (an export that fails midway deletes its own instead).
 Needs ``pip install 'fslab[mlflow]'``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -117,29 +119,39 @@ class MLflowSink:
         found = self.client.get_experiment_by_name(experiment)
         self.experiment = found.experiment_id if found else self.client.create_experiment(experiment)
         tags = {f"fslab.{key}": value for key, value in run.tags().items()}
-        records = exported(self.client, uri, self.experiment) if run.replay else None
-        if records is None:
+        self.records = exported(self.client, uri, self.experiment) if run.replay else None
+        if self.records is None:
             earlier = [found.info.run_id for found in self.client.search_runs(
                 [self.experiment], filter_string=f"tags.`fslab.run_id` = '{run.id}'")]
         else:
-            earlier = records.pop(run.id, [])
+            earlier = list(self.records.get(run.id, []))
+        self.mlflow_run, self.failed = None, False
+        self.stale = earlier if run.replay else []  # an export replaces them, never adds a second copy
         if earlier and not run.replay:  # a resumed run goes on in its MLflow run
             self.mlflow_run = earlier[0]
             self.client.update_run(self.mlflow_run, status="RUNNING")
         else:
-            for stale in earlier:  # an export replaces, never adds a second copy
-                self.client.delete_run(stale)
-            self.mlflow_run = self.client.create_run(self.experiment, run_name=run.id, tags=tags).info.run_id
-            if records is not None:
-                records[run.id] = [self.mlflow_run]
-            params = [Param(key, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:PARAM_LIMIT])
-                      for key, v in dotted(run.config).items()]
-            for i in range(0, len(params), 100):
-                self.client.log_batch(self.mlflow_run, params=params[i:i + 100])
+            try:
+                self.mlflow_run = self.client.create_run(self.experiment, run_name=run.id, tags=tags).info.run_id
+                params = [Param(key, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:PARAM_LIMIT])
+                          for key, v in dotted(run.config).items()]
+                for i in range(0, len(params), 100):
+                    self.client.log_batch(self.mlflow_run, params=params[i:i + 100])
+            except BaseException:
+                self.failed = True
+                self._settle()
+                raise
         self.pending: list = []
         self.steps = StepAxis()
 
     def write(self, event: dict) -> None:
+        try:
+            self._write(event)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _write(self, event: dict) -> None:
         from mlflow.entities import Metric
 
         kind = event.get("event")
@@ -162,12 +174,34 @@ class MLflowSink:
         self.pending = []
 
     def close(self) -> None:
-        self._flush()
-        for name in ("config.json", "results.json"):
-            path = Path(self.run.path) / name
-            if path.is_file():
-                self.client.log_artifact(self.mlflow_run, str(path))
-        self.client.set_terminated(self.mlflow_run, STATUS.get(self.run.state, "FAILED"))
+        try:
+            self._flush()
+            for name in ("config.json", "results.json"):
+                path = Path(self.run.path) / name
+                if path.is_file():
+                    self.client.log_artifact(self.mlflow_run, str(path))
+            self.client.set_terminated(self.mlflow_run, STATUS.get(self.run.state, "FAILED"))
+        except BaseException:
+            self.failed = True
+            raise
+        finally:
+            self._settle()
+
+    def _settle(self) -> None:
+        """An export's MLflow run in place of the earlier ones, once it is whole (metrics, artifacts and
+        status written): they are deleted then; one that failed midway (a full disk) is deleted instead,
+        and the earlier ones are kept as they were. A live run keeps its MLflow run either way."""
+        if not self.run.replay:
+            return
+        if self.failed:
+            if self.mlflow_run is not None:
+                with contextlib.suppress(Exception):  # a store refusing this too keeps the earlier runs as well
+                    self.client.delete_run(self.mlflow_run)
+            return
+        for stale in self.stale:
+            self.client.delete_run(stale)
+        if self.records is not None:
+            self.records[self.run.id] = [self.mlflow_run]
 
 
 @hookimpl
