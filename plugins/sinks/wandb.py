@@ -74,8 +74,9 @@ class WandbSink:
             self.wandb_run = wandb.init(
                 project=project, id=run.id, name=run.id, dir=str(folder), mode=mode, config=run.config,
                 job_type=tags["method"], group=tags.get("sweep"), resume="allow",
-                tags=[tags[k] for k in ("method", "loss", "backbone", "dataset") if tags.get(k)]
-                + [f"seed={tags['seed']}"],
+                tags=list(dict.fromkeys(  # once each: the method nca's loss is nca too
+                    [tags[k] for k in ("method", "loss", "backbone", "dataset") if tags.get(k)]
+                    + [f"seed={tags['seed']}"])),
                 settings=wandb.Settings(silent=True, console="off"),
             )
         except BaseException:
