@@ -75,7 +75,8 @@ def eval_(
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
     its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
-    saved. A second fslab eval of the run at once waits for the one embedding a split, then reads its features."""
+    saved (a server that does not answer is not tried again for the next runs). A second fslab eval of the run
+    at once waits for the one embedding a split, then reads its features."""
     from fslab.core.sweeps import select_runs
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
@@ -90,12 +91,13 @@ def eval_(
     plans = _eval_plans(chosen, found, evaluator, params, set_ or [], device, ways, queries)
     if data_root is not None:
         _one_data_root(plans)
+    out_of_reach: dict[str, str] = {}  # sinks whose server did not answer, or whose store is read-only
     for run_, results, options in _scored(plans, len(chosen), data_root, split=split, shots=shot_list,
                                           episodes=episodes, evaluator=evaluator, device=device):
         for result in results:
             _print_score(run_, result, split, options["ways"], as_json)
         if sinks:
-            _send_to_sinks(found, run_)
+            _send_to_sinks(found, run_, out_of_reach)
 
 
 def _scored(plans: list[tuple], named: int, data_root: Path | None, **kwargs):
@@ -228,19 +230,27 @@ def _own_evaluator(found, run_id: str, name: str) -> str:
     return name
 
 
-def _send_to_sinks(found, run_) -> None:
+def _send_to_sinks(found, run_, out_of_reach: dict[str, str]) -> None:
     """Export ``run_`` again to each sink its configuration names, so a tracker shows what
     ``fslab eval`` just saved; each outcome is one line on stderr, and a failure is a warning:
-    the evaluation is saved either way, and ``fslab export`` sends it later."""
+    the evaluation is saved either way, and ``fslab export`` sends it later. A sink whose server
+    did not answer (10 s each time) or whose store is read-only is not tried again for the next
+    runs (``out_of_reach``: its line, by the sink's name), where no run would fare better."""
     from fslab.core.keys import SINKS
-    from fslab.execution.export import checked_layers, export_run
+    from fslab.execution.export import SinkCannotWrite, SinkUnreachable, checked_layers, export_run
 
     names = run_.config().get(SINKS) or {}
     for name in names if isinstance(names, dict) else ():
         later = f"send the scores later with: fslab export {run_.id} --to {name}"
+        if name in out_of_reach:
+            err_console.print(f"warning: {out_of_reach[name]} (not tried again); the scores are saved; {later}",
+                              highlight=False)
+            continue
         try:
             done = export_run(found, run_, name, checked_layers(found, settings(), name, {}))
         except FslabError as exc:  # the sink's package missing, the tracker failing or unreachable, the run running
+            if isinstance(exc, (SinkUnreachable, SinkCannotWrite)):
+                out_of_reach[name] = shown(str(exc))
             err_console.print(f"warning: {shown(str(exc))}; the scores are saved; {later}", highlight=False)
             continue
         err_console.print(f"{run_.id}: sent again to {name} with the new scores ({done['events']} events)",
