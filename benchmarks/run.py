@@ -10,7 +10,9 @@ Prints, measured in this one run on this machine:
    torch"``, what any PyTorch script pays.
 2. Training throughput: images/s of a real ``fslab run`` (worker process, run
    store, logging) against a bare PyTorch loop with the same backbone, batch,
-   loss, optimiser and data, as the ratio fslab / bare (1.00 = no overhead).
+   loss, optimiser and data, over as many steps after as many warm-up steps as the
+   run's (one epoch: ``--steps`` or more, where its episodes need more images),
+   as the ratio fslab / bare (1.00 = no overhead).
 
 Options: ``--backbone resnet12|conv4`` (default resnet12), ``--steps N`` (default 12, at least 4),
 ``--batch-size B`` (default 128), ``--repeats N`` (start-up runs, default 5), ``--startup-only``.
@@ -115,10 +117,11 @@ def worker_startup(project: Path, repeats: int) -> None:
     print(f"{'worker to first step':<24}{worker:9.3f}{worker / base:19.2f}x import torch")
 
 
-def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> float:
+def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> tuple[float, int, int]:
     """Run a real ``fslab run`` of one epoch of ``steps`` batches (more where the
     episodes need more images a class); the images of its logged intervals over
-    their seconds, skipping the first (warm-up) interval."""
+    their seconds, skipping the first (warm-up) interval, with the steps timed and
+    the steps of that first interval, for the bare loop to do the same work."""
     per_class = max(-(-steps * batch // TRAIN_CLASSES), EVAL_IMAGES)
     args = ["run", "nca", "--backbone", backbone, "--epochs", "1", "--batch-size", str(batch),
             "--set", f"dataset.images_per_class={per_class}", "--set", "train.log_every=2",
@@ -126,7 +129,8 @@ def fslab_images_per_s(project: Path, backbone: str, steps: int, batch: int) -> 
             "--set", "eval.val_episodes=10", "--set", "eval.test_episodes=10", "--set", "eval.center_images=16",
             "--device", "cpu"]
     _, events = finished_run(project, args)
-    return logged_images_per_s([e for e in events if e["event"] == "train"], batch)
+    train = [e for e in events if e["event"] == "train"]
+    return logged_images_per_s(train, batch), train[-1]["step"] - train[0]["step"], train[0]["step"]
 
 
 def logged_images_per_s(train: list[dict], batch: int) -> float:
@@ -136,8 +140,9 @@ def logged_images_per_s(train: list[dict], batch: int) -> float:
     return sum(images) / sum(n / e["images_per_s"] for n, e in zip(images, train[1:]))
 
 
-def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
-    """The same work written as a plain PyTorch loop, no fslab training code."""
+def bare_images_per_s(backbone: str, steps: int, batch: int, warmup: int = 1) -> float:
+    """The same work written as a plain PyTorch loop, no fslab training code: ``warmup``
+    steps untimed, then ``steps`` timed."""
     import torch
     from fslab_plugins.methods.nca import nca
 
@@ -150,7 +155,7 @@ def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
     order = torch.randperm(len(data))
     model.train()
     timed = 0.0
-    for step in range(steps + 1):
+    for step in range(warmup + steps):
         index = order[(step * batch) % (len(data) - batch):][:batch]
         start = time.perf_counter()
         x = data.images[index].float() / 127.5 - 1.0
@@ -159,7 +164,7 @@ def bare_images_per_s(backbone: str, steps: int, batch: int) -> float:
         loss.backward()
         optimizer.step()
         loss.item()
-        if step > 0:  # the first step warms up
+        if step >= warmup:
             timed += time.perf_counter() - start
     return steps * batch / timed
 
@@ -188,8 +193,10 @@ def main(argv: list[str] | None = None) -> None:
         if options.startup_only:
             return
         print(f"\n## Training throughput: {options.backbone}, batch {options.batch_size}, NCA loss, SGD, CPU")
-        bare = bare_images_per_s(options.backbone, options.steps, options.batch_size)
-        run = fslab_images_per_s(project, options.backbone, options.steps, options.batch_size)
+        # the run first: the bare loop then times as many steps after as many warm-up steps
+        run, timed, warmup = fslab_images_per_s(project, options.backbone, options.steps, options.batch_size)
+        bare = bare_images_per_s(options.backbone, timed, options.batch_size, warmup)
+        print(f"each timed over {timed} steps after {warmup} warm-up steps")
         print(f"{'bare PyTorch loop':<20}{bare:9.1f} images/s")
         print(f"{'fslab run':<20}{run:9.1f} images/s")
         print(f"{'ratio fslab / bare':<20}{run / bare:9.3f}  (overhead {100 * (1 - run / bare):+.1f}%)")

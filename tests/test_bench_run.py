@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .bench_helpers import load_benchmark
@@ -25,10 +27,29 @@ def test_a_real_fslab_run_of_a_few_steps_is_timed(project):
     """The run's settings passed fslab's configuration check (its 13 images a class could not
     hold a validation episode of 5 shots + 15 queries, and the benchmark stopped there)."""
     bench = load_bench()
-    rate = bench.fslab_images_per_s(project, "conv4", steps=4, batch=8)
+    rate, timed, warmup = bench.fslab_images_per_s(project, "conv4", steps=4, batch=8)
     assert rate > 0
     (run,) = [path for path in (project / "runs").iterdir() if path.is_dir()]
     assert (run / "results.json").exists()
+    # the steps the rate is over, for the bare loop to time as many: the whole epoch but its first interval
+    start = next(e for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "start")
+    assert (warmup, timed) == (2, start["total_steps"] - 2)
+
+
+def test_the_bare_loop_times_the_steps_the_run_timed_after_as_many_warm_up_steps(monkeypatch, capsys):
+    """The run trains a whole epoch (45 steps at --steps 4 --batch-size 16, its episodes needing 6
+    images a class) and skips its first logged interval (2 steps); the bare loop timed --steps steps
+    after one, so at the smallest settings the ratio compared a warm loop with a cold one (4.2x)."""
+    bench = load_bench()
+    calls = []
+    monkeypatch.setattr(bench, "startup", lambda project, repeats: None)
+    monkeypatch.setattr(bench, "worker_startup", lambda project, repeats: None)
+    monkeypatch.setattr(bench, "fslab_images_per_s", lambda project, backbone, steps, batch: (120.0, 43, 2))
+    monkeypatch.setattr(bench, "bare_images_per_s", lambda *args: calls.append(args) or 100.0)
+    bench.main(["--backbone", "conv4", "--steps", "4", "--batch-size", "16", "--repeats", "1"])
+    assert calls == [("conv4", 43, 16, 2)]
+    out = capsys.readouterr().out
+    assert "each timed over 43 steps after 2 warm-up steps" in out and "ratio fslab / bare      1.200" in out
 
 
 def test_the_worker_start_up_is_from_its_start_to_its_start_event(project, capsys):
