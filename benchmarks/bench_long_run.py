@@ -172,6 +172,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     options.at_least(parser, args, steps=EPOCHS, repeats=1)
+    print(options.machine())
     now, old = ({phase: [] for phase in ("open", "step", "thread", "compare", "show")} for _ in range(2))
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:

@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     options.at_least(parser, args, runs=len(LRS), repeats=1)
+    print(options.machine())
     from fslab.core.runstore import run_paths
     from fslab.reports.plot import series_data
 

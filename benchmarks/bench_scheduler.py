@@ -163,6 +163,7 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=0, help="finished runs in the store beforehand")
     args = parser.parse_args()
     options.at_least(parser, args, runs=2, history=0)  # a hand-over is between two runs
+    print(options.machine())
     with tempfile.TemporaryDirectory(prefix="fslab-bench-scheduler-") as tmp:
         project = Path(tmp)
         (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")

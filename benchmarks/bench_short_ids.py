@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     options.at_least(parser, args, runs=1, repeats=1)
+    print(options.machine())
     from fslab.core.runstore import run_names
 
     with tempfile.TemporaryDirectory() as tmp:

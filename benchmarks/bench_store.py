@@ -90,6 +90,7 @@ def main() -> None:
     options.at_least(parser, args, runs=1, live=1, ticks=1)
     if args.live > args.runs:
         parser.error(f"--live must be at most --runs ({args.runs}), got {args.live}")
+    print(options.machine())
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         runs_dir = project / "runs"

@@ -108,6 +108,7 @@ def main() -> None:
     options.at_least(parser, args, runs=1, live=1, ticks=1)
     if args.live > args.runs:
         parser.error(f"--live must be at most --runs ({args.runs}), got {args.live}")
+    print(options.machine())
     with tempfile.TemporaryDirectory() as tmp:
         runs_dir = Path(tmp) / "runs"
         live = make_runs(runs_dir, args.runs, args.live)  # live runs carry this process's pid

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import platform
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,6 +18,20 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def machine() -> str:
+    """The line that names what a CPU figure was measured on: the processor, how many CPUs this
+    process may use, and the load average as the timings start (a loaded machine's figures are slower)."""
+    name = platform.processor()
+    try:
+        name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name")), name)
+    except OSError:  # no /proc (not Linux): platform's name stands
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"machine: {name or 'an unnamed CPU'}, {usable} of {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.2f}")
 
 
 def at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, **minimums: float) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from fslab.core.states import LIVE, run_state
 
 sys.path.insert(0, str(Path(__file__).parent))
-from options import Parser  # noqa: E402
+from options import Parser, machine  # noqa: E402
 
 # The synthetic dataset has 120 training classes (default split 120/40/40).
 TRAIN_CLASSES = 120
@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"{', '.join(fslab.available('backbone'))}")
     with tempfile.TemporaryDirectory() as folder:
         project = Path(folder)
+        print(machine())
         print(f"## CLI start-up (median of {options.repeats})")
         startup(project, options.repeats)
         worker_startup(project, options.repeats)

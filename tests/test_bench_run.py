@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -49,6 +50,7 @@ def test_the_bare_loop_times_the_steps_the_run_timed_after_as_many_warm_up_steps
     bench.main(["--backbone", "conv4", "--steps", "4", "--batch-size", "16", "--repeats", "1"])
     assert calls == [("conv4", 43, 16, 2)]
     out = capsys.readouterr().out
+    assert re.match(r"machine: .+, \d+ of \d+ CPUs, load average [\d.]+\n## CLI start-up", out)
     assert "each timed over 43 steps after 2 warm-up steps" in out and "ratio fslab / bare      1.200" in out
 
 

@@ -10,6 +10,9 @@ import pytest
 
 from .bench_helpers import load_benchmark
 
+# The first line of every CPU benchmark: what its figures were measured on.
+MACHINE = r"machine: .+, \d+ of \d+ CPUs, load average [\d.]+\n"
+
 
 def run_main(script: str, argv: list[str], monkeypatch, capsys) -> str:
     bench = load_benchmark(script)
@@ -40,17 +43,18 @@ def test_bench_long_run_times_the_run_screen_s_ui_thread_against_the_old_fold(mo
              "fslab show: events checked"]
     rows = re.findall(rf"^({'|'.join(names)}) +([\d.]+) ms +([\d.]+) ms +(\d+)x$", out, re.M)
     assert [name for name, *_ in rows] == names
-    assert out.startswith("one run of 200 logged steps")
+    assert re.match(MACHINE + "one run of 200 logged steps", out)
 
 
 def test_bench_short_ids_times_the_index_against_the_scan_of_every_end(monkeypatch, capsys):
     out = run_main("bench_short_ids", ["--runs", "300", "--repeats", "1"], monkeypatch, capsys)
-    assert re.fullmatch(r"short ids of all 303 runs \(fastest of 1\): old way \(a scan per end\) [\d.]+ s, "
+    assert re.fullmatch(MACHINE + r"short ids of all 303 runs \(fastest of 1\): old way \(a scan per end\) [\d.]+ s, "
                         r"index [\d.]+ s, old / now [\d.]+x\n", out)
 
 
 def test_bench_plot_times_a_sweep_s_points_against_the_old_lists(monkeypatch, capsys):
     out = run_main("bench_plot", ["--runs", "30", "--repeats", "1"], monkeypatch, capsys)
-    assert re.fullmatch(r"30 runs of one sweep, 6 points \(fastest of 1\): fslab plot's read of them [\d.]+ s; "
+    assert re.fullmatch(MACHINE + r"30 runs of one sweep, 6 points \(fastest of 1\): fslab plot's read of them "
+                        r"[\d.]+ s; "
                         r"keeping a point's scored runs \(10 runs\): old way \(lists\) [\d.]+ ms, sets [\d.]+ ms, "
                         r"old / now \d+x\n", out)
