@@ -40,13 +40,14 @@ async def measure(runs_dir: Path, live: list[Path], ticks: int, total: int) -> d
     from fslab.tui import make_app
     from fslab.tui.runs_table import RunsTable
 
-    # First paint = the moment the table draws its first screenful of run rows:
-    # RunsTable.render_line is wrapped to note when the last visible row is drawn.
+    # First paint = the moment the table draws its first screenful of run rows (all of them, when
+    # fewer than a screenful, as with a small --runs): RunsTable.render_line is wrapped to note when
+    # the last visible row is drawn (line 0 is the header, run k is on line k).
     drawn: list[float] = []
     render_line = RunsTable.render_line
 
     def noting_render_line(self, y):
-        if not drawn and y == self.size.height - 1 and len(self.ids) >= y:
+        if not drawn and y == min(self.size.height - 1, total) and len(self.ids) >= y:
             drawn.append(time.perf_counter())
         return render_line(self, y)
 

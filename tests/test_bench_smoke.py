@@ -58,3 +58,15 @@ def test_bench_plot_times_a_sweep_s_points_against_the_old_lists(monkeypatch, ca
                         r"[\d.]+ s; "
                         r"keeping a point's scored runs \(10 runs\): old way \(lists\) [\d.]+ ms, sets [\d.]+ ms, "
                         r"old / now \d+x\n", out)
+
+
+def test_bench_tui_paints_a_store_smaller_than_a_screen(tmp_path):
+    """First paint waited for the screen's last line to hold a run, so a store of fewer runs than a
+    screenful (``--runs 5``, or bench_store's ``--runs 20``) waited for ever; the wait_for only
+    turns such a hang into a failure."""
+    import asyncio
+
+    bench = load_benchmark("bench_tui")
+    live = bench.make_runs(tmp_path / "runs", 5, 1)
+    result = asyncio.run(asyncio.wait_for(bench.measure(tmp_path / "runs", live, ticks=1, total=5), 60))
+    assert 0 < result["first_paint"] <= result["all_loaded"] and len(result["ticks"]) == 1
