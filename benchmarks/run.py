@@ -177,9 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="runs of each start-up command (the median is shown)")
     parser.add_argument("--startup-only", action="store_true", help="measure the start-up only, not training")
     options = parser.parse_args(argv)
-    if options.steps < 4 or options.batch_size < 2 or options.repeats < 1:
-        parser.error("--steps must be at least 4 (two logged intervals: the first warms up), --batch-size at "
-                     "least 2 (NCA needs pairs) and --repeats at least 1")
+    for name, least, why in (("steps", 4, " (two logged intervals: the first warms up)"),
+                             ("batch_size", 2, " (NCA needs pairs)"), ("repeats", 1, "")):
+        if (value := getattr(options, name)) < least:
+            parser.error(f"--{name.replace('_', '-')} must be at least {least}{why}, got {value}")
     import fslab
 
     if options.backbone not in fslab.available("backbone"):

@@ -69,8 +69,10 @@ def test_the_worker_start_up_is_from_its_start_to_its_start_event(project, capsy
 
 
 @pytest.mark.parametrize(("argv", "said"), [
-    (["--steps", "3"], "--steps must be at least 4"),
-    (["--batch-size", "1"], "--batch-size at least 2"),
+    (["--steps", "-3"], ": error: --steps must be at least 4 (two logged intervals: the first warms up), "
+                        "got -3\n"),
+    (["--batch-size", "1"], ": error: --batch-size must be at least 2 (NCA needs pairs), got 1\n"),
+    (["--repeats", "0"], ": error: --repeats must be at least 1, got 0\n"),
     (["--backbone", "resnet13"], "unknown backbone 'resnet13'; the backbones are conv4, resnet12"),
 ])
 def test_bad_options_are_one_line_and_exit_2_before_anything_is_timed(argv, said, capsys, registry):
