@@ -171,9 +171,11 @@ def bare_images_per_s(backbone: str, steps: int, batch: int, warmup: int = 1) ->
 
 def main(argv: list[str] | None = None) -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backbone", default="resnet12")
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--backbone", default="resnet12", help="backbone of the timed training (default resnet12)")
+    parser.add_argument("--steps", type=int, default=12,
+                        help="batches of the run's one epoch, at least 4 (default 12; more where its episodes need "
+                             "more images a class)")
+    parser.add_argument("--batch-size", type=int, default=128, help="images a step, at least 2 (default 128)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each start-up command (the median is shown)")
     parser.add_argument("--startup-only", action="store_true", help="measure the start-up only, not training")
     options = parser.parse_args(argv)
