@@ -246,6 +246,56 @@ def test_ctrl_c_while_following_stops_the_worker(project, sent, code):
     assert st["state"] == "killed" and not _alive(st["pid"])
 
 
+# `fslab run` or `fslab resume` with a Ctrl-C (or SIGTERM) that arrives the moment its worker has started,
+# before following it: the command used to exit 130 without a word while the worker trained on unfollowed.
+SIGNALLED_AT_START = textwrap.dedent("""
+    import os, signal, sys
+    import fslab.execution.executor as executor
+    real = executor.start_worker
+    def start_worker(*args, **kwargs):
+        process = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.{sent})
+        return process
+    executor.start_worker = start_worker
+    from fslab.cli import main
+    sys.argv = ["fslab", *sys.argv[1:]]
+    main()
+""")
+
+
+@pytest.mark.parametrize("sent, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_as_the_worker_starts_stops_it(project, sent, code):
+    def signalled(*args):
+        return subprocess.run([sys.executable, "-c", SIGNALLED_AT_START.format(sent=sent), *args], cwd=project,
+                              capture_output=True, text=True, timeout=120, preexec_fn=as_in_a_terminal)
+
+    started = signalled("run", "nca", *TINY, "--epochs", LONG)
+    run_dir = only_run(project)
+    st = status(run_dir)
+    if st.get("pid") and _alive(st["pid"]) and st["state"] != "killed":  # left training: not for the suite to wait on
+        os.kill(st["pid"], signal.SIGKILL)
+    assert started.returncode == code, started.stderr
+    assert st["state"] == "killed" and not _alive(st["pid"]), st
+    assert f"{run_dir.name}: killed; no checkpoint yet" in started.stdout, started.stdout
+    assert "Traceback" not in started.stderr, started.stderr
+
+    # the same for fslab resume of a run with a checkpoint: killed again, its checkpoint kept
+    assert fslab("resume", run_dir.name, "--detach", cwd=project).returncode == 2  # no checkpoint: refused
+    followed = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
+                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=as_in_a_terminal)
+    second = wait_for(lambda: next((p for p in (project / "runs").iterdir() if p.is_dir() and p != run_dir), None),
+                      what="the second run's folder")
+    wait_for(lambda: events(second, "checkpoint"), what="its first checkpoint")
+    followed.send_signal(signal.SIGINT)
+    followed.communicate(timeout=60)
+    resumed = signalled("resume", second.name)
+    assert resumed.returncode == code, resumed.stderr
+    st = status(second)
+    assert st["state"] == "killed" and not _alive(st["pid"]), st
+    assert f"{second.name}: killed; last checkpoint kept" in resumed.stdout, resumed.stdout
+
+
 def test_a_run_stopped_from_elsewhere_while_followed_exits_as_after_ctrl_c(project):
     follower = subprocess.Popen([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG],
                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -83,6 +83,9 @@ def run(
     The whole configuration is checked first (ranges, device, episodes against the data, plugin parameters).
 
     A mistake is one line and exit code 2, and no run folder is created.
+
+    Ctrl-C (or a SIGTERM) stops the worker, one pressed while it starts included: the run ends killed, exit code
+    130 (143 for SIGTERM).
     """
     from fslab.execution import executor as executors
 
@@ -90,17 +93,38 @@ def run(
     options = executors.job_options(project, executor, slurm)
     layers = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink)
     method, layers = _method_and_layers(method, like, layers, project)
+    held = HeldSignals()
     try:
-        started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options)
+        started = executors.launch(method, layers, settings=project, registry=registry(project), slurm=options,
+                                   starting=held.hold)
     except UsageError as exc:
+        held.release(raise_held=False)
         raise _like_root_gone(like, layers, exc) or exc from None
-    if detach:
-        console.print(started.run.id, highlight=False)
-    elif started.job_id is not None:
-        console.print(f"run {started.run.id}: submitted as SLURM job {started.job_id}; "
-                      f"follow it with: fslab logs {started.run.id} --follow", highlight=False)
-    else:
-        _follow_to_end(started.run, started.process)
+    except BaseException:
+        held.release(raise_held=False)
+        raise
+    line = started.run.id if detach else None  # else followed to its end
+    if started.job_id is not None and not detach:
+        line = (f"run {started.run.id}: submitted as SLURM job {started.job_id}; "
+                f"follow it with: fslab logs {started.run.id} --follow")
+    _go_on(started, held, line)
+
+
+def _go_on(started, held: HeldSignals, line: str | None, until_replaced: int | None = None) -> None:
+    """After a start: ``line`` (the id, with --detach; a SLURM job's line), or, where there is none, the
+    worker followed to its end. A Ctrl-C or SIGTERM held while the worker started (:class:`HeldSignals`)
+    stops it, as one while following does; a SLURM job, submitted, is left to its line, and the command
+    exits as interrupted (130, or 143 for SIGTERM)."""
+    if line is None:
+        _follow_to_end(started.run, started.process, until_replaced=until_replaced, held=held)
+        return
+    console.print(line, highlight=False)
+    try:
+        held.release()
+    except KeyboardInterrupt as interrupt:
+        if started.process is not None:
+            _stop_started(started.run, started.process, interrupt)
+        raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
 
 
 def _like_root_gone(like: str | None, layers: list[dict], exc: UsageError) -> UsageError | None:
@@ -127,27 +151,20 @@ def _method_and_layers(method: str | None, like: str | None, layers: list[dict],
     return like_run(find_run(project.runs_dir, like), layers)
 
 
-def _follow_to_end(run_, process, until_replaced: int | None = None) -> None:
+def _follow_to_end(run_, process, until_replaced: int | None = None, held: HeldSignals | None = None) -> None:
     """Follow a started worker (a resumed run's once it has cut its events back to the checkpoint:
     ``until_replaced``, :func:`fslab.cli.follow.follow`); print the test accuracies, or why it ended."""
     from fslab.cli.follow import follow
     from fslab.core.rerun import after_stop
-    from fslab.execution.executor import stop as stop_run
 
     try:  # from the first line on, Ctrl-C (or a SIGTERM: kill, timeout) stops the worker it started
+        if held is not None:  # one pressed while the worker started: now, where it stops the worker
+            held.release()
         with _sigterm_as_interrupt():
             console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
             state = follow(run_, console, process, until_replaced=until_replaced)
     except KeyboardInterrupt as interrupt:
-        console.print("stopping ...")
-        try:
-            state = stop_run(run_)
-        except UsageError:  # it ended on its own meanwhile
-            state = run_.state()
-        process.wait()
-        if state == "killed":  # else it completed or failed before the stop: said below as it ended
-            console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
-            raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
+        state = _stop_started(run_, process, interrupt)
     process.wait()
     results = run_.results()
     if state == "completed" and results:
@@ -177,8 +194,61 @@ def _test_lines(results: dict) -> list[str]:
             if complete(score, SCORE)]
 
 
+def _stop_started(run_, process, interrupt: KeyboardInterrupt) -> str:
+    """Stop the worker this command started, on a Ctrl-C or SIGTERM (``interrupt``): where it ends killed,
+    what it kept and how it goes on, and exit 130 (143 for SIGTERM); else the state it ended in by itself."""
+    from fslab.core.rerun import after_stop
+    from fslab.execution.executor import stop as stop_run
+
+    console.print("stopping ...")
+    try:
+        state = stop_run(run_)
+    except UsageError:  # it ended on its own meanwhile
+        state = run_.state()
+    process.wait()
+    if state == "killed":  # else it completed or failed before the stop: said as it ended
+        console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
+        raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
+    return state
+
+
 class Terminated(KeyboardInterrupt):
     """A SIGTERM to ``fslab run``/``fslab resume`` while it follows its worker: handled as Ctrl-C."""
+
+
+class HeldSignals:
+    """Ctrl-C and SIGTERM held from just before a worker starts until it is followed, then raised there, where
+    the worker is stopped. Raised at once, one that came after the worker started but before it was followed
+    ended ``fslab run`` (exit 130, not a word) and left the worker training with no one following it."""
+
+    def __init__(self) -> None:
+        self.held: int | None = None
+        self.previous: dict = {}
+
+    def hold(self) -> None:
+        import signal
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.previous[signum] = signal.signal(signum, self._note)
+            except ValueError:  # not the main thread (an embedding caller): signals stay as they are
+                return
+
+    def _note(self, signum, frame) -> None:
+        self.held = self.held or signum
+
+    def release(self, raise_held: bool = True) -> None:
+        """The handlers as they were; a signal held meanwhile raised now (SIGTERM as :class:`Terminated`)."""
+        import signal
+
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous = {}
+        held, self.held = self.held, None
+        if raise_held and held == signal.SIGTERM:
+            raise Terminated
+        if raise_held and held is not None:
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -235,6 +305,8 @@ def resume(
 
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.
+
+    Ctrl-C (or a SIGTERM) stops the worker again, one pressed while it starts included (exit code 130, or 143).
     """
     from fslab.cli.follow import events_file
     from fslab.core.runstore import find_run
@@ -244,16 +316,20 @@ def resume(
     run = find_run(project.runs_dir, ref)
     holder = run.stale_claim() if run.claimed() else None
     before = events_file(run)  # the file the worker replaces by its cut
-    started = executors.resume(run, settings=project, registry=registry(project), executor=executor, overrides=slurm)
+    held = HeldSignals()
+    try:
+        started = executors.resume(run, settings=project, registry=registry(project), executor=executor,
+                                   overrides=slurm, starting=held.hold)
+    except BaseException:
+        held.release(raise_held=False)
+        raise
     if holder is not None:
         err_console.print(f"run {run.id} was queued, held by {holder.describe()}, which is gone (killed before it "
                           f"started the run); started here", highlight=False)
+    line = started.run.id if detach else None  # else followed to its end
     if started.job_id is not None:
-        console.print(f"run {started.run.id}: resuming as SLURM job {started.job_id}", highlight=False)
-    elif detach:
-        console.print(started.run.id, highlight=False)
-    else:
-        _follow_to_end(started.run, started.process, until_replaced=before)
+        line = f"run {started.run.id}: resuming as SLURM job {started.job_id}"
+    _go_on(started, held, line, until_replaced=before)
 
 
 @app.command()

@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,10 +68,14 @@ def prepare(method: str, overrides: list[dict], *, settings, registry, slurm: Sl
     return config
 
 
-def launch(method: str, overrides: list[dict], *, settings, registry, slurm: SlurmSettings | None = None) -> Started:
+def launch(method: str, overrides: list[dict], *, settings, registry, slurm: SlurmSettings | None = None,
+           starting: Callable[[], None] = lambda: None) -> Started:
     """Resolve and check the configuration (:func:`prepare`), create the run
-    folder and start the run here (or as a job)."""
+    folder and start the run here (or as a job). ``starting`` is called once the
+    configuration is checked, before the folder is made (``fslab run`` holds Ctrl-C
+    from there until it follows the worker, so that one pressed meanwhile stops it)."""
     config = prepare(method, overrides, settings=settings, registry=registry, slurm=slurm)
+    starting()
     run = create_run(settings.runs_dir, method, config, claimed=True,  # started here: no scheduler may start it
                      slurm=slurm is not None)
     with launch_lock(run):
@@ -85,7 +90,7 @@ def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
 
 
 def resume(run: Run, *, settings, registry, executor: str | None = None,
-           overrides: list[str] | None = None) -> Started:
+           overrides: list[str] | None = None, starting: Callable[[], None] = lambda: None) -> Started:
     """Continue a killed, lost or failed run from its last checkpoint, as a
     local worker or a SLURM job: ``executor``, or where the run last ran. Its
     saved configuration is checked again as a new run's is (the data, GPUs or
@@ -94,7 +99,8 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     one starts a worker; a run whose worker lives (even paused) is refused
     (:mod:`fslab.execution.handover`). A queued run that nobody holds (never claimed, or its
     claim stale: its starter, of this host, was killed before it started the worker,
-    :meth:`Run.stale_claim`) is taken and started here, from its checkpoint if it has one."""
+    :meth:`Run.stale_claim`) is taken and started here, from its checkpoint if it has one.
+    ``starting`` is called once the run is checked, before its worker starts (as :func:`launch`'s)."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
     run.check_folder("resume")  # deleted since it was found (or since the dashboard asked): not its lock file's line
@@ -112,6 +118,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
                 check_run(config, registry, slurm, again=like_command(run.id))
             except UsageError as exc:
                 raise root_gone(run, config, exc) or exc from None
+            starting()
             return _start(run, resume=not freed or run.checkpoint_path.exists(), slurm=slurm)
     except BaseException:
         if freed:  # refused: the run waits, free, as it did
