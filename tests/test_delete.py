@@ -113,6 +113,35 @@ def test_a_folder_that_cannot_be_moved_stops_the_deletion_and_the_records_keep_t
     assert Run(b.path).status()["state"] == "failed"
 
 
+def test_ctrl_c_while_a_runs_files_are_removed_says_it_deleted_and_drops_it_from_its_sweep(project, store,
+                                                                                          monkeypatch):
+    """Removing a run's files is the longest part of deleting it, so where a Ctrl-C lands: the run, moved out
+    of the store already, went unsaid, and its id stayed in its sweep's record (fslab runs --sweep then named
+    it a folder gone)."""
+    import shutil
+
+    from fslab.core import deletion
+
+    runs, a, b, c = store
+    real = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):
+        if b.id in str(path):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(deletion.shutil, "rmtree", interrupted)
+    said = []
+    with pytest.raises(KeyboardInterrupt):
+        delete_runs(runs, [a, b, c], lambda run_id, outcome: said.append((run_id, outcome)))
+    assert said == [(a.id, "deleted"), (b.id, "deleted")]
+    assert not a.path.exists() and not b.path.exists() and c.path.is_dir()
+    assert record(runs) is None  # both its runs deleted: the sweep's record goes too
+    monkeypatch.setattr(deletion.shutil, "rmtree", real)
+    assert delete_runs(runs, [c]) == {c.id: "deleted"}  # the next deletion clears what this one left
+    assert sorted(p.name for p in runs.iterdir()) == ["sweeps"]
+
+
 def test_a_run_whose_lock_is_held_is_not_deleted(project, store):
     """A resume holds the run's worker lock while it starts a worker, its status still 'killed':
     deleting the folder under it then would leave a worker without one."""

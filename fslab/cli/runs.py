@@ -497,6 +497,9 @@ def delete(
     deleted. Asks first, naming the runs, unless --yes is given (or every run named is gone already, deleted by
     hand). A sweep whose record cannot be read (not JSON, or not listing run ids) goes with the runs it still names
     and those whose status names the sweep, record included.
+
+    Each run is said (ID: deleted) as its folder leaves the store; a Ctrl-C midway keeps the lines and the sweep
+    records of those deleted by then.
     """
     from fslab.core.deletion import check_deletable, delete_records, delete_runs
     from fslab.core.sweeps import select_runs

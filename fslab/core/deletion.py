@@ -54,20 +54,30 @@ def delete_runs(runs_dir: Path, runs: list[Run], said=None) -> dict[str, str]:
     outcome: dict[str, str] = {}
     try:
         for run in runs:
-            outcome[run.id] = _delete(run, runs_dir)
+            _delete(run, runs_dir, outcome)
             if said is not None:
                 said(run.id, outcome[run.id])
+            shutil.rmtree(_trash(run, runs_dir), ignore_errors=True)  # cut short (Ctrl-C): clear_trash's, later
     finally:
         forget(runs_dir, set(outcome))
     return outcome
 
 
-def _delete(run: Run, runs_dir: Path) -> str:
-    """Delete one run, holding its worker lock (so no resume starts a worker in it meanwhile)."""
+def _trash(run: Run, runs_dir: Path) -> Path:
+    """The hidden name this process moves ``run``'s folder to, before it removes it."""
+    return runs_dir / f"{TRASH}{run.id}-{os.getpid()}"
+
+
+def _delete(run: Run, runs_dir: Path, outcome: dict[str, str]) -> None:
+    """Delete one run, holding its worker lock (so no resume starts a worker in it meanwhile): move its folder
+    out of the store, and note it in ``outcome`` at once, as ``deleted`` (``gone`` where it was gone already).
+    The folder's files are removed after, by the caller: a Ctrl-C while they were (the longest part) left a
+    run gone from the store yet unsaid and still named by its sweep's record."""
     try:
         fd = worklock.take(run.path, wait=LOCK_WAIT_S)
     except FileNotFoundError:  # deleted by hand, or by someone else meanwhile
-        return "gone"
+        outcome[run.id] = "gone"
+        return
     except OSError as exc:
         raise FslabError(f"could not delete run {run.id}: its lock file: {exc.strerror or exc}") from None
     if fd is None:
@@ -76,13 +86,11 @@ def _delete(run: Run, runs_dir: Path) -> str:
     try:
         if (state := run.state(locked=False)) in LIVE:  # queued again meanwhile
             raise UsageError(f"cannot delete run {run.id}: it is {state} now; stop it first (fslab stop {run.id})")
-        trash = runs_dir / f"{TRASH}{run.id}-{os.getpid()}"
         try:
-            os.rename(run.path, trash)
+            os.rename(run.path, _trash(run, runs_dir))
+            outcome[run.id] = "deleted"
         except OSError as exc:
             raise FslabError(f"could not delete run {run.id}: {exc.strerror or exc} ({run.path})") from None
-        shutil.rmtree(trash, ignore_errors=True)
-        return "deleted"
     finally:
         os.close(fd)
 
