@@ -1301,16 +1301,19 @@ main()
 """
 
 
-def test_ctrl_c_while_a_study_is_queued_says_how_to_go_on_and_leaves_nothing_queued(project):
-    """It exited 130 saying nothing, and left the runs created so far queued with no record of the study."""
+@pytest.mark.parametrize("sent, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_while_a_study_is_queued_says_how_to_go_on_and_leaves_nothing_queued(project, sent, code):
+    """It exited 130 saying nothing, and left the runs created so far queued with no record of the study;
+    a SIGTERM (timeout, a job's end) killed it outright, leaving them so."""
     import subprocess
     import sys
 
     (project / "study.toml").write_text(LOCAL_STUDY)
     argv = ["study", "run", "study.toml", "--set", "train.epochs=1"]
-    out = subprocess.run([sys.executable, "-c", INTERRUPTED_CLI, *argv], cwd=project, capture_output=True, text=True,
+    program = INTERRUPTED_CLI.replace("os.kill(os.getpid(), signal.SIGINT)", f"os.kill(os.getpid(), signal.{sent})")
+    out = subprocess.run([sys.executable, "-c", program, *argv], cwd=project, capture_output=True, text=True,
                          timeout=120)
-    assert out.returncode == 130, out.stderr
+    assert out.returncode == code, out.stderr
     assert out.stderr.strip() == (f"study my-paper: interrupted while queueing; no run was left queued unrecorded, "
                                   f"and the same command again picks up where it stopped: fslab study run "
                                   f"{project / 'study.toml'} --scale paper --set train.epochs=1")

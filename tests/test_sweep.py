@@ -979,13 +979,16 @@ main()
 """
 
 
-def test_a_sweep_interrupted_before_its_record_leaves_no_run_queued(project):
+@pytest.mark.parametrize("sent, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_sweep_interrupted_before_its_record_leaves_no_run_queued(project, sent, code):
     """Ctrl-C while fslab sweep created its runs left those created so far queued with no sweep record, for
-    whichever scheduler the project started next to train, unasked; and it exited without a word."""
+    whichever scheduler the project started next to train, unasked; and it exited without a word. A SIGTERM
+    (timeout, a job's end) killed it outright there, leaving them so, one of them half made."""
     argv = ["sweep", "nca", "--grid", "lr=0.1,0.05,0.02", *TINY, "--epochs", "1"]
-    result = subprocess.run([sys.executable, "-c", INTERRUPTED_RECORD, *argv], cwd=project, text=True,
+    program = INTERRUPTED_RECORD.replace("signal.SIGINT)", f"signal.{sent})")
+    result = subprocess.run([sys.executable, "-c", program, *argv], cwd=project, text=True,
                             capture_output=True, timeout=120)
-    assert result.returncode == 130 and result.stderr == (
+    assert result.returncode == code and result.stderr == (
         "sweep interrupted while queueing: the runs it had created were removed, so nothing of it is left to "
         "train; the same command again queues it all\n")
     assert sorted(p.name for p in (project / "runs").iterdir() if not p.name.startswith(".")) in ([], ["sweeps"])

@@ -160,7 +160,7 @@ def _follow_to_end(run_, process, until_replaced: int | None = None, held: HeldS
     try:  # from the first line on, Ctrl-C (or a SIGTERM: kill, timeout) stops the worker it started
         if held is not None:  # one pressed while the worker started: now, where it stops the worker
             held.release()
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
             state = follow(run_, console, process, until_replaced=until_replaced)
     except KeyboardInterrupt as interrupt:
@@ -252,21 +252,27 @@ class HeldSignals:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises :class:`Terminated` inside the block. A follower killed (``kill``, ``timeout``,
-    a job's end) used to die at once and leave its worker training on with no one to stop it."""
+def sigterm_as_interrupt():
+    """SIGTERM raises :class:`Terminated` inside the block, so it is handled as Ctrl-C; the block gets a
+    dict whose ``sigterm`` says whether one came (for exit code 143 where a handler raised its own
+    KeyboardInterrupt over it). A follower killed (``kill``, ``timeout``, a job's end) used to die at once
+    and leave its worker training on with no one to stop it; a sweep or study, the runs it had begun
+    to queue, unrecorded."""
     import signal
 
+    came = {"sigterm": False}
+
     def terminated(signum, frame):
+        came["sigterm"] = True
         raise Terminated
 
     try:
         previous = signal.signal(signal.SIGTERM, terminated)
     except ValueError:  # not the main thread (an embedding caller): leave SIGTERM as it is
-        yield
+        yield came
         return
     try:
-        yield
+        yield came
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -478,7 +484,7 @@ def sweep(
 
     With nothing to queue again, it starts a scheduler for the runs still waiting (SLURM: submits them), freeing any
     held by a killed process of this host (one held by a killed SLURM submission is passed over, saying how to free
-    it). Runs start once the record names them; Ctrl-C before removes them.
+    it). Runs start once the record names them; Ctrl-C (or a SIGTERM) before removes them.
     """
     from fslab.execution import executor as executors
 
@@ -495,25 +501,33 @@ def sweep(
                               batch_size=batch_size, lr=lr, seed=seed, device=device, gpus=gpus)
     base = overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus, sink,
                      file_set=fixed)
-    try:
-        sweep_id, runs = executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
-                                               registry=registry(project), fail_fast=fail_fast, slurm=options)
-    except KeyboardInterrupt as interrupt:
-        _interrupted_sweep(getattr(interrupt, "sweep", None), options is not None)
+    sweep_id, runs = _start_sweep(executors, method, grid_values, seeds, base, project, fail_fast, options)
     follow = "fslab runs" if options is not None else "fslab queue"
     console.print(f"{sweep_id}: {count(len(runs), 'run')} {where}; follow them with: {follow}", highlight=False)
 
 
-def _interrupted_sweep(sweep: str | None, on_slurm: bool) -> NoReturn:
-    """The line for Ctrl-C while ``fslab sweep`` queued (``sweep`` None: before its record
-    was saved, so its runs were removed) or submitted its runs; exit code 130, as the shell's."""
+def _start_sweep(executors, method: str, grid_values: dict, seeds: int, base: list[dict], project, fail_fast: bool,
+                 options) -> tuple:
+    """:func:`fslab.execution.executor.start_sweep`, a Ctrl-C or SIGTERM meanwhile said in one line."""
+    try:  # a SIGTERM (timeout, a job's end) as Ctrl-C: killed outright, it left the runs begun queued unrecorded
+        with sigterm_as_interrupt() as came:
+            return executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
+                                         registry=registry(project), fail_fast=fail_fast, slurm=options)
+    except KeyboardInterrupt as interrupt:
+        _interrupted_sweep(getattr(interrupt, "sweep", None), options is not None, 143 if came["sigterm"] else 130)
+
+
+def _interrupted_sweep(sweep: str | None, on_slurm: bool, code: int = 130) -> NoReturn:
+    """The line for Ctrl-C (or SIGTERM) while ``fslab sweep`` queued (``sweep`` None: before its record
+    was saved, so its runs were removed) or submitted its runs; exit ``code``: 130 as the shell's, 143 for
+    SIGTERM."""
     if sweep is None:
         err_console.print("sweep interrupted while queueing: the runs it had created were removed, so nothing of it "
                           "is left to train; the same command again queues it all", highlight=False)
     else:
         err_console.print(f"{sweep} interrupted while {'submitting' if on_slurm else 'starting'} its runs; those "
                           f"not yet started go on with: fslab sweep resume {sweep}", highlight=False)
-    raise typer.Exit(130)
+    raise typer.Exit(code)
 
 
 def _sweep_for_word(word: str, given: list[str]) -> str:

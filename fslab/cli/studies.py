@@ -217,7 +217,7 @@ def run(
 
     Runs already in the store with the same resolved settings are reused: completed ones count as done, queued
     or running ones are left to finish, failed, killed or lost ones resume from their checkpoints. So the same
-    command again picks up where an interrupted study stopped (Ctrl-C while queueing removes the runs it
+    command again picks up where an interrupted study stopped (Ctrl-C, or a SIGTERM, while queueing removes the runs it
     created and had not yet recorded). Two started at once in one project queue each
     run once: the second waits for the first to finish queueing (runs/.study-queue.lock), then reuses its runs.
 
@@ -234,14 +234,18 @@ def run(
     extra = tuple(overrides(None, None, None, None, None, None, None, None, set_))
     again = study_command("run", ref, *run_options(scale, dataset=dataset, data_root=data_root, set_=set_,
                                                     executor=executor, slurm=slurm))
-    try:
-        outcome = executors.start_study(study, scale, settings=project, registry=registry(project), dataset=dataset,
-                                        data_root=data_root, extra=extra, slurm=options, again=again)
-    except KeyboardInterrupt:  # Ctrl-C: the runs created and not yet recorded are removed (queue_study)
+    from fslab.cli.launch import sigterm_as_interrupt
+
+    try:  # Ctrl-C, or a SIGTERM (timeout, a job's end) as Ctrl-C
+        with sigterm_as_interrupt() as came:
+            outcome = executors.start_study(study, scale, settings=project, registry=registry(project),
+                                            dataset=dataset, data_root=data_root, extra=extra, slurm=options,
+                                            again=again)
+    except KeyboardInterrupt:  # the runs created and not yet recorded are removed (queue_study)
         err_console.print(shown(f"study {study.name}: interrupted while queueing; no run was left queued "
                                 f"unrecorded, and the same command again picks up where it stopped: {again}"),
                           highlight=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if came["sigterm"] else 130) from None
     total = len(outcome.reused) + len(outcome.in_progress) + len(outcome.requeued) + len(outcome.created)
     console.print(f"study {study.name} (scale {scale}): {count(total, 'run')}: {len(outcome.reused)} done already, "
                   f"{len(outcome.in_progress)} queued or running, {len(outcome.requeued)} queued again, "
