@@ -637,3 +637,48 @@ def test_an_eval_waiting_to_embed_makes_no_features_folder_again_once_it_is_dele
         thread.join(30)
     assert entered == [False]
     assert not features.exists()
+
+
+# `fslab ARGS` as the real CLI runs it, with a Ctrl-C (or SIGTERM) arriving as its second run is scored.
+INTERRUPTED_EVAL = """
+import os, signal, sys
+import fslab.training.run_eval as run_eval
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever started the test
+real, seen = run_eval.evaluate_run, []
+def evaluate_run(run, **kwargs):
+    seen.append(run.id)
+    if len(seen) == 2:
+        os.kill(os.getpid(), signal.{sent})
+    return real(run, **kwargs)
+run_eval.evaluate_run = evaluate_run
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("sent, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_eval_of_a_sweep_interrupted_midway_says_what_it_saved(project, trained, sent, code):
+    """A Ctrl-C ended fslab eval of several runs without a word (a SIGTERM killed it outright): which runs
+    were scored, and kept their scores, was for the user to guess."""
+    import subprocess
+    import sys
+
+    from fslab.core.sweeps import save_sweep
+
+    runs = [copied(project, trained[key]) for key in ("plain", "final")]
+    save_sweep(project / "runs", "sweep-20261128-100000-ab12", method="nca", grid={}, seeds=2,
+               runs=[r.name for r in runs])
+    result = subprocess.run([sys.executable, "-c", INTERRUPTED_EVAL.replace("{sent}", sent), "eval", "sweep-2026",
+                             "--shots", "5", "--episodes", "40", "--no-sinks"], cwd=project, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == code, result.stderr
+    assert result.stderr == ("fslab eval interrupted after 1 of 2 runs: the scores of 1 run printed above are "
+                             "saved; the same command again scores the rest (and those again, from the features "
+                             "they cached)\n")
+    first = result.stdout.splitlines()
+    assert len(first) == 1 and first[0].startswith(runs[0].name), result.stdout
+    assert list((runs[0] / "evaluations").glob("test-*-40ep-*.json")) and not list(project.rglob("*.tmp"))
+    again = fslab("eval", "sweep-2026", "--shots", "5", "--episodes", "40", "--no-sinks", cwd=project)
+    assert again.returncode == 0 and len(again.stdout.splitlines()) == 2, again.stderr

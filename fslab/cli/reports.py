@@ -76,7 +76,8 @@ def eval_(
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
     its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
     saved (a server that does not answer is not tried again for the next runs). A second fslab eval of the run
-    at once waits for the one embedding a split, then reads its features."""
+    at once waits for the one embedding a split, then reads its features. A Ctrl-C (or SIGTERM) midway says how
+    many runs were scored (their scores are saved); the same command again scores the rest."""
     from fslab.core.sweeps import select_runs
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
@@ -91,13 +92,34 @@ def eval_(
     plans = _eval_plans(chosen, found, evaluator, params, set_ or [], device, ways, queries)
     if data_root is not None:
         _one_data_root(plans)
+    _score_all(plans, len(chosen), data_root, found, sinks, as_json, split=split, shots=shot_list,
+               episodes=episodes, evaluator=evaluator, device=device)
+
+
+def _score_all(plans: list[tuple], named: int, data_root: Path | None, found, sinks: bool, as_json: bool,
+               **kwargs) -> None:
+    """:func:`_scored`'s runs, their scores printed, each sent again to its sinks (``sinks``). A Ctrl-C
+    (or a SIGTERM) midway is one line on stderr saying which runs were scored and saved, and how to go on,
+    exit code 130 (143): it ended the command with no word, or killed it outright."""
+    from fslab.cli.launch import sigterm_as_interrupt
+
     out_of_reach: dict[str, str] = {}  # sinks whose server did not answer, or whose store is read-only
-    for run_, results, options in _scored(plans, len(chosen), data_root, split=split, shots=shot_list,
-                                          episodes=episodes, evaluator=evaluator, device=device):
-        for result in results:
-            _print_score(run_, result, split, options["ways"], as_json)
-        if sinks:
-            _send_to_sinks(found, run_, out_of_reach)
+    done: list[str] = []
+    try:
+        with sigterm_as_interrupt() as came:
+            for run_, results, options in _scored(plans, named, data_root, **kwargs):
+                done.append(run_.id)
+                for result in results:
+                    _print_score(run_, result, kwargs["split"], options["ways"], as_json)
+                if sinks:
+                    _send_to_sinks(found, run_, out_of_reach)
+    except KeyboardInterrupt:
+        saved = (f"the scores of {count(len(done), 'run')} printed above are saved" if done else
+                 "the scores printed above, if any, are saved")
+        err_console.print(f"fslab eval interrupted after {len(done)} of {count(named, 'run')}: {saved}; the same "
+                          f"command again scores the rest (and those again, from the features they cached)",
+                          highlight=False)
+        raise typer.Exit(143 if came["sigterm"] else 130) from None
 
 
 def _scored(plans: list[tuple], named: int, data_root: Path | None, **kwargs):
