@@ -736,3 +736,54 @@ def test_a_sink_whose_name_holds_a_slash_is_exported_under_its_lock_too(tmp_path
     with exporting(run, "team/board"):
         assert [p.name for p in run.path.iterdir()] == [".export-team_board.lock"]
     assert list(run.path.iterdir()) == []
+
+
+# `fslab export RUN --to SINK` as the real CLI runs it, with a Ctrl-C arriving between two of its writes
+# (the events' iterator raises it: where no write of the sink's own sees it).
+INTERRUPTED_BETWEEN_WRITES = """
+import sys
+import fslab.core.sinks as sinks
+import fslab.execution.export as export
+
+real = sinks.replay
+def replay(registry, name, run, params, events):
+    def cut():
+        for i, event in enumerate(events):
+            if i == 5:
+                raise KeyboardInterrupt
+            yield event
+    return real(registry, name, run, params, cut())
+export.replay = replay
+sys.argv = ["fslab", *sys.argv[1:]]
+from fslab.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("sink", ["tensorboard", "wandb"])
+def test_an_export_interrupted_between_two_writes_keeps_the_earlier_record(store, sink):
+    """A Ctrl-C between two writes reached no write of the sink's, which then closed as if whole and put
+    the events written so far in place of the run's whole record."""
+    import subprocess
+    import sys
+
+    pytest.importorskip(sink)
+    project, real, env = store
+    copy = _copy(project / "runs", real.name, f"20200101-00004{len(sink) % 10}-nca-ctrl")
+
+    def record() -> dict[str, bytes]:
+        folder = copy / ("tb" if sink == "tensorboard" else "wandb")
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+                if p.is_file() and not p.is_symlink()}
+
+    try:
+        done = fslab("export", copy.name, "--to", sink, cwd=project, env=env)
+        assert done.returncode == 0, done.stderr
+        before = record()
+        out = subprocess.run([sys.executable, "-c", INTERRUPTED_BETWEEN_WRITES, "export", copy.name, "--to", sink],
+                             cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 130, out.stderr
+        assert record() == before
+        assert [p.name for p in copy.iterdir() if p.name.startswith((".tb", ".offline"))] == []
+    finally:
+        shutil.rmtree(copy)

@@ -150,6 +150,9 @@ def replay(registry, name: str, run: SinkRun, params: dict, events: Iterable[dic
         for event in events:
             sink.write(event)
             count += 1
+    except BaseException:  # a Ctrl-C between two writes included: the sink keeps its earlier record
+        run.cut_short = True
+        raise
     finally:
         sink.close()
     return count

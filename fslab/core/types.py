@@ -136,7 +136,9 @@ class SinkRun:
     replay of a run already on disk (``fslab export``) rather than live, and
     its ``state``: ``running`` while it trains; by the time the sink's
     ``close()`` is called, the state it ended in (``completed``, ``failed``,
-    ``killed``)."""
+    ``killed``). ``cut_short``: a replay whose events stopped before their end (an
+    error, or a Ctrl-C between two writes, which no ``write`` saw), set before
+    ``close()``: the sink keeps the run's earlier record rather than this part."""
 
     id: str
     path: Any  # pathlib.Path of runs/<id>/
@@ -144,6 +146,7 @@ class SinkRun:
     sweep: str | None = None
     replay: bool = False
     state: str = "running"
+    cut_short: bool = False
 
     def tags(self) -> dict[str, str]:
         """The names a tracker files the run under: method, loss, backbone,

@@ -193,7 +193,7 @@ class MLflowSink:
         and the earlier ones are kept as they were. A live run keeps its MLflow run either way."""
         if not self.run.replay:
             return
-        if self.failed:
+        if self.failed or self.run.cut_short:  # cut short: a Ctrl-C between two writes, say
             if self.mlflow_run is not None:
                 with contextlib.suppress(Exception):  # a store refusing this too keeps the earlier runs as well
                     self.client.delete_run(self.mlflow_run)

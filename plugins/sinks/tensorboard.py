@@ -130,7 +130,7 @@ class TensorBoardSink:
     def _replace(self) -> None:
         """An export's record in place of the earlier one, once it is written whole; one that failed
         midway (a full disk) is removed instead, and the earlier record is kept as it was."""
-        if self.failed:
+        if self.failed or self.run.cut_short:  # cut short: a Ctrl-C between two writes, say
             shutil.rmtree(self.writing, ignore_errors=True)
             return
         old = self.folder.with_name(f".{self.folder.name}.old")

@@ -103,7 +103,7 @@ class WandbSink:
         (a full disk) is removed instead, and the earlier ones are put back as they were."""
         if not self.run.replay:
             return
-        if not self.failed:
+        if not (self.failed or self.run.cut_short):  # cut short: a Ctrl-C between two writes, say
             for aside in self.records.glob(f".offline-run-*-{self.run.id}.old"):  # an export killed midway's too
                 shutil.rmtree(aside, ignore_errors=True)
             return
