@@ -229,6 +229,8 @@ class HeldSignals:
         import signal
 
         for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is signal.SIG_IGN:  # ignored (a background job's Ctrl-C): so it stays
+                continue
             try:
                 self.previous[signum] = signal.signal(signum, self._note)
             except ValueError:  # not the main thread (an embedding caller): signals stay as they are
