@@ -783,6 +783,9 @@ def test_an_export_interrupted_between_two_writes_keeps_the_earlier_record(store
         out = subprocess.run([sys.executable, "-c", INTERRUPTED_BETWEEN_WRITES, "export", copy.name, "--to", sink],
                              cwd=project, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 130, out.stderr
+        assert out.stderr == (f"fslab export interrupted among 1 run: those said above were exported, the one it "
+                              f"was exporting keeps its earlier record in {sink}; the same command again exports "
+                              f"them all\n")
         assert record() == before
         assert [p.name for p in copy.iterdir() if p.name.startswith((".tb", ".offline"))] == []
     finally:

@@ -45,12 +45,14 @@ def export_(
     saying on stderr that it waits, as does an export of a run whose worker is still closing its own sinks.
     Runs still queued or running, or whose status.json cannot be read (they may not have ended), are left out,
     each said in one line. The command fails if it exported none,
-    or if the sink failed on a run (that run's error: line; the others are still exported);
+    or if the sink failed on a run (that run's error: line; the others are still exported); a Ctrl-C keeps
+    the runs said exported and the earlier record of the one it was exporting;
     a tracking server that does not answer within 10 s stops it at once, in one line, as does a sink's
     folder on a read-only file system (a copy of a store): point the sink elsewhere with --set.
     """
+    from fslab.cli.launch import sigterm_as_interrupt
     from fslab.core.sweeps import select_runs
-    from fslab.execution.export import SinkCannotWrite, SinkFailed, SinkUnavailable, checked_layers, export_run
+    from fslab.execution.export import checked_layers
 
     project = settings()
     found = registry(project)
@@ -58,8 +60,29 @@ def export_(
     # a wrong --set or [run.sinks.SINK] of fslab.toml: one line before any run is touched
     given_as: dict[str, str] = {}
     layers = checked_layers(found, project, to, _command_layer(found, to, set_ or [], given_as), given_as)
-    exported, skipped, failed = 0, 0, 0
     chosen = select_runs(project.runs_dir, refs, "export")
+    try:  # Ctrl-C, or a SIGTERM as Ctrl-C: one line, where it ended the command with no word
+        with sigterm_as_interrupt() as came:
+            exported, skipped, failed = _export_each(found, chosen, to, layers, as_json)
+    except KeyboardInterrupt:
+        err_console.print(f"fslab export interrupted among {count(len(chosen), 'run')}: those said above were "
+                          f"exported, the one it was exporting keeps its earlier record in {to}; the same command "
+                          f"again exports them all", highlight=False)
+        raise typer.Exit(143 if came["sigterm"] else 130) from None
+    if not as_json:
+        console.print(f"exported {count(exported, 'run')} to {to}"
+                      + (f"; {skipped} left out" if skipped else "")
+                      + (f"; {failed} failed in the sink" if failed else ""), highlight=False)
+    if exported == 0 or failed:
+        raise typer.Exit(1)
+
+
+def _export_each(found, chosen: list, to: str, layers: list[dict], as_json: bool) -> tuple[int, int, int]:
+    """Export each run chosen, each said in a line as it is done; returns how many were exported, left out
+    and failed in the sink."""
+    from fslab.execution.export import SinkCannotWrite, SinkFailed, SinkUnavailable, export_run
+
+    exported, skipped, failed = 0, 0, 0
     for run in chosen:
         try:
             done = export_run(found, run, to, layers)
@@ -78,12 +101,7 @@ def export_(
             print(json.dumps(done))
         else:
             console.print(f"{done['run']} ({done['state']}): {count(done['events'], 'event')} -> {to}", highlight=False)
-    if not as_json:
-        console.print(f"exported {count(exported, 'run')} to {to}"
-                      + (f"; {skipped} left out" if skipped else "")
-                      + (f"; {failed} failed in the sink" if failed else ""), highlight=False)
-    if exported == 0 or failed:
-        raise typer.Exit(1)
+    return exported, skipped, failed
 
 
 def _command_layer(found, to: str, assignments: list[str], given_as: dict[str, str]) -> dict:
