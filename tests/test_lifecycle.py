@@ -468,3 +468,21 @@ def test_a_stop_that_comes_after_the_run_completed_reports_it_completed(tmp_path
     out = capsys.readouterr().out
     assert "test 5-way 1-shot: 50.00 ± 2.00% (50 episodes)" in out and "75.00 ± 1.00%" in out, out
     assert "fslab resume" not in out and "checkpoint kept" not in out, out
+
+
+def test_a_worker_is_reaped_even_where_a_ctrl_c_left_popen_s_lock_held():
+    """A Ctrl-C raised inside Popen.poll(), between its lock's acquire and the try that releases it, left the
+    lock held; the follower's process.wait() after stopping the worker then blocked for ever (a CI run: the
+    follower asleep on a futex, its worker a zombie). reap() waits on the pid itself."""
+    import threading
+
+    from fslab.execution.local import reap
+
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    process._waitpid_lock.acquire()  # as the interrupted poll() left it
+    codes = []
+    waiter = threading.Thread(target=lambda: codes.append(reap(process)), daemon=True)
+    waiter.start()
+    waiter.join(60)
+    assert codes == [3] and process.returncode == 3
+    assert reap(process) == 3  # once reaped, said again without waiting

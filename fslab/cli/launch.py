@@ -156,6 +156,7 @@ def _follow_to_end(run_, process, until_replaced: int | None = None, held: HeldS
     ``until_replaced``, :func:`fslab.cli.follow.follow`); print the test accuracies, or why it ended."""
     from fslab.cli.follow import follow
     from fslab.core.rerun import after_stop
+    from fslab.execution.local import reap
 
     try:  # from the first line on, Ctrl-C (or a SIGTERM: kill, timeout) stops the worker it started
         if held is not None:  # one pressed while the worker started: now, where it stops the worker
@@ -165,7 +166,7 @@ def _follow_to_end(run_, process, until_replaced: int | None = None, held: HeldS
             state = follow(run_, console, process, until_replaced=until_replaced)
     except KeyboardInterrupt as interrupt:
         state = _stop_started(run_, process, interrupt)
-    process.wait()
+    reap(process)
     results = run_.results()
     if state == "completed" and results:
         for line in _test_lines(results):
@@ -199,13 +200,14 @@ def _stop_started(run_, process, interrupt: KeyboardInterrupt) -> str:
     what it kept and how it goes on, and exit 130 (143 for SIGTERM); else the state it ended in by itself."""
     from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
+    from fslab.execution.local import reap
 
     console.print("stopping ...")
     try:
         state = stop_run(run_)
     except UsageError:  # it ended on its own meanwhile
         state = run_.state()
-    process.wait()
+    reap(process)
     if state == "killed":  # else it completed or failed before the stop: said as it ended
         console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
         raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None

@@ -72,6 +72,21 @@ def start_worker(run: Run, resume: bool = False, env: dict | None = None, pass_f
     return process
 
 
+def reap(process: subprocess.Popen) -> int:
+    """Wait for a worker this process started to exit; its exit code. Not ``process.wait()``: a Ctrl-C
+    that came inside ``process.poll()`` (a follower polls its worker four times a second) can be raised
+    between its lock's acquire and the ``try`` that releases it, and every ``wait()`` after blocks for
+    ever on that lock, the worker long gone (seen once in CI: a follower stopped by Ctrl-C never exited)."""
+    if process.returncode is None:
+        try:
+            _, status = os.waitpid(process.pid, 0)
+        except ChildProcessError:  # reaped already, by a poll() that then set returncode
+            pass
+        else:
+            process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode
+
+
 def wait_for_pid(run: Run, timeout: float = 10.0) -> int | None:
     """The worker's pid once it has marked the run running (or ended)."""
     deadline = time.time() + timeout
