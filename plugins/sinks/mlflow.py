@@ -145,13 +145,6 @@ class MLflowSink:
         self.steps = StepAxis()
 
     def write(self, event: dict) -> None:
-        try:
-            self._write(event)
-        except BaseException:
-            self.failed = True
-            raise
-
-    def _write(self, event: dict) -> None:
         from mlflow.entities import Metric
 
         kind = event.get("event")
@@ -193,7 +186,7 @@ class MLflowSink:
         and the earlier ones are kept as they were. A live run keeps its MLflow run either way."""
         if not self.run.replay:
             return
-        if self.failed or self.run.cut_short:  # cut short: a Ctrl-C between two writes, say
+        if self.failed or self.run.cut_short:  # cut short: a write that failed, or a Ctrl-C between two
             if self.mlflow_run is not None:
                 with contextlib.suppress(Exception):  # a store refusing this too keeps the earlier runs as well
                     self.client.delete_run(self.mlflow_run)

@@ -78,13 +78,6 @@ class TensorBoardSink:
         self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
     def write(self, event: dict) -> None:
-        try:
-            self._write(event)
-        except BaseException:
-            self.failed = True
-            raise
-
-    def _write(self, event: dict) -> None:
         kind = event.get("event")
         step = self.steps.place(event)
         if kind == "start":
@@ -130,7 +123,7 @@ class TensorBoardSink:
     def _replace(self) -> None:
         """An export's record in place of the earlier one, once it is written whole; one that failed
         midway (a full disk) is removed instead, and the earlier record is kept as it was."""
-        if self.failed or self.run.cut_short:  # cut short: a Ctrl-C between two writes, say
+        if self.failed or self.run.cut_short:  # cut short: a write that failed, or a Ctrl-C between two
             shutil.rmtree(self.writing, ignore_errors=True)
             return
         old = self.folder.with_name(f".{self.folder.name}.old")

@@ -103,7 +103,7 @@ class WandbSink:
         (a full disk) is removed instead, and the earlier ones are put back as they were."""
         if not self.run.replay:
             return
-        if not (self.failed or self.run.cut_short):  # cut short: a Ctrl-C between two writes, say
+        if not (self.failed or self.run.cut_short):  # cut short: a write that failed, or a Ctrl-C between two
             for aside in self.records.glob(f".offline-run-*-{self.run.id}.old"):  # an export killed midway's too
                 shutil.rmtree(aside, ignore_errors=True)
             return
@@ -113,13 +113,6 @@ class WandbSink:
             os.replace(aside, path)
 
     def write(self, event: dict) -> None:
-        try:
-            self._write(event)
-        except BaseException:
-            self.failed = True
-            raise
-
-    def _write(self, event: dict) -> None:
         kind = event.get("event")
         step = self.steps.place(event)
         if kind == "train":
