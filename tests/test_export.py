@@ -538,9 +538,7 @@ def test_an_export_that_fails_midway_keeps_the_earlier_record(store, sink, limit
                                        filter_string=f"tags.`fslab.run_id` = '{copy.name}'")
             return {r.info.run_id: (r.info.status, sorted(a.path for a in client.list_artifacts(r.info.run_id)),
                                     r.data.metrics) for r in found}
-        folder = copy / ("tb" if sink == "tensorboard" else "wandb")
-        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-                if p.is_file() and not p.is_symlink()}
+        return tracker_files(copy, sink)
 
     try:
         done = fslab("export", copy.name, "--to", sink, cwd=project, env=env)
@@ -771,22 +769,24 @@ def test_an_export_interrupted_between_two_writes_keeps_the_earlier_record(store
     project, real, env = store
     copy = _copy(project / "runs", real.name, f"20200101-00004{len(sink) % 10}-nca-ctrl")
 
-    def record() -> dict[str, bytes]:
-        folder = copy / ("tb" if sink == "tensorboard" else "wandb")
-        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-                if p.is_file() and not p.is_symlink()}
-
     try:
         done = fslab("export", copy.name, "--to", sink, cwd=project, env=env)
         assert done.returncode == 0, done.stderr
-        before = record()
+        before = tracker_files(copy, sink)
         out = subprocess.run([sys.executable, "-c", INTERRUPTED_BETWEEN_WRITES, "export", copy.name, "--to", sink],
                              cwd=project, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 130, out.stderr
         assert out.stderr == (f"fslab export interrupted among 1 run: those said above were exported, the one it "
                               f"was exporting keeps its earlier record in {sink}; the same command again exports "
                               f"them all\n")
-        assert record() == before
+        assert tracker_files(copy, sink) == before
         assert [p.name for p in copy.iterdir() if p.name.startswith((".tb", ".offline"))] == []
     finally:
         shutil.rmtree(copy)
+
+
+def tracker_files(copy, sink: str) -> dict[str, bytes]:
+    """Each file of a run's TensorBoard or W&B record (its tb/ or wandb/ folder), by path, with its bytes."""
+    folder = copy / ("tb" if sink == "tensorboard" else "wandb")
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
