@@ -406,3 +406,28 @@ def test_a_write_that_the_folder_refuses_names_the_file_not_its_temporary(tmp_pa
     with pytest.raises(NotADirectoryError) as caught:
         atomic_write_json(target, {"host": "elsewhere"})
     assert caught.value.filename == str(target) and caught.value.errno == errno.ENOTDIR
+
+
+def test_a_checkpoint_is_read_for_its_checksums_once_per_process_unless_rewritten(tmp_path, monkeypatch):
+    """fslab eval checked the CRCs of every part of the checkpoint three times (the CLI's check before torch
+    loads, the evaluation's, the load): three reads of a file of hundreds of megabytes at the papers' sizes."""
+    import time
+    import zipfile
+
+    from fslab.core import files
+
+    reads = []
+    testzip = zipfile.ZipFile.testzip
+    monkeypatch.setattr(zipfile.ZipFile, "testzip", lambda self: reads.append(1) or testzip(self))
+    path = tmp_path / "last.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("last/data/0", b"\0" * 64)
+    long_ago = time.time_ns() - 60 * 10**9
+    os.utime(path, ns=(long_ago, long_ago))
+    assert [files.archive_damage(path) for _ in range(3)] == [None] * 3 and len(reads) == 1
+    changed_in_place(path, "data/0")  # written now: the time of a change is coarse, so a fresh file is read again
+    assert files.archive_damage(path).endswith("its part data/0 fails its checksum") and len(reads) == 2
+    assert files.archive_damage(path).endswith("fails its checksum") and len(reads) == 3
+    os.utime(path, ns=(long_ago + 1, long_ago + 1))  # old enough again: the answer stands for the process
+    assert files.archive_damage(path).endswith("fails its checksum") and len(reads) == 4
+    assert files.archive_damage(path).endswith("fails its checksum") and len(reads) == 4

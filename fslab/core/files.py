@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,12 +66,36 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
         raise
 
 
+# What archive_damage found, by file identity (device, inode, size, time of last change): one
+# ``fslab eval`` asks three times (the CLI's check before torch loads, the evaluation's, the load
+# itself) and the answer for a file not written since stands. Only for a file last changed more
+# than RECENT ago: the time of a change is kept in steps of a few milliseconds, so a file
+# rewritten in place just after a check could keep its identity.
+_ARCHIVE_CHECKED: dict[tuple[int, int, int, int], str | None] = {}
+RECENT_NS = 2_000_000_000
+
+
 def archive_damage(path: Path) -> str | None:
     """Why ``path``, a zip archive (torch's format for a checkpoint), is not the file that was
     written, as a phrase that follows the path ("is not a complete checkpoint file"); None when it
     is whole. Its directory, at its end, tells a file cut short; each part's CRC-32, checked by
-    reading the whole file once, tells bytes changed since (a disk's or a copy's fault), which
-    ``torch.load`` does not check: it would load weights with those bytes in them."""
+    reading the whole file once per process while the file is not replaced or written, tells
+    bytes changed since (a disk's or a copy's fault), which ``torch.load`` does not check: it
+    would load weights with those bytes in them."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "is not a complete checkpoint file"
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if identity in _ARCHIVE_CHECKED:
+        return _ARCHIVE_CHECKED[identity]
+    damage = _archive_damage(path)
+    if time.time_ns() - st.st_mtime_ns > RECENT_NS:
+        _ARCHIVE_CHECKED[identity] = damage
+    return damage
+
+
+def _archive_damage(path: Path) -> str | None:
     import zipfile
     import zlib
 
