@@ -452,6 +452,7 @@ def test_a_stop_that_comes_after_the_run_completed_reports_it_completed(tmp_path
     and exited 130 (143) as for a stopped run. It now prints the test scores as any completed run does."""
     import fslab.cli.follow
     from fslab.cli import launch
+    from fslab.core.errors import Terminated
     from fslab.core.runstore import create_run
 
     run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "device": "cpu"})
@@ -461,7 +462,7 @@ def test_a_stop_that_comes_after_the_run_completed_reports_it_completed(tmp_path
     run.write_status(state="completed", ended=1.0, exit_code=0)
 
     def finished_then_interrupted(*_args, **_kwargs):
-        raise launch.Terminated if sigterm else KeyboardInterrupt
+        raise Terminated if sigterm else KeyboardInterrupt
 
     monkeypatch.setattr(fslab.cli.follow, "follow", finished_then_interrupted)
     launch._follow_to_end(run, subprocess.Popen(["true"]))  # returns: no typer.Exit(130 or 143)

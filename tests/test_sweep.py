@@ -1187,3 +1187,30 @@ def test_sweep_resume_with_nothing_to_resume_names_both_a_lost_submission_and_a_
         f"resume sweep-20261123-100000-abcd again; 1 queued run is held by pid 4343 on host gpu-node-7, which this "
         f"machine cannot tell gone: if it is, remove its runs/ID/.claimed ({made[1].id}) and run fslab sweep resume "
         f"sweep-20261123-100000-abcd again\n")
+
+
+@pytest.mark.parametrize("raised, code", [(KeyboardInterrupt, 130), ("Terminated", 143)])
+def test_a_sweep_interrupted_while_letting_its_runs_go_still_lets_all_go_and_keeps_the_signal(tmp_path, monkeypatch,
+                                                                                              raised, code):
+    """let_go raises its own SweepInterrupted over the interrupt it met, after letting every run go: the CLI's
+    exit code (143 for a SIGTERM) is read from it (interrupted_code), which holds whether a SIGTERM came."""
+    from fslab.core import runstore
+    from fslab.core.errors import Terminated, interrupted_code
+    from fslab.execution.sweep import SweepInterrupted, let_go
+
+    runs = [runstore.create_run(tmp_path, "nca", {"method": "nca", "seed": seed}) for seed in range(3)]
+    for run in runs:
+        assert run.claim()
+    unclaim, raised_once = runstore.Run.unclaim, []
+
+    def interrupted_once(run):
+        if not raised_once:
+            raised_once.append(run.id)
+            raise Terminated if raised == "Terminated" else raised
+        unclaim(run)
+
+    monkeypatch.setattr(runstore.Run, "unclaim", interrupted_once)
+    with pytest.raises(SweepInterrupted) as caught:
+        let_go(runs, "sweep-x")
+    assert caught.value.sweep == "sweep-x" and interrupted_code(caught.value) == code
+    assert [run.claim() for run in runs] == [True] * 3  # every one let go, the interrupted one on the next try

@@ -19,7 +19,7 @@ from fslab.cli.common import (
     settings,
     shown,
 )
-from fslab.core.errors import UsageError
+from fslab.core.errors import UsageError, interrupted_code
 from fslab.core.text import count
 
 
@@ -62,13 +62,13 @@ def export_(
     layers = checked_layers(found, project, to, _command_layer(found, to, set_ or [], given_as), given_as)
     chosen = select_runs(project.runs_dir, refs, "export")
     try:  # Ctrl-C, or a SIGTERM as Ctrl-C: one line, where it ended the command with no word
-        with sigterm_as_interrupt() as came:
+        with sigterm_as_interrupt():
             exported, skipped, failed = _export_each(found, chosen, to, layers, as_json)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         err_console.print(f"fslab export interrupted among {count(len(chosen), 'run')}: those said above were "
                           f"exported, the one it was exporting keeps its earlier record in {to}; the same command "
                           f"again exports them all", highlight=False)
-        raise typer.Exit(143 if came["sigterm"] else 130) from None
+        raise typer.Exit(interrupted_code(interrupt)) from None
     if not as_json:
         console.print(f"exported {count(exported, 'run')} to {to}"
                       + (f"; {skipped} left out" if skipped else "")

@@ -46,7 +46,7 @@ from fslab.cli.common import (
     sweep_ids,
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
-from fslab.core.errors import UsageError
+from fslab.core.errors import Terminated, UsageError, interrupted_code
 from fslab.core.states import RESUMABLE
 from fslab.core.text import count
 
@@ -124,7 +124,7 @@ def _go_on(started, held: HeldSignals, line: str | None, until_replaced: int | N
     except KeyboardInterrupt as interrupt:
         if started.process is not None:
             _stop_started(started.run, started.process, interrupt)
-        raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
+        raise typer.Exit(interrupted_code(interrupt)) from None
 
 
 def _like_root_gone(like: str | None, layers: list[dict], exc: UsageError) -> UsageError | None:
@@ -210,12 +210,8 @@ def _stop_started(run_, process, interrupt: KeyboardInterrupt) -> str:
     reap(process)
     if state == "killed":  # else it completed or failed before the stop: said as it ended
         console.print(f"{run_.id}: {state}; {after_stop(run_)}", highlight=False)
-        raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
+        raise typer.Exit(interrupted_code(interrupt)) from None
     return state
-
-
-class Terminated(KeyboardInterrupt):
-    """A SIGTERM to ``fslab run``/``fslab resume`` while it follows its worker: handled as Ctrl-C."""
 
 
 class HeldSignals:
@@ -257,26 +253,22 @@ class HeldSignals:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM raises :class:`Terminated` inside the block, so it is handled as Ctrl-C; the block gets a
-    dict whose ``sigterm`` says whether one came (for exit code 143 where a handler raised its own
-    KeyboardInterrupt over it). A follower killed (``kill``, ``timeout``, a job's end) used to die at once
-    and leave its worker training on with no one to stop it; a sweep or study, the runs it had begun
-    to queue, unrecorded."""
+    """SIGTERM raises :class:`Terminated` inside the block, so it is handled as Ctrl-C (and exits 143,
+    :func:`fslab.core.errors.interrupted_code`). A follower killed (``kill``, ``timeout``, a job's end)
+    used to die at once and leave its worker training on with no one to stop it; a sweep or study, the
+    runs it had begun to queue, unrecorded."""
     import signal
 
-    came = {"sigterm": False}
-
     def terminated(signum, frame):
-        came["sigterm"] = True
         raise Terminated
 
     try:
         previous = signal.signal(signal.SIGTERM, terminated)
     except ValueError:  # not the main thread (an embedding caller): leave SIGTERM as it is
-        yield came
+        yield
         return
     try:
-        yield came
+        yield
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -514,11 +506,11 @@ def _start_sweep(executors, method: str, grid_values: dict, seeds: int, base: li
                  options) -> tuple:
     """:func:`fslab.execution.executor.start_sweep`, a Ctrl-C or SIGTERM meanwhile said in one line."""
     try:  # a SIGTERM (timeout, a job's end) as Ctrl-C: killed outright, it left the runs begun queued unrecorded
-        with sigterm_as_interrupt() as came:
+        with sigterm_as_interrupt():
             return executors.start_sweep(method, grid_values, seeds, base=base, settings=project,
                                          registry=registry(project), fail_fast=fail_fast, slurm=options)
     except KeyboardInterrupt as interrupt:
-        _interrupted_sweep(getattr(interrupt, "sweep", None), options is not None, 143 if came["sigterm"] else 130)
+        _interrupted_sweep(getattr(interrupt, "sweep", None), options is not None, interrupted_code(interrupt))
 
 
 def _interrupted_sweep(sweep: str | None, on_slurm: bool, code: int = 130) -> NoReturn:

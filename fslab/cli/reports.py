@@ -30,7 +30,7 @@ from fslab.cli.common import (
 )
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX, EPISODES_MIN
-from fslab.core.errors import FslabError, UsageError
+from fslab.core.errors import FslabError, UsageError, interrupted_code
 from fslab.core.events import accuracy_text, canonical_evaluator, table_score
 from fslab.core.limits import repeated_at
 from fslab.core.text import count, percent, queries_text
@@ -106,20 +106,20 @@ def _score_all(plans: list[tuple], named: int, data_root: Path | None, found, si
     out_of_reach: dict[str, str] = {}  # sinks whose server did not answer, or whose store is read-only
     done: list[str] = []
     try:
-        with sigterm_as_interrupt() as came:
+        with sigterm_as_interrupt():
             for run_, results, options in _scored(plans, named, data_root, **kwargs):
                 done.append(run_.id)
                 for result in results:
                     _print_score(run_, result, kwargs["split"], options["ways"], as_json)
                 if sinks:
                     _send_to_sinks(found, run_, out_of_reach)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         saved = (f"the scores of {count(len(done), 'run')} printed above are saved" if done else
                  "the scores printed above, if any, are saved")
         err_console.print(f"fslab eval interrupted after {len(done)} of {count(named, 'run')}: {saved}; the same "
                           f"command again scores the rest (and those again, from the features they cached)",
                           highlight=False)
-        raise typer.Exit(143 if came["sigterm"] else 130) from None
+        raise typer.Exit(interrupted_code(interrupt)) from None
 
 
 def _scored(plans: list[tuple], named: int, data_root: Path | None, **kwargs):

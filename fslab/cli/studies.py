@@ -235,17 +235,18 @@ def run(
     again = study_command("run", ref, *run_options(scale, dataset=dataset, data_root=data_root, set_=set_,
                                                     executor=executor, slurm=slurm))
     from fslab.cli.launch import sigterm_as_interrupt
+    from fslab.core.errors import interrupted_code
 
     try:  # Ctrl-C, or a SIGTERM (timeout, a job's end) as Ctrl-C
-        with sigterm_as_interrupt() as came:
+        with sigterm_as_interrupt():
             outcome = executors.start_study(study, scale, settings=project, registry=registry(project),
                                             dataset=dataset, data_root=data_root, extra=extra, slurm=options,
                                             again=again)
-    except KeyboardInterrupt:  # the runs created and not yet recorded are removed (queue_study)
+    except KeyboardInterrupt as interrupt:  # the runs created and not yet recorded are removed (queue_study)
         err_console.print(shown(f"study {study.name}: interrupted while queueing; no run was left queued "
                                 f"unrecorded, and the same command again picks up where it stopped: {again}"),
                           highlight=False)
-        raise typer.Exit(143 if came["sigterm"] else 130) from None
+        raise typer.Exit(interrupted_code(interrupt)) from None
     total = len(outcome.reused) + len(outcome.in_progress) + len(outcome.requeued) + len(outcome.created)
     console.print(f"study {study.name} (scale {scale}): {count(total, 'run')}: {len(outcome.reused)} done already, "
                   f"{len(outcome.in_progress)} queued or running, {len(outcome.requeued)} queued again, "

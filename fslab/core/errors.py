@@ -25,6 +25,17 @@ class UsageError(FslabError):
     exit_code = 2
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (``kill``, ``timeout``, a job's end), raised where fslab handles it as Ctrl-C: the
+    command stops what it started and says how to go on, then exits 143 rather than 130."""
+
+
+def interrupted_code(interrupt: BaseException) -> int:
+    """The exit code of a command ended by ``interrupt``: 130 for Ctrl-C, as the shell's, 143 for a
+    SIGTERM (:class:`Terminated`, or an interrupt raised over one and marked ``terminated``)."""
+    return 143 if isinstance(interrupt, Terminated) or getattr(interrupt, "terminated", False) else 130
+
+
 class ConfigError(UsageError):
     """A configuration value, key or file that cannot be used."""
 

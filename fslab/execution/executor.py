@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.config import check_saved, naming_the_file, resolve
-from fslab.core.errors import UsageError
+from fslab.core.errors import UsageError, interrupted_code
 from fslab.core.rerun import like_command
 from fslab.core.runstore import Run, create_run, unstarted
 from fslab.core.settings import SlurmSettings
@@ -228,8 +228,8 @@ def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settin
                                   fail_fast=fail_fast, slurm_options=slurm)  # interrupted: nothing left queued
     try:
         return sweep_id, _start_queued(settings.runs_dir, runs, slurm)
-    except KeyboardInterrupt:  # while submitting: the sweep is recorded, its runs not yet submitted wait
-        raise SweepInterrupted(sweep_id) from None
+    except KeyboardInterrupt as interrupt:  # while submitting: the sweep is recorded, its runs not yet submitted wait
+        raise SweepInterrupted(sweep_id, terminated=interrupted_code(interrupt) == 143) from None
 
 
 def sweep_executor(runs_dir: Path, ref: str) -> str:

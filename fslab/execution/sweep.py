@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fslab.core.assignments import assignment, parse_assignment, shown
 from fslab.core.config import RunConfig, naming_the_file, point_layer, resolve, type_error
-from fslab.core.errors import ConfigError, UsageError, did_you_mean
+from fslab.core.errors import ConfigError, UsageError, did_you_mean, interrupted_code
 from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
 from fslab.core.limits import check_fields
 from fslab.core.runstore import Run, create_run
@@ -176,28 +176,29 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C after the sweep ``sweep`` was recorded, while its runs were being let go or started
-    (submitting SLURM jobs): ``fslab sweep resume`` starts those not yet started."""
+    """Ctrl-C (``terminated``: a SIGTERM) after the sweep ``sweep`` was recorded, while its runs were
+    being let go or started (submitting SLURM jobs): ``fslab sweep resume`` starts those not yet started."""
 
-    def __init__(self, sweep: str):
+    def __init__(self, sweep: str, terminated: bool = False):
         super().__init__(sweep)
         self.sweep = sweep
+        self.terminated = terminated
 
 
 def let_go(runs: list[Run], sweep_id: str) -> None:
     """Unclaim the runs a sweep or study held while it recorded them, so schedulers take them now. A Ctrl-C
     meanwhile still lets every one go, and is then raised as :class:`SweepInterrupted`: the record names
     them all, and ``fslab sweep resume`` starts the queued runs nobody claimed."""
-    pending, interrupted = list(runs), False
+    pending, codes = list(runs), set()
     while pending:
         try:
             while pending:
                 pending[-1].unclaim()
                 pending.pop()
-        except KeyboardInterrupt:
-            interrupted = True
-    if interrupted:
-        raise SweepInterrupted(sweep_id)
+        except KeyboardInterrupt as interrupt:
+            codes.add(interrupted_code(interrupt))
+    if codes:
+        raise SweepInterrupted(sweep_id, terminated=143 in codes)
 
 
 def withdraw(runs: list[Run], held: bool = False) -> None:
