@@ -112,6 +112,30 @@ def test_folder_reads_every_split_with_labels_in_sorted_class_order(registry, tm
                  ["val-class0", "val-class1", "val-class2"])
 
 
+def test_a_folder_tree_is_listed_once_for_the_checks_before_a_run_and_the_splits_it_loads(registry, tmp_path,
+                                                                                            monkeypatch):
+    """split_sizes (the checks before a run) listed every class folder's images, then listed the split folders
+    again for the check that no class is in two splits, and load() listed the images once more for the cache:
+    a stat per image file each time, slow on a network file system."""
+    from fslab_plugins.datasets import folder
+
+    written = make_folder_tree(tmp_path / "data")
+    listed_images = []
+    list_images = folder.list_images
+    monkeypatch.setattr(folder, "list_images", lambda path: listed_images.append(path.name) or list_images(path))
+    dataset = create(registry, "folder", tmp_path / "data", image_size=8)
+    assert dataset.split_sizes() == {split: [3, 3, 3] for split in written}
+    for split, items in written.items():
+        assert_split(dataset.load(split), [expected_pixels(p, 8) for _, p in items], [int(c[-1]) for c, _ in items],
+                     [f"{split}-class{c}" for c in range(3)])
+    assert sorted(listed_images) == sorted(f"{split}-class{c}" for split in written for c in range(3))
+    (tmp_path / "data" / "test" / "train-class1").mkdir()  # a class of two splits: still refused, from the listing
+    (tmp_path / "data" / "test" / "train-class1" / "a.png").write_bytes((tmp_path / "data" / "test" / "test-class0" /
+                                                                          "00.png").read_bytes())
+    with pytest.raises(UsageError, match=r"the class 'train-class1' is in both .*/train/ and .*/test/"):
+        create(registry, "folder", tmp_path / "data", image_size=8).split_sizes()
+
+
 def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_path, monkeypatch):
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)

@@ -86,22 +86,23 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     return tree
 
 
-def refuse_shared_classes(root: Path, dataset: str) -> None:
+def refuse_shared_classes(root: Path, trees: dict[str, dict[str, list[Path]]], dataset: str) -> None:
     """A UsageError naming a class folder name that two splits both hold, and how many names are
     shared, or two class folders that are one folder (a link to the other): the same images as two classes.
 
     Few-shot learning tests on classes never seen in training; with the same class in
-    ``train/`` and ``test/`` the test would score recognition of trained classes."""
+    ``train/`` and ``test/`` the test would score recognition of trained classes. ``trees``: each
+    split's :func:`scan_tree`, listed once for this check and the class counts."""
     splits: dict[str, list[str]] = {}  # class folder name -> the splits holding it
     folders: dict[Path, Path] = {}  # the folder a class folder is, links followed -> that class folder
     for split in SPLITS:
-        for path in sorted((root / split).iterdir()):
-            if not path.name.startswith(".") and path.is_dir():
-                splits.setdefault(path.name, []).append(split)
-                same = folders.setdefault(path.resolve(), path)
-                if same != path:
-                    raise UsageError(f"{dataset}: {path} and {same} are one folder (a link leads from one to the "
-                                     f"other), so its images would be two classes; remove the link")
+        for name in trees[split]:
+            path = root / split / name
+            splits.setdefault(name, []).append(split)
+            same = folders.setdefault(path.resolve(), path)
+            if same != path:
+                raise UsageError(f"{dataset}: {path} and {same} are one folder (a link leads from one to the "
+                                 f"other), so its images would be two classes; remove the link")
     shared = sorted(name for name, where in splits.items() if len(where) > 1)
     if shared:
         first, second = splits[shared[0]][:2]
@@ -133,17 +134,26 @@ class FolderDataset(CachedDataset):
         self.grayscale = grayscale
         self.channels = 1 if grayscale else 3
         refuse_missing_split(self.root, self.name)
+        self._trees: dict[str, dict[str, list[Path]]] = {}
+
+    def tree(self, split: str) -> dict[str, list[Path]]:
+        """``split``'s class folders and their images (:func:`scan_tree`), listed once: the checks
+        before a run and the cache's plan would list every image file again (a stat each, slow on
+        a network file system)."""
+        if split not in self._trees:
+            self._trees[split] = scan_tree(self.root / split, self.name)
+        return self._trees[split]
 
     def split_sizes(self):
         sizes = super().split_sizes()  # every split's class folders listed and counted first
-        refuse_shared_classes(self.root, self.name)
+        refuse_shared_classes(self.root, {split: self.tree(split) for split in SPLITS}, self.name)
         return sizes
 
     def class_counts(self, split):
-        return [len(files) for _, files in sorted(scan_tree(self.root / split, self.name).items())]
+        return [len(files) for _, files in sorted(self.tree(split).items())]
 
     def plan(self, split):
-        tree = scan_tree(self.root / split, self.name)
+        tree = self.tree(split)
         classes = sorted(tree)
         files, build = tree_plan(tree, classes, self.image_size, "L" if self.grayscale else "RGB")
         stem = f"folder-{split}-{self.image_size}{'-gray' if self.grayscale else ''}"
