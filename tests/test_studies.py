@@ -358,6 +358,28 @@ def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     assert [line[k] for k in ("completed_runs", "scored_runs", "expected_runs", "episodes")] == ["2", "1", "2", "5"]
 
 
+def test_seeds_scored_on_different_data_are_never_pooled_into_one_cell(registry, tmp_path):
+    """A study's runs are reused whatever their data root, so one cell could hold a seed scored on a folder's
+    old copy and one on its new copy: the report pooled them into one mean, where fslab compare splits them."""
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    nca = runs_of(outcome, config.runs_dir, "nca")
+    for run, data in zip(nca, ["aaaa1111", "bbbb2222"]):
+        finish(run, {1: [0.6] * 5, 5: [0.8] * 5})
+        for saved in (run.path / "evaluations").iterdir():
+            if "1shot" in saved.name:  # the 1-shot scores of the two seeds on two data, the 5-shot's on one
+                saved.write_text(json.dumps({**json.loads(saved.read_text()), "data": data}))
+    report = study_report(study, config.runs_dir)
+    one, five = [r for r in report["rows"] if r["sweep"] == "nca"]
+    assert (one["measured"], one["mixed_data"], one["verdict"]) == (None, True, NOT_COMPARABLE)
+    assert five["measured"]["episodes"] == 10 and not five["mixed_data"] and five["verdict"] == REPRODUCED
+    text = render(report, "md")
+    assert "| 60.00 ± 0.50 | - (runs scored on different data) | - | not comparable |" in text
+    assert "the runs of 1 cell were scored on different data" in scale_line(report)
+    assert json.loads(render(report, "json"))["rows"][0]["mixed_data"] is True
+
+
 def test_a_report_says_which_runs_ended_without_finishing_their_pending_cells(registry, tmp_path):
     """A run killed or failed left its cells 'pending' as if it were still training: nothing said that
     nothing would finish them."""

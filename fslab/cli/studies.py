@@ -277,8 +277,9 @@ def report(
     """The published numbers and fslab's side by side: mean ± 95% CI pooled over seeds, difference, verdict.
 
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
-    pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's, or settings
-    the study fixes changed by --set or by \\[run] of fslab.toml.
+    pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's, settings
+    the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose seeds were scored on different
+    data (another root of a folder dataset, files changed on disk), which are never pooled into one mean.
 
     csv and json give every accuracy, CI and difference in percent (points), in columns and fields
     named so: published_pct, published_ci95_pct, accuracy_pct, ci95_pct, difference_pct.

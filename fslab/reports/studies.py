@@ -28,7 +28,7 @@ from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
 from fslab.core.text import count, percent
-from fslab.reports.compare import RunFiles, md, pooled, tex
+from fslab.reports.compare import RunFiles, data_of, md, pooled, tex
 from fslab.reports.plot import measured_pair_fraction, x_order
 
 FORMATS = ("md", "latex", "csv", "json")
@@ -131,7 +131,12 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
     for ways, shots in shapes:
         cell = cells.get((ways, shots))
         queries = config.get("eval", {}).get("queries", 15)
-        measured = pooled(completed, study.split, shots, ways, queries, None, files) if completed and shots else None
+        # seeds scored on different data (a folder's other root, files changed on disk) are never pooled, as in
+        # fslab compare: one mean of them would be a number of no data set
+        mixed = bool(shots) and len({d for r in completed if (d := data_of(r, study.split, None, files,
+                                                                           ([shots], ways, queries)))}) > 1
+        measured = (pooled(completed, study.split, shots, ways, queries, None, files)
+                    if completed and shots and not mixed else None)
         # every run done and scored: a completed run whose scores are missing (evaluations/ left behind by a
         # copy) adds none to the pool, and a verdict on the others would read as one on every seed
         scored = measured["runs"] if measured else 0
@@ -143,7 +148,9 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
             "measured": measured, "runs": len(runs), "completed": len(completed), "scored": scored, "expected": seeds,
             "run_ids": [r.id for r in runs],
             "difference": (100 * measured["accuracy"] - published) if measured and published is not None else None,
-            "verdict": verdict(published, cell.ci95 if cell else None, measured, complete, comparable),
+            "mixed_data": mixed,
+            "verdict": NOT_COMPARABLE if mixed else verdict(published, cell.ci95 if cell else None, measured,
+                                                            complete, comparable),
         })
     return rows
 
@@ -171,6 +178,9 @@ def scale_line(report: dict) -> str:
         states = " or ".join(sorted(set(report["stopped"].values())))
         text += (f"; {count(len(report['stopped']), 'run')} ended {states}, so their cells stay pending until "
                  f"fslab study run queues them again")
+    if mixed := sum(1 for row in report["rows"] if row.get("mixed_data")):
+        text += (f"; the runs of {count(mixed, 'cell')} were scored on different data (other files or another "
+                 f"root), so those cells pool none of them (fslab compare of their runs gives each data its own mean)")
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
@@ -183,7 +193,9 @@ def _cells(row: dict, pm: str) -> list[str]:
         f"{pm}{row['published_ci95']:.2f}" if row["published_ci95"] is not None else "")
     m = row["measured"]
     measured = "-" if m is None else f"{percent(m['accuracy'])}{pm}{percent(m['ci95'])}"
-    if row["completed"] or row["runs"]:  # the runs whose scores are pooled, of those the point needs
+    if row.get("mixed_data"):  # none pooled: a count of them would read as a mean still to come
+        measured += " (runs scored on different data)"
+    elif row["completed"] or row["runs"]:  # the runs whose scores are pooled, of those the point needs
         measured += f" ({row.get('scored', row['completed'])}/{max(row['expected'], row['runs'])} runs)"
     difference = "-" if row["difference"] is None else percent(row["difference"] / 100, sign=True)
     at = ", ".join(assignment(k, v) for k, v in row["at"].items()) or "-"
