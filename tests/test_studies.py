@@ -391,6 +391,9 @@ def test_a_report_says_which_runs_ended_without_finishing_their_pending_cells(re
     report = study_report(study, config.runs_dir)
     assert report["stopped"] == {} and "ended" not in scale_line(report)  # the rest queued: pending, and going
     nca[1].write_status(state="killed", ended=time.time(), exit_code=None, pid=None)
+    # one run is spoken of as one ('1 run ended killed, so their cells stay pending until ... queues them')
+    assert scale_line(study_report(study, config.runs_dir)).endswith(
+        "; 1 run ended killed, so its cells stay pending until fslab study run queues it again.")
     pn = runs_of(outcome, config.runs_dir, "protonet")
     pn[0].write_status(state="failed", ended=time.time(), exit_code=1, pid=None, error="boom")
     report = study_report(study, config.runs_dir)

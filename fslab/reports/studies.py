@@ -176,8 +176,9 @@ def scale_line(report: dict) -> str:
                  "queues what the file asks now)")
     if report.get("stopped"):
         states = " or ".join(sorted(set(report["stopped"].values())))
-        text += (f"; {count(len(report['stopped']), 'run')} ended {states}, so their cells stay pending until "
-                 f"fslab study run queues them again")
+        one = len(report["stopped"]) == 1
+        text += (f"; {count(len(report['stopped']), 'run')} ended {states}, so {'its' if one else 'their'} cells stay "
+                 f"pending until fslab study run queues {'it' if one else 'them'} again")
     if mixed := sum(1 for row in report["rows"] if row.get("mixed_data")):
         text += (f"; the runs of {count(mixed, 'cell')} were scored on different data (other files or another "
                  f"root), so those cells pool none of them (fslab compare of their runs gives each data its own mean)")
