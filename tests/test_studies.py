@@ -402,6 +402,13 @@ def test_a_report_says_which_runs_ended_without_finishing_their_pending_cells(re
     assert scale_line(report) == (f"Scale: paper; sweep {outcome.sweep_id}; 2 runs ended failed or killed, so their "
                                   f"cells stay pending until fslab study run queues them again.")
     assert json.loads(render(report, "json"))["stopped"] == report["stopped"]
+    # a run deleted since (fslab delete; the record still places it) said nothing: its cells 'pending' for ever
+    shutil.rmtree(nca[1].path)
+    report = study_report(study, config.runs_dir)
+    assert report["missing"] == [nca[1].id] and nca[1].id not in report["stopped"]
+    assert [r["verdict"] for r in report["rows"] if r["sweep"] == "nca"] == [PENDING, PENDING]
+    assert ("; 1 run of the study is gone from the store (deleted), so its cells stay pending until fslab study run "
+            "creates it again") in scale_line(report)
 
 
 def test_report_json_and_csv_give_every_accuracy_ci_and_difference_in_percent_and_say_so(registry, project):

@@ -108,10 +108,14 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
     # runs that ended killed, failed or lost: their cells stay pending, and nothing finishes them unless asked
     stopped = {run_id: state for run_id in places if (state := Run(Path(runs_dir) / run_id).state()) in RESUMABLE}
+    # runs deleted since (fslab delete, or by hand): their cells stay pending too, and only fslab study run, which
+    # creates them again, finishes them
+    missing = [run_id for run_id in places if not (Path(runs_dir) / run_id).is_dir()]
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed, "project": project,
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
-            "stopped": stopped, "rows": rows, "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
+            "stopped": stopped, "missing": missing, "rows": rows,
+            "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
 
 
 def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, comparable: bool,
@@ -179,6 +183,11 @@ def scale_line(report: dict) -> str:
         one = len(report["stopped"]) == 1
         text += (f"; {count(len(report['stopped']), 'run')} ended {states}, so {'its' if one else 'their'} cells stay "
                  f"pending until fslab study run queues {'it' if one else 'them'} again")
+    if report.get("missing"):
+        one = len(report["missing"]) == 1
+        text += (f"; {count(len(report['missing']), 'run')} of the study {'is' if one else 'are'} gone from the store "
+                 f"(deleted), so {'its' if one else 'their'} cells stay pending until fslab study run creates "
+                 f"{'it' if one else 'them'} again")
     if mixed := sum(1 for row in report["rows"] if row.get("mixed_data")):
         text += (f"; the runs of {count(mixed, 'cell')} were scored on different data (other files or another "
                  f"root), so those cells pool none of them (fslab compare of their runs gives each data its own mean)")
