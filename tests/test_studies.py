@@ -517,6 +517,22 @@ def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
     assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_figure_point_whose_first_seed_was_deleted_still_shows_the_others(registry, tmp_path):
+    """A figure point's episode shapes were read from its first run only: with that seed deleted, the point
+    was one pending row with no mean, though its other seeds were done and scored."""
+    data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[])
+    del data["table"]
+    study = parse_study(data, "fig.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    first, second = runs_of(outcome, config.runs_dir, "nca")
+    finish(second, {1: [0.6] * 4, 5: [0.8] * 4})
+    shutil.rmtree(first.path)
+    rows = [r for r in study_report(study, config.runs_dir)["rows"] if r["sweep"] == "nca"]
+    assert [(r["shots"], (r["measured"] or {}).get("accuracy"), r["scored"], r["verdict"]) for r in rows] == [
+        (1, pytest.approx(0.6), 1, PENDING), (5, pytest.approx(0.8), 1, PENDING)]
+
+
 def test_a_report_that_fails_to_be_written_keeps_the_one_that_was_there(registry, tmp_path):
     """fslab study report --out wrote the report file in place: a write that failed midway (a full
     disk, here a limit on a file's size) left its first bytes where the whole earlier report was."""

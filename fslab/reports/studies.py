@@ -124,7 +124,8 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
              if (c.sweep, c.dataset, c.at) == (place["sweep"], place["dataset"], place["at"])}
     shapes = list(cells)
     completed = [r for r in runs if r.state() == "completed"]
-    config = files.config(runs[0]) if runs else {}
+    # the point's episode shapes from the first run whose configuration can be read: the first seed's may be gone
+    config = next((found for run in runs if (found := files.config(run))), {})
     if study.kind == "figure" and config:
         evaluated = config.get("eval", {})
         shapes += [(w, s) for w in tested_ways(evaluated["ways"], evaluated.get("extra_ways", []))
