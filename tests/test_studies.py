@@ -1699,6 +1699,15 @@ def test_the_quick_grid_takes_only_values_of_the_paper_grid():
     assert parse_study(data, "studies/tiny.toml").quick.grid == {"train.lr": [0.05]}
 
 
+def test_a_study_path_that_is_a_folder_is_said_to_be_one(registry, tmp_path):
+    """A folder named x.toml was 'no study file', as if nothing were there."""
+    (tmp_path / "x.toml").mkdir()
+    with pytest.raises(UsageError, match=r"x\.toml' is a folder, not a study file; give the path of a study's "):
+        find_study(registry, str(tmp_path / "x.toml"))
+    with pytest.raises(UsageError, match=r"^no study file '.*y\.toml'$"):
+        find_study(registry, str(tmp_path / "y.toml"))
+
+
 def test_a_dataset_option_naming_no_dataset_is_said_of_the_option(registry, tmp_path):
     """fslab study run nca-supcon --dataset nosuch said "sweep 'supcon' on miniimagenet: Unknown dataset
     'nosuch'", naming the study's dataset that --dataset replaces, not the option that gave the name."""

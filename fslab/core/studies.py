@@ -473,6 +473,8 @@ def study_entry(path: Path) -> dict:
 def find_study(registry, ref: str) -> Study:
     """A registered study by name (``fslab plugins --kind study``), or a study file by its path (``*.toml``)."""
     if isinstance(ref, str) and ref.endswith(".toml"):
+        if Path(ref).is_dir():  # 'no study file' read as if it were not there
+            raise UsageError(f"'{ref}' is a folder, not a study file; give the path of a study's .toml file")
         if not Path(ref).is_file():
             raise UsageError(f"no study file '{ref}'")
         return dataclasses.replace(read_study(Path(ref)), from_file=True)
