@@ -28,7 +28,7 @@ from fslab.core.runstore import Run
 from fslab.core.settings import Settings
 from fslab.core.states import ENDED
 from fslab.core.studies import find_study, parse_study
-from fslab.core.study_plan import plan_runs, resolve_study
+from fslab.core.study_plan import plan_runs, resolve_study, run_options
 from fslab.execution.checks import check_run
 from fslab.execution.studies import gpu_hours, queue_study
 from fslab.reports.studies import (
@@ -1697,6 +1697,14 @@ def test_the_quick_grid_takes_only_values_of_the_paper_grid():
                                 "the quick scale takes fewer of the paper's values: some of [0.1, 0.05]")
     data["quick"] = {"grid": {"train.lr": [0.05]}}
     assert parse_study(data, "studies/tiny.toml").quick.grid == {"train.lr": [0.05]}
+
+
+def test_the_command_that_goes_on_plans_the_runs_the_study_planned(tmp_path, monkeypatch):
+    """--data-root '' plans no root (the dataset's own), but the command that goes on (what fslab stop SWEEP
+    says) gave --data-root and the current folder: a root the runs never had."""
+    monkeypatch.chdir(tmp_path)
+    assert run_options("paper", data_root="") == ["--scale", "paper"]
+    assert run_options("quick", data_root="data") == ["--scale", "quick", "--data-root", str(tmp_path / "data")]
 
 
 def test_a_study_path_that_is_a_folder_is_said_to_be_one(registry, tmp_path):

@@ -258,7 +258,7 @@ def run_options(scale: str, *, dataset: str | None = None, data_root: str | None
     options = ["--scale", scale]
     if dataset is not None:
         options += ["--dataset", dataset]
-    if data_root is not None:
+    if data_root:  # an empty one is none, as plan_runs takes it (made absolute, it named the current folder)
         options += ["--data-root", str(Path(data_root).expanduser().resolve())]
     for text in set_ or []:
         options += ["--set", text]
