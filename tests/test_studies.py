@@ -1581,6 +1581,11 @@ def test_report_out_naming_a_file_is_one_line_and_leaves_the_file_alone(project)
                                f"report is written as my-paper.md, .tex, .csv or .json (and a PNG per dataset for a "
                                f"figure)\n"), done.stderr
     assert (project / "report.md").read_text() == "mine"
+    # --out '' (an unset $DIR) wrote into the current folder, over a my-paper.md there
+    (project / "my-paper.md").write_text("mine")
+    done = fslab("study", "report", "study.toml", "--out", "", cwd=project)
+    assert (done.returncode, done.stdout) == (2, "") and done.stderr.startswith("error: --out is empty; give the ")
+    assert (project / "my-paper.md").read_text() == "mine"
 
 
 @pytest.mark.parametrize("scale, change, start", [

@@ -266,7 +266,8 @@ def report(
     ref: StudyRef,
     fmt: Annotated[str, typer.Option("--format", help="md, latex, csv or json.",
                                      autocompletion=choices("md", "latex", "csv", "json"))] = "md",
-    out: Annotated[Path | None, typer.Option(
+    out_text: Annotated[str | None, typer.Option(  # text: typer makes --out '' Path('.'), the current folder
+        "--out", metavar="DIR",
         help="A folder: write STUDY.md/.tex/.csv/.json there (and a PNG per dataset for a figure study) "
              "instead of printing.")]
     = None,
@@ -293,6 +294,10 @@ def report(
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
     if scale is not None and scale not in SCALES:
         raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    if out_text is not None and not out_text.strip():  # an unset $DIR: the report would land in the current folder
+        raise UsageError("--out is empty; give the folder to write the report into (made if missing), or leave "
+                         "--out out to print the report")
+    out = None if out_text is None else Path(out_text)
     study = _load(ref)
     if out is not None:
         _check_out(out, study.name)
