@@ -876,3 +876,19 @@ def test_every_surface_rounds_a_tie_the_same_way_up(tmp_path):
         assert f"| train.lr={lr} | 1 | {cells[0]} | {cells[1]} |" in md, md
         assert cells[0].replace("±", "$\\pm$") in latex, latex
     assert "| +10.00 ± 0.00 | +10.00 ± 0.00 |" in md or "| -10.00 ± 0.00 | -10.00 ± 0.00 |" in md, md
+
+
+def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scores(tmp_path):
+    """Where every run named lacked scores (one still queued, one killed before its test), compare and plot
+    refused with 'none of these runs has saved test accuracies ... run: fslab eval RUN' and no word of the
+    runs' states, which the line naming them says where other runs have scores: it was raised first."""
+    queued = make_run(tmp_path / "runs", 0.1, 0, {})
+    killed = make_run(tmp_path / "runs", 0.1, 1, {})
+    killed.write_status(state="killed")
+    named = f"2 runs with no test scores at all: {queued.id} (queued), {killed.id} (killed)"
+    for command in (["compare", queued.id, killed.id], ["plot", "train.lr", queued.id, killed.id]):
+        done = fslab(*command, cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == "", command
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("error: none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
+                               f"{named}; finish them or run: fslab eval RUN"), (command, line)

@@ -433,7 +433,7 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
     a UsageError where no run has scores of the shape asked for (naming the shapes they have, the
     evaluators they have them by where --evaluator asked for another, and the fslab eval of the
     ``asked`` --ways and --queries that makes them)."""
-    from fslab.reports.compare import no_results, other_labels, shapes_text
+    from fslab.reports.compare import no_results, no_scores_at_all, other_labels, shapes_text, unscored_text
 
     for left, why in _left_out(report, runs):
         if left:
@@ -448,11 +448,12 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         if evaluator is not None:
             check_evaluator(evaluator)
             labels = other_labels(runs, split, shots, ways, queries, evaluator)
-        raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels))
+        never = no_scores_at_all([run for run in runs if run.id in report["unscored"]], split)
+        raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
+                                    never))
     if unscored := report.get("unscored"):
-        named = [f"{run} ({state})" for run, state in unscored.items()]
-        err_console.print(f"{count(len(named), 'run')} without {split} scores (left out): "
-                          f"{shown(', '.join(named[:5]))}{', ...' if len(named) > 5 else ''}", highlight=False)
+        err_console.print(f"{count(len(unscored), 'run')} without {split} scores (left out): "
+                          f"{shown(unscored_text(unscored))}", highlight=False)
     if elsewhere:
         err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, "
                           f"{queries_text(queries)} (left out): {shown(', '.join(list(elsewhere)[:5]))}"

@@ -452,12 +452,29 @@ def other_labels(runs: list[Run], split: str, shots: list[int], ways: int, queri
     return sorted(found, key=lambda label: (label.partition("[")[0] != asked.partition("[")[0], label))
 
 
+def no_scores_at_all(runs: list[Run], split: str, files: RunFiles | None = None) -> dict[str, str]:
+    """Of ``runs``, each one with no saved ``split`` evaluation at all (of no shots, shape or evaluator:
+    queued, running, or ended before its test), by id, with its state: what an error that no run has the
+    scores asked for names (a run scored otherwise is named by the shapes or evaluators it has)."""
+    files = files or RunFiles()
+    return {run.id: run.state() for run in runs if not any(e["split"] == split for e in files.saved(run))}
+
+
+def unscored_text(unscored: dict[str, str]) -> str:
+    """Runs with no scores of any shape (run id -> state), as every surface names them:
+    ``ID (queued), ID (failed)``, the first five and ``...`` for more."""
+    named = [f"{run} ({state})" for run, state in unscored.items()]
+    return ", ".join(named[:5]) + (", ..." if len(named) > 5 else "")
+
+
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
-               shapes=(), asked: tuple = (None, None), labels=()) -> str:
+               shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
     (--ways, --queries) where given (without them fslab eval takes each run's own shape); ``labels``:
-    the evaluators the runs have these scores by instead (:func:`other_labels`)."""
+    the evaluators the runs have these scores by instead (:func:`other_labels`); ``unscored``: the
+    runs with no scores at all, by their state (:func:`no_scores_at_all`), which the line names,
+    since it is the only line said."""
     by = f" by evaluator '{evaluator}'" if evaluator else ""
     run_eval = "fslab eval RUN" + (f" --split {split}" if split != "test" else "") + (
         f" --shots {shots}" if shots != "1,5" else "") + "".join(
@@ -470,6 +487,8 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
                      "".join(" --set " + shlex.quote(f"evaluator.{key}={toml.get(value, value)}")
                              for key, value in params))
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
+    if unscored:
+        have += f"; {count(len(unscored), 'run')} with no {split} scores at all: {unscored_text(unscored)}"
     if labels:
         have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
                  f" (--evaluator {shlex.quote(labels[0])})")

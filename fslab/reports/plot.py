@@ -39,6 +39,7 @@ from fslab.reports.compare import (
     has_results,
     metrics_name,
     no_results,
+    no_scores_at_all,
     one_run_per_seed,
     other_shapes,
     pooled,
@@ -121,25 +122,9 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
         return has_results(run, split, shots, ways, queries, files=files)
 
     what = f"{split} accuracies for {ways}-way {','.join(map(str, shots))}-shot, {queries_text(queries)}"
-    shapes: dict[str, list[tuple[int, int]]] = {}  # of each run without these scores: those it has
-
-    for line in lines.values():
-        for point in line["points"].values():
-            runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
-            left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
-            unscored = [r for r in runs_kept if not scored(r)]  # running, failed, or never scored this way
-            for r in unscored:
-                shapes[r.id] = other_shapes(r, split, shots, ways, queries, None, files)
-                have = f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else ""
-                if damaged := files.damaged([r]).get(r.id):  # not "evaluate it": its scores may be these
-                    have += f"; {count(len(damaged), 'saved evaluation')} of it cannot be read: {', '.join(damaged)}"
-                left_out.append({"run": r.id, "why": f"it is {r.state()} and has no saved {what}{have}"})
-            # sets: a point of a 1,000-run sweep compared each run with each, a second and more
-            dropped = set(unscored)
-            runs_kept = [r for r in runs_kept if r not in dropped]
-            kept = set(runs_kept)
-            point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in kept]
-            point["runs"] = runs_kept
+    dropped, shapes, unscored = _keep_scored(lines, files, scored, lambda run: other_shapes(
+        run, split, shots, ways, queries, None, files), what)
+    left_out += dropped
     # labelled by what differs among the lines drawn: a line whose runs are all left out tells nothing apart
     drawn = [line for line in lines.values() if any(point["runs"] for point in line["points"].values())]
     varying = sorted({k for line in drawn for k in line["settings"]
@@ -150,10 +135,40 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
                                     if line.get("data")))
     if not any(panel["series"] for panel in panels):
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
-                                    shapes={shape for found in shapes.values() for shape in found}, asked=asked))
+                                    shapes={shape for found in shapes.values() for shape in found}, asked=asked,
+                                    unscored=no_scores_at_all(unscored, split, files)))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out,
             "data_split": data_split, "damaged": files.damaged(runs)}
     return {**data, "y": y_label(data)}
+
+
+def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str) -> tuple[list[dict], dict, list[Run]]:
+    """Each point's runs narrowed to one run per seed and settings (:func:`one_run_per_seed`) that has the
+    scores drawn (``scored``). Returns the runs left out, each with why; of each run without these scores,
+    the episode shapes it has them at (``others``); and the runs without them at any shape."""
+    left_out: list[dict] = []
+    shapes: dict[str, list[tuple[int, int]]] = {}  # of each run without these scores: those it has
+    unscored: list[Run] = []  # the runs with no scores of any shape (the error names those never scored)
+    for line in lines.values():
+        for point in line["points"].values():
+            runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
+            left_out += [{"run": r.id, "why": "it repeats the settings and seed of another run"} for r in repeats]
+            without = [r for r in runs_kept if not scored(r)]  # running, failed, or never scored this way
+            for r in without:
+                shapes[r.id], state = others(r), r.state()
+                if not shapes[r.id]:
+                    unscored.append(r)
+                have = f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else ""
+                if damaged := files.damaged([r]).get(r.id):  # not "evaluate it": its scores may be these
+                    have += f"; {count(len(damaged), 'saved evaluation')} of it cannot be read: {', '.join(damaged)}"
+                left_out.append({"run": r.id, "why": f"it is {state} and has no saved {what}{have}"})
+            # sets: a point of a 1,000-run sweep compared each run with each, a second and more
+            dropped = set(without)
+            runs_kept = [r for r in runs_kept if r not in dropped]
+            kept = set(runs_kept)
+            point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in kept]
+            point["runs"] = runs_kept
+    return left_out, shapes, unscored
 
 
 def _lines(runs: list[Run], key: str, series: list[str] | None, files: RunFiles) -> tuple[dict, list[dict]]:
