@@ -724,11 +724,37 @@ def test_compare_screen_shows_what_fslab_compare_computes(store):
         row = next(r for r in report["groups"] if "method=nca" in r["group"])
         assert row["results"]["5-shot"]["accuracy"] == pytest.approx(mean, abs=1e-12)
         failed = next(r for r in cells if "method=protonet" in r[6])
-        assert "1 without test yet" in failed[2] and failed[3] == "-"
+        assert "1 without test scores" in failed[2] and failed[3] == "-"
         assert len(screen.query_one("#chart-compare").plot.series) == 3
 
     drive(frozen_app(runs), body)
 
+
+
+def test_the_compare_screen_names_the_runs_it_leaves_out_as_fslab_compare_does(store):
+    """Of two marked runs with the same settings and seed, the screen pooled the newer without a word (fslab
+    compare names the other on stderr), said of a failed run '1 without test yet', never its state, and counted
+    the runs with scores by itself: two seeds, one scored 1-shot alone and the other 5-shot alone, were
+    '2 (1 without test yet)', where fslab compare counts two seeds with scores."""
+    runs, folders = store
+    again = write_run(runs, "20260101-140000-nca-eeee", cfg=config(seed=0), events=history())  # done0's twin
+    for folder, seed, unscored in ((folders["done0"], 0, 5), (again, 2, 5), (folders["done1"], 1, 1)):
+        save_episode_scores(folder, seed=seed)
+        (folder / "evaluations" / f"test-centroid-5way-{unscored}shot-15q-2000ep-seed0-epoch3.json").unlink()
+
+    async def body(app, pilot):
+        await open_compare(app, pilot, {**folders, "again": again}, keys=("done0", "done1", "failed", "again"))
+        groups = app.screen.query_one("#groups")
+        nca, protonet = sorted(([c.plain for c in groups.get_row_at(i)] for i in range(groups.row_count)),
+                               key=lambda row: "method=protonet" in row[6])
+        assert "method=nca" in nca[6] and nca[1:3] == ["0, 1", "2"]  # both seeds have scores, of one shots each
+        assert protonet[2] == "1 (1 without test scores)"
+        note = str(app.screen.query_one("#compare-note").render())
+        assert note.endswith(f"; 1 run left out, each repeating the settings and seed of another (the newest with "
+                             f"results counts): {folders['done0'].name}; 1 run without test scores (left out): "
+                             f"{folders['failed'].name} (failed)")
+
+    drive(frozen_app(runs), body)
 
 
 def test_a_damaged_metrics_line_does_not_stop_the_compare_screen(store):
@@ -870,7 +896,7 @@ def test_compare_screen_leaves_out_a_run_from_a_newer_fslab_and_says_so(store):
         row = [c.plain for c in groups.get_row_at(0)]
         assert row[1:3] == ["0", "1"] and row[5] == "1-shot: 2000, 5-shot: 2000"
         note = str(screen.query_one("#compare-note").render())
-        assert f"left out, their configuration unreadable: {newer.name}" in note
+        assert f"1 run left out, each one whose configuration cannot be read: {newer.name}" in note
         chart = screen.query_one("#chart-compare").plot
         assert [series.count for _, series in chart.series] == [12, 12]  # both runs' losses are drawn
 

@@ -417,28 +417,23 @@ def _say_data_split(labels: list[str] | None, what: str) -> None:
                           f"nor paired): {shown('; '.join(labels))}", highlight=False)
 
 
-def _left_out(report: dict, runs: list) -> list[tuple[list[str], str]]:
-    """The ids of the runs compare left out before grouping, by why: a configuration that cannot be read, a
-    folder deleted since its sweep's record named it (fslab show finds no such run), a repeated run."""
-    paths = {run.id: run.path for run in runs}
-    gone = [i for i in report["unreadable"] if i in paths and not paths[i].is_dir()]
-    return [([i for i in report["unreadable"] if i not in gone], "each one whose configuration cannot be read"),
-            (gone, "each one whose folder is gone, though its sweep's record names it"),
-            (report["repeated"], "each repeating the settings and seed of another (the newest with results counts)")]
-
-
 def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | None, asked: tuple,
                   runs: list) -> None:
     """The runs compare left out, each kind said once on stderr so the report itself stays clean;
     a UsageError where no run has scores of the shape asked for (naming the shapes they have, the
     evaluators they have them by where --evaluator asked for another, and the fslab eval of the
     ``asked`` --ways and --queries that makes them)."""
-    from fslab.reports.compare import no_results, no_scores_at_all, other_labels, shapes_text, unscored_text
+    from fslab.reports.compare import (
+        left_out_lines,
+        no_results,
+        no_scores_at_all,
+        other_labels,
+        shapes_text,
+        unscored_line,
+    )
 
-    for left, why in _left_out(report, runs):
-        if left:
-            err_console.print(f"{count(len(left), 'run')} left out, {why}: {shown(', '.join(left[:5]))}"
-                              f"{', ...' if len(left) > 5 else ''}", highlight=False)
+    for line in left_out_lines(report, runs):
+        err_console.print(shown(line), highlight=False)
     _say_data_split(report.get("data_split"), "group")
     say_damaged(report["damaged"])
     elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
@@ -451,9 +446,8 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         never = no_scores_at_all([run for run in runs if run.id in report["unscored"]], split)
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
                                     never))
-    if unscored := report.get("unscored"):
-        err_console.print(f"{count(len(unscored), 'run')} without {split} scores (left out): "
-                          f"{shown(unscored_text(unscored))}", highlight=False)
+    if unscored := unscored_line(report):
+        err_console.print(shown(unscored), highlight=False)
     if elsewhere:
         err_console.print(f"{count(len(elsewhere), 'run')} without {split} scores for {ways}-way, "
                           f"{queries_text(queries)} (left out): {shown(', '.join(list(elsewhere)[:5]))}"

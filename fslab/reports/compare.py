@@ -460,6 +460,29 @@ def no_scores_at_all(runs: list[Run], split: str, files: RunFiles | None = None)
     return {run.id: run.state() for run in runs if not any(e["split"] == split for e in files.saved(run))}
 
 
+def left_out_lines(report: dict, runs: list[Run] = ()) -> list[str]:
+    """The runs :func:`compare` left out before pooling, a line for each reason, as every surface says them
+    (fslab compare on stderr, the dashboard's compare screen in its note): a configuration that cannot be
+    read, a folder deleted since its sweep's record named it (told by ``runs``' folders), a repeat of
+    another run's settings and seed. The runs without scores are :func:`unscored_line`'s."""
+    paths = {run.id: run.path for run in runs}
+    gone = [i for i in report["unreadable"] if i in paths and not paths[i].is_dir()]
+    reasons = [([i for i in report["unreadable"] if i not in gone], "each one whose configuration cannot be read"),
+               (gone, "each one whose folder is gone, though its sweep's record names it"),
+               (report["repeated"], "each repeating the settings and seed of another (the newest with results "
+                                    "counts)")]
+    return [f"{count(len(ids), 'run')} left out, {why}: {', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}"
+            for ids, why in reasons if ids]
+
+
+def unscored_line(report: dict) -> str | None:
+    """The runs of a report with no scores of any shape (queued, running, or ended before their test), each
+    with its state, as every surface names them; None where there are none."""
+    if unscored := report.get("unscored"):
+        return f"{count(len(unscored), 'run')} without {report['split']} scores (left out): {unscored_text(unscored)}"
+    return None
+
+
 def unscored_text(unscored: dict[str, str]) -> str:
     """Runs with no scores of any shape (run id -> state), as every surface names them:
     ``ID (queued), ID (failed)``, the first five and ``...`` for more."""

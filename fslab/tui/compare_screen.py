@@ -18,7 +18,14 @@ from fslab.core.events import table_score
 from fslab.core.runstore import Run
 from fslab.core.text import count, percent, printable, queries_text
 from fslab.core.values import is_number
-from fslab.reports.compare import compare, damaged_line, metrics_name, shapes_text
+from fslab.reports.compare import (
+    compare,
+    damaged_line,
+    left_out_lines,
+    metrics_name,
+    shapes_text,
+    unscored_line,
+)
 from fslab.tui.charts import IntervalChart, LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunsFollowed
 from fslab.tui.tailing import RunFollower, StoreChanges
@@ -112,8 +119,9 @@ class CompareScreen(Screen):
             f"seed and those that leave the test as it is); test accuracy on {report['ways']}-way episodes with "
             f"{queries_text(report['queries'])}, pooled over all episodes of a group's runs"
             + (f"; left out, deleted while open: {printable(', '.join(self.gone))}" if self.gone else "")
-            + (f"; left out, their configuration unreadable: {printable(', '.join(report['unreadable']))}"
-               if report.get("unreadable") else "")
+            # the runs left out, each reason as fslab compare says it (a repeat of a run's settings and seed
+            # too, which the screen passed over without a word), and those without scores, with their state
+            + "".join(f"; {printable(line)}" for line in (*left_out_lines(report), unscored_line(report)) if line)
             + (f"; split by the data their runs were scored on (neither pooled nor paired across it): "
                f"{printable('; '.join(report['data_split']))}" if report.get("data_split") else "")
             + "".join(f"; {printable(run)} left out, scored on {shapes_text(shapes)}"
@@ -123,8 +131,10 @@ class CompareScreen(Screen):
         table.clear()
         for number, row in enumerate(report["groups"], 1):
             one, five = row["results"].get("1-shot"), row["results"].get("5-shot")
-            evaluated = max((r["runs"] for r in row["results"].values()), default=0)
-            missing = f" ({len(row['runs']) - evaluated} without test yet)" if evaluated < len(row["runs"]) else ""
+            # the runs with scores, fslab compare's seeds: counted again here, a run with 1-shot scores alone
+            # and one with 5-shot scores alone were one run with scores
+            unscored = len(row["runs"]) - row["seeds"]
+            missing = f" ({unscored} without test scores)" if unscored else ""
             episodes = ", ".join(f"{s}: {v['episodes']}" for s, v in sorted(row["results"].items()))
             table.add_row(Text(f"#{number}"), Text(printable(", ".join(str(s) for s in row["seed_values"]))),
                           Text(f"{len(row['runs'])}{missing}"), Text(table_score(one)), Text(table_score(five)),
