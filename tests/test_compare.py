@@ -892,3 +892,35 @@ def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scor
         (line,) = done.stderr.splitlines()
         assert line.startswith("error: none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
                                f"{named}; finish them or run: fslab eval RUN"), (command, line)
+
+
+def test_scores_of_a_checkpoint_the_run_trained_past_are_pooled_by_no_surface(tmp_path):
+    """A run scored at epoch 2, then resumed and trained on (its latest checkpoint of epoch 3, not scored yet),
+    was pooled by compare and plot on the scores of a network it no longer has, where fslab runs (the summary)
+    leaves out a checkpoint's later scores once the run writes a newer one: the same run, two answers."""
+    from fslab.core.summary import read_summary
+    from fslab.reports.plot import series_data
+
+    runs_dir = tmp_path / "runs"
+    resumed = make_run(runs_dir, 0.1, 0, {5: [0.5, 1.0]})  # scored at epoch 2
+    other = make_run(runs_dir, 0.1, 1, {5: [0.25, 0.75]})
+
+    def checkpoint(epoch):
+        with open(resumed.path / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"event": "checkpoint", "time": 1.0 + epoch, "epoch": epoch, "step": 10 * epoch,
+                                "path": "checkpoints/last.pt"}) + "\n")
+
+    checkpoint(2)
+    (group,) = compare([resumed, other], shots=[5])["groups"]
+    assert (group["seeds"], group["results"]["5-shot"]["episodes"]) == (2, 4)
+    checkpoint(3)  # resumed, and trained on past the checkpoint scored
+    assert read_summary(resumed.path, save=False).checkpoint == 3
+    report = compare([resumed, other], shots=[5])
+    (group,) = report["groups"]
+    assert group["seeds"] == 1 and group["results"]["5-shot"] == {
+        "accuracy": 0.5, "ci95": pytest.approx(direct_ci([0.25, 0.75])[1]), "episodes": 2, "runs": 1}
+    assert report["unscored"] == {resumed.id: "queued"}
+    plotted = series_data([resumed, other], "train.lr", shots=[5])
+    (line,) = plotted["panels"][0]["series"]
+    assert [(p["run_ids"], p["episodes"]) for p in line["points"]] == [([other.id], 2)]
+    assert [item["run"] for item in plotted["left_out"]] == [resumed.id]

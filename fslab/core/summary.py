@@ -253,7 +253,8 @@ def _fold(summary: RunSummary, event: dict) -> None:
                 summary.best_val = {**value, "epoch": _whole(event.get("epoch"))}
             elif split == "test":
                 summary.test = {**summary.test, shots: value}
-        elif split == "test" and isinstance(label, str) and not _older(epoch := _whole(event.get("epoch")), summary):
+        elif (split == "test" and isinstance(label, str)
+              and not older_checkpoint(epoch := _whole(event.get("epoch")), summary)):
             _later_test(summary, label, shots, value, epoch, _whole(event.get("queries")))
 
 
@@ -273,9 +274,10 @@ def _later_test(summary: RunSummary, label: str, shots: str, value: dict, epoch:
                                  label: {**summary.test_by_evaluator.get(label, {}), shots: value}}
 
 
-def _older(epoch: int | None, summary: RunSummary) -> bool:
+def older_checkpoint(epoch: int | None, summary: RunSummary) -> bool:
     """Whether a score of the checkpoint of ``epoch`` is of one older than the run's latest (one of an
-    unknown epoch, logged before fslab recorded it, is taken as it stands)."""
+    unknown epoch, logged before fslab recorded it, is taken as it stands): the one rule of the summary's
+    ``test_by_evaluator`` and of which saved scores compare, plot and study report read."""
     return epoch is not None and summary.checkpoint is not None and epoch < summary.checkpoint
 
 
@@ -283,7 +285,8 @@ def _checkpoint(summary: RunSummary, epoch: int) -> None:
     """A new latest checkpoint: the later evaluations of older ones no longer score the run's network
     (it was resumed and trained on), and leave ``test_by_evaluator``."""
     summary.checkpoint = epoch if summary.checkpoint is None else max(summary.checkpoint, epoch)
-    kept = {label: {shots: score for shots, score in scores.items() if not _older(score.get("epoch"), summary)}
+    kept = {label: {shots: score for shots, score in scores.items()
+                    if not older_checkpoint(score.get("epoch"), summary)}
             for label, scores in summary.test_by_evaluator.items()}
     summary.test_by_evaluator = {label: scores for label, scores in kept.items() if scores}
 

@@ -36,6 +36,7 @@ from fslab.core.events import (
 from fslab.core.keys import PLUGIN_SECTIONS, dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
+from fslab.core.summary import older_checkpoint, read_summary
 from fslab.core.text import count, percent, queries_text
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
@@ -93,10 +94,14 @@ class RunFiles:
         return self._flat[run]
 
     def saved(self, run: Run) -> list[dict]:
-        """The run's saved evaluations, each ``evaluator`` in its one spelling (read once)."""
+        """The run's saved evaluations, each ``evaluator`` in its one spelling (read once), but those of a
+        checkpoint older than the run's latest, which ``fslab runs`` no longer shows either: the run was
+        resumed and trained on, and the network they scored is gone (:func:`older_checkpoint`)."""
         if run not in self._saved:
             saved, self._damaged[run] = run.saved_evaluations()
-            self._saved[run] = [{**e, "evaluator": logged_evaluator(e)} for e in saved]
+            latest = read_summary(run.path, save=False) if saved else None
+            self._saved[run] = [{**e, "evaluator": logged_evaluator(e)} for e in saved
+                                if not older_checkpoint(e["epoch"], latest)]
         return self._saved[run]
 
     def damaged(self, runs: list[Run]) -> dict[str, list[str]]:
