@@ -924,3 +924,24 @@ def test_scores_of_a_checkpoint_the_run_trained_past_are_pooled_by_no_surface(tm
     (line,) = plotted["panels"][0]["series"]
     assert [(p["run_ids"], p["episodes"]) for p in line["points"]] == [([other.id], 2)]
     assert [item["run"] for item in plotted["left_out"]] == [resumed.id]
+
+
+def test_a_comparison_refused_for_want_of_scores_says_so_in_one_line(tmp_path):
+    """Refused (an evaluator that no plugin registers, no scores of the episodes asked for), compare printed the
+    runs it had left out (a repeat of another's settings and seed) in lines of their own above its error: bad
+    input's one line, with what else it had to say in it."""
+    runs_dir = tmp_path / "runs"
+    first = make_run(runs_dir, 0.1, 0, {5: [0.5, 1.0]})
+    repeat = make_run(runs_dir, 0.1, 0, {5: [1.0, 1.0]})  # the same settings and seed: the first is left out
+    repeated = (f"1 run left out, each repeating the settings and seed of another (the newest with results counts): "
+                f"{first.id}")
+    refused = fslab("compare", first.id, repeat.id, "--evaluator", "knnn", cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.splitlines() == ["error: Unknown evaluator 'knnn'. Did you mean 'knn'? Allowed: ap, "
+                                           "centroid, finetune, knn, retrieval-map, sen, soft."]
+    refused = fslab("compare", first.id, repeat.id, "--shots", "1", cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.splitlines() == [f"error: none of these runs has saved test accuracies for 5-way 1-shot, "
+                                           f"15 queries; {repeated}; finish them or run: fslab eval RUN --shots 1"]
+    shown = fslab("compare", first.id, repeat.id, "--shots", "5", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stderr.splitlines() == [repeated]  # said on its own where scores show

@@ -424,6 +424,7 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
     evaluators they have them by where --evaluator asked for another, and the fslab eval of the
     ``asked`` --ways and --queries that makes them)."""
     from fslab.reports.compare import (
+        damaged_line,
         left_out_lines,
         no_results,
         no_scores_at_all,
@@ -432,20 +433,21 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         unscored_line,
     )
 
-    for line in left_out_lines(report, runs):
-        err_console.print(shown(line), highlight=False)
-    _say_data_split(report.get("data_split"), "group")
-    say_damaged(report["damaged"])
     elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
     shapes = {shape for found in elsewhere.values() for shape in found}
-    if not any(row["results"] for row in report["groups"]):
+    said = left_out_lines(report, runs)
+    if not any(row["results"] for row in report["groups"]):  # one line, bad input's: the left out said in it
         labels = []
         if evaluator is not None:
             check_evaluator(evaluator)
             labels = other_labels(runs, split, shots, ways, queries, evaluator)
         never = no_scores_at_all([run for run in runs if run.id in report["unscored"]], split)
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
-                                    never))
+                                    never, also=[*said, damaged_line(report["damaged"])]))
+    for line in said:
+        err_console.print(shown(line), highlight=False)
+    _say_data_split(report.get("data_split"), "group")
+    say_damaged(report["damaged"])
     if unscored := unscored_line(report):
         err_console.print(shown(unscored), highlight=False)
     if elsewhere:

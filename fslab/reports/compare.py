@@ -496,13 +496,15 @@ def unscored_text(unscored: dict[str, str]) -> str:
 
 
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
-               shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None) -> str:
+               shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None,
+               also=()) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
     (--ways, --queries) where given (without them fslab eval takes each run's own shape); ``labels``:
     the evaluators the runs have these scores by instead (:func:`other_labels`); ``unscored``: the
     runs with no scores at all, by their state (:func:`no_scores_at_all`), which the line names,
-    since it is the only line said."""
+    since it is the only line said; ``also``: what else it says, the runs left out and why
+    (:func:`left_out_lines`), a damaged saved evaluation (:func:`damaged_line`)."""
     by = f" by evaluator '{evaluator}'" if evaluator else ""
     run_eval = "fslab eval RUN" + (f" --split {split}" if split != "test" else "") + (
         f" --shots {shots}" if shots != "1,5" else "") + "".join(
@@ -517,6 +519,7 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
     if unscored:
         have += f"; {count(len(unscored), 'run')} with no {split} scores at all: {unscored_text(unscored)}"
+    have += "".join(f"; {line}" for line in also if line)
     if labels:
         have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
                  f" (--evaluator {shlex.quote(labels[0])})")
