@@ -19,6 +19,7 @@ import pytest
 
 from fslab.core.files import read_appended
 from fslab.core.summary import RunSummary, SummaryFile
+from fslab.core.text import percent
 from fslab.tui import make_app
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot, downsample, render_chart
 from fslab.tui.model import matches
@@ -757,6 +758,35 @@ def test_the_compare_screen_names_the_runs_it_leaves_out_as_fslab_compare_does(s
     drive(frozen_app(runs), body)
 
 
+def test_the_compare_screen_takes_the_oldest_marked_run_s_group_as_its_baseline_as_fslab_compare_does(store):
+    """The screen compared the marked runs newest first, so its first group, the baseline of the paired
+    differences, was the newest run's: a sweep's last setting, where fslab compare SWEEP (and all) take its
+    first, and each difference was the opposite of fslab compare's."""
+    from fslab.core.runstore import list_runs
+    from fslab.reports.compare import compare
+
+    runs, folders = store
+    slower = {}
+    for seed, run_id in ((0, "20260101-140000-nca-eeee"), (1, "20260101-150000-nca-ffff")):  # newer, lr 0.2
+        slower[seed] = write_run(runs, run_id, cfg={**config(seed=seed), "train": {**config()["train"], "lr": 0.2}},
+                                 events=history())
+    for seed, folder in enumerate((folders["done0"], folders["done1"], slower[0], slower[1])):
+        save_episode_scores(folder, seed=seed)  # scores of their own, paired by the runs' seeds
+    marked = {"done0": folders["done0"], "done1": folders["done1"], "slow0": slower[0], "slow1": slower[1]}
+    report = compare([run for run in list_runs(runs) if run.path in marked.values()])  # as fslab compare all
+    assert [p["baseline"] for p in report["paired"]] == ["train.lr=0.1", "train.lr=0.1"]
+
+    async def body(app, pilot):
+        await open_compare(app, pilot, marked, keys=tuple(marked))
+        groups = app.screen.query_one("#groups")
+        assert [groups.get_row_at(i)[6].plain for i in range(2)] == ["train.lr=0.1", "train.lr=0.2"]
+        lines = [f"train.lr=0.2 − train.lr=0.1, {p['shots']}-shot: {percent(p['difference'], sign=True)} ± "
+                 f"{percent(p['ci95'])} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
+        assert str(app.screen.query_one("#paired").render()) == "\n".join(lines)
+
+    drive(frozen_app(runs), body)
+
+
 def test_a_damaged_metrics_line_does_not_stop_the_compare_screen(store):
     """A train line whose step is text or null stopped the dashboard with a TypeError from the
     loss chart when its run was compared; the run screen skips such a line, and so does compare."""
@@ -870,7 +900,7 @@ def test_compare_reads_retrieval_runs_on_the_episodes_they_were_scored_on(tmp_pa
         row, note = await compare([accuracy.name])  # three marked, scored at two shapes: the papers' 15 queries,
         assert "on 5-way episodes with 15 queries" in note  # the others named, as fslab compare names them
         assert note.endswith("".join(f"; 2026010{seed + 1}-100000-nca-map{seed} left out, scored on 5-way, 9 queries "
-                                     f"(--ways 5 --queries 9)" for seed in (1, 0)))
+                                     f"(--ways 5 --queries 9)" for seed in (0, 1)))  # oldest first
 
     drive(frozen_app(runs), body)
 

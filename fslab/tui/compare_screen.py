@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from fslab.core.events import table_score
-from fslab.core.runstore import Run
+from fslab.core.runstore import Run, in_creation_order
 from fslab.core.text import count, percent, printable, queries_text
 from fslab.core.values import is_number
 from fslab.reports.compare import (
@@ -67,6 +67,10 @@ class CompareScreen(Screen):
         self.query_one("#groups", DataTable).add_columns("#", "seed values", "runs", "test 1-shot (%)",
                                                          "test 5-shot (%)", "episodes", "group")
         self.followers = [RunFollower(self.app.runs_dir / run_id) for run_id in self.run_ids]
+        # compared oldest first, as fslab compare all and fslab compare SWEEP take them: the first group, the
+        # baseline of the paired differences, was the newest marked run's (a sweep's last learning rate, its
+        # differences to the others the opposite of fslab compare's)
+        self.oldest_first = in_creation_order(self.app.runs_dir, self.run_ids)
         self.follow()
         self.set_interval(self.app.tick, self.follow)
 
@@ -82,7 +86,8 @@ class CompareScreen(Screen):
             losses = {d.run_id: self._folded[d.run_id].snapshot() for d in deltas
                       if fold_losses(self._folded[d.run_id], d)}
             stale = self._stale or any(d.reset or any(e.get("event") == "eval" for e in d.events) for d in deltas)
-            present = [Run(f.path) for f in self.followers if f.path.is_dir()]
+            present = [Run(self.app.runs_dir / run_id) for run_id in self.oldest_first
+                       if (self.app.runs_dir / run_id).is_dir()]
             gone = [f.path.name for f in self.followers if not f.path.is_dir()]
             report = None
             if stale and present:  # episodes of the runs' own shape, as fslab compare reads them by default
