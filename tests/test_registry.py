@@ -148,6 +148,21 @@ def test_misspelled_hook_is_an_error(builtin_plugins, tmp_path):
         load_registry([folder])
 
 
+def test_a_hook_without_hookimpl_fails_its_plugins_loading(builtin_plugins, tmp_path):
+    # pluggy passed over the undecorated function: the plugin loaded with nothing registered, every
+    # command called 'plain' unknown and fslab.testing skipped every contract, so a plugin's CI stayed green
+    source = LOCAL_LOSS.replace("    @hookimpl\n", "")
+    folder = write_plugin(tmp_path / "local", "plain", source)
+    registry = load_registry([folder])
+    assert [f.plugin for f in registry.failures] == ["local:plain"]
+    assert registry.failures[0].error == (
+        "TypeError: register_losses() is not decorated with @hookimpl, so fslab never calls it and the plugin "
+        "registers nothing: put @hookimpl (from fslab.plugin import hookimpl) above it")
+    with pytest.raises(UsageError, match=r"Not among them: what plugin 'local:plain' registers, which failed to "
+                                         r"load \(TypeError: register_losses\(\) is not decorated"):
+        registry.get("loss", "scaled")
+
+
 def test_lazy_reference_must_declare_params(builtin_plugins, tmp_path):
     source = """
         from fslab.plugin import hookimpl

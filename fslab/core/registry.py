@@ -312,8 +312,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         if pm.has_plugin(ep.name):
             continue  # the same distribution seen twice on sys.path
         try:
-            module = ep.load()
-            pm.register(module, name=ep.name)
+            _add_plugin(pm, ep.load(), ep.name)
         except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
             fail(ep.name, exc)
             registry.failed_origins[ep.name] = f"entry point {ep.value}"
@@ -328,8 +327,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         for path in sorted(Path(folder).glob("*.py")):
             name = f"local:{path.stem}"
             try:
-                module = _import_file(path)
-                pm.register(module, name=name)
+                _add_plugin(pm, _import_file(path), name)
             except (Exception, SystemExit) as exc:
                 fail(name, exc)
                 registry.failed_origins[name] = str(path)
@@ -352,6 +350,19 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             except (Exception, SystemExit) as exc:
                 fail(impl.plugin_name, exc)
     return registry
+
+
+def _add_plugin(pm: pluggy.PluginManager, module: Any, name: str) -> None:
+    """Register a plugin's module with pluggy, refusing a function named as one of fslab's hooks but not
+    decorated with ``@hookimpl``: pluggy passed over it, and the plugin loaded registering nothing, so every
+    command called its components unknown and its contract tests were all skipped, never failed. A
+    TypeError naming the hook: the plugin's load failure."""
+    for hook in HOOKS.values():
+        function = getattr(module, hook, None)
+        if callable(function) and not hasattr(function, f"{hookspecs.hookimpl.project_name}_impl"):
+            raise TypeError(f"{hook}() is not decorated with @hookimpl, so fslab never calls it and the plugin "
+                            f"registers nothing: put @hookimpl (from fslab.plugin import hookimpl) above it")
+    pm.register(module, name=name)
 
 
 def _unknown_hook(pm: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> str:
