@@ -196,8 +196,16 @@ def renumbering(z, labels, support=None):  # the batch's classes taken as 0..way
     centres = torch.zeros(ways, z.shape[1]).index_add(0, labels, z)
     return LossOutput(torch.nn.functional.cross_entropy(-torch.cdist(z, centres), labels), 0, 0)
 
+def whole(z, labels, support=None, *, margin: float = 1):  # a float whose default is an int
+    return LossOutput(z.pow(2).mean() * margin, 0, 0)
+
+class Scaled:
+    def __init__(self, in_channels, *, scale: float = 1.0):
+        self.out_dim = 8
+
 @hookimpl
 def register_losses(register):
+    register(whole, name="whole", description="broken")
     register(detached, name="detached", description="broken")
     register(renumbering, name="renumbering", description="broken")
     register(per_row, name="per-row", description="broken")
@@ -337,6 +345,8 @@ class ColourOnly(Colour):
 def register_backbones(register):
     register("fslab_local_plugins.broken:Lazy", name="lazy", description="declares another default",
              params={"width": 16})
+    register("fslab_local_plugins.broken:Scaled", name="scaled", description="declares 1 for 1.0",
+             params={"scale": 1})
     register(Colour, name="colour", description="broken")
     register(ColourOnly, name="colour-only", description="colour images only")
     register(Fixed, name="fixed", description="broken")
@@ -431,6 +441,21 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
         check_evaluator(broken, "by-position")
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
+
+
+def test_the_parameter_check_catches_a_default_of_another_type_than_the_parameter(broken):
+    from fslab.testing.checks import check_parameters
+
+    # both passed: a run takes a value of the default's type, so --set loss.margin=0.5 was refused as no integer
+    with pytest.raises(AssertionError, match=re.escape(
+            "loss whole: parameter 'margin' is annotated float but its default 1 is int, and a run takes only "
+            "values of its default's type (--set loss.margin=0.5 is refused): give it a default of type float, "
+            "margin: float = 1.0")):
+        check_parameters(broken, "loss", "whole")
+    with pytest.raises(AssertionError, match=re.escape(
+            "backbone scaled: register() declares params {'scale': 1}, the keyword-only parameters of "
+            "'fslab_local_plugins.broken:Scaled' are {'scale': 1.0}")):
+        check_parameters(broken, "backbone", "scaled")
 
 
 BROKEN_SINKS = '''
