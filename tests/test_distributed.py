@@ -288,7 +288,8 @@ def test_a_rank_that_fails_fails_the_run_with_its_error(tmp_path):
     assert done.returncode == 1
     status = json.loads((only_run(tmp_path) / "status.json").read_text())
     assert (status["state"], status["exit_code"]) == ("failed", 1)
-    assert status["error"] == "rank 1 failed: RuntimeError: boom on rank 1"
+    assert status["error"] == ("rank 1 failed: loss 'rank-one-fails' from plugin 'local:boom' failed: RuntimeError: "
+                               "boom on rank 1")
     assert "boom on rank 1" in done.stderr
 
 

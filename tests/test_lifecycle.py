@@ -87,12 +87,13 @@ def test_failing_loss_gives_failed_with_the_error(project):
     result = fslab("run", "nca", *TINY, "--set", "loss.name=boom", cwd=project)
     assert result.returncode == 1
     run_dir = only_run(project)
-    # the error's own period is not doubled before "See:" (it read "on purpose.. See:")
-    assert result.stderr.splitlines()[-1] == (f"{run_dir.name}: failed: RuntimeError: the loss exploded on purpose. "
-                                              f"See: fslab logs {run_dir.name} --stderr")
+    # the error's own period is not doubled before "See:" (it read "on purpose.. See:"); the line names the loss
+    # and its plugin, as an evaluator's does (it read "failed: RuntimeError: ...", whose code it was not said)
+    error = "loss 'boom' from plugin 'local:boom' failed: RuntimeError: the loss exploded on purpose."
+    assert result.stderr.splitlines()[-1] == f"{run_dir.name}: failed: {error} See: fslab logs {run_dir.name} --stderr"
     st = status(run_dir)
     assert st["state"] == "failed" and st["exit_code"] == 1
-    assert st["error"] == "RuntimeError: the loss exploded on purpose."
+    assert st["error"] == error
     assert "Traceback" in (run_dir / "stderr.log").read_text()
     assert "exploded" in fslab("logs", run_dir.name, "--stderr", cwd=project).stdout
 

@@ -189,6 +189,7 @@ class TrainingParts:
     evaluator: Callable
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.MultiStepLR
+    loss_plugin: str = ""  # the plugin that registered the loss, named when the loss raises
 
 
 def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device, *,
@@ -219,4 +220,4 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     optimizer = make_optimizer(trainable, cfg.train)
     scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
     return TrainingParts(dataset, train_split, val_split, test_split, model, head, loss_fn, sampler, evaluator,
-                         optimizer, scheduler)
+                         optimizer, scheduler, registry.get("loss", cfg.loss["name"]).plugin)

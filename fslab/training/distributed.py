@@ -49,6 +49,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fslab.core.errors import plugin_call
 from fslab.core.global_batch import BatchShare, sharing
 
 # Rank 0 evaluates alone while the others wait at a barrier; a test evaluation
@@ -261,14 +262,17 @@ class GlobalBatchLoss(nn.Module):
     """One training forward: embed this rank's rows, gather the global batch,
     apply the loss to all of it. ``labels`` and ``support`` are the global
     batch's (every rank drew the same batch). With one process this is just
-    ``loss(head(backbone(x)), labels, support)``."""
+    ``loss(head(backbone(x)), labels, support)``. ``failed`` names the loss and its plugin
+    (``loss 'boom' from plugin 'local:boom' failed``): what the loss raises then fails the run
+    in one line that says whose code it was (torch's out-of-memory error, the system's, goes on)."""
 
     def __init__(self, backbone: nn.Module, head: nn.Module, loss, world: World,
-                 autocast: Callable[[], AbstractContextManager] = nullcontext):
+                 autocast: Callable[[], AbstractContextManager] = nullcontext, failed: str = ""):
         super().__init__()
         self.backbone, self.head, self.world = backbone, head, world
         self.loss = loss  # a loss module's parameters train (and synchronise) with the network's
         self.autocast = autocast
+        self.failed = failed
 
     def forward(self, x, labels, support=None):
         total = labels.shape[0]
@@ -278,15 +282,17 @@ class GlobalBatchLoss(nn.Module):
         # The loss computes in float32, whatever the network's precision (fslab.training.numerics);
         # the embeddings are gathered in that precision too.
         z = gather_with_grad(local.float(), self.world, total=labels.shape[0])
-        return self.loss(z, labels, support)
+        if not self.failed:
+            return self.loss(z, labels, support)
+        return plugin_call(lambda: self.loss(z, labels, support), self.failed, passes=(torch.OutOfMemoryError,))
 
 
 def training_step(backbone: nn.Module, head: nn.Module, loss, world: World, device: torch.device,
-                  autocast: Callable[[], AbstractContextManager] = nullcontext) -> nn.Module:
+                  autocast: Callable[[], AbstractContextManager] = nullcontext, failed: str = "") -> nn.Module:
     """The module a training step calls: :class:`GlobalBatchLoss`, wrapped in
     DistributedDataParallel when there are several ranks (its parameters are
     averaged over the ranks after each backward pass)."""
-    step = GlobalBatchLoss(backbone, head, loss, world, autocast)
+    step = GlobalBatchLoss(backbone, head, loss, world, autocast, failed)
     if world.size == 1:
         return step
     from torch.nn.parallel import DistributedDataParallel

@@ -70,8 +70,9 @@ def train(run: Run, resume: bool = False, listeners=()) -> dict:
     # loss(head(model(x))) over the global batch; under DDP when there are several ranks. The backbone
     # runs in the run's precision (compiled if asked), the loss in float32 (fslab.training.numerics).
     parts, numerics = trainer.parts, trainer.numerics
+    failed = f"loss '{trainer.cfg.loss['name']}' from plugin '{parts.loss_plugin}' failed"  # what the loss raises
     train_step = distributed.training_step(compiled(parts.model, numerics), parts.head, parts.loss_fn,
-                                           trainer.world, trainer.device, numerics.autocast)
+                                           trainer.world, trainer.device, numerics.autocast, failed)
     try:
         for epoch in range(trainer.first_epoch, trainer.cfg.train.epochs):
             trainer.train_epoch(epoch, train_step)
