@@ -98,6 +98,38 @@ def test_failing_loss_gives_failed_with_the_error(project):
     assert "exploded" in fslab("logs", run_dir.name, "--stderr", cwd=project).stdout
 
 
+def test_a_sampler_that_raises_fails_the_run_in_a_line_naming_it(project):
+    plugins = project / "local_plugins"
+    plugins.mkdir()
+    (plugins / "drawer.py").write_text(textwrap.dedent("""
+        from fslab.plugin import Batch, hookimpl
+
+        class Drawer:
+            def __init__(self, labels, batch_size, seed):
+                self.batch_size = batch_size
+
+            def __len__(self):
+                return 3
+
+            def batches(self, epoch):
+                yield Batch(list(range(self.batch_size)))
+                raise ValueError("the sampler ran dry on purpose")
+
+        @hookimpl
+        def register_samplers(register):
+            register(Drawer, name="drawer", description="raises at its second batch")
+    """))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
+    result = fslab("run", "nca", *TINY, "--set", "sampler.name=drawer", cwd=project)
+    assert result.returncode == 1
+    run_dir = only_run(project)
+    # it read "failed: ValueError: the sampler ran dry on purpose", whose code it was not said
+    error = "sampler 'drawer' from plugin 'local:drawer' failed: ValueError: the sampler ran dry on purpose"
+    assert result.stderr.splitlines()[-1] == f"{run_dir.name}: failed: {error}. See: fslab logs {run_dir.name} --stderr"
+    assert status(run_dir)["error"] == error
+    assert "Traceback" in (run_dir / "stderr.log").read_text()
+
+
 def test_a_network_broken_by_a_finite_loss_fails_the_run_and_keeps_the_checkpoint_before(project):
     """A step whose loss is finite can still leave the network NaN (a NaN gradient; a batch-norm
     variance that overflows at a huge --lr, as `fslab run nca --epochs 1 --lr 1e5` on TINY did):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -189,7 +189,12 @@ class TrainingParts:
     evaluator: Callable
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.MultiStepLR
-    loss_plugin: str = ""  # the plugin that registered the loss, named when the loss raises
+    plugins: dict = field(default_factory=dict)  # the plugin of the loss and the sampler, named when one raises
+
+    def failed(self, kind: str, name: str) -> str:
+        """The start of the line a run fails with when the loss or the sampler raises:
+        ``loss 'boom' from plugin 'local:boom' failed``."""
+        return f"{kind} '{name}' from plugin '{self.plugins.get(kind, '?')}' failed"
 
 
 def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device, *,
@@ -220,4 +225,5 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     optimizer = make_optimizer(trainable, cfg.train)
     scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
     return TrainingParts(dataset, train_split, val_split, test_split, model, head, loss_fn, sampler, evaluator,
-                         optimizer, scheduler, registry.get("loss", cfg.loss["name"]).plugin)
+                         optimizer, scheduler, {kind: registry.get(kind, getattr(cfg, kind)["name"]).plugin
+                                                for kind in ("loss", "sampler")})

@@ -14,13 +14,13 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 from fslab.core.config import RunConfig, run_config, tested_ways
-from fslab.core.errors import FslabError
+from fslab.core.errors import FslabError, plugin_call
 from fslab.core.eventlog import EventLog, start_afresh, truncate_to_checkpoint
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import atomic_write_json
@@ -70,9 +70,9 @@ def train(run: Run, resume: bool = False, listeners=()) -> dict:
     # loss(head(model(x))) over the global batch; under DDP when there are several ranks. The backbone
     # runs in the run's precision (compiled if asked), the loss in float32 (fslab.training.numerics).
     parts, numerics = trainer.parts, trainer.numerics
-    failed = f"loss '{trainer.cfg.loss['name']}' from plugin '{parts.loss_plugin}' failed"  # what the loss raises
     train_step = distributed.training_step(compiled(parts.model, numerics), parts.head, parts.loss_fn,
-                                           trainer.world, trainer.device, numerics.autocast, failed)
+                                           trainer.world, trainer.device, numerics.autocast,
+                                           parts.failed("loss", trainer.cfg.loss["name"]))
     try:
         for epoch in range(trainer.first_epoch, trainer.cfg.train.epochs):
             trainer.train_epoch(epoch, train_step)
@@ -184,6 +184,19 @@ def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, again: str) 
     return f"loss became {value} at step {step} (epoch {epoch + 1}); {again}"
 
 
+def sampler_batches(sampler, epoch: int, failed: str) -> Iterator:
+    """The sampler's batches of ``epoch``; what its code raises (starting the epoch or drawing a batch) fails
+    the run in one line that names it and its plugin, ``failed`` (``sampler 'mine' from plugin 'mine'
+    failed: ValueError: ...``), where it read only ``ValueError: ...``, whose code it was not said."""
+    batches = plugin_call(lambda: iter(sampler.batches(epoch)), failed)
+    while True:
+        try:
+            batch = plugin_call(lambda: next(batches), failed, passes=(StopIteration,))
+        except StopIteration:
+            return
+        yield batch
+
+
 def checked_batch(batch, name: str):
     """``batch`` if it has what a sampler yields, ``Batch(indices, support)``, else a TypeError naming
     the sampler (rather than Python's AttributeError on ``.indices``, which names none)."""
@@ -270,7 +283,7 @@ class Trainer:
         parts, tcfg = self.parts, self.cfg.train
         parts.model.train()
         window_start, window_images = time.perf_counter(), 0
-        for batch in parts.sampler.batches(epoch):
+        for batch in sampler_batches(parts.sampler, epoch, parts.failed("sampler", self.cfg.sampler["name"])):
             batch = checked_batch(batch, self.cfg.sampler["name"])
             index = host_to_device(batch.indices, self.images.device)  # no wait for the GPU: its queue stays full
             own = self.world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
