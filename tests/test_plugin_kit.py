@@ -816,6 +816,27 @@ def test_a_local_plugin_that_is_not_found_is_told_why(tmp_path, monkeypatch, bui
     assert Alone().registry.failures == []
 
 
+def test_a_plugin_that_registers_nothing_fails_its_loading_test(tmp_path, monkeypatch, builtin_plugins):
+    """A module with no hook (its hook written in another file, or not at all) passed test_plugin_loads,
+    and every other contract was skipped for want of a component: the plugin's CI stayed green."""
+    import fslab.testing
+    from fslab.testing import ContractTests
+
+    monkeypatch.setattr(fslab.testing, "_registries", {})
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "empty.py").write_text('"""The loss is to come."""\n')
+
+    class Empty(ContractTests):
+        plugin_dirs = (str(tmp_path / "local"),)
+
+    with pytest.raises(AssertionError) as caught:
+        Empty().test_plugin_loads("local:empty")
+    assert str(caught.value).splitlines()[0] == (
+        "plugin 'local:empty' loads but registers no component: implement a hook of fslab (register_losses, "
+        "register_backbones, register_samplers, register_evaluators, register_datasets, register_methods, "
+        "register_studies, register_sinks) with @hookimpl above it, calling register(...)")
+
+
 def test_an_installed_plugin_that_fslab_plugins_leaves_out_is_told_so(monkeypatch):
     """With FSLAB_PLUGINS set in the shell, a generated package's `pytest` failed with "no fslab plugin
     'fslab_margin_loss' is installed ...; pip install -e . first": it was installed, and left out."""

@@ -179,11 +179,17 @@ class ContractTests:
 
     # -- the contracts -------------------------------------------------------
     def test_plugin_loads(self, plugin: str) -> None:
+        from fslab.core.registry import HOOKS
+
         failed = {f.plugin: f.error for f in self.registry.failures}
         assert plugin not in failed, f"plugin '{plugin}' failed to load: {failed.get(plugin)}"
         if plugin.startswith("local:"):
             assert plugin in self.registry.plugins, _no_local_plugin(plugin, self._plugin_dirs())
         assert plugin in self.registry.plugins, _not_installed(plugin, self.registry.plugins)
+        # a plugin with no hook passed, every other contract skipped for want of a component
+        assert any(c.plugin == plugin for named in self.registry.components.values() for c in named.values()), (
+            f"plugin '{plugin}' loads but registers no component: implement a hook of fslab "
+            f"({', '.join(HOOKS.values())}) with @hookimpl above it, calling register(...)")
 
     def test_parameters(self, kind: str, name: str) -> None:
         from fslab.testing.checks import check_parameters
