@@ -130,6 +130,30 @@ def test_a_sampler_that_raises_fails_the_run_in_a_line_naming_it(project):
     assert "Traceback" in (run_dir / "stderr.log").read_text()
 
 
+def test_a_component_that_raises_as_it_is_built_fails_the_run_in_a_line_naming_it(project):
+    plugins = project / "local_plugins"
+    plugins.mkdir()
+    (plugins / "fragile.py").write_text(textwrap.dedent("""
+        from fslab.plugin import hookimpl
+
+        class Fragile:
+            def __init__(self, labels, batch_size, seed):
+                raise KeyError("per_class")
+
+        @hookimpl
+        def register_samplers(register):
+            register(Fragile, name="fragile", description="raises when it is built")
+    """))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
+    result = fslab("run", "nca", *TINY, "--set", "sampler.name=fragile", cwd=project)
+    assert result.returncode == 1
+    run_dir = only_run(project)
+    # it read "failed: KeyError: 'per_class'", naming neither the sampler nor its plugin
+    error = "sampler 'fragile' from plugin 'local:fragile' failed to build: KeyError: 'per_class'"
+    assert result.stderr.splitlines()[-1] == f"{run_dir.name}: failed: {error}. See: fslab logs {run_dir.name} --stderr"
+    assert status(run_dir)["error"] == error
+
+
 def test_a_network_broken_by_a_finite_loss_fails_the_run_and_keeps_the_checkpoint_before(project):
     """A step whose loss is finite can still leave the network NaN (a NaN gradient; a batch-norm
     variance that overflows at a huge --lr, as `fslab run nca --epochs 1 --lr 1e5` on TINY did):

@@ -81,8 +81,20 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainConfig,
     return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=train.gamma)
 
 
+def built(registry: Registry, kind: str, name: str, build: Callable[[], Any],
+          passes: tuple[type[BaseException], ...] = ()) -> Any:
+    """``build()``, a component of a run built by the worker: what the component's own code raises (not
+    the UsageError of a value it refuses, torch's out-of-memory error nor ``passes``) is one line naming it
+    and its plugin (``sampler 'mine' from plugin 'mine' failed to build: KeyError: ...``), as it is where a
+    dataset is built before a run exists; the run's line read only ``KeyError: ...``, naming no one."""
+    failed = f"{kind} '{name}' from plugin '{registry.get(kind, name).plugin}' failed to build"
+    return plugin_call(build, failed, passes=(torch.OutOfMemoryError, *passes))
+
+
 def build_dataset(registry: Registry, cfg: RunConfig) -> Any:
-    return create_dataset(registry, cfg.as_dict())
+    # an OSError (a folder it cannot read) is the system's, as where it loads a split
+    return built(registry, "dataset", cfg.dataset["name"], lambda: create_dataset(registry, cfg.as_dict()),
+                 passes=(OSError,))
 
 
 def load_split(dataset: Any, split: str, name: str) -> Split:
@@ -117,8 +129,8 @@ def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device:
     images' ``image_size`` as ``(height, width)``."""
     section = cfg.backbone
     context = {"image_size": image_size} if image_size is not None else None
-    return registry.create("backbone", section["name"], in_channels=in_channels, context=context,
-                           **plugin_kwargs(section)).to(device)
+    return built(registry, "backbone", section["name"], lambda: registry.create(
+        "backbone", section["name"], in_channels=in_channels, context=context, **plugin_kwargs(section))).to(device)
 
 
 def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int], device: torch.device) -> None:
@@ -153,8 +165,8 @@ def build_loss(registry: Registry, cfg: RunConfig, out_dim: int, num_classes: in
     """The run's loss for embeddings of ``out_dim`` values and ``num_classes``
     training classes, on ``device``, with its own parameters (a loss module's,
     such as a learned temperature; none for a plain function) for the optimiser."""
-    loss_fn = registry.create("loss", cfg.loss["name"], **plugin_kwargs(cfg.loss),
-                              context={"out_dim": out_dim, "num_classes": num_classes})
+    loss_fn = built(registry, "loss", cfg.loss["name"], lambda: registry.create(
+        "loss", cfg.loss["name"], **plugin_kwargs(cfg.loss), context={"out_dim": out_dim, "num_classes": num_classes}))
     if not isinstance(loss_fn, nn.Module):
         return loss_fn, []
     return loss_fn.to(device), list(loss_fn.parameters())
@@ -170,8 +182,8 @@ def build_evaluator(registry: Registry, section: dict, training_loss: dict) -> C
     """The evaluator a section names (``name`` and its parameters), offered the run's
     loss section as ``training_loss`` (an evaluator that names it tests with the
     loss's own parameters, as ``sen`` takes the loss's ε_p)."""
-    return registry.create("evaluator", section["name"], context={"training_loss": dict(training_loss)},
-                           **plugin_kwargs(section))
+    return built(registry, "evaluator", section["name"], lambda: registry.create(
+        "evaluator", section["name"], context={"training_loss": dict(training_loss)}, **plugin_kwargs(section)))
 
 
 @dataclass
@@ -219,8 +231,9 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     loss_fn, loss_params = build_loss(registry, cfg, cfg.train.projection_dim or model.out_dim,
                                       len(train_split.classes), device)
     trainable = list(model.parameters()) + list(head.parameters()) + loss_params
-    sampler = registry.create("sampler", cfg.sampler["name"], labels=train_split.labels.tolist(),
-                              batch_size=cfg.train.batch_size, seed=cfg.seed, **plugin_kwargs(cfg.sampler))
+    sampler = built(registry, "sampler", cfg.sampler["name"], lambda: registry.create(
+        "sampler", cfg.sampler["name"], labels=train_split.labels.tolist(), batch_size=cfg.train.batch_size,
+        seed=cfg.seed, **plugin_kwargs(cfg.sampler)))
     evaluator = build_evaluator(registry, cfg.evaluator, cfg.loss)
     optimizer = make_optimizer(trainable, cfg.train)
     scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
