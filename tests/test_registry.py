@@ -190,6 +190,25 @@ def test_lazy_reference_that_cannot_import_names_the_target(builtin_plugins, tmp
         registry.create("backbone", "lazy", in_channels=1)
 
 
+def test_lazy_target_whose_module_fails_as_it_runs_is_the_plugins_error(builtin_plugins, tmp_path, monkeypatch):
+    # fslab.create raised the module's NameError bare, a traceback naming neither component nor plugin
+    (tmp_path / "lazy_broken_net.py").write_text("import math\nundefined_name_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = """
+        from fslab.plugin import hookimpl
+
+        @hookimpl
+        def register_backbones(register):
+            register("lazy_broken_net:Net", name="lazy", description="d", params={})
+    """
+    registry = load_registry([write_plugin(tmp_path / "local", "lazy", source)])
+    with pytest.raises(PluginError) as caught:
+        registry.create("backbone", "lazy", in_channels=1)
+    assert str(caught.value) == ("backbone 'lazy' from plugin 'local:lazy' points at 'lazy_broken_net:Net', whose "
+                                 "module failed as it was imported: NameError: name 'undefined_name_here' is not "
+                                 "defined")
+
+
 def test_method_recipes_are_dicts_naming_registered_plugins(builtin_plugins):
     registry = load_registry()
     for name in registry.names("method"):

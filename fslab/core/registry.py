@@ -86,6 +86,11 @@ class Component:
                 f"{self.kind} '{self.name}' from plugin '{self.plugin}' points at "
                 f"'{self.target}', which cannot be imported: {exc}"
             ) from exc
+        except Exception as exc:  # the module's own code failed as it ran (a NameError): fslab.create raised it bare
+            raise PluginError(
+                f"{self.kind} '{self.name}' from plugin '{self.plugin}' points at '{self.target}', whose module "
+                f"failed as it was imported: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def describe(self) -> dict:
         """A JSON-ready description, as ``fslab plugins --json`` prints it: a copy, so
