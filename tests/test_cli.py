@@ -837,8 +837,9 @@ def test_episode_shape_defaults_in_help_name_the_configurations(command):
 
     shown = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output
     flat = " ".join(shown.replace("│", " ").split())
-    assert "else the eval.ways all their configurations have; else 5" in flat
-    assert "else the eval.queries all their configurations have; else 15" in flat
+    assert "else the ways their scores, then their configurations (eval.ways), all have; else 5" in flat
+    assert "else the queries their scores, then their configurations (eval.queries), all have: --ways 20" in flat
+    assert "; else 15)" in flat
 
 
 def test_a_terminal_that_cannot_show_a_path_s_letters_gets_them_written_out_not_a_traceback(tmp_path):

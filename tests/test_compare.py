@@ -586,7 +586,13 @@ def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path
     ([(5, 5), (5, 15)], [(5, 5), (5, 15)], (None, None), (5, 15)),  # nothing shared: the papers'
     ([], [(10, 3), (10, 3)], (None, None), (10, 3)),  # nothing scored yet (running): the configured one
     ([(5, 5), (10, 3)], [(5, 5), (10, 3)], (10, None), (10, 3)),  # --ways 10 leaves one shape
-    ([(5, 5)], [(5, 5)], (20, None), (20, 15)),  # none agrees with --ways 20: its 15 queries
+    # none agrees with --ways 20: the queries the runs share, which fslab eval --ways 20 scores them with (it
+    # read the papers' 15, and the error's fslab eval then scored episodes compare still did not read)
+    ([(5, 5)], [(5, 5)], (20, None), (20, 5)),
+    ([(5, 5), (5, 10)], [(5, 5), (5, 10)], (20, None), (20, 15)),  # the runs share no queries: the papers' 15
+    ([(5, 5), (5, 10)], [(5, 10), (5, 10)], (20, None), (20, 10)),  # scores disagree: the configured ones'
+    ([(5, 5), (10, 5)], [(5, 5), (10, 5)], (None, None), (5, 5)),  # no one shape: 5 queries shared, the papers' 5-way
+    ([(5, 5)], [(5, 5)], (None, 15), (5, 15)),  # --queries 15: the runs' 5-way
     ([(5, 5)], [(5, 5)], (5, 15), (5, 15)),  # both given: as given
     ([], [(10, 3), ("five", None)], (None, None), (10, 3)),  # a damaged eval section says nothing
 ])

@@ -360,11 +360,13 @@ def compare_(
     split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
     ways: Annotated[int | None, typer.Option(
-        help="Ways of the evaluations to compare (default: the runs' own: the shape their scores share, else "
-             "the eval.ways all their configurations have; else 5).", show_default=False)] = None,
+        help="Ways of the evaluations to compare (default: the runs' own: of the shape their scores share, else "
+             "the ways their scores, then their configurations (eval.ways), all have; else 5).",
+        show_default=False)] = None,
     queries: Annotated[int | None, typer.Option(
-        help="Queries per class of the evaluations to compare (default: the runs' own: the shape their scores "
-             "share, else the eval.queries all their configurations have; else 15).", show_default=False)] = None,
+        help="Queries per class of the evaluations to compare (default: the runs' own: of the shape their scores "
+             "share, else the queries their scores, then their configurations (eval.queries), all have: --ways 20 "
+             "reads those fslab eval --ways 20 scores; else 15).", show_default=False)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
         autocompletion=names_of("evaluator"))] = None,
@@ -498,11 +500,13 @@ def plot_(
     split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
     ways: Annotated[int | None, typer.Option(
-        help="Ways of the evaluations to plot (default: the runs' own: the shape their scores share, else "
-             "the eval.ways all their configurations have; else 5).", show_default=False)] = None,
+        help="Ways of the evaluations to plot (default: the runs' own: of the shape their scores share, else "
+             "the ways their scores, then their configurations (eval.ways), all have; else 5).",
+        show_default=False)] = None,
     queries: Annotated[int | None, typer.Option(
-        help="Queries per class of the evaluations to plot (default: the runs' own: the shape their scores "
-             "share, else the eval.queries all their configurations have; else 15).", show_default=False)] = None,
+        help="Queries per class of the evaluations to plot (default: the runs' own: of the shape their scores "
+             "share, else the queries their scores, then their configurations (eval.queries), all have: --ways 20 "
+             "reads those fslab eval --ways 20 scores; else 15).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted numbers as JSON.")] = False,
 ) -> None:
     """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars.

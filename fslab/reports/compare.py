@@ -320,7 +320,10 @@ def scored_shape(runs: list[Run], split: str, shots: list[int], ways: int | None
     """The (ways, queries) a report reads: as given; where one is left out (None), the runs' own
     (among those that agree with the one given): the one shape all their saved ``split`` scores of
     ``shots`` (by ``evaluator``, default each run's own) share, else the one shape their
-    configurations evaluate (``eval.ways``, ``eval.queries``), else 5-way, 15 queries, the papers'."""
+    configurations evaluate (``eval.ways``, ``eval.queries``); where neither has one, each of the two
+    on its own: the one their scores share, else their configurations (with ``--ways 20`` of runs
+    scored at 5-way, 5 queries: 5 queries, those ``fslab eval RUN --ways 20`` scores); else 5-way,
+    15 queries, the papers'."""
     if ways is not None and queries is not None:
         return ways, queries
     readable = [run for run in runs if files.config(run)]
@@ -338,7 +341,15 @@ def scored_shape(runs: list[Run], split: str, shots: list[int], ways: int | None
         found = {(w, q) for w, q in found if ways in (None, w) and queries in (None, q)}
         if len(found) == 1:
             return found.pop()
-    return (5 if ways is None else ways), (15 if queries is None else queries)
+    return (_shared(ways, [{w for w, _ in scored}, {w for w, _ in configured}], 5),
+            _shared(queries, [{q for _, q in scored}, {q for _, q in configured}], 15))
+
+
+def _shared(given: int | None, found: list[set[int]], papers: int) -> int:
+    """``given``; else the first of the ``found`` sets of the runs' own values that holds one, else ``papers``."""
+    if given is not None:
+        return given
+    return next((values.pop() for values in found if len(values) == 1), papers)
 
 
 def other_shapes(run: Run, split: str, shots: list[int], ways: int, queries: int, evaluator: str | None,
