@@ -469,6 +469,25 @@ def test_check_refused_finds_what_the_evaluator_refuses_for_a_shape_and_nothing_
 
     check_refused(fussy, 5, [1], 15)
 
+
+def test_check_refused_finds_a_shape_a_model_aware_evaluator_refuses_before_any_episode():
+    # fslab eval --evaluator finetune --shots 5,1 fine-tuned every 5-shot episode (minutes) and only then
+    # refused the 1-shot support set; a blank episode finds it first, and adapts nothing
+    from fslab.training.evaluation import check_refused
+
+    class Counting(FineTune):
+        adapted = 0
+
+        def adapt(self, model, support_images, *, to_input, device):
+            if support_images.shape[1] >= 2:
+                Counting.adapted += 1
+            return super().adapt(model, support_images, to_input=to_input, device=device)
+
+    check_refused(Counting(), 5, [5], 15)  # a blank network has no weights to adapt: left to the real episodes
+    with pytest.raises(UsageError, match=r"^finetune needs at least 2 shots"):
+        check_refused(Counting(), 5, [5, 1], 15)
+    assert Counting.adapted == 2  # called, and failed at once on a network without weights
+
 @pytest.mark.slow
 def test_fslab_eval_fine_tunes_on_few_episodes(trained_run, builtin_plugins, monkeypatch):
     from typer.testing import CliRunner

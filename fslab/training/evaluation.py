@@ -119,13 +119,20 @@ def check_refused(evaluator: Callable, ways: int, shots: Sequence[int], queries:
     """The UsageError ``evaluator`` raises for episodes of one of its shapes
     (:func:`episode_shapes`; knn's ``k`` above a 1-shot episode's support points),
     found on one episode of blank features before any split is embedded, which
-    can take minutes. Whatever else a blank episode makes it raise is left to
-    the real episodes, where it is named."""
-    if evaluator_traits(evaluator).needs_model:
-        return
+    can take minutes. A model-aware evaluator gets one blank episode of 1×1 images
+    and a network without weights (``finetune`` refuses a 1-shot support set there,
+    not after the 5-shot episodes of ``--shots 5,1`` were fine-tuned one by one).
+    Whatever else a blank episode makes it raise is left to the real episodes,
+    where it is named."""
+    model_aware = evaluator_traits(evaluator).needs_model
     for n, q in episode_shapes(evaluator, shots, queries):
         try:
-            evaluator(torch.zeros(1, ways, n, 2), torch.zeros(1, ways * q, 2))
+            if model_aware:  # no weights: whatever it would adapt fails at once, and that is left to the episodes
+                evaluator(torch.nn.Flatten(), torch.zeros(ways, n, 1, 1, 1, dtype=torch.uint8),
+                          torch.zeros(ways * q, 1, 1, 1, dtype=torch.uint8), to_input=lambda x: x.float(),
+                          device="cpu", center=None, normalize=True)
+            else:
+                evaluator(torch.zeros(1, ways, n, 2), torch.zeros(1, ways * q, 2))
         except UsageError:
             raise
         except Exception:  # blank features are no real episode: the real ones say what fails
