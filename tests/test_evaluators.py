@@ -563,7 +563,28 @@ def test_one_epoch_step_shot_or_query_is_said_in_the_singular():
     with pytest.raises(UsageError) as refused:
         check_classes([c for c in range(6) for _ in range(4)], 5, 1, 100)
     assert str(refused.value) == ("5-way episodes with 1 shot and 100 queries need 5 classes with at least 101 "
-                                  "images; this split has 0 such classes (of 6)")
+                                  "images; this split has 0 such classes (of 6): at 5 ways, shots + queries can "
+                                  "be at most 4")
+
+
+def test_episodes_a_split_cannot_give_are_refused_with_what_it_can_give():
+    # fslab eval --shots 20 said "this split has 0 such classes (of 6)" and nothing of what would fit
+    from fslab.training.evaluation import check_classes
+
+    labels = [c for c, size in enumerate([20, 20, 20, 20, 20, 12]) for _ in range(size)]
+    with pytest.raises(UsageError, match=r"such classes \(of 6\): at 5 ways, shots \+ queries can be at most 20$"):
+        check_classes(labels, 5, 20, 5)
+    with pytest.raises(UsageError, match=r"\(of 6\): at 6 ways, shots \+ queries can be at most 12; "
+                                         r"at these shots and queries, at most 5 ways$"):
+        check_classes(labels, 6, 10, 5)
+    with pytest.raises(UsageError, match=r"has 6 such classes \(of 6\): at these shots and queries, at most 6 ways$"):
+        check_classes(labels, 7, 1, 5)
+    with pytest.raises(UsageError, match=r"has 0 such classes \(of 6\): at most 6 ways, with shots \+ queries at "
+                                         r"most 12$"):
+        check_classes(labels, 7, 20, 5)
+    with pytest.raises(UsageError, match=r"has 0 such classes \(of 1\)$"):  # nothing makes an episode: nothing said
+        check_classes([0, 0, 0], 2, 1, 5)
+    check_classes(labels, 5, 15, 5)  # 5 classes of 20: fits
 
 
 def test_a_compile_event_is_one_readable_line():

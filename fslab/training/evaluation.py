@@ -147,8 +147,23 @@ def _check_counts(counts: torch.Tensor, ways: int, shots: int, queries: int) -> 
             f"{ways}-way episodes with {count(shots, 'shot')} and {queries_text(queries)} "
             f"need {ways} classes "
             f"with at least {shots + queries} images; this split has {enough} such "
-            f"class{'es' * (enough != 1)} (of {counts.numel()})"
+            f"class{'es' * (enough != 1)} (of {counts.numel()}){_what_fits(counts, ways, enough)}"
         )
+
+
+def _what_fits(counts: torch.Tensor, ways: int, enough: int) -> str:
+    """What the split can give instead, for :func:`_check_counts`' line: the most images per class
+    (shots + queries) at ``ways`` ways, and the most ways at the shots and queries asked (``enough``
+    classes have that many images); empty where neither makes an episode (2 ways, 1 + 1 images)."""
+    fits, sizes = [], counts.sort(descending=True).values
+    largest = int(sizes[min(ways, counts.numel()) - 1])  # images of the smallest of the fullest classes
+    if counts.numel() >= ways and largest >= 2:
+        fits.append(f"at {ways} ways, shots + queries can be at most {largest}")
+    elif enough < 2 and counts.numel() >= 2 and largest >= 2:  # more ways than the split has classes
+        fits.append(f"at most {counts.numel()} ways, with shots + queries at most {largest}")
+    if enough >= 2:
+        fits.append(f"at these shots and queries, at most {enough} ways")
+    return f": {'; '.join(fits)}" if fits else ""
 
 
 def sample_episodes(
