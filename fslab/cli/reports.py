@@ -31,7 +31,7 @@ from fslab.cli.common import (
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX, EPISODES_MIN
 from fslab.core.errors import FslabError, UsageError, interrupted_code
-from fslab.core.events import accuracy_text, canonical_evaluator, table_score
+from fslab.core.events import accuracy_text, canonical_evaluator, label_params, table_score
 from fslab.core.limits import repeated_at
 from fslab.core.text import count, percent, queries_text
 
@@ -53,7 +53,9 @@ def eval_(
         help="Episodes per number of shots, at least 2 (default 10000; 100 for the slow finetune evaluator).")] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
-             "(default: the run's).", autocompletion=names_of("evaluator"))] = None,
+             "(default: the run's); its name alone, its parameters with --set (knn[k=3], as fslab runs and "
+             "compare show scores, is --evaluator knn --set evaluator.k=3).",
+        autocompletion=names_of("evaluator"))] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", metavar="KEY=VALUE", help="An evaluator parameter, e.g. --set evaluator.k=3 (repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda (a GPU) or cuda:N (default: the run's).",
@@ -81,6 +83,8 @@ def eval_(
     from fslab.core.sweeps import select_runs
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
+    if evaluator and "[" in evaluator:  # a label as fslab runs and compare show it: knn[k=3]
+        raise UsageError(_label_given(evaluator))
     if data_root is not None and not data_root.is_dir():  # said once, not once for each run named
         raise UsageError(f"--data-root {data_root} is not a folder")
     chosen = select_runs(settings().runs_dir, refs, "evaluate")
@@ -94,6 +98,16 @@ def eval_(
         _one_data_root(plans)
     _score_all(plans, len(chosen), data_root, found, sinks, as_json, split=split, shots=shot_list,
                episodes=episodes, evaluator=evaluator, device=device)
+
+
+def _label_given(label: str) -> str:
+    """The line that refuses a label (``knn[k=3]``, as ``fslab runs --evaluator`` and ``fslab compare
+    --evaluator`` take it) given to ``fslab eval --evaluator``, with the options that evaluate by it."""
+    name, params = label.partition("[")[0], label_params(label)
+    sets = (" ".join(f"--set {shlex.quote(f'evaluator.{k}={v}')}" for k, v in params) if params
+            else "--set evaluator.KEY=VALUE")
+    return (f"--evaluator takes an evaluator's name, and --set its parameters: '{label}' is a label, as fslab runs "
+            f"and fslab compare show scores; evaluate by it with --evaluator {shlex.quote(name)} {sets}")
 
 
 def _score_all(plans: list[tuple], named: int, data_root: Path | None, found, sinks: bool, as_json: bool,
