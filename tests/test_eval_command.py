@@ -329,6 +329,7 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     (["--split", "train"], "--split must be test or val"),
     (["--evaluator", "centriod"], "Unknown evaluator 'centriod'. Did you mean 'centroid'?"),
     (["--set", "evaluator.name=knn"], "fslab eval names its evaluator with --evaluator, not --set: --evaluator knn"),
+    (["--evaluator", ""], "--evaluator needs an evaluator's name, one of ap, centroid, finetune, knn"),  # was the run's
     (["--evaluator", "knn[k=3,ties=smallest]"],  # a label as fslab runs shows it: was "Unknown evaluator"
      "'knn[k=3,ties=smallest]' is a label, as fslab runs and fslab compare show scores; evaluate by it with "
      "--evaluator knn --set evaluator.k=3 --set evaluator.ties=smallest"),

@@ -90,6 +90,9 @@ def eval_(
     chosen = select_runs(settings().runs_dir, refs, "evaluate")
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()
+    if evaluator is not None and not evaluator.strip():  # --evaluator "" (an unset variable): not the run's own
+        raise UsageError(f"--evaluator needs an evaluator's name, one of {', '.join(found.names('evaluator'))}; "
+                         f"leave the option out to evaluate each run by its own, got '{evaluator}'")
     params = _evaluator_params(set_ or [], found, evaluator) if evaluator else None
     if device:
         _check_device(device)
