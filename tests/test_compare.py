@@ -951,3 +951,25 @@ def test_a_comparison_refused_for_want_of_scores_says_so_in_one_line(tmp_path):
                                            f"15 queries; {repeated}; finish them or run: fslab eval RUN --shots 1"]
     shown = fslab("compare", first.id, repeat.id, "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and shown.stderr.splitlines() == [repeated]  # said on its own where scores show
+
+
+def test_scores_of_other_data_are_kept_beside_the_runs_own_and_compare_reads_the_runs_own(tmp_path):
+    # fslab eval --data-root on images that differ, at the training test's shape and episode count, wrote its
+    # scores in place of the training's own: those were lost, and compare then disagreed with fslab runs
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "device": "cpu",
+                                                "train": {"lr": 0.1, "epochs": 2}, "loss": {"name": "nca"}})
+
+    def save_on(data, accuracies):
+        return run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 4,
+                                    "evaluator": "centroid", "seed": 0, "epoch": 2, "data": data,
+                                    "accuracy": sum(accuracies) / 4, "ci95": 0.0}, accuracies)
+
+    own = save_on("a" * 32, [1.0, 1.0, 0.5, 0.5])
+    other = save_on("b" * 32, [0.0, 0.0, 0.25, 0.25])
+    assert other != own and other.name.endswith("_data" + "b" * 16 + ".json")
+    assert json.loads(own.read_text())["accuracies"] == [1.0, 1.0, 0.5, 0.5]  # not replaced
+    assert save_on("a" * 32, [1.0, 1.0, 0.5, 0.5]) == own  # the same data again: the same file
+    assert save_on("b" * 32, [0.0, 0.0, 0.25, 0.25]) == other
+    assert sorted(p.name for p in (run.path / "evaluations").iterdir()) == sorted([own.name, other.name])
+    report = compare([run], shots=[5])
+    assert report["groups"][0]["results"]["5-shot"]["accuracy"] == pytest.approx(0.75)

@@ -242,12 +242,19 @@ class Run:
     def save_accuracies(self, result: dict, accuracies) -> Path:
         """Per-episode accuracies of one evaluation, in ``evaluations/``, named
         by everything that fixes its episodes (split, evaluator, shape, episode
-        count, seed, checkpoint epoch), so runs can be compared episode by episode."""
+        count, seed, checkpoint epoch), so runs can be compared episode by episode.
+        Scores of other data than those the name holds (``fslab eval --data-root`` on
+        images that differ) go beside them, ``..._data<fingerprint>.json``, never in their
+        place: the training's own test scores stay what ``fslab runs`` shows, and readers
+        take the plain name first (it sorts before the other)."""
         folder = self.path / "evaluations"
         folder.mkdir(exist_ok=True)
         key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
                f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
         path = folder / f"{safe_name(key)}.json"
+        data = result.get("data")
+        if isinstance(data, str) and _other_data(path, data):
+            path = folder / f"{safe_name(f'{key}_data{data[:16]}')}.json"
         atomic_write_json(path, {**result, "accuracies": kept_scores(accuracies)})
         return path
 
@@ -268,6 +275,13 @@ class Run:
             return [], []
         found = [(name, evaluation(read_json(self.path / "evaluations" / name))) for name in names]
         return [record for _, record in found if record is not None], [name for name, record in found if record is None]
+
+
+def _other_data(path: Path, data: str) -> bool:
+    """Whether the evaluation saved at ``path`` was scored on data whose fingerprint is known and not ``data``."""
+    saved = read_json(path)  # None where there is none, or none fslab can read: that is replaced
+    held = saved.get("data") if saved is not None else None
+    return isinstance(held, str) and held != data
 
 
 def safe_name(text: str) -> str:
