@@ -53,7 +53,7 @@ def eval_(
         help="Episodes per number of shots, at least 2 (default 10000; 100 for the slow finetune evaluator).")] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
-             "(default: the run's); its name alone, its parameters with --set (knn[k=3], as fslab runs and "
+             "(default: the run's); its name alone, its parameters with --set (knn\\[k=3], as fslab runs and "
              "compare show scores, is --evaluator knn --set evaluator.k=3).",
         autocompletion=names_of("evaluator"))] = None,
     set_: Annotated[list[str] | None, typer.Option(
