@@ -205,7 +205,9 @@ def test_wrn28_10_size_layout_and_one_forward(registry, torch_seed):
     assert [len(group) for group in model.groups] == [4, 4, 4]
     assert model.stage_dims == [160, 320, 640] and model.out_dim == 640
     assert [group[0].conv1.stride for group in model.groups] == [(1, 1), (2, 2), (2, 2)]
-    assert not any(isinstance(m, torch.nn.Dropout) for m in model.modules())  # dropout off by default
+    from fslab_plugins.backbones.networks import RowDropout
+
+    assert not any(isinstance(m, (torch.nn.Dropout, RowDropout)) for m in model.modules())  # off by default
     with torch.no_grad():
         out = model(torch.randn(1, 3, 8, 8))
     assert out.shape == (1, 640) and torch.isfinite(out).all()
@@ -232,6 +234,27 @@ def test_wrn_dropout_is_stochastic_only_in_training(registry, torch_seed):
     assert not torch.equal(model(x), model(x))
     model.eval()
     assert torch.equal(model(x), model(x))
+
+
+def test_wrn_dropout_under_gpus_keeps_its_rows_of_one_process_noise(registry):
+    """Under --gpus N a process embeds a block of the batch's rows: its dropout must drop the units
+    one process drops in those rows, and draw as much as the others (their generators stay in step)."""
+    from fslab_plugins.backbones.networks import WideBlock
+
+    from fslab.core.global_batch import BatchShare, sharing
+
+    model = registry.create("backbone", "wrn28-10", in_channels=1, depth=10, widen_factor=1, dropout=0.3)
+    drop = next(m for m in model.modules() if isinstance(m, WideBlock)).dropout.train()
+    x = torch.rand(5, 4, 3, 3) + 1.0  # no unit is zero before dropout
+    torch.manual_seed(0)
+    whole, after_whole = drop(x), torch.rand(3)
+    assert 0 < int((whole == 0).sum()) < whole.numel()
+    for rows in (slice(0, 3), slice(3, 5)):  # a batch of 5 split unevenly over 2 processes
+        torch.manual_seed(0)
+        with sharing(BatchShare(rows, 5, lambda t: t)):
+            part = drop(x[rows])
+        assert torch.equal(part, whole[rows])
+        assert torch.equal(torch.rand(3), after_whole)
 
 
 @pytest.mark.parametrize("params, message", [({"depth": 27}, "6n \\+ 4"), ({"widen_factor": 0}, "widen_factor"),

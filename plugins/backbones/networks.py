@@ -320,6 +320,27 @@ class ResNet12NCA(StagedBackbone):
         return maps
 
 
+class RowDropout(nn.Module):
+    """Dropout: in training, each unit is zeroed with probability ``p`` and the others scaled by
+    1 / (1 - ``p``). Its noise comes from ``rand_rows``, so under ``--gpus N`` each process keeps its
+    rows of the noise one process draws for the whole batch, and every process draws as much
+    (``nn.Dropout`` drew each process's own rows from the same seed: the second half of a batch got
+    the first half's units dropped, and a batch split unevenly left the ranks' generators apart)."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p <= 0:
+            return x
+        keep = (rand_rows(x) >= self.p).to(x.dtype)
+        return x * keep * (1.0 / (1.0 - self.p))
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class WideBlock(nn.Module):
     """Zagoruyko & Komodakis (2016)'s pre-activation wide block: BN, ReLU,
     3×3 conv (with the block's stride), BN, ReLU, dropout, 3×3 conv, plus the
@@ -333,7 +354,7 @@ class WideBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(out_channels)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
         self.relu = nn.ReLU(inplace=True)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.dropout = RowDropout(dropout) if dropout > 0 else nn.Identity()  # per row, as --gpus N needs
         self.shortcut = None
         if stride != 1 or in_channels != out_channels:
             self.shortcut = nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False)
