@@ -146,7 +146,10 @@ def test_what_this_machine_lacks_for_a_resume_is_said_with_the_command_that_star
                              "fslab run --like {id} --device cpu"),
         ({"device": "cuda", "train": {"processes": 2}},
          "--gpus 2 (train.processes) needs 2 GPUs but 0 are visible here; resume it where 2 are, or start it again "
-         "on fewer: fslab run --like {id} --gpus 1"),
+         "on fewer: fslab run --like {id} --device cpu --gpus 1"),  # --gpus 1 alone: refused again, on device cuda
+        ({"device": "auto", "train": {"processes": 2}},
+         "--gpus 2 (train.processes) needs 2 GPUs but 0 are visible here; resume it where 2 are, or start it again "
+         "on fewer: fslab run --like {id} --gpus 1"),  # auto trains one process on the CPU
     ]:
         run_id = killed_run(**changes)
         refused = fslab("resume", run_id, cwd=project, env=no_gpu)
@@ -159,6 +162,9 @@ def test_what_this_machine_lacks_for_a_resume_is_said_with_the_command_that_star
     # fslab run itself still names its own options
     fresh = fslab("run", "nca", *TINY, "--device", "cuda", cwd=project, env=no_gpu)
     assert fresh.returncode == 2 and fresh.stderr.strip().endswith("use --device cpu, or --device auto")
+    fresh = fslab("run", "nca", *TINY, "--device", "cuda", "--gpus", "2", cwd=project, env=no_gpu)
+    assert fresh.returncode == 2 and fresh.stderr.strip().endswith(
+        "use --device cpu --gpus 1, or --device cpu --gpus 2 for 2 gloo processes on the CPU (slow; for testing)")
 
 
 def test_a_run_whose_plugin_is_no_longer_installed_is_named_with_how_it_goes_on(project):

@@ -156,9 +156,11 @@ def check_processes(config: dict, again: str | None = None) -> None:
         )
     have = len(visible_gpus())
     if have < processes:
-        fix = (f"use --gpus {max(have, 1)}, or --device cpu --gpus {processes} for {processes} gloo processes on the "
+        # device cuda on a machine without a GPU: one process of it would be refused in turn, so the CPU is named
+        fewer = "--device cpu --gpus 1" if have == 0 and device == "cuda" else f"--gpus {max(have, 1)}"
+        fix = (f"use {fewer}, or --device cpu --gpus {processes} for {processes} gloo processes on the "
                f"CPU (slow; for testing)" if again is None else
-               f"resume it where {processes} are, or start it again on fewer: {again} --gpus {max(have, 1)}")
+               f"resume it where {processes} are, or start it again on fewer: {again} {fewer}")
         raise UsageError(f"--gpus {processes} (train.processes) needs {processes} GPUs but {have} "
                          f"{'is' if have == 1 else 'are'} visible here; {fix}")
 
