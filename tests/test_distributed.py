@@ -346,3 +346,33 @@ def test_a_rank_killed_without_a_word_fails_the_run_naming_it(tmp_path, when):
     assert (status["state"], status["exit_code"]) == ("failed", 1)
     assert status["error"].startswith("rank 1 ended without a word"), status["error"]
     assert "rank 1 ended without a word" in done.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_killed_without_a_word_fails_the_run_naming_it(tmp_path):
+    """torchrun SIGKILLed (as the out-of-memory killer ends a process) cannot pass a stop on: its ranks stop
+    themselves on seeing it gone, and the run failed rather than ended `killed` "stopped by SIGTERM", a stop
+    nobody asked for. It resumes from its checkpoint as any failed run does."""
+    import signal
+
+    from fslab.core.states import pid_alive
+    from fslab.execution.local import child_pids
+
+    started = fslab("run", "nca", "--device", "cpu", "--gpus", "2", "--epochs", "500", "-d", *TINY, cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    run_dir = only_run(tmp_path)
+    wait_for(lambda: events(run_dir, "checkpoint"), timeout=120, what="the first checkpoint")
+    torchrun = json.loads((run_dir / "status.json").read_text())["pid"]
+    ranks = child_pids(torchrun)
+    os.kill(torchrun, signal.SIGKILL)
+    wait_for(lambda: not any(pid_alive(p) for p in ranks), timeout=120, what="every rank to stop")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["state"], status["exit_code"]) == ("failed", 1), status
+    assert status["error"] == (f"torchrun (pid {torchrun}), which ran the run's 2 processes, ended without a word "
+                               f"(killed by a signal, as the out-of-memory killer kills, or crashed), and its ranks "
+                               f"stopped with it")
+    resumed = fslab("resume", run_dir.name, "-d", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    wait_for(lambda: events(run_dir, "resume"), timeout=120, what="the resumed run")
+    fslab("stop", run_dir.name, cwd=tmp_path, timeout=120)
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "killed"

@@ -144,9 +144,14 @@ def import_train():
     return train
 
 
+_torchrun_gone: list[int] = []  # torchrun's pid, once this rank saw it gone without passing a stop on
+
+
 def watch_torchrun() -> None:
     """Under torchrun, stop this rank (SIGTERM to itself) once torchrun is
-    gone: torchrun forwards SIGTERM to the ranks but cannot forward a SIGKILL."""
+    gone: torchrun forwards SIGTERM to the ranks but cannot forward a SIGKILL.
+    torchrun waits for its ranks when it stops them, so one gone first ended
+    without a word (:func:`torchrun_gone`)."""
     if "TORCHELASTIC_RUN_ID" not in os.environ:
         return
     parent = os.getppid()
@@ -154,6 +159,7 @@ def watch_torchrun() -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
+        _torchrun_gone.append(parent)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="torchrun-watch", daemon=True).start()
@@ -190,6 +196,17 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
         except OSError:
             pass
     return 0
+
+
+def torchrun_gone() -> str | None:
+    """The run's error when the SIGTERM that stopped this rank was its own, sent on seeing torchrun gone
+    (SIGKILLed, as the out-of-memory killer ends a process, or crashed): no stop was asked for, so the run
+    fails rather than end ``killed`` "by SIGTERM"; None for a stop torchrun passed on."""
+    if not _torchrun_gone:
+        return None
+    return (f"torchrun (pid {_torchrun_gone[0]}), which ran the run's {os.environ.get('WORLD_SIZE', '?')} "
+            f"processes, ended without a word (killed by a signal, as the out-of-memory killer kills, or crashed), "
+            f"and its ranks stopped with it")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -352,6 +369,10 @@ def _train(run: Run, resume: bool, keeper: StatusKeeper, opened: list) -> int:
     except Stopped as stop:
         ignore_stop_signals()
         if failure := other_rank_failure(run):  # torchrun stopped this rank because another one failed
+            keeper.finish("failed", 1, failure)
+            return 1
+        if failure := torchrun_gone():  # not a stop: this rank's own SIGTERM, torchrun being gone
+            print(f"fslab: {failure}", file=sys.stderr, flush=True)
             keeper.finish("failed", 1, failure)
             return 1
         return record_stop(keeper, stop)
