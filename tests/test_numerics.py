@@ -237,3 +237,18 @@ def test_a_buffer_infinite_by_design_is_not_taken_for_a_network_that_diverged():
     assert nonfinite_tensor({"model": model}, watched) == "model's 1.running_var holds inf"
     assert nonfinite_entry(model.state_dict(), finite_names(torch.nn.Sequential(
         torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).state_dict())) == "1.running_var holds inf"
+
+
+def test_compile_in_a_local_cluster_job_checks_this_machines_compiler(monkeypatch):
+    """[slurm] cluster = "local" runs the job here: a compile it cannot do was submitted, and the job
+    failed with torch's InvalidCxxCompiler, where a run here was refused before it existed."""
+    from fslab.core.config import DEFAULTS
+    from fslab.core.errors import UsageError
+    from fslab.core.settings import SlurmSettings
+    from fslab.execution.checks import check_compile
+
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    config = {"device": "cpu", "train": {**DEFAULTS["train"], "compile": "default"}}
+    with pytest.raises(UsageError, match="needs a C\\+\\+ compiler"):
+        check_compile(config, SlurmSettings(cluster="local"))
+    check_compile(config, SlurmSettings())  # a cluster's job compiles on its node, whose compiler is not seen here

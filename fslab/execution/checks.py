@@ -97,8 +97,9 @@ def evaluator_shape(config: dict, registry) -> tuple[int, int] | None:
 
 def check_compile(config: dict, slurm: SlurmSettings | None, again: str | None = None) -> None:
     """``train.compile`` on the CPU here needs the C++ compiler torch.compile
-    runs there (:func:`cpu_compiler`); a GPU run or a SLURM job is left to its machine."""
-    if config["train"]["compile"] == "off" or slurm is not None:
+    runs there (:func:`cpu_compiler`), a job of ``[slurm] cluster = "local"`` too, since it
+    runs here (as :func:`check_device` has it); a GPU run or a cluster's job is left to its machine."""
+    if config["train"]["compile"] == "off" or (slurm is not None and slurm.cluster != "local"):
         return
     on_cpu = config["device"] == "cpu" or (config["device"] == "auto" and not visible_gpus())
     compiler, found = cpu_compiler()
