@@ -26,6 +26,37 @@ def fslab(*args, cwd, timeout=300, env=None):
                           text=True, timeout=timeout, env=env)
 
 
+def fslab_here(*args, cwd, env=None):
+    """The CLI run in this process, as ``fslab`` would have it (its argv, cwd, environment): its exit
+    code, stdout and stderr, as from :func:`fslab`. For a command whose test is not about the process
+    itself: it saves each call the interpreter's start and its imports (torch's, TensorBoard's)."""
+    import contextlib
+    import io
+    import os
+
+    from fslab.cli import main
+
+    saved = sys.argv, os.getcwd(), dict(os.environ)
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    try:
+        sys.argv = ["fslab", *args]
+        os.chdir(cwd)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved[0]
+        os.chdir(saved[1])
+        os.environ.clear()
+        os.environ.update(saved[2])
+    return subprocess.CompletedProcess(["fslab", *args], code, out.getvalue(), err.getvalue())
+
+
 def train_run(project, *args, timeout=600):
     """``fslab run ARGS`` in ``project``, to its end: the run's folder and its test results."""
     result = fslab("run", *args, cwd=project, timeout=timeout)
