@@ -19,6 +19,8 @@ import fslab
 from fslab.cli import app
 from fslab.kit import KINDS
 
+from .runs_helpers import fslab_here
+
 runner = CliRunner()
 
 
@@ -129,7 +131,7 @@ def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
         "from fslab.plugin import hookimpl\n\ndef knn(support, query):\n    return None\n\n@hookimpl\n"
         "def register_evaluators(register):\n    register(knn, name='fslab-knn', description='local')\n")
     (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
-    result = subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)
+    result = fslab_here(*argv, cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not any((tmp_path / name).exists() for name in ("ok", "nowhere", "protonet", "fslab_knn", "fslab_margin_"))
@@ -144,8 +146,7 @@ def test_new_plugin_refuses_in_one_line(tmp_path, argv, message):
 def test_new_plugin_checks_every_installed_name(tmp_path, toml, env):
     """`fslab new plugin protonet` wrote a package whose loss 'protonet', installed, failed every fslab command."""
     (tmp_path / "fslab.toml").write_text(toml)
-    result = subprocess.run([sys.executable, "-m", "fslab", "new", "plugin", "protonet"], cwd=tmp_path,
-                            capture_output=True, text=True, env={**os.environ, **env})
+    result = fslab_here("new", "plugin", "protonet", cwd=tmp_path, env={**os.environ, **env})
     taken = "error: 'protonet' would register the loss 'protonet', which plugin 'protonet' registers already"
     assert result.returncode == 2 and result.stderr.startswith(taken), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "protonet").exists()
@@ -919,7 +920,7 @@ def test_a_dataset_that_reads_files_is_told_where_a_tests_files_come_from(tmp_pa
 
 def test_declared_values_are_refused_at_launch_and_listed(tmp_path):
     def fslab(*argv):
-        return subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=tmp_path, capture_output=True, text=True)
+        return fslab_here(*argv, cwd=tmp_path)
 
     refused = fslab("run", "nca", "--set", "evaluator.name=knn", "--set", "evaluator.k=-3")
     assert refused.returncode == 2, refused.stderr
@@ -1045,7 +1046,7 @@ def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, optio
 def test_fslab_eval_with_an_evaluator_that_breaks_is_one_line_naming_it(project):
     """fslab eval printed the evaluator's traceback (RuntimeError, or ValueError: evaluator returned
     shape ...), naming no evaluator (a run that tests with it now fails naming it too: the same code)."""
-    from tests.runs_helpers import TINY, fslab
+    from tests.runs_helpers import TINY, fslab, fslab_here
 
     (project / "mine").mkdir()
     (project / "mine" / "broken.py").write_text(BROKEN)
@@ -1054,8 +1055,8 @@ def test_fslab_eval_with_an_evaluator_that_breaks_is_one_line_naming_it(project)
     for evaluator, message in (("raising", "evaluator 'raising' failed: RuntimeError: a bug in the plugin"),
                                ("flat", "evaluator 'flat' returned shape (20,), expected predictions (20, 25)"),
                                ("listed", "evaluator 'listed' returned a list, not a tensor")):
-        result = fslab("eval", "last", "--evaluator", evaluator, "--episodes", "20", "--queries", "5",
-                       "--shots", "1", cwd=project)
+        result = fslab_here("eval", "last", "--evaluator", evaluator, "--episodes", "20", "--queries", "5",
+                            "--shots", "1", cwd=project)
         assert result.returncode == 1 and result.stderr == f"error: {message}\n", result.stderr
 
 
