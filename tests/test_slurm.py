@@ -303,7 +303,7 @@ def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project
                          cwd=project, env=job_env, capture_output=True, text=True, timeout=120)
     assert job.returncode != 0
     got = status(project / "runs" / first)
-    assert (got["state"], got["error"]) == ("failed", "RuntimeError: boom")
+    assert (got["state"], got["error"]) == ("failed", "loss 'boom' from plugin 'local:boom' failed: RuntimeError: boom")
     calls = (project / "scancel.calls").read_text().split() if (project / "scancel.calls").exists() else []
     if fail_fast:
         assert sorted(calls) == sorted(jobs[r] for r in others)
