@@ -98,60 +98,57 @@ def test_failing_loss_gives_failed_with_the_error(project):
     assert "exploded" in fslab("logs", run_dir.name, "--stderr", cwd=project).stdout
 
 
-def test_a_sampler_that_raises_fails_the_run_in_a_line_naming_it(project):
+DRAWER = """
+    from fslab.plugin import Batch, hookimpl
+
+    class Drawer:
+        def __init__(self, labels, batch_size, seed):
+            self.batch_size = batch_size
+
+        def __len__(self):
+            return 3
+
+        def batches(self, epoch):
+            yield Batch(list(range(self.batch_size)))
+            raise ValueError("the sampler ran dry on purpose")
+
+    @hookimpl
+    def register_samplers(register):
+        register(Drawer, name="drawer", description="raises at its second batch")
+"""
+
+FRAGILE = """
+    from fslab.plugin import hookimpl
+
+    class Fragile:
+        def __init__(self, labels, batch_size, seed):
+            raise KeyError("per_class")
+
+    @hookimpl
+    def register_samplers(register):
+        register(Fragile, name="fragile", description="raises when it is built")
+"""
+
+
+@pytest.mark.parametrize("name, source, error", [
+    # it read "failed: ValueError: the sampler ran dry on purpose", whose code it was not said
+    ("drawer", DRAWER,
+     "sampler 'drawer' from plugin 'local:drawer' failed: ValueError: the sampler ran dry on purpose"),
+    # it read "failed: KeyError: 'per_class'", naming neither the sampler nor its plugin
+    ("fragile", FRAGILE, "sampler 'fragile' from plugin 'local:fragile' failed to build: KeyError: 'per_class'"),
+])
+def test_a_sampler_that_raises_as_it_is_built_or_draws_fails_the_run_in_a_line_naming_it(project, name, source,
+                                                                                        error):
     plugins = project / "local_plugins"
     plugins.mkdir()
-    (plugins / "drawer.py").write_text(textwrap.dedent("""
-        from fslab.plugin import Batch, hookimpl
-
-        class Drawer:
-            def __init__(self, labels, batch_size, seed):
-                self.batch_size = batch_size
-
-            def __len__(self):
-                return 3
-
-            def batches(self, epoch):
-                yield Batch(list(range(self.batch_size)))
-                raise ValueError("the sampler ran dry on purpose")
-
-        @hookimpl
-        def register_samplers(register):
-            register(Drawer, name="drawer", description="raises at its second batch")
-    """))
+    (plugins / f"{name}.py").write_text(textwrap.dedent(source))
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
-    result = fslab("run", "nca", *TINY, "--set", "sampler.name=drawer", cwd=project)
+    result = fslab("run", "nca", *TINY, "--set", f"sampler.name={name}", cwd=project)
     assert result.returncode == 1
     run_dir = only_run(project)
-    # it read "failed: ValueError: the sampler ran dry on purpose", whose code it was not said
-    error = "sampler 'drawer' from plugin 'local:drawer' failed: ValueError: the sampler ran dry on purpose"
     assert result.stderr.splitlines()[-1] == f"{run_dir.name}: failed: {error}. See: fslab logs {run_dir.name} --stderr"
     assert status(run_dir)["error"] == error
     assert "Traceback" in (run_dir / "stderr.log").read_text()
-
-
-def test_a_component_that_raises_as_it_is_built_fails_the_run_in_a_line_naming_it(project):
-    plugins = project / "local_plugins"
-    plugins.mkdir()
-    (plugins / "fragile.py").write_text(textwrap.dedent("""
-        from fslab.plugin import hookimpl
-
-        class Fragile:
-            def __init__(self, labels, batch_size, seed):
-                raise KeyError("per_class")
-
-        @hookimpl
-        def register_samplers(register):
-            register(Fragile, name="fragile", description="raises when it is built")
-    """))
-    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
-    result = fslab("run", "nca", *TINY, "--set", "sampler.name=fragile", cwd=project)
-    assert result.returncode == 1
-    run_dir = only_run(project)
-    # it read "failed: KeyError: 'per_class'", naming neither the sampler nor its plugin
-    error = "sampler 'fragile' from plugin 'local:fragile' failed to build: KeyError: 'per_class'"
-    assert result.stderr.splitlines()[-1] == f"{run_dir.name}: failed: {error}. See: fslab logs {run_dir.name} --stderr"
-    assert status(run_dir)["error"] == error
 
 
 def test_a_network_broken_by_a_finite_loss_fails_the_run_and_keeps_the_checkpoint_before(project):
