@@ -28,7 +28,7 @@ from typing import Any
 import pluggy
 
 from fslab.core import hookspecs
-from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean
+from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.limits import check_rule, rule_of
 
 ENTRY_POINT_GROUP = "fslab"
@@ -74,6 +74,17 @@ class Component:
     origin: str
     info: dict = field(default_factory=dict)
 
+    @property
+    def named(self) -> str:
+        """How a line that blames this component names it: ``loss 'boom' from plugin 'local:boom'``."""
+        return f"{self.kind} '{self.name}' from plugin '{self.plugin}'"
+
+    def built(self, build: Callable[[], Any], passes: tuple[type[BaseException], ...] = ()) -> Any:
+        """``build()``, this component built by fslab (before a run exists, or by the worker): what its own
+        code raises (not the UsageError of a value it refuses, nor ``passes``) is one line naming it and its
+        plugin, ``sampler 'mine' from plugin 'mine' failed to build: KeyError: ...``."""
+        return plugin_call(build, f"{self.named} failed to build", passes=passes)
+
     def resolve(self) -> Any:
         """The target itself, importing a lazy ``"module:attr"`` reference."""
         if not isinstance(self.target, str):
@@ -82,15 +93,10 @@ class Component:
         try:
             return getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
-            raise PluginError(
-                f"{self.kind} '{self.name}' from plugin '{self.plugin}' points at "
-                f"'{self.target}', which cannot be imported: {exc}"
-            ) from exc
+            raise PluginError(f"{self.named} points at '{self.target}', which cannot be imported: {exc}") from exc
         except Exception as exc:  # the module's own code failed as it ran (a NameError): fslab.create raised it bare
-            raise PluginError(
-                f"{self.kind} '{self.name}' from plugin '{self.plugin}' points at '{self.target}', whose module "
-                f"failed as it was imported: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise PluginError(f"{self.named} points at '{self.target}', whose module failed as it was imported: "
+                              f"{type(exc).__name__}: {exc}") from exc
 
     def describe(self) -> dict:
         """A JSON-ready description, as ``fslab plugins --json`` prints it: a copy, so

@@ -15,7 +15,7 @@ import shutil
 import sys
 
 from fslab.core.claims import CLAIM_FILE, lost_submission_line
-from fslab.core.errors import UsageError, plugin_call
+from fslab.core.errors import UsageError
 from fslab.core.plugin_params import check_plugins
 from fslab.core.registry import create_dataset
 from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
@@ -62,15 +62,8 @@ def check_dataset(config: dict, registry):
     in torch). Returns the dataset built, or None."""
     component = registry.get("dataset", config["dataset"]["name"])
     if component.info.get("check_early") and not isinstance(component.target, str):
-        return built_early(component, lambda: create_dataset(registry, config))
+        return component.built(lambda: create_dataset(registry, config))
     return None
-
-
-def built_early(component, build):
-    """``build()``, a component built before a run exists; an exception of the plugin's own (not the
-    UsageError it raises for a value it refuses) is one line naming the component and its plugin."""
-    return plugin_call(build, f"{component.kind} '{component.name}' from plugin '{component.plugin}' failed to "
-                              f"build")
 
 
 def dataset_sizes(config: dict, registry, seen: dict) -> dict[str, SplitSizes] | None:
@@ -90,7 +83,7 @@ def evaluator_shape(config: dict, registry) -> tuple[int, int] | None:
     component = registry.get("evaluator", section["name"])
     if isinstance(component.target, str):
         return None
-    evaluator = built_early(component, lambda: registry.create(
+    evaluator = component.built(lambda: registry.create(
         "evaluator", section["name"], **{k: v for k, v in section.items() if k != "name"}))
     return evaluator_traits(evaluator).episode_shape
 

@@ -87,8 +87,7 @@ def built(registry: Registry, kind: str, name: str, build: Callable[[], Any],
     the UsageError of a value it refuses, torch's out-of-memory error nor ``passes``) is one line naming it
     and its plugin (``sampler 'mine' from plugin 'mine' failed to build: KeyError: ...``), as it is where a
     dataset is built before a run exists; the run's line read only ``KeyError: ...``, naming no one."""
-    failed = f"{kind} '{name}' from plugin '{registry.get(kind, name).plugin}' failed to build"
-    return plugin_call(build, failed, passes=(torch.OutOfMemoryError, *passes))
+    return registry.get(kind, name).built(build, passes=(torch.OutOfMemoryError, *passes))
 
 
 def build_dataset(registry: Registry, cfg: RunConfig) -> Any:
@@ -201,12 +200,12 @@ class TrainingParts:
     evaluator: Callable
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.MultiStepLR
-    plugins: dict = field(default_factory=dict)  # the plugin of the loss and the sampler, named when one raises
+    named: dict = field(default_factory=dict)  # the loss and the sampler as a line that blames one names it
 
-    def failed(self, kind: str, name: str) -> str:
+    def failed(self, kind: str) -> str:
         """The start of the line a run fails with when the loss or the sampler raises:
         ``loss 'boom' from plugin 'local:boom' failed``."""
-        return f"{kind} '{name}' from plugin '{self.plugins.get(kind, '?')}' failed"
+        return f"{self.named[kind]} failed"
 
 
 def build_training(registry: Registry, cfg: RunConfig, world: distributed.World, device: torch.device, *,
@@ -238,5 +237,5 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     optimizer = make_optimizer(trainable, cfg.train)
     scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
     return TrainingParts(dataset, train_split, val_split, test_split, model, head, loss_fn, sampler, evaluator,
-                         optimizer, scheduler, {kind: registry.get(kind, getattr(cfg, kind)["name"]).plugin
+                         optimizer, scheduler, {kind: registry.get(kind, getattr(cfg, kind)["name"]).named
                                                 for kind in ("loss", "sampler")})

@@ -72,7 +72,7 @@ def train(run: Run, resume: bool = False, listeners=()) -> dict:
     parts, numerics = trainer.parts, trainer.numerics
     train_step = distributed.training_step(compiled(parts.model, numerics), parts.head, parts.loss_fn,
                                            trainer.world, trainer.device, numerics.autocast,
-                                           parts.failed("loss", trainer.cfg.loss["name"]))
+                                           parts.failed("loss"))
     try:
         for epoch in range(trainer.first_epoch, trainer.cfg.train.epochs):
             trainer.train_epoch(epoch, train_step)
@@ -283,7 +283,7 @@ class Trainer:
         parts, tcfg = self.parts, self.cfg.train
         parts.model.train()
         window_start, window_images = time.perf_counter(), 0
-        for batch in sampler_batches(parts.sampler, epoch, parts.failed("sampler", self.cfg.sampler["name"])):
+        for batch in sampler_batches(parts.sampler, epoch, parts.failed("sampler")):
             batch = checked_batch(batch, self.cfg.sampler["name"])
             index = host_to_device(batch.indices, self.images.device)  # no wait for the GPU: its queue stays full
             own = self.world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
