@@ -9,7 +9,7 @@ import pytest
 from fslab.core.runstore import create_run
 
 from .conftest import BUILTIN_PLUGINS
-from .runs_helpers import TINY, events, fslab, wait_for
+from .runs_helpers import TINY, events, fslab, fslab_here, wait_for
 from .test_cli_json import documented_keys
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def test_eval_reproduces_the_final_test_and_caches_features(project, trained):
     episodes, queries = config["eval"]["test_episodes"], config["eval"]["queries"]
 
     args = ["eval", run_dir.name, "--shots", "1,5", "--queries", str(queries), "--episodes", str(episodes), "--json"]
-    first = fslab(*args, cwd=project)
+    first = fslab_here(*args, cwd=project)
     assert first.returncode == 0, first.stderr
     results = [json.loads(line) for line in first.stdout.splitlines()]
     assert all(set(r) == documented_keys("eval")[None] for r in results)  # the README's JSON table
@@ -54,12 +54,12 @@ def test_eval_reproduces_the_final_test_and_caches_features(project, trained):
         assert r["ci95"] == final[f"{r['shots']}-shot"]["ci95"]
     assert [p.name for p in (run_dir / "features").iterdir()] == ["test-epoch2.pt"]
 
-    again = [json.loads(line) for line in fslab(*args, cwd=project).stdout.splitlines()]
+    again = [json.loads(line) for line in fslab_here(*args, cwd=project).stdout.splitlines()]
     assert [r["features_cached"] for r in again] == [True, True]
     assert [r["accuracy"] for r in again] == [r["accuracy"] for r in results]
     cache = run_dir / "features" / "test-epoch2.pt"
     cache.write_bytes(cache.read_bytes()[:1000])  # cut short: embedded again (it was a traceback), same scores
-    redone = [json.loads(line) for line in fslab(*args, cwd=project).stdout.splitlines()]
+    redone = [json.loads(line) for line in fslab_here(*args, cwd=project).stdout.splitlines()]
     assert [(r["features_cached"], r["accuracy"]) for r in redone] == [(False, results[0]["accuracy"]),
                                                                         (True, results[1]["accuracy"])]
 
@@ -69,7 +69,7 @@ def test_eval_reproduces_the_final_test_and_caches_features(project, trained):
     logged = [e for e in events(run_dir, "eval") if e.get("source") == "fslab eval"]
     assert len(logged) == 6 and {e["shots"] for e in logged} == {1, 5}
 
-    val = [json.loads(line) for line in fslab("eval", run_dir.name, "--split", "val", "--shots", "5",
+    val = [json.loads(line) for line in fslab_here("eval", run_dir.name, "--split", "val", "--shots", "5",
                                                "--queries", "5", "--episodes", "50", "--json",
                                                cwd=project).stdout.splitlines()]
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
@@ -84,7 +84,8 @@ def test_eval_of_a_sweep_scores_each_run_and_leaves_out_one_without_a_checkpoint
     waiting = create_run(project / "runs", "nca", json.loads((runs[0] / "config.json").read_text()))
     save_sweep(project / "runs", "sweep-20261128-100000-ab12", method="nca", grid={}, seeds=3,
                runs=[r.name for r in runs] + [waiting.id])
-    result = fslab("eval", "sweep-20261128", "--shots", "5", "--episodes", "40", "--json", "--no-sinks", cwd=project)
+    result = fslab_here("eval", "sweep-20261128", "--shots", "5", "--episodes", "40", "--json", "--no-sinks",
+                        cwd=project)
     assert result.returncode == 0, result.stderr
     assert result.stderr == (f"left out: run {waiting.id} has no checkpoint yet (one is written after each epoch)\n")
     scores = [json.loads(line) for line in result.stdout.splitlines()]
@@ -92,10 +93,10 @@ def test_eval_of_a_sweep_scores_each_run_and_leaves_out_one_without_a_checkpoint
     for score, run_dir in zip(scores, runs):  # each run's own episodes: the worker's final test again
         final = json.loads((run_dir / "results.json").read_text())["test"]["5-shot"]
         assert (score["accuracy"], score["ci95"], score["episodes"]) == (final["accuracy"], final["ci95"], 40)
-    alone = fslab("eval", waiting.id, "--no-sinks", cwd=project)
+    alone = fslab_here("eval", waiting.id, "--no-sinks", cwd=project)
     assert (alone.returncode, alone.stderr) == (2, f"error: run {waiting.id} has no checkpoint yet (one is written "
                                                    "after each epoch)\n")
-    none = fslab("eval", waiting.id, "sweep-nope", cwd=project)
+    none = fslab_here("eval", waiting.id, "sweep-nope", cwd=project)
     assert none.returncode == 2 and none.stderr.startswith("error: 'sweep-nope' matches no sweep")
 
 
@@ -107,17 +108,17 @@ def test_a_run_whose_episodes_the_evaluator_refuses_is_left_out_and_the_others_s
     config = json.loads((runs[0] / "config.json").read_text())
     config["eval"]["ways"] = 3
     (runs[0] / "config.json").write_text(json.dumps(config))
-    result = fslab("eval", runs[0].name, runs[1].name, "--shots", "1", "--episodes", "20", "--evaluator", "knn",
+    result = fslab_here("eval", runs[0].name, runs[1].name, "--shots", "1", "--episodes", "20", "--evaluator", "knn",
                    "--set", "evaluator.k=4", "--json", "--no-sinks", cwd=project)
     assert result.returncode == 0, result.stderr
     assert result.stderr == (f"left out: run {runs[0].name}: knn: k must be between 1 and the 3 support points "
                              "(0 = shots), got 4\n")
     assert [json.loads(line)["run"] for line in result.stdout.splitlines()] == [runs[1].name]
-    unknown = fslab("eval", runs[0].name, runs[1].name, "--set", "evaluator.k=3", cwd=project)  # each its own
+    unknown = fslab_here("eval", runs[0].name, runs[1].name, "--set", "evaluator.k=3", cwd=project)  # each its own
     assert (unknown.returncode, unknown.stderr) == (2, "".join(  # evaluator, centroid: each line names its run
         f"left out: run {r.name}: unknown parameter 'evaluator.k' for evaluator 'centroid'. Allowed: (none).\n"
         for r in runs) + "error: none of the 2 runs named can be evaluated (each is said above)\n")
-    gone = fslab("eval", runs[0].name, runs[1].name, "--data-root", str(project / "nope"), cwd=project)
+    gone = fslab_here("eval", runs[0].name, runs[1].name, "--data-root", str(project / "nope"), cwd=project)
     assert (gone.returncode, gone.stderr) == (2, f"error: --data-root {project / 'nope'} is not a folder\n")
 
 
@@ -130,7 +131,7 @@ def test_one_data_root_for_runs_of_two_datasets_is_refused_before_any_is_scored(
     config["dataset"]["root"] = str(project / "elsewhere")
     (runs[1] / "config.json").write_text(json.dumps(config))
     (project / "moved").mkdir()
-    refused = fslab("eval", runs[0].name, runs[1].name, "--data-root", str(project / "moved"), "--no-sinks",
+    refused = fslab_here("eval", runs[0].name, runs[1].name, "--data-root", str(project / "moved"), "--no-sinks",
                     cwd=project)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr == (
@@ -149,7 +150,7 @@ def test_a_newer_epoch_cached_removes_the_splits_caches_of_earlier_epochs(projec
     for name in ("test-epoch1.pt", "test-epoch1-stages3.pt", "test-epoch1-bf16.pt", "val-epoch1.pt",
                  "test-epoch1.pt.notes", "test-epoch3.pt"):
         (features / name).write_bytes(b"stale")
-    result = fslab("eval", run_dir.name, "--shots", "1", "--episodes", "20", "--json", "--no-sinks", cwd=project)
+    result = fslab_here("eval", run_dir.name, "--shots", "1", "--episodes", "20", "--json", "--no-sinks", cwd=project)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["features_cached"] is False
     # the test split's earlier epochs go; the other split, a later epoch and files of other names stay
@@ -165,7 +166,7 @@ def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_wi
     args = ["--shots", "1", "--episodes", "50", "--json"]
 
     def scores(run_dir):
-        done = fslab("eval", run_dir.name, *args, cwd=project)
+        done = fslab_here("eval", run_dir.name, *args, cwd=project)
         assert done.returncode == 0, done.stderr
         (result,) = [json.loads(line) for line in done.stdout.splitlines()]
         return result["accuracy"], result["features_cached"]
@@ -178,22 +179,21 @@ def test_a_checkpoint_copied_in_from_another_run_is_embedded_again_not_scored_wi
     assert scores(mine) == (theirs, True)
 
 
-def test_a_checkpoint_whose_network_is_not_finite_is_refused_not_scored_at_chance(project):
+def test_a_checkpoint_whose_network_is_not_finite_is_refused_not_scored_at_chance(project, trained):
     """A run that diverged before fslab refused it at the epoch's end (a batch-norm variance that
     overflowed) left a checkpoint whose features are NaN: fslab eval scored it 20.00 ± 0.00% at
     5 ways, and a feature cache of NaNs it wrote kept scoring so."""
     import torch
 
-    assert fslab("run", "nca", *TINY, "--epochs", "1", cwd=project).returncode == 0
-    run_dir = next((project / "runs").iterdir())
+    run_dir = copied(project, trained["plain"])  # its checkpoint is of epoch 2
     args = ["eval", run_dir.name, "--shots", "1", "--episodes", "20", "--json"]
-    done = fslab(*args, cwd=project)
+    done = fslab_here(*args, cwd=project)
     assert done.returncode == 0, done.stderr
     (kept,) = [json.loads(line)["accuracy"] for line in done.stdout.splitlines()]
-    cache = run_dir / "features" / "test-epoch1.pt"
+    cache = run_dir / "features" / "test-epoch2.pt"
     saved = torch.load(cache, weights_only=True)
     torch.save({**saved, "features": torch.full_like(saved["features"], float("nan"))}, cache)
-    redone = fslab(*args, cwd=project)  # the NaN cache is not used: embedded again, the same score
+    redone = fslab_here(*args, cwd=project)  # the NaN cache is not used: embedded again, the same score
     assert [(r["accuracy"], r["features_cached"]) for r in map(json.loads, redone.stdout.splitlines())] == [
         (kept, False)]
 
@@ -201,13 +201,13 @@ def test_a_checkpoint_whose_network_is_not_finite_is_refused_not_scored_at_chanc
     checkpoint = torch.load(path, weights_only=True)
     checkpoint["model"]["blocks.5.running_var"].fill_(float("inf"))
     torch.save(checkpoint, path)
-    refused = fslab(*args, cwd=project)
+    refused = fslab_here(*args, cwd=project)
     assert refused.returncode == 2 and not refused.stdout
     assert refused.stderr.strip().splitlines() == [
-        f"error: the checkpoint runs/{run_dir.name}/checkpoints/last.pt (epoch 1) is not finite: "
+        f"error: the checkpoint runs/{run_dir.name}/checkpoints/last.pt (epoch 2) is not finite: "
         f"its blocks.5.running_var holds inf, as a run that diverged leaves it; train it again with a lower "
         f"learning rate: fslab run --like {run_dir.name} --lr 0.0025"]
-    assert len(events(run_dir, "eval")) == 3 + 2  # the run's validation and test, the two fslab evals
+    assert len(events(run_dir, "eval")) == 4 + 2  # the run's two validations and test, the two fslab evals
 
 
 def test_features_that_are_not_finite_are_refused_not_scored():
@@ -266,7 +266,7 @@ def test_eval_sends_the_new_scores_to_the_sinks_the_run_trained_with(project):
         return [json.loads(line) for line in (run_dir / "recorded.jsonl").read_text().splitlines()]
 
     assert recorded() == events(run_dir)  # what the live sink got
-    done = fslab("eval", run_dir.name, "--evaluator", "knn", "--shots", "1", "--episodes", "20", cwd=project)
+    done = fslab_here("eval", run_dir.name, "--evaluator", "knn", "--shots", "1", "--episodes", "20", cwd=project)
     assert done.returncode == 0, done.stderr
     # the run's own episodes (eval.queries=5), as fslab compare and fslab runs --evaluator read them
     assert done.stdout.startswith(f"{run_dir.name} test 5-way 1-shot, 5 queries, 20 episodes (knn, checkpoint ")
@@ -274,7 +274,7 @@ def test_eval_sends_the_new_scores_to_the_sinks_the_run_trained_with(project):
     assert done.stderr == f"{run_dir.name}: sent again to recorder with the new scores ({sent} events)\n"
     assert recorded() == events(run_dir)  # once each, the new evaluation among them
     assert [e["evaluator"] for e in recorded() if e.get("source") == "fslab eval"] == ["knn[k=0,ties=nearest]"]
-    quiet = fslab("eval", run_dir.name, "--shots", "5", "--episodes", "20", "--no-sinks", cwd=project)
+    quiet = fslab_here("eval", run_dir.name, "--shots", "5", "--episodes", "20", "--no-sinks", cwd=project)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert len(events(run_dir)) == len(recorded()) + 1  # saved, not sent
 
@@ -299,7 +299,7 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
                                .read_text())
             assert len(saved["accuracies"]) == episodes
             assert results[key][f"{n}-shot"]["accuracy"] == saved["accuracy"]
-        again = fslab("eval", run_dir.name, "--split", split, "--ways", str(ways), "--shots", "1,5", "--queries",
+        again = fslab_here("eval", run_dir.name, "--split", split, "--ways", str(ways), "--shots", "1,5", "--queries",
                       "5", "--episodes", str(episodes), "--json", cwd=project)
         assert again.returncode == 0, again.stderr
         for r in map(json.loads, again.stdout.splitlines()):  # same checkpoint, training mean, seed and episodes
@@ -308,14 +308,14 @@ def test_final_val_and_extra_ways_test_the_final_network_as_fslab_eval_does(proj
     validations = [e for e in events(run_dir, "eval") if e["split"] == "val" and "epoch" in e and "source" not in e]
     assert [e["epoch"] for e in validations] == [1, 2]
     assert results["best_val_accuracy"] == max(e["accuracy"] for e in validations)
-    shown = json.loads(fslab("show", run_dir.name, "--json", cwd=project).stdout)
+    shown = json.loads(fslab_here("show", run_dir.name, "--json", cwd=project).stdout)
     assert shown["best_val"]["accuracy"] == results["best_val_accuracy"]
     assert {k: v["accuracy"] for k, v in shown["test"].items()} == \
         {k: v["accuracy"] for k, v in results["test"].items()}  # 5-way, whatever else was tested or evaluated
     assert shown["time"]["validations"] == 2
     # shapes are all checked before any is scored: a refused one leaves the run's files as they were
     before = (run_dir / "metrics.jsonl").read_bytes(), sorted((run_dir / "evaluations").iterdir())
-    refused = fslab("eval", run_dir.name, "--shots", "1,100", "--episodes", "4", cwd=project)
+    refused = fslab_here("eval", run_dir.name, "--shots", "1,100", "--episodes", "4", cwd=project)
     assert refused.returncode == 2 and refused.stderr.startswith(
         "error: 5-way episodes with 100 shots and 5 queries need 5 classes with at least 105 images; this split "
         "has 0 such classes (of "), refused.stderr
@@ -346,7 +346,7 @@ def test_eval_bad_input(project, argv, message):
     if argv == ["damaged"]:
         (run.path / "config.json").write_text('{"method": "nca", ')  # cut short
     argv = [] if argv in (["damaged"], ["version"]) else argv
-    result = fslab("eval", run.id, *argv, cwd=project)
+    result = fslab_here("eval", run.id, *argv, cwd=project)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.count(f"run {run.id}") <= 1, result.stderr  # the run named once
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -378,7 +378,7 @@ def test_a_run_whose_own_evaluator_is_not_installed_is_told_to_name_one(project)
     from fslab.core.config import DEFAULTS
 
     run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "evaluator": {"name": "gone"}})
-    result = fslab("eval", run.id, cwd=project)
+    result = fslab_here("eval", run.id, cwd=project)
     assert result.returncode == 2 and result.stderr.startswith(
         f"error: run {run.id} was tested by evaluator 'gone', which no installed plugin registers; evaluate it with "
         f"--evaluator NAME, one of ap, centroid, "), result.stderr
@@ -452,34 +452,26 @@ def test_fslab_eval_freezes_torchs_objects_before_it_evaluates(tmp_path):
     assert frozen and frozen[0] > 0
 
 
-# `fslab eval ARGS` as the real CLI runs it, on a disk that fills up while the feature cache is written:
-# torch.save writes part of the file, then fails as it does there (a RuntimeError naming no cause).
-FULL_DISK_CACHE = """
-import sys
-import torch
-save = torch.save
-def full(obj, f, *args, **kwargs):
-    if "features" in str(f):
-        open(f, "wb").write(b"x" * 64)
-        raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0")
-    return save(obj, f, *args, **kwargs)
-torch.save = full
-sys.argv = ["fslab", *sys.argv[1:]]
-from fslab.cli import main
-main()
-"""
-
-
-def test_a_feature_cache_the_disk_refuses_is_a_warning_and_the_scores_are_kept(project, trained):
+def test_a_feature_cache_the_disk_refuses_is_a_warning_and_the_scores_are_kept(project, trained, monkeypatch):
     """The feature cache written on a full disk ended fslab eval in torch's RuntimeError, the split's scores
-    lost, and left its half-written temporary file in features/ taking the space. The scores need no cache."""
-    import subprocess
-    import sys
+    lost, and left its half-written temporary file in features/ taking the space. The scores need no cache.
+    Here torch.save writes part of the cache, then fails as it does on a full disk (a RuntimeError naming
+    no cause)."""
+    import torch
+
+    save = torch.save
+
+    def full(obj, f, *args, **kwargs):
+        if "features" in str(f):
+            open(f, "wb").write(b"x" * 64)
+            raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0")
+        return save(obj, f, *args, **kwargs)
 
     run_dir = copied(project, trained["plain"])
     args = ["eval", run_dir.name, "--shots", "1", "--episodes", "30", "--json"]
-    done = subprocess.run([sys.executable, "-c", FULL_DISK_CACHE, *args], cwd=project, text=True,
-                          capture_output=True, timeout=300)
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "save", full)
+        done = fslab_here(*args, cwd=project)
     assert done.returncode == 0, done.stderr
     (result,) = [json.loads(line) for line in done.stdout.splitlines()]
     cache = run_dir / "features" / "test-epoch2.pt"
@@ -488,7 +480,7 @@ def test_a_feature_cache_the_disk_refuses_is_a_warning_and_the_scores_are_kept(p
                        f"inline_container.cc:626] . unexpected pos 64 vs 0); the next fslab eval of this checkpoint "
                        f"embeds them again"]
     assert list((run_dir / "features").iterdir()) == []  # no temporary file left behind
-    again = fslab(*args, cwd=project)
+    again = fslab_here(*args, cwd=project)
     assert again.returncode == 0 and json.loads(again.stdout)["accuracy"] == result["accuracy"]
     assert not result["features_cached"] and not json.loads(again.stdout)["features_cached"] and cache.is_file()
 
@@ -503,7 +495,7 @@ def test_two_evals_of_one_run_at_once_embed_its_split_once(project, trained):
 
     run_dir = copied(project, trained["plain"])
     args = ["eval", run_dir.name, "--shots", "5", "--episodes", "20", "--json"]
-    first = fslab(*args, cwd=project)
+    first = fslab_here(*args, cwd=project)
     assert first.returncode == 0 and not json.loads(first.stdout)["features_cached"], first.stderr
     cache = run_dir / "features" / "test-epoch2.pt"
     aside = cache.rename(project / "cached.pt")  # as if the first eval were still embedding
@@ -684,5 +676,5 @@ def test_an_eval_of_a_sweep_interrupted_midway_says_what_it_saved(project, train
     first = result.stdout.splitlines()
     assert len(first) == 1 and first[0].startswith(runs[0].name), result.stdout
     assert list((runs[0] / "evaluations").glob("test-*-40ep-*.json")) and not list(project.rglob("*.tmp"))
-    again = fslab("eval", "sweep-2026", "--shots", "5", "--episodes", "40", "--no-sinks", cwd=project)
+    again = fslab_here("eval", "sweep-2026", "--shots", "5", "--episodes", "40", "--no-sinks", cwd=project)
     assert again.returncode == 0 and len(again.stdout.splitlines()) == 2, again.stderr
