@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from .runs_helpers import TINY, events, fslab, train_run
+from .runs_helpers import TINY, events, fslab_here, train_run
 
 RUN = [*TINY, "--epochs", "3", "--device", "cpu"]
 
@@ -18,7 +18,7 @@ def run(project, *extra):
 
 
 def evaluate(project, folder) -> list[float]:
-    result = fslab("eval", folder.name, "--episodes", "40", "--json", cwd=project, timeout=300)
+    result = fslab_here("eval", folder.name, "--episodes", "40", "--json", cwd=project)
     assert result.returncode == 0, result.stderr[-2000:]
     return [json.loads(line)["accuracy"] for line in result.stdout.splitlines()]
 
