@@ -15,7 +15,7 @@ import pytest
 
 from fslab.tui import make_app
 
-from .runs_helpers import TINY, fslab
+from .runs_helpers import TINY, fslab, fslab_here
 
 KNN = "knn[k=3]"
 
@@ -25,24 +25,25 @@ def test_cli_and_dashboard_show_the_same_test_accuracy_after_a_knn_evaluation(pr
     out = fslab("run", "nca", *TINY, "--epochs", "1", "--device", "cpu", "--detach", cwd=project)
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.strip()
-    out = fslab("logs", run_id, "--follow", cwd=project)  # returns when the run has ended
+    out = fslab_here("logs", run_id, "--follow", cwd=project)  # returns when the run has ended
     assert out.returncode == 0, out.stderr
-    knn = fslab("eval", run_id, "--evaluator", "knn", "--set", "evaluator.k=3", "--episodes", "40",
+    knn = fslab_here("eval", run_id, "--evaluator", "knn", "--set", "evaluator.k=3", "--episodes", "40",
                 "--queries", "5", "--json", cwd=project)
     assert knn.returncode == 0, knn.stderr
     knn_results = {f"{r['shots']}-shot": r for r in map(json.loads, knn.stdout.splitlines())}
     results = json.loads((project / "runs" / run_id / "results.json").read_text())["test"]
 
-    [listed] = map(json.loads, fslab("runs", "--json", cwd=project).stdout.splitlines())
+    [listed] = map(json.loads, fslab_here("runs", "--json", cwd=project).stdout.splitlines())
     assert listed["state"] == "completed"
     assert {k: (v["accuracy"], v["ci95"]) for k, v in listed["test"].items()} == \
         {k: (v["accuracy"], v["ci95"]) for k, v in results.items()}
     assert {k: (v["accuracy"], v["ci95"]) for k, v in listed["test_by_evaluator"][KNN].items()} == \
         {k: (v["accuracy"], v["ci95"]) for k, v in knn_results.items()}
-    assert json.loads(fslab("show", run_id, "--json", cwd=project).stdout)["test"] == listed["test"]
-    by_knn = [json.loads(line) for line in fslab("runs", "--json", "--evaluator", KNN, cwd=project).stdout.splitlines()]
+    assert json.loads(fslab_here("show", run_id, "--json", cwd=project).stdout)["test"] == listed["test"]
+    by_knn = [json.loads(line)
+              for line in fslab_here("runs", "--json", "--evaluator", KNN, cwd=project).stdout.splitlines()]
     assert by_knn[0]["test"] == listed["test_by_evaluator"][KNN]
-    report = json.loads(fslab("compare", run_id, "--format", "json", "--queries", "5", cwd=project).stdout)
+    report = json.loads(fslab_here("compare", run_id, "--format", "json", "--queries", "5", cwd=project).stdout)
     compared = report["groups"][0]["results"]
 
     async def dashboard():
@@ -68,9 +69,10 @@ def test_cli_and_dashboard_show_the_same_test_accuracy_after_a_knn_evaluation(pr
     row, cells, group, time_line = asyncio.run(dashboard())
     # where the run's time went: one split, the same line in fslab show and the dashboard, fslab eval's later
     # evaluations (the k-NN one above) left out of it
-    shown = fslab("show", run_id, cwd=project).stdout
+    shown = fslab_here("show", run_id, cwd=project).stdout
     assert time_line.startswith("time: start ") and time_line in shown.replace("\n", " ")
-    spent, status = (json.loads(fslab("show", run_id, "--json", cwd=project).stdout)[k] for k in ("time", "status"))
+    spent, status = (json.loads(fslab_here("show", run_id, "--json", cwd=project).stdout)[k]
+                     for k in ("time", "status"))
     assert spent["total_s"] == pytest.approx(status["ended"] - status["started"])
     assert row.test == listed["test"] and row.test_by_evaluator == listed["test_by_evaluator"]
     for shots in ("1-shot", "5-shot"):
