@@ -16,6 +16,8 @@ import pytest
 
 from fslab.core.errors import FslabError
 
+from .runs_helpers import fslab_here
+
 FIXTURE = Path(__file__).parent / "fixtures" / "runs-0.1"
 RUN = "20261123-181250-nca-910d"
 
@@ -161,7 +163,7 @@ class NotWeights:
 
 
 @pytest.mark.slow
-def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
+def test_damaged_and_refused_checkpoints_are_one_line(tmp_path, builtin_plugins):
     import torch
 
     project = tmp_path / "project"
@@ -169,7 +171,7 @@ def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
     stopped = project / "runs" / "20261123-181312-nca-018e"
     last = stopped / "checkpoints" / "last.pt"
     last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a crash of a non-atomic copy
-    resumed = fslab("resume", stopped.name, cwd=project)
+    resumed = fslab_here("resume", stopped.name, cwd=project)
     assert resumed.returncode == 2 and one_error_line(resumed) == (
         f"error: the checkpoint of run {stopped.name} is damaged (runs/{stopped.name}/checkpoints/last.pt is not a "
         f"complete checkpoint file); it cannot resume: copy it again from where the run trained, or train the run "
@@ -179,13 +181,13 @@ def test_damaged_and_refused_checkpoints_are_one_line(tmp_path):
     for cut in (last.read_bytes(), b""):  # fslab eval says the same (it said "[Errno 22] Invalid argument", or
         (done / "checkpoints" / "last.pt").write_bytes(cut)  # "EOFError", with exit code 1), and writes nothing
         before = (done / "metrics.jsonl").read_bytes(), sorted(p.name for p in done.iterdir())
-        evaluated = fslab("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project)
+        evaluated = fslab_here("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project)
         assert evaluated.returncode == 2 and one_error_line(evaluated).startswith(
             f"error: the checkpoint of run {RUN} is damaged (runs/{RUN}/checkpoints/last.pt is not a complete "
             f"checkpoint file); it cannot be evaluated: copy it again")
         assert ((done / "metrics.jsonl").read_bytes(), sorted(p.name for p in done.iterdir())) == before
     torch.save({"epoch": 2, "model": NotWeights()}, done / "checkpoints" / "last.pt")
-    line = one_error_line(fslab("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project))
+    line = one_error_line(fslab_here("eval", RUN, "--episodes", "5", "--queries", "5", cwd=project))
     assert "cannot be loaded: it holds objects other than tensors" in line and "would run code" in line
     assert "weights_only=False" not in line  # torch's advice, which would run the file's code
 
@@ -205,7 +207,7 @@ def changed_in_place(path: Path, part: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_checkpoint_whose_bytes_changed_is_refused_not_loaded_as_weights(tmp_path):
+def test_a_checkpoint_whose_bytes_changed_is_refused_not_loaded_as_weights(tmp_path, builtin_plugins):
     """torch.load checks no CRC: a checkpoint with a tensor's bytes changed on disk loaded, and a resume
     trained on (and fslab eval scored) weights that were never trained; one whose pickle's bytes changed
     was said to hold objects that "would run code", and the resume failed in the worker with exit code 1."""
@@ -228,7 +230,7 @@ def test_a_checkpoint_whose_bytes_changed_is_refused_not_loaded_as_weights(tmp_p
         shutil.copy(FIXTURE / stopped.name / "checkpoints" / "last.pt", stopped / "checkpoints" / "last.pt")
         changed_in_place(stopped / "checkpoints" / "last.pt", part)
         for command, doing in (("resume", "resume"), ("eval", "be evaluated"))[:2 if part == "data/0" else 1]:
-            refused = fslab(command, stopped.name, cwd=project)
+            refused = fslab_here(command, stopped.name, cwd=project)
             assert refused.returncode == 2 and one_error_line(refused) == (
                 f"error: the checkpoint of run {stopped.name} is damaged (runs/{stopped.name}/checkpoints/last.pt "
                 f"has bytes changed since it was written: its part {part} fails its checksum); it cannot {doing}: "
@@ -253,14 +255,14 @@ def test_escapes_in_run_files_never_reach_the_terminal(project):
     (folder / "status.json").write_text(json.dumps({**status, "state": "failed", "error": "boom\x1b[2J\x07"}))
     (folder / "stderr.log").write_text("line\x1b]0;title\x07\n")
     for argv in (["show", RUN], ["runs"], ["logs", RUN, "--stderr"], ["runs", "--json"]):
-        done = fslab(*argv, cwd=project)
+        done = fslab_here(*argv, cwd=project)
         assert done.returncode == 0, done.stderr
         assert "\x1b" not in done.stdout and "\x07" not in done.stdout, argv
-    assert "boom\\x1b[2J\\x07" in fslab("show", RUN, cwd=project).stdout
+    assert "boom\\x1b[2J\\x07" in fslab_here("show", RUN, cwd=project).stdout
 
 
 def test_a_long_value_is_clipped_in_the_error(project):
-    line = one_error_line(fslab("run", "nca", "--set", "loss.temperature=" + "x" * 20000, cwd=project))
+    line = one_error_line(fslab_here("run", "nca", "--set", "loss.temperature=" + "x" * 20000, cwd=project))
     assert len(line) < 1100 and "more characters" in line
 
 
