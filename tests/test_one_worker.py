@@ -18,7 +18,7 @@ from fslab.core.states import LOST_AFTER_S, heartbeat_stale, pid_alive, run_stat
 from fslab.core.summary import list_summaries
 from fslab.core.worklock import STOP_REQUEST, is_held, name_holder, take
 
-from .runs_helpers import LONG, TINY, events, fslab, wait_for
+from .runs_helpers import LONG, TINY, events, fslab, fslab_here, wait_for
 from .test_resume import ARGS as SLOW_ARGS
 from .test_resume import trajectory
 
@@ -193,7 +193,7 @@ def test_two_simultaneous_resumes_start_exactly_one_worker(slow_project):
     reference = start_detached(slow_project, *SLOW_ARGS[len(TINY):])
     run_dir = start_detached(slow_project, *SLOW_ARGS[len(TINY):])
     wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
-    assert fslab("stop", run_dir.name, cwd=slow_project).returncode == 0
+    assert fslab_here("stop", run_dir.name, cwd=slow_project).returncode == 0
     resumes = [subprocess.Popen([sys.executable, "-m", "fslab", "resume", run_dir.name, "--detach"], cwd=slow_project,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outcomes = sorted((p.wait(60), *p.communicate()) for p in resumes)
@@ -219,18 +219,18 @@ def test_a_paused_worker_is_running_cannot_be_resumed_and_stops(project):
     pid = status(run_dir)["pid"]
     os.kill(pid, signal.SIGSTOP)
     try:
-        refused = fslab("resume", run_dir.name, cwd=project)
+        refused = fslab_here("resume", run_dir.name, cwd=project)
         assert refused.returncode == 2
         assert refused.stderr == (f"error: run {run_dir.name} still has a live worker (pid {pid} on host {HOST} "
                                   f"holds its lock); stop it with: fslab stop {run_dir.name}\n")
         # paused for ever, as far as the heartbeat goes: still running, since it holds its lock
         assert Run(run_dir).state(now=time.time() + 10 * LOST_AFTER_S) == "running"
-        shown = wait_for(lambda: (out := fslab("show", run_dir.name, cwd=project).stdout)
+        shown = wait_for(lambda: (out := fslab_here("show", run_dir.name, cwd=project).stdout)
                          and "heartbeat stale" in out and out, what="a stale heartbeat")
         assert f"{run_dir.name}  running" in shown and "still holds the run's lock" in shown
 
         # continued by the stop, it ends by its SIGTERM (below), not by the SIGKILL after the 30 s grace
-        stopped = fslab("stop", run_dir.name, cwd=project)
+        stopped = fslab_here("stop", run_dir.name, cwd=project)
         assert stopped.returncode == 0 and stopped.stdout.strip() == f"{run_dir.name}: killed", stopped.stderr
         assert "did not stop within the grace period" not in stopped.stderr
     finally:
@@ -260,9 +260,9 @@ def test_a_run_of_another_host_is_stopped_by_request_never_by_signal(project):
     bystander = subprocess.Popen(["sleep", "120"])  # an unrelated local process with the status's pid
     try:
         _pretend_another_host(run_dir, bystander.pid)
-        rows = [json.loads(line) for line in fslab("runs", "--json", cwd=project).stdout.splitlines()]
+        rows = [json.loads(line) for line in fslab_here("runs", "--json", cwd=project).stdout.splitlines()]
         assert [r["state"] for r in rows] == ["running"]  # its worker holds the lock
-        stopped = fslab("stop", run_dir.name, cwd=project)
+        stopped = fslab_here("stop", run_dir.name, cwd=project)
         assert stopped.returncode == 0 and stopped.stdout.strip() == f"{run_dir.name}: killed", stopped.stderr
         assert bystander.poll() is None  # not signalled
         wait_for(lambda: not pid_alive(worker_pid), what="the worker to exit")
@@ -287,11 +287,11 @@ def test_a_worker_that_dies_before_its_first_status_write_is_lost(project, monke
     assert process.wait(60) == 3 and run.status()["pid"] == process.pid
     wait_for(lambda: run.state() == "lost", what="the run to be lost")
 
-    refused = fslab("resume", run.id, cwd=project)
+    refused = fslab_here("resume", run.id, cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: run {run.id} has no checkpoint (it stopped before it started); "  # its worker died at once
         f"start it again with the same settings: fslab run --like {run.id}\n")
-    stop = fslab("stop", run.id, cwd=project)
+    stop = fslab_here("stop", run.id, cwd=project)
     assert stop.returncode == 2 and stop.stderr == f"error: run {run.id} is lost, not running; nothing to stop\n"
 
     def no_waiting(seconds):  # the stop of a lost run says so at once: it waits for no worker, lock or grace
