@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from .runs_helpers import TINY, events, fslab, wait_for
+from .runs_helpers import TINY, events, fslab, fslab_here, wait_for
 
 # (name, episodic): every case runs one step of its loss on a batch of 15 or 16 rows.
 CASES = [("nca", False), ("map-ssvm", False), ("supcon", False), ("classifier", False),
@@ -177,8 +177,8 @@ def test_more_processes_than_rows_of_a_batch_is_one_clear_line(tmp_path):
     """Each process embeds a share of every batch: 3 processes and a batch of 2 rows started a run whose
     ranks failed at their first step; a sweep or a SLURM job is refused the same way, before anything exists."""
     for executor in ([], ["--executor", "slurm"]):
-        done = fslab("run", "nca", "--device", "cpu", "--gpus", "3", "--set", "train.batch_size=2", *executor,
-                     cwd=tmp_path, timeout=60)
+        done = fslab_here("run", "nca", "--device", "cpu", "--gpus", "3", "--set", "train.batch_size=2", *executor,
+                          cwd=tmp_path)
         assert done.returncode == 2
         assert done.stderr.strip().splitlines() == [
             "error: --gpus 3 (train.processes) splits each batch of 2 rows (train.batch_size) over 3 processes, "
@@ -238,7 +238,7 @@ def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
     status = json.loads((run_dir / "status.json").read_text())
     launcher, ranks = status["pid"], child_pids(status["pid"])
     assert status["processes"] == 2 and len(ranks) == 2  # the pid is torchrun's; its children are the ranks
-    stopped = fslab("stop", run_dir.name, cwd=tmp_path, timeout=120)
+    stopped = fslab_here("stop", run_dir.name, cwd=tmp_path)
     assert stopped.returncode == 0 and stopped.stdout.strip().endswith("killed"), stopped.stderr
     wait_for(lambda: not any(pid_alive(p) for p in [launcher, *ranks]), timeout=120, what="every rank to exit")
     last = events(run_dir, "train")[-1]["step"]
@@ -249,7 +249,7 @@ def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
              what="training to go on after the resume")
     status = json.loads((run_dir / "status.json").read_text())
     assert status["processes"] == 2 and status["pid"] != launcher and len(child_pids(status["pid"])) == 2
-    fslab("stop", run_dir.name, cwd=tmp_path, timeout=120)
+    fslab_here("stop", run_dir.name, cwd=tmp_path)
     wait_for(lambda: not pid_alive(status["pid"]), timeout=120, what="torchrun to exit")
     # a clean stop: the ranks' line, and no traceback of torchrun's own SignalException after it
     assert "Traceback" not in (run_dir / "stderr.log").read_text()
@@ -374,5 +374,5 @@ def test_torchrun_killed_without_a_word_fails_the_run_naming_it(tmp_path):
     resumed = fslab("resume", run_dir.name, "-d", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     wait_for(lambda: events(run_dir, "resume"), timeout=120, what="the resumed run")
-    fslab("stop", run_dir.name, cwd=tmp_path, timeout=120)
+    fslab_here("stop", run_dir.name, cwd=tmp_path)
     assert json.loads((run_dir / "status.json").read_text())["state"] == "killed"
