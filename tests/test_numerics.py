@@ -15,7 +15,7 @@ from fslab.training import distributed, evaluation
 from fslab.training.build import to_input
 from fslab.training.numerics import resolve_numerics
 
-from .runs_helpers import TINY, events, fslab, train_run
+from .runs_helpers import TINY, events, fslab, fslab_here, train_run
 
 
 def numerics_for(registry, *overrides, device="cpu"):
@@ -103,7 +103,7 @@ def test_an_fp16_run_scales_its_loss_and_keeps_the_scale_in_the_checkpoint(proje
     assert checkpoint["grad_scaler"]["scale"] > 0
     assert checkpoint["grad_scaler"]["scale"] < 65536  # the first steps overflowed and were skipped ...
     assert "lr_scheduler.step()" not in (folder / "stderr.log").read_text()  # ... which PyTorch warns of for nothing
-    result = fslab("eval", folder.name, "--episodes", "20", "--json", cwd=project, timeout=300)
+    result = fslab_here("eval", folder.name, "--episodes", "20", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
     assert (folder / "features" / "test-epoch2-fp16.pt").exists()  # features embedded in fp16 are cached apart
 
