@@ -151,7 +151,7 @@ def test_two_gloo_processes_match_one_process_on_the_full_batch(tmp_path):
 
 def test_gpus_beyond_the_visible_ones_is_one_clear_line(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    done = fslab("run", "nca", "--gpus", "2", "--epochs", "1", cwd=tmp_path, env=env, timeout=60)
+    done = fslab_here("run", "nca", "--gpus", "2", "--epochs", "1", cwd=tmp_path, env=env)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "error: --gpus 2 (train.processes) needs 2 GPUs but 0 are visible here; use --gpus 1, or --device cpu "
@@ -164,7 +164,7 @@ def test_gpus_from_fslab_toml_name_the_file(tmp_path):
     # the line named --gpus only, so the file's [run] train.processes was not found in it to be named
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     (tmp_path / "fslab.toml").write_text("[run.train]\nprocesses = 2\n")
-    done = fslab("run", "nca", "--epochs", "1", cwd=tmp_path, env=env, timeout=60)
+    done = fslab_here("run", "nca", "--epochs", "1", cwd=tmp_path, env=env)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "error: --gpus 2 (train.processes) needs 2 GPUs but 0 are visible here; use --gpus 1, or --device cpu "
