@@ -27,7 +27,7 @@ from PIL import Image
 
 from fslab.core.errors import UsageError
 
-from .runs_helpers import fslab
+from .runs_helpers import fslab, fslab_here
 
 SPLITS = Path(image_cache.__file__).with_name("splits")
 BILINEAR = Image.Resampling.BILINEAR
@@ -1012,7 +1012,9 @@ def test_listing_dataset_plugins_imports_no_torch_numpy_or_pil():
 
 
 @pytest.mark.slow
-def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
+def test_a_run_on_a_folder_tree_ends_with_results(builtin_plugins, tmp_path):
+    """The run trains in a worker process; the five fslab eval after it run in this process (fslab_here:
+    no interpreter and torch started for each), as their caches and lines do not depend on one."""
     make_folder_tree(tmp_path / "tree", classes=6, per_class=12, size=(20, 20))
     result = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
                    "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=16",
@@ -1026,20 +1028,20 @@ def test_a_run_on_a_folder_tree_ends_with_results(tmp_path):
     assert (tmp_path / "tree" / ".fslab-cache" / "folder-train-16.json").exists()
     # fslab eval's feature cache follows the data: images replaced on disk are embedded again
     args = ["eval", run_dir.name, "--shots", "1", "--queries", "5", "--episodes", "20", "--json"]
-    first, again = (json.loads(fslab(*args, cwd=tmp_path).stdout) for _ in range(2))
+    first, again = (json.loads(fslab_here(*args, cwd=tmp_path).stdout) for _ in range(2))
     assert (first["features_cached"], again["features_cached"]) == (False, True)
     assert again["accuracy"] == first["accuracy"]
     for image in sorted((tmp_path / "tree" / "test").glob("test-class0/*.png"))[:6]:
         write_png(image, random_image(rng(9), 20, 20))  # a class's look replaced, its files kept
-    changed = json.loads(fslab(*args, cwd=tmp_path).stdout)
+    changed = json.loads(fslab_here(*args, cwd=tmp_path).stdout)
     assert changed["features_cached"] is False
     # data moved since the run trained: --data-root says where it lies now (the same images: still cached)
     (tmp_path / "tree").rename(tmp_path / "moved")
-    lost = fslab(*args, cwd=tmp_path)  # the dataset's own line pointed at [data_roots], which eval does not read
+    lost = fslab_here(*args, cwd=tmp_path)  # the dataset's own line pointed at [data_roots], which eval does not read
     assert lost.returncode == 2 and lost.stderr.strip().splitlines() == [
         f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; "
         f"if its data moved, give where it lies with --data-root DIR"]
-    moved = fslab(*args, "--data-root", str(tmp_path / "moved"), cwd=tmp_path)
+    moved = fslab_here(*args, "--data-root", str(tmp_path / "moved"), cwd=tmp_path)
     assert moved.returncode == 0, moved.stderr
     assert json.loads(moved.stdout)["features_cached"] is True
     assert json.loads(moved.stdout)["accuracy"] == changed["accuracy"]
@@ -1124,7 +1126,8 @@ def folder_run(project: Path, root: Path) -> Path:
 def test_compare_pairs_folder_runs_only_on_the_same_images(project):
     """Two folder datasets at two roots share every setting but the root, which pairing
     ignores (a named dataset is the same data wherever it lies): runs on a copy of the
-    images pair, runs on other images are neither paired nor pooled."""
+    images pair, runs on other images are neither paired nor pooled. The runs train in worker processes;
+    fslab compare and fslab eval run in this process (fslab_here)."""
     import shutil
 
     make_folder_tree(project / "a", classes=6, per_class=12, size=(12, 12), seed=0)
@@ -1132,7 +1135,7 @@ def test_compare_pairs_folder_runs_only_on_the_same_images(project):
     make_folder_tree(project / "b", classes=6, per_class=12, size=(12, 12), seed=1)
     runs = [folder_run(project, project / name) for name in ("a", "copy", "b")]
     args = ["--shots", "5", "--queries", "5", "--format", "json"]
-    by_root = fslab("compare", *(r.name for r in runs), "--group-by", "dataset.root", *args, cwd=project)
+    by_root = fslab_here("compare", *(r.name for r in runs), "--group-by", "dataset.root", *args, cwd=project)
     assert by_root.returncode == 0, by_root.stderr
     paired = json.loads(by_root.stdout)["paired"]
     assert [p["group"] for p in paired] == [f"dataset.root={project / 'copy'}"]
@@ -1140,13 +1143,13 @@ def test_compare_pairs_folder_runs_only_on_the_same_images(project):
     saved = [json.loads(next((run / "evaluations").glob("test-*.json")).read_text())["data"] for run in runs]
     assert saved[0] == saved[1] != saved[2]  # the fingerprint of the test split, saved by the training
     # by every setting but the seed: one group of the three before, its seeds the same seed on other data
-    pooled = fslab("compare", *(r.name for r in runs), *args, cwd=project)
+    pooled = fslab_here("compare", *(r.name for r in runs), *args, cwd=project)
     assert pooled.returncode == 0, pooled.stderr
     report = json.loads(pooled.stdout)
     assert [len(g["runs"]) for g in report["groups"]] == [1, 1] and report["data_split"] == ["method=nca"]
     assert report["repeated"] == [runs[0].name] and "1 group split by the data" in pooled.stderr
     # fslab eval saves the fingerprint too: of the data it scored, wherever that lies now
-    again = fslab("eval", runs[2].name, "--shots", "5", "--queries", "5", "--episodes", "12",
-                  "--data-root", str(project / "a"), cwd=project)
+    again = fslab_here("eval", runs[2].name, "--shots", "5", "--queries", "5", "--episodes", "12",
+                       "--data-root", str(project / "a"), cwd=project)
     assert again.returncode == 0, again.stderr
     assert json.loads(next((runs[2] / "evaluations").glob("*12ep*.json")).read_text())["data"] == saved[0]
