@@ -45,7 +45,7 @@ from fslab.reports.studies import (
     write_report,
 )
 
-from .runs_helpers import fslab, wait_for
+from .runs_helpers import fslab, fslab_here, wait_for
 
 BUILT_IN = ["lpn-table1", "map-table1", "map-table2", "nca-fig2", "nca-fig3", "nca-fig4", "nca-supcon",
             "nca-table3", "nca-table4", "sen-table2"]
@@ -961,19 +961,21 @@ def test_quick_dataset_keys_apply_only_on_the_quick_dataset():
 
 
 def test_study_commands_from_the_cli(project):
-    listed = fslab("study", "list", "--json", cwd=project)
+    """In this process (fslab_here): what each command prints and its exit code; fslab study list as a
+    process of its own is test_study_list_does_not_import_torch's."""
+    listed = fslab_here("study", "list", "--json", cwd=project)
     assert listed.returncode == 0, listed.stderr
     assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == BUILT_IN
-    shown = fslab("study", "show", "nca-table3", "--json", cwd=project)
+    shown = fslab_here("study", "show", "nca-table3", "--json", cwd=project)
     info = json.loads(shown.stdout)
     assert info["runs"] == 50 and info["gpu_hours"]["hours"] is None and "not estimated" in info["gpu_hours_note"]
-    report = fslab("study", "report", "map-table2", "--format", "json", cwd=project)
+    report = fslab_here("study", "report", "map-table2", "--format", "json", cwd=project)
     assert {r["verdict"] for r in json.loads(report.stdout)["rows"]} == {PENDING}
     for argv, expected in [(["study", "show", "nca-tabel3"], "Unknown study 'nca-tabel3'. Did you mean 'nca-table3'?"),
                            (["study", "report", "nca-table3", "--format", "xls"], "unknown format 'xls'"),
                            (["study", "run", "nca-table3", "--scale", "huge"], "--scale must be one of paper, quick"),
                            (["study", "run", "missing.toml"], "no study file 'missing.toml'")]:
-        result = fslab(*argv, cwd=project)
+        result = fslab_here(*argv, cwd=project)
         assert result.returncode == 2 and expected in result.stderr and len(result.stderr.splitlines()) == 1
 
 
@@ -1451,16 +1453,17 @@ set = { "backbone.name" = "conv4", "backbone.hidden" = 8, "train.epochs" = 500 }
 def test_a_study_file_stopped_half_way_is_named_by_its_path_in_the_command_that_goes_on(project):
     """A study run from a file is not registered: the hints of fslab study run and fslab stop name
     its file (they named the study, and 'fslab study run by-hand' is an unknown study) and repeat
-    the options it ran with, which a plain 'study run' would plan other runs without."""
+    the options it ran with, which a plain 'study run' would plan other runs without. The commands run in
+    this process (fslab_here), the scheduler and workers they start and stop as processes of their own."""
     (project / "studies").mkdir()
     (project / "studies" / "mine.toml").write_text(STUDY_FILE)
-    started = fslab("study", "run", "studies/mine.toml", "--set", "train.lr=0.05", "--data-root", ".",
-                    cwd=project)
+    started = fslab_here("study", "run", "studies/mine.toml", "--set", "train.lr=0.05", "--data-root", ".",
+                         cwd=project)
     assert started.returncode == 0, started.stderr
     path = str(project.resolve() / "studies" / "mine.toml")
     assert started.stdout.splitlines()[-1] == f"follow them with: fslab queue; then: fslab study report {path}"
     sweep_id = started.stdout.split("recorded as ")[1].split()[0]
-    stopped = fslab("stop", sweep_id, cwd=project)
+    stopped = fslab_here("stop", sweep_id, cwd=project)
     assert stopped.returncode == 0, stopped.stderr
     again = f"fslab study run {path} --scale paper --data-root {project.resolve()} --set train.lr=0.05"
     assert stopped.stderr.strip().endswith(f"go on with: {again}"), stopped.stderr
@@ -1468,10 +1471,10 @@ def test_a_study_file_stopped_half_way_is_named_by_its_path_in_the_command_that_
     elsewhere = project.parent / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "fslab.toml").write_text(f"[project]\nruns_dir = '{project.resolve() / 'runs'}'\n")
-    resumed = fslab(*again.split()[1:], cwd=elsewhere)
+    resumed = fslab_here(*again.split()[1:], cwd=elsewhere)
     assert resumed.returncode == 0, resumed.stderr
     assert "0 new" in resumed.stdout and "2 queued again" in resumed.stdout, resumed.stdout
-    fslab("stop", resumed.stdout.split("recorded as ")[1].split()[0], cwd=project)
+    fslab_here("stop", resumed.stdout.split("recorded as ")[1].split()[0], cwd=project)
 
 
 @pytest.mark.parametrize("mistake, start", [
