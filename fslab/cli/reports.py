@@ -356,6 +356,24 @@ def episode_options(split: str, shots: str, ways: int | None, queries: int | Non
     return shot_list
 
 
+def shape_options(verb: str) -> tuple:
+    """The --ways and --queries options of ``fslab compare`` and ``fslab plot`` (``verb``): each reads the
+    runs' own shape where it is not given (:func:`fslab.reports.compare.scored_shape`)."""
+    ways = Annotated[int | None, typer.Option(
+        help=f"Ways of the evaluations to {verb} (default: the runs' own: of the shape their scores share, else "
+             "the ways their scores, then their configurations (eval.ways), all have; else 5).",
+        show_default=False)]
+    queries = Annotated[int | None, typer.Option(
+        help=f"Queries per class of the evaluations to {verb} (default: the runs' own: of the shape their scores "
+             "share, else the queries their scores, then their configurations (eval.queries), all have: --ways 20 "
+             "reads those fslab eval --ways 20 scores; else 15).", show_default=False)]
+    return ways, queries
+
+
+CompareWays, CompareQueries = shape_options("compare")
+PlotWays, PlotQueries = shape_options("plot")
+
+
 _FORMAT_TEXT = {"md": "a Markdown table", "latex": "a LaTeX table", "csv": "CSV rows",
                 "json": "the whole report as one JSON document"}
 
@@ -376,14 +394,8 @@ def compare_(
         autocompletion=choices("table", "md", "latex", "csv", "json"))] = "table",
     split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots.")] = "1,5",
-    ways: Annotated[int | None, typer.Option(
-        help="Ways of the evaluations to compare (default: the runs' own: of the shape their scores share, else "
-             "the ways their scores, then their configurations (eval.ways), all have; else 5).",
-        show_default=False)] = None,
-    queries: Annotated[int | None, typer.Option(
-        help="Queries per class of the evaluations to compare (default: the runs' own: of the shape their scores "
-             "share, else the queries their scores, then their configurations (eval.queries), all have: --ways 20 "
-             "reads those fslab eval --ways 20 scores; else 15).", show_default=False)] = None,
+    ways: CompareWays = None,
+    queries: CompareQueries = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
         autocompletion=names_of("evaluator"))] = None,
@@ -516,14 +528,8 @@ def plot_(
     title: Annotated[str | None, typer.Option(help="Title above the panels, drawn as written ($ is no math).")] = None,
     split: Annotated[str, typer.Option(help="test or val.", autocompletion=choices("test", "val"))] = "test",
     shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
-    ways: Annotated[int | None, typer.Option(
-        help="Ways of the evaluations to plot (default: the runs' own: of the shape their scores share, else "
-             "the ways their scores, then their configurations (eval.ways), all have; else 5).",
-        show_default=False)] = None,
-    queries: Annotated[int | None, typer.Option(
-        help="Queries per class of the evaluations to plot (default: the runs' own: of the shape their scores "
-             "share, else the queries their scores, then their configurations (eval.queries), all have: --ways 20 "
-             "reads those fslab eval --ways 20 scores; else 15).", show_default=False)] = None,
+    ways: PlotWays = None,
+    queries: PlotQueries = None,
     as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted numbers as JSON.")] = False,
 ) -> None:
     """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars.
