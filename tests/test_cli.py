@@ -976,3 +976,18 @@ def test_every_option_the_documents_show_is_one_of_its_command(document):
         unknown |= {(" ".join(path), option) for option in re.findall(r"(?<!\S)(--?[a-z][\w-]*)", line)
                     if option not in names}
     assert not unknown, f"{document} shows options its commands do not take: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("argv", [["plugins"], ["plugins", "--json"], ["runs"], ["runs", "--json"], ["study", "list"]])
+def test_a_listing_whose_reader_went_away_ends_quietly_as_unix_tools_do(project, argv):
+    """`fslab plugins | head -1` exited 1 without a word (typer's and rich's handling of a broken pipe), the
+    code of a fault; it ends as `git log | head -1` does, 141 (128 + SIGPIPE), and still says nothing."""
+    create_run(project / "runs", "nca", {"method": "nca", "seed": 0})  # `fslab runs` has a line to write
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        result = subprocess.run([sys.executable, "-m", "fslab", *argv], cwd=project, stdout=write,
+                                stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, "")

@@ -93,6 +93,12 @@ def main() -> None:
     cli = _load(argv[0] if argv and argv[0] in COMMANDS and not completing else None)
     try:
         code = cli(standalone_mode=False)  # parse errors come back here instead of typer's box
+    except SystemExit as exc:
+        if cut_short(exc):  # typer and rich exit 1, silently, on a reader that went away (| head)
+            end_cut_short()
+        raise
+    except BrokenPipeError:  # one written by fslab's own code, outside their reach
+        end_cut_short()
     except click.NoArgsIsHelpError as exc:  # `fslab` or `fslab study` alone: the help, as typer shows it
         from typer.rich_utils import rich_format_error
 
@@ -112,6 +118,32 @@ def main() -> None:
         where = f": {exc.filename}" if exc.filename else ""
         fail(f"{exc.strerror or exc}{where}", 1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# The exit code of a command whose reader stopped reading (``fslab runs | head -1``): 128 + SIGPIPE,
+# what ``git log | head -1`` and ``cat`` end with, there killed by the signal.
+CUT_SHORT = 141
+
+
+def cut_short(exc: BaseException) -> bool:
+    """Whether ``exc`` (an exit of typer's or rich's) came of a write to a pipe whose reader is gone."""
+    seen = exc.__context__
+    while seen is not None:
+        if isinstance(seen, BrokenPipeError):
+            return True
+        seen = seen.__context__
+    return False
+
+
+def end_cut_short() -> None:
+    """End quietly, as a Unix tool whose reader went away: no line (its reader is gone, and stderr may
+    be the same pipe), exit code :data:`CUT_SHORT`. stdout then points at /dev/null, so the flush of
+    what is left in its buffer as Python exits cannot fail again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor: a stream replaced in-process (a test's)
+        pass
+    sys.exit(CUT_SHORT)
 
 
 def fail(message: str, code: int) -> None:
