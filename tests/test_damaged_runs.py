@@ -198,6 +198,26 @@ def test_a_run_with_an_unreadable_status_is_neither_resumed_nor_requeued(run_fol
     assert not any(pid_alive(pid) for pid in (0, -1, 2**31, 10**30))  # no process has these: never probed
 
 
+@pytest.mark.parametrize("state", ["paused", "lost-forever"])
+def test_a_run_whose_status_names_a_state_fslab_does_not_know_says_so_and_is_not_resumed(run_folder, state):
+    """A state written by hand or by a newer fslab read as lost: fslab runs listed the completed run as lost
+    with no word of why, and fslab resume trained it again from its last checkpoint."""
+    from tests.runs_helpers import fslab_here
+
+    folder = run_folder()
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "state": state}))
+    why = (f"status.json records the state '{state}', which this fslab does not know (a run's status says "
+           f"queued, running, completed, failed or killed); a newer fslab may have written it, or an edit by hand")
+    listed = fslab_here("runs", "--json", cwd=folder.parent.parent)
+    assert [(r["state"], r["error"]) for r in map(json.loads, listed.stdout.splitlines())] == [("unreadable", why)]
+    resumed = fslab_here("resume", folder.name, cwd=folder.parent.parent)
+    assert (resumed.returncode, resumed.stderr) == (2, f"error: run {folder.name} cannot resume: its {why}; put "
+                                                       f"back a status.json this fslab writes, or resume it with "
+                                                       f"the fslab that wrote it\n")
+    assert json.loads((folder / "status.json").read_text())["state"] == state  # nothing was started
+
+
 def test_resuming_a_completed_run_whose_config_broke_names_no_command_that_fails_too(run_folder):
     """fslab resume of such a run said to start one like it with fslab run --like, which refuses it."""
     from fslab.execution.checks import check_resumable

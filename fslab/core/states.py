@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 STATES = ("queued", "running", "completed", "failed", "killed", "lost")
+WRITTEN = ("queued", "running", "completed", "failed", "killed")  # what a status.json may say (lost: a reader's)
 ENDED = ("completed", "failed", "killed")
 LIVE = ("queued", "running")
 
@@ -67,6 +68,18 @@ def process_start(pid: int) -> str | None:
         return None
 
 
+def unknown_state(status: dict) -> str | None:
+    """Why a run whose ``status.json`` names a state this fslab does not know (written by hand, or by a
+    newer fslab) is unreadable, naming the file and the states it may say; None for any other status.
+    Taken for ``lost`` it was resumable, and a ``fslab resume`` trained a completed run again."""
+    state = status.get("state")
+    if not isinstance(state, str) or state in STATES:
+        return None
+    shown = state if len(state) <= 40 else f"{state[:40]}..."
+    return (f"status.json records the state {shown!r}, which this fslab does not know (a run's status says "
+            f"{', '.join(WRITTEN[:-1])} or {WRITTEN[-1]}); a newer fslab may have written it, or an edit by hand")
+
+
 def _number(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
@@ -84,7 +97,8 @@ def run_state(status: dict, now: float | None = None, locked: bool | None = None
     """The state of a run whose status is ``status``: its recorded end state,
     or ``queued``/``running`` while its worker lives, else ``lost``;
     ``unreadable`` when the status records no state (a damaged status.json),
-    so no command resumes, requeues or stops a run it cannot read.
+    or one this fslab does not know (:func:`unknown_state`), so no command
+    resumes, requeues or stops a run it cannot read.
 
     ``locked`` is what a probe of the run's worker lock found (True: held,
     False: free, None: not probed or no lock file); ``job_alive`` what the
@@ -92,8 +106,8 @@ def run_state(status: dict, now: float | None = None, locked: bool | None = None
     or is gone without starting the worker; :mod:`fslab.core.slurm_queue`).
     Both are passed in, so this stays a pure function of what the caller read."""
     state = status.get("state")
-    if not isinstance(state, str):  # status.json missing, damaged, or without a state: nothing to act on
-        return UNREADABLE
+    if not isinstance(state, str) or unknown_state(status):  # missing, damaged, without a state or with one
+        return UNREADABLE                                      # fslab does not know: nothing to act on
     if state in ENDED:
         return state
     pid = status.get("pid")
@@ -113,7 +127,7 @@ def run_state(status: dict, now: float | None = None, locked: bool | None = None
     last_sign = _number(status.get("heartbeat")) or _number(status.get("created"))
     if now - last_sign > LOST_AFTER_S:
         return "lost"
-    return state if state in STATES else "lost"
+    return state
 
 
 def heartbeat_age(status: dict, now: float | None = None) -> float | None:

@@ -38,7 +38,7 @@ from fslab.core.events import canonical_evaluator, is_validation, logged_evaluat
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
 from fslab.core.runstore import newest_first, run_names
 from fslab.core.slurm_queue import JOB_KEYS
-from fslab.core.states import UNREADABLE, heartbeat_interval
+from fslab.core.states import UNREADABLE, heartbeat_interval, unknown_state
 from fslab.core.sweeps import sweep_records
 from fslab.core.values import is_number
 from fslab.core.worklock import observed_state
@@ -485,7 +485,7 @@ class SummaryFile:
         # a lock is probed only for live runs (fslab.core.worklock)
         state = UNREADABLE if unreadable else observed_state(self.dir, self.status, now)
         if state == UNREADABLE and note is None:  # a JSON object, but no state a run can be in
-            note = "status.json records no state (a text such as \"completed\")"
+            note = unknown_state(self.status) or "status.json records no state (a text such as \"completed\")"
         if (state, note) != (summary.state, summary.note):
             summary.state, summary.note = state, note
             summary.error = note if note else schemas.conform(self.status, schemas.STATUS).get("error")

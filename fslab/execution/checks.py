@@ -22,7 +22,7 @@ from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
 from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
 from fslab.core.split_sizes import check_evaluation, check_training, read_split_sizes
-from fslab.core.states import RESUMABLE, UNREADABLE
+from fslab.core.states import RESUMABLE, UNREADABLE, unknown_state
 from fslab.core.types import SplitSizes, evaluator_traits
 from fslab.execution.handover import refuse_if_live
 from fslab.execution.slots import visible_gpus
@@ -197,6 +197,9 @@ def check_resumable(run: Run, *, observed: bool = False) -> None:
     if state in RESUMABLE and not run.config():
         raise UsageError(f"run {run.id} cannot resume: its config.json is missing or unreadable (fslab runs lists "
                          f"it as unreadable); put the file back from a copy of the run, then resume it")
+    if state == UNREADABLE and (unknown := unknown_state(status)):
+        raise UsageError(f"run {run.id} cannot resume: its {unknown}; put back a status.json this fslab writes, "
+                         f"or resume it with the fslab that wrote it")
     if state == UNREADABLE:  # its status.json: how it ended cannot be told (a copy made while it was written)
         raise UsageError(f"run {run.id} is unreadable: its status.json is missing or cannot be read (fslab show "
                          f"{run.id} says why), so how it ended cannot be told; put the file back from a copy of "
