@@ -87,7 +87,7 @@ def create(kind: str, name: str, **params: Any) -> Any:
     filled_in = tuple(p for p in FILLED_IN.get(kind, ()) if registry.accepts(kind, name, p))
     checked = plugin_params(registry, kind, name, params, filled_in=filled_in)
     try:
-        run_check(component, kind, {p: copy.deepcopy(checked[p]) for p in component.params}, None)
+        run_check(component, {p: copy.deepcopy(checked[p]) for p in component.params}, None)
     except PluginError as exc:  # a check written before create ran checks (it reads the run): the run applies it
         warnings.warn(f"{exc}; fslab.create built it unchecked (outside a run, a check gets context None: "
                       "plugin API 1.8)", stacklevel=2)

@@ -369,7 +369,7 @@ def _batch_of_sampler(config: dict, registry, given: set[str]) -> None:
     params = {k: v for k, v in config["sampler"].items() if k != "name"}
     batch_size = config["train"]["batch_size"]
     rows = plugin_call(lambda: batch(params, batch_size),
-                       f"the batch= function of sampler '{sampler.name}' from plugin '{sampler.plugin}' failed")
+                       f"the batch= function of {sampler.named} failed")
     if rows == batch_size:
         return
     if "train.batch_size" in given:
@@ -585,7 +585,7 @@ def _fill_sink_params(config: dict, registry) -> None:
     ``check=`` passed (the built-ins': their tracker's package is installed)."""
     for name, values in config[SINKS].items():
         config[SINKS][name] = sink_params(registry, name, values)
-        run_check(registry.get("sink", name), f"{SINKS}.{name}", copy.deepcopy(config[SINKS][name]),
+        run_check(registry.get("sink", name), copy.deepcopy(config[SINKS][name]),
                   CheckContext(copy.deepcopy(config), None))
 
 

@@ -169,16 +169,16 @@ def check_plugins(config: dict, registry, sizes: dict[str, SplitSizes] | None = 
         # A run saved before a parameter existed lacks it, and the plugin gets its default.
         params = copy.deepcopy({**component.params, **{k: v for k, v in values.items() if k not in fixed}})
         _check_declared_rules(component, params, section)
-        run_check(component, section, params, CheckContext(copy.deepcopy(config), sizes))
+        run_check(component, params, CheckContext(copy.deepcopy(config), sizes))
 
 
-def run_check(component, key: str, params: dict, context: CheckContext | None) -> None:
+def run_check(component, params: dict, context: CheckContext | None) -> None:
     """The plugin's own check of ``params`` (``register(..., check=f)``), if it
     registered one: ``f(params, context)``, where ``context`` is None outside a
     run (``fslab.create``). Its UsageError is the user's; any other exception is
-    a bug in the check, one line naming the plugin. ``key`` names the section."""
+    a bug in the check, one line naming the component and its plugin."""
     check = component.info.get("check")
     if check is None:
         return
     plugin_call(lambda: check(params, context),
-                f"the check of {key} '{component.name}' from plugin '{component.plugin}' failed")
+                f"the check of {component.named} failed")

@@ -58,6 +58,12 @@ FILLED_IN = {
 }
 
 
+def named(kind: str, name: str, plugin: str) -> str:
+    """How a line that blames a component names it, and its plugin: ``loss 'boom' from plugin 'local:boom'``;
+    :attr:`Component.named`, and what ``register()`` says of one it refuses before it is a component."""
+    return f"{kind} '{name}' from plugin '{plugin}'"
+
+
 @dataclass(frozen=True)
 class Component:
     """One registered loss, backbone, sampler, evaluator, dataset, method or study
@@ -77,7 +83,7 @@ class Component:
     @property
     def named(self) -> str:
         """How a line that blames this component names it: ``loss 'boom' from plugin 'local:boom'``."""
-        return f"{self.kind} '{self.name}' from plugin '{self.plugin}'"
+        return named(self.kind, self.name, self.plugin)
 
     def built(self, build: Callable[[], Any], passes: tuple[type[BaseException], ...] = ()) -> Any:
         """``build()``, this component built by fslab (before a run exists, or by the worker): what its own
@@ -231,7 +237,7 @@ def _refuse_unaccepted(component: Component, kwargs: dict, accepted: set[str]) -
     declared = [k for k in bad if k in component.params]
     if declared:
         target = f"'{component.target}'" if isinstance(component.target, str) else "its target"
-        raise PluginError(f"{kind} '{name}' from plugin '{component.plugin}' declares the parameter '{declared[0]}' "
+        raise PluginError(f"{component.named} declares the parameter '{declared[0]}' "
                           f"in register(params=...), which {target} does not take; declare its keyword-only "
                           f"parameters exactly (the contract tests compare them)")
     if bad:
@@ -409,26 +415,27 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
         add(*args, **kwargs)
 
     def add(target, *, name: str, description: str, paper: str = "", params: dict | None = None, **info):
-        _check_arguments(f"{kind} {name!r} from plugin '{plugin}'", name, description, paper, params, info)
+        blamed = named(kind, name, plugin)
+        _check_arguments(blamed, name, description, paper, params, info)
         if kind == "method" and not (isinstance(target, dict) and all(isinstance(k, str) for k in target)):
-            raise TypeError(f"method '{name}' from plugin '{plugin}': the target must be a dict, a partial "
+            raise TypeError(f"{blamed}: the target must be a dict, a partial "
                             f"configuration such as {{'loss': {{'name': 'nca'}}}}, got {target!r:.100}")
         if kind == "study" and not isinstance(target, os.PathLike):
-            raise TypeError(f"study '{name}' from plugin '{plugin}': the target must be the pathlib.Path of its "
+            raise TypeError(f"{blamed}: the target must be the pathlib.Path of its "
                             f"TOML file, got {target!r:.100}")
         if isinstance(target, str) and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", target):
-            raise TypeError(f"{kind} '{name}' from plugin '{plugin}': a lazy target is written 'module:attr' "
+            raise TypeError(f"{blamed}: a lazy target is written 'module:attr' "
                             f"(e.g. 'my_pkg.networks:BigNet'), got {target!r:.100}")
         if params is None:
             if isinstance(target, str):
                 raise TypeError(
-                    f"{kind} '{name}' from plugin '{plugin}' is a lazy reference "
+                    f"{blamed} is a lazy reference "
                     f"'{target}': declare its params={{...}} in register()"
                 )
             params = {} if kind in ("method", "study") else keyword_params(target, kind)
-            _check_defaults(target, kind, f"{kind} '{name}' from plugin '{plugin}'")
+            _check_defaults(target, kind, blamed)
         if "allowed" in info:
-            info["allowed"] = _allowed_rules(info["allowed"], params, f"{kind} '{name}' from plugin '{plugin}'")
+            info["allowed"] = _allowed_rules(info["allowed"], params, blamed)
         registry.add(
             Component(kind, name, target, description, paper, dict(params), plugin, version, origin, info)
         )
