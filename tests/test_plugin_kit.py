@@ -1052,12 +1052,68 @@ def test_fslab_eval_with_an_evaluator_that_breaks_is_one_line_naming_it(project)
     (project / "mine" / "broken.py").write_text(BROKEN)
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     assert fslab("run", "nca", *TINY, "--epochs", "1", "--device", "cpu", cwd=project).returncode == 0
-    for evaluator, message in (("raising", "evaluator 'raising' failed: RuntimeError: a bug in the plugin"),
-                               ("flat", "evaluator 'flat' returned shape (20,), expected predictions (20, 25)"),
-                               ("listed", "evaluator 'listed' returned a list, not a tensor")):
+    named = "from plugin 'local:broken'"  # as a loss's or a sampler's line names its plugin
+    for evaluator, message in (("raising", f"evaluator 'raising' {named} failed: RuntimeError: a bug in the "
+                                           "plugin"),
+                               ("flat", f"evaluator 'flat' {named} returned shape (20,), expected predictions "
+                                        "(20, 25)"),
+                               ("listed", f"evaluator 'listed' {named} returned a list, not a tensor")):
         result = fslab_here("eval", "last", "--evaluator", evaluator, "--episodes", "20", "--queries", "5",
                             "--shots", "1", cwd=project)
         assert result.returncode == 1 and result.stderr == f"error: {message}\n", result.stderr
+
+
+MIDWAY = '''
+import torch
+from fslab.plugin import hookimpl
+
+
+class Flaky(torch.nn.Module):
+    def __init__(self, in_channels):
+        super().__init__()
+        self.out_dim = 8
+        self.conv = torch.nn.Conv2d(in_channels, 8, 3)
+        self.steps = 0
+
+    def forward(self, x):
+        if self.training:
+            self.steps += 1
+            if self.steps == 3:  # the check's forward and two steps went well
+                raise ValueError("flaky forward")
+        return self.conv(x).mean(dim=(2, 3))
+
+
+def raising(support, query):
+    raise RuntimeError("a bug in the evaluator")
+
+
+@hookimpl
+def register_backbones(register):
+    register(Flaky, name="flaky", description="fails at its second training step")
+
+
+@hookimpl
+def register_evaluators(register):
+    register(raising, name="raising", description="fails as it classifies")
+'''
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--backbone", "flaky"], "backbone 'flaky' from plugin 'local:midway' failed: ValueError: flaky forward"),
+    (["--set", "evaluator.name=raising"],
+     "evaluator 'raising' from plugin 'local:midway' failed: RuntimeError: a bug in the evaluator"),
+])
+def test_a_backbone_or_evaluator_that_raises_midway_fails_the_run_naming_it_and_its_plugin(project, options, message):
+    """A backbone raising in a training step failed the run with its bare "ValueError: flaky forward", and an
+    evaluator raising at the first validation named itself but not its plugin, where a loss or a sampler names both."""
+    from tests.runs_helpers import TINY, fslab
+
+    (project / "mine").mkdir()
+    (project / "mine" / "midway.py").write_text(MIDWAY)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    tiny = TINY[4:] if "--backbone" in options else TINY  # TINY's first four: conv4 and its parameter
+    result = fslab("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
+    assert result.returncode == 1 and f"failed: {message}. See: fslab logs" in result.stderr, result.stderr
 
 
 LOCAL_SAMPLERS = '''

@@ -200,10 +200,10 @@ class TrainingParts:
     evaluator: Callable
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.MultiStepLR
-    named: dict = field(default_factory=dict)  # the loss and the sampler as a line that blames one names it
+    named: dict = field(default_factory=dict)  # loss, sampler, evaluator, backbone: as a line blaming one names it
 
     def failed(self, kind: str) -> str:
-        """The start of the line a run fails with when the loss or the sampler raises:
+        """The start of the line a run fails with when the loss, the sampler or the backbone raises:
         ``loss 'boom' from plugin 'local:boom' failed``."""
         return f"{self.named[kind]} failed"
 
@@ -238,4 +238,4 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
     return TrainingParts(dataset, train_split, val_split, test_split, model, head, loss_fn, sampler, evaluator,
                          optimizer, scheduler, {kind: registry.get(kind, getattr(cfg, kind)["name"]).named
-                                                for kind in ("loss", "sampler")})
+                                                for kind in ("loss", "sampler", "evaluator", "backbone")})

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -263,22 +264,30 @@ class GlobalBatchLoss(nn.Module):
     apply the loss to all of it. ``labels`` and ``support`` are the global
     batch's (every rank drew the same batch). With one process this is just
     ``loss(head(backbone(x)), labels, support)``. ``failed`` names the loss and its plugin
-    (``loss 'boom' from plugin 'local:boom' failed``): what the loss raises then fails the run
-    in one line that says whose code it was (torch's out-of-memory error, the system's, goes on)."""
+    (``loss 'boom' from plugin 'local:boom' failed``), ``backbone_failed`` the backbone and its:
+    what either raises then fails the run in one line that says whose code it was (torch's
+    out-of-memory error, the system's, and torch.compile's own errors go on)."""
 
     def __init__(self, backbone: nn.Module, head: nn.Module, loss, world: World,
-                 autocast: Callable[[], AbstractContextManager] = nullcontext, failed: str = ""):
+                 autocast: Callable[[], AbstractContextManager] = nullcontext, failed: str = "",
+                 backbone_failed: str = ""):
         super().__init__()
         self.backbone, self.head, self.world = backbone, head, world
         self.loss = loss  # a loss module's parameters train (and synchronise) with the network's
         self.autocast = autocast
-        self.failed = failed
+        self.failed, self.backbone_failed = failed, backbone_failed
+
+    def embed(self, x):
+        """This rank's rows through the backbone, blamed on it (and its plugin) where it raises."""
+        if not self.backbone_failed:
+            return self.backbone(x)
+        return plugin_call(lambda: self.backbone(x), self.backbone_failed, passes=torch_own_errors())
 
     def forward(self, x, labels, support=None):
         total = labels.shape[0]
         share = BatchShare(self.world.rows(total), total, dist.all_reduce) if self.world.size > 1 else None
         with sharing(share), self.autocast():  # layers that draw noise per row draw it for the global batch
-            local = self.head(self.backbone(x))
+            local = self.head(self.embed(x))
         # The loss computes in float32, whatever the network's precision (fslab.training.numerics);
         # the embeddings are gathered in that precision too.
         z = gather_with_grad(local.float(), self.world, total=labels.shape[0])
@@ -287,12 +296,20 @@ class GlobalBatchLoss(nn.Module):
         return plugin_call(lambda: self.loss(z, labels, support), self.failed, passes=(torch.OutOfMemoryError,))
 
 
+def torch_own_errors() -> tuple[type[BaseException], ...]:
+    """What torch raises of its own as a backbone runs: out of memory, and where torch.compile is at
+    work (``torch._dynamo`` imported), its compiler's failures, which are no plugin's doing."""
+    dynamo = sys.modules.get("torch._dynamo.exc")
+    return (torch.OutOfMemoryError, *([dynamo.TorchDynamoException] if dynamo is not None else []))
+
+
 def training_step(backbone: nn.Module, head: nn.Module, loss, world: World, device: torch.device,
-                  autocast: Callable[[], AbstractContextManager] = nullcontext, failed: str = "") -> nn.Module:
+                  autocast: Callable[[], AbstractContextManager] = nullcontext, failed: str = "",
+                  backbone_failed: str = "") -> nn.Module:
     """The module a training step calls: :class:`GlobalBatchLoss`, wrapped in
     DistributedDataParallel when there are several ranks (its parameters are
     averaged over the ranks after each backward pass)."""
-    step = GlobalBatchLoss(backbone, head, loss, world, autocast, failed)
+    step = GlobalBatchLoss(backbone, head, loss, world, autocast, failed, backbone_failed)
     if world.size == 1:
         return step
     from torch.nn.parallel import DistributedDataParallel

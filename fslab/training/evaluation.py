@@ -255,6 +255,10 @@ class EvaluatorError(Exception):
     def naming(self, name: str) -> str:
         return f"evaluator '{name}' {self.did}"
 
+    def blaming(self, named: str) -> str:
+        """The line with the evaluator as :attr:`fslab.core.registry.Component.named` names it, its plugin too."""
+        return f"{named} {self.did}"
+
 
 class EvaluatorOutputError(EvaluatorError, ValueError):
     """An evaluator returned predictions or scores of the wrong shape."""

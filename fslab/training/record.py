@@ -94,7 +94,8 @@ def episode_count(evaluator, asked: int | None, *, during_training: bool = False
 
 
 def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: EvaluationInputs, episodes: Episodes, *,
-                        save: bool, at: dict | None = None, source: str | None = None) -> list[dict]:
+                        save: bool, at: dict | None = None, source: str | None = None,
+                        named: str | None = None) -> list[dict]:
     """Run ``episodes`` for each episode shape (each number of shots, or the
     evaluator's own fixed shape), and for each: mean ± 95% CI of the episode
     scores, an ``eval`` event, and with ``save`` the per-episode scores.
@@ -102,7 +103,8 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     ``label`` is the evaluator's label as records spell it (:func:`fslab.core.events.recorded_evaluator`).
     An evaluation during training is placed in the log by ``at`` (its epoch
     and step); one made afterwards names its ``source`` and, since its place
-    in the log says nothing, the episodes' identity (:data:`IDENTITY`).
+    in the log says nothing, the episodes' identity (:data:`IDENTITY`). ``named``: how a line that
+    blames the evaluator names it and its plugin (:attr:`fslab.core.registry.Component.named`).
     Returns one result per shape: split, ways, shots, queries, episodes,
     evaluator, metric, seed, stream, epoch, accuracy (the score, whatever the
     metric), ci95, and ``features_cached`` where the inputs say. The saved
@@ -131,7 +133,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
                 features=features, model=inputs.network, images=inputs.images, to_input=to_input,
                 device=inputs.device, center=inputs.center, normalize=inputs.normalize))
         except evaluation.EvaluatorError as exc:  # named here, where its name is known: one line, exit code 1
-            raise PluginError(exc.naming(name)) from exc
+            raise PluginError(exc.naming(name) if named is None else exc.blaming(named)) from exc
     cached = inputs.features_cached
     results = []
     for (shots, queries), scores in zip(shapes, all_scores, strict=True):

@@ -254,4 +254,4 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     check_refused(classify, ways, shots, queries)  # before the split is embedded (minutes at a paper's size)
     inputs = evaluation_inputs(run, split, checkpoint, classify)
     return evaluate_and_record(EventLog(run, echo=False), classify, recorded_evaluator(section), inputs, chosen,
-                               save=True, source="fslab eval")
+                               save=True, source="fslab eval", named=registry.get("evaluator", name).named)

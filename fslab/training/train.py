@@ -72,7 +72,7 @@ def train(run: Run, resume: bool = False, listeners=()) -> dict:
     parts, numerics = trainer.parts, trainer.numerics
     train_step = distributed.training_step(compiled(parts.model, numerics), parts.head, parts.loss_fn,
                                            trainer.world, trainer.device, numerics.autocast,
-                                           parts.failed("loss"))
+                                           parts.failed("loss"), parts.failed("backbone"))
     try:
         for epoch in range(trainer.first_epoch, trainer.cfg.train.epochs):
             trainer.train_epoch(epoch, train_step)
@@ -401,7 +401,7 @@ class Trainer:
                                   network=feature_network(self.parts.model, ecfg.feature_stages), images=split.images,
                                   center=center, normalize=ecfg.normalize, device=self.device, data=data)
         return evaluate_and_record(self.log, evaluator, recorded_evaluator(self.cfg.evaluator), inputs, episodes,
-                                   at=at, save=save)
+                                   at=at, save=save, named=self.parts.named["evaluator"])
 
     def validate(self, *, epoch: int, center: torch.Tensor | None) -> list[dict]:
         """``eval.val_episodes`` validation episodes of ``eval.val_shots`` shots, logged as ``epoch``."""
