@@ -469,12 +469,13 @@ def test_a_run_of_n_processes_takes_n_slots_on_different_gpus():
 
 
 def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
-    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 2\n")
-    result = fslab("sweep", "nca", "--device", "cpu", "--gpus", "3", *TINY, cwd=project)
+    # 2 gloo processes, which any machine may start (3 are more than a 2-core machine's CPUs, refused for that)
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    result = fslab("sweep", "nca", "--device", "cpu", "--gpus", "2", *TINY, cwd=project)
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: --gpus 3 needs 3 slots on different GPUs (or CPU slots), but the " \
-                                    "scheduler has 2 CPU slots (scheduler.cpu_slots in fslab.toml); " \
-                                    "use --gpus 2 or fewer"
+    assert result.stderr.strip() == "error: --gpus 2 needs 2 slots on different GPUs (or CPU slots), but the " \
+                                    "scheduler has 1 CPU slot (scheduler.cpu_slots in fslab.toml); " \
+                                    "use --gpus 1 or fewer"
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
     bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked
     bin_dir.mkdir()

@@ -202,7 +202,8 @@ DeviceOpt = Annotated[str | None, typer.Option(
     autocompletion=choices("auto", "cpu", "cuda"))]
 GpusOpt = Annotated[int | None, typer.Option(
     "--gpus", help="Train on N GPUs at once (torchrun + DistributedDataParallel): each GPU embeds 1/N of every "
-                   "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing).")]
+                   "batch and the loss sees the whole batch. With --device cpu: N gloo CPU processes (testing), "
+                   "no more than the CPUs they run on (2 always).")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", metavar="KEY=VALUE", autocompletion=config_keys(),
     help="Any config key, e.g. --set loss.temperature=0.9 (repeatable); values are checked against what each key "

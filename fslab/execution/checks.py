@@ -23,6 +23,7 @@ from fslab.core.runstore import Run
 from fslab.core.settings import SlurmSettings
 from fslab.core.split_sizes import check_evaluation, check_training, read_split_sizes
 from fslab.core.states import RESUMABLE, UNREADABLE, unknown_state
+from fslab.core.text import count
 from fslab.core.types import SplitSizes, evaluator_traits
 from fslab.execution.handover import refuse_if_live
 from fslab.execution.slots import visible_gpus
@@ -46,6 +47,7 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
             check_device(config, again)
         check_job_processes(config, slurm, again)
     check_batch_split(config)
+    check_cpu_processes(config, slurm, again)
     check_compile(config, slurm, again)
     sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
     if sizes:
@@ -166,6 +168,38 @@ def check_batch_split(config: dict) -> None:
         raise UsageError(f"--gpus {processes} (train.processes) splits each batch of {rows} rows (train.batch_size) "
                          f"over {processes} processes, one row each at least; use a batch of at least {processes} "
                          f"rows or --gpus {rows} at most")
+
+
+# CPU (gloo) processes a --device cpu --gpus N run may start: one per CPU, and 2 wherever there are
+# fewer, so the several-process path can be tried on any machine.
+CPU_PROCESSES_ALWAYS = 2
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity, which a container, taskset or SLURM narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - a system without affinities (macOS)
+        return os.cpu_count() or 1
+
+
+def check_cpu_processes(config: dict, slurm: SlurmSettings | None, again: str | None = None) -> None:
+    """``--device cpu --gpus N`` starts N gloo processes: no more than the CPUs they run on (this machine's,
+    or a SLURM job's ``cpus_per_task``), where 500 on a 2-core machine were started, each sharing a slice
+    of a core, the machine swamped for a run no faster than one process's."""
+    processes = config["train"]["processes"]
+    if processes == 1 or config["device"] != "cpu":
+        return
+    if slurm is not None and slurm.cluster != "local":
+        have, where = slurm.cpus_per_task, "a SLURM job has (cpus_per_task)"
+        more = f", or give the job more: --slurm cpus_per_task={processes}"
+    else:
+        have, where, more = cpu_count(), "this machine lets fslab use", ""
+    most = max(have, CPU_PROCESSES_ALWAYS)
+    if processes > most:
+        fix = f"use --gpus {most} or fewer" if again is None else f"start it again on fewer: {again} --gpus {most}"
+        raise UsageError(f"--device cpu --gpus {processes} (train.processes) starts {processes} gloo processes, "
+                         f"more than the {count(have, 'CPU')} {where}; {fix}{more}")
 
 
 def check_job_processes(config: dict, options: SlurmSettings, again: str | None = None) -> None:

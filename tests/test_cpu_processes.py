@@ -1,0 +1,61 @@
+"""How many gloo processes a ``--device cpu --gpus N`` run may start: one per CPU they run on."""
+
+import os
+
+import pytest
+
+from fslab.core.errors import UsageError
+from fslab.core.settings import SlurmSettings
+from fslab.execution.checks import check_cpu_processes, cpu_count
+
+from .runs_helpers import TINY, fslab_here
+
+
+def test_more_gloo_processes_than_cpus_are_refused_before_a_run_exists(project):
+    """--device cpu --gpus 500 on a 2-core machine started 500 gloo processes (as many as the batch had
+    rows), swamping the machine for a run no faster than one process's."""
+    have = cpu_count()
+    many = max(have, 2) + 1
+    result = fslab_here("run", "nca", *TINY, "--batch-size", str(4 * many), "--device", "cpu", "--gpus", str(many),
+                        cwd=project)
+    cpus = f"{have} CPU{'s' if have != 1 else ''}"
+    assert (result.returncode, result.stderr) == (2, (
+        f"error: --device cpu --gpus {many} (train.processes) starts {many} gloo processes, more than the {cpus} "
+        f"this machine lets fslab use; use --gpus {max(have, 2)} or fewer\n"))
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_a_slurm_job_s_gloo_processes_are_bounded_by_its_cpus(project):
+    """A job's processes run on the CPUs SLURM gives it (cpus_per_task), not on this machine's."""
+    bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = fslab_here("run", "nca", *TINY, "--device", "cpu", "--gpus", "9", "--executor", "slurm", cwd=project,
+                        env=env)
+    assert (result.returncode, result.stderr) == (2, (
+        "error: --device cpu --gpus 9 (train.processes) starts 9 gloo processes, more than the 8 CPUs a SLURM job "
+        "has (cpus_per_task); use --gpus 8 or fewer, or give the job more: --slurm cpus_per_task=9\n"))
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+@pytest.mark.parametrize("cpus, processes, refused", [(1, 2, False), (1, 3, True), (4, 4, False), (4, 5, True)])
+def test_two_gloo_processes_are_allowed_anywhere_and_more_only_as_cpus_allow(monkeypatch, cpus, processes, refused):
+    """A resumed run is told how to start again on fewer; a GPU run's processes are not CPU processes."""
+    import fslab.execution.checks as checks
+
+    monkeypatch.setattr(checks, "cpu_count", lambda: cpus)
+    config = {"device": "cpu", "train": {"processes": processes}}
+    again = "fslab run --like 20261202-000000-nca-abcd"
+    if refused:
+        with pytest.raises(UsageError, match=rf"more than the {cpus} CPUs? this machine lets fslab use; start it "
+                                             rf"again on fewer: {again} --gpus {max(cpus, 2)}$"):
+            check_cpu_processes(config, None, again)
+    else:
+        check_cpu_processes(config, None, again)
+    check_cpu_processes({"device": "cuda", "train": {"processes": 64}}, None)  # GPUs: check_processes's
+    local = SlurmSettings(cluster="local", cpus_per_task=64)  # a local job runs here: this machine's CPUs count
+    if refused:
+        with pytest.raises(UsageError, match="this machine lets fslab use"):
+            check_cpu_processes(config, local)
