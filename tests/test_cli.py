@@ -991,3 +991,20 @@ def test_a_listing_whose_reader_went_away_ends_quietly_as_unix_tools_do(project,
     finally:
         os.close(write)
     assert (result.returncode, result.stderr) == (141, "")
+
+
+@pytest.mark.parametrize("interrupted", ["the command line's own imports", "the command's module"])
+def test_a_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(project, interrupted):
+    """Ctrl-C in the first half second of `fslab compare` or `fslab runs` (typer, rich, the command's module
+    still importing) printed a KeyboardInterrupt traceback of thirty lines; in the command, typer's 130."""
+    hook = ("import builtins\nreal = builtins.__import__\n"
+            "def imported(name, *args, **kwargs):\n"
+            "    if name == 'typer':\n        raise KeyboardInterrupt\n    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = imported\n") if interrupted == "the command line's own imports" else (
+            "import importlib\nreal = importlib.import_module\n"
+            "def imported(name, *args):\n"
+            "    if name == 'fslab.cli.runs':\n        raise KeyboardInterrupt\n    return real(name, *args)\n"
+            "importlib.import_module = imported\n")
+    code = hook + "import sys\nsys.argv = ['fslab', 'runs']\nfrom fslab.__main__ import main\nmain()\n"
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (130, "")

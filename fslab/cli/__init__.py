@@ -78,7 +78,15 @@ def main() -> None:
     """Console entry point: an FslabError is one line on stderr and an exit
     code; so is a command line typer cannot parse (``--epochs abc``), and a
     file the system refused (a full disk, a read-only store, another user's
-    folder), naming the file."""
+    folder), naming the file. A Ctrl-C exits 130, as typer ends a command it
+    interrupts, also while the command's module loads (not in a traceback)."""
+    try:
+        _main()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _main() -> None:
     if len(sys.argv) == 1 or {"-h", "--help"} & set(sys.argv[1:]):
         from fslab.cli.typer_compat import help_without_markdown, reflow_help_paragraphs
 
