@@ -433,3 +433,23 @@ def test_a_checkpoint_is_read_for_its_checksums_once_per_process_unless_rewritte
     os.utime(path, ns=(long_ago + 1, long_ago + 1))  # old enough again: the answer stands for the process
     assert files.archive_damage(path).endswith("fails its checksum") and len(reads) == 4
     assert files.archive_damage(path).endswith("fails its checksum") and len(reads) == 4
+
+
+def test_fslab_eval_removes_the_feature_file_a_killed_fslab_eval_left_half_written(project):
+    """An fslab eval killed as it wrote a split's features (SIGKILL, the out-of-memory killer) left its
+    .NAME.PID.tmp in features/ for good: only a worker's start removes such files, and a completed run starts
+    none. The next fslab eval of the run removes it; the file of an fslab eval still writing is left."""
+    from tests.runs_helpers import fslab_here
+
+    shutil.copytree(FIXTURE / RUN, project / "runs" / RUN)
+    features = project / "runs" / RUN / "features"
+    features.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = features / f".test-features.pt.{int(gone.stdout)}.tmp"
+    killed.write_bytes(b"\0" * 4096)  # half a feature cache
+    writing = features / f".test-features.pt.{os.getppid()}.tmp"  # a live process's
+    writing.write_bytes(b"\0" * 4096)
+    evaluated = fslab_here("eval", RUN, "--episodes", "5", "--queries", "5", "--shots", "1", cwd=project)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert not killed.exists() and writing.exists()
+    assert [p.name for p in features.iterdir() if p.suffix == ".pt"]  # and the split's features were cached

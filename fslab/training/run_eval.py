@@ -31,7 +31,7 @@ from fslab.core.config import RunConfig, run_config
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
-from fslab.core.files import written_whole
+from fslab.core.files import remove_orphaned_temporaries, written_whole
 from fslab.core.flocks import one_at_a_time
 from fslab.core.registry import Registry, load_registry
 from fslab.core.rerun import check_evaluable, like_command
@@ -173,6 +173,9 @@ def _cache_features(cache, saved: dict) -> bool:
     evaluation goes on."""
     try:  # Ctrl-C while writing: no half file left
         cache.parent.mkdir(exist_ok=True)
+        # what an fslab eval killed outright (SIGKILL, the out-of-memory killer) as it wrote left: a run that
+        # ended starts no worker again, whose start would remove it, so it stayed, a split's features each
+        remove_orphaned_temporaries(cache.parent)
         with written_whole(cache) as tmp:
             torch.save(saved, tmp)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
