@@ -172,6 +172,30 @@ def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_
     assert len(list(cache.glob("folder-train-6.*.u8"))) == 1
 
 
+def test_a_decode_removes_what_a_decode_killed_outright_left(registry, tmp_path):
+    """A decode killed as it wrote the cache (SIGKILL, the out-of-memory killer) left its STEM.KEY.u8.PID.tmp,
+    a split's images, in .fslab-cache/ for good: the decode after it wrote under its own pid and removed only
+    stale files that were not temporary. A file of a writer still alive is left."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "data"
+    make_folder_tree(root, classes=2, per_class=2)
+    cache = root / ".fslab-cache"
+    cache.mkdir()
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    killed = [cache / f"folder-train-6.0123abcd.{part}.{gone}.tmp" for part in ("u8", "labels")]
+    for path in killed:
+        path.write_bytes(b"\0" * 1000)
+    writing = cache / f"folder-train-6.0123abcd.u8.{os.getppid()}.tmp"
+    writing.write_bytes(b"\0" * 1000)
+    other = cache / f"folder-val-6.0123abcd.u8.{gone}.tmp"  # another split's: its own decode's to remove
+    other.write_bytes(b"\0" * 1000)
+    assert len(create(registry, "folder", root, image_size=6).load("train").labels) == 4
+    assert [p.exists() for p in (*killed, writing, other)] == [False, False, True, True]
+
+
 CONCURRENT_LOADER = """
 import os, sys, time
 from pathlib import Path

@@ -356,6 +356,22 @@ def open_cache(folder: Path, stem: str, key: str) -> Split | None:
     return Split(images=torch.from_numpy(images), labels=torch.from_numpy(labels), classes=list(header["classes"]))
 
 
+def remove_killed_writes(folder: Path, stem: str) -> None:
+    """Remove the temporary files of ``stem`` whose writer is no longer alive here: a decode killed
+    outright (SIGKILL, the out-of-memory killer) leaves its ``.PID.tmp`` files, the split's images
+    (gigabytes at a benchmark's size), which the decode after it, under new names, never removed."""
+    for path in folder.glob(f"{stem}.*.tmp"):
+        pid = path.name.rsplit(".", 2)[-2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except (PermissionError, OverflowError, ValueError):  # another user's process; no pid a process has
+            continue
+
+
 def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable[[], tuple],
                 verb: str = "decoding") -> None:
     """Decode with ``build`` into ``folder`` (temporary names, then renamed;
@@ -363,6 +379,7 @@ def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable
     import numpy as np
 
     folder.mkdir(parents=True, exist_ok=True)
+    remove_killed_writes(folder, stem)
     started = time.perf_counter()
     print(f"fslab: {verb} {stem} once into {folder} ...", file=sys.stderr, flush=True)
     labels, classes, blocks = build()
