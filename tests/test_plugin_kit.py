@@ -1083,6 +1083,13 @@ class Flaky(torch.nn.Module):
         return self.conv(x).mean(dim=(2, 3))
 
 
+class Blind(Flaky):
+    def forward(self, x):
+        if not self.training and x.shape[0] > 2:  # the build's check embeds 2 images
+            raise ValueError("cannot embed in eval mode")
+        return self.conv(x).mean(dim=(2, 3))
+
+
 def raising(support, query):
     raise RuntimeError("a bug in the evaluator")
 
@@ -1090,6 +1097,7 @@ def raising(support, query):
 @hookimpl
 def register_backbones(register):
     register(Flaky, name="flaky", description="fails at its second training step")
+    register(Blind, name="blind", description="fails as it embeds images for an evaluation")
 
 
 @hookimpl
@@ -1100,12 +1108,15 @@ def register_evaluators(register):
 
 @pytest.mark.parametrize("options, message", [
     (["--backbone", "flaky"], "backbone 'flaky' from plugin 'local:midway' failed: ValueError: flaky forward"),
+    (["--backbone", "blind"],
+     "backbone 'blind' from plugin 'local:midway' failed: ValueError: cannot embed in eval mode"),
     (["--set", "evaluator.name=raising"],
      "evaluator 'raising' from plugin 'local:midway' failed: RuntimeError: a bug in the evaluator"),
 ])
 def test_a_backbone_or_evaluator_that_raises_midway_fails_the_run_naming_it_and_its_plugin(project, options, message):
-    """A backbone raising in a training step failed the run with its bare "ValueError: flaky forward", and an
-    evaluator raising at the first validation named itself but not its plugin, where a loss or a sampler names both."""
+    """A backbone raising in a training step, or as it embedded images for an evaluation, failed the run with its
+    bare "ValueError: ...", and an evaluator raising at the first validation named itself but not its plugin,
+    where a loss or a sampler names both."""
     from tests.runs_helpers import TINY, fslab
 
     (project / "mine").mkdir()

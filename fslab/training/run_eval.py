@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from fslab.core.config import RunConfig, run_config
-from fslab.core.errors import FslabError, UsageError
+from fslab.core.errors import FslabError, UsageError, plugin_call
 from fslab.core.eventlog import EventLog
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import remove_orphaned_temporaries, written_whole
@@ -54,6 +54,7 @@ from fslab.training.checkpoint import (
     nonfinite_entry,
     write_failure,
 )
+from fslab.training.distributed import torch_own_errors
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
 from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
@@ -110,8 +111,11 @@ class Checkpoint:
         return feature_network(model, self.stages)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """float32 features of ``images``, embedded as training embedded them for evaluation."""
-        return embed(self.network(), images, self.cfg.eval.batch_size, self.numerics)
+        """float32 features of ``images``, embedded as training embedded them for evaluation; what the
+        backbone raises, one line naming it and its plugin."""
+        network, blamed = self.network(), self.registry.get("backbone", self.cfg.backbone["name"]).named
+        return plugin_call(lambda: embed(network, images, self.cfg.eval.batch_size, self.numerics),
+                           f"{blamed} failed", passes=torch_own_errors())
 
 
 def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:

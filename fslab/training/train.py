@@ -375,7 +375,8 @@ class Trainer:
     def features_of(self, images: torch.Tensor) -> torch.Tensor:
         """Evaluation features (``eval.feature_stages``); the training mean goes through here too."""
         network = feature_network(self.parts.model, self.cfg.eval.feature_stages)
-        return embed(network, images, self.cfg.eval.batch_size, self.numerics)
+        return plugin_call(lambda: embed(network, images, self.cfg.eval.batch_size, self.numerics),
+                           self.parts.failed("backbone"), passes=distributed.torch_own_errors())
 
     def training_mean(self) -> torch.Tensor | None:
         """The mean feature of ``eval.center_images`` training images (drawn
