@@ -340,3 +340,28 @@ def test_fslab_runs_sweep_of_a_damaged_record_says_how_to_remove_it(project, sto
     assert result.stderr == (f"error: sweep record runs/sweeps/{path.name} cannot be read (it must be JSON listing its "
                              f"runs' ids); remove it with its runs: fslab delete {path.stem}, or alone: "
                              f"rm runs/sweeps/{path.name}\n")
+
+
+def test_ctrl_c_midway_through_fslab_delete_says_how_many_it_deleted_and_exits_130(project, store, monkeypatch):
+    """It ended with exit code 130 and the lines of the runs deleted, but no word that it stopped short: the
+    last line on stdout read as if it had deleted all it was asked to."""
+    import shutil
+
+    from fslab.core import deletion
+
+    from .runs_helpers import fslab_here
+
+    runs, a, b, c = store
+    real = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):
+        if b.id in str(path):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(deletion.shutil, "rmtree", interrupted)
+    result = fslab_here("delete", a.id, b.id, c.id, "--yes", cwd=project)
+    assert (result.returncode, result.stdout) == (130, f"{a.id}: deleted\n{b.id}: deleted\n")
+    assert result.stderr == ("fslab delete interrupted after 2 of 3 runs: those said above are deleted, the others "
+                             "are as they were (fslab runs lists them)\n")
+    assert c.path.is_dir() and Run(c.path).state() == "killed"

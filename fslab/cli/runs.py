@@ -499,7 +499,7 @@ def delete(
     and those whose status names the sweep, record included.
 
     Each run is said (ID: deleted) as its folder leaves the store; a Ctrl-C midway keeps the lines and the sweep
-    records of those deleted by then.
+    records of those deleted by then, says how many were, and exits with 130.
     """
     from fslab.core.deletion import check_deletable, delete_records, delete_runs
     from fslab.core.sweeps import select_runs
@@ -526,11 +526,19 @@ def delete(
         if answer.strip().lower() not in ("y", "yes"):  # stdout keeps only the ids deleted
             err_console.print("nothing deleted", highlight=False)
             raise typer.Exit(1)
+    done = []
+
     def said(run_id: str, outcome: str) -> None:  # as each is deleted: a later failure or Ctrl-C keeps the lines
+        done.append(run_id)
         console.print(f"{run_id}: {'deleted' if outcome == 'deleted' else 'gone already (its folder was deleted)'}",
                       highlight=False)
 
-    delete_runs(runs_dir, chosen, said)
+    try:
+        delete_runs(runs_dir, chosen, said)
+    except KeyboardInterrupt:  # the runs said are gone, from the sweep records too; the others untouched
+        err_console.print(f"fslab delete interrupted after {len(done)} of {count(len(chosen), 'run')}: those said "
+                          f"above are deleted, the others are as they were (fslab runs lists them)", highlight=False)
+        raise typer.Exit(130) from None
     delete_records(damaged)
     for path in damaged:
         console.print(f"{path.stem}: damaged sweep record deleted", highlight=False)
