@@ -303,7 +303,7 @@ def test_a_sink_that_fails_on_a_run_is_that_runs_line(store, tmp_path):
                      env=env)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     (line,) = out.stderr.strip().splitlines()
-    assert line.startswith(f"error: {real.name}: sink 'mlflow' failed: ")
+    assert line.startswith(f"error: {real.name}: sink 'mlflow' from plugin 'mlflow_sink' failed: ")
     assert out.stdout.strip() == "exported 0 runs to mlflow; 1 failed in the sink"
 
 
@@ -321,7 +321,8 @@ def test_tensorboard_that_cannot_write_its_event_file_is_one_line_without_its_th
                          timeout=300, preexec_fn=no_growth)
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
     (line,) = out.stderr.strip().splitlines()
-    assert line == f"error: {real.name}: sink 'tensorboard' failed: OSError: [Errno 27] File too large"
+    assert line == (f"error: {real.name}: sink 'tensorboard' from plugin 'tensorboard_sink' failed: "
+                    "OSError: [Errno 27] File too large")
     assert out.stdout.strip() == "exported 0 runs to tensorboard; 1 failed in the sink"
 
 
@@ -503,7 +504,8 @@ def test_wandb_on_a_full_disk_is_one_line_not_a_traceback_per_log_line(store):
         out = subprocess.run([sys.executable, "-m", "fslab", "export", copy.name, "--to", "wandb"], cwd=project,
                              env=env, capture_output=True, text=True, timeout=300, preexec_fn=small_files)
         assert out.returncode == 1
-        assert out.stderr == f"error: {copy.name}: sink 'wandb' failed: OSError: [Errno 27] File too large\n"
+        assert out.stderr == (f"error: {copy.name}: sink 'wandb' from plugin 'wandb_sink' failed: "
+                              "OSError: [Errno 27] File too large\n")
         assert json.loads((copy / "config.json").read_text()) == json.loads((real / "config.json").read_text())
     finally:
         shutil.rmtree(copy)
@@ -550,7 +552,8 @@ def test_an_export_that_fails_midway_keeps_the_earlier_record(store, sink, limit
         out = subprocess.run([sys.executable, "-m", "fslab", "export", copy.name, "--to", sink], cwd=project,
                              env=env, capture_output=True, text=True, timeout=300, preexec_fn=small_files)
         assert out.returncode == 1
-        assert out.stderr == f"error: {copy.name}: sink '{sink}' failed: OSError: [Errno 27] File too large\n"
+        assert out.stderr == (f"error: {copy.name}: sink '{sink}' from plugin '{sink}_sink' failed: "
+                              "OSError: [Errno 27] File too large\n")
         assert record() == before
         assert [p.name for p in copy.iterdir() if p.name.startswith((".tb", ".offline"))] == []
         if sink == "wandb":

@@ -516,8 +516,8 @@ def register_sinks(register):
     ("strips", "sink strips changed the events it was given"),
     ("scatters", "sink scatters wrote into the current directory: events.jsonl"),
     ("tramples", "sink tramples changed the run's metrics.jsonl"),
-    ("breaks", "sink breaks, fed a live run: sink 'breaks' failed on an eval event: ConnectionError: tracker "
-               "unreachable; the run goes on without it"),
+    ("breaks", "sink breaks, fed a live run: sink 'breaks' from plugin 'local:sinks' failed on an eval event: "
+               "ConnectionError: tracker unreachable; the run goes on without it"),
     ("forgets", "exports were never tried"),
 ])
 def test_the_sink_check_catches_what_breaks_its_contract(tmp_path, builtin_plugins, monkeypatch, name, message):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -108,6 +109,9 @@ class Collect:
 class FakeRegistry:
     """Builds the sinks of these unit tests; the real registry is exercised by the end-to-end tests."""
 
+    def get(self, kind, name):  # what a line blaming a sink names: it and its plugin
+        return SimpleNamespace(named=f"sink '{name}' from plugin 'fake'")
+
     def create(self, kind, name, context=None, **params):
         assert kind == "sink"
         if name == "missing":
@@ -141,7 +145,8 @@ def test_a_sink_that_raises_is_reported_once_and_fed_no_more_while_the_others_go
         feed(event)
     feed.close("completed")
     assert good == [*EVENTS, {"closed": "completed"}] and bad == [{"event": "start"}]
-    assert said == ["sink 'bad' failed on a train event: ValueError: boom second line; the run goes on without it"]
+    assert said == ["sink 'bad' from plugin 'fake' failed on a train event: ValueError: boom second line; "
+                    "the run goes on without it"]
 
 
 def test_a_sink_that_cannot_start_is_reported_once():
@@ -149,7 +154,7 @@ def test_a_sink_that_cannot_start_is_reported_once():
     for event in EVENTS:
         feed(event)
     feed.close("failed")
-    assert said == ["sink 'missing' failed to start: ImportError: No module named 'tracker'; "
+    assert said == ["sink 'missing' from plugin 'fake' failed to start: ImportError: No module named 'tracker'; "
                     "the run goes on without it"]
 
 
@@ -299,9 +304,9 @@ def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project)
     assert recorded[:-1] == events(sinked) and recorded[-1] == {"closed": "completed"}
 
     stderr = (sinked / "stderr.log").read_text()
-    assert stderr.count("sink 'raises' failed on a train event: RuntimeError: the tracker's server said no; "
-                        "the run goes on without it") == 1
-    assert stderr.count("sink 'unimportable' failed to start: PluginError:") == 1
+    assert stderr.count("sink 'raises' from plugin 'local:trackers' failed on a train event: RuntimeError: the "
+                        "tracker's server said no; the run goes on without it") == 1
+    assert stderr.count("sink 'unimportable' from plugin 'local:trackers' failed to start: PluginError:") == 1
     assert stderr.count("sink 'sleeps' had not finished 2.5 s after the run ended") == 1
     assert "Traceback" not in stderr
     status = json.loads((sinked / "status.json").read_text())

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from fslab.core.errors import FslabError
 from fslab.core.types import SinkRun
 
 QUEUE_SIZE = 10_000  # events a sink may fall behind before later ones are dropped
@@ -42,6 +43,15 @@ def build_sink(registry, name: str, run: SinkRun, params: dict):
     return registry.create("sink", name, context={"run": run}, **params)
 
 
+def sink_named(registry, name: str) -> str | None:
+    """How a line blaming the sink ``name`` names it and its plugin (:attr:`Component.named`); None where
+    no plugin registers it now (its failure to start then says why)."""
+    try:
+        return registry.get("sink", name).named
+    except FslabError:
+        return None
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -49,8 +59,10 @@ def _say(line: str) -> None:
 class _Feeder:
     """One sink's thread and queue."""
 
-    def __init__(self, name: str, build: Callable[[], object], say: Callable[[str], None]) -> None:
+    def __init__(self, name: str, build: Callable[[], object], say: Callable[[str], None],
+                 named: str | None = None) -> None:
         self.name, self.say = name, say
+        self.named = named or f"sink '{name}'"  # what a line blaming it says: with its plugin where known
         self.events: queue.Queue = queue.Queue(QUEUE_SIZE)
         self.failed = False
         self.dropped = 0
@@ -71,7 +83,7 @@ class _Feeder:
     def _fail(self, doing: str, exc: BaseException) -> None:
         self.failed = True
         text = " ".join(str(exc).split())[:300]
-        self.say(f"sink '{self.name}' failed {doing}: {type(exc).__name__}: {text}; the run goes on without it")
+        self.say(f"{self.named} failed {doing}: {type(exc).__name__}: {text}; the run goes on without it")
 
     def _work(self, build: Callable[[], object]) -> None:
         try:
@@ -120,7 +132,8 @@ class SinkFeed:
                  wait: float | None = None) -> None:
         self.run, self.wait = run, wait
         self.feeders = [
-            _Feeder(name, lambda name=name, params=params: build_sink(registry, name, run, params), say)
+            _Feeder(name, lambda name=name, params=params: build_sink(registry, name, run, params), say,
+                    sink_named(registry, name))
             for name, params in run.config.get("sinks", {}).items()
         ]
 

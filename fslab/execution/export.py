@@ -131,7 +131,7 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
         if isinstance(exc, OSError) and exc.errno == errno.EROFS:
             raise SinkCannotWrite(read_only(registry, sink, exc)) from None
         text = " ".join(str(exc).split())[:300]
-        raise SinkFailed(f"{run.id}: sink '{sink}' failed: {type(exc).__name__}: {text}") from None
+        raise SinkFailed(f"{run.id}: {registry.get('sink', sink).named} failed: {type(exc).__name__}: {text}") from None
     return {"run": run.id, "sink": sink, "state": state, "events": count}
 
 
