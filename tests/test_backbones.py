@@ -16,7 +16,7 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.registry import keyword_params
 
 from .runs_helpers import TINY as TINY_RUN
-from .runs_helpers import fslab
+from .runs_helpers import fslab, fslab_here
 
 BACKBONES = ["conv4", "resnet12", "resnet12-nca", "wrn28-10"]
 TINY = {
@@ -341,7 +341,7 @@ def test_listing_plugins_imports_neither_torch_nor_numpy():
 def test_a_run_evaluates_and_caches_multi_stage_features(project):
     """eval.feature_stages=2 end to end: the worker's training mean, its test and
     `fslab eval` all use the 16 values of the last two Conv4 stages, cached apart."""
-    result = fslab("run", "nca", *TINY_RUN, "--epochs", "1", "--set", "eval.feature_stages=2", cwd=project)
+    result = fslab_here("run", "nca", *TINY_RUN, "--epochs", "1", "--set", "eval.feature_stages=2", cwd=project)
     assert result.returncode == 0, result.stderr
     run_dir = next((project / "runs").iterdir())
     checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
@@ -350,7 +350,7 @@ def test_a_run_evaluates_and_caches_multi_stage_features(project):
     config = json.loads((run_dir / "config.json").read_text())
     args = ["eval", run_dir.name, "--shots", "5", "--queries", str(config["eval"]["queries"]),
             "--episodes", str(config["eval"]["test_episodes"]), "--json"]
-    evaluated = fslab(*args, cwd=project)
+    evaluated = fslab_here(*args, cwd=project)
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout.splitlines()[0])["accuracy"] == final["5-shot"]["accuracy"]
     cache = run_dir / "features" / "test-epoch1-stages2.pt"
@@ -407,13 +407,13 @@ def test_conv4_flatten_needs_an_image_size_it_can_pool(registry):
 @pytest.mark.slow
 def test_a_run_with_the_flatten_head_trains_and_evaluates(project):
     """fslab tells the backbone the images' size in training and in fslab eval (32×32: a 2×2 map)."""
-    result = fslab("run", "nca", *TINY_RUN, "--set", "dataset.image_size=32", "--set", "backbone.head=flatten",
+    result = fslab_here("run", "nca", *TINY_RUN, "--set", "dataset.image_size=32", "--set", "backbone.head=flatten",
                    "--epochs", "1", "--device", "cpu", cwd=project)
     assert result.returncode == 0, result.stderr[-2000:]
     (run,) = (project / "runs").glob("2*")
     start = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert start["event"] == "start" and start["out_dim"] == 8 * 4  # hidden 8 × a 2×2 map
-    evaluated = fslab("eval", run.name, "--episodes", "20", "--json", cwd=project)
+    evaluated = fslab_here("eval", run.name, "--episodes", "20", "--json", cwd=project)
     assert evaluated.returncode == 0, evaluated.stderr
 
 
@@ -481,7 +481,7 @@ def test_a_backbone_with_a_wrong_out_dim_fails_its_run_at_the_start_naming_it(pr
     (project / "mine").mkdir()
     (project / "mine" / "wrong.py").write_text(WRONG_OUT_DIM)
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
-    result = fslab("run", "simpleshot", *TINY_RUN[4:], "--backbone", "wrong", cwd=project)
+    result = fslab_here("run", "simpleshot", *TINY_RUN[4:], "--backbone", "wrong", cwd=project)
     assert result.returncode == 1
     assert ("failed: TypeError: backbone 'wrong' returned features of shape [2, 8] for 2 images, not "
             "[2, out_dim] with its out_dim=99") in result.stderr
