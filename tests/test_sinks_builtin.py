@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from .conftest import BUILTIN_PLUGINS
-from .runs_helpers import TINY, events, fslab, wait_for
+from .runs_helpers import TINY, events, fslab, fslab_here, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -172,12 +172,12 @@ def test_wandb_offline_holds_the_run_history_and_summary(exported):
 # -- fslab export -----------------------------------------------------------------------
 
 
-def test_exporting_over_the_live_record_leaves_one_record_in_each(exported):
+def test_exporting_over_the_live_record_leaves_one_record_in_each(exported, builtin_plugins):
     """The live run wrote a record in each tracker; an export writes the run again,
     replacing it (the same path an export takes over an earlier export)."""
     project, run_dir, env = exported
     for sink in ("tensorboard", "mlflow", "wandb"):
-        out = fslab("export", "all", "--to", sink, "--json", cwd=project, env=env)
+        out = fslab_here("export", "all", "--to", sink, "--json", cwd=project, env=env)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout) == {"run": run_dir.name, "sink": sink, "state": "completed",
                                           "events": len(events(run_dir))}
@@ -189,12 +189,12 @@ def test_exporting_over_the_live_record_leaves_one_record_in_each(exported):
     assert len(_offline(run_dir)) == 1
 
 
-def test_export_refuses_in_one_line(exported):
+def test_export_refuses_in_one_line(exported, builtin_plugins):
     project, _, env = exported
-    unknown = fslab("export", "all", "--to", "tensorbored", cwd=project, env=env)
+    unknown = fslab_here("export", "all", "--to", "tensorbored", cwd=project, env=env)
     assert unknown.returncode == 2 and unknown.stderr.strip().splitlines() == [
         "error: Unknown sink 'tensorbored'. Did you mean 'tensorboard'? Allowed: mlflow, tensorboard, wandb."]
-    bad = fslab("export", "all", "--to", "mlflow", "--set", "trackinguri=x", cwd=project, env=env)
+    bad = fslab_here("export", "all", "--to", "mlflow", "--set", "trackinguri=x", cwd=project, env=env)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert bad.stderr == ("error: unknown parameter --set trackinguri for sink 'mlflow'. Did you mean 'tracking_uri'? "
                           "Allowed: experiment, tracking_uri.\n")  # named as given, not sinks.mlflow.trackinguri
