@@ -217,26 +217,12 @@ def test_a_run_given_a_sink_whose_package_is_missing_is_refused_before_it_exists
     assert sorted(p.name for p in (project / "runs").iterdir()) == before
 
 
-COUNT_SEARCHES = """import atexit, sys
-from mlflow.tracking import MlflowClient
-search, calls = MlflowClient.search_runs, []
-def counted(self, *args, **kwargs):
-    calls.append(1)
-    return search(self, *args, **kwargs)
-MlflowClient.search_runs = counted
-atexit.register(lambda: print('searches', len(calls), file=sys.stderr))
-from fslab.cli import main
-sys.argv = ['fslab', 'export', 'all', '--to', 'mlflow', '--set', sys.argv[1]]
-main()
-"""
-
-
-def test_an_export_searches_the_mlflow_store_once_not_once_per_run(store, tmp_path):
+def test_an_export_searches_the_mlflow_store_once_not_once_per_run(store, tmp_path, monkeypatch, builtin_plugins):
     """A file store reads every run of the experiment for each search: one search per exported run
     for its earlier record took an export of 400 runs 8 minutes. One search per export; exporting
     again still replaces each run's record."""
-    import subprocess
-    import sys
+    import fslab_plugins.sinks.mlflow as mlflow_sink
+    from mlflow.tracking import MlflowClient
 
     project, real, env = store
     (tmp_path / "runs").mkdir()
@@ -244,12 +230,19 @@ def test_an_export_searches_the_mlflow_store_once_not_once_per_run(store, tmp_pa
     for run_id in copies:
         shutil.copytree(real, tmp_path / "runs" / run_id)
     uri = (tmp_path / "mlruns").as_uri()
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", COUNT_SEARCHES, f"tracking_uri={uri}"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=300)
+    search, calls = MlflowClient.search_runs, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "search_runs", counted)
+    for _ in range(2):  # each command a process of its own, which starts with no runs searched
+        monkeypatch.setattr(mlflow_sink, "_EXPORTED", {})
+        calls.clear()
+        out = fslab_here("export", "all", "--to", "mlflow", "--set", f"tracking_uri={uri}", cwd=tmp_path, env=env)
         assert out.returncode == 0 and out.stdout.strip().endswith("exported 4 runs to mlflow"), out.stderr[-2000:]
-        assert out.stderr.strip().splitlines()[-1] == "searches 1"
-    from mlflow.tracking import MlflowClient
+        assert len(calls) == 1
 
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(tracking_uri=uri)
@@ -422,7 +415,7 @@ def test_a_run_whose_own_sink_parameters_are_wrong_is_named_in_its_line(store, t
         shutil.rmtree(copy)
 
 
-def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(store):
+def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(store, builtin_plugins):
     """[run.sinks.tensorboard] log_dir = 5 in fslab.toml: fslab eval's warning blamed the run ('the parameters
     its configuration gives sink ...'), whose config.json is fine, and fslab export's line named no file."""
     project, real, env = store
@@ -438,7 +431,7 @@ def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(stor
         out = fslab_here("export", copy.name, "--to", "tensorboard", "--set", "log_dir=", cwd=project, env=env)
         assert out.returncode == 0, out.stderr  # the command's value over fslab.toml's
         shutil.rmtree(copy / "tb")
-        out = fslab("eval", copy.name, "--shots", "1", "--episodes", "20", cwd=project, env=env)
+        out = fslab_here("eval", copy.name, "--shots", "1", "--episodes", "20", cwd=project, env=env)
         assert out.returncode == 0 and out.stderr == (f"warning: {said}; the scores are saved; send the scores later "
                                                       f"with: fslab export {copy.name} --to tensorboard\n")
         assert not (copy / "tb").exists()
