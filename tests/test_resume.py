@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from .conftest import BUILTIN_PLUGINS
-from .runs_helpers import TINY, events, fslab, wait_for
+from .runs_helpers import TINY, events, fslab, fslab_here, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +72,7 @@ def ended(folder):
 
 @pytest.mark.parametrize("interrupt", ["stop", "sigkill"])
 def test_interrupted_and_resumed_equals_uninterrupted(slow_project, reference, interrupt):
+    # a process of its own: its worker, killed, must not be left a child of this process (a zombie, 'running')
     run_id = fslab("run", "nca", *ARGS, "--detach", cwd=slow_project).stdout.strip()
     run_dir = slow_project / "runs" / run_id
     wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
@@ -81,15 +82,18 @@ def test_interrupted_and_resumed_equals_uninterrupted(slow_project, reference, i
     else:
         pid = json.loads((run_dir / "status.json").read_text())["pid"]
         os.kill(pid, signal.SIGKILL)
+        from fslab.core.states import pid_alive
+
+        wait_for(lambda: not pid_alive(pid), what="the killed worker to be gone")  # it dies after the signal
         expected_state = "lost"
         # killed in mid-write, it would leave its temporary file; one of a live process (this one) is not its
         (run_dir / f".status.json.{pid}.tmp").write_text('{"state": "runn')
         (run_dir / f".results.json.{os.getpid()}.tmp").write_text("{")
-    rows = [json.loads(line) for line in fslab("runs", "--json", cwd=slow_project).stdout.splitlines()]
+    rows = [json.loads(line) for line in fslab_here("runs", "--json", cwd=slow_project).stdout.splitlines()]
     assert {r["id"]: r["state"] for r in rows}[run_id] == expected_state
     assert 1 <= len(events(run_dir, "checkpoint")) < 5
 
-    resumed = fslab("resume", run_id, cwd=slow_project)
+    resumed = fslab_here("resume", run_id, cwd=slow_project)
     assert resumed.returncode == 0, resumed.stderr
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "completed" and status["exit_code"] == 0 and status["error"] is None
@@ -107,15 +111,15 @@ def test_interrupted_and_resumed_equals_uninterrupted(slow_project, reference, i
 
 
 def test_resume_refuses_what_cannot_resume(project):
-    result = fslab("run", "nca", *TINY, "--epochs", "1", cwd=project)
+    result = fslab_here("run", "nca", *TINY, "--epochs", "1", cwd=project)
     assert result.returncode == 0, result.stderr
     run_id = next((project / "runs").iterdir()).name
-    refused = fslab("resume", run_id, cwd=project)
+    refused = fslab_here("resume", run_id, cwd=project)
     assert refused.returncode == 2
     assert refused.stderr.strip() == (f"error: run {run_id} is completed; only killed, lost or failed runs can "
                                       f"resume; to train a run like it from the start: fslab run --like {run_id}")
     # a bad --executor is said first, as the value of any other option is (it said the run was completed)
-    wrong = fslab("resume", run_id, "--executor", "k8s", cwd=project)
+    wrong = fslab_here("resume", run_id, "--executor", "k8s", cwd=project)
     assert wrong.returncode == 2 and wrong.stderr.startswith("error: ") and "k8s" in wrong.stderr
     assert "completed" not in wrong.stderr
 
@@ -184,7 +188,7 @@ def test_a_run_whose_plugin_is_no_longer_installed_is_named_with_how_it_goes_on(
         run.write_status(state="killed", ended=1.0)
         with zipfile.ZipFile(run.checkpoint_path, "w") as archive:
             archive.writestr("data.pkl", b"")
-        refused = fslab("resume", run.id, cwd=project)
+        refused = fslab_here("resume", run.id, cwd=project)
         assert refused.returncode == 2 and refused.stderr == (
             f"error: run {run.id} was trained with {section} 'gone-one', which no installed plugin registers "
             f"(fslab plugins --kind {section} lists those that are); install its plugin to resume the run, or start "
@@ -206,7 +210,7 @@ def test_a_run_killed_while_its_first_checkpoint_was_written_is_said_so(project)
     run.write_status(state="killed", started=1.0, ended=2.0)
     run.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
     (run.checkpoint_path.parent / ".last.pt.4242.tmp").write_bytes(b"PK\x03\x04 half")
-    refused = fslab("resume", run.id, cwd=project)
+    refused = fslab_here("resume", run.id, cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: run {run.id} has no checkpoint (it stopped while its first checkpoint was being written, and left "
         f"it half-written in checkpoints/.last.pt.4242.tmp); start it again with the same settings: "
@@ -216,7 +220,7 @@ def test_a_run_killed_while_its_first_checkpoint_was_written_is_said_so(project)
 def test_a_checkpoint_that_no_longer_fits_the_network_is_one_line_naming_the_difference(project):
     """A resume whose configuration builds another network than the checkpoint's (config.json edited, a
     backbone plugin changed) failed with "RuntimeError: Error(s) in loading state_dict for Conv4:"."""
-    done = fslab("run", "nca", *TINY, "--epochs", "1", cwd=project)
+    done = fslab_here("run", "nca", *TINY, "--epochs", "1", cwd=project)
     assert done.returncode == 0, done.stderr
     run_dir = next((project / "runs").glob("2*"))
     status = json.loads((run_dir / "status.json").read_text())
@@ -224,7 +228,7 @@ def test_a_checkpoint_that_no_longer_fits_the_network_is_one_line_naming_the_dif
     config = json.loads((run_dir / "config.json").read_text())
     config["backbone"]["hidden"] = 16
     (run_dir / "config.json").write_text(json.dumps(config))
-    assert fslab("resume", run_dir.name, cwd=project).returncode == 1
+    assert fslab_here("resume", run_dir.name, cwd=project).returncode == 1
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and status["error"] == (
         f"the checkpoint {run_dir / 'checkpoints' / 'last.pt'} does not fit the network the run's configuration "
