@@ -14,7 +14,7 @@ from fslab.core.runstore import create_run, list_runs
 from fslab.core.text import percent
 from fslab.reports.compare import caption, compare, mean_ci, render, tex
 
-from .runs_helpers import fslab
+from .runs_helpers import fslab_here
 
 
 def direct_ci(values):
@@ -184,12 +184,12 @@ def test_seed_values_are_in_numeric_order(tmp_path):
 def test_cli_compare(store, builtin_plugins, monkeypatch):
     folder, data = store
     monkeypatch.chdir(folder)
-    out = fslab("compare", "all", "--format", "json", cwd=folder)
+    out = fslab_here("compare", "all", "--format", "json", cwd=folder)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)["groups"]) == 2
-    table = fslab("compare", "all", cwd=folder).stdout
+    table = fslab_here("compare", "all", cwd=folder).stdout
     assert "train.lr=0.05 − train.lr=0.1, 5-shot:" in table
-    bad = fslab("compare", "all", "--format", "xls", cwd=folder)
+    bad = fslab_here("compare", "all", "--format", "xls", cwd=folder)
     assert bad.returncode == 2 and "unknown format 'xls'" in bad.stderr
     for args, message in [(["all", "--split", "train"], "--split must be test or val, got 'train'"),
                           # an impossible shape was "none of these runs has saved test accuracies for 0-way ..."
@@ -199,14 +199,14 @@ def test_cli_compare(store, builtin_plugins, monkeypatch):
                                                       "commas (e.g. 1,5), got '1,0'"),
                           (["all", next(iter(data.values()))[0].id], "'all' names every run: give it alone, or "
                                                                       "name the runs and sweeps")]:
-        bad = fslab("compare", *args, cwd=folder)
+        bad = fslab_here("compare", *args, cwd=folder)
         assert bad.returncode == 2 and bad.stderr == f"error: {message}\n", args
     (folder / "empty").mkdir()
-    none = fslab("compare", "all", cwd=folder / "empty")
+    none = fslab_here("compare", "all", cwd=folder / "empty")
     assert none.returncode == 2 and none.stderr.startswith("error: no runs to compare: runs/ holds none yet")
 
 
-def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, monkeypatch):
+def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, monkeypatch, builtin_plugins):
     from fslab.cli.reports import episode_options
 
     assert episode_options("val", "5, 1", 20, 15, 100) == [5, 1]
@@ -223,12 +223,12 @@ def test_eval_compare_and_plot_check_their_episode_options_in_one_place(store, m
             episode_options(*args)
         assert str(error.value) == message
     folder, _ = store
-    bad = fslab("plot", "batch-size", "all", "--ways", "1", "--out", str(folder / "p.png"), cwd=folder)
+    bad = fslab_here("plot", "batch-size", "all", "--ways", "1", "--out", str(folder / "p.png"), cwd=folder)
     assert bad.returncode == 2 and bad.stderr == "error: --ways must be at least 2, got 1\n"
     assert not (folder / "p.png").exists()
 
 
-def test_a_run_whose_configuration_sections_are_not_tables_is_left_out_not_fatal(tmp_path):
+def test_a_run_whose_configuration_sections_are_not_tables_is_left_out_not_fatal(tmp_path, builtin_plugins):
     """Pairing read dataset settings with .items(): "dataset": ["x"] raised AttributeError."""
     good = make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
     other = make_run(tmp_path / "runs", 0.05, 0, {5: [1.0, 1.0]})
@@ -240,20 +240,20 @@ def test_a_run_whose_configuration_sections_are_not_tables_is_left_out_not_fatal
     assert report["unreadable"] == [damaged.id]
     assert [g["group"] for g in report["groups"]] == ["train.lr=0.1", "train.lr=0.05"]
     assert [(p["shots"], p["difference"]) for p in report["paired"]] == [(5, pytest.approx(0.25))]
-    shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
+    shown = fslab_here("compare", "all", "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and shown.stderr == f"1 run left out, each one whose configuration cannot be " \
                                                      f"read: {damaged.id}\n"  # not "1 run ..., their configuration"
 
 
 def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store, builtin_plugins):
     folder, _ = store
-    bad = fslab("compare", "all", "--evaluator", "knn", cwd=folder)
+    bad = fslab_here("compare", "all", "--evaluator", "knn", cwd=folder)
     assert (bad.returncode, bad.stderr) == (2, "error: none of these runs has saved test accuracies by evaluator "
                                                "'knn' for 5-way 1,5-shot, 15 queries; they have them by centroid "
                                                "(--evaluator centroid); finish them or run: fslab eval "
                                                "RUN --evaluator knn\n")
     # a label with parameters gives the --set of each, ready to paste (it said evaluator.KEY=VALUE)
-    bad = fslab("compare", "all", "--evaluator", "knn[k=3,ties=smallest]", cwd=folder)
+    bad = fslab_here("compare", "all", "--evaluator", "knn[k=3,ties=smallest]", cwd=folder)
     assert bad.returncode == 2 and bad.stderr.endswith(
         "run: fslab eval RUN --evaluator knn --set evaluator.k=3 --set evaluator.ties=smallest\n"), bad.stderr
 
@@ -266,9 +266,9 @@ def test_no_scores_names_the_fslab_eval_of_the_split_shots_and_shape_asked_for(s
                             (["--shots", "20"], "fslab eval RUN --shots 20"),
                             (["--ways", "10", "--queries", "5", "--shots", "1,5"],
                              "fslab eval RUN --ways 10 --queries 5")):
-        bad = fslab("compare", "all", *options, cwd=folder)
+        bad = fslab_here("compare", "all", *options, cwd=folder)
         assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
-        bad = fslab("plot", "train.lr", "all", *options, cwd=folder)
+        bad = fslab_here("plot", "train.lr", "all", *options, cwd=folder)
         assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
 
 
@@ -326,7 +326,7 @@ def test_a_run_counts_once_named_twice_or_repeated_and_seeds_count_runs_with_res
     mean, ci = direct_ci([0.25, 0.75, 1.0, 1.0])
     assert result["episodes"] == 4 and result["runs"] == 2
     assert math.isclose(result["accuracy"], mean) and math.isclose(result["ci95"], ci)
-    shown = fslab("compare", first.id, second.id, second.id, repeat.id, cwd=tmp_path)
+    shown = fslab_here("compare", first.id, second.id, second.id, repeat.id, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert shown.stderr.strip() == (f"1 run left out, each repeating the settings and seed of another "
                                     f"(the newest with results counts): {first.id}")
@@ -412,7 +412,7 @@ def test_a_group_of_runs_scored_on_other_data_is_split_by_data_not_pooled(tmp_pa
         ("method=nca, dataset.root=/data/x", 2), ("method=nca, dataset.root=/data/y", 1)]
     assert report["repeated"] == [] and report["data_split"] == ["method=nca"]
     assert report["paired"] == []  # seed 0 on y against seed 0 on x: other data
-    shown = fslab("compare", *(r.id for r in runs), "--shots", "5", cwd=tmp_path)
+    shown = fslab_here("compare", *(r.id for r in runs), "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert shown.stderr.strip() == ("1 group split by the data its runs were scored on (the fingerprints saved with "
                                     "their scores differ; runs on different data are neither pooled nor paired): "
@@ -498,7 +498,7 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     assert [(line["ways"], line["queries"]) for line in map(json.loads, own.stdout.splitlines())] == [(5, 5)]
 
 
-def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path):
+def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path, builtin_plugins):
     """Runs tested with retrieval-map pool their mAP; compare showed it as a bare number, read as accuracy."""
     for seed, scores in ((0, [0.4, 0.5]), (1, [0.3, 0.6])):
         config = {"method": "map", "seed": seed, "evaluator": {"name": "retrieval-map"}, "loss": {"name": "map"}}
@@ -516,7 +516,7 @@ def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path)
     assert "mAP 45.00" in render(report, "latex")
     header, line = list(csv.reader(io.StringIO(render(report, "csv"))))
     assert header[-1] == "metric" and line[-1] == "map"
-    shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
+    shown = fslab_here("compare", "all", "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and f"mAP {100 * mean:.2f}±{100 * ci:.2f} (4)" in shown.stdout, shown.stderr
 
 
@@ -542,7 +542,7 @@ def test_an_map_is_never_paired_with_an_accuracy(tmp_path):
     assert "retrieval-map −" not in render(report, "md")
 
 
-def test_a_difference_that_rounds_to_zero_has_no_minus_sign(tmp_path):
+def test_a_difference_that_rounds_to_zero_has_no_minus_sign(tmp_path, builtin_plugins):
     """Episodes (0.2, 0.4, 0.8) against (0.4, 0.8, 0.2) differ by -1.85e-17 on average, a float's noise:
     the table, md and latex printed it as '-0.00', a loss where there is none."""
     for lr, scores in ((0.1, [0.2, 0.4, 0.8]), (0.05, [0.4, 0.8, 0.2])):
@@ -553,13 +553,13 @@ def test_a_difference_that_rounds_to_zero_has_no_minus_sign(tmp_path):
     (paired,) = report["paired"]
     assert -1e-12 < paired["difference"] < 0  # the noise this is about
     assert "| +0.00 ± " in render(report, "md") and "& +0.00 $\\pm$ " in render(report, "latex")
-    shown = fslab("compare", "all", "--shots", "5", cwd=tmp_path)
+    shown = fslab_here("compare", "all", "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and "5-shot: +0.00 ± " in shown.stdout, shown.stdout + shown.stderr
     assert percent(-0.00004, sign=True) == "+0.00" and percent(-0.00005001, sign=True) == "-0.01"
     assert percent(0.0, sign=True) == "+0.00"
 
 
-def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path):
+def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path, builtin_plugins):
     """--evaluator knn where the runs were evaluated by knn[k=3] said only to run fslab eval --evaluator knn,
     not that --evaluator 'knn[k=3]' reads the scores they have."""
     for seed in (0, 1):
@@ -568,13 +568,13 @@ def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path
             run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
                                  "evaluator": label, "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0},
                                 [0.4, 0.6])
-    result = fslab("compare", "all", "--evaluator", "knn", "--shots", "5", cwd=tmp_path)
+    result = fslab_here("compare", "all", "--evaluator", "knn", "--shots", "5", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "error: none of these runs has saved test accuracies by evaluator 'knn' for 5-way 5-shot, 15 queries; they "
         "have them by knn[k=3], centroid (--evaluator 'knn[k=3]'); finish them or run: fslab eval RUN --shots 5 "
         "--evaluator knn"]
-    read = fslab("compare", "all", "--evaluator", "knn[k=3]", "--shots", "5", cwd=tmp_path)
+    read = fslab_here("compare", "all", "--evaluator", "knn[k=3]", "--shots", "5", cwd=tmp_path)
     # the table's title says whose scores it holds (it read as the runs' own evaluator's)
     assert read.returncode == 0 and read.stdout.splitlines()[0] == (
         "test, 5-way, 15 queries, by knn[k=3], mean ± 95% CI over 4 pooled episodes per cell")
@@ -623,13 +623,13 @@ def test_one_query_and_one_episode_are_said_in_the_singular(tmp_path, builtin_pl
                              "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": accuracy, "ci95": 0.0},
                             [accuracy])
         runs.append(run)
-    shown = fslab("compare", "all", "--shots", "5", "--wide", cwd=tmp_path)
+    shown = fslab_here("compare", "all", "--shots", "5", "--wide", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == ("test, 5-way, 1 query, by centroid, mean ± 95% CI over 1 pooled "
                                             "episode per cell")
     assert shown.stdout.splitlines()[-1] == ("train.lr=0.05 − train.lr=0.1, 5-shot: +50.00 ± 0.00 points "
                                              "(paired over 1 episode)")
-    bad = fslab("compare", "all", "--shots", "1", cwd=tmp_path)
+    bad = fslab_here("compare", "all", "--shots", "1", cwd=tmp_path)
     assert bad.returncode == 2 and "for 5-way 1-shot, 1 query; finish them" in bad.stderr, bad.stderr
 
 
@@ -649,12 +649,12 @@ def test_a_group_by_key_a_run_lacks_is_refused_with_the_keys_it_may_mean(tmp_pat
                                        f"{runs[0].id}. See its keys with: fslab show RUN --json")
 
 
-def test_shots_named_twice_are_refused_by_compare_plot_and_eval(store):
+def test_shots_named_twice_are_refused_by_compare_plot_and_eval(store, builtin_plugins):
     """--shots 5,5 gave two 5-shot columns and each paired difference twice (plot: two equal panels;
     eval: the same episodes scored twice)."""
     folder, _ = store
     for command in (["compare", "all"], ["plot", "train.lr", "all"], ["eval", "all"]):
-        bad = fslab(*command, "--shots", "1,5,1", cwd=folder)
+        bad = fslab_here(*command, "--shots", "1,5,1", cwd=folder)
         assert (bad.returncode, bad.stderr) == (2, "error: --shots lists 1 twice; each number of shots is scored "
                                                    "once: list it once\n")
 
@@ -700,27 +700,27 @@ def test_what_else_a_run_was_evaluated_on_makes_no_group(store):
     assert [g["seeds"] for g in compare(runs, shots=[1, 5])["groups"]] == [2, 1]
 
 
-def test_json_with_another_format_is_refused_in_one_line(store):
+def test_json_with_another_format_is_refused_in_one_line(store, builtin_plugins):
     """fslab compare all --format latex --json printed JSON lines: --json won over --format unsaid."""
     folder, _ = store
     for fmt, what in [("latex", "a LaTeX table"), ("json", "the whole report as one JSON document")]:
-        bad = fslab("compare", "all", "--format", fmt, "--json", cwd=folder)
+        bad = fslab_here("compare", "all", "--format", fmt, "--json", cwd=folder)
         assert bad.returncode == 2 and bad.stdout == "" and bad.stderr == (
             f"error: give --json or --format {fmt}, not both: --json prints a JSON line per group and per "
             f"paired difference, --format {fmt} {what}\n")
-    lines = fslab("compare", "all", "--json", cwd=folder)  # alone, or with the default table
+    lines = fslab_here("compare", "all", "--json", cwd=folder)  # alone, or with the default table
     assert lines.returncode == 0 and [json.loads(line)["type"] for line in lines.stdout.splitlines()] == [
         "group", "group", "paired", "paired"]
 
 
-def test_an_empty_group_by_or_series_key_is_refused_in_one_line(store):
+def test_an_empty_group_by_or_series_key_is_refused_in_one_line(store, builtin_plugins):
     """--group-by '' was taken as not given (every setting grouped, unsaid), and --group-by train.lr,,
     said "key '' is not in the configuration"; --series alike."""
     folder, _ = store
     for command in (("compare", "all"), ("plot", "train.lr", "all", "--out", str(folder / "p.png"))):
         option = "--group-by" if command[0] == "compare" else "--series"
         for given in ("", "train.lr,,", " , "):
-            bad = fslab(*command, option, given, cwd=folder)
+            bad = fslab_here(*command, option, given, cwd=folder)
             assert bad.returncode == 2 and bad.stderr == (
                 f"error: {option} takes config keys separated by commas (e.g. train.lr,loss.name), "
                 f"got '{given}'\n"), (command, given)
@@ -788,7 +788,7 @@ def test_runs_tested_on_more_episodes_are_seeds_of_their_group_not_a_group_of_th
     assert report["repeated"] and again.id in report["groups"][0]["runs"] and report["groups"][0]["seeds"] == 3
 
 
-def test_a_runs_logged_score_is_the_one_compare_reads_from_its_saved_episodes(project):
+def test_a_runs_logged_score_is_the_one_compare_reads_from_its_saved_episodes(project, builtin_plugins):
     """A run's test score was computed twice: in training, from the evaluator's float32 episode scores
     (results.json, the metrics' eval event: fslab runs and show), and by compare, from the same scores as
     evaluations/ keeps them (6 decimals). The two differed in the ninth digit, enough at a .x5 boundary
@@ -800,9 +800,9 @@ def test_a_runs_logged_score_is_the_one_compare_reads_from_its_saved_episodes(pr
 
     run_dir, logged = train_run(project, "nca", *TINY, "--epochs", "1", "--set", "eval.test_episodes=32",
                                 "--seed", "0")
-    listed = json.loads(fslab("runs", "--json", cwd=project).stdout)["test"]
-    compared = json.loads(fslab("compare", run_dir.name, "--format", "json", cwd=project).stdout)
-    table = fslab("runs", "--wide", cwd=project).stdout
+    listed = json.loads(fslab_here("runs", "--json", cwd=project).stdout)["test"]
+    compared = json.loads(fslab_here("compare", run_dir.name, "--format", "json", cwd=project).stdout)
+    table = fslab_here("runs", "--wide", cwd=project).stdout
     for shots in ("1-shot", "5-shot"):
         (saved,) = run_dir.glob(f"evaluations/test-centroid-5way-{shots[0]}shot-*.json")
         scores = [Fraction(a) for a in json.loads(saved.read_text())["accuracies"]]
@@ -830,7 +830,7 @@ def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, buil
             f"Infinity or a percent, or not one score per episode): {run.id}/evaluations/{damaged.name}; score those "
             f"episodes again with: fslab eval {run.id} (the file's name gives the split, shots, queries and "
             f"episodes)\n")
-    out = fslab("compare", "all", "--format", "json", cwd=folder)
+    out = fslab_here("compare", "all", "--format", "json", cwd=folder)
     assert out.returncode == 0 and out.stderr == line, out.stderr
     report = json.loads(out.stdout)
     assert report["damaged"] == {run.id: [damaged.name]}
@@ -839,7 +839,8 @@ def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, buil
     assert group["results"]["5-shot"]["accuracy"] == pytest.approx(direct_ci(pooled)[0], abs=1e-12)
     assert group["results"]["5-shot"]["ci95"] == pytest.approx(direct_ci(pooled)[1], abs=1e-12)
     assert group["results"]["5-shot"]["episodes"] == 80
-    plotted = fslab("plot", "train.lr", "all", "--shots", "5", "--json", "--out", str(folder / "p.png"), cwd=folder)
+    plotted = fslab_here("plot", "train.lr", "all", "--shots", "5", "--json", "--out", str(folder / "p.png"),
+                         cwd=folder)
     assert plotted.returncode == 0 and plotted.stderr.endswith(line), plotted.stderr  # after the run left out
     # the run left out says why it has no such scores: not unscored (evaluate it) but a file that cannot be read
     assert plotted.stderr.splitlines()[0] == (
@@ -884,7 +885,7 @@ def test_every_surface_rounds_a_tie_the_same_way_up(tmp_path):
     assert "| +10.00 ± 0.00 | +10.00 ± 0.00 |" in md or "| -10.00 ± 0.00 | -10.00 ± 0.00 |" in md, md
 
 
-def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scores(tmp_path):
+def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scores(tmp_path, builtin_plugins):
     """Where every run named lacked scores (one still queued, one killed before its test), compare and plot
     refused with 'none of these runs has saved test accuracies ... run: fslab eval RUN' and no word of the
     runs' states, which the line naming them says where other runs have scores: it was raised first."""
@@ -893,7 +894,7 @@ def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scor
     killed.write_status(state="killed")
     named = f"2 runs with no test scores at all: {queued.id} (queued), {killed.id} (killed)"
     for command in (["compare", queued.id, killed.id], ["plot", "train.lr", queued.id, killed.id]):
-        done = fslab(*command, cwd=tmp_path)
+        done = fslab_here(*command, cwd=tmp_path)
         assert done.returncode == 2 and done.stdout == "", command
         (line,) = done.stderr.splitlines()
         assert line.startswith("error: none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
@@ -932,7 +933,7 @@ def test_scores_of_a_checkpoint_the_run_trained_past_are_pooled_by_no_surface(tm
     assert [item["run"] for item in plotted["left_out"]] == [resumed.id]
 
 
-def test_a_comparison_refused_for_want_of_scores_says_so_in_one_line(tmp_path):
+def test_a_comparison_refused_for_want_of_scores_says_so_in_one_line(tmp_path, builtin_plugins):
     """Refused (an evaluator that no plugin registers, no scores of the episodes asked for), compare printed the
     runs it had left out (a repeat of another's settings and seed) in lines of their own above its error: bad
     input's one line, with what else it had to say in it."""
@@ -941,15 +942,15 @@ def test_a_comparison_refused_for_want_of_scores_says_so_in_one_line(tmp_path):
     repeat = make_run(runs_dir, 0.1, 0, {5: [1.0, 1.0]})  # the same settings and seed: the first is left out
     repeated = (f"1 run left out, each repeating the settings and seed of another (the newest with results counts): "
                 f"{first.id}")
-    refused = fslab("compare", first.id, repeat.id, "--evaluator", "knnn", cwd=tmp_path)
+    refused = fslab_here("compare", first.id, repeat.id, "--evaluator", "knnn", cwd=tmp_path)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr.splitlines() == ["error: Unknown evaluator 'knnn'. Did you mean 'knn'? Allowed: ap, "
                                            "centroid, finetune, knn, retrieval-map, sen, soft."]
-    refused = fslab("compare", first.id, repeat.id, "--shots", "1", cwd=tmp_path)
+    refused = fslab_here("compare", first.id, repeat.id, "--shots", "1", cwd=tmp_path)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr.splitlines() == [f"error: none of these runs has saved test accuracies for 5-way 1-shot, "
                                            f"15 queries; {repeated}; finish them or run: fslab eval RUN --shots 1"]
-    shown = fslab("compare", first.id, repeat.id, "--shots", "5", cwd=tmp_path)
+    shown = fslab_here("compare", first.id, repeat.id, "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and shown.stderr.splitlines() == [repeated]  # said on its own where scores show
 
 
