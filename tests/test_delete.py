@@ -13,7 +13,7 @@ from fslab.core.errors import FslabError
 from fslab.core.runstore import Run, create_run
 from fslab.core.sweeps import save_sweep
 
-from .runs_helpers import fslab
+from .runs_helpers import fslab, fslab_here
 
 
 def ended(runs, seed, state="completed"):
@@ -38,27 +38,27 @@ def record(runs):
 
 def test_a_deleted_run_leaves_the_store_and_its_sweep_record(project, store):
     runs, a, b, c = store
-    result = fslab("delete", a.id, c.id, "--yes", cwd=project)
+    result = fslab_here("delete", a.id, c.id, "--yes", cwd=project)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{a.id}: deleted", f"{c.id}: deleted"]
     assert sorted(p.name for p in runs.iterdir()) == sorted([b.id, "sweeps"])  # nothing hidden left either
     assert record(runs) == [b.id]
-    listed = fslab("runs", "--all", "--json", cwd=project)
+    listed = fslab_here("runs", "--all", "--json", cwd=project)
     assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [b.id]
     # the sweep's last run: the record goes with it
-    assert fslab("delete", "sweep-20261128", "-y", cwd=project).stdout == f"{b.id}: deleted\n"
+    assert fslab_here("delete", "sweep-20261128", "-y", cwd=project).stdout == f"{b.id}: deleted\n"
     assert record(runs) is None and sorted(p.name for p in runs.iterdir()) == ["sweeps"]
 
 
 def test_a_queued_or_running_run_is_refused_and_nothing_is_deleted(project, store):
     runs, a, b, c = store
     c.write_status(state="queued")
-    result = fslab("delete", a.id, c.id, "--yes", cwd=project)
+    result = fslab_here("delete", a.id, c.id, "--yes", cwd=project)
     assert result.returncode == 2
     assert result.stderr == (f"error: cannot delete run {c.id}: it is queued; stop it first (fslab stop {c.id}), "
                              "then delete it; nothing was deleted\n")
     b.write_status(state="queued")
-    result = fslab("delete", "all", "--yes", cwd=project)
+    result = fslab_here("delete", "all", "--yes", cwd=project)
     assert result.returncode == 2
     assert f"cannot delete 2 queued or running runs ({b.id} (queued), {c.id} (queued))" in result.stderr
     assert all(run.path.is_dir() for run in (a, b, c)) and record(runs) == [a.id, b.id]
@@ -66,7 +66,7 @@ def test_a_queued_or_running_run_is_refused_and_nothing_is_deleted(project, stor
 
 def test_without_yes_it_asks_and_where_no_one_can_answer_it_refuses(project, store):
     runs, a, b, c = store
-    result = fslab("delete", a.id, cwd=project)  # stdin is not a terminal here
+    result = fslab("delete", a.id, cwd=project)  # stdin is not a terminal here: a process of its own
     assert result.returncode == 2
     assert result.stderr == (f"error: fslab delete asks before it deletes 1 run ({a.id}), and no one can answer "
                              "here (stdin is not a terminal); add --yes to delete it\n")
@@ -90,7 +90,7 @@ def test_a_folder_gone_already_is_said_and_dropped_from_its_sweep(project, store
     (runs / f"{TRASH}{c.id}-12345").mkdir()  # what a deletion cut short left behind
     os.rename(a.path, runs / "elsewhere")
     os.rename(runs / "elsewhere", project / "elsewhere")  # deleted by hand, still in the sweep's record
-    result = fslab("delete", "sweep-20261128", "-y", cwd=project)
+    result = fslab_here("delete", "sweep-20261128", "-y", cwd=project)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{a.id}: gone already (its folder was deleted)", f"{b.id}: deleted"]
     assert sorted(p.name for p in runs.iterdir()) == sorted([c.id, "sweeps"]) and record(runs) is None
@@ -171,7 +171,7 @@ def test_the_runs_deleted_before_a_failure_are_still_listed(project, store):
     fd = worklock.take(c.path)
     worklock.name_holder(fd)
     try:
-        result = fslab("delete", a.id, c.id, "--yes", cwd=project)
+        result = fslab_here("delete", a.id, c.id, "--yes", cwd=project)
     finally:
         os.close(fd)
     assert (result.returncode, result.stdout) == (2, f"{a.id}: deleted\n")
@@ -182,14 +182,14 @@ def test_the_runs_deleted_before_a_failure_are_still_listed(project, store):
 def test_runs_ids_hands_a_selection_to_delete(project, store):
     """fslab runs --ids (-q) prints the ids alone, newest first, so a shell can pass them on."""
     runs, a, b, c = store
-    assert fslab("runs", "--ids", cwd=project).stdout == f"{c.id}\n{b.id}\n{a.id}\n"
-    assert fslab("runs", "-q", "--limit", "1", cwd=project).stdout == f"{c.id}\n"
-    assert fslab("runs", "-q", "--state", "queued", cwd=project).stdout == ""  # none: no line at all
-    failed = fslab("runs", "-q", "--state", "failed,killed", cwd=project).stdout.split()
+    assert fslab_here("runs", "--ids", cwd=project).stdout == f"{c.id}\n{b.id}\n{a.id}\n"
+    assert fslab_here("runs", "-q", "--limit", "1", cwd=project).stdout == f"{c.id}\n"
+    assert fslab_here("runs", "-q", "--state", "queued", cwd=project).stdout == ""  # none: no line at all
+    failed = fslab_here("runs", "-q", "--state", "failed,killed", cwd=project).stdout.split()
     assert failed == [c.id, b.id]
-    assert fslab("delete", *failed, "--yes", cwd=project).returncode == 0
-    assert fslab("runs", "-q", cwd=project).stdout == f"{a.id}\n"
-    both = fslab("runs", "-q", "--json", cwd=project)
+    assert fslab_here("delete", *failed, "--yes", cwd=project).returncode == 0
+    assert fslab_here("runs", "-q", cwd=project).stdout == f"{a.id}\n"
+    both = fslab_here("runs", "-q", "--json", cwd=project)
     assert (both.returncode, both.stderr) == (2, "error: give --ids or --json, not both: --ids prints only the ids, "
                                                  "--json every field\n")
 
@@ -219,14 +219,14 @@ def test_a_path_inside_a_run_is_refused_where_its_folder_deletes_it(project, sto
     """fslab delete runs/<id>/metrics.jsonl (a file, as the shell completes one) deleted the whole run."""
     runs, a, b, c = store
     for inside in (f"runs/{a.id}/config.json", f"runs/{a.id}/checkpoints"):
-        result = fslab("delete", inside, c.id, "--yes", cwd=project)
+        result = fslab_here("delete", inside, c.id, "--yes", cwd=project)
         assert (result.returncode, result.stdout) == (2, "")
         assert result.stderr == (f"error: '{inside}' is inside run {a.id}'s folder, and this command takes whole runs: "
                                  f"give the run's id or its folder, runs/{a.id}\n")
         assert a.path.is_dir() and c.path.is_dir()
-    shown = fslab("show", f"runs/{a.id}/config.json", cwd=project)  # a command that only reads takes it still
+    shown = fslab_here("show", f"runs/{a.id}/config.json", cwd=project)  # a command that only reads takes it still
     assert shown.returncode == 0 and shown.stdout.startswith(a.id), shown.stderr
-    assert fslab("delete", f"runs/{a.id}/", "-y", cwd=project).stdout == f"{a.id}: deleted\n"  # the folder, whole
+    assert fslab_here("delete", f"runs/{a.id}/", "-y", cwd=project).stdout == f"{a.id}: deleted\n"  # the folder, whole
 
 
 def test_a_sweep_whose_record_cannot_be_read_is_deleted_with_its_runs(project, store):
@@ -240,17 +240,17 @@ def test_a_sweep_whose_record_cannot_be_read_is_deleted_with_its_runs(project, s
     said = (f"error: sweep record runs/sweeps/{path.name} cannot be read (it must be JSON listing its runs' ids); "
             f"remove it with its runs: fslab delete {path.stem}, or alone: rm runs/sweeps/{path.name}\n")
     for command in (["compare", "ab12"], ["eval", "ab12"], ["stop", "ab12"], ["sweep", "resume", "ab12"]):
-        result = fslab(*command, cwd=project)
+        result = fslab_here(*command, cwd=project)
         assert (result.returncode, result.stderr) == (2, said), command
-    assert fslab("runs", "-q", cwd=project).stdout.split() == [c.id, b.id, a.id]  # the listing goes on
-    result = fslab("delete", "ab12", "--yes", cwd=project)
+    assert fslab_here("runs", "-q", cwd=project).stdout.split() == [c.id, b.id, a.id]  # the listing goes on
+    result = fslab_here("delete", "ab12", "--yes", cwd=project)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert sorted(lines[:2]) == sorted([f"{a.id}: deleted", f"{b.id}: deleted"])
     assert lines[2:] == [f"{path.stem}: damaged sweep record deleted"]
     assert sorted(p.name for p in runs.iterdir()) == sorted([c.id, "sweeps"]) and not path.exists()
     path.write_text('{"runs": 3}')  # JSON of the wrong shape, its runs deleted already: the record alone
-    once = fslab("delete", path.stem, "ab12", "-y", cwd=project)  # named twice: removed, and said, once
+    once = fslab_here("delete", path.stem, "ab12", "-y", cwd=project)  # named twice: removed, and said, once
     assert once.stdout == f"{path.stem}: damaged sweep record deleted\n"
     assert not path.exists() and c.path.is_dir()
 
@@ -264,10 +264,10 @@ def test_runs_of_a_sweep_whose_folders_are_gone_are_said_by_fslab_runs_sweep(pro
     shutil.rmtree(a.path)
     said = (f"1 run left out, each one whose folder is gone, though its sweep's record names it: {a.id}\n")
     for extra in ([], ["-q"], ["--json"]):
-        result = fslab("runs", "--sweep", "ab12", *extra, cwd=project)
+        result = fslab_here("runs", "--sweep", "ab12", *extra, cwd=project)
         assert (result.returncode, result.stderr) == (0, said), extra
-    assert fslab("runs", "--sweep", "ab12", "-q", cwd=project).stdout == f"{b.id}\n"
-    assert fslab("runs", "-q", cwd=project).stderr == ""  # without --sweep no record is read
+    assert fslab_here("runs", "--sweep", "ab12", "-q", cwd=project).stdout == f"{b.id}\n"
+    assert fslab_here("runs", "-q", cwd=project).stderr == ""  # without --sweep no record is read
 
 
 def test_a_sweep_whose_runs_are_all_gone_is_said_so_and_named_to_fslab_delete(project, store):
@@ -278,23 +278,23 @@ def test_a_sweep_whose_runs_are_all_gone_is_said_so_and_named_to_fslab_delete(pr
     runs, a, b, c = store
     shutil.rmtree(a.path)
     shutil.rmtree(b.path)
-    listed = fslab("runs", "--sweep", "ab12", cwd=project)
+    listed = fslab_here("runs", "--sweep", "ab12", cwd=project)
     assert listed.returncode == 0
     assert listed.stdout == ("no runs match --sweep ab12: the 2 runs its record names are all gone, deleted by hand "
                              f"({', '.join(sorted([a.id, b.id]))}); remove the record with: fslab delete ab12\n")
     assert listed.stderr == ""  # that one line: not another naming the same runs as left out
-    assert fslab("runs", "--sweep", "ab12", "-q", cwd=project).stderr.startswith("2 runs left out, each one whose")
+    assert fslab_here("runs", "--sweep", "ab12", "-q", cwd=project).stderr.startswith("2 runs left out, each one whose")
     for command in (["compare"], ["eval"], ["export", "--to", "tensorboard"], ["plot", "epoch"]):
-        result = fslab(*command, "ab12", cwd=project)
+        result = fslab_here(*command, "ab12", cwd=project)
         assert result.returncode == 2 and result.stdout == "", command
         assert result.stderr.startswith(f"error: no runs to {command[0] if command[0] != 'eval' else 'evaluate'}: "
                                         "the 2 runs the sweep's record names are all gone, deleted by hand ("), command
         assert result.stderr.endswith("); remove the record with: fslab delete ab12\n"), command
-    deleted = fslab("delete", "ab12", cwd=project)  # no --yes: nothing is there to ask about (it asked, of 2 runs)
+    deleted = fslab_here("delete", "ab12", cwd=project)  # no --yes: nothing is there to ask about (it asked, of 2 runs)
     assert deleted.returncode == 0 and record(runs) is None, deleted.stderr
     assert sorted(deleted.stdout.splitlines()) == sorted(f"{run.id}: gone already (its folder was deleted)"
                                                          for run in (a, b))
-    assert fslab("compare", c.id, cwd=project).stderr.startswith("error: none of these runs")  # a run is as before
+    assert fslab_here("compare", c.id, cwd=project).stderr.startswith("error: none of these runs")  # a run is as before
 
 
 def test_the_sweep_records_folder_given_as_a_run_says_what_it_holds(project, store):
@@ -303,7 +303,7 @@ def test_the_sweep_records_folder_given_as_a_run_says_what_it_holds(project, sto
     said = ("error: runs/sweeps/ holds the sweeps' records, not a run: give a run's id, or where a sweep is taken "
             "its id or its record's path, runs/sweeps/<id>.json (list them with: fslab runs)\n")
     for command in (["compare", "runs/sweeps/"], ["show", "runs/sweeps"], ["delete", "runs/sweeps/", "--yes"]):
-        result = fslab(*command, cwd=project)
+        result = fslab_here(*command, cwd=project)
         assert (result.returncode, result.stdout, result.stderr) == (2, "", said), command
     assert (project / "runs" / "sweeps" / "sweep-20261128-100000-ab12.json").exists()
 
@@ -312,9 +312,9 @@ def test_an_id_with_the_slash_of_a_completed_folder_names_its_run_or_sweep(proje
     """Completed in runs/ and pasted in the project (2e05/), an id with a trailing slash was taken as a path:
     "'2e05/' is no run's folder in this project's store", for a run and for a sweep alike."""
     runs, a, b, c = store
-    shown = fslab("show", f"{c.id[-4:]}/", cwd=project)
+    shown = fslab_here("show", f"{c.id[-4:]}/", cwd=project)
     assert shown.returncode == 0 and shown.stdout.startswith(c.id), shown.stderr
-    result = fslab("delete", "ab12/", f"{c.id}/", "--yes", cwd=project)
+    result = fslab_here("delete", "ab12/", f"{c.id}/", "--yes", cwd=project)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == sorted(f"{run.id}: deleted" for run in (a, b, c))
 
@@ -325,7 +325,7 @@ def test_last_sweep_in_a_store_without_sweeps_says_there_is_none_yet(project):
     said = ("error: no sweeps yet: runs/sweeps/ holds no sweep's record, so 'last' names none; start one with: "
             "fslab sweep METHOD --seeds 3\n")
     for command in (["runs", "--sweep", "last"], ["sweep", "resume", "last"]):
-        result = fslab(*command, cwd=project)
+        result = fslab_here(*command, cwd=project)
         assert (result.returncode, result.stderr) == (2, said), command
 
 
@@ -335,7 +335,7 @@ def test_fslab_runs_sweep_of_a_damaged_record_says_how_to_remove_it(project, sto
     runs, a, b, c = store
     path = runs / "sweeps" / "sweep-20261202-030000-dead.json"
     path.write_text('{"id": "sweep-20261202-030000-dead", "runs": ["x"')
-    result = fslab("runs", "--sweep", "dead", cwd=project)
+    result = fslab_here("runs", "--sweep", "dead", cwd=project)
     assert result.returncode == 2
     assert result.stderr == (f"error: sweep record runs/sweeps/{path.name} cannot be read (it must be JSON listing its "
                              f"runs' ids); remove it with its runs: fslab delete {path.stem}, or alone: "
