@@ -9,7 +9,7 @@ import pytest
 
 from fslab.core.runstore import create_run
 
-from .runs_helpers import fslab
+from .runs_helpers import fslab_here
 
 
 def direct_ci(values):
@@ -58,9 +58,9 @@ def batch_store(tmp_path, builtin_plugins, monkeypatch):
     return tmp_path, data
 
 
-def test_batch_size_figure_draws_the_pooled_means_and_cis(batch_store):
+def test_batch_size_figure_draws_the_pooled_means_and_cis(batch_store, builtin_plugins):
     folder, data = batch_store
-    result = fslab("plot", "batch-size", "all", "--out", "figs/fig2.png", "--json", cwd=folder)
+    result = fslab_here("plot", "batch-size", "all", "--out", "figs/fig2.png", "--json", cwd=folder)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert png_size(folder / "figs" / "fig2.png") == (1000, 420) == (report["width"], report["height"])
@@ -77,15 +77,15 @@ def test_batch_size_figure_draws_the_pooled_means_and_cis(batch_store):
                 assert math.isclose(point["accuracy"], mean) and math.isclose(point["ci95"], ci)
 
 
-def test_size_shots_and_series_options(batch_store):
+def test_size_shots_and_series_options(batch_store, builtin_plugins):
     folder, data = batch_store
-    result = fslab("plot", "batch-size", "all", "--shots", "5", "--size", "640x480", "--series", "method",
+    result = fslab_here("plot", "batch-size", "all", "--shots", "5", "--size", "640x480", "--series", "method",
                    "--out", "one.png", cwd=folder)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "wrote one.png (640x480 px, 1 panel, 2 points)"
     assert png_size(folder / "one.png") == (640, 480)
     # one line (every run has method=study): each batch size pools both losses' four runs
-    report = json.loads(fslab("plot", "batch-size", "all", "--shots", "5", "--series", "method", "--json",
+    report = json.loads(fslab_here("plot", "batch-size", "all", "--shots", "5", "--series", "method", "--json",
                               cwd=folder).stdout)
     (line,) = report["panels"][0]["series"]
     assert line["label"] == "method=study" and [p["runs"] for p in line["points"]] == [4, 4]
@@ -93,10 +93,10 @@ def test_size_shots_and_series_options(batch_store):
     assert math.isclose(line["points"][1]["accuracy"], direct_ci(pooled)[0])
 
 
-def test_one_point_is_counted_in_the_singular(batch_store):
+def test_one_point_is_counted_in_the_singular(batch_store, builtin_plugins):
     folder, _ = batch_store
     run_id = sorted(p.name for p in (folder / "runs").iterdir() if p.name[0].isdigit())[0]
-    result = fslab("plot", "batch-size", run_id, "--shots", "5", "--out", "single.png", cwd=folder)
+    result = fslab_here("plot", "batch-size", run_id, "--shots", "5", "--out", "single.png", cwd=folder)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "wrote single.png (500x420 px, 1 panel, 1 point)"
 
@@ -115,7 +115,7 @@ def test_pairs_figure_places_protonets_by_the_pairs_they_used(tmp_path, builtin_
     make_run(tmp_path / "runs", 0, proto, batch_size=64, loss={"name": "protonet"}, sampler=episodic,
              pair_counts=[(48, 144), (48, 144), (50, 150)])
     monkeypatch.chdir(tmp_path)
-    result = fslab("plot", "pairs", "all", "--shots", "1", "--json", cwd=tmp_path)
+    result = fslab_here("plot", "pairs", "all", "--shots", "1", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert png_size(tmp_path / "pairs.png") == (500, 420)
@@ -129,7 +129,7 @@ def test_pairs_figure_places_protonets_by_the_pairs_they_used(tmp_path, builtin_
     assert math.isclose(point["accuracy"], direct_ci(proto[1])[0])
 
 
-def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
+def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path, builtin_plugins):
     folder, _ = batch_store
     for args, message in [
         # every run lacks it: said of them all (it named the first run alone, as if the others had it)
@@ -146,12 +146,12 @@ def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path):
         # quoted as the shell reads it: a name with a space was split when pasted
         (["batch-size", "all", "--out", "my fig.pdf"], "name a .png file, e.g. --out 'my fig.png'"),
     ]:
-        result = fslab("plot", *args, cwd=folder)
+        result = fslab_here("plot", *args, cwd=folder)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = fslab("plot", "batch-size", "all", cwd=empty)
+    result = fslab_here("plot", "batch-size", "all", cwd=empty)
     assert result.returncode == 2 and result.stderr.startswith("error: no runs to plot")
     assert not (folder / "batch-size.png").exists() and not (folder / "fig.pdf").exists()
 
@@ -172,7 +172,7 @@ def test_a_figure_that_cannot_be_written_says_so_and_how_to_write_it_elsewhere(b
         "--out FILE.png"], result.stderr
 
 
-def test_a_figure_that_fails_to_be_written_keeps_the_one_that_was_there(batch_store):
+def test_a_figure_that_fails_to_be_written_keeps_the_one_that_was_there(batch_store, builtin_plugins):
     """fslab plot wrote the PNG in place: a write that failed midway (a full disk, here a limit on a file's
     size) left the first bytes of the new figure where the whole old one was, and a viewer reading the
     file while a second fslab plot rewrote it read half a figure. It is written beside it, then renamed."""
@@ -181,7 +181,7 @@ def test_a_figure_that_fails_to_be_written_keeps_the_one_that_was_there(batch_st
     import sys
 
     folder, _ = batch_store
-    assert fslab("plot", "batch-size", "all", cwd=folder).returncode == 0
+    assert fslab_here("plot", "batch-size", "all", cwd=folder).returncode == 0
     before = (folder / "batch-size.png").read_bytes()
     assert len(before) > 4096
     small = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # noqa: E731
@@ -206,7 +206,7 @@ def test_runs_without_a_point_are_left_out_and_named_and_a_list_setting_is_a_cat
     damaged = make_run(tmp_path / "runs", 1, accuracies(rng, 0.0), loss={"name": "nca"})
     (damaged.path / "config.json").write_text("{not json")
     monkeypatch.chdir(tmp_path)
-    result = fslab("plot", "pairs", "all", "--shots", "1", "--json", cwd=tmp_path)
+    result = fslab_here("plot", "pairs", "all", "--shots", "1", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     (line,) = report["panels"][0]["series"]
@@ -222,20 +222,20 @@ def test_runs_without_a_point_are_left_out_and_named_and_a_list_setting_is_a_cat
         config = json.loads((run.path / "config.json").read_text())
         config["train"]["milestones"] = milestones
         (run.path / "config.json").write_text(json.dumps(config))
-    result = fslab("plot", "train.milestones", "all", "--shots", "1", "--json", cwd=tmp_path)
+    result = fslab_here("plot", "train.milestones", "all", "--shots", "1", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     xs = {p["x"] for panel in json.loads(result.stdout)["panels"] for s in panel["series"] for p in s["points"]}
     assert xs == {"[0.5]"}  # the other runs have no milestones key, or no test accuracies (the ProtoNet run)
 
 
-def test_runs_with_no_scores_yet_are_left_out_and_named_not_silently_dropped(batch_store):
+def test_runs_with_no_scores_yet_are_left_out_and_named_not_silently_dropped(batch_store, builtin_plugins):
     """A sweep half done: a seed still queued and one that failed add no scores to their point; the figure
     said nothing of them (its point read as the whole of its seeds), and --json listed them with its runs."""
     tmp_path, data = batch_store
     waiting = make_run(tmp_path / "runs", 2, {}, loss={"name": "nca"}, batch_size=128)
     failed = make_run(tmp_path / "runs", 3, {}, loss={"name": "nca"}, batch_size=128)
     failed.write_status(state="failed", error="boom")
-    result = fslab("plot", "batch-size", "all", "--shots", "1", "--json", cwd=tmp_path)
+    result = fslab_here("plot", "batch-size", "all", "--shots", "1", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     why = "has no saved test accuracies for 5-way 1-shot, 15 queries"
@@ -302,7 +302,7 @@ def test_runs_tested_with_a_retrieval_evaluator_plot_their_map_on_an_axis_that_s
                              "evaluator": "retrieval-map", "metric": "map", "seed": 0, "epoch": 2,
                              "accuracy": 0.5, "ci95": 0.0}, [0.4, 0.6])
     monkeypatch.chdir(tmp_path)
-    result = fslab("plot", "batch-size", "all", "--shots", "5", "--json", cwd=tmp_path)
+    result = fslab_here("plot", "batch-size", "all", "--shots", "5", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert [p["metric"] for p in report["panels"][0]["series"][0]["points"]] == ["map", "map"]
@@ -321,7 +321,7 @@ def test_a_configuration_scored_on_two_data_is_two_lines_not_one_pooled(tmp_path
                                  "evaluator": "centroid", "seed": 0, "epoch": 2, "data": data,
                                  "accuracy": base, "ci95": 0.0}, [base, base])
     monkeypatch.chdir(tmp_path)
-    result = fslab("plot", "batch-size", "all", "--shots", "5", "--json", cwd=tmp_path)
+    result = fslab_here("plot", "batch-size", "all", "--shots", "5", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     lines = {s["label"]: [(p["x"], p["accuracy"], p["runs"]) for p in s["points"]]
@@ -456,11 +456,11 @@ def test_a_true_false_setting_is_a_category_ticked_false_and_true(tmp_path, monk
     assert [p["x"] for p in data["panels"][0]["series"][0]["points"]] == [False, True]
 
 
-def test_dollar_signs_in_a_title_a_label_or_a_category_are_drawn_as_they_are(batch_store):
+def test_dollar_signs_in_a_title_a_label_or_a_category_are_drawn_as_they_are(batch_store, builtin_plugins):
     """matplotlib reads text between two $ as math: --title 'cost $5 to $10' was drawn 'cost 5to10',
     and a title, a line's setting or a category holding math it cannot parse ($\\foo$) ended in a traceback."""
     tmp_path, _ = batch_store
-    result = fslab("plot", "batch-size", "all", "--title", "a $\\foo$ b", "--out", "t.png", cwd=tmp_path)
+    result = fslab_here("plot", "batch-size", "all", "--title", "a $\\foo$ b", "--out", "t.png", cwd=tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert png_size(tmp_path / "t.png") == (1000, 420)
 
@@ -476,10 +476,10 @@ def test_dollar_signs_in_a_title_a_label_or_a_category_are_drawn_as_they_are(bat
     assert shown._preprocess_math(shown.get_text()) == ("cost $5 to $10", False)  # drawn as plain text
 
 
-def test_a_panel_no_run_has_scores_for_is_said_on_stderr_with_the_eval_that_fills_it(batch_store):
+def test_a_panel_no_run_has_scores_for_is_said_on_stderr_with_the_eval_that_fills_it(batch_store, builtin_plugins):
     """--shots 1,20 where no run was scored 20-shot drew an empty 20-shot panel (a bare 0-1 axis) without a word."""
     tmp_path, _ = batch_store
-    result = fslab("plot", "batch-size", "all", "--shots", "1,20", "--out", "e.png", "--json", cwd=tmp_path)
+    result = fslab_here("plot", "batch-size", "all", "--shots", "1,20", "--out", "e.png", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [len(panel["series"]) for panel in json.loads(result.stdout)["panels"]] == [2, 0]
     assert result.stderr.splitlines() == [
@@ -487,16 +487,16 @@ def test_a_panel_no_run_has_scores_for_is_said_on_stderr_with_the_eval_that_fill
         "finish them or run: fslab eval RUN --shots 20"]
 
 
-def test_a_size_too_small_for_the_panels_and_legend_is_one_line_naming_a_size_that_fits(batch_store):
+def test_a_size_too_small_for_the_panels_and_legend_is_one_line_naming_a_size_that_fits(batch_store, builtin_plugins):
     """--size 10000x100 wrote a PNG of slivers with matplotlib's two-line UserWarning (pointing into fslab's
     code) on stderr and exit 0; the panels collapsed to nothing."""
     tmp_path, _ = batch_store
-    result = fslab("plot", "batch-size", "all", "--size", "10000x100", "--out", "w.png", cwd=tmp_path)
+    result = fslab_here("plot", "batch-size", "all", "--size", "10000x100", "--out", "w.png", cwd=tmp_path)
     assert result.returncode == 2 and not (tmp_path / "w.png").exists()
     assert result.stderr.splitlines() == [
         "error: --size 10000x100 leaves no room for 2 panels and the legend of 2 lines (matplotlib collapses the "
         "panels to nothing); give more pixels, e.g. --size 10000x420"]
-    fits = fslab("plot", "batch-size", "all", "--size", "10000x420", "--out", "w.png", cwd=tmp_path)
+    fits = fslab_here("plot", "batch-size", "all", "--size", "10000x420", "--out", "w.png", cwd=tmp_path)
     assert fits.returncode == 0 and fits.stderr == "" and png_size(tmp_path / "w.png") == (10000, 420)
 
 
@@ -564,11 +564,11 @@ def test_positive_values_over_two_decades_or_more_go_on_a_log_axis(xs, scale):
     plt.close(fig)
 
 
-def test_series_that_names_the_x_key_is_refused_in_one_line(batch_store):
+def test_series_that_names_the_x_key_is_refused_in_one_line(batch_store, builtin_plugins):
     """--series train.batch_size with x batch-size drew each run's point as a line of its own."""
     folder, _ = batch_store
     for x, series in (("batch-size", "train.batch_size"), ("train.batch_size", "loss.name,train.batch_size")):
-        bad = fslab("plot", x, "all", "--series", series, "--out", str(folder / "p.png"), cwd=folder)
+        bad = fslab_here("plot", x, "all", "--series", series, "--out", str(folder / "p.png"), cwd=folder)
         assert bad.returncode == 2 and bad.stderr == (
             "error: --series names train.batch_size, the x axis: each line would be one point; name the settings "
             "that tell lines apart (e.g. --series loss.name), or leave --series out\n"), (x, series)
@@ -585,11 +585,11 @@ def test_a_sweep_s_run_whose_folder_was_deleted_is_said_to_be_gone_by_plot_and_c
     save_sweep(tmp_path / "runs", "sweep-20260101-000000-ab12", runs=[kept.id, "20260101-000000-nca-gone"],
                method="nca")
     monkeypatch.chdir(tmp_path)
-    plotted = fslab("plot", "batch-size", "ab12", "--out", str(tmp_path / "fig.png"), cwd=tmp_path)
+    plotted = fslab_here("plot", "batch-size", "ab12", "--out", str(tmp_path / "fig.png"), cwd=tmp_path)
     assert plotted.returncode == 0, plotted.stderr
     assert plotted.stderr.splitlines() == [
         "left out 20260101-000000-nca-gone: its folder is gone, though its sweep's record names it"]
-    compared = fslab("compare", "ab12", cwd=tmp_path)
+    compared = fslab_here("compare", "ab12", cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr
     assert compared.stderr.splitlines() == [
         "1 run left out, each one whose folder is gone, though its sweep's record names it: 20260101-000000-nca-gone"]
