@@ -24,6 +24,8 @@ from fslab.core.summary import SummaryFile, list_summaries, read_summary
 from fslab.core.sweeps import sweep_records
 from fslab.reports.compare import compare
 
+from .runs_helpers import fslab_here
+
 FIXTURE = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181250-nca-910d"
 FILES = ("config.json", "status.json", "metrics.jsonl", "results.json", "summary.json",
          "evaluations/test-centroid-5way-5shot-5q-40ep-seed0-epoch2.json")
@@ -373,7 +375,7 @@ def fslab(*args, cwd, env=None):
 
 
 @pytest.mark.slow
-def test_commands_over_a_store_of_broken_runs(tmp_path):
+def test_commands_over_a_store_of_broken_runs(tmp_path, builtin_plugins):
     """One run of each kind of damage beside a good one: every command lists,
     shows or compares the good one and says in one line what it cannot read."""
     project = tmp_path / "project"
@@ -395,7 +397,7 @@ def test_commands_over_a_store_of_broken_runs(tmp_path):
             (folder / file).unlink()
         else:
             (folder / file).write_text(text)
-    listed = fslab("runs", "--json", "--all", cwd=project)
+    listed = fslab_here("runs", "--json", "--all", cwd=project)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     states = {row["id"].rsplit("-", 1)[-1]: row for row in map(json.loads, listed.stdout.splitlines())}
     assert states["910d"]["state"] == "completed" and states["resl"]["state"] == "completed"
@@ -406,12 +408,12 @@ def test_commands_over_a_store_of_broken_runs(tmp_path):
     assert states["nostate"]["error"] == states["nostate"]["note"] == 'status.json records no state (a text such ' \
                                                                       'as "completed")'
     for name in damage:
-        shown = fslab("show", name, cwd=project)
+        shown = fslab_here("show", name, cwd=project)
         assert "Traceback" not in shown.stderr and shown.returncode in (0, 1, 2), shown.stderr
         if name == "cfgshape":
             assert shown.returncode == 0 and "method nca, backbone -, dataset -, seed -" in shown.stdout
     for argv in (["runs"], ["compare", "all", "--queries", "5"], ["queue"], ["logs", "halfstatus"]):
-        done = fslab(*argv, cwd=project)
+        done = fslab_here(*argv, cwd=project)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (argv, done.stderr)
 
 
