@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs_helpers import assert_same_test, fslab
+from tests.runs_helpers import assert_same_test, fslab_here
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs-0.1"
 SEED0, SEED1 = "20261123-181250-nca-910d", "20261123-181256-nca-f8c6"
@@ -33,7 +33,7 @@ def results(runs_dir: Path, run_id: str) -> dict:
 
 
 def test_old_runs_list_with_the_test_accuracy_of_their_own_evaluator(old_store, project):
-    out = fslab("runs", "--json", "--all", cwd=project)
+    out = fslab_here("runs", "--json", "--all", cwd=project)
     assert out.returncode == 0, out.stderr
     listed = {s["id"]: s for s in map(json.loads, out.stdout.splitlines())}
     assert set(listed) == {SEED0, SEED1, STOPPED, UNSTOPPED}
@@ -50,19 +50,19 @@ def test_old_runs_list_with_the_test_accuracy_of_their_own_evaluator(old_store, 
 
 
 def test_old_runs_show_and_compare(old_store, project):
-    out = fslab("show", SEED0, "--json", cwd=project)
+    out = fslab_here("show", SEED0, "--json", cwd=project)
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)
     assert {(e["evaluator"], e["shots"]) for e in shown["evaluations"] if e["split"] == "test"} == {
         ("centroid", 1), ("centroid", 5), ("knn[k=3]", 1), ("knn[k=3]", 5)}
-    out = fslab("compare", SEED0, SEED1, "--format", "json", "--queries", "5", cwd=project)
+    out = fslab_here("compare", SEED0, SEED1, "--format", "json", "--queries", "5", cwd=project)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     (group,) = report["groups"]
     assert group["seeds"] == 2 and group["results"]["5-shot"]["episodes"] == 80
     own = [results(old_store, r)["5-shot"]["accuracy"] for r in (SEED0, SEED1)]
     assert group["results"]["5-shot"]["accuracy"] == pytest.approx(sum(own) / 2)
-    out = fslab("compare", SEED0, SEED1, "--format", "json", "--queries", "5", "--evaluator", "knn[k=3]",
+    out = fslab_here("compare", SEED0, SEED1, "--format", "json", "--queries", "5", "--evaluator", "knn[k=3]",
                 cwd=project)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["groups"][0]["results"]["5-shot"]["episodes"] == 80
@@ -70,9 +70,9 @@ def test_old_runs_show_and_compare(old_store, project):
 
 @pytest.mark.slow
 def test_an_old_stopped_run_resumes_to_the_results_of_an_unstopped_one(old_store, project):
-    out = fslab("resume", STOPPED, cwd=project)
+    out = fslab_here("resume", STOPPED, cwd=project)
     assert out.returncode == 0, out.stdout + out.stderr
     assert_same_test(old_store / STOPPED, old_store / UNSTOPPED)
-    out = fslab("runs", "--json", "--all", cwd=project)
+    out = fslab_here("runs", "--json", "--all", cwd=project)
     listed = {s["id"]: s for s in map(json.loads, out.stdout.splitlines())}
     assert listed[STOPPED]["state"] == "completed" and listed[STOPPED]["epoch"] == 4
