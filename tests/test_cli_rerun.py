@@ -16,7 +16,7 @@ from fslab.core.errors import UsageError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run, create_run
 
-from .runs_helpers import LONG, TINY, as_in_a_terminal, fslab, wait_for
+from .runs_helpers import LONG, TINY, as_in_a_terminal, fslab, fslab_here, wait_for
 
 
 def resolved_run(project, registry, *options: dict) -> Run:
@@ -77,7 +77,7 @@ def test_like_of_a_run_without_configuration_is_one_line(project):
     run = create_run(project / "runs", "nca", {"seed": 1})
     with pytest.raises(UsageError, match="has no readable configuration"):
         like(run, [])
-    result = fslab("run", "--like", run.id, cwd=project)
+    result = fslab_here("run", "--like", run.id, cwd=project)
     assert result.returncode == 2 and result.stderr.startswith("error: run ") and "Traceback" not in result.stderr
 
 
@@ -90,13 +90,13 @@ def test_like_of_a_run_whose_data_root_is_gone_names_the_option_that_moves_it(pr
                                           "image_size": 16}}
     (old.path / "config.json").write_text(json.dumps(config))
     (project / "fslab.toml").write_text(f"[data_roots]\nfolder = '{tmp_path / 'elsewhere'}'\n")
-    result = fslab("run", "--like", old.id, cwd=project)
+    result = fslab_here("run", "--like", old.id, cwd=project)
     assert result.returncode == 2
     assert result.stderr == (f"error: --like {old.id}: that run was trained on {gone}, which is not a folder now; "
                              f"a run like it reads its data there too: if the data moved, give where it lies with "
                              f"--data-root DIR\n")
     assert list((project / "runs").iterdir()) == [old.path]  # nothing created
-    elsewhere = fslab("run", "--like", old.id, "--data-root", str(tmp_path / "nor-here"), cwd=project)
+    elsewhere = fslab_here("run", "--like", old.id, "--data-root", str(tmp_path / "nor-here"), cwd=project)
     assert elsewhere.returncode == 2 and "folder: the data root" in elsewhere.stderr  # the dataset's line for that root
 
 
@@ -106,7 +106,7 @@ def test_like_of_a_run_whose_data_root_is_gone_names_the_option_that_moves_it(pr
     (["run", "--like", "nothing-like-this"], "no run 'nothing-like-this'"),
 ])
 def test_run_without_a_method_or_with_both_is_refused(project, argv, expected):
-    result = fslab(*argv, cwd=project)
+    result = fslab_here(*argv, cwd=project)
     assert result.returncode == 2 and expected in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
@@ -128,7 +128,7 @@ def test_run_like_starts_the_same_configuration_and_stop_says_there_is_no_checkp
     when = "it started" if new.status().get("started") is None else "its first epoch ended"  # a worker just started
     assert (f"no checkpoint yet (it stopped before {when}); "
             f"start it again with: fslab run --like {new.id}") in stopped.stderr
-    resumed = fslab("resume", new.id, cwd=project)
+    resumed = fslab_here("resume", new.id, cwd=project)
     assert resumed.returncode == 2, resumed.stderr
     assert f"start it again with the same settings: fslab run --like {new.id}" in resumed.stderr
 
@@ -193,7 +193,7 @@ def test_eval_of_a_run_that_ended_without_a_checkpoint_says_how_to_train_it_agai
 
     run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": CONFIG_VERSION})
     run.write_status(state="killed", ended=1.0)
-    result = fslab("eval", run.id[-4:], cwd=project)
+    result = fslab_here("eval", run.id[-4:], cwd=project)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (f"error: run {run.id} has no checkpoint (one is written after each epoch; it "
                                      f"ended before its first); train it again with: fslab run --like {run.id}")
