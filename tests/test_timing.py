@@ -9,7 +9,7 @@ import pytest
 
 from fslab.core.timing import PARTS, key, time_line, time_split
 
-from .runs_helpers import fslab
+from .runs_helpers import TINY, fslab_here
 
 
 def rounded(split: dict) -> dict:
@@ -78,18 +78,17 @@ def test_the_final_validation_scoring_is_the_test_s_and_fslab_eval_s_work_is_not
 
 @pytest.mark.slow
 def test_fslab_show_splits_a_real_run_s_time(project):
-    done = fslab("run", "nca", "--device", "cpu", "--epochs", "2", "--set", "backbone.hidden=8",
-                 "--backbone", "conv4", "--set", "eval.test_episodes=20", "--set", "eval.val_episodes=10",
-                 cwd=project)
+    done = fslab_here("run", "nca", *TINY, "--device", "cpu", "--epochs", "2", "--set", "eval.test_episodes=20",
+                      "--set", "eval.val_episodes=10", cwd=project)  # its worker a real process, on tiny data
     assert done.returncode == 0, done.stderr
-    shown = fslab("show", "last", "--json", cwd=project)
+    shown = fslab_here("show", "last", "--json", cwd=project)
     record = json.loads(shown.stdout)
     status, split = record["status"], record["time"]
     assert split["total_s"] == pytest.approx(status["ended"] - status["started"])
     assert (split["epochs"], split["validations"], split["resumes"]) == (2, 2, 0)
     assert min(split["start_s"], split["first_epoch_s"], split["training_s"], split["validation_s"],
                split["test_s"]) > 0
-    text = fslab("show", "last", cwd=project).stdout
+    text = fslab_here("show", "last", cwd=project).stdout
     assert "time: start " in text and "% of the training time" in text
 
 
