@@ -72,7 +72,6 @@ def ended(folder):
 
 @pytest.mark.parametrize("interrupt", ["stop", "sigkill"])
 def test_interrupted_and_resumed_equals_uninterrupted(slow_project, reference, interrupt):
-    # a process of its own: its worker, killed, must not be left a child of this process (a zombie, 'running')
     run_id = fslab("run", "nca", *ARGS, "--detach", cwd=slow_project).stdout.strip()
     run_dir = slow_project / "runs" / run_id
     wait_for(lambda: [e for e in events(run_dir, "train") if e["epoch"] == 2], what="epoch 2 to start")
@@ -82,18 +81,15 @@ def test_interrupted_and_resumed_equals_uninterrupted(slow_project, reference, i
     else:
         pid = json.loads((run_dir / "status.json").read_text())["pid"]
         os.kill(pid, signal.SIGKILL)
-        from fslab.core.states import pid_alive
-
-        wait_for(lambda: not pid_alive(pid), what="the killed worker to be gone")  # it dies after the signal
         expected_state = "lost"
         # killed in mid-write, it would leave its temporary file; one of a live process (this one) is not its
         (run_dir / f".status.json.{pid}.tmp").write_text('{"state": "runn')
         (run_dir / f".results.json.{os.getpid()}.tmp").write_text("{")
-    rows = [json.loads(line) for line in fslab_here("runs", "--json", cwd=slow_project).stdout.splitlines()]
+    rows = [json.loads(line) for line in fslab("runs", "--json", cwd=slow_project).stdout.splitlines()]
     assert {r["id"]: r["state"] for r in rows}[run_id] == expected_state
     assert 1 <= len(events(run_dir, "checkpoint")) < 5
 
-    resumed = fslab_here("resume", run_id, cwd=slow_project)
+    resumed = fslab("resume", run_id, cwd=slow_project)
     assert resumed.returncode == 0, resumed.stderr
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "completed" and status["exit_code"] == 0 and status["error"] is None
