@@ -113,24 +113,32 @@ def test_a_folder_that_cannot_be_moved_stops_the_deletion_and_the_records_keep_t
     assert Run(b.path).status()["state"] == "failed"
 
 
+def interrupt_removal_of(run, monkeypatch):
+    """A Ctrl-C as the files of ``run`` are removed (the longest part of deleting it); returns the real rmtree."""
+    import shutil
+
+    from fslab.core import deletion
+
+    real = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):
+        if run.id in str(path):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(deletion.shutil, "rmtree", interrupted)
+    return real
+
+
 def test_ctrl_c_while_a_runs_files_are_removed_says_it_deleted_and_drops_it_from_its_sweep(project, store,
                                                                                           monkeypatch):
     """Removing a run's files is the longest part of deleting it, so where a Ctrl-C lands: the run, moved out
     of the store already, went unsaid, and its id stayed in its sweep's record (fslab runs --sweep then named
     it a folder gone)."""
-    import shutil
-
     from fslab.core import deletion
 
     runs, a, b, c = store
-    real = shutil.rmtree
-
-    def interrupted(path, *args, **kwargs):
-        if b.id in str(path):
-            raise KeyboardInterrupt
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(deletion.shutil, "rmtree", interrupted)
+    real = interrupt_removal_of(b, monkeypatch)
     said = []
     with pytest.raises(KeyboardInterrupt):
         delete_runs(runs, [a, b, c], lambda run_id, outcome: said.append((run_id, outcome)))
@@ -345,21 +353,10 @@ def test_fslab_runs_sweep_of_a_damaged_record_says_how_to_remove_it(project, sto
 def test_ctrl_c_midway_through_fslab_delete_says_how_many_it_deleted_and_exits_130(project, store, monkeypatch):
     """It ended with exit code 130 and the lines of the runs deleted, but no word that it stopped short: the
     last line on stdout read as if it had deleted all it was asked to."""
-    import shutil
-
-    from fslab.core import deletion
-
     from .runs_helpers import fslab_here
 
     runs, a, b, c = store
-    real = shutil.rmtree
-
-    def interrupted(path, *args, **kwargs):
-        if b.id in str(path):
-            raise KeyboardInterrupt
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(deletion.shutil, "rmtree", interrupted)
+    interrupt_removal_of(b, monkeypatch)
     result = fslab_here("delete", a.id, b.id, c.id, "--yes", cwd=project)
     assert (result.returncode, result.stdout) == (130, f"{a.id}: deleted\n{b.id}: deleted\n")
     assert result.stderr == ("fslab delete interrupted after 2 of 3 runs: those said above are deleted, the others "
