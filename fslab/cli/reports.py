@@ -68,7 +68,8 @@ def eval_(
                                    "sinks), so its trackers show the new scores too.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
-    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
+    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached), its network
+    in the precision the run's start recorded for evaluation (auto: bf16 on a GPU) whatever the device.
 
     Several runs or a sweep are evaluated one after the other in one process; where several are named, one that
     cannot be evaluated (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses, its folder
@@ -222,9 +223,15 @@ def _print_score(run_, result: dict, split: str, ways: int, as_json: bool) -> No
     else:
         console.print(f"{run_.id} {split} {ways}-way {result['shots']}-shot, {queries_text(result['queries'])}, "
                       f"{count(result['episodes'], 'episode')} "
-                      f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}): "
+                      f"({shown(result['evaluator'])}, checkpoint of epoch {result['epoch']}{_embedded(result)}): "
                       f"{accuracy_text(result)}",
                       highlight=False)
+
+
+def _embedded(result: dict) -> str:
+    """The precision the network ran in (embedding the features, or fine-tuned), as the line says it:
+    ``, network in bf16``."""
+    return f", network in {result['precision']}" if result.get("precision") else ""
 
 
 def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> list[dict]:

@@ -61,6 +61,8 @@ class EvaluationInputs:
     features_cached: bool | None = None
     # the split's data_fingerprint, saved with each evaluation so that compare pairs only runs scored on the same data
     data: str | None = None
+    # fslab eval: the precision the features were embedded in (reported, logged and saved); None in training
+    precision: str | None = None
 
 
 def data_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
@@ -107,7 +109,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     blames the evaluator names it and its plugin (:attr:`fslab.core.registry.Component.named`).
     Returns one result per shape: split, ways, shots, queries, episodes,
     evaluator, metric, seed, stream, epoch, accuracy (the score, whatever the
-    metric), ci95, and ``features_cached`` where the inputs say. The saved
+    metric), ci95, and ``precision`` and ``features_cached`` where the inputs say. The saved
     scores also hold the split's ``data`` fingerprint where the inputs give it.
     """
     traits = evaluator_traits(evaluator)
@@ -140,7 +142,8 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
         mean, ci = evaluation.ci95(scores)
         result = {"split": episodes.split, "ways": episodes.ways, "shots": shots, "queries": queries,
                   "episodes": episodes.count, "evaluator": label, "metric": traits.metric, "seed": episodes.seed,
-                  "stream": evaluation.EPISODE_STREAM, "epoch": episodes.epoch, "accuracy": mean, "ci95": ci}
+                  "stream": evaluation.EPISODE_STREAM, "epoch": episodes.epoch, "accuracy": mean, "ci95": ci,
+                  **({"precision": inputs.precision} if inputs.precision is not None else {})}
         if source is None:
             log.write("eval", **{k: v for k, v in result.items() if k not in IDENTITY}, **(at or {}))
         else:

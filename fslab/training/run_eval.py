@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -57,7 +58,7 @@ from fslab.training.checkpoint import (
 from fslab.training.distributed import torch_own_errors
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
-from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
+from fslab.training.numerics import DTYPES, apply_backend_settings, embed, resolve_numerics
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -248,6 +249,9 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     config = run.config()
     if data_root is not None:
         config["dataset"] = {**config["dataset"], "root": data_root}
+    recorded = recorded_precision(run)
+    if recorded is not None:  # not auto resolved again for this device: a GPU's bf16 run scored on a laptop
+        config["eval"] = {**config.get("eval", {}), "precision": recorded}
     cfg = run_config(config)
     registry = load_registry(load_settings().plugin_dirs)
     checkpoint = Checkpoint(run, cfg, pick_device(device or cfg.device), registry)
@@ -259,6 +263,18 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     chosen = Episodes(split=split, ways=ways, shots=shots, queries=queries, count=episode_count(classify, episodes),
                       seed=cfg.eval.seed, epoch=checkpoint.epoch)
     check_refused(classify, ways, shots, queries)  # before the split is embedded (minutes at a paper's size)
-    inputs = evaluation_inputs(run, split, checkpoint, classify)
+    inputs = replace(evaluation_inputs(run, split, checkpoint, classify),
+                     precision=checkpoint.numerics.eval_precision if not evaluator_traits(classify).needs_model
+                     else "fp32")  # finetune runs its copy of the network in float32 whatever eval.precision says
     return evaluate_and_record(EventLog(run, echo=False), classify, recorded_evaluator(section), inputs, chosen,
                                save=True, source="fslab eval", named=registry.get("evaluator", name).named)
+
+
+def recorded_precision(run: Run) -> str | None:
+    """The precision the run's latest start embedded its evaluation features in (``eval.precision``
+    resolved for the device it trained on: ``auto`` is bf16 on a CUDA GPU, fp32 on the CPU), or None
+    for a run started before it was recorded, whose configuration is then resolved as before. ``fslab
+    eval`` embeds in it wherever it runs, so that its scores of the training's own episodes are the
+    training's, never those of another precision saved in their place."""
+    starts = [e for e in run.events_of("start") if e.get("eval_precision") in DTYPES]
+    return starts[-1]["eval_precision"] if starts else None
