@@ -21,6 +21,7 @@ features, and runs its own small default number of episodes.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import sys
 from dataclasses import replace
@@ -38,6 +39,7 @@ from fslab.core.registry import Registry, load_registry
 from fslab.core.rerun import check_evaluable, like_command
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
+from fslab.core.summary import START_MARK
 from fslab.core.types import evaluator_traits
 from fslab.training.build import (
     build_backbone,
@@ -276,5 +278,14 @@ def recorded_precision(run: Run) -> str | None:
     for a run started before it was recorded, whose configuration is then resolved as before. ``fslab
     eval`` embeds in it wherever it runs, so that its scores of the training's own episodes are the
     training's, never those of another precision saved in their place."""
-    starts = [e for e in run.events_of("start") if e.get("eval_precision") in DTYPES]
-    return starts[-1]["eval_precision"] if starts else None
+    try:  # the start lines found by their mark, unparsed otherwise: a long run logs 100,000s of steps
+        lines = run.metrics_path.read_bytes().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if START_MARK in line:
+            with contextlib.suppress(ValueError):
+                start = json.loads(line)
+                if isinstance(start, dict) and start.get("eval_precision") in DTYPES:
+                    return start["eval_precision"]
+    return None
