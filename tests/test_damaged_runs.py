@@ -220,6 +220,32 @@ def test_a_run_whose_status_names_a_state_fslab_does_not_know_says_so_and_is_not
     assert json.loads((folder / "status.json").read_text())["state"] == state  # nothing was started
 
 
+def test_export_and_sweep_resume_name_a_state_fslab_does_not_know_not_a_damaged_file(run_folder):
+    """fslab export and fslab sweep resume said such a run's status.json was missing or unreadable and to put
+    it back from a copy, where the file is whole and names a state a newer fslab (or a hand) wrote."""
+    from fslab.core.sweeps import save_sweep
+
+    folder = run_folder()
+    project = folder.parent.parent
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "state": "archived", "sweep": "sweep-1"}))
+    save_sweep(folder.parent, "sweep-1", runs=[folder.name], method="nca")
+    why = ("status.json records the state 'archived', which this fslab does not know (a run's status says "
+           "queued, running, completed, failed or killed); a newer fslab may have written it, or an edit by hand")
+    exported = fslab_here("export", folder.name, "--to", "tensorboard", "--set", f"log_dir={project / 'tb'}",
+                          cwd=project)
+    assert (exported.returncode, exported.stderr.splitlines()[0]) == (1, (
+        f"{folder.name}: its {why}; how it ended cannot be told, so nothing to export: put back a status.json "
+        f"this fslab writes, or export it with the fslab that wrote it"))
+    resumed = fslab_here("sweep", "resume", "sweep-1", cwd=project)
+    assert (resumed.returncode, resumed.stderr) == (2, (
+        f"error: sweep sweep-1 has nothing to resume: 1 with its status.json naming a state this fslab does not "
+        f"know ({folder.name}: a newer fslab may have written it, or an edit by hand; resume it with the fslab "
+        f"that wrote it, or put back a status.json this fslab writes); only its failed, killed or lost runs are "
+        f"queued again\n"))
+    assert json.loads((folder / "status.json").read_text())["state"] == "archived"  # nothing written to it
+
+
 def test_resuming_a_completed_run_whose_config_broke_names_no_command_that_fails_too(run_folder):
     """fslab resume of such a run said to start one like it with fslab run --like, which refuses it."""
     from fslab.execution.checks import check_resumable

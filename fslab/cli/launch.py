@@ -745,8 +745,9 @@ def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
 
 
 # The files whose loss makes fslab sweep resume pass a run over: config.json (what to train is unknown)
-# and status.json (how it ended); and the run's whole folder, deleted by hand
-UNREADABLE_FILES = ("config.json", "status.json", "folder")
+# and status.json (how it ended); a status.json naming a state this fslab does not know (a newer fslab's);
+# and the run's whole folder, deleted by hand
+UNREADABLE_FILES = ("config.json", "status.json", "state", "folder")
 
 
 def _unreadable_file(file: str, ids: list[str], named: bool = False) -> str:
@@ -754,6 +755,10 @@ def _unreadable_file(file: str, ids: list[str], named: bool = False) -> str:
     run or more, ``named`` in the parentheses."""
     one = len(ids) == 1
     its, it = ("its", "it") if one else ("their", "they")
+    if file == "state":  # written whole, by a newer fslab or by hand: no copy to put back
+        return (f"{its} status.json naming a state this fslab does not know ({', '.join(ids) + ': ' if named else ''}"
+                f"a newer fslab may have written it, or an edit by hand; resume {'it' if one else 'them'} with the "
+                f"fslab that wrote {'it' if one else 'them'}, or put back a status.json this fslab writes)")
     if file == "folder":  # deleted, not damaged: nothing to put back unless by mistake
         return (f"{its} folder deleted ({', '.join(ids) + ': ' if named else ''}the sweep's record still names "
                 f"{'it' if one else 'them'}; fslab delete drops a run from its record too)")

@@ -23,7 +23,7 @@ from fslab.core.errors import UsageError, interrupted_code
 from fslab.core.rerun import like_command
 from fslab.core.runstore import Run, create_run, unstarted
 from fslab.core.settings import SlurmSettings
-from fslab.core.states import LIVE, RESUMABLE, UNREADABLE
+from fslab.core.states import LIVE, RESUMABLE, UNREADABLE, unknown_state
 from fslab.core.sweeps import load_sweep, sweep_runs
 from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
@@ -257,7 +257,8 @@ def resume_sweep(ref: str, *, settings, registry,
     configurations are checked first, as :func:`resume` checks one. Returns the
     sweep's record, the runs started, those passed over as unreadable, each with
     the file that cannot be read (``config.json``: what to train is unknown;
-    ``status.json``: how it ended; never requeued), or ``folder`` for one whose folder
+    ``status.json``: how it ended; never requeued), ``state`` for one whose status
+    names a state this fslab does not know, or ``folder`` for one whose folder
     is gone (deleted by hand), and, where none was queued
     again, the runs still waiting for a local scheduler, and whether one was started
     for them: it is where none of the store lives (the one that queued them may be
@@ -271,7 +272,8 @@ def resume_sweep(ref: str, *, settings, registry,
             continue
         state = run.state()
         if state == UNREADABLE:  # a sweep's run that may have failed, passed over without a word otherwise
-            unreadable.append((run, "status.json"))
+            # its status.json damaged (put it back), or naming a state a newer fslab wrote (resume it there)
+            unreadable.append((run, "state" if unknown_state(run.status()) else "status.json"))
         elif state in RESUMABLE:
             if not (config := run.config()):
                 unreadable.append((run, "config.json"))

@@ -24,7 +24,7 @@ from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
 from fslab.core.runstore import Run, safe_name
 from fslab.core.sinks import replay
-from fslab.core.states import LIVE, UNREADABLE
+from fslab.core.states import LIVE, UNREADABLE, unknown_state
 from fslab.core.types import SinkRun
 
 
@@ -100,6 +100,9 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
         state = run.state(status)
     if state in LIVE:
         raise UsageError(f"{run.id} is {state}: export it once it has ended")
+    if state == UNREADABLE and (unknown := unknown_state(status)):  # a newer fslab's: its sinks may export it
+        raise UsageError(f"{run.id}: its {unknown}; how it ended cannot be told, so nothing to export: put back a "
+                         f"status.json this fslab writes, or export it with the fslab that wrote it")
     if state == UNREADABLE:  # it may still be running, and how it ended is the tracker's status: unknown
         raise UsageError(f"{run.id}: status.json is missing or unreadable, so whether and how it ended "
                          f"cannot be told; nothing to export (fslab show {run.id} says why)")
