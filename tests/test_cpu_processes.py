@@ -59,3 +59,20 @@ def test_two_gloo_processes_are_allowed_anywhere_and_more_only_as_cpus_allow(mon
     if refused:
         with pytest.raises(UsageError, match="this machine lets fslab use"):
             check_cpu_processes(config, local)
+
+
+def test_the_cpu_way_a_gpu_refusal_suggests_is_one_the_cpu_check_takes(tmp_path):
+    """--gpus N on a machine without GPUs suggested --device cpu --gpus N, which the CPU check then refused
+    where N is above this machine's CPUs: the suggestion is bounded as the check is."""
+    allowed = max(cpu_count(), 2)
+    many = allowed + 3
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    refused = fslab_here("run", "nca", *TINY, "--batch-size", str(4 * many), "--gpus", str(many), cwd=tmp_path,
+                         env=env)
+    assert (refused.returncode, refused.stderr) == (2, (
+        f"error: --gpus {many} (train.processes) needs {many} GPUs but 0 are visible here; use --gpus 1, or "
+        f"--device cpu --gpus {allowed} for {allowed} gloo processes on the CPU (slow; for testing, one per CPU "
+        f"at most)\n"))
+    check_cpu_processes({"device": "cpu", "train": {"processes": allowed}}, None)  # what it suggests is taken
+    with pytest.raises(UsageError):  # as what it suggested before was not
+        check_cpu_processes({"device": "cpu", "train": {"processes": many}}, None)

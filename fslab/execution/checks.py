@@ -141,7 +141,7 @@ def check_device(config: dict, again: str | None = None) -> None:
 
 def check_processes(config: dict, again: str | None = None) -> None:
     """A UsageError unless this machine can run ``train.processes`` (--gpus):
-    as many visible GPUs, or any number of CPU processes with device cpu."""
+    as many visible GPUs, or with device cpu, CPU processes (:func:`check_cpu_processes` bounds them)."""
     processes, device = config["train"]["processes"], config["device"]
     if processes == 1 or device == "cpu":
         return
@@ -154,8 +154,9 @@ def check_processes(config: dict, again: str | None = None) -> None:
     if have < processes:
         # device cuda on a machine without a GPU: one process of it would be refused in turn, so the CPU is named
         fewer = "--device cpu --gpus 1" if have == 0 and device == "cuda" else f"--gpus {max(have, 1)}"
-        fix = (f"use {fewer}, or --device cpu --gpus {processes} for {processes} gloo processes on the "
-               f"CPU (slow; for testing)" if again is None else
+        cpu = min(processes, cpu_processes_allowed())  # the gloo processes this machine's CPUs allow
+        fix = (f"use {fewer}, or --device cpu --gpus {cpu} for {cpu} gloo processes on the CPU (slow; for testing"
+               f"{'' if cpu == processes else ', one per CPU at most'})" if again is None else
                f"resume it where {processes} are, or start it again on fewer: {again} {fewer}")
         raise UsageError(f"--gpus {processes} (train.processes) needs {processes} GPUs but {have} "
                          f"{'is' if have == 1 else 'are'} visible here; {fix}")
@@ -181,6 +182,11 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - a system without affinities (macOS)
         return os.cpu_count() or 1
+
+
+def cpu_processes_allowed() -> int:
+    """The gloo processes a ``--device cpu`` run of this machine may start: one per CPU, 2 at least."""
+    return max(cpu_count(), CPU_PROCESSES_ALWAYS)
 
 
 def check_cpu_processes(config: dict, slurm: SlurmSettings | None, again: str | None = None) -> None:
