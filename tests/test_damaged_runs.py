@@ -246,6 +246,21 @@ def test_export_and_sweep_resume_name_a_state_fslab_does_not_know_not_a_damaged_
     assert json.loads((folder / "status.json").read_text())["state"] == "archived"  # nothing written to it
 
 
+def test_stop_does_not_call_a_run_in_a_state_fslab_does_not_know_not_running(run_folder):
+    """fslab stop said such a run 'is unreadable, not running', where a newer fslab's state ('paused', say)
+    may be one its worker still lives in."""
+    folder = run_folder()
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "state": "paused"}))
+    stopped = fslab_here("stop", folder.name, cwd=folder.parent.parent)
+    assert (stopped.returncode, stopped.stderr) == (2, (
+        f"error: run {folder.name} cannot be stopped by this fslab: its status.json records the state 'paused', "
+        f"which this fslab does not know (a run's status says queued, running, completed, failed or killed); a "
+        f"newer fslab may have written it, or an edit by hand; if it is running, stop it with the fslab that "
+        f"wrote it\n"))
+    assert json.loads((folder / "status.json").read_text())["state"] == "paused"
+
+
 def test_resuming_a_completed_run_whose_config_broke_names_no_command_that_fails_too(run_folder):
     """fslab resume of such a run said to start one like it with fslab run --like, which refuses it."""
     from fslab.execution.checks import check_resumable

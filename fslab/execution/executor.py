@@ -167,6 +167,9 @@ def stop(run: Run, grace: float = 30.0) -> str:
     state = run.state()
     if state not in LIVE and _launch_waited_out(run):  # a resume was starting a worker: it is recorded now
         state = run.state()
+    if state == UNREADABLE and (unknown := unknown_state(run.status())):  # a newer fslab's: it may be running
+        raise UsageError(f"run {run.id} cannot be stopped by this fslab: its {unknown}; if it is running, stop it "
+                         f"with the fslab that wrote it")
     if state not in LIVE:
         raise UsageError(f"run {run.id} is {state}, not running; nothing to stop")
     status = run.status()
