@@ -1233,6 +1233,26 @@ def test_stop_pressed_again_before_the_table_reads_the_run_stopped_does_not_ask_
     drive(frozen_app(runs), body)
 
 
+def test_s_on_a_run_in_a_state_fslab_does_not_know_says_so_as_fslab_stop_does(tmp_path):
+    """s on a run whose status.json names a newer fslab's state ('paused', in which its worker may live) said
+    it was unreadable, 'only queued or running runs can be stopped', where fslab stop names the state."""
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-000000-nca-pause", state="paused", events=history()[:4])
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        assert app.rows[folder.name].state == "unreadable"
+        await pilot.press("s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "RunsScreen" and notes == [
+            f"{folder.name} cannot be stopped by this fslab: its status.json records the state 'paused', which "
+            f"this fslab does not know (a run's status says queued, running, completed, failed or killed); a newer "
+            f"fslab may have written it, or an edit by hand; if it is running, stop it with the fslab that wrote it"]
+
+    drive(frozen_app(runs), body)
+
+
 def test_stop_or_resume_confirmed_after_the_run_s_folder_was_deleted_says_it_was_deleted(tmp_path):
     """Stop said 'is unreadable, not running', resume 'its lock file: No such file or directory'."""
     runs = tmp_path / "runs"
