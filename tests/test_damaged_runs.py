@@ -261,6 +261,22 @@ def test_stop_does_not_call_a_run_in_a_state_fslab_does_not_know_not_running(run
     assert json.loads((folder / "status.json").read_text())["state"] == "paused"
 
 
+@pytest.mark.parametrize("status, why", [
+    ('{"state": "paused", "pid": null}', "status.json records the state 'paused', which this fslab does not know (a "
+     "run's status says queued, running, completed, failed or killed); a newer fslab may have written it, or an "
+     "edit by hand"),
+    ('{"state": "compl', "its status.json is missing or cannot be read, so how it ended cannot be told"),
+])
+def test_logs_follow_of_an_unreadable_run_ends_saying_why(run_folder, status, why):
+    """fslab logs --follow ended such a run with 'unreadable: no error recorded. See: fslab logs RUN --stderr',
+    where the reason is its status.json, which the worker's stderr does not tell."""
+    folder = run_folder()
+    (folder / "status.json").write_text(status)
+    followed = fslab_here("logs", folder.name, "--follow", cwd=folder.parent.parent)
+    assert followed.returncode == 0 and followed.stdout == (folder / "stdout.log").read_text()
+    assert followed.stderr == f"{folder.name}: unreadable: {why}\n"
+
+
 def test_resuming_a_completed_run_whose_config_broke_names_no_command_that_fails_too(run_folder):
     """fslab resume of such a run said to start one like it with fslab run --like, which refuses it."""
     from fslab.execution.checks import check_resumable

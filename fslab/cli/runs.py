@@ -424,7 +424,7 @@ def logs(
     ref: RunRef,
     follow_: Annotated[bool, typer.Option(
         "--follow", "-f", help="Keep printing new lines until the run ends (and say on stderr how it ended, "
-                                "if it did not complete).")] = False,
+                                "if it did not complete, or why its status.json cannot tell).")] = False,
     stderr: Annotated[bool, typer.Option("--stderr", help="Show the worker's stderr instead of stdout.")] = False,
     last: Annotated[int | None, typer.Option(
         "--tail", "-n", metavar="N",
@@ -472,12 +472,18 @@ def _say_how_it_ended(run_, stderr: bool) -> None:
     ended and how it goes on, as ``fslab run`` says it. A worker killed outright (SIGKILL)
     writes no line of its own, and following it ended as quietly as a completed run."""
     from fslab.core.rerun import after_stop
+    from fslab.core.states import UNREADABLE, unknown_state
 
     state = run_.state()
     if state == "completed":
         return
-    error = run_.status().get("error") or ("its worker died without recording an end (killed outright, "
-                                           "or its machine went down)" if state == "lost" else "no error recorded")
+    status = run_.status()
+    if state == UNREADABLE:  # its status.json is the reason: its worker's stderr would not say it
+        why = unknown_state(status) or "its status.json is missing or cannot be read, so how it ended cannot be told"
+        err_console.print(ended_line(run_.id, state, why, see_stderr=False), highlight=False)
+        return
+    error = status.get("error") or ("its worker died without recording an end (killed outright, "
+                                    "or its machine went down)" if state == "lost" else "no error recorded")
     again = after_stop(run_) if state in ("killed", "lost") else ""
     err_console.print(ended_line(run_.id, state, str(error), see_stderr=not stderr, again=again), highlight=False)
 
