@@ -1012,9 +1012,11 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
     (["--set", "sampler.name=lists"],
      "TypeError: sampler 'lists' yielded a list, not Batch(indices, support): batches(epoch) yields "
      "fslab.plugin.Batch"),
-    # PyTorch's words from the check's forward, naming no backbone: mat1 and mat2 shapes cannot be multiplied
+    # PyTorch's words from the check's forward, naming no backbone: mat1 and mat2 shapes cannot be multiplied;
+    # then the backbone without its plugin, where a training step that raises names both
     (["--backbone", "fixed"],
-     "TypeError: backbone 'fixed' failed on 2 images of shape [2, 1, 16, 16]: RuntimeError: mat1 and mat2 shapes "
+     "backbone 'fixed' from plugin 'local:broken' failed on 2 images of shape [2, 1, 16, 16]: RuntimeError: mat1 "
+     "and mat2 shapes "
      "cannot be multiplied (2x256 and 7056x8); a backbone whose layers depend on the image size names image_size "
      "in its __init__ to be told it"),
     (["--set", "loss.name=hard"], "TypeError: loss 'hard' returned a loss with no gradient; compute it from z with "

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from fslab.core.config import RunConfig, TrainConfig
-from fslab.core.errors import plugin_call
+from fslab.core.errors import FslabError, PluginError, plugin_call
 from fslab.core.registry import Registry, create_dataset
 from fslab.core.types import Split
 from fslab.training import distributed
@@ -132,10 +132,13 @@ def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device:
         "backbone", section["name"], in_channels=in_channels, context=context, **plugin_kwargs(section))).to(device)
 
 
-def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int], device: torch.device) -> None:
+def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int], device: torch.device, *,
+                  named: str | None = None) -> None:
     """A TypeError naming the backbone unless its ``out_dim`` is the number of values it returns
     per image (the loss, its classifier and the projection are sized by it): one forward of two
-    blank images in eval mode, which changes no weight, statistic or random stream of the built-ins."""
+    blank images in eval mode, which changes no weight, statistic or random stream of the built-ins.
+    Where that forward raises, the line names the backbone as ``named`` does, its plugin too
+    (``backbone 'mine' from plugin 'local:mine'``, as a training step that raises names it)."""
     declared = getattr(model, "out_dim", None)
     if isinstance(declared, bool) or not isinstance(declared, int) or declared < 1:
         raise TypeError(f"backbone '{name}' must set self.out_dim to the number of values it returns per "
@@ -145,12 +148,13 @@ def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int]
     try:
         with torch.no_grad():
             features = model(torch.zeros(2, *image_shape, device=device))
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, FslabError):
         raise
     except Exception as error:  # its own error names no backbone (mat1 and mat2 shapes cannot be multiplied)
-        raise TypeError(f"backbone '{name}' failed on 2 images of shape {[2, *image_shape]}: "
-                        f"{type(error).__name__}: {error}; a backbone whose layers depend on the image size "
-                        f"names image_size in its __init__ to be told it") from error
+        line = (f"{named or f'backbone {name!r}'} failed on 2 images of shape {[2, *image_shape]}: "
+                f"{type(error).__name__}: {error}; a backbone whose layers depend on the image size "
+                f"names image_size in its __init__ to be told it")
+        raise (PluginError if named else TypeError)(line) from error
     model.train(was_training)
     shape = list(getattr(features, "shape", ()))
     if shape != [2, declared]:
@@ -219,7 +223,8 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     # fails the run at its start, naming the file. Reading draws no random number.
     test_split = load_split(dataset, "test", name) if world.main else None
     model = build_backbone(registry, cfg, dataset.channels, device, image_size_of(train_split))
-    check_out_dim(model, cfg.backbone["name"], (dataset.channels, *image_size_of(train_split)), device)
+    check_out_dim(model, cfg.backbone["name"], (dataset.channels, *image_size_of(train_split)), device,
+                  named=registry.get("backbone", cfg.backbone["name"]).named)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     # A training-only linear projection on top of the backbone (NCA paper App. A.4).
