@@ -68,12 +68,12 @@ def eval_(
                                    "sinks), so its trackers show the new scores too.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
-    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached), its network
-    in the precision the run's start recorded for evaluation (auto: bf16 on a GPU) whatever the device.
+    """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
 
-    Several runs or a sweep are evaluated one after the other in one process; where several are named, one that
-    cannot be evaluated (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses, its folder
-    deleted meanwhile) is left out with its reason on stderr (the command fails if every one is).
+    The network runs in the precision the run's start recorded for evaluation (auto: bf16 on a GPU), whatever
+    the device. Several runs or a sweep are scored one after the other in one process; where several are named,
+    one that cannot be (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses, its
+    folder deleted meanwhile) is left out with its reason on stderr (the command fails if every one is).
 
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
