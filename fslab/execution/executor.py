@@ -157,6 +157,14 @@ def root_gone(run: Run, config: dict, exc: UsageError) -> UsageError | None:
                       f"(ln -s NEW_PLACE {shlex.quote(root)})")
 
 
+def not_stoppable_here(status: dict) -> str | None:
+    """Why this fslab does not stop a run whose ``status`` names a state it does not know (a newer fslab's,
+    in which its worker may live), as ``fslab stop`` and the dashboard say it; None for any other status."""
+    if unknown := unknown_state(status):
+        return f"cannot be stopped by this fslab: its {unknown}; if it is running, stop it with the fslab that wrote it"
+    return None
+
+
 def stop(run: Run, grace: float = 30.0) -> str:
     """Stop a queued or running run; it ends ``killed`` and keeps its last
     checkpoint. Returns the state it ended in. A SLURM job is cancelled; a
@@ -167,9 +175,8 @@ def stop(run: Run, grace: float = 30.0) -> str:
     state = run.state()
     if state not in LIVE and _launch_waited_out(run):  # a resume was starting a worker: it is recorded now
         state = run.state()
-    if state == UNREADABLE and (unknown := unknown_state(run.status())):  # a newer fslab's: it may be running
-        raise UsageError(f"run {run.id} cannot be stopped by this fslab: its {unknown}; if it is running, stop it "
-                         f"with the fslab that wrote it")
+    if state == UNREADABLE and (why := not_stoppable_here(run.status())):
+        raise UsageError(f"run {run.id} {why}")
     if state not in LIVE:
         raise UsageError(f"run {run.id} is {state}, not running; nothing to stop")
     status = run.status()

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from fslab.core.runstore import Run
-from fslab.core.states import LIVE, UNREADABLE, unknown_state
+from fslab.core.states import LIVE, UNREADABLE
 from fslab.core.summary import RunSummary
 from fslab.tui.messages import RunDeleted, RunLaunched, RunResumed, RunStopped, StoreUpdated
 from fslab.tui.tailing import StoreWatcher
@@ -132,10 +132,12 @@ class FslabApp(App):
         if row is None:  # its screen open after a tick read it deleted
             self.notify(f"run {run_id} was deleted (its folder is gone); nothing to stop", markup=False)
             return
-        if row.state == UNREADABLE and (unknown := unknown_state(Run(self.runs_dir / run_id).status())):
-            self.notify(f"{run_id} cannot be stopped by this fslab: its {unknown}; if it is running, stop it with "
-                        f"the fslab that wrote it", markup=False)  # fslab stop's words: it may be running
-            return
+        if row.state == UNREADABLE:  # a newer fslab's state, in which its worker may live: fslab stop's words
+            from fslab.execution.executor import not_stoppable_here
+
+            if why := not_stoppable_here(Run(self.runs_dir / run_id).status()):
+                self.notify(f"{run_id} {why}", markup=False)
+                return
         if row.state not in LIVE:
             self.notify(f"{run_id} is {row.state}; only queued or running runs can be stopped", markup=False)
             return
