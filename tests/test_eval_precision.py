@@ -67,3 +67,98 @@ def test_a_run_that_recorded_no_precision_is_scored_as_its_configuration_resolve
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["precision"] == "fp32"
     assert (run_dir / "features" / "test-epoch2.pt").is_file()
+
+
+def _scores(run_dir, pattern):
+    """The per-episode scores of the run's saved evaluations whose file names match ``pattern``, by shots."""
+    return {json.loads(p.read_text())["shots"]: json.loads(p.read_text())["accuracies"]
+            for p in (run_dir / "evaluations").glob(pattern)}
+
+
+def test_a_bf16_run_scored_in_fp32_is_saved_beside_its_own_scores_which_every_reader_keeps(project, gpu_bf16_run):
+    """fslab eval --precision fp32 of a bf16 run: the same episodes embedded in fp32, in features of their own,
+    saved beside the run's scores (..._fp32.json), never in their place; fslab runs, compare and a later fslab
+    eval of the run's own precision read its own, and fslab show names the precision of the others."""
+    run_dir = gpu_bf16_run
+    own = [fslab_here("eval", run_dir.name, "--device", "cpu", "--episodes", "40", "--json", cwd=project)]
+    assert own[0].returncode == 0, own[0].stderr
+    saved = {p.name: p.read_text() for p in (run_dir / "evaluations").iterdir()}
+    for episodes in ("40", "60"):  # 60: an fp32 count the run's own scores lack, which a reader mixing them takes
+        done = fslab_here("eval", run_dir.name, "--device", "cpu", "--precision", "fp32", "--episodes", episodes,
+                          "--json", cwd=project)
+        assert done.returncode == 0, done.stderr
+        scored = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [(r["precision"], r["run_precision"]) for r in scored] == [("fp32", "bf16")] * 2
+        # embedded anew in fp32 (not read from the bf16 features), then cached apart for the second count
+        assert [r["features_cached"] for r in scored] == ([False, True] if episodes == "40" else [True, True])
+    assert (run_dir / "features" / "test-epoch2.pt").is_file()
+    assert (run_dir / "features" / "test-epoch2-bf16.pt").is_file()
+    assert {p.name: p.read_text() for p in (run_dir / "evaluations").iterdir() if p.name in saved} == saved
+    beside = {p.name: json.loads(p.read_text()) for p in (run_dir / "evaluations").glob("*_fp32.json")}
+    assert sorted(beside) == [f"test-centroid-5way-{n}shot-5q-{e}ep-seed0-epoch2_fp32.json"
+                              for n in (1, 5) for e in (40, 60)]
+    assert all((r["precision"], r["run_precision"]) == ("fp32", "bf16") for r in beside.values())
+    listed = json.loads(fslab_here("runs", "--json", cwd=project).stdout)
+    trained = {e["shots"]: e for e in events(run_dir, "eval") if e["split"] == "test" and "source" not in e}
+    assert {int(k[0]): v["accuracy"] for k, v in listed["test"].items()} == {n: e["accuracy"]
+                                                                              for n, e in trained.items()}
+    assert {k: v["episodes"] for k, v in listed["test_by_evaluator"]["centroid"].items()} == {"1-shot": 40,
+                                                                                              "5-shot": 40}
+    again = fslab_here("eval", run_dir.name, "--device", "cpu", "--episodes", "40", "--json", cwd=project)
+    assert again.stdout == own[0].stdout.replace('"features_cached": false', '"features_cached": true')
+    compared = json.loads(fslab_here("compare", run_dir.name, "--format", "json", cwd=project).stdout)
+    assert [(c["accuracy"], c["episodes"]) for c in compared["groups"][0]["results"].values()] == [
+        (trained[n]["accuracy"], 40) for n in (1, 5)]
+    shown = fslab_here("show", run_dir.name, "--wide", cwd=project).stdout
+    assert shown.count("centroid, network in fp32") == 4 and shown.count("centroid ") >= 6, shown
+    refused = fslab_here("eval", run_dir.name, "--device", "cpu", "--evaluator", "finetune", "--shots", "5",
+                         "--precision", "bf16", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: evaluator 'finetune' fine-tunes the network on every episode in fp32, whatever --precision says: "
+        "--precision bf16 would score it as fp32 does; leave --precision out, or give fp32"]
+
+
+def test_a_rescore_in_another_precision_is_what_training_in_it_scored_and_stays_out_of_the_sinks(project):
+    """Two runs alike but for eval.precision: each scored by fslab eval in the other's precision gives the
+    other's own per-episode scores (the training mean that centres them embedded in that precision too); a
+    run sent to a sink is sent again without those scores, which would replace its own there."""
+    from .test_eval_command import RECORDING_SINK
+
+    (project / "mine").mkdir()
+    (project / "mine" / "recorder.py").write_text(RECORDING_SINK)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    runs = {}
+    for precision in ("bf16", "fp32"):
+        done = fslab("run", "nca", *TINY, "--epochs", "2", "--set", f"eval.precision={precision}", "--sink",
+                     "recorder", cwd=project)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[precision] = next(p for p in (project / "runs").glob("2*") if p not in runs.values())
+    for precision, other in (("bf16", "fp32"), ("fp32", "bf16")):
+        run_dir = runs[precision]
+        done = fslab_here("eval", run_dir.name, "--precision", other, "--episodes", "40", cwd=project)
+        assert done.returncode == 0, done.stderr
+        assert f", network in {other}, not the run's {precision}): " in done.stdout
+        assert _scores(run_dir, f"*_{other}.json") == _scores(runs[other], "*epoch2.json")
+        kept = [e for e in events(run_dir) if e.get("run_precision") is None]
+        assert len(kept) == len(events(run_dir)) - 2
+        assert done.stderr == f"{run_dir.name}: sent again to recorder with the new scores ({len(kept)} events)\n"
+        recorded = [json.loads(line) for line in (run_dir / "recorded.jsonl").read_text().splitlines()]
+        assert recorded == kept
+
+
+def test_a_precision_fslab_does_not_know_is_refused_in_one_line_before_torch_loads(project):
+    import subprocess
+    import sys
+
+    from fslab.core.config import CONFIG_VERSION, DEFAULTS
+    from fslab.core.runstore import create_run
+
+    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": CONFIG_VERSION})
+    code = ("import sys\nfrom fslab.cli import main\nsys.argv = ['fslab', 'eval', sys.argv[1], '--precision', "
+            "'fp64']\ntry:\n    main()\nfinally:\n    sys.stderr.write('TORCH' if 'torch' in sys.modules else "
+            "'NO TORCH')\n")
+    done = subprocess.run([sys.executable, "-c", code, run.id], cwd=project, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\". "
+                           "Did you mean 'fp16'?\nNO TORCH")

@@ -49,6 +49,8 @@ def export_(
     the runs said exported and the earlier record of the one it was exporting;
     a tracking server that does not answer within 10 s stops it at once, in one line, as does a sink's
     folder on a read-only file system (a copy of a store): point the sink elsewhere with --set.
+    Scores of a run's network in another precision than its own (fslab eval --precision) are not sent:
+    the tracker would show them in the place of its own.
     """
     from fslab.cli.launch import sigterm_as_interrupt
     from fslab.core.sweeps import select_runs

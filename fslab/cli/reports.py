@@ -29,11 +29,17 @@ from fslab.cli.common import (
     shown,
 )
 from fslab.cli.tables import Col, fit, print_table
-from fslab.core.config import EPISODES_MAX, EPISODES_MIN
+from fslab.core.config import EPISODES_MAX, EPISODES_MIN, PRECISIONS, check_option
 from fslab.core.errors import FslabError, UsageError, interrupted_code
-from fslab.core.events import accuracy_text, canonical_evaluator, label_params, table_score
+from fslab.core.events import accuracy_text, canonical_evaluator, label_params, other_precision, table_score
 from fslab.core.limits import repeated_at
 from fslab.core.text import count, percent, queries_text
+
+# fslab eval --precision
+PrecisionOption = Annotated[str, typer.Option(
+    help="The precision the network embeds the features in: auto (the one the run's start recorded for "
+         "evaluation), fp32, bf16 or fp16. Scores of another than the run's own go beside its own.",
+    autocompletion=choices(*PRECISIONS))]
 
 
 @app.command("eval")
@@ -63,6 +69,7 @@ def eval_(
     data_root: Annotated[Path | None, typer.Option(
         help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root); the "
              "runs named must have trained on one dataset and root.")] = None,
+    precision: PrecisionOption = "auto",
     sinks: Annotated[bool, typer.Option(
         "--sinks/--no-sinks", help="Send the run again to the sinks it was sent to as it trained (--sink, \\[run] "
                                    "sinks), so its trackers show the new scores too.")] = True,
@@ -71,9 +78,11 @@ def eval_(
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
 
     The network runs in the precision the run's start recorded for evaluation (auto: bf16 on a GPU), whatever
-    the device. Several runs or a sweep are scored one after the other in one process; where several are named,
-    one that cannot be (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses, its
-    folder deleted meanwhile) is left out with its reason on stderr (the command fails if every one is).
+    the device, or in --precision's (the same episodes: what the precision costs), whose scores go beside the
+    run's own (..._fp32.json), which fslab runs, compare, plot and study report read alone, and no sink gets.
+    Several runs or a sweep are scored one after the other in one process; where several are named, one that
+    cannot be (no checkpoint yet, an unreadable configuration, episodes its evaluator refuses, its folder
+    deleted meanwhile) is left out with its reason on stderr (the command fails if every one is).
 
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
@@ -84,6 +93,7 @@ def eval_(
     from fslab.core.sweeps import select_runs
 
     shot_list = episode_options(split, shots, ways, queries, episodes)
+    check_option("eval.precision", precision, "--precision")  # as fslab run --set eval.precision=... is checked
     if evaluator and "[" in evaluator:  # a label as fslab runs and compare show it: knn[k=3]
         raise UsageError(_label_given(evaluator))
     if data_root is not None and not data_root.is_dir():  # said once, not once for each run named
@@ -91,17 +101,24 @@ def eval_(
     chosen = select_runs(settings().runs_dir, refs, "evaluate")
     # an unknown evaluator, a wrong parameter or a device this machine lacks fails before torch loads
     found = registry()
-    if evaluator is not None and not evaluator.strip():  # --evaluator "" (an unset variable): not the run's own
-        raise UsageError(f"--evaluator needs an evaluator's name, one of {', '.join(found.names('evaluator'))}; "
-                         f"leave the option out to evaluate each run by its own, got '{evaluator}'")
-    params = _evaluator_params(set_ or [], found, evaluator) if evaluator else None
-    if device:
-        _check_device(device)
+    params = _given_options(evaluator, set_ or [], device, found)
     plans = _eval_plans(chosen, found, evaluator, params, set_ or [], device, ways, queries)
     if data_root is not None:
         _one_data_root(plans)
     _score_all(plans, len(chosen), data_root, found, sinks, as_json, split=split, shots=shot_list,
-               episodes=episodes, evaluator=evaluator, device=device)
+               episodes=episodes, evaluator=evaluator, device=device, precision=precision)
+
+
+def _given_options(evaluator: str | None, assignments: list[str], device: str | None, found) -> dict | None:
+    """``--evaluator``, its ``--set`` parameters and ``--device``, checked before torch loads; returns the
+    parameters (None where no evaluator is named: each run's own are checked with it, :func:`_eval_plan`)."""
+    if evaluator is not None and not evaluator.strip():  # --evaluator "" (an unset variable): not the run's own
+        raise UsageError(f"--evaluator needs an evaluator's name, one of {', '.join(found.names('evaluator'))}; "
+                         f"leave the option out to evaluate each run by its own, got '{evaluator}'")
+    params = _evaluator_params(assignments, found, evaluator) if evaluator else None
+    if device:
+        _check_device(device)
+    return params
 
 
 def _label_given(label: str) -> str:
@@ -230,8 +247,11 @@ def _print_score(run_, result: dict, split: str, ways: int, as_json: bool) -> No
 
 def _embedded(result: dict) -> str:
     """The precision the network ran in (embedding the features, or fine-tuned), as the line says it:
-    ``, network in bf16``."""
-    return f", network in {result['precision']}" if result.get("precision") else ""
+    ``, network in bf16``; ``, network in fp32, not the run's bf16`` for another than the run's."""
+    if not result.get("precision"):
+        return ""
+    return f", network in {result['precision']}" + (f", not the run's {result['run_precision']}"
+                                                    if other_precision(result) else "")
 
 
 def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> list[dict]:
@@ -325,7 +345,6 @@ def _evaluator_params(assignments: list[str], found, name: str) -> dict:
 
 def _check_device(device: str) -> None:
     """The device ``fslab eval`` would use, checked as ``fslab run --device`` is."""
-    from fslab.core.config import check_option
     from fslab.execution.checks import check_device
 
     check_option("device", device, "--device")  # named as given, as fslab run names it

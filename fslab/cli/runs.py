@@ -32,7 +32,7 @@ from fslab.cli.common import (
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
-from fslab.core.events import logged_evaluator, table_score
+from fslab.core.events import logged_evaluator, precision_note, table_score
 from fslab.core.settings import project_above
 from fslab.core.text import count
 
@@ -285,7 +285,8 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
 
     Also how its steps computed (device, precision, channels-last, TF32, compile mode, deterministic
     algorithms), as its latest start resolved them for its device (train.precision=auto: bf16 on a GPU that has it,
-    else fp16; fp32 on the CPU)."""
+    else fp16; fp32 on the CPU). An evaluation of the network in another precision than the run's (fslab eval
+    --precision) says which beside its evaluator: centroid, network in fp32."""
     from fslab.core.events import numerics_text
     from fslab.core.runstore import find_run
     from fslab.core.states import LIVE
@@ -332,7 +333,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     if spent["total_s"] > 0:
         console.print(time_line(spent), highlight=False)
     rows = [[str(e.get("split")), *(str(e.get(k, "-")) for k in ("ways", "shots", "queries", "episodes", "epoch")),
-             logged_evaluator(e), _score(e)] for e in evaluations]
+             logged_evaluator(e) + precision_note(e), _score(e)] for e in evaluations]
     if rows:
         print_table(console, lambda width: fit(EVAL_COLUMNS, rows, width, EVAL_STEPS), wide)
 

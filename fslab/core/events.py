@@ -72,7 +72,7 @@ def is_validation(event: dict) -> bool:
 def eval_line(event: dict) -> str:
     where = f" after epoch {event['epoch']}" if "epoch" in event else ""
     return (f"{event['split']} {event['ways']}-way {event['shots']}-shot, {event['episodes']} episodes"
-            f"{where}: {accuracy_text(event)}")
+            f"{where}{precision_note(event)}: {accuracy_text(event)}")
 
 
 def speed_text(event: dict) -> str:
@@ -237,6 +237,21 @@ def logged_evaluator(event: dict) -> str:
     spelling (``centroid`` for events logged before evaluators were recorded,
     as in fslab 0.1)."""
     return canonical_evaluator(str(event.get("evaluator", "centroid")))
+
+
+def other_precision(record: dict) -> bool:
+    """Whether an ``eval`` event or a saved evaluation holds the scores of a network run in a precision
+    other than the run's own (``fslab eval --precision``, which names the run's own in ``run_precision``):
+    the one rule by which ``fslab runs``, ``compare``, ``plot``, ``study report`` and the sinks leave
+    such scores out, and ``fslab show`` names their precision."""
+    own = record.get("run_precision")
+    return own is not None and own != record.get("precision")
+
+
+def precision_note(record: dict) -> str:
+    """``, network in fp32`` where ``record`` holds scores of another precision than the run's
+    (:func:`other_precision`), as tables and lines name them beside the evaluator; else ``''``."""
+    return f", network in {record.get('precision')}" if other_precision(record) else ""
 
 
 def own_evaluator(config: dict) -> str:

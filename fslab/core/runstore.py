@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
-from fslab.core.events import kept_scores
+from fslab.core.events import kept_scores, other_precision
 from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
 from fslab.core.flocks import briefly_held
 from fslab.core.schemas import evaluation, event, results
@@ -246,11 +246,15 @@ class Run:
         Scores of other data than those the name holds (``fslab eval --data-root`` on
         images that differ) go beside them, ``..._data<fingerprint>.json``, never in their
         place: the training's own test scores stay what ``fslab runs`` shows, and readers
-        take the plain name first (it sorts before the other)."""
+        take the plain name first (it sorts before the other). So do scores of the network
+        run in another precision than the run's own (``fslab eval --precision``), named
+        ``..._<precision>.json``, which readers leave out (:func:`other_precision`)."""
         folder = self.path / "evaluations"
         folder.mkdir(exist_ok=True)
         key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
                f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
+        if other_precision(result):
+            key += f"_{result['precision']}"
         path = folder / f"{safe_name(key)}.json"
         data = result.get("data")
         if isinstance(data, str) and _other_data(path, data):

@@ -11,7 +11,8 @@ agree on every number:
   episodes) are listed apart under ``test_by_evaluator``, by their label
   (``knn[k=3]``), each score with the ``epoch`` of the checkpoint it scored;
   one of a checkpoint older than the run's latest (the run resumed and trained
-  on since) no longer counts: the network it scored is gone;
+  on since) no longer counts: the network it scored is gone; nor does one of
+  the network run in another precision than the run's (``fslab eval --precision``);
 - the **best validation** accuracy is the best of the training's per-epoch
   validations.
 
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core import schemas
-from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, own_evaluator
+from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, other_precision, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
 from fslab.core.runstore import newest_first, run_names
 from fslab.core.slurm_queue import JOB_KEYS
@@ -45,7 +46,7 @@ from fslab.core.worklock import observed_state
 
 SUMMARY_FILE = "summary.json"
 # Bumped whenever the fold changes: summary files of another format are rebuilt.
-SUMMARY_FORMAT = 7
+SUMMARY_FORMAT = 8
 # The worker writes events with json.dumps' default separators, so a train
 # line is recognised without parsing it; only the first and last of a batch
 # of lines matter, and parsing the rest would cost ~10 µs a line.
@@ -243,6 +244,8 @@ def _fold(summary: RunSummary, event: dict) -> None:
     elif kind == "eval":
         if summary.ways is not None and event["ways"] != summary.ways:
             return  # episodes of another number of classes (eval.extra_ways, fslab eval --ways)
+        if other_precision(event):
+            return  # the network run in another precision than the run's (fslab eval --precision): not its score
         value = {"accuracy": float(event["accuracy"]), "ci95": float(event["ci95"]), "episodes": event["episodes"]}
         if event.get("metric", "accuracy") != "accuracy":  # a retrieval evaluation's mAP: tables say so
             value["metric"] = str(event["metric"])

@@ -19,6 +19,7 @@ import time
 
 from fslab.core import worklock
 from fslab.core.errors import ConfigError, FslabError, UsageError
+from fslab.core.events import other_precision
 from fslab.core.flocks import one_at_a_time
 from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
@@ -125,7 +126,9 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
     try:
         with exporting(run, sink):
-            count = replay(registry, sink, target, params, events)
+            # scores of the network run in another precision than the run's (fslab eval --precision) would
+            # replace its own under the same metric in the tracker: they stay in the run's folder only
+            count = replay(registry, sink, target, params, [e for e in events if not other_precision(e)])
     except ImportError as exc:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
     except ConnectionError as exc:  # its server is down or unreachable: so for every run

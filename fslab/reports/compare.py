@@ -31,6 +31,7 @@ from fslab.core.events import (
     logged_evaluator,
     mean_ci,
     metric_label,
+    other_precision,
     own_evaluator,
 )
 from fslab.core.keys import PLUGIN_SECTIONS, dotted
@@ -96,9 +97,12 @@ class RunFiles:
     def saved(self, run: Run) -> list[dict]:
         """The run's saved evaluations, each ``evaluator`` in its one spelling (read once), but those of a
         checkpoint older than the run's latest, which ``fslab runs`` no longer shows either: the run was
-        resumed and trained on, and the network they scored is gone (:func:`older_checkpoint`)."""
+        resumed and trained on, and the network they scored is gone (:func:`older_checkpoint`); and those
+        of its network run in another precision than its own (``fslab eval --precision``), which would pair
+        or pool with other runs' own scores as if they measured the same (:func:`other_precision`)."""
         if run not in self._saved:
             saved, self._damaged[run] = run.saved_evaluations()
+            saved = [e for e in saved if not other_precision(e)]
             latest = read_summary(run.path, save=False) if saved else None
             self._saved[run] = [{**e, "evaluator": logged_evaluator(e)} for e in saved
                                 if not older_checkpoint(e["epoch"], latest)]

@@ -63,6 +63,9 @@ class EvaluationInputs:
     data: str | None = None
     # fslab eval: the precision the features were embedded in (reported, logged and saved); None in training
     precision: str | None = None
+    # fslab eval --precision: the run's own precision, where ``precision`` is another (said in the records, whose
+    # scores then go beside the run's own: fslab.core.events.other_precision); None otherwise
+    run_precision: str | None = None
 
 
 def data_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
@@ -109,7 +112,7 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
     blames the evaluator names it and its plugin (:attr:`fslab.core.registry.Component.named`).
     Returns one result per shape: split, ways, shots, queries, episodes,
     evaluator, metric, seed, stream, epoch, accuracy (the score, whatever the
-    metric), ci95, and ``precision`` and ``features_cached`` where the inputs say. The saved
+    metric), ci95, and ``precision``, ``run_precision`` and ``features_cached`` where the inputs say. The saved
     scores also hold the split's ``data`` fingerprint where the inputs give it.
     """
     traits = evaluator_traits(evaluator)
@@ -143,7 +146,8 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
         result = {"split": episodes.split, "ways": episodes.ways, "shots": shots, "queries": queries,
                   "episodes": episodes.count, "evaluator": label, "metric": traits.metric, "seed": episodes.seed,
                   "stream": evaluation.EPISODE_STREAM, "epoch": episodes.epoch, "accuracy": mean, "ci95": ci,
-                  **({"precision": inputs.precision} if inputs.precision is not None else {})}
+                  **({"precision": inputs.precision} if inputs.precision is not None else {}),
+                  **({"run_precision": inputs.run_precision} if inputs.run_precision is not None else {})}
         if source is None:
             log.write("eval", **{k: v for k, v in result.items() if k not in IDENTITY}, **(at or {}))
         else:

@@ -4,7 +4,8 @@ The backbone embeds each image of a split once; the features are cached in
 ``runs/<id>/features/<split>-epoch<E>.pt`` (keyed by the checkpoint's epoch, so
 a newer checkpoint is embedded again; ``-stages<k>`` is added for multi-stage
 features, ``eval.feature_stages`` > 1, and ``-bf16`` or ``-fp16`` for features
-embedded in that ``eval.precision``). The file holds digests of the split's
+embedded in that precision: the run's ``eval.precision``, or ``fslab eval --precision``'s,
+so features of one precision are never read for another). The file holds digests of the split's
 data and of the weights: other data, or another checkpoint of the same epoch
 (copied in from another run), is embedded again. Episodes come from the fixed evaluation
 seed of the run's configuration, so every run is scored on the same episodes
@@ -81,10 +82,20 @@ class Checkpoint:
         self.epoch = self.state["epoch"]
         self.stages = cfg.eval.feature_stages
         self.numerics = resolve_numerics(cfg, device)  # features in eval.precision and the run's memory format
+        self.own_precision = self.numerics.eval_precision  # the run's, whatever embed_in() asks for since
         # ... and with its TF32 and deterministic algorithms, as training evaluated it (a CUDA GPU's
         # float32 matrix products differ with TF32; its convolutions are autotuned without determinism)
         apply_backend_settings(self.numerics)
         self._dataset = None
+
+    def embed_in(self, precision: str) -> None:
+        """Embed in ``precision`` rather than the run's own (``fslab eval --precision``), before anything is."""
+        self.numerics = replace(self.numerics, eval_precision=precision)
+
+    @property
+    def other_precision(self) -> str | None:
+        """The run's own precision where the features are embedded in another (:meth:`embed_in`), else None."""
+        return self.own_precision if self.numerics.eval_precision != self.own_precision else None
 
     def dataset(self):
         if self._dataset is None:
@@ -224,7 +235,9 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
     center = None
     if cfg.eval.center:
         center = checkpoint.state["train_mean"]
-        if center is None:  # saved after an epoch that was not validated (eval.val_every)
+        # none saved after an epoch that was not validated (eval.val_every), or one embedded in the run's own
+        # precision where fslab eval --precision asks for another: embedded again in that one, as training would
+        if center is None or checkpoint.other_precision is not None:
             center = training_mean(checkpoint.dataset().load("train").images, checkpoint.embed,
                                    cfg.eval.center_images, cfg.eval.seed)
     common = {"center": center, "normalize": cfg.eval.normalize, "device": checkpoint.device}
@@ -238,14 +251,16 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
 
 def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: int, episodes: int | None = None,
                  evaluator: str | None = None, params: dict | None = None, device: str | None = None,
-                 data_root: str | None = None) -> list[dict]:
+                 data_root: str | None = None, precision: str | None = None) -> list[dict]:
     """Evaluate the run's last checkpoint; returns one result per episode shape
     (per number of shots, or the evaluator's own fixed shape).
 
     ``evaluator`` defaults to the run's, with the run's parameters; ``params``
     override or add parameters. ``episodes`` defaults to 10,000, or to the
     evaluator's ``default_episodes`` for a slow model-aware one. ``data_root``: where
-    the run's dataset lies now, if it moved since the run trained.
+    the run's dataset lies now, if it moved since the run trained. ``precision``
+    (fp32, bf16 or fp16; None or auto: the run's own) embeds the features in another
+    precision than the run's: the same episodes, scored and saved beside its own.
     """
     check_evaluable(run)
     config = run.config()
@@ -265,11 +280,26 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     chosen = Episodes(split=split, ways=ways, shots=shots, queries=queries, count=episode_count(classify, episodes),
                       seed=cfg.eval.seed, epoch=checkpoint.epoch)
     check_refused(classify, ways, shots, queries)  # before the split is embedded (minutes at a paper's size)
+    needs_model = evaluator_traits(classify).needs_model
+    if precision not in (None, "auto"):
+        _check_precision(needs_model, name, precision)
+        if not needs_model:
+            checkpoint.embed_in(precision)
     inputs = replace(evaluation_inputs(run, split, checkpoint, classify),
-                     precision=checkpoint.numerics.eval_precision if not evaluator_traits(classify).needs_model
-                     else "fp32")  # finetune runs its copy of the network in float32 whatever eval.precision says
+                     precision=checkpoint.numerics.eval_precision if not needs_model
+                     else "fp32",  # finetune runs its copy of the network in float32 whatever eval.precision says
+                     run_precision=None if needs_model else checkpoint.other_precision)
     return evaluate_and_record(EventLog(run, echo=False), classify, recorded_evaluator(section), inputs, chosen,
                                save=True, source="fslab eval", named=registry.get("evaluator", name).named)
+
+
+def _check_precision(needs_model: bool, name: str, precision: str) -> None:
+    """A UsageError where ``fslab eval --precision`` cannot apply: a model-aware evaluator (finetune)
+    adapts its copy of the network in float32, whatever precision the features would be embedded in."""
+    if needs_model and precision != "fp32":
+        raise UsageError(f"evaluator '{name}' fine-tunes the network on every episode in fp32, whatever "
+                         f"--precision says: --precision {precision} would score it as fp32 does; leave "
+                         f"--precision out, or give fp32")
 
 
 def recorded_precision(run: Run) -> str | None:

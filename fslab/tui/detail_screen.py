@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
 from fslab.core import schemas
-from fslab.core.events import is_validation, logged_evaluator, score_cell
+from fslab.core.events import is_validation, logged_evaluator, precision_note, score_cell
 from fslab.core.states import LIVE, LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import count, printable
 from fslab.core.timing import TimeSplit, time_line
@@ -75,7 +75,8 @@ class RunHistory:
                         s["val"].append(event["epoch"], acc)
                         s["val_lo"].append(event["epoch"], acc - ci)
                         s["val_hi"].append(event["epoch"], acc + ci)
-                    rows.append([Text(printable(event["split"])), Text(printable(logged_evaluator(event))),
+                    rows.append([Text(printable(event["split"])),
+                                 Text(printable(logged_evaluator(event) + precision_note(event))),
                                  *(Text(printable(event.get(k, "-"))) for k in
                                    ("ways", "shots", "queries", "episodes", "epoch")),
                                  Text(score_cell(event))])
