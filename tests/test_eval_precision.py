@@ -162,3 +162,15 @@ def test_a_precision_fslab_does_not_know_is_refused_in_one_line_before_torch_loa
     assert done.returncode == 2, done.stderr
     assert done.stderr == ("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\". "
                            "Did you mean 'fp16'?\nNO TORCH")
+
+
+def test_a_score_is_of_another_precision_only_where_it_names_the_runs_own_as_another():
+    """The one rule every reader leaves such scores out by, and the words lines name them with."""
+    from fslab.core.events import eval_line, other_precision
+
+    event = {"split": "val", "ways": 5, "shots": 5, "episodes": 40, "accuracy": 0.5, "ci95": 0.01}
+    rescored = {**event, "precision": "fp32", "run_precision": "bf16"}
+    assert [other_precision(e) for e in (event, {**event, "precision": "bf16"}, rescored,
+                                         {**rescored, "run_precision": "fp32"})] == [False, False, True, False]
+    assert eval_line(rescored) == "val 5-way 5-shot, 40 episodes, network in fp32: 50.00 ± 1.00%"
+    assert eval_line({**event, "precision": "bf16"}) == "val 5-way 5-shot, 40 episodes: 50.00 ± 1.00%"
