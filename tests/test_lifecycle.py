@@ -300,6 +300,46 @@ def test_ctrl_c_while_following_stops_the_worker(project, sent, code):
     assert st["state"] == "killed" and not _alive(st["pid"])
 
 
+def _followed_into_a_closed_pipe(project, *args):
+    """``fslab ARGS | head -1``: the follower's stdout a pipe whose reader leaves after the first line."""
+    read, write = os.pipe()
+    follower = subprocess.Popen([sys.executable, "-m", "fslab", *args], cwd=project, stdout=write,
+                                stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    with os.fdopen(read) as reader:
+        first = reader.readline()
+    _, err = follower.communicate(timeout=120)
+    return first, follower.returncode, err
+
+
+def test_a_follower_whose_reader_went_away_leaves_the_run_training_and_says_so(project):
+    """`fslab run nca | head -2` exited 141 without a word, and the worker trained on unseen: the run goes on,
+    as with --detach, and stderr says so with the commands that follow and stop it; so does `fslab resume`."""
+    first, code, err = _followed_into_a_closed_pipe(project, "run", "nca", *TINY, "--epochs", LONG)
+    run_dir = only_run(project)
+    try:
+        assert first.startswith(f"run {run_dir.name} in "), first
+        went_on = (f"run {run_dir.name} trains on: the reader of this output went away; follow it with: fslab logs "
+                   f"{run_dir.name} --follow; stop it with: fslab stop {run_dir.name}")
+        assert (code, err.strip()) == (141, went_on), err
+        trained = len(events(run_dir, "train"))
+        wait_for(lambda: len(events(run_dir, "train")) > trained and events(run_dir, "checkpoint"),
+                 what="training after the follower left")
+        st = status(run_dir)
+        assert st["state"] == "running" and _alive(st["pid"]), st
+        assert fslab("stop", run_dir.name, cwd=project).returncode == 0
+
+        first, code, err = _followed_into_a_closed_pipe(project, "resume", run_dir.name)
+        assert (code, err.strip()) == (141, went_on), err
+        st = status(run_dir)
+        assert st["state"] in ("queued", "running") and _alive(st["pid"]), st
+        assert fslab("stop", run_dir.name, cwd=project).returncode == 0
+    finally:  # a worker left training is not for the suite to wait on
+        st = status(run_dir)
+        if st.get("pid") and _alive(st["pid"]) and st["state"] in ("queued", "running"):
+            os.kill(st["pid"], signal.SIGKILL)
+
+
 # `fslab run` or `fslab resume` with a Ctrl-C (or SIGTERM) that arrives the moment its worker has started,
 # before following it: the command used to exit 130 without a word while the worker trained on unfollowed.
 SIGNALLED_AT_START = textwrap.dedent("""

@@ -143,15 +143,26 @@ def cut_short(exc: BaseException) -> bool:
     return False
 
 
-def end_cut_short() -> None:
-    """End quietly, as a Unix tool whose reader went away: no line (its reader is gone, and stderr may
-    be the same pipe), exit code :data:`CUT_SHORT`. stdout then points at /dev/null, so the flush of
-    what is left in its buffer as Python exits cannot fail again ("Exception ignored ... BrokenPipeError")."""
+def end_cut_short(note: str | None = None) -> None:
+    """End quietly, as a Unix tool whose reader went away: exit code :data:`CUT_SHORT`, and no line but
+    ``note`` (what goes on without this command: a followed run's worker) on stderr, where stderr can
+    still be written (it may be the same pipe: then not a word). stdout, and a stderr that failed, then
+    point at /dev/null, so the flush of what is left in their buffers as Python exits cannot fail again
+    ("Exception ignored ... BrokenPipeError")."""
+    if note is not None:
+        try:
+            print(note, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            _to_devnull(sys.stderr)
+    _to_devnull(sys.stdout)
+    sys.exit(CUT_SHORT)
+
+
+def _to_devnull(stream) -> None:
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
     except (OSError, ValueError):  # no descriptor: a stream replaced in-process (a test's)
         pass
-    sys.exit(CUT_SHORT)
 
 
 def fail(message: str, code: int) -> None:

@@ -86,6 +86,9 @@ def run(
 
     Ctrl-C (or a SIGTERM) stops the worker, one pressed while it starts included: the run ends killed, exit code
     130 (143 for SIGTERM).
+
+    A reader of the output that goes away (| head -2) leaves the run training, as --detach does: stderr says so,
+    with how to follow or stop it (exit code 141).
     """
     from fslab.execution import executor as executors
 
@@ -161,7 +164,7 @@ def _follow_to_end(run_, process, until_replaced: int | None = None, held: HeldS
     try:  # from the first line on, Ctrl-C (or a SIGTERM: kill, timeout) stops the worker it started
         if held is not None:  # one pressed while the worker started: now, where it stops the worker
             held.release()
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), _trains_on_unread(run_, process):
             console.print(f"run [bold]{run_.id}[/bold] in {shown(str(run_.path))}", highlight=False)
             state = follow(run_, console, process, until_replaced=until_replaced)
     except KeyboardInterrupt as interrupt:
@@ -180,6 +183,24 @@ def _follow_to_end(run_, process, until_replaced: int | None = None, held: HeldS
     again = after_stop(run_) if state == "lost" else ""  # its worker died: what it kept, how to go on
     err_console.print(ended_line(run_.id, state, str(error), again=again), highlight=False)
     raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _trains_on_unread(run_, process):
+    """A reader of the progress that went away (``fslab run nca | head -2``, a pager quit) stops the following,
+    not the run: the worker trains on, as after --detach, and one line on stderr says so with the commands that
+    follow and stop it; the exit code is that of any command cut short, 141. It used to say nothing, and the run
+    trained on unseen. A worker that has ended by then leaves nothing to say."""
+    from fslab.cli import cut_short, end_cut_short
+
+    try:
+        yield
+    except (BrokenPipeError, SystemExit) as exc:  # rich ends a console whose pipe broke with SystemExit(1)
+        if isinstance(exc, SystemExit) and not cut_short(exc):
+            raise
+        end_cut_short(None if process.poll() is not None else
+                      f"run {run_.id} trains on: the reader of this output went away; follow it with: "
+                      f"fslab logs {run_.id} --follow; stop it with: fslab stop {run_.id}")
 
 
 def _test_lines(results: dict) -> list[str]:
@@ -309,6 +330,7 @@ def resume(
     trained with that none installed registers is named, with how the run goes on.
 
     Ctrl-C (or a SIGTERM) stops the worker again, one pressed while it starts included (exit code 130, or 143).
+    A reader of the output that goes away (| head -2) leaves it training, said on stderr (exit code 141).
     """
     from fslab.cli.follow import events_file
     from fslab.core.runstore import find_run
