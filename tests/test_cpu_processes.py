@@ -25,6 +25,25 @@ def test_more_gloo_processes_than_cpus_are_refused_before_a_run_exists(project):
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
+@pytest.mark.parametrize("grid, refused", [
+    ("train.processes=1,{many}", "--device cpu --gpus {many} (train.processes) starts {many} gloo processes, more "
+                                 "than the {cpus} this machine lets fslab use; use --gpus {most} or fewer"),
+    ("train.lr=0.1,-1", "config key 'train.lr' must be > 0 and at most 3.4e38 (float32's largest), got -1.0"),
+])
+def test_a_grid_point_a_run_refuses_is_named_with_its_value(project, grid, refused):
+    """fslab sweep --device cpu --grid train.processes=1,5 on a 2-core machine was refused in the line of
+    fslab run --gpus 5, naming no grid: the line begins with the grid point, as a study's names its grid key."""
+    have = cpu_count()
+    many, most = max(have, 2) + 1, max(have, 2)
+    grid = grid.format(many=many)
+    result = fslab_here("sweep", "nca", *TINY, "--batch-size", str(4 * many), "--device", "cpu", "--grid", grid,
+                        cwd=project)
+    point = grid.split("=")[0] + "=" + grid.split(",")[-1]
+    refused = refused.format(many=many, most=most, cpus=f"{have} CPU{'s' if have != 1 else ''}")
+    assert (result.returncode, result.stderr) == (2, f"error: grid point {point}: {refused}\n")
+    assert not (project / "runs").exists() or not [p for p in (project / "runs").iterdir() if p.name != "sweeps"]
+
+
 def test_a_slurm_job_s_gloo_processes_are_bounded_by_its_cpus(project):
     """A job's processes run on the CPUs SLURM gives it (cpus_per_task), not on this machine's."""
     bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked

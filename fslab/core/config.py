@@ -42,7 +42,7 @@ from typing import Any
 
 from fslab.core.assignments import layer_of, shown, toml_value
 from fslab.core.errors import ConfigError, UnknownName, UsageError, did_you_mean, plugin_call
-from fslab.core.keys import PLUGIN_SECTIONS, SECTION_KEYS, SINKS, dated, dotted
+from fslab.core.keys import PLUGIN_SECTIONS, SECTION_KEYS, SINKS, dated, dotted, names_key
 from fslab.core.limits import (
     RULE,
     SEED,
@@ -403,9 +403,6 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
     except UsageError as exc:
         from_options = {key for layer in overrides for key in dotted(layer)}
         message = str(exc)
-        # what the message is about, before its suggestions: "Did you mean 'device'? Allowed: method, seed,
-        # device, ..." names keys that [run] may set, and blamed a misspelt study key on [run] device
-        subject = re.split(r" Did you mean | Allowed: ", message, maxsplit=1)[0]
         keys = list(dotted(settings.run).items())
         if isinstance(settings.run.get(SINKS), dict):  # {name: {}} once read: an empty table has no dotted key
             keys.append((SINKS, list(settings.run[SINKS])))
@@ -418,7 +415,7 @@ def naming_the_file(settings: Settings, overrides: Iterable[dict] = ()) -> Itera
                       and exc.word in (value if isinstance(value, list) else [value]))
             # [run] sinks = ["tensorboard"] gives names only: what a message says of sinks.mlflow.x is the options'
             names_only = key == SINKS and isinstance(value, list)
-            if (not names_only and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject)) or chosen:
+            if (not names_only and names_key(message, key)) or chosen:
                 exc.args = (f"{message} (set by {key} in [run] of {settings.path})",)
                 break
         raise

@@ -4,6 +4,7 @@ files, comparisons and trackers name them."""
 from __future__ import annotations
 
 import datetime
+import re
 
 # The sections of a configuration that name a plugin and hold its parameters.
 PLUGIN_SECTIONS = ("dataset", "backbone", "loss", "sampler", "evaluator")
@@ -30,6 +31,15 @@ def grid_leaves(grid: dict[str, list]) -> list[str]:
         for value in values if isinstance(values, list) else []:
             leaves.update(dict.fromkeys(dotted(value, f"{key}.") if isinstance(value, dict) else [key]))
     return list(leaves)
+
+
+def names_key(message: str, key: str) -> bool:
+    """Whether an error ``message`` is about the dotted ``key``: names it whole (not ``train.lr`` in
+    ``train.lr_decay``), before its suggestions ("Did you mean 'device'? Allowed: method, seed, device,
+    ..." names keys the message is not about). What a refusal of a merged configuration is read by, to
+    say which layer gave the key: ``[run]`` of fslab.toml, a study file's key, a sweep's grid point."""
+    subject = re.split(r" Did you mean | Allowed: ", message, maxsplit=1)[0]
+    return re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject) is not None
 
 
 def repeated_key(table: dict) -> str | None:

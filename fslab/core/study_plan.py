@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from fslab.core.assignments import layer_of, nest
 from fslab.core.config import naming_the_file, outside_settings, point_layer, resolve, tested_ways
 from fslab.core.errors import ConfigError, UnknownName, UsageError
-from fslab.core.keys import dotted
+from fslab.core.keys import dotted, names_key
 from fslab.core.studies import SCALES, Study
 
 
@@ -121,7 +120,6 @@ def study_key(study: Study, scale: str, planned: PlannedRun, exc: UsageError, ex
             return f"sweep '{sweep.name}'.datasets"
         if exc.what == "dataset" and scale == "quick" and exc.word == study.quick.dataset:
             return "quick.dataset"
-    subject = re.split(r" Did you mean | Allowed: ", str(exc), maxsplit=1)[0]
     narrower = study.quick.grid if scale == "quick" else {}  # the quick scale's values of a grid key
     layers = [({k: v for layer in extra for k, v in dotted(layer).items()}, ""),  # the highest first
               (study.quick.set if scale == "quick" else {}, "quick.set."),
@@ -131,7 +129,7 @@ def study_key(study: Study, scale: str, planned: PlannedRun, exc: UsageError, ex
     for values, where in layers:
         for key, value in values.items():
             chosen = isinstance(exc, UnknownName) and key == f"{exc.what}.name" and exc.word == value
-            if chosen or re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject):
+            if chosen or names_key(str(exc), key):
                 return f"{where}{key}" if where else ""
     return ""
 

@@ -8,17 +8,19 @@ up. The sweep itself is recorded in ``runs/sweeps/<id>.json``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fslab.core.assignments import assignment, parse_assignment, shown
 from fslab.core.config import RunConfig, naming_the_file, point_layer, resolve, type_error
 from fslab.core.errors import ConfigError, UsageError, did_you_mean, interrupted_code
-from fslab.core.keys import TWICE, dated, dotted, grid_leaves, repeated_key, repeated_value
+from fslab.core.keys import TWICE, dated, dotted, grid_leaves, names_key, repeated_key, repeated_value
 from fslab.core.limits import check_fields
 from fslab.core.runstore import Run, create_run
 from fslab.core.settings import SlurmSettings, read_toml
@@ -152,11 +154,14 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
             raise ConfigError(f"'{key}' is both a grid key and set by an option or the sweep file's [set]; "
                               f"the grid's values would replace it: leave out one of the two")
     layers = [[*base, *combo] for combo in expand(grid, seeds, first_seed=_first_seed(base), below=base)]
-    configs = [resolve(method, registry=registry, settings=settings, overrides=overrides) for overrides in layers]
+    configs = []
+    for overrides in layers:
+        with naming_the_grid_point(grid, overrides):
+            configs.append(resolve(method, registry=registry, settings=settings, overrides=overrides))
     _check_no_twins(configs, layers)
     sizes_seen: dict = {}  # each dataset is looked at once
     for config, overrides in zip(configs, layers):  # as fslab run checks one: any bad combination queues nothing
-        with naming_the_file(settings, overrides):
+        with naming_the_grid_point(grid, overrides), naming_the_file(settings, overrides):
             check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
     if slurm_options is None:
         check_local_queue(settings, max(config["train"]["processes"] for config in configs))
@@ -173,6 +178,23 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
         raise
     let_go(runs, sweep_id)
     return sweep_id, runs
+
+
+@contextlib.contextmanager
+def naming_the_grid_point(grid: dict, overrides: list[dict]) -> Iterator[None]:
+    """A UsageError about a key of the grid point of ``overrides`` (a run's layers, :func:`expand`) that
+    resolving or checking the run raised begins with that key and its value, ``grid point
+    train.processes=5: ...``, as a study file's grid key is named in its refusals (the checks see only the
+    merged configuration: a grid's value read as if an option of the sweep had given it)."""
+    try:
+        yield
+    except UsageError as exc:
+        leaves = grid_leaves(grid)
+        named = [assignment(key, value) for key, value in dotted(overrides[-2]).items()  # [-2]: the point
+                 if key in leaves and names_key(str(exc), key)]
+        if named:
+            exc.args = (f"grid point {', '.join(named)}: {exc}",)
+        raise
 
 
 class SweepInterrupted(KeyboardInterrupt):
