@@ -99,6 +99,26 @@ def test_valid_json_of_the_wrong_shape_is_never_fatal(run_folder, name, value):
     read_everything(folder)
 
 
+shaped_failures = st.dictionaries(st.text(max_size=8), st.fixed_dictionaries(
+    {"failed": json_values, "error": json_values, "time": json_values},
+    optional={"step": json_values, "epoch": json_values}) | json_values, max_size=3)
+
+
+@CHECKS
+@given(value=st.binary(max_size=300) | json_values | shaped_failures)
+def test_a_damaged_sink_failures_file_gives_fslab_show_only_whole_records(tmp_path, value):
+    """sink_failures.json, which fslab show reads, of any bytes or any JSON: each record it keeps has its
+    text fields, and its step and epoch only as whole numbers, so its line can always be written."""
+    from fslab.core.sinks import SINK_FAILURES, failure_line, failures
+
+    path = tmp_path / SINK_FAILURES
+    path.write_bytes(value) if isinstance(value, bytes) else path.write_text(json.dumps(value))
+    for name, failure in failures(tmp_path).items():
+        assert isinstance(failure["failed"], str) and isinstance(failure["error"], str)
+        assert all(type(failure[key]) is int for key in ("step", "epoch") if key in failure)
+        assert failure_line("r1", name, failure, "completed").startswith(f"sink '{name}' failed ")
+
+
 @CHECKS
 @given(value=json_values)
 def test_a_damaged_sweep_record_is_left_out(tmp_path, value):

@@ -149,6 +149,27 @@ def test_a_sink_that_raises_is_reported_once_and_fed_no_more_while_the_others_go
                     "the run goes on without it"]
 
 
+def test_a_live_run_s_sink_failures_are_kept_in_its_folder_with_the_step_they_came_at(tmp_path):
+    """Two sinks that fail, one on its third train event, one as it starts: each kept in sink_failures.json
+    with what it was doing, its one-line error and the step and epoch of the event it failed on."""
+    run = SinkRun("r1", tmp_path, {"sinks": {"late": {"into": [], "fail_on": "train"}, "missing": {}}})
+    feed = feeding.SinkFeed(FakeRegistry(), run, say=lambda line: None, record=True)
+    for event in [{"event": "start"}, {"event": "eval", "epoch": 1}, {"event": "train", "step": 8, "epoch": 2}]:
+        feed(event)
+    feed.close("completed")
+    failures = feeding.failures(tmp_path)
+    assert {name: {k: v for k, v in failure.items() if k != "time"} for name, failure in failures.items()} == {
+        "late": {"failed": "on a train event", "error": "ValueError: boom second line", "step": 8, "epoch": 2},
+        "missing": {"failed": "to start", "error": "ImportError: No module named 'tracker'"}}
+    assert feeding.failure_line("r1", "missing", failures["missing"], "running") == (
+        "sink 'missing' failed to start: ImportError: No module named 'tracker'; it has nothing of the run: once the "
+        "run has ended, catch it up with: fslab export r1 --to missing")
+    feeding.caught_up(tmp_path, "late")  # fslab export sent it the whole run
+    assert list(feeding.failures(tmp_path)) == ["missing"]
+    feeding.caught_up(tmp_path, "missing")
+    assert not (tmp_path / feeding.SINK_FAILURES).exists()
+
+
 def test_a_sink_that_cannot_start_is_reported_once():
     feed, said = feed_of({"missing": {}})
     for event in EVENTS:
@@ -317,3 +338,55 @@ def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project)
     def shapes(stream):
         return {(e["event"], e.get("split")): sorted(e) for e in stream}
     assert shapes(sink_events()) == shapes(events(unsinked))
+
+
+FLAKY_SINK = """
+from fslab.plugin import hookimpl
+
+
+class Flaky:
+    \"\"\"Takes a live run's first two train events, then raises: a tracker whose server went away.\"\"\"
+
+    def __init__(self, run):
+        self.run, self.trains = run, 0
+
+    def write(self, event):
+        if event["event"] == "train" and not self.run.replay:
+            self.trains += 1
+            if self.trains > 2:
+                raise ConnectionResetError("the tracker's server\\nwent away")
+
+    def close(self):
+        pass
+
+
+@hookimpl
+def register_sinks(register):
+    register(Flaky, name="flaky", description="fails after two train events of a live run")
+"""
+
+
+@pytest.mark.slow
+def test_fslab_show_says_which_sink_failed_where_and_how_to_catch_it_up(project):
+    """A sink that failed as the run trained was said only in the worker's stderr.log: fslab show said nothing,
+    and the tracker's missing steps were found days later. fslab show (text and --json) names it, the step it
+    failed at and its error, with the export that catches it up; once exported, the failure is gone."""
+    from .runs_helpers import fslab_here
+
+    (project / "mine").mkdir()
+    (project / "mine" / "flaky.py").write_text(FLAKY_SINK)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    trained = fslab("run", "nca", *TINY, "--epochs", "2", "--sink", "flaky", cwd=project)
+    assert trained.returncode == 0, trained.stderr
+    run_id = next((project / "runs").glob("2*")).name
+    shown = fslab_here("show", run_id, cwd=project)
+    line = (f"sink 'flaky' failed on a train event at epoch 1, step 3: ConnectionResetError: the tracker's server "
+            f"went away; it has nothing of the run after that: catch it up with: fslab export {run_id} --to flaky")
+    assert shown.returncode == 0 and shown.stdout.splitlines()[1] == line, shown.stdout
+    as_json = json.loads(fslab_here("show", run_id, "--json", cwd=project).stdout)["sink_failures"]
+    assert {k: v for k, v in as_json["flaky"].items() if k != "time"} == {
+        "failed": "on a train event", "error": "ConnectionResetError: the tracker's server went away",
+        "epoch": 1, "step": 3}
+    assert fslab_here("export", run_id, "--to", "flaky", cwd=project).returncode == 0
+    assert "sink 'flaky'" not in fslab_here("show", run_id, cwd=project).stdout
+    assert json.loads(fslab_here("show", run_id, "--json", cwd=project).stdout)["sink_failures"] == {}

@@ -286,9 +286,13 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     Also how its steps computed (device, precision, channels-last, TF32, compile mode, deterministic
     algorithms), as its latest start resolved them for its device (train.precision=auto: bf16 on a GPU that has it,
     else fp16; fp32 on the CPU). An evaluation of the network in another precision than the run's (fslab eval
-    --precision) says which beside its evaluator: centroid, network in fp32."""
+    --precision) says which beside its evaluator: centroid, network in fp32.
+
+    And each sink that failed as the run trained (its tracker lacks the rest): at which epoch and step, why, and
+    the fslab export RUN --to SINK that catches it up."""
     from fslab.core.events import numerics_text
     from fslab.core.runstore import find_run
+    from fslab.core.sinks import failure_line, failures
     from fslab.core.states import LIVE
     from fslab.core.summary import read_summary
     from fslab.core.timing import time_line, time_split
@@ -300,16 +304,19 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     evaluations = [e for e in events if e.get("event") == "eval"]
     spent = time_split(events, status.get("started"), status.get("ended"), status.get("resumed"))
     stale = _stale_heartbeat(run_, summary.state, status)
+    sinks = failures(run_.path)
     if as_json:
         print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
                           "heartbeat_stale": stale is not None, "evaluations": evaluations,
-                          "results": run_.results(), "time": spent}))
+                          "results": run_.results(), "time": spent, "sink_failures": sinks}))
         return
     console.print(f"[bold]{shown(run_.id)}[/bold]  {summary.state}  ({shown(str(run_.path))})")
     if stale:
         console.print(stale, highlight=False)
     if summary.error:
         console.print(f"error: {shown(summary.error)}")
+    for name, failure in sinks.items():  # the tracker stopped receiving: said here, not only in stderr.log
+        console.print(shown(failure_line(run_.id, name, failure, summary.state)), highlight=False)
     known = lambda value: "-" if value is None else shown(str(value))  # as the runs table shows what is unknown
     console.print(f"method {known(summary.method)}, backbone {known(summary.backbone)}, "
                   f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"

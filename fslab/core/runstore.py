@@ -17,6 +17,7 @@
   features/       split features cached by fslab eval (fslab.training.run_eval)
   slurm/          submitit's files and SLURM's logs, for a run sent to SLURM
   summary.json    what listings show, kept in step with the files above (fslab.core.summary)
+  sink_failures.json   the run's sinks that failed as it trained, until exported to (fslab.core.sinks)
 ``runs/sweeps/<sweep>.json``  the runs of each sweep (fslab.core.sweeps)
 
 Readers never trust a last line without its newline (it may still be written)

@@ -83,6 +83,11 @@ EVENT_OPTIONS = {
     "train": {"positives": (WHOLE, NULL), "negatives": (WHOLE, NULL)},
     "eval": {"metric": (TEXT,)},  # "accuracy", or "map" for a retrieval evaluation
 }
+# runs/<id>/sink_failures.json: {sink name: this}, each sink of the run that failed while it trained (fslab.core.sinks).
+# What it was doing ("on a train event", "to start", "to close"), its error in one line, when; the step and epoch
+# of the last event it was given, where it was given one with them.
+SINK_FAILURE = {"failed": (TEXT,), "error": (TEXT,), "time": (NUMBER,)}
+SINK_FAILURE_OPTIONS = {"step": (WHOLE,), "epoch": (WHOLE,)}
 # runs/sweeps/<id>.json
 SWEEP = {"id": (TEXT,), "method": (TEXT,), "runs": (ARRAY,), "fail_fast": (FLAG,), "created": (NUMBER,)}
 
@@ -169,3 +174,14 @@ def event(record: Any) -> dict | None:
     if record["event"] == "end" and not all(complete(score, SCORE) for score in record["results"].values()):
         return None
     return record
+
+
+def sink_failures(record: Any) -> dict[str, dict]:
+    """sink_failures.json held to its shape: the sinks whose record has the keys of SINK_FAILURE,
+    each with those and the keys of SINK_FAILURE_OPTIONS that have their kinds."""
+    if not isinstance(record, dict):
+        return {}
+    options = SINK_FAILURE_OPTIONS
+    return {name: {key: value for key, value in failure.items()
+                   if key in SINK_FAILURE or (key in options and matches(value, options[key]))}
+            for name, failure in record.items() if complete(failure, SINK_FAILURE)}

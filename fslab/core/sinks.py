@@ -7,7 +7,9 @@ after :class:`fslab.core.eventlog.EventLog` has written, flushed and
 summarised it, and never waits. The thread builds the sink (a tracker's import
 can take seconds, or fail), then writes the events in order. Whatever the sink
 does wrong is said once on stderr (the worker's ``stderr.log``), in one line
-naming it, and the run goes on without it:
+naming it, and the run goes on without it; a sink that fails is also recorded in
+the run's ``sink_failures.json`` (:func:`record_failure`), which ``fslab show``
+reads, until ``fslab export`` (or ``fslab eval``) has sent it the whole run:
 
 - it fails to import or to build, or ``write`` raises: it gets no more events;
 - it falls behind by :data:`QUEUE_SIZE` events: later ones are dropped (and
@@ -29,13 +31,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from fslab.core.errors import FslabError
+from fslab.core.files import atomic_write_json, read_json
+from fslab.core.schemas import sink_failures
 from fslab.core.types import SinkRun
 
 QUEUE_SIZE = 10_000  # events a sink may fall behind before later ones are dropped
 CLOSE_WAIT = 30.0  # seconds every sink of a run together gets to finish once the run has ended (by default)
 _END = object()  # the queue's last item
+SINK_FAILURES = "sink_failures.json"  # runs/<id>/: the run's sinks that failed as it trained (record_failure)
+_RECORDING = threading.Lock()  # two sinks of a run that fail at once: each one's record kept
 
 
 def build_sink(registry, name: str, run: SinkRun, params: dict):
@@ -52,6 +59,52 @@ def sink_named(registry, name: str) -> str | None:
         return None
 
 
+def failures(run_path: Path) -> dict[str, dict]:
+    """The run's sinks that failed as it trained and were not sent the run since: {name: its record
+    (:data:`fslab.core.schemas.SINK_FAILURE`)}, {} where none did."""
+    return sink_failures(read_json(Path(run_path) / SINK_FAILURES))
+
+
+def record_failure(run_path: Path, name: str, failure: dict) -> None:
+    """Keep ``failure`` for the sink ``name`` in the run's :data:`SINK_FAILURES` (written whole, in place of
+    an earlier life's record of that sink), so ``fslab show`` says what the tracker lacks: not only the
+    worker's stderr.log does. A folder that cannot take it leaves the stderr line alone to say so."""
+    with _RECORDING:
+        try:
+            atomic_write_json(Path(run_path) / SINK_FAILURES, {**failures(run_path), name: failure})
+        except OSError:
+            pass
+
+
+def caught_up(run_path: Path, name: str) -> None:
+    """The sink ``name`` has been sent the whole run (``fslab export``): its failure record goes (the
+    file with it, where it was the last). A folder that cannot be written (a read-only copy of a store)
+    keeps it: the export itself went well."""
+    with _RECORDING:
+        left = failures(run_path)
+        if left.pop(name, None) is None:
+            return
+        path = Path(run_path) / SINK_FAILURES
+        try:
+            if left:
+                atomic_write_json(path, left)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def failure_line(run_id: str, name: str, failure: dict, state: str) -> str:
+    """``fslab show``'s line for a sink that failed as the run trained: what it was doing, at which epoch and
+    step, its error, and the command that sends it the whole run (once the run has ended: fslab export
+    takes no live run)."""
+    at = ", ".join(f"{key} {failure[key]}" for key in ("epoch", "step") if key in failure)
+    since = "nothing of the run" if failure["failed"] == "to start" else "nothing of the run after that"
+    then = "once the run has ended, " if state in ("queued", "running") else ""
+    return (f"sink '{name}' failed {failure['failed']}{f' at {at}' if at else ''}: {failure['error']}; it has "
+            f"{since}: {then}catch it up with: fslab export {run_id} --to {name}")
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -60,8 +113,9 @@ class _Feeder:
     """One sink's thread and queue."""
 
     def __init__(self, name: str, build: Callable[[], object], say: Callable[[str], None],
-                 named: str | None = None) -> None:
-        self.name, self.say = name, say
+                 named: str | None = None, record: Callable[[str, dict], None] | None = None) -> None:
+        self.name, self.say, self.record = name, say, record
+        self.at: dict = {}  # the step and epoch of the last event given to the sink
         self.named = named or f"sink '{name}'"  # what a line blaming it says: with its plugin where known
         self.events: queue.Queue = queue.Queue(QUEUE_SIZE)
         self.failed = False
@@ -82,8 +136,10 @@ class _Feeder:
 
     def _fail(self, doing: str, exc: BaseException) -> None:
         self.failed = True
-        text = " ".join(str(exc).split())[:300]
-        self.say(f"{self.named} failed {doing}: {type(exc).__name__}: {text}; the run goes on without it")
+        text = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        self.say(f"{self.named} failed {doing}: {text}; the run goes on without it")
+        if self.record is not None:
+            self.record(self.name, {"failed": doing, "error": text, "time": time.time(), **self.at})
 
     def _work(self, build: Callable[[], object]) -> None:
         try:
@@ -95,6 +151,8 @@ class _Feeder:
             event = self.events.get()
             if event is _END:
                 break
+            self.at |= {key: event[key] for key in ("step", "epoch")
+                        if isinstance(event.get(key), int) and not isinstance(event[key], bool)}
             try:
                 sink.write(event)
             except BaseException as exc:
@@ -126,14 +184,16 @@ class _Feeder:
 class SinkFeed:
     """The sinks a live run's configuration names (``sinks = {name: params}``),
     each fed from its own thread; call it with each event, :meth:`close` once.
-    ``wait``: the seconds :meth:`close` gives them (None: :data:`CLOSE_WAIT`)."""
+    ``wait``: the seconds :meth:`close` gives them (None: :data:`CLOSE_WAIT`); ``record``: a sink that
+    fails is also kept in the run's folder (:func:`record_failure`; a live run's worker asks it)."""
 
     def __init__(self, registry, run: SinkRun, say: Callable[[str], None] = _say,
-                 wait: float | None = None) -> None:
+                 wait: float | None = None, record: bool = False) -> None:
         self.run, self.wait = run, wait
+        kept = (lambda name, failure: record_failure(run.path, name, failure)) if record else None
         self.feeders = [
             _Feeder(name, lambda name=name, params=params: build_sink(registry, name, run, params), say,
-                    sink_named(registry, name))
+                    sink_named(registry, name), kept)
             for name, params in run.config.get("sinks", {}).items()
         ]
 

@@ -24,7 +24,7 @@ from fslab.core.flocks import one_at_a_time
 from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
 from fslab.core.runstore import Run, safe_name
-from fslab.core.sinks import replay
+from fslab.core.sinks import caught_up, replay
 from fslab.core.states import LIVE, UNREADABLE, unknown_state
 from fslab.core.types import SinkRun
 
@@ -129,6 +129,7 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
             # scores of the network run in another precision than the run's (fslab eval --precision) would
             # replace its own under the same metric in the tracker: they stay in the run's folder only
             count = replay(registry, sink, target, params, [e for e in events if not other_precision(e)])
+            caught_up(run.path, sink)  # sent the whole run: what it missed as the run trained is there now
     except ImportError as exc:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
     except ConnectionError as exc:  # its server is down or unreachable: so for every run

@@ -349,7 +349,7 @@ def open_sinks(run: Run):
         settings = load_settings()
         return SinkFeed(load_registry(settings.plugin_dirs),
                         SinkRun(run.id, run.path, config, sweep=run.status().get("sweep")),
-                        wait=settings.sinks.close_wait_s)
+                        wait=settings.sinks.close_wait_s, record=True)
     except Exception as exc:
         print(f"fslab: the run's sinks could not be started: {_one_line(exc)}; the run goes on without them",
               file=sys.stderr, flush=True)
