@@ -36,6 +36,7 @@ from pathlib import Path
 from fslab.core.errors import FslabError
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.schemas import sink_failures
+from fslab.core.states import LIVE
 from fslab.core.types import SinkRun
 
 QUEUE_SIZE = 10_000  # events a sink may fall behind before later ones are dropped
@@ -100,7 +101,7 @@ def failure_line(run_id: str, name: str, failure: dict, state: str) -> str:
     takes no live run)."""
     at = ", ".join(f"{key} {failure[key]}" for key in ("epoch", "step") if key in failure)
     since = "nothing of the run" if failure["failed"] == "to start" else "nothing of the run after that"
-    then = "once the run has ended, " if state in ("queued", "running") else ""
+    then = "once the run has ended, " if state in LIVE else ""
     return (f"sink '{name}' failed {failure['failed']}{f' at {at}' if at else ''}: {failure['error']}; it has "
             f"{since}: {then}catch it up with: fslab export {run_id} --to {name}")
 
