@@ -340,6 +340,29 @@ def test_a_follower_whose_reader_went_away_leaves_the_run_training_and_says_so(p
             os.kill(st["pid"], signal.SIGKILL)
 
 
+def test_detach_into_a_closed_pipe_says_the_id_on_stderr(project):
+    """`fslab run nca --detach | true`: the id, its one line, went nowhere and nothing said which run started;
+    stderr names it with the commands that follow and stop it (exit code 141, as any command cut short)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the id is written
+    try:
+        done = subprocess.run([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", LONG, "--detach"],
+                              cwd=project, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    run_dir = only_run(project)
+    try:
+        went_on = (f"run {run_dir.name} trains on: the reader of this output went away; follow it with: fslab logs "
+                   f"{run_dir.name} --follow; stop it with: fslab stop {run_dir.name}")
+        assert (done.returncode, done.stderr.strip()) == (141, went_on), done.stderr
+        assert status(run_dir)["state"] in ("queued", "running")
+        assert fslab("stop", run_dir.name, cwd=project).returncode == 0
+    finally:
+        st = status(run_dir)
+        if st.get("pid") and _alive(st["pid"]) and st["state"] in ("queued", "running"):
+            os.kill(st["pid"], signal.SIGKILL)
+
+
 # `fslab run` or `fslab resume` with a Ctrl-C (or SIGTERM) that arrives the moment its worker has started,
 # before following it: the command used to exit 130 without a word while the worker trained on unfollowed.
 SIGNALLED_AT_START = textwrap.dedent("""

@@ -72,7 +72,8 @@ def run(
     gpus: GpusOpt = None,
     sink: SinkOpt = None,
     detach: Annotated[bool, typer.Option("--detach", "-d",
-                                         help="Start the run and return at once, printing its id.")] = False,
+                                         help="Start the run and return at once, printing its id "
+                                              "(on stderr where stdout has no reader).")] = False,
     executor: ExecutorOpt = "local",
     slurm: SlurmOpt = None,
 ) -> None:
@@ -121,7 +122,8 @@ def _go_on(started, held: HeldSignals, line: str | None, until_replaced: int | N
     if line is None:
         _follow_to_end(started.run, started.process, until_replaced=until_replaced, held=held)
         return
-    console.print(line, highlight=False)
+    with _trains_on_unread(started.run, started.process):  # fslab run --detach | true: the id said on stderr
+        console.print(line, highlight=False)
     try:
         held.release()
     except KeyboardInterrupt as interrupt:
@@ -190,7 +192,8 @@ def _trains_on_unread(run_, process):
     """A reader of the progress that went away (``fslab run nca | head -2``, a pager quit) stops the following,
     not the run: the worker trains on, as after --detach, and one line on stderr says so with the commands that
     follow and stop it; the exit code is that of any command cut short, 141. It used to say nothing, and the run
-    trained on unseen. A worker that has ended by then leaves nothing to say."""
+    trained on unseen. A worker that has ended by then leaves nothing to say; a SLURM job's (no ``process``)
+    is said as submitted."""
     from fslab.cli import cut_short, end_cut_short
 
     try:
@@ -198,8 +201,10 @@ def _trains_on_unread(run_, process):
     except (BrokenPipeError, SystemExit) as exc:  # rich ends a console whose pipe broke with SystemExit(1)
         if isinstance(exc, SystemExit) and not cut_short(exc):
             raise
-        end_cut_short(None if process.poll() is not None else
-                      f"run {run_.id} trains on: the reader of this output went away; follow it with: "
+        if process is not None and process.poll() is not None:
+            end_cut_short()
+        goes_on = "trains on" if process is not None else "was submitted to SLURM"
+        end_cut_short(f"run {run_.id} {goes_on}: the reader of this output went away; follow it with: "
                       f"fslab logs {run_.id} --follow; stop it with: fslab stop {run_.id}")
 
 
