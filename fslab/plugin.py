@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fslab.core.errors import ConfigError, UsageError
 from fslab.core.events import canonical_evaluator, evaluator_label, own_evaluator
+from fslab.core.files import temporary_path, writer_gone
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.keys import dotted
@@ -60,7 +61,10 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 # 1.11: an evaluator whose signature names training_loss is given the run's loss section.
 # 1.12: one_of(...) takes numbers as well as text (one_of(1, 5)).
 # 1.13: count(n, noun): "1 image", "4 images", as fslab's own messages count things.
-API_VERSION = "1.13"
+# 1.14: temporary_path(path) and writer_gone(path): a file written whole under a temporary name that
+#       names its writer's pid and host, and whether that writer is gone, for a plugin that caches files
+#       in a folder other nodes share.
+API_VERSION = "1.14"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
@@ -70,6 +74,7 @@ __all__ = [
     "UsageError", "ConfigError",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing", "count",
+    "temporary_path", "writer_gone",
 ]
 
 # The extra keywords of register(), by the kinds that use them.

@@ -16,6 +16,7 @@ import os
 import pickle
 import shutil
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -194,6 +195,42 @@ def test_a_decode_removes_what_a_decode_killed_outright_left(registry, tmp_path)
     other.write_bytes(b"\0" * 1000)
     assert len(create(registry, "folder", root, image_size=6).load("train").labels) == 4
     assert [p.exists() for p in (*killed, writing, other)] == [False, False, True, True]
+
+
+def test_a_decode_on_a_data_root_nodes_share_leaves_another_nodes_decode_its_files(tmp_path, monkeypatch):
+    """A data root shared between a cluster's nodes: a decode removed the half-written images of another
+    node's decode of the split, still under way there, because its pid ran no process on this node. The
+    decode writes under names that tell its host (temporary_path) and removes only what writer_gone says is
+    gone: this node's killed decode's, and another node's untouched for a day; not another node's newer."""
+    import subprocess
+
+    from fslab.core import files, states
+
+    monkeypatch.setattr(states, "HOST", "node-a")
+    cache = tmp_path / ".fslab-cache"
+    cache.mkdir()
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    writing = cache / f".split.0123abcd.u8.{gone}@node-b.tmp"  # node-b's decode, its pid no process here
+    lost = cache / f".split.0123abcd.labels.{gone}@node-b.tmp"  # node-b's, untouched for a day: its node lost
+    killed = cache / f".split.0123abcd.u8.{gone}@node-a.tmp"  # this node's, its decode killed
+    for path in (writing, lost, killed):
+        path.write_bytes(b"\0" * 1000)
+    then = time.time() - files.OTHER_HOST_GONE_AFTER_S - 60
+    os.utime(lost, (then, then))
+    seen = []
+
+    def build():
+        def blocks():
+            seen.extend(p.name for p in cache.iterdir())  # the images' file is open by now
+            yield np.arange(2 * 16, dtype=np.uint8).reshape(2, 1, 4, 4)
+
+        return [0, 1], ["a", "b"], blocks()
+
+    image_cache.write_cache(cache, "split", "fedcba98", {}, build)
+    assert f".split.fedcba98.u8.{os.getpid()}@node-a.tmp" in seen
+    assert [p.exists() for p in (writing, lost, killed)] == [True, False, False]
+    assert image_cache.open_cache(cache, "split", "fedcba98").labels.tolist() == [0, 1]
 
 
 CONCURRENT_LOADER = """

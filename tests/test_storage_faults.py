@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,7 @@ def test_a_checkpoint_is_on_the_disk_itself_before_it_replaces_the_last_and_afte
     run lose every epoch. Its event is flushed first, so the file never outlives it."""
     import torch
 
+    from fslab.core import files
     from fslab.core.eventlog import EventLog
     from fslab.core.runstore import create_run
     from fslab.training.checkpoint import save_checkpoint
@@ -149,7 +151,7 @@ def test_a_checkpoint_is_on_the_disk_itself_before_it_replaces_the_last_and_afte
     path.parent.mkdir(parents=True, exist_ok=True)
     synced.clear()
     save_checkpoint(path, {"epoch": 1, "model": {"w": torch.ones(3)}})
-    assert synced == [str(path.with_name(f".last.pt.{os.getpid()}.tmp"))]  # the whole file, before the rename
+    assert synced == [str(files.temporary_path(path))]  # the whole file, before the rename
     log = EventLog(run, echo=False)
     log.write("checkpoint", epoch=1, step=7, path="checkpoints/last.pt")
     synced.clear()
@@ -453,3 +455,26 @@ def test_fslab_eval_removes_the_feature_file_a_killed_fslab_eval_left_half_writt
     assert evaluated.returncode == 0, evaluated.stderr
     assert not killed.exists() and writing.exists()
     assert [p.name for p in features.iterdir() if p.suffix == ".pt"]  # and the split's features were cached
+
+
+def test_fslab_eval_on_a_runs_folder_nodes_share_leaves_another_nodes_live_write(project):
+    """A runs folder shared between a cluster's nodes: fslab eval on one node removed the feature file another
+    node's fslab eval of the run was writing, because its pid ran no process here. Another host's temporary
+    file is removed only once untouched for a day (its node lost); this host's killed writer's at once."""
+    from fslab.core import files, states
+
+    shutil.copytree(FIXTURE / RUN, project / "runs" / RUN)
+    features = project / "runs" / RUN / "features"
+    features.mkdir()
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    writing = features / f".val-features.pt.{gone}@another-node.tmp"  # its pid: no process here
+    lost = features / f".train-features.pt.{gone}@another-node.tmp"
+    killed = features / f".test-features.pt.{gone}@{states.HOST}.tmp"
+    for path in (writing, lost, killed):
+        path.write_bytes(b"\0" * 4096)
+    then = time.time() - files.OTHER_HOST_GONE_AFTER_S - 60
+    os.utime(lost, (then, then))
+    evaluated = fslab_here("eval", RUN, "--episodes", "5", "--queries", "5", "--shots", "1", cwd=project)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert [p.exists() for p in (writing, lost, killed)] == [True, False, False]

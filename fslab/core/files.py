@@ -14,11 +14,14 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from fslab.core import states
 
 # What the system answers when the store refuses a write (a read-only store, another user's, a full
 # disk): the user's to fix outside fslab, exit 1, unlike something standing where fslab's file goes.
@@ -27,19 +30,47 @@ REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC)
 
 def temporary_path(path: Path) -> Path:
     """Where this process writes ``path`` before renaming it into place:
-    ``.NAME.PID.tmp`` beside it (:func:`remove_orphaned_temporaries` reads the PID)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    ``.NAME.PID@HOST.tmp`` beside it, hidden, naming the writer's pid and host, which
+    :func:`writer_gone` reads (a runs folder or a data root may be shared between nodes)."""
+    return path.with_name(f".{path.name}.{os.getpid()}@{states.HOST}.tmp")
+
+
+# A temporary file of another host is not this one's to judge by its pid; left untouched this long (a
+# writer writes to it as it goes, and a whole checkpoint or decode takes minutes), its writer is taken
+# for gone with its node. Long, so a job a cluster suspended for hours keeps its half-written file.
+OTHER_HOST_GONE_AFTER_S = 24 * 3600.0
+
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>[^@/]+)\.tmp")
+_HOSTLESS = re.compile(r"\.?(?P<name>.+)\.(?P<pid>\d+)\.tmp")  # what fslab wrote before the host was named
+
+
+def writer_gone(path: Path) -> bool:
+    """Whether the writer of the temporary file ``path`` (a :func:`temporary_path`) is gone, so the file
+    will never be renamed into place and may be removed. One written on this host: when its pid no longer
+    runs here. One of another host: only once untouched for :data:`OTHER_HOST_GONE_AFTER_S`, so a node
+    never removes the file a live writer on another node is writing. A name without a host
+    (``.NAME.PID.tmp``, as earlier fslab versions wrote) is judged by its pid here, as it was then; a
+    name that is no temporary file's never is gone."""
+    name = Path(path).name
+    found = _TEMPORARY.fullmatch(name) or _HOSTLESS.fullmatch(name)
+    if found is None:
+        return False
+    host = found.groupdict().get("host")
+    if host is None or host == states.HOST:
+        return not states.pid_alive(int(found["pid"]))
+    try:
+        return time.time() - os.stat(path).st_mtime > OTHER_HOST_GONE_AFTER_S
+    except OSError:
+        return False
 
 
 def remove_orphaned_temporaries(folder: Path) -> None:
-    """Remove, anywhere under ``folder``, the :func:`temporary_path` files of
-    processes no longer alive here: a writer killed in mid-write (SIGKILL, a lost
-    node) leaves its file behind. A live process's is left alone."""
-    from fslab.core.states import pid_alive
-
+    """Remove, anywhere under ``folder``, the :func:`temporary_path` files whose
+    writer is gone (:func:`writer_gone`): a writer killed in mid-write (SIGKILL, a lost
+    node) leaves its file behind. A live process's is left alone, as is another
+    host's that is still recent."""
     for path in folder.rglob(".*.tmp"):
-        pid = path.name.rsplit(".", 2)[-2] if path.name.count(".") >= 3 else ""
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if writer_gone(path):
             path.unlink(missing_ok=True)
 
 

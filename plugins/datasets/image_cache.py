@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fslab.plugin import Split, UsageError
+from fslab.plugin import Split, UsageError, temporary_path, writer_gone
 
 FORMAT_VERSION = 3  # 3: float images scaled (clipped before); 2: 16-bit ones (1 clipped them); older caches are rebuilt
 CACHE_FOLDER = ".fslab-cache"
@@ -357,19 +357,14 @@ def open_cache(folder: Path, stem: str, key: str) -> Split | None:
 
 
 def remove_killed_writes(folder: Path, stem: str) -> None:
-    """Remove the temporary files of ``stem`` whose writer is no longer alive here: a decode killed
-    outright (SIGKILL, the out-of-memory killer) leaves its ``.PID.tmp`` files, the split's images
-    (gigabytes at a benchmark's size), which the decode after it, under new names, never removed."""
-    for path in folder.glob(f"{stem}.*.tmp"):
-        pid = path.name.rsplit(".", 2)[-2]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+    """Remove the temporary files of ``stem`` whose writer is gone (``writer_gone``): a decode killed
+    outright (SIGKILL, the out-of-memory killer) leaves its ``.NAME.PID@HOST.tmp`` files, the split's
+    images (gigabytes at a benchmark's size), which the decode after it, under new names, never removed.
+    A decode on another node sharing the data root is not judged by its pid here; the host-less
+    ``NAME.PID.tmp`` files of earlier fslab versions are judged by their pid, as they were."""
+    for path in [*folder.glob(f".{stem}.*.tmp"), *folder.glob(f"{stem}.*.tmp")]:
+        if writer_gone(path):
             path.unlink(missing_ok=True)
-        except (PermissionError, OverflowError, ValueError):  # another user's process; no pid a process has
-            continue
 
 
 def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable[[], tuple],
@@ -386,10 +381,11 @@ def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable
     labels = np.asarray(labels, dtype=np.int64)
     count = len(labels)
     images_name, labels_name = f"{stem}.{key}.u8", f"{stem}.{key}.labels"
-    tmp = f".{os.getpid()}.tmp"
+    images_tmp, labels_tmp, header_tmp = (temporary_path(folder / name)
+                                          for name in (images_name, labels_name, f"{stem}.json"))
     written, shape = 0, None
     try:
-        with open(folder / (images_name + tmp), "wb") as fh:
+        with open(images_tmp, "wb") as fh:
             for block in blocks:
                 block = np.ascontiguousarray(block, dtype=np.uint8)
                 if shape is None:
@@ -402,23 +398,23 @@ def write_cache(folder: Path, stem: str, key: str, params: dict, build: Callable
             raise RuntimeError(f"{stem}: decoded {written} images for {count} labels")
         if shape is None:
             raise UsageError(f"{stem}: there are no images to cache")
-        labels.tofile(folder / (labels_name + tmp))
-        os.replace(folder / (images_name + tmp), folder / images_name)
-        os.replace(folder / (labels_name + tmp), folder / labels_name)
+        labels.tofile(labels_tmp)
+        os.replace(images_tmp, folder / images_name)
+        os.replace(labels_tmp, folder / labels_name)
         header = {"version": FORMAT_VERSION, "key": key, "stem": stem, "shape": list(shape), "dtype": "uint8",
                   "layout": "NCHW", "images": images_name, "labels": labels_name, "classes": list(classes),
                   "params": params, "created": time.time()}
-        (folder / (f"{stem}.json" + tmp)).write_text(json.dumps(header), encoding="utf-8")
-        os.replace(folder / (f"{stem}.json" + tmp), folder / f"{stem}.json")
+        header_tmp.write_text(json.dumps(header), encoding="utf-8")
+        os.replace(header_tmp, folder / f"{stem}.json")
     except OSError as exc:  # a full disk (or quota): the line says where fslab was writing, and why
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            (folder / (images_name + tmp)).unlink(missing_ok=True)  # first, so the free space told is true
+            images_tmp.unlink(missing_ok=True)  # first, so the free space told is true
             raise no_room(folder, stem, count * int(np.prod(shape[1:])) if shape else None) from exc
         raise
     finally:
-        for leftover in (images_name + tmp, labels_name + tmp, f"{stem}.json" + tmp):
+        for leftover in (images_tmp, labels_tmp, header_tmp):
             try:
-                (folder / leftover).unlink()
+                leftover.unlink()
             except FileNotFoundError:
                 pass
     for stale in folder.glob(f"{stem}.*"):

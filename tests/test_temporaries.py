@@ -1,0 +1,100 @@
+"""Temporary files on a store that several hosts write: a runs folder or a data root shared
+between a cluster's nodes. Each temporary names its writer's pid and host
+(``files.temporary_path``), and one function (``files.writer_gone``) says whether that writer is
+gone, so a node never removes the file a live writer on another node is writing. Two hosts are
+simulated by setting the hostname (``states.HOST``) in a writer process and in this one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fslab.core import files, states
+
+WRITER = """
+import sys
+from pathlib import Path
+
+from fslab.core import files, states
+
+states.HOST = sys.argv[2]
+path = files.temporary_path(Path(sys.argv[1]))
+path.write_text("half")
+print(path)
+"""
+
+
+def left_by_a_killed_writer(target: Path, host: str) -> Path:
+    """The temporary file of ``target`` that a process on ``host`` began and never renamed: the
+    process has ended since, so its pid runs no process here."""
+    done = subprocess.run([sys.executable, "-c", WRITER, str(target), host], capture_output=True, text=True,
+                          check=True)
+    return Path(done.stdout.strip())
+
+
+def a_day_untouched(path: Path) -> None:
+    then = time.time() - files.OTHER_HOST_GONE_AFTER_S - 60
+    os.utime(path, (then, then))
+
+
+def test_a_temporary_names_its_writer_pid_and_host(tmp_path, monkeypatch):
+    """`.NAME.PID.tmp` told two nodes' files apart by nothing but a pid, which means nothing on the other
+    node: the name holds the writer's host too, hidden, and every write-then-rename uses it."""
+    monkeypatch.setattr(states, "HOST", "node-a.cluster.example")
+    target = tmp_path / "status.json"
+    assert files.temporary_path(target) == tmp_path / f".status.json.{os.getpid()}@node-a.cluster.example.tmp"
+    with files.written_whole(target) as tmp:
+        assert tmp == files.temporary_path(target)
+        tmp.write_text("{}")
+        assert not files.writer_gone(tmp)  # this process is writing it
+    files.atomic_write_json(tmp_path / "results.json", {"test": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "status.json"]
+
+
+def test_a_killed_writer_on_this_host_is_gone_and_a_live_one_is_not(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    killed = left_by_a_killed_writer(tmp_path / "checkpoints" / "last.pt", states.HOST)
+    writing = files.temporary_path(tmp_path / "results.json")  # this process's, alive
+    writing.write_text("{")
+    assert killed.name.startswith(".last.pt.") and killed.name.endswith(f"@{states.HOST}.tmp")
+    assert files.writer_gone(killed) and not files.writer_gone(writing)
+    files.remove_orphaned_temporaries(tmp_path)
+    assert not killed.exists() and writing.exists()
+
+
+def test_another_hosts_writer_is_not_judged_by_a_pid_of_this_host(tmp_path, monkeypatch):
+    """Node B's worker, starting on a runs folder node A's process was writing into, removed A's
+    `.status.json.PID.tmp` because no process PID ran on B. Another host's file is left until it has
+    been untouched for OTHER_HOST_GONE_AFTER_S (its node lost), whatever its pid is here; on its own
+    host the same file is judged by its pid."""
+    writing = left_by_a_killed_writer(tmp_path / "status.json", "node-a")  # its pid: no process here
+    mine_alive_here = tmp_path / f".results.json.{os.getpid()}@node-a.tmp"  # a pid that runs here, by chance
+    mine_alive_here.write_text("{")
+    monkeypatch.setattr(states, "HOST", "node-b")
+    assert not files.writer_gone(writing) and not files.writer_gone(mine_alive_here)
+    files.remove_orphaned_temporaries(tmp_path)
+    assert writing.exists() and mine_alive_here.exists()
+    a_day_untouched(mine_alive_here)
+    assert files.writer_gone(mine_alive_here)  # node-a's, untouched for a day: gone with its node
+    files.remove_orphaned_temporaries(tmp_path)
+    assert writing.exists() and not mine_alive_here.exists()
+    monkeypatch.setattr(states, "HOST", "node-a")  # on node-a itself, its writer's pid runs no process
+    assert files.writer_gone(writing)
+
+
+def test_host_less_temporaries_of_earlier_versions_are_judged_by_their_pid_as_before(tmp_path):
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    killed = tmp_path / f".status.json.{gone}.tmp"
+    writing = tmp_path / f".results.json.{os.getpid()}.tmp"
+    cache_part = tmp_path / f"folder-train-6.0123abcd.u8.{gone}.tmp"  # the image cache's, not hidden
+    for path in (killed, writing, cache_part):
+        path.write_text("half")
+    assert [files.writer_gone(p) for p in (killed, writing, cache_part)] == [True, False, True]
+    others = [tmp_path / ".notes.tmp", tmp_path / f".x.{gone}@.tmp", tmp_path / f".x.{gone}"]  # no temporary's
+    assert not any(files.writer_gone(p) for p in others)
+    files.remove_orphaned_temporaries(tmp_path)
+    assert [p.exists() for p in (killed, writing, cache_part)] == [False, True, True]  # hidden ones only here
