@@ -94,7 +94,17 @@ def test_host_less_temporaries_of_earlier_versions_are_judged_by_their_pid_as_be
     for path in (killed, writing, cache_part):
         path.write_text("half")
     assert [files.writer_gone(p) for p in (killed, writing, cache_part)] == [True, False, True]
-    others = [tmp_path / ".notes.tmp", tmp_path / f".x.{gone}@.tmp", tmp_path / f".x.{gone}"]  # no temporary's
+    others = [tmp_path / ".notes.tmp", tmp_path / ".x.abc@node-a.tmp", tmp_path / f".x.{gone}"]  # no temporary's
     assert not any(files.writer_gone(p) for p in others)
     files.remove_orphaned_temporaries(tmp_path)
     assert [p.exists() for p in (killed, writing, cache_part)] == [False, True, True]  # hidden ones only here
+
+
+def test_a_host_without_a_name_still_sweeps_its_killed_writers_files(tmp_path, monkeypatch):
+    """A machine whose hostname is empty wrote `.NAME.PID@.tmp`, which writer_gone took for no temporary
+    file at all: its killed writers' files stayed for good."""
+    monkeypatch.setattr(states, "HOST", "")
+    killed = left_by_a_killed_writer(tmp_path / "status.json", "")
+    assert killed.name.endswith("@.tmp") and files.writer_gone(killed)
+    files.remove_orphaned_temporaries(tmp_path)
+    assert not killed.exists()

@@ -40,7 +40,7 @@ def temporary_path(path: Path) -> Path:
 # for gone with its node. Long, so a job a cluster suspended for hours keeps its half-written file.
 OTHER_HOST_GONE_AFTER_S = 24 * 3600.0
 
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>[^@/]+)\.tmp")
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>[^@/]*)\.tmp")  # a host may have no name
 _HOSTLESS = re.compile(r"\.?(?P<name>.+)\.(?P<pid>\d+)\.tmp")  # what fslab wrote before the host was named
 
 
