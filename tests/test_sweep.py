@@ -464,7 +464,8 @@ def test_a_run_of_n_processes_takes_n_slots_on_different_gpus():
     cpu_slots = [(Slot(f"cpu-{k}"), k) for k in range(3)]
     assert [s.name for s, _ in pick_slots(cpu_slots, 3)] == ["cpu-0", "cpu-1", "cpu-2"]
     assert pick_slots(cpu_slots, 4) is None
-    with pytest.raises(UsageError, match=r"--gpus 4 needs 4 slots .* but the scheduler has 3 GPUs; use --gpus 3"):
+    with pytest.raises(UsageError, match=r"--gpus 4 \(train.processes\) needs 4 slots .* but the scheduler has 3 "
+                                         r"GPUs; use --gpus 3"):
         check_fits(4, gpu_slots)
 
 
@@ -473,8 +474,8 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
     result = fslab("sweep", "nca", "--device", "cpu", "--gpus", "2", *TINY, cwd=project)
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: --gpus 2 needs 2 slots on different GPUs (or CPU slots), but the " \
-                                    "scheduler has 1 CPU slot (scheduler.cpu_slots in fslab.toml); " \
+    assert result.stderr.strip() == "error: --gpus 2 (train.processes) needs 2 slots on different GPUs (or CPU " \
+                                    "slots), but the scheduler has 1 CPU slot (scheduler.cpu_slots in fslab.toml); " \
                                     "use --gpus 1 or fewer"
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
     bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked
@@ -486,6 +487,20 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     assert slurm.returncode == 2
     assert "--gpus 2 (train.processes) in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_a_grid_point_the_slots_cannot_hold_begins_the_refusal(project):
+    """fslab sweep --grid train.processes=2,1 with one CPU slot was refused in fslab run --gpus 2's words, naming
+    no grid, where every other refusal of a point begins with it: the line names the point the slots cannot hold
+    (the largest, wherever the grid lists it)."""
+    from .runs_helpers import fslab_here
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    result = fslab_here("sweep", "nca", "--device", "cpu", *TINY, "--grid", "train.processes=2,1", cwd=project)
+    assert (result.returncode, result.stderr) == (2, (
+        "error: grid point train.processes=2: --gpus 2 (train.processes) needs 2 slots on different GPUs (or CPU "
+        "slots), but the scheduler has 1 CPU slot (scheduler.cpu_slots in fslab.toml); use --gpus 1 or fewer\n"))
+    assert not (project / "runs").exists() or not [p for p in (project / "runs").iterdir() if p.name != "sweeps"]
 
 
 @pytest.mark.parametrize("visible, expect", [

@@ -499,7 +499,8 @@ def sweep(
 ) -> None:
     """Queue one run per grid combination and seed, and start them as slots free up (or submit each as a SLURM job).
 
-    Every combination is checked as fslab run checks one before anything is queued.
+    Every combination is checked as fslab run checks one, and against the scheduler's slots, before anything is
+    queued; a refusal begins with its grid point (grid point train.processes=5: ...).
 
     \b
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;

@@ -100,8 +100,8 @@ def check_fits(processes: int, slots: list[Slot]) -> None:
     if processes > most:
         what = count(most, "GPU") if any(s.gpu is not None for s in slots) \
             else f"{count(most, 'CPU slot')} (scheduler.cpu_slots in fslab.toml)"
-        raise UsageError(f"--gpus {processes} needs {processes} slots on different GPUs (or CPU slots), "
-                         f"but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
+        raise UsageError(f"--gpus {processes} (train.processes) needs {processes} slots on different GPUs (or CPU "
+                         f"slots), but the scheduler has {what}; use --gpus {max(most, 1)} or fewer")
 
 
 def open_slot(folder: Path, slot: Slot) -> int:

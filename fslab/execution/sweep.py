@@ -163,8 +163,10 @@ def create_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], setti
     for config, overrides in zip(configs, layers):  # as fslab run checks one: any bad combination queues nothing
         with naming_the_grid_point(grid, overrides), naming_the_file(settings, overrides):
             check_run(config, registry, slurm_options, sizes_seen=sizes_seen)
-    if slurm_options is None:
-        check_local_queue(settings, max(config["train"]["processes"] for config in configs))
+    if slurm_options is None:  # the slots must hold its largest run: a refusal names that run's grid point
+        most = max(range(len(configs)), key=lambda i: configs[i]["train"]["processes"])
+        with naming_the_grid_point(grid, layers[most]):
+            check_local_queue(settings, configs[most]["train"]["processes"])
     sweep_id = new_sweep_id(settings.runs_dir)
     runs = []
     try:  # an interruption (Ctrl-C) before the record is saved withdraws the runs created so far
