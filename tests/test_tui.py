@@ -697,6 +697,40 @@ def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartb
     assert states == {folder.name: "lost"}
 
 
+def test_the_run_screen_names_a_sink_that_failed_in_fslab_show_s_line_and_drops_it_once_exported(
+        store, monkeypatch):
+    """A sink that failed as the run trained was named by fslab show only: the run screen said nothing of a
+    tracker lacking the rest of the run. It shows fslab show's own line, read as the worker writes it, and
+    drops it once fslab export has sent the sink the whole run."""
+    from fslab.core import sinks
+
+    from .runs_helpers import fslab_here
+
+    runs, folders = store
+    folder = folders["done0"]
+    monkeypatch.delenv("FSLAB_CONFIG", raising=False)
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folder.name)
+        detail = app.screen
+        assert "sink 'mlflow'" not in str(detail.query_one("#summary").render())
+        sinks.record_failure(folder, "mlflow", {"failed": "on a train event", "error": "ConnectionError: refused",
+                                                "time": FROZEN, "epoch": 2, "step": 7})  # as the worker keeps it
+        detail.follow()
+        await settle(app, pilot)
+        shown = fslab_here("show", folder.name, cwd=runs.parent)
+        line = next(line for line in shown.stdout.splitlines() if line.startswith("sink 'mlflow'"))
+        assert line == (f"sink 'mlflow' failed on a train event at epoch 2, step 7: ConnectionError: refused; it has "
+                        f"nothing of the run after that: catch it up with: fslab export {folder.name} --to mlflow")
+        assert "\n" + line + "\n" in str(detail.query_one("#summary").render())
+        sinks.caught_up(folder, "mlflow")  # fslab export sent it the whole run
+        detail.follow()
+        await settle(app, pilot)
+        assert "sink 'mlflow'" not in str(detail.query_one("#summary").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_compare_screen_shows_what_fslab_compare_computes(store):
     """The compare screen calls fslab compare's grouping and pooling: its cells
     are the report's, and the report's numbers are those of all episodes pooled."""

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedConten
 
 from fslab.core import schemas
 from fslab.core.events import is_validation, logged_evaluator, precision_note, score_cell
+from fslab.core.sinks import failure_line, failures
 from fslab.core.states import LIVE, LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import count, printable
 from fslab.core.timing import TimeSplit, time_line
@@ -114,6 +115,7 @@ class DetailScreen(Screen):
         self.history = RunHistory()  # folded in the follow thread, under _lock
         self.stderr_tail: deque[str] = deque(maxlen=BANNER_STDERR_LINES)
         self.time_line = ""  # where the run's time went, as fslab show says it ('' before any)
+        self.sink_failures: dict[str, dict] = {}  # the sinks that failed as it trained, as fslab show reads them
         self.missing = False
 
     def compose(self) -> ComposeResult:
@@ -160,7 +162,9 @@ class DetailScreen(Screen):
             row = self.app.rows.get(self.run_id)  # its state as the table reads it: lost included
             delta = self.follower.read(ended=row is not None and row.state not in LIVE)
             series, rows = (None, []) if delta.missing else self.history.fold(delta, fresh)
-            read = RunRead(delta, series, rows, self.history.time_line)
+            # read here, off the UI thread: the worker writes it as a sink fails, fslab export removes it
+            sinks = {} if delta.missing else failures(self.follower.path)
+            read = RunRead(delta, series, rows, self.history.time_line, sinks)
         finally:
             self._lock.release()
         self.post_message(read)
@@ -190,6 +194,7 @@ class DetailScreen(Screen):
         for row in read.rows:
             evals.add_row(*row)
         self.time_line = read.time_line
+        self.sink_failures = read.sink_failures
         if delta.config is not None:
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
         if delta.stdout:
@@ -230,6 +235,8 @@ class DetailScreen(Screen):
             summary.append(f" · {count(row.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
+        for name, failure in self.sink_failures.items():  # its tracker lacks the rest: fslab show's own line
+            summary.append("\n" + printable(failure_line(row.id, name, failure, row.state)), style="yellow")
         if self.time_text():
             summary.append("\n" + self.time_text(), style="dim")
         self.query_one("#summary", Static).update(summary)

@@ -30,12 +30,14 @@ class RunsFollowed(Message):
 @dataclass
 class RunRead(Message):
     """One read of the run screen's run, folded in its follow thread: what was appended, copies of
-    the charts' series (None when unchanged), a row per new evaluation and where the time went."""
+    the charts' series (None when unchanged), a row per new evaluation, where the time went and the
+    sinks that failed as it trained (fslab.core.sinks.failures: {name: record})."""
 
     delta: RunDelta
     series: dict[str, Any] | None
     rows: list[list[Any]]
     time_line: str
+    sink_failures: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
