@@ -170,6 +170,41 @@ def test_a_live_run_s_sink_failures_are_kept_in_its_folder_with_the_step_they_ca
     assert not (tmp_path / feeding.SINK_FAILURES).exists()
 
 
+def test_a_sink_that_fell_behind_or_had_not_finished_is_kept_as_a_failed_one(tmp_path, monkeypatch):
+    """A sink that lost events falling behind, or was still writing when the run's wait for its sinks ran out,
+    was said only in stderr.log: fslab show said nothing, as if the tracker had the whole run. Each is kept in
+    sink_failures.json: the first event it missed (falling behind) or the last it took (unfinished)."""
+    monkeypatch.setattr(feeding, "QUEUE_SIZE", 2)
+    run = SinkRun("r1", tmp_path, {"sinks": {"slow": {"into": [], "delay": 0.3}}})
+    feed = feeding.SinkFeed(FakeRegistry(), run, say=lambda line: None, record=True)
+    events = [{"event": "train", "epoch": 1, "step": step} for step in range(1, 8)]
+    feed(events[0])
+    while not feed.feeders[0].events.empty():  # the sink has taken step 1 and sleeps on it
+        time.sleep(0.001)
+    for event in events[1:]:  # steps 2 and 3 fill its queue: 4 to 7 are dropped
+        feed(event)
+    feed.close("completed", wait=10.0)
+    kept = {k: v for k, v in feeding.failures(tmp_path)["slow"].items() if k != "time"}
+    assert kept == {"failed": "to keep up", "error": "missed 4 events it fell behind on", "epoch": 1, "step": 4}
+    assert feeding.failure_line("r1", "slow", kept, "completed") == (
+        "sink 'slow' failed to keep up at epoch 1, step 4: missed 4 events it fell behind on; it has the run without "
+        "those events: catch it up with: fslab export r1 --to slow")
+
+    feeding.caught_up(tmp_path, "slow")
+    feed = feeding.SinkFeed(FakeRegistry(), run, say=lambda line: None, record=True)
+    feed(events[0])
+    while not feed.feeders[0].events.empty():
+        time.sleep(0.001)
+    feed(events[1])
+    feed.close("completed", wait=0.1)  # it sleeps on step 1 still
+    kept = {k: v for k, v in feeding.failures(tmp_path)["slow"].items() if k != "time"}
+    assert kept == {"failed": "to finish", "error": "had not finished 0.1 s after the run ended", "epoch": 1,
+                    "step": 1}
+    assert feeding.failure_line("r1", "slow", kept, "completed") == (
+        "sink 'slow' failed to finish at epoch 1, step 1: had not finished 0.1 s after the run ended; it lacks what "
+        "it had not written by then: catch it up with: fslab export r1 --to slow")
+
+
 def test_a_sink_that_cannot_start_is_reported_once():
     feed, said = feed_of({"missing": {}})
     for event in EVENTS:
@@ -330,6 +365,12 @@ def test_a_run_with_failing_and_hanging_sinks_ends_as_one_without_sinks(project)
     assert stderr.count("sink 'unimportable' from plugin 'local:trackers' failed to start: PluginError:") == 1
     assert stderr.count("sink 'sleeps' had not finished 2.5 s after the run ended") == 1
     assert "Traceback" not in stderr
+    # each is kept for fslab show, the one still writing when the wait ran out too
+    kept = {name: failure["failed"] for name, failure in feeding.failures(sinked).items()}
+    assert kept == {"raises": "on a train event", "unimportable": "to start", "sleeps": "to finish"}
+    shown = fslab("show", sinked.name, cwd=project).stdout
+    assert ("sink 'sleeps' failed to finish: had not finished 2.5 s after the run ended; it lacks what it had not "
+            f"written by then: catch it up with: fslab export {sinked.name} --to sleeps") in shown.splitlines()
     status = json.loads((sinked / "status.json").read_text())
     assert status["state"] == "completed" and status["exit_code"] == 0
     # what fslab.testing feeds a sink under test is shaped as this real run's events

@@ -288,8 +288,9 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     else fp16; fp32 on the CPU). An evaluation of the network in another precision than the run's (fslab eval
     --precision) says which beside its evaluator: centroid, network in fp32.
 
-    And each sink that failed as the run trained (its tracker lacks the rest): at which epoch and step, why, and
-    the fslab export RUN --to SINK that catches it up."""
+    And each sink that failed as the run trained (its tracker lacks the rest), fell behind and lost events, or had
+    not finished when the run ended: at which epoch and step, why, and the fslab export RUN --to SINK that catches it
+    up."""
     from fslab.core.events import numerics_text
     from fslab.core.runstore import find_run
     from fslab.core.sinks import failure_line, failures

@@ -13,11 +13,12 @@ reads, until ``fslab export`` (or ``fslab eval``) has sent it the whole run:
 
 - it fails to import or to build, or ``write`` raises: it gets no more events;
 - it falls behind by :data:`QUEUE_SIZE` events: later ones are dropped (and
-  counted) until it catches up;
+  counted) until it catches up; recorded when the run ends, with the step of the
+  first event it missed (``failed``: ``to keep up``);
 - it has not finished within the wait the feed was given (a worker gives it
   ``[sinks] close_wait_s`` of fslab.toml; :data:`CLOSE_WAIT` by default) when
   the run ends: the run ends anyway, and its thread is left to the
-  interpreter's exit.
+  interpreter's exit (``failed``: ``to finish``, at the event it had taken last).
 
 ``fslab export`` replays a finished run through the same sinks without a
 thread (:func:`replay`): there nothing is dropped, and an error is the
@@ -37,6 +38,7 @@ from fslab.core.errors import FslabError
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.schemas import sink_failures
 from fslab.core.states import LIVE
+from fslab.core.text import count
 from fslab.core.types import SinkRun
 
 QUEUE_SIZE = 10_000  # events a sink may fall behind before later ones are dropped
@@ -100,14 +102,22 @@ def failure_line(run_id: str, name: str, failure: dict, state: str) -> str:
     step, its error, and the command that sends it the whole run (once the run has ended: fslab export
     takes no live run)."""
     at = ", ".join(f"{key} {failure[key]}" for key in ("epoch", "step") if key in failure)
-    since = "nothing of the run" if failure["failed"] == "to start" else "nothing of the run after that"
+    lacks = {"to start": "it has nothing of the run", "to keep up": "it has the run without those events",
+             "to finish": "it lacks what it had not written by then"}.get(
+        failure["failed"], "it has nothing of the run after that")
     then = "once the run has ended, " if state in LIVE else ""
-    return (f"sink '{name}' failed {failure['failed']}{f' at {at}' if at else ''}: {failure['error']}; it has "
-            f"{since}: {then}catch it up with: fslab export {run_id} --to {name}")
+    return (f"sink '{name}' failed {failure['failed']}{f' at {at}' if at else ''}: {failure['error']}; {lacks}: "
+            f"{then}catch it up with: fslab export {run_id} --to {name}")
 
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _position(event: dict) -> dict:
+    """The step and epoch of ``event`` where it has them (whole numbers): where a sink's record places it."""
+    return {key: event[key] for key in ("step", "epoch")
+            if isinstance(event.get(key), int) and not isinstance(event[key], bool)}
 
 
 class _Feeder:
@@ -116,7 +126,8 @@ class _Feeder:
     def __init__(self, name: str, build: Callable[[], object], say: Callable[[str], None],
                  named: str | None = None, record: Callable[[str, dict], None] | None = None) -> None:
         self.name, self.say, self.record = name, say, record
-        self.at: dict = {}  # the step and epoch of the last event given to the sink
+        self.at: dict = {}  # the step and epoch of the last event given to the sink (replaced whole, never changed)
+        self.missed_at: dict = {}  # the step and epoch of the first event dropped for it
         self.named = named or f"sink '{name}'"  # what a line blaming it says: with its plugin where known
         self.events: queue.Queue = queue.Queue(QUEUE_SIZE)
         self.failed = False
@@ -133,6 +144,7 @@ class _Feeder:
             if not self.dropped:
                 self.say(f"sink '{self.name}' is falling behind: events are dropped for it until it catches up "
                          f"(the run's own files are complete)")
+                self.missed_at = _position(event)
             self.dropped += 1
 
     def _fail(self, doing: str, exc: BaseException) -> None:
@@ -152,8 +164,7 @@ class _Feeder:
             event = self.events.get()
             if event is _END:
                 break
-            self.at |= {key: event[key] for key in ("step", "epoch")
-                        if isinstance(event.get(key), int) and not isinstance(event[key], bool)}
+            self.at = {**self.at, **_position(event)}  # a new dict: finish() may read it from the run's thread
             try:
                 sink.write(event)
             except BaseException as exc:
@@ -176,10 +187,23 @@ class _Feeder:
                     break
         self.thread.join(max(0.0, deadline - time.monotonic()))
         if self.dropped:
-            self.say(f"sink '{self.name}' missed {self.dropped} events it fell behind on")
+            self.say(f"sink '{self.name}' missed {count(self.dropped, 'event')} it fell behind on")
         if self.thread.is_alive():
             self.say(f"sink '{self.name}' had not finished {wait:g} s after the run ended; "
                      f"what it had not written is missing there (fslab export replays the run)")
+        self._keep_what_it_lacks(wait)
+
+    def _keep_what_it_lacks(self, wait: float) -> None:
+        """A sink that did not fail but lacks events, kept as a failed one is (fslab show names the export
+        that catches it up): one still writing when the wait ran out, or one that fell behind and lost events."""
+        if self.record is None or self.failed:  # a failure was kept as it came, and it lacks all after it
+            return
+        missed = f"missed {count(self.dropped, 'event')} it fell behind on" if self.dropped else ""
+        if self.thread.is_alive():
+            error = f"had not finished {wait:g} s after the run ended" + (f" and {missed}" if missed else "")
+            self.record(self.name, {"failed": "to finish", "error": error, "time": time.time(), **self.at})
+        elif missed:
+            self.record(self.name, {"failed": "to keep up", "error": missed, "time": time.time(), **self.missed_at})
 
 
 class SinkFeed:
