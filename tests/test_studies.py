@@ -806,7 +806,8 @@ def test_runs_done_with_the_same_settings_are_reused_not_repeated(registry, tmp_
     saved["train"]["processes"] = 3
     (runs[1].path / "config.json").write_text(json.dumps(saved))
     runs[1].write_status(state="failed", ended=time.time(), exit_code=1, pid=None, error="boom")
-    with pytest.raises(UsageError, match=r"--gpus 3 needs 3 slots .* but the scheduler has 1 CPU slot"):
+    with pytest.raises(UsageError, match=r"--gpus 3 \(train.processes\) needs 3 slots .* but the scheduler has 1 "
+                                         r"CPU slot"):
         queue_study(study, "paper", settings=config, registry=registry)
     assert runs[1].status()["state"] == "failed"  # refused before anything was queued again
 
