@@ -950,6 +950,34 @@ def test_set_may_not_fix_what_the_study_varies_or_assigns(registry):
     assert len(fixed) == study.run_count("quick") and all({"train": {"lr": 0.05}} in p.layers for p in fixed)
 
 
+@pytest.mark.parametrize("order", [[1, 2], [2, 1]])
+def test_a_grid_varying_a_setting_that_changes_no_result_is_refused_in_either_order(registry, tmp_path, order):
+    """A study grid of train.processes = [1, 2] made its points one run (train.processes is no setting to a
+    study), trained with the value the grid listed first, its cells sharing it; [2, 1] planned other runs. Such
+    a grid is refused, whatever its order, in one line naming the file's key, and nothing is queued."""
+    from fslab.core.study_plan import varied_ignored
+
+    data = tiny()
+    data["sweep"][1]["grid"] = {"train.lr": [0.1, 0.05], "train.processes": order}
+    data["published"][2]["at"] = {"train.lr": 0.1, "train.processes": 1}
+    study = parse_study(data, "tiny.toml", Path("tiny.toml"))
+    assert varied_ignored(study, study.sweeps[1], "paper") == {"train.processes": order}
+    with pytest.raises(ConfigError) as refused:
+        queue_study(study, "paper", settings=store(tmp_path), registry=registry)
+    assert str(refused.value) == (
+        f"tiny.toml: sweep 'pn'.grid.train.processes: varies train.processes ({order[0]}, {order[1]}), which "
+        f"changes neither what a run learns nor how it is scored, so points alike in every other key would be one "
+        f"run, trained with whichever value the grid lists first; give it once, in the sweep's set (or fslab study "
+        f"run --set train.processes=VALUE)")
+    assert not (tmp_path / "runs").exists()
+    # points that differ in what they learn as well are runs of their own, each with its own processes
+    data["sweep"][1]["grid"] = {"train": [{"lr": 0.1, "processes": order[0]}, {"lr": 0.05, "processes": order[1]}]}
+    data["published"] = data["published"][:2]
+    study = parse_study(data, "tiny.toml", Path("tiny.toml"))
+    assert varied_ignored(study, study.sweeps[1], "paper") == {}
+    assert len(plan_runs(study)) == study.run_count() == 6
+
+
 def test_quick_dataset_keys_apply_only_on_the_quick_dataset():
     data = tiny(quick={"seeds": 1, "set": {"dataset.classes": 60, "train.epochs": 1}})
     study = parse_study(data, "tiny.toml")

@@ -224,6 +224,8 @@ def run(
     --dataset trains every sweep on that dataset instead (the report then says the numbers are not comparable).
     --set changes a setting the study fixes (not comparable either); a key the study varies, the seed and the
     dataset are the study's own and are refused, as are eval.ways or eval.shots that score no published cell.
+    A study file whose grid varies only what is no setting to a study (train.processes, device) is refused: its
+    points would be one run.
     """
     from fslab.core.study_plan import run_options, study_command
     from fslab.execution import executor as executors

@@ -1,7 +1,8 @@
 """The runs a study needs: planned from its file as configuration layers
 (:func:`plan_runs`), resolved as ``fslab run`` would (:func:`resolve_study`: the
 CLI, the benchmarks and the plugin kit's contract all call it), and compared by
-what they train and score (:func:`settings_key`). The file itself is
+what they train and score (:func:`settings_key`; a grid whose points differ only in
+what is no setting, ``train.processes``, is refused: :func:`varied_ignored`). The file itself is
 :mod:`fslab.core.studies`; queueing and reporting the runs belong to the
 execution and reports layers.
 """
@@ -58,6 +59,7 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
                          f"give each dataset its folder in [data_roots] of fslab.toml")
     planned = []
     for sweep in study.sweeps:
+        check_varied(study, sweep, scale)
         seeds = study.seeds(scale)[sweep.name]
         for name in sweep.datasets:
             trains_on = run_dataset(study, scale, name, dataset)
@@ -147,7 +149,7 @@ def project_changes(study: Study, scale: str, resolved: list[tuple[PlannedRun, d
         plain = resolve_study(study, scale, settings=bare, registry=registry, dataset=dataset, data_root=data_root,
                               extra=extra)
     except UsageError:  # a study that needs the project's [run] to resolve: every key it sets counts
-        return {k: v for k, v in dotted(settings.run).items() if k not in IGNORED and not outside_settings(k)}
+        return {k: v for k, v in dotted(settings.run).items() if not ignored(k)}
     return _changes(resolved, plain)
 
 
@@ -164,7 +166,7 @@ def command_line_changes(study: Study, scale: str, resolved: list[tuple[PlannedR
         plain = resolve_study(study, scale, settings=settings, registry=registry, dataset=dataset,
                               data_root=data_root)
     except UsageError:  # a study that needs --set to resolve: every key it sets counts
-        return {k: v for layer in extra for k, v in dotted(layer).items() if k not in IGNORED}
+        return {k: v for layer in extra for k, v in dotted(layer).items() if not ignored(k)}
     return _changes(resolved, plain)
 
 
@@ -175,7 +177,7 @@ def _changes(resolved: list[tuple[PlannedRun, dict]], plain: list[tuple[PlannedR
     for (_, config), (_, own) in zip(resolved, plain):
         mine, theirs = dotted(config), dotted(own)
         for key in mine.keys() | theirs.keys():
-            if key not in IGNORED and not outside_settings(key) and mine.get(key) != theirs.get(key):
+            if not ignored(key) and mine.get(key) != theirs.get(key):
                 changes[key] = mine.get(key)
     return dict(sorted(changes.items()))
 
@@ -232,11 +234,49 @@ IGNORED = ("device", "dataset.root", "train.log_every", "train.heartbeat", "trai
            "eval.val_every")
 
 
+def ignored(key: str) -> bool:
+    """Whether a dotted key is one that two runs may differ in and still be one run to a study
+    (:data:`IGNORED`, and where a run reports: its sinks)."""
+    return key in IGNORED or outside_settings(key)
+
+
 def settings_key(config: dict) -> str:
     """A resolved configuration as comparable text, without :data:`IGNORED` keys:
     two runs with the same key train and score the same way."""
-    flat = dotted(config)
-    return json.dumps({k: v for k, v in flat.items() if k not in IGNORED and not outside_settings(k)}, sort_keys=True)
+    return json.dumps({k: v for k, v in dotted(config).items() if not ignored(k)}, sort_keys=True)
+
+
+def varied_ignored(study: Study, sweep, scale: str) -> dict[str, list]:
+    """The keys that ``sweep``'s grid varies at ``scale`` between points alike in every other key, each
+    with the values it takes there: settings :func:`ignored` (``train.processes``, ``device``), so those
+    points would be one run to the study, which of them trained it hanging on the order the grid lists its
+    values, and its cells would share it. The one place that decides whether a grid does so."""
+    alike: dict[str, list[dict]] = {}  # the rest of a point (as text) -> the ignored keys of its points
+    for point in study.points(sweep, scale):
+        flat = dotted(point)  # a grid of tables sets the keys inside them
+        rest = json.dumps({k: v for k, v in flat.items() if not ignored(k)}, sort_keys=True, default=str)
+        alike.setdefault(rest, []).append({k: v for k, v in flat.items() if ignored(k)})
+    varied: dict[str, list] = {}
+    for points in alike.values():
+        for key in sorted({k for point in points for k in point}):
+            values = [point.get(key) for point in points]
+            if any(value != values[0] for value in values):
+                varied.setdefault(key, [])
+                varied[key] += [v for v in values if v not in varied[key]]
+    return varied
+
+
+def check_varied(study: Study, sweep, scale: str) -> None:
+    """A grid that varies a key :func:`varied_ignored` finds is refused in one line naming the study file's
+    key: its points would be one run, planned from whichever the grid lists first."""
+    for key, values in varied_ignored(study, sweep, scale).items():
+        grid_key = next(g for g in sweep.grid if key == g or key.startswith(g + "."))
+        where = "quick.grid" if scale == "quick" and grid_key in study.quick.grid else f"sweep '{sweep.name}'.grid"
+        shown = ", ".join(json.dumps(value, default=str) for value in values)
+        raise ConfigError(f"{study.path or study.name}: {where}.{grid_key}: varies {key} ({shown}), which changes "
+                          f"neither what a run learns nor how it is scored, so points alike in every other key "
+                          f"would be one run, trained with whichever value the grid lists first; give it once, in "
+                          f"the sweep's set (or fslab study run --set {key}=VALUE)")
 
 
 def study_command(verb: str, ref: str, *options: str) -> str:
