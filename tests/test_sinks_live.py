@@ -13,6 +13,7 @@ import pytest
 
 from fslab.core import sinks as feeding
 from fslab.core.config import resolve
+from fslab.core.runstore import Run
 from fslab.core.settings import Settings
 from fslab.core.types import SinkRun
 from fslab.reports.compare import flatten, run_settings
@@ -203,6 +204,29 @@ def test_a_sink_that_fell_behind_or_had_not_finished_is_kept_as_a_failed_one(tmp
     assert feeding.failure_line("r1", "slow", kept, "completed") == (
         "sink 'slow' failed to finish at epoch 1, step 1: had not finished 0.1 s after the run ended; it lacks what "
         "it had not written by then: catch it up with: fslab export r1 --to slow")
+
+
+def test_sinks_a_worker_cannot_start_at_all_are_each_kept_as_failed_to_start(tmp_path, monkeypatch, capsys):
+    """A worker that could not read the registry (a plugin folder gone, a broken fslab.toml) ran without its
+    sinks, said only in stderr.log: fslab show said nothing of them. Each is kept as failing to start."""
+    from fslab.core import registry
+    from fslab.execution.worker import open_sinks
+
+    from .test_tui_helpers import complete_config, write_run
+
+    def unreadable(*args, **kwargs):
+        raise RuntimeError("plugin folder 'mine' is gone")
+
+    monkeypatch.setattr(registry, "load_registry", unreadable)
+    monkeypatch.chdir(tmp_path)
+    folder = write_run(tmp_path / "runs", "20260101-000000-nca-sink", state="running",
+                       cfg=complete_config(sinks={"mlflow": {}, "tensorboard": {}}))
+    assert open_sinks(Run(folder)) is None
+    assert "the run's sinks could not be started: RuntimeError: plugin folder 'mine' is gone" in capsys.readouterr().err
+    kept = {name: {k: v for k, v in failure.items() if k != "time"} for name, failure in
+            feeding.failures(folder).items()}
+    failed = {"failed": "to start", "error": "RuntimeError: plugin folder 'mine' is gone"}
+    assert kept == {"mlflow": failed, "tensorboard": failed}
 
 
 def test_a_sink_that_cannot_start_is_reported_once():

@@ -342,7 +342,7 @@ def open_sinks(run: Run):
         return None
     from fslab.core.registry import load_registry
     from fslab.core.settings import load_settings
-    from fslab.core.sinks import SinkFeed
+    from fslab.core.sinks import SinkFeed, record_failure
     from fslab.core.types import SinkRun
 
     try:
@@ -353,6 +353,8 @@ def open_sinks(run: Run):
     except Exception as exc:
         print(f"fslab: the run's sinks could not be started: {_one_line(exc)}; the run goes on without them",
               file=sys.stderr, flush=True)
+        for name in config["sinks"]:  # each kept as a sink that failed to start is, for fslab show to name
+            record_failure(run.path, name, {"failed": "to start", "error": _one_line(exc), "time": time.time()})
         return None
 
 
