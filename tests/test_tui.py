@@ -731,6 +731,30 @@ def test_the_run_screen_names_a_sink_that_failed_in_fslab_show_s_line_and_drops_
     drive(frozen_app(runs), body)
 
 
+def test_a_sink_s_long_error_is_cut_short_on_the_run_screen_never_its_export_and_the_charts_fit_80x24(store):
+    """Two sinks that failed with a 300-character error each took 12 of the run screen's 24 lines at 80x24,
+    leaving its charts 3: each now takes at most 3 lines, its error cut short, the export still whole."""
+    from fslab.core import sinks
+
+    runs, folders = store
+    folder = folders["done0"]
+    for name in ("mlflow", "wandb"):
+        sinks.record_failure(folder, name, {"failed": "on a train event", "error": "ConnectionError: " + "x " * 140,
+                                            "time": FROZEN, "epoch": 2, "step": 7})
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folder.name)
+        summary = app.screen.query_one("#summary")
+        shown = [summary.render_line(y).text.rstrip() for y in range(summary.size.height)]
+        ends = [i for i, line in enumerate(shown) if line.endswith(("--to mlflow", "--to wandb"))]
+        starts = [i for i, line in enumerate(shown) if line.startswith("sink '")]
+        assert len(starts) == len(ends) == 2 and all(end - start < 3 for start, end in zip(starts, ends))
+        assert "…; it has nothing of the run after" in " ".join(shown)
+        assert app.screen.query_one("#chart-loss").size.height >= 6
+
+    drive(frozen_app(runs), body, size=(80, 24))
+
+
 def test_compare_screen_shows_what_fslab_compare_computes(store):
     """The compare screen calls fslab compare's grouping and pooling: its cells
     are the report's, and the report's numbers are those of all episodes pooled."""

@@ -97,16 +97,20 @@ def caught_up(run_path: Path, name: str) -> None:
             pass
 
 
-def failure_line(run_id: str, name: str, failure: dict, state: str) -> str:
+def failure_line(run_id: str, name: str, failure: dict, state: str, error_room: int | None = None) -> str:
     """``fslab show``'s line for a sink that failed as the run trained: what it was doing, at which epoch and
     step, its error, and the command that sends it the whole run (once the run has ended: fslab export
-    takes no live run)."""
+    takes no live run). ``error_room``: the most characters of the error it gives (the dashboard's, in the
+    lines it spares), cut with an ellipsis; None: all of it."""
     at = ", ".join(f"{key} {failure[key]}" for key in ("epoch", "step") if key in failure)
+    error = failure["error"]
+    if error_room is not None and len(error) > error_room:
+        error = error[:max(0, error_room - 1)] + "…"
     lacks = {"to start": "it has nothing of the run", "to keep up": "it has the run without those events",
              "to finish": "it lacks what it had not written by then"}.get(
         failure["failed"], "it has nothing of the run after that")
     then = "once the run has ended, " if state in LIVE else ""
-    return (f"sink '{name}' failed {failure['failed']}{f' at {at}' if at else ''}: {failure['error']}; {lacks}: "
+    return (f"sink '{name}' failed {failure['failed']}{f' at {at}' if at else ''}: {error}; {lacks}: "
             f"{then}catch it up with: fslab export {run_id} --to {name}")
 
 

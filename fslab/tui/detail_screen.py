@@ -34,6 +34,8 @@ TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and n
 BANNER_STDERR_LINES = 8
 BANNER_FRAME = 4  # the banner's border and padding, in columns
 BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
+SUMMARY_FRAME = 2  # the summary's padding, in columns
+SINK_LINES = 3  # the most lines of the summary a sink that failed takes (its error cut short to fit)
 TIMED_FIELDS = ("event", "time", "epoch", "split", "seconds", "source")  # what fslab.core.timing reads of an event
 SERIES = ("loss", "lr", "positives", "negatives", "val", "val_lo", "val_hi")
 
@@ -235,14 +237,31 @@ class DetailScreen(Screen):
             summary.append(f" · {count(row.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
-        for name, failure in self.sink_failures.items():  # its tracker lacks the rest: fslab show's own line
-            summary.append("\n" + printable(failure_line(row.id, name, failure, row.state)), style="yellow")
+        for line in self.sink_lines(row):  # its tracker lacks the rest: fslab show's own line
+            summary.append("\n")
+            summary.append_text(line)
         if self.time_text():
             summary.append("\n" + self.time_text(), style="dim")
         self.query_one("#summary", Static).update(summary)
         banner.display = row.state in ("failed", "lost")
         if banner.display:
             banner.update(self.why_it_stopped(row))
+
+    def sink_lines(self, row) -> list[Text]:
+        """fslab show's line for each sink that failed as the run trained, in at most :data:`SINK_LINES` lines
+        of the summary each, so the charts keep theirs at 80x24: a long error is cut short (fslab show and the
+        stderr tab have it whole), never the export that catches the sink up."""
+        width = max(20, self.app.size.width - SUMMARY_FRAME)
+        lines = []
+        for name, failure in self.sink_failures.items():
+            room = None
+            while True:
+                line = Text(printable(failure_line(row.id, name, failure, row.state, room)), style="yellow")
+                if room == 0 or len(line.wrap(self.app.console, width)) <= SINK_LINES:
+                    break
+                room = max(0, (len(failure["error"]) if room is None else room) - width // 2)
+            lines.append(line)
+        return lines
 
     def time_text(self) -> str:
         """Where the run's time went, as fslab show prints it ('' before any); folded in the follow
