@@ -5,6 +5,7 @@ import os
 import pty
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -94,6 +95,54 @@ def test_a_folder_gone_already_is_said_and_dropped_from_its_sweep(project, store
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{a.id}: gone already (its folder was deleted)", f"{b.id}: deleted"]
     assert sorted(p.name for p in runs.iterdir()) == sorted([c.id, "sweeps"]) and record(runs) is None
+
+
+CUT_SHORT = """
+import sys
+from pathlib import Path
+
+from fslab.core import states
+from fslab.core.deletion import _delete
+from fslab.core.runstore import Run
+
+states.HOST = sys.argv[2]
+_delete(Run(Path(sys.argv[1])), Path(sys.argv[1]).parent, {})  # moved to the trash; its files not removed yet
+"""
+
+
+def moved_to_the_trash_by(run, host):
+    """The hidden folder an ``fslab delete`` on ``host`` moved ``run`` to, its files not removed yet: that
+    process has ended since (its pid runs no process here)."""
+    subprocess.run([sys.executable, "-c", CUT_SHORT, str(run.path), host], check=True)
+    (trash,) = run.path.parent.glob(f"{TRASH}{run.id}-*")
+    return trash
+
+
+def test_a_folder_another_nodes_fslab_delete_is_removing_is_left_to_it(project, store):
+    """A runs folder shared between a cluster's nodes: each fslab delete removed every hidden `.deleting-*`
+    folder, one another node's fslab delete was removing still among them. The trash folder names its
+    deleter (`.deleting-ID-PID@HOST`) and is removed only once that deleter is gone, judged as a
+    temporary file's writer is: on this host by its pid, another host's once untouched for a day."""
+    from fslab.core import files, states
+
+    runs, a, b, c = store
+    theirs, mine = moved_to_the_trash_by(b, "node-a"), moved_to_the_trash_by(c, states.HOST)
+    assert theirs.name.endswith("@node-a") and mine.name.endswith(f"@{states.HOST}")
+    deleting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live fslab delete here
+    try:
+        live = runs / f"{TRASH}20261128-100000-nca-f00d-{deleting.pid}@{states.HOST}"
+        live.mkdir()
+        result = fslab_here("delete", a.id, "-y", cwd=project)
+        assert result.returncode == 0, result.stderr
+        assert (theirs / "status.json").is_file() and live.is_dir() and not mine.exists()  # a killed one's goes
+        then = time.time() - files.OTHER_HOST_GONE_AFTER_S - 60  # node-a lost: its folder untouched for a day
+        os.utime(theirs, (then, then))
+        run = ended(runs, 3)
+        assert fslab_here("delete", run.id, "-y", cwd=project).returncode == 0
+        assert sorted(p.name for p in runs.iterdir()) == sorted([live.name, "sweeps"])
+    finally:
+        deleting.kill()
+        deleting.wait()
 
 
 def test_a_folder_that_cannot_be_moved_stops_the_deletion_and_the_records_keep_the_rest(project, store, monkeypatch):

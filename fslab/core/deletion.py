@@ -7,23 +7,28 @@ holds it, so no resume starts a worker in it meanwhile. Each folder is first
 renamed to a hidden name in the same store (one atomic step: listings stop
 showing the run at once, and no listing ever sees half of it) and then
 removed; a hidden folder an interruption left
-behind is removed by the next deletion.
+behind is removed by the next deletion, once the deleter it names (``.deleting-ID-PID@HOST``) is
+gone: a runs folder may be shared between a cluster's nodes, and another node's ``fslab delete``
+may be removing it still (:func:`fslab.core.files.process_gone` judges, as it judges temporary files).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 from pathlib import Path
 
-from fslab.core import worklock
+from fslab.core import states, worklock
 from fslab.core.errors import FslabError, UsageError
-from fslab.core.files import atomic_write_json, read_json
+from fslab.core.files import atomic_write_json, process_gone, read_json
 from fslab.core.runstore import SWEEPS, Run
 from fslab.core.states import LIVE
 from fslab.core.sweeps import readable
 
-TRASH = ".deleting-"  # the hidden name of a folder on its way out
+TRASH = ".deleting-"  # the hidden name of a folder on its way out: .deleting-ID-PID@HOST, its deleter
+_DELETER = re.compile(re.escape(TRASH) + r".+-(?P<pid>\d+)@(?P<host>[^@/]*)")
 LOCK_WAIT_S = 0.5  # what a reader's probe of the lock (microseconds) never outlasts
 
 
@@ -64,8 +69,9 @@ def delete_runs(runs_dir: Path, runs: list[Run], said=None) -> dict[str, str]:
 
 
 def _trash(run: Run, runs_dir: Path) -> Path:
-    """The hidden name this process moves ``run``'s folder to, before it removes it."""
-    return runs_dir / f"{TRASH}{run.id}-{os.getpid()}"
+    """The hidden name this process moves ``run``'s folder to, before it removes it, naming this
+    process and its host, which :func:`clear_trash` reads."""
+    return runs_dir / f"{TRASH}{run.id}-{os.getpid()}@{states.HOST}"
 
 
 def _delete(run: Run, runs_dir: Path, outcome: dict[str, str]) -> None:
@@ -89,6 +95,8 @@ def _delete(run: Run, runs_dir: Path, outcome: dict[str, str]) -> None:
         try:
             os.rename(run.path, _trash(run, runs_dir))
             outcome[run.id] = "deleted"
+            with contextlib.suppress(OSError):  # the deletion's start, which another host's clear_trash times
+                os.utime(_trash(run, runs_dir))
         except OSError as exc:
             raise FslabError(f"could not delete run {run.id}: {exc.strerror or exc} ({run.path})") from None
     finally:
@@ -124,10 +132,25 @@ def delete_records(paths: list[Path]) -> None:
 
 
 def clear_trash(runs_dir: Path) -> None:
-    """Remove the hidden folders an interrupted deletion left in the store."""
+    """Remove the hidden folders an interrupted deletion left in the store: those whose deleter is
+    gone (:func:`deleter_gone`), and this process's own (a deletion of it cut short, in the dashboard);
+    one another live ``fslab delete`` is removing, on this node or another sharing the store, is left to it."""
     try:
         entries = [e for e in os.scandir(runs_dir) if e.name.startswith(TRASH)]
     except OSError:
         return
+    mine = f"-{os.getpid()}@{states.HOST}"
     for entry in entries:
-        shutil.rmtree(entry.path, ignore_errors=True)
+        if entry.name.endswith(mine) or deleter_gone(Path(entry.path)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def deleter_gone(trash: Path) -> bool:
+    """Whether the ``fslab delete`` that moved a run's folder to ``trash`` is gone, judged as the writer of
+    a temporary file is (:func:`fslab.core.files.process_gone`: on this host by its pid, another host's
+    once the folder is untouched for a day). A name of earlier versions, ``.deleting-ID-PID``, names no
+    host and is taken for gone, as it was then."""
+    found = _DELETER.fullmatch(trash.name)
+    if found is None:
+        return True
+    return process_gone(int(found["pid"]), found["host"], trash)

@@ -46,22 +46,36 @@ _HOSTLESS = re.compile(r"\.?(?P<name>.+)\.(?P<pid>\d+)\.tmp")  # what fslab wrot
 
 def writer_gone(path: Path) -> bool:
     """Whether the writer of the temporary file ``path`` (a :func:`temporary_path`) is gone, so the file
-    will never be renamed into place and may be removed. One written on this host: when its pid no longer
-    runs here. One of another host: only once untouched for :data:`OTHER_HOST_GONE_AFTER_S`, so a node
-    never removes the file a live writer on another node is writing. A name without a host
-    (``.NAME.PID.tmp``, as earlier fslab versions wrote) is judged by its pid here, as it was then; a
+    will never be renamed into place and may be removed (:func:`process_gone`'s rule). A name without a
+    host (``.NAME.PID.tmp``, as earlier fslab versions wrote) is judged by its pid here, as it was then; a
     name that is no temporary file's never is gone."""
-    name = Path(path).name
-    found = _TEMPORARY.fullmatch(name) or _HOSTLESS.fullmatch(name)
-    if found is None:
-        return False
-    host = found.groupdict().get("host")
+    writer = temporary_writer(path)
+    return writer is not None and process_gone(*writer, path)
+
+
+def temporary_writer(path: Path) -> tuple[int, str | None] | None:
+    """The pid and host a :func:`temporary_path` names (host None for the host-less names of earlier
+    versions); None for a name that is no temporary file's."""
+    found = _TEMPORARY.fullmatch(Path(path).name) or _HOSTLESS.fullmatch(Path(path).name)
+    return None if found is None else (int(found["pid"]), found.groupdict().get("host"))
+
+
+def process_gone(pid: int, host: str | None, path: Path) -> bool:
+    """Whether process ``pid`` of ``host`` (None: this host, as a record of an earlier version), which
+    writes or removes ``path``, is gone. One of this host: when its pid no longer runs here. One of
+    another host: only once ``path`` is untouched for :data:`OTHER_HOST_GONE_AFTER_S`, so a node never
+    takes a live process on another node for gone (a runs folder or a data root may be shared)."""
     if host is None or host == states.HOST:
-        return not states.pid_alive(int(found["pid"]))
+        return not states.pid_alive(pid)
     try:
         return time.time() - os.stat(path).st_mtime > OTHER_HOST_GONE_AFTER_S
     except OSError:
         return False
+
+
+def writer_name(pid: int, host: str | None) -> str:
+    """A process as messages name it: ``process 4242 on node-a`` (``process 4242`` where no host is known)."""
+    return f"process {pid}" + (f" on {host}" if host else "")
 
 
 def remove_orphaned_temporaries(folder: Path) -> None:
