@@ -213,6 +213,40 @@ def test_a_run_killed_while_its_first_checkpoint_was_written_is_said_so(project)
         f"fslab run --like {run.id}\n")
 
 
+def test_a_first_checkpoint_a_live_writer_is_writing_is_not_called_half_written(project):
+    """A runs folder shared between a cluster's nodes: the `.last.pt.PID@HOST.tmp` that node A's worker is
+    writing right now was, to fslab resume on node B, the half-written file of a killed run, as was one a
+    live process of this host writes. Only a file whose writer is gone (files.writer_gone) is said so; one
+    being written names its writer."""
+    import fslab as api
+    from fslab.core import files, states
+    from fslab.core.config import resolve
+    from fslab.core.runstore import create_run
+    from fslab.core.settings import Settings
+
+    from .test_temporaries import a_day_untouched, left_by_a_killed_writer
+
+    config = resolve("nca", registry=api.get_registry(), settings=Settings(), overrides=[{"train": {"epochs": 3}}])
+    run = create_run(project / "runs", "nca", config)
+    run.write_status(state="killed", started=1.0, ended=2.0)
+    run.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+    theirs = left_by_a_killed_writer(run.checkpoint_path, "node-a")  # its pid runs no process here
+    pid = int(theirs.name.split(".")[-2].partition("@")[0])
+    refused = fslab_here("resume", run.id, cwd=project)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: run {run.id} has no checkpoint (it stopped while its first checkpoint was being written, which "
+        f"process {pid} on node-a is writing still, in checkpoints/{theirs.name}: fslab resume {run.id} once it "
+        f"is written); start it again with the same settings: fslab run --like {run.id}\n")
+    a_day_untouched(theirs)  # node-a lost: its writer taken for gone
+    mine = files.temporary_path(run.checkpoint_path)  # this process's, alive: this host's writer
+    mine.write_bytes(b"PK\x03\x04 half")
+    assert (f"which process {os.getpid()} on {states.HOST} is writing still, in checkpoints/{mine.name}"
+            in fslab_here("resume", run.id, cwd=project).stderr)
+    mine.unlink()
+    assert (f"(it stopped while its first checkpoint was being written, and left it half-written in "
+            f"checkpoints/{theirs.name});" in fslab_here("resume", run.id, cwd=project).stderr)
+
+
 def test_a_checkpoint_that_no_longer_fits_the_network_is_one_line_naming_the_difference(project):
     """A resume whose configuration builds another network than the checkpoint's (config.json edited, a
     backbone plugin changed) failed with "RuntimeError: Error(s) in loading state_dict for Conv4:"."""

@@ -79,10 +79,18 @@ def stopped_when(run: Run) -> str:
     """Why a stopped run has no checkpoint: it never started (stopped while
     queued), it stopped during its first epoch, or it was killed (SIGKILL, the
     machine's end) while its first checkpoint was written, in the background while
-    the second epoch trained: the temporary file it was writing is left."""
+    the second epoch trained: the temporary file it was writing is left. A temporary file
+    whose writer lives (on another node sharing the runs folder, its own is not judged by
+    a pid of this one: :func:`fslab.core.files.writer_gone`) is said as being written, by whom."""
+    from fslab.core.files import temporary_writer, writer_gone, writer_name
+
     if run.status().get("started") is None:
         return "before it started"
     half = sorted(run.checkpoint_path.parent.glob(f".{run.checkpoint_path.name}.*.tmp"))
+    writing = [path for path in half if temporary_writer(path) is not None and not writer_gone(path)]
+    if writing:
+        return (f"while its first checkpoint was being written, which {writer_name(*temporary_writer(writing[0]))} "
+                f"is writing still, in {writing[0].relative_to(run.path)}: fslab resume {run.id} once it is written")
     if half:
         return (f"while its first checkpoint was being written, and left it half-written in "
                 f"{half[0].relative_to(run.path)}")
