@@ -75,6 +75,43 @@ def test_eval_reproduces_the_final_test_and_caches_features(project, trained):
     assert val[0]["split"] == "val" and val[0]["episodes"] == 50 and not val[0]["features_cached"]
 
 
+NOTED = """
+import torch
+
+from fslab.plugin import hookimpl
+
+
+def noted(support, query, *, note: str = ""):  # the centroid rule, with a parameter of any length
+    return torch.cdist(query, support.mean(dim=2)).argmin(dim=-1)
+
+
+@hookimpl
+def register_evaluators(register):
+    register(noted, name="noted", description="local")
+"""
+
+
+def test_an_evaluator_with_long_parameters_saves_its_scores_under_a_name_that_fits(project, trained):
+    """An evaluation's file is named by its evaluator's parameters: a plugin's long one (a note, a path)
+    made a name past the 255 bytes a file name may have, and fslab eval failed to save the scores. The
+    name is cut, with a hash of the whole; the file holds the evaluator's whole label, which readers use."""
+    run_dir = copied(project, trained["plain"])
+    (project / "mine").mkdir()
+    (project / "mine" / "noted.py").write_text(NOTED)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    notes = ["n" * 300, "n" * 299 + "m"]  # two labels that begin alike: two files
+    for note in notes:
+        done = fslab_here("eval", run_dir.name, "--evaluator", "noted", "--set", f"evaluator.note={note}", "--shots",
+                          "1", "--episodes", "10", "--json", cwd=project)
+        assert done.returncode == 0, done.stderr
+    saved = sorted((run_dir / "evaluations").glob("test-noted*"))
+    assert len(saved) == 2 and all(len(os.fsencode(path.name)) <= 255 for path in saved)
+    assert sorted(json.loads(path.read_text())["evaluator"] for path in saved) == [f"noted[note={n}]" for n in
+                                                                                  sorted(notes)]
+    listed = fslab_here("runs", "--evaluator", f"noted[note={notes[0]}]", "--json", cwd=project)
+    assert listed.returncode == 0 and json.loads(listed.stdout)["id"] == run_dir.name, listed.stderr
+
+
 def test_eval_of_a_sweep_scores_each_run_and_leaves_out_one_without_a_checkpoint(project, trained):
     """fslab eval SWEEP is fslab eval of each run in turn, in one process; a run still queued (no
     checkpoint yet) is left out with its reason where several are named, refused where named alone."""

@@ -45,6 +45,25 @@ def test_create_writes_config_and_queued_status(tmp_path):
     assert (run.path / "checkpoints").is_dir()
 
 
+def test_a_method_with_a_long_name_makes_a_run_id_that_fits_every_name_built_from_it(tmp_path, monkeypatch):
+    """A run id holds its method's name, which a plugin may make of any length: a 300-character one made a
+    folder name past the 255 bytes a file name may have, and creating the run failed ("File name too long").
+    The id holds the name's first bytes with a hash of the whole, room left for the names built from an id
+    (fslab delete's `.deleting-ID-PID@HOST`, with a host's full name)."""
+    from fslab.core import states
+    from fslab.core.deletion import delete_runs
+
+    monkeypatch.setattr(states, "HOST", "gpu-node-042." + "x" * 40 + ".example")
+    names = ["m" * 300, "m" * 299 + "n", "nca"]
+    runs = [create_run(tmp_path, name, {"method": name}) for name in names]
+    assert len({run.id for run in runs}) == 3 and all(len(run.id) <= 90 for run in runs)
+    assert "-nca-" in runs[2].id and runs[0].id.split("-")[2].startswith("m" * 40)
+    assert sorted(run.config()["method"] for run in list_runs(tmp_path)) == sorted(names)
+    for run in runs:
+        run.write_status(state="completed")
+    assert delete_runs(tmp_path, runs) == {run.id: "deleted" for run in runs} and list_runs(tmp_path) == []
+
+
 def test_two_writers_of_a_status_never_lose_each_others_fields(tmp_path, monkeypatch):
     """A SLURM submitter records its job id while the job records running, each reading status.json, adding its
     fields and writing it back: one that wrote between the other's read and write was undone (the job id lost,

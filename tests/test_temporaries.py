@@ -108,3 +108,24 @@ def test_a_host_without_a_name_still_sweeps_its_killed_writers_files(tmp_path, m
     assert killed.name.endswith("@.tmp") and files.writer_gone(killed)
     files.remove_orphaned_temporaries(tmp_path)
     assert not killed.exists()
+
+
+def test_a_temporary_name_stays_within_a_file_names_255_bytes(tmp_path, monkeypatch):
+    """`.NAME.PID@HOST.tmp` of a long NAME (an evaluation named by a plugin's parameters) on a node whose
+    full hostname is long (up to 64 bytes) passed the 255 bytes a file name may have: the write failed with
+    "File name too long". The NAME is cut to fit, with a hash of the whole; the pid and host stay whole, so
+    writer_gone still judges the file, and two long names that begin alike keep two temporaries."""
+    host = "gpu-node-042." + "x" * 40 + ".example"  # 61 bytes
+    monkeypatch.setattr(states, "HOST", host)
+    targets = [tmp_path / ("é" * 110 + f"-{n}.json") for n in (1, 2)]  # 227 bytes each: fits, as a final name
+    temporaries = [files.temporary_path(target) for target in targets]
+    assert all(len(os.fsencode(t.name)) <= 255 for t in temporaries)
+    assert temporaries[0] != temporaries[1] and temporaries[0] == files.temporary_path(targets[0])
+    assert all(t.name.startswith(".éé") and t.name.endswith(f".{os.getpid()}@{host}.tmp") for t in temporaries)
+    files.atomic_write_json(targets[0], {"test": 1})
+    assert [p.name for p in tmp_path.iterdir()] == [targets[0].name]
+    killed = left_by_a_killed_writer(targets[1], host)
+    assert killed.parent == tmp_path and len(os.fsencode(killed.name)) <= 255
+    assert files.temporary_writer(killed)[1] == host and files.writer_gone(killed)
+    files.remove_orphaned_temporaries(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [targets[0].name]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -28,11 +29,33 @@ from fslab.core import states
 REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC)
 
 
+NAME_MAX = 255  # the bytes a file name may have (Linux's and macOS's file systems)
+
+
+def fitting_name(name: str, room: int = NAME_MAX) -> str:
+    """``name`` as it is where it fits in ``room`` bytes; otherwise its beginning, cut to fit, then ``~``
+    and 12 hex digits of a hash of the whole name, so two long names that begin alike stay apart, and
+    one name is always cut the same way."""
+    encoded = os.fsencode(name)
+    if len(encoded) <= room:
+        return name
+    kept, size = [], 0
+    for char in name:  # whole characters only: a cut inside one would leave bytes of no character
+        size += len(os.fsencode(char))
+        if size > room - 13:
+            break
+        kept.append(char)
+    return "".join(kept) + "~" + hashlib.sha256(encoded).hexdigest()[:12]
+
+
 def temporary_path(path: Path) -> Path:
     """Where this process writes ``path`` before renaming it into place:
     ``.NAME.PID@HOST.tmp`` beside it, hidden, naming the writer's pid and host, which
-    :func:`writer_gone` reads (a runs folder or a data root may be shared between nodes)."""
-    return path.with_name(f".{path.name}.{os.getpid()}@{states.HOST}.tmp")
+    :func:`writer_gone` reads (a runs folder or a data root may be shared between nodes).
+    A name that would pass :data:`NAME_MAX` bytes (a long ``path`` name, a host's full name of up
+    to 64 bytes) has its NAME cut to fit (:func:`fitting_name`); the pid and host stay whole."""
+    writer = f".{os.getpid()}@{states.HOST}.tmp"
+    return path.with_name("." + fitting_name(path.name, NAME_MAX - 1 - len(os.fsencode(writer))) + writer)
 
 
 # A temporary file of another host is not this one's to judge by its pid; left untouched this long (a

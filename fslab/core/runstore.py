@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.events import kept_scores, other_precision
-from fslab.core.files import atomic_write_json, overwrite, read_events, read_json
+from fslab.core.files import NAME_MAX, atomic_write_json, fitting_name, overwrite, read_events, read_json
 from fslab.core.flocks import briefly_held
 from fslab.core.schemas import evaluation, event, results
 from fslab.core.schemas import status as status_of
@@ -249,17 +249,20 @@ class Run:
         place: the training's own test scores stay what ``fslab runs`` shows, and readers
         take the plain name first (it sorts before the other). So do scores of the network
         run in another precision than the run's own (``fslab eval --precision``), named
-        ``..._<precision>.json``, which readers leave out (:func:`other_precision`)."""
+        ``..._<precision>.json``, which readers leave out (:func:`other_precision`). A name
+        that would pass a file name's 255 bytes (an evaluator's long parameters) is cut, with
+        a hash of the whole (:func:`fslab.core.files.fitting_name`); readers go by the file's contents."""
         folder = self.path / "evaluations"
         folder.mkdir(exist_ok=True)
         key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
                f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
         if other_precision(result):
             key += f"_{result['precision']}"
-        path = folder / f"{safe_name(key)}.json"
+        name = fitting_name(safe_name(key), NAME_MAX - len("_data.json") - 16)  # a plugin's long parameters
+        path = folder / f"{name}.json"
         data = result.get("data")
         if isinstance(data, str) and _other_data(path, data):
-            path = folder / f"{safe_name(f'{key}_data{data[:16]}')}.json"
+            path = folder / f"{name}_data{safe_name(data[:16])}.json"
         atomic_write_json(path, {**result, "accuracies": kept_scores(accuracies)})
         return path
 
@@ -302,11 +305,16 @@ def unstarted(status: dict) -> bool:
     return status.get("state") == "queued" and not status.get("pid") and not status.get("slurm_job_id")
 
 
+METHOD_IN_ID = 64  # the bytes of a method's name a run id holds: room left for the names built from an id
+
+
 def new_run_id(method: str) -> str:
+    """Date, time, the method's name (cut past :data:`METHOD_IN_ID` bytes, with a hash: a plugin's
+    method may have a name of any length) and a random suffix."""
     import secrets
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{safe_name(method)}-{secrets.token_hex(2)}"
+    return f"{stamp}-{fitting_name(safe_name(method), METHOD_IN_ID)}-{secrets.token_hex(2)}"
 
 
 def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = False,
