@@ -127,6 +127,9 @@ def test_published_numbers_are_the_papers(registry):
 @pytest.mark.parametrize("change, expected", [
     ({"nme": "x"}, "nme: unknown key. Allowed: name, title"),
     ({"name": "Bad Name"}, "name: 'Bad Name' must match"),
+    # it names the report's files: fslab study report said "cannot write the report into out (File name too long)"
+    ({"name": "a" * 300}, f"name: '{'a' * 40}...' is 300 characters long; a study's name may have at most 100 (it "
+                          "names the report's files): choose a shorter one"),
     ({"figure": "Fig. 1"}, "table: give exactly one of"),
     ({"paper": {"authors": "A", "title": "T", "year": 20}}, "paper.year: must be a whole number from 1900 to 2100"),
     ({"paper": {"authors": "A", "title": "T", "year": 2020, "arxiv": "abc"}}, "paper.arxiv: 'abc' must match"),

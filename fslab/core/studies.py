@@ -2,7 +2,7 @@
 
 A study is a TOML file (the schema is in the README, "Reproducing the papers")::
 
-    name = "nca-table3"                  # letters, digits, . _ -
+    name = "nca-table3"                  # letters, digits, . _ - (at most 100)
     title = "ResNet-12 on miniImageNet and CIFAR-FS"
     table = "Table 3"                    # or figure = "Fig. 2"
     description = "..."
@@ -42,6 +42,7 @@ from fslab.core.text import printable
 
 SCALES = ("paper", "quick")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+LONGEST_NAME = 100  # a study's name names its report's files (NAME.md, NAME-DATASET.png): room left for the rest
 ARXIV = re.compile(r"\d{4}\.\d{4,5}")
 TOP_KEYS = ("name", "title", "table", "figure", "description", "split", "paper", "sweep", "quick", "plot",
             "published", "cost")
@@ -285,6 +286,9 @@ def parse_study(data: dict, source: str, path: Path | None = None) -> Study:
     check = _Checker(source)
     check.keys(data, TOP_KEYS, "")
     name = check.text(data, "name", "", pattern=NAME)
+    if len(name) > LONGEST_NAME:
+        check.fail("name", f"'{name:.40}...' is {len(name)} characters long; a study's name may have at most "
+                           f"{LONGEST_NAME} (it names the report's files): choose a shorter one")
     if ("table" in data) == ("figure" in data):
         check.fail("table", "give exactly one of table = \"Table N\" or figure = \"Fig. N\"")
     kind = "table" if "table" in data else "figure"
