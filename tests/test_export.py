@@ -732,6 +732,14 @@ def test_a_sink_whose_name_holds_a_slash_is_exported_under_its_lock_too(tmp_path
     with exporting(run, "team/board"):
         assert [p.name for p in run.path.iterdir()] == [".export-team_board.lock"]
     assert list(run.path.iterdir()) == []
+    # a name past a file name's 255 bytes, as a plugin may give its sink: "File name too long", and no lock
+    names = []
+    for sink in ("s" * 300, "s" * 299 + "t"):
+        with exporting(run, sink):
+            (lock,) = run.path.iterdir()
+            assert lock.name.startswith(".export-sss") and len(os.fsencode(lock.name)) <= 255
+            names.append(lock.name)
+    assert names[0] != names[1] and list(run.path.iterdir()) == []
 
 
 # `fslab export RUN --to SINK` as the real CLI runs it, with a Ctrl-C arriving between two of its writes

@@ -20,6 +20,7 @@ import time
 from fslab.core import worklock
 from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.events import other_precision
+from fslab.core.files import NAME_MAX, fitting_name
 from fslab.core.flocks import one_at_a_time
 from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
@@ -165,7 +166,8 @@ def exporting(run: Run, sink: str):
     folder and writing into it at once (two copies, or one cut short). The lock file,
     ``runs/<id>/.export-SINK.lock``, goes when it is let go; where none can be had (a read-only
     copy of a store, no ``flock``) the run is exported without one, as before."""
-    path = run.path / f".export-{safe_name(sink)}.lock"  # a plugin's sink may be named team/board
+    # a plugin's sink may be named team/board, or past a file name's 255 bytes
+    path = run.path / f".export-{fitting_name(safe_name(sink), NAME_MAX - len('.export-.lock'))}.lock"
     with one_at_a_time(path, lambda pid: f"{run.id}: waiting for the export{pid} that is sending it to sink "
                                          f"'{sink}', so that its record there is replaced once, not mixed"):
         yield
