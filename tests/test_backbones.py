@@ -483,7 +483,7 @@ def test_a_backbone_with_a_wrong_out_dim_fails_its_run_at_the_start_naming_it(pr
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     result = fslab_here("run", "simpleshot", *TINY_RUN[4:], "--backbone", "wrong", cwd=project)
     assert result.returncode == 1
-    assert ("failed: TypeError: backbone 'wrong' returned features of shape [2, 8] for 2 images, not "
-            "[2, out_dim] with its out_dim=99") in result.stderr
+    assert ("failed: TypeError: backbone 'wrong' from plugin 'local:wrong' returned features of shape [2, 8] for 2 "
+            "images, not [2, out_dim] with its out_dim=99") in result.stderr
     (run,) = (project / "runs").iterdir()
     assert not [e for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "train"]

@@ -217,8 +217,8 @@ def test_a_loss_that_is_nan_before_any_update_blames_the_loss_not_the_learning_r
     assert result.returncode == 1, result.stderr
     st = status(only_run(project))
     assert st["state"] == "failed"
-    assert st["error"] == ("FloatingPointError: loss 'nca' was nan at step 1, before any update, so not from the "
-                           "learning rate; check the loss's parameters "
+    assert st["error"] == ("FloatingPointError: loss 'nca' from plugin 'nca' was nan at step 1, before any update, "
+                           "so not from the learning rate; check the loss's parameters "
                            "(loss.pair_fraction=1.0, loss.temperature=1e-38)")
 
 

@@ -214,6 +214,7 @@ def register_losses(register):
     register(hard, name="hard", description="broken")
     register(split, name="split", description="broken")
     register(Forgetful, name="forgetful", description="broken")
+    register(noted, name="noted", description="broken")
 
 def raising(support, query):
     raise RuntimeError("a bug in the plugin")
@@ -286,6 +287,16 @@ class Lists:
         for start in (0, self.batch_size):
             yield list(range(start, start + self.batch_size))  # indices, not Batch(indices)
 
+class Wrapping(Lists):
+    def batches(self, epoch):
+        from fslab.plugin import Batch
+
+        for start in (0, self.batch_size):
+            yield Batch([-1, *range(start + 1, start + self.batch_size)])  # -1 read the last image, in silence
+
+def noted(z, labels, support=None):
+    return LossOutput(z.pow(2).mean(), 0, 0, [1, 2])  # extra a list, not a dict of counters
+
 class Unseeded:
     def __init__(self, labels, batch_size, seed):
         self.count, self.batch_size = len(labels), batch_size  # the seed is never used
@@ -304,6 +315,7 @@ class Unseeded:
 def register_samplers(register):
     register(Lists, name="lists", description="broken")
     register(Unseeded, name="unseeded", description="broken")
+    register(Wrapping, name="wrapping", description="broken")
 
 class Fixed(torch.nn.Module):
     def __init__(self, in_channels):
@@ -1005,13 +1017,21 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
 
 @pytest.mark.parametrize("options, message", [
     (["--set", "loss.name=per-row"],
-     "TypeError: loss 'per-row' returned a loss of shape [32]; LossOutput's loss must be a 0-d tensor: reduce "
-     "it over the batch (e.g. .mean())"),
+     "TypeError: loss 'per-row' from plugin 'local:broken' returned a loss of shape [32]; LossOutput's loss must "
+     "be a 0-d tensor: reduce it over the batch (e.g. .mean())"),
     (["--set", "loss.name=bare"],
-     "TypeError: loss 'bare' returned a Tensor of shape [], not LossOutput(loss, positives, negatives)"),
+     "TypeError: loss 'bare' from plugin 'local:broken' returned a Tensor of shape [], not "
+     "LossOutput(loss, positives, negatives)"),
+    # trained on the last image of the split where the batch named index -1, and completed
+    (["--set", "sampler.name=wrapping"],
+     "ValueError: sampler 'wrapping' from plugin 'local:broken' yielded the index -1, out of the training split's "
+     "range 0..239"),
+    # AttributeError: 'list' object has no attribute 'items', naming no loss
+    (["--set", "loss.name=noted"],
+     "TypeError: loss 'noted' from plugin 'local:broken' returned LossOutput extra=[1, 2], not a dict of counters"),
     (["--set", "sampler.name=lists"],
-     "TypeError: sampler 'lists' yielded a list, not Batch(indices, support): batches(epoch) yields "
-     "fslab.plugin.Batch"),
+     "TypeError: sampler 'lists' from plugin 'local:broken' yielded a list, not Batch(indices, support): "
+     "batches(epoch) yields fslab.plugin.Batch"),
     # PyTorch's words from the check's forward, naming no backbone: mat1 and mat2 shapes cannot be multiplied;
     # then the backbone without its plugin, where a training step that raises names both
     (["--backbone", "fixed"],
@@ -1019,8 +1039,9 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
      "and mat2 shapes "
      "cannot be multiplied (2x256 and 7056x8); a backbone whose layers depend on the image size names image_size "
      "in its __init__ to be told it"),
-    (["--set", "loss.name=hard"], "TypeError: loss 'hard' returned a loss with no gradient; compute it from z with "
-                                  "differentiable operations (not .detach(), .item(), argmax or a constant)"),
+    (["--set", "loss.name=hard"], "TypeError: loss 'hard' from plugin 'local:broken' returned a loss with no "
+                                  "gradient; compute it from z with differentiable operations (not .detach(), "
+                                  ".item(), argmax or a constant)"),
     # the plugin's bare KeyError: 'val', naming no dataset
     (["--dataset", "train-only", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
      "dataset 'train-only' failed to load its val split: KeyError: 'val'"),

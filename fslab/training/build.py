@@ -156,11 +156,25 @@ def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int]
                 f"names image_size in its __init__ to be told it")
         raise (PluginError if named else TypeError)(line) from error
     model.train(was_training)
+    check_features(features, named or f"backbone '{name}'", declared)
+
+
+def check_features(features, named: str, out_dim: int) -> None:
+    """A TypeError naming the backbone (``named``, its plugin too where known) unless ``features``, its
+    output for 2 blank images, are finite floats ``[2, out_dim]``: integer features had no gradient and
+    NaN ones a NaN loss, and both failed the run at its first step blaming the loss."""
     shape = list(getattr(features, "shape", ()))
-    if shape != [2, declared]:
+    if not isinstance(features, torch.Tensor) or shape != [2, out_dim]:
         flat = f": pool or flatten it to [2, {math.prod(shape[1:])}]" if len(shape) > 2 else ""
-        raise TypeError(f"backbone '{name}' returned features of shape {shape} for 2 images, not [2, out_dim] "
-                        f"with its out_dim={declared}{flat}")
+        got = f"of shape {shape}" if isinstance(features, torch.Tensor) else f"a {type(features).__name__}"
+        raise TypeError(f"{named} returned features {got} for 2 images, not [2, out_dim] "
+                        f"with its out_dim={out_dim}{flat}")
+    if not features.is_floating_point():
+        raise TypeError(f"{named} returned features of dtype {features.dtype} for 2 images; a backbone returns "
+                        f"floating-point features, through differentiable operations")
+    if not bool(torch.isfinite(features).all()):
+        raise TypeError(f"{named} returned features that are not finite (NaN or infinite) for 2 blank images, "
+                        f"before any update; its layers or their initial weights give them")
 
 
 def build_loss(registry: Registry, cfg: RunConfig, out_dim: int, num_classes: int,

@@ -312,7 +312,7 @@ def episode_scores(
     features = prepare_features(features, center, normalize)
     device = features.device
     truth = torch.arange(ways, device=device).repeat_interleave(queries)
-    scores = []
+    scores, outside = [], []
     # a block's indices go to the device at once: one copy (and wait) per block, not per chunk
     blocks = ((s.to(device), q.to(device)) for s, q in episode_blocks(labels, ways, shots, queries, episodes, seed))
     for rows_s, rows_q in _chunks(blocks, chunk):
@@ -324,16 +324,47 @@ def episode_scores(
             if out.shape != query.shape[:2]:
                 raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
                                            f"expected predictions {tuple(query.shape[:2])}")
-            scores.append((out == truth).sum(dim=1))  # counts: divided on the CPU, below
+            scores.append((checked_predictions(out, ways) == truth).sum(dim=1))  # counts: divided on the CPU
+            outside.append(((out < 0) | (out >= ways)).any())  # read once, below: no wait per chunk
         else:
             if out.shape != (query.shape[0],):
                 raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
                                            f"expected one score per episode ({query.shape[0]},)")
             scores.append(out.float())
     scores = torch.cat(scores).cpu()
+    if info.metric != "accuracy":
+        return checked_scores(scores, info.metric)
+    if bool(torch.stack(outside).any()):
+        raise outside_ways(ways)
     # CUDA divides by a scalar through its reciprocal: dividing on the CPU
     # gives the same accuracies, to the last bit, whatever the device.
-    return scores.float() / truth.numel() if info.metric == "accuracy" else scores
+    return scores.float() / truth.numel()
+
+
+def checked_predictions(out: torch.Tensor, ways: int) -> torch.Tensor:
+    """``out`` if its dtype is that of predicted ways (whole numbers), else an :class:`EvaluatorOutputError`:
+    float predictions (2.5) were compared with the ways as they were, and counted wrong in silence."""
+    if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
+        raise EvaluatorOutputError(f"returned predictions of dtype {out.dtype}; it predicts each query's way, "
+                                   f"a whole number 0..{ways - 1} (argmax or argmin gives int64), or declares "
+                                   f"the trait metric for a score per episode")
+    return out
+
+
+def outside_ways(ways: int) -> EvaluatorOutputError:
+    """Predictions past the episode's ways (a label of the split, not a way) were counted wrong in silence."""
+    return EvaluatorOutputError(f"returned a predicted way outside 0..{ways - 1} for a {ways}-way episode; it "
+                                f"predicts each query's way, numbered as the support's")
+
+
+def checked_scores(scores: torch.Tensor, metric: str) -> torch.Tensor:
+    """An evaluator's scores (trait ``metric``), one per episode, if each is a finite number in [0, 1];
+    else an :class:`EvaluatorOutputError`: NaN or 3.0 was saved as the run's result."""
+    broken = ~torch.isfinite(scores) | (scores < 0) | (scores > 1)
+    if bool(broken.any()):
+        raise EvaluatorOutputError(f"returned the {metric} {scores[broken][0].item()!r} for an episode; a score "
+                                   f"per episode is a finite number in [0, 1]")
+    return scores
 
 
 def _chunks(blocks: Iterator[tuple[torch.Tensor, torch.Tensor]], chunk: int
@@ -390,7 +421,10 @@ def model_episode_scores(
             if predictions.shape != truth.shape:
                 raise EvaluatorOutputError(f"returned shape {tuple(predictions.shape)}, "
                                            f"expected ({truth.numel()},)")
-            scores.append((predictions.cpu() == truth).sum().float() / truth.numel())
+            predictions = checked_predictions(predictions, ways).cpu()
+            if bool(((predictions < 0) | (predictions >= ways)).any()):
+                raise outside_ways(ways)
+            scores.append((predictions == truth).sum().float() / truth.numel())
             working.load_state_dict(weights)
     finally:
         del working

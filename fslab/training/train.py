@@ -51,6 +51,7 @@ from fslab.training.numerics import (
     optimiser_step,
     resolve_numerics,
 )
+from fslab.training.outputs import checked_batch, checked_loss_output
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -133,25 +134,6 @@ def scores_by_shots(outcomes: list[dict]) -> dict:
             for r in outcomes}
 
 
-def checked_loss_output(out, name: str):
-    """``out`` if it is what a loss returns, a ``LossOutput`` whose ``loss`` is a 0-d tensor with a
-    gradient, else a TypeError naming the loss (rather than PyTorch's message on backward, which names none).
-    Only shapes and types are read: no device sync."""
-    loss = getattr(out, "loss", None)
-    if not (hasattr(out, "positives") and hasattr(out, "negatives")):
-        shape = f" of shape {list(out.shape)}" if hasattr(out, "shape") else ""
-        raise TypeError(f"loss '{name}' returned a {type(out).__name__}{shape}, not "
-                        f"LossOutput(loss, positives, negatives)")
-    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-        got = f"of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else f"of type {type(loss).__name__}"
-        raise TypeError(f"loss '{name}' returned a loss {got}; LossOutput's loss must be a 0-d tensor: "
-                        f"reduce it over the batch (e.g. .mean())")
-    if not loss.requires_grad:
-        raise TypeError(f"loss '{name}' returned a loss with no gradient; compute it from z with differentiable "
-                        f"operations (not .detach(), .item(), argmax or a constant)")
-    return out
-
-
 def labelled_state(modules: dict) -> dict:
     """The state (parameters and buffers) of ``modules`` (a label for each), named ``"model's blocks.1.weight"``."""
     return {f"{label}'s {name}": tensor for label, module in modules.items()
@@ -173,13 +155,14 @@ def lower_rate(run_id: str, lr: float) -> str:
     return f"start it again at a lower learning rate: fslab run --like {run_id} --lr {lr / 10:g}"
 
 
-def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, again: str) -> str:
+def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, again: str, named: str) -> str:
     """Why a run stops at a logged loss that is NaN or infinite. At the first step no update has been made
-    yet, so the learning rate is not the cause: the loss is, as its parameters are (``loss.temperature=1e-38``)."""
+    yet, so the learning rate is not the cause: the loss is (``named``, its plugin too), as its parameters
+    are (``loss.temperature=1e-38``)."""
     if step == 1:
         numbers = ", ".join(f"loss.{key}={number!r}" for key, number in loss.items()
                             if is_number(number))
-        return (f"loss '{loss['name']}' was {value} at step 1, before any update, so not from the learning rate; "
+        return (f"{named} was {value} at step 1, before any update, so not from the learning rate; "
                 f"check the loss's parameters{f' ({numbers})' if numbers else ''}")
     return f"loss became {value} at step {step} (epoch {epoch + 1}); {again}"
 
@@ -195,15 +178,6 @@ def sampler_batches(sampler, epoch: int, failed: str) -> Iterator:
         except StopIteration:
             return
         yield batch
-
-
-def checked_batch(batch, name: str):
-    """``batch`` if it has what a sampler yields, ``Batch(indices, support)``, else a TypeError naming
-    the sampler (rather than Python's AttributeError on ``.indices``, which names none)."""
-    if not (hasattr(batch, "indices") and hasattr(batch, "support")):
-        raise TypeError(f"sampler '{name}' yielded a {type(batch).__name__}, not Batch(indices, support): "
-                        f"batches(epoch) yields fslab.plugin.Batch")
-    return batch
 
 
 @dataclass
@@ -284,7 +258,7 @@ class Trainer:
         parts.model.train()
         window_start, window_images = time.perf_counter(), 0
         for batch in sampler_batches(parts.sampler, epoch, parts.failed("sampler")):
-            batch = checked_batch(batch, self.cfg.sampler["name"])
+            batch = checked_batch(batch, parts.named["sampler"], tcfg.batch_size, len(self.labels))
             index = host_to_device(batch.indices, self.images.device)  # no wait for the GPU: its queue stays full
             own = self.world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
             x = to_input(self.images[index[own]].to(self.device, non_blocking=True))
@@ -293,7 +267,7 @@ class Trainer:
             y = self.labels[index].to(self.device, non_blocking=True)
             support = None if batch.support is None else host_to_device(batch.support, self.device)
             started = time.perf_counter()
-            out = checked_loss_output(train_step(x, y, support), self.cfg.loss["name"])
+            out = checked_loss_output(train_step(x, y, support), parts.named["loss"])
             self.step_lr = parts.optimizer.param_groups[0]["lr"]  # this step's rate: the schedule moves on below
             optimiser_step(out.loss, parts.optimizer, self.scaler)
             parts.scheduler.step()
@@ -306,7 +280,7 @@ class Trainer:
                 self.log_training(out, epoch, window_start, window_images)
                 window_start, window_images = time.perf_counter(), 0
             elif self.step == 1 and not math.isfinite(first := out.loss.item()):  # unlogged, yet the loss's doing
-                raise FloatingPointError(nonfinite_loss(first, 1, epoch, self.cfg.loss, ""))
+                raise FloatingPointError(nonfinite_loss(first, 1, epoch, self.cfg.loss, "", parts.named["loss"]))
 
     def log_compiled(self, seconds: float) -> None:
         """The ``compile`` event: the first compiled step's wall time (compilation included)."""
@@ -322,7 +296,8 @@ class Trainer:
         loss_value = out.loss.item()  # the one device sync per interval
         if not math.isfinite(loss_value):
             raise FloatingPointError(nonfinite_loss(loss_value, self.step, epoch, self.cfg.loss,
-                                                    lower_rate(self.run.id, self.cfg.train.lr)))
+                                                    lower_rate(self.run.id, self.cfg.train.lr),
+                                                    self.parts.named["loss"]))
         elapsed = time.perf_counter() - window_start
         rate = {"images_per_s": window_images / max(elapsed, 1e-9)} if window_images else {}
         extra = {k: float(v) for k, v in (out.extra or {}).items()}
