@@ -452,6 +452,9 @@ def test_the_checks_catch_what_breaks_a_contract(broken):
     with pytest.raises(AssertionError, match=r"^by-position: 1\.00 accuracy on features without class structure "
                                              r"\(chance: 0\.33\); predict from the features"):
         check_evaluator(broken, "by-position")
+    # AttributeError: 'list' object has no attribute 'items', from inside the check; a run failed on it too
+    with pytest.raises(AssertionError, match=r"^noted: returned LossOutput extra=\[1, 2\], not a dict of counters"):
+        check_loss(broken, "noted")
     check_evaluator(broken, "centroid")  # the built-in keeps them all
     check_parameters(broken, "loss", "detached")
 

@@ -69,6 +69,8 @@ def check_loss(registry: Registry, name: str) -> None:
     """A finite scalar loss that gives every embedding (and every parameter of
     the loss) a finite gradient; pair counts within the batch's unordered
     same-class and different-class pairs; the same value twice for a seed."""
+    from fslab.training.outputs import check_extra
+
     episodic = registry.get("loss", name).info.get("episodic", False)
     _, labels, support = episode()
     same = int((labels[:, None] == labels[None, :]).triu(1).sum())
@@ -95,6 +97,10 @@ def check_loss(registry: Registry, name: str) -> None:
         assert torch.isfinite(out.loss), f"{name}: loss {out.loss}"
         check_count(name, "positives", out.positives, same)
         check_count(name, "negatives", out.negatives, different)
+        try:  # the check a run makes of every step's output: one fact, one place
+            check_extra(out.extra, f"{name}:")
+        except TypeError as error:
+            raise AssertionError(str(error)) from None
         for key, value in (out.extra or {}).items():
             assert torch.isfinite(torch.as_tensor(value, dtype=torch.float64)).all(), f"{name}: extra {key}"
         out.loss.backward()
