@@ -197,16 +197,17 @@ def renumbering(z, labels, support=None):  # the batch's classes taken as 0..way
     centres = torch.zeros(ways, z.shape[1]).index_add(0, labels, z)
     return LossOutput(torch.nn.functional.cross_entropy(-torch.cdist(z, centres), labels), 0, 0)
 
-def whole(z, labels, support=None, *, margin: float = 1):  # a float whose default is an int
-    return LossOutput(z.pow(2).mean() * margin, 0, 0)
 
 class Scaled:
     def __init__(self, in_channels, *, scale: float = 1.0):
         self.out_dim = 8
 
+class Whole:
+    def __init__(self, in_channels, *, scale: float = 1):  # a float whose default is an int
+        self.out_dim = 8
+
 @hookimpl
 def register_losses(register):
-    register(whole, name="whole", description="broken")
     register(detached, name="detached", description="broken")
     register(renumbering, name="renumbering", description="broken")
     register(per_row, name="per-row", description="broken")
@@ -360,6 +361,9 @@ def register_backbones(register):
              params={"width": 16})
     register("fslab_local_plugins.broken:Scaled", name="scaled", description="declares 1 for 1.0",
              params={"scale": 1})
+    # known only when the lazy target is imported: a plugin's loading refuses the same of a target it has
+    register("fslab_local_plugins.broken:Whole", name="whole", description="an int default for a float",
+             params={"scale": 1})
     register(Colour, name="colour", description="broken")
     register(ColourOnly, name="colour-only", description="colour images only")
     register(Fixed, name="fixed", description="broken")
@@ -464,10 +468,10 @@ def test_the_parameter_check_catches_a_default_of_another_type_than_the_paramete
 
     # both passed: a run takes a value of the default's type, so --set loss.margin=0.5 was refused as no integer
     with pytest.raises(AssertionError, match=re.escape(
-            "loss whole: parameter 'margin' is annotated float but its default 1 is int, and a run takes only "
-            "values of its default's type (--set loss.margin=0.5 is refused): give it a default of type float, "
-            "margin: float = 1.0")):
-        check_parameters(broken, "loss", "whole")
+            "backbone whole: parameter 'scale' is annotated float but its default 1 is int, and a run takes only "
+            "values of its default's type (--set backbone.scale=0.5 is refused): give it a default of type float, "
+            "scale: float = 1.0")):
+        check_parameters(broken, "backbone", "whole")
     with pytest.raises(AssertionError, match=re.escape(
             "backbone scaled: register() declares params {'scale': 1}, the keyword-only parameters of "
             "'fslab_local_plugins.broken:Scaled' are {'scale': 1.0}")):

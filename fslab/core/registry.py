@@ -30,6 +30,7 @@ import pluggy
 from fslab.core import hookspecs
 from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.limits import check_rule, rule_of
+from fslab.core.param_defaults import mistyped_default, refused_defaults
 
 ENTRY_POINT_GROUP = "fslab"
 KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "study", "sink")
@@ -434,8 +435,13 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
                 )
             params = {} if kind in ("method", "study") else keyword_params(target, kind)
             _check_defaults(target, kind, blamed)
+            if kind not in ("method", "study") and (mistyped := mistyped_default(target, params, _key(kind, name))):
+                raise TypeError(f"{blamed}: {mistyped}")
         if "allowed" in info:
             info["allowed"] = _allowed_rules(info["allowed"], params, blamed)
+        if "check" in info and (refused := refused_defaults(info["check"], params)):
+            raise TypeError(f"{blamed}: its own check= refuses its defaults ({refused}); every run that leaves "
+                            f"them unset would fail so: give each parameter a default the check accepts")
         registry.add(
             Component(kind, name, target, description, paper, dict(params), plugin, version, origin, info)
         )
@@ -469,6 +475,11 @@ def _check_arguments(who: str, name: Any, description: Any, paper: Any, params: 
     for keyword, signature in INFO_FUNCTIONS.items():
         if keyword in info and not (callable(info[keyword]) and _takes_two(info[keyword])):
             raise TypeError(f"{who}: {keyword}= must be a function {signature}, got {_called_as(info[keyword])}")
+
+
+def _key(kind: str, name: str) -> str:
+    """The section a component's parameters are set under: ``loss``, or ``sinks.NAME`` for a sink."""
+    return f"sinks.{name}" if kind == "sink" else kind
 
 
 def _takes_two(function: Any) -> bool:

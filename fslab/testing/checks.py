@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fslab.core.param_defaults import mistyped_default
 from fslab.core.registry import Registry, keyword_params
 from fslab.core.types import evaluator_traits
 from fslab.plugin import Backbone, Batch, Dataset, LossOutput, Sampler, SizedDataset, Split, UsageError
@@ -404,46 +405,9 @@ def check_parameters(registry: Registry, kind: str, name: str) -> None:
         type(value) is type(signature[param]) for param, value in component.params.items()), (
         f"{kind} {name}: register() declares params {component.params}, "
         f"the keyword-only parameters of {component.target!r} are {signature}")
-    for param, annotated in _annotated_types(target).items():
-        default = component.params.get(param)
-        if default is not None and annotated is not None and type(default) is not annotated:
-            key = f"sinks.{name}.{param}" if kind == "sink" else f"{kind}.{param}"
-            raise AssertionError(
-                f"{kind} {name}: parameter '{param}' is annotated {annotated.__name__} but its default "
-                f"{default!r} is {type(default).__name__}, and a run takes only values of its default's type "
-                f"(--set {key}={_example(annotated)} is refused): give it a default of type "
-                f"{annotated.__name__}, {param}: {annotated.__name__} = {_converted(default, annotated)!r}")
-
-
-SIMPLE_TYPES = {t.__name__: t for t in (bool, int, float, str)}
-
-
-def _annotated_types(target: Any) -> dict[str, type | None]:
-    """The keyword-only parameters whose annotation names one simple type (``float``, ``int | None``,
-    ``Optional[bool]``, or the same as text under ``from __future__ import annotations``): that type."""
-    import inspect
-    import re
-
-    func = target.__init__ if inspect.isclass(target) else target
-    found: dict[str, type | None] = {}
-    for p in inspect.signature(func).parameters.values():
-        if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.annotation is inspect.Parameter.empty:
-            continue
-        text = p.annotation.__name__ if isinstance(p.annotation, type) else str(p.annotation)
-        words = set(re.findall(r"[A-Za-z_]\w*", text)) - {"None", "Optional", "typing", "Union"}
-        found[p.name] = SIMPLE_TYPES.get(words.pop()) if len(words) == 1 else None
-    return found
-
-
-def _example(annotated: type) -> str:
-    return {bool: "true", int: "3", float: "0.5", str: "text"}[annotated]
-
-
-def _converted(default: Any, annotated: type) -> Any:
-    try:
-        return annotated(default)
-    except (TypeError, ValueError):
-        return default
+    mistyped = mistyped_default(target, component.params, f"sinks.{name}" if kind == "sink" else kind)
+    if mistyped is not None:
+        raise AssertionError(f"{kind} {name}: {mistyped}")
 
 
 def check_method(registry: Registry, name: str) -> None:
