@@ -83,3 +83,45 @@ def test_pip_installed_plugin_is_listed_and_trains(project, tmp_path, monkeypatc
     for event in events(run_dir, "train"):  # all pairs of a 32-image batch are used
         assert event["positives"] + event["negatives"] == 32 * 31 // 2
     assert json.loads((run_dir / "status.json").read_text())["state"] == "completed"
+
+
+def _distribution(site, entry_points: str) -> None:
+    """An installed distribution, as pip leaves one: its package and its dist-info (no pip run needed)."""
+    (site / "fslab_typo").mkdir(parents=True)
+    (site / "fslab_typo" / "__init__.py").write_text("")
+    (site / "fslab_typo" / "losses.py").write_text(textwrap.dedent('''
+        from fslab.plugin import LossOutput, hookimpl
+
+        def fine(z, labels, support=None):
+            return LossOutput(z.pow(2).mean(), 0, 0)
+
+        @hookimpl
+        def register_losses(register):
+            register(fine, name="fine", description="a loss")
+    '''))
+    info = site / "fslab_typo-0.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-typo\nVersion: 0.2.0\n")
+    (info / "entry_points.txt").write_text(f"[fslab]\n{entry_points}\n")
+
+
+@pytest.mark.parametrize("target, message", [
+    # ModuleNotFoundError: No module named 'fslab_typo.lossez', naming neither the entry point nor its package
+    ("fslab_typo.lossez", "ModuleNotFoundError: No module named 'fslab_typo.lossez'; the entry point 'typo = "
+                          "\"fslab_typo.lossez\"' of fslab-typo 0.2.0 ([project.entry-points.fslab]) names it. Did "
+                          "you mean 'fslab_typo.losses'?"),
+    ("fslab_typo.losses:register_loses",
+     "AttributeError: module 'fslab_typo.losses' has no attribute 'register_loses'; the entry point 'typo = "
+     "\"fslab_typo.losses:register_loses\"' of fslab-typo 0.2.0 ([project.entry-points.fslab]) names it. Did you "
+     "mean 'fslab_typo.losses:register_losses'?"),
+])
+def test_an_entry_point_with_a_typo_names_itself_its_distribution_and_the_closest_name(project, tmp_path,
+                                                                                       monkeypatch, target, message):
+    site = tmp_path / "site"
+    _distribution(site, f"typo = {target}")
+    monkeypatch.setenv("PYTHONPATH", str(site) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("FSLAB_PLUGINS", os.environ["FSLAB_PLUGINS"] + ",typo")
+    monkeypatch.delenv("FSLAB_STRICT_PLUGINS", raising=False)
+    result = fslab("plugins", "--kind", "loss", cwd=project)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == f"fslab plugin 'typo' failed to load: {message}", result.stderr

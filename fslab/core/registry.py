@@ -31,6 +31,7 @@ from fslab.core import hookspecs
 from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.limits import check_rule, rule_of
 from fslab.core.param_defaults import mistyped_default, refused_defaults
+from fslab.core.plugin_import import load_entry_point
 
 ENTRY_POINT_GROUP = "fslab"
 KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "study", "sink")
@@ -330,7 +331,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         if pm.has_plugin(ep.name):
             continue  # the same distribution seen twice on sys.path
         try:
-            _add_plugin(pm, ep.load(), ep.name)
+            _add_plugin(pm, load_entry_point(ep, _distribution_label(ep, labels)), ep.name)
         except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
             fail(ep.name, exc)
             registry.failed_origins[ep.name] = f"entry point {ep.value}"

@@ -1,0 +1,62 @@
+"""Importing a plugin's entry point, with a typo in it told as one: the entry point and the distribution
+that declares it named, and the closest module or attribute there is (``Did you mean 'pkg.losses'?``).
+
+``[project.entry-points.fslab] mine = "pkg.lossez"`` failed as ``No module named 'pkg.lossez'``, which
+named neither the ``pyproject.toml`` line to fix nor the package that shipped it; a module the plugin
+itself imports and lacks (``import wandb``) is not the entry point's typo, and keeps its own words.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from typing import Any
+
+from fslab.core.errors import did_you_mean
+
+
+def load_entry_point(ep: Any, distribution: str | None) -> Any:
+    """``ep.load()``; where the module or attribute ``ep.value`` names does not exist, the same exception
+    type with a message that names the entry point, ``distribution`` (``"fslab-margin 0.3.0"``) and
+    the closest name there is."""
+    module_name, _, attr = (part.strip() for part in ep.value.partition(":"))
+    try:
+        return ep.load()
+    except ModuleNotFoundError as exc:
+        if not exc.name or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise  # a module the plugin imports, not the one its entry point names
+        parent, _, last = exc.name.rpartition(".")
+        close = _closest(last, _modules_in(parent))
+        raise ModuleNotFoundError(f"No module named '{exc.name}'; {_declared(ep, distribution)}"
+                                  + (f". Did you mean '{parent}.{close}'?" if close else ""), name=exc.name) from exc
+    except AttributeError as exc:
+        if not attr or getattr(exc, "name", None) != attr.split(".")[0]:
+            raise  # the module's own code failed on an attribute as it ran
+        module = importlib.import_module(module_name)
+        close = _closest(attr, [n for n in dir(module) if not n.startswith("_")])
+        raise AttributeError(f"module '{module_name}' has no attribute '{attr}'; {_declared(ep, distribution)}"
+                             + (f". Did you mean '{module_name}:{close}'?" if close else "")) from exc
+
+
+def _modules_in(package_name: str) -> list[str]:
+    """The modules of the package ``package_name`` ('' for none, or one that cannot be imported: [])."""
+    if not package_name:
+        return []
+    try:
+        package = importlib.import_module(package_name)
+    except Exception:
+        return []
+    return [m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+
+
+def _closest(word: str, choices: list[str]) -> str | None:
+    """The closest of ``choices`` to ``word``, as every "did you mean" of fslab finds it, or None."""
+    found = re.search(r"Did you mean '(.*)'\?", did_you_mean(word, choices))
+    return found.group(1) if found else None
+
+
+def _declared(ep: Any, distribution: str | None) -> str:
+    """Where the entry point is declared: ``the entry point 'mine = "pkg.lossez"' of qa-bad 0.0.1 ...``."""
+    where = f" of {distribution}" if distribution else ""
+    return f"the entry point '{ep.name} = \"{ep.value}\"'{where} ([project.entry-points.fslab]) names it"
