@@ -225,6 +225,19 @@ def test_batch_without_queries_gives_zero_loss_with_a_graph():
     assert out.loss.item() == 0.0 and out.loss.requires_grad
 
 
+@pytest.mark.parametrize("loss, name", [(map_dlm, "map-dlm"), (map_ssvm, "map-ssvm")])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nan_or_infinite_embeddings_are_refused_in_one_line(loss, name, value):
+    """The loss was NaN (a run then blamed the learning rate at its next logged step), while the batch's
+    logged mAP, from a ranking of NaN scores, read as a finite number."""
+    z, y = small_batch(0, BATCHES[0])
+    broken = z.detach().clone()
+    broken[[0, 3]] = value
+    with pytest.raises(UsageError, match=rf"^{name}: 2 of the batch's {len(z)} embeddings hold NaN or infinite "
+                                         rf"values, which no ranking orders; the network gave them"):
+        loss(broken.requires_grad_(), y)
+
+
 @pytest.mark.parametrize("params, message", [({"eps": 0.0}, "eps"), ({"update": "sideways"}, "positive, negative")])
 def test_bad_dlm_parameters_are_usage_errors(params, message):
     z, y = small_batch(0, BATCHES[0])

@@ -138,6 +138,7 @@ def map_loss(z, labels, *, method: str, alpha: float, eps: float, update: str) -
     import torch.nn.functional as F
 
     check_dlm_values(f"map-{method}", eps, update)
+    check_finite(f"map-{method}", z)
     rows = z.shape[0]
     labels = labels.to(z.device)
     unit = F.normalize(z, dim=1)
@@ -195,6 +196,19 @@ def map_loss(z, labels, *, method: str, alpha: float, eps: float, update: str) -
     else:
         loss = surrogate / eps if update == "positive" else -surrogate / eps
     return LossOutput(loss, positives, negatives, extra)
+
+
+def check_finite(name: str, z) -> None:
+    """NaN or infinite embeddings (a diverged network) refused in one line: their cosine scores rank
+    nothing, and the loss was NaN while the logged mAP of the same batch read as a finite number.
+    One device sync, as the ranking's sizes already take."""
+    import torch
+
+    broken = ~torch.isfinite(z).all(dim=1)
+    if bool(broken.any()):
+        raise UsageError(f"{name}: {int(broken.sum())} of the batch's {z.shape[0]} embeddings hold NaN or infinite "
+                         f"values, which no ranking orders; the network gave them (diverged: try a lower "
+                         f"learning rate, --lr), not the loss")
 
 
 def check_dlm_values(name: str, eps: float, update: str) -> None:
