@@ -298,6 +298,13 @@ class Wrapping(Lists):
 def noted(z, labels, support=None):
     return LossOutput(z.pow(2).mean(), 0, 0, [1, 2])  # extra a list, not a dict of counters
 
+class Empty(Lists):
+    def __len__(self):
+        return 0  # no batch per epoch (fewer images than a batch): the run trained no step
+
+    def batches(self, epoch):
+        return iter(())
+
 class Unseeded:
     def __init__(self, labels, batch_size, seed):
         self.count, self.batch_size = len(labels), batch_size  # the seed is never used
@@ -317,6 +324,7 @@ def register_samplers(register):
     register(Lists, name="lists", description="broken")
     register(Unseeded, name="unseeded", description="broken")
     register(Wrapping, name="wrapping", description="broken")
+    register(Empty, name="empty", description="broken")
 
 class Fixed(torch.nn.Module):
     def __init__(self, in_channels):
@@ -1036,6 +1044,13 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
     # AttributeError: 'list' object has no attribute 'items', naming no loss
     (["--set", "loss.name=noted"],
      "TypeError: loss 'noted' from plugin 'local:broken' returned LossOutput extra=[1, 2], not a dict of counters"),
+    (["--set", "sampler.name=empty"],
+     "ValueError: sampler 'empty' from plugin 'local:broken' has len() 0, no batch per epoch: the run would train "
+     "no step"),
+    # labels numbered from -1: trained in silence (an episode drew its classes among -1..6)
+    (["--dataset", "from-one", "--batch-size", "16", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
+     "ValueError: dataset 'from-one' gave train labels -1..6 for 8 classes (Split.classes); labels number the "
+     "classes 0..7, one name in classes for each"),
     (["--set", "sampler.name=lists"],
      "TypeError: sampler 'lists' from plugin 'local:broken' yielded a list, not Batch(indices, support): "
      "batches(epoch) yields fslab.plugin.Batch"),

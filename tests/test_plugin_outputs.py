@@ -140,3 +140,51 @@ def test_an_evaluator_whose_output_breaks_the_contract_is_refused(torch_seed, ev
     features, labels = _separated()
     with pytest.raises(EvaluatorOutputError, match=rf"^evaluator {message}"):
         episode_scores(features, labels, evaluator, 5, 1, 3, 4, seed=0)
+
+
+@pytest.mark.parametrize("count, message", [
+    (1.5, r"positives=1.5"),  # logged as 1, in silence
+    (-3, r"positives=-3"),  # logged as -3
+    (torch.ones(2), r"positives=a tensor of shape \[2\] and dtype torch.float32"),  # Python's ValueError
+    (torch.tensor(2.0), r"positives=a tensor of shape \[\] and dtype torch.float32"),
+    ("many", r"positives='many'"),  # invalid literal for int()
+])
+def test_a_loss_whose_pair_counts_break_the_contract_is_named(count, message):
+    from fslab.training.outputs import checked_loss_output
+
+    with pytest.raises(TypeError, match=rf"^{re.escape(NAMED)} returned LossOutput {message}; it counts the "
+                                        rf"unordered pairs that reach the loss"):
+        checked_loss_output(_loss()._replace(positives=count), NAMED)
+    for fine in (0, 12, torch.tensor(3), torch.tensor(3, dtype=torch.int32)):
+        checked_loss_output(_loss()._replace(positives=fine), NAMED)
+
+
+class _Sized:
+    def __init__(self, length):
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+
+def test_a_sampler_of_no_batch_per_epoch_is_named():
+    from fslab.training.outputs import batch_count
+
+    assert batch_count(_Sized(3), SAMPLER) == 3
+    with pytest.raises(ValueError, match=rf"^{re.escape(SAMPLER)} has len\(\) 0, no batch per epoch"):
+        batch_count(_Sized(0), SAMPLER)  # the run trained no step and ended completed
+    with pytest.raises(TypeError, match=rf"^{re.escape(SAMPLER)} has no len\(\) that fslab can read"):
+        batch_count(_Sized(2.5), SAMPLER)
+
+
+@pytest.mark.parametrize("labels, classes, message", [
+    ([1, 2, 3, 4], 4, r"1\.\.4 for 4 classes"),  # numbered from 1
+    ([0, 1, 2, 3], 3, r"0\.\.3 for 3 classes"),  # a classes list one short
+    ([-1, 0, 1], 3, r"-1\.\.1 for 3 classes"),
+])
+def test_a_dataset_whose_labels_do_not_number_its_classes_is_named(labels, classes, message):
+    from fslab.training.build import check_label_range
+
+    with pytest.raises(ValueError, match=rf"^dataset 'mine' gave train labels {message} \(Split.classes\)"):
+        check_label_range(torch.tensor(labels), classes, "dataset 'mine' gave train labels")
+    check_label_range(torch.tensor([0, 1, 2]), 3, "dataset 'mine' gave train labels")

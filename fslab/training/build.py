@@ -25,6 +25,7 @@ from fslab.core.registry import Registry, create_dataset
 from fslab.core.types import Split
 from fslab.training import distributed
 from fslab.training.optimizers import EagerAdam, EagerSGD
+from fslab.training.outputs import batch_count
 
 
 def plugin_kwargs(section: dict) -> dict:
@@ -119,7 +120,20 @@ def load_split(dataset: Any, split: str, name: str) -> Split:
         got = (f"of dtype {labels.dtype} and shape {list(labels.shape)}" if isinstance(labels, torch.Tensor)
                else f"of type {type(labels).__name__}")
         raise TypeError(f"dataset '{name}' gave {split} labels {got} for {images.shape[0]} images; {wanted}")
+    check_label_range(labels, len(getattr(data, "classes", None) or ()), f"dataset '{name}' gave {split} labels")
     return data
+
+
+def check_label_range(labels: torch.Tensor, classes: int, gave: str) -> None:
+    """A ValueError unless ``labels`` number the split's ``classes`` ``0 .. classes - 1``: labels from 1,
+    or a classes list shorter than the labels, trained in silence with the loss's classifier sized one
+    class short (a run with one failed at its first step, in PyTorch's words)."""
+    if not len(labels):
+        return
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= classes:
+        raise ValueError(f"{gave} {low}..{high} for {classes} classes (Split.classes); labels number the "
+                         f"classes 0..{classes - 1}, one name in classes for each")
 
 
 def build_backbone(registry: Registry, cfg: RunConfig, in_channels: int, device: torch.device,
@@ -254,7 +268,8 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
         seed=cfg.seed, **plugin_kwargs(cfg.sampler)))
     evaluator = build_evaluator(registry, cfg.evaluator, cfg.loss)
     optimizer = make_optimizer(trainable, cfg.train)
-    scheduler = make_scheduler(optimizer, cfg.train, len(sampler))
+    scheduler = make_scheduler(optimizer, cfg.train,
+                               batch_count(sampler, registry.get("sampler", cfg.sampler["name"]).named))
     return TrainingParts(dataset, train_split, val_split, test_split, model, head, loss_fn, sampler, evaluator,
                          optimizer, scheduler, {kind: registry.get(kind, getattr(cfg, kind)["name"]).named
                                                 for kind in ("loss", "sampler", "evaluator", "backbone")})

@@ -34,8 +34,23 @@ def checked_loss_output(out, named: str):
     if not loss.requires_grad:
         raise TypeError(f"{named} returned a loss with no gradient; compute it from z with differentiable "
                         f"operations (not .detach(), .item(), argmax or a constant)")
+    for field in ("positives", "negatives"):
+        check_pair_count(getattr(out, field), field, named)
     check_extra(getattr(out, "extra", None), named)
     return out
+
+
+def check_pair_count(value, field: str, named: str) -> None:
+    """LossOutput's ``positives`` or ``negatives``: a whole number at least 0 (an int), or a 0-d integer
+    tensor (not read here, so a GPU step does not wait). 1.5 was logged as 1, -3 as -3, and a tensor of
+    several values or text failed the run in Python's words, naming no loss."""
+    if isinstance(value, torch.Tensor):
+        whole = value.dim() == 0 and not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
+    else:
+        whole = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
+    if not whole:
+        raise TypeError(f"{named} returned LossOutput {field}={_shown(value)}; it counts the unordered pairs that "
+                        f"reach the loss: an int at least 0 or a 0-d integer tensor (e.g. same.sum())")
 
 
 def check_extra(extra, named: str) -> None:
@@ -64,6 +79,22 @@ def _shown(value) -> str:
         return f"a tensor of shape {list(value.shape)} and dtype {value.dtype}"
     text = " ".join(repr(value).split())
     return text if len(text) <= 60 else f"{text[:56]} ..."
+
+
+def batch_count(sampler, named: str) -> int:
+    """``len(sampler)``, the batches of an epoch, if it is a whole number at least 1; else a TypeError or
+    ValueError naming the sampler and its plugin: 0 trained no step and the run ended completed, and
+    2.5 failed in Python's words (an integer is required)."""
+    try:
+        count = len(sampler)
+    except TypeError as error:
+        raise TypeError(f"{named} has no len() that fslab can read ({error}); __len__ returns the number of "
+                        f"batches per epoch, an int at least 1") from None
+    if count < 1:
+        raise ValueError(f"{named} has len() {count}, no batch per epoch: the run would train no step; "
+                         f"__len__ returns the number of batches per epoch, at least 1 (fewer images than a "
+                         f"batch holds?)")
+    return count
 
 
 def checked_batch(batch, named: str, rows: int, images: int):

@@ -218,7 +218,7 @@ class Trainer:
         self.images, self.labels = self.parts.train_split.images, self.parts.train_split.labels
         if self.images.numel() < 2**31:  # small enough to keep the whole split on the device
             self.images, self.labels = self.images.to(self.device), self.labels.to(self.device)
-        self.steps_per_epoch = len(self.parts.sampler)
+        self.steps_per_epoch = len(self.parts.sampler)  # a whole number at least 1 (build_training checks it)
 
     def state_modules(self) -> dict:
         return {"model": self.parts.model, "head": self.parts.head, "loss": self.parts.loss_fn}
