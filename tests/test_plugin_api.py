@@ -309,6 +309,26 @@ def test_a_default_its_own_check_refuses_fails_the_plugins_loading(builtin_plugi
     assert _registry_of(reading, tmp_path / "again", monkeypatch).get("evaluator", "vote").params == {"k": 0}
 
 
+@pytest.mark.parametrize("trait, message", [
+    # each was taken as it was: metric 5 refused every prediction as scores of the wrong shape, needs_model "no"
+    # called the evaluator with a network, and default_episodes -4 scored no episode
+    ("metric = 5", "its trait metric must be a name, 'accuracy' or that of its score per episode ('map'), got 5"),
+    ('needs_model = "no"', "its trait needs_model must be True or False, got 'no'"),
+    ("episode_shape = 5", "its trait episode_shape must be (shots, queries), two whole numbers at least 1, or None, "
+                          "got 5"),
+    ("default_episodes = -4", "its trait default_episodes must be a whole number at least 1, got -4"),
+])
+def test_an_evaluator_trait_of_the_wrong_type_fails_the_plugins_loading(builtin_plugins, tmp_path, monkeypatch,
+                                                                        trait, message):
+    from fslab.core.errors import PluginError
+
+    plugin = ALLOWED_PLUGIN.replace("@hookimpl", f"vote.{trait}\n\n@hookimpl")
+    with pytest.raises(PluginError) as caught:
+        _registry_of(plugin, tmp_path, monkeypatch)
+    assert str(caught.value) == (f"plugin 'local:extra' failed to load: TypeError: evaluator 'vote' from plugin "
+                                 f"'local:extra': {message}")
+
+
 @pytest.mark.parametrize("call, message", [
     ('register("vote", vote, description="test")', "too many positional arguments"),
     ('register(vote, name="vote")', "missing a required argument: 'description'"),

@@ -32,6 +32,7 @@ from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean
 from fslab.core.limits import check_rule, rule_of
 from fslab.core.param_defaults import mistyped_default, refused_defaults
 from fslab.core.plugin_import import load_entry_point
+from fslab.core.types import trait_problem
 
 ENTRY_POINT_GROUP = "fslab"
 KINDS = ("loss", "backbone", "sampler", "evaluator", "dataset", "method", "study", "sink")
@@ -438,6 +439,8 @@ def _register_callback(registry: Registry, kind: str, plugin: str, version, orig
             _check_defaults(target, kind, blamed)
             if kind not in ("method", "study") and (mistyped := mistyped_default(target, params, _key(kind, name))):
                 raise TypeError(f"{blamed}: {mistyped}")
+        if kind == "evaluator" and not isinstance(target, str) and (problem := trait_problem(target)):
+            raise TypeError(f"{blamed}: {problem}")
         if "allowed" in info:
             info["allowed"] = _allowed_rules(info["allowed"], params, blamed)
         if "check" in info and (refused := refused_defaults(info["check"], params)):

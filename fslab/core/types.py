@@ -70,6 +70,29 @@ class EvaluatorTraits:
     default_episodes: int = DEFAULT_EPISODES
 
 
+def trait_problem(evaluator: Any) -> str | None:
+    """What is wrong with a trait ``evaluator`` declares (:class:`EvaluatorTraits`), in words, or None:
+    ``metric = 5`` made a run refuse the evaluator's predictions as scores of the wrong shape,
+    ``needs_model = "no"`` called it as a model-aware one, and a negative ``default_episodes``
+    scored no episode."""
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+    metric = getattr(evaluator, "metric", "accuracy")
+    if not isinstance(metric, str) or not metric:
+        return f"its trait metric must be a name, 'accuracy' or that of its score per episode ('map'), got {metric!r}"
+    needs_model = getattr(evaluator, "needs_model", False)
+    if not isinstance(needs_model, bool):
+        return f"its trait needs_model must be True or False, got {needs_model!r}"
+    shape = getattr(evaluator, "episode_shape", None)
+    if shape is not None and not (isinstance(shape, (tuple, list)) and len(shape) == 2 and all(map(whole, shape))):
+        return f"its trait episode_shape must be (shots, queries), two whole numbers at least 1, or None, got {shape!r}"
+    episodes = getattr(evaluator, "default_episodes", DEFAULT_EPISODES)
+    if not whole(episodes):
+        return f"its trait default_episodes must be a whole number at least 1, got {episodes!r}"
+    return None
+
+
 def evaluator_traits(evaluator: Any) -> EvaluatorTraits:
     """The traits ``evaluator`` declares, as the core reads them."""
     shape = getattr(evaluator, "episode_shape", None)

@@ -17,7 +17,7 @@ from torch import nn
 
 from fslab.core.param_defaults import mistyped_default
 from fslab.core.registry import Registry, keyword_params
-from fslab.core.types import evaluator_traits
+from fslab.core.types import evaluator_traits, trait_problem
 from fslab.plugin import Backbone, Batch, Dataset, LossOutput, Sampler, SizedDataset, Split, UsageError
 
 WAYS, SHOTS, QUERIES, DIM = 4, 3, 3, 16
@@ -309,6 +309,8 @@ def _check_evaluator(registry: Registry, name: str, params: dict | None) -> None
     from fslab.training import evaluation
 
     evaluator = registry.create("evaluator", name, **checked_params(registry, "evaluator", name, params))
+    problem = trait_problem(registry.get("evaluator", name).resolve())  # a lazy target's, read once imported
+    assert problem is None, f"{name}: {problem}"
     traits = evaluator_traits(evaluator)
     labels = torch.arange(6).repeat_interleave(12)
     generator = torch.Generator().manual_seed(0)
