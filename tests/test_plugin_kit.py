@@ -255,6 +255,16 @@ class FloatImages:
         labels = torch.arange(8).repeat_interleave(10)
         return Split(torch.rand(80, 1, 16, 16), labels, [str(c) for c in range(8)])  # floats in [0, 1]
 
+class Channelless:  # no channels: the run failed with Python's AttributeError, naming no plugin
+    def __init__(self, root=None):
+        pass
+
+    def load(self, split):
+        from fslab.plugin import Split
+
+        labels = torch.arange(8).repeat_interleave(10)
+        return Split(torch.zeros(80, 1, 16, 16, dtype=torch.uint8), labels, [str(c) for c in range(8)])
+
 class TrainOnly(FloatImages):
     def load(self, split):
         from fslab.plugin import Split
@@ -275,6 +285,7 @@ def register_datasets(register):
     register(FloatImages, name="float-images", description="broken",
              defaults={"train": {"batch_size": 16, "crop_padding": 0}})
     register(TrainOnly, name="train-only", description="broken")
+    register(Channelless, name="channelless", description="broken")
     register(FromOne, name="from-one", description="broken")
 
 class Lists:
@@ -1064,6 +1075,9 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
     (["--set", "loss.name=hard"], "TypeError: loss 'hard' from plugin 'local:broken' returned a loss with no "
                                   "gradient; compute it from z with differentiable operations (not .detach(), "
                                   ".item(), argmax or a constant)"),
+    (["--dataset", "channelless", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
+     "TypeError: dataset 'channelless' from plugin 'local:broken' must set channels to the number of channels of "
+     "its images (an int, 1 or 3), got None"),
     # the plugin's bare KeyError: 'val', naming no dataset
     (["--dataset", "train-only", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
      "dataset 'train-only' failed to load its val split: KeyError: 'val'"),

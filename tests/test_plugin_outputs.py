@@ -81,6 +81,10 @@ def test_a_sampler_batch_as_the_contract_says_passes():
         assert checked_batch(batch, SAMPLER, rows=4, images=10) is batch
     with pytest.raises(ValueError, match=r"yielded 3 support marks for 4 indices"):
         checked_batch(Batch([0, 1, 2, 3], [True, False, False]), SAMPLER, rows=4, images=10)
+    # marks of 1 and 0 were taken as row numbers by a loss's z[support], and protonet trained on rows 1 and 0
+    with pytest.raises(TypeError, match=rf"^{re.escape(SAMPLER)} yielded support marks of dtype torch.int64; "
+                                        r"Batch.support holds True \(a support row\) or False"):
+        checked_batch(Batch([0, 1, 2, 3], [1, 1, 0, 0]), SAMPLER, rows=4, images=10)
 
 
 BACKBONE = "backbone 'mine' from plugin 'local:mine'"

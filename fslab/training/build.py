@@ -93,8 +93,13 @@ def built(registry: Registry, kind: str, name: str, build: Callable[[], Any],
 
 def build_dataset(registry: Registry, cfg: RunConfig) -> Any:
     # an OSError (a folder it cannot read) is the system's, as where it loads a split
-    return built(registry, "dataset", cfg.dataset["name"], lambda: create_dataset(registry, cfg.as_dict()),
-                 passes=(OSError,))
+    dataset = built(registry, "dataset", cfg.dataset["name"], lambda: create_dataset(registry, cfg.as_dict()),
+                    passes=(OSError,))
+    channels = getattr(dataset, "channels", None)
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise TypeError(f"{registry.get('dataset', cfg.dataset['name']).named} must set channels to the "
+                        f"number of channels of its images (an int, 1 or 3), got {channels!r}")
+    return dataset
 
 
 def load_split(dataset: Any, split: str, name: str) -> Split:

@@ -122,7 +122,21 @@ def checked_batch(batch, named: str, rows: int, images: int):
                          f"range 0..{images - 1}; indices number the images of the labels it was built with")
     if len(torch.unique(indices)) != rows:
         raise ValueError(f"{named} yielded a batch that names an image twice; a batch's indices are distinct")
-    if batch.support is not None and len(batch.support) != rows:
-        raise ValueError(f"{named} yielded {len(batch.support)} support marks for {rows} indices; "
-                         f"Batch.support marks each row, or is None")
+    if batch.support is not None:
+        check_support(batch.support, named, rows)
     return batch
+
+
+def check_support(support, named: str, rows: int) -> None:
+    """A batch's support marks: one True or False per row. Marks of 1 and 0 were taken by a loss's
+    ``z[support]`` as row numbers (rows 1 and 0, again and again), and trained on them in silence."""
+    try:
+        marks = torch.as_tensor(support)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{named} yielded support marks that are not a list of True and False: {error}") from None
+    if marks.dtype != torch.bool:
+        raise TypeError(f"{named} yielded support marks of dtype {marks.dtype}; Batch.support holds True (a "
+                        f"support row) or False (a query row) for each row, not numbers, which index rows")
+    if marks.shape != (rows,):
+        raise ValueError(f"{named} yielded {len(marks) if marks.dim() else 0} support marks for {rows} indices; "
+                         f"Batch.support marks each row, or is None")
