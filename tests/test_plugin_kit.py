@@ -106,6 +106,10 @@ def test_the_generated_sampler_counts_images_and_classes_in_words(tmp_path, monk
     # a link to nothing: it said 'error: File exists: gone' and exited 1
     (["new", "plugin", "gone"], "gone already exists; choose another name or remove it"),
     (["new", "plugin", "ok", "--kind", "los"], "Did you mean 'loss'?"),
+    # the kind where the command is: "No such command 'loss'", which named neither the command nor --kind
+    (["new", "loss", "ok"], "fslab new takes the kind as an option: fslab new plugin ok --kind loss writes a plugin "
+                            "package with a loss (see fslab new plugin --help)"),
+    (["new", "sampler"], "fslab new plugin NAME --kind sampler"),
     (["new", "plugin", "taken"], "already exists"),
     # a package named after fslab, torch or the standard library's test would hide it once installed
     (["new", "plugin", "fslab"], "'fslab' is already the name of an importable module"),

@@ -190,6 +190,8 @@ def parse_error_line(exc, argv: list[str]) -> str:
     param = getattr(exc, "param", None)
     if no_ids := _no_runs_given(exc, param):
         return no_ids
+    if kind_first := _new_kind_first(argv):
+        return kind_first
     if isinstance(exc, typer.BadParameter) and getattr(param, "param_type_name", "") == "option":
         given = [arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
                  for i, arg in enumerate(argv) if arg.partition("=")[0] in param.opts]
@@ -197,6 +199,18 @@ def parse_error_line(exc, argv: list[str]) -> str:
             message = f"{message.rstrip('.')}, got {given[-1]!r}"
     ctx = getattr(exc, "ctx", None)
     return f"{message} (see {ctx.command_path} --help)" if ctx is not None else message
+
+
+def _new_kind_first(argv: list[str]) -> str | None:
+    """``fslab new loss margin`` (the kind where the command is): the command that writes it, where typer
+    said only "No such command 'loss'"."""
+    from fslab.core.registry import KINDS
+
+    if len(argv) < 2 or argv[0] != "new" or argv[1] not in KINDS:
+        return None
+    name = next((arg for arg in argv[2:] if not arg.startswith("-")), "NAME")
+    return (f"fslab new takes the kind as an option: fslab new plugin {name} --kind {argv[1]} writes a plugin "
+            f"package with a {argv[1]} (see fslab new plugin --help)")
 
 
 def _no_runs_given(exc, param) -> str | None:
