@@ -746,6 +746,20 @@ def test_a_bad_per_dataset_layer_names_the_recipe(tmp_path, per_dataset, message
         resolve("mine", registry=registry, settings=Settings(), overrides=[])
 
 
+@pytest.mark.parametrize("loss, message", [
+    # both read as the user's own --set, naming no method: Unknown loss 'ncaa', unknown parameter 'loss.temp'
+    ({"name": "ncaa"}, "method 'mine' (its recipe): Unknown loss 'ncaa'. Did you mean 'nca'?"),
+    ({"name": "nca", "temp": 2.0}, "method 'mine' (its recipe): unknown parameter 'loss.temp' for loss 'nca'. "
+                                   "Allowed: pair_fraction, temperature."),
+    ({"name": "nca", "temperature": "hot"}, "method 'mine' (its recipe): config key 'loss.temperature' must be"),
+])
+def test_a_recipe_naming_a_component_or_parameter_there_is_not_is_named(tmp_path, loss, message):
+    (tmp_path / "mine.py").write_text(RECIPE_PLUGIN.replace('{"name": "nca"}', repr(loss)).replace("PER_DATASET", "{}"))
+    registry = load_registry([tmp_path])
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        resolve("mine", registry=registry, settings=Settings(), overrides=[])
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "[1.0, inf]", "{ a = nan }"])
 def test_an_untyped_plugin_parameter_is_refused_when_not_finite(registry, value):
     # loss.margin defaults to null (measured at initialisation), so its value had no type to check,

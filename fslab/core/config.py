@@ -287,6 +287,7 @@ def resolve(
     recipe = registry.create("method", method)
     per_dataset = recipe.pop(PER_DATASET, {})
     _check_shape(recipe, f"method '{method}': ")  # a recipe's {"loss": "nca"} was an AttributeError at the merge
+    _check_recipe_components(method, recipe, registry)
     overrides = list(overrides)
     toml_layer = settings.run
     # the file's [run] is named; the other layers (--set, --like's saved run, a grid point, a study's
@@ -501,6 +502,23 @@ def _sinks_shape(value: Any, source: str) -> dict:
         return value
     raise ConfigError(f"{source}'sinks' must be a list of sink names (sinks = [\"tensorboard\"]) or a table of "
                       f"each sink's parameters ([run.sinks.mlflow]), got {shown(value, 80)}")
+
+
+def _check_recipe_components(method: str, recipe: dict, registry) -> None:
+    """Each component a recipe names, and the parameters it gives that component, as the recipe's own
+    mistake: ``Unknown loss 'ncaa'`` and ``unknown parameter 'loss.temp'`` read as if the user had set
+    them, naming no method. A section that names no component (its parameters for the default's) is
+    checked with the rest of the configuration."""
+    for section in PLUGIN_SECTIONS:
+        values = recipe.get(section)
+        if not isinstance(values, dict) or "name" not in values:
+            continue
+        fixed = SECTION_KEYS.get(section, ("name",))
+        try:
+            registry.get(section, values["name"])
+            plugin_params(registry, section, values["name"], {k: v for k, v in values.items() if k not in fixed})
+        except UsageError as error:
+            raise ConfigError(f"method '{method}' (its recipe): {error}") from None
 
 
 def _check_shape(layer: dict, source: str) -> None:
