@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, NotInstalled, UsageError
 from fslab.core.events import canonical_evaluator, evaluator_label, own_evaluator
 from fslab.core.files import temporary_path, writer_gone
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
@@ -64,14 +64,16 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 # 1.14: temporary_path(path) and writer_gone(path): a file written whole under a temporary name that
 #       names its writer's pid and host, and whether that writer is gone, for a plugin that caches files
 #       in a folder other nodes share.
-API_VERSION = "1.14"
+# 1.15: NotInstalled, the UsageError a check= raises for a package missing here: a plugin's defaults
+#       are checked as it loads (check= with context None), and a missing package is no fault of theirs.
+API_VERSION = "1.15"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
     "LossOutput", "Batch", "Split", "EvaluatorTraits", "CheckContext", "SplitSizes",
     "Loss", "Backbone", "Sampler", "Classifier", "ModelEvaluator", "Dataset", "SizedDataset",
     "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator", "canonical_evaluator",
-    "UsageError", "ConfigError",
+    "UsageError", "ConfigError", "NotInstalled",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing", "count",
     "temporary_path", "writer_gone",
@@ -95,6 +97,8 @@ INFO_KEYS = {
              "(sizes None) and again before a run is created or resumed, with the sizes the dataset "
              "tells; fslab.create runs it with context None (no run: check what the parameters alone "
              "decide; one that fails there with another exception than UsageError is left to the run). "
+             "A package it needs that is missing here is NotInstalled (a UsageError): a run is refused with its "
+             "line, while the plugin still loads (its defaults are checked then, and are not to blame). "
              "It must be cheap and import nothing heavy (no torch).",
     "batch": "sampler, a function batch(params, batch_size) -> int: the rows one batch holds, for a sampler "
              "whose own parameters can fix it (an episode's ways × (shots + queries)). fslab saves that "

@@ -23,7 +23,7 @@ def test_the_api_exports_what_it_declares():
             "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
             "SizedDataset", "at_least", "positive", "between", "one_of", "matching", "listing",
             "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator", "canonical_evaluator",
-            "count", "temporary_path", "writer_gone"} <= set(api.__all__)
+            "count", "temporary_path", "writer_gone", "NotInstalled"} <= set(api.__all__)
     assert api.dotted({"train": {"lr": 0.1, "milestones": [2]}, "eval.ways": 5, "seed": 0, "sinks": {}}) == \
         {"train.lr": 0.1, "train.milestones": [2], "eval.ways": 5, "seed": 0}
     assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed", "batch"}
@@ -32,8 +32,8 @@ def test_the_api_exports_what_it_declares():
     # own_evaluator, the labels evaluations are saved under; 1.7 canonical_evaluator, a label in its one spelling;
     # 1.8 fslab.create runs check= with context None; 1.9 events spell every evaluator parameter out;
     # 1.10 listing(..., distinct=True); 1.11 an evaluator's training_loss; 1.12 one_of(1, 5); 1.13 count;
-    # 1.14 temporary_path and writer_gone, for a plugin caching files where nodes share them
-    assert api.API_VERSION == "1.14"
+    # 1.14 temporary_path and writer_gone, for a plugin caching files where nodes share them; 1.15 NotInstalled
+    assert api.API_VERSION == "1.15"
     assert [api.count(1, "image"), api.count(4, "image"), api.count(1, "class", "classes"),
             api.count(0, "class", "classes")] == ["1 image", "4 images", "1 class", "0 classes"]
     from fslab.core.limits import check_rule, rule_of
@@ -307,6 +307,16 @@ def test_a_default_its_own_check_refuses_fails_the_plugins_loading(builtin_plugi
     reading = CHECKED_PLUGIN.replace('if params["k"] < 1:', 'if params["k"] < context.config["eval"]["shots"]:')
     (tmp_path / "again").mkdir()
     assert _registry_of(reading, tmp_path / "again", monkeypatch).get("evaluator", "vote").params == {"k": 0}
+    # a package missing here (NotInstalled) is this machine's fact, not the defaults': the plugin loads, and a
+    # run given it is refused with the check's line (the built-in sinks failed to load without their packages)
+    missing = CHECKED_PLUGIN.replace("UsageError", "NotInstalled").replace(
+        'evaluator.k must be at least 1, got {params[\'k\']}', "evaluator 'vote' needs the votes package")
+    (tmp_path / "missing").mkdir()
+    registry = _registry_of(missing, tmp_path / "missing", monkeypatch)
+    assert registry.get("evaluator", "vote").params == {"k": 0}
+    with pytest.raises(api.NotInstalled, match=r"^evaluator 'vote' needs the votes package$"):
+        registry.get("evaluator", "vote").info["check"]({"k": 0}, None)
+    assert issubclass(api.NotInstalled, api.UsageError)
 
 
 @pytest.mark.parametrize("trait, message", [

@@ -44,6 +44,12 @@ class NewerConfig(ConfigError):
     """A configuration saved by a newer fslab than this one: left alone, never rewritten."""
 
 
+class NotInstalled(UsageError):
+    """A package a plugin needs is not installed here (``pip install 'fslab[wandb]'``): a fact of this
+    machine, raised by a ``check=``, not of the plugin's parameters, so its defaults are not blamed for it
+    when the plugin loads; a run that uses the plugin is refused with the line."""
+
+
 class PluginError(FslabError):
     """A plugin that cannot be loaded, registered or created."""
 

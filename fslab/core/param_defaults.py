@@ -13,7 +13,7 @@ import inspect
 import re
 from typing import Any
 
-from fslab.core.errors import UsageError
+from fslab.core.errors import NotInstalled, UsageError
 
 SIMPLE_TYPES = {t.__name__: t for t in (bool, int, float, str)}
 
@@ -49,9 +49,12 @@ def mistyped_default(target: Any, params: dict, key: str) -> str | None:
 def refused_defaults(check: Any, params: dict) -> str | None:
     """What the plugin's own ``check=`` says of its defaults, as ``fslab.create`` calls it (context None),
     or None where it accepts them. Another exception than UsageError is left to the run, as
-    ``fslab.create`` leaves it: a check may need a run's context for more than its defaults."""
+    ``fslab.create`` leaves it: a check may need a run's context for more than its defaults. So is
+    :class:`NotInstalled` (a package missing here: this machine's fact, not the defaults')."""
     try:
         check(dict(params), None)
+    except NotInstalled:
+        return None
     except UsageError as error:
         return str(error)
     except Exception:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fslab.plugin import UsageError, canonical_evaluator, own_evaluator
+from fslab.plugin import NotInstalled, canonical_evaluator, own_evaluator
 
 
 def need(module: str, sink: str, extra: str) -> Any:
@@ -34,7 +34,7 @@ def installed(package: str, sink: str, extra: str) -> Callable[[dict, Any], None
         except (ImportError, ValueError):  # a parent package that is missing, or a module without a spec
             found = False
         if not found:
-            raise UsageError(f"sink '{sink}' needs the {extra} package, which is not installed here: "
+            raise NotInstalled(f"sink '{sink}' needs the {extra} package, which is not installed here: "
                              f"pip install 'fslab[{extra}]' (or leave the sink out)")
     return check
 
