@@ -1093,7 +1093,7 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
 def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, options, message):
     """It failed with PyTorch's own words (grad can be implicitly created only for scalar
     outputs; 'Tensor' object has no attribute 'loss'), which name no plugin, or did not fail."""
-    from tests.runs_helpers import TINY, fslab
+    from tests.runs_helpers import TINY, fslab_here
 
     (project / "mine").mkdir()
     (project / "mine" / "broken.py").write_text(BROKEN)
@@ -1102,7 +1102,9 @@ def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, optio
     tiny = ["--backbone", "conv4", "--set", "backbone.hidden=8"] if "--dataset" in options else TINY
     if "--backbone" in options:  # TINY's first four: --backbone conv4 --set backbone.hidden=8, conv4's parameter
         tiny = TINY[4:]
-    result = fslab("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
+    # the CLI in this process (the worker is a process of its own still): the interpreter's start and torch's
+    # import, 2-3 s a case, are not what this test is about
+    result = fslab_here("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
     assert result.returncode == 1 and f"failed: {message}" in result.stderr, result.stderr
 
 
@@ -1180,13 +1182,14 @@ def test_a_backbone_or_evaluator_that_raises_midway_fails_the_run_naming_it_and_
     """A backbone raising in a training step, or as it embedded images for an evaluation, failed the run with its
     bare "ValueError: ...", and an evaluator raising at the first validation named itself but not its plugin,
     where a loss or a sampler names both."""
-    from tests.runs_helpers import TINY, fslab
+    from tests.runs_helpers import TINY, fslab_here
 
     (project / "mine").mkdir()
     (project / "mine" / "midway.py").write_text(MIDWAY)
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     tiny = TINY[4:] if "--backbone" in options else TINY  # TINY's first four: conv4 and its parameter
-    result = fslab("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
+    # the CLI in this process, its worker a process of its own
+    result = fslab_here("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
     assert result.returncode == 1 and f"failed: {message}. See: fslab logs" in result.stderr, result.stderr
 
 
