@@ -228,6 +228,24 @@ def test_a_folder_training_split_of_one_class_is_refused(project):
                         "by telling classes apart, so the split needs 2 classes at least")
 
 
+def test_a_pair_loss_on_a_training_split_whose_classes_hold_one_image_each_is_refused(project):
+    """No training class held 2 images: nca, supcon, triplet and the mAP losses on i.i.d. batches found no
+    positive pair in any batch, logged loss 0 (every row counted without a positive) at every step, and the
+    run ended 'completed' having trained nothing. simpleshot compares no pairs, and trains."""
+    make_folder_tree(project / "tree", classes=10, per_class=8)
+    for c in range(10):
+        for extra in range(1, 8):
+            (project / "tree" / "train" / f"train-class{c}" / f"{extra:02d}.png").unlink()
+    for loss in ("nca", "nca-learned-temperature", "supcon", "triplet", "map-ssvm", "map-dlm"):
+        line = refused(project, *folder_run(project / "tree", "--set", f"loss.name={loss}", "--set",
+                                            "sampler.name=iid", "--set", "eval.ways=3", "--epochs", "1",
+                                            "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2"))
+        assert line == (f"error: {'nca' if loss.startswith('nca') else loss}: no class of the training split "
+                        f"has 2 images (its 10 classes hold 1 image each at most), so no batch holds a positive "
+                        f"pair and the loss would be 0 at every step; give training classes 2 images at least, "
+                        f"or train a method that compares no pairs (simpleshot)")
+
+
 def test_a_drawn_dataset_with_too_few_classes_for_the_ways_says_which_setting_gives_more(project):
     refused(project, "run", "nca", *SMALL, "--set", "eval.ways=50",
             expect=["'eval.ways' must be at most 40 for synthetic's val split (40 classes of 30 images), got 50; "

@@ -24,6 +24,7 @@ are ``nn.Module``s so that the measured margin, a buffer, is checkpointed.
 
 from __future__ import annotations
 
+from fslab_plugins.methods.nca import check_pairs
 from fslab_plugins.methods.protonet import DISTANCES, check_distance
 
 from fslab.plugin import UsageError, at_least, hookimpl, one_of, positive
@@ -43,6 +44,8 @@ def check_triplet(params: dict, context=None, name: str = "triplet") -> None:
     if positives < 1 or negatives < 1:
         raise UsageError(f"{name}: positives and negatives must be >= 1 (loss.positives, loss.negatives), "
                          f"got {positives} and {negatives}")
+    if name == "triplet":  # lpn's episodes hold shots + queries of a class: its sampler's checks say so
+        check_pairs(name, context)
 
 
 def check_lpn(params: dict, context=None) -> None:

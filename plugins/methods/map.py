@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import copy
 
+from fslab_plugins.methods.nca import check_pairs
+
 from fslab.plugin import LossOutput, UsageError, at_least, hookimpl, one_of, positive
 
 PAPER = (
@@ -220,6 +222,11 @@ def check_dlm_values(name: str, eps: float, update: str) -> None:
 
 def check_dlm(params: dict, context=None) -> None:
     check_dlm_values("map-dlm", params["eps"], params["update"])
+    check_pairs("map-dlm", context)
+
+
+def check_ssvm(params: dict, context=None) -> None:
+    check_pairs("map-ssvm", context)
 
 
 def map_ssvm(z, labels, support=None, *, alpha: float = 10.0) -> LossOutput:
@@ -315,7 +322,7 @@ def register_evaluators(register):
 def register_losses(register):
     # alpha weighs the loss-augmented ranking against the true one: at 0 or below the step pushes the true
     # ranking's score up without bound, or the direct one's the wrong way
-    register(map_ssvm, name="map-ssvm", paper=PAPER, episodic=False, allowed={"alpha": positive()},
+    register(map_ssvm, name="map-ssvm", paper=PAPER, episodic=False, allowed={"alpha": positive()}, check=check_ssvm,
              description="mAP-SSVM: every row ranks the batch by cosine similarity; loss-augmented DP inference.")
     register(map_dlm, name="map-dlm", paper=PAPER, episodic=False, check=check_dlm,
              allowed={"update": one_of(*UPDATES), "alpha": positive()},

@@ -113,6 +113,21 @@ def check_nca(params: dict, context=None) -> None:
     check_temperature("nca", params["temperature"])
     if not 0.0 < params["pair_fraction"] <= 1.0:
         raise UsageError(f"nca: loss.pair_fraction must be in (0, 1], got {params['pair_fraction']}")
+    check_pairs("nca", context)
+
+
+def check_pairs(loss: str, context=None) -> None:
+    """A UsageError when no class of the training split has 2 images: a loss over the pairs of a batch
+    then finds no positive in any batch, whatever the sampler, and is 0 with no gradient at every step
+    (each row counted in ``rows_without_positive``), so the run would train nothing. A batch that holds
+    no pair only now and then is no error: its rows are left out of the average and counted."""
+    train = None if context is None else context.split("train")
+    if train is None or train.classes_with(2) or not train.classes:
+        return
+    raise UsageError(f"{loss}: no class of the training split has 2 images (its {train.classes} classes hold "
+                     f"1 image each at most), so no batch holds a positive pair and the loss would be 0 at "
+                     f"every step; give training classes 2 images at least, "
+                     f"or train a method that compares no pairs (simpleshot)")
 
 
 SUPCON_FORMS = ("khosla", "nca-code")
@@ -122,6 +137,7 @@ def check_supcon(params: dict, context=None) -> None:
     check_temperature("supcon", params["temperature"])
     if params["form"] not in SUPCON_FORMS:
         raise UsageError(f"supcon: loss.form must be one of {', '.join(SUPCON_FORMS)}, got {params['form']!r}")
+    check_pairs("supcon", context)
 
 
 def pair_mask(rows: int, fraction: float, device=None):
