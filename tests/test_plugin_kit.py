@@ -633,6 +633,8 @@ def _rows_expected(events) -> list[list[str]]:
             name = f"{e['split']}/{e['ways']}way_{e['shots']}shot"
             at = [str(e["step"]), str(e.get("epoch", ""))]  # a test evaluation has no epoch
             rows += [[*at, f"{name}/accuracy", str(e["accuracy"])], [*at, f"{name}/ci95", str(e["ci95"])]]
+        elif e["event"] == "checkpoint":  # where a resume cuts the file back to
+            rows.append([str(e["step"]), str(e["epoch"]), "checkpoint", str(e["epoch"])])
     return rows
 
 
@@ -668,6 +670,63 @@ def test_the_generated_csv_sink_keeps_one_row_per_number_through_resume_and_expo
     assert rows() == _rows_expected(events)
     feed(SinkRun("r", run_path, {}, replay=True, state="completed"), events)
     feed(SinkRun("r", run_path, {}, replay=True, state="completed"), events)
+    assert rows() == _rows_expected(events)
+
+
+def test_the_generated_csv_sink_after_a_test_cut_short_a_start_again_and_a_file_left_empty(tmp_path):
+    """A run stopped during its test, after its last checkpoint, then resumed: the resumed worker tests again
+    at the checkpoint's step, and the CSV kept the first test's rows (no later than that step) beside the new
+    ones, each twice, where metrics.jsonl was cut back to the checkpoint. A run killed at once left the file
+    empty (its header still buffered) and the run queued again wrote rows under no header; one stopped before
+    its first checkpoint and queued again kept the earlier start's rows, each step twice."""
+    import csv
+
+    from fslab.core.types import SinkRun
+    from fslab.testing.checks import sink_events
+
+    CsvSink = _csv_sink(tmp_path)
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    path = run_path / "fslab-rows.csv"
+    events = sink_events(epochs=2, steps=2)
+    last = [i for i, e in enumerate(events) if e["event"] == "checkpoint"][-1]
+
+    def feed(stream):
+        sink = CsvSink(SinkRun("r", run_path, {"evaluator": {"name": "centroid"}}))
+        for event in stream:
+            sink.write(event)
+        sink.close()
+
+    def rows():
+        with open(path, newline="") as file:
+            table = list(csv.reader(file))
+        assert table[0] == ["step", "epoch", "name", "value"]
+        return table[1:]
+
+    # stopped during the test (its 1-shot scores logged), scored by fslab eval, then resumed from epoch 2
+    feed(events[:last + 2])
+    scored = {"event": "eval", "time": 0.0, "split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 20,
+              "evaluator": "centroid", "metric": "accuracy", "accuracy": 0.6, "ci95": 0.01, "epoch": 2,
+              "source": "fslab eval"}
+    feed([scored])
+    resume = {"event": "resume", "time": 0.0, "epoch": 2, "step": events[last]["step"]}
+    feed([events[0], resume, *events[last + 1:]])
+    kept = [["0", "2", "eval/test/5way_5shot/centroid/15q_20ep/accuracy", "0.6"],
+            ["0", "2", "eval/test/5way_5shot/centroid/15q_20ep/ci95", "0.01"]]
+    named = [(row[0], row[2]) for row in rows()]
+    assert len(named) == len(set(named))  # each number once: the 1-shot test's was there twice
+    assert rows() == _rows_expected(events[:last + 1]) + kept + _rows_expected(events[last + 1:])
+
+    # killed right after its start: an empty file; the run queued again starts from step 0
+    path.write_text("")
+    feed(events)
+    assert rows() == _rows_expected(events)
+    # stopped in its first epoch (two steps logged, a third torn), queued again: that start's rows go
+    path.write_text("")
+    feed(events[:3])
+    with open(path, "a") as file:
+        file.write("3,1,train/lo")
+    feed(events)
     assert rows() == _rows_expected(events)
 
 
