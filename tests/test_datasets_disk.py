@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
 import time
@@ -369,7 +370,8 @@ def test_an_image_pil_refuses_other_than_by_oserror_is_one_line_naming_it(regist
     root = tmp_path / "data"
     make_folder_tree(root, classes=2, per_class=2)
     (root / "test" / "test-class1" / name).write_bytes(data)
-    with pytest.raises(UsageError, match=f"^cannot decode image {root / 'test' / 'test-class1' / name}: .*; replace"):
+    shown = re.escape(f"test/test-class1/{name} (in the data root {root})")
+    with pytest.raises(UsageError, match=f"^cannot decode image {shown}: .*; replace"):
         create(registry, "folder", root, image_size=8).load("test")
     with pytest.raises(UsageError, match="^cannot decode an image held in a pickle: "):
         image_cache.decode_bytes(data, 8, "RGB")
@@ -821,12 +823,19 @@ def test_splits_share_no_class_and_sizes_are_told_without_decoding(registry, tmp
 
 
 def split_sizes_without_decoding(dataset) -> dict:
-    """``dataset.split_sizes()``, failing if it opens an image or a pickle on the way."""
+    """``dataset.split_sizes()``, failing if it decodes an image's pixels or reads a pickle on the
+    way, or, but for ``folder``, opens an image at all: ``folder`` reads the header of each image of
+    a split not cached yet, so that a file that is no image is refused before a run exists."""
+    from PIL import ImageFile
+
     def refuse(*args, **kwargs):
         raise AssertionError("split_sizes() must not decode images or read pickles")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Image, "open", refuse)
+        if getattr(dataset, "name", "") != "folder":
+            patch.setattr(Image, "open", refuse)
+        patch.setattr(Image.Image, "load", refuse)
+        patch.setattr(ImageFile.ImageFile, "load", refuse)
         patch.setattr(pickle, "load", refuse)
         return dataset.split_sizes()
 
@@ -905,7 +914,8 @@ def test_float_images_are_scaled_from_0_1_or_read_as_0_255_and_others_named(regi
     assert [int(img.unique()) for img in split.images] == [200, 128]
     bad = tmp_path / "data" / "val" / "unit" / "a.tif"
     Image.fromarray(np.full((6, 6), -3.0, dtype=np.float32), mode="F").save(bad)
-    with pytest.raises(UsageError, match=rf"^cannot decode image {bad}: float pixels from -3 to -3 "
+    shown = re.escape(f"val/unit/a.tif (in the data root {tmp_path / 'data'})")
+    with pytest.raises(UsageError, match=rf"^cannot decode image {shown}: float pixels from -3 to -3 "
                                          r"\(0\.\.1 or 0\.\.255 are read\); replace or remove the file$"):
         create(registry, "folder", tmp_path / "data", image_size=6, grayscale=True).load("val")
 

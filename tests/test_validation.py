@@ -228,6 +228,19 @@ def test_a_folder_training_split_of_one_class_is_refused(project):
                         "by telling classes apart, so the split needs 2 classes at least")
 
 
+def test_a_folder_image_that_is_no_image_is_refused_before_the_run_exists(project):
+    """An empty file and a page saved as .png in the class folders: the run was made, decoded its training
+    split in the worker and failed there, naming the file by its whole path. Every header is read first
+    (a split already cached is not read again), each file named by its path in the data root."""
+    tree = project / "tree"
+    make_folder_tree(tree, classes=5, per_class=8)
+    (tree / "train" / "train-class2" / "03.png").write_text("<html>a page, saved as an image</html>")
+    (tree / "test" / "test-class0" / "05.png").write_bytes(b"")
+    refused(project, *folder_run(tree), expect=[
+        f"error: folder: cannot read image train/train-class2/03.png (in the data root {tree}): cannot identify "
+        f"image file", "(2 files cannot be read); replace or remove the file"])
+
+
 def test_a_pair_loss_on_a_training_split_whose_classes_hold_one_image_each_is_refused(project):
     """No training class held 2 images: nca, supcon, triplet and the mAP losses on i.i.d. batches found no
     positive pair in any batch, logged loss 0 (every row counted without a positive) at every step, and the
@@ -289,15 +302,21 @@ def test_a_class_in_two_splits_is_refused_naming_it_and_both_folders(project):
 
 
 @pytest.mark.slow
-def test_an_unreadable_image_fails_the_run_at_its_start_naming_the_file(project):
-    make_folder_tree(project / "tree", classes=5, per_class=8)
-    (project / "tree" / "test" / "test-class2" / "99.png").write_bytes(b"not a png")  # the split tested last
-    result = fslab(*folder_run(project / "tree", "--epochs", "3"), cwd=project, timeout=300)
+def test_an_image_cut_short_fails_the_run_at_its_start_naming_the_file_in_the_data_root(project):
+    """A file cut short after its header passes the check of every header before the run exists; the
+    decode at the run's start finds it: the run ends failed with the one line in status.json, its folder
+    kept, the file named by its path in the data root (by its whole path before)."""
+    tree = project / "tree"
+    make_folder_tree(tree, classes=5, per_class=8, size=(64, 64))
+    cut = tree / "test" / "test-class2" / "02.png"  # the split tested last
+    cut.write_bytes(cut.read_bytes()[:4000])
+    result = fslab(*folder_run(tree, "--epochs", "3"), cwd=project, timeout=300)
     assert result.returncode == 1, result.stderr
     (run_dir,) = (project / "runs").iterdir()
     status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "failed" and "cannot decode image" in status["error"]
-    assert str(project / "tree" / "test" / "test-class2" / "99.png") in status["error"] and "\n" not in status["error"]
+    assert status["state"] == "failed" and "\n" not in status["error"]
+    assert status["error"].startswith(f"cannot decode image test/test-class2/02.png (in the data root {tree}): ")
+    assert status["error"].endswith("; replace or remove the file")
     assert not events(run_dir, "train") and not events(run_dir, "checkpoint")  # at its start, not after training
 
 

@@ -9,7 +9,11 @@ to RGB (or grayscale with ``grayscale=true``) and resized to
 :mod:`image_cache`. There is no standard split to check against: every class
 folder found is used, a class folder without images is an error, and so is a
 class name found in two splits (few-shot splits hold disjoint classes: a test
-class seen in training would inflate every test score).
+class seen in training would inflate every test score). Before a run exists,
+the header of every image of a split not cached yet is read (a file that is no
+image is one line then, not a failed run); a file cut short after its header
+is found by the decode at the run's start. Either is named by its path in the
+data root.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 from fslab_plugins.datasets.image_cache import (
     CachedDataset,
+    check_headers,
     decode_all,
     decode_file,
     list_images,
@@ -112,13 +117,14 @@ def refuse_shared_classes(root: Path, trees: dict[str, dict[str, list[Path]]], d
                          f"its scores): rename the folders, or move each class into one split")
 
 
-def tree_plan(tree: dict[str, list[Path]], classes: list[str], size: int, mode: str):
-    """Source files, labels and a build function for the classes of ``tree``, in ``classes`` order."""
+def tree_plan(tree: dict[str, list[Path]], classes: list[str], size: int, mode: str, root: Path):
+    """Source files, labels and a build function for the classes of ``tree``, in ``classes`` order
+    (``root``: the data root, whose path a file that cannot be decoded is named by)."""
     files = [path for c in classes for path in tree[c]]
     labels = [i for i, c in enumerate(classes) for _ in tree[c]]
 
     def build():
-        return labels, classes, decode_all(files, lambda path: decode_file(path, size, mode))
+        return labels, classes, decode_all(files, lambda path: decode_file(path, size, mode, root=root))
 
     return files, build
 
@@ -147,6 +153,9 @@ class FolderDataset(CachedDataset):
     def split_sizes(self):
         sizes = super().split_sizes()  # every split's class folders listed and counted first
         refuse_shared_classes(self.root, {split: self.tree(split) for split in SPLITS}, self.name)
+        # the splits not cached yet: a file that is no image is found before the run exists
+        check_headers([path for split in SPLITS if not self.cached(split) for path in self.plan(split)[2]],
+                      self.root, self.name)
         return sizes
 
     def class_counts(self, split):
@@ -155,7 +164,7 @@ class FolderDataset(CachedDataset):
     def plan(self, split):
         tree = self.tree(split)
         classes = sorted(tree)
-        files, build = tree_plan(tree, classes, self.image_size, "L" if self.grayscale else "RGB")
+        files, build = tree_plan(tree, classes, self.image_size, "L" if self.grayscale else "RGB", self.root)
         stem = f"folder-{split}-{self.image_size}{'-gray' if self.grayscale else ''}"
         params = {"image_size": self.image_size, "grayscale": self.grayscale, "classes": classes}
         return stem, params, files, build

@@ -207,8 +207,9 @@ def _float_eight_bits(pixels):
     return np.rint(pixels.astype(np.float64) * scale).astype(np.uint8)
 
 
-def decode_file(path, size: int, mode: str, box=None):
-    """Open one image file and return ``to_array`` of it."""
+def decode_file(path, size: int, mode: str, box=None, root: Path | None = None):
+    """Open one image file and return ``to_array`` of it; ``root``: the data root, whose
+    path the error names the file under (:func:`shown_image`)."""
     from PIL import Image
 
     try:
@@ -216,7 +217,50 @@ def decode_file(path, size: int, mode: str, box=None):
             return to_array(image, size, mode, box)
     except (OSError, ValueError, Image.DecompressionBombError) as exc:  # PIL's UnidentifiedImageError included;
         # ValueError: a damaged PPM header; DecompressionBombError: a header claiming over 179 million pixels
-        raise UsageError(f"cannot decode image {path}: {exc}; replace or remove the file") from None
+        raise UsageError(f"cannot decode image {shown_image(path, root)}: {exc}; replace or remove the file") from None
+
+
+def shown_image(path, root: Path | None) -> str:
+    """``train/cat/01.jpg (in the data root /data/pets)``: an image file named by its path in the
+    data root, where there is one (the folder tree's own names); else its whole path."""
+    if root is None:
+        return str(path)
+    return f"{os.path.relpath(path, root)} (in the data root {root})"
+
+
+def check_headers(files: Sequence[Path], root: Path, dataset: str) -> None:
+    """One line naming the first of ``files`` whose header PIL cannot read (an empty file, one that
+    is no image, one claiming too many pixels), and how many there are: before a run exists, where
+    the decode of its first epoch would find it. It reads a few bytes a file (about 45 ms for 1,000
+    JPEGs); a file cut short after its header is found only by that decode."""
+    if not files:
+        return
+    from PIL import Image
+
+    def unreadable(path: Path):
+        try:
+            with Image.open(path):
+                return None
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+            return path, exc
+
+    with ThreadPoolExecutor(DECODE_THREADS) as pool:
+        bad = [found for found in pool.map(unreadable, files) if found is not None]
+    if bad:
+        path, exc = bad[0]
+        more = f" ({len(bad):,} files cannot be read)" if len(bad) > 1 else ""
+        raise UsageError(f"{dataset}: cannot read image {shown_image(path, root)}: {exc}{more}; replace or "
+                         f"remove the file")
+
+
+def cache_ready(folder: Path | None, stem: str, key: str) -> bool:
+    """Whether ``folder`` holds a finished cache of ``stem`` for ``key`` (its header read, nothing
+    mapped: no numpy nor torch to import)."""
+    try:
+        header = json.loads((folder / f"{stem}.json").read_text(encoding="utf-8")) if folder else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(header, dict) and header.get("key") == key and header.get("version") == FORMAT_VERSION
 
 
 def decode_bytes(data, size: int, mode: str):
@@ -478,11 +522,22 @@ class CachedDataset:
         check_split_name(self.name, split)
         if split not in self._splits:
             stem, params, sources, build = self.plan(split)
-            folder = cache_folder(self.root, self.cache_dir)
-            inside = root_cache(self.root)  # where a cache made by one who could write there lies
-            ready = inside if not self.cache_dir and folder != inside else None
+            folder, ready = self.cache_places()
             self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready)
         return self._splits[split]
+
+    def cache_places(self) -> tuple[Path, Path | None]:
+        """The folder this root's cache is written to, and the one a ready cache is read from
+        first (a read-only root's ``.fslab-cache``, made by one who could write there), or None."""
+        folder = cache_folder(self.root, self.cache_dir)
+        inside = root_cache(self.root)
+        return folder, inside if not self.cache_dir and folder != inside else None
+
+    def cached(self, split: str) -> bool:
+        """Whether ``split`` is cached for its files as they are now: loading it decodes nothing."""
+        stem, params, sources, _ = self.plan(split)
+        key = source_key(stem, params, sources)
+        return any(cache_ready(folder, stem, key) for folder in self.cache_places())
 
     def split_sizes(self) -> dict[str, list[int]]:
         """Images per class of each split that :meth:`class_counts` can tell

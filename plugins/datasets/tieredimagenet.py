@@ -77,7 +77,7 @@ class TieredImageNet(CachedDataset):
             return stem, {**params, "listed": expected}, [images_path, labels_path], lambda: self._build_from_pickles(
                 images_path, labels_path, split, expected, list_name)
         tree, classes = self._folder_classes(split)
-        files, build = tree_plan(tree, classes, self.image_size, "RGB")
+        files, build = tree_plan(tree, classes, self.image_size, "RGB", self.root)
         return stem, {**params, "classes": classes}, files, build
 
     def class_counts(self, split):
