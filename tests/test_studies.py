@@ -1050,7 +1050,7 @@ def test_every_built_in_study_at_quick_scale_end_to_end(project):
     (project / "fslab.toml").write_text("[scheduler]\ncpu_slots = 2\n")
     queued = {}
     for name in BUILT_IN:
-        started = fslab("study", "run", name, "--scale", "quick", "--set", "device=cpu", cwd=project)
+        started = fslab_here("study", "run", name, "--scale", "quick", "--set", "device=cpu", cwd=project)
         assert started.returncode == 0, started.stderr
         queued[name] = started.stdout
     assert "5 new" in queued["nca-table3"] and "0 new" in queued["nca-table4"]  # Table 4's quick runs are Table 3's
@@ -1072,14 +1072,14 @@ def test_every_built_in_study_at_quick_scale_end_to_end(project):
     assert [n for n, r in reports.items() if r["split"] == "val"] == ["nca-fig2", "nca-fig4"]  # scored as the paper
     table3 = reports["nca-table3"]["rows"]
     assert len(table3) == 16 and all(r["measured"]["accuracy"] > 0.2 for r in table3)  # 5-way chance: 0.2
-    for name in BUILT_IN:
-        out = fslab("study", "report", name, "--out", "report", cwd=project)
+    for name in BUILT_IN:  # the CLI in this process: ten interpreters importing torch and matplotlib took ~25 s
+        out = fslab_here("study", "report", name, "--out", "report", cwd=project)
         assert out.returncode == 0, out.stderr
         text = (project / "report" / f"{name}.md").read_text()
         assert "Scale: quick" in text and "-> synthetic" in text, name
     assert (project / "report" / "nca-fig2-cifar-fs.png").stat().st_size > 1000
     assert (project / "report" / "nca-fig3-miniimagenet.png").stat().st_size > 1000
-    again = fslab("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
+    again = fslab_here("study", "run", "nca-table3", "--scale", "quick", "--set", "device=cpu", cwd=project)
     assert "5 done already" in again.stdout and "0 new" in again.stdout
 
 
