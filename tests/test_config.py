@@ -738,10 +738,18 @@ def register_methods(register):
     ({"synthetic": {"train": {"epoch": 3}}}, "method 'mine', per_dataset.synthetic: unknown config key 'train.epoch'"),
     ({"synthetic": {"dataset": {"name": "folder"}}}, "a per-dataset layer cannot choose the dataset"),
     ({"synthetic": 3}, "per_dataset must map dataset names to configuration layers"),
+    # read as the user's own --set loss=..., naming no method
+    ({"synthetic": {"loss": {"name": "ncaa"}}}, "method 'mine', per_dataset.synthetic: Unknown loss 'ncaa'. Did you"),
+    ({"synthetic": {"loss": {"name": "nca", "temp": 2}}}, "method 'mine', per_dataset.synthetic: unknown parameter "
+                                                          "'loss.temp' for loss 'nca'"),
+    ({"omniglot": {"loss": {"name": "ncaa"}}}, None),  # a layer for another dataset than the run's: not its concern
 ])
 def test_a_bad_per_dataset_layer_names_the_recipe(tmp_path, per_dataset, message):
     (tmp_path / "mine.py").write_text(RECIPE_PLUGIN.replace("PER_DATASET", repr(per_dataset)))
     registry = load_registry([tmp_path])
+    if message is None:
+        assert resolve("mine", registry=registry, settings=Settings(), overrides=[])["loss"]["name"] == "nca"
+        return
     with pytest.raises(ConfigError, match=re.escape(message)):
         resolve("mine", registry=registry, settings=Settings(), overrides=[])
 

@@ -314,6 +314,7 @@ def resolve(
     with naming_the_file(settings, overrides):  # an unknown dataset set in [run] names the file
         dataset_defaults = registry.get("dataset", dataset_name).info.get("defaults", {})
     for_dataset = recipe_for_dataset(method, per_dataset, dataset_name)
+    _check_recipe_components(method, for_dataset, registry, f"method '{method}', per_dataset.{dataset_name}")
 
     config = copy.deepcopy(DEFAULTS)
     for layer in [dataset_defaults, recipe, for_dataset, toml_layer, *overrides]:  # lowest first (module docstring)
@@ -504,11 +505,12 @@ def _sinks_shape(value: Any, source: str) -> dict:
                       f"each sink's parameters ([run.sinks.mlflow]), got {shown(value, 80)}")
 
 
-def _check_recipe_components(method: str, recipe: dict, registry) -> None:
-    """Each component a recipe names, and the parameters it gives that component, as the recipe's own
-    mistake: ``Unknown loss 'ncaa'`` and ``unknown parameter 'loss.temp'`` read as if the user had set
-    them, naming no method. A section that names no component (its parameters for the default's) is
-    checked with the rest of the configuration."""
+def _check_recipe_components(method: str, recipe: dict, registry, where: str = "") -> None:
+    """Each component a recipe (or its layer for the run's dataset, named in ``where``) names, and the
+    parameters it gives that component, as the recipe's own mistake: ``Unknown loss 'ncaa'`` and
+    ``unknown parameter 'loss.temp'`` read as if the user had set them, naming no method. A section
+    that names no component (its parameters for the default's) is checked with the rest of the
+    configuration."""
     for section in PLUGIN_SECTIONS:
         values = recipe.get(section)
         if not isinstance(values, dict) or "name" not in values:
@@ -518,7 +520,7 @@ def _check_recipe_components(method: str, recipe: dict, registry) -> None:
             registry.get(section, values["name"])
             plugin_params(registry, section, values["name"], {k: v for k, v in values.items() if k not in fixed})
         except UsageError as error:
-            raise ConfigError(f"method '{method}' (its recipe): {error}") from None
+            raise ConfigError(f"{where or f'method {method!r} (its recipe)'}: {error}") from None
 
 
 def _check_shape(layer: dict, source: str) -> None:
