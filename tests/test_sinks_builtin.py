@@ -414,3 +414,57 @@ def test_fslab_eval_s_scores_are_placed_at_the_step_of_the_checkpoint_they_score
         return found or None
 
     assert wait_for(written, timeout=120, what="W&B's history record") == [(5, 3, 0.41)]
+
+
+def test_a_resumed_run_s_tensorboard_holds_each_step_s_numbers_once(tmp_path):
+    """A run killed mid-epoch, resumed, then stopped during its final test (after its last checkpoint) and
+    resumed again: the cut-short test's 1-shot scores were logged at the checkpoint's own step, which the
+    resume's purge (from the next step on) kept, so TensorBoard held the 1-shot test twice at that step."""
+    from fslab_plugins.sinks.tensorboard import TensorBoardSink
+
+    from fslab.plugin import SinkRun
+
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-rsme"
+    run_dir.mkdir(parents=True)
+    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+
+    def train(s, epoch):
+        return {"event": "train", "time": float(s), "step": s, "epoch": epoch, "loss": 3.0 - s / 10}
+
+    def evaluation(split, shots, accuracy, **at):
+        return {"event": "eval", "time": 0.0, "split": split, "ways": 5, "shots": shots, "queries": 5,
+                "episodes": 20, "evaluator": "centroid", "metric": "accuracy", "accuracy": accuracy, "ci95": 0.01,
+                **at}
+
+    def checkpoint(s, epoch):
+        return {"event": "checkpoint", "time": 0.0, "epoch": epoch, "step": s, "path": "checkpoints/last.pt"}
+
+    start = {"event": "start", "time": 0.0}
+    epoch1 = [start, train(1, 1), train(2, 1), evaluation("val", 5, 0.3, epoch=1, step=2), checkpoint(2, 1)]
+    epoch2 = [train(3, 2), train(4, 2), evaluation("val", 5, 0.4, epoch=2, step=4), checkpoint(4, 2)]
+    logged: list[dict] = []
+
+    def attempt(stream, resume_at=None):
+        """The worker's file (cut back to the checkpoint, then the resume), and the sink fed as it logs."""
+        if resume_at is not None:
+            stream = [start, {"event": "resume", "time": 0.0, "epoch": 1, "step": resume_at}, *stream]
+        sink = TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config, state="killed"))
+        for event in stream:
+            logged.append(event)
+            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in logged))
+            sink.write(event)
+        sink.close()
+
+    attempt([*epoch1, train(3, 2), train(4, 2)])  # killed mid-epoch 2
+    del logged[len(epoch1):]
+    attempt([*epoch2, evaluation("test", 1, 0.5)], resume_at=2)  # stopped during its test
+    del logged[len(epoch1) + 2 + len(epoch2):]
+    attempt([evaluation("test", 1, 0.6), evaluation("test", 5, 0.7), {"event": "end", "time": 0.0, "results": {}}],
+            resume_at=4)
+    board = _board(run_dir / "tb")
+    assert [(s.step, s.value) for s in board.Scalars("train/loss")] == [
+        (s, pytest.approx(3.0 - s / 10)) for s in (1, 2, 3, 4)]
+    assert [(s.step, s.value) for s in board.Scalars("val/5way_5shot/accuracy")] == [
+        (2, pytest.approx(0.3)), (4, pytest.approx(0.4))]
+    assert [(s.step, s.value) for s in board.Scalars("test/5way_1shot/accuracy")] == [(4, pytest.approx(0.6))]
+    assert [(s.step, s.value) for s in board.Scalars("test/5way_5shot/accuracy")] == [(4, pytest.approx(0.7))]

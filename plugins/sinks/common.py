@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -124,6 +125,26 @@ class StepAxis:
         if event.get("event") == "checkpoint" and isinstance(event.get("epoch"), int):
             self.checkpoints[event["epoch"]] = self.step
         return self.step
+
+
+def before_resume(run_path) -> list[dict]:
+    """The events of ``metrics.jsonl`` before its last ``resume``: those the resumed run goes on from
+    (the worker cut the file back to the checkpoint before it logged the resume)."""
+    logged = []
+    with open(Path(run_path) / "metrics.jsonl", encoding="utf-8") as file:
+        for line in file:
+            try:
+                logged.append(json.loads(line))
+            except ValueError:  # a line torn as the run logs on, after the resume
+                continue
+    last = max((i for i, e in enumerate(logged) if e.get("event") == "resume"), default=len(logged))
+    return logged[:last]
+
+
+def logged_at(logged: list[dict], step: int) -> list[dict]:
+    """The train and eval events of ``logged`` that :class:`StepAxis` places at ``step``."""
+    axis = StepAxis()
+    return [e for e in logged if axis.place(e) == step and e.get("event") in ("train", "eval")]
 
 
 # The numbers of a train event that are not one of its counters' own fields.

@@ -11,8 +11,10 @@ scored). The resolved configuration is the text ``config``, and at the end
 the hyperparameters (HPARAMS tab) with the final test scores as their
 metrics, named as their scalars (``.../map`` for a run tested in mAP). A
 resumed run purges what it logged after its checkpoint, as TensorBoard's
-``purge_step`` does; ``fslab export`` writes the folder anew beside the earlier
-one, which it replaces once written whole (an export that fails keeps it).
+``purge_step`` does (a test cut short after the last checkpoint, logged at the
+checkpoint's own step, too: each step's numbers are there once); ``fslab
+export`` writes the folder anew beside the earlier one, which it replaces once
+written whole (an export that fails keeps it).
 
 Writing uses ``torch.utils.tensorboard``, which needs the ``tensorboard``
 package (``pip install 'fslab[tensorboard]'``).
@@ -28,9 +30,11 @@ from pathlib import Path
 
 from fslab_plugins.sinks.common import (
     StepAxis,
+    before_resume,
     eval_prefix,
     eval_values,
     installed,
+    logged_at,
     need,
     project_path,
     result_key,
@@ -83,21 +87,38 @@ class TensorBoardSink:
         if kind == "start":
             text = json.dumps(self.run.config, indent=2)
             self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: shown as code
-        elif kind == "resume":  # the events after the checkpoint are logged again: hide the old ones
-            self.writer.close()
-            self.writer = self.board.SummaryWriter(str(self.writing), purge_step=step + 1)
-        elif kind == "train":
-            for key, value in train_values(event).items():
-                self.writer.add_scalar(f"train/{key}", value, step)
-        elif kind == "eval":
-            prefix = eval_prefix(event, self.run.config)
-            for key, value in eval_values(event).items():
-                self.writer.add_scalar(f"{prefix}/{key}", value, step)
-            self.metric = result_metric(event, self.run.config) or self.metric
+        elif kind == "resume":
+            self._resume(step)
+        elif kind in ("train", "eval"):
+            self._scalars(event, step)
         elif kind == "end":
             self._hparams(event["results"])
         if kind in ("checkpoint", "end"):
             self.writer.flush()
+
+    def _scalars(self, event: dict, step: int) -> None:
+        if event["event"] == "train":
+            for key, value in train_values(event).items():
+                self.writer.add_scalar(f"train/{key}", value, step)
+            return
+        prefix = eval_prefix(event, self.run.config)
+        for key, value in eval_values(event).items():
+            self.writer.add_scalar(f"{prefix}/{key}", value, step)
+        self.metric = result_metric(event, self.run.config) or self.metric
+
+    def _resume(self, step: int) -> None:
+        """Hide what was logged after the checkpoint, which the resumed run logs again. A test cut short
+        after the last checkpoint logged its scores at the checkpoint's own step, which a purge from the
+        next step kept beside the resumed test's (the 1-shot test twice): a live resume purges from the
+        checkpoint's step and logs that step's numbers again from ``metrics.jsonl``, which the worker cut
+        back to the checkpoint. An export replays the cut file, which holds no such scores."""
+        self.writer.close()
+        if self.run.replay:
+            self.writer = self.board.SummaryWriter(str(self.writing), purge_step=step + 1)
+            return
+        self.writer = self.board.SummaryWriter(str(self.writing), purge_step=step)
+        for event in logged_at(before_resume(self.run.path), step):
+            self._scalars(event, step)
 
     def _hparams(self, results: dict) -> None:
         """The configuration as hyperparameters, the test accuracies as their metrics, in this run's folder."""
