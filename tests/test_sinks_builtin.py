@@ -416,7 +416,33 @@ def test_fslab_eval_s_scores_are_placed_at_the_step_of_the_checkpoint_they_score
     assert wait_for(written, timeout=120, what="W&B's history record") == [(5, 3, 0.41)]
 
 
-def test_a_resumed_run_s_tensorboard_holds_each_step_s_numbers_once(tmp_path):
+def _shown(folder):
+    """The record as TensorBoard's own reader keeps it: it purges text too, and takes the first session
+    start it reads as the record's beginning, purging only from the next one."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    board.Reload()
+    return board
+
+
+def _points(board, tag) -> list[tuple[int, float]]:
+    from tensorboard.util.tensor_util import make_ndarray
+
+    return [(t.step, pytest.approx(float(make_ndarray(t.tensor_proto)))) for t in board.Tensors(tag)]
+
+
+@pytest.fixture
+def fresh_writer_numbers(monkeypatch):
+    """Event files numbered from 0 in this process, as in each worker's: TensorBoard reads a folder's
+    files in the order of their names (time in seconds, host, pid, then that number), and this process's
+    tenth file, made in the same second as its ninth, would be read before it."""
+    from tensorboard.summary.writer import event_file_writer
+
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(0))
+
+
+def test_a_resumed_run_s_tensorboard_holds_each_step_s_numbers_once(tmp_path, fresh_writer_numbers):
     """A run killed mid-epoch, resumed, then stopped during its final test (after its last checkpoint) and
     resumed again: the cut-short test's 1-shot scores were logged at the checkpoint's own step, which the
     resume's purge (from the next step on) kept, so TensorBoard held the 1-shot test twice at that step."""
@@ -461,10 +487,45 @@ def test_a_resumed_run_s_tensorboard_holds_each_step_s_numbers_once(tmp_path):
     del logged[len(epoch1) + 2 + len(epoch2):]
     attempt([evaluation("test", 1, 0.6), evaluation("test", 5, 0.7), {"event": "end", "time": 0.0, "results": {}}],
             resume_at=4)
-    board = _board(run_dir / "tb")
-    assert [(s.step, s.value) for s in board.Scalars("train/loss")] == [
-        (s, pytest.approx(3.0 - s / 10)) for s in (1, 2, 3, 4)]
-    assert [(s.step, s.value) for s in board.Scalars("val/5way_5shot/accuracy")] == [
-        (2, pytest.approx(0.3)), (4, pytest.approx(0.4))]
-    assert [(s.step, s.value) for s in board.Scalars("test/5way_1shot/accuracy")] == [(4, pytest.approx(0.6))]
-    assert [(s.step, s.value) for s in board.Scalars("test/5way_5shot/accuracy")] == [(4, pytest.approx(0.7))]
+    board = _shown(run_dir / "tb")
+    assert _points(board, "train/loss") == [(s, 3.0 - s / 10) for s in (1, 2, 3, 4)]
+    assert _points(board, "val/5way_5shot/accuracy") == [(2, 0.3), (4, 0.4)]
+    assert _points(board, "test/5way_1shot/accuracy") == [(4, 0.6)]
+    assert _points(board, "test/5way_5shot/accuracy") == [(4, 0.7)]
+
+
+def test_a_run_started_again_keeps_one_tensorboard_record_and_one_config_text(tmp_path, fresh_writer_numbers):
+    """A run queued again after it ended before its first checkpoint starts from step 0 (its metrics.jsonl
+    emptied): TensorBoard kept the earlier start's steps beside the new ones, each twice; and every start,
+    a resume's too, wrote the configuration's text at step 0 again."""
+    from fslab_plugins.sinks.tensorboard import TensorBoardSink
+
+    from fslab.plugin import SinkRun
+
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-agan"
+    run_dir.mkdir(parents=True)
+    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+
+    def train(s, loss):
+        return {"event": "train", "time": float(s), "step": s, "epoch": 1, "loss": loss}
+
+    start = {"event": "start", "time": 0.0}
+    checkpoint = {"event": "checkpoint", "time": 0.0, "epoch": 1, "step": 2, "path": "checkpoints/last.pt"}
+    logged: list[dict] = []
+
+    def attempt(stream):
+        sink = TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config, state="killed"))
+        for event in stream:
+            logged.append(event)
+            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in logged))
+            sink.write(event)
+        sink.close()
+
+    attempt([start, train(1, 9.0), train(2, 8.0), train(3, 7.0)])  # ended before its first checkpoint
+    logged.clear()  # start_afresh
+    attempt([start, train(1, 3.0), train(2, 2.0), checkpoint, train(3, 1.5)])
+    del logged[4:]  # cut back to the checkpoint
+    attempt([start, {"event": "resume", "time": 0.0, "epoch": 1, "step": 2}, train(3, 1.0)])
+    board = _shown(run_dir / "tb")
+    assert _points(board, "train/loss") == [(1, 3.0), (2, 2.0), (3, 1.0)]
+    assert [t.step for t in board.Tensors("config/text_summary")] == [0]

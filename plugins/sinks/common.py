@@ -127,17 +127,18 @@ class StepAxis:
         return self.step
 
 
-def before_resume(run_path) -> list[dict]:
-    """The events of ``metrics.jsonl`` before its last ``resume``: those the resumed run goes on from
-    (the worker cut the file back to the checkpoint before it logged the resume)."""
+def logged_before(run_path, kind: str) -> list[dict]:
+    """The events of ``metrics.jsonl`` before its last event of ``kind``: before a ``resume``, those the
+    resumed run goes on from (the worker cut the file back to the checkpoint before it logged it); before
+    a ``start``, those of the run's earlier starts (none for a run started afresh: the file was emptied)."""
     logged = []
     with open(Path(run_path) / "metrics.jsonl", encoding="utf-8") as file:
         for line in file:
             try:
                 logged.append(json.loads(line))
-            except ValueError:  # a line torn as the run logs on, after the resume
+            except ValueError:  # a line torn as the run logs on
                 continue
-    last = max((i for i, e in enumerate(logged) if e.get("event") == "resume"), default=len(logged))
+    last = max((i for i, e in enumerate(logged) if e.get("event") == kind), default=len(logged))
     return logged[:last]
 
 

@@ -12,7 +12,8 @@ the hyperparameters (HPARAMS tab) with the final test scores as their
 metrics, named as their scalars (``.../map`` for a run tested in mAP). A
 resumed run purges what it logged after its checkpoint, as TensorBoard's
 ``purge_step`` does (a test cut short after the last checkpoint, logged at the
-checkpoint's own step, too: each step's numbers are there once); ``fslab
+checkpoint's own step, too), and a run queued again from step 0 its earlier
+start's: each step's numbers, and the text, are there once; ``fslab
 export`` writes the folder anew beside the earlier one, which it replaces once
 written whole (an export that fails keeps it).
 
@@ -30,11 +31,11 @@ from pathlib import Path
 
 from fslab_plugins.sinks.common import (
     StepAxis,
-    before_resume,
     eval_prefix,
     eval_values,
     installed,
     logged_at,
+    logged_before,
     need,
     project_path,
     result_key,
@@ -77,7 +78,11 @@ class TensorBoardSink:
             self.writing = self.folder.with_name(f".{self.folder.name}.export")
             shutil.rmtree(self.writing, ignore_errors=True)  # what an export killed midway left
         self.failed = False
-        self.writer = self.board.SummaryWriter(str(self.writing))
+        self.earlier = not run.replay and any(self.writing.glob("events.out.tfevents.*"))  # an earlier start's
+        # A new record opens with a session start of its own (purge_step=0, which hides nothing yet):
+        # TensorBoard takes the first one it reads as the record's beginning, and purges only from the
+        # next, so without it the first resume's purge hid nothing.
+        self.writer = self.board.SummaryWriter(str(self.writing), purge_step=None if self.earlier else 0)
         self.steps = StepAxis()
         self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
@@ -85,8 +90,7 @@ class TensorBoardSink:
         kind = event.get("event")
         step = self.steps.place(event)
         if kind == "start":
-            text = json.dumps(self.run.config, indent=2)
-            self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: shown as code
+            self._start()
         elif kind == "resume":
             self._resume(step)
         elif kind in ("train", "eval"):
@@ -106,6 +110,18 @@ class TensorBoardSink:
             self.writer.add_scalar(f"{prefix}/{key}", value, step)
         self.metric = result_metric(event, self.run.config) or self.metric
 
+    def _start(self) -> None:
+        """The configuration as text, once: a resumed run's start leaves the first start's text, and
+        a run queued again from step 0 (its metrics.jsonl emptied) hides the earlier start's numbers,
+        which it logs again: each start wrote the text anew, and the second kept the first's steps."""
+        if self.earlier:
+            if logged_before(self.run.path, "start"):
+                return
+            self.writer.close()
+            self.writer = self.board.SummaryWriter(str(self.writing), purge_step=0)
+        text = json.dumps(self.run.config, indent=2)
+        self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: shown as code
+
     def _resume(self, step: int) -> None:
         """Hide what was logged after the checkpoint, which the resumed run logs again. A test cut short
         after the last checkpoint logged its scores at the checkpoint's own step, which a purge from the
@@ -117,7 +133,7 @@ class TensorBoardSink:
             self.writer = self.board.SummaryWriter(str(self.writing), purge_step=step + 1)
             return
         self.writer = self.board.SummaryWriter(str(self.writing), purge_step=step)
-        for event in logged_at(before_resume(self.run.path), step):
+        for event in logged_at(logged_before(self.run.path, "resume"), step):
             self._scalars(event, step)
 
     def _hparams(self, results: dict) -> None:
