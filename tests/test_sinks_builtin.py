@@ -497,7 +497,7 @@ def test_a_resumed_run_s_tensorboard_holds_each_step_s_numbers_once(tmp_path, fr
 def test_a_run_started_again_keeps_one_tensorboard_record_and_one_config_text(tmp_path, fresh_writer_numbers):
     """A run queued again after it ended before its first checkpoint starts from step 0 (its metrics.jsonl
     emptied): TensorBoard kept the earlier start's steps beside the new ones, each twice; and every start,
-    a resume's too, wrote the configuration's text at step 0 again."""
+    a resume's too (and an export replaying it), wrote the configuration's text at step 0 again."""
     from fslab_plugins.sinks.tensorboard import TensorBoardSink
 
     from fslab.plugin import SinkRun
@@ -526,6 +526,12 @@ def test_a_run_started_again_keeps_one_tensorboard_record_and_one_config_text(tm
     attempt([start, train(1, 3.0), train(2, 2.0), checkpoint, train(3, 1.5)])
     del logged[4:]  # cut back to the checkpoint
     attempt([start, {"event": "resume", "time": 0.0, "epoch": 1, "step": 2}, train(3, 1.0)])
-    board = _shown(run_dir / "tb")
-    assert _points(board, "train/loss") == [(1, 3.0), (2, 2.0), (3, 1.0)]
-    assert [t.step for t in board.Tensors("config/text_summary")] == [0]
+    for export in (False, True, True):  # the live record, then fslab export, twice: it replays both starts
+        if export:
+            sink = TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config, replay=True, state="completed"))
+            for event in logged:
+                sink.write(event)
+            sink.close()
+        board = _shown(run_dir / "tb")
+        assert _points(board, "train/loss") == [(1, 3.0), (2, 2.0), (3, 1.0)]
+        assert [t.step for t in board.Tensors("config/text_summary")] == [0]

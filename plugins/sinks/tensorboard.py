@@ -83,6 +83,7 @@ class TensorBoardSink:
         # TensorBoard takes the first one it reads as the record's beginning, and purges only from the
         # next, so without it the first resume's purge hid nothing.
         self.writer = self.board.SummaryWriter(str(self.writing), purge_step=None if self.earlier else 0)
+        self.texted = False  # the configuration's text written
         self.steps = StepAxis()
         self.metric = "accuracy"  # of the test scores the end event repeats (map for retrieval)
 
@@ -113,7 +114,11 @@ class TensorBoardSink:
     def _start(self) -> None:
         """The configuration as text, once: a resumed run's start leaves the first start's text, and
         a run queued again from step 0 (its metrics.jsonl emptied) hides the earlier start's numbers,
-        which it logs again: each start wrote the text anew, and the second kept the first's steps."""
+        which it logs again: each start wrote the text anew (an export too, replaying a resumed run's
+        starts), and the second kept the first's steps."""
+        if self.texted:  # an export replays a resumed run's starts, each a start event
+            return
+        self.texted = True
         if self.earlier:
             if logged_before(self.run.path, "start"):
                 return
