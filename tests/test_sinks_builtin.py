@@ -535,3 +535,55 @@ def test_a_run_started_again_keeps_one_tensorboard_record_and_one_config_text(tm
         board = _shown(run_dir / "tb")
         assert _points(board, "train/loss") == [(1, 3.0), (2, 2.0), (3, 1.0)]
         assert [t.step for t in board.Tensors("config/text_summary")] == [0]
+
+
+def test_a_resumed_run_s_offline_wandb_record_is_one_holding_each_step_once(tmp_path, monkeypatch):
+    """A run killed mid-epoch, then resumed: W&B's offline sink started a second record of the same id, so
+    `wandb sync` sent the steps after the checkpoint twice, and W&B (which ignores a step below one it has
+    logged) kept the killed run's values. Now the resumed record replaces the first, holding the whole run."""
+    from fslab_plugins.sinks.wandb import WandbSink
+
+    from fslab.plugin import SinkRun
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-wbrs"
+    run_dir.mkdir(parents=True)
+    config = {"method": "nca", "seed": 0, "loss": {"name": "nca"}, "backbone": {"name": "conv4"},
+              "dataset": {"name": "synthetic"}, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+
+    def train(s, loss):
+        return {"event": "train", "time": float(s), "step": s, "epoch": 1 + (s > 2), "loss": loss}
+
+    start = {"event": "start", "time": 0.0}
+    checkpoint = {"event": "checkpoint", "time": 0.0, "epoch": 1, "step": 2, "path": "checkpoints/last.pt"}
+    logged: list[dict] = []
+
+    def attempt(stream, state):
+        sink = WandbSink(SinkRun(run_dir.name, str(run_dir), config, state=state))
+        for event in stream:
+            logged.append(event)
+            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in logged))
+            sink.write(event)
+        sink.close()
+
+    attempt([start, train(1, 3.0), train(2, 2.0), checkpoint, train(3, 9.0), train(4, 8.0)], "killed")
+    del logged[4:]
+    attempt([start, {"event": "resume", "time": 0.0, "epoch": 1, "step": 2}, train(3, 1.5), train(4, 1.0),
+             {"event": "end", "time": 0.0, "results": {}}], "completed")
+    (folder,) = _offline(run_dir)
+
+    def key(item) -> str:
+        return item.key or "/".join(item.nested_key)
+
+    def losses() -> list | None:
+        try:
+            records = wandb_records(folder / f"run-{run_dir.name}.wandb")
+        except Exception:
+            return None
+        rows = [{key(item): json.loads(item.value_json) for item in r.history.item}
+                for r in records if r.WhichOneof("record_type") == "history"]
+        found = [(row["_step"], row["train/loss"]) for row in rows if "train/loss" in row]
+        return found if len(found) >= 4 else None
+
+    assert wait_for(losses, timeout=120, what="W&B's history records") == [(1, 3.0), (2, 2.0), (3, 1.5), (4, 1.0)]

@@ -13,8 +13,9 @@ and sends nothing; ``wandb sync runs/<id>/wandb/offline-run-*`` uploads it
 later. ``mode = "online"`` sends it as it goes (to the account of ``wandb
 login``). ``fslab export`` sets the offline records an earlier export or the live
 run left for the run aside, and removes them once its own is written whole
-(an export that fails removes its own and puts them back); a resumed run starts a
-second offline record of the same id. Needs ``pip install 'fslab[wandb]'``.
+(an export that fails removes its own and puts them back); a resumed run's
+offline record replaces its earlier start's, holding the whole run (online, W&B
+ignores the steps it logs again after its checkpoint). Needs ``pip install 'fslab[wandb]'``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fslab_plugins.sinks.common import (
     eval_prefix,
     eval_values,
     installed,
+    logged_before,
     need,
     project_path,
     result_key,
@@ -67,7 +69,7 @@ class WandbSink:
                 raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(folder))
             raise PermissionError(errno.EACCES, "this user cannot write there (a read-only store?); give the sink "
                                   "a dir= this user can write", str(folder))
-        self.records, self.failed = folder / "wandb", False
+        self.records, self.failed, self.mode = folder / "wandb", False, mode
         self.earlier = self._set_aside() if run.replay else []
         tags = run.tags()
         try:
@@ -115,7 +117,9 @@ class WandbSink:
     def write(self, event: dict) -> None:
         kind = event.get("event")
         step = self.steps.place(event)
-        if kind == "train":
+        if kind == "resume" and self.mode == "offline" and not self.run.replay:  # online: W&B keeps what it had
+            self._one_record()
+        elif kind == "train":
             self.wandb_run.log({f"train/{k}": v for k, v in train_values(event).items()}, step=step)
         elif kind == "eval":
             prefix = eval_prefix(event, self.run.config)
@@ -129,6 +133,20 @@ class WandbSink:
                 key = result_key(self.run.config, shots, self.metric)
                 self.wandb_run.summary[key] = result["accuracy"]
                 self.wandb_run.summary[f"{key}_ci95"] = result["ci95"]
+
+    def _one_record(self) -> None:
+        """A live resume, offline: the earlier starts' records go, and this one holds the whole run, what
+        it logged up to its checkpoint replayed from ``metrics.jsonl`` (which the worker cut back to it).
+        ``wandb sync`` of a record per start sent the steps after the checkpoint twice, and W&B, which
+        ignores a step below one it has logged, kept the first values (a test cut short's among them)."""
+        mine = Path(self.wandb_run.dir).parent
+        for path in self.records.glob(f"offline-run-*-{self.run.id}"):
+            if path.resolve() != mine.resolve():
+                shutil.rmtree(path, ignore_errors=True)
+        self.steps = StepAxis()
+        for event in logged_before(self.run.path, "resume"):
+            if event.get("event") != "end":
+                self.write(event)
 
     def close(self) -> None:
         try:
