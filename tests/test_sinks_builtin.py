@@ -587,3 +587,38 @@ def test_a_resumed_run_s_offline_wandb_record_is_one_holding_each_step_once(tmp_
         return found if len(found) >= 4 else None
 
     assert wait_for(losses, timeout=120, what="W&B's history records") == [(1, 3.0), (2, 2.0), (3, 1.5), (4, 1.0)]
+
+
+def test_a_resumed_run_s_mlflow_metric_shows_the_resumed_value_as_its_latest(tmp_path, monkeypatch):
+    """MLflow cannot drop a value once logged (README, Sinks): a test cut short after the last checkpoint,
+    then resumed, holds its 1-shot score twice at the checkpoint's step, and the resumed run's, stamped
+    later, is the one MLflow shows."""
+    from fslab_plugins.sinks.mlflow import MLflowSink
+    from mlflow.tracking import MlflowClient
+
+    from fslab.plugin import SinkRun
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-mlrs"
+    run_dir.mkdir(parents=True)
+    config = {"method": "nca", "seed": 0, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+
+    def test(accuracy, time):
+        return {"event": "eval", "time": time, "split": "test", "ways": 5, "shots": 1, "queries": 5,
+                "episodes": 20, "evaluator": "centroid", "metric": "accuracy", "accuracy": accuracy, "ci95": 0.01}
+
+    checkpoint = {"event": "checkpoint", "time": 2.0, "epoch": 1, "step": 2, "path": "checkpoints/last.pt"}
+    first = [{"event": "start", "time": 0.0}, {"event": "train", "time": 1.0, "step": 2, "epoch": 1, "loss": 2.0},
+             checkpoint, test(0.5, 3.0)]
+    resumed = [{"event": "start", "time": 4.0}, {"event": "resume", "time": 4.0, "epoch": 1, "step": 2},
+               test(0.6, 5.0), {"event": "end", "time": 6.0, "results": {}}]
+    for stream, state in ((first, "killed"), (resumed, "completed")):
+        sink = MLflowSink(SinkRun(run_dir.name, str(run_dir), config, state=state))
+        for event in stream:
+            sink.write(event)
+        sink.close()
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("fslab").experiment_id])
+    tag = "test/5way_1shot/accuracy"
+    assert [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, tag)] == [(2, 0.5), (2, 0.6)]
+    assert found.data.metrics[tag] == 0.6
