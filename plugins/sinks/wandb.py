@@ -140,7 +140,8 @@ class WandbSink:
         ``wandb sync`` of a record per start sent the steps after the checkpoint twice, and W&B, which
         ignores a step below one it has logged, kept the first values (a test cut short's among them)."""
         mine = Path(self.wandb_run.dir).parent
-        for path in self.records.glob(f"offline-run-*-{self.run.id}"):
+        for path in [*self.records.glob(f"offline-run-*-{self.run.id}"),  # ...-<id>-1: made in the same
+                     *self.records.glob(f"offline-run-*-{self.run.id}-[0-9]*")]:  # second as one before it
             if path.resolve() != mine.resolve():
                 shutil.rmtree(path, ignore_errors=True)
         self.steps = StepAxis()
