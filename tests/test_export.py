@@ -170,8 +170,13 @@ def test_a_resumed_run_hides_in_tensorboard_what_it_logged_after_its_checkpoint(
     for step in range(1, 7):  # killed during step 6; the checkpoint was at step 3
         first.write({"event": "train", "time": step, "step": step, "epoch": 1 + (step > 3), "loss": 10.0 + step})
     first.close()
+    # the resumed worker cut metrics.jsonl back to the checkpoint and logged its resume, which the sink reads
+    kept = [{"event": "start", "time": 0}, *({"event": "train", "time": step, "step": step, "epoch": 1,
+                                               "loss": 10.0 + step} for step in range(1, 4)),
+            {"event": "resume", "time": 7, "epoch": 1, "step": 3}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept))
     second = TensorBoardSink(SinkRun("r1", str(run_dir), config))  # the resumed worker's
-    second.write({"event": "resume", "time": 7, "epoch": 1, "step": 3})
+    second.write(kept[-1])
     for step in range(4, 9):
         second.write({"event": "train", "time": 7 + step, "step": step, "epoch": 2, "loss": 20.0 + step})
     second.run.state = "completed"
