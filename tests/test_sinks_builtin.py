@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,39 @@ def wandb_records(path) -> list:
         record.ParseFromString(raw)
         records.append(record)
     return records
+
+
+# A run's configuration as the sinks read it (its method, seed, components and episode shape).
+RUN_CONFIG = {"method": "nca", "seed": 0, "loss": {"name": "nca"}, "backbone": {"name": "conv4"},
+              "dataset": {"name": "synthetic"}, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+
+
+def _offline_trackers(monkeypatch) -> None:
+    """W&B offline and quiet, MLflow on its file store: the trackers write files here, and reach nothing."""
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
+def _fed(sink, stream, logged: list[dict]) -> None:
+    """``sink`` fed ``stream`` as a worker logs it: each event appended to ``logged`` and the run's
+    metrics.jsonl rewritten to hold them (which a resuming sink reads back), then written; then closed."""
+    for event in stream:
+        logged.append(event)
+        (Path(sink.run.path) / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in logged))
+        sink.write(event)
+    sink.close()
+
+
+def _wandb_history(folder, run_name: str) -> list[dict] | None:
+    """The history rows of an offline W&B record (each a dict from a key to its value); None while the
+    file cannot be read whole yet (W&B writes it as the run goes)."""
+    try:
+        records = wandb_records(folder / f"run-{run_name}.wandb")
+    except Exception:
+        return None
+    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]
 
 
 def _offline(run_dir) -> list:
@@ -369,13 +403,10 @@ def test_fslab_eval_s_scores_are_placed_at_the_step_of_the_checkpoint_they_score
 
     from fslab.plugin import SinkRun
 
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    _offline_trackers(monkeypatch)
     run_dir = tmp_path / "runs" / "20260101-000000-nca-ckst"
     run_dir.mkdir(parents=True)
-    config = {"method": "nca", "seed": 0, "loss": {"name": "nca"}, "backbone": {"name": "conv4"},
-              "dataset": {"name": "synthetic"}, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    config = RUN_CONFIG
     stream = [{"event": "start", "time": 0.0}]
     stream += [{"event": "train", "time": float(s), "step": s, "epoch": 1 + (s > 3), "loss": 3.0 - s / 10}
                for s in (1, 2, 3)]
@@ -397,19 +428,12 @@ def test_fslab_eval_s_scores_are_placed_at_the_step_of_the_checkpoint_they_score
     assert [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, "train/loss")] == [
         (s, pytest.approx(3.0 - s / 10)) for s in (1, 2, 3, 4, 5)]
 
-    def key(item) -> str:
-        return item.key or "/".join(item.nested_key)
-
     (folder,) = _offline(run_dir)
 
     def written() -> list | None:
         """The rows holding the score, with their step and checkpoint_step; None until the file holds them."""
-        try:
-            records = wandb_records(folder / f"run-{run_dir.name}.wandb")
-        except Exception:
+        if (rows := _wandb_history(folder, run_dir.name)) is None:
             return None
-        rows = [{key(item): json.loads(item.value_json) for item in r.history.item}
-                for r in records if r.WhichOneof("record_type") == "history"]
         found = [(row["_step"], row.get("checkpoint_step"), row[tag]) for row in rows if tag in row]
         return found or None
 
@@ -474,12 +498,7 @@ def test_a_resumed_run_s_tensorboard_holds_each_step_s_numbers_once(tmp_path, fr
         """The worker's file (cut back to the checkpoint, then the resume), and the sink fed as it logs."""
         if resume_at is not None:
             stream = [start, {"event": "resume", "time": 0.0, "epoch": 1, "step": resume_at}, *stream]
-        sink = TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config, state="killed"))
-        for event in stream:
-            logged.append(event)
-            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in logged))
-            sink.write(event)
-        sink.close()
+        _fed(TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config, state="killed")), stream, logged)
 
     attempt([*epoch1, train(3, 2), train(4, 2)])  # killed mid-epoch 2
     del logged[len(epoch1):]
@@ -514,12 +533,7 @@ def test_a_run_started_again_keeps_one_tensorboard_record_and_one_config_text(tm
     logged: list[dict] = []
 
     def attempt(stream):
-        sink = TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config, state="killed"))
-        for event in stream:
-            logged.append(event)
-            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in logged))
-            sink.write(event)
-        sink.close()
+        _fed(TensorBoardSink(SinkRun(run_dir.name, str(run_dir), config, state="killed")), stream, logged)
 
     attempt([start, train(1, 9.0), train(2, 8.0), train(3, 7.0)])  # ended before its first checkpoint
     logged.clear()  # start_afresh
@@ -545,12 +559,10 @@ def test_a_resumed_run_s_offline_wandb_record_is_one_holding_each_step_once(tmp_
 
     from fslab.plugin import SinkRun
 
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_MODE", "offline")
+    _offline_trackers(monkeypatch)
     run_dir = tmp_path / "runs" / "20260101-000000-nca-wbrs"
     run_dir.mkdir(parents=True)
-    config = {"method": "nca", "seed": 0, "loss": {"name": "nca"}, "backbone": {"name": "conv4"},
-              "dataset": {"name": "synthetic"}, "eval": {"ways": 5}, "evaluator": {"name": "centroid"}}
+    config = RUN_CONFIG
 
     def train(s, loss):
         return {"event": "train", "time": float(s), "step": s, "epoch": 1 + (s > 2), "loss": loss}
@@ -574,16 +586,9 @@ def test_a_resumed_run_s_offline_wandb_record_is_one_holding_each_step_once(tmp_
     # W&B names a record made in the same second as an earlier one of the id ...-<id>-1
     (folder,) = (run_dir / "wandb").glob("offline-run-*")
 
-    def key(item) -> str:
-        return item.key or "/".join(item.nested_key)
-
     def losses() -> list | None:
-        try:
-            records = wandb_records(folder / f"run-{run_dir.name}.wandb")
-        except Exception:
+        if (rows := _wandb_history(folder, run_dir.name)) is None:
             return None
-        rows = [{key(item): json.loads(item.value_json) for item in r.history.item}
-                for r in records if r.WhichOneof("record_type") == "history"]
         found = [(row["_step"], row["train/loss"]) for row in rows if "train/loss" in row]
         return found if len(found) >= 4 else None
 
