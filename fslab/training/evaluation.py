@@ -325,7 +325,7 @@ def episode_scores(
                 raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
                                            f"expected predictions {tuple(query.shape[:2])}")
             scores.append((checked_predictions(out, ways) == truth).sum(dim=1))  # counts: divided on the CPU
-            outside.append(((out < 0) | (out >= ways)).any())  # read once, below: no wait per chunk
+            outside.append(past_ways(out, ways))  # read once, below: no wait per chunk
         else:
             if out.shape != (query.shape[0],):
                 raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
@@ -349,6 +349,12 @@ def checked_predictions(out: torch.Tensor, ways: int) -> torch.Tensor:
                                    f"a whole number 0..{ways - 1} (argmax or argmin gives int64), or declares "
                                    f"the trait metric for a score per episode")
     return out
+
+
+def past_ways(predictions: torch.Tensor, ways: int) -> torch.Tensor:
+    """Whether any of ``predictions`` is no way of a ``ways``-way episode (a 0-d bool tensor, left on
+    the predictions' device: its reader decides when to wait)."""
+    return ((predictions < 0) | (predictions >= ways)).any()
 
 
 def outside_ways(ways: int) -> EvaluatorOutputError:
@@ -422,7 +428,7 @@ def model_episode_scores(
                 raise EvaluatorOutputError(f"returned shape {tuple(predictions.shape)}, "
                                            f"expected ({truth.numel()},)")
             predictions = checked_predictions(predictions, ways).cpu()
-            if bool(((predictions < 0) | (predictions >= ways)).any()):
+            if bool(past_ways(predictions, ways)):
                 raise outside_ways(ways)
             scores.append((predictions == truth).sum().float() / truth.numel())
             working.load_state_dict(weights)
