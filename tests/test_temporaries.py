@@ -129,3 +129,25 @@ def test_a_temporary_name_stays_within_a_file_names_255_bytes(tmp_path, monkeypa
     assert files.temporary_writer(killed)[1] == host and files.writer_gone(killed)
     files.remove_orphaned_temporaries(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [targets[0].name]
+
+
+def test_a_temporary_and_a_deletion_name_their_writer_with_one_tag(tmp_path, monkeypatch):
+    """`.NAME.PID@HOST.tmp` and fslab delete's `.deleting-ID-PID@HOST` each wrote and parsed the writer's
+    PID@HOST with a pattern of their own: one tag now (files.writer_tag), read back by one parser
+    (files.parse_writer_tag), so both names are judged alike, a dotted, hyphenated or empty host included."""
+    from fslab.core import deletion
+    from fslab.core.runstore import Run
+
+    run_id = "20261128-100000-nca-f00d"
+    for host in ("node-a.cluster-1.example", ""):
+        monkeypatch.setattr(states, "HOST", host)
+        tag = files.writer_tag()
+        assert tag == f"{os.getpid()}@{host}"
+        temporary = files.temporary_path(tmp_path / "status.json")
+        trash = deletion._trash(Run(tmp_path / run_id), tmp_path)
+        assert temporary.name == f".status.json.{tag}.tmp" and trash.name == f"{deletion.TRASH}{run_id}-{tag}"
+        assert files.parse_writer_tag(temporary.name[1:-4], ".") == ("status.json", os.getpid(), host)
+        assert files.parse_writer_tag(trash.name[len(deletion.TRASH):], "-") == (run_id, os.getpid(), host)
+        assert files.temporary_writer(temporary) == (os.getpid(), host)
+        assert not files.writer_gone(temporary) and not deletion.deleter_gone(trash)  # this process, alive
+    assert files.parse_writer_tag("status.json.12@a@b", ".") is None and files.parse_writer_tag("x-y@h", "-") is None

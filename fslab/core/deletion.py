@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from pathlib import Path
 
-from fslab.core import states, worklock
+from fslab.core import worklock
 from fslab.core.errors import FslabError, UsageError
-from fslab.core.files import atomic_write_json, process_gone, read_json
+from fslab.core.files import atomic_write_json, parse_writer_tag, process_gone, read_json, writer_tag
 from fslab.core.runstore import SWEEPS, Run
 from fslab.core.states import LIVE
 from fslab.core.sweeps import readable
 
 TRASH = ".deleting-"  # the hidden name of a folder on its way out: .deleting-ID-PID@HOST, its deleter
-_DELETER = re.compile(re.escape(TRASH) + r".+-(?P<pid>\d+)@(?P<host>[^@/]*)")
 LOCK_WAIT_S = 0.5  # what a reader's probe of the lock (microseconds) never outlasts
 
 
@@ -71,7 +69,7 @@ def delete_runs(runs_dir: Path, runs: list[Run], said=None) -> dict[str, str]:
 def _trash(run: Run, runs_dir: Path) -> Path:
     """The hidden name this process moves ``run``'s folder to, before it removes it, naming this
     process and its host, which :func:`clear_trash` reads."""
-    return runs_dir / f"{TRASH}{run.id}-{os.getpid()}@{states.HOST}"
+    return runs_dir / f"{TRASH}{run.id}-{writer_tag()}"
 
 
 def _delete(run: Run, runs_dir: Path, outcome: dict[str, str]) -> None:
@@ -139,7 +137,7 @@ def clear_trash(runs_dir: Path) -> None:
         entries = [e for e in os.scandir(runs_dir) if e.name.startswith(TRASH)]
     except OSError:
         return
-    mine = f"-{os.getpid()}@{states.HOST}"
+    mine = f"-{writer_tag()}"
     for entry in entries:
         if entry.name.endswith(mine) or deleter_gone(Path(entry.path)):
             shutil.rmtree(entry.path, ignore_errors=True)
@@ -150,7 +148,8 @@ def deleter_gone(trash: Path) -> bool:
     a temporary file is (:func:`fslab.core.files.process_gone`: on this host by its pid, another host's
     once the folder is untouched for a day). A name of earlier versions, ``.deleting-ID-PID``, names no
     host and is taken for gone, as it was then."""
-    found = _DELETER.fullmatch(trash.name)
+    found = parse_writer_tag(trash.name[len(TRASH):], "-") if trash.name.startswith(TRASH) else None
     if found is None:
         return True
-    return process_gone(int(found["pid"]), found["host"], trash)
+    _, pid, host = found
+    return process_gone(pid, host, trash)

@@ -54,8 +54,22 @@ def temporary_path(path: Path) -> Path:
     :func:`writer_gone` reads (a runs folder or a data root may be shared between nodes).
     A name that would pass :data:`NAME_MAX` bytes (a long ``path`` name, a host's full name of up
     to 64 bytes) has its NAME cut to fit (:func:`fitting_name`); the pid and host stay whole."""
-    writer = f".{os.getpid()}@{states.HOST}.tmp"
+    writer = f".{writer_tag()}.tmp"
     return path.with_name("." + fitting_name(path.name, NAME_MAX - 1 - len(os.fsencode(writer))) + writer)
+
+
+def writer_tag() -> str:
+    """``PID@HOST``: this process and its host, as the hidden names it leaves while it works end with (a
+    :func:`temporary_path`'s, a run folder :mod:`fslab.core.deletion` is removing), and
+    :func:`parse_writer_tag` reads back for :func:`process_gone` to judge."""
+    return f"{os.getpid()}@{states.HOST}"
+
+
+def parse_writer_tag(text: str, separator: str) -> tuple[str, int, str] | None:
+    """(what comes before, pid, host) of ``text`` where it ends with ``separator`` and a
+    :func:`writer_tag` (a host may have no name, and never holds ``@`` or ``/``); None otherwise."""
+    found = re.fullmatch(rf"(?P<head>.+){re.escape(separator)}(?P<pid>\d+)@(?P<host>[^@/]*)", text)
+    return None if found is None else (found["head"], int(found["pid"]), found["host"])
 
 
 # A temporary file of another host is not this one's to judge by its pid; left untouched this long (a
@@ -63,7 +77,6 @@ def temporary_path(path: Path) -> Path:
 # for gone with its node. Long, so a job a cluster suspended for hours keeps its half-written file.
 OTHER_HOST_GONE_AFTER_S = 24 * 3600.0
 
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>[^@/]*)\.tmp")  # a host may have no name
 _HOSTLESS = re.compile(r"\.?(?P<name>.+)\.(?P<pid>\d+)\.tmp")  # what fslab wrote before the host was named
 
 
@@ -79,8 +92,11 @@ def writer_gone(path: Path) -> bool:
 def temporary_writer(path: Path) -> tuple[int, str | None] | None:
     """The pid and host a :func:`temporary_path` names (host None for the host-less names of earlier
     versions); None for a name that is no temporary file's."""
-    found = _TEMPORARY.fullmatch(Path(path).name) or _HOSTLESS.fullmatch(Path(path).name)
-    return None if found is None else (int(found["pid"]), found.groupdict().get("host"))
+    name = Path(path).name
+    if name.startswith(".") and name.endswith(".tmp") and (tagged := parse_writer_tag(name[1:-4], ".")):
+        return tagged[1], tagged[2]
+    found = _HOSTLESS.fullmatch(name)
+    return None if found is None else (int(found["pid"]), None)
 
 
 def process_gone(pid: int, host: str | None, path: Path) -> bool:
