@@ -668,6 +668,8 @@ def test_two_exports_of_a_run_to_one_sink_at_once_leave_one_record_not_two(store
     import sys
     import time
 
+    from fslab.core.states import HOST
+
     project, real, env = store
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "gated.py").write_text(GATED_SINK)
@@ -689,7 +691,8 @@ def test_two_exports_of_a_run_to_one_sink_at_once_leave_one_record_not_two(store
     (record,) = (tmp_path / "runs" / real.name / "gated").iterdir()
     assert record.name == f"events.{second.pid}"
     assert len(record.read_text().splitlines()) == len(events(tmp_path / "runs" / real.name))
-    assert said == (f"{real.name}: waiting for the export (pid {first.pid}) that is sending it to sink 'gated', "
+    assert said == (f"{real.name}: waiting for the export (pid {first.pid} on host {HOST}) that is sending "
+                    f"it to sink 'gated', "
                     f"so that its record there is replaced once, not mixed\n")
     assert not list((tmp_path / "runs" / real.name).glob(".export-*"))
 

@@ -145,3 +145,35 @@ def test_a_status_update_waits_for_its_lock_and_goes_on_without_one_held_too_lon
     finally:
         killer.wait()
     assert open_fds() == before
+
+
+WAITER = ("import sys\nfrom pathlib import Path\nfrom fslab.core.flocks import one_at_a_time\n"
+          "with one_at_a_time(Path(sys.argv[1]), lambda holder: f'waiting for the export{holder}'):\n"
+          "    print(Path(sys.argv[1]).read_text(), end='', flush=True)\n")
+
+
+def test_a_waiter_names_the_holder_s_host_and_says_when_it_is_another_machine(tmp_path):
+    """The second of two exports (or embeddings) at once said `waiting for the export (pid 4242)`: on a
+    runs folder shared between machines that pid may be no process here, or another one. The lock file
+    names its holder's host too, and the waiting line names it, saying when it is another machine;
+    a file of earlier versions (a pid alone) is still named by its pid."""
+    from fslab.core.states import HOST
+
+    path = tmp_path / ".export-csv.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path), "4242 node-b"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiter = subprocess.Popen([sys.executable, "-c", WAITER, str(path)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        assert waiter.stderr.readline() == "waiting for the export (pid 4242 on host node-b, another machine)\n"
+        holder.kill()
+        out, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0 and out == f"{waiter.pid} {HOST}\n", err  # its own line, while it held it
+        assert not path.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    for line, said in ((f"77 {HOST}\n", f"pid 77 on host {HOST}"), ("77\n", "pid 77"), ("", ""), ("x y\n", "")):
+        path.write_text(line)
+        assert flocks.held_by(path) == said

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.states import HOST, pid_alive, process_start
+from fslab.core.states import HOST, pid_alive, process_named, process_start
 
 CLAIM_FILE = ".claimed"
 
@@ -40,7 +40,7 @@ class Holder:
     slurm: bool = False
 
     def describe(self) -> str:
-        return f"pid {self.pid if self.pid is not None else '?'} on host {self.host or '?'}"
+        return process_named(self.pid, self.host)
 
 
 def holder_line(slurm: bool = False) -> str:

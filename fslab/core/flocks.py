@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from fslab.core import states
+
 
 def open_lock(path: str | Path) -> int:
     """A read-write descriptor of the lock file at ``path``, made if missing."""
@@ -97,21 +99,20 @@ def write_holder(fd: int, line: str) -> None:
 def one_at_a_time(path: Path, waiting: Callable[[str], str],
                   opener: Callable[[], int | None] | None = None) -> Iterator[None]:
     """Held while this process does a piece of work that a second one must not do at the same time
-    (export a run to a sink, embed a split): the second prints ``waiting(" (pid N)")`` (the holder's
-    pid, or ``""``) as one line on stderr, waits, then goes on. The lock file, ``path``, goes when it
+    (export a run to a sink, embed a split): the second prints ``waiting(" (pid N on host H)")`` (the
+    holder, as :func:`held_by` names it, or ``""``) as one line on stderr, waits, then goes on. The lock
+    file, ``path``, names its holder's pid and host (a store may be shared between machines) and goes when it
     is let go, so a store keeps no trace of it; where no lock can be had (no ``flock``, a folder that
     cannot be written) the work goes on without one."""
     opener = opener or (lambda: open_lock(path))
     fd = None
     try:
-        fd = take_lock(path, reopen=True, opener=opener, holder=str(os.getpid()))
+        mine = f"{os.getpid()} {states.HOST}"
+        fd = take_lock(path, reopen=True, opener=opener, holder=mine)
         if fd is None:
-            try:
-                holder = path.read_text(encoding="utf-8").strip()
-            except OSError:
-                holder = ""
-            print(waiting(f" (pid {holder})" if holder.isdigit() else ""), file=sys.stderr, flush=True)
-            fd = take_lock(path, math.inf, 0.05, reopen=True, opener=opener, holder=str(os.getpid()))
+            holder = held_by(path)
+            print(waiting(f" ({holder})" if holder else ""), file=sys.stderr, flush=True)
+            fd = take_lock(path, math.inf, 0.05, reopen=True, opener=opener, holder=mine)
     except OSError:
         fd = None
     try:
@@ -120,6 +121,22 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
         if fd is not None:
             path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
             os.close(fd)
+
+
+def held_by(path: Path) -> str:
+    """The holder a :func:`one_at_a_time` lock file names, for a waiting line: ``pid P on host H``
+    (:func:`fslab.core.states.process_named`), ``, another machine`` after it where H is not this
+    host (its pid is no process of this one's), ``pid P`` for a file of earlier versions (which named
+    no host); ``""`` where the file names no one (gone meanwhile, being written)."""
+    try:
+        words = path.read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return ""
+    if not words or not words[0].isdigit():
+        return ""
+    if len(words) < 2:
+        return f"pid {words[0]}"
+    return states.process_named(words[0], words[1]) + (", another machine" if words[1] != states.HOST else "")
 
 
 @contextlib.contextmanager

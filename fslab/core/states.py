@@ -57,6 +57,13 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def process_named(pid: int | str | None, host: str | None) -> str:
+    """``pid P on host H``: the holder of a lock or a claim as messages name it (``?`` for what its
+    file does not say). The host always: a runs folder may be shared between machines, where a pid
+    alone names a different process on each."""
+    return f"pid {pid if pid is not None else '?'} on host {host or '?'}"
+
+
 def process_start(pid: int) -> str | None:
     """When ``pid`` started, in clock ticks since boot (field 22 of ``/proc/PID/stat``), as
     text; None where it cannot be read (no such process, no ``/proc``). A pid reused by a

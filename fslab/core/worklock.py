@@ -26,7 +26,7 @@ from fslab.core.files import atomic_write_json, read_json
 from fslab.core.flocks import is_held as lock_held
 from fslab.core.flocks import take_lock, write_holder
 from fslab.core.slurm_queue import job_alive, waits_for_job
-from fslab.core.states import HOST, lock_matters, run_state
+from fslab.core.states import HOST, lock_matters, process_named, run_state
 
 LOCK_FILE = ".worker.lock"
 STOP_REQUEST = ".stop-request"
@@ -108,4 +108,4 @@ def describe_holder(run_dir: str | Path, status: dict | None = None) -> str:
     pid, host = holder(run_dir)
     if pid is None and status:
         pid, host = status.get("pid"), status.get("host")
-    return f"pid {pid if pid is not None else '?'} on host {host or '?'}"
+    return process_named(pid, host)

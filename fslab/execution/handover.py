@@ -38,7 +38,7 @@ from contextlib import contextmanager
 
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.runstore import Run
-from fslab.core.states import ENDED, LIVE
+from fslab.core.states import ENDED, LIVE, process_named
 from fslab.core.worklock import describe_holder, name_holder, take
 
 # Readers' probes hold the lock for microseconds, a launcher for the few
@@ -86,8 +86,7 @@ def refuse_if_live(run: Run, state: str, status: dict) -> None:
     """Under the lock: a queued or running run has a worker on its way (or on
     another host whose lock is not visible here); say so in the same words."""
     if state in LIVE and status.get("pid"):
-        raise LiveWorker(live_worker_line(run, f"pid {status['pid']} on host {status.get('host') or '?'}, "
-                                               f"{state}"))
+        raise LiveWorker(live_worker_line(run, f"{process_named(status['pid'], status.get('host'))}, {state}"))
 
 
 def take_worker_lock(run: Run, wait: float = WORKER_WAIT_S) -> int | None:

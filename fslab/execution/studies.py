@@ -34,7 +34,7 @@ from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.files import REFUSED
 from fslab.core.flocks import open_lock, take_lock
 from fslab.core.runstore import Run, create_run, list_runs
-from fslab.core.states import HOST, LIVE, RESUMABLE
+from fslab.core.states import HOST, LIVE, RESUMABLE, process_named
 from fslab.core.studies import Study
 from fslab.core.study_plan import (
     PlannedRun,
@@ -150,7 +150,7 @@ def _queueing_holder(path: Path) -> str:
         words = []
     if len(words) < 3:
         return "another study is being queued in this project"
-    return f"study {words[2].strip()} is being queued by pid {words[0]} on host {words[1]}"
+    return f"study {words[2].strip()} is being queued by {process_named(words[0], words[1])}"
 
 
 def queue_study(study: Study, scale: str, *, settings, registry, dataset: str | None = None,
