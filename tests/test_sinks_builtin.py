@@ -628,3 +628,35 @@ def test_a_resumed_run_s_mlflow_metric_shows_the_resumed_value_as_its_latest(tmp
     tag = "test/5way_1shot/accuracy"
     assert [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, tag)] == [(2, 0.5), (2, 0.6)]
     assert found.data.metrics[tag] == 0.6
+
+
+def test_an_export_replaces_the_offline_record_w_and_b_named_id_dash_1_too(tmp_path, monkeypatch):
+    """W&B names a record made in the same second as another of the id `offline-run-STAMP-<id>-1`: the live
+    resume's clean-up found it, but an export, setting the earlier records aside, did not, so `wandb sync`
+    sent the run twice. One finder (offline_records) now serves both: the export replaces every record of
+    the run, and one that fails puts them all back; another run's record is never touched."""
+    from fslab_plugins.sinks.wandb import WandbSink, offline_records
+
+    from fslab.plugin import SinkRun
+
+    _offline_trackers(monkeypatch)
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-wbd1"
+    records = run_dir / "wandb"
+    earlier = [records / f"offline-run-20260101_000000-{run_dir.name}{tail}" for tail in ("", "-1")]
+    other = records / f"offline-run-20260101_000000-{run_dir.name}-x"  # no record of this run's
+    for folder in (*earlier, other):
+        folder.mkdir(parents=True)
+        (folder / "mark").write_text("earlier")
+    assert offline_records(records, run_dir.name) == earlier
+    for cut_short in (True, False):  # an export that failed midway, then one that completed
+        run = SinkRun(run_dir.name, str(run_dir), RUN_CONFIG, replay=True, state="completed", cut_short=cut_short)
+        sink = WandbSink(run)
+        assert offline_records(records, run_dir.name, aside=True) == sorted(
+            records / f".{path.name}.old" for path in earlier)
+        sink.write({"event": "train", "time": 1.0, "step": 3, "epoch": 1, "loss": 2.5})
+        sink.close()
+        found = offline_records(records, run_dir.name)
+        if cut_short:
+            assert found == earlier and all((path / "mark").is_file() for path in earlier)
+    assert len(found) == 1 and found[0] not in earlier and not (found[0] / "mark").exists()
+    assert sorted(p.name for p in records.glob("*offline-run-*")) == sorted([found[0].name, other.name])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -45,6 +46,15 @@ EXIT_CODE = {"completed": 0, "killed": 130}
 # The step axis of fslab eval's scores (eval/...): the step of the checkpoint they scored, which W&B
 # refuses as the step of a log once a later one is logged (a run killed after its checkpoint).
 EVAL_STEP = "checkpoint_step"
+
+
+def offline_records(folder: Path, run_id: str, *, aside: bool = False) -> list[Path]:
+    """The offline records W&B wrote in ``folder`` for the run ``run_id``: ``offline-run-STAMP-ID``, and
+    ``offline-run-STAMP-ID-N``, W&B's name for one made in the same second as another; with ``aside``, those
+    an export set aside under a hidden name (``.NAME.old``) instead. The one finder of a run's records."""
+    pattern = (r"\." if aside else "") + rf"offline-run-[^/]+-{re.escape(run_id)}(-\d+)?" + (r"\.old" if aside else "")
+    return sorted(path for path in folder.glob(".offline-run-*" if aside else "offline-run-*")
+                  if re.fullmatch(pattern, path.name))
 
 
 def quiet_logging_errors() -> None:
@@ -93,7 +103,7 @@ class WandbSink:
         """The offline records an earlier export or the live run left, renamed to hidden names (which
         neither ``wandb sync`` nor this export's record takes) until this export's record is whole."""
         moved = []
-        for path in sorted(self.records.glob(f"offline-run-*-{self.run.id}")):
+        for path in offline_records(self.records, self.run.id):
             aside = path.with_name(f".{path.name}.old")
             shutil.rmtree(aside, ignore_errors=True)
             os.replace(path, aside)
@@ -106,10 +116,10 @@ class WandbSink:
         if not self.run.replay:
             return
         if not (self.failed or self.run.cut_short):  # cut short: a write that failed, or a Ctrl-C between two
-            for aside in self.records.glob(f".offline-run-*-{self.run.id}.old"):  # an export killed midway's too
+            for aside in offline_records(self.records, self.run.id, aside=True):  # an export killed midway's too
                 shutil.rmtree(aside, ignore_errors=True)
             return
-        for path in self.records.glob(f"offline-run-*-{self.run.id}"):
+        for path in offline_records(self.records, self.run.id):
             shutil.rmtree(path, ignore_errors=True)
         for path, aside in self.earlier:
             os.replace(aside, path)
@@ -140,8 +150,7 @@ class WandbSink:
         ``wandb sync`` of a record per start sent the steps after the checkpoint twice, and W&B, which
         ignores a step below one it has logged, kept the first values (a test cut short's among them)."""
         mine = Path(self.wandb_run.dir).parent
-        for path in [*self.records.glob(f"offline-run-*-{self.run.id}"),  # ...-<id>-1: made in the same
-                     *self.records.glob(f"offline-run-*-{self.run.id}-[0-9]*")]:  # second as one before it
+        for path in offline_records(self.records, self.run.id):
             if path.resolve() != mine.resolve():
                 shutil.rmtree(path, ignore_errors=True)
         self.steps = StepAxis()
