@@ -40,6 +40,7 @@ from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.keys import dotted
 from fslab.core.limits import at_least, between, listing, matching, one_of, positive
+from fslab.core.runstore import run_events
 from fslab.core.text import count
 from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, SinkRun, Split, SplitSizes
 
@@ -66,7 +67,9 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #       in a folder other nodes share.
 # 1.15: NotInstalled, the UsageError a check= raises for a package missing here: a plugin's defaults
 #       are checked as it loads (check= with context None), and a missing package is no fault of theirs.
-API_VERSION = "1.15"
+# 1.16: run_events(run_path): a run's metrics.jsonl events as fslab reads them (whole lines only, each
+#       with the fields of its kind), for a sink that replays what a run logged before a resume.
+API_VERSION = "1.16"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
@@ -76,7 +79,7 @@ __all__ = [
     "UsageError", "ConfigError", "NotInstalled",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing", "count",
-    "temporary_path", "writer_gone",
+    "temporary_path", "writer_gone", "run_events",
 ]
 
 # The extra keywords of register(), by the kinds that use them.

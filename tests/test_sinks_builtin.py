@@ -660,3 +660,34 @@ def test_an_export_replaces_the_offline_record_w_and_b_named_id_dash_1_too(tmp_p
             assert found == earlier and all((path / "mark").is_file() for path in earlier)
     assert len(found) == 1 and found[0] not in earlier and not (found[0] / "mark").exists()
     assert sorted(p.name for p in records.glob("*offline-run-*")) == sorted([found[0].name, other.name])
+
+
+def test_what_a_sink_replays_before_a_resume_is_read_as_fslab_reads_the_log(tmp_path):
+    """logged_before (what the TensorBoard and W&B sinks replay after a resume) parsed metrics.jsonl with a
+    reader of its own: a last line still being written that happened to be JSON was replayed, a line that was
+    JSON but no object (`[1]`, a damaged copy) stopped the sink with an AttributeError, and an event without
+    the fields of its kind went to the tracker. It now reads through run_events, the one reader the export,
+    the summaries and fslab show use, so a sink replays exactly the events the export does."""
+    from fslab_plugins.sinks.common import logged_before
+
+    from fslab.core.runstore import Run
+    from fslab.plugin import run_events
+
+    def line(event) -> str:
+        return json.dumps(event) + "\n"
+
+    start = {"event": "start", "time": 0.0, "epochs": 2}
+    trains = [{"event": "train", "time": 1.0, "step": s, "epoch": 1, "loss": 2.0 / s} for s in (1, 2)]
+    checkpoint = {"event": "checkpoint", "time": 2.0, "epoch": 1, "step": 2}
+    resume = {"event": "resume", "time": 3.0, "epoch": 1, "step": 2}
+    torn = line({"event": "train", "time": 4.0, "step": 3, "epoch": 2, "loss": 0.5}).rstrip("\n")  # being written
+    (tmp_path / "metrics.jsonl").write_text(
+        line(start) + line(trains[0]) + "[1]\n" + '{"event": "train", "step": 9}\n' + "{not json\n"
+        + line(trains[1]) + line(checkpoint) + line(resume) + torn)
+    assert run_events(tmp_path) == Run(tmp_path).events() == [start, *trains, checkpoint, resume]
+    assert logged_before(tmp_path, "resume") == [start, *trains, checkpoint]
+    assert logged_before(tmp_path, "start") == []  # no earlier start: nothing before the first
+    with open(tmp_path / "metrics.jsonl", "a") as file:  # the torn line whole, and a second resume's cut
+        file.write("\n" + line({**resume, "time": 5.0}))
+    assert logged_before(tmp_path, "resume") == [start, *trains, checkpoint, resume, {**json.loads(torn)}]
+    assert run_events(tmp_path / "nothing") == []

@@ -61,6 +61,13 @@ CLOSE = 0.6  # how alike a mistyped id and a run id are before the run is sugges
 SWEEPS = "sweeps"  # runs/sweeps/: the sweep records (fslab.core.sweeps), not a run
 
 
+def run_events(run_path: str | Path) -> list[dict]:
+    """The events of the run folder's ``metrics.jsonl``, as every reader takes them: whole lines only (a
+    last line without its newline is still being written), each a JSON object with the fields of its
+    kind (:func:`fslab.core.schemas.event`; a damaged line is left out); none where there is no file."""
+    return [e for e in read_events(Path(run_path) / "metrics.jsonl")[0] if event(e) is not None]
+
+
 @dataclass(frozen=True)
 class Run:
     path: Path
@@ -153,7 +160,7 @@ class Run:
 
     def events(self) -> list[dict]:
         """The events of ``metrics.jsonl`` that have the fields of their kind."""
-        return [e for e in read_events(self.metrics_path)[0] if event(e) is not None]
+        return run_events(self.path)
 
     def events_of(self, kind: str) -> list[dict]:
         return [e for e in self.events() if e.get("event") == kind]

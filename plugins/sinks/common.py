@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fslab.plugin import NotInstalled, canonical_evaluator, own_evaluator
+from fslab.plugin import NotInstalled, canonical_evaluator, own_evaluator, run_events
 
 
 def need(module: str, sink: str, extra: str) -> Any:
@@ -130,14 +129,9 @@ class StepAxis:
 def logged_before(run_path, kind: str) -> list[dict]:
     """The events of ``metrics.jsonl`` before its last event of ``kind``: before a ``resume``, those the
     resumed run goes on from (the worker cut the file back to the checkpoint before it logged it); before
-    a ``start``, those of the run's earlier starts (none for a run started afresh: the file was emptied)."""
-    logged = []
-    with open(Path(run_path) / "metrics.jsonl", encoding="utf-8") as file:
-        for line in file:
-            try:
-                logged.append(json.loads(line))
-            except ValueError:  # a line torn as the run logs on
-                continue
+    a ``start``, those of the run's earlier starts (none for a run started afresh: the file was emptied).
+    Read as fslab reads them (``run_events``): a last line still being written, or a damaged one, is left out."""
+    logged = run_events(run_path)
     last = max((i for i, e in enumerate(logged) if e.get("event") == kind), default=len(logged))
     return logged[:last]
 
