@@ -1011,6 +1011,21 @@ def test_study_commands_from_the_cli(project):
         assert result.returncode == 2 and expected in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+def test_study_list_and_show_count_the_runs_study_run_trains_places_alike_sharing_one(project, registry):
+    """At quick scale Table 3's two datasets both become synthetic, so its 10 places are 5 runs: fslab study list
+    and show counted 10 where fslab study run trains 5 (all three count them by study_plan.distinct_runs)."""
+    listed = {row["name"]: row for row in map(json.loads, fslab_here("study", "list", "--json", cwd=project)
+                                             .stdout.splitlines())}
+    assert [listed["nca-table3"][k] for k in ("runs", "places", "quick_runs", "quick_places")] == [50, 50, 5, 10]
+    shown = json.loads(fslab_here("study", "show", "nca-table3", "--scale", "quick", "--json", cwd=project).stdout)
+    assert (shown["runs"], shown["places"]) == (5, 10)
+    assert {(s["runs"], s["places"]) for s in shown["sweeps"]} == {(1, 2)}
+    table = fslab_here("study", "show", "nca-table3", "--scale", "quick", "--wide", cwd=project)
+    assert "scale quick: 5 runs for 10 places (places alike in every setting share one)" in table.stdout
+    outcome = queue_study(find_study(registry, "nca-table3"), "quick", settings=store(project), registry=registry)
+    assert len(outcome.created) == shown["runs"]
+
+
 def test_study_show_moves_a_sweeps_settings_under_a_table_too_wide_for_them(project):
     """At 80 columns the sweep table leaves out grid and settings and lists them a line a sweep,
     whole; --wide keeps them in one table."""

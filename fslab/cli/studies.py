@@ -115,23 +115,30 @@ def _recorded_study(name: str) -> str | None:
 def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """Every registered study: its paper, table or figure, and how many runs it takes.
 
+    The runs are counted as fslab study run trains them: places alike in every setting (at quick scale, two
+    datasets both trained on synthetic) are one run; --json also gives the places (places, quick_places).
+
     A study whose file cannot be read (registered by hand, not through register_study_files, which checks
-    each), or a plugin that failed to load (its studies among what is missing), is named with its error
-    after the others, and the command then exits with 1, as fslab plugins does."""
+    each) or whose runs cannot be resolved, or a plugin that failed to load (its studies among what is
+    missing), is named with its error after the others, and the command then exits with 1, as fslab plugins
+    does."""
     from fslab.core.errors import UsageError
     from fslab.core.studies import read_study
 
-    found = registry()
+    project = settings(store=False)
+    found = registry(project)
     rows, broken = [], []
     for name in found.names("study"):
         component = found.get("study", name)
         try:
             study = read_study(component.target)
+            (runs, places), (quick, quick_places) = (_run_count(study, scale, project, found)
+                                                     for scale in ("paper", "quick"))
         except UsageError as exc:  # one plugin's broken or missing file hid every study
             broken.append(f"study '{name}' of plugin '{component.plugin}' left out: {exc}")
             continue
         rows.append({"name": name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
-                     "runs": study.run_count("paper"), "quick_runs": study.run_count("quick"),
+                     "runs": runs, "quick_runs": quick, "places": places, "quick_places": quick_places,
                      "published": len(study.published), "plugin": component.version or component.plugin})
     if as_json:
         for row in rows:
@@ -147,30 +154,47 @@ def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
         raise typer.Exit(1)
 
 
+def _run_count(study, scale: str, project, found, resolved=None) -> tuple[int, int]:
+    """The runs the study trains at ``scale`` and the places they serve (a place: a sweep, dataset, grid point
+    and seed), as ``fslab study run`` counts them (:func:`fslab.core.study_plan.distinct_runs`)."""
+    from fslab.core.study_plan import distinct_runs, resolve_study
+
+    if resolved is None:
+        resolved = resolve_study(study, scale, settings=project, registry=found)
+    return len(distinct_runs(resolved)), len(resolved)
+
+
 @study_app.command()
 def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     """What a study runs: each sweep's method, datasets, grid, settings and seeds, and the run count.
+
+    The run count is fslab study run's: places (sweep, dataset, grid point, seed) alike in every setting
+    share one run, and the title says so ("5 runs for 10 places").
 
     GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
     epochs aside); without any, the estimate is left out, never guessed. The costs the study file
     records (its cost tables: the paper scale's GPU-hours measured on a named GPU) are shown beside it.
     """
     from fslab.core.assignments import assignment
-    from fslab.core.study_plan import resolve_study, run_dataset
+    from fslab.core.study_plan import resolve_study, run_dataset, runs_text
     from fslab.execution.studies import gpu_hours
 
     study = _load(ref)
     project = settings()
-    estimate = gpu_hours(resolve_study(study, scale, settings=project, registry=registry(project)),
-                         project.runs_dir)
+    resolved = resolve_study(study, scale, settings=project, registry=registry(project))
+    estimate = gpu_hours(resolved, project.runs_dir)
+    runs, places = _run_count(study, scale, project, None, resolved)
     seeds = study.seeds(scale)
-    sweeps = [{"name": s.name, "label": s.label, "method": s.method, "seeds": seeds[s.name],
-               "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets},
-               "grid": {k: (study.quick.grid if scale == "quick" else {}).get(k, v) for k, v in s.grid.items()},
-               "set": {**s.set, **(study.quick.set if scale == "quick" else {})},
-               "runs": len(s.datasets) * len(study.points(s, scale)) * seeds[s.name]} for s in study.sweeps]
+    sweeps = []
+    for s in study.sweeps:
+        own = [(planned, config) for planned, config in resolved if planned.sweep == s.name]
+        sweeps.append({"name": s.name, "label": s.label, "method": s.method, "seeds": seeds[s.name],
+                       "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets},
+                       "grid": {k: (study.quick.grid if scale == "quick" else {}).get(k, v) for k, v in s.grid.items()},
+                       "set": {**s.set, **(study.quick.set if scale == "quick" else {})},
+                       "runs": _run_count(study, scale, project, None, own)[0], "places": len(own)})
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
-            "description": study.description, "split": study.split, "scale": scale, "runs": study.run_count(scale),
+            "description": study.description, "split": study.split, "scale": scale, "runs": runs, "places": places,
             "sweeps": sweeps, "published": len(study.published), "gpu_hours": estimate,
             "costs": [vars(cost) for cost in study.costs],
             "gpu_hours_note": gpu_hours_note(estimate, study.costs, scale)}
@@ -188,7 +212,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
               "; ".join(assignment(k, v) for k, v in s["grid"].items()) or "-",
               ", ".join(assignment(k, v) for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]
              for s in sweeps]
-    title = f"scale {scale}: {count(info['runs'], 'run')}"
+    title = f"scale {scale}: {runs_text(runs, places)}"
     table = print_table(console, lambda width: fit(SWEEP_COLUMNS, cells, width, list(SWEEP_DETAILS), title=title),
                         wide)
     # What the table left out to fit stands under it, a line a sweep: squeezed into the table, a

@@ -20,6 +20,7 @@ from fslab.core.config import naming_the_file, outside_settings, point_layer, re
 from fslab.core.errors import ConfigError, UnknownName, UsageError
 from fslab.core.keys import dotted, names_key
 from fslab.core.studies import SCALES, Study
+from fslab.core.text import count
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,24 @@ def resolve_study(study: Study, scale: str, *, settings, registry, dataset: str 
         resolved.append((planned, config))
     check_cells(study, resolved, extra)
     return resolved
+
+
+def distinct_runs(resolved: list[tuple[PlannedRun, dict]]) -> dict[str, list[tuple[PlannedRun, dict]]]:
+    """The runs a study trains, each by its :func:`settings_key` with the places it serves, in the plan's order:
+    places alike in every setting (two datasets the quick scale trains both on synthetic, sweeps that
+    differ only in what :data:`IGNORED` names) are one run. The one count of a study's runs that ``fslab study
+    list``, ``show`` and ``run`` give."""
+    runs: dict[str, list[tuple[PlannedRun, dict]]] = {}
+    for planned, config in resolved:
+        runs.setdefault(settings_key(config), []).append((planned, config))
+    return runs
+
+
+def runs_text(runs: int, places: int) -> str:
+    """``5 runs for 10 places (places alike in every setting share one)``, or ``10 runs`` where none share."""
+    if runs == places:
+        return count(runs, "run")
+    return f"{count(runs, 'run')} for {count(places, 'place')} (places alike in every setting share one)"
 
 
 def placed(study: Study, scale: str, planned: PlannedRun, exc: UsageError, extra: tuple[dict, ...] = ()) -> str:

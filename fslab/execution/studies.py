@@ -39,6 +39,7 @@ from fslab.core.studies import Study
 from fslab.core.study_plan import (
     PlannedRun,
     command_line_changes,
+    distinct_runs,
     placed,
     project_changes,
     resolve_study,
@@ -174,12 +175,11 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
     store = existing_runs(settings.runs_dir)
     done: dict[str, tuple[Run, str]] = {}  # settings key -> the run used, within this study too
     new = []
-    for planned, config in resolved:
-        key = settings_key(config)
-        if key not in done and (best := _best(store.get(key, []))) is not None:
+    for key, places in distinct_runs(resolved).items():  # places alike in every setting share one run
+        if (best := _best(store.get(key, []))) is not None:
             done[key] = best
-        if key not in done:
-            new.append((planned, config, key))
+        else:
+            new.append((*places[0], key))
             done[key] = (None, "new")
     sizes_seen: dict = {}
     for planned, config, _ in new:  # as fslab run checks one: any bad run queues nothing
