@@ -974,3 +974,61 @@ def test_scores_of_other_data_are_kept_beside_the_runs_own_and_compare_reads_the
     assert sorted(p.name for p in (run.path / "evaluations").iterdir()) == sorted([own.name, other.name])
     report = compare([run], shots=[5])
     assert report["groups"][0]["results"]["5-shot"]["accuracy"] == pytest.approx(0.75)
+
+
+def _scored_in(runs_dir, seed, own, scores):
+    """A completed run whose start recorded ``own`` as its evaluation precision, with saved 5-shot test scores
+    by precision: those of ``own`` as training saves them (naming no precision), the others as fslab eval
+    --precision saves them (beside them, naming both)."""
+    run = create_run(runs_dir, "nca", {"method": "nca", "seed": seed, "device": "cuda",
+                                       "train": {"lr": 0.1, "epochs": 2}, "loss": {"name": "nca"}})
+    run.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "device": "cuda:0", "precision": own,
+                                            "eval_precision": own}) + "\n")
+    run.write_status(state="completed")
+    for precision, accuracies in scores.items():
+        named = {} if precision == own else {"precision": precision, "run_precision": own}
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": len(accuracies),
+                             "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": sum(accuracies) / 4,
+                             "ci95": 0.0, **named}, accuracies)
+    return run
+
+
+def test_compare_precision_reads_the_scores_of_the_networks_run_in_it_and_names_runs_without_them(tmp_path,
+                                                                                                 builtin_plugins):
+    """fslab compare left out every score of a network run in another precision than its run's own (fslab eval
+    --precision), so a set of runs could not be compared in one precision; --precision reads those, or a run's own
+    where it is its precision, and names the runs that have none, with the fslab eval that scores them."""
+    runs = tmp_path / "runs"
+    bf16_fp32 = _scored_in(runs, 0, "bf16", {"bf16": [0.6, 0.8, 0.8, 1.0], "fp32": [0.6, 0.6, 0.8, 1.0]})
+    fp32 = _scored_in(runs, 1, "fp32", {"fp32": [0.4, 0.6, 0.6, 0.8]})
+    bf16 = _scored_in(runs, 2, "bf16", {"bf16": [1.0, 1.0, 0.8, 0.8]})
+    ids = [bf16_fp32.id, fp32.id, bf16.id]
+
+    def pooled_5shot(*args):
+        done = fslab_here("compare", *ids, "--shots", "5", "--json", *args, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        (group,) = [json.loads(line) for line in done.stdout.splitlines()]
+        return group, done.stderr
+
+    own, said = pooled_5shot()
+    assert said == "" and own["seeds"] == 3 and own["precision"] is None
+    assert math.isclose(own["results"]["5-shot"]["accuracy"], direct_ci([0.6, 0.8, 0.8, 1.0, 0.4, 0.6, 0.6, 0.8,
+                                                                         1.0, 1.0, 0.8, 0.8])[0])
+    for precision, pooled, left_out in (("fp32", [0.6, 0.6, 0.8, 1.0, 0.4, 0.6, 0.6, 0.8], bf16.id),
+                                        ("bf16", [0.6, 0.8, 0.8, 1.0, 1.0, 1.0, 0.8, 0.8], fp32.id)):
+        group, said = pooled_5shot("--precision", precision)
+        mean, ci = direct_ci(pooled)
+        got = group["results"]["5-shot"]
+        assert (group["precision"], group["seeds"], got["episodes"]) == (precision, 2, 8)
+        assert math.isclose(got["accuracy"], mean) and math.isclose(got["ci95"], ci)
+        assert said == (f"1 run without test scores of the network in {precision} (left out): {left_out} "
+                        f"(completed); score it so with: fslab eval {left_out} --precision {precision}\n")
+    table = fslab_here("compare", *ids, "--shots", "5", "--format", "md", "--precision", "fp32", cwd=tmp_path)
+    assert table.stdout.startswith("test, 5-way, 15 queries, by centroid, network in fp32, mean ± 95% CI over 8 ")
+    none = fslab_here("compare", *ids, "--shots", "5", "--precision", "fp16", cwd=tmp_path)
+    assert none.returncode == 2 and len(none.stderr.splitlines()) == 1
+    assert none.stderr.startswith("error: none of these runs has saved test accuracies of the network in fp16 for "
+                                  "5-way 5-shot, 15 queries; 3 runs with no test scores of the network in fp16: ")
+    assert none.stderr.rstrip().endswith("finish them or run: fslab eval RUN --shots 5 --precision fp16")
+    bad = fslab_here("compare", *ids, "--precision", "fp64", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16")

@@ -425,6 +425,10 @@ def compare_(
     evaluator: Annotated[str | None, typer.Option(
         help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
         autocompletion=names_of("evaluator"))] = None,
+    precision: Annotated[str, typer.Option(
+        help="Scores of the network run in this precision: fp32, bf16 or fp16, the run's own or those fslab eval "
+             "--precision saved beside them (auto: each run's own); runs without them are named and left out.",
+        autocompletion=choices(*PRECISIONS))] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines: one object per group (\"type\": \"group\") "
                                                          "and per paired difference (\"type\": \"paired\"); "
                                                          "not with a --format other than table.")] = False,
@@ -432,9 +436,12 @@ def compare_(
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first "
      "group with scores (runs scored on different data are neither pooled nor paired). "
-     "A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.")
+     "A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr. "
+     "--precision fp32 (bf16, fp16) compares the scores of the networks run in that precision, each run's own where "
+     "it is its precision, else those fslab eval RUN --precision fp32 saved: fslab compare R1 R2 --precision fp32 "
+     "beside fslab compare R1 R2 checks what the precision changes.")
     from fslab.core.sweeps import select_runs
-    from fslab.reports.compare import FORMATS, caption, compare, render
+    from fslab.reports.compare import FORMATS, compare, render
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
@@ -442,9 +449,11 @@ def compare_(
         raise UsageError(f"give --json or --format {fmt}, not both: --json prints a JSON line per group and per "
                          f"paired difference, --format {fmt} {_FORMAT_TEXT[fmt]}")
     shot_list = episode_options(split, shots, ways, queries)
+    check_option("eval.precision", precision, "--precision")  # as fslab eval --precision is checked
+    read_in = None if precision == "auto" else precision
     runs = select_runs(settings().runs_dir, refs, "compare")
     report = compare(runs, split=split, shots=shot_list, ways=ways, queries=queries,
-                     group_by=config_keys(group_by, "--group-by"), evaluator=evaluator)
+                     group_by=config_keys(group_by, "--group-by"), evaluator=evaluator, precision=read_in)
     _say_left_out(report, split, shot_list, evaluator, (ways, queries), runs)
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in compare_lines(report, evaluator)))
@@ -452,6 +461,14 @@ def compare_(
     if fmt != "table":
         sys.stdout.write(render(report, fmt))
         return
+    _compare_table(report, shot_list, wide)
+
+
+def _compare_table(report: dict, shot_list: list[int], wide: bool) -> None:
+    """fslab compare's table: a row per group, a column per shots, under the report's caption; then a line
+    per paired difference to the first group."""
+    from fslab.reports.compare import caption
+
     columns = [f"{n}-shot" for n in shot_list]
     rows = [[row["group"], str(row["seeds"]),
              *[f"{table_score(r)} ({r['episodes']})" if (r := row["results"].get(c)) else "-" for c in columns]]
@@ -481,6 +498,7 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
     evaluators they have them by where --evaluator asked for another, and the fslab eval of the
     ``asked`` --ways and --queries that makes them)."""
     from fslab.reports.compare import (
+        RunFiles,
         damaged_line,
         left_out_lines,
         no_results,
@@ -490,17 +508,17 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         unscored_line,
     )
 
-    elsewhere, ways, queries = report["other_shapes"], report["ways"], report["queries"]
+    elsewhere, ways, queries, precision = (report[k] for k in ("other_shapes", "ways", "queries", "precision"))
     shapes = {shape for found in elsewhere.values() for shape in found}
     said = left_out_lines(report, runs)
     if not any(row["results"] for row in report["groups"]):  # one line, bad input's: the left out said in it
         labels = []
         if evaluator is not None:
             check_evaluator(evaluator)
-            labels = other_labels(runs, split, shots, ways, queries, evaluator)
-        never = no_scores_at_all([run for run in runs if run.id in report["unscored"]], split)
+            labels = other_labels(runs, split, shots, ways, queries, evaluator, precision)
+        never = no_scores_at_all([run for run in runs if run.id in report["unscored"]], split, RunFiles(precision))
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
-                                    never, also=[*said, damaged_line(report["damaged"])]))
+                                    never, also=[*said, damaged_line(report["damaged"])], precision=precision))
     for line in said:
         err_console.print(shown(line), highlight=False)
     _say_data_split(report.get("data_split"), "group")
@@ -527,7 +545,7 @@ def _say_empty_panels(data: dict, asked: tuple) -> None:
 def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
     """``fslab compare --json``: one object per group, then one per paired difference."""
     where = {"split": report["split"], "ways": report["ways"], "queries": report["queries"],
-             "evaluator": evaluator and canonical_evaluator(evaluator)}
+             "evaluator": evaluator and canonical_evaluator(evaluator), "precision": report.get("precision")}
     groups = [{"type": "group", **where, **{k: row[k] for k in ("group", "runs", "seeds", "seed_values", "results")}}
               for row in report["groups"]]
     return groups + [{"type": "paired", **where, **p} for p in report["paired"]]

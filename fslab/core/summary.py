@@ -29,15 +29,17 @@ store) just costs the next reader the same fold again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core import schemas
+from fslab.core.config import PRECISIONS
 from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, other_precision, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, loads, read_json
-from fslab.core.runstore import newest_first, run_names
+from fslab.core.runstore import Run, newest_first, run_names
 from fslab.core.slurm_queue import JOB_KEYS
 from fslab.core.states import UNREADABLE, heartbeat_interval, unknown_state
 from fslab.core.sweeps import sweep_records
@@ -56,6 +58,26 @@ UNUSED_MARKS = (b'"event": "end"', b'"event": "resume"')
 STATUS_KEYS = ("state", "pid", "host", "heartbeat", "created", "started", "resumed", "ended", "error", "sweep",
                "usage", *JOB_KEYS)  # what the summary and the run's state are told from
 MISSING = "missing"
+
+
+def recorded_precision(run: Run) -> str | None:
+    """The precision the run's latest start embedded its evaluation features in (``eval.precision``
+    resolved for the device it trained on: ``auto`` is bf16 on a CUDA GPU, fp32 on the CPU), or None
+    for a run started before it was recorded, whose configuration is then resolved as before. ``fslab
+    eval`` embeds in it wherever it runs, so that its scores of the training's own episodes are the
+    training's, never those of another precision saved in their place; ``fslab compare --precision``
+    reads the precision of the run's own scores from it."""
+    try:  # the start lines found by their mark, unparsed otherwise: a long run logs 100,000s of steps
+        lines = run.metrics_path.read_bytes().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if START_MARK in line:
+            with contextlib.suppress(ValueError):
+                start = json.loads(line)
+                if isinstance(start, dict) and start.get("eval_precision") in PRECISIONS[1:]:
+                    return start["eval_precision"]
+    return None
 
 
 @dataclass(slots=True)

@@ -37,7 +37,7 @@ from fslab.core.events import (
 from fslab.core.keys import PLUGIN_SECTIONS, dotted
 from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
-from fslab.core.summary import older_checkpoint, read_summary
+from fslab.core.summary import older_checkpoint, read_summary, recorded_precision
 from fslab.core.text import count, percent, queries_text
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
@@ -67,13 +67,16 @@ def flatten(config: dict, prefix: str = "") -> dict:
 class RunFiles:
     """What a comparison reads of each run, its configuration and its saved
     evaluations, each read once however often it is asked for (a comparison of
-    10,000 runs asks for each run's configuration about ten times)."""
+    10,000 runs asks for each run's configuration about ten times). ``precision`` (fp32, bf16 or
+    fp16; None: each run's own) picks whose scores are read: those of the network run in it."""
 
-    def __init__(self) -> None:
+    def __init__(self, precision: str | None = None) -> None:
+        self.precision = precision
         self._configs: dict[Run, dict] = {}
         self._flat: dict[Run, dict] = {}
         self._saved: dict[Run, list[dict]] = {}
         self._damaged: dict[Run, list[str]] = {}
+        self._own_precision: dict[Run, str | None] = {}
 
     def config(self, run: Run) -> dict:
         """The run's configuration; ``{}`` if it cannot be read (the run is left out), which
@@ -99,14 +102,29 @@ class RunFiles:
         checkpoint older than the run's latest, which ``fslab runs`` no longer shows either: the run was
         resumed and trained on, and the network they scored is gone (:func:`older_checkpoint`); and those
         of its network run in another precision than its own (``fslab eval --precision``), which would pair
-        or pool with other runs' own scores as if they measured the same (:func:`other_precision`)."""
+        or pool with other runs' own scores as if they measured the same (:func:`other_precision`). With a
+        ``precision``, only those of the network run in it: the run's own where that is its precision, else
+        those ``fslab eval --precision`` saved beside them (:meth:`in_precision`)."""
         if run not in self._saved:
             saved, self._damaged[run] = run.saved_evaluations()
-            saved = [e for e in saved if not other_precision(e)]
+            saved = [e for e in saved if self.in_precision(run, e)]
             latest = read_summary(run.path, save=False) if saved else None
             self._saved[run] = [{**e, "evaluator": logged_evaluator(e)} for e in saved
                                 if not older_checkpoint(e["epoch"], latest)]
         return self._saved[run]
+
+    def in_precision(self, run: Run, evaluation: dict) -> bool:
+        """Whether a saved evaluation is of the precision read: without one, of the run's own; with one,
+        of the network run in it, as its record names it or, for the training's own scores, which name
+        none, as the run's start recorded its evaluation precision (a run that recorded none: unknown,
+        not read)."""
+        if self.precision is None:
+            return not other_precision(evaluation)
+        if "precision" in evaluation:
+            return evaluation["precision"] == self.precision
+        if run not in self._own_precision:
+            self._own_precision[run] = recorded_precision(run)
+        return self._own_precision[run] == self.precision
 
     def damaged(self, runs: list[Run]) -> dict[str, list[str]]:
         """Of ``runs``, each one's files in ``evaluations/`` that cannot be used, by run id (those with any):
@@ -240,15 +258,17 @@ def one_run_per_seed(runs: list[Run], files: RunFiles, scored) -> tuple[list[Run
 
 
 def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), ways: int | None = 5,
-            queries: int | None = 15, group_by: list[str] | None = None, evaluator: str | None = None) -> dict:
+            queries: int | None = 15, group_by: list[str] | None = None, evaluator: str | None = None,
+            precision: str | None = None) -> dict:
     """Pooled accuracy per group and shots, and paired differences to the first
-    group; ``evaluator`` picks whose saved scores (default: each run's own);
+    group; ``evaluator`` picks whose saved scores (default: each run's own), and ``precision`` those of
+    the network run in which (fp32, bf16 or fp16; default: each run's own, :meth:`RunFiles.in_precision`);
     ``ways`` or ``queries`` None: the runs' own shape (:func:`scored_shape`).
     A run named twice counts once; a group whose runs were scored on different
     data is split by their data (``data_split`` lists those); of runs that repeat
     another's settings and seed, one counts (``repeated`` lists the others); every
     run is read on the episode count all of them share, where they share one."""
-    files = RunFiles()
+    files = RunFiles(precision)
     runs = list({run.path: run for run in runs}.values())
     ways, queries = scored_shape(runs, split, shots, ways, queries, evaluator, files)
     unreadable = [r.id for r in runs if not files.config(r)]
@@ -286,7 +306,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     # whose scores were read: the one asked for, or each run's own (md, latex and csv say which)
     evaluators = sorted({files.label(r, evaluator) for r in counted if scored(r)})
     return {"split": split, "ways": ways, "queries": queries, "shots": list(shots), "evaluators": evaluators,
-            "groups": rows, "paired": paired,
+            "precision": precision, "groups": rows, "paired": paired,
             "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
             "other_shapes": {run.id: shapes for run, shapes in elsewhere.items() if shapes},
             # runs with no scores of any shape (queued, running, or ended before their test), with their state
@@ -462,11 +482,12 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
         "->": r"$\to$", "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}"}
 
 
-def other_labels(runs: list[Run], split: str, shots: list[int], ways: int, queries: int, evaluator: str) -> list[str]:
+def other_labels(runs: list[Run], split: str, shots: list[int], ways: int, queries: int, evaluator: str,
+                 precision: str | None = None) -> list[str]:
     """The evaluator labels other than ``evaluator`` that ``runs`` saved scores of this shape by
-    (``knn[k=3]`` where ``knn`` was asked for): what ``--evaluator`` could read instead, those of the
-    evaluator asked for (other parameters) first."""
-    files, asked = RunFiles(), canonical_evaluator(evaluator)
+    (``knn[k=3]`` where ``knn`` was asked for; in ``precision``, :class:`RunFiles`): what ``--evaluator``
+    could read instead, those of the evaluator asked for (other parameters) first."""
+    files, asked = RunFiles(precision), canonical_evaluator(evaluator)
     found = {e["evaluator"] for run in runs for e in files.saved(run)
              if (e["split"], e["ways"], e["queries"]) == (split, ways, queries) and e["shots"] in shots} - {asked}
     return sorted(found, key=lambda label: (label.partition("[")[0] != asked.partition("[")[0], label))
@@ -498,7 +519,12 @@ def left_out_lines(report: dict, runs: list[Run] = ()) -> list[str]:
 def unscored_line(report: dict) -> str | None:
     """The runs of a report with no scores of any shape (queued, running, or ended before their test), each
     with its state, as every surface names them; None where there are none."""
-    if unscored := report.get("unscored"):
+    if (unscored := report.get("unscored")) and (precision := report.get("precision")):  # compare --precision
+        again = next(iter(unscored)) if len(unscored) == 1 else "RUN"
+        return (f"{count(len(unscored), 'run')} without {report['split']} scores of the network in {precision} "
+                f"(left out): {unscored_text(unscored)}; score {'it' if len(unscored) == 1 else 'each'} so with: "
+                f"fslab eval {again} --precision {precision}")
+    if unscored:
         return f"{count(len(unscored), 'run')} without {report['split']} scores (left out): {unscored_text(unscored)}"
     return None
 
@@ -512,18 +538,21 @@ def unscored_text(unscored: dict[str, str]) -> str:
 
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
                shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None,
-               also=()) -> str:
+               also=(), precision: str | None = None) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
     (--ways, --queries) where given (without them fslab eval takes each run's own shape); ``labels``:
     the evaluators the runs have these scores by instead (:func:`other_labels`); ``unscored``: the
     runs with no scores at all, by their state (:func:`no_scores_at_all`), which the line names,
     since it is the only line said; ``also``: what else it says, the runs left out and why
-    (:func:`left_out_lines`), a damaged saved evaluation (:func:`damaged_line`)."""
+    (:func:`left_out_lines`), a damaged saved evaluation (:func:`damaged_line`); ``precision``: that of
+    the network whose scores were asked for (``--precision``), which the fslab eval names too."""
     by = f" by evaluator '{evaluator}'" if evaluator else ""
+    by += f" of the network in {precision}" if precision else ""
     run_eval = "fslab eval RUN" + (f" --split {split}" if split != "test" else "") + (
         f" --shots {shots}" if shots != "1,5" else "") + "".join(
         f" {option} {value}" for option, value in zip(("--ways", "--queries"), asked) if value is not None)
+    run_eval += f" --precision {precision}" if precision else ""
     if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
         run_eval += f" --evaluator {evaluator.partition('[')[0]}"
         params = label_params(evaluator)
@@ -533,7 +562,8 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
                              for key, value in params))
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
     if unscored:
-        have += f"; {count(len(unscored), 'run')} with no {split} scores at all: {unscored_text(unscored)}"
+        at_all = f"of the network in {precision}" if precision else "at all"
+        have += f"; {count(len(unscored), 'run')} with no {split} scores {at_all}: {unscored_text(unscored)}"
     have += "".join(f"; {line}" for line in also if line)
     if labels:
         have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
@@ -572,8 +602,10 @@ def _csv(report: dict, shots: list[str]) -> str:
                for row in report["groups"]}
     # Then what md's and latex's first line says, and the runs each cell pools (metric stays the last column).
     runs = [f"{s} runs" for s in shots]
-    shape = [report.get(k, "") for k in ("split", "ways", "queries")] + ["/".join(report.get("evaluators", ()))]
-    writer.writerow(["group", "baseline", "seeds", *columns, *runs, "split", "ways", "queries", "evaluator", "metric"])
+    shape = ([report.get(k, "") for k in ("split", "ways", "queries")] + ["/".join(report.get("evaluators", ()))]
+             + [report.get("precision") or ""])  # the --precision read; empty: each run's own
+    writer.writerow(["group", "baseline", "seeds", *columns, *runs, "split", "ways", "queries", "evaluator",
+                     "precision", "metric"])
     for row in report["groups"]:
         cells = {}
         for s, r in row["results"].items():
@@ -595,9 +627,11 @@ def _csv(report: dict, shots: list[str]) -> str:
 
 def caption(report: dict) -> str:
     """What the numbers are, the table's title and md's and latex's first line: the split, the episode
-    shape, whose scores (the evaluator asked for, else each run's own) and, where every cell pools as
+    shape, whose scores (the evaluator asked for, else each run's own; the precision asked for, else
+    each run's own) and, where every cell pools as
     many, how many episodes (a paper's table says it; else each md or latex cell says its own)."""
     by = f"by {', '.join(report['evaluators'])}, " if report.get("evaluators") else ""
+    by += f"network in {report['precision']}, " if report.get("precision") else ""
     counts = episode_counts(report)
     n = counts.pop() if len(counts) == 1 else None  # 20,000, as the cells write it where each says its own
     over = (f"{n:,} pooled episode{'' if n == 1 else 's'} per cell" if n is not None

@@ -22,7 +22,6 @@ features, and runs its own small default number of episodes.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import sys
 from dataclasses import replace
@@ -40,7 +39,7 @@ from fslab.core.registry import Registry, load_registry
 from fslab.core.rerun import check_evaluable, like_command
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
-from fslab.core.summary import START_MARK
+from fslab.core.summary import recorded_precision
 from fslab.core.types import evaluator_traits
 from fslab.training.build import (
     build_backbone,
@@ -61,7 +60,7 @@ from fslab.training.checkpoint import (
 from fslab.training.distributed import torch_own_errors
 from fslab.training.evaluation import check_refused
 from fslab.training.features import feature_network, training_mean
-from fslab.training.numerics import DTYPES, apply_backend_settings, embed, resolve_numerics
+from fslab.training.numerics import apply_backend_settings, embed, resolve_numerics
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
@@ -300,22 +299,3 @@ def _check_precision(needs_model: bool, name: str, precision: str) -> None:
         raise UsageError(f"evaluator '{name}' fine-tunes the network on every episode in fp32, whatever "
                          f"--precision says: --precision {precision} would score it as fp32 does; leave "
                          f"--precision out, or give fp32")
-
-
-def recorded_precision(run: Run) -> str | None:
-    """The precision the run's latest start embedded its evaluation features in (``eval.precision``
-    resolved for the device it trained on: ``auto`` is bf16 on a CUDA GPU, fp32 on the CPU), or None
-    for a run started before it was recorded, whose configuration is then resolved as before. ``fslab
-    eval`` embeds in it wherever it runs, so that its scores of the training's own episodes are the
-    training's, never those of another precision saved in their place."""
-    try:  # the start lines found by their mark, unparsed otherwise: a long run logs 100,000s of steps
-        lines = run.metrics_path.read_bytes().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if START_MARK in line:
-            with contextlib.suppress(ValueError):
-                start = json.loads(line)
-                if isinstance(start, dict) and start.get("eval_precision") in DTYPES:
-                    return start["eval_precision"]
-    return None
