@@ -332,6 +332,32 @@ def test_report_on_hand_made_runs_pools_seeds_and_gives_each_verdict(registry, t
     assert "\\begin{tabular}{llllrrrl}" in render(report, "latex")
 
 
+def test_two_sweeps_alike_but_for_an_ignored_setting_share_their_runs_and_the_report_says_so(registry, tmp_path):
+    """Sweeps that differ only in what a study ignores (train.log_every) are one run per seed, queued once
+    and counted once; the report shows each cell its pooled runs once (not the shared run twice), names
+    the place it shares them with and says in its scale line that such cells are one measurement."""
+    logged = {**TINY["sweep"][0], "name": "nca-logged", "label": "NCA logged",
+              "set": {**TINY["sweep"][0]["set"], "train.log_every": 5}}
+    cells = [{"sweep": s, "dataset": "synthetic", "shots": 1, "accuracy": 70.0, "ci95": 0.5}
+             for s in ("nca", "nca-logged")]
+    study = parse_study(tiny(sweep=[TINY["sweep"][0], logged], published=cells), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    assert len(outcome.created) == 2 and study.run_count() == 4
+    for run, scores in zip((Run(config.runs_dir / i) for i in outcome.created), ([0.6, 0.8] * 2, [0.7] * 4)):
+        finish(run, {1: scores})
+    report = study_report(study, config.runs_dir)
+    rows = {r["sweep"]: r for r in report["rows"]}
+    for sweep, other in (("nca", "nca-logged"), ("nca-logged", "nca")):
+        row = rows[sweep]
+        assert sorted(row["run_ids"]) == sorted(outcome.created)
+        assert (row["measured"]["runs"], row["measured"]["episodes"]) == (2, 8)
+        assert row["measured"]["accuracy"] == pytest.approx(0.70)
+        assert row["shared_with"] == [{"sweep": other, "dataset": "synthetic", "at": {}}]
+    assert ("; 2 cells show runs another place of the study shares (places alike in every setting are one run), "
+            "so such cells are one measurement shown in each, not independent results") in scale_line(report)
+
+
 def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     study = parse_study(tiny(), "tiny.toml")
     config = store(tmp_path)

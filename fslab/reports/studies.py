@@ -106,6 +106,8 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 place = {"sweep": sweep.name, "dataset": dataset, "at": point}
                 runs = [Run(Path(runs_dir) / run_id) for run_id, where in places.items() if place in where]
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
+    for row in rows:  # places alike in every setting are one run (study_plan.distinct_runs): said, never pooled twice
+        row["shared_with"] = shared_with(row, places)
     # runs that ended killed, failed or lost: their cells stay pending, and nothing finishes them unless asked
     stopped = {run_id: state for run_id in places if (state := Run(Path(runs_dir) / run_id).state()) in RESUMABLE}
     # runs deleted since (fslab delete, or by hand): their cells stay pending too, and only fslab study run, which
@@ -116,6 +118,17 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
             "stopped": stopped, "missing": missing, "rows": rows,
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
+
+
+def shared_with(row: dict, places: dict[str, list[dict]]) -> list[dict]:
+    """The other places of the study (sweep, dataset, grid point) whose runs a row's are: places alike in
+    every setting share one run (at quick scale, two datasets both trained on synthetic; sweeps that differ
+    only in what a study ignores, the device or train.processes), so their cells show one measurement."""
+    own = {"sweep": row["sweep"], "dataset": row["dataset"], "at": row["at"]}
+    others = []
+    for run_id in row["run_ids"]:
+        others += [place for place in places.get(run_id, []) if place != own and place not in others]
+    return others
 
 
 def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, comparable: bool,
@@ -192,6 +205,10 @@ def scale_line(report: dict) -> str:
     if mixed := sum(1 for row in report["rows"] if row.get("mixed_data")):
         text += (f"; the runs of {count(mixed, 'cell')} were scored on different data (other files or another "
                  f"root), so those cells pool none of them (fslab compare of their runs gives each data its own mean)")
+    if shared := sum(1 for row in report["rows"] if row.get("shared_with")):
+        text += (f"; {count(shared, 'cell')} {'shows' if shared == 1 else 'show'} runs another place of the study "
+                 f"shares (places alike in every setting are one run), so such cells are one measurement shown in "
+                 f"each, not independent results")
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
