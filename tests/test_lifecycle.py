@@ -544,6 +544,47 @@ def test_a_train_event_logs_the_learning_rate_its_step_trained_with(project):
     assert [rates[s] for s in (8, 14)] == pytest.approx([0.01, 0.01])
 
 
+APART = """
+    from fslab.plugin import Batch, hookimpl
+
+    class Apart:
+        def __init__(self, labels, batch_size, seed):
+            firsts = {}
+            for index, label in enumerate(labels):
+                firsts.setdefault(int(label), index)
+            self.indices = list(firsts.values())[:batch_size]
+
+        def __len__(self):
+            return 2
+
+        def batches(self, epoch):
+            for _ in range(2):
+                yield Batch(self.indices)
+
+    @hookimpl
+    def register_samplers(register):
+        register(Apart, name="apart", description="one image of each class: no positive pair")
+"""
+
+
+def test_a_batch_of_no_positive_pair_logs_its_loss_as_0_not_minus_0(project):
+    """supcon's loss (form nca-code) of a batch with no positive pair is a zero made by negating a sum,
+    -0.0 (as mAP's is where the features sum below 0), which metrics.jsonl, and the dashboard and
+    ``fslab logs`` reading it, showed as a loss of -0.0."""
+    plugins = project / "local_plugins"
+    plugins.mkdir()
+    (plugins / "apart.py").write_text(textwrap.dedent(APART))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
+    result = fslab("run", "nca", *TINY, "--epochs", "1", "--batch-size", "8", "--set", "sampler.name=apart",
+                   "--set", "loss.name=supcon", "--set", "loss.form=nca-code", cwd=project)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run(project)
+    train = events(run_dir, "train")
+    assert [(e["positives"], e["loss"]) for e in train] == [(0, 0.0), (0, 0.0)]
+    assert all(math.copysign(1.0, e["loss"]) == 1.0 for e in train), train
+    assert '"loss": -0.0' not in (run_dir / "metrics.jsonl").read_text()
+
+
 def test_a_followed_run_whose_worker_is_killed_says_how_to_go_on(project):
     """fslab run following a worker killed by SIGKILL (the kernel's out-of-memory killer) said
     only that the run was lost; it says, as after a stop, that the last checkpoint is kept and

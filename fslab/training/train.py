@@ -293,14 +293,15 @@ class Trainer:
         """The ``train`` event of the interval that ends at this step; without ``images_per_s`` when
         the interval holds no step but the one that compiled (``train.log_every=1``), whose time is
         left out of images/s: a rate of 0 would be a measurement of nothing."""
-        loss_value = out.loss.item()  # the one device sync per interval
+        loss_value = out.loss.item() + 0.0  # the one device sync per interval; + 0.0 turns -0.0 (the loss
+        # of a batch of no positive pair, a negated sum: supcon's nca-code form, mAP's) into 0.0, as it is shown
         if not math.isfinite(loss_value):
             raise FloatingPointError(nonfinite_loss(loss_value, self.step, epoch, self.cfg.loss,
                                                     lower_rate(self.run.id, self.cfg.train.lr),
                                                     self.parts.named["loss"]))
         elapsed = time.perf_counter() - window_start
         rate = {"images_per_s": window_images / max(elapsed, 1e-9)} if window_images else {}
-        extra = {k: float(v) for k, v in (out.extra or {}).items()}
+        extra = {k: float(v) + 0.0 for k, v in (out.extra or {}).items()}
         self.log.write("train", step=self.step, epoch=epoch + 1, loss=loss_value, positives=int(out.positives),
                        negatives=int(out.negatives), lr=self.step_lr, **rate, **extra)
 
