@@ -585,6 +585,77 @@ def test_a_batch_of_no_positive_pair_logs_its_loss_as_0_not_minus_0(project):
     assert '"loss": -0.0' not in (run_dir / "metrics.jsonl").read_text()
 
 
+COUNTED = """
+    import json
+
+    from fslab.plugin import Batch, hookimpl
+
+    class Counted:
+        reads = 0  # how many times fslab asked a batch's indices or marks their length
+
+        def __init__(self, values):
+            self.values = values
+
+        def __len__(self):
+            Counted.reads += 1
+            return len(self.values)
+
+        def __getitem__(self, row):
+            return self.values[row]
+
+    class Reading:
+        def __init__(self, labels, batch_size, seed):
+            self.batch_size = batch_size
+
+        def __len__(self):
+            return 3
+
+        def batches(self, epoch):
+            for step in range(3):
+                rows = range(step * self.batch_size, (step + 1) * self.batch_size)
+                yield Batch(Counted(list(rows)), Counted([row % 2 == 0 for row in rows]))
+            with open(REPORT, "w") as fh:
+                json.dump(Counted.reads, fh)
+
+    @hookimpl
+    def register_samplers(register):
+        register(Reading, name="reading", description="counts how often its batches are read")
+"""
+
+
+def test_a_step_converts_its_sampler_batch_once(project):
+    """The training step converted a sampler's indices (and support marks) to a tensor to check them,
+    then again to move them to the device: every batch's lists were read twice per step."""
+    import torch
+
+    report = project / "reads.json"
+    plugins = project / "local_plugins"
+    plugins.mkdir()
+    (plugins / "reading.py").write_text(textwrap.dedent(COUNTED).replace("REPORT", repr(str(report))))
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['local_plugins']\n")
+    result = fslab("run", "nca", *TINY, "--epochs", "1", "--batch-size", "8", "--set", "sampler.name=reading",
+                   cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert [e["step"] for e in events(only_run(project), "train")] == [1, 2, 3]
+
+    class Counted:  # the plugin's, to count the reads of one conversion
+        reads = 0
+
+        def __init__(self, values):
+            self.values = values
+
+        def __len__(self):
+            Counted.reads += 1
+            return len(self.values)
+
+        def __getitem__(self, row):
+            return self.values[row]
+
+    torch.as_tensor(Counted(list(range(8))))
+    torch.as_tensor(Counted([True] * 8))
+    assert json.loads(report.read_text()) == 3 * Counted.reads
+
+
 def test_a_followed_run_whose_worker_is_killed_says_how_to_go_on(project):
     """fslab run following a worker killed by SIGKILL (the kernel's out-of-memory killer) said
     only that the run was lost; it says, as after a stop, that the last checkpoint is kept and

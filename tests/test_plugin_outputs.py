@@ -78,7 +78,9 @@ def test_a_sampler_batch_as_the_contract_says_passes():
 
     marked = Batch([0, 1, 2, 3], [True, True, False, False])
     for batch in (Batch([9, 0, 4, 5]), Batch(torch.tensor([1, 2, 3, 4])), marked):
-        assert checked_batch(batch, SAMPLER, rows=4, images=10) is batch
+        checked = checked_batch(batch, SAMPLER, rows=4, images=10)  # as the host tensors the step moves
+        assert checked.indices.tolist() == list(batch.indices) and checked.indices.device.type == "cpu"
+        assert (None if checked.support is None else checked.support.tolist()) == batch.support
     with pytest.raises(ValueError, match=r"yielded 3 support marks for 4 indices"):
         checked_batch(Batch([0, 1, 2, 3], [True, False, False]), SAMPLER, rows=4, images=10)
     # marks of 1 and 0 were taken as row numbers by a loss's z[support], and protonet trained on rows 1 and 0

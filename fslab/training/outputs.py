@@ -14,6 +14,8 @@ import numbers
 
 import torch
 
+from fslab.core.types import Batch
+
 # What a train event writes itself: an extra counter of one of these names would overwrite it.
 TRAIN_EVENT_KEYS = ("event", "time", "step", "epoch", "loss", "positives", "negatives", "lr", "images_per_s")
 
@@ -97,11 +99,13 @@ def batch_count(sampler, named: str) -> int:
     return count
 
 
-def checked_batch(batch, named: str, rows: int, images: int):
-    """``batch`` if it is what a sampler yields, ``Batch(indices, support)`` with ``rows`` distinct whole
-    indices of the ``images`` of the training split (and a support mark per row, where it marks them),
-    else a TypeError or ValueError naming the sampler and its plugin: an index out of range failed in
-    PyTorch's words, and a negative one, one named twice or a batch of another size trained silently."""
+def checked_batch(batch, named: str, rows: int, images: int) -> Batch:
+    """``batch`` as host tensors, its indices and support marks each converted once (here, where they
+    are checked: the step moves these to the device as they are), if it is what a sampler yields,
+    ``Batch(indices, support)`` with ``rows`` distinct whole indices of the ``images`` of the training
+    split (and a support mark per row, where it marks them), else a TypeError or ValueError naming the
+    sampler and its plugin: an index out of range failed in PyTorch's words, and a negative one, one
+    named twice or a batch of another size trained silently."""
     if not (hasattr(batch, "indices") and hasattr(batch, "support")):
         raise TypeError(f"{named} yielded a {type(batch).__name__}, not Batch(indices, support): "
                         f"batches(epoch) yields fslab.plugin.Batch")
@@ -122,16 +126,15 @@ def checked_batch(batch, named: str, rows: int, images: int):
                          f"range 0..{images - 1}; indices number the images of the labels it was built with")
     if len(torch.unique(indices)) != rows:
         raise ValueError(f"{named} yielded a batch that names an image twice; a batch's indices are distinct")
-    if batch.support is not None:
-        check_support(batch.support, named, rows)
-    return batch
+    return Batch(indices, None if batch.support is None else checked_support(batch.support, named, rows))
 
 
-def check_support(support, named: str, rows: int) -> None:
-    """A batch's support marks: one True or False per row. Marks of 1 and 0 were taken by a loss's
-    ``z[support]`` as row numbers (rows 1 and 0, again and again), and trained on them in silence."""
+def checked_support(support, named: str, rows: int) -> torch.Tensor:
+    """A batch's support marks as a bool tensor: one True or False per row. Marks of 1 and 0 were taken
+    by a loss's ``z[support]`` as row numbers (rows 1 and 0, again and again), and trained on them in
+    silence."""
     try:
-        marks = torch.as_tensor(support)
+        marks = torch.as_tensor(support).cpu()
     except (TypeError, ValueError, RuntimeError) as error:
         raise TypeError(f"{named} yielded support marks that are not a list of True and False: {error}") from None
     if marks.dtype != torch.bool:
@@ -140,3 +143,4 @@ def check_support(support, named: str, rows: int) -> None:
     if marks.shape != (rows,):
         raise ValueError(f"{named} yielded {len(marks) if marks.dim() else 0} support marks for {rows} indices; "
                          f"Batch.support marks each row, or is None")
+    return marks

@@ -259,6 +259,7 @@ class Trainer:
         window_start, window_images = time.perf_counter(), 0
         for batch in sampler_batches(parts.sampler, epoch, parts.failed("sampler")):
             batch = checked_batch(batch, parts.named["sampler"], tcfg.batch_size, len(self.labels))
+            # checked_batch made the indices (and support marks) host tensors: moved, not converted again
             index = host_to_device(batch.indices, self.images.device)  # no wait for the GPU: its queue stays full
             own = self.world.rows(len(index))  # this rank's rows of the global batch (all of it with one process)
             x = to_input(self.images[index[own]].to(self.device, non_blocking=True))
