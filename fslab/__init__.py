@@ -34,12 +34,23 @@ def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=level)
 
 
-def get_registry(settings=None, report=_warn):
+_warned: set[str] = set()  # the plugin failures warned of: each once a process, however often the plugins load
+
+
+def _warn_once(line: str) -> None:
+    """A plugin's load failure as one warning a process: the plugins load again for other settings (another
+    project's folders), and the same broken entry point was warned of again at every load."""
+    if line not in _warned:
+        _warned.add(line)
+        _warn(line)
+
+
+def get_registry(settings=None, report=_warn_once):
     """The process-wide registry: entry-point plugins plus the plugin folders
     named in ``fslab.toml`` (or in ``settings``), loaded on first use, and
     again when ``settings`` names other plugin folders than it was loaded
     with. Each plugin that failed to load is passed to ``report`` as one line
-    (a warning by default)."""
+    (by default a warning, once a process for each failure)."""
     global _registry, _registry_dirs
     if settings is not None and not hasattr(settings, "plugin_dirs"):  # a path was "no attribute 'plugin_dirs'"
         from fslab.core.errors import UsageError
@@ -53,7 +64,7 @@ def get_registry(settings=None, report=_warn):
         _registry_dirs = tuple((settings or load_settings()).plugin_dirs)
         _registry = load_registry(_registry_dirs)
         for failure in _registry.failures:
-            report(f"fslab plugin '{failure.plugin}' failed to load: {failure.error}")
+            report(failure.line)
     return _registry
 
 

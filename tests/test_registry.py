@@ -108,12 +108,49 @@ def test_a_plugin_that_failed_to_load_is_one_warning_at_the_callers_line(builtin
     for call in (lambda: fslab.available("loss"), lambda: fslab.describe("loss", "nca"),
                  lambda: fslab.create("loss", "nca"), lambda: fslab.get_registry()):
         monkeypatch.setattr(fslab, "_registry", None)
+        monkeypatch.setattr(fslab, "_warned", set())  # each call as a fresh process's first
         with pytest.warns(UserWarning) as caught:
             call()
         assert [str(w.message) for w in caught] == [
             "fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named 'not_a_module_anywhere'"]
         assert caught[0].filename == __file__
     assert "nca" in fslab.available("loss")
+
+
+def test_a_broken_entry_point_is_one_warning_a_process_naming_it_and_its_package(builtin_plugins, tmp_path,
+                                                                                 monkeypatch):
+    """A notebook's plugins load again for another project's settings: the same broken entry point was
+    warned of at every load, as "fslab plugin 'bad' failed to load: RuntimeError: half-written plugin",
+    which named neither the package that ships it nor its entry point."""
+    import warnings
+
+    import fslab
+    from fslab.core.settings import load_settings
+
+    site = tmp_path / "site"
+    (site / "fslab_bad").mkdir(parents=True)
+    (site / "fslab_bad" / "__init__.py").write_text("raise RuntimeError('half-written plugin')\n")
+    (site / "fslab_bad-0.1.0.dist-info").mkdir()
+    (site / "fslab_bad-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-bad\n"
+                                                                  "Version: 0.1.0\n")
+    (site / "fslab_bad-0.1.0.dist-info" / "entry_points.txt").write_text("[fslab]\nbad = fslab_bad\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "bad"]))
+    monkeypatch.setattr(fslab, "_warned", set())
+    other = tmp_path / "other"
+    other.mkdir()
+    write_plugin(other / "local", "scaled", LOCAL_LOSS)
+    (other / "fslab.toml").write_text('[project]\nplugin_dirs = ["local"]\n')
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # as a notebook shows each: the once is fslab's
+        assert "nca" in fslab.available("loss")
+        assert "scaled" in fslab.get_registry(load_settings(other / "fslab.toml")).names("loss")
+        assert "scaled" not in fslab.get_registry(load_settings()).names("loss")
+    assert [str(w.message) for w in caught] == [
+        "fslab plugin 'bad' failed to load: RuntimeError: half-written plugin; raised loading the entry point "
+        "'bad = \"fslab_bad\"' of fslab-bad 0.1.0 ([project.entry-points.fslab])"]
+    assert [w.category for w in caught] == [UserWarning] and caught[0].filename == __file__
 
 
 def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_path):

@@ -43,11 +43,12 @@ def plugins(
     A plugin that failed to load is named with its error, and the command then exits with 1.
     """
     from fslab.core.listing import plugin_listing
+    from fslab.core.registry import failure_line
 
     # the listing, not the registry: read back from the cache while no plugin changed (fslab.core.listing)
     found = plugin_listing(settings(store=False).plugin_dirs)
     for plugin, error in found.failures:
-        err_console.print(shown(f"fslab plugin '{plugin}' failed to load: {error}"), highlight=False)
+        err_console.print(shown(failure_line(plugin, error)), highlight=False)
     kinds = found.kinds
     if kind:
         for k in kind:

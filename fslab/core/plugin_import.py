@@ -56,7 +56,22 @@ def _closest(word: str, choices: list[str]) -> str | None:
     return found.group(1) if found else None
 
 
-def _declared(ep: Any, distribution: str | None) -> str:
-    """Where the entry point is declared: ``the entry point 'mine = "pkg.lossez"' of qa-bad 0.0.1 ...``."""
+def entry_point_error(ep: Any, distribution: str | None, exc: BaseException) -> str:
+    """What loading the entry point ``ep`` raised, as its load failure reads: the exception's type and words,
+    then the entry point and the distribution that declares it, unless the words name them already (a typo's,
+    :func:`load_entry_point`). ``RuntimeError: half-written plugin`` named neither the package nor the line
+    that made fslab import it, and a notebook's warning named only the entry point's name."""
+    text = f"{type(exc).__name__}: {exc}"
+    where = _entry_point(ep, distribution)
+    return text if where in text else f"{text}; raised loading {where}"
+
+
+def _entry_point(ep: Any, distribution: str | None) -> str:
+    """``the entry point 'mine = "pkg.lossez"' of qa-bad 0.0.1 ([project.entry-points.fslab])``."""
     where = f" of {distribution}" if distribution else ""
-    return f"the entry point '{ep.name} = \"{ep.value}\"'{where} ([project.entry-points.fslab]) names it"
+    return f"the entry point '{ep.name} = \"{ep.value}\"'{where} ([project.entry-points.fslab])"
+
+
+def _declared(ep: Any, distribution: str | None) -> str:
+    """Where the entry point is declared: ``the entry point 'mine = "pkg.lossez"' of qa-bad 0.0.1 ... names it``."""
+    return f"{_entry_point(ep, distribution)} names it"

@@ -31,7 +31,7 @@ from fslab.core import hookspecs
 from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.limits import check_rule, rule_of
 from fslab.core.param_defaults import mistyped_default, refused_defaults
-from fslab.core.plugin_import import load_entry_point
+from fslab.core.plugin_import import entry_point_error, load_entry_point
 from fslab.core.types import trait_problem
 
 ENTRY_POINT_GROUP = "fslab"
@@ -136,6 +136,15 @@ class Component:
 class LoadFailure:
     plugin: str
     error: str
+
+    @property
+    def line(self) -> str:
+        return failure_line(self.plugin, self.error)
+
+
+def failure_line(plugin: str, error: str) -> str:
+    """How every surface (the commands, the dashboard, the Python API's warning) says a plugin failed to load."""
+    return f"fslab plugin '{plugin}' failed to load: {error}"
 
 
 def keyword_params(target: Any, kind: str = "") -> dict:
@@ -318,10 +327,11 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
     pm.add_hookspecs(hookspecs)
     registry = Registry()
 
-    def fail(plugin: str, exc: BaseException) -> None:
+    def fail(plugin: str, exc: BaseException, error: str | None = None) -> None:
+        error = error or f"{type(exc).__name__}: {exc}"
         if strict:
-            raise PluginError(f"plugin '{plugin}' failed to load: {type(exc).__name__}: {exc}") from exc
-        registry.failures.append(LoadFailure(plugin, f"{type(exc).__name__}: {exc}"))
+            raise PluginError(f"plugin '{plugin}' failed to load: {error}") from exc
+        registry.failures.append(LoadFailure(plugin, error))
 
     from importlib.metadata import entry_points  # here: importing the registry module stays cheap
 
@@ -334,7 +344,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         try:
             _add_plugin(pm, load_entry_point(ep, _distribution_label(ep, labels)), ep.name)
         except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
-            fail(ep.name, exc)
+            fail(ep.name, exc, entry_point_error(ep, _distribution_label(ep, labels), exc))
             registry.failed_origins[ep.name] = f"entry point {ep.value}"
             continue
         registry.plugins[ep.name] = (_distribution_label(ep, labels), f"entry point {ep.value}")
