@@ -74,7 +74,7 @@ if [ "$stage" != parity ] && [ "$(left)" -le 0 ]; then
     echo "studies: not timed, none of the $limit s is left" >&2  # timeout 0 would set no limit at all
 elif [ "$stage" != parity ]; then
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
-    timeout "$(left)" python3 benchmarks/bench_studies.py ${STUDIES:-nca-fig4 nca-table4 sen-table2 nca-table3 nca-fig2 nca-fig3} \
+    timeout "$(left)" python3 benchmarks/bench_studies.py ${STUDIES:-nca-fig4 nca-table4 sen-table2 nca-table3 nca-supcon nca-fig2 nca-fig3} \
         --device "$device" ${BENCH_ARGS:-} --json "$out/bench_studies.jsonl" 2>&1 | tee "$out/bench_studies.txt"
 fi
 echo "done in $(( $(date +%s) - start )) s"

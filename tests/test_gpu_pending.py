@@ -60,3 +60,12 @@ def test_without_a_gpu_it_stops_at_once_in_one_line_and_makes_nothing(tmp_path):
     wrong = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], env={**env, "DEVICE": "gpu"},
                            capture_output=True, text=True, timeout=60)
     assert (wrong.returncode, wrong.stderr) == (2, "error: DEVICE must be cuda, cuda:N or cpu, got 'gpu'\n")
+
+
+def test_its_studies_are_every_built_in_study_no_gpu_has_priced():
+    """"the studies not yet timed on a GPU": those whose file has no [[cost]] table. nca-supcon, which
+    none has timed, was left out, so the script's study stage never priced it."""
+    default = re.search(r"\$\{STUDIES:-([^}]*)\}", SCRIPT.read_text()).group(1).split()
+    studies = BENCHMARKS.parent / "plugins" / "studies"
+    unpriced = {path.stem for path in studies.glob("*.toml") if "[[cost]]" not in path.read_text()}
+    assert sorted(default) == sorted(unpriced)
