@@ -179,3 +179,18 @@ def test_every_plugin_kind_has_its_contract_test_and_its_template():
 
     assert sorted(KIND_TESTS.values()) == sorted(KINDS)
     assert [k for k in KINDS if not (ROOT / "fslab" / "kit" / "templates" / f"{k}.py.tmpl").exists()] == []
+
+
+def test_the_readme_map_names_every_command_under_its_module():
+    """README's fslab/cli/ entry says which module holds each command (`runs (runs, show, logs)`):
+    where a new command goes, and where to read one. `delete` was left out of its module's list."""
+    import re
+
+    from fslab.cli import COMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    entry = readme[readme.index("fslab/cli/ "):readme.index("fslab/tui/ ")]
+    groups = {module: set(re.findall(r"\w+", words)) for module, words in re.findall(r"(\w+)\s+\(([^)]*)\)", entry)}
+    misplaced = [f"{command} ({module})" for command, module in COMMANDS.items()
+                 if command not in groups.get(module, {module})]
+    assert misplaced == []
