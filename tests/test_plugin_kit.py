@@ -673,6 +673,32 @@ def test_the_generated_csv_sink_keeps_one_row_per_number_through_resume_and_expo
     assert rows() == _rows_expected(events)
 
 
+def test_the_generated_csv_sink_keeps_its_earlier_file_where_an_export_is_cut_short(tmp_path):
+    """An export opened the file anew as it began, so one cut short (an error, a Ctrl-C between two events:
+    run.cut_short at close) left the rows up to there in place of the whole run's, where fslab's own sinks
+    keep their earlier record (README, Sinks)."""
+    from fslab.core.types import SinkRun
+    from fslab.testing.checks import sink_events
+
+    CsvSink = _csv_sink(tmp_path)
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    events = sink_events(epochs=2, steps=2)
+    whole = CsvSink(SinkRun("r", run_path, {}, replay=True, state="completed"))
+    for event in events:
+        whole.write(event)
+    whole.close()
+    before = (run_path / "fslab-rows.csv").read_text()
+    run = SinkRun("r", run_path, {}, replay=True, state="completed")
+    cut = CsvSink(run)
+    for event in events[:3]:
+        cut.write(event)
+    run.cut_short = True  # as fslab.core.sinks.replay marks it before it closes the sink
+    cut.close()
+    assert (run_path / "fslab-rows.csv").read_text() == before
+    assert sorted(p.name for p in run_path.iterdir()) == ["fslab-rows.csv"]
+
+
 def test_the_generated_csv_sink_after_a_test_cut_short_a_start_again_and_a_file_left_empty(tmp_path):
     """A run stopped during its test, after its last checkpoint, then resumed: the resumed worker tests again
     at the checkpoint's step, and the CSV kept the first test's rows (no later than that step) beside the new
