@@ -290,21 +290,31 @@ def decode_all(jobs: Sequence, decode: Callable) -> Iterator:
 # -- the cache -------------------------------------------------------------------------
 
 
-def cache_folder(root: Path, cache_dir: str = "") -> Path:
-    """Where this root's cache files live (see the module docstring)."""
+def cache_folder(root: Path, cache_dir: str = "", create: bool = True) -> Path:
+    """Where this root's cache files live (see the module docstring). ``create=False``: where they
+    would, ``ROOT/.fslab-cache`` made by nobody (the check before a run writes nothing in the root)."""
     root = Path(root).resolve()
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     if cache_dir:
         return Path(os.path.expanduser(cache_dir)) / tag
     inside = root_cache(root)
-    try:
-        inside.mkdir(exist_ok=True)
-        if os.access(inside, os.W_OK):
-            return inside
-    except OSError:
-        pass
+    if root_cache_usable(inside, create):
+        return inside
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "fslab" / tag
+
+
+def root_cache_usable(inside: Path, create: bool) -> bool:
+    """Whether the root's cache folder ``inside`` can be written (made first where ``create``; where
+    not, a folder not there yet is usable if the root can be written: ``os.access`` says no on a
+    read-only file system, whoever asks)."""
+    if not create and not os.path.lexists(inside):
+        return os.access(inside.parent, os.W_OK)
+    try:
+        inside.mkdir(exist_ok=True)
+    except OSError:  # a read-only root, or a file where the folder would go
+        return False
+    return os.access(inside, os.W_OK)
 
 
 def root_cache(root: Path) -> Path:
@@ -526,18 +536,20 @@ class CachedDataset:
             self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready)
         return self._splits[split]
 
-    def cache_places(self) -> tuple[Path, Path | None]:
+    def cache_places(self, create: bool = True) -> tuple[Path, Path | None]:
         """The folder this root's cache is written to, and the one a ready cache is read from
-        first (a read-only root's ``.fslab-cache``, made by one who could write there), or None."""
-        folder = cache_folder(self.root, self.cache_dir)
+        first (a read-only root's ``.fslab-cache``, made by one who could write there), or None;
+        ``create=False``: without making ``ROOT/.fslab-cache`` (:func:`cache_folder`)."""
+        folder = cache_folder(self.root, self.cache_dir, create=create)
         inside = root_cache(self.root)
         return folder, inside if not self.cache_dir and folder != inside else None
 
     def cached(self, split: str) -> bool:
-        """Whether ``split`` is cached for its files as they are now: loading it decodes nothing."""
+        """Whether ``split`` is cached for its files as they are now: loading it decodes nothing. It
+        writes nothing (fslab asks before a run exists, in the CLI, whose checks leave the root as it is)."""
         stem, params, sources, _ = self.plan(split)
         key = source_key(stem, params, sources)
-        return any(cache_ready(folder, stem, key) for folder in self.cache_places())
+        return any(cache_ready(folder, stem, key) for folder in self.cache_places(create=False))
 
     def split_sizes(self) -> dict[str, list[int]]:
         """Images per class of each split that :meth:`class_counts` can tell
