@@ -36,6 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 from fslab.core.errors import ConfigError, NotInstalled, UsageError
 from fslab.core.events import canonical_evaluator, evaluator_label, own_evaluator
 from fslab.core.files import temporary_path, writer_gone
+from fslab.core.flocks import one_at_a_time
 from fslab.core.global_batch import global_rows, rand_rows, sum_rows
 from fslab.core.hookspecs import hookimpl
 from fslab.core.keys import dotted
@@ -69,7 +70,9 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #       are checked as it loads (check= with context None), and a missing package is no fault of theirs.
 # 1.16: run_events(run_path): a run's metrics.jsonl events as fslab reads them (whole lines only, each
 #       with the fields of its kind), for a sink that replays what a run logged before a resume.
-API_VERSION = "1.16"
+# 1.17: one_at_a_time(path, waiting): work one process does at a time (a decode into a shared cache),
+#       its lock file naming the holder's pid and host, which a second process's waiting line names.
+API_VERSION = "1.17"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
@@ -79,7 +82,7 @@ __all__ = [
     "UsageError", "ConfigError", "NotInstalled",
     "rand_rows", "global_rows", "sum_rows", "register_study_files",
     "at_least", "positive", "between", "one_of", "matching", "listing", "count",
-    "temporary_path", "writer_gone", "run_events",
+    "temporary_path", "writer_gone", "run_events", "one_at_a_time",
 ]
 
 # The extra keywords of register(), by the kinds that use them.

@@ -300,6 +300,40 @@ def test_processes_asking_at_once_for_a_split_not_cached_yet_decode_it_once(tmp_
     assert sum("waiting for another process decoding toy-train-4" in err for _, err in outputs) == 1
 
 
+def test_a_decode_waiting_for_another_names_the_decoder_and_its_host(tmp_path, capsys):
+    """The line said `waiting for another process decoding ...` and no more: the lock file recorded nothing,
+    so on a data root the nodes of a cluster share, no one could tell which process (on which node) to wait
+    for or look at. The lock now names its holder, and the waiting line names it; it goes when let go."""
+    import fcntl
+    import threading
+
+    from fslab.core.states import HOST
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    lock = folder / ".toy-train-4.lock"
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"4242 node-b\n")  # as a decoder on another node writes it
+    held = []
+
+    def decode():
+        with image_cache.decoding(folder, "toy-train-4"):
+            held.append(lock.read_text())
+
+    waiter = threading.Thread(target=decode)
+    waiter.start()
+    said, deadline = "", time.time() + 60
+    while "waiting" not in said and time.time() < deadline:
+        time.sleep(0.01)
+        said += capsys.readouterr().err
+    os.close(fd)  # the other decoder is done
+    waiter.join(timeout=60)
+    assert said == (f"fslab: waiting for another process decoding toy-train-4 into {folder} "
+                    f"(pid 4242 on host node-b, another machine) ...\n")
+    assert held == [f"{os.getpid()} {HOST}\n"] and not lock.exists()
+
+
 def test_cache_goes_to_cache_dir_or_the_user_cache_when_root_is_not_writable(registry, tmp_path, monkeypatch):
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)
@@ -399,7 +433,7 @@ def test_a_disk_too_full_for_the_cache_names_the_folder_the_room_needed_and_cach
         f"no space left for the decode cache of folder-train-64 in {root / '.fslab-cache'} (it needs 48.0 KiB, "
         f"40.0 KiB free there); free some space there, or put the cache on another disk with --set "
         f"dataset.cache_dir=DIR (the synthetic datasets' cache follows $XDG_CACHE_HOME)")
-    assert [p.name for p in (root / ".fslab-cache").iterdir()] == [".folder-train-64.lock"]  # nothing half written
+    assert list((root / ".fslab-cache").iterdir()) == []  # nothing half written (and the lock let go)
 
 
 def test_a_cache_neither_root_nor_user_cache_can_hold_suggests_cache_dir(registry, tmp_path, monkeypatch):

@@ -23,7 +23,8 @@ def test_the_api_exports_what_it_declares():
             "rand_rows", "global_rows", "sum_rows", "Register", "CheckContext", "SplitSizes",
             "SizedDataset", "at_least", "positive", "between", "one_of", "matching", "listing",
             "Sink", "SinkRun", "dotted", "evaluator_label", "own_evaluator", "canonical_evaluator",
-            "count", "temporary_path", "writer_gone", "NotInstalled", "run_events"} <= set(api.__all__)
+            "count", "temporary_path", "writer_gone", "NotInstalled", "run_events",
+            "one_at_a_time"} <= set(api.__all__)
     assert api.dotted({"train": {"lr": 0.1, "milestones": [2]}, "eval.ways": 5, "seed": 0, "sinks": {}}) == \
         {"train.lr": 0.1, "train.milestones": [2], "eval.ways": 5, "seed": 0}
     assert set(api.INFO_KEYS) == {"episodic", "defaults", "check_early", "check", "allowed", "batch"}
@@ -33,8 +34,8 @@ def test_the_api_exports_what_it_declares():
     # 1.8 fslab.create runs check= with context None; 1.9 events spell every evaluator parameter out;
     # 1.10 listing(..., distinct=True); 1.11 an evaluator's training_loss; 1.12 one_of(1, 5); 1.13 count;
     # 1.14 temporary_path and writer_gone, for a plugin caching files where nodes share them; 1.15 NotInstalled;
-    # 1.16 run_events, a run's metrics.jsonl events as fslab reads them
-    assert api.API_VERSION == "1.16"
+    # 1.16 run_events, a run's metrics.jsonl events as fslab reads them; 1.17 one_at_a_time, whose lock names its holder
+    assert api.API_VERSION == "1.17"
     assert [api.count(1, "image"), api.count(4, "image"), api.count(1, "class", "classes"),
             api.count(0, "class", "classes")] == ["1 image", "4 images", "1 class", "0 classes"]
     from fslab.core.limits import check_rule, rule_of

@@ -235,12 +235,12 @@ def test_a_first_checkpoint_a_live_writer_is_writing_is_not_called_half_written(
     refused = fslab_here("resume", run.id, cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: run {run.id} has no checkpoint (it stopped while its first checkpoint was being written, which "
-        f"process {pid} on node-a is writing still, in checkpoints/{theirs.name}: fslab resume {run.id} once it "
+        f"pid {pid} on host node-a is writing still, in checkpoints/{theirs.name}: fslab resume {run.id} once it "
         f"is written); start it again with the same settings: fslab run --like {run.id}\n")
     a_day_untouched(theirs)  # node-a lost: its writer taken for gone
     mine = files.temporary_path(run.checkpoint_path)  # this process's, alive: this host's writer
     mine.write_bytes(b"PK\x03\x04 half")
-    assert (f"which process {os.getpid()} on {states.HOST} is writing still, in checkpoints/{mine.name}"
+    assert (f"which pid {os.getpid()} on host {states.HOST} is writing still, in checkpoints/{mine.name}"
             in fslab_here("resume", run.id, cwd=project).stderr)
     mine.unlink()
     assert (f"(it stopped while its first checkpoint was being written, and left it half-written in "

@@ -239,6 +239,8 @@ def test_a_folder_image_that_is_no_image_is_refused_before_the_run_exists(projec
     refused(project, *folder_run(tree), expect=[
         f"error: folder: cannot read image train/train-class2/03.png (in the data root {tree}): cannot identify "
         f"image file", "(2 files cannot be read); replace or remove the file"])
+    # the check wrote nothing in the data root: it made ROOT/.fslab-cache, an empty folder left in a lab's shared copy
+    assert sorted(p.name for p in tree.iterdir()) == ["test", "train", "val"]
 
 
 def test_a_pair_loss_on_a_training_split_whose_classes_hold_one_image_each_is_refused(project):

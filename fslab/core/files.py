@@ -112,11 +112,6 @@ def process_gone(pid: int, host: str | None, path: Path) -> bool:
         return False
 
 
-def writer_name(pid: int, host: str | None) -> str:
-    """A process as messages name it: ``process 4242 on node-a`` (``process 4242`` where no host is known)."""
-    return f"process {pid}" + (f" on {host}" if host else "")
-
-
 def remove_orphaned_temporaries(folder: Path) -> None:
     """Remove, anywhere under ``folder``, the :func:`temporary_path` files whose
     writer is gone (:func:`writer_gone`): a writer killed in mid-write (SIGKILL, a lost

@@ -5,7 +5,7 @@ One helper for the run's worker lock (:mod:`fslab.core.worklock`), the
 scheduler's slots (:mod:`fslab.execution.slots`), the study queue's lock
 (:mod:`fslab.execution.studies`), a run's status rewrites (:func:`briefly_held`),
 and the work one process does that a second would only repeat or spoil
-(:func:`one_at_a_time`: an export, an embedding). The kernel releases an
+(:func:`one_at_a_time`: an export, an embedding, a dataset's decode). The kernel releases an
 ``flock`` however its holder ends, SIGKILL included, so a lock is never left
 behind by a dead process.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import math
 import os
 import sys
 import time
@@ -112,7 +111,7 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
         if fd is None:
             holder = held_by(path)
             print(waiting(f" ({holder})" if holder else ""), file=sys.stderr, flush=True)
-            fd = take_lock(path, math.inf, 0.05, reopen=True, opener=opener, holder=mine)
+            fd = _wait_for(path, opener, mine)
     except OSError:
         fd = None
     try:
@@ -121,6 +120,26 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
         if fd is not None:
             path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
             os.close(fd)
+
+
+def _wait_for(path: Path, opener: Callable[[], int | None], holder: str) -> int:
+    """A descriptor holding the :func:`one_at_a_time` lock file ``path``, waited for in the kernel (a
+    blocked ``flock``, as ``/proc/locks`` shows it: no polling, and taken the moment it is let go); a file
+    its holder removed meanwhile is opened anew. ``holder`` becomes its line (:func:`write_holder`)."""
+    while True:
+        fd = opener()
+        if fd is None:  # not there this moment: the holder removed it, the next is not made yet
+            time.sleep(0.005)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:  # no flock here, or a Ctrl-C while waiting
+            os.close(fd)
+            raise
+        if _is_at(fd, path):
+            write_holder(fd, holder)
+            return fd
+        os.close(fd)
 
 
 def held_by(path: Path) -> str:

@@ -82,14 +82,16 @@ def stopped_when(run: Run) -> str:
     the second epoch trained: the temporary file it was writing is left. A temporary file
     whose writer lives (on another node sharing the runs folder, its own is not judged by
     a pid of this one: :func:`fslab.core.files.writer_gone`) is said as being written, by whom."""
-    from fslab.core.files import temporary_writer, writer_gone, writer_name
+    from fslab.core.files import temporary_writer, writer_gone
+    from fslab.core.states import HOST, process_named
 
     if run.status().get("started") is None:
         return "before it started"
     half = sorted(run.checkpoint_path.parent.glob(f".{run.checkpoint_path.name}.*.tmp"))
     writing = [path for path in half if temporary_writer(path) is not None and not writer_gone(path)]
     if writing:
-        return (f"while its first checkpoint was being written, which {writer_name(*temporary_writer(writing[0]))} "
+        pid, host = temporary_writer(writing[0])  # no host: an earlier version's name, whose pid runs here
+        return (f"while its first checkpoint was being written, which {process_named(pid, host or HOST)} "
                 f"is writing still, in {writing[0].relative_to(run.path)}: fslab resume {run.id} once it is written")
     if half:
         return (f"while its first checkpoint was being written, and left it half-written in "

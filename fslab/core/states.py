@@ -58,9 +58,9 @@ def pid_alive(pid: int) -> bool:
 
 
 def process_named(pid: int | str | None, host: str | None) -> str:
-    """``pid P on host H``: the holder of a lock or a claim as messages name it (``?`` for what its
-    file does not say). The host always: a runs folder may be shared between machines, where a pid
-    alone names a different process on each."""
+    """``pid P on host H``: a process as every message names it, the holder of a lock or a claim, the
+    writer of a temporary file (``?`` for what its file does not say). The host always: a runs folder
+    or a data root may be shared between machines, where a pid alone names a different process on each."""
     return f"pid {pid if pid is not None else '?'} on host {host or '?'}"
 
 

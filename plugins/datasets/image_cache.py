@@ -18,7 +18,7 @@ Editing, adding or removing a source file, or changing a parameter such as
 of that stem are then deleted. Files are written under a temporary name and
 renamed, the header last, so a crash never leaves a cache that looks valid.
 One process decodes a split at a time (an exclusive ``flock`` on
-``.<stem>.lock`` in the cache folder): the runs of a sweep that start together
+``.<stem>.lock`` in the cache folder, which names its holder): the runs of a sweep that start together
 on a split not cached yet wait for the first to decode it, then map its file,
 instead of each decoding it again at once.
 
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -51,7 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fslab.plugin import Split, UsageError, temporary_path, writer_gone
+from fslab.plugin import Split, UsageError, one_at_a_time, temporary_path, writer_gone
 
 FORMAT_VERSION = 3  # 3: float images scaled (clipped before); 2: 16-bit ones (1 clipped them); older caches are rebuilt
 CACHE_FOLDER = ".fslab-cache"
@@ -290,21 +289,31 @@ def decode_all(jobs: Sequence, decode: Callable) -> Iterator:
 # -- the cache -------------------------------------------------------------------------
 
 
-def cache_folder(root: Path, cache_dir: str = "") -> Path:
-    """Where this root's cache files live (see the module docstring)."""
+def cache_folder(root: Path, cache_dir: str = "", create: bool = True) -> Path:
+    """Where this root's cache files live (see the module docstring). ``create=False``: where they
+    would, ``ROOT/.fslab-cache`` made by nobody (the check before a run writes nothing in the root)."""
     root = Path(root).resolve()
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     if cache_dir:
         return Path(os.path.expanduser(cache_dir)) / tag
     inside = root_cache(root)
-    try:
-        inside.mkdir(exist_ok=True)
-        if os.access(inside, os.W_OK):
-            return inside
-    except OSError:
-        pass
+    if root_cache_usable(inside, create):
+        return inside
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "fslab" / tag
+
+
+def root_cache_usable(inside: Path, create: bool) -> bool:
+    """Whether the root's cache folder ``inside`` can be written (made first where ``create``; where
+    not, a folder not there yet is usable if the root can be written: ``os.access`` says no on a
+    read-only file system, whoever asks)."""
+    if not create and not os.path.lexists(inside):
+        return os.access(inside.parent, os.W_OK)
+    try:
+        inside.mkdir(exist_ok=True)
+    except OSError:  # a read-only root, or a file where the folder would go
+        return False
+    return os.access(inside, os.W_OK)
 
 
 def root_cache(root: Path) -> Path:
@@ -356,25 +365,22 @@ def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
 
 @contextlib.contextmanager
 def decoding(folder: Path, stem: str, verb: str = "decoding") -> Iterator[None]:
-    """Hold the right to write ``folder/stem``'s cache: an exclusive ``flock`` on
-    ``folder/.stem.lock``, waited for (saying so once) while another process holds
-    it. The kernel releases it however its holder ends, so a killed decoder
-    never blocks the next."""
+    """Hold the right to write ``folder/stem``'s cache: an exclusive ``flock`` on ``folder/.stem.lock``
+    (:func:`one_at_a_time`: the file names its holder's pid and host, and goes when it is let go), waited
+    for while another process holds it, saying so once and naming that process (``pid P on host H``,
+    ``, another machine`` where H is not this host: a data root nodes share). The kernel releases it
+    however its holder ends, so a killed decoder never blocks the next."""
+    lock = folder / f".{stem}.lock"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / f".{stem}.lock", os.O_CREAT | os.O_RDONLY, 0o644)  # flock needs no write access
+        if not os.access(folder, os.W_OK):  # a read-only file system says so to root too
+            raise PermissionError(errno.EACCES, "the folder cannot be written")
     except OSError as exc:  # a read-only root and a read-only (or full) user cache
         raise UsageError(f"cannot write the decode cache of {stem} in {folder}: {exc.strerror or exc}; "
                          f"point it at a writable folder with --set dataset.cache_dir=DIR") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"fslab: waiting for another process {verb} {stem} into {folder} ...", file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+    with one_at_a_time(lock, lambda holder: f"fslab: waiting for another process {verb} {stem} into "
+                                            f"{folder}{holder} ..."):
         yield
-    finally:
-        os.close(fd)
 
 
 def open_cache(folder: Path, stem: str, key: str) -> Split | None:
@@ -526,18 +532,20 @@ class CachedDataset:
             self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready)
         return self._splits[split]
 
-    def cache_places(self) -> tuple[Path, Path | None]:
+    def cache_places(self, create: bool = True) -> tuple[Path, Path | None]:
         """The folder this root's cache is written to, and the one a ready cache is read from
-        first (a read-only root's ``.fslab-cache``, made by one who could write there), or None."""
-        folder = cache_folder(self.root, self.cache_dir)
+        first (a read-only root's ``.fslab-cache``, made by one who could write there), or None;
+        ``create=False``: without making ``ROOT/.fslab-cache`` (:func:`cache_folder`)."""
+        folder = cache_folder(self.root, self.cache_dir, create=create)
         inside = root_cache(self.root)
         return folder, inside if not self.cache_dir and folder != inside else None
 
     def cached(self, split: str) -> bool:
-        """Whether ``split`` is cached for its files as they are now: loading it decodes nothing."""
+        """Whether ``split`` is cached for its files as they are now: loading it decodes nothing. It
+        writes nothing (fslab asks before a run exists, in the CLI, whose checks leave the root as it is)."""
         stem, params, sources, _ = self.plan(split)
         key = source_key(stem, params, sources)
-        return any(cache_ready(folder, stem, key) for folder in self.cache_places())
+        return any(cache_ready(folder, stem, key) for folder in self.cache_places(create=False))
 
     def split_sizes(self) -> dict[str, list[int]]:
         """Images per class of each split that :meth:`class_counts` can tell
