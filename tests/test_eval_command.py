@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -633,41 +634,50 @@ def test_runs_deleted_during_an_eval_of_several_are_left_out_and_the_others_scor
 
 
 
-def test_an_eval_waiting_to_embed_makes_no_features_folder_again_once_it_is_deleted(tmp_path, monkeypatch):
+def _blocked_on(lock: Path, timeout: float = 30.0) -> bool:
+    """Whether a process or thread comes to wait for ``lock`` in the kernel within ``timeout`` seconds:
+    Linux lists a blocked flock in /proc/locks, as ``-> FLOCK`` on the file's device:inode."""
+    import time
+
+    st = lock.stat()
+    file = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(line.split()[1:2] == ["->"] and file in line.split()
+               for line in Path("/proc/locks").read_text().splitlines()):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks to see a blocked flock")
+def test_an_eval_waiting_to_embed_makes_no_features_folder_again_once_it_is_deleted(tmp_path):
     """The eval waiting on another's embedding lock opened it anew at each poll, making features/ first:
     an rm -rf of the run that had just removed features/ then failed on the run's folder (Directory not
-    empty). The folder is made once; a waiter that finds it gone goes on without the lock."""
+    empty). The folder is made once; a waiter whose lock file was deleted under it, finding features/
+    gone, goes on without the lock."""
     import fcntl
     import threading
-    import time
-    import types
 
-    from fslab.core import flocks
     from fslab.training.run_eval import embedding
 
     features = tmp_path / "run" / "features"
     features.mkdir(parents=True)
-    polled, go = threading.Event(), threading.Event()
-
-    def sleep(_seconds):
-        polled.set()
-        go.wait(30)
-
-    monkeypatch.setattr(flocks, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
     entered = []
 
     def waiter():
         with embedding(features / "test-epoch2.pt", "test"):
             entered.append(features.exists())
 
-    with open(features / ".test-epoch2.pt.lock", "w") as held:
+    lock = features / ".test-epoch2.pt.lock"
+    with open(lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         thread = threading.Thread(target=waiter)
         thread.start()
-        assert polled.wait(30), "the eval never waited on the held lock"
+        assert _blocked_on(lock), "the eval never waited on the held lock"
         shutil.rmtree(features)  # the delete, mid-way: features/ gone, the run's folder not yet
-        go.set()
-        thread.join(30)
+    thread.join(30)
+    assert not thread.is_alive(), "the eval still waits for a lock file deleted under it"
     assert entered == [False]
     assert not features.exists()
 
