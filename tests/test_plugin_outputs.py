@@ -129,7 +129,15 @@ def _percent(support, query):  # a score in percent
     return torch.full((query.shape[0],), 80.0)
 
 
-_nan_score.metric = _percent.metric = "score"
+def _on_meta(support, query):  # predictions of no values: CPU ones for CUDA features failed the same way
+    return torch.zeros(query.shape[:2], dtype=torch.long, device="meta")
+
+
+def _meta_score(support, query):
+    return torch.zeros(query.shape[0], device="meta")
+
+
+_nan_score.metric = _percent.metric = _meta_score.metric = "score"
 
 
 @pytest.mark.parametrize("evaluator, message", [
@@ -139,6 +147,9 @@ _nan_score.metric = _percent.metric = "score"
     # both were saved as the run's result, NaN and 8000%
     (_nan_score, r"returned the score nan for an episode; a score per episode is a finite number in \[0, 1\]"),
     (_percent, r"returned the score 80.0 for an episode"),
+    # PyTorch's device mismatch on the comparison with the truth, and its meta copy on the scores', naming no evaluator
+    (_on_meta, r"returned predictions on the device meta, which fslab cannot read on cpu \(.*\); return a tensor"),
+    (_meta_score, r"returned scores on the device meta, which fslab cannot read on cpu"),
 ])
 def test_an_evaluator_whose_output_breaks_the_contract_is_refused(torch_seed, evaluator, message):
     from fslab.training.evaluation import EvaluatorOutputError, episode_scores
@@ -146,6 +157,23 @@ def test_an_evaluator_whose_output_breaks_the_contract_is_refused(torch_seed, ev
     features, labels = _separated()
     with pytest.raises(EvaluatorOutputError, match=rf"^evaluator {message}"):
         episode_scores(features, labels, evaluator, 5, 1, 3, 4, seed=0)
+
+
+def test_an_evaluators_predictions_are_read_where_fslab_reads_them():
+    from fslab.training.evaluation import EvaluatorOutputError, model_episode_scores, readable
+
+    predictions = torch.tensor([0, 1])
+    assert readable(predictions, "cpu", "predictions") is predictions
+    assert readable(predictions, "meta", "predictions").device.type == "meta"  # as CPU ones go to CUDA features
+
+    def adapting(model, support, query, **kwargs):
+        return torch.zeros(len(query), dtype=torch.long, device="meta")
+
+    adapting.needs_model = True
+    images, labels = torch.zeros(20, 1, 4, 4, dtype=torch.uint8), torch.arange(4).repeat_interleave(5)
+    with pytest.raises(EvaluatorOutputError, match=r"^evaluator returned predictions on the device meta"):
+        model_episode_scores(torch.nn.Flatten(), images, labels, adapting, 4, 1, 2, 2, seed=0,
+                             to_input=lambda x: x.float(), device="cpu")
 
 
 @pytest.mark.parametrize("count, message", [

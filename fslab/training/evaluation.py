@@ -17,7 +17,8 @@ The evaluator interface. An evaluator is a callable from the registry:
 - by default ``evaluator(support [e, w, n, d], query [e, w*q, d]) -> long [e, w*q]``,
   each query's predicted way on already centred and normalised features (queries
   come way by way, so the truth is ``[0]*q + [1]*q + ...``); the score of an
-  episode is its accuracy;
+  episode is its accuracy; predictions (and scores) may be on any device, moved
+  to the features' (:func:`readable`);
 - ``metric = "map"`` (any name but ``"accuracy"``): it returns each episode's
   score directly, ``float [e]`` in [0, 1] (retrieval mAP);
 - ``episode_shape = (shots, queries)``: the episode shape it needs, replacing
@@ -324,13 +325,14 @@ def episode_scores(
             if out.shape != query.shape[:2]:
                 raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
                                            f"expected predictions {tuple(query.shape[:2])}")
-            scores.append((checked_predictions(out, ways) == truth).sum(dim=1))  # counts: divided on the CPU
+            out = readable(checked_predictions(out, ways), device, "predictions")
+            scores.append((out == truth).sum(dim=1))  # counts: divided on the CPU
             outside.append(past_ways(out, ways))  # read once, below: no wait per chunk
         else:
             if out.shape != (query.shape[0],):
                 raise EvaluatorOutputError(f"returned shape {tuple(out.shape)}, "
                                            f"expected one score per episode ({query.shape[0]},)")
-            scores.append(out.float())
+            scores.append(readable(out, device, "scores").float())
     scores = torch.cat(scores).cpu()
     if info.metric != "accuracy":
         return checked_scores(scores, info.metric)
@@ -349,6 +351,21 @@ def checked_predictions(out: torch.Tensor, ways: int) -> torch.Tensor:
                                    f"a whole number 0..{ways - 1} (argmax or argmin gives int64), or declares "
                                    f"the trait metric for a score per episode")
     return out
+
+
+def readable(out: torch.Tensor, device: torch.device | str, what: str) -> torch.Tensor:
+    """An evaluator's ``out`` (its ``what``, predictions or scores) on ``device``, where fslab reads them,
+    wherever the evaluator left them (a CPU library's predictions for CUDA features failed the comparison
+    with the truth in PyTorch's words, naming no evaluator); an :class:`EvaluatorOutputError` where they
+    cannot be copied there (a tensor on the meta device holds no values)."""
+    if out.device == torch.device(device):
+        return out
+    try:
+        return out.to(device)
+    except (RuntimeError, NotImplementedError) as error:
+        raise EvaluatorOutputError(f"returned {what} on the device {out.device}, which fslab cannot read on "
+                                   f"{device} ({error}); return a tensor that holds its values, on any device "
+                                   f"(fslab moves it)") from None
 
 
 def past_ways(predictions: torch.Tensor, ways: int) -> torch.Tensor:
@@ -427,7 +444,7 @@ def model_episode_scores(
             if predictions.shape != truth.shape:
                 raise EvaluatorOutputError(f"returned shape {tuple(predictions.shape)}, "
                                            f"expected ({truth.numel()},)")
-            predictions = checked_predictions(predictions, ways).cpu()
+            predictions = readable(checked_predictions(predictions, ways), "cpu", "predictions")
             if bool(past_ways(predictions, ways)):
                 raise outside_ways(ways)
             scores.append((predictions == truth).sum().float() / truth.numel())
