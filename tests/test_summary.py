@@ -7,6 +7,7 @@ every line of metrics.jsonl at once."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -155,6 +156,37 @@ def test_a_retrieval_runs_scores_are_listed_as_map_in_fslab_runs_and_the_dashboa
     assert "mAP 40.64±1.23" in listed.stdout and "mAP 50.00±2.00" in listed.stdout
     by_centroid = CliRunner().invoke(app, ["runs", "--wide", "--evaluator", "centroid"], env={"COLUMNS": "250"})
     assert "70.00±1.00" in by_centroid.stdout and "mAP 70" not in by_centroid.stdout
+
+
+def test_a_loss_logged_as_minus_0_before_the_fix_shows_as_0_in_every_surface(tmp_path):
+    """Runs logged before the train event wrote -0.0 as 0.0 hold ``"loss": -0.0``: fslab show, fslab runs,
+    the worker's lines and the dashboard's table showed a loss of -0.0000, and its chart an axis of -0.00."""
+    from rich.text import Text
+
+    from fslab.core.events import describe_event
+    from fslab.tui.charts import MinMaxSeries, Plot, render_chart
+    from fslab.tui.model import row_cells
+
+    from .runs_helpers import fslab_here
+
+    run = create_run(tmp_path / "runs", "supcon", {"method": "supcon", "seed": 0, "train": {"epochs": 1}})
+    train = {"event": "train", "time": 1.0, "epoch": 1, "positives": 0, "negatives": 496, "lr": 0.1,
+             "images_per_s": 50.0}
+    events = [{**train, "step": 1, "loss": 2.0}, {**train, "step": 2, "loss": -0.0}]
+    run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert describe_event(events[-1]).startswith("epoch 1 step 2: loss 0.0000, ")
+    cells = [c.plain if isinstance(c, Text) else c for c in row_cells(read_summary(run.path), 0.0, False)]
+    assert "0.0000" in cells and "-0.0000" not in cells
+    shown = fslab_here("show", run.id, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "step 2, loss 0.0000, pairs +0/-496" in shown.stdout
+    listed = fslab_here("runs", "--wide", cwd=tmp_path, env={**os.environ, "COLUMNS": "250"})
+    assert " 0.0000 " in listed.stdout and "-0.0000" not in listed.stdout
+    losses = MinMaxSeries()
+    for event in events:
+        losses.append(event["step"], event["loss"])
+    axis = [line.split("│")[0].strip() for line in render_chart(Plot([("loss", losses)]), 60, 10).plain.splitlines()]
+    assert "0.00" in axis and "-0.00" not in axis
 
 
 def test_the_saved_summary_is_used_only_while_it_matches_the_files(tmp_path):

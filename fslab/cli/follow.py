@@ -13,7 +13,7 @@ from fslab.core.events import eval_line, speed_text
 from fslab.core.files import Tail
 from fslab.core.runstore import Run
 from fslab.core.summary import RunSummary, add_event, eta
-from fslab.core.text import duration
+from fslab.core.text import duration, loss_text
 
 PLAIN_EVERY = 60.0  # seconds: at most one progress line a minute within an epoch, where the output is a file
 
@@ -71,7 +71,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25, until_replac
                     fields = {
                         "epoch": f"epoch {event['epoch']}/{summary.epochs or '?'}",
                         "steps": f"step {event['step']}/{progress.tasks[0].total or '?'}",
-                        "loss": f"{event['loss']:.4f}",
+                        "loss": loss_text(event["loss"]),
                         "pairs": f"+{event['positives']}/-{event['negatives']}",
                         "speed": speed_text(event),
                     }

@@ -34,7 +34,7 @@ from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import logged_evaluator, precision_note, table_score
 from fslab.core.settings import project_above
-from fslab.core.text import count
+from fslab.core.text import count, loss_text
 
 DEFAULT_LIMIT = 50
 
@@ -274,7 +274,7 @@ def _row(s, test: dict, swept: list[str] = ()) -> list[str]:
     known = lambda value: "-" if value is None else str(value)  # an unreadable run's: "-", as in the dashboard
     return [s.id, *map(known, (s.method, s.loss_fn, s.backbone, s.dataset, s.seed)), *swept, s.state,
             f"{s.epoch or 0}/{s.epochs if s.epochs is not None else '?'}",
-            f"{s.loss:.4f}" if s.loss is not None else "-",
+            loss_text(s.loss),
             f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
             table_score(s.best_val), table_score(test.get("1-shot")), table_score(test.get("5-shot"))]
 
@@ -336,7 +336,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     if starts and (computed := numerics_text(starts[-1])):  # resolved where it last started, not as asked
         console.print(f"computed {shown(computed)}", highlight=False)
     if summary.step:
-        console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {summary.loss:.4f}, "
+        console.print(f"epoch {summary.epoch}/{summary.epochs}, step {summary.step}, loss {loss_text(summary.loss)}, "
                       f"pairs +{summary.positives}/-{summary.negatives}")
     if spent["total_s"] > 0:
         console.print(time_line(spent), highlight=False)

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 
 from fslab.core.errors import UsageError
-from fslab.core.text import count, percent
+from fslab.core.text import count, loss_text, percent
 
 # The digits a per-episode score keeps in ``evaluations/`` (Run.save_accuracies): every
 # mean ± CI of an evaluation, the one its run logs and those compare pools, is of these.
@@ -104,7 +104,7 @@ def describe_event(event: dict) -> str:
     """One readable line for a metrics event (what the worker prints to stdout)."""
     kind = event.get("event")
     if kind == "train":
-        return (f"epoch {event['epoch']} step {event['step']}: loss {event['loss']:.4f}, "
+        return (f"epoch {event['epoch']} step {event['step']}: loss {loss_text(event['loss'])}, "
                 f"pairs +{event['positives']}/-{event['negatives']}, lr {event['lr']:.4g}, "
                 f"{speed_text(event)}")
     if kind == "eval":

@@ -62,6 +62,21 @@ def percent(fraction: float, *, sign: bool = False) -> str:
     return f"{value:{'+' if sign else ''}.2f}"
 
 
+def unsigned_zero(text: str) -> str:
+    """A number as a format wrote it, without the minus of a zero: ``-0.0000`` (-0.0, or a small
+    negative rounded to zero) is ``0.0000``, ``-0.00e+00`` is ``0.00e+00``; ``-0.0001`` and ``-inf``
+    keep theirs."""
+    if text.startswith("-") and set(text[1:].split("e")[0]) <= set("0.,"):
+        return text[1:]
+    return text
+
+
+def loss_text(loss: float | None) -> str:
+    """A training loss as every line, table and progress bar shows it: four decimals, ``-`` where none
+    was logged, never ``-0.0000`` (a run logged before the train event wrote -0.0 as 0.0 holds -0.0)."""
+    return "-" if loss is None else unsigned_zero(f"{loss:.4f}")
+
+
 def split_outside(text: str, is_separator) -> list[str]:
     """``text`` cut at each character ``is_separator`` accepts that lies outside brackets,
     braces and quotes: ``[0.5,0.7],[0.3]`` at its commas is two lists, ``k=[1, 2] j="a b"`` at

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from rich.text import Text
 from textual.widget import Widget
 
-from fslab.core.text import percent
+from fslab.core.text import percent, unsigned_zero
 
 # Braille dot bits by (column, row) inside a 2×4 cell.
 DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
@@ -222,7 +222,7 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
     if plot_h >= 5:
         labelled[(plot_h - 1) // 2] = y_hi - (y_hi - y_lo) * ((plot_h - 1) // 2) / (plot_h - 1)
     for r in range(plot_h):
-        label = fmt.format(labelled[r]) if r in labelled else ""
+        label = unsigned_zero(fmt.format(labelled[r])) if r in labelled else ""
         # The axis is dim; the dots are not (a dim row would dull every line's colour).
         out.append("\n" + label.rjust(AXIS_WIDTH - 1)[: AXIS_WIDTH - 1] + "│", style="dim")
         for c in range(plot_w):

@@ -13,7 +13,7 @@ from rich.text import Text
 from fslab.core.events import table_score
 from fslab.core.runstore import creation_key
 from fslab.core.summary import RunSummary, eta
-from fslab.core.text import duration, printable
+from fslab.core.text import duration, loss_text, printable
 from fslab.core.values import is_number
 
 STATE_STYLES = {
@@ -125,7 +125,7 @@ def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
         Text(printable(row.id)) + (Text(" !", style="bold red") if row.note or row.corrupt else Text("")),
         state_text(row), plain(row.method), epoch_text(row),
         Text(table_score(row.test.get("1-shot"))), Text(table_score(row.test.get("5-shot"))),
-        Text("-" if row.loss is None else f"{row.loss:.4f}"), bar_text(row),
+        Text(loss_text(row.loss)), bar_text(row),
         Text(duration(eta(row, now))), Text(duration(elapsed(row, now))), *usage_cells(row),
         Text(table_score(row.best_val)),
         plain(row.loss_fn), plain(row.backbone), plain(row.dataset), plain(row.seed), Text(pairs),
