@@ -10,7 +10,9 @@ done with the same settings. The slow test runs every built-in study at
 from __future__ import annotations
 
 import copy
+import csv
 import datetime
+import io
 import json
 import os
 import re
@@ -356,6 +358,16 @@ def test_two_sweeps_alike_but_for_an_ignored_setting_share_their_runs_and_the_re
         assert row["shared_with"] == [{"sweep": other, "dataset": "synthetic", "at": {}}]
     assert ("; 2 cells show runs another place of the study shares (places alike in every setting are one run), "
             "so such cells are one measurement shown in each, not independent results") in scale_line(report)
+    # each such cell marked in md, latex and csv, where it read "(2/2 runs)" as an independent cell does
+    note = ("[1] NCA, synthetic; NCA logged, synthetic: the same runs (places alike in every setting are one run), "
+            "one measurement shown in each, not independent results")
+    text = render(report, "md")
+    assert text.count(" (2/2 runs) [1] |") == 2 and f"\n\n{note}\n" in text
+    latex = render(report, "latex")
+    assert latex.count(" (2/2 runs) [1] & ") == 2 and "\\multicolumn{8}{l}{[1] NCA, synthetic; NCA logged" in latex
+    header, *lines = csv.reader(io.StringIO(render(report, "csv")))
+    assert header[-2:] == ["shared_note", "shared_with"]
+    assert [line[-2:] for line in lines] == [["1", "NCA logged, synthetic"], ["1", "NCA, synthetic"]]
 
 
 def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):

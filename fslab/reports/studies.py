@@ -216,7 +216,36 @@ def scale_line(report: dict) -> str:
     return text + "."
 
 
-def _cells(row: dict, pm: str) -> list[str]:
+def shared_notes(rows: list[dict]) -> tuple[list[int | None], list[str]]:
+    """Each row's note number where another place of the study shares its runs (``shared_with``; None
+    where none does), and the notes, one per group of places that share runs: every format marks a row
+    by its number (md and latex after its runs, ``[1]``, csv in ``shared_note``), where such a cell read
+    ``(2/2 runs)`` as an independent one does."""
+    labels = {row["sweep"]: row["label"] for row in rows}
+    groups: dict[tuple, int] = {}
+    numbers, notes = [], []
+    for row in rows:
+        if not row.get("shared_with"):
+            numbers.append(None)
+            continue
+        places = [{"sweep": row["sweep"], "dataset": row["dataset"], "at": row["at"]}, *row["shared_with"]]
+        key = tuple(sorted(json.dumps(place, sort_keys=True) for place in places))
+        if key not in groups:
+            groups[key] = len(groups) + 1
+            named = "; ".join(place_text(place, labels) for place in places)
+            notes.append(f"[{groups[key]}] {named}: the same runs (places alike in every setting are one run), "
+                         f"one measurement shown in each, not independent results")
+        numbers.append(groups[key])
+    return numbers, notes
+
+
+def place_text(place: dict, labels: dict[str, str]) -> str:
+    """A place of the study as the table's columns name it: method (its sweep's label), dataset and setting."""
+    at = ", ".join(assignment(k, v) for k, v in place["at"].items())
+    return ", ".join([labels.get(place["sweep"], place["sweep"]), place["dataset"], *([at] if at else [])])
+
+
+def _cells(row: dict, pm: str, note: int | None = None) -> list[str]:
     published = "-" if row["published"] is None else f"{row['published']:.2f}" + (
         f"{pm}{row['published_ci95']:.2f}" if row["published_ci95"] is not None else "")
     m = row["measured"]
@@ -225,6 +254,8 @@ def _cells(row: dict, pm: str) -> list[str]:
         measured += " (runs scored on different data)"
     elif row["completed"] or row["runs"]:  # the runs whose scores are pooled, of those the point needs
         measured += f" ({row.get('scored', row['completed'])}/{max(row['expected'], row['runs'])} runs)"
+    if note is not None:  # runs another place shows too: one measurement (shared_notes)
+        measured += f" [{note}]"
     difference = "-" if row["difference"] is None else percent(row["difference"] / 100, sign=True)
     at = ", ".join(assignment(k, v) for k, v in row["at"].items()) or "-"
     episodes = f"{row['ways']}-way {row['shots']}-shot" if row["shots"] else "-"
@@ -240,26 +271,33 @@ def render(report: dict, fmt: str) -> str:
     """The report as Markdown, LaTeX, CSV or JSON text."""
     if fmt == "json":
         return json.dumps({**report, "rows": [_json_row(row) for row in report["rows"]]}, indent=2)
+    numbers, notes = shared_notes(report["rows"])
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
         writer.writerow(["method", "dataset", "setting", "ways", "shots", "published_pct", "published_ci95_pct",
                          "accuracy_pct", "ci95_pct", "episodes", "completed_runs", "scored_runs", "expected_runs",
-                         "difference_pct", "verdict", "scale", "split"])
-        writer.writerows([*_csv_row(row, report["scale"]), report["split"]] for row in report["rows"])
+                         "difference_pct", "verdict", "scale", "split", "shared_note", "shared_with"])
+        labels = {row["sweep"]: row["label"] for row in report["rows"]}
+        writer.writerows([*_csv_row(row, report["scale"]), report["split"], _blank(note),
+                          "; ".join(place_text(place, labels) for place in row.get("shared_with", []))]
+                         for row, note in zip(report["rows"], numbers))
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
     title = f"{report['what']} of {report['paper']}: {report['title']}"
-    lines = [_cells(row, " ± ") for row in report["rows"]]
+    lines = [_cells(row, " ± ", note) for row, note in zip(report["rows"], numbers)]
     if fmt == "md":
         out = [f"# {report['study']}", "", title, "", scale_line(report), "",
                "| " + " | ".join(HEADER) + " |", "|" + "".join("---:|" if a == "r" else "---|" for a in ALIGN)]
         out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in lines]
+        out += [line for note in notes for line in ("", md(note))]
     else:
         out = [f"% {report['study']}: {title}", f"% {scale_line(report)}",
                f"\\begin{{tabular}}{{{ALIGN}}}", " & ".join(tex(h) for h in HEADER) + " \\\\", "\\hline"]
         out += [" & ".join(tex(c) for c in cells) + " \\\\" for cells in lines]
+        out += (["\\hline"] if notes else []) + [f"\\multicolumn{{{len(HEADER)}}}{{l}}{{{tex(note)}}} \\\\"
+                                                for note in notes]
         out.append("\\end{tabular}")
     return "\n".join(out) + "\n"
 
