@@ -1032,3 +1032,26 @@ def test_compare_precision_reads_the_scores_of_the_networks_run_in_it_and_names_
     assert none.stderr.rstrip().endswith("finish them or run: fslab eval RUN --shots 5 --precision fp16")
     bad = fslab_here("compare", *ids, "--precision", "fp64", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16")
+
+
+def test_plot_precision_draws_the_scores_of_the_networks_run_in_it_as_compare_reads_them(tmp_path, builtin_plugins):
+    """fslab plot took no --precision: it drew each run's own scores only, where fslab compare --precision fp32
+    reads those of the networks run in fp32; plot reads them the same way and names a run without them alike."""
+    runs = tmp_path / "runs"
+    bf16_fp32 = _scored_in(runs, 0, "bf16", {"bf16": [0.6, 0.8, 0.8, 1.0], "fp32": [0.6, 0.6, 0.8, 1.0]})
+    fp32 = _scored_in(runs, 1, "fp32", {"fp32": [0.4, 0.6, 0.6, 0.8]})
+    bf16 = _scored_in(runs, 2, "bf16", {"bf16": [1.0, 1.0, 0.8, 0.8]})
+    ids = [bf16_fp32.id, fp32.id, bf16.id]
+    drawn = fslab_here("plot", "train.lr", *ids, "--shots", "5", "--precision", "fp32", "--json",
+                       "--out", str(tmp_path / "lr.png"), cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    data = json.loads(drawn.stdout)
+    (point,) = data["panels"][0]["series"][0]["points"]
+    mean, ci = direct_ci([0.6, 0.6, 0.8, 1.0, 0.4, 0.6, 0.6, 0.8])
+    assert math.isclose(point["accuracy"], mean) and math.isclose(point["ci95"], ci) and point["episodes"] == 8
+    assert data["precision"] == "fp32" and data["y"] == "accuracy (%), network in fp32, mean ± 95% CI"
+    assert drawn.stderr == (f"left out {bf16.id}: it is completed and has no saved test accuracies of the network in "
+                            f"fp32 for 5-way 5-shot, 15 queries; score it so with: fslab eval {bf16.id} --precision "
+                            f"fp32\n")
+    none = fslab_here("plot", "train.lr", *ids, "--shots", "5", "--precision", "fp16", cwd=tmp_path)
+    assert none.returncode == 2 and none.stderr.rstrip().endswith("fslab eval RUN --shots 5 --precision fp16")

@@ -398,6 +398,11 @@ def shape_options(verb: str) -> tuple:
 
 CompareWays, CompareQueries = shape_options("compare")
 PlotWays, PlotQueries = shape_options("plot")
+# compare's and plot's --precision: whose scores they read
+ReadPrecision = Annotated[str, typer.Option(
+    help="Scores of the network run in this precision: fp32, bf16 or fp16, the run's own or those fslab eval "
+         "--precision saved beside them (auto: each run's own); runs without them are named and left out.",
+    autocompletion=choices(*PRECISIONS))]
 
 
 _FORMAT_TEXT = {"md": "a Markdown table", "latex": "a LaTeX table", "csv": "CSV rows",
@@ -425,10 +430,7 @@ def compare_(
     evaluator: Annotated[str | None, typer.Option(
         help="Scores saved by this evaluator, e.g. knn or knn\\[k=3] (default: each run's own).",
         autocompletion=names_of("evaluator"))] = None,
-    precision: Annotated[str, typer.Option(
-        help="Scores of the network run in this precision: fp32, bf16 or fp16, the run's own or those fslab eval "
-             "--precision saved beside them (auto: each run's own); runs without them are named and left out.",
-        autocompletion=choices(*PRECISIONS))] = "auto",
+    precision: ReadPrecision = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines: one object per group (\"type\": \"group\") "
                                                          "and per paired difference (\"type\": \"paired\"); "
                                                          "not with a --format other than table.")] = False,
@@ -538,7 +540,8 @@ def _say_empty_panels(data: dict, asked: tuple) -> None:
 
     for panel in data["panels"]:
         if not panel["series"]:
-            why = no_results(data["split"], data["ways"], str(panel["shots"]), data["queries"], asked=asked)
+            why = no_results(data["split"], data["ways"], str(panel["shots"]), data["queries"], asked=asked,
+                             precision=data["precision"])
             err_console.print(f"the {panel['shots']}-shot panel is empty: {shown(why)}", highlight=False)
 
 
@@ -574,6 +577,7 @@ def plot_(
     shots: Annotated[str, typer.Option(help="Comma-separated shots, one panel each.")] = "1,5",
     ways: PlotWays = None,
     queries: PlotQueries = None,
+    precision: ReadPrecision = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted numbers as JSON.")] = False,
 ) -> None:
     """Write a PNG of accuracy against a setting: one line per configuration, one panel per shots, 95% CI error bars.
@@ -581,6 +585,8 @@ def plot_(
     A run that gives no point (no x, a repeat of another's settings and seed, no saved scores yet) is named on
     stderr with why; one scored only at other episode shapes, with the --ways/--queries that read its scores.
     A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.
+    --precision fp32 (bf16, fp16) plots the scores of the networks run in that precision, as fslab compare
+    --precision reads them; a run without them is named with the fslab eval RUN --precision fp32 that scores it.
     """
     from fslab.core.sweeps import select_runs
     from fslab.reports.plot import draw, parse_size, png_path, series_data
@@ -588,9 +594,10 @@ def plot_(
     pixels = parse_size(size) if size else None
     out = png_path(out, x)
     shot_list = episode_options(split, shots, ways, queries)
+    check_option("eval.precision", precision, "--precision")  # as fslab compare --precision is checked
     runs = select_runs(settings().runs_dir, refs, "plot")
-    data = series_data(runs, x, series=config_keys(series, "--series"), split=split,
-                       shots=shot_list, ways=ways, queries=queries)
+    data = series_data(runs, x, series=config_keys(series, "--series"), split=split, shots=shot_list, ways=ways,
+                       queries=queries, precision=None if precision == "auto" else precision)
     for item in data["left_out"][:5]:  # on stderr, so --json's output stays one object
         err_console.print(f"left out {shown(item['run'])}: {shown(item['why'])}", highlight=False)
     if len(data["left_out"]) > 5:

@@ -520,13 +520,18 @@ def unscored_line(report: dict) -> str | None:
     """The runs of a report with no scores of any shape (queued, running, or ended before their test), each
     with its state, as every surface names them; None where there are none."""
     if (unscored := report.get("unscored")) and (precision := report.get("precision")):  # compare --precision
-        again = next(iter(unscored)) if len(unscored) == 1 else "RUN"
         return (f"{count(len(unscored), 'run')} without {report['split']} scores of the network in {precision} "
-                f"(left out): {unscored_text(unscored)}; score {'it' if len(unscored) == 1 else 'each'} so with: "
-                f"fslab eval {again} --precision {precision}")
+                f"(left out): {unscored_text(unscored)}; {score_in(list(unscored), precision)}")
     if unscored:
         return f"{count(len(unscored), 'run')} without {report['split']} scores (left out): {unscored_text(unscored)}"
     return None
+
+
+def score_in(run_ids: list[str], precision: str) -> str:
+    """How runs without scores of the network in ``precision`` get them, as compare and plot say it:
+    ``score it so with: fslab eval ID --precision fp32`` (``each`` and ``RUN`` for several)."""
+    one = len(run_ids) == 1
+    return f"score {'it' if one else 'each'} so with: fslab eval {run_ids[0] if one else 'RUN'} --precision {precision}"
 
 
 def unscored_text(unscored: dict[str, str]) -> str:

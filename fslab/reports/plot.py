@@ -44,6 +44,7 @@ from fslab.reports.compare import (
     other_shapes,
     pooled,
     run_settings,
+    score_in,
     scored_shape,
     settings_label,
     shapes_text,
@@ -93,7 +94,8 @@ def x_value(run: Run, flat: dict, key: str, config: dict) -> tuple[object, bool]
 
 
 def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, split: str = "test",
-                shots: list[int] = (1, 5), ways: int | None = 5, queries: int | None = 15) -> dict:
+                shots: list[int] = (1, 5), ways: int | None = 5, queries: int | None = 15,
+                precision: str | None = None) -> dict:
     """What a figure shows, as data: for each number of shots, each line's
     points (x, pooled accuracy, ci95, episodes, run ids), x ascending; and
     ``left_out``: each run that gives no point, with why (its configuration
@@ -105,14 +107,15 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
 
     ``x`` is a preset name or a configuration key; lines are the runs' settings
     except the seed and x, or only the ``series`` keys when given; ``ways`` or
-    ``queries`` None: the runs' own shape, as ``compare`` reads it."""
+    ``queries`` None: the runs' own shape, as ``compare`` reads it; ``precision`` (fp32, bf16 or fp16; None:
+    each run's own): the scores of the network run in it, as ``compare`` reads them (:class:`RunFiles`)."""
     key = PRESETS.get(x, x)
     if series and key in series:  # each line was one point, at its own x
         raise UsageError(f"--series names {key}, the x axis: each line would be one point; name the settings "
                          f"that tell lines apart (e.g. --series loss.name), or leave --series out")
     if not runs:
         raise UsageError("no runs to plot; name run ids, sweep ids or 'all' (list them with: fslab runs)")
-    files = RunFiles()
+    files = RunFiles(precision)
     asked = (ways, queries)
     ways, queries = scored_shape(runs, split, shots, ways, queries, None, files)
     lines, left_out = _lines(runs, key, series, files)
@@ -121,7 +124,8 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     def scored(run: Run) -> bool:
         return has_results(run, split, shots, ways, queries, files=files)
 
-    what = f"{split} accuracies for {ways}-way {','.join(map(str, shots))}-shot, {queries_text(queries)}"
+    network = f" of the network in {precision}" if precision else ""
+    what = f"{split} accuracies{network} for {ways}-way {','.join(map(str, shots))}-shot, {queries_text(queries)}"
     dropped, shapes, unscored = _keep_scored(lines, files, scored, lambda run: other_shapes(
         run, split, shots, ways, queries, None, files), what)
     left_out += dropped
@@ -136,8 +140,9 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     if not any(panel["series"] for panel in panels):
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
                                     shapes={shape for found in shapes.values() for shape in found}, asked=asked,
-                                    unscored=no_scores_at_all(unscored, split, files)))
-    data = {"x": key, "split": split, "ways": ways, "queries": queries, "panels": panels, "left_out": left_out,
+                                    unscored=no_scores_at_all(unscored, split, files), precision=precision))
+    data = {"x": key, "split": split, "ways": ways, "queries": queries, "precision": precision, "panels": panels,
+            "left_out": left_out,
             "data_split": data_split, "damaged": files.damaged(runs)}
     return {**data, "y": y_label(data)}
 
@@ -158,7 +163,8 @@ def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str) -> tup
                 shapes[r.id], state = others(r), r.state()
                 if not shapes[r.id]:
                     unscored.append(r)
-                have = f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else ""
+                have = (f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else
+                        f"; {score_in([r.id], files.precision)}" if files.precision else "")
                 if damaged := files.damaged([r]).get(r.id):  # not "evaluate it": its scores may be these
                     have += f"; {count(len(damaged), 'saved evaluation')} of it cannot be read: {', '.join(damaged)}"
                 left_out.append({"run": r.id, "why": f"it is {state} and has no saved {what}{have}"})
@@ -261,9 +267,11 @@ def x_order(value) -> tuple:
 
 
 def y_label(data: dict) -> str:
-    """The y axis's name: accuracy, or the mAP that runs tested with a retrieval evaluator pool."""
+    """The y axis's name: accuracy, or the mAP that runs tested with a retrieval evaluator pool; the precision
+    of the network whose scores are drawn, where one was asked for (``--precision``)."""
     metrics = {p.get("metric", "accuracy") for panel in data["panels"] for s in panel["series"] for p in s["points"]}
-    return f"{metrics_name(metrics)} (%), mean ± 95% CI"
+    network = f", network in {data['precision']}" if data.get("precision") else ""
+    return f"{metrics_name(metrics)} (%){network}, mean ± 95% CI"
 
 
 def png_path(out: Path | None, x: str) -> Path:
