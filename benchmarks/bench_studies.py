@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from fslab.core.config import run_config, tested_ways
+from fslab.core.config import run_config, sampler_rows, tested_ways
 from fslab.core.keys import dotted
 from fslab.core.registry import load_registry
 from fslab.core.settings import load_settings
@@ -67,6 +67,7 @@ from fslab.training.checkpoint import host_copy, save_checkpoint
 from fslab.training.evaluation import run_episodes
 from fslab.training.features import center_count
 from fslab.training.numerics import apply_backend_settings, compiled, embed, optimiser_step, resolve_numerics
+from fslab.training.outputs import checked_batch
 from fslab.training.train import validates_after
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -153,13 +154,17 @@ def measure(config: dict, registry, args, device: torch.device) -> dict:
     generator = torch.Generator().manual_seed(0)
     pool = random_images(4 * max(batch_size, 1), channels, size).to(device)  # rotated: not one cached batch
     offset = [0]
+    sampler_named, sampler_batch = registry.get("sampler", cfg.sampler["name"]).named, \
+        sampler_rows(registry, cfg.sampler, batch_size)  # what a run of this batch size checks its batches against
 
     def train_step(batch):
+        # checked and made host tensors once, as the training loop takes a batch, then moved as it moves them
+        batch = checked_batch(batch, sampler_named, sampler_batch, len(labels))
         rows = len(batch.indices)
         x = to_input(pool[(torch.arange(rows, device=device) + offset[0]) % len(pool)])
         offset[0] += rows
         x = numerics.memory_format(augment(x, cfg.train.crop_padding, cfg.train.flip, generator))
-        y = host_to_device(labels[torch.as_tensor(batch.indices)], device)  # as the training loop moves them
+        y = host_to_device(labels[batch.indices], device)
         support = None if batch.support is None else host_to_device(batch.support, device)
         optimiser_step(step(x, y, support).loss, optimizer, scaler)
 

@@ -357,6 +357,18 @@ def _check_data_root_key(settings: Settings, dataset: str, root: str, datasets: 
                           f"'{close[0]}', which is no dataset's name: rename it to {dataset} (or give --data-root)")
 
 
+def sampler_rows(registry, sampler: dict, batch_size: int) -> int:
+    """The rows a batch of ``sampler`` (a run's sampler section) holds, asked for ``batch_size``: those
+    its own parameters fix (``register(..., batch=f)``: an episode's ways × (shots + queries)), else
+    ``batch_size``."""
+    component = registry.get("sampler", sampler["name"])
+    batch = component.info.get("batch")
+    if batch is None:
+        return batch_size
+    params = {k: v for k, v in sampler.items() if k != "name"}
+    return plugin_call(lambda: batch(params, batch_size), f"the batch= function of {component.named} failed")
+
+
 def _batch_of_sampler(config: dict, registry, given: set[str]) -> None:
     """``train.batch_size`` made the rows a batch holds where the sampler's own
     parameters fix them (``register(..., batch=f)``: an episode's ways × (shots +
@@ -364,19 +376,14 @@ def _batch_of_sampler(config: dict, registry, given: set[str]) -> None:
     for this run (``given``: the dotted keys of the options) that the sampler
     would ignore is refused; fslab.toml's [run] holds defaults for every method,
     so a batch size from there is replaced."""
-    sampler = registry.get("sampler", config["sampler"]["name"])
-    batch = sampler.info.get("batch")
-    if batch is None:
-        return
-    params = {k: v for k, v in config["sampler"].items() if k != "name"}
     batch_size = config["train"]["batch_size"]
-    rows = plugin_call(lambda: batch(params, batch_size),
-                       f"the batch= function of {sampler.named} failed")
+    rows = sampler_rows(registry, config["sampler"], batch_size)
     if rows == batch_size:
         return
     if "train.batch_size" in given:
-        shape = ", ".join(f"{k}={v}" for k, v in params.items())
-        raise ConfigError(f"config key 'train.batch_size' is {batch_size}, but sampler '{sampler.name}' draws "
+        name, shape = config["sampler"]["name"], ", ".join(f"{k}={v}" for k, v in config["sampler"].items()
+                                                           if k != "name")
+        raise ConfigError(f"config key 'train.batch_size' is {batch_size}, but sampler '{name}' draws "
                           f"batches of {rows} rows from its own parameters ({shape}); change those instead, "
                           f"or leave train.batch_size out")
     config["train"]["batch_size"] = rows
