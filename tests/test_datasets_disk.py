@@ -346,6 +346,33 @@ def test_cache_goes_to_cache_dir_or_the_user_cache_when_root_is_not_writable(reg
     np.testing.assert_array_equal(s.images[0].numpy(), expected_pixels(written["test"][0][1], 6))
 
 
+def test_a_cache_dir_that_cannot_be_written_is_refused_before_the_run_exists(registry, tmp_path, monkeypatch):
+    """The run folder was made and the run failed in its worker (exit code 1) at its first decode."""
+    make_folder_tree(tmp_path / "tree", classes=6, per_class=6)
+    (tmp_path / "afile").write_text("a file: no folder can be made under it, even by root")
+    small = ["--set", "dataset.image_size=8", "--set", "eval.ways=2", "--set", "eval.shots=1",
+             "--set", "eval.val_shots=1", "--set", "eval.queries=2", "--batch-size", "8", "--epochs", "1",
+             "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2",
+             "--backbone", "conv4", "--set", "backbone.hidden=8"]
+    result = fslab_here("run", "nca", "--dataset", "folder", "--data-root", "tree", "--set",
+                        "dataset.cache_dir=afile/cache", *small, cwd=tmp_path)
+    assert result.returncode == 2 and not (tmp_path / "runs").exists(), result.stderr
+    assert re.fullmatch(rf"error: dataset\.cache_dir: cannot write the decode cache of folder in "
+                        rf"{tmp_path / 'afile' / 'cache'}/\w+: {tmp_path / 'afile'} is not a folder; give a "
+                        rf"folder that can be written with --set dataset\.cache_dir=DIR, or leave it out .*\n",
+                        result.stderr), result.stderr
+    shared = tmp_path / "shared"  # a read-only cache_dir that holds every split already is only read
+    create(registry, "folder", tmp_path / "tree", image_size=6, cache_dir=str(shared)).split_sizes()
+    for split in ("train", "val", "test"):
+        create(registry, "folder", tmp_path / "tree", image_size=6, cache_dir=str(shared)).load(split)
+    writable = os.access
+    monkeypatch.setattr(image_cache.os, "access", lambda path, mode: (
+        False if mode == os.W_OK and str(path).startswith(str(shared)) else writable(path, mode)))
+    create(registry, "folder", tmp_path / "tree", image_size=6, cache_dir=str(shared)).split_sizes()
+    with pytest.raises(UsageError, match=f"^dataset.cache_dir: .*: {shared}/\\w+ cannot be written; give "):
+        create(registry, "folder", tmp_path / "tree", image_size=8, cache_dir=str(shared)).split_sizes()
+
+
 def test_a_read_only_root_with_a_ready_cache_is_read_from_it(registry, tmp_path, monkeypatch):
     # a lab's shared, read-only copy of a dataset whose .fslab-cache its owner made: each user decoded it
     # again into ~/.cache, minutes and gigabytes at miniImageNet's size

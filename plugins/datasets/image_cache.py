@@ -316,6 +316,18 @@ def root_cache_usable(inside: Path, create: bool) -> bool:
     return os.access(inside, os.W_OK)
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` (made with its parents where not there yet) cannot be written, or None: what
+    its nearest part that exists is (a file; a folder ``os.access`` says no to, as a read-only
+    file system says to root too). It writes nothing."""
+    there = Path(folder)
+    while not os.path.lexists(there) and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        return f"{there} is not a folder"
+    return None if os.access(there, os.W_OK) else f"{there} cannot be written"
+
+
 def root_cache(root: Path) -> Path:
     """The cache folder inside a data root, ``ROOT/.fslab-cache``."""
     return Path(root).resolve() / CACHE_FOLDER
@@ -547,11 +559,24 @@ class CachedDataset:
         key = source_key(stem, params, sources)
         return any(cache_ready(folder, stem, key) for folder in self.cache_places(create=False))
 
+    def check_cache_dir(self) -> None:
+        """Refuse a ``cache_dir`` that cannot be written (:func:`unwritable`) before the run exists,
+        unless every split is cached there already (a read-only shared cache is only read)."""
+        if not self.cache_dir:
+            return
+        folder = cache_folder(self.root, self.cache_dir, create=False)
+        why = unwritable(folder)
+        if why and not all(self.cached(split) for split in ("train", "val", "test")):
+            raise UsageError(f"dataset.cache_dir: cannot write the decode cache of {self.name} in {folder}: "
+                             f"{why}; give a folder that can be written with --set dataset.cache_dir=DIR, "
+                             f"or leave it out for ROOT/.fslab-cache (else ~/.cache/fslab)")
+
     def split_sizes(self) -> dict[str, list[int]]:
         """Images per class of each split that :meth:`class_counts` can tell
         without decoding (fslab checks episodes against them before a run),
         once every image an index file lists is found on disk (a stat each)."""
         check_listed([self.listed_files(split) for split in ("train", "val", "test")], self.name)
+        self.check_cache_dir()
         sizes = {}
         for split in ("train", "val", "test"):
             counts = self.class_counts(split)
