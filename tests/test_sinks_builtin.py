@@ -662,6 +662,38 @@ def test_an_export_replaces_the_offline_record_w_and_b_named_id_dash_1_too(tmp_p
     assert sorted(p.name for p in records.glob("*offline-run-*")) == sorted([found[0].name, other.name])
 
 
+def test_an_export_cut_short_points_w_and_b_s_links_at_the_earlier_record_again(tmp_path, monkeypatch):
+    """W&B links latest-run, debug.log and debug-internal.log in its folder to the record it starts: an export
+    cut short removed its record and put the earlier one back, but left the links dangling at the removed one."""
+    from fslab_plugins.sinks.wandb import LINKS, WandbSink
+
+    from fslab.plugin import SinkRun
+
+    _offline_trackers(monkeypatch)
+    run_dir = tmp_path / "runs" / "20260101-000000-nca-wbln"
+    records = run_dir / "wandb"
+    earlier = records / f"offline-run-20260101_000000-{run_dir.name}"  # a second no export starts in
+    (earlier / "logs").mkdir(parents=True)
+    made = {"latest-run": earlier.name, "debug.log": f"{earlier.name}/logs/debug.log",
+            "debug-internal.log": f"{earlier.name}/logs/debug-internal.log"}
+    for name, target in made.items():
+        (records / target).touch()
+        os.symlink(target, records / name)
+    for links in (made, {}):  # the earlier record's links, then none (W&B had made none)
+        for name in LINKS:
+            if name not in links:
+                (records / name).unlink(missing_ok=True)
+        run = SinkRun(run_dir.name, str(run_dir), RUN_CONFIG, replay=True, state="completed")
+        sink = WandbSink(run)
+        assert os.readlink(records / "latest-run") != earlier.name  # W&B's links point at the new record
+        sink.write({"event": "train", "time": 1.0, "step": 3, "epoch": 1, "loss": 2.5})
+        run.cut_short = True
+        sink.close()
+        assert {name: os.readlink(records / name) for name in LINKS if (records / name).is_symlink()} == links
+        assert all((records / name).exists() for name in links)
+        assert sorted(p.name for p in records.glob("*offline-run-*")) == [earlier.name]
+
+
 def test_what_a_sink_replays_before_a_resume_is_read_as_fslab_reads_the_log(tmp_path):
     """logged_before (what the TensorBoard and W&B sinks replay after a resume) parsed metrics.jsonl with a
     reader of its own: a last line still being written that happened to be JSON was replayed, a line that was

@@ -13,7 +13,8 @@ and sends nothing; ``wandb sync runs/<id>/wandb/offline-run-*`` uploads it
 later. ``mode = "online"`` sends it as it goes (to the account of ``wandb
 login``). ``fslab export`` sets the offline records an earlier export or the live
 run left for the run aside, and removes them once its own is written whole
-(an export that fails removes its own and puts them back); a resumed run's
+(an export that fails or is cut short removes its own and puts them back, and W&B's links in
+``wandb/``, ``latest-run`` and ``debug.log``, at them again); a resumed run's
 offline record replaces its earlier start's, holding the whole run (online, W&B
 ignores the steps it logs again after its checkpoint). Needs ``pip install 'fslab[wandb]'``.
 """
@@ -46,6 +47,9 @@ EXIT_CODE = {"completed": 0, "killed": 130}
 # The step axis of fslab eval's scores (eval/...): the step of the checkpoint they scored, which W&B
 # refuses as the step of a log once a later one is logged (a run killed after its checkpoint).
 EVAL_STEP = "checkpoint_step"
+# The links W&B makes in its folder to the record it writes (``wandb.init``'s ``_safe_symlink``): an
+# export cut short puts back the ones it found, since the record they then point at is removed.
+LINKS = ("latest-run", "debug.log", "debug-internal.log")
 
 
 def offline_records(folder: Path, run_id: str, *, aside: bool = False) -> list[Path]:
@@ -55,6 +59,25 @@ def offline_records(folder: Path, run_id: str, *, aside: bool = False) -> list[P
     pattern = (r"\." if aside else "") + rf"offline-run-[^/]+-{re.escape(run_id)}(-\d+)?" + (r"\.old" if aside else "")
     return sorted(path for path in folder.glob(".offline-run-*" if aside else "offline-run-*")
                   if re.fullmatch(pattern, path.name))
+
+
+def links_to(path: Path) -> str | None:
+    """Where the link ``path`` points (as written in it), or None where there is no link."""
+    return os.readlink(path) if path.is_symlink() else None
+
+
+def link_again(path: Path, target: str | None) -> None:
+    """The link ``path`` made to point at ``target`` again, as W&B makes it (a new link renamed over the
+    old one); removed where ``target`` is None (there was none)."""
+    if target is None:
+        if path.is_symlink():
+            path.unlink()
+        return
+    if links_to(path) != target:
+        new = path.with_name(f".{path.name}.{os.getpid()}")
+        new.unlink(missing_ok=True)
+        os.symlink(target, new)
+        os.replace(new, path)
 
 
 def quiet_logging_errors() -> None:
@@ -81,6 +104,7 @@ class WandbSink:
                                   "a dir= this user can write", str(folder))
         self.records, self.failed, self.mode = folder / "wandb", False, mode
         self.earlier = self._set_aside() if run.replay else []
+        self.links = {name: links_to(self.records / name) for name in LINKS}
         tags = run.tags()
         try:
             self.wandb_run = wandb.init(
@@ -123,6 +147,8 @@ class WandbSink:
             shutil.rmtree(path, ignore_errors=True)
         for path, aside in self.earlier:
             os.replace(aside, path)
+        for name, target in self.links.items():
+            link_again(self.records / name, target)
 
     def write(self, event: dict) -> None:
         kind = event.get("event")
