@@ -503,6 +503,7 @@ def test_the_parameter_check_catches_a_default_of_another_type_than_the_paramete
 
 BROKEN_SINKS = '''
 import json
+import os
 from pathlib import Path
 
 from fslab.plugin import hookimpl
@@ -510,13 +511,17 @@ from fslab.plugin import hookimpl
 
 class Tidy:
     def __init__(self, run):
-        self.file = open(Path(run.path) / "tidy.jsonl", "w" if run.replay else "a")
+        self.run, self.path = run, Path(run.path) / "tidy.jsonl"
+        self.new = self.path.with_suffix(".new") if run.replay else None  # in place of the old at close()
+        self.file = open(self.new or self.path, "w" if run.replay else "a")
 
     def write(self, event):
         self.file.write(json.dumps(event) + "\\n")
 
     def close(self):
         self.file.close()
+        if self.new and not self.run.cut_short:
+            os.replace(self.new, self.path)
 
 
 class Strips(Tidy):
@@ -526,12 +531,24 @@ class Strips(Tidy):
 
 class Scatters(Tidy):
     def __init__(self, run):
+        super().__init__(run)
+        self.file.close()
         self.file = open("events.jsonl", "a")  # the current directory, wherever the worker runs
 
 
 class Tramples(Tidy):
     def __init__(self, run):
+        super().__init__(run)
+        self.file.close()
         self.file = open(Path(run.path) / "metrics.jsonl", "a")  # the run's own record
+
+
+class Truncates(Tidy):
+    def __init__(self, run):
+        super().__init__(run)
+        if run.replay:  # an export opens the file anew: one cut short loses the earlier export's
+            self.file.close()
+            self.new, self.file = None, open(self.path, "w")
 
 
 class Breaks(Tidy):
@@ -549,7 +566,7 @@ class Forgets(Tidy):
 
 @hookimpl
 def register_sinks(register):
-    for sink in (Tidy, Strips, Scatters, Tramples, Breaks, Forgets):
+    for sink in (Tidy, Strips, Scatters, Tramples, Breaks, Forgets, Truncates):
         register(sink, name=sink.__name__.lower(), description="a sink")
 '''
 
@@ -561,6 +578,9 @@ def register_sinks(register):
     ("breaks", "sink breaks, fed a live run: sink 'breaks' from plugin 'local:sinks' failed on an eval event: "
                "ConnectionError: tracker unreachable; the run goes on without it"),
     ("forgets", "exports were never tried"),
+    ("truncates", "sink truncates: an export cut short (run.cut_short at close()) did not keep the earlier "
+                  "export's record: project/runs/20260101-000000-nca-c0de/tidy.jsonl was changed or removed; "
+                  "export into new files that take the old ones' place at close() unless run.cut_short"),
 ])
 def test_the_sink_check_catches_what_breaks_its_contract(tmp_path, builtin_plugins, monkeypatch, name, message):
     from fslab.core.registry import load_registry
@@ -573,6 +593,23 @@ def test_the_sink_check_catches_what_breaks_its_contract(tmp_path, builtin_plugi
         check_sink(registry, name, {}, tmp_path / name)
     check_sink(registry, "tidy", {}, tmp_path / "tidy")
     assert os.getcwd() == str(tmp_path)  # the check went back where it was
+
+
+def test_the_generated_csv_sink_passes_the_sink_check_export_cut_short_included(tmp_path, builtin_plugins):
+    """The check never cut an export short, so a sink that lost its earlier record then passed it."""
+    import shutil
+
+    from fslab.core.registry import load_registry
+    from fslab.kit import write_plugin
+    from fslab.testing.checks import check_sink
+
+    write_plugin(tmp_path / "pkg", "fslab_rows", ["sink"])
+    (tmp_path / "local").mkdir()
+    shutil.copy(tmp_path / "pkg" / "fslab_rows" / "sink.py", tmp_path / "local" / "rows.py")
+    registry = load_registry([tmp_path / "local"])
+    (name,) = [n for n in registry.names("sink") if "rows" in n]
+    check_sink(registry, name, {}, tmp_path / "check")
+    assert (tmp_path / "check" / "project" / "runs" / "20260101-000000-nca-c0de" / f"{name}.csv").is_file()
 
 
 def test_sink_check_feeds_events_shaped_as_a_run_logs_them():

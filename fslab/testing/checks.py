@@ -492,13 +492,55 @@ def _files_under(folder) -> list[str]:
                   for root, _, names in os.walk(folder) for name in names)
 
 
+def _snapshot(folder) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes (a link: where it points, and whether anything is there)."""
+    import os
+
+    def held(full: str) -> bytes:
+        if os.path.islink(full):
+            return os.fsencode(os.readlink(full)) + (b"" if os.path.exists(full) else b" (dangling)")
+        with open(full, "rb") as file:
+            return file.read()
+
+    return {path: held(os.path.join(folder, path)) for path in _files_under(folder)}
+
+
+class _CutShort(Exception):
+    """What stops the export the sink check cuts short."""
+
+
+def check_cut_short(registry: Registry, name: str, run, params: dict, events: list[dict], folder) -> None:
+    """An export of ``run`` (``run.replay``) stopped after half of ``events`` (``run.cut_short`` at
+    ``close()``) leaves every file under ``folder`` that the earlier, whole export left as it was:
+    the sink keeps its earlier record."""
+    from fslab.core.sinks import replay
+
+    before = _snapshot(folder)
+
+    def half():
+        yield from events[:len(events) // 2]
+        raise _CutShort
+
+    try:
+        replay(registry, name, run, params, half())
+    except _CutShort:
+        pass
+    after = _snapshot(folder)
+    lost = [path for path, data in before.items() if after.get(path) != data]
+    assert not lost, (f"sink {name}: an export cut short (run.cut_short at close()) did not keep the earlier "
+                      f"export's record: {', '.join(lost[:5])} {'was' if len(lost) == 1 else 'were'} changed or "
+                      f"removed; export into new files that take the old ones' place at close() unless "
+                      f"run.cut_short, as fslab's own sinks do")
+
+
 def check_sink(registry: Registry, name: str, params: dict | None, folder) -> None:
     """In ``folder`` (an empty directory, also the current one): a sink fed a
     run's events live, from fslab's own thread and queue, starts, writes and
     closes with nothing reported; it changes neither an event (every sink of a
     run gets the same dicts) nor the run's own files, and writes nothing into
     the current directory (only under the run's folder or where its parameters
-    say); an export (``run.replay``) takes every event, and so does a second one."""
+    say); an export (``run.replay``) takes every event, and so does a second one; one cut short keeps
+    the earlier export's record (:func:`check_cut_short`)."""
     import copy
     import json
     import os
@@ -543,5 +585,7 @@ def check_sink(registry: Registry, name: str, params: dict | None, folder) -> No
         assert not stray, f"sink {name} wrote into the current directory: {', '.join(stray[:5])}"
         for file_name, text in own.items():
             assert (run_path / file_name).read_text() == text, f"sink {name} changed the run's {file_name}"
+        cut = SinkRun(run_path.name, run_path, config, replay=True, state="completed")
+        check_cut_short(registry, name, cut, params, sent, folder)
     finally:
         os.chdir(cwd)
