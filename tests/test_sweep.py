@@ -1065,6 +1065,27 @@ def test_sweep_show_and_stop_name_the_commands_that_do_it(project):
     assert not (project / "runs").exists()
 
 
+def test_the_records_folder_given_as_a_sweep_is_refused_saying_what_it_holds(tmp_path, monkeypatch):
+    """runs/sweeps/ given where only a SWEEP is taken (fslab runs --sweep, fslab sweep resume) said "matches no
+    sweep", where fslab stop and compare (RUN|SWEEP) say what the folder holds, as the README says of SWEEP."""
+    from pathlib import Path
+
+    from fslab.core.sweeps import save_sweep, sweep_name
+
+    runs = tmp_path / "runs"
+    save_sweep(runs, "sweep-20261123-100000-abcd", runs=[], method="nca")
+    monkeypatch.chdir(tmp_path)
+    for ref in ("runs/sweeps/", "runs/sweeps", str(runs / "sweeps")):
+        with pytest.raises(UsageError, match=r"^runs/sweeps/ holds the sweeps' records, not a sweep: give a sweep's "
+                                             r"id, or its record's path, runs/sweeps/<id>\.json\. Sweeps: "
+                                             r"sweep-20261123-100000-abcd$"):
+            sweep_name(Path("runs"), ref)
+    for argv in (["runs", "--sweep", "runs/sweeps/"], ["sweep", "resume", "runs/sweeps/"]):
+        refused = fslab(*argv, cwd=tmp_path)
+        assert (refused.returncode, refused.stdout) == (2, ""), argv
+        assert refused.stderr.startswith("error: runs/sweeps/ holds the sweeps' records, not a sweep"), argv
+
+
 def test_a_sweep_record_s_path_names_the_sweep_and_a_run_s_folder_is_named_by_sweep_resume(tmp_path, monkeypatch):
     """runs/sweeps/<id>.json (as the shell completes it) said "no run folder runs/sweeps" in fslab compare and
     stop and "matches no sweep" in fslab sweep resume, as runs/<id> did there instead of naming the run."""

@@ -96,10 +96,11 @@ def _only_gone(runs_dir, sweep: str | None, every: list) -> bool:
 def _sweep_filter(runs_dir, sweep: str | None) -> str | None:
     """--sweep as the listing filters by it: ``last`` the newest sweep's id (as RUN's last is the newest
     run), a record's path (runs/sweeps/<id>.json) its sweep's id, anything else as given."""
-    from fslab.core.sweeps import record_named, sweep_name
+    from fslab.core.sweeps import record_named, refuse_records_folder, sweep_name
 
     if sweep is None:
         return None
+    refuse_records_folder(runs_dir, sweep)
     return sweep_name(runs_dir, "last") if sweep == "last" else record_named(runs_dir, sweep) or sweep
 
 

@@ -101,6 +101,7 @@ def sweep_name(runs_dir: Path, ref: str) -> str:
     ref = record_named(runs_dir, ref) or ref
     folder = Path(runs_dir) / SWEEPS
     names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
+    refuse_records_folder(runs_dir, ref)
     found = names[-1:] if ref == "last" else [n for n in names if n == ref] or [n for n in names if ref in n]
     if not names:
         raise UsageError(f"no sweeps yet: {folder}/ holds no sweep's record, so '{ref}' names none; start one with: "
@@ -110,6 +111,16 @@ def sweep_name(runs_dir: Path, ref: str) -> str:
     if len(found) > 1:
         raise UsageError(f"'{ref}' matches several sweeps. Sweeps: {', '.join(names)}")
     return found[0]
+
+
+def refuse_records_folder(runs_dir: Path, ref: str) -> None:
+    """A UsageError where ``ref``, given as a SWEEP, is the records' folder itself (``runs/sweeps/``), saying
+    what it holds, as RUN|SWEEP refuses it; nothing for any other ``ref``."""
+    folder = Path(runs_dir) / SWEEPS
+    if is_path(ref) and Path(os.path.expanduser(ref)).resolve() == folder.resolve():
+        names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
+        raise UsageError(f"{folder}/ holds the sweeps' records, not a sweep: give a sweep's id, or its record's path, "
+                         f"{folder}/<id>.json. Sweeps: {', '.join(names) or '(none yet)'}")
 
 
 def no_sweep(given: str, ref: str, names: list[str]) -> UsageError:
