@@ -140,7 +140,7 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """The longest tests first: the slow end-to-end ones (real training runs) start
     while the fast ones fill the gaps, instead of one long test running on alone at
-    the end of the suite; the study test, the longest, leads."""
+    the end of the suite; the built-in studies' end-to-end tests, the longest, lead."""
     def weight(item) -> int:
         if "every_built_in_study" in item.name:
             return 0
