@@ -17,7 +17,7 @@ import pytest
 from fslab.core.errors import ConfigError
 from fslab.core.settings import Settings, load_settings
 
-from .runs_helpers import TINY, events, fslab, wait_for
+from .runs_helpers import TINY, events, fslab, fslab_here, wait_for
 from .test_resume import SLOW_NCA, trajectory
 
 
@@ -319,7 +319,6 @@ def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project
 def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(local_cluster):
     """--device cpu --gpus 2 as a job: the same steps as the same run started locally; USR2 to
     the job stops its ranks, and the requeued job resumes them from the checkpoint."""
-    from fslab.core.states import pid_alive
     from fslab.execution.local import child_pids
 
     project = local_cluster
@@ -344,7 +343,16 @@ def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(loca
     assert 1 <= resumed["epoch"] < 3
     assert [e["step"] for e in events(run_dir, "train")] == list(range(1, len(events(run_dir, "train")) + 1))
 
-    # fslab stop: the job passes SIGTERM on to torchrun, whose rank 0 records the stop
+
+# The two tests below were the end of the one above (73 s in all on a loaded 2-core machine): apart,
+# two test processes can share them out.
+@pytest.mark.slow
+def test_fslab_stop_passes_sigterm_through_a_two_process_job_to_torchrun(local_cluster):
+    """fslab stop: the job passes SIGTERM on to torchrun, whose rank 0 records the stop."""
+    from fslab.core.states import pid_alive
+
+    project = local_cluster
+    two = [*ARGS, "--device", "cpu", "--gpus", "2"]
     stopped = fslab("run", "nca", *two, "--executor", "slurm", "--detach", cwd=project).stdout.strip()
     wait_for(lambda: events(project / "runs" / stopped, "train"), timeout=180, what="training to start")
     torchrun = status(project / "runs" / stopped)["pid"]
@@ -353,13 +361,16 @@ def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(loca
     assert status(project / "runs" / stopped)["error"] == "stopped by SIGTERM"
     wait_for(lambda: not pid_alive(torchrun), timeout=120, what="torchrun to exit")
 
+
+def test_a_job_of_more_processes_than_its_gpus_is_refused_in_one_line(local_cluster):
+    project = local_cluster
     bin_dir = project / "bin"  # a stand-in srun: SLURM is here, so the job's shape is what is checked
     bin_dir.mkdir()
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "srun").chmod(0o755)
-    no_gpus = fslab("run", "nca", *TINY, "--gpus", "2", "--device", "cuda", "--executor", "slurm", "--slurm",
-                    "cluster='slurm'", "--slurm", "gpus_per_job=1", cwd=project,
-                    env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    no_gpus = fslab_here("run", "nca", *TINY, "--gpus", "2", "--device", "cuda", "--executor", "slurm", "--slurm",
+                         "cluster='slurm'", "--slurm", "gpus_per_job=1", cwd=project,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert no_gpus.returncode == 2 and no_gpus.stderr.strip() == \
         "error: --gpus 2 (train.processes) in a SLURM job needs gpus_per_job >= 2, got 1; pass --slurm " \
         "gpus_per_job=2 or set it in [slurm] of fslab.toml"
