@@ -110,7 +110,7 @@ def test_without_slurm_a_job_is_refused_before_any_run_exists(project):
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # python and fslab, no srun
     for argv in (["run", "nca", *TINY], ["sweep", "nca", *TINY, "--seeds", "2"],
                  ["study", "run", "nca-fig2", "--scale", "quick"]):
-        result = fslab(*argv, "--executor", "slurm", cwd=project, env=env)
+        result = fslab_here(*argv, "--executor", "slurm", cwd=project, env=env)  # the CLI in this process
         assert result.returncode == 1 and result.stderr == (
             'error: SLURM is not available here (no srun on the PATH); to try --executor slurm on this machine, '
             'set [slurm] cluster = "local" in fslab.toml\n'), argv
