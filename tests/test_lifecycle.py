@@ -585,11 +585,8 @@ def test_a_batch_of_no_positive_pair_logs_its_loss_as_0_not_minus_0(project):
     assert '"loss": -0.0' not in (run_dir / "metrics.jsonl").read_text()
 
 
-COUNTED = """
-    import json
-
-    from fslab.plugin import Batch, hookimpl
-
+# A list that counts how often its length is asked: the sampler's batches below, and the test's own conversion.
+COUNTED_LIST = """
     class Counted:
         reads = 0  # how many times fslab asked a batch's indices or marks their length
 
@@ -602,7 +599,13 @@ COUNTED = """
 
         def __getitem__(self, row):
             return self.values[row]
+"""
 
+COUNTED = """
+    import json
+
+    from fslab.plugin import Batch, hookimpl
+""" + COUNTED_LIST + """
     class Reading:
         def __init__(self, labels, batch_size, seed):
             self.batch_size = batch_size
@@ -638,19 +641,9 @@ def test_a_step_converts_its_sampler_batch_once(project):
     assert result.returncode == 0, result.stderr
     assert [e["step"] for e in events(only_run(project), "train")] == [1, 2, 3]
 
-    class Counted:  # the plugin's, to count the reads of one conversion
-        reads = 0
-
-        def __init__(self, values):
-            self.values = values
-
-        def __len__(self):
-            Counted.reads += 1
-            return len(self.values)
-
-        def __getitem__(self, row):
-            return self.values[row]
-
+    namespace = {}
+    exec(textwrap.dedent(COUNTED_LIST), namespace)  # the plugin's class, to count the reads of one conversion
+    Counted = namespace["Counted"]
     torch.as_tensor(Counted(list(range(8))))
     torch.as_tensor(Counted([True] * 8))
     assert json.loads(report.read_text()) == 3 * Counted.reads
