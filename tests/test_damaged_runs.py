@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fslab.core.errors import UsageError
-from fslab.core.files import Tail, read_json
+from fslab.core.files import Tail, json_object_fault, read_json
 from fslab.core.runstore import Run, find_run, list_runs
 from fslab.core.summary import SummaryFile, list_summaries, read_summary
 from fslab.core.sweeps import sweep_records
@@ -572,7 +572,7 @@ def test_a_file_that_can_no_longer_be_read_takes_what_it_said_out_of_the_summary
     (folder / "summary.json").unlink()
     afresh = read_summary(folder, save=False)
     assert kept.to_dict() == afresh.to_dict()
-    assert kept.state == "unreadable" and kept.error == f"{name} is not a JSON object"
+    assert kept.state == "unreadable" and kept.error == f"{name} is cut short or not JSON (line 1, column 12)"
     if name == "config.json":
         assert (kept.method, kept.backbone, kept.seed, kept.dataset) == (None, None, None, None)
     else:
@@ -594,3 +594,26 @@ def test_last_lines_start_agrees_with_splitting_the_whole_file(tmp_path_factory,
     whole = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
     kept = whole[-count:] if count else []
     assert last_lines_start(path, count, block=block) == len(data) - sum(map(len, kept))
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (b"", "is empty"),
+    (b"  \n", "is empty"),
+    (b'{"state": "running", "pid"', "is cut short or not JSON (line 1, column 27)"),
+    (b'{\n  "state": tru\n}', "is cut short or not JSON (line 2, column 12)"),
+    (b"[1, 2]", "holds a JSON list, not an object"),
+    (b'"done"', "holds a JSON string, not an object"),
+    (b"null", "holds a JSON null, not an object"),
+    (b'{"state": "\xff"}', "is not UTF-8 text"),
+    (b'{"step": 123456789012345678901}', "is not JSON fslab reads (integer of 21 digits)"),
+    (b'{"state": "completed"}', None),
+])
+def test_a_status_json_that_holds_no_object_says_why_in_its_note(run_folder, content, why):
+    """A status.json cut short as it was written, or one edited by hand, was noted 'is not a JSON object'
+    whatever was wrong with it: empty, cut mid-way (where), a list, bytes that are no text."""
+    folder = run_folder()
+    (folder / "status.json").write_bytes(content)
+    assert json_object_fault(folder / "status.json") == why
+    if why is not None:
+        summary = read_summary(folder, save=False)
+        assert (summary.state, summary.error) == ("unreadable", f"status.json {why}")

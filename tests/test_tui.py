@@ -180,7 +180,7 @@ def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
         (folders["done0"] / "status.json").write_text("{half a stat")  # unreadable: noted, not fatal
         (folders["done0"] / "metrics.jsonl").unlink()
         await tick(app, pilot)
-        assert app.rows[folders["done0"].name].note == "status.json is not a JSON object"
+        assert app.rows[folders["done0"].name].note == "status.json is cut short or not JSON (line 1, column 2)"
         assert app.rows[folders["done0"].name].state == "unreadable"
         assert "!" in row_text(app, folders["done0"].name)
         # a deleted run is a note; many deleted at once are one note, not a screen of them

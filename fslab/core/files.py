@@ -281,6 +281,36 @@ def read_json(path: str | Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def json_object_fault(path: str | Path) -> str | None:
+    """Why ``path`` holds no JSON object, as a run's note says it after its name (``is empty``, ``is
+    cut short or not JSON (line 1, column 9)``, ``holds a JSON list, not an object``, ``cannot be read:
+    ...``); None where it holds one. Asked only where :func:`read_json` gave None: it reads again."""
+    try:
+        with open_regular(path, "r", encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return "missing"
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if not text.strip():
+        return "is empty"
+    try:
+        value = loads(text)
+    except json.JSONDecodeError as exc:
+        return f"is cut short or not JSON (line {exc.lineno}, column {exc.colno})"
+    except ValueError as exc:  # a number beyond 64 bits, nesting too deep
+        return f"is not JSON fslab reads ({exc})"
+    if not isinstance(value, dict):
+        return f"holds a JSON {_JSON_TYPES.get(type(value), type(value).__name__)}, not an object"
+    return None
+
+
+_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "true or false",
+               type(None): "null"}
+
+
 def parse_lines(chunk: bytes) -> tuple[list[dict], int]:
     """The JSON objects in complete lines of JSONL, and how many non-blank
     lines were not JSON objects."""
