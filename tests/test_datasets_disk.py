@@ -28,6 +28,7 @@ from fslab_plugins.datasets import image_cache
 from PIL import Image
 
 from fslab.core.errors import UsageError
+from fslab.core.runstore import list_runs
 
 from .runs_helpers import fslab, fslab_here
 
@@ -361,6 +362,22 @@ def test_a_cache_dir_that_cannot_be_written_is_refused_before_the_run_exists(reg
                         rf"{tmp_path / 'afile' / 'cache'}/\w+: {tmp_path / 'afile'} is not a folder; give a "
                         rf"folder that can be written with --set dataset\.cache_dir=DIR, or leave it out .*\n",
                         result.stderr), result.stderr
+    # a run that trained with a cache folder that can no longer be written (a file in its place now): its
+    # resume is refused the same way, and told that fslab resume takes no --set
+    trained = fslab_here("run", "nca", "--dataset", "folder", "--data-root", "tree", "--set",
+                         "dataset.cache_dir=cache", *small, cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    (run,) = list_runs(tmp_path / "runs")
+    run.write_status(state="failed")
+    shutil.rmtree(tmp_path / "cache")
+    (tmp_path / "cache").write_text("a file where the cache folder was")
+    resumed = fslab_here("resume", run.id, cwd=tmp_path)
+    assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
+    assert resumed.stderr.startswith("error: dataset.cache_dir: cannot write the decode cache of folder"), \
+        resumed.stderr
+    assert resumed.stderr.endswith(f"(fslab resume takes no settings: put right what the run's own settings need "
+                                   f"and resume it, or start it anew with other settings: fslab run --like {run.id} "
+                                   f"--set ...)\n"), resumed.stderr
     shared = tmp_path / "shared"  # a read-only cache_dir that holds every split already is only read
     create(registry, "folder", tmp_path / "tree", image_size=6, cache_dir=str(shared)).split_sizes()
     for split in ("train", "val", "test"):

@@ -49,11 +49,24 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
     check_batch_split(config)
     check_cpu_processes(config, slurm, again)
     check_compile(config, slurm, again)
-    sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
-    if sizes:
-        check_training(config, sizes)
-        check_evaluation(config, sizes, evaluator_shape(config, registry))
-        check_plugins(config, registry, sizes)
+    try:
+        sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
+        if sizes:
+            check_training(config, sizes)
+            check_evaluation(config, sizes, evaluator_shape(config, registry))
+            check_plugins(config, registry, sizes)
+    except UsageError as exc:
+        raise for_resume(exc, again) from None
+
+
+def for_resume(exc: UsageError, again: str | None) -> UsageError:
+    """``exc`` as a resume says it (``again`` given): a dataset's or plugin's line that suggests
+    ``--set`` (a ``dataset.cache_dir`` that cannot be written, say) is told that ``fslab resume``
+    takes no settings, and which command starts the run anew with them; ``exc`` itself otherwise."""
+    if again is None or "--set " not in str(exc):
+        return exc
+    return UsageError(f"{exc} (fslab resume takes no settings: put right what the run's own settings need and "
+                      f"resume it, or start it anew with other settings: {again} --set ...)")
 
 
 def check_dataset(config: dict, registry):
