@@ -86,6 +86,22 @@ def take_lock(path: str | Path, wait: float = 0.0, poll: float = 0.005, *, holde
         time.sleep(poll)
 
 
+def holder_line(pid: int | None = None, *more: str) -> str:
+    """``PID HOST`` (then ``more``): who holds a lock, as its file's one line names it, this process
+    (or ``pid``) on this host; :func:`read_holder` reads it back."""
+    return " ".join([str(pid or os.getpid()), states.HOST, *more])
+
+
+def read_holder(path: str | Path, maxsplit: int = -1) -> list[str]:
+    """The words of the :func:`holder_line` in the lock file at ``path``, pid and host first (split
+    as ``str.split`` splits, at most ``maxsplit`` times); ``[]`` where it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.readline().strip().split(maxsplit=maxsplit)
+    except OSError:
+        return []
+
+
 def write_holder(fd: int, line: str) -> None:
     """Make ``line`` (who holds the lock) the lock file's one line."""
     data = f"{line}\n".encode()
@@ -106,7 +122,7 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
     opener = opener or (lambda: open_lock(path))
     fd = None
     try:
-        mine = f"{os.getpid()} {states.HOST}"
+        mine = holder_line()
         fd = take_lock(path, reopen=True, opener=opener, holder=mine)
         if fd is None:
             holder = held_by(path)
@@ -147,10 +163,7 @@ def held_by(path: Path) -> str:
     (:func:`fslab.core.states.process_named`), ``, another machine`` after it where H is not this
     host (its pid is no process of this one's), ``pid P`` for a file of earlier versions (which named
     no host); ``""`` where the file names no one (gone meanwhile, being written)."""
-    try:
-        words = path.read_text(encoding="utf-8", errors="replace").split()
-    except OSError:
-        return ""
+    words = read_holder(path)
     if not words or not words[0].isdigit():
         return ""
     if len(words) < 2:

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from fslab.core.files import atomic_write_json, read_json
+from fslab.core.flocks import holder_line, read_holder, take_lock, write_holder
 from fslab.core.flocks import is_held as lock_held
-from fslab.core.flocks import take_lock, write_holder
 from fslab.core.slurm_queue import job_alive, waits_for_job
 from fslab.core.states import HOST, lock_matters, process_named, run_state
 
@@ -46,16 +46,12 @@ def take(run_dir: str | Path, wait: float = 0.0) -> int | None:
 
 def name_holder(fd: int, pid: int | None = None) -> None:
     """Write who holds the lock (this process, or ``pid``) into the lock file."""
-    write_holder(fd, f"{pid or os.getpid()} {HOST}")
+    write_holder(fd, holder_line(pid))
 
 
 def holder(run_dir: str | Path) -> tuple[int | None, str | None]:
     """(pid, host) the lock file names, as far as it can be read."""
-    try:
-        with open(_lock_file(run_dir), encoding="utf-8", errors="replace") as fh:
-            words = fh.readline().split()
-    except OSError:
-        return None, None
+    words = read_holder(_lock_file(run_dir))
     pid = int(words[0]) if words and words[0].isdigit() else None
     return pid, (words[1] if len(words) > 1 else None)
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.files import REFUSED
-from fslab.core.flocks import open_lock, take_lock
+from fslab.core.flocks import holder_line, open_lock, read_holder, take_lock
 from fslab.core.runstore import Run, create_run, list_runs
-from fslab.core.states import HOST, LIVE, RESUMABLE, process_named
+from fslab.core.states import LIVE, RESUMABLE, process_named
 from fslab.core.studies import Study
 from fslab.core.study_plan import (
     PlannedRun,
@@ -120,7 +120,7 @@ def queueing(runs_dir: Path, study: str, wait: float | None = None) -> Iterator[
 
 def _take_queue_lock(path: Path, study: str, limit: float) -> int:
     """A descriptor holding ``path`` locked, the file still the one at ``path``."""
-    fd = take_lock(path, limit, 0.05, holder=f"{os.getpid()} {HOST} {study}", reopen=True,
+    fd = take_lock(path, limit, 0.05, holder=holder_line(None, study), reopen=True,
                    opener=lambda: _open_queue_lock(path))
     if fd is None:
         raise UsageError(f"{_queueing_holder(path)} for over {limit:g} s; run this study "
@@ -145,10 +145,7 @@ def _open_queue_lock(path: Path) -> int | None:
 
 def _queueing_holder(path: Path) -> str:
     """``study NAME is being queued by pid P on host H``, from the lock file's line."""
-    try:
-        words = path.read_text(encoding="utf-8", errors="replace").split(maxsplit=2)
-    except OSError:
-        words = []
+    words = read_holder(path, maxsplit=2)
     if len(words) < 3:
         return "another study is being queued in this project"
     return f"study {words[2].strip()} is being queued by {process_named(words[0], words[1])}"
