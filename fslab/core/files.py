@@ -273,38 +273,32 @@ def open_regular(path: str | Path, mode: str = "rb", encoding: str | None = None
 def read_json(path: str | Path) -> dict | None:
     """The JSON object in ``path``; None if it is missing, unreadable, not JSON,
     or JSON of another shape (a list, a string)."""
-    try:
-        with open_regular(path, "r", encoding="utf-8") as fh:
-            value = loads(fh.read())
-    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
-        return None
-    return value if isinstance(value, dict) else None
+    return json_object(path)[0]
 
 
-def json_object_fault(path: str | Path) -> str | None:
-    """Why ``path`` holds no JSON object, as a run's note says it after its name (``is empty``, ``is
-    cut short or not JSON (line 1, column 9)``, ``holds a JSON list, not an object``, ``cannot be read:
-    ...``); None where it holds one. Asked only where :func:`read_json` gave None: it reads again."""
+def json_object(path: str | Path) -> tuple[dict | None, str | None]:
+    """(the JSON object in ``path``, None), or (None, why it holds none, as a run's note says it after
+    its name: ``is empty``, ``is cut short or not JSON (line 1, column 9)``, ``holds a JSON list, not
+    an object``, ``cannot be read: ...``)."""
     try:
         with open_regular(path, "r", encoding="utf-8") as fh:
             text = fh.read()
     except FileNotFoundError:
-        return "missing"
+        return None, "missing"
     except UnicodeDecodeError:
-        return "is not UTF-8 text"
-    except OSError as exc:
-        return f"cannot be read: {exc.strerror or exc}"
-    if not text.strip():
-        return "is empty"
+        return None, "is not UTF-8 text"
+    except (OSError, ValueError) as exc:  # ValueError: a path with a NUL in it
+        return None, f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
     try:
         value = loads(text)
     except json.JSONDecodeError as exc:
-        return f"is cut short or not JSON (line {exc.lineno}, column {exc.colno})"
+        return None, ("is empty" if not text.strip() else f"is cut short or not JSON (line {exc.lineno}, "
+                                                          f"column {exc.colno})")
     except ValueError as exc:  # a number beyond 64 bits, nesting too deep
-        return f"is not JSON fslab reads ({exc})"
+        return None, f"is not JSON fslab reads ({exc})"
     if not isinstance(value, dict):
-        return f"holds a JSON {_JSON_TYPES.get(type(value), type(value).__name__)}, not an object"
-    return None
+        return None, f"holds a JSON {_JSON_TYPES.get(type(value), type(value).__name__)}, not an object"
+    return value, None
 
 
 _JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "true or false",

@@ -38,7 +38,7 @@ from pathlib import Path
 from fslab.core import schemas
 from fslab.core.config import PRECISIONS
 from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, other_precision, own_evaluator
-from fslab.core.files import Tail, atomic_write_text, json_object_fault, loads, read_json
+from fslab.core.files import Tail, atomic_write_text, json_object, loads, read_json
 from fslab.core.runstore import Run, newest_first, run_names
 from fslab.core.slurm_queue import JOB_KEYS
 from fslab.core.states import UNREADABLE, heartbeat_interval, unknown_state
@@ -534,9 +534,9 @@ class SummaryFile:
             return self._problem(name, f"cannot be read: {exc.strerror or exc}", attr)
         if seen == getattr(self, attr) and name not in self.problems:
             return False
-        value = read_json(path)
+        value, why = json_object(path)
         if value is None:  # why, said as the note: a file cut short as it was written, or one edited by hand
-            return self._problem(name, json_object_fault(path) or "changed as it was read", attr)
+            return self._problem(name, why, attr)
         setattr(self, attr, seen)
         self.problems.pop(name, None)
         if name == "config.json":
