@@ -305,10 +305,10 @@ def cache_folder(root: Path, cache_dir: str = "", create: bool = True) -> Path:
 
 def root_cache_usable(inside: Path, create: bool) -> bool:
     """Whether the root's cache folder ``inside`` can be written (made first where ``create``; where
-    not, a folder not there yet is usable if the root can be written: ``os.access`` says no on a
+    not, judged as :func:`unwritable` judges it, writing nothing: ``os.access`` says no on a
     read-only file system, whoever asks)."""
-    if not create and not os.path.lexists(inside):
-        return os.access(inside.parent, os.W_OK)
+    if not create:
+        return unwritable(inside) is None
     try:
         inside.mkdir(exist_ok=True)
     except OSError:  # a read-only root, or a file where the folder would go
