@@ -124,6 +124,7 @@ def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     does."""
     from fslab.core.errors import UsageError
     from fslab.core.studies import read_study
+    from fslab.core.study_plan import resolve_study
 
     project = settings(store=False)
     found = registry(project)
@@ -132,8 +133,8 @@ def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
         component = found.get("study", name)
         try:
             study = read_study(component.target)
-            (runs, places), (quick, quick_places) = (_run_count(study, scale, project, found)
-                                                     for scale in ("paper", "quick"))
+            (runs, places), (quick, quick_places) = (_run_count(resolve_study(
+                study, scale, settings=project, registry=found)) for scale in ("paper", "quick"))
         except UsageError as exc:  # one plugin's broken or missing file hid every study
             broken.append(f"study '{name}' of plugin '{component.plugin}' left out: {exc}")
             continue
@@ -154,13 +155,11 @@ def list_(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
         raise typer.Exit(1)
 
 
-def _run_count(study, scale: str, project, found, resolved=None) -> tuple[int, int]:
-    """The runs the study trains at ``scale`` and the places they serve (a place: a sweep, dataset, grid point
-    and seed), as ``fslab study run`` counts them (:func:`fslab.core.study_plan.distinct_runs`)."""
-    from fslab.core.study_plan import distinct_runs, resolve_study
+def _run_count(resolved: list) -> tuple[int, int]:
+    """The runs a study's ``resolved`` places take and how many places they serve (a place: a sweep, dataset,
+    grid point and seed), as ``fslab study run`` counts them (:func:`fslab.core.study_plan.distinct_runs`)."""
+    from fslab.core.study_plan import distinct_runs
 
-    if resolved is None:
-        resolved = resolve_study(study, scale, settings=project, registry=found)
     return len(distinct_runs(resolved)), len(resolved)
 
 
@@ -183,7 +182,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     project = settings()
     resolved = resolve_study(study, scale, settings=project, registry=registry(project))
     estimate = gpu_hours(resolved, project.runs_dir)
-    runs, places = _run_count(study, scale, project, None, resolved)
+    runs, places = _run_count(resolved)
     seeds = study.seeds(scale)
     sweeps = []
     for s in study.sweeps:
@@ -192,7 +191,7 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
                        "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets},
                        "grid": {k: (study.quick.grid if scale == "quick" else {}).get(k, v) for k, v in s.grid.items()},
                        "set": {**s.set, **(study.quick.set if scale == "quick" else {})},
-                       "runs": _run_count(study, scale, project, None, own)[0], "places": len(own)})
+                       "runs": _run_count(own)[0], "places": len(own)})
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
             "description": study.description, "split": study.split, "scale": scale, "runs": runs, "places": places,
             "sweeps": sweeps, "published": len(study.published), "gpu_hours": estimate,
