@@ -335,6 +335,57 @@ def test_a_decode_waiting_for_another_names_the_decoder_and_its_host(tmp_path, c
     assert held == [f"{os.getpid()} {HOST}\n"] and not lock.exists()
 
 
+def test_a_read_only_lock_file_an_earlier_fslab_left_still_makes_decoders_wait(tmp_path, monkeypatch, capsys):
+    """Earlier versions kept the lock file: one another user's fslab left, which this user cannot open to
+    write, was not locked at all and two decoders wrote the same cache at once. ``flock`` locks a read-only
+    descriptor too: the second waits, and its line says the holder is not recorded (the file's line is the
+    earlier fslab's, of a process long gone) rather than naming that process."""
+    import subprocess
+    import threading
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    lock = folder / ".toy-train-4.lock"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(f"{gone.pid}\n")  # an earlier fslab's line: a pid alone
+    lock.chmod(0o444)
+    real_open = os.open
+
+    def as_another_users(path, flags, *args, **kwargs):  # root may write a 0o444 file: deny as to a user
+        if (str(path) == str(lock) and flags & (os.O_WRONLY | os.O_RDWR) and lock.exists()
+                and not lock.stat().st_mode & 0o200):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", as_another_users)
+    events, first_in, let_go = [], threading.Event(), threading.Event()
+
+    def decode(me):
+        with image_cache.decoding(folder, "toy-train-4"):
+            events.append(f"in {me}")
+            if me == 1:
+                first_in.set()
+                let_go.wait(timeout=20)
+            events.append(f"out {me}")
+
+    first = threading.Thread(target=decode, args=(1,))
+    first.start()
+    assert first_in.wait(timeout=20)
+    second = threading.Thread(target=decode, args=(2,))
+    second.start()
+    said, deadline = "", time.time() + 10
+    while "waiting" not in said and time.time() < deadline:
+        time.sleep(0.01)
+        said += capsys.readouterr().err
+    let_go.set()
+    first.join(timeout=20)
+    second.join(timeout=20)
+    assert events == ["in 1", "out 1", "in 2", "out 2"]
+    assert said == (f"fslab: waiting for another process decoding toy-train-4 into {folder} (its holder is "
+                    f"not recorded: {lock} cannot be written by this user) ...\n")
+
+
 def test_cache_goes_to_cache_dir_or_the_user_cache_when_root_is_not_writable(registry, tmp_path, monkeypatch):
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)

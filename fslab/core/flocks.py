@@ -24,11 +24,29 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fslab.core import states
+from fslab.core.files import process_gone
 
 
 def open_lock(path: str | Path) -> int:
     """A read-write descriptor of the lock file at ``path``, made if missing."""
     return os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+
+
+def open_lock_or_read(path: str | Path) -> int | None:
+    """:func:`open_lock`, or where that is refused (a lock file left by an earlier fslab, which kept
+    it, owned by another user) a read-only descriptor of it: ``flock`` locks one just the same, so two
+    processes still exclude each other, though the holder's line cannot be written
+    (:func:`write_holder`). None where the file went between the two opens (its holder removed it:
+    try again); the refusal itself where it cannot be read either or the folder cannot be written."""
+    try:
+        return open_lock(path)
+    except PermissionError as refused:
+        try:
+            return os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if os.access(Path(path).parent, os.W_OK):
+                return None
+            raise refused from None
 
 
 def _try(fd: int) -> bool:
@@ -103,7 +121,10 @@ def read_holder(path: str | Path, maxsplit: int = -1) -> list[str]:
 
 
 def write_holder(fd: int, line: str) -> None:
-    """Make ``line`` (who holds the lock) the lock file's one line."""
+    """Make ``line`` (who holds the lock) the lock file's one line; nothing where ``fd`` is read-only
+    (:func:`open_lock_or_read`): the line there is not this holder's (:func:`held_by` says so)."""
+    if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+        return
     data = f"{line}\n".encode()
     os.pwrite(fd, data, 0)
     os.ftruncate(fd, len(data))  # after the write: a reader never sees the file empty
@@ -118,8 +139,10 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
     holder, as :func:`held_by` names it, or ``""``) as one line on stderr, waits, then goes on. The lock
     file, ``path``, names its holder's pid and host (a store may be shared between machines) and goes when it
     is let go, so a store keeps no trace of it; where no lock can be had (no ``flock``, a folder that
-    cannot be written) the work goes on without one."""
-    opener = opener or (lambda: open_lock(path))
+    cannot be written) the work goes on without one. A lock file this user cannot write (an earlier
+    fslab's, another user's) is locked read-only (:func:`open_lock_or_read`), and stays where it
+    cannot be removed either."""
+    opener = opener or (lambda: open_lock_or_read(path))
     fd = None
     try:
         mine = holder_line()
@@ -134,7 +157,8 @@ def one_at_a_time(path: Path, waiting: Callable[[str], str],
         yield
     finally:
         if fd is not None:
-            path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
+            with contextlib.suppress(OSError):  # another user's file in a sticky folder stays: waiters lock it
+                path.unlink(missing_ok=True)  # still held: a waiter finds the file gone and opens the next one
             os.close(fd)
 
 
@@ -162,13 +186,31 @@ def held_by(path: Path) -> str:
     """The holder a :func:`one_at_a_time` lock file names, for a waiting line: ``pid P on host H``
     (:func:`fslab.core.states.process_named`), ``, another machine`` after it where H is not this
     host (its pid is no process of this one's), ``pid P`` for a file of earlier versions (which named
-    no host); ``""`` where the file names no one (gone meanwhile, being written)."""
+    no host); ``""`` where the file names no one (gone meanwhile, being written). A file this user cannot
+    write, whose holder may have locked it read-only and written nothing (:func:`open_lock_or_read`),
+    is taken at its word only while the process it names may still run
+    (:func:`fslab.core.files.process_gone`); else the line says the holder is not recorded."""
     words = read_holder(path)
-    if not words or not words[0].isdigit():
+    named = bool(words) and words[0].isdigit()
+    if not _writable(path) and (not named or process_gone(int(words[0]), (words + [None])[1], path)):
+        return f"its holder is not recorded: {path} cannot be written by this user"
+    if not named:
         return ""
     if len(words) < 2:
         return f"pid {words[0]}"
     return states.process_named(words[0], words[1]) + (", another machine" if words[1] != states.HOST else "")
+
+
+def _writable(path: Path) -> bool:
+    """Whether this user may open the file at ``path`` for writing, as :func:`open_lock` does (True where it
+    is gone)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+    except PermissionError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 @contextlib.contextmanager
