@@ -551,6 +551,28 @@ class Truncates(Tidy):
             self.new, self.file = None, open(self.path, "w")
 
 
+class Repeats(Tidy):
+    def __init__(self, run):
+        super().__init__(run)
+        if run.replay:  # an export adds to the earlier one's file: one cut short writes its first rows twice
+            self.file.close()
+            self.new, self.file = None, open(self.path, "a")
+
+
+class Logs(Tidy):
+    def __init__(self, run):
+        super().__init__(run)
+        self.log("opened")  # a log of its own, added to at every open: the same line, from the same process
+
+    def log(self, line):
+        with open(Path(self.run.path) / "tidy.log", "a") as log:
+            log.write(f"{line} by pid {os.getpid()}\\n")
+
+    def close(self):
+        super().close()
+        self.log("closed, cut short" if self.run.cut_short else "closed")
+
+
 class Breaks(Tidy):
     def write(self, event):
         if event["event"] == "eval":
@@ -566,7 +588,7 @@ class Forgets(Tidy):
 
 @hookimpl
 def register_sinks(register):
-    for sink in (Tidy, Strips, Scatters, Tramples, Breaks, Forgets, Truncates):
+    for sink in (Tidy, Strips, Scatters, Tramples, Breaks, Forgets, Truncates, Repeats, Logs):
         register(sink, name=sink.__name__.lower(), description="a sink")
 '''
 
@@ -581,6 +603,9 @@ def register_sinks(register):
     ("truncates", "sink truncates: an export cut short (run.cut_short at close()) did not keep the earlier "
                   "export's record: project/runs/20260101-000000-nca-c0de/tidy.jsonl was changed or removed; "
                   "export into new files that take the old ones' place at close() unless run.cut_short"),
+    ("repeats", "sink repeats: an export cut short (run.cut_short at close()) wrote records of the earlier export "
+                "again: project/runs/20260101-000000-nca-c0de/tidy.jsonl gained more lines from half of the run's "
+                "events than from none"),
 ])
 def test_the_sink_check_catches_what_breaks_its_contract(tmp_path, builtin_plugins, monkeypatch, name, message):
     from fslab.core.registry import load_registry
@@ -593,6 +618,22 @@ def test_the_sink_check_catches_what_breaks_its_contract(tmp_path, builtin_plugi
         check_sink(registry, name, {}, tmp_path / name)
     check_sink(registry, "tidy", {}, tmp_path / "tidy")
     assert os.getcwd() == str(tmp_path)  # the check went back where it was
+
+
+def test_the_sink_check_passes_a_sink_that_adds_to_a_log_of_its_own_at_every_export(tmp_path, builtin_plugins,
+                                                                                      monkeypatch):
+    """The check of an export cut short took any file it added to for an earlier record changed, so a sink
+    that keeps a log of its own (a line at each open and close) failed it, keeping its records as it should;
+    one whose export adds the run's rows to the earlier ones fails it still (above, `repeats`)."""
+    from fslab.core.registry import load_registry
+    from fslab.testing.checks import check_sink
+
+    (tmp_path / "sinks.py").write_text(BROKEN_SINKS)
+    registry = load_registry([tmp_path])
+    monkeypatch.chdir(tmp_path)
+    check_sink(registry, "logs", {}, tmp_path / "logs")
+    log = (tmp_path / "logs" / "project" / "runs" / "20260101-000000-nca-c0de" / "tidy.log").read_text()
+    assert log.count("opened") == 5 and log.count("closed, cut short") == 2  # live, 2 whole exports, 2 cut short
 
 
 def test_the_generated_csv_sink_passes_the_sink_check_export_cut_short_included(tmp_path, builtin_plugins):

@@ -492,45 +492,70 @@ def _files_under(folder) -> list[str]:
                   for root, _, names in os.walk(folder) for name in names)
 
 
-def _snapshot(folder) -> dict[str, bytes]:
-    """Every file under ``folder`` with its bytes (a link: where it points, and whether anything is there)."""
+def _snapshot(folder) -> dict[str, tuple[bool, bytes]]:
+    """Every file under ``folder``: whether it is a link, and its bytes (a link's: where it points, and
+    whether anything is there)."""
     import os
 
-    def held(full: str) -> bytes:
+    def held(full: str) -> tuple[bool, bytes]:
         if os.path.islink(full):
-            return os.fsencode(os.readlink(full)) + (b"" if os.path.exists(full) else b" (dangling)")
+            return True, os.fsencode(os.readlink(full)) + (b"" if os.path.exists(full) else b" (dangling)")
         with open(full, "rb") as file:
-            return file.read()
+            return False, file.read()
 
     return {path: held(os.path.join(folder, path)) for path in _files_under(folder)}
+
+
+def _kept(before: tuple[bool, bytes], after: tuple[bool, bytes] | None) -> bool:
+    """Whether a file (or link) ``before`` is still there ``after``: as it was, or a file only added to."""
+    return after == before or (after is not None and not (before[0] or after[0]) and after[1].startswith(before[1]))
 
 
 class _CutShort(Exception):
     """What stops the export the sink check cuts short."""
 
 
-def check_cut_short(registry: Registry, name: str, run, params: dict, events: list[dict], folder) -> None:
-    """An export of ``run`` (``run.replay``) stopped after half of ``events`` (``run.cut_short`` at
-    ``close()``) leaves every file under ``folder`` that the earlier, whole export left as it was:
-    the sink keeps its earlier record."""
+def _export_cut_short(registry: Registry, name: str, run, params: dict, events: list[dict]) -> None:
+    """An export of ``run`` (``run.replay``) stopped after ``events``: ``run.cut_short`` at ``close()``."""
     from fslab.core.sinks import replay
 
-    before = _snapshot(folder)
-
-    def half():
-        yield from events[:len(events) // 2]
+    def cut():
+        yield from events
         raise _CutShort
 
     try:
-        replay(registry, name, run, params, half())
+        replay(registry, name, run, params, cut())
     except _CutShort:
         pass
+
+
+def check_cut_short(registry: Registry, name: str, run, params: dict, events: list[dict], folder) -> None:
+    """Exports of ``run`` (``run.replay``) cut short (``run.cut_short`` at ``close()``), before their first
+    event and then after half of ``events``, keep the record the earlier, whole export left: every file under
+    ``folder`` stays as it was, or, a log the sink keeps of its own, is only added to, and by no more lines
+    after half the events than before the first (more are the events' records written a second time)."""
+    import dataclasses
+
+    before = _snapshot(folder)
+    _export_cut_short(registry, name, dataclasses.replace(run, cut_short=False), params, [])
+    opened = _snapshot(folder)
+    _export_cut_short(registry, name, run, params, events[:len(events) // 2])
     after = _snapshot(folder)
-    lost = [path for path, data in before.items() if after.get(path) != data]
+    lost = [path for path, held in before.items()
+            if not (_kept(held, opened.get(path)) and _kept(opened[path], after.get(path)))]
     assert not lost, (f"sink {name}: an export cut short (run.cut_short at close()) did not keep the earlier "
                       f"export's record: {', '.join(lost[:5])} {'was' if len(lost) == 1 else 'were'} changed or "
                       f"removed; export into new files that take the old ones' place at close() unless "
                       f"run.cut_short, as fslab's own sinks do")
+
+    def added(path: str, old: dict, new: dict) -> int:
+        return new[path][1].count(b"\n") - old[path][1].count(b"\n")
+
+    again = [path for path in before if added(path, opened, after) > added(path, before, opened)]
+    assert not again, (f"sink {name}: an export cut short (run.cut_short at close()) wrote records of the earlier "
+                       f"export again: {', '.join(again[:5])} gained more lines from half of the run's events than "
+                       f"from none (a log of the sink's own may gain its own lines at each export); export into new "
+                       f"files that take the old ones' place at close() unless run.cut_short, as fslab's own sinks do")
 
 
 def check_sink(registry: Registry, name: str, params: dict | None, folder) -> None:
@@ -539,8 +564,8 @@ def check_sink(registry: Registry, name: str, params: dict | None, folder) -> No
     closes with nothing reported; it changes neither an event (every sink of a
     run gets the same dicts) nor the run's own files, and writes nothing into
     the current directory (only under the run's folder or where its parameters
-    say); an export (``run.replay``) takes every event, and so does a second one; one cut short keeps
-    the earlier export's record (:func:`check_cut_short`)."""
+    say); an export (``run.replay``) takes every event, and so does a second one; exports cut short keep
+    the earlier export's record, neither losing nor repeating it (:func:`check_cut_short`)."""
     import copy
     import json
     import os
