@@ -369,6 +369,9 @@ def test_two_sweeps_alike_but_for_an_ignored_setting_share_their_runs_and_the_re
     header, *lines = csv.reader(io.StringIO(render(report, "csv")))
     assert header[-2:] == ["shared_note", "shared_with"]
     assert [line[-2:] for line in lines] == [["1", "NCA logged, synthetic"], ["1", "NCA, synthetic"]]
+    # json gave shared_with but neither the mark nor the note md, latex and csv carry: the same, computed once
+    data = json.loads(render(report, "json"))
+    assert [row["shared_note"] for row in data["rows"]] == [1, 1] and data["shared_notes"] == [note]
 
 
 def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):

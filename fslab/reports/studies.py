@@ -108,6 +108,9 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
                 rows += _point_rows(study, sweep, place, runs, seeds, comparable, files)
     for row in rows:  # places alike in every setting are one run (study_plan.distinct_runs): said, never pooled twice
         row["shared_with"] = shared_with(row, places)
+    numbers, notes = shared_notes(rows)  # each such row's mark and the notes under the table, for every format
+    for row, number in zip(rows, numbers):
+        row["shared_note"] = number
     # runs that ended killed, failed or lost: their cells stay pending, and nothing finishes them unless asked
     stopped = {run_id: state for run_id in places if (state := Run(Path(runs_dir) / run_id).state()) in RESUMABLE}
     # runs deleted since (fslab delete, or by hand): their cells stay pending too, and only fslab study run, which
@@ -116,7 +119,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed, "project": project,
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
-            "stopped": stopped, "missing": missing, "rows": rows,
+            "stopped": stopped, "missing": missing, "rows": rows, "shared_notes": notes,
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
 
 
@@ -219,8 +222,9 @@ def scale_line(report: dict) -> str:
 def shared_notes(rows: list[dict]) -> tuple[list[int | None], list[str]]:
     """Each row's note number where another place of the study shares its runs (``shared_with``; None
     where none does), and the notes, one per group of places that share runs: every format marks a row
-    by its number (md and latex after its runs, ``[1]``, csv in ``shared_note``), where such a cell read
-    ``(2/2 runs)`` as an independent one does."""
+    by its number (md and latex after its runs, ``[1]``, csv and json in ``shared_note``, json's notes in
+    ``shared_notes``), where such a cell read ``(2/2 runs)`` as an independent one does. Computed once, by
+    :func:`study_report`, which every format renders."""
     labels = {row["sweep"]: row["label"] for row in rows}
     groups: dict[tuple, int] = {}
     numbers, notes = [], []
@@ -271,7 +275,7 @@ def render(report: dict, fmt: str) -> str:
     """The report as Markdown, LaTeX, CSV or JSON text."""
     if fmt == "json":
         return json.dumps({**report, "rows": [_json_row(row) for row in report["rows"]]}, indent=2)
-    numbers, notes = shared_notes(report["rows"])
+    numbers, notes = [row["shared_note"] for row in report["rows"]], report["shared_notes"]  # study_report's
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
@@ -280,7 +284,7 @@ def render(report: dict, fmt: str) -> str:
                          "difference_pct", "verdict", "scale", "split", "shared_note", "shared_with"])
         labels = {row["sweep"]: row["label"] for row in report["rows"]}
         writer.writerows([*_csv_row(row, report["scale"]), report["split"], _blank(note),
-                          "; ".join(place_text(place, labels) for place in row.get("shared_with", []))]
+                          "; ".join(place_text(place, labels) for place in row["shared_with"])]
                          for row, note in zip(report["rows"], numbers))
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
