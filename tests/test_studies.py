@@ -33,6 +33,7 @@ from fslab.core.studies import find_study, parse_study
 from fslab.core.study_plan import plan_runs, resolve_study, run_options
 from fslab.execution.checks import check_run
 from fslab.execution.studies import gpu_hours, queue_study
+from fslab.reports.plot import y_label
 from fslab.reports.studies import (
     NOT_COMPARABLE,
     NOT_PUBLISHED,
@@ -292,13 +293,16 @@ def test_verdict_widens_fslab_ci_by_the_published_one():
     assert verdict(60.0, 0.2, measured, True, comparable=False) == NOT_COMPARABLE
 
 
-def finish(run: Run, accuracies: dict[int, list[float]], ways: int = 5, split: str = "test") -> None:
-    """Make a queued run look finished: completed, with saved episodes of ``split`` per shots."""
+def finish(run: Run, accuracies: dict[int, list[float]], ways: int = 5, split: str = "test",
+           named: dict | None = None) -> None:
+    """Make a queued run look finished: completed, with saved episodes of ``split`` per shots (``named``: more
+    of the evaluation's record, the precision fslab eval --precision names, say)."""
     config = run.config()
     for shots, scores in accuracies.items():
         run.save_accuracies({"split": split, "evaluator": "centroid", "ways": ways, "shots": shots,
                              "queries": config["eval"]["queries"], "episodes": len(scores), "seed": 0,
-                             "stream": 2, "epoch": 1, "accuracy": sum(scores) / len(scores), "ci95": 0.0}, scores)
+                             "stream": 2, "epoch": 1, "accuracy": sum(scores) / len(scores), "ci95": 0.0,
+                             **(named or {})}, scores)
     run.write_status(state="completed", ended=time.time(), exit_code=0, pid=None)
 
 
@@ -485,6 +489,52 @@ def test_report_json_and_csv_give_every_accuracy_ci_and_difference_in_percent_an
     finish(runs[2], {5: [0.6] * 4})  # pooled 80.0: 10 points below
     row = json.loads(fslab("study", "report", "study.toml", "--format", "json", cwd=project).stdout)["rows"][0]
     assert row["difference_pct"] == pytest.approx(-10.0) and row["measured"]["accuracy_pct"] == pytest.approx(80.0)
+
+
+def test_report_precision_pools_the_scores_of_the_networks_run_in_it_as_compare_reads_them(registry, project):
+    """fslab study report took no --precision: it pooled each run's own scores, where fslab compare --precision
+    fp32 reads those of the networks run in fp32. It reads them the same way, says so under the title and in csv
+    and json, and names each completed run without them, with the fslab eval that scores it; its cells pending."""
+    (project / "study.toml").write_text(LOCAL_STUDY)  # 3 seeds; published 5-shot 90.0 ± 0.3
+    queued = queue_study(find_study(registry, "study.toml"), "paper", settings=store(project), registry=registry)
+    runs = [Run(project / "runs" / i) for i in queued.created]
+    for run, own in zip(runs, ("bf16", "fp32", "bf16")):  # the precision each run's start recorded
+        run.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "device": "cuda:0", "precision": own,
+                                                "eval_precision": own}) + "\n")
+    finish(runs[0], {5: [0.8, 1.0] * 2})
+    finish(runs[0], {5: [0.9] * 4}, named={"precision": "fp32", "run_precision": "bf16"})  # fslab eval --precision
+    finish(runs[1], {5: [0.9] * 4})
+    finish(runs[2], {5: [0.6] * 4})
+
+    def report(*args):
+        done = fslab_here("study", "report", "study.toml", *args, cwd=project)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    own = report("--format", "json")
+    data = json.loads(own.stdout)
+    assert own.stderr == "" and data["precision"] is None and data["unscored"] == {}
+    assert data["rows"][0]["measured"]["episodes"] == 12  # each run's own scores: the three runs'
+    fp32 = report("--format", "json", "--precision", "fp32")
+    data = json.loads(fp32.stdout)
+    (row,) = data["rows"]
+    assert (data["precision"], data["unscored"]) == ("fp32", {runs[2].id: "completed"})
+    assert (row["measured"]["accuracy_pct"], row["measured"]["episodes"], row["scored"]) == (90.0, 8, 2)
+    assert row["verdict"] == PENDING  # a seed without fp32 scores: no verdict on the others'
+    assert fp32.stderr == (f"1 run without test scores of the network in fp32 (left out): {runs[2].id} (completed); "
+                           f"score it so with: fslab eval {runs[2].id} --precision fp32\n")
+    md_text = report("--precision", "fp32").stdout
+    assert (f"; scores of the network in fp32 (each run's own where it ran in fp32, else those fslab eval --precision "
+            f"fp32 saved); 1 run without test scores of the network in fp32, so its cells stay pending (score it so "
+            f"with: fslab eval {runs[2].id} --precision fp32).") in md_text
+    assert "| 90.00 ± 0.00 (2/3 runs) | +0.00 | pending |" in md_text
+    [line] = csv.DictReader(io.StringIO(report("--format", "csv", "--precision", "fp32").stdout))
+    assert (line["precision"], line["scored_runs"]) == ("fp32", "2")
+    bf16 = json.loads(report("--format", "json", "--precision", "bf16").stdout)
+    assert bf16["unscored"] == {runs[1].id: "completed"} and bf16["rows"][0]["measured"]["episodes"] == 8
+    bad = fslab_here("study", "report", "study.toml", "--precision", "fp64", cwd=project)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+    assert bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\"")
 
 
 @pytest.mark.parametrize("change", [
@@ -729,6 +779,13 @@ def test_a_pair_fraction_figure_places_protonets_by_the_pairs_they_used(registry
     figure = figure_data(report, study, config.runs_dir)["synthetic"]
     lines = {line["label"]: [p["x"] for p in line["points"]] for line in figure["panels"][-1]["series"]}
     assert lines == {"NCA": [0.5, 1.0], "ProtoNet": [pytest.approx(0.1)]}
+    # --precision fp32: the scores fslab eval --precision fp32 saved beside the runs' own, the y axis saying so
+    for run in (Run(config.runs_dir / i) for i in outcome.created):
+        finish(run, {5: [0.25] * 4}, named={"precision": "fp32", "run_precision": "bf16"})
+    fp32 = figure_data(study_report(study, config.runs_dir, precision="fp32"), study, config.runs_dir)["synthetic"]
+    assert {p["accuracy"] for line in fp32["panels"][-1]["series"] for p in line["points"]} == {0.25}
+    assert (y_label(figure), y_label(fp32)) == ("accuracy (%), mean ± 95% CI",
+                                                "accuracy (%), network in fp32, mean ± 95% CI")
 
 
 def test_a_figure_of_models_tested_at_several_ways_has_a_panel_per_episode_shape(registry, tmp_path):

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from fslab import __version__
 from fslab.cli.typer_compat import adjust_typer
+from fslab.core.config import PRECISIONS
 from fslab.core.errors import UsageError
 from fslab.core.text import printable
 
@@ -223,6 +224,11 @@ ExecutorOpt = Annotated[str, typer.Option(
 SlurmOpt = Annotated[list[str] | None, typer.Option(
     "--slurm", metavar="KEY=VALUE",
     help="With --executor slurm: override a \\[slurm] setting, e.g. --slurm partition=gpu (repeatable).")]
+# compare's, plot's and study report's --precision: whose scores they read (fslab.reports.compare.RunFiles)
+ReadPrecision = Annotated[str, typer.Option(
+    help="Scores of the network run in this precision: fp32, bf16 or fp16, the run's own or those fslab eval "
+         "--precision saved beside them (auto: each run's own); runs without them are named and left out.",
+    autocompletion=choices(*PRECISIONS))]
 
 
 def shown(value: object) -> str:

@@ -14,6 +14,7 @@ import typer
 
 from fslab.cli.common import (
     JsonFlag,
+    ReadPrecision,
     WideFlag,
     app,
     check_evaluator,
@@ -398,11 +399,6 @@ def shape_options(verb: str) -> tuple:
 
 CompareWays, CompareQueries = shape_options("compare")
 PlotWays, PlotQueries = shape_options("plot")
-# compare's and plot's --precision: whose scores they read
-ReadPrecision = Annotated[str, typer.Option(
-    help="Scores of the network run in this precision: fp32, bf16 or fp16, the run's own or those fslab eval "
-         "--precision saved beside them (auto: each run's own); runs without them are named and left out.",
-    autocompletion=choices(*PRECISIONS))]
 
 
 _FORMAT_TEXT = {"md": "a Markdown table", "latex": "a LaTeX table", "csv": "CSV rows",

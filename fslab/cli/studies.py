@@ -16,6 +16,7 @@ import typer
 from fslab.cli.common import (
     ExecutorOpt,
     JsonFlag,
+    ReadPrecision,
     SetOpt,
     SlurmOpt,
     WideFlag,
@@ -299,6 +300,7 @@ def report(
     scale: Annotated[str | None, typer.Option(
         help="Report the latest run of the study at this scale (default: the latest at any scale).",
         autocompletion=choices("paper", "quick"))] = None,
+    precision: ReadPrecision = "auto",
 ) -> None:
     """The published numbers and fslab's side by side: mean ± 95% CI pooled over seeds, difference, verdict.
 
@@ -313,15 +315,21 @@ def report(
     csv and json give every accuracy, CI and difference in percent (points), in columns and fields
     named so: published_pct, published_ci95_pct, accuracy_pct, ci95_pct, difference_pct.
     A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.
+    --precision fp32 (bf16, fp16) pools the scores of the networks run in that precision, as fslab compare
+    --precision reads them, and says so under the title (csv and json: precision); a completed run without
+    them is named on stderr with the fslab eval RUN --precision fp32 that scores it, and its cells stay pending.
     """
+    from fslab.core.config import check_option
     from fslab.core.errors import FslabError, UsageError
     from fslab.core.studies import SCALES
+    from fslab.reports.compare import unscored_line
     from fslab.reports.studies import FORMATS, render, study_report, write_report
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
     if scale is not None and scale not in SCALES:
         raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    check_option("eval.precision", precision, "--precision")  # as fslab compare --precision is checked
     if out_text is not None and not out_text.strip():  # an unset $DIR: the report would land in the current folder
         raise UsageError("--out is empty; give the folder to write the report into (made if missing), or leave "
                          "--out out to print the report")
@@ -330,8 +338,10 @@ def report(
     if out is not None:
         _check_out(out, study.name)
     runs_dir = settings().runs_dir
-    result = study_report(study, runs_dir, scale)
+    result = study_report(study, runs_dir, scale, None if precision == "auto" else precision)
     say_damaged(result["damaged"])
+    for run_id, state in result["unscored"].items():  # a line each, as fslab compare says them, with its fslab eval
+        err_console.print(shown(unscored_line({**result, "unscored": {run_id: state}})), highlight=False)
     if out is None:
         print(render(result, fmt), end="")
         return

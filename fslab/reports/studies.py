@@ -28,7 +28,7 @@ from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
 from fslab.core.text import count, percent
-from fslab.reports.compare import RunFiles, data_of, md, pooled, tex
+from fslab.reports.compare import RunFiles, data_of, md, no_scores_at_all, pooled, score_in, tex
 from fslab.reports.plot import measured_pair_fraction, x_order
 
 FORMATS = ("md", "latex", "csv", "json")
@@ -84,8 +84,10 @@ def study_record(record: dict) -> bool:
             and isinstance(record.get("changed", {}), dict) and isinstance(record.get("project", {}), dict))
 
 
-def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict:
-    """The report as a JSON-ready dict (``rows`` in the study's order)."""
+def study_report(study: Study, runs_dir: Path, scale: str | None = None, precision: str | None = None) -> dict:
+    """The report as a JSON-ready dict (``rows`` in the study's order). ``precision`` (fp32, bf16 or fp16;
+    None: each run's own) picks whose scores the cells pool, as ``fslab compare --precision`` reads them
+    (:class:`RunFiles`); ``unscored`` names the completed runs without ``split`` scores in it, by state."""
     record = latest_record(runs_dir, study, scale)
     places = record["places"] if record else {}
     used_scale = record["scale"] if record else scale
@@ -97,7 +99,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     edited = bool(record) and record.get("settings", study.settings_digest()) != study.settings_digest()
     comparable = (used_scale == "paper" and all(k == v for k, v in datasets.items()) and not changed and not project
                   and not edited)
-    files = RunFiles()
+    files = RunFiles(precision)
     rows = []
     for sweep in study.sweeps:
         seeds = study.seeds(used_scale or "paper")[sweep.name]
@@ -112,12 +114,17 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None) -> dict
     for row, number in zip(rows, numbers):
         row["shared_note"] = number
     # runs that ended killed, failed or lost: their cells stay pending, and nothing finishes them unless asked
-    stopped = {run_id: state for run_id in places if (state := Run(Path(runs_dir) / run_id).state()) in RESUMABLE}
+    states = {run_id: Run(Path(runs_dir) / run_id).state() for run_id in places}
+    stopped = {run_id: state for run_id, state in states.items() if state in RESUMABLE}
     # runs deleted since (fslab delete, or by hand): their cells stay pending too, and only fslab study run, which
     # creates them again, finishes them
     missing = [run_id for run_id in places if not (Path(runs_dir) / run_id).is_dir()]
+    # completed runs of no scores in the precision asked for: their cells stay pending until fslab eval scores them
+    completed = [Run(Path(runs_dir) / run_id) for run_id, state in states.items() if state == "completed"]
+    unscored = no_scores_at_all(completed, study.split, files) if precision else {}
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
-            "split": study.split, "scale": used_scale, "datasets": datasets, "changed": changed, "project": project,
+            "split": study.split, "precision": precision, "scale": used_scale, "datasets": datasets,
+            "changed": changed, "project": project, "unscored": unscored,
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
             "stopped": stopped, "missing": missing, "rows": rows, "shared_notes": notes,
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
@@ -212,11 +219,26 @@ def scale_line(report: dict) -> str:
         text += (f"; {count(shared, 'cell')} {'shows' if shared == 1 else 'show'} runs another place of the study "
                  f"shares (places alike in every setting are one run), so such cells are one measurement shown in "
                  f"each, not independent results")
+    if report.get("precision"):
+        text += _precision_text(report)
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
         text += ". These numbers are not comparable to the paper's (verdict: not comparable)"
     return text + "."
+
+
+def _precision_text(report: dict) -> str:
+    """Whose scores a report read with ``--precision``, and its runs without them (``unscored``), with the
+    fslab eval that scores them, as the line under the title says it."""
+    precision, unscored = report["precision"], report["unscored"]
+    text = (f"; scores of the network in {precision} (each run's own where it ran in {precision}, else those "
+            f"fslab eval --precision {precision} saved)")
+    if unscored:
+        one = len(unscored) == 1
+        text += (f"; {count(len(unscored), 'run')} without {report['split']} scores of the network in {precision}, "
+                 f"so {'its' if one else 'their'} cells stay pending ({score_in(list(unscored), precision)})")
+    return text
 
 
 def shared_notes(rows: list[dict]) -> tuple[list[int | None], list[str]]:
@@ -281,9 +303,10 @@ def render(report: dict, fmt: str) -> str:
         writer = csv.writer(buffer)
         writer.writerow(["method", "dataset", "setting", "ways", "shots", "published_pct", "published_ci95_pct",
                          "accuracy_pct", "ci95_pct", "episodes", "completed_runs", "scored_runs", "expected_runs",
-                         "difference_pct", "verdict", "scale", "split", "shared_note", "shared_with"])
+                         "difference_pct", "verdict", "scale", "split", "precision", "shared_note", "shared_with"])
         labels = {row["sweep"]: row["label"] for row in report["rows"]}
-        writer.writerows([*_csv_row(row, report["scale"]), report["split"], _blank(note),
+        # precision: the one read (--precision); empty: each run's own, as fslab compare's csv says it
+        writer.writerows([*_csv_row(row, report["scale"]), report["split"], report["precision"] or "", _blank(note),
                           "; ".join(place_text(place, labels) for place in row["shared_with"])]
                          for row, note in zip(report["rows"], numbers))
         return buffer.getvalue()
@@ -368,7 +391,7 @@ def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
                                       for k, v in series.items()]})
         if panels:
             figures[dataset] = {"x": study.plot_x, "split": study.split, "ways": panels[0]["ways"], "queries": None,
-                                "panels": panels}
+                                "precision": report["precision"], "panels": panels}  # the y axis names it
     return figures
 
 
