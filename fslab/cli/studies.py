@@ -317,7 +317,8 @@ def report(
     A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.
     --precision fp32 (bf16, fp16) pools the scores of the networks run in that precision, as fslab compare
     --precision reads them, and says so under the title (csv and json: precision); a completed run without
-    them is named on stderr with the fslab eval RUN --precision fp32 that scores it, and its cells stay pending.
+    them is named on stderr (one line for all, as fslab compare says it) with the fslab eval RUN --precision fp32
+    that scores it, and its cells stay pending.
     """
     from fslab.core.config import check_option
     from fslab.core.errors import FslabError, UsageError
@@ -340,8 +341,8 @@ def report(
     runs_dir = settings().runs_dir
     result = study_report(study, runs_dir, scale, None if precision == "auto" else precision)
     say_damaged(result["damaged"])
-    for run_id, state in result["unscored"].items():  # a line each, as fslab compare says them, with its fslab eval
-        err_console.print(shown(unscored_line({**result, "unscored": {run_id: state}})), highlight=False)
+    if line := unscored_line(result):  # one line, as fslab compare says it, with the fslab eval that scores them
+        err_console.print(shown(line), highlight=False)
     if out is None:
         print(render(result, fmt), end="")
         return
