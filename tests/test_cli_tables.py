@@ -11,7 +11,7 @@ import pytest
 
 from fslab.core.runstore import find_run, short_ids
 
-from .runs_helpers import fslab
+from .runs_helpers import fslab, fslab_here
 from .test_tui_helpers import complete_config, history, write_run
 
 IDS = [f"20261123-1530{i:02d}-protonet-best-{suffix}" for i, suffix in enumerate(("4f2a", "9c01", "4f2b", "2026"))]
@@ -103,3 +103,39 @@ def test_runs_table_marks_what_an_unreadable_run_does_not_say_as_the_dashboard_d
     assert cells["state"] == "unreadable"
     assert "None" not in row
     assert [cells[key] for key in ("method", "loss fn", "backbone", "dataset", "seed")] == ["-"] * 5
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_a_narrow_runs_sweep_table_leaves_columns_out_whole_rather_than_cut_a_header(project, registry, columns):
+    """Past its stated steps, the table shrank every column evenly: at 80 columns fslab runs --sweep
+    showed ``train.weight_de…``, ``met…``, ``test 1-s…``, headers that no longer said what the column was.
+    Columns go whole instead, the last first, and the caption names them."""
+    from fslab.cli.common import overrides
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep, parse_grid
+
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    grid = parse_grid(["train.lr=0.1,0.01", "train.weight_decay=0.0005,0.0001"])
+    sweep_id, runs = create_sweep("nca", grid, 1, base=base, settings=load_settings(), registry=registry)
+    out = fslab_here("runs", "--sweep", sweep_id, cwd=project, env={**os.environ, "COLUMNS": str(columns)}).stdout
+    assert max(len(line) for line in out.splitlines() if line.startswith(("┏", "┃", "│"))) <= columns
+    heads = header(out)
+    wide = header(fslab_here("runs", "--sweep", sweep_id, "--wide", cwd=project).stdout)
+    assert set(heads) <= set(wide) and "…" not in "".join(heads)  # every header whole
+    assert {"id", "train.lr", "train.weight_decay", "state"} <= set(heads)  # what tells the runs apart stays
+    left_out = [head for head in wide if head not in heads]
+    said = re.search(rf"fitted to {columns} columns \(left out: (.*); short ids\); --wide shows all", out)
+    assert said and sorted(said[1].split(", ")) == sorted(left_out)
+    assert ("test 5-shot" in left_out) and (("test 1-shot" in left_out) == (columns == 60))
+
+
+@pytest.mark.parametrize("command", [("runs",), ("show", IDS[0]), ("plugins", "--kind", "loss")])
+def test_no_table_cuts_or_folds_a_header_at_40_columns(store, command):
+    """``epo…``, ``accuracy…``, a plugins header folded into ``desc``/``ript``/``ion``: each header is whole."""
+    from fslab.cli.plugins import PLUGIN_COLUMNS
+    from fslab.cli.runs import EVAL_COLUMNS, RUN_COLUMNS
+
+    out = fslab_here(*command, cwd=store, env={**os.environ, "COLUMNS": "40"}).stdout
+    heads = [head for line in out.splitlines() if line.startswith("┃") for head in header(line + "\n") if head]
+    assert heads and set(heads) <= {col.header for col in [*RUN_COLUMNS, *EVAL_COLUMNS, *PLUGIN_COLUMNS]}
+    assert "fitted to 40 columns (left out: " in out

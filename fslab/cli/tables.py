@@ -7,7 +7,10 @@ a time, in the order each table states: a column is dropped, or run ids are
 shown by their shortest unique end (:func:`fslab.core.runstore.short_ids`,
 which every command taking RUN accepts). What is left may then shrink: a
 column marked ``wrap`` wraps, others are cut with ``…``; the id column is
-never cut.
+never cut, and no header is: where the headers alone are wider than the
+terminal, columns are left out whole, the last first, as the stated steps are
+(a header cut to ``train.weight_…`` or ``test 5-sh…`` no longer says what its
+column is).
 """
 
 from __future__ import annotations
@@ -55,14 +58,38 @@ def fit(columns: list[Col], rows: list[list[str]], width: int | None, steps: lis
         widths = [max([cell_len(columns[i].header), *(cell_len(row[i]) for row in rows)]) for i in keep]
         if width is None or needed_width(widths) <= width:
             break
+    if width is not None and needed_width(widths) > width:
+        keep, widths, left_out = _narrowed(columns, keep, widths, width)
+        done += left_out
     table = Table(title=title, title_justify="left", caption=_caption(done, width), caption_justify="left")
-    for i, natural in zip(keep, widths):
+    for i, shown in zip(keep, widths):
         col = columns[i]
         table.add_column(col.header, justify=col.justify, no_wrap=not col.wrap,
-                         overflow="fold" if col.wrap else "ellipsis", min_width=natural if col.is_id else None)
+                         overflow="fold" if col.wrap else "ellipsis", width=shown)
     for row in rows:
         table.add_row(*(Text(row[i]) for i in keep))
     return table
+
+
+def _narrowed(columns: list[Col], keep: list[int], natural: list[int], width: int) -> tuple[list, list, list]:
+    """Where the stated steps leave the table wider than ``width``: the columns kept, their widths and the
+    headers left out. Columns go whole, the last first (never an id), until every header fits whole
+    (an id: its widest cell); then the widest above that least shrinks, a wrapping column's first."""
+    least = {i: n if columns[i].is_id else cell_len(columns[i].header) for i, n in zip(keep, natural)}
+    widths = dict(zip(keep, natural))
+    keep, left_out = list(keep), []
+    while needed_width([least[i] for i in keep]) > width:
+        last = next((i for i in reversed(keep) if not columns[i].is_id), None)
+        if last is None:  # the ids alone are wider: they are never cut
+            break
+        keep.remove(last)
+        left_out.append(columns[last].header)
+    while needed_width([widths[i] for i in keep]) > width:
+        roomy = [i for i in keep if widths[i] > least[i]]
+        if not roomy:
+            break
+        widths[max(roomy, key=lambda i: (columns[i].wrap, widths[i] - least[i]))] -= 1
+    return keep, [widths[i] for i in keep], left_out
 
 
 def _caption(done: list[str], width: int | None) -> str | None:
