@@ -95,8 +95,9 @@ def test_sweep_resume_completes_sweep_ids(swept):
 
 
 def test_stop_completes_what_it_takes(swept):
-    """fslab stop takes a run, a sweep or ``last``, never ``all`` (compare's); the store's runs are completed."""
-    assert complete("fslab stop ", swept) == ["last", SWEEP]
+    """fslab stop takes a run, a sweep or ``last``, never ``all`` (compare's); the store's runs are completed,
+    so ``last`` names none it takes."""
+    assert complete("fslab stop ", swept) == [SWEEP]
     assert complete("fslab stop a", swept) == []
     assert complete("fslab compare a", swept) == ["all"]
 
@@ -116,7 +117,8 @@ def test_resume_and_stop_complete_the_runs_they_take(swept):
         write_run(runs, run_id, cfg=complete_config())
         (runs / run_id / "status.json").write_text(json.dumps({"created": 1.0, **status}))
     (runs / "20261125-150000-nca-ffff").mkdir()  # status.json not written yet: nothing to act on
-    assert complete("fslab resume ", swept) == ["last", "20261125-120000-nca-cccc", "20261125-110000-nca-bbbb",
+    # last is eeee (ffff has no status.json yet: no run to find_run), queued: fslab stop takes it, resume not
+    assert complete("fslab resume ", swept) == ["20261125-120000-nca-cccc", "20261125-110000-nca-bbbb",
                                                 "20261125-100000-nca-aaaa"]
     assert complete("fslab resume 20261125-11", swept) == ["20261125-110000-nca-bbbb"]
     assert complete("fslab stop ", swept) == ["last", SWEEP, "20261125-140000-nca-eeee", "20261125-130000-nca-dddd"]
@@ -195,3 +197,31 @@ def test_a_broken_fslab_toml_still_completes_the_installed_plugins(project):
     assert complete("fslab run nca-", project) == ["nca-half-pairs", "nca-replacement"]
     assert complete("fslab run --backbone res", project) == ["resnet12", "resnet12-nca"]
     assert "train.lr=" in complete("fslab run nca --set train.l", project)  # keys too (it offered none)
+
+
+def test_last_is_offered_only_where_the_run_it_names_is_one_the_command_takes(project):
+    """fslab resume and fslab stop offered ``last`` whatever the newest run was: a TAB completed
+    ``fslab stop last`` over a completed run, which the command then refused. ``last`` is offered where
+    the run the command would find by it (fslab.core.runstore.find_run) is in a state the command takes."""
+    import time
+
+    from fslab.cli.common import live_run_or_sweep, runs_in
+    from fslab.core.runstore import find_run
+    from fslab.core.states import RESUMABLE
+
+    runs, resumable = project / "runs", runs_in(*RESUMABLE)
+    assert resumable("") == [] and live_run_or_sweep("") == []  # no runs yet: last names none
+
+    def add(run_id, **status):
+        write_run(runs, run_id, cfg=complete_config())
+        (runs / run_id / "status.json").write_text(json.dumps({"created": 1.0, **status}))
+        assert find_run(runs, "last").id == run_id
+
+    add("20261125-100000-nca-aaaa", state="killed")
+    assert resumable("") == ["last", "20261125-100000-nca-aaaa"] and resumable("la") == ["last"]
+    assert live_run_or_sweep("") == [] and live_run_or_sweep("la") == []
+    add("20261125-110000-nca-bbbb", state="running", host="elsewhere", heartbeat=time.time() + 600)
+    assert resumable("") == ["20261125-100000-nca-aaaa"] and resumable("la") == []  # resume last: refused
+    assert live_run_or_sweep("") == ["last", "20261125-110000-nca-bbbb"]
+    add("20261125-120000-nca-cccc", state="completed")
+    assert resumable("") == ["20261125-100000-nca-aaaa"] and live_run_or_sweep("") == ["20261125-110000-nca-bbbb"]

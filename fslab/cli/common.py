@@ -86,19 +86,31 @@ def run_ids(incomplete: str) -> list[str]:
 
 def runs_in(*states: str):
     """A completion function for RUN where a command takes runs in ``states`` only (fslab resume:
-    killed, lost or failed ones): ``last``, then those run ids, newest first. Only the runs whose id
-    starts with what was typed are read, each its status.json (and a live one's lock)."""
+    killed, lost or failed ones): ``last`` where the run it names (as the command finds it) is in one
+    of them, then those run ids, newest first. Only the runs whose id starts with what was typed are
+    read, each its status.json (and a live one's lock)."""
     def complete(incomplete: str) -> list[str]:
         try:
             from fslab.core.runstore import Run, run_names
 
             runs_dir = settings().runs_dir
-            return _matching(["last"], incomplete) + [
+            return _matching(["last"] if _last_in(runs_dir, states) else [], incomplete) + [
                 name for name in reversed(_matching(run_names(runs_dir), incomplete))
                 if Run(runs_dir / name).state() in states]
         except Exception:
             return []
     return complete
+
+
+def _last_in(runs_dir, states: tuple[str, ...]) -> bool:
+    """Whether ``last`` names a run in ``states``: the newest run, as find_run resolves it for the command."""
+    from fslab.core.errors import RunNotFound
+    from fslab.core.runstore import find_run
+
+    try:
+        return find_run(runs_dir, "last").state() in states
+    except RunNotFound:  # no runs yet
+        return False
 
 
 def _sweep_ids(incomplete: str) -> list[str]:
@@ -123,7 +135,8 @@ def runs_or_sweeps(incomplete: str) -> list[str]:
 
 
 def live_run_or_sweep(incomplete: str) -> list[str]:
-    """Completion of fslab stop's RUN|SWEEP: ``last``, sweep ids, then the ids of queued and running runs."""
+    """Completion of fslab stop's RUN|SWEEP: ``last`` (where the newest run is queued or running), sweep ids,
+    then the ids of queued and running runs."""
     from fslab.core.states import LIVE
 
     ids = runs_in(*LIVE)(incomplete)
