@@ -12,15 +12,15 @@ import pytest
 
 from fslab.core.runstore import create_run
 
-from .runs_helpers import fslab
+from .runs_helpers import fslab, fslab_here
 
 
 def test_help_and_version(project):
-    result = fslab("--help", cwd=project)
+    result = fslab_here("--help", cwd=project)
     assert result.returncode == 0
     for command in ("run", "runs", "show", "logs", "stop", "plugins"):
         assert command in result.stdout
-    assert fslab("--version", cwd=project).stdout.strip() == "fslab 0.1.0"
+    assert fslab_here("--version", cwd=project).stdout.strip() == "fslab 0.1.0"
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["runs"], ["plugins"], ["runs", "--json"], ["export", "--help"]])
@@ -104,7 +104,7 @@ def test_help_leaves_markdown_and_tracebacks_unimported_yet_usable(project):
 
 
 def test_plugins_lists_every_kind_with_origin(project):
-    result = fslab("plugins", "--json", cwd=project)
+    result = fslab_here("plugins", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     by_kind = {}
@@ -116,7 +116,7 @@ def test_plugins_lists_every_kind_with_origin(project):
     assert {"iid", "episodic"} <= by_kind["sampler"]
     assert by_kind["evaluator"] >= {"centroid"} and by_kind["dataset"] >= {"synthetic"}
     assert {"nca", "protonet"} <= by_kind["method"]
-    table = fslab("plugins", "--kind", "loss", cwd=project).stdout
+    table = fslab_here("plugins", "--kind", "loss", cwd=project).stdout
     assert "nca" in table and "resnet12" not in table
 
 
@@ -176,7 +176,7 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(project, argv, fslab_tom
     if fslab_toml:
         (project / "fslab.toml").write_text(fslab_toml)
     before = create_run(project / "runs", "nca", {"method": "nca"})  # must survive untouched
-    result = fslab(*argv, cwd=project)
+    result = fslab_here(*argv, cwd=project)
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -195,16 +195,16 @@ def test_runs_and_show_read_the_store(project):
                              "positives": 18, "negatives": 48}) + "\n")
         fh.write(json.dumps({"event": "eval", "split": "val", "ways": 5, "shots": 5, "queries": 15,
                              "episodes": 100, "epoch": 2, "accuracy": 0.61, "ci95": 0.02}) + "\n")
-    rows = [json.loads(line) for line in fslab("runs", "--json", cwd=project).stdout.splitlines()]
+    rows = [json.loads(line) for line in fslab_here("runs", "--json", cwd=project).stdout.splitlines()]
     assert len(rows) == 1
     row = rows[0]
     assert ((row["id"], row["state"], row["method"], row["backbone"], row["seed"])
             == (run.id, "completed", "nca", "conv4", 1))
     assert (row["epoch"], row["loss"], row["positives"], row["negatives"]) == (2, 1.25, 18, 48)
     assert row["best_val"] == {"accuracy": 0.61, "ci95": 0.02, "episodes": 100, "epoch": 2}
-    table = fslab("runs", "--wide", cwd=project).stdout
+    table = fslab_here("runs", "--wide", cwd=project).stdout
     assert "61.00±2.00" in table and "18/48" in table
-    detail = json.loads(fslab("show", run.id[-4:], "--json", cwd=project).stdout)
+    detail = json.loads(fslab_here("show", run.id[-4:], "--json", cwd=project).stdout)
     assert detail["evaluations"][0]["accuracy"] == 0.61 and detail["config"]["seed"] == 1
 
 
@@ -214,7 +214,7 @@ def test_runs_says_which_filter_matches_nothing_and_what_the_runs_have(project):
     create_run(project / "runs", "protonet", {"method": "protonet"}).write_status(state="failed", error="x")
 
     def listed(*argv):
-        result = fslab("runs", *argv, cwd=project)
+        result = fslab_here("runs", *argv, cwd=project)
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
 
@@ -227,7 +227,7 @@ def test_runs_says_which_filter_matches_nothing_and_what_the_runs_have(project):
     assert listed("--method", "protonet", "--state", "completed") == (
         "no runs match --state and --method together (each matches some runs alone)")
     assert [json.loads(line)["id"] for line in listed("--sweep", "ab12", "--json").splitlines()] == [done.id]
-    refused = fslab("runs", "--state", "", cwd=project)
+    refused = fslab_here("runs", "--state", "", cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         "error: --state needs a value, got ''; leave the option out to list every run\n")
 
@@ -241,13 +241,13 @@ def test_runs_refuses_a_sweep_that_no_sweep_id_holds(project):
     create_run(runs, "nca", {"method": "nca"}).write_status(state="completed", sweep="20261126-101010-sweep-ab12")
     save_sweep(runs, "sweep-20261128-090000-cd34", runs=[], method="nca")
     for argv in (["--sweep", "nope"], ["--sweep", "nope", "--json"], ["--sweep", "nope", "--state", "failed"]):
-        refused = fslab("runs", *argv, cwd=project)
+        refused = fslab_here("runs", *argv, cwd=project)
         assert (refused.returncode, refused.stdout) == (2, "")
         assert refused.stderr == ("error: --sweep nope matches no sweep. Sweeps: 20261126-101010-sweep-ab12, "
                                   "sweep-20261128-090000-cd34\n")
-    close = fslab("runs", "--sweep", "sweep-20261128-090000-cd35", cwd=project)
+    close = fslab_here("runs", "--sweep", "sweep-20261128-090000-cd35", cwd=project)
     assert close.returncode == 2 and "Did you mean 'sweep-20261128-090000-cd34'?" in close.stderr
-    empty = fslab("runs", "--sweep", "cd34", cwd=project)  # a sweep with no runs listed: not a typo
+    empty = fslab_here("runs", "--sweep", "cd34", cwd=project)  # a sweep with no runs listed: not a typo
     assert (empty.returncode, empty.stdout.strip()) == (0, "no runs match --sweep cd34 (the runs have "
                                                             "20261126-101010-sweep-ab12)")
 
@@ -259,15 +259,15 @@ def test_every_command_that_takes_a_run_takes_the_path_of_its_folder(project):
     run = create_run(project / "runs", "nca", {"method": "nca"})
     run.write_status(state="completed", exit_code=0)
     (run.path / "stdout.log").write_text("the end\n")
-    shown_ = fslab("show", f"./runs/{run.id}/", "--json", cwd=project)
+    shown_ = fslab_here("show", f"./runs/{run.id}/", "--json", cwd=project)
     assert shown_.returncode == 0, shown_.stderr
     assert json.loads(shown_.stdout)["id"] == run.id
-    logs = fslab("logs", str(run.path / "stdout.log"), cwd=project)
+    logs = fslab_here("logs", str(run.path / "stdout.log"), cwd=project)
     assert (logs.returncode, logs.stdout) == (0, "the end\n")
     elsewhere = create_run(project.parent / "other" / "runs", "nca", {"method": "nca"})
     for argv in (["show", str(elsewhere.path)], ["stop", str(elsewhere.path)], ["resume", str(elsewhere.path)],
                  ["compare", str(elsewhere.path)], ["run", "--like", str(elsewhere.path)]):
-        refused = fslab(*argv, cwd=project)
+        refused = fslab_here(*argv, cwd=project)
         assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), argv
         assert refused.stderr.startswith(f"error: '{elsewhere.path}' belongs to a run of another store"), argv
     assert not any(p.name != run.id for p in (project / "runs").iterdir())
@@ -287,7 +287,7 @@ def test_runs_of_a_sweep_include_the_ones_whose_status_cannot_be_read(project):
     other.write_status(state="completed", exit_code=0)
     (damaged.path / "status.json").write_text('{"state": "compl')
     save_sweep(runs, "sweep-20261128-090000-ab12", runs=[kept.id, damaged.id], method="nca")
-    listed = fslab("runs", "--sweep", "ab12", "--json", cwd=project)
+    listed = fslab_here("runs", "--sweep", "ab12", "--json", cwd=project)
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
     assert sorted((row["id"], row["state"]) for row in rows) == sorted(
@@ -297,32 +297,33 @@ def test_runs_of_a_sweep_include_the_ones_whose_status_cannot_be_read(project):
 def test_run_names_from_files_are_not_markup(project):
     run = create_run(project / "runs", "nca", {"method": "[bold red]x[/]", "backbone": {"name": "[link=y]b"}})
     run.write_status(state="failed", error="[red]boom[/red]")
-    shown = fslab("show", run.id, cwd=project)
+    shown = fslab_here("show", run.id, cwd=project)
     assert "[red]boom[/red]" in shown.stdout
-    assert "[bold red]x[/]" in fslab("runs", cwd=project).stdout
+    assert "[bold red]x[/]" in fslab_here("runs", cwd=project).stdout
     # nor are emoji codes (a plugin named smile.py was listed as "local😄")
     run.write_status(state="failed", error="see :smile: and :imp:")
-    assert "see :smile: and :imp:" in fslab("show", run.id, cwd=project).stdout
+    assert "see :smile: and :imp:" in fslab_here("show", run.id, cwd=project).stdout
 
 
 def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
     (project / "mine").mkdir()
     (project / "mine" / "broken.py").write_text("raise RuntimeError('half-written plugin')\n")
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
-    result = fslab("plugins", "--kind", "loss", cwd=project)
+    result = fslab_here("plugins", "--kind", "loss", cwd=project)
     assert result.returncode == 1  # the listing is whole, and a script checking the plugins sees the failure
     assert result.stderr.strip() == "fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin"
     assert "nca" in result.stdout and "protonet" in result.stdout
     assert "failed local:broken: RuntimeError: half-written plugin" in result.stdout
-    both = fslab("plugins", "--kind", "sink", "--kind", "evaluator", "--json", cwd=project)  # the last one only, before
+    # the last --kind only, before
+    both = fslab_here("plugins", "--kind", "sink", "--kind", "evaluator", "--json", cwd=project)
     assert both.returncode == 1
     assert [json.loads(line)["kind"] for line in both.stdout.splitlines()] == ["sink"] * 3 + ["evaluator"] * len(
-        [line for line in fslab("plugins", "--kind", "evaluator", "--json", cwd=project).stdout.splitlines()])
+        [line for line in fslab_here("plugins", "--kind", "evaluator", "--json", cwd=project).stdout.splitlines()])
 
 
 def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
     run = create_run(project / "runs", "nca", {"method": "nca"})  # queued, waiting for a scheduler slot
-    result = fslab("stop", run.id, cwd=project)
+    result = fslab_here("stop", run.id, cwd=project)
     assert result.returncode == 0 and result.stdout.strip() == f"{run.id}: killed"
     assert run.status()["error"] == "stopped while queued"
     assert not run.claim()  # no scheduler can start it any more
@@ -332,15 +333,15 @@ def test_stop_takes_several_runs_finds_each_first_and_passes_over_one_that_ended
     runs = project / "runs"
     first, second, ended = (create_run(runs, "nca", {"method": "nca", "seed": seed}) for seed in range(3))
     ended.write_status(state="completed", ended=1.0)
-    refused = fslab("stop", first.id, "nosuchrun", cwd=project)  # a bad id: nothing stopped
+    refused = fslab_here("stop", first.id, "nosuchrun", cwd=project)  # a bad id: nothing stopped
     assert refused.returncode == 2 and refused.stderr.startswith("error: no run 'nosuchrun'")
     assert first.state() == "queued"
-    result = fslab("stop", first.id, ended.id, second.id, first.id[-4:], cwd=project)  # the first given twice
+    result = fslab_here("stop", first.id, ended.id, second.id, first.id[-4:], cwd=project)  # the first given twice
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{first.id}: killed", f"{second.id}: killed"]
     assert f"not stopped: run {ended.id} is completed, not running; nothing to stop" in result.stderr
     assert first.state() == second.state() == "killed" and ended.state() == "completed"
-    none = fslab("stop", first.id, ended.id, cwd=project)  # none of them queued or running: the command fails
+    none = fslab_here("stop", first.id, ended.id, cwd=project)  # none of them queued or running: the command fails
     assert none.returncode == 2 and none.stdout == ""
     assert none.stderr.splitlines()[-1] == ("error: none of the 2 runs or sweeps given was queued or running; "
                                             "nothing was stopped")
@@ -349,7 +350,7 @@ def test_stop_takes_several_runs_finds_each_first_and_passes_over_one_that_ended
 def test_stop_all_is_refused_naming_how_to_stop_every_live_run(project):
     run = create_run(project / "runs", "nca", {"method": "nca"})  # queued
     for argv in (["all"], [run.id, "all"]):
-        result = fslab("stop", *argv, cwd=project)
+        result = fslab_here("stop", *argv, cwd=project)
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr == ("error: fslab stop takes no 'all': name the runs or sweeps to stop, as in: "
                                  "fslab stop $(fslab runs --state queued,running --all -q)\n")
@@ -364,15 +365,15 @@ def test_an_id_close_to_a_sweep_s_suggests_the_sweep_where_a_sweep_is_taken(proj
         json.dumps({"id": "sweep-20261202-035819-1ae5", "runs": [run.id]}))
     for argv in (["stop", "1ae6"], ["delete", "1ae6", "--yes"], ["eval", "1ae6"],
                  ["export", "1ae6", "--to", "tensorboard"]):
-        result = fslab(*argv, cwd=project)
+        result = fslab_here(*argv, cwd=project)
         assert result.returncode == 2 and result.stdout == "", argv
         assert result.stderr == ("error: no run or sweep '1ae6' in runs. Did you mean 'sweep-20261202-035819-1ae5'? "
                                  "List them with: fslab runs\n"), argv
     for argv in (["runs", "--sweep", "1ae6"], ["sweep", "resume", "1ae6"]):  # where only a sweep is taken
-        result = fslab(*argv, cwd=project)
+        result = fslab_here(*argv, cwd=project)
         assert result.returncode == 2, argv
         assert "matches no sweep. Did you mean 'sweep-20261202-035819-1ae5'? Sweeps: " in result.stderr, argv
-    one = fslab("show", "1ae6", cwd=project)  # a command that takes one run only suggests no sweep
+    one = fslab_here("show", "1ae6", cwd=project)  # a command that takes one run only suggests no sweep
     assert one.stderr == "error: no run '1ae6' in runs. List them with: fslab runs\n"
     assert run.state() == "queued"
 
@@ -383,23 +384,23 @@ def test_runs_ids_cut_at_the_limit_say_so_on_stderr(project):
     exactly 50 runs too, none left out."""
     made = [create_run(project / "runs", "nca", {"method": "nca", "seed": seed}) for seed in range(3)]
     for argv in (["-q"], ["--ids"], ["--json"]):
-        cut = fslab("runs", "--limit", "2", *argv, cwd=project)
+        cut = fslab_here("runs", "--limit", "2", *argv, cwd=project)
         assert cut.returncode == 0 and len(cut.stdout.splitlines()) == 2
         assert cut.stderr == "the newest 2 listed; --all or --limit N for more\n"
-    whole = fslab("runs", "--all", "-q", cwd=project)
+    whole = fslab_here("runs", "--all", "-q", cwd=project)
     assert sorted(whole.stdout.split()) == sorted(run.id for run in made) and whole.stderr == ""
-    exactly = fslab("runs", "--limit", "3", cwd=project, env={**os.environ, "COLUMNS": "200"})  # none left out
-    assert fslab("runs", "--limit", "3", "-q", cwd=project).stderr == "" and "newest" not in exactly.stdout
-    assert "the newest 2 shown; --all or --limit N for more" in fslab("runs", "--limit", "2", cwd=project).stdout
+    exactly = fslab_here("runs", "--limit", "3", cwd=project, env={**os.environ, "COLUMNS": "200"})  # none left out
+    assert fslab_here("runs", "--limit", "3", "-q", cwd=project).stderr == "" and "newest" not in exactly.stdout
+    assert "the newest 2 shown; --all or --limit N for more" in fslab_here("runs", "--limit", "2", cwd=project).stdout
 
 
 def test_sweep_resume_given_no_sweep_or_two_says_what_it_takes(project):
     """It said 'usage: fslab sweep resume SWEEP', naming neither what was wrong nor what a SWEEP is."""
-    none = fslab("sweep", "resume", cwd=project)
+    none = fslab_here("sweep", "resume", cwd=project)
     assert none.returncode == 2 and none.stderr == (
         "error: fslab sweep resume takes one SWEEP (a sweep id, a unique part of one, its record's path or last), "
         "got none; the newest sweep is: fslab sweep resume last\n")
-    two = fslab("sweep", "resume", "ab12", "cd34", cwd=project)
+    two = fslab_here("sweep", "resume", "ab12", "cd34", cwd=project)
     assert two.returncode == 2 and "one SWEEP (a sweep id" in two.stderr and ", got 2: ab12 cd34; " in two.stderr
 
 
@@ -413,7 +414,7 @@ def _commands() -> list[str]:
 
 @pytest.mark.parametrize("command", _commands())
 def test_every_command_takes_h_and_its_help_reads_as_the_readme(project, command):
-    result = fslab(command, "-h", cwd=project, env={**os.environ, "COLUMNS": "200"})
+    result = fslab_here(command, "-h", cwd=project, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stderr
     usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
     assert "{" not in usage and "<bool>" not in result.stdout and "SPEC" not in result.stdout
@@ -714,13 +715,13 @@ def test_following_a_resume_prints_no_step_of_the_life_its_worker_cuts_away(proj
 
 def test_a_run_stopped_while_queued_says_it_never_started(project):
     run = create_run(project / "runs", "nca", {"method": "nca", "seed": 0})
-    stopped = fslab("stop", run.id, cwd=project)
+    stopped = fslab_here("stop", run.id, cwd=project)
     assert stopped.returncode == 0 and stopped.stdout == f"{run.id}: killed\n"
     assert stopped.stderr == (f"no checkpoint yet (it stopped before it started); start it again with: "
                               f"fslab run --like {run.id}\n")
-    shown = fslab("show", run.id, cwd=project).stdout
+    shown = fslab_here("show", run.id, cwd=project).stdout
     assert "seed 0" in shown and "pid" not in shown  # it never had a worker
-    titled = fslab("runs", "--evaluator", "knn[k=3]", cwd=project, env={**os.environ, "COLUMNS": "200"}).stdout
+    titled = fslab_here("runs", "--evaluator", "knn[k=3]", cwd=project, env={**os.environ, "COLUMNS": "200"}).stdout
     assert titled.splitlines()[0].strip() == "test: knn[k=3]"  # not read as markup
 
 
@@ -732,7 +733,7 @@ def test_show_names_the_settings_that_are_not_defaults_as_set_takes_them(project
     config = resolve("nca", registry=registry, settings=Settings(), overrides=[
         {"train": {"epochs": 3}, "loss": {"temperature": 0.5}, "backbone": {"name": "conv4"}}])
     run = create_run(project / "runs", "nca", config)
-    lines = fslab("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
+    lines = fslab_here("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
     (line,) = [x for x in lines if x.startswith("settings ")]
     pairs = {".".join(key): value for key, value in map(parse_assignment, line.split(": ", 1)[1].split(", "))}
     assert pairs["train.epochs"] == 3 and pairs["loss.temperature"] == 0.5 and pairs["backbone.name"] == "conv4"
@@ -751,10 +752,10 @@ def test_show_says_how_the_run_computed_as_its_latest_start_resolved_it(project)
     resumed = {**numerics, "precision": "bf16", "channels_last": True, "tf32": True, "compile": "default",
                "deterministic": True}
     run.metrics_path.write_text(json.dumps(start) + "\n")  # a run of fslab 0.1 recorded none: no line
-    assert "computed" not in fslab("show", run.id, cwd=project).stdout
+    assert "computed" not in fslab_here("show", run.id, cwd=project).stdout
     run.metrics_path.write_text("".join(json.dumps(e) + "\n" for e in (
         {**start, **numerics}, {**start, "device": "cuda", **resumed, "eval_precision": "fp16"})))
-    lines = fslab("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
+    lines = fslab_here("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
     assert [x for x in lines if x.startswith("computed")] == [
         "computed on cuda in bf16 (features in fp16), channels-last, TF32, compiled (default), deterministic"]
 
@@ -768,14 +769,14 @@ def test_a_worker_ended_by_a_signal_is_named_and_a_name_in_other_case_is_suggest
     assert _signal_text(1) == _signal_text(None) == ""
     assert did_you_mean("NCA", ["nca", "protonet"]) == " Did you mean 'nca'?"
     create_run(project / "runs", "nca", {"method": "nca"})
-    empty = fslab("show", " ", cwd=project)
+    empty = fslab_here("show", " ", cwd=project)
     assert empty.returncode != 0 and empty.stderr == (
         "error: an empty run id names no run; give a run id, a unique part of one, or 'last'\n")
 
 
 def test_logs_of_a_run_without_output_says_so(project):
     run = create_run(project / "runs", "nca", {"method": "nca"})
-    result = fslab("logs", run.id, cwd=project)
+    result = fslab_here("logs", run.id, cwd=project)
     assert result.returncode == 0 and result.stdout == ""
     assert result.stderr == (f"{run.id} has no stdout.log yet (its worker has not started, or wrote nothing "
                              f"there)\n")
@@ -791,12 +792,12 @@ def test_logs_tail_prints_the_last_lines_as_tail_n_does(project):
     for text in ("\n".join(lines) + "\n", "\n".join(lines)):
         (run.path / "stdout.log").write_text(text)
         for argv, n in ((["-n", "3"], 3), (["--tail", "59"], 59), (["--tail", "500"], 500), (["-n", "0"], 0)):
-            result = fslab("logs", run.id, *argv, cwd=project)
+            result = fslab_here("logs", run.id, *argv, cwd=project)
             expected = subprocess.run(["tail", "-n", str(n), str(run.path / "stdout.log")], capture_output=True,
                                       text=True).stdout
             assert result.returncode == 0 and result.stdout == expected, argv
-    assert fslab("logs", run.id, cwd=project).stdout == "\n".join(lines)
-    bad = fslab("logs", run.id, "-n", "-2", cwd=project)
+    assert fslab_here("logs", run.id, cwd=project).stdout == "\n".join(lines)
+    bad = fslab_here("logs", run.id, "-n", "-2", cwd=project)
     assert bad.returncode == 2 and bad.stderr == (
         "error: --tail must be 0 or more lines, got -2; leave it out for the whole log\n")
 
@@ -806,9 +807,9 @@ def test_show_and_logs_of_a_slurm_run_name_its_job_and_where_slurm_logs(project)
     # only that the worker had not started, and fslab show named neither the job nor runs/<id>/slurm/
     run = create_run(project / "runs", "nca", {"method": "nca"})
     run.write_status(executor="slurm", slurm_job_id="4242", requeues=2)
-    shown = fslab("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout
+    shown = fslab_here("show", run.id, cwd=project, env={**os.environ, "COLUMNS": "1000"}).stdout
     assert f"SLURM job 4242, requeued 2 times; submitit's files and SLURM's logs: runs/{run.id}/slurm/" in shown
-    result = fslab("logs", run.id, cwd=project)
+    result = fslab_here("logs", run.id, cwd=project)
     assert result.returncode == 0 and result.stderr == (
         f"{run.id} has no stdout.log yet (its worker has not started, or wrote nothing there; its SLURM job 4242 "
         f"writes its own logs in runs/{run.id}/slurm/)\n")
@@ -871,7 +872,7 @@ def test_show_says_which_data_root_fslab_filled_in_and_lists_one_that_was_set(pr
                   cfg=complete_config(dataset={"name": dataset, "root": str(root)}))
 
     def lines(ref):
-        shown_ = fslab("show", ref, cwd=project, env={**os.environ, "COLUMNS": "1000"})
+        shown_ = fslab_here("show", ref, cwd=project, env={**os.environ, "COLUMNS": "1000"})
         assert shown_.returncode == 0, shown_.stderr
         return shown_.stdout.splitlines()
 
@@ -910,7 +911,7 @@ def test_show_names_a_pid_only_for_a_worker_that_lives_or_died_unrecorded(projec
     lost = create_run(project / "runs", "nca", {"method": "nca", "seed": 1})
     lost.write_status(state="running", pid=4_000_001, host="elsewhere", heartbeat=time.time() - 3600)
     for run, state, pid in ((done, "completed", None), (lost, "lost", 4_000_001)):
-        shown = fslab("show", run.id, cwd=project)
+        shown = fslab_here("show", run.id, cwd=project)
         assert shown.returncode == 0 and f"  {state}  " in shown.stdout.splitlines()[0], shown.stdout
         second = shown.stdout.splitlines()[1]
         assert second.endswith(f", pid {pid}") if pid else "pid" not in second, second
@@ -921,10 +922,10 @@ def test_a_command_given_no_run_says_so_in_one_line(project):
     "Missing argument 'RUN|SWEEP'" gave no reason. Each command that takes runs says why."""
     run = create_run(project / "runs", "nca", {"method": "nca", "seed": 0})
     run.write_status(state="completed")
-    listed = fslab("runs", "--state", "failed", "-q", cwd=project)
+    listed = fslab_here("runs", "--state", "failed", "-q", cwd=project)
     assert (listed.returncode, listed.stdout) == (0, "")
     for command in (["delete", "--yes"], ["eval"], ["compare"], ["export", "--to", "tensorboard"], ["plot", "epoch"]):
-        result = fslab(*command, *listed.stdout.split(), cwd=project)
+        result = fslab_here(*command, *listed.stdout.split(), cwd=project)
         assert (result.returncode, result.stdout) == (2, ""), command
         assert result.stderr == (f"error: no run named: fslab {command[0]} takes RUN|SWEEP... (run ids, unique "
                                  "parts of them, 'last', runs' folders, sweep ids or 'all'), and a $(fslab runs ... "
@@ -932,11 +933,11 @@ def test_a_command_given_no_run_says_so_in_one_line(project):
                                  "fslab runs)\n")
     stop = "RUN|SWEEP... (run ids, unique parts of them, 'last', runs' folders or sweep ids)"  # no 'all'
     for command, takes in (("stop", stop), ("show", "RUN (a run id, a unique part of one, 'last' or a run's folder)")):
-        result = fslab(command, cwd=project)
+        result = fslab_here(command, cwd=project)
         assert result.returncode == 2
         assert result.stderr.startswith(f"error: no run named: fslab {command} takes {takes}, and a $("), command
     assert run.path.is_dir()
-    other = fslab("study", "show", cwd=project)  # an argument that names no run: typer's line, as before
+    other = fslab_here("study", "show", cwd=project)  # an argument that names no run: typer's line, as before
     assert other.stderr.startswith("error: Missing argument 'STUDY'.")
 
 
