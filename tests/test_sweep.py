@@ -15,7 +15,7 @@ from fslab.core.errors import ConfigError, UsageError
 from fslab.core.sweeps import new_sweep_id
 from fslab.execution.sweep import expand, parse_grid
 
-from .runs_helpers import TINY, fslab, wait_for
+from .runs_helpers import TINY, fslab, fslab_here, wait_for
 
 
 def test_grid_parsing_and_expansion():
@@ -161,7 +161,7 @@ def test_sweep_runs_every_combination_within_the_slots_even_with_rival_scheduler
         assert status["sweep"] == sweep_id and status["slot"] in ("cpu-0", "cpu-1")
         log = (project / "runs" / run_id / "stdout.log").read_text()
         assert log.count("training on cpu") == 1  # started exactly once
-    report = json.loads(fslab("compare", sweep_id, "--format", "json", "--queries", "5", cwd=project).stdout)
+    report = json.loads(fslab_here("compare", sweep_id, "--format", "json", "--queries", "5", cwd=project).stdout)
     assert [(g["group"], g["seeds"]) for g in report["groups"]] == [("train.lr=0.1", 2), ("train.lr=0.05", 2)]
     assert report["groups"][0]["results"]["5-shot"]["episodes"] == 2 * 40  # two seeds of TINY's 40 test episodes
 
@@ -228,7 +228,7 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
     assert [e["event"] for e in logged].count("start") == 1 and steps == sorted(set(steps)) and steps
     # the slot frees when the last worker process has exited, a moment after its status says completed
     def queue_items():
-        return [json.loads(line) for line in fslab("queue", "--json", cwd=project).stdout.splitlines()]
+        return [json.loads(line) for line in fslab_here("queue", "--json", cwd=project).stdout.splitlines()]
 
     queue = wait_for(lambda: (q := queue_items()) and q[-1]["busy"] is False and q, timeout=120,
                      what="the slot to free")
@@ -236,7 +236,7 @@ def test_fail_fast_cancels_the_queue_and_resume_requeues_only_what_failed(projec
 
 
 def test_sweep_with_a_bad_value_writes_nothing(project):
-    result = fslab("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
+    result = fslab_here("sweep", "nca", "--grid", "train.epochs=1,two", cwd=project)
     assert result.returncode == 2 and "config key 'train.epochs' must be an integer, got \"two\"" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
@@ -286,10 +286,10 @@ def test_a_grid_point_trains_as_the_same_values_given_with_set(project, registry
 def test_a_first_seed_of_the_wrong_type_is_one_line(project, value, message):
     """A sweep counts its seeds from the seed that --set or [set] gives: one that is no whole number
     was a traceback (TypeError) before any check, and true counted from 1."""
-    result = fslab("sweep", "nca", "--device", "cpu", "--seeds", "2", "--set", f"seed={value}", cwd=project)
+    result = fslab_here("sweep", "nca", "--device", "cpu", "--seeds", "2", "--set", f"seed={value}", cwd=project)
     assert (result.returncode, result.stderr) == (2, f"error: config key 'seed' {message}\n")
     (project / "s.toml").write_text(f'method = "nca"\n[set]\nseed = {value}\n'.replace("abc", '"abc"'))
-    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    result = fslab_here("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
     # a type the file got wrong names the file; a number out of range is checked with the runs
     named = "config key 'seed'" if value == "-1" else "s.toml: set.seed"
     assert (result.returncode, result.stderr) == (2, f"error: {named} {message}\n")
@@ -306,7 +306,7 @@ def test_fslab_runs_sweep_shows_each_run_s_values_of_the_swept_keys(project, reg
     base = overrides(None, None, None, None, None, None, None, "cpu", [])
     grid = parse_grid(["train.lr=1e-3,0.5", 'train.milestones=[0.5,0.7]', 'dataset.root="a b",c'])
     sweep_id, runs = create_sweep("nca", grid, 1, base=base, settings=load_settings(), registry=registry)
-    listed = fslab("runs", "--sweep", sweep_id, "--wide", cwd=project)
+    listed = fslab_here("runs", "--sweep", sweep_id, "--wide", cwd=project)
     assert listed.returncode == 0, listed.stderr
     header, *rows = [[cell.strip() for cell in line.split("│" if "│" in line else "┃")[1:-1]]
                      for line in listed.stdout.splitlines() if line.startswith(("┃", "│"))]
@@ -314,12 +314,12 @@ def test_fslab_runs_sweep_shows_each_run_s_values_of_the_swept_keys(project, reg
     values = {row[0]: row[6:9] for row in rows}
     assert values == {run.id: [str(project / name), lr, "[0.5, 0.7]"]
                       for run, lr, name in zip(runs, ["0.001", "0.001", "0.5", "0.5"], ["a b", "c", "a b", "c"])}
-    plain = fslab("runs", "--wide", cwd=project)  # without --sweep: the table as it was
+    plain = fslab_here("runs", "--wide", cwd=project)  # without --sweep: the table as it was
     assert "train.lr" not in plain.stdout and "seed" in plain.stdout
     # last: the newest sweep, as a run's last is the newest run (it matched no sweep)
-    assert fslab("runs", "--sweep", "last", "--wide", cwd=project).stdout == listed.stdout
+    assert fslab_here("runs", "--sweep", "last", "--wide", cwd=project).stdout == listed.stdout
     # fslab show names the run's sweep (it did not: only --json's status had it)
-    assert f"seed 0, sweep {sweep_id}" in fslab("show", runs[0].id, cwd=project).stdout
+    assert f"seed 0, sweep {sweep_id}" in fslab_here("show", runs[0].id, cwd=project).stdout
 
 
 def test_fslab_runs_sweep_shows_the_keys_inside_a_grid_of_tables(project, registry):
@@ -332,13 +332,13 @@ def test_fslab_runs_sweep_shows_the_keys_inside_a_grid_of_tables(project, regist
     base = overrides(None, None, None, None, None, None, None, "cpu", [])
     grid = parse_grid(['loss={name = "nca"},{name = "supcon", temperature = 0.5}'])
     sweep_id, runs = create_sweep("nca", grid, 1, base=base, settings=load_settings(), registry=registry)
-    listed = fslab("runs", "--sweep", sweep_id, "--wide", cwd=project)
+    listed = fslab_here("runs", "--sweep", sweep_id, "--wide", cwd=project)
     assert listed.returncode == 0, listed.stderr
     header, *rows = [[cell.strip() for cell in line.split("│" if "│" in line else "┃")[1:-1]]
                      for line in listed.stdout.splitlines() if line.startswith(("┃", "│"))]
     assert header[5:8] == ["seed", "loss.name", "loss.temperature"] and header.count("loss") == 1
     assert {row[0]: row[6:8] for row in rows} == {runs[0].id: ["nca", "1.0"], runs[1].id: ["supcon", "0.5"]}
-    fitted = fslab("runs", "--sweep", sweep_id, cwd=project, env={**os.environ, "COLUMNS": "100"}).stdout
+    fitted = fslab_here("runs", "--sweep", sweep_id, cwd=project, env={**os.environ, "COLUMNS": "100"}).stdout
     assert "loss.name" in fitted and "supcon" in fitted
 
 
@@ -409,12 +409,12 @@ def test_a_date_in_a_sweep_file_is_one_line_and_queues_nothing(project):
     """A TOML date in a sweep file's [set] was a traceback (TypeError: not a setting's value), and one in
     its [grid] a traceback that left a run folder without config.json."""
     (project / "s.toml").write_text('method = "nca"\n[set]\n"dataset.root" = 2026-01-01\n')
-    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    result = fslab_here("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
     assert result.returncode == 2, result.stderr
     assert result.stderr == 'error: s.toml: set.dataset.root = 2026-01-01 is a TOML date or time, which no ' \
                             'setting takes; quote it to give the text: "2026-01-01"\n'
     (project / "s.toml").write_text('method = "nca"\n[grid]\n"dataset.root" = [2026-01-01, 2026-01-02]\n')
-    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    result = fslab_here("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
     assert result.returncode == 2 and "grid.dataset.root = 2026-01-01 is a TOML date" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
@@ -424,10 +424,10 @@ def test_a_data_root_written_another_way_does_not_contradict_the_sweep_file(proj
     refused as a contradiction; another folder still is. The bad epochs stop it before anything is queued."""
     (project / "s.toml").write_text(f'method = "nca"\n[set]\n"dataset.root" = "{project / "d1"}"\n')
     for root in ("d1", "./d1/", str(project / "d1")):
-        result = fslab("sweep", "--file", "s.toml", "--data-root", root, "--set", "train.epochs=abc", cwd=project)
+        result = fslab_here("sweep", "--file", "s.toml", "--data-root", root, "--set", "train.epochs=abc", cwd=project)
         assert (result.returncode, result.stderr) == (2, "error: config key 'train.epochs' must be an integer, "
                                                          "got \"abc\"\n"), root
-    result = fslab("sweep", "--file", "s.toml", "--data-root", "d2", "--set", "train.epochs=abc", cwd=project)
+    result = fslab_here("sweep", "--file", "s.toml", "--data-root", "d2", "--set", "train.epochs=abc", cwd=project)
     assert result.returncode == 2 and "--data-root d2 contradicts dataset.root" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
@@ -436,16 +436,16 @@ def test_a_sweep_refuses_a_grid_key_an_option_also_sets_and_a_method_its_file_co
     """The grid's values would silently replace the option's: nothing is queued."""
     for args in (["--batch-size", "64", "--grid", "batch_size=128,256"],
                  ["--set", "train.lr=0.5", "--grid", "train.lr=0.1,0.2"]):
-        result = fslab("sweep", "nca", "--device", "cpu", *args, cwd=project)
+        result = fslab_here("sweep", "nca", "--device", "cpu", *args, cwd=project)
         key = "train.batch_size" if "--batch-size" in args else "train.lr"
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip() == f"error: '{key}' is both a grid key and set by an option or the sweep " \
                                         f"file's [set]; the grid's values would replace it: leave out one of the two"
     (project / "s.toml").write_text('method = "nca"\n[set]\n"train.lr" = 0.3\n[grid]\n"train.lr" = [0.1]\n')
-    result = fslab("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
+    result = fslab_here("sweep", "--file", "s.toml", "--device", "cpu", cwd=project)
     assert result.returncode == 2 and "'train.lr' is both a grid key" in result.stderr
     (project / "s.toml").write_text('method = "nca"\n')
-    result = fslab("sweep", "protonet", "--file", "s.toml", "--device", "cpu", cwd=project)
+    result = fslab_here("sweep", "protonet", "--file", "s.toml", "--device", "cpu", cwd=project)
     assert result.returncode == 2
     assert result.stderr.strip() == "error: s.toml sweeps method 'nca', but the command names protonet; " \
                                     "leave METHOD out with --file"
@@ -472,7 +472,7 @@ def test_a_run_of_n_processes_takes_n_slots_on_different_gpus():
 def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     # 2 gloo processes, which any machine may start (3 are more than a 2-core machine's CPUs, refused for that)
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
-    result = fslab("sweep", "nca", "--device", "cpu", "--gpus", "2", *TINY, cwd=project)
+    result = fslab_here("sweep", "nca", "--device", "cpu", "--gpus", "2", *TINY, cwd=project)
     assert result.returncode == 2
     assert result.stderr.strip() == "error: --gpus 2 (train.processes) needs 2 slots on different GPUs (or CPU " \
                                     "slots), but the scheduler has 1 CPU slot (scheduler.cpu_slots in fslab.toml); " \
@@ -482,7 +482,7 @@ def test_a_sweep_whose_runs_cannot_fit_the_slots_writes_nothing(project):
     bin_dir.mkdir()
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "srun").chmod(0o755)
-    slurm = fslab("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project,
+    slurm = fslab_here("sweep", "nca", "--device", "cuda", "--gpus", "2", *TINY, "--executor", "slurm", cwd=project,
                   env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert slurm.returncode == 2
     assert "--gpus 2 (train.processes) in a SLURM job needs gpus_per_job >= 2, got 1" in slurm.stderr
@@ -493,8 +493,6 @@ def test_a_grid_point_the_slots_cannot_hold_begins_the_refusal(project):
     """fslab sweep --grid train.processes=2,1 with one CPU slot was refused in fslab run --gpus 2's words, naming
     no grid, where every other refusal of a point begins with it: the line names the point the slots cannot hold
     (the largest, wherever the grid lists it)."""
-    from .runs_helpers import fslab_here
-
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
     result = fslab_here("sweep", "nca", "--device", "cpu", *TINY, "--grid", "train.processes=2,1", cwd=project)
     assert (result.returncode, result.stderr) == (2, (
@@ -513,7 +511,7 @@ def test_scheduler_gpus_this_machine_does_not_show_are_refused(project, monkeypa
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
     for argv in (["sweep", "nca", "--device", "cpu", "--seeds", "2", *TINY],
                  ["study", "run", "nca-fig2", "--scale", "quick"]):
-        result = fslab(*argv, cwd=project, env=env)
+        result = fslab_here(*argv, cwd=project, env=env)
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith("error: ") and expect in result.stderr and len(result.stderr.splitlines()) == 1
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
@@ -555,20 +553,20 @@ def test_a_slot_lock_that_cannot_be_opened_is_one_line_and_queues_nothing(projec
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 2\n")
     slots = project / "runs" / ".slots"
     (slots / "cpu-1.lock").mkdir(parents=True)
-    result = fslab("sweep", "nca", "--device", "cpu", *TINY, cwd=project)
+    result = fslab_here("sweep", "nca", "--device", "cpu", *TINY, cwd=project)
     assert result.returncode == 2
     assert result.stderr == ("error: runs/.slots/cpu-1.lock cannot be opened as a scheduler slot's lock file (Is a "
                              "directory); remove it (no run keeps anything there): fslab makes it again\n")
     assert [p.name for p in (project / "runs").iterdir()] == [".slots"]
-    queue = [json.loads(line) for line in fslab("queue", "--json", cwd=project).stdout.splitlines()]
+    queue = [json.loads(line) for line in fslab_here("queue", "--json", cwd=project).stdout.splitlines()]
     assert [(q["slot"], q["busy"]) for q in queue] == [("cpu-0", False), ("cpu-1", None)]
     assert "cpu-1.lock cannot be opened" in queue[1]["problem"]
     assert queue[0]["problem"] is None  # every slot line has the key, as every --json line has its keys
-    shown = fslab("queue", cwd=project)
+    shown = fslab_here("queue", cwd=project)
     assert shown.returncode == 0 and "slots: cpu-0 free, cpu-1 unusable" in shown.stdout
     shutil.rmtree(slots)
     slots.write_text("")
-    study = fslab("study", "run", "nca-supcon", "--scale", "quick", "--set", "device=cpu", cwd=project)
+    study = fslab_here("study", "run", "nca-supcon", "--scale", "quick", "--set", "device=cpu", cwd=project)
     assert study.returncode == 2 and study.stderr == (
         "error: runs/.slots is not a folder, where the scheduler keeps its slots' lock files; remove it (no run "
         "keeps anything there): fslab makes it again\n")
@@ -681,11 +679,11 @@ def test_an_option_that_contradicts_the_sweep_file_s_set_is_refused_not_overrule
     for args, line in [(["--lr", "0.5"], "--lr 0.5 contradicts train.lr = 0.1"),
                        (["--seed", "7"], "--seed 7 contradicts seed = 3"),
                        (["--backbone", "resnet12"], '--backbone resnet12 contradicts backbone.name = "conv4"')]:
-        result = fslab("sweep", "--file", "s.toml", "--device", "cpu", *args, cwd=project)
+        result = fslab_here("sweep", "--file", "s.toml", "--device", "cpu", *args, cwd=project)
         assert (result.returncode, result.stderr) == (2, f"error: {line} in [set] of s.toml; give it in one of "
                                                          f"the two\n")
     # the same value is no contradiction: the sweep is checked on (here refused for its epochs)
-    result = fslab("sweep", "--file", "s.toml", "--lr", "0.1", "--seed", "3", "--epochs", "0", cwd=project)
+    result = fslab_here("sweep", "--file", "s.toml", "--lr", "0.1", "--seed", "3", "--epochs", "0", cwd=project)
     assert result.returncode == 2 and "--epochs must be a whole number" in result.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
@@ -702,11 +700,11 @@ def test_a_run_whose_configuration_cannot_be_read_is_never_resumed_nor_requeued(
     bad.write_status(state="killed", pid=None, error="stopped", sweep="sweep-1")
     (bad.path / "config.json").write_text("{bad")
     save_sweep(runs, "sweep-1", runs=[good.id, bad.id], method="nca")
-    refused = fslab("resume", bad.id, cwd=tmp_path)
+    refused = fslab_here("resume", bad.id, cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: run {bad.id} cannot resume: its config.json is missing or unreadable (fslab runs lists it as "
         f"unreadable); put the file back from a copy of the run, then resume it\n")
-    resumed = fslab("sweep", "resume", "sweep-1", cwd=tmp_path)
+    resumed = fslab_here("sweep", "resume", "sweep-1", cwd=tmp_path)
     assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
     assert resumed.stderr == (
         f"error: sweep sweep-1 has nothing to resume: 1 completed, 1 with its config.json missing or unreadable "
@@ -728,7 +726,7 @@ def test_sweep_resume_names_the_runs_whose_status_cannot_be_read(tmp_path):
         run.write_status(state="failed", pid=None, sweep="sweep-1")
         (run.path / "status.json").write_text('{"state": "fai')
     save_sweep(runs, "sweep-1", runs=[done.id, damaged[0].id], method="nca")
-    refused = fslab("sweep", "resume", "sweep-1", cwd=tmp_path)
+    refused = fslab_here("sweep", "resume", "sweep-1", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: sweep sweep-1 has nothing to resume: 1 completed, 1 with its status.json missing or unreadable "
         f"({damaged[0].id}: how it ended cannot be told: put it back from a copy, then resume it); only its "
@@ -757,7 +755,7 @@ def test_sweep_resume_says_a_run_deleted_by_hand_is_deleted_not_damaged(tmp_path
     done.write_status(state="completed", pid=None, sweep="sweep-1")
     save_sweep(runs, "sweep-1", runs=[done.id, gone.id], method="nca")
     shutil.rmtree(gone.path)
-    refused = fslab("sweep", "resume", "sweep-1", cwd=tmp_path)
+    refused = fslab_here("sweep", "resume", "sweep-1", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: sweep sweep-1 has nothing to resume: 1 completed, 1 with its folder deleted ({gone.id}: the "
         f"sweep's record still names it; fslab delete drops a run from its record too); only its failed, killed "
@@ -782,7 +780,7 @@ def test_sweep_resume_leaves_waiting_runs_to_the_scheduler_that_lives(tmp_path):
     presence_path(runs).parent.mkdir(parents=True)
     held = hold_shared(presence_path(runs))  # as a living scheduler holds it
     try:
-        resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
+        resumed = fslab_here("sweep", "resume", "abcd", cwd=tmp_path)
     finally:
         os.close(held)
     assert resumed.returncode == 0, resumed.stderr
@@ -813,10 +811,10 @@ def test_a_requeued_run_keeps_its_creation_time_and_fslab_queue_lists_the_start_
     assert status["state"] == "queued" and status["created"] == 50.0 and status["requeued"] > 1e9
     order = ["20261123-100000-nca-ffff", "20261123-100000-nca-0000", old.id]  # queued first, then requeued
     assert [run.id for run in waiting_runs(runs)] == order
-    listed = fslab("queue", "--json", cwd=tmp_path)
+    listed = fslab_here("queue", "--json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert [row["id"] for row in map(json.loads, listed.stdout.splitlines()) if row["type"] == "run"] == order
-    rows = fslab("runs", "--json", cwd=tmp_path)
+    rows = fslab_here("runs", "--json", cwd=tmp_path)
     assert {row["id"]: row["created"] for row in map(json.loads, rows.stdout.splitlines())}[old.id] == 50.0
 
 
@@ -834,7 +832,7 @@ def test_sweep_resume_with_nothing_to_resume_says_so_and_what_the_runs_are(tmp_p
     assert made[1].claim()  # queued, and taken by a scheduler that is starting it
     save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
     before = [(run.path / "status.json").read_bytes() for run in made]
-    resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
+    resumed = fslab_here("sweep", "resume", "abcd", cwd=tmp_path)
     assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
     assert resumed.stderr == ("error: sweep sweep-20261123-100000-abcd has nothing to resume: 2 completed, 1 queued; "
                               "only its failed, killed or lost runs are queued again\n")
@@ -867,10 +865,10 @@ def test_a_part_of_a_sweep_id_names_the_sweep_where_a_sweep_is_taken(tmp_path):
         find_run(runs, "abcd")
     assert str(error.value) == ("'abcd' names no run but sweep sweep-20261123-100000-abcd, and this command takes "
                                 "one run; list the sweep's runs with: fslab runs --sweep sweep-20261123-100000-abcd")
-    stopped = fslab("stop", "abcd", cwd=tmp_path)
+    stopped = fslab_here("stop", "abcd", cwd=tmp_path)
     assert stopped.returncode == 2 and stopped.stderr == (
         "error: sweep sweep-20261123-100000-abcd has no queued or running run; nothing to stop\n")
-    shown = fslab("show", "abcd", cwd=tmp_path)
+    shown = fslab_here("show", "abcd", cwd=tmp_path)
     assert shown.returncode == 2 and "names no run but sweep sweep-20261123-100000-abcd" in shown.stderr
     save_sweep(runs, "sweep-20261123-110000-ef01", runs=[], method="nca")
     with pytest.raises(RunNotFound) as error:  # a part of two sweep ids said "no run 'sweep-2026'", naming neither
@@ -919,24 +917,24 @@ def test_sweep_resume_given_a_part_of_a_run_id_names_the_run_and_its_sweep(tmp_p
     save_sweep(runs, "sweep-20261123-100000-abcd", runs=[inside.id], method="nca")
     for run in (inside, alone):  # each stopped after a checkpoint: fslab resume goes on from it
         run.checkpoint_path.write_bytes(b"a checkpoint")
-    said = fslab("sweep", "resume", inside.id[-4:], cwd=tmp_path)
+    said = fslab_here("sweep", "resume", inside.id[-4:], cwd=tmp_path)
     assert said.returncode == 2 and said.stderr == (
         f"error: '{inside.id[-4:]}' names no sweep but run {inside.id} of sweep sweep-20261123-100000-abcd; resume "
         f"the sweep with: fslab sweep resume sweep-20261123-100000-abcd, or the run alone with: fslab resume "
         f"{inside.id}\n")
-    said = fslab("sweep", "resume", alone.id, cwd=tmp_path)
+    said = fslab_here("sweep", "resume", alone.id, cwd=tmp_path)
     assert said.returncode == 2 and said.stderr == (
         f"error: '{alone.id}' names no sweep but run {alone.id}; resume it with: fslab resume {alone.id}\n")
     assert inside.status()["state"] == alone.status()["state"] == "killed"  # nothing queued
     alone.write_status(state="completed", pid=None)  # fslab resume refuses it: the line named it all the same
-    said = fslab("sweep", "resume", alone.id, cwd=tmp_path)
+    said = fslab_here("sweep", "resume", alone.id, cwd=tmp_path)
     assert said.returncode == 2 and said.stderr == (
         f"error: '{alone.id}' names no sweep but run {alone.id}; the run is completed: start a run like it with: "
         f"fslab run --like {alone.id}\n")
     # killed before its first checkpoint: fslab resume refuses it too (it said to resume it all the same)
     inside.checkpoint_path.unlink()
     inside.write_status(started=1.0)
-    said = fslab("sweep", "resume", inside.id, cwd=tmp_path)
+    said = fslab_here("sweep", "resume", inside.id, cwd=tmp_path)
     assert said.returncode == 2 and said.stderr == (
         f"error: '{inside.id}' names no sweep but run {inside.id} of sweep sweep-20261123-100000-abcd; resume the "
         f"sweep with: fslab sweep resume sweep-20261123-100000-abcd; the run has no checkpoint (it stopped before "
@@ -964,12 +962,12 @@ def test_fslab_queue_says_when_no_scheduler_is_alive_to_start_the_waiting_runs(t
     scheduler = start_scheduler(runs)
     try:
         wait_for(lambda: scheduler_running(runs), 60, "the scheduler's lock")
-        alive = fslab("queue", cwd=tmp_path)
+        alive = fslab_here("queue", cwd=tmp_path)
         assert alive.returncode == 0 and "no scheduler" not in alive.stdout, alive.stdout
         scheduler.send_signal(signal.SIGKILL)
         scheduler.wait(30)
         assert scheduler_running(runs) is False  # the kernel let go of a killed holder's lock
-        gone = fslab("queue", cwd=tmp_path)
+        gone = fslab_here("queue", cwd=tmp_path)
         assert gone.stdout.splitlines()[-1] == ("no scheduler is running: 1 waiting run will not start until one "
                                                 "does; start one with: fslab sweep resume sweep-20261128-100000-abcd")
         assert run.status()["state"] == "queued" and not run.claimed()
@@ -1059,7 +1057,7 @@ def test_sweep_show_and_stop_name_the_commands_that_do_it(project):
                        (["stop", "ab12"], "a sweep's queued and running runs are stopped by: fslab stop ab12"),
                        (["delete", "ab12"], "a sweep's ended runs are deleted, its record with them, by: fslab delete "
                                             "ab12")):
-        refused = fslab("sweep", *argv, cwd=project)
+        refused = fslab_here("sweep", *argv, cwd=project)
         assert (refused.returncode, refused.stdout) == (2, "")
         assert refused.stderr == f"error: fslab sweep has no '{argv[0]}' (it takes METHOD, or resume SWEEP); {said}\n"
     assert not (project / "runs").exists()
@@ -1081,7 +1079,7 @@ def test_the_records_folder_given_as_a_sweep_is_refused_saying_what_it_holds(tmp
                                              r"sweep-20261123-100000-abcd$"):
             sweep_name(Path("runs"), ref)
     for argv in (["runs", "--sweep", "runs/sweeps/"], ["sweep", "resume", "runs/sweeps/"]):
-        refused = fslab(*argv, cwd=tmp_path)
+        refused = fslab_here(*argv, cwd=tmp_path)
         assert (refused.returncode, refused.stdout) == (2, ""), argv
         assert refused.stderr.startswith("error: runs/sweeps/ holds the sweeps' records, not a sweep"), argv
 
@@ -1105,12 +1103,12 @@ def test_a_sweep_record_s_path_names_the_sweep_and_a_run_s_folder_is_named_by_sw
     assert [run.id for run in select_runs(runs, [str(record)], "compare")] == [run.id for run in made]
     with pytest.raises(UsageError, match="matches no sweep"):  # a file beside the records is none
         sweep_name(runs, str(runs / "sweeps" / "scheduler.log"))
-    listed = fslab("runs", "--sweep", "runs/sweeps/sweep-20261123-100000-abcd.json", "--json", cwd=tmp_path)
+    listed = fslab_here("runs", "--sweep", "runs/sweeps/sweep-20261123-100000-abcd.json", "--json", cwd=tmp_path)
     assert sorted(json.loads(line)["id"] for line in listed.stdout.splitlines()) == sorted(run.id for run in made)
-    stopped = fslab("stop", "runs/sweeps/sweep-20261123-100000-abcd.json", cwd=tmp_path)
+    stopped = fslab_here("stop", "runs/sweeps/sweep-20261123-100000-abcd.json", cwd=tmp_path)
     assert stopped.returncode == 2 and stopped.stderr == (
         "error: sweep sweep-20261123-100000-abcd has no queued or running run; nothing to stop\n")
-    resumed = fslab("sweep", "resume", f"runs/{made[0].id}/", cwd=tmp_path)
+    resumed = fslab_here("sweep", "resume", f"runs/{made[0].id}/", cwd=tmp_path)
     assert resumed.returncode == 2 and resumed.stderr.startswith(
         f"error: 'runs/{made[0].id}/' names no sweep but run {made[0].id} of sweep sweep-20261123-100000-abcd; ")
 
@@ -1127,12 +1125,12 @@ def test_sweep_resume_refuses_the_options_of_a_new_sweep(tmp_path):
     run.write_status(state="killed", pid=None, sweep="sweep-20261123-100000-abcd")
     save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id], method="nca")
     before = (run.path / "status.json").read_bytes()
-    resumed = fslab("sweep", "resume", "abcd", "--epochs", "3", "--set", "train.lr=0.5", cwd=tmp_path)
+    resumed = fslab_here("sweep", "resume", "abcd", "--epochs", "3", "--set", "train.lr=0.5", cwd=tmp_path)
     assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
     assert resumed.stderr == ("error: fslab sweep resume takes only --executor and --slurm, not --epochs, --set: the "
                               "runs resume with the settings they were queued with; a new sweep takes them: "
                               "fslab sweep METHOD --epochs ...\n")
-    flagged = fslab("sweep", "resume", "abcd", "--fail-fast", cwd=tmp_path)
+    flagged = fslab_here("sweep", "resume", "abcd", "--fail-fast", cwd=tmp_path)
     assert flagged.returncode == 2 and "not --fail-fast:" in flagged.stderr, flagged.stderr
     assert (run.path / "status.json").read_bytes() == before
 
@@ -1147,10 +1145,10 @@ def test_sweep_stop_eval_and_delete_of_last_name_the_newest_sweep_not_last(tmp_p
     for sweep_id in ("sweep-20261123-100000-abcd", "sweep-20261124-100000-ef01"):
         save_sweep(runs, sweep_id, runs=[], method="nca")
     for word, command in (("rm", "fslab delete"), ("stop", "fslab stop"), ("eval", "fslab eval")):
-        refused = fslab("sweep", word, "last", cwd=tmp_path)
+        refused = fslab_here("sweep", word, "last", cwd=tmp_path)
         assert refused.returncode == 2, refused.stderr
         assert refused.stderr.endswith(f"by: {command} sweep-20261124-100000-ef01\n"), refused.stderr
-    listed = fslab("sweep", "show", "last", cwd=tmp_path)
+    listed = fslab_here("sweep", "show", "last", cwd=tmp_path)
     assert listed.stderr.endswith("by: fslab runs --sweep last (last: the newest sweep)\n"), listed.stderr
 
 
@@ -1215,7 +1213,7 @@ def test_sweep_resume_with_nothing_to_resume_names_both_a_lost_submission_and_a_
     (made[0].path / CLAIM_FILE).write_text(f"4242 {time.time()} {HOST} 99 slurm\n")
     (made[1].path / CLAIM_FILE).write_text(f"4343 {time.time()} gpu-node-7 99\n")
     save_sweep(runs, "sweep-20261123-100000-abcd", runs=[run.id for run in made], method="nca")
-    resumed = fslab("sweep", "resume", "abcd", cwd=tmp_path)
+    resumed = fslab_here("sweep", "resume", "abcd", cwd=tmp_path)
     assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
     assert resumed.stderr == (
         f"error: sweep sweep-20261123-100000-abcd has nothing to resume: 2 queued; run {made[0].id} is queued, held "
