@@ -106,10 +106,15 @@ def test_runs_table_marks_what_an_unreadable_run_does_not_say_as_the_dashboard_d
 
 
 @pytest.mark.parametrize("columns", [60, 80])
-def test_a_narrow_runs_sweep_table_leaves_columns_out_whole_rather_than_cut_a_header(project, registry, columns):
+def test_a_narrow_runs_sweep_table_leaves_columns_out_whole_rather_than_cut_a_header(project, registry, columns,
+                                                                                    monkeypatch):
     """Past its stated steps, the table shrank every column evenly: at 80 columns fslab runs --sweep
     showed ``train.weight_de…``, ``met…``, ``test 1-s…``, headers that no longer said what the column was.
     Columns go whole instead, the last first, and the caption names them."""
+    import secrets
+
+    draws = iter(["ab12", "c3d4", "e5f6", "a7b8", "c9d0"])  # the sweep's id, then its runs': short ids of 4
+    monkeypatch.setattr(secrets, "token_hex", lambda n: next(draws))
     from fslab.cli.common import overrides
     from fslab.core.settings import load_settings
     from fslab.execution.sweep import create_sweep, parse_grid
@@ -126,6 +131,8 @@ def test_a_narrow_runs_sweep_table_leaves_columns_out_whole_rather_than_cut_a_he
     left_out = [head for head in wide if head not in heads]
     said = re.search(rf"fitted to {columns} columns \(left out: (.*); short ids\); --wide shows all", out)
     assert said and sorted(said[1].split(", ")) == sorted(left_out)
+    assert [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")] == [
+        "c9d0", "a7b8", "e5f6", "c3d4"]  # short ids, newest first
     assert ("test 5-shot" in left_out) and (("test 1-shot" in left_out) == (columns == 60))
 
 
