@@ -34,8 +34,10 @@ def fslab_here(*args, cwd, env=None):
     import io
     import os
 
-    from fslab.cli import main
+    from fslab.cli import common, main
 
+    for shared in (common.console, common.err_console):  # made once per process: a COLUMNS set when it was
+        shared.width = None  # made (by an earlier call's env) would fix its width; read it at each call, as fslab does
     saved = sys.argv, os.getcwd(), dict(os.environ)
     out, err, code = io.StringIO(), io.StringIO(), 0
     try:
