@@ -118,6 +118,23 @@ def project(tmp_path, builtin_plugins, monkeypatch):
     return folder
 
 
+@pytest.fixture
+def another_users(monkeypatch):
+    """``another_users(path)``: from now on this process may not open the file at ``path`` to write, as
+    where another user made it in a store a group shares (the suite runs as root here, who may write
+    any file, so ``os.open`` refuses it as the kernel refuses a user); reading it still works."""
+    denied = set()
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):
+        if os.fspath(path) in denied and flags & (os.O_WRONLY | os.O_RDWR) and os.path.exists(path):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    return lambda path: denied.add(os.fspath(path))
+
+
 def pytest_configure(config):
     """Compile fslab's sources to bytecode once, before any test starts a process. Where
     PYTHONDONTWRITEBYTECODE is set (as in some CI images), Python reads cached bytecode but never

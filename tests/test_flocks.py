@@ -147,6 +147,58 @@ def test_a_status_update_waits_for_its_lock_and_goes_on_without_one_held_too_lon
     assert open_fds() == before
 
 
+def _held_by_a_thread_for(path, seconds: float) -> tuple:
+    """A thread holding ``path`` exclusively through a read-only descriptor of its own for ``seconds``, as
+    another user's process holds it; returns (the thread, its events: when it let go)."""
+    import threading
+
+    events, locked = [], threading.Event()
+
+    def hold():
+        fd = os.open(path, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        locked.set()
+        time.sleep(seconds)
+        events.append("let go")
+        os.close(fd)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert locked.wait(timeout=10)
+    return thread, events
+
+
+def test_a_status_update_waits_for_a_lock_file_this_user_cannot_write(tmp_path, another_users):
+    """A run's .status.lock another user made (a store a group shares) was not locked at all: briefly_held
+    yielded False at once and two status updates read and rewrote status.json together, one losing the
+    other's fields. It is locked read-only (flock locks it the same): the update waits for the holder."""
+    from fslab.core.flocks import briefly_held
+
+    path = tmp_path / ".status.lock"
+    path.write_text("")
+    another_users(path)
+    holder, events = _held_by_a_thread_for(path, 0.3)
+    with briefly_held(path, wait=30) as held:
+        events.append("updating")
+    holder.join(timeout=10)
+    assert held is True and events == ["let go", "updating"]
+
+
+def test_a_scheduler_is_seen_alive_though_its_presence_file_is_another_users(tmp_path, another_users):
+    """A scheduler whose runs/.slots/schedulers.lock another user made held no lock on it (hold_shared gave
+    None), so fslab queue and the next sweep saw no scheduler and started a second one. It holds it
+    read-only: is_held sees it, and an exclusive lock is refused while it lives."""
+    from fslab.core.flocks import hold_shared, is_held
+
+    path = tmp_path / "schedulers.lock"
+    path.write_text("")
+    another_users(path)
+    fd = hold_shared(path)
+    assert fd is not None and is_held(path) is True
+    os.close(fd)
+    assert is_held(path) is False
+
+
 WAITER = ("import sys\nfrom pathlib import Path\nfrom fslab.core.flocks import one_at_a_time\n"
           "with one_at_a_time(Path(sys.argv[1]), lambda holder: f'waiting for the export{holder}'):\n"
           "    print(Path(sys.argv[1]).read_text(), end='', flush=True)\n")

@@ -221,10 +221,14 @@ def briefly_held(path: str | Path, wait: float = 10.0) -> Iterator[bool]:
     the lock is held: where it cannot be (a folder that cannot be written, a full disk, no
     ``flock``), or its holder keeps it past ``wait`` seconds (a process paused with SIGSTOP in the
     middle of its update), the update goes on without it, as before locks: an end state recorded
-    is worth more. The descriptor is closed however the update ends, a signal's exception included."""
+    is worth more. A lock file this user cannot write (another user's, in a store a group shares) is
+    locked read-only (:func:`open_lock_or_read`). The descriptor is closed however the update ends, a
+    signal's exception included."""
     try:
-        fd = open_lock(path)
+        fd = open_lock_or_read(path)
     except OSError:
+        fd = None
+    if fd is None:  # or gone between its two opens (the run's folder deleted meanwhile)
         yield False
         return
     try:
@@ -250,11 +254,14 @@ def _locked_within(fd: int, wait: float) -> bool:
 
 def hold_shared(path: str | Path) -> int | None:
     """A descriptor holding a shared lock on ``path`` for as long as it stays open (the
-    process's life): any number of holders at once, each seen by :func:`is_held`. None
-    where the lock cannot be taken (no ``flock`` on this filesystem, no permission)."""
+    process's life): any number of holders at once, each seen by :func:`is_held`. A lock file
+    this user cannot write (another user's) is locked read-only (:func:`open_lock_or_read`). None
+    where the lock cannot be taken (no ``flock`` on this filesystem, a file it cannot read either)."""
     try:
-        fd = open_lock(path)
+        fd = open_lock_or_read(path)
     except OSError:
+        return None
+    if fd is None:  # gone between its two opens
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an is_held() probe holds it, a moment
