@@ -530,13 +530,17 @@ def test_fslab_queue_on_a_store_it_cannot_write_tells_busy_slots_from_free_ones(
 
     from fslab.execution import slots as slot_module
 
-    def read_only(path):
-        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):  # a read-only file system refuses every open to write
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
 
     folder = tmp_path / "runs" / ".slots"
     folder.mkdir(parents=True)
     (folder / "cpu-0.lock").write_text("")
-    monkeypatch.setattr(slot_module, "open_lock", read_only)
+    monkeypatch.setattr(os, "open", read_only)
     slot = slot_module.Slot("cpu-0", None)
     assert slot_module.slot_state(folder, slot) == {"busy": False, "problem": None}
     fd = os.open(folder / "cpu-0.lock", os.O_RDONLY)
@@ -545,6 +549,29 @@ def test_fslab_queue_on_a_store_it_cannot_write_tells_busy_slots_from_free_ones(
         assert slot_module.slot_state(folder, slot) == {"busy": True, "problem": None}
     finally:
         os.close(fd)
+
+
+def test_slot_lock_files_another_user_made_still_hold_one_run_each(tmp_path, another_users):
+    """In a runs folder a group shares, the slots' lock files one user's scheduler made (rw-r--r--) could not
+    be opened to write by another's: their fslab sweep stopped with `Permission denied` and their scheduler
+    used no slot. They are locked read-only (flock locks them the same): a slot held is refused to another."""
+    from fslab.execution.slots import Slot, check_slot_files, lock_slot, slot_state
+
+    folder = tmp_path / "runs" / ".slots"
+    folder.mkdir(parents=True)
+    slots = [Slot("cpu-0"), Slot("cpu-1")]
+    for slot in slots:
+        (folder / f"{slot.name}.lock").write_text("")
+        another_users(folder / f"{slot.name}.lock")
+    check_slot_files(tmp_path / "runs", slots)  # no error: a sweep may queue its runs
+    held = lock_slot(folder, slots[0])
+    try:
+        assert held is not None and lock_slot(folder, slots[0]) is None  # one run per slot
+        assert slot_state(folder, slots[0]) == {"busy": True, "problem": None}
+        assert slot_state(folder, slots[1]) == {"busy": False, "problem": None}
+    finally:
+        os.close(held)
+    assert slot_state(folder, slots[0]) == {"busy": False, "problem": None}
 
 
 def test_a_slot_lock_that_cannot_be_opened_is_one_line_and_queues_nothing(project):
