@@ -1564,6 +1564,55 @@ def test_a_study_being_queued_past_the_wait_is_named_and_a_killed_one_blocks_not
     assert not (config.runs_dir / studies.QUEUE_LOCK).exists()
 
 
+def test_a_study_queue_lock_another_user_left_is_locked_read_only(tmp_path, another_users):
+    """In a store a group shares, runs/.study-queue.lock that another user's study left (killed while it
+    queued) or held stopped fslab study run at once: `cannot open ... (Permission denied)`, and nothing could
+    be queued until someone removed the file. It is locked read-only (flock locks it the same): studies
+    still queue one at a time, and one kept waiting says the holder is not recorded, where the file's line
+    names the killed study."""
+    import subprocess
+    import sys
+    import threading
+
+    from fslab.core.states import HOST
+    from fslab.execution.studies import QUEUE_LOCK, queueing
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    lock = runs / QUEUE_LOCK
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(f"{gone.pid} {HOST} nca-table3\n")  # the killed study's line
+    another_users(lock)
+    events, first_in, let_go = [], threading.Event(), threading.Event()
+
+    def queue(name):
+        with queueing(runs, name):
+            events.append(f"in {name}")
+            if name == "a":
+                first_in.set()
+                let_go.wait(timeout=20)
+            events.append(f"out {name}")
+
+    first = threading.Thread(target=queue, args=("a",))
+    first.start()
+    assert first_in.wait(timeout=20)
+    with pytest.raises(UsageError) as kept_waiting:
+        with queueing(runs, "b", wait=0.2):
+            pass
+    assert str(kept_waiting.value) == (
+        f"another study is being queued in this project (its holder is not recorded: {lock} cannot be written by "
+        "this user) for over 0.2 s; run this study again once it is queued (its runs are then reused, not created "
+        "twice)")
+    second = threading.Thread(target=queue, args=("b",))
+    second.start()
+    time.sleep(0.2)
+    let_go.set()
+    first.join(timeout=20)
+    second.join(timeout=20)
+    assert events == ["in a", "out a", "in b", "out b"] and not lock.exists()
+
+
 @pytest.mark.parametrize("name", ["sen-table2", "lpn-table1"])
 def test_protonet_papers_train_as_snells_code(registry, tmp_path, name):
     """The SEN and L-PN papers build on Snell et al.'s ProtoNet code: Adam at
@@ -1847,7 +1896,7 @@ def test_a_queue_lock_the_system_refuses_exits_1_and_one_in_the_way_2(tmp_path, 
     def refusing(path):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
 
-    monkeypatch.setattr(studies, "open_lock", refusing)
+    monkeypatch.setattr(studies, "open_lock_or_read", refusing)
     with pytest.raises(FslabError) as refused:
         studies._open_queue_lock(tmp_path / "runs" / studies.QUEUE_LOCK)
     assert refused.value.exit_code == 1 and "(Read-only file system)" in str(refused.value)

@@ -191,14 +191,27 @@ def held_by(path: Path) -> str:
     is taken at its word only while the process it names may still run
     (:func:`fslab.core.files.process_gone`); else the line says the holder is not recorded."""
     words = read_holder(path)
-    named = bool(words) and words[0].isdigit()
-    if not _writable(path) and (not named or process_gone(int(words[0]), (words + [None])[1], path)):
-        return f"its holder is not recorded: {path} cannot be written by this user"
-    if not named:
+    if unrecorded(path, words):
+        return not_recorded(path)
+    if not (words and words[0].isdigit()):
         return ""
     if len(words) < 2:
         return f"pid {words[0]}"
     return states.process_named(words[0], words[1]) + (", another machine" if words[1] != states.HOST else "")
+
+
+def unrecorded(path: Path, words: list[str]) -> bool:
+    """Whether the line of the lock file at ``path``, ``words`` (:func:`read_holder`'s), may not name
+    its holder: a file this user cannot write, which a holder may have locked read-only and written
+    nothing to (:func:`open_lock_or_read`), whose line names no process, or one that is gone
+    (:func:`fslab.core.files.process_gone`)."""
+    named = bool(words) and words[0].isdigit()
+    return not _writable(path) and (not named or process_gone(int(words[0]), (words + [None])[1], path))
+
+
+def not_recorded(path: Path) -> str:
+    """What a waiting line says of an :func:`unrecorded` holder."""
+    return f"its holder is not recorded: {path} cannot be written by this user"
 
 
 def _writable(path: Path) -> bool:

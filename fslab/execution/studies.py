@@ -32,7 +32,7 @@ from pathlib import Path
 from fslab.core.config import naming_the_file
 from fslab.core.errors import ConfigError, FslabError, UsageError
 from fslab.core.files import REFUSED
-from fslab.core.flocks import holder_line, open_lock, read_holder, take_lock
+from fslab.core.flocks import holder_line, not_recorded, open_lock_or_read, read_holder, take_lock, unrecorded
 from fslab.core.runstore import Run, create_run, list_runs
 from fslab.core.states import LIVE, RESUMABLE, process_named
 from fslab.core.studies import Study
@@ -129,12 +129,14 @@ def _take_queue_lock(path: Path, study: str, limit: float) -> int:
 
 
 def _open_queue_lock(path: Path) -> int | None:
-    """A descriptor of the lock file, made with its folder if missing; None
-    where the folder vanished meanwhile (try again); one line if it cannot be opened: an FslabError
-    (exit 1) where the system refuses it (a read-only store), a UsageError where something else is there."""
+    """A descriptor of the lock file, made with its folder if missing, read-only where this user cannot
+    write it (another user's, in a store a group shares: :func:`open_lock_or_read`, which ``flock`` locks
+    the same); None where the folder or the file vanished meanwhile (try again); one line if it cannot be
+    opened: an FslabError (exit 1) where the system refuses it (a read-only store), a UsageError where
+    something else is there."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return open_lock(path)
+        return open_lock_or_read(path)
     except FileNotFoundError:
         return None  # the folder removed by the holder that made it, just now: make it again
     except OSError as exc:  # the system refused (a read-only store: exit 1, as fslab run's slot lock), or a mistake
@@ -144,8 +146,11 @@ def _open_queue_lock(path: Path) -> int | None:
 
 
 def _queueing_holder(path: Path) -> str:
-    """``study NAME is being queued by pid P on host H``, from the lock file's line."""
+    """``study NAME is being queued by pid P on host H``, from the lock file's line (where it may not name
+    its holder, :func:`unrecorded`, that it is not recorded)."""
     words = read_holder(path, maxsplit=2)
+    if unrecorded(path, words):
+        return f"another study is being queued in this project ({not_recorded(path)})"
     if len(words) < 3:
         return "another study is being queued in this project"
     return f"study {words[2].strip()} is being queued by {process_named(words[0], words[1])}"
