@@ -127,12 +127,12 @@ def another_users(monkeypatch):
     real_open = os.open
 
     def refusing(path, flags, *args, **kwargs):
-        if os.fspath(path) in denied and flags & (os.O_WRONLY | os.O_RDWR) and os.path.exists(path):
+        if os.path.abspath(path) in denied and flags & (os.O_WRONLY | os.O_RDWR) and os.path.exists(path):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", refusing)
-    return lambda path: denied.add(os.fspath(path))
+    return lambda path: denied.add(os.path.abspath(path))
 
 
 def pytest_configure(config):

@@ -236,6 +236,35 @@ def test_the_runs_deleted_before_a_failure_are_still_listed(project, store):
     assert not a.path.exists() and c.path.is_dir() and record(runs) == [b.id]
 
 
+def test_runs_another_user_made_are_deleted_one_lock_holder_at_a_time(project, store, another_users):
+    """In a store a group shares, a run's .worker.lock that another user's worker made (rw-r--r--) could not
+    be opened to write: fslab delete (and fslab resume) of that run stopped with `its lock file: Permission
+    denied`. It is locked read-only (flock locks it the same): a run whose lock another process holds is
+    still refused, named by its status.json (the lock's line is the earlier worker's, long gone, and is
+    not written over), and the others are deleted."""
+    from fslab.core import worklock
+
+    runs, a, b, c = store
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for run in (a, c):
+        (run.path / worklock.LOCK_FILE).write_text(f"{gone.pid} {worklock.HOST}\n")
+        another_users(run.path / worklock.LOCK_FILE)
+    c.write_status(pid=os.getpid(), host=worklock.HOST)  # as a resume of it, this process, records itself
+    fd = worklock.take(c.path)
+    assert fd is not None
+    worklock.name_holder(fd)  # nothing written: the descriptor is read-only
+    try:
+        result = fslab_here("delete", a.id, c.id, "--yes", cwd=project)
+    finally:
+        os.close(fd)
+    assert (result.returncode, result.stdout) == (2, f"{a.id}: deleted\n")
+    assert result.stderr == (f"error: cannot delete run {c.id}: pid {os.getpid()} on host {worklock.HOST} holds "
+                             f"its lock (a worker, or a launch starting one: resumed meanwhile?); stop it first\n")
+    assert (c.path / worklock.LOCK_FILE).read_text() == f"{gone.pid} {worklock.HOST}\n"
+    assert fslab_here("delete", c.id, "--yes", cwd=project).returncode == 0 and not c.path.exists()
+
+
 def test_runs_ids_hands_a_selection_to_delete(project, store):
     """fslab runs --ids (-q) prints the ids alone, newest first, so a shell can pass them on."""
     runs, a, b, c = store

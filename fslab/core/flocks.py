@@ -49,6 +49,13 @@ def open_lock_or_read(path: str | Path) -> int | None:
             raise refused from None
 
 
+def open_kept_lock(path: str | Path) -> int:
+    """:func:`open_lock_or_read` for a lock file that no holder removes (a run's, a slot's): one removed
+    between its two opens (by hand) is made again, by :func:`open_lock`."""
+    fd = open_lock_or_read(path)
+    return open_lock(path) if fd is None else fd
+
+
 def _try(fd: int) -> bool:
     """Whether ``fd`` is now locked exclusively (False: another process holds
     it). Any other OSError (no ``flock`` on this filesystem) closes ``fd``."""
@@ -235,13 +242,11 @@ def briefly_held(path: str | Path, wait: float = 10.0) -> Iterator[bool]:
     ``flock``), or its holder keeps it past ``wait`` seconds (a process paused with SIGSTOP in the
     middle of its update), the update goes on without it, as before locks: an end state recorded
     is worth more. A lock file this user cannot write (another user's, in a store a group shares) is
-    locked read-only (:func:`open_lock_or_read`). The descriptor is closed however the update ends, a
+    locked read-only (:func:`open_kept_lock`). The descriptor is closed however the update ends, a
     signal's exception included."""
     try:
-        fd = open_lock_or_read(path)
+        fd = open_kept_lock(path)
     except OSError:
-        fd = None
-    if fd is None:  # or gone between its two opens (the run's folder deleted meanwhile)
         yield False
         return
     try:
@@ -268,13 +273,11 @@ def _locked_within(fd: int, wait: float) -> bool:
 def hold_shared(path: str | Path) -> int | None:
     """A descriptor holding a shared lock on ``path`` for as long as it stays open (the
     process's life): any number of holders at once, each seen by :func:`is_held`. A lock file
-    this user cannot write (another user's) is locked read-only (:func:`open_lock_or_read`). None
+    this user cannot write (another user's) is locked read-only (:func:`open_kept_lock`). None
     where the lock cannot be taken (no ``flock`` on this filesystem, a file it cannot read either)."""
     try:
-        fd = open_lock_or_read(path)
+        fd = open_kept_lock(path)
     except OSError:
-        return None
-    if fd is None:  # gone between its two opens
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an is_held() probe holds it, a moment

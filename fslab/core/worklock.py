@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from fslab.core.files import atomic_write_json, read_json
-from fslab.core.flocks import holder_line, read_holder, take_lock, write_holder
+from fslab.core.flocks import holder_line, open_kept_lock, read_holder, take_lock, unrecorded, write_holder
 from fslab.core.flocks import is_held as lock_held
 from fslab.core.slurm_queue import job_alive, waits_for_job
 from fslab.core.states import HOST, lock_matters, process_named, run_state
@@ -40,8 +40,11 @@ def take(run_dir: str | Path, wait: float = 0.0) -> int | None:
     """An open descriptor holding the run's lock exclusively, or None if
     someone else still holds it after ``wait`` seconds of retrying. Readers'
     probes hold it for microseconds, so a short wait tells them apart from a
-    holder that stays."""
-    return take_lock(_lock_file(run_dir), wait)
+    holder that stays. A lock file this user cannot write (another user's run, in
+    a store a group shares) is locked read-only (:func:`open_kept_lock`): its line
+    then is not this holder's (:func:`holder` tells)."""
+    path = _lock_file(run_dir)
+    return take_lock(path, wait, opener=lambda: open_kept_lock(path))
 
 
 def name_holder(fd: int, pid: int | None = None) -> None:
@@ -50,8 +53,13 @@ def name_holder(fd: int, pid: int | None = None) -> None:
 
 
 def holder(run_dir: str | Path) -> tuple[int | None, str | None]:
-    """(pid, host) the lock file names, as far as it can be read."""
-    words = read_holder(_lock_file(run_dir))
+    """(pid, host) the lock file names, as far as it can be read; (None, None) where its line may not
+    name its holder (:func:`fslab.core.flocks.unrecorded`: a file this user cannot write, which a
+    holder locked read-only, writing no line, naming a process gone)."""
+    path = Path(_lock_file(run_dir))
+    words = read_holder(path)
+    if unrecorded(path, words):
+        return None, None
     pid = int(words[0]) if words and words[0].isdigit() else None
     return pid, (words[1] if len(words) > 1 else None)
 
@@ -100,8 +108,11 @@ def clear_stop_request(run_dir: str | Path) -> None:
 
 
 def describe_holder(run_dir: str | Path, status: dict | None = None) -> str:
-    """``pid P on host H`` for messages: the lock's holder, else the status's pid."""
+    """``pid P on host H`` for messages: the lock's holder, else the status's pid (that of the run's
+    ``status.json`` where ``status`` is not given)."""
     pid, host = holder(run_dir)
-    if pid is None and status:
+    if pid is None and status is None:
+        status = read_json(os.path.join(os.fspath(run_dir), "status.json"))
+    if pid is None and isinstance(status, dict):
         pid, host = status.get("pid"), status.get("host")
     return process_named(pid, host)

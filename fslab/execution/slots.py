@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fslab.core.errors import UsageError
 from fslab.core.files import REFUSED
-from fslab.core.flocks import is_held, open_lock, open_lock_or_read, take_lock
+from fslab.core.flocks import is_held, open_kept_lock, take_lock
 from fslab.core.settings import SchedulerSettings
 from fslab.core.text import count
 
@@ -106,11 +106,9 @@ def check_fits(processes: int, slots: list[Slot]) -> None:
 
 def open_slot(folder: Path, slot: Slot) -> int:
     """A descriptor of the slot's lock file, made if missing; read-only where this user
-    cannot write it (another user's, in a store a group shares: :func:`open_lock_or_read`,
+    cannot write it (another user's, in a store a group shares: :func:`open_kept_lock`,
     which ``flock`` locks the same); an OSError where it cannot be opened (:func:`unusable` says why)."""
-    path = folder / f"{slot.name}.lock"
-    fd = open_lock_or_read(path)
-    return open_lock(path) if fd is None else fd  # None: removed between its two opens, made again
+    return open_kept_lock(folder / f"{slot.name}.lock")
 
 
 def unusable(folder: Path, error: OSError) -> str:
