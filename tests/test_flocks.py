@@ -229,3 +229,27 @@ def test_a_waiter_names_the_holder_s_host_and_says_when_it_is_another_machine(tm
     for line, said in ((f"77 {HOST}\n", f"pid 77 on host {HOST}"), ("77\n", "pid 77"), ("", ""), ("x y\n", "")):
         path.write_text(line)
         assert flocks.held_by(path) == said
+
+
+def test_lock_and_claim_files_are_made_as_the_umask_says_as_every_other_file_of_a_store(tmp_path):
+    """Lock and claim files were made 0o644 whatever the umask: under a lab's group umask (002) every
+    other file of a shared store was group-writable, those not, and another user of the group could not
+    lock or claim them. They are made as open() makes a file."""
+    import stat
+
+    from fslab.core.runstore import Run
+    from fslab.core.sweeps import new_sweep_id
+
+    old = os.umask(0o002)
+    try:
+        (tmp_path / "plain").write_text("")
+        os.close(flocks.open_lock(tmp_path / "a.lock"))
+        run = Run(tmp_path / "runs" / "20261203-000000-nca-ab12")
+        run.path.mkdir(parents=True)
+        assert run.claim()
+        new_sweep_id(tmp_path / "runs")
+    finally:
+        os.umask(old)
+    made = [tmp_path / "a.lock", run.path / ".claimed", *(tmp_path / "runs" / "sweeps").iterdir()]
+    assert [stat.S_IMODE(p.stat().st_mode) for p in made] == [0o664] * len(made)
+    assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o664

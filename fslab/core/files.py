@@ -29,6 +29,9 @@ from fslab.core import states
 REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC)
 
 
+# The mode fslab's os.open calls make files with, as open() makes them: the umask decides who else may
+# write them (a lab's group umask 002 shares a store's lock and claim files as it shares every other file).
+NEW_FILE_MODE = 0o666
 NAME_MAX = 255  # the bytes a file name may have (Linux's and macOS's file systems)
 
 

@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fslab.core import states
-from fslab.core.files import process_gone
+from fslab.core.files import NEW_FILE_MODE, process_gone
 
 
 def open_lock(path: str | Path) -> int:
     """A read-write descriptor of the lock file at ``path``, made if missing."""
-    return os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    return os.open(path, os.O_CREAT | os.O_RDWR, NEW_FILE_MODE)
 
 
 def open_lock_or_read(path: str | Path) -> int | None:

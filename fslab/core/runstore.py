@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.events import kept_scores, other_precision
-from fslab.core.files import NAME_MAX, atomic_write_json, fitting_name, overwrite, read_events, read_json
+from fslab.core.files import NAME_MAX, NEW_FILE_MODE, atomic_write_json, fitting_name, overwrite, read_events, read_json
 from fslab.core.flocks import briefly_held
 from fslab.core.schemas import evaluation, event, results
 from fslab.core.schemas import status as status_of
@@ -178,7 +178,7 @@ class Run:
         caller only (:func:`fslab.core.claims.take_stale`). ``slurm``: taken to submit a
         SLURM job, which may exist whatever becomes of this process (never stale)."""
         try:
-            fd = os.open(self.path / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(self.path / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, NEW_FILE_MODE)
         except FileExistsError:
             return take_stale(self.path, self.waits, slurm) is not None
         except OSError:  # a folder this process cannot write to

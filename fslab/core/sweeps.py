@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fslab.core.errors import FslabError, RunNotFound, UsageError, did_you_mean
-from fslab.core.files import atomic_write_json, read_json
+from fslab.core.files import NEW_FILE_MODE, atomic_write_json, read_json
 from fslab.core.runstore import (
     SWEEPS,
     Run,
@@ -39,7 +39,7 @@ def new_sweep_id(runs_dir: Path, name: str = "") -> str:
     for _ in range(100):
         sweep_id = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}" + (f"-{name}" if name else "")
         try:
-            os.close(os.open(_held(runs_dir, sweep_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.close(os.open(_held(runs_dir, sweep_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, NEW_FILE_MODE))
         except FileExistsError:
             continue
         except FileNotFoundError:  # the folder, empty, removed by a sweep withdrawn just now: made again

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from fslab.core.assignments import parse_assignment, shown
 from fslab.core.errors import ConfigError, FslabError, UsageError, did_you_mean
+from fslab.core.files import NEW_FILE_MODE
 from fslab.core.runstore import Run
 from fslab.core.settings import SLURM_KEYS, SlurmSettings
 from fslab.core.slurm_queue import user
@@ -155,7 +156,7 @@ def _submit_detached(executor, job_call, folder: Path):
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    log = os.open(folder / "controller.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = os.open(folder / "controller.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, NEW_FILE_MODE)
     try:
         os.dup2(log, 1)
         os.dup2(log, 2)

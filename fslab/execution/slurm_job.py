@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from fslab.core.errors import FslabError
-from fslab.core.files import atomic_write_text
+from fslab.core.files import NEW_FILE_MODE, atomic_write_text
 from fslab.core.runstore import Run
 from fslab.core.states import ENDED
 from fslab.execution.handover import WORKER_WAIT_S, take_worker_lock
@@ -82,7 +82,7 @@ def _log_to_run(run: Run) -> None:
     """The job's stdout and stderr go to the run's own log files, as a local worker's do."""
     for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
         (sys.stdout if fd == 1 else sys.stderr).flush()
-        log = os.open(run.path / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(run.path / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, NEW_FILE_MODE)
         os.dup2(log, fd)
         os.close(log)
     utf8_logs()
