@@ -127,7 +127,8 @@ def another_users(monkeypatch):
     real_open = os.open
 
     def refusing(path, flags, *args, **kwargs):
-        if os.path.abspath(path) in denied and flags & (os.O_WRONLY | os.O_RDWR) and os.path.exists(path):
+        if (os.path.abspath(path) in denied and flags & (os.O_WRONLY | os.O_RDWR) and not flags & os.O_EXCL
+                and os.path.exists(path)):  # O_EXCL: the kernel says the file exists before that it is refused
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real_open(path, flags, *args, **kwargs)
 

@@ -106,6 +106,29 @@ def test_a_claim_is_stale_only_when_its_holder_on_this_host_is_gone_and_the_run_
     assert reused.claim(slurm=True) and read_holder(reused.path).slurm  # taken over to submit a job: marked so
 
 
+def test_a_stale_claim_another_user_made_is_taken_over_by_one_taker(tmp_path, another_users):
+    """A stale claim file this user cannot write (another member's, in a store a group shares) was never
+    taken over: its run stayed queued until the file's owner removed it. It is locked read-only and
+    replaced; of two takers waiting on it, one takes the run (the other finds another file there)."""
+    import fcntl
+    import threading
+
+    stale = queued(tmp_path, f"{gone_pid()} {time.time()} {HOST} 123\n")
+    another_users(stale.path / CLAIM_FILE)
+    held = os.open(stale.path / CLAIM_FILE, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # both takers wait for it
+    taken = []
+    takers = [threading.Thread(target=lambda: taken.append(stale.claim())) for _ in range(2)]
+    for taker in takers:
+        taker.start()
+    time.sleep(0.2)
+    os.close(held)
+    for taker in takers:
+        taker.join()
+    assert sorted(taken) == [False, True] and read_holder(stale.path).pid == os.getpid()
+    assert stale.stale_claim() is None and not stale.claim()
+
+
 def test_a_stop_of_a_queued_run_never_overwrites_what_its_worker_wrote_meanwhile(tmp_path, monkeypatch):
     """fslab stop of a queued run claimed it, then wrote killed over whatever the status then said: a run
     started meanwhile (by a queued SLURM job of a killed submission, say) lost its worker's record. Here

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fslab.core.files import atomic_write_text
+from fslab.core.flocks import read_only
 from fslab.core.states import HOST, pid_alive, process_named, process_start
 
 CLAIM_FILE = ".claimed"
@@ -81,11 +83,19 @@ def take_stale(run_dir: str | Path, still_waits, slurm: bool = False) -> Holder 
     """Take over the run's claim if its holder is gone (:func:`holder_gone`) and
     ``still_waits()`` (the run is queued, not started); the file is rewritten in
     place under an ``flock``, so of several takers exactly one wins, and a plain
-    ``O_EXCL`` claim cannot slip in meanwhile. Returns the gone holder, or None
-    where the claim was not taken. ``slurm``: taken to submit a SLURM job (:func:`holder_line`)."""
+    ``O_EXCL`` claim cannot slip in meanwhile. A claim file this user cannot write (another
+    user's, in a store a group shares) is locked read-only and replaced by a new file
+    (write-then-rename: another taker then finds it is no longer the file it locked).
+    Returns the gone holder, or None where the claim was not taken. ``slurm``: taken to
+    submit a SLURM job (:func:`holder_line`)."""
     path = os.path.join(os.fspath(run_dir), CLAIM_FILE)
     try:
         fd = os.open(path, os.O_RDWR)
+    except PermissionError:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
     except OSError:
         return None
     try:
@@ -96,9 +106,12 @@ def take_stale(run_dir: str | Path, still_waits, slurm: bool = False) -> Holder 
         gone = parse_holder(os.pread(fd, 4096, 0).decode(errors="replace").split("\n", 1)[0])
         if not holder_gone(gone) or not still_waits():
             return None
-        line = holder_line(slurm).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, line, 0)
+        line = holder_line(slurm)
+        if read_only(fd):
+            atomic_write_text(Path(path), line)
+        else:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, line.encode(), 0)
         return gone
     except OSError:
         return None

@@ -127,10 +127,15 @@ def read_holder(path: str | Path, maxsplit: int = -1) -> list[str]:
         return []
 
 
+def read_only(fd: int) -> bool:
+    """Whether ``fd`` was opened to read only (:func:`open_lock_or_read`'s fallback): it writes nothing."""
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+
+
 def write_holder(fd: int, line: str) -> None:
     """Make ``line`` (who holds the lock) the lock file's one line; nothing where ``fd`` is read-only
     (:func:`open_lock_or_read`): the line there is not this holder's (:func:`held_by` says so)."""
-    if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+    if read_only(fd):
         return
     data = f"{line}\n".encode()
     os.pwrite(fd, data, 0)
