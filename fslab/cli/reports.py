@@ -433,7 +433,7 @@ def compare_(
     wide: WideFlag = False,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first "
-     "group with scores (runs scored on different data are neither pooled nor paired). "
+     "group with scores (runs scored on different data are neither pooled nor paired).\n\n"
      "A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr. "
      "--precision fp32 (bf16, fp16) compares the scores of the networks run in that precision, each run's own where "
      "it is its precision, else those fslab eval RUN --precision fp32 saved: fslab compare R1 R2 --precision fp32 "
