@@ -503,6 +503,32 @@ def test_the_evals_tab_labels_a_score_by_its_metric_as_fslab_show_does(tmp_path)
 
     drive(frozen_app(runs), body)
 
+def test_the_val_chart_is_in_percent_and_named_by_its_metric_as_the_evals_tab_gives_the_scores(tmp_path):
+    """The val chart's axis went from 0.467 to 0.685 where the evals tab and fslab show said 50.20±3.53, and a
+    retrieval run's validation mAP was drawn as 'validation accuracy'."""
+    runs = tmp_path / "runs"
+    plain = write_run(runs, "20260101-100000-nca-accu", events=history(epochs=3))
+    events = history(epochs=3)
+    for event in events:
+        if event["event"] == "eval":
+            event.update(evaluator="retrieval-map[images_per_class=20]", metric="map")
+    retrieval = write_run(runs, "20260101-100100-nca-rmap", events=events)
+
+    async def body(app, pilot):
+        for folder, metric in ((plain, "accuracy"), (retrieval, "mAP")):
+            await open_detail(app, pilot, folder.name)
+            await pilot.press("3")
+            await settle(app, pilot)
+            chart = screen_text(app.screen.query_one("#chart-val"))
+            assert chart.startswith(f"validation {metric} (%) by epoch")
+            # validations of 55, 60 and 65% ± 1: the axis runs from 54.0 to 66.0, in percent
+            assert "66.0│" in chart and "54.0│" in chart and "0.66" not in chart
+            await pilot.press("escape")
+            await settle(app, pilot)
+
+    drive(frozen_app(runs), body)
+
+
 def test_detail_of_a_failed_run_says_why_at_the_top(store):
     runs, folders = store
 

@@ -237,7 +237,7 @@ def test_every_chart_of_the_detail_is_whole_on_an_80x24_screen_in_its_tab(store)
             ("train", "pairs", "val", "evals", "config", "stdout", "stderr"), 1))  # the number keys, on screen
         for key, titles in (("1", ("training loss", "learning rate")),
                             ("2", ("positive pairs per batch", "negative pairs per batch")),
-                            ("3", ("validation accuracy by epoch",))):
+                            ("3", ("validation accuracy (%) by epoch",))):
             await pilot.press(key)
             await pilot.pause()
             screen = lines_of(app)

@@ -20,6 +20,7 @@ from fslab.core.sinks import failure_line, failures
 from fslab.core.states import LIVE, LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import count, printable
 from fslab.core.timing import TimeSplit, time_line
+from fslab.reports.compare import metrics_name
 from fslab.tui import model
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot
 from fslab.tui.messages import RunRead
@@ -29,8 +30,9 @@ from fslab.tui.tailing import RunDelta, RunFollower, StoreChanges
 # columns, and the charts split so that each tab's charts fit a 24-line screen.
 TABS = ("train", "pairs", "val", "evals", "config", "stdout", "stderr")
 TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and negative pairs per batch",
-            "val": "Validation accuracy by epoch", "evals": "Every evaluation", "config": "Resolved configuration",
-            "stdout": "Standard output, followed", "stderr": "Standard error, followed"}
+            "val": "Validation score by epoch, in % (mAP for a retrieval evaluator)", "evals": "Every evaluation",
+            "config": "Resolved configuration", "stdout": "Standard output, followed",
+            "stderr": "Standard error, followed"}
 BANNER_STDERR_LINES = 8
 BANNER_FRAME = 4  # the banner's border and padding, in columns
 BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
@@ -52,6 +54,7 @@ class RunHistory:
         self.times: tuple = (None, None, None)  # the status's started, ended and resumed
         self.split = TimeSplit(*self.times)  # the fold of timed, for those times
         self.time_line = ""
+        self.val_metrics: set[str] = set()  # what the validations scored (accuracy, map): the val chart's title
 
     def fold(self, delta: RunDelta, fresh: bool) -> tuple[dict[str, MinMaxSeries] | None, list[list[Text]]]:
         """Fold one read (``fresh``: the run's files read again from the top); copies of the series
@@ -61,6 +64,7 @@ class RunHistory:
             for series in s.values():
                 series.clear()
             self.timed.clear()
+            self.val_metrics.clear()
         # the events fslab show times: those with the fields of their kind (a damaged line is not the run's time)
         timed = [{k: event[k] for k in TIMED_FIELDS if k in event} for event in delta.events
                  if schemas.event(event) is not None]
@@ -73,11 +77,13 @@ class RunHistory:
                         if event.get(name) is not None:
                             s[name].append(step, float(event[name]))
                 elif event.get("event") == "eval":
-                    if is_validation(event):
-                        acc, ci = float(event["accuracy"]), float(event["ci95"])
+                    if is_validation(event):  # in percent, as the evals tab and fslab show give the score
+                        acc, ci = 100 * float(event["accuracy"]), 100 * float(event["ci95"])
                         s["val"].append(event["epoch"], acc)
                         s["val_lo"].append(event["epoch"], acc - ci)
                         s["val_hi"].append(event["epoch"], acc + ci)
+                        metric = event.get("metric", "accuracy")  # as metric_label reads it: not text is accuracy
+                        self.val_metrics.add(metric if isinstance(metric, str) else "accuracy")
                     rows.append([Text(printable(event["split"])),
                                  Text(printable(logged_evaluator(event) + precision_note(event))),
                                  *(Text(printable(event.get(k, "-"))) for k in
@@ -97,6 +103,12 @@ class RunHistory:
             spent = self.split.result()
             self.time_line = time_line(spent) if spent["total_s"] > 0 else ""
         return ({name: series.snapshot() for name, series in s.items()} if series_changed else None), rows
+
+
+def val_title(metrics) -> str:
+    """The val chart's title: what the run's validations scored, named as fslab compare names pooled scores
+    (``accuracy``, ``mAP`` for a retrieval evaluator), in percent as the evals tab gives them."""
+    return f"validation {metrics_name(metrics)} (%) by epoch (band: 95% CI)"
 
 
 class DetailScreen(Screen):
@@ -133,7 +145,7 @@ class DetailScreen(Screen):
                 yield LineChart("positive pairs per batch", Plot([("positives", s["positives"])]), id="chart-pos")
                 yield LineChart("negative pairs per batch", Plot([("negatives", s["negatives"])]), id="chart-neg")
             with TabPane("3 val", id="val"):
-                yield LineChart("validation accuracy by epoch (band: 95% CI)",
+                yield LineChart(val_title(()),
                                 Plot([("val", s["val"])], (s["val_lo"], s["val_hi"])), id="chart-val")
             with TabPane("4 evals", id="evals-tab"):
                 yield DataTable(id="evals", cursor_type="row")
@@ -166,7 +178,7 @@ class DetailScreen(Screen):
             series, rows = (None, []) if delta.missing else self.history.fold(delta, fresh)
             # read here, off the UI thread: the worker writes it as a sink fails, fslab export removes it
             sinks = {} if delta.missing else failures(self.follower.path)
-            read = RunRead(delta, series, rows, self.history.time_line, sinks)
+            read = RunRead(delta, series, rows, self.history.time_line, sinks, tuple(self.history.val_metrics))
         finally:
             self._lock.release()
         self.post_message(read)
@@ -191,6 +203,7 @@ class DetailScreen(Screen):
         if read.series is not None:
             for name, series in read.series.items():
                 self.series[name].take(series)
+            self.query_one("#chart-val", LineChart).title = val_title(read.val_metrics)
             for chart in self.query(LineChart):
                 chart.refresh()
         for row in read.rows:

@@ -31,13 +31,15 @@ class RunsFollowed(Message):
 class RunRead(Message):
     """One read of the run screen's run, folded in its follow thread: what was appended, copies of
     the charts' series (None when unchanged), a row per new evaluation, where the time went and the
-    sinks that failed as it trained (fslab.core.sinks.failures: {name: record})."""
+    sinks that failed as it trained (fslab.core.sinks.failures: {name: record}) and what its validations
+    scored (``accuracy``, ``map``: the val chart's title)."""
 
     delta: RunDelta
     series: dict[str, Any] | None
     rows: list[list[Any]]
     time_line: str
     sink_failures: dict[str, dict] = field(default_factory=dict)
+    val_metrics: tuple[str, ...] = ()
 
 
 @dataclass
