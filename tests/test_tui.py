@@ -529,6 +529,33 @@ def test_the_val_chart_is_in_percent_and_named_by_its_metric_as_the_evals_tab_gi
     drive(frozen_app(runs), body)
 
 
+def test_the_config_tab_says_why_it_has_no_configuration_and_shows_it_once_it_can_be_read(tmp_path):
+    """The config tab of a run whose config.json was missing or cut short was blank, saying nothing."""
+    runs = tmp_path / "runs"
+    missing = write_run(runs, "20260101-100000-nca-gone", events=history(epochs=1))
+    saved = (missing / "config.json").read_text()
+    (missing / "config.json").unlink()
+    cut = write_run(runs, "20260101-100100-nca-cuts", events=history(epochs=1))
+    (cut / "config.json").write_text('{"method": "nca", ')
+
+    async def body(app, pilot):
+        for folder, why in ((missing, "config.json missing"), (cut, "config.json is cut short or not JSON")):
+            await open_detail(app, pilot, folder.name)
+            await pilot.press("5")
+            text = str(app.screen.query_one("#config-text").render())
+            assert text.startswith(f"no configuration to show: {why}"), text
+            assert why in str(app.screen.query_one("#summary").render())  # the run's note says the same
+            await pilot.press("escape")
+            await settle(app, pilot)
+        await open_detail(app, pilot, missing.name)
+        (missing / "config.json").write_text(saved)  # put back from a copy
+        app.screen.follow()
+        await settle(app, pilot)
+        assert '"backbone"' in str(app.screen.query_one("#config-text").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_detail_of_a_failed_run_says_why_at_the_top(store):
     runs, folders = store
 

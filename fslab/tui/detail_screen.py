@@ -212,6 +212,9 @@ class DetailScreen(Screen):
         self.sink_failures = read.sink_failures
         if delta.config is not None:
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
+        elif delta.config_problem is not None:  # the tab said nothing at all; read again at each tick until it can be
+            self.query_one("#config-text", Static).update(Text(f"no configuration to show: "
+                                                               f"{printable(delta.config_problem)}", style="yellow"))
         if delta.stdout:
             self.query_one("#stdout-log", Log).write_lines(delta.stdout)
         if delta.stderr:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.files import Tail, last_lines_start, parse_lines, read_json
+from fslab.core.files import Tail, json_object, last_lines_start, parse_lines, read_json
 from fslab.core.runstore import run_names
 from fslab.core.schemas import status as status_of
 from fslab.core.states import LIVE
@@ -177,6 +177,7 @@ class RunDelta:
     config: dict | None  # the configuration, the first time it is read
     missing: bool = False  # the run folder is gone
     reset: bool = False  # metrics.jsonl was rewritten: forget earlier events, these replace them
+    config_problem: str | None = None  # why config.json holds no configuration yet, as the run's note says it
 
 
 class TextTail:
@@ -217,12 +218,14 @@ class RunFollower:
             return RunDelta(run_id, [], [], [], 0, None, None, missing=True)
         chunk, reset = self.metrics.read()
         events, corrupt = parse_lines(chunk)
-        config = None
+        config = problem = None
         if not self.config_read:
-            config = read_json(self.path / "config.json")
+            config, why = json_object(self.path / "config.json")
             self.config_read = config is not None
+            problem = None if self.config_read else f"config.json {why}"  # 'config.json missing', as fslab show
         return RunDelta(run_id, events, self.stdout.read(partial=ended) if logs else [],
-                        self.stderr.read(partial=ended) if logs else [], corrupt, self._status(), config, reset=reset)
+                        self.stderr.read(partial=ended) if logs else [], corrupt, self._status(), config, reset=reset,
+                        config_problem=problem)
 
     def _status(self) -> dict | None:
         try:
