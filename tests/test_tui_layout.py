@@ -10,7 +10,7 @@ import pytest
 from rich.text import Text
 
 from fslab.tui.charts import PALETTE, MinMaxSeries, Plot, render_chart, x_axis
-from fslab.tui.runs_table import fit
+from fslab.tui.runs_table import ID_COLUMN, fit
 
 from .test_tui import drive, frozen_app, open_compare, open_detail, settle
 from .test_tui_helpers import config, history, save_episode_scores, standard_store, write_run
@@ -78,6 +78,29 @@ def test_sideways_scrolling_moves_by_whole_columns(store):
         assert f"←0 →{right} columns" in str(app.screen.query_one("#status").render()) and right > 0
 
     drive(frozen_app(runs), body, size=(80, 24))
+
+
+def test_no_column_is_cut_by_the_scrollbar_of_more_runs_than_the_screen_holds(tmp_path):
+    """With more runs than lines, the table's scrollbar took its last two columns: the columns that fit the
+    whole width were shown, and the last one lost its end (``progres``, an ETA of 47:57 as ``47:5``)."""
+    runs = tmp_path / "runs"
+    for i in range(12):
+        write_run(runs, f"20260101-{10 + i}0000-nca-{i:04x}", cfg=config(seed=i), events=history())
+
+    async def body(app, pilot):
+        table, cut = app.screen.table, []
+        for width in range(60, 101):
+            await pilot.resize_terminal(width, 16)
+            await pilot.pause()
+            assert table.show_vertical_scrollbar
+            visible = table.scrollable_content_region.width  # what the scrollbar leaves
+            header, row = (lines_of(app)[table.region.y + y][:visible] for y in (0, 1))
+            cells = app.screen.cells(table.ids[0])
+            cut += [(width, table.labels[c]) for c, _ in table.layout() if table.labels[c] not in header
+                    or c != ID_COLUMN and cells[c].plain.strip() not in row]  # the id gives way at its start
+        assert not cut
+
+    drive(frozen_app(runs), body, size=(60, 16))
 
 
 def test_a_cell_grows_its_column_instead_of_being_cut(tmp_path):

@@ -98,6 +98,12 @@ class RunsTable(ScrollView, can_focus=True):
 
     # -- data ----------------------------------------------------------------
     @property
+    def view_width(self) -> int:
+        """The columns the rows are drawn in: the width less the scrollbar's, which more runs than the
+        screen holds bring (the columns laid out in the whole width lost their end under it)."""
+        return self.scrollable_content_region.width
+
+    @property
     def cursor_id(self) -> str | None:
         return self.ids[self.cursor] if 0 <= self.cursor < len(self.ids) else None
 
@@ -106,7 +112,7 @@ class RunsTable(ScrollView, can_focus=True):
         current = self.cursor_id
         self.ids = ids
         self.shown = set(ids)
-        self.virtual_size = Size(self.size.width, len(ids) + 1)
+        self.virtual_size = Size(self.view_width, len(ids) + 1)
         if current in ids:
             self.cursor = ids.index(current)
         else:
@@ -147,7 +153,7 @@ class RunsTable(ScrollView, can_focus=True):
         """(column, width) of each column shown at ``width`` cells: the frozen
         ones, then whole columns from ``first`` while they fit; the id column
         shrinks (down to ID_MIN_WIDTH) so that the first MUST_FIT fit whole."""
-        width = self.size.width if width is None else width
+        width = self.view_width if width is None else width
         widths = self.column_widths()
         shown = [(i, widths[i]) for i in range(self.frozen)]
         used = sum(w + 1 for _, w in shown)
@@ -178,7 +184,7 @@ class RunsTable(ScrollView, can_focus=True):
         return line
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.view_width
         scroll_y = self.scroll_offset.y
         if y == 0:
             style = self.get_component_rich_style("runs-table--header")
@@ -236,7 +242,7 @@ class RunsTable(ScrollView, can_focus=True):
         self.refresh()
 
     def on_resize(self) -> None:
-        self.virtual_size = Size(self.size.width, len(self.ids) + 1)
+        self.virtual_size = Size(self.view_width, len(self.ids) + 1)
         self.call_after_refresh(self.show_cursor)  # a shorter terminal must not leave the selected run off screen
 
     def on_click(self, event: Click) -> None:
