@@ -556,6 +556,26 @@ def test_the_config_tab_says_why_it_has_no_configuration_and_shows_it_once_it_ca
     drive(frozen_app(runs), body)
 
 
+def test_the_run_screen_of_a_killed_run_says_why_it_stopped_as_fslab_show_does(tmp_path):
+    """fslab show prints a killed run's error ('sweep stopped: run ... failed (fail-fast)'); its run screen,
+    with no banner for a killed run, said only 'killed'."""
+    runs = tmp_path / "runs"
+    why = "sweep stopped: run 20260101-100000-nca-aaaa failed (fail-fast)"
+    killed = write_run(runs, "20260101-100100-nca-kill", state="killed", error=why, events=history(epochs=1))
+    done = write_run(runs, "20260101-100200-nca-done", events=history(epochs=1))
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, killed.name)
+        assert "killed  method nca" in str(app.screen.query_one("#summary").render())
+        assert f" · error: {why}" in str(app.screen.query_one("#summary").render())
+        assert app.screen.query_one("#banner").display is False
+        await pilot.press("escape")
+        await open_detail(app, pilot, done.name)
+        assert "error" not in str(app.screen.query_one("#summary").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_detail_of_a_failed_run_says_why_at_the_top(store):
     runs, folders = store
 

@@ -33,6 +33,7 @@ TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and n
             "val": "Validation score by epoch, in % (mAP for a retrieval evaluator)", "evals": "Every evaluation",
             "config": "Resolved configuration", "stdout": "Standard output, followed",
             "stderr": "Standard error, followed"}
+BANNERED = ("failed", "lost")  # the states whose run screen says why it stopped in a banner, stderr's end below
 BANNER_STDERR_LINES = 8
 BANNER_FRAME = 4  # the banner's border and padding, in columns
 BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
@@ -253,13 +254,15 @@ class DetailScreen(Screen):
             summary.append(f" · {count(row.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
+        if row.error and row.error != row.note and row.state not in BANNERED:  # a killed run's why: fslab show's line
+            summary.append(f" · error: {printable(row.error)}", style="yellow")
         for line in self.sink_lines(row):  # its tracker lacks the rest: fslab show's own line
             summary.append("\n")
             summary.append_text(line)
         if self.time_text():
             summary.append("\n" + self.time_text(), style="dim")
         self.query_one("#summary", Static).update(summary)
-        banner.display = row.state in ("failed", "lost")
+        banner.display = row.state in BANNERED
         if banner.display:
             banner.update(self.why_it_stopped(row))
 
