@@ -576,6 +576,22 @@ def test_the_run_screen_of_a_killed_run_says_why_it_stopped_as_fslab_show_does(t
     drive(frozen_app(runs), body)
 
 
+def test_the_run_screen_names_the_sweep_of_a_sweep_s_run_as_fslab_show_does(store):
+    """fslab show names a run's sweep (method nca, ..., seed 0, sweep sweep-...); its run screen did not."""
+    runs, folders = store
+    status = json.loads((folders["done0"] / "status.json").read_text())
+    (folders["done0"] / "status.json").write_text(json.dumps({**status, "sweep": "sweep-20260101-100000-4b55"}))
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folders["done0"].name)
+        assert "seed 0 · sweep sweep-20260101-100000-4b55 · epoch" in str(app.screen.query_one("#summary").render())
+        await pilot.press("escape")
+        await open_detail(app, pilot, folders["done1"].name)
+        assert "sweep" not in str(app.screen.query_one("#summary").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_detail_of_a_failed_run_says_why_at_the_top(store):
     runs, folders = store
 

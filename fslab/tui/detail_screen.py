@@ -235,7 +235,7 @@ class DetailScreen(Screen):
             return
         named = " · ".join(f"{what} {'-' if value is None else value}" for what, value in (
             ("method", row.method), ("loss", row.loss_fn), ("backbone", row.backbone), ("dataset", row.dataset),
-            ("seed", row.seed)))
+            ("seed", row.seed), *((("sweep", row.sweep),) if row.sweep else ())))  # its peers: as fslab show names it
         summary = Text.assemble(
             (printable(row.id), "bold"), "  ", model.state_text(row), "  ",
             printable(named) + " · "
