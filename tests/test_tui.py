@@ -22,6 +22,7 @@ from fslab.core.summary import RunSummary, SummaryFile
 from fslab.core.text import percent
 from fslab.tui import make_app
 from fslab.tui.charts import LineChart, MinMaxSeries, Plot, downsample, render_chart
+from fslab.tui.help_screen import key_lines
 from fslab.tui.model import matches
 from fslab.tui.tailing import StoreWatcher
 
@@ -590,6 +591,35 @@ def test_the_run_screen_names_the_sweep_of_a_sweep_s_run_as_fslab_show_does(stor
         assert "sweep" not in str(app.screen.query_one("#summary").render())
 
     drive(frozen_app(runs), body)
+
+
+def test_the_keys_scroll_the_evals_config_and_log_tabs_though_the_focus_is_on_the_tab_bar(tmp_path):
+    """A long run's evals tab (a row per validation) showed its first rows only: the focus stays on the tab
+    bar, where end, page down and the arrows did nothing, and ? named no key that scrolled it."""
+    runs = tmp_path / "runs"
+    lines = "".join(f"epoch {i} step {i}: loss 1.0\n" for i in range(200))
+    run = write_run(runs, "20260101-100000-nca-long", events=history(epochs=60, steps_per_epoch=1), stdout=lines)
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, run.name)
+        keys = dict(key_lines(app.screen))
+        assert keys["end"] == "Scroll the evals, config, stdout or stderr tab to its end"
+        for tab, shown in (("4", "#evals"), ("5", "#config-scroll"), ("6", "#stdout-log")):
+            await pilot.press(tab)
+            await settle(app, pilot)
+            widget = app.screen.query_one(shown)
+            assert widget.max_scroll_y > 0
+            await pilot.press("home")
+            assert widget.scroll_offset.y == 0
+            await pilot.press("pagedown")
+            assert widget.scroll_offset.y > 0
+            await pilot.press("end")
+            assert widget.scroll_offset.y == widget.max_scroll_y
+            await pilot.press("up")
+            assert widget.scroll_offset.y == widget.max_scroll_y - 1
+        assert type(app.focused).__name__ == "ContentTabs"  # ←→ still change tabs
+
+    drive(frozen_app(runs), body, size=(100, 30))
 
 
 def test_detail_of_a_failed_run_says_why_at_the_top(store):

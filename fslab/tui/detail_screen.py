@@ -35,6 +35,9 @@ TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and n
             "stderr": "Standard error, followed"}
 BANNERED = ("failed", "lost")  # the states whose run screen says why it stopped in a banner, stderr's end below
 BANNER_STDERR_LINES = 8
+SCROLL_KEYS = (("up,k", "up", "one line up"), ("down,j", "down", "one line down"), ("pageup", "page_up", "a page up"),
+               ("pagedown", "page_down", "a page down"), ("home", "home", "to its top"), ("end", "end", "to its end"))
+SCROLLED = {"evals-tab": "#evals", "config": "#config-scroll", "stdout": "#stdout-log", "stderr": "#stderr-log"}
 BANNER_FRAME = 4  # the banner's border and padding, in columns
 BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
 SUMMARY_FRAME = 2  # the summary's padding, in columns
@@ -119,6 +122,10 @@ class DetailScreen(Screen):
         Binding("r", "resume", "resume",
                 tooltip="Resume the run (killed, lost or failed), or start it (queued, nobody holds it)"),
         *(Binding(str(i), f"tab('{tab}')", tab, show=False, tooltip=TAB_HELP[tab]) for i, tab in enumerate(TABS, 1)),
+        # the focus stays on the tab bar (←→ change tabs): these scroll the tab's own content, which no key reached
+        *(Binding(key, f"scroll_tab('{how}')", f"scroll {label}", show=False,
+                  tooltip=f"Scroll the evals, config, stdout or stderr tab {label}")
+          for keys, how, label in SCROLL_KEYS for key in keys.split(",")),  # a binding a key: ? shows each
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -150,7 +157,7 @@ class DetailScreen(Screen):
                                 Plot([("val", s["val"])], (s["val_lo"], s["val_hi"])), id="chart-val")
             with TabPane("4 evals", id="evals-tab"):
                 yield DataTable(id="evals", cursor_type="row")
-            with TabPane("5 config", id="config"), VerticalScroll():
+            with TabPane("5 config", id="config"), VerticalScroll(id="config-scroll"):
                 yield Static(id="config-text")
             with TabPane("6 stdout", id="stdout"):
                 yield Log(id="stdout-log", max_lines=2000)
@@ -321,6 +328,12 @@ class DetailScreen(Screen):
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = "evals-tab" if tab == "evals" else tab
+
+    def action_scroll_tab(self, how: str) -> None:
+        """Scroll the active tab's table, configuration or log (a chart's tab has nothing to scroll)."""
+        shown = SCROLLED.get(self.query_one("#tabs", TabbedContent).active)
+        if shown is not None:
+            getattr(self.query_one(shown), f"scroll_{how}")(animate=False)
 
     def action_stop(self) -> None:
         self.app.request_stop(self.run_id)
