@@ -33,11 +33,12 @@ TAB_HELP = {"train": "Training loss and learning rate", "pairs": "Positive and n
             "val": "Validation score by epoch, in % (mAP for a retrieval evaluator)", "evals": "Every evaluation",
             "config": "Resolved configuration", "stdout": "Standard output, followed",
             "stderr": "Standard error, followed"}
-BANNERED = ("failed", "lost")  # the states whose run screen says why it stopped in a banner, stderr's end below
-BANNER_STDERR_LINES = 8
+# Keys that scroll a tab's content (its widget, by tab), the focus staying on the tab bar.
 SCROLL_KEYS = (("up,k", "up", "one line up"), ("down,j", "down", "one line down"), ("pageup", "page_up", "a page up"),
                ("pagedown", "page_down", "a page down"), ("home", "home", "to its top"), ("end", "end", "to its end"))
 SCROLLED = {"evals-tab": "#evals", "config": "#config-scroll", "stdout": "#stdout-log", "stderr": "#stderr-log"}
+BANNERED = ("failed", "lost")  # the states whose run screen says why it stopped in a banner, stderr's end below
+BANNER_STDERR_LINES = 8
 BANNER_FRAME = 4  # the banner's border and padding, in columns
 BANNER_SPARE_LINES = 18  # lines of the screen the banner leaves to the rest (the charts' 6 included)
 SUMMARY_FRAME = 2  # the summary's padding, in columns
