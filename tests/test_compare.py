@@ -245,6 +245,21 @@ def test_a_run_whose_configuration_sections_are_not_tables_is_left_out_not_fatal
                                                      f"read: {damaged.id}\n"  # not "1 run ..., their configuration"
 
 
+def test_all_names_a_run_whose_config_json_is_gone_as_fslab_runs_lists_it(tmp_path, builtin_plugins):
+    """fslab runs lists a run whose config.json is gone (unreadable) and fslab compare ID names it left out,
+    but 'all' counted only folders with a config.json: fslab compare all dropped it without a word. Every
+    listing takes a run as fslab runs does, and 'last' names the newest so too."""
+    make_run(tmp_path / "runs", 0.1, 0, {5: [0.5, 1.0]})
+    make_run(tmp_path / "runs", 0.05, 0, {5: [1.0, 1.0]})
+    gone = make_run(tmp_path / "runs", 0.2, 0, {5: [1.0, 0.5]})
+    (gone.path / "config.json").unlink()
+    shown = fslab_here("compare", "all", "--shots", "5", cwd=tmp_path)
+    assert shown.returncode == 0
+    assert shown.stderr == f"1 run left out, each one whose configuration cannot be read: {gone.id}\n"
+    assert fslab_here("show", "last", cwd=tmp_path).stdout.split()[:2] == [gone.id, "unreadable"]
+    assert fslab_here("runs", "--ids", cwd=tmp_path).stdout.split()[0] == gone.id
+
+
 def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store, builtin_plugins):
     folder, _ = store
     bad = fslab_here("compare", "all", "--evaluator", "knn", cwd=folder)

@@ -377,8 +377,11 @@ def run_names(runs_dir: Path) -> list[str]:
 
 
 def run_paths(runs_dir: Path) -> list[Path]:
-    """Every run folder whose ``config.json`` can be read, oldest first."""
-    return [Path(runs_dir) / name for name in run_names(runs_dir) if _config_of(runs_dir, name) is True]
+    """Every run folder, oldest first: as listings count them (:attr:`fslab.core.summary.SummaryFile.is_run`), a
+    folder with its ``config.json`` or its ``status.json`` (one whose config.json is gone is still a run, unreadable:
+    ``fslab runs`` lists it, and ``all`` and ``last`` name it, where fslab compare and fslab show say why)."""
+    return [Path(runs_dir) / name for name in run_names(runs_dir)
+            if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
 
 
 def _config_of(runs_dir: Path, name: str, file: str = "config.json") -> bool | None:
@@ -437,9 +440,7 @@ def find_run(runs_dir: Path, ref: str, *, whole: bool = False) -> Run:
         raise RunNotFound("an empty run id names no run; give a run id, a unique part of one, or 'last'")
     ref = as_id(ref)
     if ref != "last":  # unreadable runs can be named too: fslab show says why they cannot be read
-        # as listings count them (fslab.core.summary): a folder with its config.json or its status.json
-        names = [name for name in run_names(runs_dir)
-                 if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
+        names = [path.name for path in run_paths(runs_dir)]
         return _match(runs_dir, _named_by_path(runs_dir, ref, names, whole) if is_path(ref) else ref, names)
     paths = run_paths(runs_dir)
     if not paths:
