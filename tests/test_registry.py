@@ -153,6 +153,35 @@ def test_a_broken_entry_point_is_one_warning_a_process_naming_it_and_its_package
     assert [w.category for w in caught] == [UserWarning] and caught[0].filename == __file__
 
 
+def test_an_entry_point_naming_the_hook_function_not_its_module_fails_loading(builtin_plugins, tmp_path,
+                                                                              monkeypatch):
+    """``mine = "fslab_mine:register_losses"`` (the hook, not its module): pluggy looked for @hookimpl functions
+    on the function and found none, so the plugin loaded registering nothing, every command called its loss
+    unknown without a word why, and its contract test said to implement the hook that was there."""
+    site = tmp_path / "site"
+    (site / "fslab_mine").mkdir(parents=True)
+    (site / "fslab_mine" / "__init__.py").write_text(textwrap.dedent(LOCAL_LOSS))
+    (site / "fslab_mine-0.1.0.dist-info").mkdir()
+    (site / "fslab_mine-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-mine\n"
+                                                                   "Version: 0.1.0\n")
+    (site / "fslab_mine-0.1.0.dist-info" / "entry_points.txt").write_text(
+        "[fslab]\nmine = fslab_mine:register_losses\nalso = fslab_mine:scaled\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "mine", "also"]))
+    registry = load_registry()
+    assert {f.plugin: f.error for f in registry.failures} == {
+        "mine": "TypeError: fslab_mine:register_losses is a function, not a module: fslab calls the @hookimpl "
+                "functions of what an entry point names, and it has none, so the plugin would register nothing; "
+                "name the module that holds them: mine = \"fslab_mine\"; raised loading the entry point "
+                "'mine = \"fslab_mine:register_losses\"' of fslab-mine 0.1.0 ([project.entry-points.fslab])",
+        "also": "TypeError: fslab_mine:scaled is a function, not a module: fslab calls the @hookimpl functions of "
+                "what an entry point names, and it has none, so the plugin would register nothing; name the module "
+                "that holds them: also = \"fslab_mine\"; raised loading the entry point 'also = "
+                "\"fslab_mine:scaled\"' of fslab-mine 0.1.0 ([project.entry-points.fslab])"}
+    with pytest.raises(UsageError, match=r"Not among them: what plugins 'also', 'mine' register, which failed"):
+        registry.get("loss", "scaled")
+
+
 def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_path):
     """The name asked for may be one a broken plugin would have registered: the line says so."""
     folder = write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")

@@ -385,14 +385,32 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
 def _add_plugin(pm: pluggy.PluginManager, module: Any, name: str) -> None:
     """Register a plugin's module with pluggy, refusing a function named as one of fslab's hooks but not
     decorated with ``@hookimpl``: pluggy passed over it, and the plugin loaded registering nothing, so every
-    command called its components unknown and its contract tests were all skipped, never failed. A
-    TypeError naming the hook: the plugin's load failure."""
+    command called its components unknown and its contract tests were all skipped, never failed; and refusing
+    an entry point's object that is no module and holds no hook (:func:`_holds_no_hook`). A TypeError: the
+    plugin's load failure."""
     for hook in HOOKS.values():
         function = getattr(module, hook, None)
         if callable(function) and not hasattr(function, f"{hookspecs.hookimpl.project_name}_impl"):
             raise TypeError(f"{hook}() is not decorated with @hookimpl, so fslab never calls it and the plugin "
                             f"registers nothing: put @hookimpl (from fslab.plugin import hookimpl) above it")
     pm.register(module, name=name)
+    if not inspect.ismodule(module) and not pm.get_hookcallers(module):
+        pm.unregister(module)
+        raise TypeError(_holds_no_hook(module, name))
+
+
+def _holds_no_hook(target: Any, plugin: str) -> str:
+    """Why an entry point naming something other than a module, that holds no hook, fails: pluggy calls the
+    @hookimpl functions found on what an entry point names, so ``mine = "pkg.loss:register_losses"`` (the hook
+    itself) or ``"pkg.loss:contrastive"`` (the loss) loaded registering nothing, every command calling the
+    plugin's components unknown, and the contract test said to implement a hook that was there."""
+    what = ("a function" if inspect.isroutine(target) else "a class" if inspect.isclass(target)
+            else f"a {type(target).__name__} object")
+    module = getattr(target, "__module__", None) or "its module"
+    named = getattr(target, "__qualname__", None) or repr(target)
+    return (f"{module}:{named} is {what}, not a module: fslab calls the @hookimpl functions of what an entry "
+            f"point names, and it has none, so the plugin would register nothing; name the module that holds "
+            f"them: {plugin} = \"{module}\"")
 
 
 def _unknown_hook(pm: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> str:
