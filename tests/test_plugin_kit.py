@@ -1322,6 +1322,10 @@ def raising(support, query):
     raise RuntimeError("a bug in the evaluator")
 
 
+def asserting(support, query):
+    assert support.shape[2] == 99
+
+
 @hookimpl
 def register_backbones(register):
     register(Flaky, name="flaky", description="fails at its second training step")
@@ -1331,6 +1335,7 @@ def register_backbones(register):
 @hookimpl
 def register_evaluators(register):
     register(raising, name="raising", description="fails as it classifies")
+    register(asserting, name="asserting", description="fails a bare assert as it classifies")
 '''
 
 
@@ -1340,6 +1345,9 @@ def register_evaluators(register):
      "backbone 'blind' from plugin 'local:midway' failed: ValueError: cannot embed in eval mode"),
     (["--set", "evaluator.name=raising"],
      "evaluator 'raising' from plugin 'local:midway' failed: RuntimeError: a bug in the evaluator"),
+    # an assert without a message read "failed: AssertionError:.", naming no check and no file
+    (["--set", "evaluator.name=asserting"], "evaluator 'asserting' from plugin 'local:midway' failed: AssertionError "
+     "at {file} line {line}: assert support.shape[2] == 99"),
 ])
 def test_a_backbone_or_evaluator_that_raises_midway_fails_the_run_naming_it_and_its_plugin(project, options, message):
     """A backbone raising in a training step, or as it embedded images for an evaluation, failed the run with its
@@ -1353,6 +1361,8 @@ def test_a_backbone_or_evaluator_that_raises_midway_fails_the_run_naming_it_and_
     tiny = TINY[4:] if "--backbone" in options else TINY  # TINY's first four: conv4 and its parameter
     # the CLI in this process, its worker a process of its own
     result = fslab_here("run", "nca", *tiny, "--epochs", "1", "--device", "cpu", *options, cwd=project)
+    line = MIDWAY.splitlines().index("    assert support.shape[2] == 99") + 1
+    message = message.replace("{file}", str(project / "mine" / "midway.py")).replace("{line}", str(line))
     assert result.returncode == 1 and f"failed: {message}. See: fslab logs" in result.stderr, result.stderr
 
 

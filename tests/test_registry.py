@@ -182,6 +182,15 @@ def test_an_entry_point_naming_the_hook_function_not_its_module_fails_loading(bu
         registry.get("loss", "scaled")
 
 
+def test_a_bare_assert_failing_a_plugin_names_its_file_line_and_statement(builtin_plugins, tmp_path):
+    """docs/plugins.md has a plugin check fslab's API version at import with an ``assert``: on an older fslab
+    the plugin failed to load with "AssertionError: ", which named neither the check nor the file."""
+    check = 'assert tuple(map(int, API_VERSION.split("."))) >= (1, 99)'
+    folder = write_plugin(tmp_path / "local", "newer", f"from fslab.plugin import API_VERSION\n{check}\n")
+    (failure,) = load_registry([folder]).failures
+    assert failure.error == f"AssertionError at {folder / 'newer.py'} line 2: {check}"
+
+
 def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_path):
     """The name asked for may be one a broken plugin would have registered: the line says so."""
     folder = write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")

@@ -9,6 +9,7 @@ keeps its traceback.
 from __future__ import annotations
 
 import difflib
+import linecache
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -94,4 +95,20 @@ def plugin_call(call: Callable[[], Any], failed: str, passes: tuple[type[BaseExc
     except (FslabError, *passes):
         raise
     except Exception as exc:
-        raise PluginError(f"{failed}: {type(exc).__name__}: {exc}") from exc
+        raise PluginError(f"{failed}: {exception_words(exc)}") from exc
+
+
+def exception_words(exc: BaseException) -> str:
+    """An exception of a plugin's code in words, ``Type: message``; one with no message (a bare ``assert``, as
+    a plugin checks ``API_VERSION`` at import) with where it was raised, the file, line and statement: it read
+    ``AssertionError: `` (or ``AssertionError:.`` in a run's line), naming no check and no file."""
+    if str(exc).strip():
+        return f"{type(exc).__name__}: {exc}"
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None:  # never raised: nothing to say where
+        return type(exc).__name__
+    file = frame.tb_frame.f_code.co_filename
+    source = linecache.getline(file, frame.tb_lineno).strip()
+    return f"{type(exc).__name__} at {file} line {frame.tb_lineno}" + (f": {source}" if source else "")

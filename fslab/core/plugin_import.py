@@ -13,7 +13,7 @@ import pkgutil
 import re
 from typing import Any
 
-from fslab.core.errors import did_you_mean
+from fslab.core.errors import did_you_mean, exception_words
 
 
 def load_entry_point(ep: Any, distribution: str | None) -> Any:
@@ -61,7 +61,7 @@ def entry_point_error(ep: Any, distribution: str | None, exc: BaseException) -> 
     then the entry point and the distribution that declares it, unless the words name them already (a typo's,
     :func:`load_entry_point`). ``RuntimeError: half-written plugin`` named neither the package nor the line
     that made fslab import it, and a notebook's warning named only the entry point's name."""
-    text = f"{type(exc).__name__}: {exc}"
+    text = exception_words(exc)
     where = _entry_point(ep, distribution)
     return text if where in text else f"{text}; raised loading {where}"
 

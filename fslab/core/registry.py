@@ -28,7 +28,7 @@ from typing import Any
 import pluggy
 
 from fslab.core import hookspecs
-from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, plugin_call
+from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, exception_words, plugin_call
 from fslab.core.limits import check_rule, rule_of
 from fslab.core.param_defaults import mistyped_default, refused_defaults
 from fslab.core.plugin_import import entry_point_error, load_entry_point
@@ -105,7 +105,7 @@ class Component:
             raise PluginError(f"{self.named} points at '{self.target}', which cannot be imported: {exc}") from exc
         except Exception as exc:  # the module's own code failed as it ran (a NameError): fslab.create raised it bare
             raise PluginError(f"{self.named} points at '{self.target}', whose module failed as it was imported: "
-                              f"{type(exc).__name__}: {exc}") from exc
+                              f"{exception_words(exc)}") from exc
 
     def describe(self) -> dict:
         """A JSON-ready description, as ``fslab plugins --json`` prints it: a copy, so
@@ -328,7 +328,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
     registry = Registry()
 
     def fail(plugin: str, exc: BaseException, error: str | None = None) -> None:
-        error = error or f"{type(exc).__name__}: {exc}"
+        error = error or exception_words(exc)
         if strict:
             raise PluginError(f"plugin '{plugin}' failed to load: {error}") from exc
         registry.failures.append(LoadFailure(plugin, error))

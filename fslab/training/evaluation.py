@@ -44,7 +44,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 import torch.nn.functional as F
 
-from fslab.core.errors import FslabError, UsageError
+from fslab.core.errors import FslabError, UsageError, exception_words
 from fslab.core.events import kept_scores, mean_ci
 from fslab.core.text import count, queries_text
 from fslab.core.types import evaluator_traits
@@ -282,7 +282,7 @@ def call_evaluator(evaluator: Callable, *args, **kwargs):
     except FslabError:
         raise
     except Exception as exc:
-        raise EvaluatorError(f"failed: {type(exc).__name__}: {exc}") from exc
+        raise EvaluatorError(f"failed: {exception_words(exc)}") from exc
 
 
 def episode_scores(
