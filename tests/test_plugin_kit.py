@@ -284,6 +284,9 @@ class FromOne(FloatImages):
         labels = torch.arange(-1, 7).repeat_interleave(10)  # numbered from -1
         return Split(torch.zeros(80, 1, 16, 16, dtype=torch.uint8), labels, [str(c) for c in range(8)])
 
+class SaysColour(TrainOnly):  # grayscale images
+    channels = 3
+
 @hookimpl
 def register_datasets(register):
     register(FloatImages, name="float-images", description="broken",
@@ -291,6 +294,7 @@ def register_datasets(register):
     register(TrainOnly, name="train-only", description="broken")
     register(Channelless, name="channelless", description="broken")
     register(FromOne, name="from-one", description="broken")
+    register(SaysColour, name="says-colour", description="broken")
 
 class Lists:
     def __init__(self, labels, batch_size, seed):
@@ -1227,7 +1231,8 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
      "no step"),
     # labels numbered from -1: trained in silence (an episode drew its classes among -1..6)
     (["--dataset", "from-one", "--batch-size", "16", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
-     "ValueError: dataset 'from-one' gave train labels -1..6 for 8 classes (Split.classes); labels number the "
+     "ValueError: dataset 'from-one' from plugin 'local:broken' gave train labels -1..6 for 8 classes "
+     "(Split.classes); labels number the "
      "classes 0..7, one name in classes for each"),
     (["--set", "sampler.name=lists"],
      "TypeError: sampler 'lists' from plugin 'local:broken' yielded a list, not Batch(indices, support): "
@@ -1245,12 +1250,17 @@ def test_the_study_check_resolves_every_run_and_catches_a_recipe_not_installed(t
     (["--dataset", "channelless", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
      "TypeError: dataset 'channelless' from plugin 'local:broken' must set channels to the number of channels of "
      "its images (an int, 1 or 3), got None"),
-    # the plugin's bare KeyError: 'val', naming no dataset
+    # the plugin's bare KeyError: 'val', naming no dataset; then the dataset, but not its plugin (as the lines
+    # blaming a loss, a sampler or a backbone name it), nor did those of its images or labels
     (["--dataset", "train-only", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
-     "dataset 'train-only' failed to load its val split: KeyError: 'val'"),
+     "dataset 'train-only' from plugin 'local:broken' failed to load its val split: KeyError: 'val'"),
+    (["--dataset", "says-colour", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
+     "TypeError: dataset 'says-colour' from plugin 'local:broken' gave train images of 1 channel but says "
+     "channels = 3"),
     # it trained on images near black (uint8 is what fslab scales) and the run ended completed
     (["--dataset", "float-images", "--set", "eval.queries=5", "--set", "eval.center_images=0"],
-     "TypeError: dataset 'float-images' gave train images of dtype torch.float32 and shape [80, 1, 16, 16]; "
+     "TypeError: dataset 'float-images' from plugin 'local:broken' gave train images of dtype torch.float32 and "
+     "shape [80, 1, 16, 16]; "
      "load(split) returns Split(images uint8 [N, C, H, W], labels int64 [N], classes)"),
 ])
 def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, options, message):

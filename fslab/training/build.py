@@ -22,6 +22,7 @@ from torch import nn
 from fslab.core.config import RunConfig, TrainConfig
 from fslab.core.errors import FslabError, PluginError, plugin_call
 from fslab.core.registry import Registry, create_dataset
+from fslab.core.text import count
 from fslab.core.types import Split
 from fslab.training import distributed
 from fslab.training.optimizers import EagerAdam, EagerSGD
@@ -102,30 +103,31 @@ def build_dataset(registry: Registry, cfg: RunConfig) -> Any:
     return dataset
 
 
-def load_split(dataset: Any, split: str, name: str) -> Split:
-    """``dataset.load(split)``, refused in one line naming the dataset unless it holds uint8 images
+def load_split(dataset: Any, split: str, named: str) -> Split:
+    """``dataset.load(split)``, refused in one line naming the dataset and its plugin (``named``, as
+    :attr:`Component.named` says it, as a loss's, a sampler's and a backbone's lines do) unless it holds uint8 images
     ``[N, channels, H, W]`` and one integer label per image: float images (in [0, 1], say) would
     otherwise train as images near black, and a run would end with nothing said. Only shapes and
     types are read. What else ``load`` raises (a KeyError for a split it lacks) is a PluginError
     naming the dataset and the split; a UsageError of its own (a file it cannot read) goes on, as
     does an OSError (a full disk under its cache: the system's fault, not the plugin's)."""
-    data = plugin_call(lambda: dataset.load(split), f"dataset '{name}' failed to load its {split} split",
+    data = plugin_call(lambda: dataset.load(split), f"{named} failed to load its {split} split",
                        passes=(OSError,))
     images, labels = getattr(data, "images", None), getattr(data, "labels", None)
     wanted = "load(split) returns Split(images uint8 [N, C, H, W], labels int64 [N], classes)"
     if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4:
         got = (f"of dtype {images.dtype} and shape {list(images.shape)}" if isinstance(images, torch.Tensor)
                else f"of type {type(images).__name__}")
-        raise TypeError(f"dataset '{name}' gave {split} images {got}; {wanted}")
+        raise TypeError(f"{named} gave {split} images {got}; {wanted}")
     if images.shape[1] != dataset.channels:
-        raise TypeError(f"dataset '{name}' gave {split} images of {images.shape[1]} channels but says "
+        raise TypeError(f"{named} gave {split} images of {count(images.shape[1], 'channel')} but says "
                         f"channels = {dataset.channels}; {wanted}")
     if (not isinstance(labels, torch.Tensor) or labels.is_floating_point()
             or tuple(labels.shape) != (images.shape[0],)):
         got = (f"of dtype {labels.dtype} and shape {list(labels.shape)}" if isinstance(labels, torch.Tensor)
                else f"of type {type(labels).__name__}")
-        raise TypeError(f"dataset '{name}' gave {split} labels {got} for {images.shape[0]} images; {wanted}")
-    check_label_range(labels, len(getattr(data, "classes", None) or ()), f"dataset '{name}' gave {split} labels")
+        raise TypeError(f"{named} gave {split} labels {got} for {count(images.shape[0], 'image')}; {wanted}")
+    check_label_range(labels, len(getattr(data, "classes", None) or ()), f"{named} gave {split} labels")
     return data
 
 
@@ -250,11 +252,11 @@ def build_training(registry: Registry, cfg: RunConfig, world: distributed.World,
     """The run's components, created in a fixed order (module docstring);
     ``channels_last``: the backbone's weights in that memory format."""
     dataset = build_dataset(registry, cfg)
-    name = cfg.dataset["name"]
-    train_split, val_split = load_split(dataset, "train", name), load_split(dataset, "val", name)
+    named = registry.get("dataset", cfg.dataset["name"]).named
+    train_split, val_split = load_split(dataset, "train", named), load_split(dataset, "val", named)
     # Read (and on a first run decoded) before training, not after it: an image that cannot be decoded
     # fails the run at its start, naming the file. Reading draws no random number.
-    test_split = load_split(dataset, "test", name) if world.main else None
+    test_split = load_split(dataset, "test", named) if world.main else None
     model = build_backbone(registry, cfg, dataset.channels, device, image_size_of(train_split))
     check_out_dim(model, cfg.backbone["name"], (dataset.channels, *image_size_of(train_split)), device,
                   named=registry.get("backbone", cfg.backbone["name"]).named)
