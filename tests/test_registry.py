@@ -265,6 +265,33 @@ def test_lazy_reference_that_cannot_import_names_the_target(builtin_plugins, tmp
         registry.create("backbone", "lazy", in_channels=1)
 
 
+def test_a_lazy_target_misspelt_is_told_the_closest_name_there_is(builtin_plugins, tmp_path, monkeypatch):
+    """A run failed with "points at 'mine_nets.network:SmallConvnet', which cannot be imported: module
+    'mine_nets.network' has no attribute 'SmallConvnet'", where an entry point's typo is told its closest name."""
+    (tmp_path / "mine_nets").mkdir()
+    (tmp_path / "mine_nets" / "__init__.py").write_text("")
+    (tmp_path / "mine_nets" / "network.py").write_text("class SmallConvNet:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    named = "backbone 'lazy' from plugin 'local:lazy' points at"
+    for target, message in [
+        ("mine_nets.network:SmallConvnet", "which cannot be imported: module 'mine_nets.network' has no attribute "
+                                           "'SmallConvnet'. Did you mean 'mine_nets.network:SmallConvNet'?"),
+        ("mine_nets.netwrk:SmallConvNet", "which cannot be imported: No module named 'mine_nets.netwrk'. Did you "
+                                          "mean 'mine_nets.network:SmallConvNet'?"),
+    ]:
+        source = f"""
+            from fslab.plugin import hookimpl
+
+            @hookimpl
+            def register_backbones(register):
+                register({target!r}, name="lazy", description="d", params={{}})
+        """
+        registry = load_registry([write_plugin(tmp_path / "local", "lazy", source)])
+        with pytest.raises(PluginError) as caught:
+            registry.create("backbone", "lazy", in_channels=1)
+        assert str(caught.value) == f"{named} '{target}', {message}"
+
+
 def test_lazy_target_whose_module_fails_as_it_runs_is_the_plugins_error(builtin_plugins, tmp_path, monkeypatch):
     # fslab.create raised the module's NameError bare, a traceback naming neither component nor plugin
     (tmp_path / "lazy_broken_net.py").write_text("import math\nundefined_name_here\n")

@@ -24,19 +24,35 @@ def load_entry_point(ep: Any, distribution: str | None) -> Any:
     try:
         return ep.load()
     except ModuleNotFoundError as exc:
-        if not exc.name or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+        if not names_module(exc, module_name):
             raise  # a module the plugin imports, not the one its entry point names
-        parent, _, last = exc.name.rpartition(".")
-        close = _closest(last, _modules_in(parent))
+        close = closest_module(exc.name)
         raise ModuleNotFoundError(f"No module named '{exc.name}'; {_declared(ep, distribution)}"
-                                  + (f". Did you mean '{parent}.{close}'?" if close else ""), name=exc.name) from exc
+                                  + (f". Did you mean '{close}'?" if close else ""), name=exc.name) from exc
     except AttributeError as exc:
         if not attr or getattr(exc, "name", None) != attr.split(".")[0]:
             raise  # the module's own code failed on an attribute as it ran
-        module = importlib.import_module(module_name)
-        close = _closest(attr, [n for n in dir(module) if not n.startswith("_")])
+        close = closest_attribute(importlib.import_module(module_name), attr)
         raise AttributeError(f"module '{module_name}' has no attribute '{attr}'; {_declared(ep, distribution)}"
                              + (f". Did you mean '{module_name}:{close}'?" if close else "")) from exc
+
+
+def names_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether ``exc`` is ``module_name`` (or a package above it) missing: a typo where a plugin names the
+    module, not a module that module imports and lacks, which keeps its own words."""
+    return bool(exc.name) and (module_name == exc.name or module_name.startswith(exc.name + "."))
+
+
+def closest_module(missing: str) -> str | None:
+    """The module of ``missing``'s package closest to it (``pkg.losses`` for ``pkg.lossez``), or None."""
+    parent, _, last = missing.rpartition(".")
+    close = _closest(last, _modules_in(parent))
+    return f"{parent}.{close}" if close else None
+
+
+def closest_attribute(module: Any, attr: str) -> str | None:
+    """The public name of ``module`` closest to ``attr`` (``SmallConvNet`` for ``SmallConvnet``), or None."""
+    return _closest(attr, [n for n in dir(module) if not n.startswith("_")])
 
 
 def _modules_in(package_name: str) -> list[str]:

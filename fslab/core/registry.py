@@ -31,7 +31,13 @@ from fslab.core import hookspecs
 from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, exception_words, plugin_call
 from fslab.core.limits import check_rule, rule_of
 from fslab.core.param_defaults import mistyped_default, refused_defaults
-from fslab.core.plugin_import import entry_point_error, load_entry_point
+from fslab.core.plugin_import import (
+    closest_attribute,
+    closest_module,
+    entry_point_error,
+    load_entry_point,
+    names_module,
+)
 from fslab.core.types import trait_problem
 
 ENTRY_POINT_GROUP = "fslab"
@@ -99,13 +105,22 @@ class Component:
         if not isinstance(self.target, str):
             return self.target
         module_name, _, attr = self.target.partition(":")
+        cannot = f"{self.named} points at '{self.target}', which cannot be imported"
         try:
-            return getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise PluginError(f"{self.named} points at '{self.target}', which cannot be imported: {exc}") from exc
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:  # a typo in the target (Did you mean ...), or a package it lacks
+            close = closest_module(exc.name) if names_module(exc, module_name) else None
+            raise PluginError(f"{cannot}: {exc}" + (f". Did you mean '{close}:{attr}'?" if close else "")) from exc
+        except ImportError as exc:
+            raise PluginError(f"{cannot}: {exc}") from exc
         except Exception as exc:  # the module's own code failed as it ran (a NameError): fslab.create raised it bare
             raise PluginError(f"{self.named} points at '{self.target}', whose module failed as it was imported: "
                               f"{exception_words(exc)}") from exc
+        if not hasattr(module, attr):  # a typo: SmallConvnet for SmallConvNet
+            close = closest_attribute(module, attr)
+            raise PluginError(f"{cannot}: module '{module_name}' has no attribute '{attr}'"
+                              + (f". Did you mean '{module_name}:{close}'?" if close else ""))
+        return getattr(module, attr)
 
     def describe(self) -> dict:
         """A JSON-ready description, as ``fslab plugins --json`` prints it: a copy, so
