@@ -70,6 +70,15 @@ def test_completed_run_leaves_every_file(project):
     assert log[-1].startswith("done: test 1-shot ")
 
 
+def test_a_failed_runs_line_puts_no_period_after_the_errors_question():
+    """A lazy target's typo failed its run with "Did you mean 'pkg.network:SmallConvNet'?. See: fslab logs"."""
+    from fslab.cli.common import ended_line
+
+    error = "backbone 'mine' points at 'pkg.nets:Net', which cannot be imported. Did you mean 'pkg.net:Net'?"
+    assert ended_line("r1", "failed", error) == f"r1: failed: {error} See: fslab logs r1 --stderr"
+    assert ended_line("r1", "failed", "it broke.") == "r1: failed: it broke. See: fslab logs r1 --stderr"
+
+
 def test_failing_loss_gives_failed_with_the_error(project):
     plugins = project / "local_plugins"
     plugins.mkdir()

@@ -252,10 +252,11 @@ def shown(value: object) -> str:
 
 def ended_line(run_id: str, state: str, error: str, *, see_stderr: bool = True, again: str = "") -> str:
     """How a run that did not complete ended, as ``fslab run`` and ``fslab logs --follow`` say it:
-    ``ID: failed: ERROR. See: fslab logs ID --stderr; AGAIN`` (an error's own last period kept once)."""
+    ``ID: failed: ERROR. See: fslab logs ID --stderr; AGAIN`` (an error's own last period kept once, and none
+    put after its question, ``Did you mean 'x'? See:``, where it read ``'x'?. See:``)."""
     text = shown(error).rstrip()
     text = text[:-1] if text.endswith(".") and not text.endswith("..") else text
-    see = f". See: fslab logs {run_id} --stderr" if see_stderr else ""
+    see = f"{'' if text.endswith(('?', '!')) else '.'} See: fslab logs {run_id} --stderr" if see_stderr else ""
     return f"{run_id}: {state}: {text}{see}{f'; {again}' if again else ''}"
 
 
