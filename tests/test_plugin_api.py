@@ -175,6 +175,9 @@ def test_declared_values_are_checked_when_a_configuration_is_resolved(builtin_pl
     ('{"k": "at least 1"}', r"allowed= for 'k': expected a rule such as at_least.*got 'at least 1'$"),
     ('{"k": "positive"}', r"allowed= for 'k': .*got 'positive' \(the rule is positive\(\), from fslab.plugin\)"),
     ('{"k": "at_least"}', r"got 'at_least' \(the rule is at_least\(\.\.\.\), from fslab.plugin\)"),
+    # the rule's function, not called: "got <function at_least at 0x7f...>"
+    ('{"k": at_least}', r"got the function at_least itself, not called \(the rule is at_least\(\.\.\.\), from "
+                        r"fslab.plugin\)$"),
     ('{"k": at_least(5)}', "the default of 'k' breaks its own rule"),
 ])
 def test_a_wrong_declaration_is_refused_when_the_plugin_registers(builtin_plugins, tmp_path, monkeypatch,

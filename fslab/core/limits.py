@@ -105,9 +105,13 @@ def rule_of(declared: Any) -> Allowed:
     """The rule in what :func:`at_least` and the others return (or an :class:`Allowed` itself)."""
     rule = declared.get(RULE) if isinstance(declared, dict) else declared
     if not isinstance(rule, Allowed):
-        hint = (f" (the rule is {declared}({'' if declared == 'positive' else '...'}), from fslab.plugin)"
-                if declared in ("at_least", "positive", "between", "one_of", "matching", "listing") else "")
-        raise TypeError(f"expected a rule such as at_least(1) or one_of('a', 'b'), got {declared!r}{hint}")
+        factories = ("at_least", "positive", "between", "one_of", "matching", "listing")
+        named = getattr(declared, "__name__", None) if callable(declared) else declared
+        hint = (f" (the rule is {named}({'' if named == 'positive' else '...'}), from fslab.plugin)"
+                if named in factories else "")
+        uncalled = callable(declared) and named in factories
+        shown = f"the function {named} itself, not called" if uncalled else repr(declared)
+        raise TypeError(f"expected a rule such as at_least(1) or one_of('a', 'b'), got {shown}{hint}")
     return rule
 
 
