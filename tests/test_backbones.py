@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, PluginError, UsageError
 from fslab.core.registry import keyword_params
 
 from .runs_helpers import TINY as TINY_RUN
@@ -474,6 +474,22 @@ class Wrong(nn.Module):
 def register_backbones(register):
     register(Wrong, name="wrong", description="declares 99 values, returns 8")
 '''
+
+
+def test_a_backbone_without_out_dim_or_forward_is_named_with_its_plugin_and_no_image_size_hint(torch_seed):
+    """Without out_dim the line named the backbone but not its plugin, where every other line blaming a backbone
+    names both; with forward misspelt (no forward) it advised naming image_size, which had nothing to do with it."""
+    from fslab.training.build import check_out_dim
+
+    named = "backbone 'probe' from plugin 'local:probe'"
+    with pytest.raises(TypeError, match=rf"^{named} must set self.out_dim to the number of values"):
+        check_out_dim(_Probe(None, True), "probe", (3, 6, 6), torch.device("cpu"), named=named)
+    forwardless = _Probe(4, True)
+    forwardless.forward = torch.nn.Module.forward.__get__(forwardless)  # nn.Module's: no forward of its own
+    with pytest.raises(PluginError) as caught:
+        check_out_dim(forwardless, "probe", (3, 6, 6), torch.device("cpu"), named=named)
+    assert str(caught.value).startswith(f"{named} failed on 2 images of shape [2, 3, 6, 6]: NotImplementedError: ")
+    assert "image_size" not in str(caught.value)
 
 
 def test_a_backbone_with_a_wrong_out_dim_fails_its_run_at_the_start_naming_it(project):

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from fslab.core.config import RunConfig, TrainConfig
-from fslab.core.errors import FslabError, PluginError, plugin_call
+from fslab.core.errors import FslabError, PluginError, exception_words, plugin_call
 from fslab.core.registry import Registry, create_dataset
 from fslab.core.text import count
 from fslab.core.types import Split
@@ -162,8 +162,8 @@ def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int]
     (``backbone 'mine' from plugin 'local:mine'``, as a training step that raises names it)."""
     declared = getattr(model, "out_dim", None)
     if isinstance(declared, bool) or not isinstance(declared, int) or declared < 1:
-        raise TypeError(f"backbone '{name}' must set self.out_dim to the number of values it returns per "
-                        f"image (an int), got {declared!r}")
+        raise TypeError(f"{named or f'backbone {name!r}'} must set self.out_dim to the number of values it returns "
+                        f"per image (an int), got {declared!r}")
     was_training = model.training
     model.eval()
     try:
@@ -172,9 +172,11 @@ def check_out_dim(model: nn.Module, name: str, image_shape: tuple[int, int, int]
     except (torch.OutOfMemoryError, FslabError):
         raise
     except Exception as error:  # its own error names no backbone (mat1 and mat2 shapes cannot be multiplied)
+        # PyTorch's shape errors are RuntimeErrors; not a NotImplementedError (a forward misspelt: no forward)
+        sized = isinstance(error, RuntimeError) and not isinstance(error, NotImplementedError)
+        hint = "; a backbone whose layers depend on the image size names image_size in its __init__ to be told it"
         line = (f"{named or f'backbone {name!r}'} failed on 2 images of shape {[2, *image_shape]}: "
-                f"{type(error).__name__}: {error}; a backbone whose layers depend on the image size "
-                f"names image_size in its __init__ to be told it")
+                f"{exception_words(error)}{hint if sized else ''}")
         raise (PluginError if named else TypeError)(line) from error
     model.train(was_training)
     check_features(features, named or f"backbone '{name}'", declared)
