@@ -191,6 +191,25 @@ def test_a_bare_assert_failing_a_plugin_names_its_file_line_and_statement(builti
     assert failure.error == f"AssertionError at {folder / 'newer.py'} line 2: {check}"
 
 
+def test_a_plugin_importing_what_this_fslab_plugin_api_lacks_is_told_the_version_and_the_upgrade(
+        builtin_plugins, tmp_path):
+    """A plugin written for a newer fslab (or a name misspelt) failed with Python's "cannot import name
+    'one_at_the_time' from 'fslab.plugin' (...)", which named no API version and no way on."""
+    from fslab.plugin import API_VERSION
+
+    folder = write_plugin(tmp_path / "local", "newer", "from fslab.plugin import hookimpl, one_at_the_time\n")
+    write_plugin(folder, "newest", "from fslab.plugin import hookimpl, register_everything\n")
+    errors = {f.plugin: f.error for f in load_registry([folder]).failures}
+    assert errors["local:newer"].endswith(
+        f"; fslab.plugin of this fslab (API_VERSION {API_VERSION}) has no 'one_at_the_time'. Did you mean "
+        f"'one_at_a_time'? A plugin written for a newer fslab needs it: pip install -U fslab")
+    assert errors["local:newest"].startswith("ImportError: cannot import name 'register_everything' from "
+                                             "'fslab.plugin'")
+    assert errors["local:newest"].endswith(
+        f"(API_VERSION {API_VERSION}) has no 'register_everything'. A plugin written for a newer fslab needs it: "
+        f"pip install -U fslab")
+
+
 def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_path):
     """The name asked for may be one a broken plugin would have registered: the line says so."""
     folder = write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import linecache
+import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -98,12 +100,26 @@ def plugin_call(call: Callable[[], Any], failed: str, passes: tuple[type[BaseExc
         raise PluginError(f"{failed}: {exception_words(exc)}") from exc
 
 
+def _newer_api(exc: BaseException) -> str:
+    """For ``from fslab.plugin import NAME`` of a name this fslab's plugin API lacks (a plugin written for a newer
+    fslab, or a typo), what the API has and how to get a newer one: ``cannot import name 'one_at_a_time' from
+    'fslab.plugin'`` said neither. The API is read where the plugin's import left it, not imported here."""
+    found = re.match(r"cannot import name '(\w+)' from 'fslab\.plugin'", str(exc))
+    api = sys.modules.get("fslab.plugin")
+    if not isinstance(exc, ImportError) or found is None or api is None:
+        return ""
+    name = found.group(1)
+    return (f"; fslab.plugin of this fslab (API_VERSION {getattr(api, 'API_VERSION', '?')}) has no '{name}'."
+            f"{did_you_mean(name, getattr(api, '__all__', ()))} A plugin written for a newer fslab needs it: "
+            f"pip install -U fslab")
+
+
 def exception_words(exc: BaseException) -> str:
     """An exception of a plugin's code in words, ``Type: message``; one with no message (a bare ``assert``, as
     a plugin checks ``API_VERSION`` at import) with where it was raised, the file, line and statement: it read
     ``AssertionError: `` (or ``AssertionError:.`` in a run's line), naming no check and no file."""
     if str(exc).strip():
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}{_newer_api(exc)}"
     frame = exc.__traceback__
     while frame is not None and frame.tb_next is not None:
         frame = frame.tb_next
