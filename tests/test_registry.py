@@ -228,7 +228,8 @@ def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_
 def test_duplicate_names_name_both_providers(builtin_plugins, tmp_path):
     folder = write_plugin(tmp_path / "local", "again", LOCAL_LOSS.replace('name="scaled"', 'name="nca"'))
     with pytest.raises(PluginError,
-                       match=r"loss 'nca' is registered twice: by plugin 'nca' fslab .* and by plugin 'local:again'"):
+                       match=r"loss 'nca' is registered twice: by plugin 'nca' fslab .* and by plugin 'local:again'.*"
+                             r" Give yours another name \(the one its register call gives\), uninstall one of them"):
         load_registry([folder])
 
 

@@ -186,7 +186,9 @@ class Registry:
     def add(self, component: Component) -> None:
         existing = self.components[component.kind].get(component.name)
         if existing is not None:
-            fix = "Give one file another name (its name key), uninstall" if component.kind == "study" else "Uninstall"
+            where = "one file another name (its name key)" if component.kind == "study" else \
+                "yours another name (the one its register call gives)"
+            fix = f"Give {where}, uninstall"  # a plugin's author, told only to uninstall, would drop their own
             raise PluginError(
                 f"{component.kind} '{component.name}' is registered twice: by "
                 f"{_provider(existing)} and by {_provider(component)}. {fix} one "
