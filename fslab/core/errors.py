@@ -128,3 +128,9 @@ def exception_words(exc: BaseException) -> str:
     file = frame.tb_frame.f_code.co_filename
     source = linecache.getline(file, frame.tb_lineno).strip()
     return f"{type(exc).__name__} at {file} line {frame.tb_lineno}" + (f": {source}" if source else "")
+
+
+def exception_line(exc: BaseException, limit: int = 300) -> str:
+    """:func:`exception_words` on one line (each run of whitespace one space), what follows ``Type: `` cut at
+    ``limit`` characters: a sink's failure as its line and its record say it."""
+    return " ".join(exception_words(exc).split())[: len(type(exc).__name__) + 2 + limit]

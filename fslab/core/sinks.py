@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from fslab.core.errors import FslabError, exception_words
+from fslab.core.errors import FslabError, exception_line
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.schemas import sink_failures
 from fslab.core.states import LIVE
@@ -153,7 +153,7 @@ class _Feeder:
 
     def _fail(self, doing: str, exc: BaseException) -> None:
         self.failed = True
-        text = " ".join(exception_words(exc).split())[: len(type(exc).__name__) + 302]  # the words cut at 300
+        text = exception_line(exc)
         self.say(f"{self.named} failed {doing}: {text}; the run goes on without it")
         if self.record is not None:
             self.record(self.name, {"failed": doing, "error": text, "time": time.time(), **self.at})

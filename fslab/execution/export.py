@@ -18,7 +18,7 @@ import sys
 import time
 
 from fslab.core import worklock
-from fslab.core.errors import ConfigError, FslabError, UsageError, exception_words
+from fslab.core.errors import ConfigError, FslabError, UsageError, exception_line
 from fslab.core.events import other_precision
 from fslab.core.files import NAME_MAX, fitting_name
 from fslab.core.flocks import one_at_a_time
@@ -138,7 +138,7 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
     except Exception as exc:  # the tracker's own error (a server down, a store it refuses): this run's line
         if isinstance(exc, OSError) and exc.errno == errno.EROFS:
             raise SinkCannotWrite(read_only(registry, sink, exc)) from None
-        text = " ".join(exception_words(exc).split())[: len(type(exc).__name__) + 302]  # the words cut at 300
+        text = exception_line(exc)
         raise SinkFailed(f"{run.id}: {registry.get('sink', sink).named} failed: {text}") from None
     return {"run": run.id, "sink": sink, "state": state, "events": count}
 
