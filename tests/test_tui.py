@@ -557,6 +557,36 @@ def test_the_config_tab_says_why_it_has_no_configuration_and_shows_it_once_it_ca
     drive(frozen_app(runs), body)
 
 
+def test_the_config_tab_sets_its_no_configuration_line_only_when_the_reason_changes(tmp_path):
+    """Each tick read config.json again and set the tab's 'no configuration to show' line again, the same line:
+    a refresh of the tab (a flicker) every second for as long as the file was missing."""
+    runs = tmp_path / "runs"
+    folder = write_run(runs, "20260101-100000-nca-gone", events=history(epochs=1))
+    saved = (folder / "config.json").read_text()
+    (folder / "config.json").unlink()
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, folder.name)
+        text = app.screen.query_one("#config-text")
+        shown = []
+        update = text.update
+        text.update = lambda content="", **kw: shown.append(str(content)) or update(content, **kw)
+        for _ in range(3):
+            app.screen.follow()
+            await settle(app, pilot)
+        assert shown == []  # the same reason: the line stays as it is
+        (folder / "config.json").write_text('{"method": ')  # cut short now: another reason, said
+        app.screen.follow()
+        await settle(app, pilot)
+        assert len(shown) == 1 and shown[0].startswith("no configuration to show: config.json is cut short")
+        (folder / "config.json").write_text(saved)
+        app.screen.follow()
+        await settle(app, pilot)
+        assert len(shown) == 2 and '"backbone"' in shown[-1]
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_run_screen_of_a_killed_run_says_why_it_stopped_as_fslab_show_does(tmp_path):
     """fslab show prints a killed run's error ('sweep stopped: run ... failed (fail-fast)'); its run screen,
     with no banner for a killed run, said only 'killed'."""

@@ -140,6 +140,7 @@ class DetailScreen(Screen):
         self.time_line = ""  # where the run's time went, as fslab show says it ('' before any)
         self.sink_failures: dict[str, dict] = {}  # the sinks that failed as it trained, as fslab show reads them
         self.missing = False
+        self.config_problem: str | None = None  # why the config tab shows no configuration, as it says it now
 
     def compose(self) -> ComposeResult:
         s = self.series
@@ -220,8 +221,10 @@ class DetailScreen(Screen):
         self.time_line = read.time_line
         self.sink_failures = read.sink_failures
         if delta.config is not None:
+            self.config_problem = None
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
-        elif delta.config_problem is not None:  # the tab said nothing at all; read again at each tick until it can be
+        elif delta.config_problem not in (None, self.config_problem):  # read again at each tick until it can be:
+            self.config_problem = delta.config_problem  # the tab's line set again only when the reason changed
             self.query_one("#config-text", Static).update(Text(f"no configuration to show: "
                                                                f"{printable(delta.config_problem)}", style="yellow"))
         if delta.stdout:
