@@ -1362,7 +1362,7 @@ def test_r_starts_a_queued_run_whose_claim_is_stale_as_fslab_resume_does(tmp_pat
     async def body(app, pilot):
         app.notify = lambda message, **kw: notes.append(message)
         await pilot.press("r")
-        await pilot.pause()
+        await settle(app, pilot)  # r: fslab resume's checks answer from a worker thread
         assert type(app.screen).__name__ == "ConfirmScreen", notes
         await pilot.press("y")
         await settle(app, pilot)
@@ -1392,7 +1392,7 @@ def test_q_in_a_confirm_dialog_answers_no_and_never_quits_the_dashboard(store, m
         for run_id, key in ((failed, "d"), (live, "s"), (killed.name, "r")):
             table.cursor = table.ids.index(run_id)
             await pilot.press(key)
-            await pilot.pause()
+            await settle(app, pilot)
             assert type(app.screen).__name__ == "ConfirmScreen"
             assert "n/esc/q" in str(app.screen.query_one("Footer").query("FooterKey").nodes[-1].render())
             await pilot.press("q")
@@ -1473,7 +1473,7 @@ def test_stop_or_resume_confirmed_after_the_run_s_folder_was_deleted_says_it_was
         for folder, key, doing in ((live, "s", "stop"), (killed, "r", "resume")):
             app.screen.table.cursor = app.screen.table.ids.index(folder.name)
             await pilot.press(key)
-            await pilot.pause()
+            await settle(app, pilot)
             assert type(app.screen).__name__ == "ConfirmScreen", notes
             shutil.rmtree(folder)
             await pilot.press("y")
@@ -1491,7 +1491,7 @@ def test_stop_or_resume_confirmed_after_the_run_s_folder_was_deleted_says_it_was
         await tick(app, pilot)
         for key, doing in (("s", "stop"), ("r", "resume")):
             await pilot.press(key)
-            await pilot.pause()
+            await settle(app, pilot)
             assert notes[-1] == f"run {done.name} was deleted (its folder is gone); nothing to {doing}"
 
     drive(frozen_app(runs), body)
@@ -1511,6 +1511,7 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
         notes = []
         app.notify = lambda message, **kw: notes.append(message)
         await pilot.press("r")  # the newest run is completed: nothing to resume, no dialog
+        await settle(app, pilot)  # its checks answer from a worker thread
         assert type(app.screen).__name__ == "RunsScreen"
         assert notes[-1] == ("run 20260101-000001-nca-done is completed; only killed, lost or failed runs can resume; "
                              "to train a run like it from the start: fslab run --like 20260101-000001-nca-done; "
@@ -1518,15 +1519,58 @@ def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
         (runs / "20260101-000001-nca-done" / "status.json").write_text('{"state": "compl')  # a copy cut short
         app.rows["20260101-000001-nca-done"].state = "unreadable"
         await pilot.press("r")
+        await settle(app, pilot)
         assert type(app.screen).__name__ == "RunsScreen" and notes[-1].startswith(
             "run 20260101-000001-nca-done is unreadable: its status.json is missing or cannot be read")
-        await pilot.press("down", "r", "y")
+        await pilot.press("down", "r")
         await settle(app, pilot)
         assert started == [] and "has no checkpoint" in notes[-1]  # the core's check, shown as is
         fake_checkpoint(killed / "checkpoints" / "last.pt")
-        await pilot.press("r", "y")
+        await pilot.press("r")
+        await settle(app, pilot)
+        await pilot.press("y")
         await settle(app, pilot)
         assert started == [(killed.name, True)] and notes[-1] == f"resuming {killed.name}"
+
+    drive(frozen_app(runs), body)
+
+
+def test_r_checks_the_checkpoint_off_the_ui_thread_and_the_dashboard_answers_keys_meanwhile(tmp_path, monkeypatch):
+    """r read the whole checkpoint (fslab resume's check that it is whole) on the UI thread: the dashboard
+    answered no key for as long as a checkpoint of gigabytes took. The check now runs in a worker thread."""
+    import threading
+
+    from fslab.execution import checks
+
+    runs = tmp_path / "runs"
+    write_run(runs, "20260101-000000-nca-done", events=history())
+    killed = write_run(runs, "20260101-000001-nca-kill", state="killed", events=history()[:7], cfg=complete_config())
+    fake_checkpoint(killed / "checkpoints" / "last.pt")
+    real, release, on_ui_thread = checks.check_resumable, threading.Event(), []
+
+    def slow_check(run, **kw):  # a checkpoint that takes long to read: until the test releases it
+        on_ui_thread.append(threading.current_thread() is threading.main_thread())
+        release.wait(timeout=5)
+        return real(run, **kw)
+
+    monkeypatch.setattr(checks, "check_resumable", slow_check)
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        table = app.screen.table
+        assert table.ids[table.cursor] == killed.name
+        await pilot.press("r")
+        await pilot.pause()
+        await pilot.press("down")  # answered while the check reads the checkpoint
+        await pilot.pause()
+        assert type(app.screen).__name__ == "RunsScreen" and table.cursor == 1
+        await pilot.press("up", "r")  # one check at a time for a run, and one dialog
+        await pilot.pause()
+        assert notes == [f"checking whether {killed.name} can resume (its checkpoint is read whole) ..."]
+        release.set()
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "ConfirmScreen" and on_ui_thread == [False]
 
     drive(frozen_app(runs), body)
 
@@ -2157,7 +2201,9 @@ def test_the_dashboard_resumes_through_the_checks_of_fslab_resume(project, monke
         app.notify = lambda message, **kw: notes.append(message)
         for folder in (job, gpus):  # newest first
             app.screen.table.cursor = app.screen.table.ids.index(folder.name)
-            await pilot.press("r", "y")
+            await pilot.press("r")
+            await settle(app, pilot)
+            await pilot.press("y")
             await settle(app, pilot)
             assert notes[-1] == said[folder.name]
 

@@ -17,7 +17,7 @@ from textual.screen import Screen
 from fslab.core.runstore import Run
 from fslab.core.states import LIVE, UNREADABLE
 from fslab.core.summary import RunSummary
-from fslab.tui.messages import RunDeleted, RunLaunched, RunResumed, RunStopped, StoreUpdated
+from fslab.tui.messages import ResumeChecked, RunDeleted, RunLaunched, RunResumed, RunStopped, StoreUpdated
 from fslab.tui.tailing import StoreWatcher
 
 
@@ -46,6 +46,7 @@ class FslabApp(App):
         self.last_poll_s = 0.0
         self.processes: list = []  # workers this dashboard launched, reaped as they end
         self.stopping: set[str] = set()  # runs a stop was confirmed for, until a tick reads them ended
+        self.checking: set[str] = set()  # runs r was pressed on, until fslab resume's checks of them answer
         self._poll_lock = threading.Lock()
         self.parent_pid = os.getppid()  # in a browser tab: fslab tui --web, which started this dashboard
         self.sub_title = str(self.runs_dir)
@@ -184,32 +185,56 @@ class FslabApp(App):
 
     def request_resume(self, run_id: str) -> None:
         """Continue a killed, lost or failed run from its last checkpoint, or start a queued run
-        nobody holds (as ``fslab resume --detach``), after a confirmation."""
+        nobody holds (as ``fslab resume --detach``), after a confirmation. fslab resume's checks run
+        in a worker thread (they read the whole checkpoint: a UI thread held for seconds by one of
+        gigabytes); their refusal comes as a notification, else the dialog."""
+        if run_id not in self.rows:  # its screen open after a tick read it deleted
+            self.notify(f"run {run_id} was deleted (its folder is gone); nothing to resume", markup=False)
+            return
+        if run_id in self.checking:  # r pressed again before the check answered: one check, one dialog
+            self.notify(f"checking whether {run_id} can resume (its checkpoint is read whole) ...", markup=False)
+            return
+        self.checking.add(run_id)
+        self.check_resume_in_background(run_id)
+
+    @work(thread=True, group="checks", exit_on_error=False)
+    def check_resume_in_background(self, run_id: str) -> None:
+        """What fslab resume refuses (running, completed, no checkpoint yet, one damaged), in its words."""
         from fslab.core.errors import UsageError
         from fslab.core.rerun import like_command
         from fslab.execution.checks import check_resumable
         from fslab.execution.handover import LiveWorker
-        from fslab.tui.confirm_screen import ConfirmScreen
 
-        if run_id not in self.rows:  # its screen open after a tick read it deleted
-            self.notify(f"run {run_id} was deleted (its folder is gone); nothing to resume", markup=False)
-            return
         run = Run(self.runs_dir / run_id)
-        waiting = run.free() and run.waits()  # queued, nobody holds it: fslab resume starts it, as executor.resume
-        try:  # no dialog for what fslab resume refuses (running, completed, no checkpoint yet): why not, in its words
+        try:
+            waiting = run.free() and run.waits()  # queued, nobody holds it: fslab resume starts it, as executor.resume
             if not waiting:
                 check_resumable(run, observed=True)
         except UsageError as refused:
             again = ("; s stops it here" if isinstance(refused, LiveWorker) else
                      "; N starts a new run like it here" if like_command(run_id) in str(refused) else "")
-            self.notify(f"{refused}{again}", markup=False)
+            self.post_message(ResumeChecked(run_id, refusal=f"{refused}{again}"))
+            return
+        except Exception as exc:  # the check itself failed (a file it cannot read): said, the dashboard goes on
+            self.post_message(ResumeChecked(run_id, refusal=f"cannot check whether {run_id} can resume: "
+                                                            f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(ResumeChecked(run_id, waiting=waiting))
+
+    def on_resume_checked(self, message: ResumeChecked) -> None:
+        from fslab.tui.confirm_screen import ConfirmScreen
+
+        run_id = message.run_id
+        self.checking.discard(run_id)
+        if message.refusal is not None:
+            self.notify(message.refusal, markup=False)
             return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.resume_in_background(run_id)
 
-        question = (f"Start queued run {run_id} here? Nothing holds it to start it." if waiting else
+        question = (f"Start queued run {run_id} here? Nothing holds it to start it." if message.waiting else
                     f"Resume run {run_id} from its last checkpoint? Its metrics after that checkpoint are cut back.")
         self.push_screen(ConfirmScreen(question), confirmed)
 

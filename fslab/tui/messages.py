@@ -69,6 +69,16 @@ class RunLaunched(Message):
 
 
 @dataclass
+class ResumeChecked(Message):
+    """fslab resume's checks of a run returned, in a worker thread: why it cannot resume (a line), else
+    whether it is a queued run nobody holds (started, not resumed)."""
+
+    run_id: str
+    refusal: str | None = None
+    waiting: bool = False
+
+
+@dataclass
 class RunResumed(Message):
     """A stopped run's worker was started again from its checkpoint, or a queued run nobody
     held was started (or not)."""
