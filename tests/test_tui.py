@@ -939,6 +939,48 @@ def test_compare_screen_shows_what_fslab_compare_computes(store):
 
 
 
+def test_enter_on_a_compared_group_opens_its_runs_and_the_evals_tab_lists_no_enter(store):
+    """Enter on the compare screen's groups and on the run screen's evaluations was Textual's 'Select', which
+    ? listed and which did nothing. On a group it now opens the run screen of the group's run (its next
+    one at each enter again); on an evaluation (of the run on screen) enter is no key, and ? lists none."""
+    runs, folders = store
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        await open_compare(app, pilot, folders)
+        compared = app.screen
+        assert ("⏎", "Open a run of the group (again: its next run)") in key_lines(compared)
+        groups = compared.query_one("#groups")
+        row = next(i for i in range(groups.row_count) if "method=nca" in groups.get_row_at(i)[6].plain)
+        groups.move_cursor(row=row)
+        opened = []
+        for _ in range(3):  # the group's two seeds, then the first again
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert type(app.screen).__name__ == "DetailScreen"
+            opened.append(app.screen.run_id)
+            await pilot.press("escape")
+            await settle(app, pilot)
+            assert app.screen is compared
+        assert opened == [folders["done0"].name, folders["done1"].name, folders["done0"].name]
+        assert notes[-1] == f"group #{row + 1}: run 1 of 2, {folders['done0'].name}; enter again opens the next"
+        groups.move_cursor(row=1 - row)  # the protonet group: one run, opened without a note
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.screen.run_id == folders["failed"].name and len(notes) == 3
+        await pilot.press("4")
+        await settle(app, pilot)
+        app.screen.query_one("#evals").focus()
+        await pilot.pause()
+        assert all(keys != "⏎" for keys, _ in key_lines(app.screen)), key_lines(app.screen)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.screen.run_id == folders["failed"].name  # nothing opened
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_compare_screen_names_the_runs_it_leaves_out_as_fslab_compare_does(store):
     """Of two marked runs with the same settings and seed, the screen pooled the newer without a word (fslab
     compare names the other on stderr), said of a failed run '1 without test yet', never its state, and counted

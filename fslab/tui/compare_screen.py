@@ -33,6 +33,12 @@ from fslab.tui.tailing import RunFollower, StoreChanges
 SHOTS = (1, 5)
 
 
+class GroupsTable(DataTable):
+    """The compared groups, a row each: enter opens a run of the group (Textual's 'Select' did nothing)."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "open", tooltip="Open a run of the group (again: its next run)")]
+
+
 class CompareScreen(Screen):
     BINDINGS = [Binding("escape,backspace", "app.pop_screen", "back", key_display="esc", tooltip="Back to the runs")]
 
@@ -45,6 +51,8 @@ class CompareScreen(Screen):
         self._lock = threading.Lock()
         self._stale = True  # the report must be computed again
         self.gone: list[str] = []  # the compared runs whose folders are gone, as last shown
+        self.group_runs: list[list[str]] = []  # each row's runs, as fslab compare groups them
+        self.opened: dict[tuple[str, ...], str] = {}  # the run enter last opened, by its group's runs
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -53,7 +61,7 @@ class CompareScreen(Screen):
             yield Static(Text(f"{runs}, grouped as fslab compare groups them (every setting but the seed and "
                               f"those that leave the test as it is); test accuracy pooled over all episodes of a "
                               f"group's runs"), id="compare-note")
-            yield DataTable(id="groups", cursor_type="row")
+            yield GroupsTable(id="groups", cursor_type="row")
             yield Static(id="paired")
             with Horizontal(id="compare-charts"):
                 yield IntervalChart(id="chart-accuracy")
@@ -110,6 +118,7 @@ class CompareScreen(Screen):
             self.query_one("#compare-note", Static).update(Text(
                 f"{count(len(self.run_ids), 'run')}: every one deleted while open", style="bold red"))
             self.query_one("#groups", DataTable).clear()
+            self.group_runs = []
             self.query_one("#paired", Static).update("")
             self.query_one("#chart-accuracy", IntervalChart).blocks = []
             self.query_one("#chart-accuracy", IntervalChart).refresh(layout=True)
@@ -134,6 +143,7 @@ class CompareScreen(Screen):
             + (f"; {printable(damaged)}" if (damaged := damaged_line(report.get("damaged") or {})) else "")))
         table = self.query_one("#groups", DataTable)
         table.clear()
+        self.group_runs = [row["runs"] for row in report["groups"]]
         for number, row in enumerate(report["groups"], 1):
             one, five = row["results"].get("1-shot"), row["results"].get("5-shot")
             # the runs with scores, fslab compare's seeds: counted again here, a run with 1-shot scores alone
@@ -148,6 +158,27 @@ class CompareScreen(Screen):
         lines = [f"{p['group']} − {p['baseline']}, {p['shots']}-shot: {percent(p['difference'], sign=True)} ± "
                  f"{percent(p['ci95'])} points (paired over {p['episodes']} episodes)" for p in report["paired"]]
         self.query_one("#paired", Static).update(Text(printable("\n".join(lines), lines=True)))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter (or a click on the highlighted row): the run screen of the group's first run still there,
+        and of its next one at each enter again on the group, as the runs table opens a run."""
+        from fslab.tui.detail_screen import DetailScreen
+
+        if event.cursor_row >= len(self.group_runs):
+            return
+        runs = self.group_runs[event.cursor_row]
+        present = [run_id for run_id in runs if run_id in self.app.rows]
+        if not present:
+            self.notify(f"group #{event.cursor_row + 1}: every run of it was deleted (their folders are gone)",
+                        markup=False)
+            return
+        last = self.opened.get(tuple(runs))
+        run_id = present[(present.index(last) + 1) % len(present)] if last in present else present[0]
+        self.opened[tuple(runs)] = run_id
+        if len(present) > 1:
+            self.notify(f"group #{event.cursor_row + 1}: run {present.index(run_id) + 1} of {len(present)}, "
+                        f"{run_id}; enter again opens the next", markup=False)
+        self.app.push_screen(DetailScreen(run_id))
 
     def show_intervals(self, report: dict) -> None:
         """The groups' pooled test accuracy ± 95% CI as intervals, a block per shot count."""

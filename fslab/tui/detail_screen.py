@@ -110,6 +110,14 @@ class RunHistory:
         return ({name: series.snapshot() for name, series in s.items()} if series_changed else None), rows
 
 
+class EvalsTable(DataTable):
+    """The run's evaluations, a row each: a row opens nothing (each is of this run), so enter is no key here
+    (Textual's 'Select', which ? listed, did nothing)."""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "select_cursor" and super().check_action(action, parameters)
+
+
 def val_title(metrics) -> str:
     """The val chart's title: what the run's validations scored, named as fslab compare names pooled scores
     (``accuracy``, ``mAP`` for a retrieval evaluator), in percent as the evals tab gives them."""
@@ -158,7 +166,7 @@ class DetailScreen(Screen):
                 yield LineChart(val_title(()),
                                 Plot([("val", s["val"])], (s["val_lo"], s["val_hi"])), id="chart-val")
             with TabPane("4 evals", id="evals-tab"):
-                yield DataTable(id="evals", cursor_type="row")
+                yield EvalsTable(id="evals", cursor_type="row")
             with TabPane("5 config", id="config"), VerticalScroll(id="config-scroll"):
                 yield Static(id="config-text")
             with TabPane("6 stdout", id="stdout"):
