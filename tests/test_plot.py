@@ -456,6 +456,34 @@ def test_a_true_false_setting_is_a_category_ticked_false_and_true(tmp_path, monk
     assert [p["x"] for p in data["panels"][0]["series"][0]["points"]] == [False, True]
 
 
+def test_more_lines_than_matplotlib_has_colours_each_look_their_own(tmp_path, monkeypatch):
+    """A figure of 12 lines (a sweep of 12 learning rates, --series train.lr) drew the 11th and 12th lines in
+    the 1st's and 2nd's colour and line, in the panels as in the legend: two settings that could not be told
+    apart. Each line now has a colour and line style of its own, the same in every panel and the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fslab.reports.plot import draw
+
+    labels = [f"train.lr={lr}" for lr in range(1, 13)]
+    panels = [{"shots": shots, "series": [{"label": label, "points": [
+        {"x": 16, "accuracy": 0.5 + i / 100, "ci95": 0.01}, {"x": 32, "accuracy": 0.6 + i / 100, "ci95": 0.01}]}
+        for i, label in enumerate(labels)]} for shots in (1, 5)]
+    data = {"x": "train.batch_size", "split": "test", "ways": 5, "queries": 15, "panels": panels}
+    drawn = []
+    monkeypatch.setattr(plt, "close", drawn.append)  # keep the figure to read its lines
+    draw(data, tmp_path / "lr.png")
+    look = lambda line: (matplotlib.colors.to_hex(line.get_color()), line.get_linestyle())
+    in_panels = [[look(bars.lines[0]) for bars in ax.containers] for ax in drawn[0].axes]
+    assert len(set(in_panels[0])) == len(labels) and in_panels[0] == in_panels[1]
+    (legend,) = drawn[0].legends
+    assert [text.get_text() for text in legend.get_texts()] == labels
+    keys = [look(line) for line in legend.findobj(matplotlib.lines.Line2D) if line.get_linestyle() != "None"]
+    assert keys == in_panels[0]  # each entry's line drawn as its line is (its marker apart)
+
+
 def test_dollar_signs_in_a_title_a_label_or_a_category_are_drawn_as_they_are(batch_store, builtin_plugins):
     """matplotlib reads text between two $ as math: --title 'cost $5 to $10' was drawn 'cost 5to10',
     and a title, a line's setting or a category holding math it cannot parse ($\\foo$) ended in a traceback."""

@@ -228,6 +228,30 @@ def test_chart_lines_are_drawn_in_their_legend_colours_not_dimmed():
         assert not any(0x2800 < ord(c) <= 0x28FF for c in text.plain[span.start:span.end])
 
 
+def test_more_lines_than_the_palette_has_colours_each_look_their_own_in_the_chart_and_its_legend():
+    """The compare screen's loss chart drew its 9th run in the 1st's colour and line, the legend naming both
+    with a cyan ■: two runs that could not be told apart. Each of 10 flat lines, one a row, now differs from
+    every other in its colour or in which of its columns are drawn (solid, then dashed), as its legend says."""
+    from fslab.tui.charts import legend_rows
+
+    names = [f"run{i}" for i in range(10)]
+    text = chart_of({name: [(x, i) for x in range(50)] for i, name in enumerate(names)}, width=69, height=22)
+    rows = text.split()[1:-1]  # the plot's rows, below the title, above the x axis
+    looks = []
+    for row in rows:
+        cells = row.plain.split("│", 1)[1]
+        drawn = tuple(c != " " for c in cells)
+        if any(drawn):
+            offset = len(row.plain) - len(cells)
+            styles = {str(span.style) for span in row.spans if span.end > offset}
+            assert len(styles) == 1, styles  # one line a row
+            looks.append((styles.pop(), drawn))
+    assert len(looks) == len(names) and len(set(looks)) == len(names)  # no two lines share colour and dashes
+    entries = [(row.plain.split()[0], str(row.style)) for row in legend_rows(names, 12)]  # one entry a row
+    assert len(entries) == len(names) and len(set(entries)) == len(names)
+    assert entries[0] == ("■", PALETTE[0]) and entries[8] == ("╍", PALETTE[0])  # the 9th: the 1st's colour, dashed
+
+
 def test_chart_axes_are_labelled_in_one_format():
     lines = chart_of({"n": [(step, 7050.0 - step * 10) for step in range(0, 601)]}, width=69).plain.splitlines()
     x_labels = lines[-1].split("└")[1].split()

@@ -55,6 +55,7 @@ from fslab.reports.compare import (
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
 PANEL_SIZE = (500, 420)  # pixels of one panel when no --size is given
+LINE_STYLES = ("-", "--", ":", "-.")  # after the 10 colours drawn solid, the lines again in these
 
 
 def measured_pair_fraction(run: Run, config: dict | None = None) -> float | None:
@@ -332,6 +333,13 @@ def x_axis(ax, key: str, xs: list, numeric: bool) -> None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def line_look(index: int) -> tuple[str, str]:
+    """The colour and line style of a figure's ``index``-th line: matplotlib's 10 colours drawn solid, then
+    dashed, dotted and dash-dotted, a pair of its own for each of the first 40 lines (the 11th was the 1st)."""
+    style, colour = divmod(index, 10)
+    return f"C{colour}", LINE_STYLES[style % len(LINE_STYLES)]
+
+
 def _collapses(fig) -> bool:
     """Whether laying ``fig`` out leaves its panels no room (matplotlib only warns, and draws them as slivers)."""
     import warnings
@@ -354,7 +362,7 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
     dpi = 100
     fig, axes = plt.subplots(1, len(panels), figsize=(width / dpi, height / dpi), dpi=dpi, squeeze=False,
                              layout="constrained")
-    # one colour per line in every panel, and one legend under the panels
+    # one look per line (colour and line style: line_look) in every panel, and one legend under the panels
     labels = list(dict.fromkeys(s["label"] for panel in panels for s in panel["series"]))
     handles = {}
     numeric = all(is_number(p["x"]) for panel in panels for s in panel["series"] for p in s["points"])
@@ -363,9 +371,10 @@ def draw(data: dict, out: Path, size: tuple[int, int] | None = None, title: str 
     for ax, panel in zip(axes[0], panels):
         for line in panel["series"]:
             xs = [p["x"] if numeric else categories.index(_category(p["x"])) for p in line["points"]]
+            colour, style = line_look(labels.index(line["label"]))
             handles[line["label"]] = ax.errorbar(
                 xs, [100 * p["accuracy"] for p in line["points"]], yerr=[100 * p["ci95"] for p in line["points"]],
-                marker="o", markersize=4, capsize=3, linewidth=1.2, color=f"C{labels.index(line['label']) % 10}")
+                marker="o", markersize=4, capsize=3, linewidth=1.2, color=colour, linestyle=style)
         x_axis(ax, data["x"], xs_all if numeric else categories, numeric)
         ax.set_title(f"{panel.get('ways', data['ways'])}-way {panel['shots']}-shot ({data['split']})")
         ax.set_xlabel(literal(AXIS_LABELS.get(data["x"], data["x"])))

@@ -20,7 +20,18 @@ from fslab.core.text import percent, unsigned_zero
 # Braille dot bits by (column, row) inside a 2×4 cell.
 DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 PALETTE = ("cyan", "magenta", "yellow", "green", "red", "blue", "bright_white", "bright_cyan")
+# The palette's colours drawn solid, then dashed, then dotted: the 9th line is not the 1st again. Each dash is
+# (dot columns drawn, dot columns left out), its legend swatch beside it.
+DASHES = ((1, 0), (4, 2), (1, 2))
+SWATCHES = ("■", "╍", "┄")
 AXIS_WIDTH = 9
+
+
+def line_look(index: int) -> tuple[str, int]:
+    """The colour and the dash (an index into :data:`DASHES`) of a chart's ``index``-th line: a pair of its
+    own for each of the first 24 lines (8 colours, 3 dashes), in the chart as in its legend."""
+    dash, colour = divmod(index, len(PALETTE))
+    return PALETTE[colour], dash % len(DASHES)
 
 
 class MinMaxSeries:
@@ -203,7 +214,8 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
             if lo is not None and hi is not None:
                 paint(col, dot_row(lo[0]), dot_row(hi[1]), "grey50")
     for index, (_, series) in enumerate(drawn):
-        style = PALETTE[index % len(PALETTE)]
+        style, dash = line_look(index)
+        on, off = DASHES[dash]
         previous = None
         for col, span in enumerate(fill_gaps(downsample(series.buckets, cols, x_lo, x_hi), plot.steps)):
             if span is None:
@@ -213,7 +225,8 @@ def render_chart(plot: Plot, width: int, height: int, title: str = "") -> Text |
             if previous is not None:  # overlap the previous column so the line is unbroken
                 r_bottom = max(r_bottom, previous[0])
                 r_top = min(r_top, previous[1])
-            paint(col, r_top, r_bottom, style)
+            if col % (on + off) < on:  # a dashed or dotted line's gaps left out
+                paint(col, r_top, r_bottom, style)
             previous = current
 
     out = Text(title[:width], style="bold")
@@ -258,12 +271,13 @@ class LineChart(Widget):
 
 
 def legend_rows(names: list[str], width: int) -> list[Text]:
-    """The legend (`` ■ name`` in each series' colour) in lines of at most
-    ``width`` cells, a name never split across two: every series stays
-    named however narrow the chart (a name wider than the chart is cut)."""
+    """The legend (`` ■ name`` in each series' colour, ``╍`` or ``┄`` for a dashed or dotted one) in lines
+    of at most ``width`` cells, a name never split across two: every series stays named however narrow the
+    chart (a name wider than the chart is cut)."""
     rows: list[Text] = []
     for i, name in enumerate(names):
-        entry = Text(f" ■ {name}", style=PALETTE[i % len(PALETTE)])
+        colour, dash = line_look(i)
+        entry = Text(f" {SWATCHES[dash]} {name}", style=colour)
         if rows and rows[-1].cell_len + entry.cell_len <= width:
             rows[-1].append_text(entry)
         else:
