@@ -252,6 +252,14 @@ def test_more_lines_than_the_palette_has_colours_each_look_their_own_in_the_char
     assert entries[0] == ("■", PALETTE[0]) and entries[8] == ("╍", PALETTE[0])  # the 9th: the 1st's colour, dashed
 
 
+def test_the_interval_chart_s_axis_never_starts_at_minus_zero():
+    """A group scored 0.20 ± 0.19%: the axis, padded 5% below its lowest end, started at -0.009%, labelled -0.0."""
+    from fslab.tui.charts import render_intervals
+
+    axis = render_intervals([("test 1-shot", [("#1 a", 0.002, 0.0019)])], 60).plain.splitlines()[-1]
+    assert axis.split() == ["0.0", "0.4"]
+
+
 def test_chart_axes_are_labelled_in_one_format():
     lines = chart_of({"n": [(step, 7050.0 - step * 10) for step in range(0, 601)]}, width=69).plain.splitlines()
     x_labels = lines[-1].split("└")[1].split()

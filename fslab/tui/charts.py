@@ -316,8 +316,8 @@ def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], w
             out.append("\n" + name.ljust(label_w) + " ")
             out.append("".join(cells), style=PALETTE[index % len(PALETTE)])
             out.append(f" {percent(mean)}±{percent(ci)}".ljust(value_w))
-        fmt = "{:.1f}"
-        axis = fmt.format(100 * lo).ljust(plot_w - len(fmt.format(100 * hi))) + fmt.format(100 * hi)
+        low, high = (unsigned_zero(f"{100 * end:.1f}") for end in (lo, hi))  # a padded end just below 0: 0.0
+        axis = low.ljust(plot_w - len(high)) + high
         out.append("\n" + " " * label_w + " " + axis, style="dim")
     return out
 
