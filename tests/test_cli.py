@@ -955,7 +955,7 @@ def _readme_commands(text: str) -> list[str]:
     return [re.sub(r"(\w)\\?\|[\w|\\]+", r"\1", line) for line in lines]
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/plugins.md"])
+@pytest.mark.parametrize("document", ["README.md", "docs/commands.md", "docs/plugins.md"])
 def test_every_option_the_documents_show_is_one_of_its_command(document):
     """A `fslab COMMAND --option` of the README or the plugin guide that COMMAND does not take sends a
     reader who copies it to an error: each option shown is checked against the command's own."""

@@ -1,5 +1,5 @@
 """One JSON convention: every ``--json`` prints JSON lines, and each line has
-exactly the keys the README's JSON table documents (``fslab eval --json`` is
+exactly the keys the JSON table of docs/commands.md documents (``fslab eval --json`` is
 checked by tests/test_eval_command.py, which trains the run it evaluates)."""
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from fslab.core.runstore import create_run
 from .runs_helpers import fslab
 from .test_tui_helpers import complete_config, history, save_episode_scores, write_run
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+COMMANDS = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 
 
 def documented_keys(command: str) -> dict[str | None, set[str]]:
-    """The keys the README's JSON table gives for ``fslab COMMAND ... --json``,
+    """The keys the JSON table of docs/commands.md gives for ``fslab COMMAND ... --json``,
     by line type (None where the lines have no ``type``)."""
-    for line in README.read_text().splitlines():
+    for line in COMMANDS.read_text().splitlines():
         if line.startswith(f"| `fslab {command} ") and "--json`" in line.split("|")[1]:
             keys_cell = line.split("|")[3].split("; where they apply")[0]  # the keys every line has
             break
     else:
-        raise AssertionError(f"README documents no JSON keys for fslab {command}")
+        raise AssertionError(f"docs/commands.md documents no JSON keys for fslab {command}")
     if "`type` (" not in keys_cell:
         return {None: _keys(keys_cell)}
     parts = re.split(r'`type` \(`"(\w+)"`\)', keys_cell)  # [before, kind, its keys; ..., kind, its keys]
@@ -108,6 +108,6 @@ def test_study_list_and_show_print_json_lines(project):
 
 
 def test_study_show_prints_the_documented_keys(project):
-    """The README's JSON table had no row for fslab study show --json."""
+    """The JSON table (then in the README) had no row for fslab study show --json."""
     (study,) = lines_of("study", "show", "nca-supcon", "--json", cwd=project)
     assert set(study) == documented_keys("study show")[None]

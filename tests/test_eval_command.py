@@ -48,7 +48,7 @@ def test_eval_reproduces_the_final_test_and_caches_features(project, trained):
     first = fslab_here(*args, cwd=project)
     assert first.returncode == 0, first.stderr
     results = [json.loads(line) for line in first.stdout.splitlines()]
-    assert all(set(r) == documented_keys("eval")[None] for r in results)  # the README's JSON table
+    assert all(set(r) == documented_keys("eval")[None] for r in results)  # the JSON table of docs/commands.md
     assert [(r["shots"], r["features_cached"]) for r in results] == [(1, False), (5, True)]
     for r in results:  # same checkpoint, training mean, seed and episodes as the worker's test
         assert r["accuracy"] == final[f"{r['shots']}-shot"]["accuracy"]
