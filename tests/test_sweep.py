@@ -1276,3 +1276,54 @@ def test_a_sweep_interrupted_while_letting_its_runs_go_still_lets_all_go_and_kee
         let_go(runs, "sweep-x")
     assert caught.value.sweep == "sweep-x" and interrupted_code(caught.value) == code
     assert [run.claim() for run in runs] == [True] * 3  # every one let go, the interrupted one on the next try
+
+
+def test_resume_of_a_queued_sweep_run_takes_a_slot_never_one_beside_the_slots(project, monkeypatch):
+    """fslab resume of a run queued in a sweep (one CPU slot, busy) started its worker at once, outside the
+    slots: two runs trained where the user allowed one. It is left to the scheduler running, said in one
+    line; with none running it starts only in a free slot, holding it as a scheduler's worker does."""
+    import os
+
+    from fslab.core.flocks import hold_shared
+    from fslab.core.runstore import Run
+    from fslab.execution import executor
+    from fslab.execution.scheduler import presence_path
+    from fslab.execution.slots import Slot, lock_slot, slot_in_use
+
+    from .runs_helpers import LONG
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    monkeypatch.setattr(executor, "start_scheduler", lambda runs_dir: None)  # queued; no scheduler (killed)
+    queued = fslab_here("sweep", "nca", "--seeds", "2", *TINY, "--epochs", LONG, cwd=project)
+    assert queued.returncode == 0, queued.stderr
+    sweep_id = queued.stdout.split(":")[0]
+    first, second = (Run(project / "runs" / r) for r in
+                     json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())["runs"])
+    slots = project / "runs" / ".slots"
+    held = lock_slot(slots, Slot("cpu-0"))  # as a worker of the scheduler that was killed holds it
+    try:
+        busy = fslab_here("resume", first.id, "--detach", cwd=project)
+    finally:
+        os.close(held)
+    assert (busy.returncode, busy.stderr) == (2, (
+        f"error: run {first.id} is queued in {sweep_id} and waits for a slot, but every slot is busy and no "
+        f"scheduler is running to start it when one frees; start one with: fslab sweep resume {sweep_id}\n"))
+    assert first.state() == "queued" and not first.claimed() and not first.status().get("pid")
+    try:
+        started = fslab_here("resume", first.id, "--detach", cwd=project)
+        assert (started.returncode, started.stdout) == (0, f"{first.id}\n"), started.stderr
+        wait_for(lambda: first.state() == "running", what="the resumed run to start")
+        assert first.status()["slot"] == "cpu-0" and slot_in_use(slots, Slot("cpu-0"))  # its worker holds it
+        alive = hold_shared(presence_path(project / "runs"))  # as a living scheduler of the store holds it
+        try:
+            left = fslab_here("resume", second.id, "--detach", cwd=project)
+        finally:
+            os.close(alive)
+        assert (left.returncode, left.stderr) == (2, (
+            f"error: run {second.id} is queued in {sweep_id} and waits for a slot: the scheduler running starts "
+            f"it when one frees, in queue order, and resume starts no queued run beside it, outside the slots "
+            f"([scheduler] in fslab.toml); follow it with: fslab queue\n"))
+        assert second.state() == "queued" and not second.claimed()
+    finally:
+        fslab_here("stop", first.id, second.id, cwd=project)
+    assert first.state() == "killed"

@@ -1408,12 +1408,47 @@ def test_r_starts_a_queued_run_whose_claim_is_stale_as_fslab_resume_does(tmp_pat
         assert type(app.screen).__name__ == "ConfirmScreen", notes
         await pilot.press("y")
         await settle(app, pilot)
-        assert started == [(run.id, {"resume": False, "slurm": None})], notes
+        assert started == [(run.id, {"resume": False, "slurm": None, "slots": []})], notes
         assert read_holder(run.path).pid == os.getpid()  # the stale claim taken over, by this process
         assert notes[-1] == (f"run {run.id} was queued, held by pid {child.pid} on host {HOST}, which is gone "
                              f"(killed before it started the run); started here")
 
     drive(frozen_app(runs), body)
+
+
+def test_r_leaves_a_queued_sweep_run_to_the_scheduler_running_as_fslab_resume_does(tmp_path, monkeypatch):
+    """r asked 'Start queued run ... here? Nothing holds it' of a sweep's run waiting for a slot, and started it
+    beside the slots of the scheduler running. It says fslab resume's line instead, and asks nothing."""
+    from fslab.core.flocks import hold_shared
+    from fslab.core.runstore import create_run
+    from fslab.core.sweeps import save_sweep
+    from fslab.execution import executor
+    from fslab.execution.scheduler import presence_path
+
+    runs = tmp_path / "runs"
+    run = create_run(runs, "nca", complete_config(), sweep="sweep-20261203-100000-abcd")
+    save_sweep(runs, "sweep-20261203-100000-abcd", runs=[run.id], method="nca")
+    presence_path(runs).parent.mkdir(parents=True, exist_ok=True)
+    alive = hold_shared(presence_path(runs))  # as a living scheduler of the store holds it
+    started = []
+    monkeypatch.setattr(executor, "_start", lambda run, **kw: started.append(run.id) or executor.Started(run))
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen" and started == [], notes
+        assert notes[-1] == (f"run {run.id} is queued in sweep-20261203-100000-abcd and waits for a slot: the "
+                             f"scheduler running starts it when one frees, in queue order, and resume starts no "
+                             f"queued run beside it, outside the slots ([scheduler] in fslab.toml); follow it "
+                             f"with: fslab queue")
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        os.close(alive)
+    assert not run.claimed()
 
 
 def test_q_in_a_confirm_dialog_answers_no_and_never_quits_the_dashboard(store, monkeypatch):

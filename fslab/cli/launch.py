@@ -329,7 +329,8 @@ def resume(
     A run whose worker still lives, even paused, is refused: one worker per run.
     A queued run nobody holds is started here: one whose starter (fslab run, a scheduler, a sweep) was killed on
     this host before starting it is said on stderr. One held by a SLURM submission killed before it recorded the job
-    is refused, saying how to free it.
+    is refused, saying how to free it. One queued in a sweep (or a study) never trains beside the slots: it is left
+    to the scheduler running, said in one line, or with none running started in a free slot only.
 
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.

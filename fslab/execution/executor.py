@@ -29,7 +29,8 @@ from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
-from fslab.execution.scheduler import scheduler_running, start_scheduler
+from fslab.execution.scheduler import scheduler_running, slots_needed, start_scheduler
+from fslab.execution.slots import configured_slots, slot_env, take_slots
 from fslab.execution.slurm_job import TrainingJob
 from fslab.execution.studies import StudyRuns, queue_study
 from fslab.execution.sweep import SweepInterrupted, create_sweep, requeue
@@ -82,7 +83,12 @@ def launch(method: str, overrides: list[dict], *, settings, registry, slurm: Slu
         return _start(run, resume=False, slurm=slurm)
 
 
-def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None) -> Started:
+def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None, slots: list = ()) -> Started:
+    """Start the run's worker here (holding the ``(slot, fd)`` locks of ``slots``, seeing only
+    their GPUs, as a scheduler starts one), or submit its job."""
+    if slurm is None and slots:
+        env, fds = slot_env([slot for slot, _ in slots]), [fd for _, fd in slots]
+        return Started(run, process=start_worker(run, resume=resume, env=env, pass_fds=fds))
     if slurm is None:
         return Started(run, process=start_worker(run, resume=resume))
     job_id = slurm_jobs.submit(run, slurm, TrainingJob(os.path.abspath(run.path)), requeue=resume)
@@ -99,7 +105,9 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     one starts a worker; a run whose worker lives (even paused) is refused
     (:mod:`fslab.execution.handover`). A queued run that nobody holds (never claimed, or its
     claim stale: its starter, of this host, was killed before it started the worker,
-    :meth:`Run.stale_claim`) is taken and started here, from its checkpoint if it has one.
+    :meth:`Run.stale_claim`) is taken and started here, from its checkpoint if it has one; one of a
+    sweep (or study), which waits for a slot of the local scheduler, only in free slots of this store
+    (:func:`_take_slots`): never outside them, where the scheduler running starts it.
     ``starting`` is called once the run is checked, before its worker starts (as :func:`launch`'s)."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
@@ -113,17 +121,52 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
             slurm = job_options(settings, executor, overrides)
             if freed and slurm is not None:
                 run.claim_for_slurm()
+            in_slots = freed and slurm is None and isinstance(run.status().get("sweep"), str)
+            if in_slots and (line := scheduler_takes(run)) is not None:
+                raise UsageError(line)
             config = check_saved(run.config(), registry, run.id)
             try:
                 check_run(config, registry, slurm, again=like_command(run.id))
             except UsageError as exc:
                 raise root_gone(run, config, exc) or exc from None
-            starting()
-            return _start(run, resume=not freed or run.checkpoint_path.exists(), slurm=slurm)
+            taken = _take_slots(run, settings) if in_slots else []
+            try:
+                starting()
+                return _start(run, resume=not freed or run.checkpoint_path.exists(), slurm=slurm, slots=taken)
+            finally:
+                for _, fd in taken:
+                    os.close(fd)  # the worker's inherited copies hold the slots
     except BaseException:
         if freed:  # refused: the run waits, free, as it did
             run.unclaim()
         raise
+
+
+def scheduler_takes(run: Run) -> str | None:
+    """Where the run, queued in a sweep (or a study) and free, waits for a slot of this store's local
+    scheduler, and a scheduler of the store is running: the line that says it starts the run, which
+    ``fslab resume`` and the dashboard's r say rather than start it outside the slots ([scheduler] of
+    fslab.toml), where it would train beside as many runs as the slots hold. None otherwise."""
+    status = run.status()
+    sweep = status.get("sweep")
+    if not isinstance(sweep, str) or scheduler_running(run.path.parent) is not True:
+        return None
+    return (f"run {run.id} is queued in {sweep} and waits for a slot: the scheduler running starts it when one "
+            f"frees, in queue order, and resume starts no queued run beside it, outside the slots ([scheduler] "
+            f"in fslab.toml); follow it with: fslab queue")
+
+
+def _take_slots(run: Run, settings) -> list:
+    """Free slots of the run's store for a queued run of a sweep that no scheduler runs to start (killed),
+    taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`); where they are busy, a
+    UsageError saying how to start a scheduler that starts it when they free."""
+    taken = take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run))
+    if taken is None:
+        sweep = run.status().get("sweep")
+        raise UsageError(f"run {run.id} is queued in {sweep} and waits for a slot, but every slot is busy and no "
+                         f"scheduler is running to start it when one frees; start one with: fslab sweep resume "
+                         f"{sweep}")
+    return taken
 
 
 def gone_root(dataset: dict, exc: UsageError) -> str | None:

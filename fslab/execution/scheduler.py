@@ -31,7 +31,7 @@ from fslab.core.settings import load_settings
 from fslab.core.text import count
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker
-from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots, unusable
+from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots, slot_env, unusable
 from fslab.execution.sweep import stop_failed_sweeps
 
 
@@ -95,9 +95,7 @@ def start_in_slots(run: Run, taken: list) -> subprocess.Popen | None:
     None, with a line in the scheduler's log, if it does not: the slots are
     freed again."""
     slots, fds = [slot for slot, _ in taken], [fd for _, fd in taken]
-    env = {"FSLAB_SLOT": ",".join(slot.name for slot in slots)}
-    if slots[0].gpu is not None:
-        env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(str(slot.gpu) for slot in slots))
+    env = slot_env(slots)
     try:
         with launch_lock(run):
             status = run.status()

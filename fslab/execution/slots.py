@@ -94,6 +94,40 @@ def pick_slots(free: list, need: int) -> list | None:
     return None
 
 
+def slot_env(slots: list[Slot]) -> dict:
+    """The variables a worker started in ``slots`` runs with: ``FSLAB_SLOT`` (recorded in its status)
+    and, on GPU slots, only their GPUs visible (``CUDA_VISIBLE_DEVICES``, PCI bus order)."""
+    env = {"FSLAB_SLOT": ",".join(slot.name for slot in slots)}
+    if slots[0].gpu is not None:
+        env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(str(slot.gpu) for slot in slots))
+    return env
+
+
+def take_slots(runs_dir: Path, slots: list[Slot], need: int) -> list | None:
+    """``need`` of ``slots`` free now, each ``(slot, fd)`` with its lock held (:func:`lock_slot`), on distinct
+    GPUs (:func:`pick_slots`), for a run started outside a scheduler's loop (``fslab resume`` of a queued run
+    whose scheduler is gone); None, nothing left locked, where they are not free. A slot whose lock file
+    cannot be opened is passed over, as the scheduler passes it over."""
+    folder = runs_dir / ".slots"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a file in its place: no slot can be had
+        return None
+    free = []
+    for slot in slots:
+        try:
+            fd = lock_slot(folder, slot)
+        except OSError:
+            continue
+        if fd is not None:
+            free.append((slot, fd))
+    taken = pick_slots(free, need) or []
+    for pair in free:
+        if pair not in taken:
+            os.close(pair[1])
+    return taken or None
+
+
 def check_fits(processes: int, slots: list[Slot]) -> None:
     """A UsageError (at sweep creation) for runs no slot set here can hold."""
     most = capacity(slots)

@@ -203,6 +203,7 @@ class FslabApp(App):
         from fslab.core.errors import UsageError
         from fslab.core.rerun import like_command
         from fslab.execution.checks import check_resumable
+        from fslab.execution.executor import scheduler_takes
         from fslab.execution.handover import LiveWorker
 
         run = Run(self.runs_dir / run_id)
@@ -210,6 +211,8 @@ class FslabApp(App):
             waiting = run.free() and run.waits()  # queued, nobody holds it: fslab resume starts it, as executor.resume
             if not waiting:
                 check_resumable(run, observed=True)
+            elif (line := scheduler_takes(run)) is not None:  # a sweep's, which the scheduler running starts
+                raise UsageError(line)
         except UsageError as refused:
             again = ("; s stops it here" if isinstance(refused, LiveWorker) else
                      "; N starts a new run like it here" if like_command(run_id) in str(refused) else "")
