@@ -281,6 +281,49 @@ def test_stop_does_not_call_a_run_in_a_state_fslab_does_not_know_not_running(run
     assert json.loads((folder / "status.json").read_text())["state"] == "paused"
 
 
+def stand_in_worker(run: Run) -> subprocess.Popen:
+    """A live process of this host whose command line runs the worker on ``run`` (so a stop signals it), recorded
+    as the run's running worker; it trains nothing."""
+    import time
+
+    from fslab.core.states import HOST
+
+    from .runs_helpers import wait_for
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", "fslab.execution.worker",
+                                str(run.path.resolve())])
+    wait_for(lambda: b"fslab.execution.worker" in Path(f"/proc/{process.pid}/cmdline").read_bytes(),
+             what="the stand-in worker to start")
+    run.write_status(state="running", pid=process.pid, host=HOST, started=time.time(), heartbeat=time.time())
+    return process
+
+
+@pytest.mark.parametrize("damage", ["missing", '{"method": "nc'])
+def test_stop_of_a_running_run_whose_config_json_cannot_be_read_stops_it_saying_by_what(tmp_path, damage):
+    """fslab stop of a run whose config.json is missing or damaged (fslab runs lists it as unreadable) read
+    running from its status.json, signalled nothing and ended in a traceback (KeyError: 'train'), its worker
+    training on. It stops the worker its status.json names, and says it went by that file, and what then."""
+    from fslab.core.runstore import create_run
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    worker = stand_in_worker(run)
+    try:
+        if damage == "missing":
+            (run.path / "config.json").unlink()
+        else:
+            (run.path / "config.json").write_text(damage)
+        stopped = fslab_here("stop", run.id, cwd=tmp_path)
+        assert (stopped.returncode, stopped.stdout) == (0, f"{run.id}: killed\n"), stopped.stderr
+        assert stopped.stderr == (
+            f"its config.json is missing or unreadable (fslab show {run.id} says why), so it was stopped as its "
+            f"status.json said it was running; put the file back from a copy of the run, then start it again "
+            f"(fslab run --like {run.id}): it wrote no checkpoint\n")
+        assert worker.wait(timeout=30) < 0 and run.status()["state"] == "killed"
+    finally:
+        worker.kill()
+        worker.wait()
+
+
 @pytest.mark.parametrize("status, why", [
     ('{"state": "paused", "pid": null}', "status.json records the state 'paused', which this fslab does not know (a "
      "run's status says queued, running, completed, failed or killed); a newer fslab may have written it, or an "

@@ -1451,6 +1451,42 @@ def test_r_leaves_a_queued_sweep_run_to_the_scheduler_running_as_fslab_resume_do
     assert not run.claimed()
 
 
+def test_s_stops_a_running_run_whose_config_json_cannot_be_read_as_fslab_stop_does(tmp_path):
+    """s on a running run whose config.json was damaged (listed unreadable) said it was unreadable and that only
+    queued or running runs can be stopped, where fslab stop went by its status.json: its worker trained on. It
+    asks, stops the worker its status.json names, and says what fslab stop says of it."""
+    from fslab.core.runstore import create_run
+
+    from .test_damaged_runs import stand_in_worker
+
+    runs = tmp_path / "runs"
+    run = create_run(runs, "nca", complete_config())
+    worker = stand_in_worker(run)
+    (run.path / "config.json").write_text('{"method": "nc')
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        assert app.rows[run.id].state == "unreadable"
+        await pilot.press("s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "ConfirmScreen", notes
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert worker.wait(timeout=30) < 0, notes
+        assert notes[-1] == (f"{run.id}: killed; its config.json is missing or unreadable (fslab show {run.id} says "
+                             f"why), so it was stopped as its status.json said it was running; put the file back "
+                             f"from a copy of the run, then start it again (fslab run --like {run.id}): it wrote no "
+                             f"checkpoint")
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert run.status()["state"] == "killed"
+
+
 def test_q_in_a_confirm_dialog_answers_no_and_never_quits_the_dashboard(store, monkeypatch):
     """q in the dialog of d, s or r quit the whole dashboard (the app's q), which its footer did not show;
     it now answers no, as n and esc do, in every confirm dialog, and the footer says so."""

@@ -375,6 +375,8 @@ def stop(refs: Annotated[list[str], typer.Argument(
     A run whose worker fslab resume is starting is stopped once that worker is recorded.
     A queued run held by a process of this host killed before starting it is stopped at once (said on stderr), as is
     one held by a SLURM submission killed before it recorded its job (stderr names the squeue that finds the job).
+    A run whose config.json is missing or damaged (listed unreadable) is stopped as its status.json says, said on
+    stderr with the file to put back before it goes on.
     A sweep id stops every queued and running run of the sweep (or of a study's run), the queued ones first.
     Several given (fslab stop $(fslab runs --state running --all -q)): each is found before any is stopped, and one
     that ended meanwhile is said on stderr and passed over (the command fails only if none was stopped).

@@ -11,7 +11,7 @@ as ``fslab run``'s options go on top of the recipe.
 
 from __future__ import annotations
 
-from fslab.core.errors import UsageError
+from fslab.core.errors import FslabError, UsageError
 from fslab.core.runstore import Run
 
 NOT_SETTINGS = ("method", "config_version")  # the recipe's name and the layout's version: not layer keys
@@ -69,10 +69,25 @@ def like_command(run_id: str) -> str:
 
 def after_stop(run: Run) -> str:
     """What a stopped run keeps: its last checkpoint and how to continue from
-    it, or, stopped before its first checkpoint, how to start it again."""
+    it, or, stopped before its first checkpoint, how to start it again. One whose
+    config.json cannot be read (listed as unreadable) was stopped as its status.json
+    said it was: that is said, and that the file goes back before either."""
+    if not _config_readable(run):
+        was = "queued" if run.status().get("started") is None else "running"
+        then = (f"resume it from its last checkpoint, {run.checkpoint_path}" if run.checkpoint_path.exists()
+                else f"start it again ({like_command(run.id)}): it wrote no checkpoint")
+        return (f"its config.json is missing or unreadable (fslab show {run.id} says why), so it was stopped as its "
+                f"status.json said it was {was}; put the file back from a copy of the run, then {then}")
     if run.checkpoint_path.exists():
         return f"last checkpoint kept in {run.checkpoint_path}; continue with: fslab resume {run.id}"
     return f"no checkpoint yet (it stopped {stopped_when(run)}); start it again with: {like_command(run.id)}"
+
+
+def _config_readable(run: Run) -> bool:
+    try:
+        return bool(run.config())
+    except FslabError:  # a newer fslab's: readable, by that fslab
+        return True
 
 
 def stopped_when(run: Run) -> str:

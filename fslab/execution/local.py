@@ -131,8 +131,7 @@ def stop_worker(run: Run, grace: float = 30.0) -> str:
     one: signal it if it is surely this run's worker here
     (:func:`signal_worker`), else leave it a stop request (:func:`ask_worker`).
     Returns the state the run ended in."""
-    processes = run.config()["train"]["processes"]
-    pid = run.status().get("pid") or wait_for_pid(run, 30.0 if processes > 1 else 10.0)  # torchrun starts slower
+    pid = run.status().get("pid") or wait_for_pid(run, 30.0 if _processes(run) > 1 else 10.0)  # torchrun: slower
     status = run.status()
     if status.get("state") in ENDED:
         return status["state"]
@@ -143,6 +142,21 @@ def stop_worker(run: Run, grace: float = 30.0) -> str:
     if status.get("host") != HOST or not is_worker_of(pid, run):
         return ask_worker(run, grace)
     return signal_worker(run, pid, grace)
+
+
+def _processes(run: Run) -> int:
+    """How many processes the run's worker runs (``train.processes``), or where its config.json cannot be
+    read (missing, damaged, a newer fslab's), as its worker recorded them in its status (else 1): a stop
+    goes by the status, which names the worker, whatever became of the configuration."""
+    try:
+        train = run.config().get("train")
+    except FslabError:
+        train = None
+    processes = train.get("processes") if isinstance(train, dict) else None
+    if isinstance(processes, int) and not isinstance(processes, bool):
+        return processes
+    recorded = run.status().get("processes")
+    return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 1
 
 
 def signal_worker(run: Run, pid: int, grace: float = 30.0) -> str:

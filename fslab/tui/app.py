@@ -133,14 +133,17 @@ class FslabApp(App):
         if row is None:  # its screen open after a tick read it deleted
             self.notify(f"run {run_id} was deleted (its folder is gone); nothing to stop", markup=False)
             return
-        if row.state == UNREADABLE:  # a newer fslab's state, in which its worker may live: fslab stop's words
+        state = row.state
+        if state == UNREADABLE:  # a newer fslab's state, in which its worker may live: fslab stop's words
             from fslab.execution.executor import not_stoppable_here
 
-            if why := not_stoppable_here(Run(self.runs_dir / run_id).status()):
+            run = Run(self.runs_dir / run_id)
+            if why := not_stoppable_here(run.status()):
                 self.notify(f"{run_id} {why}", markup=False)
                 return
-        if row.state not in LIVE:
-            self.notify(f"{run_id} is {row.state}; only queued or running runs can be stopped", markup=False)
+            state = run.state()  # its config.json unreadable: stopped as its status.json says, as fslab stop does
+        if state not in LIVE:
+            self.notify(f"{run_id} is {state}; only queued or running runs can be stopped", markup=False)
             return
         if run_id in self.stopping:  # stopped already, or on its way: the table says so at the next tick
             self.notify(f"{run_id} is being stopped already", markup=False)
