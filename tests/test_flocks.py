@@ -226,9 +226,45 @@ def test_a_waiter_names_the_holder_s_host_and_says_when_it_is_another_machine(tm
     finally:
         holder.kill()
         holder.wait()
-    for line, said in ((f"77 {HOST}\n", f"pid 77 on host {HOST}"), ("77\n", "pid 77"), ("", ""), ("x y\n", "")):
+    me = os.getpid()  # a process of this host that lives (a gone one is no holder: it is said not recorded)
+    for line, said in ((f"{me} {HOST}\n", f"pid {me} on host {HOST}"), (f"{me}\n", f"pid {me}"), ("", ""),
+                       ("x y\n", "")):
         path.write_text(line)
         assert flocks.held_by(path) == said
+
+
+READ_ONLY_HOLD = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+                  "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)\n")
+
+
+def test_a_waiter_names_no_earlier_holder_of_a_lock_file_held_read_only(tmp_path):
+    """A holder that locks the file read-only (another user's fslab, in a store a group shares) writes no
+    line, so the line is an earlier holder's: where this user could write the file, the waiting line named
+    that pid, long gone, or a process that now has it, as the holder. It names only a process the kernel
+    lists holding the lock; any other is said not recorded."""
+    from fslab.core.states import HOST
+
+    path = tmp_path / ".export-csv.lock"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    path.write_text(f"{gone.pid} {HOST}\n")  # the earlier holder's line, which it wrote while it held the lock
+    holder = subprocess.Popen([sys.executable, "-c", READ_ONLY_HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert flocks.held_by(path) == (f"its holder is not recorded: {path} names pid {gone.pid} on host {HOST}, "
+                                        f"an earlier holder, which does not hold it")
+        path.write_text(f"{os.getpid()} {HOST}\n")  # a live process, not the holder (its pid used again, say)
+        waiter = subprocess.Popen([sys.executable, "-c", WAITER, str(path)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        assert waiter.stderr.readline() == (f"waiting for the export (its holder is not recorded: {path} names "
+                                            f"pid {os.getpid()} on host {HOST}, an earlier holder, which does not "
+                                            f"hold it)\n")
+        holder.kill()
+        out, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0 and out == f"{waiter.pid} {HOST}\n", err
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_lock_and_claim_files_are_made_as_the_umask_says_as_every_other_file_of_a_store(tmp_path):

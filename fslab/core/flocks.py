@@ -198,13 +198,12 @@ def held_by(path: Path) -> str:
     """The holder a :func:`one_at_a_time` lock file names, for a waiting line: ``pid P on host H``
     (:func:`fslab.core.states.process_named`), ``, another machine`` after it where H is not this
     host (its pid is no process of this one's), ``pid P`` for a file of earlier versions (which named
-    no host); ``""`` where the file names no one (gone meanwhile, being written). A file this user cannot
-    write, whose holder may have locked it read-only and written nothing (:func:`open_lock_or_read`),
-    is taken at its word only while the process it names may still run
-    (:func:`fslab.core.files.process_gone`); else the line says the holder is not recorded."""
+    no host); ``""`` where the file names no one (gone meanwhile, being written). A line that may not be
+    the holder's (:func:`unrecorded`: an earlier holder's, left in a file the holder locked read-only)
+    is not taken at its word: the line says the holder is not recorded (:func:`not_recorded`)."""
     words = read_holder(path)
     if unrecorded(path, words):
-        return not_recorded(path)
+        return not_recorded(path, words)
     if not (words and words[0].isdigit()):
         return ""
     if len(words) < 2:
@@ -214,15 +213,49 @@ def held_by(path: Path) -> str:
 
 def unrecorded(path: Path, words: list[str]) -> bool:
     """Whether the line of the lock file at ``path``, ``words`` (:func:`read_holder`'s), may not name
-    its holder: a file this user cannot write, which a holder may have locked read-only and written
-    nothing to (:func:`open_lock_or_read`), whose line names no process, or one that is gone
-    (:func:`fslab.core.files.process_gone`)."""
+    its holder, who may have locked the file read-only and written nothing (:func:`open_lock_or_read`),
+    the line left by an earlier holder. A line naming a process of this host is the holder's only where
+    that process holds a lock on the file (:func:`lockers`), or, where that cannot be told, lives; one of
+    another host (or none) only where this user could write the file too, or the process it names may
+    still run (:func:`fslab.core.files.process_gone`)."""
     named = bool(words) and words[0].isdigit()
+    if named and (len(words) < 2 or words[1] == states.HOST):
+        holding = lockers(path)
+        if holding:
+            return int(words[0]) not in holding
+        if not states.pid_alive(int(words[0])):
+            return True
     return not _writable(path) and (not named or process_gone(int(words[0]), (words + [None])[1], path))
 
 
-def not_recorded(path: Path) -> str:
-    """What a waiting line says of an :func:`unrecorded` holder."""
+def lockers(path: Path) -> set[int] | None:
+    """The pids holding an ``flock`` on the file at ``path``, as the kernel lists them (``/proc/locks``):
+    empty where it lists none; None where it cannot tell (no ``/proc/locks``, the file gone, a holder
+    of another pid namespace, listed without its pid)."""
+    try:
+        found = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            listing = fh.read()
+    except OSError:
+        return None
+    key = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    pids = set()
+    for line in listing.splitlines():
+        words = line.split()
+        if len(words) < 6 or words[1] != "FLOCK" or words[5] != key:  # "N: -> FLOCK ...": a waiter, not a holder
+            continue
+        if not words[4].isdigit() or int(words[4]) <= 0:
+            return None
+        pids.add(int(words[4]))
+    return pids
+
+
+def not_recorded(path: Path, words: list[str] | None = None) -> str:
+    """What a waiting line says of an :func:`unrecorded` holder; ``words``, the file's line, where it names
+    a process that does not hold the lock in a file this user could write."""
+    if _writable(path) and words and words[0].isdigit():
+        named = states.process_named(words[0], (words + [states.HOST])[1])
+        return f"its holder is not recorded: {path} names {named}, an earlier holder, which does not hold it"
     return f"its holder is not recorded: {path} cannot be written by this user"
 
 

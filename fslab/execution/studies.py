@@ -150,7 +150,7 @@ def _queueing_holder(path: Path) -> str:
     its holder, :func:`unrecorded`, that it is not recorded)."""
     words = read_holder(path, maxsplit=2)
     if unrecorded(path, words):
-        return f"another study is being queued in this project ({not_recorded(path)})"
+        return f"another study is being queued in this project ({not_recorded(path, words)})"
     if len(words) < 3:
         return "another study is being queued in this project"
     return f"study {words[2].strip()} is being queued by {process_named(words[0], words[1])}"
