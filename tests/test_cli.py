@@ -321,6 +321,41 @@ def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
         [line for line in fslab_here("plugins", "--kind", "evaluator", "--json", cwd=project).stdout.splitlines()])
 
 
+LAZY_PLUGIN = """
+from fslab.plugin import hookimpl
+
+
+@hookimpl
+def register_backbones(register):
+    register("lazynets.nets:SmallConvnet", name="typo", description="d", params={})
+    register("lazynets.netz:SmallConvNet", name="module-typo", description="d", params={})
+"""
+
+
+def test_a_lazy_target_that_is_nowhere_is_refused_before_any_run_folder_is_made(project):
+    """A plugin's lazy target misspelt ("pkg.mod:Clas") failed the run in its worker, its runs/<id>/
+    left behind (a sweep's and a study's runs queued, each to fail so): one line now, nothing created,
+    and the module is found and read, never run (it may import torch)."""
+    (project / "mine").mkdir()
+    (project / "mine" / "nets.py").write_text(LAZY_PLUGIN)
+    (project / "lazynets").mkdir()
+    (project / "lazynets" / "__init__.py").write_text("raise RuntimeError('run only where a run builds it')\n")
+    (project / "lazynets" / "nets.py").write_text("raise RuntimeError('nor this')\n\nclass SmallConvNet:\n    pass\n")
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    typo = ("error: backbone 'typo' from plugin 'local:nets' points at 'lazynets.nets:SmallConvnet', which cannot be "
+            "imported: module 'lazynets.nets' has no attribute 'SmallConvnet'. Did you mean "
+            "'lazynets.nets:SmallConvNet'?\n")
+    for command in (["run", "nca", "--backbone", "typo"], ["sweep", "nca", "--grid", "backbone.name=conv4,typo"],
+                    ["study", "run", "nca-table3", "--scale", "quick", "--set", "backbone.name=typo"]):
+        refused = fslab_here(*command, cwd=project)
+        assert (refused.returncode, refused.stderr) == (1, typo), command
+    module = fslab_here("run", "nca", "--backbone", "module-typo", cwd=project)
+    assert module.stderr == ("error: backbone 'module-typo' from plugin 'local:nets' points at "
+                             "'lazynets.netz:SmallConvNet', which cannot be imported: No module named "
+                             "'lazynets.netz'. Did you mean 'lazynets.nets:SmallConvNet'?\n")
+    assert not (project / "runs").exists() and "lazynets" not in sys.modules
+
+
 def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
     run = create_run(project / "runs", "nca", {"method": "nca"})  # queued, waiting for a scheduler slot
     result = fslab_here("stop", run.id, cwd=project)

@@ -291,6 +291,9 @@ def test_a_lazy_target_misspelt_is_told_the_closest_name_there_is(builtin_plugin
     (tmp_path / "mine_nets").mkdir()
     (tmp_path / "mine_nets" / "__init__.py").write_text("")
     (tmp_path / "mine_nets" / "network.py").write_text("class SmallConvNet:\n    pass\n")
+    (tmp_path / "mine_nets" / "vision").mkdir()  # a typo in a package above the module: the rest kept
+    (tmp_path / "mine_nets" / "vision" / "__init__.py").write_text("")
+    (tmp_path / "mine_nets" / "vision" / "convnets.py").write_text("class SmallConvNet:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     named = "backbone 'lazy' from plugin 'local:lazy' points at"
     for target, message in [
@@ -298,6 +301,8 @@ def test_a_lazy_target_misspelt_is_told_the_closest_name_there_is(builtin_plugin
                                            "'SmallConvnet'. Did you mean 'mine_nets.network:SmallConvNet'?"),
         ("mine_nets.netwrk:SmallConvNet", "which cannot be imported: No module named 'mine_nets.netwrk'. Did you "
                                           "mean 'mine_nets.network:SmallConvNet'?"),
+        ("mine_nets.vison.convnets:SmallConvNet", "which cannot be imported: No module named 'mine_nets.vison'. Did "
+                                                  "you mean 'mine_nets.vision.convnets:SmallConvNet'?"),
     ]:
         source = f"""
             from fslab.plugin import hookimpl
@@ -307,6 +312,9 @@ def test_a_lazy_target_misspelt_is_told_the_closest_name_there_is(builtin_plugin
                 register({target!r}, name="lazy", description="d", params={{}})
         """
         registry = load_registry([write_plugin(tmp_path / "local", "lazy", source)])
+        with pytest.raises(PluginError) as found:  # what a run checks before its folder is made: the same line
+            registry.get("backbone", "lazy").check_target()
+        assert str(found.value) == f"{named} '{target}', {message}"
         with pytest.raises(PluginError) as caught:
             registry.create("backbone", "lazy", in_channels=1)
         assert str(caught.value) == f"{named} '{target}', {message}"

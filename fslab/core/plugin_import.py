@@ -9,11 +9,11 @@ itself imports and lacks (``import wandb``) is not the entry point's typo, and k
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import re
 from typing import Any
 
 from fslab.core.errors import did_you_mean, exception_words
+from fslab.core.module_source import submodules
 
 
 def load_entry_point(ep: Any, distribution: str | None) -> Any:
@@ -46,24 +46,18 @@ def names_module(exc: ModuleNotFoundError, module_name: str) -> bool:
 def closest_module(missing: str) -> str | None:
     """The module of ``missing``'s package closest to it (``pkg.losses`` for ``pkg.lossez``), or None."""
     parent, _, last = missing.rpartition(".")
-    close = _closest(last, _modules_in(parent))
+    close = _closest(last, submodules(parent))  # found, not run: a package's __init__ may import torch
     return f"{parent}.{close}" if close else None
 
 
 def closest_attribute(module: Any, attr: str) -> str | None:
     """The public name of ``module`` closest to ``attr`` (``SmallConvNet`` for ``SmallConvnet``), or None."""
-    return _closest(attr, [n for n in dir(module) if not n.startswith("_")])
+    return closest_name(attr, dir(module))
 
 
-def _modules_in(package_name: str) -> list[str]:
-    """The modules of the package ``package_name`` ('' for none, or one that cannot be imported: [])."""
-    if not package_name:
-        return []
-    try:
-        package = importlib.import_module(package_name)
-    except Exception:
-        return []
-    return [m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+def closest_name(attr: str, names: Any) -> str | None:
+    """The public one of ``names`` (a module's) closest to ``attr``, or None."""
+    return _closest(attr, [n for n in names if not n.startswith("_")])
 
 
 def _closest(word: str, choices: list[str]) -> str | None:

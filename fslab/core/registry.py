@@ -30,10 +30,12 @@ import pluggy
 from fslab.core import hookspecs
 from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, exception_words, plugin_call
 from fslab.core.limits import check_rule, rule_of
+from fslab.core.module_source import defined_names
 from fslab.core.param_defaults import mistyped_default, refused_defaults
 from fslab.core.plugin_import import (
     closest_attribute,
     closest_module,
+    closest_name,
     entry_point_error,
     load_entry_point,
     names_module,
@@ -105,22 +107,48 @@ class Component:
         if not isinstance(self.target, str):
             return self.target
         module_name, _, attr = self.target.partition(":")
-        cannot = f"{self.named} points at '{self.target}', which cannot be imported"
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:  # a typo in the target (Did you mean ...), or a package it lacks
-            close = closest_module(exc.name) if names_module(exc, module_name) else None
-            raise PluginError(f"{cannot}: {exc}" + (f". Did you mean '{close}:{attr}'?" if close else "")) from exc
+            raise PluginError(self._not_found(exc)) from exc
         except ImportError as exc:
-            raise PluginError(f"{cannot}: {exc}") from exc
+            raise PluginError(f"{self._cannot}: {exc}") from exc
         except Exception as exc:  # the module's own code failed as it ran (a NameError): fslab.create raised it bare
             raise PluginError(f"{self.named} points at '{self.target}', whose module failed as it was imported: "
                               f"{exception_words(exc)}") from exc
         if not hasattr(module, attr):  # a typo: SmallConvnet for SmallConvNet
-            close = closest_attribute(module, attr)
-            raise PluginError(f"{cannot}: module '{module_name}' has no attribute '{attr}'"
-                              + (f". Did you mean '{module_name}:{close}'?" if close else ""))
+            raise PluginError(self._no_attribute(closest_attribute(module, attr)))
         return getattr(module, attr)
+
+    def check_target(self) -> None:
+        """The PluginError :meth:`resolve` would raise for a lazy target whose module, or its attribute, is
+        nowhere, raised without running the module (:mod:`fslab.core.module_source`: importing it may import
+        torch): a run's components are checked so before its folder is made, where a typo failed the run."""
+        if not isinstance(self.target, str):
+            return
+        module_name, _, attr = self.target.partition(":")
+        try:
+            names = defined_names(module_name)
+        except ModuleNotFoundError as exc:
+            raise PluginError(self._not_found(exc)) from None
+        if names is not None and attr not in names:
+            raise PluginError(self._no_attribute(closest_name(attr, names)))
+
+    @property
+    def _cannot(self) -> str:
+        return f"{self.named} points at '{self.target}', which cannot be imported"
+
+    def _not_found(self, exc: ModuleNotFoundError) -> str:
+        """The target's module, or one it imports, missing: the closest module there is where it is a typo."""
+        module_name, _, attr = self.target.partition(":")
+        close = closest_module(exc.name) if names_module(exc, module_name) else None
+        close = close and close + module_name[len(exc.name):]  # pkg.lossez.nets: pkg.losses.nets, not pkg.losses
+        return f"{self._cannot}: {exc}" + (f". Did you mean '{close}:{attr}'?" if close else "")
+
+    def _no_attribute(self, close: str | None) -> str:
+        module_name, _, attr = self.target.partition(":")
+        return (f"{self._cannot}: module '{module_name}' has no attribute '{attr}'"
+                + (f". Did you mean '{module_name}:{close}'?" if close else ""))
 
     def describe(self) -> dict:
         """A JSON-ready description, as ``fslab plugins --json`` prints it: a copy, so

@@ -16,6 +16,7 @@ import sys
 
 from fslab.core.claims import CLAIM_FILE, lost_submission_line
 from fslab.core.errors import UsageError
+from fslab.core.keys import PLUGIN_SECTIONS
 from fslab.core.plugin_params import check_plugins
 from fslab.core.registry import create_dataset
 from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
@@ -39,6 +40,7 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
     ``again``: for a resume, the command that starts the run anew
     (``fslab run --like RUN``), which what this machine lacks is said with,
     since ``fslab resume`` takes no other settings."""
+    check_targets(config, registry)
     if slurm is None:
         check_device(config, again)
         check_processes(config, again)
@@ -57,6 +59,15 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
             check_plugins(config, registry, sizes)
     except UsageError as exc:
         raise for_resume(exc, again) from None
+
+
+def check_targets(config: dict, registry) -> None:
+    """Each component the run trains with (its sections') whose lazy target names a module or an attribute
+    that is nowhere (:meth:`fslab.core.registry.Component.check_target`): the plugin's line the worker failed
+    with, once the run's folder was made, said before anything is created. Its sinks are not: one that cannot
+    be imported never fails a run, which goes on without it (:mod:`fslab.core.sinks`)."""
+    for section in PLUGIN_SECTIONS:
+        registry.get(section, config[section]["name"]).check_target()
 
 
 def for_resume(exc: UsageError, again: str | None) -> UsageError:
