@@ -356,6 +356,25 @@ def test_a_lazy_target_that_is_nowhere_is_refused_before_any_run_folder_is_made(
     assert not (project / "runs").exists() and "lazynets" not in sys.modules
 
 
+def test_a_component_of_a_plugin_that_failed_to_load_is_one_line_naming_the_failure(project):
+    """fslab run with a loss of a plugin that failed to load printed the load warning, then "Unknown loss
+    'boomloss'. Allowed: ... Not among them: ...": two lines of one fault. The error says it now, alone; a
+    command that goes on still says the failure, before what it prints."""
+    (project / "mine").mkdir()
+    (project / "mine" / "boom.py").write_text(
+        "import not_installed_anywhere\nfrom fslab.plugin import hookimpl\n\n\n@hookimpl\n"
+        "def register_losses(register):\n    register(not_installed_anywhere.loss, name='boomloss', description='d')\n")
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    why = "ModuleNotFoundError: No module named 'not_installed_anywhere'"
+    refused = fslab("run", "nca", "--set", "loss.name=boomloss", cwd=project)
+    assert (refused.returncode, refused.stderr) == (
+        2, f"error: Unknown loss 'boomloss': plugin 'local:boom', whose source names it, failed to load: {why}\n")
+    assert not (project / "runs").exists()
+    shown = fslab_here("study", "show", "nca-table3", cwd=project)
+    assert shown.returncode == 0 and "nca-table3" in shown.stdout
+    assert shown.stderr == f"fslab plugin 'local:boom' failed to load: {why}\n"
+
+
 def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
     run = create_run(project / "runs", "nca", {"method": "nca"})  # queued, waiting for a scheduler slot
     result = fslab_here("stop", run.id, cwd=project)

@@ -178,8 +178,9 @@ def test_an_entry_point_naming_the_hook_function_not_its_module_fails_loading(bu
                 "what an entry point names, and it has none, so the plugin would register nothing; name the module "
                 "that holds them: also = \"fslab_mine\"; raised loading the entry point 'also = "
                 "\"fslab_mine:scaled\"' of fslab-mine 0.1.0 ([project.entry-points.fslab])"}
-    with pytest.raises(UsageError, match=r"Not among them: what plugins 'also', 'mine' register, which failed"):
-        registry.get("loss", "scaled")
+    with pytest.raises(UsageError, match=r"Not among them: what plugins 'also' \(TypeError: fslab_mine:scaled .*\), "
+                                         r"'mine' \(TypeError: .*\) register, which failed"):
+        registry.get("loss", "scaled")  # both spell it (one module): neither is said to be its plugin
 
 
 def test_a_bare_assert_failing_a_plugin_names_its_file_line_and_statement(builtin_plugins, tmp_path):
@@ -218,8 +219,16 @@ def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_
     assert str(caught.value).endswith("Not among them: what plugin 'local:broken' registers, which failed to load "
                                       "(ModuleNotFoundError: No module named 'not_a_module_anywhere').")
     write_plugin(folder, "alsobroken", "raise RuntimeError('no')\n")
-    with pytest.raises(UsageError, match=r"what plugins 'local:alsobroken', 'local:broken' register, which failed"):
+    with pytest.raises(UsageError) as caught:  # each with why it failed: the line says what its warning said
         load_registry([folder]).get("loss", "brokenloss")
+    assert str(caught.value).endswith(
+        "Not among them: what plugins 'local:alsobroken' (RuntimeError: no), 'local:broken' (ModuleNotFoundError: "
+        "No module named 'not_a_module_anywhere') register, which failed to load.")
+    write_plugin(folder, "broken", "import not_a_module_anywhere\n\n# register(margin, name='brokenloss', ...)\n")
+    with pytest.raises(UsageError) as caught:  # the one whose source names it: that plugin, and why
+        load_registry([folder]).get("loss", "brokenloss")
+    assert str(caught.value) == ("Unknown loss 'brokenloss': plugin 'local:broken', whose source names it, failed "
+                                 "to load: ModuleNotFoundError: No module named 'not_a_module_anywhere'")
     with pytest.raises(UsageError) as caught:  # nothing failed: the line is as it always was
         load_registry([]).get("loss", "brokenloss")
     assert str(caught.value).endswith("Allowed: " + ", ".join(load_registry([]).names("loss")) + ".")
@@ -253,8 +262,8 @@ def test_a_hook_without_hookimpl_fails_its_plugins_loading(builtin_plugins, tmp_
     assert registry.failures[0].error == (
         "TypeError: register_losses() is not decorated with @hookimpl, so fslab never calls it and the plugin "
         "registers nothing: put @hookimpl (from fslab.plugin import hookimpl) above it")
-    with pytest.raises(UsageError, match=r"Not among them: what plugin 'local:plain' registers, which failed to "
-                                         r"load \(TypeError: register_losses\(\) is not decorated"):
+    with pytest.raises(UsageError, match=r"^Unknown loss 'scaled': plugin 'local:plain', whose source names it, "
+                                         r"failed to load: TypeError: register_losses\(\) is not decorated"):
         registry.get("loss", "scaled")
 
 

@@ -192,6 +192,33 @@ def test_a_run_whose_plugin_is_no_longer_installed_is_named_with_how_it_goes_on(
         assert run.state() == "killed"
 
 
+def test_a_run_whose_plugin_fails_to_load_now_is_named_with_why_in_one_line(project):
+    """fslab resume of a run whose loss's plugin fails to load now (a package it imports uninstalled) printed
+    the load warning, then "... which no installed plugin registers (not among them: ...)": the plugin its
+    source names, and why it failed, in one line now."""
+    import zipfile
+
+    import fslab as api
+    from fslab.core.config import resolve
+    from fslab.core.runstore import create_run
+    from fslab.core.settings import Settings
+
+    config = resolve("nca", registry=api.get_registry(), settings=Settings(), overrides=[{"train": {"epochs": 2}}])
+    run = create_run(project / "runs", "nca", {**config, "loss": {"name": "boomloss"}})
+    run.write_status(state="killed", ended=1.0)
+    with zipfile.ZipFile(run.checkpoint_path, "w") as archive:
+        archive.writestr("data.pkl", b"")
+    (project / "mine").mkdir()
+    (project / "mine" / "boom.py").write_text("import not_installed_anywhere\n# register(f, name='boomloss')\n")
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    refused = fslab_here("resume", run.id, cwd=project)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: run {run.id} was trained with loss 'boomloss' of plugin 'local:boom' (whose source names it), which "
+        f"failed to load: ModuleNotFoundError: No module named 'not_installed_anywhere'; put it right to resume the "
+        f"run, or start a run like it with another: fslab run --like {run.id} --set loss.name=NAME\n")
+    assert run.state() == "killed"
+
+
 def test_a_run_killed_while_its_first_checkpoint_was_written_is_said_so(project):
     """The first checkpoint is written while the second epoch trains; a worker killed outright then
     (SIGKILL, the machine's end) leaves a half-written temporary file and no checkpoint, and fslab resume

@@ -15,6 +15,7 @@ A new command goes in the module of its group (or a new one), registers on
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import os
@@ -95,12 +96,22 @@ def _main() -> None:
     for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show é or 日本 (a path's): written out, \xe9
         if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
             stream.reconfigure(errors="backslashreplace")
-    click = _click_exceptions()
     argv = sys.argv[1:]
     completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
     cli = _load(argv[0] if argv and argv[0] in COMMANDS and not completing else None)
     try:
-        code = cli(standalone_mode=False)  # parse errors come back here instead of typer's box
+        code = _command(cli)
+    finally:  # the plugins' load failures a command that printed nothing has not said yet
+        with contextlib.suppress(OSError, ValueError, SystemExit):  # a stderr whose reader went away
+            common.say_load_failures()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command(cli):
+    """Run the command; its end as :func:`main` says it."""
+    click = _click_exceptions()
+    try:
+        return cli(standalone_mode=False)  # parse errors come back here instead of typer's box
     except SystemExit as exc:
         if cut_short(exc):  # typer and rich exit 1, silently, on a reader that went away (| head)
             end_cut_short()
@@ -125,7 +136,6 @@ def _main() -> None:
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         fail(f"{exc.strerror or exc}{where}", 1)
-    sys.exit(code if isinstance(code, int) else 0)
 
 
 # The exit code of a command whose reader stopped reading (``fslab runs | head -1``): 128 + SIGPIPE,
@@ -169,6 +179,7 @@ def fail(message: str, code: int) -> None:
     """One line on stderr, with nothing in it that could drive the terminal, and the exit code. A line
     that names several runs, holders and the command to run again can be long: only a value pasted
     in by mistake (thousands of characters) is clipped."""
+    common.say_load_failures(message)  # but one the line says: a component of a plugin that failed to load
     print(f"error: {clip(printable(message), 1000)}", file=sys.stderr)
     sys.exit(code)
 

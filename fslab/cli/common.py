@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderHook
 from rich.markup import escape
 
 from fslab import __version__
@@ -30,6 +30,19 @@ adjust_typer()  # help labels as the README writes them; plain values converted 
 # prints them whole (fslab.cli.tables). Lines of text are never wrapped.
 console = Console(soft_wrap=True, emoji=False)
 err_console = Console(stderr=True, soft_wrap=True, emoji=False)
+
+
+class _SayFirst(RenderHook):
+    """The plugins' load failures not said yet (:func:`say_load_failures`), said before anything either
+    console prints: rich calls it as it renders."""
+
+    def process_renderables(self, renderables):
+        say_load_failures()
+        return renderables
+
+
+for _shared in (console, err_console):
+    _shared.push_render_hook(_SayFirst())
 
 # -- shell completion: names from the registry and ids from the run store ----------
 # The shell runs fslab on every TAB, so these import no torch and print nothing
@@ -272,10 +285,30 @@ def settings(store: bool = True):
 
 
 def registry(project_settings=None):
+    """The plugins' registry; the plugins that failed to load are said as :func:`say_load_failures` has it."""
     import fslab
 
-    return fslab.get_registry(project_settings,
-                              report=lambda line: err_console.print(shown(line), highlight=False))
+    loaded: list[str] = []
+    found = fslab.get_registry(project_settings, report=loaded.append)
+    if loaded:  # loaded anew: its failures are held until the command writes, ends or fails
+        _unsaid[:] = found.failures
+    return found
+
+
+# The load failures of the registry the command loaded, not yet said. Each is said on stderr, once, before the
+# command's first line (or at its end); one that the command's error line says already (its plugin and why: a
+# component of the plugin, Registry.get) is not said again, where it made two lines of one fault.
+_unsaid: list = []
+
+
+def say_load_failures(error: str = "") -> None:
+    """Say each load failure not said yet, but those ``error`` (the command's error line) says already."""
+    unsaid, _unsaid[:] = list(_unsaid), []
+    for failure in unsaid:
+        if not (f"'{failure.plugin}'" in error and failure.error in error):
+            err_console.print(shown(failure.line), highlight=False)
+
+
 
 
 def check_evaluator(label: str) -> None:

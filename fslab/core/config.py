@@ -666,6 +666,10 @@ def _check_installed(config: dict, registry, run_id: str) -> None:
             continue
         failed = registry.missing_names()  # a plugin that failed to load may register it
         option = "--dataset " if section == "dataset" else f"--set {section}.name="
+        if (owner := registry.failed_owner(name)) is not None:  # its source names it: that plugin, and why
+            raise ConfigError(f"run {run_id} was trained with {section} '{name}' of plugin '{owner.plugin}' (whose "
+                              f"source names it), which failed to load: {owner.error}; put it right to resume the "
+                              f"run, or start a run like it with another: fslab run --like {run_id} {option}NAME")
         raise ConfigError(
             f"run {run_id} was trained with {section} '{name}', which no installed plugin registers"
             + (f" (not among them: {failed})" if failed else f" (fslab plugins --kind {section} lists those that are)")

@@ -4,13 +4,16 @@ A lazy target (``"pkg.nets:BigNet"``) is imported only where its component is bu
 since importing it may import torch; a misspelt one failed the run after its folder was made. Where its
 module lies (:func:`find_unrun`) and the names it defines at its top level (:func:`defined_names`) tell
 most such typos before a run exists, with nothing of the module run: no package's ``__init__`` either.
+A plugin that failed to load is read so too: whether its source names a component (:func:`spells`).
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 # What every module has without defining it.
@@ -149,3 +152,28 @@ def _dynamic(node: ast.AST) -> bool:
         return node.func.id in DYNAMIC_CALLS or (node.func.id == "vars" and not node.args)
     return (isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name)
             and node.value.id == "sys")
+
+
+def files_of(module_name: str, most: int = 200) -> list[Path]:
+    """The Python files of module ``module_name``, found, not run: its own, or a package's (``most`` at most);
+    none where it is nowhere or has no source."""
+    try:
+        spec = find_unrun(module_name)
+    except (ImportError, ValueError):
+        return []
+    if spec.submodule_search_locations:
+        return sorted(f for folder in spec.submodule_search_locations for f in Path(folder).rglob("*.py"))[:most]
+    return [Path(spec.origin)] if str(spec.origin or "").endswith(".py") else []
+
+
+def spells(files: list[Path], word: str) -> bool:
+    """Whether one of ``files`` spells ``word`` in quotes (``name="margin"``, as a register call names a
+    component): what a plugin that failed to load would have registered, read from its source."""
+    quoted = re.compile(rf"""(['"]){re.escape(word)}\1""")
+    for file in files:
+        try:
+            if quoted.search(file.read_text(encoding="utf-8", errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False

@@ -30,7 +30,7 @@ import pluggy
 from fslab.core import hookspecs
 from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, exception_words, plugin_call
 from fslab.core.limits import check_rule, rule_of
-from fslab.core.module_source import defined_names
+from fslab.core.module_source import defined_names, files_of, spells
 from fslab.core.param_defaults import mistyped_default, refused_defaults
 from fslab.core.plugin_import import (
     closest_attribute,
@@ -231,17 +231,36 @@ class Registry:
             return self.components[kind][name]
         except (KeyError, TypeError):  # TypeError: a name that cannot be one (a list)
             error = UnknownName(kind, name, self.components[kind])
-        if missing := self.missing_names():  # the name may be one a plugin that failed to load would have registered
+        if (owner := self.failed_owner(name)) is not None:  # the one line: the load failure is said nowhere else
+            error.args = (f"Unknown {kind} '{name}': plugin '{owner.plugin}', whose source names it, failed to load: "
+                          f"{owner.error}",)
+        elif missing := self.missing_names():  # the name may be one a plugin that failed to load would have registered
             error.args = (f"{error.args[0]} Not among them: {missing}.",)
         raise error
 
     def missing_names(self) -> str:
-        """What the plugins that failed to load would have registered, in words ('' where none failed)."""
+        """What the plugins that failed to load would have registered, in words, each with why it failed
+        ('' where none failed)."""
         if not self.failures:
             return ""
         first, *more = self.failures
         return (f"what plugin '{first.plugin}' registers, which failed to load ({first.error})" if not more else
-                f"what plugins {', '.join(repr(f.plugin) for f in self.failures)} register, which failed to load")
+                f"what plugins {', '.join(f'{f.plugin!r} ({f.error})' for f in self.failures)} register, which "
+                f"failed to load")
+
+    def failed_owner(self, name: str) -> LoadFailure | None:
+        """The plugin that failed to load whose source spells ``name`` in quotes (as its register call names a
+        component), read without running it; None where no one plugin does."""
+        owners = [f for f in self.failures if spells(self._source_files(f.plugin), name)]
+        return owners[0] if len(owners) == 1 else None
+
+    def _source_files(self, plugin: str) -> list[Path]:
+        """The files of a plugin's source: a local plugin's file, or the module (a package's files) its entry
+        point names; none where it is nowhere (a plugin folder that is missing)."""
+        origin = self.failed_origins.get(plugin) or self.plugins.get(plugin, (None, ""))[1]
+        if origin.startswith("entry point "):
+            return files_of(origin.removeprefix("entry point ").partition(":")[0].strip())
+        return [Path(origin)] if origin.endswith(".py") else []
 
     def names(self, kind: str, pattern: str = "*") -> list[str]:
         check_kind(kind)
