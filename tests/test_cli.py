@@ -375,6 +375,49 @@ def test_a_component_of_a_plugin_that_failed_to_load_is_one_line_naming_the_fail
     assert shown.stderr == f"fslab plugin 'local:boom' failed to load: {why}\n"
 
 
+NEW_LOSS_MODULE = """
+from fslab.plugin import hookimpl
+
+
+@hookimpl
+def register_losses(register):
+    register(lambda z, labels, support=None: None, name="nca-v2", description="d")
+"""
+
+
+def test_a_loss_of_an_entry_point_added_since_its_package_was_installed_says_to_install_it_again(
+        project, tmp_path, monkeypatch):
+    """An entry point added to pyproject.toml after pip install -e (a new plugin module) is not in the installed
+    metadata, so its loss was "Unknown loss 'nca-v2'" and nothing more: the line now names the entry point and
+    the command that refreshes the metadata, the current folder's project (not installed at all) too."""
+    source = tmp_path / "source"  # installed editable, before the entry point 'v2' was added
+    (source / "fslab_late").mkdir(parents=True)
+    (source / "fslab_late" / "__init__.py").write_text("")
+    (source / "fslab_late" / "v2.py").write_text(NEW_LOSS_MODULE)
+    (source / "pyproject.toml").write_text('[project]\nname = "fslab-late"\nversion = "0.3.0"\n\n'
+                                           '[project.entry-points.fslab]\nv2 = "fslab_late.v2"\n')
+    info = tmp_path / "site" / "fslab_late-0.3.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-late\nVersion: 0.3.0\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}}))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.syspath_prepend(str(source))  # as the editable install's finder puts it
+    refused = fslab_here("run", "nca", "--set", "loss.name=nca-v2", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: Unknown loss 'nca-v2'. Did you mean 'nca'?")
+    assert refused.stderr.endswith(
+        f". The entry point 'v2 = \"fslab_late.v2\"' of {source / 'pyproject.toml'} may register it, but the installed "
+        f"fslab-late 0.3.0 lacks it (installed before it was added): install it again to refresh its entry points: "
+        f"pip install -e {source}\n")
+    (project / "pyproject.toml").write_text('[project]\nname = "fslab-never-installed"\n\n'
+                                            '[project.entry-points.fslab]\nmine = "mine_losses"\n')
+    (project / "mine_losses.py").write_text(NEW_LOSS_MODULE.replace("nca-v2", "mine-loss"))
+    here = fslab_here("run", "nca", "--set", "loss.name=mine-loss", cwd=project)
+    assert here.returncode == 2 and here.stderr.endswith(
+        f"The entry point 'mine = \"mine_losses\"' of {project.resolve() / 'pyproject.toml'} may register it, but "
+        f"fslab-never-installed is not installed: install it with: pip install -e .\n")
+    assert not (project / "runs").exists()
+
+
 def test_stopping_a_queued_run_takes_it_out_of_the_queue(project):
     run = create_run(project / "runs", "nca", {"method": "nca"})  # queued, waiting for a scheduler slot
     result = fslab_here("stop", run.id, cwd=project)

@@ -28,6 +28,7 @@ from typing import Any
 import pluggy
 
 from fslab.core import hookspecs
+from fslab.core.declared_plugins import stale_entry_point
 from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, exception_words, plugin_call
 from fslab.core.limits import check_rule, rule_of
 from fslab.core.module_source import defined_names, files_of, spells
@@ -236,6 +237,8 @@ class Registry:
                           f"{owner.error}",)
         elif missing := self.missing_names():  # the name may be one a plugin that failed to load would have registered
             error.args = (f"{error.args[0]} Not among them: {missing}.",)
+        if stale := stale_entry_point(name):  # or one an entry point added since its package was installed would
+            error.args = (f"{error.args[0]} {stale}",)
         raise error
 
     def missing_names(self) -> str:
