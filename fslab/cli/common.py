@@ -309,8 +309,6 @@ def say_load_failures(error: str = "") -> None:
             err_console.print(shown(failure.line), highlight=False)
 
 
-
-
 def check_evaluator(label: str) -> None:
     """Refuse an ``--evaluator`` label whose evaluator no plugin registers
     (``knnn``), in one line with the names there are. Called where no run has
