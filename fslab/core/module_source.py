@@ -20,7 +20,7 @@ from typing import Any
 IMPLICIT = {"__name__", "__doc__", "__file__", "__spec__", "__loader__", "__package__", "__path__",
             "__builtins__", "__cached__", "__dict__", "__annotations__"}
 # Calls with which a module may define names its source does not spell (vars() with no arguments too).
-DYNAMIC_CALLS = {"globals", "exec"}
+DYNAMIC_CALLS = {"globals", "locals", "exec"}  # locals() at the top level is the module's namespace
 
 
 def find_unrun(module_name: str) -> Any:
@@ -145,7 +145,7 @@ def _bound(tree: ast.Module) -> set[str]:
 
 def _dynamic(node: ast.AST) -> bool:
     """Whether ``node`` may bind a module's names its source does not spell: ``from x import *``, ``globals()``,
-    ``vars()``, ``exec(...)``, ``sys.modules`` (a module replaced, or set an attribute of)."""
+    ``locals()``, ``vars()``, ``exec(...)``, ``sys.modules`` (a module replaced, or set an attribute of)."""
     if isinstance(node, ast.alias):
         return node.name == "*"
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
