@@ -31,7 +31,7 @@ from fslab.core.settings import load_settings
 from fslab.core.text import count
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker
-from fslab.execution.slots import Slot, capacity, configured_slots, lock_slot, pick_slots, slot_env, unusable
+from fslab.execution.slots import Slot, capacity, configured_slots, free_slots, pick_slots, slot_env, unusable
 from fslab.execution.sweep import stop_failed_sweeps
 
 
@@ -174,25 +174,16 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
 
 
 def _free_slots(folder: Path, slots: list[Slot], broken: set[str]) -> list[tuple[Slot, int]]:
-    """The slots free now, each with its locked descriptor. A slot whose lock
-    file cannot be opened (replaced by a folder, say) is left out and named in
-    ``broken``, and in the log the first time; the other slots go on."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a file in its place: each slot's open below says so
-        pass
-    free = []
-    for slot in slots:
-        try:
-            fd = lock_slot(folder, slot)
-        except OSError as error:
-            if slot.name not in broken:
-                broken.add(slot.name)
-                _log(f"slot {slot.name} not used: {unusable(folder, error)}")
-            continue
-        broken.discard(slot.name)
-        if fd is not None:
-            free.append((slot, fd))
+    """The slots free now, each with its locked descriptor (:func:`fslab.execution.slots.free_slots`). A slot
+    whose lock file cannot be opened (replaced by a folder, say) is left out and named in ``broken``, and in
+    the log the first time; the other slots go on."""
+    errors: dict[str, OSError] = {}
+    free = free_slots(folder, slots, errors)
+    for name, error in errors.items():
+        if name not in broken:
+            _log(f"slot {name} not used: {unusable(folder, error)}")
+    broken.intersection_update(errors)
+    broken.update(errors)
     return free
 
 

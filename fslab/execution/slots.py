@@ -103,24 +103,33 @@ def slot_env(slots: list[Slot]) -> dict:
     return env
 
 
-def take_slots(runs_dir: Path, slots: list[Slot], need: int) -> list | None:
-    """``need`` of ``slots`` free now, each ``(slot, fd)`` with its lock held (:func:`lock_slot`), on distinct
-    GPUs (:func:`pick_slots`), for a run started outside a scheduler's loop (``fslab resume`` of a queued run
-    whose scheduler is gone); None, nothing left locked, where they are not free. A slot whose lock file
-    cannot be opened is passed over, as the scheduler passes it over."""
-    folder = runs_dir / ".slots"
+def free_slots(folder: Path, slots: list[Slot], unusable_slots: dict | None = None) -> list:
+    """The ``(slot, fd)`` pairs of ``slots`` free now, each with its lock held (:func:`lock_slot`): which slots
+    are free, for a scheduler's loop and for :func:`take_slots` alike. A slot whose lock file cannot be opened
+    (``folder``, or the lock, replaced by something else) is passed over, its OSError kept in ``unusable_slots``
+    by the slot's name where that is given (for :func:`unusable` to say it)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a file in its place: no slot can be had
-        return None
+    except OSError:  # a file in its place: each slot's open below says so
+        pass
     free = []
     for slot in slots:
         try:
             fd = lock_slot(folder, slot)
-        except OSError:
+        except OSError as error:
+            if unusable_slots is not None:
+                unusable_slots[slot.name] = error
             continue
         if fd is not None:
             free.append((slot, fd))
+    return free
+
+
+def take_slots(runs_dir: Path, slots: list[Slot], need: int) -> list | None:
+    """``need`` of ``slots`` free now (:func:`free_slots`), each ``(slot, fd)`` with its lock held, on distinct
+    GPUs (:func:`pick_slots`), for a run started outside a scheduler's loop (``fslab resume`` of a queued run
+    whose scheduler is gone); None, nothing left locked, where they are not free."""
+    free = free_slots(runs_dir / ".slots", slots)
     taken = pick_slots(free, need) or []
     for pair in free:
         if pair not in taken:
