@@ -1487,6 +1487,49 @@ def test_s_stops_a_running_run_whose_config_json_cannot_be_read_as_fslab_stop_do
     assert run.status()["state"] == "killed"
 
 
+def test_s_again_on_an_unreadable_running_run_being_stopped_says_so_as_for_any_run(tmp_path, monkeypatch):
+    """s, y on a running run whose config.json is damaged (listed unreadable), then s again while its stop was
+    under way, asked again: the tick let go of it at once, as its row never reads running. It says the run is
+    being stopped already, as for any run, until the stop answers; then s says the run is killed."""
+    import threading
+
+    from fslab.core.runstore import create_run
+    from fslab.execution import executor
+
+    from .test_damaged_runs import stand_in_worker
+
+    runs = tmp_path / "runs"
+    run = create_run(runs, "nca", complete_config())
+    worker = stand_in_worker(run)
+    (run.path / "config.json").write_text('{"method": "nc')
+    go_on, real_stop = threading.Event(), executor.stop
+    monkeypatch.setattr(executor, "stop", lambda run, **kw: go_on.wait(30) and real_stop(run, grace=5))
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("s", "y")
+        await pilot.pause()
+        await app.poll_store().wait()  # a tick while the stop is under way
+        await pilot.pause()
+        await pilot.press("s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "RunsScreen" and notes[-1] == f"{run.id} is being stopped already"
+        go_on.set()
+        await settle(app, pilot)
+        assert notes[-1].startswith(f"{run.id}: killed; "), notes
+        await pilot.press("s")
+        await pilot.pause()
+        assert notes[-1] == f"{run.id} is killed; only queued or running runs can be stopped"
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        go_on.set()
+        worker.kill()
+        worker.wait()
+
+
 def test_q_in_a_confirm_dialog_answers_no_and_never_quits_the_dashboard(store, monkeypatch):
     """q in the dialog of d, s or r quit the whole dashboard (the app's q), which its footer did not show;
     it now answers no, as n and esc do, in every confirm dialog, and the footer says so."""

@@ -118,7 +118,8 @@ class FslabApp(App):
         else:  # one note for a folder emptied at once, not a screen of them
             self.notify(f"{len(removed)} runs were deleted ({', '.join(removed[:3])}, ...)", markup=False)
         self.processes = [p for p in self.processes if p.poll() is None]
-        self.stopping = {i for i in self.stopping if i in self.rows and self.rows[i].state in LIVE}
+        # an unreadable row never reads ended: its stop is let go when it answers (on_run_stopped)
+        self.stopping = {i for i in self.stopping if i in self.rows and self.rows[i].state in (*LIVE, UNREADABLE)}
         for screen in self.screen_stack:
             apply = getattr(screen, "apply_store_changes", None)
             if apply is not None:
@@ -174,8 +175,9 @@ class FslabApp(App):
         self.post_message(RunStopped(run_id, state))
 
     def on_run_stopped(self, message: RunStopped) -> None:
-        if message.error or message.state in LIVE:  # not stopped: s may try again
-            self.stopping.discard(message.run_id)
+        row = self.rows.get(message.run_id)
+        if message.error or message.state in LIVE or (row is not None and row.state == UNREADABLE):
+            self.stopping.discard(message.run_id)  # not stopped: s may try again; or stopped, which s reads itself
         if message.error:
             self.notify(f"could not stop {message.run_id}: {message.error}", severity="error", markup=False)
         else:
