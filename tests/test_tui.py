@@ -1731,6 +1731,54 @@ def test_r_checks_the_checkpoint_off_the_ui_thread_and_the_dashboard_answers_key
     drive(frozen_app(runs), body)
 
 
+def test_r_asks_only_where_the_run_is_still_shown_once_its_check_answers(tmp_path, monkeypatch):
+    """r checks in a worker thread; its dialog opened on whatever screen showed when the check answered: over
+    the compare screen opened meanwhile, over the runs table once the run's screen was left, or on the table
+    with the cursor moved to another run (y would resume the run not under it). It now asks only on the screen
+    r was pressed on, still on the run; else it says the run can resume and that r on it asks again."""
+    import threading
+
+    from fslab.execution import checks
+
+    runs = tmp_path / "runs"
+    write_run(runs, "20260101-000000-nca-done", events=history())
+    killed = write_run(runs, "20260101-000001-nca-kill", state="killed", events=history()[:7], cfg=complete_config())
+    fake_checkpoint(killed / "checkpoints" / "last.pt")
+    real, release = checks.check_resumable, threading.Event()
+    monkeypatch.setattr(checks, "check_resumable", lambda run, **kw: release.wait(timeout=10) and real(run, **kw))
+    notes = []
+    moved, left = (f"{killed.name} can resume; not asked, as {why} while it was checked: r on it asks again"
+                   for why in ("the cursor left it", "its screen was left"))
+
+    async def answered(app, pilot, screen, note):
+        release.set()
+        await settle(app, pilot)
+        release.clear()
+        assert (type(app.screen).__name__, notes[-1] if notes else None) == (screen, note)
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r", "down")  # another run under the cursor
+        await pilot.pause()
+        await answered(app, pilot, "RunsScreen", moved)
+        await pilot.press("up", "r", "space", "c")  # the compare screen opened meanwhile
+        await pilot.pause()
+        await answered(app, pilot, "CompareScreen", left)
+        await pilot.press("escape", "up", "enter", "r", "escape")  # the run's screen, left meanwhile (space moved down)
+        await pilot.pause()
+        await answered(app, pilot, "RunsScreen", left)
+        await pilot.press("enter", "r")  # still on it: asked there
+        await pilot.pause()
+        await answered(app, pilot, "ConfirmScreen", left)  # no new note
+        assert len(notes) == 3 and app.screen.question.startswith(f"Resume run {killed.name} ")
+        await pilot.press("n")
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        release.set()
+
+
 def test_r_on_a_run_stopped_before_its_first_checkpoint_says_so_without_a_dialog(tmp_path):
     """r on a killed run without a checkpoint asked 'Resume run RUN from its last checkpoint?', and y
     then said it had none. Now fslab resume's refusal comes at once, with the dashboard's way on (N)."""

@@ -46,7 +46,8 @@ class FslabApp(App):
         self.last_poll_s = 0.0
         self.processes: list = []  # workers this dashboard launched, reaped as they end
         self.stopping: set[str] = set()  # runs a stop was confirmed for, until a tick reads them ended
-        self.checking: set[str] = set()  # runs r was pressed on, until fslab resume's checks of them answer
+        self.checking: dict[str, Screen] = {}  # runs r was pressed on, until fslab resume's checks of them answer:
+        # the screen it was pressed on, where its dialog opens only if that is still showing the run
         self._poll_lock = threading.Lock()
         self.parent_pid = os.getppid()  # in a browser tab: fslab tui --web, which started this dashboard
         self.sub_title = str(self.runs_dir)
@@ -199,7 +200,7 @@ class FslabApp(App):
         if run_id in self.checking:  # r pressed again before the check answered: one check, one dialog
             self.notify(f"checking whether {run_id} can resume (its checkpoint is read whole) ...", markup=False)
             return
-        self.checking.add(run_id)
+        self.checking[run_id] = self.screen
         self.check_resume_in_background(run_id)
 
     @work(thread=True, group="checks", exit_on_error=False)
@@ -233,9 +234,14 @@ class FslabApp(App):
         from fslab.tui.confirm_screen import ConfirmScreen
 
         run_id = message.run_id
-        self.checking.discard(run_id)
+        screen = self.checking.pop(run_id, None)
         if message.refusal is not None:
             self.notify(message.refusal, markup=False)
+            return
+        if screen is not self.screen or not screen.shows(run_id):  # left meanwhile: no dialog over another screen
+            moved = "its screen was left" if screen is not self.screen else "the cursor left it"
+            self.notify(f"{run_id} can {'start' if message.waiting else 'resume'}; not asked, as {moved} while it "
+                        f"was checked: r on it asks again", markup=False)
             return
 
         def confirmed(yes: bool | None) -> None:

@@ -347,6 +347,10 @@ class DetailScreen(Screen):
         if shown is not None:
             getattr(self.query_one(shown), f"scroll_{how}")(animate=False)
 
+    def shows(self, run_id: str) -> bool:
+        """Whether this is ``run_id``'s screen, the run s and r act on."""
+        return self.run_id == run_id
+
     def action_stop(self) -> None:
         self.app.request_stop(self.run_id)
 

@@ -199,6 +199,10 @@ class RunsScreen(Screen):
             return
         self.app.push_screen(CompareScreen(chosen))
 
+    def shows(self, run_id: str) -> bool:
+        """Whether the cursor is on ``run_id``, the run s, r and d act on."""
+        return self.table.cursor_id == run_id
+
     def action_stop(self) -> None:
         if self.table.cursor_id is not None:
             self.app.request_stop(self.table.cursor_id)
