@@ -252,6 +252,24 @@ def test_more_lines_than_the_palette_has_colours_each_look_their_own_in_the_char
     assert entries[0] == ("■", PALETTE[0]) and entries[8] == ("╍", PALETTE[0])  # the 9th: the 1st's colour, dashed
 
 
+def test_more_groups_than_the_palette_has_colours_each_look_their_own_in_the_interval_chart():
+    """The compare screen's interval chart drew its 9th group in the 1st's colour and line (├──●──┤ in cyan),
+    where the loss curves beside it draw their 9th run dashed. Each of 10 groups now differs from every other
+    in its colour or its stroke, as the curve of the same place does (line_look)."""
+    from fslab.tui.charts import line_look, render_intervals
+
+    rows = [(f"#{i + 1}", 0.5 + i / 100, 0.01) for i in range(10)]
+    text = render_intervals([("test 5-shot", rows)], 70)
+    looks = []
+    for line in text.split()[1:-1]:  # a group a line, below the title, above the axis
+        strokes = {c for c in line.plain if c in "─╌┄"}
+        styles = {str(span.style) for span in line.spans}
+        assert len(strokes) == 1 and len(styles) == 1, (line.plain, styles)
+        looks.append((styles.pop(), strokes.pop()))
+    assert len(looks) == 10 and len(set(looks)) == 10
+    assert looks[0] == (line_look(0)[0], "─") and looks[8] == (line_look(0)[0], "╌")  # the 9th: the 1st's colour
+
+
 def test_the_interval_chart_s_axis_never_starts_at_minus_zero():
     """A group scored 0.20 ± 0.19%: the axis, padded 5% below its lowest end, started at -0.009%, labelled -0.0."""
     from fslab.tui.charts import render_intervals

@@ -24,12 +24,14 @@ PALETTE = ("cyan", "magenta", "yellow", "green", "red", "blue", "bright_white", 
 # (dot columns drawn, dot columns left out), its legend swatch beside it.
 DASHES = ((1, 0), (4, 2), (1, 2))
 SWATCHES = ("■", "╍", "┄")
+STROKES = ("─", "╌", "┄")  # an interval's line (render_intervals) in each dash
 AXIS_WIDTH = 9
 
 
 def line_look(index: int) -> tuple[str, int]:
-    """The colour and the dash (an index into :data:`DASHES`) of a chart's ``index``-th line: a pair of its
-    own for each of the first 24 lines (8 colours, 3 dashes), in the chart as in its legend."""
+    """The colour and the dash (an index into :data:`DASHES`, :data:`SWATCHES`, :data:`STROKES`) of a chart's
+    ``index``-th line: a pair of its own for each of the first 24 lines (8 colours, 3 dashes), in the chart as in
+    its legend, and for the ``index``-th group of the interval chart."""
     dash, colour = divmod(index, len(PALETTE))
     return PALETTE[colour], dash % len(DASHES)
 
@@ -289,7 +291,8 @@ def legend_rows(names: list[str], width: int) -> list[Text]:
 def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], width: int) -> Text | None:
     """Accuracy ± CI per group as horizontal intervals (``├──●──┤``): one
     block per title (e.g. 1-shot, 5-shot), one line per (group, mean, ci),
-    every line of a block on the block's own axis, in the palette's colours."""
+    every line of a block on the block's own axis, each group's in a colour and dash of its own
+    (:func:`line_look`, as the loss curves': ``├╌╌●╌╌┤`` the 9th, in the 1st's colour)."""
     value_w = 12  # " 56.22±0.40 "
     # Group labels give way (keeping their head, "#2 train.lr=...") so the intervals get 16 columns.
     label_w = max(6, min(24, width - value_w - 17, max((len(g) for _, rows in blocks for g, _, _ in rows), default=0)))
@@ -309,12 +312,13 @@ def render_intervals(blocks: list[tuple[str, list[tuple[str, float, float]]]], w
         for index, (group, mean, ci) in enumerate(rows):
             cells = [" "] * plot_w
             left, mid, right = at(mean - ci), at(mean), at(mean + ci)
+            colour, dash = line_look(index)
             for c in range(left, right + 1):
-                cells[c] = "─"
+                cells[c] = STROKES[dash]
             cells[left], cells[right], cells[mid] = "├", "┤", "●"
             name = group if len(group) <= label_w else group[:label_w - 1] + "…"
             out.append("\n" + name.ljust(label_w) + " ")
-            out.append("".join(cells), style=PALETTE[index % len(PALETTE)])
+            out.append("".join(cells), style=colour)
             out.append(f" {percent(mean)}±{percent(ci)}".ljust(value_w))
         low, high = (unsigned_zero(f"{100 * end:.1f}") for end in (lo, hi))  # a padded end just below 0: 0.0
         axis = low.ljust(plot_w - len(high)) + high
