@@ -1327,3 +1327,62 @@ def test_resume_of_a_queued_sweep_run_takes_a_slot_never_one_beside_the_slots(pr
     finally:
         fslab_here("stop", first.id, second.id, cwd=project)
     assert first.state() == "killed"
+
+
+def test_resume_of_a_killed_sweep_run_goes_back_to_the_scheduler_running_never_beside_the_slots(project, monkeypatch):
+    """fslab resume of a sweep's killed run started its worker at once, outside the slots, while the sweep's
+    scheduler ran: with cpu_slots = 1, two runs trained. Resumed with the scheduler running, it is queued again
+    for it, said in one line; with none running, it starts only in a free slot (every slot busy: one line)."""
+    from fslab.core.flocks import hold_shared
+    from fslab.core.runstore import Run
+    from fslab.execution import executor
+    from fslab.execution.scheduler import presence_path
+    from fslab.execution.slots import Slot, lock_slot, slot_in_use
+
+    from .runs_helpers import LONG
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    monkeypatch.setattr(executor, "start_scheduler", lambda runs_dir: None)  # queued; no scheduler (killed)
+    queued = fslab_here("sweep", "nca", "--seeds", "1", *TINY, "--epochs", LONG, cwd=project)
+    assert queued.returncode == 0, queued.stderr
+    sweep_id = queued.stdout.split(":")[0]
+    run = Run(project / "runs" / json.loads((project / "runs" / "sweeps" / f"{sweep_id}.json").read_text())["runs"][0])
+    slots = project / "runs" / ".slots"
+
+    def killed_after_a_checkpoint():
+        wait_for(lambda: run.state() == "running" and run.checkpoint_path.exists(), what="a checkpoint")
+        assert run.status()["slot"] == "cpu-0" and slot_in_use(slots, Slot("cpu-0"))  # its worker holds it
+        assert fslab_here("stop", run.id, cwd=project).returncode == 0 and run.state() == "killed"
+
+    try:
+        assert fslab_here("resume", run.id, "--detach", cwd=project).returncode == 0  # queued: in the free slot
+        killed_after_a_checkpoint()
+        held = lock_slot(slots, Slot("cpu-0"))  # as another run's worker holds it
+        try:
+            busy = fslab_here("resume", run.id, "--detach", cwd=project)
+        finally:
+            os.close(held)
+        assert (busy.returncode, busy.stderr) == (2, (
+            f"error: run {run.id} of {sweep_id} resumes in a slot of the scheduler ([scheduler] in fslab.toml), "
+            f"but every slot is busy and no scheduler is running to start it when one frees; queue it again, "
+            f"with the other runs of {sweep_id} that failed, were killed or were lost, and start one with: "
+            f"fslab sweep resume {sweep_id}\n"))
+        assert run.state() == "killed"
+        assert fslab_here("resume", run.id, "--detach", cwd=project).returncode == 0  # killed: in the free slot
+        killed_after_a_checkpoint()
+        held = lock_slot(slots, Slot("cpu-0"))
+        alive = hold_shared(presence_path(project / "runs"))  # as a living scheduler of the store holds it
+        try:
+            back = fslab_here("resume", run.id, "--detach", cwd=project)
+        finally:
+            os.close(alive)
+            os.close(held)
+        assert (back.returncode, back.stdout) == (0, (
+            f"run {run.id} is queued again in {sweep_id}: the scheduler running resumes it from its last checkpoint "
+            f"when a slot frees, in queue order, never beside the slots ([scheduler] in fslab.toml); follow it with: "
+            f"fslab queue\n")), back.stderr
+        status = run.status()
+        assert (run.state(), run.claimed(), status.get("pid"), status["executor"]) == ("queued", False, None, "local")
+        assert not slot_in_use(slots, Slot("cpu-0"))  # nothing started
+    finally:
+        fslab_here("stop", run.id, cwd=project)

@@ -1451,6 +1451,45 @@ def test_r_leaves_a_queued_sweep_run_to_the_scheduler_running_as_fslab_resume_do
     assert not run.claimed()
 
 
+def test_r_hands_a_killed_sweep_run_back_to_the_scheduler_running_as_fslab_resume_does(tmp_path, monkeypatch):
+    """r, y on a sweep's killed run started its worker beside the slots of the sweep's scheduler running. It is
+    queued again for that scheduler, as fslab resume queues it, and the note says so in fslab resume's line."""
+    from fslab.core.flocks import hold_shared
+    from fslab.core.runstore import Run
+    from fslab.core.sweeps import save_sweep
+    from fslab.execution import executor
+    from fslab.execution.scheduler import presence_path
+
+    runs, sweep = tmp_path / "runs", "sweep-20261203-100000-abcd"
+    folder = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:7], cfg=complete_config())
+    fake_checkpoint(folder / "checkpoints" / "last.pt")
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "sweep": sweep}))
+    save_sweep(runs, sweep, runs=[folder.name], method="nca")
+    presence_path(runs).parent.mkdir(parents=True, exist_ok=True)
+    alive = hold_shared(presence_path(runs))  # as a living scheduler of the store holds it
+    started = []
+    monkeypatch.setattr(executor, "_start", lambda run, **kw: started.append(run.id) or executor.Started(run))
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r")
+        await settle(app, pilot)
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert started == [] and notes[-1] == (
+            f"run {folder.name} is queued again in {sweep}: the scheduler running resumes it from its last checkpoint "
+            f"when a slot frees, in queue order, never beside the slots ([scheduler] in fslab.toml); follow it with: "
+            f"fslab queue"), notes
+
+    try:
+        drive(frozen_app(runs), body)
+    finally:
+        os.close(alive)
+    assert Run(folder).state() == "queued" and not Run(folder).claimed()
+
+
 def test_s_stops_a_running_run_whose_config_json_cannot_be_read_as_fslab_stop_does(tmp_path):
     """s on a running run whose config.json was damaged (listed unreadable) said it was unreadable and that only
     queued or running runs can be stopped, where fslab stop went by its status.json: its worker trained on. It

@@ -123,7 +123,7 @@ def _go_on(started, held: HeldSignals, line: str | None, until_replaced: int | N
         _follow_to_end(started.run, started.process, until_replaced=until_replaced, held=held)
         return
     with _trains_on_unread(started.run, started.process):  # fslab run --detach | true: the id said on stderr
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     try:
         held.release()
     except KeyboardInterrupt as interrupt:
@@ -330,7 +330,9 @@ def resume(
     A queued run nobody holds is started here: one whose starter (fslab run, a scheduler, a sweep) was killed on
     this host before starting it is said on stderr. One held by a SLURM submission killed before it recorded the job
     is refused, saying how to free it. One queued in a sweep (or a study) never trains beside the slots: it is left
-    to the scheduler running, said in one line, or with none running started in a free slot only.
+    to the scheduler running, said in one line, or with none running started in a free slot only. Nor does a
+    sweep's failed, killed or lost run: with the scheduler running it is queued again for it, said in one line
+    (nothing followed), and with none running started in a free slot only.
 
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.
@@ -359,6 +361,7 @@ def resume(
     line = started.run.id if detach else None  # else followed to its end
     if started.job_id is not None:
         line = f"run {started.run.id}: resuming as SLURM job {started.job_id}"
+    line = started.queued or line  # a sweep's run handed back to the scheduler running: nothing to follow
     _go_on(started, held, line, until_replaced=before)
 
 

@@ -33,7 +33,7 @@ from fslab.execution.scheduler import scheduler_running, slots_needed, start_sch
 from fslab.execution.slots import configured_slots, slot_env, take_slots
 from fslab.execution.slurm_job import TrainingJob
 from fslab.execution.studies import StudyRuns, queue_study
-from fslab.execution.sweep import SweepInterrupted, create_sweep, requeue
+from fslab.execution.sweep import SweepInterrupted, create_sweep, queue_again, requeue
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Started:
     run: Run
     process: subprocess.Popen | None = None
     job_id: str | None = None
+    queued: str | None = None  # a sweep's run handed back to the scheduler running: the line that says so
 
 
 def job_options(settings, executor: str | None, overrides: list[str] | None = None) -> SlurmSettings | None:
@@ -107,8 +108,10 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     claim stale: its starter, of this host, was killed before it started the worker,
     :meth:`Run.stale_claim`) is taken and started here, from its checkpoint if it has one; one of a
     sweep (or study), which waits for a slot of the local scheduler, only in free slots of this store
-    (:func:`_take_slots`): never outside them, where the scheduler running starts it.
-    ``starting`` is called once the run is checked, before its worker starts (as :func:`launch`'s)."""
+    (:func:`_take_slots`): never outside them, where the scheduler running starts it. So is one of a sweep
+    resumed here: with its scheduler running, it is queued again for it (:func:`_hand_back`), else started
+    only in free slots. ``starting`` is called once the run is checked, before its worker starts (as
+    :func:`launch`'s)."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
     run.check_folder("resume")  # deleted since it was found (or since the dashboard asked): not its lock file's line
@@ -121,15 +124,17 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
             slurm = job_options(settings, executor, overrides)
             if freed and slurm is not None:
                 run.claim_for_slurm()
-            in_slots = freed and slurm is None and isinstance(run.status().get("sweep"), str)
-            if in_slots and (line := scheduler_takes(run)) is not None:
+            in_slots = slurm is None and isinstance(run.status().get("sweep"), str)
+            if freed and in_slots and (line := scheduler_takes(run)) is not None:
                 raise UsageError(line)
             config = check_saved(run.config(), registry, run.id)
             try:
                 check_run(config, registry, slurm, again=like_command(run.id))
             except UsageError as exc:
                 raise root_gone(run, config, exc) or exc from None
-            taken = _take_slots(run, settings) if in_slots else []
+            if in_slots and not freed and (line := _hand_back(run)) is not None:
+                return Started(run, queued=line)
+            taken = _take_slots(run, settings, freed) if in_slots else []
             try:
                 starting()
                 return _start(run, resume=not freed or run.checkpoint_path.exists(), slurm=slurm, slots=taken)
@@ -156,16 +161,34 @@ def scheduler_takes(run: Run) -> str | None:
             f"in fslab.toml); follow it with: fslab queue")
 
 
-def _take_slots(run: Run, settings) -> list:
-    """Free slots of the run's store for a queued run of a sweep that no scheduler runs to start (killed),
-    taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`); where they are busy, a
-    UsageError saying how to start a scheduler that starts it when they free."""
+def _hand_back(run: Run) -> str | None:
+    """Where a run of a sweep (or a study) that failed, was killed or was lost is resumed locally and a
+    scheduler of its store is running: the run queued again (:func:`fslab.execution.sweep.queue_again`), for
+    that scheduler to resume it in a slot, and the line that says so; a worker started here would train
+    beside as many runs as the slots hold ([scheduler] of fslab.toml). None, nothing done, otherwise."""
+    if scheduler_running(run.path.parent) is not True:
+        return None
+    queue_again(run, executor="local")
+    return (f"run {run.id} is queued again in {run.status().get('sweep')}: the scheduler running resumes it from "
+            f"its last checkpoint when a slot frees, in queue order, never beside the slots ([scheduler] in "
+            f"fslab.toml); follow it with: fslab queue")
+
+
+def _take_slots(run: Run, settings, queued: bool) -> list:
+    """Free slots of the run's store for a run of a sweep that no scheduler runs to start (killed, or ended),
+    ``queued`` in it or resumed, taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`);
+    where they are busy, a UsageError saying how to start a scheduler that starts it when they free."""
     taken = take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run))
     if taken is None:
         sweep = run.status().get("sweep")
-        raise UsageError(f"run {run.id} is queued in {sweep} and waits for a slot, but every slot is busy and no "
-                         f"scheduler is running to start it when one frees; start one with: fslab sweep resume "
-                         f"{sweep}")
+        if queued:
+            raise UsageError(f"run {run.id} is queued in {sweep} and waits for a slot, but every slot is busy and "
+                             f"no scheduler is running to start it when one frees; start one with: fslab sweep "
+                             f"resume {sweep}")
+        raise UsageError(f"run {run.id} of {sweep} resumes in a slot of the scheduler ([scheduler] in fslab.toml), "
+                         f"but every slot is busy and no scheduler is running to start it when one frees; queue it "
+                         f"again, with the other runs of {sweep} that failed, were killed or were lost, and start "
+                         f"one with: fslab sweep resume {sweep}")
     return taken
 
 

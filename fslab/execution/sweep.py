@@ -275,14 +275,21 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
             with launch_lock(run):  # so a resume of the same run at the same moment cannot start it too
                 if run.state(locked=False) not in RESUMABLE:
                     continue
-                (run.path / ".claimed").unlink(missing_ok=True)
-                run.write_status(state="queued", pid=None, heartbeat=None, requeued=time.time(), ended=None,
-                                 exit_code=None, error=None, slot=None, gpus=None,  # no slot yet,
-                                 slurm_job_id=None)  # nor a job: the ended one must not make it look lost
+                queue_again(run)
         except LiveWorker:
             continue  # its worker lives (paused, or its heartbeat is late): it is not lost
         again.append(run)
     return again
+
+
+def queue_again(run: Run, **fields) -> None:
+    """Queue a run that failed, was killed or was lost again, free for a scheduler to take (or a SLURM
+    submission): its claim let go, its status ``queued`` with ``fields`` (``executor="local"``). Under its
+    launch lock, its state checked by the caller (:func:`requeue`, :func:`fslab.execution.executor.resume`)."""
+    (run.path / ".claimed").unlink(missing_ok=True)
+    run.write_status(state="queued", pid=None, heartbeat=None, requeued=time.time(), ended=None,
+                     exit_code=None, error=None, slot=None, gpus=None,  # no slot yet,
+                     slurm_job_id=None, **fields)  # nor a job: the ended one must not make it look lost
 
 
 SWEEP_STOPPED = "sweep stopped: run {run} failed (fail-fast)"

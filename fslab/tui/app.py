@@ -268,7 +268,7 @@ class FslabApp(App):
         except Exception as exc:  # FslabError: not resumable (e.g. no checkpoint); OSError: cannot start
             self.post_message(RunResumed(run_id, str(exc)))
             return
-        self.post_message(RunResumed(run_id, process=started.process,
+        self.post_message(RunResumed(run_id, process=started.process, queued=started.queued,
                                      held_by=holder.describe() if holder is not None else None))
 
     def on_run_resumed(self, message: RunResumed) -> None:
@@ -277,7 +277,7 @@ class FslabApp(App):
             return
         if message.process is not None:  # a local worker (a SLURM job needs no reaping)
             self.processes.append(message.process)
-        self.notify(f"resuming {message.run_id}" if message.held_by is None else
+        self.notify(message.queued or f"resuming {message.run_id}" if message.held_by is None else
                     f"run {message.run_id} was queued, held by {message.held_by}, which is gone (killed before it "
                     f"started the run); started here", markup=False)
         self.watcher.refresh_now(message.run_id)

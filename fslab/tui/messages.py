@@ -87,3 +87,4 @@ class RunResumed(Message):
     error: str | None = None
     process: Any = None
     held_by: str | None = None  # the gone holder of a stale claim on the queued run started
+    queued: str | None = None  # a sweep's run queued again for the scheduler running: the line that says so
