@@ -9,9 +9,14 @@ import textwrap
 import threading
 import time
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from fslab.core.assignments import toml_value
 from fslab.core.errors import ConfigError, UsageError
+from fslab.core.keys import repeated_value
 from fslab.core.sweeps import new_sweep_id
 from fslab.execution.sweep import expand, parse_grid
 
@@ -63,6 +68,39 @@ def test_grid_parsing_and_expansion():
     # a typo in --seeds is refused before any combination is built
     with pytest.raises(UsageError, match=r"^this sweep makes 12,000,000 runs, more than one sweep may queue"):
         expand(grid, seeds=1_000_000)
+
+
+def grid_text(values: list) -> str:
+    """``values`` as one --grid value list: each as --set writes it, a string holding a comma, a quote, a
+    bracket or a brace in quotes (the README: a value splits at the commas outside brackets and quotes)."""
+    def one(value) -> str:
+        bare = toml_value(value)
+        return toml_value(value, bare=False) if isinstance(value, str) and set(bare) & set(",\"'[]{}") else bare
+    return ",".join(one(value) for value in values)
+
+
+_GRID_VALUES = st.recursive(
+    st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=5)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.example(['a",b', "c"])  # a quote escaped inside a quoted value closed its quotes: '"a\\"' was refused
+@hypothesis.example([['"'], "x"])
+@given(st.lists(_GRID_VALUES, min_size=1, max_size=4).filter(lambda values: repeated_value(values) is None))
+def test_a_grid_of_values_written_as_set_writes_them_reads_back_each_value_once(values):
+    """--grid KEY=TEXT gives back the values TEXT lists, in their order and types, however they are quoted."""
+    grid = parse_grid([f"loss.x={grid_text(values)}"])
+    assert grid == {"loss.x": values}
+    assert [type(v) for v in grid["loss.x"]] == [type(v) for v in values]
+    assert len(expand(grid, seeds=2)) == 2 * len(values)
+
+
+def test_a_quoted_grid_value_may_hold_an_escaped_quote_and_a_comma():
+    # the quotes were taken to close at \", so the comma after it split the value: '"a\\"' is not a TOML value
+    assert parse_grid(['loss.name="a\\",b",c']) == {"loss.name": ['a",b', "c"]}
+    assert parse_grid(['train.tags=["x\\""],[]']) == {"train.tags": [['x"'], []]}
 
 
 @pytest.mark.parametrize("text, message", [

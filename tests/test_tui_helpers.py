@@ -126,6 +126,8 @@ def test_the_launch_forms_set_field_splits_where_the_shell_would_not_break_a_val
         (["train", "milestones"], [0.5, 0.75]), (["dataset", "root"], "/tmp/a b"), (["loss", "name"], "nca"),
         (["eval", "extra"], {"a": 1, "b": [2, 3]})]
     assert _assignments("") == [] and _assignments("  x=1 ") == ["x=1"]
+    # a quote escaped inside double quotes closed them: the space after it split the value
+    assert _assignments('dataset.root="/a\\" b" x=1') == ['dataset.root="/a\\" b"', "x=1"]
 
 
 def test_the_dashboard_lists_runs_of_one_second_as_fslab_runs_does_newest_created_first():

@@ -80,10 +80,15 @@ def loss_text(loss: float | None) -> str:
 def split_outside(text: str, is_separator) -> list[str]:
     """``text`` cut at each character ``is_separator`` accepts that lies outside brackets,
     braces and quotes: ``[0.5,0.7],[0.3]`` at its commas is two lists, ``k=[1, 2] j="a b"`` at
-    its spaces two assignments. Every piece is returned, empty ones included."""
-    pieces, depth, quote, start = [], 0, "", 0
+    its spaces two assignments. Inside double quotes a backslash escapes the next character, as in
+    a TOML string: ``"a\\",b"`` is one piece (its ``\\"`` no closing quote). Every piece is returned,
+    empty ones included."""
+    pieces, depth, quote, start, escaped = [], 0, "", 0, False
     for i, char in enumerate(text):
-        if quote:
+        if escaped:
+            escaped = False
+        elif quote:
+            escaped = quote == '"' and char == "\\"
             quote = "" if char == quote else quote
         elif char in "\"'":
             quote = char
