@@ -10,12 +10,15 @@ import math
 import os
 import shutil
 
+import hypothesis
 import pytest
 import torch
 from fslab_plugins.methods.map import RetrievalMAP, ap_classify
 from fslab_plugins.methods.nca import centroid
 from fslab_plugins.methods.nca_evaluators import FineTune, knn, soft
 from fslab_plugins.methods.sen import sen_nearest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fslab.core.errors import UsageError
 from fslab.training import evaluation
@@ -520,6 +523,45 @@ def test_a_recorded_label_keeps_its_meaning_when_a_default_changes(monkeypatch):
     monkeypatch.setattr(events, "_evaluator_defaults", lambda name: {"k": 0, "ties": "smallest"})  # a new default
     assert events.canonical_evaluator(record) == "knn[ties=nearest]"  # still says what scored it
     assert events.evaluator_label({"name": "knn", "k": 0, "ties": "smallest"}) == "knn"
+
+
+_FLOAT_PARAMS = [("soft", "temperature", 1.0), ("finetune", "lr", 1e-4), ("finetune", "temperature", 1.0)]
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.example(("soft", "temperature", 1.0), 2)  # soft[temperature=2] found no run scored at 2.0
+@given(st.sampled_from(_FLOAT_PARAMS),
+       st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False))
+def test_a_label_typed_as_set_takes_the_value_names_what_that_set_records(param, value):
+    """--evaluator NAME[KEY=TEXT] (fslab runs, compare) names the evaluations that --evaluator NAME --set
+    evaluator.KEY=TEXT records, for any TEXT --set writes a number as; and a label fslab writes reads back
+    as itself, its parameters as they were."""
+    from fslab.core.assignments import parse_assignment, toml_value
+    from fslab.core.events import canonical_evaluator, evaluator_label, label_params, recorded_evaluator
+    from fslab.core.values import check_value
+
+    name, key, default = param
+    text = toml_value(value)
+    section = {"name": name, key: check_value(key, parse_assignment(f"{key}={text}")[1], default)}
+    label = evaluator_label(section)
+    assert canonical_evaluator(f"{name}[{key}={text}]") == label
+    assert canonical_evaluator(label) == label
+    assert label_params(recorded_evaluator(section)) == [(key, str(section[key]))]
+
+
+def test_fslab_runs_finds_scores_at_a_float_given_as_a_whole_number(tmp_path):
+    """fslab runs --evaluator 'soft[temperature=2]' showed '-' for a run scored by --evaluator soft --set
+    evaluator.temperature=2 (recorded soft[temperature=2.0]), and named the command that had scored it."""
+    from .runs_helpers import fslab_here
+
+    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "runs-0.1", "20261123-181250-nca-910d")
+    folder = tmp_path / "runs" / os.path.basename(fixture)
+    shutil.copytree(fixture, folder)
+    metrics = folder / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().replace("knn[k=3]", "soft[temperature=2.0]"))
+    result = fslab_here("runs", "--evaluator", "soft[temperature=2]", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["test"]["5-shot"]["accuracy"] == 0.42000000085681677
 
 
 def test_compare_uses_each_runs_own_evaluator_and_pairs_one_stream_only(tmp_path):

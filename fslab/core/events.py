@@ -150,14 +150,18 @@ def _spelt(name: str, params: list[tuple[str, str]]) -> str:
 def canonical_evaluator(label: str) -> str:
     """``label`` in the one spelling :func:`evaluator_label` gives: the
     parameters equal to the evaluator's registered defaults left out, the
-    others sorted. A label of an evaluator no loaded plugin registers (or
+    others sorted, and a number given to a parameter whose default is a float
+    spelt as the float its run records (``soft[temperature=2]`` is
+    ``soft[temperature=2.0]``: ``--set evaluator.temperature=2`` trains and
+    records 2.0). A label of an evaluator no loaded plugin registers (or
     that does not parse) is kept as it is, only sorted when it parses."""
     params = label_params(label)
     if not params:  # no brackets (its one spelling already), or brackets that do not parse
         return label
     name = label.partition("[")[0]
     defaults = _evaluator_defaults(name)
-    return _spelt(name, [(k, v) for k, v in params if k not in defaults or not _same_value(v, defaults[k])])
+    return _spelt(name, [(k, _as_recorded(v, defaults.get(k))) for k, v in params
+                         if k not in defaults or not _same_value(v, defaults[k])])
 
 
 def label_params(label: str) -> list[tuple[str, str]] | None:
@@ -182,6 +186,19 @@ def _split_params(text: str) -> list[tuple[str, str]] | None:
         else:
             return None
     return params
+
+
+def _as_recorded(text: str, default) -> str:
+    """A parameter's value in a label as a run records it: where the default is a float, a finite number
+    as that float (a configuration holds a whole number given for a float as the float,
+    :func:`fslab.core.values.check_value`), so ``2``, ``2.00`` and ``2e0`` are ``2.0``; else ``text``."""
+    if not isinstance(default, float):
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(number) if math.isfinite(number) else text
 
 
 def _same_value(text: str, default) -> bool:
