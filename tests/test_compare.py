@@ -5,9 +5,12 @@ import io
 import json
 import math
 import random
+import re
 from fractions import Fraction
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from fslab.core.errors import UsageError
 from fslab.core.runstore import create_run, list_runs
@@ -572,6 +575,24 @@ def test_a_difference_that_rounds_to_zero_has_no_minus_sign(tmp_path, builtin_pl
     assert shown.returncode == 0 and "5-shot: +0.00 ± " in shown.stdout, shown.stdout + shown.stderr
     assert percent(-0.00004, sign=True) == "+0.00" and percent(-0.00005001, sign=True) == "-0.01"
     assert percent(0.0, sign=True) == "+0.00"
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.example(1e15)  # decimal's 28 digits: InvalidOperation, a traceback, from 1e15 up
+@hypothesis.given(st.floats())
+def test_any_float_in_percent_is_it_rounded_to_two_decimals_never_minus_zero(fraction):
+    for sign in (False, True):
+        text = percent(fraction, sign=sign)
+        if not math.isfinite(fraction):
+            assert text == f"{100 * fraction:{'+' if sign else ''}.2f}"
+            continue
+        assert re.fullmatch(r"[+-]\d+\.\d\d" if sign else r"-?\d+\.\d\d", text) and text != "-0.00"
+        # within half a hundredth of the fraction's decimal value (repr's), less the 13 decimals it is first taken to
+        assert abs(Fraction(text) - 100 * Fraction(repr(fraction))) <= Fraction(1, 200) + Fraction(1, 10**11)
+
+
+def test_a_fraction_from_1e15_up_is_written_in_percent_not_raised():
+    assert percent(1e15) == "100000000000000000.00" and percent(-1e20, sign=True) == "-" + "1" + "0" * 22 + ".00"
 
 
 def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path, builtin_plugins):

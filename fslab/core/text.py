@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # keeps tab and newline
@@ -53,13 +53,19 @@ def percent(fraction: float, *, sign: bool = False) -> str:
     binary sums (0.35124999999999995, the float mean of scores whose decimal mean is 0.35125, is
     that tie) and keeps apart every mean of up to 1,000,000 six-decimal scores that is not a tie
     (those lie 1e-12 or more from one). ``sign``: with its sign, ``+0.00`` where it rounds to zero.
-    A value that is not finite prints as Python writes it."""
+    A value that is not finite prints as Python writes it; a finite one of any size is computed with
+    all its digits (decimal's default 28 raised InvalidOperation from 1e15 up)."""
     if not math.isfinite(fraction):
         return f"{100 * fraction:{'+' if sign else ''}.2f}"
-    exact = Decimal(repr(float(fraction))).quantize(Decimal("1e-13"))
-    value = (exact * 100).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-    value = value + 0 if value else Decimal("0.00")  # never -0.00
+    with localcontext() as digits:
+        digits.prec = _FLOAT_DIGITS
+        exact = Decimal(repr(float(fraction))).quantize(Decimal("1e-13"))
+        value = (exact * 100).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        value = value + 0 if value else Decimal("0.00")  # never -0.00
     return f"{value:{'+' if sign else ''}.2f}"
+
+
+_FLOAT_DIGITS = 330  # a float's integer digits (309 at most) and 13 decimals, with room to spare
 
 
 def unsigned_zero(text: str) -> str:
