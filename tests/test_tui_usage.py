@@ -5,11 +5,17 @@ from a written status (which never imports torch)."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
+
+import hypothesis
+from hypothesis import strategies as st
 
 from fslab.core import schemas
 from fslab.core.summary import read_summary
 from fslab.execution.usage import UsageSampler, gpu_usage, resident_bytes
+from fslab.tui.model import size
 
 from .runs_helpers import TINY, fslab
 from .test_tui import drive, frozen_app, open_detail
@@ -81,6 +87,34 @@ def test_the_dashboard_shows_the_usage_of_running_runs(tmp_path):
         assert "cpu 251%" in "\n".join(lines_of(app))
 
     drive(frozen_app(runs), body, size=(200, 36))
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.example(999.6)  # 1000B
+@hypothesis.example(102_350)  # 100.0K, six characters
+@hypothesis.example(10**400)  # beyond a float: OverflowError (fslab's JSON reader refuses one past 64 bits)
+@hypothesis.example(-5)  # -5B: a damaged status.json's rss_bytes
+@hypothesis.example(-0.0)  # -0B
+@hypothesis.given(st.integers(-10, 2**90) | st.floats())
+def test_a_size_is_under_1000_of_the_smallest_unit_it_fits_one_decimal_under_100(n):
+    text = size(n)
+    try:
+        bytes_ = float(n)
+    except OverflowError:
+        bytes_ = math.inf
+    if not 0 <= bytes_ < math.inf:  # no memory holds it
+        assert text == "-"
+        return
+    number, decimal, unit = re.fullmatch(r"(\d+)(\.\d)?([BKMGT])", text).groups()
+    shown, power = float(number + (decimal or "")), "BKMGT".index(unit)
+    assert shown < 1000 or unit == "T"
+    assert (decimal is not None) == (unit != "B" and shown < 100)
+    assert abs(shown - bytes_ / 1024**power) <= (0.05 if decimal else 0.5) * (1 + 1e-9)
+    assert power == 0 or bytes_ / 1024**(power - 1) >= 999.5 * (1 - 1e-9)  # the unit below would show 1000
+
+
+def test_a_size_that_rounds_to_1000_or_100_is_shown_in_the_next_unit_or_without_its_decimal():
+    assert [size(n) for n in (999.6, 1_023_949, 102_350, 10**400, -1, -0.0)] == ["1.0K", "1.0M", "100K", "-", "-", "0B"]
 
 
 def x_of(app, column: str) -> int:

@@ -5,6 +5,7 @@ filtering, sorting and elapsed time (the ETA is :func:`fslab.core.summary.eta`, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -65,14 +66,23 @@ WIDTHS = (1, 24, 9, 6, 5, 10, 10, 6, BAR_WIDTH, 4, 7, 4, 5, 7, 4, 10, 7, 8, 7, 4
 
 
 def size(n: float | None) -> str:
-    """Bytes in the largest unit that keeps the number under 1,000 (``1.2G``)."""
-    if n is None:
+    """Bytes in the smallest unit that keeps the number shown under 1,000, with one decimal where it
+    is under 100 (``1.2G``, ``118M``), as rounded: 1,023,949 bytes are ``1000K`` no more, but ``1.0M``,
+    and 102,350 ``100K``, not ``100.0K``; ``-`` for none, or for a count no memory holds (below 0, as
+    a damaged status.json may say, not finite, or a whole number beyond a float's range)."""
+    try:
+        n = None if n is None else float(n)
+    except OverflowError:
+        n = None
+    if n is None or not 0 <= n < math.inf:
         return "-"
-    for unit in ("B", "K", "M", "G"):
-        if abs(n) < 1000:
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}" if abs(n) < 100 else f"{n:.0f}{unit}"
+    n = abs(n)  # -0.0: 0B, not -0B
+    for unit in ("B", "K", "M", "G", "T"):
+        text = f"{n:.1f}" if unit != "B" and round(n, 1) < 100 else f"{n:.0f}"
+        if float(text) < 1000:
+            break
         n /= 1024
-    return f"{n:.1f}T"
+    return text + unit  # past 1000T (no memory), T all the same
 
 
 def live_usage(row: RunSummary) -> dict:
