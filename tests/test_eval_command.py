@@ -390,6 +390,17 @@ def test_eval_bad_input(project, argv, message):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize("option", ["--shots", "--queries"])
+def test_shots_or_queries_beyond_64_bits_are_refused_in_one_line(project, option):
+    """fslab eval RUN --shots 99999999999999999999999 was a traceback (OverflowError: int too big to convert)."""
+    fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181250-nca-910d"
+    shutil.copytree(fixture, project / "runs" / fixture.name)
+    result = fslab_here("eval", fixture.name, option, "99999999999999999999999", cwd=project)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: 5-way episodes with ") and len(result.stderr.splitlines()) == 1
+    assert "need 5 classes with at least 1000000000000000000000" in result.stderr
+
+
 @pytest.mark.parametrize("checkpoint", [None, b"PK, cut short"])
 def test_a_run_without_a_whole_checkpoint_is_refused_before_torch_loads(project, checkpoint):
     """fslab eval of a run with no checkpoint (or a damaged one) loaded torch first: 2-4 s to refuse."""

@@ -629,6 +629,21 @@ def test_episodes_a_split_cannot_give_are_refused_with_what_it_can_give():
     check_classes(labels, 5, 15, 5)  # 5 classes of 20: fits
 
 
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.example(5, 10**23, 5)  # OverflowError: a need beyond 64 bits compared with torch's counts
+@given(st.integers(2, 2**70), st.integers(1, 2**70), st.integers(1, 2**70))
+def test_episodes_of_any_shape_are_taken_or_refused_in_one_line(ways, shots, queries):
+    from fslab.training.evaluation import check_classes
+
+    sizes = [20, 20, 20, 20, 20, 12]
+    try:
+        check_classes([c for c, size in enumerate(sizes) for _ in range(size)], ways, shots, queries)
+    except UsageError as error:
+        assert "\n" not in str(error) and sum(size >= shots + queries for size in sizes) < ways
+    else:
+        assert sum(size >= shots + queries for size in sizes) >= ways
+
+
 def test_a_compile_event_is_one_readable_line():
     """stdout.log (fslab logs) printed a compiled run's compile event as a Python dict."""
     from fslab.core.events import describe_event

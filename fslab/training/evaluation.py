@@ -141,8 +141,11 @@ def check_refused(evaluator: Callable, ways: int, shots: Sequence[int], queries:
 
 
 def _check_counts(counts: torch.Tensor, ways: int, shots: int, queries: int) -> None:
-    """:func:`check_classes` on the images per class (``counts``) already counted."""
-    enough = int((counts >= shots + queries).sum())
+    """:func:`check_classes` on the images per class (``counts``) already counted. Any whole numbers:
+    a class of more images than a 64-bit count holds there is none (torch's comparison with one raised
+    OverflowError: ``fslab eval --shots 99999999999999999999999`` was a traceback)."""
+    need = shots + queries
+    enough = int((counts >= need).sum()) if need < 2**63 else 0
     if enough < ways:
         raise UsageError(
             f"{ways}-way episodes with {count(shots, 'shot')} and {queries_text(queries)} "
