@@ -4,15 +4,20 @@ at that point; a claim of another host, of a SLURM submission or from an older f
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from fslab.core.claims import CLAIM_FILE, read_holder
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from fslab.core.claims import CLAIM_FILE, holder_gone, holder_line, parse_holder, read_holder
 from fslab.core.runstore import create_run
 from fslab.core.states import HOST, process_start
 
-from .runs_helpers import TINY, fslab, wait_for
+from .runs_helpers import TINY, fslab, fslab_here, wait_for
 
 # `fslab ARGS` as the real CLI runs it, killed (SIGKILL) once the sweep's record is written and
 # before it lets its runs go: they stay claimed by a process that is gone.
@@ -78,6 +83,31 @@ def wait_to_complete(runs):
 def in_creation_order(runs):
     """The run folders in the order they were made: two made in one second sort by their random ends."""
     return sorted(runs.glob("2*"), key=lambda path: json.loads((path / "status.json").read_text())["created"])
+
+
+_WORDS = st.sampled_from(["²", "٣", "9" * 5000, "-5", "0", "123", HOST, "-", "slurm", "1.5", ""]) | st.text(max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@example("² 1795457570.0 vm -")  # ValueError: str.isdigit() takes '²', int() does not
+@example("9" * 5000)  # ValueError: int() reads 4,300 digits at most
+@given(st.lists(_WORDS, max_size=6).map(" ".join) | st.text(max_size=40))
+def test_any_claim_line_is_read_each_field_or_none_and_judged(line):
+    holder = parse_holder(line)
+    assert holder.pid is None or 0 <= holder.pid < 10**19
+    assert isinstance(holder_gone(holder), bool)
+    me = parse_holder(holder_line(slurm=True))
+    assert (me.pid, me.host, me.start, me.slurm) == (os.getpid(), HOST, process_start(os.getpid()), True)
+
+
+def test_a_damaged_claim_is_no_traceback_in_fslab_queue(tmp_path):
+    """A claim file whose pid field was a '²' made fslab queue, stop and resume a traceback."""
+    fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181250-nca-910d"
+    folder = shutil.copytree(fixture, tmp_path / "runs" / fixture.name)
+    (folder / CLAIM_FILE).write_text("² 1795457570.0 vm -\n", encoding="utf-8")
+    assert parse_holder("² 1 vm -").pid is None and parse_holder("9" * 5000).pid is None
+    result = fslab_here("queue", cwd=tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
 
 
 def test_a_claim_is_stale_only_when_its_holder_on_this_host_is_gone_and_the_run_still_waits(tmp_path):

@@ -52,8 +52,12 @@ def holder_line(slurm: bool = False) -> str:
 
 
 def parse_holder(text: str) -> Holder:
+    """The holder a claim file's line names (:func:`holder_line`); a field it cannot read is None, as in
+    an older fslab's line. A pid is ASCII digits, 19 at most: int() of a damaged file's ``²``, which
+    str.isdigit() takes, or of 5,000 digits raised ValueError (fslab queue, stop and resume, a traceback)."""
     words = text.split()
-    pid = int(words[0]) if words and words[0].isdigit() else None
+    first = words[0] if words else ""
+    pid = int(first) if first.isascii() and first.isdigit() and len(first) <= 19 else None
     host = words[2] if len(words) > 2 else None
     start = words[3] if len(words) > 3 and words[3] != "-" else None
     return Holder(pid, host, start, slurm="slurm" in words[4:])
