@@ -100,6 +100,26 @@ def test_any_claim_line_is_read_each_field_or_none_and_judged(line):
     assert (me.pid, me.host, me.start, me.slurm) == (os.getpid(), HOST, process_start(os.getpid()), True)
 
 
+@settings(max_examples=100, deadline=None)
+@example("² vm")  # ValueError: str.isdigit() takes '²', int() does not
+@given(st.lists(_WORDS, max_size=4).map(" ".join) | st.text(max_size=40))
+def test_any_worker_lock_line_names_its_holder_or_the_statuss_pid(line):
+    """The worker lock's line names its holder (fslab delete and resume of a run a live worker holds say
+    who): a pid that is no ASCII number is none, and the status's pid is named instead."""
+    import tempfile
+
+    from fslab.core.flocks import held_by
+    from fslab.core.worklock import LOCK_FILE, describe_holder
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / LOCK_FILE).write_text(line + "\n", encoding="utf-8")
+        said = describe_holder(folder, {"pid": 7, "host": "h"})
+        words = line.split()
+        mine = words and words[0].isascii() and words[0].isdigit() and len(words[0]) <= 19
+        assert said == (f"pid {int(words[0])} on host {(words + [''])[1] or '?'}" if mine else "pid 7 on host h")
+        assert held_by(Path(folder) / LOCK_FILE) == "" or mine
+
+
 def test_a_damaged_claim_is_no_traceback_in_fslab_queue(tmp_path):
     """A claim file whose pid field was a '²' made fslab queue, stop and resume a traceback."""
     fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181250-nca-910d"

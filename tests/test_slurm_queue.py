@@ -5,11 +5,15 @@ stays queued."""
 
 import json
 import os
+import shutil
 import stat
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fslab.core import slurm_queue
 from fslab.core.runstore import Run
@@ -101,6 +105,32 @@ def test_a_worker_that_wrote_its_state_meanwhile_is_not_lost(tmp_path, squeue):
     assert observed_state(tmp_path, waiting()) == "completed"
     (tmp_path / "status.json").write_text(json.dumps(waiting()))
     assert observed_state(tmp_path, waiting()) == "lost"
+
+
+@settings(max_examples=100, deadline=None)
+@example("²")  # ValueError: str.isdigit() takes it, int() does not
+@example("9" * 5000)  # ValueError: int() reads 4,300 digits at most
+@given(st.sampled_from(["٣", "0", str(os.getpid()), "99999999999999999999"]) | st.text(max_size=8))
+def test_a_local_jobs_id_of_any_text_is_judged_never_raised(job):
+    """A local cluster's job id is its controller's pid on the host that submitted it: alive or not,
+    unknown where the text is no ASCII number."""
+    state = observed_state(Path("no-such-run"), waiting(job, slurm_cluster="local"))
+    assert state in ("queued", "lost")
+    if job == str(os.getpid()):
+        assert state == "queued"
+
+
+def test_fslab_runs_lists_a_run_whose_status_names_a_damaged_local_job_id(tmp_path):
+    """A status.json whose local job id was '²' made fslab runs, show and queue a traceback."""
+    from .runs_helpers import fslab_here
+
+    fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181250-nca-910d"
+    folder = shutil.copytree(fixture, tmp_path / "runs" / fixture.name)
+    (folder / "status.json").write_text(json.dumps({**json.loads((folder / "status.json").read_text()),
+                                                    **waiting("²", slurm_cluster="local"), "pid": None}))
+    for argv in (["runs"], ["show", "last"], ["queue"]):
+        result = fslab_here(*argv, cwd=tmp_path)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (argv, result.stderr)
 
 
 def test_a_local_job_whose_setup_fails_leaves_its_run_lost_with_the_reason(project):

@@ -223,6 +223,14 @@ def test_a_second_ctrl_c_while_the_dashboards_quit_still_exits_with_0(served):
 
 
 @pytest.mark.slow
+def test_a_font_size_that_is_no_ascii_number_is_the_default_not_a_server_error(served):
+    """?fontsize=² (str.isdigit() takes it, int() does not) or of 5,000 digits was a 500 Internal Server Error."""
+    start, _ = served
+    url, port, _ = start()
+    for size in ("%C2%B2", "9" * 5000, "x", "24"):
+        assert status_of(f"{url}?fontsize={size}") == 200, size
+
+
 def test_off_loopback_a_token_is_made_and_required(served):
     start, _ = served
     url, port, _ = start("--host", "0.0.0.0")

@@ -30,6 +30,7 @@ from pathlib import Path
 from fslab.core.files import atomic_write_text
 from fslab.core.flocks import read_only
 from fslab.core.states import HOST, pid_alive, process_named, process_start
+from fslab.core.text import ascii_whole
 
 CLAIM_FILE = ".claimed"
 
@@ -53,11 +54,9 @@ def holder_line(slurm: bool = False) -> str:
 
 def parse_holder(text: str) -> Holder:
     """The holder a claim file's line names (:func:`holder_line`); a field it cannot read is None, as in
-    an older fslab's line. A pid is ASCII digits, 19 at most: int() of a damaged file's ``²``, which
-    str.isdigit() takes, or of 5,000 digits raised ValueError (fslab queue, stop and resume, a traceback)."""
+    an older fslab's line (a pid: :func:`fslab.core.text.ascii_whole`)."""
     words = text.split()
-    first = words[0] if words else ""
-    pid = int(first) if first.isascii() and first.isdigit() and len(first) <= 19 else None
+    pid = ascii_whole(words[0]) if words else None
     host = words[2] if len(words) > 2 else None
     start = words[3] if len(words) > 3 and words[3] != "-" else None
     return Holder(pid, host, start, slurm="slurm" in words[4:])

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fslab.core import states
 from fslab.core.files import NEW_FILE_MODE, process_gone
+from fslab.core.text import ascii_whole
 
 
 def open_lock(path: str | Path) -> int:
@@ -204,7 +205,7 @@ def held_by(path: Path) -> str:
     words = read_holder(path)
     if unrecorded(path, words):
         return not_recorded(path, words)
-    if not (words and words[0].isdigit()):
+    if not words or ascii_whole(words[0]) is None:
         return ""
     if len(words) < 2:
         return f"pid {words[0]}"
@@ -218,14 +219,14 @@ def unrecorded(path: Path, words: list[str]) -> bool:
     that process holds a lock on the file (:func:`lockers`), or, where that cannot be told, lives; one of
     another host (or none) only where this user could write the file too, or the process it names may
     still run (:func:`fslab.core.files.process_gone`)."""
-    named = bool(words) and words[0].isdigit()
-    if named and (len(words) < 2 or words[1] == states.HOST):
+    pid = ascii_whole(words[0]) if words else None
+    if pid is not None and (len(words) < 2 or words[1] == states.HOST):
         holding = lockers(path)
         if holding:
-            return int(words[0]) not in holding
-        if not states.pid_alive(int(words[0])):
+            return pid not in holding
+        if not states.pid_alive(pid):
             return True
-    return not _writable(path) and (not named or process_gone(int(words[0]), (words + [None])[1], path))
+    return not _writable(path) and (pid is None or process_gone(pid, (words + [None])[1], path))
 
 
 def lockers(path: Path) -> set[int] | None:
@@ -244,16 +245,17 @@ def lockers(path: Path) -> set[int] | None:
         words = line.split()
         if len(words) < 6 or words[1] != "FLOCK" or words[5] != key:  # "N: -> FLOCK ...": a waiter, not a holder
             continue
-        if not words[4].isdigit() or int(words[4]) <= 0:
+        pid = ascii_whole(words[4])
+        if not pid:  # 0, or no number: a holder of another pid namespace
             return None
-        pids.add(int(words[4]))
+        pids.add(pid)
     return pids
 
 
 def not_recorded(path: Path, words: list[str] | None = None) -> str:
     """What a waiting line says of an :func:`unrecorded` holder; ``words``, the file's line, where it names
     a process that does not hold the lock in a file this user could write."""
-    if _writable(path) and words and words[0].isdigit():
+    if _writable(path) and words and ascii_whole(words[0]) is not None:
         named = states.process_named(words[0], (words + [states.HOST])[1])
         return f"its holder is not recorded: {path} names {named}, an earlier holder, which does not hold it"
     return f"its holder is not recorded: {path} cannot be written by this user"

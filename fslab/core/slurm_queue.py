@@ -24,6 +24,7 @@ import subprocess
 import time
 
 from fslab.core.states import HOST, pid_alive
+from fslab.core.text import ascii_whole
 
 # The states squeue lists for a job that will not run again (squeue --states=all keeps ended jobs a few minutes).
 ENDED_JOB_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
@@ -57,7 +58,8 @@ def job_alive(status: dict, now: float | None = None) -> bool | None:
     longer knows it; None where that cannot be known here."""
     job = status["slurm_job_id"]
     if status.get("slurm_cluster") == "local":  # the job id is its controller's pid on the submitting host
-        return pid_alive(int(job)) if job.isdigit() and status.get("host") == HOST else None
+        pid = ascii_whole(job)
+        return pid_alive(pid) if pid is not None and status.get("host") == HOST else None
     now = time.time() if now is None else now
     submitted = max((v for k in ("slurm_submitted", "requeued", "created")
                      if isinstance(v := status.get(k), (int, float))), default=0.0)

@@ -34,6 +34,14 @@ def clip(text: str, most: int = 400) -> str:
     return f"{text[:most - tail]}… ({len(text) - most} more characters) …{text[-tail:]}"
 
 
+def ascii_whole(text: str, most_digits: int = 19) -> int | None:
+    """``text`` as the whole number it writes in ASCII digits, at most ``most_digits`` of them (a pid, a
+    job id, a font size: ``"2385"`` is 2385); None for any other text. ``str.isdigit()`` takes ``²``, which
+    int() refuses, and ``٣``, which int() reads as 3, and int() refuses more than 4,300 digits: read so,
+    a damaged file's field or an address's parameter is none, never a traceback."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= most_digits else None
+
+
 def count(n: int, noun: str, plural: str = "") -> str:
     """``count(1, "run")`` -> ``"1 run"``, ``count(3, "run")`` -> ``"3 runs"``; a noun whose plural is not
     the noun and an s is given it: ``count(2, "class", "classes")`` -> ``"2 classes"``."""

@@ -27,6 +27,7 @@ from fslab.core.flocks import holder_line, open_kept_lock, read_holder, take_loc
 from fslab.core.flocks import is_held as lock_held
 from fslab.core.slurm_queue import job_alive, waits_for_job
 from fslab.core.states import HOST, lock_matters, process_named, run_state
+from fslab.core.text import ascii_whole
 
 LOCK_FILE = ".worker.lock"
 STOP_REQUEST = ".stop-request"
@@ -60,7 +61,7 @@ def holder(run_dir: str | Path) -> tuple[int | None, str | None]:
     words = read_holder(path)
     if unrecorded(path, words):
         return None, None
-    pid = int(words[0]) if words and words[0].isdigit() else None
+    pid = ascii_whole(words[0]) if words else None
     return pid, (words[1] if len(words) > 1 else None)
 
 

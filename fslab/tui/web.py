@@ -34,6 +34,7 @@ import aiohttp_jinja2
 from aiohttp import hdrs, web
 from textual_serve.server import Server
 
+from fslab.core.text import ascii_whole
 from fslab.execution.local import child_pids
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -120,7 +121,7 @@ class DashboardServer(Server):
         websocket = ("wss" if request.scheme == "https" else "ws") + f"://{request.host}"
         size = request.query.get("fontsize", "16")
         return {
-            "font_size": int(size) if size.isdigit() else 16,
+            "font_size": 16 if (points := ascii_whole(size, 3)) is None else points,
             "app_websocket_url": websocket + str(request.app.router["websocket"].url_for()),
             "config": {"static": {"url": site + "/static/"}},
             "application": {"name": self.title},
