@@ -345,3 +345,15 @@ def test_a_stop_while_a_resume_starts_the_worker_stops_the_resumed_run(tmp_path)
         finish(worker)
     assert worker.returncode == -signal.SIGTERM  # the started worker was signalled, not left to train
     assert status(run.path)["state"] == "killed"
+
+
+@pytest.mark.parametrize(("visible", "gpus"), [("0,2", [0, 2]), (" 1 , 3", [1, 3]), ("", []), ("0,2,x,3", [0, 2]),
+                                                ("²", []), ("1,²", [1]), ("GPU-5d3e", []), ("٣", [])])
+def test_the_gpus_cuda_visible_devices_lists_are_read_up_to_its_first_entry_that_is_no_index(monkeypatch, visible,
+                                                                                              gpus):
+    """CUDA takes CUDA_VISIBLE_DEVICES up to its first entry that is not an index; '²', which str.isdigit() takes
+    and int() refuses, raised ValueError out of every sweep's scheduler, and '0,2,x,3' read as four GPUs."""
+    from fslab.execution.slots import visible_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert visible_gpus() == gpus

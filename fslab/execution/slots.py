@@ -9,6 +9,7 @@ machine there are ``runs_per_gpu`` slots per GPU; without GPUs, ``cpu_slots``.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import subprocess
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from fslab.core.errors import UsageError
 from fslab.core.files import REFUSED
 from fslab.core.flocks import is_held, open_kept_lock, take_lock
 from fslab.core.settings import SchedulerSettings
-from fslab.core.text import count
+from fslab.core.text import ascii_whole, count
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,13 @@ class Slot:
 
 
 def visible_gpus() -> list[int]:
-    """GPU indices this machine offers, without importing torch."""
+    """GPU indices this machine offers, without importing torch: those ``CUDA_VISIBLE_DEVICES`` lists where it
+    is set, up to its first entry that is not an index (CUDA ignores it and those after it: ``0,2,x,3`` is
+    GPUs 0 and 2; a GPU's UUID is not taken), else those ``nvidia-smi -L`` lists."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [int(g) for g in visible.split(",") if g.strip().isdigit()]
+        indices = [ascii_whole(g.strip()) for g in visible.split(",")]
+        return list(itertools.takewhile(lambda g: g is not None, indices))
     try:
         listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
