@@ -230,6 +230,10 @@ def test_runs_says_which_filter_matches_nothing_and_what_the_runs_have(project):
     refused = fslab_here("runs", "--state", "", cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         "error: --state needs a value, got ''; leave the option out to list every run\n")
+    # an empty item was dropped unsaid, where --grid and --shots refuse one as the typo it is
+    refused = fslab_here("runs", "--state", "completed,,failed", cwd=project)
+    assert refused.returncode == 2 and refused.stderr == (
+        "error: --state takes states separated by commas (e.g. killed,failed), got 'completed,,failed'\n")
 
 
 def test_runs_refuses_a_sweep_that_no_sweep_id_holds(project):

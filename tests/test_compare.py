@@ -760,6 +760,10 @@ def test_an_empty_group_by_or_series_key_is_refused_in_one_line(store, builtin_p
             assert bad.returncode == 2 and bad.stderr == (
                 f"error: {option} takes config keys separated by commas (e.g. train.lr,loss.name), "
                 f"got '{given}'\n"), (command, given)
+        # a key listed twice was drawn twice in every group's label (train.lr=0.1, train.lr=0.1)
+        twice = fslab_here(*command, option, "train.lr, train.lr", cwd=folder)
+        assert twice.returncode == 2 and twice.stderr == (
+            f"error: {option} lists train.lr twice; each key is one part of a group's label: list it once\n")
     assert not (folder / "p.png").exists()
 
 

@@ -360,6 +360,8 @@ def config_keys(text: str | None, option: str) -> list[str] | None:
     keys = [key.strip() for key in text.split(",")]
     if not all(keys):
         raise UsageError(f"{option} takes config keys separated by commas (e.g. train.lr,loss.name), got '{text}'")
+    if (again := repeated_at(keys)) is not None:
+        raise UsageError(f"{option} lists {keys[again]} twice; each key is one part of a group's label: list it once")
     return keys
 
 

@@ -43,7 +43,11 @@ def _states(text: str | None) -> tuple[str, ...]:
     from fslab.core.errors import UnknownName
     from fslab.core.states import STATES, UNREADABLE
 
-    states = tuple(s.strip() for s in (text or "").split(",") if s.strip())
+    if text is None:
+        return ()
+    states = tuple(s.strip() for s in text.split(","))
+    if not all(states):  # an empty item (completed,,failed) is a typo, as in --grid and --shots
+        raise UsageError(f"--state takes states separated by commas (e.g. killed,failed), got '{text}'")
     for state in states:
         if state not in (*STATES, UNREADABLE):
             raise UnknownName("state", state, (*STATES, UNREADABLE))
