@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fslab.core.errors import UsageError
 from fslab.core.runstore import create_run, list_runs
 from fslab.core.text import percent
-from fslab.reports.compare import caption, compare, mean_ci, render, tex
+from fslab.reports.compare import caption, compare, md, mean_ci, render, tex
 
 from .runs_helpers import fslab_here
 
@@ -469,6 +469,29 @@ def test_markdown_escapes_a_bar_in_a_label(tmp_path):
     md = render(compare(noted_runs(tmp_path / "runs", ("a|b", "c")), shots=[5]), "md").splitlines()
     assert md[4:7] == ["| loss.note=a\\|b | 1 | 75.00 ± 34.65 |", "| loss.note=c | 1 | 75.00 ± 34.65 |",
                        "| loss.note=c − loss.note=a\\|b, paired over the same episodes | - | +0.00 ± 0.00 |"]
+
+
+def _rendered_cells(markdown: str) -> list[str]:
+    """The text of each cell of a Markdown table as a CommonMark renderer with GitHub's tables and
+    strikethrough shows it (markdown-it-py, which rich brings)."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(markdown)
+    return [html.unescape(re.sub("<[^>]+>", "", cell)) for cell in re.findall(r"<td>(.*?)</td>", rendered, re.S)]
+
+
+LABEL_CHARACTERS = list("ab1_*~[]()!<>&`\\| #=.-:é")
+
+
+@hypothesis.settings(max_examples=400)
+@hypothesis.given(st.lists(st.sampled_from(LABEL_CHARACTERS), min_size=1, max_size=14).map("".join)
+       | st.sampled_from(["[a](b)", "![a](b)", "a [b][c]", "x\\|y", "_a_", "~~x~~", "&amp;", "<b>x</b>", "`c`"]))
+def test_a_markdown_cell_renders_as_the_label_it_escapes(label):
+    """md() escaped only |: a label [a](b) rendered as a link 'a', a\\|b as a|b, _x_ in italics."""
+    label = label.strip() or "x"  # a cell's edges are trimmed, as every table's
+    assert _rendered_cells(f"| h | n |\n|---|---|\n| {md(label)} | 1 |\n") == [label, "1"]
 
 
 def test_latex_escapes_what_a_label_may_hold(tmp_path):

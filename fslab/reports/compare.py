@@ -577,9 +577,16 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
             f"{have}; finish them or run: {run_eval}")
 
 
+# What Markdown (CommonMark, GitHub's tables and strikethrough) would read as markup in a cell: | ends it,
+# \ escapes, * _ ~ ` emphasise or quote, < & start HTML and entities, ] ( and ] [ close a link's text; _ only
+# where it may open or close emphasis (not inside a word: train.weight_decay stays as written).
+_MARKDOWN = re.compile(r"[\\|*~`<&]|\](?=[(\[])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
 def md(text: str) -> str:
-    """``text`` for a Markdown table's cell: a ``|`` (a plugin's text parameter may hold one) would end it."""
-    return text.replace("|", "\\|")
+    """``text`` for a Markdown table's cell, escaped so that it renders as written (a label holds any text a
+    setting holds: a ``|`` split its cell in two, ``[a](b)`` became a link, ``\\|`` a bare bar)."""
+    return _MARKDOWN.sub(lambda m: "\\" + m.group(), text)
 
 
 def tex(text: str) -> str:
