@@ -116,6 +116,8 @@ def test_resume_and_stop_complete_the_runs_they_take(swept):
     for run_id, status in states.items():
         write_run(runs, run_id, cfg=complete_config())
         (runs / run_id / "status.json").write_text(json.dumps({"created": 1.0, **status}))
+    gone = time.time() - 1000  # cccc's status unwritten for 1000 s: its worker on the other host is gone
+    os.utime(runs / "20261125-120000-nca-cccc" / "status.json", (gone, gone))
     (runs / "20261125-150000-nca-ffff").mkdir()  # status.json not written yet: nothing to act on
     # last is eeee (ffff has no status.json yet: no run to find_run), queued: fslab stop takes it, resume not
     assert complete("fslab resume ", swept) == ["20261125-120000-nca-cccc", "20261125-110000-nca-bbbb",

@@ -38,6 +38,7 @@ from .test_tui_helpers import (
     standard_store,
     train,
     write_run,
+    write_status,
 )
 
 
@@ -165,7 +166,7 @@ def test_new_runs_state_changes_and_deleted_or_half_made_folders(store):
         (runs / "20260102-000001-nca-half").mkdir()  # half-created: no config.json yet
         status = json.loads((folders["running"] / "status.json").read_text())
         status.update(state="completed", ended=FROZEN)
-        (folders["running"] / "status.json").write_text(json.dumps(status))
+        write_status(folders["running"], status)
         shutil.rmtree(folders["done1"])
         await tick(app, pilot)
         ids = app.screen.table.ids
@@ -272,7 +273,7 @@ def test_sweep_filters_the_runs_of_one_sweep(store):
     runs, folders = store
     for key in ("done0", "done1"):
         status = json.loads((folders[key] / "status.json").read_text())
-        (folders[key] / "status.json").write_text(json.dumps({**status, "sweep": "sweep-20260101-100000-4b55"}))
+        write_status(folders[key], {**status, "sweep": "sweep-20260101-100000-4b55"})
 
     async def body(app, pilot):
         table = app.screen.table
@@ -297,7 +298,7 @@ def test_sweep_last_filters_the_newest_sweeps_runs(store):
     older, newer = "sweep-20260101-100000-4b55", "sweep-20260102-100000-9c01"
     for key, sweep in (("done0", older), ("done1", newer)):
         status = json.loads((folders[key] / "status.json").read_text())
-        (folders[key] / "status.json").write_text(json.dumps({**status, "sweep": sweep}))
+        write_status(folders[key], {**status, "sweep": sweep})
 
     async def body(app, pilot):
         table = app.screen.table
@@ -611,7 +612,7 @@ def test_the_run_screen_names_the_sweep_of_a_sweep_s_run_as_fslab_show_does(stor
     """fslab show names a run's sweep (method nca, ..., seed 0, sweep sweep-...); its run screen did not."""
     runs, folders = store
     status = json.loads((folders["done0"] / "status.json").read_text())
-    (folders["done0"] / "status.json").write_text(json.dumps({**status, "sweep": "sweep-20260101-100000-4b55"}))
+    write_status(folders["done0"], {**status, "sweep": "sweep-20260101-100000-4b55"})
 
     async def body(app, pilot):
         await open_detail(app, pilot, folders["done0"].name)
@@ -731,7 +732,7 @@ def test_a_status_with_values_of_the_wrong_type_opens_as_fslab_show_reads_it(tmp
     runs = tmp_path / "runs"
     folder = write_run(runs, "20260101-100000-nca-stat", events=history())
     status = json.loads((folder / "status.json").read_text())
-    (folder / "status.json").write_text(json.dumps({**status, "ended": "soon", "resumed": [1]}))
+    write_status(folder, {**status, "ended": "soon", "resumed": [1]})
 
     async def body(app, pilot):
         await open_detail(app, pilot, folder.name)
@@ -819,7 +820,7 @@ def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartb
     runs = tmp_path / "runs"
     folder = write_run(runs, "20260101-000000-nca-paus", state="running", events=history()[:4])
     status = json.loads((folder / "status.json").read_text())
-    (folder / "status.json").write_text(json.dumps({**status, "heartbeat": FROZEN - 1000}))
+    write_status(folder, {**status, "heartbeat": FROZEN - 1000})
     fd = take(folder)  # its worker holds the lock: alive, though paused for 16 minutes
 
     async def body(app, pilot):
@@ -828,7 +829,7 @@ def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartb
         await settle(app, pilot)
         assert "heartbeat stale (16:40 ago)" in str(app.screen.query_one("#summary").render())
         assert app.screen.query_one("#banner").display is False
-        (folder / "status.json").write_text(json.dumps({**status, "heartbeat": FROZEN - 1}))  # resumed: a fresh beat
+        write_status(folder, {**status, "heartbeat": FROZEN - 1})  # resumed: a fresh beat
         await tick(app, pilot)  # the table's reading of the store, before the screen's own reading of the run's files
         assert "heartbeat stale" not in str(app.screen.query_one("#summary").render())  # it stayed a refresh longer
 
@@ -836,7 +837,7 @@ def test_a_paused_run_whose_worker_holds_its_lock_is_running_with_a_stale_heartb
         drive(frozen_app(runs), body)
     finally:
         os.close(fd)
-    (folder / "status.json").write_text(json.dumps({**status, "heartbeat": FROZEN - 1000}))
+    write_status(folder, {**status, "heartbeat": FROZEN - 1000})
     states = {}
 
     async def without_lock(app, pilot):  # another host's run, no lock held: the heartbeat decides
@@ -1304,7 +1305,7 @@ def test_stop_asks_then_calls_the_core_stop(tmp_path, monkeypatch):
         write_run(runs, folder.name, state="running", events=history()[:4])
         status = json.loads((folder / "status.json").read_text())
         status.update(host=socket.gethostname(), pid=sleeper.pid, heartbeat=time.time())
-        (folder / "status.json").write_text(json.dumps(status))
+        write_status(folder, status)
         calls = []
         real_stop = executor.stop
         monkeypatch.setattr(executor, "stop", lambda run, **kw: calls.append(run.id) or real_stop(run, grace=5))
@@ -1879,7 +1880,7 @@ def test_r_on_a_run_with_a_live_worker_says_so_without_a_dialog(tmp_path):
     folder = write_run(runs, "20260101-000000-nca-live", state="running", events=history()[:7], cfg=complete_config())
     fake_checkpoint(folder / "checkpoints" / "last.pt")
     status = json.loads((folder / "status.json").read_text())
-    (folder / "status.json").write_text(json.dumps({**status, "pid": 4242, "host": socket.gethostname()}))
+    write_status(folder, {**status, "pid": 4242, "host": socket.gethostname()})
     fd = take(folder)  # its worker, as far as anyone can tell
     name_holder(fd, 4242)
 
@@ -2426,7 +2427,7 @@ def test_the_dashboard_resumes_through_the_checks_of_fslab_resume(project, monke
                      cfg=complete_config(device="auto", train={"epochs": 3, "processes": 2}))
     job = write_run(runs, "20260101-000001-nca-slrm", state="killed", events=history()[:7], cfg=complete_config())
     status = json.loads((job / "status.json").read_text())
-    (job / "status.json").write_text(json.dumps({**status, "executor": "slurm", "slurm_job_id": "7"}))
+    write_status(job, {**status, "executor": "slurm", "slurm_job_id": "7"})
     for folder in (gpus, job):
         fake_checkpoint(folder / "checkpoints" / "last.pt")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, here and in the CLI's process

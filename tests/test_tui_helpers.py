@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 FROZEN = 1_800_000_000.0  # "now" for every dashboard test with a frozen clock
@@ -69,12 +70,23 @@ def write_run(runs: Path, run_id: str, *, state="completed", cfg=None, events=()
         status.update(ended=ended, exit_code=0 if state == "completed" else 1, error=error)
     elif error:
         status["error"] = error
-    (folder / "status.json").write_text(json.dumps(status))
+    write_status(folder, status)
     with open(folder / "metrics.jsonl", "w") as fh:
         fh.writelines(json.dumps(e) + "\n" for e in events)
     (folder / "stdout.log").write_text(stdout)
     (folder / "stderr.log").write_text(stderr)
     return folder
+
+
+def write_status(folder: Path, status: dict) -> None:
+    """``status.json`` as the fixture's host wrote it at its latest time: the filesystem's stamp agrees
+    with the frozen clock, as a live host's would (fslab.core.clocks reads another host's clock from it)."""
+    from fslab.core.clocks import written_at
+
+    path = folder / "status.json"
+    path.write_text(json.dumps(status))
+    if (at := written_at(status)) is not None:
+        os.utime(path, (at, at))
 
 
 def append(folder: Path, text: str) -> None:

@@ -19,7 +19,7 @@ from fslab.tui.model import size
 
 from .runs_helpers import TINY, fslab
 from .test_tui import drive, frozen_app, open_detail
-from .test_tui_helpers import FROZEN, standard_store
+from .test_tui_helpers import FROZEN, standard_store, write_status
 from .test_tui_layout import lines_of, table_lines
 
 
@@ -70,7 +70,7 @@ def test_the_dashboard_shows_the_usage_of_running_runs(tmp_path):
                        ("done0", {"time": FROZEN - 200, "cpu_percent": 99.0, "rss_bytes": 2**30}),
                        ("done1", {"cpu_percent": "lots", "rss_bytes": -0.5})):  # damaged: ignored
         status = json.loads((folders[key] / "status.json").read_text())
-        (folders[key] / "status.json").write_text(json.dumps({**status, "usage": usage}))
+        write_status(folders[key], {**status, "usage": usage})
     running = folders["running"].name
 
     async def body(app, pilot):

@@ -309,7 +309,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     events = run_.events()
     evaluations = [e for e in events if e.get("event") == "eval"]
     spent = time_split(events, status.get("started"), status.get("ended"), status.get("resumed"))
-    stale = _stale_heartbeat(run_, summary.state, status)
+    stale = _stale_heartbeat(run_, summary, status)
     sinks = failures(run_.path)
     if as_json:
         print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
@@ -421,16 +421,18 @@ def _score(evaluation: dict) -> str:
     return score_cell(evaluation)
 
 
-def _stale_heartbeat(run_, state: str, status: dict) -> str | None:
-    """A line for a running run whose worker missed three heartbeats, else None."""
+def _stale_heartbeat(run_, summary, status: dict) -> str | None:
+    """A line for a running run whose worker missed three heartbeats, else None; its age on the clock of
+    the run's host (:attr:`fslab.core.summary.RunSummary.clock_ahead`), which wrote it."""
     from fslab.core.states import LOST_AFTER_S, heartbeat_age, heartbeat_interval, heartbeat_stale
     from fslab.core.worklock import is_held
 
-    if state != "running" or not heartbeat_stale(status, heartbeat_interval(run_.config())):
+    now = time.time() + summary.clock_ahead
+    if summary.state != "running" or not heartbeat_stale(status, heartbeat_interval(run_.config()), now):
         return None
     why = ("its worker still holds the run's lock: paused or stuck" if is_held(run_.path)
            else f"the run is lost after {LOST_AFTER_S:.0f} s without one")
-    return f"heartbeat stale: the last one was {heartbeat_age(status):.0f} s ago ({why})"
+    return f"heartbeat stale: the last one was {heartbeat_age(status, now):.0f} s ago ({why})"
 
 
 @app.command()

@@ -106,13 +106,53 @@ def process_gone(pid: int, host: str | None, path: Path) -> bool:
     """Whether process ``pid`` of ``host`` (None: this host, as a record of an earlier version), which
     writes or removes ``path``, is gone. One of this host: when its pid no longer runs here. One of
     another host: only once ``path`` is untouched for :data:`OTHER_HOST_GONE_AFTER_S`, so a node never
-    takes a live process on another node for gone (a runs folder or a data root may be shared)."""
+    takes a live process on another node for gone (a runs folder or a data root may be shared). Untouched
+    as the filesystem's own clock tells (:func:`filesystem_now`), which stamped the file: a clock of this
+    host set a day ahead never takes a file being written for a day old."""
     if host is None or host == states.HOST:
         return not states.pid_alive(pid)
     try:
-        return time.time() - os.stat(path).st_mtime > OTHER_HOST_GONE_AFTER_S
+        touched = os.stat(path).st_mtime
     except OSError:
         return False
+    now = filesystem_now(os.path.dirname(path))
+    return (time.time() if now is None else now) - touched > OTHER_HOST_GONE_AFTER_S
+
+
+# How often :func:`filesystem_now` makes a file again to read the filesystem's clock: in between, this
+# host's monotonic clock carries it forward (it never jumps, whatever is done to the time of day).
+CLOCK_PROBE_EVERY_S = 60.0
+_FS_CLOCKS: dict[str, tuple[float | None, float]] = {}  # folder -> (its clock at the probe, time.monotonic() then)
+
+
+def filesystem_now(folder: str | Path) -> float | None:
+    """The present on the clock that stamps the files of ``folder`` (a file server's, for a store shared over
+    NFS; this host's, for a local disk), as the time of day: the modification time of a file made there
+    (hidden, named as a :func:`temporary_path`, removed at once), carried forward by :func:`time.monotonic`
+    and read again every :data:`CLOCK_PROBE_EVERY_S`. Files of other hosts are compared with it, never
+    with this host's clock, which may be minutes off theirs or jump. None where no file can be made there
+    (a read-only store, another user's folder): the caller then has only this host's clock."""
+    key, moment = os.fspath(folder), time.monotonic()
+    seen = _FS_CLOCKS.get(key)
+    if seen is None or moment - seen[1] > CLOCK_PROBE_EVERY_S:
+        seen = _FS_CLOCKS[key] = (_stamp_of_new_file(Path(key)), moment)
+    return None if seen[0] is None else seen[0] + (moment - seen[1])
+
+
+def _stamp_of_new_file(folder: Path) -> float | None:
+    probe = temporary_path(folder / "clock")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, NEW_FILE_MODE)
+    except OSError:
+        return None
+    try:
+        with open(fd, "wb") as fh:
+            fh.write(b"\n")  # a write stamps the file with the server's time, as the writes of other hosts' files
+        return os.stat(probe).st_mtime
+    except OSError:
+        return None
+    finally:
+        _discard(probe)
 
 
 def remove_orphaned_temporaries(folder: Path) -> None:

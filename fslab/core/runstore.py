@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
+from fslab.core.clocks import on_writer_clock
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.events import kept_scores, other_precision
 from fslab.core.files import NAME_MAX, NEW_FILE_MODE, atomic_write_json, fitting_name, overwrite, read_events, read_json
@@ -156,6 +157,7 @@ class Run:
         status = self.status() if status is None else status
         if locked is None:
             return observed_state(self.path, status, now)
+        now = on_writer_clock(self.path, status, now)
         return run_state(status, now, locked, job_alive(status, now) if waits_for_job(status) else None)
 
     def events(self) -> list[dict]:

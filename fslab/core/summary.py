@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fslab.core import schemas
+from fslab.core.clocks import clock_ahead
 from fslab.core.config import PRECISIONS
 from fslab.core.events import canonical_evaluator, is_validation, logged_evaluator, other_precision, own_evaluator
 from fslab.core.files import Tail, atomic_write_text, json_object, loads, read_json
@@ -103,6 +104,9 @@ class RunSummary:
     resumed: float | None = None  # when the latest resumed worker started
     ended: float | None = None
     heartbeat: float | None = None  # the worker's last sign of life
+    # how far the clock of a live run's host is ahead of this host's (clocks.clock_ahead; 0 for this host's
+    # runs): the present its times are compared with is this host's plus that
+    clock_ahead: float = 0.0
     error: str | None = None
     sweep: str | None = None
     usage: dict | None = None  # the worker's last sample: cpu_percent, rss_bytes, gpu_* (schemas.USAGE)
@@ -150,10 +154,11 @@ FIELD_NAMES = tuple(f.name for f in fields(RunSummary))
 DEFAULTS = {name: getattr(RunSummary(id=""), name) for name in FIELD_NAMES}
 # Not saved in summary.json's summary: the id is the folder's name, the state
 # is told anew at each read, and the status fields are saved with the status.
-NOT_KEPT = ("id", "state", "created", "started", "resumed", "ended", "heartbeat", "error", "sweep", "usage")
+NOT_KEPT = ("id", "state", "created", "started", "resumed", "ended", "heartbeat", "error", "sweep", "usage",
+            "clock_ahead")
 SHOWN_FIELDS = tuple(name for name in FIELD_NAMES if name not in (
     "first_train", "last_train_time", "last_time", "downtime", "resumed", "heartbeat", "usage", "ways",
-    "queries", "checkpoint", "beat_every"))
+    "queries", "checkpoint", "beat_every", "clock_ahead"))
 METRIC_FIELDS = ("epoch", "step", "total_steps", "loss", "positives", "negatives", "best_val", "test",
                  "test_by_evaluator", "checkpoint", "first_train", "last_train_time", "last_time", "downtime",
                  "corrupt")
@@ -321,7 +326,8 @@ def eta(summary: RunSummary, now: float) -> float | None:
     resumed run's stop does not slow it); None until two steps of that life are known. It counts
     down between logged steps, and stops where the worker missed three heartbeats (paused by
     SIGSTOP, or stuck), as ``fslab show`` calls its heartbeat stale: it does not reach 0:00 while
-    nothing trains."""
+    nothing trains. ``now`` is this host's present, taken to the run's host's clock (:attr:`RunSummary.clock_ahead`)."""
+    now += summary.clock_ahead
     if summary.state != "running" or not summary.first_train or not summary.total_steps or summary.step is None:
         return None
     t0, step0 = summary.first_train
@@ -507,8 +513,10 @@ class SummaryFile:
         summary = self.summary
         note = "; ".join(f"{name} {why}" for name, why in sorted(self.problems.items())) or None
         unreadable = "config.json" in self.problems or "status.json" in self.problems
-        # a lock is probed only for live runs (fslab.core.worklock)
-        state = UNREADABLE if unreadable else observed_state(self.dir, self.status, now)
+        # a lock is probed only for live runs (fslab.core.worklock); another host's times are read on its clock
+        written = self.status_seen[2] / 1e9 if self.status_seen else None
+        summary.clock_ahead = 0.0 if unreadable else clock_ahead(self.dir, self.status, written)
+        state = UNREADABLE if unreadable else observed_state(self.dir, self.status, now, ahead=summary.clock_ahead)
         if state == UNREADABLE and note is None:  # a JSON object, but no state a run can be in
             note = unknown_state(self.status) or "status.json records no state (a text such as \"completed\")"
         if (state, note) != (summary.state, summary.note):

@@ -22,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from fslab.core.clocks import on_writer_clock
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.flocks import holder_line, open_kept_lock, read_holder, take_lock, unrecorded, write_holder
 from fslab.core.flocks import is_held as lock_held
@@ -72,20 +73,24 @@ def is_held(run_dir: str | Path) -> bool | None:
     return lock_held(_lock_file(run_dir), exclusive=False, missing=None)
 
 
-def observed_state(run_dir: str | Path, status: dict, now: float | None = None) -> str:
+def observed_state(run_dir: str | Path, status: dict, now: float | None = None, *,
+                   ahead: float | None = None) -> str:
     """:func:`fslab.core.states.run_state`, with the lock probed only for runs
     whose status says running, or queued with a pid (so listings of finished
     runs never touch a lock file), and SLURM asked only about runs queued for
-    a job that has not started their worker."""
+    a job that has not started their worker. ``now``, this host's present, is
+    taken to the clock that wrote the status (:func:`fslab.core.clocks.on_writer_clock`;
+    ``ahead``, how far that clock is ahead, where the caller knows it)."""
+    there = on_writer_clock(run_dir, status, now, ahead)
     if not waits_for_job(status):
-        return run_state(status, now, is_held(run_dir) if lock_matters(status) else None)
-    if job_alive(status, now) is not False:
-        return run_state(status, now)
+        return run_state(status, there, is_held(run_dir) if lock_matters(status) else None)
+    if job_alive(status, there) is not False:
+        return run_state(status, there)
     # The job is gone: unless its worker wrote a new state meanwhile (between our reading and SLURM's answer), lost.
     again = read_json(os.path.join(os.fspath(run_dir), "status.json"))
     if isinstance(again, dict) and not waits_for_job(again):
         return observed_state(run_dir, again, now)
-    return run_state(status, now, job_alive=False)
+    return run_state(status, there, job_alive=False)
 
 
 def request_stop(run_dir: str | Path) -> None:

@@ -263,7 +263,7 @@ class DetailScreen(Screen):
             f"elapsed {model.duration(model.elapsed(row, self.app.clock()))} · "
             f"ETA {model.duration(model.eta(row, self.app.clock()))}",
         )
-        now = self.app.clock()
+        now = self.app.clock() + row.clock_ahead  # the heartbeat's host's present
         if model.usage_text(row):
             summary.append(" · " + model.usage_text(row))
         beat = {"state": row.state, "heartbeat": row.heartbeat}  # the row's, as the table's: one reading of the status

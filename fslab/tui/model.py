@@ -33,7 +33,7 @@ def elapsed(row: RunSummary, now: float) -> float | None:
     if row.ended is not None:
         end = row.ended
     elif row.state == "running":
-        end = now
+        end = now + row.clock_ahead  # on the run's host's clock, as its start
     else:
         end = max((t for t in (row.heartbeat, row.last_time) if t is not None), default=row.started)
     stopped = row.downtime

@@ -1,0 +1,82 @@
+"""Clocks at the edges of the run store (fslab.core.clocks): hosts that share a runs folder with
+clocks minutes apart, and clocks that jump. Times are faked by writing files with chosen
+modification times and by moving this process's time of day; nothing sleeps."""
+
+import json
+import os
+import time
+
+import pytest
+
+from fslab.core import files
+from fslab.core.runstore import create_run
+from tests.runs_helpers import fslab_here
+
+
+def _another_hosts_run(project, beat: float, written: float):
+    """A run running on node-b, whose last heartbeat reads ``beat`` on node-b's clock and whose
+    status.json the filesystem stamped ``written``."""
+    run = create_run(project / "runs", "nca", {"method": "nca", "train": {"heartbeat": 5.0}})
+    run.write_status(state="running", host="node-b", pid=4242, started=beat - 60, heartbeat=beat)
+    os.utime(run.path / "status.json", (written, written))
+    return run
+
+
+def _states(project) -> dict:
+    listed = fslab_here("runs", "--json", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    return {row["id"]: row["state"] for row in map(json.loads, listed.stdout.splitlines())}
+
+
+@pytest.mark.parametrize("store_ahead", [0.0, 600.0])
+def test_another_hosts_run_is_live_while_the_store_sees_its_status_written(project, monkeypatch, store_ahead):
+    """Its heartbeat, written on its host's clock, was compared with this host's: a run on a host whose
+    clock is 10 minutes behind was lost while it trained (fslab resume would train it twice), and a
+    run whose host is 10 minutes ahead stayed running 5 minutes after its worker died. The
+    filesystem's own clock decides (an NFS server's, here 10 minutes ahead of both where
+    ``store_ahead``): how long it has kept the status unwritten."""
+    if store_ahead:
+        real = files._stamp_of_new_file
+        monkeypatch.setattr(files, "_stamp_of_new_file", lambda folder: real(folder) + store_ahead)
+    now = time.time()
+    behind = _another_hosts_run(project, beat=now - 600, written=now + store_ahead)  # beating now
+    ahead = _another_hosts_run(project, beat=now + 600, written=now - 300 + store_ahead)  # silent 5 minutes
+    assert _states(project) == {behind.id: "running", ahead.id: "lost"}
+    shown = json.loads(fslab_here("show", behind.id, "--json", cwd=project).stdout)
+    assert shown["state"] == "running" and shown["heartbeat_stale"] is False  # not 600 s stale either
+    assert not [p for p in (project / "runs").iterdir() if p.name.startswith(".")]  # the clock's probe is gone
+
+
+def test_another_hosts_run_stays_live_when_this_hosts_clock_jumps_ahead(project, monkeypatch):
+    """This host's clock stepped an hour ahead (NTP, a VM restored): another host's run that beats
+    still was lost at once."""
+    now = time.time()
+    run = _another_hosts_run(project, beat=now, written=now)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert _states(project) == {run.id: "running"}
+
+
+def test_another_hosts_run_with_a_stale_heartbeat_says_its_age_on_the_store_clock(project):
+    """fslab show's stale heartbeat of a run whose host is 10 minutes behind said 630 s, not 30."""
+    now = time.time()
+    run = _another_hosts_run(project, beat=now - 630, written=now - 30)
+    shown = fslab_here("show", run.id, cwd=project)
+    assert shown.returncode == 0, shown.stderr
+    assert "heartbeat stale: the last one was 30 s ago (the run is lost after 120 s without one)" in shown.stdout
+
+
+def test_another_hosts_temporary_file_is_not_taken_for_a_day_old_when_this_clock_is_a_day_ahead(tmp_path,
+                                                                                             monkeypatch):
+    """A node's half-written checkpoint in a shared store was removed as untouched for 24 hours when this
+    host's clock ran a day ahead: the file's age is told on the filesystem's clock, which stamped it."""
+    being_written = tmp_path / ".last.pt.4242@node-b.tmp"
+    being_written.write_bytes(b"half")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 2 * 24 * 3600)
+    files.remove_orphaned_temporaries(tmp_path)
+    assert being_written.exists()
+    day_old = real() - 25 * 3600
+    os.utime(being_written, (day_old, day_old))
+    files.remove_orphaned_temporaries(tmp_path)
+    assert not being_written.exists()  # untouched for a day on the filesystem's clock: its node is gone
