@@ -10,6 +10,7 @@ import pytest
 
 from fslab.core import files
 from fslab.core.runstore import create_run
+from fslab.core.summary import RunSummary, add_event, eta
 from tests.runs_helpers import fslab_here
 
 
@@ -80,3 +81,34 @@ def test_another_hosts_temporary_file_is_not_taken_for_a_day_old_when_this_clock
     os.utime(being_written, (day_old, day_old))
     files.remove_orphaned_temporaries(tmp_path)
     assert not being_written.exists()  # untouched for a day on the filesystem's clock: its node is gone
+
+
+def test_the_eta_starts_again_after_the_clock_is_set_back():
+    """A clock set back an hour as a run trained left it without an ETA until the clock had caught up
+    again (an hour): the rate is measured again from the first step logged after the jump."""
+    summary = RunSummary(id="r", state="running")
+    add_event(summary, {"event": "start", "epochs": 1, "total_steps": 100, "time": 1000.0})
+    for step, at in ((10, 1000.0), (20, 1010.0), (30, 1020.0 - 3600), (40, 1030.0 - 3600)):
+        add_event(summary, {"event": "train", "step": step, "epoch": 1, "loss": 1.0, "time": at})
+    assert eta(summary, 1030.0 - 3600) == pytest.approx(60.0)  # 60 steps left at 1 step a second
+    assert eta(summary, 1040.0 - 3600) == pytest.approx(50.0)
+
+
+def test_a_run_that_ended_before_it_started_by_its_clock_is_no_measure_of_gpu_hours(registry, tmp_path):
+    """A GPU run whose host's clock was set back an hour as it trained measured minus 30 minutes an
+    epoch, and a study's GPU-hours came out negative."""
+    from fslab.core.studies import parse_study
+    from fslab.core.study_plan import resolve_study
+    from fslab.execution.studies import gpu_hours, queue_study
+    from tests.test_studies import finish, runs_of, store, tiny
+
+    study = parse_study(tiny(), "tiny.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "paper", settings=config, registry=registry)
+    run = runs_of(outcome, config.runs_dir, "nca")[0]
+    finish(run, {1: [0.5], 5: [0.5]})
+    run.write_status(started=10_000.0, ended=10_000.0 + 1800.0 - 3600.0)  # its 30 minutes, less the hour set back
+    with open(run.metrics_path, "a") as log:
+        log.write(json.dumps({"event": "start", "device": "cuda:0", "epochs": 1}) + "\n")
+    estimate = gpu_hours(resolve_study(study, "paper", settings=config, registry=registry), config.runs_dir)
+    assert estimate["hours"] is None and estimate["measured_runs"] == []

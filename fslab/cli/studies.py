@@ -172,7 +172,8 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     share one run, and the title says so ("5 runs for 10 places").
 
     GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
-    epochs aside); without any, the estimate is left out, never guessed. The costs the study file
+    epochs aside), never resumed, and not ended before they started by their host's clock (set back as they
+    trained); without any, the estimate is left out, never guessed. The costs the study file
     records (its cost tables: the paper scale's GPU-hours measured on a named GPU) are shown beside it.
     """
     from fslab.core.assignments import assignment

@@ -252,8 +252,9 @@ def _fold(summary: RunSummary, event: dict) -> None:
     """Fold an event that :func:`fslab.core.schemas.event` accepted."""
     kind = event["event"]
     if kind == "train":
-        if summary.first_train is None:
-            summary.first_train = (_real(event.get("time")), event["step"])
+        at, last = _real(event.get("time")), summary.last_train_time
+        if summary.first_train is None or (at is not None and last is not None and at < last):
+            summary.first_train = (at, event["step"])  # a clock set back: the ETA's rate is measured again from here
         summary.step, summary.epoch, summary.loss = event["step"], event["epoch"], float(event["loss"])
         summary.positives, summary.negatives = _whole(event.get("positives")), _whole(event.get("negatives"))
         summary.last_train_time = _real(event.get("time"))

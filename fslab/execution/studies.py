@@ -250,7 +250,8 @@ def gpu_hours(resolved: list[tuple[PlannedRun, dict]], runs_dir) -> dict:
     measured here: completed runs in the store that trained on a GPU with the
     same settings but for the seed and the number of epochs, never resumed. Each planned run
     with such a match costs the matches' mean wall time per epoch × its epochs
-    × its GPUs; runs without one are counted, not guessed."""
+    × its GPUs; runs without one are counted, not guessed, as are runs that ended before they
+    started by their host's clock (set back as they trained): no measure either."""
     per_epoch: dict[str, list[float]] = {}
     sources = set()
     for key, runs in existing_runs(runs_dir, timing_key).items():
@@ -281,5 +282,5 @@ def _gpu_seconds_per_epoch(run: Run) -> float | None:
     starts = run.events_of("start")
     if not starts or not str(starts[-1].get("device", "")).startswith("cuda"):
         return None
-    epochs = run.config()["train"]["epochs"]
-    return (status["ended"] - status["started"]) / epochs
+    span = status["ended"] - status["started"]  # each on the clock of the run's host, which may have been set back
+    return span / run.config()["train"]["epochs"] if span > 0 else None
