@@ -1011,6 +1011,7 @@ def test_show_names_a_pid_only_for_a_worker_that_lives_or_died_unrecorded(projec
     done.write_status(state="completed", pid=4_000_000, host="elsewhere", ended=time.time())
     lost = create_run(project / "runs", "nca", {"method": "nca", "seed": 1})
     lost.write_status(state="running", pid=4_000_001, host="elsewhere", heartbeat=time.time() - 3600)
+    os.utime(lost.path / "status.json", (time.time() - 3600,) * 2)  # unwritten since: its host's worker is gone
     for run, state, pid in ((done, "completed", None), (lost, "lost", 4_000_001)):
         shown = fslab_here("show", run.id, cwd=project)
         assert shown.returncode == 0 and f"  {state}  " in shown.stdout.splitlines()[0], shown.stdout
