@@ -112,3 +112,36 @@ def test_a_run_that_ended_before_it_started_by_its_clock_is_no_measure_of_gpu_ho
         log.write(json.dumps({"event": "start", "device": "cuda:0", "epochs": 1}) + "\n")
     estimate = gpu_hours(resolve_study(study, "paper", settings=config, registry=registry), config.runs_dir)
     assert estimate["hours"] is None and estimate["measured_runs"] == []
+
+
+def test_a_stop_waits_out_its_grace_on_the_monotonic_clock_whatever_the_time_of_day_does(project, monkeypatch):
+    """fslab stop gave a worker that ignores SIGTERM its grace by the time of day: a clock set back as it
+    waited (here one second back at every look) kept it waiting as long as the clock had gone back, the
+    SIGKILL never sent."""
+    import itertools
+    import subprocess
+    import sys
+    import threading
+
+    from fslab.core.states import HOST
+    from fslab.execution.local import signal_worker
+
+    deaf = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                             "signal.SIG_IGN); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        deaf.stdout.readline()  # SIGTERM is ignored from here on
+        run = create_run(project / "runs", "nca", {"method": "nca"})
+        run.write_status(state="running", host=HOST, pid=deaf.pid, heartbeat=time.time())
+        going_back = itertools.count(time.time(), -1.0)
+        monkeypatch.setattr(time, "time", lambda: next(going_back))
+        stopped = []
+        stopping = threading.Thread(target=lambda: stopped.append(signal_worker(run, deaf.pid, grace=0.2)),
+                                    daemon=True)
+        stopping.start()
+        stopping.join(10)
+        monkeypatch.undo()
+        assert stopped == ["killed"] and deaf.wait(5) == -9
+        assert run.status()["error"] == "did not stop within the grace period; killed"
+    finally:
+        deaf.kill()
+        deaf.wait()

@@ -86,7 +86,7 @@ def test_one_squeue_listing_serves_every_run_for_a_few_seconds(tmp_path, squeue)
     states = [observed_state(tmp_path, waiting(job)) for job in ("1", "2", "3") * 20]
     assert states == ["queued", "lost", "lost"] * 20
     assert len(squeue.calls()) == 1
-    slurm_queue._listing = (time.time() - slurm_queue.LISTING_TTL_S - 1, slurm_queue._listing[1])
+    slurm_queue._listing = (time.monotonic() - slurm_queue.LISTING_TTL_S - 1, slurm_queue._listing[1])
     assert observed_state(tmp_path, waiting("1")) == "queued" and len(squeue.calls()) == 2
 
 

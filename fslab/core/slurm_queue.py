@@ -35,7 +35,7 @@ GRACE_S = 30.0  # after a submission or a requeue, a job is given this long befo
 LISTING_TTL_S = 10.0  # one squeue listing serves every run asked about within this long
 SQUEUE_TIMEOUT_S = 10.0
 
-_listing: tuple[float, dict[str, str] | None] | None = None  # (when asked, job id -> state) of this user's jobs
+_listing: tuple[float, dict[str, str] | None] | None = None  # (time.monotonic() when asked, job id -> state)
 
 
 def user() -> str | None:
@@ -77,7 +77,7 @@ def _jobs_of_user() -> dict[str, str] | None:
     old enough to be asked about was submitted); None if squeue is not here or
     does not answer."""
     global _listing
-    now = time.time()
+    now = time.monotonic()  # its age: never the time of day, which may be set back
     if _listing is not None and now - _listing[0] < LISTING_TTL_S:
         return _listing[1]
     _listing = (now, _ask_squeue())

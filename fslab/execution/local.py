@@ -89,8 +89,8 @@ def reap(process: subprocess.Popen) -> int:
 
 def wait_for_pid(run: Run, timeout: float = 10.0) -> int | None:
     """The worker's pid once it has marked the run running (or ended)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         status = run.status()
         if status.get("pid") or status.get("state") in ENDED:
             return status.get("pid")
@@ -171,8 +171,8 @@ def signal_worker(run: Run, pid: int, grace: float = 30.0) -> str:
     except ProcessLookupError:
         return run.state()
     _signal_all([pid, *child_pids(pid)], signal.SIGCONT)
-    deadline = time.time() + grace
-    while time.time() < deadline and pid_alive(pid):  # until it exits: a resume may follow at once
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and pid_alive(pid):  # until it exits: a resume may follow at once
         time.sleep(0.05)
     if run.status().get("state") not in ENDED:  # unended checked again under the status lock, then written
         if pid_alive(pid):
@@ -198,8 +198,8 @@ def ask_worker(run: Run, grace: float = 30.0) -> str:
     reads at its next heartbeat (it then stops as on SIGTERM), and wait up to
     ``grace`` seconds for the run to end. Nothing is signalled here."""
     request_stop(run.path)
-    deadline = time.time() + grace
-    while time.time() < deadline:
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
         state = run.state()
         if state not in LIVE:
             return state

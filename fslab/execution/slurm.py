@@ -205,8 +205,8 @@ def cancel(run: Run, grace: float = 30.0) -> str:
     status = run.status()
     job_id = status.get("slurm_job_id")
     cancel_job(run, status)
-    deadline = time.time() + grace
-    while time.time() < deadline:
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
         status = run.status()
         if status.get("state") in ENDED:
             return status["state"]
