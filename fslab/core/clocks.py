@@ -5,7 +5,7 @@ host's clock's. Machines that share one runs folder (NFS) may keep clocks second
 and a clock may jump (an NTP step, a VM restored from a snapshot). So a reader never compares
 another host's written times with its own clock: the filesystem stamps ``status.json`` with its own
 clock as it is written, and this host reads that clock's present from a file it makes there itself
-(:func:`fslab.core.files.filesystem_now`). The status's latest time against its stamp gives the
+(:func:`fslab.core.files.filesystem_now`). The status's last written time against its stamp gives the
 writer's clock against the filesystem's, and the filesystem's present against this host's gives the
 rest: :func:`clock_ahead`. A heartbeat's age, an ETA and an elapsed time of another host's live run
 are then measured on the clock its times were written with (this host's present plus the

@@ -120,19 +120,27 @@ def process_gone(pid: int, host: str | None, path: Path) -> bool:
 
 
 # How often :func:`filesystem_now` makes a file again to read the filesystem's clock: in between, this
-# host's monotonic clock carries it forward (it never jumps, whatever is done to the time of day).
+# host's steady clock carries it forward (it never jumps, whatever is done to the time of day).
 CLOCK_PROBE_EVERY_S = 60.0
-_FS_CLOCKS: dict[str, tuple[float | None, float]] = {}  # folder -> (its clock at the probe, time.monotonic() then)
+_FS_CLOCKS: dict[str, tuple[float | None, float]] = {}  # folder -> (its clock at the probe, _steady() then)
+
+
+def _steady() -> float:
+    """Seconds on a clock that never jumps and, where the system has one (Linux's ``CLOCK_BOOTTIME``),
+    goes on while the machine is suspended, as the filesystem's clock does; elsewhere :func:`time.monotonic`."""
+    boot = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boot) if boot is not None else time.monotonic()
 
 
 def filesystem_now(folder: str | Path) -> float | None:
     """The present on the clock that stamps the files of ``folder`` (a file server's, for a store shared over
     NFS; this host's, for a local disk), as the time of day: the modification time of a file made there
-    (hidden, named as a :func:`temporary_path`, removed at once), carried forward by :func:`time.monotonic`
-    and read again every :data:`CLOCK_PROBE_EVERY_S`. Files of other hosts are compared with it, never
-    with this host's clock, which may be minutes off theirs or jump. None where no file can be made there
-    (a read-only store, another user's folder): the caller then has only this host's clock."""
-    key, moment = os.fspath(folder), time.monotonic()
+    (hidden, named as a :func:`temporary_path`, removed at once), carried forward by this host's steady
+    clock (:func:`_steady`) and read again every :data:`CLOCK_PROBE_EVERY_S`. Files of other hosts are
+    compared with it, never with this host's clock, which may be minutes off theirs or jump. None where no
+    file can be made there (a read-only store, another user's folder): the caller then has only this host's
+    clock."""
+    key, moment = os.fspath(folder), _steady()
     seen = _FS_CLOCKS.get(key)
     if seen is None or moment - seen[1] > CLOCK_PROBE_EVERY_S:
         seen = _FS_CLOCKS[key] = (_stamp_of_new_file(Path(key)), moment)
