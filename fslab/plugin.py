@@ -72,7 +72,9 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #       with the fields of its kind), for a sink that replays what a run logged before a resume.
 # 1.17: one_at_a_time(path, waiting): work one process does at a time (a decode into a shared cache),
 #       its lock file naming the holder's pid and host, which a second process's waiting line names.
-API_VERSION = "1.17"
+# 1.18: a sink class's optional reopen(run, **params): its record of a finished run reopened, to which
+#       fslab eval adds its new events (the sink's write and close), or None (the whole run replayed then).
+API_VERSION = "1.18"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",
@@ -222,7 +224,16 @@ class Sink(Protocol):
     feeds it from a thread, drops events (with a warning) if it falls behind,
     and reports what it raises once to ``stderr.log``. ``fslab export`` feeds
     the same class a finished run's events with ``run.replay`` true; exporting
-    a run again must replace what an earlier export wrote, not add to it."""
+    a run again must replace what an earlier export wrote, not add to it.
+
+    Optional (1.18): a class method ``reopen(run, **params)`` (the constructor's parameters), which
+    ``fslab eval`` calls to send a finished run's new events alone (``run.replay`` true, ``run.state``
+    its end state): it returns an object with ``write`` and ``close`` that adds them to the record the
+    sink already holds of the run, on the steps an export of the whole run would place them at, so
+    that the record then holds what such an export would; or None where it holds no record to add to
+    (fslab then replays the whole run, as it does for a sink without ``reopen``, one whose record was
+    recorded as lacking part of the run, or a lost run's). An addition cut short (``run.cut_short`` at
+    ``close()``) leaves the record as it was."""
 
     def write(self, event: dict) -> None: ...
 

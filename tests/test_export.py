@@ -11,6 +11,8 @@ import shutil
 
 import pytest
 
+from fslab.core.sinks import failures
+
 from .conftest import BUILTIN_PLUGINS
 from .runs_helpers import TINY, events, fslab, fslab_here
 
@@ -440,6 +442,9 @@ def test_a_value_of_fslab_toml_that_cannot_be_used_is_named_as_fslab_toml_s(stor
         assert out.returncode == 0 and out.stderr == (f"warning: {said}; the scores are saved; send the scores later "
                                                       f"with: fslab export {copy.name} --to tensorboard\n")
         assert not (copy / "tb").exists()
+        # the sink lacks the new scores: fslab show names the export that sends them, the next fslab eval sends the run
+        assert {name: (f["failed"], f["error"]) for name, f in failures(copy).items()} == {
+            "tensorboard": ("to take fslab eval's scores", said)}
     finally:
         (project / "fslab.toml").unlink(missing_ok=True)
         shutil.rmtree(copy)
@@ -473,7 +478,11 @@ def test_fslab_eval_goes_on_past_a_sink_whose_server_does_not_answer(store):
         for copy, again in zip(copies, ("", " (not tried again)")):
             assert (f"{said}{again}; the scores are saved; send the scores later with: fslab export {copy.name} "
                     f"--to mlflow") in lines
-            assert any(line.startswith(f"{copy.name}: sent again to tensorboard") for line in lines)
+            # added to the copied record where an earlier test exported the run to TensorBoard, else the whole run
+            assert any(line.startswith((f"{copy.name}: sent again to tensorboard",
+                                        f"{copy.name}: the new scores added to tensorboard's")) for line in lines)
+            assert {name: (f["failed"], f["error"]) for name, f in failures(copy).items()} == {  # tried or not
+                "mlflow": ("to take fslab eval's scores", said.removeprefix("warning: sink 'mlflow' failed: "))}
             assert "eval/test/5way_1shot/centroid/5q_20ep/accuracy" in _board(copy / "tb").Tags()["scalars"]
             assert [p.name for p in (copy / "evaluations").glob("*-20ep-*")]
     finally:

@@ -35,7 +35,8 @@ def test_the_api_exports_what_it_declares():
     # 1.10 listing(..., distinct=True); 1.11 an evaluator's training_loss; 1.12 one_of(1, 5); 1.13 count;
     # 1.14 temporary_path and writer_gone, for a plugin caching files where nodes share them; 1.15 NotInstalled;
     # 1.16 run_events, a run's metrics.jsonl events as fslab reads them; 1.17 one_at_a_time, whose lock names its holder
-    assert api.API_VERSION == "1.17"
+    # 1.18 a sink's optional reopen(run, **params), to which fslab eval adds its new scores
+    assert api.API_VERSION == "1.18"
     assert [api.count(1, "image"), api.count(4, "image"), api.count(1, "class", "classes"),
             api.count(0, "class", "classes")] == ["1 image", "4 images", "1 class", "0 classes"]
     from fslab.core.limits import check_rule, rule_of

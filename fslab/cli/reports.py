@@ -72,8 +72,8 @@ def eval_(
              "runs named must have trained on one dataset and root.")] = None,
     precision: PrecisionOption = "auto",
     sinks: Annotated[bool, typer.Option(
-        "--sinks/--no-sinks", help="Send the run again to the sinks it was sent to as it trained (--sink, \\[run] "
-                                   "sinks), so its trackers show the new scores too.")] = True,
+        "--sinks/--no-sinks", help="Send the new scores to the sinks the run was sent to as it trained (--sink, "
+                                   "\\[run] sinks), so its trackers show them too.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Evaluate a run's last checkpoint on fixed-seed episodes (features embedded once and cached).
@@ -86,9 +86,9 @@ def eval_(
     deleted meanwhile) is left out with its reason on stderr (the command fails if every one is).
 
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
-    A run that was sent to sinks as it trained is then exported to each again (as fslab export does, replacing
-    its record), so the trackers hold the new scores; a sink that fails is a warning on stderr, the scores stay
-    saved (a server that does not answer is not tried again for the next runs). A second fslab eval of the run
+    A run sent to sinks as it trained sends each the new scores, added to its record (TensorBoard, MLflow), else
+    the whole run exported again (W&B, a record lacking part of the run); a sink that fails is a warning, the scores
+    stay saved (a server that does not answer is not tried again for the next runs). A second fslab eval of the run
     at once waits for the one embedding a split, then reads its features. A Ctrl-C (or SIGTERM) midway says how
     many runs were scored (their scores are saved); the same command again scores the rest."""
     from fslab.core.sweeps import select_runs
@@ -134,21 +134,21 @@ def _label_given(label: str) -> str:
 
 def _score_all(plans: list[tuple], named: int, data_root: Path | None, found, sinks: bool, as_json: bool,
                **kwargs) -> None:
-    """:func:`_scored`'s runs, their scores printed, each sent again to its sinks (``sinks``). A Ctrl-C
+    """:func:`_scored`'s runs, their scores printed, and sent to each run's sinks (``sinks``). A Ctrl-C
     (or a SIGTERM) midway is one line on stderr saying which runs were scored and saved, and how to go on,
     exit code 130 (143): it ended the command with no word, or killed it outright."""
     from fslab.cli.launch import sigterm_as_interrupt
 
-    out_of_reach: dict[str, str] = {}  # sinks whose server did not answer, or whose store is read-only
+    out_of_reach: dict[str, FslabError] = {}  # sinks whose server did not answer, or whose store is read-only
     done: list[str] = []
     try:
         with sigterm_as_interrupt():
-            for run_, results, options in _scored(plans, named, data_root, **kwargs):
+            for run_, results, options, added in _scored(plans, named, data_root, **kwargs):
                 done.append(run_.id)
                 for result in results:
                     _print_score(run_, result, kwargs["split"], options["ways"], as_json)
                 if sinks:
-                    _send_to_sinks(found, run_, out_of_reach)
+                    _send_to_sinks(found, run_, added, out_of_reach)
     except KeyboardInterrupt as interrupt:
         saved = (f"the scores of {count(len(done), 'run')} printed above are saved" if done else
                  "the scores printed above, if any, are saved")
@@ -159,22 +159,24 @@ def _score_all(plans: list[tuple], named: int, data_root: Path | None, found, si
 
 
 def _scored(plans: list[tuple], named: int, data_root: Path | None, **kwargs):
-    """Each plan's run with its results, evaluated in turn; where several runs are named, one whose
+    """Each plan's run with its results, its options and the events its evaluation logged, evaluated in
+    turn; where several runs are named, one whose
     evaluation is refused (knn's k above the support points of its episodes), or whose folder is deleted
     before or while it is scored, is left out in a line on stderr, and none scored at all is a UsageError."""
     from fslab.training.run_eval import evaluate_run
 
     scored = 0
     for run_, cfg, options in plans:
+        added: list[dict] = []
         try:
-            results = _evaluate(evaluate_run, run_, cfg, data_root, **kwargs, **options)
+            results = _evaluate(evaluate_run, run_, cfg, data_root, **kwargs, **options, logged=added)
         except FslabError as exc:  # refused (a UsageError), or the run deleted meanwhile
             if named == 1 or (not isinstance(exc, UsageError) and run_.path.is_dir()):
                 raise
             err_console.print(shown(f"left out: {_naming(run_, exc)}"), highlight=False)
             continue
         scored += 1
-        yield run_, results, options
+        yield run_, results, options, added
     if not scored:
         raise UsageError(f"none of the {named} runs named can be evaluated (each is said above)")
 
@@ -297,31 +299,44 @@ def _own_evaluator(found, run_id: str, name: str) -> str:
     return name
 
 
-def _send_to_sinks(found, run_, out_of_reach: dict[str, str]) -> None:
-    """Export ``run_`` again to each sink its configuration names, so a tracker shows what
-    ``fslab eval`` just saved; each outcome is one line on stderr, and a failure is a warning:
-    the evaluation is saved either way, and ``fslab export`` sends it later. A sink whose server
-    did not answer (10 s each time) or whose store is read-only is not tried again for the next
-    runs (``out_of_reach``: its line, by the sink's name), where no run would fare better."""
+def _send_to_sinks(found, run_, added: list[dict], out_of_reach: dict[str, FslabError]) -> None:
+    """Send the events ``added`` (the new scores) to each sink the configuration of ``run_`` names,
+    so a tracker shows what ``fslab eval`` just saved: added to the sink's record where it can add
+    to it, else the whole run exported again (:func:`fslab.execution.export.export_run`). Each outcome
+    is one line on stderr, and a failure is a warning: the evaluation is saved either way, and
+    ``fslab export`` sends it later (fslab show says so). A sink whose server did not answer (10 s
+    each time) or whose store is read-only is not tried again for the next runs (``out_of_reach``:
+    its error, by the sink's name), where no run would fare better."""
     from fslab.core.keys import SINKS
-    from fslab.execution.export import SinkCannotWrite, SinkUnreachable, checked_layers, export_run
+    from fslab.execution.export import SinkCannotWrite, SinkUnreachable, checked_layers, export_run, missed
 
     names = run_.config().get(SINKS) or {}
     for name in names if isinstance(names, dict) else ():
         later = f"send the scores later with: fslab export {run_.id} --to {name}"
         if name in out_of_reach:
-            err_console.print(f"warning: {out_of_reach[name]} (not tried again); the scores are saved; {later}",
-                              highlight=False)
+            missed(run_, name, added, out_of_reach[name])
+            err_console.print(f"warning: {shown(str(out_of_reach[name]))} (not tried again); the scores are saved; "
+                              f"{later}", highlight=False)
             continue
         try:
-            done = export_run(found, run_, name, checked_layers(found, settings(), name, {}))
+            done = export_run(found, run_, name, checked_layers(found, settings(), name, {}), added)
         except FslabError as exc:  # the sink's package missing, the tracker failing or unreachable, the run running
+            missed(run_, name, added, exc)
             if isinstance(exc, (SinkUnreachable, SinkCannotWrite)):
-                out_of_reach[name] = shown(str(exc))
+                out_of_reach[name] = exc
             err_console.print(f"warning: {shown(str(exc))}; the scores are saved; {later}", highlight=False)
             continue
-        err_console.print(f"{run_.id}: sent again to {name} with the new scores ({done['events']} events)",
-                          highlight=False)
+        err_console.print(_sent_line(run_.id, name, done), highlight=False)
+
+
+def _sent_line(run_id: str, name: str, done: dict) -> str:
+    """What fslab eval says of a sink it sent a run's new scores to (``done``: what was exported)."""
+    if not done["added"]:
+        return f"{run_id}: sent again to {name} with the new scores ({done['events']} events)"
+    if not done["events"]:  # every new score of another precision than the run's: none is sent
+        return (f"{run_id}: nothing sent to {name}: the new scores, of the network in another precision than the "
+                f"run's, stay in its folder")
+    return f"{run_id}: the new scores added to {name}'s record of the run ({count(done['events'], 'event')})"
 
 
 def _evaluator_params(assignments: list[str], found, name: str) -> dict:

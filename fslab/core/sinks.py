@@ -22,7 +22,11 @@ reads, until ``fslab export`` (or ``fslab eval``) has sent it the whole run:
 
 ``fslab export`` replays a finished run through the same sinks without a
 thread (:func:`replay`): there nothing is dropped, and an error is the
-command's own.
+command's own. ``fslab eval`` adds its new events to a sink's record of the run
+where the sink can reopen it (its class's ``reopen``) and it is whole (no
+failure recorded for it): :func:`add`; else it replays the whole run too. A sink
+that did not take them is recorded as failed then (:func:`record_missed`): it
+lacks them, so the next ``fslab eval`` sends it the whole run.
 """
 
 from __future__ import annotations
@@ -79,6 +83,16 @@ def record_failure(run_path: Path, name: str, failure: dict) -> None:
             pass
 
 
+MISSED = "to take fslab eval's scores"  # the failure of a sink that lacks what fslab eval added to the run
+
+
+def record_missed(run_path: Path, name: str, error: str) -> None:
+    """The sink ``name`` did not take the scores ``fslab eval`` added to the run (``error`` says why):
+    kept as a failure, which ``fslab show`` names, and which has the next ``fslab eval`` send it the whole
+    run rather than add to a record that lacks them."""
+    record_failure(run_path, name, {"failed": MISSED, "error": error, "time": time.time()})
+
+
 def caught_up(run_path: Path, name: str) -> None:
     """The sink ``name`` has been sent the whole run (``fslab export``): its failure record goes (the
     file with it, where it was the last). A folder that cannot be written (a read-only copy of a store)
@@ -107,7 +121,7 @@ def failure_line(run_id: str, name: str, failure: dict, state: str, error_room: 
     if error_room is not None and len(error) > error_room:
         error = error[:max(0, error_room - 1)] + "…"
     lacks = {"to start": "it has nothing of the run", "to keep up": "it has the run without those events",
-             "to finish": "it lacks what it had not written by then"}.get(
+             "to finish": "it lacks what it had not written by then", MISSED: "it lacks those scores"}.get(
         failure["failed"], "it has nothing of the run after that")
     then = "once the run has ended, " if state in LIVE else ""
     return (f"sink '{name}' failed {failure['failed']}{f' at {at}' if at else ''}: {error}; {lacks}: "
@@ -246,7 +260,24 @@ def replay(registry, name: str, run: SinkRun, params: dict, events: Iterable[dic
     """Write ``events`` (a finished run's; ``run.state`` its final state) to a
     new sink ``name``, in order, and close it; returns how many were written.
     Errors are the caller's."""
-    sink = build_sink(registry, name, run, params)
+    return _written(build_sink(registry, name, run, params), run, events)
+
+
+def add(registry, name: str, run: SinkRun, params: dict, events: list[dict]) -> int | None:
+    """Write ``events``, which the log of the finished ``run`` ends with (``fslab eval``'s), to the record
+    the sink ``name`` holds of it, reopened by its class's ``reopen(run, **params)``, and close it; returns
+    how many were written. None, with nothing written, where it cannot add to it: the sink has no
+    ``reopen``, it finds no record to add to, or the record lacks part of the run (a failure is recorded
+    for it: :func:`failures`); the caller then replays the whole run. Errors are the caller's."""
+    if name in failures(run.path):
+        return None
+    reopen = getattr(registry.get("sink", name).resolve(), "reopen", None)
+    sink = reopen(run, **params) if callable(reopen) else None
+    return None if sink is None else _written(sink, run, events)
+
+
+def _written(sink, run: SinkRun, events: Iterable[dict]) -> int:
+    """``events`` written to ``sink`` in order, then closed; how many were written."""
     count = 0
     try:
         for event in events:

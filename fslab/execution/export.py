@@ -7,7 +7,9 @@ that this is a replay (``SinkRun.replay``) and how the run ended
 or the live run wrote for that run, so exporting twice never leaves two copies.
 Its parameters are, lowest first: what the run's own configuration gave that
 sink, the ``[run.sinks.NAME]`` table of ``fslab.toml``, and the command's
-``--set KEY=VALUE``.
+``--set KEY=VALUE``. ``fslab eval`` sends its new events alone to a sink that
+can add them to its whole record of the run (:func:`fslab.core.sinks.add`), and
+the whole run to any other; one that takes none is recorded as lacking them (:func:`missed`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from fslab.core.flocks import one_at_a_time
 from fslab.core.keys import SINKS
 from fslab.core.plugin_params import sink_params
 from fslab.core.runstore import Run, safe_name
-from fslab.core.sinks import caught_up, replay
-from fslab.core.states import LIVE, UNREADABLE, unknown_state
+from fslab.core.sinks import add, caught_up, record_missed, replay
+from fslab.core.states import ENDED, LIVE, UNREADABLE, unknown_state
 from fslab.core.types import SinkRun
 
 
@@ -84,8 +86,10 @@ def checked_layers(registry, settings, sink: str, command: dict, given_as: dict 
     return layers
 
 
-def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
-    """Replay ``run`` into ``sink``; returns what was exported. A run still
+def export_run(registry, run: Run, sink: str, layers: list[dict], added: list[dict] | None = None) -> dict:
+    """Replay ``run`` into ``sink``; returns what was exported. ``added``: the new events ``fslab eval``
+    logged, sent alone where the sink can add them to its whole record of the run (the whole run replayed
+    where it cannot), and what was exported then says whether they were (``added``). A run still
     queued or running, one whose status or configuration cannot be read (an
     unreadable status cannot tell whether the run ended, nor how) and one that
     logged no event are a UsageError (one line), and the sink is not touched;
@@ -125,22 +129,58 @@ def export_run(registry, run: Run, sink: str, layers: list[dict]) -> dict:
                          f"({exc}); nothing to export (fslab export's --set KEY=VALUE gives a parameter over the "
                          f"run's)") from None
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
+    count, whole = _send(registry, run, sink, target, params, events, added)
+    done = {"run": run.id, "sink": sink, "state": state, "events": count}  # fslab export --json's record
+    return done if added is None else {**done, "added": not whole}
+
+
+def _send(registry, run: Run, sink: str, target: SinkRun, params: dict, events: list[dict],
+          added: list[dict] | None) -> tuple[int, bool]:
+    """``added`` (None: none) added to the sink's record of the run where it can add them, else the whole
+    run's ``events`` replayed into it; how many events it was sent, and whether they were the whole run.
+    The sink's errors as :func:`export_run` says them."""
     try:
         with exporting(run, sink):
-            # scores of the network run in another precision than the run's (fslab eval --precision) would
-            # replace its own under the same metric in the tracker: they stay in the run's folder only
-            count = replay(registry, sink, target, params, [e for e in events if not other_precision(e)])
+            # a lost run's worker died with its sinks unclosed: their records may lack its last events
+            count = None if added is None or target.state not in ENDED else add(
+                registry, sink, target, params, sent(added))
+            if count is not None:
+                return count, False
+            count = replay(registry, sink, target, params, sent(events))
             caught_up(run.path, sink)  # sent the whole run: what it missed as the run trained is there now
+            return count, True
     except ImportError as exc:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
     except ConnectionError as exc:  # its server is down or unreachable: so for every run
-        raise SinkUnreachable(f"sink '{sink}' failed: {' '.join(str(exc).split())[:300]}") from None
+        reason = " ".join(str(exc).split())[:300]
+        raise _because(SinkUnreachable(f"sink '{sink}' failed: {reason}"), reason) from None
     except Exception as exc:  # the tracker's own error (a server down, a store it refuses): this run's line
         if isinstance(exc, OSError) and exc.errno == errno.EROFS:
             raise SinkCannotWrite(read_only(registry, sink, exc)) from None
         text = exception_line(exc)
-        raise SinkFailed(f"{run.id}: {registry.get('sink', sink).named} failed: {text}") from None
-    return {"run": run.id, "sink": sink, "state": state, "events": count}
+        raise _because(SinkFailed(f"{run.id}: {registry.get('sink', sink).named} failed: {text}"), text) from None
+
+
+def _because(error: FslabError, reason: str) -> FslabError:
+    """``error``, which also keeps the sink's own error as its ``reason`` (the line names the run and
+    the sink around it): what the run's sink_failures.json records of it (:func:`missed`)."""
+    error.reason = reason
+    return error
+
+
+def sent(events: list[dict]) -> list[dict]:
+    """The events a sink is sent: scores of the network run in another precision than the run's (fslab eval
+    --precision) would replace its own under the same metric in the tracker, so they stay in the run's folder."""
+    return [e for e in events if not other_precision(e)]
+
+
+def missed(run: Run, sink: str, added: list[dict], error: Exception | str) -> None:
+    """``sink`` did not take ``fslab eval``'s new events ``added`` (``error``: why; an exception raised
+    by :func:`export_run` is recorded by the sink's own error, its ``reason``): recorded as lacking them
+    (:func:`fslab.core.sinks.record_missed`) where any would have been sent, so that the next ``fslab eval``
+    replays the whole run into it and ``fslab show`` names the export that catches it up."""
+    if sent(added) and run.path.is_dir():
+        record_missed(run.path, sink, error if isinstance(error, str) else getattr(error, "reason", str(error)))
 
 
 def _wait_for_its_worker(run: Run, poll: float = 0.05) -> bool:

@@ -250,7 +250,8 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
 
 def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: int, episodes: int | None = None,
                  evaluator: str | None = None, params: dict | None = None, device: str | None = None,
-                 data_root: str | None = None, precision: str | None = None) -> list[dict]:
+                 data_root: str | None = None, precision: str | None = None,
+                 logged: list[dict] | None = None) -> list[dict]:
     """Evaluate the run's last checkpoint; returns one result per episode shape
     (per number of shots, or the evaluator's own fixed shape).
 
@@ -259,7 +260,8 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     evaluator's ``default_episodes`` for a slow model-aware one. ``data_root``: where
     the run's dataset lies now, if it moved since the run trained. ``precision``
     (fp32, bf16 or fp16; None or auto: the run's own) embeds the features in another
-    precision than the run's: the same episodes, scored and saved beside its own.
+    precision than the run's: the same episodes, scored and saved beside its own. ``logged``: a list each
+    event appended to the run's ``metrics.jsonl`` is added to, as written (what its sinks are sent).
     """
     check_evaluable(run)
     config = run.config()
@@ -288,7 +290,8 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
                      precision=checkpoint.numerics.eval_precision if not needs_model
                      else "fp32",  # finetune runs its copy of the network in float32 whatever eval.precision says
                      run_precision=None if needs_model else checkpoint.other_precision)
-    return evaluate_and_record(EventLog(run, echo=False), classify, recorded_evaluator(section), inputs, chosen,
+    log = EventLog(run, echo=False, listeners=[logged.append] if logged is not None else ())
+    return evaluate_and_record(log, classify, recorded_evaluator(section), inputs, chosen,
                                save=True, source="fslab eval", named=registry.get("evaluator", name).named)
 
 

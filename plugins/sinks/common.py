@@ -136,6 +136,19 @@ def logged_before(run_path, kind: str) -> list[dict]:
     return logged[:last]
 
 
+def axis_before(run_path, added: list[dict]) -> StepAxis:
+    """The step axis as it stands where ``added`` (events the run's log ends with: ``fslab eval``'s) were
+    logged, for a sink that adds them to its record (a sink's ``reopen``): every event logged before the
+    first of them placed on it, as an export of the whole run places them on its way there. Where the
+    log does not hold them (changed meanwhile), every event it holds."""
+    logged = run_events(run_path)
+    first = next((i for i, e in enumerate(logged) if added and e == added[0]), len(logged))
+    axis = StepAxis()
+    for event in logged[:first]:
+        axis.place(event)
+    return axis
+
+
 def logged_at(logged: list[dict], step: int) -> list[dict]:
     """The train and eval events of ``logged`` that :class:`StepAxis` places at ``step``."""
     axis = StepAxis()

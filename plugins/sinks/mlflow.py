@@ -17,7 +17,9 @@ keeps its file store in maintenance mode and refuses it unless
 ``MLFLOW_ALLOW_FILE_STORE`` is set: the sink sets it for its own process when
 the URI is a file store. ``fslab export`` writes a new MLflow run and, once it
 is whole, deletes the one an earlier export or the live run left for the same
-fslab run (an export that fails midway deletes its own instead).
+fslab run (an export that fails midway deletes its own instead). ``fslab eval``'s
+scores are logged into the MLflow run the fslab run already has (:meth:`MLflowSink.reopen`),
+where there is one, ended as the fslab run ended.
 Needs ``pip install 'fslab[mlflow]'``.
 """
 
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from fslab_plugins.sinks.common import (
     StepAxis,
+    axis_before,
     eval_prefix,
     eval_values,
     installed,
@@ -82,10 +85,11 @@ _EXPORTED: dict[tuple[str, str], dict[str, list[str]]] = {}
 
 def exported(client, uri: str, experiment: str) -> dict[str, list[str]]:
     """The MLflow runs of ``experiment`` by their ``fslab.run_id`` tag, searched
-    once per process and kept up to date by the sinks that replay runs into it
-    (``fslab export``). A file store reads every run of the experiment for each
-    search, so searching for each exported run took a store of 400 runs 8
-    minutes on a 2-core machine. A live run (or its resume) asks the store."""
+    once per process, kept up to date by the sinks that replay runs into it
+    (``fslab export``) and read by those adding to one (``fslab eval``). A file
+    store reads every run of the experiment for each search, so searching for
+    each exported run took a store of 400 runs 8 minutes on a 2-core machine. A
+    live run (or its resume) asks the store."""
     key = (uri, experiment)
     if key not in _EXPORTED:
         records: dict[str, list[str]] = {}
@@ -101,21 +105,59 @@ def exported(client, uri: str, experiment: str) -> dict[str, list[str]]:
     return _EXPORTED[key]
 
 
+def store(run, tracking_uri: str):
+    """The client of the tracking store ``tracking_uri`` names (the file store ``mlruns/`` beside the
+    runs folder where it names none), and its URI."""
+    uri = tracking_uri or "mlruns"
+    if ":" not in uri and uri not in NAMED_STORES:  # a folder: a relative one from beside runs/, wherever fslab ran
+        uri = project_path(uri, run).as_uri()
+    if uri.startswith("file:") or "://" not in uri:
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    need("mlflow", "mlflow", "mlflow")
+    answering(uri)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri), uri
+
+
+def metrics_of(event: dict, step: int, config: dict) -> list:
+    """The MLflow metrics of a train or eval event at ``step``, stamped with its time; none for others."""
+    from mlflow.entities import Metric
+
+    kind = event.get("event")
+    if kind == "train":
+        values = {f"train/{k}": v for k, v in train_values(event).items()}
+    elif kind == "eval":
+        prefix = eval_prefix(event, config)
+        values = {f"{prefix}/{k}": v for k, v in eval_values(event).items()}
+    else:
+        return []
+    stamp = int(float(event.get("time", 0)) * 1000)
+    return [Metric(metric_key(k), v, stamp, step) for k, v in values.items()]
+
+
 class MLflowSink:
     """One fslab run as one MLflow run (see the module)."""
 
-    def __init__(self, run, *, tracking_uri: str = "", experiment: str = "fslab") -> None:
-        uri = tracking_uri or "mlruns"
-        if ":" not in uri and uri not in NAMED_STORES:  # a folder: a relative one from beside runs/, wherever fslab ran
-            uri = project_path(uri, run).as_uri()
-        if uri.startswith("file:") or "://" not in uri:
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        need("mlflow", "mlflow", "mlflow")
-        answering(uri)
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
+    @classmethod
+    def reopen(cls, run, *, tracking_uri: str = "", experiment: str = "fslab"):
+        """The fslab run's MLflow run, to log events into (:class:`MLflowAddition`); None where there is
+        none, or more than one, or one not ended as the fslab run ended (a live sink cut off midway)."""
+        client, uri = store(run, tracking_uri)
+        found = client.get_experiment_by_name(experiment)
+        records = exported(client, uri, found.experiment_id).get(run.id, []) if found else []
+        if len(records) != 1:
+            return None
+        info = client.get_run(records[0]).info
+        if info.lifecycle_stage != "active" or info.status != STATUS.get(run.state, "FAILED"):
+            return None
+        return MLflowAddition(run, client, records[0])
 
-        self.run, self.client = run, MlflowClient(tracking_uri=uri)
+    def __init__(self, run, *, tracking_uri: str = "", experiment: str = "fslab") -> None:
+        from mlflow.entities import Param
+
+        self.client, uri = store(run, tracking_uri)
+        self.run = run
         found = self.client.get_experiment_by_name(experiment)
         self.experiment = found.experiment_id if found else self.client.create_experiment(experiment)
         tags = {f"fslab.{key}": value for key, value in run.tags().items()}
@@ -145,20 +187,9 @@ class MLflowSink:
         self.steps = StepAxis()
 
     def write(self, event: dict) -> None:
-        from mlflow.entities import Metric
-
-        kind = event.get("event")
         step = self.steps.place(event)
-        stamp = int(float(event.get("time", 0)) * 1000)
-        if kind == "train":
-            values = {f"train/{k}": v for k, v in train_values(event).items()}
-        elif kind == "eval":
-            prefix = eval_prefix(event, self.run.config)
-            values = {f"{prefix}/{k}": v for k, v in eval_values(event).items()}
-        else:
-            values = {}
-        self.pending += [Metric(metric_key(k), v, stamp, step) for k, v in values.items()]
-        if len(self.pending) >= BATCH or kind in ("eval", "checkpoint", "end"):
+        self.pending += metrics_of(event, step, self.run.config)
+        if len(self.pending) >= BATCH or event.get("event") in ("eval", "checkpoint", "end"):
             self._flush()
 
     def _flush(self) -> None:
@@ -195,6 +226,28 @@ class MLflowSink:
             self.client.delete_run(stale)
         if self.records is not None:
             self.records[self.run.id] = [self.mlflow_run]
+
+
+class MLflowAddition:
+    """New events of a finished run (``fslab eval``'s) logged into its MLflow run, on the steps an export
+    of the whole run places them at; sent together at ``close()`` (none where cut short), its status and
+    artifacts left as they were."""
+
+    def __init__(self, run, client, mlflow_run: str) -> None:
+        self.run, self.client, self.mlflow_run = run, client, mlflow_run
+        self.steps: StepAxis | None = None
+        self.pending: list = []
+
+    def write(self, event: dict) -> None:
+        if self.steps is None:
+            self.steps = axis_before(self.run.path, [event])
+        self.pending += metrics_of(event, self.steps.place(event), self.run.config)
+
+    def close(self) -> None:
+        if self.run.cut_short:
+            return
+        for i in range(0, len(self.pending), BATCH):
+            self.client.log_batch(self.mlflow_run, metrics=self.pending[i:i + BATCH])
 
 
 @hookimpl

@@ -15,7 +15,9 @@ resumed run purges what it logged after its checkpoint, as TensorBoard's
 checkpoint's own step, too), and a run queued again from step 0 its earlier
 start's: each step's numbers, and the text, are there once; ``fslab
 export`` writes the folder anew beside the earlier one, which it replaces once
-written whole (an export that fails keeps it).
+written whole (an export that fails keeps it). ``fslab eval``'s scores are added to
+a whole record (:meth:`TensorBoardSink.reopen`) as one more event file, written
+beside the folder and moved into it once closed, holding those scalars alone.
 
 Writing uses ``torch.utils.tensorboard``, which needs the ``tensorboard``
 package (``pip install 'fslab[tensorboard]'``).
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from fslab_plugins.sinks.common import (
     StepAxis,
+    axis_before,
     eval_prefix,
     eval_values,
     installed,
@@ -65,14 +68,40 @@ def quiet_writer_threads() -> None:
     threading.excepthook = hook
 
 
+def record_folder(run, log_dir: str) -> Path:
+    """The folder of the run's TensorBoard record: ``runs/<id>/tb/``, or ``LOG_DIR/<id>/``."""
+    return project_path(log_dir, run) / run.id if log_dir else Path(run.path) / "tb"
+
+
+def add_scalars(writer, event: dict, step: int, config: dict) -> str | None:
+    """The scalars of a train or eval event at ``step``; the metric of the test scores the end event
+    repeats where ``event`` is one of them (:func:`result_metric`)."""
+    if event["event"] == "train":
+        for key, value in train_values(event).items():
+            writer.add_scalar(f"train/{key}", value, step)
+        return None
+    prefix = eval_prefix(event, config)
+    for key, value in eval_values(event).items():
+        writer.add_scalar(f"{prefix}/{key}", value, step)
+    return result_metric(event, config)
+
+
 class TensorBoardSink:
     """One run's TensorBoard log (see the module)."""
+
+    @classmethod
+    def reopen(cls, run, *, log_dir: str = ""):
+        """The run's record, to add events to (:class:`TensorBoardAddition`); None where it has none."""
+        folder = record_folder(run, log_dir)
+        if not any(folder.glob("events.out.tfevents.*")):
+            return None
+        return TensorBoardAddition(run, folder)
 
     def __init__(self, run, *, log_dir: str = "") -> None:
         self.board = need("torch.utils.tensorboard", "tensorboard", "tensorboard")
         quiet_writer_threads()
         self.run = run
-        self.folder = project_path(log_dir, run) / run.id if log_dir else Path(run.path) / "tb"
+        self.folder = record_folder(run, log_dir)
         self.writing = self.folder  # an export writes beside the earlier record, which it replaces once whole
         if run.replay:
             self.writing = self.folder.with_name(f".{self.folder.name}.export")
@@ -102,14 +131,7 @@ class TensorBoardSink:
             self.writer.flush()
 
     def _scalars(self, event: dict, step: int) -> None:
-        if event["event"] == "train":
-            for key, value in train_values(event).items():
-                self.writer.add_scalar(f"train/{key}", value, step)
-            return
-        prefix = eval_prefix(event, self.run.config)
-        for key, value in eval_values(event).items():
-            self.writer.add_scalar(f"{prefix}/{key}", value, step)
-        self.metric = result_metric(event, self.run.config) or self.metric
+        self.metric = add_scalars(self.writer, event, step, self.run.config) or self.metric
 
     def _start(self) -> None:
         """The configuration as text, once: a resumed run's start leaves the first start's text, and
@@ -174,6 +196,58 @@ class TensorBoardSink:
             os.replace(self.folder, old)
         os.replace(self.writing, self.folder)
         shutil.rmtree(old, ignore_errors=True)
+
+
+class TensorBoardAddition:
+    """New events of a finished run (``fslab eval``'s) added to its record in ``folder`` as one more
+    event file: written in a hidden folder beside it, moved in once closed whole (one that fails, or is
+    cut short, is removed: the record stays as it was). It holds their scalars alone, on the step an
+    export of the whole run places them at, and no session start: TensorBoard purges nothing for it."""
+
+    def __init__(self, run, folder: Path) -> None:
+        self.board = need("torch.utils.tensorboard", "tensorboard", "tensorboard")
+        quiet_writer_threads()
+        self.run, self.folder = run, folder
+        self.writing = folder.with_name(f".{folder.name}.append")
+        shutil.rmtree(self.writing, ignore_errors=True)  # what an addition killed midway left
+        self.writer = None  # opened with the first scalar: nothing to add, no file
+        self.steps: StepAxis | None = None
+
+    def write(self, event: dict) -> None:
+        if self.steps is None:
+            self.steps = axis_before(self.run.path, [event])
+        step = self.steps.place(event)
+        if event.get("event") in ("train", "eval"):
+            if self.writer is None:
+                self.writer = self.board.SummaryWriter(str(self.writing))
+            add_scalars(self.writer, event, step, self.run.config)
+
+    def close(self) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.close()
+        except BaseException:
+            shutil.rmtree(self.writing, ignore_errors=True)
+            raise
+        if self.run.cut_short:
+            shutil.rmtree(self.writing, ignore_errors=True)
+            return
+        for path in sorted(self.writing.iterdir()):
+            os.replace(path, self.folder / last_name(path.name, self.folder))
+        shutil.rmtree(self.writing, ignore_errors=True)
+
+
+def last_name(name: str, folder: Path) -> str:
+    """The name an added event file ``name`` takes in ``folder``: TensorBoard reads a folder's files in the
+    order of their names (``events.out.tfevents.SECONDS.HOST.PID.N``), and one read before the record's
+    first file would be hidden by that file's session start. Where it would not come last (made in the
+    same second as the last one, by a lower pid; a clock set back), its seconds are the last one's plus 1."""
+    last = max((p.name for p in folder.glob("events.out.tfevents.*")), default="")
+    parts, stamp = name.split(".", 4), last.split(".", 4)[3:4]
+    if name > last or len(parts) < 5 or not stamp or not stamp[0].isdigit():
+        return name
+    return ".".join([*parts[:3], str(int(stamp[0]) + 1), parts[4]])
 
 
 @hookimpl
