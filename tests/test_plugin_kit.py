@@ -590,9 +590,18 @@ class Forgets(Tidy):
             raise RuntimeError("exports were never tried")
 
 
+class Spills(Tidy):
+    @classmethod
+    def reopen(cls, run):  # fslab eval's scores written straight into the record: one cut short keeps its part
+        added = cls.__new__(cls)
+        added.run, added.path, added.new = run, Path(run.path) / "tidy.jsonl", None
+        added.file = open(added.path, "a")
+        return added
+
+
 @hookimpl
 def register_sinks(register):
-    for sink in (Tidy, Strips, Scatters, Tramples, Breaks, Forgets, Truncates, Repeats, Logs):
+    for sink in (Tidy, Strips, Scatters, Tramples, Breaks, Forgets, Truncates, Repeats, Logs, Spills):
         register(sink, name=sink.__name__.lower(), description="a sink")
 '''
 
@@ -610,6 +619,8 @@ def register_sinks(register):
     ("repeats", "sink repeats: an export cut short (run.cut_short at close()) wrote records of the earlier export "
                 "again: project/runs/20260101-000000-nca-c0de/tidy.jsonl gained more lines from half of the run's "
                 "events than from none"),
+    ("spills", "sink spills: an addition cut short (reopen, run.cut_short at close()) did not leave the record as "
+               "it was: project/runs/20260101-000000-nca-c0de/tidy.jsonl; write what you add into new files"),
 ])
 def test_the_sink_check_catches_what_breaks_its_contract(tmp_path, builtin_plugins, monkeypatch, name, message):
     from fslab.core.registry import load_registry

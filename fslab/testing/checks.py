@@ -558,6 +558,48 @@ def check_cut_short(registry: Registry, name: str, run, params: dict, events: li
                        f"files that take the old ones' place at close() unless run.cut_short, as fslab's own sinks do")
 
 
+def check_addition(registry: Registry, name: str, run, params: dict, folder) -> None:
+    """A sink whose class has ``reopen`` (``fslab eval``'s scores added to its record of the finished
+    ``run``, whose ``metrics.jsonl`` gets them first): an addition cut short (``run.cut_short`` at
+    ``close()``) leaves every file under ``folder`` as it was, and makes none (a log of the sink's own may
+    gain the lines an addition cut short before its first event adds); a whole one takes the score (or,
+    finding no record, returns None: the whole run is exported then)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from fslab.core.sinks import add
+
+    if not callable(getattr(registry.get("sink", name).resolve(), "reopen", None)):
+        return
+    logged = Path(run.path) / "metrics.jsonl"
+    last = json.loads(logged.read_text().splitlines()[-1])
+    scored = {"event": "eval", "time": last["time"] + 1.0, "source": "fslab eval", "split": "test", "ways": 5,
+              "shots": 1, "queries": 15, "episodes": 200, "evaluator": "knn[k=3,ties=nearest]", "metric": "accuracy",
+              "seed": 0, "stream": 2, "epoch": 2, "accuracy": 0.61, "ci95": 0.021}
+    with logged.open("a") as file:
+        file.write(json.dumps(scored) + "\n")
+    before = _snapshot(folder)
+    add(registry, name, dataclasses.replace(run, cut_short=True), params, [])
+    opened = _snapshot(folder)
+    add(registry, name, dataclasses.replace(run, cut_short=True), params, [scored])
+    after = _snapshot(folder)
+
+    def lines(path: str, old: dict, new: dict) -> int:
+        return new[path][1].count(b"\n") - old[path][1].count(b"\n")
+
+    changed = [path for path, held in before.items() if not (_kept(held, opened.get(path))
+                                                            and _kept(opened[path], after.get(path)))]
+    changed += [path for path in after if path not in before]  # a file of the addition's own, left behind
+    changed += [path for path in before if path not in changed
+                and lines(path, opened, after) > lines(path, before, opened)]  # the score written into the record
+    assert not changed, (f"sink {name}: an addition cut short (reopen, run.cut_short at close()) did not leave the "
+                         f"record as it was: {', '.join(changed[:5])}; write what you add into new files that join "
+                         f"the record at close() unless run.cut_short, as fslab's own sinks do")
+    taken = add(registry, name, run, params, [scored])
+    assert taken in (1, None), f"sink {name}: an addition of one event (reopen) took {taken}"
+
+
 def check_sink(registry: Registry, name: str, params: dict | None, folder) -> None:
     """In ``folder`` (an empty directory, also the current one): a sink fed a
     run's events live, from fslab's own thread and queue, starts, writes and
@@ -565,7 +607,8 @@ def check_sink(registry: Registry, name: str, params: dict | None, folder) -> No
     run gets the same dicts) nor the run's own files, and writes nothing into
     the current directory (only under the run's folder or where its parameters
     say); an export (``run.replay``) takes every event, and so does a second one; exports cut short keep
-    the earlier export's record, neither losing nor repeating it (:func:`check_cut_short`)."""
+    the earlier export's record, neither losing nor repeating it (:func:`check_cut_short`); and where the
+    sink can add to its record (``reopen``), an addition cut short leaves it too (:func:`check_addition`)."""
     import copy
     import json
     import os
@@ -612,5 +655,9 @@ def check_sink(registry: Registry, name: str, params: dict | None, folder) -> No
             assert (run_path / file_name).read_text() == text, f"sink {name} changed the run's {file_name}"
         cut = SinkRun(run_path.name, run_path, config, replay=True, state="completed")
         check_cut_short(registry, name, cut, params, sent, folder)
+        check_addition(registry, name, SinkRun(run_path.name, run_path, config, replay=True, state="completed"),
+                       params, folder)
+        stray = _files_under(elsewhere)
+        assert not stray, f"sink {name} wrote into the current directory as it added to its record: {stray[0]}"
     finally:
         os.chdir(cwd)
