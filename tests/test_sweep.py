@@ -1319,7 +1319,8 @@ def test_a_sweep_interrupted_while_letting_its_runs_go_still_lets_all_go_and_kee
 def test_resume_of_a_queued_sweep_run_takes_a_slot_never_one_beside_the_slots(project, monkeypatch):
     """fslab resume of a run queued in a sweep (one CPU slot, busy) started its worker at once, outside the
     slots: two runs trained where the user allowed one. It is left to the scheduler running, said in one
-    line; with none running it starts only in a free slot, holding it as a scheduler's worker does."""
+    line; with none running it starts only in a free slot, holding it as a scheduler's worker does (every slot
+    busy: it waits for one, and a scheduler is started for it)."""
     import os
 
     from fslab.core.flocks import hold_shared
@@ -1331,7 +1332,8 @@ def test_resume_of_a_queued_sweep_run_takes_a_slot_never_one_beside_the_slots(pr
     from .runs_helpers import LONG
 
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
-    monkeypatch.setattr(executor, "start_scheduler", lambda runs_dir: None)  # queued; no scheduler (killed)
+    schedulers = []  # queued; no scheduler (killed), nor one started by resume: each asked for is named here
+    monkeypatch.setattr(executor, "start_scheduler", schedulers.append)
     queued = fslab_here("sweep", "nca", "--seeds", "2", *TINY, "--epochs", LONG, cwd=project)
     assert queued.returncode == 0, queued.stderr
     sweep_id = queued.stdout.split(":")[0]
@@ -1343,10 +1345,12 @@ def test_resume_of_a_queued_sweep_run_takes_a_slot_never_one_beside_the_slots(pr
         busy = fslab_here("resume", first.id, "--detach", cwd=project)
     finally:
         os.close(held)
-    assert (busy.returncode, busy.stderr) == (2, (
-        f"error: run {first.id} is queued in {sweep_id} and waits for a slot, but every slot is busy and no "
-        f"scheduler is running to start it when one frees; start one with: fslab sweep resume {sweep_id}\n"))
+    assert (busy.returncode, busy.stdout) == (0, (
+        f"run {first.id} is queued in {sweep_id} and waits for a slot: every slot is busy and no scheduler was "
+        f"running, so one was started, which starts it when a slot frees, in queue order, never beside the slots "
+        f"([scheduler] in fslab.toml); follow it with: fslab queue\n")), busy.stderr
     assert first.state() == "queued" and not first.claimed() and not first.status().get("pid")
+    assert [p.resolve() for p in schedulers] == [(project / "runs").resolve()] * 2  # the sweep's, then resume's
     try:
         started = fslab_here("resume", first.id, "--detach", cwd=project)
         assert (started.returncode, started.stdout) == (0, f"{first.id}\n"), started.stderr
@@ -1370,7 +1374,8 @@ def test_resume_of_a_queued_sweep_run_takes_a_slot_never_one_beside_the_slots(pr
 def test_resume_of_a_killed_sweep_run_goes_back_to_the_scheduler_running_never_beside_the_slots(project, monkeypatch):
     """fslab resume of a sweep's killed run started its worker at once, outside the slots, while the sweep's
     scheduler ran: with cpu_slots = 1, two runs trained. Resumed with the scheduler running, it is queued again
-    for it, said in one line; with none running, it starts only in a free slot (every slot busy: one line)."""
+    for it, said in one line; with none running, it starts only in a free slot (every slot busy: it is queued
+    again and a scheduler is started for it)."""
     from fslab.core.flocks import hold_shared
     from fslab.core.runstore import Run
     from fslab.execution import executor
@@ -1380,7 +1385,8 @@ def test_resume_of_a_killed_sweep_run_goes_back_to_the_scheduler_running_never_b
     from .runs_helpers import LONG
 
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
-    monkeypatch.setattr(executor, "start_scheduler", lambda runs_dir: None)  # queued; no scheduler (killed)
+    schedulers = []  # queued; no scheduler (killed), nor one started by resume: each asked for is named here
+    monkeypatch.setattr(executor, "start_scheduler", schedulers.append)
     queued = fslab_here("sweep", "nca", "--seeds", "1", *TINY, "--epochs", LONG, cwd=project)
     assert queued.returncode == 0, queued.stderr
     sweep_id = queued.stdout.split(":")[0]
@@ -1400,13 +1406,13 @@ def test_resume_of_a_killed_sweep_run_goes_back_to_the_scheduler_running_never_b
             busy = fslab_here("resume", run.id, "--detach", cwd=project)
         finally:
             os.close(held)
-        assert (busy.returncode, busy.stderr) == (2, (
-            f"error: run {run.id} of {sweep_id} resumes in a slot of the scheduler ([scheduler] in fslab.toml), "
-            f"but every slot is busy and no scheduler is running to start it when one frees; queue it again, "
-            f"with the other runs of {sweep_id} that failed, were killed or were lost, and start one with: "
-            f"fslab sweep resume {sweep_id}\n"))
-        assert run.state() == "killed"
-        assert fslab_here("resume", run.id, "--detach", cwd=project).returncode == 0  # killed: in the free slot
+        assert (busy.returncode, busy.stdout) == (0, (
+            f"run {run.id} is queued again in {sweep_id}: every slot is busy and no scheduler was running, so one "
+            f"was started, which resumes it from its last checkpoint when a slot frees, in queue order, never "
+            f"beside the slots ([scheduler] in fslab.toml); follow it with: fslab queue\n")), busy.stderr
+        assert (run.state(), run.claimed(), run.status()["executor"]) == ("queued", False, "local")
+        assert [p.resolve() for p in schedulers] == [(project / "runs").resolve()] * 2  # the sweep's, then resume's
+        assert fslab_here("resume", run.id, "--detach", cwd=project).returncode == 0  # queued: in the free slot
         killed_after_a_checkpoint()
         held = lock_slot(slots, Slot("cpu-0"))
         alive = hold_shared(presence_path(project / "runs"))  # as a living scheduler of the store holds it

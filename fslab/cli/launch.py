@@ -332,7 +332,8 @@ def resume(
     is refused, saying how to free it. One queued in a sweep (or a study) never trains beside the slots: it is left
     to the scheduler running, said in one line, or with none running started in a free slot only. Nor does a
     sweep's failed, killed or lost run: with the scheduler running it is queued again for it, said in one line
-    (nothing followed), and with none running started in a free slot only.
+    (nothing followed), and with none running started in a free slot only. With every slot busy and no scheduler
+    running, either is left queued (or queued again) and a scheduler is started for it, said in one line.
 
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.

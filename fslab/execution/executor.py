@@ -29,7 +29,7 @@ from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
-from fslab.execution.scheduler import scheduler_running, slots_needed, start_scheduler
+from fslab.execution.scheduler import handing_back, scheduler_running, slots_needed, start_scheduler
 from fslab.execution.slots import configured_slots, slot_env, take_slots
 from fslab.execution.slurm_job import TrainingJob
 from fslab.execution.studies import StudyRuns, queue_study
@@ -110,8 +110,9 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     sweep (or study), which waits for a slot of the local scheduler, only in free slots of this store
     (:func:`_take_slots`): never outside them, where the scheduler running starts it. So is one of a sweep
     resumed here: with its scheduler running, it is queued again for it (:func:`_hand_back`), else started
-    only in free slots. ``starting`` is called once the run is checked, before its worker starts (as
-    :func:`launch`'s)."""
+    only in free slots. Where every slot is busy and no scheduler runs, it is left queued (or queued again)
+    and a scheduler is started that starts it when one frees (:func:`_hand_back`). ``starting`` is called
+    once the run is checked, before its worker starts (as :func:`launch`'s)."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
     run.check_folder("resume")  # deleted since it was found (or since the dashboard asked): not its lock file's line
@@ -125,16 +126,20 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
             if freed and slurm is not None:
                 run.claim_for_slurm()
             in_slots = slurm is None and isinstance(run.status().get("sweep"), str)
-            if freed and in_slots and (line := scheduler_takes(run)) is not None:
+            if freed and in_slots and (line := scheduler_takes(run, let_go=True)) is not None:
+                freed = False  # let go of already, under the hand-back lock
                 raise UsageError(line)
             config = check_saved(run.config(), registry, run.id)
             try:
                 check_run(config, registry, slurm, again=like_command(run.id))
             except UsageError as exc:
                 raise root_gone(run, config, exc) or exc from None
-            if in_slots and not freed and (line := _hand_back(run)) is not None:
+            if in_slots and not freed and (line := _hand_back(run, freed=False)) is not None:
                 return Started(run, queued=line)
-            taken = _take_slots(run, settings, freed) if in_slots else []
+            taken = _take_slots(run, settings) if in_slots else []
+            if in_slots and not taken:  # every slot busy: it waits for one, and a scheduler is started for it
+                waited, freed = freed, False  # let go of in the hand-back, under its lock
+                return Started(run, queued=_hand_back(run, freed=waited, start=True))
             try:
                 starting()
                 return _start(run, resume=not freed or run.checkpoint_path.exists(), slurm=slurm, slots=taken)
@@ -147,49 +152,59 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
         raise
 
 
-def scheduler_takes(run: Run) -> str | None:
+def scheduler_takes(run: Run, *, let_go: bool = False) -> str | None:
     """Where the run, queued in a sweep (or a study) and free, waits for a slot of this store's local
     scheduler, and a scheduler of the store is running: the line that says it starts the run, which
     ``fslab resume`` and the dashboard's r say rather than start it outside the slots ([scheduler] of
-    fslab.toml), where it would train beside as many runs as the slots hold. None otherwise."""
+    fslab.toml), where it would train beside as many runs as the slots hold. None otherwise. ``let_go``:
+    the caller claimed the run, and its claim is let go of here, under the hand-back lock
+    (:func:`fslab.execution.scheduler.handing_back`), where the scheduler is seen running: its last look
+    before it exits comes after, and sees the run free."""
     status = run.status()
     sweep = status.get("sweep")
-    if not isinstance(sweep, str) or scheduler_running(run.path.parent) is not True:
+    if not isinstance(sweep, str):
         return None
+    with handing_back(run.path.parent) as running:
+        if running is not True:
+            return None
+        if let_go:
+            run.unclaim()
     return (f"run {run.id} is queued in {sweep} and waits for a slot: the scheduler running starts it when one "
             f"frees, in queue order, and resume starts no queued run beside it, outside the slots ([scheduler] "
             f"in fslab.toml); follow it with: fslab queue")
 
 
-def _hand_back(run: Run) -> str | None:
-    """Where a run of a sweep (or a study) that failed, was killed or was lost is resumed locally and a
-    scheduler of its store is running: the run queued again (:func:`fslab.execution.sweep.queue_again`), for
-    that scheduler to resume it in a slot, and the line that says so; a worker started here would train
-    beside as many runs as the slots hold ([scheduler] of fslab.toml). None, nothing done, otherwise."""
-    if scheduler_running(run.path.parent) is not True:
-        return None
-    queue_again(run, executor="local")
-    return (f"run {run.id} is queued again in {run.status().get('sweep')}: the scheduler running resumes it from "
-            f"its last checkpoint when a slot frees, in queue order, never beside the slots ([scheduler] in "
-            f"fslab.toml); follow it with: fslab queue")
+def _hand_back(run: Run, *, freed: bool, start: bool = False) -> str | None:
+    """Hand a run of a sweep (or a study) resumed locally to the store's scheduler, under the hand-back lock
+    (:func:`fslab.execution.scheduler.handing_back`), so that the scheduler seen running starts it: one that
+    failed, was killed or was lost queued again (:func:`fslab.execution.sweep.queue_again`), to resume from its
+    last checkpoint, or one queued that this process ``freed`` (claimed) let go of. A worker started here would
+    train beside as many runs as the slots hold ([scheduler] of fslab.toml). With ``start`` (every slot busy),
+    a scheduler is started where none runs; without it, nothing is done where none runs (None). The line that
+    says what was done otherwise."""
+    with handing_back(run.path.parent) as running:
+        if running is not True and not start:
+            return None
+        if freed:
+            run.unclaim()
+        else:
+            queue_again(run, executor="local")
+        if running is not True:
+            start_scheduler(run.path.parent)
+    sweep = run.status().get("sweep")
+    where = f"is queued in {sweep} and waits for a slot" if freed else f"is queued again in {sweep}"
+    does = "starts it" if freed else "resumes it from its last checkpoint"
+    who = "the scheduler running" if running is True else \
+        "every slot is busy and no scheduler was running, so one was started, which"
+    return (f"run {run.id} {where}: {who} {does} when a slot frees, in queue order, never beside the slots "
+            f"([scheduler] in fslab.toml); follow it with: fslab queue")
 
 
-def _take_slots(run: Run, settings, queued: bool) -> list:
+def _take_slots(run: Run, settings) -> list:
     """Free slots of the run's store for a run of a sweep that no scheduler runs to start (killed, or ended),
-    ``queued`` in it or resumed, taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`);
-    where they are busy, a UsageError saying how to start a scheduler that starts it when they free."""
-    taken = take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run))
-    if taken is None:
-        sweep = run.status().get("sweep")
-        if queued:
-            raise UsageError(f"run {run.id} is queued in {sweep} and waits for a slot, but every slot is busy and "
-                             f"no scheduler is running to start it when one frees; start one with: fslab sweep "
-                             f"resume {sweep}")
-        raise UsageError(f"run {run.id} of {sweep} resumes in a slot of the scheduler ([scheduler] in fslab.toml), "
-                         f"but every slot is busy and no scheduler is running to start it when one frees; queue it "
-                         f"again, with the other runs of {sweep} that failed, were killed or were lost, and start "
-                         f"one with: fslab sweep resume {sweep}")
-    return taken
+    queued in it or resumed, taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`);
+    ``[]`` where they are busy (the run is then handed to a scheduler started for it: :func:`_hand_back`)."""
+    return take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run)) or []
 
 
 def gone_root(dataset: dict, exc: UsageError) -> str | None:

@@ -9,6 +9,9 @@ indefinitely by smaller ones behind it.
 
 The scheduler runs in its own session (closing the terminal does not stop the
 sweep) and exits when no queued run is waiting; started workers go on alone.
+Its last look at the queue, and its presence let go, happen under the lock a
+command takes to hand it a run (:func:`handing_back`): a run handed back is
+seen by that last look, or finds the scheduler gone (and starts it, or a scheduler).
 While every slot is busy it only waits: it wakes as soon as one of its workers
 exits (a pidfd per worker), or after ``poll`` seconds for a slot another
 scheduler's worker freed (``benchmarks/bench_scheduler.py`` times the hand-over).
@@ -16,16 +19,18 @@ scheduler's worker freed (``benchmarks/bench_scheduler.py`` times the hand-over)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fslab.core.claims import holder_gone, read_holder
 from fslab.core.errors import ConfigError, NewerConfig
-from fslab.core.flocks import hold_shared, is_held
+from fslab.core.flocks import briefly_held, hold_shared, is_held
 from fslab.core.runstore import SWEEPS, Run, run_names, start_order
 from fslab.core.settings import load_settings
 from fslab.core.text import count
@@ -115,13 +120,15 @@ def _log(line: str) -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} scheduler {os.getpid()}: {line}", flush=True)
 
 
-def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
+def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2, presence: Presence | None = None) -> int:
     """Start waiting runs until none is left; returns how many were started.
 
     The store is listed only when a slot is free, so a scheduler waiting on
     busy slots costs next to nothing however many runs the store holds; it
     wakes the moment one of its own workers exits (``pidfd``), and every
-    ``poll`` seconds for slots freed by other schedulers' workers."""
+    ``poll`` seconds for slots freed by other schedulers' workers. It exits
+    only after a last look under the hand-back lock, letting go of its
+    ``presence`` there (:func:`_leave_if_idle`)."""
     folder = runs_dir / ".slots"
     started, children = 0, []
     newer: set[str] = set()  # queued by a newer fslab: passed over, once told in the log
@@ -137,40 +144,63 @@ def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2) -> int:
             freeing = time.monotonic() >= next_freeing
             next_freeing = time.monotonic() + FREEING_EVERY_S if freeing else next_freeing
             waiting = [run for run in waiting_runs(runs_dir, freeing=freeing) if run.id not in newer]
-            if not freeing and all(run.id in newer for run in waiting):  # before exiting: a run freed meanwhile
-                waiting = [run for run in waiting_runs(runs_dir) if run.id not in newer]
-            for run in waiting:
-                try:
-                    need = slots_needed(run)
-                except NewerConfig as error:  # a newer fslab's scheduler starts it
-                    newer.add(run.id)
-                    _log(f"not started: {error}")
-                    continue
-                except ConfigError as error:  # damaged: it can never start, and must not hold up the queue
-                    if fail_unstartable(run, f"not started: {error}"):
-                        _log(f"not started: {error}")
-                    continue
-                if need > capacity(slots):  # e.g. fslab.toml changed since the sweep was queued
-                    fail_unstartable(run, f"needs {need} slots on different GPUs; this scheduler has "
-                                          f"{capacity(slots)}")
-                    continue
-                taken = pick_slots(free, need)
-                if taken is None:
-                    break  # it waits for more slots, and the runs behind it wait for it
-                if not run.claim():  # another scheduler took it first
-                    continue
-                free = [pair for pair in free if pair not in taken]
-                process = start_in_slots(run, taken)
-                if process is not None:
-                    children.append(Child(process))
-                    started += 1
-            for _, fd in free:  # slots this round left unused
-                os.close(fd)
+            for process in _start_waiting(waiting, free, slots, newer):
+                children.append(Child(process))
+                started += 1
             if all(run.id in newer for run in waiting):
-                for child in children:
-                    child.close()
-                return started
+                if _leave_if_idle(runs_dir, newer, presence):
+                    for child in children:
+                        child.close()
+                    return started
+                next_freeing = 0.0  # a run handed back (or freed) meanwhile: looked for again, at once
+                continue
         children = wait_for_exit(children, poll)
+
+
+def _start_waiting(waiting: list[Run], free: list, slots: list[Slot], newer: set[str]) -> list[subprocess.Popen]:
+    """Start the ``waiting`` runs, in order, in the ``free`` ``(slot, fd)`` pairs (each run's worker holds
+    those it takes; the fds of the rest are closed): up to the first that does not fit, which the runs
+    behind it wait for. A run of a newer fslab is passed over (named in ``newer``), a damaged one failed."""
+    processes = []
+    for run in waiting:
+        try:
+            need = slots_needed(run)
+        except NewerConfig as error:  # a newer fslab's scheduler starts it
+            newer.add(run.id)
+            _log(f"not started: {error}")
+            continue
+        except ConfigError as error:  # damaged: it can never start, and must not hold up the queue
+            if fail_unstartable(run, f"not started: {error}"):
+                _log(f"not started: {error}")
+            continue
+        if need > capacity(slots):  # e.g. fslab.toml changed since the sweep was queued
+            fail_unstartable(run, f"needs {need} slots on different GPUs; this scheduler has {capacity(slots)}")
+            continue
+        taken = pick_slots(free, need)
+        if taken is None:
+            break  # it waits for more slots, and the runs behind it wait for it
+        if not run.claim():  # another scheduler took it first
+            continue
+        free = [pair for pair in free if pair not in taken]
+        process = start_in_slots(run, taken)
+        if process is not None:
+            processes.append(process)
+    for _, fd in free:  # slots this round left unused
+        os.close(fd)
+    return processes
+
+
+def _leave_if_idle(runs_dir: Path, newer: set[str], presence: Presence | None) -> bool:
+    """Whether no run waits for this scheduler (but those of a newer fslab, ``newer``), told by a last look
+    under the hand-back lock (:func:`handing_back`), stale claims looked for too; where none does, its
+    ``presence`` is let go under that same lock, so that a command handing a run back either did so before
+    this look, which sees the run, or finds no scheduler running after it."""
+    with briefly_held(handback_path(runs_dir)):
+        if any(run.id not in newer for run in waiting_runs(runs_dir)):
+            return False
+        if presence is not None:
+            presence.leave()
+    return True
 
 
 def _free_slots(folder: Path, slots: list[Slot], broken: set[str]) -> list[tuple[Slot, int]]:
@@ -226,10 +256,40 @@ def presence_path(runs_dir: Path) -> Path:
     return runs_dir / ".slots" / "schedulers.lock"
 
 
+def handback_path(runs_dir: Path) -> Path:
+    """The lock file of :func:`handing_back`, which a scheduler's last look holds too."""
+    return runs_dir / ".slots" / "handback.lock"
+
+
+class Presence:
+    """A scheduler's shared lock on :func:`presence_path`, held from its start until it leaves
+    (:meth:`leave`): ``fslab queue``, ``fslab resume`` and ``fslab sweep resume`` tell from it that a
+    scheduler lives (:func:`scheduler_running`). Where no lock can be had, none is seen."""
+
+    def __init__(self, runs_dir: Path) -> None:
+        self.fd = hold_shared(presence_path(runs_dir))
+
+    def leave(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def scheduler_running(runs_dir: Path) -> bool | None:
     """Whether a scheduler of ``runs_dir`` is alive (one started by an fslab that held no such
     lock is not seen); None where it cannot be told."""
     return is_held(presence_path(runs_dir))
+
+
+@contextlib.contextmanager
+def handing_back(runs_dir: Path) -> Iterator[bool | None]:
+    """Held while a run is handed to the store's scheduler (queued again, or a queued run let go of), yielding
+    whether one is running (:func:`scheduler_running`). A scheduler takes its last look at the queue and lets
+    go of its presence under the same lock (:func:`_leave_if_idle`), so one seen running here looks again
+    after this is let go, and starts a run handed to it inside; one seen gone starts nothing more. Where the
+    lock cannot be had (no ``flock``, no ``.slots`` folder: no scheduler ever ran), it goes on without it."""
+    with briefly_held(handback_path(runs_dir)):
+        yield scheduler_running(runs_dir)
 
 
 def start_scheduler(runs_dir: Path) -> subprocess.Popen:
@@ -248,12 +308,11 @@ def main(argv: list[str]) -> int:
     runs_dir = Path(argv[0])
     slots = configured_slots(load_settings().scheduler)
     (runs_dir / ".slots").mkdir(parents=True, exist_ok=True)
-    presence = hold_shared(presence_path(runs_dir))  # fslab queue tells from it whether a scheduler lives
+    presence = Presence(runs_dir)  # fslab queue and resume tell from it whether a scheduler lives
     try:
-        started = schedule(runs_dir, slots)
+        started = schedule(runs_dir, slots, presence=presence)
     finally:
-        if presence is not None:
-            os.close(presence)
+        presence.leave()
     _log(f"started {count(started, 'run')}; none waiting")
     return 0
 

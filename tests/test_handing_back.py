@@ -1,0 +1,183 @@
+"""A run handed back to the store's local scheduler is always started: the scheduler's last look at the queue
+and its exit happen under the lock that fslab resume takes to see it running and hand it the run."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+
+from fslab.core.runstore import Run, create_run
+from fslab.core.sweeps import save_sweep
+
+from .runs_helpers import TINY, fslab, fslab_here, wait_for
+from .test_tui_helpers import complete_config
+
+SWEEP = "sweep-20261203-120000-abcd"
+
+
+def scheduler_held_after_its_last_look(monkeypatch, runs):
+    """A scheduler of ``runs`` in a thread of this process (``scheduler.main``), whose workers are stand-ins
+    that record what they were started for, and that is held after the first look at the queue that finds no
+    run waiting, until ``go`` is set: where the scheduler exits after that look, a run handed to it meanwhile
+    waits for good. Returns the thread, not started, the events ``looked`` and ``go``, and the starts."""
+    from fslab.execution import scheduler
+
+    looked, go, starts = threading.Event(), threading.Event(), []
+    real_look = scheduler.waiting_runs
+
+    def look(runs_dir, **kwargs):
+        found = real_look(runs_dir, **kwargs)
+        if not found and not looked.is_set():
+            looked.set()
+            assert go.wait(60), "the test never let the scheduler go on"
+        return found
+
+    def stand_in_worker(run, *, resume, env, pass_fds):
+        starts.append((run.id, resume, env["FSLAB_SLOT"]))
+        return subprocess.Popen([sys.executable, "-c", ""])
+
+    monkeypatch.setattr(scheduler, "waiting_runs", look)
+    monkeypatch.setattr(scheduler, "start_worker", stand_in_worker)
+    thread = threading.Thread(target=scheduler.main, args=([str(runs)],), daemon=True)
+    return thread, looked, go, starts
+
+
+def sweep_run(runs, **status) -> Run:
+    """The one run of a recorded sweep, its status updated with ``status``."""
+    run = create_run(runs, "nca", complete_config(), sweep=SWEEP)
+    run.write_status(**status)
+    save_sweep(runs, SWEEP, runs=[run.id], method="nca")
+    return run
+
+
+def fake_checkpoint(run: Run) -> None:
+    """A whole archive where the run's checkpoint goes (what fslab resume reads; no worker loads it here)."""
+    run.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(run.checkpoint_path, "w") as archive:
+        archive.writestr("last/data.pkl", b"not loaded")
+
+
+def test_a_killed_run_handed_back_as_the_scheduler_exits_is_still_started(project, monkeypatch):
+    """fslab resume of a sweep's killed run saw the scheduler alive and queued the run again for it, but that
+    scheduler had made its last look and exited: the run waited with no scheduler, though the line said the
+    scheduler running resumes it. The scheduler's last look now comes after the hand-back, and starts it."""
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    runs = project / "runs"
+    run = sweep_run(runs, state="killed", pid=None, ended=1.0)
+    fake_checkpoint(run)
+    thread, looked, go, starts = scheduler_held_after_its_last_look(monkeypatch, runs)
+    thread.start()
+    try:
+        assert looked.wait(60)  # it found nothing waiting: it is about to exit, its presence still held
+        back = fslab_here("resume", run.id, "--detach", cwd=project)
+    finally:
+        go.set()
+        thread.join(60)
+    assert (back.returncode, back.stdout) == (0, (
+        f"run {run.id} is queued again in {SWEEP}: the scheduler running resumes it from its last checkpoint "
+        f"when a slot frees, in queue order, never beside the slots ([scheduler] in fslab.toml); follow it with: "
+        f"fslab queue\n")), back.stderr
+    assert not thread.is_alive() and starts == [(run.id, True, "cpu-0")]  # started once, from its checkpoint
+
+
+def test_a_queued_run_left_to_the_scheduler_as_it_exits_is_still_started(project, monkeypatch):
+    """fslab resume of a sweep's queued run takes it, sees the scheduler alive and lets it go, saying the
+    scheduler starts it; a scheduler that looked while it was taken, and exited as it was let go, left it
+    waiting with no scheduler. It is let go under the lock the scheduler's last look takes, and started."""
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    runs = project / "runs"
+    run = sweep_run(runs, state="queued", pid=None)
+    thread, looked, go, starts = scheduler_held_after_its_last_look(monkeypatch, runs)
+    real_claim = Run.claim
+
+    def claim(self, **kwargs):  # fslab resume's claim: the scheduler looks while it holds the run
+        taken = real_claim(self, **kwargs)
+        if threading.current_thread() is threading.main_thread() and not thread.is_alive():
+            thread.start()
+            assert looked.wait(60)
+        return taken
+
+    monkeypatch.setattr(Run, "claim", claim)
+    try:
+        left = fslab_here("resume", run.id, "--detach", cwd=project)
+    finally:
+        go.set()
+        if thread.is_alive():
+            thread.join(60)
+    assert (left.returncode, left.stderr) == (2, (
+        f"error: run {run.id} is queued in {SWEEP} and waits for a slot: the scheduler running starts it when one "
+        f"frees, in queue order, and resume starts no queued run beside it, outside the slots ([scheduler] in "
+        f"fslab.toml); follow it with: fslab queue\n"))
+    assert not thread.is_alive() and starts == [(run.id, False, "cpu-0")]
+
+
+def test_resume_with_every_slot_busy_and_no_scheduler_starts_one_for_the_run(project, monkeypatch):
+    """fslab resume of a sweep's queued run, every slot busy and no scheduler running (killed), refused and named
+    fslab sweep resume SWEEP, which queues again all the sweep's failed runs too. It leaves the run queued and
+    starts a scheduler, which starts it when the slot frees."""
+    from fslab.execution import executor
+    from fslab.execution.scheduler import scheduler_running
+    from fslab.execution.slots import Slot, lock_slot
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    monkeypatch.setattr(executor, "start_scheduler", lambda runs_dir: None)  # queued; no scheduler (killed)
+    queued = fslab_here("sweep", "nca", "--seeds", "1", *TINY, "--epochs", "1", cwd=project)
+    assert queued.returncode == 0, queued.stderr
+    sweep_id = queued.stdout.split(":")[0]
+    runs = project / "runs"
+    run = Run(runs / json.loads((runs / "sweeps" / f"{sweep_id}.json").read_text())["runs"][0])
+    held = lock_slot(runs / ".slots", Slot("cpu-0"))  # as another run's worker holds it
+    try:
+        busy = fslab("resume", run.id, cwd=project)
+        assert (busy.returncode, busy.stdout) == (0, (
+            f"run {run.id} is queued in {sweep_id} and waits for a slot: every slot is busy and no scheduler was "
+            f"running, so one was started, which starts it when a slot frees, in queue order, never beside the "
+            f"slots ([scheduler] in fslab.toml); follow it with: fslab queue\n")), busy.stderr
+        assert run.state() == "queued" and not run.status().get("pid")
+        wait_for(lambda: scheduler_running(runs), 60, "the scheduler started for it")
+    finally:
+        os.close(held)
+    wait_for(lambda: run.state() == "completed", 240, "the scheduler to start the run in the freed slot")
+    assert run.status()["slot"] == "cpu-0"
+
+
+def test_resume_waits_for_a_leaving_scheduler_to_be_gone_and_starts_the_run_itself(project, monkeypatch, registry):
+    """The other order: the scheduler has taken its last look, under the hand-back lock, and is letting go of its
+    presence as fslab resume looks for it. Resume waits for that lock, so it never hands the run to a scheduler on
+    its way out: it finds none running, and starts the run in the slot that is free."""
+    from fslab.core.flocks import is_held
+    from fslab.core.settings import load_settings
+    from fslab.execution import executor, scheduler
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    runs = project / "runs"
+    run = sweep_run(runs, state="killed", pid=None, ended=1.0)
+    fake_checkpoint(run)
+    entering, resumed, starts = threading.Event(), [], []
+    real_look, real_handing_back = scheduler.waiting_runs, getattr(executor, "handing_back", None)
+
+    def handing_back(runs_dir):  # resume is about to take the hand-back lock
+        entering.set()
+        return real_handing_back(runs_dir)
+
+    resumer = threading.Thread(target=lambda: resumed.append(
+        executor.resume(run, settings=load_settings(), registry=registry)), daemon=True)
+
+    def look(runs_dir, **kwargs):
+        found = real_look(runs_dir, **kwargs)
+        if not found and is_held(runs_dir / ".slots" / "handback.lock") and resumer.ident is None:
+            resumer.start()  # its last look, under the hand-back lock: resume goes on as the scheduler leaves
+            assert entering.wait(60), "resume never took the hand-back lock"
+        return found
+
+    monkeypatch.setattr(scheduler, "waiting_runs", look)
+    monkeypatch.setattr(executor, "handing_back", handing_back, raising=False)
+    monkeypatch.setattr(executor, "_start", lambda run, **kw: starts.append(
+        (run.id, kw["resume"], [slot.name for slot, _ in kw["slots"]])) or executor.Started(run))
+    scheduler.main([str(runs)])
+    assert resumer.ident is not None, "the scheduler left with no last look under the hand-back lock"
+    resumer.join(60)
+    assert [started.queued for started in resumed] == [None]  # not handed to the scheduler that left
+    assert starts == [(run.id, True, ["cpu-0"])]
