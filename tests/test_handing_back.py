@@ -181,3 +181,53 @@ def test_resume_waits_for_a_leaving_scheduler_to_be_gone_and_starts_the_run_itse
     resumer.join(60)
     assert [started.queued for started in resumed] == [None]  # not handed to the scheduler that left
     assert starts == [(run.id, True, ["cpu-0"])]
+
+
+def test_sweep_resume_waits_for_a_leaving_scheduler_and_starts_one_for_the_waiting_runs(project, monkeypatch,
+                                                                                       registry):
+    """fslab sweep resume of a sweep whose runs only wait leaves them to a scheduler it sees running. One that made
+    its last look while a run was held (its taker, killed just after, had not let it go) and was on its way out
+    left that run waiting with no scheduler. Sweep resume waits for the hand-back lock a leaving scheduler holds,
+    finds it gone, and starts a scheduler for the run."""
+    from fslab.core.flocks import is_held
+    from fslab.core.settings import load_settings
+    from fslab.core.states import HOST
+    from fslab.execution import executor, scheduler
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    runs = project / "runs"
+    run = sweep_run(runs, state="queued", pid=None)
+    taker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    (run.path / ".claimed").write_text(f"{taker.pid} 0 {HOST} -\n")  # held: no scheduler takes it while it lives
+    entering, resumed, schedulers = threading.Event(), [], []
+    real_look, real_handing_back = scheduler.waiting_runs, getattr(executor, "handing_back", None)
+
+    def handing_back(runs_dir):  # sweep resume is about to take the hand-back lock
+        entering.set()
+        return real_handing_back(runs_dir)
+
+    resumer = threading.Thread(target=lambda: resumed.append(
+        executor.resume_sweep(SWEEP, settings=load_settings(), registry=registry)), daemon=True)
+
+    def look(runs_dir, **kwargs):
+        found = real_look(runs_dir, **kwargs)
+        if not found and is_held(runs_dir / ".slots" / "handback.lock") and resumer.ident is None:
+            taker.kill()  # its last look, under the hand-back lock, saw the run held: now nobody holds it
+            taker.wait()
+            resumer.start()
+            assert entering.wait(60), "sweep resume never took the hand-back lock"
+        return found
+
+    monkeypatch.setattr(scheduler, "waiting_runs", look)
+    monkeypatch.setattr(executor, "handing_back", handing_back, raising=False)
+    monkeypatch.setattr(executor, "start_scheduler", schedulers.append)
+    try:
+        scheduler.main([str(runs)])
+    finally:
+        taker.kill()
+        taker.wait()
+    assert resumer.ident is not None, "the scheduler left with no last look under the hand-back lock"
+    resumer.join(60)
+    (_, again, _, waiting, started), = resumed
+    assert (again, [r.id for r in waiting], started) == ([], [run.id], True)
+    assert [folder.resolve() for folder in schedulers] == [runs.resolve()]  # one started, for the run

@@ -29,7 +29,7 @@ from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker, stop_worker
-from fslab.execution.scheduler import handing_back, scheduler_running, slots_needed, start_scheduler
+from fslab.execution.scheduler import handing_back, slots_needed, start_scheduler
 from fslab.execution.slots import configured_slots, slot_env, take_slots
 from fslab.execution.slurm_job import TrainingJob
 from fslab.execution.studies import StudyRuns, queue_study
@@ -381,10 +381,18 @@ def resume_sweep(ref: str, *, settings, registry,
     if slurm is not None:  # runs never submitted (Ctrl-C while submitting) are submitted with the rest
         return record, _start_queued(settings.runs_dir, again + unstarted, slurm), unreadable, [], False
     waiting = [] if again else unstarted
-    started = bool(waiting) and scheduler_running(settings.runs_dir) is not True
-    if started:
-        start_scheduler(settings.runs_dir)
+    started = bool(waiting) and _scheduler_for(settings.runs_dir)
     return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting, started
+
+
+def _scheduler_for(runs_dir: Path) -> bool:
+    """For runs waiting in ``runs_dir`` that nobody holds: whether a scheduler was started for them, where none
+    is running. Told under the hand-back lock (:func:`fslab.execution.scheduler.handing_back`), so a scheduler
+    seen running looks at the queue again after this, and one about to exit is waited for and seen gone."""
+    with handing_back(runs_dir) as running:
+        if running is not True:
+            start_scheduler(runs_dir)
+    return running is not True
 
 
 def start_study(study, scale: str, *, settings, registry, dataset: str | None = None, data_root: str | None = None,
