@@ -772,6 +772,17 @@ def test_json_with_another_format_is_refused_in_one_line(store, builtin_plugins)
         "group", "group", "paired", "paired"]
 
 
+def test_json_lines_name_the_evaluator_the_scores_are_by(store, builtin_plugins):
+    """fslab compare --json said "evaluator": null where no --evaluator was given, while the table's first
+    line said "by centroid" and csv's evaluator column centroid: a script could not tell whose scores it read."""
+    folder, _ = store
+    for asked, said in [((), None), (("--evaluator", "centroid"), "centroid")]:
+        lines = fslab_here("compare", "all", "--json", *asked, cwd=folder)
+        assert lines.returncode == 0, lines.stderr
+        assert {(json.loads(line)["evaluator"], tuple(json.loads(line)["evaluators"]))
+                for line in lines.stdout.splitlines()} == {(said, ("centroid",))}
+
+
 def test_an_empty_group_by_or_series_key_is_refused_in_one_line(store, builtin_plugins):
     """--group-by '' was taken as not given (every setting grouped, unsaid), and --group-by train.lr,,
     said "key '' is not in the configuration"; --series alike."""

@@ -559,9 +559,11 @@ def _say_empty_panels(data: dict, asked: tuple) -> None:
 
 
 def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
-    """``fslab compare --json``: one object per group, then one per paired difference."""
+    """``fslab compare --json``: one object per group, then one per paired difference; ``evaluator`` is
+    --evaluator's (null: each run's own), ``evaluators`` the labels whose scores were read, as the table says."""
     where = {"split": report["split"], "ways": report["ways"], "queries": report["queries"],
-             "evaluator": evaluator and canonical_evaluator(evaluator), "precision": report.get("precision")}
+             "evaluator": evaluator and canonical_evaluator(evaluator), "evaluators": report["evaluators"],
+             "precision": report.get("precision")}
     groups = [{"type": "group", **where, **{k: row[k] for k in ("group", "runs", "seeds", "seed_values", "results")}}
               for row in report["groups"]]
     return groups + [{"type": "paired", **where, **p} for p in report["paired"]]
