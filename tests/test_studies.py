@@ -1132,7 +1132,8 @@ def test_study_list_and_show_count_the_runs_study_run_trains_places_alike_sharin
 
 def test_study_show_moves_a_sweeps_settings_under_a_table_too_wide_for_them(project):
     """At 80 columns the sweep table leaves out grid and settings and lists them a line a sweep,
-    whole; --wide keeps them in one table."""
+    whole, its caption saying so (it said "left out: grid, settings" above the lines that give them);
+    --wide keeps them in one table."""
     narrow = fslab("study", "show", "nca-fig2", cwd=project, env={**os.environ, "COLUMNS": "80"})
     assert narrow.returncode == 0, narrow.stderr
     table = [line for line in narrow.stdout.splitlines() if line[:1] in "┏┃┡│└"]
@@ -1140,6 +1141,7 @@ def test_study_show_moves_a_sweeps_settings_under_a_table_too_wide_for_them(proj
     assert "┃ sweep" in table[1] and "settings" not in table[1] and "grid" not in table[1]
     assert ("  pn-5shot-a32: grid train.batch_size=[128, 256, 512]; settings backbone.name=resnet12-nca, "
             "eval.center_images=0, train.epochs=120, sampler.per_class=32") in narrow.stdout.splitlines()
+    assert "fitted to 80 columns (grid, settings under the table); --wide shows all" in narrow.stdout.splitlines()
     wide = fslab("study", "show", "nca-fig2", "--wide", cwd=project, env={**os.environ, "COLUMNS": "80"})
     header = next(line for line in wide.stdout.splitlines() if line.startswith("┃ sweep"))
     assert "grid" in header and "settings" in header

@@ -214,13 +214,14 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
               ", ".join(assignment(k, v) for k, v in s["set"].items()) or "-", str(s["seeds"]), str(s["runs"])]
              for s in sweeps]
     title = f"scale {scale}: {runs_text(runs, places)}"
-    table = print_table(console, lambda width: fit(SWEEP_COLUMNS, cells, width, list(SWEEP_DETAILS), title=title),
-                        wide)
+    headers = [c.header for c in SWEEP_COLUMNS]
+    below = tuple(h for h in SWEEP_DETAILS if any(row[headers.index(h)] != "-" for row in cells))  # said under it
+    table = print_table(console, lambda width: fit(SWEEP_COLUMNS, cells, width, list(SWEEP_DETAILS), title=title,
+                                                   moved=below), wide)
     # What the table left out to fit stands under it, a line a sweep: squeezed into the table, a
     # sweep's settings would wrap a few letters a line.
     kept = {column.header for column in table.columns}
-    moved = [(header, [c.header for c in SWEEP_COLUMNS].index(header)) for header in SWEEP_DETAILS
-             if header not in kept]
+    moved = [(header, headers.index(header)) for header in SWEEP_DETAILS if header not in kept]
     for row in cells:
         details = [f"{header} {row[at]}" for header, at in moved if row[at] != "-"]
         if details:

@@ -42,10 +42,12 @@ def needed_width(widths: list[int]) -> int:
 
 
 def fit(columns: list[Col], rows: list[list[str]], width: int | None, steps: list[str],
-        shorten: Callable[[list[str]], dict[str, str]] | None = None, title: str | None = None) -> Table:
+        shorten: Callable[[list[str]], dict[str, str]] | None = None, title: str | None = None,
+        moved: tuple[str, ...] = ()) -> Table:
     """A rich Table of ``rows`` for ``width`` columns of text (None: whatever
     the rows need), after as many of ``steps`` (headers to drop, or
-    :data:`SHORT_IDS`) as it takes to fit."""
+    :data:`SHORT_IDS`) as it takes to fit; a dropped header in ``moved`` is one
+    the caller prints under the table, which the caption says rather than "left out"."""
     rows = [[printable(cell) for cell in row] for row in rows]
     keep, done = list(range(len(columns))), []
     for step in [None, *steps]:
@@ -61,7 +63,7 @@ def fit(columns: list[Col], rows: list[list[str]], width: int | None, steps: lis
     if width is not None and needed_width(widths) > width:
         keep, widths, left_out = _narrowed(columns, keep, widths, width)
         done += left_out
-    table = Table(title=title, title_justify="left", caption=_caption(done, width), caption_justify="left")
+    table = Table(title=title, title_justify="left", caption=_caption(done, width, moved), caption_justify="left")
     for i, shown in zip(keep, widths):
         col = columns[i]
         table.add_column(col.header, justify=col.justify, no_wrap=not col.wrap,
@@ -92,12 +94,14 @@ def _narrowed(columns: list[Col], keep: list[int], natural: list[int], width: in
     return keep, [widths[i] for i in keep], left_out
 
 
-def _caption(done: list[str], width: int | None) -> str | None:
-    """Says what was left out to fit, and how to see it all."""
+def _caption(done: list[str], width: int | None, moved: tuple[str, ...] = ()) -> str | None:
+    """Says what was left out to fit (or moved under the table), and how to see it all."""
     if not done:
         return None
-    dropped = [step for step in done if step != SHORT_IDS]
+    dropped = [step for step in done if step != SHORT_IDS and step not in moved]
+    below = [step for step in done if step in moved]
     parts = ([f"left out: {', '.join(dropped)}"] if dropped else []) + (["short ids"] if SHORT_IDS in done else [])
+    parts += [f"{', '.join(below)} under the table"] if below else []
     return f"fitted to {width} columns ({'; '.join(parts)}); --wide shows all"
 
 
