@@ -136,6 +136,30 @@ def test_a_narrow_runs_sweep_table_leaves_columns_out_whole_rather_than_cut_a_he
     assert ("test 5-shot" in left_out) and (("test 1-shot" in left_out) == (columns == 60))
 
 
+def test_a_narrow_runs_sweep_table_keeps_the_seed_that_tells_its_runs_apart(project, registry):
+    """At 80 columns fslab runs --sweep of a sweep with --seeds 2 left the seed out: two rows of one grid
+    point (train.batch_size 128, 128) differed only by their scores, and their state was cut to ``comp…``.
+    The seed stays, as the grid's keys do; a column goes whole instead, and a one-seed sweep is as it was."""
+    from fslab.cli.common import overrides
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep, parse_grid
+
+    base = overrides(None, None, None, None, None, None, None, "cpu", [])
+    for seeds, kept in [(2, True), (1, False)]:
+        sweep_id, _ = create_sweep("nca", parse_grid(["train.batch_size=64,128"]), seeds, base=base,
+                                   settings=load_settings(), registry=registry)
+        out = fslab_here("runs", "--sweep", sweep_id, cwd=project, env={**os.environ, "COLUMNS": "80"}).stdout
+        heads = header(out)
+        assert {"id", "train.batch_size", "state"} <= set(heads) and ("seed" in heads) == kept, out
+        assert max(len(line) for line in out.splitlines() if line.startswith(("┏", "┃", "│"))) <= 80
+        if kept:
+            rows = [dict(zip(heads, (c.strip() for c in line.strip("│").split("│")), strict=True))
+                    for line in out.splitlines() if line.startswith("│")]
+            assert sorted((r["train.batch_size"], r["seed"]) for r in rows) == [
+                ("128", "0"), ("128", "1"), ("64", "0"), ("64", "1")]
+            assert {r["state"] for r in rows} == {"queued"}  # whole, not cut
+
+
 @pytest.mark.parametrize("command", [("runs",), ("show", IDS[0]), ("plugins", "--kind", "loss")])
 def test_no_table_cuts_or_folds_a_header_at_40_columns(store, command):
     """``epo…``, ``accuracy…``, a plugins header folded into ``desc``/``ript``/``ion``: each header is whole."""

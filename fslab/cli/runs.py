@@ -198,7 +198,7 @@ def runs(
     rows = [_row(s, s.test_of(evaluator), values[s.id]) for s in summaries]
     columns = [*RUN_COLUMNS[:SWEPT_AT], *(Col(key) for key in keys), *RUN_COLUMNS[SWEPT_AT:]]
     title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup
-    print_table(console, lambda width: fit(columns, rows, width, RUN_STEPS,
+    print_table(console, lambda width: fit(columns, rows, width, _steps(keys, summaries),
                                            lambda ids: short_ids(runs_dir, ids), title), wide)
     for s in [s for s in summaries if s.state == "unreadable"][:5]:
         console.print(f"{shown(s.id)} cannot be read: {shown(s.error)}", highlight=False)
@@ -223,6 +223,14 @@ RUN_COLUMNS = [Col("id", is_id=True), Col("method"), Col("loss fn"), Col("backbo
                Col("test 5-shot", "right")]
 RUN_STEPS = ["pairs +/-", "loss fn", "seed", "dataset", SHORT_IDS, "backbone", "loss", "best val"]
 SWEPT_AT = 6  # with --sweep, the keys its grid varies come after seed
+
+
+def _steps(swept: list[str], summaries: list) -> list[str]:
+    """The order the runs table gives way in: with --sweep, a seed that tells the listed runs apart (a sweep of
+    several seeds) is kept as its grid's keys are, where two rows of one grid point looked alike."""
+    if swept and len({s.seed for s in summaries}) > 1:
+        return [step for step in RUN_STEPS if step != "seed"]
+    return RUN_STEPS
 
 
 def _checked_limit(all_: bool, limit: int | None, as_json: bool, ids: bool, filters: dict) -> int:
