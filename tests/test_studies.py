@@ -1041,6 +1041,25 @@ def test_one_data_root_for_a_study_on_several_datasets_is_refused(registry):
     assert layers[0] == {"dataset": {"name": "miniimagenet", "root": "/data/mini"}}
 
 
+def test_a_missing_data_root_of_a_study_on_several_datasets_says_the_way_that_works(registry, tmp_path,
+                                                                                     monkeypatch):
+    """fslab study run nca-table3 without data said "Give it with --data-root or [data_roots] miniimagenet in
+    fslab.toml", and the --data-root it offered was then refused: one folder for two datasets. The line now
+    ends with the way that works; a study on one dataset keeps the dataset's line as it was."""
+    monkeypatch.chdir(tmp_path)  # no data/ here
+    hint = ("; study nca-table3 trains on cifar-fs, miniimagenet, so --data-root (one folder) is not for it: give "
+            "each dataset its folder in [data_roots] of fslab.toml")
+    with pytest.raises(UsageError) as refused:
+        queue_study(find_study(registry, "nca-table3"), "paper", settings=store(tmp_path), registry=registry)
+    said = str(refused.value)
+    assert said.startswith("study nca-table3, sweep ") and said.endswith(hint), said
+    assert "--data-root" in said.removesuffix(hint) and "\n" not in said  # the dataset's line, then the hint
+    with pytest.raises(UsageError) as alone:
+        queue_study(find_study(registry, "nca-supcon"), "paper", settings=store(tmp_path), registry=registry)
+    assert str(alone.value).endswith("Give it with --data-root or [data_roots] miniimagenet in fslab.toml.")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_set_may_not_fix_what_the_study_varies_or_assigns(registry):
     """A grid key fixed by --set would make every point of the grid the same run
     (the study's figure collapsing to one batch size); the seed and the dataset

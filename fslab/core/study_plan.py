@@ -43,6 +43,21 @@ def run_dataset(study: Study, scale: str, dataset: str, override: str | None) ->
     return override or (study.quick.dataset if scale == "quick" else dataset)
 
 
+def trained_datasets(study: Study, scale: str, dataset: str | None) -> list[str]:
+    """The datasets the study's runs train on at ``scale`` (``dataset``: --dataset's), sorted."""
+    return sorted({run_dataset(study, scale, d, dataset) for s in study.sweeps for d in s.datasets})
+
+
+def with_roots_hint(line: str, study: Study, scale: str, dataset: str | None) -> str:
+    """``line``, a dataset's refusal of its data root, and where it offers --data-root, which a study on several
+    datasets refuses (one folder for them all), the way that works said after it."""
+    used = trained_datasets(study, scale, dataset)
+    if "--data-root" not in line or len(used) < 2:
+        return line
+    return (f"{line.rstrip('.')}; study {study.name} trains on {', '.join(used)}, so --data-root (one folder) is "
+            f"not for it: give each dataset its folder in [data_roots] of fslab.toml")
+
+
 def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None, data_root: str | None = None,
               extra: tuple[dict, ...] = ()) -> list[PlannedRun]:
     """Every run of the study at ``scale`` (sweeps, datasets, grid points, seeds
@@ -54,7 +69,7 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
     if scale not in SCALES:
         raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
     check_extra(study, scale, extra)
-    used = sorted({run_dataset(study, scale, d, dataset) for s in study.sweeps for d in s.datasets})
+    used = trained_datasets(study, scale, dataset)
     if data_root and len(used) > 1:
         raise UsageError(f"--data-root names one folder, but study {study.name} trains on {', '.join(used)}: "
                          f"give each dataset its folder in [data_roots] of fslab.toml")

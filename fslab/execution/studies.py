@@ -45,6 +45,7 @@ from fslab.core.study_plan import (
     resolve_study,
     run_dataset,
     settings_key,
+    with_roots_hint,
 )
 from fslab.core.sweeps import new_sweep_id, release_sweep_id, save_sweep
 from fslab.execution.checks import check_run
@@ -189,7 +190,7 @@ def _queue_study(study: Study, scale: str, *, settings, registry, dataset: str |
             with naming_the_file(settings, planned.layers):
                 check_run(config, registry, slurm, sizes_seen=sizes_seen)
         except UsageError as exc:
-            exc.args = (placed(study, scale, planned, exc, extra),)
+            exc.args = (with_roots_hint(placed(study, scale, planned, exc, extra), study, scale, dataset),)
             raise
     # the runs this command queues: the new ones, and reused ones queued again to resume, which keep
     # their own number of processes (a run trained on N GPUs is reused as it is: train.processes is IGNORED)
