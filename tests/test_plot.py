@@ -129,6 +129,17 @@ def test_pairs_figure_places_protonets_by_the_pairs_they_used(tmp_path, builtin_
     assert math.isclose(point["accuracy"], direct_ci(proto[1])[0])
 
 
+def test_an_x_no_run_has_is_told_the_closest_key_or_preset(batch_store, builtin_plugins):
+    """fslab plot batchsize all said "See its keys with: fslab show RUN", which lists only the settings that are
+    not defaults, and never named the batch-size it meant; compare --group-by's hint said better (one helper now)."""
+    folder, _ = batch_store
+    for x, hint in [("batchsize", "Did you mean batch-size?"), ("eval.epochs", "Did you mean train.epochs?"),
+                    ("zzz", "See its keys with: fslab show RUN --json")]:
+        result = fslab_here("plot", x, "all", cwd=folder)
+        assert result.returncode == 2 and result.stderr.startswith(f"error: none of the 8 runs gives '{x}' a value")
+        assert result.stderr.endswith(f"has no configuration key '{x}'. {hint}\n"), result.stderr
+
+
 def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path, builtin_plugins):
     folder, _ = batch_store
     for args, message in [

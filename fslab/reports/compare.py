@@ -145,6 +145,16 @@ class Group:
     label: str = ""
 
 
+def key_hint(key: str, flat: dict, more: tuple[str, ...] = ()) -> str:
+    """``Did you mean train.lr?`` for a key a run's configuration (``flat``) lacks: a misspelt one (or one of
+    ``more``, plot's batch-size), one without its section or in another (lr, eval.lr: train.lr), a section
+    (some of its keys); else where its keys are seen, every one (fslab show alone lists those not default)."""
+    close = (difflib.get_close_matches(key, [*more, *flat], n=3, cutoff=0.8)
+             or sorted(k for k in flat if k.rpartition(".")[2] == key.rpartition(".")[2])[:3]
+             or sorted(k for k in flat if k.startswith(f"{key}."))[:3])
+    return f"Did you mean {', '.join(close)}?" if close else "See its keys with: fslab show RUN --json"
+
+
 def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leave_out: tuple = ()) -> dict:
     """The settings that tell ``run``'s group: only ``keys`` (each must be in
     its configuration, else a UsageError naming ``option``), or every flat
@@ -152,11 +162,8 @@ def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leav
     if keys:
         missing = [k for k in keys if k not in flat]
         if missing:
-            close = (difflib.get_close_matches(missing[0], flat, n=3, cutoff=0.8)
-                     or sorted(k for k in flat if k.rpartition(".")[2] == missing[0])[:3]  # lr: train.lr
-                     or sorted(k for k in flat if k.startswith(f"{missing[0]}."))[:3])  # a section: some of its keys
-            hint = f"Did you mean {', '.join(close)}?" if close else "See its keys with: fslab show RUN --json"
-            raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}. {hint}")
+            raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}. "
+                             f"{key_hint(missing[0], flat)}")
         return {k: flat[k] for k in keys}
     return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out and not outside_settings(k)}
 

@@ -37,6 +37,7 @@ from fslab.reports.compare import (
     Group,
     RunFiles,
     has_results,
+    key_hint,
     metrics_name,
     no_results,
     no_scores_at_all,
@@ -89,9 +90,7 @@ def x_value(run: Run, flat: dict, key: str, config: dict) -> tuple[object, bool]
             return measured, True
         raise UsageError(f"run {run.id} has no loss.pair_fraction and no logged pair counts to measure it from; "
                          f"leave it out or let it train first")
-    close = sorted(k for k in flat if k.split(".")[-1] == key.split(".")[-1])
-    hint = f" Did you mean {', '.join(close[:3])}?" if close else " See its keys with: fslab show RUN"
-    raise UsageError(f"run {run.id} has no configuration key '{key}'.{hint}")
+    raise UsageError(f"run {run.id} has no configuration key '{key}'. {key_hint(key, flat, tuple(PRESETS))}")
 
 
 def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, split: str = "test",
