@@ -134,6 +134,7 @@ def test_an_x_no_run_has_is_told_the_closest_key_or_preset(batch_store, builtin_
     not defaults, and never named the batch-size it meant; compare --group-by's hint said better (one helper now)."""
     folder, _ = batch_store
     for x, hint in [("batchsize", "Did you mean batch-size?"), ("eval.epochs", "Did you mean train.epochs?"),
+                    ("batch_size", "Did you mean train.batch_size?"),
                     ("zzz", "See its keys with: fslab show RUN --json")]:
         result = fslab_here("plot", x, "all", cwd=folder)
         assert result.returncode == 2 and result.stderr.startswith(f"error: none of the 8 runs gives '{x}' a value")

@@ -146,11 +146,12 @@ class Group:
 
 
 def key_hint(key: str, flat: dict, more: tuple[str, ...] = ()) -> str:
-    """``Did you mean train.lr?`` for a key a run's configuration (``flat``) lacks: a misspelt one (or one of
-    ``more``, plot's batch-size), one without its section or in another (lr, eval.lr: train.lr), a section
-    (some of its keys); else where its keys are seen, every one (fslab show alone lists those not default)."""
-    close = (difflib.get_close_matches(key, [*more, *flat], n=3, cutoff=0.8)
-             or sorted(k for k in flat if k.rpartition(".")[2] == key.rpartition(".")[2])[:3]
+    """``Did you mean train.lr?`` for a key a run's configuration (``flat``) lacks: one without its section or
+    in another (lr, eval.lr: train.lr; batch_size: each section's), a misspelt one (or one of ``more``, plot's
+    batch-size), a section (some of its keys); else where its keys are seen, every one (fslab show alone lists
+    those not default)."""
+    close = (sorted(k for k in flat if k.rpartition(".")[2] == key.rpartition(".")[2])[:3]  # each batch_size
+             or difflib.get_close_matches(key, [*more, *flat], n=3, cutoff=0.8)
              or sorted(k for k in flat if k.startswith(f"{key}."))[:3])
     return f"Did you mean {', '.join(close)}?" if close else "See its keys with: fslab show RUN --json"
 
