@@ -1111,3 +1111,22 @@ def test_a_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(pro
     code = hook + "import sys\nsys.argv = ['fslab', 'runs']\nfrom fslab.__main__ import main\nmain()\n"
     result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stderr) == (130, "")
+
+
+def test_an_option_that_contradicts_the_same_command_s_set_is_refused_not_overruled(tmp_path):
+    """fslab run nca --lr 0.1 --set train.lr=0.2 trained at 0.2 without a word (--set the later layer), where
+    the same --lr against a sweep file's [set] is refused; a value given twice alike is no contradiction."""
+    from fslab.cli.common import overrides
+    from fslab.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^--lr 0\.1 contradicts --set train\.lr=0\.2; give it in one of the two$"):
+        overrides(None, None, None, None, None, 0.1, None, None, ["train.lr=0.2"])
+    assert overrides(None, None, "d1", None, None, 0.1, None, None, ["train.lr=0.1", "dataset.root=./d1/"])
+    for command, line in [(["run", "nca", "--seed", "1", "--set", "seed=2"], "--seed 1 contradicts --set seed=2"),
+                          (["run", "nca", "--backbone", "conv4", "--set", "backbone.name=resnet12"],
+                           '--backbone conv4 contradicts --set backbone.name=resnet12'),
+                          (["sweep", "nca", "--epochs", "2", "--set", "train.epochs=3"],
+                           "--epochs 2 contradicts --set train.epochs=3")]:
+        refused = fslab_here(*command, cwd=tmp_path)
+        assert (refused.returncode, refused.stderr) == (2, f"error: {line}; give it in one of the two\n")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

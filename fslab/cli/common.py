@@ -326,6 +326,33 @@ OPTION_NAMES = {("train", "epochs"): "--epochs", ("train", "batch_size"): "--bat
                 ("seed",): "--seed", ("device",): "--device", ("train", "processes"): "--gpus"}
 
 
+def same_value(key: str, one, other) -> bool:
+    """Whether two values given a key are one: a data root is the same folder however it is written (d1, ./d1/
+    and its absolute path, each taken from this folder)."""
+    import os
+    from pathlib import Path
+
+    if key == "dataset.root" and isinstance(one, str | Path) and isinstance(other, str | Path):
+        return os.path.abspath(os.path.expanduser(one)) == os.path.abspath(os.path.expanduser(other))
+    return one == other
+
+
+def _options_against_set(options: dict[tuple, object], set_layer: dict) -> None:
+    """An option that gives a key another value than the same command's --set does (--lr 0.1 --set
+    train.lr=0.2) is refused, as it is against a sweep file's [set]: --set is the later layer and won unsaid."""
+    from fslab.core.assignments import toml_value
+    from fslab.core.keys import dotted
+
+    given = dotted(set_layer)
+    for path, value in options.items():
+        key = ".".join(path)
+        if value is not None and key in given and not same_value(key, given[key], value):
+            option = OPTION_NAMES.get(path) or "--" + {"backbone.name": "backbone", "dataset.name": "dataset",
+                                                        "dataset.root": "data-root"}[key]
+            raise UsageError(f"{option} {value} contradicts --set {key}={toml_value(given[key])}; give it in one "
+                             f"of the two")
+
+
 def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device, set_, gpus=None,
               sinks=None, file_set=()) -> list[dict]:
     """Config layers from the options of `fslab run`, then a sweep file's [set] (``file_set``),
@@ -343,6 +370,7 @@ def overrides(backbone, dataset, data_root, epochs, batch_size, lr, seed, device
         if options[path] is not None:
             check_option(".".join(path), options[path], option)
     layers = [nest(list(path), value) for path, value in options.items() if value is not None]
+    _options_against_set(options, assignments_layer(set_) if set_ else {})
     layers += [assignments_layer(texts) for texts in (file_set, set_ or []) if texts]
     # --sink after --set: sinks=[] clears fslab.toml's sinks, not the ones named beside it
     return layers + [{SINKS: {name: {}}} for name in sinks or []]

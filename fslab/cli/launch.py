@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -41,6 +40,7 @@ from fslab.cli.common import (
     registry,
     run_ids,
     runs_in,
+    same_value,
     settings,
     shown,
     sweep_ids,
@@ -635,18 +635,10 @@ def _options_against_the_file(file: Path | None, fixed: list[str], **given) -> N
     in_file = dotted(assignments_layer(fixed))
     for name, value in given.items():
         key = OPTION_KEYS[name]
-        if value is not None and key in in_file and not _same_value(key, in_file[key], value):
+        if value is not None and key in in_file and not same_value(key, in_file[key], value):
             written = toml_value(in_file[key], bare=False)  # as the file has it
             raise UsageError(f"--{name.replace('_', '-')} {value} contradicts {key} = {written} in [set] of {file}; "
                              f"give it in one of the two")
-
-
-def _same_value(key: str, in_file, given) -> bool:
-    """Whether an option gives a key the value the sweep file's [set] does: a data root is the same
-    folder however it is written (d1, ./d1/ and its absolute path, each taken from this folder)."""
-    if key == "dataset.root" and isinstance(in_file, str) and isinstance(given, str | Path):
-        return os.path.abspath(os.path.expanduser(in_file)) == os.path.abspath(os.path.expanduser(given))
-    return in_file == given
 
 
 # The options of fslab sweep that make a new sweep, in the order _refuse_new_sweep_options takes their values.
