@@ -34,8 +34,9 @@ def documented_keys(command: str) -> dict[str | None, set[str]]:
 
 
 def _keys(cell: str) -> set[str]:
-    """The backticked names of a cell, leaving out values in parentheses."""
-    cell = re.sub(r"\([^()]*\)", "", cell)
+    """The backticked names of a cell, leaving out values in parentheses (nested ones too: innermost first)."""
+    while (inner := re.sub(r"\([^()]*\)", "", cell)) != cell:
+        cell = inner
     return {k for k in re.findall(r"`([a-z_0-9]+)`", cell)} - {"null"}
 
 
