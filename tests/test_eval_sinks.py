@@ -166,3 +166,71 @@ def test_an_addition_cut_short_leaves_each_record_as_it_was(project, sent, regis
         assert run.cut_short
     assert _board(run_dir / "tb") == board and _mlflow(project) == (mlflow_run, held)
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".tb")) == []
+
+
+@pytest.mark.parametrize("when", ["just after fslab eval appended its scores", "having read the log just before"])
+def test_an_export_beside_fslab_eval_leaves_the_record_a_whole_export_gives(project, sent, registry, monkeypatch,
+                                                                           when):
+    """fslab export RUN --to tensorboard started while fslab eval appends its scores to metrics.jsonl and
+    adds them to the sink's record: whichever goes first, the record ends as one whole export leaves it,
+    the scores in it once (not twice: exported whole, then added again; nor lost: a log read before the
+    scores were appended, exported after they were added). Events force each order, no sleeps."""
+    import threading
+
+    from fslab.core import eventlog, flocks
+    from fslab.core.runstore import Run
+    from fslab.execution.export import export_run
+
+    run_dir = sent
+    settled, go, exporter = threading.Event(), threading.Event(), []  # the export read the log, waits, or is done
+    real_write, real_wait, real_events = eventlog.EventLog.write, flocks._wait_for, Run.events
+
+    def exporting():
+        try:
+            export_run(registry, Run(run_dir), "tensorboard", [{}, {}])
+        finally:
+            settled.set()
+
+    def in_exporter(real):
+        def hooked(*args):
+            if threading.current_thread() in exporter:
+                settled.set()  # it waits for the lock: fslab eval goes on meanwhile
+            return real(*args)
+        return hooked
+
+    def reading(self):
+        found = real_events(self)
+        if threading.current_thread() in exporter:
+            settled.set()
+            go.wait(60)  # exports what it read once fslab eval is done
+        return found
+
+    def write(self, event, **fields):
+        if fields.get("source") != "fslab eval" or exporter:
+            return real_write(self, event, **fields)
+        exporter.append(threading.Thread(target=exporting))
+        if when.startswith("just after"):
+            go.set()
+            written = real_write(self, event, **fields)
+            exporter[0].start()
+            assert settled.wait(60)
+            return written
+        exporter[0].start()
+        assert settled.wait(60)
+        return real_write(self, event, **fields)
+
+    monkeypatch.setattr(eventlog.EventLog, "write", write)
+    monkeypatch.setattr(flocks, "_wait_for", in_exporter(real_wait))
+    monkeypatch.setattr(Run, "events", reading)
+    done = fslab_here("eval", run_dir.name, *EVAL, cwd=project)
+    go.set()
+    exporter[0].join(60)
+    assert done.returncode == 0, done.stderr
+    assert not exporter[0].is_alive()
+    board = _board(run_dir / "tb")
+    (scored,) = [e["accuracy"] for e in (json.loads(line) for line in (run_dir / "metrics.jsonl").open())
+                 if e.get("source")]
+    assert [v for _, v in board["eval/test/5way_1shot/centroid/5q_20ep/accuracy"]] == [pytest.approx(scored)]
+    again = fslab_here("export", run_dir.name, "--to", "tensorboard", cwd=project)
+    assert again.returncode == 0, again.stderr
+    assert _board(run_dir / "tb") == board

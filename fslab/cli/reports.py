@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -88,7 +89,8 @@ def eval_(
     retrieval-map scores each episode by its mAP (10 images per class, whatever --shots and --queries say).
     A run sent to sinks as it trained sends each the new scores, added to its record (TensorBoard, MLflow), else
     the whole run exported again (W&B, a record lacking part of the run); a sink that fails is a warning, the scores
-    stay saved (a server that does not answer is not tried again for the next runs). A second fslab eval of the run
+    stay saved (a server that does not answer is not tried again for the next runs); a fslab export of the run to one of
+    them meanwhile waits until they are sent, then exports the whole run. A second fslab eval of the run
     at once waits for the one embedding a split, then reads its features. A Ctrl-C (or SIGTERM) midway says how
     many runs were scored (their scores are saved); the same command again scores the rest."""
     from fslab.core.sweeps import select_runs
@@ -142,13 +144,12 @@ def _score_all(plans: list[tuple], named: int, data_root: Path | None, found, si
     out_of_reach: dict[str, FslabError] = {}  # sinks whose server did not answer, or whose store is read-only
     done: list[str] = []
     try:
-        with sigterm_as_interrupt():
-            for run_, results, options, added in _scored(plans, named, data_root, **kwargs):
+        with sigterm_as_interrupt(), contextlib.closing(_scored(plans, named, data_root, sinks, **kwargs)) as runs:
+            for run_, results, options, added, names in runs:  # its sinks held until sent (closing: a Ctrl-C)
                 done.append(run_.id)
                 for result in results:
                     _print_score(run_, result, kwargs["split"], options["ways"], as_json)
-                if sinks:
-                    _send_to_sinks(found, run_, added, out_of_reach)
+                _send_to_sinks(found, run_, names, added, out_of_reach)
     except KeyboardInterrupt as interrupt:
         saved = (f"the scores of {count(len(done), 'run')} printed above are saved" if done else
                  "the scores printed above, if any, are saved")
@@ -158,25 +159,32 @@ def _score_all(plans: list[tuple], named: int, data_root: Path | None, found, si
         raise typer.Exit(interrupted_code(interrupt)) from None
 
 
-def _scored(plans: list[tuple], named: int, data_root: Path | None, **kwargs):
-    """Each plan's run with its results, its options and the events its evaluation logged, evaluated in
-    turn; where several runs are named, one whose
+def _scored(plans: list[tuple], named: int, data_root: Path | None, sinks: bool, **kwargs):
+    """Each plan's run with its results, its options, the events its evaluation logged and the sinks they
+    are to be sent to (none without ``sinks``), evaluated in turn; where several runs are named, one whose
     evaluation is refused (knn's k above the support points of its episodes), or whose folder is deleted
-    before or while it is scored, is left out in a line on stderr, and none scored at all is a UsageError."""
+    before or while it is scored, is left out in a line on stderr, and none scored at all is a UsageError.
+    The run's export lock of each of those sinks is held from before its scores are appended to its log
+    until the next run is asked for (:func:`fslab.execution.export.sending`): they are sent meanwhile."""
+    from fslab.execution.export import sending
     from fslab.training.run_eval import evaluate_run
 
     scored = 0
     for run_, cfg, options in plans:
         added: list[dict] = []
-        try:
-            results = _evaluate(evaluate_run, run_, cfg, data_root, **kwargs, **options, logged=added)
-        except FslabError as exc:  # refused (a UsageError), or the run deleted meanwhile
-            if named == 1 or (not isinstance(exc, UsageError) and run_.path.is_dir()):
-                raise
-            err_console.print(shown(f"left out: {_naming(run_, exc)}"), highlight=False)
-            continue
-        scored += 1
-        yield run_, results, options, added
+        names = _sink_names(run_) if sinks else []
+        with contextlib.ExitStack() as held:
+            hold = (lambda run_=run_, names=names: held.enter_context(sending(run_, names))) if names else None
+            try:
+                results = _evaluate(evaluate_run, run_, cfg, data_root, **kwargs, **options, logged=added,
+                                    recording=hold)
+            except FslabError as exc:  # refused (a UsageError), or the run deleted meanwhile
+                if named == 1 or (not isinstance(exc, UsageError) and run_.path.is_dir()):
+                    raise
+                err_console.print(shown(f"left out: {_naming(run_, exc)}"), highlight=False)
+                continue
+            scored += 1
+            yield run_, results, options, added, names
     if not scored:
         raise UsageError(f"none of the {named} runs named can be evaluated (each is said above)")
 
@@ -299,19 +307,18 @@ def _own_evaluator(found, run_id: str, name: str) -> str:
     return name
 
 
-def _send_to_sinks(found, run_, added: list[dict], out_of_reach: dict[str, FslabError]) -> None:
-    """Send the events ``added`` (the new scores) to each sink the configuration of ``run_`` names,
-    so a tracker shows what ``fslab eval`` just saved: added to the sink's record where it can add
-    to it, else the whole run exported again (:func:`fslab.execution.export.export_run`). Each outcome
+def _send_to_sinks(found, run_, names: list[str], added: list[dict], out_of_reach: dict[str, FslabError]) -> None:
+    """Send the events ``added`` (the new scores) to each sink of ``names`` (those the configuration of
+    ``run_`` names, whose export locks this process holds: :func:`_scored`), so a tracker shows what
+    ``fslab eval`` just saved: added to the sink's record where it can add to it, else the whole run
+    exported again (:func:`fslab.execution.export.export_run`). Each outcome
     is one line on stderr, and a failure is a warning: the evaluation is saved either way, and
     ``fslab export`` sends it later (fslab show says so). A sink whose server did not answer (10 s
     each time) or whose store is read-only is not tried again for the next runs (``out_of_reach``:
     its error, by the sink's name), where no run would fare better."""
-    from fslab.core.keys import SINKS
     from fslab.execution.export import SinkCannotWrite, SinkUnreachable, checked_layers, export_run, missed
 
-    names = run_.config().get(SINKS) or {}
-    for name in names if isinstance(names, dict) else ():
+    for name in names:
         later = f"send the scores later with: fslab export {run_.id} --to {name}"
         if name in out_of_reach:
             missed(run_, name, added, out_of_reach[name])
@@ -319,7 +326,7 @@ def _send_to_sinks(found, run_, added: list[dict], out_of_reach: dict[str, Fslab
                               f"{later}", highlight=False)
             continue
         try:
-            done = export_run(found, run_, name, checked_layers(found, settings(), name, {}), added)
+            done = export_run(found, run_, name, checked_layers(found, settings(), name, {}), added, held=True)
         except FslabError as exc:  # the sink's package missing, the tracker failing or unreachable, the run running
             missed(run_, name, added, exc)
             if isinstance(exc, (SinkUnreachable, SinkCannotWrite)):
@@ -327,6 +334,14 @@ def _send_to_sinks(found, run_, added: list[dict], out_of_reach: dict[str, Fslab
             err_console.print(f"warning: {shown(str(exc))}; the scores are saved; {later}", highlight=False)
             continue
         err_console.print(_sent_line(run_.id, name, done), highlight=False)
+
+
+def _sink_names(run_) -> list[str]:
+    """The sinks the configuration of ``run_`` names (``sinks``), which ``fslab eval`` sends its scores to."""
+    from fslab.core.keys import SINKS
+
+    names = run_.config().get(SINKS) or {}
+    return list(names) if isinstance(names, dict) else []
 
 
 def _sent_line(run_id: str, name: str, done: dict) -> str:

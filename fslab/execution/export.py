@@ -10,6 +10,9 @@ sink, the ``[run.sinks.NAME]`` table of ``fslab.toml``, and the command's
 ``--set KEY=VALUE``. ``fslab eval`` sends its new events alone to a sink that
 can add them to its whole record of the run (:func:`fslab.core.sinks.add`), and
 the whole run to any other; one that takes none is recorded as lacking them (:func:`missed`).
+It holds the run's export lock of each of them from before it appends the events until it has sent
+them (:func:`sending`), and an export reads the log under that lock: an export beside it leaves the
+record as one whole export does, the events in it once, whichever goes first.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import errno
 import sys
 import time
+from collections.abc import Iterable
 
 from fslab.core import worklock
 from fslab.core.errors import ConfigError, FslabError, UsageError, exception_line
@@ -86,10 +90,13 @@ def checked_layers(registry, settings, sink: str, command: dict, given_as: dict 
     return layers
 
 
-def export_run(registry, run: Run, sink: str, layers: list[dict], added: list[dict] | None = None) -> dict:
+def export_run(registry, run: Run, sink: str, layers: list[dict], added: list[dict] | None = None, *,
+               held: bool = False) -> dict:
     """Replay ``run`` into ``sink``; returns what was exported. ``added``: the new events ``fslab eval``
     logged, sent alone where the sink can add them to its whole record of the run (the whole run replayed
-    where it cannot), and what was exported then says whether they were (``added``). A run still
+    where it cannot), and what was exported then says whether they were (``added``). The run's log is read
+    holding the run's export lock for the sink (:func:`exporting`; ``held``: the caller holds it already,
+    :func:`sending`), so a log read is never exported after newer events were added. A run still
     queued or running, one whose status or configuration cannot be read (an
     unreadable status cannot tell whether the run ended, nor how) and one that
     logged no event are a UsageError (one line), and the sink is not touched;
@@ -118,9 +125,6 @@ def export_run(registry, run: Run, sink: str, layers: list[dict], added: list[di
         raise UsageError(f"{run.id}: its configuration cannot be read ({exc})") from None
     if not config:
         raise UsageError(f"{run.id}: config.json is missing or unreadable; nothing to export")
-    events = run.events()
-    if not events:
-        raise UsageError(f"{run.id} ({state}) logged no event; nothing to export")
     own = config.get(SINKS, {}).get(sink, {})
     try:  # fslab.toml's and the command's layers were checked before any run: what fails is the run's own
         params = sink_params(registry, sink, merged(own if isinstance(own, dict) else {}, *layers))
@@ -129,7 +133,11 @@ def export_run(registry, run: Run, sink: str, layers: list[dict], added: list[di
                          f"({exc}); nothing to export (fslab export's --set KEY=VALUE gives a parameter over the "
                          f"run's)") from None
     target = SinkRun(run.id, run.path, config, sweep=status.get("sweep"), replay=True, state=state)
-    count, whole = _send(registry, run, sink, target, params, events, added)
+    with contextlib.nullcontext() if held else exporting(run, sink):
+        events = run.events()  # read under the lock: fslab eval appends its scores holding it (sending)
+        if not events:
+            raise UsageError(f"{run.id} ({state}) logged no event; nothing to export")
+        count, whole = _send(registry, run, sink, target, params, events, added)
     done = {"run": run.id, "sink": sink, "state": state, "events": count}  # fslab export --json's record
     return done if added is None else {**done, "added": not whole}
 
@@ -138,17 +146,16 @@ def _send(registry, run: Run, sink: str, target: SinkRun, params: dict, events: 
           added: list[dict] | None) -> tuple[int, bool]:
     """``added`` (None: none) added to the sink's record of the run where it can add them, else the whole
     run's ``events`` replayed into it; how many events it was sent, and whether they were the whole run.
-    The sink's errors as :func:`export_run` says them."""
+    The sink's errors as :func:`export_run` says them. Called holding the run's export lock for the sink."""
     try:
-        with exporting(run, sink):
-            # a lost run's worker died with its sinks unclosed: their records may lack its last events
-            count = None if added is None or target.state not in ENDED else add(
-                registry, sink, target, params, sent(added))
-            if count is not None:
-                return count, False
-            count = replay(registry, sink, target, params, sent(events))
-            caught_up(run.path, sink)  # sent the whole run: what it missed as the run trained is there now
-            return count, True
+        # a lost run's worker died with its sinks unclosed: their records may lack its last events
+        count = None if added is None or target.state not in ENDED else add(
+            registry, sink, target, params, sent(added))
+        if count is not None:
+            return count, False
+        count = replay(registry, sink, target, params, sent(events))
+        caught_up(run.path, sink)  # sent the whole run: what it missed as the run trained is there now
+        return count, True
     except ImportError as exc:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
     except ConnectionError as exc:  # its server is down or unreachable: so for every run
@@ -210,6 +217,20 @@ def exporting(run: Run, sink: str):
     path = run.path / f".export-{fitting_name(safe_name(sink), NAME_MAX - len('.export-.lock'))}.lock"
     with one_at_a_time(path, lambda pid: f"{run.id}: waiting for the export{pid} that is sending it to sink "
                                          f"'{sink}', so that its record there is replaced once, not mixed"):
+        yield
+
+
+@contextlib.contextmanager
+def sending(run: Run, sinks: Iterable[str]):
+    """Held by ``fslab eval`` from before it appends its new scores to ``run``'s ``metrics.jsonl`` until
+    each of ``sinks`` was sent them (:func:`export_run` with ``held``): the run's export lock of each
+    (:func:`exporting`), taken in the order of their names, as a second ``fslab eval`` of the run takes
+    them. An export of the run to one of them meanwhile waits, saying so, and then reads the log with the
+    scores and replaces the record with the whole run: never between the append and the addition, which
+    sent the scores twice (exported whole, then added again)."""
+    with contextlib.ExitStack() as held:
+        for sink in sorted(set(sinks)):
+            held.enter_context(exporting(run, sink))
         yield
 
 

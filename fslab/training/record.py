@@ -100,20 +100,21 @@ def episode_count(evaluator, asked: int | None, *, during_training: bool = False
 
 def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: EvaluationInputs, episodes: Episodes, *,
                         save: bool, at: dict | None = None, source: str | None = None,
-                        named: str | None = None) -> list[dict]:
-    """Run ``episodes`` for each episode shape (each number of shots, or the
-    evaluator's own fixed shape), and for each: mean ± 95% CI of the episode
-    scores, an ``eval`` event, and with ``save`` the per-episode scores.
+                        named: str | None = None, recording: Callable[[], object] | None = None) -> list[dict]:
+    """Run ``episodes`` for each episode shape (each number of shots, or the evaluator's own fixed shape),
+    and for each: mean ± 95% CI of the episode scores, an ``eval`` event, and with ``save`` the per-episode
+    scores.
 
     ``label`` is the evaluator's label as records spell it (:func:`fslab.core.events.recorded_evaluator`).
-    An evaluation during training is placed in the log by ``at`` (its epoch
-    and step); one made afterwards names its ``source`` and, since its place
-    in the log says nothing, the episodes' identity (:data:`IDENTITY`). ``named``: how a line that
-    blames the evaluator names it and its plugin (:attr:`fslab.core.registry.Component.named`).
-    Returns one result per shape: split, ways, shots, queries, episodes,
-    evaluator, metric, seed, stream, epoch, accuracy (the score, whatever the
-    metric), ci95, and ``precision``, ``run_precision`` and ``features_cached`` where the inputs say. The saved
-    scores also hold the split's ``data`` fingerprint where the inputs give it.
+    An evaluation during training is placed in the log by ``at`` (its epoch and step); one made afterwards
+    names its ``source`` and, since its place in the log says nothing, the episodes' identity
+    (:data:`IDENTITY`). ``named``: how a line that blames the evaluator names it and its plugin
+    (:attr:`fslab.core.registry.Component.named`). ``recording`` is called once every shape is scored,
+    before the first event is written (``fslab eval`` takes its hold on the run's exports to its sinks there:
+    :func:`fslab.execution.export.sending`). Returns one result per shape: split, ways, shots, queries,
+    episodes, evaluator, metric, seed, stream, epoch, accuracy (the score, whatever the metric), ci95, and
+    ``precision``, ``run_precision`` and ``features_cached`` where the inputs say. The saved scores also hold
+    the split's ``data`` fingerprint where the inputs give it.
     """
     traits = evaluator_traits(evaluator)
     name = label.partition("[")[0]  # the evaluator's name, without its parameters
@@ -140,6 +141,8 @@ def evaluate_and_record(log: EventLog, evaluator, label: str, inputs: Evaluation
         except evaluation.EvaluatorError as exc:  # named here, where its name is known: one line, exit code 1
             raise PluginError(exc.naming(name) if named is None else exc.blaming(named)) from exc
     cached = inputs.features_cached
+    if recording is not None:
+        recording()
     results = []
     for (shots, queries), scores in zip(shapes, all_scores, strict=True):
         mean, ci = evaluation.ci95(scores)

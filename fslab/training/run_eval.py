@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -251,7 +252,7 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
 def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: int, episodes: int | None = None,
                  evaluator: str | None = None, params: dict | None = None, device: str | None = None,
                  data_root: str | None = None, precision: str | None = None,
-                 logged: list[dict] | None = None) -> list[dict]:
+                 logged: list[dict] | None = None, recording: Callable[[], object] | None = None) -> list[dict]:
     """Evaluate the run's last checkpoint; returns one result per episode shape
     (per number of shots, or the evaluator's own fixed shape).
 
@@ -261,7 +262,8 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     the run's dataset lies now, if it moved since the run trained. ``precision``
     (fp32, bf16 or fp16; None or auto: the run's own) embeds the features in another
     precision than the run's: the same episodes, scored and saved beside its own. ``logged``: a list each
-    event appended to the run's ``metrics.jsonl`` is added to, as written (what its sinks are sent).
+    event appended to the run's ``metrics.jsonl`` is added to, as written (what its sinks are sent);
+    ``recording``: called once the episodes are scored, before the first event is appended.
     """
     check_evaluable(run)
     config = run.config()
@@ -292,7 +294,8 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
                      run_precision=None if needs_model else checkpoint.other_precision)
     log = EventLog(run, echo=False, listeners=[logged.append] if logged is not None else ())
     return evaluate_and_record(log, classify, recorded_evaluator(section), inputs, chosen,
-                               save=True, source="fslab eval", named=registry.get("evaluator", name).named)
+                               save=True, source="fslab eval", named=registry.get("evaluator", name).named,
+                               recording=recording)
 
 
 def _check_precision(needs_model: bool, name: str, precision: str) -> None:
