@@ -158,9 +158,9 @@ def test_resume_waits_for_a_leaving_scheduler_to_be_gone_and_starts_the_run_itse
     entering, resumed, starts = threading.Event(), [], []
     real_look, real_handing_back = scheduler.waiting_runs, getattr(executor, "handing_back", None)
 
-    def handing_back(runs_dir):  # resume is about to take the hand-back lock
+    def handing_back(runs_dir, *told):  # resume is about to take the hand-back lock
         entering.set()
-        return real_handing_back(runs_dir)
+        return real_handing_back(runs_dir, *told)
 
     resumer = threading.Thread(target=lambda: resumed.append(
         executor.resume(run, settings=load_settings(), registry=registry)), daemon=True)
@@ -202,9 +202,9 @@ def test_sweep_resume_waits_for_a_leaving_scheduler_and_starts_one_for_the_waiti
     entering, resumed, schedulers = threading.Event(), [], []
     real_look, real_handing_back = scheduler.waiting_runs, getattr(executor, "handing_back", None)
 
-    def handing_back(runs_dir):  # sweep resume is about to take the hand-back lock
+    def handing_back(runs_dir, *told):  # sweep resume is about to take the hand-back lock
         entering.set()
-        return real_handing_back(runs_dir)
+        return real_handing_back(runs_dir, *told)
 
     resumer = threading.Thread(target=lambda: resumed.append(
         executor.resume_sweep(SWEEP, settings=load_settings(), registry=registry)), daemon=True)
@@ -231,3 +231,158 @@ def test_sweep_resume_waits_for_a_leaving_scheduler_and_starts_one_for_the_waiti
     (_, again, _, waiting, started), = resumed
     assert (again, [r.id for r in waiting], started) == ([], [run.id], True)
     assert [folder.resolve() for folder in schedulers] == [runs.resolve()]  # one started, for the run
+
+
+def test_resume_waits_for_a_scheduler_whose_last_look_outlasts_ten_seconds(project, monkeypatch, registry, capsys):
+    """The hand-back lock was given up after 10 s: a scheduler whose last look outlasted that (a store of many runs
+    on a slow file server) was still seen running by fslab resume, which queued the run again for it as it
+    exited, and the run waited with no scheduler. Resume now waits as long as the lock is held, saying once on
+    stderr for whom, and then finds no scheduler and starts the run itself. A clock that leaps 6 s at each of the
+    resumer's readings stands for the time the look takes."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    from fslab.core import flocks
+    from fslab.core.flocks import is_held
+    from fslab.core.settings import load_settings
+    from fslab.core.states import HOST
+    from fslab.execution import executor, scheduler
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    runs = project / "runs"
+    run = sweep_run(runs, state="killed", pid=None, ended=1.0)
+    fake_checkpoint(run)
+    settled, resumed, starts, leaps = threading.Event(), [], [], []
+    real_look, real_wait = scheduler.waiting_runs, flocks._wait_for
+
+    def resuming():
+        try:
+            resumed.append(executor.resume(run, settings=load_settings(), registry=registry))
+        finally:
+            settled.set()
+
+    resumer = threading.Thread(target=resuming, daemon=True)
+
+    def monotonic():
+        if threading.current_thread() is resumer:
+            leaps.append(6.0)
+        return real_time.monotonic() + sum(leaps)
+
+    def waiting(*args):
+        if threading.current_thread() is resumer:
+            settled.set()  # it waits for the lock: the scheduler's look ends now
+        return real_wait(*args)
+
+    def look(runs_dir, **kwargs):
+        found = real_look(runs_dir, **kwargs)
+        if not found and is_held(runs_dir / ".slots" / "handback.lock") and resumer.ident is None:
+            resumer.start()  # its last look, under the hand-back lock, outlasts the resumer's patience
+            assert settled.wait(60), "resume neither waited for the hand-back lock nor ended"
+        return found
+
+    monkeypatch.setattr(flocks, "time", SimpleNamespace(monotonic=monotonic, sleep=real_time.sleep))
+    monkeypatch.setattr(flocks, "_wait_for", waiting)
+    monkeypatch.setattr(scheduler, "waiting_runs", look)
+    monkeypatch.setattr(executor, "_start", lambda run, **kw: starts.append(
+        (run.id, kw["resume"], [slot.name for slot, _ in kw["slots"]])) or executor.Started(run))
+    scheduler.main([str(runs)])
+    resumer.join(60)
+    assert [started.queued for started in resumed] == [None]  # not handed to the scheduler that left
+    assert starts == [(run.id, True, ["cpu-0"])]
+    said = [line for line in capsys.readouterr().err.splitlines() if "waiting" in line]
+    assert said == [f"{run.id}: waiting for the hand-back lock {runs / '.slots' / 'handback.lock'} (pid {os.getpid()} "
+                    f"on host {HOST}), held by the scheduler taking its last look at the queue, to tell whether a "
+                    f"scheduler will start the run"]
+
+
+def test_a_ctrl_c_stops_resume_waiting_for_the_hand_back_lock_and_leaves_the_run_as_it_was(project):
+    """fslab resume of a sweep's killed run waits for the hand-back lock as long as its holder lives (here this
+    test), saying so once; a Ctrl-C there ends it as a Ctrl-C ends fslab resume before its worker starts (exit
+    code 130, nothing more said, no traceback), the run still killed and free."""
+    import select
+    import signal
+
+    from fslab.core import flocks
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    runs = project / "runs"
+    run = sweep_run(runs, state="killed", pid=None, ended=1.0)
+    fake_checkpoint(run)
+    (runs / ".slots").mkdir()
+    held = flocks.take_lock(runs / ".slots" / "handback.lock", holder=flocks.holder_line())
+    try:
+        resume = subprocess.Popen([sys.executable, "-m", "fslab", "resume", run.id, "--detach"], cwd=project,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert select.select([resume.stderr], [], [], 60)[0], "fslab resume said nothing in 60 s"
+        said = resume.stderr.readline()  # its waiting line: it waits in the kernel for the lock
+        assert said.startswith(f"{run.id}: waiting for the hand-back lock "), said + resume.stderr.read()
+        resume.send_signal(signal.SIGINT)
+        out, err = resume.communicate(timeout=60)
+    finally:
+        os.close(held)
+    assert (resume.returncode, out, err) == (130, "", "")
+    assert (run.state(), run.claimed()) == ("killed", False)
+
+
+def test_a_scheduler_waits_for_a_hand_back_that_outlasts_ten_seconds_and_starts_the_run(project, monkeypatch):
+    """The scheduler's side: fslab resume saw it running and holds the hand-back lock as it queues the run again
+    for it. A scheduler that gave the lock up after 10 s took its last look before the run was queued, and exited:
+    the run waited with no scheduler. It now waits as long as the lock is held, saying so in its log, then looks,
+    and starts the run. A clock that leaps 6 s at each of the scheduler's readings stands for the hand-back's time."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    from fslab.core import flocks
+    from fslab.core.states import HOST
+    from fslab.execution import executor, scheduler
+
+    (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 1\n")
+    runs = project / "runs"
+    run = sweep_run(runs, state="killed", pid=None, ended=1.0)
+    fake_checkpoint(run)
+    _, looked, go, starts = scheduler_held_after_its_last_look(monkeypatch, runs)
+    settled, leaps = threading.Event(), []
+    real_wait, real_queue_again = flocks._wait_for, executor.queue_again
+
+    def scheduling():
+        try:
+            scheduler.main([str(runs)])
+        finally:
+            settled.set()
+
+    thread = threading.Thread(target=scheduling, daemon=True)
+
+    def monotonic():  # until it waits (or ends): its worker's start then waits on the clock it reads
+        if threading.current_thread() is thread and not settled.is_set():
+            leaps.append(6.0)
+        return real_time.monotonic() + sum(leaps)
+
+    def waiting(*args):
+        if threading.current_thread() is thread:
+            settled.set()  # the scheduler waits for the hand-back lock: the hand-back goes on now
+        return real_wait(*args)
+
+    def queue_again(*args, **kwargs):  # under the hand-back lock, the scheduler seen running
+        go.set()  # its last look comes now, as the hand-back outlasts its patience
+        assert settled.wait(60), "the scheduler neither waited for the hand-back lock nor ended"
+        return real_queue_again(*args, **kwargs)
+
+    monkeypatch.setattr(flocks, "time", SimpleNamespace(monotonic=monotonic, sleep=real_time.sleep))
+    monkeypatch.setattr(flocks, "_wait_for", waiting)
+    monkeypatch.setattr(executor, "queue_again", queue_again)
+    thread.start()
+    try:
+        assert looked.wait(60)  # it found nothing waiting, its presence held: fslab resume hands the run to it
+        back = fslab_here("resume", run.id, "--detach", cwd=project)
+    finally:
+        go.set()
+        thread.join(60)
+    assert (back.returncode, back.stdout.splitlines()[-1]) == (0, (  # after the scheduler's log (this process's)
+        f"run {run.id} is queued again in {SWEEP}: the scheduler running resumes it from its last checkpoint "
+        f"when a slot frees, in queue order, never beside the slots ([scheduler] in fslab.toml); follow it with: "
+        f"fslab queue")), back.stderr
+    assert not thread.is_alive() and starts == [(run.id, True, "cpu-0")]  # started, by the scheduler that waited
+    (said,) = back.stderr.splitlines()  # in the scheduler's log, which is its stderr
+    assert f"scheduler {os.getpid()}: waiting for the hand-back lock {runs / '.slots' / 'handback.lock'} (pid " \
+           f"{os.getpid()} on host {HOST}), held by " in said  # by what it does: here one process is both
+    assert said.endswith("; its last look at the queue comes once it is let go")

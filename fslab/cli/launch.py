@@ -333,7 +333,9 @@ def resume(
     to the scheduler running, said in one line, or with none running started in a free slot only. Nor does a
     sweep's failed, killed or lost run: with the scheduler running it is queued again for it, said in one line
     (nothing followed), and with none running started in a free slot only. With every slot busy and no scheduler
-    running, either is left queued (or queued again) and a scheduler is started for it, said in one line.
+    running, either is left queued (or queued again) and a scheduler is started for it, said in one line. A hand-back
+    to the scheduler first waits for a scheduler's last look at the queue under way, as long as it lasts (said on
+    stderr, naming who holds the hand-back lock; Ctrl-C stops the wait, the run left as it was).
 
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.

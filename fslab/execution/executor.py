@@ -164,7 +164,7 @@ def scheduler_takes(run: Run, *, let_go: bool = False) -> str | None:
     sweep = status.get("sweep")
     if not isinstance(sweep, str):
         return None
-    with handing_back(run.path.parent) as running:
+    with handing_back(run.path.parent, run.id) as running:
         if running is not True:
             return None
         if let_go:
@@ -182,7 +182,7 @@ def _hand_back(run: Run, *, freed: bool, start: bool = False) -> str | None:
     train beside as many runs as the slots hold ([scheduler] of fslab.toml). With ``start`` (every slot busy),
     a scheduler is started where none runs; without it, nothing is done where none runs (None). The line that
     says what was done otherwise."""
-    with handing_back(run.path.parent) as running:
+    with handing_back(run.path.parent, run.id) as running:
         if running is not True and not start:
             return None
         if freed:
@@ -381,15 +381,15 @@ def resume_sweep(ref: str, *, settings, registry,
     if slurm is not None:  # runs never submitted (Ctrl-C while submitting) are submitted with the rest
         return record, _start_queued(settings.runs_dir, again + unstarted, slurm), unreadable, [], False
     waiting = [] if again else unstarted
-    started = bool(waiting) and _scheduler_for(settings.runs_dir)
+    started = bool(waiting) and _scheduler_for(settings.runs_dir, record["id"])
     return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting, started
 
 
-def _scheduler_for(runs_dir: Path) -> bool:
-    """For runs waiting in ``runs_dir`` that nobody holds: whether a scheduler was started for them, where none
-    is running. Told under the hand-back lock (:func:`fslab.execution.scheduler.handing_back`), so a scheduler
-    seen running looks at the queue again after this, and one about to exit is waited for and seen gone."""
-    with handing_back(runs_dir) as running:
+def _scheduler_for(runs_dir: Path, sweep: str) -> bool:
+    """For runs of ``sweep`` waiting in ``runs_dir`` that nobody holds: whether a scheduler was started for them,
+    where none is running. Told under the hand-back lock (:func:`fslab.execution.scheduler.handing_back`), so a
+    scheduler seen running looks at the queue again after this, and one about to exit is waited for and seen gone."""
+    with handing_back(runs_dir, sweep, "its waiting runs") as running:
         if running is not True:
             start_scheduler(runs_dir)
     return running is not True

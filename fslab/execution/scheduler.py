@@ -11,7 +11,8 @@ The scheduler runs in its own session (closing the terminal does not stop the
 sweep) and exits when no queued run is waiting; started workers go on alone.
 Its last look at the queue, and its presence let go, happen under the lock a
 command takes to hand it a run (:func:`handing_back`): a run handed back is
-seen by that last look, or finds the scheduler gone (and starts it, or a scheduler).
+seen by that last look, or finds the scheduler gone (and starts it, or a scheduler). Either side waits for
+that lock as long as a live process holds it, saying so once: one that went on without it would guess.
 While every slot is busy it only waits: it wakes as soon as one of its workers
 exits (a pidfd per worker), or after ``poll`` seconds for a slot another
 scheduler's worker freed (``benchmarks/bench_scheduler.py`` times the hand-over).
@@ -25,15 +26,17 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fslab.core.claims import holder_gone, read_holder
 from fslab.core.errors import ConfigError, NewerConfig
-from fslab.core.flocks import briefly_held, hold_shared, is_held
+from fslab.core.flocks import hold_shared, is_held, lockers, one_at_a_time
+from fslab.core.flocks import read_holder as lock_holder
 from fslab.core.runstore import SWEEPS, Run, run_names, start_order
 from fslab.core.settings import load_settings
-from fslab.core.text import count
+from fslab.core.states import HOST
+from fslab.core.text import ascii_whole, count
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import start_worker
 from fslab.execution.slots import Slot, capacity, configured_slots, free_slots, pick_slots, slot_env, unusable
@@ -117,7 +120,12 @@ def start_in_slots(run: Run, taken: list) -> subprocess.Popen | None:
 
 
 def _log(line: str) -> None:
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} scheduler {os.getpid()}: {line}", flush=True)
+    print(_logged(line), flush=True)
+
+
+def _logged(line: str) -> str:
+    """``line`` as the scheduler's log says it: the time, then who says it."""
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S')} scheduler {os.getpid()}: {line}"
 
 
 def schedule(runs_dir: Path, slots: list[Slot], poll: float = 0.2, presence: Presence | None = None) -> int:
@@ -195,7 +203,8 @@ def _leave_if_idle(runs_dir: Path, newer: set[str], presence: Presence | None) -
     under the hand-back lock (:func:`handing_back`), stale claims looked for too; where none does, its
     ``presence`` is let go under that same lock, so that a command handing a run back either did so before
     this look, which sees the run, or finds no scheduler running after it."""
-    with briefly_held(handback_path(runs_dir)):
+    with _handback_held(runs_dir, lambda held: _logged(f"waiting for the hand-back lock {held}; its last look at "
+                                                       f"the queue comes once it is let go")):
         if any(run.id not in newer for run in waiting_runs(runs_dir)):
             return False
         if presence is not None:
@@ -282,14 +291,42 @@ def scheduler_running(runs_dir: Path) -> bool | None:
 
 
 @contextlib.contextmanager
-def handing_back(runs_dir: Path) -> Iterator[bool | None]:
+def handing_back(runs_dir: Path, name: str, what: str = "the run") -> Iterator[bool | None]:
     """Held while a run is handed to the store's scheduler (queued again, or a queued run let go of), yielding
     whether one is running (:func:`scheduler_running`). A scheduler takes its last look at the queue and lets
     go of its presence under the same lock (:func:`_leave_if_idle`), so one seen running here looks again
-    after this is let go, and starts a run handed to it inside; one seen gone starts nothing more. Where the
-    lock cannot be had (no ``flock``, no ``.slots`` folder: no scheduler ever ran), it goes on without it."""
-    with briefly_held(handback_path(runs_dir)):
+    after this is let go, and starts a run handed to it inside; one seen gone starts nothing more. The lock
+    is waited for as long as a live process holds it (:func:`_handback_held`), never taken as let go after a
+    while (a scheduler then seen running may be on its way out); the wait is said once on stderr, beginning
+    with ``name`` (the run's id, or the sweep's) and naming ``what`` is handed. Where the lock cannot be had
+    (no ``flock``, no ``.slots`` folder: no scheduler ever ran), it goes on without it."""
+    with _handback_held(runs_dir, lambda held: f"{name}: waiting for the hand-back lock {held}, to tell whether a "
+                                               f"scheduler will start {what}"):
         yield scheduler_running(runs_dir)
+
+
+@contextlib.contextmanager
+def _handback_held(runs_dir: Path, waiting: Callable[[str], str]) -> Iterator[None]:
+    """The hand-back lock, ``runs/.slots/handback.lock``, held (:func:`fslab.core.flocks.one_at_a_time`): where
+    another process holds it, ``waiting(HELD)`` is said once on stderr, HELD naming the file, its holder and what
+    the holder does there (:func:`_holding`), and the lock is waited for in the kernel, for as long as that
+    process lives and holds it (a Ctrl-C stops the wait)."""
+    path = handback_path(runs_dir)
+    with one_at_a_time(path, lambda pid: waiting(f"{path}{pid}, held by {_holding(runs_dir)}")):
+        yield
+
+
+def _holding(runs_dir: Path) -> str:
+    """What the holder of the hand-back lock does, as the file names it: a scheduler of this host (it holds
+    :func:`presence_path`) takes its last look at the queue; another process hands a run to the scheduler."""
+    words = lock_holder(handback_path(runs_dir))
+    pid = ascii_whole(words[0]) if len(words) >= 2 and words[1] == HOST else None
+    schedulers = lockers(presence_path(runs_dir)) if pid is not None else None
+    if schedulers is None:
+        return "a scheduler taking its last look at the queue or a command handing a run to it"
+    if pid in schedulers:
+        return "the scheduler taking its last look at the queue"
+    return "a command handing a run to the scheduler"
 
 
 def start_scheduler(runs_dir: Path) -> subprocess.Popen:
