@@ -95,6 +95,8 @@ def create(kind: str, name: str, **params: Any) -> Any:
     component = registry.get(kind, name)  # a kind or name that is no text is an unknown one: one line
     if kind == "method":
         return registry.create(kind, name, **params)
+    if kind == "dataset" and not registry.reads_files(name):  # synthetic: a root given it is none of its business
+        params = {k: v for k, v in params.items() if k != "root"}
     filled_in = tuple(p for p in FILLED_IN.get(kind, ()) if registry.accepts(kind, name, p))
     checked = plugin_params(registry, kind, name, params, filled_in=filled_in)
     try:

@@ -74,7 +74,7 @@ from fslab.core.types import Batch, CheckContext, EvaluatorTraits, LossOutput, S
 #       its lock file naming the holder's pid and host, which a second process's waiting line names.
 # 1.18: a sink class's optional reopen(run, **params): its record of a finished run reopened, to which
 #       fslab eval adds its new events (the sink's write and close), or None (the whole run replayed then).
-API_VERSION = "1.18"
+API_VERSION = "1.19"
 
 __all__ = [
     "API_VERSION", "INFO_KEYS", "hookimpl", "Register",

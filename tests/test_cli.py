@@ -951,7 +951,7 @@ def test_a_terminal_that_cannot_show_a_path_s_letters_gets_them_written_out_not_
 
     root = str(tmp_path / "données 日本")
     folder = write_run(tmp_path / "runs", "20260101-000000-nca-abcd", events=history(),
-                       cfg=complete_config(dataset={"name": "synthetic", "root": root}))
+                       cfg=complete_config(dataset={"name": "miniimagenet", "root": root}))
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
     env.pop("FSLAB_CONFIG", None)
     shown = fslab("show", folder.name, cwd=tmp_path, env=env)
@@ -961,13 +961,17 @@ def test_a_terminal_that_cannot_show_a_path_s_letters_gets_them_written_out_not_
 
 def test_show_says_which_data_root_fslab_filled_in_and_lists_one_that_was_set(project):
     """fslab show listed dataset.root among the settings 'not fslab's defaults' for every run, the one
-    fslab fills in where none was set (data/<dataset>, or [data_roots] of fslab.toml) too: it read as set."""
+    fslab fills in where none was set (data/<dataset>, or [data_roots] of fslab.toml) too: it read as set.
+    And it named data/synthetic for a run of synthetic, which reads no files and never makes that folder:
+    an earlier fslab saved it; none is named now, nor for a run saved with none."""
     from .test_tui_helpers import complete_config, history, write_run
 
     (project / "fslab.toml").write_text('[data_roots]\nomniglot = "glyphs"\n')
-    roots = {"20260101-000000-nca-aaaa": ("synthetic", project / "data" / "synthetic"),
+    roots = {"20260101-000000-nca-aaaa": ("miniimagenet", project / "data" / "miniimagenet"),
              "20260101-000001-nca-bbbb": ("omniglot", project / "glyphs"),
-             "20260101-000002-nca-cccc": ("synthetic", project / "mine")}
+             "20260101-000002-nca-cccc": ("miniimagenet", project / "mine"),
+             "20260101-000003-nca-dddd": ("synthetic", project / "data" / "synthetic"),
+             "20260101-000004-nca-eeee": ("synthetic", "")}
     for name, (dataset, root) in roots.items():
         write_run(project / "runs", name, events=history(),
                   cfg=complete_config(dataset={"name": dataset, "root": str(root)}))
@@ -979,11 +983,13 @@ def test_show_says_which_data_root_fslab_filled_in_and_lists_one_that_was_set(pr
 
     default, mapped, set_ = lines("aaaa"), lines("bbbb"), lines("cccc")
     filled = "as fslab fills it in where none is set"
-    assert f"data root {project}/data/synthetic ({filled}: fslab's default, data/synthetic)" in default
+    assert f"data root {project}/data/miniimagenet ({filled}: fslab's default, data/miniimagenet)" in default
     assert f"data root {project}/glyphs ({filled}: [data_roots] of fslab.toml)" in mapped
     assert not any("dataset.root=" in line for line in default + mapped)
     assert any(f"dataset.root={project}/mine" in line for line in set_)
     assert not any(line.startswith("data root") for line in set_)
+    for synthetic in (lines("dddd"), lines("eeee")):
+        assert not any("data root" in line or "dataset.root" in line for line in synthetic), synthetic
 
 
 @pytest.mark.slow

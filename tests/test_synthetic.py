@@ -14,24 +14,24 @@ SMALL = {"classes": 30, "images_per_class": 12, "val_classes": 5, "test_classes"
 
 
 def test_same_seed_gives_identical_bytes_and_another_seed_differs():
-    first = SyntheticDataset(None, seed=3, **SMALL).load("val")
-    again = SyntheticDataset("ignored/path", seed=3, **SMALL).load("val")
-    other = SyntheticDataset(None, seed=4, **SMALL).load("val")
+    first = SyntheticDataset(seed=3, **SMALL).load("val")
+    again = SyntheticDataset(seed=3, **SMALL).load("val")
+    other = SyntheticDataset(seed=4, **SMALL).load("val")
     assert first.images.numpy().tobytes() == again.images.numpy().tobytes()
     assert torch.equal(first.labels, again.labels)
     assert not torch.equal(first.images, other.images)
 
 
 def test_splits_do_not_depend_on_generation_order():
-    test_first = SyntheticDataset(None, seed=1, **SMALL)
+    test_first = SyntheticDataset(seed=1, **SMALL)
     test_first.load("test")
-    train_first = SyntheticDataset(None, seed=1, **SMALL)
+    train_first = SyntheticDataset(seed=1, **SMALL)
     train_first.load("train")
     assert torch.equal(test_first.load("test").images, train_first.load("test").images)
 
 
 def test_split_sizes_types_and_disjoint_classes():
-    dataset = SyntheticDataset(None, seed=0, **SMALL)
+    dataset = SyntheticDataset(seed=0, **SMALL)
     splits = {name: dataset.load(name) for name in ("train", "val", "test")}
     expected_classes = {"train": 20, "val": 5, "test": 5}
     for name, split in splits.items():
@@ -48,7 +48,7 @@ def test_split_sizes_types_and_disjoint_classes():
 
 
 def test_images_of_a_class_vary_and_contain_ink():
-    split = SyntheticDataset(None, seed=0, **SMALL).load("train")
+    split = SyntheticDataset(seed=0, **SMALL).load("train")
     images = split.images.float() / 255
     first, second = images[split.labels == 0][:2]
     assert (first - second).abs().mean() > 0.05  # two drawings of one glyph differ
@@ -57,7 +57,7 @@ def test_images_of_a_class_vary_and_contain_ink():
 
 
 def test_raw_pixels_separate_test_classes_somewhat_but_not_perfectly():
-    dataset = SyntheticDataset(None, seed=0)
+    dataset = SyntheticDataset(seed=0)
     test = dataset.load("test")
     pixels = test.images.flatten(1).float() / 255
     accuracy = episode_scores(pixels, test.labels, centroid, 5, 5, 15, 300, seed=0, center=pixels.mean(0))
@@ -65,7 +65,7 @@ def test_raw_pixels_separate_test_classes_somewhat_but_not_perfectly():
 
 
 def test_other_image_sizes():
-    dataset = SyntheticDataset(None, seed=0, image_size=28, **SMALL)
+    dataset = SyntheticDataset(seed=0, image_size=28, **SMALL)
     assert dataset.load("val").images.shape == (60, 1, 28, 28)
 
 
@@ -87,12 +87,12 @@ def test_other_image_sizes():
 )
 def test_bad_parameters_are_usage_errors(params, message):
     with pytest.raises(UsageError, match=message):
-        SyntheticDataset(None, **params)
+        SyntheticDataset(**params)
 
 
 def test_unknown_split_is_a_usage_error():
     with pytest.raises(UsageError, match="train, val, test"):
-        SyntheticDataset(None, **SMALL).load("validation")
+        SyntheticDataset(**SMALL).load("validation")
 
 
 def test_registered_with_its_own_training_recipe(registry):

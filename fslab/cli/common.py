@@ -220,7 +220,8 @@ DatasetOpt = Annotated[str | None, typer.Option(help="Dataset plugin (default: s
 DataRootOpt = Annotated[str | None, typer.Option(
     help="Folder the dataset reads from (each dataset's layout: README, Datasets); its first run caches the "
          "decoded images in ROOT/.fslab-cache, or, where ROOT cannot be written (a lab's read-only copy), in "
-         "~/.cache/fslab ($XDG_CACHE_HOME); --set dataset.cache_dir=DIR chooses another folder.")]
+         "~/.cache/fslab ($XDG_CACHE_HOME); --set dataset.cache_dir=DIR chooses another folder. A dataset that reads "
+         "no files (synthetic) takes none.")]
 EpochsOpt = Annotated[int | None, typer.Option(help="Training epochs.")]
 BatchSizeOpt = Annotated[int | None, typer.Option(help="Images per training batch.")]
 LrOpt = Annotated[float | None, typer.Option(help="Initial learning rate.")]

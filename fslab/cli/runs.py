@@ -383,7 +383,8 @@ def _settings_line(run_) -> tuple[str, str]:
     """The run's settings that differ from fslab's defaults and from its
     plugins' (what its recipe, dataset, fslab.toml and command line set),
     method and seed aside; and where its data root is the one fslab fills in
-    (:func:`_filled_root`), a line saying so, that root left out of the first."""
+    (:func:`_filled_root`), a line saying so, that root left out of the first. A dataset that reads no
+    files (Registry.reads_files: synthetic) has no data root, named in neither."""
     from fslab.core.assignments import assignment
     from fslab.core.config import DEFAULTS, outside_settings
     from fslab.core.keys import PLUGIN_SECTIONS, dotted
@@ -392,9 +393,13 @@ def _settings_line(run_) -> tuple[str, str]:
         config = run_.config()
     except FslabError:
         return "", ""  # the error line above says why
-    filled = _filled_root(config.get("dataset"))
-    defaults = dotted(DEFAULTS)
     plugins = registry(settings())
+    dataset = config.get("dataset")
+    # a dataset that reads no files (synthetic) has no data root: an earlier fslab saved one all the same
+    rootless = isinstance(dataset, dict) and isinstance(dataset.get("name"), str) and not plugins.reads_files(
+        dataset["name"])
+    filled = "" if rootless else _filled_root(dataset)
+    defaults = dotted(DEFAULTS)
     for section in PLUGIN_SECTIONS:
         chosen = config.get(section)
         try:  # a section that is not a table (a damaged config.json) names no plugin
@@ -404,7 +409,8 @@ def _settings_line(run_) -> tuple[str, str]:
         defaults |= {f"{section}.{k}": v for k, v in component.params.items()}
     return ", ".join(assignment(k, v) for k, v in dotted(config).items()
                      if k not in ("method", "seed", "config_version") and not outside_settings(k)
-                     and (k not in defaults or defaults[k] != v) and not (filled and k == "dataset.root")), filled
+                     and (k not in defaults or defaults[k] != v)
+                     and not ((filled or rootless) and k == "dataset.root")), filled
 
 
 def _filled_root(dataset) -> str:

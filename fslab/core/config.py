@@ -320,7 +320,7 @@ def resolve(
     for layer in [dataset_defaults, recipe, for_dataset, toml_layer, *overrides]:  # lowest first (module docstring)
         config = merge(config, layer)
     config["method"] = method
-    if not config["dataset"].get("root"):
+    if not config["dataset"].get("root") and registry.reads_files(dataset_name):  # synthetic reads no files
         config["dataset"]["root"] = filled_root(settings, dataset_name)
         _check_data_root_key(settings, dataset_name, config["dataset"]["root"], registry.names("dataset"))
     for key in ("root", "cache_dir"):  # absolute: a worker or a resume may start elsewhere

@@ -29,7 +29,15 @@ import pluggy
 
 from fslab.core import hookspecs
 from fslab.core.declared_plugins import stale_entry_point
-from fslab.core.errors import PluginError, UnknownName, UsageError, did_you_mean, exception_words, plugin_call
+from fslab.core.errors import (
+    FslabError,
+    PluginError,
+    UnknownName,
+    UsageError,
+    did_you_mean,
+    exception_words,
+    plugin_call,
+)
 from fslab.core.limits import check_rule, rule_of
 from fslab.core.module_source import defined_names, files_of, spells
 from fslab.core.param_defaults import mistyped_default, refused_defaults
@@ -276,6 +284,15 @@ class Registry:
         accepted = _accepted_names(self.get(kind, name).resolve(), kind)
         return accepted is None or param in accepted
 
+    def reads_files(self, dataset: str) -> bool:
+        """Whether ``dataset`` reads files from a data root: its constructor names ``root`` (or takes any
+        keyword). One that does not (``synthetic``, drawn from its seed) is handed none, and no surface
+        names, fills in or checks a data root for it. A dataset no plugin registers here is taken to read files."""
+        try:
+            return self.accepts("dataset", dataset, "root")
+        except FslabError:
+            return True
+
     def create(self, kind: str, name: str, context: dict | None = None, **kwargs: Any) -> Any:
         """Build component ``name`` of ``kind``; keyword arguments are checked
         against what the target accepts before anything runs.
@@ -290,6 +307,8 @@ class Registry:
                 raise UsageError(f"method '{name}' is a recipe and takes no parameters")
             return copy.deepcopy(target)  # the caller's to edit: the registered recipe stays as it was
         accepted = _accepted_names(target, kind)
+        if kind == "dataset" and accepted is not None and "root" not in accepted:  # one that reads no files
+            kwargs = {k: v for k, v in kwargs.items() if k != "root"}
         if context:
             wanted = set(context) if accepted is None else accepted
             kwargs = {**{k: v for k, v in context.items() if k in wanted and k not in kwargs}, **kwargs}

@@ -62,9 +62,10 @@ MAX_BYTES = 64 * 2**30
 class SyntheticDataset:
     """Stroke glyphs, ``classes`` of them with ``images_per_class`` images each.
 
-    ``root`` is accepted for the common dataset signature and ignored: nothing
-    is read from or written to disk. Splits are generated on first ``load`` and
-    kept in memory for the life of the instance, class by class on as many
+    It takes no ``root``: it reads no files, so fslab hands it none and names, fills in or checks no
+    data root for its runs (:func:`fslab.core.registry.reads_files`); a split at least
+    :data:`CACHE_MIN_BYTES` is cached in the user's cache folder, not in a data root. Splits are
+    generated on first ``load`` and kept in memory for the life of the instance, class by class on as many
     threads as there are cores (numpy releases the interpreter lock while it
     computes; every class draws from its own seeds, so the images do not depend
     on the threads). ``channels=3`` tints the ink, for networks with an RGB
@@ -77,7 +78,6 @@ class SyntheticDataset:
 
     def __init__(
         self,
-        root=None,
         *,
         seed: int = 0,
         classes: int = 200,
@@ -344,8 +344,8 @@ class MiniImageNetStandIn(SyntheticDataset):
     scored 100.00% on both test shapes after 3 epochs as after 120 (on an H100,
     2026-11-25), which made the stand-in useless for comparing accuracies."""
 
-    def __init__(self, root=None, *, seed: int = 0, classes: int = 100, images_per_class: int = 600,
+    def __init__(self, *, seed: int = 0, classes: int = 100, images_per_class: int = 600,
                  image_size: int = 84, val_classes: int = 16, test_classes: int = 20, channels: int = 3,
                  colour: str = "image"):
-        super().__init__(root, seed=seed, classes=classes, images_per_class=images_per_class, image_size=image_size,
+        super().__init__(seed=seed, classes=classes, images_per_class=images_per_class, image_size=image_size,
                          val_classes=val_classes, test_classes=test_classes, channels=channels, colour=colour)
