@@ -162,19 +162,24 @@ def test_a_run_whose_episodes_the_evaluator_refuses_is_left_out_and_the_others_s
 
 def test_one_data_root_for_runs_of_two_datasets_is_refused_before_any_is_scored(project, trained):
     """fslab eval A B --data-root DIR scored both runs on DIR's images, though they trained on two datasets (or
-    two folders of one): one was scored on the other's data. Refused now, naming each dataset's runs."""
+    two folders of one): one was scored on the other's data. Refused now, naming each dataset's runs. Runs
+    of synthetic, which reads no files, have no root: two an earlier fslab saved with different ones (it
+    filled one in) were refused as trained on two."""
     runs = [copied(project, trained["plain"]), copied(project, trained["final"])]
     config = json.loads((runs[1] / "config.json").read_text())
-    root = config["dataset"]["root"]
-    config["dataset"]["root"] = str(project / "elsewhere")
-    (runs[1] / "config.json").write_text(json.dumps(config))
     (project / "moved").mkdir()
-    refused = fslab_here("eval", runs[0].name, runs[1].name, "--data-root", str(project / "moved"), "--no-sinks",
-                    cwd=project)
+    for dataset, refused_ in (("synthetic", False), ("folder", True)):
+        config["dataset"] = {**config["dataset"], "name": dataset, "root": str(project / "elsewhere")}
+        (runs[1] / "config.json").write_text(json.dumps(config))
+        refused = fslab_here("eval", runs[0].name, runs[1].name, "--data-root", str(project / "moved"),
+                             "--no-sinks", "--split", "val", "--shots", "1", "--episodes", "5", cwd=project)
+        assert (refused.returncode == 2) == refused_, refused.stderr
+        for run_dir in runs:  # what the synthetic runs' evaluation embedded: the refused one must embed nothing
+            shutil.rmtree(run_dir / "features", ignore_errors=True)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr == (
-        f"error: --data-root gives one dataset's folder, but the runs named trained on 2 (synthetic in {root}: "
-        f"{runs[0].name}; synthetic in {project / 'elsewhere'}: {runs[1].name}); evaluate the runs of each apart, "
+        f"error: --data-root gives one dataset's folder, but the runs named trained on 2 (synthetic: "
+        f"{runs[0].name}; folder in {project / 'elsewhere'}: {runs[1].name}); evaluate the runs of each apart, "
         "each with its own --data-root\n")
     assert not (runs[0] / "features").exists() and not (runs[1] / "features").exists()
 

@@ -70,7 +70,7 @@ def eval_(
                                                autocompletion=choices("auto", "cpu", "cuda"))] = None,
     data_root: Annotated[Path | None, typer.Option(
         help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root); the "
-             "runs named must have trained on one dataset and root.")] = None,
+             "runs named must have trained on one dataset and root (synthetic has none).")] = None,
     precision: PrecisionOption = "auto",
     sinks: Annotated[bool, typer.Option(
         "--sinks/--no-sinks", help="Send the new scores to the sinks the run was sent to as it trained (--sink, "
@@ -107,7 +107,7 @@ def eval_(
     params = _given_options(evaluator, set_ or [], device, found)
     plans = _eval_plans(chosen, found, evaluator, params, set_ or [], device, ways, queries)
     if data_root is not None:
-        _one_data_root(plans)
+        _one_data_root(plans, found)
     _score_all(plans, len(chosen), data_root, found, sinks, as_json, split=split, shots=shot_list,
                episodes=episodes, evaluator=evaluator, device=device, precision=precision)
 
@@ -210,14 +210,18 @@ def _eval_plans(chosen: list, found, *options) -> list[tuple]:
     return plans
 
 
-def _one_data_root(plans: list[tuple]) -> None:
+def _one_data_root(plans: list[tuple], found) -> None:
     """A UsageError where the runs to evaluate trained on more than one dataset or root: --data-root,
-    one folder, would stand for each of them, and a run would be scored on another run's images."""
-    trained_on: dict[tuple[str, str], list[str]] = {}
+    one folder, would stand for each of them, and a run would be scored on another run's images. A dataset
+    that reads no files (synthetic) has no root, whatever an earlier fslab saved as one."""
+    trained_on: dict[tuple[str, str | None], list[str]] = {}
     for run_, cfg, _ in plans:
-        trained_on.setdefault((cfg.dataset["name"], str(cfg.dataset.get("root") or "")), []).append(run_.id)
+        name = cfg.dataset["name"]
+        root = str(cfg.dataset.get("root") or "") if found.reads_files(name) else None
+        trained_on.setdefault((name, root), []).append(run_.id)
     if len(trained_on) > 1:
-        named = "; ".join(f"{name} in {root or '?'}: {', '.join(ids[:2])}{', ...' if len(ids) > 2 else ''}"
+        named = "; ".join(f"{name}{'' if root is None else f' in {root or chr(63)}'}: "
+                          f"{', '.join(ids[:2])}{', ...' if len(ids) > 2 else ''}"
                           for (name, root), ids in trained_on.items())
         raise UsageError(f"--data-root gives one dataset's folder, but the runs named trained on {len(trained_on)} "
                          f"({named}); evaluate the runs of each apart, each with its own --data-root")
