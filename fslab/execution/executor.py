@@ -204,7 +204,7 @@ def _take_slots(run: Run, settings) -> list:
     """Free slots of the run's store for a run of a sweep that no scheduler runs to start (killed, or ended),
     queued in it or resumed, taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`);
     ``[]`` where they are busy (the run is then handed to a scheduler started for it: :func:`_hand_back`)."""
-    return take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run)) or []
+    return take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run))
 
 
 def gone_root(dataset: dict, exc: UsageError) -> str | None:

@@ -221,7 +221,7 @@ def _free_slots(folder: Path, slots: list[Slot], broken: set[str]) -> list[tuple
     for name, error in errors.items():
         if name not in broken:
             _log(f"slot {name} not used: {unusable(folder, error)}")
-    broken.intersection_update(errors)
+    broken.clear()  # the slots unusable now: one usable again is told again should it break
     broken.update(errors)
     return free
 

@@ -129,16 +129,16 @@ def free_slots(folder: Path, slots: list[Slot], unusable_slots: dict | None = No
     return free
 
 
-def take_slots(runs_dir: Path, slots: list[Slot], need: int) -> list | None:
+def take_slots(runs_dir: Path, slots: list[Slot], need: int) -> list:
     """``need`` of ``slots`` free now (:func:`free_slots`), each ``(slot, fd)`` with its lock held, on distinct
     GPUs (:func:`pick_slots`), for a run started outside a scheduler's loop (``fslab resume`` of a queued run
-    whose scheduler is gone); None, nothing left locked, where they are not free."""
+    whose scheduler is gone); ``[]``, nothing left locked, where they are not free."""
     free = free_slots(runs_dir / ".slots", slots)
     taken = pick_slots(free, need) or []
     for pair in free:
         if pair not in taken:
             os.close(pair[1])
-    return taken or None
+    return taken
 
 
 def check_fits(processes: int, slots: list[Slot]) -> None:
