@@ -157,7 +157,8 @@ def test_a_value_toml_reads_as_a_date_is_text_in_set_and_refused_in_a_file(regis
     assert parse_assignment("dataset.root=2026-01-01") == (["dataset", "root"], "2026-01-01")
     assert parse_assignment("loss.name=12:30:00") == (["loss", "name"], "12:30:00")
     assert parse_assignment("a.b=1979-05-27T07:32:00Z") == (["a", "b"], "1979-05-27T07:32:00Z")
-    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli("dataset.root=2026-01-01"))
+    config = resolve("nca", registry=registry, settings=Settings(),
+                     overrides=cli("dataset.name=cub", "dataset.root=2026-01-01"))
     assert config["dataset"]["root"] == os.path.abspath("2026-01-01")
     json.dumps(config)  # as config.json is written
     with pytest.raises(ConfigError, match=r"^config key 'train.lr' must be a number, got \"2026-01-01\"$"):
@@ -177,7 +178,8 @@ def test_a_data_root_toml_reads_as_a_number_is_refused_not_saved_relative(regist
             resolve("nca", registry=registry, settings=Settings(), overrides=cli(f"dataset.root={value}"))
         assert str(error.value) == f"config key 'dataset.root' must be a folder's path (text), got {shown}; a " \
                                    f"name TOML reads as another value is given quoted, or with --data-root"
-    config = resolve("nca", registry=registry, settings=Settings(), overrides=cli('dataset.root="2024"'))
+    config = resolve("nca", registry=registry, settings=Settings(),
+                     overrides=cli("dataset.name=cub", 'dataset.root="2024"'))
     assert config["dataset"]["root"] == os.path.abspath("2024")
 
 
@@ -830,11 +832,40 @@ def test_a_root_run_gives_with_its_dataset_stays_with_that_dataset(tmp_path, reg
     config = resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=synthetic"))
     assert config["dataset"]["root"] == ""  # synthetic reads no files: no data/synthetic is filled in for it
     config = resolve("nca", registry=registry, settings=settings,
-                     overrides=cli("dataset.name=synthetic", "dataset.root=/data/glyphs"))
-    assert config["dataset"]["root"] == "/data/glyphs"  # a root given with the option stays
+                     overrides=cli("dataset.name=cub", "dataset.root=/data/birds"))
+    assert config["dataset"]["root"] == "/data/birds"  # a root given with the option stays
     settings = settings_from(tmp_path, '[run.dataset]\nroot = "/data/any"\n')  # a root without a name: for any
-    config = resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=synthetic"))
+    config = resolve("nca", registry=registry, settings=settings, overrides=cli("dataset.name=cub"))
     assert config["dataset"]["root"] == "/data/any"
+
+
+READING = "one of: cifar-fs, cub, fc100, folder, miniimagenet, omniglot, tieredimagenet"
+
+
+def test_a_root_given_for_a_dataset_that_reads_no_files_is_refused(tmp_path, registry):
+    # fslab run nca --data-root ~/data/mini, --dataset forgotten: the run trained on the generated glyphs,
+    # saved the root it never read, and nothing said so
+    settings = settings_from(tmp_path, "")
+    for layers in ([nest(["dataset", "root"], "/data/mini")],  # --data-root alone: synthetic by default
+                   [nest(["dataset", "name"], "synthetic"), nest(["dataset", "root"], "/data/mini")],
+                   [{"dataset": {"name": "synthetic"}}, *cli("dataset.root=/data/mini")]):  # --like RUN --set
+        with pytest.raises(ConfigError, match=rf"^dataset\.root /data/mini: dataset 'synthetic' is generated and "
+                                              rf"reads no files, so nothing in that folder would be used; name the "
+                                              rf"dataset stored there with --dataset \({READING}\)$"):
+            resolve("nca", registry=registry, settings=settings, overrides=layers)
+    settings = settings_from(tmp_path, '[run.dataset]\nroot = "/data/mini"\n')  # [run] names no dataset
+    with pytest.raises(ConfigError, match=r"reads no files.*\(set by dataset\.root in \[run\] of .*fslab\.toml\)$"):
+        resolve("nca", registry=registry, settings=settings)
+
+
+def test_a_root_below_the_choice_of_a_dataset_that_reads_no_files_is_dropped(tmp_path, registry):
+    settings = settings_from(tmp_path, "")
+    # --like RUN of a synthetic run an earlier fslab saved with data/synthetic filled in; a sweep's --data-root
+    # under a grid point choosing synthetic (the root is for the grid's other datasets)
+    for layers in ([{"dataset": {"name": "synthetic", "root": str(tmp_path / "data" / "synthetic")}}],
+                   [nest(["dataset", "root"], "/data/mini"), nest(["dataset", "name"], "synthetic")]):
+        config = resolve("nca", registry=registry, settings=settings, overrides=layers)
+        assert config["dataset"]["name"] == "synthetic" and config["dataset"]["root"] == ""
 
 
 def test_a_relative_cache_dir_is_saved_absolute_and_taken_from_the_file(tmp_path, registry, monkeypatch):

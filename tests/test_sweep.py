@@ -342,16 +342,16 @@ def test_fslab_runs_sweep_shows_each_run_s_values_of_the_swept_keys(project, reg
     from fslab.execution.sweep import create_sweep
 
     base = overrides(None, None, None, None, None, None, None, "cpu", [])
-    grid = parse_grid(["train.lr=1e-3,0.5", 'train.milestones=[0.5,0.7]', 'dataset.root="a b",c'])
+    grid = parse_grid(["train.lr=1e-3,0.5", 'train.milestones=[0.5,0.7]', 'dataset.colour="image",class'])
     sweep_id, runs = create_sweep("nca", grid, 1, base=base, settings=load_settings(), registry=registry)
     listed = fslab_here("runs", "--sweep", sweep_id, "--wide", cwd=project)
     assert listed.returncode == 0, listed.stderr
     header, *rows = [[cell.strip() for cell in line.split("│" if "│" in line else "┃")[1:-1]]
                      for line in listed.stdout.splitlines() if line.startswith(("┃", "│"))]
-    assert header[5:9] == ["seed", "dataset.root", "train.lr", "train.milestones"]  # as the record has them
+    assert header[5:9] == ["seed", "dataset.colour", "train.lr", "train.milestones"]  # as the record has them
     values = {row[0]: row[6:9] for row in rows}
-    assert values == {run.id: [str(project / name), lr, "[0.5, 0.7]"]
-                      for run, lr, name in zip(runs, ["0.001", "0.001", "0.5", "0.5"], ["a b", "c", "a b", "c"])}
+    assert values == {run.id: [colour, lr, "[0.5, 0.7]"]
+                      for run, lr, colour in zip(runs, ["0.001", "0.001", "0.5", "0.5"], ["image", "class"] * 2)}
     plain = fslab_here("runs", "--wide", cwd=project)  # without --sweep: the table as it was
     assert "train.lr" not in plain.stdout and "seed" in plain.stdout
     # last: the newest sweep, as a run's last is the newest run (it matched no sweep)

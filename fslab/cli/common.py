@@ -221,7 +221,7 @@ DataRootOpt = Annotated[str | None, typer.Option(
     help="Folder the dataset reads from (each dataset's layout: README, Datasets); its first run caches the "
          "decoded images in ROOT/.fslab-cache, or, where ROOT cannot be written (a lab's read-only copy), in "
          "~/.cache/fslab ($XDG_CACHE_HOME); --set dataset.cache_dir=DIR chooses another folder. A dataset that reads "
-         "no files (synthetic) takes none.")]
+         "no files (synthetic) takes none: a root given it, with --dataset left out, is refused.")]
 EpochsOpt = Annotated[int | None, typer.Option(help="Training epochs.")]
 BatchSizeOpt = Annotated[int | None, typer.Option(help="Images per training batch.")]
 LrOpt = Annotated[float | None, typer.Option(help="Initial learning rate.")]

@@ -328,6 +328,9 @@ def resolve(
             config["dataset"][key] = os.path.abspath(os.path.expanduser(config["dataset"][key]))
     with naming_the_file(settings, overrides):
         _check_types(config, DEFAULTS, "")
+        if not registry.reads_files(dataset_name):  # synthetic: a root given it is refused or dropped
+            _refuse_unread_root(dataset_name, [toml_layer, *overrides], registry)
+            config["dataset"]["root"] = ""
         _check_ranges(config)
         _fill_plugin_params(config, registry)
         _fill_sink_params(config, registry)
@@ -342,6 +345,28 @@ def filled_root(settings: Settings, dataset: str) -> str:
     """The root fslab fills in for a run of ``dataset`` that sets none: ``[data_roots]`` of fslab.toml,
     else ``data/<dataset>`` (as given: a run's configuration saves it absolute)."""
     return settings.data_roots.get(dataset, f"data/{dataset}")
+
+
+def _refuse_unread_root(dataset: str, layers: list[dict], registry) -> None:
+    """A data root given for ``dataset``, which reads no files, after the last layer that chose the dataset
+    (``fslab run nca --data-root DIR`` with --dataset forgotten: DIR would go unused while the run trains on
+    generated images) is refused. One given with the dataset's choice or below it is not for it and is
+    dropped: --like's saved configuration of a run an earlier fslab saved with a filled-in root, or a
+    sweep's --data-root under a grid whose point chose ``synthetic``."""
+    root, given_at, chosen_at = None, -1, -1
+    for at, layer in enumerate(layers):
+        section = layer.get("dataset")
+        if not isinstance(section, dict):
+            continue
+        if section.get("root"):
+            root, given_at = section["root"], at
+        if "name" in section:
+            chosen_at = at
+    if given_at > chosen_at:
+        reading = [name for name in registry.names("dataset") if registry.reads_files(name)]
+        raise ConfigError(f"dataset.root {root}: dataset '{dataset}' is generated and reads no files, so nothing in "
+                          f"that folder would be used; name the dataset stored there with --dataset (one of: "
+                          f"{', '.join(reading)})")
 
 
 def _check_data_root_key(settings: Settings, dataset: str, root: str, datasets: list[str]) -> None:
