@@ -1034,13 +1034,24 @@ def test_fslab_queue_says_when_no_scheduler_is_alive_to_start_the_waiting_runs(t
         assert scheduler_running(runs) is False  # the kernel let go of a killed holder's lock
         gone = fslab_here("queue", cwd=tmp_path)
         assert gone.stdout.splitlines()[-1] == ("no scheduler is running: 1 waiting run will not start until one "
-                                                "does; start one with: fslab sweep resume sweep-20261128-100000-abcd")
+                                                "does; start one with: fslab queue --start")
         assert run.status()["state"] == "queued" and not run.claimed()
+        # fslab queue --start starts one and does nothing more (fslab sweep resume also queued failed runs again)
+        started = fslab_here("queue", "--start", cwd=tmp_path)
+        assert started.stderr == "started a scheduler for 1 waiting run; it logs to runs/sweeps/scheduler.log\n"
+        assert "no scheduler" not in started.stdout, started.stdout  # not said of the one just started
+        wait_for(lambda: scheduler_running(runs), 60, "the scheduler fslab queue --start started")
+        again = fslab_here("queue", "--start", cwd=tmp_path)
+        assert again.stderr == "a scheduler is running already: it starts the 1 waiting run as slots free\n"
+        assert run.status()["state"] == "queued"  # its slot still busy
     finally:
         if scheduler.poll() is None:
             scheduler.kill()
             scheduler.wait()
-        os.close(slot)
+        os.close(slot)  # the slot freed: the scheduler --start started trains the run, then exits
+    wait_for(lambda: run.status()["state"] not in ("queued", "running") and not scheduler_running(runs), 120,
+             "the run started by fslab queue --start")
+    assert fslab_here("queue", "--start", cwd=tmp_path).stderr == "no runs are waiting: no scheduler started\n"
 
 
 # `fslab ARGS` as the real CLI runs it, with a Ctrl-C arriving as the sweep's record is about to be saved.

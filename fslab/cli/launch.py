@@ -831,11 +831,14 @@ SLOT_WORDS = {True: "busy", False: "free", None: "unusable"}
 
 
 @app.command()
-def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
+def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bool, typer.Option(
+        "--start", help="First start a scheduler for the runs waiting, where none is alive (it was killed, or its "
+                        "machine rebooted), and nothing more: unlike fslab sweep resume, no failed, killed or lost "
+                        "run is queued again.")] = False) -> None:
     """Runs waiting for a slot (in the order they start), where each running run went, and the slots.
 
     A last line says when runs wait but no scheduler is alive to start them (it was killed, or its
-    machine rebooted), with the command that starts one.
+    machine rebooted), with the command that starts one: fslab queue --start.
 
     With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
     "slot" (slot, gpu, busy, problem; problem is null unless the slot's lock file cannot be opened, and busy
@@ -846,6 +849,7 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     from fslab.execution.slots import configured_slots, slot_state
 
     project = settings()
+    started = start and _start_for_waiting(project.runs_dir)
     rows, order = [], {}
     for summary in reversed(list_summaries(project.runs_dir, limit=None, states=LIVE)):
         status = Run(project.runs_dir / summary.id).status()
@@ -868,19 +872,41 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False) -> None:
     console.print("slots: " + ", ".join(f"{s['slot']} {SLOT_WORDS[s['busy']]}" for s in slots), highlight=False)
     for problem in dict.fromkeys(s["problem"] for s in slots if s["problem"]):
         console.print(problem, highlight=False, markup=False)
-    _say_if_no_scheduler(project.runs_dir)
+    if not started:  # one just started may not hold its lock yet
+        _say_if_no_scheduler(project.runs_dir)
+
+
+def _waiting_here(runs_dir: Path) -> list:
+    """The runs waiting for this store's local scheduler (a SLURM run's is SLURM's queue)."""
+    from fslab.execution.scheduler import waiting_runs
+
+    return [run for run in waiting_runs(runs_dir) if run.status().get("executor") != "slurm"]
 
 
 def _say_if_no_scheduler(runs_dir: Path) -> None:
     """Runs waiting for a local scheduler when none is alive (killed, or its machine rebooted):
     they would wait for good; the line says so and the command that starts one."""
-    from fslab.execution.scheduler import scheduler_running, waiting_runs
+    from fslab.execution.scheduler import scheduler_running
 
-    waiting = [run for run in waiting_runs(runs_dir) if run.status().get("executor") != "slurm"]
-    if not waiting or scheduler_running(runs_dir) is not False:
-        return
-    sweeps = list(dict.fromkeys(s for run in waiting if (s := run.status().get("sweep"))))
-    how = f"; start one with: fslab sweep resume {sweeps[0]}" if len(sweeps) == 1 else (
-        f"; start one with fslab sweep resume and any of their sweeps: {', '.join(sweeps)}" if sweeps else "")
-    console.print(f"no scheduler is running: {count(len(waiting), 'waiting run')} will not start until one "
-                  f"does{how}", highlight=False, markup=False)
+    waiting = _waiting_here(runs_dir)
+    if waiting and scheduler_running(runs_dir) is False:
+        console.print(f"no scheduler is running: {count(len(waiting), 'waiting run')} will not start until one "
+                      f"does; start one with: fslab queue --start", highlight=False, markup=False)
+
+
+def _start_for_waiting(runs_dir: Path) -> bool:
+    """``fslab queue --start``: a scheduler started for the runs waiting where none is alive, said on stderr;
+    whether one was."""
+    from fslab.execution.executor import scheduler_for_waiting
+
+    waiting = _waiting_here(runs_dir)
+    started = bool(waiting) and scheduler_for_waiting(runs_dir, "fslab queue --start", "the waiting runs")
+    if not waiting:
+        line = "no runs are waiting: no scheduler started"
+    elif started:
+        line = (f"started a scheduler for {count(len(waiting), 'waiting run')}; it logs to "
+                f"{shown(str(runs_dir / 'sweeps' / 'scheduler.log'))}")
+    else:
+        line = f"a scheduler is running already: it starts the {count(len(waiting), 'waiting run')} as slots free"
+    err_console.print(line, highlight=False, markup=False)
+    return started

@@ -381,15 +381,16 @@ def resume_sweep(ref: str, *, settings, registry,
     if slurm is not None:  # runs never submitted (Ctrl-C while submitting) are submitted with the rest
         return record, _start_queued(settings.runs_dir, again + unstarted, slurm), unreadable, [], False
     waiting = [] if again else unstarted
-    started = bool(waiting) and _scheduler_for(settings.runs_dir, record["id"])
+    started = bool(waiting) and scheduler_for_waiting(settings.runs_dir, record["id"], "its waiting runs")
     return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting, started
 
 
-def _scheduler_for(runs_dir: Path, sweep: str) -> bool:
-    """For runs of ``sweep`` waiting in ``runs_dir`` that nobody holds: whether a scheduler was started for them,
-    where none is running. Told under the hand-back lock (:func:`fslab.execution.scheduler.handing_back`), so a
-    scheduler seen running looks at the queue again after this, and one about to exit is waited for and seen gone."""
-    with handing_back(runs_dir, sweep, "its waiting runs") as running:
+def scheduler_for_waiting(runs_dir: Path, name: str, what: str) -> bool:
+    """For runs waiting in ``runs_dir`` that nobody holds (``what``, of a sweep or command ``name``): whether a
+    scheduler was started for them, where none is running. Told under the hand-back lock
+    (:func:`fslab.execution.scheduler.handing_back`), so a scheduler seen running looks at the queue again
+    after this, and one about to exit is waited for and seen gone."""
+    with handing_back(runs_dir, name, what) as running:
         if running is not True:
             start_scheduler(runs_dir)
     return running is not True
