@@ -1981,6 +1981,28 @@ def test_launch_form_shows_what_fslab_run_would_refuse_and_creates_nothing(proje
     drive(make_app(runs, tick=3600, cursor_blink=False), body)
 
 
+def test_the_launch_form_takes_no_data_root_for_a_dataset_that_reads_none(project):
+    """The data root field said "(fslab.toml's [data_roots], else data/DATASET)" with synthetic chosen, which reads
+    no files: a root typed there was saved unread. It is emptied and disabled while such a dataset is chosen."""
+
+    async def body(app, pilot):
+        from textual.widgets import Input, Select
+
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        root = form.query_one("#data-root", Input)
+        root.value = "/data/mini"
+        form.query_one("#dataset", Select).value = "synthetic"
+        await pilot.pause()
+        assert (root.disabled, root.value, root.placeholder) == (True, "", "(synthetic reads no files)")
+        form.query_one("#dataset", Select).value = "folder"
+        await pilot.pause()
+        assert not root.disabled and root.placeholder == "(fslab.toml's [data_roots], else data/DATASET)"
+
+    drive(make_app(project / "runs", tick=3600, cursor_blink=False), body)
+
+
 def test_enter_in_a_text_field_of_the_launch_form_launches_and_on_a_choice_opens_it(project):
     """Enter in a field of the form did nothing: only ctrl+s or the button launched."""
     runs = project / "runs"

@@ -59,8 +59,7 @@ class LaunchScreen(ModalScreen[None]):
                 yield Select([(n, n) for n in names("dataset")], prompt=saved or "(default)", compact=True,
                              id="dataset")
                 yield Label("data root")
-                yield Input(placeholder=saved or "(fslab.toml's [data_roots], else data/DATASET)", compact=True,
-                            id="data-root")
+                yield Input(placeholder=self.root_placeholder(), compact=True, id="data-root")
                 yield Label("seed")
                 yield Input(placeholder=saved or "0", type="integer", valid_empty=True, compact=True, id="seed")
                 yield Label("epochs")
@@ -74,6 +73,21 @@ class LaunchScreen(ModalScreen[None]):
                 yield Button("Launch (ctrl+s)", variant="primary", id="launch-button")
                 yield Button("Cancel (esc)", id="cancel-button")
         yield Footer()
+
+    def root_placeholder(self) -> str:
+        return "(as saved)" if self.like_run is not None else "(fslab.toml's [data_roots], else data/DATASET)"
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        """A dataset that reads no files (synthetic) takes no data root: its field is emptied and disabled, where
+        a root typed there went unread (fslab run refuses it in one line, and so would the launch)."""
+        if event.select.id != "dataset":
+            return
+        field = self.query_one("#data-root", Input)
+        name = self.choice("dataset")
+        field.disabled = name is not None and not self.registry.reads_files(name)
+        if field.disabled:
+            field.value = ""
+        field.placeholder = f"({name} reads no files)" if field.disabled else self.root_placeholder()
 
     def title_text(self) -> str:
         if self.like_run is None:
