@@ -235,24 +235,27 @@ def test_summary_takes_the_last_step_and_the_best_validation_from_a_long_file(tm
     assert read_summary(create_run(tmp_path, "nca", {}).path).step is None
 
 
-def test_newest_first_reads_a_seconds_runs_only_when_the_listing_reaches_it(tmp_path, monkeypatch):
-    """fslab runs lists the newest 50: ordering a store of sweeps by creation time must not read the
-    status of every run made in a shared second, only of those the listing reaches."""
+def test_newest_first_reads_the_runs_of_a_day_only_when_the_listing_reaches_it(tmp_path, monkeypatch):
+    """fslab runs lists the newest 50: ordering a store by creation time must not read the status of every
+    run, only of those stamped within a day (the widest spread of time zones) of the runs the listing reaches;
+    a second's runs (a sweep's) follow their creation times."""
     import itertools
 
     from fslab.core import runstore
 
-    names = [f"20260101-00000{second}-nca-{suffix}" for second in (0, 1) for suffix in ("aaaa", "bbbb", "cccc")]
-    created = {name: float(i) for i, name in enumerate(reversed(names))}  # made against the suffixes' order
-    for name in names:
+    days = ("20260101-00000", "20260103-00000")  # two days apart: no time zone puts them the other way round
+    names = [f"{day}{second}-nca-{suffix}" for day in days for second in (0, 1) for suffix in ("aaaa", "bbbb")]
+    base = {days[0]: 1767225600.0, days[1]: 1767398400.0}  # each day's midnight, in UTC
+    created = {name: base[name[:14]] + int(name[14]) + 0.1 * (name[-4:] == "aaaa") for name in names}
+    for name in names:  # made against the suffixes' order within each second
         (tmp_path / name).mkdir()
         runstore.Run(tmp_path / name).write_status(state="completed", created=created[name])
     read = []
     real = runstore._created
     monkeypatch.setattr(runstore, "_created", lambda run: read.append(run.id) or real(run))
     first = list(itertools.islice(runstore.newest_first(tmp_path, sorted(names)), 2))
-    assert first == ["20260101-000001-nca-aaaa", "20260101-000001-nca-bbbb"]  # created last: listed first
-    assert sorted(read) == [n for n in names if n.startswith("20260101-000001")]
+    assert first == ["20260103-000001-nca-aaaa", "20260103-000001-nca-bbbb"]  # created last: listed first
+    assert sorted(read) == [n for n in names if n.startswith(days[1])]
     assert list(runstore.newest_first(tmp_path, sorted(names))) == list(
         reversed(runstore.in_creation_order(tmp_path, sorted(names))))
 

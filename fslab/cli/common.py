@@ -88,11 +88,13 @@ def names_of(kind: str):
 
 
 def run_ids(incomplete: str) -> list[str]:
-    """Completion of RUN: the store's run ids, newest first (by id: no file is read), and ``last``."""
+    """Completion of RUN: ``last``, and the store's run ids, newest first (as listings order them: only the
+    runs stamped within about a day of the newest have their status read)."""
     try:
-        from fslab.core.runstore import run_names
+        from fslab.core.runstore import newest_first, run_names
 
-        return _matching(["last", *reversed(run_names(settings().runs_dir))], incomplete)
+        runs_dir = settings().runs_dir
+        return _matching(["last", *newest_first(runs_dir, run_names(runs_dir))], incomplete)
     except Exception:
         return []
 
@@ -104,11 +106,11 @@ def runs_in(*states: str):
     read, each its status.json (and a live one's lock)."""
     def complete(incomplete: str) -> list[str]:
         try:
-            from fslab.core.runstore import Run, run_names
+            from fslab.core.runstore import Run, newest_first, run_names
 
             runs_dir = settings().runs_dir
             return _matching(["last"] if _last_in(runs_dir, states) else [], incomplete) + [
-                name for name in reversed(_matching(run_names(runs_dir), incomplete))
+                name for name in newest_first(runs_dir, _matching(run_names(runs_dir), incomplete))
                 if Run(runs_dir / name).state() in states]
         except Exception:
             return []

@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import difflib
 import errno
-import itertools
 import json
 import os
 import time
@@ -40,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.clocks import on_writer_clock
+from fslab.core.creation import creation_key
+from fslab.core.creation import newest_first as by_creation
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.events import kept_scores, other_precision
 from fslab.core.files import NAME_MAX, NEW_FILE_MODE, atomic_write_json, fitting_name, overwrite, read_events, read_json
@@ -318,7 +319,8 @@ METHOD_IN_ID = 64  # the bytes of a method's name a run id holds: room left for 
 
 
 def new_run_id(method: str) -> str:
-    """Date, time, the method's name (cut past :data:`METHOD_IN_ID` bytes, with a hash: a plugin's
+    """Date and time (this host's local time, as people read it: the order runs were made in is
+    :mod:`fslab.core.creation`'s), the method's name (cut past :data:`METHOD_IN_ID` bytes, with a hash: a plugin's
     method may have a name of any length) and a random suffix."""
     import secrets
 
@@ -369,8 +371,8 @@ def create_run(runs_dir: Path, method: str, config: dict, *, claimed: bool = Fal
 
 def run_names(runs_dir: Path) -> list[str]:
     """The names of the folders in ``runs_dir`` that may be runs (not hidden,
-    not the sweep records), oldest first: run ids begin with their creation
-    time, so this orders by name and reads no file."""
+    not the sweep records), sorted by name, so by the local time each id begins
+    with; no file is read (:func:`newest_first` puts them in the order they were made)."""
     try:
         entries = list(os.scandir(runs_dir))
     except OSError:
@@ -379,9 +381,10 @@ def run_names(runs_dir: Path) -> list[str]:
 
 
 def run_paths(runs_dir: Path) -> list[Path]:
-    """Every run folder, oldest first: as listings count them (:attr:`fslab.core.summary.SummaryFile.is_run`), a
-    folder with its ``config.json`` or its ``status.json`` (one whose config.json is gone is still a run, unreadable:
-    ``fslab runs`` lists it, and ``all`` and ``last`` name it, where fslab compare and fslab show say why)."""
+    """Every run folder, in the order of their names (:func:`run_names`): as listings count them
+    (:attr:`fslab.core.summary.SummaryFile.is_run`), a folder with its ``config.json`` or its ``status.json`` (one
+    whose config.json is gone is still a run, unreadable: ``fslab runs`` lists it, and ``all`` and ``last`` name
+    it, where fslab compare and fslab show say why)."""
     return [Path(runs_dir) / name for name in run_names(runs_dir)
             if _config_of(runs_dir, name) is not False or _config_of(runs_dir, name, "status.json") is not False]
 
@@ -411,26 +414,21 @@ def list_runs(runs_dir: Path) -> list[Run]:
 
 
 def in_creation_order(runs_dir: Path, names: list[str]) -> list[str]:
-    """Run folder names oldest first: ids begin with the second the run was created in, and runs
-    of the same second (a sweep's) follow their recorded creation time (:func:`creation_key`), so
-    only their status is read. The one order of every listing, the dashboard's and ``last``."""
+    """Run folder names oldest first, in the one order of every listing, the dashboard's and ``last``: the
+    time each was created (:mod:`fslab.core.creation`), which ids, stamped in their host's local time,
+    need not follow across time zones or a DST fall-back."""
     return list(reversed(list(newest_first(runs_dir, sorted(names)))))
 
 
-def newest_first(runs_dir: Path, names: list[str]) -> Iterator[str]:
+def newest_first(runs_dir: Path, names: list[str],
+                 created_of: Callable[[str], float | None] | None = None) -> Iterator[str]:
     """``names`` (sorted, as :func:`run_names` gives them) in the reverse of :func:`in_creation_order`,
-    reading the status of a second's runs only once the listing reaches that second: the newest 50
-    of a store of sweeps cost about 50 reads."""
-    for _, second in itertools.groupby(reversed(names), key=lambda n: n[:15]):
-        second = list(second)
-        if len(second) > 1:
-            second.sort(key=lambda n: creation_key(n, _created(Run(Path(runs_dir) / n))), reverse=True)
-        yield from second
-
-
-def creation_key(run_id: str, created: float | None) -> tuple:
-    """The sort key of that order, from a run's id and its recorded creation time."""
-    return run_id[:15], created if isinstance(created, (int, float)) else 0.0, run_id
+    reading each run's creation time (its status's, or ``created_of``'s) only once the walk from the newest
+    id reaches it (:func:`fslab.core.creation.newest_first`): the newest 50 of a store cost the reads of
+    the runs stamped within about a day of them."""
+    if created_of is None:
+        created_of = lambda name: _created(Run(Path(runs_dir) / name))
+    return by_creation(names, created_of)
 
 
 def find_run(runs_dir: Path, ref: str, *, whole: bool = False) -> Run:
@@ -444,11 +442,10 @@ def find_run(runs_dir: Path, ref: str, *, whole: bool = False) -> Run:
     if ref != "last":  # unreadable runs can be named too: fslab show says why they cannot be read
         names = [path.name for path in run_paths(runs_dir)]
         return _match(runs_dir, _named_by_path(runs_dir, ref, names, whole) if is_path(ref) else ref, names)
-    paths = run_paths(runs_dir)
-    if not paths:
+    newest = next(newest_first(runs_dir, [path.name for path in run_paths(runs_dir)]), None)
+    if newest is None:
         raise RunNotFound(f"no runs yet: {runs_dir}/ holds none; start one with: fslab run nca{project_above()}")
-    newest = paths[-1].name[:15]  # runs made in the newest second: the last one created
-    return max((Run(p) for p in paths if p.name[:15] == newest), key=lambda r: creation_key(r.id, _created(r)))
+    return Run(Path(runs_dir) / newest)  # the one created last (fslab.core.creation)
 
 
 def as_id(ref: str) -> str:
@@ -608,8 +605,7 @@ class _Occurrences:
 
 
 def creation_order(run: Run) -> tuple:
-    """A key that sorts runs oldest first: the second in their id, then their
-    recorded creation time (runs made in the same second), then the id."""
+    """A key that sorts runs oldest first, in the order of every listing (:mod:`fslab.core.creation`)."""
     return creation_key(run.id, _created(run))
 
 
@@ -621,6 +617,8 @@ def start_order(status: dict, run_id: str) -> tuple:
     return float(queued) if isinstance(queued, (int, float)) else 0.0, run_id
 
 
-def _created(run: Run) -> float:
-    created = run.status().get("created")
-    return float(created) if isinstance(created, (int, float)) else 0.0
+def _created(run: Run) -> float | None:
+    """The run's recorded creation time, read alone (:func:`fslab.core.creation.creation_key` checks it): a
+    listing reads it for each run stamped within about a day of those it lists."""
+    status = read_json(run.path / "status.json")
+    return status.get("created") if status is not None else None

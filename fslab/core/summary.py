@@ -640,18 +640,31 @@ def sweep_members(runs_dir: Path, sweep: str | None) -> frozenset:
                      for run_id in record["runs"])
 
 
+def _kept(runs_dir: Path, name: str, now: float | None) -> SummaryFile:
+    """The run's summary file, brought up to date and saved."""
+    keeper = SummaryFile(f"{runs_dir}/{name}")
+    keeper.load()
+    keeper.refresh(now)
+    keeper.save()
+    return keeper
+
+
 def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str, ...] = (),
                    method: str | None = None, sweep: str | None = None, now: float | None = None) -> list[RunSummary]:
     """Summaries of the newest runs first: at most ``limit`` of them (None:
     all) among those in one of ``states``, of ``method`` and of a sweep whose id
     contains ``sweep``. Runs are visited newest first and the visit stops once
-    ``limit`` match, so the newest 50 of 10,000 runs cost 50 summaries."""
-    found, members = [], sweep_members(runs_dir, sweep)
-    for name in newest_first(runs_dir, run_names(runs_dir)):
-        keeper = SummaryFile(f"{runs_dir}/{name}")
-        keeper.load()
-        keeper.refresh(now)
-        keeper.save()
+    ``limit`` match, so the newest 50 of 10,000 runs cost 50 summaries, and the creation times of the runs
+    stamped within about a day of them (:func:`fslab.core.runstore.newest_first`; with no limit, each
+    run's summary, read once, gives its time)."""
+    found, members, kept = [], sweep_members(runs_dir, sweep), {}
+
+    def created(name: str) -> float | None:  # all of them are read: each run's summary gives its time
+        kept[name] = _kept(runs_dir, name, now)
+        return kept[name].summary.created
+
+    for name in newest_first(runs_dir, run_names(runs_dir), created if limit is None else None):
+        keeper = kept.pop(name, None) or _kept(runs_dir, name, now)
         summary = keeper.summary
         if not keeper.is_run or unmet_filters(summary, states, method, sweep, members):
             continue

@@ -11,6 +11,7 @@ import secrets
 import time
 from pathlib import Path
 
+from fslab.core.creation import creation_key, newest_first
 from fslab.core.errors import FslabError, RunNotFound, UsageError, did_you_mean
 from fslab.core.files import NEW_FILE_MODE, atomic_write_json, read_json
 from fslab.core.runstore import (
@@ -76,10 +77,22 @@ def save_sweep(runs_dir: Path, sweep_id: str, **record) -> dict:
 
 
 def sweep_records(runs_dir: Path) -> list[dict]:
-    """Every sweep's record, oldest first."""
+    """Every sweep's record, oldest first: in the order the sweeps were made in, as runs are listed
+    (:mod:`fslab.core.creation`: ids begin with their host's local time, the record keeps its UNIX time)."""
     folder = Path(runs_dir) / SWEEPS
-    paths = sorted(folder.glob("sweep-*.json")) if folder.is_dir() else []
-    return [record for record in map(read_json, paths) if readable(record)]
+    paths = list(folder.glob("sweep-*.json")) if folder.is_dir() else []
+    found = [(path.stem, record) for path, record in zip(paths, map(read_json, paths)) if readable(record)]
+    found.sort(key=lambda item: creation_key(item[0], item[1].get("created"), SWEEP_STAMP_AT))
+    return [record for _, record in found]
+
+
+SWEEP_STAMP_AT = len("sweep-")  # where a sweep id's local time begins
+
+
+def newest_sweep(runs_dir: Path, names: list[str]) -> str | None:
+    """The sweep of ``names`` (sorted) made last (:func:`fslab.core.creation.newest_first`), None if none."""
+    record = lambda name: read_json(Path(runs_dir) / SWEEPS / f"{name}.json") or {}
+    return next(newest_first(names, lambda name: record(name).get("created"), SWEEP_STAMP_AT), None)
 
 
 def readable(record: dict | None) -> bool:
@@ -97,12 +110,13 @@ def is_run_id(name) -> bool:
 
 def sweep_name(runs_dir: Path, ref: str) -> str:
     """The id of the sweep ``ref`` names: its id, a unique part of it, its record's path
-    (``runs/sweeps/<id>.json``), or ``last`` (the newest sweep: ids begin with their creation time)."""
+    (``runs/sweeps/<id>.json``), or ``last`` (the sweep made last, :func:`newest_sweep`)."""
     ref = record_named(runs_dir, ref) or ref
     folder = Path(runs_dir) / SWEEPS
     names = sorted(p.stem for p in folder.glob("sweep-*.json")) if folder.is_dir() else []
     refuse_records_folder(runs_dir, ref)
-    found = names[-1:] if ref == "last" else [n for n in names if n == ref] or [n for n in names if ref in n]
+    found = [newest_sweep(runs_dir, names)] if ref == "last" and names else [
+        n for n in names if n == ref] or [n for n in names if ref in n]
     if not names:
         raise UsageError(f"no sweeps yet: {folder}/ holds no sweep's record, so '{ref}' names none; start one with: "
                          "fslab sweep METHOD --seeds 3")

@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.text import Text
 
+from fslab.core.creation import creation_key
 from fslab.core.events import table_score
-from fslab.core.runstore import creation_key
 from fslab.core.summary import RunSummary, eta
 from fslab.core.text import duration, loss_text, printable
 from fslab.core.values import is_number
@@ -220,7 +220,7 @@ def _accuracy(value: dict | None):
 
 # Every column but the mark sorts; "progress" sorts as "epoch" does.
 SORTS: dict[str, Callable[[RunSummary, float], Any]] = {
-    "id": lambda r, now: creation_key(r.id, r.created),  # ids begin with their second: within it, creation
+    "id": lambda r, now: creation_key(r.id, r.created),  # the order runs were made in (fslab.core.creation)
     "state": lambda r, now: r.state,
     "method": lambda r, now: r.method,
     "epoch": lambda r, now: fraction_done(r),
