@@ -27,6 +27,8 @@ import options  # noqa: E402
 
 METHODS = (("nca", "nca", "iid"), ("protonet", "protonet", "episodic"))
 BACKBONES = ("resnet12", "conv4")
+SWEEP_RUNS = 20  # runs a sweep makes at once
+SWEEP_EVERY = 8 * 3600  # seconds between sweeps: 10,000 runs span about five months
 
 
 def config_for(method: str, loss: str, sampler: str, backbone: str, seed: int, epochs: int) -> dict:
@@ -115,17 +117,21 @@ def save_scores(folder: Path, rng: random.Random, shots: int, base: float, seed:
 
 def make_runs(root: Path, runs: int = 1000, live: int = 20, steps_per_epoch: int = 12, epochs: int = 5,
               seed: int = 0, scores: bool = False) -> list[Path]:
-    """Write ``runs`` run folders under ``root``, one created per second; the
-    newest ``live`` are running. With ``scores``, completed runs also keep
-    per-episode test accuracies for ``fslab compare``. Returns the live runs' folders."""
+    """Write ``runs`` run folders under ``root``, made as a lab makes them: sweeps of
+    :data:`SWEEP_RUNS` runs 50 ms apart, one sweep every :data:`SWEEP_EVERY` seconds, each
+    id stamped with the local time its run was created, as fslab stamps it; the newest
+    ``live`` are running. With ``scores``, completed runs also keep per-episode test
+    accuracies for ``fslab compare``. Returns the live runs' folders."""
     rng = random.Random(seed)
     now = time.time()
     live_dirs = []
+    sweeps = -(-runs // SWEEP_RUNS)
     for index in range(runs):
         state = ("running" if index >= runs - live
                  else ("completed", "completed", "completed", "failed", "killed", "lost")[index % 6])
-        folder = Path(root) / f"20260101-{index:06d}-{METHODS[index % 2][0]}-{index % 65536:04x}"
-        created = now - 3600 - (runs - index)
+        created = now - 3600 - (sweeps - index // SWEEP_RUNS) * SWEEP_EVERY + (index % SWEEP_RUNS) * 0.05
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(created))
+        folder = Path(root) / f"{stamp}-{METHODS[index % 2][0]}-{index % 65536:04x}"
         write_run(folder, index, state, steps_per_epoch, epochs, created, now, rng, scores)
         if state == "running":
             live_dirs.append(folder)
