@@ -267,6 +267,18 @@ def test_a_hook_without_hookimpl_fails_its_plugins_loading(builtin_plugins, tmp_
         registry.get("loss", "scaled")
 
 
+@pytest.mark.parametrize("written", ["reg", "", "register, mode"])
+def test_a_hook_that_cannot_take_register_fails_its_plugins_loading_in_one_line(builtin_plugins, tmp_path, written):
+    # register_losses(reg) failed in pluggy's three lines ("Argument(s) {'reg'} are declared in the hookimpl but
+    # can not be found in the hookspec"), register_losses() in Python's "got an unexpected keyword argument"
+    source = LOCAL_LOSS.replace("def register_losses(register)", f"def register_losses({written})")
+    registry = load_registry([write_plugin(tmp_path / "local", "signature", source)])
+    assert [f.plugin for f in registry.failures] == ["local:signature"]
+    assert registry.failures[0].error == (
+        f"TypeError: register_losses({written}) cannot take what fslab passes each hook, one argument named "
+        f"register: write def register_losses(register)")
+
+
 def test_lazy_reference_must_declare_params(builtin_plugins, tmp_path):
     source = """
         from fslab.plugin import hookimpl

@@ -479,10 +479,31 @@ def _add_plugin(pm: pluggy.PluginManager, module: Any, name: str) -> None:
         if callable(function) and not hasattr(function, f"{hookspecs.hookimpl.project_name}_impl"):
             raise TypeError(f"{hook}() is not decorated with @hookimpl, so fslab never calls it and the plugin "
                             f"registers nothing: put @hookimpl (from fslab.plugin import hookimpl) above it")
-    pm.register(module, name=name)
+        if callable(function) and (problem := _hook_signature_problem(function, hook)):
+            raise TypeError(problem)
+    try:
+        pm.register(module, name=name)
+    except pluggy.PluginValidationError as exc:  # pluggy's words span lines: one line, as every load failure
+        raise TypeError(" ".join(str(exc).split())) from None
     if not inspect.ismodule(module) and not pm.get_hookcallers(module):
         pm.unregister(module)
         raise TypeError(_holds_no_hook(module, name))
+
+
+def _hook_signature_problem(function: Callable, hook: str) -> str:
+    """Why fslab cannot call a hook as it calls each, ``hook(register=...)`` ('' where it can): one written
+    ``register_losses(reg)`` failed its plugin's loading in pluggy's three lines ("Argument(s) {'reg'} are
+    declared in the hookimpl but can not be found in the hookspec"), and ``register_losses()`` in Python's
+    ``got an unexpected keyword argument 'register'``, neither saying what to write."""
+    try:
+        signature = inspect.signature(function)
+        signature.bind(register=None)
+    except ValueError:  # no signature to read: let the call tell
+        return ""
+    except TypeError:
+        return (f"{hook}{signature} cannot take what fslab passes each hook, one argument named register: "
+                f"write def {hook}(register)")
+    return ""
 
 
 def _holds_no_hook(target: Any, plugin: str) -> str:
