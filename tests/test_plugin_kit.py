@@ -64,6 +64,22 @@ def test_the_generated_sampler_check_leaves_to_its_constructor_what_fslab_create
         sampler.check({"per_class": 3}, None, 8)
 
 
+def test_the_generated_dataset_reads_no_files_so_its_runs_get_no_data_root(tmp_path, monkeypatch):
+    """It named root=None and ignored it, so fslab took it for a dataset that reads files: its runs were
+    filled in data/NAME and fslab show named that folder, which nothing had made, as the run's data root."""
+    from fslab.core.config import resolve
+    from fslab.core.registry import load_registry
+    from fslab.core.settings import Settings
+
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["new", "plugin", "fslab_patterns", "--kind", "dataset"]).exit_code == 0
+    registry = load_registry([tmp_path / "fslab_patterns" / "fslab_patterns"])
+    assert not registry.failures and not registry.reads_files("fslab-patterns")
+    config = resolve("nca", registry=registry, settings=Settings(), overrides=[{"dataset": {"name": "fslab-patterns"}}])
+    assert not config["dataset"]["root"], config["dataset"]  # none filled in (old: TMP/data/fslab-patterns)
+    assert len(registry.create("dataset", "fslab-patterns", root=str(tmp_path)).load("val").labels) == 100
+
+
 def test_the_generated_sampler_counts_images_and_classes_in_words(tmp_path, monkeypatch):
     """Its messages said "512 classes with 1 images each" (sampler.per_class=1); they count through
     fslab.plugin's count, as fslab's own messages do."""
