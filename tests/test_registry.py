@@ -360,6 +360,46 @@ def test_lazy_target_whose_module_fails_as_it_runs_is_the_plugins_error(builtin_
                                  "defined")
 
 
+def test_a_required_argument_no_run_passes_is_the_plugins_error_naming_what_to_write(builtin_plugins, tmp_path,
+                                                                                      monkeypatch):
+    """A lazy target's keyword-only parameter left out of register(params=...) without a default, or a dataset
+    taking its folder as path: each run failed with "needs hidden to be built (a run passes it itself); give
+    hidden=...", as if the user had left out what fslab passes, where no run passes it."""
+    (tmp_path / "undeclared_net.py").write_text(
+        "class Net:\n    def __init__(self, in_channels, *, hidden: int, out_dim: int = 8):\n        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = """
+        from fslab.plugin import hookimpl
+
+        class Files:
+            channels = 1
+
+            def __init__(self, path, *, scale: int = 1):
+                self.path = path
+
+        @hookimpl
+        def register_backbones(register):
+            register("undeclared_net:Net", name="lazy", description="d", params={"out_dim": 8})
+
+        @hookimpl
+        def register_datasets(register):
+            register(Files, name="files", description="d")
+    """
+    registry = load_registry([write_plugin(tmp_path / "local", "unfilled", source)])
+    with pytest.raises(PluginError) as caught:
+        registry.create("backbone", "lazy", in_channels=1)
+    assert str(caught.value) == (
+        "backbone 'lazy' from plugin 'local:unfilled': 'undeclared_net:Net' requires 'hidden', which is neither a "
+        "value fslab fills in for a backbone (in_channels, image_size) nor a parameter with a default; give it a "
+        "default after * (*, hidden=...) and declare it in register(params=...)")
+    with pytest.raises(PluginError) as caught:
+        registry.create("dataset", "files", root=str(tmp_path))
+    assert str(caught.value) == (
+        "dataset 'files' from plugin 'local:unfilled': its target requires 'path', which is neither a value fslab "
+        "fills in for a dataset (root) nor a parameter with a default; a dataset that reads files is handed its "
+        "folder as root (__init__(self, root, *, ...)); else give it a default after * (*, path=...)")
+
+
 def test_method_recipes_are_dicts_naming_registered_plugins(builtin_plugins):
     registry = load_registry()
     for name in registry.names("method"):

@@ -319,11 +319,28 @@ class Registry:
             functools.update_wrapper(bound, target)
             return bound
         missing = _missing_names(target, kwargs)
+        if unfilled := [m for m in missing if m not in FILLED_IN.get(kind, ())]:
+            raise PluginError(_unfilled_line(component, unfilled[0]))
         if missing:  # what a run fills in (in_channels, labels, ...): one line, not Python's TypeError
             raise UsageError(f"{kind} '{name}' needs {', '.join(missing)} to be built (a run passes "
                              f"{'it' if len(missing) == 1 else 'them'} itself); give "
                              f"{', '.join(f'{m}=...' for m in missing)}")
         return target(**kwargs)
+
+
+def _unfilled_line(component: Component, name: str) -> str:
+    """Why building ``component`` fails on an argument ``name`` it requires that no run passes: neither a value
+    fslab fills in for its kind nor a parameter with a default (a lazy target's keyword-only parameter left out
+    of ``register(params=...)``, a dataset's folder named ``path`` for ``root``). The plugin's fault: its run
+    failed saying "needs hidden to be built (a run passes it itself); give hidden=...", which no run does."""
+    target = f"'{component.target}'" if isinstance(component.target, str) else "its target"
+    filled = ", ".join(FILLED_IN.get(component.kind, ())) or "none"
+    declare = " and declare it in register(params=...)" if isinstance(component.target, str) else ""
+    fix = f"give it a default after * (*, {name}=...){declare}"
+    if component.kind == "dataset":  # its folder under another name: reads_files took it for one that reads none
+        fix = f"a dataset that reads files is handed its folder as root (__init__(self, root, *, ...)); else {fix}"
+    return (f"{component.named}: {target} requires '{name}', which is neither a value fslab fills in for a "
+            f"{component.kind} ({filled}) nor a parameter with a default; {fix}")
 
 
 def _refuse_unaccepted(component: Component, kwargs: dict, accepted: set[str]) -> None:
