@@ -183,6 +183,36 @@ def test_an_entry_point_naming_the_hook_function_not_its_module_fails_loading(bu
         registry.get("loss", "scaled")  # both spell it (one module): neither is said to be its plugin
 
 
+def test_an_entry_point_naming_a_module_without_hooks_fails_loading_naming_the_module_meant(builtin_plugins, tmp_path,
+                                                                                           monkeypatch):
+    """``mine = "fslab_hookless"`` (the package, its hooks in its loss.py) loaded registering nothing, in silence:
+    fslab plugins listed none of its components and exited with 0, and every command called them unknown without
+    a word why."""
+    site = tmp_path / "site"
+    (site / "fslab_hookless").mkdir(parents=True)
+    (site / "fslab_hookless" / "__init__.py").write_text('"""The package."""\n')
+    (site / "fslab_hookless" / "loss.py").write_text(textwrap.dedent(LOCAL_LOSS))
+    (site / "fslab_hookless" / "helpers.py").write_text("def scale(x):\n    return 2 * x\n")
+    (site / "fslab_hookless-0.1.0.dist-info").mkdir()
+    (site / "fslab_hookless-0.1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fslab-hookless\nVersion: 0.1.0\n")
+    (site / "fslab_hookless-0.1.0.dist-info" / "entry_points.txt").write_text(
+        "[fslab]\nmine = fslab_hookless\nhelpers = fslab_hookless.helpers\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "mine", "helpers"]))
+    registry = load_registry()
+    where = "of fslab-hookless 0.1.0 ([project.entry-points.fslab])"
+    assert {f.plugin: f.error for f in registry.failures} == {
+        "mine": "TypeError: module 'fslab_hookless' holds no @hookimpl function, so the plugin would register "
+                "nothing; an entry point names the module that holds them: mine = \"fslab_hookless.loss\"; raised "
+                f"loading the entry point 'mine = \"fslab_hookless\"' {where}",
+        "helpers": "TypeError: module 'fslab_hookless.helpers' holds no @hookimpl function, so the plugin would "
+                   "register nothing; an entry point names the module that holds them (fslab's hooks: register_losses, "
+                   "register_backbones, register_samplers, register_evaluators, register_datasets, "
+                   "register_methods, register_studies, register_sinks); raised loading the entry point 'helpers = "
+                   f"\"fslab_hookless.helpers\"' {where}"}
+
+
 def test_a_bare_assert_failing_a_plugin_names_its_file_line_and_statement(builtin_plugins, tmp_path):
     """docs/plugins.md has a plugin check fslab's API version at import with an ``assert``: on an older fslab
     the plugin failed to load with "AssertionError: ", which named neither the check nor the file."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from fslab.core.errors import did_you_mean, exception_words
-from fslab.core.module_source import submodules
+from fslab.core.module_source import defined_names, submodules
 
 
 def load_entry_point(ep: Any, distribution: str | None) -> Any:
@@ -64,6 +65,20 @@ def _closest(word: str, choices: list[str]) -> str | None:
     """The closest of ``choices`` to ``word``, as every "did you mean" of fslab finds it, or None."""
     found = re.search(r"Did you mean '(.*)'\?", did_you_mean(word, choices))
     return found.group(1) if found else None
+
+
+def hook_modules(package: str, hooks: Iterable[str], taken: set[str]) -> list[str]:
+    """The modules of ``package`` whose source defines one of ``hooks``, found and read, not run, but for those
+    in ``taken`` (another entry point names them): where an entry point names the package, the module it meant."""
+    found = []
+    for module in (f"{package}.{name}" for name in submodules(package)):
+        try:
+            names = defined_names(module)
+        except (ImportError, ValueError):
+            continue
+        if module not in taken and names and not names.isdisjoint(hooks):
+            found.append(module)
+    return found
 
 
 def entry_point_error(ep: Any, distribution: str | None, exc: BaseException) -> str:

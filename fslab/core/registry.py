@@ -46,6 +46,7 @@ from fslab.core.plugin_import import (
     closest_module,
     closest_name,
     entry_point_error,
+    hook_modules,
     load_entry_point,
     names_module,
 )
@@ -436,22 +437,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             raise PluginError(f"plugin '{plugin}' failed to load: {error}") from exc
         registry.failures.append(LoadFailure(plugin, error))
 
-    from importlib.metadata import entry_points  # here: importing the registry module stays cheap
-
-    labels: dict[str, str] = {}  # "name version" by distribution: its METADATA is parsed once, not per entry point
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if allowed is not None and ep.name not in allowed:
-            continue
-        if pm.has_plugin(ep.name):
-            continue  # the same distribution seen twice on sys.path
-        try:
-            _add_plugin(pm, load_entry_point(ep, _distribution_label(ep, labels)), ep.name)
-        except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
-            fail(ep.name, exc, entry_point_error(ep, _distribution_label(ep, labels), exc))
-            registry.failed_origins[ep.name] = f"entry point {ep.value}"
-            continue
-        registry.plugins[ep.name] = (_distribution_label(ep, labels), f"entry point {ep.value}")
-
+    _load_entry_points(pm, registry, allowed, fail)
     for folder in plugin_dirs:
         if not Path(folder).is_dir():
             fail(f"local:{Path(folder).name}", NotADirectoryError(
@@ -485,12 +471,36 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
     return registry
 
 
-def _add_plugin(pm: pluggy.PluginManager, module: Any, name: str) -> None:
+def _load_entry_points(pm: pluggy.PluginManager, registry: Registry, allowed: set[str] | None,
+                       fail: Callable[..., None]) -> None:
+    """Add to ``pm`` the plugins of the ``fslab`` entry points (those ``allowed`` names, None: all), recording
+    each in ``registry``; one that fails to load is ``fail``'s, with the entry point and its distribution."""
+    from importlib.metadata import entry_points  # here: importing the registry module stays cheap
+
+    labels: dict[str, str] = {}  # "name version" by distribution: its METADATA is parsed once, not per entry point
+    declared = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+    taken = {ep.value.partition(":")[0].strip() for ep in declared}  # the modules the entry points name
+    for ep in declared:
+        if allowed is not None and ep.name not in allowed:
+            continue
+        if pm.has_plugin(ep.name):
+            continue  # the same distribution seen twice on sys.path
+        try:
+            _add_plugin(pm, load_entry_point(ep, _distribution_label(ep, labels)), ep.name, taken)
+        except (Exception, SystemExit) as exc:  # a broken plugin (even one that exits) must not take fslab down
+            fail(ep.name, exc, entry_point_error(ep, _distribution_label(ep, labels), exc))
+            registry.failed_origins[ep.name] = f"entry point {ep.value}"
+            continue
+        registry.plugins[ep.name] = (_distribution_label(ep, labels), f"entry point {ep.value}")
+
+
+def _add_plugin(pm: pluggy.PluginManager, module: Any, name: str, taken: set[str] | None = None) -> None:
     """Register a plugin's module with pluggy, refusing a function named as one of fslab's hooks but not
     decorated with ``@hookimpl``: pluggy passed over it, and the plugin loaded registering nothing, so every
     command called its components unknown and its contract tests were all skipped, never failed; and refusing
-    an entry point's object that is no module and holds no hook (:func:`_holds_no_hook`). A TypeError: the
-    plugin's load failure."""
+    an entry point's object that is no module and holds no hook (:func:`_holds_no_hook`), or, for an entry point
+    (``taken``: the modules the group's entry points name), a module that holds none (:func:`_hookless_module`;
+    a plugin folder's file may be a helper). A TypeError: the plugin's load failure."""
     for hook in HOOKS.values():
         function = getattr(module, hook, None)
         if callable(function) and not hasattr(function, f"{hookspecs.hookimpl.project_name}_impl"):
@@ -505,6 +515,22 @@ def _add_plugin(pm: pluggy.PluginManager, module: Any, name: str) -> None:
     if not inspect.ismodule(module) and not pm.get_hookcallers(module):
         pm.unregister(module)
         raise TypeError(_holds_no_hook(module, name))
+    if taken is not None and inspect.ismodule(module) and not pm.get_hookcallers(module):
+        pm.unregister(module)
+        raise TypeError(_hookless_module(module.__name__, name, taken))
+
+
+def _hookless_module(module: str, plugin: str, taken: set[str]) -> str:
+    """Why an entry point naming a module that holds no hook fails: ``mine = "pkg"`` for ``"pkg.method"`` (the
+    package, its hooks in a module of it) loaded registering nothing, in silence: fslab plugins listed none of its
+    components and exited with 0, every command called them unknown, and fslab study show said to install again
+    the package that shipped a study, which was installed. The module meant, where one of the package's defines
+    a hook that no other entry point names, is read from its source (:func:`hook_modules`)."""
+    found = hook_modules(module, HOOKS.values(), taken)
+    where = (f": {plugin} = \"{found[0]}\"" if len(found) == 1 else f" (one of {', '.join(found)})" if found
+             else f" (fslab's hooks: {', '.join(HOOKS.values())})")
+    return (f"module '{module}' holds no @hookimpl function, so the plugin would register nothing; an entry point "
+            f"names the module that holds them{where}")
 
 
 def _hook_signature_problem(function: Callable, hook: str) -> str:
