@@ -439,6 +439,21 @@ def test_a_run_whose_own_evaluator_is_not_installed_is_told_to_name_one(project)
     assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_run_whose_dataset_is_not_installed_is_told_so_before_its_evaluator(project):
+    """Its package uninstalled, fslab eval RUN said to name another evaluator, and with --evaluator
+    centroid then "Unknown dataset 'gone-data'. Allowed: ...", naming no run: no evaluator mends that."""
+    from fslab.core.config import DEFAULTS
+
+    config = {**DEFAULTS, "method": "nca", "evaluator": {"name": "gone"}, "dataset": {"name": "gone-data"}}
+    run = create_run(project / "runs", "nca", config)
+    for options in ([], ["--evaluator", "centroid"]):
+        result = fslab_here("eval", run.id, *options, cwd=project)
+        assert result.returncode == 2 and result.stderr == (
+            f"error: run {run.id} was trained with dataset 'gone-data', which no installed plugin registers (fslab "
+            f"plugins --kind dataset lists those that are); install its plugin to evaluate the run: fslab eval reads "
+            f"its images through it\n"), result.stderr
+
+
 def test_a_checkpoint_of_another_shape_is_one_line_not_a_key_error(tmp_path):
     """fslab eval and a resume read the checkpoint through load_checkpoint: a file torch
     loads but fslab did not write (or a damaged one) is named, without torch's advice

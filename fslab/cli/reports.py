@@ -31,7 +31,7 @@ from fslab.cli.common import (
     shown,
 )
 from fslab.cli.tables import Col, fit, print_table
-from fslab.core.config import EPISODES_MAX, EPISODES_MIN, PRECISIONS, check_option
+from fslab.core.config import EPISODES_MAX, EPISODES_MIN, PRECISIONS, check_option, uninstalled
 from fslab.core.errors import FslabError, UsageError, interrupted_code
 from fslab.core.events import accuracy_text, canonical_evaluator, label_params, other_precision, table_score
 from fslab.core.limits import repeated_at
@@ -234,6 +234,9 @@ def _eval_plan(run_, found, evaluator: str | None, params: dict | None, assignme
     from fslab.core.rerun import check_evaluable
 
     cfg = run_.run_config()  # a missing or damaged config.json: one line
+    if (line := uninstalled(found, run_.id, "dataset", cfg.dataset["name"])) is not None:
+        # read for every score (its labels), before the evaluator: "name another evaluator" mended nothing
+        raise UsageError(f"{line} to evaluate the run: fslab eval reads its images through it")
     name = evaluator or _own_evaluator(found, run_.id, cfg.evaluator["name"])
     found.get("evaluator", name)
     if params is None:

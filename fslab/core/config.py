@@ -687,19 +687,25 @@ def _check_installed(config: dict, registry, run_id: str) -> None:
     neither whose it is nor how the run goes on."""
     for section in PLUGIN_SECTIONS:
         name = config[section]["name"]
-        if name in registry.names(section):
-            continue
-        failed = registry.missing_names()  # a plugin that failed to load may register it
-        option = "--dataset " if section == "dataset" else f"--set {section}.name="
-        if (owner := registry.failed_owner(name)) is not None:  # its source names it: that plugin, and why
-            raise ConfigError(f"run {run_id} was trained with {section} '{name}' of plugin '{owner.plugin}' (whose "
-                              f"source names it), which failed to load: {owner.error}; put it right to resume the "
-                              f"run, or start a run like it with another: fslab run --like {run_id} {option}NAME")
-        raise ConfigError(
-            f"run {run_id} was trained with {section} '{name}', which no installed plugin registers"
+        if (line := uninstalled(registry, run_id, section, name)) is not None:
+            option = "--dataset " if section == "dataset" else f"--set {section}.name="
+            raise ConfigError(f"{line} to resume the run, or start a run like it with another: "
+                              f"fslab run --like {run_id} {option}NAME")
+
+
+def uninstalled(registry, run_id: str, section: str, name: str) -> str | None:
+    """How a command that needs run ``run_id``'s ``section`` ``name`` says that no installed plugin registers
+    it now, up to the deed it is needed for, which the caller adds (``... install its plugin`` + `` to resume
+    the run``); None where one does. A plugin that failed to load and whose source names it is named, with why."""
+    if name in registry.names(section):
+        return None
+    if (owner := registry.failed_owner(name)) is not None:  # its source names it: that plugin, and why
+        return (f"run {run_id} was trained with {section} '{name}' of plugin '{owner.plugin}' (whose source names "
+                f"it), which failed to load: {owner.error}; put it right")
+    failed = registry.missing_names()  # a plugin that failed to load may register it
+    return (f"run {run_id} was trained with {section} '{name}', which no installed plugin registers"
             + (f" (not among them: {failed})" if failed else f" (fslab plugins --kind {section} lists those that are)")
-            + f"; install its plugin to resume the run, or start a run like it with another: "
-            f"fslab run --like {run_id} {option}NAME")
+            + "; install its plugin")
 
 
 def check_saved(config: dict, registry, run_id: str) -> dict:
