@@ -213,6 +213,20 @@ def test_an_entry_point_naming_a_module_without_hooks_fails_loading_naming_the_m
                    f"\"fslab_hookless.helpers\"' {where}"}
 
 
+def test_fslab_plugins_naming_no_installed_entry_point_is_a_load_failure_with_the_closest(builtin_plugins,
+                                                                                          monkeypatch):
+    """FSLAB_PLUGINS=...,protonett (a typo) loaded nothing of protonet, in silence: fslab plugins exited with 0
+    without it, and fslab run protonet said "Unknown method 'protonet'" as if nothing had asked for it."""
+    chosen = [name for name in builtin_plugins if name != "protonet"]
+    monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*chosen, "protonett", "local:mine"]))  # local: is no entry point
+    registry = load_registry(strict=False)
+    assert [(f.plugin, f.error) for f in registry.failures] == [(
+        "protonett", "FSLAB_PLUGINS names it, and no installed package declares an fslab entry point of that name. "
+                     "Did you mean 'protonet'? fslab plugins lists those installed with FSLAB_PLUGINS unset")]
+    with pytest.raises(UsageError, match=r"Unknown method 'protonet'\..* Not among them: what plugin 'protonett' "):
+        registry.get("method", "protonet")
+
+
 def test_a_bare_assert_failing_a_plugin_names_its_file_line_and_statement(builtin_plugins, tmp_path):
     """docs/plugins.md has a plugin check fslab's API version at import with an ``assert``: on an older fslab
     the plugin failed to load with "AssertionError: ", which named neither the check nor the file."""

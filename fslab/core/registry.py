@@ -5,7 +5,7 @@ found through the ``fslab`` entry-point group (built-ins included, no private
 path) and in project-local plugin folders named in ``fslab.toml``.
 
 Environment:
-  FSLAB_PLUGINS=a,b     load only these entry points (by entry-point name)
+  FSLAB_PLUGINS=a,b     load only these entry points (by entry-point name; one not installed is a load failure)
   FSLAB_STRICT_PLUGINS=1  a plugin that fails to load is an error, not a warning
 """
 
@@ -492,6 +492,12 @@ def _load_entry_points(pm: pluggy.PluginManager, registry: Registry, allowed: se
             registry.failed_origins[ep.name] = f"entry point {ep.value}"
             continue
         registry.plugins[ep.name] = (_distribution_label(ep, labels), f"entry point {ep.value}")
+    names = [ep.name for ep in declared]
+    for name in sorted((allowed or set()) - set(names)):  # a typo there loaded nothing of it, in silence
+        if not name.startswith("local:"):  # a plugin folder's files load whatever FSLAB_PLUGINS says
+            fail(name, LookupError(name), f"FSLAB_PLUGINS names it, and no installed package declares an fslab "
+                                          f"entry point of that name.{did_you_mean(name, names)} fslab plugins lists "
+                                          f"those installed with FSLAB_PLUGINS unset")
 
 
 def _add_plugin(pm: pluggy.PluginManager, module: Any, name: str, taken: set[str] | None = None) -> None:
