@@ -1,6 +1,7 @@
 """The plugin registry: discovery, failures, duplicates, parameters."""
 
 import re
+import sys
 import textwrap
 
 import pytest
@@ -321,6 +322,22 @@ def test_a_hook_that_cannot_take_register_fails_its_plugins_loading_in_one_line(
     assert registry.failures[0].error == (
         f"TypeError: register_losses({written}) cannot take what fslab passes each hook, one argument named "
         f"register: write def register_losses(register)")
+
+
+def test_two_plugin_folders_with_files_of_one_name_load_the_first_and_refuse_the_second_in_one_line(builtin_plugins,
+                                                                                                   tmp_path):
+    """Both were the module fslab_local_plugins.scaled: the second, imported, took the first's place in
+    sys.modules, then failed in pluggy's words, 'Plugin name already registered: ...' and the repr of every
+    plugin module, thousands of characters over two lines."""
+    first = write_plugin(tmp_path / "mine", "scaled", LOCAL_LOSS)
+    second = write_plugin(tmp_path / "theirs", "scaled", LOCAL_LOSS.replace('name="scaled"', 'name="scaled2"'))
+    registry = load_registry([first, second], strict=False)
+    assert [(f.plugin, f.error) for f in registry.failures] == [(
+        "local:scaled", f"ValueError: {second / 'scaled.py'} has the name of {first / 'scaled.py'}, which loads "
+                        f"first as the module fslab_local_plugins.scaled (each file of plugin_dirs is loaded under "
+                        f"its own name): rename one of them")]
+    assert registry.names("loss", "scaled*") == ["scaled"]
+    assert sys.modules["fslab_local_plugins.scaled"].__file__ == str(first / "scaled.py")
 
 
 def test_lazy_reference_must_declare_params(builtin_plugins, tmp_path):
