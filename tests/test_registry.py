@@ -338,6 +338,8 @@ def test_two_plugin_folders_with_files_of_one_name_load_the_first_and_refuse_the
                         f"its own name): rename one of them")]
     assert registry.names("loss", "scaled*") == ["scaled"]
     assert sys.modules["fslab_local_plugins.scaled"].__file__ == str(first / "scaled.py")
+    again = load_registry([first, tmp_path / "mine" / "."], strict=False)  # one folder named twice: loaded once
+    assert not again.failures and again.names("loss", "scaled*") == ["scaled"]
 
 
 def test_lazy_reference_must_declare_params(builtin_plugins, tmp_path):

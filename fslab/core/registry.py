@@ -446,7 +446,8 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
         for path in sorted(Path(folder).glob("*.py")):
             name = f"local:{path.stem}"
             try:
-                _refuse_a_second(registry, name, path)
+                if _loaded_before(registry, name, path):
+                    continue  # a folder plugin_dirs names twice
                 _add_plugin(pm, _import_file(path), name)
             except (Exception, SystemExit) as exc:
                 fail(name, exc)
@@ -726,16 +727,20 @@ def _allowed_rules(allowed: Any, params: dict, who: str) -> dict:
     return rules
 
 
-def _refuse_a_second(registry: Registry, name: str, path: Path) -> None:
-    """A ValueError where a file of another plugin folder has loaded (or failed to load) as plugin ``name``:
-    both files are the module ``fslab_local_plugins.<stem>``, so the second, imported, took the first's place
-    in ``sys.modules`` (a lazy target of the first then found the second's code) and failed in pluggy's words,
-    the name already registered and every plugin module's repr after it, some thousand characters."""
+def _loaded_before(registry: Registry, name: str, path: Path) -> bool:
+    """Whether the file ``path`` has loaded (or failed to load) as plugin ``name`` already, a folder that
+    plugin_dirs names twice; a ValueError where another folder's file has: both files are the module
+    ``fslab_local_plugins.<stem>``, so the second, imported, took the first's place in ``sys.modules`` (a lazy
+    target of the first then found the second's code) and failed in pluggy's words, the name already
+    registered and every plugin module's repr after it, some thousand characters."""
     first = registry.plugins.get(name, (None, None))[1] or registry.failed_origins.get(name)
+    if first is not None and Path(first).resolve() == path.resolve():
+        return True
     if first is not None:
         raise ValueError(f"{path} has the name of {first}, which loads first as the module "
                          f"fslab_local_plugins.{path.stem} (each file of plugin_dirs is loaded under its own name): "
                          f"rename one of them")
+    return False
 
 
 def _import_file(path: Path):
