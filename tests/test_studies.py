@@ -1134,6 +1134,26 @@ def test_study_commands_from_the_cli(project):
         assert result.returncode == 2 and expected in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["study", "report", "nca-table3", "--format", "tex"],
+     "error: unknown format 'tex'. Did you mean 'latex'? Allowed: md, latex, csv, json.\n"),
+    (["study", "report", "nca-table3", "--format", "MD"],
+     "error: unknown format 'MD'. Did you mean 'md'? Allowed: md, latex, csv, json.\n"),
+    (["study", "report", "nca-table3", "--scale", "quik"],
+     "error: --scale must be one of paper, quick, got 'quik'. Did you mean 'quick'?\n"),
+    (["study", "run", "nca-table3", "--scale", "Quick"],
+     "error: --scale must be one of paper, quick, got 'Quick'. Did you mean 'quick'?\n"),
+    (["study", "show", "nca-table3", "--scale", "huge"], "error: --scale must be one of paper, quick, got 'huge'.\n"),
+    (["compare", "all", "--format", "tex"],
+     "error: unknown format 'tex'. Did you mean 'latex'? Allowed: table, md, latex, csv, json.\n"),
+])
+def test_a_mistyped_format_or_scale_names_the_closest(project, argv, expected):
+    """--format tex (the report's file is .tex) and --scale quik were refused with the list alone, where a
+    mistyped --precision or study name is offered the closest."""
+    result = fslab_here(*argv, cwd=project)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", expected)
+
+
 def test_study_list_and_show_count_the_runs_study_run_trains_places_alike_sharing_one(project, registry):
     """At quick scale Table 3's two datasets both become synthetic, so its 10 places are 5 runs: fslab study list
     and show counted 10 where fslab study run trains 5 (all three count them by study_plan.distinct_runs)."""

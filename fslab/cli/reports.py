@@ -32,7 +32,7 @@ from fslab.cli.common import (
 )
 from fslab.cli.tables import Col, fit, print_table
 from fslab.core.config import EPISODES_MAX, EPISODES_MIN, PRECISIONS, check_option, uninstalled
-from fslab.core.errors import FslabError, UsageError, interrupted_code
+from fslab.core.errors import FslabError, UsageError, interrupted_code, unknown_format
 from fslab.core.events import accuracy_text, canonical_evaluator, label_params, other_precision, table_score
 from fslab.core.limits import repeated_at
 from fslab.core.text import count, percent, queries_text
@@ -481,7 +481,7 @@ def compare_(
     from fslab.reports.compare import FORMATS, compare, render
 
     if fmt not in FORMATS:
-        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+        raise UsageError(unknown_format(fmt, FORMATS))
     if as_json and fmt != "table":  # --json printed its lines whatever --format asked for
         raise UsageError(f"give --json or --format {fmt}, not both: --json prints a JSON line per group and per "
                          f"paired difference, --format {fmt} {_FORMAT_TEXT[fmt]}")

@@ -323,15 +323,15 @@ def report(
     that scores it, and its cells stay pending.
     """
     from fslab.core.config import check_option
-    from fslab.core.errors import FslabError, UsageError
-    from fslab.core.studies import SCALES
+    from fslab.core.errors import FslabError, UsageError, unknown_format
+    from fslab.core.studies import scale_option
     from fslab.reports.compare import unscored_line
     from fslab.reports.studies import FORMATS, render, study_report, write_report
 
     if fmt not in FORMATS:
-        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
-    if scale is not None and scale not in SCALES:
-        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+        raise UsageError(unknown_format(fmt, FORMATS))
+    if scale is not None:
+        scale_option(scale)
     check_option("eval.precision", precision, "--precision")  # as fslab compare --precision is checked
     if out_text is not None and not out_text.strip():  # an unset $DIR: the report would land in the current folder
         raise UsageError("--out is empty; give the folder to write the report into (made if missing), or leave "

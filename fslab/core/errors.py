@@ -81,6 +81,13 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
+def unknown_format(fmt: str, formats: Iterable[str]) -> str:
+    """The message for a ``--format`` that is none of a command's ``formats`` (in the order its help gives
+    them), with the closest (``tex``: Did you mean 'latex'?)."""
+    formats = list(formats)
+    return f"unknown format '{fmt}'.{did_you_mean(fmt, formats)} Allowed: {', '.join(formats)}."
+
+
 def unknown(what: str, word: str, choices: Iterable[str]) -> str:
     """The standard message for a name that is not one of ``choices``."""
     choices = sorted(choices)

@@ -193,6 +193,14 @@ class Study:
         return sum(len(s.datasets) * len(self.points(s, scale)) * seeds[s.name] for s in self.sweeps)
 
 
+def scale_option(scale: str) -> str:
+    """``--scale``'s value, ``paper`` or ``quick``; any other is one line naming the option and the closest
+    scale (``quik``: Did you mean 'quick'?)."""
+    if scale not in SCALES:
+        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'.{did_you_mean(scale, SCALES)}")
+    return scale
+
+
 def _scale(scale: Any) -> str:
     """``paper`` or ``quick``: run_count('fast') or ('Quick') counted the paper's runs, without a word."""
     if scale not in SCALES:

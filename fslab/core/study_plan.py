@@ -19,7 +19,7 @@ from fslab.core.assignments import layer_of, nest
 from fslab.core.config import naming_the_file, outside_settings, point_layer, resolve, tested_ways
 from fslab.core.errors import ConfigError, UnknownName, UsageError
 from fslab.core.keys import dotted, names_key
-from fslab.core.studies import SCALES, Study
+from fslab.core.studies import Study, scale_option
 from fslab.core.text import count
 
 
@@ -66,8 +66,7 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
     validation split), its grid point, the quick scale's ``set``, ``extra``
     (``--set`` of the command line), the seed. The quick scale's ``dataset.*``
     keys apply only to runs on the quick scale's own dataset."""
-    if scale not in SCALES:
-        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got '{scale}'")
+    scale_option(scale)
     check_extra(study, scale, extra)
     used = trained_datasets(study, scale, dataset)
     if data_root and len(used) > 1:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from fslab.core.assignments import assignment
 from fslab.core.config import outside_settings
-from fslab.core.errors import ConfigError, UsageError
+from fslab.core.errors import ConfigError, UsageError, unknown_format
 from fslab.core.events import (
     canonical_evaluator,
     label_params,
@@ -674,7 +674,7 @@ def render(report: dict, fmt: str) -> str:
     if fmt == "csv":
         return _csv(report, shots)
     if fmt not in ("md", "latex"):
-        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+        raise UsageError(unknown_format(fmt, FORMATS))
     pm = " ± "
     header = ["group", "seeds", *shots]
     lines = []

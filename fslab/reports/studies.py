@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fslab.core.assignments import assignment
 from fslab.core.config import tested_ways
-from fslab.core.errors import UsageError
+from fslab.core.errors import UsageError, unknown_format
 from fslab.core.files import atomic_write_text
 from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
@@ -311,7 +311,7 @@ def render(report: dict, fmt: str) -> str:
                          for row, note in zip(report["rows"], numbers))
         return buffer.getvalue()
     if fmt not in ("md", "latex"):
-        raise UsageError(f"unknown format '{fmt}'. Allowed: {', '.join(FORMATS)}.")
+        raise UsageError(unknown_format(fmt, FORMATS))
     title = f"{report['what']} of {report['paper']}: {report['title']}"
     lines = [_cells(row, " ± ", note) for row, note in zip(report["rows"], numbers)]
     if fmt == "md":
