@@ -378,6 +378,34 @@ def test_two_sweeps_alike_but_for_an_ignored_setting_share_their_runs_and_the_re
     assert [row["shared_note"] for row in data["rows"]] == [1, 1] and data["shared_notes"] == [note]
 
 
+def test_the_notes_of_two_sweeps_of_one_label_tell_their_places_apart(registry, tmp_path):
+    """At quick scale nca-table3's two ProtoNet (Snell setup) sweeps each train both datasets on synthetic: the
+    notes under the table named each group's places by label and dataset alone, so its two notes were the same
+    words ([1] and [2] both 'ProtoNet (Snell setup), miniimagenet; ProtoNet (Snell setup), cifar-fs'). They name
+    the sweep beside a label another sweep has, as a figure's legend does."""
+    sweeps = [{"name": name, "label": "ProtoNet", "method": "protonet", "datasets": ["synthetic", "synthetic-mini"],
+               "seeds": 1, "set": {"backbone.name": "conv4", "train.epochs": 1, "train.lr": lr}}
+              for name, lr in (("pn-1shot", 0.1), ("pn-5shot", 0.05))]
+    cells = [{"sweep": f"pn-{shots}shot", "dataset": dataset, "shots": shots, "accuracy": 70.0}
+             for shots in (1, 5) for dataset in ("synthetic", "synthetic-mini")]
+    study = parse_study(tiny(sweep=sweeps, published=cells, quick={"seeds": 1, "dataset": "synthetic"}), "t.toml")
+    config = store(tmp_path)
+    outcome = queue_study(study, "quick", settings=config, registry=registry)
+    assert len(outcome.created) == 2
+    for run in (Run(config.runs_dir / i) for i in outcome.created):
+        finish(run, {1: [0.7] * 4, 5: [0.8] * 4})
+    report = study_report(study, config.runs_dir)
+    text = render(report, "md")
+    notes = [line for line in text.splitlines() if line.startswith("[")]
+    assert notes == [f"[{n}] ProtoNet (pn-{shots}shot), synthetic; ProtoNet (pn-{shots}shot), synthetic-mini: the "
+                     f"same runs (places alike in every setting are one run), one measurement shown in each, not "
+                     f"independent results" for n, shots in ((1, 1), (2, 5))]
+    assert report["shared_notes"] == notes
+    _, *lines = csv.reader(io.StringIO(render(report, "csv")))
+    assert [line[-1] for line in lines] == ["ProtoNet (pn-1shot), synthetic-mini", "ProtoNet (pn-1shot), synthetic",
+                                            "ProtoNet (pn-5shot), synthetic-mini", "ProtoNet (pn-5shot), synthetic"]
+
+
 def test_report_reproduced_and_pending_for_a_partial_group(registry, tmp_path):
     study = parse_study(tiny(), "tiny.toml")
     config = store(tmp_path)

@@ -311,8 +311,8 @@ def report(
     the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose seeds were scored on different
     data (another root of a folder dataset, files changed on disk), which are never pooled into one mean.
     A cell whose runs another place of the study shares (places alike in every setting are one run) is
-    marked, "(2/2 runs) [1]", and the note under the table names those places (csv: shared_note, shared_with;
-    json: each row's shared_note and shared_with, the notes as shared_notes).
+    marked, "(2/2 runs) [1]", and the note under the table names those places (a sweep by its label, and name
+    where two share one; csv: shared_note, shared_with; json: shared_note, shared_with, shared_notes).
 
     csv and json give every accuracy, CI and difference in percent (points), in columns and fields
     named so: published_pct, published_ci95_pct, accuracy_pct, ci95_pct, difference_pct.

@@ -246,8 +246,10 @@ def shared_notes(rows: list[dict]) -> tuple[list[int | None], list[str]]:
     where none does), and the notes, one per group of places that share runs: every format marks a row
     by its number (md and latex after its runs, ``[1]``, csv and json in ``shared_note``, json's notes in
     ``shared_notes``), where such a cell read ``(2/2 runs)`` as an independent one does. Computed once, by
-    :func:`study_report`, which every format renders."""
-    labels = {row["sweep"]: row["label"] for row in rows}
+    :func:`study_report`, which every format renders. A place is named by its sweep's label, and by its name too
+    where another sweep has that label (:func:`sweep_labels`): two groups of nca-table3's two ProtoNet (Snell
+    setup) sweeps were two notes of the same words."""
+    labels = sweep_labels(rows)
     groups: dict[tuple, int] = {}
     numbers, notes = [], []
     for row in rows:
@@ -304,7 +306,7 @@ def render(report: dict, fmt: str) -> str:
         writer.writerow(["method", "dataset", "setting", "ways", "shots", "published_pct", "published_ci95_pct",
                          "accuracy_pct", "ci95_pct", "episodes", "completed_runs", "scored_runs", "expected_runs",
                          "difference_pct", "verdict", "scale", "split", "precision", "shared_note", "shared_with"])
-        labels = {row["sweep"]: row["label"] for row in report["rows"]}
+        labels = sweep_labels(report["rows"])  # as the notes name places
         # precision: the one read (--precision); empty: each run's own, as fslab compare's csv says it
         writer.writerows([*_csv_row(row, report["scale"]), report["split"], report["precision"] or "", _blank(note),
                           "; ".join(place_text(place, labels) for place in row["shared_with"])]
@@ -379,7 +381,7 @@ def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
         placed = [(r, _x_of(r, study.plot_x, runs_dir)) for r in report["rows"]
                   if r["dataset"] == dataset and r["measured"]]
         placed = [(r, x) for r, x in placed if x is not None]
-        label = _line_labels([r for r, _ in placed])
+        label = sweep_labels([r for r, _ in placed])
         panels = []
         for ways, shots in sorted({(r["ways"], r["shots"]) for r, _ in placed}):
             series: dict[str, list] = {}  # a line per sweep: two sweeps of one label are two lines
@@ -395,9 +397,10 @@ def figure_data(report: dict, study: Study, runs_dir: Path) -> dict[str, dict]:
     return figures
 
 
-def _line_labels(rows: list[dict]) -> dict[str, str]:
-    """Each sweep's line label: its label, and its name beside a label other sweeps share (``ProtoNet (pn-1shot)``),
-    so that the legend tells their lines apart (one label drew both sweeps' points as one line)."""
+def sweep_labels(rows: list[dict]) -> dict[str, str]:
+    """Each sweep's label as a figure's legend and the notes under a table name it: its label, and its name beside
+    a label other sweeps share (``ProtoNet (pn-1shot)``), so that they tell its places apart (one label drew both
+    sweeps' points as one line)."""
     labels = {r["sweep"]: r["label"] for r in rows}
     shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
     return {sweep: f"{label} ({sweep})" if label in shared else label for sweep, label in labels.items()}
