@@ -1895,6 +1895,21 @@ def test_a_study_file_that_does_not_resolve_names_the_file_and_key(registry, tmp
     assert str(error.value).startswith(f"studies/tiny.toml: {start}"), str(error.value)
 
 
+def test_a_quick_dataset_key_that_did_not_apply_is_not_blamed_for_a_refusal(project):
+    """fslab study run sen-table2 --scale quick --dataset synthetic-mini (README: the stand-in's validation split
+    has 16 classes) blamed 'quick.set.dataset.val_classes (on omniglot)', a key that applies only on the quick
+    scale's synthetic and that the refusal names only in its suggestion; the study's 20-way validation is what
+    the stand-in refuses."""
+    result = fslab_here("study", "run", "sen-table2", "--scale", "quick", "--dataset", "synthetic-mini", cwd=project)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
+    where, _, said = result.stderr.removeprefix("error: ").partition(": config key ")
+    assert where.endswith("/sen-table2.toml: sweep 'pn-omniglot'.set.eval.ways (on omniglot)"), where
+    assert said.startswith("'eval.ways' must be at most 16 for synthetic-mini's val split") and said.endswith(
+        "; --set dataset.val_classes=20 gives the split that many\n")
+    assert not (project / "runs").exists() or not [p for p in (project / "runs").iterdir() if p.name != "sweeps"]
+
+
 @pytest.mark.parametrize("change, said", [
     ({"set": {"train.epochs": "one"}}, "sweep 'nca'.set.train.epochs: must be an integer, got \"one\""),
     ({"grid": {"train.lr": [0.1, "fast"]}}, "sweep 'nca'.grid.train.lr: must be a number, got \"fast\""),

@@ -129,6 +129,11 @@ class QuickScale:
     set: dict[str, Any] = field(default_factory=dict)
     grid: dict[str, list] = field(default_factory=dict)
 
+    def set_on(self, trains_on: str) -> dict[str, Any]:
+        """The settings this scale gives a run that trains on ``trains_on``: its ``dataset.*`` keys only on
+        the scale's own dataset (synthetic's class counts are no other dataset's business, --dataset's)."""
+        return {k: v for k, v in self.set.items() if not k.startswith("dataset.") or trains_on == self.dataset}
+
 
 @dataclass(frozen=True)
 class Study:

@@ -37,6 +37,11 @@ class PlannedRun:
     def place(self) -> dict:
         return {"sweep": self.sweep, "dataset": self.dataset, "at": self.at}
 
+    @property
+    def trains_on(self) -> str:
+        """The dataset the run trains on: its first layer's (:func:`plan_runs`)."""
+        return self.layers[0]["dataset"]["name"]
+
 
 def run_dataset(study: Study, scale: str, dataset: str, override: str | None) -> str:
     """The dataset a run of the study's ``dataset`` trains on at ``scale``."""
@@ -82,10 +87,8 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
             base.append(layer_of((k.split("."), v) for k, v in sweep.set.items()))  # one table: one layer
             if study.split == "val":
                 base.append({"eval": {"final_val": True}})
-            quick = []
-            if scale == "quick":
-                quick = [layer_of((k.split("."), v) for k, v in study.quick.set.items()
-                                  if not k.startswith("dataset.") or trains_on == study.quick.dataset)]
+            quick = [layer_of((k.split("."), v) for k, v in study.quick.set_on(trains_on).items())] \
+                if scale == "quick" else []
             for point in study.points(sweep, scale):
                 at = [point_layer(base, point)]  # as the sweep's set would give its values
                 for seed in range(seeds):
@@ -157,7 +160,7 @@ def study_key(study: Study, scale: str, planned: PlannedRun, exc: UsageError, ex
             return "quick.dataset"
     narrower = study.quick.grid if scale == "quick" else {}  # the quick scale's values of a grid key
     layers = [({k: v for layer in extra for k, v in dotted(layer).items()}, ""),  # the highest first
-              (study.quick.set if scale == "quick" else {}, "quick.set."),
+              (study.quick.set_on(planned.trains_on) if scale == "quick" else {}, "quick.set."),  # as it applied
               ({k: v for k, v in planned.at.items() if k in narrower}, "quick.grid."),
               ({k: v for k, v in planned.at.items() if k not in narrower}, f"sweep '{sweep.name}'.grid."),
               (sweep.set, f"sweep '{sweep.name}'.set.")]
