@@ -912,6 +912,30 @@ def test_gpu_hours_come_only_from_completed_gpu_runs_with_the_same_settings(regi
     assert again["hours"] is None  # a resumed run's wall time is no measure
 
 
+def test_gpu_hours_price_each_run_the_study_trains_once(project, registry):
+    """nca-table3 at quick scale trains 5 runs for its 10 places (both datasets on synthetic), and fslab study
+    show said so above a GPU-hours line priced per place: 'about 1.0 for 10 of the 10 runs', twice the 0.5 h its
+    5 runs take, and 'the other 0 runs have no such run to measure them by' where every run had one."""
+    from fslab.core.studies import find_study
+
+    config = Settings(runs_dir=project / "runs")
+    study = find_study(registry, "nca-table3")
+    outcome = queue_study(study, "quick", settings=config, registry=registry)
+    assert len(outcome.created) == 5
+    for run in (Run(config.runs_dir / i) for i in outcome.created):
+        finish(run, {1: [0.5], 5: [0.5]})
+        run.write_status(started=1000.0, ended=1000.0 + 360.0)  # 1 epoch in 6 minutes
+        with open(run.metrics_path, "a") as log:
+            log.write(json.dumps({"event": "start", "device": "cuda:0", "epochs": 1}) + "\n")
+    estimate = gpu_hours(resolve_study(study, "quick", settings=config, registry=registry), config.runs_dir)
+    assert (estimate["hours"], estimate["estimated_runs"], estimate["runs"]) == (pytest.approx(0.5), 5, 5)
+    shown = json.loads(fslab_here("study", "show", "nca-table3", "--scale", "quick", "--json", cwd=project).stdout)
+    assert (shown["runs"], shown["places"], shown["gpu_hours"]["runs"]) == (5, 10, 5)
+    assert shown["gpu_hours_note"] == ("GPU-hours: about 0.5 for 5 of the 5 runs, from the wall time per epoch of 5 "
+                                       "completed GPU runs in this store with the same settings (seed and epochs "
+                                       "aside).")
+
+
 # -- running: reuse --------------------------------------------------------------
 
 

@@ -82,10 +82,12 @@ def gpu_hours_note(estimate: dict, costs, scale: str = "paper") -> str:
         if recorded:
             return f"GPU-hours: {recorded}, as the study records; {NOT_HERE}."
         return f"GPU-hours: {NOT_HERE}, and the study records no measured cost."
+    left = estimate["runs"] - estimate["estimated_runs"]
     here = (f"GPU-hours: about {estimate['hours']:.1f} for {estimate['estimated_runs']} of the {estimate['runs']} "
-            f"runs, from the wall time per epoch of {len(estimate['measured_runs'])} completed GPU runs in this "
-            f"store with the same settings (seed and epochs aside); the other "
-            f"{count(estimate['runs'] - estimate['estimated_runs'], 'run')} have no such run to measure them by.")
+            f"runs, from the wall time per epoch of {count(len(estimate['measured_runs']), 'completed GPU run')} in "
+            f"this store with the same settings (seed and epochs aside)"
+            + (f"; the other {count(left, 'run')} {'has' if left == 1 else 'have'} no such run to measure "
+               f"{'it' if left == 1 else 'them'} by." if left else "."))
     return f"{here} The study records: {recorded}." if recorded else here
 
 
@@ -171,10 +173,11 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     The run count is fslab study run's: places (sweep, dataset, grid point, seed) alike in every setting
     share one run, and the title says so ("5 runs for 10 places").
 
-    GPU-hours are estimated only from completed GPU runs in this store with the same settings (seed and
-    epochs aside), never resumed, and not ended before they started by their host's clock (set back as they
-    trained); without any, the estimate is left out, never guessed. The costs the study file
-    records (its cost tables: the paper scale's GPU-hours measured on a named GPU) are shown beside it.
+    GPU-hours are estimated for each run it trains (places that share a run priced once) only from completed
+    GPU runs in this store with the same settings (seed and epochs aside), never resumed, and not ended before
+    they started by their host's clock (set back as they trained); without any, the estimate is left out, never
+    guessed. The costs the study file records (its cost tables: the paper scale's GPU-hours measured on a
+    named GPU) are shown beside it.
     """
     from fslab.core.assignments import assignment
     from fslab.core.study_plan import resolve_study, run_dataset, runs_text

@@ -249,8 +249,10 @@ def _record(study: Study, scale: str, dataset: str | None, changed: dict, projec
 def gpu_hours(resolved: list[tuple[PlannedRun, dict]], runs_dir) -> dict:
     """An estimate of the GPU-hours of the study's runs, only from what was
     measured here: completed runs in the store that trained on a GPU with the
-    same settings but for the seed and the number of epochs, never resumed. Each planned run
-    with such a match costs the matches' mean wall time per epoch × its epochs
+    same settings but for the seed and the number of epochs, never resumed. Each run the
+    study trains (:func:`distinct_runs`: places alike in every setting are one run, trained once, as
+    ``fslab study show`` counts them; each place was priced, at quick scale twice the runs of a study
+    on two datasets) with such a match costs the matches' mean wall time per epoch × its epochs
     × its GPUs; runs without one are counted, not guessed, as are runs that ended before they
     started by their host's clock (set back as they trained): no measure either."""
     per_epoch: dict[str, list[float]] = {}
@@ -261,12 +263,13 @@ def gpu_hours(resolved: list[tuple[PlannedRun, dict]], runs_dir) -> dict:
                 per_epoch.setdefault(key, []).append(seconds)
                 sources.add(run.id)
     hours, estimated = 0.0, 0
-    for _, config in resolved:
+    runs = [places[0][1] for places in distinct_runs(resolved).values()]
+    for config in runs:
         measured = per_epoch.get(timing_key(config))
         if measured:
             estimated += 1
             hours += sum(measured) / len(measured) * config["train"]["epochs"] * config["train"]["processes"] / 3600
-    return {"hours": hours if estimated else None, "estimated_runs": estimated, "runs": len(resolved),
+    return {"hours": hours if estimated else None, "estimated_runs": estimated, "runs": len(runs),
             "measured_runs": sorted(sources)}
 
 
