@@ -569,6 +569,37 @@ def test_report_precision_pools_the_scores_of_the_networks_run_in_it_as_compare_
     assert bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\"")
 
 
+def test_cells_whose_completed_runs_lack_their_scores_name_the_fslab_eval_that_scores_them(registry, project):
+    """A completed run without a cell's scores (a copy that left evaluations/ behind, a 10-way shape never
+    scored) left the cell pending with nothing said: fslab study run reuses the run as done, so the study never
+    finished. The line under the title, stderr and json name the fslab eval of each, of the cell's shape."""
+    ten = '{ sweep = "nca", dataset = "synthetic", ways = 10, shots = 5, accuracy = 80.0 }, '
+    (project / "study.toml").write_text(LOCAL_STUDY.replace(
+        "seeds = 3", 'seeds = 3\nset = { "eval.extra_ways" = [10] }').replace("published = [", f"published = [{ten}"))
+    queued = queue_study(find_study(registry, "study.toml"), "paper", settings=store(project), registry=registry)
+    runs = [Run(project / "runs" / i) for i in queued.created]
+    for run in runs[:2]:
+        finish(run, {5: [0.9] * 4})
+    finish(runs[0], {5: [0.8] * 4}, ways=10)
+    runs[2].write_status(state="completed", ended=time.time(), exit_code=0, pid=None)  # evaluations/ left behind
+    done = fslab_here("study", "report", "study.toml", "--format", "json", cwd=project)
+    data = json.loads(done.stdout)
+    lacking = sorted([runs[1].id, runs[2].id])  # in the order of the record, which keeps its runs sorted
+    commands = [*(f"fslab eval {i} --ways 10" for i in lacking), f"fslab eval {runs[2].id}"]
+    assert data["to_score"] == commands
+    assert [(row["ways"], row["unscored_runs"], row["verdict"]) for row in data["rows"]] == [
+        (10, lacking, PENDING), (5, [runs[2].id], PENDING)]
+    said = ("2 cells lack the scores of their completed runs (fslab study run reuses a completed run as done), so they "
+            f"stay pending until fslab eval scores them: {'; '.join(commands)}")
+    assert done.stderr == f"{said}\n"
+    assert f"; {said}." in fslab_here("study", "report", "study.toml", cwd=project).stdout
+    finish(runs[1], {5: [0.8] * 4}, ways=10)  # as the fslab eval named would
+    finish(runs[2], {5: [0.9] * 4})
+    finish(runs[2], {5: [0.8] * 4}, ways=10)
+    done = fslab_here("study", "report", "study.toml", "--format", "json", cwd=project)
+    assert (done.stderr, json.loads(done.stdout)["to_score"]) == ("", [])
+
+
 @pytest.mark.parametrize("change", [
     {"places": "synthetic"}, {"places": {"RUN": "synthetic"}}, {"places": {"RUN": 5}}, {"places": {"RUN": None}},
     {"places": {"../../etc": []}}, {"scale": None}, {"scale": "huge"}, {"datasets": [1]}, {"datasets": "x"},

@@ -310,9 +310,11 @@ def report(
     """The published numbers and fslab's side by side: mean ± 95% CI pooled over seeds, difference, verdict.
 
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
-    pending: runs missing or unfinished; not comparable: another scale or dataset than the paper's, settings
-    the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose seeds were scored on different
-    data (another root of a folder dataset, files changed on disk), which are never pooled into one mean.
+    pending: runs missing or unfinished, or completed without the cell's scores (the fslab eval that scores
+    each is named under the title and on stderr; json: to_score); not comparable: another scale or dataset
+    than the paper's, settings the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose
+    seeds were scored on different data (another root of a folder dataset, files changed on disk), which are
+    never pooled into one mean.
     A cell whose runs another place of the study shares (places alike in every setting are one run) is
     marked, "(2/2 runs) [1]", and the note under the table names those places (a sweep by its label, and name
     where two share one; csv: shared_note, shared_with; json: shared_note, shared_with, shared_notes).
@@ -325,29 +327,20 @@ def report(
     them is named on stderr (one line for all, as fslab compare says it) with the fslab eval RUN --precision fp32
     that scores it, and its cells stay pending.
     """
-    from fslab.core.config import check_option
-    from fslab.core.errors import FslabError, UsageError, unknown_format
-    from fslab.core.studies import scale_option
+    from fslab.core.errors import FslabError
     from fslab.reports.compare import unscored_line
-    from fslab.reports.studies import FORMATS, render, study_report, write_report
+    from fslab.reports.studies import render, study_report, to_score_line, write_report
 
-    if fmt not in FORMATS:
-        raise UsageError(unknown_format(fmt, FORMATS))
-    if scale is not None:
-        scale_option(scale)
-    check_option("eval.precision", precision, "--precision")  # as fslab compare --precision is checked
-    if out_text is not None and not out_text.strip():  # an unset $DIR: the report would land in the current folder
-        raise UsageError("--out is empty; give the folder to write the report into (made if missing), or leave "
-                         "--out out to print the report")
-    out = None if out_text is None else Path(out_text)
+    out = _report_options(fmt, scale, precision, out_text)
     study = _load(ref)
     if out is not None:
         _check_out(out, study.name)
     runs_dir = settings().runs_dir
     result = study_report(study, runs_dir, scale, None if precision == "auto" else precision)
     say_damaged(result["damaged"])
-    if line := unscored_line(result):  # one line, as fslab compare says it, with the fslab eval that scores them
-        err_console.print(shown(line), highlight=False)
+    for line in (unscored_line(result), to_score_line(result)):  # with the fslab eval that scores them
+        if line:
+            err_console.print(shown(line), highlight=False)
     if out is None:
         print(render(result, fmt), end="")
         return
@@ -358,6 +351,24 @@ def report(
                          f"can write with --out DIR") from None
     for path in written:
         console.print(f"wrote {shown(str(path))}", highlight=False)
+
+
+def _report_options(fmt: str, scale: str | None, precision: str, out_text: str | None) -> Path | None:
+    """fslab study report's options checked before the study is read, each in one line: the --out folder, if any."""
+    from fslab.core.config import check_option
+    from fslab.core.errors import UsageError, unknown_format
+    from fslab.core.studies import scale_option
+    from fslab.reports.studies import FORMATS
+
+    if fmt not in FORMATS:
+        raise UsageError(unknown_format(fmt, FORMATS))
+    if scale is not None:
+        scale_option(scale)
+    check_option("eval.precision", precision, "--precision")  # as fslab compare --precision is checked
+    if out_text is not None and not out_text.strip():  # an unset $DIR: the report would land in the current folder
+        raise UsageError("--out is empty; give the folder to write the report into (made if missing), or leave "
+                         "--out out to print the report")
+    return None if out_text is None else Path(out_text)
 
 
 def _check_out(out: Path, name: str) -> None:

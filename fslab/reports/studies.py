@@ -28,7 +28,16 @@ from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
 from fslab.core.sweeps import is_run_id, sweep_records
 from fslab.core.text import count, percent
-from fslab.reports.compare import RunFiles, data_of, md, no_scores_at_all, pooled, score_in, tex
+from fslab.reports.compare import (
+    RunFiles,
+    data_of,
+    has_results,
+    md,
+    no_scores_at_all,
+    pooled,
+    score_in,
+    tex,
+)
 from fslab.reports.plot import measured_pair_fraction, x_order
 
 FORMATS = ("md", "latex", "csv", "json")
@@ -122,12 +131,40 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
     # completed runs of no scores in the precision asked for: their cells stay pending until fslab eval scores them
     completed = [Run(Path(runs_dir) / run_id) for run_id, state in states.items() if state == "completed"]
     unscored = no_scores_at_all(completed, study.split, files) if precision else {}
+    # the fslab eval that scores each completed run a cell lacks, of the cell's shape (one already said, the
+    # runs --precision finds without any scores, aside)
+    to_score = list(dict.fromkeys(score_command(run_id, row["ways"], study.split, precision, files.config(
+        Run(Path(runs_dir) / run_id))) for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "precision": precision, "scale": used_scale, "datasets": datasets,
             "changed": changed, "project": project, "unscored": unscored,
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
-            "stopped": stopped, "missing": missing, "rows": rows, "shared_notes": notes,
+            "stopped": stopped, "missing": missing, "to_score": to_score, "rows": rows, "shared_notes": notes,
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
+
+
+def score_command(run_id: str, ways: int, split: str, precision: str | None, config: dict) -> str:
+    """The ``fslab eval`` that scores a completed run's network as a cell of ``ways`` reads it: the run's own
+    shape, evaluator and episodes' seed, ``--ways`` where the cell tests other ways than the run's own
+    (``eval.extra_ways``), ``--split val`` for a study measured on the validation classes."""
+    flags = [*(["--split", split] if split != "test" else []),
+             *(["--ways", str(ways)] if ways != config.get("eval", {}).get("ways", 5) else []),
+             *(["--precision", precision] if precision else [])]
+    return " ".join(["fslab eval", run_id, *flags])
+
+
+def to_score_line(report: dict) -> str | None:
+    """The cells whose completed runs lack their scores, and the fslab eval that scores them, as the line under
+    the title and stderr say it; None where there are none."""
+    if not report.get("to_score"):
+        return None
+    cells = sum(1 for row in report["rows"] if row.get("unscored_runs"))
+    commands = report["to_score"]
+    shown = "; ".join(commands[:3]) + ("; ..." if len(commands) > 3 else "")
+    one = cells == 1
+    return (f"{count(cells, 'cell')} {'lacks' if one else 'lack'} the scores of {'its' if one else 'their'} completed "
+            f"runs (fslab study run reuses a completed run as done), so {'it stays' if one else 'they stay'} pending "
+            f"until fslab eval scores them: {shown}")
 
 
 def shared_with(row: dict, places: dict[str, list[dict]]) -> list[dict]:
@@ -170,11 +207,15 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
         scored = measured["runs"] if measured else 0
         complete = len(runs) >= seeds and len(completed) == len(runs) and scored == len(runs)
         published = cell.accuracy if cell else None
+        # completed runs without the cell's scores (a copy that left evaluations/ behind): fslab study run reuses
+        # them as done, so only fslab eval finishes the cell (to_score)
+        lacking = [r.id for r in completed if shots and not mixed
+                   and not has_results(r, study.split, [shots], ways, queries, None, files)]
         rows.append({
             "label": sweep.label, "sweep": sweep.name, "dataset": place["dataset"], "at": place["at"],
             "ways": ways, "shots": shots, "published": published, "published_ci95": cell.ci95 if cell else None,
             "measured": measured, "runs": len(runs), "completed": len(completed), "scored": scored, "expected": seeds,
-            "run_ids": [r.id for r in runs],
+            "run_ids": [r.id for r in runs], "unscored_runs": lacking,
             "difference": (100 * measured["accuracy"] - published) if measured and published is not None else None,
             "mixed_data": mixed,
             "verdict": NOT_COMPARABLE if mixed else verdict(published, cell.ci95 if cell else None, measured,
@@ -221,6 +262,8 @@ def scale_line(report: dict) -> str:
                  f"each, not independent results")
     if report.get("precision"):
         text += _precision_text(report)
+    if line := to_score_line(report):
+        text += f"; {line}"
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
