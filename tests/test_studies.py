@@ -676,6 +676,27 @@ def test_figure_study_reports_every_point_and_draws_a_png(registry, tmp_path):
     assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_figure_at_quick_scale_claims_no_verdict_its_rows_do_not_give(registry, tmp_path):
+    """fslab study report nca-fig2 --scale quick said 'These numbers are not comparable to the paper's (verdict:
+    not comparable)' above rows whose every verdict is 'not published' (a figure prints no numbers); a table
+    at quick scale still names the verdict its rows give."""
+    data = tiny(figure="Fig. 9", plot={"x": "train.lr"}, published=[], quick={"seeds": 1, "dataset": "synthetic"})
+    del data["table"]
+    config = store(tmp_path)
+    for study in (parse_study(data, "fig.toml"), parse_study(tiny(quick={"seeds": 1}), "tiny.toml")):
+        for run in (Run(config.runs_dir / i) for i in queue_study(study, "quick", settings=config,
+                                                                    registry=registry).created):
+            finish(run, {1: [0.5] * 4, 5: [0.7] * 4})
+        report = study_report(study, config.runs_dir)
+        verdicts = {row["verdict"] for row in report["rows"]}
+        line = scale_line(report)
+        if study.kind == "figure":
+            assert verdicts == {NOT_PUBLISHED} and line.endswith(". These numbers are not comparable to the paper's.")
+        else:
+            assert verdicts == {NOT_COMPARABLE}
+            assert line.endswith(". These numbers are not comparable to the paper's (verdict: not comparable).")
+
+
 def test_a_figure_point_whose_first_seed_was_deleted_still_shows_the_others(registry, tmp_path):
     """A figure point's episode shapes were read from its first run only: with that seed deleted, the point
     was one pending row with no mean, though its other seeds were done and scored."""

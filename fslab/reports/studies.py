@@ -267,7 +267,9 @@ def scale_line(report: dict) -> str:
     if report.get("split") == "val":
         text += "; accuracies on the validation classes, as the paper's"
     if not report["comparable"]:
-        text += ". These numbers are not comparable to the paper's (verdict: not comparable)"
+        # a figure prints no numbers: its rows' verdict is "not published", none "not comparable"
+        said = " (verdict: not comparable)" if any(row["published"] is not None for row in report["rows"]) else ""
+        text += f". These numbers are not comparable to the paper's{said}"
     return text + "."
 
 
