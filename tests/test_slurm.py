@@ -106,12 +106,13 @@ def test_without_submitit_the_error_says_how_to_install_it(project, monkeypatch)
 
 def test_without_slurm_a_job_is_refused_before_any_run_exists(project):
     """No srun on the PATH: run, sweep and study run say so in one line and leave no
-    queued run behind for a later local scheduler to train."""
+    queued run behind for a later local scheduler to train. An option this machine cannot take is bad
+    input, exit code 2, as --device cuda without a GPU is (it exited with 1, as a failure of fslab's)."""
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # python and fslab, no srun
     for argv in (["run", "nca", *TINY], ["sweep", "nca", *TINY, "--seeds", "2"],
                  ["study", "run", "nca-fig2", "--scale", "quick"]):
         result = fslab_here(*argv, "--executor", "slurm", cwd=project, env=env)  # the CLI in this process
-        assert result.returncode == 1 and result.stderr == (
+        assert result.returncode == 2 and result.stderr == (
             'error: SLURM is not available here (no srun on the PATH); to try --executor slurm on this machine, '
             'set [slurm] cluster = "local" in fslab.toml\n'), argv
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())

@@ -88,13 +88,14 @@ def job_options(settings, overrides: list[str] | None = None) -> SlurmSettings:
 
 def check_available(options: SlurmSettings) -> None:
     """SLURM's ``srun`` must be on this machine (as submitit finds it), unless
-    ``[slurm] cluster = "local"`` runs the jobs here."""
+    ``[slurm] cluster = "local"`` runs the jobs here: ``--executor slurm`` where it is not is an option this
+    machine cannot take, exit code 2, as ``--device cuda`` where no GPU is."""
     if options.cluster == "local":
         return
     from submitit.slurm.slurm import SlurmExecutor
 
     if SlurmExecutor.affinity() < 0:
-        raise FslabError("SLURM is not available here (no srun on the PATH); to try --executor slurm on this "
+        raise UsageError("SLURM is not available here (no srun on the PATH); to try --executor slurm on this "
                          "machine, set [slurm] cluster = \"local\" in fslab.toml")
 
 
