@@ -1136,13 +1136,18 @@ def test_a_bad_setting_names_the_study_and_sweep_and_queues_nothing(registry, tm
     assert not (tmp_path / "runs").exists()
 
 
-def test_one_data_root_for_a_study_on_several_datasets_is_refused(registry):
+def test_one_data_root_for_a_study_on_several_datasets_is_refused(registry, tmp_path):
     study = find_study(registry, "nca-table3")
     with pytest.raises(UsageError, match="--data-root names one folder, but study nca-table3 trains on cifar-fs, "
                                          "miniimagenet: give each dataset its folder in \\[data_roots\\]"):
         plan_runs(study, "paper", data_root="/data/mini")
     layers = plan_runs(study, "paper", dataset="miniimagenet", data_root="/data/mini")[0].layers
-    assert layers[0] == {"dataset": {"name": "miniimagenet", "root": "/data/mini"}}
+    assert layers[:2] == ({"dataset": {"name": "miniimagenet"}}, {"dataset": {"root": "/data/mini"}})
+    # --dataset synthetic --data-root DIR: synthetic reads no files, and DIR went unread without a word
+    with pytest.raises(ConfigError, match=r"dataset\.root /data/mini: dataset 'synthetic' is generated and reads no "
+                                          r"files, so nothing in that folder would be used"):
+        resolve_study(study, "quick", settings=store(tmp_path), registry=registry, dataset="synthetic",
+                      data_root="/data/mini")
 
 
 def test_a_missing_data_root_of_a_study_on_several_datasets_says_the_way_that_works(registry, tmp_path,

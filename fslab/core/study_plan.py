@@ -83,7 +83,11 @@ def plan_runs(study: Study, scale: str = "paper", *, dataset: str | None = None,
         seeds = study.seeds(scale)[sweep.name]
         for name in sweep.datasets:
             trains_on = run_dataset(study, scale, name, dataset)
-            base = [nest(["dataset"], {"name": trains_on, **({"root": data_root} if data_root else {})})]
+            # the root a layer of its own above the dataset's choice, as fslab run --data-root: one given for a
+            # dataset that reads no files (--dataset synthetic) is then refused, not dropped (config.resolve)
+            base = [nest(["dataset", "name"], trains_on)]
+            if data_root:
+                base.append(nest(["dataset", "root"], data_root))
             base.append(layer_of((k.split("."), v) for k, v in sweep.set.items()))  # one table: one layer
             if study.split == "val":
                 base.append({"eval": {"final_val": True}})
