@@ -1821,15 +1821,15 @@ def test_a_study_file_stopped_half_way_is_named_by_its_path_in_the_command_that_
     this process (fslab_here), the scheduler and workers they start and stop as processes of their own."""
     (project / "studies").mkdir()
     (project / "studies" / "mine.toml").write_text(STUDY_FILE)
-    started = fslab_here("study", "run", "studies/mine.toml", "--set", "train.lr=0.05", "--data-root", ".",
-                         cwd=project)
+    started = fslab_here("study", "run", "studies/mine.toml", "--set", "train.lr=0.05", cwd=project)
     assert started.returncode == 0, started.stderr
     path = str(project.resolve() / "studies" / "mine.toml")
     assert started.stdout.splitlines()[-1] == f"follow them with: fslab queue; then: fslab study report {path}"
     sweep_id = started.stdout.split("recorded as ")[1].split()[0]
     stopped = fslab_here("stop", sweep_id, cwd=project)
     assert stopped.returncode == 0, stopped.stderr
-    again = f"fslab study run {path} --scale paper --data-root {project.resolve()} --set train.lr=0.05"
+    # how it repeats --data-root: test_the_command_that_goes_on_plans_the_runs_the_study_planned
+    again = f"fslab study run {path} --scale paper --set train.lr=0.05"
     assert stopped.stderr.strip().endswith(f"go on with: {again}"), stopped.stderr
     # the line goes on from any folder: the same runs, resumed, and nothing new
     elsewhere = project.parent / "elsewhere"
