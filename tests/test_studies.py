@@ -569,6 +569,20 @@ def test_report_precision_pools_the_scores_of_the_networks_run_in_it_as_compare_
     assert bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\"")
 
 
+def test_a_study_run_whose_runs_are_all_done_points_at_the_report_not_the_queue(registry, project):
+    """fslab study run again once every run is done said 'follow them with: fslab queue', where nothing is
+    queued and no scheduler starts: the report is what is left to see."""
+    (project / "study.toml").write_text(LOCAL_STUDY)
+    queued = queue_study(find_study(registry, "study.toml"), "paper", settings=store(project), registry=registry)
+    for run in (Run(project / "runs" / i) for i in queued.created):
+        finish(run, {5: [0.9] * 4})
+    done = fslab_here("study", "run", "study.toml", cwd=project)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first.startswith("study my-paper (scale paper): 3 runs: 3 done already, 0 queued or running, ")
+    assert second == f"every run is done; see the report: fslab study report {project / 'study.toml'}"
+
+
 def test_cells_whose_completed_runs_lack_their_scores_name_the_fslab_eval_that_scores_them(registry, project):
     """A completed run without a cell's scores (a copy that left evaluations/ behind, a 10-way shape never
     scored) left the cell pending with nothing said: fslab study run reuses the run as done, so the study never

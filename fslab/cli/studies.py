@@ -288,8 +288,12 @@ def run(
         changes = ", ".join(assignment(k, v) for k, v in outcome.project.items())
         err_console.print(shown(f"note: [run] of fslab.toml changes what the study fixes: {changes}; its report "
                                 f"calls these numbers not comparable to the paper's"), highlight=False)
+    report_it = study_command("report", ref)
+    if len(outcome.reused) == total:  # nothing to train: no queue to follow
+        console.print(shown(f"every run is done; see the report: {report_it}"), highlight=False)
+        return
     follow = "fslab runs" if options is not None else "fslab queue"
-    console.print(shown(f"follow them with: {follow}; then: {study_command('report', ref)}"), highlight=False)
+    console.print(shown(f"follow them with: {follow}; then: {report_it}"), highlight=False)
 
 
 @study_app.command()
