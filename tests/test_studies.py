@@ -607,6 +607,19 @@ def test_cells_whose_completed_runs_lack_their_scores_name_the_fslab_eval_that_s
             f"stay pending until fslab eval scores them: {'; '.join(commands)}")
     assert done.stderr == f"{said}\n"
     assert f"; {said}." in fslab_here("study", "report", "study.toml", cwd=project).stdout
+    # --precision fp32: a run without any fp32 scores is said once, with its own fslab eval (unscored); the cells
+    # counted here are those of the other runs' commands
+    finish(runs[0], {5: [0.9] * 4}, named={"precision": "fp32", "run_precision": "bf16"})
+    for run in runs:
+        run.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "precision": "bf16",
+                                                "eval_precision": "bf16"}) + "\n")
+    fp32 = fslab_here("study", "report", "study.toml", "--precision", "fp32", "--format", "json", cwd=project)
+    data = json.loads(fp32.stdout)
+    assert sorted(data["unscored"]) == sorted([runs[1].id, runs[2].id])
+    assert data["to_score"] == [f"fslab eval {runs[0].id} --ways 10 --precision fp32"]
+    assert fp32.stderr.splitlines()[1] == (
+        "1 cell lacks the scores of its completed runs (fslab study run reuses a completed run as done), so it stays "
+        f"pending until fslab eval scores them: fslab eval {runs[0].id} --ways 10 --precision fp32")
     finish(runs[1], {5: [0.8] * 4}, ways=10)  # as the fslab eval named would
     finish(runs[2], {5: [0.9] * 4})
     finish(runs[2], {5: [0.8] * 4}, ways=10)

@@ -158,7 +158,8 @@ def to_score_line(report: dict) -> str | None:
     the title and stderr say it; None where there are none."""
     if not report.get("to_score"):
         return None
-    cells = sum(1 for row in report["rows"] if row.get("unscored_runs"))
+    said = report.get("unscored", {})  # runs --precision finds without any scores: _precision_text names them
+    cells = sum(1 for row in report["rows"] if any(run_id not in said for run_id in row.get("unscored_runs", [])))
     commands = report["to_score"]
     shown = "; ".join(commands[:3]) + ("; ..." if len(commands) > 3 else "")
     one = cells == 1
