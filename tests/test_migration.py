@@ -44,6 +44,9 @@ def resolved_for(registry, saved: dict) -> dict:
     for section in ("dataset", "backbone", "loss", "sampler", "evaluator"):
         if section in saved:
             resolved[section] = {k: v for k, v in resolved[section].items() if k in saved[section]}
+    # a new run of synthetic, which reads no files, has no root; migration keeps the one an earlier fslab filled in
+    if not registry.reads_files(saved["dataset"]["name"]) and "root" in saved["dataset"]:
+        resolved["dataset"]["root"] = saved["dataset"]["root"]
     return resolved
 
 
