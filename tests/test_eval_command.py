@@ -756,3 +756,27 @@ def test_an_eval_of_a_sweep_interrupted_midway_says_what_it_saved(project, train
     assert list((runs[0] / "evaluations").glob("test-*-40ep-*.json")) and not list(project.rglob("*.tmp"))
     again = fslab_here("eval", "sweep-2026", "--shots", "5", "--episodes", "40", "--no-sinks", cwd=project)
     assert again.returncode == 0 and len(again.stdout.splitlines()) == 2, again.stderr
+
+
+def test_an_event_the_disk_refuses_is_one_line_naming_the_file(project):
+    """fslab eval on a full disk ended in `error: No space left on device` (or `File too large`), naming no
+    file: a write the disk refuses names none, where a failed open names its own. The file-size limit
+    (RLIMIT_FSIZE) refuses every write past its size, as a full disk does: here the eval event appended
+    to metrics.jsonl, which is longer already (the feature cache, larger, is a warning)."""
+    import resource
+    import subprocess
+    import sys
+
+    fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181250-nca-910d"
+    run_dir = shutil.copytree(fixture, project / "runs" / fixture.name)
+    events_before = (run_dir / "metrics.jsonl").read_bytes()
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    done = subprocess.run([sys.executable, "-m", "fslab", "eval", fixture.name, "--episodes", "5", "--queries", "5"],
+                          cwd=project, capture_output=True, text=True, preexec_fn=limited, timeout=120)
+    error = [line for line in done.stderr.splitlines() if not line.startswith("warning: ")]
+    assert done.returncode == 1 and error == [f"error: File too large: runs/{fixture.name}/metrics.jsonl"], done.stderr
+    assert (run_dir / "metrics.jsonl").read_bytes() == events_before
+    assert not [p.name for p in run_dir.rglob(".*.tmp")]

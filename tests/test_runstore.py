@@ -323,3 +323,18 @@ def test_a_run_in_a_runs_folder_that_is_a_file_says_it_is_a_file(tmp_path):
     with pytest.raises(FslabError, match=r"^cannot create the runs folder .*runs: it is a file; move or rename it$"):
         create_run(tmp_path / "runs", "nca", {})
     assert (tmp_path / "runs").read_text() == "x"
+
+
+def test_a_write_the_disk_refuses_names_the_file_it_was_for(tmp_path):
+    """A write-then-rename the disk refused (full, or past the file-size limit) raised `No space left on
+    device` naming no file, so fslab eval's scores on a full disk ended in that line alone. RLIMIT_FSIZE
+    refuses the write as a full disk does; the temporary file goes, the file before stays."""
+    target = tmp_path / "scores.json"
+    target.write_text("{}\n")
+    code = ("import resource, sys; from pathlib import Path; from fslab.core.files import atomic_write_json\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))\n"
+            "try:\n    atomic_write_json(Path(sys.argv[1]), {'accuracies': [0.5] * 100})\n"
+            "except OSError as exc:\n    print(exc.strerror, exc.filename, sep='|')\n")
+    done = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=60)
+    assert done.stdout == f"File too large|{target}\n", done.stderr
+    assert target.read_text() == "{}\n" and sorted(p.name for p in tmp_path.iterdir()) == ["scores.json"]

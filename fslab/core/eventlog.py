@@ -17,7 +17,7 @@ import time
 
 from fslab.core.errors import FslabError
 from fslab.core.events import describe_event
-from fslab.core.files import atomic_write_text, loads
+from fslab.core.files import atomic_write_text, loads, naming
 from fslab.core.rerun import like_command
 from fslab.core.runstore import Run
 from fslab.core.summary import SummaryFile
@@ -81,10 +81,12 @@ class EventLog:
         if not self.enabled:
             return record
         with self._appending():
-            # one write: appends from two processes never interleave
-            self.file.write("\n" * self.torn + json.dumps(record) + "\n")
-            self.torn = False
-            self.file.flush()
+            try:  # one write: appends from two processes never interleave
+                self.file.write("\n" * self.torn + json.dumps(record) + "\n")
+                self.torn = False
+                self.file.flush()
+            except OSError as exc:  # a full disk names no file: this one
+                raise naming(exc, self.run.metrics_path) from None
         self.summary.refresh()  # folds this line (and any another process appended)
         self.summary.save()
         if self.echo:

@@ -173,6 +173,16 @@ def remove_orphaned_temporaries(folder: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def naming(exc: OSError, path: str | Path, *, stand_in: str | Path | None = None) -> OSError:
+    """``exc``, or the same error naming ``path`` where it names no file (a write, flush or fsync the
+    disk refused: ``No space left on device``, ``File too large``) or names ``stand_in`` (the temporary
+    file written for ``path``), so the line fslab prints says which file could not be written."""
+    named = os.fspath(exc.filename) if exc.filename is not None else None
+    if exc.errno is None or named not in (None, stand_in and os.fspath(stand_in)):
+        return exc
+    return OSError(exc.errno, exc.strerror, os.fspath(path))
+
+
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Write-then-rename, so readers see the old file or the new one, never half.
     ``durable`` also flushes the data to disk before the rename (a crash then
@@ -188,9 +198,7 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         _discard(tmp)
-        if exc.filename is not None and os.fspath(exc.filename) == os.fspath(tmp):  # say the file it stands for
-            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
-        raise
+        raise naming(exc, path, stand_in=tmp) from None
     except BaseException:
         _discard(tmp)
         raise
