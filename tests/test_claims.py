@@ -371,3 +371,36 @@ def test_fslab_stop_of_a_sweep_names_the_job_of_a_run_its_killed_slurm_submissio
         for run_id in (line.split(":")[0] for line in stopped.stdout.splitlines())]
     for run_id in record["runs"]:
         assert json.loads((project / "runs" / run_id / "status.json").read_text())["error"] == "stopped while queued"
+
+
+def _limited_to(size: int):
+    """A child's file-size limit (RLIMIT_FSIZE): every write past ``size`` bytes refused, as a full disk does."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def test_a_claim_the_disk_cannot_take_is_said_and_leaves_no_empty_claim(project):
+    """fslab stop of a queued run on a full disk made its claim file and could not write the line in it:
+    `error: File too large`, naming no file, and the empty claim, naming no taker to judge, held the run
+    for good (fslab resume: `is queued; only killed, lost or failed runs can resume`; no scheduler took it)."""
+    run = queued(project, None, state="queued")
+    done = subprocess.run([sys.executable, "-m", "fslab", "stop", run.id], cwd=project, capture_output=True,
+                          text=True, preexec_fn=_limited_to(0), timeout=120)
+    assert (done.returncode, done.stderr) == (1, f"error: File too large: runs/{run.id}/{CLAIM_FILE}\n")
+    assert not (run.path / CLAIM_FILE).exists() and run.status()["state"] == "queued"
+    assert fslab_here("stop", run.id, cwd=project).returncode == 0 and run.status()["state"] == "killed"
+
+
+def test_a_stale_claim_the_disk_cannot_take_over_keeps_its_gone_holders_line(tmp_path):
+    """Taking a stale claim over emptied the file before writing the new line: on a full disk it stayed
+    empty, naming no taker, and the run it held was never judged free again."""
+    gone = gone_pid()
+    run = queued(tmp_path, f"{gone} 1.0 {HOST} -\n", state="queued")
+    code = ("import sys; from fslab.core.runstore import find_run\n"
+            "print(find_run(sys.argv[1], sys.argv[2]).claim())\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs"), run.id], capture_output=True,
+                          text=True, preexec_fn=_limited_to(0), timeout=60)
+    assert done.stdout == "False\n", done.stderr
+    assert read_holder(run.path).pid == gone and run.stale_claim() is not None
+    assert run.claim() and read_holder(run.path).pid == os.getpid()  # once there is room

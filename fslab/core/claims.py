@@ -112,9 +112,9 @@ def take_stale(run_dir: str | Path, still_waits, slurm: bool = False) -> Holder 
         line = holder_line(slurm)
         if read_only(fd):
             atomic_write_text(Path(path), line)
-        else:
-            os.ftruncate(fd, 0)
+        else:  # the line first, then cut to it: a write the disk refuses leaves the gone holder's line
             os.pwrite(fd, line.encode(), 0)
+            os.ftruncate(fd, len(line.encode()))
         return gone
     except OSError:
         return None

@@ -43,7 +43,16 @@ from fslab.core.creation import creation_key
 from fslab.core.creation import newest_first as by_creation
 from fslab.core.errors import ConfigError, FslabError, RunNotFound, UsageError
 from fslab.core.events import kept_scores, other_precision
-from fslab.core.files import NAME_MAX, NEW_FILE_MODE, atomic_write_json, fitting_name, overwrite, read_events, read_json
+from fslab.core.files import (
+    NAME_MAX,
+    NEW_FILE_MODE,
+    atomic_write_json,
+    fitting_name,
+    naming,
+    overwrite,
+    read_events,
+    read_json,
+)
 from fslab.core.flocks import briefly_held
 from fslab.core.schemas import evaluation, event, results
 from fslab.core.schemas import status as status_of
@@ -186,8 +195,12 @@ class Run:
             return take_stale(self.path, self.waits, slurm) is not None
         except OSError:  # a folder this process cannot write to
             return False
-        with open(fd, "w") as fh:
-            fh.write(holder_line(slurm))
+        try:
+            with open(fd, "w") as fh:
+                fh.write(holder_line(slurm))
+        except OSError as exc:  # a full disk: made, its line unwritten; empty, it would name no taker to judge
+            (self.path / CLAIM_FILE).unlink(missing_ok=True)  # for good: nothing could take the run again
+            raise naming(exc, self.path / CLAIM_FILE) from None
         return True
 
     def claim_for_slurm(self) -> None:
