@@ -125,8 +125,10 @@ def test_run_like_starts_the_same_configuration_and_stop_says_there_is_no_checkp
     if new.checkpoint_path.exists():  # a very fast first epoch: resume is the way on
         assert f"continue with: fslab resume {new.id}" in stopped.stderr
         return
-    when = "it started" if new.status().get("started") is None else "its first epoch ended"  # a worker just started
-    assert (f"no checkpoint yet (it stopped before {when}); "
+    when = "before it started" if new.status().get("started") is None else "before its first epoch ended"
+    if new.events_of("checkpoint"):  # stopped as its first checkpoint, announced, was about to be written
+        when = "after its first epoch ended, before its first checkpoint was on disk"
+    assert (f"no checkpoint yet (it stopped {when}); "
             f"start it again with: fslab run --like {new.id}") in stopped.stderr
     resumed = fslab_here("resume", new.id, cwd=project)
     assert resumed.returncode == 2, resumed.stderr

@@ -478,3 +478,34 @@ def test_fslab_eval_on_a_runs_folder_nodes_share_leaves_another_nodes_live_write
     evaluated = fslab_here("eval", RUN, "--episodes", "5", "--queries", "5", "--shots", "1", cwd=project)
     assert evaluated.returncode == 0, evaluated.stderr
     assert [p.exists() for p in (writing, lost, killed)] == [True, False, False]
+
+
+@pytest.mark.slow
+def test_a_first_checkpoint_the_disk_refuses_is_said_as_that_not_as_a_stop_before_it(project):
+    """A run whose first checkpoint the disk refused (full; here past the file-size limit, RLIMIT_FSIZE,
+    which the worker inherits) failed saying `the previous checkpoint is kept`, where there was none, and
+    fslab resume said it `stopped before its first epoch ended`, where the epoch had ended and its
+    checkpoint been announced."""
+    import resource
+
+    from .runs_helpers import TINY
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))  # the events fit; the checkpoint, 43 kB, not
+
+    done = subprocess.run([sys.executable, "-m", "fslab", "run", "nca", *TINY, "--epochs", "1", "--detach"],
+                          cwd=project, capture_output=True, text=True, timeout=300, preexec_fn=limited)
+    assert done.returncode == 0, done.stderr
+    run = project / "runs" / done.stdout.strip()
+    status = {}
+    deadline = time.monotonic() + 240
+    while status.get("state") not in ("completed", "failed") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "failed" and status["error"].startswith("cannot write the checkpoint "), status
+    assert status["error"].endswith("; the run has no earlier checkpoint"), status["error"]
+    line = one_error_line(fslab("resume", run.name, cwd=project))
+    assert line == (f"error: run {run.name} has no checkpoint (it stopped after its first epoch ended, its first "
+                    f"checkpoint's write having failed: fslab show {run.name} says why); start it again with the "
+                    f"same settings: fslab run --like {run.name}")
+    assert not (run / "checkpoints" / "last.pt").exists() and not list(run.rglob(".*.tmp"))

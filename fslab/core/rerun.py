@@ -92,7 +92,8 @@ def _config_readable(run: Run) -> bool:
 
 def stopped_when(run: Run) -> str:
     """Why a stopped run has no checkpoint: it never started (stopped while
-    queued), it stopped during its first epoch, or it was killed (SIGKILL, the
+    queued), it stopped during its first epoch, or after it with the checkpoint it announced not
+    written (its write failed, a full disk: the run failed), or it was killed (SIGKILL, the
     machine's end) while its first checkpoint was written, in the background while
     the second epoch trained: the temporary file it was writing is left. A temporary file
     whose writer lives (on another node sharing the runs folder, its own is not judged by
@@ -111,4 +112,9 @@ def stopped_when(run: Run) -> str:
     if half:
         return (f"while its first checkpoint was being written, and left it half-written in "
                 f"{half[0].relative_to(run.path)}")
+    if run.events_of("checkpoint"):  # announced, never on disk: its write failed (a full disk), or never began
+        if run.status().get("state") == "failed":
+            return (f"after its first epoch ended, its first checkpoint's write having failed: fslab show {run.id} "
+                    f"says why")
+        return "after its first epoch ended, before its first checkpoint was on disk"
     return "before its first epoch ended"

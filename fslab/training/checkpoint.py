@@ -124,8 +124,8 @@ def save_checkpoint(path: Path, checkpoint: dict) -> None:
         with written_whole(path, durable=True) as tmp:  # a checkpoint is what a machine's crash must not take
             torch.save(checkpoint, tmp)
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
-        raise FslabError(f"cannot write the checkpoint {path}: {write_failure(exc, path)}; "
-                         f"the previous checkpoint is kept") from exc
+        kept = "the previous checkpoint is kept" if path.exists() else "the run has no earlier checkpoint"
+        raise FslabError(f"cannot write the checkpoint {path}: {write_failure(exc, path)}; {kept}") from exc
 
 
 def write_failure(exc: BaseException, path: Path) -> str:
