@@ -292,3 +292,27 @@ def test_a_checkpoint_that_no_longer_fits_the_network_is_one_line_naming_the_dif
         f"builds here (its config.json edited, or its backbone's plugin changed, since it was written): size "
         f"mismatch for blocks.0.weight: copying a param with shape [8, 1, 3, 3] from checkpoint, the shape in "
         f"current model is [16, 1, 3, 3]; start the run again: fslab run --like {run_dir.name}")
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_before_the_resume_starts(project, monkeypatch):
+    """On a read-only copy of a store (or another user's run), fslab resume said only 'error: Permission
+    denied: runs/ID/stdout.log', the first file it failed on; it says why it writes there, and what to do,
+    as fslab eval does, and changes none of its files. (Root writes every folder: os.access refuses this one here.)"""
+    import shutil
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "20261123-181312-nca-018e"  # stopped after epoch 2
+    run = Path(shutil.copytree(fixture, project / "runs" / fixture.name))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")}
+    writable = os.access
+
+    def access(path, mode, **kw):
+        return writable(path, mode, **kw) and os.path.abspath(path) != str(run)
+
+    monkeypatch.setattr(os, "access", access)
+    refused = fslab_here("resume", fixture.name, "--detach", cwd=project)
+    assert (refused.returncode, refused.stderr) == (1, (
+        f"error: cannot write into runs/{fixture.name}: fslab resume keeps the training's status, logs and "
+        f"checkpoints in the run's folder; resume a copy in a store this user can write (cp -r runs/{fixture.name} "
+        f"OTHER/runs/)\n"))
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")} == before

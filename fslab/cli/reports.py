@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -280,10 +279,8 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
         raise UsageError(f"--data-root {data_root} is not a folder")
     if not run_.path.is_dir():  # deleted since the command began: fslab delete of a run a sweep's eval had yet to score
         raise FslabError(f"run {run_.id} was deleted before fslab eval scored it (its folder {run_.path} is gone)")
-    if not os.access(run_.path, os.W_OK):  # a read-only copy of a store: before any image is embedded
-        raise FslabError(f"cannot write into {run_.path}: fslab eval keeps the features it embeds and the scores "
-                         f"it measures in the run's folder; evaluate a copy in a store this user can write "
-                         f"(cp -r {shlex.quote(str(run_.path))} OTHER/runs/)")
+    # a read-only copy of a store: before any image is embedded
+    run_.check_writable("fslab eval", "the features it embeds and the scores it measures", "evaluate")
     gc.freeze()  # torch's objects (imported by now), walked by no collection again: as in the worker, a quicker exit
     try:
         return evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None)

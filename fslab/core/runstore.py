@@ -31,6 +31,7 @@ import difflib
 import errno
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -182,6 +183,15 @@ class Run:
         dashboard read it): its own line, not that its status.json or lock file cannot be read."""
         if not self.path.is_dir():
             raise RunNotFound(f"run {self.id} was deleted (its folder {self.path} is gone); nothing to {nothing_to}")
+
+    def check_writable(self, command: str, keeps: str, again: str) -> None:
+        """FslabError where this process cannot write into the run's folder (a read-only copy of a store,
+        another user's run), said before any work: why ``command`` writes there (it keeps ``keeps``), and
+        to ``again`` a copy, where the system's error named the first file it failed on midway."""
+        if not os.access(self.path, os.W_OK):
+            raise FslabError(f"cannot write into {self.path}: {command} keeps {keeps} in the run's folder; "
+                             f"{again} a copy in a store this user can write (cp -r {shlex.quote(str(self.path))} "
+                             f"OTHER/runs/)")
 
     def claim(self, *, slurm: bool = False) -> bool:
         """Take this queued run for starting (or ending). Exactly one caller ever wins

@@ -121,6 +121,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
         with launch_lock(run):
             if not freed:
                 check_resumable(run)
+            run.check_writable("fslab resume", "the training's status, logs and checkpoints", "resume")
             executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
             slurm = job_options(settings, executor, overrides)
             if freed and slurm is not None:
