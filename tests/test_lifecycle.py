@@ -718,3 +718,24 @@ def test_a_worker_is_reaped_even_where_a_ctrl_c_left_popen_s_lock_held():
     waiter.join(60)
     assert codes == [3] and process.returncode == 3
     assert reap(process) == 3  # once reaped, said again without waiting
+
+
+def test_an_end_the_status_cannot_take_is_one_line_on_stderr_not_a_second_traceback(tmp_path, monkeypatch, capsys):
+    """A run whose folder was made read-only as it trained failed at its next write, and its worker then
+    died in a second traceback where status.json refused the failure (the run, its lock freed, is lost):
+    the end it could not record is one line in stderr.log, and the worker exits with the run's exit code."""
+    from fslab.core.runstore import Run, create_run
+    from fslab.execution.worker import StatusKeeper
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    keeper = StatusKeeper(run, 1.0)
+
+    def refused(self, **fields):
+        raise PermissionError(13, "Permission denied", str(self.path / "status.json"))
+
+    monkeypatch.setattr(Run, "write_status", refused)
+    keeper.finish("failed", 1, "cannot write the checkpoint runs/ID/checkpoints/last.pt: Permission denied")
+    assert capsys.readouterr().err == (
+        "fslab: the run ended failed (cannot write the checkpoint runs/ID/checkpoints/last.pt: Permission denied), "
+        f"which status.json could not record (PermissionError: [Errno 13] Permission denied: "
+        f"'{run.path / 'status.json'}'); fslab lists the run as lost\n")

@@ -23,6 +23,7 @@ out-of-memory killer sends, or a crash) fails the run too, named.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -88,9 +89,18 @@ class StatusKeeper:
 
     def finish(self, state: str, exit_code: int, error: str | None = None) -> None:
         """Record the end state; the run's summary is brought up to date with
-        it, so listings of finished runs read nothing but summary.json."""
+        it, so listings of finished runs read nothing but summary.json. Where the
+        status cannot be written (the folder made read-only as the run trained), the
+        end is said on stderr (stderr.log) in one line instead."""
         self.done.set()
-        self.update(state=state, exit_code=exit_code, ended=time.time(), heartbeat=time.time(), error=error)
+        try:
+            self.update(state=state, exit_code=exit_code, ended=time.time(), heartbeat=time.time(), error=error)
+        except OSError as exc:  # the folder made read-only meanwhile: the end in one line, not a second traceback
+            said = f"{state} ({error})" if error else state
+            with contextlib.suppress(OSError):  # stderr.log on the same full disk
+                print(f"fslab: the run ended {said}, which status.json could not record ({_one_line(exc)}); "
+                      f"fslab lists the run as lost", file=sys.stderr, flush=True)
+            return
         clear_stop_request(self.run.path)  # answered, or moot now that the run ended
         read_summary(self.run.path)
 
