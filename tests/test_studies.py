@@ -599,7 +599,8 @@ def test_cells_whose_completed_runs_lack_their_scores_name_the_fslab_eval_that_s
     done = fslab_here("study", "report", "study.toml", "--format", "json", cwd=project)
     data = json.loads(done.stdout)
     lacking = sorted([runs[1].id, runs[2].id])  # in the order of the record, which keeps its runs sorted
-    commands = [*(f"fslab eval {i} --ways 10" for i in lacking), f"fslab eval {runs[2].id}"]
+    # of the cell's episode count: the 4 its scored runs share
+    commands = [*(f"fslab eval {i} --ways 10 --episodes 4" for i in lacking), f"fslab eval {runs[2].id} --episodes 4"]
     assert data["to_score"] == commands
     assert [(row["ways"], row["unscored_runs"], row["verdict"]) for row in data["rows"]] == [
         (10, lacking, PENDING), (5, [runs[2].id], PENDING)]
@@ -616,15 +617,38 @@ def test_cells_whose_completed_runs_lack_their_scores_name_the_fslab_eval_that_s
     fp32 = fslab_here("study", "report", "study.toml", "--precision", "fp32", "--format", "json", cwd=project)
     data = json.loads(fp32.stdout)
     assert sorted(data["unscored"]) == sorted([runs[1].id, runs[2].id])
-    assert data["to_score"] == [f"fslab eval {runs[0].id} --ways 10 --precision fp32"]
+    # no run of the cell has fp32 scores: the run's own eval.test_episodes (synthetic's 2,000)
+    assert runs[0].config()["eval"]["test_episodes"] == 2000
+    assert data["to_score"] == [f"fslab eval {runs[0].id} --ways 10 --episodes 2000 --precision fp32"]
     assert fp32.stderr.splitlines()[1] == (
         "1 cell lacks the scores of its completed runs (fslab study run reuses a completed run as done), so it stays "
-        f"pending until fslab eval scores them: fslab eval {runs[0].id} --ways 10 --precision fp32")
+        f"pending until fslab eval scores them: fslab eval {runs[0].id} --ways 10 --episodes 2000 --precision fp32")
     finish(runs[1], {5: [0.8] * 4}, ways=10)  # as the fslab eval named would
     finish(runs[2], {5: [0.9] * 4})
     finish(runs[2], {5: [0.8] * 4}, ways=10)
     done = fslab_here("study", "report", "study.toml", "--format", "json", cwd=project)
     assert (done.stderr, json.loads(done.stdout)["to_score"]) == ("", [])
+
+
+def test_the_fslab_eval_a_cell_names_scores_the_episodes_its_other_runs_were_scored_on(registry, project):
+    """The fslab eval named for a completed run lacking a cell's scores ran fslab eval's default, the protocol's
+    10,000 episodes, beside seeds the quick scale tested on 50: the cell then pooled 10,050 episodes, one seed
+    outweighing the other 200 to 1. It names --episodes of the count the cell's scored runs share, else the
+    run's own eval.test_episodes, so the cell pools one count."""
+    quick = '[quick]\nseeds = 2\ndataset = "synthetic"\n[quick.set]\n"eval.test_episodes" = 50\n'
+    (project / "study.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 2") + quick)
+    queued = queue_study(find_study(registry, "study.toml"), "quick", settings=store(project), registry=registry)
+    runs = [Run(project / "runs" / i) for i in sorted(queued.created)]
+    for run in runs:  # completed, evaluations/ left behind: no run scored yet, each its own eval.test_episodes
+        run.write_status(state="completed", ended=time.time(), exit_code=0, pid=None)
+    data = json.loads(fslab_here("study", "report", "study.toml", "--format", "json", cwd=project).stdout)
+    assert data["to_score"] == [f"fslab eval {run.id} --episodes 50" for run in runs]
+    finish(runs[0], {5: [0.9] * 12})  # scored on 12 episodes: the cell's count, whatever the configuration says
+    data = json.loads(fslab_here("study", "report", "study.toml", "--format", "json", cwd=project).stdout)
+    assert data["to_score"] == [f"fslab eval {runs[1].id} --episodes 12"]
+    finish(runs[1], {5: [0.7] * 12})  # as the fslab eval named would
+    (row,) = json.loads(fslab_here("study", "report", "study.toml", "--format", "json", cwd=project).stdout)["rows"]
+    assert (row["measured"]["episodes"], row["measured"]["accuracy_pct"], row["unscored_runs"]) == (24, 80.0, [])
 
 
 @pytest.mark.parametrize("change", [

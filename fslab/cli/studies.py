@@ -315,7 +315,8 @@ def report(
 
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
     pending: runs missing or unfinished, or completed without the cell's scores (the fslab eval that scores
-    each is named under the title and on stderr; json: to_score); not comparable: another scale or dataset
+    each, on the episode count the cell's scored runs share, else the run's own eval.test_episodes, is named
+    under the title and on stderr; json: to_score); not comparable: another scale or dataset
     than the paper's, settings the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose
     seeds were scored on different data (another root of a folder dataset, files changed on disk), which are
     never pooled into one mean.

@@ -36,6 +36,7 @@ from fslab.reports.compare import (
     no_scores_at_all,
     pooled,
     score_in,
+    shared_episodes,
     tex,
 )
 from fslab.reports.plot import measured_pair_fraction, x_order
@@ -134,7 +135,8 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
     # the fslab eval that scores each completed run a cell lacks, of the cell's shape (one already said, the
     # runs --precision finds without any scores, aside)
     to_score = list(dict.fromkeys(score_command(run_id, row["ways"], study.split, precision, files.config(
-        Run(Path(runs_dir) / run_id))) for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
+        Run(Path(runs_dir) / run_id)), row["scored_episodes"])
+        for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "precision": precision, "scale": used_scale, "datasets": datasets,
             "changed": changed, "project": project, "unscored": unscored,
@@ -143,12 +145,18 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
 
 
-def score_command(run_id: str, ways: int, split: str, precision: str | None, config: dict) -> str:
+def score_command(run_id: str, ways: int, split: str, precision: str | None, config: dict,
+                  episodes: int | None = None) -> str:
     """The ``fslab eval`` that scores a completed run's network as a cell of ``ways`` reads it: the run's own
     shape, evaluator and episodes' seed, ``--ways`` where the cell tests other ways than the run's own
-    (``eval.extra_ways``), ``--split val`` for a study measured on the validation classes."""
+    (``eval.extra_ways``), ``--split val`` for a study measured on the validation classes, and ``--episodes``
+    of the cell's count: ``episodes``, the count its scored runs share, else the run's own ``eval.test_episodes``
+    (fslab eval's default, the protocol's 10,000, would pool 10,000 episodes of one seed with 50 of another at
+    quick scale, one seed outweighing the rest)."""
+    count = episodes or config.get("eval", {}).get("test_episodes")
     flags = [*(["--split", split] if split != "test" else []),
              *(["--ways", str(ways)] if ways != config.get("eval", {}).get("ways", 5) else []),
+             *(["--episodes", str(count)] if count else []),
              *(["--precision", precision] if precision else [])]
     return " ".join(["fslab eval", run_id, *flags])
 
@@ -212,11 +220,13 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
         # them as done, so only fslab eval finishes the cell (to_score)
         lacking = [r.id for r in completed if shots and not mixed
                    and not has_results(r, study.split, [shots], ways, queries, None, files)]
+        # the episodes the cell's scored runs share, which the fslab eval of each run lacking its scores repeats
+        counted = shared_episodes(completed, study.split, shots, ways, queries, None, files) if lacking else None
         rows.append({
             "label": sweep.label, "sweep": sweep.name, "dataset": place["dataset"], "at": place["at"],
             "ways": ways, "shots": shots, "published": published, "published_ci95": cell.ci95 if cell else None,
             "measured": measured, "runs": len(runs), "completed": len(completed), "scored": scored, "expected": seeds,
-            "run_ids": [r.id for r in runs], "unscored_runs": lacking,
+            "run_ids": [r.id for r in runs], "unscored_runs": lacking, "scored_episodes": counted,
             "difference": (100 * measured["accuracy"] - published) if measured and published is not None else None,
             "mixed_data": mixed,
             "verdict": NOT_COMPARABLE if mixed else verdict(published, cell.ci95 if cell else None, measured,
@@ -381,7 +391,8 @@ def _json_row(row: dict) -> dict:
     """A report row as ``--format json`` writes it: every accuracy, CI and difference in
     percent (points), each named so (``_pct``), as the papers print them; the report's own
     rows keep fslab's fractions for the measured ones (the figures read those)."""
-    out = {k: v for k, v in row.items() if k not in ("published", "published_ci95", "measured", "difference")}
+    out = {k: v for k, v in row.items()
+           if k not in ("published", "published_ci95", "measured", "difference", "scored_episodes")}  # to_score's
     at = list(out).index("shots") + 1
     items = list(out.items())
     m = row["measured"]
