@@ -651,6 +651,29 @@ def test_the_fslab_eval_a_cell_names_scores_the_episodes_its_other_runs_were_sco
     assert (row["measured"]["episodes"], row["measured"]["accuracy_pct"], row["unscored_runs"]) == (24, 80.0, [])
 
 
+def test_a_cell_read_on_more_episodes_than_the_runs_own_test_says_so(registry, project):
+    """fslab eval --episodes 8 of every run of a study tested on 4 made the cell read the 8-episode scores (as
+    fslab compare reads the most every run shares), with nothing in the report to tell them from the runs' own
+    test scores, which fslab runs shows and which stay beside them. The line under the title says it."""
+    quick = '[quick]\nseeds = 2\ndataset = "synthetic"\n[quick.set]\n"eval.test_episodes" = 4\n'
+    (project / "study.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 2") + quick)
+    queued = queue_study(find_study(registry, "study.toml"), "quick", settings=store(project), registry=registry)
+    runs = [Run(project / "runs" / i) for i in sorted(queued.created)]
+    for run in runs:  # the training's own test
+        finish(run, {5: [0.9] * 4})
+    finish(runs[0], {5: [0.7] * 8})  # one run scored on more: the cell reads the 4 both share
+    said = "1 cell reads each run on 8 episodes"
+    first = fslab_here("study", "report", "study.toml", cwd=project).stdout
+    assert said not in first and "| 90.00 ± 0.00 (2/2 runs) |" in first
+    finish(runs[1], {5: [0.7] * 8})
+    text = fslab_here("study", "report", "study.toml", cwd=project).stdout
+    assert (f"; {said}, the scores fslab eval saved beside the runs' own test of 4 (every run of the cell has them; "
+            f"fslab runs shows the runs' own).") in text
+    assert "| 70.00 ± 0.00 (2/2 runs) |" in text
+    assert [f.name for f in sorted((runs[0].path / "evaluations").iterdir())] == [
+        "test-centroid-5way-5shot-15q-4ep-seed0-epoch1.json", "test-centroid-5way-5shot-15q-8ep-seed0-epoch1.json"]
+
+
 @pytest.mark.parametrize("change", [
     {"places": "synthetic"}, {"places": {"RUN": "synthetic"}}, {"places": {"RUN": 5}}, {"places": {"RUN": None}},
     {"places": {"../../etc": []}}, {"scale": None}, {"scale": "huge"}, {"datasets": [1]}, {"datasets": "x"},

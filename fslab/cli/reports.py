@@ -43,6 +43,13 @@ PrecisionOption = Annotated[str, typer.Option(
     autocompletion=choices(*PRECISIONS))]
 
 
+# fslab eval --episodes
+EPISODES_HELP = ("Episodes per number of shots, at least 2 (default 10000, the protocol's, not the run's own "
+                 "eval.test_episodes; 100 for the slow finetune evaluator). Scores of another count go beside the "
+                 "run's own test scores, which fslab runs still shows; compare, plot and study report read each run "
+                 "on the most episodes all the runs they pool share.")
+
+
 @app.command("eval")
 def eval_(
     refs: Annotated[list[str], typer.Argument(
@@ -56,8 +63,7 @@ def eval_(
     queries: Annotated[int | None, typer.Option(
         help="Queries per class (default: the run's eval.queries, 15 unless it set another).",
         show_default=False)] = None,
-    episodes: Annotated[int | None, typer.Option(
-        help="Episodes per number of shots, at least 2 (default 10000; 100 for the slow finetune evaluator).")] = None,
+    episodes: Annotated[int | None, typer.Option(help=EPISODES_HELP)] = None,
     evaluator: Annotated[str | None, typer.Option(
         help="Evaluator plugin: centroid, knn, soft, ap, retrieval-map, sen, finetune... "
              "(default: the run's); its name alone, its parameters with --set (knn\\[k=3], as fslab runs and "

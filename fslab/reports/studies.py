@@ -220,13 +220,15 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
         # them as done, so only fslab eval finishes the cell (to_score)
         lacking = [r.id for r in completed if shots and not mixed
                    and not has_results(r, study.split, [shots], ways, queries, None, files)]
-        # the episodes the cell's scored runs share, which the fslab eval of each run lacking its scores repeats
-        counted = shared_episodes(completed, study.split, shots, ways, queries, None, files) if lacking else None
+        # the episodes the cell's scored runs share: what it read of each (more than the runs' own test drew where
+        # fslab eval scored them all on more), and what the fslab eval of each run lacking its scores repeats
+        counted = shared_episodes(completed, study.split, shots, ways, queries, None, files) if measured else None
         rows.append({
             "label": sweep.label, "sweep": sweep.name, "dataset": place["dataset"], "at": place["at"],
             "ways": ways, "shots": shots, "published": published, "published_ci95": cell.ci95 if cell else None,
             "measured": measured, "runs": len(runs), "completed": len(completed), "scored": scored, "expected": seeds,
             "run_ids": [r.id for r in runs], "unscored_runs": lacking, "scored_episodes": counted,
+            "test_episodes": config.get("eval", {}).get("test_episodes"),
             "difference": (100 * measured["accuracy"] - published) if measured and published is not None else None,
             "mixed_data": mixed,
             "verdict": NOT_COMPARABLE if mixed else verdict(published, cell.ci95 if cell else None, measured,
@@ -267,6 +269,8 @@ def scale_line(report: dict) -> str:
     if mixed := sum(1 for row in report["rows"] if row.get("mixed_data")):
         text += (f"; the runs of {count(mixed, 'cell')} were scored on different data (other files or another "
                  f"root), so those cells pool none of them (fslab compare of their runs gives each data its own mean)")
+    if line := more_episodes_text(report["rows"]):
+        text += f"; {line}"
     if shared := sum(1 for row in report["rows"] if row.get("shared_with")):
         text += (f"; {count(shared, 'cell')} {'shows' if shared == 1 else 'show'} runs another place of the study "
                  f"shares (places alike in every setting are one run), so such cells are one measurement shown in "
@@ -282,6 +286,23 @@ def scale_line(report: dict) -> str:
         said = " (verdict: not comparable)" if any(row["published"] is not None for row in report["rows"]) else ""
         text += f". These numbers are not comparable to the paper's{said}"
     return text + "."
+
+
+def more_episodes_text(rows: list[dict]) -> str | None:
+    """The cells that read each run on more episodes than its own test drew (its ``eval.test_episodes``): the
+    scores ``fslab eval --episodes`` saved beside the run's own where every run of the cell has them (the first
+    episodes of the seeded stream are the same whatever the count), as the line under the title says it; None
+    where every cell read the runs' own count."""
+    more = [row for row in rows if row.get("scored_episodes") and row.get("test_episodes")
+            and row["scored_episodes"] > row["test_episodes"]]
+    if not more:
+        return None
+    counts = ", ".join(f"{n:,}" for n in sorted({row["scored_episodes"] for row in more}))
+    own = ", ".join(f"{n:,}" for n in sorted({row["test_episodes"] for row in more}))
+    one = len(more) == 1
+    return (f"{count(len(more), 'cell')} {'reads' if one else 'read'} each run on {counts} episodes, the scores "
+            f"fslab eval saved beside the runs' own test of {own} (every run of {'the cell' if one else 'each'} has "
+            f"them; fslab runs shows the runs' own)")
 
 
 def _precision_text(report: dict) -> str:
@@ -392,7 +413,7 @@ def _json_row(row: dict) -> dict:
     percent (points), each named so (``_pct``), as the papers print them; the report's own
     rows keep fslab's fractions for the measured ones (the figures read those)."""
     out = {k: v for k, v in row.items()
-           if k not in ("published", "published_ci95", "measured", "difference", "scored_episodes")}  # to_score's
+           if k not in ("published", "published_ci95", "measured", "difference", "scored_episodes", "test_episodes")}
     at = list(out).index("shots") + 1
     items = list(out.items())
     m = row["measured"]
