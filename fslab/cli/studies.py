@@ -319,7 +319,8 @@ def report(
     under the title and on stderr; json: to_score); not comparable: another scale or dataset
     than the paper's, settings the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose
     seeds were scored on different data (another root of a folder dataset, files changed on disk), which are
-    never pooled into one mean.
+    never pooled into one mean. A cell read on more episodes than the runs' own eval.test_episodes (fslab
+    eval --episodes of every run), or whose runs share no count, says so under the title.
     A cell whose runs another place of the study shares (places alike in every setting are one run) is
     marked, "(2/2 runs) [1]", and the note under the table names those places (a sweep by its label, and name
     where two share one; csv: shared_note, shared_with; json: shared_note, shared_with, shared_notes).

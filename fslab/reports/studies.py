@@ -271,6 +271,8 @@ def scale_line(report: dict) -> str:
                  f"root), so those cells pool none of them (fslab compare of their runs gives each data its own mean)")
     if line := more_episodes_text(report["rows"]):
         text += f"; {line}"
+    if line := unshared_episodes_text(report["rows"]):
+        text += f"; {line}"
     if shared := sum(1 for row in report["rows"] if row.get("shared_with")):
         text += (f"; {count(shared, 'cell')} {'shows' if shared == 1 else 'show'} runs another place of the study "
                  f"shares (places alike in every setting are one run), so such cells are one measurement shown in "
@@ -303,6 +305,22 @@ def more_episodes_text(rows: list[dict]) -> str | None:
     return (f"{count(len(more), 'cell')} {'reads' if one else 'read'} each run on {counts} episodes, the scores "
             f"fslab eval saved beside the runs' own test of {own} (every run of {'the cell' if one else 'each'} has "
             f"them; fslab runs shows the runs' own)")
+
+
+def unshared_episodes_text(rows: list[dict]) -> str | None:
+    """The cells whose scored runs share no episode count (one scored only on the 10,000 of fslab eval's default,
+    another on its own test's 50), so the pool reads each on its most and one run outweighs another, with the
+    count that gives them one, as the line under the title says it; None where there are none."""
+    unshared = [row for row in rows if row["measured"] and row["measured"]["runs"] > 1
+                and not row.get("scored_episodes")]
+    if not unshared:
+        return None
+    own = sorted({row["test_episodes"] for row in unshared if row.get("test_episodes")})
+    again = f"fslab eval RUN --episodes {own[0]}" if len(own) == 1 else "fslab eval RUN --episodes N"
+    one = len(unshared) == 1
+    return (f"the runs of {count(len(unshared), 'cell')} were scored on different episode counts and share none, so "
+            f"{'its' if one else 'their'} mean reads each on its most, one run weighing more than another: score "
+            f"them on one count ({again}, the runs' own eval.test_episodes)")
 
 
 def _precision_text(report: dict) -> str:
