@@ -39,7 +39,7 @@ def resolve_like(run: Run, registry, options: list[dict]) -> dict:
     from fslab.core.settings import load_settings
     from fslab.execution.executor import prepare
 
-    method, layers = like(run, options)
+    method, layers = like(run, options, registry)
     return prepare(method, layers, settings=load_settings(), registry=registry)
 
 
@@ -69,14 +69,14 @@ def test_like_with_another_plugin_drops_the_old_plugins_parameters(project, regi
     changed = resolve_like(old, registry, [{"backbone": {"name": "resnet12"}}])
     assert changed["backbone"]["name"] == "resnet12" and "hidden" not in changed["backbone"]
     assert changed["train"] == old.config()["train"]
-    method, layers = like(old, [{"dataset": {"name": "folder"}}])
+    method, layers = like(old, [{"dataset": {"name": "folder"}}], registry)
     assert method == "nca" and layers[0]["dataset"] == {"name": "folder"}  # not the synthetic root
 
 
-def test_like_of_a_run_without_configuration_is_one_line(project):
+def test_like_of_a_run_without_configuration_is_one_line(project, registry):
     run = create_run(project / "runs", "nca", {"seed": 1})
     with pytest.raises(UsageError, match="has no readable configuration"):
-        like(run, [])
+        like(run, [], registry)
     result = fslab_here("run", "--like", run.id, cwd=project)
     assert result.returncode == 2 and result.stderr.startswith("error: run ") and "Traceback" not in result.stderr
 
@@ -98,6 +98,27 @@ def test_like_of_a_run_whose_data_root_is_gone_names_the_option_that_moves_it(pr
     assert list((project / "runs").iterdir()) == [old.path]  # nothing created
     elsewhere = fslab_here("run", "--like", old.id, "--data-root", str(tmp_path / "nor-here"), cwd=project)
     assert elsewhere.returncode == 2 and "folder: the data root" in elsewhere.stderr  # the dataset's line for that root
+
+
+def test_like_of_a_run_whose_recipe_or_plugin_is_no_longer_installed_names_the_run(project, registry):
+    """fslab run --like of a run whose recipe (or loss, dataset...) no installed plugin registers now said
+    "Unknown method 'tau'. Allowed: ...", as if the command line had named it: the run is named now, as
+    fslab resume names it, with how to go on; an option that replaces the plugin starts the run."""
+    old = resolved_run(project, registry)
+    saved = old.config()
+    (old.path / "config.json").write_text(json.dumps({**saved, "method": "tau"}))
+    result = fslab_here("run", "--like", old.id, cwd=project)
+    assert result.returncode == 2 and result.stderr == (
+        f"error: run {old.id} was trained with method 'tau', which no installed plugin registers (fslab plugins "
+        f"--kind method lists those that are); install its plugin to start a run like it\n")
+    (old.path / "config.json").write_text(json.dumps({**saved, "loss": {"name": "gone-one"}}))
+    result = fslab_here("run", "--like", old.id, cwd=project)
+    assert result.returncode == 2 and result.stderr == (
+        f"error: run {old.id} was trained with loss 'gone-one', which no installed plugin registers (fslab plugins "
+        f"--kind loss lists those that are); install its plugin to start a run like it, or give it another: "
+        f"fslab run --like {old.id} --set loss.name=NAME\n")
+    assert list((project / "runs").iterdir()) == [old.path]  # nothing created
+    assert resolve_like(old, registry, [{"loss": {"name": "nca"}}])["loss"]["name"] == "nca"
 
 
 @pytest.mark.parametrize("argv, expected", [

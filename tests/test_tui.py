@@ -1281,7 +1281,9 @@ def test_new_run_like_a_run_fslab_run_like_refuses_is_its_note_not_a_form_or_a_c
             await pilot.press("N")
             await settle(app, pilot)
             assert type(app.screen).__name__ == "RunsScreen"
-        assert notes[0].startswith("Unknown method 'gone'. Allowed: ") and "nca" in notes[0]
+        assert notes[0] == (f"run {gone.name} was trained with method 'gone', which no installed plugin registers "
+                            f"(fslab plugins --kind method lists those that are); install its plugin to start a "
+                            f"run like it")
         assert notes[1] == f"run {damaged.name} has no readable configuration to start a run like it from"
         assert len(notes) == 2
 

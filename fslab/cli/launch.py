@@ -153,7 +153,7 @@ def _method_and_layers(method: str | None, like: str | None, layers: list[dict],
     from fslab.core.rerun import like as like_run
     from fslab.core.runstore import find_run
 
-    return like_run(find_run(project.runs_dir, like), layers)
+    return like_run(find_run(project.runs_dir, like), layers, registry(project))
 
 
 def _follow_to_end(run_, process, until_replaced: int | None = None, held: HeldSignals | None = None) -> None:

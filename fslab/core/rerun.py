@@ -44,11 +44,14 @@ def check_evaluable(run: Run) -> None:
     check_checkpoint_whole(run, "be evaluated")
 
 
-def like(run: Run, options: list[dict]) -> tuple[str, list[dict]]:
+def like(run: Run, options: list[dict], registry, only_recipe: bool = False) -> tuple[str, list[dict]]:
     """The method and the configuration layers of a new run like ``run``,
     with ``options`` (the layers of ``fslab run``'s options) on top. A new
     dataset name leaves the old dataset's root behind (the new one's is
-    found as for any run)."""
+    found as for any run). A saved recipe or plugin that no installed plugin
+    registers now, and no option replaces, is refused naming the run
+    (:func:`_check_installed`); ``only_recipe``: the recipe alone (the
+    dashboard's form, whose fields may yet replace a plugin)."""
     config = run.config()
     method = config.get("method")
     if not isinstance(method, str) or not method:
@@ -59,7 +62,27 @@ def like(run: Run, options: list[dict]) -> tuple[str, list[dict]]:
               if isinstance(layer.get("dataset"), dict) and "name" in layer["dataset"]]
     if chosen and isinstance(dataset, dict) and chosen[-1] != dataset.get("name"):
         saved["dataset"] = {"name": chosen[-1]}
+    _check_installed(run.id, method, {} if only_recipe else saved, options, registry)
     return method, [saved, *options]
+
+
+def _check_installed(run_id: str, method: str, saved: dict, options: list[dict], registry) -> None:
+    """A UsageError naming run ``run_id``, where its recipe, or a plugin of its saved configuration
+    ``saved`` that no option replaces, is registered by no installed plugin now: the registry's
+    "Unknown method 'x'. Allowed: ..." read as if the command line had named it (said as
+    :func:`fslab.core.config.uninstalled` says it for fslab resume and fslab eval)."""
+    from fslab.core.config import uninstalled
+    from fslab.core.keys import PLUGIN_SECTIONS
+
+    if (line := uninstalled(registry, run_id, "method", method)) is not None:
+        raise UsageError(f"{line} to start a run like it")
+    for section in PLUGIN_SECTIONS:
+        name = saved[section].get("name") if isinstance(saved.get(section), dict) else None
+        replaced = any(isinstance(layer.get(section), dict) and "name" in layer[section] for layer in options)
+        if isinstance(name, str) and not replaced and (line := uninstalled(registry, run_id, section, name)):
+            option = "--dataset " if section == "dataset" else f"--set {section}.name="
+            raise UsageError(f"{line} to start a run like it, or give it another: "
+                             f"{like_command(run_id)} {option}NAME")
 
 
 def like_command(run_id: str) -> str:

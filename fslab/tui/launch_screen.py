@@ -38,8 +38,8 @@ class LaunchScreen(ModalScreen[None]):
             raise UsageError("no run can start: no plugin loaded registers a method (fslab plugins --kind method "
                              "lists them)" + (f"; the methods may be among {missing}" if missing else ""))
         if like_run is not None:  # refused as fslab run --like refuses it: no readable configuration, or
-            method, _ = like(like_run, [])  # a method no plugin registers now (the form's choices are those)
-            registry.get("method", method)
+            like(like_run, [], registry, only_recipe=True)  # a recipe no plugin registers now (the form's
+            # fields may replace a plugin: one they leave is named when the form launches)
 
     def compose(self) -> ComposeResult:
         names = self.registry.names
@@ -130,7 +130,7 @@ class LaunchScreen(ModalScreen[None]):
             overrides = self.overrides()
             if self.like_run is not None:
                 refuse_deleted(self.like_run)  # since the form opened: not 'no readable configuration'
-                method, overrides = like(self.like_run, overrides)
+                method, overrides = like(self.like_run, overrides, self.registry)
             # Checked here as the launch checks it (configuration, GPUs, data), so a mistake is shown in
             # the form; the app checks again when it launches.
             try:
