@@ -315,7 +315,9 @@ def test_a_broken_plugin_is_reported_and_the_cli_keeps_working(project):
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     result = fslab_here("plugins", "--kind", "loss", cwd=project)
     assert result.returncode == 1  # the listing is whole, and a script checking the plugins sees the failure
-    assert result.stderr.strip() == "fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin"
+    assert result.stderr.strip() == (f"fslab plugin 'local:broken' failed to load: RuntimeError: half-written plugin; "
+                                     f"raised loading {project / 'mine' / 'broken.py'} (a file of plugin_dirs in "
+                                     f"fslab.toml)")
     assert "nca" in result.stdout and "protonet" in result.stdout
     assert "failed local:broken: RuntimeError: half-written plugin" in result.stdout
     # the last --kind only, before
@@ -369,7 +371,8 @@ def test_a_component_of_a_plugin_that_failed_to_load_is_one_line_naming_the_fail
         "import not_installed_anywhere\nfrom fslab.plugin import hookimpl\n\n\n@hookimpl\n"
         "def register_losses(register):\n    register(not_installed_anywhere.loss, name='boomloss', description='d')\n")
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
-    why = "ModuleNotFoundError: No module named 'not_installed_anywhere'"
+    why = (f"ModuleNotFoundError: No module named 'not_installed_anywhere'; raised loading "
+           f"{project / 'mine' / 'boom.py'} (a file of plugin_dirs in fslab.toml)")
     refused = fslab("run", "nca", "--set", "loss.name=boomloss", cwd=project)
     assert (refused.returncode, refused.stderr) == (
         2, f"error: Unknown loss 'boomloss': plugin 'local:boom', whose source names it, failed to load: {why}\n")

@@ -113,9 +113,27 @@ def test_a_plugin_that_failed_to_load_is_one_warning_at_the_callers_line(builtin
         with pytest.warns(UserWarning) as caught:
             call()
         assert [str(w.message) for w in caught] == [
-            "fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named 'not_a_module_anywhere'"]
+            "fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named 'not_a_module_anywhere'"
+            f"; raised loading {tmp_path / 'local' / 'broken.py'} (a file of plugin_dirs in fslab.toml)"]
         assert caught[0].filename == __file__
     assert "nca" in fslab.available("loss")
+
+
+def test_a_plugin_folders_file_that_fails_to_load_is_named_by_its_path(builtin_plugins, tmp_path):
+    """A plugin folder's file that raised on import, or did not parse, was named only as 'local:NAME', where
+    an entry point's failure names the entry point and its package: the file is named now, in the one line."""
+    folder = write_plugin(tmp_path / "mine", "boom", "raise RuntimeError('half-written plugin')\n")
+    write_plugin(folder, "typo", "def f(:\n")
+    write_plugin(folder, "named", "raise RuntimeError(__file__)\n")  # its words name the file already
+    lines = [failure.line for failure in load_registry([folder]).failures]
+    assert lines == [
+        f"fslab plugin 'local:boom' failed to load: RuntimeError: half-written plugin; raised loading "
+        f"{folder / 'boom.py'} (a file of plugin_dirs in fslab.toml)",
+        f"fslab plugin 'local:named' failed to load: RuntimeError: {folder / 'named.py'}",
+        f"fslab plugin 'local:typo' failed to load: SyntaxError: invalid syntax (typo.py, line 1); raised loading "
+        f"{folder / 'typo.py'} (a file of plugin_dirs in fslab.toml)"]
+    with pytest.raises(PluginError, match=re.escape(f"half-written plugin; raised loading {folder / 'boom.py'} ")):
+        load_registry([folder], strict=True)
 
 
 def test_a_broken_entry_point_is_one_warning_a_process_naming_it_and_its_package(builtin_plugins, tmp_path,
@@ -248,12 +266,13 @@ def test_a_plugin_importing_what_this_fslab_plugin_api_lacks_is_told_the_version
     errors = {f.plugin: f.error for f in load_registry([folder]).failures}
     assert errors["local:newer"].endswith(
         f"; fslab.plugin of this fslab (API_VERSION {API_VERSION}) has no 'one_at_the_time'. Did you mean "
-        f"'one_at_a_time'? A plugin written for a newer fslab needs it: pip install -U fslab")
+        f"'one_at_a_time'? A plugin written for a newer fslab needs it: pip install -U fslab; raised loading "
+        f"{folder / 'newer.py'} (a file of plugin_dirs in fslab.toml)")
     assert errors["local:newest"].startswith("ImportError: cannot import name 'register_everything' from "
                                              "'fslab.plugin'")
     assert errors["local:newest"].endswith(
         f"(API_VERSION {API_VERSION}) has no 'register_everything'. A plugin written for a newer fslab needs it: "
-        f"pip install -U fslab")
+        f"pip install -U fslab; raised loading {folder / 'newest.py'} (a file of plugin_dirs in fslab.toml)")
 
 
 def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_path):
@@ -261,19 +280,23 @@ def test_an_unknown_name_says_which_plugins_failed_to_load(builtin_plugins, tmp_
     folder = write_plugin(tmp_path / "local", "broken", "import not_a_module_anywhere\n")
     with pytest.raises(UsageError) as caught:
         load_registry([folder]).get("loss", "brokenloss")
+    where = lambda name: f"; raised loading {folder / name}.py (a file of plugin_dirs in fslab.toml)"
     assert str(caught.value).endswith("Not among them: what plugin 'local:broken' registers, which failed to load "
-                                      "(ModuleNotFoundError: No module named 'not_a_module_anywhere').")
+                                      f"(ModuleNotFoundError: No module named 'not_a_module_anywhere'"
+                                      f"{where('broken')}).")
     write_plugin(folder, "alsobroken", "raise RuntimeError('no')\n")
     with pytest.raises(UsageError) as caught:  # each with why it failed: the line says what its warning said
         load_registry([folder]).get("loss", "brokenloss")
     assert str(caught.value).endswith(
-        "Not among them: what plugins 'local:alsobroken' (RuntimeError: no), 'local:broken' (ModuleNotFoundError: "
-        "No module named 'not_a_module_anywhere') register, which failed to load.")
+        f"Not among them: what plugins 'local:alsobroken' (RuntimeError: no{where('alsobroken')}), 'local:broken' "
+        f"(ModuleNotFoundError: No module named 'not_a_module_anywhere'{where('broken')}) register, which failed "
+        f"to load.")
     write_plugin(folder, "broken", "import not_a_module_anywhere\n\n# register(margin, name='brokenloss', ...)\n")
     with pytest.raises(UsageError) as caught:  # the one whose source names it: that plugin, and why
         load_registry([folder]).get("loss", "brokenloss")
     assert str(caught.value) == ("Unknown loss 'brokenloss': plugin 'local:broken', whose source names it, failed "
-                                 "to load: ModuleNotFoundError: No module named 'not_a_module_anywhere'")
+                                 f"to load: ModuleNotFoundError: No module named 'not_a_module_anywhere'"
+                                 f"{where('broken')}")
     with pytest.raises(UsageError) as caught:  # nothing failed: the line is as it always was
         load_registry([]).get("loss", "brokenloss")
     assert str(caught.value).endswith("Allowed: " + ", ".join(load_registry([]).names("loss")) + ".")
@@ -306,7 +329,8 @@ def test_a_hook_without_hookimpl_fails_its_plugins_loading(builtin_plugins, tmp_
     assert [f.plugin for f in registry.failures] == ["local:plain"]
     assert registry.failures[0].error == (
         "TypeError: register_losses() is not decorated with @hookimpl, so fslab never calls it and the plugin "
-        "registers nothing: put @hookimpl (from fslab.plugin import hookimpl) above it")
+        f"registers nothing: put @hookimpl (from fslab.plugin import hookimpl) above it; raised loading "
+        f"{folder / 'plain.py'} (a file of plugin_dirs in fslab.toml)")
     with pytest.raises(UsageError, match=r"^Unknown loss 'scaled': plugin 'local:plain', whose source names it, "
                                          r"failed to load: TypeError: register_losses\(\) is not decorated"):
         registry.get("loss", "scaled")
@@ -317,11 +341,13 @@ def test_a_hook_that_cannot_take_register_fails_its_plugins_loading_in_one_line(
     # register_losses(reg) failed in pluggy's three lines ("Argument(s) {'reg'} are declared in the hookimpl but
     # can not be found in the hookspec"), register_losses() in Python's "got an unexpected keyword argument"
     source = LOCAL_LOSS.replace("def register_losses(register)", f"def register_losses({written})")
-    registry = load_registry([write_plugin(tmp_path / "local", "signature", source)])
+    folder = write_plugin(tmp_path / "local", "signature", source)
+    registry = load_registry([folder])
     assert [f.plugin for f in registry.failures] == ["local:signature"]
     assert registry.failures[0].error == (
         f"TypeError: register_losses({written}) cannot take what fslab passes each hook, one argument named "
-        f"register: write def register_losses(register)")
+        f"register: write def register_losses(register); raised loading {folder / 'signature.py'} (a file of "
+        f"plugin_dirs in fslab.toml)")
 
 
 def test_two_plugin_folders_with_files_of_one_name_load_the_first_and_refuse_the_second_in_one_line(builtin_plugins,

@@ -214,7 +214,8 @@ def test_a_run_whose_plugin_fails_to_load_now_is_named_with_why_in_one_line(proj
     refused = fslab_here("resume", run.id, cwd=project)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: run {run.id} was trained with loss 'boomloss' of plugin 'local:boom' (whose source names it), which "
-        f"failed to load: ModuleNotFoundError: No module named 'not_installed_anywhere'; put it right to resume the "
+        f"failed to load: ModuleNotFoundError: No module named 'not_installed_anywhere'; raised loading "
+        f"{project / 'mine' / 'boom.py'} (a file of plugin_dirs in fslab.toml); put it right to resume the "
         f"run, or start a run like it with another: fslab run --like {run.id} --set loss.name=NAME\n")
     assert run.state() == "killed"
 

@@ -2214,8 +2214,9 @@ def test_study_list_names_a_plugin_that_failed_to_load_and_exits_1(project):
     (project / "fslab.toml").write_text('[project]\nplugin_dirs = ["local"]\n')
     listed = fslab("study", "list", cwd=project)
     assert listed.returncode == 1 and "nca-table3" in listed.stdout  # the others listed whole first
-    assert listed.stderr == ("fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named "
-                             "'not_a_module_anywhere'\n")
+    assert listed.stderr == (f"fslab plugin 'local:broken' failed to load: ModuleNotFoundError: No module named "
+                             f"'not_a_module_anywhere'; raised loading {project / 'local' / 'broken.py'} (a file of "
+                             f"plugin_dirs in fslab.toml)\n")
 
 
 def test_a_study_s_runs_wait_for_a_scheduler_only_once_its_record_names_them(registry, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ itself imports and lacks (``import wandb``) is not the entry point's typo, and k
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -89,6 +90,14 @@ def entry_point_error(ep: Any, distribution: str | None, exc: BaseException) -> 
     text = exception_words(exc)
     where = _entry_point(ep, distribution)
     return text if where in text else f"{text}; raised loading {where}"
+
+
+def plugin_file_error(path: Any, exc: BaseException) -> str:
+    """What loading a plugin folder's file ``path`` raised, as its load failure reads: the exception's type and
+    words, then the file, unless the words name it already, as :func:`entry_point_error` names the entry point.
+    ``fslab plugin 'local:boom' failed to load: RuntimeError: ...`` named the file only by its stem."""
+    text, where = exception_words(exc), os.path.abspath(path)  # the same file whichever folder fslab runs in
+    return text if where in text else f"{text}; raised loading {where} (a file of plugin_dirs in fslab.toml)"
 
 
 def _entry_point(ep: Any, distribution: str | None) -> str:

@@ -49,6 +49,7 @@ from fslab.core.plugin_import import (
     hook_modules,
     load_entry_point,
     names_module,
+    plugin_file_error,
 )
 from fslab.core.types import trait_problem
 
@@ -450,7 +451,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
                     continue  # a folder plugin_dirs names twice
                 _add_plugin(pm, _import_file(path), name)
             except (Exception, SystemExit) as exc:
-                fail(name, exc)
+                fail(name, exc, plugin_file_error(path, exc))
                 registry.failed_origins[name] = str(path)
                 continue
             registry.plugins[name] = (None, str(path))
