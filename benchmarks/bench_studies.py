@@ -1,8 +1,10 @@
 """What each built-in study costs on this device, one command: ``python benchmarks/bench_studies.py``.
 
 Every study's runs are resolved as ``fslab study run NAME`` resolves them (paper
-scale). Runs that train alike (the same backbone, loss, sampler, batch, image
-size, precision and compile mode: only the seed and the recorded settings
+scale; the studies of ``plugin_dirs`` in ``fslab.toml`` too), and each run is priced once, as
+``fslab study run`` trains it once for every place it serves (places alike in every setting:
+:func:`fslab.core.study_plan.distinct_runs`). Runs that train alike (the same backbone, loss,
+sampler, batch, image size, precision and compile mode: only the seed and the recorded settings
 apart) form one configuration, and each configuration is timed once on random
 images of its dataset's shape, through the components a run builds (the
 run's own backbone, loss, sampler, augmentation, optimiser and numerics):
@@ -51,7 +53,7 @@ from fslab.core.keys import dotted
 from fslab.core.registry import load_registry
 from fslab.core.settings import load_settings
 from fslab.core.studies import find_study
-from fslab.core.study_plan import resolve_study
+from fslab.core.study_plan import distinct_runs, resolve_study, runs_text
 from fslab.training import distributed
 from fslab.training.augment import augment
 from fslab.training.build import (
@@ -239,6 +241,30 @@ def run_seconds(parts: dict, epochs: int) -> float:
             + validations * parts["validation_s"] + parts["test_s"] + compile_extra)
 
 
+def price_runs(name: str, runs: list, measured: dict, timed) -> tuple[float, list[str], dict]:
+    """The device-seconds of study ``name``'s ``runs`` (each one it trains), the datasets of those not
+    timed, and the parts of the configurations they use; each configuration is ``timed`` once, kept in
+    ``measured`` for the studies after."""
+    total, missing, used = 0.0, [], {}
+    for planned, config in runs:
+        dataset = config["dataset"]["name"]
+        if dataset not in SPLITS:
+            missing.append(dataset)
+            continue
+        key = timing_key(config)
+        if key not in measured:
+            measured[key] = timed(config)
+            parts = measured[key]
+            print(f"  {name} {planned.sweep} on {dataset}: {parts['rows']:.0f} images a step, "
+                  f"{1000 * parts['step_s']:.1f} ms a step ({parts['rows'] / parts['step_s']:,.0f} images/s), "
+                  f"{parts['steps_per_epoch']} steps an epoch, validation {parts['validation_s']:.2f} s, "
+                  f"checkpoint {parts['checkpoint_s']:.2f} s (written in {parts['checkpoint_write_s']:.2f} s), "
+                  f"test {parts['test_s']:.1f} s", flush=True)
+        used[key] = measured[key]
+        total += run_seconds(measured[key], config["train"]["epochs"]) * config["train"]["processes"]
+    return total, missing, used
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = options.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("studies", nargs="*", help="study names (default: every registered study)")
@@ -259,7 +285,8 @@ def main(argv: list[str] | None = None) -> None:
 
     options.at_least(parser, args, steps=1, warmup=0, image_size=0, batch_size=0, train_images=0, eval_images=0)
     options.output(parser, args.json)
-    device, registry, settings = options.device(parser, args.device), load_registry(), load_settings()
+    device, settings = options.device(parser, args.device), load_settings()
+    registry = load_registry(settings.plugin_dirs)  # the studies fslab study run finds
     names = args.studies or registry.names("study")
     with options.usage_errors(parser):  # a study that is not there, a --set that is no setting: before any timing
         extra = tuple(nest(*parse_assignment(text)) for text in args.set)
@@ -271,26 +298,11 @@ def main(argv: list[str] | None = None) -> None:
     out = []
     for name in names:
         resolved = studies[name]
-        total, missing, used = 0.0, [], {}
-        for planned, config in resolved:
-            dataset = config["dataset"]["name"]
-            if dataset not in SPLITS:
-                missing.append(dataset)
-                continue
-            key = timing_key(config)
-            if key not in measured:
-                measured[key] = measure(config, registry, args, device)
-                parts = measured[key]
-                print(f"  {name} {planned.sweep} on {dataset}: {parts['rows']:.0f} images a step, "
-                      f"{1000 * parts['step_s']:.1f} ms a step ({parts['rows'] / parts['step_s']:,.0f} images/s), "
-                      f"{parts['steps_per_epoch']} steps an epoch, validation {parts['validation_s']:.2f} s, "
-                      f"checkpoint {parts['checkpoint_s']:.2f} s (written in {parts['checkpoint_write_s']:.2f} s), "
-                      f"test {parts['test_s']:.1f} s", flush=True)
-            used[key] = measured[key]
-            total += run_seconds(measured[key], config["train"]["epochs"]) * config["train"]["processes"]
-        line = {"study": name, "runs": len(resolved), "gpu_hours": total / 3600, "not_timed": sorted(set(missing)),
-                "device": where, "configurations": list(used.values())}
-        print(f"{name}: {len(resolved)} runs, {total / 3600:.1f} device-hours"
+        runs = [places[0] for places in distinct_runs(resolved).values()]  # each run once, as study run trains it
+        total, missing, used = price_runs(name, runs, measured, lambda config: measure(config, registry, args, device))
+        line = {"study": name, "runs": len(runs), "places": len(resolved), "gpu_hours": total / 3600,
+                "not_timed": sorted(set(missing)), "device": where, "configurations": list(used.values())}
+        print(f"{name}: {runs_text(len(runs), len(resolved))}, {total / 3600:.1f} device-hours"
               + (f" (not timed: {', '.join(line['not_timed'])})" if missing else ""), flush=True)
         out.append(line)
         if args.json is not None:  # after each study, so a run cut short keeps the studies it finished

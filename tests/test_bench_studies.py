@@ -43,6 +43,45 @@ def test_the_seeds_of_a_study_share_one_timed_configuration(tmp_path, capsys, re
     assert line["gpu_hours"] * 3600 > 5 * 120 * 2400 * parts["step_s"]
 
 
+STUDY_PLUGIN = """
+from pathlib import Path
+
+from fslab.plugin import hookimpl, register_study_files
+
+
+@hookimpl
+def register_studies(register):
+    register_study_files(register, Path(__file__).parent / "files")
+"""
+
+
+def test_a_run_that_serves_two_places_of_a_study_is_priced_once(tmp_path, capsys, monkeypatch, registry):
+    """A study whose two sweeps train alike (a baseline in two tables) trains it once (fslab study run,
+    study show: study_plan.distinct_runs), where the benchmark priced each place: twice its cost. Its
+    studies are those of plugin_dirs too, as fslab study run finds them."""
+    from pathlib import Path
+
+    bench = load_bench()
+    source = (Path(__file__).parents[1] / "plugins" / "studies" / "nca-supcon.toml").read_text()
+    source = source.replace('name = "nca-supcon"', 'name = "twice"').replace("seeds = 5", "seeds = 2")
+    again = source[source.index("[[sweep]]"):source.index("[quick]")].replace('name = "supcon"', 'name = "again"')
+    (tmp_path / "mine" / "files").mkdir(parents=True)
+    (tmp_path / "mine" / "study.py").write_text(STUDY_PLUGIN)
+    (tmp_path / "mine" / "files" / "twice.toml").write_text(source.replace("[quick]", again + "[quick]"))
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "studies.jsonl"
+    bench.main(["twice", "--device", "cpu", "--image-size", "16", "--batch-size", "16", "--steps", "1",
+                "--warmup", "0", "--train-images", "64", "--eval-images", "32", "--set", "eval.test_episodes=5",
+                "--set", "eval.val_episodes=5", "--set", "backbone.widths=[8,16,32,64]", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "twice: 2 runs for 4 places (places alike in every setting share one), " in printed
+    (line,) = [json.loads(text) for text in out.read_text().splitlines()]
+    assert (line["runs"], line["places"]) == (2, 4)
+    (parts,) = line["configurations"]
+    assert line["gpu_hours"] * 3600 == pytest.approx(2 * bench.run_seconds(parts, 120))
+
+
 def test_a_shrunk_batch_keeps_two_classes_of_every_sampler_s_per_class(registry):
     """--batch-size 16 on the CPU: Fig. 2's ProtoNet with 16 or 32 images a class still gets
     episodes of two classes (16 images left it one class, and the sampler refused it)."""
