@@ -1371,6 +1371,27 @@ def test_study_list_and_show_count_the_runs_study_run_trains_places_alike_sharin
     assert len(outcome.created) == shown["runs"]
 
 
+def test_study_show_plans_what_study_run_with_the_same_options_runs(project, registry):
+    """fslab study show took no --dataset, --data-root or --set, so what fslab study run NAME --dataset X
+    --set K=V would train and cost could not be seen first: show plans it as run does now, refusing alike."""
+    options = ["--scale", "quick", "--dataset", "synthetic-mini", "--set", "train.epochs=2"]
+    shown = json.loads(fslab_here("study", "show", "nca-table3", *options, "--json", cwd=project).stdout)
+    assert (shown["runs"], shown["places"]) == (5, 10)
+    assert all(set(s["datasets"].values()) == {"synthetic-mini"} and s["set"]["train.epochs"] == 2
+               for s in shown["sweeps"])
+    assert shown["command"] == "fslab study run nca-table3 " + " ".join(options)
+    table = fslab_here("study", "show", "nca-table3", *options, "--wide", cwd=project)
+    assert table.stdout.splitlines()[-1] == "planned as: " + shown["command"]
+    outcome = queue_study(find_study(registry, "nca-table3"), "quick", settings=store(project), registry=registry,
+                          dataset="synthetic-mini", extra=({"train": {"epochs": 2}},))
+    assert len(outcome.created) == shown["runs"]
+    assert {Run(project / "runs" / run_id).config()["train"]["epochs"] for run_id in outcome.created} == {2}
+    for wrong in (["--set", "seed=3"], ["--dataset", "nope"]):
+        refused = fslab_here("study", "show", "nca-table3", *wrong, cwd=project)
+        assert (refused.returncode, refused.stderr) == (2, fslab_here("study", "run", "nca-table3", *wrong,
+                                                                      cwd=project).stderr), wrong
+
+
 def test_study_show_moves_a_sweeps_settings_under_a_table_too_wide_for_them(project):
     """At 80 columns the sweep table leaves out grid and settings and lists them a line a sweep,
     whole, its caption saying so (it said "left out: grid, settings" above the lines that give them);

@@ -166,12 +166,34 @@ def _run_count(resolved: list) -> tuple[int, int]:
     return len(distinct_runs(resolved)), len(resolved)
 
 
+def _sweeps_shown(study, scale: str, resolved: list, dataset: str | None, set_: list[str] | None) -> list[dict]:
+    """Each sweep of ``study`` as ``fslab study show`` gives it, at ``scale``, trained on ``dataset``
+    (--dataset's; None: the study's own) with the settings of ``set_`` (--set's, as typed) on top of its own."""
+    from fslab.core.assignments import parse_assignment
+    from fslab.core.study_plan import run_dataset
+
+    given = {".".join(path): value for path, value in map(parse_assignment, set_ or [])}
+    seeds = study.seeds(scale)
+    sweeps = []
+    for s in study.sweeps:
+        own = [(planned, config) for planned, config in resolved if planned.sweep == s.name]
+        sweeps.append({"name": s.name, "label": s.label, "method": s.method, "seeds": seeds[s.name],
+                       "datasets": {d: run_dataset(study, scale, d, dataset) for d in s.datasets},
+                       "grid": {k: (study.quick.grid if scale == "quick" else {}).get(k, v) for k, v in s.grid.items()},
+                       "set": {**s.set, **(study.quick.set if scale == "quick" else {}), **given},
+                       "runs": _run_count(own)[0], "places": len(own)})
+    return sweeps
+
+
 @study_app.command()
-def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wide: WideFlag = False) -> None:
+def show(ref: StudyRef, scale: ScaleOpt = "paper", dataset: StudyDatasetOpt = None,
+         data_root: StudyDataRootOpt = None, set_: SetOpt = None, as_json: JsonFlag = False,
+         wide: WideFlag = False) -> None:
     """What a study runs: each sweep's method, datasets, grid, settings and seeds, and the run count.
 
-    The run count is fslab study run's: places (sweep, dataset, grid point, seed) alike in every setting
-    share one run, and the title says so ("5 runs for 10 places").
+    --dataset, --data-root and --set are fslab study run's: the study is planned (counted, priced, refused) as
+    that command runs it. The run count is fslab study run's: places (sweep, dataset, grid point, seed) alike
+    in every setting share one run, and the title says so ("5 runs for 10 places").
 
     GPU-hours are estimated for each run it trains (places that share a run priced once) only from completed
     GPU runs in this store with the same settings (seed and epochs aside), never resumed, and not ended before
@@ -180,28 +202,24 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
     named GPU) are shown beside it.
     """
     from fslab.core.assignments import assignment
-    from fslab.core.study_plan import resolve_study, run_dataset, runs_text
+    from fslab.core.study_plan import resolve_study, run_options, runs_text, study_command
     from fslab.execution.studies import gpu_hours
 
     study = _load(ref)
     project = settings()
-    resolved = resolve_study(study, scale, settings=project, registry=registry(project))
+    extra = tuple(overrides(None, None, None, None, None, None, None, None, set_))
+    resolved = resolve_study(study, scale, settings=project, registry=registry(project), dataset=dataset,
+                             data_root=data_root, extra=extra)
     estimate = gpu_hours(resolved, project.runs_dir)
     runs, places = _run_count(resolved)
-    seeds = study.seeds(scale)
-    sweeps = []
-    for s in study.sweeps:
-        own = [(planned, config) for planned, config in resolved if planned.sweep == s.name]
-        sweeps.append({"name": s.name, "label": s.label, "method": s.method, "seeds": seeds[s.name],
-                       "datasets": {d: run_dataset(study, scale, d, None) for d in s.datasets},
-                       "grid": {k: (study.quick.grid if scale == "quick" else {}).get(k, v) for k, v in s.grid.items()},
-                       "set": {**s.set, **(study.quick.set if scale == "quick" else {})},
-                       "runs": _run_count(own)[0], "places": len(own)})
+    sweeps = _sweeps_shown(study, scale, resolved, dataset, set_)
     info = {"name": study.name, "what": study.what, "title": study.title, "paper": study.paper.cite(),
             "description": study.description, "split": study.split, "scale": scale, "runs": runs, "places": places,
             "sweeps": sweeps, "published": len(study.published), "gpu_hours": estimate,
             "costs": [vars(cost) for cost in study.costs],
-            "gpu_hours_note": gpu_hours_note(estimate, study.costs, scale)}
+            "gpu_hours_note": gpu_hours_note(estimate, study.costs, scale),
+            "command": study_command("run", ref, *run_options(scale, dataset=dataset, data_root=data_root,
+                                                                set_=set_))}
     if as_json:
         print(json.dumps(info))
         return
@@ -230,6 +248,8 @@ def show(ref: StudyRef, scale: ScaleOpt = "paper", as_json: JsonFlag = False, wi
         if details:
             console.print(f"  {row[0]}: {'; '.join(details)}", highlight=False)
     console.print(f"{info['published']} published cells. {info['gpu_hours_note']}", highlight=False)
+    if dataset is not None or data_root or set_:  # what was shown is what this command runs
+        console.print(shown(f"planned as: {info['command']}"), highlight=False)
 
 
 @study_app.command()
