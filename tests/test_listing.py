@@ -78,8 +78,9 @@ def test_a_changed_plugin_file_or_a_new_one_is_seen_at_once(listing_env):
 def test_a_plugin_file_that_failed_to_import_and_is_mended_in_place_is_seen_at_once(listing_env):
     path = listing_env / "margin.py"
     path.write_text(LOSS.format(name="margin", description="mended").replace("from fslab.plugin", "from nowhere"))
-    assert plugin_listing([listing_env]).failures == [("local:margin", "ModuleNotFoundError: No module named "
-                                                                       "'nowhere'")]
+    assert plugin_listing([listing_env]).failures == [("local:margin", f"ModuleNotFoundError: No module named "
+                                                                       f"'nowhere'; raised loading {path.resolve()} "
+                                                                       f"(a file of plugin_dirs in fslab.toml)")]
     with path.open("w") as file:  # rewritten in place, as editors save: the folder itself does not change
         file.write(LOSS.format(name="margin", description="mended"))
     stamp = time.time_ns() + 5_000_000_000
