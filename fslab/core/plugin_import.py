@@ -88,7 +88,7 @@ def entry_point_error(ep: Any, distribution: str | None, exc: BaseException) -> 
     :func:`load_entry_point`). ``RuntimeError: half-written plugin`` named neither the package nor the line
     that made fslab import it, and a notebook's warning named only the entry point's name."""
     text = exception_words(exc)
-    where = _entry_point(ep, distribution)
+    where = _entry_point(ep.name, ep.value, distribution)
     return text if where in text else f"{text}; raised loading {where}"
 
 
@@ -100,12 +100,28 @@ def plugin_file_error(path: Any, exc: BaseException) -> str:
     return text if where in text else f"{text}; raised loading {where} (a file of plugin_dirs in fslab.toml)"
 
 
-def _entry_point(ep: Any, distribution: str | None) -> str:
+def register_error(plugin: str, hook: str, origin: str, distribution: str | None, exc: BaseException) -> str:
+    """What a plugin's hook ``hook`` raised as it registered (its module imported), as its load failure reads:
+    the exception's type and words, then the hook and where it is, a plugin folder's file (``origin``, its path)
+    or the entry point (``origin``: ``entry point pkg.mod``) and ``distribution``, as :func:`plugin_file_error`
+    and :func:`entry_point_error` name them. It named the plugin only as ``local:NAME`` or the bare entry point.
+    fslab's own refusal of a register() call names the component and the plugin already: its words alone."""
+    text = exception_words(exc)
+    if f"plugin '{plugin}'" in text:
+        return text
+    if origin.startswith("entry point "):
+        where = _entry_point(plugin, origin.removeprefix("entry point "), distribution)
+    else:
+        where = f"{os.path.abspath(origin)} (a file of plugin_dirs in fslab.toml)"
+    return f"{text}; raised by {hook}() of {where}"
+
+
+def _entry_point(name: str, value: str, distribution: str | None) -> str:
     """``the entry point 'mine = "pkg.lossez"' of qa-bad 0.0.1 ([project.entry-points.fslab])``."""
     where = f" of {distribution}" if distribution else ""
-    return f"the entry point '{ep.name} = \"{ep.value}\"'{where} ([project.entry-points.fslab])"
+    return f"the entry point '{name} = \"{value}\"'{where} ([project.entry-points.fslab])"
 
 
 def _declared(ep: Any, distribution: str | None) -> str:
     """Where the entry point is declared: ``the entry point 'mine = "pkg.lossez"' of qa-bad 0.0.1 ... names it``."""
-    return f"{_entry_point(ep, distribution)} names it"
+    return f"{_entry_point(ep.name, ep.value, distribution)} names it"

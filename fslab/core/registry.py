@@ -50,6 +50,7 @@ from fslab.core.plugin_import import (
     load_entry_point,
     names_module,
     plugin_file_error,
+    register_error,
 )
 from fslab.core.types import trait_problem
 
@@ -470,7 +471,7 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             except PluginError:
                 raise
             except (Exception, SystemExit) as exc:
-                fail(impl.plugin_name, exc)
+                fail(impl.plugin_name, exc, register_error(impl.plugin_name, hook_name, origin, version, exc))
     return registry
 
 
