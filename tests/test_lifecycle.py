@@ -739,3 +739,32 @@ def test_an_end_the_status_cannot_take_is_one_line_on_stderr_not_a_second_traceb
         "fslab: the run ended failed (cannot write the checkpoint runs/ID/checkpoints/last.pt: Permission denied), "
         f"which status.json could not record (PermissionError: [Errno 13] Permission denied: "
         f"'{run.path / 'status.json'}'); fslab lists the run as lost\n")
+
+
+def test_sinks_of_a_run_whose_end_status_cannot_be_written_are_closed_with_that_end(tmp_path, monkeypatch, capsys):
+    """A failed run whose status.json refused its end (a full disk) closed its sinks with the state status.json
+    still held, 'running': each sink is told the end the worker gave, 'failed'."""
+    from fslab.core.runstore import Run, create_run
+    from fslab.execution import worker
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca", "train": {"heartbeat": 60}})
+    closed = []
+
+    class Sinks:
+        def close(self, state):
+            closed.append(state)
+
+    def fails_on_a_full_disk(run, resume, keeper, opened):
+        opened.append(Sinks())
+        monkeypatch.setattr(Run, "write_status", lambda self, **fields: (_ for _ in ()).throw(
+            OSError(28, "No space left on device")))
+        keeper.finish("failed", 1, "RuntimeError: boom")
+        return 1
+
+    for name in ("stop_on_signals", "watch_torchrun", "utf8_logs"):
+        monkeypatch.setattr(worker, name, lambda: None)
+    monkeypatch.setattr(worker, "take_worker_lock", lambda run: 99)
+    monkeypatch.setattr(worker, "_train", fails_on_a_full_disk)
+    assert worker.main([str(run.path)]) == 1
+    assert run.status()["state"] == "running" and closed == ["failed"]
+    assert "which status.json could not record" in capsys.readouterr().err

@@ -70,6 +70,7 @@ class StatusKeeper:
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.stop_request: dict | None = None
+        self.ended: str | None = None  # the end state finish() was given, whether or not status.json took it
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self.usage = UsageSampler()
 
@@ -93,6 +94,7 @@ class StatusKeeper:
         status cannot be written (the folder made read-only as the run trained), the
         end is said on stderr (stderr.log) in one line instead."""
         self.done.set()
+        self.ended = state
         try:
             self.update(state=state, exit_code=exit_code, ended=time.time(), heartbeat=time.time(), error=error)
         except OSError as exc:  # the folder made read-only meanwhile: the end in one line, not a second traceback
@@ -339,9 +341,9 @@ def main(argv: list[str]) -> int:
     opened: list = []  # the run's sink feed, once _train has opened it
     try:
         return _train(run, resume, keeper, opened)
-    finally:  # the run's state is final: each sink may now close (fslab.core.sinks)
-        for sinks in opened:
-            sinks.close(run.status().get("state", "failed"))
+    finally:  # the run's state is final: each sink may now close (fslab.core.sinks), told the end the worker
+        for sinks in opened:  # gave, which a status.json that refused it (a full disk) would say is 'running'
+            sinks.close(keeper.ended or run.status().get("state", "failed"))
 
 
 def open_sinks(run: Run):
