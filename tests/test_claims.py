@@ -404,3 +404,39 @@ def test_a_stale_claim_the_disk_cannot_take_over_keeps_its_gone_holders_line(tmp
     assert done.stdout == "False\n", done.stderr
     assert read_holder(run.path).pid == gone and run.stale_claim() is not None
     assert run.claim() and read_holder(run.path).pid == os.getpid()  # once there is room
+
+
+def test_a_claim_file_its_taker_never_wrote_is_stale_after_its_grace_and_taken_by_one(tmp_path):
+    """A claim file left empty (its taker SIGKILLed between making it and writing its line) or damaged named no
+    holder to judge: no scheduler took its run, for good, and fslab resume said only 'is queued; only killed, lost
+    or failed runs can resume'. Once it has stayed so for UNWRITTEN_GRACE_S on the store's clock while the run
+    waits, it is stale: taken over by one taker, and fslab stop says whose claim it was. A damaged line (words,
+    no pid) is left to a person, and fslab resume names the file and what to do."""
+    from fslab.core.claims import UNWRITTEN_GRACE_S
+    from fslab.execution.scheduler import waiting_runs
+
+    lines = ("", "", "\0\0\0\0", "", "x garbage\n")  # NULs: a file made, its data lost with the machine's power
+    fresh, empty, damaged, stopped, garbled = (queued(tmp_path, line) for line in lines)
+    started = queued(tmp_path, "", pid=gone_pid())
+    old = time.time() - UNWRITTEN_GRACE_S - 5
+    for run in (empty, damaged, stopped, garbled, started):
+        os.utime(run.path / CLAIM_FILE, (old, old))
+    for run in (fresh, started, garbled):  # its taker may be writing it still; a run started is not waiting
+        assert run.stale_claim() is None and not run.free() and not run.claim(), run.id
+    assert {run.id for run in waiting_runs(tmp_path / "runs")} == {empty.id, damaged.id, stopped.id}
+    assert empty.stale_claim().describe() == (f"a process that never wrote its claim (.claimed empty for over "
+                                              f"{UNWRITTEN_GRACE_S:g} s)")
+    assert empty.claim() and read_holder(empty.path).pid == os.getpid()  # taken over, by one taker only
+    assert empty.stale_claim() is None and not empty.claim()
+    assert damaged.claim(slurm=True) and read_holder(damaged.path).slurm
+    done = fslab_here("stop", stopped.id, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == f"{stopped.id}: killed\n", done
+    assert done.stderr.startswith(f"run {stopped.id} was queued, held by a process that never wrote its claim "
+                                  f"(.claimed empty for over {UNWRITTEN_GRACE_S:g} s), which is gone"), done
+    for run in (garbled, fresh):
+        refused = fslab_here("resume", run.id, cwd=tmp_path)
+        assert refused.returncode == 2 and refused.stderr == (
+            f"error: run {run.id} is queued; only killed, lost or failed runs can resume; its claim, "
+            f"runs/{run.id}/.claimed, names no taker (damaged, or left empty by one killed before it wrote it, taken "
+            f"over once {UNWRITTEN_GRACE_S:g} s old): if no fslab command is starting the run, remove the file and "
+            f"run fslab resume {run.id} again\n"), refused

@@ -17,6 +17,13 @@ A claim is stale when its holder was on this host and is gone (its pid not
 alive, or alive with another start time) while the run still waits: queued,
 with no worker's pid, no SLURM job, and no process holding its worker lock.
 Such a run is free again: :func:`take_stale` hands it to exactly one new taker.
+
+A claim file that holds no line (empty, or NUL bytes only: its taker was killed between making the file and
+writing its line, a few system calls apart) names no holder to judge; it held its run for good, no scheduler
+taking it. It is stale once it has stayed so for :data:`UNWRITTEN_GRACE_S` on the clock that stamps the
+store's files (:func:`fslab.core.files.filesystem_now`, as :mod:`fslab.core.clocks` measures a heartbeat's
+age) while the run still waits. A damaged line (words, but no pid) is left to a person, as before: whose it
+was cannot be told.
 """
 
 from __future__ import annotations
@@ -27,12 +34,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.files import atomic_write_text
+from fslab.core.files import atomic_write_text, filesystem_now
 from fslab.core.flocks import read_only
 from fslab.core.states import HOST, pid_alive, process_named, process_start
 from fslab.core.text import ascii_whole
 
 CLAIM_FILE = ".claimed"
+# How long a claim file may hold no line before it is taken for its taker's, killed before it wrote its line:
+# a live taker writes it a few system calls after making the file.
+UNWRITTEN_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,11 @@ class Holder:
     host: str | None  # None: a claim file from before the holder's host was written
     start: str | None  # None: its start time could not be read
     slurm: bool = False
+    unwritten: bool = False  # its file has held no line for over UNWRITTEN_GRACE_S: its taker never wrote it
 
     def describe(self) -> str:
+        if self.unwritten:
+            return f"a process that never wrote its claim ({CLAIM_FILE} empty for over {UNWRITTEN_GRACE_S:g} s)"
         return process_named(self.pid, self.host)
 
 
@@ -63,18 +76,34 @@ def parse_holder(text: str) -> Holder:
 
 
 def read_holder(run_dir: str | Path) -> Holder | None:
-    """The holder the run's claim file names; None where there is no claim file or it cannot be read."""
+    """The holder the run's claim file names (:func:`unwritten_holder`: one that holds no line may be stale);
+    None where there is no claim file or it cannot be read."""
     try:
         with open(os.path.join(os.fspath(run_dir), CLAIM_FILE), encoding="utf-8", errors="replace") as fh:
-            return parse_holder(fh.readline())
+            return unwritten_holder(run_dir, fh.readline(), os.fstat(fh.fileno()).st_mtime)
     except OSError:
         return None
+
+
+def unwritten_holder(run_dir: str | Path, line: str, written: float) -> Holder:
+    """The holder a claim file's first ``line`` names (:func:`parse_holder`); one that holds nothing (empty, or
+    NUL bytes only) is marked ``unwritten`` where the file (last written at ``written``, its modification time)
+    was written over :data:`UNWRITTEN_GRACE_S` ago on the clock that stamps the store's files (this host's
+    where no file can be made there). A damaged line (words, but no pid) is not: whose it was cannot be told."""
+    holder = parse_holder(line)
+    if line.strip(" \t\r\n\0"):
+        return holder
+    now = filesystem_now(os.path.dirname(os.path.abspath(os.fspath(run_dir))))
+    return Holder(None, None, None, unwritten=(time.time() if now is None else now) - written > UNWRITTEN_GRACE_S)
 
 
 def holder_gone(holder: Holder | None) -> bool:
     """Whether ``holder`` claimed on this host and is no longer running (a pid
     reused by another process counts as gone). Another host's holder, an old
-    claim that names no host, and a claim taken to submit a SLURM job are never gone."""
+    claim that names no host, and a claim taken to submit a SLURM job are never gone. A claim file left
+    unwritten (:func:`unwritten_holder`) is its taker's, killed before it named itself: gone."""
+    if holder is not None and holder.unwritten:
+        return True
     if holder is None or holder.slurm or holder.host != HOST or holder.pid is None:
         return False
     if not pid_alive(holder.pid):
@@ -106,7 +135,8 @@ def take_stale(run_dir: str | Path, still_waits, slurm: bool = False) -> Holder 
         here, mine = os.stat(path), os.fstat(fd)
         if (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
             return None  # let go (and maybe taken anew) meanwhile
-        gone = parse_holder(os.pread(fd, 4096, 0).decode(errors="replace").split("\n", 1)[0])
+        gone = unwritten_holder(run_dir, os.pread(fd, 4096, 0).decode(errors="replace").split("\n", 1)[0],
+                                mine.st_mtime)
         if not holder_gone(gone) or not still_waits():
             return None
         line = holder_line(slurm)

@@ -14,13 +14,13 @@ import shlex
 import shutil
 import sys
 
-from fslab.core.claims import CLAIM_FILE, lost_submission_line
+from fslab.core.claims import CLAIM_FILE, UNWRITTEN_GRACE_S, lost_submission_line, read_holder
 from fslab.core.errors import UsageError
 from fslab.core.keys import PLUGIN_SECTIONS
 from fslab.core.plugin_params import check_plugins
 from fslab.core.registry import create_dataset
 from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
-from fslab.core.runstore import Run
+from fslab.core.runstore import Run, unstarted
 from fslab.core.settings import SlurmSettings
 from fslab.core.split_sizes import check_evaluation, check_training, read_split_sizes
 from fslab.core.states import RESUMABLE, UNREADABLE, unknown_state
@@ -247,6 +247,20 @@ def check_job_processes(config: dict, options: SlurmSettings, again: str | None 
                          f"of fslab.toml")
 
 
+def _held_how(run: Run, status: dict) -> str:
+    """What ``fslab resume`` of a queued run adds about its claim, where this machine cannot judge it: taken on
+    another host (:meth:`Run.held_elsewhere`), or a file that names no taker (damaged, or left empty less than
+    :data:`fslab.core.claims.UNWRITTEN_GRACE_S` ago: older, it is stale and the run started); else nothing."""
+    if (holder := run.held_elsewhere(status)) is not None:
+        return (f"; it waits, held by {holder.describe()}, which may be gone: if it is, remove "
+                f"{run.path / CLAIM_FILE} and run fslab resume {run.id} again")
+    if (claim := read_holder(run.path)) is not None and claim.pid is None and unstarted(status):
+        return (f"; its claim, {run.path / CLAIM_FILE}, names no taker (damaged, or left empty by one killed before "
+                f"it wrote it, taken over once {UNWRITTEN_GRACE_S:g} s old): if no fslab command is starting the "
+                f"run, remove the file and run fslab resume {run.id} again")
+    return ""
+
+
 def check_resumable(run: Run, *, observed: bool = False) -> None:
     """A run can resume if it stopped (killed, lost or failed) after at least
     one checkpoint; otherwise say why not. Called holding the run's lock
@@ -272,9 +286,8 @@ def check_resumable(run: Run, *, observed: bool = False) -> None:
         again = ("" if state != "completed" else f"; to train a run like it from the start: {like_command(run.id)}"
                  if run.config() else "; nor can a run like it start while its config.json is missing or unreadable "
                  "(fslab runs lists it as unreadable): put the file back from a copy of the run")
-        if state == "queued" and (holder := run.held_elsewhere(status)) is not None:
-            again = (f"; it waits, held by {holder.describe()}, which may be gone: if it is, remove "
-                     f"{run.path / CLAIM_FILE} and run fslab resume {run.id} again")
+        if state == "queued":
+            again = _held_how(run, status)
         lost = run.lost_submission(status, locked=None if observed else False) if state == "queued" else None
         if lost is not None:
             raise UsageError(lost_submission_line([run.id], [lost], f"fslab resume {run.id}"))
