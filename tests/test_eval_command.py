@@ -554,6 +554,33 @@ def test_a_feature_cache_the_disk_refuses_is_a_warning_and_the_scores_are_kept(p
     assert not result["features_cached"] and not json.loads(again.stdout)["features_cached"] and cache.is_file()
 
 
+def test_an_eval_that_fails_on_the_full_disk_that_refused_its_cache_is_one_line(project, trained, monkeypatch):
+    """On a full disk fslab eval warned that the features were not cached, then failed saving the scores on the
+    same disk: two lines where a failure is one. The warning is said once the scores are saved, and not where
+    the command then fails. Here torch.save refuses the cache, then the scores' file is refused."""
+    import torch
+
+    from fslab.core.runstore import Run
+
+    save = torch.save
+
+    def full(obj, f, *args, **kwargs):
+        if "features" in str(f):
+            raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0")
+        return save(obj, f, *args, **kwargs)
+
+    def refused(self, *args, **kwargs):
+        raise OSError(28, "No space left on device", str(self.path / "evaluations"))
+
+    run_dir = copied(project, trained["plain"])
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "save", full)
+        patched.setattr(Run, "save_accuracies", refused)
+        done = fslab_here("eval", run_dir.name, "--shots", "1", "--episodes", "30", cwd=project)
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: ") and "No space left on device" in done.stderr, done.stderr
+
+
 def test_two_evals_of_one_run_at_once_embed_its_split_once(project, trained):
     """Two fslab eval of a run at the same time (two evaluators, say) each embedded the split, minutes
     of duplicated work at a paper's size. The one that embeds holds a lock beside the cache (here the

@@ -280,7 +280,9 @@ def _embedded(result: dict) -> str:
 def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> list[dict]:
     """``evaluate_run`` on --data-root, which must be a folder, or on the run's own root. Where that
     root is gone the dataset's line pointed at [data_roots] of fslab.toml, which a run made before
-    does not read: the line then says that the data may have moved, and how to name where it lies."""
+    does not read: the line then says that the data may have moved, and how to name where it lies. Its
+    warnings (a feature cache the disk refused) are said once the scores are saved, and never before the
+    line of a failure: on the same full disk, that one line is all."""
     if data_root is not None and not data_root.is_dir():
         raise UsageError(f"--data-root {data_root} is not a folder")
     if not run_.path.is_dir():  # deleted since the command began: fslab delete of a run a sweep's eval had yet to score
@@ -288,8 +290,13 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
     # a read-only copy of a store: before any image is embedded
     run_.check_writable("fslab eval", "the features it embeds and the scores it measures", "evaluate")
     gc.freeze()  # torch's objects (imported by now), walked by no collection again: as in the worker, a quicker exit
+    warnings: list[str] = []  # said once the scores are saved: a failure after them (the same full disk) is one line
     try:
-        return evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None)
+        results = evaluate_run(run_, **options, data_root=str(data_root.resolve()) if data_root else None,
+                               warn=warnings.append)
+        for line in warnings:
+            print(line, file=sys.stderr, flush=True)
+        return results
     except OSError:
         if not run_.path.is_dir():  # rm -rf while it was scored: "No such file or directory: .../evaluations"
             raise FslabError(f"run {run_.id} was deleted while fslab eval scored it (its folder {run_.path} is "

@@ -132,9 +132,9 @@ class Checkpoint:
                            f"{blamed} failed", passes=torch_own_errors())
 
 
-def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
-    """The split's features and labels from the cache, or embedded now and cached, whether
-    they were cached, and the split's fingerprint. The cache holds the fingerprint of the
+def load_features(run: Run, split: str, checkpoint: Checkpoint, warn: Callable[[str], None]) -> tuple:
+    """The split's features and labels from the cache, or embedded now and cached (a cache the disk refuses:
+    ``warn``'s line), whether they were cached, and the split's fingerprint. The cache holds the fingerprint of the
     split's images and labels and of the network's weights: data changed on disk since (a class
     added or removed, images replaced), or another checkpoint of the same epoch (copied in from
     another run), is embedded again, never scored with stale features."""
@@ -153,7 +153,7 @@ def load_features(run: Run, split: str, checkpoint: Checkpoint) -> tuple:
             return *saved, True, digest
         features = checkpoint.embed(data.images)
         if _cache_features(cache, {"features": features, "labels": data.labels, "epoch": checkpoint.epoch,
-                                   "data": digest, "weights": weights}):
+                                   "data": digest, "weights": weights}, warn):
             _drop_older_epochs(cache.parent, split, checkpoint.epoch)
     return features, data.labels, False, digest
 
@@ -185,10 +185,10 @@ def embedding(cache: Path, split: str):
                                            f"of this checkpoint, to read its features")
 
 
-def _cache_features(cache, saved: dict) -> bool:
+def _cache_features(cache, saved: dict, warn: Callable[[str], None]) -> bool:
     """Write the feature cache whole or not at all; whether it was written. The scores need no cache: a
-    write the system refuses (a full disk) is a warning line, its temporary file removed, and the
-    evaluation goes on."""
+    write the system refuses (a full disk) is a warning line given to ``warn``, its temporary file removed,
+    and the evaluation goes on."""
     try:  # Ctrl-C while writing: no half file left
         cache.parent.mkdir(exist_ok=True)
         # what an fslab eval killed outright (SIGKILL, the out-of-memory killer) as it wrote left: a run that
@@ -199,8 +199,8 @@ def _cache_features(cache, saved: dict) -> bool:
     except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
         if not cache.parent.parent.is_dir():  # the run was deleted meanwhile: fslab eval says that, not this
             return False
-        print(f"warning: the features were not cached ({cache}: {write_failure(exc, cache)}); the next "
-              f"fslab eval of this checkpoint embeds them again", file=sys.stderr, flush=True)
+        warn(f"warning: the features were not cached ({cache}: {write_failure(exc, cache)}); the next "
+             f"fslab eval of this checkpoint embeds them again")
         return False
     return True
 
@@ -228,8 +228,9 @@ def cached_features(cache, data: str | None = None,
     return features, labels
 
 
-def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -> EvaluationInputs:
-    """The split's cached (or now cached) features, or for a model-aware
+def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator,
+                      warn: Callable[[str], None]) -> EvaluationInputs:
+    """The split's cached (or now cached: :func:`load_features`, ``warn``) features, or for a model-aware
     evaluator the checkpoint's network and the split's images."""
     cfg = checkpoint.cfg
     center = None
@@ -245,14 +246,15 @@ def evaluation_inputs(run: Run, split: str, checkpoint: Checkpoint, evaluator) -
         data = checkpoint.dataset().load(split)
         return EvaluationInputs(labels=data.labels, network=checkpoint.network(), images=data.images,
                                 features_cached=False, data=data_fingerprint(data.images, data.labels), **common)
-    features, labels, cached, digest = load_features(run, split, checkpoint)
+    features, labels, cached, digest = load_features(run, split, checkpoint, warn)
     return EvaluationInputs(labels=labels, features=features, features_cached=cached, data=digest, **common)
 
 
 def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: int, episodes: int | None = None,
                  evaluator: str | None = None, params: dict | None = None, device: str | None = None,
                  data_root: str | None = None, precision: str | None = None,
-                 logged: list[dict] | None = None, recording: Callable[[], object] | None = None) -> list[dict]:
+                 logged: list[dict] | None = None, recording: Callable[[], object] | None = None,
+                 warn: Callable[[str], None] | None = None) -> list[dict]:
     """Evaluate the run's last checkpoint; returns one result per episode shape
     (per number of shots, or the evaluator's own fixed shape).
 
@@ -263,7 +265,8 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
     (fp32, bf16 or fp16; None or auto: the run's own) embeds the features in another
     precision than the run's: the same episodes, scored and saved beside its own. ``logged``: a list each
     event appended to the run's ``metrics.jsonl`` is added to, as written (what its sinks are sent);
-    ``recording``: called once the episodes are scored, before the first event is appended.
+    ``recording``: called once the episodes are scored, before the first event is appended. ``warn``: given
+    each warning line (a feature cache the disk refused), else each is printed on stderr as it comes.
     """
     check_evaluable(run)
     config = run.config()
@@ -288,7 +291,8 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
         _check_precision(needs_model, name, precision)
         if not needs_model:
             checkpoint.embed_in(precision)
-    inputs = replace(evaluation_inputs(run, split, checkpoint, classify),
+    warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
+    inputs = replace(evaluation_inputs(run, split, checkpoint, classify, warn),
                      precision=checkpoint.numerics.eval_precision if not needs_model
                      else "fp32",  # finetune runs its copy of the network in float32 whatever eval.precision says
                      run_precision=None if needs_model else checkpoint.other_precision)
