@@ -372,6 +372,32 @@ def test_every_run_is_read_on_the_episodes_all_of_them_share(tmp_path):
     assert alone["groups"][0]["results"]["5-shot"]["episodes"] == 100
 
 
+def test_runs_that_share_no_episode_count_are_each_read_on_the_count_all_reach(tmp_path):
+    """One seed scored only on more episodes (fslab eval's 10,000 beside another's own 50) was read on its
+    most: the pool weighed it more, and it paired with nothing. Each run is now read on its first as many
+    episodes as every run reaches (the same episodes, to the bit), and the caption says which were cut."""
+    runs_dir = tmp_path / "runs"
+    base = make_run(runs_dir, 0.1, 0, {5: [0.5, 0.5, 1.0, 1.0]})
+    more = make_run(runs_dir, 0.1, 1, {})
+    save(more, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0])  # only ever scored on 6
+    other = make_run(runs_dir, 0.05, 0, {})
+    save(other, [1.0] * 10)
+    report = compare([base, more, other], shots=[5])
+    first, second = (g["results"]["5-shot"] for g in report["groups"])
+    assert (first["episodes"], first["episodes_per_run"], first["cut"]) == (8, 4, [more.id])
+    assert math.isclose(first["accuracy"], 0.625) and second["episodes"] == 4
+    assert report["episodes_per_run"] == {"5-shot": 4} and report["cut"] == sorted([more.id, other.id])
+    (pair,) = report["paired"]
+    assert pair["episodes"] == 4 and math.isclose(pair["difference"], 0.25)
+    assert caption(report).endswith(
+        f"over pooled episodes (each cell's count), each run read on its first 4 episodes, the most every run "
+        f"reaches (2 runs scored on more, so cut: {', '.join(sorted([more.id, other.id]))})")
+    shown = fslab_here("compare", base.id, more.id, other.id, "--shots", "5", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "each run read on its first 4 episodes, the most every run reaches (2 runs scored on more, so cut:" in (
+        " ".join(shown.stdout.split()))
+
+
 def test_runs_on_different_data_are_not_paired(tmp_path):
     runs = []
     for dataset in ("synthetic", "omniglot"):
@@ -552,7 +578,7 @@ def test_a_retrieval_evaluators_pooled_map_is_labelled_in_every_format(tmp_path,
     mean, ci = direct_ci([0.4, 0.5, 0.3, 0.6])
     got = dict(row["results"]["5-shot"])
     assert math.isclose(got.pop("accuracy"), mean) and math.isclose(got.pop("ci95"), ci)
-    assert got == {"episodes": 4, "runs": 2, "metric": "map"}
+    assert got == {"episodes": 4, "episodes_per_run": 2, "runs": 2, "metric": "map"}
     assert f"| mAP {100 * mean:.2f} ± {100 * ci:.2f} |" in render(report, "md")
     assert "mAP 45.00" in render(report, "latex")
     header, line = list(csv.reader(io.StringIO(render(report, "csv"))))
@@ -850,9 +876,10 @@ def test_runs_tested_on_more_episodes_are_seeds_of_their_group_not_a_group_of_th
                                  "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0}, scores)
     report = compare(list_runs(tmp_path / "runs"), shots=[5])
     assert [(g["group"], g["seeds"], g["results"]["5-shot"]["episodes"]) for g in report["groups"]] == [
-        ("train.lr=0.1", 3, 180), ("train.lr=0.05", 3, 180)]
+        ("train.lr=0.1", 3, 120), ("train.lr=0.05", 3, 120)]  # each seed on the first 40 all of them reach
+    assert report["cut"] and all(g["results"]["5-shot"]["cut"] for g in report["groups"])
     (paired,) = report["paired"]
-    assert paired["episodes"] == 180 and paired["difference"] == pytest.approx(-0.1)
+    assert paired["episodes"] == 120 and paired["difference"] == pytest.approx(-0.1)
     # a seed tested again on more episodes is a repeat of the same network: the newer one counts
     again = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": 0, "train": {"lr": 0.1},
                                                   "eval": {"test_episodes": 100}})
@@ -999,7 +1026,8 @@ def test_scores_of_a_checkpoint_the_run_trained_past_are_pooled_by_no_surface(tm
     report = compare([resumed, other], shots=[5])
     (group,) = report["groups"]
     assert group["seeds"] == 1 and group["results"]["5-shot"] == {
-        "accuracy": 0.5, "ci95": pytest.approx(direct_ci([0.25, 0.75])[1]), "episodes": 2, "runs": 1}
+        "accuracy": 0.5, "ci95": pytest.approx(direct_ci([0.25, 0.75])[1]), "episodes": 2, "episodes_per_run": 2,
+        "runs": 1}
     assert report["unscored"] == {resumed.id: "queued"}
     plotted = series_data([resumed, other], "train.lr", shots=[5])
     (line,) = plotted["panels"][0]["series"]

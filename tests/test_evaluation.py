@@ -10,7 +10,15 @@ import torch.nn.functional as F
 from fslab_plugins.methods.nca import centroid
 
 from fslab.core.errors import UsageError
-from fslab.training.evaluation import EPISODE_BLOCK, ci95, episode_scores, extract_features, sample_episodes
+from fslab.training.evaluation import (
+    EPISODE_BLOCK,
+    EPISODE_CHUNK,
+    ci95,
+    episode_scores,
+    episode_shapes,
+    extract_features,
+    sample_episodes,
+)
 
 
 def uneven_labels():
@@ -179,3 +187,50 @@ def test_evaluator_is_registered(registry):
     query = torch.tensor([[[4.0, 4.5], [0.5, -1.0]]])
     assert classify(support, query).tolist() == [[1, 0]]
     assert math.isclose(ci95([1.0])[0], 1.0)
+
+
+# (ways, shots, queries): the 1- and 5-shot tests of the papers, and other ways and queries
+PREFIX_SHAPES = [(5, 1, 15), (5, 5, 15), (3, 2, 4), (10, 5, 1)]
+
+
+@pytest.mark.parametrize("ways,shots,queries", PREFIX_SHAPES)
+def test_every_evaluators_first_n_scores_are_its_n_episode_scores(registry, ways, shots, queries):
+    """The fact comparisons rest on when they cut a longer evaluation to the count another run has: the first
+    N scores of an N'-episode evaluation are, to the bit, those of an N-episode one (the seeded stream draws
+    whole blocks, and an evaluator scores each episode alone, whatever the chunk it comes in), for every
+    feature evaluator, across a block's and a chunk's bounds."""
+    from fslab.training.evaluation import run_episodes
+
+    gen = torch.Generator().manual_seed(3)
+    labels = torch.arange(12).repeat_interleave(25)
+    features = torch.randn(len(labels), 16, generator=gen) + F.one_hot(labels, 16).float() * 0.5
+    from fslab.core.types import evaluator_traits
+
+    evaluators = {n: registry.create("evaluator", n) for n in registry.names("evaluator")}
+    evaluators = {n: e for n, e in evaluators.items() if not evaluator_traits(e).needs_model}
+    assert {"centroid", "knn", "soft", "sen", "ap", "retrieval-map"} <= set(evaluators)
+    for name, classify in evaluators.items():
+        for n, q in episode_shapes(classify, [shots], queries):
+            few, many = (run_episodes(classify, labels, ways, n, q, count, seed=11, features=features)
+                         for count in (EPISODE_CHUNK + 30, EPISODE_BLOCK + 70))
+            assert torch.equal(few, many[: EPISODE_CHUNK + 30]), (name, ways, n, q)
+
+
+def test_finetunes_first_n_scores_are_its_n_episode_scores(registry):
+    """finetune adapts a copy of the network on each episode, reset before the next: its first N scores
+    of N' episodes are its N-episode scores too (the count its 100-episode default is cut to)."""
+    from fslab.training.evaluation import run_episodes
+
+    torch.manual_seed(0)
+    labels = torch.arange(8).repeat_interleave(6)
+    images = torch.randint(0, 256, (len(labels), 1, 4, 4), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(5))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8))
+    finetune = registry.create("evaluator", "finetune")
+
+    def scores(count, ways=3, shots=2, queries=2):
+        return run_episodes(finetune, labels, ways, shots, queries, count, seed=2, model=model, images=images,
+                            to_input=lambda x: x.float() / 255)
+
+    assert torch.equal(scores(4), scores(7)[:4])
+    assert torch.equal(scores(3, ways=5, shots=3, queries=1), scores(6, ways=5, shots=3, queries=1)[:3])

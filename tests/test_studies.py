@@ -674,23 +674,25 @@ def test_a_cell_read_on_more_episodes_than_the_runs_own_test_says_so(registry, p
         "test-centroid-5way-5shot-15q-4ep-seed0-epoch1.json", "test-centroid-5way-5shot-15q-8ep-seed0-epoch1.json"]
 
 
-def test_a_cell_whose_runs_share_no_episode_count_says_so_with_the_count_that_gives_them_one(registry, project):
+def test_a_cell_whose_runs_share_no_episode_count_reads_each_on_the_count_all_reach(registry, project):
     """A seed scored only on fslab eval's default count (the 10,000 its earlier to_score command gave) beside one
-    scored on its own test's: the cell pooled each on its most, one seed outweighing the other, with nothing
-    said. The line under the title says so, with the fslab eval that gives them one count."""
+    scored on its own test's: the cell pooled each on its most, one seed outweighing the other. It reads each on
+    its first as many as every run reaches, one count, and the line under the title names the run cut."""
     quick = '[quick]\nseeds = 2\ndataset = "synthetic"\n[quick.set]\n"eval.test_episodes" = 4\n'
     (project / "study.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 2") + quick)
     queued = queue_study(find_study(registry, "study.toml"), "quick", settings=store(project), registry=registry)
     runs = [Run(project / "runs" / i) for i in sorted(queued.created)]
     finish(runs[0], {5: [0.9] * 4})
-    finish(runs[1], {5: [0.7] * 12})
-    said = ("the runs of 1 cell were scored on different episode counts and share none, so its mean reads each on its "
-            "most, one run weighing more than another: score them on one count (fslab eval RUN --episodes 4, the "
-            "runs' own eval.test_episodes)")
-    assert f"; {said}." in fslab_here("study", "report", "study.toml", cwd=project).stdout
-    finish(runs[1], {5: [0.7] * 4})  # as that fslab eval would
+    finish(runs[1], {5: [0.7] * 4 + [0.1] * 8})
+    said = ("the runs of 1 cell were scored on different episode counts, so its mean reads each on the 4 every run of "
+            f"the cell reaches, cutting 1 run scored on more to its first: {runs[1].id}")
     text = fslab_here("study", "report", "study.toml", cwd=project).stdout
-    assert "share none" not in text and "| 80.00 ± 6.93 (2/2 runs) |" in text
+    assert f"; {said}." in " ".join(text.split()) and "| 80.00 ± 6.93 (2/2 runs) |" in text
+    (row,) = json.loads(fslab_here("study", "report", "study.toml", "--format", "json", cwd=project).stdout)["rows"]
+    assert (row["measured"]["episodes"], row["measured"]["episodes_per_run"]) == (8, 4)
+    finish(runs[1], {5: [0.7] * 4})  # scored on the cell's count too: nothing cut
+    text = fslab_here("study", "report", "study.toml", cwd=project).stdout
+    assert "cutting" not in text and "| 80.00 ± 6.93 (2/2 runs) |" in text
 
 
 @pytest.mark.parametrize("change", [

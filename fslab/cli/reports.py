@@ -47,7 +47,7 @@ PrecisionOption = Annotated[str, typer.Option(
 EPISODES_HELP = ("Episodes per number of shots, at least 2 (default 10000, the protocol's, not the run's own "
                  "eval.test_episodes; 100 for the slow finetune evaluator). Scores of another count go beside the "
                  "run's own test scores, which fslab runs still shows; compare, plot and study report read each run "
-                 "on the most episodes all the runs they pool share.")
+                 "on its first N episodes, N the most every run they pool reaches.")
 
 
 @app.command("eval")
@@ -482,7 +482,8 @@ def compare_(
     wide: WideFlag = False,
 ) -> None:
     ("Group runs that differ only by seed; pooled accuracy ± 95% CI per group, and paired differences to the first "
-     "group with scores (runs scored on different data are neither pooled nor paired).\n\n"
+     "group with scores (runs scored on different data are neither pooled nor paired). Each run is read on its "
+     "first N episodes, N the most every run reaches; the title names the runs scored on more, so cut.\n\n"
      "A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr. "
      "--precision fp32 (bf16, fp16) compares the scores of the networks run in that precision, each run's own where "
      "it is its precision, else those fslab eval RUN --precision fp32 saved: fslab compare R1 R2 --precision fp32 "

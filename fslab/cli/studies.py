@@ -335,12 +335,13 @@ def report(
 
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
     pending: runs missing or unfinished, or completed without the cell's scores (the fslab eval that scores
-    each, on the episode count the cell's scored runs share, else the run's own eval.test_episodes, is named
+    each, on the episode count every scored run of the cell reaches, else the run's own eval.test_episodes, is named
     under the title and on stderr; json: to_score); not comparable: another scale or dataset
     than the paper's, settings the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose
     seeds were scored on different data (another root of a folder dataset, files changed on disk), which are
     never pooled into one mean. A cell read on more episodes than the runs' own eval.test_episodes (fslab
-    eval --episodes of every run), or whose runs share no count, says so under the title.
+    eval --episodes of every run), or whose runs were scored on different counts (each then read on its first
+    N, N the most every run of the cell reaches), says so under the title.
     A cell whose runs another place of the study shares (places alike in every setting are one run) is
     marked, "(2/2 runs) [1]", and the note under the table names those places (a sweep by its label, and name
     where two share one; csv: shared_note, shared_with; json: shared_note, shared_with, shared_notes).

@@ -48,8 +48,8 @@ from fslab.core.text import count, percent, queries_text
 EVALUATED_ELSEWHERE = ("eval.val_episodes", "eval.val_shots", "eval.before_training", "eval.final_val",
                        "eval.extra_ways")
 # The test's episode count: the first N episodes of the seeded stream are the same whatever the count
-# (fslab.training.evaluation draws whole blocks), and a comparison reads each run on the count all share
-# where they share one, so a run tested on more (a seed added at 10,000) is one more seed of its group.
+# (fslab.training.evaluation draws whole blocks), and a comparison reads each run on its first N, the most
+# every run reaches, so a run tested on more (a seed added at 10,000) is one more seed of its group.
 SCORED_ON_MORE = ("eval.test_episodes",)
 NOT_SETTINGS = {"seed", *IGNORED, *EVALUATED_ELSEWHERE, *SCORED_ON_MORE}
 FORMATS = ("table", "md", "latex", "csv", "json")
@@ -196,10 +196,19 @@ def episode_accuracies(run: Run, split: str, shots: int, ways: int, queries: int
                        episodes: int | None = None) -> dict | None:
     """The run's saved evaluation for this episode shape by ``evaluator`` (a
     label as :func:`fslab.core.events.evaluator_label` makes; default: the run's own evaluator):
-    latest checkpoint, then most episodes (or only those of ``episodes``)."""
-    found = [e for e in _evaluations(run, split, shots, ways, queries, evaluator, files)
-             if episodes is None or e["episodes"] == episodes]
-    return max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
+    latest checkpoint, then most episodes; with ``episodes``, the fewest of those that reach it, cut to its
+    first ``episodes`` scores where it has more (the first N episodes of a run's seeded stream are the same
+    whatever the count, and every evaluator scores each alone: an N'-episode evaluation's first N scores are
+    its N-episode ones), ``cut_from`` then saying how many it has."""
+    found = _evaluations(run, split, shots, ways, queries, evaluator, files)
+    if episodes is None:
+        return max(found, key=lambda e: (e["epoch"], e["episodes"]), default=None)
+    found = [e for e in found if e["episodes"] >= episodes]
+    chosen = min(found, key=lambda e: (-e["epoch"], e["episodes"]), default=None)
+    if chosen is None or chosen["episodes"] == episodes:
+        return chosen
+    return {**chosen, "accuracies": chosen["accuracies"][:episodes], "episodes": episodes,
+            "cut_from": chosen["episodes"]}
 
 
 def _evaluations(run, split, shots, ways, queries, evaluator, files) -> list[dict]:
@@ -222,20 +231,20 @@ def has_results(run: Run, split: str, shots: list[int], ways: int, queries: int,
 
 def shared_episodes(runs: list[Run], split: str, shots: int, ways: int, queries: int,
                     evaluator: str | None = None, files: RunFiles | None = None) -> int | None:
-    """The most episodes that every one of ``runs`` evaluated on (among those
-    with this evaluation), so that a run also scored on more (a later ``fslab
-    eval --episodes 10000``) weighs as much as the others and pairs with them;
-    None if they share no count (each then gives its most)."""
-    counts = [{e["episodes"] for e in _evaluations(r, split, shots, ways, queries, evaluator, files)} for r in runs]
-    common = set.intersection(*[c for c in counts if c] or [set()])
-    return max(common, default=None)
+    """The most episodes that every one of ``runs`` reaches (among those with this evaluation): the fewest
+    of each one's most, so that a run also scored on more (a later ``fslab eval --episodes 10000``) is read
+    on its first as many (:func:`episode_accuracies`), weighs as much as the others and pairs with them,
+    and no pool mixes counts; None where none has this evaluation."""
+    most = [max(e["episodes"] for e in found) for r in runs
+            if (found := _evaluations(r, split, shots, ways, queries, evaluator, files))]
+    return min(most, default=None)
 
 
 def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
            evaluator: str | None = None, files: RunFiles | None = None, episodes: int | None = None) -> dict | None:
     """One group's accuracy: the per-episode accuracies of all its runs pooled
     into mean ± 95% CI (None if no run has this evaluation saved), each run's
-    on ``episodes`` episodes (default: the most that all of them share)."""
+    on its first ``episodes`` episodes (default: the most that all of them reach, :func:`shared_episodes`)."""
     if episodes is None:
         episodes = shared_episodes(runs, split, shots, ways, queries, evaluator, files)
     evals = [episode_accuracies(r, split, shots, ways, queries, evaluator, files, episodes) for r in runs]
@@ -243,7 +252,12 @@ def pooled(runs: list[Run], split: str, shots: int, ways: int, queries: int,
     if not values:
         return None
     mean, ci = mean_ci(values)
-    result = {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": sum(1 for e in evals if e)}
+    read = [e for e in evals if e]
+    # episodes: the pooled total; episodes_per_run: what each run gave (one count: every run is read on it)
+    result = {"accuracy": mean, "ci95": ci, "episodes": len(values), "runs": len(read),
+              "episodes_per_run": max(e["episodes"] for e in read)}
+    if cut := [r.id for r, e in zip(runs, evals) if e and "cut_from" in e]:
+        result["cut"] = cut  # runs with more episodes saved, read on their first episodes_per_run
     metrics = {e.get("metric", "accuracy") for e in evals if e}  # one evaluator's: one metric
     if metrics != {"accuracy"}:  # a retrieval evaluator's mAP, kept under "accuracy" too: tables say which
         result["metric"] = "/".join(sorted(metrics))
@@ -275,7 +289,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     A run named twice counts once; a group whose runs were scored on different
     data is split by their data (``data_split`` lists those); of runs that repeat
     another's settings and seed, one counts (``repeated`` lists the others); every
-    run is read on the episode count all of them share, where they share one."""
+    run is read on its first as many episodes as every one reaches (``cut`` lists those scored on more)."""
     files = RunFiles(precision)
     runs = list({run.path: run for run in runs}.values())
     ways, queries = scored_shape(runs, split, shots, ways, queries, evaluator, files)
@@ -317,6 +331,9 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             "precision": precision, "groups": rows, "paired": paired,
             "unreadable": unreadable, "repeated": repeated, "data_split": data_split,
             "other_shapes": {run.id: shapes for run, shapes in elsewhere.items() if shapes},
+            # the episodes each run is read on, per shots; the runs with more saved, read on their first so many
+            "episodes_per_run": {f"{n}-shot": episodes[n] for n in shots if episodes[n] is not None},
+            "cut": sorted({i for row in rows for r in row["results"].values() for i in r.get("cut", [])}),
             # runs with no scores of any shape (queued, running, or ended before their test), with their state
             "unscored": {run.id: run.state() for run, shapes in elsewhere.items() if not shapes},
             "damaged": files.damaged(counted)}
@@ -406,7 +423,7 @@ def paired_differences(a: Group, b: Group, split, shots, ways, queries, evaluato
     ``--group-by`` pools other settings in a group, by those: :func:`_twin`), where
     both runs were scored on the same episodes: the same dataset (its root
     aside), the same data (:func:`same_data`) and the same count, seed and
-    episode stream version (``episodes`` episodes, default: the most both share),
+    episode stream version (``episodes`` episodes, default: the most both reach),
     and by the same metric (a retrieval evaluator's mAP less an accuracy measures nothing)."""
     files = files or RunFiles()
     grouped = tuple({**a.settings, **b.settings})  # what tells the groups apart; the rest pairs twins
@@ -656,7 +673,20 @@ def caption(report: dict) -> str:
     n = counts.pop() if len(counts) == 1 else None  # 20,000, as the cells write it where each says its own
     over = (f"{n:,} pooled episode{'' if n == 1 else 's'} per cell" if n is not None
             else "pooled episodes (each cell's count)")
+    over += cut_text(report)
     return f"{report['split']}, {report['ways']}-way, {queries_text(report['queries'])}, {by}mean ± 95% CI over {over}"
+
+
+def cut_text(report: dict) -> str:
+    """Where runs scored on more were cut to the count every run reaches (:func:`shared_episodes`), that
+    count and those runs, as the caption says them: ``, each run read on its first 4 episodes, the most every
+    run reaches (2 runs scored on more, so cut: ID, ID)``; empty where no run was cut."""
+    if not (cut := report.get("cut")):
+        return ""
+    per = set(report.get("episodes_per_run", {}).values())
+    first = f"its first {per.pop():,} episodes" if len(per) == 1 else "its first N episodes, N"
+    return (f", each run read on {first}, the most every run reaches ({count(len(cut), 'run')} scored on more, "
+            f"so cut: {', '.join(cut[:5])}{', ...' if len(cut) > 5 else ''})")
 
 
 def episode_counts(report: dict) -> set[int]:

@@ -220,8 +220,8 @@ def _point_rows(study: Study, sweep, place: dict, runs: list[Run], seeds: int, c
         # them as done, so only fslab eval finishes the cell (to_score)
         lacking = [r.id for r in completed if shots and not mixed
                    and not has_results(r, study.split, [shots], ways, queries, None, files)]
-        # the episodes the cell's scored runs share: what it read of each (more than the runs' own test drew where
-        # fslab eval scored them all on more), and what the fslab eval of each run lacking its scores repeats
+        # the episodes every scored run of the cell reaches: what it read of each (more than the runs' own test drew
+        # where fslab eval scored them all on more), and what the fslab eval of each run lacking its scores repeats
         counted = shared_episodes(completed, study.split, shots, ways, queries, None, files) if measured else None
         rows.append({
             "label": sweep.label, "sweep": sweep.name, "dataset": place["dataset"], "at": place["at"],
@@ -271,7 +271,7 @@ def scale_line(report: dict) -> str:
                  f"root), so those cells pool none of them (fslab compare of their runs gives each data its own mean)")
     if line := more_episodes_text(report["rows"]):
         text += f"; {line}"
-    if line := unshared_episodes_text(report["rows"]):
+    if line := cut_episodes_text(report["rows"]):
         text += f"; {line}"
     if shared := sum(1 for row in report["rows"] if row.get("shared_with")):
         text += (f"; {count(shared, 'cell')} {'shows' if shared == 1 else 'show'} runs another place of the study "
@@ -307,20 +307,22 @@ def more_episodes_text(rows: list[dict]) -> str | None:
             f"them; fslab runs shows the runs' own)")
 
 
-def unshared_episodes_text(rows: list[dict]) -> str | None:
-    """The cells whose scored runs share no episode count (one scored only on the 10,000 of fslab eval's default,
-    another on its own test's 50), so the pool reads each on its most and one run outweighs another, with the
-    count that gives them one, as the line under the title says it; None where there are none."""
-    unshared = [row for row in rows if row["measured"] and row["measured"]["runs"] > 1
-                and not row.get("scored_episodes")]
-    if not unshared:
+def cut_episodes_text(rows: list[dict]) -> str | None:
+    """The cells whose scored runs were scored on different episode counts (one on the 10,000 of fslab eval's
+    default, another on its own test's 50): each run is read on its first as many as every run of the cell
+    reaches (the first episodes of the seeded stream are the same whatever the count), so each weighs as
+    much, as the line under the title says it with the runs cut; None where there are none."""
+    cut = [row for row in rows if row["measured"] and row["measured"].get("cut")]
+    if not cut:
         return None
-    own = sorted({row["test_episodes"] for row in unshared if row.get("test_episodes")})
-    again = f"fslab eval RUN --episodes {own[0]}" if len(own) == 1 else "fslab eval RUN --episodes N"
-    one = len(unshared) == 1
-    return (f"the runs of {count(len(unshared), 'cell')} were scored on different episode counts and share none, so "
-            f"{'its' if one else 'their'} mean reads each on its most, one run weighing more than another: score "
-            f"them on one count ({again}, the runs' own eval.test_episodes)")
+    runs = [i for row in cut for i in row["measured"]["cut"]]
+    counts = ", ".join(f"{n:,}" for n in sorted({row["measured"]["episodes_per_run"] for row in cut}))
+    one = len(cut) == 1
+    its, each = ("its", "the cell") if one else ("their", "each")
+    their = "its" if len(runs) == 1 else "their"
+    return (f"the runs of {count(len(cut), 'cell')} were scored on different episode counts, so {its} mean reads "
+            f"each on the {counts} every run of {each} reaches, cutting {count(len(runs), 'run')} scored on more "
+            f"to {their} first: {', '.join(runs[:5])}{', ...' if len(runs) > 5 else ''}")
 
 
 def _precision_text(report: dict) -> str:
