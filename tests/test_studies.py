@@ -651,6 +651,26 @@ def test_the_fslab_eval_a_cell_names_scores_the_episodes_its_other_runs_were_sco
     assert (row["measured"]["episodes"], row["measured"]["accuracy_pct"], row["unscored_runs"]) == (24, 80.0, [])
 
 
+def test_the_fslab_eval_of_a_cell_none_scored_yet_asks_the_episodes_the_runs_own_test_drew(registry, project):
+    """With no run of a cell scored yet, the fslab eval named asked for the configuration's eval.test_episodes:
+    a finetune run's test in training draws at most finetune's 100 (a model-aware evaluator's default), so it
+    asked for 10,000 fine-tuned episodes, a hundred times the run's own. It asks for the count the run's log
+    says its test drew, and the configuration's where none was logged."""
+    quick = '[quick]\nseeds = 2\ndataset = "synthetic"\n[quick.set]\n"eval.test_episodes" = 10000\n'
+    (project / "study.toml").write_text(LOCAL_STUDY.replace("seeds = 3", "seeds = 2") + quick)
+    queued = queue_study(find_study(registry, "study.toml"), "quick", settings=store(project), registry=registry)
+    runs = [Run(project / "runs" / i) for i in sorted(queued.created)]
+    for run in runs:  # completed, evaluations/ left behind
+        run.write_status(state="completed", ended=time.time(), exit_code=0, pid=None)
+    # the first run's log keeps its test, of 100 episodes, as a model-aware evaluator's training test draws
+    run = runs[0]
+    with run.metrics_path.open("a") as log:
+        log.write(json.dumps({"event": "eval", "time": 1.0, "split": "test", "ways": 5, "shots": 5, "queries": 15,
+                              "episodes": 100, "evaluator": "centroid", "accuracy": 0.5, "ci95": 0.01}) + "\n")
+    data = json.loads(fslab_here("study", "report", "study.toml", "--format", "json", cwd=project).stdout)
+    assert data["to_score"] == [f"fslab eval {runs[0].id} --episodes 100", f"fslab eval {runs[1].id} --episodes 10000"]
+
+
 def test_a_cell_read_on_more_episodes_than_the_runs_own_test_says_so(registry, project):
     """fslab eval --episodes 8 of every run of a study tested on 4 made the cell read the 8-episode scores (as
     fslab compare reads the most every run shares), with nothing in the report to tell them from the runs' own

@@ -335,7 +335,8 @@ def report(
 
     reproduced: the published value lies inside fslab's CI widened by the published CI; not reproduced;
     pending: runs missing or unfinished, or completed without the cell's scores (the fslab eval that scores
-    each, on the episode count every scored run of the cell reaches, else the run's own eval.test_episodes, is named
+    each, on the episode count every scored run of the cell reaches, else the count the run's own test drew (at
+    most 100 for finetune), else its eval.test_episodes, is named
     under the title and on stderr; json: to_score); not comparable: another scale or dataset
     than the paper's, settings the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose
     seeds were scored on different data (another root of a folder dataset, files changed on disk), which are

@@ -26,6 +26,7 @@ from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
+from fslab.core.summary import read_summary
 from fslab.core.sweeps import is_run_id, sweep_records
 from fslab.core.text import count, percent
 from fslab.reports.compare import (
@@ -135,7 +136,7 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
     # the fslab eval that scores each completed run a cell lacks, of the cell's shape (one already said, the
     # runs --precision finds without any scores, aside)
     to_score = list(dict.fromkeys(score_command(run_id, row["ways"], study.split, precision, files.config(
-        Run(Path(runs_dir) / run_id)), row["scored_episodes"])
+        Run(Path(runs_dir) / run_id)), row["scored_episodes"] or own_test_episodes(Run(Path(runs_dir) / run_id)))
         for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "precision": precision, "scale": used_scale, "datasets": datasets,
@@ -150,7 +151,8 @@ def score_command(run_id: str, ways: int, split: str, precision: str | None, con
     """The ``fslab eval`` that scores a completed run's network as a cell of ``ways`` reads it: the run's own
     shape, evaluator and episodes' seed, ``--ways`` where the cell tests other ways than the run's own
     (``eval.extra_ways``), ``--split val`` for a study measured on the validation classes, and ``--episodes``
-    of the cell's count: ``episodes``, the count its scored runs share, else the run's own ``eval.test_episodes``
+    of the cell's count: ``episodes``, the count its scored runs reach, else the run's own test's
+    (:func:`own_test_episodes`), else its ``eval.test_episodes``
     (fslab eval's default, the protocol's 10,000, would pool 10,000 episodes of one seed with 50 of another at
     quick scale, one seed outweighing the rest)."""
     count = episodes or config.get("eval", {}).get("test_episodes")
@@ -159,6 +161,16 @@ def score_command(run_id: str, ways: int, split: str, precision: str | None, con
              *(["--episodes", str(count)] if count else []),
              *(["--precision", precision] if precision else [])]
     return " ".join(["fslab eval", run_id, *flags])
+
+
+def own_test_episodes(run: Run) -> int | None:
+    """The episodes the run's own test drew, as its log recorded them: a slow model-aware evaluator's test
+    in training runs at most its ``default_episodes`` (finetune: 100) whatever ``eval.test_episodes`` asks,
+    so the count the configuration says (10,000 at paper scale) would ask fslab eval for 100 times as many
+    fine-tuned episodes; None where no test was logged (:func:`score_command` then takes the configuration's)."""
+    counts = {value["episodes"] for value in read_summary(run.path, save=False).test.values()
+              if isinstance(value.get("episodes"), int)}
+    return min(counts, default=None)
 
 
 def to_score_line(report: dict) -> str | None:
