@@ -550,11 +550,11 @@ def test_report_precision_pools_the_scores_of_the_networks_run_in_it_as_compare_
     assert (row["measured"]["accuracy_pct"], row["measured"]["episodes"], row["scored"]) == (90.0, 8, 2)
     assert row["verdict"] == PENDING  # a seed without fp32 scores: no verdict on the others'
     assert fp32.stderr == (f"1 run without test scores of the network in fp32 (left out): {runs[2].id} (completed); "
-                           f"score it so with: fslab eval {runs[2].id} --precision fp32\n")
+                           f"score it so with: fslab eval {runs[2].id} --episodes 4 --precision fp32\n")
     md_text = report("--precision", "fp32").stdout
     assert (f"; scores of the network in fp32 (each run's own where it ran in fp32, else those fslab eval --precision "
             f"fp32 saved); 1 run without test scores of the network in fp32, so its cells stay pending (score it so "
-            f"with: fslab eval {runs[2].id} --precision fp32).") in md_text
+            f"with: fslab eval {runs[2].id} --episodes 4 --precision fp32).") in md_text
     assert "| 90.00 ± 0.00 (2/3 runs) | +0.00 | pending |" in md_text
     [line] = csv.DictReader(io.StringIO(report("--format", "csv", "--precision", "fp32").stdout))
     assert (line["precision"], line["scored_runs"]) == ("fp32", "2")
@@ -563,7 +563,7 @@ def test_report_precision_pools_the_scores_of_the_networks_run_in_it_as_compare_
     fp16 = report("--format", "json", "--precision", "fp16")  # no run has them: one line names all three
     assert fp16.stderr == (f"3 runs without test scores of the network in fp16 (left out): "
                            f"{', '.join(f'{i} (completed)' for i in sorted(run.id for run in runs))}; "
-                           f"score each so with: fslab eval RUN --precision fp16\n")
+                           f"score each so with: fslab eval RUN --episodes 2000 --precision fp16\n")
     bad = fslab_here("study", "report", "study.toml", "--precision", "fp64", cwd=project)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
     assert bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\"")

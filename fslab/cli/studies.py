@@ -352,8 +352,8 @@ def report(
     A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.
     --precision fp32 (bf16, fp16) pools the scores of the networks run in that precision, as fslab compare
     --precision reads them, and says so under the title (csv and json: precision); a completed run without
-    them is named on stderr (one line for all, as fslab compare says it) with the fslab eval RUN --precision fp32
-    that scores it, and its cells stay pending.
+    them is named on stderr (one line for all, as fslab compare says it) with the fslab eval RUN --episodes N
+    --precision fp32 that scores it on its cells' count, and its cells stay pending.
     """
     from fslab.core.errors import FslabError
     from fslab.reports.compare import unscored_line

@@ -546,16 +546,24 @@ def unscored_line(report: dict) -> str | None:
     with its state, as every surface names them; None where there are none."""
     if (unscored := report.get("unscored")) and (precision := report.get("precision")):  # compare --precision
         return (f"{count(len(unscored), 'run')} without {report['split']} scores of the network in {precision} "
-                f"(left out): {unscored_text(unscored)}; {score_in(list(unscored), precision)}")
+                f"(left out): {unscored_text(unscored)}; "
+                f"{score_in(list(unscored), precision, report.get('unscored_commands'))}")
     if unscored:
         return f"{count(len(unscored), 'run')} without {report['split']} scores (left out): {unscored_text(unscored)}"
     return None
 
 
-def score_in(run_ids: list[str], precision: str) -> str:
+def score_in(run_ids: list[str], precision: str, commands: dict[str, str] | None = None) -> str:
     """How runs without scores of the network in ``precision`` get them, as compare and plot say it:
-    ``score it so with: fslab eval ID --precision fp32`` (``each`` and ``RUN`` for several)."""
+    ``score it so with: fslab eval ID --precision fp32`` (``each`` and ``RUN`` for several); with
+    ``commands`` (run id -> its fslab eval, as study report names them, of its cell's episodes), those, one
+    with ``RUN`` where they differ only by the run."""
     one = len(run_ids) == 1
+    if commands and all(i in commands for i in run_ids):
+        said = list(dict.fromkeys(commands[i] for i in run_ids))
+        alike = {commands[i].replace(f" {i}", " RUN", 1) for i in run_ids}  # several alike but for the id: one
+        said = list(alike) if len(run_ids) > 1 and len(alike) == 1 else said
+        return f"score {'it' if one else 'each'} so with: {'; '.join(said[:3])}{'; ...' if len(said) > 3 else ''}"
     return f"score {'it' if one else 'each'} so with: fslab eval {run_ids[0] if one else 'RUN'} --precision {precision}"
 
 

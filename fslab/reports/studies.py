@@ -138,9 +138,11 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
     to_score = list(dict.fromkeys(score_command(run_id, row["ways"], study.split, precision, files.config(
         Run(Path(runs_dir) / run_id)), row["scored_episodes"] or own_test_episodes(Run(Path(runs_dir) / run_id)))
         for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
+    unscored_commands = {run_id: unscored_command(Run(Path(runs_dir) / run_id), rows, study.split, precision, files)
+                         for run_id in unscored}
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "precision": precision, "scale": used_scale, "datasets": datasets,
-            "changed": changed, "project": project, "unscored": unscored,
+            "changed": changed, "project": project, "unscored": unscored, "unscored_commands": unscored_commands,
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
             "stopped": stopped, "missing": missing, "to_score": to_score, "rows": rows, "shared_notes": notes,
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
@@ -161,6 +163,18 @@ def score_command(run_id: str, ways: int, split: str, precision: str | None, con
              *(["--episodes", str(count)] if count else []),
              *(["--precision", precision] if precision else [])]
     return " ".join(["fslab eval", run_id, *flags])
+
+
+def unscored_command(run: Run, rows: list[dict], split: str, precision: str, files: RunFiles) -> str:
+    """The fslab eval that scores a run with no scores in ``precision`` at all: its own shape, on the episodes
+    of its cells at its own ways (the most their scored runs reach: a cell of fewer reads the first), else
+    its own test's, as :func:`score_command` names them (fslab eval's default, 10,000, would outweigh the
+    cell's other seeds)."""
+    config = files.config(run)
+    ways = config.get("eval", {}).get("ways", 5)
+    cells = [row["scored_episodes"] for row in rows if run.id in row["run_ids"] and row["ways"] == ways]
+    episodes = max((n for n in cells if n), default=None) or own_test_episodes(run)
+    return score_command(run.id, ways, split, precision, config, episodes)
 
 
 def own_test_episodes(run: Run) -> int | None:
@@ -346,7 +360,8 @@ def _precision_text(report: dict) -> str:
     if unscored:
         one = len(unscored) == 1
         text += (f"; {count(len(unscored), 'run')} without {report['split']} scores of the network in {precision}, "
-                 f"so {'its' if one else 'their'} cells stay pending ({score_in(list(unscored), precision)})")
+                 f"so {'its' if one else 'their'} cells stay pending "
+                 f"({score_in(list(unscored), precision, report.get('unscored_commands'))})")
     return text
 
 
