@@ -388,6 +388,27 @@ def test_a_point_of_runs_also_scored_on_more_episodes_is_read_as_compare_reads_i
     assert [(p["accuracy"], p["episodes"]) for p in alone] == [(pytest.approx(0.95), 10)]  # alone: its most
 
 
+def test_a_run_scored_only_on_more_episodes_is_read_on_its_first_as_many_as_every_run_reaches(tmp_path,
+                                                                                              builtin_plugins):
+    """A run scored only on 10 episodes beside one scored on 2 was drawn from its 10, its point weighing five
+    times as many episodes: it is read on its first 2, as fslab compare reads it, and stderr names it."""
+    from fslab.reports.plot import series_data
+
+    short = make_run(tmp_path / "runs", 0, {5: [0.5, 1.0]}, loss={"name": "nca"}, batch_size=128)
+    long = make_run(tmp_path / "runs", 0, {}, loss={"name": "nca"}, batch_size=256)
+    long.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 10,
+                          "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.55, "ci95": 0.0},
+                         [1.0, 0.0] + [0.5] * 8)
+    data = series_data([short, long], "batch-size", shots=[5])
+    ((line,),) = [panel["series"] for panel in data["panels"]]
+    assert [(p["accuracy"], p["episodes"]) for p in line["points"]] == [(0.75, 2), (0.5, 2)]
+    assert data["cut"] == [long.id]
+    done = fslab_here("plot", "batch-size", short.id, long.id, "--shots", "5", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (f"1 run scored on more episodes than every run of its panel reaches, so read on its first as many, as "
+            f"fslab compare reads it: {long.id}") in " ".join(done.stderr.split())
+
+
 @pytest.mark.parametrize(("key", "xs", "numeric", "ticks"), [
     ("seed", [1, 2, 3], True, "whole"),  # was ticked at 1.25, 1.5, 1.75 ...
     ("train.epochs", [10, 20], True, "whole"),

@@ -602,6 +602,20 @@ def compare_lines(report: dict, evaluator: str | None) -> list[dict]:
     return groups + [{"type": "paired", **where, **p} for p in report["paired"]]
 
 
+def _say_plot_left_out(data: dict) -> None:
+    """On stderr, so --json's output stays one object: the runs fslab plot left out, with why, and those it
+    read on their first episodes only (:func:`fslab.reports.plot.cut_line`)."""
+    from fslab.reports.plot import cut_line
+
+    for item in data["left_out"][:5]:
+        err_console.print(f"left out {shown(item['run'])}: {shown(item['why'])}", highlight=False)
+    if len(data["left_out"]) > 5:
+        err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
+                          highlight=False)
+    if line := cut_line(data):
+        err_console.print(shown(line), highlight=False)
+
+
 @app.command("plot")
 def plot_(
     x: Annotated[str, typer.Argument(
@@ -632,7 +646,8 @@ def plot_(
 
     A run that gives no point (no x, a repeat of another's settings and seed, no saved scores yet) is named on
     stderr with why; one scored only at other episode shapes, with the --ways/--queries that read its scores.
-    A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr.
+    A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr, as is a run
+    scored on more episodes than every run of its panel reaches, read on its first as many as compare reads it.
     --precision fp32 (bf16, fp16) plots the scores of the networks run in that precision, as fslab compare
     --precision reads them; a run without them is named with the fslab eval RUN --precision fp32 that scores it.
     """
@@ -646,11 +661,7 @@ def plot_(
     runs = select_runs(settings().runs_dir, refs, "plot")
     data = series_data(runs, x, series=config_keys(series, "--series"), split=split, shots=shot_list, ways=ways,
                        queries=queries, precision=None if precision == "auto" else precision)
-    for item in data["left_out"][:5]:  # on stderr, so --json's output stays one object
-        err_console.print(f"left out {shown(item['run'])}: {shown(item['why'])}", highlight=False)
-    if len(data["left_out"]) > 5:
-        err_console.print(f"left out {count(len(data['left_out']) - 5, 'more run')} (fslab plot --json lists them all)",
-                          highlight=False)
+    _say_plot_left_out(data)
     _say_data_split(data["data_split"], "line")
     say_damaged(data["damaged"])
     _say_empty_panels(data, (ways, queries))

@@ -143,6 +143,9 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
                                     unscored=no_scores_at_all(unscored, split, files), precision=precision))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "precision": precision, "panels": panels,
             "left_out": left_out,
+            # runs scored on more than the count every run of their panel reaches, read on their first so many
+            "cut": sorted({i for panel in panels for s in panel["series"] for p in s["points"]
+                           for i in p.get("cut", [])}),
             "data_split": data_split, "damaged": files.damaged(runs)}
     return {**data, "y": y_label(data)}
 
@@ -264,6 +267,17 @@ def x_order(value) -> tuple:
         return (0, ((0, value, ""),))
     pieces = _NUMBER.split(_category(value))  # text, number, text, ...: numbers at the odd places
     return (1, tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(pieces)))
+
+
+def cut_line(data: dict) -> str | None:
+    """The runs a figure read on fewer episodes than they were scored on (the most every run of the panel
+    reaches, their first so many), as fslab plot says them on stderr; None where none was cut."""
+    if not (cut := data.get("cut")):
+        return None
+    one = len(cut) == 1
+    return (f"{count(len(cut), 'run')} scored on more episodes than every run of {'its' if one else 'their'} panel "
+            f"reaches, so read on {'its' if one else 'their'} first as many, as fslab compare reads "
+            f"{'it' if one else 'them'}: {', '.join(cut[:5])}{', ...' if len(cut) > 5 else ''}")
 
 
 def y_label(data: dict) -> str:
