@@ -1209,6 +1209,27 @@ def test_compare_screen_names_a_damaged_saved_evaluation_as_fslab_compare_does(s
     drive(frozen_app(runs), body)
 
 
+def test_compare_screen_names_the_runs_read_on_their_first_episodes_as_fslab_compare_does(store):
+    """A run scored only on more episodes than another is read on its first as many as every run reaches;
+    fslab compare's title names it, and the screen's note, which pooled it the same, said nothing."""
+    runs, folders = store
+    save_episode_scores(folders["done0"], seed=0, episodes=20)
+    save_episode_scores(folders["done1"], seed=1, episodes=50)
+
+    async def body(app, pilot):
+        table = app.screen.table
+        for key in ("done0", "done1"):
+            table.cursor = table.ids.index(folders[key].name)
+            await pilot.press("space")
+        await pilot.press("c")
+        await settle(app, pilot)
+        note = " ".join(str(app.screen.query_one("#compare-note").render()).split())
+        assert (f"pooled over all episodes of a group's runs, each run read on its first 20 episodes, the most every "
+                f"run reaches (1 run scored on more, so cut: {folders['done1'].name})") in note
+
+    drive(frozen_app(runs), body)
+
+
 def test_new_run_like_a_run_whose_configuration_cannot_be_read_is_a_note_not_a_crash(store):
     """N on a run saved by a newer fslab raised NewerConfig out of the dashboard (a traceback)."""
     runs, folders = store

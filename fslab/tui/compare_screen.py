@@ -20,6 +20,7 @@ from fslab.core.text import count, percent, printable, queries_text
 from fslab.core.values import is_number
 from fslab.reports.compare import (
     compare,
+    cut_text,
     damaged_line,
     left_out_lines,
     metrics_name,
@@ -132,6 +133,7 @@ class CompareScreen(Screen):
             f"{count(len(self.run_ids), 'run')}, grouped as fslab compare groups them (every setting but the "
             f"seed and those that leave the test as it is); test accuracy on {report['ways']}-way episodes with "
             f"{queries_text(report['queries'])}, pooled over all episodes of a group's runs"
+            + printable(cut_text(report))  # runs scored on more, read on their first as many, as the title says
             + (f"; left out, deleted while open: {printable(', '.join(self.gone))}" if self.gone else "")
             # the runs left out, each reason as fslab compare says it (a repeat of a run's settings and seed
             # too, which the screen passed over without a word), and those without scores, with their state
