@@ -235,7 +235,7 @@ def _by_data(lines: dict, split: str, files: RunFiles, shape: tuple) -> dict:
 def _series(lines: dict, shown: list[str], split: str, shots: int, ways: int, queries: int,
             files: RunFiles) -> list[dict]:
     """One panel's lines: each labelled by the ``shown`` settings, its points pooled as compare pools,
-    every run read on the episode count all the panel's runs share, where they share one."""
+    every run read on its first N episodes, N the most every run of the panel reaches (:func:`shared_episodes`)."""
     everyone = [r for line in lines.values() for point in line["points"].values() for r in point["runs"]]
     episodes = shared_episodes(everyone, split, shots, ways, queries, files=files)
     drawn = []
