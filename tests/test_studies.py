@@ -1656,7 +1656,8 @@ def test_two_study_files_giving_one_name_are_named_with_what_to_do(builtin_plugi
     (mine / "studies" / "b.toml").write_text(LOCAL_STUDY)
     error = load_registry([mine]).failures[0].error
     assert error == (f"ConfigError: {mine / 'studies' / 'b.toml'}: name: 'my-paper' is also the name "
-                     f"{mine / 'studies' / 'a.toml'} gives; each study file needs a name of its own")
+                     f"{mine / 'studies' / 'a.toml'} gives; each study file needs a name of its own; raised by "
+                     f"register_studies() of {(mine / 'paper.py').resolve()} (a file of plugin_dirs in fslab.toml)")
     (mine / "studies" / "b.toml").write_text(LOCAL_STUDY.replace('"my-paper"', '"nca-table3"'))
     with pytest.raises(PluginError) as caught:
         load_registry([mine])
