@@ -217,8 +217,10 @@ def test_a_rule_built_with_wrong_arguments_fails_the_plugins_loading(builtin_plu
 
     plugin = ALLOWED_PLUGIN.replace("import at_least, hookimpl, one_of",
                                     "import at_least, between, hookimpl, listing, matching, one_of")
-    with pytest.raises(PluginError, match=message):
+    with pytest.raises(PluginError) as caught:
         _registry_of(plugin.replace(RULE_DECLARED, f"allowed={rules}"), tmp_path, monkeypatch)
+    words, _, raised_by = str(caught.value).partition("; raised by ")  # the hook and file that raised it
+    assert re.search(message, words) and raised_by.startswith("register_evaluators() of "), str(caught.value)
 
 
 def test_one_of_takes_numbers_too(builtin_plugins, tmp_path, monkeypatch):

@@ -139,20 +139,21 @@ def test_a_plugin_folders_file_that_fails_to_load_is_named_by_its_path(builtin_p
 def test_a_register_hook_that_raises_names_its_file_or_entry_point(builtin_plugins, tmp_path, monkeypatch):
     """A plugin that imported but whose register hook raised as it registered was named only 'local:NAME' or its
     bare entry point, where one that raised on import names its file or entry point: the hook and where it is."""
+    # fslab_raising: a package name of its own (the module stays imported; test_cli's fslab_late is another)
     hook = "from fslab.plugin import hookimpl\n\n@hookimpl\ndef register_losses(register):\n    raise KeyError('k')\n"
     folder = write_plugin(tmp_path / "mine", "late", hook)
     site = tmp_path / "site"
-    (site / "fslab_late").mkdir(parents=True)
-    (site / "fslab_late" / "__init__.py").write_text(hook)
-    (site / "fslab_late-0.1.0.dist-info").mkdir()
-    (site / "fslab_late-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-late\n"
+    (site / "fslab_raising").mkdir(parents=True)
+    (site / "fslab_raising" / "__init__.py").write_text(hook)
+    (site / "fslab_raising-0.1.0.dist-info").mkdir()
+    (site / "fslab_raising-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-raising\n"
                                                                    "Version: 0.1.0\n")
-    (site / "fslab_late-0.1.0.dist-info" / "entry_points.txt").write_text("[fslab]\nlate = fslab_late\n")
+    (site / "fslab_raising-0.1.0.dist-info" / "entry_points.txt").write_text("[fslab]\nlate = fslab_raising\n")
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "late"]))
     assert sorted(failure.line for failure in load_registry([folder]).failures) == [
         "fslab plugin 'late' failed to load: KeyError: 'k'; raised by register_losses() of the entry point "
-        "'late = \"fslab_late\"' of fslab-late 0.1.0 ([project.entry-points.fslab])",
+        "'late = \"fslab_raising\"' of fslab-raising 0.1.0 ([project.entry-points.fslab])",
         f"fslab plugin 'local:late' failed to load: KeyError: 'k'; raised by register_losses() of "
         f"{folder / 'late.py'} (a file of plugin_dirs in fslab.toml)"]
 
