@@ -1194,12 +1194,7 @@ def test_compare_screen_names_a_damaged_saved_evaluation_as_fslab_compare_does(s
     damaged.write_text(damaged.read_text().replace("0.", "NaN, 0.", 1).replace(", 0.", ", ", 1))
 
     async def body(app, pilot):
-        table = app.screen.table
-        for key in ("done0", "done1"):
-            table.cursor = table.ids.index(folders[key].name)
-            await pilot.press("space")
-        await pilot.press("c")
-        await settle(app, pilot)
+        await open_compare(app, pilot, folders, ("done0", "done1"))
         note = str(app.screen.query_one("#compare-note").render())
         assert "1 saved evaluation left out, damaged (" in note
         assert f"{folders['done1'].name}/evaluations/{name}" in note
@@ -1217,12 +1212,7 @@ def test_compare_screen_names_the_runs_read_on_their_first_episodes_as_fslab_com
     save_episode_scores(folders["done1"], seed=1, episodes=50)
 
     async def body(app, pilot):
-        table = app.screen.table
-        for key in ("done0", "done1"):
-            table.cursor = table.ids.index(folders[key].name)
-            await pilot.press("space")
-        await pilot.press("c")
-        await settle(app, pilot)
+        await open_compare(app, pilot, folders, ("done0", "done1"))
         note = " ".join(str(app.screen.query_one("#compare-note").render()).split())
         assert (f"pooled over all episodes of a group's runs, each run read on its first 20 episodes, the most every "
                 f"run reaches (1 run scored on more, so cut: {folders['done1'].name})") in note
