@@ -18,6 +18,7 @@ made by fslab) come oldest, by name.
 from __future__ import annotations
 
 import calendar
+import functools
 import heapq
 import math
 import time
@@ -31,6 +32,7 @@ STAMP = len("20260101-120000")
 _FIELDS = ((1, 9999), (1, 12), (1, 31), (0, 23), (0, 59), (0, 59))  # year, month, day, hour, minute, second
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a pure function of the text: a dashboard's re-sort asks it of every row
 def stamp_time(text: str) -> float | None:
     """The local time ``text`` (``YYYYmmdd-HHMMSS``, as ids begin) names, in seconds read as if it were UTC;
     None for text that is no stamp. A field past its range (a folder named by hand ``20260101-009999``)
