@@ -135,9 +135,8 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
     unscored = no_scores_at_all(completed, study.split, files) if precision else {}
     # the fslab eval that scores each completed run a cell lacks, of the cell's shape (one already said, the
     # runs --precision finds without any scores, aside)
-    to_score = list(dict.fromkeys(score_command(run_id, row["ways"], study.split, precision, files.config(
-        Run(Path(runs_dir) / run_id)), row["scored_episodes"] or own_test_episodes(Run(Path(runs_dir) / run_id)))
-        for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
+    to_score = list(dict.fromkeys(lacking_command(Run(Path(runs_dir) / run_id), row, study.split, precision, files)
+                                  for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
     unscored_commands = {run_id: unscored_command(Run(Path(runs_dir) / run_id), rows, study.split, precision, files)
                          for run_id in unscored}
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
@@ -163,6 +162,13 @@ def score_command(run_id: str, ways: int, split: str, precision: str | None, con
              *(["--episodes", str(count)] if count else []),
              *(["--precision", precision] if precision else [])]
     return " ".join(["fslab eval", run_id, *flags])
+
+
+def lacking_command(run: Run, row: dict, split: str, precision: str | None, files: RunFiles) -> str:
+    """The fslab eval that scores a completed run lacking cell ``row``'s scores: of the cell's ways, on the
+    episodes its scored runs reach, else the run's own test's (:func:`own_test_episodes`)."""
+    return score_command(run.id, row["ways"], split, precision, files.config(run),
+                         row["scored_episodes"] or own_test_episodes(run))
 
 
 def unscored_command(run: Run, rows: list[dict], split: str, precision: str, files: RunFiles) -> str:
