@@ -688,9 +688,14 @@ def _check_installed(config: dict, registry, run_id: str) -> None:
     for section in PLUGIN_SECTIONS:
         name = config[section]["name"]
         if (line := uninstalled(registry, run_id, section, name)) is not None:
-            option = "--dataset " if section == "dataset" else f"--set {section}.name="
             raise ConfigError(f"{line} to resume the run, or start a run like it with another: "
-                              f"fslab run --like {run_id} {option}NAME")
+                              f"fslab run --like {run_id} {choosing_option(section)}NAME")
+
+
+def choosing_option(section: str) -> str:
+    """How a command line chooses another plugin of ``section``, up to its name:
+    ``--dataset ``, ``--set loss.name=``."""
+    return "--dataset " if section == "dataset" else f"--set {section}.name="
 
 
 def uninstalled(registry, run_id: str, section: str, name: str) -> str | None:

@@ -71,7 +71,7 @@ def _check_installed(run_id: str, method: str, saved: dict, options: list[dict],
     ``saved`` that no option replaces, is registered by no installed plugin now: the registry's
     "Unknown method 'x'. Allowed: ..." read as if the command line had named it (said as
     :func:`fslab.core.config.uninstalled` says it for fslab resume and fslab eval)."""
-    from fslab.core.config import uninstalled
+    from fslab.core.config import choosing_option, uninstalled
     from fslab.core.keys import PLUGIN_SECTIONS
 
     if (line := uninstalled(registry, run_id, "method", method)) is not None:
@@ -80,9 +80,8 @@ def _check_installed(run_id: str, method: str, saved: dict, options: list[dict],
         name = saved[section].get("name") if isinstance(saved.get(section), dict) else None
         replaced = any(isinstance(layer.get(section), dict) and "name" in layer[section] for layer in options)
         if isinstance(name, str) and not replaced and (line := uninstalled(registry, run_id, section, name)):
-            option = "--dataset " if section == "dataset" else f"--set {section}.name="
             raise UsageError(f"{line} to start a run like it, or give it another: "
-                             f"{like_command(run_id)} {option}NAME")
+                             f"{like_command(run_id)} {choosing_option(section)}NAME")
 
 
 def like_command(run_id: str) -> str:
