@@ -3,6 +3,7 @@
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,18 @@ def write_plugin(folder, name, source):
     (folder / f"{name}.py").write_text(textwrap.dedent(source))
     return folder
 
+
+
+def installed_package(site: Path, package: str, entry_points: str, files: dict[str, str]) -> None:
+    """``package`` (its ``files``, by name) installed in ``site`` as a distribution of version 0.1.0 named as pip
+    names it (fslab_x: fslab-x), declaring ``entry_points`` (lines of its [fslab] group)."""
+    (site / package).mkdir(parents=True)
+    for name, text in files.items():
+        (site / package / name).write_text(text)
+    info = site / f"{package}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package.replace('_', '-')}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[fslab]\n{entry_points}")
 
 def test_builtins_register_every_kind_with_metadata(builtin_plugins):
     registry = load_registry()
@@ -143,12 +156,7 @@ def test_a_register_hook_that_raises_names_its_file_or_entry_point(builtin_plugi
     hook = "from fslab.plugin import hookimpl\n\n@hookimpl\ndef register_losses(register):\n    raise KeyError('k')\n"
     folder = write_plugin(tmp_path / "mine", "late", hook)
     site = tmp_path / "site"
-    (site / "fslab_raising").mkdir(parents=True)
-    (site / "fslab_raising" / "__init__.py").write_text(hook)
-    (site / "fslab_raising-0.1.0.dist-info").mkdir()
-    (site / "fslab_raising-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-raising\n"
-                                                                   "Version: 0.1.0\n")
-    (site / "fslab_raising-0.1.0.dist-info" / "entry_points.txt").write_text("[fslab]\nlate = fslab_raising\n")
+    installed_package(site, "fslab_raising", "late = fslab_raising\n", {"__init__.py": hook})
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "late"]))
     assert sorted(failure.line for failure in load_registry([folder]).failures) == [
@@ -169,12 +177,8 @@ def test_a_broken_entry_point_is_one_warning_a_process_naming_it_and_its_package
     from fslab.core.settings import load_settings
 
     site = tmp_path / "site"
-    (site / "fslab_bad").mkdir(parents=True)
-    (site / "fslab_bad" / "__init__.py").write_text("raise RuntimeError('half-written plugin')\n")
-    (site / "fslab_bad-0.1.0.dist-info").mkdir()
-    (site / "fslab_bad-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-bad\n"
-                                                                  "Version: 0.1.0\n")
-    (site / "fslab_bad-0.1.0.dist-info" / "entry_points.txt").write_text("[fslab]\nbad = fslab_bad\n")
+    installed_package(site, "fslab_bad", "bad = fslab_bad\n",
+                      {"__init__.py": "raise RuntimeError('half-written plugin')\n"})
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "bad"]))
     monkeypatch.setattr(fslab, "_warned", set())
@@ -200,13 +204,8 @@ def test_an_entry_point_naming_the_hook_function_not_its_module_fails_loading(bu
     on the function and found none, so the plugin loaded registering nothing, every command called its loss
     unknown without a word why, and its contract test said to implement the hook that was there."""
     site = tmp_path / "site"
-    (site / "fslab_mine").mkdir(parents=True)
-    (site / "fslab_mine" / "__init__.py").write_text(textwrap.dedent(LOCAL_LOSS))
-    (site / "fslab_mine-0.1.0.dist-info").mkdir()
-    (site / "fslab_mine-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fslab-mine\n"
-                                                                   "Version: 0.1.0\n")
-    (site / "fslab_mine-0.1.0.dist-info" / "entry_points.txt").write_text(
-        "[fslab]\nmine = fslab_mine:register_losses\nalso = fslab_mine:scaled\n")
+    installed_package(site, "fslab_mine", "mine = fslab_mine:register_losses\nalso = fslab_mine:scaled\n",
+                      {"__init__.py": textwrap.dedent(LOCAL_LOSS)})
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "mine", "also"]))
     registry = load_registry()
@@ -230,15 +229,9 @@ def test_an_entry_point_naming_a_module_without_hooks_fails_loading_naming_the_m
     fslab plugins listed none of its components and exited with 0, and every command called them unknown without
     a word why."""
     site = tmp_path / "site"
-    (site / "fslab_hookless").mkdir(parents=True)
-    (site / "fslab_hookless" / "__init__.py").write_text('"""The package."""\n')
-    (site / "fslab_hookless" / "loss.py").write_text(textwrap.dedent(LOCAL_LOSS))
-    (site / "fslab_hookless" / "helpers.py").write_text("def scale(x):\n    return 2 * x\n")
-    (site / "fslab_hookless-0.1.0.dist-info").mkdir()
-    (site / "fslab_hookless-0.1.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: fslab-hookless\nVersion: 0.1.0\n")
-    (site / "fslab_hookless-0.1.0.dist-info" / "entry_points.txt").write_text(
-        "[fslab]\nmine = fslab_hookless\nhelpers = fslab_hookless.helpers\n")
+    installed_package(site, "fslab_hookless", "mine = fslab_hookless\nhelpers = fslab_hookless.helpers\n",
+                      {"__init__.py": '"""The package."""\n', "loss.py": textwrap.dedent(LOCAL_LOSS),
+                       "helpers.py": "def scale(x):\n    return 2 * x\n"})
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("FSLAB_PLUGINS", ",".join([*builtin_plugins, "mine", "helpers"]))
     registry = load_registry()
