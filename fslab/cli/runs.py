@@ -552,9 +552,9 @@ def delete(
             raise UsageError(f"fslab delete asks before it deletes {count(len(present), 'run')} ({named}), and no one "
                              "can answer here (stdin is not a terminal); add --yes to delete "
                              f"{'it' if len(present) + len(damaged) == 1 else 'them'}")
-        err_console.print(f"Delete {count(len(present), 'run')} for good ({named})? [y/N] ", end="", highlight=False,
-                          markup=False)
-        try:
+        try:  # the question inside: a Ctrl-C just after it shows, before the read begins, is the same no
+            err_console.print(f"Delete {count(len(present), 'run')} for good ({named})? [y/N] ", end="",
+                              highlight=False, markup=False)
             answer = sys.stdin.readline()
         except KeyboardInterrupt:  # Ctrl-C at the question: on a line of its own, as a no
             err_console.print("\nnothing deleted", highlight=False)
