@@ -440,3 +440,41 @@ def test_a_claim_file_its_taker_never_wrote_is_stale_after_its_grace_and_taken_b
             f"runs/{run.id}/.claimed, names no taker (damaged, or left empty by one killed before it wrote it, taken "
             f"over once {UNWRITTEN_GRACE_S:g} s old): if no fslab command is starting the run, remove the file and "
             f"run fslab resume {run.id} again\n"), refused
+
+
+
+def test_fslab_queue_marks_a_run_whose_claim_file_is_damaged_and_fslab_stop_stops_it_at_once(tmp_path):
+    """A claim file whose line names no process (words, bytes that are no text) or that cannot be read held its
+    run for good: fslab queue listed it as waiting and said nothing, and fslab stop waited 10 s for a worker no
+    taker would start, then stopped it without a word on the file. One cut short to a pid names no host: a taker
+    this machine cannot tell gone."""
+    words, garbled, unreadable, cut = (queued(tmp_path, line) for line in ("x garbage\n", None, None, "41"))
+    (garbled.path / CLAIM_FILE).write_bytes(b"\xff\xfe\x00 9\n")
+    (unreadable.path / CLAIM_FILE).mkdir()  # open() fails, as for a file this user cannot read
+
+    def file(run) -> Path:
+        return Path("runs") / run.id / CLAIM_FILE
+
+    listed = fslab_here("queue", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stderr == "", listed
+    lines = {line.split()[1]: line for line in listed.stdout.splitlines() if line.startswith("run ")}
+    for run, what in [(words, "holds 'x garbage', which names no process"),
+                      (garbled, "holds '\ufffd\ufffd\\x00 9', which names no process"),
+                      (unreadable, "cannot be read (Is a directory)")]:
+        assert lines.pop(run.id) == (
+            f"run {run.id} will not start: its claim file {file(run)} {what} (damaged, by hand or on disk); if no "
+            f"fslab command is starting the run, remove the file and run fslab queue --start, or stop the run: "
+            f"fslab stop {run.id}")
+    assert lines == {cut.id: f"run {cut.id} waits, held by pid 41 on host ?, which this machine cannot tell gone: "
+                             f"if it is, remove {file(cut)} and run fslab queue --start"}
+    rows = [json.loads(line) for line in fslab_here("queue", "--json", cwd=tmp_path).stdout.splitlines()]
+    problems = {row["id"]: row["problem"] for row in rows if row["type"] == "run"}
+    assert set(problems) == {words.id, garbled.id, unreadable.id, cut.id} and all(problems.values()), problems
+    began = time.monotonic()
+    stopped = fslab_here("stop", words.id, cwd=tmp_path)
+    assert time.monotonic() - began < 5, "it waited for a worker that no taker would start"
+    assert stopped.returncode == 0 and stopped.stdout == f"{words.id}: killed\n", stopped
+    assert stopped.stderr.startswith(
+        f"run {words.id} was queued and its claim file {file(words)} holds 'x garbage', which names no process "
+        f"(damaged), so no scheduler would have started it; stopped at once\n"), stopped
+    assert words.id not in fslab_here("queue", cwd=tmp_path).stdout  # killed: no longer listed

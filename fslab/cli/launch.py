@@ -414,7 +414,7 @@ def stop(refs: Annotated[list[str], typer.Argument(
 def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
     """Stop one run (``fslab stop RUN``), said on stdout with its hint on stderr; how many were stopped (0: given
     twice, as an id and as a part of one)."""
-    from fslab.core.claims import stopped_submission_line
+    from fslab.core.claims import damaged_claim_line, stopped_submission_line
     from fslab.core.rerun import after_stop
     from fslab.execution.executor import stop as stop_run
 
@@ -424,12 +424,15 @@ def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
     claimed = run_.path.is_dir() and run_.claimed()
     holder = run_.stale_claim() if claimed else None
     submitted = run_.lost_submission() if claimed else None  # a SLURM job of it may be queued
+    damaged = run_.damaged_claim() if claimed else None  # no taker named: none to wait for
     state = stop_run(run_)
     if holder is not None:
         err_console.print(f"run {run_.id} was queued, held by {holder.describe()}, which is gone (killed before it "
                           f"started the run); stopped without waiting for it", highlight=False)
     elif submitted is not None and state == "killed":
         err_console.print(stopped_submission_line(run_.id, submitted), highlight=False)
+    elif damaged is not None and state == "killed":
+        err_console.print(shown(damaged_claim_line(run_.path, damaged, stopped=True)), highlight=False)
     console.print(f"{run_.id}: {state}", highlight=False)
     if state == "killed":  # a hint, on stderr: stdout stays the one line scripts read
         err_console.print(shown(after_stop(run_)), highlight=False)
@@ -439,13 +442,16 @@ def _stop_run(runs_dir, run_, *, seen: set[str]) -> int:
 def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
     """Stop a sweep's queued, then running, runs (``fslab stop SWEEP``), each said on stdout, then the command
     that goes on; how many were stopped. A sweep with none to stop is a UsageError."""
-    from fslab.core.claims import stopped_submission_line
+    from fslab.core.claims import damaged_claim_line, stopped_submission_line
+    from fslab.core.sweeps import sweep_runs
     from fslab.execution.executor import stop_sweep
 
     before = _sweep_record(runs_dir, ref)  # None: stop_sweep says why the sweep cannot be read
     freed = [(run_, holder) for run_, holder in _stale_claims(runs_dir, before) if run_.id not in seen]
     # held by a SLURM submission killed before it recorded the job: a job may be queued
     submitted = {run_.id: holder for run_, holder in _lost_submissions(runs_dir, before)}
+    damaged = {run_.id: what for run_ in (sweep_runs(runs_dir, before) if before is not None else [])
+               if run_.path.is_dir() and (what := run_.damaged_claim()) is not None}
     record, stopped = stop_sweep(runs_dir, ref, skip=seen)
     if not stopped:
         raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
@@ -457,6 +463,8 @@ def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
     for run_, state in stopped:
         if run_.id in submitted and state == "killed":
             err_console.print(stopped_submission_line(run_.id, submitted[run_.id]), highlight=False)
+        elif run_.id in damaged and state == "killed":
+            err_console.print(shown(damaged_claim_line(run_.path, damaged[run_.id], stopped=True)), highlight=False)
     again = record.get("again") if isinstance(record.get("again"), str) else (  # a study's: as it was run
         f"fslab study run {record['study']} --scale {record.get('scale', 'paper')}" if record.get("study")
         else f"fslab sweep resume {record['id']}")
@@ -840,7 +848,11 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
     A last line says when runs wait but no scheduler is alive to start them (it was killed, or its
     machine rebooted), with the command that starts one: fslab queue --start.
 
-    With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid) or
+    A queued run whose claim file (runs/ID/.claimed) is damaged, naming no process, never starts: a line
+    after the table says so, the file, and what to do (its "problem" with --json).
+
+    With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid, problem:
+    null unless the run will not start until a person acts, as that line says) or
     "slot" (slot, gpu, busy, problem; problem is null unless the slot's lock file cannot be opened, and busy
     is null then)."""
     from fslab.core.runstore import Run, short_ids, start_order
@@ -855,7 +867,8 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
         status = Run(project.runs_dir / summary.id).status()
         order[summary.id] = (summary.state == "queued", start_order(status, summary.id))  # running ones first
         rows.append({"type": "run", "id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
-                     "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid")})
+                     "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid"),
+                     "problem": _claim_problem(Run(project.runs_dir / summary.id), status)})
     rows.sort(key=lambda row: order[row["id"]])  # waiting runs in the order a scheduler starts them
     folder = project.runs_dir / ".slots"
     slots = [{"type": "slot", "slot": s.name, "gpu": s.gpu, **slot_state(folder, s)}
@@ -870,10 +883,27 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
     else:
         console.print("no runs queued or running", highlight=False)
     console.print("slots: " + ", ".join(f"{s['slot']} {SLOT_WORDS[s['busy']]}" for s in slots), highlight=False)
-    for problem in dict.fromkeys(s["problem"] for s in slots if s["problem"]):
+    for problem in [r["problem"] for r in rows if r["problem"]] + list(dict.fromkeys(s["problem"] for s in slots
+                                                                                  if s["problem"])):
         console.print(problem, highlight=False, markup=False)
     if not started:  # one just started may not hold its lock yet
         _say_if_no_scheduler(project.runs_dir)
+
+
+def _claim_problem(run, status: dict) -> str | None:
+    """Why a queued run ``fslab queue`` lists will not start unless a person acts: its claim file names no
+    taker (:meth:`fslab.core.runstore.Run.damaged_claim`), or a taker this machine cannot tell gone (another
+    host's, or a line cut short that names no host: :meth:`fslab.core.runstore.Run.held_elsewhere`); else None."""
+    from fslab.core.claims import CLAIM_FILE, damaged_claim_line
+
+    if status.get("state") != "queued":
+        return None
+    if (damaged := run.damaged_claim(status)) is not None:
+        return damaged_claim_line(run.path, damaged)
+    if (holder := run.held_elsewhere(status)) is not None:
+        return (f"run {run.id} waits, held by {holder.describe()}, which this machine cannot tell gone: if it is, "
+                f"remove {run.path / CLAIM_FILE} and run fslab queue --start")
+    return None
 
 
 def _waiting_here(runs_dir: Path) -> list:

@@ -22,8 +22,9 @@ A claim file that holds no line (empty, or NUL bytes only: its taker was killed 
 writing its line, a few system calls apart) names no holder to judge; it held its run for good, no scheduler
 taking it. It is stale once it has stayed so for :data:`UNWRITTEN_GRACE_S` on the clock that stamps the
 store's files (:func:`fslab.core.files.filesystem_now`, as :mod:`fslab.core.clocks` measures a heartbeat's
-age) while the run still waits. A damaged line (words, but no pid) is left to a person, as before: whose it
-was cannot be told.
+age) while the run still waits. A damaged line (words, but no pid), or a file that cannot be read, is left to
+a person (:func:`damaged_claim` says what is wrong): whose it was cannot be told. ``fslab queue`` marks its run,
+``fslab stop`` stops it at once.
 """
 
 from __future__ import annotations
@@ -83,6 +84,25 @@ def read_holder(run_dir: str | Path) -> Holder | None:
             return unwritten_holder(run_dir, fh.readline(), os.fstat(fh.fileno()).st_mtime)
     except OSError:
         return None
+
+
+def damaged_claim(run_dir: str | Path) -> str | None:
+    """What is wrong with the run's claim file where it names no taker and never will, so that no scheduler
+    takes its run and no taker can be judged gone: ``holds 'x garbage', which names no process`` (a line of
+    words and no pid: edited by hand, or damaged on disk) or ``cannot be read (...)``. None where there is no
+    claim file, its line names a pid, or it holds no line (its taker may be writing it; one left so for
+    :data:`UNWRITTEN_GRACE_S` is stale, :func:`unwritten_holder`)."""
+    try:
+        with open(os.path.join(os.fspath(run_dir), CLAIM_FILE), encoding="utf-8", errors="replace") as fh:
+            line = fh.readline(4096)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not line.strip(" \t\r\n\0") or parse_holder(line).pid is not None:
+        return None
+    words = line.strip(" \t\r\n\0")
+    return f"holds {(words if len(words) <= 40 else words[:40] + '...')!r}, which names no process"
 
 
 def unwritten_holder(run_dir: str | Path, line: str, written: float) -> Holder:
@@ -171,3 +191,16 @@ def stopped_submission_line(run_id: str, holder: Holder) -> str:
     return (f"run {run_id} was queued, held by the SLURM submission of {holder.describe()}, which was killed before "
             f"it recorded the job; stopped without waiting for it: if squeue --me --name fslab-{run_id} lists a job, "
             "scancel it (started, it would end at once, the run being stopped)")
+
+
+def damaged_claim_line(run_dir: str | Path, damaged: str, *, stopped: bool = False) -> str:
+    """What ``fslab queue`` says of a queued run whose claim names no taker and never will (``damaged``,
+    :func:`damaged_claim`): no scheduler starts it until the file is removed; ``stopped``: what ``fslab stop``
+    says of such a run, stopped at once (no taker will record a worker to wait for)."""
+    run_id, path = os.path.basename(os.fspath(run_dir)), os.path.join(os.fspath(run_dir), CLAIM_FILE)
+    if stopped:
+        return (f"run {run_id} was queued and its claim file {path} {damaged} (damaged), so no scheduler would "
+                f"have started it; stopped at once")
+    return (f"run {run_id} will not start: its claim file {path} {damaged} (damaged, by hand or on disk); if no "
+            f"fslab command is starting the run, remove the file and run fslab queue --start, or stop the run: "
+            f"fslab stop {run_id}")

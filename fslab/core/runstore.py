@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fslab.core.claims import CLAIM_FILE, Holder, holder_gone, holder_line, read_holder, take_stale
+from fslab.core.claims import CLAIM_FILE, Holder, damaged_claim, holder_gone, holder_line, read_holder, take_stale
 from fslab.core.clocks import on_writer_clock
 from fslab.core.creation import creation_key
 from fslab.core.creation import newest_first as by_creation
@@ -255,6 +255,13 @@ class Run:
         if holder is None or holder.slurm or holder.pid is None or holder.host == HOST:
             return None
         return holder if unstarted(self.status() if status is None else status) else None
+
+    def damaged_claim(self, status: dict | None = None) -> str | None:
+        """What is wrong with the claim of this queued, unstarted run where it names no taker and never will
+        (:func:`fslab.core.claims.damaged_claim`): no scheduler starts the run while the file is there."""
+        if not unstarted(self.status() if status is None else status):
+            return None
+        return damaged_claim(self.path)
 
     def lost_submission(self, status: dict | None = None, *, locked: bool | None = None) -> Holder | None:
         """The holder of this run's claim where it was taken to submit a SLURM job and the run still

@@ -264,9 +264,11 @@ def stop(run: Run, grace: float = 30.0) -> str:
     status = run.status()
     if status.get("slurm_job_id"):  # a SLURM job: cancel it; the job records the end
         return slurm_jobs.cancel(run, grace)
-    if not status.get("pid") and (run.claim() or run.lost_submission(status) is not None):
+    if not status.get("pid") and (run.claim() or run.lost_submission(status) is not None
+                                  or run.damaged_claim(status) is not None):
         # still waiting in the queue: claiming it means no scheduler will start it; a SLURM submission
-        # killed before recording its job holds it so, and the job, if one runs, ends on finding it killed.
+        # killed before recording its job holds it so, and the job, if one runs, ends on finding it killed;
+        # a claim file that names no taker (damaged) holds it for good, no taker to record a worker.
         # Written only if nothing started it meanwhile (that job, say): else its worker is stopped.
         stopped = run.write_status(unstarted, state="killed", ended=time.time(), error="stopped while queued")
         if stopped.get("state") == "killed":
