@@ -1300,6 +1300,8 @@ def test_a_run_whose_plugin_gives_the_wrong_thing_fails_naming_it(project, optio
     (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
     # TINY sizes the synthetic dataset, whose parameters another dataset does not take
     tiny = ["--backbone", "conv4", "--set", "backbone.hidden=8"] if "--dataset" in options else TINY
+    if "--dataset" in options:  # each takes a root, so reads files: its data root, data/NAME, must be a folder
+        (project / "data" / options[options.index("--dataset") + 1]).mkdir(parents=True)
     if "--backbone" in options:  # TINY's first four: --backbone conv4 --set backbone.hidden=8, conv4's parameter
         tiny = TINY[4:]
     # the CLI in this process (the worker is a process of its own still): the interpreter's start and torch's

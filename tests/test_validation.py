@@ -487,6 +487,45 @@ def test_a_plugin_that_raises_before_a_run_exists_is_one_line_naming_it(project,
     assert not (project / "runs").is_dir() or not any((project / "runs").glob("2*"))
 
 
+# A dataset that reads files (it takes a root) with no check_early: fslab does not build it before the run exists.
+LATE_DATASET = '''
+import os
+
+from fslab.plugin import hookimpl
+
+
+class OnDisk:
+    channels = 1
+
+    def __init__(self, root):
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"no such folder: {root}")
+
+
+@hookimpl
+def register_datasets(register):
+    register(OnDisk, name="ondisk", description="reads images from a folder")
+'''
+
+
+def test_a_missing_data_root_of_a_dataset_not_checked_early_is_refused_before_any_run_folder(project):
+    """--data-root naming nothing (or a file) for a dataset registered without check_early made the run's folder,
+    and the run failed in its worker with the plugin's FileNotFoundError (exit code 1)."""
+    (project / "mine").mkdir()
+    (project / "mine" / "late.py").write_text(LATE_DATASET)
+    (project / "fslab.toml").write_text("[project]\nplugin_dirs = ['mine']\n")
+    (project / "a-file").write_text("")
+    for root, what in (("missing", "does not exist"), ("a-file", "is not a folder")):
+        result = fslab_here("run", "nca", *SMALL, "--dataset", "ondisk", "--data-root", root, cwd=project)
+        assert result.returncode == 2 and result.stderr == (
+            f"error: dataset 'ondisk' reads its files from a folder, and its data root {project / root} {what}; "
+            f"give the folder with --data-root DIR or [data_roots] ondisk in fslab.toml\n"), result.stderr
+    assert not (project / "runs").exists()
+    swept = fslab_here("sweep", "nca", *SMALL, "--dataset", "ondisk", "--grid", "train.lr=0.1,0.2", cwd=project)
+    assert swept.returncode == 2 and f"its data root {project / 'data' / 'ondisk'} does not exist" in swept.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").glob("2*"))
+
+
 def test_a_device_in_capitals_or_called_gpu_gets_a_hint():
     """--device CPU and --device gpu listed the allowed words with no suggestion."""
     from fslab.core.config import RunConfig

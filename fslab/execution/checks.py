@@ -89,7 +89,21 @@ def check_dataset(config: dict, registry):
     component = registry.get("dataset", config["dataset"]["name"])
     if component.info.get("check_early") and not isinstance(component.target, str):
         return component.built(lambda: create_dataset(registry, config))
+    check_data_root(config["dataset"], registry)
     return None
+
+
+def check_data_root(dataset: dict, registry) -> None:
+    """The data root of a dataset that reads files (:meth:`fslab.core.registry.Registry.reads_files`) and is
+    not built here (no ``check_early``, or a lazy target): it must be a folder. One that is missing or a file
+    was found by the dataset's constructor in the worker, once the run's folder was made (exit code 1)."""
+    name, root = dataset["name"], dataset.get("root")
+    if not registry.reads_files(name) or (isinstance(root, str) and os.path.isdir(root)):
+        return
+    what = ("is not given" if not isinstance(root, str) or not root else
+            f"{root} does not exist" if not os.path.lexists(root) else f"{root} is not a folder")
+    raise UsageError(f"dataset '{name}' reads its files from a folder, and its data root {what}; give the folder "
+                     f"with --data-root DIR or [data_roots] {name} in fslab.toml")
 
 
 def dataset_sizes(config: dict, registry, seen: dict) -> dict[str, SplitSizes] | None:
