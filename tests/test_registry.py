@@ -1008,3 +1008,68 @@ def test_the_readme_python_api_example_runs_and_gives_what_its_comments_show(tmp
                             capture_output=True, text=True, check=True).stdout.splitlines()
     (line,) = [json.loads(line) for line in listed if json.loads(line)["name"] == "nca"]
     assert set(fslab.describe("loss", "nca")) == set(line)
+
+
+HALF_REGISTERED = """
+    from fslab.plugin import hookimpl
+
+
+    def first_loss(z, labels, support=None):
+        return z.sum() * 0
+
+
+    def second_loss(z, labels, support=None):
+        return z.sum() * 0
+
+
+    class Net:
+        out_dim = 8
+
+        def __init__(self, in_channels):
+            pass
+
+
+    @hookimpl
+    def register_losses(register):
+        register(first_loss, name="first", description="registered before its sampler hook raised")
+
+
+    @hookimpl
+    def register_samplers(register):
+        raise RuntimeError("the sampler's index is missing")
+
+
+    @hookimpl
+    def register_methods(register):  # called after the raise: what it would register is not wanted either
+        register({"loss": {"name": "first"}}, name="first-method", description="d")
+"""
+
+RAISES_MIDWAY = """
+    from fslab.plugin import hookimpl
+
+
+    def second_loss(z, labels, support=None):
+        return z.sum() * 0
+
+
+    @hookimpl
+    def register_losses(register):
+        register(second_loss, name="second", description="registered before the same hook raised")
+        raise ValueError("no third loss")
+"""
+
+
+def test_a_plugin_whose_register_hook_raises_registers_nothing(builtin_plugins, tmp_path):
+    """A plugin whose hook raised after it (or another of its hooks) had registered components was said to have
+    failed to load, yet those components stayed: listed by fslab plugins, and runs trained with them."""
+    folder = write_plugin(tmp_path / "local", "half", HALF_REGISTERED)
+    write_plugin(folder, "midway", RAISES_MIDWAY)
+    registry = load_registry([folder])
+    assert {f.plugin: f.error.split(";")[0] for f in registry.failures} == {
+        "local:half": "RuntimeError: the sampler's index is missing", "local:midway": "ValueError: no third loss"}
+    for kind, name in (("loss", "first"), ("loss", "second"), ("method", "first-method")):
+        assert name not in registry.names(kind), (kind, name)
+    with pytest.raises(UsageError, match=r"^Unknown loss 'first': plugin 'local:half', whose source names it, "
+                                         r"failed to load: RuntimeError: the sampler's index is missing"):
+        registry.get("loss", "first")
+    assert "nca" in registry.names("loss")  # the other plugins' components stay

@@ -236,6 +236,12 @@ class Registry:
             )
         self.components[component.kind][component.name] = component
 
+    def drop(self, plugin: str) -> None:
+        """Remove every component ``plugin`` registered: a plugin whose hook raised loads all or nothing, where
+        what it registered before the raise was listed and trained with, while it was said to have failed."""
+        for kind, components in self.components.items():
+            self.components[kind] = {name: c for name, c in components.items() if c.plugin != plugin}
+
     # -- queries -----------------------------------------------------------
     def get(self, kind: str, name: str) -> Component:
         check_kind(kind)
@@ -462,8 +468,11 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
     except pluggy.PluginValidationError as exc:
         raise PluginError(_unknown_hook(pm, exc)) from exc
 
+    failed: set[str] = set()  # plugins whose hook raised: each registers nothing, its later hooks not called
     for kind, hook_name in HOOKS.items():
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            if impl.plugin_name in failed:
+                continue
             version, origin = registry.plugins[impl.plugin_name]
             register = _register_callback(registry, kind, impl.plugin_name, version, origin)
             try:
@@ -471,6 +480,8 @@ def load_registry(plugin_dirs: Iterable[str | os.PathLike] = (), *, strict: bool
             except PluginError:
                 raise
             except (Exception, SystemExit) as exc:
+                failed.add(impl.plugin_name)
+                registry.drop(impl.plugin_name)  # what it registered before it raised (in this hook or another)
                 fail(impl.plugin_name, exc, register_error(impl.plugin_name, hook_name, origin, version, exc))
     return registry
 
