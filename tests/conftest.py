@@ -119,6 +119,17 @@ def project(tmp_path, builtin_plugins, monkeypatch):
 
 
 @pytest.fixture
+def torchrun_tmp(tmp_path, monkeypatch):
+    """A temporary folder under the test's tmp_path for the processes it starts (TMPDIR, which they inherit):
+    torchrun makes a torchelastic_* folder in the temporary folder for each run of several processes (--gpus N)
+    and never removes it, so the tests that start it left hundreds in /tmp."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    return folder
+
+
+@pytest.fixture
 def another_users(monkeypatch):
     """``another_users(path)``: from now on this process may not open the file at ``path`` to write, as
     where another user made it in a store a group shares (the suite runs as root here, who may write

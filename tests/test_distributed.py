@@ -18,6 +18,9 @@ import pytest
 
 from .runs_helpers import TINY, events, fslab, fslab_here, wait_for
 
+# Its runs of --gpus 2 start torchrun, whose torchelastic_* folder goes under each test's tmp_path, not /tmp.
+pytestmark = pytest.mark.usefixtures("torchrun_tmp")
+
 # (name, episodic): every case runs one step of its loss on a batch of 15 or 16 rows.
 CASES = [("nca", False), ("map-ssvm", False), ("supcon", False), ("classifier", False),
          ("protonet", True), ("lpn", True)]

@@ -317,6 +317,7 @@ def test_a_failed_job_of_a_fail_fast_sweep_cancels_the_jobs_still_queued(project
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_tmp")  # its torchrun's folder: under tmp_path
 def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(local_cluster):
     """--device cpu --gpus 2 as a job: the same steps as the same run started locally; USR2 to
     the job stops its ranks, and the requeued job resumes them from the checkpoint."""
@@ -348,6 +349,7 @@ def test_a_two_process_job_runs_torchrun_in_the_job_and_survives_preemption(loca
 # The two tests below were the end of the one above (73 s in all on a loaded 2-core machine): apart,
 # two test processes can share them out.
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_tmp")  # its torchrun's folder: under tmp_path
 def test_fslab_stop_passes_sigterm_through_a_two_process_job_to_torchrun(local_cluster):
     """fslab stop: the job passes SIGTERM on to torchrun, whose rank 0 records the stop."""
     from fslab.core.states import pid_alive
@@ -413,6 +415,7 @@ def test_sweep_resume_goes_where_the_runs_to_queue_again_last_ran(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_tmp")  # its torchrun's folder: under tmp_path
 def test_a_two_process_job_out_of_requeues_fails_as_a_one_process_job_does(local_cluster):
     """With max_requeues spent, submitit stops the job instead of requeuing it: the run failed
     with its reason, as a one-process job's does; it ended `killed`, 'stopped by SIGTERM', the

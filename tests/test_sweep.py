@@ -639,6 +639,7 @@ def test_a_slot_lock_that_cannot_be_opened_is_one_line_and_queues_nothing(projec
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_tmp")  # its torchrun's folders: under tmp_path
 def test_a_sweep_of_two_process_runs_gives_each_run_two_slots(project):
     """3 CPU slots and runs of 2 gloo processes: one run at a time, each holding two slots."""
     (project / "fslab.toml").write_text("[scheduler]\ngpus = []\ncpu_slots = 3\n")
