@@ -740,3 +740,19 @@ def test_runs_by_an_evaluator_they_have_only_other_parameters_of_names_those(tmp
                              "(--evaluator 'knn[k=3]')\n")
     assert CliRunner().invoke(app, ["runs", "--evaluator", "knn[k=3]"]).stderr == ""
     assert CliRunner().invoke(app, ["runs", "--evaluator", "centroid"]).stderr == ""  # none by another centroid
+
+
+@pytest.mark.slow
+def test_results_json_and_fslab_run_give_the_episodes_a_finetune_test_drew(tmp_path, builtin_plugins):
+    """A finetune run's test in training draws at most finetune's 100 episodes, whatever eval.test_episodes
+    asks; results.json recorded eval.test_episodes (150) as its episodes, and fslab run printed
+    'test 5-way 5-shot: ... (150 episodes)' beside the 100 fslab show and the saved scores name."""
+    done = fslab("run", "nca", *TINY, "--epochs", "1", "--set", "eval.test_episodes=150", "--set", "eval.shots=[5]",
+                 "--set", "eval.val_shots=5", "--set", "eval.val_episodes=2", "--set", "evaluator.name=finetune",
+                 "--set", "evaluator.epochs=1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (folder,) = (tmp_path / "runs").glob("2*")
+    results = json.loads((folder / "results.json").read_text())
+    (saved,) = (json.loads(p.read_text()) for p in (folder / "evaluations").glob("test-*.json"))
+    assert results["episodes"] == saved["episodes"] == 100
+    assert done.stdout.rstrip().splitlines()[-1].endswith("(100 episodes)")

@@ -412,9 +412,12 @@ class Trainer:
                                          features=features[name], data=data[name])
                 scores[name if ways == ecfg.ways else f"{name}_{ways}way"] = scores_by_shots(outcomes)
         self.checkpoints.wait()  # a completed run has its final checkpoint on disk
+        # episodes: those the test drew, not eval.test_episodes (a model-aware evaluator, finetune, draws at most
+        # its default_episodes in training: 100 where 10,000 were asked)
+        drawn = episode_count(self.parts.evaluator, ecfg.test_episodes, during_training=True)
         results = {"run": self.run.id, "method": cfg.method, "dataset": cfg.dataset["name"],
                    "backbone": cfg.backbone["name"], "ways": ecfg.ways, "queries": ecfg.queries,
-                   "episodes": ecfg.test_episodes, **scores, "best_val_accuracy": self.best_val,
+                   "episodes": drawn, **scores, "best_val_accuracy": self.best_val,
                    "epochs": cfg.train.epochs, "steps": self.step}
         atomic_write_json(self.run.path / "results.json", results)
         self.log.write("end", results=scores["test"])
