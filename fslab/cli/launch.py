@@ -764,7 +764,8 @@ def _refuse_a_run_for_a_sweep(runs_dir: Path, ref: str) -> None:
         names = [] if sweeps_named(runs_dir, ref) else matching_names(ref, run_names(runs_dir))
     if len(names) != 1:
         return
-    from fslab.core.rerun import like_command, stopped_when
+    from fslab.core.commands import like_command
+    from fslab.core.rerun import stopped_when
     from fslab.core.states import RESUMABLE
 
     run = Run(runs_dir / names[0])

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fslab.core.assignments import layer_of, shown, toml_value
+from fslab.core.commands import like_command
 from fslab.core.errors import ConfigError, UnknownName, UsageError, did_you_mean, plugin_call
 from fslab.core.keys import PLUGIN_SECTIONS, SECTION_KEYS, SINKS, dated, dotted, names_key
 from fslab.core.limits import (
@@ -689,7 +690,7 @@ def _check_installed(config: dict, registry, run_id: str) -> None:
         name = config[section]["name"]
         if (line := uninstalled(registry, run_id, section, name)) is not None:
             raise ConfigError(f"{line} to resume the run, or start a run like it with another: "
-                              f"fslab run --like {run_id} {choosing_option(section)}NAME")
+                              f"{like_command(run_id)} {choosing_option(section)}NAME")
 
 
 def choosing_option(section: str) -> str:

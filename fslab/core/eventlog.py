@@ -15,10 +15,10 @@ import json
 import os
 import time
 
+from fslab.core.commands import like_command
 from fslab.core.errors import FslabError
 from fslab.core.events import describe_event
 from fslab.core.files import atomic_write_text, loads, naming
-from fslab.core.rerun import like_command
 from fslab.core.runstore import Run
 from fslab.core.summary import SummaryFile
 

@@ -11,6 +11,7 @@ as ``fslab run``'s options go on top of the recipe.
 
 from __future__ import annotations
 
+from fslab.core.commands import like_command
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.runstore import Run
 
@@ -82,11 +83,6 @@ def _check_installed(run_id: str, method: str, saved: dict, options: list[dict],
         if isinstance(name, str) and not replaced and (line := uninstalled(registry, run_id, section, name)):
             raise UsageError(f"{line} to start a run like it, or give it another: "
                              f"{like_command(run_id)} {choosing_option(section)}NAME")
-
-
-def like_command(run_id: str) -> str:
-    """The command that starts a run with ``run_id``'s settings again."""
-    return f"fslab run --like {run_id}"
 
 
 def after_stop(run: Run) -> str:

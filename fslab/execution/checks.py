@@ -15,11 +15,12 @@ import shutil
 import sys
 
 from fslab.core.claims import CLAIM_FILE, UNWRITTEN_GRACE_S, lost_submission_line, read_holder
+from fslab.core.commands import like_command
 from fslab.core.errors import UsageError
 from fslab.core.keys import PLUGIN_SECTIONS
 from fslab.core.plugin_params import check_plugins
 from fslab.core.registry import create_dataset
-from fslab.core.rerun import check_checkpoint_whole, like_command, stopped_when
+from fslab.core.rerun import check_checkpoint_whole, stopped_when
 from fslab.core.runstore import Run, unstarted
 from fslab.core.settings import SlurmSettings
 from fslab.core.split_sizes import check_evaluation, check_training, read_split_sizes

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fslab.core.commands import like_command
 from fslab.core.config import check_saved, naming_the_file, resolve
 from fslab.core.errors import UsageError, interrupted_code
-from fslab.core.rerun import like_command
 from fslab.core.runstore import Run, create_run, unstarted
 from fslab.core.settings import SlurmSettings
 from fslab.core.states import LIVE, RESUMABLE, UNREADABLE, unknown_state

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from fslab.core.commands import like_command
 from fslab.core.config import RunConfig, run_config
 from fslab.core.errors import FslabError, UsageError, plugin_call
 from fslab.core.eventlog import EventLog
@@ -37,7 +38,7 @@ from fslab.core.events import recorded_evaluator
 from fslab.core.files import remove_orphaned_temporaries, written_whole
 from fslab.core.flocks import one_at_a_time
 from fslab.core.registry import Registry, load_registry
-from fslab.core.rerun import check_evaluable, like_command
+from fslab.core.rerun import check_evaluable
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.summary import recorded_precision

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fslab.core.commands import like_command
 from fslab.core.config import RunConfig, run_config, tested_ways
 from fslab.core.errors import FslabError, plugin_call
 from fslab.core.eventlog import EventLog, start_afresh, truncate_to_checkpoint
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import atomic_write_json
 from fslab.core.registry import load_registry
-from fslab.core.rerun import like_command
 from fslab.core.runstore import Run
 from fslab.core.settings import load_settings
 from fslab.core.types import Split
@@ -152,7 +152,7 @@ def nonfinite_tensor(modules: dict, among: set[str] | None = None) -> str | None
 def lower_rate(run_id: str, lr: float) -> str:
     """How a run that diverged goes on: anew at a lower rate, a tenth of ``lr`` for a start (``fslab resume``
     keeps the rate, and would diverge again where it did)."""
-    return f"start it again at a lower learning rate: fslab run --like {run_id} --lr {lr / 10:g}"
+    return f"start it again at a lower learning rate: {like_command(run_id)} --lr {lr / 10:g}"
 
 
 def nonfinite_loss(value: float, step: int, epoch: int, loss: dict, again: str, named: str) -> str:

@@ -206,8 +206,8 @@ class FslabApp(App):
     @work(thread=True, group="checks", exit_on_error=False)
     def check_resume_in_background(self, run_id: str) -> None:
         """What fslab resume refuses (running, completed, no checkpoint yet, one damaged), in its words."""
+        from fslab.core.commands import like_command
         from fslab.core.errors import UsageError
-        from fslab.core.rerun import like_command
         from fslab.execution.checks import check_resumable
         from fslab.execution.executor import scheduler_takes
         from fslab.execution.handover import LiveWorker

@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from fslab.core.assignments import assignments_layer, nest
+from fslab.core.commands import like_command
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run
@@ -93,7 +94,7 @@ class LaunchScreen(ModalScreen[None]):
         if self.like_run is None:
             return "New run (same as fslab run METHOD --detach)"
         return (f"New run like {self.like_run.id}: every setting as saved, the fields below on top "
-                f"(same as fslab run --like {self.like_run.id} --detach)")
+                f"(same as {like_command(self.like_run.id)} --detach)")
 
     def on_mount(self) -> None:
         for field in self.query(Input):

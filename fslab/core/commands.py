@@ -1,0 +1,9 @@
+"""The fslab command lines that messages suggest, each spelt in one place."""
+
+from __future__ import annotations
+
+
+def like_command(run_id: str) -> str:
+    """The command that starts a run with ``run_id``'s settings again (``fslab run --like``): what a run that
+    cannot go on, or a plugin it needs that is gone, is told to do."""
+    return f"fslab run --like {run_id}"
