@@ -1124,7 +1124,7 @@ def test_compare_precision_reads_the_scores_of_the_networks_run_in_it_and_names_
         assert (group["precision"], group["seeds"], got["episodes"]) == (precision, 2, 8)
         assert math.isclose(got["accuracy"], mean) and math.isclose(got["ci95"], ci)
         assert said == (f"1 run without test scores of the network in {precision} (left out): {left_out} "
-                        f"(completed); score it so with: fslab eval {left_out} --precision {precision}\n")
+                        f"(completed); score it so with: fslab eval {left_out} --episodes 4 --precision {precision}\n")
     table = fslab_here("compare", *ids, "--shots", "5", "--format", "md", "--precision", "fp32", cwd=tmp_path)
     assert table.stdout.startswith("test, 5-way, 15 queries, by centroid, network in fp32, mean ± 95% CI over 8 ")
     none = fslab_here("compare", *ids, "--shots", "5", "--precision", "fp16", cwd=tmp_path)
@@ -1153,7 +1153,37 @@ def test_plot_precision_draws_the_scores_of_the_networks_run_in_it_as_compare_re
     assert math.isclose(point["accuracy"], mean) and math.isclose(point["ci95"], ci) and point["episodes"] == 8
     assert data["precision"] == "fp32" and data["y"] == "accuracy (%), network in fp32, mean ± 95% CI"
     assert drawn.stderr == (f"left out {bf16.id}: it is completed and has no saved test accuracies of the network in "
-                            f"fp32 for 5-way 5-shot, 15 queries; score it so with: fslab eval {bf16.id} --precision "
-                            f"fp32\n")
+                            f"fp32 for 5-way 5-shot, 15 queries; score it so with: fslab eval {bf16.id} --episodes 4 "
+                            f"--precision fp32\n")
     none = fslab_here("plot", "train.lr", *ids, "--shots", "5", "--precision", "fp16", cwd=tmp_path)
     assert none.returncode == 2 and none.stderr.rstrip().endswith("fslab eval RUN --shots 5 --precision fp16")
+
+
+def test_the_eval_compare_and_plot_name_for_a_run_without_scores_in_a_precision_scores_it_as_the_rest_is_read(
+        tmp_path, builtin_plugins):
+    """fslab compare --precision and fslab plot --precision named a plain fslab eval ID --precision fp32 for a run
+    without scores of the network in fp32: fslab eval scores the run's own shape (here 10-way, 10 queries) on the
+    protocol's 10,000 episodes, so the scores it saved were left out again, or outweighed the runs read on 4. The
+    eval named now scores the shape the others are read at, on the episodes they are read on, as study report's."""
+    runs = tmp_path / "runs"
+    scored = [_scored_in(runs, seed, "fp32", {"fp32": [0.4, 0.6, 0.6, 0.8, 1.0][seed:seed + 4]}) for seed in (0, 1)]
+    other = create_run(runs, "nca", {"method": "nca", "seed": 2, "device": "cuda", "train": {"lr": 0.1, "epochs": 2},
+                                     "loss": {"name": "nca"}, "eval": {"ways": 10, "queries": 10,
+                                                                       "test_episodes": 10000}})
+    other.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "device": "cuda:0", "precision": "bf16",
+                                              "eval_precision": "bf16"}) + "\n")
+    other.write_status(state="completed")
+    ids = [*(r.id for r in scored), other.id]
+    wanted = f"score it so with: fslab eval {other.id} --ways 5 --queries 15 --episodes 4 --precision fp32\n"
+    compared = fslab_here("compare", *ids, "--shots", "5", "--ways", "5", "--queries", "15", "--precision", "fp32",
+                          cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stderr.endswith(f"{other.id} (completed); {wanted}")
+    drawn = fslab_here("plot", "train.lr", *ids, "--shots", "5", "--ways", "5", "--queries", "15", "--precision",
+                       "fp32", "--out", str(tmp_path / "lr.png"), cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert drawn.stderr.endswith(f"15 queries; {wanted}")
+    shots_10 = fslab_here("compare", *ids, "--shots", "5,10", "--ways", "5", "--queries", "15", "--precision",
+                          "fp32", cwd=tmp_path)
+    assert shots_10.stderr.endswith(f"fslab eval {other.id} --ways 5 --shots 5,10 --queries 15 --episodes 4 "
+                                    f"--precision fp32\n")

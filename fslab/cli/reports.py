@@ -487,7 +487,8 @@ def compare_(
      "A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr. "
      "--precision fp32 (bf16, fp16) compares the scores of the networks run in that precision, each run's own where "
      "it is its precision, else those fslab eval RUN --precision fp32 saved: fslab compare R1 R2 --precision fp32 "
-     "beside fslab compare R1 R2 checks what the precision changes.")
+     "beside fslab compare R1 R2 checks what the precision changes; a run without them is named with the fslab eval "
+     "that scores it on the episodes the others are read on (fslab eval RUN --episodes 50 --precision fp32).")
     from fslab.core.sweeps import select_runs
     from fslab.reports.compare import FORMATS, compare, render
 
@@ -649,7 +650,8 @@ def plot_(
     A saved evaluation that cannot be read (a score of NaN, say) is left out and named on stderr, as is a run
     scored on more episodes than every run of its panel reaches, read on its first as many as compare reads it.
     --precision fp32 (bf16, fp16) plots the scores of the networks run in that precision, as fslab compare
-    --precision reads them; a run without them is named with the fslab eval RUN --precision fp32 that scores it.
+    --precision reads them; a run without them is named with the fslab eval that scores it on the episodes
+    the others are read on (fslab eval RUN --episodes 50 --precision fp32).
     """
     from fslab.core.sweeps import select_runs
     from fslab.reports.plot import draw, parse_size, png_path, series_data

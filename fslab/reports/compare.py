@@ -39,6 +39,7 @@ from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
 from fslab.core.summary import older_checkpoint, read_summary, recorded_precision
 from fslab.core.text import count, percent, queries_text
+from fslab.reports.eval_commands import read_on_command
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -325,6 +326,11 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
     elsewhere = {r: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
                  if not scored(r)}
+    # runs with no scores of any shape (queued, running, or ended before their test), with their state; with a
+    # precision, the fslab eval that scores each on the shape and episodes the others are read on
+    unscored = [r for r, shapes in elsewhere.items() if not shapes]
+    commands = {r.id: read_on_command(r, files.config(r), split=split, shots=list(shots), ways=ways, queries=queries,
+                                      precision=precision, episodes=episodes.values()) for r in unscored if precision}
     # whose scores were read: the one asked for, or each run's own (md, latex and csv say which)
     evaluators = sorted({files.label(r, evaluator) for r in counted if scored(r)})
     return {"split": split, "ways": ways, "queries": queries, "shots": list(shots), "evaluators": evaluators,
@@ -334,8 +340,7 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             # the episodes each run is read on, per shots; the runs with more saved, read on their first so many
             "episodes_per_run": {f"{n}-shot": episodes[n] for n in shots if episodes[n] is not None},
             "cut": sorted({i for row in rows for r in row["results"].values() for i in r.get("cut", [])}),
-            # runs with no scores of any shape (queued, running, or ended before their test), with their state
-            "unscored": {run.id: run.state() for run, shapes in elsewhere.items() if not shapes},
+            "unscored": {run.id: run.state() for run in unscored}, "unscored_commands": commands,
             "damaged": files.damaged(counted)}
 
 

@@ -52,6 +52,7 @@ from fslab.reports.compare import (
     shared_episodes,
     split_by_data,
 )
+from fslab.reports.eval_commands import read_on_command
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
@@ -126,8 +127,13 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
 
     network = f" of the network in {precision}" if precision else ""
     what = f"{split} accuracies{network} for {ways}-way {','.join(map(str, shots))}-shot, {queries_text(queries)}"
+    def score_it(run: Run, kept: list[Run]) -> str:  # as the runs drawn are read: the episodes of their panels
+        episodes = [shared_episodes(kept, split, n, ways, queries, files=files) for n in shots]
+        return read_on_command(run, files.config(run), split=split, shots=list(shots), ways=ways, queries=queries,
+                               precision=precision, episodes=episodes)
+
     dropped, shapes, unscored = _keep_scored(lines, files, scored, lambda run: other_shapes(
-        run, split, shots, ways, queries, None, files), what)
+        run, split, shots, ways, queries, None, files), what, score_it)
     left_out += dropped
     # labelled by what differs among the lines drawn: a line whose runs are all left out tells nothing apart
     drawn = [line for line in lines.values() if any(point["runs"] for point in line["points"].values())]
@@ -150,13 +156,16 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     return {**data, "y": y_label(data)}
 
 
-def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str) -> tuple[list[dict], dict, list[Run]]:
+def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str,
+                 score_it) -> tuple[list[dict], dict, list[Run]]:
     """Each point's runs narrowed to one run per seed and settings (:func:`one_run_per_seed`) that has the
     scores drawn (``scored``). Returns the runs left out, each with why; of each run without these scores,
-    the episode shapes it has them at (``others``); and the runs without them at any shape."""
+    the episode shapes it has them at (``others``); and the runs without them at any shape. With a precision,
+    the why of a run without its scores names the fslab eval that scores it (``score_it(run, runs drawn)``)."""
     left_out: list[dict] = []
     shapes: dict[str, list[tuple[int, int]]] = {}  # of each run without these scores: those it has
     unscored: list[Run] = []  # the runs with no scores of any shape (the error names those never scored)
+    to_score: list[tuple[dict, Run, str]] = []  # said once every point's runs drawn are known (their episodes)
     for line in lines.values():
         for point in line["points"].values():
             runs_kept, repeats = one_run_per_seed(point["runs"], files, scored)
@@ -166,17 +175,24 @@ def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str) -> tup
                 shapes[r.id], state = others(r), r.state()
                 if not shapes[r.id]:
                     unscored.append(r)
-                have = (f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else
-                        f"; {score_in([r.id], files.precision)}" if files.precision else "")
-                if damaged := files.damaged([r]).get(r.id):  # not "evaluate it": its scores may be these
-                    have += f"; {count(len(damaged), 'saved evaluation')} of it cannot be read: {', '.join(damaged)}"
+                have = f"; it has them for {shapes_text(shapes[r.id])}" if shapes[r.id] else ""
+                damaged = files.damaged([r]).get(r.id)  # not "evaluate it": its scores may be these
+                after = (f"; {count(len(damaged), 'saved evaluation')} of it cannot be read: {', '.join(damaged)}"
+                         if damaged else "")
                 left_out.append({"run": r.id, "why": f"it is {state} and has no saved {what}{have}"})
+                if files.precision and not shapes[r.id]:
+                    to_score.append((left_out[-1], r, after))
+                else:
+                    left_out[-1]["why"] += after
             # sets: a point of a 1,000-run sweep compared each run with each, a second and more
             dropped = set(without)
             runs_kept = [r for r in runs_kept if r not in dropped]
             kept = set(runs_kept)
             point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in kept]
             point["runs"] = runs_kept
+    drawn = [r for line in lines.values() for point in line["points"].values() for r in point["runs"]]
+    for entry, r, after in to_score:
+        entry["why"] += f"; {score_in([r.id], files.precision, {r.id: score_it(r, drawn)})}{after}"
     return left_out, shapes, unscored
 
 

@@ -26,7 +26,6 @@ from fslab.core.runstore import Run
 from fslab.core.schemas import NUMBER, is_kind
 from fslab.core.states import RESUMABLE
 from fslab.core.studies import SCALES, Study
-from fslab.core.summary import read_summary
 from fslab.core.sweeps import is_run_id, sweep_records
 from fslab.core.text import count, percent
 from fslab.reports.compare import (
@@ -40,6 +39,7 @@ from fslab.reports.compare import (
     shared_episodes,
     tex,
 )
+from fslab.reports.eval_commands import own_test_episodes, score_command
 from fslab.reports.plot import measured_pair_fraction, x_order
 
 FORMATS = ("md", "latex", "csv", "json")
@@ -147,23 +147,6 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
 
 
-def score_command(run_id: str, ways: int, split: str, precision: str | None, config: dict,
-                  episodes: int | None = None) -> str:
-    """The ``fslab eval`` that scores a completed run's network as a cell of ``ways`` reads it: the run's own
-    shape, evaluator and episodes' seed, ``--ways`` where the cell tests other ways than the run's own
-    (``eval.extra_ways``), ``--split val`` for a study measured on the validation classes, and ``--episodes``
-    of the cell's count: ``episodes``, the count its scored runs reach, else the run's own test's
-    (:func:`own_test_episodes`), else its ``eval.test_episodes``
-    (fslab eval's default, the protocol's 10,000, would pool 10,000 episodes of one seed with 50 of another at
-    quick scale, one seed outweighing the rest)."""
-    count = episodes or config.get("eval", {}).get("test_episodes")
-    flags = [*(["--split", split] if split != "test" else []),
-             *(["--ways", str(ways)] if ways != config.get("eval", {}).get("ways", 5) else []),
-             *(["--episodes", str(count)] if count else []),
-             *(["--precision", precision] if precision else [])]
-    return " ".join(["fslab eval", run_id, *flags])
-
-
 def lacking_command(run: Run, row: dict, split: str, precision: str | None, files: RunFiles) -> str:
     """The fslab eval that scores a completed run lacking cell ``row``'s scores: of the cell's ways, on the
     episodes its scored runs reach, else the run's own test's (:func:`own_test_episodes`)."""
@@ -181,16 +164,6 @@ def unscored_command(run: Run, rows: list[dict], split: str, precision: str, fil
     cells = [row["scored_episodes"] for row in rows if run.id in row["run_ids"] and row["ways"] == ways]
     episodes = max((n for n in cells if n), default=None) or own_test_episodes(run)
     return score_command(run.id, ways, split, precision, config, episodes)
-
-
-def own_test_episodes(run: Run) -> int | None:
-    """The episodes the run's own test drew, as its log recorded them: a slow model-aware evaluator's test
-    in training runs at most its ``default_episodes`` (finetune: 100) whatever ``eval.test_episodes`` asks,
-    so the count the configuration says (10,000 at paper scale) would ask fslab eval for 100 times as many
-    fine-tuned episodes; None where no test was logged (:func:`score_command` then takes the configuration's)."""
-    counts = {value["episodes"] for value in read_summary(run.path, save=False).test.values()
-              if isinstance(value.get("episodes"), int)}
-    return min(counts, default=None)
 
 
 def to_score_line(report: dict) -> str | None:

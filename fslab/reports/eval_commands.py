@@ -1,0 +1,56 @@
+"""The ``fslab eval`` a report names for a run it could not read: of the shape the report reads, on the
+episode count the rest of it is read on, so that the scores it saves make the run comparable (fslab eval's
+own default, the protocol's 10,000, would outweigh runs tested on 50, and fewer would cut every other run
+to them). ``fslab compare --precision``, ``fslab plot --precision`` and ``fslab study report`` call it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fslab.core.runstore import Run
+from fslab.core.summary import read_summary
+
+EVAL_SHOTS = (1, 5)  # what fslab eval scores without --shots
+
+
+def score_command(run_id: str, ways: int, split: str, precision: str | None, config: dict,
+                  episodes: int | None = None, *, shots: Iterable[int] = EVAL_SHOTS,
+                  queries: int | None = None) -> str:
+    """The ``fslab eval`` that scores a completed run's network as a report reads it: the run's own
+    shape, evaluator and episodes' seed, ``--ways`` where the report reads other ways than the run's own
+    (a study's cell of ``eval.extra_ways``), ``--shots`` where it reads shots fslab eval's 1,5 lack,
+    ``--queries`` other than the run's own, ``--split val`` for a study measured on the validation classes,
+    and ``--episodes`` of the report's count: ``episodes``, the count its scored runs reach, else the run's
+    ``eval.test_episodes`` (fslab eval's default, the protocol's 10,000, would pool 10,000 episodes of one seed
+    with 50 of another at quick scale, one seed outweighing the rest)."""
+    own = config.get("eval", {})
+    count = episodes or own.get("test_episodes")
+    shots = list(shots)
+    flags = [*(["--split", split] if split != "test" else []),
+             *(["--ways", str(ways)] if ways != own.get("ways", 5) else []),
+             *(["--shots", ",".join(map(str, shots))] if not set(shots) <= set(EVAL_SHOTS) else []),
+             *(["--queries", str(queries)] if queries is not None and queries != own.get("queries", 15) else []),
+             *(["--episodes", str(count)] if count else []),
+             *(["--precision", precision] if precision else [])]
+    return " ".join(["fslab eval", run_id, *flags])
+
+
+def read_on_command(run: Run, config: dict, *, split: str, shots: list[int], ways: int, queries: int,
+                    precision: str | None, episodes: Iterable[int | None]) -> str:
+    """The ``fslab eval`` that scores a run a comparison left out (``fslab compare --precision``, ``fslab plot
+    --precision``) as the rest is read: its ``split``, ``shots``, ``ways`` and ``queries``, on the most of
+    ``episodes``, the count each of its shots is read on (a run scored on fewer would cut the others to
+    them), else on the episodes the run's own test drew (:func:`own_test_episodes`)."""
+    most = max((n for n in episodes if n), default=None)
+    return score_command(run.id, ways, split, precision, config, most or own_test_episodes(run), shots=shots,
+                         queries=queries)
+
+
+def own_test_episodes(run: Run) -> int | None:
+    """The episodes the run's own test drew, as its log recorded them: a slow model-aware evaluator's test
+    in training runs at most its ``default_episodes`` (finetune: 100) whatever ``eval.test_episodes`` asks,
+    so the count the configuration says (10,000 at paper scale) would ask fslab eval for 100 times as many
+    fine-tuned episodes; None where no test was logged (:func:`score_command` then takes the configuration's)."""
+    counts = {value["episodes"] for value in read_summary(run.path, save=False).test.values()
+              if isinstance(value.get("episodes"), int)}
+    return min(counts, default=None)
