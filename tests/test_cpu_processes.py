@@ -95,3 +95,18 @@ def test_the_cpu_way_a_gpu_refusal_suggests_is_one_the_cpu_check_takes(tmp_path)
     check_cpu_processes({"device": "cpu", "train": {"processes": allowed}}, None)  # what it suggests is taken
     with pytest.raises(UsageError):  # as what it suggested before was not
         check_cpu_processes({"device": "cpu", "train": {"processes": many}}, None)
+
+
+
+def test_gloo_processes_beyond_the_cpus_and_the_batch_are_told_the_tighter_bound(project):
+    """fslab run nca --device cpu --gpus 500 (a batch of 128 by default) said 'use a batch of at least 500 rows
+    or --gpus 128 at most', which the CPU check then refused on a 2-core machine: the CPUs' bound, here the
+    tighter, is said first, as README says it, so that what it suggests the batch takes."""
+    have = cpu_count()
+    most = max(have, 2)
+    result = fslab_here("run", "nca", *TINY, "--batch-size", str(2 * most + 2), "--device", "cpu", "--gpus",
+                        str(4 * most + 4), cwd=project)
+    cpus = f"{have} CPU{'s' if have != 1 else ''}"
+    assert (result.returncode, result.stderr) == (2, (
+        f"error: --device cpu --gpus {4 * most + 4} (train.processes) starts {4 * most + 4} gloo processes, more "
+        f"than the {cpus} this machine lets fslab use; use --gpus {most} or fewer\n"))

@@ -49,8 +49,7 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
         if slurm.cluster == "local":
             check_device(config, again)
         check_job_processes(config, slurm, again)
-    check_batch_split(config)
-    check_cpu_processes(config, slurm, again)
+    check_split_and_cpus(config, slurm, again)
     check_compile(config, slurm, again)
     try:
         sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
@@ -228,6 +227,27 @@ def cpu_processes_allowed() -> int:
     return max(cpu_count(), CPU_PROCESSES_ALWAYS)
 
 
+def check_split_and_cpus(config: dict, slurm: SlurmSettings | None, again: str | None = None) -> None:
+    """``--gpus N`` against the batch's rows (:func:`check_batch_split`) and, on the CPU, the CPUs
+    (:func:`check_cpu_processes`): the tighter bound said first, so that the ``--gpus`` it suggests the other
+    takes (``--device cpu --gpus 500`` and a batch of 128 on 2 CPUs was told ``--gpus 128 at most``, which the
+    CPU check then refused)."""
+    cpus, batch = (lambda: check_cpu_processes(config, slurm, again)), (lambda: check_batch_split(config))
+    cpus_tighter = config["device"] == "cpu" and config["train"]["batch_size"] > _cpus(slurm)[0]
+    for check in (cpus, batch) if cpus_tighter else (batch, cpus):
+        check()
+
+
+def _cpus(slurm: SlurmSettings | None) -> tuple[int, int, str]:
+    """The gloo processes a ``--device cpu`` run may start where it runs (one per CPU, 2 at least), the CPUs
+    there, and where that is: this machine, or a SLURM job of ``cpus_per_task``."""
+    if slurm is not None and slurm.cluster != "local":
+        have, where = slurm.cpus_per_task, "a SLURM job has (cpus_per_task)"
+    else:
+        have, where = cpu_count(), "this machine lets fslab use"
+    return max(have, CPU_PROCESSES_ALWAYS), have, where
+
+
 def check_cpu_processes(config: dict, slurm: SlurmSettings | None, again: str | None = None) -> None:
     """``--device cpu --gpus N`` starts N gloo processes: no more than the CPUs they run on (this machine's,
     or a SLURM job's ``cpus_per_task``), where 500 on a 2-core machine were started, each sharing a slice
@@ -235,12 +255,9 @@ def check_cpu_processes(config: dict, slurm: SlurmSettings | None, again: str | 
     processes = config["train"]["processes"]
     if processes == 1 or config["device"] != "cpu":
         return
-    if slurm is not None and slurm.cluster != "local":
-        have, where = slurm.cpus_per_task, "a SLURM job has (cpus_per_task)"
-        more = f", or give the job more: --slurm cpus_per_task={processes}"
-    else:
-        have, where, more = cpu_count(), "this machine lets fslab use", ""
-    most = max(have, CPU_PROCESSES_ALWAYS)
+    most, have, where = _cpus(slurm)
+    job = slurm is not None and slurm.cluster != "local"
+    more = f", or give the job more: --slurm cpus_per_task={processes}" if job else ""
     if processes > most:
         fix = f"use --gpus {most} or fewer" if again is None else f"start it again on fewer: {again} --gpus {most}"
         raise UsageError(f"--device cpu --gpus {processes} (train.processes) starts {processes} gloo processes, "
