@@ -1187,3 +1187,20 @@ def test_the_eval_compare_and_plot_name_for_a_run_without_scores_in_a_precision_
                           "fp32", cwd=tmp_path)
     assert shots_10.stderr.endswith(f"fslab eval {other.id} --ways 5 --shots 5,10 --queries 15 --episodes 4 "
                                     f"--precision fp32\n")
+
+
+def test_the_eval_compare_names_for_a_run_without_an_evaluators_scores_in_a_precision_is_by_that_evaluator(
+        tmp_path, builtin_plugins):
+    """fslab compare --evaluator knn[k=3] --precision fp32 named an fslab eval of the run's own evaluator for a run
+    without knn[k=3]'s fp32 scores: the scores it saved were centroid's, and the run was left out again."""
+    runs = tmp_path / "runs"
+    scored = _scored_in(runs, 0, "fp32", {})
+    scored.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 4,
+                            "evaluator": "knn[k=3]", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0},
+                           [0.25, 0.5, 0.5, 0.75])
+    other = _scored_in(runs, 1, "bf16", {"bf16": [0.6, 0.8, 0.8, 1.0]})
+    compared = fslab_here("compare", scored.id, other.id, "--shots", "5", "--evaluator", "knn[k=3]", "--precision",
+                          "fp32", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stderr.endswith(f"score it so with: fslab eval {other.id} --episodes 4 --precision fp32 "
+                                    f"--evaluator knn --set evaluator.k=3\n")

@@ -27,7 +27,6 @@ from fslab.core.config import outside_settings
 from fslab.core.errors import ConfigError, UsageError, unknown_format
 from fslab.core.events import (
     canonical_evaluator,
-    label_params,
     logged_evaluator,
     mean_ci,
     metric_label,
@@ -39,7 +38,7 @@ from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
 from fslab.core.summary import older_checkpoint, read_summary, recorded_precision
 from fslab.core.text import count, percent, queries_text
-from fslab.reports.eval_commands import read_on_command
+from fslab.reports.eval_commands import evaluator_flags, read_on_command
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -330,7 +329,8 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
     # precision, the fslab eval that scores each on the shape and episodes the others are read on
     unscored = [r for r, shapes in elsewhere.items() if not shapes]
     commands = {r.id: read_on_command(r, files.config(r), split=split, shots=list(shots), ways=ways, queries=queries,
-                                      precision=precision, episodes=episodes.values()) for r in unscored if precision}
+                                      precision=precision, episodes=episodes.values(), evaluator=evaluator)
+                for r in unscored if precision}
     # whose scores were read: the one asked for, or each run's own (md, latex and csv say which)
     evaluators = sorted({files.label(r, evaluator) for r in counted if scored(r)})
     return {"split": split, "ways": ways, "queries": queries, "shots": list(shots), "evaluators": evaluators,
@@ -596,13 +596,7 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
         f" --shots {shots}" if shots != "1,5" else "") + "".join(
         f" {option} {value}" for option, value in zip(("--ways", "--queries"), asked) if value is not None)
     run_eval += f" --precision {precision}" if precision else ""
-    if evaluator:  # knn[k=3] is evaluated by --evaluator knn --set evaluator.k=3
-        run_eval += f" --evaluator {evaluator.partition('[')[0]}"
-        params = label_params(evaluator)
-        toml = {"True": "true", "False": "false"}  # a label writes a bool as Python does, --set as TOML
-        run_eval += (" --set evaluator.KEY=VALUE for each parameter in its label" if params is None else
-                     "".join(" --set " + shlex.quote(f"evaluator.{key}={toml.get(value, value)}")
-                             for key, value in params))
+    run_eval += "".join(f" {flag}" for flag in evaluator_flags(evaluator))
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""
     if unscored:
         at_all = f"of the network in {precision}" if precision else "at all"

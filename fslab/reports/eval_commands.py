@@ -5,8 +5,10 @@ to them). ``fslab compare --precision``, ``fslab plot --precision`` and ``fslab 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
+from fslab.core.events import label_params
 from fslab.core.runstore import Run
 from fslab.core.summary import read_summary
 
@@ -15,14 +17,15 @@ EVAL_SHOTS = (1, 5)  # what fslab eval scores without --shots
 
 def score_command(run_id: str, ways: int, split: str, precision: str | None, config: dict,
                   episodes: int | None = None, *, shots: Iterable[int] = EVAL_SHOTS,
-                  queries: int | None = None) -> str:
+                  queries: int | None = None, evaluator: str | None = None) -> str:
     """The ``fslab eval`` that scores a completed run's network as a report reads it: the run's own
     shape, evaluator and episodes' seed, ``--ways`` where the report reads other ways than the run's own
     (a study's cell of ``eval.extra_ways``), ``--shots`` where it reads shots fslab eval's 1,5 lack,
     ``--queries`` other than the run's own, ``--split val`` for a study measured on the validation classes,
-    and ``--episodes`` of the report's count: ``episodes``, the count its scored runs reach, else the run's
-    ``eval.test_episodes`` (fslab eval's default, the protocol's 10,000, would pool 10,000 episodes of one seed
-    with 50 of another at quick scale, one seed outweighing the rest)."""
+    ``--evaluator`` with its parameters where the report reads another's scores than the run's own
+    (:func:`evaluator_flags`), and ``--episodes`` of the report's count: ``episodes``, the count its scored
+    runs reach, else the run's ``eval.test_episodes`` (fslab eval's default, the protocol's 10,000, would pool
+    10,000 episodes of one seed with 50 of another at quick scale, one seed outweighing the rest)."""
     own = config.get("eval", {})
     count = episodes or own.get("test_episodes")
     shots = list(shots)
@@ -31,19 +34,33 @@ def score_command(run_id: str, ways: int, split: str, precision: str | None, con
              *(["--shots", ",".join(map(str, shots))] if not set(shots) <= set(EVAL_SHOTS) else []),
              *(["--queries", str(queries)] if queries is not None and queries != own.get("queries", 15) else []),
              *(["--episodes", str(count)] if count else []),
-             *(["--precision", precision] if precision else [])]
+             *(["--precision", precision] if precision else []),
+             *evaluator_flags(evaluator)]
     return " ".join(["fslab eval", run_id, *flags])
 
 
+def evaluator_flags(evaluator: str | None) -> list[str]:
+    """How fslab eval is told to score by ``evaluator``, a label as reports read it: ``knn[k=3]`` is
+    ``--evaluator knn --set evaluator.k=3``; none for None (the run's own)."""
+    if not evaluator:
+        return []
+    params = label_params(evaluator)
+    toml = {"True": "true", "False": "false"}  # a label writes a bool as Python does, --set as TOML
+    return [f"--evaluator {evaluator.partition('[')[0]}",
+            *(["--set evaluator.KEY=VALUE for each parameter in its label"] if params is None else
+              ["--set " + shlex.quote(f"evaluator.{key}={toml.get(value, value)}") for key, value in params])]
+
+
 def read_on_command(run: Run, config: dict, *, split: str, shots: list[int], ways: int, queries: int,
-                    precision: str | None, episodes: Iterable[int | None]) -> str:
+                    precision: str | None, episodes: Iterable[int | None], evaluator: str | None = None) -> str:
     """The ``fslab eval`` that scores a run a comparison left out (``fslab compare --precision``, ``fslab plot
     --precision``) as the rest is read: its ``split``, ``shots``, ``ways`` and ``queries``, on the most of
     ``episodes``, the count each of its shots is read on (a run scored on fewer would cut the others to
-    them), else on the episodes the run's own test drew (:func:`own_test_episodes`)."""
+    them), else on the episodes the run's own test drew (:func:`own_test_episodes`); by ``evaluator`` where the
+    comparison reads its scores (``--evaluator``)."""
     most = max((n for n in episodes if n), default=None)
     return score_command(run.id, ways, split, precision, config, most or own_test_episodes(run), shots=shots,
-                         queries=queries)
+                         queries=queries, evaluator=evaluator)
 
 
 def own_test_episodes(run: Run) -> int | None:
