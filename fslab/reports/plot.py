@@ -127,13 +127,14 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
 
     network = f" of the network in {precision}" if precision else ""
     what = f"{split} accuracies{network} for {ways}-way {','.join(map(str, shots))}-shot, {queries_text(queries)}"
-    def score_it(run: Run, kept: list[Run]) -> str:  # as the runs drawn are read: the episodes of their panels
-        episodes = [shared_episodes(kept, split, n, ways, queries, files=files) for n in shots]
-        return read_on_command(run, files.config(run), split=split, shots=list(shots), ways=ways, queries=queries,
-                               precision=precision, episodes=episodes)
+
+    def scoring(drawn: list[Run]):  # the fslab eval of a run left out, on the episodes each panel reads ``drawn`` on
+        episodes = [shared_episodes(drawn, split, n, ways, queries, files=files) for n in shots]
+        return lambda run: read_on_command(run, files.config(run), split=split, shots=list(shots), ways=ways,
+                                           queries=queries, precision=precision, episodes=episodes)
 
     dropped, shapes, unscored = _keep_scored(lines, files, scored, lambda run: other_shapes(
-        run, split, shots, ways, queries, None, files), what, score_it)
+        run, split, shots, ways, queries, None, files), what, scoring)
     left_out += dropped
     # labelled by what differs among the lines drawn: a line whose runs are all left out tells nothing apart
     drawn = [line for line in lines.values() if any(point["runs"] for point in line["points"].values())]
@@ -157,11 +158,11 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
 
 
 def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str,
-                 score_it) -> tuple[list[dict], dict, list[Run]]:
+                 scoring) -> tuple[list[dict], dict, list[Run]]:
     """Each point's runs narrowed to one run per seed and settings (:func:`one_run_per_seed`) that has the
     scores drawn (``scored``). Returns the runs left out, each with why; of each run without these scores,
     the episode shapes it has them at (``others``); and the runs without them at any shape. With a precision,
-    the why of a run without its scores names the fslab eval that scores it (``score_it(run, runs drawn)``)."""
+    the why of a run without its scores names the fslab eval that scores it (``scoring(runs drawn)(run)``)."""
     left_out: list[dict] = []
     shapes: dict[str, list[tuple[int, int]]] = {}  # of each run without these scores: those it has
     unscored: list[Run] = []  # the runs with no scores of any shape (the error names those never scored)
@@ -190,9 +191,10 @@ def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str,
             kept = set(runs_kept)
             point["x"] = [v for v, r in zip(point["x"], point["runs"]) if r in kept]
             point["runs"] = runs_kept
-    drawn = [r for line in lines.values() for point in line["points"].values() for r in point["runs"]]
-    for entry, r, after in to_score:
-        entry["why"] += f"; {score_in([r.id], files.precision, {r.id: score_it(r, drawn)})}{after}"
+    if to_score:
+        command = scoring([r for line in lines.values() for point in line["points"].values() for r in point["runs"]])
+        for entry, r, after in to_score:
+            entry["why"] += f"; {score_in([r.id], files.precision, {r.id: command(r)})}{after}"
     return left_out, shapes, unscored
 
 
