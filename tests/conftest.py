@@ -121,8 +121,9 @@ def project(tmp_path, builtin_plugins, monkeypatch):
 @pytest.fixture
 def torchrun_tmp(tmp_path, monkeypatch):
     """A temporary folder under the test's tmp_path for the processes it starts (TMPDIR, which they inherit):
-    torchrun makes a torchelastic_* folder in the temporary folder for each run of several processes (--gpus N)
-    and never removes it, so the tests that start it left hundreds in /tmp."""
+    torchrun, given no log folder, makes a torchelastic_* folder in the temporary folder for each run of several
+    processes (--gpus N) and never removes it; fslab gives it the run's .torchrun, which it removes, and a test
+    checks that nothing is left here (before, the tests that started it left hundreds in /tmp)."""
     folder = tmp_path / "tmp"
     folder.mkdir()
     monkeypatch.setenv("TMPDIR", str(folder))

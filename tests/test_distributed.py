@@ -229,6 +229,20 @@ def test_cli_run_on_two_gloo_processes_trains_like_one(tmp_path):
         assert loss2 == pytest.approx(loss1, rel=1e-5 if number < 2 else 1e-3), f"step {step1}"
 
 
+def test_a_run_of_two_processes_leaves_nothing_in_the_temporary_folder(tmp_path, torchrun_tmp):
+    """torchrun, given no log folder, made one with tempfile.mkdtemp(prefix="torchelastic_") in the user's
+    temporary folder (TMPDIR, else /tmp) for each run of several processes and never removed it: one more
+    folder in /tmp for every --gpus N run. Its log folder is now the run's .torchrun, removed when it ends. What
+    stays is torch's compile cache, one folder per user (torchinductor_USER) that every run reuses."""
+    done = fslab("run", "nca", "--device", "cpu", "--gpus", "2", "--epochs", "1", *TINY, cwd=tmp_path,
+                 timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    run_dir = only_run(tmp_path)
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "completed"
+    assert [p.name for p in torchrun_tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
+    assert not (run_dir / ".torchrun").exists()
+
+
 @pytest.mark.slow
 def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
     from fslab.core.states import pid_alive
@@ -259,6 +273,7 @@ def test_stop_ends_every_rank_and_resume_continues_under_torchrun(tmp_path):
     steps = [e["step"] for e in events(run_dir, "train")]
     assert steps == list(range(1, len(steps) + 1))  # cut back to the checkpoint, continued without a gap
     assert json.loads((run_dir / "status.json").read_text())["state"] == "killed"
+    assert not (run_dir / ".torchrun").exists()  # torchrun's log folder, removed on a stop too
 
 
 RANK_ONE_FAILS = """

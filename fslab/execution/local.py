@@ -24,6 +24,7 @@ from fslab.core.errors import FslabError
 from fslab.core.runstore import Run
 from fslab.core.states import ENDED, HOST, LIVE, pid_alive, unended
 from fslab.core.worklock import clear_stop_request, describe_holder, request_stop
+from fslab.execution.torchrun import LOG_DIR as TORCHRUN_LOG_DIR
 
 WORKER_MODULE = "fslab.execution.worker"
 TORCHRUN_MODULE = "fslab.execution.torchrun"  # torch's torchrun, quiet on a stop
@@ -33,13 +34,14 @@ def worker_command(run: Run, resume: bool = False) -> list[str]:
     """``python -m fslab.execution.worker RUN_DIR``; for a run with
     ``train.processes`` N > 1, the same worker under torchrun (the venv's, as
     ``python -m fslab.execution.torchrun``: torch's, quiet on a stop), standalone
-    on a free port, one process per GPU (or per gloo CPU process with device cpu)."""
+    on a free port, one process per GPU (or per gloo CPU process with device cpu), its log folder in the run's
+    (``.torchrun``, removed when torchrun ends: given none, it made one in the user's ``/tmp`` and left it there)."""
     # The absolute folder, so that a stop can tell this run's worker by its command line.
     worker = ["-m", WORKER_MODULE, os.path.abspath(run.path), *(["--resume"] if resume else [])]
     processes = run.config()["train"]["processes"]
     if processes > 1:
-        return [sys.executable, "-m", TORCHRUN_MODULE, "--standalone",
-                f"--nproc-per-node={processes}", *worker]
+        return [sys.executable, "-m", TORCHRUN_MODULE, "--standalone", f"--nproc-per-node={processes}",
+                f"--log-dir={os.path.join(os.path.abspath(run.path), TORCHRUN_LOG_DIR)}", *worker]
     return [sys.executable, *worker]
 
 
