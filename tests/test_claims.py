@@ -478,3 +478,40 @@ def test_fslab_queue_marks_a_run_whose_claim_file_is_damaged_and_fslab_stop_stop
         f"run {words.id} was queued and its claim file {file(words)} holds 'x garbage', which names no process "
         f"(damaged), so no scheduler would have started it; stopped at once\n"), stopped
     assert words.id not in fslab_here("queue", cwd=tmp_path).stdout  # killed: no longer listed
+
+
+def test_fslab_runs_and_show_say_a_damaged_claim_in_fslab_queue_s_line(tmp_path):
+    """fslab queue marked a queued run whose claim file names no process; fslab runs listed it as plainly queued,
+    and fslab show said nothing of it. Each now says fslab queue's line
+    (Run.claim_problem): runs marks its state queued! and says the line after the table (and 'problem' with
+    --json, null for the others), show says it under its state. An ended run's claim is not its problem."""
+    words, plain, ended = queued(tmp_path, "x garbage\n"), queued(tmp_path, None), queued(tmp_path, "x\n")
+    ended.write_status(state="killed")
+    said = [line for line in fslab_here("queue", cwd=tmp_path).stdout.splitlines() if line.startswith("run ")]
+    assert len(said) == 1 and said[0].startswith(f"run {words.id} will not start: its claim file "), said
+    line = said[0]
+
+    listed = fslab_here("runs", "--wide", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stderr == "", listed
+    states = {row.split("│")[1].strip(): row for row in listed.stdout.splitlines() if row.count("│") > 5}
+    assert {run.id for run in (words, plain, ended)} == set(states), states
+    assert " queued! " in states[words.id] and " queued " in states[plain.id] and "!" not in states[plain.id]
+    assert [row for row in listed.stdout.splitlines() if row.startswith("run ")] == [line]
+    rows = [json.loads(row) for row in fslab_here("runs", "--json", cwd=tmp_path).stdout.splitlines()]
+    assert {row["id"]: row["problem"] for row in rows} == {words.id: line, plain.id: None, ended.id: None}
+
+    shown = fslab_here("show", words.id, cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.splitlines()[1] == line, shown
+    assert json.loads(fslab_here("show", words.id, "--json", cwd=tmp_path).stdout)["problem"] == line
+    assert "will not start" not in fslab_here("show", plain.id, cwd=tmp_path).stdout
+
+
+def test_fslab_runs_says_five_claim_problems_under_its_table_then_how_many_more(tmp_path):
+    """A sweep's queued runs whose claims were all damaged would fill the screen under the table: five lines,
+    then how many more (fslab queue says each)."""
+    stuck = [queued(tmp_path, "x garbage\n") for _ in range(7)]
+    listed = fslab_here("runs", cwd=tmp_path)
+    lines = [line for line in listed.stdout.splitlines() if line.startswith("run ") or " more " in line]
+    assert len(lines) == 6 and all(" will not start: its claim file " in line for line in lines[:5]), lines
+    assert lines[5] == "2 more queued runs marked ! will not start unless a person acts; fslab queue says why for each"
+    assert listed.stdout.count("queued!") == len(stuck)

@@ -608,6 +608,34 @@ def test_the_run_screen_of_a_killed_run_says_why_it_stopped_as_fslab_show_does(t
     drive(frozen_app(runs), body)
 
 
+def test_the_run_screen_of_a_queued_run_whose_claim_is_damaged_says_so_in_fslab_queue_s_line(tmp_path):
+    """fslab queue says of a queued run whose claim file names no process that it will not start, and what to
+    do; the run screen said only 'queued'. Its line goes once the file is removed."""
+    from fslab.core.runstore import Run
+
+    runs = tmp_path / "runs"
+    stuck, waiting = (write_run(runs, f"20260101-1001{n}0-nca-wait", state="queued") for n in (0, 1))
+    for folder in (stuck, waiting):  # queued, nothing started for it: no worker's pid
+        write_status(folder, {"state": "queued", "created": FROZEN - 60})
+    (stuck / ".claimed").write_text("x garbage\n")
+    line = Run(stuck).claim_problem()
+    assert line.startswith(f"run {stuck.name} will not start: its claim file {stuck / '.claimed'} holds 'x garbage'")
+
+    async def body(app, pilot):
+        await open_detail(app, pilot, stuck.name)
+        assert line in str(app.screen.query_one("#summary").render()).replace("\n", " ")
+        (stuck / ".claimed").unlink()
+        app.screen.follow()  # its next tick
+        await settle(app, pilot)
+        assert "will not start" not in str(app.screen.query_one("#summary").render())
+        await pilot.press("escape")
+        await open_detail(app, pilot, waiting.name)
+        assert "queued" in str(app.screen.query_one("#summary").render())
+        assert "will not start" not in str(app.screen.query_one("#summary").render())
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_run_screen_names_the_sweep_of_a_sweep_s_run_as_fslab_show_does(store):
     """fslab show names a run's sweep (method nca, ..., seed 0, sweep sweep-...); its run screen did not."""
     runs, folders = store

@@ -869,7 +869,7 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
         order[summary.id] = (summary.state == "queued", start_order(status, summary.id))  # running ones first
         rows.append({"type": "run", "id": summary.id, "state": summary.state, "sweep": status.get("sweep"),
                      "slot": status.get("slot"), "gpus": status.get("gpus"), "pid": status.get("pid"),
-                     "problem": _claim_problem(Run(project.runs_dir / summary.id), status)})
+                     "problem": Run(project.runs_dir / summary.id).claim_problem(status)})
     rows.sort(key=lambda row: order[row["id"]])  # waiting runs in the order a scheduler starts them
     folder = project.runs_dir / ".slots"
     slots = [{"type": "slot", "slot": s.name, "gpu": s.gpu, **slot_state(folder, s)}
@@ -889,22 +889,6 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
         console.print(problem, highlight=False, markup=False)
     if not started:  # one just started may not hold its lock yet
         _say_if_no_scheduler(project.runs_dir)
-
-
-def _claim_problem(run, status: dict) -> str | None:
-    """Why a queued run ``fslab queue`` lists will not start unless a person acts: its claim file names no
-    taker (:meth:`fslab.core.runstore.Run.damaged_claim`), or a taker this machine cannot tell gone (another
-    host's, or a line cut short that names no host: :meth:`fslab.core.runstore.Run.held_elsewhere`); else None."""
-    from fslab.core.claims import CLAIM_FILE, damaged_claim_line
-
-    if status.get("state") != "queued":
-        return None
-    if (damaged := run.damaged_claim(status)) is not None:
-        return damaged_claim_line(run.path, damaged)
-    if (holder := run.held_elsewhere(status)) is not None:
-        return (f"run {run.id} waits, held by {holder.describe()}, which this machine cannot tell gone: if it is, "
-                f"remove {run.path / CLAIM_FILE} and run fslab queue --start")
-    return None
 
 
 def _waiting_here(runs_dir: Path) -> list:

@@ -167,7 +167,11 @@ def runs(
                             "stderr), to hand to another command: "
                             "fslab delete $(fslab runs --state failed --all -q) --yes.")] = False,
 ) -> None:
-    """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy."""
+    """List runs, newest first: state, progress, loss, pairs, best validation and test accuracy.
+
+    A queued run that will not start until a person acts (its claim file, runs/ID/.claimed, names no process, or
+    a taker this machine cannot tell gone) is marked queued!, and fslab queue's line under the table says why and
+    what to do ("problem" with --json, null for every other run)."""
     from fslab.core.runstore import short_ids
     from fslab.core.summary import list_summaries
 
@@ -181,13 +185,10 @@ def runs(
     _check_sweep(runs_dir, sweep, summaries)
     if summaries or as_json or ids or not _only_gone(runs_dir, sweep, list_summaries(runs_dir, limit=None)):
         _say_gone(runs_dir, sweep)  # else the one line below names them all gone, and the command that goes on
-    if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
-        check_evaluator(evaluator)  # a typo, not an evaluator no run was tested with yet
-        if others := _other_labels(summaries, evaluator):  # knn asked, the runs scored by knn[k=3]: say so
-            err_console.print(shown(f"no run listed has test scores by {evaluator}; they have them by "
-                                    f"{', '.join(others)} (--evaluator '{others[0]}')"), highlight=False)
+    _check_scored(summaries, evaluator)
+    problems = {} if ids else claim_problems(runs_dir, summaries)
     if as_json or ids:
-        _print_lines(summaries, ids, evaluator, limit if more else None)
+        _print_lines(summaries, ids, evaluator, limit if more else None, problems)
         return
     if not summaries:
         states = _states(state)
@@ -195,24 +196,60 @@ def runs(
                       else _no_runs_yet())
         return
     keys, values = _swept(runs_dir, sweep, summaries)
-    rows = [_row(s, s.test_of(evaluator), values[s.id]) for s in summaries]
+    rows = [_row(s, s.test_of(evaluator), values[s.id], s.id in problems) for s in summaries]
     columns = [*RUN_COLUMNS[:SWEPT_AT], *(Col(key) for key in keys), *RUN_COLUMNS[SWEPT_AT:]]
     title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup
     print_table(console, lambda width: fit(columns, rows, width, _steps(keys, summaries),
                                            lambda ids: short_ids(runs_dir, ids), title), wide)
-    for s in [s for s in summaries if s.state == "unreadable"][:5]:
-        console.print(f"{shown(s.id)} cannot be read: {shown(s.error)}", highlight=False)
+    _say_after_table(summaries, list(problems.values()))
     if more:
         console.print(f"the newest {limit} shown; --all or --limit N for more", highlight=False)
 
 
-def _print_lines(summaries: list, ids: bool, evaluator: str | None, cut_at: int | None) -> None:
-    """--ids or --json: a line per run on stdout; where the limit ``cut_at`` left runs out, a line on stderr,
-    so a $(fslab runs -q) is told that it lacks some."""
-    sys.stdout.write("".join((s.id if ids else json.dumps({**s.to_dict(), "test": s.test_of(evaluator)})) + "\n"
+def _check_scored(summaries: list, evaluator: str | None) -> None:
+    """With --evaluator that no listed run has test scores by: a typo is refused; where they have them by the
+    same evaluator with other parameters, stderr names those labels."""
+    if evaluator is not None and not any(s.test_of(evaluator) for s in summaries):
+        check_evaluator(evaluator)  # a typo, not an evaluator no run was tested with yet
+        if others := _other_labels(summaries, evaluator):  # knn asked, the runs scored by knn[k=3]: say so
+            err_console.print(shown(f"no run listed has test scores by {evaluator}; they have them by "
+                                    f"{', '.join(others)} (--evaluator '{others[0]}')"), highlight=False)
+
+
+def _print_lines(summaries: list, ids: bool, evaluator: str | None, cut_at: int | None, problems: dict) -> None:
+    """--ids or --json: a line per run on stdout (with --json, its claim's ``problem``, as fslab queue --json
+    gives it); where the limit ``cut_at`` left runs out, a line on stderr, so a $(fslab runs -q) is told that it
+    lacks some."""
+    sys.stdout.write("".join((s.id if ids else json.dumps({**s.to_dict(), "test": s.test_of(evaluator),
+                                                           "problem": problems.get(s.id)})) + "\n"
                              for s in summaries))
     if cut_at is not None:
         err_console.print(f"the newest {cut_at} listed; --all or --limit N for more", highlight=False)
+
+
+def claim_problems(runs_dir, summaries: list) -> dict[str, str]:
+    """The line of each listed run that will not start unless a person acts, by id
+    (:meth:`fslab.core.runstore.Run.claim_problem`, as fslab queue says it). Only a queued run can have one:
+    the claim files, and status files, of the others are not read, so a listing of ended runs costs no more."""
+    from fslab.core.runstore import Run
+
+    return {s.id: problem for s in summaries
+            if s.state == "queued" and (problem := Run(runs_dir / s.id).claim_problem()) is not None}
+
+
+PROBLEMS_SHOWN = 5  # the claim problems fslab runs says after its table; fslab queue says every one
+PROBLEM_MARK = "!"  # after the state of a run that has one: queued!
+
+
+def _say_after_table(summaries: list, problems: list[str]) -> None:
+    """Under fslab runs' table: why the unreadable runs listed cannot be read, and the claim problems."""
+    for s in [s for s in summaries if s.state == "unreadable"][:5]:
+        console.print(f"{shown(s.id)} cannot be read: {shown(s.error)}", highlight=False)
+    for problem in problems[:PROBLEMS_SHOWN]:
+        console.print(shown(problem), highlight=False)
+    if len(problems) > PROBLEMS_SHOWN:
+        console.print(f"{len(problems) - PROBLEMS_SHOWN} more queued runs marked {PROBLEM_MARK} will not start "
+                      f"unless a person acts; fslab queue says why for each", highlight=False)
 
 
 # The runs table, and the order it gives way in when the width is short (fslab.cli.tables):
@@ -283,9 +320,10 @@ def _at(config, key: str):
     return config
 
 
-def _row(s, test: dict, swept: list[str] = ()) -> list[str]:
+def _row(s, test: dict, swept: list[str] = (), problem: bool = False) -> list[str]:
     known = lambda value: "-" if value is None else str(value)  # an unreadable run's: "-", as in the dashboard
-    return [s.id, *map(known, (s.method, s.loss_fn, s.backbone, s.dataset, s.seed)), *swept, s.state,
+    return [s.id, *map(known, (s.method, s.loss_fn, s.backbone, s.dataset, s.seed)), *swept,
+            s.state + (PROBLEM_MARK if problem else ""),
             f"{s.epoch or 0}/{s.epochs if s.epochs is not None else '?'}",
             loss_text(s.loss),
             f"{s.positives}/{s.negatives}" if s.positives is not None else "-",
@@ -301,13 +339,15 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     else fp16; fp32 on the CPU). An evaluation of the network in another precision than the run's (fslab eval
     --precision) says which beside its evaluator: centroid, network in fp32.
 
+    A queued run that will not start until a person acts (its claim file damaged, or held by a taker this machine
+    cannot tell gone) says so under its state, in fslab queue's line ("problem" with --json).
+
     And each sink that failed as the run trained (its tracker lacks the rest), fell behind and lost events, or had
     not finished when the run ended: at which epoch and step, why, and the fslab export RUN --to SINK that catches it
     up."""
     from fslab.core.events import numerics_text
     from fslab.core.runstore import find_run
     from fslab.core.sinks import failure_line, failures
-    from fslab.core.states import LIVE
     from fslab.core.summary import read_summary
     from fslab.core.timing import time_line, time_split
 
@@ -319,25 +359,20 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     spent = time_split(events, status.get("started"), status.get("ended"), status.get("resumed"))
     stale = _stale_heartbeat(run_, summary, status)
     sinks = failures(run_.path)
+    problem = run_.claim_problem(status) if summary.state == "queued" else None  # as fslab queue says it
     if as_json:
         print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
-                          "heartbeat_stale": stale is not None, "evaluations": evaluations,
+                          "heartbeat_stale": stale is not None, "problem": problem, "evaluations": evaluations,
                           "results": run_.results(), "time": spent, "sink_failures": sinks}))
         return
     console.print(f"[bold]{shown(run_.id)}[/bold]  {summary.state}  ({shown(str(run_.path))})")
-    if stale:
-        console.print(stale, highlight=False)
+    for line in filter(None, (stale, problem)):  # its heartbeat's, then its claim's (fslab queue's line)
+        console.print(shown(line), highlight=False)
     if summary.error:
         console.print(f"error: {shown(summary.error)}")
     for name, failure in sinks.items():  # the tracker stopped receiving: said here, not only in stderr.log
         console.print(shown(failure_line(run_.id, name, failure, summary.state)), highlight=False)
-    known = lambda value: "-" if value is None else shown(str(value))  # as the runs table shows what is unknown
-    console.print(f"method {known(summary.method)}, backbone {known(summary.backbone)}, "
-                  f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"
-                  + (f", sweep {shown(summary.sweep)}" if summary.sweep else "")  # fslab runs --sweep lists its peers
-                  # its worker's pid while it lives, or where it died unrecorded (a run stopped while queued had
-                  # none; an ended run's is a process long gone, maybe another's now)
-                  + (f", pid {status['pid']}" if status.get("pid") and summary.state in (*LIVE, "lost") else ""))
+    console.print(_identity_line(summary, status))
     if status.get("slurm_job_id"):
         console.print(_slurm_line(run_, status, summary.state), highlight=False)
     changed, filled = _settings_line(run_)
@@ -363,6 +398,20 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
 EVAL_COLUMNS = [Col("split"), *(Col(h, "right") for h in ("ways", "shots", "queries", "episodes", "epoch")),
                 Col("evaluator", wrap=True), Col("accuracy (%)", "right")]
 EVAL_STEPS = ["queries", "episodes", "ways"]
+
+
+def _identity_line(summary, status: dict) -> str:
+    """fslab show's line naming the run's method, backbone, dataset, seed, sweep and, where it tells, its pid
+    (markup: its values are escaped)."""
+    from fslab.core.states import LIVE
+
+    known = lambda value: "-" if value is None else shown(str(value))  # as the runs table shows what is unknown
+    return (f"method {known(summary.method)}, backbone {known(summary.backbone)}, "
+            f"dataset {known(summary.dataset)}, seed {known(summary.seed)}"
+            + (f", sweep {shown(summary.sweep)}" if summary.sweep else "")  # fslab runs --sweep lists its peers
+            # its worker's pid while it lives, or where it died unrecorded (a run stopped while queued had
+            # none; an ended run's is a process long gone, maybe another's now)
+            + (f", pid {status['pid']}" if status.get("pid") and summary.state in (*LIVE, "lost") else ""))
 
 
 def _slurm_line(run_, status: dict, state: str) -> str:

@@ -23,8 +23,9 @@ writing its line, a few system calls apart) names no holder to judge; it held it
 taking it. It is stale once it has stayed so for :data:`UNWRITTEN_GRACE_S` on the clock that stamps the
 store's files (:func:`fslab.core.files.filesystem_now`, as :mod:`fslab.core.clocks` measures a heartbeat's
 age) while the run still waits. A damaged line (words, but no pid), or a file that cannot be read, is left to
-a person (:func:`damaged_claim` says what is wrong): whose it was cannot be told. ``fslab queue`` marks its run,
-``fslab stop`` stops it at once.
+a person (:func:`damaged_claim` says what is wrong): whose it was cannot be told. ``fslab queue``, ``fslab runs``,
+``fslab show`` and the dashboard's run screen say so in one line
+(:meth:`fslab.core.runstore.Run.claim_problem`), ``fslab stop`` stops it at once.
 """
 
 from __future__ import annotations
@@ -204,3 +205,11 @@ def damaged_claim_line(run_dir: str | Path, damaged: str, *, stopped: bool = Fal
     return (f"run {run_id} will not start: its claim file {path} {damaged} (damaged, by hand or on disk); if no "
             f"fslab command is starting the run, remove the file and run fslab queue --start, or stop the run: "
             f"fslab stop {run_id}")
+
+
+def held_elsewhere_line(run_dir: str | Path, holder: Holder) -> str:
+    """What ``fslab queue`` says of a queued run whose claim names a taker this machine cannot tell gone
+    (another host's, or a line cut short that names no host: :meth:`fslab.core.runstore.Run.held_elsewhere`)."""
+    run_id, path = os.path.basename(os.fspath(run_dir)), os.path.join(os.fspath(run_dir), CLAIM_FILE)
+    return (f"run {run_id} waits, held by {holder.describe()}, which this machine cannot tell gone: if it is, "
+            f"remove {path} and run fslab queue --start")

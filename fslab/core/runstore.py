@@ -38,7 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fslab.core.claims import CLAIM_FILE, Holder, damaged_claim, holder_gone, holder_line, read_holder, take_stale
+from fslab.core.claims import (
+    CLAIM_FILE,
+    Holder,
+    damaged_claim,
+    damaged_claim_line,
+    held_elsewhere_line,
+    holder_gone,
+    holder_line,
+    read_holder,
+    take_stale,
+)
 from fslab.core.clocks import on_writer_clock
 from fslab.core.creation import creation_key
 from fslab.core.creation import newest_first as by_creation
@@ -262,6 +272,21 @@ class Run:
         if not unstarted(self.status() if status is None else status):
             return None
         return damaged_claim(self.path)
+
+    def claim_problem(self, status: dict | None = None) -> str | None:
+        """Why this queued run will not start unless a person acts, in the one line ``fslab queue`` (and its
+        "problem" with --json), ``fslab runs``, ``fslab show`` and the dashboard's run screen say: its claim file
+        names no taker (:meth:`damaged_claim`), or a taker this machine cannot tell gone
+        (:meth:`held_elsewhere`); else None. Only a queued run can have it: a caller listing runs asks only of
+        those its summary says are queued, so the claim files of the ended ones are never read."""
+        status = self.status() if status is None else status
+        if status.get("state") != "queued":
+            return None
+        if (damaged := self.damaged_claim(status)) is not None:
+            return damaged_claim_line(self.path, damaged)
+        if (holder := self.held_elsewhere(status)) is not None:
+            return held_elsewhere_line(self.path, holder)
+        return None
 
     def lost_submission(self, status: dict | None = None, *, locked: bool | None = None) -> Holder | None:
         """The holder of this run's claim where it was taken to submit a SLURM job and the run still

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedConten
 
 from fslab.core import schemas
 from fslab.core.events import is_validation, logged_evaluator, precision_note, score_cell
+from fslab.core.runstore import Run
 from fslab.core.sinks import failure_line, failures
 from fslab.core.states import LIVE, LOST_AFTER_S, heartbeat_age, heartbeat_stale
 from fslab.core.text import count, printable
@@ -149,6 +150,7 @@ class DetailScreen(Screen):
         self.sink_failures: dict[str, dict] = {}  # the sinks that failed as it trained, as fslab show reads them
         self.missing = False
         self.config_problem: str | None = None  # why the config tab shows no configuration, as it says it now
+        self.claim_problem: str | None = None  # why the queued run will not start unless a person acts (fslab queue's)
 
     def compose(self) -> ComposeResult:
         s = self.series
@@ -196,7 +198,10 @@ class DetailScreen(Screen):
             series, rows = (None, []) if delta.missing else self.history.fold(delta, fresh)
             # read here, off the UI thread: the worker writes it as a sink fails, fslab export removes it
             sinks = {} if delta.missing else failures(self.follower.path)
-            read = RunRead(delta, series, rows, self.history.time_line, sinks, tuple(self.history.val_metrics))
+            # its claim read only while it is queued, as fslab runs reads it: fslab queue's line
+            problem = Run(self.follower.path).claim_problem() if row is not None and row.state == "queued" else None
+            read = RunRead(delta, series, rows, self.history.time_line, sinks, tuple(self.history.val_metrics),
+                           None if delta.missing else problem)
         finally:
             self._lock.release()
         self.post_message(read)
@@ -228,6 +233,7 @@ class DetailScreen(Screen):
             evals.add_row(*row)
         self.time_line = read.time_line
         self.sink_failures = read.sink_failures
+        self.claim_problem = read.claim_problem
         if delta.config is not None:
             self.config_problem = None
             self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
@@ -273,6 +279,9 @@ class DetailScreen(Screen):
             summary.append(f" · {count(row.corrupt, 'corrupt metrics line')} skipped", style="yellow")
         if row.note:
             summary.append(f" · {printable(row.note)}", style="yellow")
+        if self.claim_problem and row.state == "queued":  # fslab queue's line: the run will not start on its own
+            summary.append("\n")
+            summary.append(printable(self.claim_problem), style="yellow")
         if row.error and row.error != row.note and row.state not in BANNERED:  # a killed run's why: fslab show's line
             summary.append(f" · error: {printable(row.error)}", style="yellow")
         for line in self.sink_lines(row):  # its tracker lacks the rest: fslab show's own line

@@ -32,7 +32,8 @@ class RunRead(Message):
     """One read of the run screen's run, folded in its follow thread: what was appended, copies of
     the charts' series (None when unchanged), a row per new evaluation, where the time went and the
     sinks that failed as it trained (fslab.core.sinks.failures: {name: record}) and what its validations
-    scored (``accuracy``, ``map``: the val chart's title)."""
+    scored (``accuracy``, ``map``: the val chart's title), and why a queued run will not start unless a person
+    acts (its claim: fslab.core.runstore.Run.claim_problem, the line fslab queue says)."""
 
     delta: RunDelta
     series: dict[str, Any] | None
@@ -40,6 +41,7 @@ class RunRead(Message):
     time_line: str
     sink_failures: dict[str, dict] = field(default_factory=dict)
     val_metrics: tuple[str, ...] = ()
+    claim_problem: str | None = None
 
 
 @dataclass
