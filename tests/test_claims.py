@@ -260,16 +260,16 @@ def test_fslab_stop_and_resume_take_a_queued_run_whose_fslab_run_was_killed_befo
 
 def test_a_queued_run_held_on_another_host_is_refused_with_how_to_free_it_then_started_by_resume(project):
     """A claim taken on another host (or by an older fslab, whose line names no host) is never judged by its
-    pid here: fslab resume says who holds the run and how to free it; once freed, fslab resume starts it."""
+    pid here: fslab resume says who holds the run and how to free it, in fslab queue's line; once freed, fslab
+    resume starts it."""
     killed_run(project)
     run = next((project / "runs").glob("2*"))
     for line, host in ((f"4242 {time.time()} gpu-node-7 99\n", "gpu-node-7"), (f"4242 {time.time()}\n", "?")):
         (run / CLAIM_FILE).write_text(line)
         refused = fslab("resume", run.name, cwd=project)
-        assert refused.returncode == 2 and refused.stderr == (
-            f"error: run {run.name} is queued; only killed, lost or failed runs can resume; it waits, held by pid "
-            f"4242 on host {host}, which may be gone: if it is, remove runs/{run.name}/.claimed and run fslab "
-            f"resume {run.name} again\n")
+        assert refused.returncode == 2 and refused.stderr == (  # as fslab queue says it
+            f"error: run {run.name} waits, held by pid 4242 on host {host}, which this machine cannot tell gone: if "
+            f"it is, remove runs/{run.name}/.claimed and run fslab queue --start\n")
     (run / CLAIM_FILE).unlink()
     resumed = fslab("resume", run.name, cwd=project)
     assert resumed.returncode == 0 and resumed.stderr == "", resumed.stderr
@@ -433,13 +433,17 @@ def test_a_claim_file_its_taker_never_wrote_is_stale_after_its_grace_and_taken_b
     assert done.returncode == 0 and done.stdout == f"{stopped.id}: killed\n", done
     assert done.stderr.startswith(f"run {stopped.id} was queued, held by a process that never wrote its claim "
                                   f"(.claimed empty for over {UNWRITTEN_GRACE_S:g} s), which is gone"), done
-    for run in (garbled, fresh):
-        refused = fslab_here("resume", run.id, cwd=tmp_path)
-        assert refused.returncode == 2 and refused.stderr == (
-            f"error: run {run.id} is queued; only killed, lost or failed runs can resume; its claim, "
-            f"runs/{run.id}/.claimed, names no taker (damaged, or left empty by one killed before it wrote it, taken "
-            f"over once {UNWRITTEN_GRACE_S:g} s old): if no fslab command is starting the run, remove the file and "
-            f"run fslab resume {run.id} again\n"), refused
+    refused = fslab_here("resume", fresh.id, cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: run {fresh.id} is queued; only killed, lost or failed runs can resume; its claim, "
+        f"runs/{fresh.id}/.claimed, names no taker yet (left empty by one killed before it wrote it, or being "
+        f"written; taken over once {UNWRITTEN_GRACE_S:g} s old): if no fslab command is starting the run, remove the "
+        f"file and run fslab resume {fresh.id} again\n"), refused
+    refused = fslab_here("resume", garbled.id, cwd=tmp_path)  # as fslab queue says it
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: run {garbled.id} will not start: its claim file runs/{garbled.id}/.claimed holds 'x garbage', which "
+        f"names no process (damaged, by hand or on disk); if no fslab command is starting the run, remove the file "
+        f"and run fslab queue --start, or stop the run: fslab stop {garbled.id}\n"), refused
 
 
 
@@ -480,9 +484,9 @@ def test_fslab_queue_marks_a_run_whose_claim_file_is_damaged_and_fslab_stop_stop
     assert words.id not in fslab_here("queue", cwd=tmp_path).stdout  # killed: no longer listed
 
 
-def test_fslab_runs_and_show_say_a_damaged_claim_in_fslab_queue_s_line(tmp_path):
+def test_fslab_runs_show_and_resume_say_a_damaged_claim_in_fslab_queue_s_line(tmp_path):
     """fslab queue marked a queued run whose claim file names no process; fslab runs listed it as plainly queued,
-    and fslab show said nothing of it. Each now says fslab queue's line
+    fslab show said nothing of it, and fslab resume said it in words of its own. Each now says fslab queue's line
     (Run.claim_problem): runs marks its state queued! and says the line after the table (and 'problem' with
     --json, null for the others), show says it under its state. An ended run's claim is not its problem."""
     words, plain, ended = queued(tmp_path, "x garbage\n"), queued(tmp_path, None), queued(tmp_path, "x\n")
@@ -504,6 +508,8 @@ def test_fslab_runs_and_show_say_a_damaged_claim_in_fslab_queue_s_line(tmp_path)
     assert shown.returncode == 0 and shown.stdout.splitlines()[1] == line, shown
     assert json.loads(fslab_here("show", words.id, "--json", cwd=tmp_path).stdout)["problem"] == line
     assert "will not start" not in fslab_here("show", plain.id, cwd=tmp_path).stdout
+    refused = fslab_here("resume", words.id, cwd=tmp_path)  # where it said the file in words of its own
+    assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", f"error: {line}\n"), refused
 
 
 def test_fslab_runs_says_five_claim_problems_under_its_table_then_how_many_more(tmp_path):

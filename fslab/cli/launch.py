@@ -327,15 +327,16 @@ def resume(
     """Continue a killed, lost or failed run from its last checkpoint, in its folder (a --gpus N run on N again).
 
     A run whose worker still lives, even paused, is refused: one worker per run.
-    A queued run nobody holds is started here: one whose starter (fslab run, a scheduler, a sweep) was killed on
-    this host before starting it is said on stderr. One held by a SLURM submission killed before it recorded the job
-    is refused, saying how to free it. One queued in a sweep (or a study) never trains beside the slots: it is left
-    to the scheduler running, said in one line, or with none running started in a free slot only. Nor does a
-    sweep's failed, killed or lost run: with the scheduler running it is queued again for it, said in one line
-    (nothing followed), and with none running started in a free slot only. With every slot busy and no scheduler
-    running, either is left queued (or queued again) and a scheduler is started for it, said in one line. A hand-back
-    to the scheduler first waits for a scheduler's last look at the queue under way, as long as it lasts (said on
-    stderr, naming who holds the hand-back lock; Ctrl-C stops the wait, the run left as it was).
+    A queued run nobody holds is started here: one whose starter (fslab run, a scheduler, a sweep) was killed on this
+    host before starting it is said on stderr. One held by a SLURM submission killed before it recorded the job is
+    refused, saying how to free it, and so is one whose claim file (runs/ID/.claimed) names no process (damaged) or a
+    taker this machine cannot tell gone, in fslab queue's line. One queued in a sweep (or a study) never trains beside
+    the slots: it is left to the scheduler running, said in one line, or with none running started in a free slot only.
+    Nor does a sweep's failed, killed or lost run: with the scheduler running it is queued again for it, said in one
+    line (nothing followed), and with none running started in a free slot only. With every slot busy and no scheduler
+    running, either is left queued (or queued again) and a scheduler is started for it, said in one line. A hand-back to
+    the scheduler first waits for a scheduler's last look at the queue under way, as long as it lasts (said on stderr,
+    naming who holds the hand-back lock; Ctrl-C stops the wait, the run left as it was).
 
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.

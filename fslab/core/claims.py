@@ -24,7 +24,7 @@ taking it. It is stale once it has stayed so for :data:`UNWRITTEN_GRACE_S` on th
 store's files (:func:`fslab.core.files.filesystem_now`, as :mod:`fslab.core.clocks` measures a heartbeat's
 age) while the run still waits. A damaged line (words, but no pid), or a file that cannot be read, is left to
 a person (:func:`damaged_claim` says what is wrong): whose it was cannot be told. ``fslab queue``, ``fslab runs``,
-``fslab show`` and the dashboard's run screen say so in one line
+``fslab show``, ``fslab resume`` and the dashboard's run screen say so in one line
 (:meth:`fslab.core.runstore.Run.claim_problem`), ``fslab stop`` stops it at once.
 """
 

@@ -275,8 +275,8 @@ class Run:
 
     def claim_problem(self, status: dict | None = None) -> str | None:
         """Why this queued run will not start unless a person acts, in the one line ``fslab queue`` (and its
-        "problem" with --json), ``fslab runs``, ``fslab show`` and the dashboard's run screen say: its claim file
-        names no taker (:meth:`damaged_claim`), or a taker this machine cannot tell gone
+        "problem" with --json), ``fslab runs``, ``fslab show``, ``fslab resume`` and the dashboard's run screen
+        say: its claim file names no taker (:meth:`damaged_claim`), or a taker this machine cannot tell gone
         (:meth:`held_elsewhere`); else None. Only a queued run can have it: a caller listing runs asks only of
         those its summary says are queued, so the claim files of the ended ones are never read."""
         status = self.status() if status is None else status

@@ -280,16 +280,13 @@ def check_job_processes(config: dict, options: SlurmSettings, again: str | None 
 
 
 def _held_how(run: Run, status: dict) -> str:
-    """What ``fslab resume`` of a queued run adds about its claim, where this machine cannot judge it: taken on
-    another host (:meth:`Run.held_elsewhere`), or a file that names no taker (damaged, or left empty less than
-    :data:`fslab.core.claims.UNWRITTEN_GRACE_S` ago: older, it is stale and the run started); else nothing."""
-    if (holder := run.held_elsewhere(status)) is not None:
-        return (f"; it waits, held by {holder.describe()}, which may be gone: if it is, remove "
-                f"{run.path / CLAIM_FILE} and run fslab resume {run.id} again")
+    """What ``fslab resume`` of a queued run adds about a claim file that holds no line yet (its taker may be
+    writing it; left so for :data:`fslab.core.claims.UNWRITTEN_GRACE_S` it is stale and the run started); else
+    nothing. A claim that will hold the run until a person acts is :meth:`Run.claim_problem`'s line instead."""
     if (claim := read_holder(run.path)) is not None and claim.pid is None and unstarted(status):
-        return (f"; its claim, {run.path / CLAIM_FILE}, names no taker (damaged, or left empty by one killed before "
-                f"it wrote it, taken over once {UNWRITTEN_GRACE_S:g} s old): if no fslab command is starting the "
-                f"run, remove the file and run fslab resume {run.id} again")
+        return (f"; its claim, {run.path / CLAIM_FILE}, names no taker yet (left empty by one killed before it "
+                f"wrote it, or being written; taken over once {UNWRITTEN_GRACE_S:g} s old): if no fslab command is "
+                f"starting the run, remove the file and run fslab resume {run.id} again")
     return ""
 
 
@@ -318,6 +315,8 @@ def check_resumable(run: Run, *, observed: bool = False) -> None:
         again = ("" if state != "completed" else f"; to train a run like it from the start: {like_command(run.id)}"
                  if run.config() else "; nor can a run like it start while its config.json is missing or unreadable "
                  "(fslab runs lists it as unreadable): put the file back from a copy of the run")
+        if state == "queued" and (problem := run.claim_problem(status)) is not None:
+            raise UsageError(problem)  # damaged, or held by a taker this machine cannot tell gone: as fslab queue
         if state == "queued":
             again = _held_how(run, status)
         lost = run.lost_submission(status, locked=None if observed else False) if state == "queued" else None
