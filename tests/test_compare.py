@@ -6,6 +6,7 @@ import json
 import math
 import random
 import re
+import zipfile
 from fractions import Fraction
 
 import hypothesis
@@ -279,7 +280,9 @@ def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store
 def test_no_scores_names_the_fslab_eval_of_the_split_shots_and_shape_asked_for(store, builtin_plugins):
     """The fslab eval that 'no results' suggested was always that of the test split, 1 and 5 shots and
     each run's own shape: for --split val, --shots 20 or --ways 10 it made scores compare still lacked."""
-    folder, _ = store
+    folder, data = store
+    for run, _ in data.values():  # a checkpoint fslab eval scores (without, the line names none it would refuse)
+        _with_checkpoint(run)
     for options, wanted in ((["--split", "val"], "fslab eval RUN --split val"),
                             (["--shots", "20"], "fslab eval RUN --shots 20"),
                             (["--ways", "10", "--queries", "5", "--shots", "1,5"],
@@ -989,17 +992,20 @@ def test_every_surface_rounds_a_tie_the_same_way_up(tmp_path):
 def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scores(tmp_path, builtin_plugins):
     """Where every run named lacked scores (one still queued, one killed before its test), compare and plot
     refused with 'none of these runs has saved test accuracies ... run: fslab eval RUN' and no word of the
-    runs' states, which the line naming them says where other runs have scores: it was raised first."""
+    runs' states, which the line naming them says where other runs have scores: it was raised first. Neither
+    has a checkpoint, so the line says so, as fslab eval would, and names no fslab eval RUN it would refuse."""
     queued = make_run(tmp_path / "runs", 0.1, 0, {})
     killed = make_run(tmp_path / "runs", 0.1, 1, {})
     killed.write_status(state="killed")
-    named = f"2 runs with no test scores at all: {queued.id} (queued), {killed.id} (killed)"
+    named = (f"2 runs with no test scores at all: {queued.id} (queued), {killed.id} (killed); run {queued.id} has no "
+             f"checkpoint yet (one is written after each epoch); run {killed.id} has no checkpoint (one is written "
+             f"after each epoch; it ended before its first); train it again with: fslab run --like {killed.id}")
     for command in (["compare", queued.id, killed.id], ["plot", "train.lr", queued.id, killed.id]):
         done = fslab_here(*command, cwd=tmp_path)
         assert done.returncode == 2 and done.stdout == "", command
         (line,) = done.stderr.splitlines()
-        assert line.startswith("error: none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
-                               f"{named}; finish them or run: fslab eval RUN"), (command, line)
+        assert line == ("error: none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
+                        f"{named}"), (command, line)
 
 
 def test_scores_of_a_checkpoint_the_run_trained_past_are_pooled_by_no_surface(tmp_path):
@@ -1079,20 +1085,34 @@ def test_scores_of_other_data_are_kept_beside_the_runs_own_and_compare_reads_the
 
 
 def _scored_in(runs_dir, seed, own, scores):
-    """A completed run whose start recorded ``own`` as its evaluation precision, with saved 5-shot test scores
-    by precision: those of ``own`` as training saves them (naming no precision), the others as fslab eval
-    --precision saves them (beside them, naming both)."""
+    """A completed run whose start recorded ``own`` as its evaluation precision, with its checkpoint (a whole
+    archive, all fslab eval checks before it loads torch) and saved 5-shot test scores by precision: those of
+    ``own`` as training saves them (naming no precision), the others as fslab eval --precision saves them
+    (beside them, naming both)."""
     run = create_run(runs_dir, "nca", {"method": "nca", "seed": seed, "device": "cuda",
                                        "train": {"lr": 0.1, "epochs": 2}, "loss": {"name": "nca"}})
-    run.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "device": "cuda:0", "precision": own,
-                                            "eval_precision": own}) + "\n")
-    run.write_status(state="completed")
+    _completed(run, own)
     for precision, accuracies in scores.items():
         named = {} if precision == own else {"precision": precision, "run_precision": own}
         run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": len(accuracies),
                              "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": sum(accuracies) / 4,
                              "ci95": 0.0, **named}, accuracies)
     return run
+
+
+def _completed(run, precision: str) -> None:
+    """``run`` completed, its start having recorded ``precision``, with a whole checkpoint (a zip archive)."""
+    run.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "device": "cuda:0",
+                                            "precision": precision, "eval_precision": precision}) + "\n")
+    _with_checkpoint(run)
+    run.write_status(state="completed")
+
+
+def _with_checkpoint(run) -> None:
+    """``run`` with a whole checkpoint, a zip archive, all fslab eval checks of it before it loads torch."""
+    run.checkpoint_path.parent.mkdir(exist_ok=True)
+    with zipfile.ZipFile(run.checkpoint_path, "w") as archive:
+        archive.writestr("checkpoint/data.pkl", b"weights")
 
 
 def test_compare_precision_reads_the_scores_of_the_networks_run_in_it_and_names_runs_without_them(tmp_path,
@@ -1170,9 +1190,7 @@ def test_the_eval_compare_and_plot_name_for_a_run_without_scores_in_a_precision_
     other = create_run(runs, "nca", {"method": "nca", "seed": 2, "device": "cuda", "train": {"lr": 0.1, "epochs": 2},
                                      "loss": {"name": "nca"}, "eval": {"ways": 10, "queries": 10,
                                                                        "test_episodes": 10000}})
-    other.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "device": "cuda:0", "precision": "bf16",
-                                              "eval_precision": "bf16"}) + "\n")
-    other.write_status(state="completed")
+    _completed(other, "bf16")
     ids = [*(r.id for r in scored), other.id]
     wanted = f"score it so with: fslab eval {other.id} --ways 5 --queries 15 --episodes 4 --precision fp32\n"
     compared = fslab_here("compare", *ids, "--shots", "5", "--ways", "5", "--queries", "15", "--precision", "fp32",
@@ -1187,6 +1205,36 @@ def test_the_eval_compare_and_plot_name_for_a_run_without_scores_in_a_precision_
                           "fp32", cwd=tmp_path)
     assert shots_10.stderr.endswith(f"fslab eval {other.id} --ways 5 --shots 5,10 --queries 15 --episodes 4 "
                                     f"--precision fp32\n")
+
+
+def test_compare_and_plot_precision_name_fslab_eval_only_for_runs_it_scores_and_what_the_others_lack(
+        tmp_path, builtin_plugins):
+    """fslab compare --precision and fslab plot --precision named an fslab eval for every run without scores in
+    the precision, a queued run and one killed before its first checkpoint too, which fslab eval then refused
+    (no checkpoint): they name it only for a run fslab eval scores, and for the others, fslab eval's own line."""
+    runs = tmp_path / "runs"
+    scored = _scored_in(runs, 0, "fp32", {"fp32": [0.4, 0.6, 0.6, 0.8]})
+    unscored = _scored_in(runs, 1, "bf16", {"bf16": [0.6, 0.8, 0.8, 1.0]})
+    queued = create_run(runs, "nca", {"method": "nca", "seed": 2, "device": "cuda", "train": {"lr": 0.1, "epochs": 2},
+                                      "loss": {"name": "nca"}})
+    ids = [scored.id, unscored.id, queued.id]
+    no_checkpoint = f"run {queued.id} has no checkpoint yet (one is written after each epoch)"
+    compared = fslab_here("compare", *ids, "--shots", "5", "--precision", "fp32", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stderr == (f"2 runs without test scores of the network in fp32 (left out): {unscored.id} "
+                               f"(completed), {queued.id} (queued); {no_checkpoint}; score the other so with: "
+                               f"fslab eval {unscored.id} --episodes 4 --precision fp32\n")
+    as_json = json.loads(fslab_here("compare", *ids, "--shots", "5", "--precision", "fp32", "--format", "json",
+                                    cwd=tmp_path).stdout)
+    assert (list(as_json["unscored_commands"]), as_json["unevaluable"]) == ([unscored.id], {queued.id: no_checkpoint})
+    drawn = fslab_here("plot", "train.lr", *ids, "--shots", "5", "--precision", "fp32", "--out",
+                       str(tmp_path / "lr.png"), cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert f"left out {queued.id}: it is queued and has no saved test accuracies of the network in fp32 for 5-way " \
+           f"5-shot, 15 queries; {no_checkpoint}\n" in drawn.stderr
+    assert f"fslab eval {queued.id}" not in drawn.stderr and f"fslab eval {unscored.id} --episodes 4" in drawn.stderr
+    none = fslab_here("compare", unscored.id, queued.id, "--shots", "5", "--precision", "fp32", cwd=tmp_path)
+    assert none.returncode == 2 and f"(queued); {no_checkpoint}; finish them or run: " in none.stderr
 
 
 def test_the_eval_compare_names_for_a_run_without_an_evaluators_scores_in_a_precision_is_by_that_evaluator(

@@ -488,7 +488,8 @@ def compare_(
      "--precision fp32 (bf16, fp16) compares the scores of the networks run in that precision, each run's own where "
      "it is its precision, else those fslab eval RUN --precision fp32 saved: fslab compare R1 R2 --precision fp32 "
      "beside fslab compare R1 R2 checks what the precision changes; a run without them is named with the fslab eval "
-     "that scores it on the episodes the others are read on (fslab eval RUN --episodes 50 --precision fp32).")
+     "that scores it on the episodes the others are read on (fslab eval RUN --episodes 50 --precision fp32), "
+     "one fslab eval cannot score (no checkpoint yet, none ever written, a damaged one) with its line instead.")
     from fslab.core.sweeps import select_runs
     from fslab.reports.compare import FORMATS, compare, render
 
@@ -554,6 +555,7 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         no_scores_at_all,
         other_labels,
         shapes_text,
+        unevaluable_runs,
         unscored_line,
     )
 
@@ -565,9 +567,11 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         if evaluator is not None:
             check_evaluator(evaluator)
             labels = other_labels(runs, split, shots, ways, queries, evaluator, precision)
-        never = no_scores_at_all([run for run in runs if run.id in report["unscored"]], split, RunFiles(precision))
+        unscored = [run for run in runs if run.id in report["unscored"]]
+        never = no_scores_at_all(unscored, split, RunFiles(precision))
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
-                                    never, also=[*said, damaged_line(report["damaged"])], precision=precision))
+                                    never, also=[*said, damaged_line(report["damaged"])], precision=precision,
+                                    lacking=unevaluable_runs([run for run in unscored if run.id in never])))
     for line in said:
         err_console.print(shown(line), highlight=False)
     _say_data_split(report.get("data_split"), "group")
@@ -651,7 +655,8 @@ def plot_(
     scored on more episodes than every run of its panel reaches, read on its first as many as compare reads it.
     --precision fp32 (bf16, fp16) plots the scores of the networks run in that precision, as fslab compare
     --precision reads them; a run without them is named with the fslab eval that scores it on the episodes
-    the others are read on (fslab eval RUN --episodes 50 --precision fp32).
+    the others are read on (fslab eval RUN --episodes 50 --precision fp32), one fslab eval cannot score (no
+    checkpoint yet, none ever written, a damaged one) with its line instead.
     """
     from fslab.core.sweeps import select_runs
     from fslab.reports.plot import draw, parse_size, png_path, series_data

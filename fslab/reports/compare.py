@@ -38,7 +38,7 @@ from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
 from fslab.core.summary import older_checkpoint, read_summary, recorded_precision
 from fslab.core.text import count, percent, queries_text
-from fslab.reports.eval_commands import evaluator_flags, read_on_command
+from fslab.reports.eval_commands import evaluator_flags, read_on_command, unevaluable
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -325,12 +325,10 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
                                "difference": mean, "ci95": ci, "episodes": len(differences)})
     elsewhere = {r: other_shapes(r, split, shots, ways, queries, evaluator, files) for r in counted
                  if not scored(r)}
-    # runs with no scores of any shape (queued, running, or ended before their test), with their state; with a
-    # precision, the fslab eval that scores each on the shape and episodes the others are read on
+    # runs with no scores of any shape (queued, running, or ended before their test), with their state
     unscored = [r for r, shapes in elsewhere.items() if not shapes]
-    commands = {r.id: read_on_command(r, files.config(r), split=split, shots=list(shots), ways=ways, queries=queries,
-                                      precision=precision, episodes=episodes.values(), evaluator=evaluator)
-                for r in unscored if precision}
+    commands, lacking = _to_score(unscored, files, split=split, shots=list(shots), ways=ways, queries=queries,
+                                  episodes=episodes.values(), evaluator=evaluator)
     # whose scores were read: the one asked for, or each run's own (md, latex and csv say which)
     evaluators = sorted({files.label(r, evaluator) for r in counted if scored(r)})
     return {"split": split, "ways": ways, "queries": queries, "shots": list(shots), "evaluators": evaluators,
@@ -341,7 +339,19 @@ def compare(runs: list[Run], *, split: str = "test", shots: list[int] = (1, 5), 
             "episodes_per_run": {f"{n}-shot": episodes[n] for n in shots if episodes[n] is not None},
             "cut": sorted({i for row in rows for r in row["results"].values() for i in r.get("cut", [])}),
             "unscored": {run.id: run.state() for run in unscored}, "unscored_commands": commands,
+            "unevaluable": lacking,
             "damaged": files.damaged(counted)}
+
+
+def _to_score(unscored: list[Run], files: RunFiles, **read) -> tuple[dict[str, str], dict[str, str]]:
+    """Of runs with no scores of any shape, where a precision is asked for (``files.precision``; none without):
+    the fslab eval that scores each fslab eval can (a checkpoint to score), on the shape and episodes the others
+    are read on (:func:`read_on_command` of ``read``), and why it cannot score each other (:func:`unevaluable_runs`)."""
+    if not files.precision:
+        return {}, {}
+    lacking = unevaluable_runs(unscored)
+    return {r.id: read_on_command(r, files.config(r), precision=files.precision, **read)
+            for r in unscored if r.id not in lacking}, lacking
 
 
 def damaged_line(damaged: dict[str, list[str]]) -> str | None:
@@ -552,24 +562,58 @@ def unscored_line(report: dict) -> str | None:
     if (unscored := report.get("unscored")) and (precision := report.get("precision")):  # compare --precision
         return (f"{count(len(unscored), 'run')} without {report['split']} scores of the network in {precision} "
                 f"(left out): {unscored_text(unscored)}; "
-                f"{score_in(list(unscored), precision, report.get('unscored_commands'))}")
+                f"{score_in(list(unscored), precision, report.get('unscored_commands'), report.get('unevaluable'))}")
     if unscored:
         return f"{count(len(unscored), 'run')} without {report['split']} scores (left out): {unscored_text(unscored)}"
     return None
 
 
-def score_in(run_ids: list[str], precision: str, commands: dict[str, str] | None = None) -> str:
+def score_in(run_ids: list[str], precision: str, commands: dict[str, str] | None = None,
+             lacking: dict[str, str] | None = None) -> str:
     """How runs without scores of the network in ``precision`` get them, as compare and plot say it:
     ``score it so with: fslab eval ID --precision fp32`` (``each`` and ``RUN`` for several); with
     ``commands`` (run id -> its fslab eval, as study report names them, of its cell's episodes), those, one
-    with ``RUN`` where they differ only by the run."""
+    with ``RUN`` where they differ only by the run; ``lacking`` (run id -> why fslab eval refuses it,
+    :func:`unevaluable_runs`): for those, why instead (its first three), then the others' (``the other``)."""
+    lacking = {i: lacking[i] for i in run_ids if i in (lacking or {})}
+    scorable = [i for i in run_ids if i not in lacking]
+    said = lacking_lines(lacking)
+    if scorable:
+        said.append(_score_with(scorable, precision, commands, others=bool(lacking)))
+    return "; ".join(said)
+
+
+def _score_with(run_ids: list[str], precision: str, commands: dict[str, str] | None, others: bool) -> str:
+    """:func:`score_in`'s fslab eval of runs it can score; ``others``: some runs named beside them it cannot."""
     one = len(run_ids) == 1
+    whom = ("the other" if one else "the others") if others else ("it" if one else "each")
     if commands and all(i in commands for i in run_ids):
         said = list(dict.fromkeys(commands[i] for i in run_ids))
         alike = {commands[i].replace(f" {i}", " RUN", 1) for i in run_ids}  # several alike but for the id: one
         said = list(alike) if len(run_ids) > 1 and len(alike) == 1 else said
-        return f"score {'it' if one else 'each'} so with: {'; '.join(said[:3])}{'; ...' if len(said) > 3 else ''}"
-    return f"score {'it' if one else 'each'} so with: fslab eval {run_ids[0] if one else 'RUN'} --precision {precision}"
+        return f"score {whom} so with: {'; '.join(said[:3])}{'; ...' if len(said) > 3 else ''}"
+    return f"score {whom} so with: fslab eval {run_ids[0] if one else 'RUN'} --precision {precision}"
+
+
+def lacking_lines(lacking: dict[str, str]) -> list[str]:
+    """Why fslab eval refuses each run of ``lacking`` (run id -> its line, :func:`unevaluable_runs`), the lines
+    alike but for the run said once for them all (``runs A, B each has no checkpoint yet (...)``; a command in
+    it then names ``RUN``), the first three so."""
+    alike: dict[str, list[str]] = {}
+    for run_id, why in lacking.items():
+        alike.setdefault(why.replace(run_id, "RUN"), []).append(run_id)
+    said = []
+    for why, ids in alike.items():
+        runs = f"{', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}"
+        said.append(lacking[ids[0]] if len(ids) == 1 else f"runs {runs} each{why.removeprefix('run RUN')}"
+                    if why.startswith("run RUN ") else f"{why} (RUN: {runs})")
+    return said[:3] + (["..."] if len(said) > 3 else [])
+
+
+def unevaluable_runs(runs: list[Run]) -> dict[str, str]:
+    """Of ``runs``, each one fslab eval refuses to score (no checkpoint yet, none ever, a damaged one), by id,
+    with its line (:func:`unevaluable`): what a report says of it in place of an fslab eval it would refuse."""
+    return {run.id: why for run in runs if (why := unevaluable(run))}
 
 
 def unscored_text(unscored: dict[str, str]) -> str:
@@ -581,7 +625,7 @@ def unscored_text(unscored: dict[str, str]) -> str:
 
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
                shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None,
-               also=(), precision: str | None = None) -> str:
+               also=(), precision: str | None = None, lacking: dict[str, str] | None = None) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
     (--ways, --queries) where given (without them fslab eval takes each run's own shape); ``labels``:
@@ -589,7 +633,11 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     runs with no scores at all, by their state (:func:`no_scores_at_all`), which the line names,
     since it is the only line said; ``also``: what else it says, the runs left out and why
     (:func:`left_out_lines`), a damaged saved evaluation (:func:`damaged_line`); ``precision``: that of
-    the network whose scores were asked for (``--precision``), which the fslab eval names too."""
+    the network whose scores were asked for (``--precision``), which the fslab eval names too; ``lacking``:
+    why fslab eval refuses each of the ``unscored`` it would refuse (:func:`unevaluable_runs`), said after them,
+    and no fslab eval where it would refuse every run (those, and none scored otherwise)."""
+    lacking = {i: why for i, why in (lacking or {}).items() if i in (unscored or {})}
+    said = lacking_lines(lacking)
     by = f" by evaluator '{evaluator}'" if evaluator else ""
     by += f" of the network in {precision}" if precision else ""
     run_eval = "fslab eval RUN" + (f" --split {split}" if split != "test" else "") + (
@@ -601,12 +649,14 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     if unscored:
         at_all = f"of the network in {precision}" if precision else "at all"
         have += f"; {count(len(unscored), 'run')} with no {split} scores {at_all}: {unscored_text(unscored)}"
+        have += "".join(f"; {why}" for why in said)
     have += "".join(f"; {line}" for line in also if line)
     if labels:
         have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
                  f" (--evaluator {shlex.quote(labels[0])})")
+    refused = bool(unscored) and len(lacking) == len(unscored) and not shapes and not labels  # fslab eval of none
     return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries_text(queries)}"
-            f"{have}; finish them or run: {run_eval}")
+            f"{have}{'' if refused else f'; finish them or run: {run_eval}'}")
 
 
 # What Markdown (CommonMark, GitHub's tables and strikethrough) would read as markup in a cell: | ends it,

@@ -8,7 +8,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 
+from fslab.core.errors import UsageError
 from fslab.core.events import label_params
+from fslab.core.rerun import check_evaluable
 from fslab.core.runstore import Run
 from fslab.core.summary import read_summary
 
@@ -71,3 +73,14 @@ def own_test_episodes(run: Run) -> int | None:
     counts = {value["episodes"] for value in read_summary(run.path, save=False).test.values()
               if isinstance(value.get("episodes"), int)}
     return min(counts, default=None)
+
+
+def unevaluable(run: Run) -> str | None:
+    """Why ``fslab eval`` refuses to score ``run``, as its line says it (:func:`check_evaluable`, the test it
+    makes before torch loads: no checkpoint yet, none ever written, or a damaged one); None where it scores it.
+    A report names its fslab eval only for a run it scores, and for the others this instead."""
+    try:
+        check_evaluable(run)
+    except UsageError as exc:
+        return str(exc)
+    return None

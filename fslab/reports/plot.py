@@ -51,6 +51,7 @@ from fslab.reports.compare import (
     shapes_text,
     shared_episodes,
     split_by_data,
+    unevaluable_runs,
 )
 from fslab.reports.eval_commands import read_on_command
 
@@ -147,7 +148,9 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     if not any(panel["series"] for panel in panels):
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
                                     shapes={shape for found in shapes.values() for shape in found}, asked=asked,
-                                    unscored=no_scores_at_all(unscored, split, files), precision=precision))
+                                    unscored=(never := no_scores_at_all(unscored, split, files)),
+                                    precision=precision,
+                                    lacking=unevaluable_runs([r for r in unscored if r.id in never])))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "precision": precision, "panels": panels,
             "left_out": left_out,
             # runs scored on more than the count every run of their panel reaches, read on their first so many
@@ -194,7 +197,9 @@ def _keep_scored(lines: dict, files: RunFiles, scored, others, what: str,
     if to_score:
         command = scoring([r for line in lines.values() for point in line["points"].values() for r in point["runs"]])
         for entry, r, after in to_score:
-            entry["why"] += f"; {score_in([r.id], files.precision, {r.id: command(r)})}{after}"
+            lacking = unevaluable_runs([r])  # no checkpoint for fslab eval to score: why, not a command it refuses
+            commands = {} if lacking else {r.id: command(r)}
+            entry["why"] += f"; {score_in([r.id], files.precision, commands, lacking)}{after}"
     return left_out, shapes, unscored
 
 
