@@ -932,8 +932,8 @@ def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, buil
     assert "NaN" in damaged.read_text()
     line = (f"1 saved evaluation left out, damaged (not JSON, a score that is not a number from 0 to 1, such as NaN, "
             f"Infinity or a percent, or not one score per episode): {run.id}/evaluations/{damaged.name}; score those "
-            f"episodes again with: fslab eval {run.id} (the file's name gives the split, shots, queries and "
-            f"episodes)\n")
+            f"episodes again with: fslab eval {run.id} --ways 5 --shots 5 --queries 15 --episodes 40 --evaluator "
+            f"centroid\n")  # the file's, read from its name: fslab eval's defaults are the run's, which may differ
     out = fslab_here("compare", "all", "--format", "json", cwd=folder)
     assert out.returncode == 0 and out.stderr == line, out.stderr
     report = json.loads(out.stdout)
@@ -950,6 +950,28 @@ def test_a_damaged_saved_evaluation_is_named_not_left_out_in_silence(store, buil
     assert plotted.stderr.splitlines()[0] == (
         f"left out {run.id}: it is queued and has no saved test accuracies for 5-way 5-shot, 15 queries; 1 saved "
         f"evaluation of it cannot be read: {damaged.name}")
+
+
+def test_the_fslab_eval_named_for_a_damaged_evaluation_is_read_from_the_name_its_file_was_given(tmp_path):
+    """The line for a damaged saved evaluation said 'fslab eval ID (the file's name gives the split, shots, queries
+    and episodes)', a command to finish by hand: it names the fslab eval of the file's episodes, read back from the
+    name save_accuracies gave it (the same code), its evaluator's parameters and precision too."""
+    from fslab.core.runstore import evaluation_named
+    from fslab.reports.eval_commands import rescore_commands
+
+    run = make_run(tmp_path / "runs", 0.1, 0, {})
+    base = {"split": "val", "ways": 10, "queries": 5, "episodes": 24, "evaluator": "knn[k=3]", "seed": 7, "epoch": 3,
+            "accuracy": 0.5, "ci95": 0.0, "precision": "bf16", "run_precision": "fp32"}
+    names = [run.save_accuracies({**base, "shots": shots}, [0.5] * 24).name for shots in (1, 5)]
+    fp32 = run.save_accuracies({**base, "split": "test", "shots": 20, "evaluator": "centroid",
+                                "precision": "fp32", "data": "abc"}, [0.5] * 24).name
+    assert evaluation_named(names[0]) == {"split": "val", "evaluator": "knn[k=3]", "ways": 10, "shots": 1,
+                                          "queries": 5, "episodes": 24, "seed": 7, "epoch": 3, "precision": "bf16"}
+    assert rescore_commands(run.id, [*names, fp32, "test-cut~0123456789ab.json"]) == [
+        f"fslab eval {run.id} --split val --ways 10 --queries 5 --episodes 24 --precision bf16 --evaluator knn "
+        f"--set evaluator.k=3",
+        f"fslab eval {run.id} --ways 10 --shots 20 --queries 5 --episodes 24 --evaluator centroid",
+        f"fslab eval {run.id} (of the split, shots, queries and episodes its file's name gives)"]
 
 
 def _half_up(numerator: int, denominator: int) -> str:

@@ -31,6 +31,7 @@ import difflib
 import errno
 import json
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -319,11 +320,7 @@ class Run:
         a hash of the whole (:func:`fslab.core.files.fitting_name`); readers go by the file's contents."""
         folder = self.path / "evaluations"
         folder.mkdir(exist_ok=True)
-        key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
-               f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
-        if other_precision(result):
-            key += f"_{result['precision']}"
-        name = fitting_name(safe_name(key), NAME_MAX - len("_data.json") - 16)  # a plugin's long parameters
+        name = fitting_name(safe_name(evaluation_key(result)), NAME_MAX - len("_data.json") - 16)  # long parameters
         path = folder / f"{name}.json"
         data = result.get("data")
         if isinstance(data, str) and _other_data(path, data):
@@ -348,6 +345,33 @@ class Run:
             return [], []
         found = [(name, evaluation(read_json(self.path / "evaluations" / name))) for name in names]
         return [record for _, record in found if record is not None], [name for name, record in found if record is None]
+
+
+def evaluation_key(result: dict) -> str:
+    """The name :meth:`Run.save_accuracies` gives the file of an evaluation ``result`` (before :func:`safe_name`
+    and a cut to fit): everything that fixes its episodes, ``test-centroid-5way-1shot-15q-40ep-seed0-epoch2``,
+    then ``_bf16`` for a network run in another precision than the run's; :func:`evaluation_named` reads it back."""
+    key = (f"{result['split']}-{result['evaluator']}-{result['ways']}way-{result['shots']}shot-"
+           f"{result['queries']}q-{result['episodes']}ep-seed{result['seed']}-epoch{result['epoch']}")
+    return key + (f"_{result['precision']}" if other_precision(result) else "")
+
+
+_EVALUATION_NAME = re.compile(r"(?P<split>[a-z]+)-(?P<evaluator>.+)-(?P<ways>\d+)way-(?P<shots>\d+)shot-"
+                              r"(?P<queries>\d+)q-(?P<episodes>\d+)ep-seed(?P<seed>-?\d+)-epoch(?P<epoch>\d+)"
+                              r"(?:_(?P<precision>fp32|bf16|fp16))?(?:_data[^.]*)?\.json")
+
+
+def evaluation_named(name: str) -> dict | None:
+    """What the name of a file in ``evaluations/`` says of its evaluation (:func:`evaluation_key` read back,
+    ``_data...`` after it aside): its split, evaluator label, ways, shots, queries, episodes, seed and epoch,
+    and the precision of its network where it is another than the run's own (else None); None for a name
+    :meth:`Run.save_accuracies` did not give, or cut to fit (``~`` and a hash): what a damaged file held is
+    read from its name alone."""
+    found = _EVALUATION_NAME.fullmatch(name)
+    if found is None:
+        return None
+    return {key: int(value) if key in ("ways", "shots", "queries", "episodes", "seed", "epoch") else value
+            for key, value in found.groupdict().items()}
 
 
 def _other_data(path: Path, data: str) -> bool:

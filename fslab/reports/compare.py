@@ -38,7 +38,7 @@ from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
 from fslab.core.summary import older_checkpoint, read_summary, recorded_precision
 from fslab.core.text import count, percent, queries_text
-from fslab.reports.eval_commands import evaluator_flags, read_on_command, unevaluable
+from fslab.reports.eval_commands import evaluator_flags, read_on_command, rescore_commands, unevaluable
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -360,11 +360,11 @@ def damaged_line(damaged: dict[str, list[str]]) -> str | None:
     files = [f"{run_id}/evaluations/{name}" for run_id, names in damaged.items() for name in names]
     if not files:
         return None
-    again = next(iter(damaged)) if len(damaged) == 1 else "RUN"
+    again = [command for run_id, names in damaged.items() for command in rescore_commands(run_id, names)]
     return (f"{count(len(files), 'saved evaluation')} left out, damaged (not JSON, a score that is not a number "
             f"from 0 to 1, such as NaN, Infinity or a percent, or not one score per episode): "
             f"{', '.join(files[:5])}{', ...' if len(files) > 5 else ''}; score those episodes again with: "
-            f"fslab eval {again} (the file's name gives the split, shots, queries and episodes)")
+            f"{'; '.join(again[:3])}{'; ...' if len(again) > 3 else ''}")
 
 
 def _seed_order(seed) -> tuple:

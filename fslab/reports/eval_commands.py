@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from fslab.core.errors import UsageError
 from fslab.core.events import label_params
 from fslab.core.rerun import check_evaluable
-from fslab.core.runstore import Run
+from fslab.core.runstore import Run, evaluation_named
 from fslab.core.summary import read_summary
 
 EVAL_SHOTS = (1, 5)  # what fslab eval scores without --shots
@@ -84,3 +84,31 @@ def unevaluable(run: Run) -> str | None:
     except UsageError as exc:
         return str(exc)
     return None
+
+
+def rescore_commands(run_id: str, names: list[str]) -> list[str]:
+    """The ``fslab eval`` that scores again the episodes of each of a run's saved evaluations ``names`` (damaged
+    files of ``evaluations/``), read from the file's name (:func:`evaluation_named`): its split, ways, shots,
+    queries, episode count, evaluator (``--evaluator`` with its parameters, :func:`evaluator_flags`) and the
+    precision of its network where another than the run's; --ways, --queries and --evaluator always, whose default
+    is the run's own, which may have changed since. Files alike but for their shots are one (``--shots 1,5``); a
+    name not read back (cut to fit) is ``fslab eval ID`` with what to read from it."""
+    alike: dict[tuple, list[int]] = {}
+    unread = False
+    for name in names:
+        if (named := evaluation_named(name)) is None:
+            unread = True
+            continue
+        shape = tuple(named[key] for key in ("split", "ways", "queries", "episodes", "precision", "evaluator"))
+        alike.setdefault(shape, []).append(named["shots"])
+    commands = []
+    for (split, ways, queries, episodes, precision, evaluator), shots in alike.items():
+        shots = sorted(set(shots))
+        commands.append(" ".join([
+            "fslab eval", run_id, *(["--split", split] if split != "test" else []), "--ways", str(ways),
+            *(["--shots", ",".join(map(str, shots))] if shots != list(EVAL_SHOTS) else []), "--queries", str(queries),
+            "--episodes", str(episodes), *(["--precision", precision] if precision else []),
+            *evaluator_flags(evaluator)]))
+    if unread:
+        commands.append(f"fslab eval {run_id} (of the split, shots, queries and episodes its file's name gives)")
+    return commands
