@@ -387,7 +387,7 @@ def _evaluator_params(assignments: list[str], found, name: str) -> dict:
                              f"--evaluator {value}" if isinstance(value, str) else
                              f"fslab eval names its evaluator with --evaluator NAME, not --set (got '{text}')")
         given[path[1]] = value
-    checked = plugin_params(found, "evaluator", name, given)
+    checked = plugin_params(found, "evaluator", name, given, choose="--evaluator ")
     return {key: checked[key] for key in given}  # the others stay the run's own
 
 

@@ -627,7 +627,8 @@ def _fill_plugin_params(config: dict, registry) -> None:
         values = config[section]
         fixed = SECTION_KEYS.get(section, ("name",))
         given = {key: value for key, value in values.items() if key not in fixed}
-        values.update(plugin_params(registry, section, values["name"], given))  # given keys keep their place
+        values.update(plugin_params(registry, section, values["name"], given,  # given keys keep their place
+                                    choose=choosing_option(section)))
 
 
 def _fill_sink_params(config: dict, registry) -> None:

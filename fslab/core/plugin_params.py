@@ -70,7 +70,7 @@ FILLED_IN_COUNTS = {"out_dim": at_least(1), "num_classes": at_least(1), "in_chan
 
 
 def plugin_params(registry, kind: str, name: str, given: dict, key: str | None = None,
-                  filled_in: tuple[str, ...] = ()) -> dict:
+                  filled_in: tuple[str, ...] = (), choose: str | None = None) -> dict:
     """The parameters of component ``name`` of ``kind``: ``given`` checked against
     what it declares (the names, the types of their defaults, its ``allowed``
     rules), with its defaults for the rest. The one check of a plugin's
@@ -78,16 +78,19 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     ``fslab.create``; ``key`` names them in messages (``loss``, ``sinks.mlflow``).
     The names in ``filled_in`` (values fslab fills in at run time, such as a
     backbone's ``in_channels``) are accepted too and passed on; the whole numbers
-    among them (FILLED_IN_COUNTS) are checked first."""
+    among them (FILLED_IN_COUNTS) are checked first. An unknown parameter that another plugin of ``kind``
+    declares is said with that plugin, and ``choose``, how the command chooses it (``--set evaluator.name=``,
+    :func:`fslab.core.config.choosing_option`; ``--evaluator `` for fslab eval), up to its name."""
     component = registry.get(kind, name)
     key = key or kind
     known = [*component.params, *filled_in]
     for param in given:
         if param not in known:  # a target's **kwargs takes what fslab fills in, but the author wrote no such name
             listed = [*component.params, *(p for p in filled_in if _named(component, p))]
-            raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'."
-                              f"{did_you_mean(param, listed)} Allowed: {', '.join(sorted(listed)) or '(none)'}."
-                              + _positional_hint(component, param))
+            allowed = (f".{did_you_mean(param, listed)} Allowed: {', '.join(sorted(listed))}." if listed
+                       else ", which takes no parameters.")
+            raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'{allowed}"
+                              + _owners_hint(registry, kind, name, param, choose) + _positional_hint(component, param))
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
     _check_declared_rules(component, params, key)
@@ -100,6 +103,18 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
         given["image_size"] = _check_image_size(f"{key}.image_size", given["image_size"])
     _check_filled_in_kinds(key, {param: given[param] for param in filled_in if param in given})
     return {**params, **{param: given[param] for param in filled_in if param in given}}
+
+
+def _owners_hint(registry, kind: str, name: str, param: str, choose: str | None) -> str:
+    """`` Evaluator 'knn' has it: --set evaluator.name=knn.`` where plugins of ``kind`` other than ``name``
+    declare ``param`` (the first named, and how ``choose`` chooses it); else ''."""
+    owners = sorted(other for other in registry.names(kind)
+                    if other != name and param in registry.get(kind, other).params)
+    if not owners:
+        return ""
+    others = f"{', '.join(repr(o) for o in owners[1:3])}{', ...' if len(owners) > 3 else ''}"
+    also = f" (so do{'es' if len(owners) == 2 else ''} {others})" if owners[1:] else ""
+    return f" {kind.capitalize()} '{owners[0]}' has it{also}" + (f": {choose}{owners[0]}." if choose else ".")
 
 
 def _whole_numbers(value: Any) -> bool:
