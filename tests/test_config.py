@@ -129,16 +129,16 @@ def test_plugin_params_are_filled_and_validated(registry):
 
 @pytest.mark.parametrize("given, said, fix", [
     ("evaluator.k=3", "for evaluator 'centroid', which takes no parameters. Evaluator 'knn' has it: "
-                      "--set evaluator.name=knn.", "evaluator.name=knn"),
+                      "--set evaluator.name=knn", "evaluator.name=knn"),
     ("loss.margin=0.5", "for loss 'nca'. Allowed: pair_fraction, temperature. Loss 'lpn' has it (so does 'triplet'): "
-                        "--set loss.name=lpn.", "loss.name=lpn"),
+                        "--set loss.name=lpn", "loss.name=lpn"),
     ("sampler.ways=5", "for sampler 'iid'. Allowed: drop_last. Sampler 'episodic' has it (so does 'fixed'): "
-                       "--set sampler.name=episodic.", "sampler.name=episodic"),
+                       "--set sampler.name=episodic", "sampler.name=episodic"),
     ("backbone.hidden=8", "for backbone 'resnet12'. Allowed: drop_rate, dropblock_size, widths. Backbone 'conv4' has "
-                          "it: --set backbone.name=conv4.", "backbone.name=conv4"),
+                          "it: --set backbone.name=conv4", "backbone.name=conv4"),
     ("dataset.grayscale=true", "for dataset 'synthetic'. Allowed: channels, classes, colour, image_size, "
                                "images_per_class, seed, test_classes, val_classes. Dataset 'folder' has it: "
-                               "--dataset folder.", None),
+                               "--dataset folder", None),
 ])
 def test_a_parameter_of_another_plugin_of_the_section_is_named_with_that_plugin(registry, given, said, fix):
     """--set evaluator.k=3 with nca's centroid evaluator said 'Allowed: (none)', no word of knn, whose parameter

@@ -155,7 +155,7 @@ def test_a_run_whose_episodes_the_evaluator_refuses_is_left_out_and_the_others_s
     unknown = fslab_here("eval", runs[0].name, runs[1].name, "--set", "evaluator.k=3", cwd=project)  # each its own
     assert (unknown.returncode, unknown.stderr) == (2, "".join(  # evaluator, centroid: each line names its run
         f"left out: run {r.name}: unknown parameter 'evaluator.k' for evaluator 'centroid', which takes no "
-        f"parameters. Evaluator 'knn' has it: --evaluator knn.\n"
+        f"parameters. Evaluator 'knn' has it: --evaluator knn\n"
         for r in runs) + "error: none of the 2 runs named can be evaluated (each is said above)\n")
     gone = fslab_here("eval", runs[0].name, runs[1].name, "--data-root", str(project / "nope"), cwd=project)
     assert (gone.returncode, gone.stderr) == (2, f"error: --data-root {project / 'nope'} is not a folder\n")

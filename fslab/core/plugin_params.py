@@ -106,7 +106,7 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
 
 
 def _owners_hint(registry, kind: str, name: str, param: str, choose: str | None) -> str:
-    """`` Evaluator 'knn' has it: --set evaluator.name=knn.`` where plugins of ``kind`` other than ``name``
+    """`` Evaluator 'knn' has it: --set evaluator.name=knn`` where plugins of ``kind`` other than ``name``
     declare ``param`` (the first named, and how ``choose`` chooses it); else ''."""
     owners = sorted(other for other in registry.names(kind)
                     if other != name and param in registry.get(kind, other).params)
@@ -114,7 +114,8 @@ def _owners_hint(registry, kind: str, name: str, param: str, choose: str | None)
         return ""
     others = f"{', '.join(repr(o) for o in owners[1:3])}{', ...' if len(owners) > 3 else ''}"
     also = f" (so do{'es' if len(owners) == 2 else ''} {others})" if owners[1:] else ""
-    return f" {kind.capitalize()} '{owners[0]}' has it{also}" + (f": {choose}{owners[0]}." if choose else ".")
+    # the option last, with no period after it: copied as printed, it is taken as it is
+    return f" {kind.capitalize()} '{owners[0]}' has it{also}" + (f": {choose}{owners[0]}" if choose else ".")
 
 
 def _whole_numbers(value: Any) -> bool:

@@ -597,11 +597,11 @@ def _score_with(run_ids: list[str], precision: str, commands: dict[str, str] | N
 
 def lacking_lines(lacking: dict[str, str]) -> list[str]:
     """Why fslab eval refuses each run of ``lacking`` (run id -> its line, :func:`unevaluable_runs`), the lines
-    alike but for the run said once for them all (``runs A, B each has no checkpoint yet (...)``; a command in
-    it then names ``RUN``), the first three so."""
+    alike but for the run said once for them all (``runs A, B each has no checkpoint yet (...)``), but those that
+    name a command (``fslab run --like ID``: typed as said, it names the run), the first three so."""
     alike: dict[str, list[str]] = {}
     for run_id, why in lacking.items():
-        alike.setdefault(why.replace(run_id, "RUN"), []).append(run_id)
+        alike.setdefault(why if "fslab " in why else why.replace(run_id, "RUN"), []).append(run_id)
     said = []
     for why, ids in alike.items():
         runs = f"{', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}"
