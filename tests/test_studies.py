@@ -19,6 +19,7 @@ import re
 import shutil
 import time
 import types
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -295,9 +296,13 @@ def test_verdict_widens_fslab_ci_by_the_published_one():
 
 def finish(run: Run, accuracies: dict[int, list[float]], ways: int = 5, split: str = "test",
            named: dict | None = None) -> None:
-    """Make a queued run look finished: completed, with saved episodes of ``split`` per shots (``named``: more
-    of the evaluation's record, the precision fslab eval --precision names, say)."""
+    """Make a queued run look finished: completed, with its checkpoint (a whole archive, all fslab eval checks
+    before torch loads) and saved episodes of ``split`` per shots (``named``: more of the evaluation's record,
+    the precision fslab eval --precision names, say)."""
     config = run.config()
+    run.checkpoint_path.parent.mkdir(exist_ok=True)
+    with zipfile.ZipFile(run.checkpoint_path, "w") as archive:
+        archive.writestr("checkpoint/data.pkl", b"weights")
     for shots, scores in accuracies.items():
         run.save_accuracies({"split": split, "evaluator": "centroid", "ways": ways, "shots": shots,
                              "queries": config["eval"]["queries"], "episodes": len(scores), "seed": 0,
@@ -567,6 +572,13 @@ def test_report_precision_pools_the_scores_of_the_networks_run_in_it_as_compare_
     bad = fslab_here("study", "report", "study.toml", "--precision", "fp64", cwd=project)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
     assert bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\"")
+    # a run fslab eval would refuse (its checkpoint gone: copied here without it) is named with why, not a command
+    runs[2].checkpoint_path.unlink()
+    gone = report("--precision", "fp32")
+    assert gone.stderr == (f"1 run without test scores of the network in fp32 (left out): {runs[2].id} (completed); "
+                           f"run {runs[2].id} has no checkpoint (one is written after each epoch; it ended before its "
+                           f"first); train it again with: fslab run --like {runs[2].id}\n")
+    assert f"so its cells stay pending (run {runs[2].id} has no checkpoint" in gone.stdout
 
 
 def test_a_study_run_whose_runs_are_all_done_points_at_the_report_not_the_queue(registry, project):

@@ -38,6 +38,7 @@ from fslab.reports.compare import (
     score_in,
     shared_episodes,
     tex,
+    unevaluable_runs,
 )
 from fslab.reports.eval_commands import own_test_episodes, score_command
 from fslab.reports.plot import measured_pair_fraction, x_order
@@ -137,11 +138,14 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
     # runs --precision finds without any scores, aside)
     to_score = list(dict.fromkeys(lacking_command(Run(Path(runs_dir) / run_id), row, study.split, precision, files)
                                   for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
+    # of those, each fslab eval would refuse (no checkpoint, a damaged one) is named with why, not its command
+    lacking = unevaluable_runs([Run(Path(runs_dir) / run_id) for run_id in unscored])
     unscored_commands = {run_id: unscored_command(Run(Path(runs_dir) / run_id), rows, study.split, precision, files)
-                         for run_id in unscored}
+                         for run_id in unscored if run_id not in lacking}
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
             "split": study.split, "precision": precision, "scale": used_scale, "datasets": datasets,
             "changed": changed, "project": project, "unscored": unscored, "unscored_commands": unscored_commands,
+            "unevaluable": lacking,
             "comparable": comparable, "edited": edited, "sweep": record["id"] if record else None,
             "stopped": stopped, "missing": missing, "to_score": to_score, "rows": rows, "shared_notes": notes,
             "damaged": files.damaged([Run(Path(runs_dir) / i) for i in places])}
@@ -340,7 +344,7 @@ def _precision_text(report: dict) -> str:
         one = len(unscored) == 1
         text += (f"; {count(len(unscored), 'run')} without {report['split']} scores of the network in {precision}, "
                  f"so {'its' if one else 'their'} cells stay pending "
-                 f"({score_in(list(unscored), precision, report.get('unscored_commands'))})")
+                 f"({score_in(list(unscored), precision, report.get('unscored_commands'), report.get('unevaluable'))})")
     return text
 
 
