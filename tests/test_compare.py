@@ -1028,6 +1028,13 @@ def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scor
         (line,) = done.stderr.splitlines()
         assert line == ("error: none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
                         f"{named}"), (command, line)
+    # a run scored at other shots is none of those without scores: fslab eval scores it, and the line says how
+    scored = make_run(tmp_path / "runs", 0.1, 2, {1: [0.5] * 4, 5: [0.5] * 4})
+    for command in (["compare", scored.id, queued.id, "--shots", "20"],
+                    ["plot", "train.lr", scored.id, queued.id, "--shots", "20"]):
+        done = fslab_here(*command, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.rstrip().endswith(
+            "; finish them or run: fslab eval RUN --shots 20"), (command, done.stderr)
 
 
 def test_scores_of_a_checkpoint_the_run_trained_past_are_pooled_by_no_surface(tmp_path):

@@ -571,7 +571,8 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         never = no_scores_at_all(unscored, split, RunFiles(precision))
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
                                     never, also=[*said, damaged_line(report["damaged"])], precision=precision,
-                                    lacking=unevaluable_runs([run for run in unscored if run.id in never])))
+                                    lacking=unevaluable_runs([run for run in unscored if run.id in never]),
+                                    named=len(runs)))
     for line in said:
         err_console.print(shown(line), highlight=False)
     _say_data_split(report.get("data_split"), "group")

@@ -625,7 +625,8 @@ def unscored_text(unscored: dict[str, str]) -> str:
 
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
                shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None,
-               also=(), precision: str | None = None, lacking: dict[str, str] | None = None) -> str:
+               also=(), precision: str | None = None, lacking: dict[str, str] | None = None,
+               named: int | None = None) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
     (--ways, --queries) where given (without them fslab eval takes each run's own shape); ``labels``:
@@ -635,7 +636,7 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     (:func:`left_out_lines`), a damaged saved evaluation (:func:`damaged_line`); ``precision``: that of
     the network whose scores were asked for (``--precision``), which the fslab eval names too; ``lacking``:
     why fslab eval refuses each of the ``unscored`` it would refuse (:func:`unevaluable_runs`), said after them,
-    and no fslab eval where it would refuse every run (those, and none scored otherwise)."""
+    and no fslab eval where it would refuse every one of the ``named`` runs (the count the command named)."""
     lacking = {i: why for i, why in (lacking or {}).items() if i in (unscored or {})}
     said = lacking_lines(lacking)
     by = f" by evaluator '{evaluator}'" if evaluator else ""
@@ -654,7 +655,7 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     if labels:
         have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
                  f" (--evaluator {shlex.quote(labels[0])})")
-    refused = bool(unscored) and len(lacking) == len(unscored) and not shapes and not labels  # fslab eval of none
+    refused = bool(lacking) and len(lacking) == named  # fslab eval would score none of them
     return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries_text(queries)}"
             f"{have}{'' if refused else f'; finish them or run: {run_eval}'}")
 
