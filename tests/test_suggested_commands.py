@@ -86,6 +86,7 @@ def test_every_command_a_message_suggests_is_accepted_when_typed(project, runs):
         ["compare", *ids, "--ways", "3"],  # scores of a shape none has (fslab eval RUN: of 10,000 episodes)
         ["compare", *ids],  # the damaged evaluation
         ["eval", runs["killed"]], ["eval", runs["failed"]], ["resume", runs["killed"]], ["resume", runs["scored"]],
+        ["sweep", "resume", runs["killed"]], ["sweep", "resume", runs["unscored"]],  # a run's id, not a sweep's
     ]
     tried: dict[tuple, str] = {}
     for situation in situations:
