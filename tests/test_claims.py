@@ -512,6 +512,19 @@ def test_fslab_runs_show_and_resume_say_a_damaged_claim_in_fslab_queue_s_line(tm
     assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", f"error: {line}\n"), refused
 
 
+def test_fslab_queue_marks_the_state_of_a_queued_run_whose_claim_is_damaged_as_fslab_runs_does(tmp_path):
+    """fslab runs marks a queued run whose claim file names no process queued!; fslab queue's own table showed it
+    plainly queued, its line after the table the only sign. --json keeps the state as it is, with its problem."""
+    stuck, plain = queued(tmp_path, "x garbage\n"), queued(tmp_path, None)
+    listed = fslab_here("queue", "--wide", cwd=tmp_path)
+    assert listed.returncode == 0, listed
+    states = {row.split("│")[1].strip(): row.split("│")[2].strip() for row in listed.stdout.splitlines()
+              if row.count("│") > 3}
+    assert states == {stuck.id: "queued!", plain.id: "queued"}, listed.stdout
+    rows = [json.loads(row) for row in fslab_here("queue", "--json", cwd=tmp_path).stdout.splitlines()]
+    assert {row["id"]: row["state"] for row in rows if row["type"] == "run"} == {stuck.id: "queued", plain.id: "queued"}
+
+
 def test_fslab_runs_says_five_claim_problems_under_its_table_then_how_many_more(tmp_path):
     """A sweep's queued runs whose claims were all damaged would fill the screen under the table: five lines,
     then how many more (fslab queue says each)."""

@@ -636,6 +636,37 @@ def test_the_run_screen_of_a_queued_run_whose_claim_is_damaged_says_so_in_fslab_
     drive(frozen_app(runs), body)
 
 
+def test_the_runs_table_marks_a_queued_run_whose_claim_is_damaged_queued_as_fslab_runs_does(tmp_path, monkeypatch):
+    """fslab runs marks a queued run whose claim file names no process queued!; the dashboard's runs table showed it
+    plainly queued. Its mark goes at the tick after the file is removed. A tick reads only the queued runs' claim
+    files, each once (an ended run's .claimed is never read), and hands on only the problems that changed."""
+    import fslab.core.runstore as runstore
+
+    runs = tmp_path / "runs"
+    stuck, waiting = (write_run(runs, f"20260101-1001{n}0-nca-wait", state="queued") for n in (0, 1))
+    for folder in (stuck, waiting):  # queued, nothing started for it: no worker's pid
+        write_status(folder, {"state": "queued", "created": FROZEN - 60})
+    ended = write_run(runs, "20260101-100200-nca-done", events=history(epochs=1))
+    for folder in (stuck, ended):
+        (folder / ".claimed").write_text("x garbage\n")
+    read = []
+    monkeypatch.setattr(runstore, "read_claim", lambda path, real=runstore.read_claim: read.append(path) or real(path))
+    line = runstore.Run(stuck).claim_problem()
+    watcher, read[:] = StoreWatcher(runs, clock=lambda: FROZEN), []
+    assert watcher.poll().problems == {stuck.name: line}
+    assert sorted(read) == sorted([stuck, waiting]), read
+    assert watcher.poll().problems == {}  # nothing changed: nothing to redraw
+
+    async def body(app, pilot):
+        assert [app.screen.cells(run.name)[2].plain for run in (stuck, waiting, ended)] == [
+            "queued!", "queued", "completed"]
+        (stuck / ".claimed").unlink()
+        await tick(app, pilot)
+        assert app.screen.cells(stuck.name)[2].plain == "queued" and app.problems == {}
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_run_screen_names_the_sweep_of_a_sweep_s_run_as_fslab_show_does(store):
     """fslab show names a run's sweep (method nca, ..., seed 0, sweep sweep-...); its run screen did not."""
     runs, folders = store

@@ -46,6 +46,7 @@ from fslab.cli.common import (
     sweep_ids,
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
+from fslab.core.claims import marked_state
 from fslab.core.errors import Terminated, UsageError, interrupted_code
 from fslab.core.states import RESUMABLE
 from fslab.core.text import count
@@ -850,8 +851,9 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
     A last line says when runs wait but no scheduler is alive to start them (it was killed, or its
     machine rebooted), with the command that starts one: fslab queue --start.
 
-    A queued run whose claim file (runs/ID/.claimed) is damaged, naming no process, never starts: a line
-    after the table says so, the file, and what to do (its "problem" with --json).
+    A queued run whose claim file (runs/ID/.claimed) is damaged, naming no process, never starts (nor, until a
+    person acts, one held by a taker this machine cannot tell gone): its state is marked queued!, as fslab runs
+    marks it, and a line after the table says so, the file, and what to do (its "problem" with --json).
 
     With --json: one object per line, each with "type": "run" (id, state, sweep, slot, gpus, pid, problem:
     null unless the run will not start until a person acts, as that line says) or
@@ -878,7 +880,8 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
     if as_json:
         sys.stdout.write("".join(json.dumps(item) + "\n" for item in [*rows, *slots]))
         return
-    cells = [[r["id"], r["state"], *(str(r[k] or "-") for k in ("sweep", "slot", "gpus", "pid"))] for r in rows]
+    cells = [[r["id"], marked_state(r["state"], r["problem"]),  # queued! as fslab runs marks it; the line after
+              *(str(r[k] or "-") for k in ("sweep", "slot", "gpus", "pid"))] for r in rows]  # the table says why
     if cells:
         print_table(console, lambda width: fit(QUEUE_COLUMNS, cells, width, QUEUE_STEPS,
                                                lambda ids: short_ids(project.runs_dir, ids)), wide)

@@ -31,6 +31,7 @@ from fslab.cli.common import (
     sweep_ids,
 )
 from fslab.cli.tables import SHORT_IDS, Col, fit, print_table
+from fslab.core.claims import PROBLEM_MARK, marked_state
 from fslab.core.errors import FslabError, UsageError
 from fslab.core.events import logged_evaluator, precision_note, table_score
 from fslab.core.settings import project_above
@@ -196,7 +197,7 @@ def runs(
                       else _no_runs_yet())
         return
     keys, values = _swept(runs_dir, sweep, summaries)
-    rows = [_row(s, s.test_of(evaluator), values[s.id], s.id in problems) for s in summaries]
+    rows = [_row(s, s.test_of(evaluator), values[s.id], problems.get(s.id)) for s in summaries]
     columns = [*RUN_COLUMNS[:SWEPT_AT], *(Col(key) for key in keys), *RUN_COLUMNS[SWEPT_AT:]]
     title = f"test: {shown(evaluator)}" if evaluator else None  # knn[k=3] is not markup
     print_table(console, lambda width: fit(columns, rows, width, _steps(keys, summaries),
@@ -238,7 +239,6 @@ def claim_problems(runs_dir, summaries: list) -> dict[str, str]:
 
 
 PROBLEMS_SHOWN = 5  # the claim problems fslab runs says after its table; fslab queue says every one
-PROBLEM_MARK = "!"  # after the state of a run that has one: queued!
 
 
 def _say_after_table(summaries: list, problems: list[str]) -> None:
@@ -320,10 +320,10 @@ def _at(config, key: str):
     return config
 
 
-def _row(s, test: dict, swept: list[str] = (), problem: bool = False) -> list[str]:
+def _row(s, test: dict, swept: list[str] = (), problem: str | None = None) -> list[str]:
     known = lambda value: "-" if value is None else str(value)  # an unreadable run's: "-", as in the dashboard
     return [s.id, *map(known, (s.method, s.loss_fn, s.backbone, s.dataset, s.seed)), *swept,
-            s.state + (PROBLEM_MARK if problem else ""),
+            marked_state(s.state, problem),
             f"{s.epoch or 0}/{s.epochs if s.epochs is not None else '?'}",
             loss_text(s.loss),
             f"{s.positives}/{s.negatives}" if s.positives is not None else "-",

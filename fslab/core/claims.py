@@ -93,17 +93,33 @@ def damaged_claim(run_dir: str | Path) -> str | None:
     words and no pid: edited by hand, or damaged on disk) or ``cannot be read (...)``. None where there is no
     claim file, its line names a pid, or it holds no line (its taker may be writing it; one left so for
     :data:`UNWRITTEN_GRACE_S` is stale, :func:`unwritten_holder`)."""
+    return read_claim(run_dir)[1]
+
+
+def read_claim(run_dir: str | Path) -> tuple[Holder | None, str | None]:
+    """The run's claim file read once: the holder it names (:func:`unwritten_holder`; None where there is no
+    file, or it is damaged) and what is wrong with it where it names no taker and never will
+    (:func:`damaged_claim`; else None)."""
     try:
         with open(os.path.join(os.fspath(run_dir), CLAIM_FILE), encoding="utf-8", errors="replace") as fh:
-            line = fh.readline(4096)
+            line, written = fh.readline(4096), os.fstat(fh.fileno()).st_mtime
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
-    if not line.strip(" \t\r\n\0") or parse_holder(line).pid is not None:
-        return None
+        return None, f"cannot be read ({exc.strerror or exc})"
     words = line.strip(" \t\r\n\0")
-    return f"holds {(words if len(words) <= 40 else words[:40] + '...')!r}, which names no process"
+    if words and parse_holder(line).pid is None:
+        return None, f"holds {(words if len(words) <= 40 else words[:40] + '...')!r}, which names no process"
+    return unwritten_holder(run_dir, line, written), None
+
+
+PROBLEM_MARK = "!"  # after the state of a queued run with a claim problem: queued!
+
+
+def marked_state(state: str, problem: str | None) -> str:
+    """A run's state as every table shows it (``fslab runs``, ``fslab queue``, the dashboard): ``queued!``
+    where its claim will hold it until a person acts (``problem``: :meth:`fslab.core.runstore.Run.claim_problem`)."""
+    return state + PROBLEM_MARK if problem else state
 
 
 def unwritten_holder(run_dir: str | Path, line: str, written: float) -> Holder:

@@ -47,6 +47,7 @@ from fslab.core.claims import (
     held_elsewhere_line,
     holder_gone,
     holder_line,
+    read_claim,
     read_holder,
     take_stale,
 )
@@ -89,6 +90,12 @@ def run_events(run_path: str | Path) -> list[dict]:
     last line without its newline is still being written), each a JSON object with the fields of its
     kind (:func:`fslab.core.schemas.event`; a damaged line is left out); none where there is no file."""
     return [e for e in read_events(Path(run_path) / "metrics.jsonl")[0] if event(e) is not None]
+
+
+def _elsewhere(holder: Holder | None) -> bool:
+    """Whether a claim's holder is one this machine cannot tell gone: another host's, or an older fslab's line
+    that names no host (never a claim to submit a SLURM job, which may exist although its submitter is gone)."""
+    return holder is not None and not holder.slurm and holder.pid is not None and holder.host != HOST
 
 
 @dataclass(frozen=True)
@@ -263,7 +270,7 @@ class Run:
         is gone: it claimed on another host, or its claim (an older fslab's) names no host. For the
         line that says how to free the run by hand (remove ``.claimed``)."""
         holder = read_holder(self.path)
-        if holder is None or holder.slurm or holder.pid is None or holder.host == HOST:
+        if not _elsewhere(holder):
             return None
         return holder if unstarted(self.status() if status is None else status) else None
 
@@ -281,13 +288,12 @@ class Run:
         (:meth:`held_elsewhere`); else None. Only a queued run can have it: a caller listing runs asks only of
         those its summary says are queued, so the claim files of the ended ones are never read."""
         status = self.status() if status is None else status
-        if status.get("state") != "queued":
+        if status.get("state") != "queued" or not unstarted(status):
             return None
-        if (damaged := self.damaged_claim(status)) is not None:
+        holder, damaged = read_claim(self.path)  # the file read once: a dashboard's tick asks of every queued run
+        if damaged is not None:
             return damaged_claim_line(self.path, damaged)
-        if (holder := self.held_elsewhere(status)) is not None:
-            return held_elsewhere_line(self.path, holder)
-        return None
+        return held_elsewhere_line(self.path, holder) if _elsewhere(holder) else None
 
     def lost_submission(self, status: dict | None = None, *, locked: bool | None = None) -> Holder | None:
         """The holder of this run's claim where it was taken to submit a SLURM job and the run still

@@ -42,6 +42,7 @@ class FslabApp(App):
         self.cursor_blink = cursor_blink
         self.watcher = StoreWatcher(self.runs_dir, clock)
         self.rows: dict[str, RunSummary] = {}
+        self.problems: dict[str, str] = {}  # queued runs that will not start unless a person acts: fslab queue's line
         self.skipped: list[str] = []
         self.last_poll_s = 0.0
         self.processes: list = []  # workers this dashboard launched, reaped as they end
@@ -110,6 +111,12 @@ class FslabApp(App):
             self.rows[row.id] = row
         for run_id in changes.removed:
             self.rows.pop(run_id, None)
+            self.problems.pop(run_id, None)
+        for run_id, problem in changes.problems.items():
+            if problem is None:
+                self.problems.pop(run_id, None)
+            else:
+                self.problems[run_id] = problem
         self.skipped = sorted(self.watcher.skipped)
         self.last_poll_s = changes.seconds
         removed = list(changes.removed)

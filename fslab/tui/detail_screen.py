@@ -261,8 +261,9 @@ class DetailScreen(Screen):
         named = " · ".join(f"{what} {'-' if value is None else value}" for what, value in (
             ("method", row.method), ("loss", row.loss_fn), ("backbone", row.backbone), ("dataset", row.dataset),
             ("seed", row.seed), *((("sweep", row.sweep),) if row.sweep else ())))  # its peers: as fslab show names it
+        problem = self.claim_problem if row.state == "queued" else None  # queued!, as the runs table marks it
         summary = Text.assemble(
-            (printable(row.id), "bold"), "  ", model.state_text(row), "  ",
+            (printable(row.id), "bold"), "  ", model.state_text(row, problem), "  ",
             printable(named) + " · "
             f"epoch {model.epoch_text(row).plain} · step {row.step or 0}"
             f"{'/' + str(row.total_steps) if row.total_steps else ''} · "

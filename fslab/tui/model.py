@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.text import Text
 
+from fslab.core.claims import marked_state
 from fslab.core.creation import creation_key
 from fslab.core.events import table_score
 from fslab.core.summary import RunSummary, eta
@@ -52,8 +53,10 @@ def fraction_done(row: RunSummary) -> float | None:
     return None
 
 
-def state_text(row: RunSummary) -> Text:
-    return Text(row.state, style=STATE_STYLES.get(row.state, ""))
+def state_text(row: RunSummary, problem: str | None = None) -> Text:
+    """The run's state, ``queued!`` where its claim holds it until a person acts (``problem``), as fslab runs
+    and fslab queue mark it (:func:`fslab.core.claims.marked_state`)."""
+    return Text(marked_state(row.state, problem), style=STATE_STYLES.get(row.state, ""))
 
 
 # In priority order: as the terminal narrows, columns on the right go first
@@ -126,14 +129,15 @@ def bar_text(row: RunSummary) -> Text:
     return Text(("█" * full + (BAR_CHARS[part] if part else "")).ljust(BAR_WIDTH), style="cyan")
 
 
-def row_cells(row: RunSummary, now: float, marked: bool) -> list[Text]:
-    """The table cells of one run, in COLUMNS order; every value from run files is plain Text."""
+def row_cells(row: RunSummary, now: float, marked: bool, problem: str | None = None) -> list[Text]:
+    """The table cells of one run, in COLUMNS order; every value from run files is plain Text. ``problem``: its
+    claim's (:meth:`fslab.core.runstore.Run.claim_problem`), which marks its state."""
     plain = lambda value: Text("-" if value is None else printable(value))
     pairs = "-" if row.positives is None else f"{row.positives}/{row.negatives}"
     return [
         Text("*" if marked else " ", style="bold"),
         Text(printable(row.id)) + (Text(" !", style="bold red") if row.note or row.corrupt else Text("")),
-        state_text(row), plain(row.method), epoch_text(row),
+        state_text(row, problem), plain(row.method), epoch_text(row),
         Text(table_score(row.test.get("1-shot"))), Text(table_score(row.test.get("5-shot"))),
         Text(loss_text(row.loss)), bar_text(row),
         Text(duration(eta(row, now))), Text(duration(elapsed(row, now))), *usage_cells(row),

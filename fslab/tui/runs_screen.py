@@ -60,7 +60,8 @@ class RunsScreen(Screen):
         return self.query_one(RunsTable)
 
     def cells(self, run_id: str) -> list[Text]:
-        return model.row_cells(self.app.rows[run_id], self.app.clock(), run_id in self.table.marked)
+        return model.row_cells(self.app.rows[run_id], self.app.clock(), run_id in self.table.marked,
+                               self.app.problems.get(run_id))
 
     # -- keeping the table in step with the store --------------------------------
     def visible_ids(self) -> list[str]:
@@ -91,7 +92,7 @@ class RunsScreen(Screen):
                 table.set_ids(ids)
         # Changed rows, and live rows whose elapsed time and ETA move with the clock.
         live = [r.id for r in self.app.rows.values() if r.state in LIVE]
-        table.invalidate([r.id for r in changes.rows] + live)
+        table.invalidate([r.id for r in changes.rows] + live + list(changes.problems))
         self.update_status()
 
     def update_status(self) -> None:

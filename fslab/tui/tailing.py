@@ -17,11 +17,11 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fslab.core.files import Tail, json_object, last_lines_start, parse_lines, read_json
-from fslab.core.runstore import run_names
+from fslab.core.runstore import Run, run_names
 from fslab.core.schemas import status as status_of
 from fslab.core.states import LIVE
 from fslab.core.summary import RunSummary, SummaryFile
@@ -46,6 +46,8 @@ class StoreChanges:
     skipped: list[str]  # folders that are not (yet) runs: no config.json
     seconds: float = 0.0
     partial: bool = False  # more of this tick follows
+    # queued runs whose claim problem (Run.claim_problem: the line fslab queue says) came, changed or went: None
+    problems: dict[str, str | None] = field(default_factory=dict)
 
 
 class StoreWatcher:
@@ -68,6 +70,7 @@ class StoreWatcher:
         self.folder_stamp: int | None = None
         self.ticks = 0
         self.urgent: set[str] = set()  # runs to check at the next poll whatever their state
+        self.problems: dict[str, str] = {}  # the queued runs that will not start unless a person acts: why
 
     def poll(self, on_batch: Callable[[StoreChanges], None] | None = None, batch: int = 60) -> StoreChanges:
         """Read what changed since the last poll. New runs are read newest
@@ -110,7 +113,20 @@ class StoreWatcher:
         new_skips = sorted(skipped - self.skipped)
         self.skipped = skipped
         self.ticks += 1
-        return StoreChanges(rows, removed, new_skips, time.perf_counter() - started)
+        problems = self._claim_problems()
+        return StoreChanges(rows, removed, new_skips, time.perf_counter() - started, problems=problems)
+
+    def _claim_problems(self) -> dict[str, str | None]:
+        """The claim problems that came, changed or went since the last tick (None: went). Only queued runs'
+        claim files are read, each once a tick, with the status this tick read (:meth:`Run.claim_problem`)."""
+        now = {}
+        for run_id in self.live:
+            keeper = self.keepers[run_id]
+            if keeper.summary.state == "queued" and (problem := Run(Path(keeper.dir)).claim_problem(keeper.status)):
+                now[run_id] = problem
+        changed = {i: now.get(i) for i in now.keys() | self.problems.keys() if now.get(i) != self.problems.get(i)}
+        self.problems = now
+        return changed
 
     def refresh_now(self, run_id: str) -> None:
         """Check one run at the next poll whatever its state (the dashboard
@@ -136,6 +152,7 @@ class StoreWatcher:
 
     def _forget(self, run_id: str) -> None:
         del self.keepers[run_id]
+        self.problems.pop(run_id, None)
         self.live.discard(run_id)
         self.ended.pop(run_id, None)
 
