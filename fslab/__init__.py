@@ -1,4 +1,6 @@
-"""fslab: a few-shot-learning lab on the command line.
+"""fslab's Python API: the plugins' components listed, described and built by name.
+
+fslab is a few-shot-learning lab on the command line.
 
 Public Python API::
 

@@ -149,26 +149,50 @@ def test_every_source_folder_and_data_file_is_declared_to_ship():
     assert undeclared_files == []
 
 
-def test_the_readme_map_names_every_module():
-    """README's "How fslab is built" names each module of each layer folder in that folder's entry
-    (the dashboard's screens as "one screen per module"): a module left out is one a newcomer
-    cannot place (errors, events, timing, numerics, usage and a dozen more once were)."""
+def map_entries(readme: str) -> dict[str, str]:
+    """README's "How fslab is built" map: each entry's path (``fslab/core/``, ``fslab/plugin.py``) and its text."""
     import re
 
-    readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## How fslab is built"):]
     block = section[section.index("```\n") + 4:]
     block = block[:block.index("```")]
-    entries = dict(re.findall(r"^(fslab/\w+/)(.*?)(?=^\S|\Z)", block, flags=re.M | re.S))
-    missing = []
-    for folder in sorted(p for p in (ROOT / "fslab").iterdir() if (p / "__init__.py").exists()):
-        words = set(re.findall(r"\w+", entries.get(f"fslab/{folder.name}/", "")))
-        for module in sorted(folder.glob("*.py")):
-            screen = folder.name == "tui" and module.stem.endswith("_screen") and "screen" in words
-            if module.stem != "__init__" and module.stem not in words and not screen:
-                missing.append(f"fslab/{folder.name}/{module.name}")
-    assert sorted(entries) == sorted(f"fslab/{p.parent.name}/" for p in (ROOT / "fslab").glob("*/__init__.py"))
-    assert missing == []
+    return dict(re.findall(r"^((?:fslab|plugins)/\S*)(.*?)(?=^\S|\Z)", block, flags=re.M | re.S))
+
+
+def map_problems(entries: dict[str, str], root: Path) -> list[str]:
+    """What the map gets wrong against the sources under ``root``: a package (a folder of fslab/ or plugins/
+    with an __init__.py) or a top-level module of fslab/ without its entry, an entry for none, and in each
+    package's entry a module not named (as ``name.py``) or one named that is not there (__init__.py may be
+    named: the package itself)."""
+    import re
+
+    packages = {f"{top}/{p.parent.name}/": p.parent for top in ("fslab", "plugins")
+                for p in (root / top).glob("*/__init__.py")}
+    files = {f"fslab/{p.name}" for p in (root / "fslab").glob("*.py")}
+    problems = [f"{path}: no entry" for path in sorted({*packages, *files} - set(entries))]
+    problems += [f"{path}: listed but absent" for path in sorted(set(entries) - {*packages, *files})]
+    for path, folder in sorted(packages.items()):
+        named = set(re.findall(r"(\w+)\.py\b", entries.get(path, ""))) - {"__init__"}
+        there = {m.stem for m in folder.glob("*.py")} - {"__init__"}
+        problems += [f"{path}{m}.py: not in the map" for m in sorted(there - named)]
+        problems += [f"{path}{m}.py: in the map but absent" for m in sorted(named - there)]
+    return problems
+
+
+def test_the_readme_map_names_every_module():
+    """README's "How fslab is built" names each module of each package of fslab/ and plugins/ in that package's
+    entry (as ``name.py``), and fslab/'s own modules each in an entry of its own: a module left out is one a
+    newcomer cannot place (errors, events, timing, numerics, usage and a dozen more once were), one listed but
+    gone sends them looking for it. The check itself: a map without a module, or with one that is gone, fails."""
+    entries = map_entries((ROOT / "README.md").read_text())
+    assert map_problems(entries, ROOT) == []
+    cut = {**entries, "fslab/core/": entries["fslab/core/"].replace("claims.py", "claims")}
+    cut.pop("fslab/__main__.py")
+    cut["plugins/sinks/"] += " neptune.py (gone)"
+    cut["fslab/gone/"] = "old.py"
+    assert map_problems(cut, ROOT) == ["fslab/__main__.py: no entry", "fslab/gone/: listed but absent",
+                                       "fslab/core/claims.py: not in the map",
+                                       "plugins/sinks/neptune.py: in the map but absent"]
 
 
 def test_every_plugin_kind_has_its_contract_test_and_its_template():
@@ -190,7 +214,7 @@ def test_the_readme_map_names_every_command_under_its_module():
 
     readme = (ROOT / "README.md").read_text()
     entry = readme[readme.index("fslab/cli/ "):readme.index("fslab/tui/ ")]
-    groups = {module: set(re.findall(r"\w+", words)) for module, words in re.findall(r"(\w+)\s+\(([^)]*)\)", entry)}
+    groups = {module: set(re.findall(r"\w+", words)) for module, words in re.findall(r"(\w+)\.py\s+\(([^)]*)\)", entry)}
     misplaced = [f"{command} ({module})" for command, module in COMMANDS.items()
                  if command not in groups.get(module, {module})]
     assert misplaced == []

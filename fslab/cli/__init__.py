@@ -1,7 +1,7 @@
 """The ``fslab`` command line: one module per group of commands.
 
 - :mod:`fslab.cli.launch`: run, resume, stop, sweep, queue (through :mod:`fslab.execution.executor`);
-- :mod:`fslab.cli.runs`: runs, show, logs (through :mod:`fslab.core.summary`);
+- :mod:`fslab.cli.runs`: runs, show, logs, delete (through :mod:`fslab.core.summary`);
 - :mod:`fslab.cli.reports`: eval, compare, plot;
 - :mod:`fslab.cli.plugins`: plugins, and tui (the dashboard);
 - :mod:`fslab.cli.new`: new plugin (a plugin package from the templates of :mod:`fslab.kit`);

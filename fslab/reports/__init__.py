@@ -1,1 +1,2 @@
-"""The reports layer: comparisons of finished runs and figures, read from the run store."""
+"""The reports layer: comparisons of finished runs, figures and study reports, read from the run store (with the
+``fslab eval`` each names for a run it lacks scores of)."""

@@ -1,4 +1,4 @@
-"""Neighbourhood Component Analysis for few-shot learning.
+"""Neighbourhood Component Analysis for few-shot learning: the NCA loss, the study's samplers and the ``nca`` recipe.
 
 Laenen & Bertinetto, "On Episodes, Prototypical Networks, and Few-Shot
 Learning", NeurIPS 2021, arXiv:2012.09831.

@@ -1,4 +1,4 @@
-"""Prototypical Networks.
+"""Prototypical Networks: their loss, the episodic sampler, the Conv-4 backbone and the ``protonet`` recipe.
 
 Snell, Swersky & Zemel, "Prototypical Networks for Few-shot Learning",
 NeurIPS 2017, arXiv:1703.05175.
