@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from fslab.core.clocks import written_at
+
 sys.path.insert(0, str(Path(__file__).parent))
 import options  # noqa: E402
 
@@ -97,6 +99,20 @@ def write_run(folder: Path, index: int, state: str, steps_per_epoch: int, epochs
     (folder / "status.json").write_text(json.dumps(status))
     if results:
         (folder / "results.json").write_text(json.dumps({"test": results, "episodes": episodes, "ways": 5}))
+    stamp_as_written(folder, created, t, status)
+
+
+def stamp_as_written(folder: Path, created: float, last_event: float, status: dict) -> None:
+    """Each file's modification time set to when its run wrote it last, as in a lab's store: the
+    configuration at creation, the metrics, logs and scores at the last event, the status at the time it
+    records as written (fslab.core.clocks). A status.json stamped now whose heartbeat is months old reads
+    as written by a host whose clock is months behind, and its run (a lost run of another host) as
+    running for two minutes: every such run was checked each tick as a live one."""
+    times = {"config.json": created, "status.json": written_at(status)}
+    for path in (*folder.iterdir(), *folder.glob("evaluations/*")):
+        if path.is_file():
+            at = times.get(path.name, last_event)
+            os.utime(path, (at, at))
 
 
 def save_scores(folder: Path, rng: random.Random, shots: int, base: float, seed: int, epochs: int,

@@ -70,3 +70,17 @@ def test_bench_tui_paints_a_store_smaller_than_a_screen(tmp_path):
     live = bench.make_runs(tmp_path / "runs", 5, 1)
     result = asyncio.run(asyncio.wait_for(bench.measure(tmp_path / "runs", live, ticks=1, total=5), 60))
     assert 0 < result["first_paint"] <= result["all_loaded"] and len(result["ticks"]) == 1
+
+
+def test_make_runs_lost_runs_are_lost_not_live_as_in_a_lab_s_store(tmp_path):
+    """make_runs wrote every status.json as it ran: another host's lost run, its heartbeat months old,
+    read as written seconds ago by a host whose clock is months behind, so running for two minutes,
+    and the dashboard benchmark checked 1,667 such runs each tick as live ones (89 ms, not 20 ms, a
+    tick). Its files now bear the times their run wrote them."""
+    from fslab.tui.tailing import StoreWatcher
+
+    live = load_benchmark("make_runs").make_runs(tmp_path / "runs", 12, 1)
+    watcher = StoreWatcher(tmp_path / "runs")
+    watcher.poll()
+    states = {watcher.keepers[name].summary.state for name in watcher.ended}
+    assert watcher.live == {live[0].name} and states == {"completed", "failed", "killed", "lost"}
