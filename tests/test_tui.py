@@ -2482,6 +2482,26 @@ def test_watcher_batches_and_skips_unchanged_ended_runs(tmp_path):
     assert keeper.summary.first_train[1] == 1
 
 
+def test_the_first_batch_is_the_newest_runs_by_creation_whatever_zone_stamped_their_ids(tmp_path):
+    """New runs were read in the reverse order of their names, and the first screenful handed over
+    was the 60 highest ids: a run of a host 11 hours behind UTC, made last, has an id that sorts among
+    the oldest, so the first screen left the newest run out until the whole store had loaded."""
+    import calendar
+
+    runs = tmp_path / "runs"
+    made = {}
+    for i in range(65):  # a host in UTC: an id's stamp is its creation time
+        stamp = f"20260101-{12 + i // 60:02d}{i % 60:02d}00"
+        made[f"{stamp}-nca-{i:04x}"] = calendar.timegm(time.strptime(stamp, "%Y%m%d-%H%M%S"))
+    made["20260101-031000-nca-ffff"] = calendar.timegm((2026, 1, 1, 14, 10, 0))  # 03:10 at UTC-11: the newest
+    for run_id, created in made.items():
+        write_run(runs, run_id, events=history(), started=created + 1)
+    batches = []
+    StoreWatcher(runs, clock=lambda: FROZEN).poll(on_batch=batches.append, batch=60)
+    newest = sorted(made, key=made.get, reverse=True)
+    assert [r.id for r in batches[0].rows] == newest[:60] and newest[0].endswith("ffff")
+
+
 def test_minmax_series_stays_bounded_and_keeps_spikes():
     series = MinMaxSeries(capacity=256)
     for i in range(100_000):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -649,22 +650,34 @@ def _kept(runs_dir: Path, name: str, now: float | None) -> SummaryFile:
     return keeper
 
 
+def kept_newest_first(runs_dir: Path, names: list[str], now: float | None = None, *,
+                      every: bool = True) -> Iterator[SummaryFile]:
+    """The summary files of the folders ``names`` (sorted, as :func:`run_names` gives them), each brought up
+    to date and saved, newest created first, in the one creation order (:func:`fslab.core.runstore.newest_first`):
+    a run is given once no other can be newer. ``every``: each run's summary, read once, gives its creation
+    time (a walk that reads them all); else its status alone does, for the runs stamped within about a day
+    of those given (a walk that stops after the newest few). A folder that is no run comes too
+    (:attr:`SummaryFile.is_run` says)."""
+    kept: dict[str, SummaryFile] = {}
+
+    def created(name: str) -> float | None:
+        kept[name] = _kept(runs_dir, name, now)
+        return kept[name].summary.created
+
+    for name in newest_first(runs_dir, names, created if every else None):
+        yield kept.pop(name, None) or _kept(runs_dir, name, now)
+
+
 def list_summaries(runs_dir: Path, *, limit: int | None = 50, states: tuple[str, ...] = (),
                    method: str | None = None, sweep: str | None = None, now: float | None = None) -> list[RunSummary]:
     """Summaries of the newest runs first: at most ``limit`` of them (None:
     all) among those in one of ``states``, of ``method`` and of a sweep whose id
     contains ``sweep``. Runs are visited newest first and the visit stops once
     ``limit`` match, so the newest 50 of 10,000 runs cost 50 summaries, and the creation times of the runs
-    stamped within about a day of them (:func:`fslab.core.runstore.newest_first`; with no limit, each
-    run's summary, read once, gives its time)."""
-    found, members, kept = [], sweep_members(runs_dir, sweep), {}
-
-    def created(name: str) -> float | None:  # all of them are read: each run's summary gives its time
-        kept[name] = _kept(runs_dir, name, now)
-        return kept[name].summary.created
-
-    for name in newest_first(runs_dir, run_names(runs_dir), created if limit is None else None):
-        keeper = kept.pop(name, None) or _kept(runs_dir, name, now)
+    stamped within about a day of them (:func:`kept_newest_first`; with no limit, each run's summary, read
+    once, gives its time)."""
+    found, members = [], sweep_members(runs_dir, sweep)
+    for keeper in kept_newest_first(runs_dir, run_names(runs_dir), now, every=limit is None):
         summary = keeper.summary
         if not keeper.is_run or unmet_filters(summary, states, method, sweep, members):
             continue

@@ -24,7 +24,7 @@ from fslab.core.files import Tail, json_object, last_lines_start, parse_lines, r
 from fslab.core.runstore import Run, run_names
 from fslab.core.schemas import status as status_of
 from fslab.core.states import LIVE
-from fslab.core.summary import RunSummary, SummaryFile
+from fslab.core.summary import RunSummary, SummaryFile, kept_newest_first
 from fslab.core.text import printable
 
 LOG_TAIL_LINES = 400
@@ -74,7 +74,8 @@ class StoreWatcher:
 
     def poll(self, on_batch: Callable[[StoreChanges], None] | None = None, batch: int = 60) -> StoreChanges:
         """Read what changed since the last poll. New runs are read newest
-        first and, with ``on_batch``, handed over in batches (the first of
+        created first (:func:`~fslab.core.summary.kept_newest_first`, the table's
+        order) and, with ``on_batch``, handed over in batches (the first of
         ``batch`` runs, each next one twice as large), so the first screenful
         of a big store shows at once; the returned changes hold the rest."""
         started = time.perf_counter()
@@ -85,18 +86,16 @@ class StoreWatcher:
         rows: list[RunSummary] = []
         added, skipped = [], set()
         handed = 0
-        for run_id in candidates:  # newest first, so the first screenful is read first
-            folder = os.path.join(self.runs_dir, run_id)
-            if not (os.path.exists(os.path.join(folder, "config.json"))
-                    or os.path.exists(os.path.join(folder, "status.json"))):
-                skipped.add(run_id)  # not a run, or one being created: as SummaryFile.is_run, which fslab runs asks
+        # the first batch is the newest screenful whatever time zones stamped the ids: a run is handed
+        # over once no other can be newer
+        for keeper in kept_newest_first(self.runs_dir, candidates, now):
+            run_id = keeper.id
+            if not keeper.is_run:  # not a run, or one being created: fslab runs leaves it out too
+                skipped.add(run_id)
                 continue
             added.append(run_id)
             count = len(added)
-            keeper = self.keepers[run_id] = SummaryFile(folder)
-            keeper.load()
-            keeper.refresh(now)
-            keeper.save()  # a summary the worker did not leave (a store from fslab 0.1) is kept for next time
+            self.keepers[run_id] = keeper  # a summary the worker did not leave (fslab 0.1's store) was saved
             self._file(run_id)
             rows.append(keeper.summary.copy())
             if on_batch is not None and count - handed >= batch:
@@ -165,7 +164,7 @@ class StoreWatcher:
         return (ended[start:] + ended[:start])[:ENDED_CHECKS_PER_TICK]
 
     def _scan(self) -> tuple[list[str], list[str]]:
-        """(folders that may be new runs, newest first; run ids whose folder is gone).
+        """(folders that may be new runs, sorted by name; run ids whose folder is gone).
         The folder is listed again only when it changed (or every
         ``RESCAN_EVERY`` ticks); folders seen without a config.json are looked
         at every tick, since the config is written just after the folder."""
@@ -174,11 +173,11 @@ class StoreWatcher:
         except OSError:
             stamp = None
         if stamp == self.folder_stamp and self.ticks % RESCAN_EVERY:
-            return sorted(self.skipped, reverse=True), []
+            return sorted(self.skipped), []
         self.folder_stamp = stamp
         names = set(run_names(self.runs_dir))
         removed = [run_id for run_id in self.keepers if run_id not in names]
-        return sorted((n for n in names if n not in self.keepers), reverse=True), removed
+        return sorted(n for n in names if n not in self.keepers), removed
 
 
 @dataclass
