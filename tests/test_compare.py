@@ -293,6 +293,33 @@ def test_no_scores_names_the_fslab_eval_of_the_split_shots_and_shape_asked_for(s
         assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
 
 
+def test_no_scores_names_the_fslab_eval_on_the_episodes_the_runs_own_test_drew(tmp_path, builtin_plugins):
+    """Where no run had the scores asked for (--shots 20, --split val, --ways 3), the fslab eval RUN named had no
+    --episodes: fslab eval's default, the protocol's 10,000, for runs tested on 4 and 6. It names the fewest of
+    the counts each run's own test drew (its log), else its eval.test_episodes, as the --precision lines do."""
+    runs = []
+    for seed, test_episodes, drawn in ((0, 10000, 4), (1, 6, 6)):  # the first a finetune run's: 4 of its 10,000
+        run = create_run(tmp_path / "runs", "nca", {"method": "nca", "seed": seed, "train": {"lr": 0.1},
+                                                    "eval": {"test_episodes": test_episodes}})
+        run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": drawn,
+                             "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0},
+                            [0.5] * drawn)
+        _with_checkpoint(run)
+        runs.append(run)
+    with runs[0].metrics_path.open("a") as log:  # only the first one's log keeps its test
+        log.write(json.dumps({"event": "eval", "time": 1.0, "split": "test", "ways": 5, "shots": 5, "queries": 15,
+                              "episodes": 4, "evaluator": "centroid", "accuracy": 0.5, "ci95": 0.0}) + "\n")
+    for options, wanted in ((["--shots", "20"], "fslab eval RUN --shots 20 --episodes 4"),
+                            (["--split", "val", "--shots", "5"], "fslab eval RUN --split val --shots 5 --episodes 4"),
+                            (["--ways", "3", "--shots", "5"], "fslab eval RUN --shots 5 --ways 3 --episodes 4")):
+        for command in (["compare", "all"], ["plot", "train.lr", "all"]):
+            bad = fslab_here(*command, *options, cwd=tmp_path)
+            assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
+    runs[0].metrics_path.write_text("")  # no test logged: each one's eval.test_episodes, the fewest of 10,000 and 6
+    bad = fslab_here("compare", "all", "--shots", "20", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.endswith("; finish them or run: fslab eval RUN --shots 20 --episodes 6\n")
+
+
 def test_mean_ci_matches_the_formula():
     values = [0.0, 1.0, 0.0, 1.0]
     assert mean_ci(values) == (0.5, 1.96 * 0.5 / 2)

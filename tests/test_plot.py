@@ -538,14 +538,15 @@ def test_dollar_signs_in_a_title_a_label_or_a_category_are_drawn_as_they_are(bat
 
 
 def test_a_panel_no_run_has_scores_for_is_said_on_stderr_with_the_eval_that_fills_it(batch_store, builtin_plugins):
-    """--shots 1,20 where no run was scored 20-shot drew an empty 20-shot panel (a bare 0-1 axis) without a word."""
+    """--shots 1,20 where no run was scored 20-shot drew an empty 20-shot panel (a bare 0-1 axis) without a word.
+    Its fslab eval is of the episodes the 1-shot panel reads the runs on (without --episodes: 10,000)."""
     tmp_path, _ = batch_store
     result = fslab_here("plot", "batch-size", "all", "--shots", "1,20", "--out", "e.png", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [len(panel["series"]) for panel in json.loads(result.stdout)["panels"]] == [2, 0]
     assert result.stderr.splitlines() == [
         "the 20-shot panel is empty: none of these runs has saved test accuracies for 5-way 20-shot, 15 queries; "
-        "finish them or run: fslab eval RUN --shots 20"]
+        "finish them or run: fslab eval RUN --shots 20 --episodes 30"]
 
 
 def test_a_size_too_small_for_the_panels_and_legend_is_one_line_naming_a_size_that_fits(batch_store, builtin_plugins):

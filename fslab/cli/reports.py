@@ -558,6 +558,7 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         unevaluable_runs,
         unscored_line,
     )
+    from fslab.reports.eval_commands import fewest_test_episodes
 
     elsewhere, ways, queries, precision = (report[k] for k in ("other_shapes", "ways", "queries", "precision"))
     shapes = {shape for found in elsewhere.values() for shape in found}
@@ -568,11 +569,12 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
             check_evaluator(evaluator)
             labels = other_labels(runs, split, shots, ways, queries, evaluator, precision)
         unscored = [run for run in runs if run.id in report["unscored"]]
-        never = no_scores_at_all(unscored, split, RunFiles(precision))
+        files = RunFiles(precision)
+        never = no_scores_at_all(unscored, split, files)
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
                                     never, also=[*said, damaged_line(report["damaged"])], precision=precision,
                                     lacking=unevaluable_runs([run for run in unscored if run.id in never]),
-                                    named=len(runs)))
+                                    named=len(runs), episodes=fewest_test_episodes(runs, files.config)))
     for line in said:
         err_console.print(shown(line), highlight=False)
     _say_data_split(report.get("data_split"), "group")
@@ -587,13 +589,16 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
 
 
 def _say_empty_panels(data: dict, asked: tuple) -> None:
-    """On stderr: each panel drawn empty, no run having scores of its shots, and the fslab eval that fills it."""
+    """On stderr: each panel drawn empty, no run having scores of its shots, and the fslab eval that fills it, on
+    the episodes the other panels are read on (the most of them, as a run left out is scored: read_on_command)."""
     from fslab.reports.compare import no_results
 
+    read_on = max((point["episodes_per_run"] for panel in data["panels"] for line in panel["series"]
+                   for point in line["points"]), default=None)
     for panel in data["panels"]:
         if not panel["series"]:
             why = no_results(data["split"], data["ways"], str(panel["shots"]), data["queries"], asked=asked,
-                             precision=data["precision"])
+                             precision=data["precision"], episodes=read_on)
             err_console.print(f"the {panel['shots']}-shot panel is empty: {shown(why)}", highlight=False)
 
 

@@ -626,10 +626,11 @@ def unscored_text(unscored: dict[str, str]) -> str:
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
                shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None,
                also=(), precision: str | None = None, lacking: dict[str, str] | None = None,
-               named: int | None = None) -> str:
+               named: int | None = None, episodes: int | None = None) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
-    (--ways, --queries) where given (without them fslab eval takes each run's own shape); ``labels``:
+    (--ways, --queries) where given (without them fslab eval takes each run's own shape), on ``episodes``
+    where known (:func:`fewest_test_episodes`; fslab eval's default is the protocol's 10,000); ``labels``:
     the evaluators the runs have these scores by instead (:func:`other_labels`); ``unscored``: the
     runs with no scores at all, by their state (:func:`no_scores_at_all`), which the line names,
     since it is the only line said; ``also``: what else it says, the runs left out and why
@@ -644,6 +645,7 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     run_eval = "fslab eval RUN" + (f" --split {split}" if split != "test" else "") + (
         f" --shots {shots}" if shots != "1,5" else "") + "".join(
         f" {option} {value}" for option, value in zip(("--ways", "--queries"), asked) if value is not None)
+    run_eval += f" --episodes {episodes}" if episodes else ""
     run_eval += f" --precision {precision}" if precision else ""
     run_eval += "".join(f" {flag}" for flag in evaluator_flags(evaluator))
     have = f"; they have them for {shapes_text(shapes)}" if shapes else ""

@@ -6,7 +6,7 @@ to them). ``fslab compare --precision``, ``fslab plot --precision`` and ``fslab 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fslab.core.errors import UsageError
 from fslab.core.events import label_params
@@ -29,7 +29,7 @@ def score_command(run_id: str, ways: int, split: str, precision: str | None, con
     runs reach, else the run's ``eval.test_episodes`` (fslab eval's default, the protocol's 10,000, would pool
     10,000 episodes of one seed with 50 of another at quick scale, one seed outweighing the rest)."""
     own = config.get("eval", {})
-    count = episodes or own.get("test_episodes")
+    count = episodes or configured_episodes(config)
     shots = list(shots)
     flags = [*(["--split", split] if split != "test" else []),
              *(["--ways", str(ways)] if ways != own.get("ways", 5) else []),
@@ -73,6 +73,24 @@ def own_test_episodes(run: Run) -> int | None:
     counts = {value["episodes"] for value in read_summary(run.path, save=False).test.values()
               if isinstance(value.get("episodes"), int)}
     return min(counts, default=None)
+
+
+def configured_episodes(config: dict) -> int | None:
+    """The episodes a run's configuration tests on, its ``eval.test_episodes``; None where it sets none or a
+    damaged configuration's is no whole number."""
+    section = config.get("eval")
+    count = section.get("test_episodes") if isinstance(section, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+
+
+def fewest_test_episodes(runs: Iterable[Run], config_of: Callable[[Run], dict]) -> int | None:
+    """The one ``--episodes`` of the ``fslab eval RUN`` a report names where no run has the scores asked for
+    (compare's and plot's error): the fewest of the episodes each run's own test drew (:func:`own_test_episodes`),
+    else of its ``eval.test_episodes`` (``config_of(run)``), the count every run reaches, as reports read them
+    (fslab eval's default, the protocol's 10,000, would score runs tested on 50 on 200 times as many); None
+    where no run says one."""
+    counts = [own_test_episodes(run) or configured_episodes(config_of(run)) for run in runs]
+    return min((n for n in counts if n), default=None)
 
 
 def unevaluable(run: Run) -> str | None:

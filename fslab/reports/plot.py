@@ -53,7 +53,7 @@ from fslab.reports.compare import (
     split_by_data,
     unevaluable_runs,
 )
-from fslab.reports.eval_commands import read_on_command
+from fslab.reports.eval_commands import fewest_test_episodes, read_on_command
 
 PRESETS = {"batch-size": "train.batch_size", "pairs": "loss.pair_fraction"}
 AXIS_LABELS = {"train.batch_size": "batch size", "loss.pair_fraction": "fraction of pairs used"}
@@ -151,7 +151,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
                                     unscored=(never := no_scores_at_all(unscored, split, files)),
                                     precision=precision,
                                     lacking=unevaluable_runs([r for r in unscored if r.id in never]),
-                                    named=len(runs)))
+                                    named=len(runs), episodes=fewest_test_episodes(runs, files.config)))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "precision": precision, "panels": panels,
             "left_out": left_out,
             # runs scored on more than the count every run of their panel reaches, read on their first so many
