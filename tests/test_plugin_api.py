@@ -446,5 +446,6 @@ def test_a_declared_parameter_its_lazy_target_lacks_is_the_plugins_fault(builtin
         "backbone 'flat' from plugin 'local:extra' declares the parameter 'depth' in register(params=...), which "
         "'fslab_local_plugins.extra:Flat' does not take; declare its keyword-only parameters exactly (the contract "
         "tests compare them)")
-    with pytest.raises(UsageError, match=r"^backbone 'flat' has no parameter 'width'\."):  # the caller's, as before
+    # the caller's, as before
+    with pytest.raises(UsageError, match=r"^unknown parameter 'backbone.width' for backbone 'flat'\."):
         fslab._registry.create("backbone", "flat", in_channels=3, width=2)

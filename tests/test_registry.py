@@ -83,12 +83,34 @@ def test_get_registry_loads_the_plugin_folders_of_the_settings_it_is_given(built
 
 def test_unknown_parameter_and_name_suggest_the_closest(builtin_plugins):
     registry = load_registry()
-    with pytest.raises(UsageError, match=r"has no parameter 'temprature'.*Did you mean 'temperature'"):
+    with pytest.raises(UsageError, match=r"unknown parameter 'loss.temprature'.*Did you mean 'temperature'"):
         registry.create("loss", "nca", temprature=0.5)
     with pytest.raises(UsageError, match=r"Unknown loss 'protonett'\. Did you mean 'protonet'\? Allowed: .*nca"):
         registry.get("loss", "protonett")
     with pytest.raises(UsageError, match=r"Unknown plugin kind 'losses'.*Did you mean 'loss'"):
         registry.names("losses")
+
+
+def test_the_registrys_create_refuses_a_parameter_as_fslab_create_and_a_run_do(builtin_plugins):
+    """registry.create('evaluator', 'centroid', k=3) said "has no parameter 'k'. Allowed: (none)." where
+    fslab.create and --set evaluator.k=3 say centroid takes no parameters and name knn, whose k is: one line."""
+    import fslab
+    from fslab.core.errors import ConfigError
+
+    registry = fslab.get_registry()
+    for kind, name, params in (("evaluator", "centroid", {"k": 3}), ("loss", "nca", {"temprature": 0.5}),
+                               ("evaluator", "knn", {"kk": 3})):
+        with pytest.raises(ConfigError) as from_api:
+            fslab.create(kind, name, **params)
+        with pytest.raises(UsageError) as from_registry:
+            registry.create(kind, name, **params)
+        assert str(from_registry.value) == str(from_api.value), params
+    assert str(from_registry.value) == "unknown parameter 'evaluator.kk' for evaluator 'knn'. Did you mean 'k'? " \
+                                       "Allowed: k, ties."
+    with pytest.raises(UsageError) as caught:
+        registry.create("evaluator", "centroid", k=3)
+    assert str(caught.value) == ("unknown parameter 'evaluator.k' for evaluator 'centroid', which takes no "
+                                 "parameters. Evaluator 'knn' has it.")
 
 
 def test_available_filters_by_glob(builtin_plugins):
@@ -580,7 +602,7 @@ def test_the_public_create_checks_parameters_as_a_run_configuration_does(builtin
     # a loss or evaluator function is bound to its keyword-only parameters, never to what each call passes
     with pytest.raises(ConfigError, match=r"unknown parameter 'evaluator.support' for evaluator 'centroid'"):
         fslab.create("evaluator", "centroid", support=torch.zeros(2, 3))
-    with pytest.raises(UsageError, match=r"has no parameter 'labels'"):
+    with pytest.raises(UsageError, match=r"unknown parameter 'loss.labels' for loss 'nca'\. Allowed"):
         registry.create("loss", "nca", labels=None)
 
     # values a run fills in (a backbone's input channels) pass through; declared ones are converted as in a run

@@ -87,10 +87,7 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
     for param in given:
         if param not in known:  # a target's **kwargs takes what fslab fills in, but the author wrote no such name
             listed = [*component.params, *(p for p in filled_in if _named(component, p))]
-            allowed = (f".{did_you_mean(param, listed)} Allowed: {', '.join(sorted(listed))}." if listed
-                       else ", which takes no parameters.")
-            raise ConfigError(f"unknown parameter '{key}.{param}' for {kind} '{name}'{allowed}"
-                              + _owners_hint(registry, kind, name, param, choose) + _positional_hint(component, param))
+            raise ConfigError(unknown_param_line(registry, kind, name, param, listed, key, choose))
     params = {param: check_value(f"{key}.{param}", given[param], default) if param in given
               else copy.deepcopy(default) for param, default in component.params.items()}
     _check_declared_rules(component, params, key)
@@ -103,6 +100,19 @@ def plugin_params(registry, kind: str, name: str, given: dict, key: str | None =
         given["image_size"] = _check_image_size(f"{key}.image_size", given["image_size"])
     _check_filled_in_kinds(key, {param: given[param] for param in filled_in if param in given})
     return {**params, **{param: given[param] for param in filled_in if param in given}}
+
+
+def unknown_param_line(registry, kind: str, name: str, param: str, listed, key: str | None = None,
+                       choose: str | None = None) -> str:
+    """Why component ``name`` of ``kind`` refuses ``param``, the one line every caller says it in (a run's
+    sections, fslab.create, the registry's own create): ``unknown parameter 'evaluator.k' for evaluator
+    'centroid'``, then the closest of the ``listed`` names it takes and all of them, or that it takes none, the
+    plugin of ``kind`` that declares ``param`` (:func:`_owners_hint`, with ``choose``) and, where its signature
+    has ``param`` before a ``*``, that fslab sets keyword-only parameters only."""
+    allowed = (f".{did_you_mean(param, listed)} Allowed: {', '.join(sorted(listed))}." if listed
+               else ", which takes no parameters.")
+    return (f"unknown parameter '{key or kind}.{param}' for {kind} '{name}'{allowed}"
+            + _owners_hint(registry, kind, name, param, choose) + _positional_hint(registry.get(kind, name), param))
 
 
 def _owners_hint(registry, kind: str, name: str, param: str, choose: str | None) -> str:

@@ -52,6 +52,7 @@ from fslab.core.plugin_import import (
     plugin_file_error,
     register_error,
 )
+from fslab.core.plugin_params import unknown_param_line
 from fslab.core.types import trait_problem
 
 ENTRY_POINT_GROUP = "fslab"
@@ -322,7 +323,7 @@ class Registry:
             wanted = set(context) if accepted is None else accepted
             kwargs = {**{k: v for k, v in context.items() if k in wanted and k not in kwargs}, **kwargs}
         if accepted is not None:
-            _refuse_unaccepted(component, kwargs, accepted)
+            _refuse_unaccepted(self, component, kwargs, accepted)
         if kind in BOUND_KINDS and not inspect.isclass(target):
             bound = functools.partial(target, **kwargs)
             functools.update_wrapper(bound, target)
@@ -352,10 +353,11 @@ def _unfilled_line(component: Component, name: str) -> str:
             f"{component.kind} ({filled}) nor a parameter with a default; {fix}")
 
 
-def _refuse_unaccepted(component: Component, kwargs: dict, accepted: set[str]) -> None:
-    """A keyword the target does not take: the caller's (a UsageError), or, where it is a parameter the
-    plugin declared in ``register(params=...)`` that its lazy target lacks, the plugin's (a PluginError:
-    that was "has no parameter 'depth'", as if the user had set it, when nobody had)."""
+def _refuse_unaccepted(registry: Registry, component: Component, kwargs: dict, accepted: set[str]) -> None:
+    """A keyword the target does not take: the caller's (a UsageError, said as a run's configuration says it:
+    :func:`unknown_param_line`), or, where it is a parameter the plugin declared in ``register(params=...)``
+    that its lazy target lacks, the plugin's (a PluginError: that was "has no parameter 'depth'", as if the
+    user had set it, when nobody had)."""
     kind, name = component.kind, component.name
     bad = [k for k in kwargs if k not in accepted]
     declared = [k for k in bad if k in component.params]
@@ -365,10 +367,7 @@ def _refuse_unaccepted(component: Component, kwargs: dict, accepted: set[str]) -
                           f"in register(params=...), which {target} does not take; declare its keyword-only "
                           f"parameters exactly (the contract tests compare them)")
     if bad:
-        raise UsageError(
-            f"{kind} '{name}' has no parameter '{bad[0]}'."
-            f"{did_you_mean(bad[0], accepted)} Allowed: {', '.join(sorted(accepted)) or '(none)'}."
-        )
+        raise UsageError(unknown_param_line(registry, kind, name, bad[0], sorted(accepted)))
 
 
 def create_dataset(registry: Registry, config: dict) -> Any:
