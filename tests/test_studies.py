@@ -607,7 +607,7 @@ def test_cells_whose_completed_runs_lack_their_scores_name_the_fslab_eval_that_s
     for run in runs[:2]:
         finish(run, {5: [0.9] * 4})
     finish(runs[0], {5: [0.8] * 4}, ways=10)
-    runs[2].write_status(state="completed", ended=time.time(), exit_code=0, pid=None)  # evaluations/ left behind
+    finish(runs[2], {})  # evaluations/ left behind
     done = fslab_here("study", "report", "study.toml", "--format", "json", cwd=project)
     data = json.loads(done.stdout)
     lacking = sorted([runs[1].id, runs[2].id])  # in the order of the record, which keeps its runs sorted
@@ -620,6 +620,27 @@ def test_cells_whose_completed_runs_lack_their_scores_name_the_fslab_eval_that_s
             f"stay pending until fslab eval scores them: {'; '.join(commands)}")
     assert done.stderr == f"{said}\n"
     assert f"; {said}." in fslab_here("study", "report", "study.toml", cwd=project).stdout
+    # a run fslab eval would refuse (its checkpoint damaged: copied here half-written) is named with why, not the
+    # command it refuses, as the runs --precision finds without any scores are (it named fslab eval of it)
+    whole = runs[2].checkpoint_path.read_bytes()
+    runs[2].checkpoint_path.write_bytes(b"half a checkpoint")
+    refused = fslab_here("study", "report", "study.toml", "--format", "json", cwd=project)
+    data = json.loads(refused.stdout)
+    why = data["unevaluable"][runs[2].id]
+    assert why.startswith(f"the checkpoint of run {runs[2].id} is damaged"), why
+    assert data["to_score"] == [f"fslab eval {runs[1].id} --ways 10 --episodes 4"]
+    assert refused.stderr == (
+        "2 cells lack the scores of their completed runs (fslab study run reuses a completed run as done), so they "
+        f"stay pending until fslab eval scores them: fslab eval {runs[1].id} --ways 10 --episodes 4; {why}\n")
+    runs[1].checkpoint_path.unlink()  # no command left: the lines of why alone
+    refused = fslab_here("study", "report", "study.toml", "--format", "json", cwd=project)
+    data = json.loads(refused.stdout)
+    assert data["to_score"] == [] and data["unevaluable"][runs[2].id] == why
+    assert data["unevaluable"][runs[1].id].startswith(f"run {runs[1].id} has no checkpoint (one is written")
+    assert refused.stderr == ("2 cells lack the scores of their completed runs (fslab study run reuses a completed "
+                              f"run as done), so they stay pending; {'; '.join(data['unevaluable'].values())}\n")
+    finish(runs[1], {})
+    runs[2].checkpoint_path.write_bytes(whole)
     # --precision fp32: a run without any fp32 scores is said once, with its own fslab eval (unscored); the cells
     # counted here are those of the other runs' commands
     finish(runs[0], {5: [0.9] * 4}, named={"precision": "fp32", "run_precision": "bf16"})
@@ -652,7 +673,7 @@ def test_the_fslab_eval_a_cell_names_scores_the_episodes_its_other_runs_were_sco
     queued = queue_study(find_study(registry, "study.toml"), "quick", settings=store(project), registry=registry)
     runs = [Run(project / "runs" / i) for i in sorted(queued.created)]
     for run in runs:  # completed, evaluations/ left behind: no run scored yet, each its own eval.test_episodes
-        run.write_status(state="completed", ended=time.time(), exit_code=0, pid=None)
+        finish(run, {})
     data = json.loads(fslab_here("study", "report", "study.toml", "--format", "json", cwd=project).stdout)
     assert data["to_score"] == [f"fslab eval {run.id} --episodes 50" for run in runs]
     finish(runs[0], {5: [0.9] * 12})  # scored on 12 episodes: the cell's count, whatever the configuration says
@@ -673,7 +694,7 @@ def test_the_fslab_eval_of_a_cell_none_scored_yet_asks_the_episodes_the_runs_own
     queued = queue_study(find_study(registry, "study.toml"), "quick", settings=store(project), registry=registry)
     runs = [Run(project / "runs" / i) for i in sorted(queued.created)]
     for run in runs:  # completed, evaluations/ left behind
-        run.write_status(state="completed", ended=time.time(), exit_code=0, pid=None)
+        finish(run, {})
     # the first run's log keeps its test, of 100 episodes, as a model-aware evaluator's training test draws
     run = runs[0]
     with run.metrics_path.open("a") as log:

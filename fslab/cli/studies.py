@@ -337,7 +337,8 @@ def report(
     pending: runs missing or unfinished, or completed without the cell's scores (the fslab eval that scores
     each, on the episode count every scored run of the cell reaches, else the count the run's own test drew (at
     most 100 for finetune), else its eval.test_episodes, is named
-    under the title and on stderr; json: to_score); not comparable: another scale or dataset
+    under the title and on stderr, or, for a run fslab eval refuses (its checkpoint gone or damaged), its line;
+    json: to_score, unevaluable); not comparable: another scale or dataset
     than the paper's, settings the study fixes changed by --set or by \\[run] of fslab.toml, or a cell whose
     seeds were scored on different data (another root of a folder dataset, files changed on disk), which are
     never pooled into one mean. A cell read on more episodes than the runs' own eval.test_episodes (fslab

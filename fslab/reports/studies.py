@@ -32,6 +32,7 @@ from fslab.reports.compare import (
     RunFiles,
     data_of,
     has_results,
+    lacking_lines,
     md,
     no_scores_at_all,
     pooled,
@@ -134,12 +135,15 @@ def study_report(study: Study, runs_dir: Path, scale: str | None = None, precisi
     # completed runs of no scores in the precision asked for: their cells stay pending until fslab eval scores them
     completed = [Run(Path(runs_dir) / run_id) for run_id, state in states.items() if state == "completed"]
     unscored = no_scores_at_all(completed, study.split, files) if precision else {}
-    # the fslab eval that scores each completed run a cell lacks, of the cell's shape (one already said, the
+    # of the completed runs a cell lacks and those --precision finds without any scores, each fslab eval would
+    # refuse (no checkpoint, a damaged one): named with why, not a command it refuses
+    cells_lack = [run_id for row in rows for run_id in row["unscored_runs"] if run_id not in unscored]
+    lacking = unevaluable_runs([Run(Path(runs_dir) / run_id) for run_id in dict.fromkeys([*unscored, *cells_lack])])
+    # the fslab eval that scores each other completed run a cell lacks, of the cell's shape (one already said, the
     # runs --precision finds without any scores, aside)
     to_score = list(dict.fromkeys(lacking_command(Run(Path(runs_dir) / run_id), row, study.split, precision, files)
-                                  for row in rows for run_id in row["unscored_runs"] if run_id not in unscored))
-    # of those, each fslab eval would refuse (no checkpoint, a damaged one) is named with why, not its command
-    lacking = unevaluable_runs([Run(Path(runs_dir) / run_id) for run_id in unscored])
+                                  for row in rows for run_id in row["unscored_runs"]
+                                  if run_id not in unscored and run_id not in lacking))
     unscored_commands = {run_id: unscored_command(Run(Path(runs_dir) / run_id), rows, study.split, precision, files)
                          for run_id in unscored if run_id not in lacking}
     return {"study": study.name, "title": study.title, "what": study.what, "paper": study.paper.cite(),
@@ -172,17 +176,21 @@ def unscored_command(run: Run, rows: list[dict], split: str, precision: str, fil
 
 def to_score_line(report: dict) -> str | None:
     """The cells whose completed runs lack their scores, and the fslab eval that scores them, as the line under
-    the title and stderr say it; None where there are none."""
-    if not report.get("to_score"):
-        return None
+    the title and stderr say it, or, for a run fslab eval would refuse (its checkpoint gone or damaged:
+    ``unevaluable``), its line instead (:func:`lacking_lines`); None where there are none."""
     said = report.get("unscored", {})  # runs --precision finds without any scores: _precision_text names them
+    lack = [run_id for row in report["rows"] for run_id in row.get("unscored_runs", []) if run_id not in said]
+    refused = {run_id: why for run_id, why in report.get("unevaluable", {}).items() if run_id in lack}
+    if not report.get("to_score") and not refused:
+        return None
     cells = sum(1 for row in report["rows"] if any(run_id not in said for run_id in row.get("unscored_runs", [])))
     commands = report["to_score"]
     shown = "; ".join(commands[:3]) + ("; ..." if len(commands) > 3 else "")
     one = cells == 1
+    why = "".join(f"; {line}" for line in lacking_lines(refused))
     return (f"{count(cells, 'cell')} {'lacks' if one else 'lack'} the scores of {'its' if one else 'their'} completed "
-            f"runs (fslab study run reuses a completed run as done), so {'it stays' if one else 'they stay'} pending "
-            f"until fslab eval scores them: {shown}")
+            f"runs (fslab study run reuses a completed run as done), so {'it stays' if one else 'they stay'} pending"
+            f"{f' until fslab eval scores them: {shown}' if commands else ''}{why}")
 
 
 def shared_with(row: dict, places: dict[str, list[dict]]) -> list[dict]:
