@@ -47,6 +47,10 @@ def fslab_here(*args, cwd, env=None):
             os.environ.clear()
             os.environ.update(env)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            # colours decided for this output, a pipe, as fslab's own process decides them: consoles first made
+            # inside a dashboard's test, under Textual's stdout, would print colour codes in every later call
+            for shared in (common.console, common.err_console):
+                shared._color_system = shared._detect_color_system()
             try:
                 main()
             except SystemExit as exc:
