@@ -220,3 +220,20 @@ def test_eval_of_a_run_that_ended_without_a_checkpoint_says_how_to_train_it_agai
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (f"error: run {run.id} has no checkpoint (one is written after each epoch; it "
                                      f"ended before its first); train it again with: fslab run --like {run.id}")
+
+
+def test_eval_of_a_completed_run_whose_checkpoint_file_went_says_it_is_gone(project):
+    """A completed run logged its checkpoints; where the file is missing now (deleted, or its folder copied
+    without it), fslab eval said the run ended before its first checkpoint. It says the file is gone."""
+    from fslab.core.config import CONFIG_VERSION, DEFAULTS
+
+    run = create_run(project / "runs", "nca", {**DEFAULTS, "method": "nca", "config_version": CONFIG_VERSION})
+    run.metrics_path.write_text(json.dumps({"event": "checkpoint", "time": 1.0, "epoch": 1, "step": 4,
+                                            "path": str(run.checkpoint_path)}) + "\n")
+    run.write_status(state="completed", ended=2.0, exit_code=0)
+    result = fslab_here("eval", run.id, cwd=project)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (f"error: run {run.id} completed, but its checkpoint "
+                                     f"{run.checkpoint_path.relative_to(project)} is gone "
+                                     f"(deleted, or not copied with the run's folder); copy it back from where the run "
+                                     f"trained, or train the run again with: fslab run --like {run.id}")

@@ -38,7 +38,12 @@ def check_evaluable(run: Run) -> None:
     from fslab.core.states import LIVE
 
     if not run.checkpoint_path.exists():
-        ended = run.state() not in LIVE
+        state = run.state()
+        if state == "completed" and run.events_of("checkpoint"):  # it was written: the file went since
+            raise UsageError(f"run {run.id} completed, but its checkpoint {run.checkpoint_path} is gone (deleted, or "
+                             f"not copied with the run's folder); copy it back from where the run trained, or train "
+                             f"the run again with: {like_command(run.id)}")
+        ended = state not in LIVE
         raise UsageError(f"run {run.id} has no checkpoint{'' if ended else ' yet'} (one is written after each "
                          f"epoch{'; it ended before its first' if ended else ''})"
                          + (f"; train it again with: {like_command(run.id)}" if ended else ""))
