@@ -6,7 +6,6 @@ import json
 import math
 import random
 import re
-import zipfile
 from fractions import Fraction
 
 import hypothesis
@@ -18,7 +17,7 @@ from fslab.core.runstore import create_run, list_runs
 from fslab.core.text import percent
 from fslab.reports.compare import caption, compare, md, mean_ci, render, tex
 
-from .runs_helpers import fslab_here
+from .runs_helpers import fslab_here, with_checkpoint
 
 
 def direct_ci(values):
@@ -265,7 +264,9 @@ def test_all_names_a_run_whose_config_json_is_gone_as_fslab_runs_lists_it(tmp_pa
 
 
 def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store, builtin_plugins):
-    folder, _ = store
+    folder, data = store
+    for run, _ in data.values():  # a checkpoint fslab eval scores (without, the line names none it would refuse)
+        with_checkpoint(run)
     bad = fslab_here("compare", "all", "--evaluator", "knn", cwd=folder)
     assert (bad.returncode, bad.stderr) == (2, "error: none of these runs has saved test accuracies by evaluator "
                                                "'knn' for 5-way 1,5-shot, 15 queries; they have them by centroid "
@@ -282,7 +283,7 @@ def test_no_scores_names_the_fslab_eval_of_the_split_shots_and_shape_asked_for(s
     each run's own shape: for --split val, --shots 20 or --ways 10 it made scores compare still lacked."""
     folder, data = store
     for run, _ in data.values():  # a checkpoint fslab eval scores (without, the line names none it would refuse)
-        _with_checkpoint(run)
+        with_checkpoint(run)
     for options, wanted in ((["--split", "val"], "fslab eval RUN --split val"),
                             (["--shots", "20"], "fslab eval RUN --shots 20"),
                             (["--ways", "10", "--queries", "5", "--shots", "1,5"],
@@ -304,7 +305,7 @@ def test_no_scores_names_the_fslab_eval_on_the_episodes_the_runs_own_test_drew(t
         run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": drawn,
                              "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0},
                             [0.5] * drawn)
-        _with_checkpoint(run)
+        with_checkpoint(run)
         runs.append(run)
     with runs[0].metrics_path.open("a") as log:  # only the first one's log keeps its test
         log.write(json.dumps({"event": "eval", "time": 1.0, "split": "test", "ways": 5, "shots": 5, "queries": 15,
@@ -574,6 +575,7 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
             run.save_accuracies({"split": "test", "ways": 5, "shots": shots, "queries": queries, "episodes": 2,
                                  "evaluator": "centroid", "seed": 0, "epoch": 1, "stream": 2, "accuracy": 0.5,
                                  "ci95": 0.1}, [0.4, 0.6])
+        with_checkpoint(run)
         return run
 
     fifteen, five = make(0, 15), make(1, 5)
@@ -683,6 +685,7 @@ def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path
             run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 15, "episodes": 2,
                                  "evaluator": label, "seed": 0, "epoch": 2, "accuracy": 0.5, "ci95": 0.0},
                                 [0.4, 0.6])
+        with_checkpoint(run)
     result = fslab_here("compare", "all", "--evaluator", "knn", "--shots", "5", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
@@ -737,6 +740,7 @@ def test_one_query_and_one_episode_are_said_in_the_singular(tmp_path, builtin_pl
         run.save_accuracies({"split": "test", "ways": 5, "shots": 5, "queries": 1, "episodes": 1,
                              "evaluator": "centroid", "seed": 0, "epoch": 2, "accuracy": accuracy, "ci95": 0.0},
                             [accuracy])
+        with_checkpoint(run)
         runs.append(run)
     shown = fslab_here("compare", "all", "--shots", "5", "--wide", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
@@ -1057,11 +1061,48 @@ def test_runs_without_any_scores_are_named_with_their_state_when_no_run_has_scor
                         f"{named}"), (command, line)
     # a run scored at other shots is none of those without scores: fslab eval scores it, and the line says how
     scored = make_run(tmp_path / "runs", 0.1, 2, {1: [0.5] * 4, 5: [0.5] * 4})
+    with_checkpoint(scored)
     for command in (["compare", scored.id, queued.id, "--shots", "20"],
                     ["plot", "train.lr", scored.id, queued.id, "--shots", "20"]):
         done = fslab_here(*command, cwd=tmp_path)
         assert done.returncode == 2 and done.stderr.rstrip().endswith(
-            "; finish them or run: fslab eval RUN --shots 20"), (command, done.stderr)
+            f"; finish them or run: fslab eval {scored.id} --shots 20"), (command, done.stderr)
+
+
+def test_no_scores_names_the_runs_its_fslab_eval_scores_where_fslab_eval_refuses_others(tmp_path,
+                                                                                        builtin_plugins):
+    """Where no run had the scores asked for (--shots 20) and fslab eval would refuse some of the runs named (one
+    queued, one completed whose checkpoint went since, though it has scores of other shots), compare and plot
+    ended with one 'finish them or run: fslab eval RUN --shots 20' that read as covering every run, the refused
+    ones too, and said nothing of the run whose checkpoint is gone. The line names the runs the fslab eval
+    scores, and for each other fslab eval's own line."""
+    runs_dir = tmp_path / "runs"
+    scored = [make_run(runs_dir, lr, 0, {1: [0.5] * 4, 5: [0.5] * 4}) for lr in (0.1, 0.05)]
+    for run in scored:
+        with_checkpoint(run)
+    queued = make_run(runs_dir, 0.2, 0, {})
+    gone = make_run(runs_dir, 0.3, 0, {1: [0.5] * 4, 5: [0.5] * 4})  # scored, then its checkpoint deleted
+    gone.metrics_path.write_text(json.dumps({"event": "checkpoint", "time": 1.0, "epoch": 1, "step": 4,
+                                             "path": str(gone.checkpoint_path)}) + "\n")
+    gone.write_status(state="completed", ended=2.0, exit_code=0)
+    ids = [run.id for run in (*scored, queued, gone)]
+    for command in (["compare", *ids, "--shots", "20"], ["plot", "train.lr", *ids, "--shots", "20"]):
+        done = fslab_here(*command, cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == "", command
+        (line,) = done.stderr.splitlines()
+        assert f"run {queued.id} has no checkpoint yet (one is written after each epoch); " in line, line
+        assert f"run {gone.id} completed, but its checkpoint " in line and " is gone " in line, line
+        assert line.endswith(f"; finish them or run: fslab eval RUN --shots 20 (RUN: {scored[0].id}, "
+                             f"{scored[1].id})"), line
+    # one run fslab eval scores: its id in the command; more than three: the runs it leaves out
+    done = fslab_here("compare", scored[0].id, queued.id, "--shots", "20", cwd=tmp_path)
+    assert done.stderr.rstrip().endswith(f"; finish them or run: fslab eval {scored[0].id} --shots 20"), done.stderr
+    more = [make_run(runs_dir, lr, 0, {5: [0.5] * 4}) for lr in (0.4, 0.5)]
+    for run in more:
+        with_checkpoint(run)
+    done = fslab_here("compare", *ids, *(run.id for run in more), "--shots", "20", cwd=tmp_path)
+    assert done.stderr.rstrip().endswith(f"; finish them or run: fslab eval RUN --shots 20 (RUN: any but "
+                                         f"{queued.id}, {gone.id})"), done.stderr
 
 
 def test_scores_of_a_checkpoint_the_run_trained_past_are_pooled_by_no_surface(tmp_path):
@@ -1104,6 +1145,8 @@ def test_a_comparison_refused_for_want_of_scores_says_so_in_one_line(tmp_path, b
     runs_dir = tmp_path / "runs"
     first = make_run(runs_dir, 0.1, 0, {5: [0.5, 1.0]})
     repeat = make_run(runs_dir, 0.1, 0, {5: [1.0, 1.0]})  # the same settings and seed: the first is left out
+    for run in (first, repeat):
+        with_checkpoint(run)
     repeated = (f"1 run left out, each repeating the settings and seed of another (the newest with results counts): "
                 f"{first.id}")
     refused = fslab_here("compare", first.id, repeat.id, "--evaluator", "knnn", cwd=tmp_path)
@@ -1160,15 +1203,8 @@ def _completed(run, precision: str) -> None:
     """``run`` completed, its start having recorded ``precision``, with a whole checkpoint (a zip archive)."""
     run.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "device": "cuda:0",
                                             "precision": precision, "eval_precision": precision}) + "\n")
-    _with_checkpoint(run)
+    with_checkpoint(run)
     run.write_status(state="completed")
-
-
-def _with_checkpoint(run) -> None:
-    """``run`` with a whole checkpoint, a zip archive, all fslab eval checks of it before it loads torch."""
-    run.checkpoint_path.parent.mkdir(exist_ok=True)
-    with zipfile.ZipFile(run.checkpoint_path, "w") as archive:
-        archive.writestr("checkpoint/data.pkl", b"weights")
 
 
 def test_compare_precision_reads_the_scores_of_the_networks_run_in_it_and_names_runs_without_them(tmp_path,

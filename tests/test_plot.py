@@ -9,7 +9,7 @@ import pytest
 
 from fslab.core.runstore import create_run
 
-from .runs_helpers import fslab_here
+from .runs_helpers import fslab_here, with_checkpoint
 
 
 def direct_ci(values):
@@ -277,6 +277,7 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
                                  "evaluator": "centroid", "seed": 0, "epoch": 1, "stream": 2, "accuracy": 0.5,
                                  "ci95": 0.1}, [0.4, 0.6])
         run.write_status(state="completed")
+        with_checkpoint(run)
         return run
 
     fifteen, five = make(0, 128, 15), make(0, 256, 5)
@@ -539,14 +540,25 @@ def test_dollar_signs_in_a_title_a_label_or_a_category_are_drawn_as_they_are(bat
 
 def test_a_panel_no_run_has_scores_for_is_said_on_stderr_with_the_eval_that_fills_it(batch_store, builtin_plugins):
     """--shots 1,20 where no run was scored 20-shot drew an empty 20-shot panel (a bare 0-1 axis) without a word.
-    Its fslab eval is of the episodes the 1-shot panel reads the runs on (without --episodes: 10,000)."""
+    Its fslab eval is of the episodes the 1-shot panel reads the runs on (without --episodes: 10,000), and of the
+    runs fslab eval scores: a run whose checkpoint is damaged was covered by its RUN too, and said nothing of."""
+    from fslab.core.runstore import list_runs
+
     tmp_path, _ = batch_store
+    runs = list_runs(tmp_path / "runs")
+    for run in runs:
+        with_checkpoint(run)
     result = fslab_here("plot", "batch-size", "all", "--shots", "1,20", "--out", "e.png", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [len(panel["series"]) for panel in json.loads(result.stdout)["panels"]] == [2, 0]
     assert result.stderr.splitlines() == [
         "the 20-shot panel is empty: none of these runs has saved test accuracies for 5-way 20-shot, 15 queries; "
         "finish them or run: fslab eval RUN --shots 20 --episodes 30"]
+    runs[0].checkpoint_path.write_bytes(b"cut short")  # fslab eval refuses it: its line, and the others' command
+    result = fslab_here("plot", "batch-size", "all", "--shots", "1,20", "--out", "e.png", cwd=tmp_path)
+    (line,) = result.stderr.splitlines()
+    assert f"; the checkpoint of run {runs[0].id} is damaged (" in line, line
+    assert line.endswith(f"; finish them or run: fslab eval RUN --shots 20 --episodes 30 (RUN: any but {runs[0].id})")
 
 
 def test_a_size_too_small_for_the_panels_and_legend_is_one_line_naming_a_size_that_fits(batch_store, builtin_plugins):

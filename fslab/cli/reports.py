@@ -573,8 +573,8 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         never = no_scores_at_all(unscored, split, files)
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
                                     never, also=[*said, damaged_line(report["damaged"])], precision=precision,
-                                    lacking=unevaluable_runs([run for run in unscored if run.id in never]),
-                                    named=len(runs), episodes=fewest_test_episodes(runs, files.config)))
+                                    lacking=unevaluable_runs(runs), named=[run.id for run in runs],
+                                    episodes=fewest_test_episodes(runs, files.config)))
     for line in said:
         err_console.print(shown(line), highlight=False)
     _say_data_split(report.get("data_split"), "group")
@@ -588,17 +588,20 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
                           f" they have them for {shapes_text(shapes)}", highlight=False)
 
 
-def _say_empty_panels(data: dict, asked: tuple) -> None:
+def _say_empty_panels(data: dict, asked: tuple, runs: list) -> None:
     """On stderr: each panel drawn empty, no run having scores of its shots, and the fslab eval that fills it, on
-    the episodes the other panels are read on (the most of them, as a run left out is scored: read_on_command)."""
-    from fslab.reports.compare import no_results
+    the episodes the other panels are read on (the most of them, as a run left out is scored: read_on_command),
+    of the ``runs`` plotted fslab eval scores (for the others, its line: unevaluable_runs)."""
+    from fslab.reports.compare import no_results, unevaluable_runs
 
     read_on = max((point["episodes_per_run"] for panel in data["panels"] for line in panel["series"]
                    for point in line["points"]), default=None)
+    lacking = unevaluable_runs(runs) if not all(panel["series"] for panel in data["panels"]) else {}
     for panel in data["panels"]:
         if not panel["series"]:
             why = no_results(data["split"], data["ways"], str(panel["shots"]), data["queries"], asked=asked,
-                             precision=data["precision"], episodes=read_on)
+                             precision=data["precision"], episodes=read_on, lacking=lacking,
+                             named=[run.id for run in runs])
             err_console.print(f"the {panel['shots']}-shot panel is empty: {shown(why)}", highlight=False)
 
 
@@ -677,7 +680,7 @@ def plot_(
     _say_plot_left_out(data)
     _say_data_split(data["data_split"], "line")
     say_damaged(data["damaged"])
-    _say_empty_panels(data, (ways, queries))
+    _say_empty_panels(data, (ways, queries), runs)
     try:
         width, height = draw(data, out, pixels, title)
     except OSError as exc:  # a read-only folder (a store's copy), a full disk: what to do instead

@@ -38,7 +38,7 @@ from fslab.core.runstore import Run, creation_order
 from fslab.core.study_plan import IGNORED
 from fslab.core.summary import older_checkpoint, read_summary, recorded_precision
 from fslab.core.text import count, percent, queries_text
-from fslab.reports.eval_commands import evaluator_flags, read_on_command, rescore_commands, unevaluable
+from fslab.reports.eval_commands import evaluator_flags, for_scorable, read_on_command, rescore_commands, unevaluable
 
 # Keys that make no group: the seed (a group's runs differ in it), those that
 # change neither what a run learns nor how it is scored, which studies ignore too,
@@ -626,7 +626,7 @@ def unscored_text(unscored: dict[str, str]) -> str:
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
                shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None,
                also=(), precision: str | None = None, lacking: dict[str, str] | None = None,
-               named: int | None = None, episodes: int | None = None) -> str:
+               named: list[str] | None = None, episodes: int | None = None) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
     (--ways, --queries) where given (without them fslab eval takes each run's own shape), on ``episodes``
@@ -636,9 +636,10 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     since it is the only line said; ``also``: what else it says, the runs left out and why
     (:func:`left_out_lines`), a damaged saved evaluation (:func:`damaged_line`); ``precision``: that of
     the network whose scores were asked for (``--precision``), which the fslab eval names too; ``lacking``:
-    why fslab eval refuses each of the ``unscored`` it would refuse (:func:`unevaluable_runs`), said after them,
-    and no fslab eval where it would refuse every one of the ``named`` runs (the count the command named)."""
-    lacking = {i: why for i, why in (lacking or {}).items() if i in (unscored or {})}
+    why fslab eval refuses each of the ``named`` runs (the ids the command named) it would refuse
+    (:func:`unevaluable_runs`), said after the ``unscored``; the fslab eval then names the runs it scores
+    (:func:`for_scorable`), and none is named where it would refuse every one."""
+    lacking = lacking or {}
     said = lacking_lines(lacking)
     by = f" by evaluator '{evaluator}'" if evaluator else ""
     by += f" of the network in {precision}" if precision else ""
@@ -652,12 +653,13 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     if unscored:
         at_all = f"of the network in {precision}" if precision else "at all"
         have += f"; {count(len(unscored), 'run')} with no {split} scores {at_all}: {unscored_text(unscored)}"
-        have += "".join(f"; {why}" for why in said)
+    have += "".join(f"; {why}" for why in said)
     have += "".join(f"; {line}" for line in also if line)
     if labels:
         have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
                  f" (--evaluator {shlex.quote(labels[0])})")
-    refused = bool(lacking) and len(lacking) == named  # fslab eval would score none of them
+    refused = bool(lacking) and named is not None and set(named) <= set(lacking)  # fslab eval would score none
+    run_eval = for_scorable(run_eval, named, lacking) if named else run_eval
     return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries_text(queries)}"
             f"{have}{'' if refused else f'; finish them or run: {run_eval}'}")
 

@@ -148,10 +148,10 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
     if not any(panel["series"] for panel in panels):
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries,
                                     shapes={shape for found in shapes.values() for shape in found}, asked=asked,
-                                    unscored=(never := no_scores_at_all(unscored, split, files)),
+                                    unscored=no_scores_at_all(unscored, split, files),
                                     precision=precision,
-                                    lacking=unevaluable_runs([r for r in unscored if r.id in never]),
-                                    named=len(runs), episodes=fewest_test_episodes(runs, files.config)))
+                                    lacking=unevaluable_runs(runs), named=[run.id for run in runs],
+                                    episodes=fewest_test_episodes(runs, files.config)))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "precision": precision, "panels": panels,
             "left_out": left_out,
             # runs scored on more than the count every run of their panel reaches, read on their first so many
