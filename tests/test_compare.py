@@ -1092,8 +1092,7 @@ def test_no_scores_names_the_runs_its_fslab_eval_scores_where_fslab_eval_refuses
         (line,) = done.stderr.splitlines()
         assert f"run {queued.id} has no checkpoint yet (one is written after each epoch); " in line, line
         assert f"run {gone.id} completed, but its checkpoint " in line and " is gone " in line, line
-        assert line.endswith(f"; finish them or run: fslab eval RUN --shots 20 (RUN: {scored[0].id}, "
-                             f"{scored[1].id})"), line
+        assert line.endswith(f"; finish them or run: fslab eval {scored[0].id} {scored[1].id} --shots 20"), line
     # one run fslab eval scores: its id in the command; more than three: the runs it leaves out
     done = fslab_here("compare", scored[0].id, queued.id, "--shots", "20", cwd=tmp_path)
     assert done.stderr.rstrip().endswith(f"; finish them or run: fslab eval {scored[0].id} --shots 20"), done.stderr
