@@ -1242,7 +1242,8 @@ def test_compare_precision_reads_the_scores_of_the_networks_run_in_it_and_names_
     assert none.returncode == 2 and len(none.stderr.splitlines()) == 1
     assert none.stderr.startswith("error: none of these runs has saved test accuracies of the network in fp16 for "
                                   "5-way 5-shot, 15 queries; 3 runs with no test scores of the network in fp16: ")
-    assert none.stderr.rstrip().endswith("finish them or run: fslab eval RUN --shots 5 --precision fp16")
+    # every run completed: finishing gives none of them these scores, only fslab eval does
+    assert none.stderr.rstrip().endswith("(completed); run: fslab eval RUN --shots 5 --precision fp16")
     bad = fslab_here("compare", *ids, "--precision", "fp64", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16")
 

@@ -295,8 +295,8 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     alone = runner.invoke(app, ["plot", "batch-size", five.id, "--queries", "15"])
     assert isinstance(alone.exception, UsageError)
     assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
-                                    "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "
-                                    "run: fslab eval RUN --queries 15")
+                                    "they have them for 5-way, 5 queries (--ways 5 --queries 5); "
+                                    "run: fslab eval RUN --queries 15")  # completed: no "finish them"
     read = runner.invoke(app, ["plot", "batch-size", fifteen.id, five.id, "--queries", "5", "--json"])
     assert read.exit_code == 0, read.output
     assert read.stderr.strip() == (f"left out {fifteen.id}: it is completed and has no saved test accuracies for "

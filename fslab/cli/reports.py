@@ -555,7 +555,6 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         no_scores_at_all,
         other_labels,
         shapes_text,
-        unevaluable_runs,
         unscored_line,
     )
     from fslab.reports.eval_commands import fewest_test_episodes
@@ -573,8 +572,7 @@ def _say_left_out(report: dict, split: str, shots: list[int], evaluator: str | N
         never = no_scores_at_all(unscored, split, files)
         raise UsageError(no_results(split, ways, ",".join(map(str, shots)), queries, evaluator, shapes, asked, labels,
                                     never, also=[*said, damaged_line(report["damaged"])], precision=precision,
-                                    lacking=unevaluable_runs(runs), named=[run.id for run in runs],
-                                    episodes=fewest_test_episodes(runs, files.config)))
+                                    runs=runs, episodes=fewest_test_episodes(runs, files.config)))
     for line in said:
         err_console.print(shown(line), highlight=False)
     _say_data_split(report.get("data_split"), "group")
@@ -600,8 +598,7 @@ def _say_empty_panels(data: dict, asked: tuple, runs: list) -> None:
     for panel in data["panels"]:
         if not panel["series"]:
             why = no_results(data["split"], data["ways"], str(panel["shots"]), data["queries"], asked=asked,
-                             precision=data["precision"], episodes=read_on, lacking=lacking,
-                             named=[run.id for run in runs])
+                             precision=data["precision"], episodes=read_on, runs=runs, lacking=lacking)
             err_console.print(f"the {panel['shots']}-shot panel is empty: {shown(why)}", highlight=False)
 
 

@@ -625,8 +625,8 @@ def unscored_text(unscored: dict[str, str]) -> str:
 
 def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str | None = None,
                shapes=(), asked: tuple = (None, None), labels=(), unscored: dict[str, str] | None = None,
-               also=(), precision: str | None = None, lacking: dict[str, str] | None = None,
-               named: list[str] | None = None, episodes: int | None = None) -> str:
+               also=(), precision: str | None = None, runs: list[Run] = (),
+               lacking: dict[str, str] | None = None, episodes: int | None = None) -> str:
     """What compare and plot say when no run has the scores asked for (``shots`` as given: ``1,5``),
     and the fslab eval that makes them: of this split and these shots, and of the ``asked``
     (--ways, --queries) where given (without them fslab eval takes each run's own shape), on ``episodes``
@@ -635,11 +635,13 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     runs with no scores at all, by their state (:func:`no_scores_at_all`), which the line names,
     since it is the only line said; ``also``: what else it says, the runs left out and why
     (:func:`left_out_lines`), a damaged saved evaluation (:func:`damaged_line`); ``precision``: that of
-    the network whose scores were asked for (``--precision``), which the fslab eval names too; ``lacking``:
-    why fslab eval refuses each of the ``named`` runs (the ids the command named) it would refuse
-    (:func:`unevaluable_runs`), said after the ``unscored``; the fslab eval then names the runs it scores
-    (:func:`for_scorable`), and none is named where it would refuse every one."""
-    lacking = lacking or {}
+    the network whose scores were asked for (``--precision``), which the fslab eval names too; ``runs``: the
+    runs the command named, of which each one fslab eval would refuse is said with its line after the
+    ``unscored`` (``lacking``, :func:`unevaluable_runs` of them where not given); the fslab eval then names the
+    runs it scores (:func:`for_scorable`), none where it would refuse every one, and "finish them" comes
+    before it only where a run has not completed (a completed run's test is done: only fslab eval scores it)."""
+    lacking = unevaluable_runs(runs) if lacking is None else lacking
+    named = [run.id for run in runs]
     said = lacking_lines(lacking)
     by = f" by evaluator '{evaluator}'" if evaluator else ""
     by += f" of the network in {precision}" if precision else ""
@@ -658,10 +660,11 @@ def no_results(split: str, ways: int, shots: str, queries: int, evaluator: str |
     if labels:
         have += (f"; they have them by {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}"
                  f" (--evaluator {shlex.quote(labels[0])})")
-    refused = bool(lacking) and named is not None and set(named) <= set(lacking)  # fslab eval would score none
+    refused = bool(lacking) and bool(named) and set(named) <= set(lacking)  # fslab eval would score none
     run_eval = for_scorable(run_eval, named, lacking) if named else run_eval
+    finish = "finish them or " if not runs or any(run.state() != "completed" for run in runs) else ""
     return (f"none of these runs has saved {split} accuracies{by} for {ways}-way {shots}-shot, {queries_text(queries)}"
-            f"{have}{'' if refused else f'; finish them or run: {run_eval}'}")
+            f"{have}{'' if refused else f'; {finish}run: {run_eval}'}")
 
 
 # What Markdown (CommonMark, GitHub's tables and strikethrough) would read as markup in a cell: | ends it,

@@ -150,8 +150,7 @@ def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, spl
                                     shapes={shape for found in shapes.values() for shape in found}, asked=asked,
                                     unscored=no_scores_at_all(unscored, split, files),
                                     precision=precision,
-                                    lacking=unevaluable_runs(runs), named=[run.id for run in runs],
-                                    episodes=fewest_test_episodes(runs, files.config)))
+                                    runs=runs, episodes=fewest_test_episodes(runs, files.config)))
     data = {"x": key, "split": split, "ways": ways, "queries": queries, "precision": precision, "panels": panels,
             "left_out": left_out,
             # runs scored on more than the count every run of their panel reaches, read on their first so many
