@@ -953,15 +953,15 @@ def test_splits_share_no_class_and_sizes_are_told_without_decoding(registry, tmp
 
 def split_sizes_without_decoding(dataset) -> dict:
     """``dataset.split_sizes()``, failing if it decodes an image's pixels or reads a pickle on the
-    way, or, but for ``folder``, opens an image at all: ``folder`` reads the header of each image of
-    a split not cached yet, so that a file that is no image is refused before a run exists."""
+    way, or, but for the datasets of image files, opens an image at all: they read the header of each
+    image of a split not cached yet, so that a file that is no image is refused before a run exists."""
     from PIL import ImageFile
 
     def refuse(*args, **kwargs):
         raise AssertionError("split_sizes() must not decode images or read pickles")
 
     with pytest.MonkeyPatch.context() as patch:
-        if getattr(dataset, "name", "") != "folder":
+        if getattr(dataset, "name", "") not in ("folder", "miniimagenet", "tieredimagenet", "omniglot", "cub"):
             patch.setattr(Image, "open", refuse)
         patch.setattr(Image.Image, "load", refuse)
         patch.setattr(ImageFile.ImageFile, "load", refuse)
@@ -1172,6 +1172,48 @@ def test_split_sizes_name_the_one_image_images_txt_lists_but_the_disk_lacks(regi
         create(registry, "cub", tmp_path, check_counts=False).split_sizes()
     assert str(missing.value) == (f"cub: {gone}, listed in {folder / 'images.txt'}, does not exist; "
                                   f"restore it, or remove its row")
+
+
+# A training image of each dataset of image files, as its fake layout above writes it (folder's: its own test).
+NOT_IMAGES = {
+    "miniimagenet": "images/*.jpg",
+    "tieredimagenet": "train/*/*.JPEG",
+    "omniglot": "omniglot-py/images_background/*/*/*.png",
+    "cub": "CUB_200_2011/images/*/*.jpg",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_IMAGES))
+def test_an_image_of_any_dataset_that_is_no_image_is_refused_by_split_sizes(registry, tmp_path, name):
+    """A page saved as .jpg in miniImageNet's images/, tieredImageNet's split folders, Omniglot's or
+    CUB's: only folder read the headers before a run, so the others made the run, which failed at its
+    start decoding the file. Each is now one line naming it by its path in the data root, as folder's,
+    and a split already cached is not read again."""
+    FAKES[name][0](tmp_path)
+    first = sorted(tmp_path.glob(NOT_IMAGES[name]))[0]
+    create(registry, name, tmp_path, check_counts=False).split_sizes()  # every image is one
+    first.write_text("<html>a page, saved as an image</html>")
+    with pytest.raises(UsageError) as refused:
+        create(registry, name, tmp_path, check_counts=False).split_sizes()
+    root = tmp_path / "omniglot-py" if name == "omniglot" else tmp_path
+    assert str(refused.value).startswith(f"{name}: cannot read image {first.relative_to(root)} (in the data root "
+                                         f"{root}): cannot identify image file")
+    assert str(refused.value).endswith("; replace or remove the file")
+
+
+def test_the_cli_refuses_a_miniimagenet_image_that_is_no_image_before_creating_a_run(tmp_path):
+    written = make_mini_csv(tmp_path / "mini")
+    written["val"][0][1].write_bytes(b"")  # an empty file where a download stopped
+    result = fslab("run", "nca", "--dataset", "miniimagenet", "--data-root", str(tmp_path / "mini"), "--epochs", "1",
+                   "--device", "cpu", "--set", "dataset.check_counts=false", "--set", "eval.ways=2",
+                   "--set", "eval.shots=1", "--set", "eval.val_shots=1", "--set", "eval.queries=1",
+                   "--batch-size", "4", "--backbone", "conv4", "--set", "backbone.hidden=8",
+                   "--set", "dataset.image_size=16", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: miniimagenet: cannot read image images/{written['val'][0][1].name} (in the data root "
+        f"{tmp_path / 'mini'}): cannot identify image file '{written['val'][0][1]}'; replace or remove the file"]
+    assert not (tmp_path / "runs").exists()
 
 
 def test_data_roots_in_fslab_toml_are_used_and_checked_before_a_run_exists(registry, tmp_path, monkeypatch):

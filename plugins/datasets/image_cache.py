@@ -582,6 +582,10 @@ class CachedDataset:
             counts = self.class_counts(split)
             if counts is not None:
                 sizes[split] = counts
+        # the splits not cached yet: a file that is no image is found before the run exists, not by its decode
+        files = {split: self.image_files(split) for split in ("train", "val", "test")}
+        check_headers([path for split, paths in files.items() if paths and not self.cached(split) for path in paths],
+                      self.root, self.name)
         return sizes
 
     def class_counts(self, split: str) -> list[int] | None:
@@ -589,6 +593,12 @@ class CachedDataset:
         files or folder listings (never by decoding), or None when that would
         mean reading the images themselves."""
         return None
+
+    def image_files(self, split: str) -> Sequence[Path]:
+        """The image files ``split`` decodes, whose headers :meth:`split_sizes` reads where the split is
+        not cached yet: those its index file names (:meth:`listed_files`); a dataset that finds its images
+        by listing folders gives them itself, one read from pickles none."""
+        return self.listed_files(split)[1]
 
     def listed_files(self, split: str) -> tuple[Path | None, list[Path]]:
         """The index file of ``split`` and the image files it names, for a

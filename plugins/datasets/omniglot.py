@@ -56,6 +56,9 @@ class Omniglot(CachedDataset):
         found, present = self._characters(split)
         return [len(found[c]) for c in present for _ in range(4 if self.rotations else 1)]
 
+    def image_files(self, split):
+        return self.plan(split)[2]
+
     def _characters(self, split):
         """The drawings of each listed character found on disk, and the characters present."""
         characters, list_name = shipped_list("omniglot", split)

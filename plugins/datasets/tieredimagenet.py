@@ -80,6 +80,10 @@ class TieredImageNet(CachedDataset):
         files, build = tree_plan(tree, classes, self.image_size, "RGB", self.root)
         return stem, {**params, "classes": classes}, files, build
 
+    def image_files(self, split):
+        """The images of the split folders (the pickles' are read only by the decode)."""
+        return [] if self.source == "pickle" else self.plan(split)[2]
+
     def class_counts(self, split):
         """Counted in the split folders; the pickles say it only once read whole, so not for them."""
         if self.source == "pickle":
