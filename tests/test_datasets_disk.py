@@ -586,6 +586,27 @@ def test_folder_scales_16_bit_images_and_reads_ppm_but_no_hidden_file(registry, 
     assert means == [round(60000 / 257), round(2000 / 257), 40.0, round(30000 / 257)]  # a.png, then b.ppm
 
 
+def test_a_photo_stored_on_its_side_is_read_upright_as_its_exif_orientation_says(registry, tmp_path):
+    """A phone's portrait photo is stored landscape with an EXIF orientation tag (6: turn 90° clockwise),
+    which every viewer applies: fslab cached it on its side, as a class of portraits and landscapes
+    mixed. The folder tree's JPEGs are read as they are shown; one without the tag as it is stored."""
+    make_folder_tree(tmp_path / "data", classes=2, per_class=1)
+    pixels = random_image(rng(3), 8, 16)  # wide as stored, tall as shown
+    for name, orientation in (("side.jpg", 6), ("plain.jpg", 1)):
+        image = Image.fromarray(pixels)
+        exif = image.getexif()
+        exif[0x0112] = orientation
+        image.save(tmp_path / "data" / "train" / "train-class0" / name, quality=95, exif=exif)
+    split = create(registry, "folder", tmp_path / "data", image_size=8).load("train")
+    folder = tmp_path / "data" / "train" / "train-class0"
+    with Image.open(folder / "side.jpg") as side, Image.open(folder / "plain.jpg") as plain:
+        upright = expected_pixels(side.transpose(Image.Transpose.ROTATE_270), 8)
+        as_stored = expected_pixels(plain, 8)
+    np.testing.assert_array_equal(split.images[2].numpy(), upright)  # 00.png, plain.jpg, side.jpg
+    np.testing.assert_array_equal(split.images[1].numpy(), as_stored)
+    assert not np.array_equal(upright, expected_pixels(Image.open(folder / "side.jpg"), 8))
+
+
 def test_miniimagenet_csv_layout(registry, tmp_path):
     written = make_mini_csv(tmp_path)
     train = tmp_path / "train.csv"  # saved by Excel or pandas' utf-8-sig: a byte-order mark first

@@ -3,8 +3,9 @@
 The layout most people convert their data to (and the one torchvision's
 ``ImageFolder`` reads). Each class is a sub-folder; classes are numbered in
 sorted order of their folder names, images are read in sorted order of their
-file names (``.jpg .jpeg .png .bmp .gif .webp .tif .tiff``, any case), converted
-to RGB (or grayscale with ``grayscale=true``) and resized to
+file names (``.jpg .jpeg .png .bmp .gif .webp .tif .tiff``, any case), turned
+upright as a photo's EXIF orientation says, converted to RGB (or grayscale with
+``grayscale=true``) and resized to
 ``image_size``×``image_size``. Each split is decoded once into the uint8 cache of
 :mod:`image_cache`. There is no standard split to check against: every class
 folder found is used, a class folder without images is an error, and so is a

@@ -52,7 +52,8 @@ from pathlib import Path
 
 from fslab.plugin import Split, UsageError, one_at_a_time, temporary_path, writer_gone
 
-FORMAT_VERSION = 3  # 3: float images scaled (clipped before); 2: 16-bit ones (1 clipped them); older caches are rebuilt
+FORMAT_VERSION = 4  # 4: EXIF orientation applied; 3: float images scaled (clipped before); 2: 16-bit ones (1 clipped
+# them); older caches are rebuilt
 CACHE_FOLDER = ".fslab-cache"
 DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 512  # images decoded per block written to the cache file
@@ -207,16 +208,27 @@ def _float_eight_bits(pixels):
 
 
 def decode_file(path, size: int, mode: str, box=None, root: Path | None = None):
-    """Open one image file and return ``to_array`` of it; ``root``: the data root, whose
-    path the error names the file under (:func:`shown_image`)."""
+    """Open one image file and return ``to_array`` of it, turned as its EXIF orientation says (a phone's
+    portrait photo is stored on its side: :func:`upright`) unless ``box`` crops it; ``root``: the data
+    root, whose path the error names the file under (:func:`shown_image`)."""
     from PIL import Image
 
     try:
         with Image.open(path) as image:
-            return to_array(image, size, mode, box)
+            return to_array(image if box is not None else upright(image), size, mode, box)
     except (OSError, ValueError, Image.DecompressionBombError) as exc:  # PIL's UnidentifiedImageError included;
         # ValueError: a damaged PPM header; DecompressionBombError: a header claiming over 179 million pixels
         raise UsageError(f"cannot decode image {shown_image(path, root)}: {exc}; replace or remove the file") from None
+
+
+def upright(image):
+    """``image`` as a viewer shows it: turned or mirrored as its EXIF orientation tag (2 to 8) says, which
+    cameras and phones write rather than turn the pixels; ``image`` itself where it has none. A box (CUB's
+    bounding boxes) is given on the stored pixels, so a crop is made on those."""
+    from PIL import ImageOps
+
+    orientation = image.getexif().get(0x0112, 1)  # the tag of a JPEG's (or TIFF's, PNG's, WebP's) EXIF block
+    return ImageOps.exif_transpose(image) if orientation in range(2, 9) else image
 
 
 def shown_image(path, root: Path | None) -> str:
