@@ -1291,13 +1291,21 @@ def test_a_run_on_a_folder_tree_ends_with_results(builtin_plugins, tmp_path):
     assert (tmp_path / "tree" / ".fslab-cache" / "folder-train-16.json").exists()
     # fslab eval's feature cache follows the data: images replaced on disk are embedded again
     args = ["eval", run_dir.name, "--shots", "1", "--queries", "5", "--episodes", "20", "--json"]
-    first, again = (json.loads(fslab_here(*args, cwd=tmp_path).stdout) for _ in range(2))
+    outs = [fslab_here(*args, cwd=tmp_path) for _ in range(2)]
+    first, again = (json.loads(out.stdout) for out in outs)
     assert (first["features_cached"], again["features_cached"]) == (False, True)
-    assert again["accuracy"] == first["accuracy"]
+    assert again["accuracy"] == first["accuracy"] and not any("note:" in out.stderr for out in outs)
     for image in sorted((tmp_path / "tree" / "test").glob("test-class0/*.png"))[:6]:
         write_png(image, random_image(rng(9), 20, 20))  # a class's look replaced, its files kept
-    changed = json.loads(fslab_here(*args, cwd=tmp_path).stdout)
+    told = fslab_here(*args, cwd=tmp_path)
+    changed = json.loads(told.stdout)
     assert changed["features_cached"] is False
+    # scored with no word that the images were not those of the run's own test (nor of its earlier fslab eval)
+    assert [line for line in told.stderr.splitlines() if not line.startswith("fslab: ")] == [  # but the decode's
+        f"note: the test images of run {run_dir.name} are not those its test scores were drawn on (files of its "
+        f"data root added, removed or replaced since, or --data-root naming other ones): these scores, of the "
+        f"images as they are now, are kept beside its own, which fslab runs still shows; fslab compare and plot "
+        f"pool runs only on the same images"]
     # data moved since the run trained: --data-root says where it lies now (the same images: still cached)
     (tmp_path / "tree").rename(tmp_path / "moved")
     lost = fslab_here(*args, cwd=tmp_path)  # the dataset's own line pointed at [data_roots], which eval does not read
@@ -1305,7 +1313,7 @@ def test_a_run_on_a_folder_tree_ends_with_results(builtin_plugins, tmp_path):
         f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; "
         f"if its data moved, give where it lies with --data-root DIR"]
     moved = fslab_here(*args, "--data-root", str(tmp_path / "moved"), cwd=tmp_path)
-    assert moved.returncode == 0, moved.stderr
+    assert moved.returncode == 0 and "note:" not in moved.stderr, moved.stderr  # the images it was told of
     assert json.loads(moved.stdout)["features_cached"] is True
     assert json.loads(moved.stdout)["accuracy"] == changed["accuracy"]
 

@@ -297,10 +297,28 @@ def evaluate_run(run: Run, *, split: str, ways: int, shots: list[int], queries: 
                      precision=checkpoint.numerics.eval_precision if not needs_model
                      else "fp32",  # finetune runs its copy of the network in float32 whatever eval.precision says
                      run_precision=None if needs_model else checkpoint.other_precision)
+    note = other_data_note(run, split, checkpoint.epoch, inputs.data)
+    if note is not None:
+        warn(note)
     log = EventLog(run, echo=False, listeners=[logged.append] if logged is not None else ())
     return evaluate_and_record(log, classify, recorded_evaluator(section), inputs, chosen,
                                save=True, source="fslab eval", named=registry.get("evaluator", name).named,
                                recording=recording)
+
+
+def other_data_note(run: Run, split: str, epoch: int, data: str | None) -> str | None:
+    """The line saying that ``split``'s images (fingerprint ``data``) are none of those the run's saved scores of
+    this checkpoint were drawn on (the data root's files added, removed or replaced since it trained, or
+    ``--data-root`` naming other ones), else None: the episodes are drawn alike, from other images, and the
+    scores were told with no word of it, as if they were the run's own."""
+    earlier = {e["data"] for e in run.saved_accuracies()
+               if e["split"] == split and e["epoch"] == epoch and isinstance(e.get("data"), str)}
+    if data is None or not earlier or data in earlier:
+        return None
+    return (f"note: the {split} images of run {run.id} are not those its {split} scores were drawn on (files of its "
+            f"data root added, removed or replaced since, or --data-root naming other ones): these scores, of "
+            f"the images as they are now, are kept beside its own, which fslab runs still shows; fslab compare "
+            f"and plot pool runs only on the same images")
 
 
 def _check_precision(needs_model: bool, name: str, precision: str) -> None:
