@@ -607,6 +607,25 @@ def test_a_photo_stored_on_its_side_is_read_upright_as_its_exif_orientation_says
     assert not np.array_equal(upright, expected_pixels(Image.open(folder / "side.jpg"), 8))
 
 
+def test_folder_reads_jpegs_saved_as_jfif_or_jpe_and_netpbm_bitmaps(registry, tmp_path):
+    """A browser saves a JPEG as .jfif (Chrome on Windows) or .jpe; scanners write .pbm and .pnm: such files
+    were left out of their class in silence, a class of them all was refused as holding no image files."""
+    r = rng(4)
+    for split in ("train", "val", "test"):
+        for c, suffix in enumerate((".jfif", ".JPE", ".pbm", ".pnm")):
+            folder = tmp_path / "data" / split / f"{split}{c}"
+            folder.mkdir(parents=True)
+            image = Image.fromarray(random_image(r, 6, 6))
+            if suffix == ".pbm":
+                image = image.convert("1")
+            image.save(folder / f"a{suffix}", format="PPM" if suffix in (".pbm", ".pnm") else "JPEG")
+    dataset = create(registry, "folder", tmp_path / "data", image_size=6)
+    assert dataset.split_sizes()["train"] == [1, 1, 1, 1]
+    split = dataset.load("train")
+    for k, name in enumerate(("train0/a.jfif", "train1/a.JPE", "train2/a.pbm", "train3/a.pnm")):
+        np.testing.assert_array_equal(split.images[k].numpy(), expected_pixels(tmp_path / "data/train" / name, 6))
+
+
 def test_miniimagenet_csv_layout(registry, tmp_path):
     written = make_mini_csv(tmp_path)
     train = tmp_path / "train.csv"  # saved by Excel or pandas' utf-8-sig: a byte-order mark first

@@ -3,7 +3,7 @@
 The layout most people convert their data to (and the one torchvision's
 ``ImageFolder`` reads). Each class is a sub-folder; classes are numbered in
 sorted order of their folder names, images are read in sorted order of their
-file names (``.jpg .jpeg .png .bmp .gif .webp .tif .tiff``, any case), turned
+file names (``.jpg .jpeg .jfif .jpe .png .bmp .gif .webp .tif .tiff .ppm .pgm .pbm .pnm``, any case), turned
 upright as a photo's EXIF orientation says, converted to RGB (or grayscale with
 ``grayscale=true``) and resized to
 ``image_size``×``image_size``. Each split is decoded once into the uint8 cache of

@@ -57,7 +57,9 @@ FORMAT_VERSION = 4  # 4: EXIF orientation applied; 3: float images scaled (clipp
 CACHE_FOLDER = ".fslab-cache"
 DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 512  # images decoded per block written to the cache file
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+# .jfif and .jpe: JPEGs as browsers save them (Chrome on Windows); .pbm and .pnm: the netpbm family of .ppm
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jfif", ".jpe", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm",
+                    ".pbm", ".pnm")
 
 
 # -- checking what is on disk ---------------------------------------------------------
