@@ -1035,6 +1035,32 @@ def test_split_sizes_find_an_empty_class_folder(registry, tmp_path):
         create(registry, "folder", tmp_path).split_sizes()
 
 
+def test_a_class_folder_of_files_fslab_does_not_read_says_what_it_holds(registry, tmp_path):
+    """A class of an iPhone's .heic photos, or one whose images lie in sub-folders, was told 'has no image
+    files; remove it or add images', a folder full of photos. The line says what it holds and why it is not read."""
+    make_folder_tree(tmp_path, classes=2, per_class=2)
+    phone = tmp_path / "train" / "phone"
+    phone.mkdir()
+    for i in range(3):
+        (phone / f"IMG_{i}.HEIC").write_bytes(b"ftypheic")
+    (phone / "notes.txt").write_text("taken in May")
+    with pytest.raises(UsageError) as refused:
+        create(registry, "folder", tmp_path).split_sizes()
+    assert str(refused.value) == (
+        f"folder: {phone} has no image files (1 empty class folder): it holds 3 .heic files, 1 .txt file (the "
+        f"images read are {' '.join(image_cache.IMAGE_EXTENSIONS)}, in any case: convert them to one of these); "
+        f"remove it or add images")
+    shutil.rmtree(phone)
+    for year in ("2019", "2020"):
+        write_png(tmp_path / "val" / "years" / year / "a.png", random_image(rng(), 4, 4))
+    with pytest.raises(UsageError) as refused:
+        create(registry, "folder", tmp_path).split_sizes()
+    assert str(refused.value) == (
+        f"folder: {tmp_path / 'val' / 'years'} has no image files (1 empty class folder): it holds 2 sub-folders "
+        f"(2019/, ...), whose images are not read: a class's images lie directly in its folder; remove it or "
+        f"add images")
+
+
 def test_split_sizes_refuse_a_class_name_found_in_two_splits(registry, tmp_path):
     # every class folder of each split was used: a class in train/ and test/ was tested as if unseen
     make_folder_tree(tmp_path, classes=3, per_class=2)

@@ -19,9 +19,11 @@ data root.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from fslab_plugins.datasets.image_cache import (
+    IMAGE_EXTENSIONS,
     CachedDataset,
     decode_all,
     decode_file,
@@ -87,8 +89,28 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     if empty:
         many = len(empty) > 1
         raise UsageError(f"{dataset}: {split_dir / empty[0]} has no image files ({len(empty)} empty class "
-                         f"folder{'s' if many else ''}); remove {'them' if many else 'it'} or add images")
+                         f"folder{'s' if many else ''}){unread(split_dir / empty[0])}; remove "
+                         f"{'them' if many else 'it'} or add images")
     return tree
+
+
+def unread(folder: Path) -> str:
+    """What a class folder without image files holds that is not read, as ``: it holds 20 .heic files, ...``
+    (an iPhone's photos, a folder of sub-folders), where the bare 'has no image files' of a folder full
+    of photos left one to guess why; empty where it holds nothing."""
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    kinds = Counter(p.suffix.lower() or "extension-less" for p in entries if p.is_file())
+    subfolders = sorted(p.name for p in entries if p.is_dir())
+    told = []
+    if kinds:
+        told.append(", ".join(f"{n} {kind} file{'s' if n > 1 else ''}" for kind, n in kinds.most_common(3))
+                    + (", ..." if len(kinds) > 3 else "") + f" (the images read are {' '.join(IMAGE_EXTENSIONS)}, "
+                    "in any case: convert them to one of these)")
+    if subfolders:
+        told.append(f"{len(subfolders)} sub-folder{'s' if len(subfolders) > 1 else ''} ({subfolders[0]}/"
+                    f"{', ...' if len(subfolders) > 1 else ''}), whose images are not read: a class's images lie "
+                    f"directly in its folder")
+    return f": it holds {' and '.join(told)}" if told else ""
 
 
 def refuse_shared_classes(root: Path, trees: dict[str, dict[str, list[Path]]], dataset: str) -> None:
