@@ -1385,6 +1385,33 @@ def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp
         f"reads its data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {tmp_path / 'tree'})"]
 
 
+@pytest.mark.slow
+def test_resuming_a_run_whose_training_images_changed_says_so(tmp_path):
+    """A class folder added to train/ after the run stopped: fslab resume trained on the new split (140 images
+    of 7 classes where it started on 120 of 6) and said nothing; a run on two sets of images passed for one."""
+    from fslab.core.runstore import Run
+
+    make_folder_tree(tmp_path / "tree", classes=3, per_class=4, size=(8, 8))
+    started = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
+                    "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
+                    "--batch-size", "6", "--set", "eval.ways=2", "--set", "eval.queries=1", "--set", "eval.shots=[1]",
+                    "--set", "eval.val_shots=1", "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2",
+                    cwd=tmp_path, timeout=300)
+    assert started.returncode == 0 and "note:" not in started.stdout + started.stderr, started.stderr
+    (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
+    Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
+    shutil.copytree(tmp_path / "tree" / "train" / "train-class0", tmp_path / "tree" / "train" / "new")
+    (tmp_path / "tree" / "val" / "val-class1" / "00.png").unlink()
+    resumed = fslab("resume", run_dir.name, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    note = (f"note: the data differs from that run {run_dir.name} started on (train: 16 images in 4 classes now, "
+            f"12 in 3 then; val: 11 images in 3 classes now, 12 in 3 then: files of its data root added, removed or "
+            f"moved since); it goes on with the data as it is now; to train on one set of images, put them back "
+            f"as they were, or start anew with fslab run --like {run_dir.name}")
+    assert note in resumed.stdout.splitlines(), resumed.stdout
+    assert note in fslab("logs", run_dir.name, cwd=tmp_path).stdout.splitlines()
+
+
 def test_resuming_a_sweep_whose_data_root_is_gone_says_where_its_runs_read_their_data(project, registry):
     """fslab sweep resume said to give --data-root or [data_roots] of fslab.toml, which it reads neither of."""
     from fslab.core.settings import load_settings

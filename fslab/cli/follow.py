@@ -62,11 +62,8 @@ def follow(run: Run, console: Console, process, poll: float = 0.25, until_replac
                     add_event(summary, event)
                 except ValueError:
                     pass  # not an event of its kind's shape: the lines below read what they need of it
-                if kind == "start":  # a resumed run's start keeps the step it reached shown
-                    total = event["total_steps"]
-                    begun = {"epoch": f"epoch 1/{event['epochs']}", "steps": f"step 0/{total}"} \
-                        if summary.step is None else {}
-                    progress.update(task, total=total, **begun)
+                if kind == "start":
+                    _started(progress, task, event, summary, printed)
                 elif kind == "train":
                     fields = {
                         "epoch": f"epoch {event['epoch']}/{summary.epochs or '?'}",
@@ -92,6 +89,17 @@ def follow(run: Run, console: Console, process, poll: float = 0.25, until_replac
                 break
             time.sleep(poll)
     return run.state()
+
+
+def _started(progress: Progress, task, event: dict, summary: RunSummary, printed: set[str]) -> None:
+    """The bar's total steps from a start event (a resumed run's start keeps the step it reached shown), and
+    the ``note`` of a resume on data that differs from the run's first start's, printed once."""
+    total = event["total_steps"]
+    begun = {"epoch": f"epoch 1/{event['epochs']}", "steps": f"step 0/{total}"} if summary.step is None else {}
+    progress.update(task, total=total, **begun)
+    if isinstance(event.get("note"), str) and event["note"] not in printed:
+        printed.add(event["note"])
+        progress.console.print(event["note"], highlight=False)
 
 
 def _logged_at(event: dict) -> float:

@@ -110,8 +110,9 @@ def describe_event(event: dict) -> str:
     if kind == "eval":
         return eval_line(event)
     if kind == "start":
+        note = f"\n{event['note']}" if isinstance(event.get("note"), str) else ""  # a resume on changed data
         return (f"training on {event['device']}: {count(event['epochs'], 'epoch')} of "
-                f"{count(event['steps_per_epoch'], 'step')}, {count(event['train_images'], 'training image')}")
+                f"{count(event['steps_per_epoch'], 'step')}, {count(event['train_images'], 'training image')}{note}")
     if kind == "checkpoint":
         return f"checkpoint after epoch {event['epoch']}: {event['path']}"
     if kind == "compile":

@@ -13,6 +13,7 @@ per-episode scores, for paired comparisons (:meth:`Run.save_accuracies`).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,31 @@ def data_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
         digest.update(str((tuple(tensor.shape), str(tensor.dtype))).encode())
         digest.update(tensor.contiguous().cpu().numpy().tobytes())
     return digest.hexdigest()
+
+
+def split_outline(split) -> dict:
+    """What a run's start records of a split (``Split``): its images and classes, and a digest of its class
+    names, labels and image shape, so a resume tells a split whose files were added, removed or moved between
+    classes since (:func:`data_change_note`). The labels alone: hashing the images as :func:`data_fingerprint`
+    does would add seconds to every start at tieredImageNet's size."""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(json.dumps([list(split.classes), list(split.images.shape[1:])]).encode())
+    digest.update(split.labels.contiguous().cpu().numpy().tobytes())
+    return {"images": len(split.labels), "classes": len(split.classes), "labels": digest.hexdigest()}
+
+
+def data_change_note(run_id: str, before: dict, now: dict) -> str | None:
+    """The line a resumed run says where a split's :func:`split_outline` differs from its first start's
+    (``before``; None for a split that recorded none, a run of an earlier fslab), else None."""
+    changed = [split for split, outline in now.items()
+               if isinstance(before.get(split), dict) and before[split].get("labels") != outline["labels"]]
+    if not changed:
+        return None
+    told = "; ".join(f"{split}: {now[split]['images']} images in {now[split]['classes']} classes now, "
+                     f"{before[split].get('images')} in {before[split].get('classes')} then" for split in changed)
+    return (f"note: the data differs from that run {run_id} started on ({told}: files of its data root added, "
+            f"removed or moved since); it goes on with the data as it is now; to train on one set of images, "
+            f"put them back as they were, or start anew with fslab run --like {run_id}")
 
 
 def weights_fingerprint(state: dict) -> str:

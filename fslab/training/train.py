@@ -55,9 +55,11 @@ from fslab.training.outputs import checked_batch, checked_loss_output
 from fslab.training.record import (
     Episodes,
     EvaluationInputs,
+    data_change_note,
     data_fingerprint,
     episode_count,
     evaluate_and_record,
+    split_outline,
 )
 
 
@@ -99,11 +101,12 @@ def setup(run: Run, resume: bool, listeners=()) -> Trainer:
     device = pick_device(cfg.device) if world.size == 1 else distributed.start(cfg.device, world)[1]
     numerics = resolve_numerics(cfg, device)
     apply_backend_settings(numerics)  # before the first kernel
-    checkpoint = None
+    checkpoint, started_on = None, {}
     if resume:
         checkpoint = load_checkpoint(run.checkpoint_path, device)
         if world.main:
             truncate_to_checkpoint(run, checkpoint["epoch"])
+            started_on = first_start_data(run)
     elif world.main:
         start_afresh(run)  # queued again before its first checkpoint: that start's events are not this one's
     log = EventLog(run, enabled=world.main, listeners=listeners)
@@ -111,12 +114,18 @@ def setup(run: Run, resume: bool, listeners=()) -> Trainer:
     feature_network(parts.model, cfg.eval.feature_stages)  # a backbone without those stages fails now, not later
     trainer = Trainer(run, cfg, world, device, log, parts, numerics,
                       augment_rng=torch.Generator().manual_seed(cfg.seed))
-    trainer.log_start()
+    trainer.log_start(started_on)
     if checkpoint is not None:
         trainer.restore(checkpoint)
     elif cfg.eval.before_training and world.main:  # the untrained network's accuracy, as epoch 0
         trainer.validate(epoch=0, center=trainer.training_mean())
     return trainer
+
+
+def first_start_data(run: Run) -> dict:
+    """The splits' outlines (:func:`split_outline`) the run's first start recorded, kept in ``metrics.jsonl``
+    before its checkpoint; empty for a run an earlier fslab started, which recorded none."""
+    return next((e["data"] for e in run.events_of("start") if isinstance(e.get("data"), dict)), {})
 
 
 def validates_after(epoch: int, epochs: int, every: int) -> bool:
@@ -223,13 +232,18 @@ class Trainer:
     def state_modules(self) -> dict:
         return {"model": self.parts.model, "head": self.parts.head, "loss": self.parts.loss_fn}
 
-    def log_start(self) -> None:
-        model, epochs = self.parts.model, self.cfg.train.epochs
+    def log_start(self, started_on: dict) -> None:
+        """The start event, with the splits' outlines (:func:`split_outline`); a resumed run's, where they
+        differ from those of its first start (``started_on``), with the ``note`` that says so."""
+        model, epochs, parts = self.parts.model, self.cfg.train.epochs, self.parts
+        splits = {"train": parts.train_split, "val": parts.val_split, "test": parts.test_split}
+        data = {name: split_outline(split) for name, split in splits.items() if split is not None}
+        note = data_change_note(self.run.id, started_on, data)
         self.log.write("start", device=str(self.device), epochs=epochs, steps_per_epoch=self.steps_per_epoch,
                        total_steps=epochs * self.steps_per_epoch, train_images=len(self.parts.train_split),
                        backbone_params=sum(p.numel() for p in model.parameters()),
                        out_dim=getattr(model, "out_dim", None), processes=self.world.size,
-                       **self.numerics.describe())
+                       **self.numerics.describe(), data=data, **({"note": note} if note else {}))
 
     def restore(self, checkpoint: dict) -> None:
         """Every state of the checkpoint back; one that does not fit the network the run's configuration
