@@ -1061,6 +1061,18 @@ def test_a_class_folder_of_files_fslab_does_not_read_says_what_it_holds(registry
         f"add images")
 
 
+def test_metadata_folders_a_zip_or_a_nas_adds_are_no_classes(registry, tmp_path):
+    """A split unpacked from a zip archive made on macOS holds __MACOSX/ (its ._ files), one on a Synology NAS
+    @eaDir/ (thumbnails): each was a class, refused as holding no image files, or trained as one."""
+    make_folder_tree(tmp_path, classes=2, per_class=2)
+    (tmp_path / "train" / "__MACOSX" / "train-class0").mkdir(parents=True)
+    (tmp_path / "train" / "__MACOSX" / "train-class0" / "._00.png").write_bytes(b"AppleDouble")
+    write_png(tmp_path / "val" / "@eaDir" / "SYNOFILE_THUMB_M.jpg", random_image(rng(), 4, 4))
+    dataset = create(registry, "folder", tmp_path, image_size=8)
+    assert dataset.split_sizes() == {"train": [2, 2], "val": [2, 2], "test": [2, 2]}
+    assert dataset.load("val").classes == ["val-class0", "val-class1"]
+
+
 def test_split_sizes_refuse_a_class_name_found_in_two_splits(registry, tmp_path):
     # every class folder of each split was used: a class in train/ and test/ was tested as if unseen
     make_folder_tree(tmp_path, classes=3, per_class=2)

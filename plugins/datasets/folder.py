@@ -36,6 +36,9 @@ from fslab.plugin import UsageError, hookimpl
 
 LAYOUT = "ROOT/{train,val,test}/<class>/<image files>"
 SPLITS = ("train", "val", "test")
+# folders of metadata beside the images, never classes: macOS's in a zip archive it made (of ._ files), a Synology
+# NAS's thumbnails in every folder it indexes
+NOT_CLASSES = ("__MACOSX", "@eaDir")
 USES = {"train": "trains on", "val": "validates on after each epoch", "test": "tests on at the end"}
 
 
@@ -78,7 +81,7 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     """Class folder name -> its image files (sorted), for every sub-folder of ``split_dir``."""
     if not split_dir.is_dir():  # a file where the split's folder belongs
         raise UsageError(f"{dataset}: {split_dir} is not a folder. Expected layout: {LAYOUT}.")
-    entries = [p for p in split_dir.iterdir() if not p.name.startswith(".")]
+    entries = [p for p in split_dir.iterdir() if not p.name.startswith(".") and p.name not in NOT_CLASSES]
     for path in entries:  # a linked class folder that is gone would leave its class out
         refuse_broken_link(path)
     classes = sorted(p.name for p in entries if p.is_dir())
@@ -98,7 +101,7 @@ def unread(folder: Path) -> str:
     """What a class folder without image files holds that is not read, as ``: it holds 20 .heic files, ...``
     (an iPhone's photos, a folder of sub-folders), where the bare 'has no image files' of a folder full
     of photos left one to guess why; empty where it holds nothing."""
-    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in NOT_CLASSES]
     kinds = Counter(p.suffix.lower() or "extension-less" for p in entries if p.is_file())
     subfolders = sorted(p.name for p in entries if p.is_dir())
     told = []
