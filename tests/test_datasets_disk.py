@@ -139,6 +139,23 @@ def test_a_folder_tree_is_listed_once_for_the_checks_before_a_run_and_the_splits
         create(registry, "folder", tmp_path / "data", image_size=8).split_sizes()
 
 
+def test_tieredimagenet_split_folders_are_listed_once(registry, tmp_path, monkeypatch):
+    """Its class folders were listed for the counts, again for the headers read before a run, again for
+    the cache's key and at each load: 779,165 files, a stat each time, slow on a network file system."""
+    from fslab_plugins.datasets import folder
+
+    fake_tiered_folders(tmp_path)
+    listed_images = []
+    list_images = folder.list_images
+    monkeypatch.setattr(folder, "list_images", lambda path: listed_images.append(path.name) or list_images(path))
+    dataset = create(registry, "tieredimagenet", tmp_path, image_size=8, check_counts=False)
+    assert dataset.split_sizes() == {split: [2, 2] for split in ("train", "val", "test")}
+    for split in ("train", "val", "test"):
+        dataset.load(split)
+    assert sorted(listed_images) == sorted(wnid for split in ("train", "val", "test")
+                                           for wnid in listed("tieredimagenet", split)[:2])
+
+
 def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_path, monkeypatch):
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)

@@ -61,6 +61,7 @@ class TieredImageNet(CachedDataset):
                 raise UsageError(f"tieredimagenet: found neither {self.root / 'train_images_png.pkl'} nor "
                                  f"{self.root / 'train'}/. Expected layout: {self.layout}.")
         self.source = source
+        self._trees: dict[str, tuple] = {}
         for split in ("train", "val", "test"):
             if source == "pickle":
                 require(self.root / f"{split}_images_png.pkl", self.name, PICKLE_LAYOUT)
@@ -92,13 +93,16 @@ class TieredImageNet(CachedDataset):
         return [len(tree[c]) for c in classes]
 
     def _folder_classes(self, split):
-        """The split folder's class tree and its classes, checked against the shipped list."""
-        expected, list_name = shipped_list("tieredimagenet", split)
-        tree = scan_tree(self.root / split, self.name)
-        classes = check_classes(self.name, str(self.root / split), split, {c: len(v) for c, v in tree.items()},
-                                expected, list_name=list_name, per_class=None, total=TOTALS[split],
-                                check_counts=self.check_counts)
-        return tree, classes
+        """The split folder's class tree and its classes, checked against the shipped list; listed once (the
+        counts, the headers read before a run and the cache's key would each list 779,165 files again)."""
+        if split not in self._trees:
+            expected, list_name = shipped_list("tieredimagenet", split)
+            tree = scan_tree(self.root / split, self.name)
+            classes = check_classes(self.name, str(self.root / split), split, {c: len(v) for c, v in tree.items()},
+                                    expected, list_name=list_name, per_class=None, total=TOTALS[split],
+                                    check_counts=self.check_counts)
+            self._trees[split] = tree, classes
+        return self._trees[split]
 
     def _build_from_pickles(self, images_path, labels_path, split, expected, list_name):
         import numpy as np
