@@ -1211,6 +1211,23 @@ def test_a_folder_tree_without_one_split_says_what_that_split_is_for(registry, t
         create(registry, "folder", tmp_path)
 
 
+def test_a_folder_split_named_as_other_trees_name_it_is_told_to_rename(registry, tmp_path):
+    """A tree of train/, validation/ and test/ (or Train/, valid/) was told it had no val/ and to give val/
+    class folders of its own, as if it had no validation classes: the line names the folder to rename."""
+    make_folder_tree(tmp_path / "my data", classes=2, per_class=1)
+    (tmp_path / "my data" / "val").rename(tmp_path / "my data" / "validation")
+    with pytest.raises(UsageError) as misnamed:
+        create(registry, "folder", tmp_path / "my data")
+    root = tmp_path / "my data"
+    assert str(misnamed.value) == (
+        f"folder: {root / 'val'} not found, but {root / 'validation'} is there: the splits are read by the names "
+        f"train/, val/ and test/ only; rename it: mv '{root / 'validation'}' '{root / 'val'}'")
+    (tmp_path / "my data" / "validation").rename(tmp_path / "my data" / "val")
+    (tmp_path / "my data" / "train").rename(tmp_path / "my data" / "Train")
+    with pytest.raises(UsageError, match=r"/train not found, but .*/Train is there: .*rename it: mv "):
+        create(registry, "folder", tmp_path / "my data")
+
+
 @pytest.mark.parametrize("name", ["folder", "tieredimagenet"])
 def test_a_file_where_a_split_folder_belongs_is_one_line_naming_it(registry, tmp_path, name):
     """It was 'Not a directory: ROOT/val' and exit code 1, as if the system had failed."""

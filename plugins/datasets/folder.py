@@ -19,6 +19,7 @@ data root.
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from pathlib import Path
 
@@ -40,6 +41,9 @@ SPLITS = ("train", "val", "test")
 # NAS's thumbnails in every folder it indexes
 NOT_CLASSES = ("__MACOSX", "@eaDir")
 USES = {"train": "trains on", "val": "validates on after each epoch", "test": "tests on at the end"}
+# other names shared trees give their splits (any case): told as the folder to rename, never read as the split
+ALIASES = {"train": ("train", "training", "trn"), "val": ("val", "valid", "validation", "dev"),
+           "test": ("test", "testing", "tst")}
 
 
 def refuse_missing_split(root: Path, dataset: str) -> None:
@@ -53,12 +57,26 @@ def refuse_missing_split(root: Path, dataset: str) -> None:
         if near is not None:
             raise UsageError(f"{dataset}: {root / split} not found, but {near} holds train/, val/ and test/: "
                              f"give --data-root {near} (or [data_roots] {dataset} in fslab.toml)")
+        other = named_otherwise(root, split)
+        if other is not None:
+            raise UsageError(f"{dataset}: {root / split} not found, but {other} is there: the splits are read by "
+                             f"the names train/, val/ and test/ only; rename it: mv {shlex.quote(str(other))} "
+                             f"{shlex.quote(str(root / split))}")
         present = " and ".join(f"{s}/" for s in SPLITS if (root / s).exists())
         if present:
             raise UsageError(f"{dataset}: {root / split} not found: the tree has {present} but no {split}/, whose "
                              f"classes fslab {USES[split]}; give {split}/ class folders of its own (classes in no "
                              f"other split, as many as eval.ways at least)")
         require(root / split, dataset, LAYOUT)
+
+
+def named_otherwise(root: Path, split: str) -> Path | None:
+    """The one folder of ``root`` named as shared trees name ``split`` (``validation/``, ``Train/``), or None."""
+    try:
+        found = [p for p in root.iterdir() if p.name.lower() in ALIASES[split] and p.name != split and p.is_dir()]
+    except OSError:  # a root this user cannot list: the plain line on the split missing says it
+        return None
+    return found[0] if len(found) == 1 else None
 
 
 def layout_near(root: Path) -> Path | None:
