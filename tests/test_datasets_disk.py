@@ -1394,9 +1394,9 @@ def test_a_run_on_a_folder_tree_ends_with_results(builtin_plugins, tmp_path):
     # scored with no word that the images were not those of the run's own test (nor of its earlier fslab eval)
     assert [line for line in told.stderr.splitlines() if not line.startswith("fslab: ")] == [  # but the decode's
         f"note: the test images of run {run_dir.name} are not those its test scores were drawn on (files of its "
-        f"data root added, removed or replaced since, or --data-root naming other ones): these scores, of the "
-        f"images as they are now, are kept beside its own, which fslab runs still shows; fslab compare and plot "
-        f"pool runs only on the same images"]
+        f"data root added, removed or replaced since, --data-root naming other ones, or an fslab that decodes them "
+        f"otherwise, as a photo's EXIF orientation): these scores, of the images as they are now, are kept beside "
+        f"its own, which fslab runs still shows; fslab compare and plot pool runs only on the same images"]
     # data moved since the run trained: --data-root says where it lies now (the same images: still cached)
     (tmp_path / "tree").rename(tmp_path / "moved")
     lost = fslab_here(*args, cwd=tmp_path)  # the dataset's own line pointed at [data_roots], which eval does not read

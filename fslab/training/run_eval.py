@@ -316,9 +316,9 @@ def other_data_note(run: Run, split: str, epoch: int, data: str | None) -> str |
     if data is None or not earlier or data in earlier:
         return None
     return (f"note: the {split} images of run {run.id} are not those its {split} scores were drawn on (files of its "
-            f"data root added, removed or replaced since, or --data-root naming other ones): these scores, of "
-            f"the images as they are now, are kept beside its own, which fslab runs still shows; fslab compare "
-            f"and plot pool runs only on the same images")
+            f"data root added, removed or replaced since, --data-root naming other ones, or an fslab that decodes "
+            f"them otherwise, as a photo's EXIF orientation): these scores, of the images as they are now, are kept "
+            f"beside its own, which fslab runs still shows; fslab compare and plot pool runs only on the same images")
 
 
 def _check_precision(needs_model: bool, name: str, precision: str) -> None:
