@@ -1458,6 +1458,32 @@ def test_resuming_a_run_whose_training_images_changed_says_so(tmp_path):
     assert note in fslab("logs", run_dir.name, cwd=tmp_path).stdout.splitlines()
 
 
+@pytest.mark.slow
+def test_resuming_a_run_whose_data_no_longer_gives_its_episodes_says_the_data_changed(tmp_path):
+    """Images removed from a test class since the run started: fslab resume was refused with the line of a new
+    run, 'config key eval.queries is too large here ... must be at most 3', a setting resume cannot take."""
+    from fslab.core.runstore import Run
+
+    make_folder_tree(tmp_path / "tree", classes=2, per_class=4, size=(8, 8))
+    started = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
+                    "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
+                    "--batch-size", "4", "--set", "eval.ways=2", "--set", "eval.queries=2", "--set", "eval.shots=[1]",
+                    "--set", "eval.val_shots=1", "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2",
+                    cwd=tmp_path, timeout=300)
+    assert started.returncode == 0, started.stderr
+    (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
+    Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
+    for image in sorted((tmp_path / "tree" / "test" / "test-class1").iterdir())[:2]:
+        image.unlink()
+    refused = fslab("resume", run_dir.name, cwd=tmp_path)
+    (line,) = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and line.startswith("error: config key 'eval.queries' is too large here, got 2")
+    assert line.endswith(f"(the run's settings passed this check when it was created: files of its data root were "
+                         f"removed or moved since; fslab resume takes no settings: put them back and resume it, or "
+                         f"start it anew with settings the data allows: fslab run --like {run_dir.name} --set ...)")
+    assert Run(run_dir).state() == "killed"
+
+
 def test_resuming_a_sweep_whose_data_root_is_gone_says_where_its_runs_read_their_data(project, registry):
     """fslab sweep resume said to give --data-root or [data_roots] of fslab.toml, which it reads neither of."""
     from fslab.core.settings import load_settings

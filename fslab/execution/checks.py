@@ -53,10 +53,17 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
     check_compile(config, slurm, again)
     try:
         sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
-        if sizes:
-            check_training(config, sizes)
-            check_evaluation(config, sizes, evaluator_shape(config, registry))
-            check_plugins(config, registry, sizes)
+    except UsageError as exc:
+        raise for_resume(exc, again) from None
+    if not sizes:
+        return
+    try:
+        check_training(config, sizes)
+        check_evaluation(config, sizes, evaluator_shape(config, registry))
+    except UsageError as exc:
+        raise data_changed(exc, again) from None
+    try:
+        check_plugins(config, registry, sizes)
     except UsageError as exc:
         raise for_resume(exc, again) from None
 
@@ -78,6 +85,17 @@ def for_resume(exc: UsageError, again: str | None) -> UsageError:
         return exc
     return UsageError(f"{exc} (fslab resume takes no settings: put right what the run's own settings need and "
                       f"resume it, or start it anew with other settings: {again} --set ...)")
+
+
+def data_changed(exc: UsageError, again: str | None) -> UsageError:
+    """``exc``, a split too small for the run's episodes or training, as a resume says it (``again`` given): the
+    run's settings passed the same check when it was created, so the files of its data root changed since, and
+    the line's advice to change a setting is one fslab resume cannot take; ``exc`` itself otherwise."""
+    if again is None:
+        return exc
+    return UsageError(f"{exc} (the run's settings passed this check when it was created: files of its data root "
+                      f"were removed or moved since; fslab resume takes no settings: put them back and resume it, "
+                      f"or start it anew with settings the data allows: {again} --set ...)")
 
 
 def check_dataset(config: dict, registry):
