@@ -1313,6 +1313,20 @@ def test_an_image_of_any_dataset_that_is_no_image_is_refused_by_split_sizes(regi
     assert str(refused.value).endswith("; replace or remove the file")
 
 
+@pytest.mark.parametrize("name", sorted(NOT_IMAGES))
+def test_an_image_cut_short_after_its_header_is_named_by_its_path_in_the_data_root(registry, tmp_path, name):
+    """Found only by the decode, at the run's start: folder and tieredimagenet named it by its path in the data
+    root, as the check of headers before a run names all of these, but miniimagenet, omniglot and cub by its
+    whole path."""
+    FAKES[name][0](tmp_path)
+    first = sorted(tmp_path.glob(NOT_IMAGES[name]))[0]
+    first.write_bytes(first.read_bytes()[:-40])  # its header whole, its pixels cut short
+    with pytest.raises(UsageError) as refused:
+        create(registry, name, tmp_path, check_counts=False, image_size=8).load("train")
+    root = tmp_path / "omniglot-py" if name == "omniglot" else tmp_path
+    assert str(refused.value).startswith(f"cannot decode image {first.relative_to(root)} (in the data root {root}): ")
+
+
 def test_the_cli_refuses_a_miniimagenet_image_that_is_no_image_before_creating_a_run(tmp_path):
     written = make_mini_csv(tmp_path / "mini")
     written["val"][0][1].write_bytes(b"")  # an empty file where a download stopped

@@ -68,11 +68,12 @@ class CUB(CachedDataset):
         boxes = [box_of(tables["bounding_box.txt"], i, self.folder) for i in ids] if self.bbox else [None] * len(ids)
         files = image_files(tables, classes, in_split, self.folder)
         labels = [k for k, c in enumerate(classes) for _ in in_split[c]]
-        size = self.image_size
+        size, root = self.image_size, self.root
 
         def build():
             jobs = list(zip(files, boxes))
-            return labels, classes, decode_all(jobs, lambda job: decode_file(job[0], size, "RGB", crop_box(job)))
+            return labels, classes, decode_all(jobs, lambda job: decode_file(job[0], size, "RGB", crop_box(job),
+                                                                               root=root))
 
         stem = f"cub-{split}-{self.image_size}{'-bbox' if self.bbox else ''}"
         params = {"image_size": self.image_size, "bbox": self.bbox, "classes": classes}

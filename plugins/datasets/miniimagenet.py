@@ -78,10 +78,10 @@ class MiniImageNet(CachedDataset):
         csv_path, found, classes = self._csv_classes(split)
         files = self._images(found, classes)
         labels = [i for i, c in enumerate(classes) for _ in found[c]]
-        size = self.image_size
+        size, root = self.image_size, self.root
 
         def build():
-            return labels, classes, decode_all(files, lambda path: decode_file(path, size, "RGB"))
+            return labels, classes, decode_all(files, lambda path: decode_file(path, size, "RGB", root=root))
 
         return stem, {**params, "classes": classes}, [csv_path, *files], build
 

@@ -78,12 +78,12 @@ class Omniglot(CachedDataset):
         turns = range(4) if self.rotations else range(1)
         classes = [f"{c}/rot{90 * k:03d}" for c in present for k in turns]
         labels = [len(turns) * i + k for i, c in enumerate(present) for k in turns for _ in found[c]]
-        size = self.image_size
+        size, root = self.image_size, self.root
 
         def build():
             import numpy as np
 
-            base = np.concatenate(list(decode_all(files, lambda path: decode_file(path, size, "L"))))
+            base = np.concatenate(list(decode_all(files, lambda path: decode_file(path, size, "L", root=root))))
             counts = np.cumsum([0] + [len(found[c]) for c in present])
             blocks = (np.concatenate([np.rot90(base[counts[i]:counts[i + 1]], k, axes=(2, 3)) for k in turns])
                       for i in range(len(present)))
