@@ -192,6 +192,21 @@ def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_
     assert len(list(cache.glob("folder-train-6.*.u8"))) == 1
 
 
+def test_a_root_reached_through_a_link_and_by_its_own_name_is_one_cache(registry, tmp_path, monkeypatch):
+    """/data linked to /mnt/nfs/data, runs given either name: the key hashed each file's whole path, so each name
+    decoded the split again, deleting the other's files, and the next run by the other name decoded it again."""
+    written = make_folder_tree(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    by_link = create(registry, "folder", tmp_path / "link", image_size=8)
+    by_link.load("train")
+    monkeypatch.setattr(image_cache, "write_cache", lambda *args, **kwargs: pytest.fail("decoded again"))
+    by_name = create(registry, "folder", tmp_path / "real", image_size=8)
+    assert by_name.cached("train")
+    split = by_name.load("train")
+    assert_split(split, [expected_pixels(p, 8) for _, p in written["train"]], [0, 0, 0, 1, 1, 1, 2, 2, 2],
+                 ["train-class0", "train-class1", "train-class2"])
+
+
 def test_a_decode_removes_what_a_decode_killed_outright_left(registry, tmp_path):
     """A decode killed as it wrote the cache (SIGKILL, the out-of-memory killer) left its STEM.KEY.u8.PID.tmp,
     a split's images, in .fslab-cache/ for good: the decode after it wrote under its own pid and removed only

@@ -347,9 +347,11 @@ def root_cache(root: Path) -> Path:
     return Path(root).resolve() / CACHE_FOLDER
 
 
-def source_key(stem: str, params: dict, sources: Iterable[Path]) -> str:
+def source_key(stem: str, params: dict, sources: Iterable[Path], root: Path | None = None) -> str:
     """A hash of the cache format, the parameters and every source file's
-    path, size and modification time."""
+    path, size and modification time; each path relative to ``root`` where given (the data root: one root
+    reached by two names, a link and its target, is one cache, where each name decoded it again in turn,
+    deleting the other's files)."""
     digest = hashlib.sha256(json.dumps({"version": FORMAT_VERSION, "stem": stem, "params": params},
                                        sort_keys=True).encode())
     for path in sources:
@@ -358,12 +360,14 @@ def source_key(stem: str, params: dict, sources: Iterable[Path]) -> str:
         except FileNotFoundError:
             raise UsageError(f"{path} is listed in the dataset's index files but does not exist") from None
         # the name's bytes as on disk: a name that is not UTF-8 (latin-1 from an old archive) has no str.encode()
-        digest.update(b"\n" + os.fsencode(path) + f"\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
+        shown = path if root is None else os.path.relpath(path, root)
+        digest.update(b"\n" + os.fsencode(shown) + f"\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
 
 
 def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
-                 build: Callable[[], tuple], verb: str = "decoding", ready: Path | None = None) -> Split:
+                 build: Callable[[], tuple], verb: str = "decoding", ready: Path | None = None,
+                 root: Path | None = None) -> Split:
     """The split cached under ``folder/stem``, decoded by ``build`` first if
     there is no valid cache for these ``sources`` and ``params``. A valid cache
     in ``ready`` is read first (a read-only root's ``.fslab-cache``, made by
@@ -372,9 +376,10 @@ def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
     ``build()`` returns ``(labels, classes, blocks)``: int64 labels ``[N]``,
     the class names, and an iterable of uint8 image blocks ``[k, C, H, W]``
     whose lengths add up to N. Blocks are written to disk as they come, so a
-    split larger than memory can be cached.
+    split larger than memory can be cached. ``root``: the data root the sources' paths are
+    hashed relative to (:func:`source_key`).
     """
-    key = source_key(stem, params, sources)
+    key = source_key(stem, params, sources, root)
     split = open_cache(ready, stem, key) if ready is not None else None
     if split is None:
         split = open_cache(folder, stem, key)
@@ -555,7 +560,7 @@ class CachedDataset:
         if split not in self._splits:
             stem, params, sources, build = self.plan(split)
             folder, ready = self.cache_places()
-            self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready)
+            self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready, root=self.root)
         return self._splits[split]
 
     def cache_places(self, create: bool = True) -> tuple[Path, Path | None]:
@@ -570,7 +575,7 @@ class CachedDataset:
         """Whether ``split`` is cached for its files as they are now: loading it decodes nothing. It
         writes nothing (fslab asks before a run exists, in the CLI, whose checks leave the root as it is)."""
         stem, params, sources, _ = self.plan(split)
-        key = source_key(stem, params, sources)
+        key = source_key(stem, params, sources, self.root)
         return any(cache_ready(folder, stem, key) for folder in self.cache_places(create=False))
 
     def check_cache_dir(self) -> None:
