@@ -160,14 +160,15 @@ def refuse_shared_classes(root: Path, trees: dict[str, dict[str, list[Path]]], d
                          f"its scores): rename the folders, or move each class into one split")
 
 
-def tree_plan(tree: dict[str, list[Path]], classes: list[str], size: int, mode: str, root: Path):
+def tree_plan(tree: dict[str, list[Path]], classes: list[str], size: int, mode: str, root: Path, exif: bool = False):
     """Source files, labels and a build function for the classes of ``tree``, in ``classes`` order
-    (``root``: the data root, whose path a file that cannot be decoded is named by)."""
+    (``root``: the data root, whose path a file that cannot be decoded is named by; ``exif``: each photo
+    turned as its EXIF orientation says, :func:`decode_file`)."""
     files = [path for c in classes for path in tree[c]]
     labels = [i for i, c in enumerate(classes) for _ in tree[c]]
 
     def build():
-        return labels, classes, decode_all(files, lambda path: decode_file(path, size, mode, root=root))
+        return labels, classes, decode_all(files, lambda path: decode_file(path, size, mode, root=root, exif=exif))
 
     return files, build
 
@@ -207,7 +208,8 @@ class FolderDataset(CachedDataset):
     def plan(self, split):
         tree = self.tree(split)
         classes = sorted(tree)
-        files, build = tree_plan(tree, classes, self.image_size, "L" if self.grayscale else "RGB", self.root)
+        files, build = tree_plan(tree, classes, self.image_size, "L" if self.grayscale else "RGB", self.root,
+                                 exif=True)  # a researcher's own photos, as they are shown
         stem = f"folder-{split}-{self.image_size}{'-gray' if self.grayscale else ''}"
         params = {"image_size": self.image_size, "grayscale": self.grayscale, "classes": classes}
         return stem, params, files, build

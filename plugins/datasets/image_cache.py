@@ -52,8 +52,9 @@ from pathlib import Path
 
 from fslab.plugin import Split, UsageError, one_at_a_time, temporary_path, writer_gone
 
-FORMAT_VERSION = 4  # 4: EXIF orientation applied; 3: float images scaled (clipped before); 2: 16-bit ones (1 clipped
-# them); older caches are rebuilt
+# 4: folder's EXIF orientation applied, keys of paths in the root; 3: float images scaled (clipped before);
+# 2: 16-bit ones (1 clipped them); older caches are rebuilt
+FORMAT_VERSION = 4
 CACHE_FOLDER = ".fslab-cache"
 DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 512  # images decoded per block written to the cache file
@@ -209,15 +210,16 @@ def _float_eight_bits(pixels):
     return np.rint(pixels.astype(np.float64) * scale).astype(np.uint8)
 
 
-def decode_file(path, size: int, mode: str, box=None, root: Path | None = None):
-    """Open one image file and return ``to_array`` of it, turned as its EXIF orientation says (a phone's
-    portrait photo is stored on its side: :func:`upright`) unless ``box`` crops it; ``root``: the data
+def decode_file(path, size: int, mode: str, box=None, root: Path | None = None, exif: bool = False):
+    """Open one image file and return ``to_array`` of it; ``exif``: turned as its EXIF orientation says first
+    (a phone's portrait photo is stored on its side: :func:`upright`), as ``folder`` reads a researcher's own
+    photos (the benchmark datasets are read as stored, as their papers' code read them); ``root``: the data
     root, whose path the error names the file under (:func:`shown_image`)."""
     from PIL import Image
 
     try:
         with Image.open(path) as image:
-            return to_array(image if box is not None else upright(image), size, mode, box)
+            return to_array(upright(image) if exif else image, size, mode, box)
     except (OSError, ValueError, Image.DecompressionBombError) as exc:  # PIL's UnidentifiedImageError included;
         # ValueError: a damaged PPM header; DecompressionBombError: a header claiming over 179 million pixels
         raise UsageError(f"cannot decode image {shown_image(path, root)}: {exc}; replace or remove the file") from None
@@ -225,8 +227,7 @@ def decode_file(path, size: int, mode: str, box=None, root: Path | None = None):
 
 def upright(image):
     """``image`` as a viewer shows it: turned or mirrored as its EXIF orientation tag (2 to 8) says, which
-    cameras and phones write rather than turn the pixels; ``image`` itself where it has none. A box (CUB's
-    bounding boxes) is given on the stored pixels, so a crop is made on those."""
+    cameras and phones write rather than turn the pixels; ``image`` itself where it has none."""
     from PIL import ImageOps
 
     orientation = image.getexif().get(0x0112, 1)  # the tag of a JPEG's (or TIFF's, PNG's, WebP's) EXIF block
