@@ -1082,21 +1082,21 @@ def test_split_sizes_find_an_empty_class_folder(registry, tmp_path):
 
 
 def test_a_class_folder_of_files_fslab_does_not_read_says_what_it_holds(registry, tmp_path):
-    """A class of an iPhone's .heic photos, or one whose images lie in sub-folders, was told 'has no image
-    files; remove it or add images', a folder full of photos. The line says what it holds and why it is not read."""
+    """A class of drawings saved as .svg, or one whose images lie in sub-folders, was told 'has no image
+    files; remove it or add images', a folder full of pictures. The line says what it holds and why it is not read."""
     make_folder_tree(tmp_path, classes=2, per_class=2)
-    phone = tmp_path / "train" / "phone"
-    phone.mkdir()
+    drawn = tmp_path / "train" / "drawn"
+    drawn.mkdir()
     for i in range(3):
-        (phone / f"IMG_{i}.HEIC").write_bytes(b"ftypheic")
-    (phone / "notes.txt").write_text("taken in May")
+        (drawn / f"shape_{i}.SVG").write_text("<svg/>")
+    (drawn / "notes.txt").write_text("drawn in May")
     with pytest.raises(UsageError) as refused:
         create(registry, "folder", tmp_path).split_sizes()
     assert str(refused.value) == (
-        f"folder: {phone} has no image files (1 empty class folder): it holds 3 .heic files, 1 .txt file (the "
+        f"folder: {drawn} has no image files (1 empty class folder): it holds 3 .svg files, 1 .txt file (the "
         f"images read are {' '.join(image_cache.IMAGE_EXTENSIONS)}, in any case: convert them to one of these); "
         f"remove it or add images")
-    shutil.rmtree(phone)
+    shutil.rmtree(drawn)
     for year in ("2019", "2020"):
         write_png(tmp_path / "val" / "years" / year / "a.png", random_image(rng(), 4, 4))
     with pytest.raises(UsageError) as refused:
@@ -1105,6 +1105,23 @@ def test_a_class_folder_of_files_fslab_does_not_read_says_what_it_holds(registry
         f"folder: {tmp_path / 'val' / 'years'} has no image files (1 empty class folder): it holds 2 sub-folders "
         f"(2019/, ...), whose images are not read: a class's images lie directly in its folder; remove it or "
         f"add images")
+
+
+def test_photos_in_a_format_fslab_does_not_read_are_refused_not_left_out(registry, tmp_path):
+    """An iPhone's .HEIC photos (or a camera's raw files) beside the JPEGs of a class were left out in silence:
+    the class trained on a part of its photos. They are refused before a run, counted, with what to do."""
+    make_folder_tree(tmp_path, classes=2, per_class=2)
+    cat = tmp_path / "train" / "train-class1"
+    for name in ("IMG_0002.HEIC", "IMG_0001.HEIC", "DSC_0003.NEF"):
+        (cat / name).write_bytes(b"ftypheic")
+    with pytest.raises(UsageError) as refused:
+        create(registry, "folder", tmp_path).split_sizes()
+    assert str(refused.value) == (f"{cat} holds 3 photos in a format fslab does not read (.heic, .nef), e.g. "
+                                  f"DSC_0003.NEF: convert them to .jpg or .png, or move them out of the data root")
+    for name in ("IMG_0002.HEIC", "IMG_0001.HEIC", "DSC_0003.NEF"):
+        (cat / name).unlink()
+    (cat / "._IMG_0004.HEIC").write_bytes(b"AppleDouble")  # hidden: no photo
+    assert create(registry, "folder", tmp_path).split_sizes()["train"] == [2, 2]
 
 
 def test_metadata_folders_a_zip_or_a_nas_adds_are_no_classes(registry, tmp_path):

@@ -116,8 +116,8 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
 
 
 def unread(folder: Path) -> str:
-    """What a class folder without image files holds that is not read, as ``: it holds 20 .heic files, ...``
-    (an iPhone's photos, a folder of sub-folders), where the bare 'has no image files' of a folder full
+    """What a class folder without image files holds that is not read, as ``: it holds 20 .svg files, ...``
+    (drawings saved as .svg, a folder of sub-folders), where the bare 'has no image files' of a folder full
     of photos left one to guess why; empty where it holds nothing."""
     entries = [p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in NOT_CLASSES]
     kinds = Counter(p.suffix.lower() or "extension-less" for p in entries if p.is_file())

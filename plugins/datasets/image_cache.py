@@ -61,6 +61,8 @@ CHUNK = 512  # images decoded per block written to the cache file
 # .jfif and .jpe: JPEGs as browsers save them (Chrome on Windows); .pbm and .pnm: the netpbm family of .ppm
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jfif", ".jpe", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm",
                     ".pbm", ".pnm")
+# photos in formats fslab does not read (an iPhone's HEIC, AVIF, cameras' raw files): refused, not left out in silence
+UNREAD_PHOTOS = (".heic", ".heif", ".avif", ".dng", ".cr2", ".cr3", ".nef", ".arw", ".orf", ".rw2", ".raf")
 
 
 # -- checking what is on disk ---------------------------------------------------------
@@ -146,13 +148,23 @@ def check_split_name(dataset: str, split: str) -> None:
 def list_images(folder: Path) -> list[Path]:
     """Image files directly in ``folder``, sorted by name (the order is part of the cache);
     hidden files (``._img0.png``, the metadata macOS leaves beside copies) are not images.
-    A link to an image that is gone is refused (:func:`refuse_broken_link`), not skipped."""
-    images = []
+    A link to an image that is gone is refused (:func:`refuse_broken_link`), not skipped, and so
+    are photos in a format fslab does not read (``UNREAD_PHOTOS``: the class would train without them)."""
+    images, unread = [], []
     for path in folder.iterdir():
-        if path.suffix.lower() in IMAGE_EXTENSIONS and not path.name.startswith("."):
+        suffix = path.suffix.lower()
+        if suffix in IMAGE_EXTENSIONS and not path.name.startswith("."):
             refuse_broken_link(path)
             if path.is_file():
                 images.append(path)
+        elif suffix in UNREAD_PHOTOS and not path.name.startswith("."):
+            unread.append(path)
+    if unread:
+        first = min(unread)
+        raise UsageError(f"{folder} holds {len(unread)} photo{'s' if len(unread) > 1 else ''} in a format fslab does "
+                         f"not read ({', '.join(sorted({p.suffix.lower() for p in unread}))}), e.g. {first.name}: "
+                         f"convert {'them' if len(unread) > 1 else 'it'} to .jpg or .png, or move "
+                         f"{'them' if len(unread) > 1 else 'it'} out of the data root")
     return sorted(images)
 
 
