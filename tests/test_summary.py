@@ -218,6 +218,27 @@ def test_the_saved_summary_is_used_only_while_it_matches_the_files(tmp_path):
         assert read_summary(run.path).loss == 0.75  # rebuilt from the files
 
 
+def test_a_saved_summary_of_any_heartbeat_is_taken_as_it_is_and_a_read_rewrites_nothing(tmp_path):
+    """A run with its own train.heartbeat (0.2, as the tests' tiny runs have) kept a beat_every that
+    summary.json's field types left out, so every read took the summary for damaged: it folded the whole
+    metrics.jsonl again and rewrote summary.json, a listing changing every run folder it only read (the
+    files of a copied store too). Every field the summary keeps has a type it is checked against."""
+    from fslab.core.summary import FIELD_NAMES, NOT_KEPT, SAVED_TYPES
+
+    assert [name for name in FIELD_NAMES if name not in NOT_KEPT and name not in SAVED_TYPES] == []
+    run = create_run(tmp_path, "nca", own_config(train={"epochs": 3, "heartbeat": 0.2}))
+    train = {"event": "train", "time": 1.0, "step": 1, "epoch": 1, "loss": 0.5, "positives": 1, "negatives": 2}
+    run.metrics_path.write_text(json.dumps(train) + "\n")
+    assert read_summary(run.path).beat_every == 0.2
+    kept = run.path / SUMMARY_FILE
+    written = kept.stat().st_mtime_ns
+    keeper = SummaryFile(run.path)
+    assert keeper.load() and keeper.summary.beat_every == 0.2
+    os.utime(kept, ns=(written - 10**9, written - 10**9))
+    assert read_summary(run.path).loss == 0.5
+    assert kept.stat().st_mtime_ns == written - 10**9  # read, not written again
+
+
 def test_a_metrics_file_overwritten_in_place_is_folded_again_never_read_from_the_old_offset(tmp_path):
     """summary.json knew metrics.jsonl by its inode and the offset read: a copy written over it in
     place (cp, scp, a hand edit: the same inode) of the same size was never read, and a longer one

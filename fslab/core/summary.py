@@ -176,7 +176,7 @@ SAVED_TYPES = {
                     (int, _NONE)),
     "evaluator": (str,), "loss": (int, float, _NONE), "best_val": (dict, _NONE), "test": (dict,),
     "test_by_evaluator": (dict,), "first_train": (list, _NONE), "last_train_time": (int, float, _NONE),
-    "last_time": (int, float, _NONE), "downtime": (int, float), "corrupt": (int,),
+    "last_time": (int, float, _NONE), "downtime": (int, float), "corrupt": (int,), "beat_every": (int, float),
 }
 
 
