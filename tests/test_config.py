@@ -491,6 +491,38 @@ def test_a_command_in_a_project_s_subfolder_that_finds_no_runs_names_the_project
     assert not (sub / "runs").exists()
 
 
+def test_every_command_that_finds_nothing_in_a_project_s_subfolder_names_the_project_above(tmp_path):
+    """A store copied to another machine, read from a subfolder of its project (notebooks/): fslab runs named
+    the fslab.toml above, but fslab show ID and logs ID said only "no run 'ID' in runs. List them with: fslab
+    runs", compare and plot of a sweep "no sweeps yet ... start one with: fslab sweep", fslab queue "no runs
+    queued or running" and fslab study report "No runs yet" with every cell pending, as if the study had never
+    run. Each now names the project above, and nothing is made in the subfolder."""
+    from .runs_helpers import fslab_here
+
+    (tmp_path / "fslab.toml").write_text("[project]\n")
+    sub = tmp_path / "notebooks"
+    sub.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "FSLAB_CONFIG"}
+    hint = ("; a project's fslab.toml is above this folder (../fslab.toml), but fslab reads the fslab.toml and "
+            "runs/ of the folder it runs in: run it in .., or here with FSLAB_CONFIG=../fslab.toml")
+    for args in (["show", "2e05"], ["logs", "2e05"]):
+        done = fslab_here(*args, cwd=sub, env=env)
+        assert done.returncode == 2 and done.stderr.strip() == f"error: no run '2e05' in runs, which holds none{hint}"
+    for args in (["compare", "sweep-1"], ["plot", "batch-size", "sweep-1"]):
+        done = fslab_here(*args, cwd=sub, env=env)
+        assert done.returncode == 2 and done.stderr.strip().endswith("fslab sweep METHOD --seeds 3" + hint), args
+    queue = fslab_here("queue", cwd=sub, env=env)
+    assert queue.returncode == 0 and queue.stdout.splitlines()[0] == "no runs queued or running" + hint
+    report = fslab_here("study", "report", "nca-supcon", cwd=sub, env=env)
+    assert report.returncode == 0 and report.stderr.strip() == f"note: runs/ holds no run of study nca-supcon{hint}"
+    assert "every cell is pending" in report.stdout
+    here = fslab_here("show", "2e05", cwd=tmp_path, env=env)  # in the project itself: as before
+    assert here.stderr.strip() == "error: no run '2e05' in runs. List them with: fslab runs"
+    assert fslab_here("queue", cwd=tmp_path, env=env).stdout.splitlines()[0] == "no runs queued or running"
+    assert fslab_here("study", "report", "nca-supcon", cwd=tmp_path, env=env).stderr == ""
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["fslab.toml", "notebooks"]
+
+
 def test_a_runs_folder_that_links_to_nothing_is_one_line_not_an_empty_store(tmp_path):
     """runs/ a link to a larger disk that is not mounted: listings said "no runs yet; start one with: fslab
     run nca", and fslab run "cannot create the runs folder runs: File exists"."""

@@ -860,6 +860,7 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
     "slot" (slot, gpu, busy, problem; problem is null unless the slot's lock file cannot be opened, and busy
     is null then)."""
     from fslab.core.runstore import Run, short_ids, start_order
+    from fslab.core.settings import project_above
     from fslab.core.states import LIVE
     from fslab.core.summary import list_summaries
     from fslab.execution.slots import configured_slots, slot_state
@@ -886,7 +887,8 @@ def queue(as_json: JsonFlag = False, wide: WideFlag = False, start: Annotated[bo
         print_table(console, lambda width: fit(QUEUE_COLUMNS, cells, width, QUEUE_STEPS,
                                                lambda ids: short_ids(project.runs_dir, ids)), wide)
     else:
-        console.print("no runs queued or running", highlight=False)
+        above = "" if project.runs_dir.exists() else project_above()  # run in a project's subfolder
+        console.print(shown("no runs queued or running" + above), highlight=False)
     console.print("slots: " + ", ".join(f"{s['slot']} {SLOT_WORDS[s['busy']]}" for s in slots), highlight=False)
     for problem in [r["problem"] for r in rows if r["problem"]] + list(dict.fromkeys(s["problem"] for s in slots
                                                                                   if s["problem"])):

@@ -357,8 +357,7 @@ def report(
     --precision fp32 that scores it on its cells' count, and its cells stay pending.
     """
     from fslab.core.errors import FslabError
-    from fslab.reports.compare import unscored_line
-    from fslab.reports.studies import render, study_report, to_score_line, write_report
+    from fslab.reports.studies import render, study_report, write_report
 
     out = _report_options(fmt, scale, precision, out_text)
     study = _load(ref)
@@ -366,10 +365,7 @@ def report(
         _check_out(out, study.name)
     runs_dir = settings().runs_dir
     result = study_report(study, runs_dir, scale, None if precision == "auto" else precision)
-    say_damaged(result["damaged"])
-    for line in (unscored_line(result), to_score_line(result)):  # with the fslab eval that scores them
-        if line:
-            err_console.print(shown(line), highlight=False)
+    _say_on_stderr(result, runs_dir, study.name)
     if out is None:
         print(render(result, fmt), end="")
         return
@@ -380,6 +376,22 @@ def report(
                          f"can write with --out DIR") from None
     for path in written:
         console.print(f"wrote {shown(str(path))}", highlight=False)
+
+
+def _say_on_stderr(result: dict, runs_dir: Path, name: str) -> None:
+    """What fslab study report says on stderr above the report: the evaluations it could not read, where it
+    runs in a project's subfolder with no run of the study the project above, and the fslab eval that
+    scores the runs its cells lack."""
+    from fslab.core.settings import project_above
+    from fslab.reports.compare import unscored_line
+    from fslab.reports.studies import to_score_line
+
+    say_damaged(result["damaged"])
+    if result["sweep"] is None and (above := project_above()):  # run in a project's subfolder: not its runs/
+        err_console.print(shown(f"note: {runs_dir}/ holds no run of study {name}{above}"), highlight=False)
+    for line in (unscored_line(result), to_score_line(result)):  # with the fslab eval that scores them
+        if line:
+            err_console.print(shown(line), highlight=False)
 
 
 def _report_options(fmt: str, scale: str | None, precision: str, out_text: str | None) -> Path | None:

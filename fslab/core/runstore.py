@@ -588,6 +588,8 @@ def _match(runs_dir: Path, ref: str, names: list[str]) -> Run:
         raise RunNotFound(f"'{ref}' names no run but {len(sweeps)} sweeps ({', '.join(sweeps[:5])}"
                           f"{', ...' if len(sweeps) > 5 else ''}), and this command "
                           f"takes one run; list a sweep's runs with: fslab runs --sweep SWEEP")
+    if not names and (above := project_above()):  # run in a project's subfolder, whose runs/ holds none
+        raise RunNotFound(f"no run '{ref}' in {runs_dir}, which holds none{above}")
     meant = " Did you mean 'last' (the newest run)?" if ref.strip().lower() == "last" else closest_ids(ref, names)
     raise RunNotFound(f"no run '{ref}' in {runs_dir}.{meant} List them with: fslab runs")
 

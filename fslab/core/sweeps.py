@@ -26,6 +26,7 @@ from fslab.core.runstore import (
     run_names,
     sweeps_named,
 )
+from fslab.core.settings import project_above
 from fslab.core.text import count
 
 
@@ -119,7 +120,7 @@ def sweep_name(runs_dir: Path, ref: str) -> str:
         n for n in names if n == ref] or [n for n in names if ref in n]
     if not names:
         raise UsageError(f"no sweeps yet: {folder}/ holds no sweep's record, so '{ref}' names none; start one with: "
-                         "fslab sweep METHOD --seeds 3")
+                         f"fslab sweep METHOD --seeds 3{project_above()}")
     if not found:
         raise no_sweep(f"'{ref}'", ref, names)
     if len(found) > 1:
