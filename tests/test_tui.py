@@ -1765,6 +1765,30 @@ def test_stop_or_resume_confirmed_after_the_run_s_folder_was_deleted_says_it_was
     drive(frozen_app(runs), body)
 
 
+def test_r_on_a_run_this_user_cannot_write_says_why_before_asking(tmp_path, monkeypatch):
+    """On a read-only copy of a store (another user's, a tar unpacked read-only), r asked "Resume run ...?"
+    and refused only once answered y; it now says fslab resume's line at once and asks nothing. (Root writes
+    every folder: os.access refuses this one here.)"""
+    runs = tmp_path / "runs"
+    killed = write_run(runs, "20260101-000000-nca-kill", state="killed", events=history()[:7], cfg=complete_config())
+    fake_checkpoint(killed / "checkpoints" / "last.pt")
+    writable = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: writable(path, mode, **kw)
+                        and os.path.abspath(path) != str(killed))
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen"
+        assert notes == [f"cannot write into {killed}: fslab resume keeps the training's status, logs and checkpoints "
+                         f"in the run's folder; resume a copy in a store this user can write (cp -r {killed} "
+                         f"OTHER/runs/)"]
+
+    drive(frozen_app(runs), body)
+
+
 def test_resume_asks_then_calls_the_core_resume(tmp_path, monkeypatch):
     from fslab.execution import executor
 

@@ -121,7 +121,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
         with launch_lock(run):
             if not freed:
                 check_resumable(run)
-            run.check_writable("fslab resume", "the training's status, logs and checkpoints", "resume")
+            check_resume_writes(run)
             executor = executor or ("slurm" if run.status().get("executor") == "slurm" else "local")
             slurm = job_options(settings, executor, overrides)
             if freed and slurm is not None:
@@ -206,6 +206,12 @@ def _take_slots(run: Run, settings) -> list:
     queued in it or resumed, taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`);
     ``[]`` where they are busy (the run is then handed to a scheduler started for it: :func:`_hand_back`)."""
     return take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run))
+
+
+def check_resume_writes(run: Run) -> None:
+    """fslab resume's refusal of a run folder this user cannot write (a read-only copy of a store, another
+    user's run), before any work; the dashboard's r says it before it asks."""
+    run.check_writable("fslab resume", "the training's status, logs and checkpoints", "resume")
 
 
 def gone_root(dataset: dict, exc: UsageError) -> str | None:

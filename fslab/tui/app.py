@@ -212,11 +212,12 @@ class FslabApp(App):
 
     @work(thread=True, group="checks", exit_on_error=False)
     def check_resume_in_background(self, run_id: str) -> None:
-        """What fslab resume refuses (running, completed, no checkpoint yet, one damaged), in its words."""
+        """What fslab resume refuses (running, completed, no checkpoint yet, one damaged, a folder this user
+        cannot write: a read-only copy of a store), in its words, before the dialog asks."""
         from fslab.core.commands import like_command
-        from fslab.core.errors import UsageError
+        from fslab.core.errors import FslabError, UsageError
         from fslab.execution.checks import check_resumable
-        from fslab.execution.executor import scheduler_takes
+        from fslab.execution.executor import check_resume_writes, scheduler_takes
         from fslab.execution.handover import LiveWorker
 
         run = Run(self.runs_dir / run_id)
@@ -226,7 +227,8 @@ class FslabApp(App):
                 check_resumable(run, observed=True)
             elif (line := scheduler_takes(run)) is not None:  # a sweep's, which the scheduler running starts
                 raise UsageError(line)
-        except UsageError as refused:
+            check_resume_writes(run)
+        except FslabError as refused:
             again = ("; s stops it here" if isinstance(refused, LiveWorker) else
                      "; N starts a new run like it here" if like_command(run_id) in str(refused) else "")
             self.post_message(ResumeChecked(run_id, refusal=f"{refused}{again}"))
