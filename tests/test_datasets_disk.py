@@ -1463,6 +1463,13 @@ def test_a_run_on_a_folder_tree_ends_with_results(builtin_plugins, tmp_path):
     assert lost.returncode == 2 and lost.stderr.strip().splitlines() == [
         f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; "
         f"if its data moved, give where it lies with --data-root DIR"]
+    # a project copied elsewhere with its data: the folder its fslab.toml gives the dataset is named
+    (tmp_path / "fslab.toml").write_text('[data_roots]\nfolder = "moved"\n')
+    named = fslab_here(*args, cwd=tmp_path)
+    assert named.returncode == 2 and named.stderr.strip().splitlines() == [
+        f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; if its data moved, "
+        f"give where it lies with --data-root {tmp_path / 'moved'} (this project's folder for dataset 'folder', "
+        f"from [data_roots] of fslab.toml)"]
     moved = fslab_here(*args, "--data-root", str(tmp_path / "moved"), cwd=tmp_path)
     assert moved.returncode == 0 and "note:" not in moved.stderr, moved.stderr  # the images it was told of
     assert json.loads(moved.stdout)["features_cached"] is True
@@ -1584,6 +1591,44 @@ def test_the_link_command_for_a_data_root_that_is_gone_quotes_its_path(project, 
     (line,) = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and line.endswith(f"(ln -s NEW_PLACE {shlex.quote(str(tree))})"), line
     assert shlex.split(line.rsplit("(", 1)[1].rstrip(")")) == ["ln", "-s", "NEW_PLACE", str(tree)]
+
+
+def test_a_store_copied_with_its_data_names_this_project_s_folder_for_the_data_where_the_saved_root_is_gone(
+        project, registry, tmp_path):
+    """A project trained on one machine and copied to another, its data inside it ([data_roots] folder = "tree"):
+    each run saved the first machine's absolute root. fslab resume and sweep resume said "ln -s NEW_PLACE
+    /first/machine/tree", a link ln cannot make where that machine's folders are not here. Each now names this
+    project's folder for the dataset in the link, after the mkdir -p its parent needs (fslab eval's --data-root:
+    test_a_run_on_a_folder_tree_ends_with_results)."""
+    import shlex
+
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+
+    from .runs_helpers import fslab_here, with_checkpoint
+
+    make_folder_tree(project / "tree", classes=3, per_class=4, size=(8, 8))
+    (project / "fslab.toml").write_text('[data_roots]\nfolder = "tree"\n')
+    base = [{"dataset": {"name": "folder", "image_size": 8}, "device": "cpu",
+             "eval": {"ways": 2, "queries": 1, "shots": [1], "val_shots": 1}, "train": {"batch_size": 6}}]
+    sweep_id, runs = create_sweep("nca", {"train.lr": [0.1]}, 1, base=base, settings=load_settings(),
+                                  registry=registry)
+    first = tmp_path / "first machine" / "lab" / "tree"  # where the runs were made: no folder of it is here
+    config = runs[0].config()
+    assert config["dataset"]["root"] == str(project / "tree")
+    config["dataset"]["root"] = str(first)
+    (runs[0].path / "config.json").write_text(json.dumps(config))
+    runs[0].write_status(state="killed")
+    with_checkpoint(runs[0])
+    here = f"{project / 'tree'} is this project's folder for dataset 'folder', from [data_roots] of fslab.toml"
+    link = (f"(mkdir -p {shlex.quote(str(first.parent))} && ln -s {project / 'tree'} {shlex.quote(str(first))}); "
+            f"{here}")
+    for args in (["resume", runs[0].id], ["sweep", "resume", sweep_id]):
+        refused = fslab_here(*args, cwd=project)
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+            f"error: run {runs[0].id} was trained on {first}, which is not a folder now; a resumed run reads its "
+            f"data there: if the data moved, put it back or link it there {link}"], args
+    assert not (tmp_path / "first machine").exists()
 
 
 def folder_run(project: Path, root: Path) -> Path:

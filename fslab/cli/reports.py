@@ -74,7 +74,8 @@ def eval_(
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda (a GPU) or cuda:N (default: the run's).",
                                                autocompletion=choices("auto", "cpu", "cuda"))] = None,
     data_root: Annotated[Path | None, typer.Option(
-        help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root); the "
+        help="Where the run's dataset lies now, if it moved since the run trained (default: the run's root; "
+             "where that is gone, the error names this project's folder for the dataset, if it has one); the "
              "runs named must have trained on one dataset and root (synthetic has none).")] = None,
     precision: PrecisionOption = "auto",
     sinks: Annotated[bool, typer.Option(
@@ -280,7 +281,8 @@ def _embedded(result: dict) -> str:
 def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> list[dict]:
     """``evaluate_run`` on --data-root, which must be a folder, or on the run's own root. Where that
     root is gone the dataset's line pointed at [data_roots] of fslab.toml, which a run made before
-    does not read: the line then says that the data may have moved, and how to name where it lies. Its
+    does not read: the line then says that the data may have moved, and how to name where it lies (this
+    project's folder for the dataset, where it has one: :func:`fslab.execution.executor.root_here`). Its
     warnings (a feature cache the disk refused) are said once the scores are saved, and never before the
     line of a failure: on the same full disk, that one line is all."""
     if data_root is not None and not data_root.is_dir():
@@ -303,11 +305,13 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
                              f"gone, and the scores with it)") from None
         raise
     except UsageError as exc:
-        from fslab.execution.executor import gone_root
+        from fslab.execution.executor import gone_root, root_here
 
         if data_root is None and (root := gone_root(cfg.dataset, exc)) is not None:
-            raise UsageError(f"run {run_.id} was trained on {root}, which is not a folder now; "
-                             f"if its data moved, give where it lies with --data-root DIR") from None
+            here = root_here(settings(), cfg.dataset, root)
+            raise UsageError(f"run {run_.id} was trained on {root}, which is not a folder now; if its data moved, "
+                             f"give where it lies with --data-root " + (f"{shlex.quote(here[0])} ({here[1]})"
+                                                                        if here else "DIR")) from None
         raise
 
 

@@ -466,7 +466,7 @@ def _filled_root(dataset) -> str:
     """``data root ROOT (as fslab fills it in ...)`` where the run's dataset.root is the one fslab fills in
     for its dataset in this project where none is set ([data_roots] of fslab.toml, else data/<dataset>);
     '' where it is another (set by the run's options, recipe or [run]: a setting like the others)."""
-    from fslab.core.config import filled_root
+    from fslab.core.config import filled_root, filled_root_source
 
     name, root = (dataset.get("name"), dataset.get("root")) if isinstance(dataset, dict) else (None, None)
     if not isinstance(name, str) or not isinstance(root, str):
@@ -474,8 +474,7 @@ def _filled_root(dataset) -> str:
     project = settings()
     if root != os.path.abspath(os.path.expanduser(filled_root(project, name))):
         return ""
-    how = "[data_roots] of fslab.toml" if name in project.data_roots else f"fslab's default, data/{name}"
-    return f"data root {root} (as fslab fills it in where none is set: {how})"
+    return f"data root {root} (as fslab fills it in where none is set: {filled_root_source(project, name)})"
 
 
 def _score(evaluation: dict) -> str:

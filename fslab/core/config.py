@@ -348,6 +348,11 @@ def filled_root(settings: Settings, dataset: str) -> str:
     return settings.data_roots.get(dataset, f"data/{dataset}")
 
 
+def filled_root_source(settings: Settings, dataset: str) -> str:
+    """Where :func:`filled_root` takes the root of ``dataset`` from, as lines name it."""
+    return "[data_roots] of fslab.toml" if dataset in settings.data_roots else f"fslab's default, data/{dataset}"
+
+
 def _refuse_unread_root(dataset: str, layers: list[dict], registry) -> None:
     """A data root given for ``dataset``, which reads no files, after the last layer that chose the dataset
     (``fslab run nca --data-root DIR`` with --dataset forgotten: DIR would go unused while the run trains on

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.commands import like_command
-from fslab.core.config import check_saved, naming_the_file, resolve
+from fslab.core.config import check_saved, filled_root, filled_root_source, naming_the_file, resolve
 from fslab.core.errors import UsageError, interrupted_code
 from fslab.core.runstore import Run, create_run, unstarted
 from fslab.core.settings import SlurmSettings
@@ -134,7 +134,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
             try:
                 check_run(config, registry, slurm, again=like_command(run.id))
             except UsageError as exc:
-                raise root_gone(run, config, exc) or exc from None
+                raise root_gone(run, config, exc, settings) or exc from None
             if in_slots and not freed and (line := _hand_back(run, freed=False)) is not None:
                 return Started(run, queued=line)
             taken = _take_slots(run, settings) if in_slots else []
@@ -235,14 +235,32 @@ def like_root_gone(that_run: str, layers: list[dict], exc: UsageError, move: str
                       f"there too: if the data moved, give where it lies with {move}")
 
 
-def root_gone(run: Run, config: dict, exc: UsageError) -> UsageError | None:
+def root_here(settings, dataset: dict, root: str) -> tuple[str, str] | None:
+    """Where a run's saved data ``root`` is gone (a store copied to another machine, its data with it) but this
+    project keeps a folder for the run's dataset (:func:`fslab.core.config.filled_root`, an existing folder
+    other than ``root``): that folder, and the words that say so; else None."""
+    name = (dataset or {}).get("name")
+    if settings is None or not isinstance(name, str):
+        return None
+    here = os.path.abspath(os.path.expanduser(filled_root(settings, name)))
+    if here == os.path.abspath(root) or not os.path.isdir(here):
+        return None
+    return here, f"this project's folder for dataset '{name}', from {filled_root_source(settings, name)}"
+
+
+def root_gone(run: Run, config: dict, exc: UsageError, settings=None) -> UsageError | None:
     """Where ``exc`` is the dataset's line for a run's data root that is gone (:func:`gone_root`):
-    one that says where a resumed run reads its data, which it does from no other place."""
+    one that says where a resumed run reads its data, which it does from no other place, with the link
+    that puts this project's folder for the dataset there (:func:`root_here`), where it has one."""
     if (root := gone_root(config.get("dataset"), exc)) is None:
         return None
+    here = root_here(settings, config.get("dataset"), root)
+    link = f"ln -s {shlex.quote(here[0]) if here else 'NEW_PLACE'} {shlex.quote(root)}"
+    if not Path(root).parent.is_dir():  # the first machine's folders: ln has nowhere to put the link
+        link = f"mkdir -p {shlex.quote(str(Path(root).parent))} && {link}"
     return UsageError(f"run {run.id} was trained on {root}, which is not a folder now; a resumed run reads its "
-                      f"data there: if the data moved, put it back or link it there "
-                      f"(ln -s NEW_PLACE {shlex.quote(root)})")
+                      f"data there: if the data moved, put it back or link it there ({link})"
+                      + (f"; {here[0]} is {here[1]}" if here else ""))
 
 
 def not_stoppable_here(status: dict) -> str | None:
@@ -382,7 +400,7 @@ def resume_sweep(ref: str, *, settings, registry,
             try:
                 check_run(config, registry, slurm, sizes_seen=sizes_seen, again=like_command(run.id))
             except UsageError as exc:
-                raise root_gone(run, config, exc) or exc from None
+                raise root_gone(run, config, exc, settings) or exc from None
     again = requeue(settings.runs_dir, record)
     requeued = {run.id for run in again}
     unstarted = [run for run in sweep_runs(settings.runs_dir, record)
