@@ -295,6 +295,31 @@ def test_a_checkpoint_that_no_longer_fits_the_network_is_one_line_naming_the_dif
         f"current model is [16, 1, 3, 3]; start the run again: fslab run --like {run_dir.name}")
 
 
+def test_a_sweep_whose_run_folders_cannot_be_written_is_refused_before_any_is_queued_again(project, registry,
+                                                                                            monkeypatch):
+    """On a read-only copy of a store (a tar unpacked as another user), fslab sweep resume said only "error:
+    Permission denied: runs/ID/.claimed", a hidden file it failed on; it now says fslab resume's line, naming the
+    command, before it queues any run again. (Root writes every folder: os.access refuses these here.)"""
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+
+    sweep_id, runs = create_sweep("nca", {}, 2, base=[{"device": "cpu"}], settings=load_settings(),
+                                  registry=registry)
+    for run in runs:
+        run.write_status(state="failed")
+    before = {run.id: sorted(p.name for p in run.path.iterdir()) for run in runs}
+    writable = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: writable(path, mode, **kw)
+                        and os.path.abspath(path) != os.path.abspath(runs[1].path))
+    refused = fslab_here("sweep", "resume", sweep_id, cwd=project)
+    assert (refused.returncode, refused.stderr) == (1, (
+        f"error: cannot write into runs/{runs[1].id}: fslab sweep resume keeps the training's status, logs and "
+        f"checkpoints in the run's folder; resume a copy in a store this user can write (cp -r runs/{runs[1].id} "
+        f"OTHER/runs/)\n"))
+    assert [run.state() for run in runs] == ["failed", "failed"]
+    assert {run.id: sorted(p.name for p in run.path.iterdir()) for run in runs} == before
+
+
 def test_a_run_folder_that_cannot_be_written_is_refused_before_the_resume_starts(project, monkeypatch):
     """On a read-only copy of a store (or another user's run), fslab resume said only 'error: Permission
     denied: runs/ID/stdout.log', the first file it failed on; it says why it writes there, and what to do,

@@ -208,10 +208,11 @@ def _take_slots(run: Run, settings) -> list:
     return take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run))
 
 
-def check_resume_writes(run: Run) -> None:
+def check_resume_writes(run: Run, command: str = "fslab resume") -> None:
     """fslab resume's refusal of a run folder this user cannot write (a read-only copy of a store, another
-    user's run), before any work; the dashboard's r says it before it asks."""
-    run.check_writable("fslab resume", "the training's status, logs and checkpoints", "resume")
+    user's run), before any work; the dashboard's r says it before it asks, fslab sweep resume of each run
+    it would queue again before it queues any."""
+    run.check_writable(command, "the training's status, logs and checkpoints", "resume")
 
 
 def gone_root(dataset: dict, exc: UsageError) -> str | None:
@@ -396,6 +397,7 @@ def resume_sweep(ref: str, *, settings, registry,
             if not (config := run.config()):
                 unreadable.append((run, "config.json"))
                 continue
+            check_resume_writes(run, "fslab sweep resume")
             config = check_saved(config, registry, run.id)
             try:
                 check_run(config, registry, slurm, sizes_seen=sizes_seen, again=like_command(run.id))
