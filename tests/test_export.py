@@ -613,6 +613,27 @@ def test_a_read_only_file_system_stops_the_export_at_its_first_run_in_one_line(s
                           f"KEY=VALUE (its parameters: log_dir)\n")
 
 
+def test_a_sink_this_user_may_not_write_for_says_where_to_point_it_and_the_export_goes_on(store, tmp_path):
+    """A store unpacked read-only as another user: each run's line was the system's "sink 'tensorboard' from
+    plugin ... failed: PermissionError: [Errno 13] Permission denied: 'runs/ID/.tb.export'". It now says this
+    user may not write there and names the parameters that point the sink elsewhere; the other runs are still
+    tried (a shared store may hold this user's own runs too)."""
+    project, real, env = store
+    (tmp_path / "theirs").mkdir()  # a folder of its own: the registry of this process is kept by plugin_dirs
+    (tmp_path / "theirs" / "denied.py").write_text(READ_ONLY_SINK.replace("errno.EROFS", "errno.EACCES").replace(
+        'name="read-only"', 'name="denied"'))
+    shutil.copytree(project / "runs", tmp_path / "runs")
+    (tmp_path / "fslab.toml").write_text("[project]\nplugin_dirs = ['theirs']\n")
+    tried = tmp_path / "tried"
+    out = fslab_here("export", real.name, "20200101-000000-nca-swep", "--to", "denied", cwd=tmp_path,
+                     env={**env, "TRIED": str(tried)})
+    assert out.returncode == 1 and tried.read_text().split() == [real.name, "20200101-000000-nca-swep"]
+    assert out.stderr.splitlines() == [
+        f"error: {run}: sink 'denied' cannot write runs/{run}/ro: this user may not write there; point it at a "
+        f"folder this user can write with --set KEY=VALUE (its parameters: log_dir)"
+        for run in (real.name, "20200101-000000-nca-swep")]
+
+
 def test_wandb_on_a_read_only_file_system_says_so(tmp_path, monkeypatch):
     """W&B's own check said 'this user cannot write there' (EACCES), so fslab export went on to the next
     run of the same read-only store; a read-only file system is EROFS, which stops the export."""

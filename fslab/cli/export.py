@@ -48,7 +48,9 @@ def export_(
     or if the sink failed on a run (that run's error: line; the others are still exported); a Ctrl-C keeps
     the runs said exported and the earlier record of the one it was exporting;
     a tracking server that does not answer within 10 s stops it at once, in one line, as does a sink's
-    folder on a read-only file system (a copy of a store): point the sink elsewhere with --set.
+    folder on a read-only file system (a copy of a store): point the sink elsewhere with --set. A run folder
+    this user may not write (another user's store) is that run's line, naming the --set keys that point it
+    elsewhere; the other runs are still tried.
     Scores of a run's network in another precision than its own (fslab eval --precision) are not sent:
     the tracker would show them in the place of its own.
     """

@@ -164,6 +164,9 @@ def _send(registry, run: Run, sink: str, target: SinkRun, params: dict, events: 
     except Exception as exc:  # the tracker's own error (a server down, a store it refuses): this run's line
         if isinstance(exc, OSError) and exc.errno == errno.EROFS:
             raise SinkCannotWrite(read_only(registry, sink, exc)) from None
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):  # another user's store
+            text = not_allowed(registry, sink, exc)
+            raise _because(SinkFailed(f"{run.id}: {text}"), text) from None
         text = exception_line(exc)
         raise _because(SinkFailed(f"{run.id}: {registry.get('sink', sink).named} failed: {text}"), text) from None
 
@@ -237,7 +240,22 @@ def sending(run: Run, sinks: Iterable[str]):
 def read_only(registry, sink: str, exc: OSError) -> str:
     """One line for a sink refused by a read-only file system, naming the
     parameters that choose where it writes."""
-    where = f" {exc.filename}" if exc.filename else ""
-    params = ", ".join(registry.get("sink", sink).params) or "none"
-    return (f"sink '{sink}' cannot write{where}: the file system is read-only, so no other run was tried; point "
-            f"it at a folder this machine can write with --set KEY=VALUE (its parameters: {params})")
+    return (f"sink '{sink}' cannot write{_where(exc)}: the file system is read-only, so no other run was tried; "
+            f"point it at a folder this machine can write with --set KEY=VALUE (its parameters: "
+            f"{_params(registry, sink)})")
+
+
+def not_allowed(registry, sink: str, exc: OSError) -> str:
+    """A run's line for a sink refused a file by its permissions (a store unpacked read-only, another user's
+    run folders; others of the store may be this user's, so the export goes on), naming the parameters that
+    choose where it writes, where the line said PermissionError: [Errno 13] Permission denied: '...'."""
+    return (f"sink '{sink}' cannot write{_where(exc)}: this user may not write there; point it at a folder this "
+            f"user can write with --set KEY=VALUE (its parameters: {_params(registry, sink)})")
+
+
+def _where(exc: OSError) -> str:
+    return f" {exc.filename}" if exc.filename else ""
+
+
+def _params(registry, sink: str) -> str:
+    return ", ".join(registry.get("sink", sink).params) or "none"
