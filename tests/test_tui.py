@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -217,6 +218,24 @@ def test_a_runs_folder_made_a_file_while_open_is_said_not_no_runs_yet(tmp_path):
         assert "no runs in" not in status()
 
     drive(frozen_app(runs), body)
+
+
+def test_the_dashboard_opened_in_a_project_s_subfolder_names_the_project_above(tmp_path, monkeypatch):
+    """fslab tui in a project's subfolder (a store copied elsewhere, opened from its notebooks/) said only "no runs
+    in runs yet: press n to start one", which would start a second store there; it names the fslab.toml above and
+    FSLAB_CONFIG, as fslab runs does."""
+    (tmp_path / "fslab.toml").write_text("[project]\n")
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    monkeypatch.delenv("FSLAB_CONFIG", raising=False)
+
+    async def body(app, pilot):
+        status = str(app.screen.query_one("#status").render())
+        assert status.endswith("no runs in runs yet: press n to start one; a project's fslab.toml is above this "
+                               "folder (../fslab.toml), but fslab reads the fslab.toml and runs/ of the folder it "
+                               "runs in: run it in .., or here with FSLAB_CONFIG=../fslab.toml"), status
+
+    drive(frozen_app(Path("runs")), body)
 
 
 def test_a_deleted_marked_run_is_no_longer_counted_as_marked(store):

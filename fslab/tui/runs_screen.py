@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from fslab.core.settings import project_above
 from fslab.core.states import LIVE
 from fslab.core.text import count
 from fslab.tui import model
@@ -124,8 +125,8 @@ class RunsScreen(Screen):
             parts.append(f"{len(self.table.marked)} marked")
         if not self.app.rows and self.app.runs_dir.is_file():  # made a file since the dashboard opened
             parts.append(f"{self.app.runs_dir} is a file, not the runs folder: move or rename it")
-        elif not self.app.rows:
-            parts.append(f"no runs in {self.app.runs_dir} yet: press n to start one")
+        elif not self.app.rows:  # opened in a project's subfolder: the project above is named, as fslab runs names it
+            parts.append(f"no runs in {self.app.runs_dir} yet: press n to start one{project_above()}")
         self.query_one("#status", Static).update(Text(" · ".join(parts)))
 
     # -- filter --------------------------------------------------------------------
