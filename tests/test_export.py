@@ -272,6 +272,31 @@ def test_a_runs_folder_that_links_to_another_disk_keeps_mlruns_and_log_dirs_in_t
     assert sorted(p.name for p in (tmp_path / "disk").iterdir()) == ["runs"]
 
 
+def test_an_mlflow_store_copied_with_its_project_refuses_to_write_artifacts_back_where_it_came_from(store, tmp_path):
+    """MLflow's file store saves each experiment's artifact folder as an absolute file: URI. A project copied to
+    another place (another machine) with its mlruns/: fslab export there wrote each new MLflow run's config.json
+    and results.json into the first place's mlruns/ (made anew where it was gone), where neither the copy nor
+    its mlflow ui finds them. It is now one line naming both folders and --set experiment=NAME, which works."""
+    project, real, env = store
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / "runs").mkdir(parents=True)
+    shutil.copytree(real, first / "runs" / real.name)
+    assert fslab_here("export", real.name, "--to", "mlflow", cwd=first, env=env).returncode == 0
+    shutil.copytree(first, second)
+    before = sorted(p.relative_to(first) for p in first.rglob("*"))
+    (experiment,) = [p for p in (second / "mlruns").iterdir() if p.name not in ("0", ".trash", "models")]
+    out = fslab_here("export", real.name, "--to", "mlflow", cwd=second, env=env)
+    assert out.returncode == 1 and out.stderr.splitlines() == [
+        f"error: {real.name}: sink 'mlflow' from plugin 'mlflow_sink' failed: UsageError: MLflow experiment 'fslab' "
+        f"keeps its artifacts in {first / 'mlruns' / experiment.name}, outside its store (copied or moved from there), "
+        f"where each new run's would go; log to a new experiment: --set experiment=NAME"]
+    assert sorted(p.relative_to(first) for p in first.rglob("*")) == before  # nothing written back there
+    here = fslab_here("export", real.name, "--to", "mlflow", "--set", "experiment=here", cwd=second, env=env)
+    assert here.returncode == 0, here.stderr
+    assert sorted(p.relative_to(first) for p in first.rglob("*")) == before
+    assert len(list((second / "mlruns").rglob("artifacts/results.json"))) == 2  # the first export's, and this one
+
+
 def test_wandb_refuses_a_run_folder_it_cannot_write_rather_than_write_elsewhere(tmp_path, monkeypatch):
     """On a read-only store W&B wrote the offline run to a temporary folder of its own (a warning among
     its messages) and fslab export said it had exported the run. The sink says what it cannot write."""

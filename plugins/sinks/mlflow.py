@@ -19,7 +19,8 @@ the URI is a file store. ``fslab export`` writes a new MLflow run and, once it
 is whole, deletes the one an earlier export or the live run left for the same
 fslab run (an export that fails midway deletes its own instead). ``fslab eval``'s
 scores are logged into the MLflow run the fslab run already has (:meth:`MLflowSink.reopen`),
-where there is one, ended as the fslab run ended.
+where there is one, ended as the fslab run ended. A file store copied or moved with its project keeps
+each experiment's artifact folder where it was made: such an experiment is refused (:func:`artifacts_here`).
 Needs ``pip install 'fslab[mlflow]'``.
 """
 
@@ -42,7 +43,7 @@ from fslab_plugins.sinks.common import (
     train_values,
 )
 
-from fslab.plugin import dotted, hookimpl
+from fslab.plugin import UsageError, dotted, hookimpl
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "FAILED"}
 PARAM_LIMIT = 6000  # characters MLflow keeps of a parameter's value
@@ -120,6 +121,26 @@ def store(run, tracking_uri: str):
     return MlflowClient(tracking_uri=uri), uri
 
 
+def artifacts_here(found, uri: str) -> None:
+    """A UsageError where ``found``, an experiment of the file store at ``uri``, keeps its artifacts in a folder
+    of its id outside the store (``file:///first/machine/mlruns/ID``): the store was copied or moved from there
+    with the project, and MLflow would write each new run's config.json and results.json into that place, made
+    anew where it is gone, where neither this store nor its ``mlflow ui`` would find them."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    place = urlparse(found.artifact_location)
+    if not uri.startswith("file:") or place.scheme != "file":
+        return
+    store, kept = Path(url2pathname(urlparse(uri).path)), Path(url2pathname(place.path))
+    own = store / found.experiment_id
+    if kept.name != found.experiment_id or not own.is_dir() or kept.parent.resolve() == store.resolve():
+        return  # a folder of its own chosen for it, or the store's own
+    raise UsageError(f"MLflow experiment '{found.name}' keeps its artifacts in {kept}, outside its store (copied or "
+                     f"moved from there), where each new run's would go; log to a new experiment: "
+                     f"--set experiment=NAME")
+
+
 def metrics_of(event: dict, step: int, config: dict) -> list:
     """The MLflow metrics of a train or eval event at ``step``, stamped with its time; none for others."""
     from mlflow.entities import Metric
@@ -159,6 +180,8 @@ class MLflowSink:
         self.client, uri = store(run, tracking_uri)
         self.run = run
         found = self.client.get_experiment_by_name(experiment)
+        if found:
+            artifacts_here(found, uri)  # a store copied from elsewhere: its artifacts would go back there
         self.experiment = found.experiment_id if found else self.client.create_experiment(experiment)
         tags = {f"fslab.{key}": value for key, value in run.tags().items()}
         self.records = exported(self.client, uri, self.experiment) if run.replay else None
