@@ -130,11 +130,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
             if freed and in_slots and (line := scheduler_takes(run, let_go=True)) is not None:
                 freed = False  # let go of already, under the hand-back lock
                 raise UsageError(line)
-            config = check_saved(run.config(), registry, run.id)
-            try:
-                check_run(config, registry, slurm, again=like_command(run.id))
-            except UsageError as exc:
-                raise root_gone(run, config, exc, settings) or exc from None
+            checked_again(run, settings, registry, slurm)
             if in_slots and not freed and (line := _hand_back(run, freed=False)) is not None:
                 return Started(run, queued=line)
             taken = _take_slots(run, settings) if in_slots else []
@@ -206,6 +202,19 @@ def _take_slots(run: Run, settings) -> list:
     queued in it or resumed, taken as a scheduler takes them (:func:`fslab.execution.slots.take_slots`);
     ``[]`` where they are busy (the run is then handed to a scheduler started for it: :func:`_hand_back`)."""
     return take_slots(run.path.parent, configured_slots(settings.scheduler), slots_needed(run))
+
+
+def checked_again(run: Run, settings, registry, slurm: SlurmSettings | None, config: dict | None = None,
+                  **check) -> dict:
+    """The run's saved configuration (``config``: as read already), checked again as a new run's is (the data,
+    GPUs or plugins here may not be those it was made with), as fslab resume, sweep resume and the dashboard's r
+    before it asks check it; a data root that is gone is :func:`root_gone`'s line."""
+    config = check_saved(run.config() if config is None else config, registry, run.id)
+    try:
+        check_run(config, registry, slurm, again=like_command(run.id), **check)
+    except UsageError as exc:
+        raise root_gone(run, config, exc, settings) or exc from None
+    return config
 
 
 def check_resume_writes(run: Run, command: str = "fslab resume") -> None:
@@ -398,11 +407,7 @@ def resume_sweep(ref: str, *, settings, registry,
                 unreadable.append((run, "config.json"))
                 continue
             check_resume_writes(run, "fslab sweep resume")
-            config = check_saved(config, registry, run.id)
-            try:
-                check_run(config, registry, slurm, sizes_seen=sizes_seen, again=like_command(run.id))
-            except UsageError as exc:
-                raise root_gone(run, config, exc, settings) or exc from None
+            checked_again(run, settings, registry, slurm, config, sizes_seen=sizes_seen)
     again = requeue(settings.runs_dir, record)
     requeued = {run.id for run in again}
     unstarted = [run for run in sweep_runs(settings.runs_dir, record)

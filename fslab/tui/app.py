@@ -217,7 +217,7 @@ class FslabApp(App):
         from fslab.core.commands import like_command
         from fslab.core.errors import FslabError, UsageError
         from fslab.execution.checks import check_resumable
-        from fslab.execution.executor import check_resume_writes, scheduler_takes
+        from fslab.execution.executor import check_resume_writes, checked_again, job_options, scheduler_takes
         from fslab.execution.handover import LiveWorker
 
         run = Run(self.runs_dir / run_id)
@@ -228,6 +228,9 @@ class FslabApp(App):
             elif (line := scheduler_takes(run)) is not None:  # a sweep's, which the scheduler running starts
                 raise UsageError(line)
             check_resume_writes(run)
+            settings = self.settings  # as fslab resume RUN checks it, where it last ran: its data, GPUs, plugins
+            where = "slurm" if run.status().get("executor") == "slurm" else "local"
+            checked_again(run, settings, self.registry(), job_options(settings, where))
         except FslabError as refused:
             again = ("; s stops it here" if isinstance(refused, LiveWorker) else
                      "; N starts a new run like it here" if like_command(run_id) in str(refused) else "")
