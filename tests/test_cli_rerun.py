@@ -96,6 +96,14 @@ def test_like_of_a_run_whose_data_root_is_gone_names_the_option_that_moves_it(pr
                              f"a run like it reads its data there too: if the data moved, give where it lies with "
                              f"--data-root DIR\n")
     assert list((project / "runs").iterdir()) == [old.path]  # nothing created
+    # this project's folder for the dataset is there (a store copied with its data): named in the option to give
+    (tmp_path / "elsewhere").mkdir()
+    named = fslab_here("run", "--like", old.id, cwd=project)
+    assert named.returncode == 2 and named.stderr == (
+        f"error: --like {old.id}: that run was trained on {gone}, which is not a folder now; a run like it reads its "
+        f"data there too: if the data moved, give where it lies with --data-root {tmp_path / 'elsewhere'} (this "
+        f"project's folder for dataset 'folder', from [data_roots] of fslab.toml)\n")
+    assert list((project / "runs").iterdir()) == [old.path]
     elsewhere = fslab_here("run", "--like", old.id, "--data-root", str(tmp_path / "nor-here"), cwd=project)
     assert elsewhere.returncode == 2 and "folder: the data root" in elsewhere.stderr  # the dataset's line for that root
 

@@ -104,7 +104,7 @@ def run(
                                    starting=held.hold)
     except UsageError as exc:
         held.release(raise_held=False)
-        raise _like_root_gone(like, layers, exc) or exc from None
+        raise _like_root_gone(like, layers, exc, project) or exc from None
     except BaseException:
         held.release(raise_held=False)
         raise
@@ -133,13 +133,14 @@ def _go_on(started, held: HeldSignals, line: str | None, until_replaced: int | N
         raise typer.Exit(interrupted_code(interrupt)) from None
 
 
-def _like_root_gone(like: str | None, layers: list[dict], exc: UsageError) -> UsageError | None:
+def _like_root_gone(like: str | None, layers: list[dict], exc: UsageError, project) -> UsageError | None:
     """With --like RUN, where ``exc`` is the dataset's line for RUN's saved data root and that root is
     gone: a line that says only --data-root moves it (the saved root is a layer above [data_roots] of
-    fslab.toml, which the dataset's own line also suggests)."""
+    fslab.toml, which the dataset's own line also suggests), naming this project's folder for the dataset."""
     from fslab.execution.executor import like_root_gone
 
-    return None if like is None else like_root_gone(f"--like {like}: that run", layers, exc, "--data-root DIR")
+    return None if like is None else like_root_gone(f"--like {like}: that run", layers, exc, "--data-root DIR",
+                                                    project)
 
 
 def _method_and_layers(method: str | None, like: str | None, layers: list[dict], project) -> tuple[str, list[dict]]:

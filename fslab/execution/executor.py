@@ -234,13 +234,18 @@ def gone_root(dataset: dict, exc: UsageError) -> str | None:
     return root
 
 
-def like_root_gone(that_run: str, layers: list[dict], exc: UsageError, move: str) -> UsageError | None:
+def like_root_gone(that_run: str, layers: list[dict], exc: UsageError, move: str,
+                   settings=None) -> UsageError | None:
     """For a run like another (``layers[0]`` its saved configuration: fslab run --like, the dashboard's
     N), where ``exc`` is the dataset's line for the saved root and it is gone (:func:`gone_root`): a line
     that says ``move`` moves it (the dataset's line points at [data_roots] of fslab.toml, which the
-    saved root, a layer above, overrides). ``that_run`` names the run, ``move`` how to give the root."""
+    saved root, a layer above, overrides). ``that_run`` names the run, ``move`` how to give the root (its
+    ``DIR`` filled in with this project's folder for the dataset, where it has one: :func:`root_here`)."""
     if (root := gone_root(layers[0].get("dataset"), exc)) is None:
         return None
+    if here := root_here(settings, layers[0].get("dataset"), root):
+        move = (move.replace("DIR", f"{shlex.quote(here[0])} ({here[1]})") if "DIR" in move
+                else f"{move} ({here[0]} is {here[1]})")
     return UsageError(f"{that_run} was trained on {root}, which is not a folder now; a run like it reads its data "
                       f"there too: if the data moved, give where it lies with {move}")
 

@@ -138,7 +138,7 @@ class LaunchScreen(ModalScreen[None]):
                 prepare(method, overrides, settings=self.app.settings, registry=self.registry)
             except UsageError as exc:  # the run's saved data root gone: as fslab run --like says it
                 gone = self.like_run and like_root_gone(f"run {self.like_run.id}", overrides, exc,
-                                                        "the data root field")
+                                                        "the data root field", self.app.settings)
                 raise gone or exc from None
         except (FslabError, ValueError) as exc:
             self.query_one("#launch-error", Static).update(Text(str(exc), style="bold red"))
