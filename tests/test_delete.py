@@ -65,6 +65,37 @@ def test_a_queued_or_running_run_is_refused_and_nothing_is_deleted(project, stor
     assert all(run.path.is_dir() for run in (a, b, c)) and record(runs) == [a.id, b.id]
 
 
+def test_a_run_this_user_cannot_write_is_refused_before_anything_is_asked_or_deleted(project, store, monkeypatch):
+    """A read-only copy of a store (a tar unpacked as another user): fslab delete asked, then said "could not
+    delete run ID: Permission denied (runs/ID)", and the dashboard's d the same once answered y. Both now say
+    that this user cannot write there before they ask. (Root writes every folder: os.access refuses here.)"""
+    from .test_tui import drive, frozen_app, settle
+
+    runs, a, b, c = store
+    writable = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: writable(path, mode, **kw)
+                        and os.path.abspath(path) != os.path.abspath(runs))
+    def line(folder):
+        return (f"cannot delete run {a.id}: this user cannot write {folder} (a read-only copy of a store, or another "
+                f"user's); nothing was deleted")
+
+    for args in (["delete", a.id, c.id, "--yes"], ["delete", a.id]):  # asked: refused before the question
+        result = fslab_here(*args, cwd=project)
+        assert (result.returncode, result.stderr, result.stdout) == (1, f"error: {line('runs')}\n", ""), args
+    assert all(run.path.is_dir() for run in (a, b, c)) and record(runs) == [a.id, b.id]
+    notes = []
+
+    async def body(app, pilot):
+        app.notify = lambda message, **kw: notes.append(message)
+        app.screen.table.cursor = app.screen.table.ids.index(a.id)
+        await pilot.press("d")
+        await settle(app, pilot)
+        assert type(app.screen).__name__ == "RunsScreen" and notes == [line(runs.resolve())]
+
+    drive(frozen_app(runs.resolve()), body)
+    assert a.path.is_dir()
+
+
 def test_without_yes_it_asks_and_where_no_one_can_answer_it_refuses(project, store):
     runs, a, b, c = store
     result = fslab("delete", a.id, cwd=project)  # stdin is not a terminal here: a process of its own

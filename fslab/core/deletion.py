@@ -31,7 +31,11 @@ LOCK_WAIT_S = 0.5  # what a reader's probe of the lock (microseconds) never outl
 
 
 def check_deletable(runs: list[Run]) -> None:
-    """A UsageError naming the runs that are queued or running (each must be stopped first)."""
+    """A UsageError naming the runs that are queued or running (each must be stopped first); a FslabError
+    naming the first run whose folder, or the runs folder it leaves, this user cannot write (:func:`unwritable`)."""
+    for run in runs:
+        if (line := unwritable(run)) is not None:
+            raise FslabError(line)
     live = [(run, state) for run in runs if (state := run.state()) in LIVE]
     if len(live) == 1:
         run, state = live[0]
@@ -41,6 +45,20 @@ def check_deletable(runs: list[Run]) -> None:
         named = ", ".join(f"{run.id} ({state})" for run, state in live[:3]) + (", ..." if len(live) > 3 else "")
         raise UsageError(f"cannot delete {len(live)} queued or running runs ({named}); stop them first (fslab stop "
                          "RUN, or fslab stop SWEEP for all of a sweep's), then delete them; nothing was deleted")
+
+
+def unwritable(run: Run) -> str | None:
+    """Why this user cannot delete ``run`` (a read-only copy of a store, another user's): its folder leaves the
+    runs folder by a rename, then its files are removed, and either folder refuses; None where both can be
+    written (or the run is gone already). Said before anything is asked or deleted, where the system's
+    ``Permission denied`` came once asked, naming the run's folder whichever refused."""
+    if not run.path.is_dir():
+        return None
+    folder = next((f for f in (run.path.parent, run.path) if not os.access(f, os.W_OK)), None)
+    if folder is None:
+        return None
+    return (f"cannot delete run {run.id}: this user cannot write {folder} (a read-only copy of a store, or another "
+            f"user's); nothing was deleted")
 
 
 def delete_runs(runs_dir: Path, runs: list[Run], said=None) -> dict[str, str]:

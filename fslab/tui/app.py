@@ -297,6 +297,7 @@ class FslabApp(App):
 
     def request_delete(self, run_id: str) -> None:
         """Delete an ended run for good, as ``fslab delete RUN`` does, after a confirmation."""
+        from fslab.core.deletion import unwritable
         from fslab.tui.confirm_screen import ConfirmScreen
 
         row = self.rows.get(run_id)
@@ -305,6 +306,9 @@ class FslabApp(App):
             return
         if row.state in LIVE:
             self.notify(f"{run_id} is {row.state}; s stops it first, then d deletes it", markup=False)
+            return
+        if (line := unwritable(Run(self.runs_dir / run_id))) is not None:  # a read-only store: before it asks
+            self.notify(line, markup=False)
             return
 
         def confirmed(yes: bool | None) -> None:
