@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -630,6 +631,30 @@ def test_following_a_run_shows_no_unknown_total_and_leaves_the_test_results_to_t
     text = out.getvalue()
     assert "step 12/12" in text and "val 5-way 5-shot" in text
     assert "test 5-way" not in text  # printed once, by fslab run, from results.json
+
+
+def test_following_a_run_ends_as_soon_as_its_worker_exits_not_a_poll_later(project):
+    """The follower waited a whole poll between reads, and once more after a read that still found
+    events: every fslab run's end (its test results) came up to two polls after the worker's exit.
+    It waits on the worker instead, and ends at the read that follows the exit."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fslab.cli.follow import follow
+
+    from .test_tui_helpers import history
+
+    run = create_run(project / "runs", "nca", {"method": "nca"})
+    events = "".join(json.dumps(e) + "\n" for e in history())
+    writer = ("import sys, time\ntime.sleep(0.5)\n"
+              "open(sys.argv[1], 'a').write(sys.argv[2])\n")  # the worker's last events, then its exit
+    process = subprocess.Popen([sys.executable, "-c", writer, str(run.metrics_path), events])
+    out = StringIO()
+    started = time.monotonic()
+    follow(run, Console(file=out, width=200), process, poll=30)
+    assert time.monotonic() - started < 15  # a poll of 30 s was slept through at least once
+    assert process.returncode == 0 and "step 12/12" in out.getvalue()
 
 
 def test_following_into_a_file_prints_one_plain_line_per_epoch_before_its_validation(project):

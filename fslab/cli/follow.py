@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import subprocess
 import time
 
 from rich.console import Console
@@ -31,7 +33,8 @@ def events_file(run: Run) -> int | None:
 def follow(run: Run, console: Console, process, poll: float = 0.25, until_replaced: int | None = None) -> str:
     """Show progress until the worker ``process`` (a Popen) exits; returns the
     run's final state. The exit, not ``status.json``, decides: a resumed run's
-    status still holds its old end state until the worker rewrites it.
+    status still holds its old end state until the worker rewrites it, read as
+    soon as it comes (:func:`wait_a_poll`).
     ``until_replaced``: a resume's :func:`events_file`, read only once the worker
     has cut it back (or exited): the steps after the checkpoint, trained again,
     would print twice, first with the rate of the life that was cut.
@@ -52,7 +55,7 @@ def follow(run: Run, console: Console, process, poll: float = 0.25, until_replac
         while True:
             exited = process.poll() is not None  # before the read: what it wrote last is read below
             if until_replaced is not None and not exited and events_file(run) == until_replaced:
-                time.sleep(poll)
+                wait_a_poll(process, poll)
                 continue
             until_replaced = None
             events, _, _ = tail.events()
@@ -84,10 +87,10 @@ def follow(run: Run, console: Console, process, poll: float = 0.25, until_replac
                         progress.console.print(line)
             progress.update(task, eta=duration(eta(summary, time.time())))
             lines.tick()
-            if exited and not events:
+            if exited:  # read after the exit: nothing is left to come
                 lines.flush()
                 break
-            time.sleep(poll)
+            wait_a_poll(process, poll)
     return run.state()
 
 
@@ -100,6 +103,15 @@ def _started(progress: Progress, task, event: dict, summary: RunSummary, printed
     if isinstance(event.get("note"), str) and event["note"] not in printed:
         printed.add(event["note"])
         progress.console.print(event["note"], highlight=False)
+
+
+def wait_a_poll(process, seconds: float) -> None:
+    """Up to ``seconds`` for the worker ``process`` to exit, returning once it has: a sleep of the
+    whole poll left the end of every run, its test results, unread for up to that long (and a
+    read that still found events after the exit slept once more before it ended)."""
+    if seconds > 0:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=seconds)
 
 
 def _logged_at(event: dict) -> float:
