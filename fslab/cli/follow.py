@@ -18,6 +18,10 @@ from fslab.core.summary import RunSummary, add_event, eta
 from fslab.core.text import duration, loss_text
 
 PLAIN_EVERY = 60.0  # seconds: at most one progress line a minute within an epoch, where the output is a file
+# Redraws of the bar a second, in a terminal: what it shows changes once a second (the elapsed time) or once
+# per logged step (seconds apart on a CPU). rich's 10 a second took 2% of a core from a run's worker on a
+# 2-core CPU (benchmarks/bench_first_run.py).
+REDRAWS_PER_S = 2
 
 
 def events_file(run: Run) -> int | None:
@@ -136,6 +140,7 @@ def _bar(console: Console, disable: bool) -> Progress:
         console=console,
         transient=False,
         disable=disable,
+        refresh_per_second=REDRAWS_PER_S,
     )
 
 
