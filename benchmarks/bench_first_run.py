@@ -11,7 +11,11 @@ machine:
    read that still found events; the new one waits on the worker and ends at the read after its exit;
 2. the bar, in a terminal: the CPU the follower (its thread that redraws the bar included) takes
    a second while a worker trains, with rich's 10 redraws a second against fslab's
-   ``REDRAWS_PER_S``; on a 2-core CPU that CPU is taken from the worker.
+   ``REDRAWS_PER_S``; on a 2-core CPU that CPU is taken from the worker;
+3. the worker's exit: a process that imports what a worker imports, builds the first command's
+   ResNet-12 and trains it one step, then ends as workers ended (the interpreter's exit, which
+   tears down every module) or as they end now (``fslab.execution.worker.exit_now``): the time
+   from its last line to its exit.
 
 Options: ``--repeats N`` (5: the median is shown), ``--worker-s S`` (0.3), ``--follow-s S``
 (5: how long the bar is followed each time).
@@ -102,6 +106,29 @@ def bar_cpu(root: Path, seconds: float, redraws: int) -> float:
     return cpu / seconds
 
 
+EXIT = """import sys, time
+import torch
+from fslab.execution.worker import exit_now, import_train
+train = import_train()  # as a worker imports it: torch's objects frozen out of the collector's sight
+from plugins.backbones.networks import ResNet12
+net = ResNet12(1)
+net(torch.zeros(8, 1, 16, 16)).sum().backward()
+print(time.time(), flush=True)
+exit_now(0) if sys.argv[1] == "now" else sys.exit(0)
+"""
+
+
+def exit_s(how: str) -> float:
+    """Seconds from a worker-sized process's last line to its exit, ended ``how``."""
+    root = Path(__file__).resolve().parent.parent
+    process = subprocess.Popen([sys.executable, "-c", EXIT, how], stdout=subprocess.PIPE, text=True, cwd=root)
+    last = float(process.stdout.readline())
+    process.wait()
+    ended = time.time()
+    process.stdout.close()
+    return ended - last
+
+
 def main() -> None:
     parser = options.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -123,6 +150,10 @@ def main() -> None:
         now = cpu[REDRAWS_PER_S]
         print(f"follower's CPU in a terminal: {cpu[10] * 100:.2f}% of a core at 10 redraws a second, "
               f"{now * 100:.2f}% at {REDRAWS_PER_S} ({cpu[10] / max(now, 1e-9):.1f}x less)")
+    exits = {how: statistics.median(exit_s(how) for _ in range(args.repeats)) for how in ("interpreter", "now")}
+    old, new = exits["interpreter"], exits["now"]
+    print(f"worker's exit after its last line: {old * 1000:.0f} ms through the interpreter's teardown, "
+          f"{new * 1000:.0f} ms with exit_now ({old / max(new, 1e-6):.1f}x sooner)")
 
 
 if __name__ == "__main__":

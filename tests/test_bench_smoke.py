@@ -52,11 +52,12 @@ def test_bench_short_ids_times_the_index_against_the_scan_of_every_end(monkeypat
                         r"index [\d.]+ s, old / now [\d.]+x\n", out)
 
 
-def test_bench_first_run_times_the_follower_s_end_and_bar_against_the_old_way(monkeypatch, capsys):
+def test_bench_first_run_times_the_follower_s_end_bar_and_the_worker_s_exit_against_the_old_way(monkeypatch, capsys):
     out = run_main("bench_first_run", ["--repeats", "1", "--worker-s", "0", "--follow-s", "1"], monkeypatch, capsys)
     assert re.fullmatch(MACHINE + r"end of the run seen after the worker's exit: \d+ ms the old way, \d+ ms now "
                         r"\(\d+x sooner\)\nfollower's CPU in a terminal: [\d.]+% of a core at 10 redraws a second, "
-                        r"[\d.]+% at 2 \([\d.]+x less\)\n", out)
+                        r"[\d.]+% at 2 \([\d.]+x less\)\nworker's exit after its last line: \d+ ms through the "
+                        r"interpreter's teardown, \d+ ms with exit_now \([\d.]+x sooner\)\n", out)
 
 
 def test_bench_plot_times_a_sweep_s_points_against_the_old_lists(monkeypatch, capsys):

@@ -23,6 +23,7 @@ out-of-memory killer sends, or a crash) fails the run too, named.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import os
@@ -402,5 +403,20 @@ def _train(run: Run, resume: bool, keeper: StatusKeeper, opened: list) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End the worker with ``code`` once its end is recorded: the exit handlers run (a sink's,
+    coverage's) and the output is flushed, then the process ends without tearing down every
+    module it imported, which after torch's was 0.2-0.5 s at the end of every run on a 2-core CPU
+    (benchmarks/bench_first_run.py). A thread that is not a daemon and still runs (a sink left
+    writing) gets the interpreter's own exit, which waits for it, as every worker had."""
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a full disk, a closed stream: nothing more to say there
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))
