@@ -466,7 +466,9 @@ def sink_events(epochs: int = 2, steps: int = 2) -> list[dict]:
     events = [{"event": "start", "time": 1.7e9, "device": "cpu", "epochs": epochs, "steps_per_epoch": steps,
                "total_steps": epochs * steps, "train_images": 64 * steps, "backbone_params": 29_000, "out_dim": 64,
                "processes": 1, "precision": "fp32", "eval_precision": "fp32", "channels_last": False,
-               "compile": "off", "tf32": False, "deterministic": False}]
+               "compile": "off", "tf32": False, "deterministic": False,
+               "data": {split: {"images": images, "classes": classes, "labels": "0123456789abcdef"}
+                        for split, images, classes in (("train", 64 * steps, 16), ("val", 160, 8), ("test", 200, 10))}}]
     step = 0
     for epoch in range(1, epochs + 1):
         for _ in range(steps):
