@@ -1476,6 +1476,16 @@ def test_a_run_on_a_folder_tree_ends_with_results(builtin_plugins, tmp_path):
     assert json.loads(moved.stdout)["accuracy"] == changed["accuracy"]
 
 
+def _tiny_folder_run(tmp_path, batch: int = 6, queries: int = 1):
+    """``fslab run nca`` for one epoch on the folder tree at ``tmp_path/tree`` (2-way 1-shot episodes of
+    ``queries`` queries), in ``tmp_path``: the run the resume tests below change the data under."""
+    return fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
+                 "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
+                 "--batch-size", str(batch), "--set", "eval.ways=2", "--set", f"eval.queries={queries}",
+                 "--set", "eval.shots=[1]", "--set", "eval.val_shots=1", "--set", "eval.val_episodes=2",
+                 "--set", "eval.test_episodes=2", cwd=tmp_path, timeout=300)
+
+
 @pytest.mark.slow
 def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp_path):
     """The dataset's line said to give --data-root or [data_roots] of fslab.toml: fslab resume has
@@ -1483,11 +1493,7 @@ def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp
     from fslab.core.runstore import Run
 
     make_folder_tree(tmp_path / "tree", classes=3, per_class=4, size=(8, 8))
-    started = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
-                    "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
-                    "--batch-size", "6", "--set", "eval.ways=2", "--set", "eval.queries=1", "--set", "eval.shots=[1]",
-                    "--set", "eval.val_shots=1", "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2",
-                    cwd=tmp_path, timeout=300)
+    started = _tiny_folder_run(tmp_path)
     assert started.returncode == 0, started.stderr
     (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
     Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
@@ -1505,11 +1511,7 @@ def test_resuming_a_run_whose_training_images_changed_says_so(tmp_path):
     from fslab.core.runstore import Run
 
     make_folder_tree(tmp_path / "tree", classes=3, per_class=4, size=(8, 8))
-    started = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
-                    "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
-                    "--batch-size", "6", "--set", "eval.ways=2", "--set", "eval.queries=1", "--set", "eval.shots=[1]",
-                    "--set", "eval.val_shots=1", "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2",
-                    cwd=tmp_path, timeout=300)
+    started = _tiny_folder_run(tmp_path)
     assert started.returncode == 0 and "note:" not in started.stdout + started.stderr, started.stderr
     (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
     Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
@@ -1532,11 +1534,7 @@ def test_resuming_a_run_whose_data_no_longer_gives_its_episodes_says_the_data_ch
     from fslab.core.runstore import Run
 
     make_folder_tree(tmp_path / "tree", classes=2, per_class=4, size=(8, 8))
-    started = fslab("run", "nca", "--dataset", "folder", "--data-root", str(tmp_path / "tree"), "--backbone", "conv4",
-                    "--epochs", "1", "--device", "cpu", "--set", "backbone.hidden=8", "--set", "dataset.image_size=8",
-                    "--batch-size", "4", "--set", "eval.ways=2", "--set", "eval.queries=2", "--set", "eval.shots=[1]",
-                    "--set", "eval.val_shots=1", "--set", "eval.val_episodes=2", "--set", "eval.test_episodes=2",
-                    cwd=tmp_path, timeout=300)
+    started = _tiny_folder_run(tmp_path, batch=4, queries=2)
     assert started.returncode == 0, started.stderr
     (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
     Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
