@@ -99,7 +99,7 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     """Class folder name -> its image files (sorted), for every sub-folder of ``split_dir``."""
     if not split_dir.is_dir():  # a file where the split's folder belongs
         raise UsageError(f"{dataset}: {split_dir} is not a folder. Expected layout: {LAYOUT}.")
-    entries = [p for p in split_dir.iterdir() if not p.name.startswith(".") and p.name not in NOT_CLASSES]
+    entries = listed(split_dir)
     for path in entries:  # a linked class folder that is gone would leave its class out
         refuse_broken_link(path)
     classes = sorted(p.name for p in entries if p.is_dir())
@@ -115,11 +115,17 @@ def scan_tree(split_dir: Path, dataset: str) -> dict[str, list[Path]]:
     return tree
 
 
+def listed(folder: Path) -> list[Path]:
+    """What ``folder`` holds but hidden files and folders (``.DS_Store``, ``._x.jpg``) and the metadata
+    folders that are never classes (``NOT_CLASSES``)."""
+    return [p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in NOT_CLASSES]
+
+
 def unread(folder: Path) -> str:
     """What a class folder without image files holds that is not read, as ``: it holds 20 .svg files, ...``
     (drawings saved as .svg, a folder of sub-folders), where the bare 'has no image files' of a folder full
     of photos left one to guess why; empty where it holds nothing."""
-    entries = [p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in NOT_CLASSES]
+    entries = listed(folder)
     kinds = Counter(p.suffix.lower() or "extension-less" for p in entries if p.is_file())
     subfolders = sorted(p.name for p in entries if p.is_dir())
     told = []
