@@ -366,6 +366,41 @@ def test_a_rank_killed_without_a_word_fails_the_run_naming_it(tmp_path, when):
     assert "rank 1 ended without a word" in done.stderr
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_step_broken_after_torchrun_ended_names_torchrun_not_the_collective(tmp_path, monkeypatch, rank):
+    """torchrun SIGKILLed: the rank whose watch saw it gone first stops, which breaks the other rank's
+    collective before that rank's own watch (once a second) saw anything. That rank is parented elsewhere
+    by then: rank 0 fails the run naming torchrun's end, rank 1 leaves no error line of its own (CI once
+    recorded gloo's "Connection closed by peer" as the run's error)."""
+    import subprocess
+    import sys
+
+    from fslab.core.runstore import create_run
+    from fslab.execution import worker
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca", "train": {"heartbeat": 60}})
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    torchrun = int(ended.stdout)  # a process that is gone, as the torchrun this rank started under
+    for name, value in (("TORCHELASTIC_RUN_ID", "x"), ("WORLD_SIZE", "2"), ("RANK", str(rank))):
+        monkeypatch.setenv(name, value)
+
+    def broken(run, resume=False, listeners=()):
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:11454")
+
+    monkeypatch.setattr(worker, "watch_torchrun", lambda: worker._torchrun.append(torchrun))
+    monkeypatch.setattr(worker, "_torchrun", [])
+    monkeypatch.setattr(worker, "stop_on_signals", lambda: None)
+    monkeypatch.setattr(worker, "take_worker_lock", lambda run: 99)
+    monkeypatch.setattr(worker, "import_train", lambda: broken)
+    assert worker.main([str(run.path)]) == 1
+    if rank == 0:
+        assert run.status()["error"] == (f"torchrun (pid {torchrun}), which ran the run's 2 processes, ended without "
+                                         f"a word (killed by a signal, as the out-of-memory killer kills, or "
+                                         f"crashed), and its ranks stopped with it")
+    else:
+        assert not (run.path / worker.RANK_FAILED).exists() and (run.path / worker.RANK_ENDED.format(1)).exists()
+
+
 @pytest.mark.slow
 def test_torchrun_killed_without_a_word_fails_the_run_naming_it(tmp_path):
     """torchrun SIGKILLed (as the out-of-memory killer ends a process) cannot pass a stop on: its ranks stop

@@ -157,6 +157,7 @@ def import_train():
     return train
 
 
+_torchrun: list[int] = []  # the pid of the torchrun this rank runs under, once watched
 _torchrun_gone: list[int] = []  # torchrun's pid, once this rank saw it gone without passing a stop on
 
 
@@ -168,6 +169,7 @@ def watch_torchrun() -> None:
     if "TORCHELASTIC_RUN_ID" not in os.environ:
         return
     parent = os.getppid()
+    _torchrun.append(parent)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -201,6 +203,8 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
         print(f"fslab: rank {rank} failed:", file=sys.stderr)
         traceback.print_exc()
         sys.stderr.flush()
+        if torchrun_gone():  # a collective broken by rank 0 stopping on torchrun's end: not this rank's story
+            return 1
         (run.path / RANK_FAILED).write_text(f"rank {rank} failed: {_one_line(exc)}\n")
         return 1
     finally:
@@ -214,10 +218,12 @@ def follow_rank(run: Run, resume: bool, rank: int) -> int:
 def torchrun_gone() -> str | None:
     """The run's error when the SIGTERM that stopped this rank was its own, sent on seeing torchrun gone
     (SIGKILLed, as the out-of-memory killer ends a process, or crashed): no stop was asked for, so the run
-    fails rather than end ``killed`` "by SIGTERM"; None for a stop torchrun passed on."""
-    if not _torchrun_gone:
+    fails rather than end ``killed`` "by SIGTERM"; None for a stop torchrun passed on. Torchrun is
+    also gone when this rank is parented elsewhere before its watch saw it (a collective another
+    rank broke by stopping first ends the step at once)."""
+    if not _torchrun_gone and not (_torchrun and os.getppid() != _torchrun[0]):
         return None
-    return (f"torchrun (pid {_torchrun_gone[0]}), which ran the run's {os.environ.get('WORLD_SIZE', '?')} "
+    return (f"torchrun (pid {_torchrun[0]}), which ran the run's {os.environ.get('WORLD_SIZE', '?')} "
             f"processes, ended without a word (killed by a signal, as the out-of-memory killer kills, or crashed), "
             f"and its ranks stopped with it")
 
@@ -383,17 +389,18 @@ def _train(run: Run, resume: bool, keeper: StatusKeeper, opened: list) -> int:
         ignore_stop_signals()  # trained and tested: a stop arriving now must not cut the end short
     except Stopped as stop:
         ignore_stop_signals()
-        if failure := other_rank_failure(run):  # torchrun stopped this rank because another one failed
-            keeper.finish("failed", 1, failure)
-            return 1
         if failure := torchrun_gone():  # not a stop: this rank's own SIGTERM, torchrun being gone
             print(f"fslab: {failure}", file=sys.stderr, flush=True)
+            keeper.finish("failed", 1, failure)
+            return 1
+        if failure := other_rank_failure(run):  # torchrun stopped this rank because another one failed
             keeper.finish("failed", 1, failure)
             return 1
         return record_stop(keeper, stop)
     except BaseException as exc:  # the run must record why it ended, whatever it was
         ignore_stop_signals()
-        if failure := other_rank_failure(run, wait=2.0):  # e.g. a collective broken by the failed rank's exit
+        # a collective broken by a rank that stopped on seeing torchrun gone, or by the failed rank's exit
+        if failure := torchrun_gone() or other_rank_failure(run, wait=2.0):
             traceback.print_exc()
             keeper.finish("failed", 1, failure)
             return 1
