@@ -25,7 +25,8 @@ __version__ = "0.1.0"
 __all__ = ["available", "create", "describe", "get_registry"]
 
 _registry = None
-_registry_dirs = None  # the plugin folders _registry was loaded with
+_registry_dirs = None  # the plugin folders _registry was loaded with, as absolute paths
+_registry_here = False  # loaded from the settings of the folder it was asked in (none given): asked again each time
 
 
 def _warn(message: str) -> None:
@@ -51,22 +52,32 @@ def get_registry(settings=None, report=_warn_once):
     """The process-wide registry: entry-point plugins plus the plugin folders
     named in ``fslab.toml`` (or in ``settings``), loaded on first use, and
     again when ``settings`` names other plugin folders than it was loaded
-    with. Each plugin that failed to load is passed to ``report`` as one line
-    (by default a warning, once a process for each failure)."""
-    global _registry, _registry_dirs
+    with: folders as the paths they are, so a notebook that moves to another
+    project (``os.chdir``), whose ``fslab.toml`` names a folder of the same
+    name, gets that project's plugins. With no ``settings``, the registry of
+    the settings given last, or where none were given, of the fslab.toml of
+    the folder it is asked in. Each plugin that failed to load is passed to
+    ``report`` as one line (by default a warning, once a process for each
+    failure)."""
+    global _registry, _registry_dirs, _registry_here
     if settings is not None and not hasattr(settings, "plugin_dirs"):  # a path was "no attribute 'plugin_dirs'"
         from fslab.core.errors import UsageError
 
         raise UsageError(f"fslab.get_registry takes the settings fslab.core.settings.load_settings(path) reads from "
                          f"a fslab.toml, not {settings!r:.100}; give get_registry(load_settings(Path(...)))")
-    if _registry is None or (settings is not None and tuple(settings.plugin_dirs) != _registry_dirs):
-        from fslab.core.registry import load_registry
-        from fslab.core.settings import load_settings
+    from fslab.core.settings import load_settings, plugin_folders
 
-        _registry_dirs = tuple((settings or load_settings()).plugin_dirs)
-        _registry = load_registry(_registry_dirs)
+    if _registry is not None and settings is None and not _registry_here:
+        return _registry  # the settings given last still stand
+    given = (settings or load_settings()).plugin_dirs
+    dirs = plugin_folders(given)  # "mine" of two projects is two folders
+    if _registry is None or dirs != _registry_dirs:
+        from fslab.core.registry import load_registry
+
+        _registry_dirs, _registry = dirs, load_registry(given)
         for failure in _registry.failures:
             report(failure.line)
+    _registry_here = settings is None
     return _registry
 
 

@@ -55,6 +55,8 @@ def builtin_plugins(monkeypatch):
     monkeypatch.setenv("FSLAB_PLUGINS", BUILTIN_PLUGINS)
     monkeypatch.delenv("FSLAB_STRICT_PLUGINS", raising=False)
     monkeypatch.setattr(fslab, "_registry", None)
+    monkeypatch.setattr(fslab, "_registry_dirs", None)
+    monkeypatch.setattr(fslab, "_registry_here", False)  # a registry a test sets stands until it sets another
     return BUILTIN_PLUGINS.split(",")
 
 

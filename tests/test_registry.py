@@ -81,6 +81,34 @@ def test_get_registry_loads_the_plugin_folders_of_the_settings_it_is_given(built
     assert fslab.create("loss", "scaled", scale=3.0).keywords == {"scale": 3.0}
 
 
+def test_two_projects_with_the_same_plugin_folder_name_each_get_their_own_plugins(builtin_plugins, tmp_path,
+                                                                                    monkeypatch):
+    """The registry was kept for the plugin_dirs as written: a notebook that moved from one project to another
+    whose fslab.toml also says plugin_dirs = ["mine"] got the first project's plugins, by fslab.available()
+    and by get_registry(load_settings()) alike. Folders are the paths they are now."""
+    import fslab
+    from fslab.core.settings import load_settings
+
+    for project in ("a", "b"):
+        (tmp_path / project).mkdir()
+        (tmp_path / project / "fslab.toml").write_text('[project]\nplugin_dirs = ["mine"]\n')
+        write_plugin(tmp_path / project / "mine", "scaled", LOCAL_LOSS.replace('"scaled"', f'"only_{project}"'))
+    for project in ("a", "b", "a"):  # no settings given: this folder's
+        monkeypatch.chdir(tmp_path / project)
+        assert fslab.available("loss", "only_*") == [f"only_{project}"]
+    for project in ("b", "a", "b"):  # each folder's settings given
+        monkeypatch.chdir(tmp_path / project)
+        assert fslab.get_registry(load_settings()).names("loss", "only_*") == [f"only_{project}"]
+    monkeypatch.chdir(tmp_path / "a")  # the settings given last stand for a call that gives none
+    assert fslab.available("loss", "only_*") == ["only_b"]
+    from fslab import testing  # a plugin's contract tests: their registry was kept for ("mine",) as written
+
+    monkeypatch.setattr(testing, "_registries", {})
+    for project in ("a", "b"):
+        monkeypatch.chdir(tmp_path / project)
+        assert testing.registry_for(("mine",)).names("loss", "only_*") == [f"only_{project}"]
+
+
 def test_unknown_parameter_and_name_suggest_the_closest(builtin_plugins):
     registry = load_registry()
     with pytest.raises(UsageError, match=r"unknown parameter 'loss.temprature'.*Did you mean 'temperature'"):

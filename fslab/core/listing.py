@@ -28,6 +28,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from fslab.core.settings import plugin_folders
+
 FORMAT = 1
 # The environment that changes what a load finds: such a listing is never cached.
 UNCACHED_WHEN = ("FSLAB_PLUGINS", "FSLAB_STRICT_PLUGINS", "FSLAB_NO_CACHE")
@@ -59,7 +61,7 @@ class Listing:
 def plugin_listing(plugin_dirs=(), *, load=None) -> Listing:
     """The registry's listing, from the cache when it is still true, else from
     ``load()`` (by default :func:`fslab.core.registry.load_registry`)."""
-    dirs = [str(Path(d).resolve()) for d in plugin_dirs]
+    dirs = list(plugin_folders(plugin_dirs))
     cached = not any(os.environ.get(name) for name in UNCACHED_WHEN)
     path = _cache_path(dirs)
     if cached:

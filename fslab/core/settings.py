@@ -138,6 +138,12 @@ class Settings:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
 
 
+def plugin_folders(plugin_dirs) -> tuple[str, ...]:
+    """The plugin folders as the absolute paths they are now: what a registry loaded from them is keyed on,
+    so two projects' ``plugin_dirs = ["mine"]`` (the same words, read in two folders) are two sets of plugins."""
+    return tuple(str(Path(d).resolve()) for d in plugin_dirs)
+
+
 def read_toml(path: Path) -> dict:
     """Parse a TOML file; a syntax error names the file, line and column."""
     try:

@@ -42,12 +42,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def registry_for(plugin_dirs: tuple[str, ...] = ()) -> Any:
     """Every installed fslab plugin (FSLAB_PLUGINS still restricts them) and
-    the local plugin folders ``plugin_dirs``, loaded once per test session."""
-    if plugin_dirs not in _registries:
+    the local plugin folders ``plugin_dirs``, loaded once per test session for each set of folders (as the
+    paths they are: a test that moves to another folder with its own ``my_plugins`` gets that one's)."""
+    from fslab.core.settings import plugin_folders
+
+    key = plugin_folders(plugin_dirs)
+    if key not in _registries:
         from fslab.core.registry import load_registry
 
-        _registries[plugin_dirs] = load_registry(plugin_dirs)
-    return _registries[plugin_dirs]
+        _registries[key] = load_registry(plugin_dirs)
+    return _registries[key]
 
 
 @pytest.fixture(scope="session")
