@@ -106,16 +106,14 @@ def unevaluable(run: Run) -> str | None:
 
 def for_scorable(command: str, run_ids: list[str], refused: Iterable[str]) -> str:
     """``command``, an ``fslab eval RUN ...`` a report names for ``run_ids``, narrowed to the runs fslab eval
-    scores where it refuses some (``refused``, :func:`unevaluable`): the ids of up to three in place of ``RUN``
-    (fslab eval takes several, so the line runs as printed), else ``(RUN: any but D, E)`` after it; unchanged
-    where it refuses none (``RUN`` then stands for each run named)."""
+    scores where it refuses some (``refused``, :func:`unevaluable`): their ids, every one, in place of ``RUN``
+    (fslab eval takes several, so the line runs as printed: ``(RUN: any but D, E)`` after it was one to edit
+    first); unchanged where it refuses none (``RUN`` then stands for each run named)."""
     refused = [i for i in dict.fromkeys(refused) if i in run_ids]
     scorable = [i for i in run_ids if i not in refused]
     if not refused or not scorable:
         return command
-    if len(scorable) <= 3:
-        return command.replace(" RUN", " " + " ".join(scorable), 1)
-    return f"{command} (RUN: any but {', '.join(refused[:3])}{', ...' if len(refused) > 3 else ''})"
+    return command.replace(" RUN", " " + " ".join(scorable), 1)
 
 
 def rescore_commands(run_id: str, names: list[str]) -> list[str]:
