@@ -276,25 +276,38 @@ def test_an_mlflow_store_copied_with_its_project_refuses_to_write_artifacts_back
     """MLflow's file store saves each experiment's artifact folder as an absolute file: URI. A project copied to
     another place (another machine) with its mlruns/: fslab export there wrote each new MLflow run's config.json
     and results.json into the first place's mlruns/ (made anew where it was gone), where neither the copy nor
-    its mlflow ui finds them. It is now one line naming both folders and --set experiment=NAME, which works."""
+    its mlflow ui finds them. It is now one line naming both folders and --set experiment=NAME, which works:
+    one for the command, with how many runs it concerns (it was the same error: line again for each run, exit
+    code 1), exit code 2 as any refusal; a run whose own configuration names another experiment is exported."""
     project, real, env = store
     first, second = tmp_path / "first", tmp_path / "second"
     (first / "runs").mkdir(parents=True)
-    shutil.copytree(real, first / "runs" / real.name)
-    assert fslab_here("export", real.name, "--to", "mlflow", cwd=first, env=env).returncode == 0
+    copies = [real.name, "20200101-000010-nca-cpya", "20200101-000011-nca-cpyb"]
+    for name in copies:
+        shutil.copytree(real, first / "runs" / name)
+    assert fslab_here("export", "all", "--to", "mlflow", cwd=first, env=env).returncode == 0
     shutil.copytree(first, second)
     before = sorted(p.relative_to(first) for p in first.rglob("*"))
     (experiment,) = [p for p in (second / "mlruns").iterdir() if p.name not in ("0", ".trash", "models")]
+    refusal = (f"sink 'mlflow' refused: MLflow experiment 'fslab' keeps its artifacts in "
+               f"{first / 'mlruns' / experiment.name}, outside its store (copied or moved from there), where each new "
+               f"run's would go; log to a new experiment: --set experiment=NAME")
+    out = fslab_here("export", "all", "--to", "mlflow", cwd=second, env=env)
+    assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", [f"error: 3 runs not exported: {refusal}"])
     out = fslab_here("export", real.name, "--to", "mlflow", cwd=second, env=env)
-    assert out.returncode == 1 and out.stderr.splitlines() == [
-        f"error: {real.name}: sink 'mlflow' from plugin 'mlflow_sink' failed: UsageError: MLflow experiment 'fslab' "
-        f"keeps its artifacts in {first / 'mlruns' / experiment.name}, outside its store (copied or moved from there), "
-        f"where each new run's would go; log to a new experiment: --set experiment=NAME"]
+    assert out.stderr.splitlines() == [f"error: run {real.name} not exported: {refusal}"] and out.returncode == 2
+    own = second / "runs" / "20200101-000012-nca-owne"  # its configuration logs to an experiment of its own
+    shutil.copytree(real, own)
+    (own / "config.json").write_text(json.dumps({**json.loads((real / "config.json").read_text()),
+                                                 "sinks": {"mlflow": {"experiment": "own"}}}))
+    out = fslab_here("export", "all", "--to", "mlflow", cwd=second, env=env)
+    assert out.returncode == 2 and out.stderr.splitlines() == [f"error: 3 runs not exported: {refusal}"]
+    assert out.stdout.splitlines()[-1] == "exported 1 run to mlflow; 3 refused by it", out.stdout
     assert sorted(p.relative_to(first) for p in first.rglob("*")) == before  # nothing written back there
     here = fslab_here("export", real.name, "--to", "mlflow", "--set", "experiment=here", cwd=second, env=env)
     assert here.returncode == 0, here.stderr
     assert sorted(p.relative_to(first) for p in first.rglob("*")) == before
-    assert len(list((second / "mlruns").rglob("artifacts/results.json"))) == 2  # the first export's, and this one
+    assert len(list((second / "mlruns").rglob("artifacts/results.json"))) == 5  # 3 first, the own one's, this one
 
 
 def test_wandb_refuses_a_run_folder_it_cannot_write_rather_than_write_elsewhere(tmp_path, monkeypatch):

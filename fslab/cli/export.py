@@ -48,7 +48,9 @@ def export_(
     or if the sink failed on a run (that run's error: line; the others are still exported); a Ctrl-C keeps
     the runs said exported and the earlier record of the one it was exporting;
     a tracking server that does not answer within 10 s stops it at once, in one line, as does a sink's
-    folder on a read-only file system (a copy of a store): point the sink elsewhere with --set. A run folder
+    folder on a read-only file system (a copy of a store): point the sink elsewhere with --set. A sink that
+    refuses where it is told to write (an MLflow store copied from elsewhere) is one line for the command,
+    naming how many runs it concerns (exit code 2); the other runs are still exported. A run folder
     this user may not write (another user's store) is that run's line, naming the --set keys that point it
     elsewhere; the other runs are still tried.
     Scores of a run's network in another precision than its own (fslab eval --precision) are not sent:
@@ -67,31 +69,38 @@ def export_(
     chosen = select_runs(project.runs_dir, refs, "export")
     try:  # Ctrl-C, or a SIGTERM as Ctrl-C: one line, where it ended the command with no word
         with sigterm_as_interrupt():
-            exported, skipped, failed = _export_each(found, chosen, to, layers, as_json)
+            exported, skipped, failed, refused = _export_each(found, chosen, to, layers, as_json)
     except KeyboardInterrupt as interrupt:
         err_console.print(f"fslab export interrupted among {count(len(chosen), 'run')}: those said above were "
                           f"exported, the one it was exporting keeps its earlier record in {to}; the same command "
                           f"again exports them all", highlight=False)
         raise typer.Exit(interrupted_code(interrupt)) from None
-    if not as_json:
+    if not as_json and (exported or skipped or failed):  # every run refused alike: that one line alone
         console.print(f"exported {count(exported, 'run')} to {to}"
                       + (f"; {skipped} left out" if skipped else "")
-                      + (f"; {failed} failed in the sink" if failed else ""), highlight=False)
-    if exported == 0 or failed:
+                      + (f"; {failed} failed in the sink" if failed else "")
+                      + (f"; {refused} refused by it" if refused else ""), highlight=False)
+    if failed or (exported == 0 and not refused):
         raise typer.Exit(1)
+    if refused:  # what the sink was told to write into, which --set changes: as any refusal of the command's
+        raise typer.Exit(2)
 
 
-def _export_each(found, chosen: list, to: str, layers: list[dict], as_json: bool) -> tuple[int, int, int]:
-    """Export each run chosen, each said in a line as it is done; returns how many were exported, left out
-    and failed in the sink."""
-    from fslab.execution.export import SinkCannotWrite, SinkFailed, SinkUnavailable, export_run
+def _export_each(found, chosen: list, to: str, layers: list[dict], as_json: bool) -> tuple[int, int, int, int]:
+    """Export each run chosen, each said in a line as it is done; returns how many were exported, left out,
+    failed in the sink and refused by it (:func:`_say_refused`)."""
+    from fslab.execution.export import SinkCannotWrite, SinkFailed, SinkRefused, SinkUnavailable, export_run
 
     exported, skipped, failed = 0, 0, 0
+    refused: dict[str, list[str]] = {}  # the sink's refusal, the same for each run it concerns: the runs
     for run in chosen:
         try:
             done = export_run(found, run, to, layers)
         except (SinkUnavailable, SinkCannotWrite):
             raise  # its package is missing, or its folder read-only: one line, and no other run is tried
+        except SinkRefused as exc:  # its store or parameters: said once for the command, after the others
+            refused.setdefault(str(exc), []).append(run.id)
+            continue
         except SinkFailed as exc:  # an error, unlike a run left out: the command fails at its end
             failed += 1
             err_console.print(f"error: {shown(str(exc))}", highlight=False)
@@ -105,7 +114,16 @@ def _export_each(found, chosen: list, to: str, layers: list[dict], as_json: bool
             print(json.dumps(done))
         else:
             console.print(f"{done['run']} ({done['state']}): {count(done['events'], 'event')} -> {to}", highlight=False)
-    return exported, skipped, failed
+    _say_refused(refused)
+    return exported, skipped, failed, sum(map(len, refused.values()))
+
+
+def _say_refused(refused: dict[str, list[str]]) -> None:
+    """One ``error:`` line for each refusal of the sink (a copied MLflow store's experiment), naming the run
+    it concerns or how many, where it was the same line again for every run."""
+    for reason, run_ids in refused.items():
+        runs = f"run {run_ids[0]}" if len(run_ids) == 1 else count(len(run_ids), "run")
+        err_console.print(f"error: {runs} not exported: {shown(reason)}", highlight=False)
 
 
 def _command_layer(found, to: str, assignments: list[str], given_as: dict[str, str]) -> dict:

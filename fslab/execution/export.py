@@ -52,6 +52,12 @@ class SinkFailed(UsageError):
     """The sink raised while it took one run's events (a server down, a value it refuses)."""
 
 
+class SinkRefused(UsageError):
+    """The sink refused what it was told to write into (its own UsageError: an MLflow store copied from
+    another place, whose experiment keeps its artifacts there), before taking the run's events: the same
+    for every run sent there with those parameters, so ``fslab export`` says it once, with how many runs."""
+
+
 def merged(*layers: dict) -> dict:
     """The layers' keys, a later layer over an earlier one."""
     out: dict = {}
@@ -158,6 +164,8 @@ def _send(registry, run: Run, sink: str, target: SinkRun, params: dict, events: 
         return count, True
     except ImportError as exc:
         raise SinkUnavailable(" ".join(str(exc).split())) from None
+    except UsageError as exc:  # the sink refuses its store or parameters, in its own words: what to change
+        raise _because(SinkRefused(f"sink '{sink}' refused: {exc}"), str(exc)) from None
     except ConnectionError as exc:  # its server is down or unreachable: so for every run
         reason = " ".join(str(exc).split())[:300]
         raise _because(SinkUnreachable(f"sink '{sink}' failed: {reason}"), reason) from None
