@@ -274,6 +274,78 @@ def test_a_run_of_another_host_is_stopped_by_request_never_by_signal(project):
     assert (run_dir / "checkpoints" / "last.pt").exists() and not (run_dir / STOP_REQUEST).exists()
 
 
+def _copied_from_another_host(project, beat_age: float, beat_every: float = 5.0):
+    """A run copied (rsync -a, times kept) from host gpu-node-7 while it trained: running there, its last
+    heartbeat ``beat_age`` seconds before now; no worker of it writes into this folder."""
+    run = create_run(project / "runs", "nca", {"method": "nca", "train": {"processes": 1, "heartbeat": beat_every}})
+    beat = time.time() - beat_age
+    run.write_status(state="running", pid=4242, host="gpu-node-7", heartbeat=beat, started=beat - 60)
+    os.utime(run.path / "status.json", (beat, beat))
+    return run
+
+
+def test_a_run_copied_from_another_host_while_it_trained_is_not_stoppable_here_said_at_once(project):
+    """fslab stop of it left a stop request no worker would read, waited its 30 s grace, then said (exit code
+    1) that the worker had not stopped. Its heartbeat, older than three beats, says so at once: one line
+    naming the host to stop it on, exit code 2, nothing left in the folder."""
+    run = _copied_from_another_host(project, beat_age=60)
+    before = (run.path / "status.json").read_bytes()
+    started = time.monotonic()
+    done = fslab_here("stop", run.id, cwd=project)
+    assert time.monotonic() - started < 10, "it waited"
+    assert (done.returncode, done.stdout) == (2, "") and done.stderr == (
+        f"error: run {run.id} cannot be stopped from here: its worker (pid 4242 on host gpu-node-7) runs on another "
+        f"host and has written no heartbeat into this folder for {done.stderr.split(' for ')[1][:2]} s (a copy of "
+        f"the run's folder made while it trained, or a worker paused there), so it would never read a stop "
+        f"request; stop it on host gpu-node-7: fslab stop {run.id}\n"), done.stderr
+    assert done.stderr.split(" for ")[1][:5] in ("60 s ", "61 s ", "62 s ")  # its heartbeat's age
+    assert not (run.path / STOP_REQUEST).exists() and (run.path / "status.json").read_bytes() == before
+    (project / "runs" / "sweeps").mkdir()  # stopped by its sweep: the same line, where it said nothing to stop
+    (project / "runs" / "sweeps" / "sweep-20200101-000000.json").write_text(
+        json.dumps({"id": "sweep-20200101-000000", "runs": [run.id]}))
+    swept = fslab_here("stop", "sweep-20200101-000000", cwd=project)
+    assert (swept.returncode, swept.stdout) == (2, "") and swept.stderr.startswith(
+        f"error: run {run.id} cannot be stopped from here: ") and len(swept.stderr.splitlines()) == 1, swept.stderr
+
+
+def test_a_run_copied_just_after_a_heartbeat_is_said_not_stoppable_once_three_beats_pass(project):
+    """Copied a second after its last heartbeat: a worker sharing the folder would beat again within three
+    beats (here 0.2 s each: 1 s at least) and read the stop request; none did, so the stop says so then, and
+    takes its request back, rather than wait its whole grace. A worker of another host on a shared store (its
+    lock not visible here) that beats into the folder is still stopped by the request, as before."""
+    import threading
+
+    from fslab.core.errors import UsageError
+    from fslab.core.worklock import stop_requested
+    from fslab.execution.executor import stop as stop_run
+
+    run = _copied_from_another_host(project, beat_age=0.0, beat_every=0.2)
+    beat = run.status()["heartbeat"]
+    with pytest.raises(UsageError, match=f"^run {run.id} cannot be stopped from here: its worker .* stop it on "
+                                         f"host gpu-node-7: fslab stop {run.id}$"):
+        stop_run(run, grace=20)
+    assert 0.95 < time.time() - beat < 10 and not (run.path / STOP_REQUEST).exists()  # three beats, not the grace
+
+    run = _copied_from_another_host(project, beat_age=0.0, beat_every=0.2)
+    done = threading.Event()
+
+    def worker():  # another host's worker, as the folder sees it: its heartbeat, then its stop
+        while not done.is_set():
+            time.sleep(0.2)
+            if stop_requested(run.path) is not None:
+                run.write_status(state="killed", ended=time.time(), error="stopped by a stop request")
+                return
+            run.write_status(heartbeat=time.time())
+
+    beating = threading.Thread(target=worker)
+    beating.start()
+    try:
+        assert stop_run(run, grace=20) == "killed"
+    finally:
+        done.set()
+        beating.join()
+
+
 @pytest.mark.slow
 def test_a_worker_that_dies_before_its_first_status_write_is_lost(project, monkeypatch):
     from fslab.execution import local

@@ -381,6 +381,8 @@ def stop(refs: Annotated[list[str], typer.Argument(
     """Stop queued or running runs: each ends as 'killed' and keeps its last checkpoint, if it wrote one.
 
     Only the run's own worker is signalled; one on another host gets a stop request (read at its next heartbeat).
+    One on another host that has written no heartbeat into the run's folder for three beats (a copy of the folder
+    made while it trained) would never read it: that is said at once in one line naming the host (exit code 2).
     A run whose worker fslab resume is starting is stopped once that worker is recorded.
     A queued run held by a process of this host killed before starting it is stopped at once (said on stderr), as is
     one held by a SLURM submission killed before it recorded its job (stderr names the squeue that finds the job).
@@ -455,9 +457,12 @@ def _stop_sweep(runs_dir, ref: str, *, seen: set[str]) -> int:
     submitted = {run_.id: holder for run_, holder in _lost_submissions(runs_dir, before)}
     damaged = {run_.id: what for run_ in (sweep_runs(runs_dir, before) if before is not None else [])
                if run_.path.is_dir() and (what := run_.damaged_claim()) is not None}
-    record, stopped = stop_sweep(runs_dir, ref, skip=seen)
+    record, stopped, refused = stop_sweep(runs_dir, ref, skip=seen)
+    for line in refused[:-1] if not stopped else refused:  # another host's worker, this store a copy
+        err_console.print(shown(f"not stopped: {line}"), highlight=False)
     if not stopped:
-        raise UsageError(f"sweep {record['id']} has no queued or running run; nothing to stop")
+        raise UsageError(refused[-1] if refused else f"sweep {record['id']} has no queued or running run; "
+                                                     f"nothing to stop")
     for run_, state in stopped:
         seen.add(run_.id)
         console.print(f"{run_.id}: {state}", highlight=False)

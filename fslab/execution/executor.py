@@ -28,7 +28,7 @@ from fslab.core.sweeps import load_sweep, sweep_runs
 from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
 from fslab.execution.handover import LiveWorker, launch_lock
-from fslab.execution.local import start_worker, stop_worker
+from fslab.execution.local import NotStoppableHere, start_worker, stop_worker
 from fslab.execution.scheduler import handing_back, slots_needed, start_scheduler
 from fslab.execution.slots import configured_slots, slot_env, take_slots
 from fslab.execution.slurm_job import TrainingJob
@@ -334,23 +334,27 @@ def _launch_waited_out(run: Run) -> bool:
 
 
 def stop_sweep(runs_dir: Path, ref: str, grace: float = 30.0, *,
-               skip: set[str] = frozenset()) -> tuple[dict, list[tuple[Run, str]]]:
+               skip: set[str] = frozenset()) -> tuple[dict, list[tuple[Run, str]], list[str]]:
     """Stop every queued or running run of a sweep (or of a study's run), as
     :func:`stop` stops one: the queued ones first, so that no scheduler starts
-    them while the running ones stop. Returns the sweep's record and each run
-    stopped with the state it ended in; runs that ended meanwhile, and those
-    whose ids are in ``skip`` (stopped already), are passed over."""
+    them while the running ones stop. Returns the sweep's record, each run
+    stopped with the state it ended in, and the line of each that cannot be
+    stopped from here (:class:`~fslab.execution.local.NotStoppableHere`); runs
+    that ended meanwhile, and those whose ids are in ``skip`` (stopped already),
+    are passed over."""
     record = load_sweep(runs_dir, ref)
     runs = [(run, run.state()) for run in sweep_runs(runs_dir, record) if run.id not in skip]
     order = [run for run, state in runs if state == "queued"] + [run for run, state in runs
                                                                  if state in LIVE and state != "queued"]
-    stopped = []
+    stopped, refused = [], []
     for run in order:
         try:
             stopped.append((run, stop(run, grace)))
+        except NotStoppableHere as exc:  # another host's worker, this folder a copy: the others are stopped
+            refused.append(str(exc))
         except UsageError:
             continue  # it ended between the listing and the stop
-    return record, stopped
+    return record, stopped, refused
 
 
 def start_sweep(method: str, grid: dict, seeds: int, *, base: list[dict], settings, registry,

@@ -8,7 +8,9 @@ A stop signals a pid only when it is surely this run's worker: the status
 names this host and ``/proc/<pid>/cmdline`` runs the worker on this run's
 folder. Otherwise (another host, a pid that may have been reused) it leaves
 a stop request in the run folder, which the worker reads at its next
-heartbeat and obeys as it would SIGTERM.
+heartbeat and obeys as it would SIGTERM; where another host's worker has
+written no heartbeat into the folder for three beats (a copy of it), none
+would, and the stop says so rather than wait.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from fslab.core.errors import FslabError
+from fslab.core.errors import FslabError, UsageError
 from fslab.core.runstore import Run
 from fslab.core.states import ENDED, HOST, LIVE, pid_alive, unended
 from fslab.core.worklock import clear_stop_request, describe_holder, request_stop
@@ -195,18 +197,55 @@ def _signal_all(pids: list[int], signum: int) -> None:
             pass
 
 
+class NotStoppableHere(UsageError):
+    """Another host's worker that no stop request in this folder would reach (:func:`not_beating_here`)."""
+
+
 def ask_worker(run: Run, grace: float = 30.0) -> str:
     """Stop through the run folder: leave a stop request, which the worker
     reads at its next heartbeat (it then stops as on SIGTERM), and wait up to
-    ``grace`` seconds for the run to end. Nothing is signalled here."""
+    ``grace`` seconds for the run to end. Nothing is signalled here. Another
+    host's worker that writes no heartbeat into this folder (:func:`not_beating_here`:
+    a copy of the run's folder, made while it trained) is :class:`NotStoppableHere`, said as
+    soon as that is known, the request taken back: it waited the whole grace."""
+    if why := not_beating_here(run, run.status()):
+        raise NotStoppableHere(why)
     request_stop(run.path)
-    deadline = time.monotonic() + grace
+    deadline, first = time.monotonic() + grace, run.status()
     while time.monotonic() < deadline:
-        state = run.state()
+        status = run.status()
+        state = run.state(status)
         if state not in LIVE:
             return state
+        if status.get("heartbeat") == first.get("heartbeat") and (why := not_beating_here(run, first)):
+            clear_stop_request(run.path)  # nothing reads it here; copied back, it would stop the run there
+            raise NotStoppableHere(why)
         time.sleep(0.05)
     status = run.status()
     raise FslabError(f"run {run.id}: its worker ({describe_holder(run.path, status)}) was asked to stop but has "
                      f"not within {grace:.0f} s; if it is alive it stops at its next heartbeat "
                      f"(check: fslab show {run.id})")
+
+
+def not_beating_here(run: Run, status: dict) -> str | None:
+    """Why another host's worker cannot be stopped from here, where ``status`` names one on another host that
+    holds no lock visible here and whose heartbeat is, now, older than three of its beats (``train.heartbeat``,
+    as ``fslab runs`` calls one stale): no worker would read a stop request in this folder, a copy of the run's
+    (rsync while it trained); else None."""
+    from fslab.core.clocks import on_writer_clock
+    from fslab.core.states import heartbeat_age, heartbeat_interval
+    from fslab.core.worklock import is_held
+
+    if status.get("host") in (HOST, None) or is_held(run.path):
+        return None
+    try:
+        interval = heartbeat_interval(run.config())
+    except FslabError:  # a damaged configuration: stopped as its status says, at the default beat
+        interval = heartbeat_interval({})
+    age = heartbeat_age(status, on_writer_clock(run.path, status))  # on its host's clock
+    if age is None or age <= max(3 * interval, 1.0):
+        return None
+    return (f"run {run.id} cannot be stopped from here: its worker ({describe_holder(run.path, status)}) runs on "
+            f"another host and has written no heartbeat into this folder for {age:.0f} s (a copy of the run's "
+            f"folder made while it trained, or a worker paused there), so it would never read a stop request; "
+            f"stop it on host {status.get('host')}: fslab stop {run.id}")
