@@ -1462,12 +1462,12 @@ def test_a_run_on_a_folder_tree_ends_with_results(builtin_plugins, tmp_path):
     lost = fslab_here(*args, cwd=tmp_path)  # the dataset's own line pointed at [data_roots], which eval does not read
     assert lost.returncode == 2 and lost.stderr.strip().splitlines() == [
         f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; "
-        f"if its data moved, give where it lies with --data-root DIR"]
+        f"if the data moved, give where it lies with --data-root DIR"]
     # a project copied elsewhere with its data: the folder its fslab.toml gives the dataset is named
     (tmp_path / "fslab.toml").write_text('[data_roots]\nfolder = "moved"\n')
     named = fslab_here(*args, cwd=tmp_path)
     assert named.returncode == 2 and named.stderr.strip().splitlines() == [
-        f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; if its data moved, "
+        f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; if the data moved, "
         f"give where it lies with --data-root {tmp_path / 'moved'} (this project's folder for dataset 'folder', "
         f"from [data_roots] of fslab.toml)"]
     moved = fslab_here(*args, "--data-root", str(tmp_path / "moved"), cwd=tmp_path)

@@ -281,8 +281,8 @@ def _embedded(result: dict) -> str:
 def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> list[dict]:
     """``evaluate_run`` on --data-root, which must be a folder, or on the run's own root. Where that
     root is gone the dataset's line pointed at [data_roots] of fslab.toml, which a run made before
-    does not read: the line then says that the data may have moved, and how to name where it lies (this
-    project's folder for the dataset, where it has one: :func:`fslab.execution.executor.root_here`). Its
+    does not read: the line then says that the data may have moved, and how to name where it lies
+    (:func:`fslab.execution.executor.data_root_gone`, the line every command says of a gone root). Its
     warnings (a feature cache the disk refused) are said once the scores are saved, and never before the
     line of a failure: on the same full disk, that one line is all."""
     if data_root is not None and not data_root.is_dir():
@@ -305,14 +305,11 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
                              f"gone, and the scores with it)") from None
         raise
     except UsageError as exc:
-        from fslab.execution.executor import gone_root, root_here
+        from fslab.execution.executor import data_root_gone
 
-        if data_root is None and (root := gone_root(cfg.dataset, exc)) is not None:
-            here = root_here(settings(), cfg.dataset, root)
-            raise UsageError(f"run {run_.id} was trained on {root}, which is not a folder now; if its data moved, "
-                             f"give where it lies with --data-root " + (f"{shlex.quote(here[0])} ({here[1]})"
-                                                                        if here else "DIR")) from None
-        raise
+        gone = None if data_root is not None else data_root_gone(f"run {run_.id}", cfg.dataset, exc, settings(),
+                                                                  move="--data-root DIR")
+        raise gone or exc from None
 
 
 def _own_evaluator(found, run_id: str, name: str) -> str:

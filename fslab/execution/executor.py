@@ -237,17 +237,43 @@ def gone_root(dataset: dict, exc: UsageError) -> str | None:
 def like_root_gone(that_run: str, layers: list[dict], exc: UsageError, move: str,
                    settings=None) -> UsageError | None:
     """For a run like another (``layers[0]`` its saved configuration: fslab run --like, the dashboard's
-    N), where ``exc`` is the dataset's line for the saved root and it is gone (:func:`gone_root`): a line
-    that says ``move`` moves it (the dataset's line points at [data_roots] of fslab.toml, which the
-    saved root, a layer above, overrides). ``that_run`` names the run, ``move`` how to give the root (its
-    ``DIR`` filled in with this project's folder for the dataset, where it has one: :func:`root_here`)."""
-    if (root := gone_root(layers[0].get("dataset"), exc)) is None:
+    N), where ``exc`` is the dataset's line for the saved root and it is gone: :func:`data_root_gone`'s line,
+    saying that ``move`` moves it (the dataset's line points at [data_roots] of fslab.toml, which the saved
+    root, a layer above, overrides). ``that_run`` names the run."""
+    return data_root_gone(that_run, layers[0].get("dataset"), exc, settings, reads="a run like it reads its data "
+                          "there too: ", move=move)
+
+
+def data_root_gone(that_run: str, dataset: dict, exc: UsageError, settings, *, reads: str = "",
+                   move: str | None = None) -> UsageError | None:
+    """The one line for a run whose saved data root is gone (``exc`` the dataset's line for it:
+    :func:`gone_root`), as fslab eval, resume, sweep resume, run --like and the dashboard say it; else None.
+    ``that_run`` names the run, ``reads`` says where what the command starts reads its data, and ``move``
+    how to give where the data lies now, its ``DIR`` filled in with this project's folder for the dataset,
+    where it has one (:func:`root_here`); with no ``move``, the link that puts the data back (a resume,
+    which reads its data from no other place)."""
+    if (root := gone_root(dataset, exc)) is None:
         return None
-    if here := root_here(settings, layers[0].get("dataset"), root):
-        move = (move.replace("DIR", f"{shlex.quote(here[0])} ({here[1]})") if "DIR" in move
-                else f"{move} ({here[0]} is {here[1]})")
-    return UsageError(f"{that_run} was trained on {root}, which is not a folder now; a run like it reads its data "
-                      f"there too: if the data moved, give where it lies with {move}")
+    here = root_here(settings, dataset, root)
+    if move is None:
+        advice = "put it back or link it there (" + _link(root, here) + ")" + (f"; {here[0]} is {here[1]}"
+                                                                             if here else "")
+    elif here:
+        advice = "give where it lies with " + (move.replace("DIR", f"{shlex.quote(here[0])} ({here[1]})")
+                                               if "DIR" in move else f"{move} ({here[0]} is {here[1]})")
+    else:
+        advice = f"give where it lies with {move}"
+    return UsageError(f"{that_run} was trained on {root}, which is not a folder now; {reads}if the data moved, "
+                      f"{advice}")
+
+
+def _link(root: str, here: tuple[str, str] | None) -> str:
+    """The command that links ``here``'s folder (else NEW_PLACE) at the gone ``root``, after the ``mkdir -p``
+    of its parent where that is gone too (the first machine's folders: ln has nowhere to put the link)."""
+    link = f"ln -s {shlex.quote(here[0]) if here else 'NEW_PLACE'} {shlex.quote(root)}"
+    if not Path(root).parent.is_dir():
+        link = f"mkdir -p {shlex.quote(str(Path(root).parent))} && {link}"
+    return link
 
 
 def root_here(settings, dataset: dict, root: str) -> tuple[str, str] | None:
@@ -264,18 +290,10 @@ def root_here(settings, dataset: dict, root: str) -> tuple[str, str] | None:
 
 
 def root_gone(run: Run, config: dict, exc: UsageError, settings=None) -> UsageError | None:
-    """Where ``exc`` is the dataset's line for a run's data root that is gone (:func:`gone_root`):
-    one that says where a resumed run reads its data, which it does from no other place, with the link
-    that puts this project's folder for the dataset there (:func:`root_here`), where it has one."""
-    if (root := gone_root(config.get("dataset"), exc)) is None:
-        return None
-    here = root_here(settings, config.get("dataset"), root)
-    link = f"ln -s {shlex.quote(here[0]) if here else 'NEW_PLACE'} {shlex.quote(root)}"
-    if not Path(root).parent.is_dir():  # the first machine's folders: ln has nowhere to put the link
-        link = f"mkdir -p {shlex.quote(str(Path(root).parent))} && {link}"
-    return UsageError(f"run {run.id} was trained on {root}, which is not a folder now; a resumed run reads its "
-                      f"data there: if the data moved, put it back or link it there ({link})"
-                      + (f"; {here[0]} is {here[1]}" if here else ""))
+    """Where ``exc`` is the dataset's line for a run's data root that is gone: :func:`data_root_gone`'s
+    line, saying where a resumed run reads its data, which it does from no other place."""
+    return data_root_gone(f"run {run.id}", config.get("dataset"), exc, settings,
+                          reads="a resumed run reads its data there: ")
 
 
 def not_stoppable_here(status: dict) -> str | None:
