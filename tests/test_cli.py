@@ -1003,6 +1003,8 @@ def test_show_says_which_data_root_fslab_filled_in_and_lists_one_that_was_set(pr
     for name, (dataset, root) in roots.items():
         write_run(project / "runs", name, events=history(),
                   cfg=complete_config(dataset={"name": dataset, "root": str(root)}))
+        if dataset != "synthetic":
+            Path(root).mkdir(parents=True, exist_ok=True)  # on this machine (one that is not is marked so: below)
 
     def lines(ref):
         shown_ = fslab_here("show", ref, cwd=project, env={**os.environ, "COLUMNS": "1000"})
@@ -1018,6 +1020,33 @@ def test_show_says_which_data_root_fslab_filled_in_and_lists_one_that_was_set(pr
     assert not any(line.startswith("data root") for line in set_)
     for synthetic in (lines("dddd"), lines("eeee")):
         assert not any("data root" in line or "dataset.root" in line for line in synthetic), synthetic
+
+
+def test_show_marks_a_data_root_that_is_not_on_this_machine(project):
+    """A store rsynced to a machine whose data lies elsewhere (or data moved since): fslab show named the run's
+    data root as if it were there, which fslab resume and eval then refused; it marks it, in --json too."""
+    from .test_tui_helpers import complete_config, history, write_run
+
+    (project / "here").mkdir()
+    roots = {"20260101-000000-nca-aaaa": ("miniimagenet", project / "elsewhere"),  # set, and gone
+             "20260101-000001-nca-bbbb": ("miniimagenet", project / "data" / "miniimagenet"),  # filled in, gone
+             "20260101-000002-nca-cccc": ("miniimagenet", project / "here"),
+             "20260101-000003-nca-dddd": ("synthetic", project / "data" / "synthetic")}  # reads no files
+    for name, (dataset, root) in roots.items():
+        write_run(project / "runs", name, events=history(),
+                  cfg=complete_config(dataset={"name": dataset, "root": str(root)}))
+
+    def show(*args):
+        shown_ = fslab_here("show", *args, cwd=project, env={**os.environ, "COLUMNS": "1000"})
+        assert shown_.returncode == 0, shown_.stderr
+        return shown_.stdout
+
+    assert f"dataset.root={project}/elsewhere (not on this machine)," in show("aaaa")
+    assert (f"data root {project}/data/miniimagenet (not on this machine) (as fslab fills it in where none is set: "
+            f"fslab's default, data/miniimagenet)") in show("bbbb").splitlines()
+    assert "not on this machine" not in show("cccc") + show("dddd")
+    assert [json.loads(show(ref, "--json"))["data_root_gone"] for ref in ("aaaa", "bbbb", "cccc", "dddd")] == [
+        True, True, False, False]
 
 
 @pytest.mark.slow

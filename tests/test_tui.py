@@ -577,6 +577,32 @@ def test_the_config_tab_says_why_it_has_no_configuration_and_shows_it_once_it_ca
     drive(frozen_app(runs), body)
 
 
+def test_the_config_tab_marks_a_data_root_that_is_not_on_this_machine_as_fslab_show_does(tmp_path):
+    """The config tab showed a run's data root that is gone (a store copied to another machine) as any
+    other; it says so above the configuration, in fslab show's words, and not for a root that is there."""
+    from .test_tui_helpers import config
+
+    runs = tmp_path / "runs"
+    gone = write_run(runs, "20260101-100000-nca-gone", events=history(epochs=1),
+                     cfg={**config(dataset="miniimagenet"), "dataset": {"name": "miniimagenet",
+                                                                        "root": str(tmp_path / "moved")}})
+    here = write_run(runs, "20260101-100100-nca-here", events=history(epochs=1),
+                     cfg={**config(dataset="miniimagenet"), "dataset": {"name": "miniimagenet", "root": str(tmp_path)}})
+
+    async def body(app, pilot):
+        texts = []
+        for folder in (gone, here):
+            await open_detail(app, pilot, folder.name)
+            await pilot.press("5")
+            texts.append(str(app.screen.query_one("#config-text").render()))
+            await pilot.press("escape")
+            await settle(app, pilot)
+        assert texts[0].startswith(f"data root {tmp_path / 'moved'} (not on this machine)\n{{"), texts[0]
+        assert texts[1].startswith("{") and "not on this machine" not in texts[1]
+
+    drive(frozen_app(runs), body)
+
+
 def test_the_config_tab_sets_its_no_configuration_line_only_when_the_reason_changes(tmp_path):
     """Each tick read config.json again and set the tab's 'no configuration to show' line again, the same line:
     a refresh of the tab (a flicker) every second for as long as the file was missing."""

@@ -342,6 +342,9 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     A queued run that will not start until a person acts (its claim file damaged, or held by a taker this machine
     cannot tell gone) says so under its state, in fslab queue's line ("problem" with --json).
 
+    A data root that is no folder on this machine (the data moved, or the store was copied from another machine)
+    is marked so: dataset.root=/lab/data (not on this machine) ("data_root_gone" with --json).
+
     And each sink that failed as the run trained (its tracker lacks the rest), fell behind and lost events, or had
     not finished when the run ended: at which epoch and step, why, and the fslab export RUN --to SINK that catches it
     up."""
@@ -361,7 +364,7 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
     sinks = failures(run_.path)
     problem = run_.claim_problem(status) if summary.state == "queued" else None  # as fslab queue says it
     if as_json:
-        print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, "config": run_.config(),
+        print(json.dumps({**summary.to_dict(), "path": str(run_.path), "status": status, **_config_keys(run_),
                           "heartbeat_stale": stale is not None, "problem": problem, "evaluations": evaluations,
                           "results": run_.results(), "time": spent, "sink_failures": sinks}))
         return
@@ -392,6 +395,15 @@ def show(ref: RunRef, as_json: JsonFlag = False, wide: WideFlag = False) -> None
              logged_evaluator(e) + precision_note(e), _score(e)] for e in evaluations]
     if rows:
         print_table(console, lambda width: fit(EVAL_COLUMNS, rows, width, EVAL_STEPS), wide)
+
+
+def _config_keys(run_) -> dict:
+    """fslab show --json's ``config``, and ``data_root_gone``: whether the run's data root is no folder on this
+    machine (:func:`fslab.core.config.root_not_here`, which marks it in fslab show's lines too)."""
+    from fslab.core.config import root_not_here
+
+    config = run_.config()
+    return {"config": config, "data_root_gone": root_not_here(config.get("dataset"), registry(settings())) is not None}
 
 
 # fslab show's evaluations table, and the order it gives way in (fslab.cli.tables).
@@ -433,9 +445,10 @@ def _settings_line(run_) -> tuple[str, str]:
     plugins' (what its recipe, dataset, fslab.toml and command line set),
     method and seed aside; and where its data root is the one fslab fills in
     (:func:`_filled_root`), a line saying so, that root left out of the first. A dataset that reads no
-    files (Registry.reads_files: synthetic) has no data root, named in neither."""
+    files (Registry.reads_files: synthetic) has no data root, named in neither. A root that is no folder
+    on this machine is marked so, where either names it (:func:`fslab.core.config.root_not_here`)."""
     from fslab.core.assignments import assignment
-    from fslab.core.config import DEFAULTS, outside_settings
+    from fslab.core.config import DEFAULTS, NOT_HERE, outside_settings, root_not_here
     from fslab.core.keys import PLUGIN_SECTIONS, dotted
 
     try:
@@ -447,7 +460,8 @@ def _settings_line(run_) -> tuple[str, str]:
     # a dataset that reads no files (synthetic) has no data root: an earlier fslab saved one all the same
     rootless = isinstance(dataset, dict) and isinstance(dataset.get("name"), str) and not plugins.reads_files(
         dataset["name"])
-    filled = "" if rootless else _filled_root(dataset)
+    mark = f" {NOT_HERE}" if root_not_here(dataset, plugins) else ""
+    filled = "" if rootless else _filled_root(dataset, mark)
     defaults = dotted(DEFAULTS)
     for section in PLUGIN_SECTIONS:
         chosen = config.get(section)
@@ -456,16 +470,17 @@ def _settings_line(run_) -> tuple[str, str]:
         except FslabError:
             continue  # a plugin not installed here: its parameters are all shown
         defaults |= {f"{section}.{k}": v for k, v in component.params.items()}
-    return ", ".join(assignment(k, v) for k, v in dotted(config).items()
+    return ", ".join(assignment(k, v) + (mark if k == "dataset.root" else "") for k, v in dotted(config).items()
                      if k not in ("method", "seed", "config_version") and not outside_settings(k)
                      and (k not in defaults or defaults[k] != v)
                      and not ((filled or rootless) and k == "dataset.root")), filled
 
 
-def _filled_root(dataset) -> str:
+def _filled_root(dataset, mark: str = "") -> str:
     """``data root ROOT (as fslab fills it in ...)`` where the run's dataset.root is the one fslab fills in
     for its dataset in this project where none is set ([data_roots] of fslab.toml, else data/<dataset>);
-    '' where it is another (set by the run's options, recipe or [run]: a setting like the others)."""
+    '' where it is another (set by the run's options, recipe or [run]: a setting like the others). ``mark``
+    follows the root (`` (not on this machine)``)."""
     from fslab.core.config import filled_root, filled_root_source
 
     name, root = (dataset.get("name"), dataset.get("root")) if isinstance(dataset, dict) else (None, None)
@@ -474,7 +489,7 @@ def _filled_root(dataset) -> str:
     project = settings()
     if root != os.path.abspath(os.path.expanduser(filled_root(project, name))):
         return ""
-    return f"data root {root} (as fslab fills it in where none is set: {filled_root_source(project, name)})"
+    return f"data root {root}{mark} (as fslab fills it in where none is set: {filled_root_source(project, name)})"
 
 
 def _score(evaluation: dict) -> str:

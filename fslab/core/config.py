@@ -348,6 +348,22 @@ def filled_root(settings: Settings, dataset: str) -> str:
     return settings.data_roots.get(dataset, f"data/{dataset}")
 
 
+NOT_HERE = "(not on this machine)"  # the mark beside a run's data root that root_not_here() finds
+
+
+def root_not_here(dataset: Any, registry) -> str | None:
+    """The data root of a run's ``dataset`` section where it is no folder on this machine (the data moved, or
+    the store was copied from a machine whose data lies elsewhere), for a dataset that reads files
+    (:meth:`fslab.core.registry.Registry.reads_files`); else None. fslab show marks it :data:`NOT_HERE`
+    (``data_root_gone`` in its --json), as the dashboard's config tab does."""
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("name"), str):
+        return None
+    root = dataset.get("root")
+    if not isinstance(root, str) or not root or not registry.reads_files(dataset["name"]) or os.path.isdir(root):
+        return None
+    return root
+
+
 def filled_root_source(settings: Settings, dataset: str) -> str:
     """Where :func:`filled_root` takes the root of ``dataset`` from, as lines name it."""
     return "[data_roots] of fslab.toml" if dataset in settings.data_roots else f"fslab's default, data/{dataset}"

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Log, Static, TabbedContent, TabPane
 
 from fslab.core import schemas
+from fslab.core.config import NOT_HERE
 from fslab.core.events import is_validation, logged_evaluator, precision_note, score_cell
 from fslab.core.runstore import Run
 from fslab.core.sinks import failure_line, failures
@@ -201,10 +202,20 @@ class DetailScreen(Screen):
             # its claim read only while it is queued, as fslab runs reads it: fslab queue's line
             problem = Run(self.follower.path).claim_problem() if row is not None and row.state == "queued" else None
             read = RunRead(delta, series, rows, self.history.time_line, sinks, tuple(self.history.val_metrics),
-                           None if delta.missing else problem)
+                           None if delta.missing else problem, self.root_not_here(delta.config))
         finally:
             self._lock.release()
         self.post_message(read)
+
+    def root_not_here(self, config: dict | None) -> str | None:
+        """The data root of a configuration just read where it is no folder on this machine, as fslab show
+        marks it (:func:`fslab.core.config.root_not_here`); read off the UI thread, the plugins loaded once."""
+        if config is None:
+            return None
+        import fslab
+        from fslab.core.config import root_not_here
+
+        return root_not_here(config.get("dataset"), fslab.get_registry(self.app.settings, report=lambda line: None))
 
     def on_run_read(self, message: RunRead) -> None:
         self.apply(message)
@@ -236,7 +247,9 @@ class DetailScreen(Screen):
         self.claim_problem = read.claim_problem
         if delta.config is not None:
             self.config_problem = None
-            self.query_one("#config-text", Static).update(Text(json.dumps(delta.config, indent=2, sort_keys=True)))
+            gone = f"data root {read.root_not_here} {NOT_HERE}\n" if read.root_not_here else ""  # as fslab show
+            self.query_one("#config-text", Static).update(Text(gone + json.dumps(delta.config, indent=2,
+                                                                                 sort_keys=True)))
         elif delta.config_problem not in (None, self.config_problem):  # read again at each tick until it can be:
             self.config_problem = delta.config_problem  # the tab's line set again only when the reason changed
             self.query_one("#config-text", Static).update(Text(f"no configuration to show: "

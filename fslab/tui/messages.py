@@ -33,7 +33,8 @@ class RunRead(Message):
     the charts' series (None when unchanged), a row per new evaluation, where the time went and the
     sinks that failed as it trained (fslab.core.sinks.failures: {name: record}) and what its validations
     scored (``accuracy``, ``map``: the val chart's title), and why a queued run will not start unless a person
-    acts (its claim: fslab.core.runstore.Run.claim_problem, the line fslab queue says)."""
+    acts (its claim: fslab.core.runstore.Run.claim_problem, the line fslab queue says), and, with a configuration
+    read, its data root where that is no folder on this machine (fslab.core.config.root_not_here)."""
 
     delta: RunDelta
     series: dict[str, Any] | None
@@ -42,6 +43,7 @@ class RunRead(Message):
     sink_failures: dict[str, dict] = field(default_factory=dict)
     val_metrics: tuple[str, ...] = ()
     claim_problem: str | None = None
+    root_not_here: str | None = None
 
 
 @dataclass
