@@ -1488,8 +1488,8 @@ def _tiny_folder_run(tmp_path, batch: int = 6, queries: int = 1):
 
 @pytest.mark.slow
 def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp_path):
-    """The dataset's line said to give --data-root or [data_roots] of fslab.toml: fslab resume has
-    no --data-root and a resumed run reads neither; its saved root (or a link there) is the way."""
+    """The dataset's line said to give --data-root or [data_roots] of fslab.toml: fslab resume had
+    no --data-root and a resumed run reads neither; its line names fslab resume's --data-root."""
     from fslab.core.runstore import Run
 
     make_folder_tree(tmp_path / "tree", classes=3, per_class=4, size=(8, 8))
@@ -1501,7 +1501,42 @@ def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp
     refused = fslab("resume", run_dir.name, cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         f"error: run {run_dir.name} was trained on {tmp_path / 'tree'}, which is not a folder now; a resumed run "
-        f"reads its data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {tmp_path / 'tree'})"]
+        f"reads its data there: if the data moved, give where it lies with fslab resume {run_dir.name} --data-root DIR"]
+
+
+@pytest.mark.slow
+def test_resume_data_root_moves_a_run_onto_the_data_it_started_on_and_refuses_other_data(tmp_path):
+    """fslab resume took no --data-root: a run whose data moved (a new disk, a store rsynced to a machine whose
+    data lies elsewhere) resumed only through a link at its old root. --data-root DIR moves it there for good,
+    where DIR holds the data it started on (config.json's root, which fslab show and a later resume read; the
+    root it leaves kept in a data_root event, which the resume's cut of metrics.jsonl keeps); other data is
+    refused in one line, nothing written."""
+    from fslab.core.runstore import Run
+
+    make_folder_tree(tmp_path / "tree", classes=3, per_class=4, size=(8, 8))
+    started = _tiny_folder_run(tmp_path)
+    assert started.returncode == 0, started.stderr
+    (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
+    Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
+    shutil.copytree(tmp_path / "tree", tmp_path / "other")
+    shutil.rmtree(tmp_path / "other" / "train" / "train-class2")  # not the images it started on
+    (tmp_path / "tree").rename(tmp_path / "moved")
+    files = lambda: {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != ".worker.lock"}
+    before = files()
+    other = fslab("resume", run_dir.name, "--data-root", "other", cwd=tmp_path)
+    assert other.returncode == 2 and other.stderr.strip().splitlines()[-1] == (
+        f"error: --data-root {tmp_path / 'other'} does not hold the data run {run_dir.name} started on (train: 8 "
+        f"images in 2 classes now, 12 in 3 then); resume it on the same files, or start anew on these: fslab run "
+        f"--like {run_dir.name} --data-root {tmp_path / 'other'}; nothing was changed")
+    assert files() == before  # the lock's holder line aside, as any resume refused
+    moved = fslab("resume", run_dir.name, "--data-root", "moved", cwd=tmp_path)
+    assert moved.returncode == 0 and "note:" not in moved.stdout, moved.stderr
+    assert Run(run_dir).config()["dataset"]["root"] == str(tmp_path / "moved")
+    assert Run(run_dir).state() == "completed"
+    (event,) = Run(run_dir).events_of("data_root")
+    assert (event["root"], event["was"]) == (str(tmp_path / "moved"), str(tmp_path / "tree"))
+    shown = fslab("show", run_dir.name, cwd=tmp_path, env={**os.environ, "COLUMNS": "1000"})
+    assert f"dataset.root={tmp_path / 'moved'}," in shown.stdout and "not on this machine" not in shown.stdout
 
 
 @pytest.mark.slow
@@ -1565,13 +1600,13 @@ def test_resuming_a_sweep_whose_data_root_is_gone_says_where_its_runs_read_their
     refused = fslab("sweep", "resume", sweep_id, cwd=project)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         f"error: run {runs[0].id} was trained on {project / 'tree'}, which is not a folder now; a resumed run "
-        f"reads its data there: if the data moved, put it back or link it there (ln -s NEW_PLACE {project / 'tree'})"]
+        f"reads its data there: if the data moved, give where it lies with fslab resume {runs[0].id} --data-root DIR"]
     assert all(run.state() == "failed" for run in runs)  # none queued again
 
 
-def test_the_link_command_for_a_data_root_that_is_gone_quotes_its_path(project, registry):
-    """A root with spaces or quotes (a project in "my project/") was pasted into the ln -s command as it is,
-    which the shell splits: it is quoted as the shell reads it."""
+def test_the_folder_a_gone_data_root_s_line_names_is_quoted_as_the_shell_reads_it(project, registry):
+    """A folder with spaces or quotes (a project in "my project/") was pasted into the command the line
+    gives as it is, which the shell splits: it is quoted as the shell reads it."""
     import shlex
 
     from fslab.core.settings import load_settings
@@ -1579,16 +1614,19 @@ def test_the_link_command_for_a_data_root_that_is_gone_quotes_its_path(project, 
 
     tree = project / "my 'data' é"
     make_folder_tree(tree, classes=3, per_class=4, size=(8, 8))
-    base = [{"dataset": {"name": "folder", "root": str(tree), "image_size": 8}, "device": "cpu",
+    base = [{"dataset": {"name": "folder", "root": str(project / "gone"), "image_size": 8}, "device": "cpu",
              "eval": {"ways": 2, "queries": 1, "shots": [1], "val_shots": 1}, "train": {"batch_size": 6}}]
+    make_folder_tree(project / "gone", classes=3, per_class=4, size=(8, 8))
     sweep_id, runs = create_sweep("nca", {"train.lr": [0.1]}, 1, base=base, settings=load_settings(),
                                   registry=registry)
     runs[0].write_status(state="failed")
-    tree.rename(project / "moved")
+    shutil.rmtree(project / "gone")
+    (project / "fslab.toml").write_text(f"[data_roots]\nfolder = {json.dumps(str(tree))}\n")
     refused = fslab("sweep", "resume", sweep_id, cwd=project)
     (line,) = refused.stderr.strip().splitlines()
-    assert refused.returncode == 2 and line.endswith(f"(ln -s NEW_PLACE {shlex.quote(str(tree))})"), line
-    assert shlex.split(line.rsplit("(", 1)[1].rstrip(")")) == ["ln", "-s", "NEW_PLACE", str(tree)]
+    command = line.split("give where it lies with ", 1)[1].split(" (this project's folder", 1)[0]
+    assert refused.returncode == 2 and shlex.split(command) == ["fslab", "resume", runs[0].id, "--data-root",
+                                                                str(tree)], line
 
 
 def test_a_store_copied_with_its_data_names_this_project_s_folder_for_the_data_where_the_saved_root_is_gone(
@@ -1596,7 +1634,7 @@ def test_a_store_copied_with_its_data_names_this_project_s_folder_for_the_data_w
     """A project trained on one machine and copied to another, its data inside it ([data_roots] folder = "tree"):
     each run saved the first machine's absolute root. fslab resume and sweep resume said "ln -s NEW_PLACE
     /first/machine/tree", a link ln cannot make where that machine's folders are not here. Each now names this
-    project's folder for the dataset in the link, after the mkdir -p its parent needs (fslab eval's --data-root:
+    project's folder for the dataset in the fslab resume --data-root it says to give (fslab eval's --data-root:
     test_a_run_on_a_folder_tree_ends_with_results)."""
     import shlex
 
@@ -1618,14 +1656,22 @@ def test_a_store_copied_with_its_data_names_this_project_s_folder_for_the_data_w
     (runs[0].path / "config.json").write_text(json.dumps(config))
     runs[0].write_status(state="killed")
     with_checkpoint(runs[0])
-    here = f"{project / 'tree'} is this project's folder for dataset 'folder', from [data_roots] of fslab.toml"
-    link = (f"(mkdir -p {shlex.quote(str(first.parent))} && ln -s {project / 'tree'} {shlex.quote(str(first))}); "
-            f"{here}")
+    here = f"{project / 'tree'} (this project's folder for dataset 'folder', from [data_roots] of fslab.toml)"
     for args in (["resume", runs[0].id], ["sweep", "resume", sweep_id]):
         refused = fslab_here(*args, cwd=project)
         assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
             f"error: run {runs[0].id} was trained on {first}, which is not a folder now; a resumed run reads its "
-            f"data there: if the data moved, put it back or link it there {link}"], args
+            f"data there: if the data moved, give where it lies with fslab resume {runs[0].id} --data-root {here}"
+        ], args
+    # its start recorded nothing of its data (an earlier fslab's): --data-root cannot tell the data is the same
+    saved = (runs[0].path / "config.json").read_bytes()
+    refused = fslab_here("resume", runs[0].id, "--data-root", "tree", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"error: run {runs[0].id} recorded nothing of the data it started on (an earlier fslab started it), so "
+        f"--data-root cannot tell that {project / 'tree'} holds the same; link it where the run reads it (mkdir -p "
+        f"{shlex.quote(str(first.parent))} && ln -s {project / 'tree'} {shlex.quote(str(first))}) and resume it, or "
+        f"start anew there: fslab run --like {runs[0].id} --data-root {project / 'tree'}"]
+    assert (runs[0].path / "config.json").read_bytes() == saved
     assert not (tmp_path / "first machine").exists()
 
 

@@ -220,6 +220,25 @@ def test_a_resume_keeps_the_evaluations_fslab_eval_logged_after_its_checkpoint(t
                                                                            "episodes": 50, "epoch": 1}}}
 
 
+def test_the_event_of_a_data_root_moved_outlives_a_resume_s_cut_and_a_start_afresh(tmp_path):
+    """fslab resume --data-root keeps the root a run leaves in a data_root event, appended after its checkpoint:
+    the worker's cut back to the checkpoint (or, for a run queued again before one, its emptied log) would lose
+    it, and with it where the run's data was."""
+    from fslab.core.eventlog import start_afresh, truncate_to_checkpoint
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    logged_life(run)
+    with open(run.metrics_path, "a") as fh:
+        fh.write("\n")  # the torn line ended, as the next writer ends it
+    log = EventLog(run, echo=False)
+    log.write("data_root", root="/new", was="/old")
+    log.close()
+    truncate_to_checkpoint(run, 1)
+    assert [e["event"] for e in run.events()] == ["train", "checkpoint", "eval", "data_root"]
+    start_afresh(run)
+    assert [(e["event"], e.get("root"), e.get("was")) for e in run.events()] == [("data_root", "/new", "/old")]
+
+
 def test_fslab_eval_beside_a_resume_logs_into_the_file_the_resume_left(tmp_path):
     """fslab eval opens the log before it scores; a resume that cuts the log back meanwhile replaces the
     file, and the evaluation's line went to the replaced one, lost with it."""

@@ -342,3 +342,25 @@ def test_a_run_folder_that_cannot_be_written_is_refused_before_the_resume_starts
         f"checkpoints in the run's folder; resume a copy in a store this user can write (cp -r runs/{fixture.name} "
         f"OTHER/runs/)\n"))
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")} == before
+
+
+def test_resume_data_root_is_refused_for_no_folder_and_for_a_dataset_that_reads_no_files(project):
+    """fslab resume --data-root moves a run's data root; a DIR that is no folder, or one given a run of synthetic
+    (which reads no files), is one line, exit code 2, before anything of the run changes."""
+    from fslab.core.runstore import create_run
+
+    from .runs_helpers import with_checkpoint
+    from .test_tui_helpers import complete_config
+
+    run = create_run(project / "runs", "nca", complete_config())  # synthetic
+    run.write_status(state="killed")
+    with_checkpoint(run)
+    saved = (run.path / "config.json").read_bytes()
+    missing = fslab_here("resume", run.id, "--data-root", "nowhere", cwd=project)
+    assert (missing.returncode, missing.stderr) == (2, "error: --data-root nowhere is not a folder\n")
+    (project / "data").mkdir()
+    rootless = fslab_here("resume", run.id, "--data-root", "data", cwd=project)
+    assert (rootless.returncode, rootless.stderr) == (2, (
+        f"error: run {run.id} trained on dataset 'synthetic', which reads no files: --data-root gives it none; "
+        f"resume it without --data-root\n"))
+    assert (run.path / "config.json").read_bytes() == saved and run.state() == "killed"

@@ -137,7 +137,7 @@ def _like_root_gone(like: str | None, layers: list[dict], exc: UsageError, proje
     """With --like RUN, where ``exc`` is the dataset's line for RUN's saved data root and that root is
     gone: a line that says only --data-root moves it (the saved root is a layer above [data_roots] of
     fslab.toml, which the dataset's own line also suggests), naming this project's folder for the dataset."""
-    from fslab.execution.executor import like_root_gone
+    from fslab.execution.data_roots import like_root_gone
 
     return None if like is None else like_root_gone(f"--like {like}: that run", layers, exc, "--data-root DIR",
                                                     project)
@@ -325,6 +325,10 @@ def resume(
     executor: Annotated[str | None, typer.Option(
         help="local or slurm (default: where the run last ran).", autocompletion=choices("local", "slurm"))] = None,
     slurm: SlurmOpt = None,
+    data_root: Annotated[Path | None, typer.Option(
+        help="Where the run's data lies now, if it moved (its root is gone, or a store was copied to a machine "
+             "whose data lies elsewhere): saved as its root (fslab show reads it) once it holds the data the run "
+             "started on; the only setting a resume takes.")] = None,
 ) -> None:
     """Continue a killed, lost or failed run from its last checkpoint, in its folder (a --gpus N run on N again).
 
@@ -343,6 +347,10 @@ def resume(
     Its configuration is checked again first, as fslab run checks one; a plugin it was
     trained with that none installed registers is named, with how the run goes on.
 
+    It reads its data from the root it was created with; --data-root DIR moves it there for good (the root it
+    leaves kept in a data_root event of metrics.jsonl), refused in one line, nothing changed, where DIR's splits
+    differ from those the run started on (their images, classes or labels).
+
     Ctrl-C (or a SIGTERM) stops the worker again, one pressed while it starts included (exit code 130, or 143).
     A reader of the output that goes away (| head -2) leaves it training, said on stderr (exit code 141).
     """
@@ -357,7 +365,8 @@ def resume(
     held = HeldSignals()
     try:
         started = executors.resume(run, settings=project, registry=registry(project), executor=executor,
-                                   overrides=slurm, starting=held.hold)
+                                   overrides=slurm, starting=held.hold,
+                                   data_root=None if data_root is None else str(data_root))
     except BaseException:
         held.release(raise_held=False)
         raise

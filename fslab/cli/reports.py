@@ -282,7 +282,7 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
     """``evaluate_run`` on --data-root, which must be a folder, or on the run's own root. Where that
     root is gone the dataset's line pointed at [data_roots] of fslab.toml, which a run made before
     does not read: the line then says that the data may have moved, and how to name where it lies
-    (:func:`fslab.execution.executor.data_root_gone`, the line every command says of a gone root). Its
+    (:func:`fslab.execution.data_roots.data_root_gone`, the line every command says of a gone root). Its
     warnings (a feature cache the disk refused) are said once the scores are saved, and never before the
     line of a failure: on the same full disk, that one line is all."""
     if data_root is not None and not data_root.is_dir():
@@ -305,7 +305,7 @@ def _evaluate(evaluate_run, run_, cfg, data_root: Path | None, **options) -> lis
                              f"gone, and the scores with it)") from None
         raise
     except UsageError as exc:
-        from fslab.execution.executor import data_root_gone
+        from fslab.execution.data_roots import data_root_gone
 
         gone = None if data_root is not None else data_root_gone(f"run {run_.id}", cfg.dataset, exc, settings(),
                                                                   move="--data-root DIR")

@@ -17,10 +17,16 @@ import time
 
 from fslab.core.commands import like_command
 from fslab.core.errors import FslabError
-from fslab.core.events import describe_event
+from fslab.core.events import MOVED_ROOT, describe_event
 from fslab.core.files import atomic_write_text, loads, naming
 from fslab.core.runstore import Run
 from fslab.core.summary import SummaryFile
+
+
+def first_start_data(run: Run) -> dict:
+    """The splits' outlines (:func:`fslab.training.record.split_outline`) the run's first start recorded, kept in
+    ``metrics.jsonl`` before its checkpoint; empty for a run an earlier fslab started, which recorded none."""
+    return next((e["data"] for e in run.events_of("start") if isinstance(e.get("data"), dict)), {})
 
 
 @contextlib.contextmanager
@@ -142,14 +148,25 @@ def start_afresh(run: Run) -> None:
     """Empty ``metrics.jsonl`` for a run that starts from its beginning again: one
     queued again (``fslab sweep resume``, a requeued SLURM job) after it ended
     before its first checkpoint. The events of that earlier start would read as
-    this one's, each step up to where it stopped logged twice. A new run has no
-    file yet, and nothing is done."""
+    this one's, each step up to where it stopped logged twice; those of its data root moved
+    (:data:`MOVED_ROOT`) are kept, no training's. A new run has no file yet, and nothing is done."""
     try:
         if run.metrics_path.stat().st_size == 0:
             return
+        lines = run.metrics_path.read_bytes().splitlines(keepends=True)
     except FileNotFoundError:
         return
-    atomic_write_text(run.metrics_path, "")
+    kept = [line if line.endswith(b"\n") else line + b"\n" for line in lines if _moved_root(line)]
+    atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))
+
+
+def _moved_root(line: bytes) -> bool:
+    """Whether the line is the event of a data root moved (:data:`MOVED_ROOT`): kept whatever is cut."""
+    try:
+        event = loads(line)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and event.get("event") == MOVED_ROOT
 
 
 def truncate_to_checkpoint(run: Run, epoch: int) -> None:
@@ -157,8 +174,9 @@ def truncate_to_checkpoint(run: Run, epoch: int) -> None:
     resumed run continues the file without repeating or skipping a step. The
     evaluations ``fslab eval`` logged after it (they name their ``source``) are
     kept: they scored a checkpoint that was written, not the training that is
-    repeated, and their scores stay in ``evaluations/``. A file that is gone (deleted, left out of a
-    copy) lost that event too, and is said so in the same line."""
+    repeated, and their scores stay in ``evaluations/``, as are those of its data root moved
+    (:data:`MOVED_ROOT`). A file that is gone (deleted, left out of a copy) lost that event too, and is said
+    so in the same line."""
     try:
         fh = open(run.metrics_path, "rb")
     except FileNotFoundError:
@@ -187,6 +205,7 @@ def _cut_back(run: Run, epoch: int, lines: list[bytes]) -> None:
             event = loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and event.get("event") == "eval" and "source" in event:
+        if isinstance(event, dict) and (event.get("event") == "eval" and "source" in event
+                                        or event.get("event") == MOVED_ROOT):
             kept.append(line if line.endswith(b"\n") else line + b"\n")
     atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))

@@ -100,6 +100,9 @@ def numerics_text(start: dict) -> str | None:
     return ", ".join(parts)
 
 
+MOVED_ROOT = "data_root"  # the event fslab resume --data-root appends: the run's data root moved, and from where
+
+
 def describe_event(event: dict) -> str:
     """One readable line for a metrics event (what the worker prints to stdout)."""
     kind = event.get("event")
@@ -120,6 +123,8 @@ def describe_event(event: dict) -> str:
                 f"{event['seconds']:.1f} s, left out of img/s")
     if kind == "resume":
         return f"resumed from the checkpoint of epoch {event['epoch']} (step {event['step']})"
+    if kind == MOVED_ROOT:
+        return f"data root moved to {event.get('root')} from {event.get('was')} (fslab resume --data-root)"
     if kind == "end":
         return "done: " + ", ".join(f"test {shots} {accuracy_text(v)}" for shots, v in event["results"].items())
     return str(event)

@@ -11,7 +11,6 @@ data files, state, checkpoint) whichever surface starts it. ``slurm`` is
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fslab.core.commands import like_command
-from fslab.core.config import check_saved, filled_root, filled_root_source, naming_the_file, resolve
+from fslab.core.config import check_saved, naming_the_file, resolve
 from fslab.core.errors import UsageError, interrupted_code
 from fslab.core.runstore import Run, create_run, unstarted
 from fslab.core.settings import SlurmSettings
@@ -27,6 +26,7 @@ from fslab.core.states import LIVE, RESUMABLE, UNREADABLE, unknown_state
 from fslab.core.sweeps import load_sweep, sweep_runs
 from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
+from fslab.execution.data_roots import move_data_root, moved_config, root_gone
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import NotStoppableHere, start_worker, stop_worker
 from fslab.execution.scheduler import handing_back, slots_needed, start_scheduler
@@ -96,8 +96,8 @@ def _start(run: Run, *, resume: bool, slurm: SlurmSettings | None, slots: list =
     return Started(run, job_id=job_id)
 
 
-def resume(run: Run, *, settings, registry, executor: str | None = None,
-           overrides: list[str] | None = None, starting: Callable[[], None] = lambda: None) -> Started:
+def resume(run: Run, *, settings, registry, executor: str | None = None, overrides: list[str] | None = None,
+           starting: Callable[[], None] = lambda: None, data_root: str | None = None) -> Started:
     """Continue a killed, lost or failed run from its last checkpoint, as a
     local worker or a SLURM job: ``executor``, or where the run last ran. Its
     saved configuration is checked again as a new run's is (the data, GPUs or
@@ -112,7 +112,9 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
     resumed here: with its scheduler running, it is queued again for it (:func:`_hand_back`), else started
     only in free slots. Where every slot is busy and no scheduler runs, it is left queued (or queued again)
     and a scheduler is started that starts it when one frees (:func:`_hand_back`). ``starting`` is called
-    once the run is checked, before its worker starts (as :func:`launch`'s)."""
+    once the run is checked, before its worker starts (as :func:`launch`'s). ``data_root`` (fslab resume
+    --data-root): where its data lies now, checked as its own root is, then saved as its root once it holds
+    the data the run started on (:func:`fslab.execution.data_roots.move_data_root`)."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
     run.check_folder("resume")  # deleted since it was found (or since the dashboard asked): not its lock file's line
@@ -130,7 +132,10 @@ def resume(run: Run, *, settings, registry, executor: str | None = None,
             if freed and in_slots and (line := scheduler_takes(run, let_go=True)) is not None:
                 freed = False  # let go of already, under the hand-back lock
                 raise UsageError(line)
-            checked_again(run, settings, registry, slurm)
+            moved = moved_config(run, data_root, registry)
+            checked_again(run, settings, registry, slurm, moved)
+            if moved is not None:
+                move_data_root(run, moved, registry)
             if in_slots and not freed and (line := _hand_back(run, freed=False)) is not None:
                 return Started(run, queued=line)
             taken = _take_slots(run, settings) if in_slots else []
@@ -222,78 +227,6 @@ def check_resume_writes(run: Run, command: str = "fslab resume") -> None:
     user's run), before any work; the dashboard's r says it before it asks, fslab sweep resume of each run
     it would queue again before it queues any."""
     run.check_writable(command, "the training's status, logs and checkpoints", "resume")
-
-
-def gone_root(dataset: dict, exc: UsageError) -> str | None:
-    """The run's data root (its ``dataset`` section's), where ``exc`` is the dataset's line for
-    that root and it is no folder now; else None. That line points at --data-root and
-    [data_roots] of fslab.toml, which a run made before reads only through fslab eval's option."""
-    root = (dataset or {}).get("root")
-    if not isinstance(root, str) or not root or root not in str(exc) or Path(root).is_dir():
-        return None
-    return root
-
-
-def like_root_gone(that_run: str, layers: list[dict], exc: UsageError, move: str,
-                   settings=None) -> UsageError | None:
-    """For a run like another (``layers[0]`` its saved configuration: fslab run --like, the dashboard's
-    N), where ``exc`` is the dataset's line for the saved root and it is gone: :func:`data_root_gone`'s line,
-    saying that ``move`` moves it (the dataset's line points at [data_roots] of fslab.toml, which the saved
-    root, a layer above, overrides). ``that_run`` names the run."""
-    return data_root_gone(that_run, layers[0].get("dataset"), exc, settings, reads="a run like it reads its data "
-                          "there too: ", move=move)
-
-
-def data_root_gone(that_run: str, dataset: dict, exc: UsageError, settings, *, reads: str = "",
-                   move: str | None = None) -> UsageError | None:
-    """The one line for a run whose saved data root is gone (``exc`` the dataset's line for it:
-    :func:`gone_root`), as fslab eval, resume, sweep resume, run --like and the dashboard say it; else None.
-    ``that_run`` names the run, ``reads`` says where what the command starts reads its data, and ``move``
-    how to give where the data lies now, its ``DIR`` filled in with this project's folder for the dataset,
-    where it has one (:func:`root_here`); with no ``move``, the link that puts the data back (a resume,
-    which reads its data from no other place)."""
-    if (root := gone_root(dataset, exc)) is None:
-        return None
-    here = root_here(settings, dataset, root)
-    if move is None:
-        advice = "put it back or link it there (" + _link(root, here) + ")" + (f"; {here[0]} is {here[1]}"
-                                                                             if here else "")
-    elif here:
-        advice = "give where it lies with " + (move.replace("DIR", f"{shlex.quote(here[0])} ({here[1]})")
-                                               if "DIR" in move else f"{move} ({here[0]} is {here[1]})")
-    else:
-        advice = f"give where it lies with {move}"
-    return UsageError(f"{that_run} was trained on {root}, which is not a folder now; {reads}if the data moved, "
-                      f"{advice}")
-
-
-def _link(root: str, here: tuple[str, str] | None) -> str:
-    """The command that links ``here``'s folder (else NEW_PLACE) at the gone ``root``, after the ``mkdir -p``
-    of its parent where that is gone too (the first machine's folders: ln has nowhere to put the link)."""
-    link = f"ln -s {shlex.quote(here[0]) if here else 'NEW_PLACE'} {shlex.quote(root)}"
-    if not Path(root).parent.is_dir():
-        link = f"mkdir -p {shlex.quote(str(Path(root).parent))} && {link}"
-    return link
-
-
-def root_here(settings, dataset: dict, root: str) -> tuple[str, str] | None:
-    """Where a run's saved data ``root`` is gone (a store copied to another machine, its data with it) but this
-    project keeps a folder for the run's dataset (:func:`fslab.core.config.filled_root`, an existing folder
-    other than ``root``): that folder, and the words that say so; else None."""
-    name = (dataset or {}).get("name")
-    if settings is None or not isinstance(name, str):
-        return None
-    here = os.path.abspath(os.path.expanduser(filled_root(settings, name)))
-    if here == os.path.abspath(root) or not os.path.isdir(here):
-        return None
-    return here, f"this project's folder for dataset '{name}', from {filled_root_source(settings, name)}"
-
-
-def root_gone(run: Run, config: dict, exc: UsageError, settings=None) -> UsageError | None:
-    """Where ``exc`` is the dataset's line for a run's data root that is gone: :func:`data_root_gone`'s
-    line, saying where a resumed run reads its data, which it does from no other place."""
-    return data_root_gone(f"run {run.id}", config.get("dataset"), exc, settings,
-                          reads="a resumed run reads its data there: ")
 
 
 def not_stoppable_here(status: dict) -> str | None:

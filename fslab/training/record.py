@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fslab.core.config import run_config
 from fslab.core.errors import PluginError, UsageError
 from fslab.core.eventlog import EventLog
 from fslab.core.types import evaluator_traits
 from fslab.training import evaluation
-from fslab.training.build import to_input
+from fslab.training.build import build_dataset, load_split, to_input
 
 # What fixes an evaluation's episodes and network besides its shape: the
 # evaluation seed, the episode stream's version and the checkpoint's epoch.
@@ -92,15 +93,33 @@ def split_outline(split) -> dict:
 def data_change_note(run_id: str, before: dict, now: dict) -> str | None:
     """The line a resumed run says where a split's :func:`split_outline` differs from its first start's
     (``before``; None for a split that recorded none, a run of an earlier fslab), else None."""
+    if (told := outline_changes(before, now)) is None:
+        return None
+    return (f"note: the data differs from that run {run_id} started on ({told}: files of its data root added, "
+            f"removed or moved since); it goes on with the data as it is now; to train on one set of images, "
+            f"put them back as they were, or start anew with fslab run --like {run_id}")
+
+
+def outline_changes(before: dict, now: dict) -> str | None:
+    """Each split whose :func:`split_outline` ``now`` differs from ``before`` (a run's first start's; a split
+    that recorded none is passed over), with its counts now and then: ``train: 16 images in 4 classes now, 12
+    in 3 then``; None where none differs (a resume's note says it, and fslab resume --data-root's refusal)."""
     changed = [split for split, outline in now.items()
                if isinstance(before.get(split), dict) and before[split].get("labels") != outline["labels"]]
     if not changed:
         return None
-    told = "; ".join(f"{split}: {now[split]['images']} images in {now[split]['classes']} classes now, "
+    return "; ".join(f"{split}: {now[split]['images']} images in {now[split]['classes']} classes now, "
                      f"{before[split].get('images')} in {before[split].get('classes')} then" for split in changed)
-    return (f"note: the data differs from that run {run_id} started on ({told}: files of its data root added, "
-            f"removed or moved since); it goes on with the data as it is now; to train on one set of images, "
-            f"put them back as they were, or start anew with fslab run --like {run_id}")
+
+
+def outlines_at(config: dict, registry, splits: list[str]) -> dict:
+    """The :func:`split_outline` of each of ``splits`` as the run's dataset (``config``'s section, at its root)
+    loads it now: built and loaded as the worker does (:func:`fslab.training.build.load_split`), from its
+    decoded images' cache where it has one."""
+    cfg = run_config(config)
+    dataset = build_dataset(registry, cfg)
+    named = registry.get("dataset", cfg.dataset["name"]).named
+    return {split: split_outline(load_split(dataset, split, named)) for split in splits}
 
 
 def weights_fingerprint(state: dict) -> str:

@@ -22,7 +22,7 @@ import torch
 from fslab.core.commands import like_command
 from fslab.core.config import RunConfig, run_config, tested_ways
 from fslab.core.errors import FslabError, plugin_call
-from fslab.core.eventlog import EventLog, start_afresh, truncate_to_checkpoint
+from fslab.core.eventlog import EventLog, first_start_data, start_afresh, truncate_to_checkpoint
 from fslab.core.events import recorded_evaluator
 from fslab.core.files import atomic_write_json
 from fslab.core.registry import load_registry
@@ -120,12 +120,6 @@ def setup(run: Run, resume: bool, listeners=()) -> Trainer:
     elif cfg.eval.before_training and world.main:  # the untrained network's accuracy, as epoch 0
         trainer.validate(epoch=0, center=trainer.training_mean())
     return trainer
-
-
-def first_start_data(run: Run) -> dict:
-    """The splits' outlines (:func:`split_outline`) the run's first start recorded, kept in ``metrics.jsonl``
-    before its checkpoint; empty for a run an earlier fslab started, which recorded none."""
-    return next((e["data"] for e in run.events_of("start") if isinstance(e.get("data"), dict)), {})
 
 
 def validates_after(epoch: int, epochs: int, every: int) -> bool:

@@ -15,7 +15,8 @@ from fslab.core.errors import FslabError, UsageError
 from fslab.core.rerun import like
 from fslab.core.runstore import Run
 from fslab.core.text import split_outside
-from fslab.execution.executor import like_root_gone, prepare
+from fslab.execution.data_roots import like_root_gone
+from fslab.execution.executor import prepare
 
 
 class LaunchScreen(ModalScreen[None]):
