@@ -328,7 +328,7 @@ def resume(
     data_root: Annotated[Path | None, typer.Option(
         help="Where the run's data lies now, if it moved (its root is gone, or a store was copied to a machine "
              "whose data lies elsewhere): saved as its root (fslab show reads it) once it holds the data the run "
-             "started on; the only setting a resume takes.")] = None,
+             "started on (a resume takes no other setting).")] = None,
 ) -> None:
     """Continue a killed, lost or failed run from its last checkpoint, in its folder (a --gpus N run on N again).
 
