@@ -36,6 +36,8 @@ REFUSED = [
     ("bench_tui", ["--runs", "5", "--ticks", "0"], "--ticks must be at least 1, got 0"),
     ("bench_tui", ["--runs", "5", "--live", "10"], "--live must be at most --runs (5), got 10"),
     ("make_runs", ["{tmp}/runs", "--runs", "3", "--live", "5"], "--live from 0 to --runs"),
+    ("bench_data_checks", ["--scale", "0"], "--scale must be above 0 and at most 1, got 0.0"),
+    ("bench_data_checks", ["--dir", "{tmp}/nowhere"], "/nowhere: there is no such folder; make it first"),
     ("bench_long_run", ["--steps", "50"], "--steps must be at least 100, got 50"),
     ("bench_long_run", ["--repeats", "0"], "--repeats must be at least 1, got 0"),
     ("bench_short_ids", ["--runs", "0"], "--runs must be at least 1, got 0"),

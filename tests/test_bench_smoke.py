@@ -92,3 +92,14 @@ def test_make_runs_lost_runs_are_lost_not_live_as_in_a_lab_s_store(tmp_path):
     watcher.poll()
     states = {watcher.keepers[name].summary.state for name in watcher.ended}
     assert watcher.live == {live[0].name} and states == {"completed", "failed", "killed", "lost"}
+
+
+def test_bench_data_checks_counts_each_image_s_stats_and_opens_in_every_phase(monkeypatch, capsys, tmp_path):
+    out = run_main("bench_data_checks", ["--scale", "0.005", "--dir", str(tmp_path)], monkeypatch, capsys)
+    assert re.match(MACHINE + r"miniImageNet, csv layout: 300 JPEGs of 84×84 \(3 a class\) made in [\d.]+ s\nfloor: ",
+                    out)
+    phases = ["checks before a run, nothing cached", "cache build \\(first run's worker\\)",
+              "checks before a run, cache warm", "worker's loads, cache warm"]
+    rows = re.findall(rf"^({'|'.join(phases)}) +[\d.]+ s +([\d.]+) +([\d.]+) +(\d+) ", out, re.M)
+    assert [name for name, *_ in rows] == [phase.replace("\\", "") for phase in phases]
+    assert list(tmp_path.iterdir()) == []  # its images deleted
