@@ -102,4 +102,7 @@ def test_bench_data_checks_counts_each_image_s_stats_and_opens_in_every_phase(mo
               "checks before a run, cache warm", "worker's loads, cache warm"]
     rows = re.findall(rf"^({'|'.join(phases)}) +[\d.]+ s +([\d.]+) +([\d.]+) +(\d+) ", out, re.M)
     assert [name for name, *_ in rows] == [phase.replace("\\", "") for phase in phases]
+    # each image stat'ed once a phase, opened only by the header read and the decode; each csv read once
+    assert [(stats, opens, csv) for _, stats, opens, csv in rows] == [
+        ("1.00", "1.00", "3"), ("1.00", "1.00", "3"), ("1.00", "0.00", "3"), ("1.00", "0.00", "3")]
     assert list(tmp_path.iterdir()) == []  # its images deleted

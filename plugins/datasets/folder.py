@@ -206,7 +206,7 @@ class FolderDataset(CachedDataset):
         return super().split_sizes()
 
     def image_files(self, split):
-        return self.plan(split)[2]
+        return self.planned(split)[2]
 
     def class_counts(self, split):
         return [len(files) for _, files in sorted(self.tree(split).items())]

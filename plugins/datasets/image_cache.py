@@ -46,7 +46,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -58,6 +58,7 @@ FORMAT_VERSION = 4
 CACHE_FOLDER = ".fslab-cache"
 DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 512  # images decoded per block written to the cache file
+HEADER_CHUNK = 256  # image headers a thread reads per task before a run (check_headers)
 # .jfif and .jpe: JPEGs as browsers save them (Chrome on Windows); .pbm and .pnm: the netpbm family of .ppm
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jfif", ".jpe", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm",
                     ".pbm", ".pnm")
@@ -113,10 +114,14 @@ def check_classes(dataset: str, source: str, split: str, found: dict[str, int], 
     return present
 
 
-def check_listed(indexes: Sequence[tuple[Path | None, Sequence[Path]]], dataset: str) -> None:
+def check_listed(indexes: Sequence[tuple[Path | None, Sequence[Path]]], dataset: str,
+                 known: dict | None = None) -> None:
     """One line naming the first image an index file lists that is not on disk,
-    and how many are missing in all: ``indexes`` holds (index file, files it names)."""
-    missing = [(index, path) for index, files in indexes for path in files if not os.path.exists(path)]
+    and how many are missing in all: ``indexes`` holds (index file, files it names); ``known``: the
+    files' stats as :func:`stat_all` keeps them, which the cache's key reads again rather than a stat more."""
+    known = {} if known is None else known
+    missing = [(index, path) for index, files in indexes
+               for path, stat in zip(files, stat_all(files, known)) if isinstance(stat, Exception)]
     if len(missing) == 1:
         index, path = missing[0]
         raise UsageError(f"{dataset}: {path}, listed in {index}, does not exist; restore it, or remove its row")
@@ -263,15 +268,21 @@ def check_headers(files: Sequence[Path], root: Path, dataset: str) -> None:
         return
     from PIL import Image
 
-    def unreadable(path: Path):
-        try:
-            with Image.open(path):
-                return None
-        except (OSError, ValueError, Image.DecompressionBombError) as exc:
-            return path, exc
+    def unreadable(paths: Sequence[Path]) -> list[tuple[Path, Exception]]:
+        found = []
+        for path in paths:
+            try:
+                with Image.open(path):
+                    pass
+            except (OSError, ValueError, Image.DecompressionBombError) as exc:
+                found.append((path, exc))
+        return found
 
+    # a few threads (a network file system's latency overlaps), each given HEADER_CHUNK files at once: a task
+    # a file cost more than its header (3.5 s for miniImageNet's 60,000 JPEGs, where one thread reads them in 1.5)
+    chunks = [files[start:start + HEADER_CHUNK] for start in range(0, len(files), HEADER_CHUNK)]
     with ThreadPoolExecutor(DECODE_THREADS) as pool:
-        bad = [found for found in pool.map(unreadable, files) if found is not None]
+        bad = [found for part in pool.map(unreadable, chunks) for found in part]
     if bad:
         path, exc = bad[0]
         more = f" ({len(bad):,} files cannot be read)" if len(bad) > 1 else ""
@@ -360,27 +371,58 @@ def root_cache(root: Path) -> Path:
     return Path(root).resolve() / CACHE_FOLDER
 
 
-def source_key(stem: str, params: dict, sources: Iterable[Path], root: Path | None = None) -> str:
+def source_key(stem: str, params: dict, sources: Sequence[Path], root: Path | None = None,
+               known: dict | None = None) -> str:
     """A hash of the cache format, the parameters and every source file's
     path, size and modification time; each path relative to ``root`` where given (the data root: one root
     reached by two names, a link and its target, is one cache, where each name decoded it again in turn,
-    deleting the other's files)."""
+    deleting the other's files). ``known``: stats already taken (:func:`stat_all`), not taken again."""
     digest = hashlib.sha256(json.dumps({"version": FORMAT_VERSION, "stem": stem, "params": params},
                                        sort_keys=True).encode())
-    for path in sources:
-        try:
-            stat = os.stat(path)
-        except FileNotFoundError:
-            raise UsageError(f"{path} is listed in the dataset's index files but does not exist") from None
+    inside = None if root is None else os.fspath(root) + os.sep
+    for path, stat in zip(sources, stat_all(sources, {} if known is None else known)):
+        if isinstance(stat, FileNotFoundError):
+            raise UsageError(f"{path} is listed in the dataset's index files but does not exist")
+        if isinstance(stat, Exception):  # one it cannot be stat'ed for (no permission): the system's word
+            raise stat
         # the name's bytes as on disk: a name that is not UTF-8 (latin-1 from an old archive) has no str.encode()
-        shown = path if root is None else os.path.relpath(path, root)
+        shown = path if inside is None else relative(os.fspath(path), inside)
         digest.update(b"\n" + os.fsencode(shown) + f"\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
 
 
+def relative(path: str, inside: str) -> str:
+    """``os.path.relpath(path, ROOT)``, ``inside`` being ``ROOT`` and a separator: the path's own tail where
+    both are written plainly (no ``.``, ``..`` nor doubled separator to resolve) and it lies under ROOT, as
+    each file the datasets list does (relpath took 4 µs a file: 3 s of tieredImageNet's 779,165)."""
+    tail = path[len(inside):]
+    if (path.startswith(inside) and os.path.normpath(inside) + os.sep == inside
+            and not any(part in ("", ".", "..") for part in tail.split(os.sep))):
+        return tail
+    return os.path.relpath(path, inside)
+
+
+def stat_all(paths: Sequence[Path], known: dict) -> list[os.stat_result | Exception]:
+    """The ``os.stat`` of each of ``paths``, or the error it raised (a ``FileNotFoundError`` where the file is
+    not there), kept in ``known`` (its name -> either): a path stat'ed once for the checks before a run and the
+    cache's key, not once for each."""
+    stats = []
+    for path in paths:
+        name = os.fspath(path)  # a str hashes at once; a Path builds a tuple of its parts first
+        stat = known.get(name)
+        if stat is None:
+            try:
+                stat = os.stat(name)
+            except (OSError, ValueError) as exc:  # ValueError: a name with a NUL byte, which no file has
+                stat = exc
+            known[name] = stat
+        stats.append(stat)
+    return stats
+
+
 def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
                  build: Callable[[], tuple], verb: str = "decoding", ready: Path | None = None,
-                 root: Path | None = None) -> Split:
+                 root: Path | None = None, key: str | None = None) -> Split:
     """The split cached under ``folder/stem``, decoded by ``build`` first if
     there is no valid cache for these ``sources`` and ``params``. A valid cache
     in ``ready`` is read first (a read-only root's ``.fslab-cache``, made by
@@ -390,9 +432,9 @@ def cached_split(folder: Path, stem: str, params: dict, sources: Sequence[Path],
     the class names, and an iterable of uint8 image blocks ``[k, C, H, W]``
     whose lengths add up to N. Blocks are written to disk as they come, so a
     split larger than memory can be cached. ``root``: the data root the sources' paths are
-    hashed relative to (:func:`source_key`).
+    hashed relative to (:func:`source_key`); ``key``: that key, where the caller has it already.
     """
-    key = source_key(stem, params, sources, root)
+    key = source_key(stem, params, sources, root) if key is None else key
     split = open_cache(ready, stem, key) if ready is not None else None
     if split is None:
         split = open_cache(folder, stem, key)
@@ -563,6 +605,9 @@ class CachedDataset:
         self.cache_dir = cache_dir
         self.check_counts = check_counts
         self._splits: dict = {}
+        self._plans: dict = {}  # split -> plan(split), made once (planned)
+        self._keys: dict[str, str] = {}  # split -> its cache key (key)
+        self._stats: dict = {}  # source file -> its os.stat (stat_all), taken once for the checks and the key
         if not self.root.is_dir():
             raise UsageError(f"{self.name}: the data root {self.root} is not a folder. Expected layout: {self.layout}. "
                              f"Give it with --data-root or [data_roots] {self.name} in fslab.toml.")
@@ -571,9 +616,10 @@ class CachedDataset:
         """uint8 images ``[N, C, H, W]`` memory-mapped from the cache, labels, class names."""
         check_split_name(self.name, split)
         if split not in self._splits:
-            stem, params, sources, build = self.plan(split)
+            stem, params, sources, build = self.planned(split)
             folder, ready = self.cache_places()
-            self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready, root=self.root)
+            self._splits[split] = cached_split(folder, stem, params, sources, build, ready=ready, root=self.root,
+                                               key=self.key(split))
         return self._splits[split]
 
     def cache_places(self, create: bool = True) -> tuple[Path, Path | None]:
@@ -587,9 +633,23 @@ class CachedDataset:
     def cached(self, split: str) -> bool:
         """Whether ``split`` is cached for its files as they are now: loading it decodes nothing. It
         writes nothing (fslab asks before a run exists, in the CLI, whose checks leave the root as it is)."""
-        stem, params, sources, _ = self.plan(split)
-        key = source_key(stem, params, sources, self.root)
+        stem, key = self.planned(split)[0], self.key(split)
         return any(cache_ready(folder, stem, key) for folder in self.cache_places(create=False))
+
+    def planned(self, split: str) -> tuple[str, dict, Sequence[Path], Callable[[], tuple]]:
+        """:meth:`plan`, made once for this dataset: the checks before a run, the cache's key and the load
+        each read it (miniImageNet's index files were read and its 60,000 paths made four times over)."""
+        if split not in self._plans:
+            self._plans[split] = self.plan(split)
+        return self._plans[split]
+
+    def key(self, split: str) -> str:
+        """The cache key of ``split`` (:func:`source_key`), its files stat'ed once for this dataset: the
+        check of the files the index names stat'ed them already."""
+        if split not in self._keys:
+            stem, params, sources, _ = self.planned(split)
+            self._keys[split] = source_key(stem, params, sources, self.root, self._stats)
+        return self._keys[split]
 
     def check_cache_dir(self) -> None:
         """Refuse a ``cache_dir`` that cannot be written (:func:`unwritable`) before the run exists,
@@ -607,7 +667,7 @@ class CachedDataset:
         """Images per class of each split that :meth:`class_counts` can tell
         without decoding (fslab checks episodes against them before a run),
         once every image an index file lists is found on disk (a stat each)."""
-        check_listed([self.listed_files(split) for split in ("train", "val", "test")], self.name)
+        check_listed([self.listed_files(split) for split in ("train", "val", "test")], self.name, self._stats)
         self.check_cache_dir()
         sizes = {}
         for split in ("train", "val", "test"):

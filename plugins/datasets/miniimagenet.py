@@ -58,6 +58,7 @@ class MiniImageNet(CachedDataset):
                 raise UsageError(f"miniimagenet: found neither {self.root / 'train.csv'} nor "
                                  f"{self.root / 'mini-imagenet-cache-train.pkl'}. Expected layout: {self.layout}.")
         self.source = source
+        self._csv: dict[str, tuple] = {}  # split -> _csv_classes(split)
         if source == "csv":
             require(self.root / "images", self.name, CSV_LAYOUT)
             for split in ("train", "val", "test"):
@@ -89,12 +90,13 @@ class MiniImageNet(CachedDataset):
         """The csv file and the images it names (the pickles name none)."""
         if self.source != "csv":
             return None, []
-        csv_path, found, classes = self._csv_classes(split)
-        return csv_path, self._images(found, classes)
+        csv_path, *files = self.planned(split)[2]  # the paths the cache's key is made of, made once
+        return csv_path, files
 
     def _images(self, found: dict[str, list[str]], classes: list[str]) -> list[Path]:
         """The image files the csv names for ``classes``, in class order."""
-        return [self.root / "images" / name for c in classes for name in found[c]]
+        images = self.root / "images"
+        return [images / name for c in classes for name in found[c]]
 
     def class_counts(self, split):
         """Counted in the csv file; a pickle holds exactly its listed classes × 600 when
@@ -107,7 +109,13 @@ class MiniImageNet(CachedDataset):
         return None
 
     def _csv_classes(self, split: str) -> tuple[Path, dict[str, list[str]], list[str]]:
-        """The split's csv file, its file names by class, and its classes checked against the shipped list."""
+        """The split's csv file, its file names by class, and its classes checked against the shipped list;
+        read once (the counts, the files listed and the cache's plan each read it again)."""
+        if split not in self._csv:
+            self._csv[split] = self._read_csv_classes(split)
+        return self._csv[split]
+
+    def _read_csv_classes(self, split: str) -> tuple[Path, dict[str, list[str]], list[str]]:
         expected, list_name = shipped_list("miniimagenet", split)
         csv_path = self.root / f"{split}.csv"
         found: dict[str, list[str]] = {}

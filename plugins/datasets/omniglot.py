@@ -57,7 +57,7 @@ class Omniglot(CachedDataset):
         return [len(found[c]) for c in present for _ in range(4 if self.rotations else 1)]
 
     def image_files(self, split):
-        return self.plan(split)[2]
+        return self.planned(split)[2]
 
     def _characters(self, split):
         """The drawings of each listed character found on disk, and the characters present."""

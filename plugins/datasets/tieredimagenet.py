@@ -83,7 +83,7 @@ class TieredImageNet(CachedDataset):
 
     def image_files(self, split):
         """The images of the split folders (the pickles' are read only by the decode)."""
-        return [] if self.source == "pickle" else self.plan(split)[2]
+        return [] if self.source == "pickle" else self.planned(split)[2]
 
     def class_counts(self, split):
         """Counted in the split folders; the pickles say it only once read whole, so not for them."""
