@@ -684,19 +684,21 @@ def test_miniimagenet_csv_layout(registry, tmp_path):
 
 
 class FileCalls:
-    """``os.stat`` calls and files opened under ``root``'s images/, and its csv files opened, counted while
-    the test runs (the threads that read headers and decode included)."""
+    """``os.stat`` calls (``lstat`` too: pathlib's goes through it) and files opened of the .jpg and .png
+    files under ``root``, and its csv files opened, counted while the test runs (the threads that read
+    headers and decode included)."""
 
     def __init__(self, root: Path, monkeypatch) -> None:
         import builtins
 
-        self.images, self.counts = str(root / "images") + os.sep, {}
+        self.root, self.counts = str(root) + os.sep, {}
         stat, opened = os.stat, builtins.open
 
         def count(kind, path):
             name = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
             csv = kind == "open" and name.endswith(".csv")
-            where = "image" if name.startswith(self.images) else "csv" if csv else None
+            image = name.startswith(self.root) and name.endswith((".jpg", ".png"))
+            where = "image" if image else "csv" if csv else None
             if where:
                 self.counts[f"{where} {kind}"] = self.counts.get(f"{where} {kind}", 0) + 1
 
@@ -730,6 +732,32 @@ def test_miniimagenet_s_images_are_stat_ed_once_before_a_run_and_a_warm_cache_op
     with pytest.raises(UsageError, match=r"miniimagenet: .*/images/\w+\.jpg, listed in .*/val\.csv, does not exist"):
         create(registry, "miniimagenet", tmp_path, image_size=7, check_counts=False).split_sizes()
     assert calls.taken()["image stat"] == images
+
+
+def test_a_folder_tree_s_images_are_stat_ed_once_before_a_run_its_listing_telling_files_from_links(registry, tmp_path,
+                                                                                                    monkeypatch):
+    """The listing of each class folder asked every image whether it was a link (an lstat) and a file (a
+    stat), then the cache's key stat'ed it again: three a file, for tieredImageNet's 779,165 each time.
+    The listing tells files and links apart by itself; a link still costs its stats, and one that is gone
+    is still refused."""
+    written = make_folder_tree(tmp_path / "data")
+    images = sum(len(items) for items in written.values())
+    calls = FileCalls(tmp_path / "data", monkeypatch)
+    assert create(registry, "folder", tmp_path / "data", image_size=8).split_sizes() == {
+        split: [3, 3, 3] for split in written}
+    assert calls.taken() == {"image stat": images, "image open": images}  # the key's, the headers read
+    for split in written:
+        create(registry, "folder", tmp_path / "data", image_size=8).load(split)
+    assert calls.taken() == {"image stat": images, "image open": images}  # the key's, the decode
+    assert create(registry, "folder", tmp_path / "data", image_size=8).split_sizes()
+    assert calls.taken() == {"image stat": images}  # a warm cache: no header read
+    linked = written["train"][0][1].parent / "zz.png"
+    os.symlink(written["train"][1][1], linked)  # a link to an image: read as the image it leads to
+    assert create(registry, "folder", tmp_path / "data", image_size=8).split_sizes()["train"] == [4, 3, 3]
+    calls.taken()
+    os.remove(written["train"][1][1])
+    with pytest.raises(UsageError, match=rf"^{linked} is a broken link"):
+        create(registry, "folder", tmp_path / "data", image_size=8).split_sizes()
 
 
 def test_a_source_s_name_in_the_cache_key_is_its_path_relative_to_the_root_as_relpath_says(tmp_path):
