@@ -760,6 +760,35 @@ def test_a_folder_tree_s_images_are_stat_ed_once_before_a_run_its_listing_tellin
         create(registry, "folder", tmp_path / "data", image_size=8).split_sizes()
 
 
+def test_a_split_is_decoded_a_slice_of_images_a_thread_task_in_order(monkeypatch):
+    """Each image was a task of its own to the decoding threads, about 40 µs more an image than an 84×84
+    JPEG's decode: 8,000 images/s on 2 cores, 11,200 with 64 images a task."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tasks = []
+
+    class Counted(ThreadPoolExecutor):
+        def map(self, fn, *iterables, **kwargs):
+            items = list(iterables[0])
+            tasks.append(len(items))
+            return super().map(fn, items, **kwargs)
+
+    monkeypatch.setattr(image_cache, "ThreadPoolExecutor", Counted)
+    blocks = list(image_cache.decode_all(list(range(600)), lambda job: np.full((1, 2, 2), job % 256, np.uint8)))
+    assert [len(block) for block in blocks] == [512, 88]
+    assert np.concatenate(blocks)[:, 0, 0, 0].tolist() == [job % 256 for job in range(600)]
+    assert tasks == [8, 2]  # 64 images a task
+
+    def decode(job):
+        if job in (70, 130):
+            time.sleep(0.05 if job == 70 else 0)  # the later one fails first: the first in order is named
+            raise UsageError(f"cannot decode image {job}")
+        return np.zeros((1, 2, 2), np.uint8)
+
+    with pytest.raises(UsageError, match="cannot decode image 70$"):
+        list(image_cache.decode_all(list(range(200)), decode))
+
+
 def test_a_source_s_name_in_the_cache_key_is_its_path_relative_to_the_root_as_relpath_says(tmp_path):
     """The key takes the tail of a path written plainly under the root, where relpath took 4 µs a file
     (3 s of tieredImageNet's); any other path is left to relpath, and the keys are those of earlier
