@@ -156,6 +156,23 @@ def test_tieredimagenet_split_folders_are_listed_once(registry, tmp_path, monkey
                                            for wnid in listed("tieredimagenet", split)[:2])
 
 
+def test_omniglot_character_folders_are_listed_once(registry, tmp_path, monkeypatch):
+    """Its character folders were listed for the counts and again for the cache's plan (and a third time
+    for the headers read before a run, before plans were kept)."""
+    from fslab_plugins.datasets import omniglot
+
+    fake_omniglot(tmp_path)
+    listed_images = []
+    list_images = omniglot.list_images
+    monkeypatch.setattr(omniglot, "list_images", lambda path: listed_images.append(path.name) or list_images(path))
+    dataset = create(registry, "omniglot", tmp_path, image_size=8, check_counts=False)
+    assert dataset.split_sizes() == {split: [2] * 8 for split in ("train", "val", "test")}  # 2 characters × 4 turns
+    for split in ("train", "val", "test"):
+        dataset.load(split)
+    assert sorted(listed_images) == sorted(Path(c).name for split in ("train", "val", "test")
+                                           for c in listed("omniglot", split)[:2])
+
+
 def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_path, monkeypatch):
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)

@@ -51,6 +51,7 @@ class Omniglot(CachedDataset):
                 raise UsageError(f"omniglot: {self.root / folder} not found. Expected layout: {LAYOUT}. "
                                  f"Point --data-root at the folder holding it.")
         self.rotations = rotations
+        self._found: dict[str, tuple] = {}  # split -> _characters(split)
 
     def class_counts(self, split):
         found, present = self._characters(split)
@@ -60,7 +61,13 @@ class Omniglot(CachedDataset):
         return self.planned(split)[2]
 
     def _characters(self, split):
-        """The drawings of each listed character found on disk, and the characters present."""
+        """The drawings of each listed character found on disk, and the characters present; each folder
+        listed once (the counts and the cache's plan listed the 1,623 folders each)."""
+        if split not in self._found:
+            self._found[split] = self._list_characters(split)
+        return self._found[split]
+
+    def _list_characters(self, split):
         characters, list_name = shipped_list("omniglot", split)
         found = {}
         for character in characters:
