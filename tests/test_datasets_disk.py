@@ -173,6 +173,23 @@ def test_omniglot_character_folders_are_listed_once(registry, tmp_path, monkeypa
                                            for c in listed("omniglot", split)[:2])
 
 
+def test_cub_index_files_are_read_once_for_the_checks_before_a_run_and_the_splits_it_loads(registry, tmp_path,
+                                                                                               monkeypatch):
+    """Its four index files were read for the counts, the files listed (twice: for the check that they are
+    there and for the headers read) and the cache's plan of each split: 48 reads before a run."""
+    from fslab_plugins.datasets import cub
+
+    fake_cub(tmp_path)
+    read = []
+    read_table = cub.read_table
+    monkeypatch.setattr(cub, "read_table", lambda path: read.append(path.name) or read_table(path))
+    dataset = create(registry, "cub", tmp_path, image_size=8, check_counts=False)
+    assert dataset.split_sizes() == {split: [2, 2] for split in ("train", "val", "test")}
+    for split in ("train", "val", "test"):
+        dataset.load(split)
+    assert sorted(read) == sorted(cub.INDEX_FILES)
+
+
 def test_cache_is_written_once_then_memory_mapped_and_invalidated(registry, tmp_path, monkeypatch):
     root = tmp_path / "data"
     written = make_folder_tree(root, classes=2, per_class=2)

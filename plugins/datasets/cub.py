@@ -53,14 +53,16 @@ class CUB(CachedDataset):
                 raise UsageError(f"cub: {self.folder / name} not found. Expected layout: {LAYOUT}. "
                                  f"Point --data-root at the folder holding CUB_200_2011.")
         self.bbox = bbox
+        self._tables: dict | None = None  # the index files, read once (_members)
+        self._members_of: dict[str, tuple] = {}  # split -> _members(split)
 
     def class_counts(self, split):
         _, classes, in_split = self._members(split)
         return [len(in_split[c]) for c in classes]
 
     def listed_files(self, split):
-        tables, classes, in_split = self._members(split)
-        return self.folder / "images.txt", image_files(tables, classes, in_split, self.folder)
+        """images.txt and the image files it names for the split: the cache's sources after the index files."""
+        return self.folder / "images.txt", list(self.planned(split)[2][len(INDEX_FILES):])
 
     def plan(self, split):
         tables, classes, in_split = self._members(split)
@@ -81,9 +83,17 @@ class CUB(CachedDataset):
         return stem, params, sources, build
 
     def _members(self, split):
-        """The index tables, the split's classes (checked against the shipped list) and their image ids."""
+        """The index tables, the split's classes (checked against the shipped list) and their image ids;
+        the four tables read once for the three splits (the counts, the files listed and the cache's plan
+        of each split read them again)."""
+        if split not in self._members_of:
+            if self._tables is None:
+                self._tables = {name: read_table(self.folder / name) for name in INDEX_FILES}
+            self._members_of[split] = self._split_members(split, self._tables)
+        return self._members_of[split]
+
+    def _split_members(self, split, tables):
         listed, list_name = shipped_list("cub", split)
-        tables = {name: read_table(self.folder / name) for name in INDEX_FILES}
         if self.check_counts:
             for name in ("images.txt", "image_class_labels.txt", "bounding_box.txt"):
                 if len(tables[name]) != IMAGES:
