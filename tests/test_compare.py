@@ -267,15 +267,16 @@ def test_no_scores_by_the_evaluator_asked_for_names_it_and_how_to_get_them(store
     folder, data = store
     for run, _ in data.values():  # a checkpoint fslab eval scores (without, the line names none it would refuse)
         with_checkpoint(run)
+    ids = " ".join(run.id for run in list_runs(folder / "runs"))  # every run, by id: the line runs as printed
     bad = fslab_here("compare", "all", "--evaluator", "knn", cwd=folder)
     assert (bad.returncode, bad.stderr) == (2, "error: none of these runs has saved test accuracies by evaluator "
                                                "'knn' for 5-way 1,5-shot, 15 queries; they have them by centroid "
                                                "(--evaluator centroid); finish them or run: fslab eval "
-                                               "RUN --evaluator knn\n")
+                                               f"{ids} --evaluator knn\n")
     # a label with parameters gives the --set of each, ready to paste (it said evaluator.KEY=VALUE)
     bad = fslab_here("compare", "all", "--evaluator", "knn[k=3,ties=smallest]", cwd=folder)
     assert bad.returncode == 2 and bad.stderr.endswith(
-        "run: fslab eval RUN --evaluator knn --set evaluator.k=3 --set evaluator.ties=smallest\n"), bad.stderr
+        f"run: fslab eval {ids} --evaluator knn --set evaluator.k=3 --set evaluator.ties=smallest\n"), bad.stderr
 
 
 def test_no_scores_names_the_fslab_eval_of_the_split_shots_and_shape_asked_for(store, builtin_plugins):
@@ -284,10 +285,11 @@ def test_no_scores_names_the_fslab_eval_of_the_split_shots_and_shape_asked_for(s
     folder, data = store
     for run, _ in data.values():  # a checkpoint fslab eval scores (without, the line names none it would refuse)
         with_checkpoint(run)
-    for options, wanted in ((["--split", "val"], "fslab eval RUN --split val"),
-                            (["--shots", "20"], "fslab eval RUN --shots 20"),
+    ids = " ".join(run.id for run in list_runs(folder / "runs"))
+    for options, wanted in ((["--split", "val"], f"fslab eval {ids} --split val"),
+                            (["--shots", "20"], f"fslab eval {ids} --shots 20"),
                             (["--ways", "10", "--queries", "5", "--shots", "1,5"],
-                             "fslab eval RUN --ways 10 --queries 5")):
+                             f"fslab eval {ids} --ways 10 --queries 5")):
         bad = fslab_here("compare", "all", *options, cwd=folder)
         assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
         bad = fslab_here("plot", "train.lr", "all", *options, cwd=folder)
@@ -310,15 +312,18 @@ def test_no_scores_names_the_fslab_eval_on_the_episodes_the_runs_own_test_drew(t
     with runs[0].metrics_path.open("a") as log:  # only the first one's log keeps its test
         log.write(json.dumps({"event": "eval", "time": 1.0, "split": "test", "ways": 5, "shots": 5, "queries": 15,
                               "episodes": 4, "evaluator": "centroid", "accuracy": 0.5, "ci95": 0.0}) + "\n")
-    for options, wanted in ((["--shots", "20"], "fslab eval RUN --shots 20 --episodes 4"),
-                            (["--split", "val", "--shots", "5"], "fslab eval RUN --split val --shots 5 --episodes 4"),
-                            (["--ways", "3", "--shots", "5"], "fslab eval RUN --shots 5 --ways 3 --episodes 4")):
+    ids = " ".join(run.id for run in list_runs(tmp_path / "runs"))
+    for options, wanted in ((["--shots", "20"], f"fslab eval {ids} --shots 20 --episodes 4"),
+                            (["--split", "val", "--shots", "5"],
+                             f"fslab eval {ids} --split val --shots 5 --episodes 4"),
+                            (["--ways", "3", "--shots", "5"], f"fslab eval {ids} --shots 5 --ways 3 --episodes 4")):
         for command in (["compare", "all"], ["plot", "train.lr", "all"]):
             bad = fslab_here(*command, *options, cwd=tmp_path)
             assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: {wanted}\n"), bad.stderr
     runs[0].metrics_path.write_text("")  # no test logged: each one's eval.test_episodes, the fewest of 10,000 and 6
     bad = fslab_here("compare", "all", "--shots", "20", cwd=tmp_path)
-    assert bad.returncode == 2 and bad.stderr.endswith("; finish them or run: fslab eval RUN --shots 20 --episodes 6\n")
+    assert bad.returncode == 2 and bad.stderr.endswith(f"; finish them or run: fslab eval {ids} --shots 20 "
+                                                       f"--episodes 6\n")
 
 
 def test_mean_ci_matches_the_formula():
@@ -590,7 +595,7 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     assert isinstance(alone.exception, UsageError)
     assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
                                     "they have them for 5-way, 5 queries (--ways 5 --queries 5); finish them or "
-                                    "run: fslab eval RUN --queries 15")
+                                    f"run: fslab eval {five.id} --queries 15")
     assert runner.invoke(app, ["compare", five.id, "--queries", "5"]).exit_code == 0
     own = runner.invoke(app, ["compare", five.id, "--json"])  # no --queries: the one shape its scores have
     assert own.exit_code == 0 and own.stderr == ""
@@ -690,7 +695,8 @@ def test_no_scores_by_the_evaluator_asked_for_names_those_the_runs_have(tmp_path
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "error: none of these runs has saved test accuracies by evaluator 'knn' for 5-way 5-shot, 15 queries; they "
-        "have them by knn[k=3], centroid (--evaluator 'knn[k=3]'); finish them or run: fslab eval RUN --shots 5 "
+        "have them by knn[k=3], centroid (--evaluator 'knn[k=3]'); finish them or run: fslab eval "
+        f"{' '.join(run.id for run in list_runs(tmp_path / 'runs'))} --shots 5 "
         "--evaluator knn"]
     read = fslab_here("compare", "all", "--evaluator", "knn[k=3]", "--shots", "5", cwd=tmp_path)
     # the table's title says whose scores it holds (it read as the runs' own evaluator's)
@@ -765,7 +771,7 @@ def test_a_group_by_key_a_run_lacks_is_refused_with_the_keys_it_may_mean(tmp_pat
     with pytest.raises(UsageError) as unknown:
         compare(runs, shots=[5], group_by=["zzz"])
     assert str(unknown.value).endswith("is not in the configuration of run "
-                                       f"{runs[0].id}. See its keys with: fslab show RUN --json")
+                                       f"{runs[0].id}. See its keys with: fslab show {runs[0].id} --json")
 
 
 def test_shots_named_twice_are_refused_by_compare_plot_and_eval(store, builtin_plugins):
@@ -1156,7 +1162,8 @@ def test_a_comparison_refused_for_want_of_scores_says_so_in_one_line(tmp_path, b
     refused = fslab_here("compare", first.id, repeat.id, "--shots", "1", cwd=tmp_path)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr.splitlines() == [f"error: none of these runs has saved test accuracies for 5-way 1-shot, "
-                                           f"15 queries; {repeated}; finish them or run: fslab eval RUN --shots 1"]
+                                           f"15 queries; {repeated}; finish them or run: fslab eval {first.id} "
+                                           f"{repeat.id} --shots 1"]
     shown = fslab_here("compare", first.id, repeat.id, "--shots", "5", cwd=tmp_path)
     assert shown.returncode == 0 and shown.stderr.splitlines() == [repeated]  # said on its own where scores show
 
@@ -1244,7 +1251,7 @@ def test_compare_precision_reads_the_scores_of_the_networks_run_in_it_and_names_
     assert none.stderr.startswith("error: none of these runs has saved test accuracies of the network in fp16 for "
                                   "5-way 5-shot, 15 queries; 3 runs with no test scores of the network in fp16: ")
     # every run completed: finishing gives none of them these scores, only fslab eval does
-    assert none.stderr.rstrip().endswith("(completed); run: fslab eval RUN --shots 5 --precision fp16")
+    assert none.stderr.rstrip().endswith(f"(completed); run: fslab eval {' '.join(ids)} --shots 5 --precision fp16")
     bad = fslab_here("compare", *ids, "--precision", "fp64", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16")
 
@@ -1269,7 +1276,8 @@ def test_plot_precision_draws_the_scores_of_the_networks_run_in_it_as_compare_re
                             f"fp32 for 5-way 5-shot, 15 queries; score it so with: fslab eval {bf16.id} --episodes 4 "
                             f"--precision fp32\n")
     none = fslab_here("plot", "train.lr", *ids, "--shots", "5", "--precision", "fp16", cwd=tmp_path)
-    assert none.returncode == 2 and none.stderr.rstrip().endswith("fslab eval RUN --shots 5 --precision fp16")
+    assert none.returncode == 2
+    assert none.stderr.rstrip().endswith(f"fslab eval {' '.join(ids)} --shots 5 --precision fp16")
 
 
 def test_the_eval_compare_and_plot_name_for_a_run_without_scores_in_a_precision_scores_it_as_the_rest_is_read(

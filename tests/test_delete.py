@@ -61,7 +61,8 @@ def test_a_queued_or_running_run_is_refused_and_nothing_is_deleted(project, stor
     b.write_status(state="queued")
     result = fslab_here("delete", "all", "--yes", cwd=project)
     assert result.returncode == 2
-    assert f"cannot delete 2 queued or running runs ({b.id} (queued), {c.id} (queued))" in result.stderr
+    assert result.stderr == (f"error: cannot delete 2 queued or running runs ({b.id} (queued), {c.id} (queued)); "
+                             f"stop them first (fslab stop {b.id} {c.id}), then delete them; nothing was deleted\n")
     assert all(run.path.is_dir() for run in (a, b, c)) and record(runs) == [a.id, b.id]
 
 

@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import re
 import struct
 
 import pytest
@@ -135,10 +136,11 @@ def test_an_x_no_run_has_is_told_the_closest_key_or_preset(batch_store, builtin_
     folder, _ = batch_store
     for x, hint in [("batchsize", "Did you mean batch-size?"), ("eval.epochs", "Did you mean train.epochs?"),
                     ("batch_size", "Did you mean train.batch_size?"),
-                    ("zzz", "See its keys with: fslab show RUN --json")]:
+                    ("zzz", "See its keys with: fslab show ID --json")]:  # the run it names, as typed
         result = fslab_here("plot", x, "all", cwd=folder)
         assert result.returncode == 2 and result.stderr.startswith(f"error: none of the 8 runs gives '{x}' a value")
-        assert result.stderr.endswith(f"has no configuration key '{x}'. {hint}\n"), result.stderr
+        named = re.search(r"run (\S+) has no configuration key", result.stderr).group(1)
+        assert result.stderr.endswith(f"has no configuration key '{x}'. {hint.replace('ID', named)}\n"), result.stderr
 
 
 def test_bad_input_is_one_line_and_exit_2(batch_store, tmp_path, builtin_plugins):
@@ -296,7 +298,7 @@ def test_runs_scored_only_at_another_episode_shape_are_named_with_the_options_th
     assert isinstance(alone.exception, UsageError)
     assert str(alone.exception) == ("none of these runs has saved test accuracies for 5-way 1,5-shot, 15 queries; "
                                     "they have them for 5-way, 5 queries (--ways 5 --queries 5); "
-                                    "run: fslab eval RUN --queries 15")  # completed: no "finish them"
+                                    f"run: fslab eval {five.id} --queries 15")  # completed: no "finish them"
     read = runner.invoke(app, ["plot", "batch-size", fifteen.id, five.id, "--queries", "5", "--json"])
     assert read.exit_code == 0, read.output
     assert read.stderr.strip() == (f"left out {fifteen.id}: it is completed and has no saved test accuracies for "
@@ -553,7 +555,7 @@ def test_a_panel_no_run_has_scores_for_is_said_on_stderr_with_the_eval_that_fill
     assert [len(panel["series"]) for panel in json.loads(result.stdout)["panels"]] == [2, 0]
     assert result.stderr.splitlines() == [
         "the 20-shot panel is empty: none of these runs has saved test accuracies for 5-way 20-shot, 15 queries; "
-        "finish them or run: fslab eval RUN --shots 20 --episodes 30"]
+        f"finish them or run: fslab eval {' '.join(run.id for run in runs)} --shots 20 --episodes 30"]
     runs[0].checkpoint_path.write_bytes(b"cut short")  # fslab eval refuses it: its line, and the others' command
     result = fslab_here("plot", "batch-size", "all", "--shots", "1,20", "--out", "e.png", cwd=tmp_path)
     (line,) = result.stderr.splitlines()

@@ -568,7 +568,8 @@ def test_report_precision_pools_the_scores_of_the_networks_run_in_it_as_compare_
     fp16 = report("--format", "json", "--precision", "fp16")  # no run has them: one line names all three
     assert fp16.stderr == (f"3 runs without test scores of the network in fp16 (left out): "
                            f"{', '.join(f'{i} (completed)' for i in sorted(run.id for run in runs))}; "
-                           f"score each so with: fslab eval RUN --episodes 2000 --precision fp16\n")
+                           f"score each so with: fslab eval {' '.join(sorted(run.id for run in runs))} --episodes 2000 "
+                           f"--precision fp16\n")
     bad = fslab_here("study", "report", "study.toml", "--precision", "fp64", cwd=project)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
     assert bad.stderr.startswith("error: --precision must be one of auto, fp32, bf16, fp16, got \"fp64\"")

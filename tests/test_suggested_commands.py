@@ -33,14 +33,13 @@ BOOM = textwrap.dedent("""
 """)
 
 
-def _commands(text: str, run: str) -> list[list[str]]:
-    """The fslab commands ``text`` names, each as argv, ``RUN`` (a placeholder for the runs it names) as
-    ``run``, a completed one that fslab eval scores."""
+def _commands(text: str) -> list[list[str]]:
+    """The fslab commands ``text`` names, each as argv, as printed: none holds a placeholder to edit first
+    (``fslab eval RUN --shots 20`` where fslab eval would refuse none of the runs, ``fslab stop RUN``)."""
     found = []
     for line in text.splitlines():
         for command in COMMAND.findall(line):
-            argv = shlex.split(command.rstrip(".,)"))[1:]
-            found.append([run if word == "RUN" else word for word in argv])
+            found.append(shlex.split(command.rstrip(".,)"))[1:])
     return found
 
 
@@ -75,11 +74,14 @@ def test_every_command_a_message_suggests_is_accepted_when_typed(project, runs):
     are accepted: an fslab eval scores (exit 0), an fslab run --like starts a run (the failed one's fails in
     training again, exit 1, but is not refused), an option named is taken."""
     ids = list(runs.values())
+    completed = [runs["scored"], runs["unscored"]]  # runs fslab eval refuses none of: it named them RUN
     damaged = next((project / "runs" / runs["scored"] / "evaluations").glob("test-*-5shot-*ep-seed*-epoch1.json"))
     saved = json.loads(damaged.read_text())
     damaged.write_text(json.dumps({**saved, "accuracies": [float("nan"), *saved["accuracies"][1:]]}))
     out = str(project / "lr.png")
     situations = [
+        ["compare", *completed, "--precision", "fp16"],  # neither scored in fp16: "score each so with"
+        ["compare", *completed, "--shots", "2"],  # a shape neither has: "run: fslab eval"
         ["compare", *ids, "--precision", "bf16"],  # scores of a precision some runs lack
         ["plot", "train.lr", *ids, "--precision", "bf16", "--out", out],
         ["compare", runs["unscored"], runs["failed"], runs["killed"], runs["queued"], "--precision", "fp16"],
@@ -92,7 +94,8 @@ def test_every_command_a_message_suggests_is_accepted_when_typed(project, runs):
     for situation in situations:
         said = fslab_here(*situation, cwd=project)
         refusal = said.stderr.strip().splitlines()[-1] if said.stderr.strip() else ""
-        for argv in _commands(said.stdout + said.stderr, runs["unscored"]):
+        for argv in _commands(said.stdout + said.stderr):
+            assert "RUN" not in argv and "ID" not in argv, (situation, argv)  # to be typed as printed
             if tuple(argv) in tried:
                 continue
             done = fslab(*argv, cwd=project)

@@ -43,8 +43,9 @@ def check_deletable(runs: list[Run]) -> None:
                          "then delete it; nothing was deleted")
     if live:
         named = ", ".join(f"{run.id} ({state})" for run, state in live[:3]) + (", ..." if len(live) > 3 else "")
+        ids = " ".join(run.id for run, _ in live)  # every one, so that the line runs as printed
         raise UsageError(f"cannot delete {len(live)} queued or running runs ({named}); stop them first (fslab stop "
-                         "RUN, or fslab stop SWEEP for all of a sweep's), then delete them; nothing was deleted")
+                         f"{ids}), then delete them; nothing was deleted")
 
 
 def unwritable(run: Run) -> str | None:

@@ -145,15 +145,15 @@ class Group:
     label: str = ""
 
 
-def key_hint(key: str, flat: dict, more: tuple[str, ...] = ()) -> str:
+def key_hint(key: str, flat: dict, run_id: str, more: tuple[str, ...] = ()) -> str:
     """``Did you mean train.lr?`` for a key a run's configuration (``flat``) lacks: one without its section or
     in another (lr, eval.lr: train.lr; batch_size: each section's), a misspelt one (or one of ``more``, plot's
     batch-size), a section (some of its keys); else where its keys are seen, every one (fslab show alone lists
-    those not default)."""
+    those not default), ``fslab show ID --json`` of ``run_id``, the run whose keys these are."""
     close = (sorted(k for k in flat if k.rpartition(".")[2] == key.rpartition(".")[2])[:3]  # each batch_size
              or difflib.get_close_matches(key, [*more, *flat], n=3, cutoff=0.8)
              or sorted(k for k in flat if k.startswith(f"{key}."))[:3])
-    return f"Did you mean {', '.join(close)}?" if close else "See its keys with: fslab show RUN --json"
+    return f"Did you mean {', '.join(close)}?" if close else f"See its keys with: fslab show {run_id} --json"
 
 
 def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leave_out: tuple = ()) -> dict:
@@ -164,7 +164,7 @@ def run_settings(run: Run, flat: dict, keys: list[str] | None, option: str, leav
         missing = [k for k in keys if k not in flat]
         if missing:
             raise UsageError(f"{option} key '{missing[0]}' is not in the configuration of run {run.id}. "
-                             f"{key_hint(missing[0], flat)}")
+                             f"{key_hint(missing[0], flat, run.id)}")
         return {k: flat[k] for k in keys}
     return {k: v for k, v in flat.items() if k not in NOT_SETTINGS and k not in leave_out and not outside_settings(k)}
 
@@ -571,9 +571,9 @@ def unscored_line(report: dict) -> str | None:
 def score_in(run_ids: list[str], precision: str, commands: dict[str, str] | None = None,
              lacking: dict[str, str] | None = None) -> str:
     """How runs without scores of the network in ``precision`` get them, as compare and plot say it:
-    ``score it so with: fslab eval ID --precision fp32`` (``each`` and ``RUN`` for several); with
+    ``score it so with: fslab eval ID --precision fp32`` (``each`` and every id for several); with
     ``commands`` (run id -> its fslab eval, as study report names them, of its cell's episodes), those, one
-    with ``RUN`` where they differ only by the run; ``lacking`` (run id -> why fslab eval refuses it,
+    naming every run where they differ only by the run; ``lacking`` (run id -> why fslab eval refuses it,
     :func:`unevaluable_runs`): for those, why instead (its first three), then the others' (``the other``)."""
     lacking = {i: lacking[i] for i in run_ids if i in (lacking or {})}
     scorable = [i for i in run_ids if i not in lacking]
@@ -590,9 +590,9 @@ def _score_with(run_ids: list[str], precision: str, commands: dict[str, str] | N
     if commands and all(i in commands for i in run_ids):
         said = list(dict.fromkeys(commands[i] for i in run_ids))
         alike = {commands[i].replace(f" {i}", " RUN", 1) for i in run_ids}  # several alike but for the id: one
-        said = list(alike) if len(run_ids) > 1 and len(alike) == 1 else said
+        said = [for_scorable(alike.pop(), run_ids)] if len(run_ids) > 1 and len(alike) == 1 else said
         return f"score {whom} so with: {'; '.join(said[:3])}{'; ...' if len(said) > 3 else ''}"
-    return f"score {whom} so with: fslab eval {run_ids[0] if one else 'RUN'} --precision {precision}"
+    return f"score {whom} so with: fslab eval {' '.join(run_ids)} --precision {precision}"
 
 
 def lacking_lines(lacking: dict[str, str]) -> list[str]:

@@ -104,14 +104,14 @@ def unevaluable(run: Run) -> str | None:
     return None
 
 
-def for_scorable(command: str, run_ids: list[str], refused: Iterable[str]) -> str:
-    """``command``, an ``fslab eval RUN ...`` a report names for ``run_ids``, narrowed to the runs fslab eval
-    scores where it refuses some (``refused``, :func:`unevaluable`): their ids, every one, in place of ``RUN``
-    (fslab eval takes several, so the line runs as printed: ``(RUN: any but D, E)`` after it was one to edit
-    first); unchanged where it refuses none (``RUN`` then stands for each run named)."""
-    refused = [i for i in dict.fromkeys(refused) if i in run_ids]
-    scorable = [i for i in run_ids if i not in refused]
-    if not refused or not scorable:
+def for_scorable(command: str, run_ids: list[str], refused: Iterable[str] = ()) -> str:
+    """``command``, an ``fslab eval RUN ...`` a report names for ``run_ids``, with the ids of the runs fslab eval
+    scores in place of ``RUN``, every one (fslab eval takes several, so the line runs as printed, as the
+    commands fslab prints do, where ``RUN`` was one to edit first): all of ``run_ids`` but those it refuses
+    (``refused``, :func:`unevaluable`); unchanged where it would refuse every one, or none is named."""
+    refused = set(refused)
+    scorable = [i for i in dict.fromkeys(run_ids) if i not in refused]
+    if not scorable:
         return command
     return command.replace(" RUN", " " + " ".join(scorable), 1)
 

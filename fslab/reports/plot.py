@@ -92,7 +92,7 @@ def x_value(run: Run, flat: dict, key: str, config: dict) -> tuple[object, bool]
             return measured, True
         raise UsageError(f"run {run.id} has no loss.pair_fraction and no logged pair counts to measure it from; "
                          f"leave it out or let it train first")
-    raise UsageError(f"run {run.id} has no configuration key '{key}'. {key_hint(key, flat, tuple(PRESETS))}")
+    raise UsageError(f"run {run.id} has no configuration key '{key}'. {key_hint(key, flat, run.id, tuple(PRESETS))}")
 
 
 def series_data(runs: list[Run], x: str, *, series: list[str] | None = None, split: str = "test",
