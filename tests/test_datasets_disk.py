@@ -492,7 +492,7 @@ def test_a_cache_dir_that_cannot_be_written_is_refused_before_the_run_exists(reg
     assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
     assert resumed.stderr.startswith("error: dataset.cache_dir: cannot write the decode cache of folder"), \
         resumed.stderr
-    assert resumed.stderr.endswith(f"(fslab resume takes no settings: put right what the run's own settings need "
+    assert resumed.stderr.endswith(f"(fslab resume takes no --set: put right what the run's own settings need "
                                    f"and resume it, or start it anew with other settings: fslab run --like {run.id} "
                                    f"--set ...)\n"), resumed.stderr
     shared = tmp_path / "shared"  # a read-only cache_dir that holds every split already is only read
@@ -1735,8 +1735,9 @@ def test_resuming_a_run_whose_data_no_longer_gives_its_episodes_says_the_data_ch
     (line,) = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and line.startswith("error: config key 'eval.queries' is too large here, got 2")
     assert line.endswith(f"(the run's settings passed this check when it was created: files of its data root were "
-                         f"removed or moved since; fslab resume takes no settings: put them back and resume it, or "
-                         f"start it anew with settings the data allows: fslab run --like {run_dir.name} --set ...)")
+                         f"removed or moved since; fslab resume takes no --set: put them back and resume it, or "
+                         f"where they lie elsewhere now resume it there: fslab resume {run_dir.name} --data-root DIR, "
+                         f"or start it anew with settings the data allows: fslab run --like {run_dir.name} --set ...)")
     assert Run(run_dir).state() == "killed"
 
 

@@ -12,6 +12,7 @@ import os
 import shlex
 from pathlib import Path
 
+from fslab.core.commands import resume_there_command
 from fslab.core.config import filled_root, filled_root_source
 from fslab.core.errors import UsageError
 from fslab.core.eventlog import EventLog, first_start_data
@@ -85,7 +86,7 @@ def root_gone(run: Run, config: dict, exc: UsageError, settings=None) -> UsageEr
     (fslab resume, sweep resume and the dashboard's r say it; the dataset's line said [data_roots] of
     fslab.toml too, which a resume does not read)."""
     return data_root_gone(f"run {run.id}", config.get("dataset"), exc, settings,
-                          reads="a resumed run reads its data there: ", move=f"fslab resume {run.id} --data-root DIR")
+                          reads="a resumed run reads its data there: ", move=resume_there_command(run.id))
 
 
 def moved_config(run: Run, data_root: str | None, registry) -> dict | None:

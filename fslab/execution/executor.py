@@ -216,7 +216,7 @@ def checked_again(run: Run, settings, registry, slurm: SlurmSettings | None, con
     before it asks check it; a data root that is gone is :func:`root_gone`'s line."""
     config = check_saved(run.config() if config is None else config, registry, run.id)
     try:
-        check_run(config, registry, slurm, again=like_command(run.id), **check)
+        check_run(config, registry, slurm, again=like_command(run.id), resumed=run.id, **check)
     except UsageError as exc:
         raise root_gone(run, config, exc, settings) or exc from None
     return config
