@@ -1691,6 +1691,9 @@ def test_resume_data_root_moves_a_run_onto_the_data_it_started_on_and_refuses_ot
     assert Run(run_dir).state() == "completed"
     (event,) = Run(run_dir).events_of("data_root")
     assert (event["root"], event["was"]) == (str(tmp_path / "moved"), str(tmp_path / "tree"))
+    logged = fslab("logs", run_dir.name, cwd=tmp_path).stdout.splitlines()  # the move, then the resume it made
+    line = f"data root moved to {tmp_path / 'moved'} from {tmp_path / 'tree'} (fslab resume --data-root)"
+    assert line in logged and logged.index(line) < logged.index("resumed from the checkpoint of epoch 1 (step 2)")
     shown = fslab("show", run_dir.name, cwd=tmp_path, env={**os.environ, "COLUMNS": "1000"})
     assert f"dataset.root={tmp_path / 'moved'}," in shown.stdout and "not on this machine" not in shown.stdout
 

@@ -66,12 +66,14 @@ def ends_mid_line(path) -> bool:
 
 class EventLog:
     """Append-only ``metrics.jsonl``: one JSON object per line, flushed at once,
-    and echoed as a readable line (what ``fslab logs`` shows) when ``echo``.
+    and echoed as a readable line (what ``fslab logs`` shows) when ``echo``: printed (the worker's
+    stdout is the run's ``stdout.log``), or, for ``echo="log"`` (an event written outside the worker:
+    fslab resume --data-root's move), appended to the run's ``stdout.log`` itself.
     A log that is not ``enabled`` (ranks other than 0) writes nothing.
     Each of ``listeners`` (the run's sinks: :class:`fslab.core.sinks.SinkFeed`)
     is called with every event once it is written; it must not block or raise."""
 
-    def __init__(self, run: Run, *, echo: bool = True, enabled: bool = True, listeners=()) -> None:
+    def __init__(self, run: Run, *, echo: bool | str = True, enabled: bool = True, listeners=()) -> None:
         self.run, self.echo, self.enabled = run, echo, enabled
         self.listeners = list(listeners) if enabled else []
         self.file = open(run.metrics_path, "a", encoding="utf-8") if enabled else None
@@ -95,11 +97,22 @@ class EventLog:
                 raise naming(exc, self.run.metrics_path) from None
         self.summary.refresh()  # folds this line (and any another process appended)
         self.summary.save()
-        if self.echo:
+        if self.echo == "log":
+            self._echo_into_log(describe_event(record))
+        elif self.echo:
             print(describe_event(record), flush=True)
         for listener in self.listeners:
             listener(record)
         return record
+
+    def _echo_into_log(self, line: str) -> None:
+        """``line`` appended to the run's ``stdout.log``, where the worker's lines go, as its own print would."""
+        path = self.run.path / "stdout.log"
+        try:
+            with open(path, "a", encoding="utf-8") as out:
+                out.write("\n" * ends_mid_line(path) + line + "\n")
+        except OSError as exc:
+            raise naming(exc, path) from None
 
     def sync(self) -> None:
         """Flush what was appended to the disk itself (``fsync``): a checkpoint's event, before its file

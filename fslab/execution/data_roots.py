@@ -116,7 +116,7 @@ def move_data_root(run: Run, config: dict, registry) -> None:
     """Save the run's new data root (``config``'s, from :func:`moved_config`, checked) in its config.json, where
     fslab show and every later resume read it, once its data is that the run started on (:func:`check_same_data`);
     the root it leaves is kept in a ``data_root`` event of metrics.jsonl (``root``, ``was``), which the cut of a
-    resume keeps. Nothing is written where it is refused."""
+    resume keeps, and said in a line of stdout.log (``fslab logs``). Nothing is written where it is refused."""
     root = config["dataset"]["root"]
     was = check_same_data(run, config, registry)
     saved = read_json(run.path / "config.json")
@@ -124,7 +124,7 @@ def move_data_root(run: Run, config: dict, registry) -> None:
         saved = run.config()
     saved["dataset"] = {**saved["dataset"], "root": root}
     atomic_write_json(run.path / "config.json", saved)
-    log = EventLog(run, echo=False)
+    log = EventLog(run, echo="log")  # one line in stdout.log, above the resume's own: fslab logs shows the move
     try:
         log.write(MOVED_ROOT, root=root, was=was)
     finally:
