@@ -1758,10 +1758,68 @@ def test_resuming_a_sweep_whose_data_root_is_gone_says_where_its_runs_read_their
         run.write_status(state="failed")  # never started: nothing trains here
     (project / "tree").rename(project / "moved")
     refused = fslab("sweep", "resume", sweep_id, cwd=project)
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [  # the sweep's own --data-root
         f"error: run {runs[0].id} was trained on {project / 'tree'}, which is not a folder now; a resumed run "
-        f"reads its data there: if the data moved, give where it lies with fslab resume {runs[0].id} --data-root DIR"]
+        f"reads its data there: if the data moved, give where it lies with fslab sweep resume {sweep_id} "
+        f"--data-root DIR"]
     assert all(run.state() == "failed" for run in runs)  # none queued again
+
+
+def _sweep_started_on(project, registry, seeds: int = 2, **train):
+    """A sweep of ``seeds`` failed nca runs on the folder tree at ``project/tree``, each with the start event
+    that records the data it started on (its splits' outlines), as a worker writes it."""
+    from fslab.core.settings import load_settings
+    from fslab.execution.sweep import create_sweep
+    from fslab.training.record import outlines_at
+
+    make_folder_tree(project / "tree", classes=3, per_class=4, size=(8, 8))
+    base = [{"dataset": {"name": "folder", "root": str(project / "tree"), "image_size": 8}, "device": "cpu",
+             "backbone": {"name": "conv4", "hidden": 8}, "train": {"batch_size": 6, **train},
+             "eval": {"ways": 2, "queries": 1, "shots": [1], "val_shots": 1, "val_episodes": 2, "test_episodes": 2}}]
+    sweep_id, runs = create_sweep("nca", {}, seeds, base=base, settings=load_settings(), registry=registry)
+    data = outlines_at(runs[0].config(), registry, ["train", "val", "test"])
+    for run in runs:
+        run.metrics_path.write_text(json.dumps({"event": "start", "time": 1.0, "epochs": 1, "data": data}) + "\n")
+        run.write_status(state="failed")
+    return sweep_id, runs
+
+
+def test_sweep_resume_data_root_moves_no_run_where_one_s_data_differs(project, registry):
+    """fslab sweep resume took no --data-root (refused: takes only --executor and --slurm): a sweep whose data
+    moved was resumed run by run. It moves every run it queues again, or none: one run whose data at DIR is not
+    that it started on is fslab resume --data-root's line, and no run is moved or queued again."""
+    sweep_id, runs = _sweep_started_on(project, registry)
+    recorded = json.loads(runs[1].metrics_path.read_text())
+    recorded["data"]["train"] = {**recorded["data"]["train"], "images": 9, "labels": "0" * 16}  # other files then
+    runs[1].metrics_path.write_text(json.dumps(recorded) + "\n")
+    (project / "tree").rename(project / "moved")
+    before = {run.id: (run.path / "config.json").read_bytes() for run in runs}
+    refused = fslab("sweep", "resume", sweep_id, "--data-root", "moved", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"error: --data-root {project / 'moved'} does not hold the data run {runs[1].id} started on (train: 12 "
+        f"images in 3 classes now, 9 in 3 then); resume it on the same files, or start anew on these: fslab run "
+        f"--like {runs[1].id} --data-root {project / 'moved'}; nothing was changed"], refused.stderr
+    assert {run.id: (run.path / "config.json").read_bytes() for run in runs} == before  # the first not moved either
+    assert all(run.state() == "failed" and not run.events_of("data_root") for run in runs)
+    missing = fslab("sweep", "resume", sweep_id, "--data-root", "nowhere", cwd=project)
+    assert (missing.returncode, missing.stderr) == (2, "error: --data-root nowhere is not a folder\n")
+
+
+@pytest.mark.slow
+def test_sweep_resume_data_root_moves_each_run_it_queues_again(project, registry):
+    """Its data moved, a sweep is resumed with one command: each run queued again saves DIR as its root (and a
+    data_root event), as fslab resume --data-root moves one, and trains there to its end."""
+    from .runs_helpers import wait_for
+
+    sweep_id, runs = _sweep_started_on(project, registry, epochs=1)
+    (project / "tree").rename(project / "moved")
+    resumed = fslab("sweep", "resume", sweep_id, "--data-root", "moved", cwd=project)
+    assert resumed.returncode == 0 and resumed.stdout == f"{sweep_id}: 2 runs queued again\n", resumed.stderr
+    for run in runs:
+        assert run.config()["dataset"]["root"] == str(project / "moved")
+        (event,) = run.events_of("data_root")
+        assert (event["root"], event["was"]) == (str(project / "moved"), str(project / "tree"))
+    wait_for(lambda: all(run.state() == "completed" for run in runs), timeout=240, what="the sweep's runs to end")
 
 
 def test_the_folder_a_gone_data_root_s_line_names_is_quoted_as_the_shell_reads_it(project, registry):
@@ -1785,7 +1843,7 @@ def test_the_folder_a_gone_data_root_s_line_names_is_quoted_as_the_shell_reads_i
     refused = fslab("sweep", "resume", sweep_id, cwd=project)
     (line,) = refused.stderr.strip().splitlines()
     command = line.split("give where it lies with ", 1)[1].split(" (this project's folder", 1)[0]
-    assert refused.returncode == 2 and shlex.split(command) == ["fslab", "resume", runs[0].id, "--data-root",
+    assert refused.returncode == 2 and shlex.split(command) == ["fslab", "sweep", "resume", sweep_id, "--data-root",
                                                                 str(tree)], line
 
 
@@ -1817,11 +1875,12 @@ def test_a_store_copied_with_its_data_names_this_project_s_folder_for_the_data_w
     runs[0].write_status(state="killed")
     with_checkpoint(runs[0])
     here = f"{project / 'tree'} (this project's folder for dataset 'folder', from [data_roots] of fslab.toml)"
-    for args in (["resume", runs[0].id], ["sweep", "resume", sweep_id]):
+    for args, move in ((["resume", runs[0].id], f"resume {runs[0].id}"), (["sweep", "resume", sweep_id],
+                                                                         f"sweep resume {sweep_id}")):
         refused = fslab_here(*args, cwd=project)
         assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
             f"error: run {runs[0].id} was trained on {first}, which is not a folder now; a resumed run reads its "
-            f"data there: if the data moved, give where it lies with fslab resume {runs[0].id} --data-root {here}"
+            f"data there: if the data moved, give where it lies with fslab {move} --data-root {here}"
         ], args
     # its start recorded nothing of its data (an earlier fslab's): --data-root cannot tell the data is the same
     saved = (runs[0].path / "config.json").read_bytes()

@@ -1204,8 +1204,8 @@ def test_sweep_resume_refuses_the_options_of_a_new_sweep(tmp_path):
     before = (run.path / "status.json").read_bytes()
     resumed = fslab_here("sweep", "resume", "abcd", "--epochs", "3", "--set", "train.lr=0.5", cwd=tmp_path)
     assert resumed.returncode == 2 and resumed.stdout == "", resumed.stderr
-    assert resumed.stderr == ("error: fslab sweep resume takes only --executor and --slurm, not --epochs, --set: the "
-                              "runs resume with the settings they were queued with; a new sweep takes them: "
+    assert resumed.stderr == ("error: fslab sweep resume takes only --executor, --slurm and --data-root, not --epochs, "
+                              "--set: the runs resume with the settings they were queued with; a new sweep takes them: "
                               "fslab sweep METHOD --epochs ...\n")
     flagged = fslab_here("sweep", "resume", "abcd", "--fail-fast", cwd=tmp_path)
     assert flagged.returncode == 2 and "not --fail-fast:" in flagged.stderr, flagged.stderr

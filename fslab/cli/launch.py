@@ -538,7 +538,10 @@ def sweep(
 
     \b
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
-    [bold]fslab sweep resume SWEEP[/bold] (only --executor, --slurm) queues again what failed, was killed or was lost.
+    [bold]fslab sweep resume SWEEP[/bold] queues again what failed, was killed or was lost.
+
+    A resume takes only --executor, --slurm and --data-root DIR, which moves each run it queues again onto DIR as
+    fslab resume RUN --data-root DIR does, all or none: every run is checked before any is moved or queued.
 
     With nothing to queue again, it starts a scheduler for the runs still waiting (SLURM: submits them), freeing any
     held by a killed process of this host (one held by a killed SLURM submission is passed over, saying how to free
@@ -549,9 +552,9 @@ def sweep(
     project = settings()
     targets = targets or []
     if targets[:1] == ["resume"]:
-        _refuse_new_sweep_options(seeds, grid, file, backbone, dataset, data_root, epochs, batch_size, lr, seed,
+        _refuse_new_sweep_options(seeds, grid, file, backbone, dataset, epochs, batch_size, lr, seed,
                                   device, set_, gpus, sink, fail_fast)
-        return _resume_sweep(targets, project, executor, slurm)
+        return _resume_sweep(targets, project, executor, slurm, data_root)
     options = executors.job_options(project, executor, slurm)
     where = "submitted as SLURM jobs" if options is not None else "queued"
     method, seeds, fail_fast, grid_values, fixed = _sweep_spec(targets, file, seeds, fail_fast, grid or [])
@@ -669,7 +672,7 @@ def _options_against_the_file(file: Path | None, fixed: list[str], **given) -> N
 
 
 # The options of fslab sweep that make a new sweep, in the order _refuse_new_sweep_options takes their values.
-NEW_SWEEP_OPTIONS = ("seeds", "grid", "file", "backbone", "dataset", "data-root", "epochs", "batch-size", "lr", "seed",
+NEW_SWEEP_OPTIONS = ("seeds", "grid", "file", "backbone", "dataset", "epochs", "batch-size", "lr", "seed",
                      "device", "set", "gpus", "sink", "fail-fast")
 
 
@@ -678,13 +681,15 @@ def _refuse_new_sweep_options(*values) -> None:
     (``--epochs 3`` resumed the runs as they were): refused, naming what resume takes."""
     given = zip(NEW_SWEEP_OPTIONS, values, strict=True)
     if names := [f"--{name}" for name, value in given if value not in (None, False, [])]:
-        raise UsageError(f"fslab sweep resume takes only --executor and --slurm, not {', '.join(names)}: the runs "
-                         f"resume with the settings they were queued with; a new sweep takes "
+        raise UsageError(f"fslab sweep resume takes only --executor, --slurm and --data-root, not {', '.join(names)}: "
+                         f"the runs resume with the settings they were queued with; a new sweep takes "
                          f"{'them' if len(names) > 1 else 'it'}: fslab sweep METHOD {names[0]} ...")
 
 
-def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list[str] | None) -> None:
-    """``fslab sweep resume SWEEP``: where ``executor`` says, else where its runs last ran."""
+def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list[str] | None,
+                  data_root: str | None = None) -> None:
+    """``fslab sweep resume SWEEP``: where ``executor`` says, else where its runs last ran; ``data_root``: where
+    the data of the runs it queues again lies now (fslab resume --data-root's move, for each)."""
     from fslab.execution import executor as executors
 
     options = executors.job_options(project, executor, slurm) if executor is not None else None
@@ -697,7 +702,8 @@ def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list
         options = executors.job_options(project, executors.sweep_executor(project.runs_dir, targets[1]), slurm)
     freed = _stale_claims(project.runs_dir, _sweep_record(project.runs_dir, targets[1]))
     record, again, unreadable, waiting, started = executors.resume_sweep(targets[1], settings=project,
-                                                                         registry=registry(project), slurm=options)
+                                                                         registry=registry(project), slurm=options,
+                                                                         data_root=data_root)
     _say_freed(freed, record["id"], "free again")
     if not again and not waiting:
         raise UsageError(_nothing_to_resume(project.runs_dir, record, unreadable))

@@ -80,30 +80,38 @@ def root_here(settings, dataset: dict, root: str) -> tuple[str, str] | None:
     return here, f"this project's folder for dataset '{name}', from {filled_root_source(settings, name)}"
 
 
-def root_gone(run: Run, config: dict, exc: UsageError, settings=None) -> UsageError | None:
+def root_gone(run: Run, config: dict, exc: UsageError, settings=None, move: str | None = None) -> UsageError | None:
     """Where ``exc`` is the dataset's line for a run's data root that is gone: :func:`data_root_gone`'s
-    line, saying where a resumed run reads its data, and that ``fslab resume RUN --data-root DIR`` moves it
-    (fslab resume, sweep resume and the dashboard's r say it; the dataset's line said [data_roots] of
-    fslab.toml too, which a resume does not read)."""
+    line, saying where a resumed run reads its data, and that ``move`` moves it, by default ``fslab resume RUN
+    --data-root DIR`` (fslab resume and the dashboard's r say it, sweep resume names its own; the dataset's
+    line said [data_roots] of fslab.toml too, which a resume does not read)."""
     return data_root_gone(f"run {run.id}", config.get("dataset"), exc, settings,
-                          reads="a resumed run reads its data there: ", move=resume_there_command(run.id))
+                          reads="a resumed run reads its data there: ", move=move or resume_there_command(run.id))
 
 
-def moved_config(run: Run, data_root: str | None, registry) -> dict | None:
+def check_root_option(data_root: str | None) -> None:
+    """fslab resume's and sweep resume's --data-root refused in one line where it is no folder."""
+    if data_root is not None and not os.path.isdir(data_root):
+        raise UsageError(f"--data-root {data_root} is not a folder")
+
+
+def moved_config(run: Run, data_root: str | None, registry, *, fileless: bool = False) -> dict | None:
     """The run's configuration with its data root moved to ``data_root`` (fslab resume --data-root: an
     absolute path), which the resume checks as it checks the run's own (:func:`fslab.execution.executor.
     checked_again`); None where none is given, or it is the run's own root. Refused in one line where it is
-    no folder, or the run's dataset reads no files (synthetic: its root is none); a configuration that cannot
-    be read is left to the check's line."""
+    no folder, or the run's dataset reads no files (synthetic: its root is none), but for ``fileless`` (a
+    sweep's synthetic runs, which fslab sweep resume --data-root leaves as they are: None); a configuration
+    that cannot be read is left to the check's line."""
     if data_root is None:
         return None
-    if not os.path.isdir(data_root):
-        raise UsageError(f"--data-root {data_root} is not a folder")
+    check_root_option(data_root)
     config = run.config()
     dataset = config.get("dataset")
     if not isinstance(dataset, dict) or not isinstance(dataset.get("name"), str):
         return None
     if not registry.reads_files(dataset["name"]):
+        if fileless:
+            return None
         raise UsageError(f"run {run.id} trained on dataset '{dataset['name']}', which reads no files: --data-root "
                          f"gives it none; resume it without --data-root")
     root = os.path.abspath(os.path.expanduser(data_root))
@@ -117,8 +125,13 @@ def move_data_root(run: Run, config: dict, registry) -> None:
     fslab show and every later resume read it, once its data is that the run started on (:func:`check_same_data`);
     the root it leaves is kept in a ``data_root`` event of metrics.jsonl (``root``, ``was``), which the cut of a
     resume keeps, and said in a line of stdout.log (``fslab logs``). Nothing is written where it is refused."""
+    save_data_root(run, config, check_same_data(run, config, registry))
+
+
+def save_data_root(run: Run, config: dict, was: str | None) -> None:
+    """Save ``config``'s data root, checked (:func:`check_same_data`, which gave ``was``, the root it leaves), as
+    the run's, in its config.json, with the ``data_root`` event that keeps ``was`` (:func:`move_data_root`)."""
     root = config["dataset"]["root"]
-    was = check_same_data(run, config, registry)
     saved = read_json(run.path / "config.json")
     if not isinstance(saved.get("dataset"), dict):  # an earlier form: saved as every reader reads it
         saved = run.config()

@@ -26,7 +26,14 @@ from fslab.core.states import LIVE, RESUMABLE, UNREADABLE, unknown_state
 from fslab.core.sweeps import load_sweep, sweep_runs
 from fslab.execution import slurm as slurm_jobs
 from fslab.execution.checks import check_resumable, check_run
-from fslab.execution.data_roots import move_data_root, moved_config, root_gone
+from fslab.execution.data_roots import (
+    check_root_option,
+    check_same_data,
+    move_data_root,
+    moved_config,
+    root_gone,
+    save_data_root,
+)
 from fslab.execution.handover import LiveWorker, launch_lock
 from fslab.execution.local import NotStoppableHere, start_worker, stop_worker
 from fslab.execution.scheduler import handing_back, slots_needed, start_scheduler
@@ -210,15 +217,16 @@ def _take_slots(run: Run, settings) -> list:
 
 
 def checked_again(run: Run, settings, registry, slurm: SlurmSettings | None, config: dict | None = None,
-                  **check) -> dict:
+                  move: str | None = None, **check) -> dict:
     """The run's saved configuration (``config``: as read already), checked again as a new run's is (the data,
     GPUs or plugins here may not be those it was made with), as fslab resume, sweep resume and the dashboard's r
-    before it asks check it; a data root that is gone is :func:`root_gone`'s line."""
+    before it asks check it; a data root that is gone is :func:`root_gone`'s line, naming ``move`` (fslab sweep
+    resume's) where given."""
     config = check_saved(run.config() if config is None else config, registry, run.id)
     try:
         check_run(config, registry, slurm, again=like_command(run.id), resumed=run.id, **check)
     except UsageError as exc:
-        raise root_gone(run, config, exc, settings) or exc from None
+        raise root_gone(run, config, exc, settings, move) or exc from None
     return config
 
 
@@ -338,8 +346,8 @@ def sweep_executor(runs_dir: Path, ref: str) -> str:
     return kinds.pop() if kinds else "local"
 
 
-def resume_sweep(ref: str, *, settings, registry,
-                 slurm: SlurmSettings | None = None) -> tuple[dict, list[Run], list[tuple[Run, str]], list[Run], bool]:
+def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = None,
+                 data_root: str | None = None) -> tuple[dict, list[Run], list[tuple[Run, str]], list[Run], bool]:
     """Queue again the sweep's failed, killed and lost runs (each resumes from
     its checkpoint) and start them as :func:`start_sweep` does; their
     configurations are checked first, as :func:`resume` checks one. Returns the
@@ -350,10 +358,13 @@ def resume_sweep(ref: str, *, settings, registry,
     is gone (deleted by hand), and, where none was queued
     again, the runs still waiting for a local scheduler, and whether one was started
     for them: it is where none of the store lives (the one that queued them may be
-    gone, killed or its machine rebooted); one that lives takes them."""
+    gone, killed or its machine rebooted); one that lives takes them. ``data_root`` (fslab sweep resume
+    --data-root): each run queued again moved there as :func:`resume` moves one, all or none (every run is
+    checked before any is moved or queued)."""
+    check_root_option(data_root)
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
-    unreadable = []
+    unreadable, moves = [], []
     for run in sweep_runs(settings.runs_dir, record):
         if not run.path.is_dir():  # deleted by hand (fslab delete drops a run from its sweep's record too)
             unreadable.append((run, "folder"))
@@ -367,7 +378,13 @@ def resume_sweep(ref: str, *, settings, registry,
                 unreadable.append((run, "config.json"))
                 continue
             check_resume_writes(run, "fslab sweep resume")
-            checked_again(run, settings, registry, slurm, config, sizes_seen=sizes_seen)
+            moved = moved_config(run, data_root, registry, fileless=True)
+            checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen,
+                          move=f"fslab sweep resume {record['id']} --data-root DIR")
+            if moved is not None:
+                moves.append((run, moved, check_same_data(run, moved, registry)))
+    for run, moved, was in moves:  # every run checked: each moved, then queued again
+        save_data_root(run, moved, was)
     again = requeue(settings.runs_dir, record)
     requeued = {run.id for run in again}
     unstarted = [run for run in sweep_runs(settings.runs_dir, record)
