@@ -1661,6 +1661,31 @@ def test_resuming_a_run_whose_data_root_is_gone_says_where_it_reads_its_data(tmp
 
 
 @pytest.mark.slow
+def test_resuming_a_run_whose_splits_went_one_folder_down_names_the_resume_that_moves_it(tmp_path):
+    """The run's root still there, its splits moved into a folder of it: the dataset's line said to give
+    --data-root DIR or [data_roots] of fslab.toml, neither of which a resume took; it names fslab resume
+    --data-root, which, given that folder, resumes the run on the data it started on."""
+    from fslab.core.runstore import Run
+
+    make_folder_tree(tmp_path / "tree", classes=3, per_class=4, size=(8, 8))
+    started = _tiny_folder_run(tmp_path)
+    assert started.returncode == 0, started.stderr
+    (run_dir,) = (tmp_path / "runs").glob("*-nca-*")
+    Run(run_dir).write_status(state="killed")  # as if stopped after its checkpoint
+    (tmp_path / "tree" / "inner").mkdir()
+    for split in ("train", "val", "test"):
+        (tmp_path / "tree" / split).rename(tmp_path / "tree" / "inner" / split)
+    refused = fslab("resume", run_dir.name, cwd=tmp_path)
+    (line,) = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and line.endswith(
+        f"give --data-root {tmp_path / 'tree' / 'inner'} (or [data_roots] folder in fslab.toml) (a resume reads no "
+        f"[data_roots]: where the data run {run_dir.name} started on lies elsewhere now, resume it there: fslab "
+        f"resume {run_dir.name} --data-root DIR)"), line
+    moved = fslab("resume", run_dir.name, "--data-root", str(tmp_path / "tree" / "inner"), cwd=tmp_path)
+    assert moved.returncode == 0 and Run(run_dir).state() == "completed", moved.stderr
+
+
+@pytest.mark.slow
 def test_resume_data_root_moves_a_run_onto_the_data_it_started_on_and_refuses_other_data(tmp_path):
     """fslab resume took no --data-root: a run whose data moved (a new disk, a store rsynced to a machine whose
     data lies elsewhere) resumed only through a link at its old root. --data-root DIR moves it there for good,

@@ -55,7 +55,7 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
     try:
         sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
     except UsageError as exc:
-        raise for_resume(exc, again) from None
+        raise for_resume(exc, again, resumed) from None
     if not sizes:
         return
     try:
@@ -78,11 +78,16 @@ def check_targets(config: dict, registry) -> None:
         registry.get(section, config[section]["name"]).check_target()
 
 
-def for_resume(exc: UsageError, again: str | None) -> UsageError:
+def for_resume(exc: UsageError, again: str | None, resumed: str | None = None) -> UsageError:
     """``exc`` as a resume says it (``again`` given): a dataset's or plugin's line that suggests
     ``--set`` (a ``dataset.cache_dir`` that cannot be written, say) is told that ``fslab resume``
     takes no --set (its --data-root only moves the run onto the data it started on), and which command
-    starts the run anew with them; ``exc`` itself otherwise."""
+    starts the run anew with them; a dataset's line that says to give --data-root (its splits one folder
+    down, say), the resume that takes it (``resumed``: the run's id), [data_roots] being read by no resume;
+    ``exc`` itself otherwise."""
+    if again is not None and resumed and "--data-root " in str(exc) and "--set " not in str(exc):
+        return UsageError(f"{exc} (a resume reads no [data_roots]: where the data run {resumed} started on lies "
+                          f"elsewhere now, resume it there: {resume_there_command(resumed)})")
     if again is None or "--set " not in str(exc):
         return exc
     return UsageError(f"{exc} (fslab resume takes no --set: put right what the run's own settings need and "
