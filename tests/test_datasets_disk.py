@@ -1679,7 +1679,7 @@ def test_resuming_a_run_whose_splits_went_one_folder_down_names_the_resume_that_
     (line,) = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and line.endswith(
         f"give --data-root {tmp_path / 'tree' / 'inner'} (or [data_roots] folder in fslab.toml) (a resume reads no "
-        f"[data_roots]: where the data run {run_dir.name} started on lies elsewhere now, resume it there: fslab "
+        f"[data_roots]: where the data the run started on lies elsewhere now, resume it there: fslab "
         f"resume {run_dir.name} --data-root DIR)"), line
     moved = fslab("resume", run_dir.name, "--data-root", str(tmp_path / "tree" / "inner"), cwd=tmp_path)
     assert moved.returncode == 0 and Run(run_dir).state() == "completed", moved.stderr
@@ -1828,6 +1828,21 @@ def test_sweep_resume_data_root_moves_no_run_where_one_s_data_differs(project, r
     assert all(run.state() == "failed" and not run.events_of("data_root") for run in runs)
     missing = fslab("sweep", "resume", sweep_id, "--data-root", "nowhere", cwd=project)
     assert (missing.returncode, missing.stderr) == (2, "error: --data-root nowhere is not a folder\n")
+
+
+def test_sweep_resume_of_runs_whose_data_changed_names_its_own_data_root(project, registry):
+    """A sweep's runs whose split no longer gives their episodes (images removed since) were told to resume
+    each on its own (fslab resume RUN --data-root DIR); fslab sweep resume names its own --data-root."""
+    sweep_id, runs = _sweep_started_on(project, registry)
+    for name in ("test-class1", "test-class2"):  # one class left with 2 images: no 2-way episode of 1 + 1
+        for image in sorted((project / "tree" / "test" / name).iterdir())[:3]:
+            image.unlink()
+    refused = fslab("sweep", "resume", sweep_id, cwd=project)
+    (line,) = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and (f"put them back and resume it, or where they lie elsewhere now resume it "
+                                        f"there: fslab sweep resume {sweep_id} --data-root DIR, or start it anew"
+                                        ) in line, line
+    assert all(run.state() == "failed" for run in runs)
 
 
 @pytest.mark.slow

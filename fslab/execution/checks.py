@@ -15,7 +15,7 @@ import shutil
 import sys
 
 from fslab.core.claims import CLAIM_FILE, UNWRITTEN_GRACE_S, lost_submission_line, read_holder
-from fslab.core.commands import like_command, resume_there_command
+from fslab.core.commands import like_command
 from fslab.core.errors import UsageError
 from fslab.core.keys import PLUGIN_SECTIONS
 from fslab.core.plugin_params import check_plugins
@@ -32,7 +32,7 @@ from fslab.execution.slots import visible_gpus
 
 
 def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
-              sizes_seen: dict | None = None, again: str | None = None, resumed: str | None = None) -> None:
+              sizes_seen: dict | None = None, again: str | None = None, move: str | None = None) -> None:
     """Everything about a resolved configuration that can be known before
     its run exists: the device and GPUs it asks for (here, or in a SLURM
     job), the dataset's files, and the episodes and batches against the
@@ -40,8 +40,9 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
     ``sizes_seen`` keeps the sizes of datasets already looked at (a sweep).
     ``again``: for a resume, the command that starts the run anew
     (``fslab run --like RUN``), which what this machine lacks is said with,
-    since ``fslab resume`` takes no other settings; ``resumed``: the id of the run resumed, whose line where
-    its data changed names the resume onto the data it started on (:func:`data_changed`)."""
+    since ``fslab resume`` takes no other settings; ``move``: for a resume, the command that resumes the run on
+    the data it started on where that lies elsewhere (``fslab resume RUN --data-root DIR``, or fslab sweep
+    resume's), which the lines of a data change name (:func:`data_changed`, :func:`for_resume`)."""
     check_targets(config, registry)
     if slurm is None:
         check_device(config, again)
@@ -55,14 +56,14 @@ def check_run(config: dict, registry, slurm: SlurmSettings | None = None, *,
     try:
         sizes = dataset_sizes(config, registry, {} if sizes_seen is None else sizes_seen)
     except UsageError as exc:
-        raise for_resume(exc, again, resumed) from None
+        raise for_resume(exc, again, move) from None
     if not sizes:
         return
     try:
         check_training(config, sizes)
         check_evaluation(config, sizes, evaluator_shape(config, registry))
     except UsageError as exc:
-        raise data_changed(exc, again, resumed) from None
+        raise data_changed(exc, again, move) from None
     try:
         check_plugins(config, registry, sizes)
     except UsageError as exc:
@@ -78,31 +79,31 @@ def check_targets(config: dict, registry) -> None:
         registry.get(section, config[section]["name"]).check_target()
 
 
-def for_resume(exc: UsageError, again: str | None, resumed: str | None = None) -> UsageError:
+def for_resume(exc: UsageError, again: str | None, move: str | None = None) -> UsageError:
     """``exc`` as a resume says it (``again`` given): a dataset's or plugin's line that suggests
     ``--set`` (a ``dataset.cache_dir`` that cannot be written, say) is told that ``fslab resume``
     takes no --set (its --data-root only moves the run onto the data it started on), and which command
     starts the run anew with them; a dataset's line that says to give --data-root (its splits one folder
-    down, say), the resume that takes it (``resumed``: the run's id), [data_roots] being read by no resume;
+    down, say), the resume that takes it (``move``), [data_roots] being read by no resume;
     ``exc`` itself otherwise."""
-    if again is not None and resumed and "--data-root " in str(exc) and "--set " not in str(exc):
-        return UsageError(f"{exc} (a resume reads no [data_roots]: where the data run {resumed} started on lies "
-                          f"elsewhere now, resume it there: {resume_there_command(resumed)})")
+    if again is not None and move and "--data-root " in str(exc) and "--set " not in str(exc):
+        return UsageError(f"{exc} (a resume reads no [data_roots]: where the data the run started on lies "
+                          f"elsewhere now, resume it there: {move})")
     if again is None or "--set " not in str(exc):
         return exc
     return UsageError(f"{exc} (fslab resume takes no --set: put right what the run's own settings need and "
                       f"resume it, or start it anew with other settings: {again} --set ...)")
 
 
-def data_changed(exc: UsageError, again: str | None, resumed: str | None = None) -> UsageError:
+def data_changed(exc: UsageError, again: str | None, move: str | None = None) -> UsageError:
     """``exc``, a split too small for the run's episodes or training, as a resume says it (``again`` given): the
     run's settings passed the same check when it was created, so the files of its data root changed since, and
     the line's advice to change a setting is one fslab resume cannot take (it takes no --set); where the data
-    it started on lies elsewhere, ``fslab resume ID --data-root DIR`` (``resumed``: the run's id) resumes it
+    it started on lies elsewhere, ``move`` (``fslab resume ID --data-root DIR``, or fslab sweep resume's) resumes it
     there; ``exc`` itself otherwise."""
     if again is None:
         return exc
-    there = f", or where they lie elsewhere now resume it there: {resume_there_command(resumed)}" if resumed else ""
+    there = f", or where they lie elsewhere now resume it there: {move}" if move else ""
     return UsageError(f"{exc} (the run's settings passed this check when it was created: files of its data root "
                       f"were removed or moved since; fslab resume takes no --set: put them back and resume it{there}, "
                       f"or start it anew with settings the data allows: {again} --set ...)")

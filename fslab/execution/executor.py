@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fslab.core.commands import like_command
+from fslab.core.commands import like_command, resume_there_command
 from fslab.core.config import check_saved, naming_the_file, resolve
 from fslab.core.errors import UsageError, interrupted_code
 from fslab.core.runstore import Run, create_run, unstarted
@@ -220,11 +220,12 @@ def checked_again(run: Run, settings, registry, slurm: SlurmSettings | None, con
                   move: str | None = None, **check) -> dict:
     """The run's saved configuration (``config``: as read already), checked again as a new run's is (the data,
     GPUs or plugins here may not be those it was made with), as fslab resume, sweep resume and the dashboard's r
-    before it asks check it; a data root that is gone is :func:`root_gone`'s line, naming ``move`` (fslab sweep
-    resume's) where given."""
+    before it asks check it; a data root that is gone is :func:`root_gone`'s line; it and a data change's name
+    ``move`` (fslab sweep resume's --data-root) where given, else fslab resume RUN --data-root DIR."""
     config = check_saved(run.config() if config is None else config, registry, run.id)
     try:
-        check_run(config, registry, slurm, again=like_command(run.id), resumed=run.id, **check)
+        check_run(config, registry, slurm, again=like_command(run.id), move=move or resume_there_command(run.id),
+                  **check)
     except UsageError as exc:
         raise root_gone(run, config, exc, settings, move) or exc from None
     return config
