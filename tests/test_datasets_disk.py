@@ -1710,6 +1710,15 @@ def test_resume_data_root_moves_a_run_onto_the_data_it_started_on_and_refuses_ot
         f"images in 2 classes now, 12 in 3 then); resume it on the same files, or start anew on these: fslab run "
         f"--like {run_dir.name} --data-root {tmp_path / 'other'}; nothing was changed")
     assert files() == before  # the lock's holder line aside, as any resume refused
+    shutil.copytree(tmp_path / "moved", tmp_path / "few")
+    for folder in (tmp_path / "few" / "val").iterdir():  # too few images for its episodes: other data, not
+        for image in sorted(folder.iterdir())[1:]:  # the run's files "removed or moved since", --data-root to give
+            image.unlink()
+    few = fslab("resume", run_dir.name, "--data-root", "few", cwd=tmp_path)
+    assert few.returncode == 2 and few.stderr.strip().splitlines()[-1].startswith(
+        f"error: --data-root {tmp_path / 'few'} does not hold the data run {run_dir.name} started on (val: 3 images "
+        f"in 3 classes now, 12 in 3 then)"), few.stderr
+    assert files() == before
     moved = fslab("resume", run_dir.name, "--data-root", "moved", cwd=tmp_path)
     assert moved.returncode == 0 and "note:" not in moved.stdout, moved.stderr
     assert Run(run_dir).config()["dataset"]["root"] == str(tmp_path / "moved")

@@ -3,7 +3,8 @@ to a machine whose data lies elsewhere), and ``fslab resume RUN --data-root DIR`
 
 A run reads its data from the root saved in its ``config.json``. ``fslab eval --data-root`` reads it
 elsewhere for one evaluation; ``fslab resume --data-root`` moves it for good (:func:`moved_config`,
-:func:`move_data_root`), only onto the data the run started on, and keeps where it was in an event.
+:func:`check_same_data`, :func:`save_data_root`), only onto the data the run started on, and keeps
+where it was in an event.
 """
 
 from __future__ import annotations
@@ -120,17 +121,12 @@ def moved_config(run: Run, data_root: str | None, registry, *, fileless: bool = 
     return {**config, "dataset": {**dataset, "root": root}}
 
 
-def move_data_root(run: Run, config: dict, registry) -> None:
-    """Save the run's new data root (``config``'s, from :func:`moved_config`, checked) in its config.json, where
-    fslab show and every later resume read it, once its data is that the run started on (:func:`check_same_data`);
-    the root it leaves is kept in a ``data_root`` event of metrics.jsonl (``root``, ``was``), which the cut of a
-    resume keeps, and said in a line of stdout.log (``fslab logs``). Nothing is written where it is refused."""
-    save_data_root(run, config, check_same_data(run, config, registry))
-
-
 def save_data_root(run: Run, config: dict, was: str | None) -> None:
-    """Save ``config``'s data root, checked (:func:`check_same_data`, which gave ``was``, the root it leaves), as
-    the run's, in its config.json, with the ``data_root`` event that keeps ``was`` (:func:`move_data_root`)."""
+    """Save the run's new data root (``config``'s, from :func:`moved_config`, checked, and found by
+    :func:`check_same_data` to hold the data the run started on; ``was``, the root it leaves, is what that gave)
+    in its config.json, where fslab show and every later resume read it; ``was`` is kept in a ``data_root``
+    event of metrics.jsonl (``root``, ``was``), which the cut of a resume keeps, and said in a line of
+    stdout.log (``fslab logs``)."""
     root = config["dataset"]["root"]
     saved = read_json(run.path / "config.json")
     if not isinstance(saved.get("dataset"), dict):  # an earlier form: saved as every reader reads it

@@ -29,7 +29,6 @@ from fslab.execution.checks import check_resumable, check_run
 from fslab.execution.data_roots import (
     check_root_option,
     check_same_data,
-    move_data_root,
     moved_config,
     root_gone,
     save_data_root,
@@ -121,7 +120,7 @@ def resume(run: Run, *, settings, registry, executor: str | None = None, overrid
     and a scheduler is started that starts it when one frees (:func:`_hand_back`). ``starting`` is called
     once the run is checked, before its worker starts (as :func:`launch`'s). ``data_root`` (fslab resume
     --data-root): where its data lies now, checked as its own root is, then saved as its root once it holds
-    the data the run started on (:func:`fslab.execution.data_roots.move_data_root`)."""
+    the data the run started on (:func:`fslab.execution.data_roots.check_same_data`)."""
     if executor is not None:  # a value no resume takes is said first, whatever the run's state
         slurm_jobs.check_executor(executor)
     run.check_folder("resume")  # deleted since it was found (or since the dashboard asked): not its lock file's line
@@ -140,9 +139,12 @@ def resume(run: Run, *, settings, registry, executor: str | None = None, overrid
                 freed = False  # let go of already, under the hand-back lock
                 raise UsageError(line)
             moved = moved_config(run, data_root, registry)
+            # the data at --data-root compared with the run's first: other data is told so, not by the check of
+            # its settings against it (too few images "removed or moved since", with --data-root to give)
+            was = check_same_data(run, moved, registry) if moved is not None else None
             checked_again(run, settings, registry, slurm, moved)
             if moved is not None:
-                move_data_root(run, moved, registry)
+                save_data_root(run, moved, was)
             if in_slots and not freed and (line := _hand_back(run, freed=False)) is not None:
                 return Started(run, queued=line)
             taken = _take_slots(run, settings) if in_slots else []
@@ -380,10 +382,11 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
                 continue
             check_resume_writes(run, "fslab sweep resume")
             moved = moved_config(run, data_root, registry, fileless=True)
+            was = check_same_data(run, moved, registry) if moved is not None else None  # as fslab resume's
             checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen,
                           move=f"fslab sweep resume {record['id']} --data-root DIR")
             if moved is not None:
-                moves.append((run, moved, check_same_data(run, moved, registry)))
+                moves.append((run, moved, was))
     for run, moved, was in moves:  # every run checked: each moved, then queued again
         save_data_root(run, moved, was)
     again = requeue(settings.runs_dir, record)
