@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
+from .conftest import BUILTIN_PLUGINS
 from .runs_helpers import TINY, fslab, fslab_here
 
 pytestmark = pytest.mark.slow
@@ -45,11 +47,27 @@ def _mlflow(project) -> tuple[str, dict]:
                     "artifacts": sorted(a.path for a in client.list_artifacts(run_id))}
 
 
-@pytest.fixture
-def sent(project):
-    """A run sent to TensorBoard and MLflow as it trained."""
-    done = fslab("run", "nca", *TINY, "--epochs", "1", "--sink", "tensorboard", "--sink", "mlflow", cwd=project)
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A project holding one run sent to TensorBoard and MLflow as it trained, trained once for the module's
+    tests (each copies it: ~3 s a test before), in the environment the ``project`` fixture gives."""
+    folder = tmp_path_factory.mktemp("sent") / "project"
+    folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("FSLAB_STRICT_PLUGINS", "FSLAB_CONFIG")}
+    done = fslab("run", "nca", *TINY, "--epochs", "1", "--sink", "tensorboard", "--sink", "mlflow", cwd=folder,
+                 env={**env, "FSLAB_PLUGINS": BUILTIN_PLUGINS})
     assert done.returncode == 0, done.stderr[-2000:]
+    return folder
+
+
+@pytest.fixture
+def sent(project, trained):
+    """A run sent to TensorBoard and MLflow as it trained: the module's one, copied into this test's project
+    (times kept), with the absolute paths MLflow's file store writes (its meta.yaml files) made this project's,
+    as a run trained here would have them."""
+    shutil.copytree(trained, project, dirs_exist_ok=True)
+    for meta in (project / "mlruns").rglob("meta.yaml"):
+        meta.write_text(meta.read_text().replace(str(trained), str(project)))
     (run_dir,) = (project / "runs").glob("2*")
     assert not (run_dir / "sink_failures.json").exists()
     return run_dir
