@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -11,15 +12,23 @@ from .runs_helpers import TINY, events, fslab, fslab_here
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def gpu_bf16_run(project):
-    """A run as a CUDA GPU leaves it with ``train.precision=auto`` (bf16 there), copied to this CPU machine:
-    trained here in bf16, then its configuration and start event made what the GPU's would say."""
+@pytest.fixture(scope="module")
+def trained_bf16(tmp_path_factory):
+    """A run trained here in bf16, once for the module (each test copies it: ~2 s a test before)."""
+    project = tmp_path_factory.mktemp("bf16")
     env = {**os.environ, "FSLAB_PLUGINS": BUILTIN_PLUGINS}
     env.pop("FSLAB_CONFIG", None)
     trained = fslab("run", "nca", *TINY, "--epochs", "2", "--set", "train.precision=bf16", cwd=project, env=env)
     assert trained.returncode == 0, trained.stderr[-2000:]
-    run_dir = next((project / "runs").glob("2*"))
+    return next((project / "runs").glob("2*"))
+
+
+@pytest.fixture
+def gpu_bf16_run(project, trained_bf16):
+    """A run as a CUDA GPU leaves it with ``train.precision=auto`` (bf16 there), copied to this CPU machine:
+    trained here in bf16 (a copy of the module's run in this project's store), then its configuration and start
+    event made what the GPU's would say."""
+    run_dir = shutil.copytree(trained_bf16, project / "runs" / trained_bf16.name)
     config = json.loads((run_dir / "config.json").read_text())
     config["train"]["precision"], config["device"] = "auto", "cuda"
     (run_dir / "config.json").write_text(json.dumps(config))
