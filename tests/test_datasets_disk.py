@@ -139,19 +139,27 @@ def test_a_folder_tree_is_listed_once_for_the_checks_before_a_run_and_the_splits
         create(registry, "folder", tmp_path / "data", image_size=8).split_sizes()
 
 
+def _read_while_loading(registry, monkeypatch, root, name, module, function, sizes) -> list[str]:
+    """The names of the paths ``module.function`` (a listing, a table's read) is called on while dataset ``name``
+    at ``root`` gives its counts (``sizes`` each split's) and loads its three splits."""
+    calls = []
+    original = getattr(module, function)
+    monkeypatch.setattr(module, function, lambda path: calls.append(path.name) or original(path))
+    dataset = create(registry, name, root, image_size=8, check_counts=False)
+    assert dataset.split_sizes() == {split: sizes for split in ("train", "val", "test")}
+    for split in ("train", "val", "test"):
+        dataset.load(split)
+    return calls
+
+
 def test_tieredimagenet_split_folders_are_listed_once(registry, tmp_path, monkeypatch):
     """Its class folders were listed for the counts, again for the headers read before a run, again for
     the cache's key and at each load: 779,165 files, a stat each time, slow on a network file system."""
     from fslab_plugins.datasets import folder
 
     fake_tiered_folders(tmp_path)
-    listed_images = []
-    list_images = folder.list_images
-    monkeypatch.setattr(folder, "list_images", lambda path: listed_images.append(path.name) or list_images(path))
-    dataset = create(registry, "tieredimagenet", tmp_path, image_size=8, check_counts=False)
-    assert dataset.split_sizes() == {split: [2, 2] for split in ("train", "val", "test")}
-    for split in ("train", "val", "test"):
-        dataset.load(split)
+    listed_images = _read_while_loading(registry, monkeypatch, tmp_path, "tieredimagenet", folder, "list_images",
+                                        [2, 2])
     assert sorted(listed_images) == sorted(wnid for split in ("train", "val", "test")
                                            for wnid in listed("tieredimagenet", split)[:2])
 
@@ -162,13 +170,8 @@ def test_omniglot_character_folders_are_listed_once(registry, tmp_path, monkeypa
     from fslab_plugins.datasets import omniglot
 
     fake_omniglot(tmp_path)
-    listed_images = []
-    list_images = omniglot.list_images
-    monkeypatch.setattr(omniglot, "list_images", lambda path: listed_images.append(path.name) or list_images(path))
-    dataset = create(registry, "omniglot", tmp_path, image_size=8, check_counts=False)
-    assert dataset.split_sizes() == {split: [2] * 8 for split in ("train", "val", "test")}  # 2 characters × 4 turns
-    for split in ("train", "val", "test"):
-        dataset.load(split)
+    listed_images = _read_while_loading(registry, monkeypatch, tmp_path, "omniglot", omniglot, "list_images",
+                                        [2] * 8)  # 2 characters × 4 turns
     assert sorted(listed_images) == sorted(Path(c).name for split in ("train", "val", "test")
                                            for c in listed("omniglot", split)[:2])
 
@@ -180,13 +183,7 @@ def test_cub_index_files_are_read_once_for_the_checks_before_a_run_and_the_split
     from fslab_plugins.datasets import cub
 
     fake_cub(tmp_path)
-    read = []
-    read_table = cub.read_table
-    monkeypatch.setattr(cub, "read_table", lambda path: read.append(path.name) or read_table(path))
-    dataset = create(registry, "cub", tmp_path, image_size=8, check_counts=False)
-    assert dataset.split_sizes() == {split: [2, 2] for split in ("train", "val", "test")}
-    for split in ("train", "val", "test"):
-        dataset.load(split)
+    read = _read_while_loading(registry, monkeypatch, tmp_path, "cub", cub, "read_table", [2, 2])
     assert sorted(read) == sorted(cub.INDEX_FILES)
 
 
