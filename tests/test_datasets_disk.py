@@ -1851,6 +1851,38 @@ def test_sweep_resume_of_runs_whose_data_changed_names_its_own_data_root(project
     assert all(run.state() == "failed" for run in runs)
 
 
+def test_sweep_resume_data_root_moves_no_run_that_a_resume_started_meanwhile(project, registry, monkeypatch):
+    """fslab sweep resume --data-root saved each run's new root once all were checked, outside the runs' launch
+    locks: a run that fslab resume started meanwhile (its worker training on the root it read) had its config.json
+    rewritten under it, and a data_root event. Each run is moved as it is queued again, under its lock."""
+    from fslab.core.settings import load_settings
+    from fslab.core.worklock import take
+    from fslab.execution import executor
+
+    sweep_id, runs = _sweep_started_on(project, registry)
+    (project / "tree").rename(project / "moved")
+    checked, held = executor.checked_again, []
+
+    def then_started(run, *args, **kwargs):
+        config = checked(run, *args, **kwargs)
+        if run.id == runs[1].id:  # every run checked: the first is started by a resume meanwhile, its worker live
+            held.append(take(runs[0].path))
+            runs[0].write_status(state="running", pid=os.getpid(), heartbeat=time.time())
+        return config
+
+    monkeypatch.setattr(executor, "checked_again", then_started)
+    monkeypatch.setattr(executor, "_start_queued", lambda runs_dir, queued, slurm: queued)  # no scheduler here
+    before = (runs[0].path / "config.json").read_bytes()
+    try:
+        _, started, _, _, _ = executor.resume_sweep(sweep_id, settings=load_settings(), registry=registry,
+                                                    data_root=str(project / "moved"))
+    finally:
+        os.close(held[0])
+    assert [run.id for run in started] == [runs[1].id]
+    assert (runs[0].path / "config.json").read_bytes() == before and not runs[0].events_of("data_root")
+    assert runs[1].config()["dataset"]["root"] == str(project / "moved") and runs[1].events_of("data_root")
+
+
 @pytest.mark.slow
 def test_sweep_resume_data_root_moves_each_run_it_queues_again(project, registry):
     """Its data moved, a sweep is resumed with one command: each run queued again saves DIR as its root (and a

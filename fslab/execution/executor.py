@@ -367,7 +367,7 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
     check_root_option(data_root)
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
-    unreadable, moves = [], []
+    unreadable, moves = [], {}
     for run in sweep_runs(settings.runs_dir, record):
         if not run.path.is_dir():  # deleted by hand (fslab delete drops a run from its sweep's record too)
             unreadable.append((run, "folder"))
@@ -386,10 +386,10 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
             checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen,
                           move=f"fslab sweep resume {record['id']} --data-root DIR")
             if moved is not None:
-                moves.append((run, moved, was))
-    for run, moved, was in moves:  # every run checked: each moved, then queued again
-        save_data_root(run, moved, was)
-    again = requeue(settings.runs_dir, record)
+                moves[run.id] = (moved, was)
+    # every run checked: each moved as it is queued again, under its launch lock (not one resumed meanwhile)
+    again = requeue(settings.runs_dir, record, before=lambda run: save_data_root(run, *moves[run.id])
+                    if run.id in moves else None)
     requeued = {run.id for run in again}
     unstarted = [run for run in sweep_runs(settings.runs_dir, record)
                  if run.id not in requeued and run.state() == "queued" and run.free()]

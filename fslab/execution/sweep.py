@@ -14,7 +14,7 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fslab.core.assignments import assignment, parse_assignment, shown
@@ -262,11 +262,12 @@ def _first_seed(base: list[dict]) -> int:
     return seed
 
 
-def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
+def requeue(runs_dir: Path, sweep: dict, before: Callable[[Run], None] = lambda run: None) -> list[Run]:
     """Queue again the runs of a sweep that failed, were killed or were lost;
     completed, queued and running runs are left alone, and so are those whose
     configuration cannot be read. A run with a
-    checkpoint will resume from it."""
+    checkpoint will resume from it. ``before`` is called with each run queued again, under its launch lock,
+    its state checked (fslab sweep resume --data-root saves its new root there: none of a run started meanwhile)."""
     again = []
     for run in sweep_runs(runs_dir, sweep):
         if run.status().get("state") == "completed" or not run.config():
@@ -275,6 +276,7 @@ def requeue(runs_dir: Path, sweep: dict) -> list[Run]:
             with launch_lock(run):  # so a resume of the same run at the same moment cannot start it too
                 if run.state(locked=False) not in RESUMABLE:
                     continue
+                before(run)
                 queue_again(run)
         except LiveWorker:
             continue  # its worker lives (paused, or its heartbeat is late): it is not lost
