@@ -1883,6 +1883,30 @@ def test_sweep_resume_data_root_moves_no_run_that_a_resume_started_meanwhile(pro
     assert runs[1].config()["dataset"]["root"] == str(project / "moved") and runs[1].events_of("data_root")
 
 
+def test_sweep_resume_data_root_moves_the_runs_still_waiting_that_never_started(project, registry):
+    """fslab sweep resume --data-root DIR moved only the runs it queued again: one still queued, never started,
+    kept the gone root and failed when it started (here: submitted to SLURM with it). It is moved too, as
+    fslab resume --data-root moves a queued run (a run that never started reads any data)."""
+    from .test_slurm import COUNTING_SBATCH, FAKE_SCANCEL
+
+    sweep_id, runs = _sweep_started_on(project, registry)
+    runs[1].metrics_path.unlink()
+    runs[1].write_status(state="queued")  # never started
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", COUNTING_SBATCH), ("scancel", FAKE_SCANCEL), ("srun", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text.format(folder=project))
+        (bin_dir / name).chmod(0o755)
+    (project / "tree").rename(project / "moved")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    resumed = fslab("sweep", "resume", sweep_id, "--data-root", "moved", "--executor", "slurm", cwd=project, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    for run in runs:  # both submitted, on the data where it lies now
+        assert run.status()["slurm_job_id"] and run.config()["dataset"]["root"] == str(project / "moved"), run.id
+        (event,) = run.events_of("data_root")
+        assert (event["root"], event["was"]) == (str(project / "moved"), str(project / "tree"))
+
+
 @pytest.mark.slow
 def test_sweep_resume_data_root_moves_each_run_it_queues_again(project, registry):
     """Its data moved, a sweep is resumed with one command: each run queued again saves DIR as its root (and a

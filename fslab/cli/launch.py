@@ -540,8 +540,8 @@ def sweep(
     [bold]fslab sweep nca --seeds 5 --grid batch_size=128,256,512[/bold]: 15 runs;
     [bold]fslab sweep resume SWEEP[/bold] queues again what failed, was killed or was lost.
 
-    A resume takes only --executor, --slurm and --data-root DIR, which moves each run it queues again onto DIR as
-    fslab resume RUN --data-root DIR does, all or none: every run is checked before any is moved or queued.
+    A resume takes only --executor, --slurm and --data-root DIR: each run it queues again, or that waits unstarted,
+    moves onto DIR as fslab resume RUN --data-root DIR moves one, all or none: every run is checked before any moves.
 
     With nothing to queue again, it starts a scheduler for the runs still waiting (SLURM: submits them), freeing any
     held by a killed process of this host (one held by a killed SLURM submission is passed over, saying how to free
@@ -689,7 +689,8 @@ def _refuse_new_sweep_options(*values) -> None:
 def _resume_sweep(targets: list[str], project, executor: str | None, slurm: list[str] | None,
                   data_root: str | None = None) -> None:
     """``fslab sweep resume SWEEP``: where ``executor`` says, else where its runs last ran; ``data_root``: where
-    the data of the runs it queues again lies now (fslab resume --data-root's move, for each)."""
+    the data of the runs it queues again, or that still wait unstarted, lies now (fslab resume --data-root's
+    move, for each)."""
     from fslab.execution import executor as executors
 
     options = executors.job_options(project, executor, slurm) if executor is not None else None

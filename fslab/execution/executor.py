@@ -362,12 +362,13 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
     again, the runs still waiting for a local scheduler, and whether one was started
     for them: it is where none of the store lives (the one that queued them may be
     gone, killed or its machine rebooted); one that lives takes them. ``data_root`` (fslab sweep resume
-    --data-root): each run queued again moved there as :func:`resume` moves one, all or none (every run is
-    checked before any is moved or queued)."""
+    --data-root): each run queued again moved there as :func:`resume` moves one, and each still waiting that
+    never started (it reads any data: :func:`_move_waiting`), all or none (every run is checked before any is
+    moved or queued)."""
     check_root_option(data_root)
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
-    unreadable, moves = [], {}
+    unreadable, moves, waits = [], {}, {}
     for run in sweep_runs(settings.runs_dir, record):
         if not run.path.is_dir():  # deleted by hand (fslab delete drops a run from its sweep's record too)
             unreadable.append((run, "folder"))
@@ -381,13 +382,17 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
                 unreadable.append((run, "config.json"))
                 continue
             check_resume_writes(run, "fslab sweep resume")
-            moved = moved_config(run, data_root, registry, fileless=True)
-            was = check_same_data(run, moved, registry) if moved is not None else None  # as fslab resume's
-            checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen,
-                          move=f"fslab sweep resume {record['id']} --data-root DIR")
-            if moved is not None:
-                moves[run.id] = (moved, was)
-    # every run checked: each moved as it is queued again, under its launch lock (not one resumed meanwhile)
+            if (move := _checked_move(run, config, record["id"], settings, registry, slurm, data_root,
+                                      sizes_seen)) is not None:
+                moves[run.id] = move
+        elif data_root is not None and state == "queued" and run.waits() and run.free() and (config := run.config()):
+            check_resume_writes(run, "fslab sweep resume")  # never started: it reads any data, moved as a resume's
+            if (move := _checked_move(run, config, record["id"], settings, registry, slurm, data_root,
+                                      sizes_seen)) is not None:
+                waits[run.id] = (run, *move)
+    for run, moved, was in waits.values():  # every run checked: those still waiting moved first
+        _move_waiting(run, moved, was)
+    # each moved as it is queued again, under its launch lock (not one resumed meanwhile)
     again = requeue(settings.runs_dir, record, before=lambda run: save_data_root(run, *moves[run.id])
                     if run.id in moves else None)
     requeued = {run.id for run in again}
@@ -398,6 +403,34 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
     waiting = [] if again else unstarted
     started = bool(waiting) and scheduler_for_waiting(settings.runs_dir, record["id"], "its waiting runs")
     return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting, started
+
+
+def _checked_move(run: Run, config: dict, sweep_id: str, settings, registry, slurm: SlurmSettings | None,
+                  data_root: str | None, sizes_seen: dict) -> tuple[dict, str | None] | None:
+    """A sweep's run checked again as fslab sweep resume queues it (:func:`checked_again`), on ``data_root``
+    where given, once it holds the data the run started on (:func:`check_same_data`): its moved configuration and
+    the root it leaves, or None where it stays (no ``data_root``, its own, or a dataset that reads no files)."""
+    moved = moved_config(run, data_root, registry, fileless=True)
+    was = check_same_data(run, moved, registry) if moved is not None else None  # as fslab resume's
+    checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen,
+                  move=f"fslab sweep resume {sweep_id} --data-root DIR")
+    return None if moved is None else (moved, was)
+
+
+def _move_waiting(run: Run, moved: dict, was: str | None) -> None:
+    """A sweep's run still queued, never started, moved onto ``moved``'s root (fslab sweep resume --data-root):
+    claimed, so no scheduler starts it meanwhile, and under its launch lock, still unstarted; one a scheduler took
+    since it was checked is left to it."""
+    if not run.claim():
+        return
+    try:
+        with launch_lock(run):
+            if run.status().get("state") == "queued" and unstarted(run.status()):
+                save_data_root(run, moved, was)
+    except LiveWorker:
+        return  # started meanwhile: its worker reads the root it found
+    finally:
+        run.unclaim()
 
 
 def scheduler_for_waiting(runs_dir: Path, name: str, what: str) -> bool:
