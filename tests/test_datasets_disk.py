@@ -1836,6 +1836,23 @@ def test_sweep_resume_data_root_moves_no_run_where_one_s_data_differs(project, r
     assert (missing.returncode, missing.stderr) == (2, "error: --data-root nowhere is not a folder\n")
 
 
+def test_sweep_resume_data_root_where_the_dataset_finds_no_splits_says_a_resume_reads_no_data_roots(
+        project, registry):
+    """--data-root DIR that the dataset cannot load (the tree one folder down) was the dataset's line alone,
+    pointing at [data_roots] of fslab.toml, which a resume never reads: since DIR's data is compared with the
+    run's first start before its settings are checked, the resume's words (a resume reads no [data_roots], the
+    command that resumes it elsewhere) were lost. They are said again, as for the run's own root."""
+    sweep_id, runs = _sweep_started_on(project, registry)
+    (project / "down").mkdir()
+    (project / "tree").rename(project / "down" / "tree")
+    refused = fslab("sweep", "resume", sweep_id, "--data-root", "down", cwd=project)
+    (line,) = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and line.startswith(f"error: folder: {project / 'down' / 'train'} not found")
+    assert line.endswith(f"(a resume reads no [data_roots]: where the data the run started on lies elsewhere now, "
+                         f"resume it there: fslab sweep resume {sweep_id} --data-root DIR)"), line
+    assert all(run.state() == "failed" and run.config()["dataset"]["root"] == str(project / "tree") for run in runs)
+
+
 def test_sweep_resume_of_runs_whose_data_changed_names_its_own_data_root(project, registry):
     """A sweep's runs whose split no longer gives their episodes (images removed since) were told to resume
     each on its own (fslab resume RUN --data-root DIR); fslab sweep resume names its own --data-root."""

@@ -13,13 +13,14 @@ import os
 import shlex
 from pathlib import Path
 
-from fslab.core.commands import resume_there_command
+from fslab.core.commands import like_command, resume_there_command
 from fslab.core.config import filled_root, filled_root_source
 from fslab.core.errors import UsageError
 from fslab.core.eventlog import EventLog, first_start_data
 from fslab.core.events import MOVED_ROOT
 from fslab.core.files import atomic_write_json, read_json
 from fslab.core.runstore import Run
+from fslab.execution.checks import for_resume
 
 
 def gone_root(dataset: dict, exc: UsageError) -> str | None:
@@ -140,11 +141,14 @@ def save_data_root(run: Run, config: dict, was: str | None) -> None:
         log.close()
 
 
-def check_same_data(run: Run, config: dict, registry) -> str | None:
+def check_same_data(run: Run, config: dict, registry, move: str | None = None) -> str | None:
     """A UsageError where the data at ``config``'s root is not that the run started on: a split whose outline
     (images, classes, digest of labels: :func:`fslab.training.record.split_outline`) differs from its first
     start's, or, where its first start recorded none (an earlier fslab's) but it trained, since no one can
-    tell. A run that never started reads any data. Returns the root it leaves (the run's own)."""
+    tell; a root the dataset cannot load (no train/ there) is its line as a resume says it
+    (:func:`fslab.execution.checks.for_resume`: a resume reads no [data_roots]; ``move``, the command that
+    resumes it elsewhere, by default fslab resume RUN --data-root DIR). A run that never started reads any
+    data. Returns the root it leaves (the run's own)."""
     was = run.config().get("dataset", {}).get("root")
     was = was if isinstance(was, str) and was else None
     before = first_start_data(run)
@@ -158,7 +162,11 @@ def check_same_data(run: Run, config: dict, registry) -> str | None:
         return was
     from fslab.training.record import outline_changes, outlines_at  # torch: only where there is data to compare
 
-    told = outline_changes(before, outlines_at(config, registry, list(before)))
+    try:
+        now = outlines_at(config, registry, list(before))
+    except UsageError as exc:  # its layout, say: the dataset's line names [data_roots], which no resume reads
+        raise for_resume(exc, like_command(run.id), move or resume_there_command(run.id)) from None
+    told = outline_changes(before, now)
     if told is not None:
         raise UsageError(f"--data-root {root} does not hold the data run {run.id} started on ({told}); resume it "
                          f"on the same files, or start anew on these: fslab run --like {run.id} --data-root "

@@ -410,10 +410,10 @@ def _checked_move(run: Run, config: dict, sweep_id: str, settings, registry, slu
     """A sweep's run checked again as fslab sweep resume queues it (:func:`checked_again`), on ``data_root``
     where given, once it holds the data the run started on (:func:`check_same_data`): its moved configuration and
     the root it leaves, or None where it stays (no ``data_root``, its own, or a dataset that reads no files)."""
+    move = f"fslab sweep resume {sweep_id} --data-root DIR"
     moved = moved_config(run, data_root, registry, fileless=True)
-    was = check_same_data(run, moved, registry) if moved is not None else None  # as fslab resume's
-    checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen,
-                  move=f"fslab sweep resume {sweep_id} --data-root DIR")
+    was = check_same_data(run, moved, registry, move) if moved is not None else None  # as fslab resume's
+    checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen, move=move)
     return None if moved is None else (moved, was)
 
 
