@@ -364,3 +364,5 @@ def test_resume_data_root_is_refused_for_no_folder_and_for_a_dataset_that_reads_
         f"error: run {run.id} trained on dataset 'synthetic', which reads no files: --data-root gives it none; "
         f"resume it without --data-root\n"))
     assert (run.path / "config.json").read_bytes() == saved and run.state() == "killed"
+    home = fslab_here("resume", run.id, "--data-root", "~/data", cwd=project, env={**os.environ, "HOME": str(project)})
+    assert home.stderr == rootless.stderr  # '~/data' quoted is the home's data, not "no folder"

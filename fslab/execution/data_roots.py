@@ -92,8 +92,9 @@ def root_gone(run: Run, config: dict, exc: UsageError, settings=None, move: str 
 
 
 def check_root_option(data_root: str | None) -> None:
-    """fslab resume's and sweep resume's --data-root refused in one line where it is no folder."""
-    if data_root is not None and not os.path.isdir(data_root):
+    """fslab resume's and sweep resume's --data-root refused in one line where it is no folder (``~`` read as
+    the home folder, as the move reads it: a quoted ``'~/data'`` is the folder it names)."""
+    if data_root is not None and not os.path.isdir(os.path.expanduser(data_root)):
         raise UsageError(f"--data-root {data_root} is not a folder")
 
 
