@@ -741,6 +741,35 @@ def test_an_end_the_status_cannot_take_is_one_line_on_stderr_not_a_second_traceb
         f"'{run.path / 'status.json'}'); fslab lists the run as lost\n")
 
 
+def test_a_heartbeat_that_comes_as_the_run_ends_writes_nothing_after_the_end(tmp_path, monkeypatch):
+    """A beat whose thread woke as the run finished wrote status.json once more after the end, which the
+    worker's os._exit could cut short: a completed run kept a half-written .status.json.PID@HOST.tmp (CI's
+    copy of one failed a test that looks for temporaries). The beat now writes only while the run lives."""
+    import threading
+
+    from fslab.core.runstore import Run, create_run
+    from fslab.execution.worker import StatusKeeper
+
+    run = create_run(tmp_path / "runs", "nca", {"method": "nca"})
+    keeper = StatusKeeper(run, 0.001)
+    woke, go_on, written = threading.Event(), threading.Event(), []
+    write_status = Run.write_status
+
+    def recorded(self, **fields):
+        written.append(fields)
+        write_status(self, **fields)
+
+    monkeypatch.setattr(Run, "write_status", recorded)
+    monkeypatch.setattr(keeper, "sample_usage", lambda: (woke.set(), go_on.wait(10), None)[-1])
+    keeper.start(resume=False)
+    assert woke.wait(10)  # the beat is under way, about to write
+    keeper.finish("completed", 0)
+    go_on.set()
+    keeper.thread.join(10)
+    assert not keeper.thread.is_alive() and written[-1].get("state") == "completed", written[-1]
+    assert run.status()["state"] == "completed" and not list(run.path.glob(".*.tmp"))
+
+
 def test_sinks_of_a_run_whose_end_status_cannot_be_written_are_closed_with_that_end(tmp_path, monkeypatch, capsys):
     """A failed run whose status.json refused its end (a full disk) closed its sinks with the state status.json
     still held, 'running': each sink is told the end the worker gave, 'failed'."""

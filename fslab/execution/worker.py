@@ -115,10 +115,14 @@ class StatusKeeper:
 
     def _beat(self) -> None:
         while not self.done.wait(self.interval):
-            try:
-                self.update(heartbeat=time.time(), usage=self.sample_usage())
-            except OSError:  # a full or vanished disk: beat again next time; the lock still says alive
-                pass
+            usage = self.sample_usage()
+            with self.lock:
+                if self.done.is_set():  # finished meanwhile: no beat after the end (the worker's os._exit would cut
+                    return  # it short, leaving a completed run its half-written .status.json.PID@HOST.tmp)
+                try:
+                    self.run.write_status(heartbeat=time.time(), usage=usage)
+                except OSError:  # a full or vanished disk: beat again next time; the lock still says alive
+                    pass
             if self.stop_request is None and (request := stop_requested(self.run.path)) is not None:
                 self.stop_request = request
                 # torchrun passes SIGTERM on to every rank, this one included
