@@ -1677,7 +1677,7 @@ def test_resuming_a_run_whose_splits_went_one_folder_down_names_the_resume_that_
     assert refused.returncode == 2 and line.endswith(
         f"give --data-root {tmp_path / 'tree' / 'inner'} (or [data_roots] folder in fslab.toml) (a resume reads no "
         f"[data_roots]: where the data the run started on lies elsewhere now, resume it there: fslab "
-        f"resume {run_dir.name} --data-root DIR)"), line
+        f"resume {run_dir.name} --data-root {tmp_path / 'tree' / 'inner'})"), line
     moved = fslab("resume", run_dir.name, "--data-root", str(tmp_path / "tree" / "inner"), cwd=tmp_path)
     assert moved.returncode == 0 and Run(run_dir).state() == "completed", moved.stderr
 
@@ -1849,7 +1849,8 @@ def test_sweep_resume_data_root_where_the_dataset_finds_no_splits_says_a_resume_
     (line,) = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and line.startswith(f"error: folder: {project / 'down' / 'train'} not found")
     assert line.endswith(f"(a resume reads no [data_roots]: where the data the run started on lies elsewhere now, "
-                         f"resume it there: fslab sweep resume {sweep_id} --data-root DIR)"), line
+                         f"resume it there: fslab sweep resume {sweep_id} --data-root "
+                         f"{project / 'down' / 'tree'})"), line
     assert all(run.state() == "failed" and run.config()["dataset"]["root"] == str(project / "tree") for run in runs)
 
 

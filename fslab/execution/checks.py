@@ -10,6 +10,7 @@ decodes an image.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -84,9 +85,11 @@ def for_resume(exc: UsageError, again: str | None, move: str | None = None) -> U
     ``--set`` (a ``dataset.cache_dir`` that cannot be written, say) is told that ``fslab resume``
     takes no --set (its --data-root only moves the run onto the data it started on), and which command
     starts the run anew with them; a dataset's line that says to give --data-root (its splits one folder
-    down, say), the resume that takes it (``move``), [data_roots] being read by no resume;
-    ``exc`` itself otherwise."""
+    down, say), the resume that takes it (``move``, its ``DIR`` the folder the line names, where it names
+    one), [data_roots] being read by no resume; ``exc`` itself otherwise."""
     if again is not None and move and "--data-root " in str(exc) and "--set " not in str(exc):
+        if named := re.search(r"give --data-root (.+?) \(or \[data_roots\]", str(exc)):
+            move = move.replace("DIR", shlex.quote(named.group(1)))
         return UsageError(f"{exc} (a resume reads no [data_roots]: where the data the run started on lies "
                           f"elsewhere now, resume it there: {move})")
     if again is None or "--set " not in str(exc):
