@@ -138,13 +138,8 @@ def resume(run: Run, *, settings, registry, executor: str | None = None, overrid
             if freed and in_slots and (line := scheduler_takes(run, let_go=True)) is not None:
                 freed = False  # let go of already, under the hand-back lock
                 raise UsageError(line)
-            moved = moved_config(run, data_root, registry)
-            # the data at --data-root compared with the run's first: other data is told so, not by the check of
-            # its settings against it (too few images "removed or moved since", with --data-root to give)
-            was = check_same_data(run, moved, registry) if moved is not None else None
-            checked_again(run, settings, registry, slurm, moved)
-            if moved is not None:
-                save_data_root(run, moved, was)
+            if (move := checked_move(run, settings, registry, slurm, data_root)) is not None:
+                save_data_root(run, *move)
             if in_slots and not freed and (line := _hand_back(run, freed=False)) is not None:
                 return Started(run, queued=line)
             taken = _take_slots(run, settings) if in_slots else []
@@ -369,6 +364,7 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
     record = load_sweep(settings.runs_dir, ref)
     sizes_seen: dict = {}
     unreadable, moves, waits = [], {}, {}
+    for_sweep = {"move": f"fslab sweep resume {record['id']} --data-root DIR", "fileless": True}  # synthetic: left
     for run in sweep_runs(settings.runs_dir, record):
         if not run.path.is_dir():  # deleted by hand (fslab delete drops a run from its sweep's record too)
             unreadable.append((run, "folder"))
@@ -382,13 +378,13 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
                 unreadable.append((run, "config.json"))
                 continue
             check_resume_writes(run, "fslab sweep resume")
-            if (move := _checked_move(run, config, record["id"], settings, registry, slurm, data_root,
-                                      sizes_seen)) is not None:
+            if (move := checked_move(run, settings, registry, slurm, data_root, config, sizes_seen=sizes_seen,
+                                     **for_sweep)) is not None:
                 moves[run.id] = move
         elif data_root is not None and state == "queued" and run.waits() and run.free() and (config := run.config()):
             check_resume_writes(run, "fslab sweep resume")  # never started: it reads any data, moved as a resume's
-            if (move := _checked_move(run, config, record["id"], settings, registry, slurm, data_root,
-                                      sizes_seen)) is not None:
+            if (move := checked_move(run, settings, registry, slurm, data_root, config, sizes_seen=sizes_seen,
+                                     **for_sweep)) is not None:
                 waits[run.id] = (run, *move)
     for run, moved, was in waits.values():  # every run checked: those still waiting moved first
         _move_waiting(run, moved, was)
@@ -405,15 +401,18 @@ def resume_sweep(ref: str, *, settings, registry, slurm: SlurmSettings | None = 
     return record, _start_queued(settings.runs_dir, again, slurm), unreadable, waiting, started
 
 
-def _checked_move(run: Run, config: dict, sweep_id: str, settings, registry, slurm: SlurmSettings | None,
-                  data_root: str | None, sizes_seen: dict) -> tuple[dict, str | None] | None:
-    """A sweep's run checked again as fslab sweep resume queues it (:func:`checked_again`), on ``data_root``
-    where given, once it holds the data the run started on (:func:`check_same_data`): its moved configuration and
-    the root it leaves, or None where it stays (no ``data_root``, its own, or a dataset that reads no files)."""
-    move = f"fslab sweep resume {sweep_id} --data-root DIR"
-    moved = moved_config(run, data_root, registry, fileless=True)
-    was = check_same_data(run, moved, registry, move) if moved is not None else None  # as fslab resume's
-    checked_again(run, settings, registry, slurm, moved or config, sizes_seen=sizes_seen, move=move)
+def checked_move(run: Run, settings, registry, slurm: SlurmSettings | None, data_root: str | None,
+                 config: dict | None = None, *, move: str | None = None, fileless: bool = False,
+                 **check) -> tuple[dict, str | None] | None:
+    """The run checked again as fslab resume (or sweep resume, its ``move`` command and ``fileless``:
+    :func:`fslab.execution.data_roots.moved_config`) resumes it (:func:`checked_again`), on ``data_root``
+    where given, once that holds the data the run started on: DIR's data is compared with the run's first
+    (:func:`check_same_data`) before its settings are checked against it, so other data is told so, not as
+    files "removed or moved since". Returns its moved configuration and the root it leaves, to save
+    (:func:`save_data_root`), or None where it stays (no ``data_root``, its own, a dataset that reads no files)."""
+    moved = moved_config(run, data_root, registry, fileless=fileless)
+    was = check_same_data(run, moved, registry, move) if moved is not None else None
+    checked_again(run, settings, registry, slurm, moved or config, move=move, **check)
     return None if moved is None else (moved, was)
 
 
