@@ -169,17 +169,22 @@ def start_afresh(run: Run) -> None:
         lines = run.metrics_path.read_bytes().splitlines(keepends=True)
     except FileNotFoundError:
         return
-    kept = [line if line.endswith(b"\n") else line + b"\n" for line in lines if _moved_root(line)]
+    kept = _lines_of(lines, lambda event: event.get("event") == MOVED_ROOT)
     atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))
 
 
-def _moved_root(line: bytes) -> bool:
-    """Whether the line is the event of a data root moved (:data:`MOVED_ROOT`): kept whatever is cut."""
-    try:
-        event = loads(line)
-    except ValueError:
-        return False
-    return isinstance(event, dict) and event.get("event") == MOVED_ROOT
+def _lines_of(lines: list[bytes], keep) -> list[bytes]:
+    """The lines whose event ``keep(event)`` keeps through a cut of the file (:func:`start_afresh`,
+    :func:`truncate_to_checkpoint`), each ending its line; a line that is no event's is left out."""
+    kept = []
+    for line in lines:
+        try:
+            event = loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and keep(event):
+            kept.append(line if line.endswith(b"\n") else line + b"\n")
+    return kept
 
 
 def truncate_to_checkpoint(run: Run, epoch: int) -> None:
@@ -213,12 +218,6 @@ def _cut_back(run: Run, epoch: int, lines: list[bytes]) -> None:
         raise FslabError(f"{run.metrics_path} has no checkpoint event for epoch {epoch}, the epoch of the "
                          f"checkpoint (the file was cut short or edited); the run cannot go on from there: "
                          f"start it again with {like_command(run.id)}")
-    for line in lines[cut:]:
-        try:
-            event = loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and (event.get("event") == "eval" and "source" in event
-                                        or event.get("event") == MOVED_ROOT):
-            kept.append(line if line.endswith(b"\n") else line + b"\n")
+    kept += _lines_of(lines[cut:], lambda event: event.get("event") == "eval" and "source" in event
+                      or event.get("event") == MOVED_ROOT)
     atomic_write_text(run.metrics_path, b"".join(kept).decode("utf-8"))
